@@ -1,0 +1,143 @@
+# trainyard - build, test, run. See README.md.
+#
+#   make            optimized build: build/trainyard
+#   make test       ASan/UBSan build of everything, then every test
+#   make run        deps + build + `trainyard up`
+#   make deps       install the Debian packages the build needs (idempotent)
+#   make CUDA=1     also build the GPU path (auto when nvcc is found)
+#
+# Sources are found by folder, so a new .c file needs no edit here. Each test
+# tests/check_X.c links the modules listed in DEPS_check_X (default: all).
+
+SHELL := /bin/bash
+CC ?= cc
+BUILD ?= build
+SAN ?= 0
+
+PKGS := libmicrohttpd libcjson libcurl openssl
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
+BLAS_CFLAGS := -I/usr/include/x86_64-linux-gnu/openblas-pthread
+
+WARN := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-format-nonliteral
+CFLAGS_BASE := -std=gnu11 $(WARN) -g -D_GNU_SOURCE -I. $(PKG_CFLAGS) $(BLAS_CFLAGS)
+ifeq ($(SAN),1)
+  OPT := -O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+  NN_OPT := $(OPT)
+  LDSAN := -fsanitize=address,undefined
+else
+  OPT := -O2
+  NN_OPT := -O3 -march=native
+  LDSAN :=
+endif
+CFLAGS ?=
+ALL_CFLAGS := $(CFLAGS_BASE) $(OPT) $(CFLAGS)
+LIBS := $(PKG_LIBS) -lsqlite3 -lopenblas -lz -lm -lpthread
+
+# ------------------------------------------------------------------ CUDA
+NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+ifeq ($(origin CUDA),undefined)
+  CUDA := $(if $(NVCC),1,0)
+endif
+CUDA_HOME ?= /usr/local/cuda
+ifeq ($(CUDA),1)
+  CU_SRC := $(wildcard executor/cuda/*.cu)
+  ALL_CFLAGS += -DTRAINYARD_CUDA -I$(CUDA_HOME)/include
+  LIBS += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas
+  NCCL_LIB := $(firstword $(wildcard $(CUDA_HOME)/lib64/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so))
+  ifneq ($(NCCL_LIB),)
+    ALL_CFLAGS += -DTRAINYARD_NCCL
+    LIBS += -lnccl
+  endif
+else
+  CU_SRC :=
+endif
+
+# ------------------------------------------------------------------ modules
+COMMON_SRC  := $(wildcard common/*.c)
+STORAGE_SRC := $(wildcard storage/*.c)
+SPEC_SRC    := api/jobspec.c
+API_SRC     := $(filter-out $(SPEC_SRC),$(wildcard api/*.c))
+SERVER_SRC  := $(filter-out server/main.c,$(wildcard server/*.c))
+SCHED_SRC   := $(wildcard scheduler/*.c)
+NN_SRC      := $(wildcard executor/nn/*.c)
+DATA_SRC    := $(wildcard executor/data/*.c)
+EXEC_SRC    := $(wildcard executor/*.c)
+
+obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
+COMMON_OBJ  := $(call obj,$(COMMON_SRC))
+STORAGE_OBJ := $(call obj,$(STORAGE_SRC))
+SPEC_OBJ    := $(call obj,$(wildcard $(SPEC_SRC)))
+API_OBJ     := $(call obj,$(API_SRC))
+SERVER_OBJ  := $(call obj,$(SERVER_SRC))
+SCHED_OBJ   := $(call obj,$(SCHED_SRC))
+NN_OBJ      := $(call obj,$(NN_SRC))
+DATA_OBJ    := $(call obj,$(DATA_SRC))
+EXEC_OBJ    := $(call obj,$(EXEC_SRC))
+CU_OBJ      := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
+ENGINE_OBJ  := $(COMMON_OBJ) $(SPEC_OBJ) $(NN_OBJ) $(DATA_OBJ)
+LIB_OBJ     := $(COMMON_OBJ) $(STORAGE_OBJ) $(SPEC_OBJ) $(API_OBJ) $(SERVER_OBJ) \
+               $(SCHED_OBJ) $(NN_OBJ) $(DATA_OBJ) $(EXEC_OBJ) $(CU_OBJ)
+
+# Which modules each test links (default: all of them).
+DEPS_check_util    := $(COMMON_OBJ)
+DEPS_check_jobspec := $(COMMON_OBJ) $(SPEC_OBJ)
+DEPS_check_nn      := $(ENGINE_OBJ)
+DEPS_check_data    := $(ENGINE_OBJ)
+DEPS_check_storage := $(COMMON_OBJ) $(SPEC_OBJ) $(STORAGE_OBJ)
+DEPS_check_sched   := $(COMMON_OBJ) $(SPEC_OBJ) $(STORAGE_OBJ) $(SCHED_OBJ)
+
+TEST_SRC := $(wildcard tests/check_*.c)
+TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
+
+.PHONY: all deps test run clean bench-api bench-train bench-sched install-deps-bench
+all: $(BUILD)/trainyard
+
+$(BUILD)/obj/executor/nn/%.o: executor/nn/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(NN_OPT) $(CFLAGS) $(filter -DTRAINYARD_%,$(ALL_CFLAGS)) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 -I. -Xcompiler -fPIC -c $< -o $@
+
+$(BUILD)/trainyard: $(BUILD)/obj/server/main.o $(LIB_OBJ)
+	$(CC) $(LDSAN) -o $@ $^ $(LIBS)
+
+.SECONDEXPANSION:
+$(BUILD)/tests/%: tests/%.c $$(if $$(DEPS_$$*),$$(DEPS_$$*),$$(LIB_OBJ)) | $(BUILD)/trainyard
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(if $(DEPS_$*),$(DEPS_$*),$(LIB_OBJ)) $(LIBS) $(CHECK_LIBS) $(LDSAN)
+
+tests: $(TEST_BIN)
+
+# make test: the sanitized build of everything, then every test binary.
+# Each prints check's summary line; the run fails if any test fails.
+test: deps
+	$(MAKE) --no-print-directory SAN=1 BUILD=build/asan build/asan/trainyard $(patsubst $(BUILD)/%,build/asan/%,$(TEST_BIN))
+	@tests/run_all.sh build/asan
+
+run: deps all
+	./$(BUILD)/trainyard up
+
+deps:
+	@scripts/deps.sh
+
+bench-api: all
+	bench/api/run.sh
+
+bench-train: all
+	bench/train_vs_pytorch/run.sh
+
+bench-sched: all
+	bench/sched_sim/run.sh
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,185 @@
+/* jobspec.h - the job spec: parsed, validated, with every default filled in.
+ *
+ * One parser for everyone: the API validates a submitted spec with it before
+ * anything is stored, and the worker and `trainyard train` rebuild the same
+ * struct from the stored JSON. Field names and defaults follow tf.keras.
+ * See ../shared/DESIGN.md ("Job spec") and docs/jobspec.md.
+ *
+ * defines: jobspec_parse, jobspec_release, and the enum <-> name helpers. */
+#ifndef TRAINYARD_JOBSPEC_H
+#define TRAINYARD_JOBSPEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define JOBSPEC_MAX_LAYERS 64
+#define JOBSPEC_MAX_RANK 4
+#define JOBSPEC_MAX_UNITS 65536
+#define JOBSPEC_NAME_MAX 128
+#define JOBSPEC_PATH_MAX 1024
+#define JOBSPEC_FIELD_MAX 128
+#define JOBSPEC_MSG_MAX 256
+#define JOBSPEC_MAX_COLUMN 256
+
+typedef enum { JOB_KIND_TRAIN = 0, JOB_KIND_COMMAND = 1 } job_kind;
+
+typedef enum { LAYER_DENSE = 0, LAYER_DROPOUT, LAYER_FLATTEN, LAYER_ACTIVATION } layer_type;
+
+typedef enum { ACT_LINEAR = 0, ACT_RELU, ACT_SIGMOID, ACT_TANH, ACT_SOFTMAX } act_type;
+
+typedef enum { INIT_GLOROT_UNIFORM = 0, INIT_HE_NORMAL, INIT_ZEROS } init_type;
+
+typedef struct layer_spec {
+    layer_type type;
+    int units;                         /* dense: > 0 */
+    act_type activation;               /* dense (default linear), activation layer */
+    int use_bias;                      /* dense: default 1 */
+    init_type kernel_initializer;      /* dense: default glorot_uniform */
+    init_type bias_initializer;        /* dense: default zeros */
+    float rate;                        /* dropout: [0, 1) */
+    int input_rank;                    /* 0 when the layer has no input_shape */
+    int input_shape[JOBSPEC_MAX_RANK];
+} layer_spec;
+
+typedef enum { OPT_SGD = 0, OPT_RMSPROP, OPT_ADAM, OPT_ADAGRAD } opt_type;
+
+/* Keras defaults: sgd lr 0.01 momentum 0 nesterov 0; rmsprop lr 0.001 rho 0.9
+ * momentum 0 epsilon 1e-7 centered 0; adam lr 0.001 beta_1 0.9 beta_2 0.999
+ * epsilon 1e-7 amsgrad 0; adagrad lr 0.001 initial_accumulator_value 0.1
+ * epsilon 1e-7. */
+typedef struct optimizer_spec {
+    opt_type type;
+    float learning_rate;
+    float momentum;                    /* sgd, rmsprop */
+    int nesterov;                      /* sgd */
+    float rho;                         /* rmsprop */
+    int centered;                      /* rmsprop */
+    float beta_1, beta_2;              /* adam */
+    int amsgrad;                       /* adam */
+    float initial_accumulator_value;   /* adagrad */
+    float epsilon;                     /* rmsprop, adam, adagrad */
+} optimizer_spec;
+
+typedef enum {
+    LOSS_BINARY_CROSSENTROPY = 0,
+    LOSS_CATEGORICAL_CROSSENTROPY,
+    LOSS_SPARSE_CATEGORICAL_CROSSENTROPY,
+    LOSS_MSE
+} loss_type;
+
+typedef enum { DATA_FASHION_MNIST = 0, DATA_MNIST, DATA_CSV, DATA_SYNTHETIC } data_source;
+
+typedef struct data_spec {
+    data_source source;
+    char path[JOBSPEC_PATH_MAX];       /* "" = the source's default
+                                        * (/usr/share/datasets/fashion-mnist for fashion-mnist) */
+    int label_column;                  /* csv: column index; -1 = last column */
+    char label_column_name[JOBSPEC_MAX_COLUMN]; /* csv: a header name instead ("" = use index) */
+    int header;                        /* csv: first line is a header (default 1) */
+    float validation_split;            /* [0, 1), default 0 */
+    int shuffle_buffer;                /* 0 = no shuffling; default: whole data set (-1) */
+    uint64_t seed;                     /* default 0 */
+    long limit;                        /* 0 = no cap */
+    long examples;                     /* synthetic: default 1000 */
+    int features;                      /* synthetic: default 10 */
+} data_spec;
+
+typedef struct fit_spec {
+    int epochs;                        /* default 1 */
+    int batch_size;                    /* global batch, default 32 */
+    long steps_per_epoch;              /* 0 = null (whole epoch) */
+} fit_spec;
+
+typedef enum {
+    STRAT_DEFAULT = 0,
+    STRAT_ONE_DEVICE,
+    STRAT_MIRRORED,
+    STRAT_CENTRAL_STORAGE,
+    STRAT_MULTI_WORKER_MIRRORED,
+    STRAT_PARAMETER_SERVER
+} strategy_type;
+
+typedef enum { COMM_AUTO = 0, COMM_RING, COMM_NCCL } comm_type;
+
+typedef enum { CDO_AUTO = 0, CDO_NCCL, CDO_HIERARCHICAL_COPY, CDO_REDUCTION_TO_ONE_DEVICE } cdo_type;
+
+typedef enum { DEVICE_CPU = 0, DEVICE_GPU } device_kind;
+
+typedef struct strategy_spec {
+    strategy_type type;
+    comm_type communication;
+    cdo_type cross_device_ops;
+} strategy_spec;
+
+typedef struct resources_spec {
+    int workers;                       /* default 1 */
+    int devices_per_worker;            /* default 1 */
+    device_kind device;                /* default cpu */
+    int ps;                            /* parameter_server: >= 1; else 0 */
+} resources_spec;
+
+typedef struct checkpoint_spec {
+    int every_epochs;                  /* default 1; 0 = only on preemption and at the end */
+    int keep;                          /* default 3 */
+} checkpoint_spec;
+
+typedef struct jobspec {
+    job_kind kind;
+    char name[JOBSPEC_NAME_MAX];       /* default "job" */
+    int priority;                      /* 0..1000, default 50 */
+    long max_runtime_s;                /* default 86400 */
+    int preemptible;                   /* default 0 */
+    int queue_if_infeasible;           /* default 0 */
+    int max_restarts;                  /* default 3 */
+
+    int n_layers;
+    layer_spec layers[JOBSPEC_MAX_LAYERS];
+    int input_rank;                    /* resolved model input shape */
+    int input_shape[JOBSPEC_MAX_RANK];
+    int input_size;                    /* product of input_shape */
+    int output_size;                   /* units of the last dense layer */
+
+    optimizer_spec optimizer;
+    loss_type loss;
+    int metric_accuracy;               /* "accuracy" in compile.metrics */
+
+    data_spec data;
+    fit_spec fit;
+    strategy_spec strategy;
+    resources_spec resources;
+    checkpoint_spec checkpoint;
+} jobspec;
+
+/* A validation error: HTTP status (400 bad JSON, 422 otherwise), a short code
+ * ("bad_json", "missing_field", "unknown_field", "invalid_type",
+ * "invalid_value", "unsupported"), a message for people and the path of the
+ * field at fault, e.g. "model.layers[2].units" ("" for the document). */
+typedef struct spec_error {
+    int status;
+    char code[32];
+    char message[JOBSPEC_MSG_MAX];
+    char field[JOBSPEC_FIELD_MAX];
+} spec_error;
+
+/* Parse and validate a job spec of len bytes (need not be NUL-terminated).
+ * On success fills *out (every default resolved) and returns 0. On failure
+ * returns -1, fills *err, and *out is unspecified (but needs no release). */
+int jobspec_parse(const char *json, size_t len, jobspec *out, spec_error *err);
+
+/* Frees what a parsed spec holds (nothing today; kept for command jobs). */
+void jobspec_release(jobspec *spec);
+
+/* Number of synchronous replicas: workers * devices_per_worker. */
+int jobspec_replicas(const jobspec *spec);
+
+/* Devices a job holds in all: workers * devices_per_worker (ps take CPU slots). */
+int jobspec_devices(const jobspec *spec);
+
+const char *act_name(act_type a);
+const char *loss_name(loss_type l);
+const char *opt_name(opt_type o);
+const char *strategy_name(strategy_type s);
+const char *device_kind_name(device_kind d);
+const char *data_source_name(data_source s);
+
+#endif

@@ -1,0 +1,358 @@
+/* util.c - checked allocation, bounded buffers, logging, time, durable file
+ * writes, sha256 (OpenSSL) and random tokens (getrandom). See util.h. */
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+#include <libgen.h>
+
+#include <openssl/evp.h>
+
+/* ---------------------------------------------------------------- memory */
+
+static void oom(size_t n) {
+    fprintf(stderr, "trainyard: out of memory allocating %zu bytes\n", n);
+    abort();
+}
+
+void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) oom(n);
+    return p;
+}
+
+void *xcalloc(size_t count, size_t size) {
+    if (size && count > SIZE_MAX / size) oom(SIZE_MAX);
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) oom(count * size);
+    return p;
+}
+
+void *xrealloc(void *p, size_t n) {
+    void *q = realloc(p, n ? n : 1);
+    if (!q) oom(n);
+    return q;
+}
+
+char *xstrdup(const char *s) {
+    size_t n = strlen(s);
+    char *p = xmalloc(n + 1);
+    memcpy(p, s, n + 1);
+    return p;
+}
+
+char *xstrndup(const char *s, size_t n) {
+    char *p = xmalloc(n + 1);
+    memcpy(p, s, n);
+    p[n] = '\0';
+    return p;
+}
+
+/* ---------------------------------------------------------------- buffer */
+
+void buf_init(buf *b, size_t max) {
+    b->data = NULL;
+    b->len = 0;
+    b->cap = 0;
+    b->max = max;
+}
+
+int buf_append(buf *b, const void *p, size_t n) {
+    if (n > b->max || b->len > b->max - n) return -1;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) {
+            if (cap > SIZE_MAX / 2) oom(SIZE_MAX);
+            cap *= 2;
+        }
+        if (cap > b->max + 1) cap = b->max + 1;
+        b->data = xrealloc(b->data, cap);
+        b->cap = cap;
+    }
+    if (n) memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return 0;
+}
+
+int buf_appends(buf *b, const char *s) { return buf_append(b, s, strlen(s)); }
+
+int buf_printf(buf *b, const char *fmt, ...) {
+    char small[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) return -1;
+    if ((size_t)n < sizeof small) return buf_append(b, small, (size_t)n);
+    char *big = xmalloc((size_t)n + 1);
+    va_start(ap, fmt);
+    vsnprintf(big, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    int rc = buf_append(b, big, (size_t)n);
+    free(big);
+    return rc;
+}
+
+void buf_reset(buf *b) {
+    b->len = 0;
+    if (b->data) b->data[0] = '\0';
+}
+
+void buf_release(buf *b) {
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+}
+
+char *buf_detach(buf *b, size_t *len) {
+    if (!b->data) buf_append(b, "", 0);
+    char *p = b->data;
+    if (len) *len = b->len;
+    b->data = NULL;
+    b->len = b->cap = 0;
+    return p;
+}
+
+/* ---------------------------------------------------------------- logging */
+
+static log_level g_level = LOG_INFO;
+static char g_prefix[32] = "trainyard";
+static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void log_set_level(log_level lvl) { g_level = lvl; }
+
+void log_set_prefix(const char *prefix) { snprintf(g_prefix, sizeof g_prefix, "%s", prefix); }
+
+void log_msg(log_level lvl, const char *fmt, ...) {
+    static const char *names[] = {"debug", "info", "warn", "error"};
+    if (lvl < g_level) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char line[2048];
+    int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: ",
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                     tm.tm_sec, ts.tv_nsec / 1000000, g_prefix, names[lvl]);
+    if (n < 0) return;
+    if ((size_t)n >= sizeof line) n = (int)sizeof line - 1;
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    va_end(ap);
+    size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+    if (len > sizeof line - 2) len = sizeof line - 2;
+    line[len++] = '\n';
+    pthread_mutex_lock(&g_log_lock);
+    fwrite(line, 1, len, stderr);
+    fflush(stderr);
+    pthread_mutex_unlock(&g_log_lock);
+}
+
+/* ---------------------------------------------------------------- time */
+
+int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ---------------------------------------------------------------- files */
+
+int fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return -1;
+    int rc = fsync(fd);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
+}
+
+int file_write_atomic(const char *path, const void *data, size_t len, int mode) {
+    char tmp[PATH_MAX], dirbuf[PATH_MAX];
+    if (sfmt(dirbuf, sizeof dirbuf, "%s", path) < 0) { errno = ENAMETOOLONG; return -1; }
+    char *dir = dirname(dirbuf);
+    char namebuf[PATH_MAX];
+    if (sfmt(namebuf, sizeof namebuf, "%s", path) < 0) { errno = ENAMETOOLONG; return -1; }
+    if (sfmt(tmp, sizeof tmp, "%s/.%s.tmpXXXXXX", dir, basename(namebuf)) < 0) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    int fd = mkstemp(tmp);
+    if (fd < 0) return -1;
+    const char *p = data;
+    size_t left = len;
+    while (left > 0) {
+        ssize_t w = write(fd, p, left);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            goto werr;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    if (fchmod(fd, (mode_t)mode) < 0) goto werr;
+    if (fsync(fd) < 0) goto werr;
+    if (close(fd) < 0) { fd = -1; goto werr; }
+    fd = -1;
+    if (rename(tmp, path) < 0) goto werr;
+    if (fsync_dir(dir) < 0) return -1;
+    return 0;
+werr:;
+    int saved = errno;
+    if (fd >= 0) close(fd);
+    unlink(tmp);
+    errno = saved;
+    return -1;
+}
+
+char *file_read_all(const char *path, size_t max, size_t *len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    buf b;
+    buf_init(&b, max);
+    char chunk[65536];
+    for (;;) {
+        ssize_t r = read(fd, chunk, sizeof chunk);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            int saved = errno;
+            close(fd);
+            buf_release(&b);
+            errno = saved;
+            return NULL;
+        }
+        if (r == 0) break;
+        if (buf_append(&b, chunk, (size_t)r) < 0) {
+            close(fd);
+            buf_release(&b);
+            errno = EFBIG;
+            return NULL;
+        }
+    }
+    close(fd);
+    return buf_detach(&b, len);
+}
+
+int mkdir_p(const char *path, int mode) {
+    char tmp[PATH_MAX];
+    if (sfmt(tmp, sizeof tmp, "%s", path) < 0) { errno = ENAMETOOLONG; return -1; }
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = '\0';
+        if (mkdir(tmp, (mode_t)mode) < 0 && errno != EEXIST) return -1;
+        *p = '/';
+    }
+    if (mkdir(tmp, (mode_t)mode) < 0 && errno != EEXIST) return -1;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- crypto */
+
+static void hex_encode(const unsigned char *d, size_t n, char *out) {
+    static const char hx[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hx[d[i] >> 4];
+        out[2 * i + 1] = hx[d[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+void sha256_hex(const void *data, size_t len, char out[65]) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    if (!EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL) || mdlen != 32) {
+        fprintf(stderr, "trainyard: sha256 failed\n");
+        abort();
+    }
+    hex_encode(md, 32, out);
+}
+
+int sha256_stream_init(sha256_stream *s) {
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!ctx) return -1;
+    if (!EVP_DigestInit_ex(ctx, EVP_sha256(), NULL)) {
+        EVP_MD_CTX_free(ctx);
+        return -1;
+    }
+    s->ctx = ctx;
+    return 0;
+}
+
+int sha256_stream_update(sha256_stream *s, const void *data, size_t len) {
+    return EVP_DigestUpdate((EVP_MD_CTX *)s->ctx, data, len) ? 0 : -1;
+}
+
+int sha256_stream_final(sha256_stream *s, char out[65]) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    int ok = EVP_DigestFinal_ex((EVP_MD_CTX *)s->ctx, md, &mdlen);
+    EVP_MD_CTX_free((EVP_MD_CTX *)s->ctx);
+    s->ctx = NULL;
+    if (!ok || mdlen != 32) return -1;
+    hex_encode(md, 32, out);
+    return 0;
+}
+
+int random_token(char *out, size_t outlen) {
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    unsigned char rnd[43];
+    if (outlen < 3 + sizeof rnd + 1) return -1;
+    size_t got = 0;
+    while (got < sizeof rnd) {
+        ssize_t r = getrandom(rnd + got, sizeof rnd - got, 0);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    memcpy(out, "ty_", 3);
+    for (size_t i = 0; i < sizeof rnd; i++) out[3 + i] = al[rnd[i] & 63];
+    out[3 + sizeof rnd] = '\0';
+    return 0;
+}
+
+/* ---------------------------------------------------------------- strings */
+
+int parse_long(const char *s, long lo, long hi, long *out) {
+    if (!s || !*s) return -1;
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end != '\0' || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+int sfmt(char *dst, size_t cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(dst, cap, fmt, ap);
+    va_end(ap);
+    return (n < 0 || (size_t)n >= cap) ? -1 : 0;
+}

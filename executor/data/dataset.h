@@ -1,0 +1,86 @@
+/* dataset.h - in-memory data sets and the batches a replica trains on.
+ *
+ * Loaders (IDX for MNIST/Fashion-MNIST, gzip or not; CSV; synthetic) fill a
+ * dataset of scaled float features and one float label per example. The
+ * batcher walks a (sharded, shuffled) view of it and copies batches into
+ * buffers the caller allocated once, so training steps never allocate.
+ * Engine-independent: builds and tests with no server.
+ *
+ * defines: dataset_load, dataset_free, dataset_split, dataset_shard,
+ *          batcher_init, batcher_next, batcher_reset, batcher_release */
+#ifndef TRAINYARD_DATASET_H
+#define TRAINYARD_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "../../api/jobspec.h"
+
+#define DATASET_ERR_MAX 256
+
+typedef struct dataset {
+    long n;              /* examples */
+    int features;        /* floats per example */
+    int classes;         /* label classes (10 for MNIST; 2 for binary); 0 = regression */
+    float *x;            /* (n, features) scaled to [0,1] for image sources; owned */
+    float *y;            /* (n) label: class index as float, or a target value; owned */
+} dataset;
+
+/* The splits a source provides: train (minus validation) , validation, test. */
+typedef struct dataset_splits {
+    dataset train;
+    dataset val;         /* n == 0 when validation_split == 0 */
+    dataset test;        /* n == 0 when the source has no test split */
+} dataset_splits;
+
+/* Load the data a spec names (data.source, path, limit, validation_split: the
+ * last fraction of the training examples, before shuffling, as Keras does).
+ * Returns 0, or -1 with a message in err (e.g. "train-images-idx3-ubyte.gz:
+ * truncated: expected 47040000 bytes of pixels, got 1200") and nothing held. */
+int dataset_load(const data_spec *spec, dataset_splits *out, char err[DATASET_ERR_MAX]);
+
+void dataset_free(dataset *ds);
+void dataset_splits_free(dataset_splits *s);
+
+/* A view of examples [begin, end) of a data set: no copy, no ownership. */
+typedef struct dataset_view {
+    const dataset *ds;
+    long begin, end;
+} dataset_view;
+
+/* Shard i of n (each worker reads a distinct shard): contiguous, sizes differ
+ * by at most one. */
+dataset_view dataset_shard(const dataset *ds, int i, int n);
+
+/* Batches over a view, shuffled with a buffer of shuffle_buffer examples
+ * (0 = in order; >= view size = a full shuffle) from a seeded RNG; a new
+ * order each epoch. Deterministic for a seed: a checkpoint can save the
+ * batcher state (epoch, position, rng) and continue identically. */
+typedef struct batcher {
+    dataset_view view;
+    int batch_size;
+    int shuffle_buffer;
+    uint64_t seed;
+    uint64_t rng;        /* state, saved in checkpoints */
+    long epoch;
+    long pos;            /* examples handed out this epoch */
+    long *order;         /* (view size) current permutation; owned */
+} batcher;
+
+int batcher_init(batcher *b, dataset_view view, int batch_size, int shuffle_buffer, uint64_t seed);
+
+/* Start epoch `epoch` (computes its order from seed and epoch, so resuming
+ * at an epoch boundary needs only the epoch number). */
+void batcher_reset(batcher *b, long epoch);
+
+/* Copy the next batch into x (batch_size, features) and y (batch_size);
+ * returns the number of examples (the last batch of an epoch may be short),
+ * 0 at the end of the epoch. */
+int batcher_next(batcher *b, float *x, float *y);
+
+void batcher_release(batcher *b);
+
+/* A replica's slice of a batch of `count` examples: replica r of R gets a
+ * contiguous slice; *off and *len are in examples. */
+void batch_replica_slice(int count, int r, int R, int *off, int *len);
+
+#endif

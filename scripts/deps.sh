@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# deps.sh - install the Debian packages trainyard needs to build, test and run.
+# Idempotent: installs only what is missing; uses sudo when not root.
+set -euo pipefail
+pkgs=(build-essential pkg-config libmicrohttpd-dev libcjson-dev libsqlite3-dev check
+      libsubunit-dev libopenblas-dev libcurl4-openssl-dev libssl-dev zlib1g-dev
+      dataset-fashion-mnist python3 python3-numpy curl sqlite3 procps iproute2)
+pkgs+=(${TRAINYARD_EXTRA_PKGS:-})
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+echo "deps: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

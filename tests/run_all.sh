@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# run_all.sh BUILD - run every test binary of a build; fail if any fails.
+# The integration tests find the server binary through TRAINYARD_BIN.
+set -u
+build=${1:-build/asan}
+export TRAINYARD_BIN="$PWD/$build/trainyard"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export OPENBLAS_NUM_THREADS=1
+export CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-120}
+fail=0; passed=0; failed=0
+for t in "$build"/tests/check_*; do
+  [ -x "$t" ] || continue
+  echo "== $(basename "$t")"
+  start=$(date +%s)
+  if "$t"; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: $t"; fi
+  echo "   ($(( $(date +%s) - start ))s)"
+done
+echo "$passed passed, $failed failed"
+exit $fail
