@@ -1,0 +1,58 @@
+/* db.h - the SQLite store: one database file, WAL, foreign keys, busy
+ * timeout, numbered migrations recorded in the database itself.
+ *
+ * Each thread gets its own connection (opened on first use) and its own cache
+ * of prepared statements keyed by the SQL text's address, so handlers call
+ * db_prepare(d, SQL_CONSTANT) on every request at no cost. storage/ knows
+ * nothing of HTTP or scheduling: it stores and queries.
+ *
+ * defines: db_open, db_close, db_conn, db_prepare, db_begin, db_commit,
+ *          db_rollback, db_version, db_migrations_count, db_migrate_to */
+#ifndef TRAINYARD_DB_H
+#define TRAINYARD_DB_H
+
+#include <sqlite3.h>
+#include <stdint.h>
+#include <stddef.h>
+
+typedef struct db db;
+
+/* Opens (creating if needed) the database at path and migrates it to the
+ * newest schema. On error returns -1 with a message in err and *out NULL. */
+int db_open(db **out, const char *path, char *err, size_t errlen);
+
+/* Same, but migrates only up to version `target` (tests of migrations). */
+int db_open_at(db **out, const char *path, int target, char *err, size_t errlen);
+
+void db_close(db *d);
+
+/* The calling thread's connection, or NULL if it could not be opened. */
+sqlite3 *db_conn(db *d);
+
+/* A prepared statement for sql (a string constant: the cache is keyed by its
+ * address), reset with bindings cleared. NULL on error (logged). Do not
+ * finalize it; sqlite3_reset it when done (db_done does both jobs' worth). */
+sqlite3_stmt *db_prepare(db *d, const char *sql);
+
+/* Resets a statement from db_prepare so its locks are released. */
+void db_done(sqlite3_stmt *st);
+
+/* BEGIN IMMEDIATE / COMMIT / ROLLBACK on this thread's connection: 0 or -1. */
+int db_begin(db *d);
+int db_commit(db *d);
+void db_rollback(db *d);
+
+/* Schema version recorded in the database (0 for an empty file). */
+int db_version(db *d);
+
+/* Number of migrations this build knows (the newest version). */
+int db_migrations_count(void);
+
+/* synchronous=FULL for every connection opened after this call (power-loss
+ * durability at the cost of an fsync per commit). Default NORMAL. */
+void db_set_durability_full(int on);
+
+/* Path of the database file. */
+const char *db_path(db *d);
+
+#endif

@@ -1,0 +1,18 @@
+/* schema.h - the numbered migrations of the trainyard database.
+ *
+ * Migration N moves the schema from version N-1 to N; the version lives in
+ * the `schema_migrations` table. Never edit a migration that has shipped: add
+ * the next one. See docs/storage.md. */
+#ifndef TRAINYARD_SCHEMA_H
+#define TRAINYARD_SCHEMA_H
+
+typedef struct migration {
+    int version;
+    const char *name;
+    const char *sql;
+} migration;
+
+extern const migration schema_migrations[];
+extern const int schema_migrations_n;
+
+#endif

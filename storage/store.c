@@ -1,0 +1,431 @@
+/* store.c - teams, tokens, jobs and events. See store.h for the contract. */
+#include "store.h"
+#include "../common/util.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+const char *token_kind_name(token_kind k) {
+    switch (k) {
+    case TOKEN_ADMIN: return "admin";
+    case TOKEN_TEAM: return "team";
+    case TOKEN_NODE: return "node";
+    case TOKEN_TASK: return "task";
+    }
+    return "?";
+}
+
+static int token_kind_parse(const char *s, token_kind *k) {
+    static const token_kind all[] = {TOKEN_ADMIN, TOKEN_TEAM, TOKEN_NODE, TOKEN_TASK};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(s, token_kind_name(all[i])) == 0) {
+            *k = all[i];
+            return 0;
+        }
+    return -1;
+}
+
+int store_is_terminal(const char *state) {
+    return strcmp(state, "succeeded") == 0 || strcmp(state, "failed") == 0 ||
+           strcmp(state, "cancelled") == 0;
+}
+
+/* ISO 8601 UTC with milliseconds, or JSON null for 0/NULL. */
+static void add_time(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
+    if (sqlite3_column_type(st, col) == SQLITE_NULL) {
+        cJSON_AddNullToObject(o, key);
+        return;
+    }
+    int64_t ms = sqlite3_column_int64(st, col);
+    time_t s = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    char out[64];
+    snprintf(out, sizeof out, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+    cJSON_AddStringToObject(o, key, out);
+}
+
+static void add_text(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
+    const unsigned char *t = sqlite3_column_text(st, col);
+    if (t) cJSON_AddStringToObject(o, key, (const char *)t);
+    else cJSON_AddNullToObject(o, key);
+}
+
+/* ---------------------------------------------------------------- teams */
+
+static const char SQL_TEAM_INSERT[] = "INSERT INTO teams(name, created_at) VALUES(?, ?)";
+static const char SQL_TEAM_FIND[] = "SELECT id FROM teams WHERE name = ?";
+static const char SQL_TEAMS_LIST[] =
+    "SELECT t.id, t.name, t.created_at, t.weight, t.guarantee, t.quota,"
+    " (SELECT count(*) FROM jobs j WHERE j.team_id = t.id AND j.state IN ('queued')),"
+    " (SELECT count(*) FROM jobs j WHERE j.team_id = t.id AND j.state IN ('starting','running')),"
+    " (SELECT count(*) FROM allocations a JOIN jobs j ON j.id = a.job_id WHERE j.team_id = t.id)"
+    " FROM teams t WHERE (?1 = 0 OR t.id = ?1) ORDER BY t.id";
+
+int store_team_create(db *d, const char *name, int64_t *id_out) {
+    sqlite3_stmt *st = db_prepare(d, SQL_TEAM_INSERT);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, now_ms());
+    int rc = sqlite3_step(st);
+    db_done(st);
+    if (rc == SQLITE_CONSTRAINT_UNIQUE) return STORE_CONFLICT;
+    if (rc != SQLITE_DONE) return STORE_ERROR;
+    if (id_out) *id_out = sqlite3_last_insert_rowid(db_conn(d));
+    return STORE_OK;
+}
+
+int store_team_find(db *d, const char *name, int64_t *id_out) {
+    sqlite3_stmt *st = db_prepare(d, SQL_TEAM_FIND);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    int ret = rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    if (ret == STORE_OK && id_out) *id_out = sqlite3_column_int64(st, 0);
+    db_done(st);
+    return ret;
+}
+
+static cJSON *teams_query(db *d, int64_t team_id) {
+    sqlite3_stmt *st = db_prepare(d, SQL_TEAMS_LIST);
+    if (!st) return NULL;
+    sqlite3_bind_int64(st, 1, team_id);
+    cJSON *arr = cJSON_CreateArray();
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddNumberToObject(t, "id", (double)sqlite3_column_int64(st, 0));
+        add_text(t, "name", st, 1);
+        add_time(t, "created_at", st, 2);
+        cJSON_AddNumberToObject(t, "weight", sqlite3_column_double(st, 3));
+        cJSON_AddNumberToObject(t, "guarantee", sqlite3_column_int(st, 4));
+        if (sqlite3_column_type(st, 5) == SQLITE_NULL) cJSON_AddNullToObject(t, "quota");
+        else cJSON_AddNumberToObject(t, "quota", sqlite3_column_int(st, 5));
+        cJSON_AddNumberToObject(t, "jobs_queued", sqlite3_column_int(st, 6));
+        cJSON_AddNumberToObject(t, "jobs_running", sqlite3_column_int(st, 7));
+        cJSON_AddNumberToObject(t, "devices_in_use", sqlite3_column_int(st, 8));
+        cJSON_AddItemToArray(arr, t);
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) {
+        cJSON_Delete(arr);
+        return NULL;
+    }
+    return arr;
+}
+
+cJSON *store_teams_list(db *d) { return teams_query(d, 0); }
+
+cJSON *store_team_get(db *d, int64_t team_id) {
+    cJSON *arr = teams_query(d, team_id);
+    if (!arr) return NULL;
+    cJSON *t = cJSON_DetachItemFromArray(arr, 0);
+    cJSON_Delete(arr);
+    return t;
+}
+
+/* ---------------------------------------------------------------- tokens */
+
+static const char SQL_TOKEN_INSERT[] =
+    "INSERT INTO tokens(hash, kind, team_id, job_id, created_at) VALUES(?, ?, ?, ?, ?)";
+static const char SQL_TOKEN_LOOKUP[] =
+    "SELECT k.kind, k.team_id, k.job_id, t.name FROM tokens k LEFT JOIN teams t ON t.id = k.team_id"
+    " WHERE k.hash = ? AND k.revoked_at IS NULL";
+static const char SQL_TOKEN_COUNT[] = "SELECT count(*) FROM tokens WHERE kind = ? AND revoked_at IS NULL";
+
+int store_token_add(db *d, const char *token, token_kind kind, int64_t team_id, int64_t job_id) {
+    char hash[65];
+    sha256_hex(token, strlen(token), hash);
+    sqlite3_stmt *st = db_prepare(d, SQL_TOKEN_INSERT);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, token_kind_name(kind), -1, SQLITE_STATIC);
+    if (team_id > 0) sqlite3_bind_int64(st, 3, team_id);
+    if (job_id > 0) sqlite3_bind_int64(st, 4, job_id);
+    sqlite3_bind_int64(st, 5, now_ms());
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+}
+
+int store_token_lookup(db *d, const char *token, principal *who) {
+    char hash[65];
+    sha256_hex(token, strlen(token), hash);
+    sqlite3_stmt *st = db_prepare(d, SQL_TOKEN_LOOKUP);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    int ret = STORE_NOT_FOUND;
+    if (rc == SQLITE_ROW) {
+        memset(who, 0, sizeof *who);
+        const char *kind = (const char *)sqlite3_column_text(st, 0);
+        if (kind && token_kind_parse(kind, &who->kind) == 0) {
+            who->team_id = sqlite3_column_int64(st, 1);
+            who->job_id = sqlite3_column_int64(st, 2);
+            const char *team = (const char *)sqlite3_column_text(st, 3);
+            snprintf(who->team, sizeof who->team, "%s", team ? team : "");
+            ret = STORE_OK;
+        } else {
+            ret = STORE_ERROR;
+        }
+    } else if (rc != SQLITE_DONE) {
+        ret = STORE_ERROR;
+    }
+    db_done(st);
+    return ret;
+}
+
+int store_token_count(db *d, token_kind kind, int64_t *n) {
+    sqlite3_stmt *st = db_prepare(d, SQL_TOKEN_COUNT);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_text(st, 1, token_kind_name(kind), -1, SQLITE_STATIC);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) *n = sqlite3_column_int64(st, 0);
+    db_done(st);
+    return rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
+}
+
+/* ---------------------------------------------------------------- events */
+
+static const char SQL_EVENT_INSERT[] =
+    "INSERT INTO job_events(job_id, ts, kind, from_state, to_state, actor, reason)"
+    " VALUES(?, ?, ?, ?, ?, ?, ?)";
+
+static int event_insert(db *d, int64_t job_id, const char *kind, const char *from, const char *to,
+                        const char *actor, const char *reason) {
+    sqlite3_stmt *st = db_prepare(d, SQL_EVENT_INSERT);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, now_ms());
+    sqlite3_bind_text(st, 3, kind, -1, SQLITE_STATIC);
+    if (from) sqlite3_bind_text(st, 4, from, -1, SQLITE_TRANSIENT);
+    if (to) sqlite3_bind_text(st, 5, to, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 6, actor, -1, SQLITE_TRANSIENT);
+    if (reason) sqlite3_bind_text(st, 7, reason, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+}
+
+int store_event_add(db *d, int64_t job_id, const char *kind, const char *actor, const char *reason) {
+    return event_insert(d, job_id, kind, NULL, NULL, actor, reason);
+}
+
+static const char SQL_EVENTS[] =
+    "SELECT id, ts, kind, from_state, to_state, actor, reason FROM job_events"
+    " WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?";
+
+int store_job_events(db *d, int64_t job_id, int64_t after, int limit, cJSON **out) {
+    sqlite3_stmt *st = db_prepare(d, SQL_EVENTS);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, after);
+    sqlite3_bind_int(st, 3, limit);
+    cJSON *arr = cJSON_CreateArray();
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "id", (double)sqlite3_column_int64(st, 0));
+        add_time(e, "time", st, 1);
+        add_text(e, "kind", st, 2);
+        add_text(e, "from", st, 3);
+        add_text(e, "to", st, 4);
+        add_text(e, "actor", st, 5);
+        add_text(e, "reason", st, 6);
+        cJSON_AddItemToArray(arr, e);
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) {
+        cJSON_Delete(arr);
+        return STORE_ERROR;
+    }
+    *out = arr;
+    return STORE_OK;
+}
+
+/* ---------------------------------------------------------------- jobs */
+
+static const char SQL_JOB_INSERT[] =
+    "INSERT INTO jobs(team_id, name, spec, state, priority, attempt, max_restarts, workers,"
+    " devices_per_worker, device, ps, max_runtime_s, preemptible, queue_if_infeasible, reason,"
+    " created_at, updated_at, queued_at)"
+    " VALUES(?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 'waiting for the scheduler', ?, ?, ?)";
+
+int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_len,
+                     const jobspec *spec, const char *actor, int64_t *id_out) {
+    if (db_begin(d) < 0) return STORE_ERROR;
+    sqlite3_stmt *st = db_prepare(d, SQL_JOB_INSERT);
+    if (!st) goto fail;
+    int64_t now = now_ms();
+    sqlite3_bind_int64(st, 1, team_id);
+    sqlite3_bind_text(st, 2, spec->name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, spec_json, (int)spec_len, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 4, spec->priority);
+    sqlite3_bind_int(st, 5, spec->max_restarts);
+    sqlite3_bind_int(st, 6, spec->resources.workers);
+    sqlite3_bind_int(st, 7, spec->resources.devices_per_worker);
+    sqlite3_bind_text(st, 8, device_kind_name(spec->resources.device), -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 9, spec->resources.ps);
+    sqlite3_bind_int64(st, 10, spec->max_runtime_s);
+    sqlite3_bind_int(st, 11, spec->preemptible);
+    sqlite3_bind_int(st, 12, spec->queue_if_infeasible);
+    sqlite3_bind_int64(st, 13, now);
+    sqlite3_bind_int64(st, 14, now);
+    sqlite3_bind_int64(st, 15, now);
+    int rc = sqlite3_step(st);
+    db_done(st);
+    if (rc != SQLITE_DONE) goto fail;
+    int64_t id = sqlite3_last_insert_rowid(db_conn(d));
+    if (event_insert(d, id, "state", NULL, "queued", actor, "submitted") != STORE_OK) goto fail;
+    if (db_commit(d) < 0) return STORE_ERROR;
+    *id_out = id;
+    return STORE_OK;
+fail:
+    db_rollback(d);
+    return STORE_ERROR;
+}
+
+#define JOB_COLS                                                                              \
+    "j.id, j.name, t.name, j.state, j.priority, j.attempt, j.max_restarts, j.workers,"       \
+    " j.devices_per_worker, j.device, j.ps, j.max_runtime_s, j.preemptible, j.reason,"       \
+    " j.created_at, j.updated_at, j.started_at, j.finished_at"
+
+static cJSON *job_row(sqlite3_stmt *st) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddNumberToObject(j, "id", (double)sqlite3_column_int64(st, 0));
+    add_text(j, "name", st, 1);
+    add_text(j, "team", st, 2);
+    add_text(j, "state", st, 3);
+    cJSON_AddNumberToObject(j, "priority", sqlite3_column_int(st, 4));
+    cJSON_AddNumberToObject(j, "attempt", sqlite3_column_int(st, 5));
+    cJSON_AddNumberToObject(j, "max_restarts", sqlite3_column_int(st, 6));
+    cJSON *r = cJSON_AddObjectToObject(j, "resources");
+    cJSON_AddNumberToObject(r, "workers", sqlite3_column_int(st, 7));
+    cJSON_AddNumberToObject(r, "devices_per_worker", sqlite3_column_int(st, 8));
+    add_text(r, "device", st, 9);
+    cJSON_AddNumberToObject(r, "ps", sqlite3_column_int(st, 10));
+    cJSON_AddNumberToObject(j, "max_runtime_s", (double)sqlite3_column_int64(st, 11));
+    cJSON_AddBoolToObject(j, "preemptible", sqlite3_column_int(st, 12));
+    add_text(j, "reason", st, 13);
+    add_time(j, "created_at", st, 14);
+    add_time(j, "updated_at", st, 15);
+    add_time(j, "started_at", st, 16);
+    add_time(j, "finished_at", st, 17);
+    return j;
+}
+
+static const char SQL_JOB_GET[] =
+    "SELECT " JOB_COLS ", j.spec FROM jobs j JOIN teams t ON t.id = j.team_id"
+    " WHERE j.id = ?1 AND (?2 = 0 OR j.team_id = ?2)";
+
+int store_job_get(db *d, int64_t id, int64_t team_id, int with_spec, cJSON **out) {
+    sqlite3_stmt *st = db_prepare(d, SQL_JOB_GET);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, team_id);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        db_done(st);
+        return rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    }
+    cJSON *j = job_row(st);
+    if (with_spec) {
+        const char *spec = (const char *)sqlite3_column_text(st, 18);
+        int n = sqlite3_column_bytes(st, 18);
+        cJSON *s = spec ? cJSON_ParseWithLength(spec, (size_t)n) : NULL;
+        if (s) cJSON_AddItemToObject(j, "spec", s);
+        else cJSON_AddNullToObject(j, "spec");
+    }
+    db_done(st);
+    *out = j;
+    return STORE_OK;
+}
+
+static const char SQL_JOBS_LIST[] =
+    "SELECT " JOB_COLS " FROM jobs j JOIN teams t ON t.id = j.team_id"
+    " WHERE (?1 = 0 OR j.team_id = ?1) AND (?2 IS NULL OR j.state = ?2) AND (?3 = 0 OR j.id < ?3)"
+    " ORDER BY j.id DESC LIMIT ?4";
+
+int store_jobs_list(db *d, int64_t team_id, const char *state, int64_t before, int limit,
+                    cJSON **out, int64_t *next) {
+    sqlite3_stmt *st = db_prepare(d, SQL_JOBS_LIST);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, team_id);
+    if (state) sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, before);
+    sqlite3_bind_int(st, 4, limit + 1);
+    cJSON *arr = cJSON_CreateArray();
+    int rc, n = 0;
+    int64_t last = 0;
+    *next = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (n == limit) {
+            *next = last;
+            continue;
+        }
+        last = sqlite3_column_int64(st, 0);
+        cJSON_AddItemToArray(arr, job_row(st));
+        n++;
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) {
+        cJSON_Delete(arr);
+        return STORE_ERROR;
+    }
+    *out = arr;
+    return STORE_OK;
+}
+
+static const char SQL_JOB_STATE[] = "SELECT state, team_id FROM jobs WHERE id = ?";
+
+int store_job_state(db *d, int64_t id, char state[16], int64_t *team_id) {
+    sqlite3_stmt *st = db_prepare(d, SQL_JOB_STATE);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st);
+    int ret = rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    if (ret == STORE_OK) {
+        const char *s = (const char *)sqlite3_column_text(st, 0);
+        snprintf(state, 16, "%s", s ? s : "");
+        if (team_id) *team_id = sqlite3_column_int64(st, 1);
+    }
+    db_done(st);
+    return ret;
+}
+
+static const char SQL_JOB_SET_STATE[] =
+    "UPDATE jobs SET state = ?2, reason = ?3, updated_at = ?4,"
+    " started_at = CASE WHEN ?2 = 'running' AND started_at IS NULL THEN ?4 ELSE started_at END,"
+    " finished_at = CASE WHEN ?2 IN ('succeeded','failed','cancelled') THEN ?4 ELSE finished_at END,"
+    " queued_at = CASE WHEN ?2 = 'queued' THEN ?4 ELSE queued_at END"
+    " WHERE id = ?1 AND state = ?5";
+
+int store_job_transition(db *d, int64_t id, const char *const *from, const char *to,
+                         const char *actor, const char *reason) {
+    char cur[16];
+    int rc = store_job_state(d, id, cur, NULL);
+    if (rc != STORE_OK) return rc;
+    int allowed = 0;
+    if (!from) {
+        allowed = !store_is_terminal(cur);
+    } else {
+        for (const char *const *f = from; *f; f++)
+            if (strcmp(*f, cur) == 0) allowed = 1;
+    }
+    if (!allowed) return STORE_CONFLICT;
+    sqlite3_stmt *st = db_prepare(d, SQL_JOB_SET_STATE);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_text(st, 2, to, -1, SQLITE_TRANSIENT);
+    if (reason) sqlite3_bind_text(st, 3, reason, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 4, now_ms());
+    sqlite3_bind_text(st, 5, cur, -1, SQLITE_TRANSIENT);
+    int s = sqlite3_step(st);
+    int changed = sqlite3_changes(db_conn(d));
+    db_done(st);
+    if (s != SQLITE_DONE) return STORE_ERROR;
+    if (changed != 1) return STORE_CONFLICT;
+    return event_insert(d, id, "state", cur, to, actor, reason);
+}

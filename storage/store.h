@@ -1,0 +1,80 @@
+/* store.h - teams, tokens, jobs and the job timeline in SQLite.
+ *
+ * Everything here is storage: rows in, rows (as cJSON, the JSON forms the API
+ * returns) out. Callers decide who may do what. Every state change of a job
+ * goes through store_job_transition, which writes the event in the same
+ * transaction, so the timeline is a complete audit log.
+ *
+ * Return codes: STORE_OK, STORE_NOT_FOUND, STORE_CONFLICT (e.g. cancel of a
+ * finished job, duplicate team name), STORE_ERROR (database failure). */
+#ifndef TRAINYARD_STORE_H
+#define TRAINYARD_STORE_H
+
+#include <stdint.h>
+#include <cjson/cJSON.h>
+#include "db.h"
+#include "../api/jobspec.h"
+
+enum { STORE_OK = 0, STORE_NOT_FOUND = 1, STORE_CONFLICT = 2, STORE_ERROR = -1 };
+
+typedef enum { TOKEN_ADMIN = 0, TOKEN_TEAM, TOKEN_NODE, TOKEN_TASK } token_kind;
+
+/* Who a token speaks for. */
+typedef struct principal {
+    token_kind kind;
+    int64_t team_id;             /* team tokens; the job's team for task tokens */
+    int64_t job_id;              /* task tokens */
+    char team[64];
+} principal;
+
+const char *token_kind_name(token_kind k);
+
+/* ---------------------------------------------------------------- teams */
+int store_team_create(db *d, const char *name, int64_t *id_out);
+int store_team_find(db *d, const char *name, int64_t *id_out);
+cJSON *store_teams_list(db *d);            /* NULL on error */
+cJSON *store_team_get(db *d, int64_t team_id);
+
+/* ---------------------------------------------------------------- tokens */
+/* Stores sha256(token) with its kind and scope. */
+int store_token_add(db *d, const char *token, token_kind kind, int64_t team_id, int64_t job_id);
+/* STORE_OK and *who filled, STORE_NOT_FOUND for an unknown/revoked token. */
+int store_token_lookup(db *d, const char *token, principal *who);
+int store_token_count(db *d, token_kind kind, int64_t *n);
+
+/* ---------------------------------------------------------------- jobs */
+/* Inserts a queued job (spec text as submitted, resources from the parsed
+ * spec) and its "submitted" event, in one transaction. */
+int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_len,
+                     const jobspec *spec, const char *actor, int64_t *id_out);
+
+/* The job's JSON form; team_id > 0 restricts to that team (else NOT_FOUND).
+ * with_spec adds the submitted spec. */
+int store_job_get(db *d, int64_t id, int64_t team_id, int with_spec, cJSON **out);
+
+/* Jobs of a team (team_id 0 = all), newest first, optionally one state,
+ * ids below `before` (0 = from the newest), at most limit. *next is the
+ * cursor for the next page (0 when none). */
+int store_jobs_list(db *d, int64_t team_id, const char *state, int64_t before, int limit,
+                    cJSON **out, int64_t *next);
+
+/* Reads a job's state and team. */
+int store_job_state(db *d, int64_t id, char state[16], int64_t *team_id);
+
+/* Moves a job from one of the states in `from` (a NULL-terminated list; NULL
+ * = any non-terminal) to `to`, with an event naming actor and reason. Sets
+ * the timestamps the state implies. Must run inside a transaction when the
+ * caller needs it atomic with other writes (it does not begin one).
+ * STORE_CONFLICT when the job is not in an allowed state. */
+int store_job_transition(db *d, int64_t id, const char *const *from, const char *to,
+                         const char *actor, const char *reason);
+
+/* Appends an event that is not a state change (scheduler decisions, ...). */
+int store_event_add(db *d, int64_t job_id, const char *kind, const char *actor, const char *reason);
+
+/* Events of a job with id > after, oldest first, at most limit. */
+int store_job_events(db *d, int64_t job_id, int64_t after, int limit, cJSON **out);
+
+int store_is_terminal(const char *state);
+
+#endif
