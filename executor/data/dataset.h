@@ -7,7 +7,9 @@
  * Engine-independent: builds and tests with no server.
  *
  * defines: dataset_load, dataset_free, dataset_split, dataset_shard,
- *          batcher_init, batcher_next, batcher_reset, batcher_release */
+ *          batcher_init, batcher_next, batcher_reset, batcher_release,
+ *          batcher_seek, batch_replica_slice, the loaders (idx_load, csv_load,
+ *          synthetic_make) and the data RNG. See docs/data.md. */
 #ifndef TRAINYARD_DATASET_H
 #define TRAINYARD_DATASET_H
 
@@ -82,5 +84,54 @@ void batcher_release(batcher *b);
 /* A replica's slice of a batch of `count` examples: replica r of R gets a
  * contiguous slice; *off and *len are in examples. */
 void batch_replica_slice(int count, int r, int R, int *off, int *len);
+
+/* ---------------------------------------------------------------- additions */
+
+/* Examples in a view. */
+long dataset_view_size(dataset_view v);
+
+/* Resume mid-epoch: batcher_reset(epoch), then skip the first pos examples
+ * of that epoch's order (pos is clamped to the view size). A checkpoint needs
+ * only (epoch, pos) to continue identically. */
+void batcher_seek(batcher *b, long epoch, long pos);
+
+/* Batches in one epoch of this batcher: ceil(view size / batch_size). */
+long batcher_batches(const batcher *b);
+
+/* The loaders dataset_load uses, for tests and tools. Each returns 0, or -1
+ * with a message in err and *out zeroed (nothing held).
+ *
+ * idx_load: an IDX image file (magic 0x803, uint8, count x rows x cols) and
+ * its label file (magic 0x801, count), gzip or raw. rows/cols must equal
+ * want_rows/want_cols unless those are 0; labels must lie in [0, classes).
+ * Pixels are scaled to [0,1]; features = rows*cols. */
+int idx_load(const char *images_path, const char *labels_path, int want_rows, int want_cols,
+             int classes, dataset *out, char err[DATASET_ERR_MAX]);
+
+/* csv_load: numeric CSV, one example a line; the label column is
+ * label_column_name (needs header) when not "", else label_column (0-based,
+ * -1 = last). Features are kept as they are (no scaling). classes = max
+ * label + 1 when every label is a non-negative integer (< 65536), else 0. */
+int csv_load(const char *path, int header, int label_column, const char *label_column_name,
+             dataset *out, char err[DATASET_ERR_MAX]);
+
+#define CSV_MAX_BYTES (1L << 30)   /* 1 GiB file */
+#define CSV_MAX_LINE (1L << 20)    /* 1 MiB line */
+#define CSV_MAX_COLUMNS 65536
+#define DATASET_MAX_FLOATS (1L << 30) /* 4 GiB of features */
+
+/* synthetic_make: n examples of f features uniform in [0,1), label 0 or 1,
+ * from data_rng seeded with seed; classes = 2. The first k examples do not
+ * depend on n. */
+int synthetic_make(long n, int f, uint64_t seed, dataset *out, char err[DATASET_ERR_MAX]);
+
+/* The data RNG (splitmix64): the same sequence on every platform. */
+uint64_t data_rng_next(uint64_t *state);
+/* Uniform in [0, n), n > 0, without modulo bias. */
+uint64_t data_rng_below(uint64_t *state, uint64_t n);
+/* Uniform float in [0,1) with 24 random bits. */
+float data_rng_float(uint64_t *state);
+/* A well-mixed state from two words (seed, epoch). */
+uint64_t data_rng_seed2(uint64_t a, uint64_t b);
 
 #endif
