@@ -1,0 +1,57 @@
+/* layers.h - the engine's layer kernels: dense (GEMM through OpenBLAS with the
+ * bias, activation and dropout fused into one pass over its output),
+ * activations and dropout, forward and backward, and the initialisers.
+ *
+ * Row-major throughout: a batch is (n, features); a dense kernel is (in, out)
+ * as in Keras. No kernel allocates: scratch comes from the caller (model.c).
+ *
+ * defines: dense_forward, dense_backward, act_forward, act_backward,
+ *          dropout_forward, dropout_backward, init_fill */
+#ifndef TRAINYARD_NN_LAYERS_H
+#define TRAINYARD_NN_LAYERS_H
+
+#include <stdint.h>
+#include "../../api/jobspec.h"
+#include "nn_rng.h"
+
+/* Dropout drawn with 32-bit uniforms: keep when u < keep_threshold. */
+typedef struct dropout_cfg {
+    float rate;            /* 0 = no dropout */
+    float scale;           /* 1 / (1 - rate) */
+    uint32_t keep_threshold; /* round((1 - rate) * 2^32), saturated */
+} dropout_cfg;
+
+void dropout_cfg_init(dropout_cfg *d, float rate);
+
+/* y = act(x W + b), then dropout when drop && drop->rate > 0 (relu/linear only
+ * fuse here; others use dropout_forward). x (n, in), w (in, out), b (out) or
+ * NULL, y (n, out). scratch: at least `out` uint32. */
+void dense_forward(float *y, const float *x, const float *w, const float *b,
+                   int n, int in, int out, act_type act,
+                   const dropout_cfg *drop, nn_rng *rng, uint32_t *scratch);
+
+/* Backward of a dense layer given dy (n, out), the gradient at its output
+ * after the activation (and the fused dropout when drop != NULL). dy is
+ * overwritten with the gradient at the pre-activation. y (n, out) is the
+ * layer's forward output. Writes dw (in, out), db (out) or NULL, and dx
+ * (n, in) unless dx is NULL (the first layer needs no input gradient).
+ * act_done: dy already is the pre-activation gradient (fused loss). */
+void dense_backward(float *dx, float *dw, float *db, float *dy, const float *y,
+                    const float *x, const float *w, int n, int in, int out,
+                    act_type act, const dropout_cfg *drop, int act_done);
+
+/* In place on (n, k): y = act(y). */
+void act_forward(float *y, int n, int k, act_type act);
+
+/* In place: dy (n, k) becomes the gradient before the activation, given the
+ * activation's output y (n, k). */
+void act_backward(float *dy, const float *y, int n, int k, act_type act);
+
+/* In place on (n, k): y *= mask, with mask (n, k) written as 0 or scale. */
+void dropout_forward(float *y, float *mask, int n, int k, const dropout_cfg *d, nn_rng *rng);
+void dropout_backward(float *dy, const float *mask, int n, int k);
+
+/* Fill a kernel (fan_in, fan_out) or a bias with an initialiser. */
+void init_fill(float *p, long count, int fan_in, int fan_out, init_type t, nn_rng *rng);
+
+#endif

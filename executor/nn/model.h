@@ -1,0 +1,91 @@
+/* model.h - a sequential model built from a job spec: its layers, ONE flat
+ * parameter buffer with per-tensor pointers into it, a parallel gradient
+ * buffer (the one buffer a strategy all-reduces), flat optimizer slots, and
+ * activation/gradient scratch sized once for a maximum batch.
+ *
+ * A training step is `model_forward_backward` -> [the caller may all-reduce
+ * model_grads()] -> `model_apply_gradients`; nothing allocates after
+ * model_build. Layer kernels: layers.h; losses: loss.h; updates: optimizer.h;
+ * files: checkpoint.h.
+ *
+ * defines: model_build, model_free, model_forward_backward,
+ *          model_apply_gradients, model_evaluate, model_predict, accessors */
+#ifndef TRAINYARD_NN_MODEL_H
+#define TRAINYARD_NN_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "../../api/jobspec.h"
+
+#define MODEL_ERR_MAX 256
+#define MODEL_NAME_MAX 64
+#define MODEL_MAX_TENSORS (2 * JOBSPEC_MAX_LAYERS)
+
+typedef struct model model;
+
+/* One named parameter tensor: its place in the flat buffers. */
+typedef struct model_tensor {
+    char name[MODEL_NAME_MAX];   /* "dense_0.kernel", "dense_0.bias" */
+    size_t offset;               /* in floats, into params/grads/each slot */
+    size_t size;                 /* floats */
+    int rank;                    /* 1 or 2 */
+    int shape[2];                /* kernel (in, out); bias (out) */
+} model_tensor;
+
+/* What one forward pass saw, for metrics. */
+typedef struct step_stats {
+    double loss_sum;             /* sum of per-example losses */
+    long correct;                /* examples predicted right (accuracy) */
+    long n;                      /* examples */
+} step_stats;
+
+/* Builds the model of spec->layers / compile for batches of at most
+ * max_batch examples, initialised from seed. Returns 0, or -1 with a message
+ * in err (e.g. "model.layers[2]: dropout rate 1.5 not in [0, 1)"). */
+int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
+                char err[MODEL_ERR_MAX]);
+void model_free(model *m);
+
+/* Training-mode forward and backward of n <= max_batch examples: x (n, in),
+ * y (n) labels. OVERWRITES the gradient buffer with d(sum of per-example
+ * losses / global_batch)/d(params) (n == 0 gives zero gradients). Returns
+ * the sum of per-example losses / global_batch; fills *st when not NULL. */
+float model_forward_backward(model *m, const float *x, const float *y, int n,
+                             int global_batch, step_stats *st);
+
+/* One optimizer update with the gradient buffer as it is now. */
+void model_apply_gradients(model *m);
+
+/* Inference over n examples in batches of max_batch: mean loss and accuracy
+ * (either pointer may be NULL). n == 0 gives 0 and 0. */
+void model_evaluate(model *m, const float *x, const float *y, long n, double *loss, double *acc);
+
+/* Inference outputs (n, output_size) as probabilities/values (the fused
+ * softmax/sigmoid applied). */
+void model_predict(model *m, const float *x, long n, float *out);
+
+/* ---------------------------------------------------------------- access */
+float *model_params(model *m);            /* (model_param_count) */
+float *model_grads(model *m);             /* (model_param_count) */
+float *model_slots(model *m);             /* (model_slot_count * model_param_count) */
+size_t model_param_count(const model *m); /* floats in the flat buffer (tensors 64-byte aligned) */
+int model_slot_count(const model *m);     /* optimizer slots per parameter */
+const char *model_slot_name(const model *m, int s);
+int model_tensor_count(const model *m);
+const model_tensor *model_tensor_at(const model *m, int i);
+int model_input_size(const model *m);
+int model_output_size(const model *m);
+int model_max_batch(const model *m);
+const optimizer_spec *model_optimizer(const model *m);
+/* A text signature of the architecture, loss and optimizer kind: a
+ * checkpoint only loads into a model with the same signature. */
+const char *model_signature(const model *m);
+
+/* Optimizer updates done so far (Adam's t); settable for checkpoints. */
+long model_iterations(const model *m);
+void model_set_iterations(model *m, long it);
+/* The dropout RNG's 4-word state. */
+void model_rng_get(const model *m, uint64_t s[4]);
+void model_rng_set(model *m, const uint64_t s[4]);
+
+#endif

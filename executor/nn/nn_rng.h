@@ -1,0 +1,70 @@
+/* nn_rng.h - the engine's random numbers: xoshiro256** seeded by splitmix64.
+ *
+ * Used for weight initialisation and dropout masks. Small, fast, the same
+ * sequence on every platform; the 4-word state is saved in checkpoints so a
+ * resumed run draws the same masks as an uninterrupted one.
+ *
+ * defines: nn_rng, nn_rng_seed, nn_rng_next, nn_rng_uniform, nn_rng_normal */
+#ifndef TRAINYARD_NN_RNG_H
+#define TRAINYARD_NN_RNG_H
+
+#include <stdint.h>
+#include <math.h>
+
+typedef struct nn_rng {
+    uint64_t s[4];
+} nn_rng;
+
+static inline uint64_t nn_splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Seeds from (seed, stream): distinct streams give independent sequences. */
+static inline void nn_rng_seed(nn_rng *r, uint64_t seed, uint64_t stream)
+{
+    uint64_t x = seed ^ (stream * 0xd1b54a32d192ed03ULL);
+    for (int i = 0; i < 4; i++)
+        r->s[i] = nn_splitmix64(&x);
+    if (!(r->s[0] | r->s[1] | r->s[2] | r->s[3]))
+        r->s[0] = 1;
+}
+
+static inline uint64_t nn_rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
+
+static inline uint64_t nn_rng_next(nn_rng *r)
+{
+    uint64_t *s = r->s;
+    uint64_t result = nn_rotl(s[1] * 5, 7) * 9;
+    uint64_t t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = nn_rotl(s[3], 45);
+    return result;
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static inline double nn_rng_uniform(nn_rng *r)
+{
+    return (double)(nn_rng_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* Standard normal (Box-Muller; one value per call, deterministic). */
+static inline double nn_rng_normal(nn_rng *r)
+{
+    double u1 = nn_rng_uniform(r), u2 = nn_rng_uniform(r);
+    if (u1 < 1e-300)
+        u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+#endif
