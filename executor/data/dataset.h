@@ -6,7 +6,7 @@
  * buffers the caller allocated once, so training steps never allocate.
  * Engine-independent: builds and tests with no server.
  *
- * defines: dataset_load, dataset_free, dataset_split, dataset_shard,
+ * defines: dataset_load, dataset_free, dataset_splits_free, dataset_shard,
  *          batcher_init, batcher_next, batcher_reset, batcher_release,
  *          batcher_seek, batch_replica_slice, the loaders (idx_load, csv_load,
  *          synthetic_make) and the data RNG. See docs/data.md. */
