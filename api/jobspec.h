@@ -5,7 +5,8 @@
  * struct from the stored JSON. Field names and defaults follow tf.keras.
  * See ../shared/DESIGN.md ("Job spec") and docs/jobspec.md.
  *
- * defines: jobspec_parse, jobspec_release, and the enum <-> name helpers. */
+ * defines: jobspec_parse, jobspec_release, jobspec_to_json, jobspec_to_cjson,
+ *          jobspec_replicas, jobspec_devices, and the enum -> name helpers. */
 #ifndef TRAINYARD_JOBSPEC_H
 #define TRAINYARD_JOBSPEC_H
 
@@ -20,6 +21,13 @@
 #define JOBSPEC_FIELD_MAX 128
 #define JOBSPEC_MSG_MAX 256
 #define JOBSPEC_MAX_COLUMN 256
+#define JOBSPEC_MAX_DEPTH 32           /* JSON nesting deeper than this: 400 bad_json */
+#define JOBSPEC_MAX_BYTES (1 << 20)    /* larger documents: 400 bad_json */
+#define JOBSPEC_MAX_PARAMS (1L << 28)  /* weights + biases a model may have */
+#define JOBSPEC_MAX_ARGS 256           /* command.argv entries */
+#define JOBSPEC_MAX_ENV 256            /* command.env entries */
+
+struct cJSON;
 
 typedef enum { JOB_KIND_TRAIN = 0, JOB_KIND_COMMAND = 1 } job_kind;
 
@@ -37,7 +45,10 @@ typedef struct layer_spec {
     init_type kernel_initializer;      /* dense: default glorot_uniform */
     init_type bias_initializer;        /* dense: default zeros */
     float rate;                        /* dropout: [0, 1) */
-    int input_rank;                    /* 0 when the layer has no input_shape */
+    int has_seed;                      /* dropout: 1 when seed was given */
+    uint64_t seed;                     /* dropout: default 0 (then the job's data.seed) */
+    int input_rank;                    /* 0 when the layer has no input_shape; the parser
+                                        * fills layers[0] with the resolved model input */
     int input_shape[JOBSPEC_MAX_RANK];
 } layer_spec;
 
@@ -123,8 +134,19 @@ typedef struct checkpoint_spec {
     int keep;                          /* default 3 */
 } checkpoint_spec;
 
+/* A team's own program (JOB_KIND_COMMAND), in place of model/compile/data/fit.
+ * Parsed and validated today, but answered 422 "unsupported" until the agent
+ * can start one. Both arrays are NULL-terminated and owned (jobspec_release). */
+typedef struct command_spec {
+    int argc;
+    char **argv;                       /* (argc + 1) */
+    int n_env;
+    char **env;                        /* (n_env + 1) "NAME=value" */
+} command_spec;
+
 typedef struct jobspec {
     job_kind kind;
+    command_spec command;              /* JOB_KIND_COMMAND only */
     char name[JOBSPEC_NAME_MAX];       /* default "job" */
     int priority;                      /* 0..1000, default 50 */
     long max_runtime_s;                /* default 86400 */
@@ -166,8 +188,19 @@ typedef struct spec_error {
  * returns -1, fills *err, and *out is unspecified (but needs no release). */
 int jobspec_parse(const char *json, size_t len, jobspec *out, spec_error *err);
 
-/* Frees what a parsed spec holds (nothing today; kept for command jobs). */
+/* Frees what a parsed spec holds (a command job's argv/env; nothing for a
+ * training job). Safe on a zeroed or already released spec. */
 void jobspec_release(jobspec *spec);
+
+/* The normalized spec as JSON, every default filled in: parsing it again
+ * gives the same struct (parse(to_json(parse(x))) == parse(x)). On success
+ * *out is a NUL-terminated string the caller frees with free(); returns 0,
+ * or -1 (out of memory) with *out NULL. */
+int jobspec_to_json(const jobspec *spec, char **out);
+
+/* The same document as a cJSON tree (the caller cJSON_Delete()s it), for
+ * embedding in a larger answer; NULL when out of memory. */
+struct cJSON *jobspec_to_cjson(const jobspec *spec);
 
 /* Number of synchronous replicas: workers * devices_per_worker. */
 int jobspec_replicas(const jobspec *spec);
@@ -181,5 +214,9 @@ const char *opt_name(opt_type o);
 const char *strategy_name(strategy_type s);
 const char *device_kind_name(device_kind d);
 const char *data_source_name(data_source s);
+const char *layer_type_name(layer_type t);
+const char *init_name(init_type i);
+const char *comm_name(comm_type c);
+const char *cdo_name(cdo_type c);
 
 #endif
