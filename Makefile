@@ -96,11 +96,13 @@ all: $(BUILD)/trainyard
 
 $(BUILD)/obj/executor/nn/%.o: executor/nn/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_BASE) $(NN_OPT) $(CFLAGS) $(filter -DTRAINYARD_%,$(ALL_CFLAGS)) -MMD -MP -c $< -o $@
+	@echo "  CC  $<"
+	@$(CC) $(CFLAGS_BASE) $(NN_OPT) $(CFLAGS) $(filter -DTRAINYARD_%,$(ALL_CFLAGS)) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+	@echo "  CC  $<"
+	@$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
@@ -110,7 +112,7 @@ $(BUILD)/trainyard: $(BUILD)/obj/server/main.o $(LIB_OBJ)
 	$(CC) $(LDSAN) -o $@ $^ $(LIBS)
 
 .SECONDEXPANSION:
-$(BUILD)/tests/%: tests/%.c $$(if $$(DEPS_$$*),$$(DEPS_$$*),$$(LIB_OBJ)) | $(BUILD)/trainyard
+$(BUILD)/tests/%: tests/%.c $$(if $$(DEPS_$$*),$$(DEPS_$$*),$$(LIB_OBJ))
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -o $@ $< $(if $(DEPS_$*),$(DEPS_$*),$(LIB_OBJ)) $(LIBS) $(CHECK_LIBS) $(LDSAN)
 

@@ -32,8 +32,12 @@ struct db {
     char *path;
     pthread_key_t key;
     pthread_mutex_t lock;         /* guards conns */
-    db_thread_conn *conns;
+    db_thread_conn *conns;        /* bound to a live thread */
+    db_thread_conn *idle;         /* returned by exited threads, ready for reuse */
+    int nidle;
 };
+
+#define DB_IDLE_MAX 64
 
 static int g_sync_full = 0;
 
@@ -60,10 +64,25 @@ static void conn_unlink(db *d, db_thread_conn *c) {
     pthread_mutex_unlock(&d->lock);
 }
 
+/* A thread exits: its connection (and its prepared statements) goes to the
+ * idle list for the next thread, so short-lived HTTP connection threads do
+ * not pay for opening SQLite and preparing statements each time. */
 static void conn_destructor(void *p) {
     db_thread_conn *c = p;
-    conn_unlink(c->owner, c);
-    conn_free(c);
+    db *d = c->owner;
+    if (!sqlite3_get_autocommit(c->conn)) sqlite3_exec(c->conn, "ROLLBACK", NULL, NULL, NULL);
+    for (size_t i = 0; i < c->nslots; i++)
+        if (c->slots[i].st) sqlite3_reset(c->slots[i].st);
+    conn_unlink(d, c);
+    pthread_mutex_lock(&d->lock);
+    if (d->nidle < DB_IDLE_MAX) {
+        c->next = d->idle;
+        d->idle = c;
+        d->nidle++;
+        c = NULL;
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (c) conn_free(c);
 }
 
 static int exec_simple(sqlite3 *conn, const char *sql) {
@@ -102,6 +121,23 @@ static sqlite3 *conn_open(const char *path, char *err, size_t errlen) {
 static db_thread_conn *thread_conn(db *d) {
     db_thread_conn *c = pthread_getspecific(d->key);
     if (c) return c;
+    pthread_mutex_lock(&d->lock);
+    c = d->idle;
+    if (c) {
+        d->idle = c->next;
+        d->nidle--;
+        c->next = d->conns;
+        d->conns = c;
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (c) {
+        if (pthread_setspecific(d->key, c) != 0) {
+            conn_unlink(d, c);
+            conn_free(c);
+            return NULL;
+        }
+        return c;
+    }
     char err[256];
     sqlite3 *conn = conn_open(d->path, err, sizeof err);
     if (!conn) {
@@ -313,13 +349,16 @@ void db_close(db *d) {
     if (!d) return;
     pthread_key_delete(d->key);
     pthread_mutex_lock(&d->lock);
-    db_thread_conn *c = d->conns;
-    d->conns = NULL;
+    db_thread_conn *lists[2] = {d->conns, d->idle};
+    d->conns = d->idle = NULL;
     pthread_mutex_unlock(&d->lock);
-    while (c) {
-        db_thread_conn *next = c->next;
-        conn_free(c);
-        c = next;
+    for (int l = 0; l < 2; l++) {
+        db_thread_conn *c = lists[l];
+        while (c) {
+            db_thread_conn *next = c->next;
+            conn_free(c);
+            c = next;
+        }
     }
     pthread_mutex_destroy(&d->lock);
     free(d->path);

@@ -429,3 +429,16 @@ int store_job_transition(db *d, int64_t id, const char *const *from, const char 
     if (changed != 1) return STORE_CONFLICT;
     return event_insert(d, id, "state", cur, to, actor, reason);
 }
+
+static const char SQL_STOP_TASKS[] =
+    "UPDATE tasks SET state = 'stopping', reason = ? WHERE job_id = ? AND state IN ('assigned','running')";
+
+int store_job_stop_tasks(db *d, int64_t job_id, const char *why) {
+    sqlite3_stmt *st = db_prepare(d, SQL_STOP_TASKS);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_text(st, 1, why, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, job_id);
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+}

@@ -77,4 +77,8 @@ int store_job_events(db *d, int64_t job_id, int64_t after, int limit, cJSON **ou
 
 int store_is_terminal(const char *state);
 
+/* Marks a job's assigned/running tasks 'stopping' (their agents then send
+ * SIGTERM); their devices stay held until the tasks exit. */
+int store_job_stop_tasks(db *d, int64_t job_id, const char *why);
+
 #endif

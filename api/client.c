@@ -1,0 +1,117 @@
+/* client.c - libcurl requests with bearer tokens and bounded bodies. */
+#include "client.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CLIENT_BODY_MAX (256u << 20)
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static void global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+int client_init(client *c, const char *url, const char *token) {
+    pthread_once(&g_once, global_init);
+    memset(c, 0, sizeof *c);
+    if (sfmt(c->url, sizeof c->url, "%s", url) < 0) return -1;
+    size_t n = strlen(c->url);
+    while (n && c->url[n - 1] == '/') c->url[--n] = '\0';
+    if (token && sfmt(c->token, sizeof c->token, "%s", token) < 0) return -1;
+    c->timeout_ms = 30000;
+    c->curl = curl_easy_init();
+    return c->curl ? 0 : -1;
+}
+
+void client_release(client *c) {
+    if (c->curl) curl_easy_cleanup(c->curl);
+    c->curl = NULL;
+}
+
+static size_t on_data(char *p, size_t size, size_t n, void *ud) {
+    client_reply *r = ud;
+    if (buf_append(&r->body, p, size * n) < 0) return 0; /* past the cap: abort */
+    return size * n;
+}
+
+int client_request(client *c, const char *method, const char *path, const char *body, size_t body_len,
+                   const char *ctype, client_reply *r) {
+    memset(r, 0, sizeof *r);
+    buf_init(&r->body, CLIENT_BODY_MAX);
+    char url[1024];
+    if (sfmt(url, sizeof url, "%s%s", c->url, path) < 0) {
+        snprintf(r->error, sizeof r->error, "url too long");
+        return -1;
+    }
+    CURL *h = c->curl;
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, r);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, c->timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    struct curl_slist *hdr = NULL;
+    char auth[300], ct[128];
+    if (c->token[0]) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", c->token);
+        hdr = curl_slist_append(hdr, auth);
+    }
+    if (body) {
+        snprintf(ct, sizeof ct, "Content-Type: %s", ctype ? ctype : "application/json");
+        hdr = curl_slist_append(hdr, ct);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+    } else if (strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
+    }
+    hdr = curl_slist_append(hdr, "Expect:");
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    CURLcode rc = curl_easy_perform(h);
+    curl_slist_free_all(hdr);
+    if (rc != CURLE_OK) {
+        snprintf(r->error, sizeof r->error, "%s: %s", url, curl_easy_strerror(rc));
+        r->status = 0;
+        return -1;
+    }
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &r->status);
+    return 0;
+}
+
+void client_reply_release(client_reply *r) { buf_release(&r->body); }
+
+void client_default_url(char *out, size_t outlen) {
+    const char *u = getenv("TRAINYARD_URL");
+    snprintf(out, outlen, "%s", u && *u ? u : "http://127.0.0.1:8080");
+}
+
+int client_default_token(char *out, size_t outlen, char *err, size_t errlen) {
+    const char *t = getenv("TRAINYARD_TOKEN");
+    if (t && *t) {
+        if (sfmt(out, outlen, "%s", t) < 0) {
+            snprintf(err, errlen, "TRAINYARD_TOKEN is too long");
+            return -1;
+        }
+        return 0;
+    }
+    const char *file = getenv("TRAINYARD_TOKEN_FILE");
+    if (!file || !*file) file = ".trainyard/token";
+    size_t len = 0;
+    char *s = file_read_all(file, 1024, &len);
+    if (!s) {
+        snprintf(err, errlen, "no token: set TRAINYARD_TOKEN, or run where %s exists (%s)", file, strerror(errno));
+        return -1;
+    }
+    while (len && (s[len - 1] == '\n' || s[len - 1] == '\r' || s[len - 1] == ' ')) s[--len] = '\0';
+    int rc = sfmt(out, outlen, "%s", s);
+    free(s);
+    if (rc < 0 || len == 0) {
+        snprintf(err, errlen, "%s does not hold a token", file);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,43 @@
+/* client.h - a small HTTP client (libcurl) for the CLI, agents and workers:
+ * one call = one request with a bearer token, a bounded response body.
+ *
+ * defines: client_init, client_request, client_release, client_default_url,
+ *          client_default_token */
+#ifndef TRAINYARD_CLIENT_H
+#define TRAINYARD_CLIENT_H
+
+#include <stddef.h>
+#include "../common/util.h"
+
+typedef struct client {
+    char url[512];              /* base, e.g. http://127.0.0.1:8080 */
+    char token[256];
+    long timeout_ms;            /* whole request; default 30000 */
+    void *curl;                 /* CURL*, reused for keep-alive */
+} client;
+
+typedef struct client_reply {
+    long status;                /* HTTP status; 0 when the server was not reached */
+    buf body;                   /* response body (bounded) */
+    char error[1400];           /* transport error when status == 0 */
+} client_reply;
+
+int client_init(client *c, const char *url, const char *token);
+void client_release(client *c);
+
+/* Sends method path (appended to the base url) with an optional body
+ * (content type JSON unless ctype given). Fills *r (release with
+ * client_reply_release). Returns 0 when a response came back (any status),
+ * -1 on a transport error (r->error says why). */
+int client_request(client *c, const char *method, const char *path, const char *body, size_t body_len,
+                   const char *ctype, client_reply *r);
+void client_reply_release(client_reply *r);
+
+/* TRAINYARD_URL, else http://127.0.0.1:8080. */
+void client_default_url(char *out, size_t outlen);
+
+/* TRAINYARD_TOKEN, else the contents of ./.trainyard/token (or the file
+ * named by TRAINYARD_TOKEN_FILE). Returns 0 or -1 with a message in err. */
+int client_default_token(char *out, size_t outlen, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,217 @@
+/* jobs_api.c - health and the job endpoints: submit, list, get, cancel and
+ * the job's timeline. Validation is api/jobspec.c; rows are storage/store.c.
+ * A team token sees only its team's jobs (another team's job is a 404, not a
+ * 403, so ids do not leak); the admin token sees all. */
+#include "routes.h"
+#include "jobspec.h"
+#include "../server/server.h"
+#include "../storage/store.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+static int64_t g_started_ms;
+
+/* The team a request is scoped to: 0 for admin (all teams). */
+static int64_t scope_team(const http_req *req) {
+    return req->who.kind == TOKEN_ADMIN ? 0 : req->who.team_id;
+}
+
+static void db_unavailable(http_res *res) {
+    http_error(res, 503, "unavailable", NULL, "the database is busy or unavailable; retry");
+}
+
+/* GET /api/v1/health */
+static void health(server *srv, http_req *req, http_res *res) {
+    (void)req;
+    if (!g_started_ms) g_started_ms = now_ms();
+    int v = db_version(srv->db);
+    if (v < 0) {
+        http_error(res, 503, "unavailable", NULL, "the database does not answer");
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "status", "ok");
+    cJSON_AddStringToObject(o, "version", TRAINYARD_VERSION);
+    cJSON_AddNumberToObject(o, "schema_version", v);
+    http_json(res, 200, o);
+}
+
+/* POST /api/v1/jobs */
+static void job_submit(server *srv, http_req *req, http_res *res) {
+    if (req->body.len == 0) {
+        http_error(res, 400, "bad_json", NULL, "the request body is empty; a job spec (JSON) was expected");
+        return;
+    }
+    jobspec spec;
+    spec_error e;
+    if (jobspec_parse(req->body.data, req->body.len, &spec, &e) < 0) {
+        http_error(res, e.status, e.code, e.field[0] ? e.field : NULL, "%s", e.message);
+        return;
+    }
+    char actor[96];
+    http_actor(req, actor, sizeof actor);
+    int64_t id = 0;
+    int rc = store_job_insert(srv->db, req->who.team_id, req->body.data, req->body.len, &spec, actor, &id);
+    jobspec_release(&spec);
+    if (rc != STORE_OK) {
+        db_unavailable(res);
+        return;
+    }
+    cJSON *job = NULL;
+    if (store_job_get(srv->db, id, 0, 0, &job) != STORE_OK) {
+        db_unavailable(res);
+        return;
+    }
+    snprintf(res->location, sizeof res->location, "/api/v1/jobs/%lld", (long long)id);
+    http_json(res, 201, job);
+}
+
+static int valid_state(const char *s) {
+    static const char *states[] = {"queued", "starting", "running", "succeeded", "failed", "cancelled"};
+    for (size_t i = 0; i < sizeof states / sizeof states[0]; i++)
+        if (strcmp(s, states[i]) == 0) return 1;
+    return 0;
+}
+
+/* GET /api/v1/jobs?state=&limit=&before= */
+static void job_list(server *srv, http_req *req, http_res *res) {
+    const char *state = http_query(req, "state");
+    if (state && !valid_state(state)) {
+        http_error(res, 400, "invalid_value", "state",
+                   "state must be one of queued, starting, running, succeeded, failed, cancelled; got '%s'",
+                   state);
+        return;
+    }
+    long limit, before;
+    if (http_query_long(req, res, "limit", 1, 1000, 50, &limit) < 0) return;
+    if (http_query_long(req, res, "before", 1, (long)INT64_MAX, 0, &before) < 0) return;
+    cJSON *arr = NULL;
+    int64_t next = 0;
+    if (store_jobs_list(srv->db, scope_team(req), state, before, (int)limit, &arr, &next) != STORE_OK) {
+        db_unavailable(res);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "jobs", arr);
+    if (next) cJSON_AddNumberToObject(o, "next_before", (double)next);
+    else cJSON_AddNullToObject(o, "next_before");
+    http_json(res, 200, o);
+}
+
+/* GET /api/v1/jobs/{id} */
+static void job_get(server *srv, http_req *req, http_res *res) {
+    int64_t id = http_param_id(req, res, 0, "job");
+    if (id < 0) return;
+    cJSON *job = NULL;
+    int rc = store_job_get(srv->db, id, scope_team(req), 1, &job);
+    if (rc == STORE_NOT_FOUND) {
+        http_error(res, 404, "not_found", NULL, "no job %lld", (long long)id);
+        return;
+    }
+    if (rc != STORE_OK) {
+        db_unavailable(res);
+        return;
+    }
+    http_json(res, 200, job);
+}
+
+/* POST /api/v1/jobs/{id}/cancel  (optional body {"reason": "..."}) */
+static void job_cancel(server *srv, http_req *req, http_res *res) {
+    int64_t id = http_param_id(req, res, 0, "job");
+    if (id < 0) return;
+    char reason[256] = "cancelled by the user";
+    if (req->body.len) {
+        cJSON *body = http_body_json(req, res);
+        if (!body) return;
+        for (cJSON *f = body->child; f; f = f->next) {
+            if (strcmp(f->string, "reason") != 0) {
+                http_error(res, 422, "unknown_field", f->string, "unknown field '%s' (allowed: reason)", f->string);
+                cJSON_Delete(body);
+                return;
+            }
+            if (!cJSON_IsString(f) || strlen(f->valuestring) > 200) {
+                http_error(res, 422, "invalid_type", "reason", "reason must be a string of at most 200 characters");
+                cJSON_Delete(body);
+                return;
+            }
+            snprintf(reason, sizeof reason, "%s", f->valuestring);
+        }
+        cJSON_Delete(body);
+    }
+    char state[16];
+    int64_t team = 0;
+    int rc = store_job_state(srv->db, id, state, &team);
+    if (rc == STORE_OK && scope_team(req) && team != scope_team(req)) rc = STORE_NOT_FOUND;
+    if (rc == STORE_NOT_FOUND) {
+        http_error(res, 404, "not_found", NULL, "no job %lld", (long long)id);
+        return;
+    }
+    if (rc != STORE_OK) {
+        db_unavailable(res);
+        return;
+    }
+    char actor[96];
+    http_actor(req, actor, sizeof actor);
+    if (db_begin(srv->db) < 0) {
+        db_unavailable(res);
+        return;
+    }
+    rc = store_job_transition(srv->db, id, NULL, "cancelled", actor, reason);
+    if (rc == STORE_OK && api_job_stop_tasks(srv, id, "cancelled") < 0) rc = STORE_ERROR;
+    if (rc != STORE_OK || db_commit(srv->db) < 0) {
+        db_rollback(srv->db);
+        if (rc == STORE_CONFLICT) {
+            store_job_state(srv->db, id, state, NULL);
+            http_error(res, 409, "conflict", NULL, "job %lld is already %s", (long long)id, state);
+        } else {
+            db_unavailable(res);
+        }
+        return;
+    }
+    api_kick_scheduler(srv);
+    cJSON *job = NULL;
+    if (store_job_get(srv->db, id, 0, 0, &job) != STORE_OK) {
+        db_unavailable(res);
+        return;
+    }
+    http_json(res, 200, job);
+}
+
+/* GET /api/v1/jobs/{id}/events?after=ID: the job's timeline (JSON). */
+static void job_events(server *srv, http_req *req, http_res *res) {
+    int64_t id = http_param_id(req, res, 0, "job");
+    if (id < 0) return;
+    char state[16];
+    int64_t team = 0;
+    int rc = store_job_state(srv->db, id, state, &team);
+    if (rc == STORE_OK && scope_team(req) && team != scope_team(req)) rc = STORE_NOT_FOUND;
+    if (rc == STORE_NOT_FOUND) {
+        http_error(res, 404, "not_found", NULL, "no job %lld", (long long)id);
+        return;
+    }
+    long after, limit;
+    if (http_query_long(req, res, "after", 0, (long)INT64_MAX, 0, &after) < 0) return;
+    if (http_query_long(req, res, "limit", 1, 1000, 200, &limit) < 0) return;
+    cJSON *arr = NULL;
+    if (rc != STORE_OK || store_job_events(srv->db, id, after, (int)limit, &arr) != STORE_OK) {
+        db_unavailable(res);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "job", (double)id);
+    cJSON_AddStringToObject(o, "state", state);
+    cJSON_AddItemToObject(o, "events", arr);
+    http_json(res, 200, o);
+}
+
+const route api_jobs_routes[] = {
+    {"GET", "/api/v1/health", health, ALLOW_NONE, 0},
+    {"POST", "/api/v1/jobs", job_submit, ALLOW_TEAM, 0},
+    {"GET", "/api/v1/jobs", job_list, ALLOW_USER, 0},
+    {"GET", "/api/v1/jobs/{id}", job_get, ALLOW_USER, 0},
+    {"POST", "/api/v1/jobs/{id}/cancel", job_cancel, ALLOW_USER, 0},
+    {"GET", "/api/v1/jobs/{id}/events", job_events, ALLOW_USER, 0},
+    {NULL, NULL, NULL, 0, 0},
+};

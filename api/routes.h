@@ -1,0 +1,32 @@
+/* routes.h - every route table of the API, and the services the API needs
+ * running beside the HTTP daemon (the scheduler loop).
+ *
+ * defines: api_route_tables, api_start_services, api_stop_services */
+#ifndef TRAINYARD_ROUTES_H
+#define TRAINYARD_ROUTES_H
+
+#include "../server/http.h"
+
+struct server;
+
+extern const route api_jobs_routes[];
+extern const route api_teams_routes[];
+
+/* NULL-terminated list of the tables above (and those of other modules). */
+extern const route *const api_route_tables[];
+
+int api_start_services(struct server *srv, char *err, size_t errlen);
+void api_stop_services(struct server *srv);
+
+#define TRAINYARD_VERSION "0.1.0"
+
+
+
+/* Asks the tasks of a job to stop (cancel, preemption): marks its running
+ * tasks 'stopping' so their agents send SIGTERM. Runs inside the caller's
+ * transaction. 0 or -1. */
+int api_job_stop_tasks(struct server *srv, int64_t job_id, const char *why);
+
+/* Wakes the scheduler (after a submit, cancel, task exit, node change). */
+void api_kick_scheduler(struct server *srv);
+#endif

@@ -1,0 +1,423 @@
+/* http.c - libmicrohttpd daemon, route matching, body limits, bearer-token
+ * authentication and JSON replies. See http.h.
+ *
+ * Threading: one thread per connection (MHD_USE_THREAD_PER_CONNECTION), so
+ * the long-polls of agents and server-sent events may block their own thread
+ * without stalling anyone else; SQLite connections are pooled across threads
+ * (storage/db.c), so a new HTTP connection does not open the database anew.
+ * docs/server.md records why this is chosen over MHD's select thread pool. */
+#include "http.h"
+#include "server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+struct http_daemon {
+    struct MHD_Daemon *mhd;
+    struct server *srv;
+    const route *const *tables;
+};
+
+static int64_t now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* ---------------------------------------------------------------- replies */
+
+static void res_set_body(http_res *res, int status, const char *ctype, char *body, size_t len) {
+    free(res->body);
+    res->status = status;
+    res->content_type = ctype;
+    res->body = body;
+    res->len = len;
+}
+
+void http_json(http_res *res, int status, cJSON *value) {
+    if (!value) value = cJSON_CreateObject();
+    char *s = cJSON_PrintUnformatted(value);
+    cJSON_Delete(value);
+    if (!s) {
+        http_error(res, 500, "internal", NULL, "cannot encode the response");
+        return;
+    }
+    size_t n = strlen(s);
+    /* cJSON allocates with malloc; MHD frees with free. Add a newline for curl users. */
+    char *b = xrealloc(s, n + 2);
+    b[n] = '\n';
+    b[n + 1] = '\0';
+    res_set_body(res, status, "application/json", b, n + 1);
+}
+
+void http_error(http_res *res, int status, const char *code, const char *field, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cJSON *root = cJSON_CreateObject();
+    cJSON *e = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(e, "code", code);
+    cJSON_AddStringToObject(e, "message", msg);
+    if (field) cJSON_AddStringToObject(e, "field", field);
+    else cJSON_AddNullToObject(e, "field");
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    if (!s) {
+        static const char fallback[] = "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\",\"field\":null}}\n";
+        res_set_body(res, 500, "application/json", xstrdup(fallback), sizeof fallback - 1);
+        return;
+    }
+    size_t n = strlen(s);
+    char *b = xrealloc(s, n + 2);
+    b[n] = '\n';
+    b[n + 1] = '\0';
+    res_set_body(res, status, "application/json", b, n + 1);
+}
+
+void http_text(http_res *res, int status, const char *content_type, const char *text, size_t len) {
+    char *b = xmalloc(len + 1);
+    memcpy(b, text, len);
+    b[len] = '\0';
+    res_set_body(res, status, content_type, b, len);
+}
+
+/* ---------------------------------------------------------------- requests */
+
+const char *http_query(http_req *req, const char *key) {
+    return MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+const char *http_header(http_req *req, const char *name) {
+    return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
+}
+
+cJSON *http_body_json(http_req *req, http_res *res) {
+    if (req->body.len == 0) {
+        http_error(res, 400, "bad_json", NULL, "the request body is empty; a JSON object was expected");
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *v = cJSON_ParseWithLengthOpts(req->body.data, req->body.len, &end, 0);
+    if (!v) {
+        size_t off = end && end >= req->body.data ? (size_t)(end - req->body.data) : 0;
+        http_error(res, 400, "bad_json", NULL, "the body is not valid JSON (near byte %zu)", off);
+        return NULL;
+    }
+    if (!cJSON_IsObject(v)) {
+        cJSON_Delete(v);
+        http_error(res, 400, "bad_json", NULL, "the body must be a JSON object");
+        return NULL;
+    }
+    return v;
+}
+
+int64_t http_param_id(http_req *req, http_res *res, int i, const char *what) {
+    long v;
+    if (i >= req->nparams || parse_long(req->params[i], 1, (long)INT64_MAX, &v) < 0) {
+        http_error(res, 404, "not_found", NULL, "no %s '%s'", what, i < req->nparams ? req->params[i] : "");
+        return -1;
+    }
+    return v;
+}
+
+int http_query_long(http_req *req, http_res *res, const char *key, long lo, long hi, long def, long *out) {
+    const char *s = http_query(req, key);
+    if (!s) {
+        *out = def;
+        return 0;
+    }
+    if (parse_long(s, lo, hi, out) < 0) {
+        http_error(res, 400, "invalid_value", key, "query argument '%s' must be an integer between %ld and %ld",
+                   key, lo, hi);
+        return -1;
+    }
+    return 0;
+}
+
+void http_actor(const http_req *req, char *out, size_t outlen) {
+    if (!req->authed) {
+        snprintf(out, outlen, "anonymous");
+        return;
+    }
+    switch (req->who.kind) {
+    case TOKEN_ADMIN: snprintf(out, outlen, "admin"); break;
+    case TOKEN_TEAM: snprintf(out, outlen, "team:%s", req->who.team); break;
+    case TOKEN_NODE: snprintf(out, outlen, "node"); break;
+    case TOKEN_TASK: snprintf(out, outlen, "task:job-%lld", (long long)req->who.job_id); break;
+    }
+}
+
+/* ---------------------------------------------------------------- routing */
+
+/* Matches path against pattern, capturing {x} segments. 1 on a match. */
+static int route_match(const char *pattern, const char *path, http_req *req) {
+    const char *p = pattern, *s = path;
+    int np = 0;
+    while (*p && *s) {
+        if (*p != '/' || *s != '/') return 0;
+        p++;
+        s++;
+        const char *pe = strchr(p, '/');
+        const char *se = strchr(s, '/');
+        size_t pl = pe ? (size_t)(pe - p) : strlen(p);
+        size_t sl = se ? (size_t)(se - s) : strlen(s);
+        if (pl >= 2 && p[0] == '{' && p[pl - 1] == '}') {
+            if (sl == 0 || sl >= HTTP_PARAM_MAX || np >= HTTP_MAX_PARAMS) return 0;
+            if (req) {
+                memcpy(req->params[np], s, sl);
+                req->params[np][sl] = '\0';
+            }
+            np++;
+        } else if (pl != sl || memcmp(p, s, pl) != 0) {
+            return 0;
+        }
+        p += pl;
+        s += sl;
+    }
+    if (*p || *s) return 0;
+    if (req) req->nparams = np;
+    return 1;
+}
+
+/* Finds the route for method+path. *path_known tells a 405 from a 404. */
+static const route *route_find(const route *const *tables, const char *method, const char *path,
+                               http_req *req, int *path_known) {
+    *path_known = 0;
+    for (const route *const *t = tables; *t; t++) {
+        for (const route *r = *t; r->pattern; r++) {
+            if (!route_match(r->pattern, path, NULL)) continue;
+            *path_known = 1;
+            if (strcmp(r->method, method) == 0) {
+                route_match(r->pattern, path, req);
+                return r;
+            }
+        }
+    }
+    return NULL;
+}
+
+static void allowed_methods(const route *const *tables, const char *path, char *out, size_t outlen) {
+    out[0] = '\0';
+    size_t used = 0;
+    for (const route *const *t = tables; *t; t++)
+        for (const route *r = *t; r->pattern; r++)
+            if (route_match(r->pattern, path, NULL)) {
+                int n = snprintf(out + used, outlen - used, "%s%s", used ? ", " : "", r->method);
+                if (n < 0 || (size_t)n >= outlen - used) return;
+                used += (size_t)n;
+            }
+}
+
+/* ---------------------------------------------------------------- MHD glue */
+
+static enum MHD_Result queue(http_req *req, http_res *res) {
+    struct MHD_Response *r;
+    if (res->fd >= 0) {
+        r = MHD_create_response_from_fd64(res->fd_size, res->fd);
+        res->fd = -1;
+    } else if (res->stream) {
+        r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, res->stream, res->stream_cls,
+                                              res->stream_free);
+        res->stream = NULL;
+    } else {
+        r = MHD_create_response_from_buffer(res->len, res->body ? res->body : (void *)"",
+                                            res->body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+        res->body = NULL;
+    }
+    if (!r) return MHD_NO;
+    if (res->content_type) MHD_add_response_header(r, "Content-Type", res->content_type);
+    if (res->location[0]) MHD_add_response_header(r, "Location", res->location);
+    if (res->disposition[0]) MHD_add_response_header(r, "Content-Disposition", res->disposition);
+    if (res->etag[0]) MHD_add_response_header(r, "X-Checksum-Sha256", res->etag);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    req->status = res->status;
+    req->sent = res->len;
+    req->answered = 1;
+    enum MHD_Result ret = MHD_queue_response(req->conn, (unsigned)res->status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static void res_init(http_res *res) {
+    memset(res, 0, sizeof *res);
+    res->fd = -1;
+    res->status = 200;
+}
+
+static void res_release(http_res *res) {
+    free(res->body);
+    if (res->fd >= 0) close(res->fd);
+    if (res->stream && res->stream_free) res->stream_free(res->stream_cls);
+}
+
+static enum MHD_Result answer_now(http_req *req, http_res *res) {
+    enum MHD_Result ret = queue(req, res);
+    res_release(res);
+    return ret;
+}
+
+/* Authenticates the request for its route. 0 when it may go on; otherwise
+ * the error is in res. */
+static int authenticate(struct server *srv, http_req *req, http_res *res) {
+    const route *r = req->route;
+    if (r->allow == ALLOW_NONE) return 0;
+    const char *h = http_header(req, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0 || !h[7]) {
+        http_error(res, 401, "unauthorized", NULL, "missing bearer token (Authorization: Bearer TOKEN)");
+        return -1;
+    }
+    const char *tok = h + 7;
+    while (*tok == ' ') tok++;
+    if (strlen(tok) > 256) {
+        http_error(res, 401, "unauthorized", NULL, "invalid token");
+        return -1;
+    }
+    int rc = store_token_lookup(srv->db, tok, &req->who);
+    if (rc == STORE_ERROR) {
+        http_error(res, 503, "unavailable", NULL, "the database is unavailable; retry");
+        return -1;
+    }
+    if (rc != STORE_OK) {
+        http_error(res, 401, "unauthorized", NULL, "invalid token");
+        return -1;
+    }
+    req->authed = 1;
+    if (!(r->allow & (1u << req->who.kind))) {
+        http_error(res, 403, "forbidden", NULL, "a %s token may not %s %s", token_kind_name(req->who.kind),
+                   r->method, r->pattern);
+        return -1;
+    }
+    return 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls) {
+    (void)version;
+    http_daemon *h = cls;
+    http_req *req = *con_cls;
+    http_res res;
+    res_init(&res);
+
+    if (!req) {
+        req = xcalloc(1, sizeof *req);
+        *con_cls = req;
+        req->conn = conn;
+        req->method = method;
+        req->path = url;
+        req->t0_us = now_us();
+        int path_known = 0;
+        req->route = route_find(h->tables, method, url, req, &path_known);
+        if (!req->route) {
+            if (path_known) {
+                char allow[128];
+                allowed_methods(h->tables, url, allow, sizeof allow);
+                http_error(&res, 405, "method_not_allowed", NULL, "%s is not allowed on %s (allowed: %s)",
+                           method, url, allow);
+            } else {
+                http_error(&res, 404, "not_found", NULL, "no such endpoint: %s %s", method, url);
+            }
+            return answer_now(req, &res);
+        }
+        size_t max = req->route->max_body ? req->route->max_body : HTTP_BODY_DEFAULT;
+        buf_init(&req->body, max);
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        long n;
+        if (cl && parse_long(cl, 0, LONG_MAX, &n) == 0 && (size_t)n > max) {
+            http_error(&res, 413, "too_large", NULL, "the body is %ld bytes; the limit here is %zu", n, max);
+            return answer_now(req, &res);
+        }
+        if (authenticate(h->srv, req, &res) < 0) return answer_now(req, &res);
+        return MHD_YES;
+    }
+    if (req->answered) {
+        *upload_data_size = 0; /* discard the rest of a body we already refused */
+        return MHD_YES;
+    }
+    if (*upload_data_size) {
+        if (!req->too_large && buf_append(&req->body, upload_data, *upload_data_size) < 0) req->too_large = 1;
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (req->too_large) {
+        http_error(&res, 413, "too_large", NULL, "the body is larger than the limit of %zu bytes", req->body.max);
+        return answer_now(req, &res);
+    }
+    req->route->handler(h->srv, req, &res);
+    return answer_now(req, &res);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+    (void)cls;
+    (void)conn;
+    http_req *req = *con_cls;
+    if (!req) return;
+    double ms = (double)(now_us() - req->t0_us) / 1000.0;
+    log_msg(req->status >= 500 || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? LOG_WARN : LOG_INFO,
+            "%s %s %d %zuB %.2fms%s", req->method, req->path, req->status, req->sent, ms,
+            toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
+    buf_release(&req->body);
+    free(req);
+    *con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r')) line[--n] = '\0';
+    log_warn("http: %s", line);
+}
+
+http_daemon *http_start(struct server *srv, const char *host, int port, const route *const *tables,
+                        int *port_out, char *err, size_t errlen) {
+    struct sockaddr_in sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, host, &sa.sin_addr) != 1) {
+        snprintf(err, errlen, "not an IPv4 address: %s", host);
+        return NULL;
+    }
+    http_daemon *h = xcalloc(1, sizeof *h);
+    h->srv = srv;
+    h->tables = tables;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     MHD_USE_ERROR_LOG;
+    h->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h,
+                              MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+                              MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
+                              MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
+                              MHD_OPTION_END);
+    if (!h->mhd) {
+        snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port,
+                 errno ? strerror(errno) : "libmicrohttpd failed to start");
+        free(h);
+        return NULL;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    if (port_out) *port_out = info ? info->port : port;
+    return h;
+}
+
+void http_stop(http_daemon *h) {
+    if (!h) return;
+    MHD_stop_daemon(h->mhd);
+    free(h);
+}

@@ -1,0 +1,123 @@
+/* http.h - the HTTP daemon (libmicrohttpd), routing and JSON replies.
+ *
+ * Routes are tables exported by api/ modules (see api/routes.c) matched on
+ * method and path segments ("/api/v1/jobs/{id}/cancel"). The daemon reads
+ * the body (bounded: 413 past the route's limit), authenticates the bearer
+ * token against the route's allowed token kinds (401/403), calls the handler,
+ * and answers JSON. Every failure is {"error": {"code","message","field"}}.
+ *
+ * defines: http_start, http_stop, http_json, http_error, http_query, ... */
+#ifndef TRAINYARD_HTTP_H
+#define TRAINYARD_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <microhttpd.h>
+#include <cjson/cJSON.h>
+
+#include "../common/util.h"
+#include "../storage/store.h"
+
+struct server;
+
+#define HTTP_MAX_PARAMS 4
+#define HTTP_PARAM_MAX 128
+#define HTTP_BODY_DEFAULT (1u << 20) /* 1 MiB unless a route says otherwise */
+
+/* Token kinds a route accepts (bit mask of 1 << token_kind). */
+#define ALLOW_NONE 0u                 /* no token needed */
+#define ALLOW_ADMIN (1u << TOKEN_ADMIN)
+#define ALLOW_TEAM (1u << TOKEN_TEAM)
+#define ALLOW_NODE (1u << TOKEN_NODE)
+#define ALLOW_TASK (1u << TOKEN_TASK)
+#define ALLOW_USER (ALLOW_ADMIN | ALLOW_TEAM)
+
+typedef struct http_req {
+    struct MHD_Connection *conn;
+    const char *method;
+    const char *path;                 /* without the query string */
+    buf body;
+    int nparams;
+    char params[HTTP_MAX_PARAMS][HTTP_PARAM_MAX]; /* {x} segments, in order */
+    principal who;                    /* valid when the route needs a token */
+    int authed;
+    const struct route *route;
+    int64_t t0_us;
+    int status;                       /* what was answered (for the log) */
+    size_t sent;
+    int too_large;
+    int answered;
+} http_req;
+
+typedef struct http_res {
+    int status;
+    char *body;                       /* heap, owned; NULL = empty */
+    size_t len;
+    const char *content_type;
+    char location[256];               /* Location header when non-empty */
+    char disposition[256];            /* Content-Disposition when non-empty */
+    char etag[80];                    /* extra headers (e.g. X-Checksum-Sha256) */
+    int fd;                           /* >= 0: send this file (ownership passes) */
+    uint64_t fd_size;
+    /* Streaming (server-sent events, long bodies): MHD calls stream(cls, pos,
+     * buf, max) until it returns MHD_CONTENT_READER_END_OF_STREAM. */
+    MHD_ContentReaderCallback stream;
+    void *stream_cls;
+    MHD_ContentReaderFreeCallback stream_free;
+} http_res;
+
+typedef void (*http_handler)(struct server *srv, http_req *req, http_res *res);
+
+typedef struct route {
+    const char *method;
+    const char *pattern;              /* "/api/v1/jobs/{id}"; NULL ends a table */
+    http_handler handler;
+    unsigned allow;                   /* ALLOW_* mask; ALLOW_NONE = public */
+    size_t max_body;                  /* 0 = HTTP_BODY_DEFAULT */
+} route;
+
+typedef struct http_daemon http_daemon;
+
+/* Starts listening on host:port (port 0 = any free port) with the given
+ * route tables (a NULL-terminated list of tables). *port_out gets the bound
+ * port. Returns NULL with a message in err on failure. */
+http_daemon *http_start(struct server *srv, const char *host, int port, const route *const *tables,
+                        int *port_out, char *err, size_t errlen);
+void http_stop(http_daemon *h);
+
+/* ---------------------------------------------------------------- replies */
+/* Answers status with the JSON value (ownership passes; NULL = {}). */
+void http_json(http_res *res, int status, cJSON *value);
+
+/* Answers {"error": {"code", "message", "field"}}; field may be NULL. */
+void http_error(http_res *res, int status, const char *code, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* Answers a plain body (copied) with a content type. */
+void http_text(http_res *res, int status, const char *content_type, const char *text, size_t len);
+
+/* ---------------------------------------------------------------- requests */
+/* A query-string argument, or NULL. */
+const char *http_query(http_req *req, const char *key);
+
+/* A request header, or NULL. */
+const char *http_header(http_req *req, const char *name);
+
+/* Parses the body as a JSON object; on failure answers 400 bad_json (or 415
+ * for a non-JSON body) and returns NULL. */
+cJSON *http_body_json(http_req *req, http_res *res);
+
+/* Parses path parameter i as a positive id; on failure answers 404
+ * not_found naming `what` and returns -1. */
+int64_t http_param_id(http_req *req, http_res *res, int i, const char *what);
+
+/* Parses a non-negative integer query argument in [lo, hi] (default def when
+ * absent); on failure answers 400 naming the argument and returns -1. */
+int http_query_long(http_req *req, http_res *res, const char *key, long lo, long hi, long def,
+                    long *out);
+
+/* "team:NAME", "admin", "node", "task:JOB" for events. */
+void http_actor(const http_req *req, char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,257 @@
+/* server.c - `trainyard server`: data directory, bootstrap tokens, the HTTP
+ * daemon and the scheduler thread, and a clean stop on SIGINT/SIGTERM. */
+#include "server.h"
+#include "http.h"
+#include "../api/routes.h"
+#include "../common/util.h"
+#include "../storage/store.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+void server_options_default(server_options *o) {
+    memset(o, 0, sizeof *o);
+    snprintf(o->host, sizeof o->host, "127.0.0.1");
+    o->port = 8080;
+    snprintf(o->data_dir, sizeof o->data_dir, "./.trainyard");
+    o->heartbeat_timeout_s = 30;
+}
+
+int server_parse_listen(server_options *o, const char *s) {
+    const char *colon = strrchr(s, ':');
+    if (!colon || colon == s || (size_t)(colon - s) >= sizeof o->host) return -1;
+    long port;
+    if (parse_long(colon + 1, 0, 65535, &port) < 0) return -1;
+    memcpy(o->host, s, (size_t)(colon - s));
+    o->host[colon - s] = '\0';
+    o->port = (int)port;
+    return 0;
+}
+
+/* Makes sure the token in DIR/name exists (creating it) and is known to the
+ * database with the given kind and team. */
+static int ensure_token(server *s, const char *name, token_kind kind, int64_t team_id, char *err,
+                        size_t errlen) {
+    char path[PATH_MAX + 32];
+    if (sfmt(path, sizeof path, "%s/%s", s->opt.data_dir, name) < 0) {
+        snprintf(err, errlen, "data directory path too long");
+        return -1;
+    }
+    char tok[128];
+    size_t len = 0;
+    char *have = file_read_all(path, 1024, &len);
+    if (have) {
+        while (len && (have[len - 1] == '\n' || have[len - 1] == '\r' || have[len - 1] == ' ')) have[--len] = '\0';
+        if (len == 0 || len >= sizeof tok) {
+            free(have);
+            snprintf(err, errlen, "%s is not a valid token file; remove it to make a new token", path);
+            return -1;
+        }
+        memcpy(tok, have, len + 1);
+        free(have);
+        principal who;
+        int rc = store_token_lookup(s->db, tok, &who);
+        if (rc == STORE_OK) return 0;
+        if (rc == STORE_ERROR || store_token_add(s->db, tok, kind, team_id, 0) != STORE_OK) {
+            snprintf(err, errlen, "cannot record the token of %s", path);
+            return -1;
+        }
+        return 0;
+    }
+    if (errno != ENOENT) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (random_token(tok, sizeof tok) < 0) {
+        snprintf(err, errlen, "cannot make a random token: %s", strerror(errno));
+        return -1;
+    }
+    /* The hash goes in first: a crash before the file is written leaves an
+     * orphan hash (harmless); the file is never without its hash. */
+    if (store_token_add(s->db, tok, kind, team_id, 0) != STORE_OK) {
+        snprintf(err, errlen, "cannot store a new %s token", token_kind_name(kind));
+        return -1;
+    }
+    char line[160];
+    int n = snprintf(line, sizeof line, "%s\n", tok);
+    if (file_write_atomic(path, line, (size_t)n, 0600) < 0) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    log_info("created %s (%s token)", path, token_kind_name(kind));
+    return 0;
+}
+
+int server_open(server *s, const server_options *opt, char *err, size_t errlen) {
+    memset(s, 0, sizeof *s);
+    s->opt = *opt;
+    if (mkdir_p(opt->data_dir, 0700) < 0) {
+        snprintf(err, errlen, "cannot create %s: %s", opt->data_dir, strerror(errno));
+        return -1;
+    }
+    char path[PATH_MAX + 32];
+    if (sfmt(path, sizeof path, "%s/trainyard.db", opt->data_dir) < 0 ||
+        sfmt(s->checkpoint_dir, sizeof s->checkpoint_dir, "%s/checkpoints", opt->data_dir) < 0 ||
+        sfmt(s->log_dir, sizeof s->log_dir, "%s/logs", opt->data_dir) < 0) {
+        snprintf(err, errlen, "data directory path too long");
+        return -1;
+    }
+    if (mkdir_p(s->checkpoint_dir, 0700) < 0 || mkdir_p(s->log_dir, 0700) < 0) {
+        snprintf(err, errlen, "cannot create directories under %s: %s", opt->data_dir, strerror(errno));
+        return -1;
+    }
+    db_set_durability_full(opt->durability_full);
+    if (db_open(&s->db, path, err, errlen) < 0) return -1;
+    int64_t team_id = 0;
+    int rc = store_team_find(s->db, "default", &team_id);
+    if (rc == STORE_NOT_FOUND) rc = store_team_create(s->db, "default", &team_id);
+    if (rc != STORE_OK) {
+        snprintf(err, errlen, "cannot create the team 'default'");
+        goto fail;
+    }
+    if (ensure_token(s, "admin.token", TOKEN_ADMIN, 0, err, errlen) < 0 ||
+        ensure_token(s, "token", TOKEN_TEAM, team_id, err, errlen) < 0 ||
+        ensure_token(s, "node.token", TOKEN_NODE, 0, err, errlen) < 0)
+        goto fail;
+    return 0;
+fail:
+    db_close(s->db);
+    s->db = NULL;
+    return -1;
+}
+
+static volatile sig_atomic_t g_stop = 0;
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+int server_serve(server *s, volatile sig_atomic_t *stop) {
+    char err[256];
+    if (!stop) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_signal;
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        stop = &g_stop;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    s->http = http_start(s, s->opt.host, s->opt.port, api_route_tables, &s->port, err, sizeof err);
+    if (!s->http) {
+        log_error("%s", err);
+        return 1;
+    }
+    snprintf(s->url, sizeof s->url, "http://%s:%d", s->opt.host, s->port);
+    if (api_start_services(s, err, sizeof err) < 0) {
+        log_error("%s", err);
+        http_stop(s->http);
+        s->http = NULL;
+        return 1;
+    }
+    /* Tests and scripts find a server started on port 0 through this file. */
+    char path[PATH_MAX + 32], line[160];
+    int n = snprintf(line, sizeof line, "%s\n", s->url);
+    if (sfmt(path, sizeof path, "%s/server.url", s->opt.data_dir) == 0)
+        if (file_write_atomic(path, line, (size_t)n, 0644) < 0) log_warn("cannot write %s", path);
+    log_info("listening on %s (data in %s)", s->url, s->opt.data_dir);
+    log_info("tokens: admin %s/admin.token, team 'default' %s/token, agents %s/node.token", s->opt.data_dir,
+             s->opt.data_dir, s->opt.data_dir);
+    while (!*stop && !s->stopping) usleep(100 * 1000);
+    log_info("stopping");
+    api_stop_services(s);
+    http_stop(s->http);
+    s->http = NULL;
+    return 0;
+}
+
+void server_close(server *s) {
+    db_close(s->db);
+    s->db = NULL;
+}
+
+static void server_usage(FILE *f) {
+    fprintf(f,
+            "usage: trainyard server [--listen ADDR:PORT] [--data DIR] [--durability full|normal]\n"
+            "                        [--heartbeat-timeout SECONDS] [--quiet]\n"
+            "  --listen   address to bind (default 127.0.0.1:8080; port 0 = any free port)\n"
+            "  --data     data directory (default ./.trainyard)\n");
+}
+
+/* Parses the server's flags; unknown flags are an error. Returns 0, 1 for
+ * --help, -1 on a bad flag. */
+int server_parse_flags(server_options *o, int argc, char **argv) {
+    static const struct option longopts[] = {
+        {"listen", required_argument, NULL, 'l'},
+        {"data", required_argument, NULL, 'd'},
+        {"durability", required_argument, NULL, 'D'},
+        {"heartbeat-timeout", required_argument, NULL, 'H'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+    long v;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'l':
+            if (server_parse_listen(o, optarg) < 0) {
+                fprintf(stderr, "trainyard: --listen wants ADDR:PORT, got '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case 'd':
+            if (sfmt(o->data_dir, sizeof o->data_dir, "%s", optarg) < 0) return -1;
+            break;
+        case 'D':
+            if (strcmp(optarg, "full") == 0) o->durability_full = 1;
+            else if (strcmp(optarg, "normal") == 0) o->durability_full = 0;
+            else {
+                fprintf(stderr, "trainyard: --durability wants full or normal\n");
+                return -1;
+            }
+            break;
+        case 'H':
+            if (parse_long(optarg, 1, 86400, &v) < 0) {
+                fprintf(stderr, "trainyard: --heartbeat-timeout wants seconds (1-86400)\n");
+                return -1;
+            }
+            o->heartbeat_timeout_s = (int)v;
+            break;
+        case 'q': o->quiet = 1; break;
+        case 'h': server_usage(stdout); return 1;
+        default: server_usage(stderr); return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "trainyard: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    return 0;
+}
+
+int cmd_server(int argc, char **argv) {
+    server_options o;
+    server_options_default(&o);
+    int rc = server_parse_flags(&o, argc, argv);
+    if (rc != 0) return rc > 0 ? 0 : 2;
+    log_set_prefix("server");
+    if (o.quiet) log_set_level(LOG_WARN);
+    server s;
+    char err[512];
+    if (server_open(&s, &o, err, sizeof err) < 0) {
+        log_error("%s", err);
+        return 1;
+    }
+    rc = server_serve(&s, NULL);
+    server_close(&s);
+    return rc;
+}

@@ -1,0 +1,56 @@
+/* server.h - the control plane process: database, bootstrap tokens, HTTP
+ * daemon and (when linked) the scheduler loop, under one context struct.
+ *
+ * defines: server_options_default, server_run, server_bootstrap */
+#ifndef TRAINYARD_SERVER_H
+#define TRAINYARD_SERVER_H
+
+#include <limits.h>
+#include <signal.h>
+#include "../storage/db.h"
+
+typedef struct server_options {
+    char host[64];                    /* default 127.0.0.1 */
+    int port;                         /* default 8080; 0 = any free port */
+    char data_dir[PATH_MAX];          /* default ./.trainyard */
+    int durability_full;              /* synchronous=FULL */
+    int heartbeat_timeout_s;          /* node lost after this long without heartbeat */
+    int quiet;                        /* log warnings and errors only */
+} server_options;
+
+struct http_daemon;
+
+typedef struct server {
+    server_options opt;
+    db *db;
+    struct http_daemon *http;
+    int port;                         /* the bound port */
+    char url[128];                    /* http://host:port */
+    char checkpoint_dir[PATH_MAX];
+    char log_dir[PATH_MAX];
+    volatile sig_atomic_t stopping;
+} server;
+
+void server_options_default(server_options *o);
+
+/* Parses "HOST:PORT" into o->host and o->port: 0 or -1. */
+int server_parse_listen(server_options *o, const char *s);
+
+/* Opens the data directory and the database and makes sure the admin token,
+ * the team `default` with its token, and the node token exist (DIR/admin.token,
+ * DIR/token, DIR/node.token, mode 0600). Returns 0, or -1 with err. */
+int server_open(server *s, const server_options *opt, char *err, size_t errlen);
+
+/* Starts HTTP (and the scheduler) and serves until *stop becomes non-zero
+ * (SIGINT/SIGTERM set it when stop is NULL). Returns the exit status. */
+int server_serve(server *s, volatile sig_atomic_t *stop);
+
+void server_close(server *s);
+
+/* Parses the server flags into o: 0, 1 after --help, -1 on a bad flag. */
+int server_parse_flags(server_options *o, int argc, char **argv);
+
+/* `trainyard server ...`: parses flags, runs until a signal. */
+int cmd_server(int argc, char **argv);
+
+#endif
