@@ -705,6 +705,10 @@ static int parse_data(spec_error *e, const cJSON *root, jobspec *s) {
     if (rc == 0 && ds->source == DATA_CSV)
         return fail(e, 422, "missing_field", "data.path",
                     "source csv needs the path of the CSV file");
+    if (rc == 0 && ds->source == DATA_MNIST)
+        return fail(e, 422, "missing_field", "data.path",
+                    "source mnist needs the directory of its IDX files (no package ships MNIST; "
+                    "fashion-mnist has a default)");
     const cJSON *lc = item(d, "label_column");
     if (lc && cJSON_IsString(lc)) {
         if (get_string(e, d, p, "label_column", ds->label_column_name,
@@ -715,7 +719,7 @@ static int parse_data(spec_error *e, const cJSON *root, jobspec *s) {
             return fail(e, 422, "invalid_type", "data.label_column",
                         "must be a column index (an integer, -1 = last) or a header name, got %s",
                         got(lc, g));
-        if (get_int(e, d, p, "label_column", -1, 65535, &ds->label_column) < 0) return -1;
+        if (get_int(e, d, p, "label_column", -65536, 65535, &ds->label_column) < 0) return -1;
     }
     if (get_bool(e, d, p, "header", &ds->header) < 0) return -1;
     if (ds->label_column_name[0] && !ds->header)
@@ -1114,9 +1118,10 @@ static int check_fit(spec_error *e, const jobspec *s) {
     else if (s->data.source == DATA_SYNTHETIC) n = s->data.examples;
     if (n == 0) return 0;
     if (s->data.limit > 0 && s->data.limit < n) n = s->data.limit;
-    long val = (long)floor((double)n * s->data.validation_split);
-    long train = n - val;
-    if (train < 1 || val == n)
+    /* As the loader (docs/data.md): split rounded to 7 digits, Keras' floor. */
+    double v = round((double)s->data.validation_split * 1e7) / 1e7;
+    long train = (long)floor((double)n * (1.0 - v));
+    if (train < 1)
         return fail(e, 422, "invalid_value", "data.validation_split",
                     "leaves no training examples out of %ld, got %g", n,
                     (double)s->data.validation_split);
