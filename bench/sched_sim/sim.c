@@ -1,0 +1,263 @@
+/* sim.c - the scheduler simulator: drives the real scheduling core
+ * (scheduler/core.c) over a seeded trace of gang jobs on a simulated
+ * cluster, with and without backfill, and reports pass latency, device
+ * utilisation, each team's share against its weight, and the longest wait.
+ * Ends with one JSON line. Run through bench/sched_sim/run.sh. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+#include "scheduler/core.h"
+
+#define NTEAMS 4
+static const double team_weight[NTEAMS] = {4, 3, 2, 1};
+
+typedef struct simjob {
+    int64_t id;
+    int team, priority, workers, dpw;
+    int64_t max_runtime_s;
+    int64_t runtime_ms;          /* actual */
+    int64_t queued_at, started_at, end_at;
+    int state;                   /* 0 queued, 1 running, 2 done */
+} simjob;
+
+static uint64_t rng_state;
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13; rng_state ^= rng_state >> 7; rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static double urand(void) { return (double)(rnd() >> 11) / 9007199254740992.0; }
+
+typedef struct sim_stats {
+    double *pass_ms; int n_pass, cap_pass;
+    double util;                 /* while jobs waited */
+    double share[NTEAMS];        /* device-seconds share while all teams waited */
+    double contention_s;
+    double longest_wait_s;
+    double makespan_s;
+    int backfilled;
+    double cold_pass_ms;
+} sim_stats;
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void make_trace(simjob *jobs, int n, uint64_t seed)
+{
+    static const struct { int workers, dpw; double p; } mix[] = {
+        {1, 1, 0.30}, {1, 2, 0.10}, {1, 4, 0.15}, {1, 8, 0.20},
+        {2, 8, 0.12}, {4, 8, 0.08}, {8, 8, 0.04}, {16, 8, 0.01}};
+    rng_state = seed * 2654435761u + 1;
+    for (int i = 0; i < n; i++) {
+        simjob *j = &jobs[i];
+        memset(j, 0, sizeof *j);
+        j->id = i + 1;
+        double u = urand(), acc = 0;
+        int m = 0;
+        for (m = 0; m < 7; m++) { acc += mix[m].p; if (u < acc) break; }
+        j->workers = mix[m].workers; j->dpw = mix[m].dpw;
+        double t = urand() * 10.0, a = 0;            /* teams in proportion to weight */
+        for (j->team = 0; j->team < NTEAMS - 1; j->team++) { a += team_weight[j->team]; if (t < a) break; }
+        j->priority = urand() < 0.1 ? 80 : 50;
+        double lr = log(600.0) + urand() * (log(14400.0) - log(600.0));
+        j->max_runtime_s = (int64_t)exp(lr);
+        j->runtime_ms = (int64_t)((double)j->max_runtime_s * 1000.0 * (0.3 + 0.7 * urand()));
+        j->queued_at = 0;
+    }
+}
+
+/* One simulation of the whole trace. */
+static void simulate(int n_nodes, int gpus, int n_jobs, uint64_t seed, int backfill, sim_stats *st)
+{
+    sched_config cfg;
+    sched_config_default(&cfg);
+    cfg.backfill = backfill;
+    cfg.preemption = 0;
+    simjob *jobs = xcalloc((size_t)n_jobs, sizeof *jobs);
+    make_trace(jobs, n_jobs, seed);
+
+    sched_node *nodes = xcalloc((size_t)n_nodes, sizeof *nodes);
+    sched_device *gdev = xcalloc((size_t)n_nodes * (size_t)gpus, sizeof *gdev);
+    int cpus = 32;
+    sched_device *cdev = xcalloc((size_t)n_nodes * (size_t)cpus, sizeof *cdev);
+    for (int i = 0; i < n_nodes; i++) {
+        nodes[i].id = i + 1; nodes[i].ready = 1;
+        nodes[i].n_dev[SCHED_GPU] = gpus; nodes[i].dev[SCHED_GPU] = &gdev[(size_t)i * gpus];
+        nodes[i].n_dev[SCHED_CPU] = cpus; nodes[i].dev[SCHED_CPU] = &cdev[(size_t)i * cpus];
+        for (int d = 0; d < gpus; d++) gdev[(size_t)i * gpus + d].id = (int64_t)i * 1000 + d + 1;
+        for (int d = 0; d < cpus; d++) cdev[(size_t)i * cpus + d].id = (int64_t)i * 1000 + 100 + d;
+    }
+    sched_team teams[NTEAMS];
+    for (int t = 0; t < NTEAMS; t++) teams[t] = (sched_team){t + 1, team_weight[t], 0, -1, 0};
+    sched_job *q = xcalloc((size_t)n_jobs, sizeof *q);
+    int *qmap = xcalloc((size_t)n_jobs, sizeof(int));
+    sched_running *run = xcalloc((size_t)n_jobs, sizeof *run);
+    int *runmap = xcalloc((size_t)n_jobs, sizeof(int));
+    /* where each job's devices are, to free them: (device pointer list) */
+    sched_device ***held = xcalloc((size_t)n_jobs, sizeof *held);
+    int *n_held = xcalloc((size_t)n_jobs, sizeof(int));
+
+    sched_result r;
+    sched_result_init(&r);
+    int64_t now = 0;
+    int done = 0, total_gpus = n_nodes * gpus;
+    double busy_integral = 0, wait_window = 0, team_busy[NTEAMS] = {0}, contention = 0;
+    int team_busy_now[NTEAMS] = {0};
+    int busy_now = 0;
+    memset(st, 0, sizeof *st);
+    int first = 1;
+    while (done < n_jobs) {
+        /* snapshot */
+        int nq = 0, nr = 0;
+        int waiting_team[NTEAMS] = {0};
+        for (int i = 0; i < n_jobs; i++) {
+            simjob *j = &jobs[i];
+            if (j->state == 0) {
+                q[nq] = (sched_job){j->id, j->team, j->priority, j->workers, j->dpw, SCHED_GPU, 0,
+                                    j->queued_at, j->max_runtime_s, 0, NULL};
+                qmap[nq++] = i;
+                waiting_team[j->team] = 1;
+            } else if (j->state == 1) {
+                run[nr] = (sched_running){j->id, j->team, j->priority, 0, 0, j->workers * j->dpw,
+                                          j->started_at, 0, j->started_at + j->max_runtime_s * 1000};
+                runmap[nr++] = i;
+            }
+        }
+        sched_snapshot s = {now, n_nodes, n_nodes, nodes, NTEAMS, teams, nr, run, nq, q};
+        double t0 = mono_s();
+        if (sched_pass_core(&s, &cfg, &r) != 0) { fprintf(stderr, "pass failed\n"); exit(1); }
+        double ms = (mono_s() - t0) * 1000.0;
+        if (first) { st->cold_pass_ms = ms; first = 0; }
+        if (nq > 0) {
+            if (st->n_pass >= st->cap_pass) {
+                st->cap_pass = st->cap_pass ? st->cap_pass * 2 : 1024;
+                st->pass_ms = xrealloc(st->pass_ms, (size_t)st->cap_pass * sizeof(double));
+            }
+            st->pass_ms[st->n_pass++] = ms;
+        }
+        st->backfilled += r.n_backfilled;
+        for (int p = 0; p < r.n_place; p++) {
+            const sched_place *pl = &r.place[p];
+            int ji = qmap[pl->job];
+            simjob *j = &jobs[ji];
+            j->state = 1; j->started_at = now; j->end_at = now + j->runtime_ms;
+            double w = (double)(now - j->queued_at) / 1000.0;
+            if (w > st->longest_wait_s) st->longest_wait_s = w;
+            held[ji] = xcalloc((size_t)(j->workers * j->dpw), sizeof(sched_device *));
+            for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) {
+                const sched_task *tk = &r.tasks[t];
+                sched_node *nd = &nodes[tk->node];
+                for (int d = 0; d < tk->n_dev; d++) {
+                    int64_t did = r.dev_ids[tk->dev_off + d];
+                    for (int x = 0; x < nd->n_dev[tk->kind]; x++) {
+                        if (nd->dev[tk->kind][x].id != did) continue;
+                        if (nd->dev[tk->kind][x].job_id != 0) { fprintf(stderr, "device held twice\n"); exit(1); }
+                        nd->dev[tk->kind][x].job_id = j->id;
+                        held[ji][n_held[ji]++] = &nd->dev[tk->kind][x];
+                    }
+                }
+            }
+            busy_now += j->workers * j->dpw;
+            team_busy_now[j->team] += j->workers * j->dpw;
+        }
+        /* next event: the earliest end */
+        int64_t next = INT64_MAX;
+        for (int i = 0; i < n_jobs; i++)
+            if (jobs[i].state == 1 && jobs[i].end_at < next) next = jobs[i].end_at;
+        if (next == INT64_MAX) { fprintf(stderr, "stuck with %d queued\n", n_jobs - done); exit(1); }
+        double dt = (double)(next - now) / 1000.0;
+        int still_waiting = 0, all_wait = 1;
+        for (int i = 0; i < n_jobs; i++) if (jobs[i].state == 0) { still_waiting = 1; break; }
+        for (int t = 0; t < NTEAMS; t++) {
+            all_wait &= waiting_team[t];
+            teams[t].usage = sched_usage_decay(teams[t].usage, team_busy_now[t], dt, cfg.usage_window_s);
+        }
+        if (still_waiting) { busy_integral += busy_now * dt; wait_window += dt; }
+        if (all_wait) {
+            for (int t = 0; t < NTEAMS; t++) team_busy[t] += team_busy_now[t] * dt;
+            contention += dt;
+        }
+        now = next;
+        for (int i = 0; i < n_jobs; i++) {
+            simjob *j = &jobs[i];
+            if (j->state != 1 || j->end_at > now) continue;
+            j->state = 2; done++;
+            for (int d = 0; d < n_held[i]; d++) held[i][d]->job_id = 0;
+            free(held[i]); held[i] = NULL;
+            busy_now -= j->workers * j->dpw;
+            team_busy_now[j->team] -= j->workers * j->dpw;
+        }
+    }
+    st->util = wait_window > 0 ? busy_integral / ((double)total_gpus * wait_window) : 0;
+    double sum = 0;
+    for (int t = 0; t < NTEAMS; t++) sum += team_busy[t];
+    for (int t = 0; t < NTEAMS; t++) st->share[t] = sum > 0 ? team_busy[t] / sum : 0;
+    st->contention_s = contention;
+    st->makespan_s = (double)now / 1000.0;
+    sched_result_release(&r);
+    free(jobs); free(nodes); free(gdev); free(cdev); free(q); free(qmap); free(run); free(runmap);
+    free(held); free(n_held);
+}
+
+static double pct(double *v, int n, double p)
+{
+    if (n == 0) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    int i = (int)ceil(p * n) - 1;
+    if (i < 0) i = 0;
+    if (i >= n) i = n - 1;
+    return v[i];
+}
+
+int main(int argc, char **argv)
+{
+    int n_nodes = 1000, gpus = 8, n_jobs = 10000;
+    uint64_t seed = 42;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        long v;
+        if (parse_long(argv[i + 1], 1, 100000000, &v) != 0) { fprintf(stderr, "bad value %s\n", argv[i + 1]); return 2; }
+        if (!strcmp(argv[i], "--nodes")) n_nodes = (int)v;
+        else if (!strcmp(argv[i], "--gpus")) gpus = (int)v;
+        else if (!strcmp(argv[i], "--jobs")) n_jobs = (int)v;
+        else if (!strcmp(argv[i], "--seed")) seed = (uint64_t)v;
+        else { fprintf(stderr, "usage: sim [--nodes N] [--gpus G] [--jobs J] [--seed S]\n"); return 2; }
+    }
+    printf("sched_sim: %d nodes x %d gpu, %d jobs, seed %llu, teams weights 4:3:2:1\n",
+           n_nodes, gpus, n_jobs, (unsigned long long)seed);
+    sim_stats on, off;
+    simulate(n_nodes, gpus, n_jobs, seed, 1, &on);
+    simulate(n_nodes, gpus, n_jobs, seed, 0, &off);
+    double med = pct(on.pass_ms, on.n_pass, 0.5), p99 = pct(on.pass_ms, on.n_pass, 0.99);
+    double wsum = 0, maxdev = 0;
+    for (int t = 0; t < NTEAMS; t++) wsum += team_weight[t];
+    printf("passes (backfill on, queue non-empty): %d, median %.2f ms, p99 %.2f ms, first (cold, %d queued) %.2f ms\n",
+           on.n_pass, med, p99, n_jobs, on.cold_pass_ms);
+    printf("utilisation while jobs waited: backfill %.1f%%, no backfill %.1f%%\n", on.util * 100, off.util * 100);
+    printf("makespan: backfill %.1f h, no backfill %.1f h; jobs started by backfill: %d\n",
+           on.makespan_s / 3600, off.makespan_s / 3600, on.backfilled);
+    printf("team shares while every team had jobs waiting (%.1f h, backfill on):\n", on.contention_s / 3600);
+    for (int t = 0; t < NTEAMS; t++) {
+        double want = team_weight[t] / wsum;
+        double dev = want > 0 ? (on.share[t] - want) / want : 0;
+        if (fabs(dev) > maxdev) maxdev = fabs(dev);
+        printf("  team %d weight %.0f: share %.1f%% (weight share %.1f%%, off by %+.1f%%)\n",
+               t + 1, team_weight[t], on.share[t] * 100, want * 100, dev * 100);
+    }
+    printf("longest wait: backfill %.1f h, no backfill %.1f h\n", on.longest_wait_s / 3600, off.longest_wait_s / 3600);
+    printf("{\"nodes\":%d,\"gpus_per_node\":%d,\"jobs\":%d,\"seed\":%llu,\"passes\":%d,"
+           "\"pass_median_ms\":%.3f,\"pass_p99_ms\":%.3f,\"pass_cold_ms\":%.3f,"
+           "\"util_backfill\":%.4f,\"util_no_backfill\":%.4f,"
+           "\"share\":[%.4f,%.4f,%.4f,%.4f],\"weights\":[4,3,2,1],\"share_max_rel_dev\":%.4f,"
+           "\"longest_wait_s\":%.0f,\"longest_wait_no_backfill_s\":%.0f,\"backfilled\":%d}\n",
+           n_nodes, gpus, n_jobs, (unsigned long long)seed, on.n_pass, med, p99, on.cold_pass_ms,
+           on.util, off.util, on.share[0], on.share[1], on.share[2], on.share[3], maxdev,
+           on.longest_wait_s, off.longest_wait_s, on.backfilled);
+    free(on.pass_ms); free(off.pass_ms);
+    return 0;
+}

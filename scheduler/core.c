@@ -1,0 +1,984 @@
+/* core.c - one scheduling pass over an in-memory snapshot: queue order
+ * (guarantee, aged priority, weighted fair share, age), all-or-nothing gang
+ * placement (fewest nodes, best fit), EASY backfill behind one reservation,
+ * and preemption of whole gangs. Pure: no I/O, no clock. See core.h.
+ *
+ * Speed comes from per-kind free-block histograms: nodes sit in buckets by
+ * their free device count, so "does it fit now" is a sum over at most
+ * max-devices-per-node buckets and a best-fit node is the first non-empty
+ * bucket at or above the need. */
+#include "core.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/util.h"
+
+#define PORT_WORDS 16            /* 1024 ports per node at most */
+#define GUARANTEE_ATTEMPTS 4
+
+/* ================================================================ config */
+
+void sched_config_default(sched_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->backfill = 1;
+    c->preemption = 1;
+    c->aging_s = 600.0;            /* +1 priority per 10 minutes waited */
+    c->aging_max = 100;
+    c->usage_window_s = 3600.0;
+    c->usage_blend = 0.5;
+    c->heartbeat_timeout_ms = 30000;
+    c->preempt_grace_ms = 30000;
+    c->port_base = 7001;
+    c->port_count = 1000;
+    c->tick_ms = 1000;
+}
+
+double sched_usage_decay(double usage, double in_use, double dt_s, double tau_s)
+{
+    if (dt_s <= 0) return usage;
+    if (tau_s <= 0) return in_use * dt_s;
+    double e = exp(-dt_s / tau_s);
+    return usage * e + in_use * tau_s * (1.0 - e);
+}
+
+int sched_job_devices(const sched_job *j)
+{
+    return j->workers * j->devices_per_worker;
+}
+
+/* ================================================================ result */
+
+void sched_result_init(sched_result *r)
+{
+    memset(r, 0, sizeof *r);
+}
+
+void sched_result_release(sched_result *r)
+{
+    free(r->place);
+    free(r->tasks);
+    free(r->dev_ids);
+    free(r->stops);
+    free(r->out);
+    free(r->order);
+    memset(r, 0, sizeof *r);
+}
+
+#define GROW(arr, n, cap)                                                   \
+    do {                                                                    \
+        if ((n) >= (cap)) {                                                 \
+            (cap) = (cap) ? (cap) * 2 : 64;                                 \
+            (arr) = xrealloc((arr), (size_t)(cap) * sizeof *(arr));         \
+        }                                                                   \
+    } while (0)
+
+static const char *kind_name(int k)
+{
+    return k == SCHED_GPU ? "gpu" : "cpu";
+}
+
+void sched_reason_format(const sched_outcome *o, char *out, size_t cap)
+{
+    const char *k = kind_name(o->kind);
+    int rc = 0;
+    switch (o->why) {
+    case SW_NONE:
+        rc = sfmt(out, cap, "%s", o->place >= 0 ? "placed" : "");
+        break;
+    case SW_NO_NODES:
+        rc = sfmt(out, cap, "no nodes have joined");
+        break;
+    case SW_WIDE:
+        rc = sfmt(out, cap, "infeasible: a worker needs %lld %s on one node; the largest node has %lld",
+                  (long long)o->a, k, (long long)o->b);
+        break;
+    case SW_LARGE:
+        rc = sfmt(out, cap, "infeasible: needs %lld workers x %lld %s; the cluster can hold %lld such workers",
+                  (long long)o->a, (long long)o->c, k, (long long)o->b);
+        break;
+    case SW_PS_INFEASIBLE:
+        rc = sfmt(out, cap, "infeasible: needs %lld cpu slots for parameter servers; the cluster has %lld",
+                  (long long)o->a, (long long)o->b);
+        break;
+    case SW_QUOTA:
+        if (o->a >= o->b)
+            rc = sfmt(out, cap, "team quota %lld/%lld", (long long)o->a, (long long)o->b);
+        else
+            rc = sfmt(out, cap, "team quota %lld/%lld; needs %lld", (long long)o->a,
+                      (long long)o->b, (long long)o->c);
+        break;
+    case SW_BLOCK:
+        rc = sfmt(out, cap, "needs %lld %s on one node; largest free block is %lld",
+                  (long long)o->a, k, (long long)o->b);
+        break;
+    case SW_GANG:
+        rc = sfmt(out, cap, "needs %lld workers x %lld %s; only %lld fit now",
+                  (long long)o->c, (long long)o->a, k, (long long)o->b);
+        break;
+    case SW_PS:
+        rc = sfmt(out, cap, "needs %lld cpu slots for parameter servers; %lld free",
+                  (long long)o->a, (long long)o->b);
+        break;
+    case SW_RESERVED:
+        rc = sfmt(out, cap, "reserved for job %lld", (long long)o->a);
+        break;
+    case SW_PREEMPTING:
+        rc = sfmt(out, cap, "waiting for %lld preempted job%s to stop", (long long)o->a,
+                  o->a == 1 ? "" : "s");
+        break;
+    default:
+        rc = sfmt(out, cap, "waiting");
+        break;
+    }
+    (void)rc; /* truncation is acceptable for a human-readable reason */
+}
+
+/* ================================================================ state */
+
+typedef struct hold {            /* a running job's devices on one node */
+    int node, kind, count;
+} hold;
+
+typedef struct undo {            /* one device taken by a tentative placement */
+    int node, kind, pos, port;
+} undo;
+
+typedef struct resv {            /* the head job's reservation at time T */
+    int active;
+    int ji;                      /* queued index */
+    int kind, w, workers, ps;
+    int64_t T;                   /* 0: unknown */
+    int *fT[SCHED_KINDS];        /* (n_nodes) free devices at T */
+    int64_t S;                   /* sum over usable nodes of fT[kind]/w */
+    int64_t cpuT;                /* free cpu slots at T on usable nodes */
+    uint8_t *avoid;              /* (n_nodes) nodes the head may not use */
+} resv;
+
+typedef struct core {
+    const sched_snapshot *s;
+    const sched_config *cfg;
+    sched_result *r;
+    int nn;
+    int maxcap[SCHED_KINDS];
+    int *free_[SCHED_KINDS];     /* (nn) free devices per node */
+    uint8_t *held[SCHED_KINDS];  /* per node, per device: 1 held */
+    int *held_off[SCHED_KINDS];  /* (nn) offset of node's devices in held */
+    int *bprev[SCHED_KINDS], *bnext[SCHED_KINDS]; /* (nn) bucket lists */
+    int *bhead[SCHED_KINDS];     /* (maxcap+1) first ready node with that free count */
+    int64_t *cnt[SCHED_KINDS];   /* (maxcap+1) ready nodes with that free count */
+    int64_t *capcnt[SCHED_KINDS];/* (maxcap+1) ready nodes with that capacity */
+    int64_t total_free[SCHED_KINDS];
+    int64_t total_cap_all;       /* all devices of ready nodes (fair share scale) */
+    uint64_t gen[SCHED_KINDS];
+    uint64_t *capgen[SCHED_KINDS];
+    int64_t *capval[SCHED_KINDS];
+    uint64_t *ports;             /* (nn * PORT_WORDS) */
+    uint8_t *avoid;              /* (nn) marks for the job being considered */
+    int64_t *node_ids_sorted;    /* (nn) */
+    int *node_idx_sorted;        /* (nn) */
+    /* running jobs */
+    int *hold_off;               /* (n_running + 1) */
+    hold *holds;
+    uint8_t *stopping;           /* (n_running) including victims of this pass */
+    int64_t *run_end;            /* (n_running) expected release time */
+    /* teams */
+    double *inuse;               /* (n_teams) devices held */
+    double *wnorm;               /* (n_teams) weight / sum of weights */
+    double sum_usage;
+    /* tentative placement */
+    undo *ulog; int n_ulog, cap_ulog;
+    int *mark; int mark_gen;     /* (nn) distinct-node counting */
+    resv hv;
+} core;
+
+/* ---------------------------------------------------------------- buckets */
+
+static void bucket_remove(core *c, int k, int i)
+{
+    int f = c->free_[k][i];
+    if (c->bprev[k][i] >= 0) c->bnext[k][c->bprev[k][i]] = c->bnext[k][i];
+    else c->bhead[k][f] = c->bnext[k][i];
+    if (c->bnext[k][i] >= 0) c->bprev[k][c->bnext[k][i]] = c->bprev[k][i];
+    c->cnt[k][f]--;
+}
+
+static void bucket_insert(core *c, int k, int i)
+{
+    int f = c->free_[k][i];
+    c->bprev[k][i] = -1;
+    c->bnext[k][i] = c->bhead[k][f];
+    if (c->bhead[k][f] >= 0) c->bprev[k][c->bhead[k][f]] = i;
+    c->bhead[k][f] = i;
+    c->cnt[k][f]++;
+}
+
+/* Changes node i's free count of kind k by delta, keeping buckets right. */
+static void node_move(core *c, int k, int i, int delta)
+{
+    if (c->s->nodes[i].ready) bucket_remove(c, k, i);
+    c->free_[k][i] += delta;
+    if (c->s->nodes[i].ready) {
+        bucket_insert(c, k, i);
+        c->total_free[k] += delta;
+        c->gen[k]++;
+    }
+}
+
+/* Workers of width w that fit now on all ready nodes (histogram sum). */
+static int64_t cap_w(core *c, int k, int w)
+{
+    if (w <= 0 || w > c->maxcap[k]) return 0;
+    if (c->capgen[k][w] == c->gen[k] + 1) return c->capval[k][w];
+    int64_t sum = 0;
+    for (int f = w; f <= c->maxcap[k]; f++) sum += c->cnt[k][f] * (f / w);
+    c->capgen[k][w] = c->gen[k] + 1;
+    c->capval[k][w] = sum;
+    return sum;
+}
+
+static int largest_free(core *c, int k)
+{
+    for (int f = c->maxcap[k]; f > 0; f--)
+        if (c->cnt[k][f] > 0) return f;
+    return 0;
+}
+
+static int node_index(const core *c, int64_t id)
+{
+    int lo = 0, hi = c->nn - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (c->node_ids_sorted[mid] == id) return c->node_idx_sorted[mid];
+        if (c->node_ids_sorted[mid] < id) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return -1;
+}
+
+static void avoid_set(core *c, const sched_job *j, uint8_t *marks, uint8_t v)
+{
+    for (int a = 0; a < j->n_avoid; a++) {
+        int i = node_index(c, j->avoid[a]);
+        if (i >= 0) marks[i] = v;
+    }
+}
+
+/* ---------------------------------------------------------------- init */
+
+typedef struct idpair { int64_t id; int idx; } idpair;
+
+static int idpair_cmp(const void *a, const void *b)
+{
+    const idpair *x = a, *y = b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static int run_index(const idpair *map, int n, int64_t id)
+{
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (map[mid].id == id) return map[mid].idx;
+        if (map[mid].id < id) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return -1;
+}
+
+static void core_release(core *c)
+{
+    for (int k = 0; k < SCHED_KINDS; k++) {
+        free(c->free_[k]); free(c->held[k]); free(c->held_off[k]);
+        free(c->bprev[k]); free(c->bnext[k]); free(c->bhead[k]);
+        free(c->cnt[k]); free(c->capcnt[k]); free(c->capgen[k]); free(c->capval[k]);
+        free(c->hv.fT[k]);
+    }
+    free(c->hv.avoid);
+    free(c->ports); free(c->avoid); free(c->node_ids_sorted); free(c->node_idx_sorted);
+    free(c->hold_off); free(c->holds); free(c->stopping); free(c->run_end);
+    free(c->inuse); free(c->wnorm); free(c->ulog); free(c->mark);
+}
+
+static int core_init(core *c, const sched_snapshot *s, const sched_config *cfg, sched_result *r)
+{
+    memset(c, 0, sizeof *c);
+    c->s = s; c->cfg = cfg; c->r = r;
+    int nn = c->nn = s->n_nodes;
+    size_t nz = nn > 0 ? (size_t)nn : 1;
+    for (int k = 0; k < SCHED_KINDS; k++) {
+        int mc = 0;
+        size_t tot = 0;
+        for (int i = 0; i < nn; i++) {
+            if (s->nodes[i].n_dev[k] > mc) mc = s->nodes[i].n_dev[k];
+            tot += (size_t)s->nodes[i].n_dev[k];
+        }
+        c->maxcap[k] = mc;
+        c->free_[k] = xcalloc(nz, sizeof(int));
+        c->held_off[k] = xcalloc(nz, sizeof(int));
+        c->held[k] = xcalloc(tot ? tot : 1, 1);
+        c->bprev[k] = xcalloc(nz, sizeof(int));
+        c->bnext[k] = xcalloc(nz, sizeof(int));
+        c->bhead[k] = xmalloc((size_t)(mc + 1) * sizeof(int));
+        for (int f = 0; f <= mc; f++) c->bhead[k][f] = -1;
+        c->cnt[k] = xcalloc((size_t)mc + 1, sizeof(int64_t));
+        c->capcnt[k] = xcalloc((size_t)mc + 1, sizeof(int64_t));
+        c->capgen[k] = xcalloc((size_t)mc + 1, sizeof(uint64_t));
+        c->capval[k] = xcalloc((size_t)mc + 1, sizeof(int64_t));
+        c->hv.fT[k] = xcalloc(nz, sizeof(int));
+    }
+    c->hv.avoid = xcalloc(nz, 1);
+    c->ports = xcalloc(nz * PORT_WORDS, sizeof(uint64_t));
+    c->avoid = xcalloc(nz, 1);
+    c->mark = xcalloc(nz, sizeof(int));
+    c->node_ids_sorted = xmalloc(nz * sizeof(int64_t));
+    c->node_idx_sorted = xmalloc(nz * sizeof(int));
+
+    idpair *np = xmalloc(nz * sizeof *np);
+    for (int i = 0; i < nn; i++) { np[i].id = s->nodes[i].id; np[i].idx = i; }
+    qsort(np, (size_t)nn, sizeof *np, idpair_cmp);
+    for (int i = 0; i < nn; i++) { c->node_ids_sorted[i] = np[i].id; c->node_idx_sorted[i] = np[i].idx; }
+    free(np);
+
+    /* running jobs: id -> index */
+    int nr = s->n_running;
+    size_t nrz = nr > 0 ? (size_t)nr : 1;
+    idpair *rm = xmalloc(nrz * sizeof *rm);
+    for (int i = 0; i < nr; i++) {
+        rm[i].id = s->running[i].id; rm[i].idx = i;
+        if (s->running[i].team < 0 || s->running[i].team >= s->n_teams) { free(rm); return -1; }
+    }
+    qsort(rm, (size_t)nr, sizeof *rm, idpair_cmp);
+    c->stopping = xcalloc(nrz, 1);
+    c->run_end = xcalloc(nrz, sizeof(int64_t));
+    c->hold_off = xcalloc(nrz + 1, sizeof(int));
+    for (int i = 0; i < nr; i++) c->stopping[i] = (uint8_t)(s->running[i].stopping != 0);
+
+    /* devices: free counts, held flags, per-job holdings (two passes) */
+    int *last_node = xmalloc(nrz * sizeof(int));
+    int *last_kind = xmalloc(nrz * sizeof(int));
+    for (int i = 0; i < nr; i++) last_node[i] = -1;
+    for (int k = 0; k < SCHED_KINDS; k++) {
+        int off = 0;
+        for (int i = 0; i < nn; i++) {
+            const sched_node *nd = &s->nodes[i];
+            c->held_off[k][i] = off;
+            int fr = 0;
+            for (int d = 0; d < nd->n_dev[k]; d++) {
+                int64_t jid = nd->dev[k][d].job_id;
+                if (jid == 0) { fr++; continue; }
+                c->held[k][off + d] = 1;
+                int ri = run_index(rm, nr, jid);
+                if (ri < 0) continue;      /* unknown holder: held, never released */
+                if (last_node[ri] != i || last_kind[ri] != k) {
+                    c->hold_off[ri + 1]++;
+                    last_node[ri] = i; last_kind[ri] = k;
+                }
+            }
+            off += nd->n_dev[k];
+            c->free_[k][i] = fr;
+        }
+    }
+    for (int i = 0; i < nr; i++) c->hold_off[i + 1] += c->hold_off[i];
+    c->holds = xcalloc((size_t)c->hold_off[nr] + 1, sizeof(hold));
+    int *fill = xcalloc(nrz, sizeof(int));
+    for (int i = 0; i < nr; i++) last_node[i] = -1;
+    for (int k = 0; k < SCHED_KINDS; k++) {
+        for (int i = 0; i < nn; i++) {
+            const sched_node *nd = &s->nodes[i];
+            for (int d = 0; d < nd->n_dev[k]; d++) {
+                int64_t jid = nd->dev[k][d].job_id;
+                if (jid == 0) continue;
+                int ri = run_index(rm, nr, jid);
+                if (ri < 0) continue;
+                if (last_node[ri] != i || last_kind[ri] != k) {
+                    hold *h = &c->holds[c->hold_off[ri] + fill[ri]++];
+                    h->node = i; h->kind = k; h->count = 0;
+                    last_node[ri] = i; last_kind[ri] = k;
+                }
+                c->holds[c->hold_off[ri] + fill[ri] - 1].count++;
+            }
+        }
+    }
+    free(fill); free(last_node); free(last_kind); free(rm);
+
+    /* buckets and capacity histograms over ready nodes */
+    for (int i = 0; i < nn; i++) {
+        const sched_node *nd = &s->nodes[i];
+        for (int k = 0; k < SCHED_KINDS; k++) {
+            c->bprev[k][i] = c->bnext[k][i] = -1;
+            if (!nd->ready) continue;
+            bucket_insert(c, k, i);
+            c->total_free[k] += c->free_[k][i];
+            c->capcnt[k][nd->n_dev[k]]++;
+            c->total_cap_all += nd->n_dev[k];
+        }
+        int base = cfg->port_base;
+        for (int p = 0; p < nd->n_ports; p++) {
+            int b = nd->ports[p] - base;
+            if (b >= 0 && b < PORT_WORDS * 64) c->ports[(size_t)i * PORT_WORDS + b / 64] |= 1ull << (b % 64);
+        }
+    }
+
+    /* teams */
+    int nt = s->n_teams;
+    size_t ntz = nt > 0 ? (size_t)nt : 1;
+    c->inuse = xcalloc(ntz, sizeof(double));
+    c->wnorm = xcalloc(ntz, sizeof(double));
+    double sw = 0;
+    for (int t = 0; t < nt; t++) {
+        sw += s->teams[t].weight > 0 ? s->teams[t].weight : 0;
+        c->sum_usage += s->teams[t].usage > 0 ? s->teams[t].usage : 0;
+    }
+    for (int t = 0; t < nt; t++) {
+        double w = s->teams[t].weight > 0 ? s->teams[t].weight : 1e-9;
+        c->wnorm[t] = sw > 0 ? w / sw : 1.0;
+    }
+    int64_t grace = cfg->preempt_grace_ms;
+    for (int i = 0; i < nr; i++) {
+        const sched_running *rj = &s->running[i];
+        c->inuse[rj->team] += rj->devices;
+        int64_t e = rj->end_ms;
+        if (rj->stopping || e < s->now_ms + grace) e = s->now_ms + grace;
+        c->run_end[i] = e;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- placement */
+
+static int port_take(core *c, int i)
+{
+    uint64_t *w = &c->ports[(size_t)i * PORT_WORDS];
+    int n = c->cfg->port_count;
+    if (n > PORT_WORDS * 64) n = PORT_WORDS * 64;
+    for (int b = 0; b < n; b++) {
+        if (!(w[b / 64] & (1ull << (b % 64)))) {
+            w[b / 64] |= 1ull << (b % 64);
+            return b;
+        }
+    }
+    return -1;
+}
+
+static void port_give(core *c, int i, int b)
+{
+    c->ports[(size_t)i * PORT_WORDS + b / 64] &= ~(1ull << (b % 64));
+}
+
+/* Adds one task on node i taking n devices of kind k. -1 when no port. */
+static int task_add(core *c, int type, int index, int i, int k, int n)
+{
+    sched_result *r = c->r;
+    int pb = port_take(c, i);
+    if (pb < 0) return -1;
+    GROW(r->tasks, r->n_tasks, r->cap_tasks);
+    sched_task *t = &r->tasks[r->n_tasks++];
+    t->type = type; t->index = index; t->node = i; t->node_id = c->s->nodes[i].id;
+    t->port = c->cfg->port_base + pb; t->kind = k; t->n_dev = n; t->dev_off = r->n_dev;
+    const sched_node *nd = &c->s->nodes[i];
+    uint8_t *h = &c->held[k][c->held_off[k][i]];
+    int got = 0, first = 1;
+    for (int d = 0; d < nd->n_dev[k] && got < n; d++) {
+        if (h[d]) continue;
+        h[d] = 1;
+        GROW(r->dev_ids, r->n_dev, r->cap_dev);
+        r->dev_ids[r->n_dev++] = nd->dev[k][d].id;
+        GROW(c->ulog, c->n_ulog, c->cap_ulog);
+        c->ulog[c->n_ulog++] = (undo){i, k, d, first ? pb : -1};
+        first = 0;
+        got++;
+    }
+    if (n == 0) {                 /* a task with no devices still owns its port */
+        GROW(c->ulog, c->n_ulog, c->cap_ulog);
+        c->ulog[c->n_ulog++] = (undo){i, k, -1, pb};
+    }
+    node_move(c, k, i, -got);
+    return got == n ? 0 : -1;
+}
+
+/* Reverts every device and port taken since the log was at mark. */
+static void undo_to(core *c, int mark, int n_tasks, int n_dev)
+{
+    while (c->n_ulog > mark) {
+        undo u = c->ulog[--c->n_ulog];
+        if (u.pos >= 0) {
+            c->held[u.kind][c->held_off[u.kind][u.node] + u.pos] = 0;
+            node_move(c, u.kind, u.node, +1);
+        }
+        if (u.port >= 0) port_give(c, u.node, u.port);
+    }
+    c->r->n_tasks = n_tasks;
+    c->r->n_dev = n_dev;
+}
+
+/* First ready, non-avoided node in bucket f of kind k, or -1. */
+static int bucket_pick(core *c, int k, int f)
+{
+    for (int i = c->bhead[k][f]; i >= 0; i = c->bnext[k][i])
+        if (!c->avoid[i]) return i;
+    return -1;
+}
+
+/* Places job j now: workers packed on as few nodes as possible (the last
+ * group best-fit), ps on CPU slots preferring the gang's nodes. On failure
+ * leaves no trace and returns -1. */
+static int place_job(core *c, int ji)
+{
+    const sched_job *j = &c->s->queued[ji];
+    sched_result *r = c->r;
+    int mark = c->n_ulog, t0 = r->n_tasks, d0 = r->n_dev;
+    int k = j->kind, w = j->devices_per_worker;
+    int remaining = j->workers, index = 0;
+    while (remaining > 0) {
+        int need = remaining * w, node = -1, take = 0;
+        for (int f = need; f <= c->maxcap[k] && node < 0; f++) node = bucket_pick(c, k, f);
+        if (node >= 0) take = remaining;
+        else {
+            for (int f = c->maxcap[k]; f >= w && f > 0 && node < 0; f--) node = bucket_pick(c, k, f);
+            if (node >= 0) take = c->free_[k][node] / w;
+        }
+        if (node < 0 || take <= 0) goto fail;
+        for (int t = 0; t < take; t++)
+            if (task_add(c, 0, index++, node, k, w) < 0) goto fail;
+        remaining -= take;
+    }
+    for (int p = 0; p < j->ps; p++) {
+        int node = -1;
+        for (int t = t0; t < r->n_tasks && node < 0; t++)
+            if (c->free_[SCHED_CPU][r->tasks[t].node] > 0 && !c->avoid[r->tasks[t].node]) node = r->tasks[t].node;
+        for (int f = 1; f <= c->maxcap[SCHED_CPU] && node < 0; f++) node = bucket_pick(c, SCHED_CPU, f);
+        if (node < 0) goto fail;
+        if (task_add(c, 1, p, node, SCHED_CPU, 1) < 0) goto fail;
+    }
+    GROW(r->place, r->n_place, r->cap_place);
+    sched_place *pl = &r->place[r->n_place++];
+    pl->job = ji; pl->job_id = j->id; pl->task_off = t0; pl->n_tasks = r->n_tasks - t0; pl->backfill = 0;
+    c->mark_gen++;
+    pl->n_nodes = 0;
+    for (int t = t0; t < r->n_tasks; t++) {
+        int i = r->tasks[t].node;
+        if (c->mark[i] != c->mark_gen) { c->mark[i] = c->mark_gen; pl->n_nodes++; }
+    }
+    return 0;
+fail:
+    undo_to(c, mark, t0, d0);
+    return -1;
+}
+
+/* Does job j fit now? 1 yes; 0 with the reason in o. Avoid marks set. */
+static int fits_now(core *c, const sched_job *j, sched_outcome *o)
+{
+    int k = j->kind, w = j->devices_per_worker;
+    int64_t capw = cap_w(c, k, w);
+    int64_t cpu = c->total_free[SCHED_CPU];
+    for (int a = 0; a < j->n_avoid; a++) {
+        int i = node_index(c, j->avoid[a]);
+        if (i < 0 || !c->s->nodes[i].ready) continue;
+        if (w > 0) capw -= c->free_[k][i] / w;
+        cpu -= c->free_[SCHED_CPU][i];
+    }
+    o->kind = k;
+    if (capw < j->workers) {
+        int lf = largest_free(c, k);
+        if (lf < w) { o->why = SW_BLOCK; o->a = w; o->b = lf; }
+        else { o->why = SW_GANG; o->a = w; o->b = capw; o->c = j->workers; }
+        return 0;
+    }
+    int64_t left = k == SCHED_CPU ? cpu - (int64_t)j->workers * w : cpu;
+    if (left < j->ps) { o->why = SW_PS; o->a = j->ps; o->b = left < 0 ? 0 : left; o->kind = SCHED_CPU; return 0; }
+    return 1;
+}
+
+/* Could j ever run on the ready nodes (avoided excluded)? 1, or 0 with why. */
+static int feasible_ready(core *c, const sched_job *j, sched_outcome *o)
+{
+    int k = j->kind, w = j->devices_per_worker;
+    int largest = 0;
+    for (int f = c->maxcap[k]; f > 0; f--) if (c->capcnt[k][f] > 0) { largest = f; break; }
+    o->kind = k;
+    if (w > largest) { o->why = SW_WIDE; o->a = w; o->b = largest; return 0; }
+    int64_t sum = 0, cpu = 0;
+    for (int f = w; f <= c->maxcap[k]; f++) sum += c->capcnt[k][f] * (f / w);
+    for (int f = 1; f <= c->maxcap[SCHED_CPU]; f++) cpu += c->capcnt[SCHED_CPU][f] * f;
+    for (int a = 0; a < j->n_avoid; a++) {
+        int i = node_index(c, j->avoid[a]);
+        if (i < 0 || !c->s->nodes[i].ready) continue;
+        sum -= c->s->nodes[i].n_dev[k] / w;
+        cpu -= c->s->nodes[i].n_dev[SCHED_CPU];
+    }
+    if (sum < j->workers) { o->why = SW_LARGE; o->a = j->workers; o->b = sum; o->c = w; return 0; }
+    int64_t left = k == SCHED_CPU ? cpu - (int64_t)j->workers * w : cpu;
+    if (left < j->ps) { o->why = SW_PS_INFEASIBLE; o->a = j->ps; o->b = left < 0 ? 0 : left; o->kind = SCHED_CPU; return 0; }
+    return 1;
+}
+
+/* ---------------------------------------------------------------- reservation */
+
+static int resv_fits(const resv *h)
+{
+    if (h->S < h->workers) return 0;
+    int64_t left = h->kind == SCHED_CPU ? h->cpuT - (int64_t)h->workers * h->w : h->cpuT;
+    return left >= h->ps;
+}
+
+static void resv_add(core *c, int k, int i, int delta)
+{
+    resv *h = &c->hv;
+    int old = h->fT[k][i];
+    h->fT[k][i] = old + delta;
+    if (!c->s->nodes[i].ready || h->avoid[i]) return;
+    if (k == h->kind) h->S += (old + delta) / h->w - old / h->w;
+    if (k == SCHED_CPU) h->cpuT += delta;
+}
+
+/* Resets the reservation's free-at-T arrays to free now (+ devices of
+ * stopping jobs when with_stopping). */
+static void resv_reset(core *c, int with_stopping)
+{
+    resv *h = &c->hv;
+    h->S = 0; h->cpuT = 0;
+    for (int k = 0; k < SCHED_KINDS; k++)
+        for (int i = 0; i < c->nn; i++) {
+            h->fT[k][i] = 0;
+            resv_add(c, k, i, c->free_[k][i]);
+        }
+    if (with_stopping)
+        for (int ri = 0; ri < c->s->n_running; ri++) {
+            if (!c->stopping[ri]) continue;
+            for (int x = c->hold_off[ri]; x < c->hold_off[ri + 1]; x++)
+                resv_add(c, c->holds[x].kind, c->holds[x].node, c->holds[x].count);
+        }
+}
+
+typedef struct rel { int64_t t; int run; int place; } rel;
+
+static int rel_cmp(const void *a, const void *b)
+{
+    const rel *x = a, *y = b;
+    return (x->t > y->t) - (x->t < y->t);
+}
+
+/* Earliest time the head fits, releasing running jobs (and jobs placed in
+ * this pass) at their expected ends. 0 when it never does. */
+static int64_t resv_compute(core *c)
+{
+    resv *h = &c->hv;
+    const sched_snapshot *s = c->s;
+    resv_reset(c, 0);
+    if (resv_fits(h)) return s->now_ms;
+    int n = s->n_running + c->r->n_place;
+    rel *ev = xmalloc((size_t)(n > 0 ? n : 1) * sizeof *ev);
+    int m = 0;
+    for (int ri = 0; ri < s->n_running; ri++) {
+        int64_t e = c->stopping[ri] ? s->now_ms + c->cfg->preempt_grace_ms : c->run_end[ri];
+        ev[m++] = (rel){e, ri, -1};
+    }
+    for (int p = 0; p < c->r->n_place; p++) {
+        const sched_job *j = &s->queued[c->r->place[p].job];
+        ev[m++] = (rel){s->now_ms + j->max_runtime_s * 1000, -1, p};
+    }
+    qsort(ev, (size_t)m, sizeof *ev, rel_cmp);
+    int64_t T = 0;
+    for (int e = 0; e < m && !T; e++) {
+        if (ev[e].run >= 0) {
+            int ri = ev[e].run;
+            for (int x = c->hold_off[ri]; x < c->hold_off[ri + 1]; x++)
+                resv_add(c, c->holds[x].kind, c->holds[x].node, c->holds[x].count);
+        } else {
+            const sched_place *pl = &c->r->place[ev[e].place];
+            for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++)
+                resv_add(c, c->r->tasks[t].kind, c->r->tasks[t].node, c->r->tasks[t].n_dev);
+        }
+        /* release everything ending at the same instant before checking */
+        if (e + 1 < m && ev[e + 1].t == ev[e].t) continue;
+        if (resv_fits(h)) T = ev[e].t;
+    }
+    free(ev);
+    return T;
+}
+
+/* ---------------------------------------------------------------- preemption */
+
+typedef struct cand { int ri; int64_t lost; int prio; } cand;
+
+static int cand_cmp(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->lost != y->lost) return (x->lost > y->lost) - (x->lost < y->lost);
+    if (x->prio != y->prio) return (x->prio > y->prio) - (x->prio < y->prio);
+    return (x->ri > y->ri) - (x->ri < y->ri);
+}
+
+static void resv_hold(core *c, int ri, int sign)
+{
+    for (int x = c->hold_off[ri]; x < c->hold_off[ri + 1]; x++)
+        resv_add(c, c->holds[x].kind, c->holds[x].node, sign * c->holds[x].count);
+}
+
+/* Tries to make room for the head by stopping whole gangs. Returns the
+ * number of jobs the head now waits on (new victims + relevant stopping
+ * jobs), 0 when preemption cannot help. */
+static int preempt_for(core *c, int ji, int guaranteed)
+{
+    const sched_snapshot *s = c->s;
+    const sched_job *j = &s->queued[ji];
+    resv *h = &c->hv;
+    resv_reset(c, 1);
+    int stopping = 0;
+    for (int ri = 0; ri < s->n_running; ri++) stopping += c->stopping[ri];
+    if (resv_fits(h)) return stopping > 0 ? stopping : 0;
+
+    cand *cd = xmalloc((size_t)(s->n_running > 0 ? s->n_running : 1) * sizeof *cd);
+    int n = 0;
+    for (int ri = 0; ri < s->n_running; ri++) {
+        const sched_running *v = &s->running[ri];
+        if (c->stopping[ri]) continue;
+        int by_prio = v->preemptible && v->priority < j->priority;
+        int by_guar = guaranteed && v->team != j->team &&
+                      c->inuse[v->team] > s->teams[v->team].guarantee;
+        if (!by_prio && !by_guar) continue;
+        int64_t since = v->last_checkpoint_ms > 0 ? v->last_checkpoint_ms : v->started_at_ms;
+        int64_t lost = s->now_ms - since;
+        cd[n++] = (cand){ri, lost < 0 ? 0 : lost, v->priority};
+    }
+    qsort(cd, (size_t)n, sizeof *cd, cand_cmp);
+    /* greedy by least work lost, then prune the ones not needed */
+    uint8_t *pick = xcalloc((size_t)(n > 0 ? n : 1), 1);
+    double *tuse = xmalloc((size_t)(s->n_teams > 0 ? s->n_teams : 1) * sizeof(double));
+    memcpy(tuse, c->inuse, (size_t)s->n_teams * sizeof(double));
+    int fits = 0, last = -1;
+    for (int x = 0; x < n && !fits; x++) {
+        const sched_running *v = &s->running[cd[x].ri];
+        int by_prio = v->preemptible && v->priority < j->priority;
+        if (!by_prio && tuse[v->team] - v->devices < s->teams[v->team].guarantee) continue;
+        pick[x] = 1;
+        tuse[v->team] -= v->devices;
+        resv_hold(c, cd[x].ri, +1);
+        fits = resv_fits(h);
+        last = x;
+    }
+    int victims = 0;
+    if (fits) {
+        for (int x = last; x >= 0; x--) {
+            if (!pick[x]) continue;
+            resv_hold(c, cd[x].ri, -1);
+            if (resv_fits(h)) pick[x] = 0;
+            else resv_hold(c, cd[x].ri, +1);
+        }
+        sched_result *r = c->r;
+        for (int x = 0; x <= last; x++) {
+            if (!pick[x]) continue;
+            const sched_running *v = &s->running[cd[x].ri];
+            c->stopping[cd[x].ri] = 1;
+            GROW(r->stops, r->n_stops, r->cap_stops);
+            sched_stop *st = &r->stops[r->n_stops++];
+            st->running = cd[x].ri; st->job_id = v->id; st->for_job = j->id;
+            st->guarantee = !(v->preemptible && v->priority < j->priority);
+            victims++;
+        }
+    }
+    free(pick); free(tuse); free(cd);
+    return victims ? victims + stopping : 0;
+}
+
+/* ================================================================ the pass */
+
+typedef struct qkey { int ji; int guar; int eff; int64_t qat; int64_t id; } qkey;
+
+static int qkey_cmp(const void *a, const void *b)
+{
+    const qkey *x = a, *y = b;
+    if (x->guar != y->guar) return y->guar - x->guar;
+    if (x->eff != y->eff) return y->eff - x->eff;
+    if (x->qat != y->qat) return (x->qat > y->qat) - (x->qat < y->qat);
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+static double team_key(const core *c, int t)
+{
+    const sched_team *tm = &c->s->teams[t];
+    double blend = c->cfg->usage_blend;
+    double inuse = c->total_cap_all > 0 ? c->inuse[t] / (double)c->total_cap_all : 0;
+    double use = c->sum_usage > 0 ? tm->usage / c->sum_usage : 0;
+    double k = (blend * inuse + (1.0 - blend) * use) / c->wnorm[t];
+    if (c->inuse[t] < tm->guarantee) k -= 1e6;   /* below its guarantee: first */
+    return k;
+}
+
+/* Considers one job in order: place it, make it the head, backfill it, or
+ * record why it waits. */
+static void consider(core *c, int ji, int *preempt_tries)
+{
+    const sched_snapshot *s = c->s;
+    const sched_job *j = &s->queued[ji];
+    sched_outcome *o = &c->r->out[ji];
+    sched_result *r = c->r;
+    const sched_team *tm = &s->teams[j->team];
+    int size = sched_job_devices(j);
+
+    if (s->n_nodes_registered == 0) { o->why = SW_NO_NODES; return; }
+    avoid_set(c, j, c->avoid, 1);
+    if (!feasible_ready(c, j, o)) goto out;
+    if (tm->quota >= 0 && c->inuse[j->team] + size > tm->quota) {
+        o->why = SW_QUOTA; o->a = (int64_t)c->inuse[j->team]; o->b = tm->quota; o->c = size;
+        goto out;
+    }
+    int64_t now = s->now_ms;
+    if (!c->hv.active) {
+        if (fits_now(c, j, o) && place_job(c, ji) == 0) {
+            o->why = SW_NONE; o->place = r->n_place - 1;
+            c->inuse[j->team] += size;
+            goto out;
+        }
+        /* the head: reserve, and preempt if that is the only way soon */
+        resv *h = &c->hv;
+        h->active = 1; h->ji = ji; h->kind = j->kind; h->w = j->devices_per_worker;
+        h->workers = j->workers; h->ps = j->ps;
+        memset(h->avoid, 0, (size_t)(c->nn > 0 ? c->nn : 1));
+        avoid_set(c, j, h->avoid, 1);
+        r->head_job = j->id;
+        h->T = resv_compute(c);
+        int guaranteed = c->inuse[j->team] + size <= tm->guarantee;
+        if (c->cfg->preemption && (h->T == 0 || h->T > now + 2 * c->cfg->preempt_grace_ms) &&
+            (*preempt_tries)++ < GUARANTEE_ATTEMPTS) {
+            int waits = preempt_for(c, ji, guaranteed);
+            if (waits > 0) { o->why = SW_PREEMPTING; o->a = waits; }
+            h->T = resv_compute(c);
+        }
+        o->est_start_ms = h->T;
+        r->head_start_ms = h->T;
+        goto out;
+    }
+    if (!fits_now(c, j, o)) goto out;
+    if (!c->cfg->backfill) { o->why = SW_RESERVED; o->a = r->head_job; goto out; }
+    int mark = c->n_ulog, t0 = r->n_tasks, d0 = r->n_dev;
+    if (place_job(c, ji) != 0) { o->why = SW_RESERVED; o->a = r->head_job; goto out; }
+    sched_place *pl = &r->place[r->n_place - 1];
+    int64_t end = now + j->max_runtime_s * 1000;
+    if (c->hv.T > 0 && end > c->hv.T) {
+        for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++)
+            resv_add(c, r->tasks[t].kind, r->tasks[t].node, -r->tasks[t].n_dev);
+        if (!resv_fits(&c->hv)) {
+            for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++)
+                resv_add(c, r->tasks[t].kind, r->tasks[t].node, r->tasks[t].n_dev);
+            r->n_place--;
+            undo_to(c, mark, t0, d0);
+            o->why = SW_RESERVED; o->a = r->head_job;
+            goto out;
+        }
+    }
+    pl->backfill = 1;
+    r->n_backfilled++;
+    o->why = SW_NONE; o->place = r->n_place - 1;
+    c->inuse[j->team] += size;
+out:
+    avoid_set(c, j, c->avoid, 0);
+}
+
+int sched_pass_core(const sched_snapshot *s, const sched_config *cfg, sched_result *r)
+{
+    sched_result_release(r);
+    int nq = s->n_queued;
+    size_t nqz = nq > 0 ? (size_t)nq : 1;
+    r->out = xcalloc(nqz, sizeof *r->out);
+    r->order = xcalloc(nqz, sizeof(int));
+    r->n_out = nq;
+    for (int q = 0; q < nq; q++) {
+        if (s->queued[q].team < 0 || s->queued[q].team >= s->n_teams ||
+            s->queued[q].workers < 1 || s->queued[q].devices_per_worker < 1 ||
+            s->queued[q].kind < 0 || s->queued[q].kind >= SCHED_KINDS)
+            return -1;
+    }
+    core c;
+    if (core_init(&c, s, cfg, r) != 0) { core_release(&c); return -1; }
+
+    qkey *keys = xmalloc(nqz * sizeof *keys);
+    for (int q = 0; q < nq; q++) {
+        const sched_job *j = &s->queued[q];
+        int64_t waited_ms = s->now_ms - j->queued_at_ms;
+        int age = 0;
+        if (cfg->aging_s > 0 && waited_ms > 0) {
+            double pts = (double)waited_ms / 1000.0 / cfg->aging_s;
+            age = pts > cfg->aging_max ? cfg->aging_max : (int)pts;
+        }
+        int guar = c.inuse[j->team] + sched_job_devices(j) <= s->teams[j->team].guarantee;
+        keys[q] = (qkey){q, guar, j->priority + age, j->queued_at_ms, j->id};
+        r->out[q].eff_priority = j->priority + age;
+        r->out[q].place = -1;
+    }
+    qsort(keys, (size_t)nq, sizeof *keys, qkey_cmp);
+
+    /* bands of equal (guarantee, priority): merge teams by fair share */
+    int nt = s->n_teams;
+    int *tcount = xcalloc((size_t)(nt > 0 ? nt : 1), sizeof(int));
+    int *tstart = xcalloc((size_t)(nt > 0 ? nt : 1) + 1, sizeof(int));
+    int *tcur = xcalloc((size_t)(nt > 0 ? nt : 1), sizeof(int));
+    int *active = xcalloc((size_t)(nt > 0 ? nt : 1), sizeof(int));
+    int *byteam = xmalloc(nqz * sizeof(int));
+    int rank = 0, preempt_tries = 0;
+    for (int b = 0; b < nq;) {
+        int e = b;
+        while (e < nq && keys[e].guar == keys[b].guar && keys[e].eff == keys[b].eff) e++;
+        if (e - b == 1) {
+            r->order[rank] = keys[b].ji; r->out[keys[b].ji].rank = rank++;
+            consider(&c, keys[b].ji, &preempt_tries);
+            b = e;
+            continue;
+        }
+        memset(tcount, 0, (size_t)nt * sizeof(int));
+        for (int x = b; x < e; x++) tcount[s->queued[keys[x].ji].team]++;
+        tstart[0] = 0;
+        for (int t = 0; t < nt; t++) tstart[t + 1] = tstart[t] + tcount[t];
+        for (int t = 0; t < nt; t++) tcur[t] = tstart[t];
+        for (int x = b; x < e; x++) byteam[tcur[s->queued[keys[x].ji].team]++] = keys[x].ji;
+        int na = 0;
+        for (int t = 0; t < nt; t++) { tcur[t] = tstart[t]; if (tcount[t]) active[na++] = t; }
+        while (na > 0) {
+            int best = 0;
+            double bk = team_key(&c, active[0]);
+            for (int a = 1; a < na; a++) {
+                double k = team_key(&c, active[a]);
+                if (k < bk) { bk = k; best = a; }
+            }
+            int t = active[best];
+            int ji = byteam[tcur[t]++];
+            r->order[rank] = ji; r->out[ji].rank = rank++;
+            consider(&c, ji, &preempt_tries);
+            if (tcur[t] == tstart[t + 1]) active[best] = active[--na];
+        }
+        b = e;
+    }
+    free(tcount); free(tstart); free(tcur); free(active); free(byteam); free(keys);
+    core_release(&c);
+    return 0;
+}
+
+/* ================================================================ admission */
+
+int sched_admit(const sched_snapshot *s, const sched_job *j, sched_outcome *o)
+{
+    memset(o, 0, sizeof *o);
+    o->place = -1;
+    o->kind = j->kind;
+    if (s->n_nodes_registered == 0 || s->n_nodes == 0) { o->why = SW_NO_NODES; return -1; }
+    int k = j->kind, w = j->devices_per_worker;
+    int largest = 0;
+    int64_t sum = 0, cpu = 0;
+    for (int i = 0; i < s->n_nodes; i++) {
+        int n = s->nodes[i].n_dev[k];
+        if (n > largest) largest = n;
+        if (w > 0) sum += n / w;
+        cpu += s->nodes[i].n_dev[SCHED_CPU];
+    }
+    if (w > largest) { o->why = SW_WIDE; o->a = w; o->b = largest; return -1; }
+    if (w > 0 && sum < j->workers) { o->why = SW_LARGE; o->a = j->workers; o->b = sum; o->c = w; return -1; }
+    int64_t left = k == SCHED_CPU ? cpu - (int64_t)j->workers * w : cpu;
+    if (left < j->ps) {
+        o->why = SW_PS_INFEASIBLE; o->a = j->ps; o->b = left < 0 ? 0 : left; o->kind = SCHED_CPU;
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,185 @@
+/* core.h - the pure scheduling core: one pass over an in-memory snapshot of
+ * the cluster (nodes, devices, teams, running and queued jobs) that decides
+ * which gangs start where, which jobs are stopped for whom, and why every
+ * other job waits. No SQLite, no HTTP, no clock: scheduler.c loads the
+ * snapshot from storage and applies the decisions; the property tests and
+ * bench/sched_sim drive it directly. See docs/scheduler.md.
+ *
+ * defines: sched_config_default, sched_pass_core, sched_result_init,
+ *          sched_result_release, sched_admit, sched_reason_format,
+ *          sched_usage_decay, sched_job_devices */
+#ifndef TRAINYARD_SCHED_CORE_H
+#define TRAINYARD_SCHED_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Device kinds: the same numbering as jobspec.h's device_kind. */
+enum { SCHED_CPU = 0, SCHED_GPU = 1, SCHED_KINDS = 2 };
+
+#define SCHED_REASON_MAX 192
+
+/* ---------------------------------------------------------------- config */
+typedef struct sched_config {
+    int backfill;                  /* 1: EASY backfill behind the head job */
+    int preemption;                /* 1: preempt for priority and guarantees */
+    double aging_s;                /* seconds of waiting worth +1 priority (0: off) */
+    int aging_max;                 /* most priority aging may add */
+    double usage_window_s;         /* decay time constant of team device-seconds */
+    double usage_blend;            /* share = blend*in-use + (1-blend)*decayed usage */
+    int64_t heartbeat_timeout_ms;  /* a node silent this long is lost */
+    int64_t preempt_grace_ms;      /* a stopped job's tasks have this long to exit */
+    int port_base;                 /* task ports: [port_base, port_base+port_count) */
+    int port_count;                /* at most 1024 */
+    int64_t tick_ms;               /* scheduler thread period */
+} sched_config;
+
+/* Fills the defaults documented in docs/scheduler.md. */
+void sched_config_default(sched_config *c);
+
+/* ---------------------------------------------------------------- snapshot */
+typedef struct sched_device {
+    int64_t id;
+    int64_t job_id;                /* holder, 0 when free */
+} sched_device;
+
+typedef struct sched_node {
+    int64_t id;
+    int ready;                     /* 1: may take new tasks (not lost, not drained) */
+    int n_dev[SCHED_KINDS];
+    sched_device *dev[SCHED_KINDS];/* (n_dev[k]) GPUs and CPU slots */
+    int n_ports;
+    const int *ports;              /* (n_ports) ports of live tasks on the node */
+} sched_node;
+
+typedef struct sched_team {
+    int64_t id;
+    double weight;                 /* > 0 */
+    int guarantee;                 /* devices always theirs when they ask */
+    int quota;                     /* most devices in use, -1 = no cap */
+    double usage;                  /* decayed device-seconds (sched_usage_decay) */
+} sched_team;
+
+typedef struct sched_running {
+    int64_t id;
+    int team;                      /* index into teams */
+    int priority;
+    int preemptible;
+    int stopping;                  /* 1: already asked to stop (devices still held) */
+    int devices;                   /* devices counted against the team */
+    int64_t started_at_ms;
+    int64_t last_checkpoint_ms;    /* 0: none yet */
+    int64_t end_ms;                /* expected end: start + max_runtime_s */
+} sched_running;
+
+typedef struct sched_job {
+    int64_t id;
+    int team;                      /* index into teams */
+    int priority;
+    int workers, devices_per_worker, kind, ps;
+    int64_t queued_at_ms;
+    int64_t max_runtime_s;
+    int n_avoid;
+    const int64_t *avoid;          /* (n_avoid) node ids this job must not use */
+} sched_job;
+
+typedef struct sched_snapshot {
+    int64_t now_ms;
+    int n_nodes_registered;        /* all nodes ever joined, any state */
+    int n_nodes;
+    sched_node *nodes;             /* (n_nodes) */
+    int n_teams;
+    sched_team *teams;             /* (n_teams) */
+    int n_running;
+    sched_running *running;        /* (n_running) */
+    int n_queued;
+    sched_job *queued;             /* (n_queued) in id order */
+} sched_snapshot;
+
+/* ---------------------------------------------------------------- result */
+typedef enum {
+    SW_NONE = 0,
+    SW_NO_NODES,        /* no nodes have joined */
+    SW_WIDE,            /* infeasible: a worker wider than the largest node: a=need b=largest */
+    SW_LARGE,           /* infeasible: gang larger than the cluster: a=need b=have */
+    SW_PS_INFEASIBLE,   /* infeasible: a=ps slots b=cpu slots in the cluster */
+    SW_QUOTA,           /* team quota: a=in use b=quota c=needs */
+    SW_BLOCK,           /* needs a kind on one node; largest free block is b */
+    SW_GANG,            /* needs c workers x a kind; only b fit now */
+    SW_PS,              /* needs a cpu slots for ps; b free */
+    SW_RESERVED,        /* fits now but reserved for job a */
+    SW_PREEMPTING       /* waiting for a preempted jobs to stop */
+} sched_why;
+
+typedef struct sched_task {
+    int type;                      /* 0 worker, 1 ps */
+    int index;
+    int node;                      /* index into snapshot nodes */
+    int64_t node_id;
+    int port;
+    int kind;
+    int n_dev;
+    int dev_off;                   /* devices: result dev_ids[dev_off .. +n_dev) */
+} sched_task;
+
+typedef struct sched_place {
+    int job;                       /* index into snapshot queued */
+    int64_t job_id;
+    int task_off, n_tasks;         /* result tasks[task_off .. +n_tasks) */
+    int n_nodes;                   /* distinct nodes the gang spans */
+    int backfill;                  /* 1: started out of order by backfill */
+} sched_place;
+
+typedef struct sched_stop {
+    int running;                   /* index into snapshot running */
+    int64_t job_id;
+    int64_t for_job;
+    int guarantee;                 /* 1: reclaimed for a team's guarantee, 0: priority */
+} sched_stop;
+
+typedef struct sched_outcome {
+    int rank;                      /* position in the order considered (0 first) */
+    int place;                     /* index into result place, -1 when waiting */
+    int why;                       /* sched_why */
+    int kind;
+    int64_t a, b, c;
+    int64_t est_start_ms;          /* 0: no reservation */
+    int eff_priority;              /* priority after aging */
+} sched_outcome;
+
+typedef struct sched_result {
+    sched_place *place;   int n_place, cap_place;
+    sched_task *tasks;    int n_tasks, cap_tasks;
+    int64_t *dev_ids;     int n_dev, cap_dev;
+    sched_stop *stops;    int n_stops, cap_stops;
+    sched_outcome *out;   int n_out;     /* (n_queued) one per queued job, same index */
+    int *order;                          /* (n_queued) order[rank] = queued index */
+    int64_t head_job;                    /* job holding the reservation, 0 none */
+    int64_t head_start_ms;
+    int n_backfilled;
+} sched_result;
+
+void sched_result_init(sched_result *r);
+void sched_result_release(sched_result *r);
+
+/* One scheduling pass. Reads s (never modifies it), fills r (released and
+ * re-filled if used before). Returns 0, or -1 when the snapshot is malformed
+ * (a team index out of range, a device held by a job not in running). */
+int sched_pass_core(const sched_snapshot *s, const sched_config *cfg, sched_result *r);
+
+/* The reason a queued job waits, as people read it, into out. */
+void sched_reason_format(const sched_outcome *o, char *out, size_t cap);
+
+/* Admission: could the job ever run on these nodes (ready or not, avoided
+ * nodes ignored)? 0 when feasible; -1 with a why (SW_NO_NODES, SW_WIDE,
+ * SW_LARGE, SW_PS_INFEASIBLE) and the numbers in o. */
+int sched_admit(const sched_snapshot *s, const sched_job *j, sched_outcome *o);
+
+/* Team usage after dt_s seconds with `in_use` devices, decaying with time
+ * constant tau_s: u*e^(-dt/tau) + in_use*tau*(1-e^(-dt/tau)). */
+double sched_usage_decay(double usage, double in_use, double dt_s, double tau_s);
+
+/* Devices a queued job counts against its team (workers * devices_per_worker). */
+int sched_job_devices(const sched_job *j);
+
+#endif
