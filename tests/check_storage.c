@@ -1,0 +1,276 @@
+/* check_storage.c - the SQLite store on real database files: migrations from
+ * an empty file and from every earlier version, tokens stored hashed only,
+ * jobs and their timeline, state transitions and their conflicts. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <pthread.h>
+
+#include "../api/jobspec.h"
+#include "../common/util.h"
+#include "../storage/db.h"
+#include "../storage/store.h"
+
+static char g_dir[256];
+static char g_path[300];
+
+static void setup(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/ty_storage_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    snprintf(g_path, sizeof g_path, "%s/t.db", g_dir);
+}
+
+static void teardown(void) {
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static long count(db *d, const char *sql) {
+    sqlite3_stmt *st = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(d), sql, -1, &st, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    long n = (long)sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return n;
+}
+
+static const char SPEC[] =
+    "{\"name\":\"t\",\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":1,\"activation\":\"sigmoid\","
+    "\"input_shape\":[10]}]},\"compile\":{\"optimizer\":\"sgd\",\"loss\":\"binary_crossentropy\"},"
+    "\"data\":{\"source\":\"synthetic\",\"features\":10}}";
+
+static int64_t submit(db *d, int64_t team) {
+    jobspec spec;
+    spec_error e;
+    ck_assert_msg(jobspec_parse(SPEC, strlen(SPEC), &spec, &e) == 0, "%s: %s", e.field, e.message);
+    int64_t id = 0;
+    ck_assert_int_eq(store_job_insert(d, team, SPEC, strlen(SPEC), &spec, "team:default", &id), STORE_OK);
+    return id;
+}
+
+START_TEST(migrate_empty_file) {
+    db *d = NULL;
+    char err[256];
+    ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
+    ck_assert_int_eq(db_version(d), db_migrations_count());
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM schema_migrations"), db_migrations_count());
+    sqlite3_stmt *st = NULL;
+    sqlite3_prepare_v2(db_conn(d), "PRAGMA journal_mode", -1, &st, NULL);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    ck_assert_str_eq((const char *)sqlite3_column_text(st, 0), "wal");
+    sqlite3_finalize(st);
+    ck_assert_int_eq(count(d, "PRAGMA foreign_keys"), 1);
+    db_close(d);
+    /* Opening again is a no-op. */
+    ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM schema_migrations"), db_migrations_count());
+    db_close(d);
+}
+END_TEST
+
+/* From every earlier version k: a database left at k with data in it moves
+ * to the newest version and keeps its data. */
+START_TEST(migrate_from_every_version) {
+    for (int k = 1; k < db_migrations_count(); k++) {
+        unlink(g_path);
+        db *d = NULL;
+        char err[256];
+        ck_assert_int_eq(db_open_at(&d, g_path, k, err, sizeof err), 0);
+        ck_assert_int_eq(db_version(d), k);
+        int64_t team = 0;
+        ck_assert_int_eq(store_team_create(d, "default", &team), STORE_OK);
+        /* Version-1 columns only, so the insert works at every k. */
+        sqlite3_stmt *st = NULL;
+        ck_assert_int_eq(sqlite3_prepare_v2(db_conn(d),
+                                            "INSERT INTO jobs(team_id,name,spec,state,priority,max_restarts,"
+                                            "workers,devices_per_worker,device,max_runtime_s,created_at,updated_at)"
+                                            " VALUES(?, 'old', '{}', 'queued', 50, 3, 2, 1, 'cpu', 60, 1000, 1000)",
+                                            -1, &st, NULL),
+                         SQLITE_OK);
+        sqlite3_bind_int64(st, 1, team);
+        ck_assert_int_eq(sqlite3_step(st), SQLITE_DONE);
+        sqlite3_finalize(st);
+        db_close(d);
+
+        ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
+        ck_assert_int_eq(db_version(d), db_migrations_count());
+        ck_assert_int_eq(count(d, "SELECT count(*) FROM jobs WHERE name = 'old' AND workers = 2"), 1);
+        if (db_migrations_count() >= 2) {
+            /* Migration 2 back-fills queued_at and gives teams a weight. */
+            ck_assert_int_eq(count(d, "SELECT count(*) FROM jobs WHERE queued_at = 1000"), 1);
+            ck_assert_int_eq(count(d, "SELECT count(*) FROM teams WHERE weight = 1.0"), 1);
+        }
+        int64_t id = submit(d, team);
+        ck_assert_int_gt(id, 1);
+        db_close(d);
+    }
+}
+END_TEST
+
+START_TEST(refuses_newer_schema) {
+    db *d = NULL;
+    char err[256];
+    ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
+    ck_assert_int_eq(sqlite3_exec(db_conn(d), "INSERT INTO schema_migrations VALUES(999, 'future', 0)", NULL,
+                                  NULL, NULL),
+                     SQLITE_OK);
+    db_close(d);
+    ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), -1);
+    ck_assert_ptr_null(d);
+    ck_assert_msg(strstr(err, "newer") != NULL, "%s", err);
+}
+END_TEST
+
+START_TEST(not_a_database) {
+    FILE *f = fopen(g_path, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("this is not a database, just text that is long enough to be a header............\n", f);
+    fclose(f);
+    db *d = NULL;
+    char err[256];
+    ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), -1);
+    ck_assert_ptr_null(d);
+}
+END_TEST
+
+START_TEST(tokens_hashed) {
+    db *d = NULL;
+    char err[256];
+    ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
+    int64_t team = 0;
+    ck_assert_int_eq(store_team_create(d, "vision", &team), STORE_OK);
+    char tok[64];
+    ck_assert_int_eq(random_token(tok, sizeof tok), 0);
+    ck_assert_int_eq(strlen(tok), 46);
+    ck_assert_int_eq(store_token_add(d, tok, TOKEN_TEAM, team, 0), STORE_OK);
+    principal who;
+    ck_assert_int_eq(store_token_lookup(d, tok, &who), STORE_OK);
+    ck_assert_int_eq(who.kind, TOKEN_TEAM);
+    ck_assert_int_eq(who.team_id, team);
+    ck_assert_str_eq(who.team, "vision");
+    /* The token itself is nowhere in the database, only its sha256. */
+    char q[200];
+    snprintf(q, sizeof q, "SELECT count(*) FROM tokens WHERE hash = '%s'", tok);
+    ck_assert_int_eq(count(d, q), 0);
+    char h[65];
+    sha256_hex(tok, strlen(tok), h);
+    snprintf(q, sizeof q, "SELECT count(*) FROM tokens WHERE hash = '%s'", h);
+    ck_assert_int_eq(count(d, q), 1);
+    tok[5] ^= 1;
+    ck_assert_int_eq(store_token_lookup(d, tok, &who), STORE_NOT_FOUND);
+    ck_assert_int_eq(store_team_create(d, "vision", NULL), STORE_CONFLICT);
+    db_close(d);
+}
+END_TEST
+
+START_TEST(job_lifecycle_and_events) {
+    db *d = NULL;
+    char err[256];
+    ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
+    int64_t a = 0, b = 0;
+    ck_assert_int_eq(store_team_create(d, "a", &a), STORE_OK);
+    ck_assert_int_eq(store_team_create(d, "b", &b), STORE_OK);
+    int64_t j1 = submit(d, a), j2 = submit(d, b);
+    cJSON *o = NULL;
+    ck_assert_int_eq(store_job_get(d, j1, a, 1, &o), STORE_OK);
+    ck_assert_str_eq(cJSON_GetObjectItem(o, "state")->valuestring, "queued");
+    ck_assert_str_eq(cJSON_GetObjectItem(o, "team")->valuestring, "a");
+    ck_assert(cJSON_IsObject(cJSON_GetObjectItem(o, "spec")));
+    cJSON_Delete(o);
+    ck_assert_int_eq(store_job_get(d, j2, a, 0, &o), STORE_NOT_FOUND); /* other team */
+    ck_assert_int_eq(store_job_get(d, j2, 0, 0, &o), STORE_OK);        /* admin scope */
+    cJSON_Delete(o);
+
+    static const char *const from_queued[] = {"queued", NULL};
+    ck_assert_int_eq(store_job_transition(d, j1, from_queued, "starting", "scheduler", "placed"), STORE_OK);
+    ck_assert_int_eq(store_job_transition(d, j1, from_queued, "starting", "scheduler", "again"), STORE_CONFLICT);
+    ck_assert_int_eq(store_job_transition(d, j1, NULL, "cancelled", "team:a", "user"), STORE_OK);
+    ck_assert_int_eq(store_job_transition(d, j1, NULL, "cancelled", "team:a", "twice"), STORE_CONFLICT);
+    ck_assert_int_eq(store_job_transition(d, 999, NULL, "cancelled", "team:a", "none"), STORE_NOT_FOUND);
+
+    cJSON *ev = NULL;
+    ck_assert_int_eq(store_job_events(d, j1, 0, 100, &ev), STORE_OK);
+    ck_assert_int_eq(cJSON_GetArraySize(ev), 3);
+    cJSON *last = cJSON_GetArrayItem(ev, 2);
+    ck_assert_str_eq(cJSON_GetObjectItem(last, "from")->valuestring, "starting");
+    ck_assert_str_eq(cJSON_GetObjectItem(last, "to")->valuestring, "cancelled");
+    ck_assert_str_eq(cJSON_GetObjectItem(last, "actor")->valuestring, "team:a");
+    ck_assert_str_eq(cJSON_GetObjectItem(last, "reason")->valuestring, "user");
+    cJSON_Delete(ev);
+
+    ck_assert_int_eq(store_job_get(d, j1, 0, 0, &o), STORE_OK);
+    ck_assert(cJSON_IsString(cJSON_GetObjectItem(o, "finished_at")));
+    cJSON_Delete(o);
+
+    /* Listing: newest first, by state, paging with a cursor. */
+    for (int i = 0; i < 5; i++) submit(d, a);
+    int64_t next = 0;
+    cJSON *arr = NULL;
+    ck_assert_int_eq(store_jobs_list(d, a, "queued", 0, 3, &arr, &next), STORE_OK);
+    ck_assert_int_eq(cJSON_GetArraySize(arr), 3);
+    int first = (int)cJSON_GetObjectItem(cJSON_GetArrayItem(arr, 0), "id")->valuedouble;
+    int third = (int)cJSON_GetObjectItem(cJSON_GetArrayItem(arr, 2), "id")->valuedouble;
+    ck_assert_int_gt(first, third);
+    ck_assert_int_eq(next, third);
+    cJSON_Delete(arr);
+    ck_assert_int_eq(store_jobs_list(d, a, "queued", next, 3, &arr, &next), STORE_OK);
+    ck_assert_int_eq(cJSON_GetArraySize(arr), 2);
+    ck_assert_int_eq(next, 0);
+    cJSON_Delete(arr);
+    ck_assert_int_eq(store_jobs_list(d, a, "cancelled", 0, 10, &arr, &next), STORE_OK);
+    ck_assert_int_eq(cJSON_GetArraySize(arr), 1);
+    cJSON_Delete(arr);
+    db_close(d);
+}
+END_TEST
+
+/* A statement from the cache works across many calls and threads reuse
+ * pooled connections. */
+static void *thread_reads(void *p) {
+    db *d = p;
+    for (int i = 0; i < 200; i++) {
+        int64_t id;
+        if (store_team_find(d, "default", &id) != STORE_OK) return (void *)1;
+    }
+    return NULL;
+}
+
+START_TEST(threads_share_the_pool) {
+    db *d = NULL;
+    char err[256];
+    ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
+    ck_assert_int_eq(store_team_create(d, "default", NULL), STORE_OK);
+    for (int round = 0; round < 5; round++) {
+        pthread_t t[4];
+        for (int i = 0; i < 4; i++) ck_assert_int_eq(pthread_create(&t[i], NULL, thread_reads, d), 0);
+        for (int i = 0; i < 4; i++) {
+            void *r;
+            pthread_join(t[i], &r);
+            ck_assert_ptr_null(r);
+        }
+    }
+    db_close(d);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("storage");
+    TCase *tc = tcase_create("sqlite");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, migrate_empty_file);
+    tcase_add_test(tc, migrate_from_every_version);
+    tcase_add_test(tc, refuses_newer_schema);
+    tcase_add_test(tc, not_a_database);
+    tcase_add_test(tc, tokens_hashed);
+    tcase_add_test(tc, job_lifecycle_and_events);
+    tcase_add_test(tc, threads_share_the_pool);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
