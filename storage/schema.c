@@ -108,8 +108,55 @@ static const char m2[] =
     "  count INTEGER NOT NULL,"
     "  PRIMARY KEY(job_id, node_id)) WITHOUT ROWID;";
 
+/* 3: what running jobs report: metrics (sequence numbers make a retried
+ * batch idempotent), log chunks (bytes live in files under DIR/logs),
+ * checkpoints (bytes under DIR/checkpoints, recorded with their sha256), job
+ * progress, and the rendezvous key/value store of a job's attempt. */
+static const char m3[] =
+    "CREATE TABLE metrics("
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id),"
+    "  seq INTEGER NOT NULL,"
+    "  attempt INTEGER NOT NULL,"
+    "  kind TEXT NOT NULL CHECK (kind IN ('step','epoch','test')),"
+    "  step INTEGER,"
+    "  epoch INTEGER,"
+    "  ts INTEGER NOT NULL,"
+    "  data TEXT NOT NULL,"
+    "  PRIMARY KEY(job_id, seq)) WITHOUT ROWID;"
+    "CREATE TABLE log_chunks("
+    "  id INTEGER PRIMARY KEY,"
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id),"
+    "  task TEXT NOT NULL,"
+    "  attempt INTEGER NOT NULL,"
+    "  seq INTEGER NOT NULL,"
+    "  offset INTEGER NOT NULL,"
+    "  length INTEGER NOT NULL,"
+    "  ts INTEGER NOT NULL,"
+    "  UNIQUE(job_id, task, attempt, seq));"
+    "CREATE TABLE checkpoints("
+    "  id INTEGER PRIMARY KEY,"
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id),"
+    "  attempt INTEGER NOT NULL,"
+    "  step INTEGER NOT NULL,"
+    "  epoch INTEGER NOT NULL,"
+    "  size INTEGER NOT NULL,"
+    "  sha256 TEXT NOT NULL,"
+    "  path TEXT NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  deleted_at INTEGER);"
+    "CREATE INDEX checkpoints_job ON checkpoints(job_id, id);"
+    "CREATE TABLE rendezvous("
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id),"
+    "  attempt INTEGER NOT NULL,"
+    "  key TEXT NOT NULL,"
+    "  value TEXT NOT NULL,"
+    "  PRIMARY KEY(job_id, attempt, key)) WITHOUT ROWID;"
+    "ALTER TABLE jobs ADD COLUMN progress TEXT;"
+    "ALTER TABLE tasks ADD COLUMN token_hash TEXT;";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1},
     {2, "nodes, devices, tasks, allocations, shares", m2},
+    {3, "metrics, logs, checkpoints, rendezvous, progress", m3},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

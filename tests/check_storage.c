@@ -98,7 +98,7 @@ START_TEST(migrate_from_every_version) {
         ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
         ck_assert_int_eq(db_version(d), db_migrations_count());
         ck_assert_int_eq(count(d, "SELECT count(*) FROM jobs WHERE name = 'old' AND workers = 2"), 1);
-        if (db_migrations_count() >= 2) {
+        if (k < 2) {
             /* Migration 2 back-fills queued_at and gives teams a weight. */
             ck_assert_int_eq(count(d, "SELECT count(*) FROM jobs WHERE queued_at = 1000"), 1);
             ck_assert_int_eq(count(d, "SELECT count(*) FROM teams WHERE weight = 1.0"), 1);
