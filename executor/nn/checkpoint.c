@@ -112,7 +112,7 @@ int checkpoint_encode(const model *m, const ckpt_meta *meta, unsigned char **out
         char dbl[40];
         snprintf(dbl, sizeof dbl, "%a", meta->epoch_loss_sum);
         if (!md || add_str(md, "format", CKPT_FORMAT) || add_str(md, "model", model_signature(m)) ||
-            add_str(md, "optimizer", opt_name(model_optimizer(m)->type)) ||
+            add_str(md, "optimizer", model_optimizer_name(m)) ||
             add_long(md, "iterations", model_iterations(m)) || add_str(md, "rng", rng) ||
             add_long(md, "epoch", meta->epoch) || add_long(md, "step", meta->step) ||
             add_long(md, "batch_pos", meta->batch_pos) || add_u64(md, "data_rng", meta->data_rng) ||

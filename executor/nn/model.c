@@ -58,6 +58,27 @@ struct model {
     char signature[SIG_MAX];
 };
 
+/* Names for signatures and checkpoints (the engine does not need the spec
+ * parser's helpers). */
+static const char *act_str(act_type a)
+{
+    static const char *n[] = {"linear", "relu", "sigmoid", "tanh", "softmax"};
+    return (unsigned)a < 5 ? n[a] : "?";
+}
+
+static const char *loss_str(loss_type l)
+{
+    static const char *n[] = {"binary_crossentropy", "categorical_crossentropy",
+                              "sparse_categorical_crossentropy", "mse"};
+    return (unsigned)l < 4 ? n[l] : "?";
+}
+
+const char *model_optimizer_name(const model *m)
+{
+    static const char *n[] = {"sgd", "rmsprop", "adam", "adagrad"};
+    return (unsigned)m->opt.type < 4 ? n[m->opt.type] : "?";
+}
+
 static size_t align_up(size_t n)
 {
     return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS;
@@ -147,7 +168,7 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
                 }
             }
             dense_i++;
-            sig_add(m, "|dense(%d,%s,%s)", op->out, act_name(op->act), op->use_bias ? "bias" : "nobias");
+            sig_add(m, "|dense(%d,%s,%s)", op->out, act_str(op->act), op->use_bias ? "bias" : "nobias");
             break;
         case LAYER_DROPOUT:
             if (!(ls->rate >= 0.0f && ls->rate < 1.0f)) {
@@ -167,7 +188,7 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
             op->out = width;
             op->act = ls->activation;
             op->own_output = 1;
-            sig_add(m, "|activation(%s)", act_name(op->act));
+            sig_add(m, "|activation(%s)", act_str(op->act));
             break;
         default:
             model_free(m);
@@ -186,7 +207,7 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
         model_free(m);
         return fail(err, "output size does not match the last dense layer", -1);
     }
-    sig_add(m, "|loss=%s|opt=%s", loss_name(m->loss), opt_name(m->opt.type));
+    sig_add(m, "|loss=%s|opt=%s", loss_str(m->loss), model_optimizer_name(m));
     if (m->opt.type == OPT_RMSPROP || m->opt.type == OPT_SGD)
         sig_add(m, "(momentum=%d,centered=%d)", m->opt.momentum != 0.0f, m->opt.centered);
     if (m->opt.type == OPT_ADAM)

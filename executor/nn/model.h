@@ -77,6 +77,7 @@ int model_input_size(const model *m);
 int model_output_size(const model *m);
 int model_max_batch(const model *m);
 const optimizer_spec *model_optimizer(const model *m);
+const char *model_optimizer_name(const model *m); /* "rmsprop", ... */
 /* A text signature of the architecture, loss and optimizer kind: a
  * checkpoint only loads into a model with the same signature. */
 const char *model_signature(const model *m);

@@ -3,10 +3,31 @@
 #include "optimizer.h"
 
 #include <math.h>
+#include <string.h>
 
-/* sqrtf without errno lets GCC emit vector square roots. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("no-math-errno")
+/* GCC does not vectorize sqrtf (errno) without -fno-math-errno, so the hot
+ * loops use vector types: V floats at a time, the scalar loop for the rest.
+ * sqrt and division are correctly rounded either way. */
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#define V 16
+typedef float vf __attribute__((vector_size(64)));
+static inline vf vsqrt(vf x) { return (vf)_mm512_sqrt_ps((__m512)x); }
+static inline vf vmax(vf a, vf b) { return (vf)_mm512_max_ps((__m512)a, (__m512)b); }
+#elif defined(__AVX__)
+#include <immintrin.h>
+#define V 8
+typedef float vf __attribute__((vector_size(32)));
+static inline vf vsqrt(vf x) { return (vf)_mm256_sqrt_ps((__m256)x); }
+static inline vf vmax(vf a, vf b) { return (vf)_mm256_max_ps((__m256)a, (__m256)b); }
+#else
+#define V 0
+#endif
+
+#if V
+static inline vf vload(const float *p) { vf v; memcpy(&v, p, sizeof v); return v; }
+static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
+static inline vf vset(float x) { vf v; for (int i = 0; i < V; i++) v[i] = x; return v; }
 #endif
 
 int optimizer_slot_count(const optimizer_spec *o)
@@ -81,7 +102,17 @@ static void rmsprop_step(const optimizer_spec *o, float *restrict w, const float
     float *restrict avg = o->centered ? slots + n : NULL;
     float *restrict mom = mu != 0.0f ? slots + n * (o->centered ? 2 : 1) : NULL;
     if (!avg && !mom) {
-        for (size_t i = 0; i < n; i++) {
+        size_t i = 0;
+#if V
+        const vf vrho = vset(rho), vone = vset(1.0f - rho), veps = vset(eps), vlr = vset(lr);
+        for (; i + V <= n; i += V) {
+            vf gi = vload(g + i);
+            vf v = vrho * vload(vel + i) + vone * gi * gi;
+            vstore(vel + i, v);
+            vstore(w + i, vload(w + i) - vlr * gi / vsqrt(v + veps));
+        }
+#endif
+        for (; i < n; i++) {
             float v = rho * vel[i] + (1.0f - rho) * g[i] * g[i];
             vel[i] = v;
             w[i] -= lr * g[i] / sqrtf(v + eps);
@@ -118,7 +149,33 @@ static void adam_step(const optimizer_spec *o, float *restrict w, const float *r
     float *restrict m = slots;
     float *restrict v = slots + n;
     float *restrict vh = o->amsgrad ? slots + 2 * n : NULL;
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+#if V
+    if (!vh) {
+        const vf c1 = vset(1.0f - b1), c2 = vset(1.0f - b2), va = vset(alpha), ve = vset(eps);
+        for (; i + V <= n; i += V) {
+            vf gi = vload(g + i), mi = vload(m + i), vi = vload(v + i);
+            mi = mi + (gi - mi) * c1;
+            vi = vi + (gi * gi - vi) * c2;
+            vstore(m + i, mi);
+            vstore(v + i, vi);
+            vstore(w + i, vload(w + i) - (mi * va) / (vsqrt(vi) + ve));
+        }
+    } else {
+        const vf c1 = vset(1.0f - b1), c2 = vset(1.0f - b2), va = vset(alpha), ve = vset(eps);
+        for (; i + V <= n; i += V) {
+            vf gi = vload(g + i), mi = vload(m + i), vi = vload(v + i);
+            mi = mi + (gi - mi) * c1;
+            vi = vi + (gi * gi - vi) * c2;
+            vstore(m + i, mi);
+            vstore(v + i, vi);
+            vi = vmax(vload(vh + i), vi);
+            vstore(vh + i, vi);
+            vstore(w + i, vload(w + i) - (mi * va) / (vsqrt(vi) + ve));
+        }
+    }
+#endif
+    for (; i < n; i++) {
         float mi = m[i] + (g[i] - m[i]) * (1.0f - b1);
         float vi = v[i] + (g[i] * g[i] - v[i]) * (1.0f - b2);
         m[i] = mi;
@@ -135,7 +192,17 @@ static void adagrad_step(const optimizer_spec *o, float *restrict w, const float
                          float *restrict acc, size_t n)
 {
     const float lr = o->learning_rate, eps = o->epsilon;
-    for (size_t i = 0; i < n; i++) {
+    size_t i = 0;
+#if V
+    const vf vlr = vset(lr), veps = vset(eps);
+    for (; i + V <= n; i += V) {
+        vf gi = vload(g + i);
+        vf a = vload(acc + i) + gi * gi;
+        vstore(acc + i, a);
+        vstore(w + i, vload(w + i) - vlr * gi / vsqrt(a + veps));
+    }
+#endif
+    for (; i < n; i++) {
         float a = acc[i] + g[i] * g[i];
         acc[i] = a;
         w[i] -= lr * g[i] / sqrtf(a + eps);

@@ -1,0 +1,99 @@
+/* train_loop.h - the epoch loop shared by the worker and `trainyard train`:
+ * load data, build the model, epochs -> batches -> forward_backward ->
+ * [grad_reduce hook] -> apply -> metrics; validation each epoch, test at the
+ * end; resume from and write checkpoints; stop cleanly on a flag.
+ *
+ * Engine: executor/nn/model.h; data: executor/data/dataset.h; files:
+ * executor/nn/checkpoint.h. A multi-replica strategy plugs in through
+ * train_hooks.grad_reduce (all-reduce of the flat gradient buffer) and
+ * train_options.worker/workers (which shard, which slice of the global batch).
+ *
+ * defines: train_run, train_run_data */
+#ifndef TRAINYARD_TRAIN_LOOP_H
+#define TRAINYARD_TRAIN_LOOP_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../api/jobspec.h"
+#include "data/dataset.h"
+#include "nn/checkpoint.h"
+#include "nn/model.h"
+
+#define TRAIN_ERR_MAX 256
+
+typedef struct train_options {
+    int epochs;                  /* 0 = spec->fit.epochs */
+    int threads;                 /* BLAS threads; 0 = 1 */
+    const char *checkpoint_path; /* NULL = no checkpoint files */
+    int checkpoint_every;        /* epochs; 0 = spec->checkpoint.every_epochs; < 0 = only at
+                                  * the end and on stop */
+    const char *resume_path;     /* NULL = start fresh */
+    const char *data_path;       /* overrides spec data.path when not NULL */
+    long limit;                  /* > 0 overrides data.limit */
+    int worker, workers;         /* this worker's shard of the training data (0 of 1 default);
+                                  * its batch is batch_size / workers of the global batch */
+    int has_seed;                /* 1: init from `seed`; else from data.seed */
+    uint64_t seed;
+    char spec_hash[65];          /* recorded in checkpoints ("" = none) */
+} train_options;
+
+typedef struct train_step_info {
+    long step;                   /* steps done in all, this one included */
+    int epoch;                   /* 0-based */
+    float loss;                  /* this step's mean loss (local slice / global batch * ... see model.h) */
+    int n;                       /* examples in this worker's step */
+} train_step_info;
+
+typedef struct train_epoch_metrics {
+    int epoch;                   /* 1-based, of `epochs` */
+    int epochs;
+    long step;
+    double loss, accuracy;       /* running means over the epoch's training batches */
+    int has_val;
+    double val_loss, val_accuracy;
+    double seconds;              /* training time of the epoch (validation excluded) */
+    double samples_per_sec;      /* this worker's training examples / seconds */
+} train_epoch_metrics;
+
+typedef struct train_hooks {
+    void *ctx;
+    /* every step: keep it cheap */
+    void (*on_step)(void *ctx, const train_step_info *s);
+    void (*on_epoch)(void *ctx, const train_epoch_metrics *e);
+    /* after a checkpoint file was written (path, the position it holds) */
+    void (*on_checkpoint)(void *ctx, const char *path, const ckpt_meta *meta);
+    /* between model_forward_backward and model_apply_gradients: e.g. sum the
+     * flat gradient buffer (n floats) across replicas, and st's counts for
+     * metrics. Return 0, or -1 to abort the run. NULL = single replica. */
+    int (*grad_reduce)(void *ctx, model *m, float *grads, size_t n, step_stats *st);
+    /* when it becomes non-zero (e.g. set by a SIGTERM handler) the loop
+     * finishes the step, writes a checkpoint (if it has a path) and returns */
+    volatile sig_atomic_t *stop;
+} train_hooks;
+
+typedef struct train_result {
+    int epochs_done;             /* whole epochs trained, resumed ones included */
+    long steps;
+    int stopped;                 /* 1: stopped by the flag before the end */
+    double loss, accuracy;       /* last epoch's training metrics */
+    int has_val, has_test;
+    double val_loss, val_accuracy;
+    double test_loss, test_accuracy;
+    double samples_per_sec;      /* training examples / training seconds, this run */
+    double train_seconds;
+} train_result;
+
+/* Load the spec's data (dataset_load) and run train_run_data. */
+int train_run(const jobspec *spec, const train_options *opt, const train_hooks *hooks,
+              train_result *res, char err[TRAIN_ERR_MAX]);
+
+/* Train on data already in memory. Returns 0 (also when stopped by the
+ * flag), or -1 with a message in err. When m_out is not NULL the trained
+ * model is handed to the caller (who frees it) instead of freed. */
+int train_run_data(const jobspec *spec, const dataset_splits *data, const train_options *opt,
+                   const train_hooks *hooks, train_result *res, model **m_out,
+                   char err[TRAIN_ERR_MAX]);
+
+#endif
