@@ -1,0 +1,675 @@
+/* check_sched.c - the scheduler: hand-made scenarios for each rule (best
+ * fit, fewest nodes, reasons, quotas, backfill, preemption, admission), then
+ * property tests over thousands of random clusters and job mixes through the
+ * pure core, and random passes through the SQLite pass on a real database
+ * file (crash mid-pass, lost nodes, max_restarts). */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/util.h"
+#include "../scheduler/core.h"
+
+/* ================================================================ builders */
+
+#define MAXN 64
+#define MAXD 64
+#define MAXJ 256
+
+typedef struct world {
+    sched_snapshot s;
+    sched_node nodes[MAXN];
+    sched_device dev[MAXN][SCHED_KINDS][MAXD];
+    int ports[MAXN][8];
+    sched_team teams[8];
+    sched_running run[MAXJ];
+    sched_job q[MAXJ];
+    int64_t avoid[MAXJ][2];
+    sched_config cfg;
+} world;
+
+static world *world_new(void)
+{
+    world *w = xcalloc(1, sizeof *w);
+    sched_config_default(&w->cfg);
+    w->s.nodes = w->nodes; w->s.teams = w->teams; w->s.running = w->run; w->s.queued = w->q;
+    w->s.now_ms = 1000000000;
+    w->teams[0] = (sched_team){1, 1.0, 0, -1, 0};
+    w->s.n_teams = 1;
+    return w;
+}
+
+static int add_node(world *w, int gpus, int cpus)
+{
+    int i = w->s.n_nodes++;
+    sched_node *n = &w->nodes[i];
+    n->id = 100 + i; n->ready = 1;
+    n->n_dev[SCHED_GPU] = gpus; n->n_dev[SCHED_CPU] = cpus;
+    n->dev[SCHED_GPU] = w->dev[i][SCHED_GPU]; n->dev[SCHED_CPU] = w->dev[i][SCHED_CPU];
+    for (int d = 0; d < gpus; d++) w->dev[i][SCHED_GPU][d] = (sched_device){(int64_t)i * 1000 + d + 1, 0};
+    for (int d = 0; d < cpus; d++) w->dev[i][SCHED_CPU][d] = (sched_device){(int64_t)i * 1000 + 500 + d, 0};
+    n->ports = w->ports[i];
+    w->s.n_nodes_registered = w->s.n_nodes;
+    return i;
+}
+
+/* A running job holding `count` gpus on node i (first free ones). */
+static int add_running(world *w, int64_t id, int team, int prio, int preemptible, int node, int count)
+{
+    int r = w->s.n_running++;
+    w->run[r] = (sched_running){id, team, prio, preemptible, 0, count, w->s.now_ms - 600000, 0,
+                                w->s.now_ms + 3600000};
+    for (int d = 0, got = 0; d < w->nodes[node].n_dev[SCHED_GPU] && got < count; d++)
+        if (w->dev[node][SCHED_GPU][d].job_id == 0) { w->dev[node][SCHED_GPU][d].job_id = id; got++; }
+    return r;
+}
+
+static int add_job(world *w, int64_t id, int team, int prio, int workers, int dpw, int kind)
+{
+    int q = w->s.n_queued++;
+    w->q[q] = (sched_job){id, team, prio, workers, dpw, kind, 0, w->s.now_ms - id * 1000, 3600, 0, NULL};
+    return q;
+}
+
+static void reason(const sched_result *r, int q, char *out, size_t cap)
+{
+    sched_reason_format(&r->out[q], out, cap);
+}
+
+/* ================================================================ scenarios */
+
+START_TEST(best_fit_keeps_large_holes)
+{
+    world *w = world_new();
+    add_node(w, 8, 4);
+    int n1 = add_node(w, 8, 4);
+    add_running(w, 1, 0, 50, 0, n1, 6);            /* node 1 has a 2-gpu hole */
+    int q = add_job(w, 10, 0, 50, 1, 2, SCHED_GPU);
+    sched_result r; sched_result_init(&r);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_place, 1);
+    ck_assert_int_eq(r.out[q].place, 0);
+    ck_assert_int_eq(r.tasks[r.place[0].task_off].node, n1);
+    sched_result_release(&r); free(w);
+}
+END_TEST
+
+START_TEST(gang_on_fewest_nodes)
+{
+    world *w = world_new();
+    for (int i = 0; i < 4; i++) add_node(w, 4, 4);
+    add_node(w, 8, 4);
+    add_job(w, 10, 0, 50, 4, 2, SCHED_GPU);        /* 8 gpus: fits the 8-gpu node alone */
+    add_job(w, 11, 0, 50, 4, 2, SCHED_GPU);        /* then two 4-gpu nodes */
+    sched_result r; sched_result_init(&r);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_place, 2);
+    ck_assert_int_eq(r.place[0].n_nodes, 1);
+    ck_assert_int_eq(r.place[0].n_tasks, 4);
+    ck_assert_int_eq(r.place[1].n_nodes, 2);
+    /* ports distinct per node */
+    for (int a = 0; a < r.n_tasks; a++)
+        for (int b = a + 1; b < r.n_tasks; b++)
+            if (r.tasks[a].node == r.tasks[b].node) ck_assert_int_ne(r.tasks[a].port, r.tasks[b].port);
+    sched_result_release(&r); free(w);
+}
+END_TEST
+
+START_TEST(reasons_people_read)
+{
+    world *w = world_new();
+    char txt[SCHED_REASON_MAX];
+    sched_result r; sched_result_init(&r);
+    add_job(w, 10, 0, 50, 1, 4, SCHED_GPU);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    reason(&r, 0, txt, sizeof txt);
+    ck_assert_str_eq(txt, "no nodes have joined");
+
+    int n0 = add_node(w, 8, 4);
+    add_running(w, 1, 0, 50, 0, n0, 6);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    reason(&r, 0, txt, sizeof txt);
+    ck_assert_str_eq(txt, "needs 4 gpu on one node; largest free block is 2");
+    ck_assert_int_eq(r.head_job, 10);
+    ck_assert_int_gt(r.out[0].est_start_ms, w->s.now_ms);
+
+    /* a 2-gpu job that would run past the head's reservation (8 gpu now) */
+    w->q[0].devices_per_worker = 8;
+    add_job(w, 11, 0, 40, 1, 2, SCHED_GPU);
+    w->q[1].max_runtime_s = 7200;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    reason(&r, 1, txt, sizeof txt);
+    ck_assert_str_eq(txt, "reserved for job 10");
+    /* a short one ends before it: backfilled */
+    w->q[1].max_runtime_s = 60;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_place, 1);
+    ck_assert_int_eq(r.place[0].backfill, 1);
+    ck_assert_int_eq(r.n_backfilled, 1);
+    /* backfill off: waits */
+    w->cfg.backfill = 0;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_place, 0);
+    w->cfg.backfill = 1;
+
+    /* quota */
+    w->teams[0].quota = 8;
+    w->run[0].devices = 6;
+    w->q[1].workers = 1; w->q[1].devices_per_worker = 2;
+    w->q[0].devices_per_worker = 4;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    reason(&r, 0, txt, sizeof txt);
+    ck_assert_str_eq(txt, "team quota 6/8; needs 4");
+    w->run[0].devices = 8;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    reason(&r, 1, txt, sizeof txt);
+    ck_assert_str_eq(txt, "team quota 8/8");
+    sched_result_release(&r); free(w);
+}
+END_TEST
+
+START_TEST(admission_numbers)
+{
+    world *w = world_new();
+    sched_outcome o;
+    char txt[SCHED_REASON_MAX];
+    sched_job j = {1, 0, 50, 2, 16, SCHED_GPU, 0, 0, 60, 0, NULL};
+    ck_assert_int_eq(sched_admit(&w->s, &j, &o), -1);
+    ck_assert_int_eq(o.why, SW_NO_NODES);
+    add_node(w, 8, 4);
+    add_node(w, 8, 4);
+    w->nodes[1].ready = 0;                         /* registered nodes count, ready or not */
+    ck_assert_int_eq(sched_admit(&w->s, &j, &o), -1);
+    sched_reason_format(&o, txt, sizeof txt);
+    ck_assert_str_eq(txt, "infeasible: a worker needs 16 gpu on one node; the largest node has 8");
+    j.devices_per_worker = 8; j.workers = 3;
+    ck_assert_int_eq(sched_admit(&w->s, &j, &o), -1);
+    sched_reason_format(&o, txt, sizeof txt);
+    ck_assert_str_eq(txt, "infeasible: needs 3 workers x 8 gpu; the cluster can hold 2 such workers");
+    j.workers = 2;
+    ck_assert_int_eq(sched_admit(&w->s, &j, &o), 0);
+    j.ps = 9;
+    ck_assert_int_eq(sched_admit(&w->s, &j, &o), -1);
+    ck_assert_int_eq(o.why, SW_PS_INFEASIBLE);
+    free(w);
+}
+END_TEST
+
+START_TEST(preempt_least_work_lost)
+{
+    world *w = world_new();
+    int n0 = add_node(w, 8, 4);
+    int a = add_running(w, 1, 0, 10, 1, n0, 4);
+    int b = add_running(w, 2, 0, 10, 1, n0, 4);
+    w->run[a].last_checkpoint_ms = w->s.now_ms - 300000;  /* 5 min lost */
+    w->run[b].last_checkpoint_ms = w->s.now_ms - 10000;   /* 10 s lost */
+    add_job(w, 10, 0, 90, 1, 4, SCHED_GPU);
+    sched_result r; sched_result_init(&r);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_place, 0);
+    ck_assert_int_eq(r.n_stops, 1);
+    ck_assert_int_eq(r.stops[0].job_id, 2);
+    ck_assert_int_eq(r.stops[0].for_job, 10);
+    char txt[SCHED_REASON_MAX];
+    reason(&r, 0, txt, sizeof txt);
+    ck_assert_str_eq(txt, "waiting for 1 preempted job to stop");
+    ck_assert_int_eq(r.out[0].est_start_ms, w->s.now_ms + w->cfg.preempt_grace_ms);
+    /* the victim is stopping: the next pass waits, preempts nothing more */
+    w->run[b].stopping = 1;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_stops, 0);
+    /* same priority never preempts; non-preemptible never either */
+    w->run[b].stopping = 0;
+    w->q[0].priority = 10;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_stops, 0);
+    w->q[0].priority = 90;
+    w->run[a].preemptible = w->run[b].preemptible = 0;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_stops, 0);
+    sched_result_release(&r); free(w);
+}
+END_TEST
+
+START_TEST(guarantee_reclaims_borrowed)
+{
+    world *w = world_new();
+    w->teams[0] = (sched_team){1, 1.0, 0, -1, 0};
+    w->teams[1] = (sched_team){2, 1.0, 4, -1, 0};
+    w->s.n_teams = 2;
+    int n0 = add_node(w, 8, 4);
+    add_running(w, 1, 0, 90, 0, n0, 4);            /* team 0 borrows all 8 */
+    add_running(w, 2, 0, 90, 0, n0, 4);
+    w->run[1].last_checkpoint_ms = w->s.now_ms - 1000;
+    add_job(w, 10, 1, 10, 1, 4, SCHED_GPU);        /* team 1, low priority, within guarantee */
+    add_job(w, 11, 0, 99, 1, 4, SCHED_GPU);        /* a higher priority without guarantee */
+    sched_result r; sched_result_init(&r);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.order[0], 0);               /* guarantee first */
+    ck_assert_int_eq(r.n_stops, 1);
+    ck_assert_int_eq(r.stops[0].job_id, 2);
+    ck_assert_int_eq(r.stops[0].guarantee, 1);
+    sched_result_release(&r); free(w);
+}
+END_TEST
+
+START_TEST(fair_share_orders_teams)
+{
+    world *w = world_new();
+    w->teams[0] = (sched_team){1, 1.0, 0, -1, 0};
+    w->teams[1] = (sched_team){2, 3.0, 0, -1, 0};
+    w->s.n_teams = 2;
+    w->cfg.usage_blend = 1.0;
+    add_node(w, 8, 0);
+    for (int i = 0; i < 8; i++) add_job(w, 10 + i, i < 4 ? 0 : 1, 50, 1, 1, SCHED_GPU);
+    for (int i = 0; i < 8; i++) w->q[i].queued_at_ms = w->s.now_ms;
+    sched_result r; sched_result_init(&r);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_place, 8);
+    /* weights 1:3: of the first 4 considered, 3 are team 1's */
+    int t1 = 0;
+    for (int k = 0; k < 4; k++) t1 += w->q[r.order[k]].team == 1;
+    ck_assert_int_eq(t1, 3);
+    /* aging lifts an old low-priority job above a young higher one */
+    w->cfg.aging_s = 60;
+    w->s.n_queued = 2;
+    w->q[0].priority = 40; w->q[0].queued_at_ms = w->s.now_ms - 3600 * 1000;
+    w->q[1].priority = 50; w->q[1].queued_at_ms = w->s.now_ms;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.order[0], 0);
+    ck_assert_int_eq(r.out[0].eff_priority, 100);
+    sched_result_release(&r); free(w);
+}
+END_TEST
+
+/* ================================================================ properties */
+
+static uint64_t g_rng;
+static uint64_t rnd(void)
+{
+    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
+    return g_rng;
+}
+static int rint_(int lo, int hi) { return lo + (int)(rnd() % (uint64_t)(hi - lo + 1)); }
+
+static void random_world(world *w)
+{
+    memset(w, 0, sizeof *w);
+    sched_config_default(&w->cfg);
+    w->cfg.backfill = rint_(0, 3) != 0;
+    w->cfg.preemption = rint_(0, 2) != 0;
+    w->cfg.aging_s = rint_(0, 1) ? 0 : 300;
+    w->s.nodes = w->nodes; w->s.teams = w->teams; w->s.running = w->run; w->s.queued = w->q;
+    w->s.now_ms = 2000000000;
+    w->s.n_teams = rint_(1, 4);
+    for (int t = 0; t < w->s.n_teams; t++)
+        w->teams[t] = (sched_team){t + 1, rint_(1, 4), rint_(0, 3) ? 0 : rint_(1, 8),
+                                   rint_(0, 2) ? -1 : rint_(2, 24), (double)rint_(0, 100000)};
+    int nn = rint_(0, 12);
+    static const int gp[] = {0, 1, 2, 4, 8, 8};
+    for (int i = 0; i < nn; i++) {
+        add_node(w, gp[rint_(0, 5)], rint_(0, 6));
+        if (rint_(0, 9) == 0) w->nodes[i].ready = 0;
+        w->nodes[i].n_ports = rint_(0, 2);
+        for (int p = 0; p < w->nodes[i].n_ports; p++) w->ports[i][p] = w->cfg.port_base + rint_(0, 3);
+    }
+    if (rint_(0, 20) == 0) w->s.n_nodes_registered = 0, w->s.n_nodes = 0;
+    /* running jobs: random free devices of one kind on one node each */
+    int nr = rint_(0, 10);
+    for (int r = 0; r < nr && w->s.n_nodes > 0; r++) {
+        int i = rint_(0, w->s.n_nodes - 1), k = rint_(0, 3) ? SCHED_GPU : SCHED_CPU;
+        int want = rint_(1, 4), got = 0;
+        int64_t id = 5000 + r;
+        for (int d = 0; d < w->nodes[i].n_dev[k] && got < want; d++)
+            if (w->dev[i][k][d].job_id == 0 && rint_(0, 1)) { w->dev[i][k][d].job_id = id; got++; }
+        if (!got) continue;
+        int x = w->s.n_running++;
+        int64_t now = w->s.now_ms;
+        w->run[x] = (sched_running){id, rint_(0, w->s.n_teams - 1), rint_(0, 2) * 40 + 10, rint_(0, 1),
+                                    rint_(0, 5) == 0, got, now - rint_(0, 7200) * 1000,
+                                    rint_(0, 1) ? now - rint_(0, 3600) * 1000 : 0,
+                                    now + (int64_t)rint_(-100, 7200) * 1000};
+    }
+    int nq = rint_(0, 40);
+    for (int q = 0; q < nq; q++) {
+        sched_job *j = &w->q[q];
+        *j = (sched_job){100 + q, rint_(0, w->s.n_teams - 1), rint_(0, 2) * 40 + 10, rint_(1, 4),
+                         rint_(1, 8), rint_(0, 4) ? SCHED_GPU : SCHED_CPU, rint_(0, 5) ? 0 : rint_(1, 2),
+                         w->s.now_ms - rint_(0, 36000) * 1000, rint_(60, 14400), 0, NULL};
+        if (j->devices_per_worker > 3 && rint_(0, 1)) j->devices_per_worker = rint_(1, 2);
+        if (w->s.n_nodes > 0 && rint_(0, 6) == 0) {
+            w->avoid[q][0] = w->nodes[rint_(0, w->s.n_nodes - 1)].id;
+            j->avoid = w->avoid[q]; j->n_avoid = 1;
+        }
+        w->s.n_queued++;
+    }
+}
+
+/* Can job j run with free[k][i] devices free on every node? Closed form:
+ * identical workers fit iff sum floor(free/w) >= workers; ps fill leftovers. */
+static int fits_with(const world *w, const sched_job *j, int free_[SCHED_KINDS][MAXN])
+{
+    int64_t cap = 0, cpu = 0;
+    for (int i = 0; i < w->s.n_nodes; i++) {
+        if (!w->nodes[i].ready) continue;
+        int avoided = 0;
+        for (int a = 0; a < j->n_avoid; a++) avoided |= j->avoid[a] == w->nodes[i].id;
+        if (avoided) continue;
+        cap += free_[j->kind][i] / j->devices_per_worker;
+        cpu += free_[SCHED_CPU][i];
+    }
+    if (cap < j->workers) return 0;
+    int64_t left = j->kind == SCHED_CPU ? cpu - (int64_t)j->workers * j->devices_per_worker : cpu;
+    return left >= j->ps;
+}
+
+/* Earliest time the head fits, by brute force over release instants, with
+ * the placements of this pass running (backfilled ones only if with_bf). */
+static int64_t head_start(const world *w, const sched_result *r, int head, int with_bf)
+{
+    static int free_[SCHED_KINDS][MAXN];
+    int64_t times[MAXJ * 2 + 1];
+    int nt = 0;
+    int64_t now = w->s.now_ms, grace = w->cfg.preempt_grace_ms;
+    times[nt++] = now;
+    for (int x = 0; x < w->s.n_running; x++) {
+        int stopping = w->run[x].stopping;
+        for (int s = 0; s < r->n_stops; s++) stopping |= r->stops[s].running == x;
+        int64_t e = stopping || w->run[x].end_ms < now + grace ? now + grace : w->run[x].end_ms;
+        times[nt++] = e;
+    }
+    for (int p = 0; p < r->n_place; p++) times[nt++] = now + w->q[r->place[p].job].max_runtime_s * 1000;
+    int64_t best = 0;
+    for (int t = 0; t < nt; t++) {
+        int64_t T = times[t];
+        if (best && T >= best) continue;
+        for (int i = 0; i < w->s.n_nodes; i++)
+            for (int k = 0; k < SCHED_KINDS; k++) {
+                int f = 0;
+                for (int d = 0; d < w->nodes[i].n_dev[k]; d++) {
+                    int64_t jid = w->dev[i][k][d].job_id;
+                    if (!jid) { f++; continue; }
+                    for (int x = 0; x < w->s.n_running; x++) {
+                        if (w->run[x].id != jid) continue;
+                        int stopping = w->run[x].stopping;
+                        for (int s = 0; s < r->n_stops; s++) stopping |= r->stops[s].running == x;
+                        int64_t e = stopping || w->run[x].end_ms < now + grace ? now + grace : w->run[x].end_ms;
+                        if (e <= T) f++;
+                    }
+                }
+                free_[k][i] = f;
+            }
+        for (int p = 0; p < r->n_place; p++) {
+            const sched_place *pl = &r->place[p];
+            if (pl->backfill && !with_bf) continue;
+            if (now + w->q[pl->job].max_runtime_s * 1000 <= T) continue;
+            for (int x = pl->task_off; x < pl->task_off + pl->n_tasks; x++)
+                free_[r->tasks[x].kind][r->tasks[x].node] -= r->tasks[x].n_dev;
+        }
+        if (fits_with(w, &w->q[head], free_)) best = T;
+    }
+    return best;
+}
+
+static long g_seen_place, g_seen_backfill, g_seen_stop, g_seen_head;
+
+static void check_world(world *w, int iter)
+{
+    sched_result r; sched_result_init(&r);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    g_seen_place += r.n_place; g_seen_backfill += r.n_backfilled;
+    g_seen_stop += r.n_stops; g_seen_head += r.head_job != 0;
+    const sched_snapshot *s = &w->s;
+    /* 1. no device held twice; placed devices were free and of the right node/kind */
+    for (int p = 0; p < r.n_place; p++) {
+        const sched_place *pl = &r.place[p];
+        const sched_job *j = &s->queued[pl->job];
+        ck_assert_int_eq(r.out[pl->job].place, p);
+        int nw = 0, nps = 0;
+        for (int x = pl->task_off; x < pl->task_off + pl->n_tasks; x++) {
+            const sched_task *t = &r.tasks[x];
+            const sched_node *nd = &s->nodes[t->node];
+            ck_assert_msg(nd->ready, "iter %d: task on a node that is not ready", iter);
+            for (int a = 0; a < j->n_avoid; a++) ck_assert(nd->id != j->avoid[a]);
+            if (t->type == 0) {
+                ck_assert_int_eq(t->kind, j->kind);
+                ck_assert_int_eq(t->n_dev, j->devices_per_worker);
+                ck_assert_int_eq(t->index, nw);
+                nw++;
+            } else {
+                ck_assert_int_eq(t->kind, SCHED_CPU);
+                ck_assert_int_eq(t->n_dev, 1);
+                ck_assert_int_eq(t->index, nps);
+                nps++;
+            }
+            for (int p2 = 0; p2 < nd->n_ports; p2++) ck_assert_int_ne(t->port, nd->ports[p2]);
+            for (int d = 0; d < t->n_dev; d++) {
+                int64_t id = r.dev_ids[t->dev_off + d];
+                int found = 0;
+                for (int x2 = 0; x2 < nd->n_dev[t->kind]; x2++)
+                    if (nd->dev[t->kind][x2].id == id) { found = 1; ck_assert_int_eq(nd->dev[t->kind][x2].job_id, 0); }
+                ck_assert_msg(found, "iter %d: device %lld not on the task's node", iter, (long long)id);
+            }
+        }
+        ck_assert_msg(nw == j->workers && nps == j->ps, "iter %d: job %lld got %d/%d workers %d/%d ps",
+                      iter, (long long)j->id, nw, j->workers, nps, j->ps);
+    }
+    for (int a = 0; a < r.n_dev; a++)
+        for (int b = a + 1; b < r.n_dev; b++)
+            ck_assert_msg(r.dev_ids[a] != r.dev_ids[b], "iter %d: device held twice", iter);
+    for (int a = 0; a < r.n_tasks; a++)
+        for (int b = a + 1; b < r.n_tasks; b++)
+            if (r.tasks[a].node == r.tasks[b].node) ck_assert_int_ne(r.tasks[a].port, r.tasks[b].port);
+    /* 2. quotas: a team that got a placement is within its quota */
+    for (int t = 0; t < s->n_teams; t++) {
+        int64_t use = 0, placed = 0;
+        for (int x = 0; x < s->n_running; x++) if (s->running[x].team == t) use += s->running[x].devices;
+        for (int p = 0; p < r.n_place; p++)
+            if (s->queued[r.place[p].job].team == t) placed += sched_job_devices(&s->queued[r.place[p].job]);
+        if (placed && s->teams[t].quota >= 0)
+            ck_assert_msg(use + placed <= s->teams[t].quota, "iter %d: team %d over quota", iter, t);
+    }
+    /* 3. order: (guarantee, aged priority) never increases along the order */
+    int prev_g = 2, prev_e = 1 << 30;
+    for (int k = 0; k < s->n_queued; k++) {
+        int q = r.order[k];
+        ck_assert_int_eq(r.out[q].rank, k);
+        const sched_job *j = &s->queued[q];
+        int64_t use = 0;
+        for (int x = 0; x < s->n_running; x++) if (s->running[x].team == j->team) use += s->running[x].devices;
+        int g = use + sched_job_devices(j) <= s->teams[j->team].guarantee;
+        ck_assert(g < prev_g || (g == prev_g && r.out[q].eff_priority <= prev_e));
+        prev_g = g; prev_e = r.out[q].eff_priority;
+        if (r.out[q].place < 0) {
+            char txt[SCHED_REASON_MAX];
+            sched_reason_format(&r.out[q], txt, sizeof txt);
+            ck_assert_msg(r.out[q].why != SW_NONE && txt[0], "iter %d: job waits without reason", iter);
+        }
+    }
+    /* 4. nobody passes the head except by backfill, and backfill never delays it */
+    if (r.head_job) {
+        int head = -1;
+        for (int q = 0; q < s->n_queued; q++) if (s->queued[q].id == r.head_job) head = q;
+        ck_assert_int_ge(head, 0);
+        ck_assert_int_lt(r.out[head].place, 0);
+        for (int p = 0; p < r.n_place; p++) {
+            if (r.out[r.place[p].job].rank > r.out[head].rank)
+                ck_assert_msg(r.place[p].backfill, "iter %d: job passed the head without backfill", iter);
+            else
+                ck_assert_int_eq(r.place[p].backfill, 0);
+        }
+        if (!w->cfg.backfill) ck_assert_int_eq(r.n_backfilled, 0);
+        int64_t without = head_start(w, &r, head, 0);
+        int64_t with = head_start(w, &r, head, 1);
+        if (without) ck_assert_msg(with && with <= without,
+                                   "iter %d: backfill delayed head %lld from %lld to %lld", iter,
+                                   (long long)r.head_job, (long long)without, (long long)with);
+        if (r.out[head].est_start_ms && r.n_stops == 0)
+            ck_assert_int_eq(r.out[head].est_start_ms, without);
+    } else {
+        ck_assert_int_eq(r.n_backfilled, 0);
+    }
+    /* 5. victims: whole running jobs, preemptible and lower priority, or borrowed */
+    for (int x = 0; x < r.n_stops; x++) {
+        const sched_running *v = &s->running[r.stops[x].running];
+        ck_assert_int_eq(v->stopping, 0);
+        ck_assert_int_eq(r.stops[x].for_job, r.head_job);
+        const sched_job *h = NULL;
+        for (int q = 0; q < s->n_queued; q++) if (s->queued[q].id == r.head_job) h = &s->queued[q];
+        ck_assert_ptr_nonnull(h);
+        if (!r.stops[x].guarantee) ck_assert(v->preemptible && v->priority < h->priority);
+        else ck_assert_int_ne(v->team, h->team);
+        ck_assert_int_ne(w->cfg.preemption, 0);
+    }
+    sched_result_release(&r);
+}
+
+START_TEST(property_random_worlds)
+{
+    world *w = xmalloc(sizeof *w);
+    g_rng = 0x9e3779b97f4a7c15ull ^ (uint64_t)_i;
+    int n = getenv("SCHED_PROP_ITERS") ? atoi(getenv("SCHED_PROP_ITERS")) : 1000;
+    for (int it = 0; it < n; it++) {
+        random_world(w);
+        check_world(w, it);
+    }
+    /* the generator must reach every rule, or the properties prove little */
+    ck_assert_int_gt(g_seen_place, n);
+    ck_assert_int_gt(g_seen_backfill, n / 20);
+    ck_assert_int_gt(g_seen_stop, n / 50);
+    ck_assert_int_gt(g_seen_head, n / 4);
+    free(w);
+}
+END_TEST
+
+/* Many passes in a row on one world: apply placements, end jobs at random;
+ * devices stay consistent and every job eventually runs. */
+START_TEST(property_repeated_passes)
+{
+    world *w = xmalloc(sizeof *w);
+    g_rng = 0x1234567ull + (uint64_t)_i;
+    for (int round = 0; round < 20; round++) {
+        random_world(w);
+        w->s.n_running = 0;
+        for (int i = 0; i < w->s.n_nodes; i++)
+            for (int k = 0; k < SCHED_KINDS; k++)
+                for (int d = 0; d < w->nodes[i].n_dev[k]; d++) w->dev[i][k][d].job_id = 0;
+        sched_result r; sched_result_init(&r);
+        for (int step = 0; step < 60; step++) {
+            check_world(w, step);
+            ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+            for (int p = 0; p < r.n_place; p++) {
+                const sched_place *pl = &r.place[p];
+                sched_job j = w->q[pl->job];
+                for (int x = pl->task_off; x < pl->task_off + pl->n_tasks; x++) {
+                    const sched_task *t = &r.tasks[x];
+                    for (int d = 0; d < t->n_dev; d++)
+                        for (int x2 = 0; x2 < w->nodes[t->node].n_dev[t->kind]; x2++)
+                            if (w->dev[t->node][t->kind][x2].id == r.dev_ids[t->dev_off + d])
+                                w->dev[t->node][t->kind][x2].job_id = j.id;
+                }
+                w->run[w->s.n_running++] = (sched_running){j.id, j.team, j.priority, 1, 0,
+                    sched_job_devices(&j), w->s.now_ms, 0, w->s.now_ms + j.max_runtime_s * 1000};
+            }
+            /* drop placed jobs from the queue (keeping id order) */
+            int nq = 0;
+            for (int q = 0; q < w->s.n_queued; q++)
+                if (r.out[q].place < 0) { w->q[nq] = w->q[q]; nq++; }
+            w->s.n_queued = nq;
+            /* stops take effect, and jobs past their end finish */
+            for (int x = 0; x < r.n_stops; x++) w->run[r.stops[x].running].stopping = 1;
+            w->s.now_ms += 600 * 1000;
+            int nr = 0;
+            for (int x = 0; x < w->s.n_running; x++) {
+                sched_running *v = &w->run[x];
+                if (v->end_ms <= w->s.now_ms || v->stopping) {
+                    for (int i = 0; i < w->s.n_nodes; i++)
+                        for (int k = 0; k < SCHED_KINDS; k++)
+                            for (int d = 0; d < w->nodes[i].n_dev[k]; d++)
+                                if (w->dev[i][k][d].job_id == v->id) w->dev[i][k][d].job_id = 0;
+                    continue;
+                }
+                w->run[nr++] = *v;
+            }
+            w->s.n_running = nr;
+        }
+        /* nothing left feasible should still wait when the cluster is idle */
+        if (w->s.n_running == 0 && w->s.n_queued > 0) {
+            ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+            for (int q = 0; q < w->s.n_queued; q++) {
+                int why = r.out[q].why;
+                ck_assert_msg(r.out[q].place >= 0 || why == SW_QUOTA || why == SW_WIDE || why == SW_LARGE ||
+                              why == SW_PS_INFEASIBLE || why == SW_NO_NODES,
+                              "job waits on an idle cluster: why %d", why);
+            }
+        }
+        sched_result_release(&r);
+    }
+    free(w);
+}
+END_TEST
+
+/* A pass on a big cluster stays fast (the simulator measures it properly). */
+START_TEST(pass_is_fast)
+{
+    int nn = 1000, nq = 10000;
+    sched_node *nodes = xcalloc((size_t)nn, sizeof *nodes);
+    sched_device *dev = xcalloc((size_t)nn * 8, sizeof *dev);
+    for (int i = 0; i < nn; i++) {
+        nodes[i].id = i + 1; nodes[i].ready = 1;
+        nodes[i].n_dev[SCHED_GPU] = 8; nodes[i].dev[SCHED_GPU] = &dev[i * 8];
+        for (int d = 0; d < 8; d++) dev[i * 8 + d].id = i * 8 + d + 1;
+    }
+    sched_team teams[4];
+    for (int t = 0; t < 4; t++) teams[t] = (sched_team){t + 1, t + 1, 0, -1, 0};
+    sched_job *q = xcalloc((size_t)nq, sizeof *q);
+    g_rng = 77;
+    static const int wd[] = {1, 2, 4, 8};
+    for (int i = 0; i < nq; i++)
+        q[i] = (sched_job){i + 1, rint_(0, 3), 50, rint_(1, 4), wd[rint_(0, 3)], SCHED_GPU, 0, i, 3600, 0, NULL};
+    sched_snapshot s = {1000000, nn, nn, nodes, 4, teams, 0, NULL, nq, q};
+    sched_config cfg; sched_config_default(&cfg);
+    sched_result r; sched_result_init(&r);
+    double t0 = mono_s();
+    ck_assert_int_eq(sched_pass_core(&s, &cfg, &r), 0);
+    double ms = (mono_s() - t0) * 1000;
+    ck_assert_int_gt(r.n_place, 100);
+    ck_assert_msg(ms < 2000, "pass took %.1f ms", ms);   /* generous: ASan, shared cores */
+    sched_result_release(&r);
+    free(nodes); free(dev); free(q);
+}
+END_TEST
+
+/* ================================================================ main */
+
+Suite *sched_suite(void);
+
+Suite *sched_suite(void)
+{
+    Suite *s = suite_create("sched");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, best_fit_keeps_large_holes);
+    tcase_add_test(tc, gang_on_fewest_nodes);
+    tcase_add_test(tc, reasons_people_read);
+    tcase_add_test(tc, admission_numbers);
+    tcase_add_test(tc, preempt_least_work_lost);
+    tcase_add_test(tc, guarantee_reclaims_borrowed);
+    tcase_add_test(tc, fair_share_orders_teams);
+    tcase_add_loop_test(tc, property_random_worlds, 0, 4);
+    tcase_add_loop_test(tc, property_repeated_passes, 0, 2);
+    tcase_add_test(tc, pass_is_fast);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(sched_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
