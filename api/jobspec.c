@@ -1379,6 +1379,13 @@ static cJSON *chk(out_ctx *o, cJSON *v) {
 static void add_num(out_ctx *o, cJSON *obj, const char *k, double v) {
     chk(o, cJSON_AddNumberToObject(obj, k, v));
 }
+/* Integers print exactly (cJSON prints doubles with 15 digits, which
+ * would turn a 2^53 - 1 seed into 9.00719925474099e+15). */
+static void add_int(out_ctx *o, cJSON *obj, const char *k, long long v) {
+    char b[32];
+    snprintf(b, sizeof b, "%lld", v);
+    chk(o, cJSON_AddRawToObject(obj, k, b));
+}
 static void add_str(out_ctx *o, cJSON *obj, const char *k, const char *v) {
     chk(o, cJSON_AddStringToObject(obj, k, v));
 }
@@ -1392,7 +1399,9 @@ static void add_null(out_ctx *o, cJSON *obj, const char *k) {
 static void add_shape(out_ctx *o, cJSON *obj, const int *shape, int rank) {
     cJSON *a = chk(o, cJSON_AddArrayToObject(obj, "input_shape"));
     for (int i = 0; a && i < rank; i++) {
-        cJSON *n = chk(o, cJSON_CreateNumber(shape[i]));
+        char b[16];
+        snprintf(b, sizeof b, "%d", shape[i]);
+        cJSON *n = chk(o, cJSON_CreateRaw(b));
         if (n && !cJSON_AddItemToArray(a, n)) { cJSON_Delete(n); o->ok = 0; }
     }
 }
@@ -1407,7 +1416,7 @@ static void layers_to_json(out_ctx *o, cJSON *model, const jobspec *s) {
         add_str(o, j, "type", layer_type_name(l->type));
         switch (l->type) {
         case LAYER_DENSE:
-            add_num(o, j, "units", l->units);
+            add_int(o, j, "units", l->units);
             add_str(o, j, "activation", act_name(l->activation));
             add_bool(o, j, "use_bias", l->use_bias);
             add_str(o, j, "kernel_initializer", init_name(l->kernel_initializer));
@@ -1415,7 +1424,7 @@ static void layers_to_json(out_ctx *o, cJSON *model, const jobspec *s) {
             break;
         case LAYER_DROPOUT:
             add_num(o, j, "rate", clean(l->rate));
-            if (l->has_seed) add_num(o, j, "seed", (double)l->seed);
+            if (l->has_seed) add_int(o, j, "seed", (long long)l->seed);
             break;
         case LAYER_FLATTEN:
             break;
@@ -1461,17 +1470,17 @@ static void data_to_json(out_ctx *o, cJSON *root, const data_spec *d) {
     if (d->path[0]) add_str(o, j, "path", d->path);
     if (d->source == DATA_CSV) {
         if (d->label_column_name[0]) add_str(o, j, "label_column", d->label_column_name);
-        else add_num(o, j, "label_column", d->label_column);
+        else add_int(o, j, "label_column", d->label_column);
         add_bool(o, j, "header", d->header);
     }
     if (d->source == DATA_SYNTHETIC) {
-        add_num(o, j, "examples", (double)d->examples);
-        add_num(o, j, "features", d->features);
+        add_int(o, j, "examples", (long long)d->examples);
+        add_int(o, j, "features", d->features);
     }
     add_num(o, j, "validation_split", clean(d->validation_split));
-    add_num(o, j, "shuffle_buffer", d->shuffle_buffer);
-    add_num(o, j, "seed", (double)d->seed);
-    if (d->limit > 0) add_num(o, j, "limit", (double)d->limit);
+    add_int(o, j, "shuffle_buffer", d->shuffle_buffer);
+    add_int(o, j, "seed", (long long)d->seed);
+    if (d->limit > 0) add_int(o, j, "limit", (long long)d->limit);
     else add_null(o, j, "limit");
 }
 
@@ -1497,7 +1506,7 @@ cJSON *jobspec_to_cjson(const jobspec *s) {
     cJSON *root = cJSON_CreateObject();
     if (!root) return NULL;
     add_str(&o, root, "name", s->name);
-    add_num(&o, root, "priority", s->priority);
+    add_int(&o, root, "priority", s->priority);
     if (s->kind == JOB_KIND_COMMAND) {
         command_to_json(&o, root, &s->command);
     } else {
@@ -1513,9 +1522,10 @@ cJSON *jobspec_to_cjson(const jobspec *s) {
         }
         data_to_json(&o, root, &s->data);
         cJSON *fit = chk(&o, cJSON_AddObjectToObject(root, "fit"));
-        add_num(&o, fit, "epochs", s->fit.epochs);
-        add_num(&o, fit, "batch_size", s->fit.batch_size);
-        if (s->fit.steps_per_epoch > 0) add_num(&o, fit, "steps_per_epoch", (double)s->fit.steps_per_epoch);
+        add_int(&o, fit, "epochs", s->fit.epochs);
+        add_int(&o, fit, "batch_size", s->fit.batch_size);
+        if (s->fit.steps_per_epoch > 0)
+            add_int(&o, fit, "steps_per_epoch", (long long)s->fit.steps_per_epoch);
         else add_null(&o, fit, "steps_per_epoch");
     }
     cJSON *st = chk(&o, cJSON_AddObjectToObject(root, "strategy"));
@@ -1525,17 +1535,17 @@ cJSON *jobspec_to_cjson(const jobspec *s) {
     if (s->strategy.type == STRAT_MULTI_WORKER_MIRRORED || s->strategy.type == STRAT_PARAMETER_SERVER)
         add_str(&o, st, "communication", comm_name(s->strategy.communication));
     cJSON *r = chk(&o, cJSON_AddObjectToObject(root, "resources"));
-    add_num(&o, r, "workers", s->resources.workers);
-    add_num(&o, r, "devices_per_worker", s->resources.devices_per_worker);
+    add_int(&o, r, "workers", s->resources.workers);
+    add_int(&o, r, "devices_per_worker", s->resources.devices_per_worker);
     add_str(&o, r, "device", device_kind_name(s->resources.device));
-    if (s->strategy.type == STRAT_PARAMETER_SERVER) add_num(&o, r, "ps", s->resources.ps);
+    if (s->strategy.type == STRAT_PARAMETER_SERVER) add_int(&o, r, "ps", s->resources.ps);
     cJSON *ck = chk(&o, cJSON_AddObjectToObject(root, "checkpoint"));
-    add_num(&o, ck, "every_epochs", s->checkpoint.every_epochs);
-    add_num(&o, ck, "keep", s->checkpoint.keep);
-    add_num(&o, root, "max_runtime_s", (double)s->max_runtime_s);
+    add_int(&o, ck, "every_epochs", s->checkpoint.every_epochs);
+    add_int(&o, ck, "keep", s->checkpoint.keep);
+    add_int(&o, root, "max_runtime_s", (long long)s->max_runtime_s);
     add_bool(&o, root, "preemptible", s->preemptible);
     add_bool(&o, root, "queue_if_infeasible", s->queue_if_infeasible);
-    add_num(&o, root, "max_restarts", s->max_restarts);
+    add_int(&o, root, "max_restarts", s->max_restarts);
     if (!o.ok) {
         cJSON_Delete(root);
         return NULL;

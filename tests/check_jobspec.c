@@ -1,0 +1,963 @@
+/* check_jobspec.c - tests for api/jobspec: a table of bad specs, each with
+ * the HTTP status, error code and field path a client would see; good specs
+ * (the examples/, defaults, every optimizer and source); the normalized JSON
+ * and its round trip; and malformed input (truncation, mutation, depth, NUL). */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../api/jobspec.h"
+#include "../common/util.h"
+
+/* Specs are written with ' for " to stay readable; q() swaps them. */
+static char *q(const char *s) {
+    char *out = xstrdup(s);
+    for (char *p = out; *p; p++)
+        if (*p == '\'') *p = '"';
+    return out;
+}
+
+static int parse_q(const char *spec, jobspec *s, spec_error *e) {
+    char *j = q(spec);
+    int rc = jobspec_parse(j, strlen(j), s, e);
+    free(j);
+    return rc;
+}
+
+static void parse_ok(const char *spec, jobspec *s) {
+    spec_error e;
+    int rc = parse_q(spec, s, &e);
+    ck_assert_msg(rc == 0, "expected success for %s\ngot %d %s %s: %s", spec, e.status, e.code,
+                  e.field, e.message);
+}
+
+/* ---------------------------------------------------------------- building blocks */
+
+#define OUT10 "{'type':'dense','units':10,'activation':'softmax'}"
+#define MODEL "'model':{'layers':[" OUT10 "]}"
+#define COMP "'compile':{'optimizer':'sgd','loss':'sparse_categorical_crossentropy'}"
+#define DATA "'data':{'source':'fashion-mnist'}"
+#define BASE MODEL "," COMP "," DATA
+#define GOOD "{" BASE "}"
+#define TOP(extra) "{" BASE "," extra "}"
+#define LAYERS(ls) "{'model':{'layers':[" ls "]}," COMP "," DATA "}"
+#define COMPILE(c) "{" MODEL ",'compile':" c "," DATA "}"
+#define OPT(o) COMPILE("{'optimizer':" o ",'loss':'sparse_categorical_crossentropy'}")
+#define WDATA(d) "{" MODEL "," COMP ",'data':" d "}"
+/* synthetic binary: 10 features, one sigmoid output */
+#define SYN_MODEL "'model':{'layers':[{'type':'dense','units':4,'activation':'relu'}," \
+                  "{'type':'dense','units':1,'activation':'sigmoid'}]}"
+#define SYN_COMP "'compile':{'optimizer':'sgd','loss':'binary_crossentropy'}"
+#define SYN(extra) "{" SYN_MODEL "," SYN_COMP ",'data':{'source':'synthetic'}," extra "}"
+#define SYN_LAYERS(ls, loss) "{'model':{'layers':[" ls "]},'compile':{'optimizer':'sgd','loss':'" \
+                             loss "'},'data':{'source':'synthetic'}}"
+#define CSV_MODEL "'model':{'layers':[{'type':'dense','units':3,'activation':'softmax'," \
+                  "'input_shape':[4]}]}"
+#define CSV(d) "{" CSV_MODEL "," COMP ",'data':" d "}"
+#define A16 "aaaaaaaaaaaaaaaa"
+
+typedef struct bad_case {
+    const char *spec;
+    int status;
+    const char *code;
+    const char *field;
+} bad_case;
+
+static const bad_case BAD[] = {
+    /* ---- 400 bad_json */
+    {"", 400, "bad_json", ""},
+    {"{", 400, "bad_json", ""},
+    {"{'name':}", 400, "bad_json", ""},
+    {"[1,2]", 400, "bad_json", ""},
+    {"null", 400, "bad_json", ""},
+    {"'a string'", 400, "bad_json", ""},
+    {GOOD " x", 400, "bad_json", ""},
+    {GOOD GOOD, 400, "bad_json", ""},
+    {"{'name':'a','name':'b'}", 400, "bad_json", "name"},
+    {"{'model':{'layers':[{'type':'dense','units':10,'units':10}]}}", 400, "bad_json",
+     "model.layers[0].units"},
+    {"{'name':'a\nb'}", 400, "bad_json", ""},
+    {"{'name':'\xff'}", 400, "bad_json", ""},
+    {"{'name':'\xc3('}", 400, "bad_json", ""},
+    {"{'name':'a\\u0000b'}", 400, "bad_json", ""},
+    {"{'priority':NaN}", 400, "bad_json", ""},
+    /* ---- unknown fields */
+    {TOP("'nmae':'x'"), 422, "unknown_field", "nmae"},
+    {TOP("'team':'x'"), 422, "unknown_field", "team"},
+    {LAYERS("{'type':'dense','unitz':10}"), 422, "unknown_field", "model.layers[0].unitz"},
+    {LAYERS("{'type':'dense','units':8,'activation':'relu'},{'type':'dense','unitz':10}"), 422,
+     "unknown_field", "model.layers[1].unitz"},
+    {"{'model':{'layer':[]}," COMP "," DATA "}", 422, "unknown_field", "model.layer"},
+    {LAYERS("{'type':'dropout','rate':0.5,'units':3}," OUT10), 422, "unknown_field",
+     "model.layers[0].units"},
+    {LAYERS("{'type':'flatten','units':3}," OUT10), 422, "unknown_field", "model.layers[0].units"},
+    {LAYERS(OUT10 ",{'type':'activation','activation':'softmax','rate':0.1}"), 422,
+     "unknown_field", "model.layers[1].rate"},
+    {LAYERS("{'type':'dense','units':10,'activation':'softmax','seed':1}"), 422, "unknown_field",
+     "model.layers[0].seed"},
+    {COMPILE("{'optimiser':'sgd','loss':'mse'}"), 422, "unknown_field", "compile.optimiser"},
+    {OPT("{'type':'sgd','rho':0.9}"), 422, "unknown_field", "compile.optimizer.rho"},
+    {OPT("{'type':'adam','momentum':0.9}"), 422, "unknown_field", "compile.optimizer.momentum"},
+    {OPT("{'type':'rmsprop','amsgrad':true}"), 422, "unknown_field", "compile.optimizer.amsgrad"},
+    {OPT("{'type':'adagrad','beta_1':0.9}"), 422, "unknown_field", "compile.optimizer.beta_1"},
+    {OPT("{'type':'sgd','lr':0.1}"), 422, "unknown_field", "compile.optimizer.lr"},
+    {WDATA("{'source':'fashion-mnist','features':784}"), 422, "unknown_field", "data.features"},
+    {WDATA("{'source':'fashion-mnist','header':true}"), 422, "unknown_field", "data.header"},
+    {"{" SYN_MODEL "," SYN_COMP ",'data':{'source':'synthetic','path':'/x'}}", 422,
+     "unknown_field", "data.path"},
+    {"{" SYN_MODEL "," SYN_COMP ",'data':{'source':'synthetic','label_column':0}}", 422,
+     "unknown_field", "data.label_column"},
+    {WDATA("{'source':'fashion-mnist','sead':1}"), 422, "unknown_field", "data.sead"},
+    {TOP("'fit':{'epoch':3}"), 422, "unknown_field", "fit.epoch"},
+    {TOP("'strategy':{'type':'mirrored','communication':'ring'}"), 422, "unknown_field",
+     "strategy.communication"},
+    {TOP("'strategy':{'type':'multi_worker_mirrored','cross_device_ops':'nccl'}"), 422,
+     "unknown_field", "strategy.cross_device_ops"},
+    {TOP("'strategy':{'type':'default','communication':'auto'}"), 422, "unknown_field",
+     "strategy.communication"},
+    {TOP("'resources':{'gpus':2}"), 422, "unknown_field", "resources.gpus"},
+    {TOP("'checkpoint':{'every':2}"), 422, "unknown_field", "checkpoint.every"},
+    {"{'command':{'args':['x']}}", 422, "unknown_field", "command.args"},
+    /* ---- wrong JSON types */
+    {TOP("'name':5"), 422, "invalid_type", "name"},
+    {TOP("'priority':'high'"), 422, "invalid_type", "priority"},
+    {TOP("'priority':1.5"), 422, "invalid_type", "priority"},
+    {TOP("'preemptible':'yes'"), 422, "invalid_type", "preemptible"},
+    {TOP("'preemptible':1"), 422, "invalid_type", "preemptible"},
+    {TOP("'queue_if_infeasible':null"), 422, "invalid_type", "queue_if_infeasible"},
+    {TOP("'max_runtime_s':'1h'"), 422, "invalid_type", "max_runtime_s"},
+    {"{'model':[]," COMP "," DATA "}", 422, "invalid_type", "model"},
+    {"{'model':{'layers':{}}," COMP "," DATA "}", 422, "invalid_type", "model.layers"},
+    {LAYERS("'dense'"), 422, "invalid_type", "model.layers[0]"},
+    {LAYERS("{'type':'dense','units':'10'}"), 422, "invalid_type", "model.layers[0].units"},
+    {LAYERS("{'type':'dense','units':10.5}"), 422, "invalid_type", "model.layers[0].units"},
+    {LAYERS("{'type':7,'units':10}"), 422, "invalid_type", "model.layers[0].type"},
+    {LAYERS("{'type':'dense','units':10,'activation':'softmax','use_bias':1}"), 422,
+     "invalid_type", "model.layers[0].use_bias"},
+    {LAYERS("{'type':'dense','units':10,'activation':'softmax','input_shape':784}"), 422,
+     "invalid_type", "model.layers[0].input_shape"},
+    {LAYERS("{'type':'dense','units':10,'activation':'softmax','input_shape':['784']}"), 422,
+     "invalid_type", "model.layers[0].input_shape[0]"},
+    {LAYERS("{'type':'dropout','rate':'half'}," OUT10), 422, "invalid_type",
+     "model.layers[0].rate"},
+    {OPT("5"), 422, "invalid_type", "compile.optimizer"},
+    {OPT("['sgd']"), 422, "invalid_type", "compile.optimizer"},
+    {OPT("{'type':'sgd','learning_rate':'0.1'}"), 422, "invalid_type",
+     "compile.optimizer.learning_rate"},
+    {OPT("{'type':'sgd','nesterov':'yes'}"), 422, "invalid_type", "compile.optimizer.nesterov"},
+    {COMPILE("{'optimizer':'sgd','loss':5}"), 422, "invalid_type", "compile.loss"},
+    {COMPILE("{'optimizer':'sgd','loss':'mse','metrics':'accuracy'}"), 422, "invalid_type",
+     "compile.metrics"},
+    {COMPILE("{'optimizer':'sgd','loss':'mse','metrics':[1]}"), 422, "invalid_type",
+     "compile.metrics[0]"},
+    {"{" MODEL "," COMP ",'data':'fashion-mnist'}", 422, "invalid_type", "data"},
+    {WDATA("{'source':'fashion-mnist','validation_split':'0.1'}"), 422, "invalid_type",
+     "data.validation_split"},
+    {WDATA("{'source':'fashion-mnist','seed':'7'}"), 422, "invalid_type", "data.seed"},
+    {CSV("{'source':'csv','path':'/d.csv','label_column':true}"), 422, "invalid_type",
+     "data.label_column"},
+    {TOP("'fit':{'epochs':2.5}"), 422, "invalid_type", "fit.epochs"},
+    {TOP("'fit':{'steps_per_epoch':'10'}"), 422, "invalid_type", "fit.steps_per_epoch"},
+    {TOP("'fit':[]"), 422, "invalid_type", "fit"},
+    {TOP("'strategy':'mirrored'"), 422, "invalid_type", "strategy"},
+    {TOP("'resources':{'workers':true}"), 422, "invalid_type", "resources.workers"},
+    {TOP("'checkpoint':{'keep':'all'}"), 422, "invalid_type", "checkpoint.keep"},
+    {"{'command':{'argv':'python3 train.py'}}", 422, "invalid_type", "command.argv"},
+    {"{'command':{'argv':['python3',1]}}", 422, "invalid_type", "command.argv[1]"},
+    {"{'command':{'argv':['python3'],'env':{'A':1}}}", 422, "invalid_type", "command.env.A"},
+    /* ---- values out of range or not in the enum */
+    {TOP("'name':''"), 422, "invalid_value", "name"},
+    {TOP("'name':'my job'"), 422, "invalid_value", "name"},
+    {TOP("'name':'" A16 A16 A16 A16 A16 A16 A16 A16 "'"), 422, "invalid_value", "name"},
+    {TOP("'priority':-1"), 422, "invalid_value", "priority"},
+    {TOP("'priority':1001"), 422, "invalid_value", "priority"},
+    {TOP("'max_runtime_s':0"), 422, "invalid_value", "max_runtime_s"},
+    {TOP("'max_runtime_s':31536001"), 422, "invalid_value", "max_runtime_s"},
+    {TOP("'max_restarts':101"), 422, "invalid_value", "max_restarts"},
+    {TOP("'priority':1e400"), 422, "invalid_type", "priority"},
+    {"{'model':{'layers':[]}," COMP "," DATA "}", 422, "invalid_value", "model.layers"},
+    {LAYERS("{'type':'dense','units':0}"), 422, "invalid_value", "model.layers[0].units"},
+    {LAYERS("{'type':'dense','units':65537}"), 422, "invalid_value", "model.layers[0].units"},
+    {LAYERS("{'type':'conv2d','units':10}"), 422, "invalid_value", "model.layers[0].type"},
+    {LAYERS("{'type':'dense','units':10,'activation':'gelu'}"), 422, "invalid_value",
+     "model.layers[0].activation"},
+    {LAYERS("{'type':'dense','units':10,'activation':'softmax','kernel_initializer':'ones'}"),
+     422, "invalid_value", "model.layers[0].kernel_initializer"},
+    {LAYERS("{'type':'dense','units':10,'activation':'softmax','bias_initializer':'he'}"), 422,
+     "invalid_value", "model.layers[0].bias_initializer"},
+    {LAYERS("{'type':'dropout','rate':1}," OUT10), 422, "invalid_value", "model.layers[0].rate"},
+    {LAYERS("{'type':'dropout','rate':-0.1}," OUT10), 422, "invalid_value",
+     "model.layers[0].rate"},
+    {LAYERS("{'type':'dropout','rate':0.999999999}," OUT10), 422, "invalid_value",
+     "model.layers[0].rate"},
+    {LAYERS("{'type':'dropout','rate':0.1,'seed':-1}," OUT10), 422, "invalid_value",
+     "model.layers[0].seed"},
+    {LAYERS("{'type':'dense','units':10,'activation':'softmax','input_shape':[]}"), 422,
+     "invalid_value", "model.layers[0].input_shape"},
+    {LAYERS("{'type':'flatten','input_shape':[1,1,1,1,784]}," OUT10), 422, "invalid_value",
+     "model.layers[0].input_shape"},
+    {LAYERS("{'type':'dense','units':10,'activation':'softmax','input_shape':[0]}"), 422,
+     "invalid_value", "model.layers[0].input_shape[0]"},
+    {LAYERS("{'type':'activation','activation':'swish'}," OUT10), 422, "invalid_value",
+     "model.layers[0].activation"},
+    {OPT("'adadelta'"), 422, "invalid_value", "compile.optimizer"},
+    {OPT("'SGD'"), 422, "invalid_value", "compile.optimizer"},
+    {OPT("{'type':'nadam'}"), 422, "invalid_value", "compile.optimizer.type"},
+    {OPT("{'type':'sgd','learning_rate':0}"), 422, "invalid_value",
+     "compile.optimizer.learning_rate"},
+    {OPT("{'type':'sgd','learning_rate':-0.1}"), 422, "invalid_value",
+     "compile.optimizer.learning_rate"},
+    {OPT("{'type':'sgd','learning_rate':1e-60}"), 422, "invalid_value",
+     "compile.optimizer.learning_rate"},
+    {OPT("{'type':'sgd','momentum':1}"), 422, "invalid_value", "compile.optimizer.momentum"},
+    {OPT("{'type':'rmsprop','rho':1.5}"), 422, "invalid_value", "compile.optimizer.rho"},
+    {OPT("{'type':'rmsprop','epsilon':0}"), 422, "invalid_value", "compile.optimizer.epsilon"},
+    {OPT("{'type':'adam','beta_1':-0.5}"), 422, "invalid_value", "compile.optimizer.beta_1"},
+    {OPT("{'type':'adam','beta_2':1.0}"), 422, "invalid_value", "compile.optimizer.beta_2"},
+    {OPT("{'type':'adagrad','initial_accumulator_value':-1}"), 422, "invalid_value",
+     "compile.optimizer.initial_accumulator_value"},
+    {COMPILE("{'optimizer':'sgd','loss':'hinge'}"), 422, "invalid_value", "compile.loss"},
+    {COMPILE("{'optimizer':'sgd','loss':'sparse_categorical_crossentropy','metrics':['mae']}"),
+     422, "invalid_value", "compile.metrics[0]"},
+    {WDATA("{'source':'cifar10'}"), 422, "invalid_value", "data.source"},
+    {WDATA("{'source':'fashion-mnist','path':''}"), 422, "invalid_value", "data.path"},
+    {WDATA("{'source':'fashion-mnist','validation_split':1}"), 422, "invalid_value",
+     "data.validation_split"},
+    {WDATA("{'source':'fashion-mnist','shuffle_buffer':-2}"), 422, "invalid_value",
+     "data.shuffle_buffer"},
+    {WDATA("{'source':'fashion-mnist','seed':-1}"), 422, "invalid_value", "data.seed"},
+    {WDATA("{'source':'fashion-mnist','seed':1e300}"), 422, "invalid_value", "data.seed"},
+    {WDATA("{'source':'fashion-mnist','limit':0}"), 422, "invalid_value", "data.limit"},
+    {"{" SYN_MODEL "," SYN_COMP ",'data':{'source':'synthetic','examples':0}}", 422,
+     "invalid_value", "data.examples"},
+    {"{" SYN_MODEL "," SYN_COMP ",'data':{'source':'synthetic','features':0}}", 422,
+     "invalid_value", "data.features"},
+    {CSV("{'source':'csv','path':'/d.csv','label_column':70000}"), 422, "invalid_value",
+     "data.label_column"},
+    {TOP("'fit':{'epochs':0}"), 422, "invalid_value", "fit.epochs"},
+    {TOP("'fit':{'epochs':100001}"), 422, "invalid_value", "fit.epochs"},
+    {TOP("'fit':{'batch_size':0}"), 422, "invalid_value", "fit.batch_size"},
+    {TOP("'fit':{'batch_size':65537}"), 422, "invalid_value", "fit.batch_size"},
+    {TOP("'fit':{'steps_per_epoch':0}"), 422, "invalid_value", "fit.steps_per_epoch"},
+    {TOP("'strategy':{'type':'horovod'}"), 422, "invalid_value", "strategy.type"},
+    {TOP("'strategy':{'type':'multi_worker_mirrored','communication':'mpi'}"), 422,
+     "invalid_value", "strategy.communication"},
+    {TOP("'strategy':{'type':'mirrored','cross_device_ops':'allreduce'}"), 422, "invalid_value",
+     "strategy.cross_device_ops"},
+    {TOP("'strategy':{'type':'multi_worker_mirrored'},'resources':{'workers':1025}"), 422,
+     "invalid_value", "resources.workers"},
+    {TOP("'strategy':{'type':'mirrored'},'resources':{'devices_per_worker':65}"), 422,
+     "invalid_value", "resources.devices_per_worker"},
+    {TOP("'resources':{'device':'tpu'}"), 422, "invalid_value", "resources.device"},
+    {TOP("'strategy':{'type':'parameter_server'},'resources':{'ps':65}"), 422, "invalid_value",
+     "resources.ps"},
+    {TOP("'checkpoint':{'keep':0}"), 422, "invalid_value", "checkpoint.keep"},
+    {TOP("'checkpoint':{'keep':101}"), 422, "invalid_value", "checkpoint.keep"},
+    {TOP("'checkpoint':{'every_epochs':-1}"), 422, "invalid_value", "checkpoint.every_epochs"},
+    {"{'command':{'argv':[]}}", 422, "invalid_value", "command.argv"},
+    {"{'command':{'argv':['']}}", 422, "invalid_value", "command.argv[0]"},
+    {"{'command':{'argv':['x'],'env':{'1A':'v'}}}", 422, "invalid_value", "command.env.1A"},
+    {"{'command':{'argv':['x'],'env':{'TF_CONFIG':'{}'}}}", 422, "invalid_value",
+     "command.env.TF_CONFIG"},
+    {"{'command':{'argv':['x']}," MODEL "}", 422, "invalid_value", "model"},
+    {"{'command':{'argv':['x']}," DATA "}", 422, "invalid_value", "data"},
+    /* ---- cross-field checks */
+    {LAYERS("{'type':'dense','units':10,'activation':'softmax','input_shape':[100]}"), 422,
+     "invalid_value", "model.layers[0].input_shape"},
+    {LAYERS("{'type':'flatten','input_shape':[28,27]}," OUT10), 422, "invalid_value",
+     "model.layers[0].input_shape"},
+    {LAYERS("{'type':'dense','units':10,'activation':'softmax','input_shape':[28,28]}"), 422,
+     "invalid_value", "model.layers[0].input_shape"},
+    {LAYERS("{'type':'dropout','rate':0.1,'input_shape':[28,28]}," OUT10), 422, "invalid_value",
+     "model.layers[1].type"},
+    {LAYERS("{'type':'dense','units':8,'activation':'relu'},"
+            "{'type':'dense','units':10,'activation':'softmax','input_shape':[8]}"),
+     422, "invalid_value", "model.layers[1].input_shape"},
+    {SYN_LAYERS("{'type':'dense','units':1,'activation':'sigmoid','input_shape':[784]}",
+                "binary_crossentropy"), 422, "invalid_value", "model.layers[0].input_shape"},
+    {"{'model':{'layers':[{'type':'dense','units':3,'activation':'softmax'}]}," COMP
+     ",'data':{'source':'csv','path':'/d.csv'}}", 422, "missing_field",
+     "model.layers[0].input_shape"},
+    {LAYERS(OUT10 ",{'type':'dropout','rate':0.1}"), 422, "invalid_value", "model.layers[1].type"},
+    {LAYERS("{'type':'dense','units':10},{'type':'dropout','rate':0.1},"
+            "{'type':'activation','activation':'softmax'}"), 422, "invalid_value",
+     "model.layers[2].type"},
+    {LAYERS("{'type':'dense','units':10,'activation':'softmax'}," OUT10), 422, "invalid_value",
+     "model.layers[0].activation"},
+    {LAYERS("{'type':'dense','units':10,'activation':'softmax'},"
+            "{'type':'activation','activation':'softmax'}"), 422, "invalid_value",
+     "model.layers[0].activation"},
+    {LAYERS("{'type':'dense','units':5,'activation':'softmax'}"), 422, "invalid_value",
+     "model.layers[0].units"},
+    {LAYERS("{'type':'dense','units':10,'activation':'relu'}"), 422, "invalid_value",
+     "model.layers[0].activation"},
+    {LAYERS("{'type':'dense','units':10},{'type':'activation','activation':'sigmoid'}"), 422,
+     "invalid_value", "model.layers[1].activation"},
+    {"{" MODEL ",'compile':{'optimizer':'sgd','loss':'binary_crossentropy'}," DATA "}", 422,
+     "invalid_value", "compile.loss"},
+    {SYN_LAYERS("{'type':'dense','units':2,'activation':'sigmoid'}", "binary_crossentropy"), 422,
+     "invalid_value", "model.layers[0].units"},
+    {SYN_LAYERS("{'type':'dense','units':1,'activation':'relu'}", "binary_crossentropy"), 422,
+     "invalid_value", "model.layers[0].activation"},
+    {SYN_LAYERS("{'type':'dense','units':3,'activation':'softmax'}", "categorical_crossentropy"),
+     422, "invalid_value", "model.layers[0].units"},
+    {"{'model':{'layers':[{'type':'dense','units':1,'activation':'softmax','input_shape':[4]}]},"
+     "'compile':{'optimizer':'sgd','loss':'categorical_crossentropy'},"
+     "'data':{'source':'csv','path':'/d.csv'}}", 422, "invalid_value", "model.layers[0].units"},
+    {"{'model':{'layers':[{'type':'dense','units':3,'activation':'sigmoid','input_shape':[4]}]},"
+     "'compile':{'optimizer':'sgd','loss':'categorical_crossentropy'},"
+     "'data':{'source':'csv','path':'/d.csv'}}", 422, "invalid_value", "model.layers[0].activation"},
+    {LAYERS("{'type':'dense','units':65536,'activation':'relu'},"
+            "{'type':'dense','units':65536,'activation':'relu'}," OUT10), 422, "invalid_value",
+     "model.layers[1].units"},
+    {CSV("{'source':'csv','path':'/d.csv','label_column':'y','header':false}"), 422,
+     "invalid_value", "data.label_column"},
+    {SYN("'fit':{'batch_size':100,'steps_per_epoch':11}"), 422, "invalid_value",
+     "fit.steps_per_epoch"},
+    {"{" SYN_MODEL "," SYN_COMP ",'data':{'source':'synthetic','examples':100000000,"
+     "'features':10}}", 422, "invalid_value", "data.examples"},
+    {"{" SYN_MODEL "," SYN_COMP ",'data':{'source':'synthetic','limit':1,"
+     "'validation_split':0.5}}", 422, "invalid_value", "data.validation_split"},
+    {"{" SYN_MODEL "," SYN_COMP ",'data':{'source':'synthetic','examples':1},"
+     "'strategy':{'type':'multi_worker_mirrored'},'resources':{'workers':2},'fit':{'batch_size':2}}",
+     422, "invalid_value", "resources.workers"},
+    {TOP("'resources':{'workers':2}"), 422, "invalid_value", "resources.workers"},
+    {TOP("'strategy':{'type':'one_device'},'resources':{'devices_per_worker':2}"), 422,
+     "invalid_value", "resources.devices_per_worker"},
+    {TOP("'strategy':{'type':'mirrored'},'resources':{'workers':2}"), 422, "invalid_value",
+     "resources.workers"},
+    {TOP("'strategy':{'type':'central_storage'},'resources':{'workers':3}"), 422,
+     "invalid_value", "resources.workers"},
+    {TOP("'strategy':{'type':'mirrored'},'resources':{'ps':1}"), 422, "invalid_value",
+     "resources.ps"},
+    {TOP("'strategy':{'type':'multi_worker_mirrored','communication':'nccl'},"
+         "'resources':{'workers':2,'device':'cpu'}"), 422, "invalid_value",
+     "strategy.communication"},
+    {TOP("'strategy':{'type':'mirrored','cross_device_ops':'nccl'},"
+         "'resources':{'devices_per_worker':2}"), 422, "invalid_value",
+     "strategy.cross_device_ops"},
+    {TOP("'strategy':{'type':'multi_worker_mirrored'},'resources':{'workers':2,"
+         "'devices_per_worker':2},'fit':{'batch_size':30}"), 422, "invalid_value",
+     "fit.batch_size"},
+    {TOP("'strategy':{'type':'parameter_server'},'resources':{'workers':3,'ps':1},"
+         "'fit':{'batch_size':32}"), 422, "invalid_value", "fit.batch_size"},
+    {TOP("'fit':{'batch_size':128,'steps_per_epoch':470}"), 422, "invalid_value",
+     "fit.steps_per_epoch"},
+    /* ---- required fields */
+    {"{}", 422, "missing_field", "model"},
+    {"{" COMP "," DATA "}", 422, "missing_field", "model"},
+    {"{'model':{}," COMP "," DATA "}", 422, "missing_field", "model.layers"},
+    {LAYERS("{'units':10}"), 422, "missing_field", "model.layers[0].type"},
+    {LAYERS("{'type':'dense','activation':'softmax'}"), 422, "missing_field",
+     "model.layers[0].units"},
+    {LAYERS("{'type':'dropout'}," OUT10), 422, "missing_field", "model.layers[0].rate"},
+    {LAYERS("{'type':'dense','units':10},{'type':'activation'}"), 422, "missing_field",
+     "model.layers[1].activation"},
+    {"{" MODEL "," DATA "}", 422, "missing_field", "compile"},
+    {COMPILE("{'loss':'mse'}"), 422, "missing_field", "compile.optimizer"},
+    {OPT("{'learning_rate':0.1}"), 422, "missing_field", "compile.optimizer.type"},
+    {COMPILE("{'optimizer':'sgd'}"), 422, "missing_field", "compile.loss"},
+    {"{" MODEL "," COMP "}", 422, "missing_field", "data"},
+    {WDATA("{'validation_split':0.1}"), 422, "missing_field", "data.source"},
+    {CSV("{'source':'csv'}"), 422, "missing_field", "data.path"},
+    {WDATA("{'source':'mnist'}"), 422, "missing_field", "data.path"},
+    {TOP("'strategy':{'type':'parameter_server'},'resources':{'workers':2}"), 422,
+     "missing_field", "resources.ps"},
+    {TOP("'strategy':{'type':'parameter_server'}"), 422, "missing_field", "resources.ps"},
+    {"{'command':{}}", 422, "missing_field", "command.argv"},
+    /* ---- not available here */
+    {TOP("'strategy':{'type':'tpu'}"), 422, "unsupported", "strategy.type"},
+    {"{'command':{'argv':['python3','train.py'],'env':{'LR':'0.1'}},"
+     "'resources':{'workers':1}}", 422, "unsupported", "command"},
+};
+
+#define N_BAD ((int)(sizeof BAD / sizeof BAD[0]))
+
+/* Every row in one test (a fork per row costs seconds under ASan); each
+ * row that goes wrong is listed in the failure message. */
+START_TEST(test_bad_specs) {
+    buf report;
+    buf_init(&report, 1 << 20);
+    int wrong = 0;
+    for (int i = 0; i < N_BAD; i++) {
+        const bad_case *c = &BAD[i];
+        jobspec s;
+        spec_error e;
+        memset(&e, 0x55, sizeof e);
+        int rc = parse_q(c->spec, &s, &e);
+        if (rc == 0) {
+            wrong++;
+            buf_printf(&report, "row %d: expected %s at '%s' but it parsed: %s\n", i, c->code,
+                       c->field, c->spec);
+            jobspec_release(&s);
+            continue;
+        }
+        if (e.status != c->status || strcmp(e.code, c->code) != 0 ||
+            strcmp(e.field, c->field) != 0 || strlen(e.message) < 10 || s.command.argv) {
+            wrong++;
+            buf_printf(&report, "row %d: expected %d %s '%s', got %d %s '%s' (%s)\n  spec: %s\n",
+                       i, c->status, c->code, c->field, e.status, e.code, e.field, e.message,
+                       c->spec);
+        }
+    }
+    ck_assert_msg(wrong == 0, "%d of %d bad specs answered wrongly:\n%s", wrong, N_BAD,
+                  report.data ? report.data : "");
+    buf_release(&report);
+}
+END_TEST
+
+/* No two rows are the same spec. */
+START_TEST(test_bad_specs_distinct) {
+    ck_assert_int_ge(N_BAD, 50);
+    for (int i = 0; i < N_BAD; i++)
+        for (int j = i + 1; j < N_BAD; j++)
+            ck_assert_msg(strcmp(BAD[i].spec, BAD[j].spec) != 0, "rows %d and %d are the same", i,
+                          j);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- messages */
+
+static void expect_message(const char *spec, const char *field, const char *needle) {
+    jobspec s;
+    spec_error e;
+    ck_assert_int_eq(parse_q(spec, &s, &e), -1);
+    ck_assert_str_eq(e.field, field);
+    ck_assert_msg(strstr(e.message, needle) != NULL, "message '%s' lacks '%s'", e.message, needle);
+}
+
+START_TEST(test_messages) {
+    expect_message(LAYERS("{'type':'dense','units':0}"), "model.layers[0].units",
+                   "must be an integer between 1 and 65536, got 0");
+    expect_message(LAYERS("{'type':'dense','unitz':10}"), "model.layers[0].unitz",
+                   "did you mean \"units\"");
+    expect_message(OPT("{'type':'sgd','rho':0.9}"), "compile.optimizer.rho",
+                   "the sgd optimizer has no field \"rho\"");
+    expect_message(TOP("'strategy':{'type':'tpu'}"), "strategy.type", "no TPU hardware");
+    expect_message("{'command':{'argv':['x']}}", "command", "not available yet");
+    expect_message(TOP("'strategy':{'type':'multi_worker_mirrored'},'resources':{'workers':2,"
+                       "'devices_per_worker':2},'fit':{'batch_size':30}"),
+                   "fit.batch_size", "divisible by the 4 replicas (2 workers x 2 devices_per_worker)");
+    expect_message(LAYERS("{'type':'dense','units':5,'activation':'softmax'}"),
+                   "model.layers[0].units", "must be 10");
+    expect_message(OPT("{'type':'sgd','momentum':1}"), "compile.optimizer.momentum",
+                   "must be a number in [0, 1), got 1");
+    expect_message(OPT("{'type':'sgd','learning_rate':0}"), "compile.optimizer.learning_rate",
+                   "must be a number > 0, got 0");
+    expect_message(TOP("'priority':'high'"), "priority",
+                   "must be an integer between 0 and 1000, got \"high\"");
+    expect_message(WDATA("{'source':'cifar10'}"), "data.source", "got \"cifar10\"");
+    expect_message(WDATA("{'source':'fashion-mnist','features':784}"), "data.features",
+                   "source fashion-mnist has no field \"features\"");
+    expect_message(LAYERS("{'type':'dense','units':10,'activation':'softmax','input_shape':[100]}"),
+                   "model.layers[0].input_shape", "[784] or [28, 28], got [100]");
+    expect_message("{'a':1,'a':2}", "a", "duplicate key");
+    expect_message("{\n'name':\n}", "", "line 3, column 1");
+}
+END_TEST
+
+/* A key that cannot be printed is shown safely in the field and message. */
+START_TEST(test_unprintable_key) {
+    jobspec s;
+    spec_error e;
+    const char *spec = "{\"bad\\\"key\\n\":1}";
+    ck_assert_int_eq(jobspec_parse(spec, strlen(spec), &s, &e), -1);
+    ck_assert_str_eq(e.code, "unknown_field");
+    ck_assert_str_eq(e.field, "bad?key?");
+    ck_assert_ptr_null(strchr(e.message, '\n'));
+}
+END_TEST
+
+/* ---------------------------------------------------------------- raw input */
+
+START_TEST(test_depth_limit) {
+    /* 32 levels: refused for its unknown field, not as bad JSON */
+    char doc[256];
+    size_t n = 0;
+    n += (size_t)snprintf(doc + n, sizeof doc - n, "{\"x\":");
+    for (int i = 0; i < 31; i++) doc[n++] = '[';
+    for (int i = 0; i < 31; i++) doc[n++] = ']';
+    doc[n++] = '}';
+    doc[n] = '\0';
+    jobspec s;
+    spec_error e;
+    ck_assert_int_eq(jobspec_parse(doc, n, &s, &e), -1);
+    ck_assert_str_eq(e.code, "unknown_field");
+    /* 33 levels: bad_json */
+    n = 0;
+    n += (size_t)snprintf(doc + n, sizeof doc - n, "{\"x\":");
+    for (int i = 0; i < 32; i++) doc[n++] = '[';
+    for (int i = 0; i < 32; i++) doc[n++] = ']';
+    doc[n++] = '}';
+    ck_assert_int_eq(jobspec_parse(doc, n, &s, &e), -1);
+    ck_assert_int_eq(e.status, 400);
+    ck_assert_str_eq(e.code, "bad_json");
+    ck_assert_ptr_nonnull(strstr(e.message, "deeper than 32"));
+    /* very deep input never reaches cJSON's recursion */
+    size_t big = 200000;
+    char *deep = xmalloc(big);
+    memset(deep, '[', big);
+    ck_assert_int_eq(jobspec_parse(deep, big, &s, &e), -1);
+    ck_assert_str_eq(e.code, "bad_json");
+    free(deep);
+}
+END_TEST
+
+START_TEST(test_not_nul_terminated) {
+    char *j = q(GOOD);
+    size_t n = strlen(j);
+    char *exact = xmalloc(n); /* no room for a NUL: ASan catches an over-read */
+    memcpy(exact, j, n);
+    jobspec s;
+    spec_error e;
+    ck_assert_int_eq(jobspec_parse(exact, n, &s, &e), 0);
+    /* a length shorter than the buffer ends the document there */
+    ck_assert_int_eq(jobspec_parse(exact, n - 1, &s, &e), -1);
+    ck_assert_str_eq(e.code, "bad_json");
+    /* a NUL inside the length is refused */
+    exact[5] = '\0';
+    ck_assert_int_eq(jobspec_parse(exact, n, &s, &e), -1);
+    ck_assert_str_eq(e.code, "bad_json");
+    free(exact);
+    free(j);
+    ck_assert_int_eq(jobspec_parse(NULL, 0, &s, &e), -1);
+    ck_assert_int_eq(e.status, 400);
+    /* err may be NULL */
+    ck_assert_int_eq(jobspec_parse("{}", 2, &s, NULL), -1);
+}
+END_TEST
+
+static char *read_example(const char *name, size_t *len) {
+    char path[256];
+    ck_assert_int_eq(sfmt(path, sizeof path, "examples/%s", name), 0);
+    char *data = file_read_all(path, 1 << 20, len);
+    ck_assert_msg(data != NULL, "cannot read %s (run from the repository root)", path);
+    return data;
+}
+
+static const char *const EXAMPLES[] = {"fashion_mnist_mlp.json", "fashion_mnist_quick.json",
+                                       "synthetic_binary.json", "multi_worker_cpu.json"};
+#define N_EXAMPLES ((int)(sizeof EXAMPLES / sizeof EXAMPLES[0]))
+
+/* Every prefix of a spec is bad JSON (400); random byte changes never crash
+ * and always answer a 400 or a 422 with a code. */
+START_TEST(test_truncation_and_mutation) {
+    size_t len;
+    char *doc = read_example("fashion_mnist_mlp.json", &len);
+    size_t last = len;
+    while (last > 0 && doc[last - 1] != '}') last--;
+    jobspec s;
+    spec_error e;
+    for (size_t n = 0; n + 1 < last; n++) {
+        ck_assert_msg(jobspec_parse(doc, n, &s, &e) == -1, "prefix %zu parsed", n);
+        ck_assert_int_eq(e.status, 400);
+    }
+    unsigned seed = 12345;
+    char *m = xmalloc(len);
+    for (int round = 0; round < 3000; round++) {
+        memcpy(m, doc, len);
+        int flips = 1 + round % 3;
+        for (int k = 0; k < flips; k++) {
+            seed = seed * 1103515245u + 12345u;
+            size_t at = (seed >> 8) % len;
+            seed = seed * 1103515245u + 12345u;
+            static const char pool[] = "{}[]\",:0123456789-.eE tfnaxyz\\\x80\xff";
+            m[at] = pool[(seed >> 8) % (sizeof pool - 1)];
+        }
+        int rc = jobspec_parse(m, len, &s, &e);
+        if (rc == 0) continue;
+        ck_assert(e.status == 400 || e.status == 422);
+        ck_assert(e.code[0] != '\0');
+        ck_assert(e.message[0] != '\0');
+    }
+    free(m);
+    free(doc);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- good specs */
+
+START_TEST(test_examples_parse) {
+    for (int i = 0; i < N_EXAMPLES; i++) {
+        size_t len;
+        char *doc = read_example(EXAMPLES[i], &len);
+        jobspec s;
+        spec_error e;
+        int rc = jobspec_parse(doc, len, &s, &e);
+        ck_assert_msg(rc == 0, "%s: %s %s: %s", EXAMPLES[i], e.code, e.field, e.message);
+        ck_assert_int_eq(s.kind, JOB_KIND_TRAIN);
+        free(doc);
+    }
+}
+END_TEST
+
+START_TEST(test_fashion_mlp_example) {
+    size_t len;
+    char *doc = read_example("fashion_mnist_mlp.json", &len);
+    jobspec s;
+    spec_error e;
+    ck_assert_int_eq(jobspec_parse(doc, len, &s, &e), 0);
+    free(doc);
+    ck_assert_str_eq(s.name, "fashion-mlp");
+    ck_assert_int_eq(s.n_layers, 5);
+    ck_assert_int_eq(s.layers[0].type, LAYER_DENSE);
+    ck_assert_int_eq(s.layers[0].units, 256);
+    ck_assert_int_eq(s.layers[0].activation, ACT_RELU);
+    ck_assert_int_eq(s.layers[1].type, LAYER_DROPOUT);
+    ck_assert_float_eq(s.layers[1].rate, 0.4f);
+    ck_assert_int_eq(s.layers[2].units, 128);
+    ck_assert_float_eq(s.layers[3].rate, 0.3f);
+    ck_assert_int_eq(s.layers[4].units, 10);
+    ck_assert_int_eq(s.layers[4].activation, ACT_SOFTMAX);
+    ck_assert_int_eq(s.input_rank, 1);
+    ck_assert_int_eq(s.input_shape[0], 784);
+    ck_assert_int_eq(s.input_size, 784);
+    ck_assert_int_eq(s.output_size, 10);
+    ck_assert_int_eq(s.optimizer.type, OPT_RMSPROP);
+    ck_assert_float_eq(s.optimizer.learning_rate, 0.001f);
+    ck_assert_float_eq(s.optimizer.rho, 0.9f);
+    ck_assert_float_eq(s.optimizer.epsilon, 1e-7f);
+    ck_assert_int_eq(s.loss, LOSS_CATEGORICAL_CROSSENTROPY);
+    ck_assert_int_eq(s.metric_accuracy, 1);
+    ck_assert_int_eq(s.data.source, DATA_FASHION_MNIST);
+    ck_assert_float_eq(s.data.validation_split, 0.1f);
+    ck_assert_int_eq(s.data.shuffle_buffer, 60000);
+    ck_assert_uint_eq(s.data.seed, 7);
+    ck_assert_int_eq(s.fit.epochs, 10);
+    ck_assert_int_eq(s.fit.batch_size, 128);
+    ck_assert_int_eq(s.fit.steps_per_epoch, 0);
+    ck_assert_int_eq(s.strategy.type, STRAT_MIRRORED);
+    ck_assert_int_eq(s.resources.workers, 1);
+    ck_assert_int_eq(s.resources.devices_per_worker, 1);
+    ck_assert_int_eq(s.resources.device, DEVICE_CPU);
+    ck_assert_int_eq(s.max_runtime_s, 3600);
+    ck_assert_int_eq(s.preemptible, 1);
+    ck_assert_int_eq(jobspec_replicas(&s), 1);
+}
+END_TEST
+
+START_TEST(test_defaults) {
+    jobspec s;
+    parse_ok(GOOD, &s);
+    ck_assert_int_eq(s.kind, JOB_KIND_TRAIN);
+    ck_assert_str_eq(s.name, "job");
+    ck_assert_int_eq(s.priority, 50);
+    ck_assert_int_eq(s.max_runtime_s, 86400);
+    ck_assert_int_eq(s.preemptible, 0);
+    ck_assert_int_eq(s.queue_if_infeasible, 0);
+    ck_assert_int_eq(s.max_restarts, 3);
+    /* dense defaults, and the input filled in from the data */
+    const layer_spec *l = &s.layers[0];
+    ck_assert_int_eq(l->use_bias, 1);
+    ck_assert_int_eq(l->kernel_initializer, INIT_GLOROT_UNIFORM);
+    ck_assert_int_eq(l->bias_initializer, INIT_ZEROS);
+    ck_assert_int_eq(l->input_rank, 1);
+    ck_assert_int_eq(l->input_shape[0], 784);
+    ck_assert_int_eq(s.input_size, 784);
+    /* sgd */
+    ck_assert_int_eq(s.optimizer.type, OPT_SGD);
+    ck_assert_float_eq(s.optimizer.learning_rate, 0.01f);
+    ck_assert_float_eq(s.optimizer.momentum, 0.0f);
+    ck_assert_int_eq(s.optimizer.nesterov, 0);
+    ck_assert_int_eq(s.metric_accuracy, 0);
+    /* data */
+    ck_assert_str_eq(s.data.path, "");
+    ck_assert_float_eq(s.data.validation_split, 0.0f);
+    ck_assert_int_eq(s.data.shuffle_buffer, -1);
+    ck_assert_uint_eq(s.data.seed, 0);
+    ck_assert_int_eq(s.data.limit, 0);
+    /* fit, strategy, resources, checkpoint */
+    ck_assert_int_eq(s.fit.epochs, 1);
+    ck_assert_int_eq(s.fit.batch_size, 32);
+    ck_assert_int_eq(s.fit.steps_per_epoch, 0);
+    ck_assert_int_eq(s.strategy.type, STRAT_DEFAULT);
+    ck_assert_int_eq(s.strategy.communication, COMM_AUTO);
+    ck_assert_int_eq(s.strategy.cross_device_ops, CDO_AUTO);
+    ck_assert_int_eq(s.resources.workers, 1);
+    ck_assert_int_eq(s.resources.devices_per_worker, 1);
+    ck_assert_int_eq(s.resources.device, DEVICE_CPU);
+    ck_assert_int_eq(s.resources.ps, 0);
+    ck_assert_int_eq(s.checkpoint.every_epochs, 1);
+    ck_assert_int_eq(s.checkpoint.keep, 3);
+    ck_assert_int_eq(jobspec_replicas(&s), 1);
+    ck_assert_int_eq(jobspec_devices(&s), 1);
+    jobspec_release(&s);
+}
+END_TEST
+
+START_TEST(test_optimizer_defaults) {
+    jobspec s;
+    parse_ok(OPT("'rmsprop'"), &s);
+    ck_assert_float_eq(s.optimizer.learning_rate, 0.001f);
+    ck_assert_float_eq(s.optimizer.rho, 0.9f);
+    ck_assert_float_eq(s.optimizer.epsilon, 1e-7f);
+    ck_assert_int_eq(s.optimizer.centered, 0);
+    parse_ok(OPT("{'type':'adam'}"), &s);
+    ck_assert_float_eq(s.optimizer.learning_rate, 0.001f);
+    ck_assert_float_eq(s.optimizer.beta_1, 0.9f);
+    ck_assert_float_eq(s.optimizer.beta_2, 0.999f);
+    ck_assert_float_eq(s.optimizer.epsilon, 1e-7f);
+    ck_assert_int_eq(s.optimizer.amsgrad, 0);
+    parse_ok(OPT("'adagrad'"), &s);
+    ck_assert_float_eq(s.optimizer.learning_rate, 0.001f);
+    ck_assert_float_eq(s.optimizer.initial_accumulator_value, 0.1f);
+    ck_assert_float_eq(s.optimizer.epsilon, 1e-7f);
+    parse_ok(OPT("{'type':'sgd','learning_rate':0.2,'momentum':0.9,'nesterov':true}"), &s);
+    ck_assert_float_eq(s.optimizer.learning_rate, 0.2f);
+    ck_assert_float_eq(s.optimizer.momentum, 0.9f);
+    ck_assert_int_eq(s.optimizer.nesterov, 1);
+    parse_ok(OPT("{'type':'rmsprop','rho':0.95,'momentum':0.5,'epsilon':1e-6,'centered':true}"),
+             &s);
+    ck_assert_float_eq(s.optimizer.rho, 0.95f);
+    ck_assert_int_eq(s.optimizer.centered, 1);
+    parse_ok(OPT("{'type':'adam','beta_1':0.8,'beta_2':0.99,'amsgrad':true}"), &s);
+    ck_assert_float_eq(s.optimizer.beta_2, 0.99f);
+    ck_assert_int_eq(s.optimizer.amsgrad, 1);
+    parse_ok(OPT("{'type':'adagrad','initial_accumulator_value':0}"), &s);
+    ck_assert_float_eq(s.optimizer.initial_accumulator_value, 0.0f);
+}
+END_TEST
+
+/* Specs that must pass; also the round-trip set. */
+static const char *const GOOD_SPECS[] = {
+    GOOD,
+    LAYERS("{'type':'flatten','input_shape':[28,28]},{'type':'dense','units':32,'activation':"
+           "'tanh','kernel_initializer':'he_normal','bias_initializer':'zeros','use_bias':false},"
+           "{'type':'dropout','rate':0,'seed':99},{'type':'dense','units':10},"
+           "{'type':'activation','activation':'softmax'}"),
+    LAYERS("{'type':'flatten'},{'type':'dense','units':10,'activation':null}"),
+    LAYERS("{'type':'dropout','rate':0.2,'input_shape':[784]}," OUT10),
+    "{" MODEL ",'compile':{'optimizer':'adam','loss':'categorical_crossentropy',"
+    "'metrics':['acc','accuracy']}," DATA "}",
+    "{" MODEL ",'compile':{'optimizer':'sgd','loss':'mean_squared_error'}," DATA "}",
+    "{" MODEL "," COMP ",'data':{'source':'mnist','path':'/data/mnist','limit':1000,"
+    "'validation_split':0.2,'shuffle_buffer':0,'seed':9007199254740991}}",
+    CSV("{'source':'csv','path':'/d.csv'}"),
+    CSV("{'source':'csv','path':'/d.csv','label_column':'species','header':true}"),
+    CSV("{'source':'csv','path':'/d.csv','label_column':-2,'header':false}"),
+    "{'model':{'layers':[{'type':'dense','units':1,'input_shape':[3]}]},"
+    "'compile':{'optimizer':'sgd','loss':'mse'},'data':{'source':'csv','path':'/r.csv'}}",
+    SYN("'fit':{'epochs':3,'batch_size':100,'steps_per_epoch':10}"),
+    SYN_LAYERS("{'type':'dense','units':1}", "binary_crossentropy"),
+    SYN_LAYERS("{'type':'dense','units':2,'activation':'softmax'}",
+               "sparse_categorical_crossentropy"),
+    "{" SYN_MODEL "," SYN_COMP ",'data':{'source':'synthetic','examples':5000,'features':10,"
+    "'seed':3,'limit':4000,'validation_split':0.25}}",
+    TOP("'name':'A.b_c-9','priority':1000,'max_runtime_s':31536000,'preemptible':true,"
+        "'queue_if_infeasible':true,'max_restarts':0"),
+    TOP("'strategy':{'type':'one_device'},'resources':{'device':'gpu'}"),
+    TOP("'strategy':{'type':'mirrored','cross_device_ops':'nccl'},"
+        "'resources':{'devices_per_worker':4,'device':'gpu'},'fit':{'batch_size':128}"),
+    TOP("'strategy':{'type':'mirrored','cross_device_ops':'hierarchical_copy'},"
+        "'resources':{'devices_per_worker':2}"),
+    TOP("'strategy':{'type':'central_storage'},'resources':{'devices_per_worker':2}"),
+    TOP("'strategy':{'type':'multi_worker_mirrored','communication':'nccl'},"
+        "'resources':{'workers':4,'devices_per_worker':8,'device':'gpu'},'fit':{'batch_size':256}"),
+    TOP("'strategy':{'type':'parameter_server','communication':'ring'},"
+        "'resources':{'workers':2,'ps':1},'fit':{'batch_size':64}"),
+    TOP("'checkpoint':{'every_epochs':0,'keep':100}"),
+    TOP("'fit':{'batch_size':128,'steps_per_epoch':469}"),
+};
+#define N_GOOD ((int)(sizeof GOOD_SPECS / sizeof GOOD_SPECS[0]))
+
+START_TEST(test_good_specs) {
+    for (int i = 0; i < N_GOOD; i++) {
+        jobspec s;
+        spec_error e;
+        int rc = parse_q(GOOD_SPECS[i], &s, &e);
+        ck_assert_msg(rc == 0, "good spec %d refused: %d %s '%s': %s\n%s", i, e.status, e.code,
+                      e.field, e.message, GOOD_SPECS[i]);
+        jobspec_release(&s);
+    }
+}
+END_TEST
+
+START_TEST(test_good_values) {
+    jobspec s;
+    parse_ok(GOOD_SPECS[1], &s);
+    ck_assert_int_eq(s.n_layers, 5);
+    ck_assert_int_eq(s.input_rank, 2);
+    ck_assert_int_eq(s.input_size, 784);
+    ck_assert_int_eq(s.output_size, 10);
+    ck_assert_int_eq(s.layers[1].activation, ACT_TANH);
+    ck_assert_int_eq(s.layers[1].use_bias, 0);
+    ck_assert_int_eq(s.layers[1].kernel_initializer, INIT_HE_NORMAL);
+    ck_assert_int_eq(s.layers[2].has_seed, 1);
+    ck_assert_uint_eq(s.layers[2].seed, 99);
+    ck_assert_int_eq(s.layers[3].activation, ACT_LINEAR);
+    ck_assert_int_eq(s.layers[4].activation, ACT_SOFTMAX);
+
+    parse_ok(GOOD_SPECS[4], &s);
+    ck_assert_int_eq(s.metric_accuracy, 1);
+    parse_ok(GOOD_SPECS[5], &s);
+    ck_assert_int_eq(s.loss, LOSS_MSE);
+    parse_ok(GOOD_SPECS[6], &s);
+    ck_assert_str_eq(s.data.path, "/data/mnist");
+    ck_assert_int_eq(s.data.limit, 1000);
+    ck_assert_int_eq(s.data.shuffle_buffer, 0);
+    ck_assert_uint_eq(s.data.seed, 9007199254740991ULL);
+    parse_ok(GOOD_SPECS[7], &s);
+    ck_assert_int_eq(s.data.label_column, -1);
+    ck_assert_int_eq(s.data.header, 1);
+    ck_assert_int_eq(s.input_size, 4);
+    parse_ok(GOOD_SPECS[8], &s);
+    ck_assert_str_eq(s.data.label_column_name, "species");
+    parse_ok(GOOD_SPECS[9], &s);
+    ck_assert_int_eq(s.data.label_column, -2);
+    ck_assert_int_eq(s.data.header, 0);
+    parse_ok(GOOD_SPECS[11], &s);
+    ck_assert_int_eq(s.data.examples, 1000);
+    ck_assert_int_eq(s.data.features, 10);
+    ck_assert_int_eq(s.input_size, 10);
+    ck_assert_int_eq(s.fit.steps_per_epoch, 10);
+    parse_ok(GOOD_SPECS[15], &s);
+    ck_assert_str_eq(s.name, "A.b_c-9");
+    ck_assert_int_eq(s.priority, 1000);
+    ck_assert_int_eq(s.queue_if_infeasible, 1);
+    ck_assert_int_eq(s.max_restarts, 0);
+    parse_ok(GOOD_SPECS[17], &s);
+    ck_assert_int_eq(s.strategy.cross_device_ops, CDO_NCCL);
+    ck_assert_int_eq(s.resources.device, DEVICE_GPU);
+    ck_assert_int_eq(jobspec_replicas(&s), 4);
+    parse_ok(GOOD_SPECS[20], &s);
+    ck_assert_int_eq(s.strategy.communication, COMM_NCCL);
+    ck_assert_int_eq(jobspec_replicas(&s), 32);
+    ck_assert_int_eq(jobspec_devices(&s), 32);
+    parse_ok(GOOD_SPECS[21], &s);
+    ck_assert_int_eq(s.strategy.type, STRAT_PARAMETER_SERVER);
+    ck_assert_int_eq(s.resources.ps, 1);
+    ck_assert_int_eq(s.strategy.communication, COMM_RING);
+}
+END_TEST
+
+/* parse(to_json(parse(x))) == parse(x), byte for byte; and to_json is a
+ * fixed point after one round. */
+static void round_trip(const char *doc, size_t len, const char *what) {
+    jobspec a, b;
+    spec_error e;
+    ck_assert_msg(jobspec_parse(doc, len, &a, &e) == 0, "%s: %s", what, e.message);
+    char *j1 = NULL, *j2 = NULL;
+    ck_assert_int_eq(jobspec_to_json(&a, &j1), 0);
+    ck_assert_msg(jobspec_parse(j1, strlen(j1), &b, &e) == 0, "%s: normalized spec refused: %s %s: "
+                  "%s\n%s", what, e.code, e.field, e.message, j1);
+    ck_assert_msg(memcmp(&a, &b, sizeof a) == 0, "%s: round trip differs\n%s", what, j1);
+    ck_assert_int_eq(jobspec_to_json(&b, &j2), 0);
+    ck_assert_str_eq(j1, j2);
+    free(j1);
+    free(j2);
+}
+
+START_TEST(test_round_trip) {
+    for (int i = 0; i < N_GOOD; i++) {
+        char *j = q(GOOD_SPECS[i]);
+        char what[32];
+        snprintf(what, sizeof what, "good spec %d", i);
+        round_trip(j, strlen(j), what);
+        free(j);
+    }
+    for (int i = 0; i < N_EXAMPLES; i++) {
+        size_t len;
+        char *doc = read_example(EXAMPLES[i], &len);
+        round_trip(doc, len, EXAMPLES[i]);
+        free(doc);
+    }
+}
+END_TEST
+
+START_TEST(test_to_json_content) {
+    jobspec s;
+    parse_ok(GOOD, &s);
+    char *j = NULL;
+    ck_assert_int_eq(jobspec_to_json(&s, &j), 0);
+    static const char *const want[] = {
+        "\"name\":\"job\"", "\"priority\":50", "\"learning_rate\":0.01",
+        "\"input_shape\":[784]", "\"shuffle_buffer\":-1", "\"steps_per_epoch\":null",
+        "\"limit\":null", "\"strategy\":{\"type\":\"default\"}", "\"device\":\"cpu\"",
+        "\"max_runtime_s\":86400", "\"max_restarts\":3", "\"metrics\":[]"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        ck_assert_msg(strstr(j, want[i]) != NULL, "%s lacks %s", j, want[i]);
+    free(j);
+    /* floats print short: 0.001, not 0.0010000000474974513 */
+    parse_ok(OPT("{'type':'rmsprop','learning_rate':0.001}"), &s);
+    ck_assert_int_eq(jobspec_to_json(&s, &j), 0);
+    ck_assert_ptr_nonnull(strstr(j, "\"learning_rate\":0.001,"));
+    free(j);
+}
+END_TEST
+
+/* A command job is read whole (argv, env) before it is refused, and the
+ * refusal leaves nothing to free. */
+START_TEST(test_command_refused) {
+    jobspec s;
+    spec_error e;
+    const char *spec = "{'name':'own','command':{'argv':['python3','train.py','--lr','0.1'],"
+                       "'env':{'LR':'0.1','_X':''}},'resources':{'workers':1}}";
+    ck_assert_int_eq(parse_q(spec, &s, &e), -1);
+    ck_assert_int_eq(e.status, 422);
+    ck_assert_str_eq(e.code, "unsupported");
+    ck_assert_str_eq(e.field, "command");
+    ck_assert_ptr_null(s.command.argv);
+    ck_assert_ptr_null(s.command.env);
+    /* common fields are still checked first */
+    ck_assert_int_eq(parse_q("{'priority':5000,'command':{'argv':['x']}}", &s, &e), -1);
+    ck_assert_str_eq(e.field, "priority");
+    jobspec_release(&s); /* safe after a failure */
+}
+END_TEST
+
+START_TEST(test_names) {
+    ck_assert_str_eq(act_name(ACT_SOFTMAX), "softmax");
+    ck_assert_str_eq(act_name(ACT_LINEAR), "linear");
+    ck_assert_str_eq(loss_name(LOSS_SPARSE_CATEGORICAL_CROSSENTROPY),
+                     "sparse_categorical_crossentropy");
+    ck_assert_str_eq(loss_name(LOSS_MSE), "mse");
+    ck_assert_str_eq(opt_name(OPT_ADAGRAD), "adagrad");
+    ck_assert_str_eq(strategy_name(STRAT_MULTI_WORKER_MIRRORED), "multi_worker_mirrored");
+    ck_assert_str_eq(strategy_name(STRAT_PARAMETER_SERVER), "parameter_server");
+    ck_assert_str_eq(device_kind_name(DEVICE_GPU), "gpu");
+    ck_assert_str_eq(data_source_name(DATA_FASHION_MNIST), "fashion-mnist");
+    ck_assert_str_eq(layer_type_name(LAYER_ACTIVATION), "activation");
+    ck_assert_str_eq(init_name(INIT_HE_NORMAL), "he_normal");
+    ck_assert_str_eq(comm_name(COMM_RING), "ring");
+    ck_assert_str_eq(cdo_name(CDO_REDUCTION_TO_ONE_DEVICE), "reduction_to_one_device");
+    ck_assert_str_eq(act_name((act_type)99), "?");
+}
+END_TEST
+
+static Suite *jobspec_suite(void) {
+    Suite *s = suite_create("jobspec");
+    TCase *bad = tcase_create("bad");
+    tcase_add_test(bad, test_bad_specs);
+    tcase_add_test(bad, test_bad_specs_distinct);
+    tcase_add_test(bad, test_messages);
+    tcase_add_test(bad, test_unprintable_key);
+    suite_add_tcase(s, bad);
+    TCase *raw = tcase_create("raw");
+    tcase_add_test(raw, test_depth_limit);
+    tcase_add_test(raw, test_not_nul_terminated);
+    tcase_add_test(raw, test_truncation_and_mutation);
+    tcase_set_timeout(raw, 60);
+    suite_add_tcase(s, raw);
+    TCase *good = tcase_create("good");
+    tcase_add_test(good, test_examples_parse);
+    tcase_add_test(good, test_fashion_mlp_example);
+    tcase_add_test(good, test_defaults);
+    tcase_add_test(good, test_optimizer_defaults);
+    tcase_add_test(good, test_good_specs);
+    tcase_add_test(good, test_good_values);
+    tcase_add_test(good, test_round_trip);
+    tcase_add_test(good, test_to_json_content);
+    tcase_add_test(good, test_command_refused);
+    tcase_add_test(good, test_names);
+    suite_add_tcase(s, good);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(jobspec_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
