@@ -46,7 +46,8 @@ typedef struct layer_spec {
     init_type bias_initializer;        /* dense: default zeros */
     float rate;                        /* dropout: [0, 1) */
     int has_seed;                      /* dropout: 1 when seed was given */
-    uint64_t seed;                     /* dropout: default 0 (then the job's data.seed) */
+    uint64_t seed;                     /* dropout: the mask seed when has_seed (else the
+                                        * engine derives one, e.g. from data.seed) */
     int input_rank;                    /* 0 when the layer has no input_shape; the parser
                                         * fills layers[0] with the resolved model input */
     int input_shape[JOBSPEC_MAX_RANK];
@@ -83,8 +84,10 @@ typedef enum { DATA_FASHION_MNIST = 0, DATA_MNIST, DATA_CSV, DATA_SYNTHETIC } da
 typedef struct data_spec {
     data_source source;
     char path[JOBSPEC_PATH_MAX];       /* "" = the source's default
-                                        * (/usr/share/datasets/fashion-mnist for fashion-mnist) */
-    int label_column;                  /* csv: column index; -1 = last column */
+                                        * (/usr/share/datasets/fashion-mnist for fashion-mnist);
+                                        * never "" for mnist and csv (required) */
+    int label_column;                  /* csv: column index; negative counts from the end
+                                        * (-1 = last column, the default) */
     char label_column_name[JOBSPEC_MAX_COLUMN]; /* csv: a header name instead ("" = use index) */
     int header;                        /* csv: first line is a header (default 1) */
     float validation_split;            /* [0, 1), default 0 */
