@@ -109,19 +109,21 @@ $(BUILD)/obj/%.o: %.cu
 	$(NVCC) -O3 -std=c++17 -I. -Xcompiler -fPIC -c $< -o $@
 
 $(BUILD)/trainyard: $(BUILD)/obj/server/main.o $(LIB_OBJ)
-	$(CC) $(LDSAN) -o $@ $^ $(LIBS)
+	@echo "  LD  $@"
+	@$(CC) $(LDSAN) -o $@ $^ $(LIBS)
 
 .SECONDEXPANSION:
 $(BUILD)/tests/%: tests/%.c $$(if $$(DEPS_$$*),$$(DEPS_$$*),$$(LIB_OBJ))
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -o $@ $< $(if $(DEPS_$*),$(DEPS_$*),$(LIB_OBJ)) $(LIBS) $(CHECK_LIBS) $(LDSAN)
+	@echo "  LD  $@"
+	@$(CC) $(ALL_CFLAGS) -o $@ $< $(if $(DEPS_$*),$(DEPS_$*),$(LIB_OBJ)) $(LIBS) $(CHECK_LIBS) $(LDSAN)
 
 tests: $(TEST_BIN)
 
 # make test: the sanitized build of everything, then every test binary.
 # Each prints check's summary line; the run fails if any test fails.
 test: deps
-	$(MAKE) --no-print-directory SAN=1 BUILD=build/asan build/asan/trainyard $(patsubst $(BUILD)/%,build/asan/%,$(TEST_BIN))
+	$(MAKE) --no-print-directory SAN=1 CUDA=0 BUILD=build/asan build/asan/trainyard $(patsubst $(BUILD)/%,build/asan/%,$(TEST_BIN))
 	@tests/run_all.sh build/asan
 
 run: deps all

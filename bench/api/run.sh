@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# bench/api - requests/s and latency of the REST API under wrk, on loopback.
+#   GET /api/v1/jobs/{id}:   wrk -t2 -c32 -d10s --latency  (the peer table's setting)
+#   POST /api/v1/jobs:       wrk -t2 -c8  -d10s --latency  (8 keep-alive clients submitting)
+# Then the server is killed with SIGKILL and restarted: every job wrk saw
+# acknowledged (201) must still be there. Ends with one JSON line.
+# Peer (slurmrestd) is run by bench/api/slurm_peer.sh when slurm is installed.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+command -v wrk >/dev/null || { echo "bench/api: wrk is missing: apt-get install wrk" >&2; exit 1; }
+make -s all >/dev/null
+BIN=$PWD/build/trainyard
+DUR=${DUR:-10}
+dir=$(mktemp -d /tmp/ty_bench_api.XXXXXX)
+trap 'kill -9 $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
+start() {
+  rm -f "$dir/server.url"
+  "$BIN" server --listen 127.0.0.1:0 --data "$dir" 2>>"$dir/server.log" &
+  pid=$!
+  for _ in $(seq 100); do [ -s "$dir/server.url" ] && break; sleep 0.1; done
+  URL=$(cat "$dir/server.url")
+}
+start
+TOKEN=$(cat "$dir/token")
+id=$(curl -sf -X POST "$URL/api/v1/jobs" -H "Authorization: Bearer $TOKEN" --data @examples/synthetic_binary.json |
+     python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+
+parse() { # wrk output -> "rps p50_ms p99_ms"
+  python3 - "$1" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+def ms(v, u): return float(v) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[u]
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+lat = dict((p, ms(v, u)) for p, v, u in re.findall(r"\s(50|99)%\s+([\d.]+)(us|ms|s)", t))
+print(rps, lat.get("50"), lat.get("99"))
+PY
+}
+
+echo "== GET /api/v1/jobs/$id  (wrk -t2 -c32 -d${DUR}s)"
+wrk -t2 -c32 -d"${DUR}s" --latency -H "Authorization: Bearer $TOKEN" "$URL/api/v1/jobs/$id" | tee "$dir/get.txt"
+read -r get_rps get_p50 get_p99 < <(parse "$dir/get.txt")
+
+before=$(sqlite3 "$dir/trainyard.db" 'select count(*) from jobs')
+echo "== POST /api/v1/jobs  (wrk -t2 -c8 -d${DUR}s)"
+SPEC=examples/synthetic_binary.json wrk -t2 -c8 -d"${DUR}s" --latency -s bench/api/submit.lua \
+    -H "Authorization: Bearer $TOKEN" "$URL/api/v1/jobs" | tee "$dir/post.txt"
+read -r post_rps post_p50 post_p99 < <(parse "$dir/post.txt")
+non2xx=$(grep -o 'Non-2xx or 3xx responses: [0-9]*' "$dir/post.txt" | grep -o '[0-9]*$' || echo 0)
+
+kill -9 "$pid"; wait "$pid" 2>/dev/null || true
+start
+after=$(curl -sf "$URL/api/v1/health" >/dev/null && sqlite3 "$dir/trainyard.db" 'select count(*) from jobs')
+acked=$(python3 -c "print(int($after) - int($before))")
+echo "jobs stored after kill -9 and restart: $acked new (wrk's 201 answers in the window: see post.txt; non-2xx: $non2xx)"
+printf '{"get_rps":%s,"get_p50_ms":%s,"get_p99_ms":%s,"submit_rps":%s,"submit_p50_ms":%s,"submit_p99_ms":%s,"submit_non2xx":%s,"jobs_after_kill9":%s}\n' \
+  "$get_rps" "$get_p50" "$get_p99" "$post_rps" "$post_p50" "$post_p99" "$non2xx" "$acked"
