@@ -1041,10 +1041,10 @@ static int check_output(spec_error *e, const jobspec *s) {
         if (units != 1)
             return fail(e, 422, "invalid_value", up,
                         "must be 1 for binary_crossentropy (one probability), got %d", units);
-        if (act != ACT_SIGMOID && act != ACT_LINEAR)
+        if (act != ACT_SIGMOID)
             return fail(e, 422, "invalid_value", ap,
-                        "must be sigmoid (or linear: the output is then a logit) for "
-                        "binary_crossentropy, got %s", act_name(act));
+                        "must be sigmoid for binary_crossentropy, which reads the output as a "
+                        "probability (as Keras without from_logits), got %s", act_name(act));
         break;
     case LOSS_CATEGORICAL_CROSSENTROPY:
     case LOSS_SPARSE_CATEGORICAL_CROSSENTROPY:
@@ -1055,10 +1055,10 @@ static int check_output(spec_error *e, const jobspec *s) {
             return fail(e, 422, "invalid_value", up,
                         "must be %d for %s on %s (one unit per class), got %d", classes, loss, src,
                         units);
-        if (act != ACT_SOFTMAX && act != ACT_LINEAR)
+        if (act != ACT_SOFTMAX)
             return fail(e, 422, "invalid_value", ap,
-                        "must be softmax (or linear: the outputs are then logits) for %s, got %s",
-                        loss, act_name(act));
+                        "must be softmax for %s, which reads the outputs as probabilities (as "
+                        "Keras without from_logits), got %s", loss, act_name(act));
         break;
     case LOSS_MSE:
         if (classes && units != 1 && units != classes)

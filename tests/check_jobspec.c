@@ -300,6 +300,10 @@ static const bad_case BAD[] = {
      "invalid_value", "model.layers[0].units"},
     {SYN_LAYERS("{'type':'dense','units':1,'activation':'relu'}", "binary_crossentropy"), 422,
      "invalid_value", "model.layers[0].activation"},
+    {SYN_LAYERS("{'type':'dense','units':1}", "binary_crossentropy"), 422, "invalid_value",
+     "model.layers[0].activation"},
+    {LAYERS("{'type':'dense','units':10,'activation':null}"), 422, "invalid_value",
+     "model.layers[0].activation"},
     {SYN_LAYERS("{'type':'dense','units':3,'activation':'softmax'}", "categorical_crossentropy"),
      422, "invalid_value", "model.layers[0].units"},
     {"{'model':{'layers':[{'type':'dense','units':1,'activation':'softmax','input_shape':[4]}]},"
@@ -726,7 +730,8 @@ static const char *const GOOD_SPECS[] = {
            "'tanh','kernel_initializer':'he_normal','bias_initializer':'zeros','use_bias':false},"
            "{'type':'dropout','rate':0,'seed':99},{'type':'dense','units':10},"
            "{'type':'activation','activation':'softmax'}"),
-    LAYERS("{'type':'flatten'},{'type':'dense','units':10,'activation':null}"),
+    LAYERS("{'type':'flatten'},{'type':'dense','units':16,'activation':null},"
+           "{'type':'dense','units':10,'activation':'softmax'}"),
     LAYERS("{'type':'dropout','rate':0.2,'input_shape':[784]}," OUT10),
     "{" MODEL ",'compile':{'optimizer':'adam','loss':'categorical_crossentropy',"
     "'metrics':['acc','accuracy']}," DATA "}",
@@ -739,7 +744,8 @@ static const char *const GOOD_SPECS[] = {
     "{'model':{'layers':[{'type':'dense','units':1,'input_shape':[3]}]},"
     "'compile':{'optimizer':'sgd','loss':'mse'},'data':{'source':'csv','path':'/r.csv'}}",
     SYN("'fit':{'epochs':3,'batch_size':100,'steps_per_epoch':10}"),
-    SYN_LAYERS("{'type':'dense','units':1}", "binary_crossentropy"),
+    SYN_LAYERS("{'type':'dense','units':1},{'type':'activation','activation':'sigmoid'}",
+               "binary_crossentropy"),
     SYN_LAYERS("{'type':'dense','units':2,'activation':'softmax'}",
                "sparse_categorical_crossentropy"),
     "{" SYN_MODEL "," SYN_COMP ",'data':{'source':'synthetic','examples':5000,'features':10,"
