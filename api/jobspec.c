@@ -246,17 +246,16 @@ static int get_ll(spec_error *e, const cJSON *obj, const char *parent, const cha
     const cJSON *v = item(obj, key);
     if (!v) return 0;
     if (allow_null && cJSON_IsNull(v)) return 0;
-    fpath f;
-    char want[96], g[64];
-    join(f, parent, key);
-    int_range_text(want, sizeof want, lo, hi, allow_null);
-    if (!cJSON_IsNumber(v))
-        return fail(e, 422, "invalid_type", f, "must be %s, got %s", want, got(v, g));
-    double d = v->valuedouble;
-    if (!isfinite(d) || d != floor(d))
-        return fail(e, 422, "invalid_type", f, "must be %s, got %s", want, got(v, g));
-    if (d < (double)lo || d > (double)hi)
-        return fail(e, 422, "invalid_value", f, "must be %s, got %s", want, got(v, g));
+    double d = cJSON_IsNumber(v) ? v->valuedouble : 0;
+    const char *code = NULL;
+    if (!cJSON_IsNumber(v) || !isfinite(d) || d != floor(d)) code = "invalid_type";
+    else if (d < (double)lo || d > (double)hi) code = "invalid_value";
+    if (code) {
+        fpath f;
+        char want[96], g[64];
+        int_range_text(want, sizeof want, lo, hi, allow_null);
+        return fail(e, 422, code, join(f, parent, key), "must be %s, got %s", want, got(v, g));
+    }
     *out = (long long)d;
     return 1;
 }
@@ -292,18 +291,20 @@ static int get_float(spec_error *e, const cJSON *obj, const char *parent, const 
                      double lo, int lo_incl, double hi, int hi_incl, float *out) {
     const cJSON *v = item(obj, key);
     if (!v) return 0;
-    fpath f;
-    char want[96], g[64];
-    join(f, parent, key);
-    if (isinf(hi)) snprintf(want, sizeof want, "a number %s %g", lo_incl ? ">=" : ">", lo);
-    else snprintf(want, sizeof want, "a number in %c%g, %g%c", lo_incl ? '[' : '(', lo, hi,
-                  hi_incl ? ']' : ')');
-    if (!cJSON_IsNumber(v))
-        return fail(e, 422, "invalid_type", f, "must be %s, got %s", want, got(v, g));
-    float x = (float)v->valuedouble;
+    float x = cJSON_IsNumber(v) ? (float)v->valuedouble : 0.0f;
     double xd = x;
-    if (!isfinite(x) || (lo_incl ? xd < lo : xd <= lo) || (hi_incl ? xd > hi : xd >= hi))
-        return fail(e, 422, "invalid_value", f, "must be %s, got %s", want, got(v, g));
+    const char *code = NULL;
+    if (!cJSON_IsNumber(v)) code = "invalid_type";
+    else if (!isfinite(x) || (lo_incl ? xd < lo : xd <= lo) || (hi_incl ? xd > hi : xd >= hi))
+        code = "invalid_value";
+    if (code) {
+        fpath f;
+        char want[96], g[64];
+        if (isinf(hi)) snprintf(want, sizeof want, "a number %s %g", lo_incl ? ">=" : ">", lo);
+        else snprintf(want, sizeof want, "a number in %c%g, %g%c", lo_incl ? '[' : '(', lo, hi,
+                      hi_incl ? ']' : ')');
+        return fail(e, 422, code, join(f, parent, key), "must be %s, got %s", want, got(v, g));
+    }
     *out = x;
     return 1;
 }
@@ -327,14 +328,16 @@ static int get_enum(spec_error *e, const cJSON *obj, const char *parent, const c
                     const char *const *names, int *out) {
     const cJSON *v = item(obj, key);
     if (!v) return 0;
-    fpath f;
-    char list[256], g[64];
-    join(f, parent, key);
-    list_text(names, list, sizeof list);
-    if (!cJSON_IsString(v))
-        return fail(e, 422, "invalid_type", f, "must be a string: %s; got %s", list, got(v, g));
-    int i = find_name(names, v->valuestring);
-    if (i < 0) return fail(e, 422, "invalid_value", f, "must be %s, got %s", list, got(v, g));
+    int i = cJSON_IsString(v) ? find_name(names, v->valuestring) : -1;
+    if (i < 0) {
+        fpath f;
+        char list[256], g[64];
+        join(f, parent, key);
+        list_text(names, list, sizeof list);
+        if (!cJSON_IsString(v))
+            return fail(e, 422, "invalid_type", f, "must be a string: %s; got %s", list, got(v, g));
+        return fail(e, 422, "invalid_value", f, "must be %s, got %s", list, got(v, g));
+    }
     *out = i;
     return 1;
 }
@@ -576,7 +579,9 @@ static int parse_optimizer(spec_error *e, const cJSON *c, optimizer_spec *o) {
     const char *p = "compile.optimizer";
     const cJSON *v = item(c, "optimizer");
     char list[128], g[64];
-    list_text(OPT_NAMES, list, sizeof list);
+    if (!cJSON_IsObject(v) && !(cJSON_IsString(v) && find_name(OPT_NAMES, v->valuestring) >= 0))
+        list_text(OPT_NAMES, list, sizeof list);
+    else list[0] = '\0';
     if (!v)
         return fail(e, 422, "missing_field", p,
                     "compile needs an optimizer: %s, or an object such as {\"type\": \"sgd\", "
@@ -596,7 +601,7 @@ static int parse_optimizer(spec_error *e, const cJSON *c, optimizer_spec *o) {
     if (rc < 0) return -1;
     if (rc == 0)
         return fail(e, 422, "missing_field", "compile.optimizer.type",
-                    "the optimizer needs a type: %s", list);
+                    "the optimizer needs a type: %s", list_text(OPT_NAMES, list, sizeof list));
     optimizer_defaults(o, (opt_type)t);
     static const char *const *const KEYS[] = {SGD_KEYS, RMSPROP_KEYS, ADAM_KEYS, ADAGRAD_KEYS};
     static const char *const OWNER[] = {"the sgd optimizer", "the rmsprop optimizer",
@@ -684,15 +689,17 @@ static int parse_data(spec_error *e, const cJSON *root, jobspec *s) {
     const char *p = "data";
     int rc = get_object(e, root, "", "data", &d);
     char list[128], g[64];
-    list_text(SOURCE_NAMES, list, sizeof list);
     if (rc < 0) return -1;
     if (rc == 0)
-        return fail(e, 422, "missing_field", "data", "a job needs data: {\"source\": %s}", list);
+        return fail(e, 422, "missing_field", "data", "a job needs data: {\"source\": %s}",
+                    list_text(SOURCE_NAMES, list, sizeof list));
     if (check_keys(e, d, p, DATA_KEYS, NULL)) return -1;
     int src = 0;
     rc = get_enum(e, d, p, "source", SOURCE_NAMES, &src);
     if (rc < 0) return -1;
-    if (rc == 0) return fail(e, 422, "missing_field", "data.source", "data needs a source: %s", list);
+    if (rc == 0)
+        return fail(e, 422, "missing_field", "data.source", "data needs a source: %s",
+                    list_text(SOURCE_NAMES, list, sizeof list));
     ds->source = (data_source)src;
     static const char *const *const KEYS[] = {DATA_MNIST_KEYS, DATA_MNIST_KEYS, DATA_CSV_KEYS,
                                               DATA_SYNTH_KEYS};

@@ -188,7 +188,8 @@ typedef struct spec_error {
 
 /* Parse and validate a job spec of len bytes (need not be NUL-terminated).
  * On success fills *out (every default resolved) and returns 0. On failure
- * returns -1, fills *err, and *out is unspecified (but needs no release). */
+ * returns -1, fills *err (may be NULL), and *out is unspecified (but needs no
+ * release). *out is overwritten: release a spec it held before. Reentrant. */
 int jobspec_parse(const char *json, size_t len, jobspec *out, spec_error *err);
 
 /* Frees what a parsed spec holds (a command job's argv/env; nothing for a
