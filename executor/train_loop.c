@@ -134,13 +134,17 @@ int train_run_data(const jobspec *spec, const dataset_splits *data, const train_
         int n;
         while ((steps_in_epoch < 0 || done_steps < steps_in_epoch) && (n = batcher_next(&b, xb, yb)) > 0) {
             step_stats st;
-            float loss = model_forward_backward(m, xb, yb, n, global_batch, &st);
-            if (hooks && hooks->grad_reduce &&
-                hooks->grad_reduce(hooks->ctx, m, model_grads(m), model_param_count(m), &st)) {
-                snprintf(err, TRAIN_ERR_MAX, "gradient reduction failed at step %ld", step + 1);
-                goto out;
+            float loss;
+            if (hooks && hooks->grad_reduce) {
+                loss = model_forward_backward(m, xb, yb, n, global_batch, &st);
+                if (hooks->grad_reduce(hooks->ctx, m, model_grads(m), model_param_count(m), &st)) {
+                    snprintf(err, TRAIN_ERR_MAX, "gradient reduction failed at step %ld", step + 1);
+                    goto out;
+                }
+                model_apply_gradients(m);
+            } else {
+                loss = model_train_step(m, xb, yb, n, global_batch, &st);
             }
-            model_apply_gradients(m);
             step++;
             done_steps++;
             lsum += st.loss_sum;

@@ -349,8 +349,12 @@ static const float *forward(model *m, const float *x, int n, int training)
     return cur;
 }
 
-float model_forward_backward(model *m, const float *x, const float *y, int n,
-                             int global_batch, step_stats *st)
+/* Forward + backward; with update != 0 each dense layer's parameters are
+ * updated right after its gradients (and its input gradient) are computed,
+ * while they are still in cache: the same arithmetic as a separate
+ * model_apply_gradients, in a different order of layers. */
+static float step(model *m, const float *x, const float *y, int n, int global_batch,
+                  step_stats *st, int update)
 {
     if (st)
         memset(st, 0, sizeof *st);
@@ -370,6 +374,13 @@ float model_forward_backward(model *m, const float *x, const float *y, int n,
             float *dx = i > m->first_param_op ? gother : NULL;
             dense_backward(dx, op->dw, op->db, gcur, op->y, m->inputs[i], op->w, n, op->in,
                            op->out, op->act, op->fused_next ? &op->drop : NULL, 0);
+            if (update) {
+                const model_tensor *kt = &m->tensors[op->kernel_tensor];
+                const model_tensor *lt = op->use_bias ? kt + 1 : kt;
+                size_t o0 = kt->offset, len = align_up(lt->offset + lt->size) - o0;
+                optimizer_step(&m->opt, m->params + o0, m->grads + o0, m->slots + o0, len,
+                               m->n_params, m->iterations);
+            }
             float *t = gcur;
             gcur = gother;
             gother = t;
@@ -392,12 +403,32 @@ float model_forward_backward(model *m, const float *x, const float *y, int n,
         st->correct = correct;
         st->n = n;
     }
+    if (update)
+        m->iterations++;
     return (float)(lsum / global_batch);
+}
+
+float model_forward_backward(model *m, const float *x, const float *y, int n,
+                             int global_batch, step_stats *st)
+{
+    return step(m, x, y, n, global_batch, st, 0);
+}
+
+float model_train_step(model *m, const float *x, const float *y, int n, int global_batch,
+                       step_stats *st)
+{
+    if (n <= 0 || n > m->max_batch || global_batch <= 0) {
+        float l = step(m, x, y, n, global_batch, st, 0);
+        model_apply_gradients(m);
+        return l;
+    }
+    return step(m, x, y, n, global_batch, st, 1);
 }
 
 void model_apply_gradients(model *m)
 {
-    optimizer_step(&m->opt, m->params, m->grads, m->slots, m->n_params, m->iterations);
+    optimizer_step(&m->opt, m->params, m->grads, m->slots, m->n_params, m->n_params,
+                   m->iterations);
     m->iterations++;
 }
 

@@ -53,6 +53,12 @@ void model_free(model *m);
 float model_forward_backward(model *m, const float *x, const float *y, int n,
                              int global_batch, step_stats *st);
 
+/* forward_backward + apply_gradients in one pass for a single replica (no
+ * reduction between them): each layer is updated while its gradients are in
+ * cache. Bit-identical to the two calls. */
+float model_train_step(model *m, const float *x, const float *y, int n, int global_batch,
+                       step_stats *st);
+
 /* One optimizer update with the gradient buffer as it is now. */
 void model_apply_gradients(model *m);
 

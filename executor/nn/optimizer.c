@@ -95,12 +95,12 @@ static void sgd_step(const optimizer_spec *o, float *restrict w, const float *re
 }
 
 static void rmsprop_step(const optimizer_spec *o, float *restrict w, const float *restrict g,
-                         float *restrict slots, size_t n)
+                         float *restrict slots, size_t n, size_t st)
 {
     const float lr = o->learning_rate, rho = o->rho, eps = o->epsilon, mu = o->momentum;
     float *restrict vel = slots;
-    float *restrict avg = o->centered ? slots + n : NULL;
-    float *restrict mom = mu != 0.0f ? slots + n * (o->centered ? 2 : 1) : NULL;
+    float *restrict avg = o->centered ? slots + st : NULL;
+    float *restrict mom = mu != 0.0f ? slots + st * (o->centered ? 2 : 1) : NULL;
     if (!avg && !mom) {
         size_t i = 0;
 #if V
@@ -140,15 +140,15 @@ static void rmsprop_step(const optimizer_spec *o, float *restrict w, const float
 }
 
 static void adam_step(const optimizer_spec *o, float *restrict w, const float *restrict g,
-                      float *restrict slots, size_t n, long iteration)
+                      float *restrict slots, size_t n, size_t st, long iteration)
 {
     const float b1 = o->beta_1, b2 = o->beta_2, eps = o->epsilon;
     double t = (double)iteration + 1.0;
     double b1p = pow((double)b1, t), b2p = pow((double)b2, t);
     const float alpha = (float)((double)o->learning_rate * sqrt(1.0 - b2p) / (1.0 - b1p));
     float *restrict m = slots;
-    float *restrict v = slots + n;
-    float *restrict vh = o->amsgrad ? slots + 2 * n : NULL;
+    float *restrict v = slots + st;
+    float *restrict vh = o->amsgrad ? slots + 2 * st : NULL;
     size_t i = 0;
 #if V
     if (!vh) {
@@ -210,17 +210,17 @@ static void adagrad_step(const optimizer_spec *o, float *restrict w, const float
 }
 
 void optimizer_step(const optimizer_spec *o, float *params, const float *grads,
-                    float *slots, size_t n, long iteration)
+                    float *slots, size_t n, size_t slot_stride, long iteration)
 {
     switch (o->type) {
     case OPT_SGD:
         sgd_step(o, params, grads, slots, n);
         break;
     case OPT_RMSPROP:
-        rmsprop_step(o, params, grads, slots, n);
+        rmsprop_step(o, params, grads, slots, n, slot_stride);
         break;
     case OPT_ADAM:
-        adam_step(o, params, grads, slots, n, iteration);
+        adam_step(o, params, grads, slots, n, slot_stride, iteration);
         break;
     case OPT_ADAGRAD:
         adagrad_step(o, params, grads, slots, n);

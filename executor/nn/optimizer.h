@@ -25,9 +25,11 @@ const char *optimizer_slot_name(const optimizer_spec *o, int s);
 /* Initial slot values (zeros; adagrad's initial_accumulator_value). */
 void optimizer_init_slots(const optimizer_spec *o, float *slots, size_t n);
 
-/* One update of params (n) with grads (n); iteration is the number of
+/* One update of params (n) with grads (n); slot s of params[i] is
+ * slots[s * slot_stride + i] (slot_stride = n for a whole buffer; the full
+ * buffer's size when updating a sub-range). iteration is the number of
  * updates done before this one (Adam's bias correction uses iteration + 1). */
 void optimizer_step(const optimizer_spec *o, float *params, const float *grads,
-                    float *slots, size_t n, long iteration);
+                    float *slots, size_t n, size_t slot_stride, long iteration);
 
 #endif
