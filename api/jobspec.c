@@ -65,7 +65,7 @@ int jobspec_replicas(const jobspec *spec) {
 }
 
 int jobspec_devices(const jobspec *spec) {
-    return spec->resources.workers * spec->resources.devices_per_worker;
+    return jobspec_replicas(spec); /* ps take CPU slots, not devices */
 }
 
 void jobspec_release(jobspec *spec) {
@@ -1304,15 +1304,6 @@ static int check_duplicates(spec_error *e, const cJSON *v, const char *p) {
     return 0;
 }
 
-static const char *json_kind(const cJSON *v) {
-    if (cJSON_IsArray(v)) return "an array";
-    if (cJSON_IsString(v)) return "a string";
-    if (cJSON_IsNumber(v)) return "a number";
-    if (cJSON_IsBool(v)) return "a boolean";
-    if (cJSON_IsNull(v)) return "null";
-    return "an object";
-}
-
 int jobspec_parse(const char *json, size_t len, jobspec *out, spec_error *err) {
     spec_error scratch;
     spec_error *e = err ? err : &scratch;
@@ -1348,7 +1339,8 @@ int jobspec_parse(const char *json, size_t len, jobspec *out, spec_error *err) {
         goto out;
     }
     if (!cJSON_IsObject(root)) {
-        fail(e, 400, "bad_json", "", "a job spec must be a JSON object, got %s", json_kind(root));
+        char g[64];
+        fail(e, 400, "bad_json", "", "a job spec must be a JSON object, got %s", got(root, g));
         goto out;
     }
     if (check_duplicates(e, root, "") < 0) goto out;
@@ -1383,8 +1375,8 @@ static cJSON *chk(out_ctx *o, cJSON *v) {
     return v;
 }
 
-static void add_num(out_ctx *o, cJSON *obj, const char *k, double v) {
-    chk(o, cJSON_AddNumberToObject(obj, k, v));
+static void add_float(out_ctx *o, cJSON *obj, const char *k, float v) {
+    chk(o, cJSON_AddNumberToObject(obj, k, clean(v)));
 }
 /* Integers print exactly (cJSON prints doubles with 15 digits, which
  * would turn a 2^53 - 1 seed into 9.00719925474099e+15). */
@@ -1430,7 +1422,7 @@ static void layers_to_json(out_ctx *o, cJSON *model, const jobspec *s) {
             add_str(o, j, "bias_initializer", init_name(l->bias_initializer));
             break;
         case LAYER_DROPOUT:
-            add_num(o, j, "rate", clean(l->rate));
+            add_float(o, j, "rate", l->rate);
             if (l->has_seed) add_int(o, j, "seed", (long long)l->seed);
             break;
         case LAYER_FLATTEN:
@@ -1446,27 +1438,27 @@ static void layers_to_json(out_ctx *o, cJSON *model, const jobspec *s) {
 static void optimizer_to_json(out_ctx *o, cJSON *compile, const optimizer_spec *op) {
     cJSON *j = chk(o, cJSON_AddObjectToObject(compile, "optimizer"));
     add_str(o, j, "type", opt_name(op->type));
-    add_num(o, j, "learning_rate", clean(op->learning_rate));
+    add_float(o, j, "learning_rate", op->learning_rate);
     switch (op->type) {
     case OPT_SGD:
-        add_num(o, j, "momentum", clean(op->momentum));
+        add_float(o, j, "momentum", op->momentum);
         add_bool(o, j, "nesterov", op->nesterov);
         break;
     case OPT_RMSPROP:
-        add_num(o, j, "rho", clean(op->rho));
-        add_num(o, j, "momentum", clean(op->momentum));
-        add_num(o, j, "epsilon", clean(op->epsilon));
+        add_float(o, j, "rho", op->rho);
+        add_float(o, j, "momentum", op->momentum);
+        add_float(o, j, "epsilon", op->epsilon);
         add_bool(o, j, "centered", op->centered);
         break;
     case OPT_ADAM:
-        add_num(o, j, "beta_1", clean(op->beta_1));
-        add_num(o, j, "beta_2", clean(op->beta_2));
-        add_num(o, j, "epsilon", clean(op->epsilon));
+        add_float(o, j, "beta_1", op->beta_1);
+        add_float(o, j, "beta_2", op->beta_2);
+        add_float(o, j, "epsilon", op->epsilon);
         add_bool(o, j, "amsgrad", op->amsgrad);
         break;
     case OPT_ADAGRAD:
-        add_num(o, j, "initial_accumulator_value", clean(op->initial_accumulator_value));
-        add_num(o, j, "epsilon", clean(op->epsilon));
+        add_float(o, j, "initial_accumulator_value", op->initial_accumulator_value);
+        add_float(o, j, "epsilon", op->epsilon);
         break;
     }
 }
@@ -1484,7 +1476,7 @@ static void data_to_json(out_ctx *o, cJSON *root, const data_spec *d) {
         add_int(o, j, "examples", (long long)d->examples);
         add_int(o, j, "features", d->features);
     }
-    add_num(o, j, "validation_split", clean(d->validation_split));
+    add_float(o, j, "validation_split", d->validation_split);
     add_int(o, j, "shuffle_buffer", d->shuffle_buffer);
     add_int(o, j, "seed", (long long)d->seed);
     if (d->limit > 0) add_int(o, j, "limit", (long long)d->limit);
