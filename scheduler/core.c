@@ -774,7 +774,7 @@ static int preempt_for(core *c, int ji, int guaranteed)
             const sched_running *v = &s->running[cd[x].ri];
             c->stopping[cd[x].ri] = 1;
             GROW(r->stops, r->n_stops, r->cap_stops);
-            sched_stop *st = &r->stops[r->n_stops++];
+            sched_victim *st = &r->stops[r->n_stops++];
             st->running = cd[x].ri; st->job_id = v->id; st->for_job = j->id;
             st->guarantee = !(v->preemptible && v->priority < j->priority);
             victims++;

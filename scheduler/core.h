@@ -130,12 +130,12 @@ typedef struct sched_place {
     int backfill;                  /* 1: started out of order by backfill */
 } sched_place;
 
-typedef struct sched_stop {
+typedef struct sched_victim {
     int running;                   /* index into snapshot running */
     int64_t job_id;
     int64_t for_job;
     int guarantee;                 /* 1: reclaimed for a team's guarantee, 0: priority */
-} sched_stop;
+} sched_victim;
 
 typedef struct sched_outcome {
     int rank;                      /* position in the order considered (0 first) */
@@ -151,7 +151,7 @@ typedef struct sched_result {
     sched_place *place;   int n_place, cap_place;
     sched_task *tasks;    int n_tasks, cap_tasks;
     int64_t *dev_ids;     int n_dev, cap_dev;
-    sched_stop *stops;    int n_stops, cap_stops;
+    sched_victim *stops;    int n_stops, cap_stops;
     sched_outcome *out;   int n_out;     /* (n_queued) one per queued job, same index */
     int *order;                          /* (n_queued) order[rank] = queued index */
     int64_t head_job;                    /* job holding the reservation, 0 none */

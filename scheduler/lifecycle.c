@@ -1,0 +1,157 @@
+/* lifecycle.c - task reports applied to jobs. See lifecycle.h. */
+#include "lifecycle.h"
+#include "../common/util.h"
+#include "../storage/exec_store.h"
+#include "../storage/store.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int lifecycle_stop_tasks(db *d, int64_t job_id, const char *why) {
+    if (store_job_stop_tasks(d, job_id, why) != STORE_OK) return STORE_ERROR;
+    return exec_attempt_drop_unstarted(d, job_id, why);
+}
+
+int lifecycle_task_running(db *d, int64_t task_id, const char *actor, int *flags) {
+    *flags = LC_NONE;
+    if (db_begin(d) < 0) return STORE_ERROR;
+    exec_task t;
+    int rc = exec_task_get(d, task_id, &t);
+    if (rc != STORE_OK) goto out;
+    if (strcmp(t.state, "exited") == 0) {
+        rc = STORE_CONFLICT;
+        goto out;
+    }
+    if (strcmp(t.state, "running") == 0) goto out; /* repeated report */
+    rc = exec_task_set_running(d, task_id);
+    if (rc != STORE_OK) goto out;
+    exec_job j;
+    rc = exec_job_get(d, t.job_id, 0, &j);
+    if (rc != STORE_OK) goto out;
+    if (j.attempt == t.attempt && strcmp(j.state, "starting") == 0) {
+        int total = 0, running = 0, live = 0;
+        rc = exec_attempt_counts(d, t.job_id, t.attempt, &total, &running, &live);
+        if (rc != STORE_OK) goto out;
+        if (total > 0 && running == total) {
+            static const char *const from[] = {"starting", NULL};
+            char why[96];
+            snprintf(why, sizeof why, "all %d task%s running (attempt %d)", total, total == 1 ? "" : "s",
+                     t.attempt);
+            rc = store_job_transition(d, t.job_id, from, "running", actor, why);
+            if (rc == STORE_OK) *flags |= LC_JOB_CHANGED;
+        }
+    }
+out:
+    if (rc == STORE_OK || rc == STORE_CONFLICT) {
+        if (db_commit(d) < 0) {
+            db_rollback(d);
+            return STORE_ERROR;
+        }
+        return rc;
+    }
+    db_rollback(d);
+    return rc;
+}
+
+/* "worker-1 exited with code 1 (signal 9): reason; last lines: ..." */
+static void describe_exit(const exec_task *t, const lifecycle_exit *e, char *out, size_t cap) {
+    buf b;
+    buf_init(&b, cap > 0 ? cap - 1 : 0);
+    if (e->signal) buf_printf(&b, "%s-%d was killed by signal %d", t->type, t->index, e->signal);
+    else buf_printf(&b, "%s-%d exited with code %d", t->type, t->index, e->exit_code);
+    if (e->reason && *e->reason) buf_printf(&b, ": %.300s", e->reason);
+    snprintf(out, cap, "%s", b.data ? b.data : "");
+    if (e->log_tail && *e->log_tail) {
+        size_t used = strlen(out);
+        size_t room = cap > used + 32 ? cap - used - 32 : 0;
+        size_t n = strlen(e->log_tail);
+        const char *tail = n > room ? e->log_tail + (n - room) : e->log_tail;
+        snprintf(out + used, cap - used, "; last log lines:\n%s", tail);
+    }
+    buf_release(&b);
+}
+
+#define LC_CHIEF_DONE "the chief finished"
+
+/* Succeeded once the chief exited 0 and no task of the attempt is left. */
+static int finish_if_done(db *d, const exec_task *t, const char *actor, int *flags) {
+    int total = 0, running = 0, live = 0;
+    int rc = exec_attempt_counts(d, t->job_id, t->attempt, &total, &running, &live);
+    if (rc != STORE_OK || live > 0) return rc;
+    int chief_exited = 0, chief_code = 0;
+    rc = exec_attempt_chief(d, t->job_id, t->attempt, &chief_exited, &chief_code);
+    if (rc != STORE_OK) return rc == STORE_NOT_FOUND ? STORE_OK : rc;
+    if (!chief_exited || chief_code != 0) return STORE_OK;
+    rc = store_job_transition(d, t->job_id, NULL, "succeeded", actor, "the chief (worker-0) finished");
+    if (rc == STORE_OK) *flags |= LC_JOB_CHANGED;
+    return rc;
+}
+
+int lifecycle_task_exited(db *d, int64_t task_id, const lifecycle_exit *e, const char *actor, int *flags) {
+    *flags = LC_NONE;
+    if (db_begin(d) < 0) return STORE_ERROR;
+    exec_task t;
+    exec_job j;
+    memset(&j, 0, sizeof j);
+    int rc = exec_task_get(d, task_id, &t);
+    if (rc != STORE_OK) goto out;
+    if (strcmp(t.state, "exited") == 0) goto out; /* repeated report: nothing more to do */
+    int was_stopping = strcmp(t.state, "stopping") == 0;
+    char task_reason[400];
+    if (e->signal) snprintf(task_reason, sizeof task_reason, "killed by signal %d%s%.300s", e->signal,
+                            e->reason && *e->reason ? ": " : "", e->reason ? e->reason : "");
+    else snprintf(task_reason, sizeof task_reason, "exit code %d%s%.300s", e->exit_code,
+                  e->reason && *e->reason ? ": " : "", e->reason ? e->reason : "");
+    if ((rc = exec_task_set_exited(d, task_id, e->exit_code, task_reason)) != STORE_OK) goto out;
+    if ((rc = exec_task_free(d, task_id)) != STORE_OK) goto out;
+    if ((rc = exec_task_revoke_token(d, task_id)) != STORE_OK) goto out;
+    *flags |= LC_DEVICES_FREED;
+
+    if ((rc = exec_job_get(d, t.job_id, 0, &j)) != STORE_OK) goto out;
+    int live_job = strcmp(j.state, "starting") == 0 || strcmp(j.state, "running") == 0;
+    if (!live_job || j.attempt != t.attempt) goto out; /* cancelled, requeued, or an old attempt */
+
+    int is_chief = strcmp(t.type, "worker") == 0 && t.index == 0;
+    int bad = e->exit_code != 0 || e->signal != 0;
+    if (was_stopping) {
+        /* We asked it to stop: not a failure. When it was stopped because the
+         * chief finished, the last one out ends the job. */
+        if (strcmp(t.reason, LC_CHIEF_DONE) == 0) rc = finish_if_done(d, &t, actor, flags);
+        goto out;
+    }
+    if (bad) {
+        char what[2600];
+        describe_exit(&t, e, what, sizeof what);
+        char why[2800];
+        if ((rc = lifecycle_stop_tasks(d, t.job_id, "gang failed")) != STORE_OK) goto out;
+        if (j.attempt <= j.max_restarts) {
+            static const char *const from[] = {"starting", "running", NULL};
+            snprintf(why, sizeof why, "%.1000s; requeued for attempt %d of %d", what, j.attempt + 1,
+                     j.max_restarts + 1);
+            rc = store_job_transition(d, t.job_id, from, "queued", actor, why);
+        } else {
+            snprintf(why, sizeof why, "%s", what);
+            rc = store_job_transition(d, t.job_id, NULL, "failed", actor, why);
+        }
+        if (rc == STORE_OK) *flags |= LC_JOB_CHANGED;
+        goto out;
+    }
+    if (is_chief) {
+        if ((rc = lifecycle_stop_tasks(d, t.job_id, LC_CHIEF_DONE)) != STORE_OK) goto out;
+        if ((rc = exec_job_set_reason(d, t.job_id, "the chief finished; stopping the other tasks")) != STORE_OK)
+            goto out;
+        rc = finish_if_done(d, &t, actor, flags);
+    }
+    /* another worker done before the chief: nothing to decide yet */
+out:
+    if (rc == STORE_OK) {
+        if (db_commit(d) < 0) {
+            db_rollback(d);
+            return STORE_ERROR;
+        }
+        return STORE_OK;
+    }
+    db_rollback(d);
+    *flags = LC_NONE;
+    return rc;
+}

@@ -1,0 +1,40 @@
+/* lifecycle.h - what a task's state change means for its job. The gang is
+ * the unit of failure: every task of the attempt running -> job running; a
+ * task that fails stops the others and requeues the job (or fails it when no
+ * attempts remain); the chief exiting 0 ends the job as succeeded once every
+ * task exited. Each report is one transaction; job states change only through
+ * store_job_transition (which writes the event).
+ *
+ * defines: lifecycle_task_running, lifecycle_task_exited, lifecycle_exit */
+#ifndef TRAINYARD_LIFECYCLE_H
+#define TRAINYARD_LIFECYCLE_H
+
+#include <stdint.h>
+#include "../storage/db.h"
+
+/* What an agent reports about a task that ended. */
+typedef struct lifecycle_exit {
+    int exit_code;               /* process exit status; 128+signal when killed */
+    int signal;                  /* 0 = none */
+    const char *reason;          /* NULL or the agent's words */
+    const char *log_tail;        /* NULL or the last lines of the task's output */
+} lifecycle_exit;
+
+/* Outcome flags, so the caller knows whom to wake. */
+enum { LC_NONE = 0, LC_JOB_CHANGED = 1, LC_DEVICES_FREED = 2 };
+
+/* Task started. STORE_OK (*flags set), STORE_NOT_FOUND, STORE_CONFLICT when
+ * the task already exited, STORE_ERROR. Idempotent. */
+int lifecycle_task_running(db *d, int64_t task_id, const char *actor, int *flags);
+
+/* Task ended: frees its devices, revokes its token and applies the gang's
+ * rules to the job. STORE_OK (also for a repeated report), STORE_NOT_FOUND,
+ * STORE_ERROR. */
+int lifecycle_task_exited(db *d, int64_t task_id, const lifecycle_exit *e, const char *actor, int *flags);
+
+/* Stops a job's attempt: live tasks -> stopping (their agents SIGTERM them),
+ * tasks never handed out -> exited with their devices freed. Runs inside the
+ * caller's transaction. */
+int lifecycle_stop_tasks(db *d, int64_t job_id, const char *why);
+
+#endif

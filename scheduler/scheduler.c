@@ -1,0 +1,530 @@
+/* scheduler.c - the scheduling pass on SQLite, and the scheduler thread.
+ *
+ * A pass has three steps, each short: (1) upkeep in one write transaction
+ * (lost nodes, devices of exited tasks freed, stopped jobs requeued or
+ * failed); (2) a snapshot read in one read transaction and the pure core run
+ * with no lock held; (3) the decisions applied in one write transaction, each
+ * placement under its own savepoint so a job cancelled meanwhile is skipped
+ * alone, and any store error rolls the whole transaction back. */
+#include "scheduler.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common/util.h"
+#include "../storage/cluster.h"
+#include "../storage/store.h"
+
+/* ================================================================ faults */
+
+static int g_fault_after;       /* test hook: writes left before a failure, 0 off */
+
+void sched_fault_after(int n)
+{
+    __atomic_store_n(&g_fault_after, n, __ATOMIC_SEQ_CST);
+}
+
+/* A write point: -1 when the injected fault fires here. */
+static int fault_point(void)
+{
+    int n = __atomic_load_n(&g_fault_after, __ATOMIC_SEQ_CST);
+    if (n <= 0) return 0;
+    if (n == 1) {
+        __atomic_store_n(&g_fault_after, 0, __ATOMIC_SEQ_CST);
+        log_warn("scheduler: injected fault");
+        return -1;
+    }
+    __atomic_store_n(&g_fault_after, n - 1, __ATOMIC_SEQ_CST);
+    return 0;
+}
+
+/* ================================================================ snapshot */
+
+typedef struct snap {
+    cluster_state cs;
+    sched_snapshot s;
+    sched_node *nodes;
+    sched_device *devs;
+    int *ports;
+    sched_team *teams;
+    sched_running *run;
+    int *run_job;          /* (n_running) index into cs.jobs */
+    sched_job *q;
+    int *q_job;            /* (n_queued) index into cs.jobs */
+    int64_t *avoid;
+} snap;
+
+static int find_node(const cluster_state *cs, int64_t id)
+{
+    int lo = 0, hi = cs->n_nodes - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (cs->nodes[mid].id == id) return mid;
+        if (cs->nodes[mid].id < id) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return -1;
+}
+
+static int find_team(const cluster_state *cs, int64_t id)
+{
+    int lo = 0, hi = cs->n_teams - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (cs->teams[mid].id == id) return mid;
+        if (cs->teams[mid].id < id) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return -1;
+}
+
+static int avoid_cmp(const void *a, const void *b)
+{
+    const cl_avoid *x = a, *y = b;
+    if (x->job_id != y->job_id) return (x->job_id > y->job_id) - (x->job_id < y->job_id);
+    return (x->node_id > y->node_id) - (x->node_id < y->node_id);
+}
+
+static void snap_release(snap *sp)
+{
+    cluster_state_release(&sp->cs);
+    free(sp->nodes); free(sp->devs); free(sp->ports); free(sp->teams);
+    free(sp->run); free(sp->run_job); free(sp->q); free(sp->q_job); free(sp->avoid);
+    memset(sp, 0, sizeof *sp);
+}
+
+/* Loads the store and builds the core's snapshot over it. 0 or -1. */
+static int snap_load(db *d, int64_t now, snap *sp)
+{
+    memset(sp, 0, sizeof *sp);
+    if (cluster_load(d, &sp->cs) < 0) return -1;
+    cluster_state *cs = &sp->cs;
+    size_t nn = (size_t)cs->n_nodes + 1, nd = (size_t)cs->n_devices + 1, nj = (size_t)cs->n_jobs + 1;
+    sp->nodes = xcalloc(nn, sizeof *sp->nodes);
+    sp->devs = xcalloc(nd, sizeof *sp->devs);
+    sp->ports = xcalloc((size_t)cs->n_ports + 1, sizeof(int));
+    sp->teams = xcalloc((size_t)cs->n_teams + 1, sizeof *sp->teams);
+    sp->run = xcalloc(nj, sizeof *sp->run);
+    sp->run_job = xcalloc(nj, sizeof(int));
+    sp->q = xcalloc(nj, sizeof *sp->q);
+    sp->q_job = xcalloc(nj, sizeof(int));
+    sp->avoid = xcalloc((size_t)cs->n_avoid + 1, sizeof(int64_t));
+
+    for (int i = 0; i < cs->n_nodes; i++) {
+        sp->nodes[i].id = cs->nodes[i].id;
+        sp->nodes[i].ready = strcmp(cs->nodes[i].state, "ready") == 0;
+    }
+    /* devices come ordered by node, kind, index: runs per (node, kind) */
+    for (int x = 0; x < cs->n_devices;) {
+        int i = find_node(cs, cs->devices[x].node_id);
+        int k = cs->devices[x].kind, y = x;
+        while (y < cs->n_devices && cs->devices[y].node_id == cs->devices[x].node_id &&
+               cs->devices[y].kind == k) {
+            sp->devs[y].id = cs->devices[y].id;
+            sp->devs[y].job_id = cs->devices[y].job_id;
+            y++;
+        }
+        if (i >= 0) { sp->nodes[i].dev[k] = &sp->devs[x]; sp->nodes[i].n_dev[k] = y - x; }
+        x = y;
+    }
+    /* ports per node: count, then fill */
+    int *cnt = xcalloc(nn, sizeof(int));
+    for (int p = 0; p < cs->n_ports; p++) {
+        int i = find_node(cs, cs->ports[p].node_id);
+        if (i >= 0) cnt[i]++;
+    }
+    int off = 0;
+    for (int i = 0; i < cs->n_nodes; i++) { sp->nodes[i].ports = &sp->ports[off]; off += cnt[i]; cnt[i] = 0; }
+    for (int p = 0; p < cs->n_ports; p++) {
+        int i = find_node(cs, cs->ports[p].node_id);
+        if (i >= 0) ((int *)sp->nodes[i].ports)[cnt[i]++] = cs->ports[p].port;
+    }
+    for (int i = 0; i < cs->n_nodes; i++) sp->nodes[i].n_ports = cnt[i];
+    free(cnt);
+
+    for (int t = 0; t < cs->n_teams; t++)
+        sp->teams[t] = (sched_team){cs->teams[t].id, cs->teams[t].weight, cs->teams[t].guarantee,
+                                    cs->teams[t].quota, cs->teams[t].usage};
+    qsort(cs->avoid, (size_t)cs->n_avoid, sizeof *cs->avoid, avoid_cmp);
+    int nq = 0, nr = 0, av = 0;
+    for (int x = 0; x < cs->n_jobs; x++) {
+        const cl_job *j = &cs->jobs[x];
+        int t = find_team(cs, j->team_id);
+        if (t < 0) continue;
+        if (strcmp(j->state, "queued") == 0) {
+            sched_job *q = &sp->q[nq];
+            *q = (sched_job){j->id, t, j->priority, j->workers, j->devices_per_worker, j->kind, j->ps,
+                             j->queued_at, j->max_runtime_s, 0, NULL};
+            while (av < cs->n_avoid && cs->avoid[av].job_id < j->id) av++;
+            q->avoid = &sp->avoid[av];
+            while (av < cs->n_avoid && cs->avoid[av].job_id == j->id) sp->avoid[av] = cs->avoid[av].node_id, av++, q->n_avoid++;
+            sp->q_job[nq++] = x;
+        } else {
+            int live = strcmp(j->state, "starting") == 0 || strcmp(j->state, "running") == 0;
+            int64_t start = j->attempt_started_at ? j->attempt_started_at : now;
+            sp->run[nr] = (sched_running){j->id, t, j->priority, j->preemptible, j->stopping || !live,
+                                          j->workers * j->devices_per_worker, start,
+                                          j->last_checkpoint_at, start + j->max_runtime_s * 1000};
+            sp->run_job[nr++] = x;
+        }
+    }
+    sp->s = (sched_snapshot){now, cs->n_nodes, cs->n_nodes, sp->nodes, cs->n_teams, sp->teams,
+                             nr, sp->run, nq, sp->q};
+    return 0;
+}
+
+/* ================================================================ upkeep */
+
+static const char *const FROM_ACTIVE[] = {"starting", "running", NULL};
+
+/* Lost nodes, devices of exited tasks, stopped jobs requeued or failed. */
+static int upkeep(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *st)
+{
+    if (db_begin(d) < 0) return -1;
+    int64_t *lost = NULL, *jobs = NULL;
+    cl_reaped *rp = NULL;
+    int n = cluster_nodes_mark_lost(d, now - cfg->heartbeat_timeout_ms, &lost);
+    if (n < 0) goto fail;
+    st->lost_nodes = n;
+    for (int i = 0; i < n; i++) {
+        char why[CL_REASON_MAX];
+        sfmt(why, sizeof why, "node %lld lost (no heartbeat for %llds)", (long long)lost[i],
+             (long long)(cfg->heartbeat_timeout_ms / 1000));
+        log_warn("scheduler: %s", why);
+        int nj = cluster_node_tasks_lost(d, lost[i], why, now, &jobs);
+        if (nj < 0) goto fail;
+        for (int x = 0; x < nj; x++) {
+            if (cluster_failure_add(d, jobs[x], lost[i]) < 0) goto fail;
+            if (store_job_stop_tasks(d, jobs[x], why) != STORE_OK) goto fail;
+            if (store_event_add(d, jobs[x], "node_lost", "scheduler", why) != STORE_OK) goto fail;
+        }
+        free(jobs); jobs = NULL;
+    }
+    int nr = cluster_jobs_all_exited(d, &rp);
+    if (nr < 0) goto fail;
+    for (int x = 0; x < nr; x++) {
+        const cl_reaped *r = &rp[x];
+        if (!r->reason[0]) continue;      /* a normal end: the task API decides */
+        char why[CL_REASON_MAX + 96];
+        int rc;
+        if (strncmp(r->reason, "preempted", 9) == 0) {
+            sfmt(why, sizeof why, "%s; requeued", r->reason);
+            rc = store_job_transition(d, r->job_id, FROM_ACTIVE, "queued", "scheduler", why);
+            st->requeued += rc == STORE_OK;
+        } else if (strncmp(r->reason, "max_runtime", 11) == 0) {
+            rc = store_job_transition(d, r->job_id, FROM_ACTIVE, "failed", "scheduler", r->reason);
+            st->failed += rc == STORE_OK;
+        } else {
+            int failures = cluster_failures_total(d, r->job_id);
+            if (failures < 0) goto fail;
+            if (failures > r->max_restarts) {
+                sfmt(why, sizeof why, "%s; restart budget spent (max_restarts %d)", r->reason, r->max_restarts);
+                rc = store_job_transition(d, r->job_id, FROM_ACTIVE, "failed", "scheduler", why);
+                st->failed += rc == STORE_OK;
+            } else {
+                sfmt(why, sizeof why, "%s; requeued (restart %d of %d)", r->reason, failures, r->max_restarts);
+                rc = store_job_transition(d, r->job_id, FROM_ACTIVE, "queued", "scheduler", why);
+                st->requeued += rc == STORE_OK;
+            }
+        }
+        if (rc == STORE_ERROR) goto fail;
+    }
+    if (cluster_release_exited(d) < 0) goto fail;
+    free(rp); free(lost);
+    return db_commit(d);
+fail:
+    db_rollback(d);
+    free(rp); free(lost); free(jobs);
+    return -1;
+}
+
+/* ================================================================ apply */
+
+static const char SQL_SAVEPOINT[] = "SAVEPOINT place";
+static const char SQL_RELEASE[] = "RELEASE place";
+static const char SQL_ROLLBACK_TO[] = "ROLLBACK TO place";
+
+static int exec1(db *d, const char *sql)
+{
+    sqlite3_stmt *st = db_prepare(d, sql);
+    if (!st) return -1;
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static const char *hostname_of(const snap *sp, int node)
+{
+    return sp->cs.nodes[node].hostname;
+}
+
+/* Places one job: 0 done, 1 skipped (the store changed), -1 error. */
+static int apply_place(db *d, const snap *sp, const sched_result *r, const sched_place *pl, int64_t now)
+{
+    const cl_job *j = &sp->cs.jobs[sp->q_job[pl->job]];
+    char why[512];
+    buf b;
+    buf_init(&b, sizeof why - 64);
+    int seen[16], ns = 0;
+    for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) {
+        int i = r->tasks[t].node, dup = 0;
+        for (int k = 0; k < ns; k++) dup |= seen[k] == i;
+        if (dup) continue;
+        if (ns < 16) seen[ns++] = i;
+        if (buf_printf(&b, "%s%s", b.len ? ", " : "", hostname_of(sp, i)) < 0) break;
+    }
+    sfmt(why, sizeof why, "placed on %s%s", b.data ? b.data : "", pl->backfill ? " by backfill" : "");
+    buf_release(&b);
+    static const char *const from_q[] = {"queued", NULL};
+    int rc = store_job_transition(d, j->id, from_q, "starting", "scheduler", why);
+    if (rc == STORE_CONFLICT || rc == STORE_NOT_FOUND) return 1;
+    if (rc != STORE_OK || fault_point() < 0) return -1;
+    int attempt = cluster_job_next_attempt(d, j->id, now);
+    if (attempt < 0 || fault_point() < 0) return -1;
+    for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) {
+        const sched_task *tk = &r->tasks[t];
+        int64_t task_id = 0;
+        if (cluster_task_insert(d, j->id, attempt, tk->type ? "ps" : "worker", tk->index, tk->node_id,
+                                tk->port, now, &task_id) < 0)
+            return -1;
+        if (fault_point() < 0) return -1;
+        for (int x = 0; x < tk->n_dev; x++) {
+            int arc = cluster_alloc_insert(d, r->dev_ids[tk->dev_off + x], task_id, j->id);
+            if (arc != 0) return arc;
+            if (fault_point() < 0) return -1;
+        }
+    }
+    return 0;
+}
+
+static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r, int64_t now,
+                 sched_pass_stats *st)
+{
+    if (db_begin(d) < 0) return -1;
+    char why[CL_REASON_MAX];
+    /* placements, each under a savepoint */
+    for (int p = 0; p < r->n_place; p++) {
+        if (exec1(d, SQL_SAVEPOINT) < 0) goto fail;
+        int rc = apply_place(d, sp, r, &r->place[p], now);
+        if (rc < 0) goto fail;
+        if (rc > 0) {
+            if (exec1(d, SQL_ROLLBACK_TO) < 0) goto fail;
+            st->conflicts++;
+        } else {
+            st->placed++;
+            st->backfilled += r->place[p].backfill;
+        }
+        if (exec1(d, SQL_RELEASE) < 0) goto fail;
+    }
+    /* preemption: ask whole gangs to stop; devices are freed when they exit */
+    for (int x = 0; x < r->n_stops; x++) {
+        const sched_victim *sp_ = &r->stops[x];
+        const sched_running *v = &sp->s.running[sp_->running];
+        const cl_job *h = NULL;
+        for (int q = 0; q < sp->s.n_queued; q++) if (sp->s.queued[q].id == sp_->for_job) h = &sp->cs.jobs[sp->q_job[q]];
+        if (sp_->guarantee)
+            sfmt(why, sizeof why, "preempted for job %lld: its team reclaims its guarantee",
+                 (long long)sp_->for_job);
+        else
+            sfmt(why, sizeof why, "preempted for job %lld (priority %d over %d)", (long long)sp_->for_job,
+                 h ? h->priority : 0, v->priority);
+        if (store_job_stop_tasks(d, v->id, why) != STORE_OK || fault_point() < 0) goto fail;
+        if (store_event_add(d, v->id, "preempt", "scheduler", why) != STORE_OK || fault_point() < 0) goto fail;
+        st->stopped++;
+    }
+    /* max_runtime_s */
+    for (int x = 0; x < sp->s.n_running; x++) {
+        const sched_running *v = &sp->s.running[x];
+        const cl_job *j = &sp->cs.jobs[sp->run_job[x]];
+        if (v->stopping || !j->attempt_started_at || now <= v->end_ms) continue;
+        sfmt(why, sizeof why, "max_runtime_s (%lld) exceeded", (long long)j->max_runtime_s);
+        if (store_job_stop_tasks(d, v->id, why) != STORE_OK || fault_point() < 0) goto fail;
+        if (store_event_add(d, v->id, "stop", "scheduler", why) != STORE_OK) goto fail;
+        st->stopped++;
+    }
+    /* waiting reasons, written only when they change */
+    for (int q = 0; q < sp->s.n_queued; q++) {
+        const sched_outcome *o = &r->out[q];
+        if (o->place >= 0) continue;
+        st->waiting++;
+        sched_reason_format(o, why, sizeof why);
+        const cl_job *j = &sp->cs.jobs[sp->q_job[q]];
+        if (strcmp(j->reason, why) == 0) continue;
+        if (cluster_job_set_reason(d, j->id, why) < 0 || fault_point() < 0) goto fail;
+    }
+    /* team usage: decayed device-seconds */
+    double *inuse = xcalloc((size_t)sp->s.n_teams + 1, sizeof(double));
+    for (int x = 0; x < sp->s.n_running; x++) inuse[sp->s.running[x].team] += sp->s.running[x].devices;
+    for (int t = 0; t < sp->s.n_teams; t++) {
+        const cl_team *tm = &sp->cs.teams[t];
+        if (tm->usage_at >= now) continue;
+        double dt = tm->usage_at > 0 ? (double)(now - tm->usage_at) / 1000.0 : 0;
+        double u = sched_usage_decay(tm->usage, inuse[t], dt, cfg->usage_window_s);
+        if (cluster_team_set_usage(d, tm->id, u, now) < 0) { free(inuse); goto fail; }
+    }
+    free(inuse);
+    if (fault_point() < 0) goto fail;
+    return db_commit(d);
+fail:
+    db_rollback(d);
+    return -1;
+}
+
+/* ================================================================ the pass */
+
+int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *out)
+{
+    sched_pass_stats st;
+    memset(&st, 0, sizeof st);
+    double t0 = mono_s();
+    int ret = -1;
+    snap sp;
+    memset(&sp, 0, sizeof sp);
+    sched_result r;
+    sched_result_init(&r);
+    if (upkeep(d, cfg, now, &st) < 0) { log_error("scheduler: upkeep failed"); goto out; }
+    if (snap_load(d, now, &sp) < 0) goto out;
+    double t1 = mono_s();
+    if (sched_pass_core(&sp.s, cfg, &r) < 0) { log_error("scheduler: malformed snapshot"); goto out; }
+    double t2 = mono_s();
+    if (apply(d, cfg, &sp, &r, now, &st) < 0) { log_error("scheduler: apply failed, rolled back"); goto out; }
+    double t3 = mono_s();
+    st.load_ms = (t1 - t0) * 1000; st.core_ms = (t2 - t1) * 1000; st.apply_ms = (t3 - t2) * 1000;
+    if (st.placed || st.stopped || st.requeued || st.failed || st.lost_nodes)
+        log_info("scheduler: placed %d (backfill %d), stopped %d, requeued %d, failed %d, lost nodes %d,"
+                 " waiting %d; load %.1f ms, core %.1f ms, apply %.1f ms",
+                 st.placed, st.backfilled, st.stopped, st.requeued, st.failed, st.lost_nodes, st.waiting,
+                 st.load_ms, st.core_ms, st.apply_ms);
+    ret = 0;
+out:
+    sched_result_release(&r);
+    snap_release(&sp);
+    if (out) *out = st;
+    return ret;
+}
+
+/* ================================================================ admission */
+
+int sched_admit_spec(db *d, const jobspec *spec, char *msg, size_t cap)
+{
+    snap sp;
+    if (snap_load(d, now_ms(), &sp) < 0) return -1;
+    sched_job j = {0, 0, spec->priority, spec->resources.workers, spec->resources.devices_per_worker,
+                   spec->resources.device == DEVICE_GPU ? SCHED_GPU : SCHED_CPU, spec->resources.ps,
+                   0, spec->max_runtime_s, 0, NULL};
+    sched_outcome o;
+    int rc = sched_admit(&sp.s, &j, &o);
+    if (rc != 0) sched_reason_format(&o, msg, cap);
+    snap_release(&sp);
+    return rc == 0 ? 0 : 1;
+}
+
+/* ================================================================ queue view */
+
+int sched_queue_view(db *d, const sched_config *cfg, int64_t now, sched_queue_entry **out, int *n)
+{
+    *out = NULL; *n = 0;
+    snap sp;
+    if (snap_load(d, now, &sp) < 0) return -1;
+    sched_result r;
+    sched_result_init(&r);
+    if (sched_pass_core(&sp.s, cfg, &r) < 0) { snap_release(&sp); return -1; }
+    int nq = sp.s.n_queued;
+    sched_queue_entry *e = xcalloc((size_t)nq + 1, sizeof *e);
+    for (int k = 0; k < nq; k++) {
+        int q = r.order[k];
+        const sched_outcome *o = &r.out[q];
+        const cl_job *j = &sp.cs.jobs[sp.q_job[q]];
+        e[k].job_id = j->id;
+        e[k].team_id = j->team_id;
+        e[k].rank = k;
+        e[k].priority = j->priority;
+        e[k].eff_priority = o->eff_priority;
+        e[k].queued_at_ms = j->queued_at;
+        e[k].est_start_ms = o->est_start_ms;
+        e[k].will_start = o->place >= 0;
+        if (o->place >= 0) sfmt(e[k].reason, sizeof e[k].reason, "starting on the next pass");
+        else sched_reason_format(o, e[k].reason, sizeof e[k].reason);
+    }
+    sched_result_release(&r);
+    snap_release(&sp);
+    *out = e; *n = nq;
+    return 0;
+}
+
+/* ================================================================ thread */
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t th;
+    int running, stop, kicked;
+    db *d;
+    sched_config cfg;
+} g_sched = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL, {0}};
+
+static void *sched_main(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&g_sched.mu);
+    while (!g_sched.stop) {
+        if (!g_sched.kicked) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            int64_t ns = ts.tv_nsec + (g_sched.cfg.tick_ms % 1000) * 1000000;
+            ts.tv_sec += g_sched.cfg.tick_ms / 1000 + ns / 1000000000;
+            ts.tv_nsec = ns % 1000000000;
+            pthread_cond_timedwait(&g_sched.cv, &g_sched.mu, &ts);
+        }
+        if (g_sched.stop) break;
+        g_sched.kicked = 0;
+        pthread_mutex_unlock(&g_sched.mu);
+        sched_pass_stats st;
+        if (sched_pass(g_sched.d, &g_sched.cfg, now_ms(), &st) < 0) log_warn("scheduler: pass failed");
+        pthread_mutex_lock(&g_sched.mu);
+    }
+    pthread_mutex_unlock(&g_sched.mu);
+    return NULL;
+}
+
+int sched_start(db *d, const sched_config *cfg)
+{
+    pthread_mutex_lock(&g_sched.mu);
+    if (g_sched.running) { pthread_mutex_unlock(&g_sched.mu); return -1; }
+    g_sched.d = d;
+    g_sched.cfg = *cfg;
+    if (g_sched.cfg.tick_ms <= 0) g_sched.cfg.tick_ms = 1000;
+    g_sched.stop = 0;
+    g_sched.kicked = 1;
+    if (pthread_create(&g_sched.th, NULL, sched_main, NULL) != 0) {
+        pthread_mutex_unlock(&g_sched.mu);
+        return -1;
+    }
+    g_sched.running = 1;
+    pthread_mutex_unlock(&g_sched.mu);
+    return 0;
+}
+
+void sched_kick(void)
+{
+    pthread_mutex_lock(&g_sched.mu);
+    g_sched.kicked = 1;
+    pthread_cond_signal(&g_sched.cv);
+    pthread_mutex_unlock(&g_sched.mu);
+}
+
+void sched_stop(void)
+{
+    pthread_mutex_lock(&g_sched.mu);
+    if (!g_sched.running) { pthread_mutex_unlock(&g_sched.mu); return; }
+    g_sched.stop = 1;
+    pthread_cond_signal(&g_sched.cv);
+    pthread_mutex_unlock(&g_sched.mu);
+    pthread_join(g_sched.th, NULL);
+    pthread_mutex_lock(&g_sched.mu);
+    g_sched.running = 0;
+    pthread_mutex_unlock(&g_sched.mu);
+}

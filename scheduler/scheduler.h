@@ -1,0 +1,67 @@
+/* scheduler.h - the persistent scheduler: loads a snapshot of the cluster
+ * from SQLite (storage/cluster.c), runs the pure core (core.h) with no lock
+ * held, and applies its decisions in one short write transaction, so a crash
+ * mid-pass leaves no partial allocation. Also: lost nodes and their jobs'
+ * requeue, the admission check for submit, the queue view for GET /queue,
+ * and the scheduler thread the server runs. See docs/scheduler.md.
+ *
+ * defines: sched_pass, sched_admit_spec, sched_queue_view, sched_start,
+ *          sched_kick, sched_stop, sched_fault_after */
+#ifndef TRAINYARD_SCHEDULER_H
+#define TRAINYARD_SCHEDULER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../api/jobspec.h"
+#include "../storage/db.h"
+#include "core.h"
+
+typedef struct sched_pass_stats {
+    int placed;          /* jobs started (queued -> starting) */
+    int backfilled;      /* of which out of order */
+    int stopped;         /* jobs asked to stop (preemption, max_runtime_s) */
+    int waiting;         /* queued jobs left waiting */
+    int requeued;        /* jobs back to queued (preempted, node lost) */
+    int failed;          /* jobs failed (restart budget spent, max_runtime_s) */
+    int lost_nodes;      /* nodes marked lost in this pass */
+    int conflicts;       /* placements dropped because the store changed under them */
+    double load_ms, core_ms, apply_ms;
+} sched_pass_stats;
+
+/* One pass at time now_ms: lost nodes, reaping of stopped jobs, placement,
+ * preemption, waiting reasons, team usage. Returns 0, or -1 on a store error
+ * (or an injected fault), in which case the decision transaction was rolled
+ * back whole. out may be NULL. */
+int sched_pass(db *d, const sched_config *cfg, int64_t now_ms, sched_pass_stats *out);
+
+/* Admission for a submitted spec: 0 feasible; 1 infeasible with a message
+ * for the 422 ("infeasible: a worker needs 16 gpu on one node; the largest
+ * node has 8", "no nodes have joined") in msg; -1 on a store error. */
+int sched_admit_spec(db *d, const jobspec *spec, char *msg, size_t cap);
+
+/* GET /queue: queued jobs in the order the scheduler considers them. */
+typedef struct sched_queue_entry {
+    int64_t job_id, team_id;
+    int rank, priority, eff_priority;
+    int64_t queued_at_ms;
+    int64_t est_start_ms;            /* 0: no reservation */
+    int will_start;                  /* 1: placed by this pass's decisions */
+    char reason[SCHED_REASON_MAX];
+} sched_queue_entry;
+
+/* Fills *out (malloc'd, caller frees) with *n entries, by rank. 0 or -1. */
+int sched_queue_view(db *d, const sched_config *cfg, int64_t now_ms, sched_queue_entry **out, int *n);
+
+/* The scheduler thread: a pass on every kick and every cfg->tick_ms.
+ * sched_start returns 0 or -1; sched_kick is safe from any thread (and a
+ * no-op when the thread is not running); sched_stop joins it. */
+int sched_start(db *d, const sched_config *cfg);
+void sched_kick(void);
+void sched_stop(void);
+
+/* Test hook: the n-th write of the next decision transactions fails (0 off),
+ * as a crash there would. */
+void sched_fault_after(int n);
+
+#endif

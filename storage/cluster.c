@@ -1,0 +1,533 @@
+/* cluster.c - nodes, devices, tasks, allocations, team shares and failure
+ * memory in SQLite. Every statement is prepared through db_prepare. See
+ * cluster.h for the contract. */
+#include "cluster.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/util.h"
+
+#define GROW(arr, n, cap)                                                   \
+    do {                                                                    \
+        if ((n) >= (cap)) {                                                 \
+            (cap) = (cap) ? (cap) * 2 : 64;                                 \
+            (arr) = xrealloc((arr), (size_t)(cap) * sizeof *(arr));         \
+        }                                                                   \
+    } while (0)
+
+static void col_text(sqlite3_stmt *st, int col, char *out, size_t cap)
+{
+    const unsigned char *t = sqlite3_column_text(st, col);
+    if (sfmt(out, cap, "%s", t ? (const char *)t : "") < 0) out[cap - 1] = '\0';
+}
+
+static int exec_stmt(db *d, const char *sql)
+{
+    sqlite3_stmt *st = db_prepare(d, sql);
+    if (!st) return -1;
+    int rc = sqlite3_step(st);
+    db_done(st);
+    if (rc != SQLITE_DONE) {
+        log_error("cluster: %s: %s", sql, sqlite3_errmsg(db_conn(d)));
+        return -1;
+    }
+    return 0;
+}
+
+/* ================================================================ load */
+
+static const char SQL_BEGIN_READ[] = "BEGIN DEFERRED";
+static const char SQL_END_READ[] = "COMMIT";
+static const char SQL_NODES[] =
+    "SELECT id, hostname, address, cpu_slots, state, registered_at, last_heartbeat_at"
+    " FROM nodes ORDER BY id";
+static const char SQL_DEVICES[] =
+    "SELECT d.id, d.node_id, d.kind, d.idx, d.model, d.memory_mb, a.job_id, a.task_id"
+    " FROM devices d LEFT JOIN allocations a ON a.device_id = d.id"
+    " ORDER BY d.node_id, d.kind, d.idx";
+static const char SQL_PORTS[] =
+    "SELECT DISTINCT t.node_id, t.port FROM allocations a JOIN tasks t ON t.id = a.task_id";
+static const char SQL_TEAMS[] =
+    "SELECT id, name, weight, guarantee, quota, usage, usage_at FROM teams ORDER BY id";
+#define JOB_COLS                                                                        \
+    "SELECT j.id, j.team_id, j.state, j.priority, j.workers, j.devices_per_worker,"     \
+    " j.device, j.ps, j.preemptible, j.queue_if_infeasible, j.attempt, j.max_restarts," \
+    " j.max_runtime_s, j.queued_at, j.last_checkpoint_at, j.reason,"                    \
+    " CASE WHEN j.state = 'queued' THEN NULL ELSE (SELECT min(t.created_at) FROM tasks t" \
+    "   WHERE t.job_id = j.id AND t.attempt = j.attempt) END,"                          \
+    " CASE WHEN j.state = 'queued' THEN 0 ELSE EXISTS(SELECT 1 FROM tasks t"            \
+    "   WHERE t.job_id = j.id AND t.attempt = j.attempt AND t.state = 'stopping') END"   \
+    " FROM jobs j "
+static const char SQL_JOBS_LIVE[] =
+    JOB_COLS "WHERE j.state IN ('queued','starting','running') ORDER BY j.id";
+static const char SQL_JOBS_HOLDING[] =
+    JOB_COLS "WHERE j.id IN (SELECT DISTINCT job_id FROM allocations)"
+    " AND j.state NOT IN ('queued','starting','running') ORDER BY j.id";
+static const char SQL_AVOID[] = "SELECT job_id, node_id FROM node_failures WHERE count >= 2";
+
+static int load_jobs(db *d, const char *sql, cluster_state *cs, int *cap)
+{
+    sqlite3_stmt *st = db_prepare(d, sql);
+    if (!st) return -1;
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        GROW(cs->jobs, cs->n_jobs, *cap);
+        cl_job *j = &cs->jobs[cs->n_jobs++];
+        memset(j, 0, sizeof *j);
+        j->id = sqlite3_column_int64(st, 0);
+        j->team_id = sqlite3_column_int64(st, 1);
+        col_text(st, 2, j->state, sizeof j->state);
+        j->priority = sqlite3_column_int(st, 3);
+        j->workers = sqlite3_column_int(st, 4);
+        j->devices_per_worker = sqlite3_column_int(st, 5);
+        const unsigned char *dev = sqlite3_column_text(st, 6);
+        j->kind = dev && strcmp((const char *)dev, "gpu") == 0 ? 1 : 0;
+        j->ps = sqlite3_column_int(st, 7);
+        j->preemptible = sqlite3_column_int(st, 8);
+        j->queue_if_infeasible = sqlite3_column_int(st, 9);
+        j->attempt = sqlite3_column_int(st, 10);
+        j->max_restarts = sqlite3_column_int(st, 11);
+        j->max_runtime_s = sqlite3_column_int64(st, 12);
+        j->queued_at = sqlite3_column_int64(st, 13);
+        j->last_checkpoint_at = sqlite3_column_int64(st, 14);
+        col_text(st, 15, j->reason, sizeof j->reason);
+        j->attempt_started_at = sqlite3_column_int64(st, 16);
+        j->stopping = sqlite3_column_int(st, 17);
+    }
+    db_done(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int cluster_load(db *d, cluster_state *cs)
+{
+    memset(cs, 0, sizeof *cs);
+    int cap = 0, rc;
+    if (exec_stmt(d, SQL_BEGIN_READ) < 0) return -1;
+    sqlite3_stmt *st = db_prepare(d, SQL_NODES);
+    if (!st) goto fail;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        GROW(cs->nodes, cs->n_nodes, cap);
+        cl_node *n = &cs->nodes[cs->n_nodes++];
+        n->id = sqlite3_column_int64(st, 0);
+        col_text(st, 1, n->hostname, sizeof n->hostname);
+        col_text(st, 2, n->address, sizeof n->address);
+        n->cpu_slots = sqlite3_column_int(st, 3);
+        col_text(st, 4, n->state, sizeof n->state);
+        n->registered_at = sqlite3_column_int64(st, 5);
+        n->last_heartbeat_at = sqlite3_column_int64(st, 6);
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) goto fail;
+
+    cap = 0;
+    if (!(st = db_prepare(d, SQL_DEVICES))) goto fail;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        GROW(cs->devices, cs->n_devices, cap);
+        cl_device *v = &cs->devices[cs->n_devices++];
+        v->id = sqlite3_column_int64(st, 0);
+        v->node_id = sqlite3_column_int64(st, 1);
+        const unsigned char *k = sqlite3_column_text(st, 2);
+        v->kind = k && strcmp((const char *)k, "gpu") == 0 ? 1 : 0;
+        v->idx = sqlite3_column_int(st, 3);
+        col_text(st, 4, v->model, sizeof v->model);
+        v->memory_mb = sqlite3_column_int64(st, 5);
+        v->job_id = sqlite3_column_int64(st, 6);
+        v->task_id = sqlite3_column_int64(st, 7);
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) goto fail;
+
+    cap = 0;
+    if (!(st = db_prepare(d, SQL_PORTS))) goto fail;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        GROW(cs->ports, cs->n_ports, cap);
+        cs->ports[cs->n_ports].node_id = sqlite3_column_int64(st, 0);
+        cs->ports[cs->n_ports++].port = sqlite3_column_int(st, 1);
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) goto fail;
+
+    cap = 0;
+    if (!(st = db_prepare(d, SQL_TEAMS))) goto fail;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        GROW(cs->teams, cs->n_teams, cap);
+        cl_team *t = &cs->teams[cs->n_teams++];
+        t->id = sqlite3_column_int64(st, 0);
+        col_text(st, 1, t->name, sizeof t->name);
+        t->weight = sqlite3_column_double(st, 2);
+        t->guarantee = sqlite3_column_int(st, 3);
+        t->quota = sqlite3_column_type(st, 4) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 4);
+        t->usage = sqlite3_column_double(st, 5);
+        t->usage_at = sqlite3_column_int64(st, 6);
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) goto fail;
+
+    cap = 0;
+    if (load_jobs(d, SQL_JOBS_LIVE, cs, &cap) < 0) goto fail;
+    if (load_jobs(d, SQL_JOBS_HOLDING, cs, &cap) < 0) goto fail;
+
+    cap = 0;
+    if (!(st = db_prepare(d, SQL_AVOID))) goto fail;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        GROW(cs->avoid, cs->n_avoid, cap);
+        cs->avoid[cs->n_avoid].job_id = sqlite3_column_int64(st, 0);
+        cs->avoid[cs->n_avoid++].node_id = sqlite3_column_int64(st, 1);
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) goto fail;
+    if (exec_stmt(d, SQL_END_READ) < 0) goto fail;
+    return 0;
+fail:
+    log_error("cluster: load failed: %s", sqlite3_errmsg(db_conn(d)));
+    db_rollback(d);
+    cluster_state_release(cs);
+    return -1;
+}
+
+void cluster_state_release(cluster_state *cs)
+{
+    free(cs->nodes); free(cs->devices); free(cs->ports); free(cs->teams);
+    free(cs->jobs); free(cs->avoid);
+    memset(cs, 0, sizeof *cs);
+}
+
+/* ================================================================ nodes */
+
+static const char SQL_NODE_FIND[] = "SELECT id FROM nodes WHERE hostname = ?";
+static const char SQL_NODE_INSERT[] =
+    "INSERT INTO nodes(hostname, address, cpu_slots, state, registered_at, last_heartbeat_at)"
+    " VALUES(?, ?, ?, 'ready', ?, ?)";
+static const char SQL_NODE_UPDATE[] =
+    "UPDATE nodes SET address = ?2, cpu_slots = ?3, state = 'ready', last_heartbeat_at = ?4 WHERE id = ?1";
+static const char SQL_DEVICE_UPSERT[] =
+    "INSERT INTO devices(node_id, kind, idx, model, memory_mb) VALUES(?1, ?2, ?3, ?4, ?5)"
+    " ON CONFLICT(node_id, kind, idx) DO UPDATE SET model = excluded.model, memory_mb = excluded.memory_mb";
+/* devices beyond what the node now reports, unless held */
+static const char SQL_DEVICE_PRUNE_CPU[] =
+    "DELETE FROM devices WHERE node_id = ?1 AND kind = 'cpu' AND idx >= ?2"
+    " AND id NOT IN (SELECT device_id FROM allocations)";
+static const char SQL_DEVICE_PRUNE_GPU[] =
+    "DELETE FROM devices WHERE node_id = ?1 AND kind = 'gpu' AND idx NOT IN (SELECT value FROM json_each(?2))"
+    " AND id NOT IN (SELECT device_id FROM allocations)";
+
+int cluster_node_upsert(db *d, const char *hostname, const char *address, int cpu_slots,
+                        int n_gpu, const int *gpu_idx, const char *const *gpu_model,
+                        const int64_t *gpu_memory_mb, int64_t now, int64_t *id_out, int *created)
+{
+    if (db_begin(d) < 0) return -1;
+    int64_t id = 0;
+    int rc;
+    sqlite3_stmt *st = db_prepare(d, SQL_NODE_FIND);
+    if (!st) goto fail;
+    sqlite3_bind_text(st, 1, hostname, -1, SQLITE_TRANSIENT);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) id = sqlite3_column_int64(st, 0);
+    db_done(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) goto fail;
+    if (created) *created = id == 0;
+    if (id == 0) {
+        if (!(st = db_prepare(d, SQL_NODE_INSERT))) goto fail;
+        sqlite3_bind_text(st, 1, hostname, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 2, address, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(st, 3, cpu_slots);
+        sqlite3_bind_int64(st, 4, now);
+        sqlite3_bind_int64(st, 5, now);
+        rc = sqlite3_step(st);
+        db_done(st);
+        if (rc != SQLITE_DONE) goto fail;
+        id = sqlite3_last_insert_rowid(db_conn(d));
+    } else {
+        if (!(st = db_prepare(d, SQL_NODE_UPDATE))) goto fail;
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_text(st, 2, address, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(st, 3, cpu_slots);
+        sqlite3_bind_int64(st, 4, now);
+        rc = sqlite3_step(st);
+        db_done(st);
+        if (rc != SQLITE_DONE) goto fail;
+    }
+    for (int c = 0; c < cpu_slots; c++) {
+        if (!(st = db_prepare(d, SQL_DEVICE_UPSERT))) goto fail;
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_text(st, 2, "cpu", -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 3, c);
+        rc = sqlite3_step(st);
+        db_done(st);
+        if (rc != SQLITE_DONE) goto fail;
+    }
+    buf idx;
+    buf_init(&idx, 1 << 20);
+    int bad = buf_appends(&idx, "[") < 0;
+    for (int g = 0; g < n_gpu; g++) {
+        bad |= buf_printf(&idx, "%s%d", g ? "," : "", gpu_idx[g]) < 0;
+        if (!(st = db_prepare(d, SQL_DEVICE_UPSERT))) { buf_release(&idx); goto fail; }
+        sqlite3_bind_int64(st, 1, id);
+        sqlite3_bind_text(st, 2, "gpu", -1, SQLITE_STATIC);
+        sqlite3_bind_int(st, 3, gpu_idx[g]);
+        if (gpu_model && gpu_model[g]) sqlite3_bind_text(st, 4, gpu_model[g], -1, SQLITE_TRANSIENT);
+        if (gpu_memory_mb) sqlite3_bind_int64(st, 5, gpu_memory_mb[g]);
+        rc = sqlite3_step(st);
+        db_done(st);
+        if (rc != SQLITE_DONE) { buf_release(&idx); goto fail; }
+    }
+    bad |= buf_appends(&idx, "]") < 0;
+    if (bad) { buf_release(&idx); goto fail; }
+    if (!(st = db_prepare(d, SQL_DEVICE_PRUNE_CPU))) { buf_release(&idx); goto fail; }
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int(st, 2, cpu_slots);
+    rc = sqlite3_step(st);
+    db_done(st);
+    if (rc != SQLITE_DONE) { buf_release(&idx); goto fail; }
+    if (!(st = db_prepare(d, SQL_DEVICE_PRUNE_GPU))) { buf_release(&idx); goto fail; }
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_text(st, 2, idx.data, (int)idx.len, SQLITE_TRANSIENT);
+    rc = sqlite3_step(st);
+    db_done(st);
+    buf_release(&idx);
+    if (rc != SQLITE_DONE) goto fail;
+    if (db_commit(d) < 0) goto fail;
+    if (id_out) *id_out = id;
+    return 0;
+fail:
+    log_error("cluster: node upsert %s: %s", hostname, sqlite3_errmsg(db_conn(d)));
+    db_rollback(d);
+    return -1;
+}
+
+static const char SQL_HEARTBEAT[] =
+    "UPDATE nodes SET last_heartbeat_at = ?2, state = CASE WHEN state = 'lost' THEN 'ready' ELSE state END"
+    " WHERE id = ?1";
+
+int cluster_node_heartbeat(db *d, int64_t node_id, int64_t now)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_HEARTBEAT);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, node_id);
+    sqlite3_bind_int64(st, 2, now);
+    int rc = sqlite3_step(st);
+    int changed = sqlite3_changes(db_conn(d));
+    db_done(st);
+    if (rc != SQLITE_DONE) return -1;
+    return changed == 1 ? 0 : 1;
+}
+
+static const char SQL_NODES_LOST[] =
+    "UPDATE nodes SET state = 'lost' WHERE state = 'ready' AND last_heartbeat_at < ? RETURNING id";
+
+static int collect_ids(sqlite3_stmt *st, int64_t **ids)
+{
+    int n = 0, cap = 0, rc;
+    *ids = NULL;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        GROW(*ids, n, cap);
+        (*ids)[n++] = sqlite3_column_int64(st, 0);
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) { free(*ids); *ids = NULL; return -1; }
+    return n;
+}
+
+int cluster_nodes_mark_lost(db *d, int64_t before, int64_t **ids)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_NODES_LOST);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, before);
+    return collect_ids(st, ids);
+}
+
+/* ================================================================ tasks */
+
+static const char SQL_TASK_INSERT[] =
+    "INSERT INTO tasks(job_id, attempt, type, idx, node_id, port, state, created_at)"
+    " VALUES(?, ?, ?, ?, ?, ?, 'assigned', ?)";
+static const char SQL_ALLOC_INSERT[] = "INSERT INTO allocations(device_id, task_id, job_id) VALUES(?, ?, ?)";
+static const char SQL_JOB_START[] =
+    "UPDATE jobs SET attempt = attempt + 1, updated_at = ?2 WHERE id = ?1 AND state = 'starting'"
+    " RETURNING attempt";
+static const char SQL_JOB_REASON[] = "UPDATE jobs SET reason = ?2 WHERE id = ?1 AND state = 'queued'";
+static const char SQL_TEAM_USAGE[] = "UPDATE teams SET usage = ?2, usage_at = ?3 WHERE id = ?1";
+
+int cluster_task_insert(db *d, int64_t job_id, int attempt, const char *type, int idx,
+                        int64_t node_id, int port, int64_t now, int64_t *task_id)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_TASK_INSERT);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int(st, 2, attempt);
+    sqlite3_bind_text(st, 3, type, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 4, idx);
+    sqlite3_bind_int64(st, 5, node_id);
+    sqlite3_bind_int(st, 6, port);
+    sqlite3_bind_int64(st, 7, now);
+    int rc = sqlite3_step(st);
+    db_done(st);
+    if (rc != SQLITE_DONE) return -1;
+    *task_id = sqlite3_last_insert_rowid(db_conn(d));
+    return 0;
+}
+
+int cluster_alloc_insert(db *d, int64_t device_id, int64_t task_id, int64_t job_id)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_ALLOC_INSERT);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, device_id);
+    sqlite3_bind_int64(st, 2, task_id);
+    sqlite3_bind_int64(st, 3, job_id);
+    int rc = sqlite3_step(st);
+    db_done(st);
+    if (rc == SQLITE_CONSTRAINT_PRIMARYKEY || rc == SQLITE_CONSTRAINT) return 1;
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int cluster_job_next_attempt(db *d, int64_t job_id, int64_t now)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_JOB_START);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, now);
+    int rc = sqlite3_step(st);
+    int attempt = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    db_done(st);
+    return attempt;
+}
+
+int cluster_job_set_reason(db *d, int64_t job_id, const char *reason)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_JOB_REASON);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_text(st, 2, reason, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int cluster_team_set_usage(db *d, int64_t team_id, double usage, int64_t at)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_TEAM_USAGE);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, team_id);
+    sqlite3_bind_double(st, 2, usage);
+    sqlite3_bind_int64(st, 3, at);
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static const char SQL_TEAM_SHARES[] =
+    "UPDATE teams SET weight = CASE WHEN ?2 > 0 THEN ?2 ELSE weight END,"
+    " guarantee = CASE WHEN ?4 THEN ?3 ELSE guarantee END,"
+    " quota = CASE WHEN ?6 THEN ?5 ELSE quota END WHERE name = ?1";
+
+int cluster_team_set_shares(db *d, const char *name, double weight, int guarantee, int set_guarantee,
+                            int quota, int set_quota)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_TEAM_SHARES);
+    if (!st) return -1;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(st, 2, weight);
+    sqlite3_bind_int(st, 3, guarantee);
+    sqlite3_bind_int(st, 4, set_guarantee);
+    if (quota >= 0) sqlite3_bind_int(st, 5, quota);
+    sqlite3_bind_int(st, 6, set_quota);
+    int rc = sqlite3_step(st);
+    int changed = sqlite3_changes(db_conn(d));
+    db_done(st);
+    if (rc != SQLITE_DONE) return -1;
+    return changed == 1 ? 0 : 1;
+}
+
+/* ================================================================ failures */
+
+static const char SQL_NODE_TASKS_LOST[] =
+    "UPDATE tasks SET state = 'exited', reason = ?2, finished_at = ?3"
+    " WHERE node_id = ?1 AND state IN ('assigned','running','stopping') RETURNING job_id";
+static const char SQL_FAILURE_ADD[] =
+    "INSERT INTO node_failures(job_id, node_id, count) VALUES(?1, ?2, 1)"
+    " ON CONFLICT(job_id, node_id) DO UPDATE SET count = count + 1";
+static const char SQL_FAILURES_TOTAL[] =
+    "SELECT coalesce(sum(count), 0) FROM node_failures WHERE job_id = ?";
+static const char SQL_RELEASE_EXITED[] =
+    "DELETE FROM allocations WHERE task_id IN (SELECT id FROM tasks WHERE state = 'exited')";
+static const char SQL_ALL_EXITED[] =
+    "SELECT j.id, j.attempt, j.max_restarts,"
+    " (SELECT t.reason FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt"
+    "   AND (t.reason LIKE 'preempted%' OR t.reason LIKE 'node % lost%' OR t.reason LIKE 'max_runtime%')"
+    "   ORDER BY t.id LIMIT 1)"
+    " FROM jobs j WHERE j.state IN ('starting','running')"
+    " AND EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt)"
+    " AND NOT EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt"
+    "   AND t.state != 'exited')";
+
+int cluster_node_tasks_lost(db *d, int64_t node_id, const char *reason, int64_t now, int64_t **jobs)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_NODE_TASKS_LOST);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, node_id);
+    sqlite3_bind_text(st, 2, reason, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, now);
+    int n = collect_ids(st, jobs);
+    if (n <= 1) return n;
+    /* distinct job ids */
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        int seen = 0;
+        for (int k = 0; k < m; k++) seen |= (*jobs)[k] == (*jobs)[i];
+        if (!seen) (*jobs)[m++] = (*jobs)[i];
+    }
+    return m;
+}
+
+int cluster_failure_add(db *d, int64_t job_id, int64_t node_id)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_FAILURE_ADD);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, node_id);
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int cluster_failures_total(db *d, int64_t job_id)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_FAILURES_TOTAL);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    int rc = sqlite3_step(st);
+    int n = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    db_done(st);
+    return n;
+}
+
+int cluster_release_exited(db *d)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_RELEASE_EXITED);
+    if (!st) return -1;
+    int rc = sqlite3_step(st);
+    int n = sqlite3_changes(db_conn(d));
+    db_done(st);
+    return rc == SQLITE_DONE ? n : -1;
+}
+
+int cluster_jobs_all_exited(db *d, cl_reaped **out)
+{
+    *out = NULL;
+    sqlite3_stmt *st = db_prepare(d, SQL_ALL_EXITED);
+    if (!st) return -1;
+    int n = 0, cap = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        GROW(*out, n, cap);
+        cl_reaped *r = &(*out)[n++];
+        r->job_id = sqlite3_column_int64(st, 0);
+        r->attempt = sqlite3_column_int(st, 1);
+        r->max_restarts = sqlite3_column_int(st, 2);
+        col_text(st, 3, r->reason, sizeof r->reason);
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) { free(*out); *out = NULL; return -1; }
+    return n;
+}

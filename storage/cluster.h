@@ -1,0 +1,134 @@
+/* cluster.h - the SQL of the cluster: nodes and their devices, tasks,
+ * allocations (one row per held device), team shares and failure memory.
+ * Plain rows in, plain rows out: the scheduler (scheduler/scheduler.c) turns
+ * them into its snapshot and decisions; the cluster API into JSON. Writes run
+ * inside the caller's transaction (db_begin/db_commit) unless noted.
+ *
+ * defines: cluster_load, cluster_state_release, cluster_node_upsert,
+ *          cluster_node_heartbeat, cluster_task_insert, cluster_alloc_insert,
+ *          cluster_* updates used by the scheduler pass */
+#ifndef TRAINYARD_CLUSTER_H
+#define TRAINYARD_CLUSTER_H
+
+#include <stdint.h>
+#include <stddef.h>
+#include "db.h"
+
+#define CL_NAME_MAX 128
+#define CL_REASON_MAX 256
+
+typedef struct cl_node {
+    int64_t id;
+    char hostname[CL_NAME_MAX];
+    char address[CL_NAME_MAX];
+    int cpu_slots;
+    char state[12];                 /* ready | lost | drained */
+    int64_t registered_at, last_heartbeat_at;
+} cl_node;
+
+typedef struct cl_device {
+    int64_t id, node_id;
+    int kind;                       /* 0 cpu, 1 gpu (device_kind) */
+    int idx;
+    char model[CL_NAME_MAX];
+    int64_t memory_mb;
+    int64_t job_id;                 /* holder, 0 free */
+    int64_t task_id;
+} cl_device;
+
+typedef struct cl_port {
+    int64_t node_id;
+    int port;
+} cl_port;
+
+typedef struct cl_team {
+    int64_t id;
+    char name[CL_NAME_MAX];
+    double weight;
+    int guarantee;
+    int quota;                      /* -1 = none */
+    double usage;
+    int64_t usage_at;
+} cl_team;
+
+typedef struct cl_job {
+    int64_t id, team_id;
+    char state[16];
+    int priority, workers, devices_per_worker, kind, ps;
+    int preemptible, queue_if_infeasible, attempt, max_restarts;
+    int64_t max_runtime_s, queued_at, last_checkpoint_at;
+    int64_t attempt_started_at;     /* first task of the current attempt, 0 none */
+    int stopping;                   /* current attempt has tasks 'stopping' */
+    char reason[CL_REASON_MAX];
+} cl_job;
+
+typedef struct cl_avoid {
+    int64_t job_id, node_id;
+} cl_avoid;
+
+/* Everything one scheduling pass reads, from one read transaction. Jobs are
+ * the queued ones (id order) and the active ones (starting, running, or
+ * holding devices), in `jobs`; devices ordered by node, kind, index. */
+typedef struct cluster_state {
+    cl_node *nodes;     int n_nodes;
+    cl_device *devices; int n_devices;
+    cl_port *ports;     int n_ports;
+    cl_team *teams;     int n_teams;
+    cl_job *jobs;       int n_jobs;
+    cl_avoid *avoid;    int n_avoid;
+} cluster_state;
+
+/* Loads the state in one read transaction. 0, or -1 (logged; *cs empty). */
+int cluster_load(db *d, cluster_state *cs);
+void cluster_state_release(cluster_state *cs);
+
+/* Registers a node, or updates the one with that hostname (address, cpu
+ * slots, devices added or refreshed; state ready, heartbeat now). Devices
+ * held by a task are never removed. Begins and commits its own transaction.
+ * kinds/idx/models/memory: (n_gpu) the GPUs. 0 or -1. */
+int cluster_node_upsert(db *d, const char *hostname, const char *address, int cpu_slots,
+                        int n_gpu, const int *gpu_idx, const char *const *gpu_model,
+                        const int64_t *gpu_memory_mb, int64_t now, int64_t *id_out, int *created);
+
+/* Records a heartbeat: 0, 1 when no such node, -1 on error. A lost node
+ * that beats again is ready again. */
+int cluster_node_heartbeat(db *d, int64_t node_id, int64_t now);
+
+/* Marks ready nodes silent since before `before` as lost; their ids into
+ * *ids (malloc'd, caller frees). Returns the count or -1. */
+int cluster_nodes_mark_lost(db *d, int64_t before, int64_t **ids);
+
+int cluster_task_insert(db *d, int64_t job_id, int attempt, const char *type, int idx,
+                        int64_t node_id, int port, int64_t now, int64_t *task_id);
+/* 0, 1 when the device is already held (PRIMARY KEY), -1 on error. */
+int cluster_alloc_insert(db *d, int64_t device_id, int64_t task_id, int64_t job_id);
+
+/* attempt + 1 of a job just moved to 'starting'; returns the new attempt
+ * (the number of times the job has been started) or -1. */
+int cluster_job_next_attempt(db *d, int64_t job_id, int64_t now);
+/* Waiting reason of a queued job (no event). 0 or -1. */
+int cluster_job_set_reason(db *d, int64_t job_id, const char *reason);
+int cluster_team_set_usage(db *d, int64_t team_id, double usage, int64_t at);
+/* Team shares (admin). quota < 0 = none; weight <= 0 leaves it. 0, 1 no team, -1. */
+int cluster_team_set_shares(db *d, const char *name, double weight, int guarantee, int set_guarantee,
+                            int quota, int set_quota);
+
+/* Tasks of node_id not exited: marked exited with reason; the ids of their
+ * jobs into *jobs (malloc'd). Returns the count of jobs or -1. */
+int cluster_node_tasks_lost(db *d, int64_t node_id, const char *reason, int64_t now, int64_t **jobs);
+int cluster_failure_add(db *d, int64_t job_id, int64_t node_id);
+int cluster_failures_total(db *d, int64_t job_id);
+/* Frees the devices of exited tasks. Returns rows freed or -1. */
+int cluster_release_exited(db *d);
+/* Jobs in starting/running whose current attempt has tasks and all of them
+ * exited, with the reason of the first task that was stopped by the
+ * scheduler (preempted..., node ... lost, max_runtime...), "" otherwise. */
+typedef struct cl_reaped {
+    int64_t job_id;
+    int attempt, max_restarts;
+    char reason[CL_REASON_MAX];
+} cl_reaped;
+int cluster_jobs_all_exited(db *d, cl_reaped **out);
+/* queued_at for a requeued job's state change is set by store_job_transition. */
+
+#endif
