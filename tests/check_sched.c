@@ -11,6 +11,10 @@
 
 #include "../common/util.h"
 #include "../scheduler/core.h"
+#include "../scheduler/scheduler.h"
+#include "../storage/cluster.h"
+#include "../storage/db.h"
+#include "../storage/store.h"
 
 /* ================================================================ builders */
 
@@ -642,6 +646,387 @@ START_TEST(pass_is_fast)
 }
 END_TEST
 
+
+/* ================================================================ SQLite pass */
+
+static char g_dir[256], g_path[300];
+static db *g_db;
+
+static void db_setup(void)
+{
+    snprintf(g_dir, sizeof g_dir, "/tmp/ty_sched_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+    snprintf(g_path, sizeof g_path, "%s/t.db", g_dir);
+    char err[256];
+    ck_assert_msg(db_open(&g_db, g_path, err, sizeof err) == 0, "%s", err);
+    log_set_level(LOG_ERROR);
+}
+
+static void db_teardown(void)
+{
+    sched_fault_after(0);
+    db_close(g_db);
+    g_db = NULL;
+    char cmd[400];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static long q1(const char *sql, int64_t a)
+{
+    sqlite3_stmt *st = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), sql, -1, &st, NULL), SQLITE_OK);
+    if (sqlite3_bind_parameter_count(st) > 0) sqlite3_bind_int64(st, 1, a);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    long n = (long)sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return n;
+}
+
+static void qtext(const char *sql, int64_t a, char *out, size_t cap)
+{
+    sqlite3_stmt *st = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), sql, -1, &st, NULL), SQLITE_OK);
+    sqlite3_bind_int64(st, 1, a);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    const unsigned char *t = sqlite3_column_text(st, 0);
+    snprintf(out, cap, "%s", t ? (const char *)t : "");
+    sqlite3_finalize(st);
+}
+
+static void exec_sql(const char *sql, int64_t a)
+{
+    sqlite3_stmt *st = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), sql, -1, &st, NULL), SQLITE_OK);
+    if (sqlite3_bind_parameter_count(st) > 0) sqlite3_bind_int64(st, 1, a);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+}
+
+static int64_t team(const char *name, int quota)
+{
+    int64_t id = 0;
+    if (store_team_find(g_db, name, &id) != STORE_OK)
+        ck_assert_int_eq(store_team_create(g_db, name, &id), STORE_OK);
+    if (quota >= 0) ck_assert_int_eq(cluster_team_set_shares(g_db, name, 0, 0, 0, quota, 1), 0);
+    return id;
+}
+
+static int64_t node(const char *host, int gpus, int cpus, int64_t now)
+{
+    int idx[16];
+    for (int i = 0; i < gpus; i++) idx[i] = i;
+    int64_t id = 0;
+    int created = 0;
+    ck_assert_int_eq(cluster_node_upsert(g_db, host, "10.0.0.1", cpus, gpus, idx, NULL, NULL, now, &id, &created), 0);
+    return id;
+}
+
+static int64_t job(int64_t team_id, int prio, int workers, int dpw, const char *device, int ps,
+                   int max_restarts, int preemptible)
+{
+    static const char sql[] =
+        "INSERT INTO jobs(team_id, name, spec, state, priority, attempt, max_restarts, workers,"
+        " devices_per_worker, device, ps, max_runtime_s, preemptible, created_at, updated_at, queued_at)"
+        " VALUES(?, 'j', '{}', 'queued', ?, 0, ?, ?, ?, ?, ?, 3600, ?, ?, ?, ?)";
+    sqlite3_stmt *st = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), sql, -1, &st, NULL), SQLITE_OK);
+    int64_t now = now_ms();
+    sqlite3_bind_int64(st, 1, team_id);
+    sqlite3_bind_int(st, 2, prio);
+    sqlite3_bind_int(st, 3, max_restarts);
+    sqlite3_bind_int(st, 4, workers);
+    sqlite3_bind_int(st, 5, dpw);
+    sqlite3_bind_text(st, 6, device, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 7, ps);
+    sqlite3_bind_int(st, 8, preemptible);
+    sqlite3_bind_int64(st, 9, now);
+    sqlite3_bind_int64(st, 10, now);
+    sqlite3_bind_int64(st, 11, now);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    return sqlite3_last_insert_rowid(db_conn(g_db));
+}
+
+static void state_of(int64_t id, char *out, size_t cap)
+{
+    qtext("SELECT state FROM jobs WHERE id = ?", id, out, cap);
+}
+
+/* Invariants a user would check in the database after any pass. */
+static void check_db(void)
+{
+    /* an allocation's device is on its task's node, of the right kind */
+    ck_assert_int_eq(q1("SELECT count(*) FROM allocations a JOIN tasks t ON t.id = a.task_id"
+                        " JOIN devices d ON d.id = a.device_id JOIN jobs j ON j.id = a.job_id"
+                        " WHERE d.node_id != t.node_id OR t.job_id != a.job_id"
+                        " OR d.kind != CASE WHEN t.type = 'ps' THEN 'cpu' ELSE j.device END", 0), 0);
+    /* all or nothing: every job holding anything in its current attempt holds its whole gang */
+    ck_assert_int_eq(q1("SELECT count(*) FROM jobs j WHERE EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id"
+                        " AND t.attempt = j.attempt AND t.state IN ('assigned','running'))"
+                        " AND ((SELECT count(*) FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt"
+                        "       AND t.type = 'worker') != j.workers"
+                        "   OR (SELECT count(*) FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt"
+                        "       AND t.type = 'ps') != j.ps"
+                        "   OR (SELECT count(*) FROM allocations a JOIN tasks t ON t.id = a.task_id"
+                        "       WHERE t.job_id = j.id AND t.attempt = j.attempt)"
+                        "      != j.workers * j.devices_per_worker + j.ps)", 0), 0);
+    /* a queued job holds nothing; a starting job holds its gang */
+    ck_assert_int_eq(q1("SELECT count(*) FROM allocations a JOIN jobs j ON j.id = a.job_id"
+                        " WHERE j.state = 'queued'", 0), 0);
+    ck_assert_int_eq(q1("SELECT count(*) FROM jobs j WHERE j.state = 'starting' AND"
+                        " (SELECT count(*) FROM allocations a WHERE a.job_id = j.id)"
+                        "  != j.workers * j.devices_per_worker + j.ps", 0), 0);
+    /* ports unique per node among live tasks */
+    ck_assert_int_eq(q1("SELECT count(*) FROM (SELECT node_id, port FROM tasks WHERE state != 'exited'"
+                        " GROUP BY node_id, port HAVING count(*) > 1)", 0), 0);
+    /* quotas */
+    ck_assert_int_eq(q1("SELECT count(*) FROM teams tm WHERE tm.quota IS NOT NULL AND tm.quota <"
+                        " (SELECT coalesce(sum(j.workers * j.devices_per_worker), 0) FROM jobs j"
+                        "  WHERE j.team_id = tm.id AND j.state IN ('starting','running'))", 0), 0);
+}
+
+/* After a pass that committed: every queued job says why it waits. */
+static void check_reasons(void)
+{
+    ck_assert_int_eq(q1("SELECT count(*) FROM jobs WHERE state = 'queued' AND (reason IS NULL OR reason = '')", 0), 0);
+}
+
+START_TEST(db_pass_places_gangs)
+{
+    int64_t now = now_ms();
+    sched_config cfg; sched_config_default(&cfg);
+    int64_t t = team("default", -1);
+    int64_t j0 = job(t, 50, 2, 2, "gpu", 1, 3, 0);
+    sched_pass_stats st;
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now, &st), 0);
+    char txt[256];
+    qtext("SELECT reason FROM jobs WHERE id = ?", j0, txt, sizeof txt);
+    ck_assert_str_eq(txt, "no nodes have joined");
+    char msg[256];
+    jobspec spec; memset(&spec, 0, sizeof spec);
+    spec.resources = (resources_spec){2, 16, DEVICE_GPU, 0};
+    ck_assert_int_eq(sched_admit_spec(g_db, &spec, msg, sizeof msg), 1);
+    ck_assert_str_eq(msg, "no nodes have joined");
+
+    node("n1", 4, 2, now);
+    node("n2", 4, 2, now);
+    ck_assert_int_eq(sched_admit_spec(g_db, &spec, msg, sizeof msg), 1);
+    ck_assert_str_eq(msg, "infeasible: a worker needs 16 gpu on one node; the largest node has 4");
+    spec.resources.devices_per_worker = 2;
+    ck_assert_int_eq(sched_admit_spec(g_db, &spec, msg, sizeof msg), 0);
+
+    int64_t j1 = job(t, 50, 1, 4, "gpu", 0, 3, 0);
+    int64_t j2 = job(t, 40, 1, 1, "cpu", 0, 3, 0);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 1000, &st), 0);
+    ck_assert_int_eq(st.placed, 3);
+    state_of(j0, txt, sizeof txt); ck_assert_str_eq(txt, "starting");
+    state_of(j1, txt, sizeof txt); ck_assert_str_eq(txt, "starting");
+    state_of(j2, txt, sizeof txt); ck_assert_str_eq(txt, "starting");
+    ck_assert_int_eq(q1("SELECT attempt FROM jobs WHERE id = ?", j0), 1);
+    ck_assert_int_eq(q1("SELECT count(*) FROM tasks WHERE job_id = ?", j0), 3);
+    ck_assert_int_eq(q1("SELECT count(*) FROM allocations WHERE job_id = ?", j0), 5);
+    ck_assert_int_eq(q1("SELECT count(DISTINCT node_id) FROM tasks WHERE job_id = ? AND type = 'worker'", j0), 1);
+    ck_assert_int_eq(q1("SELECT count(*) FROM job_events WHERE job_id = ? AND actor = 'scheduler'"
+                        " AND to_state = 'starting' AND reason LIKE 'placed on n%'", j0), 1);
+    /* the next job waits with the reason people read */
+    int64_t j3 = job(t, 50, 1, 4, "gpu", 0, 3, 0);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 2000, &st), 0);
+    qtext("SELECT reason FROM jobs WHERE id = ?", j3, txt, sizeof txt);
+    ck_assert_str_eq(txt, "needs 4 gpu on one node; largest free block is 0");
+    sched_queue_entry *qv = NULL; int nq = 0;
+    ck_assert_int_eq(sched_queue_view(g_db, &cfg, now + 2000, &qv, &nq), 0);
+    ck_assert_int_eq(nq, 1);
+    ck_assert_int_eq(qv[0].job_id, j3);
+    ck_assert_int_gt(qv[0].est_start_ms, now);
+    free(qv);
+    check_db();
+    check_reasons();
+}
+END_TEST
+
+/* Heartbeats for every ready node except those in `silent`. */
+static void beat_all(int64_t now, const int64_t *silent, int ns)
+{
+    sqlite3_stmt *st = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), "SELECT id FROM nodes", -1, &st, NULL), SQLITE_OK);
+    int64_t ids[64]; int n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW && n < 64) ids[n++] = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    for (int i = 0; i < n; i++) {
+        int skip = 0;
+        for (int k = 0; k < ns; k++) skip |= silent[k] == ids[i];
+        if (!skip) ck_assert_int_eq(cluster_node_heartbeat(g_db, ids[i], now), 0);
+    }
+}
+
+START_TEST(db_lost_node_requeue_and_restarts)
+{
+    int64_t now = now_ms();
+    sched_config cfg; sched_config_default(&cfg);
+    int64_t t = team("default", -1);
+    int64_t a = node("a", 2, 1, now), b = node("b", 8, 1, now);
+    int64_t j = job(t, 50, 1, 2, "gpu", 0, 2, 0);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now, NULL), 0);
+    ck_assert_int_eq(q1("SELECT node_id FROM tasks WHERE job_id = ?", j), a);   /* best fit */
+    exec_sql("UPDATE tasks SET state = 'running' WHERE job_id = ?", j);
+    exec_sql("UPDATE jobs SET state = 'running' WHERE id = ?", j);
+    char txt[512];
+    for (int round = 1; round <= 3; round++) {
+        /* a goes silent: lost; the job is requeued (or failed past its budget) */
+        now += 40000;
+        beat_all(now, &a, 1);
+        sched_pass_stats st;
+        ck_assert_int_eq(sched_pass(g_db, &cfg, now, &st), 0);
+        check_db();
+        ck_assert_int_eq(st.lost_nodes, 1);
+        ck_assert_int_eq(q1("SELECT count FROM node_failures WHERE job_id = ? AND node_id = " "(SELECT id FROM nodes WHERE hostname = 'a')", j), round);
+        state_of(j, txt, sizeof txt);
+        if (round <= 2) {
+            /* requeued and placed again in the same pass; avoid a after two failures */
+            ck_assert_str_eq(txt, "starting");
+            ck_assert_int_ge(q1("SELECT attempt FROM jobs WHERE id = ?", j), round + 1);
+            ck_assert_int_eq(q1("SELECT node_id FROM tasks WHERE job_id = ?1 AND attempt = "
+                                "(SELECT attempt FROM jobs WHERE id = ?1)", j), b);
+            ck_assert_int_eq(q1("SELECT count(*) FROM job_events WHERE job_id = ? AND to_state = 'queued'"
+                                " AND reason LIKE 'node % lost%requeued%'", j), round);
+            /* a comes back; the job is moved to a again for the next round */
+            beat_all(now + 1, NULL, 0);
+            ck_assert_str_eq(txt, "starting");
+            exec_sql("UPDATE tasks SET state = 'exited' WHERE job_id = ?", j);
+            exec_sql("UPDATE jobs SET state = 'queued', reason = 'x' WHERE id = ?", j);
+            ck_assert_int_eq(sched_pass(g_db, &cfg, now + 2, NULL), 0);
+            if (round == 1) {
+                ck_assert_int_eq(q1("SELECT node_id FROM tasks WHERE job_id = ?1 AND attempt = "
+                                    "(SELECT attempt FROM jobs WHERE id = ?1)", j), a);
+            } else {
+                /* failed twice on a: avoided */
+                ck_assert_int_eq(q1("SELECT node_id FROM tasks WHERE job_id = ?1 AND attempt = "
+                                    "(SELECT attempt FROM jobs WHERE id = ?1)", j), b);
+                /* force it onto a by filling b, to lose it a third time */
+                exec_sql("UPDATE tasks SET state = 'exited' WHERE job_id = ?", j);
+                exec_sql("UPDATE jobs SET state = 'queued', reason = 'x' WHERE id = ?", j);
+                exec_sql("DELETE FROM node_failures WHERE job_id = ?", j);
+                exec_sql("INSERT INTO node_failures(job_id, node_id, count) VALUES(?, (SELECT id FROM nodes"
+                         " WHERE hostname = 'b'), 2)", j);
+                ck_assert_int_eq(sched_pass(g_db, &cfg, now + 3, NULL), 0);
+                ck_assert_int_eq(q1("SELECT node_id FROM tasks WHERE job_id = ?1 AND attempt = "
+                                    "(SELECT attempt FROM jobs WHERE id = ?1)", j), a);
+                /* back to the true history: two failures, both on a */
+                exec_sql("DELETE FROM node_failures WHERE job_id = ?", j);
+                exec_sql("INSERT INTO node_failures(job_id, node_id, count) VALUES(?, (SELECT id FROM nodes"
+                         " WHERE hostname = 'a'), 2)", j);
+            }
+            exec_sql("UPDATE jobs SET state = 'running' WHERE id = ?", j);
+        } else {
+            /* failures: a 1 + b 1 + a 1 = 3 > max_restarts 2 */
+            ck_assert_str_eq(txt, "failed");
+            qtext("SELECT reason FROM jobs WHERE id = ?", j, txt, sizeof txt);
+            ck_assert_msg(strstr(txt, "restart budget spent (max_restarts 2)"), "%s", txt);
+        }
+    }
+    ck_assert_int_eq(q1("SELECT count(*) FROM allocations WHERE job_id = ?", j), 0);
+}
+END_TEST
+
+START_TEST(db_preempt_then_requeue)
+{
+    int64_t now = now_ms();
+    sched_config cfg; sched_config_default(&cfg);
+    int64_t t = team("default", -1);
+    node("a", 4, 1, now);
+    int64_t low = job(t, 10, 1, 4, "gpu", 0, 3, 1);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now, NULL), 0);
+    exec_sql("UPDATE jobs SET state = 'running' WHERE id = ?", low);
+    exec_sql("UPDATE tasks SET state = 'running' WHERE job_id = ?", low);
+    int64_t high = job(t, 90, 1, 4, "gpu", 0, 3, 0);
+    sched_pass_stats st;
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 1000, &st), 0);
+    ck_assert_int_eq(st.stopped, 1);
+    char txt[256];
+    qtext("SELECT reason FROM jobs WHERE id = ?", high, txt, sizeof txt);
+    ck_assert_str_eq(txt, "waiting for 1 preempted job to stop");
+    ck_assert_int_eq(q1("SELECT count(*) FROM tasks WHERE job_id = ? AND state = 'stopping'"
+                        " AND reason LIKE 'preempted for job %'", low), 1);
+    ck_assert_int_eq(q1("SELECT count(*) FROM allocations WHERE job_id = ?", low), 4);  /* held until exit */
+    /* the tasks exit: the victim is requeued and the high job placed */
+    exec_sql("UPDATE tasks SET state = 'exited' WHERE job_id = ?", low);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 2000, &st), 0);
+    state_of(low, txt, sizeof txt); ck_assert_str_eq(txt, "queued");
+    state_of(high, txt, sizeof txt); ck_assert_str_eq(txt, "starting");
+    ck_assert_int_eq(st.requeued, 1);
+    check_db();
+}
+END_TEST
+
+/* Random clusters through the real SQLite pass, with random faults: after
+ * every pass, successful or rolled back, the invariants hold. */
+START_TEST(db_property_random_with_faults)
+{
+    g_rng = 0xabcdefull + (uint64_t)_i;
+    int64_t now = now_ms();
+    sched_config cfg; sched_config_default(&cfg);
+    cfg.backfill = rint_(0, 1);
+    int64_t teams[3];
+    teams[0] = team("default", -1);
+    teams[1] = team("t1", rint_(2, 8));
+    teams[2] = team("t2", -1);
+    int nn = rint_(1, 5);
+    char host[32];
+    for (int i = 0; i < nn; i++) {
+        snprintf(host, sizeof host, "n%d", i);
+        node(host, rint_(0, 8), rint_(0, 4), now);
+    }
+    int nj = rint_(5, 25);
+    for (int x = 0; x < nj; x++)
+        job(teams[rint_(0, 2)], rint_(0, 2) * 40 + 10, rint_(1, 3), rint_(1, 4), rint_(0, 3) ? "gpu" : "cpu",
+            rint_(0, 4) ? 0 : 1, rint_(0, 2), rint_(0, 1));
+    int faults = 0;
+    for (int pass = 0; pass < 12; pass++) {
+        now += 5000;
+        beat_all(now, NULL, 0);
+        long allocs_before = q1("SELECT count(*) FROM allocations", 0);
+        long starting_before = q1("SELECT count(*) FROM jobs WHERE state = 'starting'", 0);
+        int fault = rint_(0, 2) == 0 ? rint_(1, 12) : 0;
+        sched_fault_after(fault);
+        sched_pass_stats st;
+        int rc = sched_pass(g_db, &cfg, now, &st);
+        sched_fault_after(0);
+        check_db();
+        if (rc == 0) check_reasons();
+        if (rc != 0) {
+            faults++;
+            /* rolled back whole: nothing placed by that pass */
+            ck_assert_int_le(q1("SELECT count(*) FROM allocations", 0), allocs_before);
+            ck_assert_int_le(q1("SELECT count(*) FROM jobs WHERE state = 'starting'", 0), starting_before);
+        }
+        /* the world moves: some jobs run and end, some are cancelled */
+        sqlite3_stmt *s2 = NULL;
+        ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), "SELECT id, state FROM jobs WHERE state IN"
+                                            " ('starting','running','queued')", -1, &s2, NULL), SQLITE_OK);
+        int64_t ids[64]; int states[64]; int n = 0;
+        while (sqlite3_step(s2) == SQLITE_ROW && n < 64) {
+            ids[n] = sqlite3_column_int64(s2, 0);
+            states[n++] = sqlite3_column_text(s2, 1)[0];
+        }
+        sqlite3_finalize(s2);
+        for (int x = 0; x < n; x++) {
+            int r = rint_(0, 5);
+            if (states[x] == 's' && r < 3) {
+                exec_sql("UPDATE jobs SET state = 'running' WHERE id = ?", ids[x]);
+                exec_sql("UPDATE tasks SET state = 'running' WHERE job_id = ? AND state = 'assigned'", ids[x]);
+            } else if (states[x] == 'r' && r == 0) {
+                exec_sql("UPDATE tasks SET state = 'exited' WHERE job_id = ?", ids[x]);
+                exec_sql("UPDATE jobs SET state = 'succeeded' WHERE id = ?", ids[x]);
+            } else if (states[x] == 'q' && r == 0) {
+                exec_sql("UPDATE jobs SET state = 'cancelled' WHERE id = ?", ids[x]);
+            }
+        }
+    }
+    ck_assert_int_le(faults, 12);
+}
+END_TEST
+
 /* ================================================================ main */
 
 Suite *sched_suite(void);
@@ -662,6 +1047,14 @@ Suite *sched_suite(void)
     tcase_add_loop_test(tc, property_repeated_passes, 0, 2);
     tcase_add_test(tc, pass_is_fast);
     suite_add_tcase(s, tc);
+    TCase *td = tcase_create("sqlite");
+    tcase_set_timeout(td, 120);
+    tcase_add_checked_fixture(td, db_setup, db_teardown);
+    tcase_add_test(td, db_pass_places_gangs);
+    tcase_add_test(td, db_lost_node_requeue_and_restarts);
+    tcase_add_test(td, db_preempt_then_requeue);
+    tcase_add_loop_test(td, db_property_random_with_faults, 0, 40);
+    suite_add_tcase(s, td);
     return s;
 }
 
