@@ -148,7 +148,7 @@ static int snap_load(db *d, int64_t now, snap *sp)
     for (int t = 0; t < cs->n_teams; t++)
         sp->teams[t] = (sched_team){cs->teams[t].id, cs->teams[t].weight, cs->teams[t].guarantee,
                                     cs->teams[t].quota, cs->teams[t].usage};
-    qsort(cs->avoid, (size_t)cs->n_avoid, sizeof *cs->avoid, avoid_cmp);
+    if (cs->n_avoid > 1) qsort(cs->avoid, (size_t)cs->n_avoid, sizeof *cs->avoid, avoid_cmp);
     int nq = 0, nr = 0, av = 0;
     for (int x = 0; x < cs->n_jobs; x++) {
         const cl_job *j = &cs->jobs[x];
