@@ -4,6 +4,7 @@
  * 403, so ids do not leak); the admin token sees all. */
 #include "routes.h"
 #include "jobspec.h"
+#include "exec_api.h"
 #include "../server/server.h"
 #include "../storage/store.h"
 
@@ -114,6 +115,7 @@ static void job_get(server *srv, http_req *req, http_res *res) {
         db_unavailable(res);
         return;
     }
+    exec_job_decorate(srv, id, job);
     http_json(res, 200, job);
 }
 
@@ -189,6 +191,10 @@ static void job_events(server *srv, http_req *req, http_res *res) {
     if (rc == STORE_OK && scope_team(req) && team != scope_team(req)) rc = STORE_NOT_FOUND;
     if (rc == STORE_NOT_FOUND) {
         http_error(res, 404, "not_found", NULL, "no job %lld", (long long)id);
+        return;
+    }
+    if (rc == STORE_OK && exec_wants_event_stream(req)) {
+        exec_events_stream(srv, req, res, id);
         return;
     }
     long after, limit;

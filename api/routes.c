@@ -1,26 +1,43 @@
 /* routes.c - the list of route tables the server answers, and the services
  * started with it. A new API module adds its table here. */
 #include "routes.h"
+
+#include <stdio.h>
+
 #include "../server/server.h"
+#include "../scheduler/lifecycle.h"
+#include "../scheduler/scheduler.h"
 #include "../storage/store.h"
 
 const route *const api_route_tables[] = {
     api_jobs_routes,
     api_teams_routes,
+    api_exec_routes,
     NULL,
 };
 
 int api_start_services(struct server *srv, char *err, size_t errlen) {
-    (void)srv;
-    (void)err;
-    (void)errlen;
+    sched_config cfg;
+    sched_config_default(&cfg);
+    if (srv->opt.heartbeat_timeout_s > 0) cfg.heartbeat_timeout_ms = (int64_t)srv->opt.heartbeat_timeout_s * 1000;
+    if (sched_start(srv->db, &cfg) < 0) {
+        snprintf(err, errlen, "cannot start the scheduler thread");
+        return -1;
+    }
     return 0;
 }
 
-void api_stop_services(struct server *srv) { (void)srv; }
-
-int api_job_stop_tasks(struct server *srv, int64_t job_id, const char *why) {
-    return store_job_stop_tasks(srv->db, job_id, why) == STORE_OK ? 0 : -1;
+void api_stop_services(struct server *srv) {
+    srv->stopping = 1; /* long-polls and event streams end so the daemon can stop */
+    sched_stop();
 }
 
-void api_kick_scheduler(struct server *srv) { (void)srv; }
+int api_job_stop_tasks(struct server *srv, int64_t job_id, const char *why) {
+    /* tasks never handed out to an agent are closed at once: no agent would report them */
+    return lifecycle_stop_tasks(srv->db, job_id, why) == STORE_OK ? 0 : -1;
+}
+
+void api_kick_scheduler(struct server *srv) {
+    (void)srv;
+    sched_kick();
+}

@@ -11,6 +11,7 @@ struct server;
 
 extern const route api_jobs_routes[];
 extern const route api_teams_routes[];
+extern const route api_exec_routes[];
 
 /* NULL-terminated list of the tables above (and those of other modules). */
 extern const route *const api_route_tables[];

@@ -97,11 +97,17 @@ int lifecycle_task_exited(db *d, int64_t task_id, const lifecycle_exit *e, const
     if (rc != STORE_OK) goto out;
     if (strcmp(t.state, "exited") == 0) goto out; /* repeated report: nothing more to do */
     int was_stopping = strcmp(t.state, "stopping") == 0;
-    char task_reason[400];
-    if (e->signal) snprintf(task_reason, sizeof task_reason, "killed by signal %d%s%.300s", e->signal,
-                            e->reason && *e->reason ? ": " : "", e->reason ? e->reason : "");
-    else snprintf(task_reason, sizeof task_reason, "exit code %d%s%.300s", e->exit_code,
-                  e->reason && *e->reason ? ": " : "", e->reason ? e->reason : "");
+    /* A stopped task keeps why it was stopped first ("preempted ...", "node 3
+     * lost ..."): the scheduler reads that prefix to requeue the job. */
+    char task_reason[600];
+    int used = was_stopping && t.reason[0] ? snprintf(task_reason, sizeof task_reason, "%s; ", t.reason) : 0;
+    if (used < 0 || (size_t)used >= sizeof task_reason) used = 0;
+    if (e->signal)
+        snprintf(task_reason + used, sizeof task_reason - (size_t)used, "killed by signal %d%s%.300s", e->signal,
+                 e->reason && *e->reason ? ": " : "", e->reason ? e->reason : "");
+    else
+        snprintf(task_reason + used, sizeof task_reason - (size_t)used, "exit code %d%s%.300s", e->exit_code,
+                 e->reason && *e->reason ? ": " : "", e->reason ? e->reason : "");
     if ((rc = exec_task_set_exited(d, task_id, e->exit_code, task_reason)) != STORE_OK) goto out;
     if ((rc = exec_task_free(d, task_id)) != STORE_OK) goto out;
     if ((rc = exec_task_revoke_token(d, task_id)) != STORE_OK) goto out;

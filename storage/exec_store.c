@@ -1,0 +1,735 @@
+/* exec_store.c - tasks, metrics, log chunks, checkpoints, rendezvous and
+ * progress rows for the executors. See exec_store.h for the contract. */
+#include "exec_store.h"
+#include "../common/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static int step_done(sqlite3_stmt *st) {
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+}
+
+static void add_time(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
+    if (sqlite3_column_type(st, col) == SQLITE_NULL) {
+        cJSON_AddNullToObject(o, key);
+        return;
+    }
+    int64_t ms = sqlite3_column_int64(st, col);
+    time_t s = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    char out[64];
+    snprintf(out, sizeof out, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+    cJSON_AddStringToObject(o, key, out);
+}
+
+static void add_text(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
+    const unsigned char *t = sqlite3_column_text(st, col);
+    if (t) cJSON_AddStringToObject(o, key, (const char *)t);
+    else cJSON_AddNullToObject(o, key);
+}
+
+static void add_int_or_null(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
+    if (sqlite3_column_type(st, col) == SQLITE_NULL) cJSON_AddNullToObject(o, key);
+    else cJSON_AddNumberToObject(o, key, (double)sqlite3_column_int64(st, col));
+}
+
+static void col_copy(sqlite3_stmt *st, int col, char *dst, size_t cap) {
+    const char *s = (const char *)sqlite3_column_text(st, col);
+    snprintf(dst, cap, "%s", s ? s : "");
+}
+
+/* ---------------------------------------------------------------- jobs */
+
+static const char SQL_JOB[] =
+    "SELECT id, team_id, state, attempt, max_restarts, spec FROM jobs WHERE id = ?";
+
+int exec_job_get(db *d, int64_t job_id, int with_spec, exec_job *out) {
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *st = db_prepare(d, SQL_JOB);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        db_done(st);
+        return rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    }
+    out->id = sqlite3_column_int64(st, 0);
+    out->team_id = sqlite3_column_int64(st, 1);
+    col_copy(st, 2, out->state, sizeof out->state);
+    out->attempt = sqlite3_column_int(st, 3);
+    out->max_restarts = sqlite3_column_int(st, 4);
+    if (with_spec) {
+        const char *s = (const char *)sqlite3_column_text(st, 5);
+        out->spec = xstrdup(s ? s : "{}");
+    }
+    db_done(st);
+    return STORE_OK;
+}
+
+void exec_job_release(exec_job *j) {
+    free(j->spec);
+    j->spec = NULL;
+}
+
+static const char SQL_PROGRESS_GET[] = "SELECT progress FROM jobs WHERE id = ?";
+static const char SQL_PROGRESS_SET[] = "UPDATE jobs SET progress = ? WHERE id = ?";
+static const char SQL_JOB_REASON[] = "UPDATE jobs SET reason = ?, updated_at = ? WHERE id = ?";
+
+int exec_progress_get(db *d, int64_t job_id, char **out) {
+    *out = NULL;
+    sqlite3_stmt *st = db_prepare(d, SQL_PROGRESS_GET);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    int rc = sqlite3_step(st);
+    int ret = rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    if (ret == STORE_OK && sqlite3_column_type(st, 0) != SQLITE_NULL)
+        *out = xstrdup((const char *)sqlite3_column_text(st, 0));
+    db_done(st);
+    return ret;
+}
+
+int exec_progress_set(db *d, int64_t job_id, const char *json) {
+    sqlite3_stmt *st = db_prepare(d, SQL_PROGRESS_SET);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_text(st, 1, json, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, job_id);
+    return step_done(st);
+}
+
+static const char SQL_JOB_CKPT_AT[] = "UPDATE jobs SET last_checkpoint_at = ? WHERE id = ?";
+
+int exec_job_checkpointed(db *d, int64_t job_id, int64_t at_ms) {
+    sqlite3_stmt *st = db_prepare(d, SQL_JOB_CKPT_AT);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, at_ms);
+    sqlite3_bind_int64(st, 2, job_id);
+    return step_done(st);
+}
+
+int exec_job_set_reason(db *d, int64_t job_id, const char *reason) {
+    sqlite3_stmt *st = db_prepare(d, SQL_JOB_REASON);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_text(st, 1, reason, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, now_ms());
+    sqlite3_bind_int64(st, 3, job_id);
+    return step_done(st);
+}
+
+/* ---------------------------------------------------------------- tasks */
+
+static const char SQL_TASK[] =
+    "SELECT id, job_id, node_id, attempt, type, idx, port, state, token_hash IS NOT NULL, exit_code,"
+    " reason FROM tasks WHERE id = ?";
+
+int exec_task_get(db *d, int64_t task_id, exec_task *out) {
+    memset(out, 0, sizeof *out);
+    sqlite3_stmt *st = db_prepare(d, SQL_TASK);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, task_id);
+    int rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        db_done(st);
+        return rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    }
+    out->id = sqlite3_column_int64(st, 0);
+    out->job_id = sqlite3_column_int64(st, 1);
+    out->node_id = sqlite3_column_int64(st, 2);
+    out->attempt = sqlite3_column_int(st, 3);
+    col_copy(st, 4, out->type, sizeof out->type);
+    out->index = sqlite3_column_int(st, 5);
+    out->port = sqlite3_column_int(st, 6);
+    col_copy(st, 7, out->state, sizeof out->state);
+    out->handed_out = sqlite3_column_int(st, 8);
+    out->has_exit = sqlite3_column_type(st, 9) != SQLITE_NULL;
+    out->exit_code = sqlite3_column_int(st, 9);
+    col_copy(st, 10, out->reason, sizeof out->reason);
+    db_done(st);
+    return STORE_OK;
+}
+
+static const char SQL_NODE_EXISTS[] = "SELECT 1 FROM nodes WHERE id = ?";
+
+int exec_node_exists(db *d, int64_t node_id) {
+    sqlite3_stmt *st = db_prepare(d, SQL_NODE_EXISTS);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, node_id);
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+}
+
+static const char SQL_NODE_PENDING[] =
+    "SELECT id FROM tasks WHERE node_id = ? AND state = 'assigned' AND token_hash IS NULL ORDER BY id LIMIT ?";
+
+int exec_node_pending(db *d, int64_t node_id, int64_t *ids, int max, int *n) {
+    *n = 0;
+    sqlite3_stmt *st = db_prepare(d, SQL_NODE_PENDING);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, node_id);
+    sqlite3_bind_int(st, 2, max);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) ids[(*n)++] = sqlite3_column_int64(st, 0);
+    db_done(st);
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
+}
+
+static const char SQL_TASK_HANDOUT[] =
+    "UPDATE tasks SET token_hash = ? WHERE id = ? AND state = 'assigned' AND token_hash IS NULL";
+
+int exec_task_handout(db *d, int64_t task_id, const char *token_hash) {
+    sqlite3_stmt *st = db_prepare(d, SQL_TASK_HANDOUT);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_text(st, 1, token_hash, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, task_id);
+    int rc = sqlite3_step(st);
+    int changed = sqlite3_changes(db_conn(d));
+    db_done(st);
+    if (rc != SQLITE_DONE) return STORE_ERROR;
+    return changed == 1 ? STORE_OK : STORE_CONFLICT;
+}
+
+static const char SQL_NODE_REVOKE_ASSIGNED[] =
+    "UPDATE tokens SET revoked_at = ?1 WHERE revoked_at IS NULL AND hash IN"
+    " (SELECT token_hash FROM tasks WHERE node_id = ?2 AND state = 'assigned' AND token_hash IS NOT NULL)";
+static const char SQL_NODE_RESET_HANDOUTS[] =
+    "UPDATE tasks SET token_hash = NULL WHERE node_id = ? AND state = 'assigned'";
+
+int exec_node_reset_handouts(db *d, int64_t node_id) {
+    sqlite3_stmt *st = db_prepare(d, SQL_NODE_REVOKE_ASSIGNED);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, now_ms());
+    sqlite3_bind_int64(st, 2, node_id);
+    if (step_done(st) != STORE_OK) return STORE_ERROR;
+    st = db_prepare(d, SQL_NODE_RESET_HANDOUTS);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, node_id);
+    return step_done(st);
+}
+
+static const char SQL_NODE_STOPPING[] =
+    "SELECT id, job_id, reason FROM tasks WHERE node_id = ? AND state = 'stopping' ORDER BY id";
+
+int exec_node_stopping(db *d, int64_t node_id, cJSON **out) {
+    sqlite3_stmt *st = db_prepare(d, SQL_NODE_STOPPING);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, node_id);
+    cJSON *arr = cJSON_CreateArray();
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        cJSON *t = cJSON_CreateObject();
+        cJSON_AddNumberToObject(t, "task", (double)sqlite3_column_int64(st, 0));
+        cJSON_AddNumberToObject(t, "job", (double)sqlite3_column_int64(st, 1));
+        const char *r = (const char *)sqlite3_column_text(st, 2);
+        cJSON_AddStringToObject(t, "reason", r ? r : "stopped");
+        cJSON_AddItemToArray(arr, t);
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) {
+        cJSON_Delete(arr);
+        return STORE_ERROR;
+    }
+    *out = arr;
+    return STORE_OK;
+}
+
+static const char SQL_ATTEMPT_CLUSTER[] =
+    "SELECT t.type, t.idx, n.address, t.port FROM tasks t JOIN nodes n ON n.id = t.node_id"
+    " WHERE t.job_id = ? AND t.attempt = ? ORDER BY t.type, t.idx";
+
+int exec_attempt_cluster(db *d, int64_t job_id, int attempt, cJSON **out) {
+    sqlite3_stmt *st = db_prepare(d, SQL_ATTEMPT_CLUSTER);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int(st, 2, attempt);
+    cJSON *c = cJSON_CreateObject();
+    cJSON *chief = cJSON_AddArrayToObject(c, "chief");
+    cJSON *worker = cJSON_AddArrayToObject(c, "worker");
+    cJSON *ps = cJSON_AddArrayToObject(c, "ps");
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *type = (const char *)sqlite3_column_text(st, 0);
+        int idx = sqlite3_column_int(st, 1);
+        const char *addr = (const char *)sqlite3_column_text(st, 2);
+        char hp[300];
+        snprintf(hp, sizeof hp, "%s:%d", addr ? addr : "127.0.0.1", sqlite3_column_int(st, 3));
+        if (type && strcmp(type, "ps") == 0) {
+            cJSON_AddItemToArray(ps, cJSON_CreateString(hp));
+        } else {
+            cJSON_AddItemToArray(worker, cJSON_CreateString(hp));
+            if (idx == 0) cJSON_AddItemToArray(chief, cJSON_CreateString(hp));
+        }
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) {
+        cJSON_Delete(c);
+        return STORE_ERROR;
+    }
+    *out = c;
+    return STORE_OK;
+}
+
+static const char SQL_TASK_DEVICES[] =
+    "SELECT v.kind, v.idx FROM allocations a JOIN devices v ON v.id = a.device_id"
+    " WHERE a.task_id = ? ORDER BY v.kind, v.idx";
+
+int exec_task_devices(db *d, int64_t task_id, cJSON **out) {
+    sqlite3_stmt *st = db_prepare(d, SQL_TASK_DEVICES);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, task_id);
+    cJSON *arr = cJSON_CreateArray();
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        char name[64];
+        const char *k = (const char *)sqlite3_column_text(st, 0);
+        snprintf(name, sizeof name, "%s:%d", k ? k : "cpu", sqlite3_column_int(st, 1));
+        cJSON_AddItemToArray(arr, cJSON_CreateString(name));
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) {
+        cJSON_Delete(arr);
+        return STORE_ERROR;
+    }
+    *out = arr;
+    return STORE_OK;
+}
+
+static const char SQL_TASK_RUNNING[] =
+    "UPDATE tasks SET state = CASE WHEN state = 'assigned' THEN 'running' ELSE state END,"
+    " started_at = coalesce(started_at, ?2) WHERE id = ?1 AND state != 'exited'";
+static const char SQL_TASK_EXITED[] =
+    "UPDATE tasks SET state = 'exited', exit_code = ?2, reason = coalesce(?3, reason), finished_at = ?4"
+    " WHERE id = ?1 AND state != 'exited'";
+
+static int update_one(db *d, sqlite3_stmt *st) {
+    int rc = sqlite3_step(st);
+    int changed = sqlite3_changes(db_conn(d));
+    db_done(st);
+    if (rc != SQLITE_DONE) return STORE_ERROR;
+    return changed == 1 ? STORE_OK : STORE_CONFLICT;
+}
+
+int exec_task_set_running(db *d, int64_t task_id) {
+    sqlite3_stmt *st = db_prepare(d, SQL_TASK_RUNNING);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, task_id);
+    sqlite3_bind_int64(st, 2, now_ms());
+    return update_one(d, st);
+}
+
+int exec_task_set_exited(db *d, int64_t task_id, int exit_code, const char *reason) {
+    sqlite3_stmt *st = db_prepare(d, SQL_TASK_EXITED);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, task_id);
+    sqlite3_bind_int(st, 2, exit_code);
+    if (reason) sqlite3_bind_text(st, 3, reason, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 4, now_ms());
+    return update_one(d, st);
+}
+
+static const char SQL_TASK_FREE[] = "DELETE FROM allocations WHERE task_id = ?";
+
+int exec_task_free(db *d, int64_t task_id) {
+    sqlite3_stmt *st = db_prepare(d, SQL_TASK_FREE);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, task_id);
+    return step_done(st);
+}
+
+static const char SQL_TASK_REVOKE[] =
+    "UPDATE tokens SET revoked_at = ?1 WHERE revoked_at IS NULL AND kind = 'task'"
+    " AND hash = (SELECT token_hash FROM tasks WHERE id = ?2)";
+
+int exec_task_revoke_token(db *d, int64_t task_id) {
+    sqlite3_stmt *st = db_prepare(d, SQL_TASK_REVOKE);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, now_ms());
+    sqlite3_bind_int64(st, 2, task_id);
+    return step_done(st);
+}
+
+static const char SQL_DROP_UNSTARTED_FREE[] =
+    "DELETE FROM allocations WHERE task_id IN"
+    " (SELECT id FROM tasks WHERE job_id = ? AND state IN ('assigned','stopping') AND token_hash IS NULL)";
+static const char SQL_DROP_UNSTARTED[] =
+    "UPDATE tasks SET state = 'exited', reason = ?2, finished_at = ?3"
+    " WHERE job_id = ?1 AND state IN ('assigned','stopping') AND token_hash IS NULL";
+
+int exec_attempt_drop_unstarted(db *d, int64_t job_id, const char *why) {
+    sqlite3_stmt *st = db_prepare(d, SQL_DROP_UNSTARTED_FREE);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    if (step_done(st) != STORE_OK) return STORE_ERROR;
+    st = db_prepare(d, SQL_DROP_UNSTARTED);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_text(st, 2, why, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, now_ms());
+    return step_done(st);
+}
+
+static const char SQL_ATTEMPT_COUNTS[] =
+    "SELECT count(*), coalesce(sum(state = 'running'), 0), coalesce(sum(state != 'exited'), 0)"
+    " FROM tasks WHERE job_id = ? AND attempt = ?";
+
+int exec_attempt_counts(db *d, int64_t job_id, int attempt, int *total, int *running, int *live) {
+    sqlite3_stmt *st = db_prepare(d, SQL_ATTEMPT_COUNTS);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int(st, 2, attempt);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *total = sqlite3_column_int(st, 0);
+        *running = sqlite3_column_int(st, 1);
+        *live = sqlite3_column_int(st, 2);
+    }
+    db_done(st);
+    return rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
+}
+
+static const char SQL_ATTEMPT_CHIEF[] =
+    "SELECT state, exit_code FROM tasks WHERE job_id = ? AND attempt = ? AND type = 'worker' AND idx = 0";
+
+int exec_attempt_chief(db *d, int64_t job_id, int attempt, int *exited, int *code) {
+    *exited = 0;
+    *code = 0;
+    sqlite3_stmt *st = db_prepare(d, SQL_ATTEMPT_CHIEF);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int(st, 2, attempt);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        const char *s = (const char *)sqlite3_column_text(st, 0);
+        *exited = s && strcmp(s, "exited") == 0;
+        *code = sqlite3_column_type(st, 1) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 1);
+    }
+    db_done(st);
+    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+}
+
+static const char SQL_JOB_TASKS[] =
+    "SELECT t.id, t.type, t.idx, n.hostname, t.node_id, n.address, t.port, t.state, t.exit_code, t.reason,"
+    " t.started_at, t.finished_at FROM tasks t JOIN nodes n ON n.id = t.node_id"
+    " WHERE t.job_id = ? AND t.attempt = ? ORDER BY t.type DESC, t.idx";
+
+int exec_job_tasks(db *d, int64_t job_id, int attempt, cJSON **out) {
+    sqlite3_stmt *st = db_prepare(d, SQL_JOB_TASKS);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int(st, 2, attempt);
+    cJSON *arr = cJSON_CreateArray();
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        cJSON *t = cJSON_CreateObject();
+        char name[48];
+        const char *type = (const char *)sqlite3_column_text(st, 1);
+        snprintf(name, sizeof name, "%s-%d", type ? type : "worker", sqlite3_column_int(st, 2));
+        cJSON_AddNumberToObject(t, "id", (double)sqlite3_column_int64(st, 0));
+        add_text(t, "type", st, 1);
+        cJSON_AddNumberToObject(t, "index", sqlite3_column_int(st, 2));
+        cJSON_AddStringToObject(t, "name", name);
+        add_text(t, "node", st, 3);
+        cJSON_AddNumberToObject(t, "node_id", (double)sqlite3_column_int64(st, 4));
+        add_text(t, "address", st, 5);
+        cJSON_AddNumberToObject(t, "port", sqlite3_column_int(st, 6));
+        add_text(t, "state", st, 7);
+        add_int_or_null(t, "exit_code", st, 8);
+        add_text(t, "reason", st, 9);
+        add_time(t, "started_at", st, 10);
+        add_time(t, "finished_at", st, 11);
+        cJSON_AddItemToArray(arr, t);
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) {
+        cJSON_Delete(arr);
+        return STORE_ERROR;
+    }
+    *out = arr;
+    return STORE_OK;
+}
+
+/* ---------------------------------------------------------------- metrics */
+
+static const char SQL_METRIC_ADD[] =
+    "INSERT OR IGNORE INTO metrics(job_id, seq, attempt, kind, step, epoch, ts, data)"
+    " VALUES(?, ?, ?, ?, ?, ?, ?, ?)";
+
+int exec_metric_add(db *d, int64_t job_id, int64_t seq, int attempt, const char *kind, const int64_t *step,
+                    const int64_t *epoch, const char *data, int *inserted) {
+    sqlite3_stmt *st = db_prepare(d, SQL_METRIC_ADD);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, seq);
+    sqlite3_bind_int(st, 3, attempt);
+    sqlite3_bind_text(st, 4, kind, -1, SQLITE_TRANSIENT);
+    if (step) sqlite3_bind_int64(st, 5, *step);
+    if (epoch) sqlite3_bind_int64(st, 6, *epoch);
+    sqlite3_bind_int64(st, 7, now_ms());
+    sqlite3_bind_text(st, 8, data, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    int changed = sqlite3_changes(db_conn(d));
+    db_done(st);
+    if (rc != SQLITE_DONE) return STORE_ERROR;
+    if (inserted) *inserted = changed == 1;
+    return STORE_OK;
+}
+
+static const char SQL_METRICS_LIST[] =
+    "SELECT seq, attempt, kind, ts, data FROM metrics WHERE job_id = ?1 AND seq > ?2"
+    " AND (?3 IS NULL OR kind = ?3) ORDER BY seq LIMIT ?4";
+static const char SQL_METRICS_LAST[] = "SELECT coalesce(max(seq), 0) FROM metrics WHERE job_id = ?";
+
+static cJSON *metric_row(sqlite3_stmt *st, int c0) {
+    const char *data = (const char *)sqlite3_column_text(st, c0 + 4);
+    cJSON *m = data ? cJSON_Parse(data) : NULL;
+    if (!cJSON_IsObject(m)) {
+        cJSON_Delete(m);
+        m = cJSON_CreateObject();
+    }
+    cJSON_DeleteItemFromObject(m, "seq");
+    cJSON_DeleteItemFromObject(m, "kind");
+    cJSON_DeleteItemFromObject(m, "attempt");
+    cJSON_DeleteItemFromObject(m, "time");
+    cJSON_AddNumberToObject(m, "seq", (double)sqlite3_column_int64(st, c0));
+    add_text(m, "kind", st, c0 + 2);
+    cJSON_AddNumberToObject(m, "attempt", sqlite3_column_int(st, c0 + 1));
+    add_time(m, "time", st, c0 + 3);
+    return m;
+}
+
+int exec_metrics_list(db *d, int64_t job_id, int64_t since, const char *kind, int limit, cJSON **out,
+                      int64_t *last_seq) {
+    sqlite3_stmt *st = db_prepare(d, SQL_METRICS_LAST);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) *last_seq = sqlite3_column_int64(st, 0);
+    db_done(st);
+    if (rc != SQLITE_ROW) return STORE_ERROR;
+    if (!out) return STORE_OK;
+    st = db_prepare(d, SQL_METRICS_LIST);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, since);
+    if (kind) sqlite3_bind_text(st, 3, kind, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 4, limit);
+    cJSON *arr = cJSON_CreateArray();
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) cJSON_AddItemToArray(arr, metric_row(st, 0));
+    db_done(st);
+    if (rc != SQLITE_DONE) {
+        cJSON_Delete(arr);
+        return STORE_ERROR;
+    }
+    *out = arr;
+    return STORE_OK;
+}
+
+static const char SQL_METRIC_LATEST[] =
+    "SELECT seq, attempt, kind, ts, data FROM metrics WHERE job_id = ?1 AND (?2 IS NULL OR kind = ?2)"
+    " ORDER BY seq DESC LIMIT 1";
+
+int exec_metric_latest(db *d, int64_t job_id, const char *kind, cJSON **out) {
+    *out = NULL;
+    sqlite3_stmt *st = db_prepare(d, SQL_METRIC_LATEST);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    if (kind) sqlite3_bind_text(st, 2, kind, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) *out = metric_row(st, 0);
+    db_done(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+}
+
+/* ---------------------------------------------------------------- logs */
+
+static const char SQL_LOG_CHUNK[] =
+    "INSERT INTO log_chunks(job_id, task, attempt, seq, offset, length, ts)"
+    " VALUES(?1, ?2, ?3, (SELECT coalesce(max(seq), 0) + 1 FROM log_chunks"
+    "  WHERE job_id = ?1 AND task = ?2 AND attempt = ?3), ?4, ?5, ?6)";
+
+int exec_log_chunk_add(db *d, int64_t job_id, const char *task, int attempt, int64_t offset, int64_t length) {
+    sqlite3_stmt *st = db_prepare(d, SQL_LOG_CHUNK);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_text(st, 2, task, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 3, attempt);
+    sqlite3_bind_int64(st, 4, offset);
+    sqlite3_bind_int64(st, 5, length);
+    sqlite3_bind_int64(st, 6, now_ms());
+    return step_done(st);
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+
+static const char SQL_CKPT_RESERVE[] =
+    "INSERT INTO checkpoints(job_id, attempt, step, epoch, size, sha256, path, created_at, deleted_at)"
+    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, '', ?7, ?7)";
+static const char SQL_CKPT_PUBLISH[] =
+    "UPDATE checkpoints SET path = ?2, deleted_at = NULL, created_at = ?3 WHERE id = ?1";
+static const char SQL_CKPT_DISCARD[] = "DELETE FROM checkpoints WHERE id = ?";
+
+int exec_ckpt_reserve(db *d, int64_t job_id, int attempt, int64_t step, int64_t epoch, int64_t size,
+                      const char *sha256, int64_t *id_out) {
+    sqlite3_stmt *st = db_prepare(d, SQL_CKPT_RESERVE);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int(st, 2, attempt);
+    sqlite3_bind_int64(st, 3, step);
+    sqlite3_bind_int64(st, 4, epoch);
+    sqlite3_bind_int64(st, 5, size);
+    sqlite3_bind_text(st, 6, sha256, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 7, now_ms());
+    int rc = sqlite3_step(st);
+    db_done(st);
+    if (rc != SQLITE_DONE) return STORE_ERROR;
+    *id_out = sqlite3_last_insert_rowid(db_conn(d));
+    return STORE_OK;
+}
+
+int exec_ckpt_publish(db *d, int64_t id, const char *path) {
+    sqlite3_stmt *st = db_prepare(d, SQL_CKPT_PUBLISH);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_text(st, 2, path, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, now_ms());
+    return update_one(d, st) == STORE_OK ? STORE_OK : STORE_ERROR;
+}
+
+int exec_ckpt_discard(db *d, int64_t id) {
+    sqlite3_stmt *st = db_prepare(d, SQL_CKPT_DISCARD);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, id);
+    return step_done(st);
+}
+
+#define CKPT_COLS "id, attempt, step, epoch, size, sha256, path, created_at"
+
+static const char SQL_CKPT_GET[] =
+    "SELECT " CKPT_COLS " FROM checkpoints WHERE job_id = ?1 AND deleted_at IS NULL"
+    " AND (?2 = 0 OR id = ?2) ORDER BY id DESC LIMIT 1";
+static const char SQL_CKPT_LIST[] =
+    "SELECT " CKPT_COLS " FROM checkpoints WHERE job_id = ? AND deleted_at IS NULL ORDER BY id DESC";
+
+static void ckpt_row(sqlite3_stmt *st, exec_ckpt *c) {
+    memset(c, 0, sizeof *c);
+    c->id = sqlite3_column_int64(st, 0);
+    c->attempt = sqlite3_column_int(st, 1);
+    c->step = sqlite3_column_int64(st, 2);
+    c->epoch = sqlite3_column_int64(st, 3);
+    c->size = sqlite3_column_int64(st, 4);
+    col_copy(st, 5, c->sha256, sizeof c->sha256);
+    col_copy(st, 6, c->path, sizeof c->path);
+}
+
+int exec_ckpt_get(db *d, int64_t job_id, int64_t cid, exec_ckpt *out) {
+    sqlite3_stmt *st = db_prepare(d, SQL_CKPT_GET);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, cid);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) ckpt_row(st, out);
+    db_done(st);
+    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+}
+
+int exec_ckpt_list(db *d, int64_t job_id, cJSON **out) {
+    sqlite3_stmt *st = db_prepare(d, SQL_CKPT_LIST);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    cJSON *arr = cJSON_CreateArray();
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        exec_ckpt c;
+        ckpt_row(st, &c);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id", (double)c.id);
+        cJSON_AddNumberToObject(o, "step", (double)c.step);
+        cJSON_AddNumberToObject(o, "epoch", (double)c.epoch);
+        cJSON_AddNumberToObject(o, "size", (double)c.size);
+        cJSON_AddStringToObject(o, "sha256", c.sha256);
+        add_time(o, "created_at", st, 7);
+        cJSON_AddNumberToObject(o, "attempt", c.attempt);
+        cJSON_AddItemToArray(arr, o);
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) {
+        cJSON_Delete(arr);
+        return STORE_ERROR;
+    }
+    *out = arr;
+    return STORE_OK;
+}
+
+static const char SQL_CKPT_BEYOND[] =
+    "SELECT id, path FROM checkpoints WHERE job_id = ? AND deleted_at IS NULL ORDER BY id DESC LIMIT -1 OFFSET ?";
+static const char SQL_CKPT_HIDE[] = "UPDATE checkpoints SET deleted_at = ? WHERE id = ?";
+
+int exec_ckpt_prune(db *d, int64_t job_id, int keep, char (*paths)[256], int max, int *n) {
+    *n = 0;
+    int64_t ids[64];
+    int nids = 0;
+    sqlite3_stmt *st = db_prepare(d, SQL_CKPT_BEYOND);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int(st, 2, keep);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (nids >= (int)(sizeof ids / sizeof ids[0]) || nids >= max) continue; /* the rest next time */
+        ids[nids] = sqlite3_column_int64(st, 0);
+        col_copy(st, 1, paths[nids], 256);
+        nids++;
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) return STORE_ERROR;
+    for (int i = 0; i < nids; i++) {
+        st = db_prepare(d, SQL_CKPT_HIDE);
+        if (!st) return STORE_ERROR;
+        sqlite3_bind_int64(st, 1, now_ms());
+        sqlite3_bind_int64(st, 2, ids[i]);
+        if (step_done(st) != STORE_OK) return STORE_ERROR;
+    }
+    *n = nids;
+    return STORE_OK;
+}
+
+/* ---------------------------------------------------------------- rendezvous */
+
+static const char SQL_RDV_PUT[] =
+    "INSERT INTO rendezvous(job_id, attempt, key, value) VALUES(?1, ?2, ?3, ?4)"
+    " ON CONFLICT(job_id, attempt, key) DO UPDATE SET value = excluded.value";
+static const char SQL_RDV_GET[] = "SELECT value FROM rendezvous WHERE job_id = ? AND attempt = ? AND key = ?";
+
+int exec_rdv_put(db *d, int64_t job_id, int attempt, const char *key, const char *value, size_t len) {
+    sqlite3_stmt *st = db_prepare(d, SQL_RDV_PUT);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int(st, 2, attempt);
+    sqlite3_bind_text(st, 3, key, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 4, value, (int)len, SQLITE_TRANSIENT);
+    return step_done(st);
+}
+
+int exec_rdv_get(db *d, int64_t job_id, int attempt, const char *key, char **value, size_t *len) {
+    *value = NULL;
+    *len = 0;
+    sqlite3_stmt *st = db_prepare(d, SQL_RDV_GET);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int(st, 2, attempt);
+    sqlite3_bind_text(st, 3, key, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        const char *v = (const char *)sqlite3_column_text(st, 0);
+        int n = sqlite3_column_bytes(st, 0);
+        *value = xstrndup(v ? v : "", (size_t)n);
+        *len = (size_t)n;
+    }
+    db_done(st);
+    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+}
