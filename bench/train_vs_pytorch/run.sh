@@ -42,17 +42,17 @@ field() { /usr/bin/python3 -c "import json,sys; print(json.loads(sys.stdin.read(
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
 echo "== speed: $ROUNDS rounds x $SPEED_EPOCHS epochs, 1 thread each ($(getconf _NPROCESSORS_ONLN) cores; $(uptime | sed 's/.*load average/load average/'))"
-ours=(); torch=()
+ours=(); torch=(); ratios=()
 for r in $(seq 1 "$ROUNDS"); do
   o=$(build/bench/mlp_bench "$SPEED_EPOCHS" "$r" "$DATA" | field samples_per_sec)
   t=$(/usr/bin/python3 $here/torch_mlp.py "$SPEED_EPOCHS" "$r" "$DATA" | field samples_per_sec)
-  ours+=("$o"); torch+=("$t")
+  ours+=("$o"); torch+=("$t"); ratios+=("$(echo "$o / $t" | bc -l)")
   printf 'round %d: trainyard %9.0f samples/s   pytorch %9.0f samples/s   ratio %.2f\n' "$r" "$o" "$t" \
     "$(echo "$o / $t" | bc -l)"
 done
 mo=$(median "${ours[@]}"); mt=$(median "${torch[@]}")
-ratio=$(echo "$mo / $mt" | bc -l)
-printf 'median:  trainyard %9.0f samples/s   pytorch %9.0f samples/s   ratio %.2f\n' "$mo" "$mt" "$ratio"
+ratio=$(median "${ratios[@]}")   # pairs from the same moment: noise cancels
+printf 'median:  trainyard %9.0f samples/s   pytorch %9.0f samples/s   ratio (median of rounds) %.2f\n' "$mo" "$mt" "$ratio"
 
 echo "== accuracy: $ACC_EPOCHS epochs, seeds $SEEDS (Fashion-MNIST test split, 10k)"
 accs=(); taccs=()
