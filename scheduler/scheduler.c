@@ -17,6 +17,7 @@
 #include "../common/util.h"
 #include "../storage/cluster.h"
 #include "../storage/store.h"
+#include "lifecycle.h"
 
 /* ================================================================ faults */
 
@@ -198,7 +199,7 @@ static int upkeep(db *d, const sched_config *cfg, int64_t now, sched_pass_stats 
         if (nj < 0) goto fail;
         for (int x = 0; x < nj; x++) {
             if (cluster_failure_add(d, jobs[x], lost[i]) < 0) goto fail;
-            if (store_job_stop_tasks(d, jobs[x], why) != STORE_OK) goto fail;
+            if (lifecycle_stop_tasks(d, jobs[x], why) != STORE_OK) goto fail;
             if (store_event_add(d, jobs[x], "node_lost", "scheduler", why) != STORE_OK) goto fail;
         }
         free(jobs); jobs = NULL;
@@ -331,7 +332,7 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
         else
             sfmt(why, sizeof why, "preempted for job %lld (priority %d over %d)", (long long)sp_->for_job,
                  h ? h->priority : 0, v->priority);
-        if (store_job_stop_tasks(d, v->id, why) != STORE_OK || fault_point() < 0) goto fail;
+        if (lifecycle_stop_tasks(d, v->id, why) != STORE_OK || fault_point() < 0) goto fail;
         if (store_event_add(d, v->id, "preempt", "scheduler", why) != STORE_OK || fault_point() < 0) goto fail;
         st->stopped++;
     }
@@ -341,7 +342,7 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
         const cl_job *j = &sp->cs.jobs[sp->run_job[x]];
         if (v->stopping || !j->attempt_started_at || now <= v->end_ms) continue;
         sfmt(why, sizeof why, "max_runtime_s (%lld) exceeded", (long long)j->max_runtime_s);
-        if (store_job_stop_tasks(d, v->id, why) != STORE_OK || fault_point() < 0) goto fail;
+        if (lifecycle_stop_tasks(d, v->id, why) != STORE_OK || fault_point() < 0) goto fail;
         if (store_event_add(d, v->id, "stop", "scheduler", why) != STORE_OK) goto fail;
         st->stopped++;
     }

@@ -938,7 +938,7 @@ START_TEST(db_preempt_then_requeue)
     int64_t low = job(t, 10, 1, 4, "gpu", 0, 3, 1);
     ck_assert_int_eq(sched_pass(g_db, &cfg, now, NULL), 0);
     exec_sql("UPDATE jobs SET state = 'running' WHERE id = ?", low);
-    exec_sql("UPDATE tasks SET state = 'running' WHERE job_id = ?", low);
+    exec_sql("UPDATE tasks SET state = 'running', token_hash = 'handed-out' WHERE job_id = ?", low);
     int64_t high = job(t, 90, 1, 4, "gpu", 0, 3, 0);
     sched_pass_stats st;
     ck_assert_int_eq(sched_pass(g_db, &cfg, now + 1000, &st), 0);

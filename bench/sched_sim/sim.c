@@ -51,8 +51,8 @@ static int cmp_double(const void *a, const void *b)
 static void make_trace(simjob *jobs, int n, uint64_t seed)
 {
     static const struct { int workers, dpw; double p; } mix[] = {
-        {1, 1, 0.30}, {1, 2, 0.10}, {1, 4, 0.15}, {1, 8, 0.20},
-        {2, 8, 0.12}, {4, 8, 0.08}, {8, 8, 0.04}, {16, 8, 0.01}};
+        {1, 1, 0.30}, {1, 2, 0.10}, {1, 4, 0.15}, {1, 8, 0.17},
+        {2, 8, 0.10}, {4, 8, 0.08}, {8, 8, 0.05}, {16, 8, 0.03}, {32, 8, 0.02}};
     rng_state = seed * 2654435761u + 1;
     for (int i = 0; i < n; i++) {
         simjob *j = &jobs[i];
@@ -60,7 +60,7 @@ static void make_trace(simjob *jobs, int n, uint64_t seed)
         j->id = i + 1;
         double u = urand(), acc = 0;
         int m = 0;
-        for (m = 0; m < 7; m++) { acc += mix[m].p; if (u < acc) break; }
+        for (m = 0; m < 8; m++) { acc += mix[m].p; if (u < acc) break; }
         j->workers = mix[m].workers; j->dpw = mix[m].dpw;
         double t = urand() * 10.0, a = 0;            /* teams in proportion to weight */
         for (j->team = 0; j->team < NTEAMS - 1; j->team++) { a += team_weight[j->team]; if (t < a) break; }
