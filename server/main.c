@@ -5,7 +5,11 @@
 #include <string.h>
 
 #include "server.h"
+#include "up.h"
+#include "../executor/agent.h"
+#include "../executor/worker.h"
 #include "../api/cli.h"
+#include "../executor/train_cmd.h"
 #include "../common/util.h"
 
 static void usage(FILE *f) {
@@ -15,6 +19,9 @@ static void usage(FILE *f) {
             "service:\n"
             "  up        server and a local agent on this machine (the embedded default)\n"
             "  server    the control plane: REST API, scheduler, store\n"
+            "  agent     a node agent: registers devices, runs the tasks assigned to it\n"
+            "  worker    one task of a job (started by the agent)\n"
+            "  train     train a job spec locally, no server needed\n"
             "client:\n"
             "  submit FILE | jobs | status ID | cancel ID | teams\n\n"
             "Run 'trainyard COMMAND --help' for a command's options.\n");
@@ -27,7 +34,11 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
-    if (strcmp(cmd, "server") == 0 || strcmp(cmd, "up") == 0) return cmd_server(argc - 1, argv + 1);
+    if (strcmp(cmd, "server") == 0) return cmd_server(argc - 1, argv + 1);
+    if (strcmp(cmd, "up") == 0) return cmd_up(argc - 1, argv + 1);
+    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
+    if (strcmp(cmd, "agent") == 0) return cmd_agent(argc - 1, argv + 1);
+    if (strcmp(cmd, "worker") == 0) return cmd_worker(argc - 1, argv + 1);
     int rc = cmd_cli(argc - 1, argv + 1);
     if (rc >= 0) return rc;
     fprintf(stderr, "trainyard: unknown command '%s'\n\n", cmd);

@@ -1,0 +1,909 @@
+/* agent.c - `trainyard agent` (see agent.h): a single-threaded poll() loop
+ * over the tasks' output pipes and a signal self-pipe, plus one thread that
+ * only long-polls GET /nodes/{id}/assignments and hands each answer over
+ * through a queue and a wake pipe. Every process is forked from the main
+ * thread, so PR_SET_PDEATHSIG ties the workers' lives to the agent's. */
+#include "agent.h"
+#include "proc.h"
+#include "../api/client.h"
+#include "../common/util.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef TRAINYARD_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#define AGENT_MAX_TASKS 256
+#define LOG_PENDING_MAX (4u << 20)   /* unshipped output kept per task */
+#define LOG_BATCH_MAX (1u << 20)     /* bytes per POST /logs */
+#define TAIL_KEEP 8192               /* bytes of recent output kept for the exit report */
+#define TAIL_LINES 20
+#define OUTBOX_MAX 4096
+#define BACKOFF_MIN_MS 250
+#define BACKOFF_MAX_MS 5000
+#define RECENT_MAX 256
+
+/* ---------------------------------------------------------------- state */
+
+typedef struct task {
+    int64_t id, job;
+    int attempt, index;
+    char name[48];               /* "worker-0": the log stream's name */
+    pid_t pid;
+    int fd;                      /* read end of the output pipe; -1 once closed */
+    int exited;                  /* reaped */
+    int status;                  /* wait status when exited */
+    int64_t exited_at_ms;
+    int stop_sent;               /* SIGTERM sent */
+    int64_t kill_at_ms;          /* SIGKILL when still alive then (0 = not armed) */
+    int killed;
+    char stop_reason[128];
+    buf logs;                    /* output not shipped yet */
+    long dropped;                /* bytes dropped because logs overflowed */
+    char tail[TAIL_KEEP];        /* the last output, for log_tail */
+    size_t tail_len;
+    int exit_queued;
+} task;
+
+typedef struct outmsg {          /* a status report waiting to be delivered */
+    char path[128];
+    char *body;
+} outmsg;
+
+typedef struct recent {          /* a finished task: its exit report, to resend */
+    int64_t id;
+    char *body;
+} recent;
+
+typedef struct agent {
+    agent_options opt;
+    char exe[PATH_MAX];
+    client http;                 /* main thread only */
+    int64_t node_id;             /* guarded by mu for the poller */
+    int need_register;
+
+    task *tasks[AGENT_MAX_TASKS];
+    int n_tasks;
+
+    outmsg outbox[OUTBOX_MAX];
+    int out_head, out_len;
+
+    recent recents[RECENT_MAX];
+    int n_recent, recent_next;
+
+    int64_t backoff_ms, down_until_ms;
+    int reg_failures;            /* registrations refused in a row */
+    int64_t next_hb_ms, next_logs_ms;
+
+    /* poller thread -> main thread */
+    pthread_mutex_t mu;
+    char **inbox;                /* assignment replies (JSON text) */
+    int inbox_len, inbox_cap;
+    int wake_r, wake_w;
+    volatile int quit;
+} agent;
+
+/* ---------------------------------------------------------------- server link */
+
+static void server_ok(agent *a) {
+    a->backoff_ms = 0;
+    a->down_until_ms = 0;
+}
+
+static void server_down(agent *a, const char *what, const char *err) {
+    if (a->backoff_ms == 0) log_warn("server unreachable (%s: %s); retrying with backoff", what, err);
+    a->backoff_ms = a->backoff_ms ? a->backoff_ms * 2 : BACKOFF_MIN_MS;
+    if (a->backoff_ms > BACKOFF_MAX_MS) a->backoff_ms = BACKOFF_MAX_MS;
+    a->down_until_ms = mono_ms() + a->backoff_ms;
+}
+
+static int server_usable(const agent *a) { return mono_ms() >= a->down_until_ms; }
+
+/* One request on the main thread's client. Returns the status (0 = not
+ * reached, backoff armed); *body gets the reply body when asked. */
+static long agent_call(agent *a, const char *method, const char *path, const char *body, size_t len,
+                       const char *ctype, char **out) {
+    client_reply r;
+    if (out) *out = NULL;
+    if (client_request(&a->http, method, path, body, len, ctype, &r) < 0) {
+        server_down(a, path, r.error);
+        client_reply_release(&r);
+        return 0;
+    }
+    long st = r.status;
+    if (st >= 500) {
+        char e[64];
+        snprintf(e, sizeof e, "HTTP %ld", st);
+        server_down(a, path, e);
+    } else {
+        server_ok(a);
+    }
+    if (out) *out = buf_detach(&r.body, NULL);
+    client_reply_release(&r);
+    return st;
+}
+
+/* Drops trailing newlines (for log lines that quote a reply). */
+static const char *trim_nl(char *s) {
+    size_t n = strlen(s);
+    while (n && (s[n - 1] == '\n' || s[n - 1] == '\r')) s[--n] = '\0';
+    return s;
+}
+
+/* ---------------------------------------------------------------- devices */
+
+static cJSON *devices_json(void) {
+    cJSON *arr = cJSON_CreateArray();
+#ifdef TRAINYARD_CUDA
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0; /* no driver or no GPU: a CPU node */
+    for (int i = 0; i < n; i++) {
+        struct cudaDeviceProp p;
+        if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+        cJSON *d = cJSON_CreateObject();
+        cJSON_AddStringToObject(d, "kind", "gpu");
+        cJSON_AddNumberToObject(d, "index", i);
+        cJSON_AddStringToObject(d, "model", p.name);
+        cJSON_AddNumberToObject(d, "memory_mb", (double)(p.totalGlobalMem >> 20));
+        cJSON_AddItemToArray(arr, d);
+    }
+#endif
+    return arr;
+}
+
+/* A refused registration (4xx, no id): try again later, backing off. */
+static void register_refused(agent *a) {
+    int64_t d = (int64_t)BACKOFF_MIN_MS << (a->reg_failures < 5 ? a->reg_failures : 5);
+    if (d > BACKOFF_MAX_MS) d = BACKOFF_MAX_MS;
+    a->reg_failures++;
+    a->down_until_ms = mono_ms() + d;
+}
+
+/* POST /nodes. 0 when registered (a->node_id set), -1 to retry later. */
+static int agent_register(agent *a) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "hostname", a->opt.hostname);
+    cJSON_AddStringToObject(o, "address", a->opt.address);
+    cJSON_AddNumberToObject(o, "cpu_slots", a->opt.cpu_slots);
+    cJSON *devs = devices_json();
+    int n_gpu = cJSON_GetArraySize(devs);
+    cJSON_AddItemToObject(o, "devices", devs);
+    char *body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!body) return -1;
+    char *reply = NULL;
+    long st = agent_call(a, "POST", "/api/v1/nodes", body, strlen(body), NULL, &reply);
+    free(body);
+    int rc = -1;
+    if (st == 200 || st == 201) {
+        cJSON *r = cJSON_Parse(reply ? reply : "");
+        cJSON *id = r ? cJSON_GetObjectItem(r, "id") : NULL;
+        if (cJSON_IsNumber(id) && id->valuedouble > 0) {
+            pthread_mutex_lock(&a->mu);
+            a->node_id = (int64_t)id->valuedouble;
+            pthread_mutex_unlock(&a->mu);
+            a->need_register = 0;
+            a->reg_failures = 0;
+            log_info("registered as node %lld (%s, %d CPU slots, %d GPUs) with %s", (long long)a->node_id,
+                     a->opt.hostname, a->opt.cpu_slots, n_gpu, a->opt.server);
+            rc = 0;
+        } else {
+            log_error("POST /nodes answered %ld without an id", st);
+            register_refused(a);
+        }
+        cJSON_Delete(r);
+    } else if (st) {
+        log_error("POST /nodes answered %ld: %.300s", st, reply ? trim_nl(reply) : "");
+        if (st == 401 || st == 403) log_error("is --token the node token (DATA/node.token)?");
+        register_refused(a);
+    }
+    free(reply);
+    return rc;
+}
+
+static void agent_heartbeat(agent *a) {
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/nodes/%lld/heartbeat", (long long)a->node_id);
+    long st = agent_call(a, "POST", path, "{}", 2, NULL, NULL);
+    if (st == 404) {
+        log_warn("the server does not know node %lld: registering again", (long long)a->node_id);
+        a->need_register = 1;
+    } else if (st && st != 200 && st != 204) {
+        log_warn("heartbeat answered %ld", st);
+    }
+}
+
+/* ---------------------------------------------------------------- outbox */
+
+static void outbox_push(agent *a, const char *path, char *body /* owned */) {
+    if (a->out_len == OUTBOX_MAX) {
+        /* Bounded: the oldest report goes (logged); never happens with sane task counts. */
+        outmsg *old = &a->outbox[a->out_head];
+        log_error("status outbox full: dropping %s %s", old->path, old->body);
+        free(old->body);
+        a->out_head = (a->out_head + 1) % OUTBOX_MAX;
+        a->out_len--;
+    }
+    outmsg *m = &a->outbox[(a->out_head + a->out_len) % OUTBOX_MAX];
+    snprintf(m->path, sizeof m->path, "%s", path);
+    m->body = body;
+    a->out_len++;
+}
+
+/* Delivers the reports in order; stops at the first one the server could
+ * not take (retried after the backoff). */
+static void outbox_flush(agent *a) {
+    while (a->out_len && server_usable(a)) {
+        outmsg *m = &a->outbox[a->out_head];
+        char *reply = NULL;
+        long st = agent_call(a, "POST", m->path, m->body, strlen(m->body), NULL, &reply);
+        if (st == 0 || st >= 500) {
+            free(reply);
+            return;
+        }
+        if (st >= 300) log_warn("%s answered %ld: %.200s (report dropped)", m->path, st, reply ? reply : "");
+        free(reply);
+        free(m->body);
+        m->body = NULL;
+        a->out_head = (a->out_head + 1) % OUTBOX_MAX;
+        a->out_len--;
+    }
+}
+
+static void report_running(agent *a, const task *t) {
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/tasks/%lld/status", (long long)t->id);
+    outbox_push(a, path, xstrdup("{\"state\":\"running\"}"));
+}
+
+static void recent_add(agent *a, int64_t id, const char *body) {
+    recent *r = &a->recents[a->recent_next];
+    free(r->body);
+    r->id = id;
+    r->body = xstrdup(body);
+    a->recent_next = (a->recent_next + 1) % RECENT_MAX;
+    if (a->n_recent < RECENT_MAX) a->n_recent++;
+}
+
+static const recent *recent_find(const agent *a, int64_t id) {
+    for (int i = 0; i < a->n_recent; i++)
+        if (a->recents[i].id == id) return &a->recents[i];
+    return NULL;
+}
+
+static char *exit_body(int exit_code, int sig, const char *reason, const char *tail) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "state", "exited");
+    cJSON_AddNumberToObject(o, "exit_code", exit_code);
+    cJSON_AddNumberToObject(o, "signal", sig);
+    cJSON_AddStringToObject(o, "reason", reason);
+    cJSON_AddStringToObject(o, "log_tail", tail);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!s) {
+        fprintf(stderr, "out of memory\n");
+        abort();
+    }
+    return s;
+}
+
+/* ---------------------------------------------------------------- tasks */
+
+static task *task_find(agent *a, int64_t id) {
+    for (int i = 0; i < a->n_tasks; i++)
+        if (a->tasks[i]->id == id) return a->tasks[i];
+    return NULL;
+}
+
+static void task_free(task *t) {
+    if (t->fd >= 0) close(t->fd);
+    buf_release(&t->logs);
+    free(t);
+}
+
+/* The last TAIL_LINES lines of a task's output. */
+static void task_tail(const task *t, char *out, size_t outlen) {
+    size_t end = t->tail_len;
+    while (end && (t->tail[end - 1] == '\n' || t->tail[end - 1] == '\r')) end--;
+    size_t start = end;
+    int lines = 0;
+    while (start > 0) {
+        if (t->tail[start - 1] == '\n' && ++lines == TAIL_LINES) break;
+        start--;
+    }
+    size_t n = end - start;
+    if (n >= outlen) {
+        start = end - (outlen - 1);
+        n = outlen - 1;
+    }
+    memcpy(out, t->tail + start, n);
+    out[n] = '\0';
+}
+
+static void task_output(task *t, const char *p, size_t n) {
+    /* tail: keep the last TAIL_KEEP bytes */
+    if (n >= TAIL_KEEP) {
+        memcpy(t->tail, p + n - TAIL_KEEP, TAIL_KEEP);
+        t->tail_len = TAIL_KEEP;
+    } else {
+        if (t->tail_len + n > TAIL_KEEP) {
+            size_t drop = t->tail_len + n - TAIL_KEEP;
+            memmove(t->tail, t->tail + drop, t->tail_len - drop);
+            t->tail_len -= drop;
+        }
+        memcpy(t->tail + t->tail_len, p, n);
+        t->tail_len += n;
+    }
+    if (buf_append(&t->logs, p, n) < 0) {
+        /* The server has been away too long: keep the newest output. */
+        t->dropped += (long)t->logs.len;
+        buf_reset(&t->logs);
+        char note[96];
+        snprintf(note, sizeof note, "[trainyard agent: %ld bytes of output dropped while the server was away]\n",
+                 t->dropped);
+        if (buf_appends(&t->logs, note) < 0 || buf_append(&t->logs, p, n) < 0) t->dropped += (long)n;
+    }
+}
+
+/* Reads what the pipe holds; closes it at EOF. */
+static void task_read(task *t) {
+    char b[16384];
+    for (;;) {
+        ssize_t n = read(t->fd, b, sizeof b);
+        if (n > 0) {
+            task_output(t, b, (size_t)n);
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        close(t->fd); /* EOF or error */
+        t->fd = -1;
+        return;
+    }
+}
+
+/* Ships a task's pending output: 0 when nothing is left, -1 to retry. */
+static int task_ship_logs(agent *a, task *t) {
+    while (t->logs.len && server_usable(a)) {
+        size_t n = t->logs.len < LOG_BATCH_MAX ? t->logs.len : LOG_BATCH_MAX;
+        char path[160];
+        snprintf(path, sizeof path, "/api/v1/jobs/%lld/logs?task=%s", (long long)t->job, t->name);
+        long st = agent_call(a, "POST", path, t->logs.data, n, "text/plain", NULL);
+        if (st == 0 || st >= 500) return -1;
+        if (st >= 300) log_warn("%s answered %ld: %zu bytes of output dropped", path, st, n);
+        memmove(t->logs.data, t->logs.data + n, t->logs.len - n);
+        t->logs.len -= n;
+        t->logs.data[t->logs.len] = '\0';
+    }
+    return t->logs.len ? -1 : 0;
+}
+
+static int json_int(const cJSON *o, const char *k, int64_t *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(v)) return -1;
+    *out = (int64_t)v->valuedouble;
+    return 0;
+}
+
+/* Starts a task of an assignment's `start` list. */
+static void task_start(agent *a, const cJSON *s) {
+    int64_t id = 0, job = 0, attempt = 0, index = 0;
+    if (json_int(s, "task", &id) < 0 || json_int(s, "job", &job) < 0) {
+        log_error("assignment without task/job ids: ignored");
+        return;
+    }
+    json_int(s, "attempt", &attempt);
+    json_int(s, "index", &index);
+    if (task_find(a, id)) return; /* handed out again: it already runs here */
+    const cJSON *config = cJSON_GetObjectItemCaseSensitive(s, "config");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/tasks/%lld/status", (long long)id);
+    if (a->n_tasks == AGENT_MAX_TASKS || !cJSON_IsObject(config)) {
+        const char *why = cJSON_IsObject(config) ? "too many tasks on this agent" : "assignment without a config";
+        log_error("task %lld: %s", (long long)id, why);
+        outbox_push(a, path, exit_body(1, 0, why, ""));
+        return;
+    }
+    task *t = xcalloc(1, sizeof *t);
+    t->id = id;
+    t->job = job;
+    t->attempt = (int)attempt;
+    t->index = (int)index;
+    t->fd = -1;
+    buf_init(&t->logs, LOG_PENDING_MAX);
+    snprintf(t->name, sizeof t->name, "%s-%d", cJSON_IsString(type) ? type->valuestring : "worker", t->index);
+
+    /* Environment: the config, and what the worker needs from this node. */
+    char *cfg = cJSON_PrintUnformatted(config);
+    if (!cfg) abort();
+    buf e_cfg, e_cuda;
+    buf_init(&e_cfg, 64u << 20);
+    buf_init(&e_cuda, 4096);
+    char e_task[64], e_root[PATH_MAX + 32], e_name[80];
+    int ok = buf_printf(&e_cfg, "TRAINYARD_CONFIG=%s", cfg) == 0;
+    free(cfg);
+    snprintf(e_task, sizeof e_task, "TRAINYARD_TASK_ID=%lld", (long long)id);
+    snprintf(e_name, sizeof e_name, "TRAINYARD_TASK_NAME=%s", t->name);
+    snprintf(e_root, sizeof e_root, "TRAINYARD_DATA_ROOT=%s", a->opt.data_root);
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive(config, "devices");
+    int n_gpu = 0;
+    ok = ok && buf_appends(&e_cuda, "CUDA_VISIBLE_DEVICES=") == 0;
+    const cJSON *d;
+    cJSON_ArrayForEach(d, devs) {
+        if (cJSON_IsString(d) && strncmp(d->valuestring, "gpu:", 4) == 0)
+            ok = ok && buf_printf(&e_cuda, "%s%s", n_gpu++ ? "," : "", d->valuestring + 4) == 0;
+    }
+    char *env[8];
+    int ne = 0;
+    env[ne++] = e_cfg.data;
+    env[ne++] = e_task;
+    env[ne++] = e_name;
+    if (a->opt.data_root[0]) env[ne++] = e_root;
+    if (n_gpu) env[ne++] = e_cuda.data;
+    env[ne] = NULL;
+    char *argv[] = {a->exe, "worker", NULL};
+    if (ok) t->pid = proc_spawn(a->exe, argv, env, &t->fd);
+    int spawn_errno = errno;
+    buf_release(&e_cfg);
+    buf_release(&e_cuda);
+    if (!ok || t->pid < 0) {
+        char why[256];
+        snprintf(why, sizeof why, "cannot start the worker: %s", ok ? strerror(spawn_errno) : "config too large");
+        log_error("task %lld (job %lld): %s", (long long)id, (long long)job, why);
+        outbox_push(a, path, exit_body(127, 0, why, ""));
+        task_free(t);
+        return;
+    }
+    a->tasks[a->n_tasks++] = t;
+    log_info("task %lld: job %lld attempt %d %s started as pid %d", (long long)id, (long long)job, t->attempt,
+             t->name, (int)t->pid);
+    report_running(a, t);
+}
+
+/* A `stop` entry: SIGTERM to the group now, SIGKILL after grace_s. */
+static void task_stop(agent *a, const cJSON *s) {
+    int64_t id = 0, grace = 10;
+    if (json_int(s, "task", &id) < 0) return;
+    json_int(s, "grace_s", &grace);
+    if (grace < 0) grace = 0;
+    if (grace > 3600) grace = 3600;
+    const cJSON *reason = cJSON_GetObjectItemCaseSensitive(s, "reason");
+    task *t = task_find(a, id);
+    if (!t) {
+        /* Not here (finished already, or started by an agent before a restart). */
+        char path[96];
+        snprintf(path, sizeof path, "/api/v1/tasks/%lld/status", (long long)id);
+        const recent *r = recent_find(a, id);
+        if (r) {
+            outbox_push(a, path, xstrdup(r->body));
+        } else {
+            char *body = exit_body(-1, 0, "not running on this node (the agent restarted)", "");
+            recent_add(a, id, body);
+            outbox_push(a, path, body);
+        }
+        return;
+    }
+    if (t->stop_sent || t->exited) return; /* the same stop, listed again */
+    snprintf(t->stop_reason, sizeof t->stop_reason, "%s", cJSON_IsString(reason) ? reason->valuestring : "stopped");
+    log_info("task %lld: stopping (%s): SIGTERM to group %d, SIGKILL in %lld s", (long long)id, t->stop_reason,
+             (int)t->pid, (long long)grace);
+    t->stop_sent = 1;
+    t->kill_at_ms = mono_ms() + grace * 1000;
+    if (proc_signal_group(t->pid, SIGTERM) < 0 && errno != ESRCH) log_warn("kill: %s", strerror(errno));
+}
+
+/* Reaps exited tasks; queues the exit report once the output is drained. */
+static void tasks_check(agent *a) {
+    int64_t now = mono_ms();
+    for (int i = 0; i < a->n_tasks; i++) {
+        task *t = a->tasks[i];
+        if (!t->exited) {
+            int st;
+            int r = proc_reap(t->pid, &st);
+            if (r == 1) {
+                t->exited = 1;
+                t->status = st;
+                t->exited_at_ms = now;
+                /* Nothing else should be signalled by this pgid number later. */
+                proc_signal_group(t->pid, SIGKILL);
+            } else if (r < 0) {
+                t->exited = 1;
+                t->status = 0xff00; /* unknown */
+                t->exited_at_ms = now;
+            } else if (t->kill_at_ms && now >= t->kill_at_ms && !t->killed) {
+                log_warn("task %lld: still running after the grace period: SIGKILL", (long long)t->id);
+                proc_signal_group(t->pid, SIGKILL);
+                t->killed = 1;
+            }
+        }
+        if (t->exited && t->fd >= 0) {
+            task_read(t);
+            /* a grandchild holding the pipe open must not hold the report back */
+            if (t->fd >= 0 && now - t->exited_at_ms > 2000) {
+                close(t->fd);
+                t->fd = -1;
+            }
+        }
+        if (t->exited && t->fd < 0 && !t->exit_queued) {
+            int code, sig;
+            char why[160], reason[320], tail[4096];
+            proc_exit_describe(t->status, &code, &sig, why, sizeof why);
+            if (t->stop_sent)
+                snprintf(reason, sizeof reason, "%s after stop (%s)", why, t->stop_reason);
+            else
+                snprintf(reason, sizeof reason, "%s", why);
+            task_tail(t, tail, sizeof tail);
+            log_info("task %lld (job %lld %s): %s", (long long)t->id, (long long)t->job, t->name, reason);
+            char *body = exit_body(code, sig, reason, tail);
+            recent_add(a, t->id, body);
+            char path[96];
+            snprintf(path, sizeof path, "/api/v1/tasks/%lld/status", (long long)t->id);
+            /* Logs first, so a reader of the job sees the output before the end. */
+            task_ship_logs(a, t);
+            outbox_push(a, path, body);
+            t->exit_queued = 1;
+        }
+    }
+    /* Forget tasks whose exit is queued and whose output is shipped. */
+    for (int i = 0; i < a->n_tasks;) {
+        task *t = a->tasks[i];
+        if (t->exit_queued && t->logs.len == 0) {
+            task_free(t);
+            a->tasks[i] = a->tasks[--a->n_tasks];
+        } else {
+            i++;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- poller */
+
+static void *poller_main(void *arg) {
+    agent *a = arg;
+    client c;
+    if (client_init(&c, a->opt.server, a->opt.token) < 0) {
+        log_error("poller: cannot make an HTTP client");
+        return NULL;
+    }
+    c.timeout_ms = (long)(a->opt.poll_wait_s + 15) * 1000;
+    int64_t backoff = 0;
+    while (!a->quit) {
+        pthread_mutex_lock(&a->mu);
+        int64_t node = a->node_id;
+        pthread_mutex_unlock(&a->mu);
+        if (!node) {
+            usleep(200 * 1000);
+            continue;
+        }
+        char path[128];
+        snprintf(path, sizeof path, "/api/v1/nodes/%lld/assignments?wait=%d", (long long)node, a->opt.poll_wait_s);
+        client_reply r;
+        int rc = client_request(&c, "GET", path, NULL, 0, NULL, &r);
+        if (rc < 0 || r.status != 200) {
+            if (rc == 0 && r.status != 200)
+                log_warn("assignments answered %ld: %.200s", r.status, r.body.data ? r.body.data : "");
+            client_reply_release(&r);
+            backoff = backoff ? backoff * 2 : BACKOFF_MIN_MS;
+            if (backoff > BACKOFF_MAX_MS) backoff = BACKOFF_MAX_MS;
+            usleep((useconds_t)backoff * 1000);
+            continue;
+        }
+        backoff = 0;
+        int nonempty = r.body.data && (strstr(r.body.data, "\"task\"") != NULL);
+        pthread_mutex_lock(&a->mu);
+        if (a->inbox_len == a->inbox_cap) {
+            a->inbox_cap = a->inbox_cap ? a->inbox_cap * 2 : 8;
+            a->inbox = xrealloc(a->inbox, (size_t)a->inbox_cap * sizeof *a->inbox);
+        }
+        a->inbox[a->inbox_len++] = buf_detach(&r.body, NULL);
+        pthread_mutex_unlock(&a->mu);
+        client_reply_release(&r);
+        char one = 1;
+        ssize_t w = write(a->wake_w, &one, 1);
+        (void)w;
+        /* A stop is listed until its task exits: do not spin on it. */
+        if (nonempty) usleep(500 * 1000);
+    }
+    client_release(&c);
+    return NULL;
+}
+
+static void inbox_process(agent *a) {
+    char buf_[64];
+    while (read(a->wake_r, buf_, sizeof buf_) > 0) {
+    }
+    pthread_mutex_lock(&a->mu);
+    char **items = a->inbox;
+    int n = a->inbox_len;
+    a->inbox = NULL;
+    a->inbox_len = a->inbox_cap = 0;
+    pthread_mutex_unlock(&a->mu);
+    for (int i = 0; i < n; i++) {
+        cJSON *o = cJSON_Parse(items[i] ? items[i] : "");
+        if (!o) {
+            log_warn("assignments: reply is not JSON: %.200s", items[i] ? items[i] : "");
+        } else {
+            const cJSON *e;
+            cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "stop")) task_stop(a, e);
+            cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "start")) task_start(a, e);
+        }
+        cJSON_Delete(o);
+        free(items[i]);
+    }
+    free(items);
+}
+
+/* ---------------------------------------------------------------- main loop */
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* The agent outlives agent_run for its detached poller thread. */
+static agent *g_agent;
+
+int agent_run(const agent_options *o) {
+    agent *a = xcalloc(1, sizeof *a);
+    g_agent = a;
+    a->opt = *o;
+    int ret = 1;
+    if (proc_self_exe(a->exe, sizeof a->exe) < 0) {
+        log_error("cannot find the trainyard binary (/proc/self/exe)");
+        free(a);
+        return 1;
+    }
+    pthread_mutex_init(&a->mu, NULL);
+    int wp[2];
+    int sigfd = proc_sigpipe_open();
+    if (sigfd < 0 || pipe2(wp, O_CLOEXEC | O_NONBLOCK) < 0 || client_init(&a->http, o->server, o->token) < 0) {
+        log_error("cannot set up the agent: %s", strerror(errno));
+        free(a);
+        return 1;
+    }
+    a->wake_r = wp[0];
+    a->wake_w = wp[1];
+    a->http.timeout_ms = 10000;
+    a->need_register = 1;
+
+    pthread_t poller;
+    if (pthread_create(&poller, NULL, poller_main, a) != 0) {
+        log_error("cannot start the poller thread");
+        goto out;
+    }
+    pthread_detach(poller);
+
+    int stopping = 0;
+    int64_t stop_deadline = 0;
+    struct pollfd pf[AGENT_MAX_TASKS + 2];
+    task *pft[AGENT_MAX_TASKS + 2];
+    for (;;) {
+        int64_t now = mono_ms();
+        /* registration, heartbeat, reports, logs: each only when the server is usable */
+        if (a->need_register && server_usable(a)) agent_register(a);
+        if (!a->need_register && now >= a->next_hb_ms && server_usable(a)) {
+            agent_heartbeat(a);
+            a->next_hb_ms = mono_ms() + (int64_t)a->opt.heartbeat_s * 1000;
+        }
+        if (now >= a->next_logs_ms) {
+            for (int i = 0; i < a->n_tasks; i++) task_ship_logs(a, a->tasks[i]);
+            a->next_logs_ms = mono_ms() + 1000;
+        }
+        if (!a->need_register) outbox_flush(a);
+
+        if (stopping) {
+            int live = 0;
+            for (int i = 0; i < a->n_tasks; i++) live += !a->tasks[i]->exited;
+            if ((!live && !a->out_len && !a->n_tasks) || mono_ms() > stop_deadline) break;
+        }
+
+        /* sleep until something happens or the next timer */
+        int64_t wake = now + 1000;
+        if (a->down_until_ms > now) wake = min64(wake, a->down_until_ms);
+        for (int i = 0; i < a->n_tasks; i++)
+            if (a->tasks[i]->kill_at_ms && !a->tasks[i]->exited) wake = min64(wake, a->tasks[i]->kill_at_ms);
+        int nf = 0;
+        pf[nf].fd = sigfd;
+        pf[nf].events = POLLIN;
+        pft[nf++] = NULL;
+        pf[nf].fd = a->wake_r;
+        pf[nf].events = POLLIN;
+        pft[nf++] = NULL;
+        for (int i = 0; i < a->n_tasks; i++) {
+            if (a->tasks[i]->fd < 0) continue;
+            pf[nf].fd = a->tasks[i]->fd;
+            pf[nf].events = POLLIN;
+            pft[nf++] = a->tasks[i];
+        }
+        int timeout = (int)(wake - mono_ms());
+        if (timeout < 0) timeout = 0;
+        int pr = poll(pf, (nfds_t)nf, timeout);
+        if (pr < 0 && errno != EINTR) {
+            log_error("poll: %s", strerror(errno));
+            break;
+        }
+        int got_chld = 0, got_term = 0;
+        if (pr > 0) {
+            if (pf[0].revents) proc_sigpipe_drain(sigfd, &got_chld, &got_term);
+            if (pf[1].revents) inbox_process(a);
+            for (int i = 2; i < nf; i++)
+                if (pf[i].revents) task_read(pft[i]);
+        }
+        if (got_term) {
+            if (stopping) {
+                log_warn("second stop signal: killing every task now");
+                for (int i = 0; i < a->n_tasks; i++)
+                    if (!a->tasks[i]->exited) proc_signal_group(a->tasks[i]->pid, SIGKILL);
+                stop_deadline = mono_ms() + 1000;
+            } else {
+                stopping = 1;
+                log_info("stopping: SIGTERM to %d task(s), SIGKILL after %d s", a->n_tasks, a->opt.stop_grace_s);
+                for (int i = 0; i < a->n_tasks; i++) {
+                    task *t = a->tasks[i];
+                    if (t->exited || t->stop_sent) continue;
+                    snprintf(t->stop_reason, sizeof t->stop_reason, "agent stopping");
+                    t->stop_sent = 1;
+                    t->kill_at_ms = mono_ms() + (int64_t)a->opt.stop_grace_s * 1000;
+                    proc_signal_group(t->pid, SIGTERM);
+                }
+                /* grace, then a few seconds to report the exits */
+                stop_deadline = mono_ms() + (int64_t)a->opt.stop_grace_s * 1000 + 5000;
+                a->quit = 1;
+            }
+        }
+        tasks_check(a);
+    }
+    ret = 0;
+    if (a->out_len) log_warn("%d status report(s) not delivered", a->out_len);
+out:
+    for (int i = 0; i < a->n_tasks; i++) {
+        if (!a->tasks[i]->exited) proc_signal_group(a->tasks[i]->pid, SIGKILL);
+        task_free(a->tasks[i]);
+    }
+    while (a->out_len) {
+        free(a->outbox[a->out_head].body);
+        a->out_head = (a->out_head + 1) % OUTBOX_MAX;
+        a->out_len--;
+    }
+    for (int i = 0; i < a->n_recent; i++) free(a->recents[i].body);
+    client_release(&a->http);
+    /* The poller thread may sit in a long-poll: it dies with the process.
+     * Its state (a, the inbox) is left for the process exit to reclaim. */
+    a->quit = 1;
+    log_info("stopped");
+    return ret;
+}
+
+/* ---------------------------------------------------------------- flags */
+
+void agent_options_default(agent_options *o) {
+    memset(o, 0, sizeof *o);
+    client_default_url(o->server, sizeof o->server);
+    const char *t = getenv("TRAINYARD_TOKEN");
+    if (t && *t) snprintf(o->token, sizeof o->token, "%s", t);
+    o->heartbeat_s = 5;
+    o->poll_wait_s = 20;
+    o->stop_grace_s = 10;
+}
+
+static void agent_usage(FILE *f) {
+    fprintf(f,
+            "usage: trainyard agent --server URL (--token T | --token-file FILE) [--cpu-slots N]\n"
+            "                       [--data-root DIR] [--hostname H] [--address A]\n"
+            "  --server      the trainyard server (default $TRAINYARD_URL or http://127.0.0.1:8080)\n"
+            "  --token       the node token (DATA/node.token of the server; or $TRAINYARD_TOKEN)\n"
+            "  --token-file  read the node token from FILE\n"
+            "  --cpu-slots   CPU slots this node offers (default: the number of cores)\n"
+            "  --data-root   directory relative data.path values resolve against\n"
+            "  --hostname    the node's name (default: gethostname)\n"
+            "  --address     the address peers reach this node's workers at\n"
+            "                (default 127.0.0.1 for a loopback server, else the hostname)\n");
+}
+
+static int read_token_file(const char *path, char *out, size_t outlen) {
+    size_t len = 0;
+    char *s = file_read_all(path, 1024, &len);
+    if (!s) {
+        fprintf(stderr, "trainyard agent: cannot read %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    while (len && (s[len - 1] == '\n' || s[len - 1] == '\r' || s[len - 1] == ' ')) s[--len] = '\0';
+    int rc = (len && sfmt(out, outlen, "%s", s) == 0) ? 0 : -1;
+    free(s);
+    if (rc < 0) fprintf(stderr, "trainyard agent: %s holds no token\n", path);
+    return rc;
+}
+
+static int url_is_loopback(const char *url) {
+    const char *h = strstr(url, "://");
+    h = h ? h + 3 : url;
+    return strncmp(h, "127.", 4) == 0 || strncmp(h, "localhost", 9) == 0 || strncmp(h, "[::1]", 5) == 0;
+}
+
+int agent_parse_flags(agent_options *o, int argc, char **argv) {
+    static const struct option longopts[] = {
+        {"server", required_argument, NULL, 's'},   {"token", required_argument, NULL, 't'},
+        {"token-file", required_argument, NULL, 'T'}, {"cpu-slots", required_argument, NULL, 'c'},
+        {"data-root", required_argument, NULL, 'r'}, {"hostname", required_argument, NULL, 'n'},
+        {"address", required_argument, NULL, 'a'},  {"heartbeat", required_argument, NULL, 'b'},
+        {"poll-wait", required_argument, NULL, 'w'}, {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int c;
+    long v;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (c) {
+        case 's':
+            if (sfmt(o->server, sizeof o->server, "%s", optarg) < 0) return -1;
+            break;
+        case 't':
+            if (sfmt(o->token, sizeof o->token, "%s", optarg) < 0) return -1;
+            break;
+        case 'T':
+            if (read_token_file(optarg, o->token, sizeof o->token) < 0) return -1;
+            break;
+        case 'c':
+            if (parse_long(optarg, 0, 100000, &v) < 0) {
+                fprintf(stderr, "trainyard agent: --cpu-slots wants a number (0-100000)\n");
+                return -1;
+            }
+            o->cpu_slots = (int)v;
+            break;
+        case 'r':
+            if (sfmt(o->data_root, sizeof o->data_root, "%s", optarg) < 0) return -1;
+            break;
+        case 'n':
+            if (sfmt(o->hostname, sizeof o->hostname, "%s", optarg) < 0) return -1;
+            break;
+        case 'a':
+            if (sfmt(o->address, sizeof o->address, "%s", optarg) < 0) return -1;
+            break;
+        case 'b':
+            if (parse_long(optarg, 1, 3600, &v) < 0) return -1;
+            o->heartbeat_s = (int)v;
+            break;
+        case 'w':
+            if (parse_long(optarg, 1, 60, &v) < 0) return -1;
+            o->poll_wait_s = (int)v;
+            break;
+        case 'h': agent_usage(stdout); return 1;
+        default: agent_usage(stderr); return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "trainyard agent: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (!o->token[0]) {
+        fprintf(stderr, "trainyard agent: no token: pass --token or --token-file (the server's DATA/node.token)\n");
+        return -1;
+    }
+    if (!o->hostname[0] && gethostname(o->hostname, sizeof o->hostname - 1) < 0)
+        snprintf(o->hostname, sizeof o->hostname, "localhost");
+    if (!o->address[0])
+        snprintf(o->address, sizeof o->address, "%s", url_is_loopback(o->server) ? "127.0.0.1" : o->hostname);
+    if (o->cpu_slots == 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        o->cpu_slots = n > 0 ? (int)n : 1;
+    }
+    return 0;
+}
+
+int cmd_agent(int argc, char **argv) {
+    agent_options o;
+    agent_options_default(&o);
+    int rc = agent_parse_flags(&o, argc, argv);
+    if (rc != 0) return rc > 0 ? 0 : 2;
+    log_set_prefix("agent");
+    return agent_run(&o);
+}

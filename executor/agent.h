@@ -1,0 +1,41 @@
+/* agent.h - `trainyard agent`: one per node. Registers the node's devices
+ * (POST /nodes), heartbeats, long-polls its assignments and runs one
+ * `trainyard worker` process group per task, shipping the tasks' output to
+ * the job's logs and their start and exit to POST /tasks/{id}/status.
+ * Server outages are ridden out with backoff; tasks keep running.
+ * Contract: docs/api-executors.md; behaviour: docs/executors.md.
+ *
+ * defines: agent_options, agent_options_default, agent_parse_flags, agent_run,
+ *          cmd_agent */
+#ifndef TRAINYARD_AGENT_H
+#define TRAINYARD_AGENT_H
+
+#include <limits.h>
+
+typedef struct agent_options {
+    char server[512];          /* base URL, e.g. http://127.0.0.1:8080 */
+    char token[256];           /* node token */
+    int cpu_slots;             /* 0 = the number of online cores */
+    char data_root[PATH_MAX];  /* "" = none; else TRAINYARD_DATA_ROOT of workers */
+    char hostname[256];        /* "" = gethostname() */
+    char address[256];         /* "" = 127.0.0.1 for a loopback server, else hostname */
+    int heartbeat_s;           /* default 5 */
+    int poll_wait_s;           /* long-poll wait, default 20 */
+    int stop_grace_s;          /* grace on the agent's own shutdown, default 10 */
+} agent_options;
+
+void agent_options_default(agent_options *o);
+
+/* Parses `agent` flags: 0, 1 after --help, -1 on a bad flag (message on
+ * stderr). */
+int agent_parse_flags(agent_options *o, int argc, char **argv);
+
+/* Runs until SIGTERM/SIGINT: then stops its tasks (SIGTERM, grace, SIGKILL),
+ * reports their exits if it can, and returns 0. Returns 1 when it cannot
+ * start (e.g. no binary to run workers with). */
+int agent_run(const agent_options *o);
+
+/* `trainyard agent ...` */
+int cmd_agent(int argc, char **argv);
+
+#endif

@@ -1,0 +1,869 @@
+/* worker.c - `trainyard worker` (see worker.h): config -> spec -> resume ->
+ * train_run with hooks -> metrics and checkpoints handed to a sender thread
+ * that batches them to the API, retrying with backoff while the server is
+ * away. Metric sequence numbers are given when a batch is first sent and
+ * the same batch is resent until acknowledged: a retry never duplicates,
+ * and dropping unsent step metrics (bounded buffer) never leaves a gap. */
+#include "worker.h"
+#include "train_loop.h"
+#include "../api/client.h"
+#include "../api/jobspec.h"
+#include "../common/util.h"
+
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define METRICS_PENDING_MAX 20000   /* unsent metrics kept; oldest step metrics go first */
+#define METRICS_BATCH_MAX 500
+#define STEP_REPORT_MS 100          /* at most ~10 step metrics a second */
+#define FLUSH_EVERY_MS 1000
+#define BACKOFF_MIN_MS 250
+#define BACKOFF_MAX_MS 5000
+#define FINAL_FLUSH_S 900           /* how long a finished worker waits for the server */
+#define CKPT_UPLOAD_MAX (1L << 30)  /* the API's limit */
+
+static volatile sig_atomic_t g_stop = 0;
+
+static void on_term(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+/* ---------------------------------------------------------------- config */
+
+typedef struct wconfig {
+    int64_t job;
+    int attempt;
+    char api[512];
+    char token[256];
+    char type[32];
+    int index;
+    int n_workers;               /* cluster.worker entries (>= 1) */
+    int threads;                 /* cpu devices given to this task */
+    char *spec_json;             /* owned */
+} wconfig;
+
+static int config_parse(const char *text, wconfig *w, char *err, size_t errlen) {
+    memset(w, 0, sizeof *w);
+    cJSON *o = cJSON_Parse(text);
+    int rc = -1;
+    if (!cJSON_IsObject(o)) {
+        snprintf(err, errlen, "TRAINYARD_CONFIG is not a JSON object");
+        goto out;
+    }
+    const cJSON *job = cJSON_GetObjectItemCaseSensitive(o, "job");
+    const cJSON *api = cJSON_GetObjectItemCaseSensitive(o, "api");
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(o, "token");
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(o, "spec");
+    const cJSON *task = cJSON_GetObjectItemCaseSensitive(o, "task");
+    if (!cJSON_IsNumber(job) || !cJSON_IsString(api) || !cJSON_IsString(tok) || !cJSON_IsObject(spec)) {
+        snprintf(err, errlen, "TRAINYARD_CONFIG lacks job, api, token or spec");
+        goto out;
+    }
+    w->job = (int64_t)job->valuedouble;
+    const cJSON *att = cJSON_GetObjectItemCaseSensitive(o, "attempt");
+    w->attempt = cJSON_IsNumber(att) ? att->valueint : 1;
+    if (sfmt(w->api, sizeof w->api, "%s", api->valuestring) < 0 ||
+        sfmt(w->token, sizeof w->token, "%s", tok->valuestring) < 0) {
+        snprintf(err, errlen, "TRAINYARD_CONFIG api or token too long");
+        goto out;
+    }
+    snprintf(w->type, sizeof w->type, "worker");
+    if (cJSON_IsObject(task)) {
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(task, "type");
+        const cJSON *ix = cJSON_GetObjectItemCaseSensitive(task, "index");
+        if (cJSON_IsString(ty)) snprintf(w->type, sizeof w->type, "%s", ty->valuestring);
+        if (cJSON_IsNumber(ix)) w->index = ix->valueint;
+    }
+    const cJSON *cluster = cJSON_GetObjectItemCaseSensitive(o, "cluster");
+    const cJSON *workers = cluster ? cJSON_GetObjectItemCaseSensitive(cluster, "worker") : NULL;
+    w->n_workers = cJSON_IsArray(workers) && cJSON_GetArraySize(workers) > 0 ? cJSON_GetArraySize(workers) : 1;
+    const cJSON *d;
+    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(o, "devices")) {
+        if (cJSON_IsString(d) && strncmp(d->valuestring, "cpu", 3) == 0) w->threads++;
+    }
+    if (w->threads < 1) w->threads = 1;
+    w->spec_json = cJSON_PrintUnformatted(spec);
+    if (!w->spec_json) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    rc = 0;
+out:
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- HTTP with headers */
+
+typedef struct hdr_capture {
+    char sha[65];
+} hdr_capture;
+
+static size_t on_header(char *p, size_t size, size_t n, void *ud) {
+    hdr_capture *h = ud;
+    size_t len = size * n;
+    static const char name[] = "x-checksum-sha256:";
+    if (len > sizeof name - 1 && strncasecmp(p, name, sizeof name - 1) == 0) {
+        const char *v = p + sizeof name - 1;
+        size_t vl = len - (sizeof name - 1);
+        while (vl && (*v == ' ' || *v == '\t')) v++, vl--;
+        while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' ')) vl--;
+        if (vl == 64) {
+            memcpy(h->sha, v, 64);
+            h->sha[64] = '\0';
+        }
+    }
+    return len;
+}
+
+static size_t on_file_data(char *p, size_t size, size_t n, void *ud) {
+    return fwrite(p, size, n, (FILE *)ud) * size;
+}
+
+/* GET url into f, capturing X-Checksum-Sha256. Returns the HTTP status, or
+ * 0 when the server was not reached (err says why). */
+static long http_download(const wconfig *w, const char *path, FILE *f, char sha[65], char *err, size_t errlen) {
+    CURL *h = curl_easy_init();
+    if (!h) {
+        snprintf(err, errlen, "curl_easy_init failed");
+        return 0;
+    }
+    char url[1024], auth[320];
+    snprintf(url, sizeof url, "%s%s", w->api, path);
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", w->token);
+    struct curl_slist *hdr = curl_slist_append(NULL, auth);
+    hdr_capture hc = {{0}};
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &hc);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_file_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, f);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 600000L);
+    CURLcode rc = curl_easy_perform(h);
+    long st = 0;
+    if (rc == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
+    else snprintf(err, errlen, "%.160s: %.80s", url, curl_easy_strerror(rc));
+    curl_slist_free_all(hdr);
+    curl_easy_cleanup(h);
+    memcpy(sha, hc.sha, 65);
+    return st;
+}
+
+static size_t on_buf_data(char *p, size_t size, size_t n, void *ud) {
+    return buf_append((buf *)ud, p, size * n) < 0 ? 0 : size * n;
+}
+
+/* PUT bytes with X-Checksum-Sha256. Returns the status (0: not reached). */
+static long http_upload(CURL *h, const wconfig *w, const char *path, const void *data, size_t len,
+                        const char *sha, buf *reply, char *err, size_t errlen) {
+    char url[1024], auth[320], hsum[128];
+    snprintf(url, sizeof url, "%s%s", w->api, path);
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", w->token);
+    snprintf(hsum, sizeof hsum, "X-Checksum-Sha256: %s", sha);
+    struct curl_slist *hdr = curl_slist_append(NULL, auth);
+    hdr = curl_slist_append(hdr, hsum);
+    hdr = curl_slist_append(hdr, "Content-Type: application/octet-stream");
+    hdr = curl_slist_append(hdr, "Expect:");
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, data);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_buf_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, reply);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 600000L);
+    CURLcode rc = curl_easy_perform(h);
+    long st = 0;
+    if (rc == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
+    else snprintf(err, errlen, "%.160s: %.80s", url, curl_easy_strerror(rc));
+    curl_slist_free_all(hdr);
+    return st;
+}
+
+/* ---------------------------------------------------------------- sender */
+
+typedef struct sender {
+    const wconfig *w;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int started;
+    int quit;                    /* the thread should end (after a final try) */
+    int flush_now;
+
+    cJSON **pending;             /* metrics without seq, oldest first */
+    int n_pending, cap_pending;
+    long dropped;                /* step metrics dropped while the server was away */
+
+    int64_t next_seq;            /* the seq the next batch starts at */
+    char *inflight;              /* a sent-but-unacknowledged batch (JSON), resent as is */
+    int64_t inflight_last;       /* its last seq */
+
+    unsigned char *ckpt;         /* the newest checkpoint not uploaded yet */
+    size_t ckpt_len;
+    long ckpt_step, ckpt_epoch;
+    int ckpt_uploaded;           /* checkpoints uploaded so far */
+
+    int64_t backoff_ms;
+    int server_ok;               /* the last request reached the server */
+} sender;
+
+static void sender_push(sender *s, cJSON *m) {
+    pthread_mutex_lock(&s->mu);
+    if (s->n_pending == METRICS_PENDING_MAX) {
+        /* Full (a long outage): drop the oldest step metric; epoch and
+         * test metrics are few and always kept. */
+        int i = 0;
+        while (i < s->n_pending) {
+            const cJSON *k = cJSON_GetObjectItemCaseSensitive(s->pending[i], "kind");
+            if (cJSON_IsString(k) && strcmp(k->valuestring, "step") == 0) break;
+            i++;
+        }
+        if (i == s->n_pending) i = 0;
+        cJSON_Delete(s->pending[i]);
+        memmove(&s->pending[i], &s->pending[i + 1], (size_t)(s->n_pending - i - 1) * sizeof *s->pending);
+        s->n_pending--;
+        s->dropped++;
+    }
+    if (s->n_pending == s->cap_pending) {
+        s->cap_pending = s->cap_pending ? s->cap_pending * 2 : 256;
+        s->pending = xrealloc(s->pending, (size_t)s->cap_pending * sizeof *s->pending);
+    }
+    s->pending[s->n_pending++] = m;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void sender_set_ckpt(sender *s, unsigned char *data, size_t len, long step, long epoch) {
+    pthread_mutex_lock(&s->mu);
+    free(s->ckpt); /* an older one not uploaded yet: the newer supersedes it */
+    s->ckpt = data;
+    s->ckpt_len = len;
+    s->ckpt_step = step;
+    s->ckpt_epoch = epoch;
+    s->flush_now = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Is everything delivered? (mu held) */
+static int sender_idle(const sender *s) { return !s->inflight && !s->n_pending && !s->ckpt; }
+
+/* One round: send the in-flight (or a new) batch of metrics, then the
+ * checkpoint. Returns 0 when the server took everything tried, -1 on a
+ * failure to retry after the backoff. */
+static int sender_round(sender *s, client *c, CURL *raw) {
+    pthread_mutex_lock(&s->mu);
+    if (!s->inflight && s->n_pending) {
+        int n = s->n_pending < METRICS_BATCH_MAX ? s->n_pending : METRICS_BATCH_MAX;
+        cJSON *o = cJSON_CreateObject();
+        cJSON *arr = cJSON_AddArrayToObject(o, "metrics");
+        for (int i = 0; i < n; i++) {
+            cJSON_AddNumberToObject(s->pending[i], "seq", (double)(s->next_seq + i));
+            cJSON_AddItemToArray(arr, s->pending[i]);
+        }
+        memmove(s->pending, s->pending + n, (size_t)(s->n_pending - n) * sizeof *s->pending);
+        s->n_pending -= n;
+        s->inflight = cJSON_PrintUnformatted(o);
+        if (!s->inflight) abort();
+        s->inflight_last = s->next_seq + n - 1;
+        s->next_seq += n;
+        cJSON_Delete(o);
+    }
+    char *body = s->inflight ? xstrdup(s->inflight) : NULL;
+    int64_t last = s->inflight_last;
+    pthread_mutex_unlock(&s->mu);
+
+    const wconfig *w = s->w;
+    char path[128];
+    int rc = 0;
+    if (body) {
+        snprintf(path, sizeof path, "/api/v1/jobs/%lld/metrics", (long long)w->job);
+        client_reply r;
+        int e = client_request(c, "POST", path, body, strlen(body), NULL, &r);
+        free(body);
+        if (e < 0 || r.status >= 500 || r.status == 429) {
+            if (s->server_ok) log_warn("metrics not delivered (%s); retrying with backoff",
+                                       e < 0 ? r.error : "server error");
+            s->server_ok = 0;
+            rc = -1;
+        } else {
+            if (!s->server_ok) log_info("server reachable again: delivering buffered metrics");
+            s->server_ok = 1;
+            if (r.status != 200)
+                log_warn("POST metrics answered %ld: %.300s (batch up to seq %lld dropped)", r.status,
+                         r.body.data ? r.body.data : "", (long long)last);
+            pthread_mutex_lock(&s->mu);
+            free(s->inflight);
+            s->inflight = NULL;
+            pthread_mutex_unlock(&s->mu);
+        }
+        client_reply_release(&r);
+        if (rc < 0) return rc;
+    }
+
+    pthread_mutex_lock(&s->mu);
+    unsigned char *ck = s->ckpt;
+    size_t ck_len = s->ckpt_len;
+    long ck_step = s->ckpt_step, ck_epoch = s->ckpt_epoch;
+    s->ckpt = NULL; /* taken: put back on failure unless a newer one came */
+    pthread_mutex_unlock(&s->mu);
+    if (ck) {
+        char sha[65], err[256] = "";
+        sha256_hex(ck, ck_len, sha);
+        snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints?step=%ld&epoch=%ld", (long long)w->job, ck_step,
+                 ck_epoch);
+        buf reply;
+        buf_init(&reply, 1 << 20);
+        long st = http_upload(raw, w, path, ck, ck_len, sha, &reply, err, sizeof err);
+        if (st == 0 || st >= 500 || st == 429) {
+            if (s->server_ok) log_warn("checkpoint upload failed (%s); retrying", st ? "server error" : err);
+            s->server_ok = 0;
+            pthread_mutex_lock(&s->mu);
+            if (!s->ckpt) {
+                s->ckpt = ck;
+                ck = NULL;
+            }
+            pthread_mutex_unlock(&s->mu);
+            rc = -1;
+        } else if (st == 201 || st == 200) {
+            s->server_ok = 1;
+            s->ckpt_uploaded++;
+            log_info("checkpoint uploaded: step %ld, epoch %ld, %zu bytes, sha256 %.16s...", ck_step, ck_epoch,
+                     ck_len, sha);
+        } else {
+            s->server_ok = 1;
+            log_error("checkpoint upload answered %ld: %.300s (dropped)", st, reply.data ? reply.data : "");
+        }
+        buf_release(&reply);
+        free(ck);
+    }
+    return rc;
+}
+
+static void *sender_main(void *arg) {
+    sender *s = arg;
+    client c;
+    CURL *raw = curl_easy_init();
+    if (client_init(&c, s->w->api, s->w->token) < 0 || !raw) {
+        log_error("cannot make an HTTP client");
+        return NULL;
+    }
+    c.timeout_ms = 30000;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        int quit = s->quit;
+        pthread_mutex_unlock(&s->mu);
+        int rc = sender_round(s, &c, raw);
+        pthread_mutex_lock(&s->mu);
+        if (rc < 0) {
+            s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : BACKOFF_MIN_MS;
+            if (s->backoff_ms > BACKOFF_MAX_MS) s->backoff_ms = BACKOFF_MAX_MS;
+        } else {
+            s->backoff_ms = 0;
+        }
+        if (quit && (sender_idle(s) || rc < 0)) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        pthread_cond_broadcast(&s->cv); /* wake a waiting flush */
+        int64_t wait_ms = rc < 0 ? s->backoff_ms : (s->n_pending >= METRICS_BATCH_MAX ? 0 : FLUSH_EVERY_MS);
+        if (wait_ms > 0 && !s->flush_now && !(s->quit && rc == 0)) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += wait_ms / 1000;
+            ts.tv_nsec += (wait_ms % 1000) * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+        }
+        s->flush_now = 0;
+        pthread_mutex_unlock(&s->mu);
+    }
+    client_release(&c);
+    curl_easy_cleanup(raw);
+    return NULL;
+}
+
+static int sender_start(sender *s, const wconfig *w, int64_t next_seq) {
+    memset(s, 0, sizeof *s);
+    s->w = w;
+    s->next_seq = next_seq;
+    s->server_ok = 1;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->thread, NULL, sender_main, s) != 0) return -1;
+    s->started = 1;
+    return 0;
+}
+
+/* Waits until everything queued is delivered, or timeout_s passes (or a
+ * second stop signal arrives when stoppable). Returns 0 when delivered. */
+static int sender_drain(sender *s, int timeout_s) {
+    int64_t deadline = mono_ms() + (int64_t)timeout_s * 1000;
+    pthread_mutex_lock(&s->mu);
+    while (!sender_idle(s) && mono_ms() < deadline) {
+        s->flush_now = 1;
+        pthread_cond_broadcast(&s->cv);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 200 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    int idle = sender_idle(s);
+    pthread_mutex_unlock(&s->mu);
+    return idle ? 0 : -1;
+}
+
+static void sender_stop(sender *s) {
+    if (!s->started) return;
+    pthread_mutex_lock(&s->mu);
+    s->quit = 1;
+    s->flush_now = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    for (int i = 0; i < s->n_pending; i++) cJSON_Delete(s->pending[i]);
+    free(s->pending);
+    free(s->inflight);
+    free(s->ckpt);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    s->started = 0;
+}
+
+/* ---------------------------------------------------------------- resume state */
+
+/* What the job reported before this attempt: the next seq, and the last
+ * step/epoch/test already recorded (never reported again). */
+typedef struct reported {
+    int64_t last_seq;
+    long max_step;
+    int max_epoch;               /* 1-based epochs with an epoch metric */
+    int has_test;
+} reported;
+
+static int wait_retry(int64_t *backoff) {
+    *backoff = *backoff ? *backoff * 2 : BACKOFF_MIN_MS;
+    if (*backoff > BACKOFF_MAX_MS) *backoff = BACKOFF_MAX_MS;
+    for (int64_t t = 0; t < *backoff && !g_stop; t += 50) usleep(50 * 1000);
+    return g_stop ? -1 : 0;
+}
+
+static int fetch_reported(client *c, const wconfig *w, reported *rep, char *err, size_t errlen) {
+    memset(rep, 0, sizeof *rep);
+    int64_t since = 0, backoff = 0;
+    for (int pages = 0; pages < 100000;) {
+        char path[160];
+        snprintf(path, sizeof path, "/api/v1/jobs/%lld/metrics?since=%lld&limit=1000", (long long)w->job,
+                 (long long)since);
+        client_reply r;
+        int e = client_request(c, "GET", path, NULL, 0, NULL, &r);
+        if (e < 0 || r.status >= 500) {
+            log_warn("cannot read the job's metrics (%s); retrying", e < 0 ? r.error : "server error");
+            client_reply_release(&r);
+            if (wait_retry(&backoff) < 0) {
+                snprintf(err, errlen, "stopped before training started");
+                return -1;
+            }
+            continue;
+        }
+        backoff = 0;
+        pages++;
+        if (r.status != 200) {
+            snprintf(err, errlen, "GET %s answered %ld: %.200s", path, r.status, r.body.data ? r.body.data : "");
+            client_reply_release(&r);
+            return -1;
+        }
+        cJSON *o = cJSON_ParseWithLength(r.body.data ? r.body.data : "", r.body.len);
+        client_reply_release(&r);
+        const cJSON *arr = o ? cJSON_GetObjectItemCaseSensitive(o, "metrics") : NULL;
+        const cJSON *ls = o ? cJSON_GetObjectItemCaseSensitive(o, "last_seq") : NULL;
+        if (!cJSON_IsArray(arr)) {
+            cJSON_Delete(o);
+            snprintf(err, errlen, "GET %s: no metrics array in the answer", path);
+            return -1;
+        }
+        if (cJSON_IsNumber(ls) && (int64_t)ls->valuedouble > rep->last_seq) rep->last_seq = (int64_t)ls->valuedouble;
+        int64_t page_max = since;
+        const cJSON *m;
+        cJSON_ArrayForEach(m, arr) {
+            const cJSON *seq = cJSON_GetObjectItemCaseSensitive(m, "seq");
+            const cJSON *kind = cJSON_GetObjectItemCaseSensitive(m, "kind");
+            const cJSON *step = cJSON_GetObjectItemCaseSensitive(m, "step");
+            const cJSON *ep = cJSON_GetObjectItemCaseSensitive(m, "epoch");
+            if (cJSON_IsNumber(seq) && (int64_t)seq->valuedouble > page_max) page_max = (int64_t)seq->valuedouble;
+            if (!cJSON_IsString(kind)) continue;
+            if (strcmp(kind->valuestring, "step") == 0 && cJSON_IsNumber(step) && (long)step->valuedouble > rep->max_step)
+                rep->max_step = (long)step->valuedouble;
+            if (strcmp(kind->valuestring, "epoch") == 0 && cJSON_IsNumber(ep) && ep->valueint > rep->max_epoch)
+                rep->max_epoch = ep->valueint;
+            if (strcmp(kind->valuestring, "test") == 0) rep->has_test = 1;
+        }
+        int n = cJSON_GetArraySize(arr);
+        cJSON_Delete(o);
+        if (page_max > rep->last_seq) rep->last_seq = page_max;
+        if (n == 0 || page_max <= since) break;
+        since = page_max;
+    }
+    return 0;
+}
+
+/* Downloads the job's latest checkpoint into path. 1 when there is one
+ * (checksum verified), 0 when the job has none, -1 on error. */
+static int fetch_latest_checkpoint(const wconfig *w, const char *path, char sha_out[65], char *err, size_t errlen) {
+    char api_path[128];
+    snprintf(api_path, sizeof api_path, "/api/v1/jobs/%lld/checkpoints/latest", (long long)w->job);
+    int64_t backoff = 0;
+    for (;;) {
+        FILE *f = fopen(path, "wb");
+        if (!f) {
+            snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+            return -1;
+        }
+        char sha[65] = "", herr[256] = "";
+        long st = http_download(w, api_path, f, sha, herr, sizeof herr);
+        int werr = ferror(f);
+        if (fclose(f) != 0) werr = 1;
+        if (st == 404) return 0;
+        if (st == 0 || st >= 500) {
+            log_warn("cannot fetch the latest checkpoint (%s); retrying", st ? "server error" : herr);
+            if (wait_retry(&backoff) < 0) {
+                snprintf(err, errlen, "stopped before training started");
+                return -1;
+            }
+            continue;
+        }
+        if (st != 200) {
+            snprintf(err, errlen, "GET %s answered %ld", api_path, st);
+            return -1;
+        }
+        if (werr) {
+            snprintf(err, errlen, "cannot write %s", path);
+            return -1;
+        }
+        size_t len = 0;
+        char *data = file_read_all(path, (size_t)CKPT_MAX_BYTES, &len);
+        if (!data) {
+            snprintf(err, errlen, "cannot read back %s: %s", path, strerror(errno));
+            return -1;
+        }
+        char got[65];
+        sha256_hex(data, len, got);
+        free(data);
+        if (!sha[0]) {
+            snprintf(err, errlen, "the latest checkpoint came without X-Checksum-Sha256");
+            return -1;
+        }
+        if (strcmp(got, sha) != 0) {
+            /* A torn transfer: fetch again. */
+            log_warn("checkpoint checksum mismatch (got %.16s..., server says %.16s...); fetching again", got, sha);
+            if (wait_retry(&backoff) < 0) {
+                snprintf(err, errlen, "stopped before training started");
+                return -1;
+            }
+            continue;
+        }
+        memcpy(sha_out, sha, 65);
+        return 1;
+    }
+}
+
+/* ---------------------------------------------------------------- hooks */
+
+typedef struct wctx {
+    const wconfig *w;
+    int chief;
+    sender *snd;
+    reported rep;
+    int64_t last_step_ms;
+    double loss_acc;             /* losses of the steps since the last step metric */
+    long loss_n, ex_n;
+    int64_t window_ms;
+    long last_step, last_reported_step;
+    int first_logged;
+    int epochs;
+} wctx;
+
+static void emit_step(wctx *c, long step, int epoch) {
+    if (!c->loss_n) return;
+    int64_t now = mono_ms();
+    double secs = (double)(now - c->window_ms) / 1000.0;
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "kind", "step");
+    cJSON_AddNumberToObject(m, "step", (double)step);
+    cJSON_AddNumberToObject(m, "epoch", epoch);
+    cJSON_AddNumberToObject(m, "loss", c->loss_acc / (double)c->loss_n);
+    if (secs > 0) cJSON_AddNumberToObject(m, "samples_per_sec", (double)c->ex_n / secs);
+    sender_push(c->snd, m);
+    c->loss_acc = 0;
+    c->loss_n = 0;
+    c->ex_n = 0;
+    c->window_ms = now;
+    c->last_step_ms = now;
+    c->last_reported_step = step;
+}
+
+static void hook_step(void *ctx, const train_step_info *s) {
+    wctx *c = ctx;
+    c->last_step = s->step;
+    if (!c->first_logged) {
+        c->first_logged = 1;
+        log_info("first training step: step %ld, epoch %d, loss %.4f", s->step, s->epoch + 1, s->loss);
+    }
+    if (!c->chief || s->step <= c->rep.max_step) {
+        c->window_ms = mono_ms();
+        return; /* recorded by an earlier attempt */
+    }
+    c->loss_acc += s->loss;
+    c->loss_n++;
+    c->ex_n += s->n;
+    int64_t now = mono_ms();
+    /* the first step at once (it marks "training started"), then ~10 a second */
+    if (c->last_reported_step == 0 || now - c->last_step_ms >= STEP_REPORT_MS) emit_step(c, s->step, s->epoch);
+}
+
+static void hook_epoch(void *ctx, const train_epoch_metrics *e) {
+    wctx *c = ctx;
+    log_info("epoch %d/%d: step %ld, loss %.4f, accuracy %.4f%s%.4f%s%.4f, %.0f samples/s", e->epoch, e->epochs, e->step,
+             e->loss, e->accuracy, e->has_val ? ", val_loss " : "", e->has_val ? e->val_loss : 0.0,
+             e->has_val ? ", val_accuracy " : "", e->has_val ? e->val_accuracy : 0.0, e->samples_per_sec);
+    if (!c->chief) return;
+    if (e->step > c->rep.max_step) emit_step(c, e->step, e->epoch - 1); /* the epoch's last step */
+    if (e->epoch <= c->rep.max_epoch) return;
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "kind", "epoch");
+    cJSON_AddNumberToObject(m, "epoch", e->epoch);
+    cJSON_AddNumberToObject(m, "epochs", e->epochs);
+    cJSON_AddNumberToObject(m, "step", (double)e->step);
+    cJSON_AddNumberToObject(m, "loss", e->loss);
+    cJSON_AddNumberToObject(m, "accuracy", e->accuracy);
+    if (e->has_val) {
+        cJSON_AddNumberToObject(m, "val_loss", e->val_loss);
+        cJSON_AddNumberToObject(m, "val_accuracy", e->val_accuracy);
+    }
+    cJSON_AddNumberToObject(m, "seconds", e->seconds);
+    cJSON_AddNumberToObject(m, "samples_per_sec", e->samples_per_sec);
+    sender_push(c->snd, m);
+}
+
+static void hook_checkpoint(void *ctx, const char *path, const ckpt_meta *meta) {
+    wctx *c = ctx;
+    if (!c->chief) return;
+    size_t len = 0;
+    char *data = file_read_all(path, (size_t)CKPT_UPLOAD_MAX, &len);
+    if (!data) {
+        log_error("cannot read the checkpoint just written (%s): %s", path, strerror(errno));
+        return;
+    }
+    log_info("checkpoint written: epoch %ld, step %ld%s (%zu bytes)", meta->epoch, meta->step,
+             meta->batch_pos ? " (mid-epoch)" : "", len);
+    sender_set_ckpt(c->snd, (unsigned char *)data, len, meta->step, meta->epoch);
+}
+
+/* ---------------------------------------------------------------- run */
+
+int worker_run(const char *config) {
+    wconfig w;
+    char err[512];
+    jobspec *spec = xcalloc(1, sizeof *spec);
+    spec_error se;
+    sender snd;
+    memset(&snd, 0, sizeof snd);
+    char dir[PATH_MAX] = "", ckpt_path[PATH_MAX + 32] = "", resume_path[PATH_MAX + 32] = "";
+    char data_path[PATH_MAX + JOBSPEC_PATH_MAX + 2];
+    int ret = WORKER_EXIT_FAILED;
+    client c;
+    int have_client = 0;
+
+    if (config_parse(config, &w, err, sizeof err) < 0) goto fail;
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s-%d", w.type, w.index);
+    log_set_prefix(prefix);
+    if (jobspec_parse(w.spec_json, strlen(w.spec_json), spec, &se) < 0) {
+        snprintf(err, sizeof err, "the job spec is invalid: %s: %s", se.field, se.message);
+        goto fail;
+    }
+    if (spec->kind == JOB_KIND_COMMAND) {
+        snprintf(err, sizeof err, "command jobs are not supported by this worker yet");
+        goto fail;
+    }
+    if (jobspec_replicas(spec) > 1 || w.n_workers > 1 || spec->strategy.type == STRAT_PARAMETER_SERVER) {
+        snprintf(err, sizeof err,
+                 "strategy %s with %d replicas (%d workers x %d devices) is not supported yet: this worker runs "
+                 "one replica (default, one_device, or any synchronous strategy on one device)",
+                 strategy_name(spec->strategy.type), jobspec_replicas(spec), spec->resources.workers,
+                 spec->resources.devices_per_worker);
+        goto fail;
+    }
+    if (strcmp(w.type, "worker") != 0 && strcmp(w.type, "chief") != 0) {
+        snprintf(err, sizeof err, "task type '%s' is not supported by this worker yet", w.type);
+        goto fail;
+    }
+    int chief = w.index == 0;
+    log_info("job %lld attempt %d: %s, strategy %s, %d epoch(s) of batch %d, %d thread(s)", (long long)w.job, w.attempt,
+             spec->name, strategy_name(spec->strategy.type), spec->fit.epochs, spec->fit.batch_size, w.threads);
+
+    const char *tmp = getenv("TMPDIR");
+    if (sfmt(dir, sizeof dir, "%s/trainyard-job%lld-XXXXXX", tmp && *tmp ? tmp : "/tmp", (long long)w.job) < 0 ||
+        !mkdtemp(dir)) {
+        snprintf(err, sizeof err, "cannot make a temporary directory: %s", strerror(errno));
+        dir[0] = '\0';
+        goto fail;
+    }
+    snprintf(ckpt_path, sizeof ckpt_path, "%s/checkpoint.safetensors", dir);
+    snprintf(resume_path, sizeof resume_path, "%s/resume.safetensors", dir);
+
+    if (client_init(&c, w.api, w.token) < 0) {
+        snprintf(err, sizeof err, "cannot make an HTTP client");
+        goto fail;
+    }
+    have_client = 1;
+    c.timeout_ms = 30000;
+
+    wctx ctx;
+    memset(&ctx, 0, sizeof ctx);
+    ctx.w = &w;
+    ctx.chief = chief;
+    ctx.snd = &snd;
+    if (chief && fetch_reported(&c, &w, &ctx.rep, err, sizeof err) < 0) goto fail;
+    char sha[65];
+    int have_ckpt = fetch_latest_checkpoint(&w, resume_path, sha, err, sizeof err);
+    if (have_ckpt < 0) goto fail;
+    if (have_ckpt) log_info("resuming from the job's latest checkpoint (sha256 %.16s...)", sha);
+    if (chief && ctx.rep.last_seq)
+        log_info("metrics continue at seq %lld (steps up to %ld, epochs up to %d already recorded)",
+                 (long long)ctx.rep.last_seq + 1, ctx.rep.max_step, ctx.rep.max_epoch);
+    if (g_stop) {
+        snprintf(err, sizeof err, "stopped before training started");
+        ret = WORKER_EXIT_STOPPED;
+        goto out_msg;
+    }
+    if (sender_start(&snd, &w, ctx.rep.last_seq + 1) < 0) {
+        snprintf(err, sizeof err, "cannot start the sender thread");
+        goto fail;
+    }
+
+    train_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.threads = w.threads;
+    opt.checkpoint_path = chief ? ckpt_path : NULL;
+    opt.resume_path = have_ckpt ? resume_path : NULL;
+    opt.worker = w.index;
+    opt.workers = w.n_workers;
+    sha256_hex(w.spec_json, strlen(w.spec_json), opt.spec_hash);
+    const char *root = getenv("TRAINYARD_DATA_ROOT");
+    if (root && *root && spec->data.path[0] && spec->data.path[0] != '/') {
+        if (sfmt(data_path, sizeof data_path, "%s/%s", root, spec->data.path) < 0) {
+            snprintf(err, sizeof err, "data.path too long under TRAINYARD_DATA_ROOT");
+            goto fail;
+        }
+        opt.data_path = data_path;
+    }
+    train_hooks hooks;
+    memset(&hooks, 0, sizeof hooks);
+    hooks.ctx = &ctx;
+    hooks.on_step = hook_step;
+    hooks.on_epoch = hook_epoch;
+    hooks.on_checkpoint = hook_checkpoint;
+    hooks.stop = &g_stop;
+    train_result res;
+    char terr[TRAIN_ERR_MAX];
+    ctx.window_ms = mono_ms();
+    if (train_run(spec, &opt, &hooks, &res, terr) < 0) {
+        snprintf(err, sizeof err, "training failed: %s", terr);
+        sender_drain(&snd, 10); /* what was recorded before the failure */
+        goto fail;
+    }
+    if (res.stopped) {
+        log_info("stopped at step %ld: delivering the checkpoint and metrics", res.steps);
+        if (sender_drain(&snd, FINAL_FLUSH_S) < 0) log_error("could not deliver everything before stopping");
+        ret = WORKER_EXIT_STOPPED;
+        snprintf(err, sizeof err, "stopped by SIGTERM at step %ld (checkpoint uploaded: %s)", res.steps,
+                 chief && snd.ckpt_uploaded ? "yes" : "no");
+        goto out_msg;
+    }
+    if (res.has_test) {
+        log_info("test: loss %.4f, accuracy %.4f", res.test_loss, res.test_accuracy);
+        if (chief && !ctx.rep.has_test) {
+            cJSON *m = cJSON_CreateObject();
+            cJSON_AddStringToObject(m, "kind", "test");
+            cJSON_AddNumberToObject(m, "step", (double)res.steps);
+            cJSON_AddNumberToObject(m, "test_loss", res.test_loss);
+            cJSON_AddNumberToObject(m, "test_accuracy", res.test_accuracy);
+            sender_push(&snd, m);
+        }
+    }
+    if (sender_drain(&snd, FINAL_FLUSH_S) < 0) {
+        snprintf(err, sizeof err, "trained, but the server did not take the metrics/checkpoint within %d s",
+                 FINAL_FLUSH_S);
+        goto fail;
+    }
+    if (snd.dropped)
+        log_warn("%ld step metric(s) were dropped while the server was away (buffer full)", snd.dropped);
+    log_info("done: %d epoch(s), %ld steps, %.0f samples/s", res.epochs_done, res.steps, res.samples_per_sec);
+    ret = WORKER_EXIT_OK;
+    goto out;
+
+fail:
+    fprintf(stderr, "trainyard worker: error: %s\n", err);
+    fflush(stderr);
+    goto out;
+out_msg:
+    log_info("%s", err);
+out:
+    sender_stop(&snd);
+    if (have_client) client_release(&c);
+    if (ckpt_path[0]) unlink(ckpt_path);
+    if (resume_path[0]) unlink(resume_path);
+    if (dir[0]) rmdir(dir);
+    jobspec_release(spec);
+    free(spec);
+    free(w.spec_json);
+    return ret;
+}
+
+int cmd_worker(int argc, char **argv) {
+    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+        printf("usage: trainyard worker\n"
+               "  Started by `trainyard agent`, one process per task, with TRAINYARD_CONFIG in the\n"
+               "  environment (docs/api-executors.md). Exit 0: trained to the end; 143: stopped by\n"
+               "  SIGTERM after a checkpoint; 1: failed (the reason is the last log line).\n");
+        return 0;
+    }
+    const char *cfg = getenv("TRAINYARD_CONFIG");
+    if (!cfg || !*cfg) {
+        fprintf(stderr, "trainyard worker: error: TRAINYARD_CONFIG is not set (workers are started by the agent)\n");
+        return WORKER_EXIT_FAILED;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_term;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    log_set_prefix("worker");
+    return worker_run(cfg);
+}

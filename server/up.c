@@ -1,0 +1,206 @@
+/* up.c - `trainyard up`: the embedded default, a server and one local agent
+ * on this machine. Two child processes of the running binary: the server
+ * first (it writes DIR/server.url once it listens), then an agent pointed at
+ * that URL with DIR/node.token. SIGINT/SIGTERM stop the agent (which stops
+ * its workers) and then the server; if either child dies, the other is
+ * stopped too and `up` exits non-zero.
+ *
+ * defines: cmd_up */
+#include "up.h"
+#include "server.h"
+#include "../common/util.h"
+#include "../executor/proc.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define UP_MAX_ARGS 48
+
+static void up_usage(FILE *f) {
+    fprintf(f,
+            "usage: trainyard up [--listen ADDR:PORT] [--data DIR] [--cpu-slots N] [--data-root DIR]\n"
+            "                    [--hostname H] [server flags: --durability, --heartbeat-timeout, --quiet]\n"
+            "  the server (default 127.0.0.1:8080, data in ./.trainyard) and one local agent;\n"
+            "  Ctrl-C stops both (and the agent's workers).\n");
+}
+
+static pid_t up_spawn(const char *exe, char *const argv[]) {
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = SIG_DFL;
+        for (int s = 1; s < NSIG; s++) sigaction(s, &sa, NULL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execv(exe, argv);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* SIGTERM to pid, then SIGKILL after grace_ms; reaps it. */
+static void up_stop_child(pid_t pid, int grace_ms) {
+    if (pid <= 0) return;
+    kill(pid, SIGTERM);
+    for (int t = 0; t < grace_ms; t += 50) {
+        int st;
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid || (r < 0 && errno == ECHILD)) return;
+        usleep(50 * 1000);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+}
+
+int cmd_up(int argc, char **argv) {
+    /* Split the flags: the agent's go to the agent, the rest to the server
+     * (which validates them). */
+    char *srv_argv[UP_MAX_ARGS], *agent_extra[UP_MAX_ARGS];
+    int ns = 0, na = 0;
+    char exe[PATH_MAX];
+    if (proc_self_exe(exe, sizeof exe) < 0) {
+        fprintf(stderr, "trainyard up: cannot find the running binary\n");
+        return 1;
+    }
+    srv_argv[ns++] = exe;
+    srv_argv[ns++] = "server";
+    server_options so;
+    server_options_default(&so);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            up_usage(stdout);
+            return 0;
+        }
+        int agent_flag = strcmp(a, "--cpu-slots") == 0 || strcmp(a, "--data-root") == 0 ||
+                         strcmp(a, "--hostname") == 0 || strcmp(a, "--address") == 0;
+        int takes_value = agent_flag || strcmp(a, "--listen") == 0 || strcmp(a, "--data") == 0 ||
+                          strcmp(a, "--durability") == 0 || strcmp(a, "--heartbeat-timeout") == 0;
+        if (takes_value && i + 1 >= argc) {
+            fprintf(stderr, "trainyard up: %s wants a value\n", a);
+            return 2;
+        }
+        if (ns + 2 >= UP_MAX_ARGS || na + 2 >= UP_MAX_ARGS) {
+            fprintf(stderr, "trainyard up: too many arguments\n");
+            return 2;
+        }
+        if (agent_flag) {
+            agent_extra[na++] = argv[i];
+            agent_extra[na++] = argv[++i];
+            continue;
+        }
+        if (strcmp(a, "--data") == 0 && sfmt(so.data_dir, sizeof so.data_dir, "%s", argv[i + 1]) < 0) {
+            fprintf(stderr, "trainyard up: --data path too long\n");
+            return 2;
+        }
+        srv_argv[ns++] = argv[i];
+        if (takes_value) srv_argv[ns++] = argv[++i];
+    }
+    srv_argv[ns] = NULL;
+    log_set_prefix("up");
+
+    char urlfile[PATH_MAX + 32], tokfile[PATH_MAX + 32];
+    if (sfmt(urlfile, sizeof urlfile, "%s/server.url", so.data_dir) < 0 ||
+        sfmt(tokfile, sizeof tokfile, "%s/node.token", so.data_dir) < 0) {
+        fprintf(stderr, "trainyard up: --data path too long\n");
+        return 2;
+    }
+    unlink(urlfile); /* a stale one from an earlier run must not be mistaken for ours */
+
+    int sigfd = proc_sigpipe_open();
+    if (sigfd < 0) {
+        log_error("cannot install signal handlers: %s", strerror(errno));
+        return 1;
+    }
+    pid_t srv = up_spawn(exe, srv_argv), agent = 0;
+    if (srv < 0) {
+        log_error("cannot start the server: %s", strerror(errno));
+        return 1;
+    }
+    int rc = 1, stop = 0;
+    char url[256] = "";
+    /* Wait for the server to listen (it writes server.url after binding). */
+    for (int i = 0; i < 600 && !url[0]; i++) {
+        int chld = 0, term = 0;
+        proc_sigpipe_drain(sigfd, &chld, &term);
+        if (term) {
+            stop = 1;
+            break;
+        }
+        int st;
+        if (waitpid(srv, &st, WNOHANG) == srv) {
+            log_error("the server exited before listening (see the messages above)");
+            return 1;
+        }
+        size_t len = 0;
+        char *s = file_read_all(urlfile, sizeof url - 1, &len);
+        if (s) {
+            while (len && (s[len - 1] == '\n' || s[len - 1] == '\r')) s[--len] = '\0';
+            snprintf(url, sizeof url, "%s", s);
+            free(s);
+            break;
+        }
+        usleep(50 * 1000);
+    }
+    if (!stop && !url[0]) {
+        log_error("the server did not start listening within 30 s");
+        up_stop_child(srv, 5000);
+        return 1;
+    }
+    if (!stop) {
+        char *ag_argv[UP_MAX_ARGS + 8];
+        int n = 0;
+        ag_argv[n++] = exe;
+        ag_argv[n++] = "agent";
+        ag_argv[n++] = "--server";
+        ag_argv[n++] = url;
+        ag_argv[n++] = "--token-file";
+        ag_argv[n++] = tokfile;
+        for (int i = 0; i < na; i++) ag_argv[n++] = agent_extra[i];
+        ag_argv[n] = NULL;
+        agent = up_spawn(exe, ag_argv);
+        if (agent < 0) {
+            log_error("cannot start the agent: %s", strerror(errno));
+            up_stop_child(srv, 10000);
+            return 1;
+        }
+        log_info("server %s (pid %d) and local agent (pid %d) running; Ctrl-C stops both", url, (int)srv,
+                 (int)agent);
+    }
+    while (!stop) {
+        struct pollfd pf = {.fd = sigfd, .events = POLLIN};
+        if (poll(&pf, 1, 1000) < 0 && errno != EINTR) break;
+        int chld = 0, term = 0;
+        proc_sigpipe_drain(sigfd, &chld, &term);
+        if (term) {
+            rc = 0;
+            break;
+        }
+        int st;
+        if (waitpid(srv, &st, WNOHANG) == srv) {
+            log_error("the server exited (status %d): stopping the agent", st);
+            srv = 0;
+            break;
+        }
+        if (waitpid(agent, &st, WNOHANG) == agent) {
+            log_error("the agent exited (status %d): stopping the server", st);
+            agent = 0;
+            break;
+        }
+    }
+    if (stop) rc = 0;
+    log_info("stopping the agent and the server");
+    /* The agent first: it stops its workers (grace 10 s) and reports their exits. */
+    up_stop_child(agent, 20000);
+    up_stop_child(srv, 15000);
+    return rc;
+}
