@@ -39,6 +39,34 @@ static void health(server *srv, http_req *req, http_res *res) {
     http_json(res, 200, o);
 }
 
+/* Could any set of ready nodes ever hold this job? 0 yes (or no node has
+ * joined yet: it waits), 1 no, with the numbers in msg; -1 store error. */
+static int admit(server *srv, const jobspec *spec, char *msg, size_t cap, const char **field) {
+    const char *kind = device_kind_name(spec->resources.device);
+    store_capacity c;
+    if (store_cluster_capacity(srv->db, kind, &c) != STORE_OK) return -1;
+    if (c.nodes == 0) return 0;
+    int dpw = spec->resources.devices_per_worker, w = spec->resources.workers, ps = spec->resources.ps;
+    if (dpw > c.largest) {
+        *field = "resources.devices_per_worker";
+        snprintf(msg, cap, "a worker needs %d %s on one node; the largest node has %d", dpw, kind, c.largest);
+        return 1;
+    }
+    if (w * dpw > c.total) {
+        *field = "resources.workers";
+        snprintf(msg, cap, "the job needs %d %s in all; the cluster has %d", w * dpw, kind, c.total);
+        return 1;
+    }
+    int cpu_need = ps + (spec->resources.device == DEVICE_CPU ? w * dpw : 0);
+    if (ps > 0 && cpu_need > c.cpu_total) {
+        *field = "resources.ps";
+        snprintf(msg, cap, "the job needs %d cpu slots (workers and parameter servers); the cluster has %d",
+                 cpu_need, c.cpu_total);
+        return 1;
+    }
+    return 0;
+}
+
 /* POST /api/v1/jobs */
 static void job_submit(server *srv, http_req *req, http_res *res) {
     if (req->body.len == 0) {
@@ -51,6 +79,21 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
         http_error(res, e.status, e.code, e.field[0] ? e.field : NULL, "%s", e.message);
         return;
     }
+    char msg[256];
+    const char *field = NULL;
+    int adm = admit(srv, &spec, msg, sizeof msg, &field);
+    if (adm < 0) {
+        jobspec_release(&spec);
+        db_unavailable(res);
+        return;
+    }
+    if (adm > 0 && !spec.queue_if_infeasible) {
+        jobspec_release(&spec);
+        http_error(res, 422, "infeasible", field,
+                   "%s; no registered nodes could ever run it (set \"queue_if_infeasible\": true to queue it "
+                   "for nodes that have not joined yet)", msg);
+        return;
+    }
     char actor[96];
     http_actor(req, actor, sizeof actor);
     int64_t id = 0;
@@ -60,6 +103,7 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
         db_unavailable(res);
         return;
     }
+    api_kick_scheduler(srv);
     cJSON *job = NULL;
     if (store_job_get(srv->db, id, 0, 0, &job) != STORE_OK) {
         db_unavailable(res);

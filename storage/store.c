@@ -442,3 +442,25 @@ int store_job_stop_tasks(db *d, int64_t job_id, const char *why) {
     db_done(st);
     return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
 }
+
+static const char SQL_CAPACITY[] =
+    "SELECT (SELECT count(*) FROM nodes WHERE state = 'ready'),"
+    " coalesce((SELECT max(c) FROM (SELECT count(*) AS c FROM devices v JOIN nodes n ON n.id = v.node_id"
+    "   WHERE n.state = 'ready' AND v.kind = ?1 GROUP BY v.node_id)), 0),"
+    " (SELECT count(*) FROM devices v JOIN nodes n ON n.id = v.node_id WHERE n.state = 'ready' AND v.kind = ?1),"
+    " (SELECT count(*) FROM devices v JOIN nodes n ON n.id = v.node_id WHERE n.state = 'ready' AND v.kind = 'cpu')";
+
+int store_cluster_capacity(db *d, const char *kind, store_capacity *out) {
+    sqlite3_stmt *st = db_prepare(d, SQL_CAPACITY);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_text(st, 1, kind, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        out->nodes = sqlite3_column_int(st, 0);
+        out->largest = sqlite3_column_int(st, 1);
+        out->total = sqlite3_column_int(st, 2);
+        out->cpu_total = sqlite3_column_int(st, 3);
+    }
+    db_done(st);
+    return rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
+}

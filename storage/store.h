@@ -77,6 +77,17 @@ int store_job_events(db *d, int64_t job_id, int64_t after, int limit, cJSON **ou
 
 int store_is_terminal(const char *state);
 
+/* What the ready nodes could ever hold, by device kind ("gpu"/"cpu"):
+ * number of ready nodes, the most devices of that kind on one node, the
+ * devices of that kind in all, and CPU slots in all (for ps tasks). */
+typedef struct store_capacity {
+    int nodes;
+    int largest;
+    int total;
+    int cpu_total;
+} store_capacity;
+int store_cluster_capacity(db *d, const char *kind, store_capacity *out);
+
 /* Marks a job's assigned/running tasks 'stopping' (their agents then send
  * SIGTERM); their devices stay held until the tasks exit. */
 int store_job_stop_tasks(db *d, int64_t job_id, const char *why);
