@@ -420,7 +420,7 @@ int sched_admit_spec(db *d, const jobspec *spec, char *msg, size_t cap)
     int rc = sched_admit(&sp.s, &j, &o);
     if (rc != 0) sched_reason_format(&o, msg, cap);
     snap_release(&sp);
-    return rc == 0 ? 0 : 1;
+    return rc == 0 || o.why == SW_NO_NODES ? 0 : 1;
 }
 
 /* ================================================================ queue view */
@@ -447,6 +447,8 @@ int sched_queue_view(db *d, const sched_config *cfg, int64_t now, sched_queue_en
         e[k].queued_at_ms = j->queued_at;
         e[k].est_start_ms = o->est_start_ms;
         e[k].will_start = o->place >= 0;
+        int t = find_team(&sp.cs, j->team_id);
+        sfmt(e[k].team, sizeof e[k].team, "%s", t >= 0 ? sp.cs.teams[t].name : "?");
         if (o->place >= 0) sfmt(e[k].reason, sizeof e[k].reason, "starting on the next pass");
         else sched_reason_format(o, e[k].reason, sizeof e[k].reason);
     }
@@ -507,6 +509,14 @@ int sched_start(db *d, const sched_config *cfg)
     g_sched.running = 1;
     pthread_mutex_unlock(&g_sched.mu);
     return 0;
+}
+
+void sched_config_current(sched_config *out)
+{
+    pthread_mutex_lock(&g_sched.mu);
+    if (g_sched.running) *out = g_sched.cfg;
+    else sched_config_default(out);
+    pthread_mutex_unlock(&g_sched.mu);
 }
 
 void sched_kick(void)

@@ -35,9 +35,11 @@ typedef struct sched_pass_stats {
  * back whole. out may be NULL. */
 int sched_pass(db *d, const sched_config *cfg, int64_t now_ms, sched_pass_stats *out);
 
-/* Admission for a submitted spec: 0 feasible; 1 infeasible with a message
- * for the 422 ("infeasible: a worker needs 16 gpu on one node; the largest
- * node has 8", "no nodes have joined") in msg; -1 on a store error. */
+/* Admission for a submitted spec: 0 feasible, or no node has joined yet
+ * (the job queues with the reason "no nodes have joined"); 1 infeasible on
+ * the registered nodes, with the message for the 422 in msg ("infeasible: a
+ * worker needs 16 gpu on one node; the largest node has 8"); -1 on a store
+ * error. */
 int sched_admit_spec(db *d, const jobspec *spec, char *msg, size_t cap);
 
 /* GET /queue: queued jobs in the order the scheduler considers them. */
@@ -47,6 +49,7 @@ typedef struct sched_queue_entry {
     int64_t queued_at_ms;
     int64_t est_start_ms;            /* 0: no reservation */
     int will_start;                  /* 1: placed by this pass's decisions */
+    char team[64];
     char reason[SCHED_REASON_MAX];
 } sched_queue_entry;
 
@@ -57,6 +60,8 @@ int sched_queue_view(db *d, const sched_config *cfg, int64_t now_ms, sched_queue
  * sched_start returns 0 or -1; sched_kick is safe from any thread (and a
  * no-op when the thread is not running); sched_stop joins it. */
 int sched_start(db *d, const sched_config *cfg);
+/* The running thread's configuration (the defaults when not running). */
+void sched_config_current(sched_config *out);
 void sched_kick(void);
 void sched_stop(void);
 
