@@ -1,0 +1,374 @@
+/* cluster_api.c - POST /nodes (register or re-register by hostname),
+ * POST /nodes/{id}/heartbeat, GET /cluster (nodes, devices, holders,
+ * utilisation), GET /queue (the order the scheduler considers jobs, why each
+ * waits, estimated starts), PATCH|POST /teams/{name} (weight, guarantee,
+ * quota). A team token sees its own jobs only: another team's holder or
+ * queue entry shows without its job id. */
+#include "cluster_api.h"
+#include "routes.h"
+#include "../scheduler/scheduler.h"
+#include "../server/server.h"
+#include "../storage/cluster.h"
+#include "../storage/store.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define NODE_MAX_GPUS 64
+#define NODE_MAX_CPU_SLOTS 4096
+
+static void unavailable(http_res *res)
+{
+    http_error(res, 503, "unavailable", NULL, "the database is busy or unavailable; retry");
+}
+
+/* ISO 8601 UTC with milliseconds, or null for 0. */
+static void add_time(cJSON *o, const char *key, int64_t ms)
+{
+    if (ms <= 0) {
+        cJSON_AddNullToObject(o, key);
+        return;
+    }
+    time_t s = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    char out[64];
+    snprintf(out, sizeof out, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
+    cJSON_AddStringToObject(o, key, out);
+}
+
+/* An integer field in [lo, hi]: 0, or -1 after answering 422 naming it. */
+static int int_field(http_res *res, const cJSON *v, const char *field, long lo, long hi, long *out)
+{
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)) {
+        http_error(res, 422, "invalid_type", field, "%s must be an integer", field);
+        return -1;
+    }
+    if (v->valuedouble < (double)lo || v->valuedouble > (double)hi) {
+        http_error(res, 422, "invalid_value", field, "%s must be between %ld and %ld", field, lo, hi);
+        return -1;
+    }
+    *out = (long)v->valuedouble;
+    return 0;
+}
+
+static int str_field(http_res *res, const cJSON *v, const char *field, size_t max, const char **out)
+{
+    if (!cJSON_IsString(v)) {
+        http_error(res, 422, "invalid_type", field, "%s must be a string", field);
+        return -1;
+    }
+    size_t n = strlen(v->valuestring);
+    if (n == 0 || n >= max) {
+        http_error(res, 422, "invalid_value", field, "%s must be 1 to %zu characters", field, max - 1);
+        return -1;
+    }
+    *out = v->valuestring;
+    return 0;
+}
+
+/* ================================================================ nodes */
+
+/* POST /api/v1/nodes {"hostname","address","cpu_slots","devices":[{kind,index,model,memory_mb}]} */
+static void node_register(server *srv, http_req *req, http_res *res)
+{
+    cJSON *body = http_body_json(req, res);
+    if (!body) return;
+    const char *hostname = NULL, *address = NULL;
+    long cpu_slots = 0;
+    const cJSON *devices = NULL;
+    int idx[NODE_MAX_GPUS];
+    const char *model[NODE_MAX_GPUS];
+    int64_t mem[NODE_MAX_GPUS];
+    int ngpu = 0;
+    for (cJSON *f = body->child; f; f = f->next) {
+        if (strcmp(f->string, "hostname") == 0) {
+            if (str_field(res, f, "hostname", CL_NAME_MAX, &hostname) < 0) goto out;
+        } else if (strcmp(f->string, "address") == 0) {
+            if (str_field(res, f, "address", CL_NAME_MAX, &address) < 0) goto out;
+        } else if (strcmp(f->string, "cpu_slots") == 0) {
+            if (int_field(res, f, "cpu_slots", 0, NODE_MAX_CPU_SLOTS, &cpu_slots) < 0) goto out;
+        } else if (strcmp(f->string, "devices") == 0) {
+            if (!cJSON_IsArray(f)) {
+                http_error(res, 422, "invalid_type", "devices", "devices must be an array");
+                goto out;
+            }
+            devices = f;
+        } else {
+            http_error(res, 422, "unknown_field", f->string,
+                       "unknown field '%s' (allowed: hostname, address, cpu_slots, devices)", f->string);
+            goto out;
+        }
+    }
+    if (!hostname) { http_error(res, 422, "missing_field", "hostname", "hostname is required"); goto out; }
+    if (!address) { http_error(res, 422, "missing_field", "address", "address is required"); goto out; }
+    int di = 0;
+    for (const cJSON *dv = devices ? devices->child : NULL; dv; dv = dv->next, di++) {
+        char field[64];
+        snprintf(field, sizeof field, "devices[%d]", di);
+        if (!cJSON_IsObject(dv)) {
+            http_error(res, 422, "invalid_type", field, "%s must be an object", field);
+            goto out;
+        }
+        if (ngpu >= NODE_MAX_GPUS) {
+            http_error(res, 422, "invalid_value", "devices", "at most %d devices per node", NODE_MAX_GPUS);
+            goto out;
+        }
+        long index = -1, memory = 0;
+        const char *kind = NULL, *mdl = NULL;
+        for (const cJSON *g = dv->child; g; g = g->next) {
+            char sub[96];
+            snprintf(sub, sizeof sub, "%s.%s", field, g->string);
+            if (strcmp(g->string, "kind") == 0) {
+                if (str_field(res, g, sub, 16, &kind) < 0) goto out;
+            } else if (strcmp(g->string, "index") == 0) {
+                if (int_field(res, g, sub, 0, 1023, &index) < 0) goto out;
+            } else if (strcmp(g->string, "model") == 0) {
+                if (str_field(res, g, sub, CL_NAME_MAX, &mdl) < 0) goto out;
+            } else if (strcmp(g->string, "memory_mb") == 0) {
+                if (int_field(res, g, sub, 0, 1L << 30, &memory) < 0) goto out;
+            } else {
+                http_error(res, 422, "unknown_field", sub,
+                           "unknown field '%s' (allowed: kind, index, model, memory_mb)", g->string);
+                goto out;
+            }
+        }
+        char sub[96];
+        snprintf(sub, sizeof sub, "%s.kind", field);
+        if (!kind || strcmp(kind, "gpu") != 0) {
+            http_error(res, 422, "invalid_value", sub,
+                       "%s must be \"gpu\" (CPU capacity is given by cpu_slots)", sub);
+            goto out;
+        }
+        snprintf(sub, sizeof sub, "%s.index", field);
+        if (index < 0) { http_error(res, 422, "missing_field", sub, "%s is required", sub); goto out; }
+        for (int k = 0; k < ngpu; k++)
+            if (idx[k] == index) {
+                http_error(res, 422, "invalid_value", sub, "gpu index %ld appears twice", index);
+                goto out;
+            }
+        idx[ngpu] = (int)index;
+        model[ngpu] = mdl;
+        mem[ngpu++] = memory;
+    }
+    int64_t id = 0;
+    int created = 0;
+    if (cluster_node_upsert(srv->db, hostname, address, (int)cpu_slots, ngpu, idx, model, mem, now_ms(), &id,
+                            &created) < 0) {
+        unavailable(res);
+        goto out;
+    }
+    api_kick_scheduler(srv);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)id);
+    cJSON_AddStringToObject(o, "hostname", hostname);
+    cJSON_AddNumberToObject(o, "gpus", ngpu);
+    cJSON_AddNumberToObject(o, "cpu_slots", (double)cpu_slots);
+    cJSON_AddBoolToObject(o, "created", created);
+    snprintf(res->location, sizeof res->location, "/api/v1/nodes/%lld", (long long)id);
+    http_json(res, created ? 201 : 200, o);
+out:
+    cJSON_Delete(body);
+}
+
+/* POST /api/v1/nodes/{id}/heartbeat */
+static void node_heartbeat(server *srv, http_req *req, http_res *res)
+{
+    int64_t id = http_param_id(req, res, 0, "node");
+    if (id < 0) return;
+    int rc = cluster_node_heartbeat(srv->db, id, now_ms());
+    if (rc < 0) { unavailable(res); return; }
+    if (rc > 0) {
+        http_error(res, 404, "not_found", NULL, "no node %lld; register with POST /api/v1/nodes", (long long)id);
+        return;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)id);
+    cJSON_AddStringToObject(o, "state", "ready");
+    http_json(res, 200, o);
+}
+
+/* ================================================================ cluster */
+
+static const cl_job *job_of(const cluster_state *cs, int64_t id)
+{
+    for (int j = 0; j < cs->n_jobs; j++)
+        if (cs->jobs[j].id == id) return &cs->jobs[j];
+    return NULL;
+}
+
+/* GET /api/v1/cluster */
+static void cluster_get(server *srv, http_req *req, http_res *res)
+{
+    cluster_state cs;
+    if (cluster_load(srv->db, &cs) < 0) { unavailable(res); return; }
+    int64_t scope = req->who.kind == TOKEN_ADMIN ? 0 : req->who.team_id;
+    cJSON *o = cJSON_CreateObject();
+    cJSON *nodes = cJSON_AddArrayToObject(o, "nodes");
+    long tot[2] = {0, 0}, used[2] = {0, 0};
+    int ready = 0, d = 0;
+    for (int i = 0; i < cs.n_nodes; i++) {
+        const cl_node *n = &cs.nodes[i];
+        cJSON *jn = cJSON_CreateObject();
+        cJSON_AddNumberToObject(jn, "id", (double)n->id);
+        cJSON_AddStringToObject(jn, "hostname", n->hostname);
+        cJSON_AddStringToObject(jn, "address", n->address);
+        cJSON_AddStringToObject(jn, "state", n->state);
+        add_time(jn, "registered_at", n->registered_at);
+        add_time(jn, "last_heartbeat_at", n->last_heartbeat_at);
+        int is_ready = strcmp(n->state, "ready") == 0;
+        ready += is_ready;
+        cJSON *gpus = cJSON_AddArrayToObject(jn, "gpus");
+        long ntot[2] = {0, 0}, nused[2] = {0, 0};
+        while (d < cs.n_devices && cs.devices[d].node_id < n->id) d++;
+        for (; d < cs.n_devices && cs.devices[d].node_id == n->id; d++) {
+            const cl_device *v = &cs.devices[d];
+            ntot[v->kind]++;
+            if (v->job_id) nused[v->kind]++;
+            if (v->kind != 1) continue;
+            cJSON *g = cJSON_CreateObject();
+            cJSON_AddNumberToObject(g, "index", v->idx);
+            if (v->model[0]) cJSON_AddStringToObject(g, "model", v->model);
+            else cJSON_AddNullToObject(g, "model");
+            cJSON_AddNumberToObject(g, "memory_mb", (double)v->memory_mb);
+            const cl_job *hj = v->job_id ? job_of(&cs, v->job_id) : NULL;
+            if (!v->job_id) cJSON_AddNullToObject(g, "job");
+            else if (!scope || (hj && hj->team_id == scope)) cJSON_AddNumberToObject(g, "job", (double)v->job_id);
+            else cJSON_AddStringToObject(g, "job", "another team");
+            cJSON_AddItemToArray(gpus, g);
+        }
+        /* CPU slots: counts, and the jobs holding them */
+        cJSON *cpu = cJSON_AddObjectToObject(jn, "cpu_slots");
+        cJSON_AddNumberToObject(cpu, "total", (double)ntot[0]);
+        cJSON_AddNumberToObject(cpu, "used", (double)nused[0]);
+        cJSON_AddNumberToObject(jn, "gpus_used", (double)nused[1]);
+        if (is_ready)
+            for (int k = 0; k < 2; k++) { tot[k] += ntot[k]; used[k] += nused[k]; }
+        cJSON_AddItemToArray(nodes, jn);
+    }
+    cJSON *u = cJSON_AddObjectToObject(o, "utilisation");
+    cJSON_AddNumberToObject(u, "nodes", cs.n_nodes);
+    cJSON_AddNumberToObject(u, "nodes_ready", ready);
+    cJSON_AddNumberToObject(u, "gpus", (double)tot[1]);
+    cJSON_AddNumberToObject(u, "gpus_used", (double)used[1]);
+    cJSON_AddNumberToObject(u, "gpu_utilisation", tot[1] ? (double)used[1] / (double)tot[1] : 0);
+    cJSON_AddNumberToObject(u, "cpu_slots", (double)tot[0]);
+    cJSON_AddNumberToObject(u, "cpu_slots_used", (double)used[0]);
+    cJSON_AddNumberToObject(u, "cpu_utilisation", tot[0] ? (double)used[0] / (double)tot[0] : 0);
+    cluster_state_release(&cs);
+    http_json(res, 200, o);
+}
+
+/* ================================================================ queue */
+
+/* GET /api/v1/queue */
+static void queue_get(server *srv, http_req *req, http_res *res)
+{
+    sched_config cfg;
+    sched_config_current(&cfg);
+    sched_queue_entry *e = NULL;
+    int n = 0;
+    int64_t now = now_ms();
+    if (sched_queue_view(srv->db, &cfg, now, &e, &n) < 0) { unavailable(res); return; }
+    int64_t scope = req->who.kind == TOKEN_ADMIN ? 0 : req->who.team_id;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "queued", n);
+    cJSON *arr = cJSON_AddArrayToObject(o, "jobs");
+    for (int k = 0; k < n; k++) {
+        if (scope && e[k].team_id != scope) continue;
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddNumberToObject(j, "position", e[k].rank + 1);
+        cJSON_AddNumberToObject(j, "id", (double)e[k].job_id);
+        cJSON_AddStringToObject(j, "team", e[k].team);
+        cJSON_AddNumberToObject(j, "priority", e[k].priority);
+        cJSON_AddNumberToObject(j, "effective_priority", e[k].eff_priority);
+        add_time(j, "queued_at", e[k].queued_at_ms);
+        cJSON_AddStringToObject(j, "reason", e[k].reason);
+        add_time(j, "estimated_start", e[k].est_start_ms);
+        cJSON_AddItemToArray(arr, j);
+    }
+    free(e);
+    http_json(res, 200, o);
+}
+
+/* ================================================================ teams */
+
+/* PATCH|POST /api/v1/teams/{name} {"weight": 2, "guarantee": 8, "quota": 16 | null} */
+static void team_shares(server *srv, http_req *req, http_res *res)
+{
+    const char *name = req->params[0];
+    cJSON *body = http_body_json(req, res);
+    if (!body) return;
+    double weight = 0;
+    long guarantee = 0, quota = -1;
+    int set_g = 0, set_q = 0, any = 0;
+    for (cJSON *f = body->child; f; f = f->next) {
+        any = 1;
+        if (strcmp(f->string, "weight") == 0) {
+            if (!cJSON_IsNumber(f)) { http_error(res, 422, "invalid_type", "weight", "weight must be a number"); goto out; }
+            if (!(f->valuedouble > 0 && f->valuedouble <= 1e6)) {
+                http_error(res, 422, "invalid_value", "weight", "weight must be above 0 and at most 1000000");
+                goto out;
+            }
+            weight = f->valuedouble;
+        } else if (strcmp(f->string, "guarantee") == 0) {
+            if (int_field(res, f, "guarantee", 0, 1000000, &guarantee) < 0) goto out;
+            set_g = 1;
+        } else if (strcmp(f->string, "quota") == 0) {
+            if (!cJSON_IsNull(f) && int_field(res, f, "quota", 0, 1000000, &quota) < 0) goto out;
+            set_q = 1;
+        } else {
+            http_error(res, 422, "unknown_field", f->string,
+                       "unknown field '%s' (allowed: weight, guarantee, quota)", f->string);
+            goto out;
+        }
+    }
+    if (!any) {
+        http_error(res, 422, "missing_field", NULL, "give at least one of weight, guarantee, quota");
+        goto out;
+    }
+    int64_t id = 0;
+    int rc = store_team_find(srv->db, name, &id);
+    if (rc == STORE_NOT_FOUND) { http_error(res, 404, "not_found", NULL, "no team named '%s'", name); goto out; }
+    if (rc != STORE_OK) { unavailable(res); goto out; }
+    if (set_g || set_q) {
+        /* the guarantee may not exceed the quota */
+        cJSON *cur = store_team_get(srv->db, id);
+        if (!cur) { unavailable(res); goto out; }
+        const cJSON *cq = cJSON_GetObjectItemCaseSensitive(cur, "quota");
+        const cJSON *cg = cJSON_GetObjectItemCaseSensitive(cur, "guarantee");
+        long q = set_q ? quota : (cJSON_IsNumber(cq) ? (long)cq->valuedouble : -1);
+        long g = set_g ? guarantee : (cJSON_IsNumber(cg) ? (long)cg->valuedouble : 0);
+        cJSON_Delete(cur);
+        if (q >= 0 && g > q) {
+            http_error(res, 422, "invalid_value", set_g ? "guarantee" : "quota",
+                       "the guarantee (%ld) may not exceed the quota (%ld)", g, q);
+            goto out;
+        }
+    }
+    rc = cluster_team_set_shares(srv->db, name, weight, (int)guarantee, set_g, (int)quota, set_q);
+    if (rc < 0) { unavailable(res); goto out; }
+    char actor[96];
+    http_actor(req, actor, sizeof actor);
+    log_info("team %s shares changed by %s", name, actor);
+    api_kick_scheduler(srv);
+    cJSON *t = store_team_get(srv->db, id);
+    if (!t) { unavailable(res); goto out; }
+    http_json(res, 200, t);
+out:
+    cJSON_Delete(body);
+}
+
+const route api_cluster_routes[] = {
+    {"POST", "/api/v1/nodes", node_register, ALLOW_NODE | ALLOW_ADMIN, 0},
+    {"POST", "/api/v1/nodes/{id}/heartbeat", node_heartbeat, ALLOW_NODE | ALLOW_ADMIN, 0},
+    {"GET", "/api/v1/cluster", cluster_get, ALLOW_USER, 0},
+    {"GET", "/api/v1/queue", queue_get, ALLOW_USER, 0},
+    {"PATCH", "/api/v1/teams/{name}", team_shares, ALLOW_ADMIN, 0},
+    {"POST", "/api/v1/teams/{name}", team_shares, ALLOW_ADMIN, 0},
+    {NULL, NULL, NULL, 0, 0},
+};
