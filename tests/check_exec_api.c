@@ -1,0 +1,646 @@
+/* check_exec_api.c - the executors' side of the API on the real server
+ * binary, driven over plain HTTP as an agent and a worker would: assignments
+ * (long-poll, one hand-out per task, task tokens), task status and the gang's
+ * consequences (running, succeeded, requeue then failed, cancel), metrics
+ * with overlapping sequence numbers, checkpoints (sha256, keep, download),
+ * logs, rendezvous, server-sent events and token scoping. */
+#include "testlib.h"
+
+#include <curl/curl.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <sqlite3.h>
+
+static ty_proc srv;
+static char team_tok[128], admin_tok[128], node_tok[128];
+static int64_t node_id;
+
+#define SPEC(name, extra)                                                                                  \
+    "{\"name\":\"" name "\",\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":8,\"activation\":\"relu\","  \
+    "\"input_shape\":[4]},{\"type\":\"dense\",\"units\":1,\"activation\":\"sigmoid\"}]},"                  \
+    "\"compile\":{\"optimizer\":{\"type\":\"sgd\",\"learning_rate\":0.1},\"loss\":\"binary_crossentropy\","  \
+    "\"metrics\":[\"accuracy\"]},\"data\":{\"source\":\"synthetic\",\"examples\":1000,\"features\":4},"     \
+    "\"fit\":{\"epochs\":2,\"batch_size\":100}" extra "}"
+
+/* ---------------------------------------------------------------- raw HTTP */
+
+typedef struct reply {
+    long status;
+    buf body;
+    char sha[80];         /* X-Checksum-Sha256 */
+} reply;
+
+static size_t on_body(char *p, size_t sz, size_t n, void *cls) {
+    buf *b = cls;
+    return buf_append(b, p, sz * n) == 0 ? sz * n : 0;
+}
+
+static size_t on_header(char *p, size_t sz, size_t n, void *cls) {
+    reply *r = cls;
+    size_t len = sz * n;
+    static const char k[] = "X-Checksum-Sha256:";
+    if (len > sizeof k && strncasecmp(p, k, sizeof k - 1) == 0) {
+        const char *v = p + sizeof k - 1;
+        while (*v == ' ') v++;
+        size_t m = 0;
+        while (m < 79 && v + m < p + len && v[m] != '\r' && v[m] != '\n') m++;
+        memcpy(r->sha, v, m);
+        r->sha[m] = '\0';
+    }
+    return len;
+}
+
+/* One request with extra headers (NULL-terminated), any body bytes. */
+static long raw(const char *token, const char *method, const char *path, const void *body, size_t len,
+                const char *const *headers, reply *r) {
+    memset(r, 0, sizeof *r);
+    buf_init(&r->body, 64u << 20);
+    CURL *c = curl_easy_init();
+    ck_assert_ptr_nonnull(c);
+    char url[512], auth[300];
+    snprintf(url, sizeof url, "%s%s", srv.url, path);
+    struct curl_slist *h = NULL;
+    if (token) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
+        h = curl_slist_append(h, auth);
+    }
+    for (int i = 0; headers && headers[i]; i++) h = curl_slist_append(h, headers[i]);
+    h = curl_slist_append(h, "Expect:");
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    if (body) {
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+    }
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &r->body);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, r);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 30L);
+    CURLcode rc = curl_easy_perform(c);
+    ck_assert_msg(rc == CURLE_OK, "%s %s: %s", method, path, curl_easy_strerror(rc));
+    curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &r->status);
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    return r->status;
+}
+
+static long http(const char *token, const char *method, const char *path, const char *body, cJSON **out) {
+    return ty_http(srv.url, token, method, path, body, out);
+}
+
+static double num(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    ck_assert_msg(cJSON_IsNumber(v), "no number %s", k);
+    return v->valuedouble;
+}
+
+static const char *str(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    ck_assert_msg(cJSON_IsString(v), "no string %s", k);
+    return v->valuestring;
+}
+
+/* ---------------------------------------------------------------- fixture */
+
+/* Registers a node with POST /nodes when the cluster API is there, else
+ * writes its rows straight into the server's database (as POST /nodes would). */
+static int64_t register_node(const char *host, int cpu) {
+    char body[256];
+    snprintf(body, sizeof body, "{\"hostname\":\"%s\",\"address\":\"127.0.0.1\",\"cpu_slots\":%d,\"devices\":[]}",
+             host, cpu);
+    cJSON *o = NULL;
+    long st = http(node_tok, "POST", "/api/v1/nodes", body, &o);
+    if (st == 200 || st == 201) {
+        int64_t id = (int64_t)num(o, "id");
+        cJSON_Delete(o);
+        return id;
+    }
+    cJSON_Delete(o);
+    ck_assert_int_eq(st, 404);
+    char path[512];
+    snprintf(path, sizeof path, "%s/trainyard.db", srv.dir);
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    sqlite3_busy_timeout(db, 10000);
+    sqlite3_stmt *s = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db,
+                                        "INSERT INTO nodes(hostname, address, cpu_slots, state, registered_at,"
+                                        " last_heartbeat_at) VALUES(?, '127.0.0.1', ?, 'ready', ?, ?)",
+                                        -1, &s, NULL),
+                     SQLITE_OK);
+    int64_t now = now_ms();
+    sqlite3_bind_text(s, 1, host, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 2, cpu);
+    sqlite3_bind_int64(s, 3, now);
+    sqlite3_bind_int64(s, 4, now + 86400000LL); /* no heartbeat endpoint to keep it alive */
+    ck_assert_int_eq(sqlite3_step(s), SQLITE_DONE);
+    sqlite3_finalize(s);
+    int64_t id = sqlite3_last_insert_rowid(db);
+    ck_assert_int_eq(sqlite3_prepare_v2(db, "INSERT INTO devices(node_id, kind, idx) VALUES(?, 'cpu', ?)", -1, &s, NULL),
+                     SQLITE_OK);
+    for (int i = 0; i < cpu; i++) {
+        sqlite3_reset(s);
+        sqlite3_bind_int64(s, 1, id);
+        sqlite3_bind_int(s, 2, i);
+        ck_assert_int_eq(sqlite3_step(s), SQLITE_DONE);
+    }
+    sqlite3_finalize(s);
+    sqlite3_close(db);
+    return id;
+}
+
+static void start(void) {
+    memset(&srv, 0, sizeof srv);
+    ty_mkdtemp(srv.dir, sizeof srv.dir, "exec");
+    static const char *const extra[] = {"--heartbeat-timeout", "3600", NULL};
+    ty_server_start_args(&srv, "server", extra);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    ty_token(&srv, "admin.token", admin_tok, sizeof admin_tok);
+    ty_token(&srv, "node.token", node_tok, sizeof node_tok);
+    node_id = register_node("n1", 4);
+}
+
+static void stop(void) {
+    ty_kill(&srv, SIGTERM);
+    ty_rmrf(srv.dir);
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static int64_t submit(const char *spec) {
+    cJSON *o = NULL;
+    ck_assert_int_eq(http(team_tok, "POST", "/api/v1/jobs", spec, &o), 201);
+    int64_t id = (int64_t)num(o, "id");
+    cJSON_Delete(o);
+    return id;
+}
+
+static cJSON *job_get(int64_t id) {
+    char p[64];
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld", (long long)id);
+    cJSON *o = NULL;
+    ck_assert_int_eq(http(team_tok, "GET", p, NULL, &o), 200);
+    return o;
+}
+
+static void job_state(int64_t id, char *out, size_t n) {
+    cJSON *o = job_get(id);
+    snprintf(out, n, "%s", str(o, "state"));
+    cJSON_Delete(o);
+}
+
+static void wait_state(int64_t id, const char *want, int ms) {
+    char st[32] = "";
+    for (int t = 0; t < ms; t += 50) {
+        job_state(id, st, sizeof st);
+        if (strcmp(st, want) == 0) return;
+        ty_sleep_ms(50);
+    }
+    ck_abort_msg("job %lld is %s, not %s", (long long)id, st, want);
+}
+
+/* Long-polls the node's assignments; returns the reply object. */
+static cJSON *assignments(int wait_s) {
+    char p[96];
+    snprintf(p, sizeof p, "/api/v1/nodes/%lld/assignments?wait=%d", (long long)node_id, wait_s);
+    cJSON *o = NULL;
+    ck_assert_int_eq(http(node_tok, "GET", p, NULL, &o), 200);
+    ck_assert(cJSON_IsArray(cJSON_GetObjectItem(o, "start")));
+    ck_assert(cJSON_IsArray(cJSON_GetObjectItem(o, "stop")));
+    return o;
+}
+
+typedef struct started {
+    int64_t task, job;
+    int attempt;
+    char token[128];
+} started;
+
+/* Waits for the scheduler to place job and the node to be told to start it. */
+static started take_start(int64_t job) {
+    started s;
+    memset(&s, 0, sizeof s);
+    for (int i = 0; i < 20 && !s.task; i++) {
+        cJSON *o = assignments(2);
+        cJSON *it;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "start")) {
+            if ((int64_t)num(it, "job") != job) continue;
+            s.task = (int64_t)num(it, "task");
+            s.job = job;
+            s.attempt = (int)num(it, "attempt");
+            snprintf(s.token, sizeof s.token, "%s", str(it, "token"));
+            cJSON *cfg = cJSON_GetObjectItem(it, "config");
+            ck_assert(cJSON_IsObject(cfg));
+            ck_assert_str_eq(str(cfg, "token"), s.token);
+            ck_assert_int_eq((int64_t)num(cfg, "job"), job);
+            ck_assert_str_eq(str(cJSON_GetObjectItem(cfg, "task"), "type"), "worker");
+            ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(cfg, "cluster"), "chief")), 1);
+            ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(it, "devices")), 1);
+            ck_assert(cJSON_IsObject(cJSON_GetObjectItem(cfg, "spec")));
+        }
+        cJSON_Delete(o);
+    }
+    ck_assert_msg(s.task, "job %lld was never handed out", (long long)job);
+    return s;
+}
+
+static void report(int64_t task, const char *body, long want) {
+    char p[64];
+    snprintf(p, sizeof p, "/api/v1/tasks/%lld/status", (long long)task);
+    cJSON *o = NULL;
+    long st = http(node_tok, "POST", p, body, &o);
+    ck_assert_msg(st == want, "status report answered %ld", st);
+    cJSON_Delete(o);
+}
+
+static int devices_in_use(void) {
+    cJSON *o = NULL;
+    ck_assert_int_eq(http(team_tok, "GET", "/api/v1/teams", NULL, &o), 200);
+    int n = (int)num(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "teams"), 0), "devices_in_use");
+    cJSON_Delete(o);
+    return n;
+}
+
+static void post_metrics(const started *s, int from, int to) {
+    buf b;
+    buf_init(&b, 1u << 20);
+    buf_appends(&b, "{\"metrics\":[");
+    for (int i = from; i <= to; i++)
+        buf_printf(&b, "%s{\"seq\":%d,\"kind\":\"step\",\"step\":%d,\"epoch\":0,\"loss\":%g,\"samples_per_sec\":1000}",
+                   i > from ? "," : "", i, i * 2, 1.0 / i);
+    buf_appends(&b, "]}");
+    char p[64];
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/metrics", (long long)s->job);
+    cJSON *o = NULL;
+    ck_assert_int_eq(http(s->token, "POST", p, b.data, &o), 200);
+    ck_assert_int_eq((int)num(o, "acked"), to);
+    cJSON_Delete(o);
+    buf_release(&b);
+}
+
+static int64_t put_ckpt(const started *s, const char *data, size_t len, const char *sha, int step, long want) {
+    char p[128], h[128];
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/checkpoints?step=%d&epoch=%d", (long long)s->job, step, step / 10);
+    snprintf(h, sizeof h, "X-Checksum-Sha256: %s", sha);
+    const char *hs[] = {h, "Content-Type: application/octet-stream", NULL};
+    reply r;
+    long st = raw(s->token, "PUT", p, data, len, hs, &r);
+    ck_assert_msg(st == want, "checkpoint upload answered %ld: %s", st, r.body.data ? r.body.data : "");
+    int64_t id = 0;
+    if (st == 201) {
+        cJSON *o = cJSON_Parse(r.body.data);
+        id = (int64_t)num(o, "id");
+        ck_assert_str_eq(str(o, "sha256"), sha);
+        ck_assert_int_eq((long)num(o, "size"), (long)len);
+        cJSON_Delete(o);
+    }
+    buf_release(&r.body);
+    return id;
+}
+
+static int count_files(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') n++;
+    closedir(d);
+    return n;
+}
+
+/* ---------------------------------------------------------------- tests */
+
+START_TEST(job_runs_to_succeeded) {
+    int64_t job = submit(SPEC("ok", ",\"checkpoint\":{\"every_epochs\":1,\"keep\":2}"));
+    started s = take_start(job);
+    ck_assert_int_eq(s.attempt, 1);
+    /* handed out once */
+    cJSON *o = assignments(0);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "start")), 0);
+    cJSON_Delete(o);
+    char st[32];
+    job_state(job, st, sizeof st);
+    ck_assert_str_eq(st, "starting");
+    ck_assert_int_eq(devices_in_use(), 1);
+
+    report(s.task, "{\"state\":\"running\"}", 200);
+    report(s.task, "{\"state\":\"running\"}", 200); /* retried report */
+    job_state(job, st, sizeof st);
+    ck_assert_str_eq(st, "running");
+    o = job_get(job);
+    cJSON *t0 = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "tasks"), 0);
+    ck_assert_str_eq(str(t0, "node"), "n1");
+    ck_assert_str_eq(str(t0, "state"), "running");
+    ck_assert_str_eq(str(t0, "type"), "worker");
+    ck_assert(cJSON_IsNull(cJSON_GetObjectItem(o, "progress")));
+    cJSON_Delete(o);
+
+    /* metrics: a retried batch overlapping the first stores nothing twice */
+    post_metrics(&s, 1, 5);
+    post_metrics(&s, 3, 8);
+    char p[128];
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/metrics?since=0", (long long)job);
+    ck_assert_int_eq(http(team_tok, "GET", p, NULL, &o), 200);
+    cJSON *ms = cJSON_GetObjectItem(o, "metrics");
+    ck_assert_int_eq(cJSON_GetArraySize(ms), 8);
+    for (int i = 0; i < 8; i++) {
+        ck_assert_int_eq((int)num(cJSON_GetArrayItem(ms, i), "seq"), i + 1);
+        ck_assert_int_eq((int)num(cJSON_GetArrayItem(ms, i), "step"), 2 * (i + 1));
+    }
+    ck_assert_int_eq((int)num(o, "last_seq"), 8);
+    cJSON_Delete(o);
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/metrics?since=5", (long long)job);
+    ck_assert_int_eq(http(s.token, "GET", p, NULL, &o), 200);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "metrics")), 3);
+    ck_assert_int_eq((int)num(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "metrics"), 0), "seq"), 6);
+    cJSON_Delete(o);
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/metrics", (long long)job);
+    ck_assert_int_eq(http(s.token, "POST", p, "{\"metrics\":[{\"seq\":9},{\"seq\":0}]}", &o), 422);
+    ty_assert_error(o, "invalid_value", "metrics[1].seq");
+    cJSON_Delete(o);
+    ck_assert_int_eq(http(s.token, "POST", p, "{\"metrics\":[{\"kind\":\"step\"}]}", &o), 422);
+    ty_assert_error(o, "missing_field", "metrics[0].seq");
+    cJSON_Delete(o);
+    ck_assert_int_eq(http(team_tok, "POST", p, "{\"metrics\":[]}", &o), 403);
+    cJSON_Delete(o);
+    /* progress: step 16 of 2 epochs x 10 steps at 1000 samples/s, batch 100 */
+    o = job_get(job);
+    cJSON *pr = cJSON_GetObjectItem(o, "progress");
+    ck_assert(cJSON_IsObject(pr));
+    ck_assert_int_eq((int)num(pr, "step"), 16);
+    ck_assert_int_eq((int)num(pr, "total_steps"), 20);
+    ck_assert(fabs(num(pr, "eta_s") - 0.4) < 1e-9);
+    ck_assert_int_eq((int)num(cJSON_GetObjectItem(pr, "latest"), "seq"), 8);
+    cJSON_Delete(o);
+
+    /* checkpoints: a bad checksum stores nothing; keep=2 prunes */
+    static const char data1[] = "checkpoint bytes one";
+    char sha[65], bad[65];
+    sha256_hex(data1, sizeof data1 - 1, sha);
+    sha256_hex("other", 5, bad);
+    put_ckpt(&s, data1, sizeof data1 - 1, bad, 10, 422);
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/checkpoints", (long long)job);
+    ck_assert_int_eq(http(team_tok, "GET", p, NULL, &o), 200);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "checkpoints")), 0);
+    cJSON_Delete(o);
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/checkpoints/latest", (long long)job);
+    reply r;
+    ck_assert_int_eq(raw(s.token, "GET", p, NULL, 0, NULL, &r), 404);
+    buf_release(&r.body);
+    int64_t c1 = put_ckpt(&s, data1, sizeof data1 - 1, sha, 10, 201);
+    ck_assert_int_eq(raw(s.token, "GET", p, NULL, 0, NULL, &r), 200);
+    ck_assert_int_eq(r.body.len, sizeof data1 - 1);
+    ck_assert(memcmp(r.body.data, data1, r.body.len) == 0);
+    ck_assert_str_eq(r.sha, sha);
+    buf_release(&r.body);
+    int64_t last = 0;
+    for (int i = 2; i <= 4; i++) {
+        char d[64], h[65];
+        int n = snprintf(d, sizeof d, "checkpoint bytes %d", i);
+        sha256_hex(d, (size_t)n, h);
+        last = put_ckpt(&s, d, (size_t)n, h, 10 * i, 201);
+    }
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/checkpoints", (long long)job);
+    ck_assert_int_eq(http(team_tok, "GET", p, NULL, &o), 200);
+    cJSON *cl = cJSON_GetObjectItem(o, "checkpoints");
+    ck_assert_int_eq(cJSON_GetArraySize(cl), 2);
+    ck_assert_int_eq((int64_t)num(cJSON_GetArrayItem(cl, 0), "id"), last);
+    ck_assert_int_eq((int)num(cJSON_GetArrayItem(cl, 0), "step"), 40);
+    char want_sha[65];
+    sha256_hex("checkpoint bytes 4", 18, want_sha);
+    ck_assert_str_eq(str(cJSON_GetArrayItem(cl, 0), "sha256"), want_sha);
+    cJSON_Delete(o);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/checkpoints/%lld", srv.dir, (long long)job);
+    ck_assert_int_eq(count_files(dir), 2);
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/checkpoints/%lld", (long long)job, (long long)c1);
+    ck_assert_int_eq(raw(team_tok, "GET", p, NULL, 0, NULL, &r), 404); /* pruned */
+    buf_release(&r.body);
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/checkpoints/%lld", (long long)job, (long long)last);
+    ck_assert_int_eq(raw(team_tok, "GET", p, NULL, 0, NULL, &r), 200);
+    ck_assert_str_eq(r.sha, want_sha);
+    buf_release(&r.body);
+
+    /* logs: appended chunks, read from an offset */
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/logs?task=worker-0", (long long)job);
+    ck_assert_int_eq(raw(node_tok, "POST", p, "line one\n", 9, NULL, &r), 200);
+    buf_release(&r.body);
+    ck_assert_int_eq(raw(s.token, "POST", p, "line two\n", 9, NULL, &r), 200);
+    buf_release(&r.body);
+    ck_assert_int_eq(raw(team_tok, "GET", p, NULL, 0, NULL, &r), 200);
+    ck_assert_str_eq(r.body.data, "line one\nline two\n");
+    buf_release(&r.body);
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/logs?task=worker-0&since=9", (long long)job);
+    ck_assert_int_eq(raw(team_tok, "GET", p, NULL, 0, NULL, &r), 200);
+    ck_assert_str_eq(r.body.data, "line two\n");
+    buf_release(&r.body);
+
+    /* rendezvous */
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/rendezvous/ring-0", (long long)job);
+    ck_assert_int_eq(raw(s.token, "GET", p, NULL, 0, NULL, &r), 404);
+    buf_release(&r.body);
+    ck_assert_int_eq(raw(s.token, "PUT", p, "{\"addr\":\"127.0.0.1:7001\"}", 25, NULL, &r), 200);
+    buf_release(&r.body);
+    ck_assert_int_eq(raw(s.token, "GET", p, NULL, 0, NULL, &r), 200);
+    ck_assert_str_eq(r.body.data, "{\"addr\":\"127.0.0.1:7001\"}");
+    buf_release(&r.body);
+
+    /* the chief exits 0: succeeded, devices freed, the task token revoked */
+    report(s.task, "{\"state\":\"exited\",\"exit_code\":0}", 200);
+    job_state(job, st, sizeof st);
+    ck_assert_str_eq(st, "succeeded");
+    ck_assert_int_eq(devices_in_use(), 0);
+    report(s.task, "{\"state\":\"exited\",\"exit_code\":0}", 200); /* retried report */
+    report(s.task, "{\"state\":\"running\"}", 409);
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/metrics", (long long)job);
+    ck_assert_int_eq(http(s.token, "GET", p, NULL, &o), 401);
+    cJSON_Delete(o);
+}
+END_TEST
+
+START_TEST(failure_requeues_then_fails) {
+    int64_t job = submit(SPEC("crash", ",\"max_restarts\":1"));
+    started s = take_start(job);
+    ck_assert_int_eq(s.attempt, 1);
+    report(s.task, "{\"state\":\"running\"}", 200);
+    report(s.task, "{\"state\":\"exited\",\"exit_code\":1,\"reason\":\"crashed\",\"log_tail\":\"Traceback: boom\\n\"}",
+           200);
+    cJSON *o = job_get(job);
+    ck_assert_str_ne(str(o, "state"), "failed");
+    cJSON_Delete(o);
+    /* the timeline says why it was requeued */
+    char p[96];
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/events", (long long)job);
+    ck_assert_int_eq(http(team_tok, "GET", p, NULL, &o), 200);
+    int requeued = 0;
+    cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(o, "events")) {
+        cJSON *to = cJSON_GetObjectItem(e, "to"), *why = cJSON_GetObjectItem(e, "reason");
+        if (cJSON_IsString(to) && strcmp(to->valuestring, "queued") == 0 && cJSON_IsString(why) &&
+            strstr(why->valuestring, "worker-0 exited with code 1: crashed") &&
+            strstr(why->valuestring, "attempt 2 of 2"))
+            requeued = 1;
+    }
+    ck_assert_msg(requeued, "no requeue event with the task's reason");
+    cJSON_Delete(o);
+    ck_assert_int_le(devices_in_use(), 1); /* freed, and maybe held again by attempt 2 already */
+
+    started s2 = take_start(job); /* the scheduler placed it again */
+    ck_assert_int_eq(s2.attempt, 2);
+    ck_assert_int_ne(s2.task, s.task);
+    report(s2.task, "{\"state\":\"running\"}", 200);
+    wait_state(job, "running", 2000);
+    report(s2.task, "{\"state\":\"exited\",\"exit_code\":3,\"log_tail\":\"Traceback: boom again\\n\"}", 200);
+    o = job_get(job);
+    ck_assert_str_eq(str(o, "state"), "failed");
+    ck_assert_ptr_nonnull(strstr(str(o, "reason"), "exited with code 3"));
+    ck_assert_ptr_nonnull(strstr(str(o, "reason"), "boom again"));
+    ck_assert_int_eq((int)num(o, "attempt"), 2);
+    cJSON_Delete(o);
+    ck_assert_int_eq(devices_in_use(), 0);
+}
+END_TEST
+
+typedef struct poll_arg {
+    cJSON *reply;
+    int64_t ms;
+} poll_arg;
+
+static void *long_poll(void *p) {
+    poll_arg *a = p;
+    int64_t t0 = mono_ms();
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/nodes/%lld/assignments?wait=20", (long long)node_id);
+    client c;
+    if (client_init(&c, srv.url, node_tok) < 0) return NULL;
+    client_reply r;
+    if (client_request(&c, "GET", path, NULL, 0, NULL, &r) == 0 && r.status == 200)
+        a->reply = cJSON_ParseWithLength(r.body.data, r.body.len);
+    client_reply_release(&r);
+    client_release(&c);
+    a->ms = mono_ms() - t0;
+    return NULL;
+}
+
+START_TEST(cancel_reaches_the_long_poll) {
+    int64_t job = submit(SPEC("cancel-me", ""));
+    started s = take_start(job);
+    report(s.task, "{\"state\":\"running\"}", 200);
+    cJSON *o = assignments(0); /* nothing to stop yet */
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "stop")), 0);
+    cJSON_Delete(o);
+    poll_arg a = {NULL, 0};
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, long_poll, &a), 0);
+    ty_sleep_ms(500);
+    char p[64];
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/cancel", (long long)job);
+    ck_assert_int_eq(http(team_tok, "POST", p, NULL, &o), 200);
+    ck_assert_str_eq(str(o, "state"), "cancelled");
+    cJSON_Delete(o);
+    pthread_join(th, NULL);
+    ck_assert_ptr_nonnull(a.reply);
+    ck_assert_msg(a.ms < 3000, "the long-poll took %lld ms", (long long)a.ms);
+    cJSON *stop = cJSON_GetArrayItem(cJSON_GetObjectItem(a.reply, "stop"), 0);
+    ck_assert_ptr_nonnull(stop);
+    ck_assert_int_eq((int64_t)num(stop, "task"), s.task);
+    ck_assert_str_eq(str(stop, "reason"), "cancelled");
+    ck_assert_int_gt((int)num(stop, "grace_s"), 0);
+    cJSON_Delete(a.reply);
+    ck_assert_int_eq(devices_in_use(), 1); /* held until the task exits */
+    report(s.task, "{\"state\":\"exited\",\"signal\":15}", 200);
+    ck_assert_int_eq(devices_in_use(), 0);
+    char st[32];
+    job_state(job, st, sizeof st);
+    ck_assert_str_eq(st, "cancelled");
+    /* a cancel before the hand-out frees the devices at once */
+    int64_t job2 = submit(SPEC("cancel-early", ""));
+    for (int i = 0; i < 100; i++) {
+        job_state(job2, st, sizeof st);
+        if (strcmp(st, "starting") == 0) break;
+        ty_sleep_ms(50);
+    }
+    ck_assert_str_eq(st, "starting");
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/cancel", (long long)job2);
+    ck_assert_int_eq(http(team_tok, "POST", p, NULL, &o), 200);
+    cJSON_Delete(o);
+    ck_assert_int_eq(devices_in_use(), 0);
+    o = assignments(0);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "start")), 0);
+    cJSON_Delete(o);
+}
+END_TEST
+
+START_TEST(events_stream_and_scoping) {
+    int64_t job = submit(SPEC("watch", ""));
+    started s = take_start(job);
+    report(s.task, "{\"state\":\"running\"}", 200);
+    post_metrics(&s, 1, 2);
+    report(s.task, "{\"state\":\"exited\",\"exit_code\":0}", 200);
+    char p[96];
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/events?since=0", (long long)job);
+    const char *hs[] = {"Accept: text/event-stream", NULL};
+    reply r;
+    ck_assert_int_eq(raw(team_tok, "GET", p, NULL, 0, hs, &r), 200);
+    ck_assert_ptr_nonnull(strstr(r.body.data, "event: state"));
+    ck_assert_ptr_nonnull(strstr(r.body.data, "\"to\":\"running\""));
+    ck_assert_ptr_nonnull(strstr(r.body.data, "\"to\":\"succeeded\""));
+    ck_assert_ptr_nonnull(strstr(r.body.data, "event: metric"));
+    buf_release(&r.body);
+    /* without the Accept header: the JSON timeline as before */
+    cJSON *o = NULL;
+    ck_assert_int_eq(http(team_tok, "GET", p, NULL, &o), 200);
+    ck_assert(cJSON_IsArray(cJSON_GetObjectItem(o, "events")));
+    cJSON_Delete(o);
+
+    /* scoping: another team and another job's task token see a 404 */
+    ck_assert_int_eq(http(admin_tok, "POST", "/api/v1/teams", "{\"name\":\"other\"}", &o), 201);
+    char other[128];
+    snprintf(other, sizeof other, "%s", str(o, "token"));
+    cJSON_Delete(o);
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/metrics", (long long)job);
+    ck_assert_int_eq(http(other, "GET", p, NULL, &o), 404);
+    cJSON_Delete(o);
+    ck_assert_int_eq(http(node_tok, "GET", p, NULL, &o), 403);
+    cJSON_Delete(o);
+    int64_t job2 = submit(SPEC("other-job", ""));
+    started s2 = take_start(job2);
+    ck_assert_int_eq(http(s2.token, "GET", p, NULL, &o), 404);
+    cJSON_Delete(o);
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/checkpoints", (long long)job);
+    ck_assert_int_eq(http(s2.token, "GET", p, NULL, &o), 404);
+    cJSON_Delete(o);
+    /* unknown node, unknown task, bad report */
+    ck_assert_int_eq(http(node_tok, "GET", "/api/v1/nodes/999/assignments", NULL, &o), 404);
+    cJSON_Delete(o);
+    report(99999, "{\"state\":\"running\"}", 404);
+    snprintf(p, sizeof p, "/api/v1/tasks/%lld/status", (long long)s2.task);
+    ck_assert_int_eq(http(node_tok, "POST", p, "{\"state\":\"sleeping\"}", &o), 422);
+    ty_assert_error(o, "invalid_value", "state");
+    cJSON_Delete(o);
+    ck_assert_int_eq(http(node_tok, "POST", p, "{\"state\":\"exited\"}", &o), 422);
+    ty_assert_error(o, "missing_field", "exit_code");
+    cJSON_Delete(o);
+    ck_assert_int_eq(http(s2.token, "POST", p, "{\"state\":\"running\"}", &o), 403);
+    cJSON_Delete(o);
+}
+END_TEST
+
+int main(void) {
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    Suite *s = suite_create("exec_api");
+    TCase *tc = tcase_create("server");
+    tcase_add_checked_fixture(tc, start, stop);
+    tcase_set_timeout(tc, 90);
+    tcase_add_test(tc, job_runs_to_succeeded);
+    tcase_add_test(tc, failure_requeues_then_fails);
+    tcase_add_test(tc, cancel_reaches_the_long_poll);
+    tcase_add_test(tc, events_stream_and_scoping);
+    suite_add_tcase(s, tc);
+    int rc = ty_run_suite(s);
+    curl_global_cleanup();
+    return rc;
+}
