@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 
+#include "cluster_api.h"
 #include "../server/server.h"
 #include "../scheduler/lifecycle.h"
 #include "../scheduler/scheduler.h"
@@ -13,6 +14,7 @@ const route *const api_route_tables[] = {
     api_jobs_routes,
     api_teams_routes,
     api_exec_routes,
+    api_cluster_routes,
     NULL,
 };
 
