@@ -402,12 +402,15 @@ static int progress_update(server *srv, const exec_job *j) {
     if (sps <= 0 && epoch) sps = num_or(epoch, "samples_per_sec", 0);
     if (sps > 0) cJSON_AddNumberToObject(p, "samples_per_sec", sps);
     else cJSON_AddNullToObject(p, "samples_per_sec");
-    int bs = have_spec ? spec->fit.batch_size : 0;
+    /* samples_per_sec is what the reporting worker (the chief) trains; each
+     * worker takes batch_size / workers examples of every global step. */
+    int workers = have_spec && spec->resources.workers > 0 ? spec->resources.workers : 1;
+    double per_worker = have_spec ? (double)spec->fit.batch_size / workers : 0;
     if (test) {
         cJSON_AddNumberToObject(p, "eta_s", 0);
-    } else if (total > 0 && sps > 0 && bs > 0) {
+    } else if (total > 0 && sps > 0 && per_worker > 0) {
         double left = total - cur_step;
-        cJSON_AddNumberToObject(p, "eta_s", round((left > 0 ? left : 0) * bs / sps * 10) / 10);
+        cJSON_AddNumberToObject(p, "eta_s", round((left > 0 ? left : 0) * per_worker / sps * 10) / 10);
     } else {
         cJSON_AddNullToObject(p, "eta_s");
     }
