@@ -5,15 +5,17 @@
 # `bench/sched_sim/run.sh db [--nodes N --jobs J]` times the SQLite pass instead.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-make --no-print-directory all >/dev/null
+objs_of() { for f in "$@"; do echo "build/obj/${f%.c}.o"; done; }
 mkdir -p build/bench
 CFLAGS="-std=gnu11 -O2 -g -D_GNU_SOURCE -I. -Wall -Wextra -Werror -Wshadow"
 if [ "${1:-}" = db ]; then
   shift
-  objs=$(ls build/obj/common/*.o build/obj/storage/*.o build/obj/scheduler/*.o build/obj/api/jobspec.o)
+  objs=$(objs_of common/*.c storage/*.c scheduler/*.c api/jobspec.c)
+  make --no-print-directory $objs >/dev/null
   cc $CFLAGS -o build/bench/sched_db_pass bench/sched_sim/db_pass.c $objs -lsqlite3 -lcjson -lcrypto -lm -lpthread
   exec build/bench/sched_db_pass "$@"
 fi
+make --no-print-directory build/obj/scheduler/core.o build/obj/common/util.o >/dev/null
 cc $CFLAGS -o build/bench/sched_sim bench/sched_sim/sim.c \
    build/obj/scheduler/core.o build/obj/common/util.o -lcrypto -lm
 exec build/bench/sched_sim "$@"
