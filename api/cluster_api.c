@@ -194,11 +194,25 @@ static void node_heartbeat(server *srv, http_req *req, http_res *res)
 
 /* ================================================================ cluster */
 
-static const cl_job *job_of(const cluster_state *cs, int64_t id)
+typedef struct job_team { int64_t id, team; } job_team;
+
+static int job_team_cmp(const void *a, const void *b)
 {
-    for (int j = 0; j < cs->n_jobs; j++)
-        if (cs->jobs[j].id == id) return &cs->jobs[j];
-    return NULL;
+    const job_team *x = a, *y = b;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* The team of a job holding devices (0 when unknown), by binary search. */
+static int64_t team_of(const job_team *jt, int n, int64_t id)
+{
+    int lo = 0, hi = n - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (jt[mid].id == id) return jt[mid].team;
+        if (jt[mid].id < id) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return 0;
 }
 
 /* GET /api/v1/cluster */
@@ -207,6 +221,9 @@ static void cluster_get(server *srv, http_req *req, http_res *res)
     cluster_state cs;
     if (cluster_load(srv->db, &cs) < 0) { unavailable(res); return; }
     int64_t scope = req->who.kind == TOKEN_ADMIN ? 0 : req->who.team_id;
+    job_team *jt = xcalloc((size_t)cs.n_jobs + 1, sizeof *jt);
+    for (int j = 0; j < cs.n_jobs; j++) jt[j] = (job_team){cs.jobs[j].id, cs.jobs[j].team_id};
+    if (cs.n_jobs > 1) qsort(jt, (size_t)cs.n_jobs, sizeof *jt, job_team_cmp);
     cJSON *o = cJSON_CreateObject();
     cJSON *nodes = cJSON_AddArrayToObject(o, "nodes");
     long tot[2] = {0, 0}, used[2] = {0, 0};
@@ -235,9 +252,9 @@ static void cluster_get(server *srv, http_req *req, http_res *res)
             if (v->model[0]) cJSON_AddStringToObject(g, "model", v->model);
             else cJSON_AddNullToObject(g, "model");
             cJSON_AddNumberToObject(g, "memory_mb", (double)v->memory_mb);
-            const cl_job *hj = v->job_id ? job_of(&cs, v->job_id) : NULL;
             if (!v->job_id) cJSON_AddNullToObject(g, "job");
-            else if (!scope || (hj && hj->team_id == scope)) cJSON_AddNumberToObject(g, "job", (double)v->job_id);
+            else if (!scope || team_of(jt, cs.n_jobs, v->job_id) == scope)
+                cJSON_AddNumberToObject(g, "job", (double)v->job_id);
             else cJSON_AddStringToObject(g, "job", "another team");
             cJSON_AddItemToArray(gpus, g);
         }
@@ -259,6 +276,7 @@ static void cluster_get(server *srv, http_req *req, http_res *res)
     cJSON_AddNumberToObject(u, "cpu_slots", (double)tot[0]);
     cJSON_AddNumberToObject(u, "cpu_slots_used", (double)used[0]);
     cJSON_AddNumberToObject(u, "cpu_utilisation", tot[0] ? (double)used[0] / (double)tot[0] : 0);
+    free(jt);
     cluster_state_release(&cs);
     http_json(res, 200, o);
 }
