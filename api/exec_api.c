@@ -712,6 +712,8 @@ static void logs_get(server *srv, http_req *req, http_res *res) {
     }
     http_text(res, 200, "text/plain; charset=utf-8", b, (size_t)got);
     free(b);
+    snprintf(res->xhdr_name, sizeof res->xhdr_name, "X-Next-Offset");
+    snprintf(res->xhdr_value, sizeof res->xhdr_value, "%lld", (long long)since + (long long)got);
 }
 
 /* ---------------------------------------------------------------- checkpoints */

@@ -240,6 +240,7 @@ static enum MHD_Result queue(http_req *req, http_res *res) {
     if (res->location[0]) MHD_add_response_header(r, "Location", res->location);
     if (res->disposition[0]) MHD_add_response_header(r, "Content-Disposition", res->disposition);
     if (res->etag[0]) MHD_add_response_header(r, "X-Checksum-Sha256", res->etag);
+    if (res->xhdr_name[0]) MHD_add_response_header(r, res->xhdr_name, res->xhdr_value);
     MHD_add_response_header(r, "Cache-Control", "no-store");
     req->status = res->status;
     req->sent = res->len;

@@ -57,7 +57,9 @@ typedef struct http_res {
     const char *content_type;
     char location[256];               /* Location header when non-empty */
     char disposition[256];            /* Content-Disposition when non-empty */
-    char etag[80];                    /* extra headers (e.g. X-Checksum-Sha256) */
+    char etag[80];                    /* X-Checksum-Sha256 when non-empty */
+    char xhdr_name[32];               /* one more header when non-empty */
+    char xhdr_value[128];
     int fd;                           /* >= 0: send this file (ownership passes) */
     uint64_t fd_size;
     /* Streaming (server-sent events, long bodies): MHD calls stream(cls, pos,
