@@ -28,6 +28,9 @@ typedef struct sched_config {
     double usage_window_s;         /* decay time constant of team device-seconds */
     double usage_blend;            /* share = blend*in-use + (1-blend)*decayed usage */
     int64_t heartbeat_timeout_ms;  /* a node silent this long is lost */
+    int64_t node_loss_not_before_ms; /* no node is declared lost before (0: any time);
+                                    * sched_start sets start + timeout, so a restarted
+                                    * server waits for the agents' heartbeats */
     int64_t preempt_grace_ms;      /* a stopped job's tasks have this long to exit */
     int port_base;                 /* task ports: [port_base, port_base+port_count) */
     int port_count;                /* at most 1024 */

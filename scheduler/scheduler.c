@@ -187,7 +187,8 @@ static int upkeep(db *d, const sched_config *cfg, int64_t now, sched_pass_stats 
     if (db_begin(d) < 0) return -1;
     int64_t *lost = NULL, *jobs = NULL;
     cl_reaped *rp = NULL;
-    int n = cluster_nodes_mark_lost(d, now - cfg->heartbeat_timeout_ms, &lost);
+    int n = now < cfg->node_loss_not_before_ms ? 0
+                                               : cluster_nodes_mark_lost(d, now - cfg->heartbeat_timeout_ms, &lost);
     if (n < 0) goto fail;
     st->lost_nodes = n;
     for (int i = 0; i < n; i++) {
@@ -500,6 +501,8 @@ int sched_start(db *d, const sched_config *cfg)
     g_sched.d = d;
     g_sched.cfg = *cfg;
     if (g_sched.cfg.tick_ms <= 0) g_sched.cfg.tick_ms = 1000;
+    if (!g_sched.cfg.node_loss_not_before_ms)
+        g_sched.cfg.node_loss_not_before_ms = now_ms() + g_sched.cfg.heartbeat_timeout_ms;
     g_sched.stop = 0;
     g_sched.kicked = 1;
     if (pthread_create(&g_sched.th, NULL, sched_main, NULL) != 0) {
