@@ -43,10 +43,10 @@ static void health(server *srv, http_req *req, http_res *res) {
  * joined yet: it waits), 1 no, with the numbers in msg; -1 store error. */
 static int admit(server *srv, const jobspec *spec, char *msg, size_t cap, const char **field) {
     const char *kind = device_kind_name(spec->resources.device);
-    store_capacity c;
-    if (store_cluster_capacity(srv->db, kind, &c) != STORE_OK) return -1;
-    if (c.nodes == 0) return 0;
     int dpw = spec->resources.devices_per_worker, w = spec->resources.workers, ps = spec->resources.ps;
+    store_capacity c;
+    if (store_cluster_capacity(srv->db, kind, dpw, &c) != STORE_OK) return -1;
+    if (c.nodes == 0) return 0;
     if (dpw > c.largest) {
         *field = "resources.devices_per_worker";
         snprintf(msg, cap, "a worker needs %d %s on one node; the largest node has %d", dpw, kind, c.largest);
@@ -55,6 +55,12 @@ static int admit(server *srv, const jobspec *spec, char *msg, size_t cap, const 
     if (w * dpw > c.total) {
         *field = "resources.workers";
         snprintf(msg, cap, "the job needs %d %s in all; the cluster has %d", w * dpw, kind, c.total);
+        return 1;
+    }
+    if (w > c.workers_fit) {
+        *field = "resources.workers";
+        snprintf(msg, cap, "%d workers of %d %s each, every worker on one node: the nodes can hold %d such workers",
+                 w, dpw, kind, c.workers_fit);
         return 1;
     }
     int cpu_need = ps + (spec->resources.device == DEVICE_CPU ? w * dpw : 0);

@@ -448,18 +448,22 @@ static const char SQL_CAPACITY[] =
     " coalesce((SELECT max(c) FROM (SELECT count(*) AS c FROM devices v JOIN nodes n ON n.id = v.node_id"
     "   WHERE n.state = 'ready' AND v.kind = ?1 GROUP BY v.node_id)), 0),"
     " (SELECT count(*) FROM devices v JOIN nodes n ON n.id = v.node_id WHERE n.state = 'ready' AND v.kind = ?1),"
-    " (SELECT count(*) FROM devices v JOIN nodes n ON n.id = v.node_id WHERE n.state = 'ready' AND v.kind = 'cpu')";
+    " (SELECT count(*) FROM devices v JOIN nodes n ON n.id = v.node_id WHERE n.state = 'ready' AND v.kind = 'cpu'),"
+    " coalesce((SELECT sum(c / ?2) FROM (SELECT count(*) AS c FROM devices v JOIN nodes n ON n.id = v.node_id"
+    "   WHERE n.state = 'ready' AND v.kind = ?1 GROUP BY v.node_id)), 0)";
 
-int store_cluster_capacity(db *d, const char *kind, store_capacity *out) {
+int store_cluster_capacity(db *d, const char *kind, int per_worker, store_capacity *out) {
     sqlite3_stmt *st = db_prepare(d, SQL_CAPACITY);
     if (!st) return STORE_ERROR;
     sqlite3_bind_text(st, 1, kind, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 2, per_worker > 0 ? per_worker : 1);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         out->nodes = sqlite3_column_int(st, 0);
         out->largest = sqlite3_column_int(st, 1);
         out->total = sqlite3_column_int(st, 2);
         out->cpu_total = sqlite3_column_int(st, 3);
+        out->workers_fit = sqlite3_column_int(st, 4);
     }
     db_done(st);
     return rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;

@@ -79,14 +79,16 @@ int store_is_terminal(const char *state);
 
 /* What the ready nodes could ever hold, by device kind ("gpu"/"cpu"):
  * number of ready nodes, the most devices of that kind on one node, the
- * devices of that kind in all, and CPU slots in all (for ps tasks). */
+ * devices of that kind in all, CPU slots in all (for ps tasks), and how many
+ * workers of per_worker devices fit when each sits on one node. */
 typedef struct store_capacity {
     int nodes;
     int largest;
     int total;
     int cpu_total;
+    int workers_fit;   /* sum over nodes of floor(devices / per_worker) */
 } store_capacity;
-int store_cluster_capacity(db *d, const char *kind, store_capacity *out);
+int store_cluster_capacity(db *d, const char *kind, int per_worker, store_capacity *out);
 
 /* Marks a job's assigned/running tasks 'stopping' (their agents then send
  * SIGTERM); their devices stay held until the tasks exit. */

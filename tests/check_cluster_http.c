@@ -149,6 +149,13 @@ START_TEST(admission_and_errors)
     /* ... unless it asks to queue */
     int64_t j = submit(spec(1, 16, ",\"queue_if_infeasible\":true"), 201);
     (void)j;
+    /* Fragmentation: 20 gpu in all (8 + 6 + 6), but an 8-gpu worker fits on one node only. */
+    register_node("gpu-c", 6, 201);
+    register_node("gpu-d", 6, 201);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", "/api/v1/jobs", spec(2, 8, ""), &o), 422);
+    ty_assert_error(o, "infeasible", "resources.workers");
+    cJSON_Delete(o);
+    submit(spec(4, 4, ""), 201); /* 4-gpu workers: 2 + 1 + 1 fit */
     /* node registration errors name the field */
     ck_assert_int_eq(ty_http(srv.url, node_tok, "POST", "/api/v1/nodes",
                              "{\"hostname\":\"x\",\"address\":\"a\",\"devices\":[{\"kind\":\"gpu\"}]}", &o), 422);
