@@ -4,7 +4,9 @@
 #   POST /api/v1/jobs:       wrk -t2 -c8  -d10s --latency  (8 keep-alive clients submitting)
 # Then the server is killed with SIGKILL and restarted: every job wrk saw
 # acknowledged (201) must still be there. Ends with one JSON line.
-# Peer (slurmrestd) is run by bench/api/slurm_peer.sh when slurm is installed.
+# Then the peer, slurmrestd on a one-node Slurm cluster, measured the same way by
+# bench/api/slurm_peer.sh (installs slurm if missing; needs root), unless PEER=0;
+# the JSON line gets its figures under "slurm" and ratios trainyard/slurm under "ratio".
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 command -v wrk >/dev/null || { echo "bench/api: wrk is missing: apt-get install wrk" >&2; exit 1; }
@@ -52,5 +54,32 @@ start
 after=$(curl -sf "$URL/api/v1/health" >/dev/null && sqlite3 "$dir/trainyard.db" 'select count(*) from jobs')
 acked=$(python3 -c "print(int($after) - int($before))")
 echo "jobs stored after kill -9 and restart: $acked new (wrk's 201 answers in the window: see post.txt; non-2xx: $non2xx)"
-printf '{"get_rps":%s,"get_p50_ms":%s,"get_p99_ms":%s,"submit_rps":%s,"submit_p50_ms":%s,"submit_p99_ms":%s,"submit_non2xx":%s,"jobs_after_kill9":%s}\n' \
-  "$get_rps" "$get_p50" "$get_p99" "$post_rps" "$post_p50" "$post_p99" "$non2xx" "$acked"
+kill -9 "$pid"; wait "$pid" 2>/dev/null || true; pid=   # trainyard is done: leave the 2 cores to the peer
+ours=$(printf '{"get_rps":%s,"get_p50_ms":%s,"get_p99_ms":%s,"submit_rps":%s,"submit_p50_ms":%s,"submit_p99_ms":%s,"submit_non2xx":%s,"jobs_after_kill9":%s}' \
+  "$get_rps" "$get_p50" "$get_p99" "$post_rps" "$post_p50" "$post_p99" "$non2xx" "$acked")
+
+# Peer in the same run: slurmrestd (bench/api/slurm_peer.sh), unless PEER=0.
+peer='null'
+if [ "${PEER:-1}" != 0 ]; then
+  echo "== peer: bench/api/slurm_peer.sh (DUR=$DUR)"
+  if DUR=$DUR bench/api/slurm_peer.sh | tee "$dir/peer.txt"; then
+    peer=$(tail -n 1 "$dir/peer.txt")
+  else
+    echo "bench/api: slurm_peer.sh failed (see above); no ratios" >&2
+    peer='{"peer":"slurmrestd","error":"slurm_peer.sh failed"}'
+  fi
+fi
+# one JSON line: our figures as before, the peer's under "slurm", and ratios trainyard/slurm
+# (rps ratios: higher is better for us; p99 ratios: lower is better for us)
+python3 - "$ours" "$peer" <<'PY'
+import json, sys
+out = json.loads(sys.argv[1])
+peer = json.loads(sys.argv[2])
+if peer is not None:
+    out["slurm"] = peer
+    def ratio(a, b):
+        return round(a / b, 3) if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
+    if "get_rps" in peer:
+        out["ratio"] = {k: ratio(out[k], peer[k]) for k in ("get_rps", "get_p99_ms", "submit_rps", "submit_p99_ms")}
+print(json.dumps(out, separators=(",", ":")))
+PY
