@@ -73,7 +73,7 @@ fi
 # (rps ratios: higher is better for us; p99 ratios: lower is better for us)
 python3 - "$ours" "$peer" <<'PY'
 import json, sys
-out = json.loads(sys.argv[1])
+out = {k: round(v, 3) if isinstance(v, float) else v for k, v in json.loads(sys.argv[1]).items()}
 peer = json.loads(sys.argv[2])
 if peer is not None:
     out["slurm"] = peer
