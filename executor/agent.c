@@ -41,6 +41,7 @@ typedef struct task {
     int attempt, index;
     char name[48];               /* "worker-0": the log stream's name */
     pid_t pid;
+    unsigned long long start_ticks; /* /proc start time: tells our pid from a reused one */
     int fd;                      /* read end of the output pipe; -1 once closed */
     int exited;                  /* reaped */
     int status;                  /* wait status when exited */
@@ -59,6 +60,7 @@ typedef struct task {
 typedef struct outmsg {          /* a status report waiting to be delivered */
     char path[128];
     char *body;
+    int64_t exit_of;             /* the task whose exit this reports (0: not an exit) */
 } outmsg;
 
 typedef struct recent {          /* a finished task: its exit report, to resend */
@@ -82,8 +84,12 @@ typedef struct agent {
     recent recents[RECENT_MAX];
     int n_recent, recent_next;
 
+    char state_path[PATH_MAX];   /* tasks this agent answers for, across its restarts */
+    int state_dirty;
     int64_t backoff_ms, down_until_ms;
     int reg_failures;            /* registrations refused in a row */
+    int64_t hold_until_ms;       /* after recovering a killed agent's tasks: no registration
+                                  * or reports before its last long-poll has expired */
     int64_t next_hb_ms, next_logs_ms;
 
     /* poller thread -> main thread */
@@ -226,7 +232,7 @@ static void agent_heartbeat(agent *a) {
 
 /* ---------------------------------------------------------------- outbox */
 
-static void outbox_push(agent *a, const char *path, char *body /* owned */) {
+static void outbox_push(agent *a, const char *path, char *body /* owned */, int64_t exit_of) {
     if (a->out_len == OUTBOX_MAX) {
         /* Bounded: the oldest report goes (logged); never happens with sane task counts. */
         outmsg *old = &a->outbox[a->out_head];
@@ -238,7 +244,9 @@ static void outbox_push(agent *a, const char *path, char *body /* owned */) {
     outmsg *m = &a->outbox[(a->out_head + a->out_len) % OUTBOX_MAX];
     snprintf(m->path, sizeof m->path, "%s", path);
     m->body = body;
+    m->exit_of = exit_of;
     a->out_len++;
+    a->state_dirty = 1;
 }
 
 /* Delivers the reports in order; stops at the first one the server could
@@ -256,6 +264,7 @@ static void outbox_flush(agent *a) {
         free(reply);
         free(m->body);
         m->body = NULL;
+        if (m->exit_of) a->state_dirty = 1;
         a->out_head = (a->out_head + 1) % OUTBOX_MAX;
         a->out_len--;
     }
@@ -264,7 +273,7 @@ static void outbox_flush(agent *a) {
 static void report_running(agent *a, const task *t) {
     char path[96];
     snprintf(path, sizeof path, "/api/v1/tasks/%lld/status", (long long)t->id);
-    outbox_push(a, path, xstrdup("{\"state\":\"running\"}"));
+    outbox_push(a, path, xstrdup("{\"state\":\"running\"}"), 0);
 }
 
 static void recent_add(agent *a, int64_t id, const char *body) {
@@ -413,7 +422,7 @@ static void task_start(agent *a, const cJSON *s) {
     if (a->n_tasks == AGENT_MAX_TASKS || !cJSON_IsObject(config)) {
         const char *why = cJSON_IsObject(config) ? "too many tasks on this agent" : "assignment without a config";
         log_error("task %lld: %s", (long long)id, why);
-        outbox_push(a, path, exit_body(1, 0, why, ""));
+        outbox_push(a, path, exit_body(1, 0, why, ""), id);
         return;
     }
     task *t = xcalloc(1, sizeof *t);
@@ -462,11 +471,13 @@ static void task_start(agent *a, const cJSON *s) {
         char why[256];
         snprintf(why, sizeof why, "cannot start the worker: %s", ok ? strerror(spawn_errno) : "config too large");
         log_error("task %lld (job %lld): %s", (long long)id, (long long)job, why);
-        outbox_push(a, path, exit_body(127, 0, why, ""));
+        outbox_push(a, path, exit_body(127, 0, why, ""), id);
         task_free(t);
         return;
     }
+    t->start_ticks = proc_start_ticks(t->pid);
     a->tasks[a->n_tasks++] = t;
+    a->state_dirty = 1;
     log_info("task %lld: job %lld attempt %d %s started as pid %d", (long long)id, (long long)job, t->attempt,
              t->name, (int)t->pid);
     report_running(a, t);
@@ -487,11 +498,11 @@ static void task_stop(agent *a, const cJSON *s) {
         snprintf(path, sizeof path, "/api/v1/tasks/%lld/status", (long long)id);
         const recent *r = recent_find(a, id);
         if (r) {
-            outbox_push(a, path, xstrdup(r->body));
+            outbox_push(a, path, xstrdup(r->body), id);
         } else {
             char *body = exit_body(-1, 0, "not running on this node (the agent restarted)", "");
             recent_add(a, id, body);
-            outbox_push(a, path, body);
+            outbox_push(a, path, body, id);
         }
         return;
     }
@@ -552,7 +563,7 @@ static void tasks_check(agent *a) {
             snprintf(path, sizeof path, "/api/v1/tasks/%lld/status", (long long)t->id);
             /* Logs first, so a reader of the job sees the output before the end. */
             task_ship_logs(a, t);
-            outbox_push(a, path, body);
+            outbox_push(a, path, body, t->id);
             t->exit_queued = 1;
         }
     }
@@ -562,10 +573,87 @@ static void tasks_check(agent *a) {
         if (t->exit_queued && t->logs.len == 0) {
             task_free(t);
             a->tasks[i] = a->tasks[--a->n_tasks];
+            a->state_dirty = 1;
         } else {
             i++;
         }
     }
+}
+
+
+/* ---------------------------------------------------------------- state file */
+
+/* The agent writes the tasks it answers for (running, or exited with the
+ * report not delivered) to a small JSON file. An agent killed with -9 takes
+ * its workers with it (PR_SET_PDEATHSIG), but the server still believes
+ * they run; the next agent on the node reads the file and reports each of
+ * them exited ("lost"), so the job fails over and resumes from its latest
+ * checkpoint instead of waiting forever. */
+
+static void state_save(agent *a) {
+    if (!a->state_dirty || !a->state_path[0]) return;
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(o, "tasks");
+    for (int i = 0; i < a->n_tasks; i++) {
+        const task *t = a->tasks[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "task", (double)t->id);
+        cJSON_AddNumberToObject(e, "pid", t->exited ? 0 : t->pid);
+        cJSON_AddNumberToObject(e, "start_ticks", (double)t->start_ticks);
+        cJSON_AddItemToArray(arr, e);
+    }
+    for (int i = 0; i < a->out_len; i++) {
+        const outmsg *m = &a->outbox[(a->out_head + i) % OUTBOX_MAX];
+        if (!m->exit_of || task_find(a, m->exit_of)) continue;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "task", (double)m->exit_of);
+        cJSON_AddNumberToObject(e, "pid", 0);
+        cJSON_AddItemToArray(arr, e);
+    }
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!s) abort();
+    if (file_write_atomic(a->state_path, s, strlen(s), 0600) < 0)
+        log_warn("cannot write %s: %s", a->state_path, strerror(errno));
+    else
+        a->state_dirty = 0;
+    free(s);
+}
+
+/* Reports the tasks an earlier agent on this node left behind as lost. */
+static void state_recover(agent *a) {
+    size_t len = 0;
+    char *s = file_read_all(a->state_path, 1 << 20, &len);
+    if (!s) return;
+    cJSON *o = cJSON_Parse(s);
+    free(s);
+    const cJSON *e;
+    int n = 0;
+    const cJSON *list = o ? cJSON_GetObjectItemCaseSensitive(o, "tasks") : NULL;
+    cJSON_ArrayForEach(e, list) {
+        int64_t id = 0, pid = 0, ticks = 0;
+        if (json_int(e, "task", &id) < 0 || id <= 0) continue;
+        json_int(e, "pid", &pid);
+        json_int(e, "start_ticks", &ticks);
+        /* Normally gone already (it died with its agent); if it lingers, end it. */
+        if (pid > 0 && ticks > 0 && proc_start_ticks((pid_t)pid) == (unsigned long long)ticks)
+            proc_signal_group((pid_t)pid, SIGKILL);
+        char path[96];
+        snprintf(path, sizeof path, "/api/v1/tasks/%lld/status", (long long)id);
+        char *body = exit_body(-1, 0, "lost: the agent that ran it on this node stopped without reporting it", "");
+        recent_add(a, id, body);
+        outbox_push(a, path, body, id);
+        n++;
+    }
+    cJSON_Delete(o);
+    if (n) {
+        /* A long-poll of the dead agent may still wait in the server: a task
+         * handed to it would be lost too. Let it expire first. */
+        a->hold_until_ms = mono_ms() + ((int64_t)a->opt.poll_wait_s + 1) * 1000;
+        log_warn("%d task(s) of an earlier agent on this node were lost: reporting them in %d s, once its "
+                 "last long-poll has expired", n, a->opt.poll_wait_s + 1);
+    }
+    a->state_dirty = 1;
 }
 
 /* ---------------------------------------------------------------- poller */
@@ -674,6 +762,19 @@ int agent_run(const agent_options *o) {
     a->wake_w = wp[1];
     a->http.timeout_ms = 10000;
     a->need_register = 1;
+    if (o->state_file[0]) {
+        snprintf(a->state_path, sizeof a->state_path, "%s", o->state_file);
+    } else {
+        char key[1024], sum[65];
+        snprintf(key, sizeof key, "%s|%s|%u", o->server, o->hostname, (unsigned)getuid());
+        sha256_hex(key, strlen(key), sum);
+        const char *dir = getenv("XDG_RUNTIME_DIR");
+        if (!dir || !*dir) dir = getenv("TMPDIR");
+        if (!dir || !*dir) dir = "/tmp";
+        if (sfmt(a->state_path, sizeof a->state_path, "%s/trainyard-agent-%.16s.json", dir, sum) < 0)
+            a->state_path[0] = '\0';
+    }
+    state_recover(a);
 
     pthread_t poller;
     if (pthread_create(&poller, NULL, poller_main, a) != 0) {
@@ -689,7 +790,8 @@ int agent_run(const agent_options *o) {
     for (;;) {
         int64_t now = mono_ms();
         /* registration, heartbeat, reports, logs: each only when the server is usable */
-        if (a->need_register && server_usable(a)) agent_register(a);
+        int held = now < a->hold_until_ms;
+        if (a->need_register && server_usable(a) && !held) agent_register(a);
         if (!a->need_register && now >= a->next_hb_ms && server_usable(a)) {
             agent_heartbeat(a);
             a->next_hb_ms = mono_ms() + (int64_t)a->opt.heartbeat_s * 1000;
@@ -698,7 +800,7 @@ int agent_run(const agent_options *o) {
             for (int i = 0; i < a->n_tasks; i++) task_ship_logs(a, a->tasks[i]);
             a->next_logs_ms = mono_ms() + 1000;
         }
-        if (!a->need_register) outbox_flush(a);
+        if (!a->need_register && !held) outbox_flush(a);
 
         if (stopping) {
             int live = 0;
@@ -708,6 +810,7 @@ int agent_run(const agent_options *o) {
 
         /* sleep until something happens or the next timer */
         int64_t wake = now + 1000;
+        if (held) wake = min64(wake, a->hold_until_ms);
         if (a->down_until_ms > now) wake = min64(wake, a->down_until_ms);
         for (int i = 0; i < a->n_tasks; i++)
             if (a->tasks[i]->kill_at_ms && !a->tasks[i]->exited) wake = min64(wake, a->tasks[i]->kill_at_ms);
@@ -761,6 +864,7 @@ int agent_run(const agent_options *o) {
             }
         }
         tasks_check(a);
+        state_save(a);
     }
     ret = 0;
     if (a->out_len) log_warn("%d status report(s) not delivered", a->out_len);
@@ -806,7 +910,10 @@ static void agent_usage(FILE *f) {
             "  --data-root   directory relative data.path values resolve against\n"
             "  --hostname    the node's name (default: gethostname)\n"
             "  --address     the address peers reach this node's workers at\n"
-            "                (default 127.0.0.1 for a loopback server, else the hostname)\n");
+            "                (default 127.0.0.1 for a loopback server, else the hostname)\n"
+            "  --state-file  where the agent keeps the tasks it answers for, so a restarted agent\n"
+            "                reports the tasks of a killed one as lost (default: a file in\n"
+            "                $XDG_RUNTIME_DIR, $TMPDIR or /tmp named by server, hostname and uid)\n");
 }
 
 static int read_token_file(const char *path, char *out, size_t outlen) {
@@ -835,7 +942,8 @@ int agent_parse_flags(agent_options *o, int argc, char **argv) {
         {"token-file", required_argument, NULL, 'T'}, {"cpu-slots", required_argument, NULL, 'c'},
         {"data-root", required_argument, NULL, 'r'}, {"hostname", required_argument, NULL, 'n'},
         {"address", required_argument, NULL, 'a'},  {"heartbeat", required_argument, NULL, 'b'},
-        {"poll-wait", required_argument, NULL, 'w'}, {"help", no_argument, NULL, 'h'},
+        {"poll-wait", required_argument, NULL, 'w'}, {"state-file", required_argument, NULL, 'S'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -875,6 +983,9 @@ int agent_parse_flags(agent_options *o, int argc, char **argv) {
         case 'w':
             if (parse_long(optarg, 1, 60, &v) < 0) return -1;
             o->poll_wait_s = (int)v;
+            break;
+        case 'S':
+            if (sfmt(o->state_file, sizeof o->state_file, "%s", optarg) < 0) return -1;
             break;
         case 'h': agent_usage(stdout); return 1;
         default: agent_usage(stderr); return -1;

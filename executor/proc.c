@@ -117,6 +117,25 @@ int proc_reap(pid_t pid, int *status) {
     return 1;
 }
 
+unsigned long long proc_start_ticks(pid_t pid) {
+    char path[64], st[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(st, 1, sizeof st - 1, f);
+    fclose(f);
+    st[n] = '\0';
+    const char *p = strrchr(st, ')'); /* the command name may hold spaces */
+    if (!p) return 0;
+    /* fields after the name start at 3 (state); the start time is field 22 */
+    int field = 2;
+    for (p++; *p && field < 22; p++)
+        if (*p == ' ') field++;
+    unsigned long long v = 0;
+    if (sscanf(p, "%llu", &v) != 1) return 0;
+    return v;
+}
+
 int proc_self_exe(char *out, size_t outlen) {
     if (outlen < 2) return -1;
     ssize_t n = readlink("/proc/self/exe", out, outlen - 1);

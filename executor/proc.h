@@ -28,6 +28,11 @@ int proc_signal_group(pid_t pgid, int sig);
  * -1 on error (e.g. not our child). */
 int proc_reap(pid_t pid, int *status);
 
+/* The start time of pid in clock ticks since boot (/proc/PID/stat field
+ * 22): with the pid it names one process even after pid reuse. 0 when the
+ * process does not exist. */
+unsigned long long proc_start_ticks(pid_t pid);
+
 /* The path of the running binary (/proc/self/exe): 0 or -1. */
 int proc_self_exe(char *out, size_t outlen);
 

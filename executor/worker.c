@@ -261,6 +261,14 @@ static void sender_set_ckpt(sender *s, unsigned char *data, size_t len, long ste
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Sends what is queued now rather than at the next tick. */
+static void sender_flush_soon(sender *s) {
+    pthread_mutex_lock(&s->mu);
+    s->flush_now = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Is everything delivered? (mu held) */
 static int sender_idle(const sender *s) { return !s->inflight && !s->n_pending && !s->ckpt; }
 
@@ -539,7 +547,7 @@ static int fetch_latest_checkpoint(const wconfig *w, const char *path, char sha_
     for (;;) {
         FILE *f = fopen(path, "wb");
         if (!f) {
-            snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+            snprintf(err, errlen, "cannot write %.300s: %s", path, strerror(errno));
             return -1;
         }
         char sha[65] = "", herr[256] = "";
@@ -560,13 +568,13 @@ static int fetch_latest_checkpoint(const wconfig *w, const char *path, char sha_
             return -1;
         }
         if (werr) {
-            snprintf(err, errlen, "cannot write %s", path);
+            snprintf(err, errlen, "cannot write %.300s", path);
             return -1;
         }
         size_t len = 0;
         char *data = file_read_all(path, (size_t)CKPT_MAX_BYTES, &len);
         if (!data) {
-            snprintf(err, errlen, "cannot read back %s: %s", path, strerror(errno));
+            snprintf(err, errlen, "cannot read back %.300s: %s", path, strerror(errno));
             return -1;
         }
         char got[65];
@@ -609,7 +617,7 @@ typedef struct wctx {
 static void emit_step(wctx *c, long step, int epoch) {
     if (!c->loss_n) return;
     int64_t now = mono_ms();
-    double secs = (double)(now - c->window_ms) / 1000.0;
+    double secs = c->window_ms ? (double)(now - c->window_ms) / 1000.0 : 0.0;
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "kind", "step");
     cJSON_AddNumberToObject(m, "step", (double)step);
@@ -628,7 +636,8 @@ static void emit_step(wctx *c, long step, int epoch) {
 static void hook_step(void *ctx, const train_step_info *s) {
     wctx *c = ctx;
     c->last_step = s->step;
-    if (!c->first_logged) {
+    int first = !c->first_logged;
+    if (first) {
         c->first_logged = 1;
         log_info("first training step: step %ld, epoch %d, loss %.4f", s->step, s->epoch + 1, s->loss);
     }
@@ -641,7 +650,11 @@ static void hook_step(void *ctx, const train_step_info *s) {
     c->ex_n += s->n;
     int64_t now = mono_ms();
     /* the first step at once (it marks "training started"), then ~10 a second */
-    if (c->last_reported_step == 0 || now - c->last_step_ms >= STEP_REPORT_MS) emit_step(c, s->step, s->epoch);
+    if (c->last_reported_step == 0 || now - c->last_step_ms >= STEP_REPORT_MS) {
+        if (first) c->window_ms = 0; /* data loading is not training time: no rate for this one */
+        emit_step(c, s->step, s->epoch);
+        if (first) sender_flush_soon(c->snd);
+    }
 }
 
 static void hook_epoch(void *ctx, const train_epoch_metrics *e) {

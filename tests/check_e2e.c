@@ -1,0 +1,490 @@
+/* check_e2e.c - the executors end to end with real processes on loopback:
+ * `trainyard up` (server + local agent) or a server and agents started
+ * here, and the workers they run. A job trains to succeeded with its
+ * metrics, test accuracy, logs and a checkpoint whose sha256 matches;
+ * cancel frees the devices within 5 s; a worker killed with -9 fails the
+ * gang and the retry succeeds; kill -9 of the agent and of the server
+ * mid-run cost progress, never the job, and never a duplicated step or a
+ * gap in the metric sequence. Measures submit -> first training step. */
+#include "testlib.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+/* Fashion-MNIST, 2000 examples: 1800 train / 200 validation; batch 25 is
+ * 72 steps an epoch. `epochs` sets the length of a run. */
+static void spec_fashion(char *out, size_t n, const char *name, int epochs, int max_restarts) {
+    snprintf(out, n,
+             "{\"name\":\"%s\",\"model\":{\"layers\":["
+             "{\"type\":\"flatten\",\"input_shape\":[28,28]},"
+             "{\"type\":\"dense\",\"units\":128,\"activation\":\"relu\"},"
+             "{\"type\":\"dense\",\"units\":10,\"activation\":\"softmax\"}]},"
+             "\"compile\":{\"optimizer\":{\"type\":\"adam\",\"learning_rate\":0.001},"
+             "\"loss\":\"sparse_categorical_crossentropy\",\"metrics\":[\"accuracy\"]},"
+             "\"data\":{\"source\":\"fashion-mnist\",\"limit\":2000,\"validation_split\":0.1,\"seed\":7},"
+             "\"fit\":{\"epochs\":%d,\"batch_size\":25},"
+             "\"strategy\":{\"type\":\"default\"},"
+             "\"checkpoint\":{\"every_epochs\":1,\"keep\":3},"
+             "\"max_restarts\":%d}",
+             name, epochs, max_restarts);
+}
+
+/* Epochs of the jobs that get killed mid-run: long enough that a kill
+ * after epoch 2-3 lands before the end (0.1-0.2 s an epoch optimized). */
+#define E2E_LONG 30
+
+/* ---------------------------------------------------------------- processes */
+
+static ty_proc srv;
+static char team_tok[128];
+static pid_t agents[4];
+
+static void start_up(void) {
+    memset(&srv, 0, sizeof srv);
+    memset(agents, 0, sizeof agents);
+    ty_mkdtemp(srv.dir, sizeof srv.dir, "e2e");
+    /* one CPU slot: a second job can only start on devices a first one freed */
+    const char *extra[] = {"--cpu-slots", "1", NULL};
+    ty_server_start_args(&srv, "up", extra);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+}
+
+/* A free loopback port (so a restarted server keeps its URL). */
+static int free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static char listen_arg[64];
+
+static void start_server_fixed(void) {
+    const char *extra[] = {"--listen", listen_arg, "--heartbeat-timeout", "3", NULL};
+    ty_server_start_args(&srv, "server", extra);
+}
+
+static void start_server_only(void) {
+    memset(&srv, 0, sizeof srv);
+    memset(agents, 0, sizeof agents);
+    ty_mkdtemp(srv.dir, sizeof srv.dir, "e2e");
+    snprintf(listen_arg, sizeof listen_arg, "127.0.0.1:%d", free_port());
+    start_server_fixed();
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+}
+
+/* `trainyard agent` for the server, its output appended to DIR/agent.log. */
+static pid_t agent_start(void) {
+    char tokfile[400], logf[400], statef[400];
+    snprintf(statef, sizeof statef, "%s/agent.state", srv.dir);
+    snprintf(tokfile, sizeof tokfile, "%s/node.token", srv.dir);
+    snprintf(logf, sizeof logf, "%s/agent.log", srv.dir);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        FILE *lf = freopen(logf, "a", stderr);
+        (void)lf;
+        execl(ty_bin(), ty_bin(), "agent", "--server", srv.url, "--token-file", tokfile, "--hostname", "e2e-node",
+              "--cpu-slots", "2", "--heartbeat", "1", "--poll-wait", "3", "--state-file", statef, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static void reap(pid_t *pid, int sig) {
+    if (*pid <= 0) return;
+    ty_proc p = {.pid = *pid};
+    ty_kill(&p, sig);
+    *pid = 0;
+}
+
+static void stop_all(void) {
+    for (int i = 0; i < 4; i++) reap(&agents[i], SIGTERM);
+    ty_kill(&srv, SIGTERM);
+    /* keep the data directory of a failed run for a look */
+    if (getenv("E2E_KEEP")) fprintf(stderr, "e2e: kept %s\n", srv.dir);
+    else ty_rmrf(srv.dir);
+}
+
+/* Pids whose parent is ppid and whose argv[1] is `sub` (agent, worker). */
+static int children_named(pid_t ppid, const char *sub, pid_t *out, int max) {
+    DIR *d = opendir("/proc");
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        long pid;
+        if (parse_long(e->d_name, 1, 1L << 30, &pid) < 0) continue;
+        char path[64], stat[512];
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t len = fread(stat, 1, sizeof stat - 1, f);
+        fclose(f);
+        stat[len] = '\0';
+        const char *rp = strrchr(stat, ')');
+        char st;
+        int pp;
+        if (!rp || sscanf(rp + 1, " %c %d", &st, &pp) != 2 || pp != ppid || st == 'Z') continue;
+        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+        f = fopen(path, "r");
+        if (!f) continue;
+        char cmd[512];
+        len = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        cmd[len] = '\0';
+        size_t a0 = strlen(cmd);
+        if (a0 + 1 < len && strcmp(cmd + a0 + 1, sub) == 0) out[n++] = (pid_t)pid;
+    }
+    closedir(d);
+    return n;
+}
+
+/* ---------------------------------------------------------------- API helpers */
+
+static int64_t submit(const char *spec) {
+    cJSON *o = NULL;
+    long st = ty_http(srv.url, team_tok, "POST", "/api/v1/jobs", spec, &o);
+    ck_assert_msg(st == 201, "submit answered %ld", st);
+    int64_t id = (int64_t)cJSON_GetObjectItem(o, "id")->valuedouble;
+    cJSON_Delete(o);
+    return id;
+}
+
+static cJSON *job_get(int64_t id) {
+    char path[64];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld", (long long)id);
+    cJSON *o = NULL;
+    long st = ty_http(srv.url, team_tok, "GET", path, NULL, &o);
+    ck_assert_msg(st == 200, "GET %s answered %ld", path, st);
+    return o;
+}
+
+static void job_state(int64_t id, char *state, size_t n, int *attempt) {
+    cJSON *o = job_get(id);
+    cJSON *s = cJSON_GetObjectItem(o, "state");
+    snprintf(state, n, "%s", cJSON_IsString(s) ? s->valuestring : "?");
+    cJSON *a = cJSON_GetObjectItem(o, "attempt");
+    if (attempt) *attempt = cJSON_IsNumber(a) ? a->valueint : 0;
+    cJSON_Delete(o);
+}
+
+/* Waits until the job reaches `want` (or a terminal state): the state. */
+static void wait_state(int64_t id, const char *want, int timeout_s, char *state, size_t n) {
+    int64_t end = mono_ms() + (int64_t)timeout_s * 1000;
+    while (mono_ms() < end) {
+        job_state(id, state, n, NULL);
+        if (strcmp(state, want) == 0) return;
+        if (strcmp(state, "succeeded") == 0 || strcmp(state, "failed") == 0 || strcmp(state, "cancelled") == 0) return;
+        ty_sleep_ms(100);
+    }
+}
+
+/* All metrics of a job in seq order (the caller deletes). */
+static cJSON *metrics_all(int64_t id) {
+    cJSON *all = cJSON_CreateArray();
+    int64_t since = 0;
+    for (;;) {
+        char path[128];
+        snprintf(path, sizeof path, "/api/v1/jobs/%lld/metrics?since=%lld&limit=1000", (long long)id, (long long)since);
+        cJSON *o = NULL;
+        ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &o), 200);
+        cJSON *arr = cJSON_GetObjectItem(o, "metrics");
+        int n = cJSON_GetArraySize(arr);
+        while (cJSON_GetArraySize(arr) > 0) {
+            cJSON *m = cJSON_DetachItemFromArray(arr, 0);
+            since = (int64_t)cJSON_GetObjectItem(m, "seq")->valuedouble;
+            cJSON_AddItemToArray(all, m);
+        }
+        cJSON_Delete(o);
+        if (n == 0) break;
+    }
+    return all;
+}
+
+static double num(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+static int is_kind(const cJSON *m, const char *kind) {
+    const cJSON *k = cJSON_GetObjectItem(m, "kind");
+    return cJSON_IsString(k) && strcmp(k->valuestring, kind) == 0;
+}
+
+/* Highest epoch with an epoch metric so far. */
+static int epochs_reported(int64_t id) {
+    cJSON *all = metrics_all(id);
+    int best = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, all) if (is_kind(m, "epoch") && num(m, "epoch") > best) best = (int)num(m, "epoch");
+    cJSON_Delete(all);
+    return best;
+}
+
+static void wait_epochs(int64_t id, int epochs, int timeout_s) {
+    int64_t end = mono_ms() + (int64_t)timeout_s * 1000;
+    while (mono_ms() < end) {
+        if (epochs_reported(id) >= epochs) return;
+        ty_sleep_ms(200);
+    }
+    ck_abort_msg("job %lld did not report %d epochs in %d s", (long long)id, epochs, timeout_s);
+}
+
+/* The invariants of a finished job's metrics: seq 1..N without a gap, every
+ * step reported once and in order, epochs 1..E once each, one test metric
+ * with an accuracy above min_acc. */
+static void check_metrics(int64_t id, int epochs, double min_acc) {
+    cJSON *all = metrics_all(id);
+    int n = cJSON_GetArraySize(all);
+    ck_assert_int_gt(n, epochs);
+    long last_step = 0;
+    int seen_epoch[256] = {0}, tests = 0;
+    for (int i = 0; i < n; i++) {
+        const cJSON *m = cJSON_GetArrayItem(all, i);
+        ck_assert_msg((int64_t)num(m, "seq") == i + 1, "metric %d has seq %.0f: a gap or a duplicate", i + 1,
+                      num(m, "seq"));
+        if (is_kind(m, "step")) {
+            long s = (long)num(m, "step");
+            ck_assert_msg(s > last_step, "step %ld reported after step %ld (seq %d)", s, last_step, i + 1);
+            last_step = s;
+            ck_assert(num(m, "loss") >= 0);
+        } else if (is_kind(m, "epoch")) {
+            int e = (int)num(m, "epoch");
+            ck_assert(e >= 1 && e <= epochs && e < 256);
+            ck_assert_msg(!seen_epoch[e], "epoch %d reported twice", e);
+            seen_epoch[e] = 1;
+            ck_assert(num(m, "val_accuracy") >= 0);
+        } else if (is_kind(m, "test")) {
+            tests++;
+            ck_assert_msg(num(m, "test_accuracy") > min_acc, "test accuracy %.3f", num(m, "test_accuracy"));
+        }
+    }
+    for (int e = 1; e <= epochs; e++) ck_assert_msg(seen_epoch[e], "epoch %d never reported", e);
+    ck_assert_int_eq(tests, 1);
+    ck_assert_int_eq(last_step, epochs * 72);
+    cJSON_Delete(all);
+}
+
+/* GET text (logs): returns the body (the caller frees). */
+static char *http_text(const char *path) {
+    client c;
+    ck_assert_int_eq(client_init(&c, srv.url, team_tok), 0);
+    client_reply r;
+    ck_assert_int_eq(client_request(&c, "GET", path, NULL, 0, NULL, &r), 0);
+    ck_assert_msg(r.status == 200, "GET %s answered %ld", path, r.status);
+    char *s = buf_detach(&r.body, NULL);
+    client_reply_release(&r);
+    client_release(&c);
+    return s ? s : xstrdup("");
+}
+
+/* ---------------------------------------------------------------- tests */
+
+START_TEST(job_runs_to_succeeded) {
+    char spec[2048], state[32];
+    spec_fashion(spec, sizeof spec, "e2e-small", 4, 1);
+    int64_t t0 = mono_ms();
+    int64_t id = submit(spec);
+    /* submit -> first training step (the first step metric is sent at once) */
+    int64_t first = 0;
+    while (mono_ms() - t0 < 60000 && !first) {
+        char path[96];
+        snprintf(path, sizeof path, "/api/v1/jobs/%lld/metrics?since=0&kind=step&limit=1", (long long)id);
+        cJSON *o = NULL;
+        ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &o), 200);
+        if (cJSON_GetArraySize(cJSON_GetObjectItem(o, "metrics")) > 0) first = mono_ms();
+        cJSON_Delete(o);
+        if (!first) ty_sleep_ms(20);
+    }
+    ck_assert_msg(first, "no training step within 60 s");
+    fprintf(stderr, "e2e: submit -> first training step: %lld ms\n", (long long)(first - t0));
+
+    wait_state(id, "succeeded", 120, state, sizeof state);
+    ck_assert_str_eq(state, "succeeded");
+    check_metrics(id, 4, 0.6);
+
+    /* the job shows its progress and test metrics */
+    cJSON *j = job_get(id);
+    cJSON *p = cJSON_GetObjectItem(j, "progress");
+    ck_assert(cJSON_IsObject(p));
+    ck_assert(cJSON_IsObject(cJSON_GetObjectItem(p, "test")));
+    cJSON_Delete(j);
+
+    /* the worker's output reached the job's logs */
+    char path[128];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/logs?task=worker-0", (long long)id);
+    char *logs = http_text(path);
+    ck_assert_msg(strstr(logs, "first training step") != NULL, "logs: %.500s", logs);
+    ck_assert_msg(strstr(logs, "test: loss") != NULL, "logs: %.500s", logs);
+    free(logs);
+
+    /* the checkpoint downloads with the sha256 the list reports */
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints", (long long)id);
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &o), 200);
+    cJSON *cks = cJSON_GetObjectItem(o, "checkpoints");
+    ck_assert_int_ge(cJSON_GetArraySize(cks), 1);
+    ck_assert_int_le(cJSON_GetArraySize(cks), 3); /* checkpoint.keep */
+    cJSON *ck = NULL, *it;
+    cJSON_ArrayForEach(it, cks) if (!ck || num(it, "step") > num(ck, "step")) ck = it;
+    ck_assert_int_eq((long)num(ck, "epoch"), 4);
+    char want[65];
+    snprintf(want, sizeof want, "%s", cJSON_GetObjectItem(ck, "sha256")->valuestring);
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/%lld", (long long)id, (long long)num(ck, "id"));
+    cJSON_Delete(o);
+    client c;
+    ck_assert_int_eq(client_init(&c, srv.url, team_tok), 0);
+    client_reply r;
+    ck_assert_int_eq(client_request(&c, "GET", path, NULL, 0, NULL, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    char got[65];
+    sha256_hex(r.body.data, r.body.len, got);
+    ck_assert_str_eq(got, want);
+    ck_assert_int_gt(r.body.len, 100000); /* 784*128 + 128*10 weights and two Adam slots */
+    client_reply_release(&r);
+    client_release(&c);
+}
+END_TEST
+
+START_TEST(cancel_frees_devices_within_5s) {
+    char spec[2048], state[32];
+    spec_fashion(spec, sizeof spec, "e2e-cancel", 200, 0);
+    int64_t id = submit(spec);
+    wait_epochs(id, 1, 90);
+    pid_t ag[2], wk[2];
+    ck_assert_int_eq(children_named(srv.pid, "agent", ag, 2), 1);
+    ck_assert_int_eq(children_named(ag[0], "worker", wk, 2), 1);
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/cancel", (long long)id);
+    int64_t t0 = mono_ms();
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", path, NULL, &o), 200);
+    cJSON_Delete(o);
+    /* Freed: the worker is gone and the next job gets the node's only slot. */
+    char spec2[2048];
+    spec_fashion(spec2, sizeof spec2, "e2e-after-cancel", 1, 0);
+    int64_t id2 = submit(spec2);
+    int gone = 0;
+    while (mono_ms() - t0 < 5000 && !gone) {
+        gone = kill(wk[0], 0) < 0;
+        if (!gone) ty_sleep_ms(50);
+    }
+    int64_t worker_gone_ms = mono_ms() - t0;
+    ck_assert_msg(gone, "the worker still runs 5 s after cancel");
+    job_state(id, state, sizeof state, NULL);
+    ck_assert_str_eq(state, "cancelled");
+    /* the devices are free again: the next job is placed and runs */
+    wait_state(id2, "running", 30, state, sizeof state);
+    int64_t next_ms = mono_ms() - t0;
+    ck_assert_msg(strcmp(state, "running") == 0 || strcmp(state, "succeeded") == 0, "second job: %s", state);
+    fprintf(stderr, "e2e: cancel -> worker gone: %lld ms, -> next job running: %lld ms\n", (long long)worker_gone_ms,
+            (long long)next_ms);
+    ck_assert_msg(next_ms <= 5000, "the devices were freed only after %lld ms", (long long)next_ms);
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/logs?task=worker-0", (long long)id);
+    char *logs = http_text(path);
+    ck_assert_msg(strstr(logs, "stopped by SIGTERM") != NULL, "logs: %.800s", logs);
+    free(logs);
+}
+END_TEST
+
+START_TEST(crashed_task_fails_gang_and_retry_succeeds) {
+    char spec[2048], state[32];
+    spec_fashion(spec, sizeof spec, "e2e-crash", E2E_LONG, 2);
+    int64_t id = submit(spec);
+    wait_epochs(id, 2, 90);
+    pid_t ag[2], wk[2];
+    ck_assert_int_eq(children_named(srv.pid, "agent", ag, 2), 1);
+    ck_assert_int_eq(children_named(ag[0], "worker", wk, 2), 1);
+    ck_assert_int_eq(kill(wk[0], SIGKILL), 0);
+    wait_state(id, "succeeded", 150, state, sizeof state);
+    int attempt = 0;
+    job_state(id, state, sizeof state, &attempt);
+    ck_assert_str_eq(state, "succeeded");
+    ck_assert_int_eq(attempt, 2);
+    check_metrics(id, E2E_LONG, 0.6);
+    /* the history says why the first attempt ended */
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/events", (long long)id);
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &o), 200);
+    char *txt = cJSON_PrintUnformatted(o);
+    ck_assert_msg(strstr(txt, "signal 9") != NULL, "events: %.1500s", txt);
+    free(txt);
+    cJSON_Delete(o);
+}
+END_TEST
+
+START_TEST(agent_kill9_then_new_agent_resumes) {
+    char spec[2048], state[32];
+    spec_fashion(spec, sizeof spec, "e2e-agent", E2E_LONG, 2);
+    agents[0] = agent_start();
+    int64_t id = submit(spec);
+    wait_epochs(id, 3, 90);
+    pid_t wk[2];
+    ck_assert_int_eq(children_named(agents[0], "worker", wk, 2), 1);
+    reap(&agents[0], SIGKILL);
+    /* the orphaned worker stops (its agent is gone) after a checkpoint */
+    for (int i = 0; i < 200 && kill(wk[0], 0) == 0; i++) ty_sleep_ms(50);
+    ck_assert_msg(kill(wk[0], 0) < 0, "the worker outlived its agent by 10 s");
+    agents[1] = agent_start();
+    wait_state(id, "succeeded", 150, state, sizeof state);
+    int attempt = 0;
+    job_state(id, state, sizeof state, &attempt);
+    ck_assert_str_eq(state, "succeeded");
+    ck_assert_int_eq(attempt, 2);
+    check_metrics(id, E2E_LONG, 0.6);
+    /* attempt 2 resumed from a checkpoint: it did not start at epoch 1 */
+    char path[128];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/logs?task=worker-0", (long long)id);
+    char *logs = http_text(path);
+    ck_assert_msg(strstr(logs, "resuming from the job's latest checkpoint") != NULL, "logs: %.800s", logs);
+    free(logs);
+}
+END_TEST
+
+START_TEST(server_kill9_then_restart_no_gap) {
+    char spec[2048], state[32];
+    spec_fashion(spec, sizeof spec, "e2e-server", E2E_LONG, 2);
+    agents[0] = agent_start();
+    int64_t id = submit(spec);
+    wait_epochs(id, 2, 90);
+    ck_assert_int_eq(WTERMSIG(ty_kill(&srv, SIGKILL)), SIGKILL);
+    ty_sleep_ms(2500); /* the worker trains on and buffers its metrics */
+    start_server_fixed();
+    wait_state(id, "succeeded", 150, state, sizeof state);
+    int attempt = 0;
+    job_state(id, state, sizeof state, &attempt);
+    ck_assert_str_eq(state, "succeeded");
+    ck_assert_int_eq(attempt, 1); /* the job never noticed */
+    check_metrics(id, E2E_LONG, 0.6);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("e2e");
+    TCase *up = tcase_create("up");
+    tcase_add_checked_fixture(up, start_up, stop_all);
+    tcase_set_timeout(up, 240);
+    tcase_add_test(up, job_runs_to_succeeded);
+    tcase_add_test(up, cancel_frees_devices_within_5s);
+    tcase_add_test(up, crashed_task_fails_gang_and_retry_succeeds);
+    suite_add_tcase(s, up);
+    TCase *faults = tcase_create("faults");
+    tcase_add_checked_fixture(faults, start_server_only, stop_all);
+    tcase_set_timeout(faults, 240);
+    tcase_add_test(faults, agent_kill9_then_new_agent_resumes);
+    tcase_add_test(faults, server_kill9_then_restart_no_gap);
+    suite_add_tcase(s, faults);
+    return ty_run_suite(s);
+}
