@@ -108,9 +108,10 @@ int cmd_up(int argc, char **argv) {
     srv_argv[ns] = NULL;
     log_set_prefix("up");
 
-    char urlfile[PATH_MAX + 32], tokfile[PATH_MAX + 32];
+    char urlfile[PATH_MAX + 32], tokfile[PATH_MAX + 32], statefile[PATH_MAX + 32];
     if (sfmt(urlfile, sizeof urlfile, "%s/server.url", so.data_dir) < 0 ||
-        sfmt(tokfile, sizeof tokfile, "%s/node.token", so.data_dir) < 0) {
+        sfmt(tokfile, sizeof tokfile, "%s/node.token", so.data_dir) < 0 ||
+        sfmt(statefile, sizeof statefile, "%s/agent.state", so.data_dir) < 0) {
         fprintf(stderr, "trainyard up: --data path too long\n");
         return 2;
     }
@@ -165,6 +166,8 @@ int cmd_up(int argc, char **argv) {
         ag_argv[n++] = url;
         ag_argv[n++] = "--token-file";
         ag_argv[n++] = tokfile;
+        ag_argv[n++] = "--state-file";
+        ag_argv[n++] = statefile;
         for (int i = 0; i < na; i++) ag_argv[n++] = agent_extra[i];
         ag_argv[n] = NULL;
         agent = up_spawn(exe, ag_argv);
