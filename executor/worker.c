@@ -219,6 +219,8 @@ typedef struct sender {
     size_t ckpt_len;
     long ckpt_step, ckpt_epoch;
     int ckpt_uploaded;           /* checkpoints uploaded so far */
+    int ckpt_busy;               /* an upload is in flight */
+    long uploaded_step;          /* step of the last checkpoint the server took (-1 none) */
 
     int64_t backoff_ms;
     int server_ok;               /* the last request reached the server */
@@ -261,6 +263,13 @@ static void sender_set_ckpt(sender *s, unsigned char *data, size_t len, long ste
     pthread_mutex_unlock(&s->mu);
 }
 
+static long sender_uploaded_step(sender *s) {
+    pthread_mutex_lock(&s->mu);
+    long v = s->uploaded_step;
+    pthread_mutex_unlock(&s->mu);
+    return v;
+}
+
 /* Sends what is queued now rather than at the next tick. */
 static void sender_flush_soon(sender *s) {
     pthread_mutex_lock(&s->mu);
@@ -270,7 +279,7 @@ static void sender_flush_soon(sender *s) {
 }
 
 /* Is everything delivered? (mu held) */
-static int sender_idle(const sender *s) { return !s->inflight && !s->n_pending && !s->ckpt; }
+static int sender_idle(const sender *s) { return !s->inflight && !s->n_pending && !s->ckpt && !s->ckpt_busy; }
 
 /* One round: send the in-flight (or a new) batch of metrics, then the
  * checkpoint. Returns 0 when the server took everything tried, -1 on a
@@ -330,6 +339,7 @@ static int sender_round(sender *s, client *c, CURL *raw) {
     size_t ck_len = s->ckpt_len;
     long ck_step = s->ckpt_step, ck_epoch = s->ckpt_epoch;
     s->ckpt = NULL; /* taken: put back on failure unless a newer one came */
+    s->ckpt_busy = ck != NULL;
     pthread_mutex_unlock(&s->mu);
     if (ck) {
         char sha[65], err[256] = "";
@@ -352,6 +362,9 @@ static int sender_round(sender *s, client *c, CURL *raw) {
         } else if (st == 201 || st == 200) {
             s->server_ok = 1;
             s->ckpt_uploaded++;
+            pthread_mutex_lock(&s->mu);
+            s->uploaded_step = ck_step;
+            pthread_mutex_unlock(&s->mu);
             log_info("checkpoint uploaded: step %ld, epoch %ld, %zu bytes, sha256 %.16s...", ck_step, ck_epoch,
                      ck_len, sha);
         } else {
@@ -360,6 +373,9 @@ static int sender_round(sender *s, client *c, CURL *raw) {
         }
         buf_release(&reply);
         free(ck);
+        pthread_mutex_lock(&s->mu);
+        s->ckpt_busy = 0;
+        pthread_mutex_unlock(&s->mu);
     }
     return rc;
 }
@@ -415,6 +431,7 @@ static int sender_start(sender *s, const wconfig *w, int64_t next_seq) {
     s->w = w;
     s->next_seq = next_seq;
     s->server_ok = 1;
+    s->uploaded_step = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (pthread_create(&s->thread, NULL, sender_main, s) != 0) return -1;
@@ -814,7 +831,7 @@ int worker_run(const char *config) {
         if (sender_drain(&snd, FINAL_FLUSH_S) < 0) log_error("could not deliver everything before stopping");
         ret = WORKER_EXIT_STOPPED;
         snprintf(err, sizeof err, "stopped by SIGTERM at step %ld (checkpoint uploaded: %s)", res.steps,
-                 chief && snd.ckpt_uploaded ? "yes" : "no");
+                 chief && sender_uploaded_step(&snd) == res.steps ? "yes" : "no");
         goto out_msg;
     }
     if (res.has_test) {
