@@ -127,7 +127,7 @@ test: deps
 	@tests/run_all.sh build/asan
 
 run: deps all
-	./$(BUILD)/trainyard up
+	scripts/run.sh
 
 deps:
 	@scripts/deps.sh

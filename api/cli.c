@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct cli_opts {
     int json;
@@ -205,6 +206,58 @@ static int do_cancel(const cli_opts *o, const char *id) {
     return 0;
 }
 
+/* Prints the job's log for a task from offset 0; with follow, keeps
+ * polling once a second until the job has finished and the log is drained. */
+static int do_logs(const cli_opts *o, const char *id, const char *task, int follow) {
+    if (!valid_id(id)) {
+        fprintf(stderr, "error: '%s' is not a job id\n", id);
+        return 2;
+    }
+    client c;
+    if (client_init(&c, o->url, o->token) < 0) {
+        fprintf(stderr, "error: cannot initialise the HTTP client\n");
+        return 1;
+    }
+    long long off = 0;
+    int ret = 0, done = 0;
+    for (;;) {
+        char path[256];
+        snprintf(path, sizeof path, "/api/v1/jobs/%s/logs?task=%s&since=%lld", id, task, off);
+        client_reply r;
+        if (client_request(&c, "GET", path, NULL, 0, NULL, &r) < 0) {
+            fprintf(stderr, "error: cannot reach the server: %s\n", r.error);
+            client_reply_release(&r);
+            ret = 1;
+            break;
+        }
+        if (r.status >= 400) {
+            print_error(&r);
+            client_reply_release(&r);
+            ret = 1;
+            break;
+        }
+        if (r.body.len) fwrite(r.body.data, 1, r.body.len, stdout);
+        fflush(stdout);
+        off += (long long)r.body.len;
+        int got = r.body.len > 0;
+        client_reply_release(&r);
+        if (!follow || (done && !got)) break;
+        if (!got) {
+            snprintf(path, sizeof path, "/api/v1/jobs/%s", id);
+            if (client_request(&c, "GET", path, NULL, 0, NULL, &r) == 0 && r.status == 200) {
+                cJSON *j = cJSON_ParseWithLength(r.body.data, r.body.len);
+                const char *st = j ? jstr(j, "state") : "";
+                done = strcmp(st, "succeeded") == 0 || strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0;
+                cJSON_Delete(j);
+            }
+            client_reply_release(&r);
+            if (!done) sleep(1);
+        }
+    }
+    client_release(&c);
+    return ret;
+}
+
 static int do_teams(const cli_opts *o) {
     int ec;
     cJSON *v = call(o, "GET", "/api/v1/teams", NULL, 0, 1, &ec);
@@ -233,6 +286,7 @@ static void cli_usage(FILE *f) {
             "       trainyard jobs [--state S] [--limit N]\n"
             "       trainyard status ID              a job, its progress and timeline\n"
             "       trainyard cancel ID [--reason R]\n"
+            "       trainyard logs ID [--task worker-0] [-f]   a task's output; -f follows until the job ends\n"
             "       trainyard teams\n"
             "options: --json (print the server's JSON), --url URL, --token TOKEN\n"
             "env: TRAINYARD_URL (default http://127.0.0.1:8080), TRAINYARD_TOKEN (default: ./.trainyard/token)\n");
@@ -240,7 +294,7 @@ static void cli_usage(FILE *f) {
 
 int cmd_cli(int argc, char **argv) {
     const char *cmd = argv[0];
-    static const char *cmds[] = {"submit", "jobs", "status", "cancel", "teams"};
+    static const char *cmds[] = {"submit", "jobs", "status", "cancel", "teams", "logs"};
     int known = 0;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(cmd, cmds[i]) == 0) known = 1;
@@ -254,13 +308,18 @@ int cmd_cli(int argc, char **argv) {
         {"json", no_argument, NULL, 'j'},   {"url", required_argument, NULL, 'u'},
         {"token", required_argument, NULL, 't'}, {"state", required_argument, NULL, 's'},
         {"limit", required_argument, NULL, 'n'}, {"reason", required_argument, NULL, 'r'},
-        {"help", no_argument, NULL, 'h'},   {NULL, 0, NULL, 0},
+        {"help", no_argument, NULL, 'h'},   {"task", required_argument, NULL, 'T'},
+        {"follow", no_argument, NULL, 'f'}, {NULL, 0, NULL, 0},
     };
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    const char *task = "worker-0";
+    int follow = 0;
+    while ((c = getopt_long(argc, argv, "f", longopts, NULL)) != -1) {
         switch (c) {
         case 'j': o.json = 1; break;
+        case 'T': task = optarg; break;
+        case 'f': follow = 1; break;
         case 'u': url = optarg; break;
         case 't': token = optarg; break;
         case 's': o.state = optarg; break;
@@ -289,6 +348,14 @@ int cmd_cli(int argc, char **argv) {
     if (strcmp(cmd, "status") == 0 && nargs == 1) return do_status(&o, argv[optind]);
     if (strcmp(cmd, "cancel") == 0 && nargs == 1) return do_cancel(&o, argv[optind]);
     if (strcmp(cmd, "teams") == 0 && nargs == 0) return do_teams(&o);
+    if (strcmp(cmd, "logs") == 0 && nargs == 1) {
+        for (const char *p = task; *p; p++)
+            if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-')) {
+                fprintf(stderr, "error: --task wants a name like worker-0\n");
+                return 2;
+            }
+        return do_logs(&o, argv[optind], task, follow);
+    }
     cli_usage(stderr);
     return 2;
 }

@@ -5,6 +5,7 @@
  * quota). A team token sees its own jobs only: another team's holder or
  * queue entry shows without its job id. */
 #include "cluster_api.h"
+#include "../storage/exec_store.h"
 #include "routes.h"
 #include "../scheduler/scheduler.h"
 #include "../server/server.h"
@@ -159,6 +160,12 @@ static void node_register(server *srv, http_req *req, http_res *res)
     int created = 0;
     if (cluster_node_upsert(srv->db, hostname, address, (int)cpu_slots, ngpu, idx, model, mem, now_ms(), &id,
                             &created) < 0) {
+        unavailable(res);
+        goto out;
+    }
+    /* An agent that registers again has restarted: tasks handed to its
+     * previous life and never started are handed out again, with new tokens. */
+    if (!created && exec_node_reset_handouts(srv->db, id) != STORE_OK) {
         unavailable(res);
         goto out;
     }

@@ -23,7 +23,7 @@ static void usage(FILE *f) {
             "  worker    one task of a job (started by the agent)\n"
             "  train     train a job spec locally, no server needed\n"
             "client:\n"
-            "  submit FILE | jobs | status ID | cancel ID | teams\n\n"
+            "  submit FILE | jobs | status ID | cancel ID | logs ID [-f] | teams\n\n"
             "Run 'trainyard COMMAND --help' for a command's options.\n");
 }
 
