@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential pkg-config libmicrohttpd-dev libcjson-dev libsqlite3-dev check
       libsubunit-dev libopenblas-dev libcurl4-openssl-dev libssl-dev zlib1g-dev
-      dataset-fashion-mnist python3 python3-numpy curl sqlite3 procps iproute2)
+      dataset-fashion-mnist python3 python3-numpy curl jq sqlite3 procps iproute2)
 pkgs+=(${TRAINYARD_EXTRA_PKGS:-})
 missing=()
 for p in "${pkgs[@]}"; do
