@@ -26,22 +26,6 @@ static void unavailable(http_res *res)
     http_error(res, 503, "unavailable", NULL, "the database is busy or unavailable; retry");
 }
 
-/* ISO 8601 UTC with milliseconds, or null for 0. */
-static void add_time(cJSON *o, const char *key, int64_t ms)
-{
-    if (ms <= 0) {
-        cJSON_AddNullToObject(o, key);
-        return;
-    }
-    time_t s = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&s, &tm);
-    char out[64];
-    snprintf(out, sizeof out, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
-    cJSON_AddStringToObject(o, key, out);
-}
-
 /* An integer field in [lo, hi]: 0, or -1 after answering 422 naming it. */
 static int int_field(http_res *res, const cJSON *v, const char *field, long lo, long hi, long *out)
 {
@@ -242,8 +226,8 @@ static void cluster_get(server *srv, http_req *req, http_res *res)
         cJSON_AddStringToObject(jn, "hostname", n->hostname);
         cJSON_AddStringToObject(jn, "address", n->address);
         cJSON_AddStringToObject(jn, "state", n->state);
-        add_time(jn, "registered_at", n->registered_at);
-        add_time(jn, "last_heartbeat_at", n->last_heartbeat_at);
+        store_json_time_ms(jn, "registered_at", n->registered_at);
+        store_json_time_ms(jn, "last_heartbeat_at", n->last_heartbeat_at);
         int is_ready = strcmp(n->state, "ready") == 0;
         ready += is_ready;
         cJSON *gpus = cJSON_AddArrayToObject(jn, "gpus");
@@ -311,9 +295,9 @@ static void queue_get(server *srv, http_req *req, http_res *res)
         cJSON_AddStringToObject(j, "team", e[k].team);
         cJSON_AddNumberToObject(j, "priority", e[k].priority);
         cJSON_AddNumberToObject(j, "effective_priority", e[k].eff_priority);
-        add_time(j, "queued_at", e[k].queued_at_ms);
+        store_json_time_ms(j, "queued_at", e[k].queued_at_ms);
         cJSON_AddStringToObject(j, "reason", e[k].reason);
-        add_time(j, "estimated_start", e[k].est_start_ms);
+        store_json_time_ms(j, "estimated_start", e[k].est_start_ms);
         cJSON_AddItemToArray(arr, j);
     }
     free(e);

@@ -14,27 +14,6 @@ static int step_done(sqlite3_stmt *st) {
     return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
 }
 
-static void add_time(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
-    if (sqlite3_column_type(st, col) == SQLITE_NULL) {
-        cJSON_AddNullToObject(o, key);
-        return;
-    }
-    int64_t ms = sqlite3_column_int64(st, col);
-    time_t s = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&s, &tm);
-    char out[64];
-    snprintf(out, sizeof out, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
-             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
-    cJSON_AddStringToObject(o, key, out);
-}
-
-static void add_text(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
-    const unsigned char *t = sqlite3_column_text(st, col);
-    if (t) cJSON_AddStringToObject(o, key, (const char *)t);
-    else cJSON_AddNullToObject(o, key);
-}
-
 static void add_int_or_null(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
     if (sqlite3_column_type(st, col) == SQLITE_NULL) cJSON_AddNullToObject(o, key);
     else cJSON_AddNumberToObject(o, key, (double)sqlite3_column_int64(st, col));
@@ -431,18 +410,18 @@ int exec_job_tasks(db *d, int64_t job_id, int attempt, cJSON **out) {
         const char *type = (const char *)sqlite3_column_text(st, 1);
         snprintf(name, sizeof name, "%s-%d", type ? type : "worker", sqlite3_column_int(st, 2));
         cJSON_AddNumberToObject(t, "id", (double)sqlite3_column_int64(st, 0));
-        add_text(t, "type", st, 1);
+        store_json_text(t, "type", st, 1);
         cJSON_AddNumberToObject(t, "index", sqlite3_column_int(st, 2));
         cJSON_AddStringToObject(t, "name", name);
-        add_text(t, "node", st, 3);
+        store_json_text(t, "node", st, 3);
         cJSON_AddNumberToObject(t, "node_id", (double)sqlite3_column_int64(st, 4));
-        add_text(t, "address", st, 5);
+        store_json_text(t, "address", st, 5);
         cJSON_AddNumberToObject(t, "port", sqlite3_column_int(st, 6));
-        add_text(t, "state", st, 7);
+        store_json_text(t, "state", st, 7);
         add_int_or_null(t, "exit_code", st, 8);
-        add_text(t, "reason", st, 9);
-        add_time(t, "started_at", st, 10);
-        add_time(t, "finished_at", st, 11);
+        store_json_text(t, "reason", st, 9);
+        store_json_time(t, "started_at", st, 10);
+        store_json_time(t, "finished_at", st, 11);
         cJSON_AddItemToArray(arr, t);
     }
     db_done(st);
@@ -497,9 +476,9 @@ static cJSON *metric_row(sqlite3_stmt *st, int c0) {
     cJSON_DeleteItemFromObject(m, "attempt");
     cJSON_DeleteItemFromObject(m, "time");
     cJSON_AddNumberToObject(m, "seq", (double)sqlite3_column_int64(st, c0));
-    add_text(m, "kind", st, c0 + 2);
+    store_json_text(m, "kind", st, c0 + 2);
     cJSON_AddNumberToObject(m, "attempt", sqlite3_column_int(st, c0 + 1));
-    add_time(m, "time", st, c0 + 3);
+    store_json_time(m, "time", st, c0 + 3);
     return m;
 }
 
@@ -653,7 +632,7 @@ int exec_ckpt_list(db *d, int64_t job_id, cJSON **out) {
         cJSON_AddNumberToObject(o, "epoch", (double)c.epoch);
         cJSON_AddNumberToObject(o, "size", (double)c.size);
         cJSON_AddStringToObject(o, "sha256", c.sha256);
-        add_time(o, "created_at", st, 7);
+        store_json_time(o, "created_at", st, 7);
         cJSON_AddNumberToObject(o, "attempt", c.attempt);
         cJSON_AddItemToArray(arr, o);
     }

@@ -31,13 +31,11 @@ int store_is_terminal(const char *state) {
            strcmp(state, "cancelled") == 0;
 }
 
-/* ISO 8601 UTC with milliseconds, or JSON null for 0/NULL. */
-static void add_time(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
-    if (sqlite3_column_type(st, col) == SQLITE_NULL) {
+void store_json_time_ms(cJSON *o, const char *key, int64_t ms) {
+    if (ms <= 0) {
         cJSON_AddNullToObject(o, key);
         return;
     }
-    int64_t ms = sqlite3_column_int64(st, col);
     time_t s = (time_t)(ms / 1000);
     struct tm tm;
     gmtime_r(&s, &tm);
@@ -47,7 +45,12 @@ static void add_time(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
     cJSON_AddStringToObject(o, key, out);
 }
 
-static void add_text(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
+void store_json_time(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
+    if (sqlite3_column_type(st, col) == SQLITE_NULL) cJSON_AddNullToObject(o, key);
+    else store_json_time_ms(o, key, sqlite3_column_int64(st, col));
+}
+
+void store_json_text(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
     const unsigned char *t = sqlite3_column_text(st, col);
     if (t) cJSON_AddStringToObject(o, key, (const char *)t);
     else cJSON_AddNullToObject(o, key);
@@ -97,8 +100,8 @@ static cJSON *teams_query(db *d, int64_t team_id) {
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         cJSON *t = cJSON_CreateObject();
         cJSON_AddNumberToObject(t, "id", (double)sqlite3_column_int64(st, 0));
-        add_text(t, "name", st, 1);
-        add_time(t, "created_at", st, 2);
+        store_json_text(t, "name", st, 1);
+        store_json_time(t, "created_at", st, 2);
         cJSON_AddNumberToObject(t, "weight", sqlite3_column_double(st, 3));
         cJSON_AddNumberToObject(t, "guarantee", sqlite3_column_int(st, 4));
         if (sqlite3_column_type(st, 5) == SQLITE_NULL) cJSON_AddNullToObject(t, "quota");
@@ -228,12 +231,12 @@ int store_job_events(db *d, int64_t job_id, int64_t after, int limit, cJSON **ou
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "id", (double)sqlite3_column_int64(st, 0));
-        add_time(e, "time", st, 1);
-        add_text(e, "kind", st, 2);
-        add_text(e, "from", st, 3);
-        add_text(e, "to", st, 4);
-        add_text(e, "actor", st, 5);
-        add_text(e, "reason", st, 6);
+        store_json_time(e, "time", st, 1);
+        store_json_text(e, "kind", st, 2);
+        store_json_text(e, "from", st, 3);
+        store_json_text(e, "to", st, 4);
+        store_json_text(e, "actor", st, 5);
+        store_json_text(e, "reason", st, 6);
         cJSON_AddItemToArray(arr, e);
     }
     db_done(st);
@@ -295,24 +298,24 @@ fail:
 static cJSON *job_row(sqlite3_stmt *st) {
     cJSON *j = cJSON_CreateObject();
     cJSON_AddNumberToObject(j, "id", (double)sqlite3_column_int64(st, 0));
-    add_text(j, "name", st, 1);
-    add_text(j, "team", st, 2);
-    add_text(j, "state", st, 3);
+    store_json_text(j, "name", st, 1);
+    store_json_text(j, "team", st, 2);
+    store_json_text(j, "state", st, 3);
     cJSON_AddNumberToObject(j, "priority", sqlite3_column_int(st, 4));
     cJSON_AddNumberToObject(j, "attempt", sqlite3_column_int(st, 5));
     cJSON_AddNumberToObject(j, "max_restarts", sqlite3_column_int(st, 6));
     cJSON *r = cJSON_AddObjectToObject(j, "resources");
     cJSON_AddNumberToObject(r, "workers", sqlite3_column_int(st, 7));
     cJSON_AddNumberToObject(r, "devices_per_worker", sqlite3_column_int(st, 8));
-    add_text(r, "device", st, 9);
+    store_json_text(r, "device", st, 9);
     cJSON_AddNumberToObject(r, "ps", sqlite3_column_int(st, 10));
     cJSON_AddNumberToObject(j, "max_runtime_s", (double)sqlite3_column_int64(st, 11));
     cJSON_AddBoolToObject(j, "preemptible", sqlite3_column_int(st, 12));
-    add_text(j, "reason", st, 13);
-    add_time(j, "created_at", st, 14);
-    add_time(j, "updated_at", st, 15);
-    add_time(j, "started_at", st, 16);
-    add_time(j, "finished_at", st, 17);
+    store_json_text(j, "reason", st, 13);
+    store_json_time(j, "created_at", st, 14);
+    store_json_time(j, "updated_at", st, 15);
+    store_json_time(j, "started_at", st, 16);
+    store_json_time(j, "finished_at", st, 17);
     return j;
 }
 

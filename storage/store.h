@@ -29,6 +29,12 @@ typedef struct principal {
 
 const char *token_kind_name(token_kind k);
 
+/* JSON forms of columns: an ISO 8601 UTC time with milliseconds (null for a
+ * NULL column or ms <= 0), a text column (null for NULL). */
+void store_json_time_ms(cJSON *o, const char *key, int64_t ms);
+void store_json_time(cJSON *o, const char *key, sqlite3_stmt *st, int col);
+void store_json_text(cJSON *o, const char *key, sqlite3_stmt *st, int col);
+
 /* ---------------------------------------------------------------- teams */
 int store_team_create(db *d, const char *name, int64_t *id_out);
 int store_team_find(db *d, const char *name, int64_t *id_out);
