@@ -64,6 +64,8 @@ SCHED_SRC   := $(wildcard scheduler/*.c)
 NN_SRC      := $(wildcard executor/nn/*.c)
 DATA_SRC    := $(wildcard executor/data/*.c)
 EXEC_SRC    := $(wildcard executor/*.c)
+COMM_SRC    := $(wildcard executor/comm/*.c)
+STRAT_SRC   := $(wildcard executor/strategy/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ  := $(call obj,$(COMMON_SRC))
@@ -75,10 +77,12 @@ SCHED_OBJ   := $(call obj,$(SCHED_SRC))
 NN_OBJ      := $(call obj,$(NN_SRC))
 DATA_OBJ    := $(call obj,$(DATA_SRC))
 EXEC_OBJ    := $(call obj,$(EXEC_SRC))
+COMM_OBJ    := $(call obj,$(COMM_SRC))
+STRAT_OBJ   := $(call obj,$(STRAT_SRC))
 CU_OBJ      := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
 ENGINE_OBJ  := $(COMMON_OBJ) $(SPEC_OBJ) $(NN_OBJ) $(DATA_OBJ)
 LIB_OBJ     := $(COMMON_OBJ) $(STORAGE_OBJ) $(SPEC_OBJ) $(API_OBJ) $(SERVER_OBJ) \
-               $(SCHED_OBJ) $(NN_OBJ) $(DATA_OBJ) $(EXEC_OBJ) $(CU_OBJ)
+               $(SCHED_OBJ) $(NN_OBJ) $(DATA_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(EXEC_OBJ) $(CU_OBJ)
 
 # Which modules each test links (default: all of them).
 DEPS_check_util    := $(COMMON_OBJ)
@@ -87,6 +91,8 @@ DEPS_check_nn      := $(ENGINE_OBJ)
 DEPS_check_data    := $(ENGINE_OBJ)
 DEPS_check_storage := $(COMMON_OBJ) $(SPEC_OBJ) $(STORAGE_OBJ)
 DEPS_check_sched   := $(COMMON_OBJ) $(SPEC_OBJ) $(STORAGE_OBJ) $(SCHED_OBJ)
+DEPS_check_comm    := $(COMMON_OBJ) $(COMM_OBJ)
+DEPS_check_strategy := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(BUILD)/obj/executor/train_loop.o
 
 TEST_SRC := $(wildcard tests/check_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))

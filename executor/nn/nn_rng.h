@@ -67,4 +67,36 @@ static inline double nn_rng_normal(nn_rng *r)
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+/* ---------------------------------------------------------------- dropout keys
+ * Dropout masks are counter-based: the keep draw of unit j in row `row` of
+ * a batch is a pure function of (seed, dropout layer, step, row), so a
+ * global batch split over any number of replicas (each passing its rows'
+ * global indexes) draws the same masks as one replica, and a resumed run
+ * the same as an uninterrupted one. The GPU kernels compute the same. */
+
+/* splitmix64's finaliser: a bijective 64-bit mix. */
+static inline uint64_t nn_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* The key of one row: layer is the op index in the model, step the number
+ * of optimizer updates done before this one, row the example's index in
+ * the global batch. */
+static inline uint64_t nn_dropout_row_key(uint64_t seed, int layer, long step, long row)
+{
+    uint64_t k = nn_mix64(seed ^ (0x5851f42d4c957f2dULL * (uint64_t)(layer + 1)));
+    k = nn_mix64(k + (uint64_t)step);
+    return nn_mix64(k + (uint64_t)row);
+}
+
+/* 32-bit uniform of unit j of a row: two units per 64-bit mix. */
+static inline uint32_t nn_dropout_u32(uint64_t row_key, int j)
+{
+    uint64_t r = nn_mix64(row_key + (uint64_t)(j >> 1) * 0x9e3779b97f4a7c15ULL);
+    return (j & 1) ? (uint32_t)(r >> 32) : (uint32_t)r;
+}
+
 #endif
