@@ -33,8 +33,8 @@
 typedef struct comm comm;
 
 typedef enum comm_transport {
-    COMM_AUTO = 0,   /* shared memory within a host, TCP between hosts */
-    COMM_TCP = 1     /* TCP between every pair of ring neighbours (tests, benchmarks) */
+    COMM_TRANSPORT_AUTO = 0, /* shared memory within a host, TCP between hosts */
+    COMM_TRANSPORT_TCP = 1   /* TCP between every pair of ring neighbours (tests, benchmarks) */
 } comm_transport;
 
 typedef struct comm_peer {
