@@ -80,6 +80,12 @@ EXEC_OBJ    := $(call obj,$(EXEC_SRC))
 COMM_OBJ    := $(call obj,$(COMM_SRC))
 STRAT_OBJ   := $(call obj,$(STRAT_SRC))
 CU_OBJ      := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
+# The dashboard (web/), the OpenAPI document and the examples are compiled into the binary
+# (scripts/embed_assets.sh writes a C table; server/static.c serves it).
+ASSET_SRC   := $(shell find web -type f ! -name '.*' 2>/dev/null | LC_ALL=C sort) api/openapi.json \
+               $(sort $(wildcard examples/*.json))
+ASSET_OBJ   := $(BUILD)/obj/gen/assets.o
+SERVER_OBJ  += $(ASSET_OBJ)
 ENGINE_OBJ  := $(COMMON_OBJ) $(SPEC_OBJ) $(NN_OBJ) $(DATA_OBJ)
 LIB_OBJ     := $(COMMON_OBJ) $(STORAGE_OBJ) $(SPEC_OBJ) $(API_OBJ) $(SERVER_OBJ) \
                $(SCHED_OBJ) $(NN_OBJ) $(DATA_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(EXEC_OBJ) $(CU_OBJ)
@@ -109,6 +115,16 @@ $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC  $<"
 	@$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/gen/assets.c: $(ASSET_SRC) scripts/embed_assets.sh
+	@mkdir -p $(dir $@)
+	@echo "  GEN $@"
+	@scripts/embed_assets.sh $@ $(ASSET_SRC)
+
+$(ASSET_OBJ): $(BUILD)/gen/assets.c
+	@mkdir -p $(dir $@)
+	@echo "  CC  $<"
+	@$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)

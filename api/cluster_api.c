@@ -186,6 +186,7 @@ static void node_heartbeat(server *srv, http_req *req, http_res *res)
 /* ================================================================ cluster */
 
 typedef struct job_team { int64_t id, team; } job_team;
+typedef struct job_slots { int64_t id; int slots; } job_slots;
 
 static int job_team_cmp(const void *a, const void *b)
 {
@@ -232,11 +233,22 @@ static void cluster_get(server *srv, http_req *req, http_res *res)
         ready += is_ready;
         cJSON *gpus = cJSON_AddArrayToObject(jn, "gpus");
         long ntot[2] = {0, 0}, nused[2] = {0, 0};
+        job_slots *held = NULL; /* CPU slot holders of this node */
+        int nheld = 0;
         while (d < cs.n_devices && cs.devices[d].node_id < n->id) d++;
         for (; d < cs.n_devices && cs.devices[d].node_id == n->id; d++) {
             const cl_device *v = &cs.devices[d];
             ntot[v->kind]++;
             if (v->job_id) nused[v->kind]++;
+            if (v->kind == 0 && v->job_id) {
+                int h = 0;
+                while (h < nheld && held[h].id != v->job_id) h++;
+                if (h == nheld) {
+                    held = xrealloc(held, (size_t)(nheld + 1) * sizeof *held);
+                    held[nheld++] = (job_slots){v->job_id, 0};
+                }
+                held[h].slots++;
+            }
             if (v->kind != 1) continue;
             cJSON *g = cJSON_CreateObject();
             cJSON_AddNumberToObject(g, "index", v->idx);
@@ -253,6 +265,16 @@ static void cluster_get(server *srv, http_req *req, http_res *res)
         cJSON *cpu = cJSON_AddObjectToObject(jn, "cpu_slots");
         cJSON_AddNumberToObject(cpu, "total", (double)ntot[0]);
         cJSON_AddNumberToObject(cpu, "used", (double)nused[0]);
+        cJSON *holders = cJSON_AddArrayToObject(cpu, "holders");
+        for (int h = 0; h < nheld; h++) {
+            cJSON *x = cJSON_CreateObject();
+            if (!scope || team_of(jt, cs.n_jobs, held[h].id) == scope)
+                cJSON_AddNumberToObject(x, "job", (double)held[h].id);
+            else cJSON_AddStringToObject(x, "job", "another team");
+            cJSON_AddNumberToObject(x, "slots", held[h].slots);
+            cJSON_AddItemToArray(holders, x);
+        }
+        free(held);
         cJSON_AddNumberToObject(jn, "gpus_used", (double)nused[1]);
         if (is_ready)
             for (int k = 0; k < 2; k++) { tot[k] += ntot[k]; used[k] += nused[k]; }

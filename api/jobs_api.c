@@ -7,6 +7,7 @@
 #include "exec_api.h"
 #include "../server/server.h"
 #include "../storage/store.h"
+#include "../storage/stats.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -141,6 +142,11 @@ static void job_list(server *srv, http_req *req, http_res *res) {
     cJSON *arr = NULL;
     int64_t next = 0;
     if (store_jobs_list(srv->db, scope_team(req), state, before, (int)limit, &arr, &next) != STORE_OK) {
+        db_unavailable(res);
+        return;
+    }
+    if (stats_jobs_decorate(srv->db, arr) < 0) { /* strategy and progress, for the dashboard */
+        cJSON_Delete(arr);
         db_unavailable(res);
         return;
     }

@@ -5,6 +5,8 @@
 #include <stdio.h>
 
 #include "cluster_api.h"
+#include "metrics_api.h"
+#include "web_api.h"
 #include "../server/server.h"
 #include "../scheduler/lifecycle.h"
 #include "../scheduler/scheduler.h"
@@ -15,6 +17,8 @@ const route *const api_route_tables[] = {
     api_teams_routes,
     api_exec_routes,
     api_cluster_routes,
+    api_metrics_routes,
+    api_web_routes,
     NULL,
 };
 

@@ -470,6 +470,17 @@ static struct {
     sched_config cfg;
 } g_sched = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0, 0, NULL, {0}};
 
+const double sched_pass_le[SCHED_PASS_NB] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                             0.05,   0.1,   0.25,   0.5,   1,    2.5};
+static sched_thread_stats g_pass_stats; /* under g_sched.mu */
+
+void sched_thread_stats_get(sched_thread_stats *out)
+{
+    pthread_mutex_lock(&g_sched.mu);
+    *out = g_pass_stats;
+    pthread_mutex_unlock(&g_sched.mu);
+}
+
 static void *sched_main(void *arg)
 {
     (void)arg;
@@ -487,8 +498,18 @@ static void *sched_main(void *arg)
         g_sched.kicked = 0;
         pthread_mutex_unlock(&g_sched.mu);
         sched_pass_stats st;
-        if (sched_pass(g_sched.d, &g_sched.cfg, now_ms(), &st) < 0) log_warn("scheduler: pass failed");
+        double t0 = mono_s();
+        int failed = sched_pass(g_sched.d, &g_sched.cfg, now_ms(), &st) < 0;
+        double took = mono_s() - t0;
+        if (failed) log_warn("scheduler: pass failed");
         pthread_mutex_lock(&g_sched.mu);
+        int b = 0;
+        while (b < SCHED_PASS_NB && took > sched_pass_le[b]) b++;
+        g_pass_stats.bucket[b]++;
+        g_pass_stats.passes++;
+        g_pass_stats.failed += (uint64_t)failed;
+        g_pass_stats.sum_s += took;
+        g_pass_stats.last_s = took;
     }
     pthread_mutex_unlock(&g_sched.mu);
     return NULL;

@@ -65,6 +65,18 @@ void sched_config_current(sched_config *out);
 void sched_kick(void);
 void sched_stop(void);
 
+/* How long the thread's passes take (GET /metrics): counts per duration
+ * bucket (upper bounds in sched_pass_le, one more for +Inf), their sum, and
+ * the passes that failed. */
+#define SCHED_PASS_NB 12
+extern const double sched_pass_le[SCHED_PASS_NB];
+typedef struct sched_thread_stats {
+    uint64_t bucket[SCHED_PASS_NB + 1];   /* non-cumulative */
+    uint64_t passes, failed;
+    double sum_s, last_s;
+} sched_thread_stats;
+void sched_thread_stats_get(sched_thread_stats *out);
+
 /* Test hook: the n-th write of the next decision transactions fails (0 off),
  * as a crash there would. */
 void sched_fault_after(int n);

@@ -8,6 +8,7 @@
  * docs/server.md records why this is chosen over MHD's select thread pool. */
 #include "http.h"
 #include "server.h"
+#include "static.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -21,10 +22,25 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Latency histogram buckets (upper bounds, seconds); one more for +Inf. */
+static const double g_le[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                              0.25,   0.5,   1,      2.5,   5,     10,   30,    60};
+#define HIST_NB (sizeof g_le / sizeof g_le[0])
+
+typedef struct http_hist {
+    uint64_t bucket[HIST_NB + 1];     /* non-cumulative counts; the last is +Inf */
+    uint64_t count;
+    uint64_t sum_us;
+} http_hist;
+
 struct http_daemon {
     struct MHD_Daemon *mhd;
     struct server *srv;
     const route *const *tables;
+    int nroutes;                      /* slots 0..nroutes-1: routes in table order */
+    int slot_static, slot_unmatched;  /* nroutes, nroutes + 1 */
+    const route **slot_route;         /* (nroutes) */
+    http_hist *hist;                  /* (nroutes + 2), updated with atomics */
 };
 
 static int64_t now_us(void) {
@@ -190,16 +206,19 @@ static int route_match(const char *pattern, const char *path, http_req *req) {
     return 1;
 }
 
-/* Finds the route for method+path. *path_known tells a 405 from a 404. */
+/* Finds the route for method+path; *slot gets its index in table order.
+ * *path_known tells a 405 from a 404. */
 static const route *route_find(const route *const *tables, const char *method, const char *path,
-                               http_req *req, int *path_known) {
+                               http_req *req, int *path_known, int *slot) {
     *path_known = 0;
+    int i = 0;
     for (const route *const *t = tables; *t; t++) {
-        for (const route *r = *t; r->pattern; r++) {
+        for (const route *r = *t; r->pattern; r++, i++) {
             if (!route_match(r->pattern, path, NULL)) continue;
             *path_known = 1;
             if (strcmp(r->method, method) == 0) {
                 route_match(r->pattern, path, req);
+                *slot = i;
                 return r;
             }
         }
@@ -242,6 +261,7 @@ static enum MHD_Result queue(http_req *req, http_res *res) {
     if (res->etag[0]) MHD_add_response_header(r, "X-Checksum-Sha256", res->etag);
     if (res->xhdr_name[0]) MHD_add_response_header(r, res->xhdr_name, res->xhdr_value);
     MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     req->status = res->status;
     req->sent = res->len;
     req->answered = 1;
@@ -302,6 +322,37 @@ static int authenticate(struct server *srv, http_req *req, http_res *res) {
     return 0;
 }
 
+/* The dashboard's policy: scripts, styles, images and connections from this
+ * origin only (no inline script, no outside network), never framed. */
+static const char CSP[] = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
+                          "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
+
+/* Answers a dashboard file (GET or HEAD), or 304 when If-None-Match names
+ * its ETag. The bytes live as long as the process: no copy. */
+static enum MHD_Result answer_static(http_req *req, const static_file *f) {
+    const char *inm = http_header(req, MHD_HTTP_HEADER_IF_NONE_MATCH);
+    int not_modified = inm && (strstr(inm, f->etag) != NULL || strcmp(inm, "*") == 0);
+    struct MHD_Response *r = not_modified
+        ? MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT)
+        : MHD_create_response_from_buffer(f->len, (void *)f->data, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", f->content_type);
+    MHD_add_response_header(r, "ETag", f->etag);
+    MHD_add_response_header(r, "Cache-Control", f->cache_control);
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    if (f->is_html) {
+        MHD_add_response_header(r, "Content-Security-Policy", CSP);
+        MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+        MHD_add_response_header(r, "X-Frame-Options", "DENY");
+    }
+    req->status = not_modified ? 304 : 200;
+    req->sent = not_modified ? 0 : f->len;
+    req->answered = 1;
+    enum MHD_Result ret = MHD_queue_response(req->conn, (unsigned)req->status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls) {
@@ -318,8 +369,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req->method = method;
         req->path = url;
         req->t0_us = now_us();
+        req->slot = h->slot_unmatched;
+        if ((strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) && strncmp(url, "/api/", 5) != 0) {
+            const static_file *f = static_find(url);
+            if (f) {
+                req->slot = h->slot_static;
+                return answer_static(req, f);
+            }
+        }
         int path_known = 0;
-        req->route = route_find(h->tables, method, url, req, &path_known);
+        req->route = route_find(h->tables, method, url, req, &path_known, &req->slot);
         if (!req->route) {
             if (path_known) {
                 char allow[128];
@@ -359,13 +418,27 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return answer_now(req, &res);
 }
 
+/* Counts one answered request in its slot's histogram. */
+static void hist_add(http_daemon *h, int slot, int64_t us) {
+    if (slot < 0 || slot > h->slot_unmatched) return;
+    http_hist *hh = &h->hist[slot];
+    double s = (double)us / 1e6;
+    size_t b = 0;
+    while (b < HIST_NB && s > g_le[b]) b++;
+    __atomic_fetch_add(&hh->bucket[b], 1, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&hh->sum_us, (uint64_t)(us > 0 ? us : 0), __ATOMIC_RELAXED);
+    __atomic_fetch_add(&hh->count, 1, __ATOMIC_RELAXED);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
-    (void)cls;
+    http_daemon *h = cls;
     (void)conn;
     http_req *req = *con_cls;
     if (!req) return;
-    double ms = (double)(now_us() - req->t0_us) / 1000.0;
+    int64_t us = now_us() - req->t0_us;
+    hist_add(h, req->slot, us);
+    double ms = (double)us / 1000.0;
     log_msg(req->status >= 500 || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? LOG_WARN : LOG_INFO,
             "%s %s %d %zuB %.2fms%s", req->method, req->path, req->status, req->sent, ms,
             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
@@ -396,12 +469,21 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
     http_daemon *h = xcalloc(1, sizeof *h);
     h->srv = srv;
     h->tables = tables;
+    for (const route *const *t = tables; *t; t++)
+        for (const route *r = *t; r->pattern; r++) h->nroutes++;
+    h->slot_static = h->nroutes;
+    h->slot_unmatched = h->nroutes + 1;
+    h->slot_route = xcalloc((size_t)h->nroutes + 1, sizeof *h->slot_route);
+    h->hist = xcalloc((size_t)h->nroutes + 2, sizeof *h->hist);
+    int k = 0;
+    for (const route *const *t = tables; *t; t++)
+        for (const route *r = *t; r->pattern; r++) h->slot_route[k++] = r;
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                      MHD_USE_ERROR_LOG;
     h->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h,
                               MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
                               MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, NULL,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
                               MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
                               MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
@@ -409,6 +491,8 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
     if (!h->mhd) {
         snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port,
                  errno ? strerror(errno) : "libmicrohttpd failed to start");
+        free(h->slot_route);
+        free(h->hist);
         free(h);
         return NULL;
     }
@@ -420,5 +504,39 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
 void http_stop(http_daemon *h) {
     if (!h) return;
     MHD_stop_daemon(h->mhd);
+    free(h->slot_route);
+    free(h->hist);
     free(h);
+}
+
+int http_latency_write(http_daemon *h, buf *out) {
+    static const char name[] = "trainyard_http_request_duration_seconds";
+    int rc = buf_printf(out,
+                        "# HELP %s Time from a request's arrival to the end of its answer, by route pattern "
+                        "(static: dashboard files; unmatched: 404/405).\n# TYPE %s histogram\n",
+                        name, name);
+    for (int i = 0; rc == 0 && i <= h->slot_unmatched; i++) {
+        http_hist snap;
+        for (size_t b = 0; b <= HIST_NB; b++) snap.bucket[b] = __atomic_load_n(&h->hist[i].bucket[b], __ATOMIC_RELAXED);
+        snap.count = __atomic_load_n(&h->hist[i].count, __ATOMIC_RELAXED);
+        snap.sum_us = __atomic_load_n(&h->hist[i].sum_us, __ATOMIC_RELAXED);
+        if (!snap.count) continue;
+        const char *method = i < h->nroutes ? h->slot_route[i]->method : i == h->slot_static ? "GET" : "any";
+        const char *pat = i < h->nroutes ? h->slot_route[i]->pattern : i == h->slot_static ? "static" : "unmatched";
+        /* the counts are read one by one while others add: make the series consistent */
+        uint64_t cum = 0;
+        for (size_t b = 0; rc == 0 && b < HIST_NB; b++) {
+            cum += snap.bucket[b];
+            rc = buf_printf(out, "%s_bucket{method=\"%s\",route=\"%s\",le=\"%g\"} %llu\n", name, method, pat,
+                            g_le[b], (unsigned long long)cum);
+        }
+        cum += snap.bucket[HIST_NB];
+        if (rc == 0)
+            rc = buf_printf(out,
+                            "%s_bucket{method=\"%s\",route=\"%s\",le=\"+Inf\"} %llu\n"
+                            "%s_sum{method=\"%s\",route=\"%s\"} %.6f\n%s_count{method=\"%s\",route=\"%s\"} %llu\n",
+                            name, method, pat, (unsigned long long)cum, name, method, pat,
+                            (double)snap.sum_us / 1e6, name, method, pat, (unsigned long long)cum);
+    }
+    return rc;
 }

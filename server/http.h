@@ -6,6 +6,10 @@
  * token against the route's allowed token kinds (401/403), calls the handler,
  * and answers JSON. Every failure is {"error": {"code","message","field"}}.
  *
+ * Other GET/HEAD paths outside /api/ are the dashboard's files
+ * (server/static.h). Every answer is timed into a latency histogram per
+ * route (http_latency_write, for GET /metrics).
+ *
  * defines: http_start, http_stop, http_json, http_error, http_query, ... */
 #ifndef TRAINYARD_HTTP_H
 #define TRAINYARD_HTTP_H
@@ -48,6 +52,7 @@ typedef struct http_req {
     size_t sent;
     int too_large;
     int answered;
+    int slot;                         /* latency histogram slot: route index, or static/unmatched */
 } http_req;
 
 typedef struct http_res {
@@ -87,6 +92,10 @@ typedef struct http_daemon http_daemon;
 http_daemon *http_start(struct server *srv, const char *host, int port, const route *const *tables,
                         int *port_out, char *err, size_t errlen);
 void http_stop(http_daemon *h);
+
+/* Appends the request latency histogram by route (Prometheus text format,
+ * trainyard_http_request_duration_seconds) to out: 0, or -1 when out is full. */
+int http_latency_write(http_daemon *h, buf *out);
 
 /* ---------------------------------------------------------------- replies */
 /* Answers status with the JSON value (ownership passes; NULL = {}). */

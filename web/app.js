@@ -1,0 +1,634 @@
+/* app.js - the trainyard dashboard: sign-in with a team token, the jobs table,
+ * a job's page (live loss/accuracy charts over server-sent events, timeline,
+ * log tail, checkpoints, cancel), the submit form, the queue and the cluster.
+ *
+ * Every page is built with h() below, which puts data into text nodes and
+ * attributes (never innerHTML), so nothing the server or a user sent is ever
+ * parsed as markup. The token is kept in localStorage and sent as
+ * "Authorization: Bearer"; server-sent events are read with fetch() streaming
+ * so the token travels in that header too, never in a URL (docs/dashboard.md). */
+'use strict';
+
+const TOKEN_KEY = 'trainyard.token';
+const FINISHED = new Set(['succeeded', 'failed', 'cancelled']);
+const main = document.getElementById('main');
+let pageTimers = [];      /* cleared when the page changes */
+let pageAbort = null;     /* AbortController of the page's fetches and streams */
+
+/* ------------------------------------------------------------ helpers */
+
+/* h('td', {class: 'num'}, 'text', child...) - an element; strings become text nodes. */
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+    else if (k === 'dataset') Object.assign(el.dataset, v);
+    else el.setAttribute(k, v === true ? '' : String(v));
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+function token() { return localStorage.getItem(TOKEN_KEY) || ''; }
+
+class ApiError extends Error {
+  constructor(status, body) {
+    const e = (body && body.error) || {};
+    super(e.message || `HTTP ${status}`);
+    this.status = status;
+    this.code = e.code || '';
+    this.field = e.field || null;
+  }
+}
+
+/* One API call with the bearer token; resolves to the parsed JSON (or text). */
+async function api(path, opts = {}) {
+  const headers = Object.assign({Authorization: 'Bearer ' + token()}, opts.headers || {});
+  if (opts.body !== undefined) headers['Content-Type'] = 'application/json';
+  const r = await fetch('/api/v1' + path, {method: opts.method || 'GET', headers, body: opts.body,
+                                           signal: opts.signal || (pageAbort && pageAbort.signal)});
+  const text = await r.text();
+  let body = null;
+  if ((r.headers.get('Content-Type') || '').startsWith('application/json') && text) body = JSON.parse(text);
+  if (r.status === 401 && !opts.noSignout) { signOut('Your token was refused; sign in again.'); throw new ApiError(401, body); }
+  if (!r.ok) throw new ApiError(r.status, body);
+  return opts.raw ? {text, headers: r.headers} : body;
+}
+
+function fmtDuration(s) {
+  if (s === null || s === undefined || !isFinite(s)) return '–';
+  s = Math.max(0, Math.round(s));
+  if (s < 60) return s + 's';
+  if (s < 3600) return Math.floor(s / 60) + 'm ' + String(s % 60).padStart(2, '0') + 's';
+  return Math.floor(s / 3600) + 'h ' + String(Math.floor(s % 3600 / 60)).padStart(2, '0') + 'm';
+}
+function fmtTime(iso) { return iso ? new Date(iso).toLocaleTimeString() : '–'; }
+function fmtNum(v, digits = 4) { return typeof v === 'number' ? v.toFixed(digits) : '–'; }
+function badge(state) { return h('span', {class: 'badge ' + state, 'data-state': state}, state); }
+function elapsed(job) {
+  if (!job.started_at) return null;
+  const end = job.finished_at ? Date.parse(job.finished_at) : Date.now();
+  return (end - Date.parse(job.started_at)) / 1000;
+}
+function devices(job) {
+  const r = job.resources || {};
+  return `${r.workers}×${r.devices_per_worker} ${r.device}` + (r.ps ? ` +${r.ps} ps` : '');
+}
+function progressCell(job) {
+  const p = job.progress;
+  const frac = FINISHED.has(job.state) && job.state === 'succeeded' ? 1 : (p && typeof p.fraction === 'number' ? p.fraction : 0);
+  const label = p && p.epochs ? `epoch ${Math.min((p.latest_epoch && p.latest_epoch.epoch) || p.epoch || 0, p.epochs)}/${p.epochs} · ${Math.round(frac * 100)}%`
+                              : `${Math.round(frac * 100)}%`;
+  return h('td', {class: 'progress-cell'}, h('progress', {max: 1, value: frac, 'aria-label': 'progress ' + label}),
+           h('span', {class: 'small muted'}, label));
+}
+function every(ms, fn) { const t = setInterval(fn, ms); pageTimers.push(t); return t; }
+function setMain(...nodes) { main.replaceChildren(...nodes); }
+function errorBox(e) { return h('div', {class: 'alert', role: 'alert'}, e.message || String(e)); }
+
+/* ------------------------------------------------------------ sign-in */
+
+function signOut(msg) {
+  localStorage.removeItem(TOKEN_KEY);
+  location.hash = '#/signin';
+  if (msg) sessionStorage.setItem('trainyard.msg', msg);
+  route();
+}
+
+function pageSignin() {
+  const err = h('p', {class: 'field-error', id: 'signin-error', role: 'alert'});
+  const msg = sessionStorage.getItem('trainyard.msg');
+  sessionStorage.removeItem('trainyard.msg');
+  if (msg) err.textContent = msg;
+  const input = h('input', {id: 'token', name: 'token', type: 'password', autocomplete: 'off', required: true,
+                            placeholder: 'ty_…', spellcheck: 'false'});
+  const form = h('form', {class: 'card', id: 'signin', onsubmit: async (ev) => {
+    ev.preventDefault();
+    err.textContent = '';
+    const t = input.value.trim();
+    localStorage.setItem(TOKEN_KEY, t);
+    try {
+      await api('/jobs?limit=1', {noSignout: true});
+      location.hash = '#/jobs';
+    } catch (e) {
+      localStorage.removeItem(TOKEN_KEY);
+      err.textContent = e.status === 401 ? 'This token is not valid.' : e.message;
+    }
+  }},
+    h('h1', {}, 'Sign in'),
+    h('p', {class: 'muted'}, 'Paste your team token (with "trainyard up" it is in .trainyard/token). It stays in this browser only.'),
+    h('label', {for: 'token'}, 'Team token', input), err,
+    h('button', {class: 'primary', type: 'submit'}, 'Sign in'));
+  setMain(h('div', {class: 'signin'}, form));
+  input.focus();
+}
+
+/* ------------------------------------------------------------ jobs table */
+
+function pageJobs() {
+  const filter = h('select', {id: 'state-filter', 'aria-label': 'state'},
+    ['all', 'queued', 'starting', 'running', 'succeeded', 'failed', 'cancelled'].map(s => h('option', {value: s}, s)));
+  const body = h('tbody');
+  const status = h('span', {class: 'small muted', id: 'jobs-updated'});
+  const table = h('div', {class: 'table-wrap'}, h('table', {id: 'jobs'},
+    h('thead', {}, h('tr', {}, h('th', {}, 'ID'), h('th', {}, 'Name'), h('th', {}, 'State'),
+      h('th', {class: 'hide-narrow'}, 'Team'), h('th', {class: 'hide-narrow'}, 'Strategy'),
+      h('th', {class: 'hide-narrow'}, 'Devices'), h('th', {}, 'Progress'), h('th', {class: 'num'}, 'Elapsed'),
+      h('th', {class: 'num'}, 'ETA'))), body));
+  const refresh = async () => {
+    try {
+      const q = filter.value === 'all' ? '' : '&state=' + encodeURIComponent(filter.value);
+      const r = await api('/jobs?limit=100' + q);
+      body.replaceChildren(...(r.jobs.length ? r.jobs.map(jobRow) : [h('tr', {}, h('td', {colspan: 9, class: 'empty'}, 'No jobs yet: submit one.'))]));
+      status.textContent = 'updated ' + new Date().toLocaleTimeString();
+    } catch (e) { if (e.name !== 'AbortError') status.textContent = e.message; }
+  };
+  filter.addEventListener('change', refresh);
+  setMain(h('h1', {}, 'Jobs', h('a', {class: 'button small', href: '#/submit'}, 'Submit a job')),
+          h('div', {class: 'row'}, h('label', {class: 'grow'}, 'Show', filter), status), table);
+  refresh();
+  every(2000, refresh);
+}
+
+function jobRow(j) {
+  const p = j.progress;
+  const eta = FINISHED.has(j.state) ? null : (p && typeof p.eta_s === 'number' ? p.eta_s : null);
+  return h('tr', {dataset: {jobId: j.id, state: j.state}},
+    h('td', {}, h('a', {href: '#/jobs/' + j.id}, '#' + j.id)),
+    h('td', {}, h('a', {href: '#/jobs/' + j.id}, j.name)),
+    h('td', {}, badge(j.state), j.state === 'queued' && j.reason ? h('div', {class: 'small muted'}, j.reason) : null),
+    h('td', {class: 'hide-narrow'}, j.team),
+    h('td', {class: 'hide-narrow'}, j.strategy || 'default'),
+    h('td', {class: 'hide-narrow'}, devices(j)),
+    progressCell(j),
+    h('td', {class: 'num'}, fmtDuration(elapsed(j))),
+    h('td', {class: 'num'}, eta === null ? '–' : fmtDuration(eta)));
+}
+
+/* ------------------------------------------------------------ charts */
+
+/* A uPlot line chart over steps; series added by name, points by step. */
+class StepChart {
+  constructor(el, title, names, colors) {
+    this.el = el; this.names = names; this.points = new Map(); /* step -> [v per series] */
+    this.count = 0;
+    const series = [{label: 'step'}].concat(names.map((n, i) => ({label: n, stroke: colors[i], width: 2, spanGaps: true,
+      points: {show: true, size: 4}})));
+    this.plot = new uPlot({title, width: this.width(), height: 240, series,
+      scales: {x: {time: false}}, axes: [{label: 'step'}, {}], legend: {live: true}}, [[], ...names.map(() => [])], el);
+    el.dataset.points = '0';
+  }
+  width() { return Math.max(260, this.el.clientWidth || this.el.parentElement.clientWidth || 600); }
+  add(step, name, value) {
+    const i = this.names.indexOf(name);
+    if (i < 0 || typeof value !== 'number' || !isFinite(value)) return;
+    if (!this.points.has(step)) this.points.set(step, this.names.map(() => null));
+    if (this.points.get(step)[i] === null) this.count++;
+    this.points.get(step)[i] = value;
+    this.dirty = true;
+  }
+  draw() {
+    if (!this.dirty) return;
+    this.dirty = false;
+    const steps = [...this.points.keys()].sort((a, b) => a - b);
+    this.plot.setData([steps, ...this.names.map((_, i) => steps.map(s => this.points.get(s)[i]))]);
+    this.el.dataset.points = String(this.count);
+  }
+  resize() { this.plot.setSize({width: this.width(), height: 240}); }
+}
+
+/* Feeds one metric (as GET /metrics or the event stream gives it) to the charts. */
+function chartMetric(charts, m) {
+  const step = typeof m.step === 'number' ? m.step : 0;
+  if (m.kind === 'step' || !m.kind) {
+    charts.loss.add(step, 'loss (step)', m.loss);
+    charts.acc.add(step, 'accuracy (step)', m.accuracy);
+  } else if (m.kind === 'epoch') {
+    charts.loss.add(step, 'loss (epoch)', m.loss);
+    charts.loss.add(step, 'val_loss', m.val_loss);
+    charts.acc.add(step, 'accuracy (epoch)', m.accuracy);
+    charts.acc.add(step, 'val_accuracy', m.val_accuracy);
+  } else if (m.kind === 'test') {
+    charts.loss.add(step, 'test_loss', m.test_loss);
+    charts.acc.add(step, 'test_accuracy', m.test_accuracy);
+  }
+}
+
+/* Reads GET /jobs/{id}/events as server-sent events through fetch(), so the
+ * Authorization header goes with it; calls on(type, data, id) per event.
+ * Resolves when the server ends the stream (the job finished). */
+async function readEvents(path, on, signal) {
+  const r = await fetch('/api/v1' + path, {headers: {Authorization: 'Bearer ' + token(), Accept: 'text/event-stream'}, signal});
+  if (!r.ok) throw new ApiError(r.status, null);
+  const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+  let pending = '';
+  for (;;) {
+    const {value, done} = await reader.read();
+    if (done) return;
+    pending += value;
+    let cut;
+    while ((cut = pending.indexOf('\n\n')) >= 0) {
+      const block = pending.slice(0, cut);
+      pending = pending.slice(cut + 2);
+      let type = 'message', data = '', id = null;
+      for (const line of block.split('\n')) {
+        if (line.startsWith(':')) continue;
+        const c = line.indexOf(':');
+        const k = c < 0 ? line : line.slice(0, c);
+        const v = c < 0 ? '' : line.slice(c + 1).replace(/^ /, '');
+        if (k === 'event') type = v; else if (k === 'data') data += (data ? '\n' : '') + v; else if (k === 'id') id = v;
+      }
+      if (data) { try { on(type, JSON.parse(data), id); } catch (e) { console.warn('bad event', e); } }
+    }
+  }
+}
+
+/* ------------------------------------------------------------ job page */
+
+async function pageJob(id) {
+  const signal = pageAbort.signal;
+  let job;
+  try { job = await api('/jobs/' + id); } catch (e) { setMain(h('h1', {}, 'Job #' + id), errorBox(e)); return; }
+  const stateEl = h('span', {id: 'job-state'});
+  const cancelBtn = h('button', {class: 'danger', id: 'cancel', type: 'button'}, 'Cancel job');
+  const cancelMsg = h('span', {class: 'small', id: 'cancel-msg', role: 'status'});
+  const summary = h('dl', {class: 'kv', id: 'job-summary'});
+  const prog = h('div', {id: 'job-progress'});
+  const lossEl = h('div', {class: 'chart', id: 'chart-loss'});
+  const accEl = h('div', {class: 'chart', id: 'chart-accuracy'});
+  const timeline = h('ol', {class: 'timeline', id: 'timeline'});
+  const tasks = h('tbody');
+  const logSel = h('select', {id: 'log-task', 'aria-label': 'task'});
+  const log = h('pre', {class: 'log', id: 'log'}, '');
+  const ckpts = h('tbody');
+  setMain(
+    h('h1', {}, h('span', {}, `#${job.id} ${job.name}`), stateEl, h('span', {class: 'grow'}), cancelMsg, cancelBtn),
+    h('div', {class: 'grid2'}, h('div', {class: 'card'}, summary), h('div', {class: 'card'}, prog)),
+    h('div', {class: 'grid2'}, h('div', {class: 'card'}, lossEl), h('div', {class: 'card'}, accEl)),
+    h('div', {class: 'grid2'},
+      h('div', {}, h('h2', {}, 'Timeline'), h('div', {class: 'card'}, timeline)),
+      h('div', {}, h('h2', {}, 'Tasks'), h('div', {class: 'table-wrap'}, h('table', {id: 'tasks'},
+        h('thead', {}, h('tr', {}, h('th', {}, 'Task'), h('th', {}, 'Node'), h('th', {}, 'State'), h('th', {}, 'Exit'))), tasks)))),
+    h('div', {class: 'row'}, h('h2', {class: 'grow'}, 'Log'), logSel), log,
+    h('h2', {}, 'Checkpoints'),
+    h('div', {class: 'table-wrap'}, h('table', {id: 'checkpoints'}, h('thead', {}, h('tr', {},
+      h('th', {}, 'ID'), h('th', {class: 'num'}, 'Epoch'), h('th', {class: 'num'}, 'Step'), h('th', {class: 'num hide-narrow'}, 'Size'),
+      h('th', {class: 'hide-narrow'}, 'sha256'), h('th', {}, 'Created'), h('th', {}, ''))), ckpts)));
+
+  const charts = {
+    loss: new StepChart(lossEl, 'Loss', ['loss (step)', 'loss (epoch)', 'val_loss', 'test_loss'], ['#8c959f', '#0969da', '#cf222e', '#8250df']),
+    acc: new StepChart(accEl, 'Accuracy', ['accuracy (step)', 'accuracy (epoch)', 'val_accuracy', 'test_accuracy'], ['#8c959f', '#0969da', '#1a7f37', '#8250df']),
+  };
+  const onResize = () => { charts.loss.resize(); charts.acc.resize(); };
+  window.addEventListener('resize', onResize);
+  pageTimers.push({off: () => window.removeEventListener('resize', onResize)});
+
+  const render = () => {
+    stateEl.replaceChildren(badge(job.state));
+    cancelBtn.hidden = FINISHED.has(job.state);
+    const spec = job.spec || {};
+    const kv = [['Team', job.team], ['Strategy', (spec.strategy && spec.strategy.type) || 'default'],
+      ['Devices', devices(job)], ['Priority', job.priority], ['Attempt', `${job.attempt} of ${job.max_restarts + 1}`],
+      ['Created', new Date(job.created_at).toLocaleString()], ['Started', job.started_at ? fmtTime(job.started_at) : '–'],
+      ['Finished', job.finished_at ? fmtTime(job.finished_at) : '–'], ['Elapsed', fmtDuration(elapsed(job))],
+      ['Reason', job.reason || '–']];
+    summary.replaceChildren(...kv.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, String(v))]));
+    const p = job.progress;
+    const frac = job.state === 'succeeded' ? 1 : (p && p.fraction) || 0;
+    const le = p && p.latest_epoch, t = p && p.test;
+    prog.replaceChildren(
+      h('div', {class: 'chart-title'}, 'Progress'),
+      h('progress', {max: 1, value: frac, id: 'progress-bar'}),
+      h('dl', {class: 'kv'},
+        h('dt', {}, 'Epoch'), h('dd', {}, p ? `${(le && le.epoch) || p.epoch || 0} / ${p.epochs || '?'}` : '–'),
+        h('dt', {}, 'Step'), h('dd', {}, p ? `${p.step} / ${p.total_steps || '?'}` : '–'),
+        h('dt', {}, 'Loss'), h('dd', {id: 'latest-loss'}, p && p.latest ? fmtNum(p.latest.loss) : '–'),
+        h('dt', {}, 'Validation'), h('dd', {}, le ? `loss ${fmtNum(le.val_loss)} · accuracy ${fmtNum(le.val_accuracy)}` : '–'),
+        h('dt', {}, 'Test'), h('dd', {}, t ? `loss ${fmtNum(t.test_loss)} · accuracy ${fmtNum(t.test_accuracy)}` : '–'),
+        h('dt', {}, 'Samples/s'), h('dd', {}, p && p.samples_per_sec ? Math.round(p.samples_per_sec).toLocaleString() : '–'),
+        h('dt', {}, 'ETA'), h('dd', {}, FINISHED.has(job.state) ? '–' : fmtDuration(p && p.eta_s))));
+    tasks.replaceChildren(...(job.tasks || []).map(tk => h('tr', {},
+      h('td', {}, tk.name), h('td', {}, tk.node || '–'), h('td', {}, tk.state),
+      h('td', {}, tk.exit_code === null || tk.exit_code === undefined ? '–' : String(tk.exit_code)))));
+    const names = (job.tasks || []).map(tk => tk.name);
+    if (!names.length) names.push('worker-0');
+    if ([...logSel.options].map(o => o.value).join() !== names.join()) {
+      const keep = logSel.value;
+      logSel.replaceChildren(...names.map(n => h('option', {value: n}, n)));
+      if (names.includes(keep)) logSel.value = keep;
+    }
+  };
+  const refreshJob = async () => { try { job = await api('/jobs/' + id); render(); } catch (e) { /* keep what we have */ } };
+
+  const addEvent = (e) => {
+    timeline.append(h('li', {}, h('span', {class: 'small muted'}, fmtTime(e.time)),
+      h('span', {}, e.to ? badge(e.to) : h('strong', {}, e.kind), ' ', h('span', {class: 'small muted'}, e.actor), ' ',
+        e.reason || '')));
+  };
+
+  const refreshCkpts = async () => {
+    try {
+      const r = await api(`/jobs/${id}/checkpoints`);
+      ckpts.replaceChildren(...(r.checkpoints.length ? r.checkpoints.map(c => h('tr', {dataset: {checkpoint: c.id}},
+        h('td', {}, String(c.id)), h('td', {class: 'num'}, String(c.epoch)), h('td', {class: 'num'}, String(c.step)),
+        h('td', {class: 'num hide-narrow'}, (c.size / 1024).toFixed(1) + ' KiB'),
+        h('td', {class: 'hide-narrow small'}, h('code', {}, c.sha256.slice(0, 16) + '…')),
+        h('td', {}, fmtTime(c.created_at)),
+        h('td', {}, h('button', {type: 'button', class: 'download', onclick: () => download(id, c)}, 'Download'))))
+        : [h('tr', {}, h('td', {colspan: 7, class: 'empty'}, 'No checkpoint yet.'))]));
+    } catch (e) { /* next time */ }
+  };
+
+  let logOffset = 0, logTask = null;
+  const refreshLog = async () => {
+    const task = logSel.value || 'worker-0';
+    if (task !== logTask) { logTask = task; logOffset = 0; log.textContent = ''; }
+    try {
+      const r = await api(`/jobs/${id}/logs?task=${encodeURIComponent(task)}&since=${logOffset}&limit=65536`, {raw: true});
+      const next = Number(r.headers.get('X-Next-Offset'));
+      logOffset = isFinite(next) && next > 0 ? next : logOffset + new TextEncoder().encode(r.text).length;
+      if (r.text) {
+        const atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+        const lines = (log.textContent + r.text).split('\n');
+        log.textContent = lines.slice(-400).join('\n');
+        if (atEnd) log.scrollTop = log.scrollHeight;
+      }
+    } catch (e) { if (e.status !== 404) console.warn(e); }
+  };
+  logSel.addEventListener('change', refreshLog);
+
+  cancelBtn.addEventListener('click', async () => {
+    if (!cancelBtn.classList.contains('confirm')) {
+      cancelBtn.classList.add('confirm');
+      cancelBtn.textContent = `Yes, cancel job #${id}`;
+      cancelMsg.textContent = 'Its workers checkpoint and stop.';
+      return;
+    }
+    cancelBtn.disabled = true;
+    try {
+      job = Object.assign(job, await api(`/jobs/${id}/cancel`, {method: 'POST'}));
+      cancelMsg.textContent = 'Cancelled.';
+      render();
+    } catch (e) { cancelMsg.textContent = e.message; }
+    cancelBtn.disabled = false;
+    cancelBtn.classList.remove('confirm');
+    cancelBtn.textContent = 'Cancel job';
+  });
+
+  render();
+  /* history first, then the live stream from where the history ends */
+  let lastSeq = 0, lastEvent = 0;
+  try {
+    for (;;) {
+      const r = await api(`/jobs/${id}/metrics?since=${lastSeq}&limit=10000`);
+      r.metrics.forEach(m => chartMetric(charts, m));
+      if (!r.metrics.length || r.metrics[r.metrics.length - 1].seq >= r.last_seq) { lastSeq = r.last_seq || lastSeq; break; }
+      lastSeq = r.metrics[r.metrics.length - 1].seq;
+    }
+    const ev = await api(`/jobs/${id}/events?limit=1000`);
+    ev.events.forEach(e => { addEvent(e); lastEvent = e.id; });
+  } catch (e) { if (e.name === 'AbortError') return; main.prepend(errorBox(e)); }
+  charts.loss.draw(); charts.acc.draw();
+  refreshCkpts(); refreshLog();
+  every(400, () => { charts.loss.draw(); charts.acc.draw(); });
+  every(2000, () => { if (!FINISHED.has(job.state)) { refreshLog(); refreshJob(); } });
+
+  let lastCkptRefresh = 0;
+  const live = async () => {
+    while (!signal.aborted) {
+      try {
+        await readEvents(`/jobs/${id}/events?after=${lastEvent}&since=${lastSeq}`, (type, data, evId) => {
+          if (type === 'metric') {
+            chartMetric(charts, data);
+            if (typeof data.seq === 'number') lastSeq = Math.max(lastSeq, data.seq);
+            if (data.kind !== 'step' && Date.now() - lastCkptRefresh > 1000) { lastCkptRefresh = Date.now(); refreshCkpts(); refreshJob(); }
+          } else {
+            addEvent(data);
+            lastEvent = Number(evId) || data.id || lastEvent;
+            if (data.to) { job.state = data.to; refreshJob(); }
+          }
+        }, signal);
+      } catch (e) { if (signal.aborted) return; }
+      if (FINISHED.has(job.state)) break;
+      await new Promise(res => setTimeout(res, 2000));
+    }
+    await refreshJob(); refreshCkpts(); refreshLog();
+    charts.loss.draw(); charts.acc.draw();
+  };
+  live();
+}
+
+/* Downloads a checkpoint with the bearer token (a plain link could not send
+ * it) and checks its sha256 against the listed one before saving it. */
+async function download(id, c) {
+  const r = await fetch(`/api/v1/jobs/${id}/checkpoints/${c.id}`, {headers: {Authorization: 'Bearer ' + token()}});
+  if (!r.ok) { alert('download failed: HTTP ' + r.status); return; }
+  const blob = await r.blob();
+  const url = URL.createObjectURL(blob);
+  const a = h('a', {href: url, download: `job-${id}-checkpoint-${c.id}.safetensors`});
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
+/* ------------------------------------------------------------ submit */
+
+const FORM_FIELDS = [
+  ['name', 'Name', 'text'], ['priority', 'Priority', 'number'],
+  ['strategy.type', 'Strategy', ['default', 'one_device', 'mirrored', 'central_storage', 'multi_worker_mirrored', 'parameter_server']],
+  ['resources.workers', 'Workers', 'number'], ['resources.devices_per_worker', 'Devices per worker', 'number'],
+  ['resources.device', 'Device', ['cpu', 'gpu']],
+  ['fit.epochs', 'Epochs', 'number'], ['fit.batch_size', 'Batch size (global)', 'number'],
+  ['compile.optimizer.learning_rate', 'Learning rate', 'number'],
+];
+
+function getPath(o, path) { return path.split('.').reduce((x, k) => (x && typeof x === 'object' ? x[k] : undefined), o); }
+function setPath(o, path, v) {
+  const ks = path.split('.');
+  let x = o;
+  for (const k of ks.slice(0, -1)) { if (!x[k] || typeof x[k] !== 'object') x[k] = {}; x = x[k]; }
+  if (v === undefined) delete x[ks[ks.length - 1]]; else x[ks[ks.length - 1]] = v;
+}
+
+async function pageSubmit() {
+  const exSel = h('select', {id: 'example', 'aria-label': 'example'});
+  const editor = h('textarea', {id: 'spec', name: 'spec', spellcheck: 'false', 'data-field': '', 'aria-label': 'job spec (JSON)'});
+  const editorErr = h('p', {class: 'field-error', id: 'spec-error', role: 'alert'});
+  const topErr = h('div', {id: 'submit-error', role: 'alert'});
+  const inputs = {};
+  const fields = h('div', {class: 'fields'}, FORM_FIELDS.map(([path, label, kind]) => {
+    const id = 'f-' + path.replace(/\./g, '-');
+    const el = Array.isArray(kind)
+      ? h('select', {id, 'data-field': path}, kind.map(v => h('option', {value: v}, v)))
+      : h('input', {id, 'data-field': path, type: kind, step: kind === 'number' ? 'any' : null});
+    inputs[path] = el;
+    el.addEventListener('input', () => {
+      let spec;
+      try { spec = JSON.parse(editor.value); } catch (e) { editorErr.textContent = 'The spec below is not valid JSON: ' + e.message; return; }
+      const raw = el.value.trim();
+      setPath(spec, path, raw === '' ? undefined : (kind === 'number' && !isNaN(Number(raw)) ? Number(raw) : raw));
+      editor.value = JSON.stringify(spec, null, 2);
+    });
+    return h('div', {class: 'field', 'data-for': path}, h('label', {for: id}, label, el));
+  }));
+  const fromEditor = () => {
+    let spec;
+    try { spec = JSON.parse(editor.value); editorErr.textContent = ''; } catch (e) { return; }
+    for (const [path] of FORM_FIELDS) {
+      const v = getPath(spec, path);
+      inputs[path].value = v === undefined || v === null ? '' : String(v);
+    }
+  };
+  editor.addEventListener('input', fromEditor);
+  const clearErrors = () => {
+    topErr.replaceChildren();
+    editorErr.textContent = '';
+    main.querySelectorAll('.field-error.at-field').forEach(e => e.remove());
+    main.querySelectorAll('.invalid').forEach(e => e.classList.remove('invalid'));
+    main.querySelectorAll('[aria-invalid]').forEach(e => e.removeAttribute('aria-invalid'));
+  };
+  const btn = h('button', {class: 'primary', id: 'submit', type: 'submit'}, 'Submit job');
+  const form = h('form', {id: 'submit-form', novalidate: true, onsubmit: async (ev) => {
+    ev.preventDefault();
+    clearErrors();
+    btn.disabled = true;
+    try {
+      const job = await api('/jobs', {method: 'POST', body: editor.value});
+      location.hash = '#/jobs/' + job.id;
+    } catch (e) {
+      showError(e);
+    } finally { btn.disabled = false; }
+  }},
+    h('div', {class: 'card'}, h('label', {for: 'example'}, 'Start from an example', exSel), fields),
+    h('div', {class: 'card'}, h('label', {for: 'spec'}, 'Job spec (JSON: every field, see docs/jobspec.md)', editor), editorErr),
+    topErr, h('div', {class: 'row'}, btn));
+  /* An error that names a field is shown at that field's input, or at the
+   * JSON editor for fields the form does not have. */
+  const showError = (e) => {
+    const where = e.field ? main.querySelector(`[data-field="${CSS.escape(e.field)}"]`) : null;
+    const text = e.field ? `${e.field}: ${e.message}` : e.message;
+    if (where && where !== editor) {
+      where.setAttribute('aria-invalid', 'true');
+      where.closest('.field').classList.add('invalid');
+      where.closest('.field').append(h('p', {class: 'field-error at-field', role: 'alert', 'data-error-for': e.field}, e.message));
+      where.focus();
+    } else if (e.field || e.status === 400) {
+      editor.setAttribute('aria-invalid', 'true');
+      editorErr.textContent = text;
+      editorErr.dataset.errorFor = e.field || '';
+      editor.focus();
+    }
+    topErr.replaceChildren(h('div', {class: 'alert'}, `Not submitted (HTTP ${e.status || '?'} ${e.code || ''}): ${text}`));
+  };
+  setMain(h('h1', {}, 'Submit a job'), form);
+  try {
+    const r = await api('/examples');
+    exSel.replaceChildren(...r.examples.map(x => h('option', {value: x.file}, x.file)));
+    const load = () => {
+      const x = r.examples.find(y => y.file === exSel.value);
+      if (x) { editor.value = JSON.stringify(x.spec, null, 2); clearErrors(); fromEditor(); }
+    };
+    exSel.addEventListener('change', load);
+    const pick = r.examples.find(x => x.file === 'fashion_mnist_quick.json') || r.examples[0];
+    if (pick) { exSel.value = pick.file; load(); }
+  } catch (e) { if (e.name !== 'AbortError') topErr.replaceChildren(errorBox(e)); }
+}
+
+/* ------------------------------------------------------------ queue */
+
+function pageQueue() {
+  const body = h('tbody');
+  const count = h('span', {class: 'muted small', id: 'queue-count'});
+  const refresh = async () => {
+    try {
+      const r = await api('/queue');
+      count.textContent = `${r.queued} queued in the cluster, ${r.jobs.length} of them yours`;
+      body.replaceChildren(...(r.jobs.length ? r.jobs.map(j => h('tr', {dataset: {jobId: j.id}},
+        h('td', {class: 'num'}, String(j.position)),
+        h('td', {}, h('a', {href: '#/jobs/' + j.id}, '#' + j.id)),
+        h('td', {class: 'hide-narrow'}, j.team),
+        h('td', {class: 'num hide-narrow'}, `${j.priority}` + (j.effective_priority !== j.priority ? ` (${j.effective_priority})` : '')),
+        h('td', {class: 'num'}, fmtDuration((Date.now() - Date.parse(j.queued_at)) / 1000)),
+        h('td', {class: 'reason'}, j.reason),
+        h('td', {}, j.estimated_start ? (Date.parse(j.estimated_start) <= Date.now() ? 'now' : 'in ' + fmtDuration((Date.parse(j.estimated_start) - Date.now()) / 1000)) : 'unknown')))
+        : [h('tr', {}, h('td', {colspan: 7, class: 'empty'}, 'Nothing waits.'))]));
+    } catch (e) { if (e.name !== 'AbortError') count.textContent = e.message; }
+  };
+  setMain(h('h1', {}, 'Queue'), h('p', {}, count),
+    h('div', {class: 'table-wrap'}, h('table', {id: 'queue'}, h('thead', {}, h('tr', {},
+      h('th', {class: 'num'}, '#'), h('th', {}, 'Job'), h('th', {class: 'hide-narrow'}, 'Team'), h('th', {class: 'num hide-narrow'}, 'Priority'),
+      h('th', {class: 'num'}, 'Waiting'), h('th', {}, 'Why it waits'), h('th', {}, 'Estimated start'))), body)));
+  refresh();
+  every(3000, refresh);
+}
+
+/* ------------------------------------------------------------ cluster */
+
+function pageCluster() {
+  const util = h('p', {id: 'utilisation'});
+  const nodes = h('div', {class: 'nodes', id: 'nodes'});
+  const teams = h('tbody');
+  const holderLabel = (job) => typeof job === 'number' ? h('a', {href: '#/jobs/' + job}, 'job #' + job) : String(job);
+  const refresh = async () => {
+    try {
+      const [c, t] = await Promise.all([api('/cluster'), api('/teams')]);
+      const u = c.utilisation;
+      util.textContent = `${u.nodes_ready} of ${u.nodes} nodes ready · GPUs ${u.gpus_used}/${u.gpus} in use · CPU slots ${u.cpu_slots_used}/${u.cpu_slots} in use`;
+      nodes.replaceChildren(...(c.nodes.length ? c.nodes.map(n => {
+        const cpuCells = [];
+        for (const hd of n.cpu_slots.holders || []) for (let k = 0; k < hd.slots; k++)
+          cpuCells.push(h('div', {class: 'slot ' + (typeof hd.job === 'number' ? 'held' : 'other')}, holderLabel(hd.job)));
+        while (cpuCells.length < n.cpu_slots.total) cpuCells.push(h('div', {class: 'slot'}, 'free'));
+        return h('div', {class: 'card node', dataset: {node: n.hostname}},
+          h('div', {class: 'row'}, h('strong', {class: 'grow'}, n.hostname), badge(n.state === 'ready' ? 'succeeded' : 'failed'), h('span', {class: 'small muted'}, n.state)),
+          h('div', {class: 'small muted'}, `${n.address} · last heartbeat ${fmtTime(n.last_heartbeat_at)}`),
+          n.gpus.length ? [h('div', {class: 'small'}, `GPUs (${n.gpus_used}/${n.gpus.length} in use)`),
+            h('div', {class: 'slots'}, n.gpus.map(g => h('div', {class: 'slot ' + (g.job === null ? '' : typeof g.job === 'number' ? 'held' : 'other'),
+              title: `${g.model || 'gpu'} ${g.memory_mb} MiB`}, `gpu:${g.index}`, h('br'), g.job === null ? 'free' : holderLabel(g.job))))] : null,
+          h('div', {class: 'small'}, `CPU slots (${n.cpu_slots.used}/${n.cpu_slots.total} in use)`),
+          h('div', {class: 'slots'}, cpuCells));
+      }) : [h('div', {class: 'card empty'}, 'No node has joined: start an agent (trainyard agent).')]));
+      teams.replaceChildren(...t.teams.map(x => h('tr', {}, h('td', {}, x.name), h('td', {class: 'num'}, String(x.jobs_queued)),
+        h('td', {class: 'num'}, String(x.jobs_running)), h('td', {class: 'num'}, String(x.devices_in_use)),
+        h('td', {class: 'num hide-narrow'}, String(x.weight)), h('td', {class: 'num hide-narrow'}, x.quota === null ? '–' : String(x.quota)))));
+    } catch (e) { if (e.name !== 'AbortError') util.textContent = e.message; }
+  };
+  setMain(h('h1', {}, 'Cluster'), util, nodes, h('h2', {}, 'Teams'),
+    h('div', {class: 'table-wrap'}, h('table', {id: 'teams'}, h('thead', {}, h('tr', {}, h('th', {}, 'Team'), h('th', {class: 'num'}, 'Queued'),
+      h('th', {class: 'num'}, 'Running'), h('th', {class: 'num'}, 'Devices'), h('th', {class: 'num hide-narrow'}, 'Weight'),
+      h('th', {class: 'num hide-narrow'}, 'Quota'))), teams)));
+  refresh();
+  every(3000, refresh);
+}
+
+/* ------------------------------------------------------------ router */
+
+function route() {
+  pageTimers.forEach(t => (t && t.off ? t.off() : clearInterval(t)));
+  pageTimers = [];
+  if (pageAbort) pageAbort.abort();
+  pageAbort = new AbortController();
+  const hash = location.hash.replace(/^#/, '') || '/jobs';
+  const signedIn = !!token();
+  document.getElementById('nav').hidden = !signedIn;
+  document.getElementById('signout').hidden = !signedIn;
+  if (!signedIn) { pageSignin(); return; }
+  const parts = hash.split('/').filter(Boolean);
+  document.querySelectorAll('[data-nav]').forEach(a => a.classList.toggle('active', a.dataset.nav === parts[0]));
+  window.scrollTo(0, 0);
+  if (parts[0] === 'jobs' && /^[0-9]+$/.test(parts[1] || '')) pageJob(parts[1]);
+  else if (parts[0] === 'submit') pageSubmit();
+  else if (parts[0] === 'queue') pageQueue();
+  else if (parts[0] === 'cluster') pageCluster();
+  else if (parts[0] === 'signin') { location.hash = '#/jobs'; }
+  else pageJobs();
+}
+
+document.getElementById('signout').addEventListener('click', () => signOut());
+window.addEventListener('hashchange', route);
+route();
