@@ -5,6 +5,12 @@ set -euo pipefail
 pkgs=(build-essential pkg-config libmicrohttpd-dev libcjson-dev libsqlite3-dev check
       libsubunit-dev libopenblas-dev libcurl4-openssl-dev libssl-dev zlib1g-dev
       dataset-fashion-mnist python3 python3-numpy curl jq sqlite3 procps iproute2)
+# the dashboard's tests: headless Chromium driven by playwright-core from npm,
+# the Prometheus text parser; node and npm only when none is on the PATH
+# (a node from elsewhere, e.g. NodeSource, must not be replaced by Debian's)
+pkgs+=(chromium chromium-driver python3-prometheus-client)
+command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
+command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 pkgs+=(${TRAINYARD_EXTRA_PKGS:-})
 missing=()
 for p in "${pkgs[@]}"; do
