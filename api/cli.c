@@ -1,5 +1,8 @@
 /* cli.c - the command-line client. Human output is a table or key: value
- * lines; --json prints the server's JSON as it came, for scripts. */
+ * lines; --json prints the server's JSON as it came, for scripts (watch
+ * prints one JSON object per line). Exit codes (cli.h, README): 0 ok, 1 the
+ * server refused (4xx), 2 usage, 3 server unreachable or 5xx, 4 the watched
+ * job failed, 5 it was cancelled, 6 a download did not match its sha256. */
 #include "cli.h"
 #include "client.h"
 
@@ -18,7 +21,14 @@ typedef struct cli_opts {
     const char *state;
     long limit;
     const char *reason;
+    int download;
+    const char *checkpoint;     /* --checkpoint CID (default: the newest) */
+    const char *output;         /* -o FILE */
+    int interval_ms;            /* watch */
 } cli_opts;
+
+enum { EXIT_OK = 0, EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3, EXIT_JOB_FAILED = 4,
+       EXIT_JOB_CANCELLED = 5, EXIT_CHECKSUM = 6 };
 
 static const char *jstr(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -64,14 +74,14 @@ static cJSON *call(const cli_opts *o, const char *method, const char *path, cons
     if (rc < 0) {
         fprintf(stderr, "error: cannot reach the server: %s\n", r.error);
         client_reply_release(&r);
-        *exit_code = 1;
+        *exit_code = EXIT_UNREACHABLE;
         return NULL;
     }
     if (r.status >= 400) {
         if (o->json) fwrite(r.body.data ? r.body.data : "", 1, r.body.len, stdout);
         else print_error(&r);
+        *exit_code = r.status >= 500 ? EXIT_UNREACHABLE : EXIT_REFUSED;
         client_reply_release(&r);
-        *exit_code = 1;
         return NULL;
     }
     if (o->json && print_raw) fwrite(r.body.data ? r.body.data : "", 1, r.body.len, stdout);
@@ -280,6 +290,271 @@ static int do_teams(const cli_opts *o) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- watch */
+
+static int finished(const char *st) {
+    return strcmp(st, "succeeded") == 0 || strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0;
+}
+
+static int state_exit(const char *st) {
+    if (strcmp(st, "failed") == 0) return EXIT_JOB_FAILED;
+    if (strcmp(st, "cancelled") == 0) return EXIT_JOB_CANCELLED;
+    return EXIT_OK;
+}
+
+static void fmt_secs(double s, char *out, size_t n) {
+    long v = s > 0 ? (long)(s + 0.5) : 0;
+    if (v < 60) snprintf(out, n, "%lds", v);
+    else if (v < 3600) snprintf(out, n, "%ldm%02lds", v / 60, v % 60);
+    else snprintf(out, n, "%ldh%02ldm", v / 3600, v / 60 % 60);
+}
+
+/* One line for a job: a bar of its steps, epoch, step, the newest loss and
+ * accuracy, the ETA and the state. */
+static void watch_line(const cJSON *j, char *out, size_t n) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "progress");
+    const char *st = jstr(j, "state");
+    double frac = cJSON_IsObject(p) ? jnum(p, "fraction") : 0;
+    if (strcmp(st, "succeeded") == 0) frac = 1;
+    if (frac < 0) frac = 0;
+    if (frac > 1) frac = 1;
+    char bar[32];
+    int w = 24, full = (int)(frac * w + 0.5);
+    for (int i = 0; i < w; i++) bar[i] = i < full ? '#' : '.';
+    bar[w] = '\0';
+    char tail[256] = "";
+    if (cJSON_IsObject(p)) {
+        const cJSON *le = cJSON_GetObjectItemCaseSensitive(p, "latest_epoch");
+        const cJSON *lt = cJSON_GetObjectItemCaseSensitive(p, "latest");
+        int epoch = cJSON_IsObject(le) ? (int)jnum(le, "epoch") : (int)jnum(p, "epoch");
+        char eta[32] = "-";
+        if (!finished(st)) fmt_secs(jnum(p, "eta_s"), eta, sizeof eta);
+        const cJSON *acc = cJSON_IsObject(le) ? cJSON_GetObjectItemCaseSensitive(le, "val_accuracy") : NULL;
+        char accs[32] = "";
+        if (cJSON_IsNumber(acc)) snprintf(accs, sizeof accs, "  val_acc %.4f", acc->valuedouble);
+        snprintf(tail, sizeof tail, "epoch %d/%d  step %d/%d  loss %.4f%s  ETA %s", epoch, (int)jnum(p, "epochs"),
+                 (int)jnum(p, "step"), (int)jnum(p, "total_steps"), cJSON_IsObject(lt) ? jnum(lt, "loss") : 0, accs, eta);
+    }
+    snprintf(out, n, "[%s] %3d%%  %s  %s", bar, (int)(frac * 100 + 0.5), tail[0] ? tail : "waiting for the first step", st);
+}
+
+/* Follows a job until it finishes: a progress bar redrawn in place on a
+ * terminal, a line per change otherwise, one JSON object per change with
+ * --json. The exit code tells how the job ended. */
+static int do_watch(const cli_opts *o, const char *id) {
+    if (!valid_id(id)) {
+        fprintf(stderr, "error: '%s' is not a job id\n", id);
+        return EXIT_USAGE;
+    }
+    char path[128], line[512], last[512] = "";
+    snprintf(path, sizeof path, "/api/v1/jobs/%s", id);
+    int tty = !o->json && isatty(STDOUT_FILENO);
+    cli_opts q = *o;
+    q.json = 0;
+    int ec = EXIT_OK, misses = 0;
+    for (;;) {
+        cJSON *j = call(&q, "GET", path, NULL, 0, 0, &ec);
+        if (!j) {
+            if (ec == EXIT_UNREACHABLE && ++misses < 10) { /* a restarting server: try again */
+                usleep(1000 * 1000);
+                continue;
+            }
+            if (tty) fputc('\n', stdout);
+            return ec;
+        }
+        misses = 0;
+        char st[16];
+        snprintf(st, sizeof st, "%s", jstr(j, "state"));
+        if (o->json) {
+            cJSON *out = cJSON_CreateObject();
+            cJSON_AddNumberToObject(out, "id", jnum(j, "id"));
+            cJSON_AddStringToObject(out, "state", st);
+            const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "progress");
+            cJSON_AddItemToObject(out, "progress", cJSON_IsObject(p) ? cJSON_Duplicate(p, 1) : cJSON_CreateNull());
+            char *s = cJSON_PrintUnformatted(out);
+            cJSON_Delete(out);
+            if (s && strcmp(s, last) != 0) {
+                printf("%s\n", s);
+                snprintf(last, sizeof last, "%.*s", (int)sizeof last - 1, s);
+            }
+            free(s);
+        } else {
+            watch_line(j, line, sizeof line);
+            if (tty) printf("\r\033[K#%s %s", id, line);
+            else if (strcmp(line, last) != 0) printf("#%s %s\n", id, line);
+            snprintf(last, sizeof last, "%s", line);
+        }
+        fflush(stdout);
+        if (finished(st)) {
+            if (tty) fputc('\n', stdout);
+            if (!o->json && strcmp(st, "succeeded") != 0) printf("job %s %s: %s\n", id, st, jstr(j, "reason"));
+            cJSON_Delete(j);
+            return state_exit(st);
+        }
+        cJSON_Delete(j);
+        usleep((useconds_t)o->interval_ms * 1000);
+    }
+}
+
+/* ---------------------------------------------------------------- queue, cluster, events */
+
+static int do_queue(const cli_opts *o) {
+    int ec;
+    cJSON *v = call(o, "GET", "/api/v1/queue", NULL, 0, 1, &ec);
+    if (!v) return ec;
+    if (!o->json) {
+        printf("%d queued\n", (int)jnum(v, "queued"));
+        printf("%-4s %-6s %-12s %4s  %-24s %-24s %s\n", "POS", "JOB", "TEAM", "PRI", "QUEUED", "ESTIMATED START", "WHY IT WAITS");
+        const cJSON *j;
+        cJSON_ArrayForEach(j, cJSON_GetObjectItemCaseSensitive(v, "jobs")) {
+            printf("%-4d %-6d %-12.12s %4d  %-24s %-24s %s\n", (int)jnum(j, "position"), (int)jnum(j, "id"),
+                   jstr(j, "team"), (int)jnum(j, "priority"), jstr(j, "queued_at"),
+                   cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, "estimated_start")) ? jstr(j, "estimated_start") : "unknown",
+                   jstr(j, "reason"));
+        }
+    }
+    cJSON_Delete(v);
+    return 0;
+}
+
+/* "7" or "another team" for a holder. */
+static void holder(const cJSON *job, char *out, size_t n) {
+    if (cJSON_IsNumber(job)) snprintf(out, n, "job %d", (int)job->valuedouble);
+    else if (cJSON_IsString(job)) snprintf(out, n, "%s", job->valuestring);
+    else snprintf(out, n, "free");
+}
+
+static int do_cluster(const cli_opts *o) {
+    int ec;
+    cJSON *v = call(o, "GET", "/api/v1/cluster", NULL, 0, 1, &ec);
+    if (!v) return ec;
+    if (!o->json) {
+        const cJSON *u = cJSON_GetObjectItemCaseSensitive(v, "utilisation");
+        printf("nodes %d/%d ready, gpus %d/%d in use, cpu slots %d/%d in use\n", (int)jnum(u, "nodes_ready"),
+               (int)jnum(u, "nodes"), (int)jnum(u, "gpus_used"), (int)jnum(u, "gpus"), (int)jnum(u, "cpu_slots_used"),
+               (int)jnum(u, "cpu_slots"));
+        const cJSON *n;
+        cJSON_ArrayForEach(n, cJSON_GetObjectItemCaseSensitive(v, "nodes")) {
+            const cJSON *cpu = cJSON_GetObjectItemCaseSensitive(n, "cpu_slots");
+            printf("%-20.20s %-8s %-16s cpu %d/%d", jstr(n, "hostname"), jstr(n, "state"), jstr(n, "address"),
+                   (int)jnum(cpu, "used"), (int)jnum(cpu, "total"));
+            const cJSON *h;
+            cJSON_ArrayForEach(h, cJSON_GetObjectItemCaseSensitive(cpu, "holders")) {
+                char who[48];
+                holder(cJSON_GetObjectItemCaseSensitive(h, "job"), who, sizeof who);
+                printf("  [%s: %d]", who, (int)jnum(h, "slots"));
+            }
+            printf("\n");
+            const cJSON *g;
+            cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(n, "gpus")) {
+                char who[48];
+                holder(cJSON_GetObjectItemCaseSensitive(g, "job"), who, sizeof who);
+                printf("    gpu:%-3d %-24.24s %7d MiB  %s\n", (int)jnum(g, "index"), jstr(g, "model"),
+                       (int)jnum(g, "memory_mb"), who);
+            }
+        }
+    }
+    cJSON_Delete(v);
+    return 0;
+}
+
+static int do_events(const cli_opts *o, const char *id) {
+    if (!valid_id(id)) {
+        fprintf(stderr, "error: '%s' is not a job id\n", id);
+        return EXIT_USAGE;
+    }
+    char path[128];
+    snprintf(path, sizeof path, "/api/v1/jobs/%s/events?limit=1000", id);
+    int ec;
+    cJSON *v = call(o, "GET", path, NULL, 0, 1, &ec);
+    if (!v) return ec;
+    if (!o->json) {
+        const cJSON *e;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(v, "events")) {
+            const char *to = jstr(e, "to");
+            printf("%s  %-10s %-16s %s\n", jstr(e, "time"), strcmp(to, "-") ? to : jstr(e, "kind"), jstr(e, "actor"),
+                   jstr(e, "reason"));
+        }
+    }
+    cJSON_Delete(v);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- checkpoints */
+
+static int do_download(const cli_opts *o, const char *id) {
+    if (o->checkpoint && !valid_id(o->checkpoint)) {
+        fprintf(stderr, "error: --checkpoint wants a checkpoint id\n");
+        return EXIT_USAGE;
+    }
+    char path[160], out[1024];
+    snprintf(path, sizeof path, "/api/v1/jobs/%s/checkpoints/%s", id, o->checkpoint ? o->checkpoint : "latest");
+    if (o->output) snprintf(out, sizeof out, "%s", o->output);
+    else snprintf(out, sizeof out, "job-%s-checkpoint-%s.safetensors", id, o->checkpoint ? o->checkpoint : "latest");
+    client c;
+    if (client_init(&c, o->url, o->token) < 0) {
+        fprintf(stderr, "error: cannot initialise the HTTP client\n");
+        return EXIT_UNREACHABLE;
+    }
+    long status = 0;
+    char want[65], got[65], loc[256], err[512];
+    uint64_t size = 0;
+    buf eb;
+    buf_init(&eb, 64 * 1024);
+    int rc = client_download(&c, path, out, &status, want, got, loc, sizeof loc, &size, &eb, err, sizeof err);
+    client_release(&c);
+    int ret = EXIT_OK;
+    if (rc < 0) {
+        fprintf(stderr, "error: %s\n", err);
+        ret = status ? EXIT_REFUSED : EXIT_UNREACHABLE;
+    } else if (status >= 400) {
+        client_reply r = {.status = status, .body = eb};
+        if (o->json) fwrite(eb.data ? eb.data : "", 1, eb.len, stdout);
+        else print_error(&r);
+        ret = status >= 500 ? EXIT_UNREACHABLE : EXIT_REFUSED;
+    } else if (!want[0] || strcmp(want, got) != 0) {
+        fprintf(stderr, "error: %s: sha256 %s does not match the server's %s; removed\n", out, got, want[0] ? want : "(none)");
+        unlink(out);
+        ret = EXIT_CHECKSUM;
+    } else if (o->json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "file", out);
+        cJSON_AddNumberToObject(j, "size", (double)size);
+        cJSON_AddStringToObject(j, "sha256", got);
+        cJSON_AddStringToObject(j, "location", loc);
+        char *s = cJSON_PrintUnformatted(j);
+        if (s) printf("%s\n", s);
+        free(s);
+        cJSON_Delete(j);
+    } else {
+        printf("saved %s (%llu bytes, sha256 %s verified)\n", out, (unsigned long long)size, got);
+    }
+    buf_release(&eb);
+    return ret;
+}
+
+static int do_checkpoints(const cli_opts *o, const char *id) {
+    if (!valid_id(id)) {
+        fprintf(stderr, "error: '%s' is not a job id\n", id);
+        return EXIT_USAGE;
+    }
+    if (o->download) return do_download(o, id);
+    char path[128];
+    snprintf(path, sizeof path, "/api/v1/jobs/%s/checkpoints", id);
+    int ec;
+    cJSON *v = call(o, "GET", path, NULL, 0, 1, &ec);
+    if (!v) return ec;
+    if (!o->json) {
+        printf("%-6s %6s %8s %10s  %-24s %s\n", "ID", "EPOCH", "STEP", "BYTES", "CREATED", "SHA256");
+        const cJSON *c;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(v, "checkpoints"))
+            printf("%-6d %6d %8d %10.0f  %-24s %s\n", (int)jnum(c, "id"), (int)jnum(c, "epoch"), (int)jnum(c, "step"),
+                   jnum(c, "size"), jstr(c, "created_at"), jstr(c, "sha256"));
+    }
+    cJSON_Delete(v);
+    return 0;
+}
+
 static void cli_usage(FILE *f) {
     fprintf(f,
             "usage: trainyard submit FILE            submit a job spec (JSON)\n"
@@ -288,13 +563,21 @@ static void cli_usage(FILE *f) {
             "       trainyard cancel ID [--reason R]\n"
             "       trainyard logs ID [--task worker-0] [-f]   a task's output; -f follows until the job ends\n"
             "       trainyard teams\n"
+            "       trainyard watch ID [--interval MS]   a progress bar until the job ends\n"
+            "       trainyard queue                  queued jobs, why each waits, estimated start\n"
+            "       trainyard cluster                nodes, devices and who holds them\n"
+            "       trainyard events ID              a job's timeline\n"
+            "       trainyard checkpoints ID [--download [--checkpoint CID] [-o FILE]]\n"
             "options: --json (print the server's JSON), --url URL, --token TOKEN\n"
+            "exit: 0 ok, 1 refused by the server (4xx), 2 usage, 3 server unreachable or 5xx,\n"
+            "      4 watched job failed, 5 watched job cancelled, 6 download sha256 mismatch\n"
             "env: TRAINYARD_URL (default http://127.0.0.1:8080), TRAINYARD_TOKEN (default: ./.trainyard/token)\n");
 }
 
 int cmd_cli(int argc, char **argv) {
     const char *cmd = argv[0];
-    static const char *cmds[] = {"submit", "jobs", "status", "cancel", "teams", "logs"};
+    static const char *cmds[] = {"submit", "jobs",  "status", "cancel", "teams",      "logs",
+                                 "watch",  "queue", "cluster", "events", "checkpoints"};
     int known = 0;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(cmd, cmds[i]) == 0) known = 1;
@@ -303,20 +586,34 @@ int cmd_cli(int argc, char **argv) {
     cli_opts o;
     memset(&o, 0, sizeof o);
     o.limit = 50;
+    o.interval_ms = 500;
     const char *url = NULL, *token = NULL;
     static const struct option longopts[] = {
         {"json", no_argument, NULL, 'j'},   {"url", required_argument, NULL, 'u'},
         {"token", required_argument, NULL, 't'}, {"state", required_argument, NULL, 's'},
         {"limit", required_argument, NULL, 'n'}, {"reason", required_argument, NULL, 'r'},
         {"help", no_argument, NULL, 'h'},   {"task", required_argument, NULL, 'T'},
-        {"follow", no_argument, NULL, 'f'}, {NULL, 0, NULL, 0},
+        {"follow", no_argument, NULL, 'f'}, {"download", no_argument, NULL, 'D'},
+        {"checkpoint", required_argument, NULL, 'C'}, {"output", required_argument, NULL, 'o'},
+        {"interval", required_argument, NULL, 'i'}, {NULL, 0, NULL, 0},
     };
     int c;
     optind = 1;
     const char *task = "worker-0";
     int follow = 0;
-    while ((c = getopt_long(argc, argv, "f", longopts, NULL)) != -1) {
+    long iv;
+    while ((c = getopt_long(argc, argv, "fo:", longopts, NULL)) != -1) {
         switch (c) {
+        case 'D': o.download = 1; break;
+        case 'C': o.checkpoint = optarg; break;
+        case 'o': o.output = optarg; break;
+        case 'i':
+            if (parse_long(optarg, 50, 60000, &iv) < 0) {
+                fprintf(stderr, "error: --interval wants 50-60000 (ms)\n");
+                return 2;
+            }
+            o.interval_ms = (int)iv;
+            break;
         case 'j': o.json = 1; break;
         case 'T': task = optarg; break;
         case 'f': follow = 1; break;
@@ -348,6 +645,11 @@ int cmd_cli(int argc, char **argv) {
     if (strcmp(cmd, "status") == 0 && nargs == 1) return do_status(&o, argv[optind]);
     if (strcmp(cmd, "cancel") == 0 && nargs == 1) return do_cancel(&o, argv[optind]);
     if (strcmp(cmd, "teams") == 0 && nargs == 0) return do_teams(&o);
+    if (strcmp(cmd, "watch") == 0 && nargs == 1) return do_watch(&o, argv[optind]);
+    if (strcmp(cmd, "queue") == 0 && nargs == 0) return do_queue(&o);
+    if (strcmp(cmd, "cluster") == 0 && nargs == 0) return do_cluster(&o);
+    if (strcmp(cmd, "events") == 0 && nargs == 1) return do_events(&o, argv[optind]);
+    if (strcmp(cmd, "checkpoints") == 0 && nargs == 1) return do_checkpoints(&o, argv[optind]);
     if (strcmp(cmd, "logs") == 0 && nargs == 1) {
         for (const char *p = task; *p; p++)
             if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-')) {

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #define CLIENT_BODY_MAX (256u << 20)
 
@@ -113,5 +115,130 @@ int client_default_token(char *out, size_t outlen, char *err, size_t errlen) {
         snprintf(err, errlen, "%s does not hold a token", file);
         return -1;
     }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- download */
+
+typedef struct dl {
+    CURL *h;
+    FILE *f;
+    sha256_stream sha;
+    uint64_t n;
+    long status;
+    buf *err_body;
+    char sha_hdr[65];
+    char loc[256];
+    int failed;
+} dl;
+
+static size_t dl_header(char *p, size_t size, size_t n, void *ud) {
+    dl *d = ud;
+    size_t len = size * n;
+    char line[512];
+    size_t k = len < sizeof line - 1 ? len : sizeof line - 1;
+    memcpy(line, p, k);
+    line[k] = '\0';
+    while (k && (line[k - 1] == '\r' || line[k - 1] == '\n')) line[--k] = '\0';
+    if (strncasecmp(line, "X-Checksum-Sha256:", 18) == 0) {
+        const char *v = line + 18;
+        while (*v == ' ') v++;
+        if (sfmt(d->sha_hdr, sizeof d->sha_hdr, "%s", v) < 0) d->sha_hdr[0] = '\0'; /* not a sha256 */
+    } else if (strncasecmp(line, "Location:", 9) == 0) {
+        const char *v = line + 9;
+        while (*v == ' ') v++;
+        if (sfmt(d->loc, sizeof d->loc, "%s", v) < 0) d->loc[0] = '\0';
+    }
+    return len;
+}
+
+static size_t dl_data(char *p, size_t size, size_t n, void *ud) {
+    dl *d = ud;
+    size_t len = size * n;
+    if (!d->status) curl_easy_getinfo(d->h, CURLINFO_RESPONSE_CODE, &d->status);
+    if (d->status >= 400) {
+        if (d->err_body) buf_append(d->err_body, p, len); /* keeps what fits */
+        return len;
+    }
+    if (fwrite(p, 1, len, d->f) != len || sha256_stream_update(&d->sha, p, len) < 0) {
+        d->failed = 1;
+        return 0;
+    }
+    d->n += len;
+    return len;
+}
+
+int client_download(client *c, const char *path, const char *out_path, long *status, char sha_hdr[65],
+                    char sha_got[65], char *loc, size_t locn, uint64_t *size, buf *err_body, char *err,
+                    size_t errlen) {
+    dl d;
+    memset(&d, 0, sizeof d);
+    d.err_body = err_body;
+    *status = 0;
+    sha_hdr[0] = sha_got[0] = '\0';
+    if (locn) loc[0] = '\0';
+    *size = 0;
+    char url[1024], tmp[4096], auth[300];
+    if (sfmt(url, sizeof url, "%s%s", c->url, path) < 0 || sfmt(tmp, sizeof tmp, "%s.part", out_path) < 0) {
+        snprintf(err, errlen, "path too long");
+        return -1;
+    }
+    d.f = fopen(tmp, "wb");
+    if (!d.f) {
+        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        return -1;
+    }
+    if (sha256_stream_init(&d.sha) < 0) {
+        fclose(d.f);
+        unlink(tmp);
+        snprintf(err, errlen, "cannot start sha256");
+        return -1;
+    }
+    CURL *h = c->curl;
+    d.h = h;
+    curl_easy_reset(h);
+    struct curl_slist *hdr = NULL;
+    if (c->token[0]) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", c->token);
+        hdr = curl_slist_append(hdr, auth);
+    }
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, dl_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &d);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, dl_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &d);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    CURLcode rc = curl_easy_perform(h);
+    curl_slist_free_all(hdr);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+    int ok = rc == CURLE_OK && !d.failed && *status < 400;
+    if (fclose(d.f) != 0) ok = 0;
+    char got[65] = "";
+    sha256_stream_final(&d.sha, got);
+    if (rc != CURLE_OK && !d.failed) {
+        snprintf(err, errlen, "%s: %s", url, curl_easy_strerror(rc));
+        unlink(tmp);
+        return -1;
+    }
+    if (d.failed) {
+        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    if (!ok) { /* an error answer: its body went to err_body */
+        unlink(tmp);
+        return 0;
+    }
+    if (rename(tmp, out_path) < 0) {
+        snprintf(err, errlen, "cannot rename %s: %s", tmp, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    snprintf(sha_hdr, 65, "%s", d.sha_hdr);
+    snprintf(sha_got, 65, "%s", got);
+    if (locn) snprintf(loc, locn, "%s", d.loc);
+    *size = d.n;
     return 0;
 }

@@ -7,6 +7,7 @@
 #define TRAINYARD_CLIENT_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "../common/util.h"
 
 typedef struct client {
@@ -32,6 +33,17 @@ void client_release(client *c);
 int client_request(client *c, const char *method, const char *path, const char *body, size_t body_len,
                    const char *ctype, client_reply *r);
 void client_reply_release(client_reply *r);
+
+/* Downloads GET path into the file at out_path (written to a temporary name
+ * beside it, renamed when complete). *status gets the HTTP status; sha_hdr
+ * (65 bytes) the X-Checksum-Sha256 header or "", sha_got (65) the sha256 of
+ * the bytes, loc (locn bytes) the Location header or "", *size the bytes.
+ * On a status >= 400 the error body is kept in err_body (bounded) and no
+ * file is left. Returns 0 when a response came back, -1 on a transport or
+ * file error (err says why). */
+int client_download(client *c, const char *path, const char *out_path, long *status, char sha_hdr[65],
+                    char sha_got[65], char *loc, size_t locn, uint64_t *size, buf *err_body, char *err,
+                    size_t errlen);
 
 /* TRAINYARD_URL, else http://127.0.0.1:8080. */
 void client_default_url(char *out, size_t outlen);

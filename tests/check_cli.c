@@ -1,0 +1,205 @@
+/* check_cli.c - the CLI's everyday commands as a script uses them, against
+ * the real `trainyard up` on loopback: watch (progress lines, then the exit
+ * code of how the job ended: 0 succeeded, 5 cancelled), watch --json (one
+ * object per change), queue, cluster, events, checkpoints and --download
+ * (the file's sha256 equals the listed one), and the exit codes for a job
+ * that does not exist (1), bad usage (2) and an unreachable server (3). */
+#include "testlib.h"
+
+static ty_proc srv;
+static char team_tok[128];
+
+static void start(void) {
+    memset(&srv, 0, sizeof srv);
+    ty_mkdtemp(srv.dir, sizeof srv.dir, "cli");
+    const char *extra[] = {"--cpu-slots", "1", NULL};
+    ty_server_start_args(&srv, "up", extra);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    setenv("TRAINYARD_URL", srv.url, 1);
+    setenv("TRAINYARD_TOKEN", team_tok, 1);
+}
+
+static void stop(void) {
+    ty_kill(&srv, SIGTERM);
+    ty_rmrf(srv.dir);
+}
+
+/* Runs `trainyard ARGS` (stdout into out, stderr dropped); its exit code. */
+static int cli(const char *args, buf *out) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>/dev/null", ty_bin(), args);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    buf_init(out, 4u << 20);
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0) ck_assert_int_eq(buf_append(out, chunk, n), 0);
+    int st = pclose(p);
+    ck_assert_msg(WIFEXITED(st), "trainyard %s did not exit", args);
+    return WEXITSTATUS(st);
+}
+
+static cJSON *cli_json(const char *args, int want_rc) {
+    buf out;
+    int rc = cli(args, &out);
+    ck_assert_msg(rc == want_rc, "trainyard %s exited %d: %s", args, rc, out.data ? out.data : "");
+    cJSON *v = cJSON_Parse(out.data ? out.data : "");
+    ck_assert_msg(v != NULL, "trainyard %s: not JSON: %s", args, out.data ? out.data : "");
+    buf_release(&out);
+    return v;
+}
+
+static int64_t submit(const char *name, int epochs) {
+    char spec[1400], path[400], args[600];
+    snprintf(spec, sizeof spec,
+             "{\"name\":\"%s\",\"model\":{\"layers\":[{\"type\":\"flatten\",\"input_shape\":[28,28]},"
+             "{\"type\":\"dense\",\"units\":32,\"activation\":\"relu\"},{\"type\":\"dense\",\"units\":10,"
+             "\"activation\":\"softmax\"}]},\"compile\":{\"optimizer\":{\"type\":\"adam\",\"learning_rate\":0.001},"
+             "\"loss\":\"sparse_categorical_crossentropy\",\"metrics\":[\"accuracy\"]},\"data\":{\"source\":"
+             "\"fashion-mnist\",\"limit\":2000,\"validation_split\":0.1,\"seed\":7},\"fit\":{\"epochs\":%d,"
+             "\"batch_size\":64},\"checkpoint\":{\"every_epochs\":1,\"keep\":2}}",
+             name, epochs);
+    snprintf(path, sizeof path, "%s/%s.json", srv.dir, name);
+    ck_assert_int_eq(file_write_atomic(path, spec, strlen(spec), 0600), 0);
+    snprintf(args, sizeof args, "submit --json '%s'", path);
+    cJSON *j = cli_json(args, 0);
+    int64_t id = (int64_t)cJSON_GetObjectItem(j, "id")->valuedouble;
+    cJSON_Delete(j);
+    return id;
+}
+
+START_TEST(watch_to_the_end_and_after) {
+    int64_t id = submit("cli-ok", 3);
+    char args[600];
+    buf out;
+    snprintf(args, sizeof args, "watch %lld --interval 100", (long long)id);
+    ck_assert_int_eq(cli(args, &out), 0);
+    /* not a terminal: a line per change, the last one complete */
+    ck_assert_msg(strstr(out.data, "[########################] 100%") != NULL, "%s", out.data);
+    ck_assert_msg(strstr(out.data, "epoch 3/3") && strstr(out.data, "succeeded"), "%s", out.data);
+    ck_assert_msg(strstr(out.data, "loss 0.") != NULL, "no live loss: %s", out.data);
+    buf_release(&out);
+
+    snprintf(args, sizeof args, "watch %lld --json", (long long)id);
+    cJSON *w = cli_json(args, 0); /* finished: exactly one line */
+    ck_assert_str_eq(cJSON_GetObjectItem(w, "state")->valuestring, "succeeded");
+    ck_assert_int_eq((int)cJSON_GetObjectItem(cJSON_GetObjectItem(w, "progress"), "epochs")->valuedouble, 3);
+    cJSON_Delete(w);
+
+    snprintf(args, sizeof args, "events %lld --json", (long long)id);
+    cJSON *ev = cli_json(args, 0);
+    cJSON *evs = cJSON_GetObjectItem(ev, "events");
+    ck_assert_int_ge(cJSON_GetArraySize(evs), 4);
+    ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetArrayItem(evs, cJSON_GetArraySize(evs) - 1), "to")->valuestring,
+                     "succeeded");
+    cJSON_Delete(ev);
+    snprintf(args, sizeof args, "events %lld", (long long)id);
+    ck_assert_int_eq(cli(args, &out), 0);
+    ck_assert_msg(strstr(out.data, "submitted") && strstr(out.data, "succeeded"), "%s", out.data);
+    buf_release(&out);
+
+    /* checkpoints: the list, and the newest downloaded and verified */
+    snprintf(args, sizeof args, "checkpoints %lld --json", (long long)id);
+    cJSON *ck = cli_json(args, 0);
+    cJSON *newest = cJSON_GetArrayItem(cJSON_GetObjectItem(ck, "checkpoints"), 0);
+    ck_assert_ptr_nonnull(newest);
+    char sha[65];
+    snprintf(sha, sizeof sha, "%s", cJSON_GetObjectItem(newest, "sha256")->valuestring);
+    ck_assert_int_eq((int)cJSON_GetObjectItem(newest, "epoch")->valuedouble, 3);
+    cJSON_Delete(ck);
+    char file[400];
+    snprintf(file, sizeof file, "%s/model.safetensors", srv.dir);
+    snprintf(args, sizeof args, "checkpoints %lld --download -o '%s' --json", (long long)id, file);
+    cJSON *dl = cli_json(args, 0);
+    ck_assert_str_eq(cJSON_GetObjectItem(dl, "sha256")->valuestring, sha);
+    cJSON_Delete(dl);
+    size_t len = 0;
+    char *bytes = file_read_all(file, 64u << 20, &len);
+    ck_assert_ptr_nonnull(bytes);
+    char got[65];
+    sha256_hex(bytes, len, got);
+    free(bytes);
+    ck_assert_str_eq(got, sha);
+    snprintf(args, sizeof args, "checkpoints %lld --download --checkpoint 99999 -o '%s.x'", (long long)id, file);
+    ck_assert_int_eq(cli(args, &out), 1);
+    buf_release(&out);
+    snprintf(file + strlen(file), sizeof file - strlen(file), ".x");
+    ck_assert_int_ne(access(file, F_OK), 0); /* nothing left behind */
+}
+END_TEST
+
+START_TEST(queue_cluster_and_a_cancelled_watch) {
+    int64_t run = submit("cli-long", 2000);
+    int64_t wait = submit("cli-wait", 1);
+    /* the long job holds the only slot: the other waits, with its reason */
+    cJSON *q = NULL;
+    for (int i = 0; i < 100; i++) {
+        cJSON_Delete(q);
+        q = cli_json("queue --json", 0);
+        if (cJSON_GetArraySize(cJSON_GetObjectItem(q, "jobs")) == 1) break;
+        ty_sleep_ms(100);
+    }
+    cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItem(q, "jobs"), 0);
+    ck_assert_ptr_nonnull(first);
+    ck_assert_int_eq((int64_t)cJSON_GetObjectItem(first, "id")->valuedouble, wait);
+    ck_assert(strlen(cJSON_GetObjectItem(first, "reason")->valuestring) > 0);
+    cJSON_Delete(q);
+    buf out;
+    ck_assert_int_eq(cli("queue", &out), 0);
+    ck_assert_msg(strstr(out.data, "1 queued") != NULL, "%s", out.data);
+    buf_release(&out);
+    cJSON *c = cli_json("cluster --json", 0);
+    cJSON *node = cJSON_GetArrayItem(cJSON_GetObjectItem(c, "nodes"), 0);
+    cJSON *holders = cJSON_GetObjectItem(cJSON_GetObjectItem(node, "cpu_slots"), "holders");
+    ck_assert_int_eq(cJSON_GetArraySize(holders), 1);
+    ck_assert_int_eq((int64_t)cJSON_GetObjectItem(cJSON_GetArrayItem(holders, 0), "job")->valuedouble, run);
+    cJSON_Delete(c);
+    char args[128], want[64];
+    ck_assert_int_eq(cli("cluster", &out), 0);
+    snprintf(want, sizeof want, "[job %lld: 1]", (long long)run);
+    ck_assert_msg(strstr(out.data, want) != NULL, "%s", out.data);
+    buf_release(&out);
+    /* cancel it from the side: watch ends with 5 */
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/cancel", (long long)run);
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", path, NULL, &o), 200);
+    cJSON_Delete(o);
+    snprintf(args, sizeof args, "watch %lld --interval 100", (long long)run);
+    ck_assert_int_eq(cli(args, &out), 5);
+    ck_assert_msg(strstr(out.data, "cancelled") != NULL, "%s", out.data);
+    buf_release(&out);
+}
+END_TEST
+
+START_TEST(exit_codes_for_scripts) {
+    buf out;
+    ck_assert_int_eq(cli("watch 424242", &out), 1);     /* no such job: refused */
+    buf_release(&out);
+    ck_assert_int_eq(cli("events 424242 --json", &out), 1);
+    ck_assert_msg(strstr(out.data, "\"not_found\"") != NULL, "--json prints the error: %s", out.data);
+    buf_release(&out);
+    ck_assert_int_eq(cli("watch notanid", &out), 2);    /* usage */
+    buf_release(&out);
+    ck_assert_int_eq(cli("queue extra", &out), 2);
+    buf_release(&out);
+    ck_assert_int_eq(cli("checkpoints 1 --download --checkpoint x", &out), 2);
+    buf_release(&out);
+    ck_assert_int_eq(cli("queue --url http://127.0.0.1:1", &out), 3); /* unreachable */
+    buf_release(&out);
+    ck_assert_int_eq(cli("cluster --token ty_wrong", &out), 1);       /* 401 */
+    buf_release(&out);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("cli");
+    TCase *tc = tcase_create("commands");
+    tcase_add_checked_fixture(tc, start, stop);
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, watch_to_the_end_and_after);
+    tcase_add_test(tc, queue_cluster_and_a_cancelled_watch);
+    tcase_add_test(tc, exit_codes_for_scripts);
+    suite_add_tcase(s, tc);
+    return ty_run_suite(s);
+}
