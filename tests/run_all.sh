@@ -16,5 +16,12 @@ for t in "$build"/tests/check_*; do
   if "$t"; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: $t"; fi
   echo "   ($(( $(date +%s) - start ))s)"
 done
+# the dashboard in headless Chromium, the OpenAPI validator (tests/web/run.sh)
+if [ "${WEB_TESTS:-1}" != 0 ] && [ -x tests/web/run.sh ]; then
+  echo "== tests/web (browser, openapi)"
+  start=$(date +%s)
+  if tests/web/run.sh "$build"; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/web"; fi
+  echo "   ($(( $(date +%s) - start ))s)"
+fi
 echo "$passed passed, $failed failed"
 exit $fail

@@ -465,7 +465,7 @@ async function pageSubmit() {
     const id = 'f-' + path.replace(/\./g, '-');
     const el = Array.isArray(kind)
       ? h('select', {id, 'data-field': path}, kind.map(v => h('option', {value: v}, v)))
-      : h('input', {id, 'data-field': path, type: kind, step: kind === 'number' ? 'any' : null});
+      : h('input', {id, 'data-field': path, type: kind, step: kind === 'number' ? 'any' : null, placeholder: 'default'});
     inputs[path] = el;
     el.addEventListener('input', () => {
       let spec;

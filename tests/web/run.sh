@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# run.sh BUILD - the browser, OpenAPI-validator and vendored-library tests
+# (node's test runner; playwright-core drives Debian's /usr/bin/chromium,
+# headless; nothing is downloaded but the npm packages of package-lock.json).
+# Screenshots go to BUILD/web-test/. Called by tests/run_all.sh.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=${1:-build/asan}
+export TRAINYARD_BIN=${TRAINYARD_BIN:-$PWD/$build/trainyard}
+export WEB_TEST_OUT=${WEB_TEST_OUT:-$PWD/$build/web-test}
+for tool in node npm; do
+  command -v $tool >/dev/null || { echo "web tests: $tool is missing (scripts/deps.sh installs it)"; exit 1; }
+done
+[ -x "${CHROMIUM:-/usr/bin/chromium}" ] || { echo "web tests: /usr/bin/chromium is missing (scripts/deps.sh installs it)"; exit 1; }
+# the exact packages of package-lock.json; the browser is Debian's, never a download
+PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
+rm -rf "$WEB_TEST_OUT"
+mkdir -p "$WEB_TEST_OUT"
+# one file at a time (node 18 has no --test-concurrency): each starts its own server
+timeout 120 node --test tests/web/openapi.test.mjs
+timeout 300 node --test tests/web/dashboard.test.mjs
+echo "web tests: screenshots in $WEB_TEST_OUT"
