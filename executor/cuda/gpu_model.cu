@@ -1,0 +1,1537 @@
+/* gpu_model.cu - the training engine on a CUDA device (see gpu_model.h).
+ *
+ * The model is executor/nn/model.c's, op for op: the same fusions (a relu
+ * dense followed by dropout is one pass; a final softmax/sigmoid is handed
+ * to the loss), the same flat buffers (parameter layout taken from a CPU
+ * model_build, checked tensor by tensor), the same dropout keys (nn_rng.h)
+ * and the same update arithmetic (optimizer.c). GEMMs through cuBLAS
+ * (row-major tensors as column-major transposes); everything else is a few
+ * small kernels below. Per-step scalars the kernels need (the iteration,
+ * row offset, global batch, Adam's step size, dropout seeds) live in a
+ * device struct, so a captured CUDA graph replays unchanged step after step.
+ *
+ * Sections: device helpers, kernels, the step (forward, loss, backward,
+ * update), build/free, batches, public API. */
+#include "gpu_model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_check.h"
+
+extern "C" {
+#include "../nn/loss.h"
+#include "../nn/nn_rng.h"
+}
+
+#define NSLOT 2                 /* batch slots: one trains while the next is copied */
+#define BLOCK 256
+#define ALIGN_FLOATS 16         /* model.c's 64-byte tensor alignment */
+#define BLAS_WORKSPACE (32u << 20) /* cuBLAS workspace (graph capture needs our own) */
+#define SIG_MAX 4096
+
+/* ================================================================ state */
+
+/* Scalars read by the kernels, in device memory (one per model). */
+typedef struct gstate {
+    long long iterations;       /* optimizer updates done: dropout step, Adam t - 1 */
+    long long row0;             /* global row of the batch's first example */
+    int global_batch;           /* loss scaling */
+    float reg_scale;            /* 1 / replicas */
+    float alpha;                /* Adam's step size of the update in progress */
+    int pad_;
+    double loss_sum;            /* training stats since the last reset */
+    long long correct;
+    long long seen;
+    double reg_sum;             /* regularization value of the pass in progress */
+    double eval_loss;           /* evaluation accumulators */
+    long long eval_correct;
+    unsigned long long seeds[JOBSPEC_MAX_LAYERS]; /* dropout seed of each dropout op */
+} gstate;
+
+typedef struct gop {
+    layer_type type;
+    act_type act;               /* activation to run (LINEAR when the loss took it) */
+    int in, out;
+    int use_bias;
+    int own_output;
+    int fused_next;             /* dense: the next op (dropout) is fused into this one */
+    int fused_into_prev;        /* dropout: done by the previous dense */
+    float rate, scale;          /* dropout (own, or the fused one for a dense) */
+    uint32_t thr;               /* keep when u32 < thr */
+    int key_layer;              /* the dropout op's index: key and seed slot */
+    int has_seed;
+    uint64_t seed;
+    float l1, l2;
+    int kernel_tensor;
+    float *w, *b, *dw, *db;     /* device, into the flat buffers */
+    float *y;                   /* device (max_batch, out) own output, or NULL */
+} gop;
+
+struct gpu_model {
+    int device;
+    gpu_options opt;
+    int n_ops;
+    gop ops[JOBSPEC_MAX_LAYERS];
+    int first_param_op;
+    int in_size, out_size, max_width, max_batch;
+    loss_type loss;
+    int fused;
+    act_type final_act;
+    optimizer_spec optspec;
+    int n_slots;
+    int n_tensors;
+    model_tensor tensors[MODEL_MAX_TENSORS];
+    size_t n_params;
+    char signature[SIG_MAX];
+    uint64_t rng[4];
+    long iterations;            /* host mirror of st->iterations */
+    int global_batch;           /* last value sent to st->global_batch */
+
+    cudaStream_t stream, copy_stream;
+    cublasHandle_t blas;
+    void *blas_ws;
+    float *params, *grads, *slots; /* device, model.h's flat layout */
+    float *acts;                /* every op's own output */
+    float *gbuf[2];             /* (max_batch, max_width) ping-pong gradients */
+    float *bx[NSLOT], *by[NSLOT];  /* device batch slots */
+    float *hx[NSLOT], *hy[NSLOT];  /* pinned host staging */
+    int slot_n[NSLOT];
+    long staged, consumed;      /* batches committed / trained on */
+    int stage_open;             /* stage_next handed out a slot not yet committed */
+    cudaEvent_t copied[NSLOT], freed[NSLOT];
+    float *ex, *ey;             /* evaluation input (max_batch) */
+    double *row_loss;           /* (max_batch) */
+    int *row_correct;           /* (max_batch) */
+    gstate *st;                 /* device */
+    cudaGraphExec_t graph[NSLOT];
+    int have_graph;
+};
+
+/* ================================================================ device helpers */
+
+/* The dropout keys of executor/nn/nn_rng.h (nn_mix64, nn_dropout_row_key,
+ * nn_dropout_u32), copied for device code: keep the two in step. */
+__device__ __forceinline__ uint64_t d_mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+__device__ __forceinline__ uint64_t d_dropout_row_key(uint64_t seed, int layer, long long step,
+                                                      long long row)
+{
+    uint64_t k = d_mix64(seed ^ (0x5851f42d4c957f2dULL * (uint64_t)(layer + 1)));
+    k = d_mix64(k + (uint64_t)step);
+    return d_mix64(k + (uint64_t)row);
+}
+
+__device__ __forceinline__ uint32_t d_dropout_u32(uint64_t row_key, int j)
+{
+    uint64_t r = d_mix64(row_key + (uint64_t)(j >> 1) * 0x9e3779b97f4a7c15ULL);
+    return (j & 1) ? (uint32_t)(r >> 32) : (uint32_t)r;
+}
+
+/* The keep draw of unit j of batch row i at the current step. */
+__device__ __forceinline__ uint32_t d_keep_u32(const gstate *st, int layer, int i, int j)
+{
+    uint64_t rk = d_dropout_row_key(st->seeds[layer], layer, st->iterations, st->row0 + i);
+    return d_dropout_u32(rk, j);
+}
+
+__device__ __forceinline__ float d_sigmoid(float v)
+{
+    if (v >= 0.0f)
+        return 1.0f / (1.0f + expf(-v));
+    float e = expf(v);
+    return e / (1.0f + e);
+}
+
+__device__ __forceinline__ float d_act(float v, int act)
+{
+    switch (act) {
+    case ACT_RELU: return v > 0.0f ? v : 0.0f;
+    case ACT_SIGMOID: return d_sigmoid(v);
+    case ACT_TANH: return tanhf(v);
+    default: return v;
+    }
+}
+
+static unsigned grid_for(long long total)
+{
+    long long b = (total + BLOCK - 1) / BLOCK;
+    if (b < 1)
+        b = 1;
+    return (unsigned)(b > 65535 * 8 ? 65535 * 8 : b);
+}
+
+#define GRID_STRIDE(i, total) \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (total); \
+         i += (long long)gridDim.x * blockDim.x)
+
+/* ================================================================ kernels */
+
+__global__ void k_set_i64(long long *p, long long v) { *p = v; }
+__global__ void k_set_i32(int *p, int v) { *p = v; }
+__global__ void k_set_f32(float *p, float v) { *p = v; }
+__global__ void k_set_u64(unsigned long long *p, unsigned long long v) { *p = v; }
+
+/* y (n, out) = act(y + b), with the fused inverted dropout when thr != 0
+ * (relu only, as layers.c's dense_forward). Softmax is done by k_softmax. */
+__global__ void k_bias_act(float *y, const float *b, int n, int out, int act, int drop,
+                           uint32_t thr, float scale, const gstate *st, int layer)
+{
+    long long total = (long long)n * out;
+    GRID_STRIDE(idx, total) {
+        int i = (int)(idx / out), j = (int)(idx % out);
+        float v = y[idx];
+        if (b)
+            v += b[j];
+        if (act == ACT_RELU) {
+            v = v > 0.0f ? v : 0.0f;
+            if (drop)
+                v = d_keep_u32(st, layer, i, j) < thr ? v * scale : 0.0f;
+        } else {
+            v = d_act(v, act);
+        }
+        y[idx] = v;
+    }
+}
+
+/* y = act(x) elementwise (an Activation layer; softmax: k_softmax). */
+__global__ void k_act(float *y, const float *x, long long total, int act)
+{
+    GRID_STRIDE(idx, total) y[idx] = d_act(x[idx], act);
+}
+
+/* Row softmax of x (n, k) into y (may alias), as layers.c's softmax_row. */
+__global__ void k_softmax(float *y, const float *x, int n, int k)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    const float *xr = x + (long long)i * k;
+    float *yr = y + (long long)i * k;
+    float m = xr[0];
+    for (int j = 1; j < k; j++)
+        m = xr[j] > m ? xr[j] : m;
+    float s = 0.0f;
+    for (int j = 0; j < k; j++) {
+        float e = expf(xr[j] - m);
+        yr[j] = e;
+        s += e;
+    }
+    float inv = 1.0f / s;
+    for (int j = 0; j < k; j++)
+        yr[j] *= inv;
+}
+
+/* A standalone dropout: y = x * (keep ? scale : 0). */
+__global__ void k_dropout_fwd(float *y, const float *x, int n, int k, uint32_t thr, float scale,
+                              const gstate *st, int layer)
+{
+    long long total = (long long)n * k;
+    GRID_STRIDE(idx, total) {
+        int i = (int)(idx / k), j = (int)(idx % k);
+        float m = d_keep_u32(st, layer, i, j) < thr ? scale : 0.0f;
+        y[idx] = x[idx] * m;
+    }
+}
+
+/* Its backward: the same mask, recomputed from the key (no stored mask). */
+__global__ void k_dropout_bwd(float *dy, int n, int k, uint32_t thr, float scale,
+                              const gstate *st, int layer)
+{
+    long long total = (long long)n * k;
+    GRID_STRIDE(idx, total) {
+        int i = (int)(idx / k), j = (int)(idx % k);
+        float m = d_keep_u32(st, layer, i, j) < thr ? scale : 0.0f;
+        dy[idx] *= m;
+    }
+}
+
+/* dy becomes the gradient before an elementwise activation, given its output y. */
+__global__ void k_act_bwd(float *dy, const float *y, long long total, int act)
+{
+    GRID_STRIDE(idx, total) {
+        float v = y[idx], d = dy[idx];
+        switch (act) {
+        case ACT_RELU: d = v > 0.0f ? d : 0.0f; break;
+        case ACT_SIGMOID: d *= v * (1.0f - v); break;
+        case ACT_TANH: d *= 1.0f - v * v; break;
+        default: break;
+        }
+        dy[idx] = d;
+    }
+}
+
+__global__ void k_softmax_bwd(float *dy, const float *y, int n, int k)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    float *d = dy + (long long)i * k;
+    const float *p = y + (long long)i * k;
+    float dot = 0.0f;
+    for (int j = 0; j < k; j++)
+        dot += d[j] * p[j];
+    for (int j = 0; j < k; j++)
+        d[j] = p[j] * (d[j] - dot);
+}
+
+#define BG_X 32
+#define BG_Y 16
+/* A dense layer's pre-activation gradient and bias gradient in one pass:
+ * relu != 0: dy = y > 0 ? dy * scale : 0 (relu, and the fused dropout's
+ * scale; the dropped units have y == 0); then db = column sums of dy (when
+ * db != NULL). Block (BG_X, BG_Y) over a tile of BG_X columns. */
+__global__ void k_bias_grad(float *dy, const float *y, float *db, int n, int out, int relu,
+                            float scale)
+{
+    __shared__ float part[BG_Y][BG_X + 1];
+    int j = blockIdx.x * BG_X + threadIdx.x;
+    float acc = 0.0f;
+    if (j < out) {
+        for (int i = threadIdx.y; i < n; i += BG_Y) {
+            long long idx = (long long)i * out + j;
+            float d = dy[idx];
+            if (relu) {
+                d = y[idx] > 0.0f ? d * scale : 0.0f;
+                dy[idx] = d;
+            }
+            acc += d;
+        }
+    }
+    part[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && j < out && db) {
+        float s = 0.0f;
+        for (int r = 0; r < BG_Y; r++)
+            s += part[r][threadIdx.x];
+        db[j] = s;
+    }
+}
+
+/* ---- losses: loss.c's loss_forward_backward, one thread per example ---- */
+
+__device__ __forceinline__ int d_label_class(float y, int k)
+{
+    if (!(y >= 0.0f))
+        return 0;
+    int c = (int)y;
+    return c >= k ? k - 1 : c;
+}
+
+__device__ __forceinline__ float d_target(float y, int j, int k, int c)
+{
+    return k == 1 ? y : (j == c ? 1.0f : 0.0f);
+}
+
+__device__ __forceinline__ float d_clamp(float v, float lo, float hi)
+{
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
+/* out (n, k) the output (logits when fused), y (n) labels; dout (n, k) the
+ * gradient of sum(loss)/global_batch, or NULL; row_loss/row_correct per row. */
+__global__ void k_loss(int loss, int fused, const float *out, const float *y, int n, int k,
+                       float *dout, double *row_loss, int *row_correct, const gstate *st)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    const float invb = 1.0f / (float)(st->global_batch > 0 ? st->global_batch : 1);
+    const float eps = 1e-7f; /* NN_EPSILON */
+    const float *o = out + (long long)i * k;
+    float *d = dout ? dout + (long long)i * k : NULL;
+    int c = d_label_class(y[i], k);
+    int right;
+    if (k == 1) {
+        float thr = (fused && loss == LOSS_BINARY_CROSSENTROPY) ? 0.0f : 0.5f;
+        right = (o[0] > thr) == (y[i] > 0.5f);
+    } else {
+        int best = 0;
+        for (int j = 1; j < k; j++)
+            if (o[j] > o[best])
+                best = j;
+        right = best == c;
+    }
+    double total = 0.0;
+    if (fused && (loss == LOSS_CATEGORICAL_CROSSENTROPY ||
+                  loss == LOSS_SPARSE_CATEGORICAL_CROSSENTROPY)) {
+        float m = o[0];
+        for (int j = 1; j < k; j++)
+            m = o[j] > m ? o[j] : m;
+        float s = 0.0f;
+        for (int j = 0; j < k; j++)
+            s += expf(o[j] - m);
+        total = (double)(logf(s) + m - o[c]);
+        if (d) {
+            float inv = invb / s;
+            for (int j = 0; j < k; j++)
+                d[j] = expf(o[j] - m) * inv;
+            d[c] -= invb;
+        }
+    } else if (fused && loss == LOSS_BINARY_CROSSENTROPY) {
+        double s = 0.0;
+        float invk = invb / (float)k;
+        for (int j = 0; j < k; j++) {
+            float u = o[j], t = d_target(y[i], j, k, c);
+            s += (double)(fmaxf(u, 0.0f) - u * t + log1pf(expf(-fabsf(u))));
+            if (d) {
+                float p = u >= 0.0f ? 1.0f / (1.0f + expf(-u)) : expf(u) / (1.0f + expf(u));
+                d[j] = (p - t) * invk;
+            }
+        }
+        total = s / k;
+    } else if (loss == LOSS_BINARY_CROSSENTROPY) {
+        double s = 0.0;
+        float invk = invb / (float)k;
+        for (int j = 0; j < k; j++) {
+            float t = d_target(y[i], j, k, c);
+            float p = d_clamp(o[j], eps, 1.0f - eps);
+            s -= (double)(t * logf(p + eps) + (1.0f - t) * logf(1.0f - p + eps));
+            if (d) {
+                int inside = o[j] > eps && o[j] < 1.0f - eps;
+                d[j] = inside ? -(t / (p + eps) - (1.0f - t) / (1.0f - p + eps)) * invk : 0.0f;
+            }
+        }
+        total = s / k;
+    } else if (loss == LOSS_CATEGORICAL_CROSSENTROPY ||
+               loss == LOSS_SPARSE_CATEGORICAL_CROSSENTROPY) {
+        float s = 0.0f;
+        for (int j = 0; j < k; j++)
+            s += o[j];
+        float q = o[c] / s;
+        float p = d_clamp(q, eps, 1.0f - eps);
+        total = -(double)logf(p);
+        if (d) {
+            int inside = q > eps && q < 1.0f - eps;
+            for (int j = 0; j < k; j++)
+                d[j] = inside ? invb / s : 0.0f;
+            if (inside)
+                d[c] -= invb / o[c];
+        }
+    } else { /* LOSS_MSE */
+        double s = 0.0;
+        float gsc = 2.0f * invb / (float)k;
+        for (int j = 0; j < k; j++) {
+            float e = o[j] - d_target(y[i], j, k, c);
+            s += (double)e * e;
+            if (d)
+                d[j] = gsc * e;
+        }
+        total = s / k;
+    }
+    row_loss[i] = total;
+    row_correct[i] = right;
+}
+
+/* Sums the per-row losses and hits into the training (eval == 0) or the
+ * evaluation accumulators. One block. */
+__global__ void k_reduce_stats(const double *row_loss, const int *row_correct, int n, gstate *st,
+                               int eval)
+{
+    __shared__ double sl[BLOCK];
+    __shared__ long long sc[BLOCK];
+    double l = 0.0;
+    long long c = 0;
+    for (int i = threadIdx.x; i < n; i += BLOCK) {
+        l += row_loss[i];
+        c += row_correct[i];
+    }
+    sl[threadIdx.x] = l;
+    sc[threadIdx.x] = c;
+    __syncthreads();
+    for (int s = BLOCK / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) {
+            sl[threadIdx.x] += sl[threadIdx.x + s];
+            sc[threadIdx.x] += sc[threadIdx.x + s];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        if (eval) {
+            st->eval_loss += sl[0];
+            st->eval_correct += sc[0];
+        } else {
+            st->loss_sum += sl[0];
+            st->correct += sc[0];
+            st->seen += n;
+        }
+    }
+}
+
+/* A kernel regularizer (model.c's regularize): dw += reg_scale * d(l1|w| +
+ * l2 w^2)/dw when dw != NULL; adds l1 sum|w| + l2 sum w^2 to st->reg_sum. */
+__global__ void k_regularize(const float *w, float *dw, long long count, float l1, float l2,
+                             gstate *st)
+{
+    __shared__ double red[BLOCK];
+    const float sc = st->reg_scale;
+    double a1 = 0.0, a2 = 0.0;
+    GRID_STRIDE(i, count) {
+        float v = w[i];
+        a1 += fabsf(v);
+        a2 += v * v;
+        if (dw)
+            dw[i] += sc * (l1 * (float)((v > 0.0f) - (v < 0.0f)) + 2.0f * l2 * v);
+    }
+    red[threadIdx.x] = (double)l1 * a1 + (double)l2 * a2;
+    __syncthreads();
+    for (int s = BLOCK / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s)
+            red[threadIdx.x] += red[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0)
+        atomicAdd(&st->reg_sum, red[0]);
+}
+
+/* After a training pass: loss_sum gets the regularization once per example
+ * (as model.c's step_stats). */
+__global__ void k_reg_finish(gstate *st, int n)
+{
+    st->loss_sum += st->reg_sum * n;
+    st->reg_sum = 0.0;
+}
+
+/* Before an update: Adam's step size from the iteration count (optimizer.c's
+ * adam_step, in double as there), then the iteration is counted. */
+__global__ void k_pre_update(gstate *st, int adam, float lr, float b1, float b2)
+{
+    if (adam) {
+        double t = (double)st->iterations + 1.0;
+        double b1p = pow((double)b1, t), b2p = pow((double)b2, t);
+        st->alpha = (float)((double)lr * sqrt(1.0 - b2p) / (1.0 - b1p));
+    }
+    st->iterations += 1;
+}
+
+/* optimizer.c's optimizer_step, one thread per parameter: the scalar loops'
+ * arithmetic. Slot s of parameter i at slots[s * stride + i]. */
+__global__ void k_optimizer(optimizer_spec o, float *w, const float *g, float *slots,
+                            long long n, long long stride, const gstate *st)
+{
+    GRID_STRIDE(i, n) {
+        const float gi = g[i];
+        switch (o.type) {
+        case OPT_SGD: {
+            const float lr = o.learning_rate, mu = o.momentum;
+            if (mu == 0.0f) {
+                w[i] -= lr * gi;
+            } else if (o.nesterov) {
+                float v = mu * slots[i] - lr * gi;
+                slots[i] = v;
+                w[i] += mu * v - lr * gi;
+            } else {
+                float v = mu * slots[i] - lr * gi;
+                slots[i] = v;
+                w[i] += v;
+            }
+            break;
+        }
+        case OPT_RMSPROP: {
+            const float lr = o.learning_rate, rho = o.rho, eps = o.epsilon, mu = o.momentum;
+            float *vel = slots;
+            float *avg = o.centered ? slots + stride : NULL;
+            float *mom = mu != 0.0f ? slots + stride * (o.centered ? 2 : 1) : NULL;
+            float v = rho * vel[i] + (1.0f - rho) * gi * gi;
+            vel[i] = v;
+            float den = v;
+            if (avg) {
+                float a = rho * avg[i] + (1.0f - rho) * gi;
+                avg[i] = a;
+                den = v - a * a;
+            }
+            float inc = lr * gi / sqrtf(den + eps);
+            if (mom) {
+                float mm = mu * mom[i] + inc;
+                mom[i] = mm;
+                w[i] -= mm;
+            } else {
+                w[i] -= inc;
+            }
+            break;
+        }
+        case OPT_ADAM: {
+            const float b1 = o.beta_1, b2 = o.beta_2, eps = o.epsilon, alpha = st->alpha;
+            float *m = slots, *v = slots + stride;
+            float mi = m[i] + (gi - m[i]) * (1.0f - b1);
+            float vi = v[i] + (gi * gi - v[i]) * (1.0f - b2);
+            m[i] = mi;
+            v[i] = vi;
+            if (o.amsgrad) {
+                float *vh = slots + 2 * stride;
+                vi = vh[i] > vi ? vh[i] : vi;
+                vh[i] = vi;
+            }
+            w[i] -= (mi * alpha) / (sqrtf(vi) + eps);
+            break;
+        }
+        case OPT_ADAGRAD: {
+            const float lr = o.learning_rate, eps = o.epsilon;
+            float a = slots[i] + gi * gi;
+            slots[i] = a;
+            w[i] -= lr * gi / sqrtf(a + eps);
+            break;
+        }
+        }
+    }
+}
+
+/* ================================================================ the step */
+
+/* Row-major GEMMs as cuBLAS column-major transposes (see docs/gpu.md). */
+static cublasStatus_t gemm_forward(gpu_model *g, const float *x, const float *w, float *y,
+                                   int n, int in, int out)
+{
+    const float one = 1.0f, zero = 0.0f; /* y (n, out) = x (n, in) . w (in, out) */
+    return cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_N, out, n, in, &one, w, out, x, in,
+                       &zero, y, out);
+}
+
+static cublasStatus_t gemm_weight_grad(gpu_model *g, const float *x, const float *dy, float *dw,
+                                       int n, int in, int out)
+{
+    const float one = 1.0f, zero = 0.0f; /* dw (in, out) = x^T (in, n) . dy (n, out) */
+    return cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_T, out, in, n, &one, dy, out, x, in,
+                       &zero, dw, out);
+}
+
+static cublasStatus_t gemm_input_grad(gpu_model *g, const float *dy, const float *w, float *dx,
+                                      int n, int in, int out)
+{
+    const float one = 1.0f, zero = 0.0f; /* dx (n, in) = dy (n, out) . w^T (out, in) */
+    return cublasSgemm(g->blas, CUBLAS_OP_T, CUBLAS_OP_N, in, n, out, &one, w, out, dy, out,
+                       &zero, dx, in);
+}
+
+static unsigned rows_grid(int n) { return (unsigned)((n + 127) / 128); }
+
+/* Queues the forward pass of n examples at x (device) on the model's stream.
+ * inputs[i] gets op i's input; *outp the output (n, out_size). */
+static int enqueue_forward(gpu_model *g, const float *x, int n, int training,
+                           const float **inputs, const float **outp, char *err)
+{
+    const float *cur = x;
+    for (int i = 0; i < g->n_ops; i++) {
+        gop *op = &g->ops[i];
+        long long total = (long long)n * op->out;
+        inputs[i] = cur;
+        switch (op->type) {
+        case LAYER_DENSE: {
+            int drop = training && op->fused_next && op->rate > 0.0f;
+            int act = op->act == ACT_SOFTMAX ? ACT_LINEAR : op->act;
+            cublasCheck(gemm_forward(g, cur, op->w, op->y, n, op->in, op->out));
+            if (op->b || act != ACT_LINEAR) {
+                k_bias_act<<<grid_for(total), BLOCK, 0, g->stream>>>(
+                    op->y, op->b, n, op->out, act, drop, op->thr, op->scale, g->st, op->key_layer);
+                cudaCheckLast();
+            }
+            if (op->act == ACT_SOFTMAX) {
+                k_softmax<<<rows_grid(n), 128, 0, g->stream>>>(op->y, op->y, n, op->out);
+                cudaCheckLast();
+            }
+            cur = op->y;
+            break;
+        }
+        case LAYER_DROPOUT:
+            if (op->fused_into_prev || !training || op->rate <= 0.0f)
+                break;
+            k_dropout_fwd<<<grid_for(total), BLOCK, 0, g->stream>>>(
+                op->y, cur, n, op->out, op->thr, op->scale, g->st, op->key_layer);
+            cudaCheckLast();
+            cur = op->y;
+            break;
+        case LAYER_ACTIVATION:
+            if (!op->own_output)
+                break;
+            if (op->act == ACT_SOFTMAX)
+                k_softmax<<<rows_grid(n), 128, 0, g->stream>>>(op->y, cur, n, op->out);
+            else
+                k_act<<<grid_for(total), BLOCK, 0, g->stream>>>(op->y, cur, total, op->act);
+            cudaCheckLast();
+            cur = op->y;
+            break;
+        case LAYER_FLATTEN:
+            break;
+        }
+    }
+    *outp = cur;
+    return 0;
+fail:
+    return -1;
+}
+
+/* Adds every dense kernel's regularization (its gradient too when grad). */
+static int enqueue_regularize_all(gpu_model *g, int grad, char *err)
+{
+    for (int i = 0; i < g->n_ops; i++) {
+        gop *op = &g->ops[i];
+        if (op->type != LAYER_DENSE || !(op->l1 > 0.0f || op->l2 > 0.0f))
+            continue;
+        long long count = (long long)op->in * op->out;
+        k_regularize<<<grid_for(count) > 1024 ? 1024 : grid_for(count), BLOCK, 0, g->stream>>>(
+            op->w, grad ? op->dw : NULL, count, op->l1, op->l2, g->st);
+        cudaCheckLast();
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+/* Queues forward + loss + backward of the n examples at x, y (device):
+ * overwrites the gradient buffer (model.c's step without the update). */
+static int enqueue_forward_backward(gpu_model *g, const float *x, const float *y, int n,
+                                    char *err)
+{
+    const float *inputs[JOBSPEC_MAX_LAYERS];
+    const float *outp = NULL;
+    float *gcur = g->gbuf[0], *gother = g->gbuf[1], *t = NULL;
+    if (n <= 0) { /* zero gradients plus the regularization's share */
+        cudaCheck(cudaMemsetAsync(g->grads, 0, sizeof(float) * g->n_params, g->stream));
+        if (enqueue_regularize_all(g, 1, err))
+            return -1;
+        k_reg_finish<<<1, 1, 0, g->stream>>>(g->st, 0);
+        cudaCheckLast();
+        return 0;
+    }
+    if (enqueue_forward(g, x, n, 1, inputs, &outp, err))
+        return -1;
+    k_loss<<<rows_grid(n), 128, 0, g->stream>>>(g->loss, g->fused, outp, y, n, g->out_size, gcur,
+                                               g->row_loss, g->row_correct, g->st);
+    cudaCheckLast();
+    k_reduce_stats<<<1, BLOCK, 0, g->stream>>>(g->row_loss, g->row_correct, n, g->st, 0);
+    cudaCheckLast();
+    for (int i = g->n_ops - 1; i >= g->first_param_op; i--) {
+        gop *op = &g->ops[i];
+        long long total = (long long)n * op->out;
+        switch (op->type) {
+        case LAYER_DENSE: {
+            float *dx = i > g->first_param_op ? gother : NULL;
+            if (op->act == ACT_RELU) {
+                float scale = (op->fused_next && op->rate > 0.0f) ? op->scale : 1.0f;
+                k_bias_grad<<<(op->out + BG_X - 1) / BG_X, dim3(BG_X, BG_Y), 0, g->stream>>>(
+                    gcur, op->y, op->db, n, op->out, 1, scale);
+                cudaCheckLast();
+            } else {
+                if (op->act == ACT_SOFTMAX) {
+                    k_softmax_bwd<<<rows_grid(n), 128, 0, g->stream>>>(gcur, op->y, n, op->out);
+                    cudaCheckLast();
+                } else if (op->act != ACT_LINEAR) {
+                    k_act_bwd<<<grid_for(total), BLOCK, 0, g->stream>>>(gcur, op->y, total,
+                                                                       op->act);
+                    cudaCheckLast();
+                }
+                if (op->db) {
+                    k_bias_grad<<<(op->out + BG_X - 1) / BG_X, dim3(BG_X, BG_Y), 0, g->stream>>>(
+                        gcur, op->y, op->db, n, op->out, 0, 1.0f);
+                    cudaCheckLast();
+                }
+            }
+            cublasCheck(gemm_weight_grad(g, inputs[i], gcur, op->dw, n, op->in, op->out));
+            if (dx)
+                cublasCheck(gemm_input_grad(g, gcur, op->w, dx, n, op->in, op->out));
+            if (op->l1 > 0.0f || op->l2 > 0.0f) {
+                long long count = (long long)op->in * op->out;
+                k_regularize<<<grid_for(count) > 1024 ? 1024 : grid_for(count), BLOCK, 0,
+                               g->stream>>>(op->w, op->dw, count, op->l1, op->l2, g->st);
+                cudaCheckLast();
+            }
+            t = gcur;
+            gcur = gother;
+            gother = t;
+            break;
+        }
+        case LAYER_DROPOUT:
+            if (!op->fused_into_prev && op->rate > 0.0f) {
+                k_dropout_bwd<<<grid_for(total), BLOCK, 0, g->stream>>>(
+                    gcur, n, op->out, op->thr, op->scale, g->st, op->key_layer);
+                cudaCheckLast();
+            }
+            break;
+        case LAYER_ACTIVATION:
+            if (op->own_output) {
+                if (op->act == ACT_SOFTMAX)
+                    k_softmax_bwd<<<rows_grid(n), 128, 0, g->stream>>>(gcur, op->y, n, op->out);
+                else
+                    k_act_bwd<<<grid_for(total), BLOCK, 0, g->stream>>>(gcur, op->y, total,
+                                                                       op->act);
+                cudaCheckLast();
+            }
+            break;
+        case LAYER_FLATTEN:
+            break;
+        }
+    }
+    k_reg_finish<<<1, 1, 0, g->stream>>>(g->st, n);
+    cudaCheckLast();
+    return 0;
+fail:
+    return -1;
+}
+
+/* Queues one optimizer update of the whole flat buffer (counts the iteration). */
+static int enqueue_update(gpu_model *g, char *err)
+{
+    const optimizer_spec *o = &g->optspec;
+    k_pre_update<<<1, 1, 0, g->stream>>>(g->st, o->type == OPT_ADAM, o->learning_rate, o->beta_1,
+                                        o->beta_2);
+    cudaCheckLast();
+    k_optimizer<<<grid_for((long long)g->n_params), BLOCK, 0, g->stream>>>(
+        *o, g->params, g->grads, g->slots, (long long)g->n_params, (long long)g->n_params, g->st);
+    cudaCheckLast();
+    return 0;
+fail:
+    return -1;
+}
+
+/* ================================================================ build */
+
+static size_t align_up(size_t n) { return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS; }
+
+static void dropout_init(gop *op, float rate)
+{
+    /* layers.c's dropout_cfg_init */
+    op->rate = rate;
+    if (rate <= 0.0f) {
+        op->rate = 0.0f;
+        op->scale = 1.0f;
+        op->thr = UINT32_MAX;
+        return;
+    }
+    op->scale = 1.0f / (1.0f - rate);
+    double t = (1.0 - (double)rate) * 4294967296.0 + 0.5;
+    op->thr = t >= 4294967295.0 ? UINT32_MAX : (uint32_t)t;
+}
+
+/* model.c's drop_seed: the seed of dropout ops without their own, from the
+ * model's RNG state (keep in step with executor/nn/model.c). */
+static uint64_t drop_seed(const uint64_t rng[4])
+{
+    return nn_mix64(rng[0] ^ nn_mix64(rng[2]));
+}
+
+/* The ops and tensors of spec, as model.c's model_build lays them out. */
+static int plan_ops(gpu_model *g, const jobspec *spec, char *err)
+{
+    int width = spec->input_size, dense_i = 0;
+    size_t off = 0;
+    g->in_size = spec->input_size;
+    g->n_ops = spec->n_layers;
+    g->first_param_op = -1;
+    g->max_width = width;
+    for (int i = 0; i < g->n_ops; i++) {
+        const layer_spec *ls = &spec->layers[i];
+        gop *op = &g->ops[i];
+        memset(op, 0, sizeof *op);
+        op->type = ls->type;
+        op->in = width;
+        op->act = ACT_LINEAR;
+        op->key_layer = i;
+        dropout_init(op, 0.0f);
+        switch (ls->type) {
+        case LAYER_DENSE: {
+            model_tensor *t;
+            op->out = ls->units;
+            op->act = ls->activation;
+            op->use_bias = ls->use_bias;
+            op->l1 = ls->l1;
+            op->l2 = ls->l2;
+            op->own_output = 1;
+            if (g->first_param_op < 0)
+                g->first_param_op = i;
+            op->kernel_tensor = g->n_tensors;
+            t = &g->tensors[g->n_tensors++];
+            snprintf(t->name, sizeof t->name, "dense_%d.kernel", dense_i);
+            t->offset = off;
+            t->size = (size_t)op->in * op->out;
+            t->rank = 2;
+            t->shape[0] = op->in;
+            t->shape[1] = op->out;
+            off = align_up(off + t->size);
+            if (op->use_bias) {
+                t = &g->tensors[g->n_tensors++];
+                snprintf(t->name, sizeof t->name, "dense_%d.bias", dense_i);
+                t->offset = off;
+                t->size = (size_t)op->out;
+                t->rank = 1;
+                t->shape[0] = op->out;
+                off = align_up(off + t->size);
+            }
+            dense_i++;
+            break;
+        }
+        case LAYER_DROPOUT:
+            op->out = width;
+            dropout_init(op, ls->rate);
+            op->has_seed = ls->has_seed;
+            op->seed = ls->seed;
+            op->own_output = 1;
+            break;
+        case LAYER_FLATTEN:
+            op->out = width;
+            break;
+        case LAYER_ACTIVATION:
+            op->out = width;
+            op->act = ls->activation;
+            op->own_output = 1;
+            break;
+        default:
+            return gpu_errf(err, "model.layers[%d]: unknown layer type", i);
+        }
+        width = op->out;
+        if (width > g->max_width)
+            g->max_width = width;
+    }
+    g->out_size = width;
+    g->n_params = off;
+    /* fusions: relu dense + dropout; final softmax/sigmoid into the loss */
+    for (int i = 0; i + 1 < g->n_ops; i++) {
+        gop *op = &g->ops[i], *nx = &g->ops[i + 1];
+        if (op->type == LAYER_DENSE && op->act == ACT_RELU && nx->type == LAYER_DROPOUT) {
+            op->fused_next = 1;
+            op->rate = nx->rate;
+            op->scale = nx->scale;
+            op->thr = nx->thr;
+            op->key_layer = nx->key_layer;
+            nx->fused_into_prev = 1;
+            nx->own_output = 0;
+        }
+    }
+    gop *last = &g->ops[g->n_ops - 1];
+    act_type fa = loss_fused_act(g->loss);
+    if (fa != ACT_LINEAR && (last->type == LAYER_DENSE || last->type == LAYER_ACTIVATION) &&
+        last->act == fa) {
+        g->fused = 1;
+        g->final_act = fa;
+        last->act = ACT_LINEAR;
+        if (last->type == LAYER_ACTIVATION)
+            last->own_output = 0;
+    }
+    return 0;
+}
+
+/* The CPU model of the same spec gives the initial values; its layout must
+ * be ours tensor for tensor (a checkpoint moves between the two). */
+static int take_cpu_model(gpu_model *g, model *hm, char *err)
+{
+    if (model_param_count(hm) != g->n_params || model_slot_count(hm) != g->n_slots ||
+        model_tensor_count(hm) != g->n_tensors || model_input_size(hm) != g->in_size ||
+        model_output_size(hm) != g->out_size)
+        return gpu_errf(err, "gpu model layout differs from model.h's (params %zu vs %zu, "
+                             "tensors %d vs %d): executor/nn/model.c changed; update gpu_model.cu",
+                        g->n_params, model_param_count(hm), g->n_tensors, model_tensor_count(hm));
+    for (int i = 0; i < g->n_tensors; i++) {
+        const model_tensor *a = &g->tensors[i], *b = model_tensor_at(hm, i);
+        if (strcmp(a->name, b->name) != 0 || a->offset != b->offset || a->size != b->size)
+            return gpu_errf(err, "gpu model tensor %d (%s at %zu) differs from model.h's (%s at "
+                                 "%zu): update gpu_model.cu",
+                            i, a->name, a->offset, b->name, b->offset);
+    }
+    snprintf(g->signature, sizeof g->signature, "%s", model_signature(hm));
+    model_rng_get(hm, g->rng);
+    return 0;
+}
+
+/* Sends the dropout seeds (from the RNG state or the layers' own). */
+static int send_seeds(gpu_model *g, char *err)
+{
+    uint64_t ds = drop_seed(g->rng);
+    for (int i = 0; i < g->n_ops; i++) {
+        const gop *op = &g->ops[i];
+        if (op->type != LAYER_DROPOUT)
+            continue;
+        k_set_u64<<<1, 1, 0, g->stream>>>(&g->st->seeds[i],
+                                         (unsigned long long)(op->has_seed ? op->seed : ds));
+        cudaCheckLast();
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+static int dev_alloc(void **p, size_t bytes, char *err)
+{
+    cudaCheck(cudaMalloc(p, bytes ? bytes : 16));
+    cudaCheck(cudaMemset(*p, 0, bytes ? bytes : 16));
+    return 0;
+fail:
+    *p = NULL;
+    return -1;
+}
+
+/* Captures one training step (forward, backward, update) on batch slot s. */
+static int capture_step(gpu_model *g, int s, char *err)
+{
+    cudaGraph_t graph = NULL;
+    cudaError_t e;
+    int rc;
+    cudaCheck(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
+    rc = enqueue_forward_backward(g, g->bx[s], g->by[s], g->max_batch, err);
+    if (rc == 0)
+        rc = enqueue_update(g, err);
+    e = cudaStreamEndCapture(g->stream, &graph);
+    if (rc)
+        goto fail;
+    cudaCheck(e);
+    cudaCheck(cudaGraphInstantiate(&g->graph[s], graph, 0));
+    cudaCheck(cudaGraphDestroy(graph));
+    return 0;
+fail:
+    if (graph)
+        cudaGraphDestroy(graph);
+    cudaGetLastError();
+    return -1;
+}
+
+extern "C" void gpu_model_free(gpu_model *g)
+{
+    if (!g)
+        return;
+    cudaSetDevice(g->device);
+    if (g->stream)
+        cudaStreamSynchronize(g->stream);
+    if (g->copy_stream)
+        cudaStreamSynchronize(g->copy_stream);
+    for (int s = 0; s < NSLOT; s++) {
+        if (g->graph[s])
+            cudaGraphExecDestroy(g->graph[s]);
+        if (g->copied[s])
+            cudaEventDestroy(g->copied[s]);
+        if (g->freed[s])
+            cudaEventDestroy(g->freed[s]);
+        cudaFree(g->bx[s]);
+        cudaFree(g->by[s]);
+        cudaFreeHost(g->hx[s]);
+        cudaFreeHost(g->hy[s]);
+    }
+    if (g->blas)
+        cublasDestroy(g->blas);
+    cudaFree(g->blas_ws);
+    cudaFree(g->params);
+    cudaFree(g->grads);
+    cudaFree(g->slots);
+    cudaFree(g->acts);
+    cudaFree(g->gbuf[0]);
+    cudaFree(g->gbuf[1]);
+    cudaFree(g->ex);
+    cudaFree(g->ey);
+    cudaFree(g->row_loss);
+    cudaFree(g->row_correct);
+    cudaFree(g->st);
+    if (g->stream)
+        cudaStreamDestroy(g->stream);
+    if (g->copy_stream)
+        cudaStreamDestroy(g->copy_stream);
+    cudaGetLastError();
+    free(g);
+}
+
+extern "C" int gpu_model_build(gpu_model **out, const jobspec *spec, int max_batch, uint64_t seed,
+                               const gpu_options *opt, char err[GPU_ERR_MAX])
+{
+    gpu_model *g = NULL;
+    model *hm = NULL;
+    char merr[MODEL_ERR_MAX];
+    size_t act_floats = 0, aoff = 0, gsize = 0;
+    gstate init;
+    *out = NULL;
+    if (max_batch <= 0)
+        return gpu_errf(err, "max_batch must be positive");
+    /* the CPU engine validates the spec and draws the initial values */
+    if (model_build(&hm, spec, 1, seed, merr))
+        return gpu_errf(err, "%s", merr);
+    g = (gpu_model *)calloc(1, sizeof *g);
+    if (!g) {
+        model_free(hm);
+        return gpu_errf(err, "out of memory");
+    }
+    if (opt)
+        g->opt = *opt;
+    else
+        gpu_options_default(&g->opt);
+    g->device = g->opt.device;
+    g->max_batch = max_batch;
+    g->loss = spec->loss;
+    g->optspec = spec->optimizer;
+    g->n_slots = model_slot_count(hm);
+    if (plan_ops(g, spec, err) || take_cpu_model(g, hm, err))
+        goto fail;
+
+    cudaCheck(cudaSetDevice(g->device));
+    cudaCheck(cudaStreamCreateWithFlags(&g->stream, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamCreateWithFlags(&g->copy_stream, cudaStreamNonBlocking));
+    for (int s = 0; s < NSLOT; s++) {
+        cudaCheck(cudaEventCreateWithFlags(&g->copied[s], cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&g->freed[s], cudaEventDisableTiming));
+    }
+    cublasCheck(cublasCreate(&g->blas));
+    cublasCheck(cublasSetStream(g->blas, g->stream));
+    cublasCheck(cublasSetMathMode(g->blas, g->opt.tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                       : CUBLAS_DEFAULT_MATH));
+    if (dev_alloc(&g->blas_ws, BLAS_WORKSPACE, err))
+        goto fail;
+    cublasCheck(cublasSetWorkspace(g->blas, g->blas_ws, BLAS_WORKSPACE));
+
+    /* buffers: parameters, gradients, slots in model.h's flat layout */
+    if (dev_alloc((void **)&g->params, sizeof(float) * g->n_params, err) ||
+        dev_alloc((void **)&g->grads, sizeof(float) * g->n_params, err) ||
+        dev_alloc((void **)&g->slots, sizeof(float) * g->n_params * (size_t)g->n_slots, err))
+        goto fail;
+    for (int i = 0; i < g->n_ops; i++)
+        if (g->ops[i].own_output)
+            act_floats += align_up((size_t)max_batch * g->ops[i].out);
+    gsize = align_up((size_t)max_batch * g->max_width);
+    if (dev_alloc((void **)&g->acts, sizeof(float) * act_floats, err) ||
+        dev_alloc((void **)&g->gbuf[0], sizeof(float) * gsize, err) ||
+        dev_alloc((void **)&g->gbuf[1], sizeof(float) * gsize, err) ||
+        dev_alloc((void **)&g->ex, sizeof(float) * (size_t)max_batch * g->in_size, err) ||
+        dev_alloc((void **)&g->ey, sizeof(float) * (size_t)max_batch, err) ||
+        dev_alloc((void **)&g->row_loss, sizeof(double) * (size_t)max_batch, err) ||
+        dev_alloc((void **)&g->row_correct, sizeof(int) * (size_t)max_batch, err) ||
+        dev_alloc((void **)&g->st, sizeof(gstate), err))
+        goto fail;
+    for (int s = 0; s < NSLOT; s++) {
+        if (dev_alloc((void **)&g->bx[s], sizeof(float) * (size_t)max_batch * g->in_size, err) ||
+            dev_alloc((void **)&g->by[s], sizeof(float) * (size_t)max_batch, err))
+            goto fail;
+        cudaCheck(cudaMallocHost((void **)&g->hx[s],
+                                 sizeof(float) * (size_t)max_batch * g->in_size));
+        cudaCheck(cudaMallocHost((void **)&g->hy[s], sizeof(float) * (size_t)max_batch));
+        memset(g->hx[s], 0, sizeof(float) * (size_t)max_batch * g->in_size);
+        memset(g->hy[s], 0, sizeof(float) * (size_t)max_batch);
+    }
+    for (int i = 0; i < g->n_ops; i++) {
+        gop *op = &g->ops[i];
+        if (op->own_output) {
+            op->y = g->acts + aoff;
+            aoff += align_up((size_t)max_batch * op->out);
+        }
+        if (op->type == LAYER_DENSE) {
+            const model_tensor *kt = &g->tensors[op->kernel_tensor];
+            op->w = g->params + kt->offset;
+            op->dw = g->grads + kt->offset;
+            if (op->use_bias) {
+                op->b = g->params + kt[1].offset;
+                op->db = g->grads + kt[1].offset;
+            }
+        }
+    }
+
+    /* initial values: the CPU model's */
+    cudaCheck(cudaMemcpy(g->params, model_params(hm), sizeof(float) * g->n_params,
+                         cudaMemcpyHostToDevice));
+    if (g->n_slots)
+        cudaCheck(cudaMemcpy(g->slots, model_slots(hm),
+                             sizeof(float) * g->n_params * (size_t)g->n_slots,
+                             cudaMemcpyHostToDevice));
+    g->iterations = model_iterations(hm);
+    memset(&init, 0, sizeof init);
+    init.iterations = g->iterations;
+    init.reg_scale = 1.0f;
+    cudaCheck(cudaMemcpy(g->st, &init, sizeof init, cudaMemcpyHostToDevice));
+    model_free(hm);
+    hm = NULL;
+    if (send_seeds(g, err))
+        goto fail;
+    cudaCheck(cudaStreamSynchronize(g->stream));
+
+    if (g->opt.cuda_graph) {
+        for (int s = 0; s < NSLOT; s++)
+            if (capture_step(g, s, err))
+                goto fail;
+        g->have_graph = 1;
+    }
+    *out = g;
+    return 0;
+fail:
+    model_free(hm);
+    gpu_model_free(g);
+    return -1;
+}
+
+/* ================================================================ batches */
+
+extern "C" int gpu_model_stage_next(gpu_model *g, float **x, float **y, char err[GPU_ERR_MAX])
+{
+    int s = (int)(g->staged % NSLOT);
+    *x = NULL;
+    *y = NULL;
+    if (g->staged - g->consumed >= NSLOT)
+        return gpu_errf(err, "gpu_model_stage_next: %d batches already wait for a step", NSLOT);
+    cudaCheck(cudaSetDevice(g->device));
+    cudaCheck(cudaEventSynchronize(g->freed[s]));
+    g->stage_open = 1;
+    *x = g->hx[s];
+    *y = g->hy[s];
+    return 0;
+fail:
+    return -1;
+}
+
+extern "C" int gpu_model_stage_commit(gpu_model *g, int n, char err[GPU_ERR_MAX])
+{
+    int s = (int)(g->staged % NSLOT);
+    if (!g->stage_open)
+        return gpu_errf(err, "gpu_model_stage_commit: no slot open (call gpu_model_stage_next)");
+    if (n < 0 || n > g->max_batch)
+        return gpu_errf(err, "gpu_model_stage_commit: %d examples, max_batch is %d", n,
+                        g->max_batch);
+    cudaCheck(cudaSetDevice(g->device));
+    cudaCheck(cudaStreamWaitEvent(g->copy_stream, g->freed[s], 0));
+    if (n > 0) {
+        cudaCheck(cudaMemcpyAsync(g->bx[s], g->hx[s], sizeof(float) * (size_t)n * g->in_size,
+                                  cudaMemcpyHostToDevice, g->copy_stream));
+        cudaCheck(cudaMemcpyAsync(g->by[s], g->hy[s], sizeof(float) * (size_t)n,
+                                  cudaMemcpyHostToDevice, g->copy_stream));
+    }
+    cudaCheck(cudaEventRecord(g->copied[s], g->copy_stream));
+    g->slot_n[s] = n;
+    g->staged++;
+    g->stage_open = 0;
+    return 0;
+fail:
+    return -1;
+}
+
+extern "C" int gpu_model_load_batch(gpu_model *g, const float *x, const float *y, int n,
+                                    char err[GPU_ERR_MAX])
+{
+    float *hx = NULL, *hy = NULL;
+    if (n < 0 || n > g->max_batch)
+        return gpu_errf(err, "gpu_model_load_batch: %d examples, max_batch is %d", n,
+                        g->max_batch);
+    if (gpu_model_stage_next(g, &hx, &hy, err))
+        return -1;
+    if (n > 0) {
+        memcpy(hx, x, sizeof(float) * (size_t)n * g->in_size);
+        memcpy(hy, y, sizeof(float) * (size_t)n);
+    }
+    return gpu_model_stage_commit(g, n, err);
+}
+
+/* ================================================================ steps */
+
+static int set_global_batch(gpu_model *g, int global_batch, char *err)
+{
+    if (global_batch <= 0)
+        return gpu_errf(err, "global_batch must be positive, got %d", global_batch);
+    if (global_batch != g->global_batch) {
+        k_set_i32<<<1, 1, 0, g->stream>>>(&g->st->global_batch, global_batch);
+        cudaCheckLast();
+        g->global_batch = global_batch;
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+/* Runs the oldest committed batch: update != 0 adds the optimizer update. */
+static int run_step(gpu_model *g, int global_batch, int update, char *err)
+{
+    int s = (int)(g->consumed % NSLOT), n;
+    if (g->consumed >= g->staged)
+        return gpu_errf(err, "no batch staged (gpu_model_load_batch or stage_next/commit first)");
+    n = g->slot_n[s];
+    cudaCheck(cudaSetDevice(g->device));
+    if (set_global_batch(g, global_batch, err))
+        return -1;
+    cudaCheck(cudaStreamWaitEvent(g->stream, g->copied[s], 0));
+    if (update && g->have_graph && n == g->max_batch) {
+        cudaCheck(cudaGraphLaunch(g->graph[s], g->stream));
+    } else {
+        if (enqueue_forward_backward(g, g->bx[s], g->by[s], n, err))
+            return -1;
+        if (update && enqueue_update(g, err))
+            return -1;
+    }
+    cudaCheck(cudaEventRecord(g->freed[s], g->stream));
+    g->consumed++;
+    if (update)
+        g->iterations++;
+    return 0;
+fail:
+    return -1;
+}
+
+extern "C" int gpu_model_train_step(gpu_model *g, int global_batch, char err[GPU_ERR_MAX])
+{
+    return run_step(g, global_batch, 1, err);
+}
+
+extern "C" int gpu_model_forward_backward(gpu_model *g, int global_batch, char err[GPU_ERR_MAX])
+{
+    return run_step(g, global_batch, 0, err);
+}
+
+extern "C" int gpu_model_apply_gradients(gpu_model *g, char err[GPU_ERR_MAX])
+{
+    cudaCheck(cudaSetDevice(g->device));
+    if (enqueue_update(g, err))
+        return -1;
+    g->iterations++;
+    return 0;
+fail:
+    return -1;
+}
+
+extern "C" int gpu_model_sync(gpu_model *g, char err[GPU_ERR_MAX])
+{
+    cudaCheck(cudaSetDevice(g->device));
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    return 0;
+fail:
+    return -1;
+}
+
+static int read_state(gpu_model *g, gstate *h, char *err)
+{
+    cudaCheck(cudaSetDevice(g->device));
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    cudaCheck(cudaMemcpy(h, g->st, sizeof *h, cudaMemcpyDeviceToHost));
+    return 0;
+fail:
+    return -1;
+}
+
+extern "C" int gpu_model_stats(gpu_model *g, step_stats *st, int reset, char err[GPU_ERR_MAX])
+{
+    gstate h;
+    if (read_state(g, &h, err))
+        return -1;
+    if (st) {
+        st->loss_sum = h.loss_sum;
+        st->correct = (long)h.correct;
+        st->n = (long)h.seen;
+    }
+    if (reset) {
+        cudaCheck(cudaMemset(&g->st->loss_sum, 0, sizeof(double)));
+        cudaCheck(cudaMemset(&g->st->correct, 0, sizeof(long long)));
+        cudaCheck(cudaMemset(&g->st->seen, 0, sizeof(long long)));
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+/* Forward of a host chunk (b rows) into the evaluation buffers; *outp the output. */
+static int eval_chunk(gpu_model *g, const float *x, const float *y, int b, const float **outp,
+                      char *err)
+{
+    const float *inputs[JOBSPEC_MAX_LAYERS];
+    cudaCheck(cudaMemcpyAsync(g->ex, x, sizeof(float) * (size_t)b * g->in_size,
+                              cudaMemcpyHostToDevice, g->stream));
+    if (y)
+        cudaCheck(cudaMemcpyAsync(g->ey, y, sizeof(float) * (size_t)b, cudaMemcpyHostToDevice,
+                                  g->stream));
+    return enqueue_forward(g, g->ex, b, 0, inputs, outp, err);
+fail:
+    return -1;
+}
+
+extern "C" int gpu_model_evaluate(gpu_model *g, const float *x, const float *y, long n,
+                                  double *loss, double *acc, char err[GPU_ERR_MAX])
+{
+    gstate h;
+    const float *o = NULL;
+    cudaCheck(cudaSetDevice(g->device));
+    cudaCheck(cudaMemsetAsync(&g->st->eval_loss, 0, sizeof(double), g->stream));
+    cudaCheck(cudaMemsetAsync(&g->st->eval_correct, 0, sizeof(long long), g->stream));
+    /* the loss kernel divides by global_batch only for the gradient (none here) */
+    for (long i = 0; i < n; i += g->max_batch) {
+        int b = (int)(n - i < g->max_batch ? n - i : g->max_batch);
+        if (eval_chunk(g, x + i * g->in_size, y + i, b, &o, err))
+            return -1;
+        k_loss<<<rows_grid(b), 128, 0, g->stream>>>(g->loss, g->fused, o, g->ey, b, g->out_size,
+                                                   NULL, g->row_loss, g->row_correct, g->st);
+        cudaCheckLast();
+        k_reduce_stats<<<1, BLOCK, 0, g->stream>>>(g->row_loss, g->row_correct, b, g->st, 1);
+        cudaCheckLast();
+    }
+    cudaCheck(cudaMemsetAsync(&g->st->reg_sum, 0, sizeof(double), g->stream));
+    if (enqueue_regularize_all(g, 0, err))
+        return -1;
+    if (read_state(g, &h, err))
+        return -1;
+    cudaCheck(cudaMemset(&g->st->reg_sum, 0, sizeof(double)));
+    if (loss)
+        *loss = n > 0 ? h.eval_loss / (double)n + h.reg_sum : 0.0;
+    if (acc)
+        *acc = n > 0 ? (double)h.eval_correct / (double)n : 0.0;
+    return 0;
+fail:
+    return -1;
+}
+
+extern "C" int gpu_model_predict(gpu_model *g, const float *x, long n, float *out,
+                                 char err[GPU_ERR_MAX])
+{
+    const float *o = NULL;
+    cudaCheck(cudaSetDevice(g->device));
+    for (long i = 0; i < n; i += g->max_batch) {
+        int b = (int)(n - i < g->max_batch ? n - i : g->max_batch);
+        long long total = (long long)b * g->out_size;
+        if (eval_chunk(g, x + i * g->in_size, NULL, b, &o, err))
+            return -1;
+        if (g->fused) { /* the activation the loss absorbed, in place (eval buffers) */
+            if (g->final_act == ACT_SOFTMAX)
+                k_softmax<<<rows_grid(b), 128, 0, g->stream>>>((float *)o, o, b, g->out_size);
+            else
+                k_act<<<grid_for(total), BLOCK, 0, g->stream>>>((float *)o, o, total,
+                                                               g->final_act);
+            cudaCheckLast();
+        }
+        cudaCheck(cudaMemcpyAsync(out + i * g->out_size, o, sizeof(float) * (size_t)total,
+                                  cudaMemcpyDeviceToHost, g->stream));
+        cudaCheck(cudaStreamSynchronize(g->stream));
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+extern "C" int gpu_model_set_row_offset(gpu_model *g, long row0, char err[GPU_ERR_MAX])
+{
+    cudaCheck(cudaSetDevice(g->device));
+    k_set_i64<<<1, 1, 0, g->stream>>>(&g->st->row0, row0 < 0 ? 0 : (long long)row0);
+    cudaCheckLast();
+    return 0;
+fail:
+    return -1;
+}
+
+extern "C" int gpu_model_set_replicas(gpu_model *g, int replicas, char err[GPU_ERR_MAX])
+{
+    cudaCheck(cudaSetDevice(g->device));
+    k_set_f32<<<1, 1, 0, g->stream>>>(&g->st->reg_scale,
+                                     replicas > 1 ? 1.0f / (float)replicas : 1.0f);
+    cudaCheckLast();
+    return 0;
+fail:
+    return -1;
+}
+
+/* ================================================================ parameters */
+
+extern "C" int gpu_model_get_params(gpu_model *g, float *params, float *slots,
+                                    char err[GPU_ERR_MAX])
+{
+    cudaCheck(cudaSetDevice(g->device));
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    if (params)
+        cudaCheck(cudaMemcpy(params, g->params, sizeof(float) * g->n_params,
+                             cudaMemcpyDeviceToHost));
+    if (slots && g->n_slots)
+        cudaCheck(cudaMemcpy(slots, g->slots, sizeof(float) * g->n_params * (size_t)g->n_slots,
+                             cudaMemcpyDeviceToHost));
+    return 0;
+fail:
+    return -1;
+}
+
+extern "C" int gpu_model_set_params(gpu_model *g, const float *params, const float *slots,
+                                    char err[GPU_ERR_MAX])
+{
+    cudaCheck(cudaSetDevice(g->device));
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    if (params)
+        cudaCheck(cudaMemcpy(g->params, params, sizeof(float) * g->n_params,
+                             cudaMemcpyHostToDevice));
+    if (slots && g->n_slots)
+        cudaCheck(cudaMemcpy(g->slots, slots, sizeof(float) * g->n_params * (size_t)g->n_slots,
+                             cudaMemcpyHostToDevice));
+    return 0;
+fail:
+    return -1;
+}
+
+extern "C" int gpu_model_get_grads(gpu_model *g, float *grads, char err[GPU_ERR_MAX])
+{
+    cudaCheck(cudaSetDevice(g->device));
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    cudaCheck(cudaMemcpy(grads, g->grads, sizeof(float) * g->n_params, cudaMemcpyDeviceToHost));
+    return 0;
+fail:
+    return -1;
+}
+
+static int same_model(const gpu_model *g, const model *m, char *err)
+{
+    if (strcmp(model_signature(m), g->signature) != 0 || model_param_count(m) != g->n_params ||
+        model_slot_count(m) != g->n_slots)
+        return gpu_errf(err, "the CPU model is not this model's (signature \"%s\" vs \"%s\")",
+                        model_signature(m), g->signature);
+    return 0;
+}
+
+extern "C" int gpu_model_to_host(gpu_model *g, model *m, char err[GPU_ERR_MAX])
+{
+    if (same_model(g, m, err) ||
+        gpu_model_get_params(g, model_params(m), g->n_slots ? model_slots(m) : NULL, err))
+        return -1;
+    model_set_iterations(m, g->iterations);
+    model_rng_set(m, g->rng);
+    return 0;
+}
+
+extern "C" int gpu_model_from_host(gpu_model *g, model *m, char err[GPU_ERR_MAX])
+{
+    uint64_t s[4];
+    if (same_model(g, m, err) ||
+        gpu_model_set_params(g, model_params(m), g->n_slots ? model_slots(m) : NULL, err) ||
+        gpu_model_set_iterations(g, model_iterations(m), err))
+        return -1;
+    model_rng_get(m, s);
+    return gpu_model_rng_set(g, s, err);
+}
+
+extern "C" long gpu_model_iterations(const gpu_model *g) { return g->iterations; }
+
+extern "C" int gpu_model_set_iterations(gpu_model *g, long it, char err[GPU_ERR_MAX])
+{
+    cudaCheck(cudaSetDevice(g->device));
+    k_set_i64<<<1, 1, 0, g->stream>>>(&g->st->iterations, (long long)it);
+    cudaCheckLast();
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    g->iterations = it;
+    return 0;
+fail:
+    return -1;
+}
+
+extern "C" void gpu_model_rng_get(const gpu_model *g, uint64_t s[4])
+{
+    memcpy(s, g->rng, sizeof g->rng);
+}
+
+extern "C" int gpu_model_rng_set(gpu_model *g, const uint64_t s[4], char err[GPU_ERR_MAX])
+{
+    memcpy(g->rng, s, sizeof g->rng);
+    cudaCheck(cudaSetDevice(g->device));
+    if (send_seeds(g, err))
+        return -1;
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    return 0;
+fail:
+    return -1;
+}
+
+extern "C" size_t gpu_model_param_count(const gpu_model *g) { return g->n_params; }
+extern "C" int gpu_model_slot_count(const gpu_model *g) { return g->n_slots; }
+extern "C" int gpu_model_tensor_count(const gpu_model *g) { return g->n_tensors; }
+extern "C" const model_tensor *gpu_model_tensor_at(const gpu_model *g, int i)
+{
+    return (i >= 0 && i < g->n_tensors) ? &g->tensors[i] : NULL;
+}
+extern "C" int gpu_model_input_size(const gpu_model *g) { return g->in_size; }
+extern "C" int gpu_model_output_size(const gpu_model *g) { return g->out_size; }
+extern "C" int gpu_model_max_batch(const gpu_model *g) { return g->max_batch; }
+extern "C" const char *gpu_model_signature(const gpu_model *g) { return g->signature; }
+extern "C" float *gpu_model_params_device(gpu_model *g) { return g->params; }
+extern "C" float *gpu_model_grads_device(gpu_model *g) { return g->grads; }
+extern "C" void *gpu_model_stream(gpu_model *g) { return (void *)g->stream; }
+extern "C" int gpu_model_device(const gpu_model *g) { return g->device; }
