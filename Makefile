@@ -128,7 +128,8 @@ $(ASSET_OBJ): $(BUILD)/gen/assets.c
 
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 -std=c++17 -I. -Xcompiler -fPIC -c $< -o $@
+	@echo "  NVCC $<"
+	@$(NVCC) $(NVCCFLAGS) -I. $(filter -DTRAINYARD_%,$(ALL_CFLAGS)) -MMD -MP -c $< -o $@
 
 $(BUILD)/trainyard: $(BUILD)/obj/server/main.o $(LIB_OBJ)
 	@echo "  LD  $@"
@@ -162,6 +163,50 @@ bench-train: all
 
 bench-sched: all
 	bench/sched_sim/run.sh
+
+# ------------------------------------------------------------------ GPU (docs/gpu.md)
+# nvcc: Hopper machine code plus PTX; no C++ runtime in the objects (the
+# link is cc's). CUDA_ARCH="-arch=native" on a machine with a GPU.
+CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) \
+             -Xcompiler -fPIC,-Wall,-Wextra,-Werror,-fno-exceptions,-fno-threadsafe-statics
+DEPS_check_gpu := $(ENGINE_OBJ) $(CU_OBJ)
+
+# gpu-build: the GPU test and benchmark in build/gpu/bin, linked with none of
+# the server's libraries (no libmicrohttpd, cJSON, SQLite, curl: the engine's
+# objects without the spec parser and checkpoint.c; jobspecs built in C),
+# with the CUDA runtime, check, zlib and libcrypto static, so the
+# folder runs on a GPU machine that has the driver and cuBLAS only. Portable
+# CPU code (x86-64-v3), not -march=native. Carry build/gpu to that machine.
+GPU_BUILD ?= build/gpu
+# bench/gpu/ref_cblas.c stands in for OpenBLAS there (a static OpenBLAS is
+# 30 MB a binary, too much to carry).
+GPU_LINK_OBJ = $(COMMON_OBJ) $(filter-out %/checkpoint.o,$(NN_OBJ)) $(DATA_OBJ) \
+               $(filter-out %/nccl_comm.o,$(CU_OBJ)) $(BUILD)/obj/bench/gpu/ref_cblas.o
+GPU_LINK_LIBS = -L$(CUDA_HOME)/lib64 -Wl,--as-needed -Wl,-rpath,$(CUDA_HOME)/lib64 \
+                -lcublas -lcublasLt -Wl,-Bstatic -lcudart_static -lcheck_pic -lsubunit \
+                -lcrypto -lz -Wl,-Bdynamic -ldl -lrt -lpthread -lm
+$(BUILD)/bin/check_gpu: tests/check_gpu.c $(GPU_LINK_OBJ)
+	@mkdir -p $(dir $@)
+	@echo "  LD  $@"
+	@$(CC) $(ALL_CFLAGS) -o $@ $< $(GPU_LINK_OBJ) $(GPU_LINK_LIBS)
+$(BUILD)/bin/gpu_bench: bench/gpu/gpu_bench.c $(GPU_LINK_OBJ)
+	@mkdir -p $(dir $@)
+	@echo "  LD  $@"
+	@$(CC) $(ALL_CFLAGS) -o $@ $< $(GPU_LINK_OBJ) $(GPU_LINK_LIBS)
+
+.PHONY: gpu-build gpu-test bench-gpu
+gpu-build:
+	@test -n "$(NVCC)" || { echo "gpu-build: nvcc not found (CUDA toolkit at $(CUDA_HOME)?)"; exit 1; }
+	$(MAKE) --no-print-directory CUDA=1 BUILD=$(GPU_BUILD) NN_OPT="-O3 -march=x86-64-v3" \
+	    $(GPU_BUILD)/bin/check_gpu $(GPU_BUILD)/bin/gpu_bench
+	@bench/gpu/bundle_data.sh $(GPU_BUILD)
+
+gpu-test: gpu-build
+	bench/gpu/gpu-test.sh $(GPU_BUILD)
+
+bench-gpu: gpu-build
+	bench/gpu/run.sh $(GPU_BUILD)
 
 clean:
 	rm -rf build

@@ -43,6 +43,7 @@ static int have_gpu(const char *test)
     char err[GPU_ERR_MAX] = "";
 #ifndef TRAINYARD_CUDA
     (void)n;
+    (void)err;
     printf("SKIP: no CUDA device (built without CUDA: make gpu-test): %s\n", test);
     return 0;
 #else

@@ -214,6 +214,26 @@ static inline int gpu_model_to_host(gpu_model *g, model *m, char err[GPU_ERR_MAX
 { (void)g; (void)m; return GPU_MODEL_NO_CUDA(err); }
 static inline int gpu_model_from_host(gpu_model *g, model *m, char err[GPU_ERR_MAX])
 { (void)g; (void)m; return GPU_MODEL_NO_CUDA(err); }
+static inline long gpu_model_iterations(const gpu_model *g) { (void)g; return 0; }
+static inline int gpu_model_set_iterations(gpu_model *g, long it, char err[GPU_ERR_MAX])
+{ (void)g; (void)it; return GPU_MODEL_NO_CUDA(err); }
+static inline void gpu_model_rng_get(const gpu_model *g, uint64_t s[4])
+{ (void)g; s[0] = s[1] = s[2] = s[3] = 0; }
+static inline int gpu_model_rng_set(gpu_model *g, const uint64_t s[4], char err[GPU_ERR_MAX])
+{ (void)g; (void)s; return GPU_MODEL_NO_CUDA(err); }
+static inline size_t gpu_model_param_count(const gpu_model *g) { (void)g; return 0; }
+static inline int gpu_model_slot_count(const gpu_model *g) { (void)g; return 0; }
+static inline int gpu_model_tensor_count(const gpu_model *g) { (void)g; return 0; }
+static inline const model_tensor *gpu_model_tensor_at(const gpu_model *g, int i)
+{ (void)g; (void)i; return NULL; }
+static inline int gpu_model_input_size(const gpu_model *g) { (void)g; return 0; }
+static inline int gpu_model_output_size(const gpu_model *g) { (void)g; return 0; }
+static inline int gpu_model_max_batch(const gpu_model *g) { (void)g; return 0; }
+static inline const char *gpu_model_signature(const gpu_model *g) { (void)g; return ""; }
+static inline float *gpu_model_params_device(gpu_model *g) { (void)g; return NULL; }
+static inline float *gpu_model_grads_device(gpu_model *g) { (void)g; return NULL; }
+static inline void *gpu_model_stream(gpu_model *g) { (void)g; return NULL; }
+static inline int gpu_model_device(const gpu_model *g) { (void)g; return -1; }
 
 #endif /* TRAINYARD_CUDA */
 
