@@ -515,7 +515,7 @@ START_TEST(graph_equals_eager_and_tf32_learns)
     ck_assert(gpu_model_get_params(gb, b, NULL, err) == 0);
     assert_close("graph/eager", "graph_equals_eager", a, b, np, 1e-6);
     double l0 = first.loss_sum / first.n, l1 = last.loss_sum / last.n;
-    printf("  tf32: mean loss of steps 0-7 %.4f, of steps 32-39 %.4f\n", l0, l1);
+    printf("  tf32: mean loss of steps 0-7 %.4f, of steps 8-39 %.4f\n", l0, l1);
     ck_assert(isfinite(l1) && l1 < l0);
     free(a);
     free(b);

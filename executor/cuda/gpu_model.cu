@@ -964,13 +964,42 @@ fail:
     return -1;
 }
 
+/* Runs every kernel and GEMM of a step once, eagerly, on the zeroed batch
+ * slot 0, so that modules and cuBLAS kernels are loaded before a graph
+ * capture; then puts back what it touched (gradients, stats, iteration).
+ * The update kernel runs over zero parameters (n = 0). */
+static int warm_up(gpu_model *g, char *err)
+{
+    const optimizer_spec *o = &g->optspec;
+    gstate *st = g->st;
+    if (enqueue_forward_backward(g, g->bx[0], g->by[0], g->max_batch, err))
+        return -1;
+    k_pre_update<<<1, 1, 0, g->stream>>>(st, o->type == OPT_ADAM, o->learning_rate, o->beta_1,
+                                        o->beta_2);
+    cudaCheckLast();
+    k_optimizer<<<1, BLOCK, 0, g->stream>>>(*o, g->params, g->grads, g->slots, 0,
+                                            (long long)g->n_params, st);
+    cudaCheckLast();
+    k_set_i64<<<1, 1, 0, g->stream>>>(&st->iterations, (long long)g->iterations);
+    cudaCheckLast();
+    cudaCheck(cudaMemsetAsync(g->grads, 0, sizeof(float) * g->n_params, g->stream));
+    cudaCheck(cudaMemsetAsync(&st->loss_sum, 0, sizeof(double), g->stream));
+    cudaCheck(cudaMemsetAsync(&st->correct, 0, sizeof(long long), g->stream));
+    cudaCheck(cudaMemsetAsync(&st->seen, 0, sizeof(long long), g->stream));
+    cudaCheck(cudaMemsetAsync(&st->reg_sum, 0, sizeof(double), g->stream));
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    return 0;
+fail:
+    return -1;
+}
+
 /* Captures one training step (forward, backward, update) on batch slot s. */
 static int capture_step(gpu_model *g, int s, char *err)
 {
     cudaGraph_t graph = NULL;
     cudaError_t e;
     int rc;
-    cudaCheck(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeThreadLocal));
+    cudaCheck(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeRelaxed));
     rc = enqueue_forward_backward(g, g->bx[s], g->by[s], g->max_batch, err);
     if (rc == 0)
         rc = enqueue_update(g, err);
@@ -1123,22 +1152,23 @@ extern "C" int gpu_model_build(gpu_model **out, const jobspec *spec, int max_bat
     }
 
     /* initial values: the CPU model's */
-    cudaCheck(cudaMemcpy(g->params, model_params(hm), sizeof(float) * g->n_params,
-                         cudaMemcpyHostToDevice));
+    cudaCheck(cudaDeviceSynchronize()); /* dev_alloc's memsets ran on the legacy stream */
+    cudaCheck(cudaMemcpyAsync(g->params, model_params(hm), sizeof(float) * g->n_params,
+                              cudaMemcpyHostToDevice, g->stream));
     if (g->n_slots)
-        cudaCheck(cudaMemcpy(g->slots, model_slots(hm),
-                             sizeof(float) * g->n_params * (size_t)g->n_slots,
-                             cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpyAsync(g->slots, model_slots(hm),
+                                  sizeof(float) * g->n_params * (size_t)g->n_slots,
+                                  cudaMemcpyHostToDevice, g->stream));
     g->iterations = model_iterations(hm);
     memset(&init, 0, sizeof init);
     init.iterations = g->iterations;
     init.reg_scale = 1.0f;
-    cudaCheck(cudaMemcpy(g->st, &init, sizeof init, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpyAsync(g->st, &init, sizeof init, cudaMemcpyHostToDevice, g->stream));
+    cudaCheck(cudaStreamSynchronize(g->stream));
     model_free(hm);
     hm = NULL;
-    if (send_seeds(g, err))
+    if (send_seeds(g, err) || warm_up(g, err))
         goto fail;
-    cudaCheck(cudaStreamSynchronize(g->stream));
 
     if (g->opt.cuda_graph) {
         for (int s = 0; s < NSLOT; s++)
@@ -1291,8 +1321,8 @@ fail:
 static int read_state(gpu_model *g, gstate *h, char *err)
 {
     cudaCheck(cudaSetDevice(g->device));
+    cudaCheck(cudaMemcpyAsync(h, g->st, sizeof *h, cudaMemcpyDeviceToHost, g->stream));
     cudaCheck(cudaStreamSynchronize(g->stream));
-    cudaCheck(cudaMemcpy(h, g->st, sizeof *h, cudaMemcpyDeviceToHost));
     return 0;
 fail:
     return -1;
@@ -1309,9 +1339,9 @@ extern "C" int gpu_model_stats(gpu_model *g, step_stats *st, int reset, char err
         st->n = (long)h.seen;
     }
     if (reset) {
-        cudaCheck(cudaMemset(&g->st->loss_sum, 0, sizeof(double)));
-        cudaCheck(cudaMemset(&g->st->correct, 0, sizeof(long long)));
-        cudaCheck(cudaMemset(&g->st->seen, 0, sizeof(long long)));
+        cudaCheck(cudaMemsetAsync(&g->st->loss_sum, 0, sizeof(double), g->stream));
+        cudaCheck(cudaMemsetAsync(&g->st->correct, 0, sizeof(long long), g->stream));
+        cudaCheck(cudaMemsetAsync(&g->st->seen, 0, sizeof(long long), g->stream));
     }
     return 0;
 fail:
@@ -1357,7 +1387,7 @@ extern "C" int gpu_model_evaluate(gpu_model *g, const float *x, const float *y, 
         return -1;
     if (read_state(g, &h, err))
         return -1;
-    cudaCheck(cudaMemset(&g->st->reg_sum, 0, sizeof(double)));
+    cudaCheck(cudaMemsetAsync(&g->st->reg_sum, 0, sizeof(double), g->stream));
     if (loss)
         *loss = n > 0 ? h.eval_loss / (double)n + h.reg_sum : 0.0;
     if (acc)
@@ -1421,13 +1451,14 @@ extern "C" int gpu_model_get_params(gpu_model *g, float *params, float *slots,
                                     char err[GPU_ERR_MAX])
 {
     cudaCheck(cudaSetDevice(g->device));
-    cudaCheck(cudaStreamSynchronize(g->stream));
     if (params)
-        cudaCheck(cudaMemcpy(params, g->params, sizeof(float) * g->n_params,
-                             cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpyAsync(params, g->params, sizeof(float) * g->n_params,
+                                  cudaMemcpyDeviceToHost, g->stream));
     if (slots && g->n_slots)
-        cudaCheck(cudaMemcpy(slots, g->slots, sizeof(float) * g->n_params * (size_t)g->n_slots,
-                             cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpyAsync(slots, g->slots,
+                                  sizeof(float) * g->n_params * (size_t)g->n_slots,
+                                  cudaMemcpyDeviceToHost, g->stream));
+    cudaCheck(cudaStreamSynchronize(g->stream));
     return 0;
 fail:
     return -1;
@@ -1437,13 +1468,14 @@ extern "C" int gpu_model_set_params(gpu_model *g, const float *params, const flo
                                     char err[GPU_ERR_MAX])
 {
     cudaCheck(cudaSetDevice(g->device));
-    cudaCheck(cudaStreamSynchronize(g->stream));
     if (params)
-        cudaCheck(cudaMemcpy(g->params, params, sizeof(float) * g->n_params,
-                             cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpyAsync(g->params, params, sizeof(float) * g->n_params,
+                                  cudaMemcpyHostToDevice, g->stream));
     if (slots && g->n_slots)
-        cudaCheck(cudaMemcpy(g->slots, slots, sizeof(float) * g->n_params * (size_t)g->n_slots,
-                             cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpyAsync(g->slots, slots,
+                                  sizeof(float) * g->n_params * (size_t)g->n_slots,
+                                  cudaMemcpyHostToDevice, g->stream));
+    cudaCheck(cudaStreamSynchronize(g->stream));
     return 0;
 fail:
     return -1;
@@ -1452,8 +1484,9 @@ fail:
 extern "C" int gpu_model_get_grads(gpu_model *g, float *grads, char err[GPU_ERR_MAX])
 {
     cudaCheck(cudaSetDevice(g->device));
+    cudaCheck(cudaMemcpyAsync(grads, g->grads, sizeof(float) * g->n_params,
+                              cudaMemcpyDeviceToHost, g->stream));
     cudaCheck(cudaStreamSynchronize(g->stream));
-    cudaCheck(cudaMemcpy(grads, g->grads, sizeof(float) * g->n_params, cudaMemcpyDeviceToHost));
     return 0;
 fail:
     return -1;
