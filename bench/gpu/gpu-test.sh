@@ -8,6 +8,7 @@ cd "$(dirname "$0")/../.."
 build=${1:-build/gpu}
 bin=$build/bin/check_gpu
 . bench/gpu/env.sh
+[ -f "$bin" ] && [ ! -x "$bin" ] && chmod +x "$bin"   # a carry that lost the mode
 if [ ! -x "$bin" ]; then
   echo "gpu-test: $bin missing: building it (make gpu-build)"
   make --no-print-directory gpu-build GPU_BUILD="$build" || {

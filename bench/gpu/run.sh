@@ -18,6 +18,7 @@ ROUNDS=${ROUNDS:-3}
 EPOCHS=${EPOCHS:-6}
 BATCHES=${BATCHES:-128 1024}
 . bench/gpu/env.sh
+[ -f "$bin" ] && [ ! -x "$bin" ] && chmod +x "$bin"   # a carry that lost the mode
 if [ ! -x "$bin" ]; then
   echo "bench/gpu: $bin missing: building it (make gpu-build)"
   make --no-print-directory gpu-build GPU_BUILD="$build" || {
