@@ -708,16 +708,17 @@ typedef float vf16 __attribute__((vector_size(64)));
 void comm_sum(float *const *dst, int ndst, const float *const *src, int nsrc, size_t n)
 {
     size_t i = 0;
-    if (nsrc == 2 && ndst == 1) { /* the ring's and two local ranks' case */
+    if (nsrc == 2 && ndst <= 2) { /* two local ranks, and the ring */
         const float *a = src[0], *b = src[1];
-        float *d = dst[0];
-        for (; i + 64 <= n; i += 64) {
+        float *d0 = dst[0], *d1 = ndst == 2 ? dst[1] : NULL;
+        for (; i + 32 <= n; i += 32) {
             vf16 v0 = vload(a + i) + vload(b + i), v1 = vload(a + i + 16) + vload(b + i + 16);
-            vf16 v2 = vload(a + i + 32) + vload(b + i + 32), v3 = vload(a + i + 48) + vload(b + i + 48);
-            vstore(d + i, v0);
-            vstore(d + i + 16, v1);
-            vstore(d + i + 32, v2);
-            vstore(d + i + 48, v3);
+            vstore(d0 + i, v0);
+            vstore(d0 + i + 16, v1);
+            if (d1) {
+                vstore(d1 + i, v0);
+                vstore(d1 + i + 16, v1);
+            }
         }
     }
     for (; i + 16 <= n; i += 16) {

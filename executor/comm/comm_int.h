@@ -77,7 +77,7 @@ struct comm {
     int shm_unlinked;                   /* 1 once the name is gone (or was never ours) */
     uint64_t step;                      /* this rank's step counter (the shared copy's value) */
     uint64_t nops;                      /* host collectives so far */
-    int spin;                           /* spins before sleeping on the futex */
+    int spin_us;                        /* spinning before sleeping on the futex */
     int64_t next_live;                  /* mono_ms of the next liveness check */
     comm_segbuf *bufs;
     int nbufs;

@@ -11,6 +11,7 @@
  * poster wakes only when a sleeper announced itself), and every ~100 ms
  * checks the local peers' pids and the timeout. See docs/comm.md. */
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
@@ -29,11 +30,11 @@
 
 #define LIVE_CHECK_MS 100      /* how often a waiter checks its peers' pids */
 #define SLEEP_MS 50            /* futex sleeps: the longest a waiter sleeps unchecked */
-#define SPIN_ALONE 4000        /* spins before sleeping, when every local rank has a core */
-#define SPIN_CROWDED 50        /* ... when ranks outnumber cores */
-#define CHUNK_MAX (256 << 10)  /* bytes per staging chunk */
-#define CHUNK_MIN (16 << 10)
-#define STAGE_BUDGET (4 << 20) /* staging bytes per host before chunks shrink */
+#define SPIN_ALONE_US 200      /* spinning before sleeping, when every local rank has a core */
+#define SPIN_CROWDED_US 2       /* ... when ranks outnumber cores */
+#define CHUNK_MAX (512 << 10)   /* bytes per staging chunk: measured best of 64K..2M (docs/comm.md) */
+#define CHUNK_MIN (64 << 10)
+#define STAGE_BUDGET (8 << 20)  /* staging bytes per host before chunks shrink */
 
 enum { OP_SETUP = 1, OP_ALLREDUCE, OP_BCAST, OP_BARRIER, OP_SEGBUF };
 
@@ -59,6 +60,8 @@ typedef struct shm_desc {
 
 typedef struct shm_slot {
     _Alignas(128) _Atomic uint64_t step;
+    _Atomic int32_t cpu;  /* where the rank ran at its last post */
+    int32_t pad;
     int64_t pid;
     shm_desc desc[2];  /* by parity of the operation count (a rank is at most one ahead) */
 } shm_slot;
@@ -92,11 +95,24 @@ static void futex_wake_all(_Atomic uint32_t *w)
     (void)syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-static inline void cpu_relax(void)
+/* A pause now and then, not every iteration: a VM's pause-loop exiting
+ * treats back-to-back PAUSEs as a spinning vCPU and deschedules it (measured
+ * here: 7x slower all-reduces with a PAUSE per iteration). */
+
+static inline void cpu_relax(unsigned i)
 {
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
+    if ((i & 63) == 63)
+        __builtin_ia32_pause();
 #endif
+    __asm__ volatile("" ::: "memory");
+}
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 static void sleep_ms(int ms)
@@ -124,6 +140,7 @@ static void post(comm *c, uint64_t s)
 {
     comm_shm *h = c->shm;
     c->step = s;
+    atomic_store_explicit(&h->slot[c->lrank].cpu, sched_getcpu(), memory_order_relaxed);
     atomic_store(&h->slot[c->lrank].step, s);
     if (atomic_load(&h->nsleep) > 0) {
         atomic_fetch_add(&h->fx, 1);
@@ -173,10 +190,19 @@ static int check_live(comm *c, int who, uint64_t target)
 static int shm_wait(comm *c, int who, uint64_t target, const char *what)
 {
     comm_shm *h = c->shm;
-    for (int i = 0; i < c->spin; i++) {
-        if (behind(c, who, target) < 0)
+    if (behind(c, who, target) < 0)
+        return 0;
+    int64_t spin_until = mono_us() + c->spin_us;
+    for (unsigned i = 1;; i++) {
+        int j = behind(c, who, target);
+        if (j < 0)
             return 0;
-        cpu_relax();
+        cpu_relax(i);
+        /* stop spinning when it is time, or when the rank we wait for last
+         * ran on this CPU: it may be waiting for the CPU we spin on */
+        if ((i & 1023) == 0 &&
+            (mono_us() >= spin_until || atomic_load_explicit(&h->slot[j].cpu, memory_order_relaxed) == sched_getcpu()))
+            break;
     }
     int64_t now = mono_ms(), last = now;
     uint64_t beat = atomic_load(&h->beat), sum = 0;
@@ -265,12 +291,12 @@ void shm_abort(comm *c, const char *msg)
 
 /* ---------------------------------------------------------------- setup */
 
-static int seg_name(const comm *c, int data, char *out, size_t cap)
+static int seg_name(const comm *c, int index, char *out, size_t cap)
 {
-    if (data < 0)
+    if (index < 0)
         return sfmt(out, cap, "/trainyard-%s-%016llx-h%d", c->session, (unsigned long long)c->nonce, c->hidx);
     return sfmt(out, cap, "/trainyard-%s-%016llx-h%d-b%d", c->session, (unsigned long long)c->nonce, c->hidx,
-                data);
+                index);
 }
 
 /* Leader: creates name with len bytes. Others: open it once it exists
@@ -342,7 +368,7 @@ int shm_setup(comm *c, int64_t deadline)
     size_t hdr = sizeof(comm_shm) + (size_t)L * sizeof(shm_slot);
     hdr = (hdr + 4095) & ~(size_t)4095;
     size_t stage_off = hdr, result_off = stage_off + (size_t)L * 2 * chunk, total = result_off + 2 * chunk;
-    c->spin = L <= sysconf(_SC_NPROCESSORS_ONLN) ? SPIN_ALONE : SPIN_CROWDED;
+    c->spin_us = L <= sysconf(_SC_NPROCESSORS_ONLN) ? SPIN_ALONE_US : SPIN_CROWDED_US;
     if (seg_name(c, -1, c->shm_name, sizeof c->shm_name) < 0)
         return comm_fail(c, "shared memory name too long");
     c->shm_unlinked = !leader;
@@ -474,7 +500,8 @@ int shm_barrier(comm *c) { return enter(c, OP_BARRIER, 0, 0, -1, NULL); }
 
 /* Zero-copy: every local rank's buffer is in zc's segment; each reduces its
  * slice of the whole buffer straight from the peers' buffers into all of
- * them (to_all) or into the leader's. */
+ * them (to_all) or into the leader's: n floats read and written per rank,
+ * two steps in all. */
 static int allreduce_zc(comm *c, size_t n, const comm_segbuf *zc, int to_all)
 {
     int L = c->nlocal;
@@ -494,29 +521,39 @@ static int allreduce_zc(comm *c, size_t n, const comm_segbuf *zc, int to_all)
     return shm_wait(c, -1, s, "allreduce");
 }
 
-/* Staged: chunk by chunk, each rank copies the parts of its chunk the
- * others reduce into its staging slot, reduces its own slice (its own data
- * read in place) into its buffer and the result chunk, and copies the
- * others' slices back. Staging and result chunks alternate (k & 1). */
+/* Copies the parts of chunk k of data that the other ranks reduce into
+ * this rank's staging slot k & 1. */
+static void stage_chunk(comm *c, const float *data, size_t n, size_t k)
+{
+    size_t C = c->shm->chunk / sizeof(float), off = k * C, len = n - off < C ? n - off : C, lo, hi;
+    float *st = (float *)stage(c, c->lrank, (int)k);
+    slice(len, c->nlocal, c->lrank, &lo, &hi);
+    memcpy(st, data + off, lo * sizeof(float));
+    memcpy(st + hi, data + off + hi, (len - hi) * sizeof(float));
+}
+
+/* Staged (data is private memory): chunk by chunk, each rank stages the
+ * parts of its chunk the others reduce (stage_chunk), reduces its own slice
+ * (its own part read in place) into data and the result chunk, and copies
+ * the others' slices back. Staging and result chunks alternate (k & 1), and
+ * chunk k+1 is staged while the others finish reducing chunk k. Steps:
+ * base + 2k + 1 = chunk k staged everywhere, base + 2k + 2 = reduced. */
 static int allreduce_staged(comm *c, float *data, size_t n, int to_all)
 {
-    int L = c->nlocal, me = c->lrank;
+    int L = c->nlocal, me = c->lrank, out = to_all || me == 0;
     size_t C = c->shm->chunk / sizeof(float);
     size_t nch = (n + C - 1) / C;
     uint64_t base = c->step;
     const float *src[COMM_MAX_RANKS];
     float *dst[2];
+    stage_chunk(c, data, n, 0);
+    post(c, base + 1);
     for (size_t k = 0; k < nch; k++) {
         size_t off = k * C, len = n - off < C ? n - off : C, lo, hi;
-        float *b = data + off;
-        float *st = (float *)stage(c, me, (int)k);
-        slice(len, L, me, &lo, &hi);
-        memcpy(st, b, lo * sizeof(float));
-        memcpy(st + hi, b + hi, (len - hi) * sizeof(float));
-        post(c, base + 2 * k + 1);
+        float *b = data + off, *res = (float *)result(c, (int)k);
         if (shm_wait(c, -1, base + 2 * k + 1, "allreduce") < 0)
             return -1;
-        float *res = (float *)result(c, (int)k);
+        slice(len, L, me, &lo, &hi);
         for (int j = 0; j < L; j++)
             src[j] = j == me ? b + lo : (const float *)stage(c, j, (int)k) + lo;
         int nd = 0;
@@ -526,16 +563,18 @@ static int allreduce_staged(comm *c, float *data, size_t n, int to_all)
         if (hi > lo)
             comm_sum(dst, nd, src, L, hi - lo);
         post(c, base + 2 * k + 2);
+        if (k + 1 < nch) {
+            stage_chunk(c, data, n, k + 1);
+            post(c, base + 2 * k + 3);
+        }
         if (shm_wait(c, -1, base + 2 * k + 2, "allreduce") < 0)
             return -1;
-        if (to_all || me == 0) {
-            for (int j = 0; j < L; j++) {
-                size_t a, z;
-                if (j == me)
-                    continue;
-                slice(len, L, j, &a, &z);
-                memcpy(b + a, res + a, (z - a) * sizeof(float));
-            }
+        for (int j = 0; j < L && out; j++) {
+            size_t a, z;
+            if (j == me)
+                continue;
+            slice(len, L, j, &a, &z);
+            memcpy(b + a, res + a, (z - a) * sizeof(float));
         }
     }
     return 0;
