@@ -103,10 +103,16 @@ DEPS_check_strategy := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(BUILD)/obj/execu
 TEST_SRC := $(wildcard tests/check_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
-.PHONY: all deps test run clean bench-api bench-train bench-sched install-deps-bench
+.PHONY: all deps test run clean bench-api bench-train bench-sched install-deps-bench bench-allreduce
 all: $(BUILD)/trainyard
 
 $(BUILD)/obj/executor/nn/%.o: executor/nn/%.c
+	@mkdir -p $(dir $@)
+	@echo "  CC  $<"
+	@$(CC) $(CFLAGS_BASE) $(NN_OPT) $(CFLAGS) $(filter -DTRAINYARD_%,$(ALL_CFLAGS)) -MMD -MP -c $< -o $@
+
+# The collectives' reduce loops, like the engine: -O3 -march=native (sanitized under SAN=1).
+$(BUILD)/obj/executor/comm/%.o: executor/comm/%.c
 	@mkdir -p $(dir $@)
 	@echo "  CC  $<"
 	@$(CC) $(CFLAGS_BASE) $(NN_OPT) $(CFLAGS) $(filter -DTRAINYARD_%,$(ALL_CFLAGS)) -MMD -MP -c $< -o $@
@@ -163,6 +169,9 @@ bench-train: all
 
 bench-sched: all
 	bench/sched_sim/run.sh
+
+bench-allreduce:
+	bench/allreduce/run.sh
 
 # ------------------------------------------------------------------ GPU (docs/gpu.md)
 # nvcc: Hopper machine code plus PTX; no C++ runtime in the objects (the
