@@ -29,6 +29,14 @@
 #include "../common/util.h"
 #include "../executor/comm/comm.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+/* ranks end with _exit (no atexit handlers of check's): look for leaks first */
+#define LEAK_CHECK() __lsan_do_recoverable_leak_check()
+#else
+#define LEAK_CHECK() 0
+#endif
+
 #define MAXR 8
 
 /* ---------------------------------------------------------------- harness */
@@ -149,6 +157,10 @@ static void run(const setup *su, rank_fn fn, void *arg, rank_result *res)
             } else {
                 res[r].fail_ms = mono_ms();
                 res[r].rc = -1;
+            }
+            if (LEAK_CHECK() && res[r].rc == 0) {
+                res[r].rc = -1;
+                snprintf(res[r].err, sizeof res[r].err, "leaks (see stderr)");
             }
             res[r].done = 1;
             _exit(0);

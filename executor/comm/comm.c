@@ -167,7 +167,7 @@ int comm_peer_dead(const comm *c, int r)
     uint64_t start = 0;
     char state = '?';
     if (proc_stat((long)in->pid, &start, &state) < 0)
-        return access("/proc/self/stat", R_OK) == 0; /* /proc readable, the pid gone */
+        return 0; /* it exists (kill said so) but /proc hides it: assume alive */
     return state == 'Z' || state == 'X' || start != in->start;
 }
 
@@ -180,9 +180,9 @@ int comm_fail(comm *c, const char *fmt, ...)
         va_end(ap);
         c->failed = 1;
         if (c->shm)
-            shm_abort(c, c->err);
+            comm_shm_abort(c, c->err);
         if (c->fd_right >= 0)
-            ring_abort(c, c->err);
+            comm_ring_abort(c, c->err);
     }
     return -1;
 }
@@ -281,7 +281,7 @@ static int accept_all(comm *c, int lfd, int *star, int want_left, uint64_t sess,
                         continue;
                     break; /* EAGAIN, or EMFILE and the like: try again later */
                 }
-                if (net_tune(fd) < 0) {
+                if (comm_net_tune(fd) < 0) {
                     close(fd);
                     continue;
                 }
@@ -305,7 +305,7 @@ static int send_hello(int fd, int kind, const comm *c, uint64_t sess, uint64_t t
                     .size = (uint32_t)c->size, .session = sess, .table = table,
                     .pid = c->info[c->rank].pid, .start = c->info[c->rank].start,
                     .pidns = c->info[c->rank].pidns};
-    return net_write_all(fd, &h, sizeof h, deadline);
+    return comm_net_write_all(fd, &h, sizeof h, deadline);
 }
 
 /* Hosts from the host ids (COMM_TRANSPORT_TCP: one per rank), in order of
@@ -410,7 +410,7 @@ int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen
         /* connect first: the peers listen already, so connects never wait on accepts */
         if (rank != 0) {
             char why[COMM_ERR_MAX - 32];
-            star_fd = net_connect(peers[0].addr, peers[0].port, deadline, why, sizeof why);
+            star_fd = comm_net_connect(peers[0].addr, peers[0].port, deadline, why, sizeof why);
             if (star_fd < 0) {
                 snprintf(err, COMM_ERR_MAX, "rank 0: %.200s", why);
                 goto out;
@@ -423,7 +423,7 @@ int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen
         if (ring) {
             int right = c->leader[(c->hidx + 1) % c->nhosts];
             char why[COMM_ERR_MAX - 32];
-            c->fd_right = net_connect(peers[right].addr, peers[right].port, deadline, why, sizeof why);
+            c->fd_right = comm_net_connect(peers[right].addr, peers[right].port, deadline, why, sizeof why);
             if (c->fd_right < 0) {
                 snprintf(err, COMM_ERR_MAX, "rank %d: %.200s", right, why);
                 goto out;
@@ -452,13 +452,13 @@ int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen
             for (int r = 0; r < size; r++)
                 tr_[r] = (wire_rank){c->info[r].pid, c->info[r].start, c->info[r].pidns};
             for (int r = 1; r < size; r++)
-                if (net_write_all(star[r], tbuf, tlen, deadline) < 0) {
+                if (comm_net_write_all(star[r], tbuf, tlen, deadline) < 0) {
                     snprintf(err, COMM_ERR_MAX, "cannot send the table to rank %d: %s", r, strerror(errno));
                     free(tbuf);
                     goto out;
                 }
         } else {
-            if (net_read_all(star_fd, tbuf, tlen, deadline) < 0 || th->magic != COMM_MAGIC ||
+            if (comm_net_read_all(star_fd, tbuf, tlen, deadline) < 0 || th->magic != COMM_MAGIC ||
                 th->size != (uint32_t)size) {
                 snprintf(err, COMM_ERR_MAX, "no table from rank 0 (%.80s:%d) within %d ms: %s", peers[0].addr,
                          peers[0].port, c->timeout_ms, errno == ETIMEDOUT ? "timed out" : "connection lost");
@@ -474,7 +474,7 @@ int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen
         }
         free(tbuf);
     }
-    if (c->nlocal > 1 && shm_setup(c, deadline) < 0) {
+    if (c->nlocal > 1 && comm_shm_setup(c, deadline) < 0) {
         snprintf(err, COMM_ERR_MAX, "%s", c->err);
         goto out;
     }
@@ -525,11 +525,11 @@ int comm_allreduce_sum(comm *c, float *data, size_t n)
     if (!data || n > SIZE_MAX / sizeof(float))
         return comm_fail(c, "allreduce: bad buffer (%zu floats)", n);
     comm_segbuf *zc = find_segbuf(c, data, n);
-    if (c->nlocal > 1 && shm_allreduce(c, data, n, zc, c->nhosts == 1) < 0)
+    if (c->nlocal > 1 && comm_shm_allreduce(c, data, n, zc, c->nhosts == 1) < 0)
         return -1;
-    if (c->nhosts > 1 && is_leader(c) && ring_allreduce(c, data, n) < 0)
+    if (c->nhosts > 1 && is_leader(c) && comm_ring_allreduce(c, data, n) < 0)
         return -1;
-    if (c->nlocal > 1 && c->nhosts > 1 && shm_bcast(c, data, n * sizeof(float), 0, zc) < 0)
+    if (c->nlocal > 1 && c->nhosts > 1 && comm_shm_bcast(c, data, n * sizeof(float), 0, zc) < 0)
         return -1;
     return 0;
 }
@@ -552,12 +552,12 @@ int comm_broadcast(comm *c, void *data, size_t bytes, int root)
         int lroot = 0;
         while (c->local[lroot] != root)
             lroot++;
-        if (shm_bcast(c, data, bytes, lroot, zc) < 0)
+        if (comm_shm_bcast(c, data, bytes, lroot, zc) < 0)
             return -1;
     }
-    if (c->nhosts > 1 && is_leader(c) && ring_bcast(c, data, bytes, rhost) < 0)
+    if (c->nhosts > 1 && is_leader(c) && comm_ring_bcast(c, data, bytes, rhost) < 0)
         return -1;
-    if (c->nlocal > 1 && c->hidx != rhost && shm_bcast(c, data, bytes, 0, zc) < 0)
+    if (c->nlocal > 1 && c->hidx != rhost && comm_shm_bcast(c, data, bytes, 0, zc) < 0)
         return -1;
     return 0;
 }
@@ -575,7 +575,7 @@ int comm_allgather(comm *c, const void *send, void *recv, size_t bytes)
     if (c->size == 1)
         return 0;
     for (int j = 0; j < c->nlocal && c->nlocal > 1; j++)
-        if (shm_bcast(c, rv + (size_t)c->local[j] * bytes, bytes, j, NULL) < 0)
+        if (comm_shm_bcast(c, rv + (size_t)c->local[j] * bytes, bytes, j, NULL) < 0)
             return -1;
     if (c->nhosts == 1)
         return 0;
@@ -595,7 +595,7 @@ int comm_allgather(comm *c, const void *send, void *recv, size_t bytes)
                 memcpy(packed + off[h] + pos[h], rv + (size_t)r * bytes, bytes);
             pos[h] += bytes;
         }
-        int rc = ring_allgather(c, packed, off, len);
+        int rc = comm_ring_allgather(c, packed, off, len);
         if (rc == 0) {
             memset(pos, 0, (size_t)c->nhosts * sizeof *pos);
             for (int r = 0; r < c->size; r++) {
@@ -611,7 +611,7 @@ int comm_allgather(comm *c, const void *send, void *recv, size_t bytes)
         if (rc < 0)
             return -1;
     }
-    if (c->nlocal > 1 && shm_bcast(c, rv, (size_t)c->size * bytes, 0, NULL) < 0)
+    if (c->nlocal > 1 && comm_shm_bcast(c, rv, (size_t)c->size * bytes, 0, NULL) < 0)
         return -1;
     return 0;
 }
@@ -622,7 +622,7 @@ int comm_barrier(comm *c)
         return -1;
     if (c->size == 1)
         return 0;
-    if (c->nlocal > 1 && shm_barrier(c) < 0)
+    if (c->nlocal > 1 && comm_shm_barrier(c) < 0)
         return -1;
     if (c->nhosts > 1) {
         if (is_leader(c)) {
@@ -634,14 +634,14 @@ int comm_barrier(comm *c)
                 off[h] = (size_t)h;
                 len[h] = 1;
             }
-            int rc = ring_allgather(c, b, off, len);
+            int rc = comm_ring_allgather(c, b, off, len);
             free(b);
             free(off);
             free(len);
             if (rc < 0)
                 return -1;
         }
-        if (c->nlocal > 1 && shm_barrier(c) < 0)
+        if (c->nlocal > 1 && comm_shm_barrier(c) < 0)
             return -1;
     }
     return 0;
@@ -655,7 +655,7 @@ float *comm_buffer(comm *c, size_t n)
         comm_fail(c, "comm_buffer: %zu floats is too many", n);
         return NULL;
     }
-    comm_segbuf *b = shm_segbuf(c, n);
+    comm_segbuf *b = comm_shm_segbuf(c, n);
     if (!b)
         return NULL;
     b->index = c->nbufs++;
@@ -681,9 +681,9 @@ void comm_free(comm *c)
     while (c->bufs) {
         comm_segbuf *b = c->bufs;
         c->bufs = b->next;
-        shm_segbuf_free(b);
+        comm_shm_segbuf_free(b);
     }
-    shm_release(c);
+    comm_shm_release(c);
     if (c->fd_left >= 0)
         close(c->fd_left);
     if (c->fd_right >= 0)

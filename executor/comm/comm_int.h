@@ -107,59 +107,59 @@ int comm_peer_dead(const comm *c, int r);
 /* Connects to addr:port, retrying refused or unreachable attempts until
  * deadline (mono_ms). Returns a non-blocking fd with TCP_NODELAY and big
  * buffers, or -1 with a message in err. */
-int net_connect(const char *addr, int port, int64_t deadline, char *err, size_t errlen);
+int comm_net_connect(const char *addr, int port, int64_t deadline, char *err, size_t errlen);
 
 /* Socket options for a data connection: non-blocking, close-on-exec,
  * TCP_NODELAY, big send and receive buffers. Returns 0 or -1. */
-int net_tune(int fd);
+int comm_net_tune(int fd);
 
 /* Writes / reads exactly len bytes on a non-blocking fd, waiting with poll
  * until deadline (mono_ms). Return 0, or -1 with errno (ETIMEDOUT past the
  * deadline, EPIPE/ECONNRESET when the peer is gone, 0 bytes read = EPIPE). */
-int net_write_all(int fd, const void *p, size_t len, int64_t deadline);
-int net_read_all(int fd, void *p, size_t len, int64_t deadline);
+int comm_net_write_all(int fd, const void *p, size_t len, int64_t deadline);
+int comm_net_read_all(int fd, void *p, size_t len, int64_t deadline);
 
 /* ---------------------------------------------------------------- shm.c */
 
 /* The leader creates and maps the host's segment, the others map it, and
  * the name is unlinked once all have. Returns 0 or -1 (comm_fail'ed). */
-int shm_setup(comm *c, int64_t deadline);
-void shm_release(comm *c);
+int comm_shm_setup(comm *c, int64_t deadline);
+void comm_shm_release(comm *c);
 
 /* Host collectives; every local rank calls each, in the same order.
- * shm_allreduce: data (n floats) becomes the host's sum on every local rank
+ * comm_shm_allreduce: data (n floats) becomes the host's sum on every local rank
  * (to_all) or on the leader only (the others' buffers then hold unspecified
  * values). zc: data is this rank's comm_buffer segbuf (every local rank's, or
- * the plain path is taken). shm_bcast: bytes of local rank `root`'s data to
+ * the plain path is taken). comm_shm_bcast: bytes of local rank `root`'s data to
  * every local rank; zc as above (the leader's comm_buffer, read in place). */
-int shm_allreduce(comm *c, float *data, size_t n, comm_segbuf *zc, int to_all);
-int shm_bcast(comm *c, void *data, size_t bytes, int root, comm_segbuf *zc);
-int shm_barrier(comm *c);
+int comm_shm_allreduce(comm *c, float *data, size_t n, comm_segbuf *zc, int to_all);
+int comm_shm_bcast(comm *c, void *data, size_t bytes, int root, comm_segbuf *zc);
+int comm_shm_barrier(comm *c);
 
 /* comm_buffer's segment for the host (collective). NULL on failure. */
-comm_segbuf *shm_segbuf(comm *c, size_t n);
-void shm_segbuf_free(comm_segbuf *b);
+comm_segbuf *comm_shm_segbuf(comm *c, size_t n);
+void comm_shm_segbuf_free(comm_segbuf *b);
 
 /* Tells the host's ranks waiting in shared memory that the leader is making
  * progress on the ring (resets their silence timers). */
-void shm_beat(comm *c);
+void comm_shm_beat(comm *c);
 
 /* Writes msg as the host's abort message (the first one wins) and wakes
  * every waiter. */
-void shm_abort(comm *c, const char *msg);
+void comm_shm_abort(comm *c, const char *msg);
 
 /* ---------------------------------------------------------------- ring.c */
 
 /* Between the host leaders (this rank is one; c->nhosts > 1).
- * ring_allreduce: data (n floats) becomes the sum over hosts.
- * ring_allgather: seg_off/seg_len[h] (bytes) is host h's part of data; this
- * host's part is filled, the rest arrives. ring_bcast: bytes of host
- * root_host's leader's data to every leader. ring_abort: best-effort abort
+ * comm_ring_allreduce: data (n floats) becomes the sum over hosts.
+ * comm_ring_allgather: seg_off/seg_len[h] (bytes) is host h's part of data; this
+ * host's part is filled, the rest arrives. comm_ring_bcast: bytes of host
+ * root_host's leader's data to every leader. comm_ring_abort: best-effort abort
  * frame to the right neighbour. All return 0 or -1 (comm_fail'ed). */
-int ring_allreduce(comm *c, float *data, size_t n);
-int ring_allgather(comm *c, void *data, const size_t *seg_off, const size_t *seg_len);
-int ring_bcast(comm *c, void *data, size_t bytes, int root_host);
-void ring_abort(comm *c, const char *msg);
+int comm_ring_allreduce(comm *c, float *data, size_t n);
+int comm_ring_allgather(comm *c, void *data, const size_t *seg_off, const size_t *seg_len);
+int comm_ring_bcast(comm *c, void *data, size_t bytes, int root_host);
+void comm_ring_abort(comm *c, const char *msg);
 
 /* ---------------------------------------------------------------- kernels */
 

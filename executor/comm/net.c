@@ -38,7 +38,7 @@ static int set_nonblock_cloexec(int fd)
     return 0;
 }
 
-int net_tune(int fd)
+int comm_net_tune(int fd)
 {
     int one = 1, sz = NET_BUF_BYTES;
     if (set_nonblock_cloexec(fd) < 0)
@@ -144,7 +144,7 @@ static int connect_one(int fd, const struct addrinfo *a, int64_t deadline)
     }
 }
 
-int net_connect(const char *addr, int port, int64_t deadline, char *err, size_t errlen)
+int comm_net_connect(const char *addr, int port, int64_t deadline, char *err, size_t errlen)
 {
     char service[16];
     snprintf(service, sizeof service, "%d", port);
@@ -168,7 +168,7 @@ int net_connect(const char *addr, int port, int64_t deadline, char *err, size_t 
                     continue;
                 }
                 if (connect_one(fd, a, deadline) == 0) {
-                    if (net_tune(fd) == 0) {
+                    if (comm_net_tune(fd) == 0) {
                         freeaddrinfo(res);
                         return fd;
                     }
@@ -205,7 +205,7 @@ static int wait_fd(int fd, short ev, int64_t deadline)
     }
 }
 
-int net_write_all(int fd, const void *p, size_t len, int64_t deadline)
+int comm_net_write_all(int fd, const void *p, size_t len, int64_t deadline)
 {
     const char *s = p;
     while (len > 0) {
@@ -229,7 +229,7 @@ int net_write_all(int fd, const void *p, size_t len, int64_t deadline)
     return 0;
 }
 
-int net_read_all(int fd, void *p, size_t len, int64_t deadline)
+int comm_net_read_all(int fd, void *p, size_t len, int64_t deadline)
 {
     char *d = p;
     while (len > 0) {

@@ -70,7 +70,7 @@ static int lost(comm *c, int r, const char *how)
     return comm_fail(c, "connection to %s lost: %s", name, how);
 }
 
-void ring_abort(comm *c, const char *msg)
+void comm_ring_abort(comm *c, const char *msg)
 {
     if (c->fd_right < 0)
         return;
@@ -78,11 +78,11 @@ void ring_abort(comm *c, const char *msg)
     static const char zeros[4096];
     if (c->tx_active) {
         if (c->tx_hdr_sent < sizeof c->tx_hdr &&
-            net_write_all(c->fd_right, c->tx_hdr + c->tx_hdr_sent, sizeof c->tx_hdr - c->tx_hdr_sent, deadline) < 0)
+            comm_net_write_all(c->fd_right, c->tx_hdr + c->tx_hdr_sent, sizeof c->tx_hdr - c->tx_hdr_sent, deadline) < 0)
             return;
         while (c->tx_pay_left > 0) {
             size_t n = c->tx_pay_left < sizeof zeros ? c->tx_pay_left : sizeof zeros;
-            if (net_write_all(c->fd_right, zeros, n, deadline) < 0)
+            if (comm_net_write_all(c->fd_right, zeros, n, deadline) < 0)
                 return;
             c->tx_pay_left -= n;
         }
@@ -90,8 +90,8 @@ void ring_abort(comm *c, const char *msg)
     }
     size_t len = strnlen(msg, COMM_ERR_MAX - 1) + 1;
     frame_hdr h = {.type = FRAME_ABORT, .len = (uint32_t)len, .seq = c->ring_seq};
-    if (net_write_all(c->fd_right, &h, sizeof h, deadline) == 0)
-        (void)net_write_all(c->fd_right, msg, len, deadline);
+    if (comm_net_write_all(c->fd_right, &h, sizeof h, deadline) == 0)
+        (void)comm_net_write_all(c->fd_right, msg, len, deadline);
 }
 
 /* The receive half of an ABORT frame: read its message and fail with it. */
@@ -99,7 +99,7 @@ static int got_abort(comm *c, const frame_hdr *h)
 {
     char msg[COMM_ERR_MAX];
     if (h->len == 0 || h->len > sizeof msg ||
-        net_read_all(c->fd_left, msg, h->len, mono_ms() + 1000) < 0)
+        comm_net_read_all(c->fd_left, msg, h->len, mono_ms() + 1000) < 0)
         return lost(c, left_rank(c), "it aborted");
     msg[h->len - 1] = '\0';
     return comm_fail(c, "%s", msg);
@@ -243,7 +243,7 @@ static int ring_run(comm *c, const plan *p)
             return lost(c, right_rank(c), strerror(tx_err));
         if (moved) {
             last = now;
-            shm_beat(c);
+            comm_shm_beat(c);
             continue;
         }
         if (now - last >= c->timeout_ms) {
@@ -262,7 +262,7 @@ static int ring_run(comm *c, const plan *p)
             if ((ss < p->nsend || c->tx_active) && comm_peer_dead(c, right_rank(c)))
                 return lost(c, right_rank(c), "it died");
             if (c->shm)
-                shm_beat(c); /* waiting on the network is progress for the host */
+                comm_shm_beat(c); /* waiting on the network is progress for the host */
         }
         struct pollfd pf[2];
         int np = 0;
@@ -279,7 +279,7 @@ static int ring_run(comm *c, const plan *p)
     return 0;
 }
 
-int ring_allreduce(comm *c, float *data, size_t n)
+int comm_ring_allreduce(comm *c, float *data, size_t n)
 {
     int R = c->nhosts, p = c->hidx, S = 2 * (R - 1);
     size_t *off = xcalloc((size_t)R, sizeof *off), *len = xcalloc((size_t)R, sizeof *len);
@@ -306,7 +306,7 @@ int ring_allreduce(comm *c, float *data, size_t n)
     return rc;
 }
 
-int ring_allgather(comm *c, void *data, const size_t *seg_off, const size_t *seg_len)
+int comm_ring_allgather(comm *c, void *data, const size_t *seg_off, const size_t *seg_len)
 {
     int R = c->nhosts, p = c->hidx, S = R - 1;
     int *sseg = xcalloc((size_t)S, sizeof *sseg), *rseg = xcalloc((size_t)S, sizeof *rseg);
@@ -322,7 +322,7 @@ int ring_allgather(comm *c, void *data, const size_t *seg_off, const size_t *seg
     return rc;
 }
 
-int ring_bcast(comm *c, void *data, size_t bytes, int root_host)
+int comm_ring_bcast(comm *c, void *data, size_t bytes, int root_host)
 {
     int R = c->nhosts, d = (c->hidx - root_host + R) % R, seg = 0;
     size_t off = 0;

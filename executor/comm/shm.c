@@ -269,13 +269,13 @@ static int enter(comm *c, uint32_t op, uint64_t n, int root, int zc, int *zc_all
     return 0;
 }
 
-void shm_beat(comm *c)
+void comm_shm_beat(comm *c)
 {
     if (c->shm)
         atomic_fetch_add_explicit(&c->shm->beat, 1, memory_order_relaxed);
 }
 
-void shm_abort(comm *c, const char *msg)
+void comm_shm_abort(comm *c, const char *msg)
 {
     comm_shm *h = c->shm;
     if (!h)
@@ -358,7 +358,7 @@ static void *seg_map(comm *c, const char *name, size_t len, int create, int64_t 
     return p;
 }
 
-int shm_setup(comm *c, int64_t deadline)
+int comm_shm_setup(comm *c, int64_t deadline)
 {
     char err[COMM_ERR_MAX];
     int L = c->nlocal, leader = c->lrank == 0;
@@ -413,7 +413,7 @@ int shm_setup(comm *c, int64_t deadline)
     return 0;
 }
 
-void shm_release(comm *c)
+void comm_shm_release(comm *c)
 {
     if (c->shm && !c->shm_unlinked && c->lrank == 0)
         shm_unlink(c->shm_name);
@@ -423,7 +423,7 @@ void shm_release(comm *c)
     c->shm = NULL;
 }
 
-comm_segbuf *shm_segbuf(comm *c, size_t n)
+comm_segbuf *comm_shm_segbuf(comm *c, size_t n)
 {
     size_t stride = n * sizeof(float);
     stride = stride < 64 ? 64 : stride;
@@ -477,7 +477,7 @@ comm_segbuf *shm_segbuf(comm *c, size_t n)
     return b;
 }
 
-void shm_segbuf_free(comm_segbuf *b)
+void comm_shm_segbuf_free(comm_segbuf *b)
 {
     if (b->map)
         munmap(b->map, b->map_len);
@@ -496,7 +496,7 @@ static void slice(size_t n, int L, int j, size_t *lo, size_t *hi)
     *hi = b < n ? b : n;
 }
 
-int shm_barrier(comm *c) { return enter(c, OP_BARRIER, 0, 0, -1, NULL); }
+int comm_shm_barrier(comm *c) { return enter(c, OP_BARRIER, 0, 0, -1, NULL); }
 
 /* Zero-copy: every local rank's buffer is in zc's segment; each reduces its
  * slice of the whole buffer straight from the peers' buffers into all of
@@ -580,7 +580,7 @@ static int allreduce_staged(comm *c, float *data, size_t n, int to_all)
     return 0;
 }
 
-int shm_allreduce(comm *c, float *data, size_t n, comm_segbuf *zc, int to_all)
+int comm_shm_allreduce(comm *c, float *data, size_t n, comm_segbuf *zc, int to_all)
 {
     int zc_all = 0;
     if (enter(c, OP_ALLREDUCE, n, 0, zc ? zc->index : -1, &zc_all) < 0)
@@ -590,7 +590,7 @@ int shm_allreduce(comm *c, float *data, size_t n, comm_segbuf *zc, int to_all)
     return allreduce_staged(c, data, n, to_all);
 }
 
-int shm_bcast(comm *c, void *data, size_t bytes, int root, comm_segbuf *zc)
+int comm_shm_bcast(comm *c, void *data, size_t bytes, int root, comm_segbuf *zc)
 {
     int zc_all = 0, me = c->lrank;
     if (enter(c, OP_BCAST, bytes, root, zc ? zc->index : -1, &zc_all) < 0)
