@@ -93,7 +93,7 @@ LIB_OBJ     := $(COMMON_OBJ) $(STORAGE_OBJ) $(SPEC_OBJ) $(API_OBJ) $(SERVER_OBJ)
 # Which modules each test links (default: all of them).
 DEPS_check_util    := $(COMMON_OBJ)
 DEPS_check_jobspec := $(COMMON_OBJ) $(SPEC_OBJ)
-DEPS_check_nn      := $(ENGINE_OBJ)
+DEPS_check_nn      := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ)
 DEPS_check_data    := $(ENGINE_OBJ)
 DEPS_check_storage := $(COMMON_OBJ) $(SPEC_OBJ) $(STORAGE_OBJ)
 DEPS_check_sched   := $(COMMON_OBJ) $(SPEC_OBJ) $(STORAGE_OBJ) $(SCHED_OBJ)
@@ -103,7 +103,7 @@ DEPS_check_strategy := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(BUILD)/obj/execu
 TEST_SRC := $(wildcard tests/check_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
-.PHONY: all deps test run clean bench-api bench-train bench-sched install-deps-bench bench-allreduce
+.PHONY: all deps test run clean bench-api bench-train bench-sched bench-scaling install-deps-bench bench-allreduce
 all: $(BUILD)/trainyard
 
 $(BUILD)/obj/executor/nn/%.o: executor/nn/%.c
@@ -172,6 +172,9 @@ bench-sched: all
 
 bench-allreduce:
 	bench/allreduce/run.sh
+
+bench-scaling: all
+	bench/scaling/run.sh
 
 # ------------------------------------------------------------------ GPU (docs/gpu.md)
 # nvcc: Hopper machine code plus PTX; no C++ runtime in the objects (the

@@ -386,10 +386,25 @@ static int parse_name(spec_error *e, const cJSON *root, jobspec *s) {
 
 static const char *const LAYER_KEYS[] = {"type", "units", "activation", "use_bias",
                                          "kernel_initializer", "bias_initializer",
-                                         "input_shape", "rate", "seed", NULL};
+                                         "kernel_regularizer", "input_shape", "rate", "seed",
+                                         NULL};
 static const char *const DENSE_KEYS[] = {"type", "units", "activation", "use_bias",
                                          "kernel_initializer", "bias_initializer",
-                                         "input_shape", NULL};
+                                         "kernel_regularizer", "input_shape", NULL};
+static const char *const REG_KEYS[] = {"l1", "l2", NULL};
+
+/* kernel_regularizer: {"l1": x, "l2": y}, each in [0, 1] (Keras' L1L2). */
+static int parse_regularizer(spec_error *e, const cJSON *layer, const char *lp, layer_spec *l) {
+    const cJSON *r = NULL;
+    int rc = get_object(e, layer, lp, "kernel_regularizer", &r);
+    if (rc <= 0) return rc;
+    fpath f;
+    join(f, lp, "kernel_regularizer");
+    if (check_keys(e, r, f, REG_KEYS, NULL)) return -1;
+    if (get_float(e, r, f, "l1", 0, 1, 1, 1, &l->l1) < 0 || get_float(e, r, f, "l2", 0, 1, 1, 1, &l->l2) < 0)
+        return -1;
+    return 1;
+}
 static const char *const DROPOUT_KEYS[] = {"type", "rate", "seed", "input_shape", NULL};
 static const char *const FLATTEN_KEYS[] = {"type", "input_shape", NULL};
 static const char *const ACTIVATION_KEYS[] = {"type", "activation", "input_shape", NULL};
@@ -476,6 +491,7 @@ static int parse_layer(spec_error *e, const cJSON *v, const char *lp, int index,
         if (rc) l->kernel_initializer = (init_type)k;
         if ((rc = get_enum(e, v, lp, "bias_initializer", INIT_NAMES, &b)) < 0) return -1;
         if (rc) l->bias_initializer = (init_type)b;
+        if (parse_regularizer(e, v, lp, l) < 0) return -1;
         break;
     case LAYER_DROPOUT:
         if (check_keys(e, v, lp, DROPOUT_KEYS, "a dropout layer")) return -1;
@@ -852,10 +868,12 @@ static int parse_command(spec_error *e, const cJSON *root, jobspec *s) {
 
 /* ================================================================ strategy & resources */
 
-static const char *const STRAT_KEYS[] = {"type", "communication", "cross_device_ops", NULL};
-static const char *const STRAT_PLAIN_KEYS[] = {"type", NULL};
-static const char *const STRAT_MIRRORED_KEYS[] = {"type", "cross_device_ops", NULL};
-static const char *const STRAT_MULTI_KEYS[] = {"type", "communication", NULL};
+static const char *const STRAT_KEYS[] = {"type", "communication", "cross_device_ops",
+                                         "scale_learning_rate", NULL};
+static const char *const STRAT_PLAIN_KEYS[] = {"type", "scale_learning_rate", NULL};
+static const char *const STRAT_MIRRORED_KEYS[] = {"type", "cross_device_ops", "scale_learning_rate",
+                                                  NULL};
+static const char *const STRAT_MULTI_KEYS[] = {"type", "communication", "scale_learning_rate", NULL};
 
 static int parse_strategy(spec_error *e, const cJSON *root, jobspec *s) {
     const cJSON *st = NULL;
@@ -881,6 +899,7 @@ static int parse_strategy(spec_error *e, const cJSON *root, jobspec *s) {
     if (rc) s->strategy.communication = (comm_type)c;
     if ((rc = get_enum(e, st, "strategy", "cross_device_ops", CDO_NAMES, &c)) < 0) return -1;
     if (rc) s->strategy.cross_device_ops = (cdo_type)c;
+    if (get_bool(e, st, "strategy", "scale_learning_rate", &s->strategy.scale_learning_rate) < 0) return -1;
     return 0;
 }
 
@@ -1420,6 +1439,11 @@ static void layers_to_json(out_ctx *o, cJSON *model, const jobspec *s) {
             add_bool(o, j, "use_bias", l->use_bias);
             add_str(o, j, "kernel_initializer", init_name(l->kernel_initializer));
             add_str(o, j, "bias_initializer", init_name(l->bias_initializer));
+            if (l->l1 > 0 || l->l2 > 0) {
+                cJSON *r = chk(o, cJSON_AddObjectToObject(j, "kernel_regularizer"));
+                add_float(o, r, "l1", l->l1);
+                add_float(o, r, "l2", l->l2);
+            }
             break;
         case LAYER_DROPOUT:
             add_float(o, j, "rate", l->rate);
@@ -1533,6 +1557,7 @@ cJSON *jobspec_to_cjson(const jobspec *s) {
         add_str(&o, st, "cross_device_ops", cdo_name(s->strategy.cross_device_ops));
     if (s->strategy.type == STRAT_MULTI_WORKER_MIRRORED || s->strategy.type == STRAT_PARAMETER_SERVER)
         add_str(&o, st, "communication", comm_name(s->strategy.communication));
+    if (s->strategy.scale_learning_rate) add_bool(&o, st, "scale_learning_rate", 1);
     cJSON *r = chk(&o, cJSON_AddObjectToObject(root, "resources"));
     add_int(&o, r, "workers", s->resources.workers);
     add_int(&o, r, "devices_per_worker", s->resources.devices_per_worker);

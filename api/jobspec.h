@@ -44,6 +44,8 @@ typedef struct layer_spec {
     int use_bias;                      /* dense: default 1 */
     init_type kernel_initializer;      /* dense: default glorot_uniform */
     init_type bias_initializer;        /* dense: default zeros */
+    float l1, l2;                      /* dense: kernel_regularizer {"l1", "l2"} (Keras L1L2:
+                                        * loss += l1 * sum|w| + l2 * sum w^2); 0 = none */
     float rate;                        /* dropout: [0, 1) */
     int has_seed;                      /* dropout: 1 when seed was given */
     uint64_t seed;                     /* dropout: the mask seed when has_seed (else the
@@ -123,6 +125,7 @@ typedef struct strategy_spec {
     strategy_type type;
     comm_type communication;
     cdo_type cross_device_ops;
+    int scale_learning_rate;           /* 1: learning rate x replicas in sync (Horovod's rule) */
 } strategy_spec;
 
 typedef struct resources_spec {

@@ -55,7 +55,14 @@ typedef struct task {
     char tail[TAIL_KEEP];        /* the last output, for log_tail */
     size_t tail_len;
     int exit_queued;
+    /* parameter_server: a non-chief worker that dies is started again here
+     * (the others train on); its environment is kept for that */
+    int restartable;
+    int restarts;
+    char **env;                  /* (NULL-terminated) owned, when restartable */
 } task;
+
+#define PS_WORKER_RESTARTS 10    /* restarts of one task before its failure counts */
 
 typedef struct outmsg {          /* a status report waiting to be delivered */
     char path[128];
@@ -318,6 +325,8 @@ static task *task_find(agent *a, int64_t id) {
 static void task_free(task *t) {
     if (t->fd >= 0) close(t->fd);
     buf_release(&t->logs);
+    for (int i = 0; t->env && t->env[i]; i++) free(t->env[i]);
+    free(t->env);
     free(t);
 }
 
@@ -465,6 +474,17 @@ static void task_start(agent *a, const cJSON *s) {
     char *argv[] = {a->exe, "worker", NULL};
     if (ok) t->pid = proc_spawn(a->exe, argv, env, &t->fd);
     int spawn_errno = errno;
+    /* a parameter_server job trains on without a dead non-chief worker:
+     * keep what it takes to start it again */
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(config, "spec");
+    const cJSON *strat = spec ? cJSON_GetObjectItemCaseSensitive(spec, "strategy") : NULL;
+    const cJSON *stype = strat ? cJSON_GetObjectItemCaseSensitive(strat, "type") : NULL;
+    if (ok && t->pid > 0 && index > 0 && cJSON_IsString(type) && strcmp(type->valuestring, "worker") == 0 &&
+        cJSON_IsString(stype) && strcmp(stype->valuestring, "parameter_server") == 0) {
+        t->env = xcalloc((size_t)ne + 1, sizeof *t->env);
+        for (int i = 0; i < ne; i++) t->env[i] = xstrdup(env[i]);
+        t->restartable = 1;
+    }
     buf_release(&e_cfg);
     buf_release(&e_cuda);
     if (!ok || t->pid < 0) {
@@ -546,6 +566,33 @@ static void tasks_check(agent *a) {
                 close(t->fd);
                 t->fd = -1;
             }
+        }
+        if (t->exited && t->fd < 0 && !t->exit_queued && t->restartable && !t->stop_sent &&
+            t->restarts < PS_WORKER_RESTARTS && !(WIFEXITED(t->status) && WEXITSTATUS(t->status) == 0)) {
+            int code, sig;
+            char why[160];
+            proc_exit_describe(t->status, &code, &sig, why, sizeof why);
+            char note[400];
+            snprintf(note, sizeof note,
+                     "trainyard agent: %s %s; parameter_server trains on: starting it again (restart %d of %d)\n",
+                     t->name, why, t->restarts + 1, PS_WORKER_RESTARTS);
+            log_warn("task %lld (job %lld %s): %s: restarting it (parameter_server)", (long long)t->id,
+                     (long long)t->job, t->name, why);
+            buf_appends(&t->logs, note);
+            task_ship_logs(a, t);
+            char *argv[] = {a->exe, "worker", NULL};
+            pid_t pid = proc_spawn(a->exe, argv, t->env, &t->fd);
+            if (pid > 0) {
+                t->pid = pid;
+                t->restarts++;
+                t->exited = 0;
+                t->status = 0;
+                t->start_ticks = proc_start_ticks(t->pid);
+                a->state_dirty = 1;
+                continue;
+            }
+            log_error("task %lld: cannot start it again: %s", (long long)t->id, strerror(errno));
+            t->restartable = 0; /* report the exit below */
         }
         if (t->exited && t->fd < 0 && !t->exit_queued) {
             int code, sig;

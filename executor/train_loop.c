@@ -9,6 +9,9 @@
 #include <string.h>
 
 #include "../common/util.h"
+#include "comm/comm.h"
+#include "strategy/ps.h"
+#include "strategy/replicas.h"
 
 static int is_stopped(const train_hooks *h)
 {
@@ -30,6 +33,10 @@ static int write_ckpt(const train_options *opt, const train_hooks *h, const mode
     return 0;
 }
 
+static int train_run_scaled(const jobspec *spec, const dataset_splits *data, const train_options *opt_in,
+                            const train_hooks *hooks, train_result *res, model **m_out,
+                            char err[TRAIN_ERR_MAX]);
+
 int train_run_data(const jobspec *spec, const dataset_splits *data, const train_options *opt_in,
                    const train_hooks *hooks, train_result *res, model **m_out,
                    char err[TRAIN_ERR_MAX])
@@ -39,24 +46,66 @@ int train_run_data(const jobspec *spec, const dataset_splits *data, const train_
     if (opt_in)
         opt = *opt_in;
     memset(res, 0, sizeof *res);
+    /* Horovod's rule, when asked: the learning rate times the replicas in
+     * sync (a read-only copy; the command fields are not used here) */
+    jobspec *scaled = NULL;
+    if (spec->strategy.scale_learning_rate) {
+        int in_sync = (opt.workers > 0 ? opt.workers : 1) * (opt.replicas > 0 ? opt.replicas : 1);
+        scaled = xmalloc(sizeof *scaled);
+        *scaled = *spec;
+        scaled->optimizer.learning_rate *= (float)in_sync;
+        spec = scaled;
+    }
+    int ret = train_run_scaled(spec, data, &opt, hooks, res, m_out, err);
+    free(scaled);
+    return ret;
+}
+
+static int train_run_scaled(const jobspec *spec, const dataset_splits *data, const train_options *opt_in,
+                            const train_hooks *hooks, train_result *res, model **m_out,
+                            char err[TRAIN_ERR_MAX])
+{
+    train_options opt = *opt_in;
     if (m_out)
         *m_out = NULL;
     err[0] = 0;
+    if (spec->strategy.type == STRAT_PARAMETER_SERVER && opt.n_ps > 0) {
+        char perr[PS_ERR_MAX];
+        if (ps_train(spec, data, &opt, hooks, res, perr)) {
+            snprintf(err, TRAIN_ERR_MAX, "%s", perr);
+            return -1;
+        }
+        return 0;
+    }
     int workers = opt.workers > 0 ? opt.workers : 1;
     int worker = opt.worker;
+    int k = opt.replicas > 0 ? opt.replicas : 1;
     int epochs = opt.epochs > 0 ? opt.epochs : spec->fit.epochs;
     int global_batch = spec->fit.batch_size;
     int every = opt.checkpoint_every ? opt.checkpoint_every : spec->checkpoint.every_epochs;
+    /* replicated: K threads and/or several workers meeting in a communicator */
+    int replicated = k > 1 || workers > 1 || opt.comm;
     if (worker < 0 || worker >= workers) {
         snprintf(err, TRAIN_ERR_MAX, "worker %d of %d out of range", worker, workers);
         return -1;
     }
-    if (global_batch <= 0 || global_batch % workers) {
-        snprintf(err, TRAIN_ERR_MAX, "fit.batch_size %d does not divide among %d workers",
-                 global_batch, workers);
+    if (workers > 1 && !opt.comm) {
+        snprintf(err, TRAIN_ERR_MAX, "%d workers need a communicator", workers);
         return -1;
     }
-    int local_batch = global_batch / workers;
+    if (opt.comm && (comm_size(opt.comm) != workers || comm_rank(opt.comm) != worker)) {
+        snprintf(err, TRAIN_ERR_MAX, "the communicator is rank %d of %d, the worker %d of %d",
+                 comm_rank(opt.comm), comm_size(opt.comm), worker, workers);
+        return -1;
+    }
+    if (global_batch <= 0 || global_batch < workers * k) {
+        snprintf(err, TRAIN_ERR_MAX, "fit.batch_size %d is smaller than the %d replicas in sync",
+                 global_batch, workers * k);
+        return -1;
+    }
+    /* the most rows this worker and each of its replicas get in one step */
+    int worker_rows = (global_batch + workers - 1) / workers;
+    int replica_rows = (worker_rows + k - 1) / k;
     const dataset *tr = &data->train;
     if (tr->n <= 0) {
         snprintf(err, TRAIN_ERR_MAX, "the training split is empty");
@@ -74,24 +123,43 @@ int train_run_data(const jobspec *spec, const dataset_splits *data, const train_
                  tr->classes, outs);
         return -1;
     }
-    openblas_set_num_threads(opt.threads > 0 ? opt.threads : 1);
+    openblas_set_num_threads(opt.threads > 0 && !replicated ? opt.threads : 1);
 
     model *m = NULL;
-    char merr[MODEL_ERR_MAX];
+    replica_set *rs = NULL;
+    char merr[MODEL_ERR_MAX > REPLICAS_ERR_MAX ? MODEL_ERR_MAX : REPLICAS_ERR_MAX];
     uint64_t seed = opt.has_seed ? opt.seed : spec->data.seed;
-    if (model_build(&m, spec, local_batch, seed, merr)) {
+    if (replicated) {
+        replica_config rc = {.replicas = k,
+                             .vars = opt.replica_vars == REPLICA_VARS_CENTRAL ? REPLICA_VARS_CENTRAL
+                                                                              : REPLICA_VARS_MIRRORED,
+                             .reduce = opt.replica_reduce == REPLICA_REDUCE_ONE ? REPLICA_REDUCE_ONE
+                                                                                : REPLICA_REDUCE_ALL,
+                             .comm = opt.comm,
+                             .max_rows = replica_rows,
+                             .in_sync = workers * k,
+                             .seed = seed};
+        if (replicas_create(&rs, spec, &rc, merr)) {
+            snprintf(err, TRAIN_ERR_MAX, "%s", merr);
+            return -1;
+        }
+        m = replicas_model(rs);
+    } else if (model_build(&m, spec, global_batch, seed, merr)) {
         snprintf(err, TRAIN_ERR_MAX, "%s", merr);
         return -1;
     }
     batcher b;
-    dataset_view view = dataset_shard(tr, worker, workers);
-    if (batcher_init(&b, view, local_batch, spec->data.shuffle_buffer, spec->data.seed)) {
+    dataset_view view = dataset_shard(tr, 0, 1);
+    if (batcher_init(&b, view, global_batch, spec->data.shuffle_buffer, spec->data.seed)) {
         snprintf(err, TRAIN_ERR_MAX, "cannot make batches of the training data");
-        model_free(m);
+        if (rs)
+            replicas_free(rs);
+        else
+            model_free(m);
         return -1;
     }
-    float *xb = xmalloc(sizeof(float) * (size_t)local_batch * (size_t)tr->features);
-    float *yb = xmalloc(sizeof(float) * (size_t)local_batch);
+    float *xb = xmalloc(sizeof(float) * (size_t)worker_rows * (size_t)tr->features);
+    float *yb = xmalloc(sizeof(float) * (size_t)worker_rows);
     int ret = -1;
 
     ckpt_meta meta;
@@ -114,6 +182,26 @@ int train_run_data(const jobspec *spec, const dataset_splits *data, const train_
         correct = rm.epoch_correct;
         seen = rm.epoch_seen;
     }
+    if (opt.comm && comm_size(opt.comm) > 1) {
+        /* the chief resumed (or not): every worker continues where it does */
+        double pos[6] = {(double)start_epoch, (double)step, (double)start_pos, lsum, (double)correct,
+                         (double)seen};
+        if (comm_broadcast(opt.comm, pos, sizeof pos, 0)) {
+            snprintf(err, TRAIN_ERR_MAX, "broadcast of the start position failed: %.180s",
+                     comm_error(opt.comm));
+            goto out;
+        }
+        start_epoch = (long)pos[0];
+        step = (long)pos[1];
+        start_pos = (long)pos[2];
+        lsum = pos[3];
+        correct = (long)pos[4];
+        seen = (long)pos[5];
+    }
+    if (rs && replicas_sync_initial(rs, merr)) {
+        snprintf(err, TRAIN_ERR_MAX, "%s", merr);
+        goto out;
+    }
     res->epochs_done = (int)start_epoch;
     res->steps = step;
 
@@ -129,33 +217,56 @@ int train_run_data(const jobspec *spec, const dataset_splits *data, const train_
             seen = 0;
         }
         long steps_in_epoch = spec->fit.steps_per_epoch > 0 ? spec->fit.steps_per_epoch : -1;
-        long done_steps = b.pos / local_batch;
+        long done_steps = b.pos / global_batch;
         double t0 = mono_s(), ep_examples = 0;
-        int n;
-        while ((steps_in_epoch < 0 || done_steps < steps_in_epoch) && (n = batcher_next(&b, xb, yb)) > 0) {
+        int n, stop_now = 0;
+        for (;;) {
+            if (steps_in_epoch >= 0 && done_steps >= steps_in_epoch)
+                break;
             step_stats st;
             float loss;
-            if (hooks && hooks->grad_reduce) {
-                loss = model_forward_backward(m, xb, yb, n, global_batch, &st);
-                if (hooks->grad_reduce(hooks->ctx, m, model_grads(m), model_param_count(m), &st)) {
-                    snprintf(err, TRAIN_ERR_MAX, "gradient reduction failed at step %ld", step + 1);
+            int rows = 0;
+            if (rs) {
+                long row0;
+                n = batcher_next_part(&b, worker, workers, xb, yb, &row0, &rows);
+                if (n <= 0)
+                    break;
+                replica_step_result sr;
+                if (replicas_step(rs, xb, yb, rows, row0, global_batch, is_stopped(hooks), &sr, merr)) {
+                    snprintf(err, TRAIN_ERR_MAX, "step %ld: %.200s", step + 1, merr);
                     goto out;
                 }
-                model_apply_gradients(m);
+                st = sr.st;
+                loss = sr.loss;
+                stop_now = sr.stop;
             } else {
-                loss = model_train_step(m, xb, yb, n, global_batch, &st);
+                n = rows = batcher_next(&b, xb, yb);
+                if (n <= 0)
+                    break;
+                if (hooks && hooks->grad_reduce) {
+                    loss = model_forward_backward(m, xb, yb, n, global_batch, &st);
+                    if (hooks->grad_reduce(hooks->ctx, m, model_grads(m), model_param_count(m), &st)) {
+                        snprintf(err, TRAIN_ERR_MAX, "gradient reduction failed at step %ld", step + 1);
+                        goto out;
+                    }
+                    model_apply_gradients(m);
+                } else {
+                    loss = model_train_step(m, xb, yb, n, global_batch, &st);
+                }
             }
             step++;
             done_steps++;
             lsum += st.loss_sum;
             correct += st.correct;
             seen += st.n;
-            ep_examples += n;
+            ep_examples += rows;
             if (hooks && hooks->on_step) {
                 train_step_info si = {.step = step, .epoch = (int)ep, .loss = loss, .n = n};
                 hooks->on_step(hooks->ctx, &si);
             }
-            if (is_stopped(hooks)) {
+            if (!rs)
+                stop_now = is_stopped(hooks);
+            if (stop_now) {
                 train_time += mono_s() - t0;
                 train_examples += (long)ep_examples;
                 meta.epoch = ep;
@@ -186,7 +297,7 @@ int train_run_data(const jobspec *spec, const dataset_splits *data, const train_
         em.accuracy = seen ? (double)correct / (double)seen : 0.0;
         em.seconds = secs;
         em.samples_per_sec = secs > 0 ? ep_examples / secs : 0.0;
-        if (data->val.n > 0) {
+        if (data->val.n > 0 && !opt.no_eval) {
             em.has_val = 1;
             model_evaluate(m, data->val.x, data->val.y, data->val.n, &em.val_loss, &em.val_accuracy);
         }
@@ -212,13 +323,15 @@ int train_run_data(const jobspec *spec, const dataset_splits *data, const train_
             if (write_ckpt(&opt, hooks, m, &meta, err))
                 goto out;
         }
-        if (is_stopped(hooks) && !last) {
+        /* replicated runs stop together at a step (the flag rides the
+         * all-reduce); a flag raised between epochs waits for that step */
+        if (!rs && is_stopped(hooks) && !last) {
             res->stopped = 1;
             ret = 0;
             goto finish;
         }
     }
-    if (data->test.n > 0) {
+    if (data->test.n > 0 && !opt.no_eval) {
         res->has_test = 1;
         model_evaluate(m, data->test.x, data->test.y, data->test.n, &res->test_loss,
                        &res->test_accuracy);
@@ -231,10 +344,28 @@ out:
     free(xb);
     free(yb);
     batcher_release(&b);
-    if (ret == 0 && m_out)
+    if (rs) {
+        if (ret == 0 && m_out) {
+            /* hand over a model of its own: the replica set goes */
+            model *copy = NULL;
+            char cerr[MODEL_ERR_MAX];
+            if (model_build(&copy, spec, global_batch, seed, cerr) == 0) {
+                memcpy(model_params(copy), model_params(m), sizeof(float) * model_param_count(m));
+                memcpy(model_slots(copy), model_slots(m),
+                       sizeof(float) * model_param_count(m) * (size_t)model_slot_count(m));
+                model_set_iterations(copy, model_iterations(m));
+                *m_out = copy;
+            } else {
+                snprintf(err, TRAIN_ERR_MAX, "%s", cerr);
+                ret = -1;
+            }
+        }
+        replicas_free(rs);
+    } else if (ret == 0 && m_out) {
         *m_out = m;
-    else
+    } else {
         model_free(m);
+    }
     return ret;
 }
 

@@ -21,6 +21,9 @@
 #include "nn/checkpoint.h"
 #include "nn/model.h"
 
+struct comm;
+struct ps_addr;
+
 #define TRAIN_ERR_MAX 256
 
 typedef struct train_options {
@@ -32,8 +35,16 @@ typedef struct train_options {
     const char *resume_path;     /* NULL = start fresh */
     const char *data_path;       /* overrides spec data.path when not NULL */
     long limit;                  /* > 0 overrides data.limit */
-    int worker, workers;         /* this worker's shard of the training data (0 of 1 default);
-                                  * its batch is batch_size / workers of the global batch */
+    int worker, workers;         /* this worker's part of every global batch (0 of 1 default):
+                                  * all workers walk the same shuffled order of the whole
+                                  * training split and each takes its slice of each batch */
+    int replicas;                /* replicas (threads) in this worker; 0 = 1 */
+    int replica_vars;            /* replica_vars (strategy/replicas.h): mirrored or central */
+    int replica_reduce;          /* replica_reduce: cross_device_ops */
+    struct comm *comm;           /* the workers' communicator (workers > 1 needs one) */
+    int no_eval;                 /* 1: skip validation and test (a non-chief worker) */
+    int n_ps;                    /* parameter_server: the ps tasks (ps.h) ... */
+    const struct ps_addr *ps;    /* ... and their addresses */
     int has_seed;                /* 1: init from `seed`; else from data.seed */
     uint64_t seed;
     char spec_hash[65];          /* recorded in checkpoints ("" = none) */

@@ -9,6 +9,9 @@
 #include "../api/client.h"
 #include "../api/jobspec.h"
 #include "../common/util.h"
+#include "comm/comm.h"
+#include "strategy/ps.h"
+#include "strategy/replicas.h"
 
 #include <cjson/cJSON.h>
 #include <curl/curl.h>
@@ -48,6 +51,10 @@ typedef struct wconfig {
     char type[32];
     int index;
     int n_workers;               /* cluster.worker entries (>= 1) */
+    char (*worker_addr)[COMM_ADDR_MAX]; /* (n_workers) host of each worker, owned */
+    int *worker_port;            /* (n_workers) its port (given by the scheduler) */
+    int n_ps;                    /* cluster.ps entries (parameter_server) */
+    ps_addr *ps;                 /* (n_ps) owned */
     int threads;                 /* cpu devices given to this task */
     char *spec_json;             /* owned */
 } wconfig;
@@ -87,6 +94,53 @@ static int config_parse(const char *text, wconfig *w, char *err, size_t errlen) 
     const cJSON *cluster = cJSON_GetObjectItemCaseSensitive(o, "cluster");
     const cJSON *workers = cluster ? cJSON_GetObjectItemCaseSensitive(cluster, "worker") : NULL;
     w->n_workers = cJSON_IsArray(workers) && cJSON_GetArraySize(workers) > 0 ? cJSON_GetArraySize(workers) : 1;
+    if (w->n_workers > COMM_MAX_RANKS) {
+        snprintf(err, errlen, "TRAINYARD_CONFIG has %d workers, at most %d", w->n_workers, COMM_MAX_RANKS);
+        goto out;
+    }
+    w->worker_addr = xcalloc((size_t)w->n_workers, sizeof *w->worker_addr);
+    w->worker_port = xcalloc((size_t)w->n_workers, sizeof *w->worker_port);
+    if (cJSON_IsArray(workers)) {
+        int i = 0;
+        const cJSON *hp;
+        cJSON_ArrayForEach(hp, workers) {
+            const char *colon = cJSON_IsString(hp) ? strrchr(hp->valuestring, ':') : NULL;
+            long port = colon ? strtol(colon + 1, NULL, 10) : 0;
+            size_t hl = colon ? (size_t)(colon - hp->valuestring) : 0;
+            if (!colon || hl == 0 || hl >= COMM_ADDR_MAX || port <= 0 || port > 65535) {
+                snprintf(err, errlen, "TRAINYARD_CONFIG cluster.worker[%d] is not host:port", i);
+                goto out;
+            }
+            memcpy(w->worker_addr[i], hp->valuestring, hl);
+            w->worker_addr[i][hl] = '\0';
+            w->worker_port[i] = (int)port;
+            i++;
+        }
+    }
+    const cJSON *ps = cluster ? cJSON_GetObjectItemCaseSensitive(cluster, "ps") : NULL;
+    if (cJSON_IsArray(ps) && cJSON_GetArraySize(ps) > 0) {
+        w->n_ps = cJSON_GetArraySize(ps);
+        if (w->n_ps > PS_MAX) {
+            snprintf(err, errlen, "TRAINYARD_CONFIG has %d ps tasks, at most %d", w->n_ps, PS_MAX);
+            goto out;
+        }
+        w->ps = xcalloc((size_t)w->n_ps, sizeof *w->ps);
+        int i = 0;
+        const cJSON *hp;
+        cJSON_ArrayForEach(hp, ps) {
+            const char *colon = cJSON_IsString(hp) ? strrchr(hp->valuestring, ':') : NULL;
+            long port = colon ? strtol(colon + 1, NULL, 10) : 0;
+            size_t hl = colon ? (size_t)(colon - hp->valuestring) : 0;
+            if (!colon || hl == 0 || hl >= sizeof w->ps[i].host || port <= 0 || port > 65535) {
+                snprintf(err, errlen, "TRAINYARD_CONFIG cluster.ps[%d] is not host:port", i);
+                goto out;
+            }
+            memcpy(w->ps[i].host, hp->valuestring, hl);
+            w->ps[i].host[hl] = '\0';
+            w->ps[i].port = (int)port;
+            i++;
+        }
+    }
     const cJSON *d;
     cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(o, "devices")) {
         if (cJSON_IsString(d) && strncmp(d->valuestring, "cpu", 3) == 0) w->threads++;
@@ -615,6 +669,130 @@ static int fetch_latest_checkpoint(const wconfig *w, const char *path, char sha_
     }
 }
 
+/* ---------------------------------------------------------------- communicator */
+
+#define RDV_WAIT_S 20                /* one long-poll of the rendezvous */
+#define RDV_DEADLINE_S 600           /* peers that have not published by then: give up */
+#define COMM_TIMEOUT_MS 30000        /* a silent peer during training */
+
+/* Joins the job's workers: listen on the scheduler's port (any free port
+ * when it is taken), publish "comm-INDEX" = {addr, port, host_id} in the
+ * attempt's rendezvous, read every peer's, then comm_init. Returns the
+ * communicator, or NULL with a message in err. */
+static comm *comm_join(client *c, const wconfig *w, char *err, size_t errlen) {
+    char cerr[COMM_ERR_MAX];
+    int port = 0;
+    int fd = comm_listen(NULL, w->worker_port[w->index], &port, cerr);
+    if (fd < 0) {
+        log_warn("cannot listen on port %d (%s): taking any free port", w->worker_port[w->index], cerr);
+        fd = comm_listen(NULL, 0, &port, cerr);
+    }
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot listen for the other workers: %s", cerr);
+        return NULL;
+    }
+    comm_peer *peers = xcalloc((size_t)w->n_workers, sizeof *peers);
+    comm *cm = NULL;
+    char hid[COMM_HOST_ID_MAX];
+    if (comm_host_id(hid) < 0) {
+        snprintf(err, errlen, "cannot read this host's identity (/proc/sys/kernel/random/boot_id)");
+        goto out;
+    }
+    cJSON *me = cJSON_CreateObject();
+    cJSON_AddStringToObject(me, "addr", w->worker_addr[w->index]);
+    cJSON_AddNumberToObject(me, "port", port);
+    cJSON_AddStringToObject(me, "host_id", hid);
+    char *body = cJSON_PrintUnformatted(me);
+    cJSON_Delete(me);
+    if (!body) {
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
+    char path[160];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/rendezvous/comm-%d", (long long)w->job, w->index);
+    int64_t backoff = 0;
+    for (;;) {
+        client_reply r;
+        int e = client_request(c, "PUT", path, body, strlen(body), NULL, &r);
+        long st = e < 0 ? 0 : r.status;
+        client_reply_release(&r);
+        if (st >= 200 && st < 300) break;
+        if (st >= 400 && st < 500) {
+            snprintf(err, errlen, "PUT %s answered %ld", path, st);
+            free(body);
+            goto out;
+        }
+        if (wait_retry(&backoff) < 0) {
+            snprintf(err, errlen, "stopped before training started");
+            free(body);
+            goto out;
+        }
+    }
+    free(body);
+    int64_t deadline = mono_ms() + (int64_t)RDV_DEADLINE_S * 1000;
+    for (int i = 0; i < w->n_workers; i++) {
+        snprintf(path, sizeof path, "/api/v1/jobs/%lld/rendezvous/comm-%d?wait=%d", (long long)w->job, i,
+                 RDV_WAIT_S);
+        backoff = 0;
+        for (;;) {
+            if (g_stop) {
+                snprintf(err, errlen, "stopped before training started");
+                goto out;
+            }
+            if (mono_ms() > deadline) {
+                snprintf(err, errlen, "worker %d did not join within %d s", i, RDV_DEADLINE_S);
+                goto out;
+            }
+            client_reply r;
+            int e = client_request(c, "GET", path, NULL, 0, NULL, &r);
+            long st = e < 0 ? 0 : r.status;
+            if (st == 200) {
+                cJSON *o = cJSON_Parse(r.body.data ? r.body.data : "");
+                const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "addr");
+                const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "port");
+                const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "host_id");
+                int ok = cJSON_IsString(a) && cJSON_IsNumber(p) && cJSON_IsString(h) &&
+                         sfmt(peers[i].addr, sizeof peers[i].addr, "%s", a->valuestring) == 0 &&
+                         sfmt(peers[i].host_id, sizeof peers[i].host_id, "%s", h->valuestring) == 0 &&
+                         p->valueint > 0 && p->valueint <= 65535;
+                if (ok) peers[i].port = p->valueint;
+                cJSON_Delete(o);
+                client_reply_release(&r);
+                if (!ok) {
+                    snprintf(err, errlen, "worker %d published a malformed address", i);
+                    goto out;
+                }
+                break;
+            }
+            client_reply_release(&r);
+            if (st == 404) continue; /* not published yet: the long-poll expired */
+            if (st >= 400 && st < 500) {
+                snprintf(err, errlen, "GET %s answered %ld", path, st);
+                goto out;
+            }
+            if (wait_retry(&backoff) < 0) {
+                snprintf(err, errlen, "stopped before training started");
+                goto out;
+            }
+        }
+    }
+    char session[64];
+    snprintf(session, sizeof session, "j%lld-a%d", (long long)w->job, w->attempt);
+    comm_options co = {.timeout_ms = COMM_TIMEOUT_MS, .transport = COMM_TRANSPORT_AUTO, .session = session};
+    log_info("joining %d workers (worker %d listens on port %d)", w->n_workers, w->index, port);
+    if (comm_init(&cm, w->index, w->n_workers, peers, fd, &co, cerr) < 0) {
+        fd = -1; /* comm_init took it */
+        snprintf(err, errlen, "cannot connect the workers: %s", cerr);
+        cm = NULL;
+        goto out;
+    }
+    fd = -1;
+out:
+    if (fd >= 0) close(fd);
+    free(peers);
+    return cm;
+}
+
 /* ---------------------------------------------------------------- hooks */
 
 typedef struct wctx {
@@ -712,6 +890,33 @@ static void hook_checkpoint(void *ctx, const char *path, const ckpt_meta *meta) 
     sender_set_ckpt(c->snd, (unsigned char *)data, len, meta->step, meta->epoch);
 }
 
+/* ---------------------------------------------------------------- ps task */
+
+/* A ps task: serves its shard on the scheduler's port until the chief ends
+ * the job (exit 0) or SIGTERM (exit 143). */
+static int run_ps(const wconfig *w, const jobspec *spec, char *err, size_t errlen) {
+    if (w->index < 0 || w->index >= w->n_ps) {
+        snprintf(err, errlen, "ps index %d is not one of the %d ps tasks", w->index, w->n_ps);
+        return WORKER_EXIT_FAILED;
+    }
+    char cerr[COMM_ERR_MAX];
+    int port = 0;
+    int fd = comm_listen(NULL, w->ps[w->index].port, &port, cerr);
+    if (fd < 0) {
+        snprintf(err, errlen, "ps %d cannot listen on port %d: %s", w->index, w->ps[w->index].port, cerr);
+        return WORKER_EXIT_FAILED;
+    }
+    log_info("job %lld attempt %d: ps %d of %d on port %d", (long long)w->job, w->attempt, w->index, w->n_ps, port);
+    char perr[PS_ERR_MAX];
+    int rc = ps_serve(spec, w->index, w->n_ps, fd, &g_stop, perr);
+    if (rc < 0) {
+        snprintf(err, errlen, "ps %d failed: %s", w->index, perr);
+        return WORKER_EXIT_FAILED;
+    }
+    snprintf(err, errlen, rc == 1 ? "ps %d stopped by SIGTERM" : "ps %d: the chief ended the job", w->index);
+    return rc == 1 ? WORKER_EXIT_STOPPED : WORKER_EXIT_OK;
+}
+
 /* ---------------------------------------------------------------- run */
 
 int worker_run(const char *config) {
@@ -724,6 +929,7 @@ int worker_run(const char *config) {
     char dir[PATH_MAX] = "", ckpt_path[PATH_MAX + 32] = "", resume_path[PATH_MAX + 32] = "";
     char data_path[PATH_MAX + JOBSPEC_PATH_MAX + 2];
     int ret = WORKER_EXIT_FAILED;
+    comm *cm = NULL;
     client c;
     int have_client = 0;
 
@@ -739,12 +945,22 @@ int worker_run(const char *config) {
         snprintf(err, sizeof err, "command jobs are not supported by this worker yet");
         goto fail;
     }
-    if (jobspec_replicas(spec) > 1 || w.n_workers > 1 || spec->strategy.type == STRAT_PARAMETER_SERVER) {
-        snprintf(err, sizeof err,
-                 "strategy %s with %d replicas (%d workers x %d devices) is not supported yet: this worker runs "
-                 "one replica (default, one_device, or any synchronous strategy on one device)",
-                 strategy_name(spec->strategy.type), jobspec_replicas(spec), spec->resources.workers,
-                 spec->resources.devices_per_worker);
+    if (spec->strategy.type == STRAT_PARAMETER_SERVER && w.n_ps < 1) {
+        snprintf(err, sizeof err, "strategy parameter_server but the cluster has no ps task");
+        goto fail;
+    }
+    if (strcmp(w.type, "ps") == 0) {
+        ret = run_ps(&w, spec, err, sizeof err);
+        if (ret == WORKER_EXIT_FAILED) goto fail;
+        goto out_msg;
+    }
+    if (w.index < 0 || w.index >= w.n_workers) {
+        snprintf(err, sizeof err, "task index %d is not one of the %d workers", w.index, w.n_workers);
+        goto fail;
+    }
+    if (w.n_workers != spec->resources.workers) {
+        snprintf(err, sizeof err, "the cluster has %d workers but the spec asks for %d", w.n_workers,
+                 spec->resources.workers);
         goto fail;
     }
     if (strcmp(w.type, "worker") != 0 && strcmp(w.type, "chief") != 0) {
@@ -752,8 +968,10 @@ int worker_run(const char *config) {
         goto fail;
     }
     int chief = w.index == 0;
-    log_info("job %lld attempt %d: %s, strategy %s, %d epoch(s) of batch %d, %d thread(s)", (long long)w.job, w.attempt,
-             spec->name, strategy_name(spec->strategy.type), spec->fit.epochs, spec->fit.batch_size, w.threads);
+    int replicas = spec->resources.devices_per_worker;
+    log_info("job %lld attempt %d: %s, strategy %s, %d epoch(s) of batch %d, %d worker(s) x %d replica(s)",
+             (long long)w.job, w.attempt, spec->name, strategy_name(spec->strategy.type), spec->fit.epochs,
+             spec->fit.batch_size, w.n_workers, replicas);
 
     const char *tmp = getenv("TMPDIR");
     if (sfmt(dir, sizeof dir, "%s/trainyard-job%lld-XXXXXX", tmp && *tmp ? tmp : "/tmp", (long long)w.job) < 0 ||
@@ -779,7 +997,8 @@ int worker_run(const char *config) {
     ctx.snd = &snd;
     if (chief && fetch_reported(&c, &w, &ctx.rep, err, sizeof err) < 0) goto fail;
     char sha[65];
-    int have_ckpt = fetch_latest_checkpoint(&w, resume_path, sha, err, sizeof err);
+    /* several workers: the chief resumes and broadcasts what it loaded */
+    int have_ckpt = chief ? fetch_latest_checkpoint(&w, resume_path, sha, err, sizeof err) : 0;
     if (have_ckpt < 0) goto fail;
     if (have_ckpt) log_info("resuming from the job's latest checkpoint (sha256 %.16s...)", sha);
     if (chief && ctx.rep.last_seq)
@@ -795,6 +1014,13 @@ int worker_run(const char *config) {
         goto fail;
     }
 
+    if (w.n_workers > 1 && spec->strategy.type != STRAT_PARAMETER_SERVER) {
+        cm = comm_join(&c, &w, err, sizeof err);
+        if (!cm) {
+            if (g_stop) ret = WORKER_EXIT_STOPPED;
+            goto fail;
+        }
+    }
     train_options opt;
     memset(&opt, 0, sizeof opt);
     opt.threads = w.threads;
@@ -802,6 +1028,17 @@ int worker_run(const char *config) {
     opt.resume_path = have_ckpt ? resume_path : NULL;
     opt.worker = w.index;
     opt.workers = w.n_workers;
+    opt.comm = cm;
+    opt.no_eval = !chief;
+    opt.replicas = replicas;
+    opt.replica_vars = spec->strategy.type == STRAT_CENTRAL_STORAGE ? REPLICA_VARS_CENTRAL : REPLICA_VARS_MIRRORED;
+    opt.replica_reduce =
+        spec->strategy.cross_device_ops == CDO_REDUCTION_TO_ONE_DEVICE ? REPLICA_REDUCE_ONE : REPLICA_REDUCE_ALL;
+    if (spec->strategy.type == STRAT_PARAMETER_SERVER) {
+        opt.n_ps = w.n_ps;
+        opt.ps = w.ps;
+        opt.replicas = 1;
+    }
     sha256_hex(w.spec_json, strlen(w.spec_json), opt.spec_hash);
     const char *root = getenv("TRAINYARD_DATA_ROOT");
     if (root && *root && spec->data.path[0] && spec->data.path[0] != '/') {
@@ -864,6 +1101,7 @@ out_msg:
     log_info("%s", err);
 out:
     sender_stop(&snd);
+    comm_free(cm);
     if (have_client) client_release(&c);
     if (ckpt_path[0]) unlink(ckpt_path);
     if (resume_path[0]) unlink(resume_path);
@@ -871,6 +1109,9 @@ out:
     jobspec_release(spec);
     free(spec);
     free(w.spec_json);
+    free(w.worker_addr);
+    free(w.worker_port);
+    free(w.ps);
     return ret;
 }
 

@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 BIN=./build/trainyard
 DATA=${TRAINYARD_DATA:-./.trainyard}
 rm -f "$DATA/server.url"
-"$BIN" up --data "$DATA" "$@" &
+# 4 CPU slots by default (CPU_SLOTS=N to change), so the examples' strategies
+# (2 replicas, 2 workers, 1 ps + 2 workers) all fit even on a 2-core machine
+"$BIN" up --data "$DATA" --cpu-slots "${CPU_SLOTS:-4}" "$@" &
 up=$!
 trap 'kill -TERM $up 2>/dev/null; wait $up; exit 0' INT TERM
 if [ "${DEMO:-1}" != 0 ]; then

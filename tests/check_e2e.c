@@ -5,7 +5,11 @@
  * cancel frees the devices within 5 s; a worker killed with -9 fails the
  * gang and the retry succeeds; kill -9 of the agent and of the server
  * mid-run cost progress, never the job, and never a duplicated step or a
- * gap in the metric sequence. Measures submit -> first training step. */
+ * gap in the metric sequence. Measures submit -> first training step.
+ * Every strategy (default, one_device, mirrored, central_storage,
+ * multi_worker_mirrored) runs a job to succeeded on `trainyard up
+ * --cpu-slots 4`, and a 2-worker job whose worker 1 is killed with -9
+ * resumes from its checkpoint at attempt 2. */
 #include "testlib.h"
 
 #include <arpa/inet.h>
@@ -14,22 +18,38 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
-/* Fashion-MNIST, 2000 examples: 1800 train / 200 validation; batch 25 is
- * 72 steps an epoch. `epochs` sets the length of a run. */
-static void spec_fashion(char *out, size_t n, const char *name, int epochs, int max_restarts) {
+/* Fashion-MNIST, 2000 examples: 1800 train / 200 validation, trained with
+ * `strategy` (a JSON object) on workers x devices_per_worker CPU slots;
+ * `epochs` sets the length of a run. */
+static void spec_strategy_ps(char *out, size_t n, const char *name, int epochs, int max_restarts,
+                             const char *strategy, int workers, int devices, int batch, int ps) {
+    char psf[32] = "";
+    if (ps) snprintf(psf, sizeof psf, ",\"ps\":%d", ps);
     snprintf(out, n,
              "{\"name\":\"%s\",\"model\":{\"layers\":["
              "{\"type\":\"flatten\",\"input_shape\":[28,28]},"
              "{\"type\":\"dense\",\"units\":128,\"activation\":\"relu\"},"
+             "{\"type\":\"dropout\",\"rate\":0.2},"
              "{\"type\":\"dense\",\"units\":10,\"activation\":\"softmax\"}]},"
              "\"compile\":{\"optimizer\":{\"type\":\"adam\",\"learning_rate\":0.001},"
              "\"loss\":\"sparse_categorical_crossentropy\",\"metrics\":[\"accuracy\"]},"
              "\"data\":{\"source\":\"fashion-mnist\",\"limit\":2000,\"validation_split\":0.1,\"seed\":7},"
-             "\"fit\":{\"epochs\":%d,\"batch_size\":25},"
-             "\"strategy\":{\"type\":\"default\"},"
+             "\"fit\":{\"epochs\":%d,\"batch_size\":%d},"
+             "\"strategy\":%s,"
+             "\"resources\":{\"workers\":%d,\"devices_per_worker\":%d,\"device\":\"cpu\"%s},"
              "\"checkpoint\":{\"every_epochs\":1,\"keep\":3},"
              "\"max_restarts\":%d}",
-             name, epochs, max_restarts);
+             name, epochs, batch, strategy, workers, devices, psf, max_restarts);
+}
+
+static void spec_strategy(char *out, size_t n, const char *name, int epochs, int max_restarts, const char *strategy,
+                          int workers, int devices, int batch) {
+    spec_strategy_ps(out, n, name, epochs, max_restarts, strategy, workers, devices, batch, 0);
+}
+
+/* The default strategy at batch 25: 72 steps an epoch. */
+static void spec_fashion(char *out, size_t n, const char *name, int epochs, int max_restarts) {
+    spec_strategy(out, n, name, epochs, max_restarts, "{\"type\":\"default\"}", 1, 1, 25);
 }
 
 /* Epochs of the jobs that get killed mid-run: long enough that a kill
@@ -244,7 +264,7 @@ static void wait_epochs(int64_t id, int epochs, int timeout_s) {
 /* The invariants of a finished job's metrics: seq 1..N without a gap, every
  * step reported once and in order, epochs 1..E once each, one test metric
  * with an accuracy above min_acc. */
-static void check_metrics(int64_t id, int epochs, double min_acc) {
+static void check_metrics_steps(int64_t id, int epochs, double min_acc, int steps_per_epoch) {
     cJSON *all = metrics_all(id);
     int n = cJSON_GetArraySize(all);
     ck_assert_int_gt(n, epochs);
@@ -272,8 +292,12 @@ static void check_metrics(int64_t id, int epochs, double min_acc) {
     }
     for (int e = 1; e <= epochs; e++) ck_assert_msg(seen_epoch[e], "epoch %d never reported", e);
     ck_assert_int_eq(tests, 1);
-    ck_assert_int_eq(last_step, epochs * 72);
+    ck_assert_int_eq(last_step, epochs * steps_per_epoch);
     cJSON_Delete(all);
+}
+
+static void check_metrics(int64_t id, int epochs, double min_acc) {
+    check_metrics_steps(id, epochs, min_acc, 72);
 }
 
 /* GET text (logs): returns the body (the caller frees). */
@@ -471,6 +495,148 @@ START_TEST(server_kill9_then_restart_no_gap) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- strategies */
+
+static void start_up4(void) {
+    memset(&srv, 0, sizeof srv);
+    memset(agents, 0, sizeof agents);
+    ty_mkdtemp(srv.dir, sizeof srv.dir, "e2e4");
+    const char *extra[] = {"--cpu-slots", "4", NULL};
+    ty_server_start_args(&srv, "up", extra);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+}
+
+/* The log of a job's task, as text (the caller frees). */
+static char *task_logs(int64_t id, const char *task) {
+    char path[128];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/logs?task=%s", (long long)id, task);
+    return http_text(path);
+}
+
+/* Batch 40: 45 steps an epoch; divisible by 1, 2 and 4 replicas. */
+#define STRAT_BATCH 40
+#define STRAT_STEPS 45
+
+typedef struct strat_case {
+    const char *name, *strategy;
+    int workers, devices;
+    const char *log_says;        /* in worker-0's log */
+    int ps;                      /* parameter_server: ps tasks */
+} strat_case;
+
+START_TEST(every_strategy_runs_to_succeeded) {
+    static const strat_case cases[] = {
+        {"s-default", "{\"type\":\"default\"}", 1, 1, "1 worker(s) x 1 replica(s)", 0},
+        {"s-one-device", "{\"type\":\"one_device\"}", 1, 1, "1 worker(s) x 1 replica(s)", 0},
+        {"s-mirrored", "{\"type\":\"mirrored\"}", 1, 2, "1 worker(s) x 2 replica(s)", 0},
+        {"s-mirrored-one", "{\"type\":\"mirrored\",\"cross_device_ops\":\"reduction_to_one_device\"}", 1, 4,
+         "1 worker(s) x 4 replica(s)", 0},
+        {"s-central", "{\"type\":\"central_storage\"}", 1, 2, "1 worker(s) x 2 replica(s)", 0},
+        {"s-mwm", "{\"type\":\"multi_worker_mirrored\",\"communication\":\"ring\"}", 2, 1, "joining 2 workers", 0},
+        {"s-mwm-2x2", "{\"type\":\"multi_worker_mirrored\"}", 2, 2, "2 worker(s) x 2 replica(s)", 0},
+        {"s-ps", "{\"type\":\"parameter_server\"}", 2, 1, "parameter servers initialised", 1},
+    };
+    enum { N = sizeof cases / sizeof cases[0] };
+    int64_t ids[N];
+    for (int i = 0; i < N; i++) {
+        char spec[3000];
+        spec_strategy_ps(spec, sizeof spec, cases[i].name, 2, 0, cases[i].strategy, cases[i].workers,
+                         cases[i].devices, STRAT_BATCH, cases[i].ps);
+        ids[i] = submit(spec);
+    }
+    for (int i = 0; i < N; i++) {
+        char state[32];
+        int64_t t0 = mono_ms();
+        wait_state(ids[i], "succeeded", 240, state, sizeof state);
+        if (strcmp(state, "succeeded") != 0) {
+            char *logs = task_logs(ids[i], "worker-0");
+            ck_abort_msg("%s: %s; worker-0: %.1500s", cases[i].name, state, logs);
+        }
+        fprintf(stderr, "e2e: %s (%d x %d) succeeded (waited %lld ms more)\n", cases[i].name, cases[i].workers,
+                cases[i].devices, (long long)(mono_ms() - t0));
+        /* a parameter server's step is one worker's part of a global batch */
+        check_metrics_steps(ids[i], 2, 0.6, cases[i].ps ? STRAT_STEPS * cases[i].workers : STRAT_STEPS);
+        char *logs = task_logs(ids[i], "worker-0");
+        ck_assert_msg(strstr(logs, cases[i].log_says) != NULL, "%s: worker-0 log lacks '%s': %.1500s",
+                      cases[i].name, cases[i].log_says, logs);
+        free(logs);
+        if (cases[i].workers > 1) {
+            logs = task_logs(ids[i], "worker-1");
+            ck_assert_msg(strstr(logs, "joining 2 workers") != NULL, "%s: worker-1: %.1500s", cases[i].name, logs);
+            free(logs);
+        }
+    }
+}
+END_TEST
+
+/* Whether a worker process runs the task named `name` ("worker-1"), from
+ * the TRAINYARD_TASK_NAME its agent gave it. */
+static int is_task(pid_t pid, const char *name) {
+    char path[64], want[96];
+    snprintf(path, sizeof path, "/proc/%d/environ", (int)pid);
+    snprintf(want, sizeof want, "TRAINYARD_TASK_NAME=%s", name);
+    size_t len = 0;
+    char *env = file_read_all(path, 1 << 20, &len);
+    int yes = 0;
+    for (size_t off = 0; env && off < len; off += strlen(env + off) + 1)
+        if (strcmp(env + off, want) == 0) yes = 1;
+    free(env);
+    return yes;
+}
+
+/* The worker process of task `name` among the agent's children (0: none). */
+static pid_t task_pid(const char *name) {
+    pid_t ag[2], wk[8];
+    ck_assert_int_eq(children_named(srv.pid, "agent", ag, 2), 1);
+    int n = children_named(ag[0], "worker", wk, 8);
+    for (int i = 0; i < n; i++)
+        if (is_task(wk[i], name)) return wk[i];
+    return 0;
+}
+
+START_TEST(multi_worker_kill9_of_one_worker_resumes_from_checkpoint) {
+    char spec[3000], state[32];
+    spec_strategy(spec, sizeof spec, "s-mwm-kill", E2E_LONG, 2, "{\"type\":\"multi_worker_mirrored\"}", 2, 1,
+                  STRAT_BATCH);
+    int64_t id = submit(spec);
+    wait_epochs(id, 2, 120);
+    pid_t victim = task_pid("worker-1");
+    ck_assert_int_gt(victim, 0);
+    ck_assert_int_eq(kill(victim, SIGKILL), 0);
+    wait_state(id, "succeeded", 200, state, sizeof state);
+    int attempt = 0;
+    job_state(id, state, sizeof state, &attempt);
+    ck_assert_str_eq(state, "succeeded");
+    ck_assert_int_eq(attempt, 2);
+    check_metrics_steps(id, E2E_LONG, 0.6, STRAT_STEPS);
+    char *logs = task_logs(id, "worker-0");
+    ck_assert_msg(strstr(logs, "resuming from the job's latest checkpoint") != NULL, "logs: %.1500s", logs);
+    free(logs);
+}
+END_TEST
+
+/* parameter_server: a dead worker stops nothing; its agent starts it again. */
+START_TEST(parameter_server_worker_kill9_trains_on) {
+    char spec[3000], state[32];
+    spec_strategy_ps(spec, sizeof spec, "s-ps-kill", 12, 0, "{\"type\":\"parameter_server\"}", 2, 1, STRAT_BATCH, 1);
+    int64_t id = submit(spec);
+    wait_epochs(id, 2, 120);
+    ck_assert_int_gt(task_pid("ps-0"), 0);
+    pid_t victim = task_pid("worker-1");
+    ck_assert_int_gt(victim, 0);
+    ck_assert_int_eq(kill(victim, SIGKILL), 0);
+    wait_state(id, "succeeded", 200, state, sizeof state);
+    int attempt = 0;
+    job_state(id, state, sizeof state, &attempt);
+    ck_assert_str_eq(state, "succeeded");
+    ck_assert_int_eq(attempt, 1); /* no gang restart: the others trained on */
+    check_metrics_steps(id, 12, 0.6, STRAT_STEPS * 2);
+    char *logs = task_logs(id, "worker-1");
+    ck_assert_msg(strstr(logs, "starting it again") != NULL, "worker-1: %.1500s", logs);
+    free(logs);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("e2e");
     TCase *up = tcase_create("up");
@@ -486,5 +652,12 @@ int main(void) {
     tcase_add_test(faults, agent_kill9_then_new_agent_resumes);
     tcase_add_test(faults, server_kill9_then_restart_no_gap);
     suite_add_tcase(s, faults);
+    TCase *strat = tcase_create("strategies");
+    tcase_add_checked_fixture(strat, start_up4, stop_all);
+    tcase_set_timeout(strat, 300);
+    tcase_add_test(strat, every_strategy_runs_to_succeeded);
+    tcase_add_test(strat, multi_worker_kill9_of_one_worker_resumes_from_checkpoint);
+    tcase_add_test(strat, parameter_server_worker_kill9_trains_on);
+    suite_add_tcase(s, strat);
     return ty_run_suite(s);
 }

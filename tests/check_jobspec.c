@@ -245,6 +245,18 @@ static const bad_case BAD[] = {
      "invalid_value", "strategy.communication"},
     {TOP("'strategy':{'type':'mirrored','cross_device_ops':'allreduce'}"), 422, "invalid_value",
      "strategy.cross_device_ops"},
+    {TOP("'strategy':{'type':'mirrored','scale_learning_rate':1}"), 422, "invalid_type",
+     "strategy.scale_learning_rate"},
+    {LAYERS("{'type':'dense','units':10,'activation':'softmax','kernel_regularizer':0.01}"), 422,
+     "invalid_type", "model.layers[0].kernel_regularizer"},
+    {LAYERS("{'type':'dense','units':10,'activation':'softmax','kernel_regularizer':{'l2':-1}}"), 422,
+     "invalid_value", "model.layers[0].kernel_regularizer.l2"},
+    {LAYERS("{'type':'dense','units':10,'activation':'softmax','kernel_regularizer':{'l1':2}}"), 422,
+     "invalid_value", "model.layers[0].kernel_regularizer.l1"},
+    {LAYERS("{'type':'dense','units':10,'activation':'softmax','kernel_regularizer':{'l3':0.1}}"), 422,
+     "unknown_field", "model.layers[0].kernel_regularizer.l3"},
+    {LAYERS("{'type':'dropout','rate':0.1,'kernel_regularizer':{'l2':0.1}}," OUT10), 422,
+     "unknown_field", "model.layers[0].kernel_regularizer"},
     {TOP("'strategy':{'type':'multi_worker_mirrored'},'resources':{'workers':1025}"), 422,
      "invalid_value", "resources.workers"},
     {TOP("'strategy':{'type':'mirrored'},'resources':{'devices_per_worker':65}"), 422,
@@ -541,7 +553,8 @@ static char *read_example(const char *name, size_t *len) {
 }
 
 static const char *const EXAMPLES[] = {"fashion_mnist_mlp.json", "fashion_mnist_quick.json",
-                                       "synthetic_binary.json", "multi_worker_cpu.json"};
+                                       "synthetic_binary.json", "multi_worker_cpu.json",
+                                       "mirrored_cpu.json", "parameter_server_cpu.json"};
 #define N_EXAMPLES ((int)(sizeof EXAMPLES / sizeof EXAMPLES[0]))
 
 /* Every prefix of a spec is bad JSON (400); random byte changes never crash

@@ -463,6 +463,93 @@ START_TEST(replicas_sum_to_global_batch)
 }
 END_TEST
 
+/* The same with dropout, fused (relu dense + dropout) and on its own (after
+ * tanh): replicas passing their rows' global offsets draw one device's
+ * masks, so the summed gradients still equal the global batch's; without
+ * the offsets they would not. */
+START_TEST(replicas_with_dropout_draw_the_global_masks)
+{
+    jobspec s;
+    spec_init(&s, 6, LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, OPT_SGD);
+    add_dense(&s, 16, ACT_RELU);
+    add_layer(&s, LAYER_DROPOUT, ACT_LINEAR, 0.5f);
+    add_dense(&s, 12, ACT_TANH);
+    add_layer(&s, LAYER_DROPOUT, ACT_LINEAR, 0.3f);
+    add_dense(&s, 3, ACT_SOFTMAX);
+    model *one = build(&s, 8, 1), *r0 = build(&s, 5, 1), *r1 = build(&s, 5, 1);
+    float x[48], y[8];
+    make_data(x, y, 8, 6, 3, 9);
+    size_t np = model_param_count(one);
+    for (long it = 0; it < 3; it++) { /* masks change with the step */
+        model_set_iterations(one, it);
+        model_set_iterations(r0, it);
+        model_set_iterations(r1, it);
+        model_forward_backward(one, x, y, 8, 8, NULL);
+        model_set_row_offset(r0, 0);
+        model_forward_backward(r0, x, y, 3, 8, NULL);
+        model_set_row_offset(r1, 3);
+        model_forward_backward(r1, x + 18, y + 3, 5, 8, NULL);
+        for (size_t i = 0; i < np; i++)
+            ck_assert_float_eq_tol(model_grads(r0)[i] + model_grads(r1)[i], model_grads(one)[i], 1e-6f);
+    }
+    /* a replica that forgets its offset draws other masks */
+    model_set_row_offset(r1, 0);
+    model_forward_backward(one, x, y, 8, 8, NULL);
+    model_set_row_offset(r0, 0);
+    model_forward_backward(r0, x, y, 3, 8, NULL);
+    model_forward_backward(r1, x + 18, y + 3, 5, 8, NULL);
+    double diff = 0.0;
+    for (size_t i = 0; i < np; i++)
+        diff += fabs(model_grads(r0)[i] + model_grads(r1)[i] - model_grads(one)[i]);
+    ck_assert_double_gt(diff, 1e-3);
+    model_free(one);
+    model_free(r0);
+    model_free(r1);
+}
+END_TEST
+
+/* kernel_regularizer: the gradient gains l1 sign(w) + 2 l2 w on kernels
+ * (not biases), the loss l1 sum|w| + l2 sum w^2; with 4 replicas each
+ * replica adds a quarter of both. */
+START_TEST(regularizer_gradient_and_share)
+{
+    jobspec plain, reg;
+    spec_init(&plain, 5, LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, OPT_SGD);
+    add_dense(&plain, 7, ACT_RELU);
+    add_dense(&plain, 3, ACT_SOFTMAX);
+    reg = plain;
+    reg.layers[0].l1 = 0.01f;
+    reg.layers[0].l2 = 0.05f;
+    reg.layers[1].l2 = 0.02f;
+    float x[40], y[8];
+    make_data(x, y, 8, 5, 3, 2);
+    for (int replicas = 1; replicas <= 4; replicas += 3) {
+        model *a = build(&plain, 8, 3), *b = build(&reg, 8, 3);
+        model_set_replicas(b, replicas);
+        float la = model_forward_backward(a, x, y, 8, 8, NULL);
+        float lb = model_forward_backward(b, x, y, 8, 8, NULL);
+        double want_loss = 0.0;
+        for (int t = 0; t < model_tensor_count(b); t++) {
+            const model_tensor *mt = model_tensor_at(b, t);
+            int layer = t < 2 ? 0 : 1; /* dense_0.kernel, dense_0.bias, dense_1.kernel, dense_1.bias */
+            float l1 = reg.layers[layer].l1, l2 = reg.layers[layer].l2;
+            int kernel = mt->rank == 2;
+            for (size_t k = 0; k < mt->size; k++) {
+                size_t i = mt->offset + k;
+                float w = model_params(b)[i];
+                float want = kernel ? (l1 * (float)((w > 0) - (w < 0)) + 2.0f * l2 * w) / (float)replicas : 0.0f;
+                ck_assert_float_eq_tol(model_grads(b)[i] - model_grads(a)[i], want, 1e-6f);
+                if (kernel)
+                    want_loss += l1 * fabs(w) + l2 * (double)w * w;
+            }
+        }
+        ck_assert_double_eq_tol((double)lb - la, want_loss / replicas, 1e-5);
+        model_free(a);
+        model_free(b);
+    }
+}
+END_TEST
+
 /* ------------------------------------------------------------ checkpoints */
 
 static char tmpdir[256];
@@ -901,6 +988,8 @@ static Suite *nn_suite(void)
     tcase_add_test(o, optimizer_adam_adagrad);
     tcase_add_test(o, same_seed_same_weights);
     tcase_add_test(o, replicas_sum_to_global_batch);
+    tcase_add_test(o, replicas_with_dropout_draw_the_global_masks);
+    tcase_add_test(o, regularizer_gradient_and_share);
     tcase_add_test(o, build_errors);
     suite_add_tcase(s, o);
     TCase *c = tcase_create("checkpoints");

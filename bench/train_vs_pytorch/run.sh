@@ -30,7 +30,7 @@ esac
 
 # The engine's objects exactly as the Makefile builds them (executor/nn with
 # -O3 -march=native), linked with the bench driver.
-srcs=$(ls common/*.c executor/nn/*.c executor/data/*.c executor/train_loop.c)
+srcs=$(ls common/*.c executor/nn/*.c executor/data/*.c executor/comm/*.c executor/strategy/*.c executor/train_loop.c)
 objs=$(for s in $srcs; do echo "build/obj/${s%.c}.o"; done)
 make --no-print-directory -s -j2 $objs
 mkdir -p build/bench

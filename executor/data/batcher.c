@@ -76,6 +76,43 @@ int batcher_next(batcher *b, float *x, float *y) {
     return count;
 }
 
+int batcher_next_part(batcher *b, int part, int parts, float *x, float *y, long *row0, int *rows) {
+    long n = dataset_view_size(b->view);
+    long left = n - b->pos;
+    *row0 = 0;
+    *rows = 0;
+    if (left <= 0 || parts <= 0 || part < 0 || part >= parts) return 0;
+    int count = left < b->batch_size ? (int)left : b->batch_size;
+    int off, len;
+    batch_replica_slice(count, part, parts, &off, &len);
+    const dataset *ds = b->view.ds;
+    size_t f = (size_t)ds->features;
+    const long *ord = b->order + b->pos + off;
+    for (int i = 0; i < len; i++) {
+        long e = ord[i];
+        memcpy(x + (size_t)i * f, ds->x + (size_t)e * f, f * sizeof(float));
+        y[i] = ds->y[e];
+    }
+    b->pos += count;
+    *row0 = off;
+    *rows = len;
+    return count;
+}
+
+int batcher_copy_range(const batcher *b, long start, int count, float *x, float *y) {
+    long n = dataset_view_size(b->view);
+    if (start < 0 || start >= n || count <= 0) return 0;
+    if (count > n - start) count = (int)(n - start);
+    const dataset *ds = b->view.ds;
+    size_t f = (size_t)ds->features;
+    for (int i = 0; i < count; i++) {
+        long e = b->order[start + i];
+        memcpy(x + (size_t)i * f, ds->x + (size_t)e * f, f * sizeof(float));
+        y[i] = ds->y[e];
+    }
+    return count;
+}
+
 void batcher_release(batcher *b) {
     if (!b) return;
     free(b->order);

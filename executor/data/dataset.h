@@ -79,6 +79,19 @@ void batcher_reset(batcher *b, long epoch);
  * 0 at the end of the epoch. */
 int batcher_next(batcher *b, float *x, float *y);
 
+/* The next batch of the same walk, of which only part `part` of `parts`
+ * (batch_replica_slice of the batch's count) is copied into x and y: every
+ * worker runs the same batcher and takes its own rows of each global batch.
+ * *row0 gets the first copied row's index in the batch, *rows their count.
+ * Returns the whole batch's count (0 at the end of the epoch). */
+int batcher_next_part(batcher *b, int part, int parts, float *x, float *y, long *row0, int *rows);
+
+/* Copies examples [start, start + count) of the current epoch's order into
+ * x and y without moving the position (a parameter-server worker computes
+ * the batch it was handed). Returns the number copied (clamped to the
+ * epoch's end; 0 past it). */
+int batcher_copy_range(const batcher *b, long start, int count, float *x, float *y);
+
 void batcher_release(batcher *b);
 
 /* A replica's slice of a batch of `count` examples: replica r of R gets a

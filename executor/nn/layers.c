@@ -23,17 +23,18 @@ void dropout_cfg_init(dropout_cfg *d, float rate)
     d->keep_threshold = t >= 4294967295.0 ? UINT32_MAX : (uint32_t)t;
 }
 
-/* n uint32 uniforms, two per 64-bit draw. */
-static void rng_fill_u32(uint32_t *u, int n, nn_rng *rng)
+/* The n keep draws of global row `row` (nn_dropout_u32 for j = 0..n-1). */
+static void row_fill_u32(uint32_t *u, int n, const dropout_key *key, long row)
 {
+    uint64_t rk = nn_dropout_row_key(key->seed, key->layer, key->step, row);
     int j = 0;
     for (; j + 1 < n; j += 2) {
-        uint64_t r = nn_rng_next(rng);
+        uint64_t r = nn_mix64(rk + (uint64_t)(j >> 1) * 0x9e3779b97f4a7c15ULL);
         u[j] = (uint32_t)r;
         u[j + 1] = (uint32_t)(r >> 32);
     }
     if (j < n)
-        u[j] = (uint32_t)nn_rng_next(rng);
+        u[j] = nn_dropout_u32(rk, j);
 }
 
 static float sigmoidf(float v)
@@ -118,7 +119,7 @@ void act_backward(float *dy, const float *y, int n, int k, act_type act)
 
 void dense_forward(float *y, const float *x, const float *w, const float *b,
                    int n, int in, int out, act_type act,
-                   const dropout_cfg *drop, nn_rng *rng, uint32_t *scratch)
+                   const dropout_cfg *drop, const dropout_key *key, uint32_t *scratch)
 {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, out, in,
                 1.0f, x, in, w, out, 0.0f, y, out);
@@ -129,7 +130,7 @@ void dense_forward(float *y, const float *x, const float *w, const float *b,
         for (int i = 0; i < n; i++) {
             float *restrict yr = y + (long)i * out;
             if (fuse_drop) {
-                rng_fill_u32(scratch, out, rng);
+                row_fill_u32(scratch, out, key, key->row0 + i);
                 const uint32_t *restrict u = scratch;
                 if (b) {
                     for (int j = 0; j < out; j++) {
@@ -210,7 +211,8 @@ void dense_backward(float *dx, float *dw, float *db, float *dy, const float *y,
                     1.0f, dy, out, w, out, 0.0f, dx, in);
 }
 
-void dropout_forward(float *y, float *mask, int n, int k, const dropout_cfg *d, nn_rng *rng)
+void dropout_forward(float *y, float *mask, int n, int k, const dropout_cfg *d,
+                     const dropout_key *key)
 {
     long total = (long)n * k;
     if (d->rate <= 0.0f) {
@@ -219,7 +221,8 @@ void dropout_forward(float *y, float *mask, int n, int k, const dropout_cfg *d, 
         return;
     }
     uint32_t *u = (uint32_t *)mask; /* same size: draw in place, then map */
-    rng_fill_u32(u, (int)total, rng);
+    for (int i = 0; i < n; i++)
+        row_fill_u32(u + (long)i * k, k, key, key->row0 + i);
     const uint32_t thr = d->keep_threshold;
     const float scale = d->scale;
     for (long i = 0; i < total; i++) {

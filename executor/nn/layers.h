@@ -23,12 +23,22 @@ typedef struct dropout_cfg {
 
 void dropout_cfg_init(dropout_cfg *d, float rate);
 
+/* Where a batch sits, for the counter-based masks of nn_rng.h: row i of the
+ * batch is row row0 + i of the global batch of optimizer step `step`, and
+ * `layer` is the dropout's op index in the model. */
+typedef struct dropout_key {
+    uint64_t seed;
+    int layer;
+    long step;
+    long row0;
+} dropout_key;
+
 /* y = act(x W + b), then dropout when drop && drop->rate > 0 (relu/linear only
- * fuse here; others use dropout_forward). x (n, in), w (in, out), b (out) or
+ * fuse here; others use dropout_forward); key places the rows for the masks. x (n, in), w (in, out), b (out) or
  * NULL, y (n, out). scratch: at least `out` uint32. */
 void dense_forward(float *y, const float *x, const float *w, const float *b,
                    int n, int in, int out, act_type act,
-                   const dropout_cfg *drop, nn_rng *rng, uint32_t *scratch);
+                   const dropout_cfg *drop, const dropout_key *key, uint32_t *scratch);
 
 /* Backward of a dense layer given dy (n, out), the gradient at its output
  * after the activation (and the fused dropout when drop != NULL). dy is
@@ -48,7 +58,8 @@ void act_forward(float *y, int n, int k, act_type act);
 void act_backward(float *dy, const float *y, int n, int k, act_type act);
 
 /* In place on (n, k): y *= mask, with mask (n, k) written as 0 or scale. */
-void dropout_forward(float *y, float *mask, int n, int k, const dropout_cfg *d, nn_rng *rng);
+void dropout_forward(float *y, float *mask, int n, int k, const dropout_cfg *d,
+                     const dropout_key *key);
 void dropout_backward(float *dy, const float *mask, int n, int k);
 
 /* Fill a kernel (fan_in, fan_out) or a bias with an initialiser. */

@@ -27,6 +27,9 @@ typedef struct nn_op {
     int fused_next;          /* dense: the next op (dropout) is fused into this one */
     int fused_into_prev;     /* dropout: done by the previous dense */
     dropout_cfg drop;        /* dropout op's rate; for a dense, its fused dropout */
+    dropout_key key;         /* dropout op's mask key (seed, layer); for a fused dense, its dropout's */
+    int has_seed;            /* dropout: the spec gave its seed (else the model's dropout seed) */
+    float l1, l2;            /* dense: kernel regularizer */
     int kernel_tensor;       /* dense: tensor index of the kernel (bias = +1) */
     float *w, *b, *dw, *db;  /* dense: (in, out), (out) */
     float *y;                /* (max_batch, out) own output buffer, or NULL */
@@ -47,13 +50,17 @@ struct model {
     model_tensor tensors[MODEL_MAX_TENSORS];
     size_t n_params;
     float *params, *grads, *slots;
+    int shared_params;       /* params/slots belong to another model (model_share_params) */
+    int shared_grads;        /* grads belong to the caller (model_set_grads) */
+    long row0;               /* global row of the next batch's first example (dropout keys) */
+    float reg_scale;         /* the share of the regularization this replica adds (1 / replicas) */
     float *acts;             /* every op's own output, one allocation */
     float *masks;
     float *g[2];             /* (max_batch, max_width) ping-pong gradients */
     const float **inputs;    /* (n_ops) input pointer of each op in the last pass */
     const float *output;     /* last forward's output */
     uint32_t *scratch;       /* (max_width) */
-    nn_rng rng;
+    nn_rng rng;              /* kept for the checkpoint format; masks are counter-based */
     long iterations;
     char signature[SIG_MAX];
 };
@@ -117,6 +124,7 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
 
     model *m = xcalloc(1, sizeof *m);
     m->max_batch = max_batch;
+    m->reg_scale = 1.0f;
     m->in_size = spec->input_size;
     m->loss = spec->loss;
     m->opt = spec->optimizer;
@@ -144,6 +152,8 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
             op->out = ls->units;
             op->act = ls->activation;
             op->use_bias = ls->use_bias;
+            op->l1 = ls->l1;
+            op->l2 = ls->l2;
             op->own_output = 1;
             if (m->first_param_op < 0)
                 m->first_param_op = i;
@@ -169,6 +179,8 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
             }
             dense_i++;
             sig_add(m, "|dense(%d,%s,%s)", op->out, act_str(op->act), op->use_bias ? "bias" : "nobias");
+            if (op->l1 > 0 || op->l2 > 0)
+                sig_add(m, "(l1=%g,l2=%g)", (double)op->l1, (double)op->l2);
             break;
         case LAYER_DROPOUT:
             if (!(ls->rate >= 0.0f && ls->rate < 1.0f)) {
@@ -177,6 +189,9 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
             }
             op->out = width;
             dropout_cfg_init(&op->drop, ls->rate);
+            op->has_seed = ls->has_seed;
+            op->key.seed = ls->has_seed ? ls->seed : 0; /* else the model's, at each pass */
+            op->key.layer = i;
             op->own_output = 1;
             sig_add(m, "|dropout(%g)", (double)ls->rate);
             break;
@@ -219,6 +234,8 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
         if (op->type == LAYER_DENSE && op->act == ACT_RELU && nx->type == LAYER_DROPOUT) {
             op->fused_next = 1;
             op->drop = nx->drop;
+            op->key = nx->key;
+            op->has_seed = nx->has_seed;
             nx->fused_into_prev = 1;
             nx->own_output = 0;
         }
@@ -302,9 +319,12 @@ void model_free(model *m)
 {
     if (!m)
         return;
-    free(m->params);
-    free(m->grads);
-    free(m->slots);
+    if (!m->shared_params) {
+        free(m->params);
+        free(m->slots);
+    }
+    if (!m->shared_grads)
+        free(m->grads);
     free(m->acts);
     free(m->masks);
     free(m->g[0]);
@@ -312,6 +332,22 @@ void model_free(model *m)
     free(m->inputs);
     free(m->scratch);
     free(m);
+}
+
+/* The dropout seed of ops without their own: from the model's RNG state,
+ * which is seeded at build and restored from checkpoints (never advanced:
+ * masks are counter-based), so a resumed model draws the same masks. */
+static uint64_t drop_seed(const model *m)
+{
+    return nn_mix64(m->rng.s[0] ^ nn_mix64(m->rng.s[2]));
+}
+
+static void set_key(const model *m, nn_op *op)
+{
+    if (!op->has_seed)
+        op->key.seed = drop_seed(m);
+    op->key.step = m->iterations;
+    op->key.row0 = m->row0;
 }
 
 /* Forward of n examples; returns the output (n, out_size). */
@@ -323,15 +359,17 @@ static const float *forward(model *m, const float *x, int n, int training)
         m->inputs[i] = cur;
         switch (op->type) {
         case LAYER_DENSE:
+            set_key(m, op);
             dense_forward(op->y, cur, op->w, op->b, n, op->in, op->out, op->act,
-                          (training && op->fused_next) ? &op->drop : NULL, &m->rng, m->scratch);
+                          (training && op->fused_next) ? &op->drop : NULL, &op->key, m->scratch);
             cur = op->y;
             break;
         case LAYER_DROPOUT:
             if (op->fused_into_prev || !training || op->drop.rate <= 0.0f)
                 break;
             memcpy(op->y, cur, sizeof(float) * (size_t)n * op->out);
-            dropout_forward(op->y, op->mask, n, op->out, &op->drop, &m->rng);
+            set_key(m, op);
+            dropout_forward(op->y, op->mask, n, op->out, &op->drop, &op->key);
             cur = op->y;
             break;
         case LAYER_ACTIVATION:
@@ -349,6 +387,37 @@ static const float *forward(model *m, const float *x, int n, int training)
     return cur;
 }
 
+/* A dense op's kernel regularizer: adds reg_scale * d(l1 |w| + l2 w^2)/dw
+ * to its kernel gradient when dw is not NULL; returns l1 sum|w| + l2 sum w^2
+ * (unscaled). */
+static double regularize(const model *m, const nn_op *op, float *dw)
+{
+    if (!(op->l1 > 0.0f || op->l2 > 0.0f))
+        return 0.0;
+    const float *restrict w = op->w;
+    long count = (long)op->in * op->out;
+    const float l1 = op->l1, l2 = op->l2, sc = m->reg_scale;
+    double a1 = 0.0, a2 = 0.0;
+    for (long i = 0; i < count; i++) {
+        float v = w[i];
+        a1 += fabsf(v);
+        a2 += v * v;
+        if (dw)
+            dw[i] += sc * (l1 * (float)((v > 0.0f) - (v < 0.0f)) + 2.0f * l2 * v);
+    }
+    return l1 * a1 + l2 * a2;
+}
+
+/* The model's regularization value (unscaled); adds its gradient when grad. */
+static double regularize_all(model *m, int grad)
+{
+    double r = 0.0;
+    for (int i = 0; i < m->n_ops; i++)
+        if (m->ops[i].type == LAYER_DENSE)
+            r += regularize(m, &m->ops[i], grad ? m->ops[i].dw : NULL);
+    return r;
+}
+
 /* Forward + backward; with update != 0 each dense layer's parameters are
  * updated right after its gradients (and its input gradient) are computed,
  * while they are still in cache: the same arithmetic as a separate
@@ -360,8 +429,9 @@ static float step(model *m, const float *x, const float *y, int n, int global_ba
         memset(st, 0, sizeof *st);
     if (n <= 0 || n > m->max_batch || global_batch <= 0) {
         memset(m->grads, 0, sizeof(float) * m->n_params);
-        return 0.0f;
+        return global_batch > 0 ? (float)(regularize_all(m, 1) * m->reg_scale) : 0.0f;
     }
+    double reg = 0.0;
     const float *outp = forward(m, x, n, 1);
     float *gcur = m->g[0], *gother = m->g[1];
     long correct = 0;
@@ -374,6 +444,7 @@ static float step(model *m, const float *x, const float *y, int n, int global_ba
             float *dx = i > m->first_param_op ? gother : NULL;
             dense_backward(dx, op->dw, op->db, gcur, op->y, m->inputs[i], op->w, n, op->in,
                            op->out, op->act, op->fused_next ? &op->drop : NULL, 0);
+            reg += regularize(m, op, op->dw);
             if (update) {
                 const model_tensor *kt = &m->tensors[op->kernel_tensor];
                 const model_tensor *lt = op->use_bias ? kt + 1 : kt;
@@ -399,13 +470,14 @@ static float step(model *m, const float *x, const float *y, int n, int global_ba
         }
     }
     if (st) {
-        st->loss_sum = lsum;
+        /* Keras reports the loss with the regularization term in it */
+        st->loss_sum = lsum + reg * n;
         st->correct = correct;
         st->n = n;
     }
     if (update)
         m->iterations++;
-    return (float)(lsum / global_batch);
+    return (float)(lsum / global_batch + reg * m->reg_scale);
 }
 
 float model_forward_backward(model *m, const float *x, const float *y, int n,
@@ -432,6 +504,62 @@ void model_apply_gradients(model *m)
     m->iterations++;
 }
 
+void model_apply_range(model *m, const float *grads, size_t begin, size_t end)
+{
+    if (end > m->n_params)
+        end = m->n_params;
+    if (begin >= end)
+        return;
+    optimizer_step(&m->opt, m->params + begin, grads + begin, m->slots + begin, end - begin,
+                   m->n_params, m->iterations);
+}
+
+/* Re-points every dense op's parameter/gradient pointers at the buffers. */
+static void bind_tensors(model *m)
+{
+    for (int i = 0; i < m->n_ops; i++) {
+        nn_op *op = &m->ops[i];
+        if (op->type != LAYER_DENSE)
+            continue;
+        const model_tensor *kt = &m->tensors[op->kernel_tensor];
+        op->w = m->params + kt->offset;
+        op->dw = m->grads + kt->offset;
+        if (op->use_bias) {
+            op->b = m->params + kt[1].offset;
+            op->db = m->grads + kt[1].offset;
+        }
+    }
+}
+
+int model_share_params(model *m, model *owner)
+{
+    if (m == owner || m->n_params != owner->n_params || m->n_slots != owner->n_slots ||
+        strcmp(m->signature, owner->signature) != 0)
+        return -1;
+    if (!m->shared_params) {
+        free(m->params);
+        free(m->slots);
+    }
+    m->params = owner->params;
+    m->slots = owner->slots;
+    m->shared_params = 1;
+    bind_tensors(m);
+    return 0;
+}
+
+void model_set_grads(model *m, float *grads)
+{
+    if (!m->shared_grads)
+        free(m->grads);
+    m->grads = grads;
+    m->shared_grads = 1;
+    bind_tensors(m);
+}
+
+void model_set_row_offset(model *m, long row0) { m->row0 = row0 < 0 ? 0 : row0; }
+
+void model_set_replicas(model *m, int replicas) { m->reg_scale = replicas > 1 ? 1.0f / (float)replicas : 1.0f; }
+
 void model_evaluate(model *m, const float *x, const float *y, long n, double *loss, double *acc)
 {
     double lsum = 0.0;
@@ -442,7 +570,7 @@ void model_evaluate(model *m, const float *x, const float *y, long n, double *lo
         lsum += loss_forward_backward(m->loss, m->fused, o, y + i, b, m->out_size, 1, NULL, &correct);
     }
     if (loss)
-        *loss = n > 0 ? lsum / (double)n : 0.0;
+        *loss = n > 0 ? lsum / (double)n + regularize_all(m, 0) : 0.0;
     if (acc)
         *acc = n > 0 ? (double)correct / (double)n : 0.0;
 }

@@ -48,8 +48,10 @@ void model_free(model *m);
 
 /* Training-mode forward and backward of n <= max_batch examples: x (n, in),
  * y (n) labels. OVERWRITES the gradient buffer with d(sum of per-example
- * losses / global_batch)/d(params) (n == 0 gives zero gradients). Returns
- * the sum of per-example losses / global_batch; fills *st when not NULL. */
+ * losses / global_batch + regularization / replicas)/d(params) (n == 0
+ * gives the regularization's share alone). Returns that loss; fills *st
+ * when not NULL (loss_sum includes the regularization term once per
+ * example, as Keras reports it). */
 float model_forward_backward(model *m, const float *x, const float *y, int n,
                              int global_batch, step_stats *st);
 
@@ -61,6 +63,31 @@ float model_train_step(model *m, const float *x, const float *y, int n, int glob
 
 /* One optimizer update with the gradient buffer as it is now. */
 void model_apply_gradients(model *m);
+
+/* One optimizer update of params[begin, end) from grads[begin, end) (any
+ * buffer in the flat layout, e.g. a sum over replicas), with the slots of
+ * that range. Does NOT count the iteration (model_set_iterations does):
+ * replicas updating disjoint ranges of shared variables make one update. */
+void model_apply_range(model *m, const float *grads, size_t begin, size_t end);
+
+/* Replicas. model_share_params: m uses owner's parameters and optimizer
+ * slots from now on (one copy of the variables, as CentralStorage keeps);
+ * both must come from the same spec. Returns 0, or -1 when they differ.
+ * owner must outlive m. model_set_grads: m's gradients are written into
+ * grads (model_param_count floats, the caller's, e.g. a communicator's
+ * shared buffer) instead of its own buffer. */
+int model_share_params(model *m, model *owner);
+void model_set_grads(model *m, float *grads);
+
+/* The global-batch row of the first example of the next training batch:
+ * dropout masks are keyed by (step = model_iterations, global row), so a
+ * replica passing its slice's offset draws the masks one device would. */
+void model_set_row_offset(model *m, long row0);
+
+/* The number of replicas in sync: each adds 1/replicas of the kernel
+ * regularization's gradient (tf.distribute scales the regularization loss
+ * by the replicas), so their sum adds it once. Default 1. */
+void model_set_replicas(model *m, int replicas);
 
 /* Inference over n examples in batches of max_batch: mean loss and accuracy
  * (either pointer may be NULL). n == 0 gives 0 and 0. */
@@ -91,7 +118,10 @@ const char *model_signature(const model *m);
 /* Optimizer updates done so far (Adam's t); settable for checkpoints. */
 long model_iterations(const model *m);
 void model_set_iterations(model *m, long it);
-/* The dropout RNG's 4-word state. */
+/* The model's 4-word RNG state: seeded at build, kept in checkpoints and
+ * never advanced. The dropout masks' seed (of layers without their own
+ * `seed`) derives from it; the masks themselves are counter-based (nn_rng.h:
+ * seed, dropout op index, step = model_iterations, global row). */
 void model_rng_get(const model *m, uint64_t s[4]);
 void model_rng_set(model *m, const uint64_t s[4]);
 

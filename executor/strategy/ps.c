@@ -1,0 +1,873 @@
+/* ps.c - ParameterServerStrategy (see ps.h): the ps server (a thread per
+ * connection over one locked shard and, on ps 0, the batch dispatcher) and
+ * the worker loop (NEXT -> PULL -> compute -> PUSH; the chief also runs the
+ * epochs). */
+#include "ps.h"
+
+#include <errno.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../common/util.h"
+#include "../data/dataset.h"
+#include "../nn/checkpoint.h"
+#include "../train_loop.h"
+
+#define PS_MAGIC 0x53505954u    /* "TYPS" */
+#define PS_IO_TIMEOUT_MS 60000   /* a peer silent this long in the middle of a message */
+#define PS_CONNECT_MS 120000     /* how long a worker keeps trying to reach a ps */
+#define PS_MAX_CONN 256
+#define PS_PAYLOAD_MAX (1UL << 31)
+
+enum ps_op {
+    OP_HELLO = 1,   /* a = worker index -> a = owned floats, b = initialized */
+    OP_INIT,        /* a = iterations, payload params + slots (full) -> ok */
+    OP_PULL,        /* -> a = iterations, payload owned params */
+    OP_PUSH,        /* a = epoch, b = batch (-1: none), payload owned grads [+ 3 doubles stats on ps 0] */
+    OP_STATE,       /* -> a = iterations, payload owned params + owned slots */
+    OP_NEXT,        /* ps 0: -> OP_BATCH a = epoch b = batch | OP_WAIT | OP_END */
+    OP_EPOCH,       /* ps 0: -> a = epoch, b = complete, payload 3 doubles (loss_sum, correct, n) */
+    OP_START,       /* ps 0: a = epoch, b = batches in it */
+    OP_FINISH,      /* the chief: the job is over */
+    OP_OK = 100,
+    OP_ERR,
+    OP_BATCH,
+    OP_WAIT,
+    OP_END
+};
+
+typedef struct ps_hdr {
+    uint32_t magic, op;
+    int64_t a, b;
+    uint64_t len;
+} ps_hdr;
+
+/* ================================================================ sockets */
+
+/* Waits until fd is ready for (events); 0, or -1 on timeout / error. */
+static int wait_fd(int fd, short events, int timeout_ms)
+{
+    struct pollfd p = {.fd = fd, .events = events};
+    for (;;) {
+        int r = poll(&p, 1, timeout_ms);
+        if (r > 0)
+            return 0;
+        if (r == 0)
+            return -1;
+        if (errno != EINTR)
+            return -1;
+    }
+}
+
+static int io_all(int fd, void *data, size_t len, int writing)
+{
+    char *p = data;
+    while (len) {
+        if (wait_fd(fd, writing ? POLLOUT : POLLIN, PS_IO_TIMEOUT_MS) < 0)
+            return -1;
+        ssize_t n = writing ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int send_msg(int fd, uint32_t op, int64_t a, int64_t b, const void *p1, size_t l1, const void *p2,
+                    size_t l2)
+{
+    ps_hdr h = {PS_MAGIC, op, a, b, l1 + l2};
+    if (io_all(fd, &h, sizeof h, 1))
+        return -1;
+    if (l1 && io_all(fd, (void *)p1, l1, 1))
+        return -1;
+    if (l2 && io_all(fd, (void *)p2, l2, 1))
+        return -1;
+    return 0;
+}
+
+static int recv_hdr(int fd, ps_hdr *h)
+{
+    if (io_all(fd, h, sizeof *h, 0) || h->magic != PS_MAGIC || h->len > PS_PAYLOAD_MAX)
+        return -1;
+    return 0;
+}
+
+static void tune(int fd)
+{
+    int one = 1, bytes = 4 << 20;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof bytes);
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof bytes);
+}
+
+static int dial(const ps_addr *a, int timeout_ms, volatile sig_atomic_t *stop)
+{
+    char port[16];
+    snprintf(port, sizeof port, "%d", a->port);
+    int64_t end = mono_ms() + timeout_ms;
+    while (!(stop && *stop)) {
+        struct addrinfo hints, *res = NULL;
+        memset(&hints, 0, sizeof hints);
+        hints.ai_family = AF_UNSPEC;
+        hints.ai_socktype = SOCK_STREAM;
+        if (getaddrinfo(a->host, port, &hints, &res) == 0) {
+            for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+                int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+                if (fd < 0)
+                    continue;
+                if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+                    freeaddrinfo(res);
+                    tune(fd);
+                    return fd;
+                }
+                close(fd);
+            }
+            freeaddrinfo(res);
+        }
+        if (mono_ms() > end)
+            break;
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return -1;
+}
+
+/* ================================================================ shards */
+
+int ps_shard_of(const model *m, int t, int n_ps)
+{
+    int n = model_tensor_count(m);
+    if (n_ps <= 1 || t < 0 || t >= n)
+        return 0;
+    /* largest first onto the least loaded; ties by index */
+    int order[MODEL_MAX_TENSORS];
+    for (int i = 0; i < n; i++)
+        order[i] = i;
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0; j--) {
+            size_t a = model_tensor_at(m, order[j - 1])->size, b = model_tensor_at(m, order[j])->size;
+            if (b > a || (b == a && order[j] < order[j - 1])) {
+                int x = order[j];
+                order[j] = order[j - 1];
+                order[j - 1] = x;
+            } else {
+                break;
+            }
+        }
+    size_t load[PS_MAX] = {0};
+    int owner = 0;
+    for (int i = 0; i < n; i++) {
+        int best = 0;
+        for (int p = 1; p < n_ps && p < PS_MAX; p++)
+            if (load[p] < load[best])
+                best = p;
+        load[best] += model_tensor_at(m, order[i])->size;
+        if (order[i] == t)
+            owner = best;
+    }
+    return owner;
+}
+
+/* The tensors shard p owns, in tensor order; returns their float count. */
+static size_t shard_tensors(const model *m, int p, int n_ps, int *ts, int *nt)
+{
+    size_t total = 0;
+    *nt = 0;
+    for (int t = 0; t < model_tensor_count(m); t++)
+        if (ps_shard_of(m, t, n_ps) == p) {
+            ts[(*nt)++] = t;
+            total += model_tensor_at(m, t)->size;
+        }
+    return total;
+}
+
+/* Gathers src's owned tensors (a flat-layout buffer) into dst, or scatters back. */
+static void gather(const model *m, const int *ts, int nt, const float *src, float *dst)
+{
+    for (int i = 0; i < nt; i++) {
+        const model_tensor *t = model_tensor_at(m, ts[i]);
+        memcpy(dst, src + t->offset, t->size * sizeof(float));
+        dst += t->size;
+    }
+}
+
+static void scatter(const model *m, const int *ts, int nt, const float *src, float *dst)
+{
+    for (int i = 0; i < nt; i++) {
+        const model_tensor *t = model_tensor_at(m, ts[i]);
+        memcpy(dst + t->offset, src, t->size * sizeof(float));
+        src += t->size;
+    }
+}
+
+/* ================================================================ server */
+
+typedef struct ps_server {
+    model *m;
+    int index, n_ps;
+    int ts[MODEL_MAX_TENSORS], nt;
+    size_t owned;                /* floats in the shard */
+    float *scratch;              /* (owned * (1 + slots)) */
+    float *grad_flat;            /* (n_params) a push scattered into the flat layout */
+    pthread_mutex_t mu;
+    int initialized;
+    int finished;
+    volatile sig_atomic_t *stop;
+    /* ps 0: the dispatcher */
+    int epoch;                   /* -1: none started */
+    long n_batches, next_free;
+    unsigned char *state;        /* (n_batches) 0 to do, 1 out, 2 done */
+    int *holder;                 /* (n_batches) connection holding it */
+    long done;
+    double loss_sum, correct, seen;
+    int conns;
+} ps_server;
+
+typedef struct ps_conn {
+    ps_server *s;
+    int fd, id;
+} ps_conn;
+
+static int reply(int fd, uint32_t op, int64_t a, int64_t b)
+{
+    return send_msg(fd, op, a, b, NULL, 0, NULL, 0);
+}
+
+static int reply_err(int fd, const char *msg)
+{
+    return send_msg(fd, OP_ERR, 0, 0, msg, strlen(msg), NULL, 0);
+}
+
+/* Hands batches back that a closed connection held. */
+static void release_batches(ps_server *s, int conn)
+{
+    if (!s->state)
+        return;
+    for (long i = 0; i < s->n_batches; i++)
+        if (s->state[i] == 1 && s->holder[i] == conn) {
+            s->state[i] = 0;
+            if (i < s->next_free)
+                s->next_free = i;
+        }
+}
+
+static int handle(ps_conn *c, const ps_hdr *h, const float *payload)
+{
+    ps_server *s = c->s;
+    model *m = s->m;
+    size_t np = model_param_count(m);
+    int slots = model_slot_count(m);
+    int fd = c->fd, rc = 0;
+    pthread_mutex_lock(&s->mu);
+    switch (h->op) {
+    case OP_HELLO:
+        rc = reply(fd, OP_OK, (int64_t)s->owned, s->initialized);
+        break;
+    case OP_INIT:
+        if (h->len != sizeof(float) * np * (size_t)(1 + slots)) {
+            rc = reply_err(fd, "INIT: wrong size");
+            break;
+        }
+        memcpy(model_params(m), payload, np * sizeof(float));
+        if (slots)
+            memcpy(model_slots(m), payload + np, np * (size_t)slots * sizeof(float));
+        model_set_iterations(m, (long)h->a);
+        s->initialized = 1;
+        rc = reply(fd, OP_OK, 0, 0);
+        break;
+    case OP_PULL:
+        if (!s->initialized) {
+            rc = reply_err(fd, "not initialized yet");
+            break;
+        }
+        gather(m, s->ts, s->nt, model_params(m), s->scratch);
+        rc = send_msg(fd, OP_OK, model_iterations(m), 0, s->scratch, s->owned * sizeof(float), NULL, 0);
+        break;
+    case OP_STATE: {
+        gather(m, s->ts, s->nt, model_params(m), s->scratch);
+        for (int k = 0; k < slots; k++)
+            gather(m, s->ts, s->nt, model_slots(m) + (size_t)k * np, s->scratch + s->owned * (size_t)(1 + k));
+        rc = send_msg(fd, OP_OK, model_iterations(m), 0, s->scratch,
+                      s->owned * (size_t)(1 + slots) * sizeof(float), NULL, 0);
+        break;
+    }
+    case OP_PUSH: {
+        size_t want = s->owned * sizeof(float) + (s->index == 0 ? 3 * sizeof(double) : 0);
+        if (!s->initialized || h->len != want) {
+            rc = reply_err(fd, !s->initialized ? "not initialized yet" : "PUSH: wrong size");
+            break;
+        }
+        scatter(m, s->ts, s->nt, payload, s->grad_flat);
+        for (int i = 0; i < s->nt; i++) {
+            const model_tensor *t = model_tensor_at(m, s->ts[i]);
+            model_apply_range(m, s->grad_flat, t->offset, t->offset + t->size);
+        }
+        model_set_iterations(m, model_iterations(m) + 1);
+        if (s->index == 0 && h->b >= 0 && h->a == s->epoch && h->b < s->n_batches && s->state[h->b] != 2) {
+            double st[3];
+            memcpy(st, (const char *)payload + s->owned * sizeof(float), sizeof st);
+            s->state[h->b] = 2;
+            s->done++;
+            s->loss_sum += st[0];
+            s->correct += st[1];
+            s->seen += st[2];
+        }
+        rc = reply(fd, OP_OK, model_iterations(m), 0);
+        break;
+    }
+    case OP_NEXT:
+        if (s->finished) {
+            rc = reply(fd, OP_END, 0, 0);
+        } else if (s->epoch < 0 || !s->state) {
+            rc = reply(fd, OP_WAIT, 0, 0);
+        } else {
+            while (s->next_free < s->n_batches && s->state[s->next_free] != 0)
+                s->next_free++;
+            if (s->next_free >= s->n_batches) {
+                rc = reply(fd, OP_WAIT, 0, 0);
+            } else {
+                long b = s->next_free++;
+                s->state[b] = 1;
+                s->holder[b] = c->id;
+                rc = reply(fd, OP_BATCH, s->epoch, b);
+            }
+        }
+        break;
+    case OP_EPOCH: {
+        double st[3] = {s->loss_sum, s->correct, s->seen};
+        rc = send_msg(fd, OP_OK, s->epoch, s->state && s->done >= s->n_batches, st, sizeof st, NULL, 0);
+        break;
+    }
+    case OP_START:
+        if (h->b <= 0 || h->b > (1L << 30)) {
+            rc = reply_err(fd, "START: bad batch count");
+            break;
+        }
+        free(s->state);
+        free(s->holder);
+        s->n_batches = h->b;
+        s->state = xcalloc((size_t)h->b, 1);
+        s->holder = xcalloc((size_t)h->b, sizeof(int));
+        s->next_free = 0;
+        s->done = 0;
+        s->loss_sum = s->correct = s->seen = 0.0;
+        s->epoch = (int)h->a;
+        rc = reply(fd, OP_OK, 0, 0);
+        break;
+    case OP_FINISH:
+        s->finished = 1;
+        rc = reply(fd, OP_OK, 0, 0);
+        break;
+    default:
+        rc = -1;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static void *conn_main(void *arg)
+{
+    ps_conn *c = arg;
+    ps_server *s = c->s;
+    float *payload = NULL;
+    size_t cap = 0;
+    for (;;) {
+        ps_hdr h;
+        /* idle workers wait long between messages: poll in slices, watch stop */
+        int ready = 0;
+        while (!ready && !*s->stop) {
+            struct pollfd p = {.fd = c->fd, .events = POLLIN};
+            int r = poll(&p, 1, 200);
+            if (r > 0)
+                ready = 1;
+            else if (r < 0 && errno != EINTR)
+                break;
+        }
+        if (!ready || recv_hdr(c->fd, &h))
+            break;
+        if (h.len > cap) {
+            float *np = realloc(payload, h.len);
+            if (!np)
+                break;
+            payload = np;
+            cap = h.len;
+        }
+        if (h.len && io_all(c->fd, payload, h.len, 0))
+            break;
+        if (handle(c, &h, payload))
+            break;
+    }
+    pthread_mutex_lock(&s->mu);
+    release_batches(s, c->id);
+    s->conns--;
+    pthread_mutex_unlock(&s->mu);
+    free(payload);
+    close(c->fd);
+    free(c);
+    return NULL;
+}
+
+int ps_serve(const jobspec *spec, int index, int n_ps, int listen_fd, volatile sig_atomic_t *stop,
+             char err[PS_ERR_MAX])
+{
+    ps_server s;
+    memset(&s, 0, sizeof s);
+    s.index = index;
+    s.n_ps = n_ps;
+    s.stop = stop;
+    s.epoch = -1;
+    char merr[MODEL_ERR_MAX];
+    if (model_build(&s.m, spec, 1, spec->data.seed, merr)) {
+        snprintf(err, PS_ERR_MAX, "%s", merr);
+        close(listen_fd);
+        return -1;
+    }
+    s.owned = shard_tensors(s.m, index, n_ps, s.ts, &s.nt);
+    s.scratch = xcalloc(s.owned * (size_t)(1 + model_slot_count(s.m)) + 1, sizeof(float));
+    s.grad_flat = xcalloc(model_param_count(s.m) + 1, sizeof(float));
+    pthread_mutex_init(&s.mu, NULL);
+    log_info("ps %d of %d: %d tensor(s), %zu floats; listening", index, n_ps, s.nt, s.owned);
+    int next_id = 1, ret = 0;
+    int64_t finished_at = 0;
+    while (!*stop) {
+        pthread_mutex_lock(&s.mu);
+        int finished = s.finished, conns = s.conns;
+        pthread_mutex_unlock(&s.mu);
+        if (finished) {
+            /* let the workers hear END, then go */
+            if (!finished_at)
+                finished_at = mono_ms();
+            if (conns == 0 || mono_ms() - finished_at > 10000)
+                break;
+        }
+        struct pollfd p = {.fd = listen_fd, .events = POLLIN};
+        int r = poll(&p, 1, 200);
+        if (r <= 0)
+            continue;
+        int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        tune(fd);
+        ps_conn *c = xcalloc(1, sizeof *c);
+        c->s = &s;
+        c->fd = fd;
+        c->id = next_id++;
+        pthread_mutex_lock(&s.mu);
+        s.conns++;
+        pthread_mutex_unlock(&s.mu);
+        pthread_t t;
+        if (pthread_create(&t, NULL, conn_main, c) != 0) {
+            pthread_mutex_lock(&s.mu);
+            s.conns--;
+            pthread_mutex_unlock(&s.mu);
+            close(fd);
+            free(c);
+            continue;
+        }
+        pthread_detach(t);
+    }
+    close(listen_fd);
+    if (*stop)
+        ret = 1;
+    /* the connection threads see stop or their peers close; wait for them */
+    for (int i = 0; i < 100; i++) {
+        pthread_mutex_lock(&s.mu);
+        int conns = s.conns;
+        pthread_mutex_unlock(&s.mu);
+        if (!conns)
+            break;
+        struct timespec ts = {0, 50 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    pthread_mutex_lock(&s.mu);
+    int left = s.conns;
+    pthread_mutex_unlock(&s.mu);
+    if (left == 0) {
+        /* only when no thread can touch them any more */
+        pthread_mutex_destroy(&s.mu);
+        free(s.state);
+        free(s.holder);
+        free(s.scratch);
+        free(s.grad_flat);
+        model_free(s.m);
+    }
+    return ret;
+}
+
+/* ================================================================ worker */
+
+typedef struct ps_client {
+    int n;
+    int fd[PS_MAX];
+    int ts[PS_MAX][MODEL_MAX_TENSORS], nt[PS_MAX];
+    size_t owned[PS_MAX];
+    float *buf;                  /* the largest shard's (params + slots) */
+    const ps_addr *addr;
+} ps_client;
+
+static int client_fail(char err[PS_ERR_MAX], const ps_client *c, int p, const char *what)
+{
+    snprintf(err, PS_ERR_MAX, "ps %d (%.80s:%d): %.150s", p, c->addr[p].host, c->addr[p].port, what);
+    return -1;
+}
+
+/* One request/reply with ps p; the reply's payload (up to cap bytes) in out. */
+static int call(ps_client *c, int p, uint32_t op, int64_t a, int64_t b, const void *p1, size_t l1,
+                const void *p2, size_t l2, ps_hdr *rh, void *out, size_t cap, char err[PS_ERR_MAX])
+{
+    if (send_msg(c->fd[p], op, a, b, p1, l1, p2, l2) || recv_hdr(c->fd[p], rh))
+        return client_fail(err, c, p, "connection lost");
+    if (rh->len > cap) {
+        if (rh->op == OP_ERR && rh->len < 512) {
+            char msg[512];
+            if (io_all(c->fd[p], msg, rh->len, 0) == 0) {
+                msg[rh->len] = 0;
+                return client_fail(err, c, p, msg);
+            }
+        }
+        return client_fail(err, c, p, "reply too large");
+    }
+    if (rh->len && io_all(c->fd[p], out, rh->len, 0))
+        return client_fail(err, c, p, "connection lost in a reply");
+    if (rh->op == OP_ERR) {
+        char msg[300];
+        size_t l = rh->len < sizeof msg - 1 ? rh->len : sizeof msg - 1;
+        memcpy(msg, out, l);
+        msg[l] = 0;
+        return client_fail(err, c, p, msg);
+    }
+    return 0;
+}
+
+static void client_close(ps_client *c)
+{
+    for (int p = 0; p < c->n; p++)
+        if (c->fd[p] >= 0)
+            close(c->fd[p]);
+    free(c->buf);
+}
+
+static int client_open(ps_client *c, const model *m, const train_options *o, volatile sig_atomic_t *stop,
+                       char err[PS_ERR_MAX])
+{
+    memset(c, 0, sizeof *c);
+    c->n = o->n_ps;
+    c->addr = o->ps;
+    size_t most = 0;
+    for (int p = 0; p < c->n; p++) {
+        c->fd[p] = -1;
+        c->owned[p] = shard_tensors(m, p, c->n, c->ts[p], &c->nt[p]);
+        if (c->owned[p] > most)
+            most = c->owned[p];
+    }
+    c->buf = xcalloc(most * (size_t)(1 + model_slot_count(m)) + 16, sizeof(float));
+    for (int p = 0; p < c->n; p++) {
+        c->fd[p] = dial(&c->addr[p], PS_CONNECT_MS, stop);
+        if (c->fd[p] < 0)
+            return client_fail(err, c, p, stop && *stop ? "stopped while connecting" : "cannot connect");
+        ps_hdr rh;
+        if (call(c, p, OP_HELLO, o->worker, 0, NULL, 0, NULL, 0, &rh, c->buf, 0, err))
+            return -1;
+        if ((size_t)rh.a != c->owned[p])
+            return client_fail(err, c, p, "holds another shard of the model (a different spec?)");
+    }
+    return 0;
+}
+
+/* Every ps's shard of the variables into m's parameters. */
+static int pull(ps_client *c, model *m, char err[PS_ERR_MAX])
+{
+    for (int p = 0; p < c->n; p++) {
+        ps_hdr rh;
+        if (call(c, p, OP_PULL, 0, 0, NULL, 0, NULL, 0, &rh, c->buf, c->owned[p] * sizeof(float), err))
+            return -1;
+        if (rh.len != c->owned[p] * sizeof(float))
+            return client_fail(err, c, p, "short PULL");
+        scatter(m, c->ts[p], c->nt[p], c->buf, model_params(m));
+    }
+    return 0;
+}
+
+/* Pushes m's gradients (ps 0 last, with the batch's stats); *it the
+ * iterations ps 0 reports. */
+static int push(ps_client *c, model *m, long epoch, long batch, const step_stats *st, long *it,
+                char err[PS_ERR_MAX])
+{
+    for (int p = c->n - 1; p >= 0; p--) {
+        gather(m, c->ts[p], c->nt[p], model_grads(m), c->buf);
+        double stats[3] = {st->loss_sum, (double)st->correct, (double)st->n};
+        ps_hdr rh;
+        if (call(c, p, OP_PUSH, epoch, batch, c->buf, c->owned[p] * sizeof(float), stats,
+                 p == 0 ? sizeof stats : 0, &rh, NULL, 0, err))
+            return -1;
+        if (p == 0)
+            *it = (long)rh.a;
+    }
+    return 0;
+}
+
+/* The whole state (params, slots, iterations) from every ps into m. */
+static int pull_state(ps_client *c, model *m, char err[PS_ERR_MAX])
+{
+    size_t np = model_param_count(m);
+    int slots = model_slot_count(m);
+    long it = 0;
+    for (int p = 0; p < c->n; p++) {
+        ps_hdr rh;
+        size_t want = c->owned[p] * (size_t)(1 + slots) * sizeof(float);
+        if (call(c, p, OP_STATE, 0, 0, NULL, 0, NULL, 0, &rh, c->buf, want, err))
+            return -1;
+        if (rh.len != want)
+            return client_fail(err, c, p, "short STATE");
+        scatter(m, c->ts[p], c->nt[p], c->buf, model_params(m));
+        for (int k = 0; k < slots; k++)
+            scatter(m, c->ts[p], c->nt[p], c->buf + c->owned[p] * (size_t)(1 + k), model_slots(m) + (size_t)k * np);
+        if (p == 0)
+            it = (long)rh.a;
+    }
+    model_set_iterations(m, it);
+    return 0;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int stopped(const train_hooks *h)
+{
+    return h && h->stop && *h->stop;
+}
+
+int ps_train(const jobspec *spec, const dataset_splits *data, const train_options *o, const train_hooks *hooks,
+             train_result *res, char err[PS_ERR_MAX])
+{
+    memset(res, 0, sizeof *res);
+    err[0] = 0;
+    int chief = o->worker == 0, workers = o->workers > 0 ? o->workers : 1;
+    int global_batch = spec->fit.batch_size, epochs = o->epochs > 0 ? o->epochs : spec->fit.epochs;
+    int every = o->checkpoint_every ? o->checkpoint_every : spec->checkpoint.every_epochs;
+    if (o->n_ps < 1 || o->n_ps > PS_MAX || !o->ps) {
+        snprintf(err, PS_ERR_MAX, "parameter_server needs 1 to %d ps addresses", PS_MAX);
+        return -1;
+    }
+    const dataset *tr = &data->train;
+    if (tr->n <= 0 || tr->features != spec->input_size) {
+        snprintf(err, PS_ERR_MAX, "the training split is empty or has %d features, the model %d", tr->features,
+                 spec->input_size);
+        return -1;
+    }
+    /* the unit of work: one worker's part of a global batch */
+    int part = (global_batch + workers - 1) / workers;
+    long n_batches = (tr->n + part - 1) / part;
+    if (spec->fit.steps_per_epoch > 0 && spec->fit.steps_per_epoch * (long)workers < n_batches)
+        n_batches = spec->fit.steps_per_epoch * (long)workers;
+    model *m = NULL;
+    char merr[MODEL_ERR_MAX];
+    if (model_build(&m, spec, part, o->has_seed ? o->seed : spec->data.seed, merr)) {
+        snprintf(err, PS_ERR_MAX, "%s", merr);
+        return -1;
+    }
+    batcher b;
+    if (batcher_init(&b, dataset_shard(tr, 0, 1), part, spec->data.shuffle_buffer, spec->data.seed)) {
+        snprintf(err, PS_ERR_MAX, "cannot make batches of the training data");
+        model_free(m);
+        return -1;
+    }
+    float *xb = xmalloc(sizeof(float) * (size_t)part * (size_t)tr->features);
+    float *yb = xmalloc(sizeof(float) * (size_t)part);
+    size_t np = model_param_count(m);
+    int slots = model_slot_count(m);
+    float *init = NULL;
+    ps_client c;
+    int ret = -1, have_client = 0;
+    long start_epoch = 0, my_steps = 0, it = 0;
+    ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    snprintf(meta.spec_hash, sizeof meta.spec_hash, "%s", o->spec_hash);
+    if (chief && o->resume_path) {
+        char cerr[CKPT_ERR_MAX];
+        ckpt_meta rm;
+        if (checkpoint_load(o->resume_path, m, &rm, cerr)) {
+            snprintf(err, PS_ERR_MAX, "%s", cerr);
+            goto out;
+        }
+        start_epoch = rm.epoch; /* ps checkpoints are taken at epoch starts */
+        it = rm.step;
+    }
+    volatile sig_atomic_t *stop = hooks ? hooks->stop : NULL;
+    if (client_open(&c, m, o, stop, err)) {
+        have_client = 1;
+        goto out;
+    }
+    have_client = 1;
+    ps_hdr rh;
+    if (chief) {
+        /* the chief's variables (fresh or resumed) are the ps' start */
+        init = xmalloc(np * (size_t)(1 + slots) * sizeof(float));
+        memcpy(init, model_params(m), np * sizeof(float));
+        if (slots)
+            memcpy(init + np, model_slots(m), np * (size_t)slots * sizeof(float));
+        for (int p = 0; p < c.n; p++)
+            if (call(&c, p, OP_INIT, model_iterations(m), 0, init, np * (size_t)(1 + slots) * sizeof(float), NULL,
+                     0, &rh, NULL, 0, err))
+                goto out;
+        log_info("parameter servers initialised (%d ps, %d worker(s), %ld batches of %d an epoch)", c.n, workers,
+                 n_batches, part);
+    }
+    double train_time = 0.0;
+    long train_examples = 0;
+    for (long ep = start_epoch; chief ? ep < epochs : 1; ep++) {
+        if (chief && call(&c, 0, OP_START, ep, n_batches, NULL, 0, NULL, 0, &rh, NULL, 0, err))
+            goto out;
+        long cur_epoch = chief ? ep : -1;
+        double t0 = mono_s(), ep_examples = 0;
+        int ended = 0;
+        for (;;) {
+            if (stopped(hooks)) {
+                res->stopped = 1;
+                break;
+            }
+            if (call(&c, 0, OP_NEXT, o->worker, 0, NULL, 0, NULL, 0, &rh, NULL, 0, err))
+                goto out;
+            if (rh.op == OP_END) {
+                ended = 1;
+                break;
+            }
+            if (rh.op == OP_WAIT) {
+                if (chief) {
+                    double st[3];
+                    if (call(&c, 0, OP_EPOCH, 0, 0, NULL, 0, NULL, 0, &rh, st, sizeof st, err))
+                        goto out;
+                    if (rh.a == ep && rh.b) {
+                        train_epoch_metrics em;
+                        memset(&em, 0, sizeof em);
+                        em.epoch = (int)ep + 1;
+                        em.epochs = epochs;
+                        em.loss = st[2] > 0 ? st[0] / st[2] : 0.0;
+                        em.accuracy = st[2] > 0 ? st[1] / st[2] : 0.0;
+                        em.seconds = mono_s() - t0;
+                        em.samples_per_sec = em.seconds > 0 ? st[2] / em.seconds : 0.0;
+                        train_time += em.seconds;
+                        train_examples += (long)st[2];
+                        if (pull_state(&c, m, err))
+                            goto out;
+                        em.step = model_iterations(m);
+                        if (data->val.n > 0 && !o->no_eval) {
+                            em.has_val = 1;
+                            model_evaluate(m, data->val.x, data->val.y, data->val.n, &em.val_loss,
+                                           &em.val_accuracy);
+                        }
+                        res->epochs_done = (int)ep + 1;
+                        res->steps = em.step;
+                        res->loss = em.loss;
+                        res->accuracy = em.accuracy;
+                        res->has_val = em.has_val;
+                        res->val_loss = em.val_loss;
+                        res->val_accuracy = em.val_accuracy;
+                        if (hooks && hooks->on_epoch)
+                            hooks->on_epoch(hooks->ctx, &em);
+                        if (o->checkpoint_path && (ep + 1 == epochs || (every > 0 && (ep + 1) % every == 0))) {
+                            char cerr[CKPT_ERR_MAX];
+                            meta.epoch = ep + 1;
+                            meta.step = em.step;
+                            if (checkpoint_save(o->checkpoint_path, m, &meta, cerr)) {
+                                snprintf(err, PS_ERR_MAX, "%s", cerr);
+                                goto out;
+                            }
+                            if (hooks && hooks->on_checkpoint)
+                                hooks->on_checkpoint(hooks->ctx, o->checkpoint_path, &meta);
+                        }
+                        break;
+                    }
+                }
+                sleep_ms(2);
+                continue;
+            }
+            /* OP_BATCH: compute (epoch rh.a, batch rh.b) against fresh variables */
+            long bep = (long)rh.a, bi = (long)rh.b;
+            if (bep != cur_epoch) {
+                batcher_reset(&b, bep);
+                cur_epoch = bep;
+            }
+            int n = batcher_copy_range(&b, bi * part, part, xb, yb);
+            if (pull(&c, m, err))
+                goto out;
+            model_set_iterations(m, bep * n_batches + bi); /* dropout keys: one step per batch */
+            model_set_row_offset(m, 0);
+            step_stats st;
+            float loss = model_forward_backward(m, xb, yb, n, global_batch, &st);
+            if (push(&c, m, bep, bi, &st, &it, err))
+                goto out;
+            my_steps++;
+            ep_examples += n;
+            if (hooks && hooks->on_step) {
+                train_step_info si = {.step = it, .epoch = (int)bep, .loss = loss * (float)workers, .n = n};
+                hooks->on_step(hooks->ctx, &si);
+            }
+        }
+        if (!chief) {
+            train_time += mono_s() - t0;
+            train_examples += (long)ep_examples;
+        }
+        if (res->stopped) {
+            if (chief && o->checkpoint_path) {
+                /* the variables as the ps hold them; the epoch starts over on resume */
+                char cerr[CKPT_ERR_MAX];
+                if (pull_state(&c, m, err))
+                    goto out;
+                meta.epoch = ep;
+                meta.step = model_iterations(m);
+                if (checkpoint_save(o->checkpoint_path, m, &meta, cerr)) {
+                    snprintf(err, PS_ERR_MAX, "%s", cerr);
+                    goto out;
+                }
+                if (hooks && hooks->on_checkpoint)
+                    hooks->on_checkpoint(hooks->ctx, o->checkpoint_path, &meta);
+            }
+            res->steps = chief ? model_iterations(m) : my_steps;
+            ret = 0;
+            goto out;
+        }
+        if (ended)
+            break;
+    }
+    if (chief) {
+        for (int p = 0; p < c.n; p++)
+            if (call(&c, p, OP_FINISH, 0, 0, NULL, 0, NULL, 0, &rh, NULL, 0, err))
+                goto out;
+        if (data->test.n > 0 && !o->no_eval) {
+            res->has_test = 1;
+            model_evaluate(m, data->test.x, data->test.y, data->test.n, &res->test_loss, &res->test_accuracy);
+        }
+    } else {
+        res->steps = my_steps;
+    }
+    res->train_seconds = train_time;
+    res->samples_per_sec = train_time > 0 ? (double)train_examples / train_time : 0.0;
+    ret = 0;
+out:
+    if (have_client)
+        client_close(&c);
+    free(init);
+    free(xb);
+    free(yb);
+    batcher_release(&b);
+    model_free(m);
+    return ret;
+}
