@@ -20,7 +20,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 here=bench/allreduce
 RANKS=2
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-5}
 REPS=${REPS:-5}
 REP_MS=${REP_MS:-100}
 SIZES="1048576 940584 16777216 67108864"
