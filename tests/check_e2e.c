@@ -62,15 +62,18 @@ static ty_proc srv;
 static char team_tok[128];
 static pid_t agents[4];
 
-static void start_up(void) {
+/* `trainyard up` whose agent offers `slots` CPU slots. */
+static void start_up_slots(const char *slots) {
     memset(&srv, 0, sizeof srv);
     memset(agents, 0, sizeof agents);
     ty_mkdtemp(srv.dir, sizeof srv.dir, "e2e");
-    /* one CPU slot: a second job can only start on devices a first one freed */
-    const char *extra[] = {"--cpu-slots", "1", NULL};
+    const char *extra[] = {"--cpu-slots", slots, NULL};
     ty_server_start_args(&srv, "up", extra);
     ty_token(&srv, "token", team_tok, sizeof team_tok);
 }
+
+/* one CPU slot: a second job can only start on devices a first one freed */
+static void start_up(void) { start_up_slots("1"); }
 
 /* A free loopback port (so a restarted server keeps its URL). */
 static int free_port(void) {
@@ -497,14 +500,7 @@ END_TEST
 
 /* ---------------------------------------------------------------- strategies */
 
-static void start_up4(void) {
-    memset(&srv, 0, sizeof srv);
-    memset(agents, 0, sizeof agents);
-    ty_mkdtemp(srv.dir, sizeof srv.dir, "e2e4");
-    const char *extra[] = {"--cpu-slots", "4", NULL};
-    ty_server_start_args(&srv, "up", extra);
-    ty_token(&srv, "token", team_tok, sizeof team_tok);
-}
+static void start_up4(void) { start_up_slots("4"); }
 
 /* The log of a job's task, as text (the caller frees). */
 static char *task_logs(int64_t id, const char *task) {
