@@ -59,6 +59,18 @@ typedef struct wconfig {
     char *spec_json;             /* owned */
 } wconfig;
 
+/* "host:port" (a JSON string) into host (cap bytes) and *port. 0 or -1. */
+static int parse_hostport(const cJSON *hp, char *host, size_t cap, int *port) {
+    const char *colon = cJSON_IsString(hp) ? strrchr(hp->valuestring, ':') : NULL;
+    long p = colon ? strtol(colon + 1, NULL, 10) : 0;
+    size_t hl = colon ? (size_t)(colon - hp->valuestring) : 0;
+    if (!colon || hl == 0 || hl >= cap || p <= 0 || p > 65535) return -1;
+    memcpy(host, hp->valuestring, hl);
+    host[hl] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
 static int config_parse(const char *text, wconfig *w, char *err, size_t errlen) {
     memset(w, 0, sizeof *w);
     cJSON *o = cJSON_Parse(text);
@@ -104,16 +116,10 @@ static int config_parse(const char *text, wconfig *w, char *err, size_t errlen) 
         int i = 0;
         const cJSON *hp;
         cJSON_ArrayForEach(hp, workers) {
-            const char *colon = cJSON_IsString(hp) ? strrchr(hp->valuestring, ':') : NULL;
-            long port = colon ? strtol(colon + 1, NULL, 10) : 0;
-            size_t hl = colon ? (size_t)(colon - hp->valuestring) : 0;
-            if (!colon || hl == 0 || hl >= COMM_ADDR_MAX || port <= 0 || port > 65535) {
+            if (parse_hostport(hp, w->worker_addr[i], COMM_ADDR_MAX, &w->worker_port[i]) < 0) {
                 snprintf(err, errlen, "TRAINYARD_CONFIG cluster.worker[%d] is not host:port", i);
                 goto out;
             }
-            memcpy(w->worker_addr[i], hp->valuestring, hl);
-            w->worker_addr[i][hl] = '\0';
-            w->worker_port[i] = (int)port;
             i++;
         }
     }
@@ -128,16 +134,10 @@ static int config_parse(const char *text, wconfig *w, char *err, size_t errlen) 
         int i = 0;
         const cJSON *hp;
         cJSON_ArrayForEach(hp, ps) {
-            const char *colon = cJSON_IsString(hp) ? strrchr(hp->valuestring, ':') : NULL;
-            long port = colon ? strtol(colon + 1, NULL, 10) : 0;
-            size_t hl = colon ? (size_t)(colon - hp->valuestring) : 0;
-            if (!colon || hl == 0 || hl >= sizeof w->ps[i].host || port <= 0 || port > 65535) {
+            if (parse_hostport(hp, w->ps[i].host, sizeof w->ps[i].host, &w->ps[i].port) < 0) {
                 snprintf(err, errlen, "TRAINYARD_CONFIG cluster.ps[%d] is not host:port", i);
                 goto out;
             }
-            memcpy(w->ps[i].host, hp->valuestring, hl);
-            w->ps[i].host[hl] = '\0';
-            w->ps[i].port = (int)port;
             i++;
         }
     }
