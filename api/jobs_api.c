@@ -104,7 +104,13 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
     char actor[96];
     http_actor(req, actor, sizeof actor);
     int64_t id = 0;
-    int rc = store_job_insert(srv->db, req->who.team_id, req->body.data, req->body.len, &spec, actor, &id);
+    store_new_job row = {
+        .name = spec.name, .priority = spec.priority, .max_restarts = spec.max_restarts,
+        .workers = spec.resources.workers, .devices_per_worker = spec.resources.devices_per_worker,
+        .ps = spec.resources.ps, .device = device_kind_name(spec.resources.device),
+        .max_runtime_s = spec.max_runtime_s, .preemptible = spec.preemptible,
+        .queue_if_infeasible = spec.queue_if_infeasible};
+    int rc = store_job_insert(srv->db, req->who.team_id, req->body.data, req->body.len, &row, actor, &id);
     jobspec_release(&spec);
     if (rc != STORE_OK) {
         db_unavailable(res);

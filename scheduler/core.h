@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Device kinds: the same numbering as jobspec.h's device_kind. */
+/* Device kinds (the API maps the spec's device names onto these). */
 enum { SCHED_CPU = 0, SCHED_GPU = 1, SCHED_KINDS = 2 };
 
 #define SCHED_REASON_MAX 192

@@ -410,15 +410,12 @@ out:
 
 /* ================================================================ admission */
 
-int sched_admit_spec(db *d, const jobspec *spec, char *msg, size_t cap)
+int sched_admit_job(db *d, const sched_job *job, char *msg, size_t cap)
 {
     snap sp;
     if (snap_load(d, now_ms(), &sp) < 0) return -1;
-    sched_job j = {0, 0, spec->priority, spec->resources.workers, spec->resources.devices_per_worker,
-                   spec->resources.device == DEVICE_GPU ? SCHED_GPU : SCHED_CPU, spec->resources.ps,
-                   0, spec->max_runtime_s, 0, NULL};
     sched_outcome o;
-    int rc = sched_admit(&sp.s, &j, &o);
+    int rc = sched_admit(&sp.s, job, &o);
     if (rc != 0) sched_reason_format(&o, msg, cap);
     snap_release(&sp);
     return rc == 0 || o.why == SW_NO_NODES ? 0 : 1;

@@ -5,7 +5,7 @@
  * requeue, the admission check for submit, the queue view for GET /queue,
  * and the scheduler thread the server runs. See docs/scheduler.md.
  *
- * defines: sched_pass, sched_admit_spec, sched_queue_view, sched_start,
+ * defines: sched_pass, sched_admit_job, sched_queue_view, sched_start,
  *          sched_kick, sched_stop, sched_fault_after */
 #ifndef TRAINYARD_SCHEDULER_H
 #define TRAINYARD_SCHEDULER_H
@@ -13,7 +13,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../api/jobspec.h"
 #include "../storage/db.h"
 #include "core.h"
 
@@ -40,7 +39,7 @@ int sched_pass(db *d, const sched_config *cfg, int64_t now_ms, sched_pass_stats 
  * the registered nodes, with the message for the 422 in msg ("infeasible: a
  * worker needs 16 gpu on one node; the largest node has 8"); -1 on a store
  * error. */
-int sched_admit_spec(db *d, const jobspec *spec, char *msg, size_t cap);
+int sched_admit_job(db *d, const sched_job *job, char *msg, size_t cap);
 
 /* GET /queue: queued jobs in the order the scheduler considers them. */
 typedef struct sched_queue_entry {

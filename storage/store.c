@@ -257,23 +257,23 @@ static const char SQL_JOB_INSERT[] =
     " VALUES(?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 'waiting for the scheduler', ?, ?, ?)";
 
 int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_len,
-                     const jobspec *spec, const char *actor, int64_t *id_out) {
+                     const store_new_job *job, const char *actor, int64_t *id_out) {
     if (db_begin(d) < 0) return STORE_ERROR;
     sqlite3_stmt *st = db_prepare(d, SQL_JOB_INSERT);
     if (!st) goto fail;
     int64_t now = now_ms();
     sqlite3_bind_int64(st, 1, team_id);
-    sqlite3_bind_text(st, 2, spec->name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, job->name, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 3, spec_json, (int)spec_len, SQLITE_TRANSIENT);
-    sqlite3_bind_int(st, 4, spec->priority);
-    sqlite3_bind_int(st, 5, spec->max_restarts);
-    sqlite3_bind_int(st, 6, spec->resources.workers);
-    sqlite3_bind_int(st, 7, spec->resources.devices_per_worker);
-    sqlite3_bind_text(st, 8, device_kind_name(spec->resources.device), -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 9, spec->resources.ps);
-    sqlite3_bind_int64(st, 10, spec->max_runtime_s);
-    sqlite3_bind_int(st, 11, spec->preemptible);
-    sqlite3_bind_int(st, 12, spec->queue_if_infeasible);
+    sqlite3_bind_int(st, 4, job->priority);
+    sqlite3_bind_int(st, 5, job->max_restarts);
+    sqlite3_bind_int(st, 6, job->workers);
+    sqlite3_bind_int(st, 7, job->devices_per_worker);
+    sqlite3_bind_text(st, 8, job->device, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 9, job->ps);
+    sqlite3_bind_int64(st, 10, job->max_runtime_s);
+    sqlite3_bind_int(st, 11, job->preemptible);
+    sqlite3_bind_int(st, 12, job->queue_if_infeasible);
     sqlite3_bind_int64(st, 13, now);
     sqlite3_bind_int64(st, 14, now);
     sqlite3_bind_int64(st, 15, now);

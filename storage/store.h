@@ -13,7 +13,6 @@
 #include <stdint.h>
 #include <cjson/cJSON.h>
 #include "db.h"
-#include "../api/jobspec.h"
 
 enum { STORE_OK = 0, STORE_NOT_FOUND = 1, STORE_CONFLICT = 2, STORE_ERROR = -1 };
 
@@ -49,10 +48,21 @@ int store_token_lookup(db *d, const char *token, principal *who);
 int store_token_count(db *d, token_kind kind, int64_t *n);
 
 /* ---------------------------------------------------------------- jobs */
-/* Inserts a queued job (spec text as submitted, resources from the parsed
- * spec) and its "submitted" event, in one transaction. */
+/* What the jobs table keeps in columns of a new job (the API fills it from
+ * the parsed spec; storage knows nothing of the spec's format). */
+typedef struct {
+    const char *name;
+    int priority, max_restarts;
+    int workers, devices_per_worker, ps;
+    const char *device;                /* "cpu" | "gpu" */
+    int64_t max_runtime_s;
+    int preemptible, queue_if_infeasible;
+} store_new_job;
+
+/* Inserts a queued job (spec text as submitted, columns from *job) and its
+ * "submitted" event, in one transaction. */
 int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_len,
-                     const jobspec *spec, const char *actor, int64_t *id_out);
+                     const store_new_job *job, const char *actor, int64_t *id_out);
 
 /* The job's JSON form; team_id > 0 restricts to that team (else NOT_FOUND).
  * with_spec adds the submitted spec. */

@@ -804,16 +804,15 @@ START_TEST(db_pass_places_gangs)
     qtext("SELECT reason FROM jobs WHERE id = ?", j0, txt, sizeof txt);
     ck_assert_str_eq(txt, "no nodes have joined");
     char msg[256];
-    jobspec spec; memset(&spec, 0, sizeof spec);
-    spec.resources = (resources_spec){2, 16, DEVICE_GPU, 0};
-    ck_assert_int_eq(sched_admit_spec(g_db, &spec, msg, sizeof msg), 0);   /* queues until nodes join */
+    sched_job spec = {.workers = 2, .devices_per_worker = 16, .kind = SCHED_GPU};
+    ck_assert_int_eq(sched_admit_job(g_db, &spec, msg, sizeof msg), 0);   /* queues until nodes join */
 
     node("n1", 4, 2, now);
     node("n2", 4, 2, now);
-    ck_assert_int_eq(sched_admit_spec(g_db, &spec, msg, sizeof msg), 1);
+    ck_assert_int_eq(sched_admit_job(g_db, &spec, msg, sizeof msg), 1);
     ck_assert_str_eq(msg, "infeasible: a worker needs 16 gpu on one node; the largest node has 4");
-    spec.resources.devices_per_worker = 2;
-    ck_assert_int_eq(sched_admit_spec(g_db, &spec, msg, sizeof msg), 0);
+    spec.devices_per_worker = 2;
+    ck_assert_int_eq(sched_admit_job(g_db, &spec, msg, sizeof msg), 0);
 
     int64_t j1 = job(t, 50, 1, 4, "gpu", 0, 3, 0);
     int64_t j2 = job(t, 40, 1, 1, "cpu", 0, 3, 0);

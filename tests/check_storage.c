@@ -47,7 +47,12 @@ static int64_t submit(db *d, int64_t team) {
     spec_error e;
     ck_assert_msg(jobspec_parse(SPEC, strlen(SPEC), &spec, &e) == 0, "%s: %s", e.field, e.message);
     int64_t id = 0;
-    ck_assert_int_eq(store_job_insert(d, team, SPEC, strlen(SPEC), &spec, "team:default", &id), STORE_OK);
+    store_new_job row = {.name = spec.name, .priority = spec.priority, .max_restarts = spec.max_restarts,
+                         .workers = spec.resources.workers,
+                         .devices_per_worker = spec.resources.devices_per_worker, .ps = spec.resources.ps,
+                         .device = device_kind_name(spec.resources.device),
+                         .max_runtime_s = spec.max_runtime_s, .preemptible = spec.preemptible};
+    ck_assert_int_eq(store_job_insert(d, team, SPEC, strlen(SPEC), &row, "team:default", &id), STORE_OK);
     return id;
 }
 
