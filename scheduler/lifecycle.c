@@ -12,6 +12,20 @@ int lifecycle_stop_tasks(db *d, int64_t job_id, const char *why) {
     return exec_attempt_drop_unstarted(d, job_id, why);
 }
 
+int lifecycle_attempt_failed(db *d, int64_t job_id, const char *what, const char *actor, int *requeued) {
+    static const char *const from[] = {"starting", "running", NULL};
+    int failures = 0, max_restarts = 0;
+    int again = store_job_count_failure(d, job_id, &failures, &max_restarts);
+    if (again < 0) return STORE_ERROR;
+    char why[3000];
+    if (again)
+        snprintf(why, sizeof why, "%.2800s; requeued (restart %d of %d)", what, failures, max_restarts);
+    else
+        snprintf(why, sizeof why, "%.2800s; restart budget spent (max_restarts %d)", what, max_restarts);
+    *requeued = again;
+    return store_job_transition(d, job_id, from, again ? "queued" : "failed", actor, why);
+}
+
 int lifecycle_task_running(db *d, int64_t task_id, const char *actor, int *flags) {
     *flags = LC_NONE;
     if (db_begin(d) < 0) return STORE_ERROR;
@@ -128,17 +142,9 @@ int lifecycle_task_exited(db *d, int64_t task_id, const lifecycle_exit *e, const
     if (bad) {
         char what[2600];
         describe_exit(&t, e, what, sizeof what);
-        char why[2800];
         if ((rc = lifecycle_stop_tasks(d, t.job_id, "gang failed")) != STORE_OK) goto out;
-        if (j.attempt <= j.max_restarts) {
-            static const char *const from[] = {"starting", "running", NULL};
-            snprintf(why, sizeof why, "%.1000s; requeued for attempt %d of %d", what, j.attempt + 1,
-                     j.max_restarts + 1);
-            rc = store_job_transition(d, t.job_id, from, "queued", actor, why);
-        } else {
-            snprintf(why, sizeof why, "%s", what);
-            rc = store_job_transition(d, t.job_id, NULL, "failed", actor, why);
-        }
+        int requeued = 0;
+        rc = lifecycle_attempt_failed(d, t.job_id, what, actor, &requeued);
         if (rc == STORE_OK) *flags |= LC_JOB_CHANGED;
         goto out;
     }

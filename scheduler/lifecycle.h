@@ -5,7 +5,8 @@
  * task exited. Each report is one transaction; job states change only through
  * store_job_transition (which writes the event).
  *
- * defines: lifecycle_task_running, lifecycle_task_exited, lifecycle_exit */
+ * defines: lifecycle_task_running, lifecycle_task_exited, lifecycle_exit,
+ *          lifecycle_stop_tasks, lifecycle_attempt_failed */
 #ifndef TRAINYARD_LIFECYCLE_H
 #define TRAINYARD_LIFECYCLE_H
 
@@ -36,5 +37,13 @@ int lifecycle_task_exited(db *d, int64_t task_id, const lifecycle_exit *e, const
  * tasks never handed out -> exited with their devices freed. Runs inside the
  * caller's transaction. */
 int lifecycle_stop_tasks(db *d, int64_t job_id, const char *why);
+
+/* An attempt of an active job failed (a task exited non-zero, its node was
+ * lost): the one restart rule. Counts the failure; requeues the job while
+ * failures <= max_restarts ("...; requeued (restart N of M)"), else fails it
+ * ("...; restart budget spent (max_restarts M)"). Runs inside the caller's
+ * transaction. STORE_OK (*requeued 1 or 0), STORE_CONFLICT when the job was
+ * no longer active, STORE_ERROR. */
+int lifecycle_attempt_failed(db *d, int64_t job_id, const char *what, const char *actor, int *requeued);
 
 #endif

@@ -220,17 +220,10 @@ static int upkeep(db *d, const sched_config *cfg, int64_t now, sched_pass_stats 
             rc = store_job_transition(d, r->job_id, FROM_ACTIVE, "failed", "scheduler", r->reason);
             st->failed += rc == STORE_OK;
         } else {
-            int failures = cluster_failures_total(d, r->job_id);
-            if (failures < 0) goto fail;
-            if (failures > r->max_restarts) {
-                sfmt(why, sizeof why, "%s; restart budget spent (max_restarts %d)", r->reason, r->max_restarts);
-                rc = store_job_transition(d, r->job_id, FROM_ACTIVE, "failed", "scheduler", why);
-                st->failed += rc == STORE_OK;
-            } else {
-                sfmt(why, sizeof why, "%s; requeued (restart %d of %d)", r->reason, failures, r->max_restarts);
-                rc = store_job_transition(d, r->job_id, FROM_ACTIVE, "queued", "scheduler", why);
-                st->requeued += rc == STORE_OK;
-            }
+            int requeued = 0;
+            rc = lifecycle_attempt_failed(d, r->job_id, r->reason, "scheduler", &requeued);
+            st->requeued += rc == STORE_OK && requeued;
+            st->failed += rc == STORE_OK && !requeued;
         }
         if (rc == STORE_ERROR) goto fail;
     }

@@ -448,8 +448,6 @@ static const char SQL_NODE_TASKS_LOST[] =
 static const char SQL_FAILURE_ADD[] =
     "INSERT INTO node_failures(job_id, node_id, count) VALUES(?1, ?2, 1)"
     " ON CONFLICT(job_id, node_id) DO UPDATE SET count = count + 1";
-static const char SQL_FAILURES_TOTAL[] =
-    "SELECT coalesce(sum(count), 0) FROM node_failures WHERE job_id = ?";
 static const char SQL_RELEASE_EXITED[] =
     "DELETE FROM allocations WHERE task_id IN (SELECT id FROM tasks WHERE state = 'exited')";
 static const char SQL_ALL_EXITED[] =
@@ -490,17 +488,6 @@ int cluster_failure_add(db *d, int64_t job_id, int64_t node_id)
     int rc = sqlite3_step(st);
     db_done(st);
     return rc == SQLITE_DONE ? 0 : -1;
-}
-
-int cluster_failures_total(db *d, int64_t job_id)
-{
-    sqlite3_stmt *st = db_prepare(d, SQL_FAILURES_TOTAL);
-    if (!st) return -1;
-    sqlite3_bind_int64(st, 1, job_id);
-    int rc = sqlite3_step(st);
-    int n = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
-    db_done(st);
-    return n;
 }
 
 int cluster_release_exited(db *d)

@@ -117,7 +117,6 @@ int cluster_team_set_shares(db *d, const char *name, double weight, int guarante
  * jobs into *jobs (malloc'd). Returns the count of jobs or -1. */
 int cluster_node_tasks_lost(db *d, int64_t node_id, const char *reason, int64_t now, int64_t **jobs);
 int cluster_failure_add(db *d, int64_t job_id, int64_t node_id);
-int cluster_failures_total(db *d, int64_t job_id);
 /* Frees the devices of exited tasks. Returns rows freed or -1. */
 int cluster_release_exited(db *d);
 /* Jobs in starting/running whose current attempt has tasks and all of them

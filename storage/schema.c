@@ -154,9 +154,15 @@ static const char m3[] =
     "ALTER TABLE jobs ADD COLUMN progress TEXT;"
     "ALTER TABLE tasks ADD COLUMN token_hash TEXT;";
 
+/* 4: one restart budget: failed attempts of a job, whatever failed (a task
+ * exiting non-zero, a lost node); preemptions and stops are not counted. */
+static const char m4[] =
+    "ALTER TABLE jobs ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1},
     {2, "nodes, devices, tasks, allocations, shares", m2},
     {3, "metrics, logs, checkpoints, rendezvous, progress", m3},
+    {4, "jobs.failures: the restart budget", m4},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -290,6 +290,23 @@ fail:
     return STORE_ERROR;
 }
 
+static const char SQL_JOB_FAILURE[] =
+    "UPDATE jobs SET failures = failures + 1 WHERE id = ? RETURNING failures, max_restarts";
+
+int store_job_count_failure(db *d, int64_t job_id, int *failures, int *max_restarts) {
+    sqlite3_stmt *st = db_prepare(d, SQL_JOB_FAILURE);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    int rc = sqlite3_step(st), ret = -1;
+    if (rc == SQLITE_ROW) {
+        *failures = sqlite3_column_int(st, 0);
+        *max_restarts = sqlite3_column_int(st, 1);
+        ret = *failures <= *max_restarts;
+    }
+    db_done(st);
+    return ret;
+}
+
 #define JOB_COLS                                                                              \
     "j.id, j.name, t.name, j.state, j.priority, j.attempt, j.max_restarts, j.workers,"       \
     " j.devices_per_worker, j.device, j.ps, j.max_runtime_s, j.preemptible, j.reason,"       \

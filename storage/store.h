@@ -64,6 +64,11 @@ typedef struct {
 int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_len,
                      const store_new_job *job, const char *actor, int64_t *id_out);
 
+/* Counts one failed attempt of the job (inside the caller's transaction) and
+ * tells whether the restart budget allows another: 1 requeue, 0 budget
+ * spent, -1 store error. *failures and *max_restarts get the counts. */
+int store_job_count_failure(db *d, int64_t job_id, int *failures, int *max_restarts);
+
 /* The job's JSON form; team_id > 0 restricts to that team (else NOT_FOUND).
  * with_spec adds the submitted spec. */
 int store_job_get(db *d, int64_t id, int64_t team_id, int with_spec, cJSON **out);

@@ -481,7 +481,7 @@ START_TEST(failure_requeues_then_fails) {
         cJSON *to = cJSON_GetObjectItem(e, "to"), *why = cJSON_GetObjectItem(e, "reason");
         if (cJSON_IsString(to) && strcmp(to->valuestring, "queued") == 0 && cJSON_IsString(why) &&
             strstr(why->valuestring, "worker-0 exited with code 1: crashed") &&
-            strstr(why->valuestring, "attempt 2 of 2"))
+            strstr(why->valuestring, "requeued (restart 1 of 1)"))
             requeued = 1;
     }
     ck_assert_msg(requeued, "no requeue event with the task's reason");

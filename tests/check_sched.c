@@ -11,6 +11,7 @@
 
 #include "../common/util.h"
 #include "../scheduler/core.h"
+#include "../scheduler/lifecycle.h"
 #include "../scheduler/scheduler.h"
 #include "../storage/cluster.h"
 #include "../storage/db.h"
@@ -927,6 +928,49 @@ START_TEST(db_lost_node_requeue_and_restarts)
 }
 END_TEST
 
+/* One restart budget, whatever failed: max_restarts 1 allows one failure
+ * (here a worker exiting 1), and the next (a lost node) ends the job. */
+START_TEST(db_one_restart_budget)
+{
+    int64_t now = now_ms();
+    sched_config cfg; sched_config_default(&cfg);
+    int64_t t = team("default", -1);
+    int64_t a = node("a", 2, 1, now);
+    int64_t j = job(t, 50, 1, 1, "gpu", 0, 1, 0);
+    char txt[512];
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now, NULL), 0);
+    exec_sql("UPDATE tasks SET state = 'running' WHERE job_id = ?", j);
+    exec_sql("UPDATE jobs SET state = 'running' WHERE id = ?", j);
+    /* 1: the worker fails: requeued, restart 1 of 1 */
+    int64_t task = q1("SELECT id FROM tasks WHERE job_id = ?1 AND attempt = (SELECT attempt FROM jobs WHERE id = ?1)", j);
+    lifecycle_exit e = {1, 0, "boom", NULL};
+    int flags = 0;
+    ck_assert_int_eq(lifecycle_task_exited(g_db, task, &e, "agent", &flags), STORE_OK);
+    state_of(j, txt, sizeof txt);
+    ck_assert_str_eq(txt, "queued");
+    qtext("SELECT reason FROM jobs WHERE id = ?", j, txt, sizeof txt);
+    ck_assert_msg(strstr(txt, "requeued (restart 1 of 1)"), "%s", txt);
+    /* placed again */
+    now += 1000;
+    beat_all(now, NULL, 0);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now, NULL), 0);
+    state_of(j, txt, sizeof txt);
+    ck_assert_str_eq(txt, "starting");
+    exec_sql("UPDATE tasks SET state = 'running' WHERE job_id = ?", j);
+    exec_sql("UPDATE jobs SET state = 'running' WHERE id = ?", j);
+    ck_assert_int_eq(q1("SELECT failures FROM jobs WHERE id = ?", j), 1);
+    /* 2: node a is lost: the budget is spent, the job fails */
+    now += 40000;
+    beat_all(now, &a, 1);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now, NULL), 0);
+    state_of(j, txt, sizeof txt);
+    ck_assert_str_eq(txt, "failed");
+    qtext("SELECT reason FROM jobs WHERE id = ?", j, txt, sizeof txt);
+    ck_assert_msg(strstr(txt, "lost") && strstr(txt, "restart budget spent (max_restarts 1)"), "%s", txt);
+    ck_assert_int_eq(q1("SELECT failures FROM jobs WHERE id = ?", j), 2);
+}
+END_TEST
+
 START_TEST(db_preempt_then_requeue)
 {
     int64_t now = now_ms();
@@ -1051,6 +1095,7 @@ Suite *sched_suite(void)
     tcase_add_test(td, db_pass_places_gangs);
     tcase_add_test(td, db_lost_node_requeue_and_restarts);
     tcase_add_test(td, db_preempt_then_requeue);
+    tcase_add_test(td, db_one_restart_budget);
     tcase_add_loop_test(td, db_property_random_with_faults, 0, 40);
     suite_add_tcase(s, td);
     return s;
