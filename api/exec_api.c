@@ -84,6 +84,7 @@ static pthread_mutex_t g_stop_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     int64_t node;
     uint64_t hash;
+    uint64_t gen;                /* registrations of the node seen by this server */
 } g_stop_sent[STOP_SLOTS];
 
 static uint64_t stop_hash(const cJSON *stop) {
@@ -96,31 +97,46 @@ static uint64_t stop_hash(const cJSON *stop) {
     return cJSON_GetArraySize(stop) ? h : 0;
 }
 
-static uint64_t stop_sent_get(int64_t node) {
-    uint64_t h = 0;
-    pthread_mutex_lock(&g_stop_lock);
-    for (int i = 0; i < STOP_SLOTS; i++) {
-        int k = (int)(((uint64_t)node + (uint64_t)i) % STOP_SLOTS);
-        if (g_stop_sent[k].node == node) {
-            h = g_stop_sent[k].hash;
-            break;
-        }
-        if (g_stop_sent[k].node == 0) break;
-    }
-    pthread_mutex_unlock(&g_stop_lock);
-    return h;
-}
-
-static void stop_sent_set(int64_t node, uint64_t hash) {
-    pthread_mutex_lock(&g_stop_lock);
+/* The node's slot (claimed when free), or -1 when the table is full; call
+ * with g_stop_lock held. */
+static int node_slot(int64_t node) {
     for (int i = 0; i < STOP_SLOTS; i++) {
         int k = (int)(((uint64_t)node + (uint64_t)i) % STOP_SLOTS);
         if (g_stop_sent[k].node == node || g_stop_sent[k].node == 0) {
             g_stop_sent[k].node = node;
-            g_stop_sent[k].hash = hash;
-            break;
+            return k;
         }
     }
+    return -1;
+}
+
+static uint64_t stop_sent_get(int64_t node) {
+    pthread_mutex_lock(&g_stop_lock);
+    int k = node_slot(node);
+    uint64_t h = k >= 0 ? g_stop_sent[k].hash : 0;
+    pthread_mutex_unlock(&g_stop_lock);
+    return h;
+}
+
+static uint64_t node_gen(int64_t node) {
+    pthread_mutex_lock(&g_stop_lock);
+    int k = node_slot(node);
+    uint64_t g = k >= 0 ? g_stop_sent[k].gen : 0;
+    pthread_mutex_unlock(&g_stop_lock);
+    return g;
+}
+
+void exec_node_registered(int64_t node) {
+    pthread_mutex_lock(&g_stop_lock);
+    int k = node_slot(node);
+    if (k >= 0) g_stop_sent[k].gen++;
+    pthread_mutex_unlock(&g_stop_lock);
+}
+
+static void stop_sent_set(int64_t node, uint64_t hash) {
+    pthread_mutex_lock(&g_stop_lock);
+    int k = node_slot(node);
+    if (k >= 0) g_stop_sent[k].hash = hash;
     pthread_mutex_unlock(&g_stop_lock);
 }
 
@@ -198,11 +214,21 @@ static void node_assignments(server *srv, http_req *req, http_res *res) {
         return;
     }
     int64_t deadline = mono_ms() + wait * 1000;
-    uint64_t sent = stop_sent_get(node);
+    uint64_t sent = stop_sent_get(node), gen = node_gen(node);
     for (;;) {
         int64_t ids[MAX_START];
         int n = 0;
         cJSON *stop = NULL;
+        if (node_gen(node) != gen) {
+            /* The node registered again since this poll began: the poll is
+             * its agent's previous life (dead, or about to poll again). A
+             * task handed out here could be lost: answer empty, now. */
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddArrayToObject(o, "start");
+            cJSON_AddArrayToObject(o, "stop");
+            http_json(res, 200, o);
+            return;
+        }
         if (exec_node_pending(srv->db, node, ids, MAX_START, &n) != STORE_OK ||
             exec_node_stopping(srv->db, node, &stop) != STORE_OK) {
             db_unavailable(res);

@@ -3,7 +3,7 @@
  * and what users read of a running job (progress, tasks, server-sent events).
  * Its route table is api_exec_routes (api/routes.h).
  *
- * defines: exec_events_stream, exec_wants_event_stream, exec_job_decorate */
+ * defines: exec_node_registered, exec_events_stream, exec_wants_event_stream, exec_job_decorate */
 #ifndef TRAINYARD_EXEC_API_H
 #define TRAINYARD_EXEC_API_H
 
@@ -12,6 +12,10 @@
 #include "../server/http.h"
 
 struct server;
+
+/* The node registered (again): its long-polls begun before now answer at
+ * once with nothing, so no task is handed to an agent's previous life. */
+void exec_node_registered(int64_t node);
 
 /* 1 when the request's Accept header asks for text/event-stream. */
 int exec_wants_event_stream(http_req *req);

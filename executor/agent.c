@@ -95,8 +95,6 @@ typedef struct agent {
     int state_dirty;
     int64_t backoff_ms, down_until_ms;
     int reg_failures;            /* registrations refused in a row */
-    int64_t hold_until_ms;       /* after recovering a killed agent's tasks: no registration
-                                  * or reports before its last long-poll has expired */
     int64_t next_hb_ms, next_logs_ms;
 
     /* poller thread -> main thread */
@@ -693,13 +691,10 @@ static void state_recover(agent *a) {
         n++;
     }
     cJSON_Delete(o);
-    if (n) {
-        /* A long-poll of the dead agent may still wait in the server: a task
-         * handed to it would be lost too. Let it expire first. */
-        a->hold_until_ms = mono_ms() + ((int64_t)a->opt.poll_wait_s + 1) * 1000;
-        log_warn("%d task(s) of an earlier agent on this node were lost: reporting them in %d s, once its "
-                 "last long-poll has expired", n, a->opt.poll_wait_s + 1);
-    }
+    /* A long-poll of the dead agent may still wait in the server; it answers
+     * empty once this agent registers (exec_node_registered), so the reports
+     * go out at once and no task is handed to the dead one. */
+    if (n) log_warn("%d task(s) of an earlier agent on this node were lost: reporting them", n);
     a->state_dirty = 1;
 }
 
@@ -837,8 +832,7 @@ int agent_run(const agent_options *o) {
     for (;;) {
         int64_t now = mono_ms();
         /* registration, heartbeat, reports, logs: each only when the server is usable */
-        int held = now < a->hold_until_ms;
-        if (a->need_register && server_usable(a) && !held) agent_register(a);
+        if (a->need_register && server_usable(a)) agent_register(a);
         if (!a->need_register && now >= a->next_hb_ms && server_usable(a)) {
             agent_heartbeat(a);
             a->next_hb_ms = mono_ms() + (int64_t)a->opt.heartbeat_s * 1000;
@@ -847,17 +841,23 @@ int agent_run(const agent_options *o) {
             for (int i = 0; i < a->n_tasks; i++) task_ship_logs(a, a->tasks[i]);
             a->next_logs_ms = mono_ms() + 1000;
         }
-        if (!a->need_register && !held) outbox_flush(a);
+        if (!a->need_register) outbox_flush(a);
 
         if (stopping) {
             int live = 0;
             for (int i = 0; i < a->n_tasks; i++) live += !a->tasks[i]->exited;
             if ((!live && !a->out_len && !a->n_tasks) || mono_ms() > stop_deadline) break;
+            /* Every task has exited but the server is unreachable: the state
+             * file keeps the undelivered exits for the next agent. */
+            if (!live && a->down_until_ms > 0) {
+                log_warn("the server is unreachable: leaving %d exit report(s) to the next agent (%s)", a->out_len,
+                         a->state_path[0] ? a->state_path : "no state file");
+                break;
+            }
         }
 
         /* sleep until something happens or the next timer */
         int64_t wake = now + 1000;
-        if (held) wake = min64(wake, a->hold_until_ms);
         if (a->down_until_ms > now) wake = min64(wake, a->down_until_ms);
         for (int i = 0; i < a->n_tasks; i++)
             if (a->tasks[i]->kill_at_ms && !a->tasks[i]->exited) wake = min64(wake, a->tasks[i]->kill_at_ms);

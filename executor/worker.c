@@ -32,6 +32,8 @@
 #define BACKOFF_MIN_MS 250
 #define BACKOFF_MAX_MS 5000
 #define FINAL_FLUSH_S 900           /* how long a finished worker waits for the server */
+#define STOP_FLUSH_S 8              /* a stopped one (SIGTERM): inside the agent's 10 s grace */
+#define STOP_FLUSH_DOWN_S 2         /* ... when the server was unreachable at the last try */
 #define CKPT_UPLOAD_MAX (1L << 30)  /* the API's limit */
 
 static volatile sig_atomic_t g_stop = 0;
@@ -1065,7 +1067,12 @@ int worker_run(const char *config) {
     }
     if (res.stopped) {
         log_info("stopped at step %ld: delivering the checkpoint and metrics", res.steps);
-        if (sender_drain(&snd, FINAL_FLUSH_S) < 0) log_error("could not deliver everything before stopping");
+        pthread_mutex_lock(&snd.mu);
+        int reachable = snd.server_ok;
+        pthread_mutex_unlock(&snd.mu);
+        if (sender_drain(&snd, reachable ? STOP_FLUSH_S : STOP_FLUSH_DOWN_S) < 0)
+            log_error("could not deliver everything before stopping (the server is %s)",
+                      reachable ? "slow" : "unreachable");
         ret = WORKER_EXIT_STOPPED;
         snprintf(err, sizeof err, "stopped by SIGTERM at step %ld (checkpoint uploaded: %s)", res.steps,
                  chief && sender_uploaded_step(&snd) == res.steps ? "yes" : "no");

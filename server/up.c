@@ -3,7 +3,8 @@
  * first (it writes DIR/server.url once it listens), then an agent pointed at
  * that URL with DIR/node.token. SIGINT/SIGTERM stop the agent (which stops
  * its workers) and then the server; if either child dies, the other is
- * stopped too and `up` exits non-zero.
+ * stopped too and `up` exits non-zero. If `up` itself is killed, its
+ * children get SIGTERM (PR_SET_PDEATHSIG) and stop the same way.
  *
  * defines: cmd_up */
 #include "up.h"
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,9 +33,14 @@ static void up_usage(FILE *f) {
 }
 
 static pid_t up_spawn(const char *exe, char *const argv[]) {
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+        /* `up` killed outright (SIGKILL, OOM) must not leave its server and
+         * agent holding the port and the data directory: SIGTERM them when
+         * it dies, which stops them as Ctrl-C would. */
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent) _exit(127);
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = SIG_DFL;

@@ -1,0 +1,241 @@
+/* check_procs.c - how the service's processes end and come back, on real
+ * processes: `trainyard up` killed outright takes its server and agent with
+ * it; an agent told to stop while its server is gone exits within seconds;
+ * an agent killed with -9 and started again gets its node's work back at
+ * once (not after a long-poll period). */
+#include <check.h>
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+
+#include "testlib.h"
+
+static ty_proc srv;
+static char team_tok[128];
+
+static const char LONG_JOB[] =
+    "{\"name\": \"long\", \"model\": {\"layers\": ["
+    " {\"type\": \"dense\", \"units\": 16, \"activation\": \"relu\", \"input_shape\": [10]},"
+    " {\"type\": \"dense\", \"units\": 1, \"activation\": \"sigmoid\"}]},"
+    " \"compile\": {\"optimizer\": \"sgd\", \"loss\": \"binary_crossentropy\"},"
+    " \"data\": {\"source\": \"synthetic\", \"examples\": 4096, \"features\": 10, \"seed\": 1},"
+    " \"fit\": {\"epochs\": 100000, \"batch_size\": 64}, \"max_runtime_s\": 600}";
+
+static int64_t submit(void) {
+    cJSON *o = NULL;
+    long st = ty_http(srv.url, team_tok, "POST", "/api/v1/jobs", LONG_JOB, &o);
+    ck_assert_msg(st == 201, "submit answered %ld", st);
+    int64_t id = (int64_t)cJSON_GetObjectItem(o, "id")->valuedouble;
+    cJSON_Delete(o);
+    return id;
+}
+
+/* Waits until job id is `want` at attempt >= min_attempt; returns ms waited
+ * or -1 on timeout. */
+static int64_t wait_job(int64_t id, const char *want, int min_attempt, int timeout_s) {
+    int64_t t0 = mono_ms(), end = t0 + (int64_t)timeout_s * 1000;
+    char path[64];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld", (long long)id);
+    while (mono_ms() < end) {
+        cJSON *o = NULL;
+        ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &o), 200);
+        const cJSON *s = cJSON_GetObjectItem(o, "state"), *a = cJSON_GetObjectItem(o, "attempt");
+        int ok = cJSON_IsString(s) && strcmp(s->valuestring, want) == 0 && cJSON_IsNumber(a) &&
+                 a->valueint >= min_attempt;
+        cJSON_Delete(o);
+        if (ok) return mono_ms() - t0;
+        ty_sleep_ms(100);
+    }
+    return -1;
+}
+
+static pid_t agent_start(const char *tag) {
+    char tokfile[400], logf[400], statef[400];
+    snprintf(statef, sizeof statef, "%s/agent.state", srv.dir);
+    snprintf(tokfile, sizeof tokfile, "%s/node.token", srv.dir);
+    snprintf(logf, sizeof logf, "%s/agent-%s.log", srv.dir, tag);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        FILE *lf = freopen(logf, "a", stderr);
+        (void)lf;
+        /* the default long-poll wait (20 s): what a restarted agent used to wait out */
+        execl(ty_bin(), ty_bin(), "agent", "--server", srv.url, "--token-file", tokfile, "--hostname", "procs-node",
+              "--cpu-slots", "1", "--heartbeat", "1", "--state-file", statef, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Waits up to timeout_ms for pid (a child) to exit; ms taken or -1. */
+static int64_t wait_exit(pid_t pid, int timeout_ms) {
+    int64_t t0 = mono_ms();
+    while (mono_ms() - t0 < timeout_ms) {
+        int st;
+        pid_t r = waitpid(pid, &st, WNOHANG);
+        if (r == pid || (r < 0 && errno == ECHILD)) return mono_ms() - t0;
+        ty_sleep_ms(20);
+    }
+    return -1;
+}
+
+/* pids of the processes whose parent is ppid (from /proc). */
+static int children_of(pid_t ppid, pid_t *out, int cap) {
+    int n = 0;
+    DIR *d = opendir("/proc");
+    ck_assert_ptr_nonnull(d);
+    struct dirent *e;
+    while ((e = readdir(d)) && n < cap) {
+        char *endp;
+        long pid = strtol(e->d_name, &endp, 10);
+        if (*endp || pid <= 0) continue;
+        char path[64], text[512];
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t len = fread(text, 1, sizeof text - 1, f);
+        fclose(f);
+        text[len] = 0;
+        const char *rp = strrchr(text, ')');
+        char state;
+        int pp;
+        if (rp && sscanf(rp + 1, " %c %d", &state, &pp) == 2 && pp == ppid) out[n++] = (pid_t)pid;
+    }
+    closedir(d);
+    return n;
+}
+
+static int port_open(const char *url) {
+    const char *p = strrchr(url, ':');
+    ck_assert_ptr_nonnull(p);
+    int port = atoi(p + 1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int ok = connect(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+static void setup(void) {
+    memset(&srv, 0, sizeof srv);
+    ty_mkdtemp(srv.dir, sizeof srv.dir, "procs");
+    /* orphans (the server and agent of a killed `up`) become our children */
+    ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
+}
+
+static void teardown(void) {
+    ty_kill(&srv, SIGKILL);
+    ty_rmrf(srv.dir);
+}
+
+/* kill -9 of `up` while a job trains: its server, agent and worker stop
+ * (they held the port and the data directory before). */
+START_TEST(up_killed_takes_its_children)
+{
+    const char *extra[] = {"--cpu-slots", "1", NULL};
+    ty_server_start_args(&srv, "up", extra);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    int64_t id = submit();
+    ck_assert_msg(wait_job(id, "running", 1, 60) >= 0, "the job did not start");
+    pid_t kids[8];
+    int n = children_of(srv.pid, kids, 8);
+    ck_assert_int_eq(n, 2); /* server and agent */
+    pid_t up = srv.pid;
+    kill(up, SIGKILL);
+    ck_assert_int_ge(wait_exit(up, 5000), 0);
+    srv.pid = 0;
+    /* the agent's worker is a grandchild: it reparents to us when the agent ends */
+    for (int i = 0; i < n; i++) {
+        int64_t ms = wait_exit(kids[i], 20000);
+        ck_assert_msg(ms >= 0, "pid %d (a child of up) still runs 20 s after up was killed", (int)kids[i]);
+        printf("up killed: child %d exited after %lld ms\n", (int)kids[i], (long long)ms);
+    }
+    ck_assert_msg(!port_open(srv.url), "the server port still answers");
+    int64_t t0 = mono_ms();
+    pid_t rest[8];
+    int m;
+    while ((m = children_of(getpid(), rest, 8)) > 0 && mono_ms() - t0 < 15000) {
+        for (int i = 0; i < m; i++) waitpid(rest[i], NULL, WNOHANG);
+        ty_sleep_ms(50);
+    }
+    ck_assert_msg(m == 0, "%d process(es) of up are left (a worker?)", m);
+    /* the data directory is free again: up starts on it */
+    ty_server_start_args(&srv, "up", extra);
+    ck_assert_int_ge(wait_job(id, "running", 2, 60), 0); /* and the job goes on, attempt 2 */
+}
+END_TEST
+
+/* An agent told SIGTERM while its server is gone stops its worker and
+ * exits within seconds, not after its grace periods and report retries. */
+START_TEST(agent_stops_fast_without_server)
+{
+    ty_server_start(&srv);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    pid_t ag = agent_start("1");
+    int64_t id = submit();
+    ck_assert_msg(wait_job(id, "running", 1, 60) >= 0, "the job did not start");
+    ty_sleep_ms(500);
+    ty_kill(&srv, SIGKILL);
+    kill(ag, SIGTERM);
+    int64_t ms = wait_exit(ag, 30000);
+    printf("agent stopped %lld ms after SIGTERM with its server gone\n", (long long)ms);
+    ck_assert_msg(ms >= 0 && ms < 6000, "the agent took %lld ms to stop (limit 6000)", (long long)ms);
+    pid_t rest[8];
+    int64_t t0 = mono_ms();
+    int m;
+    while ((m = children_of(getpid(), rest, 8)) > 0 && mono_ms() - t0 < 5000) {
+        for (int i = 0; i < m; i++) waitpid(rest[i], NULL, WNOHANG);
+        ty_sleep_ms(50);
+    }
+    ck_assert_msg(m == 0, "the worker outlived its agent");
+    /* the undelivered exit is kept for the next agent */
+    char statef[400];
+    snprintf(statef, sizeof statef, "%s/agent.state", srv.dir);
+    size_t len = 0;
+    char *s = file_read_all(statef, 1 << 16, &len);
+    ck_assert_ptr_nonnull(s);
+    ck_assert_msg(strstr(s, "\"task\""), "state file has no task: %s", s);
+    free(s);
+}
+END_TEST
+
+/* kill -9 of an agent while its job trains, and a new agent on the node:
+ * the job is requeued and running again within seconds (it used to wait
+ * for the dead agent's long-poll to expire: 21 s). */
+START_TEST(restarted_agent_rejoins_at_once)
+{
+    ty_server_start(&srv);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    pid_t ag = agent_start("1");
+    int64_t id = submit();
+    ck_assert_msg(wait_job(id, "running", 1, 60) >= 0, "the job did not start");
+    ty_sleep_ms(1500); /* the agent sits in its long-poll */
+    kill(ag, SIGKILL);
+    ck_assert_int_ge(wait_exit(ag, 5000), 0);
+    ag = agent_start("2");
+    int64_t ms = wait_job(id, "running", 2, 40);
+    printf("restarted agent: attempt 2 running after %lld ms\n", (long long)ms);
+    ck_assert_msg(ms >= 0 && ms < 10000, "attempt 2 took %lld ms to run (limit 10000)", (long long)ms);
+    kill(ag, SIGTERM);
+    ck_assert_int_ge(wait_exit(ag, 20000), 0);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("procs");
+    TCase *tc = tcase_create("procs");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 180);
+    tcase_add_test(tc, up_killed_takes_its_children);
+    tcase_add_test(tc, agent_stops_fast_without_server);
+    tcase_add_test(tc, restarted_agent_rejoins_at_once);
+    suite_add_tcase(s, tc);
+    return ty_run_suite(s);
+}
