@@ -220,6 +220,40 @@ gpu-test: gpu-build
 bench-gpu: gpu-build
 	bench/gpu/run.sh $(GPU_BUILD)
 
+# ---- fuzzing (docs/reliability.md)
+# libFuzzer targets tests/fuzz/fuzz_X.c -> build/fuzz/fuzz_X (clang, ASan+UBSan,
+# every object built with -fsanitize=fuzzer-no-link into build/fuzz/obj).
+# A target that #includes a module's .c (to reach its static parsers) names
+# that object in FUZZ_EXCL_fuzz_X. Seeds: tests/fuzz/corpus/X, dictionary
+# tests/fuzz/X.dict. fuzz-ci: 60 s each, fails on any crash/leak/UB;
+# fuzz-long: FUZZ_SECONDS (600) each, one after the other. FUZZ_RUN="fuzz_csv"
+# runs only those. Work corpora, logs and crash inputs go to build/fuzz/.
+FUZZ_CC ?= clang
+FUZZ_BUILD := build/fuzz
+FUZZ_SECONDS ?= 600
+FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_RUN ?= $(FUZZ_TARGETS)
+FUZZ_EXCL_fuzz_http_route := $(BUILD)/obj/server/http.o
+FUZZ_EXCL_fuzz_worker_config := $(BUILD)/obj/executor/worker.o
+FUZZ_EXCL_fuzz_ps := $(BUILD)/obj/executor/strategy/ps.o
+
+$(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_OBJ) $(wildcard tests/fuzz/*.h)
+	@echo "  LD  $@"
+	@$(CC) $(ALL_CFLAGS) -fsanitize=fuzzer -o $@ $< $(filter-out $(FUZZ_EXCL_fuzz_$*),$(LIB_OBJ)) $(LIBS) $(LDSAN)
+
+.PHONY: fuzz fuzz-ci fuzz-long fuzz-bins
+fuzz-bins: $(patsubst %,$(BUILD)/%,$(FUZZ_TARGETS))
+
+fuzz:
+	@command -v $(FUZZ_CC) >/dev/null || { echo "fuzz: $(FUZZ_CC) not found (apt-get install clang)"; exit 1; }
+	$(MAKE) --no-print-directory CC=$(FUZZ_CC) SAN=1 CUDA=0 BUILD=$(FUZZ_BUILD) CFLAGS=-fsanitize=fuzzer-no-link fuzz-bins
+
+fuzz-ci: fuzz
+	tests/fuzz/run.sh $(FUZZ_BUILD) 60 $(FUZZ_RUN)
+
+fuzz-long: fuzz
+	tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS) $(FUZZ_RUN)
+
 clean:
 	rm -rf build
 
