@@ -75,21 +75,6 @@ static void start_up_slots(const char *slots) {
 /* one CPU slot: a second job can only start on devices a first one freed */
 static void start_up(void) { start_up_slots("1"); }
 
-/* A free loopback port (so a restarted server keeps its URL). */
-static int free_port(void) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ck_assert_int_ge(fd, 0);
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    socklen_t len = sizeof a;
-    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
 static char listen_arg[64];
 
 static void start_server_fixed(void) {
@@ -101,28 +86,13 @@ static void start_server_only(void) {
     memset(&srv, 0, sizeof srv);
     memset(agents, 0, sizeof agents);
     ty_mkdtemp(srv.dir, sizeof srv.dir, "e2e");
-    snprintf(listen_arg, sizeof listen_arg, "127.0.0.1:%d", free_port());
+    snprintf(listen_arg, sizeof listen_arg, "127.0.0.1:%d", ty_free_port());
     start_server_fixed();
     ty_token(&srv, "token", team_tok, sizeof team_tok);
 }
 
 /* `trainyard agent` for the server, its output appended to DIR/agent.log. */
-static pid_t agent_start(void) {
-    char tokfile[400], logf[400], statef[400];
-    snprintf(statef, sizeof statef, "%s/agent.state", srv.dir);
-    snprintf(tokfile, sizeof tokfile, "%s/node.token", srv.dir);
-    snprintf(logf, sizeof logf, "%s/agent.log", srv.dir);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        FILE *lf = freopen(logf, "a", stderr);
-        (void)lf;
-        execl(ty_bin(), ty_bin(), "agent", "--server", srv.url, "--token-file", tokfile, "--hostname", "e2e-node",
-              "--cpu-slots", "2", "--heartbeat", "1", "--poll-wait", "3", "--state-file", statef, (char *)NULL);
-        _exit(127);
-    }
-    return pid;
-}
+static pid_t agent_start(void) { return ty_agent_start(&srv, "e2e-node", "2"); }
 
 static void reap(pid_t *pid, int sig) {
     if (*pid <= 0) return;
@@ -137,40 +107,6 @@ static void stop_all(void) {
     /* keep the data directory of a failed run for a look */
     if (getenv("E2E_KEEP")) fprintf(stderr, "e2e: kept %s\n", srv.dir);
     else ty_rmrf(srv.dir);
-}
-
-/* Pids whose parent is ppid and whose argv[1] is `sub` (agent, worker). */
-static int children_named(pid_t ppid, const char *sub, pid_t *out, int max) {
-    DIR *d = opendir("/proc");
-    ck_assert_ptr_nonnull(d);
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) && n < max) {
-        long pid;
-        if (parse_long(e->d_name, 1, 1L << 30, &pid) < 0) continue;
-        char path[64], stat[512];
-        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t len = fread(stat, 1, sizeof stat - 1, f);
-        fclose(f);
-        stat[len] = '\0';
-        const char *rp = strrchr(stat, ')');
-        char st;
-        int pp;
-        if (!rp || sscanf(rp + 1, " %c %d", &st, &pp) != 2 || pp != ppid || st == 'Z') continue;
-        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
-        f = fopen(path, "r");
-        if (!f) continue;
-        char cmd[512];
-        len = fread(cmd, 1, sizeof cmd - 1, f);
-        fclose(f);
-        cmd[len] = '\0';
-        size_t a0 = strlen(cmd);
-        if (a0 + 1 < len && strcmp(cmd + a0 + 1, sub) == 0) out[n++] = (pid_t)pid;
-    }
-    closedir(d);
-    return n;
 }
 
 /* ---------------------------------------------------------------- API helpers */
@@ -214,26 +150,7 @@ static void wait_state(int64_t id, const char *want, int timeout_s, char *state,
 }
 
 /* All metrics of a job in seq order (the caller deletes). */
-static cJSON *metrics_all(int64_t id) {
-    cJSON *all = cJSON_CreateArray();
-    int64_t since = 0;
-    for (;;) {
-        char path[128];
-        snprintf(path, sizeof path, "/api/v1/jobs/%lld/metrics?since=%lld&limit=1000", (long long)id, (long long)since);
-        cJSON *o = NULL;
-        ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &o), 200);
-        cJSON *arr = cJSON_GetObjectItem(o, "metrics");
-        int n = cJSON_GetArraySize(arr);
-        while (cJSON_GetArraySize(arr) > 0) {
-            cJSON *m = cJSON_DetachItemFromArray(arr, 0);
-            since = (int64_t)cJSON_GetObjectItem(m, "seq")->valuedouble;
-            cJSON_AddItemToArray(all, m);
-        }
-        cJSON_Delete(o);
-        if (n == 0) break;
-    }
-    return all;
-}
+static cJSON *metrics_all(int64_t id) { return ty_metrics_all(srv.url, team_tok, id); }
 
 static double num(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItem(o, k);
@@ -390,8 +307,8 @@ START_TEST(cancel_frees_devices_within_5s) {
     int64_t id = submit(spec);
     wait_epochs(id, 1, 90);
     pid_t ag[2], wk[2];
-    ck_assert_int_eq(children_named(srv.pid, "agent", ag, 2), 1);
-    ck_assert_int_eq(children_named(ag[0], "worker", wk, 2), 1);
+    ck_assert_int_eq(ty_children_named(srv.pid, "agent", ag, 2), 1);
+    ck_assert_int_eq(ty_children_named(ag[0], "worker", wk, 2), 1);
     char path[96];
     snprintf(path, sizeof path, "/api/v1/jobs/%lld/cancel", (long long)id);
     int64_t t0 = mono_ms();
@@ -431,8 +348,8 @@ START_TEST(crashed_task_fails_gang_and_retry_succeeds) {
     int64_t id = submit(spec);
     wait_epochs(id, 2, 90);
     pid_t ag[2], wk[2];
-    ck_assert_int_eq(children_named(srv.pid, "agent", ag, 2), 1);
-    ck_assert_int_eq(children_named(ag[0], "worker", wk, 2), 1);
+    ck_assert_int_eq(ty_children_named(srv.pid, "agent", ag, 2), 1);
+    ck_assert_int_eq(ty_children_named(ag[0], "worker", wk, 2), 1);
     ck_assert_int_eq(kill(wk[0], SIGKILL), 0);
     wait_state(id, "succeeded", 150, state, sizeof state);
     int attempt = 0;
@@ -459,7 +376,7 @@ START_TEST(agent_kill9_then_new_agent_resumes) {
     int64_t id = submit(spec);
     wait_epochs(id, 3, 90);
     pid_t wk[2];
-    ck_assert_int_eq(children_named(agents[0], "worker", wk, 2), 1);
+    ck_assert_int_eq(ty_children_named(agents[0], "worker", wk, 2), 1);
     reap(&agents[0], SIGKILL);
     /* the orphaned worker stops (its agent is gone) after a checkpoint */
     for (int i = 0; i < 200 && kill(wk[0], 0) == 0; i++) ty_sleep_ms(50);
@@ -583,8 +500,8 @@ static int is_task(pid_t pid, const char *name) {
 /* The worker process of task `name` among the agent's children (0: none). */
 static pid_t task_pid(const char *name) {
     pid_t ag[2], wk[8];
-    ck_assert_int_eq(children_named(srv.pid, "agent", ag, 2), 1);
-    int n = children_named(ag[0], "worker", wk, 8);
+    ck_assert_int_eq(ty_children_named(srv.pid, "agent", ag, 2), 1);
+    int n = ty_children_named(ag[0], "worker", wk, 8);
     for (int i = 0; i < n; i++)
         if (is_task(wk[i], name)) return wk[i];
     return 0;

@@ -5,13 +5,17 @@
 #ifndef TRAINYARD_TESTLIB_H
 #define TRAINYARD_TESTLIB_H
 
+#include <arpa/inet.h>
 #include <check.h>
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -154,6 +158,97 @@ static inline void ty_assert_error(cJSON *o, const char *code, const char *field
     } else {
         ck_assert(cJSON_IsNull(f));
     }
+}
+
+/* A free loopback port (so a restarted server keeps its URL). */
+static inline int ty_free_port(void) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+/* `trainyard agent` for the server p (DIR/node.token), offering `slots` CPU
+ * slots as host `hostname`; its output is appended to DIR/agent.log. */
+static inline pid_t ty_agent_start(const ty_proc *p, const char *hostname, const char *slots) {
+    char tokfile[400], logf[400], statef[400];
+    snprintf(statef, sizeof statef, "%s/agent.state", p->dir);
+    snprintf(tokfile, sizeof tokfile, "%s/node.token", p->dir);
+    snprintf(logf, sizeof logf, "%s/agent.log", p->dir);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        FILE *lf = freopen(logf, "a", stderr);
+        (void)lf;
+        execl(ty_bin(), ty_bin(), "agent", "--server", p->url, "--token-file", tokfile, "--hostname", hostname,
+              "--cpu-slots", slots, "--heartbeat", "1", "--poll-wait", "3", "--state-file", statef, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* Pids whose parent is ppid and whose argv[1] is `sub` (agent, worker). */
+static inline int ty_children_named(pid_t ppid, const char *sub, pid_t *out, int max) {
+    DIR *d = opendir("/proc");
+    ck_assert_ptr_nonnull(d);
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < max) {
+        long pid;
+        if (parse_long(e->d_name, 1, 1L << 30, &pid) < 0) continue;
+        char path[64], stat[512];
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t len = fread(stat, 1, sizeof stat - 1, f);
+        fclose(f);
+        stat[len] = '\0';
+        const char *rp = strrchr(stat, ')');
+        char st;
+        int pp;
+        if (!rp || sscanf(rp + 1, " %c %d", &st, &pp) != 2 || pp != ppid || st == 'Z') continue;
+        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+        f = fopen(path, "r");
+        if (!f) continue;
+        char cmd[512];
+        len = fread(cmd, 1, sizeof cmd - 1, f);
+        fclose(f);
+        cmd[len] = '\0';
+        size_t a0 = strlen(cmd);
+        if (a0 + 1 < len && strcmp(cmd + a0 + 1, sub) == 0) out[n++] = (pid_t)pid;
+    }
+    closedir(d);
+    return n;
+}
+
+/* All metrics of a job in seq order, through GET /jobs/{id}/metrics pages
+ * (the caller deletes). */
+static inline cJSON *ty_metrics_all(const char *url, const char *token, int64_t id) {
+    cJSON *all = cJSON_CreateArray();
+    int64_t since = 0;
+    for (;;) {
+        char path[128];
+        snprintf(path, sizeof path, "/api/v1/jobs/%lld/metrics?since=%lld&limit=1000", (long long)id, (long long)since);
+        cJSON *o = NULL;
+        ck_assert_int_eq(ty_http(url, token, "GET", path, NULL, &o), 200);
+        cJSON *arr = cJSON_GetObjectItem(o, "metrics");
+        int n = cJSON_GetArraySize(arr);
+        while (cJSON_GetArraySize(arr) > 0) {
+            cJSON *m = cJSON_DetachItemFromArray(arr, 0);
+            since = (int64_t)cJSON_GetObjectItem(m, "seq")->valuedouble;
+            cJSON_AddItemToArray(all, m);
+        }
+        cJSON_Delete(o);
+        if (n == 0) break;
+    }
+    return all;
 }
 
 static inline int ty_run_suite(Suite *s) {
