@@ -148,12 +148,11 @@ static int dial(const ps_addr *a, int timeout_ms, volatile sig_atomic_t *stop)
 
 /* ================================================================ shards */
 
-int ps_shard_of(const model *m, int t, int n_ps)
+/* owner[t] for every tensor: largest first onto the least loaded shard, ties
+ * by index (the same on every task: it depends on the shapes alone). */
+static void shard_owners(const model *m, int n_ps, int owner[MODEL_MAX_TENSORS])
 {
     int n = model_tensor_count(m);
-    if (n_ps <= 1 || t < 0 || t >= n)
-        return 0;
-    /* largest first onto the least loaded; ties by index */
     int order[MODEL_MAX_TENSORS];
     for (int i = 0; i < n; i++)
         order[i] = i;
@@ -169,26 +168,34 @@ int ps_shard_of(const model *m, int t, int n_ps)
             }
         }
     size_t load[PS_MAX] = {0};
-    int owner = 0;
     for (int i = 0; i < n; i++) {
         int best = 0;
         for (int p = 1; p < n_ps && p < PS_MAX; p++)
             if (load[p] < load[best])
                 best = p;
         load[best] += model_tensor_at(m, order[i])->size;
-        if (order[i] == t)
-            owner = best;
+        owner[order[i]] = best;
     }
-    return owner;
+}
+
+int ps_shard_of(const model *m, int t, int n_ps)
+{
+    if (n_ps <= 1 || t < 0 || t >= model_tensor_count(m))
+        return 0;
+    int owner[MODEL_MAX_TENSORS];
+    shard_owners(m, n_ps, owner);
+    return owner[t];
 }
 
 /* The tensors shard p owns, in tensor order; returns their float count. */
 static size_t shard_tensors(const model *m, int p, int n_ps, int *ts, int *nt)
 {
+    int owner[MODEL_MAX_TENSORS];
+    shard_owners(m, n_ps > 1 ? n_ps : 1, owner);
     size_t total = 0;
     *nt = 0;
     for (int t = 0; t < model_tensor_count(m); t++)
-        if (ps_shard_of(m, t, n_ps) == p) {
+        if (owner[t] == p) {
             ts[(*nt)++] = t;
             total += model_tensor_at(m, t)->size;
         }
@@ -221,7 +228,7 @@ typedef struct ps_server {
     int index, n_ps;
     int ts[MODEL_MAX_TENSORS], nt;
     size_t owned;                /* floats in the shard */
-    float *scratch;              /* (owned * (1 + slots)) */
+    size_t out_floats;           /* owned * (1 + slots): a connection's reply buffer */
     float *grad_flat;            /* (n_params) a push scattered into the flat layout */
     pthread_mutex_t mu;
     int initialized;
@@ -240,16 +247,33 @@ typedef struct ps_server {
 typedef struct ps_conn {
     ps_server *s;
     int fd, id;
+    float *out;                  /* (owned * (1 + slots)) this connection's reply payload */
 } ps_conn;
 
-static int reply(int fd, uint32_t op, int64_t a, int64_t b)
+/* A reply, built under the server's lock and sent after it is released (a
+ * slow reader never holds up the other workers). */
+typedef struct ps_reply {
+    uint32_t op;
+    int64_t a, b;
+    const void *data;            /* NULL or the connection's own buffer / a constant */
+    size_t len;
+    double stats[3];
+} ps_reply;
+
+static void reply(ps_reply *r, uint32_t op, int64_t a, int64_t b)
 {
-    return send_msg(fd, op, a, b, NULL, 0, NULL, 0);
+    r->op = op;
+    r->a = a;
+    r->b = b;
+    r->data = NULL;
+    r->len = 0;
 }
 
-static int reply_err(int fd, const char *msg)
+static void reply_err(ps_reply *r, const char *msg /* a constant */)
 {
-    return send_msg(fd, OP_ERR, 0, 0, msg, strlen(msg), NULL, 0);
+    reply(r, OP_ERR, 0, 0);
+    r->data = msg;
+    r->len = strlen(msg);
 }
 
 /* Hands batches back that a closed connection held. */
@@ -271,15 +295,17 @@ static int handle(ps_conn *c, const ps_hdr *h, const float *payload)
     model *m = s->m;
     size_t np = model_param_count(m);
     int slots = model_slot_count(m);
-    int fd = c->fd, rc = 0;
+    int rc = 0;
+    ps_reply r;
+    reply(&r, OP_OK, 0, 0);
     pthread_mutex_lock(&s->mu);
     switch (h->op) {
     case OP_HELLO:
-        rc = reply(fd, OP_OK, (int64_t)s->owned, s->initialized);
+        reply(&r, OP_OK, (int64_t)s->owned, s->initialized);
         break;
     case OP_INIT:
         if (h->len != sizeof(float) * np * (size_t)(1 + slots)) {
-            rc = reply_err(fd, "INIT: wrong size");
+            reply_err(&r, "INIT: wrong size");
             break;
         }
         memcpy(model_params(m), payload, np * sizeof(float));
@@ -287,28 +313,31 @@ static int handle(ps_conn *c, const ps_hdr *h, const float *payload)
             memcpy(model_slots(m), payload + np, np * (size_t)slots * sizeof(float));
         model_set_iterations(m, (long)h->a);
         s->initialized = 1;
-        rc = reply(fd, OP_OK, 0, 0);
+        reply(&r, OP_OK, 0, 0);
         break;
     case OP_PULL:
         if (!s->initialized) {
-            rc = reply_err(fd, "not initialized yet");
+            reply_err(&r, "not initialized yet");
             break;
         }
-        gather(m, s->ts, s->nt, model_params(m), s->scratch);
-        rc = send_msg(fd, OP_OK, model_iterations(m), 0, s->scratch, s->owned * sizeof(float), NULL, 0);
+        gather(m, s->ts, s->nt, model_params(m), c->out);
+        reply(&r, OP_OK, model_iterations(m), 0);
+        r.data = c->out;
+        r.len = s->owned * sizeof(float);
         break;
     case OP_STATE: {
-        gather(m, s->ts, s->nt, model_params(m), s->scratch);
+        gather(m, s->ts, s->nt, model_params(m), c->out);
         for (int k = 0; k < slots; k++)
-            gather(m, s->ts, s->nt, model_slots(m) + (size_t)k * np, s->scratch + s->owned * (size_t)(1 + k));
-        rc = send_msg(fd, OP_OK, model_iterations(m), 0, s->scratch,
-                      s->owned * (size_t)(1 + slots) * sizeof(float), NULL, 0);
+            gather(m, s->ts, s->nt, model_slots(m) + (size_t)k * np, c->out + s->owned * (size_t)(1 + k));
+        reply(&r, OP_OK, model_iterations(m), 0);
+        r.data = c->out;
+        r.len = s->owned * (size_t)(1 + slots) * sizeof(float);
         break;
     }
     case OP_PUSH: {
         size_t want = s->owned * sizeof(float) + (s->index == 0 ? 3 * sizeof(double) : 0);
         if (!s->initialized || h->len != want) {
-            rc = reply_err(fd, !s->initialized ? "not initialized yet" : "PUSH: wrong size");
+            reply_err(&r, !s->initialized ? "not initialized yet" : "PUSH: wrong size");
             break;
         }
         scatter(m, s->ts, s->nt, payload, s->grad_flat);
@@ -326,35 +355,39 @@ static int handle(ps_conn *c, const ps_hdr *h, const float *payload)
             s->correct += st[1];
             s->seen += st[2];
         }
-        rc = reply(fd, OP_OK, model_iterations(m), 0);
+        reply(&r, OP_OK, model_iterations(m), 0);
         break;
     }
     case OP_NEXT:
         if (s->finished) {
-            rc = reply(fd, OP_END, 0, 0);
+            reply(&r, OP_END, 0, 0);
         } else if (s->epoch < 0 || !s->state) {
-            rc = reply(fd, OP_WAIT, 0, 0);
+            reply(&r, OP_WAIT, 0, 0);
         } else {
             while (s->next_free < s->n_batches && s->state[s->next_free] != 0)
                 s->next_free++;
             if (s->next_free >= s->n_batches) {
-                rc = reply(fd, OP_WAIT, 0, 0);
+                reply(&r, OP_WAIT, 0, 0);
             } else {
                 long b = s->next_free++;
                 s->state[b] = 1;
                 s->holder[b] = c->id;
-                rc = reply(fd, OP_BATCH, s->epoch, b);
+                reply(&r, OP_BATCH, s->epoch, b);
             }
         }
         break;
     case OP_EPOCH: {
-        double st[3] = {s->loss_sum, s->correct, s->seen};
-        rc = send_msg(fd, OP_OK, s->epoch, s->state && s->done >= s->n_batches, st, sizeof st, NULL, 0);
+        reply(&r, OP_OK, s->epoch, s->state && s->done >= s->n_batches);
+        r.stats[0] = s->loss_sum;
+        r.stats[1] = s->correct;
+        r.stats[2] = s->seen;
+        r.data = r.stats;
+        r.len = sizeof r.stats;
         break;
     }
     case OP_START:
         if (h->b <= 0 || h->b > (1L << 30)) {
-            rc = reply_err(fd, "START: bad batch count");
+            reply_err(&r, "START: bad batch count");
             break;
         }
         free(s->state);
@@ -366,17 +399,19 @@ static int handle(ps_conn *c, const ps_hdr *h, const float *payload)
         s->done = 0;
         s->loss_sum = s->correct = s->seen = 0.0;
         s->epoch = (int)h->a;
-        rc = reply(fd, OP_OK, 0, 0);
+        reply(&r, OP_OK, 0, 0);
         break;
     case OP_FINISH:
         s->finished = 1;
-        rc = reply(fd, OP_OK, 0, 0);
+        reply(&r, OP_OK, 0, 0);
         break;
     default:
         rc = -1;
     }
     pthread_mutex_unlock(&s->mu);
-    return rc;
+    if (rc)
+        return rc;
+    return send_msg(c->fd, r.op, r.a, r.b, r.data, r.len, NULL, 0);
 }
 
 static void *conn_main(void *arg)
@@ -417,6 +452,7 @@ static void *conn_main(void *arg)
     pthread_mutex_unlock(&s->mu);
     free(payload);
     close(c->fd);
+    free(c->out);
     free(c);
     return NULL;
 }
@@ -437,7 +473,7 @@ int ps_serve(const jobspec *spec, int index, int n_ps, int listen_fd, volatile s
         return -1;
     }
     s.owned = shard_tensors(s.m, index, n_ps, s.ts, &s.nt);
-    s.scratch = xcalloc(s.owned * (size_t)(1 + model_slot_count(s.m)) + 1, sizeof(float));
+    s.out_floats = s.owned * (size_t)(1 + model_slot_count(s.m)) + 1;
     s.grad_flat = xcalloc(model_param_count(s.m) + 1, sizeof(float));
     pthread_mutex_init(&s.mu, NULL);
     log_info("ps %d of %d: %d tensor(s), %zu floats; listening", index, n_ps, s.nt, s.owned);
@@ -466,6 +502,7 @@ int ps_serve(const jobspec *spec, int index, int n_ps, int listen_fd, volatile s
         c->s = &s;
         c->fd = fd;
         c->id = next_id++;
+        c->out = xcalloc(s.out_floats, sizeof(float));
         pthread_mutex_lock(&s.mu);
         s.conns++;
         pthread_mutex_unlock(&s.mu);
@@ -475,6 +512,7 @@ int ps_serve(const jobspec *spec, int index, int n_ps, int listen_fd, volatile s
             s.conns--;
             pthread_mutex_unlock(&s.mu);
             close(fd);
+            free(c->out);
             free(c);
             continue;
         }
@@ -501,7 +539,6 @@ int ps_serve(const jobspec *spec, int index, int n_ps, int listen_fd, volatile s
         pthread_mutex_destroy(&s.mu);
         free(s.state);
         free(s.holder);
-        free(s.scratch);
         free(s.grad_flat);
         model_free(s.m);
     }
