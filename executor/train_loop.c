@@ -33,6 +33,43 @@ static int write_ckpt(const train_options *opt, const train_hooks *h, const mode
     return 0;
 }
 
+/* Loss and accuracy over n rows. Workers joined by a communicator each
+ * evaluate a contiguous share and the sums are gathered (in rank order, so
+ * every worker gets the same bits): nobody idles in the next collective while
+ * the chief evaluates alone, and a long evaluation never runs into the
+ * collective's timeout. Every worker of such a run must call it. */
+static int evaluate(const train_options *opt, model *m, const float *x, const float *y, long n, int features,
+                    double *loss, double *acc, char err[TRAIN_ERR_MAX])
+{
+    comm *c = opt->comm;
+    int size = c ? comm_size(c) : 1;
+    if (size <= 1) {
+        model_evaluate(m, x, y, n, loss, acc);
+        return 0;
+    }
+    int r = comm_rank(c);
+    long b = n * r / size, e = n * (r + 1) / size;
+    double mine[3] = {0.0, 0.0, (double)(e - b)};
+    if (e > b)
+        model_evaluate(m, x + (size_t)b * (size_t)features, y + b, e - b, &mine[0], &mine[1]);
+    mine[0] *= mine[2];
+    mine[1] *= mine[2];
+    double all[3 * COMM_MAX_RANKS];
+    if (size > COMM_MAX_RANKS || comm_allgather(c, mine, all, sizeof mine)) {
+        snprintf(err, TRAIN_ERR_MAX, "evaluation across workers failed: %s", comm_error(c));
+        return -1;
+    }
+    double ls = 0.0, cs = 0.0, ns = 0.0;
+    for (int i = 0; i < size; i++) {
+        ls += all[3 * i];
+        cs += all[3 * i + 1];
+        ns += all[3 * i + 2];
+    }
+    *loss = ns > 0 ? ls / ns : 0.0;
+    *acc = ns > 0 ? cs / ns : 0.0;
+    return 0;
+}
+
 static int train_run_scaled(const jobspec *spec, const dataset_splits *data, const train_options *opt_in,
                             const train_hooks *hooks, train_result *res, model **m_out,
                             char err[TRAIN_ERR_MAX]);
@@ -299,7 +336,9 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
         em.samples_per_sec = secs > 0 ? ep_examples / secs : 0.0;
         if (data->val.n > 0 && !opt.no_eval) {
             em.has_val = 1;
-            model_evaluate(m, data->val.x, data->val.y, data->val.n, &em.val_loss, &em.val_accuracy);
+            if (evaluate(&opt, m, data->val.x, data->val.y, data->val.n, tr->features, &em.val_loss,
+                         &em.val_accuracy, err))
+                goto out;
         }
         res->epochs_done = (int)ep + 1;
         res->steps = step;
@@ -333,8 +372,9 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
     }
     if (data->test.n > 0 && !opt.no_eval) {
         res->has_test = 1;
-        model_evaluate(m, data->test.x, data->test.y, data->test.n, &res->test_loss,
-                       &res->test_accuracy);
+        if (evaluate(&opt, m, data->test.x, data->test.y, data->test.n, tr->features, &res->test_loss,
+                     &res->test_accuracy, err))
+            goto out;
     }
     ret = 0;
 finish:

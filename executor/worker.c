@@ -1031,7 +1031,7 @@ int worker_run(const char *config) {
     opt.worker = w.index;
     opt.workers = w.n_workers;
     opt.comm = cm;
-    opt.no_eval = !chief;
+    opt.no_eval = !chief && !cm; /* workers in a communicator evaluate together (train_loop.c) */
     opt.replicas = replicas;
     opt.replica_vars = spec->strategy.type == STRAT_CENTRAL_STORAGE ? REPLICA_VARS_CENTRAL : REPLICA_VARS_MIRRORED;
     opt.replica_reduce =

@@ -79,6 +79,9 @@ static void load_data(void)
     g_loaded = 1;
 }
 
+/* The last train()'s test loss and accuracy. */
+static double g_test_loss, g_test_acc;
+
 /* Trains and returns the final parameters (caller frees); *np their count. */
 static float *train(const jobspec *s, const train_options *o, size_t *np)
 {
@@ -88,6 +91,9 @@ static float *train(const jobspec *s, const train_options *o, size_t *np)
     int rc = train_run_data(s, &g_data, o, NULL, &res, &m, err);
     ck_assert_msg(rc == 0, "train: %s", err);
     ck_assert_int_eq(res.steps, STEPS);
+    ck_assert(res.has_test);
+    g_test_loss = res.test_loss;
+    g_test_acc = res.test_accuracy;
     *np = model_param_count(m);
     float *p = xmalloc(*np * sizeof(float));
     memcpy(p, model_params(m), *np * sizeof(float));
@@ -186,7 +192,7 @@ static void worker_child(const mw_plan *pl, int rank, const comm_peer *peers, in
     o.workers = pl->workers;
     o.replicas = pl->k;
     o.comm = c;
-    o.no_eval = rank != 0;
+    /* every worker evaluates its share of the test set (train_loop.c) */
     mw_hook h = {.kill_me = rank == pl->kill_rank};
     volatile sig_atomic_t stop = rank == pl->stop_rank;
     train_hooks hooks;
@@ -205,7 +211,7 @@ static void worker_child(const mw_plan *pl, int rank, const comm_peer *peers, in
         comm_free(c);
         _exit(1);
     }
-    snprintf(line, sizeof line, "ok %ld %d\n", res.steps, res.stopped);
+    snprintf(line, sizeof line, "ok %ld %d %.9g %.9g\n", res.steps, res.stopped, res.test_loss, res.test_accuracy);
     size_t n = model_param_count(m);
     int ok = write(out_fd, line, strlen(line)) == (ssize_t)strlen(line);
     if (rank == 0 && ok) {
@@ -318,6 +324,16 @@ static double diff_workers(const char *opt, const char *lr, int workers, int k, 
     double d = rel_diff(ref, r.params, np);
     printf("strategy multi_worker_mirrored %s %d workers x %d (%s): max |w - w_default| / max |w| = %.3g\n",
            opt, workers, k, tr == COMM_TRANSPORT_TCP ? "tcp" : "shm", d);
+    /* the evaluation split over the workers: every worker gets the same
+     * figures, and they are the single-device ones */
+    double tl = 0, ta = 0;
+    ck_assert_msg(sscanf(r.line[0], "ok %*d %*d %lf %lf", &tl, &ta) == 2, "worker 0: %s", r.line[0]);
+    for (int i = 1; i < workers; i++)
+        ck_assert_msg(strcmp(strchr(strchr(r.line[i], ' ') + 1, ' '), strchr(strchr(r.line[0], ' ') + 1, ' ')) == 0,
+                      "worker %d evaluated '%s', worker 0 '%s'", i, r.line[i], r.line[0]);
+    printf("  test loss %.6f accuracy %.4f (default: %.6f, %.4f)\n", tl, ta, g_test_loss, g_test_acc);
+    ck_assert_msg(fabs(tl - g_test_loss) <= 1e-4 * fabs(g_test_loss) && fabs(ta - g_test_acc) <= 0.002,
+                  "distributed evaluation %.6f/%.4f vs default %.6f/%.4f", tl, ta, g_test_loss, g_test_acc);
     free(ref);
     free(r.params);
     return d;
@@ -546,8 +562,9 @@ START_TEST(one_worker_stopping_stops_all_at_one_step)
     mw_plan pl = {.workers = 2, .k = 1, .transport = COMM_TRANSPORT_AUTO, .kill_rank = -1, .stop_rank = 1};
     mw_result r;
     run_workers(&pl, "sgd", "0.05", 0, &r);
-    ck_assert_msg(strcmp(r.line[0], "ok 1 1") == 0, "worker 0: %s", r.line[0]);
-    ck_assert_msg(strcmp(r.line[1], "ok 1 1") == 0, "worker 1: %s", r.line[1]);
+    /* both stopped after step 1 (and, stopped, did not evaluate) */
+    ck_assert_msg(strncmp(r.line[0], "ok 1 1 ", 7) == 0, "worker 0: %s", r.line[0]);
+    ck_assert_msg(strncmp(r.line[1], "ok 1 1 ", 7) == 0, "worker 1: %s", r.line[1]);
 }
 END_TEST
 
