@@ -107,6 +107,19 @@ static int children_of(pid_t ppid, pid_t *out, int cap) {
     return n;
 }
 
+/* Reaps our children (orphans we adopted as subreaper) until none is left
+ * or timeout_ms passes; how many are left. */
+static int reap_children(int timeout_ms) {
+    pid_t rest[8];
+    int64_t t0 = mono_ms();
+    int m;
+    while ((m = children_of(getpid(), rest, 8)) > 0 && mono_ms() - t0 < timeout_ms) {
+        for (int i = 0; i < m; i++) waitpid(rest[i], NULL, WNOHANG);
+        ty_sleep_ms(50);
+    }
+    return m;
+}
+
 static int port_open(const char *url) {
     const char *p = strrchr(url, ':');
     ck_assert_ptr_nonnull(p);
@@ -158,13 +171,7 @@ START_TEST(up_killed_takes_its_children)
         printf("up killed: child %d exited after %lld ms\n", (int)kids[i], (long long)ms);
     }
     ck_assert_msg(!port_open(srv.url), "the server port still answers");
-    int64_t t0 = mono_ms();
-    pid_t rest[8];
-    int m;
-    while ((m = children_of(getpid(), rest, 8)) > 0 && mono_ms() - t0 < 15000) {
-        for (int i = 0; i < m; i++) waitpid(rest[i], NULL, WNOHANG);
-        ty_sleep_ms(50);
-    }
+    int m = reap_children(15000);
     ck_assert_msg(m == 0, "%d process(es) of up are left (a worker?)", m);
     /* the data directory is free again: up starts on it */
     ty_server_start_args(&srv, "up", extra);
@@ -187,14 +194,7 @@ START_TEST(agent_stops_fast_without_server)
     int64_t ms = wait_exit(ag, 30000);
     printf("agent stopped %lld ms after SIGTERM with its server gone\n", (long long)ms);
     ck_assert_msg(ms >= 0 && ms < 6000, "the agent took %lld ms to stop (limit 6000)", (long long)ms);
-    pid_t rest[8];
-    int64_t t0 = mono_ms();
-    int m;
-    while ((m = children_of(getpid(), rest, 8)) > 0 && mono_ms() - t0 < 5000) {
-        for (int i = 0; i < m; i++) waitpid(rest[i], NULL, WNOHANG);
-        ty_sleep_ms(50);
-    }
-    ck_assert_msg(m == 0, "the worker outlived its agent");
+    ck_assert_msg(reap_children(5000) == 0, "the worker outlived its agent");
     /* the undelivered exit is kept for the next agent */
     char statef[400];
     snprintf(statef, sizeof statef, "%s/agent.state", srv.dir);
