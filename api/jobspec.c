@@ -14,9 +14,9 @@
 
 #include "../common/util.h"
 
-/* Command jobs are parsed and checked, then refused until the agent can start
- * them: setting this to 1 is the whole switch on the parser's side. */
-#define JOBSPEC_COMMAND_JOBS 0
+/* Command jobs run (executor/command.c); 0 would parse and check them, then
+ * refuse them with 422 unsupported. */
+#define JOBSPEC_COMMAND_JOBS 1
 
 #define MNIST_FEATURES 784
 #define MNIST_CLASSES 10
@@ -793,6 +793,49 @@ static char *env_entry(const char *name, const char *value) {
     return out;
 }
 
+/* The variables the worker sets for every task of a command job
+ * (docs/command-jobs.md); TRAINYARD_* are all reserved too. */
+static const char *const RESERVED_ENV[] = {
+    "TF_CONFIG", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE", "CUDA_VISIBLE_DEVICES", NULL};
+
+int jobspec_env_reserved(const char *name) {
+    if (strncmp(name, "TRAINYARD_", 10) == 0) return 1;
+    for (int i = 0; RESERVED_ENV[i]; i++)
+        if (strcmp(name, RESERVED_ENV[i]) == 0) return 1;
+    return 0;
+}
+
+/* command.working_dir: relative, no ".." component, 1-1023 bytes. */
+static int parse_working_dir(spec_error *e, const cJSON *c, command_spec *cs) {
+    const cJSON *wd = item(c, "working_dir");
+    char g[64];
+    if (!wd) return 0;
+    if (!cJSON_IsString(wd))
+        return fail(e, 422, "invalid_type", "command.working_dir",
+                    "must be a string (a directory relative to the agent's data root), got %s",
+                    got(wd, g));
+    const char *d = wd->valuestring;
+    size_t n = strlen(d);
+    if (n < 1 || n >= JOBSPEC_PATH_MAX)
+        return fail(e, 422, "invalid_value", "command.working_dir",
+                    "must be 1 to %d bytes, got %zu", JOBSPEC_PATH_MAX - 1, n);
+    if (d[0] == '/')
+        return fail(e, 422, "invalid_value", "command.working_dir",
+                    "must be relative (to the agent's data root), not an absolute path");
+    for (const char *p = d; *p;) {
+        const char *slash = strchr(p, '/');
+        size_t len = slash ? (size_t)(slash - p) : strlen(p);
+        if (len == 2 && p[0] == '.' && p[1] == '.')
+            return fail(e, 422, "invalid_value", "command.working_dir",
+                        "must stay under the agent's data root: no \"..\" component");
+        p += len;
+        while (*p == '/') p++;
+    }
+    memcpy(cs->working_dir, d, n + 1);
+    return 0;
+}
+
 static int parse_command(spec_error *e, const cJSON *root, jobspec *s) {
     const cJSON *c = NULL;
     char g[64];
@@ -803,7 +846,7 @@ static int parse_command(spec_error *e, const cJSON *root, jobspec *s) {
             return fail(e, 422, "invalid_value", FORBIDDEN[i],
                         "a command job has no %s: command takes the place of model, compile, "
                         "data and fit", FORBIDDEN[i]);
-    static const char *const CMD_KEYS[] = {"argv", "env", NULL};
+    static const char *const CMD_KEYS[] = {"argv", "env", "working_dir", NULL};
     if (check_keys(e, c, "command", CMD_KEYS, NULL)) return -1;
     command_spec *cs = &s->command;
     const cJSON *argv = item(c, "argv");
@@ -829,6 +872,7 @@ static int parse_command(spec_error *e, const cJSON *root, jobspec *s) {
         cs->argv[i] = xstrdup(a->valuestring);
         cs->argc = i + 1;
     }
+    if (parse_working_dir(e, c, cs) < 0) return -1;
     const cJSON *env = item(c, "env");
     if (!env) return 0;
     if (!cJSON_IsObject(env))
@@ -852,10 +896,7 @@ static int parse_command(spec_error *e, const cJSON *root, jobspec *s) {
             return fail(e, 422, "invalid_value", f,
                         "an environment variable name is a letter or _ then letters, digits "
                         "or _ (at most 128)");
-        if (strcmp(k, "TRAINYARD_CONFIG") == 0 || strcmp(k, "TF_CONFIG") == 0 ||
-            strcmp(k, "MASTER_ADDR") == 0 || strcmp(k, "MASTER_PORT") == 0 ||
-            strcmp(k, "RANK") == 0 || strcmp(k, "WORLD_SIZE") == 0 ||
-            strcmp(k, "LOCAL_RANK") == 0)
+        if (jobspec_env_reserved(k))
             return fail(e, 422, "invalid_value", f,
                         "%s is set by trainyard for every task and cannot be overridden", k);
         if (!cJSON_IsString(v))
@@ -1199,6 +1240,7 @@ static int parse_root(spec_error *e, const cJSON *root, jobspec *s) {
         return -1;
     if (item(root, "command")) {
         s->kind = JOB_KIND_COMMAND;
+        memset(&s->fit, 0, sizeof s->fit); /* no epochs or batches: the program decides */
         if (parse_command(e, root, s) < 0) return -1;
     } else {
         if (parse_model(e, root, s) < 0 || parse_compile(e, root, s) < 0 ||
@@ -1522,6 +1564,7 @@ static void command_to_json(out_ctx *o, cJSON *root, const command_spec *c) {
         add_str(o, env, k, eq + 1);
         free(k);
     }
+    if (c->working_dir[0]) add_str(o, j, "working_dir", c->working_dir);
 }
 
 cJSON *jobspec_to_cjson(const jobspec *s) {

@@ -6,7 +6,8 @@
  * See ../shared/DESIGN.md ("Job spec") and docs/jobspec.md.
  *
  * defines: jobspec_parse, jobspec_release, jobspec_to_json, jobspec_to_cjson,
- *          jobspec_replicas, jobspec_devices, and the enum -> name helpers. */
+ *          jobspec_replicas, jobspec_devices, jobspec_env_reserved, and the
+ *          enum -> name helpers. */
 #ifndef TRAINYARD_JOBSPEC_H
 #define TRAINYARD_JOBSPEC_H
 
@@ -140,14 +141,16 @@ typedef struct checkpoint_spec {
     int keep;                          /* default 3 */
 } checkpoint_spec;
 
-/* A team's own program (JOB_KIND_COMMAND), in place of model/compile/data/fit.
- * Parsed and validated today, but answered 422 "unsupported" until the agent
- * can start one. Both arrays are NULL-terminated and owned (jobspec_release). */
+/* A team's own program (JOB_KIND_COMMAND), in place of model/compile/data/fit:
+ * the worker starts it once per task (executor/command.c, docs/command-jobs.md).
+ * Both arrays are NULL-terminated and owned (jobspec_release). */
 typedef struct command_spec {
     int argc;
     char **argv;                       /* (argc + 1) */
     int n_env;
     char **env;                        /* (n_env + 1) "NAME=value" */
+    char working_dir[JOBSPEC_PATH_MAX]; /* "" = none; else relative, no "..", under the
+                                        * agent's data root */
 } command_spec;
 
 typedef struct jobspec {
@@ -194,6 +197,10 @@ typedef struct spec_error {
  * returns -1, fills *err (may be NULL), and *out is unspecified (but needs no
  * release). *out is overwritten: release a spec it held before. Reentrant. */
 int jobspec_parse(const char *json, size_t len, jobspec *out, spec_error *err);
+
+/* 1 when NAME (of a command's env) is one trainyard sets for every task
+ * (TF_CONFIG, RANK, CUDA_VISIBLE_DEVICES, TRAINYARD_*, ...): refused in specs. */
+int jobspec_env_reserved(const char *name);
 
 /* Frees what a parsed spec holds (a command job's argv/env; nothing for a
  * training job). Safe on a zeroed or already released spec. */

@@ -166,6 +166,9 @@ static const bad_case BAD[] = {
     {"{'command':{'argv':'python3 train.py'}}", 422, "invalid_type", "command.argv"},
     {"{'command':{'argv':['python3',1]}}", 422, "invalid_type", "command.argv[1]"},
     {"{'command':{'argv':['python3'],'env':{'A':1}}}", 422, "invalid_type", "command.env.A"},
+    {"{'command':{'argv':['python3'],'working_dir':7}}", 422, "invalid_type", "command.working_dir"},
+    {"{'command':{'argv':['python3'],'env':['A=1']}}", 422, "invalid_type", "command.env"},
+    {"{'command':['python3','train.py']}", 422, "invalid_type", "command"},
     /* ---- values out of range or not in the enum */
     {TOP("'name':''"), 422, "invalid_value", "name"},
     {TOP("'name':'my job'"), 422, "invalid_value", "name"},
@@ -274,6 +277,27 @@ static const bad_case BAD[] = {
      "command.env.TF_CONFIG"},
     {"{'command':{'argv':['x']}," MODEL "}", 422, "invalid_value", "model"},
     {"{'command':{'argv':['x']}," DATA "}", 422, "invalid_value", "data"},
+    {"{'command':{'argv':['x'],'working_dir':'/srv/team'}}", 422, "invalid_value",
+     "command.working_dir"},
+    {"{'command':{'argv':['x'],'working_dir':'..'}}", 422, "invalid_value", "command.working_dir"},
+    {"{'command':{'argv':['x'],'working_dir':'team/../../etc'}}", 422, "invalid_value",
+     "command.working_dir"},
+    {"{'command':{'argv':['x'],'working_dir':'a//..'}}", 422, "invalid_value",
+     "command.working_dir"},
+    {"{'command':{'argv':['x'],'working_dir':''}}", 422, "invalid_value", "command.working_dir"},
+    {"{'command':{'argv':['x'],'env':{'RANK':'3'}}}", 422, "invalid_value", "command.env.RANK"},
+    {"{'command':{'argv':['x'],'env':{'MASTER_PORT':'1'}}}", 422, "invalid_value",
+     "command.env.MASTER_PORT"},
+    {"{'command':{'argv':['x'],'env':{'CUDA_VISIBLE_DEVICES':'0'}}}", 422, "invalid_value",
+     "command.env.CUDA_VISIBLE_DEVICES"},
+    {"{'command':{'argv':['x'],'env':{'TRAINYARD_CHECKPOINT_DIR':'/tmp'}}}", 422,
+     "invalid_value", "command.env.TRAINYARD_CHECKPOINT_DIR"},
+    {"{'command':{'argv':['x'],'env':{'LOCAL_WORLD_SIZE':'1'}}}", 422, "invalid_value",
+     "command.env.LOCAL_WORLD_SIZE"},
+    {"{'command':{'argv':['x']},'strategy':{'type':'default'},'resources':{'workers':2}}", 422,
+     "invalid_value", "resources.workers"},
+    {"{'command':{'argv':['x']},'strategy':{'type':'parameter_server'}}", 422, "missing_field",
+     "resources.ps"},
     /* ---- cross-field checks */
     {LAYERS("{'type':'dense','units':10,'activation':'softmax','input_shape':[100]}"), 422,
      "invalid_value", "model.layers[0].input_shape"},
@@ -384,8 +408,6 @@ static const bad_case BAD[] = {
     {"{'command':{}}", 422, "missing_field", "command.argv"},
     /* ---- not available here */
     {TOP("'strategy':{'type':'tpu'}"), 422, "unsupported", "strategy.type"},
-    {"{'command':{'argv':['python3','train.py'],'env':{'LR':'0.1'}},"
-     "'resources':{'workers':1}}", 422, "unsupported", "command"},
 };
 
 #define N_BAD ((int)(sizeof BAD / sizeof BAD[0]))
@@ -451,7 +473,10 @@ START_TEST(test_messages) {
     expect_message(OPT("{'type':'sgd','rho':0.9}"), "compile.optimizer.rho",
                    "the sgd optimizer has no field \"rho\"");
     expect_message(TOP("'strategy':{'type':'tpu'}"), "strategy.type", "no TPU hardware");
-    expect_message("{'command':{'argv':['x']}}", "command", "not available yet");
+    expect_message("{'command':{'argv':['x'],'env':{'TF_CONFIG':'{}'}}}", "command.env.TF_CONFIG",
+                   "set by trainyard for every task and cannot be overridden");
+    expect_message("{'command':{'argv':['x'],'working_dir':'a/../b'}}", "command.working_dir",
+                   "no \"..\" component");
     expect_message(TOP("'strategy':{'type':'multi_worker_mirrored'},'resources':{'workers':2,"
                        "'devices_per_worker':2},'fit':{'batch_size':30}"),
                    "fit.batch_size", "divisible by the 4 replicas (2 workers x 2 devices_per_worker)");
@@ -905,23 +930,66 @@ START_TEST(test_to_json_content) {
 }
 END_TEST
 
-/* A command job is read whole (argv, env) before it is refused, and the
- * refusal leaves nothing to free. */
-START_TEST(test_command_refused) {
-    jobspec s;
+/* A command job: argv, env and working_dir read whole, no training fields,
+ * the common fields checked first; normalized and parsed again it is the
+ * same job. */
+START_TEST(test_command_parsed) {
+    jobspec s, b;
     spec_error e;
     const char *spec = "{'name':'own','command':{'argv':['python3','train.py','--lr','0.1'],"
-                       "'env':{'LR':'0.1','_X':''}},'resources':{'workers':1}}";
-    ck_assert_int_eq(parse_q(spec, &s, &e), -1);
-    ck_assert_int_eq(e.status, 422);
-    ck_assert_str_eq(e.code, "unsupported");
-    ck_assert_str_eq(e.field, "command");
+                       "'env':{'LR':'0.1','_X':'','OMP_NUM_THREADS':'1'},'working_dir':'team/a.b/./c'},"
+                       "'strategy':{'type':'multi_worker_mirrored'},'resources':{'workers':2},"
+                       "'max_runtime_s':600,'preemptible':true,'priority':7}";
+    parse_ok(spec, &s);
+    ck_assert_int_eq(s.kind, JOB_KIND_COMMAND);
+    ck_assert_int_eq(s.command.argc, 4);
+    ck_assert_str_eq(s.command.argv[0], "python3");
+    ck_assert_str_eq(s.command.argv[3], "0.1");
+    ck_assert_ptr_null(s.command.argv[4]);
+    ck_assert_int_eq(s.command.n_env, 3);
+    ck_assert_str_eq(s.command.env[0], "LR=0.1");
+    ck_assert_str_eq(s.command.env[1], "_X=");
+    ck_assert_ptr_null(s.command.env[3]);
+    ck_assert_str_eq(s.command.working_dir, "team/a.b/./c");
+    ck_assert_int_eq(s.resources.workers, 2);
+    ck_assert_int_eq(s.strategy.type, STRAT_MULTI_WORKER_MIRRORED);
+    ck_assert_int_eq(s.max_runtime_s, 600);
+    ck_assert_int_eq(s.preemptible, 1);
+    ck_assert_int_eq(s.priority, 7);
+    ck_assert_int_eq(s.n_layers, 0);
+    ck_assert_int_eq(s.fit.epochs, 0); /* the program decides: no epochs shown as progress */
+    char *j1 = NULL, *j2 = NULL;
+    ck_assert_int_eq(jobspec_to_json(&s, &j1), 0);
+    ck_assert_ptr_null(strstr(j1, "\"model\""));
+    ck_assert_ptr_null(strstr(j1, "\"fit\""));
+    ck_assert_ptr_nonnull(strstr(j1, "\"working_dir\":\"team/a.b/./c\""));
+    ck_assert_int_eq(jobspec_parse(j1, strlen(j1), &b, &e), 0);
+    ck_assert_int_eq(b.command.argc, 4);
+    ck_assert_int_eq(b.command.n_env, 3);
+    for (int i = 0; i < 4; i++) ck_assert_str_eq(b.command.argv[i], s.command.argv[i]);
+    for (int i = 0; i < 3; i++) ck_assert_str_eq(b.command.env[i], s.command.env[i]);
+    ck_assert_int_eq(jobspec_to_json(&b, &j2), 0);
+    ck_assert_str_eq(j1, j2);
+    free(j1);
+    free(j2);
+    jobspec_release(&b);
+    jobspec_release(&s);
+    ck_assert_ptr_null(s.command.argv);
+    /* no env, no working_dir; one worker on the default strategy */
+    parse_ok("{'command':{'argv':['./run.sh']}}", &s);
+    ck_assert_int_eq(s.command.n_env, 0);
+    ck_assert_str_eq(s.command.working_dir, "");
+    jobspec_release(&s);
+    /* a failure leaves nothing to free, and the common fields come first */
+    ck_assert_int_eq(parse_q("{'command':{'argv':['x'],'env':{'A':'1','RANK':'0'}}}", &s, &e), -1);
     ck_assert_ptr_null(s.command.argv);
     ck_assert_ptr_null(s.command.env);
-    /* common fields are still checked first */
     ck_assert_int_eq(parse_q("{'priority':5000,'command':{'argv':['x']}}", &s, &e), -1);
     ck_assert_str_eq(e.field, "priority");
     jobspec_release(&s); /* safe after a failure */
+    ck_assert_int_eq(jobspec_env_reserved("TRAINYARD_ANYTHING"), 1);
+    ck_assert_int_eq(jobspec_env_reserved("WORLD_SIZE"), 1);
+    ck_assert_int_eq(jobspec_env_reserved("PATH"), 0);
 }
 END_TEST
 
@@ -967,7 +1035,7 @@ static Suite *jobspec_suite(void) {
     tcase_add_test(good, test_good_values);
     tcase_add_test(good, test_round_trip);
     tcase_add_test(good, test_to_json_content);
-    tcase_add_test(good, test_command_refused);
+    tcase_add_test(good, test_command_parsed);
     tcase_add_test(good, test_names);
     suite_add_tcase(s, good);
     return s;

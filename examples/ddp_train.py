@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""ddp_train.py - a small PyTorch DistributedDataParallel job for trainyard's
+command jobs (docs/command-jobs.md): a 784-64-10 MLP on a slice of
+Fashion-MNIST, gloo backend, one process per task.
+
+trainyard starts it once per worker with MASTER_ADDR, MASTER_PORT, RANK,
+WORLD_SIZE and LOCAL_RANK set (init_method "env://"), TRAINYARD_CHECKPOINT_DIR
+(a directory whose newest file becomes the job's checkpoint when the task
+ends, and which is restored before a retry), and reads the lines it prints as
+`trainyard-metric {json}` as the job's metrics (rank 0's).
+
+  python3 examples/ddp_train.py [--steps N] [--batch B] [--lr LR] [--examples N]
+                                [--fail-rank R]
+
+--fail-rank R makes rank R exit with status 3 at attempt 1, after rank 0 saved
+a checkpoint (the retry test: attempt 2 resumes from it and succeeds).
+Without trainyard: MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 WORLD_SIZE=1 RANK=0
+python3 examples/ddp_train.py
+"""
+import argparse
+import gzip
+import json
+import os
+import struct
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+FASHION = "/usr/share/datasets/fashion-mnist"
+
+
+def metric(**m):
+    """One job metric (rank 0 only): trainyard numbers and ships it."""
+    if dist.get_rank() == 0:
+        print("trainyard-metric " + json.dumps(m), flush=True)
+
+
+def load(n, path=FASHION):
+    """The first n training examples: (n, 784) floats in [0, 1], (n,) labels."""
+    with gzip.open(os.path.join(path, "train-images-idx3-ubyte.gz")) as f:
+        magic, count, rows, cols = struct.unpack(">IIII", f.read(16))
+        n = min(n, count)
+        x = torch.frombuffer(bytearray(f.read(n * rows * cols)), dtype=torch.uint8)
+    with gzip.open(os.path.join(path, "train-labels-idx1-ubyte.gz")) as f:
+        f.read(8)
+        y = torch.frombuffer(bytearray(f.read(n)), dtype=torch.uint8)
+    return x.view(n, rows * cols).float() / 255.0, y.long()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--batch", type=int, default=64, help="global batch, split over the ranks")
+    p.add_argument("--lr", type=float, default=0.1)
+    p.add_argument("--examples", type=int, default=4096)
+    p.add_argument("--fail-rank", type=int, default=-1)
+    a = p.parse_args()
+
+    torch.manual_seed(0)
+    dist.init_process_group("gloo", init_method="env://")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    cfg = json.loads(os.environ.get("TRAINYARD_CONFIG", "{}"))
+    attempt = cfg.get("attempt", 1)
+    print(f"rank {rank} of {world} joined (MASTER {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']},"
+          f" LOCAL_RANK {os.environ.get('LOCAL_RANK')}, attempt {attempt})", flush=True)
+
+    x, y = load(a.examples)
+    model = nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10))
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=a.lr)
+
+    ckdir = os.environ.get("TRAINYARD_CHECKPOINT_DIR", "")
+    ckpt = os.path.join(ckdir, "model.pt") if ckdir else ""
+    start = 0
+    if ckpt and os.path.exists(ckpt):
+        state = torch.load(ckpt)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start = state["step"]
+        print(f"rank {rank}: resumed from {ckpt} at step {start}", flush=True)
+
+    per_rank = a.batch // world
+    mean = torch.tensor(0.0)
+    t0 = time.time()
+    for step in range(start, a.steps):
+        # batch `step` of the global order; this rank's slice of it
+        lo = (step * a.batch + rank * per_rank) % (x.shape[0] - per_rank)
+        xb, yb = x[lo:lo + per_rank], y[lo:lo + per_rank]
+        opt.zero_grad()
+        loss = F.cross_entropy(ddp(xb), yb)
+        loss.backward()
+        opt.step()
+        mean = loss.detach().clone()
+        dist.all_reduce(mean)
+        mean /= world
+        metric(step=step + 1, epoch=0, loss=round(mean.item(), 6),
+               samples_per_sec=round((step + 1 - start) * a.batch / (time.time() - t0), 1),
+               total_steps=a.steps)
+        if a.fail_rank >= 0 and attempt == 1 and step + 1 == a.steps // 2:
+            if rank == 0:
+                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step + 1}, ckpt)
+                print(f"rank 0: checkpoint saved at step {step + 1}", flush=True)
+            dist.barrier()  # the checkpoint is on disk before rank fail_rank fails
+            if rank == a.fail_rank:
+                print(f"rank {rank}: failing on purpose at step {step + 1} (attempt 1)", flush=True)
+                sys.exit(3)
+            dist.barrier()  # never completes: the peer is gone; trainyard stops this rank
+
+    with torch.no_grad():
+        acc = (model(x).argmax(1) == y).float().mean().item()
+    metric(kind="epoch", epoch=1, step=a.steps, loss=round(mean.item(), 6), accuracy=round(acc, 4))
+    if rank == 0 and ckpt:
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": a.steps}, ckpt)
+    print(f"rank {rank}: done, {a.steps} steps, accuracy {acc:.4f}", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

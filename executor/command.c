@@ -1,0 +1,1478 @@
+/* command.c - a command job's task (see command.h): config -> restore the
+ * checkpoint directory (attempt >= 2) -> rendezvous (each task publishes
+ * the address its program will listen on) -> environment -> fork/exec in a
+ * new process group -> forward output, parse metric lines, relay stops ->
+ * upload the newest checkpoint file (chief) -> the program's exit status.
+ * Metrics go through a sender thread that numbers a batch when first sent
+ * and resends it as is until acknowledged, as the training worker does. */
+#include "command.h"
+#include "proc.h"
+#include "worker.h"
+#include "../api/client.h"
+#include "../common/util.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <curl/curl.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define CMD_STOP_GRACE_MS 5000      /* SIGTERM -> SIGKILL of the program's group (the agent
+                                     * allows the worker 10 s: the rest is for the upload) */
+#define CMD_DRAIN_MS 2000           /* output still read after the program exited */
+#define CMD_LINE_MAX 65536          /* longer lines are forwarded in pieces, never parsed */
+#define CMD_RDV_DEADLINE_S 600      /* peers that have not published by then: give up */
+#define CMD_RDV_WAIT_S 20           /* one long-poll of the rendezvous */
+#define CMD_STEP_MS 100             /* at most ~10 step metrics a second */
+#define CMD_FLUSH_MS 1000
+#define CMD_PENDING_MAX 20000
+#define CMD_BATCH_MAX 500
+#define CMD_FINAL_FLUSH_S 900       /* how long a finished task waits for the server */
+#define CMD_STOP_FLUSH_S 4          /* ... and a stopped one (the agent kills it soon) */
+#define CMD_CKPT_MAX (1LL << 30)    /* the API's limit on a checkpoint */
+#define CMD_HEADER_MAX (1 << 16)    /* the safetensors header of a wrapped file */
+#define BACKOFF_MIN_MS 250
+#define BACKOFF_MAX_MS 5000
+#define METRIC_PREFIX "trainyard-metric "
+
+/* ---------------------------------------------------------------- config */
+
+typedef struct cmd_addr {
+    char host[256];
+    int port;
+} cmd_addr;
+
+typedef struct cconfig {
+    int64_t job;
+    int attempt;
+    char api[512];
+    char token[256];
+    int is_ps;                   /* task type ps (else worker; "chief" is worker 0) */
+    int index;
+    int n_workers, n_ps;
+    cmd_addr *workers;           /* (n_workers) from cluster.worker: node and scheduler port */
+    cmd_addr *ps;                /* (n_ps) */
+    int n_cpu;                   /* cpu:N devices of this task */
+    char gpus[256];              /* "0,1": the gpu:N devices ("" for CPU tasks) */
+    cJSON *devices;              /* owned copy of config.devices */
+} cconfig;
+
+static int parse_hostport(const cJSON *hp, cmd_addr *a) {
+    const char *colon = cJSON_IsString(hp) ? strrchr(hp->valuestring, ':') : NULL;
+    long p = 0;
+    if (!colon || parse_long(colon + 1, 1, 65535, &p) < 0) return -1;
+    size_t hl = (size_t)(colon - hp->valuestring);
+    if (hl == 0 || hl >= sizeof a->host) return -1;
+    memcpy(a->host, hp->valuestring, hl);
+    a->host[hl] = '\0';
+    a->port = (int)p;
+    return 0;
+}
+
+static int parse_addrs(const cJSON *arr, cmd_addr **out, int *n, const char *what, char *err, size_t errlen) {
+    *n = cJSON_IsArray(arr) ? cJSON_GetArraySize(arr) : 0;
+    if (*n > 4096) {
+        snprintf(err, errlen, "TRAINYARD_CONFIG has %d %s tasks", *n, what);
+        return -1;
+    }
+    *out = xcalloc((size_t)(*n ? *n : 1), sizeof **out);
+    int i = 0;
+    const cJSON *hp;
+    cJSON_ArrayForEach(hp, arr) {
+        if (parse_hostport(hp, &(*out)[i]) < 0) {
+            snprintf(err, errlen, "TRAINYARD_CONFIG cluster.%s[%d] is not host:port", what, i);
+            return -1;
+        }
+        i++;
+    }
+    return 0;
+}
+
+static int config_parse(const char *text, cconfig *c, char *err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    int rc = -1;
+    cJSON *o = cJSON_Parse(text);
+    const cJSON *job = cJSON_GetObjectItemCaseSensitive(o, "job");
+    const cJSON *api = cJSON_GetObjectItemCaseSensitive(o, "api");
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(o, "token");
+    const cJSON *task = cJSON_GetObjectItemCaseSensitive(o, "task");
+    const cJSON *cluster = cJSON_GetObjectItemCaseSensitive(o, "cluster");
+    if (!cJSON_IsObject(o) || !cJSON_IsNumber(job) || !cJSON_IsString(api) || !cJSON_IsString(tok) ||
+        !cJSON_IsObject(task) || !cJSON_IsObject(cluster)) {
+        snprintf(err, errlen, "TRAINYARD_CONFIG lacks job, api, token, task or cluster");
+        goto out;
+    }
+    c->job = (int64_t)job->valuedouble;
+    const cJSON *att = cJSON_GetObjectItemCaseSensitive(o, "attempt");
+    c->attempt = cJSON_IsNumber(att) ? att->valueint : 1;
+    if (sfmt(c->api, sizeof c->api, "%s", api->valuestring) < 0 ||
+        sfmt(c->token, sizeof c->token, "%s", tok->valuestring) < 0) {
+        snprintf(err, errlen, "TRAINYARD_CONFIG api or token too long");
+        goto out;
+    }
+    const cJSON *ty = cJSON_GetObjectItemCaseSensitive(task, "type");
+    const cJSON *ix = cJSON_GetObjectItemCaseSensitive(task, "index");
+    c->is_ps = cJSON_IsString(ty) && strcmp(ty->valuestring, "ps") == 0;
+    c->index = cJSON_IsNumber(ix) ? ix->valueint : 0;
+    if (parse_addrs(cJSON_GetObjectItemCaseSensitive(cluster, "worker"), &c->workers, &c->n_workers, "worker", err,
+                    errlen) < 0 ||
+        parse_addrs(cJSON_GetObjectItemCaseSensitive(cluster, "ps"), &c->ps, &c->n_ps, "ps", err, errlen) < 0)
+        goto out;
+    if (c->n_workers < 1) {
+        snprintf(err, errlen, "TRAINYARD_CONFIG cluster.worker is empty");
+        goto out;
+    }
+    if (c->index < 0 || c->index >= (c->is_ps ? c->n_ps : c->n_workers)) {
+        snprintf(err, errlen, "task index %d is not one of the %d %s tasks", c->index,
+                 c->is_ps ? c->n_ps : c->n_workers, c->is_ps ? "ps" : "worker");
+        goto out;
+    }
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive(o, "devices");
+    c->devices = cJSON_IsArray(devs) ? cJSON_Duplicate(devs, 1) : cJSON_CreateArray();
+    if (!c->devices) abort();
+    buf g;
+    buf_init(&g, sizeof c->gpus - 1);
+    const cJSON *d;
+    cJSON_ArrayForEach(d, c->devices) {
+        if (!cJSON_IsString(d)) continue;
+        if (strncmp(d->valuestring, "cpu", 3) == 0) c->n_cpu++;
+        if (strncmp(d->valuestring, "gpu:", 4) == 0 &&
+            buf_printf(&g, "%s%s", g.len ? "," : "", d->valuestring + 4) < 0) {
+            buf_release(&g);
+            snprintf(err, errlen, "too many gpu devices");
+            goto out;
+        }
+    }
+    snprintf(c->gpus, sizeof c->gpus, "%s", g.data ? g.data : "");
+    buf_release(&g);
+    rc = 0;
+out:
+    cJSON_Delete(o);
+    return rc;
+}
+
+static void config_release(cconfig *c) {
+    free(c->workers);
+    free(c->ps);
+    cJSON_Delete(c->devices);
+    memset(c, 0, sizeof *c);
+}
+
+/* ---------------------------------------------------------------- run state */
+
+typedef struct msender msender;
+
+typedef struct cmd_run {
+    const jobspec *spec;
+    cconfig cfg;
+    volatile sig_atomic_t *stop;
+    int chief;                   /* worker 0: reports metrics, uploads the checkpoint */
+    char task_name[32];          /* "worker-0", "ps-1" */
+    client cl;
+    int have_client;
+    char scratch[PATH_MAX];      /* the task's scratch dir (removed at the end) */
+    char ckdir[PATH_MAX];        /* scratch/checkpoint: TRAINYARD_CHECKPOINT_DIR */
+    char restored[256];          /* the file restored there ("" none) */
+    struct stat restored_st;
+    cmd_addr *peer_w, *peer_ps;  /* addresses published by the tasks (rendezvous) */
+    msender *snd;
+    int64_t last_step_ms;        /* when the last step metric was queued */
+    cJSON *held_step;            /* a step metric held back by the rate limit */
+    long seen_step, seen_epoch;  /* latest step / epoch in metric lines (checkpoint label) */
+    long metric_lines, metric_bad;
+} cmd_run;
+
+static int wait_retry(cmd_run *r, int64_t *backoff) {
+    *backoff = *backoff ? *backoff * 2 : BACKOFF_MIN_MS;
+    if (*backoff > BACKOFF_MAX_MS) *backoff = BACKOFF_MAX_MS;
+    for (int64_t t = 0; t < *backoff && !*r->stop; t += 50) usleep(50 * 1000);
+    return *r->stop ? -1 : 0;
+}
+
+/* ---------------------------------------------------------------- metrics sender */
+
+struct msender {
+    const cconfig *cfg;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int started, quit, flush_now, server_ok;
+    cJSON **pending;             /* metrics without seq, oldest first */
+    int n_pending, cap_pending;
+    long dropped;
+    int64_t next_seq;
+    char *inflight;              /* a sent-but-unacknowledged batch, resent as is */
+    int64_t backoff_ms;
+};
+
+static void sender_push(msender *s, cJSON *m) {
+    pthread_mutex_lock(&s->mu);
+    if (s->n_pending == CMD_PENDING_MAX) {
+        /* full (a long outage): the oldest step metric goes; epoch and test stay */
+        int i = 0;
+        while (i < s->n_pending) {
+            const cJSON *k = cJSON_GetObjectItemCaseSensitive(s->pending[i], "kind");
+            if (cJSON_IsString(k) && strcmp(k->valuestring, "step") == 0) break;
+            i++;
+        }
+        if (i == s->n_pending) i = 0;
+        cJSON_Delete(s->pending[i]);
+        memmove(&s->pending[i], &s->pending[i + 1], (size_t)(s->n_pending - i - 1) * sizeof *s->pending);
+        s->n_pending--;
+        s->dropped++;
+    }
+    if (s->n_pending == s->cap_pending) {
+        s->cap_pending = s->cap_pending ? s->cap_pending * 2 : 256;
+        s->pending = xrealloc(s->pending, (size_t)s->cap_pending * sizeof *s->pending);
+    }
+    s->pending[s->n_pending++] = m;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int sender_idle(const msender *s) { return !s->inflight && !s->n_pending; }
+
+/* Sends the in-flight (or a new) batch: 0 when the server answered, -1 to
+ * retry after the backoff. */
+static int sender_round(msender *s, client *c) {
+    pthread_mutex_lock(&s->mu);
+    if (!s->inflight && s->n_pending) {
+        int n = s->n_pending < CMD_BATCH_MAX ? s->n_pending : CMD_BATCH_MAX;
+        cJSON *o = cJSON_CreateObject();
+        cJSON *arr = cJSON_AddArrayToObject(o, "metrics");
+        if (!o || !arr) abort();
+        for (int i = 0; i < n; i++) {
+            cJSON_AddNumberToObject(s->pending[i], "seq", (double)(s->next_seq + i));
+            cJSON_AddItemToArray(arr, s->pending[i]);
+        }
+        memmove(s->pending, s->pending + n, (size_t)(s->n_pending - n) * sizeof *s->pending);
+        s->n_pending -= n;
+        s->inflight = cJSON_PrintUnformatted(o);
+        if (!s->inflight) abort();
+        s->next_seq += n;
+        cJSON_Delete(o);
+    }
+    char *body = s->inflight ? xstrdup(s->inflight) : NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (!body) return 0;
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/metrics", (long long)s->cfg->job);
+    client_reply rep;
+    int e = client_request(c, "POST", path, body, strlen(body), NULL, &rep);
+    free(body);
+    int rc = 0;
+    if (e < 0 || rep.status >= 500 || rep.status == 429) {
+        if (s->server_ok) log_warn("metrics not delivered (%s); retrying with backoff", e < 0 ? rep.error : "server error");
+        s->server_ok = 0;
+        rc = -1;
+    } else {
+        if (!s->server_ok) log_info("server reachable again: delivering buffered metrics");
+        s->server_ok = 1;
+        if (rep.status != 200)
+            log_warn("POST metrics answered %ld: %.300s (batch dropped)", rep.status, rep.body.data ? rep.body.data : "");
+        pthread_mutex_lock(&s->mu);
+        free(s->inflight);
+        s->inflight = NULL;
+        pthread_mutex_unlock(&s->mu);
+    }
+    client_reply_release(&rep);
+    return rc;
+}
+
+static void cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+static void *sender_main(void *arg) {
+    msender *s = arg;
+    client c;
+    if (client_init(&c, s->cfg->api, s->cfg->token) < 0) {
+        log_error("cannot make an HTTP client for the metrics");
+        return NULL;
+    }
+    c.timeout_ms = 30000;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        int quit = s->quit;
+        pthread_mutex_unlock(&s->mu);
+        int rc = sender_round(s, &c);
+        pthread_mutex_lock(&s->mu);
+        if (rc < 0) {
+            s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : BACKOFF_MIN_MS;
+            if (s->backoff_ms > BACKOFF_MAX_MS) s->backoff_ms = BACKOFF_MAX_MS;
+        } else {
+            s->backoff_ms = 0;
+        }
+        if (quit && (sender_idle(s) || rc < 0)) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        pthread_cond_broadcast(&s->cv); /* wake a waiting drain */
+        int64_t wait = rc < 0 ? s->backoff_ms : (s->n_pending >= CMD_BATCH_MAX ? 0 : CMD_FLUSH_MS);
+        if (wait > 0 && !s->flush_now && !(s->quit && rc == 0)) cond_wait_ms(&s->cv, &s->mu, wait);
+        s->flush_now = 0;
+        pthread_mutex_unlock(&s->mu);
+    }
+    client_release(&c);
+    return NULL;
+}
+
+static int sender_start(msender *s, const cconfig *cfg, int64_t next_seq) {
+    memset(s, 0, sizeof *s);
+    s->cfg = cfg;
+    s->next_seq = next_seq;
+    s->server_ok = 1;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (pthread_create(&s->thread, NULL, sender_main, s) != 0) return -1;
+    s->started = 1;
+    return 0;
+}
+
+/* Waits until everything queued is delivered or timeout_s passes: 0 when delivered. */
+static int sender_drain(msender *s, int timeout_s) {
+    int64_t deadline = mono_ms() + (int64_t)timeout_s * 1000;
+    pthread_mutex_lock(&s->mu);
+    while (!sender_idle(s) && mono_ms() < deadline) {
+        s->flush_now = 1;
+        pthread_cond_broadcast(&s->cv);
+        cond_wait_ms(&s->cv, &s->mu, 200);
+    }
+    int idle = sender_idle(s);
+    pthread_mutex_unlock(&s->mu);
+    return idle ? 0 : -1;
+}
+
+static void sender_stop(msender *s) {
+    if (!s->started) return;
+    pthread_mutex_lock(&s->mu);
+    s->quit = 1;
+    s->flush_now = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    for (int i = 0; i < s->n_pending; i++) cJSON_Delete(s->pending[i]);
+    free(s->pending);
+    free(s->inflight);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    s->started = 0;
+}
+
+/* The job's last metric seq (metrics continue after it, across attempts). */
+static int fetch_last_seq(cmd_run *r, int64_t *out, char *err, size_t errlen) {
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/metrics?last=1", (long long)r->cfg.job);
+    int64_t backoff = 0;
+    for (;;) {
+        client_reply rep;
+        int e = client_request(&r->cl, "GET", path, NULL, 0, NULL, &rep);
+        if (e == 0 && rep.status == 200) {
+            cJSON *o = cJSON_ParseWithLength(rep.body.data ? rep.body.data : "", rep.body.len);
+            const cJSON *ls = cJSON_GetObjectItemCaseSensitive(o, "last_seq");
+            int ok = cJSON_IsNumber(ls);
+            if (ok) *out = (int64_t)ls->valuedouble;
+            cJSON_Delete(o);
+            client_reply_release(&rep);
+            if (!ok) snprintf(err, errlen, "GET %s: no last_seq in the answer", path);
+            return ok ? 0 : -1;
+        }
+        long st = e < 0 ? 0 : rep.status;
+        client_reply_release(&rep);
+        if (st >= 400 && st < 500) {
+            snprintf(err, errlen, "GET %s answered %ld", path, st);
+            return -1;
+        }
+        if (wait_retry(r, &backoff) < 0) {
+            snprintf(err, errlen, "stopped before the program started");
+            return -1;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- metric lines */
+
+/* Checks one metric as the API will (docs/api-executors.md), so that one bad
+ * line never costs a whole batch: NULL when fine, else the reason. */
+static const char *metric_invalid(cJSON *m) {
+    if (!cJSON_IsObject(m)) return "not a JSON object";
+    cJSON_DeleteItemFromObjectCaseSensitive(m, "seq"); /* trainyard numbers metrics itself */
+    const cJSON *k = cJSON_GetObjectItemCaseSensitive(m, "kind");
+    if (k && (!cJSON_IsString(k) || (strcmp(k->valuestring, "step") != 0 && strcmp(k->valuestring, "epoch") != 0 &&
+                                     strcmp(k->valuestring, "test") != 0)))
+        return "kind must be \"step\", \"epoch\" or \"test\"";
+    static const char *const ints[] = {"step", "epoch"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, ints[i]);
+        if (!v || cJSON_IsNull(v)) continue;
+        double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
+        if (d < 0 || d > 9007199254740992.0 || d != (double)(long long)d)
+            return i == 0 ? "step must be a non-negative integer" : "epoch must be a non-negative integer";
+    }
+    for (const cJSON *v = m->child; v; v = v->next)
+        if (!(cJSON_IsNumber(v) || cJSON_IsString(v) || cJSON_IsBool(v) || cJSON_IsNull(v)))
+            return "values must be numbers, strings, booleans or null";
+    if (cJSON_GetArraySize(m) == 0) return "empty";
+    if (!k && !cJSON_AddStringToObject(m, "kind", "step")) abort();
+    return NULL;
+}
+
+static void held_flush(cmd_run *r) {
+    if (!r->held_step) return;
+    sender_push(r->snd, r->held_step);
+    r->held_step = NULL;
+    r->last_step_ms = mono_ms();
+}
+
+/* A `trainyard-metric {json}` line of the chief's stdout. Step metrics: the
+ * first at once, then at most one per CMD_STEP_MS (the newest wins, the
+ * last one always goes); epoch and test metrics always, in order. */
+static void metric_line(cmd_run *r, const char *json) {
+    r->metric_lines++;
+    cJSON *m = cJSON_Parse(json);
+    const char *why = m ? metric_invalid(m) : "not JSON";
+    if (why) {
+        cJSON_Delete(m);
+        if (r->metric_bad++ < 20) log_warn("metric line ignored (%s): %.200s", why, json);
+        return;
+    }
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(m, "step");
+    const cJSON *ep = cJSON_GetObjectItemCaseSensitive(m, "epoch");
+    if (cJSON_IsNumber(st)) r->seen_step = (long)st->valuedouble;
+    if (cJSON_IsNumber(ep)) r->seen_epoch = (long)ep->valuedouble;
+    const char *kind = cJSON_GetObjectItemCaseSensitive(m, "kind")->valuestring;
+    if (strcmp(kind, "step") == 0) {
+        int64_t now = mono_ms();
+        if (r->last_step_ms == 0 || now - r->last_step_ms >= CMD_STEP_MS) {
+            cJSON_Delete(r->held_step);
+            r->held_step = m;
+            held_flush(r);
+        } else {
+            cJSON_Delete(r->held_step); /* superseded by a newer step */
+            r->held_step = m;
+        }
+        return;
+    }
+    held_flush(r);
+    sender_push(r->snd, m);
+}
+
+/* ---------------------------------------------------------------- rendezvous */
+
+/* A TCP port free now on this node: want when it can be bound, else one
+ * the kernel picks. The program binds it after us (torch's store, a TF
+ * server); 0 when no port can be had. */
+static int port_pick(int want) {
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return 0;
+        /* as servers bind (torch's store, gRPC): a port in TIME_WAIT is free */
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_ANY);
+        a.sin_port = htons((uint16_t)(attempt == 0 ? want : 0));
+        socklen_t len = sizeof a;
+        int port = 0;
+        if ((attempt == 1 || want > 0) && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+            getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+            port = ntohs(a.sin_port);
+        close(fd);
+        if (port) return port;
+    }
+    return 0;
+}
+
+static int rdv_publish(cmd_run *r, const char *key, const cmd_addr *me, char *err, size_t errlen) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddStringToObject(o, "addr", me->host) || !cJSON_AddNumberToObject(o, "port", me->port)) abort();
+    char *body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!body) abort();
+    char path[160];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/rendezvous/%s", (long long)r->cfg.job, key);
+    int64_t backoff = 0;
+    int rc = -1;
+    for (;;) {
+        client_reply rep;
+        int e = client_request(&r->cl, "PUT", path, body, strlen(body), NULL, &rep);
+        long st = e < 0 ? 0 : rep.status;
+        client_reply_release(&rep);
+        if (st >= 200 && st < 300) {
+            rc = 0;
+            break;
+        }
+        if (st >= 400 && st < 500) {
+            snprintf(err, errlen, "PUT %s answered %ld", path, st);
+            break;
+        }
+        if (wait_retry(r, &backoff) < 0) {
+            snprintf(err, errlen, "stopped before the program started");
+            break;
+        }
+    }
+    free(body);
+    return rc;
+}
+
+static int rdv_read(cmd_run *r, const char *key, int64_t deadline, cmd_addr *out, char *err, size_t errlen) {
+    char path[160];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/rendezvous/%s?wait=%d", (long long)r->cfg.job, key,
+             CMD_RDV_WAIT_S);
+    int64_t backoff = 0;
+    long saved = r->cl.timeout_ms;
+    r->cl.timeout_ms = (CMD_RDV_WAIT_S + 15) * 1000L;
+    int rc = -1;
+    for (;;) {
+        if (*r->stop) {
+            snprintf(err, errlen, "stopped before the program started");
+            break;
+        }
+        if (mono_ms() > deadline) {
+            snprintf(err, errlen, "task %s did not join within %d s", key + 8, CMD_RDV_DEADLINE_S);
+            break;
+        }
+        client_reply rep;
+        int e = client_request(&r->cl, "GET", path, NULL, 0, NULL, &rep);
+        long st = e < 0 ? 0 : rep.status;
+        if (st == 200) {
+            cJSON *o = cJSON_ParseWithLength(rep.body.data ? rep.body.data : "", rep.body.len);
+            const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "addr");
+            const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "port");
+            int ok = cJSON_IsString(a) && cJSON_IsNumber(p) && p->valueint > 0 && p->valueint <= 65535 &&
+                     sfmt(out->host, sizeof out->host, "%s", a->valuestring) == 0;
+            if (ok) out->port = p->valueint;
+            cJSON_Delete(o);
+            client_reply_release(&rep);
+            if (ok) rc = 0;
+            else snprintf(err, errlen, "task %s published a malformed address", key + 8);
+            break;
+        }
+        client_reply_release(&rep);
+        if (st == 404) continue; /* not published yet: the long-poll expired */
+        if (st >= 400 && st < 500) {
+            snprintf(err, errlen, "GET %s answered %ld", path, st);
+            break;
+        }
+        if (wait_retry(r, &backoff) < 0) {
+            snprintf(err, errlen, "stopped before the program started");
+            break;
+        }
+    }
+    r->cl.timeout_ms = saved;
+    return rc;
+}
+
+/* Publishes this task's {addr, port} as command-TYPE-INDEX in the attempt's
+ * rendezvous and reads every task's: all of them have started when it returns 0. */
+static int rendezvous(cmd_run *r, char *err, size_t errlen) {
+    const cconfig *c = &r->cfg;
+    cmd_addr me = c->is_ps ? c->ps[c->index] : c->workers[c->index];
+    int port = port_pick(me.port);
+    if (!port) {
+        snprintf(err, errlen, "no free TCP port on this node");
+        return -1;
+    }
+    if (port != me.port) log_info("port %d is taken: the program gets port %d", me.port, port);
+    me.port = port;
+    char key[64];
+    snprintf(key, sizeof key, "command-%s-%d", c->is_ps ? "ps" : "worker", c->index);
+    if (rdv_publish(r, key, &me, err, errlen) < 0) return -1;
+    r->peer_w = xcalloc((size_t)c->n_workers, sizeof *r->peer_w);
+    r->peer_ps = xcalloc((size_t)(c->n_ps ? c->n_ps : 1), sizeof *r->peer_ps);
+    int64_t deadline = mono_ms() + (int64_t)CMD_RDV_DEADLINE_S * 1000;
+    for (int i = 0; i < c->n_workers; i++) {
+        snprintf(key, sizeof key, "command-worker-%d", i);
+        if (rdv_read(r, key, deadline, &r->peer_w[i], err, errlen) < 0) return -1;
+    }
+    for (int i = 0; i < c->n_ps; i++) {
+        snprintf(key, sizeof key, "command-ps-%d", i);
+        if (rdv_read(r, key, deadline, &r->peer_ps[i], err, errlen) < 0) return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- environment */
+
+static cJSON *addr_list(const cmd_addr *a, int n) {
+    cJSON *arr = cJSON_CreateArray();
+    if (!arr) abort();
+    for (int i = 0; i < n; i++) {
+        char hp[300];
+        snprintf(hp, sizeof hp, "%s:%d", a[i].host, a[i].port);
+        cJSON *s = cJSON_CreateString(hp);
+        if (!s || !cJSON_AddItemToArray(arr, s)) abort();
+    }
+    return arr;
+}
+
+/* TF_CONFIG as TensorFlow's TFConfigClusterResolver reads it. No "chief"
+ * job: worker 0 is the chief (TF's multi_worker_util.is_chief, and
+ * Kubeflow's TFJob for MultiWorkerMirroredStrategy); "ps" only when the job
+ * has parameter servers. */
+static char *tf_config(const cmd_run *r) {
+    const cconfig *c = &r->cfg;
+    cJSON *o = cJSON_CreateObject();
+    cJSON *cl = cJSON_AddObjectToObject(o, "cluster");
+    if (!o || !cl) abort();
+    cJSON_AddItemToObject(cl, "worker", addr_list(r->peer_w, c->n_workers));
+    if (c->n_ps) cJSON_AddItemToObject(cl, "ps", addr_list(r->peer_ps, c->n_ps));
+    cJSON *t = cJSON_AddObjectToObject(o, "task");
+    if (!t || !cJSON_AddStringToObject(t, "type", c->is_ps ? "ps" : "worker") ||
+        !cJSON_AddNumberToObject(t, "index", c->index))
+        abort();
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!s) abort();
+    return s;
+}
+
+/* TRAINYARD_CONFIG for the program (docs/command-jobs.md). */
+static char *ty_config(const cmd_run *r) {
+    const cconfig *c = &r->cfg;
+    cJSON *o = cJSON_CreateObject();
+    if (!o) abort();
+    cJSON_AddNumberToObject(o, "job", (double)c->job);
+    cJSON_AddNumberToObject(o, "attempt", c->attempt);
+    cJSON *t = cJSON_AddObjectToObject(o, "task");
+    cJSON_AddStringToObject(t, "type", c->is_ps ? "ps" : "worker");
+    cJSON_AddNumberToObject(t, "index", c->index);
+    cJSON_AddBoolToObject(o, "chief", r->chief);
+    cJSON *cl = cJSON_AddObjectToObject(o, "cluster");
+    cJSON_AddItemToObject(cl, "worker", addr_list(r->peer_w, c->n_workers));
+    cJSON_AddItemToObject(cl, "ps", addr_list(r->peer_ps, c->n_ps));
+    cJSON_AddItemToObject(o, "devices", cJSON_Duplicate(c->devices, 1));
+    cJSON_AddStringToObject(o, "api", c->api);
+    cJSON_AddStringToObject(o, "token", c->token);
+    cJSON_AddStringToObject(o, "checkpoint_dir", r->ckdir);
+    if (r->restored[0]) cJSON_AddStringToObject(o, "restored", r->restored);
+    else cJSON_AddNullToObject(o, "restored");
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!s) abort();
+    return s;
+}
+
+static int env_name_eq(const char *entry, const char *name_eq) {
+    size_t n = strcspn(name_eq, "=");
+    return strncmp(entry, name_eq, n) == 0 && entry[n] == '=';
+}
+
+static int env_has(char *const *list, int n, const char *entry) {
+    for (int i = 0; i < n; i++)
+        if (list[i] && env_name_eq(entry, list[i])) return 1;
+    return 0;
+}
+
+static char *env_fmt(const char *name, const char *value) {
+    size_t n = strlen(name) + strlen(value) + 2;
+    char *s = xmalloc(n);
+    snprintf(s, n, "%s=%s", name, value);
+    return s;
+}
+
+/* The program's environment: trainyard's variables, then the spec's env,
+ * then the worker's own (without its TRAINYARD_CONFIG). Every string is
+ * owned; NULL-terminated. */
+static char **env_build(const cmd_run *r) {
+    const cconfig *c = &r->cfg;
+    const command_spec *cs = &r->spec->command;
+    char *ours[16];
+    int n = 0;
+    char num[32];
+    char *tf = tf_config(r), *ty = ty_config(r);
+    ours[n++] = env_fmt("TF_CONFIG", tf);
+    ours[n++] = env_fmt("TRAINYARD_CONFIG", ty);
+    free(tf);
+    free(ty);
+    ours[n++] = env_fmt("TRAINYARD_CHECKPOINT_DIR", r->ckdir);
+    ours[n++] = env_fmt("MASTER_ADDR", r->peer_w[0].host);
+    snprintf(num, sizeof num, "%d", r->peer_w[0].port);
+    ours[n++] = env_fmt("MASTER_PORT", num);
+    snprintf(num, sizeof num, "%d", c->n_workers);
+    ours[n++] = env_fmt("WORLD_SIZE", num);
+    if (!c->is_ps) {
+        /* LOCAL_RANK: this worker among the job's workers on its node */
+        int local = 0, local_n = 0;
+        for (int i = 0; i < c->n_workers; i++) {
+            if (strcmp(c->workers[i].host, c->workers[c->index].host) != 0) continue;
+            if (i < c->index) local++;
+            local_n++;
+        }
+        snprintf(num, sizeof num, "%d", c->index);
+        ours[n++] = env_fmt("RANK", num);
+        snprintf(num, sizeof num, "%d", local);
+        ours[n++] = env_fmt("LOCAL_RANK", num);
+        snprintf(num, sizeof num, "%d", local_n);
+        ours[n++] = env_fmt("LOCAL_WORLD_SIZE", num);
+    }
+    ours[n++] = env_fmt("CUDA_VISIBLE_DEVICES", c->gpus);
+    /* defaults the spec's env may change: live output from Python, and as
+     * many OpenMP threads as the task has CPU slots */
+    if (!env_has(cs->env, cs->n_env, "PYTHONUNBUFFERED=")) ours[n++] = env_fmt("PYTHONUNBUFFERED", "1");
+    if (c->n_cpu > 0 && !env_has(cs->env, cs->n_env, "OMP_NUM_THREADS=")) {
+        snprintf(num, sizeof num, "%d", c->n_cpu);
+        ours[n++] = env_fmt("OMP_NUM_THREADS", num);
+    }
+    size_t n_env = 0;
+    while (environ && environ[n_env]) n_env++;
+    char **envp = xcalloc((size_t)n + (size_t)cs->n_env + n_env + 1, sizeof *envp);
+    size_t k = 0;
+    for (int i = 0; i < n; i++) envp[k++] = ours[i];
+    for (int i = 0; i < cs->n_env; i++) envp[k++] = xstrdup(cs->env[i]);
+    for (size_t i = 0; i < n_env; i++) {
+        if (env_name_eq(environ[i], "TRAINYARD_CONFIG=") || env_has(ours, n, environ[i]) ||
+            env_has(cs->env, cs->n_env, environ[i]))
+            continue;
+        envp[k++] = xstrdup(environ[i]);
+    }
+    envp[k] = NULL;
+    return envp;
+}
+
+static void env_free(char **envp) {
+    for (size_t i = 0; envp && envp[i]; i++) free(envp[i]);
+    free(envp);
+}
+
+static const char *env_get(char *const *envp, const char *name) {
+    size_t n = strlen(name);
+    for (size_t i = 0; envp[i]; i++)
+        if (strncmp(envp[i], name, n) == 0 && envp[i][n] == '=') return envp[i] + n + 1;
+    return NULL;
+}
+
+/* The program's path: argv0 itself when it holds a '/' (relative to the
+ * working directory), else the first executable match in the PATH of envp. */
+static int exe_resolve(const char *argv0, char *const *envp, char *out, size_t cap) {
+    if (strchr(argv0, '/')) return sfmt(out, cap, "%s", argv0);
+    const char *path = env_get(envp, "PATH");
+    if (!path) path = "/usr/local/bin:/usr/bin:/bin";
+    while (*path) {
+        size_t n = strcspn(path, ":");
+        struct stat sb;
+        if (sfmt(out, cap, "%.*s%s%s", (int)n, path, n ? "/" : "", argv0) == 0 && stat(out, &sb) == 0 &&
+            S_ISREG(sb.st_mode) && access(out, X_OK) == 0)
+            return 0;
+        path += n;
+        if (*path == ':') path++;
+    }
+    return -1;
+}
+
+/* ---------------------------------------------------------------- scratch and checkpoints */
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    if (remove(path) < 0 && errno != ENOENT) log_warn("cannot remove %s: %s", path, strerror(errno));
+    return 0;
+}
+
+static void rm_tree(const char *dir) {
+    if (dir[0]) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* A restored file's name must stay a plain name inside the directory. */
+static int safe_file_name(const char *s) {
+    size_t n = strlen(s);
+    return n > 0 && n < 256 && s[0] != '.' && !strchr(s, '/');
+}
+
+/* Reads a wrapped checkpoint (a safetensors file with one U8 tensor "file"
+ * and the file's name in the metadata) and writes the file into ckdir under
+ * that name. 0, or -1 with err. */
+static int ckpt_unwrap(cmd_run *r, const char *wrapped, char *err, size_t errlen) {
+    int rc = -1, in = -1, outfd = -1;
+    char *hdr = NULL;
+    cJSON *h = NULL;
+    char tmp[PATH_MAX + 64] = "", dst[PATH_MAX + 300];
+    in = open(wrapped, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    unsigned char lenb[8];
+    if (in < 0 || fstat(in, &sb) < 0 || read(in, lenb, 8) != 8) {
+        snprintf(err, errlen, "cannot read the downloaded checkpoint: %s", strerror(errno));
+        goto out;
+    }
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = (hlen << 8) | lenb[i];
+    if (hlen < 2 || hlen > CMD_HEADER_MAX || (uint64_t)sb.st_size < 8 + hlen) {
+        snprintf(err, errlen, "the job's latest checkpoint is not a safetensors file");
+        goto out;
+    }
+    hdr = xmalloc((size_t)hlen + 1);
+    if (read(in, hdr, (size_t)hlen) != (ssize_t)hlen) {
+        snprintf(err, errlen, "the job's latest checkpoint is truncated");
+        goto out;
+    }
+    hdr[hlen] = '\0';
+    h = cJSON_Parse(hdr);
+    const cJSON *meta = cJSON_GetObjectItemCaseSensitive(h, "__metadata__");
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(meta, "format");
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(meta, "file_name");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(h, "file");
+    const cJSON *offs = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "trainyard-file") != 0 || !cJSON_IsString(name) ||
+        cJSON_GetArraySize(offs) != 2) {
+        snprintf(err, errlen, "the job's latest checkpoint is not a wrapped file (format \"trainyard-file\")");
+        goto out;
+    }
+    if (!safe_file_name(name->valuestring)) {
+        snprintf(err, errlen, "the checkpoint's file name is not a plain name");
+        goto out;
+    }
+    double a = cJSON_GetArrayItem(offs, 0)->valuedouble, b = cJSON_GetArrayItem(offs, 1)->valuedouble;
+    uint64_t start = 8 + hlen + (uint64_t)a, end = 8 + hlen + (uint64_t)b;
+    if (a < 0 || b < a || end != (uint64_t)sb.st_size) {
+        snprintf(err, errlen, "the checkpoint's data offsets do not match its size");
+        goto out;
+    }
+    if (sfmt(tmp, sizeof tmp, "%s/.restore.tmp", r->ckdir) < 0 ||
+        sfmt(dst, sizeof dst, "%s/%s", r->ckdir, name->valuestring) < 0) {
+        snprintf(err, errlen, "checkpoint path too long");
+        goto out;
+    }
+    outfd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (outfd < 0 || lseek(in, (off_t)start, SEEK_SET) < 0) {
+        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    char chunk[1 << 16];
+    for (uint64_t left = end - start; left > 0;) {
+        ssize_t got = read(in, chunk, left < sizeof chunk ? (size_t)left : sizeof chunk);
+        if (got <= 0) {
+            snprintf(err, errlen, "cannot read the downloaded checkpoint");
+            goto out;
+        }
+        for (ssize_t off = 0; off < got;) {
+            ssize_t w = write(outfd, chunk + off, (size_t)(got - off));
+            if (w < 0) {
+                snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+                goto out;
+            }
+            off += w;
+        }
+        left -= (uint64_t)got;
+    }
+    if (close(outfd) < 0) {
+        outfd = -1;
+        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        goto out;
+    }
+    outfd = -1;
+    if (rename(tmp, dst) < 0 || stat(dst, &r->restored_st) < 0) {
+        snprintf(err, errlen, "cannot rename into %.300s: %s", dst, strerror(errno));
+        goto out;
+    }
+    tmp[0] = '\0';
+    snprintf(r->restored, sizeof r->restored, "%s", name->valuestring);
+    log_info("checkpoint restored: %s (%llu bytes) in %s", r->restored, (unsigned long long)(end - start), r->ckdir);
+    rc = 0;
+out:
+    if (outfd >= 0) close(outfd);
+    if (tmp[0]) unlink(tmp);
+    if (in >= 0) close(in);
+    cJSON_Delete(h);
+    free(hdr);
+    return rc;
+}
+
+/* Attempt >= 2: the job's latest checkpoint into ckdir (none: an empty dir). */
+static int ckpt_restore(cmd_run *r, char *err, size_t errlen) {
+    char path[128], wrapped[PATH_MAX + 32];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/latest", (long long)r->cfg.job);
+    if (sfmt(wrapped, sizeof wrapped, "%s/latest.safetensors", r->scratch) < 0) {
+        snprintf(err, errlen, "scratch path too long");
+        return -1;
+    }
+    int64_t backoff = 0;
+    long saved = r->cl.timeout_ms;
+    r->cl.timeout_ms = 600000;
+    int rc = -1;
+    for (;;) {
+        long st = 0;
+        char sha_hdr[65] = "", sha_got[65] = "", derr[256] = "";
+        uint64_t size = 0;
+        buf eb;
+        buf_init(&eb, 4096);
+        int e = client_download(&r->cl, path, wrapped, &st, sha_hdr, sha_got, NULL, 0, &size, &eb, derr, sizeof derr);
+        buf_release(&eb);
+        if (e == 0 && st == 404) {
+            log_info("attempt %d: the job has no checkpoint yet: the checkpoint directory starts empty", r->cfg.attempt);
+            rc = 0;
+            break;
+        }
+        if (e == 0 && st == 200 && sha_hdr[0] && strcasecmp(sha_hdr, sha_got) == 0) {
+            rc = ckpt_unwrap(r, wrapped, err, errlen);
+            if (rc < 0) {
+                log_warn("%s: the checkpoint directory starts empty", err);
+                rc = 0;
+            }
+            break;
+        }
+        if (e == 0 && st != 200 && st < 500 && st != 429) {
+            snprintf(err, errlen, "GET %s answered %ld", path, st);
+            break;
+        }
+        log_warn("cannot fetch the latest checkpoint (%s); retrying",
+                 e < 0 ? derr : st == 200 ? "checksum mismatch" : "server error");
+        if (wait_retry(r, &backoff) < 0) {
+            snprintf(err, errlen, "stopped before the program started");
+            break;
+        }
+    }
+    unlink(wrapped);
+    r->cl.timeout_ms = saved;
+    return rc;
+}
+
+typedef struct upload_src {
+    const char *head;            /* 8-byte length + header */
+    size_t head_len, head_off;
+    int fd;
+} upload_src;
+
+static size_t upload_read(char *p, size_t size, size_t n, void *ud) {
+    upload_src *u = ud;
+    size_t want = size * n, got = 0;
+    if (u->head_off < u->head_len) {
+        got = u->head_len - u->head_off < want ? u->head_len - u->head_off : want;
+        memcpy(p, u->head + u->head_off, got);
+        u->head_off += got;
+        return got;
+    }
+    ssize_t r = read(u->fd, p, want);
+    return r < 0 ? CURL_READFUNC_ABORT : (size_t)r;
+}
+
+static size_t sink(char *p, size_t size, size_t n, void *ud) {
+    (void)buf_append((buf *)ud, p, size * n); /* bounded: the rest of an error body is dropped */
+    return size * n;
+}
+
+/* PUT the wrapped file: the HTTP status, 0 when the server was not reached. */
+static long ckpt_put(cmd_run *r, const char *url, const char *sha, upload_src *u, uint64_t total, char *err,
+                     size_t errlen) {
+    CURL *h = curl_easy_init();
+    if (!h) {
+        snprintf(err, errlen, "curl_easy_init failed");
+        return 0;
+    }
+    char auth[320], hsum[128];
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", r->cfg.token);
+    snprintf(hsum, sizeof hsum, "X-Checksum-Sha256: %s", sha);
+    struct curl_slist *hdr = curl_slist_append(NULL, auth);
+    hdr = curl_slist_append(hdr, hsum);
+    hdr = curl_slist_append(hdr, "Content-Type: application/octet-stream");
+    hdr = curl_slist_append(hdr, "Expect:");
+    buf reply;
+    buf_init(&reply, 1 << 16);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_READFUNCTION, upload_read);
+    curl_easy_setopt(h, CURLOPT_READDATA, u);
+    curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)total);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &reply);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 600000L);
+    CURLcode rc = curl_easy_perform(h);
+    long st = 0;
+    if (rc == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
+    else snprintf(err, errlen, "%.160s: %.80s", url, curl_easy_strerror(rc));
+    if (st && st != 201 && st != 200)
+        snprintf(err, errlen, "answered %ld: %.200s", st, reply.data ? reply.data : "");
+    buf_release(&reply);
+    curl_slist_free_all(hdr);
+    curl_easy_cleanup(h);
+    return st;
+}
+
+/* The newest regular file directly in ckdir (names starting with '.' are
+ * temporary and skipped): 1 with its name and stat, 0 when none. */
+static int ckpt_newest(const char *dir, char name[256], struct stat *out) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int found = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.' || strlen(e->d_name) >= 256) continue;
+        char p[PATH_MAX + 300];
+        struct stat sb;
+        if (sfmt(p, sizeof p, "%s/%s", dir, e->d_name) < 0 || lstat(p, &sb) < 0 || !S_ISREG(sb.st_mode)) continue;
+        int newer = !found || sb.st_mtim.tv_sec > out->st_mtim.tv_sec ||
+                    (sb.st_mtim.tv_sec == out->st_mtim.tv_sec && sb.st_mtim.tv_nsec > out->st_mtim.tv_nsec);
+        if (newer) {
+            *out = sb;
+            snprintf(name, 256, "%s", e->d_name);
+            found = 1;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+/* The chief, once its program is gone: the newest file of the checkpoint
+ * directory as the job's checkpoint, wrapped in a safetensors file that
+ * keeps its name. Retries while the server is away, until deadline_s.
+ * 0 when uploaded or nothing to upload, -1 when it could not be delivered. */
+static int ckpt_upload(cmd_run *r, int deadline_s) {
+    char name[256];
+    struct stat sb;
+    memset(&sb, 0, sizeof sb);
+    if (!ckpt_newest(r->ckdir, name, &sb)) {
+        log_info("no file in the checkpoint directory: no checkpoint uploaded");
+        return 0;
+    }
+    if (r->restored[0] && strcmp(name, r->restored) == 0 && sb.st_size == r->restored_st.st_size &&
+        sb.st_mtim.tv_sec == r->restored_st.st_mtim.tv_sec && sb.st_mtim.tv_nsec == r->restored_st.st_mtim.tv_nsec) {
+        log_info("checkpoint %s unchanged since it was restored: not uploaded again", name);
+        return 0;
+    }
+    /* the header: the file's name and where it came from, one U8 tensor */
+    cJSON *h = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(h, "__metadata__");
+    char v[64];
+    if (!h || !meta) abort();
+    cJSON_AddStringToObject(meta, "format", "trainyard-file");
+    cJSON_AddStringToObject(meta, "file_name", name);
+    snprintf(v, sizeof v, "%lld", (long long)r->cfg.job);
+    cJSON_AddStringToObject(meta, "job", v);
+    snprintf(v, sizeof v, "%d", r->cfg.attempt);
+    cJSON_AddStringToObject(meta, "attempt", v);
+    cJSON_AddStringToObject(meta, "task", r->task_name);
+    snprintf(v, sizeof v, "%ld", r->seen_step);
+    cJSON_AddStringToObject(meta, "step", v);
+    snprintf(v, sizeof v, "%ld", r->seen_epoch);
+    cJSON_AddStringToObject(meta, "epoch", v);
+    cJSON *t = cJSON_AddObjectToObject(h, "file");
+    cJSON_AddStringToObject(t, "dtype", "U8");
+    cJSON *shape = cJSON_AddArrayToObject(t, "shape");
+    cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)sb.st_size));
+    cJSON *offs = cJSON_AddArrayToObject(t, "data_offsets");
+    cJSON_AddItemToArray(offs, cJSON_CreateNumber(0));
+    cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)sb.st_size));
+    char *hj = cJSON_PrintUnformatted(h);
+    cJSON_Delete(h);
+    if (!hj) abort();
+    size_t hl = strlen(hj), padded = (hl + 7) / 8 * 8;
+    char *head = xmalloc(8 + padded);
+    for (int i = 0; i < 8; i++) head[i] = (char)(((uint64_t)padded >> (8 * i)) & 0xff);
+    memcpy(head + 8, hj, hl);
+    memset(head + 8 + hl, ' ', padded - hl);
+    free(hj);
+    uint64_t total = 8 + padded + (uint64_t)sb.st_size;
+    int rc = -1;
+    char path[PATH_MAX + 300], url[1024], err[512] = "", sha[65];
+    int fd = -1;
+    if (total > (uint64_t)CMD_CKPT_MAX) {
+        log_error("checkpoint %s is %lld bytes: more than the API takes (1 GiB); not uploaded", name,
+                  (long long)sb.st_size);
+        goto out;
+    }
+    if (sfmt(path, sizeof path, "%s/%s", r->ckdir, name) < 0 || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+        log_error("cannot open checkpoint %s: %s", name, strerror(errno));
+        goto out;
+    }
+    sha256_stream ss;
+    if (sha256_stream_init(&ss) < 0) abort();
+    sha256_stream_update(&ss, head, 8 + padded);
+    char chunk[1 << 16];
+    uint64_t seen = 0;
+    for (;;) {
+        ssize_t got = read(fd, chunk, sizeof chunk);
+        if (got < 0) {
+            sha256_stream_final(&ss, sha);
+            log_error("cannot read checkpoint %s: %s", name, strerror(errno));
+            goto out;
+        }
+        if (got == 0) break;
+        sha256_stream_update(&ss, chunk, (size_t)got);
+        seen += (uint64_t)got;
+    }
+    sha256_stream_final(&ss, sha);
+    if (seen != (uint64_t)sb.st_size) {
+        log_error("checkpoint %s changed while it was read; not uploaded", name);
+        goto out;
+    }
+    snprintf(url, sizeof url, "%s/api/v1/jobs/%lld/checkpoints?step=%ld&epoch=%ld", r->cfg.api, (long long)r->cfg.job,
+             r->seen_step, r->seen_epoch);
+    int64_t end = mono_ms() + (int64_t)deadline_s * 1000, backoff = 0;
+    for (;;) {
+        upload_src u = {head, 8 + padded, 0, fd};
+        if (lseek(fd, 0, SEEK_SET) < 0) break;
+        long st = ckpt_put(r, url, sha, &u, total, err, sizeof err);
+        if (st == 201 || st == 200) {
+            log_info("checkpoint uploaded: %s (%lld bytes, step %ld, epoch %ld, sha256 %.16s...)", name,
+                     (long long)sb.st_size, r->seen_step, r->seen_epoch, sha);
+            rc = 0;
+            break;
+        }
+        if (st && st < 500 && st != 429) {
+            log_error("checkpoint upload refused: %s", err);
+            break;
+        }
+        if (mono_ms() >= end) {
+            log_error("checkpoint upload failed (%s); giving up", st ? err : err[0] ? err : "server error");
+            break;
+        }
+        log_warn("checkpoint upload failed (%s); retrying", err);
+        backoff = backoff ? backoff * 2 : BACKOFF_MIN_MS;
+        if (backoff > BACKOFF_MAX_MS) backoff = BACKOFF_MAX_MS;
+        usleep((useconds_t)backoff * 1000);
+    }
+out:
+    if (fd >= 0) close(fd);
+    free(head);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the program */
+
+typedef struct linebuf {
+    int fd;                      /* -1 once closed */
+    int is_stdout;
+    char *data;                  /* (CMD_LINE_MAX) */
+    size_t len;
+} linebuf;
+
+/* One line of the program's output: to the worker's stdout (the agent ships
+ * it as the task's log), and a metric when it is one on the chief's stdout. */
+static void line_out(cmd_run *r, linebuf *lb, const char *s, size_t n, int whole) {
+    char *line = xmalloc(n + 2);
+    memcpy(line, s, n);
+    line[n] = '\n';
+    line[n + 1] = '\0';
+    fwrite(line, 1, n + 1, stdout);
+    fflush(stdout);
+    line[n] = '\0';
+    size_t pl = sizeof METRIC_PREFIX - 1;
+    if (whole && lb->is_stdout && r->snd && n > pl && strncmp(line, METRIC_PREFIX, pl) == 0) metric_line(r, line + pl);
+    free(line);
+}
+
+/* Reads what is there; splits it into lines. Closes fd at EOF. */
+static void lb_read(cmd_run *r, linebuf *lb) {
+    for (;;) {
+        ssize_t got = read(lb->fd, lb->data + lb->len, CMD_LINE_MAX - lb->len);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (got <= 0) {
+            if (lb->len) line_out(r, lb, lb->data, lb->len, 1);
+            lb->len = 0;
+            close(lb->fd);
+            lb->fd = -1;
+            return;
+        }
+        lb->len += (size_t)got;
+        size_t start = 0;
+        for (size_t i = lb->len - (size_t)got; i < lb->len; i++) {
+            if (lb->data[i] != '\n') continue;
+            size_t end = i;
+            if (end > start && lb->data[end - 1] == '\r') end--;
+            line_out(r, lb, lb->data + start, end - start, 1);
+            start = i + 1;
+        }
+        memmove(lb->data, lb->data + start, lb->len - start);
+        lb->len -= start;
+        if (lb->len == CMD_LINE_MAX) { /* a very long line: forwarded in pieces */
+            line_out(r, lb, lb->data, lb->len, 0);
+            lb->len = 0;
+        }
+    }
+}
+
+/* errno as text without stdio, for the child between fork and exec */
+static void child_fail(const char *what, const char *arg, int err) {
+    char msg[512];
+    size_t n = 0;
+    const char *parts[] = {"trainyard worker: error: ", what, arg, ": ",
+                           err == ENOENT ? "no such file or directory" : err == EACCES ? "permission denied"
+                                                                       : err == ENOEXEC ? "not an executable format"
+                                                                                        : "cannot execute",
+                           "\n"};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
+        for (const char *p = parts[i]; *p && n < sizeof msg; p++) msg[n++] = *p;
+    ssize_t w = write(2, msg, n);
+    (void)w;
+}
+
+/* fork + exec in a new process group; the pipes' read ends in out/errfd. */
+static pid_t program_start(cmd_run *r, const char *exe, char *const envp[], const char *wd, int *outfd, int *errfd) {
+    int po[2] = {-1, -1}, pe[2] = {-1, -1};
+    if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
+        if (po[0] >= 0) close(po[0]), close(po[1]);
+        return -1;
+    }
+    char *const *argv = r->spec->command.argv;
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(po[0]), close(po[1]), close(pe[0]), close(pe[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        /* only async-signal-safe calls from here to exec */
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* the worker gone: so is the program */
+        if (getppid() != parent) _exit(126);
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = SIG_DFL;
+        for (int s = 1; s < NSIG; s++) sigaction(s, &sa, NULL);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull >= 0) dup2(devnull, 0);
+        if (dup2(po[1], 1) < 0 || dup2(pe[1], 2) < 0) _exit(126);
+        if (wd[0] && chdir(wd) < 0) {
+            child_fail("cannot enter the working directory ", wd, errno);
+            _exit(126);
+        }
+        execve(exe, argv, envp);
+        child_fail("cannot start ", exe, errno);
+        _exit(127);
+    }
+    setpgid(pid, pid); /* also here: a signal right after fork finds the group */
+    close(po[1]);
+    close(pe[1]);
+    fcntl(po[0], F_SETFL, fcntl(po[0], F_GETFL) | O_NONBLOCK);
+    fcntl(pe[0], F_SETFL, fcntl(pe[0], F_GETFL) | O_NONBLOCK);
+    *outfd = po[0];
+    *errfd = pe[0];
+    return pid;
+}
+
+/* Runs the program to its end: forwards its output, relays a stop (SIGTERM
+ * to its group, SIGKILL after the grace period), kills what it left in its
+ * group once it exited. Returns its wait status; *stopped when a stop came
+ * before it exited. */
+static int program_wait(cmd_run *r, pid_t pid, int outfd, int errfd, int *stopped) {
+    linebuf lb[2] = {{outfd, 1, xmalloc(CMD_LINE_MAX), 0}, {errfd, 0, xmalloc(CMD_LINE_MAX), 0}};
+    int exited = 0, status = 0, term_sent = 0, kill_sent = 0;
+    int64_t kill_at = 0, exit_ms = 0;
+    *stopped = 0;
+    for (;;) {
+        struct pollfd p[2];
+        int n = 0;
+        for (int i = 0; i < 2; i++)
+            if (lb[i].fd >= 0) p[n++] = (struct pollfd){.fd = lb[i].fd, .events = POLLIN};
+        if (n == 0 && exited) break;
+        if (n) poll(p, (nfds_t)n, 100);
+        else usleep(50 * 1000);
+        for (int i = 0; i < 2; i++)
+            if (lb[i].fd >= 0) lb_read(r, &lb[i]);
+        int64_t now = mono_ms();
+        if (r->held_step && now - r->last_step_ms >= CMD_STEP_MS) held_flush(r);
+        if (!exited) {
+            siginfo_t si;
+            memset(&si, 0, sizeof si);
+            /* WNOWAIT: the zombie keeps its pid (and so its group id) from
+             * reuse while the group is killed */
+            if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == pid) {
+                kill(-pid, SIGKILL); /* whatever it left running in its group */
+                waitpid(pid, &status, 0);
+                exited = 1;
+                exit_ms = now;
+                continue;
+            }
+            if (*r->stop && !term_sent) {
+                log_info("stop: SIGTERM to the program (SIGKILL in %d s)", CMD_STOP_GRACE_MS / 1000);
+                kill(-pid, SIGTERM);
+                term_sent = 1;
+                *stopped = 1;
+                kill_at = now + CMD_STOP_GRACE_MS;
+            } else if (term_sent && !kill_sent && now >= kill_at) {
+                log_warn("the program did not exit within %d s of SIGTERM: SIGKILL", CMD_STOP_GRACE_MS / 1000);
+                kill(-pid, SIGKILL);
+                kill_sent = 1;
+            }
+        } else if (now - exit_ms > CMD_DRAIN_MS) {
+            break; /* something outside the group still holds the pipes */
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        if (lb[i].fd >= 0) {
+            if (lb[i].len) line_out(r, &lb[i], lb[i].data, lb[i].len, 1);
+            close(lb[i].fd);
+        }
+        free(lb[i].data);
+    }
+    held_flush(r);
+    return status;
+}
+
+/* ---------------------------------------------------------------- run */
+
+int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *stop) {
+    cmd_run *r = xcalloc(1, sizeof *r);
+    msender snd;
+    memset(&snd, 0, sizeof snd);
+    char err[512] = "";
+    char **envp = NULL;
+    int ret = WORKER_EXIT_FAILED;
+    r->spec = spec;
+    r->stop = stop;
+    r->seen_step = 0;
+    if (config_parse(config, &r->cfg, err, sizeof err) < 0) goto fail;
+    const cconfig *c = &r->cfg;
+    r->chief = !c->is_ps && c->index == 0;
+    snprintf(r->task_name, sizeof r->task_name, "%s-%d", c->is_ps ? "ps" : "worker", c->index);
+    if (!c->is_ps && c->n_workers != spec->resources.workers) {
+        snprintf(err, sizeof err, "the cluster has %d workers but the spec asks for %d", c->n_workers,
+                 spec->resources.workers);
+        goto fail;
+    }
+    log_info("job %lld attempt %d: command %s (%d argument(s)), %s of %d worker(s)%s", (long long)c->job, c->attempt,
+             spec->command.argv[0], spec->command.argc - 1, r->task_name, c->n_workers, c->n_ps ? " and ps" : "");
+
+    /* the working directory: under the agent's data root (else its cwd) */
+    char wd[PATH_MAX] = "";
+    const char *root = getenv("TRAINYARD_DATA_ROOT");
+    if (spec->command.working_dir[0]) {
+        struct stat sb;
+        if (sfmt(wd, sizeof wd, "%s/%s", root && *root ? root : ".", spec->command.working_dir) < 0) {
+            snprintf(err, sizeof err, "command.working_dir too long");
+            goto fail;
+        }
+        if (stat(wd, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
+            snprintf(err, sizeof err, "command.working_dir %.200s is not a directory under %s (%s)",
+                     spec->command.working_dir, root && *root ? root : "the agent's working directory",
+                     strerror(errno ? errno : ENOTDIR));
+            goto fail;
+        }
+    } else if (root && *root) {
+        snprintf(wd, sizeof wd, "%s", root);
+    }
+
+    const char *tmp = getenv("TMPDIR");
+    if (sfmt(r->scratch, sizeof r->scratch, "%s/trainyard-job%lld-XXXXXX", tmp && *tmp ? tmp : "/tmp",
+             (long long)c->job) < 0 ||
+        !mkdtemp(r->scratch)) {
+        snprintf(err, sizeof err, "cannot make a scratch directory: %s", strerror(errno));
+        r->scratch[0] = '\0';
+        goto fail;
+    }
+    if (sfmt(r->ckdir, sizeof r->ckdir, "%s/checkpoint", r->scratch) < 0 || mkdir(r->ckdir, 0700) < 0) {
+        snprintf(err, sizeof err, "cannot make the checkpoint directory: %s", strerror(errno));
+        goto fail;
+    }
+    if (client_init(&r->cl, c->api, c->token) < 0) {
+        snprintf(err, sizeof err, "cannot make an HTTP client");
+        goto fail;
+    }
+    r->have_client = 1;
+    r->cl.timeout_ms = 30000;
+
+    int64_t last_seq = 0;
+    if (r->chief && fetch_last_seq(r, &last_seq, err, sizeof err) < 0) goto fail_stop;
+    if (c->attempt >= 2 && ckpt_restore(r, err, sizeof err) < 0) goto fail_stop;
+    if (rendezvous(r, err, sizeof err) < 0) goto fail_stop;
+    log_info("all %d task(s) joined: MASTER_ADDR=%s MASTER_PORT=%d, this task %s:%d", c->n_workers + c->n_ps,
+             r->peer_w[0].host, r->peer_w[0].port,
+             c->is_ps ? r->peer_ps[c->index].host : r->peer_w[c->index].host,
+             c->is_ps ? r->peer_ps[c->index].port : r->peer_w[c->index].port);
+
+    envp = env_build(r);
+    char exe[PATH_MAX];
+    if (exe_resolve(spec->command.argv[0], envp, exe, sizeof exe) < 0) {
+        snprintf(err, sizeof err, "command not found: %.200s (PATH=%.200s)", spec->command.argv[0],
+                 env_get(envp, "PATH") ? env_get(envp, "PATH") : "");
+        ret = 127;
+        goto fail_ret;
+    }
+    if (*stop) {
+        snprintf(err, sizeof err, "stopped before the program started");
+        goto fail_stop;
+    }
+    int outfd = -1, errfd = -1;
+    pid_t pid = program_start(r, exe, envp, wd, &outfd, &errfd);
+    if (pid < 0) {
+        snprintf(err, sizeof err, "cannot start %.200s: %s", exe, strerror(errno));
+        goto fail;
+    }
+    log_info("started %s (pid %d)%s%s", exe, (int)pid, wd[0] ? " in " : "", wd);
+    /* threads only after the fork: the child runs no code of ours */
+    if (r->chief) {
+        if (sender_start(&snd, c, last_seq + 1) < 0) abort();
+        r->snd = &snd;
+    }
+    int stopped = 0;
+    int64_t t0 = mono_ms();
+    int status = program_wait(r, pid, outfd, errfd, &stopped);
+    int code, sig;
+    char why[128];
+    proc_exit_describe(status, &code, &sig, why, sizeof why);
+    log_info("the program %s after %.1f s%s", why, (double)(mono_ms() - t0) / 1000.0,
+             stopped ? " (stopped)" : "");
+    ret = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+    if (stopped) ret = WORKER_EXIT_STOPPED; /* a stop is never reported as success */
+    if (r->chief) {
+        int budget = stopped ? CMD_STOP_FLUSH_S : CMD_FINAL_FLUSH_S;
+        int up = ckpt_upload(r, budget);
+        int drained = sender_drain(&snd, budget);
+        if (r->metric_lines)
+            log_info("%ld metric line(s) read, %ld ignored%s", r->metric_lines, r->metric_bad,
+                     snd.dropped ? " (some step metrics dropped while the server was away)" : "");
+        if ((up < 0 || drained < 0) && ret == 0) {
+            snprintf(err, sizeof err, "the program succeeded, but the server did not take its %s",
+                     up < 0 ? "checkpoint" : "metrics");
+            goto fail;
+        }
+    }
+    goto out;
+
+fail_stop:
+    if (*stop) ret = WORKER_EXIT_STOPPED;
+    goto fail_ret;
+fail:
+    ret = WORKER_EXIT_FAILED;
+fail_ret:
+    if (ret == WORKER_EXIT_STOPPED) {
+        log_info("%s", err);
+    } else {
+        fprintf(stderr, "trainyard worker: error: %s\n", err);
+        fflush(stderr);
+    }
+out:
+    sender_stop(&snd);
+    cJSON_Delete(r->held_step);
+    env_free(envp);
+    if (r->have_client) client_release(&r->cl);
+    rm_tree(r->scratch);
+    free(r->peer_w);
+    free(r->peer_ps);
+    config_release(&r->cfg);
+    free(r);
+    return ret;
+}
