@@ -176,6 +176,21 @@ bench-allreduce:
 bench-scaling: all
 	bench/scaling/run.sh
 
+# ------------------------------------------------------------------ faults and load (docs/reliability.md)
+# test-faults: tests/check_faults in its long form (FAULTS_LONG=1: 500
+# submissions across a server kill -9, worker and agent kill -9, cut and bad
+# checkpoint uploads, a full tmpfs, 64 writers x 60 rounds) on the sanitized
+# build; `make test` runs its short form with every other test.
+# bench-load: bench/load/run.sh (wrk while 2 jobs train, slurmrestd peer).
+.PHONY: test-faults bench-load
+test-faults: deps
+	$(MAKE) --no-print-directory SAN=1 CUDA=0 BUILD=build/asan build/asan/trainyard build/asan/tests/check_faults
+	TRAINYARD_BIN=$$PWD/build/asan/trainyard FAULTS_LONG=1 OPENBLAS_NUM_THREADS=1 build/asan/tests/check_faults
+
+bench-load: all
+	bench/load/run.sh
+# ------------------------------------------------------------------ end of faults and load
+
 # ------------------------------------------------------------------ GPU (docs/gpu.md)
 # nvcc: Hopper machine code plus PTX; no C++ runtime in the objects (the
 # link is cc's). CUDA_ARCH="-arch=native" on a machine with a GPU.

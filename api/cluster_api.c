@@ -1,11 +1,11 @@
-/* cluster_api.c - POST /nodes (register or re-register by hostname),
- * POST /nodes/{id}/heartbeat, GET /cluster (nodes, devices, holders,
+/* cluster_api.c - POST /nodes (register or re-register by hostname, with
+ * the join token; answers the node's own token), POST /nodes/{id}/heartbeat,
+ * DELETE /nodes/{id}/token (revoke), GET /cluster (nodes, devices, holders,
  * utilisation), GET /queue (the order the scheduler considers jobs, why each
  * waits, estimated starts), PATCH|POST /teams/{name} (weight, guarantee,
  * quota). A team token sees its own jobs only: another team's holder or
  * queue entry shows without its job id. */
 #include "cluster_api.h"
-#include "exec_api.h"
 #include "../storage/exec_store.h"
 #include "routes.h"
 #include "../scheduler/scheduler.h"
@@ -154,10 +154,23 @@ static void node_register(server *srv, http_req *req, http_res *res)
         unavailable(res);
         goto out;
     }
-    exec_node_registered(id);
+    /* The node's own token, from now on the only one it may use: minted
+     * here, shown once, stored hashed; the node's earlier tokens are revoked
+     * (an agent that restarts registers again with the join token). */
+    char tok[128], hash[65];
+    if (random_token(tok, sizeof tok) < 0) {
+        http_error(res, 500, "internal", NULL, "cannot make a random token");
+        goto out;
+    }
+    sha256_hex(tok, strlen(tok), hash);
+    if (cluster_node_token_issue(srv->db, id, hash, now_ms()) < 0) {
+        unavailable(res);
+        goto out;
+    }
     api_kick_scheduler(srv);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)id);
+    cJSON_AddStringToObject(o, "token", tok);
     cJSON_AddStringToObject(o, "hostname", hostname);
     cJSON_AddNumberToObject(o, "gpus", ngpu);
     cJSON_AddNumberToObject(o, "cpu_slots", (double)cpu_slots);
@@ -168,11 +181,23 @@ out:
     cJSON_Delete(body);
 }
 
+/* A node token acts for its own node only: 0, or -1 after answering 403. */
+int api_node_scope(const http_req *req, http_res *res, int64_t node)
+{
+    if (req->who.kind == TOKEN_NODE && req->who.node_id != node) {
+        http_error(res, 403, "forbidden", NULL, "the token of node %lld may not act for node %lld",
+                   (long long)req->who.node_id, (long long)node);
+        return -1;
+    }
+    return 0;
+}
+
 /* POST /api/v1/nodes/{id}/heartbeat */
 static void node_heartbeat(server *srv, http_req *req, http_res *res)
 {
     int64_t id = http_param_id(req, res, 0, "node");
     if (id < 0) return;
+    if (api_node_scope(req, res, id) < 0) return;
     int rc = cluster_node_heartbeat(srv->db, id, now_ms());
     if (rc < 0) { unavailable(res); return; }
     if (rc > 0) {
@@ -182,6 +207,29 @@ static void node_heartbeat(server *srv, http_req *req, http_res *res)
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)id);
     cJSON_AddStringToObject(o, "state", "ready");
+    http_json(res, 200, o);
+}
+
+/* DELETE /api/v1/nodes/{id}/token (admin): revokes the node's tokens; its
+ * agent's requests get 401 until it registers again with the join token. */
+static void node_token_revoke(server *srv, http_req *req, http_res *res)
+{
+    int64_t id = http_param_id(req, res, 0, "node");
+    if (id < 0) return;
+    char hostname[CL_NAME_MAX] = "";
+    int n = cluster_node_token_revoke(srv->db, id, now_ms(), hostname, sizeof hostname);
+    if (n == -2) {
+        http_error(res, 404, "not_found", NULL, "no node %lld", (long long)id);
+        return;
+    }
+    if (n < 0) { unavailable(res); return; }
+    char actor[96];
+    http_actor(req, actor, sizeof actor);
+    log_info("node %lld (%s): %d token(s) revoked by %s", (long long)id, hostname, n, actor);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)id);
+    cJSON_AddStringToObject(o, "hostname", hostname);
+    cJSON_AddNumberToObject(o, "revoked", n);
     http_json(res, 200, o);
 }
 
@@ -397,8 +445,9 @@ out:
 }
 
 const route api_cluster_routes[] = {
-    {"POST", "/api/v1/nodes", node_register, ALLOW_NODE | ALLOW_ADMIN, 0},
+    {"POST", "/api/v1/nodes", node_register, ALLOW_JOIN | ALLOW_ADMIN, 0},
     {"POST", "/api/v1/nodes/{id}/heartbeat", node_heartbeat, ALLOW_NODE | ALLOW_ADMIN, 0},
+    {"DELETE", "/api/v1/nodes/{id}/token", node_token_revoke, ALLOW_ADMIN, 0},
     {"GET", "/api/v1/cluster", cluster_get, ALLOW_USER, 0},
     {"GET", "/api/v1/queue", queue_get, ALLOW_USER, 0},
     {"PATCH", "/api/v1/teams/{name}", team_shares, ALLOW_ADMIN, 0},

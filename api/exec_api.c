@@ -3,14 +3,16 @@
  * task report means for its job is scheduler/lifecycle.c.
  *
  * Scope: a task token touches only its own job, a team token its team's
- * jobs, the admin all; another job is a 404 (ids do not leak). The node
- * token is one shared secret of all agents, so it cannot be tied to one node:
- * it may act on any node's tasks. */
+ * jobs, the admin all; another job is a 404 (ids do not leak). A node token
+ * (minted at registration) acts for its own node: its assignments, its
+ * tasks' reports, logs of jobs with a task on it; another node's is a 403. */
 #include "exec_api.h"
+#include "cluster_api.h"
 #include "routes.h"
 #include "jobspec.h"
 #include "../scheduler/lifecycle.h"
 #include "../server/server.h"
+#include "../storage/cluster.h"
 #include "../storage/exec_store.h"
 #include "../storage/store.h"
 
@@ -202,6 +204,7 @@ fail:
 static void node_assignments(server *srv, http_req *req, http_res *res) {
     int64_t node = http_param_id(req, res, 0, "node");
     if (node < 0) return;
+    if (api_node_scope(req, res, node) < 0) return;
     long wait;
     if (http_query_long(req, res, "wait", 0, WAIT_MAX_S, 0, &wait) < 0) return;
     int rc = exec_node_exists(srv->db, node);
@@ -278,6 +281,15 @@ static int json_int(const cJSON *v, long lo, long hi, long *out) {
 static void task_status(server *srv, http_req *req, http_res *res) {
     int64_t id = http_param_id(req, res, 0, "task");
     if (id < 0) return;
+    if (req->who.kind == TOKEN_NODE) {
+        int64_t on = 0;
+        int rc = cluster_task_node(srv->db, id, &on);
+        if (rc < 0) {
+            db_unavailable(res);
+            return;
+        }
+        if (rc == 0 && api_node_scope(req, res, on) < 0) return;
+    }
     cJSON *body = http_body_json(req, res);
     if (!body) return;
     const char *state = NULL, *reason = NULL, *tail = NULL;
@@ -663,6 +675,16 @@ static const char *task_query(http_req *req, http_res *res, int required) {
 static void logs_post(server *srv, http_req *req, http_res *res) {
     exec_job j;
     if (job_param(srv, req, res, 0, &j) < 0) return;
+    if (req->who.kind == TOKEN_NODE) {
+        int on = cluster_node_runs_job(srv->db, req->who.node_id, j.id);
+        if (on <= 0) {
+            exec_job_release(&j);
+            if (on < 0) db_unavailable(res);
+            else http_error(res, 403, "forbidden", NULL, "node %lld runs no task of job %lld",
+                            (long long)req->who.node_id, (long long)j.id);
+            return;
+        }
+    }
     const char *task = task_query(req, res, 1);
     if (!task) return;
     char path[PATH_MAX + 64];

@@ -76,6 +76,7 @@ static int admit(server *srv, const jobspec *spec, char *msg, size_t cap, const 
 
 /* POST /api/v1/jobs */
 static void job_submit(server *srv, http_req *req, http_res *res) {
+    if (http_require_json(req, res) < 0) return;
     if (req->body.len == 0) {
         http_error(res, 400, "bad_json", NULL, "the request body is empty; a job spec (JSON) was expected");
         return;

@@ -80,6 +80,7 @@ typedef struct agent {
     char exe[PATH_MAX];
     client http;                 /* main thread only */
     int64_t node_id;             /* guarded by mu for the poller */
+    char node_token[256];        /* this node's own token from POST /nodes (memory only); guarded by mu */
     int need_register;
 
     task *tasks[AGENT_MAX_TASKS];
@@ -194,15 +195,23 @@ static int agent_register(agent *a) {
     cJSON_Delete(o);
     if (!body) return -1;
     char *reply = NULL;
+    /* Registration uses the join token (--token, DATA/node.token); every
+     * other call the node's own token that it answers. */
+    snprintf(a->http.token, sizeof a->http.token, "%s", a->opt.token);
     long st = agent_call(a, "POST", "/api/v1/nodes", body, strlen(body), NULL, &reply);
     free(body);
     int rc = -1;
     if (st == 200 || st == 201) {
         cJSON *r = cJSON_Parse(reply ? reply : "");
         cJSON *id = r ? cJSON_GetObjectItem(r, "id") : NULL;
-        if (cJSON_IsNumber(id) && id->valuedouble > 0) {
+        cJSON *tok = r ? cJSON_GetObjectItem(r, "token") : NULL;
+        if (cJSON_IsNumber(id) && id->valuedouble > 0 && id->valuedouble <= 9007199254740992.0) {
             pthread_mutex_lock(&a->mu);
             a->node_id = (int64_t)id->valuedouble;
+            if (cJSON_IsString(tok) && tok->valuestring[0] && strlen(tok->valuestring) < sizeof a->node_token)
+                snprintf(a->node_token, sizeof a->node_token, "%s", tok->valuestring);
+            else
+                a->node_token[0] = '\0'; /* a server without per-node tokens: keep the one given */
             pthread_mutex_unlock(&a->mu);
             a->need_register = 0;
             a->reg_failures = 0;
@@ -220,6 +229,7 @@ static int agent_register(agent *a) {
         register_refused(a);
     }
     free(reply);
+    snprintf(a->http.token, sizeof a->http.token, "%s", a->node_token[0] ? a->node_token : a->opt.token);
     return rc;
 }
 
@@ -229,6 +239,12 @@ static void agent_heartbeat(agent *a) {
     long st = agent_call(a, "POST", path, "{}", 2, NULL, NULL);
     if (st == 404) {
         log_warn("the server does not know node %lld: registering again", (long long)a->node_id);
+        a->need_register = 1;
+    } else if (st == 401) {
+        /* the node's token was revoked (DELETE /nodes/{id}/token) or the
+         * server lost it: a new one comes with a new registration */
+        log_warn("the server refused node %lld's token (revoked?): registering again with the join token",
+                 (long long)a->node_id);
         a->need_register = 1;
     } else if (st && st != 200 && st != 204) {
         log_warn("heartbeat answered %ld", st);
@@ -261,7 +277,8 @@ static void outbox_flush(agent *a) {
         outmsg *m = &a->outbox[a->out_head];
         char *reply = NULL;
         long st = agent_call(a, "POST", m->path, m->body, strlen(m->body), NULL, &reply);
-        if (st == 0 || st >= 500) {
+        if (st == 0 || st >= 500 || st == 401) {
+            if (st == 401) a->need_register = 1; /* the node's token is gone: keep the report, register again */
             free(reply);
             return;
         }
@@ -397,6 +414,10 @@ static int task_ship_logs(agent *a, task *t) {
         snprintf(path, sizeof path, "/api/v1/jobs/%lld/logs?task=%s", (long long)t->job, t->name);
         long st = agent_call(a, "POST", path, t->logs.data, n, "text/plain", NULL);
         if (st == 0 || st >= 500) return -1;
+        if (st == 401) { /* the node's token is gone: keep the output, register again */
+            a->need_register = 1;
+            return -1;
+        }
         if (st >= 300) log_warn("%s answered %ld: %zu bytes of output dropped", path, st, n);
         memmove(t->logs.data, t->logs.data + n, t->logs.len - n);
         t->logs.len -= n;
@@ -712,6 +733,7 @@ static void *poller_main(void *arg) {
     while (!a->quit) {
         pthread_mutex_lock(&a->mu);
         int64_t node = a->node_id;
+        if (a->node_token[0]) snprintf(c.token, sizeof c.token, "%s", a->node_token);
         pthread_mutex_unlock(&a->mu);
         if (!node) {
             usleep(200 * 1000);

@@ -295,11 +295,43 @@ static int apply_place(db *d, const snap *sp, const sched_result *r, const sched
     return 0;
 }
 
+/* Team usage is written at most once a second (it is an integral over
+ * time: a later write covers the gap), and at once when the pass changes
+ * what runs. */
+#define USAGE_EVERY_MS 1000
+
+/* Whether the pass has anything to write: placements, stops, a job past its
+ * max_runtime_s, a waiting reason that changed, team usage due. When not, no
+ * write transaction is opened (writers never queue behind an empty pass). */
+static int apply_needed(const snap *sp, const sched_result *r, int64_t now)
+{
+    if (r->n_place > 0 || r->n_stops > 0) return 1;
+    for (int x = 0; x < sp->s.n_running; x++) {
+        const sched_running *v = &sp->s.running[x];
+        if (!v->stopping && sp->cs.jobs[sp->run_job[x]].attempt_started_at && now > v->end_ms) return 1;
+    }
+    char why[CL_REASON_MAX];
+    for (int q = 0; q < sp->s.n_queued; q++) {
+        const sched_outcome *o = &r->out[q];
+        if (o->place >= 0) continue;
+        sched_reason_format(o, why, sizeof why);
+        if (strcmp(sp->cs.jobs[sp->q_job[q]].reason, why) != 0) return 1;
+    }
+    for (int t = 0; t < sp->s.n_teams; t++)
+        if (now - sp->cs.teams[t].usage_at >= USAGE_EVERY_MS) return 1;
+    return 0;
+}
+
 static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r, int64_t now,
                  sched_pass_stats *st)
 {
+    if (!apply_needed(sp, r, now)) {
+        for (int q = 0; q < sp->s.n_queued; q++) st->waiting += r->out[q].place < 0;
+        return 0;
+    }
     if (db_begin(d) < 0) return -1;
     char why[CL_REASON_MAX];
+    int changed = r->n_place > 0 || r->n_stops > 0;
     /* placements, each under a savepoint */
     for (int p = 0; p < r->n_place; p++) {
         if (exec1(d, SQL_SAVEPOINT) < 0) goto fail;
@@ -339,6 +371,7 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
         if (lifecycle_stop_tasks(d, v->id, why) != STORE_OK || fault_point() < 0) goto fail;
         if (store_event_add(d, v->id, "stop", "scheduler", why) != STORE_OK) goto fail;
         st->stopped++;
+        changed = 1;
     }
     /* waiting reasons, written only when they change */
     for (int q = 0; q < sp->s.n_queued; q++) {
@@ -355,7 +388,7 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
     for (int x = 0; x < sp->s.n_running; x++) inuse[sp->s.running[x].team] += sp->s.running[x].devices;
     for (int t = 0; t < sp->s.n_teams; t++) {
         const cl_team *tm = &sp->cs.teams[t];
-        if (tm->usage_at >= now) continue;
+        if (tm->usage_at >= now || (!changed && now - tm->usage_at < USAGE_EVERY_MS)) continue;
         double dt = tm->usage_at > 0 ? (double)(now - tm->usage_at) / 1000.0 : 0;
         double u = sched_usage_decay(tm->usage, inuse[t], dt, cfg->usage_window_s);
         if (cluster_team_set_usage(d, tm->id, u, now) < 0) { free(inuse); goto fail; }
@@ -471,26 +504,52 @@ void sched_thread_stats_get(sched_thread_stats *out)
     pthread_mutex_unlock(&g_sched.mu);
 }
 
+/* Kicks are coalesced: a pass starts at least SCHED_GAP_MIN_MS after the end
+ * of the previous one, and at least twice the previous pass's length after
+ * it (at most SCHED_GAP_MAX_MS), so a stream of submissions costs a pass per
+ * gap, not a pass per submission, and the passes never take more than a
+ * third of a core. A kick after a quiet spell starts a pass at once. */
+#define SCHED_GAP_MIN_MS 20
+#define SCHED_GAP_MAX_MS 250
+
+static void deadline_in(struct timespec *ts, int64_t ms)
+{
+    clock_gettime(CLOCK_REALTIME, ts);
+    int64_t ns = ts->tv_nsec + (ms % 1000) * 1000000;
+    ts->tv_sec += ms / 1000 + ns / 1000000000;
+    ts->tv_nsec = ns % 1000000000;
+}
+
 static void *sched_main(void *arg)
 {
     (void)arg;
+    double last_end = 0, last_took = 0;
     pthread_mutex_lock(&g_sched.mu);
     while (!g_sched.stop) {
         if (!g_sched.kicked) {
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            int64_t ns = ts.tv_nsec + (g_sched.cfg.tick_ms % 1000) * 1000000;
-            ts.tv_sec += g_sched.cfg.tick_ms / 1000 + ns / 1000000000;
-            ts.tv_nsec = ns % 1000000000;
+            deadline_in(&ts, g_sched.cfg.tick_ms);
             pthread_cond_timedwait(&g_sched.cv, &g_sched.mu, &ts);
         }
         if (g_sched.stop) break;
+        double gap_ms = 2000.0 * last_took;
+        if (gap_ms < SCHED_GAP_MIN_MS) gap_ms = SCHED_GAP_MIN_MS;
+        if (gap_ms > SCHED_GAP_MAX_MS) gap_ms = SCHED_GAP_MAX_MS;
+        double wait_ms = last_end > 0 ? gap_ms - (mono_s() - last_end) * 1000.0 : 0;
+        if (wait_ms > 0) { /* kicks meanwhile join this pass */
+            struct timespec ts;
+            deadline_in(&ts, (int64_t)wait_ms + 1);
+            while (!g_sched.stop && pthread_cond_timedwait(&g_sched.cv, &g_sched.mu, &ts) == 0) {}
+            if (g_sched.stop) break;
+        }
         g_sched.kicked = 0;
         pthread_mutex_unlock(&g_sched.mu);
         sched_pass_stats st;
         double t0 = mono_s();
         int failed = sched_pass(g_sched.d, &g_sched.cfg, now_ms(), &st) < 0;
         double took = mono_s() - t0;
+        last_end = mono_s();
+        last_took = took;
         if (failed) log_warn("scheduler: pass failed");
         pthread_mutex_lock(&g_sched.mu);
         int b = 0;

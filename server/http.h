@@ -28,6 +28,8 @@ struct server;
 #define HTTP_MAX_PARAMS 4
 #define HTTP_PARAM_MAX 128
 #define HTTP_BODY_DEFAULT (1u << 20) /* 1 MiB unless a route says otherwise */
+#define HTTP_URI_MAX 8192             /* path and query string: 414 past it */
+#define HTTP_HEADERS_MAX 16384        /* all header lines together: 431 past it */
 
 /* Token kinds a route accepts (bit mask of 1 << token_kind). */
 #define ALLOW_NONE 0u                 /* no token needed */
@@ -35,6 +37,7 @@ struct server;
 #define ALLOW_TEAM (1u << TOKEN_TEAM)
 #define ALLOW_NODE (1u << TOKEN_NODE)
 #define ALLOW_TASK (1u << TOKEN_TASK)
+#define ALLOW_JOIN (1u << TOKEN_JOIN)   /* the shared agents' token: registration only */
 #define ALLOW_USER (ALLOW_ADMIN | ALLOW_TEAM)
 
 typedef struct http_req {
@@ -115,8 +118,13 @@ const char *http_query(http_req *req, const char *key);
 /* A request header, or NULL. */
 const char *http_header(http_req *req, const char *name);
 
+/* 0 when the Content-Type may carry JSON (none, application/json or
+ * +json, or curl's default application/x-www-form-urlencoded); else -1
+ * after answering 415 unsupported_media_type. */
+int http_require_json(http_req *req, http_res *res);
+
 /* Parses the body as a JSON object; on failure answers 400 bad_json (or 415
- * for a non-JSON body) and returns NULL. */
+ * for a body whose Content-Type is not JSON) and returns NULL. */
 cJSON *http_body_json(http_req *req, http_res *res);
 
 /* Parses path parameter i as a positive id; on failure answers 404
@@ -128,7 +136,7 @@ int64_t http_param_id(http_req *req, http_res *res, int i, const char *what);
 int http_query_long(http_req *req, http_res *res, const char *key, long lo, long hi, long def,
                     long *out);
 
-/* "team:NAME", "admin", "node", "task:JOB" for events. */
+/* "team:NAME", "admin", "node:ID", "join", "task:job-JOB" for events. */
 void http_actor(const http_req *req, char *out, size_t outlen);
 
 #endif

@@ -117,7 +117,7 @@ int server_open(server *s, const server_options *opt, char *err, size_t errlen) 
     }
     if (ensure_token(s, "admin.token", TOKEN_ADMIN, 0, err, errlen) < 0 ||
         ensure_token(s, "token", TOKEN_TEAM, team_id, err, errlen) < 0 ||
-        ensure_token(s, "node.token", TOKEN_NODE, 0, err, errlen) < 0)
+        ensure_token(s, "node.token", TOKEN_JOIN, 0, err, errlen) < 0)
         goto fail;
     return 0;
 fail:
@@ -162,7 +162,7 @@ int server_serve(server *s, volatile sig_atomic_t *stop) {
     if (sfmt(path, sizeof path, "%s/server.url", s->opt.data_dir) == 0)
         if (file_write_atomic(path, line, (size_t)n, 0644) < 0) log_warn("cannot write %s", path);
     log_info("listening on %s (data in %s)", s->url, s->opt.data_dir);
-    log_info("tokens: admin %s/admin.token, team 'default' %s/token, agents %s/node.token", s->opt.data_dir,
+    log_info("tokens: admin %s/admin.token, team 'default' %s/token, agents join with %s/node.token", s->opt.data_dir,
              s->opt.data_dir, s->opt.data_dir);
     while (!*stop && !s->stopping) usleep(100 * 1000);
     log_info("stopping");

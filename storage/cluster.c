@@ -518,3 +518,80 @@ int cluster_jobs_all_exited(db *d, cl_reaped **out)
     if (rc != SQLITE_DONE) { free(*out); *out = NULL; return -1; }
     return n;
 }
+
+/* ================================================================ node tokens */
+
+static const char SQL_NODE_TOKEN_REVOKE[] =
+    "UPDATE tokens SET revoked_at = ? WHERE node_id = ? AND kind = 'node' AND revoked_at IS NULL";
+static const char SQL_NODE_TOKEN_INSERT[] =
+    "INSERT INTO tokens(hash, kind, node_id, created_at) VALUES(?, 'node', ?, ?)";
+static const char SQL_NODE_HOSTNAME[] = "SELECT hostname FROM nodes WHERE id = ?";
+static const char SQL_TASK_NODE[] = "SELECT node_id FROM tasks WHERE id = ?";
+static const char SQL_NODE_RUNS_JOB[] = "SELECT 1 FROM tasks WHERE job_id = ? AND node_id = ? LIMIT 1";
+
+static int node_token_revoke(db *d, int64_t node_id, int64_t now)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_NODE_TOKEN_REVOKE);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, now);
+    sqlite3_bind_int64(st, 2, node_id);
+    int rc = sqlite3_step(st);
+    int n = sqlite3_changes(db_conn(d));
+    db_done(st);
+    return rc == SQLITE_DONE ? n : -1;
+}
+
+int cluster_node_token_issue(db *d, int64_t node_id, const char *hash, int64_t now)
+{
+    if (db_begin(d) < 0) return -1;
+    if (node_token_revoke(d, node_id, now) < 0) goto fail;
+    sqlite3_stmt *st = db_prepare(d, SQL_NODE_TOKEN_INSERT);
+    if (!st) goto fail;
+    sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, node_id);
+    sqlite3_bind_int64(st, 3, now);
+    int rc = sqlite3_step(st);
+    db_done(st);
+    if (rc != SQLITE_DONE) goto fail;
+    if (db_commit(d) < 0) goto fail;
+    return 0;
+fail:
+    log_error("cluster: node %lld token: %s", (long long)node_id, sqlite3_errmsg(db_conn(d)));
+    db_rollback(d);
+    return -1;
+}
+
+int cluster_node_token_revoke(db *d, int64_t node_id, int64_t now, char *hostname, size_t cap)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_NODE_HOSTNAME);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, node_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW && hostname) col_text(st, 0, hostname, cap);
+    db_done(st);
+    if (rc == SQLITE_DONE) return -2;
+    if (rc != SQLITE_ROW) return -1;
+    return node_token_revoke(d, node_id, now);
+}
+
+int cluster_task_node(db *d, int64_t task_id, int64_t *node_id)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_TASK_NODE);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, task_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) *node_id = sqlite3_column_int64(st, 0);
+    db_done(st);
+    return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
+}
+
+int cluster_node_runs_job(db *d, int64_t node_id, int64_t job_id)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_NODE_RUNS_JOB);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, node_id);
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
+}

@@ -6,6 +6,7 @@
  *
  * defines: cluster_load, cluster_state_release, cluster_node_upsert,
  *          cluster_node_heartbeat, cluster_task_insert, cluster_alloc_insert,
+ *          cluster_node_token_issue/revoke (per-node tokens),
  *          cluster_* updates used by the scheduler pass */
 #ifndef TRAINYARD_CLUSTER_H
 #define TRAINYARD_CLUSTER_H
@@ -129,5 +130,20 @@ typedef struct cl_reaped {
 } cl_reaped;
 int cluster_jobs_all_exited(db *d, cl_reaped **out);
 /* queued_at for a requeued job's state change is set by store_job_transition. */
+
+/* ---------------------------------------------------------------- node tokens
+ * A per-node token is stored like every token (tokens.hash = sha256 hex,
+ * kind 'node') with its node in tokens.node_id. */
+
+/* Revokes the node's tokens and records a new one (hash: sha256 hex), in
+ * its own transaction. 0 or -1. */
+int cluster_node_token_issue(db *d, int64_t node_id, const char *hash, int64_t now);
+/* Revokes the node's tokens: the count revoked, -2 when no such node (the
+ * hostname goes to hostname when given), -1 on error. */
+int cluster_node_token_revoke(db *d, int64_t node_id, int64_t now, char *hostname, size_t cap);
+/* The node a task runs on: 0, 1 when no such task, -1 on error. */
+int cluster_task_node(db *d, int64_t task_id, int64_t *node_id);
+/* 1 when the node has (or had) a task of the job, 0 when not, -1 on error. */
+int cluster_node_runs_job(db *d, int64_t node_id, int64_t job_id);
 
 #endif

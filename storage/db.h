@@ -7,7 +7,8 @@
  * nothing of HTTP or scheduling: it stores and queries.
  *
  * defines: db_open, db_close, db_conn, db_prepare, db_begin, db_commit,
- *          db_rollback, db_version, db_migrations_count, db_migrate_to */
+ *          db_rollback, db_version, db_migrations_count, db_migrate_to,
+ *          db_disk_full */
 #ifndef TRAINYARD_DB_H
 #define TRAINYARD_DB_H
 
@@ -41,6 +42,12 @@ void db_done(sqlite3_stmt *st);
 int db_begin(db *d);
 int db_commit(db *d);
 void db_rollback(db *d);
+
+/* Whether the file system holding the database has less than DB_DISK_LOW
+ * bytes left for an unprivileged writer: 1 with a sentence naming the cause
+ * in msg (for a 507 answer), else 0. */
+#define DB_DISK_LOW (256ULL * 1024)
+int db_disk_full(db *d, char *msg, size_t cap);
 
 /* Schema version recorded in the database (0 for an empty file). */
 int db_version(db *d);

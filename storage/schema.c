@@ -159,10 +159,18 @@ static const char m3[] =
 static const char m4[] =
     "ALTER TABLE jobs ADD COLUMN failures INTEGER NOT NULL DEFAULT 0;";
 
+/* 5: per-node tokens. A 'node' token with node_id NULL is the shared join
+ * token (DIR/node.token: good for POST /nodes only); registration mints a
+ * token bound to its node (node_id set), revoking that node's earlier ones. */
+static const char m5[] =
+    "ALTER TABLE tokens ADD COLUMN node_id INTEGER REFERENCES nodes(id);"
+    "CREATE INDEX tokens_node ON tokens(node_id) WHERE node_id IS NOT NULL;";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1},
     {2, "nodes, devices, tasks, allocations, shares", m2},
     {3, "metrics, logs, checkpoints, rendezvous, progress", m3},
     {4, "jobs.failures: the restart budget", m4},
+    {5, "tokens.node_id: per-node tokens", m5},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -6,12 +6,15 @@
 #include <string.h>
 #include <time.h>
 
+#include <openssl/crypto.h>
+
 const char *token_kind_name(token_kind k) {
     switch (k) {
     case TOKEN_ADMIN: return "admin";
     case TOKEN_TEAM: return "team";
     case TOKEN_NODE: return "node";
     case TOKEN_TASK: return "task";
+    case TOKEN_JOIN: return "join";
     }
     return "?";
 }
@@ -134,7 +137,8 @@ cJSON *store_team_get(db *d, int64_t team_id) {
 static const char SQL_TOKEN_INSERT[] =
     "INSERT INTO tokens(hash, kind, team_id, job_id, created_at) VALUES(?, ?, ?, ?, ?)";
 static const char SQL_TOKEN_LOOKUP[] =
-    "SELECT k.kind, k.team_id, k.job_id, t.name FROM tokens k LEFT JOIN teams t ON t.id = k.team_id"
+    "SELECT k.kind, k.team_id, k.job_id, t.name, k.node_id, k.hash FROM tokens k"
+    " LEFT JOIN teams t ON t.id = k.team_id"
     " WHERE k.hash = ? AND k.revoked_at IS NULL";
 static const char SQL_TOKEN_COUNT[] = "SELECT count(*) FROM tokens WHERE kind = ? AND revoked_at IS NULL";
 
@@ -144,7 +148,8 @@ int store_token_add(db *d, const char *token, token_kind kind, int64_t team_id, 
     sqlite3_stmt *st = db_prepare(d, SQL_TOKEN_INSERT);
     if (!st) return STORE_ERROR;
     sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, token_kind_name(kind), -1, SQLITE_STATIC);
+    /* the join token is a 'node' token without a node (tokens.node_id NULL) */
+    sqlite3_bind_text(st, 2, token_kind_name(kind == TOKEN_JOIN ? TOKEN_NODE : kind), -1, SQLITE_STATIC);
     if (team_id > 0) sqlite3_bind_int64(st, 3, team_id);
     if (job_id > 0) sqlite3_bind_int64(st, 4, job_id);
     sqlite3_bind_int64(st, 5, now_ms());
@@ -164,11 +169,16 @@ int store_token_lookup(db *d, const char *token, principal *who) {
     if (rc == SQLITE_ROW) {
         memset(who, 0, sizeof *who);
         const char *kind = (const char *)sqlite3_column_text(st, 0);
-        if (kind && token_kind_parse(kind, &who->kind) == 0) {
+        const char *stored = (const char *)sqlite3_column_text(st, 5);
+        if (!stored || strlen(stored) != 64 || CRYPTO_memcmp(stored, hash, 64) != 0) {
+            ret = STORE_NOT_FOUND;
+        } else if (kind && token_kind_parse(kind, &who->kind) == 0) {
             who->team_id = sqlite3_column_int64(st, 1);
             who->job_id = sqlite3_column_int64(st, 2);
             const char *team = (const char *)sqlite3_column_text(st, 3);
             snprintf(who->team, sizeof who->team, "%s", team ? team : "");
+            who->node_id = sqlite3_column_int64(st, 4);
+            if (who->kind == TOKEN_NODE && who->node_id <= 0) who->kind = TOKEN_JOIN;
             ret = STORE_OK;
         } else {
             ret = STORE_ERROR;

@@ -16,13 +16,17 @@
 
 enum { STORE_OK = 0, STORE_NOT_FOUND = 1, STORE_CONFLICT = 2, STORE_ERROR = -1 };
 
-typedef enum { TOKEN_ADMIN = 0, TOKEN_TEAM, TOKEN_NODE, TOKEN_TASK } token_kind;
+/* TOKEN_JOIN is the shared agents' token (DIR/node.token), good for
+ * registration only; TOKEN_NODE a per-node token minted at registration.
+ * Both are stored with kind 'node'; the join token has no node_id. */
+typedef enum { TOKEN_ADMIN = 0, TOKEN_TEAM, TOKEN_NODE, TOKEN_TASK, TOKEN_JOIN } token_kind;
 
 /* Who a token speaks for. */
 typedef struct principal {
     token_kind kind;
     int64_t team_id;             /* team tokens; the job's team for task tokens */
     int64_t job_id;              /* task tokens */
+    int64_t node_id;             /* per-node tokens */
     char team[64];
 } principal;
 
@@ -43,7 +47,9 @@ cJSON *store_team_get(db *d, int64_t team_id);
 /* ---------------------------------------------------------------- tokens */
 /* Stores sha256(token) with its kind and scope. */
 int store_token_add(db *d, const char *token, token_kind kind, int64_t team_id, int64_t job_id);
-/* STORE_OK and *who filled, STORE_NOT_FOUND for an unknown/revoked token. */
+/* STORE_OK and *who filled, STORE_NOT_FOUND for an unknown/revoked token.
+ * Found by sha256(token); the stored hash is compared again in constant
+ * time (CRYPTO_memcmp). */
 int store_token_lookup(db *d, const char *token, principal *who);
 int store_token_count(db *d, token_kind kind, int64_t *n);
 

@@ -7,7 +7,8 @@
 #include "testlib.h"
 
 static ty_proc srv;
-static char team_tok[128], admin_tok[128], node_tok[128];
+static char team_tok[128], admin_tok[128], node_tok[128]; /* node_tok: the join token (node.token) */
+static char last_tok[128], prev_tok[128]; /* the tokens the last two registrations answered */
 
 static const char SPEC_FMT[] =
     "{\"name\":\"syn\",\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":1,\"activation\":\"sigmoid\","
@@ -51,6 +52,10 @@ static int64_t register_node(const char *host, int gpus, long expect)
     long st = ty_http(srv.url, node_tok, "POST", "/api/v1/nodes", body, &o);
     ck_assert_msg(st == expect, "POST /nodes answered %ld", st);
     int64_t id = (int64_t)cJSON_GetObjectItem(o, "id")->valuedouble;
+    cJSON *tok = cJSON_GetObjectItem(o, "token");
+    ck_assert_msg(cJSON_IsString(tok) && strlen(tok->valuestring) >= 32, "POST /nodes answered no node token");
+    snprintf(prev_tok, sizeof prev_tok, "%s", last_tok);
+    snprintf(last_tok, sizeof last_tok, "%s", tok->valuestring);
     cJSON_Delete(o);
     return id;
 }
@@ -101,6 +106,10 @@ START_TEST(queue_before_nodes_then_placed)
     }
     int64_t n1 = register_node("gpu-a", 4, 201);
     ck_assert_int_eq(register_node("gpu-a", 4, 200), n1);      /* same hostname: same node */
+    char n1tok[128], n1old[128];                                 /* its tokens: new, revoked */
+    snprintf(n1tok, sizeof n1tok, "%s", last_tok);
+    snprintf(n1old, sizeof n1old, "%s", prev_tok);
+    ck_assert_str_ne(n1tok, n1old);
     for (int i = 0; i < 200 && strcmp(job_state(j, st, sizeof st), "queued") == 0; i++) ty_sleep_ms(50);
     ck_assert_str_eq(st, "starting");
     /* GET /cluster: the node, its GPUs and who holds them */
@@ -128,9 +137,17 @@ START_TEST(queue_before_nodes_then_placed)
     /* heartbeat */
     char path[64];
     snprintf(path, sizeof path, "/api/v1/nodes/%lld/heartbeat", (long long)n1);
-    ck_assert_int_eq(ty_http(srv.url, node_tok, "POST", path, NULL, &o), 200);
+    /* heartbeats take the node's own token (the re-registration's: the
+     * first one was revoked by it); the join token only registers */
+    ck_assert_int_eq(ty_http(srv.url, n1tok, "POST", path, NULL, &o), 200);
     cJSON_Delete(o);
-    ck_assert_int_eq(ty_http(srv.url, node_tok, "POST", "/api/v1/nodes/999/heartbeat", NULL, &o), 404);
+    ck_assert_int_eq(ty_http(srv.url, n1old, "POST", path, NULL, &o), 401);
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(srv.url, node_tok, "POST", path, NULL, &o), 403);
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(srv.url, n1tok, "POST", "/api/v1/nodes/999/heartbeat", NULL, &o), 403);
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/nodes/999/heartbeat", NULL, &o), 404);
     cJSON_Delete(o);
 }
 END_TEST

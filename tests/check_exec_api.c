@@ -12,7 +12,7 @@
 #include <sqlite3.h>
 
 static ty_proc srv;
-static char team_tok[128], admin_tok[128], node_tok[128];
+static char team_tok[128], admin_tok[128], join_tok[128], node_tok[128]; /* node_tok: n1's own token */
 static int64_t node_id;
 
 #define SPEC(name, extra)                                                                                  \
@@ -111,9 +111,10 @@ static int64_t register_node(const char *host, int cpu) {
     snprintf(body, sizeof body, "{\"hostname\":\"%s\",\"address\":\"127.0.0.1\",\"cpu_slots\":%d,\"devices\":[]}",
              host, cpu);
     cJSON *o = NULL;
-    long st = http(node_tok, "POST", "/api/v1/nodes", body, &o);
+    long st = http(join_tok, "POST", "/api/v1/nodes", body, &o);
     if (st == 200 || st == 201) {
         int64_t id = (int64_t)num(o, "id");
+        snprintf(node_tok, sizeof node_tok, "%s", str(o, "token")); /* the node's own token */
         cJSON_Delete(o);
         return id;
     }
@@ -158,7 +159,7 @@ static void start(void) {
     ty_server_start_args(&srv, "server", extra);
     ty_token(&srv, "token", team_tok, sizeof team_tok);
     ty_token(&srv, "admin.token", admin_tok, sizeof admin_tok);
-    ty_token(&srv, "node.token", node_tok, sizeof node_tok);
+    ty_token(&srv, "node.token", join_tok, sizeof join_tok);
     node_id = register_node("n1", 4);
 }
 
@@ -614,7 +615,10 @@ START_TEST(events_stream_and_scoping) {
     ck_assert_int_eq(http(s2.token, "GET", p, NULL, &o), 404);
     cJSON_Delete(o);
     /* unknown node, unknown task, bad report */
-    ck_assert_int_eq(http(node_tok, "GET", "/api/v1/nodes/999/assignments", NULL, &o), 404);
+    ck_assert_int_eq(http(admin_tok, "GET", "/api/v1/nodes/999/assignments", NULL, &o), 404);
+    cJSON_Delete(o);
+    /* a node's token acts for its own node only */
+    ck_assert_int_eq(http(node_tok, "GET", "/api/v1/nodes/999/assignments", NULL, &o), 403);
     cJSON_Delete(o);
     report(99999, "{\"state\":\"running\"}", 404);
     snprintf(p, sizeof p, "/api/v1/tasks/%lld/status", (long long)s2.task);

@@ -37,6 +37,7 @@ static unsigned doc_mask(const cJSON *op) {
         else if (strcmp(k->valuestring, "team") == 0) m |= ALLOW_TEAM;
         else if (strcmp(k->valuestring, "node") == 0) m |= ALLOW_NODE;
         else if (strcmp(k->valuestring, "task") == 0) m |= ALLOW_TASK;
+        else if (strcmp(k->valuestring, "join") == 0) m |= ALLOW_JOIN;
         else ck_abort_msg("unknown token kind %s", k->valuestring);
     }
     return m;
