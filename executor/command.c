@@ -861,7 +861,7 @@ static int ckpt_unwrap(cmd_run *r, const char *wrapped, char *err, size_t errlen
     }
     outfd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (outfd < 0 || lseek(in, (off_t)start, SEEK_SET) < 0) {
-        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        snprintf(err, errlen, "cannot write %.300s: %s", tmp, strerror(errno));
         goto out;
     }
     char chunk[1 << 16];
@@ -874,7 +874,7 @@ static int ckpt_unwrap(cmd_run *r, const char *wrapped, char *err, size_t errlen
         for (ssize_t off = 0; off < got;) {
             ssize_t w = write(outfd, chunk + off, (size_t)(got - off));
             if (w < 0) {
-                snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+                snprintf(err, errlen, "cannot write %.300s: %s", tmp, strerror(errno));
                 goto out;
             }
             off += w;
@@ -883,7 +883,7 @@ static int ckpt_unwrap(cmd_run *r, const char *wrapped, char *err, size_t errlen
     }
     if (close(outfd) < 0) {
         outfd = -1;
-        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        snprintf(err, errlen, "cannot write %.300s: %s", tmp, strerror(errno));
         goto out;
     }
     outfd = -1;

@@ -5,6 +5,8 @@ set -euo pipefail
 pkgs=(build-essential pkg-config libmicrohttpd-dev libcjson-dev libsqlite3-dev check
       libsubunit-dev libopenblas-dev libcurl4-openssl-dev libssl-dev zlib1g-dev
       dataset-fashion-mnist python3 python3-numpy curl jq sqlite3 procps iproute2)
+# command jobs' tests and examples: PyTorch DDP on /usr/bin/python3 (tests/check_command.c)
+pkgs+=(python3-torch)   # python3-numpy is above
 # the dashboard's tests: headless Chromium driven by playwright-core from npm,
 # the Prometheus text parser; node and npm only when none is on the PATH
 # (a node from elsewhere, e.g. NodeSource, must not be replaced by Debian's)

@@ -990,6 +990,26 @@ START_TEST(test_command_parsed) {
     ck_assert_int_eq(jobspec_env_reserved("TRAINYARD_ANYTHING"), 1);
     ck_assert_int_eq(jobspec_env_reserved("WORLD_SIZE"), 1);
     ck_assert_int_eq(jobspec_env_reserved("PATH"), 0);
+    /* the command examples parse as they are, and survive their normal form */
+    static const char *const CMD_EXAMPLES[] = {"ddp_train.json", "tf_config_check.json"};
+    for (int i = 0; i < 2; i++) {
+        size_t len;
+        char *doc = read_example(CMD_EXAMPLES[i], &len);
+        int rc = jobspec_parse(doc, len, &s, &e);
+        ck_assert_msg(rc == 0, "%s: %s %s: %s", CMD_EXAMPLES[i], e.code, e.field, e.message);
+        ck_assert_int_eq(s.kind, JOB_KIND_COMMAND);
+        ck_assert_int_eq(s.resources.workers, 2);
+        ck_assert_str_eq(s.command.argv[0], "/usr/bin/python3");
+        ck_assert_int_eq(jobspec_to_json(&s, &j1), 0);
+        ck_assert_int_eq(jobspec_parse(j1, strlen(j1), &b, &e), 0);
+        ck_assert_int_eq(jobspec_to_json(&b, &j2), 0);
+        ck_assert_str_eq(j1, j2);
+        free(j1);
+        free(j2);
+        jobspec_release(&b);
+        jobspec_release(&s);
+        free(doc);
+    }
 }
 END_TEST
 
