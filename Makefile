@@ -250,7 +250,10 @@ FUZZ_TARGETS := $(patsubst tests/fuzz/%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_RUN ?= $(FUZZ_TARGETS)
 FUZZ_EXCL_fuzz_http_route := $(BUILD)/obj/server/http.o
 FUZZ_EXCL_fuzz_worker_config := $(BUILD)/obj/executor/worker.o
+FUZZ_EXCL_fuzz_agent_assignments := $(BUILD)/obj/executor/agent.o
 FUZZ_EXCL_fuzz_ps := $(BUILD)/obj/executor/strategy/ps.o
+# tests/check_exec_parse.c #includes agent.c and worker.c (the bugs fuzzing found there)
+DEPS_check_exec_parse = $(filter-out %/executor/agent.o %/executor/worker.o,$(LIB_OBJ))
 
 $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_OBJ) $(wildcard tests/fuzz/*.h)
 	@echo "  LD  $@"

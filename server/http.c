@@ -11,6 +11,7 @@
 #include "static.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -118,7 +119,35 @@ const char *http_header(http_req *req, const char *name) {
     return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
 }
 
+/* 1 when a request's Content-Type may carry a JSON body: none, JSON
+ * (application/json, application/...+json, with parameters), or curl's
+ * default for --data (application/x-www-form-urlencoded, taken as the
+ * JSON text it holds: `curl -d @job.json` works without -H). */
+static int json_content_type(const char *ct) {
+    if (!ct) return 1;
+    while (*ct == ' ' || *ct == '\t') ct++;
+    size_t n = strcspn(ct, "; \t");
+    if (n == 0) return 1;
+    if (n == 16 && strncasecmp(ct, "application/json", 16) == 0) return 1;
+    if (n == 33 && strncasecmp(ct, "application/x-www-form-urlencoded", 33) == 0) return 1;
+    if (n > 17 && strncasecmp(ct, "application/", 12) == 0 && strncasecmp(ct + n - 5, "+json", 5) == 0) return 1;
+    return 0;
+}
+
+int http_require_json(http_req *req, http_res *res) {
+    const char *ct = http_header(req, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (json_content_type(ct)) return 0;
+    char shown[64];
+    snprintf(shown, sizeof shown, "%s", ct);
+    for (char *c = shown; *c; c++)
+        if (!isprint((unsigned char)*c)) *c = '?';
+    http_error(res, 415, "unsupported_media_type", NULL,
+               "the body must be JSON (Content-Type: application/json), not %s", shown);
+    return -1;
+}
+
 cJSON *http_body_json(http_req *req, http_res *res) {
+    if (http_require_json(req, res) < 0) return NULL;
     if (req->body.len == 0) {
         http_error(res, 400, "bad_json", NULL, "the request body is empty; a JSON object was expected");
         return NULL;
@@ -169,7 +198,8 @@ void http_actor(const http_req *req, char *out, size_t outlen) {
     switch (req->who.kind) {
     case TOKEN_ADMIN: snprintf(out, outlen, "admin"); break;
     case TOKEN_TEAM: snprintf(out, outlen, "team:%s", req->who.team); break;
-    case TOKEN_NODE: snprintf(out, outlen, "node"); break;
+    case TOKEN_NODE: snprintf(out, outlen, "node:%lld", (long long)req->who.node_id); break;
+    case TOKEN_JOIN: snprintf(out, outlen, "join"); break;
     case TOKEN_TASK: snprintf(out, outlen, "task:job-%lld", (long long)req->who.job_id); break;
     }
 }
@@ -314,9 +344,129 @@ static int authenticate(struct server *srv, http_req *req, http_res *res) {
         return -1;
     }
     req->authed = 1;
+    if (!(r->allow & (1u << req->who.kind)) && req->who.kind == TOKEN_JOIN) {
+        http_error(res, 403, "forbidden", NULL,
+                   "the join token (node.token) only registers a node (POST /api/v1/nodes); "
+                   "an agent uses the token its registration returned");
+        return -1;
+    }
     if (!(r->allow & (1u << req->who.kind))) {
         http_error(res, 403, "forbidden", NULL, "a %s token may not %s %s", token_kind_name(req->who.kind),
                    r->method, r->pattern);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- request checks */
+
+/* Decodes %XX escapes in place, as MHD's own unescaper does, but strictly:
+ * a malformed escape, or a decoded NUL or control character, turns the
+ * first byte into 0x01, which request_check refuses (400). MHD calls this
+ * for the path and every query-string key and value. */
+static size_t unescape_strict(void *cls, struct MHD_Connection *conn, char *s) {
+    (void)cls;
+    (void)conn;
+    char *w = s;
+    const char *r = s;
+    int bad = 0;
+    while (*r) {
+        unsigned char c = (unsigned char)*r;
+        if (c == '%') {
+            if (isxdigit((unsigned char)r[1]) && isxdigit((unsigned char)r[2])) {
+                char hex[3] = {r[1], r[2], 0};
+                c = (unsigned char)strtoul(hex, NULL, 16);
+                r += 3;
+            } else {
+                bad = 1;
+                r++;
+            }
+        } else {
+            r++;
+        }
+        if (c < 0x20 || c == 0x7f) bad = 1;
+        *w++ = (char)c;
+    }
+    *w = '\0';
+    if (bad && w > s) s[0] = '\x01';
+    return (size_t)(w - s);
+}
+
+/* 1 when the bytes hold a NUL (size past the C string) or a control
+ * character other than tab. */
+static int has_ctl(const char *p, size_t size) {
+    if (!p) return 0;
+    if (strlen(p) != size) return 1;
+    for (size_t i = 0; i < size; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f) return 1;
+    }
+    return 0;
+}
+
+typedef struct req_scan {
+    size_t bytes;                     /* keys + values + separators */
+    int bad;                          /* NUL or control character */
+    char bad_key[48];
+    int n_length;                     /* Content-Length headers */
+} req_scan;
+
+static enum MHD_Result scan_value(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                  const char *value, size_t value_size) {
+    req_scan *sc = cls;
+    sc->bytes += key_size + value_size + 4;
+    if (kind == MHD_HEADER_KIND && key && strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0) sc->n_length++;
+    int bad = has_ctl(key, key_size) || has_ctl(value, value_size);
+    /* header values keep tabs; a query argument has none */
+    if (kind == MHD_GET_ARGUMENT_KIND && ((key && strchr(key, '\t')) || (value && strchr(value, '\t')))) bad = 1;
+    if (bad && !sc->bad) {
+        sc->bad = 1;
+        size_t i = 0;
+        for (; key && key[i] && i + 1 < sizeof sc->bad_key; i++)
+            sc->bad_key[i] = isprint((unsigned char)key[i]) ? key[i] : '?';
+        sc->bad_key[i] = '\0';
+    }
+    return MHD_YES;
+}
+
+/* Refuses what no route should see: a path with a NUL, a control character
+ * or a malformed %-escape, a query argument likewise (400), a path and
+ * query longer than HTTP_URI_MAX (414), headers larger than
+ * HTTP_HEADERS_MAX (431) or holding a NUL or control character (400).
+ * 0 when the request may go on; otherwise the error is in res. */
+static int request_check(http_req *req, const char *url, http_res *res) {
+    size_t ulen = strlen(url);
+    if (has_ctl(url, ulen) || strchr(url, '\t')) {
+        req->path = "(malformed path)";
+        http_error(res, 400, "bad_request", NULL,
+                   "the path holds a NUL byte, a control character or a malformed %%-escape");
+        return -1;
+    }
+    req_scan q = {0};
+    MHD_get_connection_values_n(req->conn, MHD_GET_ARGUMENT_KIND, scan_value, &q);
+    if (ulen + q.bytes > HTTP_URI_MAX) {
+        http_error(res, 414, "uri_too_long", NULL, "the path and query string are longer than the limit of %d bytes",
+                   HTTP_URI_MAX);
+        return -1;
+    }
+    if (q.bad) {
+        http_error(res, 400, "bad_request", q.bad_key,
+                   "query argument '%s' holds a NUL byte, a control character or a malformed %%-escape", q.bad_key);
+        return -1;
+    }
+    req_scan h = {0};
+    MHD_get_connection_values_n(req->conn, MHD_HEADER_KIND, scan_value, &h);
+    if (h.bytes > HTTP_HEADERS_MAX) {
+        http_error(res, 431, "headers_too_large", NULL, "the request headers are larger than the limit of %d bytes",
+                   HTTP_HEADERS_MAX);
+        return -1;
+    }
+    if (h.bad) {
+        http_error(res, 400, "bad_request", NULL, "header '%s' holds a NUL byte or a control character", h.bad_key);
+        return -1;
+    }
+    if (h.n_length > 1) {
+        http_error(res, 400, "bad_request", NULL, "more than one Content-Length header");
         return -1;
     }
     return 0;
@@ -370,6 +520,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req->path = url;
         req->t0_us = now_us();
         req->slot = h->slot_unmatched;
+        if (request_check(req, url, &res) < 0) return answer_now(req, &res);
         if ((strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) && strncmp(url, "/api/", 5) != 0) {
             const static_file *f = static_find(url);
             if (f) {
@@ -486,6 +637,7 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
                      MHD_USE_ERROR_LOG;
     h->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h,
                               MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+                              MHD_OPTION_UNESCAPE_CALLBACK, unescape_strict, NULL,
                               MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
