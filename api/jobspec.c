@@ -725,6 +725,14 @@ static int parse_data(spec_error *e, const cJSON *root, jobspec *s) {
 
     rc = get_string(e, d, p, "path", ds->path, sizeof ds->path);
     if (rc < 0) return -1;
+    for (const char *c = ds->path; rc > 0 && *c;) { /* the agent confines it too (executor/data/dataroot.h) */
+        size_t len = strcspn(c, "/");
+        if (len == 2 && c[0] == '.' && c[1] == '.')
+            return fail(e, 422, "invalid_value", "data.path",
+                        "must stay under the agent's data roots: no \"..\" component");
+        c += len;
+        while (*c == '/') c++;
+    }
     if (rc == 0 && ds->source == DATA_CSV)
         return fail(e, 422, "missing_field", "data.path",
                     "source csv needs the path of the CSV file");

@@ -11,6 +11,7 @@
 #include "../api/jobspec.h"
 #include "../common/util.h"
 #include "comm/comm.h"
+#include "data/dataroot.h"
 #include "strategy/ps.h"
 #include "strategy/replicas.h"
 
@@ -1043,12 +1044,11 @@ int worker_run(const char *config) {
         opt.replicas = 1;
     }
     sha256_hex(w.spec_json, strlen(w.spec_json), opt.spec_hash);
-    const char *root = getenv("TRAINYARD_DATA_ROOT");
-    if (root && *root && spec->data.path[0] && spec->data.path[0] != '/') {
-        if (sfmt(data_path, sizeof data_path, "%s/%s", root, spec->data.path) < 0) {
-            snprintf(err, sizeof err, "data.path too long under TRAINYARD_DATA_ROOT");
+    /* data.path stays inside the agent's data roots: no "..", no symlink out (executor/data/dataroot.h) */
+    if (spec->data.path[0]) {
+        if (data_path_confine(spec->data.path, getenv("TRAINYARD_DATA_ROOT"), data_path, sizeof data_path, err,
+                              sizeof err) < 0)
             goto fail;
-        }
         opt.data_path = data_path;
     }
     train_hooks hooks;

@@ -6,7 +6,9 @@
  * scoped lists, per-node tokens (minted at registration, revoked by a new
  * registration or by the admin), tokens stored as sha256 only, an old data
  * directory migrated, malformed requests answered 4xx JSON (raw sockets),
- * body limits, and dataset paths confined to the agent's data root. */
+ * body limits, and dataset paths confined to the agent's data root
+ * (`trainyard up --data-root`: ".." refused at submission, symlinks and
+ * absolute paths leading out refused by the worker, with the reason). */
 #include "testlib.h"
 
 #include <arpa/inet.h>
@@ -762,6 +764,102 @@ START_TEST(old_data_dir_migrates) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- data roots */
+
+#define CSV_SPEC(path)                                                                                      \
+    "{\"name\":\"csv\",\"max_restarts\":0,\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":1,"             \
+    "\"activation\":\"sigmoid\",\"input_shape\":[2]}]},\"compile\":{\"optimizer\":{\"type\":\"sgd\"},"           \
+    "\"loss\":\"binary_crossentropy\"},\"data\":{\"source\":\"csv\",\"path\":\"" path "\"},"                      \
+    "\"fit\":{\"epochs\":1,\"batch_size\":4}}"
+
+static void write_csv(const char *path) {
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    for (int i = 0; i < 16; i++) fprintf(f, "%d,%d,%d\n", i % 3, i % 5, i % 2);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* Waits for a finished state; returns the job (caller deletes). */
+static cJSON *wait_finished(const ty_proc *p, const char *team, int64_t id) {
+    char path[64];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld", (long long)id);
+    for (int i = 0; i < 600; i++) {
+        cJSON *o = NULL;
+        ck_assert_int_eq(ty_http(p->url, team, "GET", path, NULL, &o), 200);
+        const char *st = sget(o, "state");
+        if (strcmp(st, "succeeded") == 0 || strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0) return o;
+        cJSON_Delete(o);
+        ty_sleep_ms(100);
+    }
+    ck_abort_msg("job %lld did not finish in 60 s", (long long)id);
+    return NULL;
+}
+
+/* data.path: ".." refused at submission (422 naming the field); a symlink
+ * inside the agent's data root that leads out, and an absolute path
+ * outside, fail the job with the reason; a file inside trains. */
+START_TEST(data_paths_confined) {
+    ty_proc up;
+    memset(&up, 0, sizeof up);
+    ty_mkdtemp(up.dir, sizeof up.dir, "authroot");
+    char root[200], outside[200], f[300], l[300];
+    ck_assert_int_eq(sfmt(root, sizeof root, "%s/root", up.dir), 0);
+    ck_assert_int_eq(sfmt(outside, sizeof outside, "%s/outside", up.dir), 0);
+    ck_assert_int_eq(mkdir(root, 0700), 0);
+    ck_assert_int_eq(mkdir(outside, 0700), 0);
+    ck_assert_int_eq(sfmt(f, sizeof f, "%s/inside.csv", root), 0);
+    write_csv(f);
+    ck_assert_int_eq(sfmt(f, sizeof f, "%s/secret.csv", outside), 0);
+    write_csv(f);
+    ck_assert_int_eq(sfmt(l, sizeof l, "%s/escape.csv", root), 0);
+    ck_assert_int_eq(symlink(f, l), 0);
+    ck_assert_int_eq(sfmt(l, sizeof l, "%s/sub", root), 0);
+    ck_assert_int_eq(symlink(outside, l), 0); /* a directory symlink leading out */
+    char data_dir[200];
+    ck_assert_int_eq(sfmt(data_dir, sizeof data_dir, "%s/data", up.dir), 0);
+    const char *extra[] = {"--cpu-slots", "2", "--data-root", root, NULL};
+    char keep[256];
+    ck_assert_int_eq(sfmt(keep, sizeof keep, "%s", up.dir), 0);
+    ck_assert_int_eq(sfmt(up.dir, sizeof up.dir, "%s", data_dir), 0);
+    ck_assert_int_eq(mkdir(data_dir, 0700), 0);
+    ty_server_start_args(&up, "up", extra);
+    char team[160];
+    ty_token(&up, "token", team, sizeof team);
+    cJSON *o = NULL;
+    /* at submission */
+    ck_assert_int_eq(ty_http(up.url, team, "POST", "/api/v1/jobs", CSV_SPEC("../outside/secret.csv"), &o), 422);
+    ty_assert_error(o, "invalid_value", "data.path");
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(up.url, team, "POST", "/api/v1/jobs", CSV_SPEC("a/../../x.csv"), &o), 422);
+    ty_assert_error(o, "invalid_value", "data.path");
+    cJSON_Delete(o);
+    /* at the worker: symlinks out, an absolute path out */
+    char abs_spec[2048];
+    snprintf(abs_spec, sizeof abs_spec, CSV_SPEC("%s"), f);
+    const char *refused[] = {CSV_SPEC("escape.csv"), CSV_SPEC("sub/secret.csv"), abs_spec};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(ty_http(up.url, team, "POST", "/api/v1/jobs", refused[i], &o), 201);
+        int64_t id = nget(o, "id");
+        cJSON_Delete(o);
+        o = wait_finished(&up, team, id);
+        ck_assert_str_eq(sget(o, "state"), "failed");
+        const char *why = sget(o, "reason");
+        ck_assert_msg(strstr(why, "outside the agent's data roots") != NULL, "job %d's reason: %s", i, why);
+        cJSON_Delete(o);
+    }
+    /* a file inside the root trains */
+    ck_assert_int_eq(ty_http(up.url, team, "POST", "/api/v1/jobs", CSV_SPEC("inside.csv"), &o), 201);
+    int64_t id = nget(o, "id");
+    cJSON_Delete(o);
+    o = wait_finished(&up, team, id);
+    ck_assert_msg(strcmp(sget(o, "state"), "succeeded") == 0, "inside.csv: %s (%s)", sget(o, "state"),
+                  cJSON_IsString(cJSON_GetObjectItem(o, "reason")) ? sget(o, "reason") : "");
+    cJSON_Delete(o);
+    ty_kill(&up, SIGTERM);
+    ty_rmrf(keep);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("auth");
     TCase *tc = tcase_create("server");
@@ -778,5 +876,9 @@ int main(void) {
     tcase_set_timeout(mig, 60);
     tcase_add_test(mig, old_data_dir_migrates);
     suite_add_tcase(s, mig);
+    TCase *dr = tcase_create("data_roots");
+    tcase_set_timeout(dr, 120);
+    tcase_add_test(dr, data_paths_confined);
+    suite_add_tcase(s, dr);
     return ty_run_suite(s);
 }
