@@ -252,8 +252,9 @@ FUZZ_EXCL_fuzz_http_route := $(BUILD)/obj/server/http.o
 FUZZ_EXCL_fuzz_worker_config := $(BUILD)/obj/executor/worker.o
 FUZZ_EXCL_fuzz_agent_assignments := $(BUILD)/obj/executor/agent.o
 FUZZ_EXCL_fuzz_ps := $(BUILD)/obj/executor/strategy/ps.o
-# tests/check_exec_parse.c #includes agent.c and worker.c (the bugs fuzzing found there)
-DEPS_check_exec_parse = $(filter-out %/executor/agent.o %/executor/worker.o,$(LIB_OBJ))
+# tests/check_{agent,worker}_parse.c #include agent.c / worker.c (bugs fuzzing found there)
+DEPS_check_agent_parse = $(filter-out %/executor/agent.o,$(LIB_OBJ))
+DEPS_check_worker_parse = $(filter-out %/executor/worker.o,$(LIB_OBJ))
 
 $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_OBJ) $(wildcard tests/fuzz/*.h)
 	@echo "  LD  $@"

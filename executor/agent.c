@@ -428,7 +428,9 @@ static int task_ship_logs(agent *a, task *t) {
 
 static int json_int(const cJSON *o, const char *k, int64_t *out) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    if (!cJSON_IsNumber(v)) return -1;
+    /* within +-2^53 (exact in a double): a cast out of int64's range is undefined */
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= -9007199254740992.0 && v->valuedouble <= 9007199254740992.0))
+        return -1;
     *out = (int64_t)v->valuedouble;
     return 0;
 }

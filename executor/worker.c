@@ -63,6 +63,16 @@ typedef struct wconfig {
     char *spec_json;             /* owned */
 } wconfig;
 
+/* A JSON number as an int64, when it lies within +-2^53 (the integers a
+ * double holds exactly): 0, or -1 (not a number, or out of range: a cast
+ * would be undefined behaviour). */
+static int json_i64(const cJSON *v, int64_t *out) {
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= -9007199254740992.0 && v->valuedouble <= 9007199254740992.0))
+        return -1;
+    *out = (int64_t)v->valuedouble;
+    return 0;
+}
+
 /* "host:port" (a JSON string) into host (cap bytes) and *port. 0 or -1. */
 static int parse_hostport(const cJSON *hp, char *host, size_t cap, int *port) {
     const char *colon = cJSON_IsString(hp) ? strrchr(hp->valuestring, ':') : NULL;
@@ -92,7 +102,10 @@ static int config_parse(const char *text, wconfig *w, char *err, size_t errlen) 
         snprintf(err, errlen, "TRAINYARD_CONFIG lacks job, api, token or spec");
         goto out;
     }
-    w->job = (int64_t)job->valuedouble;
+    if (json_i64(job, &w->job) < 0 || w->job < 1) {
+        snprintf(err, errlen, "TRAINYARD_CONFIG job is not a job id");
+        goto out;
+    }
     const cJSON *att = cJSON_GetObjectItemCaseSensitive(o, "attempt");
     w->attempt = cJSON_IsNumber(att) ? att->valueint : 1;
     if (sfmt(w->api, sizeof w->api, "%s", api->valuestring) < 0 ||
@@ -588,7 +601,8 @@ static int fetch_reported(client *c, const wconfig *w, reported *rep, char *err,
             snprintf(err, errlen, "GET %s: no metrics array in the answer", path);
             return -1;
         }
-        if (cJSON_IsNumber(ls) && (int64_t)ls->valuedouble > rep->last_seq) rep->last_seq = (int64_t)ls->valuedouble;
+        int64_t iv;
+        if (json_i64(ls, &iv) == 0 && iv > rep->last_seq) rep->last_seq = iv;
         int64_t page_max = since;
         const cJSON *m;
         cJSON_ArrayForEach(m, arr) {
@@ -596,10 +610,10 @@ static int fetch_reported(client *c, const wconfig *w, reported *rep, char *err,
             const cJSON *kind = cJSON_GetObjectItemCaseSensitive(m, "kind");
             const cJSON *step = cJSON_GetObjectItemCaseSensitive(m, "step");
             const cJSON *ep = cJSON_GetObjectItemCaseSensitive(m, "epoch");
-            if (cJSON_IsNumber(seq) && (int64_t)seq->valuedouble > page_max) page_max = (int64_t)seq->valuedouble;
+            if (json_i64(seq, &iv) == 0 && iv > page_max) page_max = iv;
             if (!cJSON_IsString(kind)) continue;
-            if (strcmp(kind->valuestring, "step") == 0 && cJSON_IsNumber(step) && (long)step->valuedouble > rep->max_step)
-                rep->max_step = (long)step->valuedouble;
+            if (strcmp(kind->valuestring, "step") == 0 && json_i64(step, &iv) == 0 && iv > rep->max_step)
+                rep->max_step = (long)iv;
             if (strcmp(kind->valuestring, "epoch") == 0 && cJSON_IsNumber(ep) && ep->valueint > rep->max_epoch)
                 rep->max_epoch = ep->valueint;
             if (strcmp(kind->valuestring, "test") == 0) rep->has_test = 1;

@@ -12,12 +12,16 @@
  * it). The same difference is printed for Adam
  * and RMSprop. A worker killed mid-run makes the others fail with an error
  * naming it, quickly; a stop asked by one worker stops all at one step. */
+#include <arpa/inet.h>
 #include <check.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -380,6 +384,49 @@ static void load_full(void)
     jobspec_release(&s);
 }
 
+/* tests/fuzz/fuzz_ps: a 32-byte header claiming a 2 GiB payload made the ps
+ * allocate 2 GiB and wait a minute for it; now it answers OP_ERR at once
+ * and closes. The wire header (ps.c's ps_hdr): magic "TYPS", op, a, b, len. */
+START_TEST(ps_refuses_an_oversized_header)
+{
+    jobspec s;
+    ps_spec(&s, "parameter_server", 1, 1);
+    char lerr[COMM_ERR_MAX];
+    int port = 0;
+    int lfd = comm_listen("127.0.0.1", 0, &port, lerr);
+    ck_assert_msg(lfd >= 0, "%s", lerr);
+    fflush(NULL);
+    pid_t ps = fork();
+    ck_assert_int_ge(ps, 0);
+    if (ps == 0) {
+        volatile sig_atomic_t stop = 0;
+        char perr[PS_ERR_MAX];
+        _exit(ps_serve(&s, 0, 1, lfd, &stop, perr) ? 1 : 0);
+    }
+    close(lfd);
+    jobspec_release(&s);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    struct {
+        uint32_t magic, op;
+        int64_t a, b;
+        uint64_t len;
+    } h = {0x53505954u, 4 /* PUSH */, 0, 0, 1ULL << 31}, r;
+    ck_assert_int_eq(send(fd, &h, sizeof h, MSG_NOSIGNAL), (ssize_t)sizeof h);
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    ck_assert_msg(poll(&p, 1, 5000) == 1, "no answer in 5 s to a 2 GiB header");
+    ck_assert_int_eq(recv(fd, &r, sizeof r, MSG_WAITALL), (ssize_t)sizeof r);
+    ck_assert_uint_eq(r.magic, 0x53505954u);
+    ck_assert_uint_eq(r.op, 101 /* OP_ERR */);
+    ck_assert_uint_lt(r.len, 256);
+    close(fd);
+    kill(ps, SIGKILL);
+    waitpid(ps, NULL, 0);
+}
+END_TEST
+
 /* 1 ps and 2 workers (processes; the chief reports the test accuracy)
  * against the synchronous run of the same spec, epochs and seed. */
 START_TEST(parameter_server_accuracy_near_sync)
@@ -587,6 +634,7 @@ int main(void)
     TCase *f = tcase_create("failures");
     tcase_set_timeout(f, 120);
     tcase_add_test(f, dead_worker_is_a_clear_error);
+    tcase_add_test(f, ps_refuses_an_oversized_header);
     tcase_add_test(f, one_worker_stopping_stops_all_at_one_step);
     suite_add_tcase(s, f);
     SRunner *sr = srunner_create(s);

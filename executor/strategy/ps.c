@@ -420,6 +420,11 @@ static void *conn_main(void *arg)
     ps_server *s = c->s;
     float *payload = NULL;
     size_t cap = 0;
+    /* the largest message a peer may send: INIT (params + slots) or PUSH
+     * (a shard + 3 doubles); a header claiming more is refused before any
+     * allocation (tests/fuzz/fuzz_ps: 2 GiB allocated for a 32-byte header) */
+    size_t max_len = model_param_count(s->m) * (size_t)(1 + model_slot_count(s->m)) * sizeof(float) +
+                     3 * sizeof(double);
     for (;;) {
         ps_hdr h;
         /* idle workers wait long between messages: poll in slices, watch stop */
@@ -434,6 +439,11 @@ static void *conn_main(void *arg)
         }
         if (!ready || recv_hdr(c->fd, &h))
             break;
+        if (h.len > max_len) {
+            static const char too_large[] = "message larger than any this ps takes";
+            send_msg(c->fd, OP_ERR, 0, 0, too_large, sizeof too_large - 1, NULL, 0);
+            break;
+        }
         if (h.len > cap) {
             float *np = realloc(payload, h.len);
             if (!np)
