@@ -162,7 +162,10 @@ static sqlite3 *conn_open(const char *path, char *err, size_t errlen) {
     if (exec_simple(conn, "PRAGMA journal_mode=WAL") < 0 ||
         exec_simple(conn, g_sync_full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL") < 0 ||
         exec_simple(conn, "PRAGMA foreign_keys=ON") < 0 ||
-        exec_simple(conn, "PRAGMA temp_store=MEMORY") < 0) {
+        exec_simple(conn, "PRAGMA temp_store=MEMORY") < 0 ||
+        /* readers map the file instead of a pread per page missing from
+         * their cache (each connection has its own cache) */
+        exec_simple(conn, "PRAGMA mmap_size=268435456") < 0) {
         snprintf(err, errlen, "cannot configure %s: %s", path, sqlite3_errmsg(conn));
         sqlite3_close(conn);
         return NULL;
@@ -454,6 +457,10 @@ static int migrate(sqlite3 *conn, int target, char *err, size_t errlen) {
 
 int db_open_at(db **out, const char *path, int target, char *err, size_t errlen) {
     *out = NULL;
+    /* No global memory statistics: with them every sqlite3_malloc of every
+     * thread takes one process-wide mutex (before the first open only;
+     * SQLITE_MISUSE afterwards, harmless). */
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
     sqlite3 *conn = conn_open(path, err, errlen);
     if (!conn) return -1;
     int rc = migrate(conn, target, err, errlen);

@@ -408,7 +408,7 @@ static void *submitter(void *arg) {
     return NULL;
 }
 
-#define TRAIN_EPOCHS 40
+#define TRAIN_EPOCHS 60
 
 START_TEST(server_kill9_during_submissions) {
     char spec[4096];
@@ -421,6 +421,11 @@ START_TEST(server_kill9_during_submissions) {
     }
     for (int i = 0; i < 2; i++) wait_checkpoints(train[i], 2, 120);
 
+    for (int i = 0; i < 2; i++) { /* both train while the submissions come and the server dies */
+        char state[32];
+        job_state(train[i], state, sizeof state, NULL);
+        ck_assert_msg(strcmp(state, "running") == 0, "training job %d is %s before the kill", i, state);
+    }
     sub_run s;
     memset(&s, 0, sizeof s);
     s.n = g_long ? 500 : 100;
@@ -441,6 +446,11 @@ START_TEST(server_kill9_during_submissions) {
     ck_assert_int_gt(s.failed, 0); /* the kill did land during the submissions */
 
     start_server_fixed("3");
+    for (int i = 0; i < 2; i++) { /* they were still training at the kill */
+        char state[32];
+        job_state(train[i], state, sizeof state, NULL);
+        ck_assert_msg(strcmp(state, "succeeded") != 0, "training job %d ended before the kill: lengthen it", i);
+    }
     /* every acknowledged job is there, as submitted */
     for (int i = 0; i < s.n; i++) {
         if (!s.ids[i]) continue;
@@ -452,6 +462,10 @@ START_TEST(server_kill9_during_submissions) {
     /* the training jobs finish, without a gap in their metrics */
     for (int i = 0; i < 2; i++) {
         wait_state(train[i], "succeeded", 180);
+        char state[32];
+        int attempt = 0;
+        job_state(train[i], state, sizeof state, &attempt);
+        ck_assert_int_eq(attempt, 1); /* the workers rode out the server's death */
         check_metric_seq(train[i], TRAIN_EPOCHS);
     }
 }
