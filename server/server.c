@@ -4,6 +4,7 @@
 #include "http.h"
 #include "../api/routes.h"
 #include "../common/util.h"
+#include "../storage/cluster.h"
 #include "../storage/store.h"
 
 #include <errno.h>
@@ -85,6 +86,17 @@ static int ensure_token(server *s, const char *name, token_kind kind, int64_t te
         return -1;
     }
     log_info("created %s (%s token)", path, token_kind_name(kind));
+    if (kind == TOKEN_JOIN) {
+        /* a new join token replaces the old one (rotation: remove the file, restart) */
+        char hash[65];
+        sha256_hex(tok, strlen(tok), hash);
+        int revoked = cluster_join_tokens_revoke(s->db, hash, now_ms());
+        if (revoked < 0) {
+            snprintf(err, errlen, "cannot revoke the previous join token");
+            return -1;
+        }
+        if (revoked > 0) log_info("revoked the previous join token");
+    }
     return 0;
 }
 

@@ -525,6 +525,8 @@ static const char SQL_NODE_TOKEN_REVOKE[] =
     "UPDATE tokens SET revoked_at = ? WHERE node_id = ? AND kind = 'node' AND revoked_at IS NULL";
 static const char SQL_NODE_TOKEN_INSERT[] =
     "INSERT INTO tokens(hash, kind, node_id, created_at) VALUES(?, 'node', ?, ?)";
+static const char SQL_JOIN_REVOKE[] =
+    "UPDATE tokens SET revoked_at = ? WHERE kind = 'node' AND node_id IS NULL AND revoked_at IS NULL AND hash != ?";
 static const char SQL_NODE_HOSTNAME[] = "SELECT hostname FROM nodes WHERE id = ?";
 static const char SQL_TASK_NODE[] = "SELECT node_id FROM tasks WHERE id = ?";
 static const char SQL_NODE_RUNS_JOB[] = "SELECT 1 FROM tasks WHERE job_id = ? AND node_id = ? LIMIT 1";
@@ -594,4 +596,16 @@ int cluster_node_runs_job(db *d, int64_t node_id, int64_t job_id)
     int rc = sqlite3_step(st);
     db_done(st);
     return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
+}
+
+int cluster_join_tokens_revoke(db *d, const char *keep_hash, int64_t now)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_JOIN_REVOKE);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, now);
+    sqlite3_bind_text(st, 2, keep_hash, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    int n = sqlite3_changes(db_conn(d));
+    db_done(st);
+    return rc == SQLITE_DONE ? n : -1;
 }

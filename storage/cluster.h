@@ -141,6 +141,9 @@ int cluster_node_token_issue(db *d, int64_t node_id, const char *hash, int64_t n
 /* Revokes the node's tokens: the count revoked, -2 when no such node (the
  * hostname goes to hostname when given), -1 on error. */
 int cluster_node_token_revoke(db *d, int64_t node_id, int64_t now, char *hostname, size_t cap);
+/* Revokes every join token (kind 'node', no node_id) but the one with
+ * keep_hash: the count, or -1. */
+int cluster_join_tokens_revoke(db *d, const char *keep_hash, int64_t now);
 /* The node a task runs on: 0, 1 when no such task, -1 on error. */
 int cluster_task_node(db *d, int64_t task_id, int64_t *node_id);
 /* 1 when the node has (or had) a task of the job, 0 when not, -1 on error. */

@@ -723,7 +723,8 @@ END_TEST
 
 /* A data directory of the schema before per-node tokens (migration 4):
  * the server migrates it, its node.token becomes the join token, the other
- * tokens keep working. */
+ * tokens keep working. Then the join token is rotated (file removed, server
+ * restarted): the old one is refused. */
 START_TEST(old_data_dir_migrates) {
     ty_proc old;
     memset(&old, 0, sizeof old);
@@ -758,6 +759,20 @@ START_TEST(old_data_dir_migrates) {
     ck_assert_int_eq(ty_http(old.url, admin, "GET", "/api/v1/teams", NULL, &o), 200);
     cJSON_Delete(o);
     ck_assert_int_eq(ty_http(old.url, team, "GET", "/api/v1/jobs", NULL, &o), 200);
+    cJSON_Delete(o);
+    /* rotating the join token: remove node.token and restart; the old one is revoked */
+    ty_kill(&old, SIGTERM);
+    snprintf(path, sizeof path, "%s/node.token", old.dir);
+    ck_assert_int_eq(unlink(path), 0);
+    ty_server_start(&old);
+    char join2[160];
+    ty_token(&old, "node.token", join2, sizeof join2);
+    ck_assert_str_ne(join, join2);
+    ck_assert_int_eq(ty_http(old.url, join, "POST", "/api/v1/nodes", "{\"hostname\":\"h\",\"address\":\"a\"}", &o), 401);
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(old.url, join2, "POST", "/api/v1/nodes", "{\"hostname\":\"h\",\"address\":\"a\"}", &o), 200);
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(old.url, ntok, "POST", "/api/v1/nodes/1/heartbeat", NULL, &o), 401); /* re-registered */
     cJSON_Delete(o);
     ty_kill(&old, SIGTERM);
     ty_rmrf(old.dir);
