@@ -119,6 +119,10 @@ static int config_parse(const char *text, cconfig *c, char *err, size_t errlen) 
         snprintf(err, errlen, "TRAINYARD_CONFIG lacks job, api, token, task or cluster");
         goto out;
     }
+    if (!(job->valuedouble >= 1 && job->valuedouble <= 9007199254740992.0)) {
+        snprintf(err, errlen, "TRAINYARD_CONFIG job is not a job id");
+        goto out;
+    }
     c->job = (int64_t)job->valuedouble;
     const cJSON *att = cJSON_GetObjectItemCaseSensitive(o, "attempt");
     c->attempt = cJSON_IsNumber(att) ? att->valueint : 1;

@@ -346,6 +346,22 @@ START_TEST(failed_rank_requeues_and_checkpoint_dir_is_restored) {
     cJSON_Delete(o);
     ck_assert_int_eq(at1, 1);
     ck_assert_int_eq(at2, 1);
+    /* metrics: one sequence across the attempts, without a gap; attempt 2's
+     * start where its checkpoint left off */
+    cJSON *all = metrics_all(id);
+    int n = cJSON_GetArraySize(all), last_attempt = 0;
+    long first_step_2 = -1;
+    for (int i = 0; i < n; i++) {
+        const cJSON *m = cJSON_GetArrayItem(all, i);
+        ck_assert_int_eq((int)num(m, "seq"), i + 1);
+        int a = (int)num(m, "attempt");
+        ck_assert_int_ge(a, last_attempt);
+        last_attempt = a;
+        if (a == 2 && first_step_2 < 0) first_step_2 = (long)num(m, "step");
+    }
+    cJSON_Delete(all);
+    ck_assert_int_eq(last_attempt, 2);
+    ck_assert_int_eq(first_step_2, 21);
 }
 END_TEST
 
