@@ -416,7 +416,7 @@ START_TEST(cancel_stops_the_process_group) {
     /* sh (the group leader) writes its pid and a background sleep's */
     snprintf(spec, sizeof spec,
              "{\"name\":\"cmd-cancel\",\"command\":{\"argv\":[\"/bin/sh\",\"-c\","
-             "\"sleep 300 & echo $$ > $OUT/p.tmp; echo $! >> $OUT/p.tmp; mv $OUT/p.tmp $OUT/%s; "
+             "\"echo saved > $TRAINYARD_CHECKPOINT_DIR/state.txt; sleep 300 & echo $$ > $OUT/p.tmp; echo $! >> $OUT/p.tmp; mv $OUT/p.tmp $OUT/%s; "
              "wait\"],\"env\":{\"OUT\":\"%s\"}},\"max_restarts\":0}",
              "term", tmpdir);
     int64_t id = submit_text(spec);
@@ -431,6 +431,12 @@ START_TEST(cancel_stops_the_process_group) {
     fprintf(stderr, "check_command: cancel -> program group gone in %lld ms\n", (long long)(mono_ms() - t0));
     cJSON_Delete(expect_end(id, "cancelled", 30));
     free(wait_log(id, "worker-0", "stop: SIGTERM to the program", 10000));
+    /* stopped, the chief still saved its checkpoint directory */
+    free(wait_log(id, "worker-0", "checkpoint uploaded: state.txt", 10000));
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints", (long long)id);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &o), 200);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "checkpoints")), 1);
+    cJSON_Delete(o);
 
     /* one that ignores SIGTERM: SIGKILL to the group after the grace period */
     snprintf(spec, sizeof spec,
@@ -474,20 +480,23 @@ START_TEST(exit_codes_metric_lines_and_working_dir) {
 
     id = submit_text(
         "{\"name\":\"cmd-lines\",\"command\":{\"argv\":[\"/bin/sh\",\"-c\","
-        "\"pwd; echo 'trainyard-metric {\\\"step\\\": 1, \\\"loss\\\": 0.5, \\\"seq\\\": 99}'; "
+        "\"pwd; echo \\\"OMP=$OMP_NUM_THREADS LR=$LR PYU=$PYTHONUNBUFFERED RANK=$RANK WS=$WORLD_SIZE\\\"; "
+        "echo to-stderr >&2; echo 'trainyard-metric {\\\"step\\\": 1, \\\"loss\\\": 0.5, \\\"seq\\\": 99}'; "
         "echo 'trainyard-metric not json'; "
         "echo 'trainyard-metric {\\\"step\\\": 2, \\\"nested\\\": {\\\"a\\\": 1}}'; "
         "echo 'trainyard-metric {\\\"kind\\\": \\\"bogus\\\"}'; "
         "echo 'trainyard-metric {\\\"step\\\": -1}'; "
         "echo 'trainyard-metric {\\\"kind\\\": \\\"epoch\\\", \\\"epoch\\\": 1, \\\"step\\\": 2, \\\"loss\\\": 0.25}'; "
         "printf 'no newline at the end'\"],"
-        "\"working_dir\":\"examples\"},\"max_restarts\":0}");
+        "\"working_dir\":\"examples\",\"env\":{\"LR\":\"0.1\"}},\"max_restarts\":0}");
     cJSON_Delete(expect_end(id, "succeeded", 60));
     l0 = wait_log(id, "worker-0", "no newline at the end\n", 10000);
     char cwd[PATH_MAX], want[PATH_MAX + 16];
     ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
     snprintf(want, sizeof want, "%s/examples\n", cwd);
     expect_in(l0, want, "worker-0's log (pwd)");
+    expect_in(l0, "OMP=1 LR=0.1 PYU=1 RANK=0 WS=1\n", "worker-0's log (environment)");
+    expect_in(l0, "to-stderr\n", "worker-0's log (stderr)");
     expect_in(l0, "metric line ignored (not JSON)", "worker-0's log");
     expect_in(l0, "metric line ignored (values must be", "worker-0's log");
     expect_in(l0, "metric line ignored (kind must be", "worker-0's log");
