@@ -300,9 +300,9 @@ static int apply_place(db *d, const snap *sp, const sched_result *r, const sched
  * what runs. */
 #define USAGE_EVERY_MS 1000
 
-/* Whether the pass has anything to write: placements, stops, a job past its
- * max_runtime_s, a waiting reason that changed, team usage due. When not, no
- * write transaction is opened (writers never queue behind an empty pass). */
+/* Whether the pass's main transaction has anything to write: placements,
+ * stops, a job past its max_runtime_s, team usage due. When not, no write
+ * transaction is opened (writers never queue behind an empty pass). */
 static int apply_needed(const snap *sp, const sched_result *r, int64_t now)
 {
     if (r->n_place > 0 || r->n_stops > 0) return 1;
@@ -310,25 +310,53 @@ static int apply_needed(const snap *sp, const sched_result *r, int64_t now)
         const sched_running *v = &sp->s.running[x];
         if (!v->stopping && sp->cs.jobs[sp->run_job[x]].attempt_started_at && now > v->end_ms) return 1;
     }
-    char why[CL_REASON_MAX];
-    for (int q = 0; q < sp->s.n_queued; q++) {
-        const sched_outcome *o = &r->out[q];
-        if (o->place >= 0) continue;
-        sched_reason_format(o, why, sizeof why);
-        if (strcmp(sp->cs.jobs[sp->q_job[q]].reason, why) != 0) return 1;
-    }
     for (int t = 0; t < sp->s.n_teams; t++)
         if (now - sp->cs.teams[t].usage_at >= USAGE_EVERY_MS) return 1;
     return 0;
 }
 
+/* Waiting reasons that changed, REASON_BATCH rows per write transaction: a
+ * submission waits for one short batch, never for the reasons of a whole
+ * queue (10,000 new jobs write 10,000 rows). They go before the placements,
+ * so a failure here fails the pass before anything is placed; a reason is
+ * only written to a job still queued (the SQL checks), so a job placed or
+ * cancelled meanwhile keeps its own. */
+#define REASON_BATCH 128
+
+static int write_reasons(db *d, const snap *sp, const sched_result *r, sched_pass_stats *st)
+{
+    char why[CL_REASON_MAX];
+    int in_txn = 0, rows = 0;
+    for (int q = 0; q < sp->s.n_queued; q++) {
+        const sched_outcome *o = &r->out[q];
+        if (o->place >= 0) continue;
+        st->waiting++;
+        sched_reason_format(o, why, sizeof why);
+        const cl_job *j = &sp->cs.jobs[sp->q_job[q]];
+        if (strcmp(j->reason, why) == 0) continue;
+        if (!in_txn) {
+            if (db_begin(d) < 0) return -1;
+            in_txn = 1;
+        }
+        if (cluster_job_set_reason(d, j->id, why) < 0 || fault_point() < 0) goto fail;
+        if (++rows == REASON_BATCH) {
+            if (db_commit(d) < 0) return -1;
+            in_txn = 0;
+            rows = 0;
+        }
+    }
+    if (in_txn && db_commit(d) < 0) return -1;
+    return 0;
+fail:
+    db_rollback(d);
+    return -1;
+}
+
 static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r, int64_t now,
                  sched_pass_stats *st)
 {
-    if (!apply_needed(sp, r, now)) {
-        for (int q = 0; q < sp->s.n_queued; q++) st->waiting += r->out[q].place < 0;
-        return 0;
-    }
+    if (write_reasons(d, sp, r, st) < 0) return -1;
+    if (!apply_needed(sp, r, now)) return 0;
     if (db_begin(d) < 0) return -1;
     char why[CL_REASON_MAX];
     int changed = r->n_place > 0 || r->n_stops > 0;
@@ -372,16 +400,6 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
         if (store_event_add(d, v->id, "stop", "scheduler", why) != STORE_OK) goto fail;
         st->stopped++;
         changed = 1;
-    }
-    /* waiting reasons, written only when they change */
-    for (int q = 0; q < sp->s.n_queued; q++) {
-        const sched_outcome *o = &r->out[q];
-        if (o->place >= 0) continue;
-        st->waiting++;
-        sched_reason_format(o, why, sizeof why);
-        const cl_job *j = &sp->cs.jobs[sp->q_job[q]];
-        if (strcmp(j->reason, why) == 0) continue;
-        if (cluster_job_set_reason(d, j->id, why) < 0 || fault_point() < 0) goto fail;
     }
     /* team usage: decayed device-seconds */
     double *inuse = xcalloc((size_t)sp->s.n_teams + 1, sizeof(double));

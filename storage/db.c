@@ -162,10 +162,7 @@ static sqlite3 *conn_open(const char *path, char *err, size_t errlen) {
     if (exec_simple(conn, "PRAGMA journal_mode=WAL") < 0 ||
         exec_simple(conn, g_sync_full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL") < 0 ||
         exec_simple(conn, "PRAGMA foreign_keys=ON") < 0 ||
-        exec_simple(conn, "PRAGMA temp_store=MEMORY") < 0 ||
-        /* readers map the file instead of a pread per page missing from
-         * their cache (each connection has its own cache) */
-        exec_simple(conn, "PRAGMA mmap_size=268435456") < 0) {
+        exec_simple(conn, "PRAGMA temp_store=MEMORY") < 0) {
         snprintf(err, errlen, "cannot configure %s: %s", path, sqlite3_errmsg(conn));
         sqlite3_close(conn);
         return NULL;

@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# bench/load - the API under load while jobs train (`make bench-load`).
+# `trainyard up --cpu-slots 2`, two training jobs running (one CPU slot each),
+# then, for DUR seconds each:
+#   get1:   wrk -t2 -c32 GET /api/v1/jobs/{id}   + a paced submit stream
+#   list:   wrk -t2 -c32 GET /api/v1/jobs        + the same submit stream
+#   burst:  wrk -t2 -c8  POST /api/v1/jobs       (bench/api's submit setting)
+# The submit stream is wrk -t1 -c4 with DELAY_MS between requests on each
+# connection (default 40 ms: about 100 submits/s), so its p50/p99 are the
+# latency of a submission arriving while the GETs run. Every job a 201
+# acknowledged is looked up in the database after the server stops. Then the
+# peer, slurmrestd, through bench/api/slurm_peer.sh (PEER=0 skips it).
+# `uptime` load is recorded before each phase. Ends with one JSON line.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+command -v wrk >/dev/null || { echo "bench/load: wrk is missing: apt-get install wrk" >&2; exit 1; }
+make -s -j2 all >/dev/null
+BIN=$PWD/build/trainyard
+DUR=${DUR:-10}
+DELAY_MS=${DELAY_MS:-40}
+dir=$(mktemp -d /tmp/ty_bench_load.XXXXXX)
+pid=
+cleanup() { [ -n "$pid" ] && { kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; } || true; [ -n "${KEEP:-}" ] || rm -rf "$dir"; }
+trap cleanup EXIT
+"$BIN" up --listen 127.0.0.1:0 --data "$dir" --cpu-slots 2 --quiet 2>>"$dir/server.log" &
+pid=$!
+for _ in $(seq 150); do [ -s "$dir/server.url" ] && break; sleep 0.1; done
+URL=$(cat "$dir/server.url")
+TOKEN=$(cat "$dir/token")
+H=(-H "Authorization: Bearer $TOKEN")
+# a training job long enough to outlast the run (cancelled at the end)
+cat > "$dir/train.json" <<'JSON'
+{"name": "load-train", "model": {"layers": [
+   {"type": "dense", "units": 64, "activation": "relu", "input_shape": [32]},
+   {"type": "dense", "units": 1, "activation": "sigmoid"}]},
+ "compile": {"optimizer": {"type": "sgd", "learning_rate": 0.05}, "loss": "binary_crossentropy", "metrics": ["accuracy"]},
+ "data": {"source": "synthetic", "examples": 20000, "features": 32, "seed": 3},
+ "fit": {"epochs": 100000, "batch_size": 64},
+ "checkpoint": {"every_epochs": 5, "keep": 2},
+ "max_runtime_s": 3600}
+JSON
+jid() { python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])'; }
+t1=$(curl -sf -X POST "$URL/api/v1/jobs" "${H[@]}" --data @"$dir/train.json" | jid)
+t2=$(curl -sf -X POST "$URL/api/v1/jobs" "${H[@]}" --data @"$dir/train.json" | jid)
+state() { curl -sf "${H[@]}" "$URL/api/v1/jobs/$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
+for _ in $(seq 300); do
+  [ "$(state "$t1")" = running ] && [ "$(state "$t2")" = running ] && break; sleep 0.2
+done
+[ "$(state "$t1")" = running ] && [ "$(state "$t2")" = running ] || { echo "bench/load: the training jobs did not start" >&2; tail "$dir/server.log" >&2; exit 1; }
+sleep 2   # both workers past their start, posting metrics
+echo "training jobs $t1 and $t2 running"
+
+parse() { # wrk output -> "rps p50_ms p99_ms errors(non2xx+socket)"
+  python3 - "$1" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+def ms(v, u): return float(v) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[u]
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
+lat = dict((p, ms(v, u)) for p, v, u in re.findall(r"\s(50|99)%\s+([\d.]+)(us|ms|s)", t))
+err = sum(int(x) for x in re.findall(r"Non-2xx or 3xx responses: (\d+)", t))
+s = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", t)
+if s: err += sum(int(x) for x in s.groups())
+print(rps, lat.get("50"), lat.get("99"), err)
+PY
+}
+load1() { cut -d' ' -f1 /proc/loadavg; }
+mkdir -p "$dir/acks"
+phase() { # name path: wrk GET on path while the paced submit stream runs
+  local name=$1 path=$2
+  local l; l=$(load1)
+  echo "== $name: GET $path (wrk -t2 -c32 -d${DUR}s) + submits every ${DELAY_MS} ms on 4 connections; load $l"
+  mkdir -p "$dir/acks/$name"
+  ACK_DIR=$dir/acks/$name DELAY_MS=$DELAY_MS SPEC=examples/synthetic_binary.json \
+    wrk -t1 -c4 -d"${DUR}s" --latency -s bench/load/submit_paced.lua "${H[@]}" "$URL/api/v1/jobs" > "$dir/$name.sub.txt" &
+  local sp=$!
+  wrk -t2 -c32 -d"${DUR}s" --latency "${H[@]}" "$URL$path" > "$dir/$name.get.txt"
+  wait $sp
+  sed -n '/Latency Distribution/,/Requests\/sec/p' "$dir/$name.get.txt"
+  echo "-- submits:"; sed -n '/Latency Distribution/,/Requests\/sec/p' "$dir/$name.sub.txt"
+  read -r g_rps g_p50 g_p99 g_err < <(parse "$dir/$name.get.txt")
+  read -r s_rps s_p50 s_p99 s_err < <(parse "$dir/$name.sub.txt")
+  printf -v "R_$name" '{"load":%s,"get_rps":%s,"get_p50_ms":%s,"get_p99_ms":%s,"get_errors":%s,"submit_rps":%s,"submit_p50_ms":%s,"submit_p99_ms":%s,"submit_errors":%s}' \
+    "$l" "$g_rps" "$g_p50" "$g_p99" "$g_err" "$s_rps" "$s_p50" "$s_p99" "$s_err"
+}
+phase get1 "/api/v1/jobs/$t1"
+phase list "/api/v1/jobs"
+l=$(load1)
+echo "== burst: POST /api/v1/jobs (wrk -t2 -c8 -d${DUR}s, bench/api's setting); load $l"
+mkdir -p "$dir/acks/burst"
+ACK_DIR=$dir/acks/burst DELAY_MS=0 SPEC=examples/synthetic_binary.json \
+  wrk -t2 -c8 -d"${DUR}s" --latency -s bench/load/submit_paced.lua "${H[@]}" "$URL/api/v1/jobs" > "$dir/burst.txt"
+sed -n '/Latency Distribution/,/Requests\/sec/p' "$dir/burst.txt"
+read -r b_rps b_p50 b_p99 b_err < <(parse "$dir/burst.txt")
+R_burst=$(printf '{"load":%s,"submit_rps":%s,"submit_p50_ms":%s,"submit_p99_ms":%s,"submit_errors":%s}' "$l" "$b_rps" "$b_p50" "$b_p99" "$b_err")
+s1=$(state "$t1"); s2=$(state "$t2")
+echo "training jobs after the load: $s1, $s2"
+curl -sf -X POST "${H[@]}" "$URL/api/v1/jobs/$t1/cancel" >/dev/null || true
+curl -sf -X POST "${H[@]}" "$URL/api/v1/jobs/$t2/cancel" >/dev/null || true
+kill -TERM "$pid"; wait "$pid" 2>/dev/null || true; pid=
+# every acknowledged submission is stored
+cat "$dir"/acks/*/acked.* | sort -u > "$dir/acked.txt"
+acked=$(wc -l < "$dir/acked.txt")
+sqlite3 "$dir/trainyard.db" 'select id from jobs' | sort -u > "$dir/stored.txt"
+missing=$(comm -23 "$dir/acked.txt" "$dir/stored.txt" | wc -l)
+echo "acknowledged submissions: $acked; missing from the database: $missing"
+ours=$(printf '{"get1":%s,"list":%s,"burst":%s,"training":["%s","%s"],"acked":%s,"missing":%s}' \
+  "$R_get1" "$R_list" "$R_burst" "$s1" "$s2" "$acked" "$missing")
+
+peer='null'
+if [ "${PEER:-1}" != 0 ]; then
+  echo "== peer: bench/api/slurm_peer.sh (DUR=$DUR; load $(load1))"
+  if DUR=$DUR N300=${N300:-40} bench/api/slurm_peer.sh > "$dir/peer.txt" 2>"$dir/peer.err"; then
+    grep -v '^{' "$dir/peer.txt" | grep -E '^(==|slurm|job )' || true
+    peer=$(tail -n 1 "$dir/peer.txt")
+  else
+    tail -n 20 "$dir/peer.err" >&2
+    peer='{"peer":"slurmrestd","error":"slurm_peer.sh failed"}'
+  fi
+fi
+python3 - "$ours" "$peer" <<'PY'
+import json, sys
+o = json.loads(sys.argv[1]); p = json.loads(sys.argv[2])
+def f(v, d=2): return "-" if v is None else (f"{v:,.0f}" if d == 0 else f"{v:.{d}f}")
+print()
+print("| load | phase | GET req/s | GET p50 / p99 ms | submits/s | submit p50 / p99 ms | errors |")
+print("|---|---|---|---|---|---|---|")
+for k in ("get1", "list"):
+    r = o[k]
+    print(f"| {r['load']} | trainyard {k} | {f(r['get_rps'],0)} | {f(r['get_p50_ms'])} / {f(r['get_p99_ms'])} | "
+          f"{f(r['submit_rps'],0)} | {f(r['submit_p50_ms'])} / {f(r['submit_p99_ms'])} | {r['get_errors'] + r['submit_errors']} |")
+r = o["burst"]
+print(f"| {r['load']} | trainyard burst (-c8) | | | {f(r['submit_rps'],0)} | {f(r['submit_p50_ms'])} / {f(r['submit_p99_ms'])} | {r['submit_errors']} |")
+if p and "get_rps" in p:
+    print(f"| | slurmrestd (GET -c32, submit -c8) | {f(p['get_rps'],0)} | {f(p['get_p50_ms'])} / {f(p['get_p99_ms'])} | "
+          f"{f(p['submit_rps'],0)} | {f(p['submit_p50_ms'])} / {f(p['submit_p99_ms'])} | {p.get('get_non2xx', 0)} |")
+    o["slurm"] = p
+ok = (o["get1"]["get_p99_ms"] <= 5 and o["get1"]["submit_p99_ms"] <= 20 and o["missing"] == 0 and
+      all(o[k]["get_errors"] == 0 and o[k]["submit_errors"] == 0 for k in ("get1", "list")) and o["burst"]["submit_errors"] == 0)
+o["targets_met"] = ok
+print(f"\ntargets (GET p99 <= 5 ms, submit p99 <= 20 ms, no errors, every ack stored): {'met' if ok else 'NOT met'}")
+print(json.dumps(o, separators=(",", ":")))
+PY
