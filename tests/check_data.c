@@ -322,6 +322,64 @@ START_TEST(test_idx_labels_truncated) {
 }
 END_TEST
 
+/* The largest single allocation while a test runs, where the sanitizer
+ * runtime offers allocation hooks (the ASan build of `make test`); 0 when
+ * it does not (then only the error is checked). */
+extern int __sanitizer_install_malloc_and_free_hooks(void (*m)(const volatile void *, size_t),
+                                                     void (*f)(const volatile void *)) __attribute__((weak));
+static size_t g_max_alloc;
+static void on_alloc(const volatile void *p, size_t n) {
+    (void)p;
+    if (n > g_max_alloc) g_max_alloc = n;
+}
+static void on_release(const volatile void *p) { (void)p; }
+
+/* tests/fuzz/fuzz_idx: a 16-byte image header and an 8-byte label header
+ * claiming 2^29 examples of 1x2 pixels made idx_load reserve 2 GiB of labels
+ * and 4 GiB of pixels before reading any (an abort where memory is capped);
+ * buffers now grow with the data that arrives. */
+START_TEST(test_idx_huge_count_no_data) {
+    unsigned char img[16] = {0, 0, 8, 3, 0x20, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 2};
+    unsigned char lab[9] = {0, 0, 8, 1, 0x20, 0, 0, 0, 7};
+    put_file("img", img, sizeof img, 0);
+    put_file("lab", lab, sizeof lab, 0);
+    char pi[512], pl[512], err[DATASET_ERR_MAX];
+    tpath(pi, sizeof pi, "img");
+    tpath(pl, sizeof pl, "lab");
+    int hooked = __sanitizer_install_malloc_and_free_hooks &&
+                 __sanitizer_install_malloc_and_free_hooks(on_alloc, on_release) != 0;
+    g_max_alloc = 0;
+    dataset d;
+    ck_assert_int_eq(idx_load(pi, pl, 0, 0, 10, &d, err), -1);
+    ck_assert_msg(strstr(err, "truncated: expected 536870912 bytes of labels, got 1") != NULL, "%s", err);
+    if (hooked) ck_assert_msg(g_max_alloc < (64u << 20), "largest allocation %zu bytes", g_max_alloc);
+    ck_assert_ptr_null(d.x);
+}
+END_TEST
+
+/* The same for CSV (found reading csv.c beside fuzz_idx's finding): a
+ * header of 20000 columns and 50000 blank lines (90 KB) reserved 50001 rows
+ * of 19999 floats (4 GB) before finding that no row has data. */
+START_TEST(test_csv_blank_lines_no_reservation) {
+    size_t cols = 20000, blanks = 50000;
+    buf b;
+    buf_init(&b, 1u << 20);
+    for (size_t i = 0; i < cols; i++) ck_assert_int_eq(buf_appends(&b, i ? ",c" : "c"), 0);
+    for (size_t i = 0; i < blanks; i++) ck_assert_int_eq(buf_appends(&b, "\n"), 0);
+    put_file("wide.csv", b.data, b.len, 0);
+    buf_release(&b);
+    char p[512], err[DATASET_ERR_MAX];
+    tpath(p, sizeof p, "wide.csv");
+    int hooked = __sanitizer_install_malloc_and_free_hooks &&
+                 __sanitizer_install_malloc_and_free_hooks(on_alloc, on_release) != 0;
+    g_max_alloc = 0;
+    dataset d;
+    ck_assert_int_eq(csv_load(p, 1, -1, "", &d, err), -1);
+    ck_assert_msg(strstr(err, "no data rows") != NULL, "%s", err);
+    if (hooked) ck_assert_msg(g_max_alloc < (64u << 20), "largest allocation %zu bytes", g_max_alloc);
+}
+END_TEST
+
 START_TEST(test_idx_bad_magic) {
     put_mnist(1);
     size_t len;
@@ -962,6 +1020,7 @@ static Suite *data_suite(void) {
     tcase_add_test(tc, test_idx_corrupt_gzip);
     tcase_add_test(tc, test_idx_labels_count_mismatch);
     tcase_add_test(tc, test_idx_labels_truncated);
+    tcase_add_test(tc, test_idx_huge_count_no_data);
     tcase_add_test(tc, test_idx_bad_magic);
     tcase_add_test(tc, test_idx_text_file);
     tcase_add_test(tc, test_idx_wrong_dims);
@@ -980,6 +1039,7 @@ static Suite *data_suite(void) {
 
     tc = tcase_create("csv");
     tcase_add_checked_fixture(tc, tmp_setup, tmp_teardown);
+    tcase_add_test(tc, test_csv_blank_lines_no_reservation);
     tcase_add_test(tc, test_csv_header_label_by_name);
     tcase_add_test(tc, test_csv_no_header_label_by_index);
     tcase_add_test(tc, test_csv_quotes_and_spaces);

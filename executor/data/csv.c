@@ -177,7 +177,7 @@ int csv_load(const char *path, int header, int label_column, const char *label_c
         max_rows++;
 
     int ncols = -1, lab = -1, nfeat = 0;
-    long n = 0;
+    long n = 0, cap_rows = 0;
     int integral = 1;
     float ymax = 0.0f;
     int need_header = header != 0;
@@ -218,8 +218,6 @@ int csv_load(const char *path, int header, int label_column, const char *label_c
                          DATASET_MAX_FLOATS);
                 goto out;
             }
-            x = xmalloc((size_t)max_rows * (size_t)nfeat * sizeof(float));
-            y = xmalloc((size_t)max_rows * sizeof(float));
             if (need_header) {
                 need_header = 0;
                 continue;
@@ -228,6 +226,14 @@ int csv_load(const char *path, int header, int label_column, const char *label_c
             snprintf(err, DATASET_ERR_MAX, "%s:%ld: expected %d columns, got %d", path_show(path),
                      c.line, ncols, nf);
             goto out;
+        }
+        if (n == cap_rows) {
+            /* grown with the rows that really come: blank lines count in
+             * max_rows, so a 150 KB file could otherwise reserve 4 GiB */
+            cap_rows = cap_rows ? cap_rows * 2 : 1024;
+            if (cap_rows > max_rows) cap_rows = max_rows;
+            x = xrealloc(x, (size_t)cap_rows * (size_t)nfeat * sizeof(float));
+            y = xrealloc(y, (size_t)cap_rows * sizeof(float));
         }
         float *row = x + (size_t)n * (size_t)nfeat;
         for (int j = 0, k = 0; j < ncols; j++) {

@@ -124,6 +124,19 @@ static int idx_header(idx_file *f, uint32_t magic, int ndim, uint32_t *dims, cha
     return 0;
 }
 
+/* p (cap elements of size elem) grown to hold need elements: doubling from
+ * one chunk, never past max. Buffers grow with the data that really arrives,
+ * so a header's count alone (a 40-byte file may claim 2^30 labels) never
+ * reserves gigabytes (tests/fuzz/fuzz_idx). */
+static void *idx_grow(void *p, size_t *cap, size_t need, size_t max, size_t elem) {
+    if (need <= *cap) return p;
+    size_t c = *cap ? *cap : IDX_CHUNK;
+    while (c < need) c *= 2;
+    if (c > max) c = max;
+    *cap = c;
+    return xrealloc(p, c * elem);
+}
+
 /* After the expected bytes the file must end. */
 static int idx_expect_eof(idx_file *f, const char *what, uint32_t count, char *err) {
     unsigned char c;
@@ -183,12 +196,12 @@ int idx_load(const char *images_path, const char *labels_path, int want_rows, in
     chunk = xmalloc(IDX_CHUNK);
 
     /* Labels. */
-    y = xmalloc((size_t)count * sizeof(float));
-    size_t done = 0;
+    size_t done = 0, ycap = 0, xcap = 0;
     while (done < count) {
         size_t n = count - done < IDX_CHUNK ? count - done : IDX_CHUNK;
         long got = idx_read(&fl, chunk, n, err);
         if (got < 0) goto out;
+        y = idx_grow(y, &ycap, done + (size_t)got, count, sizeof(float));
         for (long i = 0; i < got; i++) {
             if (classes > 0 && chunk[i] >= classes) {
                 snprintf(err, DATASET_ERR_MAX, "%s: label %u at index %zu out of range 0..%d",
@@ -209,14 +222,13 @@ int idx_load(const char *images_path, const char *labels_path, int want_rows, in
     float lut[256];
     for (int i = 0; i < 256; i++) lut[i] = (float)i / 255.0f;
     size_t total = (size_t)count * feat;
-    x = xmalloc(total * sizeof(float));
     done = 0;
     while (done < total) {
         size_t n = total - done < IDX_CHUNK ? total - done : IDX_CHUNK;
         long got = idx_read(&fi, chunk, n, err);
         if (got < 0) goto out;
-        float *dst = x + done;
-        for (long i = 0; i < got; i++) dst[i] = lut[chunk[i]];
+        x = idx_grow(x, &xcap, done + (size_t)got, total, sizeof(float));
+        for (long i = 0; i < got; i++) x[done + (size_t)i] = lut[chunk[i]];
         done += (size_t)got;
         if ((size_t)got < n) {
             idx_truncated(&fi, "pixels", total, (long)done, err);
