@@ -1184,9 +1184,11 @@ static void line_out(cmd_run *r, linebuf *lb, const char *s, size_t n, int whole
     free(line);
 }
 
-/* Reads what is there; splits it into lines. Closes fd at EOF. */
+/* Reads what is there (at most 16 reads, so that a program that never
+ * stops writing cannot starve the stop checks); splits it into lines.
+ * Closes fd at EOF. */
 static void lb_read(cmd_run *r, linebuf *lb) {
-    for (;;) {
+    for (int reads = 0; reads < 16; reads++) {
         ssize_t got = read(lb->fd, lb->data + lb->len, CMD_LINE_MAX - lb->len);
         if (got < 0 && errno == EINTR) continue;
         if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
