@@ -8,7 +8,8 @@
  * directory migrated, malformed requests answered 4xx JSON (raw sockets),
  * body limits, and dataset paths confined to the agent's data root
  * (`trainyard up --data-root`: ".." refused at submission, symlinks and
- * absolute paths leading out refused by the worker, with the reason). */
+ * absolute paths leading out refused by the worker, with the reason), and
+ * an agent whose node token the admin revoked registering again. */
 #include "testlib.h"
 
 #include <arpa/inet.h>
@@ -870,6 +871,33 @@ START_TEST(data_paths_confined) {
     ck_assert_msg(strcmp(sget(o, "state"), "succeeded") == 0, "inside.csv: %s (%s)", sget(o, "state"),
                   cJSON_IsString(cJSON_GetObjectItem(o, "reason")) ? sget(o, "reason") : "");
     cJSON_Delete(o);
+    /* the admin revokes the agent's node token: its next call is refused
+     * (401), it registers again with the join token, and jobs still run */
+    char admin[160];
+    ty_token(&up, "admin.token", admin, sizeof admin);
+    ck_assert_int_eq(ty_http(up.url, admin, "DELETE", "/api/v1/nodes/1/token", NULL, &o), 200);
+    ck_assert_int_eq(nget(o, "revoked"), 1);
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(up.url, team, "POST", "/api/v1/jobs", CSV_SPEC("inside.csv"), &o), 201);
+    id = nget(o, "id");
+    cJSON_Delete(o);
+    o = wait_finished(&up, team, id);
+    ck_assert_str_eq(sget(o, "state"), "succeeded");
+    cJSON_Delete(o);
+    char db_path[300];
+    ck_assert_int_eq(sfmt(db_path, sizeof db_path, "%s/trainyard.db", up.dir), 0);
+    sqlite3 *sq = NULL;
+    ck_assert_int_eq(sqlite3_open_v2(db_path, &sq, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(sq, 10000);
+    sqlite3_stmt *st = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(sq, "SELECT count(*), count(revoked_at) FROM tokens WHERE node_id = 1", -1, &st,
+                                        NULL),
+                     SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    ck_assert_int_eq(sqlite3_column_int(st, 0), 2); /* the revoked one and the one registered again */
+    ck_assert_int_eq(sqlite3_column_int(st, 1), 1);
+    sqlite3_finalize(st);
+    sqlite3_close(sq);
     ty_kill(&up, SIGTERM);
     ty_rmrf(keep);
 }
