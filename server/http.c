@@ -566,9 +566,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return answer_now(req, &res);
     }
     req->route->handler(h->srv, req, &res);
-    /* a write refused for lack of disk space: say so (507), not "busy; retry" */
+    /* a write refused for lack of disk space: say so (507), not "busy; retry" or "internal" */
     char full[320];
-    if (res.status == 503 && db_disk_full(h->srv->db, full, sizeof full))
+    if ((res.status == 500 || res.status == 503) && db_disk_full(h->srv->db, full, sizeof full))
         http_error(&res, 507, "storage_full", NULL, "%s", full);
     return answer_now(req, &res);
 }

@@ -6,8 +6,9 @@
  * tmpfs as the data directory); 64 concurrent writers.
  *
  * The short form runs in `make test`; FAULTS_LONG=1 (`make test-faults`)
- * runs the long form: 500 submissions from 32 clients, the agent kill as
- * well as the worker kill, 64 writers x 60 rounds. */
+ * runs the long form: three server kills, each during 500 submissions from
+ * 32 clients; the agent kill as well as the worker kill; 64 writers x 200
+ * rounds. */
 #include "testlib.h"
 
 #include <fcntl.h>
@@ -408,7 +409,7 @@ static void *submitter(void *arg) {
     return NULL;
 }
 
-#define TRAIN_EPOCHS 60
+#define TRAIN_EPOCHS 80
 
 START_TEST(server_kill9_during_submissions) {
     char spec[4096];
@@ -426,39 +427,43 @@ START_TEST(server_kill9_during_submissions) {
         job_state(train[i], state, sizeof state, NULL);
         ck_assert_msg(strcmp(state, "running") == 0, "training job %d is %s before the kill", i, state);
     }
-    sub_run s;
-    memset(&s, 0, sizeof s);
-    s.n = g_long ? 500 : 100;
-    s.ids = xcalloc((size_t)s.n, sizeof *s.ids);
-    int nthreads = g_long ? 32 : 10;
-    pthread_t th[32];
-    for (int t = 0; t < nthreads; t++) ck_assert_int_eq(pthread_create(&th[t], NULL, submitter, &s), 0);
-    /* kill -9 once a third of them are acknowledged */
-    int64_t end = mono_ms() + 60000;
-    while (__atomic_load_n(&s.acked, __ATOMIC_SEQ_CST) < s.n / 3 && mono_ms() < end) ty_sleep_ms(1);
-    ck_assert_int_eq(WTERMSIG(ty_kill(&srv, SIGKILL)), SIGKILL);
-    int acked_at_kill = __atomic_load_n(&s.acked, __ATOMIC_SEQ_CST);
-    for (int t = 0; t < nthreads; t++) pthread_join(th[t], NULL);
-    fprintf(stderr, "faults: server killed with %d of %d submissions acknowledged (%d by the end, %d unanswered)\n",
-            acked_at_kill, s.n, s.acked, s.failed);
-    ck_assert_int_eq(s.errors5xx, 0);
-    ck_assert_int_ge(s.acked, s.n / 3);
-    ck_assert_int_gt(s.failed, 0); /* the kill did land during the submissions */
+    /* the long form kills the server 3 times, each during 500 submissions */
+    int rounds = g_long ? 3 : 1;
+    for (int round = 0; round < rounds; round++) {
+        sub_run s;
+        memset(&s, 0, sizeof s);
+        s.n = g_long ? 500 : 100;
+        s.ids = xcalloc((size_t)s.n, sizeof *s.ids);
+        int nthreads = g_long ? 32 : 10;
+        pthread_t th[32];
+        for (int t = 0; t < nthreads; t++) ck_assert_int_eq(pthread_create(&th[t], NULL, submitter, &s), 0);
+        /* kill -9 once a third of them are acknowledged */
+        int64_t end = mono_ms() + 60000;
+        while (__atomic_load_n(&s.acked, __ATOMIC_SEQ_CST) < s.n / 3 && mono_ms() < end) ty_sleep_ms(1);
+        ck_assert_int_eq(WTERMSIG(ty_kill(&srv, SIGKILL)), SIGKILL);
+        int acked_at_kill = __atomic_load_n(&s.acked, __ATOMIC_SEQ_CST);
+        for (int t = 0; t < nthreads; t++) pthread_join(th[t], NULL);
+        fprintf(stderr, "faults: server kill %d: %d of %d submissions acknowledged (%d by the end, %d unanswered)\n",
+                round + 1, acked_at_kill, s.n, s.acked, s.failed);
+        ck_assert_int_eq(s.errors5xx, 0);
+        ck_assert_int_ge(s.acked, s.n / 3);
+        ck_assert_int_gt(s.failed, 0); /* the kill did land during the submissions */
 
-    start_server_fixed("3");
-    for (int i = 0; i < 2; i++) { /* they were still training at the kill */
-        char state[32];
-        job_state(train[i], state, sizeof state, NULL);
-        ck_assert_msg(strcmp(state, "succeeded") != 0, "training job %d ended before the kill: lengthen it", i);
+        start_server_fixed("3");
+        for (int i = 0; i < 2; i++) { /* they were still training at the kill */
+            char state[32];
+            job_state(train[i], state, sizeof state, NULL);
+            ck_assert_msg(strcmp(state, "succeeded") != 0, "training job %d ended before the kill: lengthen it", i);
+        }
+        /* every acknowledged job is there, as submitted */
+        for (int i = 0; i < s.n; i++) {
+            if (!s.ids[i]) continue;
+            char state[32];
+            job_state(s.ids[i], state, sizeof state, NULL);
+            ck_assert_msg(strcmp(state, "queued") == 0, "job %lld is %s", (long long)s.ids[i], state);
+        }
+        free(s.ids);
     }
-    /* every acknowledged job is there, as submitted */
-    for (int i = 0; i < s.n; i++) {
-        if (!s.ids[i]) continue;
-        char state[32];
-        job_state(s.ids[i], state, sizeof state, NULL);
-        ck_assert_msg(strcmp(state, "queued") == 0, "job %lld is %s", (long long)s.ids[i], state);
-    }
-    free(s.ids);
     /* the training jobs finish, without a gap in their metrics */
     for (int i = 0; i < 2; i++) {
         wait_state(train[i], "succeeded", 180);
@@ -683,13 +688,34 @@ START_TEST(full_disk_refuses_writes_and_recovers) {
     ck_assert_int_eq(post_metrics(&c, &p, 1, 10), 200);
     int64_t acked[20];
     for (int i = 0; i < 20; i++) acked[i] = submit(SPEC_WAITING);
+    size_t n = 256 * 1024;
+    char *a = xmalloc(n), *b = xmalloc(n);
+    for (size_t i = 0; i < n; i++) {
+        a[i] = (char)(i * 3 + 1);
+        b[i] = (char)(i * 11 + 2);
+    }
+    char sha_a[65], sha_b[65], got[65];
+    sha256_hex(a, n, sha_a);
+    sha256_hex(b, n, sha_b);
+    cJSON *o = NULL;
+    ck_assert_int_eq(put_ckpt_raw(&p, a, n, n, sha_a, 10, &o), 201);
+    cJSON_Delete(o);
+    char logpath[96];
+    snprintf(logpath, sizeof logpath, "/api/v1/jobs/%lld/logs?task=worker-0", (long long)job);
+    static const char line[] = "a line of the worker's output\n";
+    snprintf(c.token, sizeof c.token, "%s", p.token);
+    client_reply r;
+    ck_assert_int_eq(client_request(&c, "POST", logpath, line, sizeof line - 1, "text/plain", &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    client_reply_release(&r);
+    snprintf(c.token, sizeof c.token, "%s", team_tok);
 
     char filler[512];
     fill_disk(mnt, filler, sizeof filler);
     /* writes: refused with a clear cause, every time */
     int metrics_seq = 11;
     for (int round = 0; round < 3; round++) {
-        cJSON *o = NULL;
+        o = NULL;
         /* a WAL page or two may still fit: write until the disk says no */
         long st = 0;
         for (int k = 0; k < 200; k++) {
@@ -703,7 +729,26 @@ START_TEST(full_disk_refuses_writes_and_recovers) {
         st = post_metrics(&c, &p, metrics_seq, metrics_seq + 50);
         if (st == 200) metrics_seq += 51;
         else ck_assert_msg(st == 507, "POST metrics on a full disk answered %ld", st);
+        snprintf(c.token, sizeof c.token, "%s", team_tok);
+        st = put_ckpt_raw(&p, b, n, n, sha_b, 20 + round, &o);
+        assert_full(st, o, "PUT checkpoint");
+        cJSON_Delete(o);
+        snprintf(c.token, sizeof c.token, "%s", p.token);
+        for (int k = 0; k < 64; k++) { /* a page of the log file may still fit */
+            ck_assert_int_eq(client_request(&c, "POST", logpath, b, 4096, "text/plain", &r), 0);
+            st = r.status;
+            o = st == 200 ? NULL : cJSON_ParseWithLength(r.body.data, r.body.len);
+            client_reply_release(&r);
+            if (st != 200) break;
+        }
+        assert_full(st, o, "POST logs");
+        cJSON_Delete(o);
+        snprintf(c.token, sizeof c.token, "%s", team_tok);
     }
+    /* the checkpoint taken before the disk filled is intact */
+    size_t len = 0;
+    latest_sha(job, got, &len);
+    ck_assert_str_eq(got, sha_a);
     /* reads: every acknowledged job is there */
     for (int i = 0; i < 20; i++) {
         char state[32];
@@ -721,6 +766,16 @@ START_TEST(full_disk_refuses_writes_and_recovers) {
     job_state(after, state, sizeof state, NULL);
     ck_assert_str_eq(state, "queued");
     ck_assert_int_eq(post_metrics(&c, &p, metrics_seq, metrics_seq + 5), 200);
+    ck_assert_int_eq(put_ckpt_raw(&p, b, n, n, sha_b, 30, &o), 201);
+    cJSON_Delete(o);
+    latest_sha(job, got, &len);
+    ck_assert_str_eq(got, sha_b);
+    snprintf(c.token, sizeof c.token, "%s", p.token);
+    ck_assert_int_eq(client_request(&c, "POST", logpath, line, sizeof line - 1, "text/plain", &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    client_reply_release(&r);
+    free(a);
+    free(b);
     cJSON *all = ty_metrics_all(srv.url, team_tok, job);
     ck_assert_int_eq(cJSON_GetArraySize(all), metrics_seq + 5);
     for (int i = 0; i < metrics_seq + 5; i++) ck_assert_int_eq((int)num(cJSON_GetArrayItem(all, i), "seq"), i + 1);
@@ -790,7 +845,7 @@ START_TEST(many_writers_no_5xx) {
     for (int i = 0; i < METRIC_JOBS; i++) jobs[i] = submit(SPEC_CPU);
     writers_run *w = xcalloc(1, sizeof *w);
     take_starts(node, jobs, METRIC_JOBS, w->p);
-    w->rounds = g_long ? 60 : 12;
+    w->rounds = g_long ? 200 : 12;
     pthread_t th[WRITERS];
     writer_arg args[WRITERS];
     int64_t t0 = mono_ms();
