@@ -6,6 +6,7 @@
  * quota). A team token sees its own jobs only: another team's holder or
  * queue entry shows without its job id. */
 #include "cluster_api.h"
+#include "exec_api.h"
 #include "../storage/exec_store.h"
 #include "routes.h"
 #include "../scheduler/scheduler.h"
@@ -167,6 +168,7 @@ static void node_register(server *srv, http_req *req, http_res *res)
         unavailable(res);
         goto out;
     }
+    exec_node_registered(id);
     api_kick_scheduler(srv);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)id);
