@@ -39,6 +39,14 @@ def metric(**m):
         print("trainyard-metric " + json.dumps(m), flush=True)
 
 
+def save(state, path):
+    """Whole or not at all: a temporary name starting with '.' (trainyard skips
+    those), then rename, so a half-written file is never uploaded."""
+    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
 def load(n, path=FASHION):
     """The first n training examples: (n, 784) floats in [0, 1], (n,) labels."""
     with gzip.open(os.path.join(path, "train-images-idx3-ubyte.gz")) as f:
@@ -102,7 +110,7 @@ def main():
                total_steps=a.steps)
         if a.fail_rank >= 0 and attempt == 1 and step + 1 == a.steps // 2:
             if rank == 0:
-                torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step + 1}, ckpt)
+                save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step + 1}, ckpt)
                 print(f"rank 0: checkpoint saved at step {step + 1}", flush=True)
             dist.barrier()  # the checkpoint is on disk before rank fail_rank fails
             if rank == a.fail_rank:
@@ -114,7 +122,7 @@ def main():
         acc = (model(x).argmax(1) == y).float().mean().item()
     metric(kind="epoch", epoch=1, step=a.steps, loss=round(mean.item(), 6), accuracy=round(acc, 4))
     if rank == 0 and ckpt:
-        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": a.steps}, ckpt)
+        save({"model": model.state_dict(), "opt": opt.state_dict(), "step": a.steps}, ckpt)
     print(f"rank {rank}: done, {a.steps} steps, accuracy {acc:.4f}", flush=True)
     dist.destroy_process_group()
 

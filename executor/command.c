@@ -48,6 +48,8 @@ extern char **environ;
 #define CMD_STOP_FLUSH_S 4          /* ... and a stopped one (the agent kills it soon) */
 #define CMD_CKPT_MAX (1LL << 30)    /* the API's limit on a checkpoint */
 #define CMD_HEADER_MAX (1 << 16)    /* the safetensors header of a wrapped file */
+#define CMD_CKPT_POLL_MS 10000      /* the chief looks for a new checkpoint file this often */
+#define CMD_CKPT_SETTLE_MS 2000     /* ... and uploads one untouched for this long */
 #define BACKOFF_MIN_MS 250
 #define BACKOFF_MAX_MS 5000
 #define METRIC_PREFIX "trainyard-metric "
@@ -183,6 +185,18 @@ static void config_release(cconfig *c) {
 
 typedef struct msender msender;
 
+/* One version of a file of the checkpoint directory. */
+typedef struct ck_ident {
+    char name[256];              /* "" = none */
+    off_t size;
+    struct timespec mtime;
+} ck_ident;
+
+static int ident_eq(const ck_ident *a, const ck_ident *b) {
+    return strcmp(a->name, b->name) == 0 && a->size == b->size && a->mtime.tv_sec == b->mtime.tv_sec &&
+           a->mtime.tv_nsec == b->mtime.tv_nsec;
+}
+
 typedef struct cmd_run {
     const jobspec *spec;
     cconfig cfg;
@@ -194,7 +208,8 @@ typedef struct cmd_run {
     char scratch[PATH_MAX];      /* the task's scratch dir (removed at the end) */
     char ckdir[PATH_MAX];        /* scratch/checkpoint: TRAINYARD_CHECKPOINT_DIR */
     char restored[256];          /* the file restored there ("" none) */
-    struct stat restored_st;
+    ck_ident restored_id;
+    int64_t next_ck_poll_ms;     /* chief: when to look at the checkpoint directory again */
     cmd_addr *peer_w, *peer_ps;  /* addresses published by the tasks (rendezvous) */
     msender *snd;
     int64_t last_step_ms;        /* when the last step metric was queued */
@@ -224,6 +239,12 @@ struct msender {
     int64_t next_seq;
     char *inflight;              /* a sent-but-unacknowledged batch, resent as is */
     int64_t backoff_ms;
+    /* checkpoints uploaded while the program runs (docs/command-jobs.md) */
+    const char *ckdir, *task_name;
+    ck_ident ck_want;            /* a file to upload ("" none) */
+    long ck_step, ck_epoch;
+    int ck_busy;                 /* an upload is in flight */
+    ck_ident ck_done;            /* the last file uploaded (or restored) */
 };
 
 static void sender_push(msender *s, cJSON *m) {
@@ -250,7 +271,34 @@ static void sender_push(msender *s, cJSON *m) {
     pthread_mutex_unlock(&s->mu);
 }
 
-static int sender_idle(const msender *s) { return !s->inflight && !s->n_pending; }
+static int sender_idle(const msender *s) { return !s->inflight && !s->n_pending && !s->ck_want.name[0] && !s->ck_busy; }
+
+static int ckpt_upload_file(const cconfig *c, const char *ckdir, const char *task_name, const ck_ident *id,
+                            long step, long epoch, int deadline_s);
+
+/* The checkpoint file asked for while the program runs, one try: 0, or
+ * -1 to retry after the backoff (the server away). */
+static int sender_ckpt(msender *s) {
+    pthread_mutex_lock(&s->mu);
+    ck_ident id = s->ck_want;
+    long step = s->ck_step, epoch = s->ck_epoch;
+    s->ck_want.name[0] = '\0';
+    s->ck_busy = id.name[0] != '\0';
+    pthread_mutex_unlock(&s->mu);
+    if (!id.name[0]) return 0;
+    int rc = ckpt_upload_file(s->cfg, s->ckdir, s->task_name, &id, step, epoch, 0);
+    pthread_mutex_lock(&s->mu);
+    s->ck_busy = 0;
+    if (rc == 0) s->ck_done = id;
+    if (rc == -2 && !s->ck_want.name[0]) { /* not delivered: again, unless a newer one came */
+        s->ck_want = id;
+        s->ck_step = step;
+        s->ck_epoch = epoch;
+    }
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return rc == -2 ? -1 : 0;
+}
 
 /* Sends the in-flight (or a new) batch: 0 when the server answered, -1 to
  * retry after the backoff. */
@@ -274,7 +322,7 @@ static int sender_round(msender *s, client *c) {
     }
     char *body = s->inflight ? xstrdup(s->inflight) : NULL;
     pthread_mutex_unlock(&s->mu);
-    if (!body) return 0;
+    if (!body) return sender_ckpt(s);
     char path[96];
     snprintf(path, sizeof path, "/api/v1/jobs/%lld/metrics", (long long)s->cfg->job);
     client_reply rep;
@@ -296,7 +344,7 @@ static int sender_round(msender *s, client *c) {
         pthread_mutex_unlock(&s->mu);
     }
     client_reply_release(&rep);
-    return rc;
+    return rc < 0 ? rc : sender_ckpt(s);
 }
 
 static void cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms) {
@@ -345,10 +393,14 @@ static void *sender_main(void *arg) {
     return NULL;
 }
 
-static int sender_start(msender *s, const cconfig *cfg, int64_t next_seq) {
+static int sender_start(msender *s, const cconfig *cfg, int64_t next_seq, const char *ckdir, const char *task_name,
+                        const ck_ident *restored) {
     memset(s, 0, sizeof *s);
     s->cfg = cfg;
     s->next_seq = next_seq;
+    s->ckdir = ckdir;
+    s->task_name = task_name;
+    s->ck_done = *restored;
     s->server_ok = 1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
@@ -891,12 +943,16 @@ static int ckpt_unwrap(cmd_run *r, const char *wrapped, char *err, size_t errlen
         goto out;
     }
     outfd = -1;
-    if (rename(tmp, dst) < 0 || stat(dst, &r->restored_st) < 0) {
+    struct stat rs;
+    if (rename(tmp, dst) < 0 || stat(dst, &rs) < 0) {
         snprintf(err, errlen, "cannot rename into %.300s: %s", dst, strerror(errno));
         goto out;
     }
     tmp[0] = '\0';
     snprintf(r->restored, sizeof r->restored, "%s", name->valuestring);
+    snprintf(r->restored_id.name, sizeof r->restored_id.name, "%s", r->restored);
+    r->restored_id.size = rs.st_size;
+    r->restored_id.mtime = rs.st_mtim;
     log_info("checkpoint restored: %s (%llu bytes) in %s", r->restored, (unsigned long long)(end - start), r->ckdir);
     rc = 0;
 out:
@@ -982,7 +1038,7 @@ static size_t sink(char *p, size_t size, size_t n, void *ud) {
 }
 
 /* PUT the wrapped file: the HTTP status, 0 when the server was not reached. */
-static long ckpt_put(cmd_run *r, const char *url, const char *sha, upload_src *u, uint64_t total, char *err,
+static long ckpt_put(const char *token, const char *url, const char *sha, upload_src *u, uint64_t total, char *err,
                      size_t errlen) {
     CURL *h = curl_easy_init();
     if (!h) {
@@ -990,7 +1046,7 @@ static long ckpt_put(cmd_run *r, const char *url, const char *sha, upload_src *u
         return 0;
     }
     char auth[320], hsum[128];
-    snprintf(auth, sizeof auth, "Authorization: Bearer %s", r->cfg.token);
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
     snprintf(hsum, sizeof hsum, "X-Checksum-Sha256: %s", sha);
     struct curl_slist *hdr = curl_slist_append(NULL, auth);
     hdr = curl_slist_append(hdr, hsum);
@@ -1045,22 +1101,28 @@ static int ckpt_newest(const char *dir, char name[256], struct stat *out) {
     return found;
 }
 
-/* The chief, once its program is gone: the newest file of the checkpoint
- * directory as the job's checkpoint, wrapped in a safetensors file that
- * keeps its name. Retries while the server is away, until deadline_s.
- * 0 when uploaded or nothing to upload, -1 when it could not be delivered. */
-static int ckpt_upload(cmd_run *r, int deadline_s) {
-    char name[256];
+/* Uploads one version of a checkpoint file (id) as the job's checkpoint,
+ * wrapped in a safetensors file that keeps its name (docs/command-jobs.md).
+ * Retries while the server is away until deadline_s (0: one try). Returns 0
+ * when uploaded; -1 when refused or unreadable, or when the file is no
+ * longer that version (changed or gone: nothing to retry); -2 when the
+ * server could not be reached or answered 5xx/429. */
+static int ckpt_upload_file(const cconfig *c, const char *ckdir, const char *task_name, const ck_ident *id,
+                            long step, long epoch, int deadline_s) {
+    char path[PATH_MAX + 300];
+    if (sfmt(path, sizeof path, "%s/%s", ckdir, id->name) < 0) return -1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
-    memset(&sb, 0, sizeof sb);
-    if (!ckpt_newest(r->ckdir, name, &sb)) {
-        log_info("no file in the checkpoint directory: no checkpoint uploaded");
-        return 0;
+    if (fd < 0 || fstat(fd, &sb) < 0 || sb.st_size != id->size || sb.st_mtim.tv_sec != id->mtime.tv_sec ||
+        sb.st_mtim.tv_nsec != id->mtime.tv_nsec) {
+        if (fd >= 0) close(fd);
+        return -1; /* rewritten since it was seen: the newer version comes next */
     }
-    if (r->restored[0] && strcmp(name, r->restored) == 0 && sb.st_size == r->restored_st.st_size &&
-        sb.st_mtim.tv_sec == r->restored_st.st_mtim.tv_sec && sb.st_mtim.tv_nsec == r->restored_st.st_mtim.tv_nsec) {
-        log_info("checkpoint %s unchanged since it was restored: not uploaded again", name);
-        return 0;
+    if ((uint64_t)sb.st_size + CMD_HEADER_MAX > (uint64_t)CMD_CKPT_MAX) {
+        log_error("checkpoint %s is %lld bytes: more than the API takes (1 GiB); not uploaded", id->name,
+                  (long long)sb.st_size);
+        close(fd);
+        return -1;
     }
     /* the header: the file's name and where it came from, one U8 tensor */
     cJSON *h = cJSON_CreateObject();
@@ -1068,15 +1130,15 @@ static int ckpt_upload(cmd_run *r, int deadline_s) {
     char v[64];
     if (!h || !meta) abort();
     cJSON_AddStringToObject(meta, "format", "trainyard-file");
-    cJSON_AddStringToObject(meta, "file_name", name);
-    snprintf(v, sizeof v, "%lld", (long long)r->cfg.job);
+    cJSON_AddStringToObject(meta, "file_name", id->name);
+    snprintf(v, sizeof v, "%lld", (long long)c->job);
     cJSON_AddStringToObject(meta, "job", v);
-    snprintf(v, sizeof v, "%d", r->cfg.attempt);
+    snprintf(v, sizeof v, "%d", c->attempt);
     cJSON_AddStringToObject(meta, "attempt", v);
-    cJSON_AddStringToObject(meta, "task", r->task_name);
-    snprintf(v, sizeof v, "%ld", r->seen_step);
+    cJSON_AddStringToObject(meta, "task", task_name);
+    snprintf(v, sizeof v, "%ld", step);
     cJSON_AddStringToObject(meta, "step", v);
-    snprintf(v, sizeof v, "%ld", r->seen_epoch);
+    snprintf(v, sizeof v, "%ld", epoch);
     cJSON_AddStringToObject(meta, "epoch", v);
     cJSON *t = cJSON_AddObjectToObject(h, "file");
     cJSON_AddStringToObject(t, "dtype", "U8");
@@ -1096,17 +1158,7 @@ static int ckpt_upload(cmd_run *r, int deadline_s) {
     free(hj);
     uint64_t total = 8 + padded + (uint64_t)sb.st_size;
     int rc = -1;
-    char path[PATH_MAX + 300], url[1024], err[512] = "", sha[65];
-    int fd = -1;
-    if (total > (uint64_t)CMD_CKPT_MAX) {
-        log_error("checkpoint %s is %lld bytes: more than the API takes (1 GiB); not uploaded", name,
-                  (long long)sb.st_size);
-        goto out;
-    }
-    if (sfmt(path, sizeof path, "%s/%s", r->ckdir, name) < 0 || (fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
-        log_error("cannot open checkpoint %s: %s", name, strerror(errno));
-        goto out;
-    }
+    char url[1024], err[512] = "", sha[65];
     sha256_stream ss;
     if (sha256_stream_init(&ss) < 0) abort();
     sha256_stream_update(&ss, head, 8 + padded);
@@ -1116,7 +1168,7 @@ static int ckpt_upload(cmd_run *r, int deadline_s) {
         ssize_t got = read(fd, chunk, sizeof chunk);
         if (got < 0) {
             sha256_stream_final(&ss, sha);
-            log_error("cannot read checkpoint %s: %s", name, strerror(errno));
+            log_error("cannot read checkpoint %s: %s", id->name, strerror(errno));
             goto out;
         }
         if (got == 0) break;
@@ -1124,20 +1176,17 @@ static int ckpt_upload(cmd_run *r, int deadline_s) {
         seen += (uint64_t)got;
     }
     sha256_stream_final(&ss, sha);
-    if (seen != (uint64_t)sb.st_size) {
-        log_error("checkpoint %s changed while it was read; not uploaded", name);
-        goto out;
-    }
-    snprintf(url, sizeof url, "%s/api/v1/jobs/%lld/checkpoints?step=%ld&epoch=%ld", r->cfg.api, (long long)r->cfg.job,
-             r->seen_step, r->seen_epoch);
+    if (seen != (uint64_t)sb.st_size) goto out; /* being rewritten: the next version comes */
+    snprintf(url, sizeof url, "%s/api/v1/jobs/%lld/checkpoints?step=%ld&epoch=%ld", c->api, (long long)c->job, step,
+             epoch);
     int64_t end = mono_ms() + (int64_t)deadline_s * 1000, backoff = 0;
     for (;;) {
         upload_src u = {head, 8 + padded, 0, fd};
         if (lseek(fd, 0, SEEK_SET) < 0) break;
-        long st = ckpt_put(r, url, sha, &u, total, err, sizeof err);
+        long st = ckpt_put(c->token, url, sha, &u, total, err, sizeof err);
         if (st == 201 || st == 200) {
-            log_info("checkpoint uploaded: %s (%lld bytes, step %ld, epoch %ld, sha256 %.16s...)", name,
-                     (long long)sb.st_size, r->seen_step, r->seen_epoch, sha);
+            log_info("checkpoint uploaded: %s (%lld bytes, step %ld, epoch %ld, sha256 %.16s...)", id->name,
+                     (long long)sb.st_size, step, epoch, sha);
             rc = 0;
             break;
         }
@@ -1146,7 +1195,9 @@ static int ckpt_upload(cmd_run *r, int deadline_s) {
             break;
         }
         if (mono_ms() >= end) {
-            log_error("checkpoint upload failed (%s); giving up", st ? err : err[0] ? err : "server error");
+            if (deadline_s) log_error("checkpoint upload failed (%s); giving up", err[0] ? err : "server error");
+            else log_warn("checkpoint upload failed (%s); trying again later", err[0] ? err : "server error");
+            rc = -2;
             break;
         }
         log_warn("checkpoint upload failed (%s); retrying", err);
@@ -1155,9 +1206,71 @@ static int ckpt_upload(cmd_run *r, int deadline_s) {
         usleep((useconds_t)backoff * 1000);
     }
 out:
-    if (fd >= 0) close(fd);
+    close(fd);
     free(head);
     return rc;
+}
+
+/* The newest file of the checkpoint directory as an ident: 1, or 0 when
+ * there is none. */
+static int ckpt_newest_ident(const char *ckdir, ck_ident *id) {
+    struct stat sb;
+    memset(&sb, 0, sizeof sb);
+    memset(id, 0, sizeof *id);
+    if (!ckpt_newest(ckdir, id->name, &sb)) return 0;
+    id->size = sb.st_size;
+    id->mtime = sb.st_mtim;
+    return 1;
+}
+
+/* While the program runs (chief, every CMD_CKPT_POLL_MS): a new version of
+ * the newest file, untouched for CMD_CKPT_SETTLE_MS, goes to the sender. */
+static void ckpt_poll(cmd_run *r) {
+    ck_ident id;
+    if (!r->snd || !ckpt_newest_ident(r->ckdir, &id)) return;
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    int64_t age_ms = (int64_t)(now.tv_sec - id.mtime.tv_sec) * 1000 + (now.tv_nsec - id.mtime.tv_nsec) / 1000000;
+    if (age_ms < CMD_CKPT_SETTLE_MS) return; /* perhaps still being written */
+    msender *s = r->snd;
+    pthread_mutex_lock(&s->mu);
+    if (!ident_eq(&id, &s->ck_done) && !ident_eq(&id, &s->ck_want)) {
+        s->ck_want = id;
+        s->ck_step = r->seen_step;
+        s->ck_epoch = r->seen_epoch;
+        s->flush_now = 1;
+        pthread_cond_broadcast(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* The chief, once its program is gone: the newest file of the checkpoint
+ * directory, unless it is the version uploaded (or restored) already; a
+ * periodic upload not started yet is dropped (superseded), one in flight is
+ * waited for. Retries while the server is away, until deadline_s. 0 when
+ * uploaded or nothing to upload, -1 when it could not be delivered. */
+static int ckpt_upload_final(cmd_run *r, int deadline_s) {
+    ck_ident done = r->restored_id;
+    msender *s = r->snd;
+    if (s) {
+        pthread_mutex_lock(&s->mu);
+        s->ck_want.name[0] = '\0';
+        while (s->ck_busy) pthread_cond_wait(&s->cv, &s->mu);
+        done = s->ck_done;
+        pthread_mutex_unlock(&s->mu);
+    }
+    ck_ident id;
+    if (!ckpt_newest_ident(r->ckdir, &id)) {
+        log_info("no file in the checkpoint directory: no checkpoint uploaded");
+        return 0;
+    }
+    if (ident_eq(&id, &done)) {
+        log_info("checkpoint %s unchanged since it was %s: not uploaded again", id.name,
+                 ident_eq(&id, &r->restored_id) ? "restored" : "uploaded");
+        return 0;
+    }
+    return ckpt_upload_file(&r->cfg, r->ckdir, r->task_name, &id, r->seen_step, r->seen_epoch, deadline_s) == 0 ? 0
+                                                                                                                : -1;
 }
 
 /* ---------------------------------------------------------------- the program */
@@ -1300,6 +1413,10 @@ static int program_wait(cmd_run *r, pid_t pid, int outfd, int errfd, int *stoppe
             if (lb[i].fd >= 0) lb_read(r, &lb[i]);
         int64_t now = mono_ms();
         if (r->held_step && now - r->last_step_ms >= CMD_STEP_MS) held_flush(r);
+        if (r->snd && !exited && !term_sent && now >= r->next_ck_poll_ms) {
+            ckpt_poll(r);
+            r->next_ck_poll_ms = now + CMD_CKPT_POLL_MS;
+        }
         if (!exited) {
             siginfo_t si;
             memset(&si, 0, sizeof si);
@@ -1430,8 +1547,9 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
     log_info("started %s (pid %d)%s%s", exe, (int)pid, wd[0] ? " in " : "", wd);
     /* threads only after the fork: the child runs no code of ours */
     if (r->chief) {
-        if (sender_start(&snd, c, last_seq + 1) < 0) abort();
+        if (sender_start(&snd, c, last_seq + 1, r->ckdir, r->task_name, &r->restored_id) < 0) abort();
         r->snd = &snd;
+        r->next_ck_poll_ms = mono_ms() + CMD_CKPT_POLL_MS;
     }
     int stopped = 0;
     int64_t t0 = mono_ms();
@@ -1445,7 +1563,7 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
     if (stopped) ret = WORKER_EXIT_STOPPED; /* a stop is never reported as success */
     if (r->chief) {
         int budget = stopped ? CMD_STOP_FLUSH_S : CMD_FINAL_FLUSH_S;
-        int up = ckpt_upload(r, budget);
+        int up = ckpt_upload_final(r, budget);
         int drained = sender_drain(&snd, budget);
         if (r->metric_lines)
             log_info("%ld metric line(s) read, %ld ignored%s", r->metric_lines, r->metric_bad,

@@ -516,6 +516,50 @@ START_TEST(exit_codes_metric_lines_and_working_dir) {
 }
 END_TEST
 
+/* The chief uploads a new checkpoint file while the program still runs
+ * (every 10 s, once the file is 2 s old), and not again at the end when
+ * it has not changed. The program watches the job's checkpoints itself,
+ * with the task token from TRAINYARD_CONFIG. */
+START_TEST(checkpoint_uploaded_while_running) {
+    char script[400], spec[1024];
+    snprintf(script, sizeof script, "%s/watch_ckpt.py", tmpdir);
+    static const char py[] =
+        "import json, os, sys, time, urllib.request\n"
+        "cfg = json.loads(os.environ['TRAINYARD_CONFIG'])\n"
+        "d = os.environ['TRAINYARD_CHECKPOINT_DIR']\n"
+        "with open(d + '/.state.tmp', 'w') as f: f.write('v1')\n"
+        "os.rename(d + '/.state.tmp', d + '/state.bin')  # whole, under its final name\n"
+        "print('trainyard-metric ' + json.dumps({'step': 5, 'loss': 1.0}))\n"
+        "url = f\"{cfg['api']}/api/v1/jobs/{cfg['job']}/checkpoints\"\n"
+        "for _ in range(300):\n"
+        "    req = urllib.request.Request(url, headers={'Authorization': 'Bearer ' + cfg['token']})\n"
+        "    cks = json.load(urllib.request.urlopen(req))['checkpoints']\n"
+        "    if cks:\n"
+        "        print('seen while running: step', cks[0]['step'])\n"
+        "        sys.exit(0)\n"
+        "    time.sleep(0.1)\n"
+        "sys.exit(5)\n";
+    ck_assert_int_eq(file_write_atomic(script, py, sizeof py - 1, 0644), 0);
+    snprintf(spec, sizeof spec,
+             "{\"name\":\"cmd-ckpt-live\",\"command\":{\"argv\":[\"/usr/bin/python3\",\"%s\"]},"
+             "\"max_restarts\":0}",
+             script);
+    int64_t id = submit_text(spec);
+    cJSON_Delete(expect_end(id, "succeeded", 90));
+    char *l0 = wait_log(id, "worker-0", "metric line(s) read", 10000);
+    expect_in(l0, "seen while running: step 5", "worker-0's log");
+    expect_in(l0, "checkpoint uploaded: state.bin", "worker-0's log");
+    expect_in(l0, "checkpoint state.bin unchanged since it was uploaded", "worker-0's log");
+    free(l0);
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints", (long long)id);
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &o), 200);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "checkpoints")), 1);
+    cJSON_Delete(o);
+}
+END_TEST
+
 /* A bad command spec is a 422 naming the field, and nothing is stored. */
 START_TEST(bad_command_spec_is_422_and_stores_nothing) {
     static const char *const bad[][2] = {
@@ -550,6 +594,7 @@ int main(void) {
     tcase_add_test(basic, bad_command_spec_is_422_and_stores_nothing);
     tcase_add_test(basic, tf_config_has_tensorflow_shape);
     tcase_add_test(basic, exit_codes_metric_lines_and_working_dir);
+    tcase_add_test(basic, checkpoint_uploaded_while_running);
     suite_add_tcase(s, basic);
     TCase *stop = tcase_create("cancel");
     tcase_add_checked_fixture(stop, start_up2, stop_up);
