@@ -9,6 +9,7 @@ the cluster is described as TensorFlow and torch.distributed read it
   Kubeflow's TFJob have it), each address "host:port";
 - its own index is RANK, the worker list has WORLD_SIZE entries, worker 0 is
   MASTER_ADDR:MASTER_PORT, and its own port can be bound (it is free for it);
+- LOCAL_RANK is 0 of LOCAL_WORLD_SIZE 1 (one process per task, its own devices);
 - TRAINYARD_CONFIG, TRAINYARD_CHECKPOINT_DIR and CUDA_VISIBLE_DEVICES are set.
 
 Prints "TF_CONFIG ok: task worker I of N" and exits 0, or names what is wrong
@@ -64,7 +65,8 @@ def main():
     master = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
     if cluster["worker"][0] != master:
         fail(f"worker 0 is {cluster['worker'][0]} but MASTER_ADDR:MASTER_PORT is {master}")
-    int(os.environ["LOCAL_RANK"])
+    if os.environ.get("LOCAL_RANK") != "0" or os.environ.get("LOCAL_WORLD_SIZE") != "1":
+        fail("LOCAL_RANK/LOCAL_WORLD_SIZE are not 0/1 (one process per task, its own devices)")
 
     host, port = check_addr(cluster["worker"][rank], "my address")
     s = socket.socket()
@@ -77,11 +79,14 @@ def main():
         s.close()
 
     ty = json.loads(os.environ["TRAINYARD_CONFIG"])
-    for k in ("job", "attempt", "task", "api", "token", "checkpoint_dir"):
+    for k in ("job", "attempt", "task", "api", "token", "checkpoint_dir", "node_local"):
         if k not in ty:
             fail(f"TRAINYARD_CONFIG lacks {k}")
     if ty["task"] != task or ty["checkpoint_dir"] != os.environ["TRAINYARD_CHECKPOINT_DIR"]:
         fail("TRAINYARD_CONFIG disagrees with TF_CONFIG or TRAINYARD_CHECKPOINT_DIR")
+    nl = ty["node_local"]
+    if not 0 <= nl["index"] < nl["count"] <= world:
+        fail(f"TRAINYARD_CONFIG node_local {nl} is not an index among the node's workers")
     if not os.access(ty["checkpoint_dir"], os.W_OK):
         fail("the checkpoint directory is not writable")
     if "CUDA_VISIBLE_DEVICES" not in os.environ:

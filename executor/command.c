@@ -720,6 +720,18 @@ static char *ty_config(const cmd_run *r) {
     cJSON_AddStringToObject(t, "type", c->is_ps ? "ps" : "worker");
     cJSON_AddNumberToObject(t, "index", c->index);
     cJSON_AddBoolToObject(o, "chief", r->chief);
+    /* this task among the job's tasks of its type on the same node (e.g. to
+     * do node-local work once) */
+    const cmd_addr *same = c->is_ps ? c->ps : c->workers;
+    int n_same = c->is_ps ? c->n_ps : c->n_workers, local = 0, local_n = 0;
+    for (int i = 0; i < n_same; i++) {
+        if (strcmp(same[i].host, same[c->index].host) != 0) continue;
+        if (i < c->index) local++;
+        local_n++;
+    }
+    cJSON *nl = cJSON_AddObjectToObject(o, "node_local");
+    cJSON_AddNumberToObject(nl, "index", local);
+    cJSON_AddNumberToObject(nl, "count", local_n);
     cJSON *cl = cJSON_AddObjectToObject(o, "cluster");
     cJSON_AddItemToObject(cl, "worker", addr_list(r->peer_w, c->n_workers));
     cJSON_AddItemToObject(cl, "ps", addr_list(r->peer_ps, c->n_ps));
@@ -774,19 +786,14 @@ static char **env_build(const cmd_run *r) {
     snprintf(num, sizeof num, "%d", c->n_workers);
     ours[n++] = env_fmt("WORLD_SIZE", num);
     if (!c->is_ps) {
-        /* LOCAL_RANK: this worker among the job's workers on its node */
-        int local = 0, local_n = 0;
-        for (int i = 0; i < c->n_workers; i++) {
-            if (strcmp(c->workers[i].host, c->workers[c->index].host) != 0) continue;
-            if (i < c->index) local++;
-            local_n++;
-        }
+        /* One process per task, which sees only its own devices (as a
+         * Kubeflow PyTorchJob pod does): local rank 0 of 1, so that
+         * torch.cuda.set_device(LOCAL_RANK) is the task's first GPU. The
+         * position among the job's tasks on the node is in TRAINYARD_CONFIG. */
         snprintf(num, sizeof num, "%d", c->index);
         ours[n++] = env_fmt("RANK", num);
-        snprintf(num, sizeof num, "%d", local);
-        ours[n++] = env_fmt("LOCAL_RANK", num);
-        snprintf(num, sizeof num, "%d", local_n);
-        ours[n++] = env_fmt("LOCAL_WORLD_SIZE", num);
+        ours[n++] = env_fmt("LOCAL_RANK", "0");
+        ours[n++] = env_fmt("LOCAL_WORLD_SIZE", "1");
     }
     ours[n++] = env_fmt("CUDA_VISIBLE_DEVICES", c->gpus);
     /* defaults the spec's env may change: live output from Python, and as
