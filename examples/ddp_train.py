@@ -13,7 +13,8 @@ ends, and which is restored before a retry), and reads the lines it prints as
                                 [--fail-rank R]
 
 --fail-rank R makes rank R exit with status 3 at attempt 1, after rank 0 saved
-a checkpoint (the retry test: attempt 2 resumes from it and succeeds).
+a checkpoint, while the other ranks wait to be stopped (the retry test: attempt 2
+resumes from the checkpoint and succeeds).
 Without trainyard: MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 WORLD_SIZE=1 RANK=0
 python3 examples/ddp_train.py
 """
@@ -116,7 +117,7 @@ def main():
             if rank == a.fail_rank:
                 print(f"rank {rank}: failing on purpose at step {step + 1} (attempt 1)", flush=True)
                 sys.exit(3)
-            dist.barrier()  # never completes: the peer is gone; trainyard stops this rank
+            time.sleep(600)  # the gang has failed: trainyard stops this rank (SIGTERM)
 
     with torch.no_grad():
         acc = (model(x).argmax(1) == y).float().mean().item()

@@ -5,8 +5,8 @@
  * back and the checkpoint directory is uploaded; a script that checks
  * TF_CONFIG has TensorFlow's exact shape and each task its own index
  * (examples/tf_config_check.py); a rank that exits 3 at attempt 1 fails the
- * gang, the job is requeued and attempt 2 finds the checkpoint directory
- * restored; cancel stops the program's whole process group (SIGTERM, then
+ * gang (its peer is stopped and its chief uploads the checkpoint directory),
+ * the job is requeued and attempt 2 finds the checkpoint directory restored; cancel stops the program's whole process group (SIGTERM, then
  * SIGKILL for a program that ignores it); exit codes, a program that cannot
  * start, metric lines that are not metrics, working_dir, bad specs (422,
  * nothing stored). */
@@ -321,6 +321,7 @@ START_TEST(failed_rank_requeues_and_checkpoint_dir_is_restored) {
     char *l0 = wait_log(id, "worker-0", "rank 0: done, 40 steps", 10000);
     char *l1 = wait_log(id, "worker-1", "rank 1: done, 40 steps", 10000);
     expect_in(l0, "rank 0: checkpoint saved at step 20", "worker-0's log");
+    expect_in(l0, "stop: SIGTERM to the program", "worker-0's log"); /* the failed gang's peer */
     expect_in(l0, "checkpoint uploaded: model.pt", "worker-0's log");
     expect_in(l0, "checkpoint restored: model.pt", "worker-0's log");
     expect_in(l0, "resumed from", "worker-0's log");
