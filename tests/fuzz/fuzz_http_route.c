@@ -1,11 +1,14 @@
 /* fuzz_http_route.c - libFuzzer target for server/http.c's pure request
- * handling, reached by #including http.c (its matcher is static): route
- * matching and {x} capture against every API route table, the 405 Allow
+ * handling, reached by #including http.c (its helpers are static): the
+ * strict %-decoder MHD calls for the path and query (unescape_strict), the
+ * control-character check, the Content-Type test, route matching and {x}
+ * capture against every API route table on the decoded path, the 405 Allow
  * list, id parsing (http_param_id), body parsing (http_body_json) and the
- * JSON error replies that echo the method and path. Query strings and
- * percent-decoding belong to libmicrohttpd: fuzz_http_server covers them.
- * Input: "METHOD PATH\nBODY". Invariants: a match rebuilds the path from its
- * pattern and captures; every reply body is valid JSON.
+ * JSON error replies that echo the method and path. Splitting the query
+ * string is libmicrohttpd's: fuzz_http_server covers it.
+ * Input: "METHOD PATH\nBODY". Invariants: the decoder never grows its input
+ * and either flags it or leaves no control character; a match rebuilds the
+ * path from its pattern and captures; every reply body is valid JSON.
  * docs/reliability.md, "Fuzzing". */
 #include "server/http.c"
 
@@ -70,6 +73,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     const uint8_t *body = nl ? nl + 1 : data + size;
     size_t blen = (size_t)(data + size - body);
+
+    /* %-decoding as MHD does it with our callback, then the checks on_request makes */
+    (void)json_content_type(path);
+    size_t raw = strlen(path);
+    char *dec = head + (path - head); /* in place, as MHD decodes its own copy */
+    size_t dn = unescape_strict(NULL, NULL, dec);
+    if (dn > raw || dec[dn] != '\0') abort();
+    int flagged = dn > 0 && dec[0] == '\x01';
+    if (!flagged)
+        for (size_t i = 0; i < dn; i++)
+            if ((unsigned char)dec[i] < 0x20 || dec[i] == 0x7f) abort();
+    if (has_ctl(dec, dn)) {
+        if (!flagged && dn) abort();
+        return 0; /* request_check answers 400 */
+    }
 
     http_req *req = calloc(1, sizeof *req);
     if (!req) abort();
