@@ -1,20 +1,26 @@
 /* db.c - SQLite connections, the per-thread statement cache and migrations.
  *
  * Every thread that touches the database gets its own connection (WAL lets
- * readers run beside the one writer) with foreign keys on and a busy timeout;
- * statements are prepared once per thread and reused. Migrations run in order,
- * each in its own transaction, and record themselves in schema_migrations.
- * synchronous=NORMAL under WAL: a commit survives any process crash (kill -9);
- * docs/storage.md explains the choice and the --durability full option. */
+ * readers run beside the one writer) with foreign keys on and a busy handler
+ * of short sleeps; statements are prepared once per thread and reused.
+ * Explicit write transactions (db_begin) take turns on an in-process mutex
+ * before BEGIN IMMEDIATE; WAL checkpoints run in a thread of their own, off
+ * the requests' path. Migrations run in order, each in its own transaction,
+ * and record themselves in schema_migrations. synchronous=NORMAL under WAL: a
+ * commit survives any process crash (kill -9); docs/storage.md explains the
+ * choice and the --durability full option; docs/reliability.md the load. */
 #include "db.h"
 #include "schema.h"
 #include "../common/util.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
@@ -170,6 +176,9 @@ static sqlite3 *conn_open(const char *path, char *err, size_t errlen) {
     return conn;
 }
 
+static int trace_ms(void);
+static int commit_hook(void *arg);
+
 static db_thread_conn *thread_conn(db *d) {
     db_thread_conn *c = pthread_getspecific(d->key);
     if (c) return c;
@@ -197,6 +206,7 @@ static db_thread_conn *thread_conn(db *d) {
         return NULL;
     }
     if (d->ckpt_running) sqlite3_wal_hook(conn, wal_hook, d); /* replaces the autocheckpoint */
+    if (trace_ms()) sqlite3_commit_hook(conn, commit_hook, NULL);
     c = xcalloc(1, sizeof *c);
     c->owner = d;
     c->conn = conn;
@@ -278,11 +288,62 @@ void db_done(sqlite3_stmt *st) {
     sqlite3_clear_bindings(st);
 }
 
-/* ---------------------------------------------------------------- transactions */
+/* ---------------------------------------------------------------- tracing
+ * TRAINYARD_DB_TRACE=MS (read once) logs every wait for the write turn and
+ * every hold of it past MS milliseconds, with the hold's time on the CPU, its
+ * BEGIN's wait for SQLite's lock and the thread's context switches, and the
+ * first 30 commits made outside db_begin (autocommit writes), each with its
+ * caller as an offset for `addr2line -f -e build/trainyard`. Off: one load. */
+
+static int g_trace = -1;
+static int g_autocommit_logged;
+static __thread int t_in_begin;
+static __thread double t_write_from, t_write_cpu, t_begin_ms;
+static __thread long t_vcsw, t_ivcsw;
+static __thread void *t_write_caller;
+
+static int trace_ms(void) {
+    int t = __atomic_load_n(&g_trace, __ATOMIC_RELAXED);
+    if (t < 0) {
+        const char *e = getenv("TRAINYARD_DB_TRACE");
+        long v = 0;
+        t = e && parse_long(e, 1, 100000, &v) == 0 ? (int)v : 0;
+        __atomic_store_n(&g_trace, t, __ATOMIC_RELAXED);
+    }
+    return t;
+}
+
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The caller as an offset in its object. */
+static void *rel(void *caller) {
+    Dl_info di;
+    return dladdr(caller, &di) && di.dli_fbase ? (void *)((char *)caller - (char *)di.dli_fbase) : caller;
+}
+
+static int commit_hook(void *arg) {
+    (void)arg;
+    if (t_in_begin || __atomic_fetch_add(&g_autocommit_logged, 1, __ATOMIC_RELAXED) >= 30) return 0;
+    void *fr[8];
+    int n = backtrace(fr, 8);
+    char line[512];
+    int off = 0;
+    for (int i = 2; i < n && off < (int)sizeof line - 24; i++)
+        off += snprintf(line + off, sizeof line - (size_t)off, " %p", rel(fr[i]));
+    log_warn("db trace: autocommit write from%s", line);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the write turn */
 
 /* Takes d->write for this thread (at most 10 s): 0, or -1 on timeout. */
-static int write_lock(db *d, db_thread_conn *c) {
+static int write_lock(db *d, db_thread_conn *c, void *caller) {
     if (c->holds_write) return 0;
+    double t0 = trace_ms() ? mono_s() : 0;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_sec += 10;
@@ -292,20 +353,46 @@ static int write_lock(db *d, db_thread_conn *c) {
         return -1;
     }
     c->holds_write = 1;
+    t_in_begin = 1;
+    if (t0 > 0) {
+        t_write_from = mono_s();
+        t_write_cpu = thread_cpu_s();
+        struct rusage ru;
+        getrusage(RUSAGE_THREAD, &ru);
+        t_vcsw = ru.ru_nvcsw;
+        t_ivcsw = ru.ru_nivcsw;
+        t_write_caller = rel(caller);
+        if ((t_write_from - t0) * 1000 > trace_ms())
+            log_warn("db trace: waited %.1f ms for the write turn (caller %p)", (t_write_from - t0) * 1000, rel(caller));
+    }
     return 0;
 }
 
 static void write_unlock(db *d, db_thread_conn *c) {
     if (!c->holds_write) return;
     c->holds_write = 0;
+    t_in_begin = 0;
     pthread_mutex_unlock(&d->write);
+    if (trace_ms() && (mono_s() - t_write_from) * 1000 > trace_ms()) {
+        struct rusage ru;
+        getrusage(RUSAGE_THREAD, &ru);
+        log_warn("db trace: held the write turn %.1f ms, %.1f ms on the CPU, BEGIN %.1f ms, switches %ld voluntary"
+                 " %ld preempted (caller %p)",
+                 (mono_s() - t_write_from) * 1000, (thread_cpu_s() - t_write_cpu) * 1000, t_begin_ms,
+                 ru.ru_nvcsw - t_vcsw, ru.ru_nivcsw - t_ivcsw, t_write_caller);
+    }
 }
 
 int db_begin(db *d) {
     db_thread_conn *c = thread_conn(d);
-    if (!c || write_lock(d, c) < 0) return -1;
-    if (exec_simple(c->conn, "BEGIN IMMEDIATE") < 0) {
-        write_unlock(d, c);
+    if (!c) return -1;
+    int nested = c->holds_write; /* a BEGIN inside a transaction: SQLite refuses it, the turn stays */
+    if (write_lock(d, c, __builtin_return_address(0)) < 0) return -1;
+    double t0 = trace_ms() ? mono_s() : 0;
+    int rc = exec_simple(c->conn, "BEGIN IMMEDIATE");
+    if (t0 > 0) t_begin_ms = (mono_s() - t0) * 1000;
+    if (rc < 0) {
+        if (!nested) write_unlock(d, c);
         return -1;
     }
     return 0;
@@ -368,7 +455,10 @@ static void *ckpt_main(void *arg) {
             sqlite3 *conn = db_conn(d);
             int log = 0, done = 0;
             /* PASSIVE: never waits for, nor blocks, readers and writers */
+            double t0 = mono_s();
             int rc = conn ? sqlite3_wal_checkpoint_v2(conn, NULL, SQLITE_CHECKPOINT_PASSIVE, &log, &done) : SQLITE_ERROR;
+            if (trace_ms() && (mono_s() - t0) * 1000 > trace_ms())
+                log_warn("db trace: checkpoint of %d frames (%d done) took %.1f ms", log, done, (mono_s() - t0) * 1000);
             if (rc != SQLITE_OK && rc != SQLITE_BUSY)
                 log_warn("db: checkpoint: %s", conn ? sqlite3_errmsg(conn) : "no connection");
         }

@@ -28,14 +28,15 @@ for _ in $(seq 150); do [ -s "$dir/server.url" ] && break; sleep 0.1; done
 URL=$(cat "$dir/server.url")
 TOKEN=$(cat "$dir/token")
 H=(-H "Authorization: Bearer $TOKEN")
-# a training job long enough to outlast the run (cancelled at the end)
+# a training job long enough to outlast the run (cancelled at the end), sized
+# like real training: an epoch takes seconds, a checkpoint every epoch
 cat > "$dir/train.json" <<'JSON'
 {"name": "load-train", "model": {"layers": [
-   {"type": "dense", "units": 64, "activation": "relu", "input_shape": [32]},
+   {"type": "dense", "units": 512, "activation": "relu", "input_shape": [256]},
    {"type": "dense", "units": 1, "activation": "sigmoid"}]},
  "compile": {"optimizer": {"type": "sgd", "learning_rate": 0.05}, "loss": "binary_crossentropy", "metrics": ["accuracy"]},
- "data": {"source": "synthetic", "examples": 20000, "features": 32, "seed": 3},
- "fit": {"epochs": 100000, "batch_size": 64},
+ "data": {"source": "synthetic", "examples": 50000, "features": 256, "seed": 3},
+ "fit": {"epochs": 1000, "batch_size": 128},
  "checkpoint": {"every_epochs": 5, "keep": 2},
  "max_runtime_s": 3600}
 JSON
@@ -64,34 +65,63 @@ print(rps, lat.get("50"), lat.get("99"), err)
 PY
 }
 load1() { cut -d' ' -f1 /proc/loadavg; }
+# CPU (in cores) used by processes outside this run's session over a phase:
+# the kernel shares the CPU between sessions (autogroups), so another
+# session's busy process takes up to half of the 2 cores whatever its nice.
+others_snap() { python3 - "$1" <<'PY'
+import os, sys, json, time
+me = os.getsid(0); out = {"t": time.time(), "ticks": {}}
+for p in os.listdir("/proc"):
+    if not p.isdigit(): continue
+    try:
+        f = open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()
+        if int(f[3]) != me: out["ticks"][p] = int(f[11]) + int(f[12])   # session, utime + stime
+    except Exception: pass
+json.dump(out, open(sys.argv[1], "w"))
+PY
+}
+others_cores() { python3 - "$1" "$2" <<'PY'
+import json, os, sys
+a, b = (json.load(open(x)) for x in sys.argv[1:3])
+d = sum(max(0, v - a["ticks"].get(k, 0)) for k, v in b["ticks"].items())
+print(round(d / os.sysconf("SC_CLK_TCK") / (b["t"] - a["t"]), 2))
+PY
+}
 mkdir -p "$dir/acks"
 phase() { # name path: wrk GET on path while the paced submit stream runs
   local name=$1 path=$2
   local l; l=$(load1)
   echo "== $name: GET $path (wrk -t2 -c32 -d${DUR}s) + submits every ${DELAY_MS} ms on 4 connections; load $l"
   mkdir -p "$dir/acks/$name"
+  others_snap "$dir/o0.json"
   ACK_DIR=$dir/acks/$name DELAY_MS=$DELAY_MS SPEC=examples/synthetic_binary.json \
     wrk -t1 -c4 -d"${DUR}s" --latency -s bench/load/submit_paced.lua "${H[@]}" "$URL/api/v1/jobs" > "$dir/$name.sub.txt" &
   local sp=$!
   wrk -t2 -c32 -d"${DUR}s" --latency "${H[@]}" "$URL$path" > "$dir/$name.get.txt"
   wait $sp
+  others_snap "$dir/o1.json"
+  local oc; oc=$(others_cores "$dir/o0.json" "$dir/o1.json")
+  echo "-- other sessions used $oc cores during the phase"
   sed -n '/Latency Distribution/,/Requests\/sec/p' "$dir/$name.get.txt"
   echo "-- submits:"; sed -n '/Latency Distribution/,/Requests\/sec/p' "$dir/$name.sub.txt"
   read -r g_rps g_p50 g_p99 g_err < <(parse "$dir/$name.get.txt")
   read -r s_rps s_p50 s_p99 s_err < <(parse "$dir/$name.sub.txt")
-  printf -v "R_$name" '{"load":%s,"get_rps":%s,"get_p50_ms":%s,"get_p99_ms":%s,"get_errors":%s,"submit_rps":%s,"submit_p50_ms":%s,"submit_p99_ms":%s,"submit_errors":%s}' \
-    "$l" "$g_rps" "$g_p50" "$g_p99" "$g_err" "$s_rps" "$s_p50" "$s_p99" "$s_err"
+  printf -v "R_$name" '{"load":%s,"others_cores":%s,"get_rps":%s,"get_p50_ms":%s,"get_p99_ms":%s,"get_errors":%s,"submit_rps":%s,"submit_p50_ms":%s,"submit_p99_ms":%s,"submit_errors":%s}' \
+    "$l" "$oc" "$g_rps" "$g_p50" "$g_p99" "$g_err" "$s_rps" "$s_p50" "$s_p99" "$s_err"
 }
 phase get1 "/api/v1/jobs/$t1"
 phase list "/api/v1/jobs"
 l=$(load1)
 echo "== burst: POST /api/v1/jobs (wrk -t2 -c8 -d${DUR}s, bench/api's setting); load $l"
 mkdir -p "$dir/acks/burst"
+others_snap "$dir/o0.json"
 ACK_DIR=$dir/acks/burst DELAY_MS=0 SPEC=examples/synthetic_binary.json \
   wrk -t2 -c8 -d"${DUR}s" --latency -s bench/load/submit_paced.lua "${H[@]}" "$URL/api/v1/jobs" > "$dir/burst.txt"
+others_snap "$dir/o1.json"
+oc=$(others_cores "$dir/o0.json" "$dir/o1.json")
 sed -n '/Latency Distribution/,/Requests\/sec/p' "$dir/burst.txt"
 read -r b_rps b_p50 b_p99 b_err < <(parse "$dir/burst.txt")
-R_burst=$(printf '{"load":%s,"submit_rps":%s,"submit_p50_ms":%s,"submit_p99_ms":%s,"submit_errors":%s}' "$l" "$b_rps" "$b_p50" "$b_p99" "$b_err")
+R_burst=$(printf '{"load":%s,"others_cores":%s,"submit_rps":%s,"submit_p50_ms":%s,"submit_p99_ms":%s,"submit_errors":%s}' "$l" "$oc" "$b_rps" "$b_p50" "$b_p99" "$b_err")
 s1=$(state "$t1"); s2=$(state "$t2")
 echo "training jobs after the load: $s1, $s2"
 curl -sf -X POST "${H[@]}" "$URL/api/v1/jobs/$t1/cancel" >/dev/null || true
@@ -109,9 +139,13 @@ ours=$(printf '{"get1":%s,"list":%s,"burst":%s,"training":["%s","%s"],"acked":%s
 peer='null'
 if [ "${PEER:-1}" != 0 ]; then
   echo "== peer: bench/api/slurm_peer.sh (DUR=$DUR; load $(load1))"
+  pl=$(load1)
+  others_snap "$dir/o0.json"
   if DUR=$DUR N300=${N300:-40} bench/api/slurm_peer.sh > "$dir/peer.txt" 2>"$dir/peer.err"; then
+    others_snap "$dir/o1.json"
     grep -v '^{' "$dir/peer.txt" | grep -E '^(==|slurm|job )' || true
-    peer=$(tail -n 1 "$dir/peer.txt")
+    peer=$(tail -n 1 "$dir/peer.txt" | python3 -c 'import json,sys; d=json.load(sys.stdin); d["load"]=float(sys.argv[1]); d["others_cores"]=float(sys.argv[2]); print(json.dumps(d))' \
+           "$pl" "$(others_cores "$dir/o0.json" "$dir/o1.json")")
   else
     tail -n 20 "$dir/peer.err" >&2
     peer='{"peer":"slurmrestd","error":"slurm_peer.sh failed"}'
@@ -122,16 +156,16 @@ import json, sys
 o = json.loads(sys.argv[1]); p = json.loads(sys.argv[2])
 def f(v, d=2): return "-" if v is None else (f"{v:,.0f}" if d == 0 else f"{v:.{d}f}")
 print()
-print("| load | phase | GET req/s | GET p50 / p99 ms | submits/s | submit p50 / p99 ms | errors |")
-print("|---|---|---|---|---|---|---|")
+print("| load | other sessions (cores) | phase | GET req/s | GET p50 / p99 ms | submits/s | submit p50 / p99 ms | errors |")
+print("|---|---|---|---|---|---|---|---|")
 for k in ("get1", "list"):
     r = o[k]
-    print(f"| {r['load']} | trainyard {k} | {f(r['get_rps'],0)} | {f(r['get_p50_ms'])} / {f(r['get_p99_ms'])} | "
+    print(f"| {r['load']} | {r['others_cores']} | trainyard {k} | {f(r['get_rps'],0)} | {f(r['get_p50_ms'])} / {f(r['get_p99_ms'])} | "
           f"{f(r['submit_rps'],0)} | {f(r['submit_p50_ms'])} / {f(r['submit_p99_ms'])} | {r['get_errors'] + r['submit_errors']} |")
 r = o["burst"]
-print(f"| {r['load']} | trainyard burst (-c8) | | | {f(r['submit_rps'],0)} | {f(r['submit_p50_ms'])} / {f(r['submit_p99_ms'])} | {r['submit_errors']} |")
+print(f"| {r['load']} | {r['others_cores']} | trainyard burst (-c8) | | | {f(r['submit_rps'],0)} | {f(r['submit_p50_ms'])} / {f(r['submit_p99_ms'])} | {r['submit_errors']} |")
 if p and "get_rps" in p:
-    print(f"| | slurmrestd (GET -c32, submit -c8) | {f(p['get_rps'],0)} | {f(p['get_p50_ms'])} / {f(p['get_p99_ms'])} | "
+    print(f"| {p.get('load', '')} | {p.get('others_cores', '')} | slurmrestd (GET -c32, submit -c8) | {f(p['get_rps'],0)} | {f(p['get_p50_ms'])} / {f(p['get_p99_ms'])} | "
           f"{f(p['submit_rps'],0)} | {f(p['submit_p50_ms'])} / {f(p['submit_p99_ms'])} | {p.get('get_non2xx', 0)} |")
     o["slurm"] = p
 ok = (o["get1"]["get_p99_ms"] <= 5 and o["get1"]["submit_p99_ms"] <= 20 and o["missing"] == 0 and
