@@ -522,12 +522,13 @@ void sched_thread_stats_get(sched_thread_stats *out)
     pthread_mutex_unlock(&g_sched.mu);
 }
 
-/* Kicks are coalesced: a pass starts at least SCHED_GAP_MIN_MS after the end
- * of the previous one, and at least twice the previous pass's length after
- * it (at most SCHED_GAP_MAX_MS), so a stream of submissions costs a pass per
- * gap, not a pass per submission, and the passes never take more than a
- * third of a core. A kick after a quiet spell starts a pass at once. */
-#define SCHED_GAP_MIN_MS 20
+/* Kicks are coalesced: a pass starts at least twice the previous pass's
+ * length after the end of that pass (at most SCHED_GAP_MAX_MS later), so the
+ * passes never take more than a third of a core, and a stream of submissions
+ * to a long queue costs a pass per gap, not a pass per submission. A short
+ * queue (passes of a millisecond) is scheduled at once, as before; so is a
+ * kick after a quiet spell. */
+#define SCHED_GAP_MIN_MS 0
 #define SCHED_GAP_MAX_MS 250
 
 static void deadline_in(struct timespec *ts, int64_t ms)
