@@ -3,17 +3,17 @@
  * the address its program will listen on) -> environment -> fork/exec in a
  * new process group -> forward output, parse metric lines, relay stops ->
  * upload the newest checkpoint file (chief) -> the program's exit status.
- * Metrics go through a sender thread that numbers a batch when first sent
- * and resends it as is until acknowledged, as the training worker does. */
+ * Metrics and periodic checkpoints go through the report sender
+ * (executor/report.h), as the training worker's do. */
 #include "command.h"
 #include "proc.h"
+#include "report.h"
 #include "worker.h"
 #include "../api/client.h"
 #include "../common/util.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
-#include <curl/curl.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -21,7 +21,6 @@
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,17 +40,12 @@ extern char **environ;
 #define CMD_RDV_DEADLINE_S 600      /* peers that have not published by then: give up */
 #define CMD_RDV_WAIT_S 20           /* one long-poll of the rendezvous */
 #define CMD_STEP_MS 100             /* at most ~10 step metrics a second */
-#define CMD_FLUSH_MS 1000
-#define CMD_PENDING_MAX 20000
-#define CMD_BATCH_MAX 500
 #define CMD_FINAL_FLUSH_S 900       /* how long a finished task waits for the server */
 #define CMD_STOP_FLUSH_S 4          /* ... and a stopped one (the agent kills it soon) */
 #define CMD_CKPT_MAX (1LL << 30)    /* the API's limit on a checkpoint */
 #define CMD_HEADER_MAX (1 << 16)    /* the safetensors header of a wrapped file */
 #define CMD_CKPT_POLL_MS 10000      /* the chief looks for a new checkpoint file this often */
 #define CMD_CKPT_SETTLE_MS 2000     /* ... and uploads one untouched for this long */
-#define BACKOFF_MIN_MS 250
-#define BACKOFF_MAX_MS 5000
 #define METRIC_PREFIX "trainyard-metric "
 
 /* ---------------------------------------------------------------- config */
@@ -183,8 +177,6 @@ static void config_release(cconfig *c) {
 
 /* ---------------------------------------------------------------- run state */
 
-typedef struct msender msender;
-
 /* One version of a file of the checkpoint directory. */
 typedef struct ck_ident {
     char name[256];              /* "" = none */
@@ -211,233 +203,14 @@ typedef struct cmd_run {
     ck_ident restored_id;
     int64_t next_ck_poll_ms;     /* chief: when to look at the checkpoint directory again */
     cmd_addr *peer_w, *peer_ps;  /* addresses published by the tasks (rendezvous) */
-    msender *snd;
+    report_sender *snd;          /* chief: the metrics and checkpoint sender */
     int64_t last_step_ms;        /* when the last step metric was queued */
     cJSON *held_step;            /* a step metric held back by the rate limit */
     long seen_step, seen_epoch;  /* latest step / epoch in metric lines (checkpoint label) */
     long metric_lines, metric_bad;
 } cmd_run;
 
-static int wait_retry(cmd_run *r, int64_t *backoff) {
-    *backoff = *backoff ? *backoff * 2 : BACKOFF_MIN_MS;
-    if (*backoff > BACKOFF_MAX_MS) *backoff = BACKOFF_MAX_MS;
-    for (int64_t t = 0; t < *backoff && !*r->stop; t += 50) usleep(50 * 1000);
-    return *r->stop ? -1 : 0;
-}
-
-/* ---------------------------------------------------------------- metrics sender */
-
-struct msender {
-    const cconfig *cfg;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int started, quit, flush_now, server_ok;
-    cJSON **pending;             /* metrics without seq, oldest first */
-    int n_pending, cap_pending;
-    long dropped;
-    int64_t next_seq;
-    char *inflight;              /* a sent-but-unacknowledged batch, resent as is */
-    int64_t backoff_ms;
-    /* checkpoints uploaded while the program runs (docs/command-jobs.md) */
-    const char *ckdir, *task_name;
-    ck_ident ck_want;            /* a file to upload ("" none) */
-    long ck_step, ck_epoch;
-    int ck_busy;                 /* an upload is in flight */
-    ck_ident ck_done;            /* the last file uploaded (or restored) */
-};
-
-static void sender_push(msender *s, cJSON *m) {
-    pthread_mutex_lock(&s->mu);
-    if (s->n_pending == CMD_PENDING_MAX) {
-        /* full (a long outage): the oldest step metric goes; epoch and test stay */
-        int i = 0;
-        while (i < s->n_pending) {
-            const cJSON *k = cJSON_GetObjectItemCaseSensitive(s->pending[i], "kind");
-            if (cJSON_IsString(k) && strcmp(k->valuestring, "step") == 0) break;
-            i++;
-        }
-        if (i == s->n_pending) i = 0;
-        cJSON_Delete(s->pending[i]);
-        memmove(&s->pending[i], &s->pending[i + 1], (size_t)(s->n_pending - i - 1) * sizeof *s->pending);
-        s->n_pending--;
-        s->dropped++;
-    }
-    if (s->n_pending == s->cap_pending) {
-        s->cap_pending = s->cap_pending ? s->cap_pending * 2 : 256;
-        s->pending = xrealloc(s->pending, (size_t)s->cap_pending * sizeof *s->pending);
-    }
-    s->pending[s->n_pending++] = m;
-    pthread_mutex_unlock(&s->mu);
-}
-
-static int sender_idle(const msender *s) { return !s->inflight && !s->n_pending && !s->ck_want.name[0] && !s->ck_busy; }
-
-static int ckpt_upload_file(const cconfig *c, const char *ckdir, const char *task_name, const ck_ident *id,
-                            long step, long epoch, int deadline_s);
-
-/* The checkpoint file asked for while the program runs, one try: 0, or
- * -1 to retry after the backoff (the server away). */
-static int sender_ckpt(msender *s) {
-    pthread_mutex_lock(&s->mu);
-    ck_ident id = s->ck_want;
-    long step = s->ck_step, epoch = s->ck_epoch;
-    s->ck_want.name[0] = '\0';
-    s->ck_busy = id.name[0] != '\0';
-    pthread_mutex_unlock(&s->mu);
-    if (!id.name[0]) return 0;
-    int rc = ckpt_upload_file(s->cfg, s->ckdir, s->task_name, &id, step, epoch, 0);
-    pthread_mutex_lock(&s->mu);
-    s->ck_busy = 0;
-    if (rc == 0) s->ck_done = id;
-    if (rc == -2 && !s->ck_want.name[0]) { /* not delivered: again, unless a newer one came */
-        s->ck_want = id;
-        s->ck_step = step;
-        s->ck_epoch = epoch;
-    }
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    return rc == -2 ? -1 : 0;
-}
-
-/* Sends the in-flight (or a new) batch: 0 when the server answered, -1 to
- * retry after the backoff. */
-static int sender_round(msender *s, client *c) {
-    pthread_mutex_lock(&s->mu);
-    if (!s->inflight && s->n_pending) {
-        int n = s->n_pending < CMD_BATCH_MAX ? s->n_pending : CMD_BATCH_MAX;
-        cJSON *o = cJSON_CreateObject();
-        cJSON *arr = cJSON_AddArrayToObject(o, "metrics");
-        if (!o || !arr) abort();
-        for (int i = 0; i < n; i++) {
-            cJSON_AddNumberToObject(s->pending[i], "seq", (double)(s->next_seq + i));
-            cJSON_AddItemToArray(arr, s->pending[i]);
-        }
-        memmove(s->pending, s->pending + n, (size_t)(s->n_pending - n) * sizeof *s->pending);
-        s->n_pending -= n;
-        s->inflight = cJSON_PrintUnformatted(o);
-        if (!s->inflight) abort();
-        s->next_seq += n;
-        cJSON_Delete(o);
-    }
-    char *body = s->inflight ? xstrdup(s->inflight) : NULL;
-    pthread_mutex_unlock(&s->mu);
-    if (!body) return sender_ckpt(s);
-    char path[96];
-    snprintf(path, sizeof path, "/api/v1/jobs/%lld/metrics", (long long)s->cfg->job);
-    client_reply rep;
-    int e = client_request(c, "POST", path, body, strlen(body), NULL, &rep);
-    free(body);
-    int rc = 0;
-    if (e < 0 || rep.status >= 500 || rep.status == 429) {
-        if (s->server_ok) log_warn("metrics not delivered (%s); retrying with backoff", e < 0 ? rep.error : "server error");
-        s->server_ok = 0;
-        rc = -1;
-    } else {
-        if (!s->server_ok) log_info("server reachable again: delivering buffered metrics");
-        s->server_ok = 1;
-        if (rep.status != 200)
-            log_warn("POST metrics answered %ld: %.300s (batch dropped)", rep.status, rep.body.data ? rep.body.data : "");
-        pthread_mutex_lock(&s->mu);
-        free(s->inflight);
-        s->inflight = NULL;
-        pthread_mutex_unlock(&s->mu);
-    }
-    client_reply_release(&rep);
-    return rc < 0 ? rc : sender_ckpt(s);
-}
-
-static void cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    pthread_cond_timedwait(cv, mu, &ts);
-}
-
-static void *sender_main(void *arg) {
-    msender *s = arg;
-    client c;
-    if (client_init(&c, s->cfg->api, s->cfg->token) < 0) {
-        log_error("cannot make an HTTP client for the metrics");
-        return NULL;
-    }
-    c.timeout_ms = 30000;
-    for (;;) {
-        pthread_mutex_lock(&s->mu);
-        int quit = s->quit;
-        pthread_mutex_unlock(&s->mu);
-        int rc = sender_round(s, &c);
-        pthread_mutex_lock(&s->mu);
-        if (rc < 0) {
-            s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : BACKOFF_MIN_MS;
-            if (s->backoff_ms > BACKOFF_MAX_MS) s->backoff_ms = BACKOFF_MAX_MS;
-        } else {
-            s->backoff_ms = 0;
-        }
-        if (quit && (sender_idle(s) || rc < 0)) {
-            pthread_mutex_unlock(&s->mu);
-            break;
-        }
-        pthread_cond_broadcast(&s->cv); /* wake a waiting drain */
-        int64_t wait = rc < 0 ? s->backoff_ms : (s->n_pending >= CMD_BATCH_MAX ? 0 : CMD_FLUSH_MS);
-        if (wait > 0 && !s->flush_now && !(s->quit && rc == 0)) cond_wait_ms(&s->cv, &s->mu, wait);
-        s->flush_now = 0;
-        pthread_mutex_unlock(&s->mu);
-    }
-    client_release(&c);
-    return NULL;
-}
-
-static int sender_start(msender *s, const cconfig *cfg, int64_t next_seq, const char *ckdir, const char *task_name,
-                        const ck_ident *restored) {
-    memset(s, 0, sizeof *s);
-    s->cfg = cfg;
-    s->next_seq = next_seq;
-    s->ckdir = ckdir;
-    s->task_name = task_name;
-    s->ck_done = *restored;
-    s->server_ok = 1;
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
-    if (pthread_create(&s->thread, NULL, sender_main, s) != 0) return -1;
-    s->started = 1;
-    return 0;
-}
-
-/* Waits until everything queued is delivered or timeout_s passes: 0 when delivered. */
-static int sender_drain(msender *s, int timeout_s) {
-    int64_t deadline = mono_ms() + (int64_t)timeout_s * 1000;
-    pthread_mutex_lock(&s->mu);
-    while (!sender_idle(s) && mono_ms() < deadline) {
-        s->flush_now = 1;
-        pthread_cond_broadcast(&s->cv);
-        cond_wait_ms(&s->cv, &s->mu, 200);
-    }
-    int idle = sender_idle(s);
-    pthread_mutex_unlock(&s->mu);
-    return idle ? 0 : -1;
-}
-
-static void sender_stop(msender *s) {
-    if (!s->started) return;
-    pthread_mutex_lock(&s->mu);
-    s->quit = 1;
-    s->flush_now = 1;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->thread, NULL);
-    for (int i = 0; i < s->n_pending; i++) cJSON_Delete(s->pending[i]);
-    free(s->pending);
-    free(s->inflight);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
-    s->started = 0;
-}
+/* ---------------------------------------------------------------- resume state */
 
 /* The job's last metric seq (metrics continue after it, across attempts). */
 static int fetch_last_seq(cmd_run *r, int64_t *out, char *err, size_t errlen) {
@@ -463,7 +236,7 @@ static int fetch_last_seq(cmd_run *r, int64_t *out, char *err, size_t errlen) {
             snprintf(err, errlen, "GET %s answered %ld", path, st);
             return -1;
         }
-        if (wait_retry(r, &backoff) < 0) {
+        if (report_wait_retry(r->stop, &backoff) < 0) {
             snprintf(err, errlen, "stopped before the program started");
             return -1;
         }
@@ -499,7 +272,7 @@ static const char *metric_invalid(cJSON *m) {
 
 static void held_flush(cmd_run *r) {
     if (!r->held_step) return;
-    sender_push(r->snd, r->held_step);
+    report_push(r->snd, r->held_step);
     r->held_step = NULL;
     r->last_step_ms = mono_ms();
 }
@@ -534,7 +307,7 @@ static void metric_line(cmd_run *r, const char *json) {
         return;
     }
     held_flush(r);
-    sender_push(r->snd, m);
+    report_push(r->snd, m);
 }
 
 /* ---------------------------------------------------------------- rendezvous */
@@ -565,84 +338,20 @@ static int port_pick(int want) {
     return 0;
 }
 
-static int rdv_publish(cmd_run *r, const char *key, const cmd_addr *me, char *err, size_t errlen) {
-    cJSON *o = cJSON_CreateObject();
-    if (!o || !cJSON_AddStringToObject(o, "addr", me->host) || !cJSON_AddNumberToObject(o, "port", me->port)) abort();
-    char *body = cJSON_PrintUnformatted(o);
+/* One task's {addr, port} from the rendezvous (key "command-TYPE-INDEX"). */
+static int rdv_read(const report_api *a, const char *key, int64_t deadline, cmd_addr *out, char *err, size_t errlen) {
+    cJSON *o = NULL;
+    int rc = report_rdv_get(a, key, CMD_RDV_WAIT_S, deadline, &o, err, errlen);
+    if (rc == REPORT_RDV_TIMEOUT) snprintf(err, errlen, "task %s did not join within %d s", key + 8, CMD_RDV_DEADLINE_S);
+    if (rc < 0) return -1;
+    const cJSON *ad = cJSON_GetObjectItemCaseSensitive(o, "addr");
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "port");
+    int ok = cJSON_IsString(ad) && cJSON_IsNumber(p) && p->valueint > 0 && p->valueint <= 65535 &&
+             sfmt(out->host, sizeof out->host, "%s", ad->valuestring) == 0;
+    if (ok) out->port = p->valueint;
     cJSON_Delete(o);
-    if (!body) abort();
-    char path[160];
-    snprintf(path, sizeof path, "/api/v1/jobs/%lld/rendezvous/%s", (long long)r->cfg.job, key);
-    int64_t backoff = 0;
-    int rc = -1;
-    for (;;) {
-        client_reply rep;
-        int e = client_request(&r->cl, "PUT", path, body, strlen(body), NULL, &rep);
-        long st = e < 0 ? 0 : rep.status;
-        client_reply_release(&rep);
-        if (st >= 200 && st < 300) {
-            rc = 0;
-            break;
-        }
-        if (st >= 400 && st < 500) {
-            snprintf(err, errlen, "PUT %s answered %ld", path, st);
-            break;
-        }
-        if (wait_retry(r, &backoff) < 0) {
-            snprintf(err, errlen, "stopped before the program started");
-            break;
-        }
-    }
-    free(body);
-    return rc;
-}
-
-static int rdv_read(cmd_run *r, const char *key, int64_t deadline, cmd_addr *out, char *err, size_t errlen) {
-    char path[160];
-    snprintf(path, sizeof path, "/api/v1/jobs/%lld/rendezvous/%s?wait=%d", (long long)r->cfg.job, key,
-             CMD_RDV_WAIT_S);
-    int64_t backoff = 0;
-    long saved = r->cl.timeout_ms;
-    r->cl.timeout_ms = (CMD_RDV_WAIT_S + 15) * 1000L;
-    int rc = -1;
-    for (;;) {
-        if (*r->stop) {
-            snprintf(err, errlen, "stopped before the program started");
-            break;
-        }
-        if (mono_ms() > deadline) {
-            snprintf(err, errlen, "task %s did not join within %d s", key + 8, CMD_RDV_DEADLINE_S);
-            break;
-        }
-        client_reply rep;
-        int e = client_request(&r->cl, "GET", path, NULL, 0, NULL, &rep);
-        long st = e < 0 ? 0 : rep.status;
-        if (st == 200) {
-            cJSON *o = cJSON_ParseWithLength(rep.body.data ? rep.body.data : "", rep.body.len);
-            const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "addr");
-            const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "port");
-            int ok = cJSON_IsString(a) && cJSON_IsNumber(p) && p->valueint > 0 && p->valueint <= 65535 &&
-                     sfmt(out->host, sizeof out->host, "%s", a->valuestring) == 0;
-            if (ok) out->port = p->valueint;
-            cJSON_Delete(o);
-            client_reply_release(&rep);
-            if (ok) rc = 0;
-            else snprintf(err, errlen, "task %s published a malformed address", key + 8);
-            break;
-        }
-        client_reply_release(&rep);
-        if (st == 404) continue; /* not published yet: the long-poll expired */
-        if (st >= 400 && st < 500) {
-            snprintf(err, errlen, "GET %s answered %ld", path, st);
-            break;
-        }
-        if (wait_retry(r, &backoff) < 0) {
-            snprintf(err, errlen, "stopped before the program started");
-            break;
-        }
-    }
-    r->cl.timeout_ms = saved;
-    return rc;
+    if (!ok) snprintf(err, errlen, "task %s published a malformed address", key + 8);
+    return ok ? 0 : -1;
 }
 
 /* Publishes this task's {addr, port} as command-TYPE-INDEX in the attempt's
@@ -659,17 +368,25 @@ static int rendezvous(cmd_run *r, char *err, size_t errlen) {
     me.port = port;
     char key[64];
     snprintf(key, sizeof key, "command-%s-%d", c->is_ps ? "ps" : "worker", c->index);
-    if (rdv_publish(r, key, &me, err, errlen) < 0) return -1;
+    report_api a = {&r->cl, c->job, r->stop, "stopped before the program started"};
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddStringToObject(o, "addr", me.host) || !cJSON_AddNumberToObject(o, "port", me.port)) abort();
+    char *body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!body) abort();
+    int published = report_rdv_put(&a, key, body, err, errlen);
+    free(body);
+    if (published < 0) return -1;
     r->peer_w = xcalloc((size_t)c->n_workers, sizeof *r->peer_w);
     r->peer_ps = xcalloc((size_t)(c->n_ps ? c->n_ps : 1), sizeof *r->peer_ps);
     int64_t deadline = mono_ms() + (int64_t)CMD_RDV_DEADLINE_S * 1000;
     for (int i = 0; i < c->n_workers; i++) {
         snprintf(key, sizeof key, "command-worker-%d", i);
-        if (rdv_read(r, key, deadline, &r->peer_w[i], err, errlen) < 0) return -1;
+        if (rdv_read(&a, key, deadline, &r->peer_w[i], err, errlen) < 0) return -1;
     }
     for (int i = 0; i < c->n_ps; i++) {
         snprintf(key, sizeof key, "command-ps-%d", i);
-        if (rdv_read(r, key, deadline, &r->peer_ps[i], err, errlen) < 0) return -1;
+        if (rdv_read(&a, key, deadline, &r->peer_ps[i], err, errlen) < 0) return -1;
     }
     return 0;
 }
@@ -973,115 +690,18 @@ out:
 
 /* Attempt >= 2: the job's latest checkpoint into ckdir (none: an empty dir). */
 static int ckpt_restore(cmd_run *r, char *err, size_t errlen) {
-    char path[128], wrapped[PATH_MAX + 32];
-    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/latest", (long long)r->cfg.job);
+    char wrapped[PATH_MAX + 32], sha[65];
     if (sfmt(wrapped, sizeof wrapped, "%s/latest.safetensors", r->scratch) < 0) {
         snprintf(err, errlen, "scratch path too long");
         return -1;
     }
-    int64_t backoff = 0;
-    long saved = r->cl.timeout_ms;
-    r->cl.timeout_ms = 600000;
-    int rc = -1;
-    for (;;) {
-        long st = 0;
-        char sha_hdr[65] = "", sha_got[65] = "", derr[256] = "";
-        uint64_t size = 0;
-        buf eb;
-        buf_init(&eb, 4096);
-        int e = client_download(&r->cl, path, wrapped, &st, sha_hdr, sha_got, NULL, 0, &size, &eb, derr, sizeof derr);
-        buf_release(&eb);
-        if (e == 0 && st == 404) {
-            log_info("attempt %d: the job has no checkpoint yet: the checkpoint directory starts empty", r->cfg.attempt);
-            rc = 0;
-            break;
-        }
-        if (e == 0 && st == 200 && sha_hdr[0] && strcasecmp(sha_hdr, sha_got) == 0) {
-            rc = ckpt_unwrap(r, wrapped, err, errlen);
-            if (rc < 0) {
-                log_warn("%s: the checkpoint directory starts empty", err);
-                rc = 0;
-            }
-            break;
-        }
-        if (e == 0 && st != 200 && st < 500 && st != 429) {
-            snprintf(err, errlen, "GET %s answered %ld", path, st);
-            break;
-        }
-        log_warn("cannot fetch the latest checkpoint (%s); retrying",
-                 e < 0 ? derr : st == 200 ? "checksum mismatch" : "server error");
-        if (wait_retry(r, &backoff) < 0) {
-            snprintf(err, errlen, "stopped before the program started");
-            break;
-        }
-    }
+    report_api a = {&r->cl, r->cfg.job, r->stop, "stopped before the program started"};
+    int got = report_fetch_ckpt(&a, wrapped, sha, err, errlen);
+    if (got == 0)
+        log_info("attempt %d: the job has no checkpoint yet: the checkpoint directory starts empty", r->cfg.attempt);
+    if (got == 1 && ckpt_unwrap(r, wrapped, err, errlen) < 0) log_warn("%s: the checkpoint directory starts empty", err);
     unlink(wrapped);
-    r->cl.timeout_ms = saved;
-    return rc;
-}
-
-typedef struct upload_src {
-    const char *head;            /* 8-byte length + header */
-    size_t head_len, head_off;
-    int fd;
-} upload_src;
-
-static size_t upload_read(char *p, size_t size, size_t n, void *ud) {
-    upload_src *u = ud;
-    size_t want = size * n, got = 0;
-    if (u->head_off < u->head_len) {
-        got = u->head_len - u->head_off < want ? u->head_len - u->head_off : want;
-        memcpy(p, u->head + u->head_off, got);
-        u->head_off += got;
-        return got;
-    }
-    ssize_t r = read(u->fd, p, want);
-    return r < 0 ? CURL_READFUNC_ABORT : (size_t)r;
-}
-
-static size_t sink(char *p, size_t size, size_t n, void *ud) {
-    (void)buf_append((buf *)ud, p, size * n); /* bounded: the rest of an error body is dropped */
-    return size * n;
-}
-
-/* PUT the wrapped file: the HTTP status, 0 when the server was not reached. */
-static long ckpt_put(const char *token, const char *url, const char *sha, upload_src *u, uint64_t total, char *err,
-                     size_t errlen) {
-    CURL *h = curl_easy_init();
-    if (!h) {
-        snprintf(err, errlen, "curl_easy_init failed");
-        return 0;
-    }
-    char auth[320], hsum[128];
-    snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
-    snprintf(hsum, sizeof hsum, "X-Checksum-Sha256: %s", sha);
-    struct curl_slist *hdr = curl_slist_append(NULL, auth);
-    hdr = curl_slist_append(hdr, hsum);
-    hdr = curl_slist_append(hdr, "Content-Type: application/octet-stream");
-    hdr = curl_slist_append(hdr, "Expect:");
-    buf reply;
-    buf_init(&reply, 1 << 16);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(h, CURLOPT_READFUNCTION, upload_read);
-    curl_easy_setopt(h, CURLOPT_READDATA, u);
-    curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)total);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sink);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &reply);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 600000L);
-    CURLcode rc = curl_easy_perform(h);
-    long st = 0;
-    if (rc == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
-    else snprintf(err, errlen, "%.160s: %.80s", url, curl_easy_strerror(rc));
-    if (st && st != 201 && st != 200)
-        snprintf(err, errlen, "answered %ld: %.200s", st, reply.data ? reply.data : "");
-    buf_release(&reply);
-    curl_slist_free_all(hdr);
-    curl_easy_cleanup(h);
-    return st;
+    return got < 0 ? -1 : 0;
 }
 
 /* The newest regular file directly in ckdir (names starting with '.' are
@@ -1165,7 +785,7 @@ static int ckpt_upload_file(const cconfig *c, const char *ckdir, const char *tas
     free(hj);
     uint64_t total = 8 + padded + (uint64_t)sb.st_size;
     int rc = -1;
-    char url[1024], err[512] = "", sha[65];
+    char err[512] = "", sha[65];
     sha256_stream ss;
     if (sha256_stream_init(&ss) < 0) abort();
     sha256_stream_update(&ss, head, 8 + padded);
@@ -1184,13 +804,11 @@ static int ckpt_upload_file(const cconfig *c, const char *ckdir, const char *tas
     }
     sha256_stream_final(&ss, sha);
     if (seen != (uint64_t)sb.st_size) goto out; /* being rewritten: the next version comes */
-    snprintf(url, sizeof url, "%s/api/v1/jobs/%lld/checkpoints?step=%ld&epoch=%ld", c->api, (long long)c->job, step,
-             epoch);
     int64_t end = mono_ms() + (int64_t)deadline_s * 1000, backoff = 0;
     for (;;) {
-        upload_src u = {head, 8 + padded, 0, fd};
         if (lseek(fd, 0, SEEK_SET) < 0) break;
-        long st = ckpt_put(c->token, url, sha, &u, total, err, sizeof err);
+        long st = report_put_ckpt(NULL, c->api, c->token, c->job, step, epoch, sha, head, 8 + padded, fd, total, err,
+                                  sizeof err);
         if (st == 201 || st == 200) {
             log_info("checkpoint uploaded: %s (%lld bytes, step %ld, epoch %ld, sha256 %.16s...)", id->name,
                      (long long)sb.st_size, step, epoch, sha);
@@ -1208,8 +826,8 @@ static int ckpt_upload_file(const cconfig *c, const char *ckdir, const char *tas
             break;
         }
         log_warn("checkpoint upload failed (%s); retrying", err);
-        backoff = backoff ? backoff * 2 : BACKOFF_MIN_MS;
-        if (backoff > BACKOFF_MAX_MS) backoff = BACKOFF_MAX_MS;
+        backoff = backoff ? backoff * 2 : REPORT_BACKOFF_MIN_MS;
+        if (backoff > REPORT_BACKOFF_MAX_MS) backoff = REPORT_BACKOFF_MAX_MS;
         usleep((useconds_t)backoff * 1000);
     }
 out:
@@ -1230,6 +848,18 @@ static int ckpt_newest_ident(const char *ckdir, ck_ident *id) {
     return 1;
 }
 
+/* report_ckpt_ops for the sender: a checkpoint is a ck_ident (heap copy). */
+static int ck_upload(void *ctx, void *ck, long step, long epoch, char *err, size_t errlen) {
+    const cmd_run *r = ctx;
+    (void)err; /* ckpt_upload_file logs why itself */
+    (void)errlen;
+    return ckpt_upload_file(&r->cfg, r->ckdir, r->task_name, ck, step, epoch, 0);
+}
+
+static int ck_same(const void *a, const void *b) { return ident_eq(a, b); }
+
+static const report_ckpt_ops ck_ops = {ck_upload, free, ck_same};
+
 /* While the program runs (chief, every CMD_CKPT_POLL_MS): a new version of
  * the newest file, untouched for CMD_CKPT_SETTLE_MS, goes to the sender. */
 static void ckpt_poll(cmd_run *r) {
@@ -1239,16 +869,9 @@ static void ckpt_poll(cmd_run *r) {
     clock_gettime(CLOCK_REALTIME, &now);
     int64_t age_ms = (int64_t)(now.tv_sec - id.mtime.tv_sec) * 1000 + (now.tv_nsec - id.mtime.tv_nsec) / 1000000;
     if (age_ms < CMD_CKPT_SETTLE_MS) return; /* perhaps still being written */
-    msender *s = r->snd;
-    pthread_mutex_lock(&s->mu);
-    if (!ident_eq(&id, &s->ck_done) && !ident_eq(&id, &s->ck_want)) {
-        s->ck_want = id;
-        s->ck_step = r->seen_step;
-        s->ck_epoch = r->seen_epoch;
-        s->flush_now = 1;
-        pthread_cond_broadcast(&s->cv);
-    }
-    pthread_mutex_unlock(&s->mu);
+    ck_ident *k = xmalloc(sizeof *k);
+    *k = id;
+    report_set_ckpt(r->snd, k, r->seen_step, r->seen_epoch); /* dropped when uploaded or pending already */
 }
 
 /* The chief, once its program is gone: the newest file of the checkpoint
@@ -1258,13 +881,9 @@ static void ckpt_poll(cmd_run *r) {
  * uploaded or nothing to upload, -1 when it could not be delivered. */
 static int ckpt_upload_final(cmd_run *r, int deadline_s) {
     ck_ident done = r->restored_id;
-    msender *s = r->snd;
-    if (s) {
-        pthread_mutex_lock(&s->mu);
-        s->ck_want.name[0] = '\0';
-        while (s->ck_busy) pthread_cond_wait(&s->cv, &s->mu);
-        done = s->ck_done;
-        pthread_mutex_unlock(&s->mu);
+    if (r->snd) {
+        const ck_ident *d = report_ckpt_settle(r->snd);
+        if (d) done = *d;
     }
     ck_ident id;
     if (!ckpt_newest_ident(r->ckdir, &id)) {
@@ -1466,7 +1085,7 @@ static int program_wait(cmd_run *r, pid_t pid, int outfd, int errfd, int *stoppe
 
 int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *stop) {
     cmd_run *r = xcalloc(1, sizeof *r);
-    msender snd;
+    report_sender snd;
     memset(&snd, 0, sizeof snd);
     char err[512] = "";
     char **envp = NULL;
@@ -1554,7 +1173,9 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
     log_info("started %s (pid %d)%s%s", exe, (int)pid, wd[0] ? " in " : "", wd);
     /* threads only after the fork: the child runs no code of ours */
     if (r->chief) {
-        if (sender_start(&snd, c, last_seq + 1, r->ckdir, r->task_name, &r->restored_id) < 0) abort();
+        ck_ident *done = xmalloc(sizeof *done); /* the version restored: not uploaded again */
+        *done = r->restored_id;
+        if (report_start(&snd, c->api, c->token, c->job, last_seq + 1, &ck_ops, r, done) < 0) abort();
         r->snd = &snd;
         r->next_ck_poll_ms = mono_ms() + CMD_CKPT_POLL_MS;
     }
@@ -1571,10 +1192,10 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
     if (r->chief) {
         int budget = stopped ? CMD_STOP_FLUSH_S : CMD_FINAL_FLUSH_S;
         int up = ckpt_upload_final(r, budget);
-        int drained = sender_drain(&snd, budget);
+        int drained = report_drain(&snd, budget);
         if (r->metric_lines)
             log_info("%ld metric line(s) read, %ld ignored%s", r->metric_lines, r->metric_bad,
-                     snd.dropped ? " (some step metrics dropped while the server was away)" : "");
+                     report_dropped(&snd) ? " (some step metrics dropped while the server was away)" : "");
         if ((up < 0 || drained < 0) && ret == 0) {
             snprintf(err, sizeof err, "the program succeeded, but the server did not take its %s",
                      up < 0 ? "checkpoint" : "metrics");
@@ -1596,7 +1217,7 @@ fail_ret:
         fflush(stderr);
     }
 out:
-    sender_stop(&snd);
+    report_stop(&snd);
     cJSON_Delete(r->held_step);
     env_free(envp);
     if (r->have_client) client_release(&r->cl);

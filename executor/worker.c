@@ -1,11 +1,10 @@
 /* worker.c - `trainyard worker` (see worker.h): config -> spec -> resume ->
- * train_run with hooks -> metrics and checkpoints handed to a sender thread
- * that batches them to the API, retrying with backoff while the server is
- * away. Metric sequence numbers are given when a batch is first sent and
- * the same batch is resent until acknowledged: a retry never duplicates,
- * and dropping unsent step metrics (bounded buffer) never leaves a gap. */
+ * train_run with hooks -> metrics and checkpoints handed to the report
+ * sender (executor/report.h), which batches them to the API and retries
+ * with backoff while the server is away, so that training never waits. */
 #include "worker.h"
 #include "command.h"
+#include "report.h"
 #include "train_loop.h"
 #include "../api/client.h"
 #include "../api/jobspec.h"
@@ -19,7 +18,6 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <limits.h>
-#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,12 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define METRICS_PENDING_MAX 20000   /* unsent metrics kept; oldest step metrics go first */
-#define METRICS_BATCH_MAX 500
 #define STEP_REPORT_MS 100          /* at most ~10 step metrics a second */
-#define FLUSH_EVERY_MS 1000
-#define BACKOFF_MIN_MS 250
-#define BACKOFF_MAX_MS 5000
 #define FINAL_FLUSH_S 900           /* how long a finished worker waits for the server */
 #define STOP_FLUSH_S 8              /* a stopped one (SIGTERM): inside the agent's 10 s grace */
 #define STOP_FLUSH_DOWN_S 2         /* ... when the server was unreachable at the last try */
@@ -174,380 +167,46 @@ out:
     return rc;
 }
 
-/* ---------------------------------------------------------------- HTTP with headers */
+/* ---------------------------------------------------------------- checkpoint uploads */
 
-typedef struct hdr_capture {
+/* A checkpoint handed to the sender: the file's bytes. */
+typedef struct wckpt {
+    unsigned char *data;         /* (len) owned */
+    size_t len;
+} wckpt;
+
+typedef struct wupload {
+    const wconfig *w;
+    CURL *raw;                   /* reused across uploads (the sender thread's) */
+} wupload;
+
+static void wckpt_release(void *p) {
+    wckpt *k = p;
+    free(k->data);
+    free(k);
+}
+
+/* report_ckpt_ops.upload: PUT the bytes as the job's checkpoint. */
+static int wckpt_upload(void *ctx, void *p, long step, long epoch, char *err, size_t errlen) {
+    const wupload *u = ctx;
+    const wckpt *k = p;
     char sha[65];
-} hdr_capture;
-
-static size_t on_header(char *p, size_t size, size_t n, void *ud) {
-    hdr_capture *h = ud;
-    size_t len = size * n;
-    static const char name[] = "x-checksum-sha256:";
-    if (len > sizeof name - 1 && strncasecmp(p, name, sizeof name - 1) == 0) {
-        const char *v = p + sizeof name - 1;
-        size_t vl = len - (sizeof name - 1);
-        while (vl && (*v == ' ' || *v == '\t')) v++, vl--;
-        while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' ')) vl--;
-        if (vl == 64) {
-            memcpy(h->sha, v, 64);
-            h->sha[64] = '\0';
-        }
-    }
-    return len;
-}
-
-static size_t on_file_data(char *p, size_t size, size_t n, void *ud) {
-    return fwrite(p, size, n, (FILE *)ud) * size;
-}
-
-/* GET url into f, capturing X-Checksum-Sha256. Returns the HTTP status, or
- * 0 when the server was not reached (err says why). */
-static long http_download(const wconfig *w, const char *path, FILE *f, char sha[65], char *err, size_t errlen) {
-    CURL *h = curl_easy_init();
-    if (!h) {
-        snprintf(err, errlen, "curl_easy_init failed");
+    sha256_hex(k->data, k->len, sha);
+    long st = report_put_ckpt(u->raw, u->w->api, u->w->token, u->w->job, step, epoch, sha, k->data, k->len, -1,
+                              k->len, err, errlen);
+    if (st == 201 || st == 200) {
+        log_info("checkpoint uploaded: step %ld, epoch %ld, %zu bytes, sha256 %.16s...", step, epoch, k->len, sha);
         return 0;
     }
-    char url[1024], auth[320];
-    snprintf(url, sizeof url, "%s%s", w->api, path);
-    snprintf(auth, sizeof auth, "Authorization: Bearer %s", w->token);
-    struct curl_slist *hdr = curl_slist_append(NULL, auth);
-    hdr_capture hc = {{0}};
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, &hc);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_file_data);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, f);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 600000L);
-    CURLcode rc = curl_easy_perform(h);
-    long st = 0;
-    if (rc == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
-    else snprintf(err, errlen, "%.160s: %.80s", url, curl_easy_strerror(rc));
-    curl_slist_free_all(hdr);
-    curl_easy_cleanup(h);
-    memcpy(sha, hc.sha, 65);
-    return st;
-}
-
-static size_t on_buf_data(char *p, size_t size, size_t n, void *ud) {
-    return buf_append((buf *)ud, p, size * n) < 0 ? 0 : size * n;
-}
-
-/* PUT bytes with X-Checksum-Sha256. Returns the status (0: not reached). */
-static long http_upload(CURL *h, const wconfig *w, const char *path, const void *data, size_t len,
-                        const char *sha, buf *reply, char *err, size_t errlen) {
-    char url[1024], auth[320], hsum[128];
-    snprintf(url, sizeof url, "%s%s", w->api, path);
-    snprintf(auth, sizeof auth, "Authorization: Bearer %s", w->token);
-    snprintf(hsum, sizeof hsum, "X-Checksum-Sha256: %s", sha);
-    struct curl_slist *hdr = curl_slist_append(NULL, auth);
-    hdr = curl_slist_append(hdr, hsum);
-    hdr = curl_slist_append(hdr, "Content-Type: application/octet-stream");
-    hdr = curl_slist_append(hdr, "Expect:");
-    curl_easy_reset(h);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, "PUT");
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDS, data);
-    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_buf_data);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, reply);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 600000L);
-    CURLcode rc = curl_easy_perform(h);
-    long st = 0;
-    if (rc == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
-    else snprintf(err, errlen, "%.160s: %.80s", url, curl_easy_strerror(rc));
-    curl_slist_free_all(hdr);
-    return st;
-}
-
-/* ---------------------------------------------------------------- sender */
-
-typedef struct sender {
-    const wconfig *w;
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int started;
-    int quit;                    /* the thread should end (after a final try) */
-    int flush_now;
-
-    cJSON **pending;             /* metrics without seq, oldest first */
-    int n_pending, cap_pending;
-    long dropped;                /* step metrics dropped while the server was away */
-
-    int64_t next_seq;            /* the seq the next batch starts at */
-    char *inflight;              /* a sent-but-unacknowledged batch (JSON), resent as is */
-    int64_t inflight_last;       /* its last seq */
-
-    unsigned char *ckpt;         /* the newest checkpoint not uploaded yet */
-    size_t ckpt_len;
-    long ckpt_step, ckpt_epoch;
-    int ckpt_uploaded;           /* checkpoints uploaded so far */
-    int ckpt_busy;               /* an upload is in flight */
-    long uploaded_step;          /* step of the last checkpoint the server took (-1 none) */
-
-    int64_t backoff_ms;
-    int server_ok;               /* the last request reached the server */
-} sender;
-
-static void sender_push(sender *s, cJSON *m) {
-    pthread_mutex_lock(&s->mu);
-    if (s->n_pending == METRICS_PENDING_MAX) {
-        /* Full (a long outage): drop the oldest step metric; epoch and
-         * test metrics are few and always kept. */
-        int i = 0;
-        while (i < s->n_pending) {
-            const cJSON *k = cJSON_GetObjectItemCaseSensitive(s->pending[i], "kind");
-            if (cJSON_IsString(k) && strcmp(k->valuestring, "step") == 0) break;
-            i++;
-        }
-        if (i == s->n_pending) i = 0;
-        cJSON_Delete(s->pending[i]);
-        memmove(&s->pending[i], &s->pending[i + 1], (size_t)(s->n_pending - i - 1) * sizeof *s->pending);
-        s->n_pending--;
-        s->dropped++;
+    if (st == 0 || st >= 500 || st == 429) {
+        if (st) snprintf(err, errlen, "server error");
+        return -2;
     }
-    if (s->n_pending == s->cap_pending) {
-        s->cap_pending = s->cap_pending ? s->cap_pending * 2 : 256;
-        s->pending = xrealloc(s->pending, (size_t)s->cap_pending * sizeof *s->pending);
-    }
-    s->pending[s->n_pending++] = m;
-    pthread_mutex_unlock(&s->mu);
+    log_error("checkpoint upload %s (dropped)", err);
+    return -1;
 }
 
-static void sender_set_ckpt(sender *s, unsigned char *data, size_t len, long step, long epoch) {
-    pthread_mutex_lock(&s->mu);
-    free(s->ckpt); /* an older one not uploaded yet: the newer supersedes it */
-    s->ckpt = data;
-    s->ckpt_len = len;
-    s->ckpt_step = step;
-    s->ckpt_epoch = epoch;
-    s->flush_now = 1;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-}
-
-static long sender_uploaded_step(sender *s) {
-    pthread_mutex_lock(&s->mu);
-    long v = s->uploaded_step;
-    pthread_mutex_unlock(&s->mu);
-    return v;
-}
-
-/* Sends what is queued now rather than at the next tick. */
-static void sender_flush_soon(sender *s) {
-    pthread_mutex_lock(&s->mu);
-    s->flush_now = 1;
-    pthread_cond_signal(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-}
-
-/* Is everything delivered? (mu held) */
-static int sender_idle(const sender *s) { return !s->inflight && !s->n_pending && !s->ckpt && !s->ckpt_busy; }
-
-/* One round: send the in-flight (or a new) batch of metrics, then the
- * checkpoint. Returns 0 when the server took everything tried, -1 on a
- * failure to retry after the backoff. */
-static int sender_round(sender *s, client *c, CURL *raw) {
-    pthread_mutex_lock(&s->mu);
-    if (!s->inflight && s->n_pending) {
-        int n = s->n_pending < METRICS_BATCH_MAX ? s->n_pending : METRICS_BATCH_MAX;
-        cJSON *o = cJSON_CreateObject();
-        cJSON *arr = cJSON_AddArrayToObject(o, "metrics");
-        for (int i = 0; i < n; i++) {
-            cJSON_AddNumberToObject(s->pending[i], "seq", (double)(s->next_seq + i));
-            cJSON_AddItemToArray(arr, s->pending[i]);
-        }
-        memmove(s->pending, s->pending + n, (size_t)(s->n_pending - n) * sizeof *s->pending);
-        s->n_pending -= n;
-        s->inflight = cJSON_PrintUnformatted(o);
-        if (!s->inflight) abort();
-        s->inflight_last = s->next_seq + n - 1;
-        s->next_seq += n;
-        cJSON_Delete(o);
-    }
-    char *body = s->inflight ? xstrdup(s->inflight) : NULL;
-    int64_t last = s->inflight_last;
-    pthread_mutex_unlock(&s->mu);
-
-    const wconfig *w = s->w;
-    char path[128];
-    int rc = 0;
-    if (body) {
-        snprintf(path, sizeof path, "/api/v1/jobs/%lld/metrics", (long long)w->job);
-        client_reply r;
-        int e = client_request(c, "POST", path, body, strlen(body), NULL, &r);
-        free(body);
-        if (e < 0 || r.status >= 500 || r.status == 429) {
-            if (s->server_ok) log_warn("metrics not delivered (%s); retrying with backoff",
-                                       e < 0 ? r.error : "server error");
-            s->server_ok = 0;
-            rc = -1;
-        } else {
-            if (!s->server_ok) log_info("server reachable again: delivering buffered metrics");
-            s->server_ok = 1;
-            if (r.status != 200)
-                log_warn("POST metrics answered %ld: %.300s (batch up to seq %lld dropped)", r.status,
-                         r.body.data ? r.body.data : "", (long long)last);
-            pthread_mutex_lock(&s->mu);
-            free(s->inflight);
-            s->inflight = NULL;
-            pthread_mutex_unlock(&s->mu);
-        }
-        client_reply_release(&r);
-        if (rc < 0) return rc;
-    }
-
-    pthread_mutex_lock(&s->mu);
-    unsigned char *ck = s->ckpt;
-    size_t ck_len = s->ckpt_len;
-    long ck_step = s->ckpt_step, ck_epoch = s->ckpt_epoch;
-    s->ckpt = NULL; /* taken: put back on failure unless a newer one came */
-    s->ckpt_busy = ck != NULL;
-    pthread_mutex_unlock(&s->mu);
-    if (ck) {
-        char sha[65], err[256] = "";
-        sha256_hex(ck, ck_len, sha);
-        snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints?step=%ld&epoch=%ld", (long long)w->job, ck_step,
-                 ck_epoch);
-        buf reply;
-        buf_init(&reply, 1 << 20);
-        long st = http_upload(raw, w, path, ck, ck_len, sha, &reply, err, sizeof err);
-        if (st == 0 || st >= 500 || st == 429) {
-            if (s->server_ok) log_warn("checkpoint upload failed (%s); retrying", st ? "server error" : err);
-            s->server_ok = 0;
-            pthread_mutex_lock(&s->mu);
-            if (!s->ckpt) {
-                s->ckpt = ck;
-                ck = NULL;
-            }
-            pthread_mutex_unlock(&s->mu);
-            rc = -1;
-        } else if (st == 201 || st == 200) {
-            s->server_ok = 1;
-            s->ckpt_uploaded++;
-            pthread_mutex_lock(&s->mu);
-            s->uploaded_step = ck_step;
-            pthread_mutex_unlock(&s->mu);
-            log_info("checkpoint uploaded: step %ld, epoch %ld, %zu bytes, sha256 %.16s...", ck_step, ck_epoch,
-                     ck_len, sha);
-        } else {
-            s->server_ok = 1;
-            log_error("checkpoint upload answered %ld: %.300s (dropped)", st, reply.data ? reply.data : "");
-        }
-        buf_release(&reply);
-        free(ck);
-        pthread_mutex_lock(&s->mu);
-        s->ckpt_busy = 0;
-        pthread_mutex_unlock(&s->mu);
-    }
-    return rc;
-}
-
-static void *sender_main(void *arg) {
-    sender *s = arg;
-    client c;
-    CURL *raw = curl_easy_init();
-    if (client_init(&c, s->w->api, s->w->token) < 0 || !raw) {
-        log_error("cannot make an HTTP client");
-        return NULL;
-    }
-    c.timeout_ms = 30000;
-    for (;;) {
-        pthread_mutex_lock(&s->mu);
-        int quit = s->quit;
-        pthread_mutex_unlock(&s->mu);
-        int rc = sender_round(s, &c, raw);
-        pthread_mutex_lock(&s->mu);
-        if (rc < 0) {
-            s->backoff_ms = s->backoff_ms ? s->backoff_ms * 2 : BACKOFF_MIN_MS;
-            if (s->backoff_ms > BACKOFF_MAX_MS) s->backoff_ms = BACKOFF_MAX_MS;
-        } else {
-            s->backoff_ms = 0;
-        }
-        if (quit && (sender_idle(s) || rc < 0)) {
-            pthread_mutex_unlock(&s->mu);
-            break;
-        }
-        pthread_cond_broadcast(&s->cv); /* wake a waiting flush */
-        int64_t wait_ms = rc < 0 ? s->backoff_ms : (s->n_pending >= METRICS_BATCH_MAX ? 0 : FLUSH_EVERY_MS);
-        if (wait_ms > 0 && !s->flush_now && !(s->quit && rc == 0)) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += wait_ms / 1000;
-            ts.tv_nsec += (wait_ms % 1000) * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-        }
-        s->flush_now = 0;
-        pthread_mutex_unlock(&s->mu);
-    }
-    client_release(&c);
-    curl_easy_cleanup(raw);
-    return NULL;
-}
-
-static int sender_start(sender *s, const wconfig *w, int64_t next_seq) {
-    memset(s, 0, sizeof *s);
-    s->w = w;
-    s->next_seq = next_seq;
-    s->server_ok = 1;
-    s->uploaded_step = -1;
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv, NULL);
-    if (pthread_create(&s->thread, NULL, sender_main, s) != 0) return -1;
-    s->started = 1;
-    return 0;
-}
-
-/* Waits until everything queued is delivered, or timeout_s passes (or a
- * second stop signal arrives when stoppable). Returns 0 when delivered. */
-static int sender_drain(sender *s, int timeout_s) {
-    int64_t deadline = mono_ms() + (int64_t)timeout_s * 1000;
-    pthread_mutex_lock(&s->mu);
-    while (!sender_idle(s) && mono_ms() < deadline) {
-        s->flush_now = 1;
-        pthread_cond_broadcast(&s->cv);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 200 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
-    }
-    int idle = sender_idle(s);
-    pthread_mutex_unlock(&s->mu);
-    return idle ? 0 : -1;
-}
-
-static void sender_stop(sender *s) {
-    if (!s->started) return;
-    pthread_mutex_lock(&s->mu);
-    s->quit = 1;
-    s->flush_now = 1;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
-    pthread_join(s->thread, NULL);
-    for (int i = 0; i < s->n_pending; i++) cJSON_Delete(s->pending[i]);
-    free(s->pending);
-    free(s->inflight);
-    free(s->ckpt);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->cv);
-    s->started = 0;
-}
+static const report_ckpt_ops wckpt_ops = {wckpt_upload, wckpt_release, NULL};
 
 /* ---------------------------------------------------------------- resume state */
 
@@ -559,13 +218,6 @@ typedef struct reported {
     int max_epoch;               /* 1-based epochs with an epoch metric */
     int has_test;
 } reported;
-
-static int wait_retry(int64_t *backoff) {
-    *backoff = *backoff ? *backoff * 2 : BACKOFF_MIN_MS;
-    if (*backoff > BACKOFF_MAX_MS) *backoff = BACKOFF_MAX_MS;
-    for (int64_t t = 0; t < *backoff && !g_stop; t += 50) usleep(50 * 1000);
-    return g_stop ? -1 : 0;
-}
 
 static int fetch_reported(client *c, const wconfig *w, reported *rep, char *err, size_t errlen) {
     memset(rep, 0, sizeof *rep);
@@ -579,7 +231,7 @@ static int fetch_reported(client *c, const wconfig *w, reported *rep, char *err,
         if (e < 0 || r.status >= 500) {
             log_warn("cannot read the job's metrics (%s); retrying", e < 0 ? r.error : "server error");
             client_reply_release(&r);
-            if (wait_retry(&backoff) < 0) {
+            if (report_wait_retry(&g_stop, &backoff) < 0) {
                 snprintf(err, errlen, "stopped before training started");
                 return -1;
             }
@@ -627,66 +279,6 @@ static int fetch_reported(client *c, const wconfig *w, reported *rep, char *err,
     return 0;
 }
 
-/* Downloads the job's latest checkpoint into path. 1 when there is one
- * (checksum verified), 0 when the job has none, -1 on error. */
-static int fetch_latest_checkpoint(const wconfig *w, const char *path, char sha_out[65], char *err, size_t errlen) {
-    char api_path[128];
-    snprintf(api_path, sizeof api_path, "/api/v1/jobs/%lld/checkpoints/latest", (long long)w->job);
-    int64_t backoff = 0;
-    for (;;) {
-        FILE *f = fopen(path, "wb");
-        if (!f) {
-            snprintf(err, errlen, "cannot write %.300s: %s", path, strerror(errno));
-            return -1;
-        }
-        char sha[65] = "", herr[256] = "";
-        long st = http_download(w, api_path, f, sha, herr, sizeof herr);
-        int werr = ferror(f);
-        if (fclose(f) != 0) werr = 1;
-        if (st == 404) return 0;
-        if (st == 0 || st >= 500) {
-            log_warn("cannot fetch the latest checkpoint (%s); retrying", st ? "server error" : herr);
-            if (wait_retry(&backoff) < 0) {
-                snprintf(err, errlen, "stopped before training started");
-                return -1;
-            }
-            continue;
-        }
-        if (st != 200) {
-            snprintf(err, errlen, "GET %s answered %ld", api_path, st);
-            return -1;
-        }
-        if (werr) {
-            snprintf(err, errlen, "cannot write %.300s", path);
-            return -1;
-        }
-        size_t len = 0;
-        char *data = file_read_all(path, (size_t)CKPT_MAX_BYTES, &len);
-        if (!data) {
-            snprintf(err, errlen, "cannot read back %.300s: %s", path, strerror(errno));
-            return -1;
-        }
-        char got[65];
-        sha256_hex(data, len, got);
-        free(data);
-        if (!sha[0]) {
-            snprintf(err, errlen, "the latest checkpoint came without X-Checksum-Sha256");
-            return -1;
-        }
-        if (strcmp(got, sha) != 0) {
-            /* A torn transfer: fetch again. */
-            log_warn("checkpoint checksum mismatch (got %.16s..., server says %.16s...); fetching again", got, sha);
-            if (wait_retry(&backoff) < 0) {
-                snprintf(err, errlen, "stopped before training started");
-                return -1;
-            }
-            continue;
-        }
-        memcpy(sha_out, sha, 65);
-        return 1;
-    }
-}
-
 /* ---------------------------------------------------------------- communicator */
 
 #define RDV_WAIT_S 20                /* one long-poll of the rendezvous */
@@ -726,72 +318,31 @@ static comm *comm_join(client *c, const wconfig *w, char *err, size_t errlen) {
         snprintf(err, errlen, "out of memory");
         goto out;
     }
-    char path[160];
-    snprintf(path, sizeof path, "/api/v1/jobs/%lld/rendezvous/comm-%d", (long long)w->job, w->index);
-    int64_t backoff = 0;
-    for (;;) {
-        client_reply r;
-        int e = client_request(c, "PUT", path, body, strlen(body), NULL, &r);
-        long st = e < 0 ? 0 : r.status;
-        client_reply_release(&r);
-        if (st >= 200 && st < 300) break;
-        if (st >= 400 && st < 500) {
-            snprintf(err, errlen, "PUT %s answered %ld", path, st);
-            free(body);
-            goto out;
-        }
-        if (wait_retry(&backoff) < 0) {
-            snprintf(err, errlen, "stopped before training started");
-            free(body);
-            goto out;
-        }
-    }
+    report_api a = {c, w->job, &g_stop, "stopped before training started"};
+    char key[32];
+    snprintf(key, sizeof key, "comm-%d", w->index);
+    int published = report_rdv_put(&a, key, body, err, errlen);
     free(body);
+    if (published < 0) goto out;
     int64_t deadline = mono_ms() + (int64_t)RDV_DEADLINE_S * 1000;
     for (int i = 0; i < w->n_workers; i++) {
-        snprintf(path, sizeof path, "/api/v1/jobs/%lld/rendezvous/comm-%d?wait=%d", (long long)w->job, i,
-                 RDV_WAIT_S);
-        backoff = 0;
-        for (;;) {
-            if (g_stop) {
-                snprintf(err, errlen, "stopped before training started");
-                goto out;
-            }
-            if (mono_ms() > deadline) {
-                snprintf(err, errlen, "worker %d did not join within %d s", i, RDV_DEADLINE_S);
-                goto out;
-            }
-            client_reply r;
-            int e = client_request(c, "GET", path, NULL, 0, NULL, &r);
-            long st = e < 0 ? 0 : r.status;
-            if (st == 200) {
-                cJSON *o = cJSON_Parse(r.body.data ? r.body.data : "");
-                const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "addr");
-                const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "port");
-                const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "host_id");
-                int ok = cJSON_IsString(a) && cJSON_IsNumber(p) && cJSON_IsString(h) &&
-                         sfmt(peers[i].addr, sizeof peers[i].addr, "%s", a->valuestring) == 0 &&
-                         sfmt(peers[i].host_id, sizeof peers[i].host_id, "%s", h->valuestring) == 0 &&
-                         p->valueint > 0 && p->valueint <= 65535;
-                if (ok) peers[i].port = p->valueint;
-                cJSON_Delete(o);
-                client_reply_release(&r);
-                if (!ok) {
-                    snprintf(err, errlen, "worker %d published a malformed address", i);
-                    goto out;
-                }
-                break;
-            }
-            client_reply_release(&r);
-            if (st == 404) continue; /* not published yet: the long-poll expired */
-            if (st >= 400 && st < 500) {
-                snprintf(err, errlen, "GET %s answered %ld", path, st);
-                goto out;
-            }
-            if (wait_retry(&backoff) < 0) {
-                snprintf(err, errlen, "stopped before training started");
-                goto out;
-            }
+        snprintf(key, sizeof key, "comm-%d", i);
+        cJSON *o = NULL;
+        int got = report_rdv_get(&a, key, RDV_WAIT_S, deadline, &o, err, errlen);
+        if (got == REPORT_RDV_TIMEOUT) snprintf(err, errlen, "worker %d did not join within %d s", i, RDV_DEADLINE_S);
+        if (got < 0) goto out;
+        const cJSON *ad = cJSON_GetObjectItemCaseSensitive(o, "addr");
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "port");
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "host_id");
+        int ok = cJSON_IsString(ad) && cJSON_IsNumber(p) && cJSON_IsString(h) &&
+                 sfmt(peers[i].addr, sizeof peers[i].addr, "%s", ad->valuestring) == 0 &&
+                 sfmt(peers[i].host_id, sizeof peers[i].host_id, "%s", h->valuestring) == 0 && p->valueint > 0 &&
+                 p->valueint <= 65535;
+        if (ok) peers[i].port = p->valueint;
+        cJSON_Delete(o);
+        if (!ok) {
+            snprintf(err, errlen, "worker %d published a malformed address", i);
+            goto out;
         }
     }
     char session[64];
@@ -816,7 +367,7 @@ out:
 typedef struct wctx {
     const wconfig *w;
     int chief;
-    sender *snd;
+    report_sender *snd;
     reported rep;
     int64_t last_step_ms;
     double loss_acc;             /* losses of the steps since the last step metric */
@@ -837,7 +388,7 @@ static void emit_step(wctx *c, long step, int epoch) {
     cJSON_AddNumberToObject(m, "epoch", epoch);
     cJSON_AddNumberToObject(m, "loss", c->loss_acc / (double)c->loss_n);
     if (secs > 0) cJSON_AddNumberToObject(m, "samples_per_sec", (double)c->ex_n / secs);
-    sender_push(c->snd, m);
+    report_push(c->snd, m);
     c->loss_acc = 0;
     c->loss_n = 0;
     c->ex_n = 0;
@@ -866,7 +417,7 @@ static void hook_step(void *ctx, const train_step_info *s) {
     if (c->last_reported_step == 0 || now - c->last_step_ms >= STEP_REPORT_MS) {
         if (first) c->window_ms = 0; /* data loading is not training time: no rate for this one */
         emit_step(c, s->step, s->epoch);
-        if (first) sender_flush_soon(c->snd);
+        if (first) report_flush_soon(c->snd);
     }
 }
 
@@ -891,7 +442,7 @@ static void hook_epoch(void *ctx, const train_epoch_metrics *e) {
     }
     cJSON_AddNumberToObject(m, "seconds", e->seconds);
     cJSON_AddNumberToObject(m, "samples_per_sec", e->samples_per_sec);
-    sender_push(c->snd, m);
+    report_push(c->snd, m);
 }
 
 static void hook_checkpoint(void *ctx, const char *path, const ckpt_meta *meta) {
@@ -905,7 +456,10 @@ static void hook_checkpoint(void *ctx, const char *path, const ckpt_meta *meta) 
     }
     log_info("checkpoint written: epoch %ld, step %ld%s (%zu bytes)", meta->epoch, meta->step,
              meta->batch_pos ? " (mid-epoch)" : "", len);
-    sender_set_ckpt(c->snd, (unsigned char *)data, len, meta->step, meta->epoch);
+    wckpt *k = xmalloc(sizeof *k);
+    k->data = (unsigned char *)data;
+    k->len = len;
+    report_set_ckpt(c->snd, k, meta->step, meta->epoch);
 }
 
 /* ---------------------------------------------------------------- ps task */
@@ -942,7 +496,7 @@ int worker_run(const char *config) {
     char err[512];
     jobspec *spec = xcalloc(1, sizeof *spec);
     spec_error se;
-    sender snd;
+    report_sender snd;
     memset(&snd, 0, sizeof snd);
     char dir[PATH_MAX] = "", ckpt_path[PATH_MAX + 32] = "", resume_path[PATH_MAX + 32] = "";
     char data_path[PATH_MAX + JOBSPEC_PATH_MAX + 2];
@@ -950,6 +504,7 @@ int worker_run(const char *config) {
     comm *cm = NULL;
     client c;
     int have_client = 0;
+    wupload up = {&w, NULL};
 
     if (config_parse(config, &w, err, sizeof err) < 0) goto fail;
     char prefix[64];
@@ -1007,6 +562,12 @@ int worker_run(const char *config) {
     }
     have_client = 1;
     c.timeout_ms = 30000;
+    up.raw = curl_easy_init();
+    if (!up.raw) {
+        snprintf(err, sizeof err, "cannot make an HTTP client");
+        goto fail;
+    }
+    report_api api = {&c, w.job, &g_stop, "stopped before training started"};
 
     wctx ctx;
     memset(&ctx, 0, sizeof ctx);
@@ -1016,7 +577,7 @@ int worker_run(const char *config) {
     if (chief && fetch_reported(&c, &w, &ctx.rep, err, sizeof err) < 0) goto fail;
     char sha[65];
     /* several workers: the chief resumes and broadcasts what it loaded */
-    int have_ckpt = chief ? fetch_latest_checkpoint(&w, resume_path, sha, err, sizeof err) : 0;
+    int have_ckpt = chief ? report_fetch_ckpt(&api, resume_path, sha, err, sizeof err) : 0;
     if (have_ckpt < 0) goto fail;
     if (have_ckpt) log_info("resuming from the job's latest checkpoint (sha256 %.16s...)", sha);
     if (chief && ctx.rep.last_seq)
@@ -1027,7 +588,7 @@ int worker_run(const char *config) {
         ret = WORKER_EXIT_STOPPED;
         goto out_msg;
     }
-    if (sender_start(&snd, &w, ctx.rep.last_seq + 1) < 0) {
+    if (report_start(&snd, w.api, w.token, w.job, ctx.rep.last_seq + 1, &wckpt_ops, &up, NULL) < 0) {
         snprintf(err, sizeof err, "cannot start the sender thread");
         goto fail;
     }
@@ -1077,20 +638,18 @@ int worker_run(const char *config) {
     ctx.window_ms = mono_ms();
     if (train_run(spec, &opt, &hooks, &res, terr) < 0) {
         snprintf(err, sizeof err, "training failed: %s", terr);
-        sender_drain(&snd, 10); /* what was recorded before the failure */
+        report_drain(&snd, 10); /* what was recorded before the failure */
         goto fail;
     }
     if (res.stopped) {
         log_info("stopped at step %ld: delivering the checkpoint and metrics", res.steps);
-        pthread_mutex_lock(&snd.mu);
-        int reachable = snd.server_ok;
-        pthread_mutex_unlock(&snd.mu);
-        if (sender_drain(&snd, reachable ? STOP_FLUSH_S : STOP_FLUSH_DOWN_S) < 0)
+        int reachable = report_server_ok(&snd);
+        if (report_drain(&snd, reachable ? STOP_FLUSH_S : STOP_FLUSH_DOWN_S) < 0)
             log_error("could not deliver everything before stopping (the server is %s)",
                       reachable ? "slow" : "unreachable");
         ret = WORKER_EXIT_STOPPED;
         snprintf(err, sizeof err, "stopped by SIGTERM at step %ld (checkpoint uploaded: %s)", res.steps,
-                 chief && sender_uploaded_step(&snd) == res.steps ? "yes" : "no");
+                 chief && report_uploaded_step(&snd) == res.steps ? "yes" : "no");
         goto out_msg;
     }
     if (res.has_test) {
@@ -1101,16 +660,16 @@ int worker_run(const char *config) {
             cJSON_AddNumberToObject(m, "step", (double)res.steps);
             cJSON_AddNumberToObject(m, "test_loss", res.test_loss);
             cJSON_AddNumberToObject(m, "test_accuracy", res.test_accuracy);
-            sender_push(&snd, m);
+            report_push(&snd, m);
         }
     }
-    if (sender_drain(&snd, FINAL_FLUSH_S) < 0) {
+    if (report_drain(&snd, FINAL_FLUSH_S) < 0) {
         snprintf(err, sizeof err, "trained, but the server did not take the metrics/checkpoint within %d s",
                  FINAL_FLUSH_S);
         goto fail;
     }
-    if (snd.dropped)
-        log_warn("%ld step metric(s) were dropped while the server was away (buffer full)", snd.dropped);
+    long dropped = report_dropped(&snd);
+    if (dropped) log_warn("%ld step metric(s) were dropped while the server was away (buffer full)", dropped);
     log_info("done: %d epoch(s), %ld steps, %.0f samples/s", res.epochs_done, res.steps, res.samples_per_sec);
     ret = WORKER_EXIT_OK;
     goto out;
@@ -1122,9 +681,10 @@ fail:
 out_msg:
     log_info("%s", err);
 out:
-    sender_stop(&snd);
+    report_stop(&snd);
     comm_free(cm);
     if (have_client) client_release(&c);
+    if (up.raw) curl_easy_cleanup(up.raw);
     if (ckpt_path[0]) unlink(ckpt_path);
     if (resume_path[0]) unlink(resume_path);
     if (dir[0]) rmdir(dir);

@@ -1,0 +1,136 @@
+/* report.h - what a task tells the API, shared by the training worker
+ * (executor/worker.c) and the command runner (executor/command.c): a sender
+ * thread that batches metrics (numbered when a batch is first sent, resent
+ * as is until acknowledged, retried with backoff while the server is away)
+ * and uploads the newest checkpoint it is handed; and the retry, rendezvous
+ * and checkpoint transfer helpers both use before and after the work.
+ *
+ * defines: report_* */
+#ifndef TRAINYARD_REPORT_H
+#define TRAINYARD_REPORT_H
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../api/client.h"
+
+#include <cjson/cJSON.h>
+
+#define REPORT_BACKOFF_MIN_MS 250
+#define REPORT_BACKOFF_MAX_MS 5000
+#define REPORT_PENDING_MAX 20000     /* unsent metrics kept; oldest step metrics go first */
+#define REPORT_BATCH_MAX 500
+#define REPORT_FLUSH_MS 1000
+#define REPORT_RDV_TIMEOUT (-3)      /* report_rdv_get: the deadline passed */
+
+/* The API a task speaks to before its work starts, and what ends its waits. */
+typedef struct report_api {
+    client *c;                       /* the caller's client */
+    int64_t job;
+    volatile sig_atomic_t *stop;     /* turns 1 on SIGTERM: the waits give up */
+    const char *stopped;             /* err when they do ("stopped before training started") */
+} report_api;
+
+/* Sleeps the next backoff (250 ms doubling to 5 s) in 50 ms steps: 0, or -1
+ * when a stop came. */
+int report_wait_retry(volatile sig_atomic_t *stop, int64_t *backoff_ms);
+
+/* PUT body (JSON) as key of the attempt's rendezvous, retrying while the
+ * server is away: 0, or -1 with err (a 4xx answer, or a stop). */
+int report_rdv_put(const report_api *a, const char *key, const char *body, char *err, size_t errlen);
+
+/* Long-polls key of the rendezvous (wait_s a poll) until a task publishes
+ * it: 0 with *out its JSON (the caller deletes; NULL when not JSON), -1 with
+ * err (a 4xx answer, or a stop), REPORT_RDV_TIMEOUT once mono_ms() passes
+ * deadline_ms. */
+int report_rdv_get(const report_api *a, const char *key, int wait_s, int64_t deadline_ms, cJSON **out, char *err,
+                   size_t errlen);
+
+/* Downloads the job's latest checkpoint into out_path, retrying while the
+ * server is away or the transfer is torn (checksum mismatch): 1 with its
+ * sha256 in sha (65 bytes), 0 when the job has none, -1 with err. */
+int report_fetch_ckpt(const report_api *a, const char *out_path, char sha[65], char *err, size_t errlen);
+
+/* PUT the job's checkpoint (step, epoch): head (head_len bytes), then, when
+ * fd >= 0, the file from its current offset; total bytes in all, sha256 sha.
+ * h: a handle to reuse (reset here), or NULL for a fresh one. Returns the
+ * HTTP status, 0 when the server was not reached; err says why unless 200
+ * or 201 ("answered N: body" or the transport error). */
+long report_put_ckpt(CURL *h, const char *api, const char *token, int64_t job, long step, long epoch,
+                     const char *sha, const void *head, size_t head_len, int fd, uint64_t total, char *err,
+                     size_t errlen);
+
+/* The caller's checkpoints, opaque objects the sender holds until uploaded. */
+typedef struct report_ckpt_ops {
+    /* One try, on the sender thread: 0 uploaded, -1 refused or gone
+     * (dropped), -2 not delivered: tried again after the backoff unless a
+     * newer one came (err says why; "" when upload logged it itself). */
+    int (*upload)(void *ctx, void *ck, long step, long epoch, char *err, size_t errlen);
+    void (*release)(void *ck);
+    /* Optional: the same version. Then the sender keeps the last one
+     * uploaded, and is not handed it (or the one pending) again. */
+    int (*same)(const void *a, const void *b);
+} report_ckpt_ops;
+
+/* The sender; its fields are its own (use the functions below). */
+typedef struct report_sender {
+    const char *api, *token;         /* the caller's, outliving the sender */
+    int64_t job;
+    const report_ckpt_ops *ops;
+    void *ctx;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int started, quit, flush_now;
+    int server_ok;                   /* the last request reached the server */
+    cJSON **pending;                 /* (n_pending) metrics without seq, oldest first */
+    int n_pending, cap_pending;
+    long dropped;                    /* step metrics dropped while the server was away */
+    int64_t next_seq;                /* the seq the next batch starts at */
+    char *inflight;                  /* a sent-but-unacknowledged batch (JSON), resent as is */
+    int64_t inflight_last;           /* its last seq */
+    int64_t backoff_ms;
+    void *ck;                        /* the newest checkpoint not uploaded yet (NULL none) */
+    long ck_step, ck_epoch;
+    int ck_busy;                     /* an upload is in flight */
+    void *ck_done;                   /* with ops->same: the last one uploaded (or given at start) */
+    long uploaded_step;              /* step of the last checkpoint the server took (-1 none) */
+} report_sender;
+
+/* Starts the thread; metrics are numbered from next_seq. done: with
+ * ops->same, the version the job has already (owned), else NULL. */
+int report_start(report_sender *s, const char *api, const char *token, int64_t job, int64_t next_seq,
+                 const report_ckpt_ops *ops, void *ctx, void *done);
+
+/* Queues a metric (owned). Sent at the next tick (~1 s), or at once when a
+ * batch is full. */
+void report_push(report_sender *s, cJSON *m);
+
+/* Sends what is queued now rather than at the next tick. */
+void report_flush_soon(report_sender *s);
+
+/* Hands over a checkpoint (owned) to upload; it replaces one not uploaded
+ * yet. With ops->same, one that is the version pending or uploaded is dropped. */
+void report_set_ckpt(report_sender *s, void *ck, long step, long epoch);
+
+/* Drops the checkpoint not uploaded yet and waits for the one in flight;
+ * returns the last uploaded (with ops->same; else NULL), valid until the
+ * next report_set_ckpt. */
+const void *report_ckpt_settle(report_sender *s);
+
+long report_uploaded_step(report_sender *s);
+int report_server_ok(report_sender *s);
+long report_dropped(report_sender *s);
+
+/* Waits until everything queued is delivered, or timeout_s passes: 0 when
+ * delivered. */
+int report_drain(report_sender *s, int timeout_s);
+
+/* Ends the thread (after one last try) and frees what was not delivered.
+ * Safe on a zeroed sender that never started. */
+void report_stop(report_sender *s);
+
+#endif
