@@ -36,25 +36,13 @@ static void stop_up(void) {
 
 /* ---------------------------------------------------------------- API helpers */
 
+static int64_t submit_text(const char *spec) { return ty_submit(srv.url, team_tok, spec); }
+
 static int64_t submit_json(cJSON *spec) {
     char *s = cJSON_PrintUnformatted(spec);
     ck_assert_ptr_nonnull(s);
-    cJSON *o = NULL;
-    long st = ty_http(srv.url, team_tok, "POST", "/api/v1/jobs", s, &o);
-    char *reply = cJSON_PrintUnformatted(o);
-    ck_assert_msg(st == 201, "submit answered %ld: %s\nspec: %s", st, reply, s);
-    free(reply);
+    int64_t id = submit_text(s);
     free(s);
-    int64_t id = (int64_t)cJSON_GetObjectItem(o, "id")->valuedouble;
-    cJSON_Delete(o);
-    return id;
-}
-
-static int64_t submit_text(const char *spec) {
-    cJSON *j = cJSON_Parse(spec);
-    ck_assert_msg(j != NULL, "bad test spec: %s", spec);
-    int64_t id = submit_json(j);
-    cJSON_Delete(j);
     return id;
 }
 
@@ -72,31 +60,14 @@ static cJSON *example(const char *name) {
     return j;
 }
 
-static cJSON *job_get(int64_t id) {
-    char path[64];
-    snprintf(path, sizeof path, "/api/v1/jobs/%lld", (long long)id);
-    cJSON *o = NULL;
-    long st = ty_http(srv.url, team_tok, "GET", path, NULL, &o);
-    ck_assert_msg(st == 200, "GET %s answered %ld", path, st);
-    return o;
-}
-
-static const char *str_of(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItem(o, k);
-    return cJSON_IsString(v) ? v->valuestring : "";
-}
-
-static double num(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItem(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : -1;
-}
+static cJSON *job_get(int64_t id) { return ty_job_get(srv.url, team_tok, id); }
 
 /* Waits for `want` or a terminal state; returns the job (caller deletes). */
 static cJSON *wait_state(int64_t id, const char *want, int timeout_s) {
     int64_t end = mono_ms() + (int64_t)timeout_s * 1000;
     for (;;) {
         cJSON *o = job_get(id);
-        const char *s = str_of(o, "state");
+        const char *s = ty_str(o, "state");
         if (strcmp(s, want) == 0 || strcmp(s, "succeeded") == 0 || strcmp(s, "failed") == 0 ||
             strcmp(s, "cancelled") == 0 || mono_ms() > end)
             return o;
@@ -105,23 +76,9 @@ static cJSON *wait_state(int64_t id, const char *want, int timeout_s) {
     }
 }
 
-static char *http_text(const char *path) {
-    client c;
-    ck_assert_int_eq(client_init(&c, srv.url, team_tok), 0);
-    client_reply r;
-    ck_assert_int_eq(client_request(&c, "GET", path, NULL, 0, NULL, &r), 0);
-    ck_assert_msg(r.status == 200, "GET %s answered %ld", path, r.status);
-    char *s = buf_detach(&r.body, NULL);
-    client_reply_release(&r);
-    client_release(&c);
-    return s ? s : xstrdup("");
-}
+static char *http_text(const char *path) { return ty_http_text(srv.url, team_tok, path); }
 
-static char *logs_of(int64_t id, const char *task) {
-    char path[128];
-    snprintf(path, sizeof path, "/api/v1/jobs/%lld/logs?task=%s", (long long)id, task);
-    return http_text(path);
-}
+static char *logs_of(int64_t id, const char *task) { return ty_task_log(srv.url, team_tok, id, task); }
 
 static char *events_of(int64_t id) {
     char path[96];
@@ -148,12 +105,12 @@ static cJSON *metrics_all(int64_t id) {
 /* Asserts the job ended in `want`; on failure shows its history and logs. */
 static cJSON *expect_end(int64_t id, const char *want, int timeout_s) {
     cJSON *o = wait_state(id, want, timeout_s);
-    if (strcmp(str_of(o, "state"), want) != 0) {
+    if (strcmp(ty_str(o, "state"), want) != 0) {
         char *ev = events_of(id), *l0 = logs_of(id, "worker-0"), *l1 = logs_of(id, "worker-1");
         char *q = http_text("/api/v1/queue"), *cl = http_text("/api/v1/cluster");
         ck_abort_msg("job %lld is %s, not %s\nevents: %.2000s\nworker-0: %.3000s\nworker-1: %.2000s\n"
                      "queue: %.1000s\ncluster: %.1500s",
-                     (long long)id, str_of(o, "state"), want, ev, l0, l1, q, cl);
+                     (long long)id, ty_str(o, "state"), want, ev, l0, l1, q, cl);
     }
     return o;
 }
@@ -196,7 +153,7 @@ START_TEST(ddp_two_ranks_train_and_report) {
     int64_t id = submit_json(spec);
     cJSON_Delete(spec);
     cJSON *job = expect_end(id, "succeeded", 120);
-    ck_assert_int_eq((int)num(job, "attempt"), 1);
+    ck_assert_int_eq((int)ty_num(job, "attempt"), 1);
     cJSON_Delete(job);
     fprintf(stderr, "check_command: 2-rank DDP job submit -> succeeded in %lld ms\n", (long long)(mono_ms() - t0));
 
@@ -218,16 +175,16 @@ START_TEST(ddp_two_ranks_train_and_report) {
     long last_step = 0;
     for (int i = 0; i < n; i++) {
         const cJSON *m = cJSON_GetArrayItem(all, i);
-        ck_assert_int_eq((int)num(m, "seq"), i + 1);
-        if (strcmp(str_of(m, "kind"), "step") == 0) {
-            ck_assert_msg((long)num(m, "step") > last_step, "step %.0f after %ld", num(m, "step"), last_step);
-            last_step = (long)num(m, "step");
-            if (first_loss < 0) first_loss = num(m, "loss");
-            last_loss = num(m, "loss");
+        ck_assert_int_eq((int)ty_num(m, "seq"), i + 1);
+        if (strcmp(ty_str(m, "kind"), "step") == 0) {
+            ck_assert_msg((long)ty_num(m, "step") > last_step, "step %.0f after %ld", ty_num(m, "step"), last_step);
+            last_step = (long)ty_num(m, "step");
+            if (first_loss < 0) first_loss = ty_num(m, "loss");
+            last_loss = ty_num(m, "loss");
             steps++;
-        } else if (strcmp(str_of(m, "kind"), "epoch") == 0) {
+        } else if (strcmp(ty_str(m, "kind"), "epoch") == 0) {
             epochs++;
-            acc = num(m, "accuracy");
+            acc = ty_num(m, "accuracy");
         }
     }
     cJSON_Delete(all);
@@ -247,9 +204,9 @@ START_TEST(ddp_two_ranks_train_and_report) {
     ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &o), 200);
     cJSON *ck = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "checkpoints"), 0);
     ck_assert_ptr_nonnull(ck);
-    ck_assert_int_eq((int)num(ck, "step"), 60);
+    ck_assert_int_eq((int)ty_num(ck, "step"), 60);
     char sha[65];
-    snprintf(sha, sizeof sha, "%s", str_of(ck, "sha256"));
+    snprintf(sha, sizeof sha, "%s", ty_str(ck, "sha256"));
     cJSON_Delete(o);
     snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/latest", (long long)id);
     client c;
@@ -268,9 +225,9 @@ START_TEST(ddp_two_ranks_train_and_report) {
     cJSON *h = cJSON_ParseWithLength(r.body.data + 8, (size_t)hl);
     ck_assert_ptr_nonnull(h);
     cJSON *meta = cJSON_GetObjectItem(h, "__metadata__");
-    ck_assert_str_eq(str_of(meta, "format"), "trainyard-file");
-    ck_assert_str_eq(str_of(meta, "file_name"), "model.pt");
-    ck_assert_str_eq(str_of(cJSON_GetObjectItem(h, "file"), "dtype"), "U8");
+    ck_assert_str_eq(ty_str(meta, "format"), "trainyard-file");
+    ck_assert_str_eq(ty_str(meta, "file_name"), "model.pt");
+    ck_assert_str_eq(ty_str(cJSON_GetObjectItem(h, "file"), "dtype"), "U8");
     /* a torch.save zip archive follows the header */
     ck_assert_int_eq(memcmp(r.body.data + 8 + hl, "PK", 2), 0);
     cJSON_Delete(h);
@@ -293,7 +250,7 @@ START_TEST(tf_config_has_tensorflow_shape) {
     ck_assert_int_eq(cJSON_GetArraySize(all), 1);
     const cJSON *m = cJSON_GetArrayItem(all, 0);
     ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(m, "tf_config_ok")));
-    ck_assert_int_eq((int)num(m, "workers"), 2);
+    ck_assert_int_eq((int)ty_num(m, "workers"), 2);
     cJSON_Delete(all);
 }
 END_TEST
@@ -309,7 +266,7 @@ START_TEST(failed_rank_requeues_and_checkpoint_dir_is_restored) {
     int64_t id = submit_json(spec);
     cJSON_Delete(spec);
     cJSON *job = expect_end(id, "succeeded", 180);
-    ck_assert_int_eq((int)num(job, "attempt"), 2);
+    ck_assert_int_eq((int)ty_num(job, "attempt"), 2);
     cJSON_Delete(job);
     /* the gang failed on worker-1's exit status and was requeued */
     char *ev = events_of(id);
@@ -341,8 +298,8 @@ START_TEST(failed_rank_requeues_and_checkpoint_dir_is_restored) {
     int at1 = 0, at2 = 0;
     const cJSON *ck;
     cJSON_ArrayForEach(ck, cks) {
-        if (num(ck, "attempt") == 1 && num(ck, "step") == 20) at1++;
-        if (num(ck, "attempt") == 2 && num(ck, "step") == 40) at2++;
+        if (ty_num(ck, "attempt") == 1 && ty_num(ck, "step") == 20) at1++;
+        if (ty_num(ck, "attempt") == 2 && ty_num(ck, "step") == 40) at2++;
     }
     cJSON_Delete(o);
     ck_assert_int_eq(at1, 1);
@@ -354,11 +311,11 @@ START_TEST(failed_rank_requeues_and_checkpoint_dir_is_restored) {
     long first_step_2 = -1;
     for (int i = 0; i < n; i++) {
         const cJSON *m = cJSON_GetArrayItem(all, i);
-        ck_assert_int_eq((int)num(m, "seq"), i + 1);
-        int a = (int)num(m, "attempt");
+        ck_assert_int_eq((int)ty_num(m, "seq"), i + 1);
+        int a = (int)ty_num(m, "attempt");
         ck_assert_int_ge(a, last_attempt);
         last_attempt = a;
-        if (a == 2 && first_step_2 < 0) first_step_2 = (long)num(m, "step");
+        if (a == 2 && first_step_2 < 0) first_step_2 = (long)ty_num(m, "step");
     }
     cJSON_Delete(all);
     ck_assert_int_eq(last_attempt, 2);
@@ -469,12 +426,12 @@ START_TEST(exit_codes_metric_lines_and_working_dir) {
     int64_t id = submit_text("{\"name\":\"cmd-exit7\",\"command\":{\"argv\":[\"/bin/sh\",\"-c\","
                              "\"echo about to fail; exit 7\"]},\"max_restarts\":0}");
     cJSON *job = expect_end(id, "failed", 60);
-    expect_in(str_of(job, "reason"), "exited with code 7", "the job's reason");
+    expect_in(ty_str(job, "reason"), "exited with code 7", "the job's reason");
     cJSON_Delete(job);
 
     id = submit_text("{\"name\":\"cmd-missing\",\"command\":{\"argv\":[\"no-such-program-here\"]},\"max_restarts\":0}");
     job = expect_end(id, "failed", 60);
-    expect_in(str_of(job, "reason"), "code 127", "the job's reason");
+    expect_in(ty_str(job, "reason"), "code 127", "the job's reason");
     cJSON_Delete(job);
     char *l0 = wait_log(id, "worker-0", "command not found: no-such-program-here", 10000);
     free(l0);
@@ -507,12 +464,12 @@ START_TEST(exit_codes_metric_lines_and_working_dir) {
     cJSON *all = metrics_all(id);
     ck_assert_int_eq(cJSON_GetArraySize(all), 2);
     const cJSON *m0 = cJSON_GetArrayItem(all, 0), *m1 = cJSON_GetArrayItem(all, 1);
-    ck_assert_int_eq((int)num(m0, "seq"), 1); /* the program's "seq" is not trainyard's */
-    ck_assert_str_eq(str_of(m0, "kind"), "step");
-    ck_assert(num(m0, "loss") == 0.5);
-    ck_assert_int_eq((int)num(m1, "seq"), 2);
-    ck_assert_str_eq(str_of(m1, "kind"), "epoch");
-    ck_assert(num(m1, "loss") == 0.25);
+    ck_assert_int_eq((int)ty_num(m0, "seq"), 1); /* the program's "seq" is not trainyard's */
+    ck_assert_str_eq(ty_str(m0, "kind"), "step");
+    ck_assert(ty_num(m0, "loss") == 0.5);
+    ck_assert_int_eq((int)ty_num(m1, "seq"), 2);
+    ck_assert_str_eq(ty_str(m1, "kind"), "epoch");
+    ck_assert(ty_num(m1, "loss") == 0.25);
     cJSON_Delete(all);
 }
 END_TEST
@@ -589,24 +546,15 @@ END_TEST
 int main(void) {
     Suite *s = suite_create("command");
     /* one case per kind, so that CK_RUN_CASE=torch runs the PyTorch ones */
-    TCase *basic = tcase_create("basic");
-    tcase_add_checked_fixture(basic, start_up2, stop_up);
-    tcase_set_timeout(basic, 180);
+    TCase *basic = ty_tcase(s, "basic", start_up2, stop_up, 180);
     tcase_add_test(basic, bad_command_spec_is_422_and_stores_nothing);
     tcase_add_test(basic, tf_config_has_tensorflow_shape);
     tcase_add_test(basic, exit_codes_metric_lines_and_working_dir);
     tcase_add_test(basic, checkpoint_uploaded_while_running);
-    suite_add_tcase(s, basic);
-    TCase *stop = tcase_create("cancel");
-    tcase_add_checked_fixture(stop, start_up2, stop_up);
-    tcase_set_timeout(stop, 120);
+    TCase *stop = ty_tcase(s, "cancel", start_up2, stop_up, 120);
     tcase_add_test(stop, cancel_stops_the_process_group);
-    suite_add_tcase(s, stop);
-    TCase *torch = tcase_create("torch");
-    tcase_add_checked_fixture(torch, start_up2, stop_up);
-    tcase_set_timeout(torch, 300);
+    TCase *torch = ty_tcase(s, "torch", start_up2, stop_up, 300);
     tcase_add_test(torch, ddp_two_ranks_train_and_report);
     tcase_add_test(torch, failed_rank_requeues_and_checkpoint_dir_is_restored);
-    suite_add_tcase(s, torch);
     return ty_run_suite(s);
 }

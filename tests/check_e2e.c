@@ -111,23 +111,11 @@ static void stop_all(void) {
 
 /* ---------------------------------------------------------------- API helpers */
 
-static int64_t submit(const char *spec) {
-    cJSON *o = NULL;
-    long st = ty_http(srv.url, team_tok, "POST", "/api/v1/jobs", spec, &o);
-    ck_assert_msg(st == 201, "submit answered %ld", st);
-    int64_t id = (int64_t)cJSON_GetObjectItem(o, "id")->valuedouble;
-    cJSON_Delete(o);
-    return id;
-}
+static int64_t submit(const char *spec) { return ty_submit(srv.url, team_tok, spec); }
 
-static cJSON *job_get(int64_t id) {
-    char path[64];
-    snprintf(path, sizeof path, "/api/v1/jobs/%lld", (long long)id);
-    cJSON *o = NULL;
-    long st = ty_http(srv.url, team_tok, "GET", path, NULL, &o);
-    ck_assert_msg(st == 200, "GET %s answered %ld", path, st);
-    return o;
-}
+static cJSON *job_get(int64_t id) { return ty_job_get(srv.url, team_tok, id); }
+
+static char *http_text(const char *path) { return ty_http_text(srv.url, team_tok, path); }
 
 static void job_state(int64_t id, char *state, size_t n, int *attempt) {
     cJSON *o = job_get(id);
@@ -152,11 +140,6 @@ static void wait_state(int64_t id, const char *want, int timeout_s, char *state,
 /* All metrics of a job in seq order (the caller deletes). */
 static cJSON *metrics_all(int64_t id) { return ty_metrics_all(srv.url, team_tok, id); }
 
-static double num(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItem(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : -1;
-}
-
 static int is_kind(const cJSON *m, const char *kind) {
     const cJSON *k = cJSON_GetObjectItem(m, "kind");
     return cJSON_IsString(k) && strcmp(k->valuestring, kind) == 0;
@@ -167,7 +150,7 @@ static int epochs_reported(int64_t id) {
     cJSON *all = metrics_all(id);
     int best = 0;
     const cJSON *m;
-    cJSON_ArrayForEach(m, all) if (is_kind(m, "epoch") && num(m, "epoch") > best) best = (int)num(m, "epoch");
+    cJSON_ArrayForEach(m, all) if (is_kind(m, "epoch") && ty_num(m, "epoch") > best) best = (int)ty_num(m, "epoch");
     cJSON_Delete(all);
     return best;
 }
@@ -192,22 +175,22 @@ static void check_metrics_steps(int64_t id, int epochs, double min_acc, int step
     int seen_epoch[256] = {0}, tests = 0;
     for (int i = 0; i < n; i++) {
         const cJSON *m = cJSON_GetArrayItem(all, i);
-        ck_assert_msg((int64_t)num(m, "seq") == i + 1, "metric %d has seq %.0f: a gap or a duplicate", i + 1,
-                      num(m, "seq"));
+        ck_assert_msg((int64_t)ty_num(m, "seq") == i + 1, "metric %d has seq %.0f: a gap or a duplicate", i + 1,
+                      ty_num(m, "seq"));
         if (is_kind(m, "step")) {
-            long s = (long)num(m, "step");
+            long s = (long)ty_num(m, "step");
             ck_assert_msg(s > last_step, "step %ld reported after step %ld (seq %d)", s, last_step, i + 1);
             last_step = s;
-            ck_assert(num(m, "loss") >= 0);
+            ck_assert(ty_num(m, "loss") >= 0);
         } else if (is_kind(m, "epoch")) {
-            int e = (int)num(m, "epoch");
+            int e = (int)ty_num(m, "epoch");
             ck_assert(e >= 1 && e <= epochs && e < 256);
             ck_assert_msg(!seen_epoch[e], "epoch %d reported twice", e);
             seen_epoch[e] = 1;
-            ck_assert(num(m, "val_accuracy") >= 0);
+            ck_assert(ty_num(m, "val_accuracy") >= 0);
         } else if (is_kind(m, "test")) {
             tests++;
-            ck_assert_msg(num(m, "test_accuracy") > min_acc, "test accuracy %.3f", num(m, "test_accuracy"));
+            ck_assert_msg(ty_num(m, "test_accuracy") > min_acc, "test accuracy %.3f", ty_num(m, "test_accuracy"));
         }
     }
     for (int e = 1; e <= epochs; e++) ck_assert_msg(seen_epoch[e], "epoch %d never reported", e);
@@ -218,19 +201,6 @@ static void check_metrics_steps(int64_t id, int epochs, double min_acc, int step
 
 static void check_metrics(int64_t id, int epochs, double min_acc) {
     check_metrics_steps(id, epochs, min_acc, 72);
-}
-
-/* GET text (logs): returns the body (the caller frees). */
-static char *http_text(const char *path) {
-    client c;
-    ck_assert_int_eq(client_init(&c, srv.url, team_tok), 0);
-    client_reply r;
-    ck_assert_int_eq(client_request(&c, "GET", path, NULL, 0, NULL, &r), 0);
-    ck_assert_msg(r.status == 200, "GET %s answered %ld", path, r.status);
-    char *s = buf_detach(&r.body, NULL);
-    client_reply_release(&r);
-    client_release(&c);
-    return s ? s : xstrdup("");
 }
 
 /* ---------------------------------------------------------------- tests */
@@ -281,11 +251,11 @@ START_TEST(job_runs_to_succeeded) {
     ck_assert_int_ge(cJSON_GetArraySize(cks), 1);
     ck_assert_int_le(cJSON_GetArraySize(cks), 3); /* checkpoint.keep */
     cJSON *ck = NULL, *it;
-    cJSON_ArrayForEach(it, cks) if (!ck || num(it, "step") > num(ck, "step")) ck = it;
-    ck_assert_int_eq((long)num(ck, "epoch"), 4);
+    cJSON_ArrayForEach(it, cks) if (!ck || ty_num(it, "step") > ty_num(ck, "step")) ck = it;
+    ck_assert_int_eq((long)ty_num(ck, "epoch"), 4);
     char want[65];
     snprintf(want, sizeof want, "%s", cJSON_GetObjectItem(ck, "sha256")->valuestring);
-    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/%lld", (long long)id, (long long)num(ck, "id"));
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/%lld", (long long)id, (long long)ty_num(ck, "id"));
     cJSON_Delete(o);
     client c;
     ck_assert_int_eq(client_init(&c, srv.url, team_tok), 0);
@@ -420,11 +390,7 @@ END_TEST
 static void start_up4(void) { start_up_slots("4"); }
 
 /* The log of a job's task, as text (the caller frees). */
-static char *task_logs(int64_t id, const char *task) {
-    char path[128];
-    snprintf(path, sizeof path, "/api/v1/jobs/%lld/logs?task=%s", (long long)id, task);
-    return http_text(path);
-}
+static char *task_logs(int64_t id, const char *task) { return ty_task_log(srv.url, team_tok, id, task); }
 
 /* Batch 40: 45 steps an epoch; divisible by 1, 2 and 4 replicas. */
 #define STRAT_BATCH 40
@@ -552,25 +518,16 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("e2e");
-    TCase *up = tcase_create("up");
-    tcase_add_checked_fixture(up, start_up, stop_all);
-    tcase_set_timeout(up, 240);
+    TCase *up = ty_tcase(s, "up", start_up, stop_all, 240);
     tcase_add_test(up, job_runs_to_succeeded);
     tcase_add_test(up, cancel_frees_devices_within_5s);
     tcase_add_test(up, crashed_task_fails_gang_and_retry_succeeds);
-    suite_add_tcase(s, up);
-    TCase *faults = tcase_create("faults");
-    tcase_add_checked_fixture(faults, start_server_only, stop_all);
-    tcase_set_timeout(faults, 240);
+    TCase *faults = ty_tcase(s, "faults", start_server_only, stop_all, 240);
     tcase_add_test(faults, agent_kill9_then_new_agent_resumes);
     tcase_add_test(faults, server_kill9_then_restart_no_gap);
-    suite_add_tcase(s, faults);
-    TCase *strat = tcase_create("strategies");
-    tcase_add_checked_fixture(strat, start_up4, stop_all);
-    tcase_set_timeout(strat, 300);
+    TCase *strat = ty_tcase(s, "strategies", start_up4, stop_all, 300);
     tcase_add_test(strat, every_strategy_runs_to_succeeded);
     tcase_add_test(strat, multi_worker_kill9_of_one_worker_resumes_from_checkpoint);
     tcase_add_test(strat, parameter_server_worker_kill9_trains_on);
-    suite_add_tcase(s, strat);
     return ty_run_suite(s);
 }

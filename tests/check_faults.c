@@ -75,16 +75,6 @@ static void teardown(void) {
 
 /* ---------------------------------------------------------------- API helpers */
 
-static double num(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItem(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : -1;
-}
-
-static const char *str(const cJSON *o, const char *k) {
-    const cJSON *v = cJSON_GetObjectItem(o, k);
-    return cJSON_IsString(v) ? v->valuestring : "";
-}
-
 /* A training job: synthetic data, 3200 examples, `batch` global batch,
  * a checkpoint every epoch, all of them kept (keep 100 >= epochs). */
 static void spec_train(char *out, size_t n, const char *name, int epochs, const char *strategy, int workers,
@@ -117,23 +107,12 @@ static const char SPEC_CPU[] =
     "\"loss\":\"binary_crossentropy\"},\"data\":{\"source\":\"synthetic\",\"examples\":100,\"features\":4},"
     "\"fit\":{\"epochs\":1,\"batch_size\":10}}";
 
-static int64_t submit(const char *spec) {
-    cJSON *o = NULL;
-    long st = ty_http(srv.url, team_tok, "POST", "/api/v1/jobs", spec, &o);
-    ck_assert_msg(st == 201, "submit answered %ld", st);
-    int64_t id = (int64_t)num(o, "id");
-    cJSON_Delete(o);
-    return id;
-}
+static int64_t submit(const char *spec) { return ty_submit(srv.url, team_tok, spec); }
 
 static void job_state(int64_t id, char *state, size_t n, int *attempt) {
-    char path[64];
-    snprintf(path, sizeof path, "/api/v1/jobs/%lld", (long long)id);
-    cJSON *o = NULL;
-    long st = ty_http(srv.url, team_tok, "GET", path, NULL, &o);
-    ck_assert_msg(st == 200, "GET %s answered %ld", path, st);
-    snprintf(state, n, "%s", str(o, "state"));
-    if (attempt) *attempt = (int)num(o, "attempt");
+    cJSON *o = ty_job_get(srv.url, team_tok, id);
+    snprintf(state, n, "%s", ty_str(o, "state"));
+    if (attempt) *attempt = (int)ty_num(o, "attempt");
     cJSON_Delete(o);
 }
 
@@ -184,14 +163,14 @@ static void check_metric_seq(int64_t id, int epochs) {
     int seen[128] = {0};
     for (int i = 0; i < n; i++) {
         const cJSON *m = cJSON_GetArrayItem(all, i);
-        ck_assert_msg((int64_t)num(m, "seq") == i + 1, "job %lld: metric %d has seq %.0f: a gap or a duplicate",
-                      (long long)id, i + 1, num(m, "seq"));
-        if (strcmp(str(m, "kind"), "step") == 0) {
-            long s = (long)num(m, "step");
+        ck_assert_msg((int64_t)ty_num(m, "seq") == i + 1, "job %lld: metric %d has seq %.0f: a gap or a duplicate",
+                      (long long)id, i + 1, ty_num(m, "seq"));
+        if (strcmp(ty_str(m, "kind"), "step") == 0) {
+            long s = (long)ty_num(m, "step");
             ck_assert_msg(s > last_step, "job %lld: step %ld after step %ld", (long long)id, s, last_step);
             last_step = s;
-        } else if (strcmp(str(m, "kind"), "epoch") == 0) {
-            int e = (int)num(m, "epoch");
+        } else if (strcmp(ty_str(m, "kind"), "epoch") == 0) {
+            int e = (int)ty_num(m, "epoch");
             ck_assert(e >= 1 && e <= epochs && e < 128);
             ck_assert_msg(!seen[e], "job %lld: epoch %d reported twice", (long long)id, e);
             seen[e] = 1;
@@ -201,18 +180,7 @@ static void check_metric_seq(int64_t id, int epochs) {
     cJSON_Delete(all);
 }
 
-/* GET a text resource (logs); the caller frees. */
-static char *http_text(const char *path) {
-    client c;
-    ck_assert_int_eq(client_init(&c, srv.url, team_tok), 0);
-    client_reply r;
-    ck_assert_int_eq(client_request(&c, "GET", path, NULL, 0, NULL, &r), 0);
-    ck_assert_msg(r.status == 200, "GET %s answered %ld", path, r.status);
-    char *s = buf_detach(&r.body, NULL);
-    client_reply_release(&r);
-    client_release(&c);
-    return s ? s : xstrdup("");
-}
+static char *http_text(const char *path) { return ty_http_text(srv.url, team_tok, path); }
 
 /* ---------------------------------------------------------------- the test as an agent */
 
@@ -223,9 +191,9 @@ static int64_t register_node(const char *host, int cpu) {
     cJSON *o = NULL;
     long st = ty_http(srv.url, node_tok, "POST", "/api/v1/nodes", body, &o);
     ck_assert_msg(st == 200 || st == 201, "POST /nodes answered %ld", st);
-    int64_t id = (int64_t)num(o, "id");
+    int64_t id = (int64_t)ty_num(o, "id");
     /* the node's own token, where the server mints one (else the join token acts) */
-    if (str(o, "token")[0]) snprintf(node_tok, sizeof node_tok, "%s", str(o, "token"));
+    if (ty_str(o, "token")[0]) snprintf(node_tok, sizeof node_tok, "%s", ty_str(o, "token"));
     cJSON_Delete(o);
     return id;
 }
@@ -247,12 +215,12 @@ static void take_starts(int64_t node, const int64_t *jobs, int n, played *out) {
         ck_assert_int_eq(ty_http(srv.url, node_tok, "GET", p, NULL, &o), 200);
         cJSON *it;
         cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "start")) {
-            int64_t job = (int64_t)num(it, "job");
+            int64_t job = (int64_t)ty_num(it, "job");
             for (int i = 0; i < n; i++) {
                 if (jobs[i] != job || out[i].task) continue;
                 out[i].job = job;
-                out[i].task = (int64_t)num(it, "task");
-                snprintf(out[i].token, sizeof out[i].token, "%s", str(it, "token"));
+                out[i].task = (int64_t)ty_num(it, "task");
+                snprintf(out[i].token, sizeof out[i].token, "%s", ty_str(it, "token"));
                 got++;
             }
         }
@@ -396,7 +364,7 @@ static void *submitter(void *arg) {
         if (r.status >= 200 && r.status < 300) {
             cJSON *o = cJSON_ParseWithLength(r.body.data ? r.body.data : "", r.body.len);
             if (cJSON_IsNumber(cJSON_GetObjectItem(o, "id"))) {
-                s->ids[i] = (int64_t)num(o, "id");
+                s->ids[i] = (int64_t)ty_num(o, "id");
                 __atomic_fetch_add(&s->acked, 1, __ATOMIC_SEQ_CST);
             }
             cJSON_Delete(o);
@@ -541,20 +509,20 @@ static void gang_resumes(int kill_agent) {
     cJSON *cks = checkpoints(id);
     const cJSON *last1 = NULL, *first2 = NULL, *c;
     cJSON_ArrayForEach(c, cks) {
-        int a = (int)num(c, "attempt");
-        if (a == 1 && (!last1 || num(c, "step") > num(last1, "step"))) last1 = c;
-        if (a == 2 && (!first2 || num(c, "step") < num(first2, "step"))) first2 = c;
+        int a = (int)ty_num(c, "attempt");
+        if (a == 1 && (!last1 || ty_num(c, "step") > ty_num(last1, "step"))) last1 = c;
+        if (a == 2 && (!first2 || ty_num(c, "step") < ty_num(first2, "step"))) first2 = c;
     }
     ck_assert_msg(last1 && first2, "checkpoints of both attempts expected");
     long steps_per_epoch = 3200 / GANG_BATCH;
     fprintf(stderr, "faults: %s kill: attempt 1 checkpointed step %.0f (epoch %.0f); attempt 2's first: step %.0f\n",
-            kill_agent ? "agent" : "worker", num(last1, "step"), num(last1, "epoch"), num(first2, "step"));
-    ck_assert_int_eq((long)num(first2, "epoch"), (long)num(last1, "epoch") + 1);
+            kill_agent ? "agent" : "worker", ty_num(last1, "step"), ty_num(last1, "epoch"), ty_num(first2, "step"));
+    ck_assert_int_eq((long)ty_num(first2, "epoch"), (long)ty_num(last1, "epoch") + 1);
     /* attempt 1's last may be mid-epoch (a stopped worker checkpoints where it is) */
-    ck_assert_int_eq((long)num(first2, "step"), ((long)num(last1, "step") / steps_per_epoch + 1) * steps_per_epoch);
+    ck_assert_int_eq((long)ty_num(first2, "step"), ((long)ty_num(last1, "step") / steps_per_epoch + 1) * steps_per_epoch);
     char path[128], want[128];
     snprintf(path, sizeof path, "/api/v1/jobs/%lld/logs?task=worker-0", (long long)id);
-    snprintf(want, sizeof want, "resuming from the job's latest checkpoint (sha256 %.16s", str(last1, "sha256"));
+    snprintf(want, sizeof want, "resuming from the job's latest checkpoint (sha256 %.16s", ty_str(last1, "sha256"));
     char *logs = http_text(path);
     ck_assert_msg(strstr(logs, want) != NULL, "worker-0's log lacks '%s': %.1500s", want, logs);
     free(logs);
@@ -590,7 +558,7 @@ START_TEST(checkpoint_cut_or_bad_sha_keeps_the_previous) {
 
     /* a wrong sha256: 422, nothing stored */
     ck_assert_int_eq(put_ckpt_raw(&p, b, n, n, sha_a, 20, &o), 422);
-    ck_assert_str_eq(str(cJSON_GetObjectItem(o, "error"), "code"), "checksum_mismatch");
+    ck_assert_str_eq(ty_str(cJSON_GetObjectItem(o, "error"), "code"), "checksum_mismatch");
     cJSON_Delete(o);
     /* cut halfway: Content-Length n, n/2 sent, then the socket closed */
     put_ckpt_raw(&p, b, n, n / 2, sha_b, 30, NULL);
@@ -600,8 +568,8 @@ START_TEST(checkpoint_cut_or_bad_sha_keeps_the_previous) {
 
     cJSON *cks = checkpoints(job);
     ck_assert_int_eq(cJSON_GetArraySize(cks), 1);
-    ck_assert_str_eq(str(cJSON_GetArrayItem(cks, 0), "sha256"), sha_a);
-    ck_assert_int_eq((long)num(cJSON_GetArrayItem(cks, 0), "step"), 10);
+    ck_assert_str_eq(ty_str(cJSON_GetArrayItem(cks, 0), "sha256"), sha_a);
+    ck_assert_int_eq((long)ty_num(cJSON_GetArrayItem(cks, 0), "step"), 10);
     cJSON_Delete(cks);
     size_t len = 0;
     latest_sha(job, got, &len);
@@ -658,8 +626,8 @@ static void fill_disk(const char *dir, char *out, size_t n) {
 static void assert_full(long st, cJSON *o, const char *what) {
     ck_assert_msg(st == 507, "%s on a full disk answered %ld: %s", what, st, o ? cJSON_PrintUnformatted(o) : "");
     cJSON *e = cJSON_GetObjectItem(o, "error");
-    ck_assert_str_eq(str(e, "code"), "storage_full");
-    ck_assert_msg(strstr(str(e, "message"), "full") != NULL, "message: %s", str(e, "message"));
+    ck_assert_str_eq(ty_str(e, "code"), "storage_full");
+    ck_assert_msg(strstr(ty_str(e, "message"), "full") != NULL, "message: %s", ty_str(e, "message"));
 }
 
 START_TEST(full_disk_refuses_writes_and_recovers) {
@@ -778,7 +746,7 @@ START_TEST(full_disk_refuses_writes_and_recovers) {
     free(b);
     cJSON *all = ty_metrics_all(srv.url, team_tok, job);
     ck_assert_int_eq(cJSON_GetArraySize(all), metrics_seq + 5);
-    for (int i = 0; i < metrics_seq + 5; i++) ck_assert_int_eq((int)num(cJSON_GetArrayItem(all, i), "seq"), i + 1);
+    for (int i = 0; i < metrics_seq + 5; i++) ck_assert_int_eq((int)ty_num(cJSON_GetArrayItem(all, i), "seq"), i + 1);
     cJSON_Delete(all);
     client_release(&c);
     ty_kill(&srv, SIGTERM);
@@ -821,7 +789,7 @@ static void *writer(void *arg) {
                 if (st == 201 && a->index % 4 == 3) { /* and cancels it */
                     cJSON *o = cJSON_ParseWithLength(rep.body.data, rep.body.len);
                     char path[96];
-                    snprintf(path, sizeof path, "/api/v1/jobs/%lld/cancel", (long long)num(o, "id"));
+                    snprintf(path, sizeof path, "/api/v1/jobs/%lld/cancel", (long long)ty_num(o, "id"));
                     cJSON_Delete(o);
                     client_reply_release(&rep);
                     st = client_request(&c, "POST", path, NULL, 0, NULL, &rep) == 0 ? rep.status : 0;
@@ -862,13 +830,13 @@ START_TEST(many_writers_no_5xx) {
     for (int i = 0; i < METRIC_JOBS; i++) {
         cJSON *all = ty_metrics_all(srv.url, team_tok, jobs[i]);
         ck_assert_int_eq(cJSON_GetArraySize(all), w->rounds * 10);
-        for (int k = 0; k < w->rounds * 10; k++) ck_assert_int_eq((int)num(cJSON_GetArrayItem(all, k), "seq"), k + 1);
+        for (int k = 0; k < w->rounds * 10; k++) ck_assert_int_eq((int)ty_num(cJSON_GetArrayItem(all, k), "seq"), k + 1);
         cJSON_Delete(all);
     }
     /* every acknowledged submission is stored: 48 writers x rounds (+ the 16 played jobs) */
     cJSON *o = NULL;
     ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", "/api/v1/jobs?limit=1", NULL, &o), 200);
-    int64_t newest = (int64_t)num(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "jobs"), 0), "id");
+    int64_t newest = (int64_t)ty_num(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "jobs"), 0), "id");
     cJSON_Delete(o);
     ck_assert_int_eq(newest, METRIC_JOBS + (WRITERS - METRIC_JOBS) * w->rounds);
     free(w);
@@ -879,23 +847,14 @@ int main(void) {
     const char *l = getenv("FAULTS_LONG");
     g_long = l && *l && strcmp(l, "0") != 0;
     Suite *s = suite_create(g_long ? "faults (long)" : "faults");
-    TCase *procs = tcase_create("processes");
-    tcase_add_checked_fixture(procs, setup_agent, teardown);
-    tcase_set_timeout(procs, 400);
+    TCase *procs = ty_tcase(s, "processes", setup_agent, teardown, 400);
     tcase_add_test(procs, server_kill9_during_submissions);
     tcase_add_test(procs, worker_kill9_gang_resumes_from_checkpoint);
     if (g_long) tcase_add_test(procs, agent_kill9_gang_resumes_from_checkpoint);
-    suite_add_tcase(s, procs);
-    TCase *played_tc = tcase_create("played agent");
-    tcase_add_checked_fixture(played_tc, setup_server, teardown);
-    tcase_set_timeout(played_tc, 300);
+    TCase *played_tc = ty_tcase(s, "played agent", setup_server, teardown, 300);
     tcase_add_test(played_tc, checkpoint_cut_or_bad_sha_keeps_the_previous);
     tcase_add_test(played_tc, many_writers_no_5xx);
-    suite_add_tcase(s, played_tc);
-    TCase *disk = tcase_create("disk");
-    tcase_set_timeout(disk, 120);
-    tcase_add_checked_fixture(disk, NULL, teardown);
+    TCase *disk = ty_tcase(s, "disk", NULL, teardown, 120);
     tcase_add_test(disk, full_disk_refuses_writes_and_recovers);
-    suite_add_tcase(s, disk);
     return ty_run_suite(s);
 }

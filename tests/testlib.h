@@ -251,6 +251,68 @@ static inline cJSON *ty_metrics_all(const char *url, const char *token, int64_t 
     return all;
 }
 
+/* A number (-1 when absent) or a string ("" when absent) of a JSON object. */
+static inline double ty_num(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+static inline const char *ty_str(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* POST /jobs with the spec text (201 asserted): the job's id. */
+static inline int64_t ty_submit(const char *url, const char *token, const char *spec) {
+    cJSON *o = NULL;
+    long st = ty_http(url, token, "POST", "/api/v1/jobs", spec, &o);
+    char *reply = cJSON_PrintUnformatted(o);
+    ck_assert_msg(st == 201, "submit answered %ld: %s\nspec: %s", st, reply, spec);
+    free(reply);
+    int64_t id = (int64_t)ty_num(o, "id");
+    cJSON_Delete(o);
+    return id;
+}
+
+/* GET /jobs/{id} (200 asserted): the job (the caller deletes). */
+static inline cJSON *ty_job_get(const char *url, const char *token, int64_t id) {
+    char path[64];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld", (long long)id);
+    cJSON *o = NULL;
+    long st = ty_http(url, token, "GET", path, NULL, &o);
+    ck_assert_msg(st == 200, "GET %s answered %ld", path, st);
+    return o;
+}
+
+/* GET a text resource (logs), 200 asserted: the body (the caller frees). */
+static inline char *ty_http_text(const char *url, const char *token, const char *path) {
+    client c;
+    ck_assert_int_eq(client_init(&c, url, token), 0);
+    client_reply r;
+    ck_assert_int_eq(client_request(&c, "GET", path, NULL, 0, NULL, &r), 0);
+    ck_assert_msg(r.status == 200, "GET %s answered %ld", path, r.status);
+    char *s = buf_detach(&r.body, NULL);
+    client_reply_release(&r);
+    client_release(&c);
+    return s ? s : xstrdup("");
+}
+
+/* The log of a job's task (worker-0, ps-1) as text (the caller frees). */
+static inline char *ty_task_log(const char *url, const char *token, int64_t id, const char *task) {
+    char path[128];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/logs?task=%s", (long long)id, task);
+    return ty_http_text(url, token, path);
+}
+
+/* A test case of suite s with a per-test fixture and a timeout. */
+static inline TCase *ty_tcase(Suite *s, const char *name, SFun setup, SFun teardown, int timeout_s) {
+    TCase *tc = tcase_create(name);
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, timeout_s);
+    suite_add_tcase(s, tc);
+    return tc;
+}
+
 static inline int ty_run_suite(Suite *s) {
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
