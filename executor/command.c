@@ -24,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -987,18 +986,8 @@ static pid_t program_start(cmd_run *r, const char *exe, char *const envp[], cons
     }
     if (pid == 0) {
         /* only async-signal-safe calls from here to exec */
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* the worker gone: so is the program */
-        if (getppid() != parent) _exit(126);
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = SIG_DFL;
-        for (int s = 1; s < NSIG; s++) sigaction(s, &sa, NULL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0) dup2(devnull, 0);
+        /* the worker gone: so is the program */
+        if (proc_child_setup(parent, 1, SIGKILL, 1) < 0) _exit(126);
         if (dup2(po[1], 1) < 0 || dup2(pe[1], 2) < 0) _exit(126);
         if (wd[0] && chdir(wd) < 0) {
             child_fail("cannot enter the working directory ", wd, errno);

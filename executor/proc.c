@@ -29,6 +29,27 @@ static int env_replaced(const char *e, char *const add[]) {
     return 0;
 }
 
+int proc_child_setup(pid_t parent, int new_group, int death_sig, int null_stdin) {
+    if (new_group) setpgid(0, 0);
+    if (death_sig && prctl(PR_SET_PDEATHSIG, death_sig) < 0) return -1;
+    if (getppid() != parent) return -1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    for (int s = 1; s < NSIG; s++) sigaction(s, &sa, NULL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (null_stdin) {
+        int devnull = open("/dev/null", O_RDONLY);
+        if (devnull >= 0 && devnull != 0) {
+            dup2(devnull, 0);
+            close(devnull);
+        }
+    }
+    return 0;
+}
+
 pid_t proc_spawn(const char *exe, char *const argv[], char *const env_add[], int *out_fd) {
     /* Everything the child needs is built before fork: after fork in a
      * threaded process only async-signal-safe calls are allowed. */
@@ -58,18 +79,7 @@ pid_t proc_spawn(const char *exe, char *const argv[], char *const env_add[], int
         return -1;
     }
     if (pid == 0) {
-        setpgid(0, 0);
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (getppid() != parent) _exit(126); /* the agent died already */
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = SIG_DFL;
-        for (int s = 1; s < NSIG; s++) sigaction(s, &sa, NULL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        int devnull = open("/dev/null", O_RDONLY);
-        if (devnull >= 0) dup2(devnull, 0);
+        if (proc_child_setup(parent, 1, SIGTERM, 1) < 0) _exit(126); /* the agent died already */
         if (dup2(p[1], 1) < 0 || dup2(p[1], 2) < 0) _exit(126);
         execve(exe, argv, envp);
         static const char msg[] = "trainyard agent: cannot start the worker binary\n";

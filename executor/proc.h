@@ -3,7 +3,7 @@
  * (PR_SET_PDEATHSIG), and is stopped by signalling its whole group.
  * Signals reach an event loop through a self-pipe.
  *
- * defines: proc_spawn, proc_signal_group, proc_reap, proc_self_exe,
+ * defines: proc_child_setup, proc_spawn, proc_signal_group, proc_reap, proc_self_exe,
  *          proc_sigpipe_open, proc_sigpipe_drain, proc_set_nonblock,
  *          proc_exit_describe */
 #ifndef TRAINYARD_PROC_H
@@ -19,6 +19,12 @@
  * the write end of a pipe whose read end (non-blocking, close-on-exec) is
  * returned in *out_fd. Returns the pid, or -1 with errno set (nothing
  * left open). Call it from the thread that lives as long as the children. */
+/* In a child between fork and exec (async-signal-safe only): its own process
+ * group when new_group, death_sig when the parent dies (0: none), every
+ * signal back to its default and none blocked, stdin from /dev/null when
+ * null_stdin. Returns -1 when parent (the pid before fork) is gone already. */
+int proc_child_setup(pid_t parent, int new_group, int death_sig, int null_stdin);
+
 pid_t proc_spawn(const char *exe, char *const argv[], char *const env_add[], int *out_fd);
 
 /* kill(-pgid, sig); 0, or -1 (errno; ESRCH when the group is gone). */

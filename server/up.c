@@ -18,7 +18,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,14 +39,7 @@ static pid_t up_spawn(const char *exe, char *const argv[]) {
         /* `up` killed outright (SIGKILL, OOM) must not leave its server and
          * agent holding the port and the data directory: SIGTERM them when
          * it dies, which stops them as Ctrl-C would. */
-        if (prctl(PR_SET_PDEATHSIG, SIGTERM) < 0 || getppid() != parent) _exit(127);
-        struct sigaction sa;
-        memset(&sa, 0, sizeof sa);
-        sa.sa_handler = SIG_DFL;
-        for (int s = 1; s < NSIG; s++) sigaction(s, &sa, NULL);
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
+        if (proc_child_setup(parent, 0, SIGTERM, 0) < 0) _exit(127);
         execv(exe, argv);
         _exit(127);
     }
