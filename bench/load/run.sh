@@ -14,8 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 command -v wrk >/dev/null || { echo "bench/load: wrk is missing: apt-get install wrk" >&2; exit 1; }
-make -s -j2 all >/dev/null
-BIN=$PWD/build/trainyard
+# BIN=path runs another build (an older one, for before/after figures)
+if [ -z "${BIN:-}" ]; then make -s -j2 all >/dev/null; BIN=$PWD/build/trainyard; fi
 DUR=${DUR:-10}
 DELAY_MS=${DELAY_MS:-40}
 dir=$(mktemp -d /tmp/ty_bench_load.XXXXXX)
