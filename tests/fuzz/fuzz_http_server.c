@@ -15,6 +15,7 @@
  * (srv.stopping = 1). A 500 answer or a JSON answer that does not parse
  * aborts. docs/reliability.md, "Fuzzing". */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <netinet/in.h>
@@ -54,6 +55,24 @@ static void cleanup(void) {
     if (g_srv.http) http_stop(g_srv.http);
     g_srv.http = NULL;
     if (g_dir[0]) nftw(g_dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Removes the data directories of earlier runs that died (a crash skips
+ * atexit): ty_fuzz_http_PID_* whose PID is gone. */
+static void remove_stale(const char *parent) {
+    DIR *d = opendir(parent);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long pid;
+        char rest[64];
+        if (sscanf(e->d_name, "ty_fuzz_http_%ld_%63s", &pid, rest) != 2 || pid <= 0) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", parent, e->d_name);
+        nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    }
+    closedir(d);
 }
 
 /* Sends req (n bytes) on a new connection; the answer (NUL-terminated, at
@@ -129,6 +148,7 @@ static char g_resp[1 << 20];
 
 static void setup_fail(const char *what) {
     fprintf(stderr, "fuzz_http_server: setup: %s: %.500s\n", what, g_resp);
+    cleanup();
     abort();
 }
 
@@ -137,9 +157,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argv;
     signal(SIGPIPE, SIG_IGN);
     log_set_level((log_level)(LOG_ERROR + 1));
-    snprintf(g_dir, sizeof g_dir, "/dev/shm/ty_fuzz_http_XXXXXX");
+    remove_stale("/dev/shm");
+    remove_stale("/tmp");
+    snprintf(g_dir, sizeof g_dir, "/dev/shm/ty_fuzz_http_%ld_XXXXXX", (long)getpid());
     if (!mkdtemp(g_dir)) {
-        snprintf(g_dir, sizeof g_dir, "/tmp/ty_fuzz_http_XXXXXX");
+        snprintf(g_dir, sizeof g_dir, "/tmp/ty_fuzz_http_%ld_XXXXXX", (long)getpid());
         if (!mkdtemp(g_dir)) abort();
     }
     atexit(cleanup);
