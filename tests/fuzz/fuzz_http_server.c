@@ -78,20 +78,28 @@ static void remove_stale(const char *parent) {
 /* Sends req (n bytes) on a new connection; the answer (NUL-terminated, at
  * most cap-1 bytes kept) into out. Returns the status, 0 when none came. */
 static int exchange(const char *req, size_t n, char *out, size_t cap) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) abort();
-    struct timeval tv = {5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-        perror("fuzz_http_server: connect");
-        abort();
+    int fd = -1;
+    /* libFuzzer's timers (SIGALRM) interrupt system calls: retry on EINTR */
+    for (int tries = 0; fd < 0; tries++) {
+        fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) abort();
+        struct timeval tv = {5, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_port)};
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) break;
+        if (errno != EINTR || tries > 100) {
+            perror("fuzz_http_server: connect");
+            abort();
+        }
+        close(fd);
+        fd = -1;
     }
     size_t off = 0;
     while (off < n) {
         ssize_t w = send(fd, req + off, n - off, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
         if (w <= 0) break; /* the server may answer and close before reading it all */
         off += (size_t)w;
     }
@@ -100,6 +108,7 @@ static int exchange(const char *req, size_t n, char *out, size_t cap) {
     for (;;) {
         char tmp[4096];
         ssize_t r = recv(fd, tmp, sizeof tmp, 0);
+        if (r < 0 && errno == EINTR) continue;
         if (r <= 0) break;
         size_t keep = (size_t)r < cap - 1 - got ? (size_t)r : cap - 1 - got;
         memcpy(out + got, tmp, keep);
