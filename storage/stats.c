@@ -72,30 +72,3 @@ int stats_query(db *d, stats_kind kind, int64_t now_ms, stats_row **out, int *n)
     *n = cnt;
     return 0;
 }
-
-static const char SQL_JOB_EXTRA[] =
-    "SELECT coalesce(json_extract(spec, '$.strategy.type'), 'default'), progress FROM jobs"
-    " WHERE id = ?1 AND json_valid(spec)";
-
-int stats_jobs_decorate(db *d, cJSON *jobs) {
-    cJSON *j;
-    cJSON_ArrayForEach(j, jobs) {
-        const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, "id");
-        if (!cJSON_IsNumber(id)) continue;
-        sqlite3_stmt *st = db_prepare(d, SQL_JOB_EXTRA);
-        if (!st) return -1;
-        sqlite3_bind_int64(st, 1, (int64_t)id->valuedouble);
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW) {
-            const unsigned char *strategy = sqlite3_column_text(st, 0);
-            const char *progress = (const char *)sqlite3_column_text(st, 1);
-            cJSON_AddStringToObject(j, "strategy", strategy ? (const char *)strategy : "default");
-            cJSON *p = progress ? cJSON_Parse(progress) : NULL;
-            if (p) cJSON_AddItemToObject(j, "progress", p);
-            else cJSON_AddNullToObject(j, "progress");
-        }
-        db_done(st);
-        if (rc != SQLITE_ROW && rc != SQLITE_DONE) return -1;
-    }
-    return 0;
-}

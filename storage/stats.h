@@ -3,7 +3,7 @@
  * training rate of running jobs) and the dashboard's job list (strategy and
  * progress beside each job). Pure SQL: no HTTP, no scheduling decisions.
  *
- * defines: stats_row, stats_query, stats_jobs_decorate */
+ * defines: stats_row, stats_query */
 #ifndef TRAINYARD_STATS_H
 #define TRAINYARD_STATS_H
 
@@ -34,10 +34,5 @@ typedef enum stats_kind {
  * NULL when *n is 0) gets *n rows. 0, or -1 on a store error. */
 int stats_query(db *d, stats_kind kind, int64_t now_ms, stats_row **out, int *n);
 
-/* Adds "strategy" (the spec's strategy.type, "default" when absent) and
- * "progress" (object or null) to each job object of the array (each has
- * "id"). 0, or -1 on a store error (the array is then left as it was for
- * the jobs not reached). */
-int stats_jobs_decorate(db *d, cJSON *jobs);
 
 #endif

@@ -263,8 +263,8 @@ int store_job_events(db *d, int64_t job_id, int64_t after, int limit, cJSON **ou
 static const char SQL_JOB_INSERT[] =
     "INSERT INTO jobs(team_id, name, spec, state, priority, attempt, max_restarts, workers,"
     " devices_per_worker, device, ps, max_runtime_s, preemptible, queue_if_infeasible, reason,"
-    " created_at, updated_at, queued_at)"
-    " VALUES(?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 'waiting for the scheduler', ?, ?, ?)";
+    " created_at, updated_at, queued_at, strategy)"
+    " VALUES(?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 'waiting for the scheduler', ?, ?, ?, ?)";
 
 int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_len,
                      const store_new_job *job, const char *actor, int64_t *id_out) {
@@ -287,6 +287,7 @@ int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_
     sqlite3_bind_int64(st, 13, now);
     sqlite3_bind_int64(st, 14, now);
     sqlite3_bind_int64(st, 15, now);
+    sqlite3_bind_text(st, 16, job->strategy ? job->strategy : "default", -1, SQLITE_TRANSIENT);
     int rc = sqlite3_step(st);
     db_done(st);
     if (rc != SQLITE_DONE) goto fail;
@@ -374,7 +375,7 @@ int store_job_get(db *d, int64_t id, int64_t team_id, int with_spec, cJSON **out
 }
 
 static const char SQL_JOBS_LIST[] =
-    "SELECT " JOB_COLS " FROM jobs j JOIN teams t ON t.id = j.team_id"
+    "SELECT " JOB_COLS ", j.strategy, j.progress FROM jobs j JOIN teams t ON t.id = j.team_id"
     " WHERE (?1 = 0 OR j.team_id = ?1) AND (?2 IS NULL OR j.state = ?2) AND (?3 = 0 OR j.id < ?3)"
     " ORDER BY j.id DESC LIMIT ?4";
 
@@ -396,7 +397,14 @@ int store_jobs_list(db *d, int64_t team_id, const char *state, int64_t before, i
             continue;
         }
         last = sqlite3_column_int64(st, 0);
-        cJSON_AddItemToArray(arr, job_row(st));
+        cJSON *j = job_row(st);
+        /* what the dashboard's table shows beside the columns */
+        store_json_text(j, "strategy", st, 18);
+        const char *progress = (const char *)sqlite3_column_text(st, 19);
+        cJSON *p = progress ? cJSON_Parse(progress) : NULL;
+        if (p) cJSON_AddItemToObject(j, "progress", p);
+        else cJSON_AddNullToObject(j, "progress");
+        cJSON_AddItemToArray(arr, j);
         n++;
     }
     db_done(st);

@@ -61,6 +61,7 @@ typedef struct {
     int priority, max_restarts;
     int workers, devices_per_worker, ps;
     const char *device;                /* "cpu" | "gpu" */
+    const char *strategy;              /* strategy.type, "default" when absent */
     int64_t max_runtime_s;
     int preemptible, queue_if_infeasible;
 } store_new_job;
