@@ -743,6 +743,7 @@ START_TEST(old_data_dir_migrates) {
     char *err = NULL;
     int rc = sqlite3_exec(sq,
                           "DROP INDEX tokens_node; ALTER TABLE tokens DROP COLUMN node_id;"
+                          " ALTER TABLE jobs DROP COLUMN strategy;"
                           " DELETE FROM schema_migrations WHERE version >= 5;",
                           NULL, NULL, &err);
     ck_assert_msg(rc == SQLITE_OK, "cannot make a version-4 database: %s", err ? err : "?");
