@@ -42,10 +42,7 @@ static void db_unavailable(http_res *res) {
     http_error(res, 503, "unavailable", NULL, "the database is busy or unavailable; retry");
 }
 
-static void sleep_ms(int ms) {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
+static void sleep_ms(int ms) { http_sleep_ms(ms); }
 
 /* Loads job `id` when the request's token may see it: 0, or -1 with the
  * answer (404 / 503) in res. */

@@ -13,6 +13,8 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
+#include <semaphore.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -477,6 +479,50 @@ static int request_check(http_req *req, const char *url, http_res *res) {
 static const char CSP[] = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
                           "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
+/* ---------------------------------------------------------------- work permits
+ * libmicrohttpd runs a thread per connection: under a burst, dozens of
+ * runnable handler threads share the cores with the trainers, and a request's
+ * tail is its wait in the run queue (and the write turn held by a thread that
+ * waits for a core). A handler runs its CPU part holding one of a few
+ * permits; the others sleep on the semaphore, in order, instead of competing
+ * for the CPU. Waits inside a handler (long-polls) give the permit back
+ * (http_sleep_ms). */
+static sem_t g_permits;
+static pthread_once_t g_permits_once = PTHREAD_ONCE_INIT;
+static __thread int t_permit;
+
+static void permits_init(void) {
+    const char *e = getenv("TRAINYARD_HTTP_PERMITS");
+    long n = e && *e ? strtol(e, NULL, 10) : 0;
+    if (n <= 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        n = cpus > 0 ? 2 * cpus : 4;
+    }
+    if (n > 256) n = 256;
+    if (sem_init(&g_permits, 0, (unsigned)n) < 0) abort();
+}
+
+static void permit_take(void) {
+    pthread_once(&g_permits_once, permits_init);
+    while (sem_wait(&g_permits) < 0 && errno == EINTR) {
+    }
+    t_permit = 1;
+}
+
+static void permit_give(void) {
+    if (!t_permit) return;
+    t_permit = 0;
+    sem_post(&g_permits);
+}
+
+void http_sleep_ms(int ms) {
+    int had = t_permit;
+    permit_give();
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    if (had) permit_take();
+}
+
 /* Answers a dashboard file (GET or HEAD), or 304 when If-None-Match names
  * its ETag. The bytes live as long as the process: no copy. */
 static enum MHD_Result answer_static(http_req *req, const static_file *f) {
@@ -565,7 +611,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         http_error(&res, 413, "too_large", NULL, "the body is larger than the limit of %zu bytes", req->body.max);
         return answer_now(req, &res);
     }
+    permit_take();
     req->route->handler(h->srv, req, &res);
+    permit_give();
     /* a write refused for lack of disk space: say so (507), not "busy; retry" or "internal" */
     char full[320];
     if ((res.status == 500 || res.status == 503) && db_disk_full(h->srv->db, full, sizeof full))

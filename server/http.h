@@ -92,6 +92,10 @@ typedef struct http_daemon http_daemon;
 /* Starts listening on host:port (port 0 = any free port) with the given
  * route tables (a NULL-terminated list of tables). *port_out gets the bound
  * port. Returns NULL with a message in err on failure. */
+/* Sleeps in a handler that waits (a long-poll), giving its work permit to
+ * another request meanwhile. */
+void http_sleep_ms(int ms);
+
 http_daemon *http_start(struct server *srv, const char *host, int port, const route *const *tables,
                         int *port_out, char *err, size_t errlen);
 void http_stop(http_daemon *h);
