@@ -264,7 +264,7 @@ $(BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(LIB_OBJ) $(wildcard tests/fuzz/*.h)
 fuzz-bins: $(patsubst %,$(BUILD)/%,$(FUZZ_TARGETS))
 
 fuzz:
-	@command -v $(FUZZ_CC) >/dev/null || { echo "fuzz: $(FUZZ_CC) not found (apt-get install clang)"; exit 1; }
+	@command -v $(FUZZ_CC) >/dev/null || { echo "fuzz: $(FUZZ_CC) not found (apt-get install clang libclang-rt-dev)"; exit 1; }
 	$(MAKE) --no-print-directory CC=$(FUZZ_CC) SAN=1 CUDA=0 BUILD=$(FUZZ_BUILD) CFLAGS=-fsanitize=fuzzer-no-link fuzz-bins
 
 fuzz-ci: fuzz
