@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,9 +36,14 @@ static const char *jstr(const cJSON *o, const char *k) {
     return cJSON_IsString(v) ? v->valuestring : "-";
 }
 
+/* A number of a reply; clamped to int's range, since callers print it as one
+ * (casting a double outside it would be undefined behaviour). */
 static double jnum(const cJSON *o, const char *k) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble != v->valuedouble) return 0;
+    if (v->valuedouble > INT_MAX) return INT_MAX;
+    if (v->valuedouble < INT_MIN) return INT_MIN;
+    return v->valuedouble;
 }
 
 /* Prints an error reply as "error: message (field: f)". */
@@ -279,7 +285,7 @@ static int do_teams(const cli_opts *o) {
         cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(v, "teams")) {
             const cJSON *q = cJSON_GetObjectItemCaseSensitive(t, "quota");
             char quota[16];
-            if (cJSON_IsNumber(q)) snprintf(quota, sizeof quota, "%d", (int)q->valuedouble);
+            if (cJSON_IsNumber(q)) snprintf(quota, sizeof quota, "%.0f", q->valuedouble);
             else snprintf(quota, sizeof quota, "-");
             printf("%-5d %-20.20s %6.2f %9d %6s %7d %8d %7d\n", (int)jnum(t, "id"), jstr(t, "name"),
                    jnum(t, "weight"), (int)jnum(t, "guarantee"), quota, (int)jnum(t, "jobs_queued"),
@@ -419,7 +425,7 @@ static int do_queue(const cli_opts *o) {
 
 /* "7" or "another team" for a holder. */
 static void holder(const cJSON *job, char *out, size_t n) {
-    if (cJSON_IsNumber(job)) snprintf(out, n, "job %d", (int)job->valuedouble);
+    if (cJSON_IsNumber(job)) snprintf(out, n, "job %.0f", job->valuedouble);
     else if (cJSON_IsString(job)) snprintf(out, n, "%s", job->valuestring);
     else snprintf(out, n, "free");
 }

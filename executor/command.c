@@ -222,7 +222,8 @@ static int fetch_last_seq(cmd_run *r, int64_t *out, char *err, size_t errlen) {
         if (e == 0 && rep.status == 200) {
             cJSON *o = cJSON_ParseWithLength(rep.body.data ? rep.body.data : "", rep.body.len);
             const cJSON *ls = cJSON_GetObjectItemCaseSensitive(o, "last_seq");
-            int ok = cJSON_IsNumber(ls);
+            /* within +-2^53, or the cast would be undefined behaviour */
+            int ok = cJSON_IsNumber(ls) && ls->valuedouble >= 0 && ls->valuedouble <= 9007199254740992.0;
             if (ok) *out = (int64_t)ls->valuedouble;
             cJSON_Delete(o);
             client_reply_release(&rep);
