@@ -537,6 +537,14 @@ END_TEST
 
 /* ================================================================ 3. checkpoint uploads */
 
+/* n bytes i * mul + add (a checkpoint's stand-in) and their sha256. */
+static char *pattern(size_t n, int mul, int add, char sha[65]) {
+    char *p = xmalloc(n);
+    for (size_t i = 0; i < n; i++) p[i] = (char)(i * (size_t)mul + (size_t)add);
+    sha256_hex(p, n, sha);
+    return p;
+}
+
 START_TEST(checkpoint_cut_or_bad_sha_keeps_the_previous) {
     int64_t node = register_node("ck-node", 1);
     int64_t job = submit(SPEC_CPU);
@@ -544,14 +552,8 @@ START_TEST(checkpoint_cut_or_bad_sha_keeps_the_previous) {
     take_starts(node, &job, 1, &p);
 
     size_t n = 256 * 1024;
-    char *a = xmalloc(n), *b = xmalloc(n);
-    for (size_t i = 0; i < n; i++) {
-        a[i] = (char)(i * 7 + 1);
-        b[i] = (char)(i * 13 + 5);
-    }
     char sha_a[65], sha_b[65], got[65];
-    sha256_hex(a, n, sha_a);
-    sha256_hex(b, n, sha_b);
+    char *a = pattern(n, 7, 1, sha_a), *b = pattern(n, 13, 5, sha_b);
     cJSON *o = NULL;
     ck_assert_int_eq(put_ckpt_raw(&p, a, n, n, sha_a, 10, &o), 201);
     cJSON_Delete(o);
@@ -661,14 +663,8 @@ START_TEST(full_disk_refuses_writes_and_recovers) {
     int64_t acked[20];
     for (int i = 0; i < 20; i++) acked[i] = submit(SPEC_WAITING);
     size_t n = 256 * 1024;
-    char *a = xmalloc(n), *b = xmalloc(n);
-    for (size_t i = 0; i < n; i++) {
-        a[i] = (char)(i * 3 + 1);
-        b[i] = (char)(i * 11 + 2);
-    }
     char sha_a[65], sha_b[65], got[65];
-    sha256_hex(a, n, sha_a);
-    sha256_hex(b, n, sha_b);
+    char *a = pattern(n, 3, 1, sha_a), *b = pattern(n, 11, 2, sha_b);
     cJSON *o = NULL;
     ck_assert_int_eq(put_ckpt_raw(&p, a, n, n, sha_a, 10, &o), 201);
     cJSON_Delete(o);
