@@ -42,7 +42,6 @@ static void db_unavailable(http_res *res) {
     http_error(res, 503, "unavailable", NULL, "the database is busy or unavailable; retry");
 }
 
-static void sleep_ms(int ms) { http_sleep_ms(ms); }
 
 /* Loads job `id` when the request's token may see it: 0, or -1 with the
  * answer (404 / 503) in res. */
@@ -204,7 +203,7 @@ static void node_assignments(server *srv, http_req *req, http_res *res) {
     if (api_node_scope(req, res, node) < 0) return;
     long wait;
     if (http_query_long(req, res, "wait", 0, WAIT_MAX_S, 0, &wait) < 0) return;
-    int rc = exec_node_exists(srv->db, node);
+    int rc = req->calls ? STORE_OK : exec_node_exists(srv->db, node);
     if (rc == STORE_NOT_FOUND) {
         http_error(res, 404, "not_found", NULL, "no node %lld (register with POST /api/v1/nodes)", (long long)node);
         return;
@@ -213,54 +212,59 @@ static void node_assignments(server *srv, http_req *req, http_res *res) {
         db_unavailable(res);
         return;
     }
-    int64_t deadline = mono_ms() + wait * 1000;
-    uint64_t sent = stop_sent_get(node), gen = node_gen(node);
-    for (;;) {
-        int64_t ids[MAX_START];
-        int n = 0;
-        cJSON *stop = NULL;
-        if (node_gen(node) != gen) {
-            /* The node registered again since this poll began: the poll is
-             * its agent's previous life (dead, or about to poll again). A
-             * task handed out here could be lost: answer empty, now. */
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddArrayToObject(o, "start");
-            cJSON_AddArrayToObject(o, "stop");
-            http_json(res, 200, o);
-            return;
+    if (req->calls == 0) { /* the poll's first run: later runs (http_wait) keep these */
+        req->keep[0] = mono_ms() + wait * 1000;
+        req->keep[1] = (int64_t)stop_sent_get(node);
+        req->keep[2] = (int64_t)node_gen(node);
+    }
+    int64_t deadline = req->keep[0];
+    uint64_t sent = (uint64_t)req->keep[1], gen = (uint64_t)req->keep[2];
+    int64_t ids[MAX_START];
+    int n = 0;
+    cJSON *stop = NULL;
+    if (node_gen(node) != gen) {
+        /* The node registered again since this poll began: the poll is
+         * its agent's previous life (dead, or about to poll again). A
+         * task handed out here could be lost: answer empty, now. */
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddArrayToObject(o, "start");
+        cJSON_AddArrayToObject(o, "stop");
+        http_json(res, 200, o);
+        return;
+    }
+    if (exec_node_pending(srv->db, node, ids, MAX_START, &n) != STORE_OK ||
+        exec_node_stopping(srv->db, node, &stop) != STORE_OK) {
+        db_unavailable(res);
+        return;
+    }
+    uint64_t h = stop_hash(stop);
+    int last = mono_ms() >= deadline || srv->stopping;
+    if (n > 0 || h != sent || last) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON *start = cJSON_AddArrayToObject(o, "start");
+        int err = 0;
+        for (int i = 0; i < n; i++) {
+            cJSON *item = handout(srv, ids[i], &err);
+            if (item) cJSON_AddItemToArray(start, item);
         }
-        if (exec_node_pending(srv->db, node, ids, MAX_START, &n) != STORE_OK ||
-            exec_node_stopping(srv->db, node, &stop) != STORE_OK) {
+        if (err && cJSON_GetArraySize(start) == 0) {
+            cJSON_Delete(o);
+            cJSON_Delete(stop);
             db_unavailable(res);
             return;
         }
-        uint64_t h = stop_hash(stop);
-        int last = mono_ms() >= deadline || srv->stopping;
-        if (n > 0 || h != sent || last) {
-            cJSON *o = cJSON_CreateObject();
-            cJSON *start = cJSON_AddArrayToObject(o, "start");
-            int err = 0;
-            for (int i = 0; i < n; i++) {
-                cJSON *item = handout(srv, ids[i], &err);
-                if (item) cJSON_AddItemToArray(start, item);
-            }
-            if (err && cJSON_GetArraySize(start) == 0) {
-                cJSON_Delete(o);
-                cJSON_Delete(stop);
-                db_unavailable(res);
-                return;
-            }
-            cJSON *it;
-            cJSON_ArrayForEach(it, stop) cJSON_AddNumberToObject(it, "grace_s", STOP_GRACE_S);
-            cJSON_AddItemToObject(o, "stop", stop);
-            stop_sent_set(node, h);
-            http_json(res, 200, o);
-            return;
-        }
-        cJSON_Delete(stop);
-        int64_t left = deadline - mono_ms();
-        sleep_ms(left < POLL_MS ? (int)(left > 0 ? left : 1) : POLL_MS);
+        cJSON *it;
+        cJSON_ArrayForEach(it, stop) cJSON_AddNumberToObject(it, "grace_s", STOP_GRACE_S);
+        cJSON_AddItemToObject(o, "stop", stop);
+        stop_sent_set(node, h);
+        http_json(res, 200, o);
+        return;
     }
+    cJSON_Delete(stop);
+    /* nothing yet: look again in POLL_MS, or at once when a task is placed
+     * on this node or asked to stop (http_wake from the scheduler's pass) */
+    int64_t left = deadline - mono_ms();
+    http_wait(req, res, left < POLL_MS ? (int)(left > 0 ? left : 1) : POLL_MS, HTTP_WAKE_NODE, node);
 }
 
 /* ---------------------------------------------------------------- task status */
@@ -947,6 +951,7 @@ static void rdv_put(server *srv, http_req *req, http_res *res) {
         db_unavailable(res);
         return;
     }
+    http_wake(srv->http, HTTP_WAKE_RDV, j.id);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "key", key);
     cJSON_AddNumberToObject(o, "attempt", j.attempt);
@@ -963,29 +968,28 @@ static void rdv_get(server *srv, http_req *req, http_res *res) {
     if (!key) return;
     long wait;
     if (http_query_long(req, res, "wait", 0, WAIT_MAX_S, 0, &wait) < 0) return;
-    int64_t deadline = mono_ms() + wait * 1000;
-    for (;;) {
-        char *v = NULL;
-        size_t n = 0;
-        int rc = exec_rdv_get(srv->db, j.id, j.attempt, key, &v, &n);
-        if (rc == STORE_OK) {
-            cJSON *probe = cJSON_ParseWithLength(v, n);
-            http_text(res, 200, probe ? "application/json" : "application/octet-stream", v, n);
-            cJSON_Delete(probe);
-            free(v);
-            return;
-        }
-        if (rc != STORE_NOT_FOUND) {
-            db_unavailable(res);
-            return;
-        }
-        if (mono_ms() >= deadline || srv->stopping) {
-            http_error(res, 404, "not_found", "key", "no key '%s' in attempt %d of job %lld", key, j.attempt,
-                       (long long)j.id);
-            return;
-        }
-        sleep_ms(POLL_MS);
+    if (req->calls == 0) req->keep[0] = mono_ms() + wait * 1000;
+    char *v = NULL;
+    size_t n = 0;
+    int rc = exec_rdv_get(srv->db, j.id, j.attempt, key, &v, &n);
+    if (rc == STORE_OK) {
+        cJSON *probe = cJSON_ParseWithLength(v, n);
+        http_text(res, 200, probe ? "application/json" : "application/octet-stream", v, n);
+        cJSON_Delete(probe);
+        free(v);
+        return;
     }
+    if (rc != STORE_NOT_FOUND) {
+        db_unavailable(res);
+        return;
+    }
+    if (mono_ms() >= req->keep[0] || srv->stopping) {
+        http_error(res, 404, "not_found", "key", "no key '%s' in attempt %d of job %lld", key, j.attempt,
+                   (long long)j.id);
+        return;
+    }
+    /* look again in POLL_MS, or at once when a key of this job is put */
+    http_wait(req, res, POLL_MS, HTTP_WAKE_RDV, j.id);
 }
 
 /* ---------------------------------------------------------------- job view */
@@ -1014,6 +1018,7 @@ int exec_wants_event_stream(http_req *req) {
 
 typedef struct sse {
     server *srv;
+    http_req *req;                /* lives as long as the stream */
     int64_t job;
     int64_t after_event;
     int64_t after_seq;
@@ -1093,7 +1098,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *out, size_t max) {
             buf_appends(&s->out, ": keep-alive\n\n");
             continue;
         }
-        sleep_ms(POLL_MS);
+        return http_stream_wait(s->req, POLL_MS);
     }
 }
 
@@ -1116,6 +1121,7 @@ void exec_events_stream(server *srv, http_req *req, http_res *res, int64_t job_i
     if (http_query_long(req, res, "since", 0, (long)INT64_MAX, (long)last_seq, &since) < 0) return;
     sse *s = xcalloc(1, sizeof *s);
     s->srv = srv;
+    s->req = req;
     s->job = job_id;
     s->after_event = after;
     s->after_seq = since;

@@ -22,9 +22,17 @@ const route *const api_route_tables[] = {
     NULL,
 };
 
+/* A pass placed or stopped tasks: the agents' long-polls look at once. */
+static void wake_agents(void *cls) {
+    struct server *srv = cls;
+    http_wake(srv->http, HTTP_WAKE_NODE, 0);
+}
+
 int api_start_services(struct server *srv, char *err, size_t errlen) {
     sched_config cfg;
     sched_config_default(&cfg);
+    cfg.on_change = wake_agents;
+    cfg.on_change_cls = srv;
     if (srv->opt.heartbeat_timeout_s > 0) cfg.heartbeat_timeout_ms = (int64_t)srv->opt.heartbeat_timeout_s * 1000;
     if (sched_start(srv->db, &cfg) < 0) {
         snprintf(err, errlen, "cannot start the scheduler thread");
@@ -40,7 +48,9 @@ void api_stop_services(struct server *srv) {
 
 int api_job_stop_tasks(struct server *srv, int64_t job_id, const char *why) {
     /* tasks never handed out to an agent are closed at once: no agent would report them */
-    return lifecycle_stop_tasks(srv->db, job_id, why) == STORE_OK ? 0 : -1;
+    if (lifecycle_stop_tasks(srv->db, job_id, why) != STORE_OK) return -1;
+    http_wake(srv->http, HTTP_WAKE_NODE, 0); /* the agents running the others stop them now */
+    return 0;
 }
 
 void api_kick_scheduler(struct server *srv) {

@@ -35,6 +35,11 @@ typedef struct sched_config {
     int port_base;                 /* task ports: [port_base, port_base+port_count) */
     int port_count;                /* at most 1024 */
     int64_t tick_ms;               /* scheduler thread period */
+    /* The thread calls this after a pass that placed, stopped or requeued a
+     * job (tasks for the agents to start or stop), outside any lock; NULL:
+     * nobody to tell. The server wakes the agents' long-polls with it. */
+    void (*on_change)(void *cls);
+    void *on_change_cls;
 } sched_config;
 
 /* Fills the defaults documented in docs/scheduler.md. */

@@ -570,6 +570,8 @@ static void *sched_main(void *arg)
         last_end = mono_s();
         last_took = took;
         if (failed) log_warn("scheduler: pass failed");
+        else if ((st.placed || st.stopped || st.requeued) && g_sched.cfg.on_change)
+            g_sched.cfg.on_change(g_sched.cfg.on_change_cls);
         pthread_mutex_lock(&g_sched.mu);
         int b = 0;
         while (b < SCHED_PASS_NB && took > sched_pass_le[b]) b++;

@@ -1,11 +1,15 @@
 /* http.c - libmicrohttpd daemon, route matching, body limits, bearer-token
  * authentication and JSON replies. See http.h.
  *
- * Threading: one thread per connection (MHD_USE_THREAD_PER_CONNECTION), so
- * the long-polls of agents and server-sent events may block their own thread
- * without stalling anyone else; SQLite connections are pooled across threads
- * (storage/db.c), so a new HTTP connection does not open the database anew.
- * docs/server.md records why this is chosen over MHD's select thread pool. */
+ * Threading: libmicrohttpd's pool of epoll threads (a few, each serving
+ * many connections), so a burst of requests does not become dozens of
+ * runnable threads competing with the trainers for the cores. Handlers do
+ * not block: the agents' long-polls, the rendezvous waits and the event
+ * streams park their request (MHD_suspend_connection) on the daemon's park
+ * list, and one timer thread resumes each when its time is up; http_wake
+ * resumes them at once when what they wait for happens. SQLite connections
+ * are pooled across threads (storage/db.c). docs/server.md, "Threading",
+ * records the measurements behind this choice. */
 #include "http.h"
 #include "server.h"
 #include "static.h"
@@ -44,6 +48,14 @@ struct http_daemon {
     int slot_static, slot_unmatched;  /* nroutes, nroutes + 1 */
     const route **slot_route;         /* (nroutes) */
     http_hist *hist;                  /* (nroutes + 2), updated with atomics */
+    /* parked requests (suspended connections), resumed by park_main */
+    pthread_mutex_t park_mu;
+    pthread_cond_t park_cv;           /* CLOCK_MONOTONIC */
+    pthread_t park_thread;
+    int park_started;
+    int closing;                      /* http_stop began: nothing parks any more */
+    http_req *parked;                 /* doubly linked through park_next/prev */
+    int64_t park_next_due;            /* when park_main wakes next (mono ms) */
 };
 
 static int64_t now_us(void) {
@@ -479,48 +491,110 @@ static int request_check(http_req *req, const char *url, http_res *res) {
 static const char CSP[] = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
                           "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
-/* ---------------------------------------------------------------- work permits
- * libmicrohttpd runs a thread per connection: under a burst, dozens of
- * runnable handler threads share the cores with the trainers, and a request's
- * tail is its wait in the run queue (and the write turn held by a thread that
- * waits for a core). A handler runs its CPU part holding one of a few
- * permits; the others sleep on the semaphore, in order, instead of competing
- * for the CPU. Waits inside a handler (long-polls) give the permit back
- * (http_sleep_ms). */
-static sem_t g_permits;
-static pthread_once_t g_permits_once = PTHREAD_ONCE_INIT;
-static __thread int t_permit;
+/* ---------------------------------------------------------------- parking
+ * A handler that waits parks its request: the connection is suspended (MHD
+ * serves the thread's other connections meanwhile) and linked on the park
+ * list; park_main resumes it when its time is up, http_wake when what it
+ * waits for happened. Resumed, MHD calls on_request (or the stream reader)
+ * again on the same request. Lock order: park_mu, then MHD's own. */
 
-static void permits_init(void) {
-    const char *e = getenv("TRAINYARD_HTTP_PERMITS");
-    long n = e && *e ? strtol(e, NULL, 10) : 0;
-    if (n <= 0) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        n = cpus > 0 ? 2 * cpus : 4;
+static void park_unlink(http_daemon *h, http_req *r) {
+    if (r->park_prev) r->park_prev->park_next = r->park_next;
+    else h->parked = r->park_next;
+    if (r->park_next) r->park_next->park_prev = r->park_prev;
+    r->park_next = r->park_prev = NULL;
+    r->parked = 0;
+}
+
+/* Unlinks and resumes r; park_mu held. */
+static void park_resume(http_daemon *h, http_req *r) {
+    park_unlink(h, r);
+    MHD_resume_connection(r->conn);
+}
+
+/* Suspends req's connection for at most ms. 0 when parked; -1 when the
+ * daemon is stopping (nothing may stay suspended past MHD_stop_daemon). */
+static int park(http_daemon *h, http_req *req, int ms, int topic, int64_t id) {
+    if (ms < 1) ms = 1;
+    pthread_mutex_lock(&h->park_mu);
+    if (h->closing) {
+        pthread_mutex_unlock(&h->park_mu);
+        return -1;
     }
-    if (n > 256) n = 256;
-    if (sem_init(&g_permits, 0, (unsigned)n) < 0) abort();
+    MHD_suspend_connection(req->conn);
+    req->park_due_ms = mono_ms() + ms;
+    req->park_topic = topic;
+    req->park_id = id;
+    req->parked = 1;
+    req->park_prev = NULL;
+    req->park_next = h->parked;
+    if (h->parked) h->parked->park_prev = req;
+    h->parked = req;
+    if (req->park_due_ms < h->park_next_due) pthread_cond_signal(&h->park_cv);
+    pthread_mutex_unlock(&h->park_mu);
+    return 0;
 }
 
-static void permit_take(void) {
-    pthread_once(&g_permits_once, permits_init);
-    while (sem_wait(&g_permits) < 0 && errno == EINTR) {
+static void *park_main(void *arg) {
+    http_daemon *h = arg;
+    pthread_mutex_lock(&h->park_mu);
+    while (!h->closing) {
+        int64_t now = mono_ms(), next = now + 1000;
+        for (http_req *r = h->parked, *nx; r; r = nx) {
+            nx = r->park_next;
+            if (r->park_due_ms <= now) park_resume(h, r);
+            else if (r->park_due_ms < next) next = r->park_due_ms;
+        }
+        h->park_next_due = next;
+        struct timespec ts = {(time_t)(next / 1000), (long)(next % 1000) * 1000000L};
+        pthread_cond_timedwait(&h->park_cv, &h->park_mu, &ts);
     }
-    t_permit = 1;
+    pthread_mutex_unlock(&h->park_mu);
+    return NULL;
 }
 
-static void permit_give(void) {
-    if (!t_permit) return;
-    t_permit = 0;
-    sem_post(&g_permits);
+/* Closes the park list: every parked request resumes (its handler answers
+ * 503, its stream ends) and nothing parks any more; joins park_main. */
+static void park_stop(http_daemon *h) {
+    pthread_mutex_lock(&h->park_mu);
+    h->closing = 1;
+    while (h->parked) park_resume(h, h->parked);
+    pthread_cond_signal(&h->park_cv);
+    pthread_mutex_unlock(&h->park_mu);
+    if (h->park_started) pthread_join(h->park_thread, NULL);
+    h->park_started = 0;
 }
 
-void http_sleep_ms(int ms) {
-    int had = t_permit;
-    permit_give();
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-    if (had) permit_take();
+/* TRAINYARD_HTTP_THREADS, else the number of cores (at least 2, at most 64). */
+static unsigned http_pool_size(void) {
+    const char *e = getenv("TRAINYARD_HTTP_THREADS");
+    long n = 0;
+    if (e && *e && parse_long(e, 1, 256, &n) == 0) return (unsigned)n;
+    n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n < 2) n = 2;
+    if (n > 64) n = 64;
+    return (unsigned)n;
+}
+
+void http_wait(http_req *req, http_res *res, int ms, int topic, int64_t id) {
+    (void)req;
+    res->wait_ms = ms > 0 ? ms : 1;
+    res->wait_topic = topic;
+    res->wait_id = id;
+}
+
+ssize_t http_stream_wait(http_req *req, int ms) {
+    return park(req->daemon, req, ms, HTTP_WAKE_NONE, 0) == 0 ? 0 : MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+void http_wake(http_daemon *h, int topic, int64_t id) {
+    if (!h || topic == HTTP_WAKE_NONE) return;
+    pthread_mutex_lock(&h->park_mu);
+    for (http_req *r = h->parked, *nx; r; r = nx) {
+        nx = r->park_next;
+        if (r->park_topic == topic && (id == 0 || r->park_id == id)) park_resume(h, r);
+    }
+    pthread_mutex_unlock(&h->park_mu);
 }
 
 /* Answers a dashboard file (GET or HEAD), or 304 when If-None-Match names
@@ -565,6 +639,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req->method = method;
         req->path = url;
         req->t0_us = now_us();
+        req->daemon = h;
         req->slot = h->slot_unmatched;
         if (request_check(req, url, &res) < 0) return answer_now(req, &res);
         if ((strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) && strncmp(url, "/api/", 5) != 0) {
@@ -611,9 +686,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         http_error(&res, 413, "too_large", NULL, "the body is larger than the limit of %zu bytes", req->body.max);
         return answer_now(req, &res);
     }
-    permit_take();
     req->route->handler(h->srv, req, &res);
-    permit_give();
+    req->calls++;
+    if (res.wait_ms > 0) {
+        int ms = res.wait_ms, topic = res.wait_topic;
+        int64_t id = res.wait_id;
+        res_release(&res);
+        res_init(&res);
+        if (park(h, req, ms, topic, id) == 0) return MHD_YES;
+        http_error(&res, 503, "unavailable", NULL, "the server is stopping; retry");
+        return answer_now(req, &res);
+    }
     /* a write refused for lack of disk space: say so (507), not "busy; retry" or "internal" */
     char full[320];
     if ((res.status == 500 || res.status == 503) && db_disk_full(h->srv->db, full, sizeof full))
@@ -639,6 +722,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)conn;
     http_req *req = *con_cls;
     if (!req) return;
+    if (req->parked) { /* MHD closed it while parked (only at stop): never leave it linked */
+        pthread_mutex_lock(&h->park_mu);
+        if (req->parked) park_unlink(h, req);
+        pthread_mutex_unlock(&h->park_mu);
+    }
     int64_t us = now_us() - req->t0_us;
     hist_add(h, req->slot, us);
     double ms = (double)us / 1000.0;
@@ -681,10 +769,21 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
     int k = 0;
     for (const route *const *t = tables; *t; t++)
         for (const route *r = *t; r->pattern; r++) h->slot_route[k++] = r;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                     MHD_USE_ERROR_LOG;
+    pthread_condattr_t ca;
+    if (pthread_mutex_init(&h->park_mu, NULL) != 0 || pthread_condattr_init(&ca) != 0) abort();
+    if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 || pthread_cond_init(&h->park_cv, &ca) != 0) abort();
+    pthread_condattr_destroy(&ca);
+    h->park_next_due = INT64_MAX;
+    if (pthread_create(&h->park_thread, NULL, park_main, h) != 0) {
+        snprintf(err, errlen, "cannot start the HTTP timer thread");
+        goto fail;
+    }
+    h->park_started = 1;
+    unsigned threads = http_pool_size();
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     h->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h,
                               MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+                              MHD_OPTION_THREAD_POOL_SIZE, threads,
                               MHD_OPTION_UNESCAPE_CALLBACK, unescape_strict, NULL,
                               MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
@@ -695,19 +794,27 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
     if (!h->mhd) {
         snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port,
                  errno ? strerror(errno) : "libmicrohttpd failed to start");
-        free(h->slot_route);
-        free(h->hist);
-        free(h);
-        return NULL;
+        goto fail;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
     if (port_out) *port_out = info ? info->port : port;
     return h;
+fail:
+    park_stop(h);
+    pthread_cond_destroy(&h->park_cv);
+    pthread_mutex_destroy(&h->park_mu);
+    free(h->slot_route);
+    free(h->hist);
+    free(h);
+    return NULL;
 }
 
 void http_stop(http_daemon *h) {
     if (!h) return;
+    park_stop(h); /* every parked request resumed: none may be suspended at MHD_stop_daemon */
     MHD_stop_daemon(h->mhd);
+    pthread_cond_destroy(&h->park_cv);
+    pthread_mutex_destroy(&h->park_mu);
     free(h->slot_route);
     free(h->hist);
     free(h);

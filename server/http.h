@@ -10,6 +10,12 @@
  * (server/static.h). Every answer is timed into a latency histogram per
  * route (http_latency_write, for GET /metrics).
  *
+ * Threads: a small pool of epoll threads serves every connection, so a
+ * handler must not block. One that waits for something (a long-poll, an
+ * event stream) parks its request with http_wait / http_stream_wait: the
+ * connection is suspended, no thread waits, and the handler (or the stream
+ * reader) runs again when the time is up or http_wake names it.
+ *
  * defines: http_start, http_stop, http_json, http_error, http_query, ... */
 #ifndef TRAINYARD_HTTP_H
 #define TRAINYARD_HTTP_H
@@ -56,6 +62,15 @@ typedef struct http_req {
     int too_large;
     int answered;
     int slot;                         /* latency histogram slot: route index, or static/unmatched */
+    /* waiting (http_wait): the handler runs again on the same request */
+    int calls;                        /* the handler's runs before this one */
+    int64_t keep[4];                  /* the handler's own state across runs */
+    /* parked: owned by the daemon's park list while suspended */
+    struct http_daemon *daemon;
+    int parked;
+    int park_topic;
+    int64_t park_id, park_due_ms;
+    struct http_req *park_next, *park_prev;
 } http_req;
 
 typedef struct http_res {
@@ -75,6 +90,10 @@ typedef struct http_res {
     MHD_ContentReaderCallback stream;
     void *stream_cls;
     MHD_ContentReaderFreeCallback stream_free;
+    /* http_wait: no answer yet; run the handler again within wait_ms */
+    int wait_ms;
+    int wait_topic;
+    int64_t wait_id;
 } http_res;
 
 typedef void (*http_handler)(struct server *srv, http_req *req, http_res *res);
@@ -91,14 +110,36 @@ typedef struct http_daemon http_daemon;
 
 /* Starts listening on host:port (port 0 = any free port) with the given
  * route tables (a NULL-terminated list of tables). *port_out gets the bound
- * port. Returns NULL with a message in err on failure. */
-/* Sleeps in a handler that waits (a long-poll), giving its work permit to
- * another request meanwhile. */
-void http_sleep_ms(int ms);
-
+ * port. Returns NULL with a message in err on failure. The pool has
+ * TRAINYARD_HTTP_THREADS threads (default: the number of cores, at least 2). */
 http_daemon *http_start(struct server *srv, const char *host, int port, const route *const *tables,
                         int *port_out, char *err, size_t errlen);
 void http_stop(http_daemon *h);
+
+/* ---------------------------------------------------------------- waiting */
+/* What a parked request waits for; http_wake(h, topic, id) resumes it. */
+enum {
+    HTTP_WAKE_NONE = 0,               /* time only */
+    HTTP_WAKE_NODE,                   /* a node's assignments (id: node) */
+    HTTP_WAKE_RDV,                    /* a job's rendezvous keys (id: job) */
+};
+
+/* In a handler: answer nothing yet, and run the handler again on this
+ * request within ms milliseconds, or at once when http_wake(topic, id) is
+ * called. The connection is suspended meanwhile: no thread waits.
+ * req->calls counts the handler's earlier runs; req->keep carries its state.
+ * If the daemon is stopping, the request is answered 503 instead. */
+void http_wait(http_req *req, http_res *res, int ms, int topic, int64_t id);
+
+/* In a stream reader (http_res.stream) with nothing to send yet: parks the
+ * request (as http_wait) and returns 0 for the reader to return; the
+ * reader is called again within ms. Returns MHD_CONTENT_READER_END_OF_STREAM
+ * when the daemon is stopping. */
+ssize_t http_stream_wait(http_req *req, int ms);
+
+/* Resumes at once every parked request waiting on topic and id (id 0: any
+ * id of the topic). Safe from any thread; h may be NULL. */
+void http_wake(http_daemon *h, int topic, int64_t id);
 
 /* Appends the request latency histogram by route (Prometheus text format,
  * trainyard_http_request_duration_seconds) to out: 0, or -1 when out is full. */

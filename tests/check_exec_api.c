@@ -633,6 +633,181 @@ START_TEST(events_stream_and_scoping) {
 }
 END_TEST
 
+
+/* ---------------------------------------------------------------- parked waits
+ * The server serves every connection from a small pool of threads; a
+ * long-poll, a rendezvous wait and an event stream park their request
+ * instead of holding a thread. Many of each at once must leave the pool
+ * free for everyone else, and each must come back when its news arrives. */
+
+typedef struct waiter {
+    char path[160];
+    const char *token;
+    int sse;                          /* Accept: text/event-stream */
+    long status;
+    buf body;
+    int64_t t0, ms;                   /* start; how long the request took */
+    volatile int64_t metric_at;       /* sse: when "event: metric" first arrived (mono ms) */
+} waiter;
+
+static size_t waiter_body(char *p, size_t sz, size_t n, void *cls) {
+    waiter *w = cls;
+    if (buf_append(&w->body, p, sz * n) < 0) return 0;
+    if (w->sse && !w->metric_at && w->body.data && strstr(w->body.data, "event: metric")) w->metric_at = mono_ms();
+    return sz * n;
+}
+
+static void *waiter_main(void *arg) {
+    waiter *w = arg;
+    buf_init(&w->body, 1u << 20);
+    CURL *c = curl_easy_init();
+    if (!c) return NULL;
+    char url[512], auth[300];
+    snprintf(url, sizeof url, "%s%s", srv.url, w->path);
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", w->token);
+    struct curl_slist *h = curl_slist_append(NULL, auth);
+    if (w->sse) h = curl_slist_append(h, "Accept: text/event-stream");
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, waiter_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, w);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT, 60L);
+    w->t0 = mono_ms();
+    if (curl_easy_perform(c) == CURLE_OK) curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &w->status);
+    w->ms = mono_ms() - w->t0;
+    curl_slist_free_all(h);
+    curl_easy_cleanup(c);
+    return NULL;
+}
+
+#define N_POLL 12
+#define N_RDV 12
+#define N_SSE 8
+
+START_TEST(parked_waits_hold_no_thread) {
+    int64_t job = submit(SPEC("parked", ""));
+    started s = take_start(job);
+    report(s.task, "{\"state\":\"running\"}", 200);
+    cJSON *o = assignments(0);
+    cJSON_Delete(o);
+
+    static waiter w[N_POLL + N_RDV + N_SSE];
+    pthread_t th[N_POLL + N_RDV + N_SSE];
+    memset(w, 0, sizeof w);
+    for (int i = 0; i < N_POLL + N_RDV + N_SSE; i++) {
+        if (i < N_POLL) {
+            snprintf(w[i].path, sizeof w[i].path, "/api/v1/nodes/%lld/assignments?wait=6", (long long)node_id);
+            w[i].token = node_tok;
+        } else if (i < N_POLL + N_RDV) {
+            snprintf(w[i].path, sizeof w[i].path, "/api/v1/jobs/%lld/rendezvous/ready?wait=30", (long long)job);
+            w[i].token = s.token;
+        } else {
+            snprintf(w[i].path, sizeof w[i].path, "/api/v1/jobs/%lld/events?since=0", (long long)job);
+            w[i].token = team_tok;
+            w[i].sse = 1;
+        }
+        ck_assert_int_eq(pthread_create(&th[i], NULL, waiter_main, &w[i]), 0);
+    }
+    ty_sleep_ms(500); /* all parked */
+
+    /* the pool serves everyone else meanwhile (a pool thread held by a wait would stall these for seconds) */
+    int64_t worst = 0;
+    for (int i = 0; i < 40; i++) {
+        int64_t t0 = mono_ms();
+        cJSON_Delete(job_get(job));
+        int64_t ms = mono_ms() - t0;
+        if (ms > worst) worst = ms;
+    }
+    ck_assert_msg(worst < 1500, "GET /jobs/{id} took %lld ms beside %d parked waits", (long long)worst,
+                  N_POLL + N_RDV + N_SSE);
+
+    /* a metric reaches every event stream; the put of a key every rendezvous wait */
+    post_metrics(&s, 1, 1);
+    int64_t t_put = mono_ms();
+    reply r;
+    ck_assert_int_eq(raw(s.token, "PUT", "/api/v1/jobs/0/rendezvous/x", "1", 1, NULL, &r), 404);
+    buf_release(&r.body);
+    char p[128];
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/rendezvous/ready", (long long)job);
+    ck_assert_int_eq(raw(s.token, "PUT", p, "{\"go\":1}", 8, NULL, &r), 200);
+    buf_release(&r.body);
+    for (int i = N_POLL; i < N_POLL + N_RDV; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(w[i].status, 200);
+        ck_assert_str_eq(w[i].body.data, "{\"go\":1}");
+        /* woken by the put, not by its 30 s deadline */
+        ck_assert_msg(w[i].t0 + w[i].ms - t_put < 5000, "a rendezvous wait came back %lld ms after the put",
+                      (long long)(w[i].t0 + w[i].ms - t_put));
+        buf_release(&w[i].body);
+    }
+    for (int k = 0; k < 100; k++) {
+        int all = 1;
+        for (int i = N_POLL + N_RDV; i < N_POLL + N_RDV + N_SSE; i++) all &= w[i].metric_at != 0;
+        if (all) break;
+        ty_sleep_ms(50);
+    }
+    for (int i = N_POLL + N_RDV; i < N_POLL + N_RDV + N_SSE; i++)
+        ck_assert_msg(w[i].metric_at, "event stream %d never got the metric", i);
+
+    /* a new job is handed out to one of the parked long-polls (the others answer at their deadline) */
+    int64_t job2 = submit(SPEC("parked-2", ""));
+    int handed = 0;
+    for (int i = 0; i < N_POLL; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(w[i].status, 200);
+        cJSON *a = cJSON_Parse(w[i].body.data);
+        ck_assert_ptr_nonnull(a);
+        cJSON *it;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(a, "start")) handed += (int64_t)num(it, "job") == job2;
+        cJSON_Delete(a);
+        buf_release(&w[i].body);
+    }
+    ck_assert_int_eq(handed, 1);
+
+    /* the job ends: every stream ends after its last events */
+    report(s.task, "{\"state\":\"exited\",\"exit_code\":0}", 200);
+    for (int i = N_POLL + N_RDV; i < N_POLL + N_RDV + N_SSE; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(w[i].status, 200);
+        ck_assert_ptr_nonnull(strstr(w[i].body.data, "\"to\":\"succeeded\""));
+        buf_release(&w[i].body);
+    }
+}
+END_TEST
+
+/* A server told to stop while requests are parked answers them and exits
+ * cleanly (libmicrohttpd must not be stopped with a connection suspended). */
+START_TEST(stop_with_parked_waits) {
+    int64_t job = submit(SPEC("parked-stop", ""));
+    started s = take_start(job);
+    report(s.task, "{\"state\":\"running\"}", 200);
+    static waiter w[3];
+    pthread_t th[3];
+    memset(w, 0, sizeof w);
+    snprintf(w[0].path, sizeof w[0].path, "/api/v1/nodes/%lld/assignments?wait=30", (long long)node_id);
+    w[0].token = node_tok;
+    snprintf(w[1].path, sizeof w[1].path, "/api/v1/jobs/%lld/rendezvous/never?wait=30", (long long)job);
+    w[1].token = s.token;
+    snprintf(w[2].path, sizeof w[2].path, "/api/v1/jobs/%lld/events", (long long)job);
+    w[2].token = team_tok;
+    w[2].sse = 1;
+    cJSON_Delete(assignments(0));
+    for (int i = 0; i < 3; i++) ck_assert_int_eq(pthread_create(&th[i], NULL, waiter_main, &w[i]), 0);
+    ty_sleep_ms(500);
+    int64_t t0 = mono_ms();
+    int st = ty_kill(&srv, SIGTERM);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the server's exit status: %d", st);
+    ck_assert_msg(mono_ms() - t0 < 5000, "the server took %lld ms to stop", (long long)(mono_ms() - t0));
+    for (int i = 0; i < 3; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(w[i].ms < 10000, "wait %d lasted %lld ms", i, (long long)w[i].ms);
+        buf_release(&w[i].body);
+    }
+    ck_assert_int_eq(w[0].status, 200); /* the poll answers (empty) */
+    ck_assert_int_eq(w[2].status, 200); /* the stream ends */
+}
+END_TEST
+
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     Suite *s = suite_create("exec_api");
@@ -643,6 +818,8 @@ int main(void) {
     tcase_add_test(tc, failure_requeues_then_fails);
     tcase_add_test(tc, cancel_reaches_the_long_poll);
     tcase_add_test(tc, events_stream_and_scoping);
+    tcase_add_test(tc, parked_waits_hold_no_thread);
+    tcase_add_test(tc, stop_with_parked_waits);
     suite_add_tcase(s, tc);
     int rc = ty_run_suite(s);
     curl_global_cleanup();
