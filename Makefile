@@ -93,12 +93,12 @@ LIB_OBJ     := $(COMMON_OBJ) $(STORAGE_OBJ) $(SPEC_OBJ) $(API_OBJ) $(SERVER_OBJ)
 # Which modules each test links (default: all of them).
 DEPS_check_util    := $(COMMON_OBJ)
 DEPS_check_jobspec := $(COMMON_OBJ) $(SPEC_OBJ)
-DEPS_check_nn      := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ)
+DEPS_check_nn      := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(CU_OBJ)
 DEPS_check_data    := $(ENGINE_OBJ)
 DEPS_check_storage := $(COMMON_OBJ) $(SPEC_OBJ) $(STORAGE_OBJ)
 DEPS_check_sched   := $(COMMON_OBJ) $(SPEC_OBJ) $(STORAGE_OBJ) $(SCHED_OBJ)
 DEPS_check_comm    := $(COMMON_OBJ) $(COMM_OBJ)
-DEPS_check_strategy := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(BUILD)/obj/executor/train_loop.o
+DEPS_check_strategy := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(BUILD)/obj/executor/train_loop.o $(CU_OBJ)
 
 TEST_SRC := $(wildcard tests/check_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))

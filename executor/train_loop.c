@@ -1,6 +1,7 @@
 /* train_loop.c - the epoch loop (see train_loop.h). Steps read as
- * batcher_next -> model_forward_backward -> grad_reduce -> apply; nothing
- * allocates inside the loop. */
+ * batcher_next -> engine_step (strategy/engine.h: CPU forward_backward ->
+ * grad_reduce -> apply, CPU replicas, or the GPU engine); nothing allocates
+ * inside the loop. */
 #include "train_loop.h"
 
 #include <cblas.h>
@@ -10,6 +11,7 @@
 
 #include "../common/util.h"
 #include "comm/comm.h"
+#include "strategy/engine.h"
 #include "strategy/ps.h"
 #include "strategy/replicas.h"
 
@@ -18,13 +20,17 @@ static int is_stopped(const train_hooks *h)
     return h && h->stop && *h->stop;
 }
 
-static int write_ckpt(const train_options *opt, const train_hooks *h, const model *m,
+static int write_ckpt(const train_options *opt, const train_hooks *h, engine *e,
                       const ckpt_meta *meta, char err[TRAIN_ERR_MAX])
 {
     if (!opt->checkpoint_path)
         return 0;
-    char cerr[CKPT_ERR_MAX];
-    if (checkpoint_save(opt->checkpoint_path, m, meta, cerr)) {
+    char cerr[CKPT_ERR_MAX > ENGINE_ERR_MAX ? CKPT_ERR_MAX : ENGINE_ERR_MAX];
+    if (engine_pull(e, cerr)) { /* the GPU engine's state into its host model */
+        snprintf(err, TRAIN_ERR_MAX, "checkpoint: %.200s", cerr);
+        return -1;
+    }
+    if (checkpoint_save(opt->checkpoint_path, engine_host_model(e), meta, cerr)) {
         snprintf(err, TRAIN_ERR_MAX, "%s", cerr);
         return -1;
     }
@@ -38,20 +44,18 @@ static int write_ckpt(const train_options *opt, const train_hooks *h, const mode
  * every worker gets the same bits): nobody idles in the next collective while
  * the chief evaluates alone, and a long evaluation never runs into the
  * collective's timeout. Every worker of such a run must call it. */
-static int evaluate(const train_options *opt, model *m, const float *x, const float *y, long n, int features,
+static int evaluate(const train_options *opt, engine *eng, const float *x, const float *y, long n, int features,
                     double *loss, double *acc, char err[TRAIN_ERR_MAX])
 {
     comm *c = opt->comm;
     int size = c ? comm_size(c) : 1;
-    if (size <= 1) {
-        model_evaluate(m, x, y, n, loss, acc);
-        return 0;
-    }
+    if (size <= 1)
+        return engine_evaluate(eng, x, y, n, loss, acc, err);
     int r = comm_rank(c);
     long b = n * r / size, e = n * (r + 1) / size;
     double mine[3] = {0.0, 0.0, (double)(e - b)};
-    if (e > b)
-        model_evaluate(m, x + (size_t)b * (size_t)features, y + b, e - b, &mine[0], &mine[1]);
+    /* a failed local evaluation (GPU) still takes part in the gather, then fails */
+    int bad = e > b && engine_evaluate(eng, x + (size_t)b * (size_t)features, y + b, e - b, &mine[0], &mine[1], err);
     mine[0] *= mine[2];
     mine[1] *= mine[2];
     double all[3 * COMM_MAX_RANKS];
@@ -59,6 +63,8 @@ static int evaluate(const train_options *opt, model *m, const float *x, const fl
         snprintf(err, TRAIN_ERR_MAX, "evaluation across workers failed: %s", comm_error(c));
         return -1;
     }
+    if (bad)
+        return -1;
     double ls = 0.0, cs = 0.0, ns = 0.0;
     for (int i = 0; i < size; i++) {
         ls += all[3 * i];
@@ -106,6 +112,13 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
     if (m_out)
         *m_out = NULL;
     err[0] = 0;
+    if (opt.gpus > 0) { /* a GPU task trains on GPUs or not at all (never silently on the CPU) */
+        char gerr[ENGINE_ERR_MAX];
+        if (engine_gpu_check(spec, opt.gpus, opt.workers > 0 ? opt.workers : 1, gerr)) {
+            snprintf(err, TRAIN_ERR_MAX, "%s", gerr);
+            return -1;
+        }
+    }
     if (spec->strategy.type == STRAT_PARAMETER_SERVER && opt.n_ps > 0) {
         char perr[PS_ERR_MAX];
         if (ps_train(spec, data, &opt, hooks, res, perr)) {
@@ -162,26 +175,25 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
     }
     openblas_set_num_threads(opt.threads > 0 && !replicated ? opt.threads : 1);
 
-    model *m = NULL;
-    replica_set *rs = NULL;
-    char merr[MODEL_ERR_MAX > REPLICAS_ERR_MAX ? MODEL_ERR_MAX : REPLICAS_ERR_MAX];
+    /* the step engine: CPU (one model, or replicas.c) or GPU (engine.h) */
+    engine *eng = NULL;
+    char merr[ENGINE_ERR_MAX];
     uint64_t seed = opt.has_seed ? opt.seed : spec->data.seed;
-    if (replicated) {
-        replica_config rc = {.replicas = k,
-                             .vars = opt.replica_vars == REPLICA_VARS_CENTRAL ? REPLICA_VARS_CENTRAL
-                                                                              : REPLICA_VARS_MIRRORED,
-                             .reduce = opt.replica_reduce == REPLICA_REDUCE_ONE ? REPLICA_REDUCE_ONE
-                                                                                : REPLICA_REDUCE_ALL,
-                             .comm = opt.comm,
-                             .max_rows = replica_rows,
-                             .in_sync = workers * k,
-                             .seed = seed};
-        if (replicas_create(&rs, spec, &rc, merr)) {
-            snprintf(err, TRAIN_ERR_MAX, "%s", merr);
-            return -1;
-        }
-        m = replicas_model(rs);
-    } else if (model_build(&m, spec, global_batch, seed, merr)) {
+    engine_config ec = {.gpus = opt.gpus,
+                        .replicas = k,
+                        .replicated = replicated,
+                        .vars = opt.replica_vars == REPLICA_VARS_CENTRAL ? REPLICA_VARS_CENTRAL : REPLICA_VARS_MIRRORED,
+                        .reduce = opt.replica_reduce == REPLICA_REDUCE_ONE ? REPLICA_REDUCE_ONE : REPLICA_REDUCE_ALL,
+                        .comm = opt.comm,
+                        .worker = worker,
+                        .workers = workers,
+                        .max_rows = replica_rows,
+                        .global_batch = global_batch,
+                        .seed = seed,
+                        .nccl_id = opt.nccl_id,
+                        .grad_reduce = hooks ? hooks->grad_reduce : NULL,
+                        .grad_ctx = hooks ? hooks->ctx : NULL};
+    if (engine_create(&eng, spec, &ec, merr)) {
         snprintf(err, TRAIN_ERR_MAX, "%s", merr);
         return -1;
     }
@@ -189,10 +201,7 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
     dataset_view view = dataset_shard(tr, 0, 1);
     if (batcher_init(&b, view, global_batch, spec->data.shuffle_buffer, spec->data.seed)) {
         snprintf(err, TRAIN_ERR_MAX, "cannot make batches of the training data");
-        if (rs)
-            replicas_free(rs);
-        else
-            model_free(m);
+        engine_free(eng);
         return -1;
     }
     float *xb = xmalloc(sizeof(float) * (size_t)worker_rows * (size_t)tr->features);
@@ -208,8 +217,12 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
     if (opt.resume_path) {
         char cerr[CKPT_ERR_MAX];
         ckpt_meta rm;
-        if (checkpoint_load(opt.resume_path, m, &rm, cerr)) {
+        if (checkpoint_load(opt.resume_path, engine_host_model(eng), &rm, cerr)) {
             snprintf(err, TRAIN_ERR_MAX, "%s", cerr);
+            goto out;
+        }
+        if (engine_push(eng, merr)) { /* the GPU engine takes the loaded state */
+            snprintf(err, TRAIN_ERR_MAX, "resume: %.200s", merr);
             goto out;
         }
         start_epoch = rm.epoch;
@@ -235,7 +248,7 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
         correct = (long)pos[4];
         seen = (long)pos[5];
     }
-    if (rs && replicas_sync_initial(rs, merr)) {
+    if ((replicated || engine_is_gpu(eng)) && engine_sync_initial(eng, merr)) {
         snprintf(err, TRAIN_ERR_MAX, "%s", merr);
         goto out;
     }
@@ -260,37 +273,23 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
         for (;;) {
             if (steps_in_epoch >= 0 && done_steps >= steps_in_epoch)
                 break;
-            step_stats st;
-            float loss;
             int rows = 0;
-            if (rs) {
-                long row0;
+            long row0 = 0;
+            if (replicated)
                 n = batcher_next_part(&b, worker, workers, xb, yb, &row0, &rows);
-                if (n <= 0)
-                    break;
-                replica_step_result sr;
-                if (replicas_step(rs, xb, yb, rows, row0, global_batch, is_stopped(hooks), &sr, merr)) {
-                    snprintf(err, TRAIN_ERR_MAX, "step %ld: %.200s", step + 1, merr);
-                    goto out;
-                }
-                st = sr.st;
-                loss = sr.loss;
-                stop_now = sr.stop;
-            } else {
+            else
                 n = rows = batcher_next(&b, xb, yb);
-                if (n <= 0)
-                    break;
-                if (hooks && hooks->grad_reduce) {
-                    loss = model_forward_backward(m, xb, yb, n, global_batch, &st);
-                    if (hooks->grad_reduce(hooks->ctx, m, model_grads(m), model_param_count(m), &st)) {
-                        snprintf(err, TRAIN_ERR_MAX, "gradient reduction failed at step %ld", step + 1);
-                        goto out;
-                    }
-                    model_apply_gradients(m);
-                } else {
-                    loss = model_train_step(m, xb, yb, n, global_batch, &st);
-                }
+            if (n <= 0)
+                break;
+            engine_step_result sr;
+            if (engine_step(eng, xb, yb, rows, row0, global_batch, replicated && is_stopped(hooks), &sr, merr)) {
+                snprintf(err, TRAIN_ERR_MAX, "step %ld: %.200s", step + 1, merr);
+                goto out;
             }
+            step_stats st = sr.st;
+            float loss = sr.loss;
+            if (replicated)
+                stop_now = sr.stop;
             step++;
             done_steps++;
             lsum += st.loss_sum;
@@ -301,7 +300,7 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
                 train_step_info si = {.step = step, .epoch = (int)ep, .loss = loss, .n = n};
                 hooks->on_step(hooks->ctx, &si);
             }
-            if (!rs)
+            if (!replicated)
                 stop_now = is_stopped(hooks);
             if (stop_now) {
                 train_time += mono_s() - t0;
@@ -313,7 +312,7 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
                 meta.epoch_loss_sum = lsum;
                 meta.epoch_correct = correct;
                 meta.epoch_seen = seen;
-                if (write_ckpt(&opt, hooks, m, &meta, err))
+                if (write_ckpt(&opt, hooks, eng, &meta, err))
                     goto out;
                 res->stopped = 1;
                 res->steps = step;
@@ -336,7 +335,7 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
         em.samples_per_sec = secs > 0 ? ep_examples / secs : 0.0;
         if (data->val.n > 0 && !opt.no_eval) {
             em.has_val = 1;
-            if (evaluate(&opt, m, data->val.x, data->val.y, data->val.n, tr->features, &em.val_loss,
+            if (evaluate(&opt, eng, data->val.x, data->val.y, data->val.n, tr->features, &em.val_loss,
                          &em.val_accuracy, err))
                 goto out;
         }
@@ -359,12 +358,12 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
             meta.epoch_loss_sum = 0.0;
             meta.epoch_correct = 0;
             meta.epoch_seen = 0;
-            if (write_ckpt(&opt, hooks, m, &meta, err))
+            if (write_ckpt(&opt, hooks, eng, &meta, err))
                 goto out;
         }
         /* replicated runs stop together at a step (the flag rides the
          * all-reduce); a flag raised between epochs waits for that step */
-        if (!rs && is_stopped(hooks) && !last) {
+        if (!replicated && is_stopped(hooks) && !last) {
             res->stopped = 1;
             ret = 0;
             goto finish;
@@ -372,7 +371,7 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
     }
     if (data->test.n > 0 && !opt.no_eval) {
         res->has_test = 1;
-        if (evaluate(&opt, m, data->test.x, data->test.y, data->test.n, tr->features, &res->test_loss,
+        if (evaluate(&opt, eng, data->test.x, data->test.y, data->test.n, tr->features, &res->test_loss,
                      &res->test_accuracy, err))
             goto out;
     }
@@ -384,28 +383,15 @@ out:
     free(xb);
     free(yb);
     batcher_release(&b);
-    if (rs) {
-        if (ret == 0 && m_out) {
-            /* hand over a model of its own: the replica set goes */
-            model *copy = NULL;
-            char cerr[MODEL_ERR_MAX];
-            if (model_build(&copy, spec, global_batch, seed, cerr) == 0) {
-                memcpy(model_params(copy), model_params(m), sizeof(float) * model_param_count(m));
-                memcpy(model_slots(copy), model_slots(m),
-                       sizeof(float) * model_param_count(m) * (size_t)model_slot_count(m));
-                model_set_iterations(copy, model_iterations(m));
-                *m_out = copy;
-            } else {
-                snprintf(err, TRAIN_ERR_MAX, "%s", cerr);
-                ret = -1;
-            }
+    if (ret == 0 && m_out) {
+        /* hand over a CPU model of its own */
+        *m_out = engine_take_model(eng, spec, merr);
+        if (!*m_out) {
+            snprintf(err, TRAIN_ERR_MAX, "%s", merr);
+            ret = -1;
         }
-        replicas_free(rs);
-    } else if (ret == 0 && m_out) {
-        *m_out = m;
-    } else {
-        model_free(m);
     }
+    engine_free(eng);
     return ret;
 }
 

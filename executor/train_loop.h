@@ -3,8 +3,10 @@
  * [grad_reduce hook] -> apply -> metrics; validation each epoch, test at the
  * end; resume from and write checkpoints; stop cleanly on a flag.
  *
- * Engine: executor/nn/model.h; data: executor/data/dataset.h; files:
- * executor/nn/checkpoint.h. A multi-replica strategy plugs in through
+ * Engine: executor/strategy/engine.h (the CPU engine of executor/nn/model.h,
+ * or the GPU engine of executor/cuda when train_options.gpus > 0); data:
+ * executor/data/dataset.h; files: executor/nn/checkpoint.h (the GPU engine's
+ * state is copied into a CPU model for them). A multi-replica strategy plugs in through
  * train_hooks.grad_reduce (all-reduce of the flat gradient buffer) and
  * train_options.worker/workers (which shard, which slice of the global batch).
  *
@@ -45,6 +47,11 @@ typedef struct train_options {
     int no_eval;                 /* 1: skip validation and test (a non-chief worker) */
     int n_ps;                    /* parameter_server: the ps tasks (ps.h) ... */
     const struct ps_addr *ps;    /* ... and their addresses */
+    int gpus;                    /* CUDA devices given to this worker (ordinals 0..gpus-1 of its
+                                  * CUDA_VISIBLE_DEVICES): > 0 trains on the GPU engine, one
+                                  * replica a device (== replicas); 0: the CPU engine */
+    const char *nccl_id;         /* GPUs and workers > 1: the chief's ncclUniqueId as hex (the
+                                  * worker's rendezvous key "nccl-id") */
     int has_seed;                /* 1: init from `seed`; else from data.seed */
     uint64_t seed;
     char spec_hash[65];          /* recorded in checkpoints ("" = none) */
@@ -77,7 +84,8 @@ typedef struct train_hooks {
     void (*on_checkpoint)(void *ctx, const char *path, const ckpt_meta *meta);
     /* between model_forward_backward and model_apply_gradients: e.g. sum the
      * flat gradient buffer (n floats) across replicas, and st's counts for
-     * metrics. Return 0, or -1 to abort the run. NULL = single replica. */
+     * metrics. Return 0, or -1 to abort the run. NULL = single replica.
+     * CPU engine only (a GPU run with it set is an error). */
     int (*grad_reduce)(void *ctx, model *m, float *grads, size_t n, step_stats *st);
     /* when it becomes non-zero (e.g. set by a SIGTERM handler) the loop
      * finishes the step, writes a checkpoint (if it has a path) and returns */

@@ -10,7 +10,9 @@
 #include "../api/jobspec.h"
 #include "../common/util.h"
 #include "comm/comm.h"
+#include "cuda/nccl_comm.h"
 #include "data/dataroot.h"
+#include "strategy/engine.h"
 #include "strategy/ps.h"
 #include "strategy/replicas.h"
 
@@ -53,6 +55,8 @@ typedef struct wconfig {
     int n_ps;                    /* cluster.ps entries (parameter_server) */
     ps_addr *ps;                 /* (n_ps) owned */
     int threads;                 /* cpu devices given to this task */
+    int gpus;                    /* gpu devices given to this task ("gpu:N"; the agent sets
+                                  * CUDA_VISIBLE_DEVICES to them, so they are ordinals 0..gpus-1) */
     char *spec_json;             /* owned */
 } wconfig;
 
@@ -154,6 +158,7 @@ static int config_parse(const char *text, wconfig *w, char *err, size_t errlen) 
     const cJSON *d;
     cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(o, "devices")) {
         if (cJSON_IsString(d) && strncmp(d->valuestring, "cpu", 3) == 0) w->threads++;
+        if (cJSON_IsString(d) && strncmp(d->valuestring, "gpu:", 4) == 0) w->gpus++;
     }
     if (w->threads < 1) w->threads = 1;
     w->spec_json = cJSON_PrintUnformatted(spec);
@@ -362,6 +367,46 @@ out:
     return cm;
 }
 
+/* The NCCL id of a GPU job of several workers: the chief makes one and
+ * publishes it as "nccl-id" = {"id": HEX} in the attempt's rendezvous (a new
+ * one each attempt); the others wait for it. 0 with hex filled, or -1. */
+static int nccl_id_join(client *c, const wconfig *w, char hex[GPU_NCCL_ID_HEX], char *err, size_t errlen) {
+    report_api a = {c, w->job, &g_stop, "stopped before training started"};
+    char gerr[GPU_ERR_MAX];
+    if (w->index == 0) {
+        if (gpu_nccl_unique_id(hex, gerr) < 0) {
+            snprintf(err, errlen, "cannot make the NCCL id: %s", gerr);
+            return -1;
+        }
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "id", hex);
+        char *body = cJSON_PrintUnformatted(o);
+        cJSON_Delete(o);
+        if (!body) {
+            snprintf(err, errlen, "out of memory");
+            return -1;
+        }
+        int rc = report_rdv_put(&a, "nccl-id", body, err, errlen);
+        free(body);
+        if (rc == 0) log_info("published the NCCL id (rendezvous key nccl-id)");
+        return rc < 0 ? -1 : 0;
+    }
+    cJSON *o = NULL;
+    int got = report_rdv_get(&a, "nccl-id", RDV_WAIT_S, mono_ms() + (int64_t)RDV_DEADLINE_S * 1000, &o, err, errlen);
+    if (got == REPORT_RDV_TIMEOUT) snprintf(err, errlen, "the chief did not publish the NCCL id within %d s", RDV_DEADLINE_S);
+    if (got < 0) return -1;
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "id");
+    int ok = cJSON_IsString(id) && strlen(id->valuestring) == GPU_NCCL_ID_HEX - 1 &&
+             strspn(id->valuestring, "0123456789abcdef") == GPU_NCCL_ID_HEX - 1;
+    if (ok) memcpy(hex, id->valuestring, GPU_NCCL_ID_HEX);
+    cJSON_Delete(o);
+    if (!ok) {
+        snprintf(err, errlen, "the chief published a malformed NCCL id (rendezvous key nccl-id)");
+        return -1;
+    }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- hooks */
 
 typedef struct wctx {
@@ -545,6 +590,17 @@ int worker_run(const char *config) {
     log_info("job %lld attempt %d: %s, strategy %s, %d epoch(s) of batch %d, %d worker(s) x %d replica(s)",
              (long long)w.job, w.attempt, spec->name, strategy_name(spec->strategy.type), spec->fit.epochs,
              spec->fit.batch_size, w.n_workers, replicas);
+    /* GPUs given: the GPU engine or a clear failure, never the CPU in their place */
+    char eerr[ENGINE_ERR_MAX];
+    if (engine_gpu_check(spec, w.gpus, w.n_workers, eerr) < 0) {
+        snprintf(err, sizeof err, "%s", eerr);
+        goto fail;
+    }
+    if (w.gpus > 0) {
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        log_info("engine: GPU, %d device(s) (CUDA_VISIBLE_DEVICES=%s)%s", w.gpus, vis ? vis : "(unset)",
+                 w.gpus * w.n_workers > 1 ? ", gradients all-reduced with NCCL" : "");
+    }
 
     const char *tmp = getenv("TMPDIR");
     if (sfmt(dir, sizeof dir, "%s/trainyard-job%lld-XXXXXX", tmp && *tmp ? tmp : "/tmp", (long long)w.job) < 0 ||
@@ -600,9 +656,16 @@ int worker_run(const char *config) {
             goto fail;
         }
     }
+    char nccl_id[GPU_NCCL_ID_HEX] = "";
+    if (w.gpus > 0 && w.n_workers > 1 && nccl_id_join(&c, &w, nccl_id, err, sizeof err) < 0) {
+        if (g_stop) ret = WORKER_EXIT_STOPPED;
+        goto fail;
+    }
     train_options opt;
     memset(&opt, 0, sizeof opt);
     opt.threads = w.threads;
+    opt.gpus = w.gpus;
+    opt.nccl_id = nccl_id[0] ? nccl_id : NULL;
     opt.checkpoint_path = chief ? ckpt_path : NULL;
     opt.resume_path = have_ckpt ? resume_path : NULL;
     opt.worker = w.index;

@@ -5,7 +5,8 @@
  * Usable from C. In a build without CUDA (no TRAINYARD_CUDA) the functions
  * are inline stubs that report no device, so a caller needs no #ifdef.
  *
- * defines: gpu_device_count, gpu_device_query, gpu_device_info */
+ * defines: gpu_device_count, gpu_device_query, gpu_device_info,
+ *          gpu_built_with_cuda */
 #ifndef TRAINYARD_GPU_DEVICE_H
 #define TRAINYARD_GPU_DEVICE_H
 
@@ -43,6 +44,9 @@ int gpu_device_count(int *count, char err[GPU_ERR_MAX]);
 /* Fills *out for device `index`. Returns 0, or -1 with the reason in err. */
 int gpu_device_query(int index, gpu_device_info *out, char err[GPU_ERR_MAX]);
 
+/* 1: this build has the GPU engine (make CUDA=1). */
+static inline int gpu_built_with_cuda(void) { return 1; }
+
 #else /* built without CUDA */
 
 static inline int gpu_device_count(int *count, char err[GPU_ERR_MAX])
@@ -61,6 +65,8 @@ static inline int gpu_device_query(int index, gpu_device_info *out, char err[GPU
         snprintf(err, GPU_ERR_MAX, "built without CUDA (make CUDA=1)");
     return -1;
 }
+
+static inline int gpu_built_with_cuda(void) { return 0; }
 
 #endif
 

@@ -1566,5 +1566,6 @@ extern "C" int gpu_model_max_batch(const gpu_model *g) { return g->max_batch; }
 extern "C" const char *gpu_model_signature(const gpu_model *g) { return g->signature; }
 extern "C" float *gpu_model_params_device(gpu_model *g) { return g->params; }
 extern "C" float *gpu_model_grads_device(gpu_model *g) { return g->grads; }
+extern "C" float *gpu_model_slots_device(gpu_model *g) { return g->n_slots ? g->slots : NULL; }
 extern "C" void *gpu_model_stream(gpu_model *g) { return (void *)g->stream; }
 extern "C" int gpu_model_device(const gpu_model *g) { return g->device; }

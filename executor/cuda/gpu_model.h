@@ -156,6 +156,7 @@ const char *gpu_model_signature(const gpu_model *g); /* == model_signature */
  * the model's stream (a cudaStream_t). */
 float *gpu_model_params_device(gpu_model *g);
 float *gpu_model_grads_device(gpu_model *g);
+float *gpu_model_slots_device(gpu_model *g);  /* slot_count * param_count floats; NULL: none */
 void *gpu_model_stream(gpu_model *g);
 int gpu_model_device(const gpu_model *g);
 
@@ -232,6 +233,7 @@ static inline int gpu_model_max_batch(const gpu_model *g) { (void)g; return 0; }
 static inline const char *gpu_model_signature(const gpu_model *g) { (void)g; return ""; }
 static inline float *gpu_model_params_device(gpu_model *g) { (void)g; return NULL; }
 static inline float *gpu_model_grads_device(gpu_model *g) { (void)g; return NULL; }
+static inline float *gpu_model_slots_device(gpu_model *g) { (void)g; return NULL; }
 static inline void *gpu_model_stream(gpu_model *g) { (void)g; return NULL; }
 static inline int gpu_model_device(const gpu_model *g) { (void)g; return -1; }
 

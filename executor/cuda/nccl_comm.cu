@@ -86,16 +86,36 @@ static int hex_val(char ch)
     return -1;
 }
 
-extern "C" int gpu_nccl_init(gpu_nccl **out, const char *id_hex, int nranks, int rank, int device,
-                             int timeout_s, char err[GPU_ERR_MAX])
+/* Frees k communicators made by init_local (aborting them: a failed init). */
+static void abort_all(gpu_nccl **c, int k)
+{
+    for (int i = 0; i < k; i++) {
+        if (!c[i])
+            continue;
+        if (c[i]->comm) {
+            cudaSetDevice(c[i]->device);
+            ncclCommAbort(c[i]->comm);
+        }
+        free(c[i]);
+        c[i] = NULL;
+    }
+}
+
+extern "C" int gpu_nccl_init_local(gpu_nccl **out, int k, const char *id_hex, int nranks,
+                                   int first_rank, const int *devices, int timeout_s,
+                                   char err[GPU_ERR_MAX])
 {
     ncclUniqueId id;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
-    gpu_nccl *c = NULL;
     ncclResult_t r;
-    *out = NULL;
-    if (nranks < 1 || rank < 0 || rank >= nranks)
-        return gpu_errf(err, "gpu_nccl_init: rank %d of %d", rank, nranks);
+    int grouped = 0;
+    if (k < 1)
+        return gpu_errf(err, "gpu_nccl_init_local: %d local ranks", k);
+    for (int i = 0; i < k; i++)
+        out[i] = NULL;
+    if (nranks < 1 || first_rank < 0 || first_rank + k > nranks)
+        return gpu_errf(err, "gpu_nccl_init: ranks %d..%d of %d", first_rank, first_rank + k - 1,
+                        nranks);
     if (!id_hex || strlen(id_hex) != 2 * GPU_NCCL_ID_BYTES)
         return gpu_errf(err, "gpu_nccl_init: the id must be %d hex digits",
                         2 * GPU_NCCL_ID_BYTES);
@@ -105,76 +125,150 @@ extern "C" int gpu_nccl_init(gpu_nccl **out, const char *id_hex, int nranks, int
             return gpu_errf(err, "gpu_nccl_init: the id has a non-hex digit at %d", 2 * i);
         id.internal[i] = (char)(hi << 4 | lo);
     }
-    c = (gpu_nccl *)calloc(1, sizeof *c);
-    if (!c)
-        return gpu_errf(err, "out of memory");
-    c->device = device;
-    c->rank = rank;
-    c->nranks = nranks;
-    cudaCheck(cudaSetDevice(device));
+    for (int i = 0; i < k; i++) {
+        out[i] = (gpu_nccl *)calloc(1, sizeof *out[i]);
+        if (!out[i]) {
+            gpu_errf(err, "out of memory");
+            goto fail;
+        }
+        out[i]->device = devices[i];
+        out[i]->rank = first_rank + i;
+        out[i]->nranks = nranks;
+    }
     cfg.blocking = 0;
-    r = ncclCommInitRankConfig(&c->comm, nranks, id, rank, &cfg);
+    ncclCheck(ncclGroupStart());
+    grouped = 1;
+    for (int i = 0; i < k; i++) {
+        cudaCheck(cudaSetDevice(devices[i]));
+        r = ncclCommInitRankConfig(&out[i]->comm, nranks, id, first_rank + i, &cfg);
+        if (r != ncclSuccess && r != ncclInProgress) {
+            gpu_errf(err, "%s:%d: ncclCommInitRankConfig (rank %d of %d, device %d): %s",
+                     __FILE__, __LINE__, first_rank + i, nranks, devices[i],
+                     ncclGetErrorString(r));
+            goto fail;
+        }
+    }
+    grouped = 0;
+    r = ncclGroupEnd();
     if (r != ncclSuccess && r != ncclInProgress) {
-        gpu_errf(err, "%s:%d: ncclCommInitRankConfig (rank %d of %d): %s", __FILE__, __LINE__,
-                 rank, nranks, ncclGetErrorString(r));
+        gpu_errf(err, "%s:%d: ncclGroupEnd (ncclCommInitRankConfig, ranks %d..%d of %d): %s",
+                 __FILE__, __LINE__, first_rank, first_rank + k - 1, nranks,
+                 ncclGetErrorString(r));
         goto fail;
     }
-    if (comm_wait(c, timeout_s > 0 ? timeout_s : 300, "ncclCommInitRankConfig", err))
-        goto fail;
-    *out = c;
+    for (int i = 0; i < k; i++)
+        if (comm_wait(out[i], timeout_s > 0 ? timeout_s : 300, "ncclCommInitRankConfig", err))
+            goto fail;
     return 0;
 fail:
-    if (c && c->comm)
-        ncclCommAbort(c->comm);
-    free(c);
+    if (grouped)
+        ncclGroupEnd();
+    abort_all(out, k);
+    return -1;
+}
+
+extern "C" int gpu_nccl_init(gpu_nccl **out, const char *id_hex, int nranks, int rank, int device,
+                             int timeout_s, char err[GPU_ERR_MAX])
+{
+    *out = NULL;
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+        return gpu_errf(err, "gpu_nccl_init: rank %d of %d", rank, nranks);
+    return gpu_nccl_init_local(out, 1, id_hex, nranks, rank, &device, timeout_s, err);
+}
+
+/* Marks the k communicators broken (a call of the group failed). */
+static void mark_broken(gpu_nccl **c, int k)
+{
+    for (int i = 0; i < k; i++)
+        c[i]->broken = 1;
+}
+
+extern "C" int gpu_nccl_allreduce_local(gpu_nccl **c, int k, float **bufs, size_t count,
+                                        size_t bucket_floats, void **streams,
+                                        char err[GPU_ERR_MAX])
+{
+    ncclResult_t r;
+    int grouped = 0;
+    if (bucket_floats == 0)
+        bucket_floats = GPU_NCCL_BUCKET_DEFAULT;
+    ncclCheck(ncclGroupStart());
+    grouped = 1;
+    for (int i = 0; i < k; i++) {
+        cudaCheck(cudaSetDevice(c[i]->device));
+        for (size_t off = 0; off < count; off += bucket_floats) {
+            size_t len = count - off < bucket_floats ? count - off : bucket_floats;
+            r = ncclAllReduce(bufs[i] + off, bufs[i] + off, len, ncclFloat32, ncclSum,
+                              c[i]->comm, (cudaStream_t)streams[i]);
+            if (r != ncclSuccess && r != ncclInProgress) {
+                gpu_errf(err, "%s:%d: ncclAllReduce(%zu floats at %zu, rank %d): %s", __FILE__,
+                         __LINE__, len, off, c[i]->rank, ncclGetErrorString(r));
+                goto fail;
+            }
+        }
+    }
+    grouped = 0;
+    r = ncclGroupEnd();
+    if (r != ncclSuccess && r != ncclInProgress) {
+        gpu_errf(err, "%s:%d: ncclGroupEnd (ncclAllReduce): %s", __FILE__, __LINE__,
+                 ncclGetErrorString(r));
+        goto fail;
+    }
+    for (int i = 0; i < k; i++)
+        if (comm_wait(c[i], 300, "ncclAllReduce", err))
+            goto fail;
+    return 0;
+fail:
+    if (grouped)
+        ncclGroupEnd();
+    mark_broken(c, k);
     return -1;
 }
 
 extern "C" int gpu_nccl_allreduce(gpu_nccl *c, float *buf, size_t count, size_t bucket_floats,
                                   void *stream, char err[GPU_ERR_MAX])
 {
+    return gpu_nccl_allreduce_local(&c, 1, &buf, count, bucket_floats, &stream, err);
+}
+
+extern "C" int gpu_nccl_broadcast_local(gpu_nccl **c, int k, float **bufs, size_t count,
+                                        int root, void **streams, char err[GPU_ERR_MAX])
+{
     ncclResult_t r;
-    if (bucket_floats == 0)
-        bucket_floats = GPU_NCCL_BUCKET_DEFAULT;
-    cudaCheck(cudaSetDevice(c->device));
+    int grouped = 0;
     ncclCheck(ncclGroupStart());
-    for (size_t off = 0; off < count; off += bucket_floats) {
-        size_t len = count - off < bucket_floats ? count - off : bucket_floats;
-        r = ncclAllReduce(buf + off, buf + off, len, ncclFloat32, ncclSum, c->comm,
-                          (cudaStream_t)stream);
+    grouped = 1;
+    for (int i = 0; i < k; i++) {
+        cudaCheck(cudaSetDevice(c[i]->device));
+        r = ncclBroadcast(bufs[i], bufs[i], count, ncclFloat32, root, c[i]->comm,
+                          (cudaStream_t)streams[i]);
         if (r != ncclSuccess && r != ncclInProgress) {
-            ncclGroupEnd();
-            gpu_errf(err, "%s:%d: ncclAllReduce(%zu floats at %zu): %s", __FILE__, __LINE__, len,
-                     off, ncclGetErrorString(r));
+            gpu_errf(err, "%s:%d: ncclBroadcast(%zu floats from %d, rank %d): %s", __FILE__,
+                     __LINE__, count, root, c[i]->rank, ncclGetErrorString(r));
             goto fail;
         }
     }
+    grouped = 0;
     r = ncclGroupEnd();
     if (r != ncclSuccess && r != ncclInProgress) {
-        gpu_errf(err, "%s:%d: ncclGroupEnd: %s", __FILE__, __LINE__, ncclGetErrorString(r));
+        gpu_errf(err, "%s:%d: ncclGroupEnd (ncclBroadcast): %s", __FILE__, __LINE__,
+                 ncclGetErrorString(r));
         goto fail;
     }
-    return comm_wait(c, 300, "ncclAllReduce", err);
+    for (int i = 0; i < k; i++)
+        if (comm_wait(c[i], 300, "ncclBroadcast", err))
+            goto fail;
+    return 0;
 fail:
-    c->broken = 1;
+    if (grouped)
+        ncclGroupEnd();
+    mark_broken(c, k);
     return -1;
 }
 
 extern "C" int gpu_nccl_broadcast(gpu_nccl *c, float *buf, size_t count, int root, void *stream,
                                   char err[GPU_ERR_MAX])
 {
-    ncclResult_t r;
-    cudaCheck(cudaSetDevice(c->device));
-    r = ncclBroadcast(buf, buf, count, ncclFloat32, root, c->comm, (cudaStream_t)stream);
-    if (r != ncclSuccess && r != ncclInProgress) {
-        gpu_errf(err, "%s:%d: ncclBroadcast(%zu floats from %d): %s", __FILE__, __LINE__, count,
-                 root, ncclGetErrorString(r));
-        goto fail;
-    }
-    return comm_wait(c, 300, "ncclBroadcast", err);
-fail:
-    c->broken = 1;
-    return -1;
+    return gpu_nccl_broadcast_local(&c, 1, &buf, count, root, &stream, err);
 }
 
 extern "C" void gpu_nccl_free(gpu_nccl *c)
@@ -225,6 +319,31 @@ extern "C" int gpu_nccl_broadcast(gpu_nccl *c, float *buf, size_t count, int roo
                                   char err[GPU_ERR_MAX])
 {
     (void)c; (void)buf; (void)count; (void)root; (void)stream;
+    return no_nccl(err);
+}
+
+extern "C" int gpu_nccl_init_local(gpu_nccl **out, int k, const char *id_hex, int nranks,
+                                   int first_rank, const int *devices, int timeout_s,
+                                   char err[GPU_ERR_MAX])
+{
+    (void)id_hex; (void)nranks; (void)first_rank; (void)devices; (void)timeout_s;
+    for (int i = 0; i < k; i++)
+        out[i] = NULL;
+    return no_nccl(err);
+}
+
+extern "C" int gpu_nccl_allreduce_local(gpu_nccl **c, int k, float **bufs, size_t count,
+                                        size_t bucket_floats, void **streams,
+                                        char err[GPU_ERR_MAX])
+{
+    (void)c; (void)k; (void)bufs; (void)count; (void)bucket_floats; (void)streams;
+    return no_nccl(err);
+}
+
+extern "C" int gpu_nccl_broadcast_local(gpu_nccl **c, int k, float **bufs, size_t count,
+                                        int root, void **streams, char err[GPU_ERR_MAX])
+{
+    (void)c; (void)k; (void)bufs; (void)count; (void)root; (void)streams;
     return no_nccl(err);
 }
 

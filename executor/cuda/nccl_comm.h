@@ -10,8 +10,14 @@
  * instead of hanging the worker. Usable from C; without CUDA/NCCL in the
  * build every call fails with a clear message.
  *
- * defines: gpu_nccl_unique_id, gpu_nccl_init, gpu_nccl_allreduce,
- *          gpu_nccl_broadcast, gpu_nccl_free */
+ * Several ranks in one process, driven by one thread (mirrored on K GPUs of
+ * one worker, or a worker's K GPUs in a multi-worker job): the *_local
+ * calls take the K communicators and issue their calls in one NCCL group,
+ * as NCCL requires of a thread that drives several devices.
+ *
+ * defines: gpu_nccl_unique_id, gpu_nccl_init, gpu_nccl_init_local,
+ *          gpu_nccl_allreduce, gpu_nccl_allreduce_local, gpu_nccl_broadcast,
+ *          gpu_nccl_broadcast_local, gpu_nccl_free */
 #ifndef TRAINYARD_NCCL_COMM_H
 #define TRAINYARD_NCCL_COMM_H
 
@@ -42,6 +48,19 @@ int gpu_nccl_unique_id(char hex[GPU_NCCL_ID_HEX], char err[GPU_ERR_MAX]);
 int gpu_nccl_init(gpu_nccl **out, const char *id_hex, int nranks, int rank, int device,
                   int timeout_s, char err[GPU_ERR_MAX]);
 
+/* Joins communicator `id_hex` as the k ranks first_rank..first_rank+k-1 of
+ * nranks, rank first_rank+i on device devices[i], from this one thread (one
+ * NCCL group). out[0..k-1] get the communicators (all or none). */
+int gpu_nccl_init_local(gpu_nccl **out, int k, const char *id_hex, int nranks, int first_rank,
+                        const int *devices, int timeout_s, char err[GPU_ERR_MAX]);
+
+/* gpu_nccl_allreduce / gpu_nccl_broadcast of the k local ranks c[i], buffer
+ * bufs[i] on stream streams[i], in one group. */
+int gpu_nccl_allreduce_local(gpu_nccl **c, int k, float **bufs, size_t count,
+                             size_t bucket_floats, void **streams, char err[GPU_ERR_MAX]);
+int gpu_nccl_broadcast_local(gpu_nccl **c, int k, float **bufs, size_t count, int root,
+                             void **streams, char err[GPU_ERR_MAX]);
+
 /* In place: buf (count floats, device) becomes the sum over the ranks, as
  * ncclAllReduce(ncclSum) calls of bucket_floats each (0: default) in one
  * group, queued on stream (a cudaStream_t). */
@@ -69,12 +88,26 @@ static inline int gpu_nccl_init(gpu_nccl **out, const char *id_hex, int nranks, 
                                 int device, int timeout_s, char err[GPU_ERR_MAX])
 { (void)id_hex; (void)nranks; (void)rank; (void)device; (void)timeout_s; *out = NULL;
   return gpu_nccl_no_cuda(err); }
-static inline int gpu_nccl_allreduce(gpu_nccl *c, float *buf, size_t count, size_t bucket,
+static inline int gpu_nccl_allreduce(gpu_nccl *c, float *data, size_t count, size_t bucket,
                                      void *stream, char err[GPU_ERR_MAX])
-{ (void)c; (void)buf; (void)count; (void)bucket; (void)stream; return gpu_nccl_no_cuda(err); }
-static inline int gpu_nccl_broadcast(gpu_nccl *c, float *buf, size_t count, int root,
+{ (void)c; (void)data; (void)count; (void)bucket; (void)stream; return gpu_nccl_no_cuda(err); }
+static inline int gpu_nccl_broadcast(gpu_nccl *c, float *data, size_t count, int root,
                                      void *stream, char err[GPU_ERR_MAX])
-{ (void)c; (void)buf; (void)count; (void)root; (void)stream; return gpu_nccl_no_cuda(err); }
+{ (void)c; (void)data; (void)count; (void)root; (void)stream; return gpu_nccl_no_cuda(err); }
+static inline int gpu_nccl_init_local(gpu_nccl **out, int k, const char *id_hex, int nranks,
+                                      int first_rank, const int *devices, int timeout_s,
+                                      char err[GPU_ERR_MAX])
+{ (void)id_hex; (void)nranks; (void)first_rank; (void)devices; (void)timeout_s;
+  for (int i = 0; i < k; i++) out[i] = NULL;
+  return gpu_nccl_no_cuda(err); }
+static inline int gpu_nccl_allreduce_local(gpu_nccl **c, int k, float **bufs, size_t count,
+                                           size_t bucket, void **streams, char err[GPU_ERR_MAX])
+{ (void)c; (void)k; (void)bufs; (void)count; (void)bucket; (void)streams;
+  return gpu_nccl_no_cuda(err); }
+static inline int gpu_nccl_broadcast_local(gpu_nccl **c, int k, float **bufs, size_t count,
+                                           int root, void **streams, char err[GPU_ERR_MAX])
+{ (void)c; (void)k; (void)bufs; (void)count; (void)root; (void)streams;
+  return gpu_nccl_no_cuda(err); }
 static inline void gpu_nccl_free(gpu_nccl *c) { (void)c; }
 
 #endif
