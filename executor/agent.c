@@ -493,7 +493,7 @@ static void task_start(agent *a, const cJSON *s) {
     if (n_gpu) env[ne++] = e_cuda.data;
     env[ne] = NULL;
     char *argv[] = {a->exe, "worker", NULL};
-    if (ok) t->pid = proc_spawn(a->exe, argv, env, &t->fd);
+    if (ok) t->pid = proc_spawn(a->exe, argv, env, a->opt.worker_nice, &t->fd);
     int spawn_errno = errno;
     /* a parameter_server job trains on without a dead non-chief worker:
      * keep what it takes to start it again */
@@ -602,7 +602,7 @@ static void tasks_check(agent *a) {
             buf_appends(&t->logs, note);
             task_ship_logs(a, t);
             char *argv[] = {a->exe, "worker", NULL};
-            pid_t pid = proc_spawn(a->exe, argv, t->env, &t->fd);
+            pid_t pid = proc_spawn(a->exe, argv, t->env, a->opt.worker_nice, &t->fd);
             if (pid > 0) {
                 t->pid = pid;
                 t->restarts++;
@@ -982,6 +982,8 @@ static void agent_usage(FILE *f) {
             "  --hostname    the node's name (default: gethostname)\n"
             "  --address     the address peers reach this node's workers at\n"
             "                (default 127.0.0.1 for a loopback server, else the hostname)\n"
+            "  --worker-nice run the tasks' processes at this nice value, 0-19 (default 0): they then\n"
+            "                yield the cores to the agent and anything else on the node when both want them\n"
             "  --state-file  where the agent keeps the tasks it answers for, so a restarted agent\n"
             "                reports the tasks of a killed one as lost (default: a file in\n"
             "                $XDG_RUNTIME_DIR, $TMPDIR or /tmp named by server, hostname and uid)\n");
@@ -1014,7 +1016,7 @@ int agent_parse_flags(agent_options *o, int argc, char **argv) {
         {"data-root", required_argument, NULL, 'r'}, {"hostname", required_argument, NULL, 'n'},
         {"address", required_argument, NULL, 'a'},  {"heartbeat", required_argument, NULL, 'b'},
         {"poll-wait", required_argument, NULL, 'w'}, {"state-file", required_argument, NULL, 'S'},
-        {"help", no_argument, NULL, 'h'},
+        {"worker-nice", required_argument, NULL, 'N'}, {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -1057,6 +1059,13 @@ int agent_parse_flags(agent_options *o, int argc, char **argv) {
             break;
         case 'S':
             if (sfmt(o->state_file, sizeof o->state_file, "%s", optarg) < 0) return -1;
+            break;
+        case 'N':
+            if (parse_long(optarg, 0, 19, &v) < 0) {
+                fprintf(stderr, "trainyard agent: --worker-nice wants a number (0-19)\n");
+                return -1;
+            }
+            o->worker_nice = (int)v;
             break;
         case 'h': agent_usage(stdout); return 1;
         default: agent_usage(stderr); return -1;

@@ -22,6 +22,8 @@ typedef struct agent_options {
     int heartbeat_s;           /* default 5 */
     int poll_wait_s;           /* long-poll wait, default 20 */
     int stop_grace_s;          /* grace on the agent's own shutdown, default 10 */
+    int worker_nice;           /* nice value of the tasks' processes, 0-19 (default 0;
+                                * `trainyard up` uses 10: its server shares the cores) */
     char state_file[PATH_MAX]; /* "" = $XDG_RUNTIME_DIR|$TMPDIR|/tmp/trainyard-agent-HASH.json,
                                 * HASH of server URL, hostname and uid */
 } agent_options;

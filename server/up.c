@@ -22,12 +22,16 @@
 #include <unistd.h>
 
 #define UP_MAX_ARGS 48
+#define UP_WORKER_NICE "10"          /* the tasks' nice value unless --worker-nice says otherwise */
 
 static void up_usage(FILE *f) {
     fprintf(f,
             "usage: trainyard up [--listen ADDR:PORT] [--data DIR] [--cpu-slots N] [--data-root DIR]\n"
-            "                    [--hostname H] [server flags: --durability, --heartbeat-timeout, --quiet]\n"
+            "                    [--hostname H] [--worker-nice N]\n"
+            "                    [server flags: --durability, --heartbeat-timeout, --quiet]\n"
             "  the server (default 127.0.0.1:8080, data in ./.trainyard) and one local agent;\n"
+            "  the agent runs training at nice " UP_WORKER_NICE " (--worker-nice 0 turns that off),\n"
+            "  so the API stays responsive while jobs use every core;\n"
             "  Ctrl-C stops both (and the agent's workers).\n");
 }
 
@@ -81,7 +85,8 @@ int cmd_up(int argc, char **argv) {
             return 0;
         }
         int agent_flag = strcmp(a, "--cpu-slots") == 0 || strcmp(a, "--data-root") == 0 ||
-                         strcmp(a, "--hostname") == 0 || strcmp(a, "--address") == 0;
+                         strcmp(a, "--hostname") == 0 || strcmp(a, "--address") == 0 ||
+                         strcmp(a, "--worker-nice") == 0;
         int takes_value = agent_flag || strcmp(a, "--listen") == 0 || strcmp(a, "--data") == 0 ||
                           strcmp(a, "--durability") == 0 || strcmp(a, "--heartbeat-timeout") == 0;
         if (takes_value && i + 1 >= argc) {
@@ -167,6 +172,10 @@ int cmd_up(int argc, char **argv) {
         ag_argv[n++] = tokfile;
         ag_argv[n++] = "--state-file";
         ag_argv[n++] = statefile;
+        /* the server shares these cores: training yields them to it when both
+         * want them (a later --worker-nice of the user's overrides this) */
+        ag_argv[n++] = "--worker-nice";
+        ag_argv[n++] = UP_WORKER_NICE;
         for (int i = 0; i < na; i++) ag_argv[n++] = agent_extra[i];
         ag_argv[n] = NULL;
         agent = up_spawn(exe, ag_argv);

@@ -120,6 +120,40 @@ static int reap_children(int timeout_ms) {
     return m;
 }
 
+/* The nice value of every thread of pid (from /proc/PID/task/TID/stat,
+ * field 19): how many threads, with the lowest and highest seen. */
+static int thread_nices(pid_t pid, int *lo, int *hi) {
+    char dir[64];
+    snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    *lo = 100;
+    *hi = -100;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        char path[384], text[1024];
+        snprintf(path, sizeof path, "%s/%s/stat", dir, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t len = fread(text, 1, sizeof text - 1, f);
+        fclose(f);
+        text[len] = 0;
+        const char *rp = strrchr(text, ')');
+        int nice;
+        /* after "(comm)": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
+         * utime stime cutime cstime priority nice */
+        if (!rp || sscanf(rp + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %d", &nice) != 1)
+            continue;
+        if (nice < *lo) *lo = nice;
+        if (nice > *hi) *hi = nice;
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
 static int port_open(const char *url) {
     const char *p = strrchr(url, ':');
     ck_assert_ptr_nonnull(p);
@@ -160,6 +194,19 @@ START_TEST(up_killed_takes_its_children)
     pid_t kids[8];
     int n = children_of(srv.pid, kids, 8);
     ck_assert_int_eq(n, 2); /* server and agent */
+    /* up runs training at nice 10 (every thread of the worker), its server and agent at 0 */
+    int workers = 0, lo, hi;
+    for (int i = 0; i < n; i++) {
+        ck_assert_int_gt(thread_nices(kids[i], &lo, &hi), 0);
+        ck_assert_msg(lo == 0 && hi == 0, "up's child %d runs at nice %d..%d", (int)kids[i], lo, hi);
+        pid_t w[4];
+        int nw = children_of(kids[i], w, 4);
+        for (int k = 0; k < nw; k++, workers++) {
+            ck_assert_int_gt(thread_nices(w[k], &lo, &hi), 0);
+            ck_assert_msg(lo == 10 && hi == 10, "the worker %d runs at nice %d..%d", (int)w[k], lo, hi);
+        }
+    }
+    ck_assert_int_eq(workers, 1);
     pid_t up = srv.pid;
     kill(up, SIGKILL);
     ck_assert_int_ge(wait_exit(up, 5000), 0);
