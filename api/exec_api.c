@@ -7,6 +7,7 @@
  * (minted at registration) acts for its own node: its assignments, its
  * tasks' reports, logs of jobs with a task on it; another node's is a 403. */
 #include "exec_api.h"
+#include "../common/json_out.h"
 #include "cluster_api.h"
 #include "routes.h"
 #include "jobspec.h"
@@ -462,7 +463,7 @@ static int progress_update(server *srv, const exec_job *j) {
     cJSON_AddItemToObject(p, "test", test ? test : cJSON_CreateNull());
     if (have_spec) jobspec_release(spec);
     free(spec);
-    char *s = cJSON_PrintUnformatted(p);
+    char *s = json_print(p, NULL);
     cJSON_Delete(p);
     if (!s) return STORE_ERROR;
     int rc = exec_progress_set(srv->db, j->id, s);
@@ -575,7 +576,7 @@ static void metrics_post(server *srv, http_req *req, http_res *res) {
         cJSON *copy = cJSON_Duplicate(m, 1);
         cJSON_DeleteItemFromObject(copy, "seq");
         cJSON_DeleteItemFromObject(copy, "kind");
-        char *data = cJSON_PrintUnformatted(copy);
+        char *data = json_print(copy, NULL);
         cJSON_Delete(copy);
         if (!data) {
             rc = STORE_ERROR;
@@ -1037,7 +1038,7 @@ static int sse_fill(sse *s) {
         cJSON *e;
         cJSON_ArrayForEach(e, ev) {
             s->after_event = (int64_t)cJSON_GetObjectItem(e, "id")->valuedouble;
-            char *t = cJSON_PrintUnformatted(e);
+            char *t = json_print(e, NULL);
             if (t) {
                 const cJSON *kind = cJSON_GetObjectItem(e, "kind");
                 buf_printf(&s->out, "id: %lld\nevent: %s\ndata: %s\n\n", (long long)s->after_event,
@@ -1052,7 +1053,7 @@ static int sse_fill(sse *s) {
         cJSON *m;
         cJSON_ArrayForEach(m, ms) {
             s->after_seq = (int64_t)cJSON_GetObjectItem(m, "seq")->valuedouble;
-            char *t = cJSON_PrintUnformatted(m);
+            char *t = json_print(m, NULL);
             if (t) {
                 buf_printf(&s->out, "event: metric\ndata: %s\n\n", t);
                 free(t);

@@ -13,6 +13,7 @@
 #include "http.h"
 #include "server.h"
 #include "static.h"
+#include "../common/json_out.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -28,6 +29,9 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+/* The largest JSON answer (a page of metrics or jobs is far below it). */
+#define HTTP_JSON_MAX ((size_t)256 << 20)
 
 /* Latency histogram buckets (upper bounds, seconds); one more for +Inf. */
 static const double g_le[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -76,18 +80,19 @@ static void res_set_body(http_res *res, int status, const char *ctype, char *bod
 
 void http_json(http_res *res, int status, cJSON *value) {
     if (!value) value = cJSON_CreateObject();
-    char *s = cJSON_PrintUnformatted(value);
+    buf b;
+    buf_init(&b, HTTP_JSON_MAX);
+    int rc = value ? json_write(&b, value) : -1;
     cJSON_Delete(value);
-    if (!s) {
+    /* a newline for curl users */
+    if (rc < 0 || buf_append(&b, "\n", 1) < 0) {
+        buf_release(&b);
         http_error(res, 500, "internal", NULL, "cannot encode the response");
         return;
     }
-    size_t n = strlen(s);
-    /* cJSON allocates with malloc; MHD frees with free. Add a newline for curl users. */
-    char *b = xrealloc(s, n + 2);
-    b[n] = '\n';
-    b[n + 1] = '\0';
-    res_set_body(res, status, "application/json", b, n + 1);
+    size_t n = 0;
+    char *s = buf_detach(&b, &n); /* MHD frees it with free() */
+    res_set_body(res, status, "application/json", s, n);
 }
 
 void http_error(http_res *res, int status, const char *code, const char *field, const char *fmt, ...) {
@@ -102,18 +107,19 @@ void http_error(http_res *res, int status, const char *code, const char *field, 
     cJSON_AddStringToObject(e, "message", msg);
     if (field) cJSON_AddStringToObject(e, "field", field);
     else cJSON_AddNullToObject(e, "field");
-    char *s = cJSON_PrintUnformatted(root);
+    buf b;
+    buf_init(&b, HTTP_JSON_MAX); /* a field may name a long key of the caller's */
+    int rc = json_write(&b, root);
     cJSON_Delete(root);
-    if (!s) {
+    if (rc < 0 || buf_append(&b, "\n", 1) < 0) {
+        buf_release(&b);
         static const char fallback[] = "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\",\"field\":null}}\n";
         res_set_body(res, 500, "application/json", xstrdup(fallback), sizeof fallback - 1);
         return;
     }
-    size_t n = strlen(s);
-    char *b = xrealloc(s, n + 2);
-    b[n] = '\n';
-    b[n + 1] = '\0';
-    res_set_body(res, status, "application/json", b, n + 1);
+    size_t n = 0;
+    char *s = buf_detach(&b, &n);
+    res_set_body(res, status, "application/json", s, n);
 }
 
 void http_text(http_res *res, int status, const char *content_type, const char *text, size_t len) {

@@ -3,8 +3,10 @@
  * bad specs, submit/list/get/cancel, token files reused on restart, and
  * kill -9 of the server mid-submission with every acknowledged job kept. */
 #include "testlib.h"
+#include "../common/json_out.h"
 
 #include <fcntl.h>
+#include <math.h>
 
 static ty_proc srv;
 static char team_tok[128], admin_tok[128], node_tok[128];
@@ -304,6 +306,131 @@ START_TEST(kill9_keeps_acknowledged_jobs) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- json_out
+ * The server writes its answers with json_write (common/json_out.c), not
+ * cJSON_PrintUnformatted: the same bytes, except that -0 is 0 and a number
+ * whose %.15g reads back only approximately gets its exact %.17g. */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static double rnd_number(void) {
+    switch (rnd() % 8) {
+    case 0: return (double)(int64_t)(rnd() % 2000) - 1000;                 /* small ints */
+    case 1: return (double)(int64_t)(rnd() >> 11) * ((rnd() & 1) ? 1 : -1); /* up to 2^53 */
+    case 2: return (double)(rnd() % 100000) / 1000.0;                      /* decimals */
+    case 3: return 1e15 * (double)(rnd() % 1000);                          /* large, integral */
+    case 4: {                                                               /* any finite bits */
+        uint64_t u;
+        double d;
+        do {
+            u = rnd();
+            memcpy(&d, &u, sizeof d);
+        } while (isnan(d) || isinf(d) || d == 0);
+        return d;
+    }
+    case 5: return (double)rnd() / 3.0;
+    case 6: return 1761000000000.0 + (double)(rnd() % 100000);              /* ms timestamps */
+    default: return (double)(rnd() % 1000) * 1e-300;
+    }
+}
+
+static cJSON *rnd_tree(int depth) {
+    int k = (int)(rnd() % (depth > 3 ? 5 : 7));
+    switch (k) {
+    case 0: return cJSON_CreateNumber(rnd_number());
+    case 1: {
+        char str[40];
+        int n = (int)(rnd() % 39);
+        for (int i = 0; i < n; i++) str[i] = (char)(1 + rnd() % 255); /* every byte but NUL */
+        str[n] = 0;
+        return cJSON_CreateString(str);
+    }
+    case 2: return cJSON_CreateBool((int)(rnd() & 1));
+    case 3: return cJSON_CreateNull();
+    case 4: return cJSON_CreateNumber((double)(int)(rnd() % 100));
+    case 5: {
+        cJSON *a = cJSON_CreateArray();
+        int n = (int)(rnd() % 5);
+        for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, rnd_tree(depth + 1));
+        return a;
+    }
+    default: {
+        cJSON *o = cJSON_CreateObject();
+        int n = (int)(rnd() % 5);
+        for (int i = 0; i < n; i++) {
+            char key[16];
+            snprintf(key, sizeof key, "k%d\t\"%d", i, (int)(rnd() % 10));
+            cJSON_AddItemToObject(o, key, rnd_tree(depth + 1));
+        }
+        return o;
+    }
+    }
+}
+
+START_TEST(json_out_writes_what_cjson_writes) {
+    int differ = 0;
+    for (int t = 0; t < 3000; t++) {
+        cJSON *v = rnd_tree(0);
+        char *want = cJSON_PrintUnformatted(v);
+        size_t n = 0;
+        char *got = json_print(v, &n);
+        ck_assert_ptr_nonnull(want);
+        ck_assert_ptr_nonnull(got);
+        ck_assert_uint_eq(n, strlen(got));
+        if (strcmp(got, want) != 0) {
+            /* only a number may differ: cJSON keeps %.15g when it reads back within an
+             * epsilon; ours reads back exactly (the same text again, the same tree) */
+            cJSON *back = cJSON_Parse(got);
+            ck_assert_msg(back != NULL, "tree %d: ours does not parse: %s", t, got);
+            char *again = json_print(back, NULL);
+            ck_assert_msg(strcmp(again, got) == 0, "tree %d: %s reads back as %s", t, got, again);
+            ck_assert_msg(cJSON_Compare(back, v, 1), "tree %d:\n ours  %s\n cJSON %s", t, got, want);
+            free(again);
+            cJSON_Delete(back);
+            differ++;
+        }
+        free(want);
+        free(got);
+        cJSON_Delete(v);
+    }
+    ck_assert_msg(differ < 300, "%d of 3000 trees differ from cJSON's text", differ);
+    /* the edges, spelled out */
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "max", 9007199254740992.0);
+    cJSON_AddNumberToObject(o, "min", -9007199254740992.0);
+    cJSON_AddNumberToObject(o, "past", 9007199254740994.0);
+    cJSON_AddNumberToObject(o, "tenth", 0.1);
+    cJSON_AddNumberToObject(o, "third", 1.0 / 3.0);
+    cJSON_AddNumberToObject(o, "nan", NAN);
+    cJSON_AddNumberToObject(o, "inf", -INFINITY);
+    cJSON_AddNumberToObject(o, "negzero", -0.0);
+    cJSON_AddStringToObject(o, "s", "a\"b\\c\n\x01\x7f\xc3\xa9");
+    char *got = json_print(o, NULL);
+    ck_assert_str_eq(got, "{\"max\":9007199254740992,\"min\":-9007199254740992,\"past\":9007199254740994,"
+                          "\"tenth\":0.1,\"third\":0.33333333333333331,\"nan\":null,\"inf\":null,\"negzero\":0,"
+                          "\"s\":\"a\\\"b\\\\c\\n\\u0001\x7f\xc3\xa9\"}");
+    /* and it reads back as the same numbers */
+    cJSON *back = cJSON_Parse(got);
+    ck_assert_ptr_nonnull(back);
+    ck_assert(cJSON_GetObjectItem(back, "third")->valuedouble == 1.0 / 3.0);
+    ck_assert(cJSON_GetObjectItem(back, "past")->valuedouble == 9007199254740994.0);
+    cJSON_Delete(back);
+    free(got);
+    /* a full buffer is an error, not a cut text */
+    buf small;
+    buf_init(&small, 10);
+    ck_assert_int_eq(json_write(&small, o), -1);
+    buf_release(&small);
+    cJSON_Delete(o);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("http");
     TCase *tc = tcase_create("server");
@@ -319,5 +446,8 @@ int main(void) {
     tcase_add_test(tc, teams_and_cross_team_isolation);
     tcase_add_test(tc, kill9_keeps_acknowledged_jobs);
     suite_add_tcase(s, tc);
+    TCase *tj = tcase_create("json_out");
+    tcase_add_test(tj, json_out_writes_what_cjson_writes);
+    suite_add_tcase(s, tj);
     return ty_run_suite(s);
 }
