@@ -997,11 +997,10 @@ static void rdv_get(server *srv, http_req *req, http_res *res) {
 
 void exec_job_decorate(server *srv, int64_t job_id, cJSON *job) {
     char *p = NULL;
-    cJSON *prog = NULL;
-    if (exec_progress_get(srv->db, job_id, &p) == STORE_OK && p) prog = cJSON_Parse(p);
-    free(p);
     cJSON_DeleteItemFromObject(job, "progress");
-    cJSON_AddItemToObject(job, "progress", prog ? prog : cJSON_CreateNull());
+    if (exec_progress_get(srv->db, job_id, &p) == STORE_OK && p) store_json_stored(job, "progress", p);
+    else cJSON_AddNullToObject(job, "progress");
+    free(p);
     const cJSON *a = cJSON_GetObjectItem(job, "attempt");
     cJSON *tasks = NULL;
     if (!cJSON_IsNumber(a) || exec_job_tasks(srv->db, job_id, (int)a->valuedouble, &tasks) != STORE_OK)

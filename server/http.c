@@ -60,6 +60,7 @@ struct http_daemon {
     int closing;                      /* http_stop began: nothing parks any more */
     http_req *parked;                 /* doubly linked through park_next/prev */
     int64_t park_next_due;            /* when park_main wakes next (mono ms) */
+    int waiters;                      /* requests that parked and are not answered yet (atomic) */
 };
 
 static int64_t now_us(void) {
@@ -528,6 +529,7 @@ static int park(http_daemon *h, http_req *req, int ms, int topic, int64_t id) {
         return -1;
     }
     MHD_suspend_connection(req->conn);
+    if (!req->park_count++) __atomic_fetch_add(&h->waiters, 1, __ATOMIC_RELAXED);
     req->park_due_ms = mono_ms() + ms;
     req->park_topic = topic;
     req->park_id = id;
@@ -733,6 +735,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         if (req->parked) park_unlink(h, req);
         pthread_mutex_unlock(&h->park_mu);
     }
+    if (req->park_count) __atomic_fetch_sub(&h->waiters, 1, __ATOMIC_RELAXED);
     int64_t us = now_us() - req->t0_us;
     hist_add(h, req->slot, us);
     double ms = (double)us / 1000.0;
@@ -818,6 +821,9 @@ fail:
 void http_stop(http_daemon *h) {
     if (!h) return;
     park_stop(h); /* every parked request resumed: none may be suspended at MHD_stop_daemon */
+    /* and answered: a long-poll gets its (empty) answer, a stream its end,
+     * rather than a connection closed under them (at most 2 s) */
+    for (int i = 0; i < 400 && __atomic_load_n(&h->waiters, __ATOMIC_RELAXED) > 0; i++) usleep(5000);
     MHD_stop_daemon(h->mhd);
     pthread_cond_destroy(&h->park_cv);
     pthread_mutex_destroy(&h->park_mu);

@@ -68,6 +68,7 @@ typedef struct http_req {
     /* parked: owned by the daemon's park list while suspended */
     struct http_daemon *daemon;
     int parked;
+    int park_count;                   /* times parked */
     int park_topic;
     int64_t park_id, park_due_ms;
     struct http_req *park_next, *park_prev;

@@ -37,6 +37,9 @@ const char *token_kind_name(token_kind k);
 void store_json_time_ms(cJSON *o, const char *key, int64_t ms);
 void store_json_time(cJSON *o, const char *key, sqlite3_stmt *st, int col);
 void store_json_text(cJSON *o, const char *key, sqlite3_stmt *st, int col);
+/* o[key] = a JSON object text this service stored (text NULL or not an
+ * object: null), kept as raw text: json_write answers it as stored. */
+void store_json_stored(cJSON *o, const char *key, const char *text);
 
 /* ---------------------------------------------------------------- teams */
 int store_team_create(db *d, const char *name, int64_t *id_out);
