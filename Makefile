@@ -50,8 +50,11 @@ ifeq ($(CUDA),1)
     ALL_CFLAGS += -DTRAINYARD_NCCL
     LIBS += -lnccl
   endif
+  # the worker's GPU step engine (C; reached through engine_gpu_cuda, executor/strategy/engine.h)
+  GPU_ENGINE_SRC := executor/cuda/gpu_engine.c
 else
   CU_SRC :=
+  GPU_ENGINE_SRC :=
 endif
 
 # ------------------------------------------------------------------ modules
@@ -80,6 +83,7 @@ EXEC_OBJ    := $(call obj,$(EXEC_SRC))
 COMM_OBJ    := $(call obj,$(COMM_SRC))
 STRAT_OBJ   := $(call obj,$(STRAT_SRC))
 CU_OBJ      := $(patsubst %.cu,$(BUILD)/obj/%.o,$(CU_SRC))
+GPU_ENGINE_OBJ := $(call obj,$(GPU_ENGINE_SRC)) $(CU_OBJ)
 # The dashboard (web/), the OpenAPI document and the examples are compiled into the binary
 # (scripts/embed_assets.sh writes a C table; server/static.c serves it).
 ASSET_SRC   := $(shell find web -type f ! -name '.*' 2>/dev/null | LC_ALL=C sort) api/openapi.json \
@@ -88,17 +92,17 @@ ASSET_OBJ   := $(BUILD)/obj/gen/assets.o
 SERVER_OBJ  += $(ASSET_OBJ)
 ENGINE_OBJ  := $(COMMON_OBJ) $(SPEC_OBJ) $(NN_OBJ) $(DATA_OBJ)
 LIB_OBJ     := $(COMMON_OBJ) $(STORAGE_OBJ) $(SPEC_OBJ) $(API_OBJ) $(SERVER_OBJ) \
-               $(SCHED_OBJ) $(NN_OBJ) $(DATA_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(EXEC_OBJ) $(CU_OBJ)
+               $(SCHED_OBJ) $(NN_OBJ) $(DATA_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(EXEC_OBJ) $(GPU_ENGINE_OBJ)
 
 # Which modules each test links (default: all of them).
 DEPS_check_util    := $(COMMON_OBJ)
 DEPS_check_jobspec := $(COMMON_OBJ) $(SPEC_OBJ)
-DEPS_check_nn      := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(CU_OBJ)
+DEPS_check_nn      := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(GPU_ENGINE_OBJ)
 DEPS_check_data    := $(ENGINE_OBJ)
 DEPS_check_storage := $(COMMON_OBJ) $(SPEC_OBJ) $(STORAGE_OBJ)
 DEPS_check_sched   := $(COMMON_OBJ) $(SPEC_OBJ) $(STORAGE_OBJ) $(SCHED_OBJ)
 DEPS_check_comm    := $(COMMON_OBJ) $(COMM_OBJ)
-DEPS_check_strategy := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(BUILD)/obj/executor/train_loop.o $(CU_OBJ)
+DEPS_check_strategy := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(BUILD)/obj/executor/train_loop.o $(GPU_ENGINE_OBJ)
 
 TEST_SRC := $(wildcard tests/check_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
@@ -198,6 +202,7 @@ CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=c
 NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) \
              -Xcompiler -fPIC,-Wall,-Wextra,-Werror,-fno-exceptions,-fno-threadsafe-statics
 DEPS_check_gpu := $(ENGINE_OBJ) $(CU_OBJ)
+DEPS_check_gpu_train := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(BUILD)/obj/executor/train_loop.o $(GPU_ENGINE_OBJ)
 
 # gpu-build: the GPU test and benchmark in build/gpu/bin, linked with none of
 # the server's libraries (no libmicrohttpd, cJSON, SQLite, curl: the engine's
@@ -217,6 +222,19 @@ $(BUILD)/bin/check_gpu: tests/check_gpu.c $(GPU_LINK_OBJ)
 	@mkdir -p $(dir $@)
 	@echo "  LD  $@"
 	@$(CC) $(ALL_CFLAGS) -o $@ $< $(GPU_LINK_OBJ) $(GPU_LINK_LIBS)
+# check_gpu_train (the worker's GPU engine under train_loop): also the spec
+# parser, checkpoints (cJSON: libcjson.so.1 goes to BUILD/lib, found through
+# $$ORIGIN), the collectives and strategies, and NCCL (dynamic: the GPU
+# machine's, e.g. PyTorch's nvidia/nccl wheel, docs/gpu.md).
+GPU_TRAIN_OBJ = $(COMMON_OBJ) $(SPEC_OBJ) $(NN_OBJ) $(DATA_OBJ) $(COMM_OBJ) $(STRAT_OBJ) \
+                $(BUILD)/obj/executor/train_loop.o $(GPU_ENGINE_OBJ) $(BUILD)/obj/bench/gpu/ref_cblas.o \
+                $(BUILD)/obj/tests/gpu_blas_stub.o
+$(BUILD)/bin/check_gpu_train: tests/check_gpu_train.c $(GPU_TRAIN_OBJ)
+	@mkdir -p $(dir $@) $(BUILD)/lib
+	@echo "  LD  $@"
+	@cp -L $$(pkg-config --variable=libdir libcjson)/libcjson.so.1 $(BUILD)/lib/
+	@$(CC) $(ALL_CFLAGS) -o $@ $< $(GPU_TRAIN_OBJ) -Wl,-rpath,'$$ORIGIN/../lib' -lcjson \
+	    $(GPU_LINK_LIBS) -L$(CUDA_HOME)/lib64 -lnccl
 $(BUILD)/bin/gpu_bench: bench/gpu/gpu_bench.c $(GPU_LINK_OBJ)
 	@mkdir -p $(dir $@)
 	@echo "  LD  $@"
@@ -226,7 +244,7 @@ $(BUILD)/bin/gpu_bench: bench/gpu/gpu_bench.c $(GPU_LINK_OBJ)
 gpu-build:
 	@test -n "$(NVCC)" || { echo "gpu-build: nvcc not found (CUDA toolkit at $(CUDA_HOME)?)"; exit 1; }
 	$(MAKE) --no-print-directory CUDA=1 BUILD=$(GPU_BUILD) NN_OPT="-O3 -march=x86-64-v3" \
-	    $(GPU_BUILD)/bin/check_gpu $(GPU_BUILD)/bin/gpu_bench
+	    $(GPU_BUILD)/bin/check_gpu $(GPU_BUILD)/bin/gpu_bench $(GPU_BUILD)/bin/check_gpu_train
 	@bench/gpu/bundle_data.sh $(GPU_BUILD)
 
 gpu-test: gpu-build

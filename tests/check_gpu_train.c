@@ -432,7 +432,7 @@ END_TEST
  * NCCL id broadcast over it; "ok" + rank 0's parameters on fd. */
 static void mw_child(int rank, const comm_peer *peers, int listen_fd, int fd)
 {
-    char dev[8], line[512];
+    char dev[16], line[512];
     snprintf(dev, sizeof dev, "%d", rank);
     setenv("CUDA_VISIBLE_DEVICES", dev, 1);
     jobspec s;

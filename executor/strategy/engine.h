@@ -113,4 +113,26 @@ const char *engine_name(const engine *e);
 
 void engine_free(engine *e);
 
+/* The GPU engine's side (executor/cuda/gpu_engine.c, linked in a CUDA build
+ * only: a program without it, e.g. a benchmark that links the CPU engine's
+ * objects alone, refuses GPU tasks as "built without CUDA"). The state is
+ * the implementation's; engine.c keeps the host model. */
+typedef struct engine_gpu_ops {
+    /* the devices: 0, or -1 with why (none visible, too few) */
+    int (*check)(int gpus, char err[ENGINE_ERR_MAX]);
+    void *(*create)(const jobspec *spec, const engine_config *cfg, char *name, size_t name_cap,
+                    char err[ENGINE_ERR_MAX]);
+    int (*from_host)(void *g, model *host, char err[ENGINE_ERR_MAX]);
+    int (*to_host)(void *g, model *host, char err[ENGINE_ERR_MAX]);
+    int (*sync_initial)(void *g, char err[ENGINE_ERR_MAX]);
+    int (*step)(void *g, const float *x, const float *y, int rows, long row0, int global_batch, int stop,
+                engine_step_result *out, char err[ENGINE_ERR_MAX]);
+    int (*evaluate)(void *g, const float *x, const float *y, long n, double *loss, double *acc,
+                    char err[ENGINE_ERR_MAX]);
+    void (*free)(void *g);
+} engine_gpu_ops;
+
+/* Defined by executor/cuda/gpu_engine.c (weak here: absent without it). */
+extern const engine_gpu_ops engine_gpu_cuda __attribute__((weak));
+
 #endif
