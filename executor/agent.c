@@ -449,6 +449,14 @@ static void task_start(agent *a, const cJSON *s) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
     char path[96];
     snprintf(path, sizeof path, "/api/v1/tasks/%lld/status", (long long)id);
+    if (a->quit) {
+        /* Stopping: a task handed out now (say a job requeued on this node by
+         * the exit of one we stopped) would start after our SIGTERMs and hold
+         * the stop up to its deadline. Hand it back as not started. */
+        log_info("task %lld: not started: the agent is stopping", (long long)id);
+        outbox_push(a, path, exit_body(-1, 0, "not started: the agent on this node is stopping", ""), id);
+        return;
+    }
     if (a->n_tasks == AGENT_MAX_TASKS || !cJSON_IsObject(config)) {
         const char *why = cJSON_IsObject(config) ? "too many tasks on this agent" : "assignment without a config";
         log_error("task %lld: %s", (long long)id, why);

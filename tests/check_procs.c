@@ -51,7 +51,7 @@ static int64_t wait_job(int64_t id, const char *want, int min_attempt, int timeo
     return -1;
 }
 
-static pid_t agent_start(const char *tag) {
+static pid_t agent_start_slots(const char *tag, const char *slots) {
     char tokfile[400], logf[400], statef[400];
     snprintf(statef, sizeof statef, "%s/agent.state", srv.dir);
     snprintf(tokfile, sizeof tokfile, "%s/node.token", srv.dir);
@@ -63,11 +63,13 @@ static pid_t agent_start(const char *tag) {
         (void)lf;
         /* the default long-poll wait (20 s): what a restarted agent used to wait out */
         execl(ty_bin(), ty_bin(), "agent", "--server", srv.url, "--token-file", tokfile, "--hostname", "procs-node",
-              "--cpu-slots", "1", "--heartbeat", "1", "--state-file", statef, (char *)NULL);
+              "--cpu-slots", slots, "--heartbeat", "1", "--state-file", statef, (char *)NULL);
         _exit(127);
     }
     return pid;
 }
+
+static pid_t agent_start(const char *tag) { return agent_start_slots(tag, "1"); }
 
 /* Waits up to timeout_ms for pid (a child) to exit; ms taken or -1. */
 static int64_t wait_exit(pid_t pid, int timeout_ms) {
@@ -275,6 +277,59 @@ START_TEST(restarted_agent_rejoins_at_once)
 }
 END_TEST
 
+
+/* An agent told SIGTERM while its server runs, with two tasks: a training
+ * job that stops at once and a program that takes 2 s over its SIGTERM. The
+ * first's exit requeues its job, which the scheduler hands straight back to
+ * this node (a slot is free, the node still looks ready, and the agent's
+ * long-poll is woken at once). The agent must hand it back unstarted; it
+ * used to start a worker after its SIGTERMs and hold its stop up to the
+ * 15 s deadline. */
+START_TEST(stopping_agent_starts_nothing)
+{
+    ty_server_start(&srv);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    pid_t ag = agent_start_slots("1", "2");
+    int64_t id = submit();
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", "/api/v1/jobs",
+                             "{\"name\":\"slow-stop\",\"command\":{\"argv\":[\"/bin/sh\",\"-c\","
+                             "\"trap 'sleep 2; exit 0' TERM; while :; do sleep 0.1; done\"]},\"max_restarts\":0}",
+                             &o), 201);
+    int64_t slow = (int64_t)cJSON_GetObjectItem(o, "id")->valuedouble;
+    cJSON_Delete(o);
+    ck_assert_msg(wait_job(id, "running", 1, 60) >= 0, "the job did not start");
+    ck_assert_msg(wait_job(slow, "running", 1, 60) >= 0, "the command job did not start");
+    ty_sleep_ms(500);
+    kill(ag, SIGTERM);
+    int64_t ms = wait_exit(ag, 30000);
+    printf("agent stopped %lld ms after SIGTERM, its server up\n", (long long)ms);
+    char logf[400];
+    snprintf(logf, sizeof logf, "%s/agent-1.log", srv.dir);
+    size_t len = 0;
+    char *log = file_read_all(logf, 1 << 20, &len);
+    ck_assert_ptr_nonnull(log);
+    ck_assert_msg(ms >= 0 && ms < 8000, "the agent took %lld ms to stop (limit 8000):\n%s", (long long)ms, log);
+    int started = 0;
+    for (const char *p = log; (p = strstr(p, " started as pid ")); p++) started++;
+    ck_assert_msg(started == 2, "the agent started %d workers:\n%s", started, log);
+    pid_t kids[8];
+    int n = children_of(getpid(), kids, 8), others = 0;
+    for (int i = 0; i < n; i++) others += kids[i] != srv.pid; /* the server is ours too */
+    ck_assert_msg(others == 0, "a worker outlived its agent:\n%s", log);
+    free(log);
+    /* the job is not running on the gone agent (it waits for a node; the
+     * node itself looks ready until its heartbeats time out) */
+    char path[64];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld", (long long)id);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &o), 200);
+    const char *st = cJSON_GetObjectItem(o, "state")->valuestring;
+    ck_assert_msg(strcmp(st, "queued") == 0 || strcmp(st, "starting") == 0, "job %lld is %s", (long long)id, st);
+    ck_assert_int_ge(cJSON_GetObjectItem(o, "attempt")->valueint, 2);
+    cJSON_Delete(o);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("procs");
     TCase *tc = tcase_create("procs");
@@ -283,6 +338,7 @@ int main(void) {
     tcase_add_test(tc, up_killed_takes_its_children);
     tcase_add_test(tc, agent_stops_fast_without_server);
     tcase_add_test(tc, restarted_agent_rejoins_at_once);
+    tcase_add_test(tc, stopping_agent_starts_nothing);
     suite_add_tcase(s, tc);
     return ty_run_suite(s);
 }
