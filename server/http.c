@@ -60,14 +60,7 @@ struct http_daemon {
     int closing;                      /* http_stop began: nothing parks any more */
     http_req *parked;                 /* doubly linked through park_next/prev */
     int64_t park_next_due;            /* when park_main wakes next (mono ms) */
-    int waiters;                      /* requests parked or handed to a writer, not answered yet (atomic) */
-    /* writers: the handlers of writing requests, off the pool threads */
-    pthread_mutex_t work_mu;
-    pthread_cond_t work_cv;
-    http_req *work_head, *work_tail;  /* queued, linked through work_next */
-    int work_closing;
-    pthread_t *writers;
-    int nwriters;
+    int waiters;                      /* requests that parked and are not answered yet (atomic) */
 };
 
 static int64_t now_us(void) {
@@ -591,78 +584,6 @@ static unsigned http_pool_size(void) {
     return (unsigned)n;
 }
 
-/* ---------------------------------------------------------------- writers
- * A handler that writes (any method but GET and HEAD) may wait for SQLite's
- * write turn or for the disk (a checkpoint's fsync); on a pool thread that
- * wait would stall every other connection of the thread. So those handlers
- * run on a few writer threads: the pool thread suspends the connection and
- * queues the request, a writer runs the handler and resumes the connection
- * with the answer ready (req->ready), which the pool thread then sends. */
-
-static void run_handler(http_daemon *h, http_req *req, http_res *res) {
-    req->route->handler(h->srv, req, res);
-    req->calls++;
-    /* a write refused for lack of disk space: say so (507), not "busy; retry" or "internal" */
-    char full[320];
-    if ((res->status == 500 || res->status == 503) && db_disk_full(h->srv->db, full, sizeof full))
-        http_error(res, 507, "storage_full", NULL, "%s", full);
-}
-
-static void *writer_main(void *arg) {
-    http_daemon *h = arg;
-    pthread_mutex_lock(&h->work_mu);
-    for (;;) {
-        while (!h->work_head && !h->work_closing) pthread_cond_wait(&h->work_cv, &h->work_mu);
-        http_req *r = h->work_head;
-        if (!r) break; /* closing, and everything queued is done */
-        h->work_head = r->work_next;
-        if (!h->work_head) h->work_tail = NULL;
-        r->work_next = NULL;
-        pthread_mutex_unlock(&h->work_mu);
-        http_res *res = xmalloc(sizeof *res);
-        res_init(res);
-        run_handler(h, r, res);
-        if (res->wait_ms > 0) { /* http_wait is for reading handlers (on the pool) */
-            res_release(res);
-            res_init(res);
-            http_error(res, 500, "internal", NULL, "a writing request may not wait");
-        }
-        r->ready = res;
-        MHD_resume_connection(r->conn);
-        pthread_mutex_lock(&h->work_mu);
-    }
-    pthread_mutex_unlock(&h->work_mu);
-    return NULL;
-}
-
-/* Suspends req's connection and queues it for a writer: 0, or -1 when the
- * daemon is stopping. */
-static int writers_queue(http_daemon *h, http_req *req) {
-    pthread_mutex_lock(&h->work_mu);
-    if (h->work_closing || !h->nwriters) {
-        pthread_mutex_unlock(&h->work_mu);
-        return -1;
-    }
-    MHD_suspend_connection(req->conn);
-    if (!req->park_count++) __atomic_fetch_add(&h->waiters, 1, __ATOMIC_RELAXED);
-    if (h->work_tail) h->work_tail->work_next = req;
-    else h->work_head = req;
-    h->work_tail = req;
-    pthread_cond_signal(&h->work_cv);
-    pthread_mutex_unlock(&h->work_mu);
-    return 0;
-}
-
-/* The writers finish what is queued and exit. */
-static void writers_stop(http_daemon *h) {
-    pthread_mutex_lock(&h->work_mu);
-    h->work_closing = 1;
-    pthread_cond_broadcast(&h->work_cv);
-    pthread_mutex_unlock(&h->work_mu);
-    for (int i = 0; i < h->nwriters; i++) pthread_join(h->writers[i], NULL);
-    h->nwriters = 0;
-}
-
 void http_wait(http_req *req, http_res *res, int ms, int topic, int64_t id) {
     (void)req;
     res->wait_ms = ms > 0 ? ms : 1;
@@ -760,13 +681,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (authenticate(h->srv, req, &res) < 0) return answer_now(req, &res);
         return MHD_YES;
     }
-    if (req->ready) { /* a writer ran the handler (writers_queue) */
-        http_res *r = req->ready;
-        req->ready = NULL;
-        enum MHD_Result ret = answer_now(req, r);
-        free(r);
-        return ret;
-    }
     if (req->answered) {
         *upload_data_size = 0; /* discard the rest of a body we already refused */
         return MHD_YES;
@@ -780,12 +694,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         http_error(&res, 413, "too_large", NULL, "the body is larger than the limit of %zu bytes", req->body.max);
         return answer_now(req, &res);
     }
-    if (strcmp(req->method, "GET") != 0 && strcmp(req->method, "HEAD") != 0) {
-        if (writers_queue(h, req) == 0) return MHD_YES;
-        http_error(&res, 503, "unavailable", NULL, "the server is stopping; retry");
-        return answer_now(req, &res);
-    }
-    run_handler(h, req, &res);
+    req->route->handler(h->srv, req, &res);
+    req->calls++;
     if (res.wait_ms > 0) {
         int ms = res.wait_ms, topic = res.wait_topic;
         int64_t id = res.wait_id;
@@ -795,6 +705,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         http_error(&res, 503, "unavailable", NULL, "the server is stopping; retry");
         return answer_now(req, &res);
     }
+    /* a write refused for lack of disk space: say so (507), not "busy; retry" or "internal" */
+    char full[320];
+    if ((res.status == 500 || res.status == 503) && db_disk_full(h->srv->db, full, sizeof full))
+        http_error(&res, 507, "storage_full", NULL, "%s", full);
     return answer_now(req, &res);
 }
 
@@ -822,11 +736,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         pthread_mutex_unlock(&h->park_mu);
     }
     if (req->park_count) __atomic_fetch_sub(&h->waiters, 1, __ATOMIC_RELAXED);
-    if (req->ready) { /* answered by a writer, but the connection closed first */
-        res_release(req->ready);
-        free(req->ready);
-        req->ready = NULL;
-    }
     int64_t us = now_us() - req->t0_us;
     hist_add(h, req->slot, us);
     double ms = (double)us / 1000.0;
@@ -880,15 +789,6 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
     }
     h->park_started = 1;
     unsigned threads = http_pool_size();
-    if (pthread_mutex_init(&h->work_mu, NULL) != 0 || pthread_cond_init(&h->work_cv, NULL) != 0) abort();
-    h->writers = xcalloc(threads, sizeof *h->writers);
-    for (unsigned i = 0; i < threads; i++) {
-        if (pthread_create(&h->writers[i], NULL, writer_main, h) != 0) {
-            snprintf(err, errlen, "cannot start the HTTP writer threads");
-            goto fail;
-        }
-        h->nwriters++;
-    }
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     h->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h,
                               MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
@@ -910,12 +810,6 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
     return h;
 fail:
     park_stop(h);
-    if (h->writers) {
-        writers_stop(h);
-        free(h->writers);
-        pthread_cond_destroy(&h->work_cv);
-        pthread_mutex_destroy(&h->work_mu);
-    }
     pthread_cond_destroy(&h->park_cv);
     pthread_mutex_destroy(&h->park_mu);
     free(h->slot_route);
@@ -927,14 +821,10 @@ fail:
 void http_stop(http_daemon *h) {
     if (!h) return;
     park_stop(h); /* every parked request resumed: none may be suspended at MHD_stop_daemon */
-    writers_stop(h); /* every queued write handled and its connection resumed */
     /* and answered: a long-poll gets its (empty) answer, a stream its end,
      * rather than a connection closed under them (at most 2 s) */
     for (int i = 0; i < 400 && __atomic_load_n(&h->waiters, __ATOMIC_RELAXED) > 0; i++) usleep(5000);
     MHD_stop_daemon(h->mhd);
-    free(h->writers);
-    pthread_cond_destroy(&h->work_cv);
-    pthread_mutex_destroy(&h->work_mu);
     pthread_cond_destroy(&h->park_cv);
     pthread_mutex_destroy(&h->park_mu);
     free(h->slot_route);

@@ -11,12 +11,10 @@
  * route (http_latency_write, for GET /metrics).
  *
  * Threads: a small pool of epoll threads serves every connection, so a
- * GET handler must not block. One that waits for something (a long-poll,
- * an event stream) parks its request with http_wait / http_stream_wait: the
+ * handler must not block. One that waits for something (a long-poll, an
+ * event stream) parks its request with http_wait / http_stream_wait: the
  * connection is suspended, no thread waits, and the handler (or the stream
- * reader) runs again when the time is up or http_wake names it. Handlers of
- * every other method (they write, and may wait for the write turn or the
- * disk) run on a few writer threads while their connection is suspended.
+ * reader) runs again when the time is up or http_wake names it.
  *
  * defines: http_start, http_stop, http_json, http_error, http_query, ... */
 #ifndef TRAINYARD_HTTP_H
@@ -70,9 +68,7 @@ typedef struct http_req {
     /* parked: owned by the daemon's park list while suspended */
     struct http_daemon *daemon;
     int parked;
-    int park_count;                   /* times parked or handed to a writer */
-    struct http_res *ready;           /* the answer a writer thread made, to send */
-    struct http_req *work_next;       /* the writers' queue */
+    int park_count;                   /* times parked */
     int park_topic;
     int64_t park_id, park_due_ms;
     struct http_req *park_next, *park_prev;

@@ -87,18 +87,50 @@ d = sum(max(0, v - a["ticks"].get(k, 0)) for k, v in b["ticks"].items())
 print(round(d / os.sysconf("SC_CLK_TCK") / (b["t"] - a["t"]), 2))
 PY
 }
+# The server's own view: its latency histogram for a route (GET /metrics),
+# taken before and after a phase; the difference gives the share of requests
+# answered within each bucket, from the handler's first call to the last
+# byte handed to the socket (no client or run-queue wait before the server
+# reads the request).
+ADMIN=(-H "Authorization: Bearer $(cat "$dir/admin.token")")
+hist_snap() { # route method file
+  curl -sf "${ADMIN[@]}" "$URL/metrics" | grep -F "trainyard_http_request_duration_seconds_bucket{method=\"$2\",route=\"$1\"," > "$3" || true
+}
+server_p99() { # before after -> "p99_bound_ms share_within_1ms"
+  python3 - "$1" "$2" <<'PY'
+import re, sys
+def load(f):
+    d = {}
+    for line in open(f):
+        m = re.search(r'le="([^"]+)"\} (\d+)', line)
+        if m: d[m.group(1)] = int(m.group(2))
+    return d
+a, b = load(sys.argv[1]), load(sys.argv[2])
+tot = b.get("+Inf", 0) - a.get("+Inf", 0)
+if tot <= 0: print("null null"); sys.exit()
+p99 = None
+for le in sorted((k for k in b if k != "+Inf"), key=float):
+    if (b[le] - a.get(le, 0)) >= 0.99 * tot:
+        p99 = float(le) * 1000; break
+w1 = (b.get("0.001", 0) - a.get("0.001", 0)) / tot
+print(p99 if p99 is not None else "null", round(w1, 4))
+PY
+}
 mkdir -p "$dir/acks"
 phase() { # name path: wrk GET on path while the paced submit stream runs
   local name=$1 path=$2
   local l; l=$(load1)
   echo "== $name: GET $path (wrk -t2 -c32 -d${DUR}s) + submits every ${DELAY_MS} ms on 4 connections; load $l"
   mkdir -p "$dir/acks/$name"
+  local route=$3
   others_snap "$dir/o0.json"
+  hist_snap "$route" GET "$dir/h0.txt"
   ACK_DIR=$dir/acks/$name DELAY_MS=$DELAY_MS SPEC=examples/synthetic_binary.json \
     wrk -t1 -c4 -d"${DUR}s" --latency -s bench/load/submit_paced.lua "${H[@]}" "$URL/api/v1/jobs" > "$dir/$name.sub.txt" &
   local sp=$!
   wrk -t2 -c32 -d"${DUR}s" --latency "${H[@]}" "$URL$path" > "$dir/$name.get.txt"
   wait $sp
+  hist_snap "$route" GET "$dir/h1.txt"
   others_snap "$dir/o1.json"
   local oc; oc=$(others_cores "$dir/o0.json" "$dir/o1.json")
   echo "-- other sessions used $oc cores during the phase"
@@ -106,11 +138,13 @@ phase() { # name path: wrk GET on path while the paced submit stream runs
   echo "-- submits:"; sed -n '/Latency Distribution/,/Requests\/sec/p' "$dir/$name.sub.txt"
   read -r g_rps g_p50 g_p99 g_err < <(parse "$dir/$name.get.txt")
   read -r s_rps s_p50 s_p99 s_err < <(parse "$dir/$name.sub.txt")
-  printf -v "R_$name" '{"load":%s,"others_cores":%s,"get_rps":%s,"get_p50_ms":%s,"get_p99_ms":%s,"get_errors":%s,"submit_rps":%s,"submit_p50_ms":%s,"submit_p99_ms":%s,"submit_errors":%s}' \
-    "$l" "$oc" "$g_rps" "$g_p50" "$g_p99" "$g_err" "$s_rps" "$s_p50" "$s_p99" "$s_err"
+  read -r sv_p99 sv_1ms < <(server_p99 "$dir/h0.txt" "$dir/h1.txt")
+  echo "-- the server's histogram: 99% answered within ${sv_p99} ms; share within 1 ms: ${sv_1ms}"
+  printf -v "R_$name" '{"load":%s,"others_cores":%s,"get_rps":%s,"get_p50_ms":%s,"get_p99_ms":%s,"get_errors":%s,"submit_rps":%s,"submit_p50_ms":%s,"submit_p99_ms":%s,"submit_errors":%s,"server_get_p99_bound_ms":%s,"server_get_within_1ms":%s}' \
+    "$l" "$oc" "$g_rps" "$g_p50" "$g_p99" "$g_err" "$s_rps" "$s_p50" "$s_p99" "$s_err" "$sv_p99" "$sv_1ms"
 }
-phase get1 "/api/v1/jobs/$t1"
-phase list "/api/v1/jobs"
+phase get1 "/api/v1/jobs/$t1" "/api/v1/jobs/{id}"
+phase list "/api/v1/jobs" "/api/v1/jobs"
 l=$(load1)
 echo "== burst: POST /api/v1/jobs (wrk -t2 -c8 -d${DUR}s, bench/api's setting); load $l"
 mkdir -p "$dir/acks/burst"
@@ -156,16 +190,16 @@ import json, sys
 o = json.loads(sys.argv[1]); p = json.loads(sys.argv[2])
 def f(v, d=2): return "-" if v is None else (f"{v:,.0f}" if d == 0 else f"{v:.{d}f}")
 print()
-print("| load | other sessions (cores) | phase | GET req/s | GET p50 / p99 ms | submits/s | submit p50 / p99 ms | errors |")
-print("|---|---|---|---|---|---|---|---|")
+print("| load | other sessions (cores) | phase | GET req/s | GET p50 / p99 ms | server-side GET p99 ≤ ms | submits/s | submit p50 / p99 ms | errors |")
+print("|---|---|---|---|---|---|---|---|---|")
 for k in ("get1", "list"):
     r = o[k]
     print(f"| {r['load']} | {r['others_cores']} | trainyard {k} | {f(r['get_rps'],0)} | {f(r['get_p50_ms'])} / {f(r['get_p99_ms'])} | "
-          f"{f(r['submit_rps'],0)} | {f(r['submit_p50_ms'])} / {f(r['submit_p99_ms'])} | {r['get_errors'] + r['submit_errors']} |")
+          f"{f(r.get('server_get_p99_bound_ms'), 1)} | {f(r['submit_rps'],0)} | {f(r['submit_p50_ms'])} / {f(r['submit_p99_ms'])} | {r['get_errors'] + r['submit_errors']} |")
 r = o["burst"]
-print(f"| {r['load']} | {r['others_cores']} | trainyard burst (-c8) | | | {f(r['submit_rps'],0)} | {f(r['submit_p50_ms'])} / {f(r['submit_p99_ms'])} | {r['submit_errors']} |")
+print(f"| {r['load']} | {r['others_cores']} | trainyard burst (-c8) | | | | {f(r['submit_rps'],0)} | {f(r['submit_p50_ms'])} / {f(r['submit_p99_ms'])} | {r['submit_errors']} |")
 if p and "get_rps" in p:
-    print(f"| {p.get('load', '')} | {p.get('others_cores', '')} | slurmrestd (GET -c32, submit -c8) | {f(p['get_rps'],0)} | {f(p['get_p50_ms'])} / {f(p['get_p99_ms'])} | "
+    print(f"| {p.get('load', '')} | {p.get('others_cores', '')} | slurmrestd (GET -c32, submit -c8) | {f(p['get_rps'],0)} | {f(p['get_p50_ms'])} / {f(p['get_p99_ms'])} | | "
           f"{f(p['submit_rps'],0)} | {f(p['submit_p50_ms'])} / {f(p['submit_p99_ms'])} | {p.get('get_non2xx', 0)} |")
     o["slurm"] = p
 ok = (o["get1"]["get_p99_ms"] <= 5 and o["get1"]["submit_p99_ms"] <= 20 and o["missing"] == 0 and
