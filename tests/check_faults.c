@@ -148,7 +148,7 @@ static void wait_checkpoints(int64_t id, int n, int timeout_s) {
         have = cJSON_GetArraySize(c);
         cJSON_Delete(c);
         if (have >= n) return;
-        ty_sleep_ms(100);
+        ty_sleep_ms(20); /* an optimized build trains an epoch of these jobs in ~7 ms */
     }
     ck_abort_msg("job %lld has %d checkpoints, not %d, after %d s", (long long)id, have, n, timeout_s);
 }
@@ -465,7 +465,7 @@ static pid_t task_pid(pid_t agent, const char *name) {
     return 0;
 }
 
-#define GANG_EPOCHS 25
+#define GANG_EPOCHS 40
 #define GANG_BATCH 64 /* 3200 / 64 = 50 steps an epoch */
 
 /* A 2-worker multi_worker_mirrored gang loses a worker (or its agent) to
@@ -478,7 +478,10 @@ static void gang_resumes(int kill_agent) {
     spec_train(spec, sizeof spec, kill_agent ? "gang-agent" : "gang-worker", GANG_EPOCHS,
                "{\"type\":\"multi_worker_mirrored\"}", 2, GANG_BATCH);
     int64_t id = submit(spec);
-    wait_checkpoints(id, 3, 120);
+    /* early in the run: in an optimized build 25 epochs take about a second,
+     * and a kill after the last epoch's checkpoint leaves attempt 2 nothing
+     * to train (and no checkpoint of its own: the check below failed once so) */
+    wait_checkpoints(id, 2, 120);
     if (kill_agent) {
         pid_t wk[4];
         int nw = ty_children_named(agent_pid, "worker", wk, 4);
