@@ -212,6 +212,33 @@ static void node_heartbeat(server *srv, http_req *req, http_res *res)
     http_json(res, 200, o);
 }
 
+/* POST /api/v1/nodes/{id}/drain: no new tasks for the node (its agent is
+ * stopping, or an admin takes it out of service); DELETE: back in service. */
+static void node_drain_set(server *srv, http_req *req, http_res *res, int drain)
+{
+    int64_t id = http_param_id(req, res, 0, "node");
+    if (id < 0) return;
+    if (api_node_scope(req, res, id) < 0) return;
+    char state[16] = "";
+    int rc = cluster_node_drain(srv->db, id, drain, state);
+    if (rc < 0) { unavailable(res); return; }
+    if (rc > 0) {
+        http_error(res, 404, "not_found", NULL, "no node %lld", (long long)id);
+        return;
+    }
+    char actor[96];
+    http_actor(req, actor, sizeof actor);
+    log_info("node %lld: %s by %s (now %s)", (long long)id, drain ? "drained" : "back in service", actor, state);
+    if (!drain) api_kick_scheduler(srv);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)id);
+    cJSON_AddStringToObject(o, "state", state);
+    http_json(res, 200, o);
+}
+
+static void node_drain(server *srv, http_req *req, http_res *res) { node_drain_set(srv, req, res, 1); }
+static void node_undrain(server *srv, http_req *req, http_res *res) { node_drain_set(srv, req, res, 0); }
+
 /* DELETE /api/v1/nodes/{id}/token (admin): revokes the node's tokens; its
  * agent's requests get 401 until it registers again with the join token. */
 static void node_token_revoke(server *srv, http_req *req, http_res *res)
@@ -450,6 +477,8 @@ const route api_cluster_routes[] = {
     {"POST", "/api/v1/nodes", node_register, ALLOW_JOIN | ALLOW_ADMIN, 0},
     {"POST", "/api/v1/nodes/{id}/heartbeat", node_heartbeat, ALLOW_NODE | ALLOW_ADMIN, 0},
     {"DELETE", "/api/v1/nodes/{id}/token", node_token_revoke, ALLOW_ADMIN, 0},
+    {"POST", "/api/v1/nodes/{id}/drain", node_drain, ALLOW_NODE | ALLOW_ADMIN, 0},
+    {"DELETE", "/api/v1/nodes/{id}/drain", node_undrain, ALLOW_NODE | ALLOW_ADMIN, 0},
     {"GET", "/api/v1/cluster", cluster_get, ALLOW_USER, 0},
     {"GET", "/api/v1/queue", queue_get, ALLOW_USER, 0},
     {"PATCH", "/api/v1/teams/{name}", team_shares, ALLOW_ADMIN, 0},

@@ -251,6 +251,23 @@ static void agent_heartbeat(agent *a) {
     }
 }
 
+/* Stopping: asks the server to hand this node no new task (POST
+ * /nodes/{id}/drain), so jobs submitted meanwhile wait for another node
+ * instead of for this one to be declared lost. Best effort and quick: a
+ * server that does not answer within 1.5 s is left to find out from the
+ * heartbeats, and nothing is kept for a later agent. */
+static void agent_drain(agent *a) {
+    if (!a->node_id || a->need_register || !server_usable(a)) return;
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/nodes/%lld/drain", (long long)a->node_id);
+    long keep = a->http.timeout_ms;
+    a->http.timeout_ms = 1500;
+    long st = agent_call(a, "POST", path, "{}", 2, NULL, NULL);
+    a->http.timeout_ms = keep;
+    if (st == 200) log_info("node %lld drained: the server hands it no new task", (long long)a->node_id);
+    else log_warn("could not drain node %lld (%ld): the server finds out from the heartbeats", (long long)a->node_id, st);
+}
+
 /* ---------------------------------------------------------------- outbox */
 
 static void outbox_push(agent *a, const char *path, char *body /* owned */, int64_t exit_of) {
@@ -928,6 +945,8 @@ int agent_run(const agent_options *o) {
                 stop_deadline = mono_ms() + 1000;
             } else {
                 stopping = 1;
+                a->quit = 1;    /* from here a task handed out is handed back */
+                agent_drain(a); /* and the server hands out no more (before the exits requeue their jobs) */
                 log_info("stopping: SIGTERM to %d task(s), SIGKILL after %d s", a->n_tasks, a->opt.stop_grace_s);
                 for (int i = 0; i < a->n_tasks; i++) {
                     task *t = a->tasks[i];

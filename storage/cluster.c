@@ -314,8 +314,28 @@ int cluster_node_heartbeat(db *d, int64_t node_id, int64_t now)
     return changed == 1 ? 0 : 1;
 }
 
+static const char SQL_NODE_DRAIN[] =
+    "UPDATE nodes SET state = CASE WHEN ?2 THEN 'drained' WHEN state = 'drained' THEN 'ready' ELSE state END"
+    " WHERE id = ?1 RETURNING state";
+
+int cluster_node_drain(db *d, int64_t node_id, int drain, char state[16])
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_NODE_DRAIN);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, node_id);
+    sqlite3_bind_int(st, 2, drain ? 1 : 0);
+    int rc = sqlite3_step(st);
+    int found = rc == SQLITE_ROW;
+    if (found) snprintf(state, 16, "%s", (const char *)sqlite3_column_text(st, 0));
+    while (rc == SQLITE_ROW) rc = sqlite3_step(st);
+    db_done(st);
+    if (rc != SQLITE_DONE) return -1;
+    return found ? 0 : 1;
+}
+
+/* a draining node whose agent went quiet is lost as a ready one is */
 static const char SQL_NODES_LOST[] =
-    "UPDATE nodes SET state = 'lost' WHERE state = 'ready' AND last_heartbeat_at < ? RETURNING id";
+    "UPDATE nodes SET state = 'lost' WHERE state IN ('ready','drained') AND last_heartbeat_at < ? RETURNING id";
 
 static int collect_ids(sqlite3_stmt *st, int64_t **ids)
 {

@@ -94,6 +94,12 @@ int cluster_node_upsert(db *d, const char *hostname, const char *address, int cp
 /* Records a heartbeat: 0, 1 when no such node, -1 on error. A lost node
  * that beats again is ready again. */
 int cluster_node_heartbeat(db *d, int64_t node_id, int64_t now);
+/* drain 1: the node takes no new tasks (state 'drained'; its running
+ * tasks go on; lost as a ready node when its heartbeats stop; a new
+ * registration makes it 'ready'); drain 0: a drained node is ready again.
+ * state gets the node's state after. 0, 1 when there is no such node, -1 on
+ * a store error. */
+int cluster_node_drain(db *d, int64_t node_id, int drain, char state[16]);
 
 /* Marks ready nodes silent since before `before` as lost; their ids into
  * *ids (malloc'd, caller frees). Returns the count or -1. */

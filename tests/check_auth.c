@@ -293,6 +293,8 @@ static const mrow MATRIX[] = {
     {"POST", "/api/v1/nodes", "", "oFFoFFFFUU"},
     {"POST", "/api/v1/nodes/{id}/heartbeat", "", "oFFFoFFFUU"},
     {"DELETE", "/api/v1/nodes/{id}/token", "", "oFFFFFFFUU"},
+    {"POST", "/api/v1/nodes/{id}/drain", "", "oFFFoFFFUU"},
+    {"DELETE", "/api/v1/nodes/{id}/drain", "", "oFFFoFFFUU"},
     {"GET", "/api/v1/cluster", "", "oooFFFFFUU"},
     {"GET", "/api/v1/queue", "", "oooFFFFFUU"},
     {"PATCH", "/api/v1/teams/{name}", "", "oFFFFFFFUU"},
