@@ -76,6 +76,10 @@ static int put_string(buf *b, const char *s) {
     return put(b, "\"", 1);
 }
 
+int json_write_string(buf *out, const char *s) { return put_string(out, s); }
+
+int json_write_int(buf *out, int64_t v) { return put_number(out, (double)v); }
+
 int json_write(buf *out, const cJSON *v) {
     if (!v) return put(out, "null", 4);
     switch (v->type & 0xFF) {

@@ -9,11 +9,12 @@
  * with sscanf: in the profile of GET /api/v1/jobs that was a third of the
  * server's time (docs/server.md, "Answers").
  *
- * defines: json_write, json_print */
+ * defines: json_write, json_write_string, json_write_int, json_print */
 #ifndef TRAINYARD_JSON_OUT_H
 #define TRAINYARD_JSON_OUT_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <cjson/cJSON.h>
 
 #include "util.h"
@@ -21,6 +22,11 @@
 /* Appends v to out: 0, or -1 when out reached its maximum (out is then
  * left with a partial text; reset it). */
 int json_write(buf *out, const cJSON *v);
+
+/* One JSON string (escaped as json_write does) or integer, for code that
+ * writes JSON text without a tree. 0, or -1 when out is full. */
+int json_write_string(buf *out, const char *s);
+int json_write_int(buf *out, int64_t v);
 
 /* The text of v in a new heap string (free() it), *len its length (may be
  * NULL); NULL when out of memory. */

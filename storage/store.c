@@ -1,5 +1,6 @@
 /* store.c - teams, tokens, jobs and events. See store.h for the contract. */
 #include "store.h"
+#include "../common/json_out.h"
 #include "../common/util.h"
 
 #include <stdio.h>
@@ -34,19 +35,14 @@ int store_is_terminal(const char *state) {
            strcmp(state, "cancelled") == 0;
 }
 
-void store_json_time_ms(cJSON *o, const char *key, int64_t ms) {
-    if (ms <= 0) {
-        cJSON_AddNullToObject(o, key);
-        return;
-    }
+/* YYYY-MM-DDTHH:MM:SS.mmmZ by hand: a list page writes four per job, and
+ * snprintf was a tenth of its time. */
+static void time_text(char out[25], int64_t ms) {
     time_t s = (time_t)(ms / 1000);
     struct tm tm;
     gmtime_r(&s, &tm);
     int year = tm.tm_year + 1900;
     if (year > 9999) year = 9999;
-    /* YYYY-MM-DDTHH:MM:SS.mmmZ by hand: a list page writes four per job, and
-     * snprintf was a tenth of its time */
-    char out[25];
     int f[7][2] = {{year, 4}, {tm.tm_mon + 1, 2}, {tm.tm_mday, 2}, {tm.tm_hour, 2},
                    {tm.tm_min, 2}, {tm.tm_sec, 2}, {(int)(ms % 1000), 3}};
     static const char sep[7] = {'-', '-', 'T', ':', ':', '.', 'Z'};
@@ -57,6 +53,15 @@ void store_json_time_ms(cJSON *o, const char *key, int64_t ms) {
         *p++ = sep[i];
     }
     *p = '\0';
+}
+
+void store_json_time_ms(cJSON *o, const char *key, int64_t ms) {
+    if (ms <= 0) {
+        cJSON_AddNullToObject(o, key);
+        return;
+    }
+    char out[25];
+    time_text(out, ms);
     cJSON_AddStringToObject(o, key, out);
 }
 
@@ -344,28 +349,82 @@ int store_job_count_failure(db *d, int64_t job_id, int *failures, int *max_resta
     " j.devices_per_worker, j.device, j.ps, j.max_runtime_s, j.preemptible, j.reason,"       \
     " j.created_at, j.updated_at, j.started_at, j.finished_at"
 
+/* A job's JSON form, column by column of JOB_COLS: one table for the tree
+ * (job_row, GET /jobs/{id}) and the text (job_row_write, the list). Kinds:
+ * I integer, T text or null, B boolean, t a time (ms) or null; `in` names
+ * the object the field sits in ("resources"), NULL at the top. */
+typedef struct job_field {
+    const char *key;
+    char kind;
+    const char *in;
+} job_field;
+
+static const job_field JOB_FIELDS[] = {
+    {"id", 'I', NULL},           {"name", 'T', NULL},          {"team", 'T', NULL},
+    {"state", 'T', NULL},        {"priority", 'I', NULL},      {"attempt", 'I', NULL},
+    {"max_restarts", 'I', NULL}, {"workers", 'I', "resources"}, {"devices_per_worker", 'I', "resources"},
+    {"device", 'T', "resources"}, {"ps", 'I', "resources"},    {"max_runtime_s", 'I', NULL},
+    {"preemptible", 'B', NULL},  {"reason", 'T', NULL},        {"created_at", 't', NULL},
+    {"updated_at", 't', NULL},   {"started_at", 't', NULL},    {"finished_at", 't', NULL},
+};
+#define JOB_NFIELDS ((int)(sizeof JOB_FIELDS / sizeof JOB_FIELDS[0]))
+
 static cJSON *job_row(sqlite3_stmt *st) {
-    cJSON *j = cJSON_CreateObject();
-    cJSON_AddNumberToObject(j, "id", (double)sqlite3_column_int64(st, 0));
-    store_json_text(j, "name", st, 1);
-    store_json_text(j, "team", st, 2);
-    store_json_text(j, "state", st, 3);
-    cJSON_AddNumberToObject(j, "priority", sqlite3_column_int(st, 4));
-    cJSON_AddNumberToObject(j, "attempt", sqlite3_column_int(st, 5));
-    cJSON_AddNumberToObject(j, "max_restarts", sqlite3_column_int(st, 6));
-    cJSON *r = cJSON_AddObjectToObject(j, "resources");
-    cJSON_AddNumberToObject(r, "workers", sqlite3_column_int(st, 7));
-    cJSON_AddNumberToObject(r, "devices_per_worker", sqlite3_column_int(st, 8));
-    store_json_text(r, "device", st, 9);
-    cJSON_AddNumberToObject(r, "ps", sqlite3_column_int(st, 10));
-    cJSON_AddNumberToObject(j, "max_runtime_s", (double)sqlite3_column_int64(st, 11));
-    cJSON_AddBoolToObject(j, "preemptible", sqlite3_column_int(st, 12));
-    store_json_text(j, "reason", st, 13);
-    store_json_time(j, "created_at", st, 14);
-    store_json_time(j, "updated_at", st, 15);
-    store_json_time(j, "started_at", st, 16);
-    store_json_time(j, "finished_at", st, 17);
+    cJSON *j = cJSON_CreateObject(), *in = NULL;
+    for (int c = 0; c < JOB_NFIELDS; c++) {
+        const job_field *f = &JOB_FIELDS[c];
+        cJSON *o = j;
+        if (f->in) {
+            if (!in) in = cJSON_AddObjectToObject(j, f->in);
+            o = in;
+        }
+        switch (f->kind) {
+        case 'I': cJSON_AddNumberToObject(o, f->key, (double)sqlite3_column_int64(st, c)); break;
+        case 'B': cJSON_AddBoolToObject(o, f->key, sqlite3_column_int(st, c)); break;
+        case 't': store_json_time(o, f->key, st, c); break;
+        default: store_json_text(o, f->key, st, c); break;
+        }
+    }
     return j;
+}
+
+/* The same object as text, without its closing brace (the list adds
+ * fields). 0, or -1 when out is full. */
+static int job_row_write(buf *out, sqlite3_stmt *st) {
+    int rc = buf_append(out, "{", 1);
+    const char *in = NULL;
+    for (int c = 0; rc == 0 && c < JOB_NFIELDS; c++) {
+        const job_field *f = &JOB_FIELDS[c];
+        if (in && f->in != in) rc |= buf_append(out, "}", 1); /* leaving "resources" */
+        if (c) rc |= buf_append(out, ",", 1);
+        if (f->in && f->in != in) { /* entering it */
+            rc |= json_write_string(out, f->in);
+            rc |= buf_append(out, ":{", 2);
+        }
+        in = f->in;
+        rc |= json_write_string(out, f->key);
+        rc |= buf_append(out, ":", 1);
+        int null = sqlite3_column_type(st, c) == SQLITE_NULL;
+        switch (f->kind) {
+        case 'I': rc |= null ? buf_append(out, "null", 4) : json_write_int(out, sqlite3_column_int64(st, c)); break;
+        case 'B': rc |= sqlite3_column_int(st, c) ? buf_append(out, "true", 4) : buf_append(out, "false", 5); break;
+        case 't':
+            if (null || sqlite3_column_int64(st, c) <= 0) {
+                rc |= buf_append(out, "null", 4);
+            } else {
+                char t[25];
+                time_text(t, sqlite3_column_int64(st, c));
+                rc |= json_write_string(out, t);
+            }
+            break;
+        default: {
+            const char *t = (const char *)sqlite3_column_text(st, c);
+            rc |= t ? json_write_string(out, t) : buf_append(out, "null", 4);
+        }
+        }
+    }
+    if (in) rc |= buf_append(out, "}", 1);
+    return rc ? -1 : 0;
 }
 
 static const char SQL_JOB_GET[] =
@@ -400,16 +459,15 @@ static const char SQL_JOBS_LIST[] =
     " WHERE (?1 = 0 OR j.team_id = ?1) AND (?2 IS NULL OR j.state = ?2) AND (?3 = 0 OR j.id < ?3)"
     " ORDER BY j.id DESC LIMIT ?4";
 
-int store_jobs_list(db *d, int64_t team_id, const char *state, int64_t before, int limit,
-                    cJSON **out, int64_t *next) {
+int store_jobs_list(db *d, int64_t team_id, const char *state, int64_t before, int limit, buf *out,
+                    int64_t *next) {
     sqlite3_stmt *st = db_prepare(d, SQL_JOBS_LIST);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, team_id);
     if (state) sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 3, before);
     sqlite3_bind_int(st, 4, limit + 1);
-    cJSON *arr = cJSON_CreateArray();
-    int rc, n = 0;
+    int rc, n = 0, full = buf_append(out, "[", 1);
     int64_t last = 0;
     *next = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -418,19 +476,24 @@ int store_jobs_list(db *d, int64_t team_id, const char *state, int64_t before, i
             continue;
         }
         last = sqlite3_column_int64(st, 0);
-        cJSON *j = job_row(st);
-        /* what the dashboard's table shows beside the columns */
-        store_json_text(j, "strategy", st, 18);
-        store_json_stored(j, "progress", (const char *)sqlite3_column_text(st, 19));
-        cJSON_AddItemToArray(arr, j);
+        /* the job, and what the dashboard's table shows beside its columns */
+        if (n) full |= buf_append(out, ",", 1);
+        full |= job_row_write(out, st);
+        const char *strategy = (const char *)sqlite3_column_text(st, JOB_NFIELDS);
+        full |= buf_appends(out, ",\"strategy\":");
+        full |= strategy ? json_write_string(out, strategy) : buf_append(out, "null", 4);
+        const char *progress = (const char *)sqlite3_column_text(st, JOB_NFIELDS + 1);
+        size_t pl = progress ? strlen(progress) : 0;
+        full |= buf_appends(out, ",\"progress\":");
+        /* our own JSON object text, as stored (store_json_stored) */
+        if (pl >= 2 && progress[0] == '{' && progress[pl - 1] == '}') full |= buf_append(out, progress, pl);
+        else full |= buf_append(out, "null", 4);
+        full |= buf_append(out, "}", 1);
         n++;
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
-        cJSON_Delete(arr);
-        return STORE_ERROR;
-    }
-    *out = arr;
+    full |= buf_append(out, "]", 1);
+    if (rc != SQLITE_DONE || full) return STORE_ERROR;
     return STORE_OK;
 }
 

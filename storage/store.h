@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <cjson/cJSON.h>
 #include "db.h"
+#include "../common/util.h"
 
 enum { STORE_OK = 0, STORE_NOT_FOUND = 1, STORE_CONFLICT = 2, STORE_ERROR = -1 };
 
@@ -84,10 +85,13 @@ int store_job_count_failure(db *d, int64_t job_id, int *failures, int *max_resta
 int store_job_get(db *d, int64_t id, int64_t team_id, int with_spec, cJSON **out);
 
 /* Jobs of a team (team_id 0 = all), newest first, optionally one state,
- * ids below `before` (0 = from the newest), at most limit. *next is the
- * cursor for the next page (0 when none). */
-int store_jobs_list(db *d, int64_t team_id, const char *state, int64_t before, int limit,
-                    cJSON **out, int64_t *next);
+ * ids below `before` (0 = from the newest), at most limit: their JSON array
+ * appended to out as text (the objects of store_job_get without the spec,
+ * with "strategy" and "progress"), written from the rows without a cJSON
+ * tree (docs/server.md, "Answers"). *next is the cursor for the next page
+ * (0 when none). STORE_ERROR also when out is full. */
+int store_jobs_list(db *d, int64_t team_id, const char *state, int64_t before, int limit, buf *out,
+                    int64_t *next);
 
 /* Reads a job's state and team. */
 int store_job_state(db *d, int64_t id, char state[16], int64_t *team_id);
