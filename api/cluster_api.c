@@ -200,7 +200,8 @@ static void node_heartbeat(server *srv, http_req *req, http_res *res)
     int64_t id = http_param_id(req, res, 0, "node");
     if (id < 0) return;
     if (api_node_scope(req, res, id) < 0) return;
-    int rc = cluster_node_heartbeat(srv->db, id, now_ms());
+    char state[16] = "ready";
+    int rc = cluster_node_heartbeat_state(srv->db, id, now_ms(), state);
     if (rc < 0) { unavailable(res); return; }
     if (rc > 0) {
         http_error(res, 404, "not_found", NULL, "no node %lld; register with POST /api/v1/nodes", (long long)id);
@@ -208,7 +209,7 @@ static void node_heartbeat(server *srv, http_req *req, http_res *res)
     }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)id);
-    cJSON_AddStringToObject(o, "state", "ready");
+    cJSON_AddStringToObject(o, "state", state);
     http_json(res, 200, o);
 }
 

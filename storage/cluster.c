@@ -299,19 +299,26 @@ fail:
 
 static const char SQL_HEARTBEAT[] =
     "UPDATE nodes SET last_heartbeat_at = ?2, state = CASE WHEN state = 'lost' THEN 'ready' ELSE state END"
-    " WHERE id = ?1";
+    " WHERE id = ?1 RETURNING state";
 
-int cluster_node_heartbeat(db *d, int64_t node_id, int64_t now)
+int cluster_node_heartbeat_state(db *d, int64_t node_id, int64_t now, char state[16])
 {
     sqlite3_stmt *st = db_prepare(d, SQL_HEARTBEAT);
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, node_id);
     sqlite3_bind_int64(st, 2, now);
     int rc = sqlite3_step(st);
-    int changed = sqlite3_changes(db_conn(d));
+    int found = rc == SQLITE_ROW;
+    if (found && state) snprintf(state, 16, "%s", (const char *)sqlite3_column_text(st, 0));
+    while (rc == SQLITE_ROW) rc = sqlite3_step(st);
     db_done(st);
     if (rc != SQLITE_DONE) return -1;
-    return changed == 1 ? 0 : 1;
+    return found ? 0 : 1;
+}
+
+int cluster_node_heartbeat(db *d, int64_t node_id, int64_t now)
+{
+    return cluster_node_heartbeat_state(d, node_id, now, NULL);
 }
 
 static const char SQL_NODE_DRAIN[] =

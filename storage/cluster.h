@@ -94,6 +94,9 @@ int cluster_node_upsert(db *d, const char *hostname, const char *address, int cp
 /* Records a heartbeat: 0, 1 when no such node, -1 on error. A lost node
  * that beats again is ready again. */
 int cluster_node_heartbeat(db *d, int64_t node_id, int64_t now);
+/* The same; state (may be NULL) gets the node's state after it: ready, or
+ * drained (a lost node that is heard from again is ready). */
+int cluster_node_heartbeat_state(db *d, int64_t node_id, int64_t now, char state[16]);
 /* drain 1: the node takes no new tasks (state 'drained'; its running
  * tasks go on; lost as a ready node when its heartbeats stop; a new
  * registration makes it 'ready'); drain 0: a drained node is ready again.

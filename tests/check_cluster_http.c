@@ -238,6 +238,43 @@ START_TEST(team_shares_admin_only)
 }
 END_TEST
 
+/* An admin drains a node: no new task goes there, its heartbeats say so;
+ * back in service, the waiting job is placed. */
+START_TEST(drained_node_takes_no_task)
+{
+    int64_t n = register_node("gpu-drain", 8, 201);
+    char tok[128], path[96];
+    snprintf(tok, sizeof tok, "%s", last_tok);
+    cJSON *o = NULL;
+    snprintf(path, sizeof path, "/api/v1/nodes/%lld/drain", (long long)n);
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", path, NULL, &o), 200);
+    ck_assert_str_eq(cJSON_GetObjectItem(o, "state")->valuestring, "drained");
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", path, NULL, &o), 403);
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/nodes/999/drain", NULL, &o), 404);
+    cJSON_Delete(o);
+    char hb[96];
+    snprintf(hb, sizeof hb, "/api/v1/nodes/%lld/heartbeat", (long long)n);
+    ck_assert_int_eq(ty_http(srv.url, tok, "POST", hb, "{}", &o), 200);
+    ck_assert_str_eq(cJSON_GetObjectItem(o, "state")->valuestring, "drained");
+    cJSON_Delete(o);
+    int64_t j = submit(spec(1, 2, ""), 201);
+    ty_sleep_ms(1500); /* a scheduler tick or more */
+    char st[32];
+    ck_assert_str_eq(job_state(j, st, sizeof st), "queued");
+    /* the node's own token puts it back */
+    ck_assert_int_eq(ty_http(srv.url, tok, "DELETE", path, NULL, &o), 200);
+    ck_assert_str_eq(cJSON_GetObjectItem(o, "state")->valuestring, "ready");
+    cJSON_Delete(o);
+    for (int i = 0; i < 200 && strcmp(job_state(j, st, sizeof st), "queued") == 0; i++) ty_sleep_ms(50);
+    ck_assert_str_eq(st, "starting");
+    ck_assert_int_eq(ty_http(srv.url, tok, "POST", hb, "{}", &o), 200);
+    ck_assert_str_eq(cJSON_GetObjectItem(o, "state")->valuestring, "ready");
+    cJSON_Delete(o);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cluster_http");
@@ -247,6 +284,7 @@ int main(void)
     tcase_add_test(tc, queue_before_nodes_then_placed);
     tcase_add_test(tc, admission_and_errors);
     tcase_add_test(tc, team_shares_admin_only);
+    tcase_add_test(tc, drained_node_takes_no_task);
     suite_add_tcase(s, tc);
     return ty_run_suite(s);
 }
