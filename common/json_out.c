@@ -19,21 +19,22 @@ static inline int put(buf *b, const void *p, size_t n) {
     return buf_append(b, p, n);
 }
 
+int json_write_int(buf *out, int64_t v) {
+    char tmp[24];
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    char *e = tmp + sizeof tmp, *p = e;
+    do {
+        *--p = (char)('0' + (int)(u % 10));
+        u /= 10;
+    } while (u);
+    if (v < 0) *--p = '-';
+    return put(out, p, (size_t)(e - p));
+}
+
 static int put_number(buf *b, double d) {
     char tmp[40];
     if (isnan(d) || isinf(d)) return put(b, "null", 4);
-    if (d == floor(d) && fabs(d) <= 9007199254740992.0) {
-        /* an integer, exactly: its digits */
-        int64_t v = (int64_t)d;
-        uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
-        char *e = tmp + sizeof tmp, *p = e;
-        do {
-            *--p = (char)('0' + (int)(u % 10));
-            u /= 10;
-        } while (u);
-        if (v < 0) *--p = '-';
-        return put(b, p, (size_t)(e - p));
-    }
+    if (d == floor(d) && fabs(d) <= 9007199254740992.0) return json_write_int(b, (int64_t)d); /* exactly */
     int n = snprintf(tmp, sizeof tmp, "%.15g", d);
     if (n > 0 && strtod(tmp, NULL) != d) n = snprintf(tmp, sizeof tmp, "%.17g", d);
     if (n <= 0 || (size_t)n >= sizeof tmp) return -1;
@@ -78,7 +79,6 @@ static int put_string(buf *b, const char *s) {
 
 int json_write_string(buf *out, const char *s) { return put_string(out, s); }
 
-int json_write_int(buf *out, int64_t v) { return put_number(out, (double)v); }
 
 int json_write(buf *out, const cJSON *v) {
     if (!v) return put(out, "null", 4);

@@ -297,6 +297,19 @@ fail:
     return -1;
 }
 
+/* Runs an UPDATE ... RETURNING state of one node: 0 with the state in
+ * `state` (may be NULL), 1 when no node matched, -1 on a store error. */
+static int step_returning_state(sqlite3_stmt *st, char state[16])
+{
+    int rc = sqlite3_step(st);
+    int found = rc == SQLITE_ROW;
+    if (found && state) snprintf(state, 16, "%s", (const char *)sqlite3_column_text(st, 0));
+    while (rc == SQLITE_ROW) rc = sqlite3_step(st);
+    db_done(st);
+    if (rc != SQLITE_DONE) return -1;
+    return found ? 0 : 1;
+}
+
 static const char SQL_HEARTBEAT[] =
     "UPDATE nodes SET last_heartbeat_at = ?2, state = CASE WHEN state = 'lost' THEN 'ready' ELSE state END"
     " WHERE id = ?1 RETURNING state";
@@ -307,13 +320,7 @@ int cluster_node_heartbeat_state(db *d, int64_t node_id, int64_t now, char state
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, node_id);
     sqlite3_bind_int64(st, 2, now);
-    int rc = sqlite3_step(st);
-    int found = rc == SQLITE_ROW;
-    if (found && state) snprintf(state, 16, "%s", (const char *)sqlite3_column_text(st, 0));
-    while (rc == SQLITE_ROW) rc = sqlite3_step(st);
-    db_done(st);
-    if (rc != SQLITE_DONE) return -1;
-    return found ? 0 : 1;
+    return step_returning_state(st, state);
 }
 
 int cluster_node_heartbeat(db *d, int64_t node_id, int64_t now)
@@ -331,13 +338,7 @@ int cluster_node_drain(db *d, int64_t node_id, int drain, char state[16])
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, node_id);
     sqlite3_bind_int(st, 2, drain ? 1 : 0);
-    int rc = sqlite3_step(st);
-    int found = rc == SQLITE_ROW;
-    if (found) snprintf(state, 16, "%s", (const char *)sqlite3_column_text(st, 0));
-    while (rc == SQLITE_ROW) rc = sqlite3_step(st);
-    db_done(st);
-    if (rc != SQLITE_DONE) return -1;
-    return found ? 0 : 1;
+    return step_returning_state(st, state);
 }
 
 /* a draining node whose agent went quiet is lost as a ready one is */

@@ -70,12 +70,16 @@ void store_json_time(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
     else store_json_time_ms(o, key, sqlite3_column_int64(st, col));
 }
 
-void store_json_stored(cJSON *o, const char *key, const char *text) {
-    /* Our own JSON object text (the API wrote it, json_out.h), answered as it
-     * is stored: parsing and printing every running job's progress again was
-     * most of a list page's cost. Anything else answers null. */
+/* Our own JSON object text (the API wrote it, json_out.h), answered as it
+ * is stored: parsing and printing every running job's progress again was
+ * most of a list page's cost. Its length, or 0 for anything else (null). */
+static size_t stored_object(const char *text) {
     size_t n = text ? strlen(text) : 0;
-    if (n >= 2 && text[0] == '{' && text[n - 1] == '}') cJSON_AddRawToObject(o, key, text);
+    return n >= 2 && text[0] == '{' && text[n - 1] == '}' ? n : 0;
+}
+
+void store_json_stored(cJSON *o, const char *key, const char *text) {
+    if (stored_object(text)) cJSON_AddRawToObject(o, key, text);
     else cJSON_AddNullToObject(o, key);
 }
 
@@ -483,11 +487,9 @@ int store_jobs_list(db *d, int64_t team_id, const char *state, int64_t before, i
         full |= buf_appends(out, ",\"strategy\":");
         full |= strategy ? json_write_string(out, strategy) : buf_append(out, "null", 4);
         const char *progress = (const char *)sqlite3_column_text(st, JOB_NFIELDS + 1);
-        size_t pl = progress ? strlen(progress) : 0;
+        size_t pl = stored_object(progress);
         full |= buf_appends(out, ",\"progress\":");
-        /* our own JSON object text, as stored (store_json_stored) */
-        if (pl >= 2 && progress[0] == '{' && progress[pl - 1] == '}') full |= buf_append(out, progress, pl);
-        else full |= buf_append(out, "null", 4);
+        full |= pl ? buf_append(out, progress, pl) : buf_append(out, "null", 4);
         full |= buf_append(out, "}", 1);
         n++;
     }

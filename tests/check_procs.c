@@ -95,15 +95,10 @@ static int children_of(pid_t ppid, pid_t *out, int cap) {
         if (*endp || pid <= 0) continue;
         char path[64], text[512];
         snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t len = fread(text, 1, sizeof text - 1, f);
-        fclose(f);
-        text[len] = 0;
-        const char *rp = strrchr(text, ')');
+        const char *fields = ty_proc_stat(path, text, sizeof text);
         char state;
         int pp;
-        if (rp && sscanf(rp + 1, " %c %d", &state, &pp) == 2 && pp == ppid) out[n++] = (pid_t)pid;
+        if (fields && sscanf(fields, " %c %d", &state, &pp) == 2 && pp == ppid) out[n++] = (pid_t)pid;
     }
     closedir(d);
     return n;
@@ -137,16 +132,11 @@ static int thread_nices(pid_t pid, int *lo, int *hi) {
         if (e->d_name[0] == '.') continue;
         char path[384], text[1024];
         snprintf(path, sizeof path, "%s/%s/stat", dir, e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t len = fread(text, 1, sizeof text - 1, f);
-        fclose(f);
-        text[len] = 0;
-        const char *rp = strrchr(text, ')');
+        const char *fields = ty_proc_stat(path, text, sizeof text);
         int nice;
         /* after "(comm)": state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt
          * utime stime cutime cstime priority nice */
-        if (!rp || sscanf(rp + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %d", &nice) != 1)
+        if (!fields || sscanf(fields, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %d", &nice) != 1)
             continue;
         if (nice < *lo) *lo = nice;
         if (nice > *hi) *hi = nice;

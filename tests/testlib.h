@@ -195,6 +195,18 @@ static inline pid_t ty_agent_start(const ty_proc *p, const char *hostname, const
 }
 
 /* Pids whose parent is ppid and whose argv[1] is `sub` (agent, worker). */
+/* /proc/.../stat of a process or thread read into text (cap bytes): the
+ * fields after "(comm)", or NULL when it cannot be read. */
+static inline const char *ty_proc_stat(const char *path, char *text, size_t cap) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    size_t len = fread(text, 1, cap - 1, f);
+    fclose(f);
+    text[len] = '\0';
+    const char *rp = strrchr(text, ')');
+    return rp ? rp + 1 : NULL;
+}
+
 static inline int ty_children_named(pid_t ppid, const char *sub, pid_t *out, int max) {
     DIR *d = opendir("/proc");
     ck_assert_ptr_nonnull(d);
@@ -205,20 +217,15 @@ static inline int ty_children_named(pid_t ppid, const char *sub, pid_t *out, int
         if (parse_long(e->d_name, 1, 1L << 30, &pid) < 0) continue;
         char path[64], stat[512];
         snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t len = fread(stat, 1, sizeof stat - 1, f);
-        fclose(f);
-        stat[len] = '\0';
-        const char *rp = strrchr(stat, ')');
+        const char *fields = ty_proc_stat(path, stat, sizeof stat);
         char st;
         int pp;
-        if (!rp || sscanf(rp + 1, " %c %d", &st, &pp) != 2 || pp != ppid || st == 'Z') continue;
+        if (!fields || sscanf(fields, " %c %d", &st, &pp) != 2 || pp != ppid || st == 'Z') continue;
         snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
-        f = fopen(path, "r");
+        FILE *f = fopen(path, "r");
         if (!f) continue;
         char cmd[512];
-        len = fread(cmd, 1, sizeof cmd - 1, f);
+        size_t len = fread(cmd, 1, sizeof cmd - 1, f);
         fclose(f);
         cmd[len] = '\0';
         size_t a0 = strlen(cmd);
