@@ -995,18 +995,23 @@ static void rdv_get(server *srv, http_req *req, http_res *res) {
 
 /* ---------------------------------------------------------------- job view */
 
-void exec_job_decorate(server *srv, int64_t job_id, cJSON *job) {
+int exec_job_decorate(server *srv, int64_t job_id, cJSON *job) {
     char *p = NULL;
+    int ok = 1;
     cJSON_DeleteItemFromObject(job, "progress");
-    if (exec_progress_get(srv->db, job_id, &p) == STORE_OK && p) store_json_stored(job, "progress", p);
+    if (exec_progress_get(srv->db, job_id, &p) == STORE_ERROR) ok = 0;
+    if (p) store_json_stored(job, "progress", p);
     else cJSON_AddNullToObject(job, "progress");
     free(p);
     const cJSON *a = cJSON_GetObjectItem(job, "attempt");
     cJSON *tasks = NULL;
-    if (!cJSON_IsNumber(a) || exec_job_tasks(srv->db, job_id, (int)a->valuedouble, &tasks) != STORE_OK)
+    if (!cJSON_IsNumber(a) || exec_job_tasks(srv->db, job_id, (int)a->valuedouble, &tasks) != STORE_OK) {
         tasks = cJSON_CreateArray();
+        ok = 0;
+    }
     cJSON_DeleteItemFromObject(job, "tasks");
     cJSON_AddItemToObject(job, "tasks", tasks);
+    return ok ? 0 : -1;
 }
 
 /* ---------------------------------------------------------------- events */

@@ -29,7 +29,9 @@ void exec_events_stream(struct server *srv, http_req *req, http_res *res, int64_
 
 /* Adds "progress" (epoch, step, latest metrics, ETA; null before the first
  * metric) and "tasks" (the current attempt's tasks: type, index, node,
- * port, state, exit code) to a job's JSON form. */
-void exec_job_decorate(struct server *srv, int64_t job_id, cJSON *job);
+ * port, state, exit code) to a job's JSON form. 0, or -1 when a read
+ * failed and a part is missing (null progress or no tasks): such an answer
+ * is not kept. */
+int exec_job_decorate(struct server *srv, int64_t job_id, cJSON *job);
 
 #endif

@@ -5,6 +5,7 @@
 #include "routes.h"
 #include "jobspec.h"
 #include "exec_api.h"
+#include "answer_cache.h"
 #include "../server/server.h"
 #include "../storage/store.h"
 
@@ -146,6 +147,10 @@ static void job_list(server *srv, http_req *req, http_res *res) {
     long limit, before;
     if (http_query_long(req, res, "limit", 1, 1000, 50, &limit) < 0) return;
     if (http_query_long(req, res, "before", 1, (long)INT64_MAX, 0, &before) < 0) return;
+    char key[ANSWER_KEY_MAX];
+    snprintf(key, sizeof key, "jobs %lld %s %ld %ld", (long long)scope_team(req), state ? state : "-", limit, before);
+    answer_ref ref;
+    if (answer_cache_get(srv->db, key, res, &ref)) return;
     /* written as text from the rows: a page of 50 as a cJSON tree was
      * mostly allocations (docs/server.md, "Answers") */
     buf b;
@@ -164,14 +169,20 @@ static void job_list(server *srv, http_req *req, http_res *res) {
     }
     http_text(res, 200, "application/json", b.data, b.len);
     buf_release(&b);
+    answer_cache_put(&ref, res);
 }
 
 /* GET /api/v1/jobs/{id} */
 static void job_get(server *srv, http_req *req, http_res *res) {
     int64_t id = http_param_id(req, res, 0, "job");
     if (id < 0) return;
+    int64_t scope = scope_team(req);
+    char key[ANSWER_KEY_MAX];
+    snprintf(key, sizeof key, "job %lld %lld", (long long)id, (long long)scope);
+    answer_ref ref;
+    if (answer_cache_get(srv->db, key, res, &ref)) return;
     cJSON *job = NULL;
-    int rc = store_job_get(srv->db, id, scope_team(req), 1, &job);
+    int rc = store_job_get(srv->db, id, scope, 1, &job);
     if (rc == STORE_NOT_FOUND) {
         http_error(res, 404, "not_found", NULL, "no job %lld", (long long)id);
         return;
@@ -180,8 +191,9 @@ static void job_get(server *srv, http_req *req, http_res *res) {
         db_unavailable(res);
         return;
     }
-    exec_job_decorate(srv, id, job);
+    int whole = exec_job_decorate(srv, id, job) == 0;
     http_json(res, 200, job);
+    if (whole) answer_cache_put(&ref, res);
 }
 
 /* POST /api/v1/jobs/{id}/cancel  (optional body {"reason": "..."}) */

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -100,26 +102,65 @@ static int ensure_token(server *s, const char *name, token_kind kind, int64_t te
     return 0;
 }
 
+/* One server per data directory: a second would be a second writer of its
+ * database (two schedulers placing the same jobs, and the answers and
+ * tokens kept on db_generation going stale). flock, so the kernel lets go
+ * when the holder dies, kill -9 included; the file names the holder. */
+static int lock_data_dir(server *s, char *err, size_t errlen) {
+    char path[PATH_MAX + 32];
+    if (sfmt(path, sizeof path, "%s/server.lock", s->opt.data_dir) < 0) {
+        snprintf(err, errlen, "data directory path too long");
+        return -1;
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        int e = errno;
+        char holder[32] = "";
+        ssize_t n = pread(fd, holder, sizeof holder - 1, 0);
+        holder[n > 0 ? n : 0] = '\0';
+        holder[strcspn(holder, "\n")] = '\0';
+        close(fd);
+        if (e == EWOULDBLOCK)
+            snprintf(err, errlen, "the data directory %s is in use by another trainyard server (pid %s); stop it or give another --data",
+                     s->opt.data_dir, holder[0] ? holder : "unknown");
+        else
+            snprintf(err, errlen, "cannot lock %s: %s", path, strerror(e));
+        return -1;
+    }
+    char pid[32];
+    int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) < 0 || pwrite(fd, pid, (size_t)len, 0) != len)
+        log_warn("cannot write the pid into %s: %s", path, strerror(errno));
+    s->lock_fd = fd;
+    return 0;
+}
+
 int server_open(server *s, const server_options *opt, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     s->opt = *opt;
+    s->lock_fd = -1;
     if (mkdir_p(opt->data_dir, 0700) < 0) {
         snprintf(err, errlen, "cannot create %s: %s", opt->data_dir, strerror(errno));
         return -1;
     }
+    if (lock_data_dir(s, err, errlen) < 0) return -1;
     char path[PATH_MAX + 32];
     if (sfmt(path, sizeof path, "%s/trainyard.db", opt->data_dir) < 0 ||
         sfmt(s->checkpoint_dir, sizeof s->checkpoint_dir, "%s/checkpoints", opt->data_dir) < 0 ||
         sfmt(s->log_dir, sizeof s->log_dir, "%s/logs", opt->data_dir) < 0) {
         snprintf(err, errlen, "data directory path too long");
-        return -1;
+        goto fail;
     }
     if (mkdir_p(s->checkpoint_dir, 0700) < 0 || mkdir_p(s->log_dir, 0700) < 0) {
         snprintf(err, errlen, "cannot create directories under %s: %s", opt->data_dir, strerror(errno));
-        return -1;
+        goto fail;
     }
     db_set_durability_full(opt->durability_full);
-    if (db_open(&s->db, path, err, errlen) < 0) return -1;
+    if (db_open(&s->db, path, err, errlen) < 0) goto fail;
     int64_t team_id = 0;
     int rc = store_team_find(s->db, "default", &team_id);
     if (rc == STORE_NOT_FOUND) rc = store_team_create(s->db, "default", &team_id);
@@ -135,6 +176,8 @@ int server_open(server *s, const server_options *opt, char *err, size_t errlen) 
 fail:
     db_close(s->db);
     s->db = NULL;
+    close(s->lock_fd);
+    s->lock_fd = -1;
     return -1;
 }
 
@@ -187,6 +230,8 @@ int server_serve(server *s, volatile sig_atomic_t *stop) {
 void server_close(server *s) {
     db_close(s->db);
     s->db = NULL;
+    if (s->lock_fd >= 0) close(s->lock_fd); /* the directory is free again */
+    s->lock_fd = -1;
 }
 
 static void server_usage(FILE *f) {

@@ -29,6 +29,7 @@ typedef struct server {
     char checkpoint_dir[PATH_MAX];
     char log_dir[PATH_MAX];
     volatile sig_atomic_t stopping;
+    int lock_fd;                      /* DIR/server.lock, flock'ed while the server runs */
 } server;
 
 void server_options_default(server_options *o);
@@ -36,7 +37,8 @@ void server_options_default(server_options *o);
 /* Parses "HOST:PORT" into o->host and o->port: 0 or -1. */
 int server_parse_listen(server_options *o, const char *s);
 
-/* Opens the data directory and the database and makes sure the admin token,
+/* Takes the data directory (DIR/server.lock: one server per directory, as
+ * the database has one writer), opens it and the database and makes sure the admin token,
  * the team `default` with its token, and the node token exist (DIR/admin.token,
  * DIR/token, DIR/node.token, mode 0600). Returns 0, or -1 with err. */
 int server_open(server *s, const server_options *opt, char *err, size_t errlen);

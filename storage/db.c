@@ -57,6 +57,10 @@ struct db {
     pthread_mutex_t ckpt_mu;
     pthread_cond_t ckpt_cv;
     int wal_frames;               /* under ckpt_mu: frames in the WAL at the last commit */
+    /* Bumped after every commit of every connection of this process (the
+     * WAL hook runs once the commit is visible); db_generation. */
+    uint64_t generation;
+    int wal;                      /* the file is in WAL mode: the hook sees every commit */
     pid_t ckpt_pid;               /* the process that runs the checkpointer (not a fork child) */
 };
 
@@ -143,7 +147,11 @@ static int wal_hook(void *arg, sqlite3 *conn, const char *name, int frames) {
     (void)name;
     db *d = arg;
     if (!d) return SQLITE_OK;
-    if (getpid() != d->ckpt_pid) { /* a fork child (check's test runner): no checkpointer here */
+    /* after the commit is visible: a reader that saw the old number reads
+     * again (db_generation) */
+    __atomic_fetch_add(&d->generation, 1, __ATOMIC_RELEASE);
+    if (!d->ckpt_running || getpid() != d->ckpt_pid) { /* no checkpointer thread, or a fork
+                                                          child (check's test runner) */
         if (frames >= DB_CKPT_FRAMES) sqlite3_wal_checkpoint_v2(conn, NULL, SQLITE_CHECKPOINT_PASSIVE, NULL, NULL);
         return SQLITE_OK;
     }
@@ -205,7 +213,7 @@ static db_thread_conn *thread_conn(db *d) {
         log_error("db: %s", err);
         return NULL;
     }
-    if (d->ckpt_running) sqlite3_wal_hook(conn, wal_hook, d); /* replaces the autocheckpoint */
+    sqlite3_wal_hook(conn, wal_hook, d); /* replaces the autocheckpoint */
     if (trace_ms()) sqlite3_commit_hook(conn, commit_hook, NULL);
     c = xcalloc(1, sizeof *c);
     c->owner = d;
@@ -542,6 +550,22 @@ static int migrate(sqlite3 *conn, int target, char *err, size_t errlen) {
 
 /* ---------------------------------------------------------------- open/close */
 
+static int journal_is_wal(sqlite3 *conn) {
+    sqlite3_stmt *st = NULL;
+    int wal = 0;
+    if (sqlite3_prepare_v2(conn, "PRAGMA journal_mode", -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+        const char *m = (const char *)sqlite3_column_text(st, 0);
+        wal = m && strcmp(m, "wal") == 0;
+    }
+    sqlite3_finalize(st);
+    return wal;
+}
+
+uint64_t db_generation(db *d) {
+    if (!d->wal) return 0;
+    return __atomic_load_n(&d->generation, __ATOMIC_ACQUIRE) + 1;
+}
+
 int db_open_at(db **out, const char *path, int target, char *err, size_t errlen) {
     *out = NULL;
     /* No global memory statistics: with them every sqlite3_malloc of every
@@ -551,6 +575,7 @@ int db_open_at(db **out, const char *path, int target, char *err, size_t errlen)
     sqlite3 *conn = conn_open(path, err, errlen);
     if (!conn) return -1;
     int rc = migrate(conn, target, err, errlen);
+    int wal = journal_is_wal(conn);
     sqlite3_close(conn);
     if (rc < 0) return -1;
     db *d = xcalloc(1, sizeof *d);
@@ -565,6 +590,11 @@ int db_open_at(db **out, const char *path, int target, char *err, size_t errlen)
     pthread_mutex_init(&d->write, NULL);
     pthread_mutex_init(&d->ckpt_mu, NULL);
     pthread_cond_init(&d->ckpt_cv, NULL);
+    d->wal = wal;
+    /* numbers of different dbs (one closed, another opened at its address)
+     * never meet: each starts at its own 2^40 */
+    static uint64_t instances;
+    d->generation = __atomic_add_fetch(&instances, 1, __ATOMIC_RELAXED) << 40;
     d->ckpt_pid = getpid();
     d->ckpt_running = 1;
     if (pthread_create(&d->ckpt_th, NULL, ckpt_main, d) != 0) d->ckpt_running = 0;

@@ -8,7 +8,7 @@
  *
  * defines: db_open, db_close, db_conn, db_prepare, db_begin, db_commit,
  *          db_rollback, db_version, db_migrations_count, db_migrate_to,
- *          db_disk_full */
+ *          db_disk_full, db_generation */
 #ifndef TRAINYARD_DB_H
 #define TRAINYARD_DB_H
 
@@ -58,6 +58,15 @@ int db_migrations_count(void);
 /* synchronous=FULL for every connection opened after this call (power-loss
  * durability at the cost of an fsync per commit). Default NORMAL. */
 void db_set_durability_full(int on);
+
+/* A number that changes after every commit made through this db (the
+ * process's connections; the server is the database's only writer, held by
+ * its data directory's lock). Read it before a query: what the query read
+ * stays current for as long as the number is the same, so an answer built
+ * from it may be kept and served again (the job and token caches). Never
+ * 0; 0 when the file is not in WAL mode (a commit then goes unseen), and
+ * nothing may be kept. */
+uint64_t db_generation(db *d);
 
 /* Path of the database file. */
 const char *db_path(db *d);

@@ -170,6 +170,7 @@ static const char SQL_TOKEN_LOOKUP[] =
     "SELECT k.kind, k.team_id, k.job_id, t.name, k.node_id, k.hash FROM tokens k"
     " LEFT JOIN teams t ON t.id = k.team_id"
     " WHERE k.hash = ? AND k.revoked_at IS NULL";
+static int token_query(db *d, const char hash[65], principal *who);
 static const char SQL_TOKEN_COUNT[] = "SELECT count(*) FROM tokens WHERE kind = ? AND revoked_at IS NULL";
 
 int store_token_add(db *d, const char *token, token_kind kind, int64_t team_id, int64_t job_id) {
@@ -188,9 +189,42 @@ int store_token_add(db *d, const char *token, token_kind kind, int64_t team_id, 
     return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
 }
 
+/* Each thread keeps its last few tokens found, with the db_generation they
+ * were read at: a request with one of them costs no query until the next
+ * commit (a revocation is one), and an unknown token always asks. */
+#define TOKEN_CACHE_N 8
+typedef struct token_cached {
+    const db *d;
+    uint64_t gen;
+    char hash[65];
+    principal who;
+} token_cached;
+static __thread token_cached t_tokens[TOKEN_CACHE_N];
+static __thread unsigned t_tokens_next;
+
 int store_token_lookup(db *d, const char *token, principal *who) {
     char hash[65];
     sha256_hex(token, strlen(token), hash);
+    uint64_t gen = db_generation(d);
+    for (int i = 0; gen && i < TOKEN_CACHE_N; i++) {
+        const token_cached *c = &t_tokens[i];
+        if (c->d == d && c->gen == gen && CRYPTO_memcmp(c->hash, hash, 64) == 0) {
+            *who = c->who;
+            return STORE_OK;
+        }
+    }
+    int ret = token_query(d, hash, who);
+    if (ret == STORE_OK && gen) {
+        token_cached *c = &t_tokens[t_tokens_next++ % TOKEN_CACHE_N];
+        c->d = d;
+        c->gen = gen;
+        memcpy(c->hash, hash, sizeof c->hash);
+        c->who = *who;
+    }
+    return ret;
+}
+
+static int token_query(db *d, const char hash[65], principal *who) {
     sqlite3_stmt *st = db_prepare(d, SQL_TOKEN_LOOKUP);
     if (!st) return STORE_ERROR;
     sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);

@@ -575,6 +575,69 @@ START_TEST(cancel_reaches_the_long_poll) {
 }
 END_TEST
 
+/* GET /jobs/{id} and GET /jobs are answered from what each server thread
+ * kept until the next commit (api/answer_cache.h): every answer given after
+ * a write was acknowledged shows it, whichever thread answers (three GETs
+ * of each on fresh connections after every write), and a team that may not
+ * see the job still gets its 404 after the owner's answer was kept. */
+static int64_t listed_step(int64_t job) {
+    cJSON *o = NULL;
+    ck_assert_int_eq(http(team_tok, "GET", "/api/v1/jobs?limit=5", NULL, &o), 200);
+    int64_t step = -1;
+    cJSON *j;
+    cJSON_ArrayForEach(j, cJSON_GetObjectItem(o, "jobs")) {
+        if ((int64_t)num(j, "id") != job) continue;
+        cJSON *p = cJSON_GetObjectItem(j, "progress");
+        step = cJSON_IsObject(p) ? (int64_t)num(p, "step") : 0;
+    }
+    cJSON_Delete(o);
+    return step;
+}
+
+START_TEST(answers_follow_writes) {
+    int64_t job = submit(SPEC("fresh", ""));
+    started s = take_start(job);
+    report(s.task, "{\"state\":\"running\"}", 200);
+    for (int i = 1; i <= 40; i++) {
+        post_metrics(&s, i, i);
+        for (int k = 0; k < 3; k++) {
+            cJSON *o = job_get(job);
+            cJSON *p = cJSON_GetObjectItem(o, "progress");
+            ck_assert_msg(cJSON_IsObject(p) && (int64_t)num(p, "step") == 2 * i, "after metric %d, GET shows step %lld",
+                          i, cJSON_IsObject(p) ? (long long)num(p, "step") : -1LL);
+            cJSON_Delete(o);
+            int64_t ls = listed_step(job);
+            ck_assert_msg(ls == 2 * i, "after metric %d, the list shows step %lld", i, (long long)ls);
+        }
+    }
+    /* another team: 404 on a job whose answer the owner's GETs keep */
+    cJSON *o = NULL;
+    ck_assert_int_eq(http(admin_tok, "POST", "/api/v1/teams", "{\"name\":\"other\"}", &o), 201);
+    char other[128];
+    snprintf(other, sizeof other, "%s", str(o, "token"));
+    cJSON_Delete(o);
+    char p[64];
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld", (long long)job);
+    for (int k = 0; k < 3; k++) {
+        cJSON_Delete(job_get(job));
+        ck_assert_int_eq(http(other, "GET", p, NULL, &o), 404);
+        cJSON_Delete(o);
+        ck_assert_int_eq(http(other, "GET", "/api/v1/jobs", NULL, &o), 200);
+        ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "jobs")), 0);
+        cJSON_Delete(o);
+    }
+    /* a cancel shows at once */
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/cancel", (long long)job);
+    ck_assert_int_eq(http(team_tok, "POST", p, NULL, &o), 200);
+    cJSON_Delete(o);
+    for (int k = 0; k < 3; k++) {
+        char st[32];
+        job_state(job, st, sizeof st);
+        ck_assert_str_eq(st, "cancelled");
+    }
+}
+END_TEST
+
 START_TEST(events_stream_and_scoping) {
     int64_t job = submit(SPEC("watch", ""));
     started s = take_start(job);
@@ -818,6 +881,7 @@ int main(void) {
     tcase_add_test(tc, failure_requeues_then_fails);
     tcase_add_test(tc, cancel_reaches_the_long_poll);
     tcase_add_test(tc, events_stream_and_scoping);
+    tcase_add_test(tc, answers_follow_writes);
     tcase_add_test(tc, parked_waits_hold_no_thread);
     tcase_add_test(tc, stop_with_parked_waits);
     suite_add_tcase(s, tc);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <pthread.h>
+#include <stdint.h>
 
 #include "../api/jobspec.h"
 #include "../common/util.h"
@@ -288,6 +289,95 @@ START_TEST(threads_share_the_pool) {
 }
 END_TEST
 
+/* db_generation changes after every commit of the db's connections, from
+ * any thread, and not on a read or a rolled-back write; what is kept on it
+ * (the token lookups of store_token_lookup) never outlives a commit: a
+ * revoked token is refused on the next lookup, on the thread that had it
+ * and on another. */
+static void *thread_writes(void *arg) {
+    db *d = arg;
+    return store_team_create(d, "from-a-thread", NULL) == STORE_OK ? NULL : (void *)1;
+}
+
+static void *thread_lookup(void *arg) {
+    void **a = arg;
+    principal who;
+    return (void *)(intptr_t)store_token_lookup(a[0], a[1], &who);
+}
+
+static void exec_sql(db *d, const char *sql) {
+    char *msg = NULL;
+    ck_assert_msg(sqlite3_exec(db_conn(d), sql, NULL, NULL, &msg) == SQLITE_OK, "%s: %s", sql, msg);
+}
+
+START_TEST(generation_follows_commits) {
+    db *d = NULL, *d2 = NULL;
+    char err[256];
+    ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
+    int64_t team = 0;
+    ck_assert_int_eq(store_team_create(d, "vision", &team), STORE_OK);
+    uint64_t g0 = db_generation(d);
+    ck_assert_uint_ne(g0, 0);
+    /* reads leave it */
+    int64_t found = 0;
+    ck_assert_int_eq(store_team_find(d, "vision", &found), STORE_OK);
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM jobs"), 0);
+    ck_assert_uint_eq(db_generation(d), g0);
+    /* a write in this thread, one in another, and a transaction rolled back */
+    int64_t id = submit(d, team);
+    uint64_t g1 = db_generation(d);
+    ck_assert_uint_ne(g1, g0);
+    pthread_t t;
+    void *r;
+    ck_assert_int_eq(pthread_create(&t, NULL, thread_writes, d), 0);
+    pthread_join(t, &r);
+    ck_assert_ptr_null(r);
+    uint64_t g2 = db_generation(d);
+    ck_assert_uint_ne(g2, g1);
+    ck_assert_int_eq(db_begin(d), 0);
+    ck_assert_int_eq(store_job_transition(d, id, NULL, "cancelled", "test", "x"), STORE_OK);
+    db_rollback(d);
+    ck_assert_uint_eq(db_generation(d), g2);
+    /* another db (here on the same file) never shares its numbers */
+    ck_assert_int_eq(db_open(&d2, g_path, err, sizeof err), 0);
+    ck_assert_uint_ne(db_generation(d2), db_generation(d));
+    db_close(d2);
+
+    /* a token found, and found again (kept), until it is revoked */
+    char tok[64];
+    ck_assert_int_eq(random_token(tok, sizeof tok), 0);
+    ck_assert_int_eq(store_token_add(d, tok, TOKEN_TEAM, team, 0), STORE_OK);
+    principal who;
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(store_token_lookup(d, tok, &who), STORE_OK);
+        ck_assert_int_eq(who.team_id, team);
+        ck_assert_str_eq(who.team, "vision");
+    }
+    void *args[2] = {d, tok};
+    ck_assert_int_eq(pthread_create(&t, NULL, thread_lookup, args), 0);
+    pthread_join(t, &r);
+    ck_assert_int_eq((int)(intptr_t)r, STORE_OK);
+    char h[65], sql[200];
+    sha256_hex(tok, strlen(tok), h);
+    snprintf(sql, sizeof sql, "UPDATE tokens SET revoked_at = 1 WHERE hash = '%s'", h);
+    exec_sql(d, sql);
+    ck_assert_int_eq(store_token_lookup(d, tok, &who), STORE_NOT_FOUND);
+    ck_assert_int_eq(pthread_create(&t, NULL, thread_lookup, args), 0);
+    pthread_join(t, &r);
+    ck_assert_int_eq((int)(intptr_t)r, STORE_NOT_FOUND);
+    /* a team renamed: the principal's team name follows at once */
+    char tok2[64];
+    ck_assert_int_eq(random_token(tok2, sizeof tok2), 0);
+    ck_assert_int_eq(store_token_add(d, tok2, TOKEN_TEAM, team, 0), STORE_OK);
+    ck_assert_int_eq(store_token_lookup(d, tok2, &who), STORE_OK);
+    ck_assert_str_eq(who.team, "vision");
+    exec_sql(d, "UPDATE teams SET name = 'sight' WHERE name = 'vision'");
+    ck_assert_int_eq(store_token_lookup(d, tok2, &who), STORE_OK);
+    ck_assert_str_eq(who.team, "sight");
+    db_close(d);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("storage");
     TCase *tc = tcase_create("sqlite");
@@ -299,6 +389,7 @@ int main(void) {
     tcase_add_test(tc, tokens_hashed);
     tcase_add_test(tc, job_lifecycle_and_events);
     tcase_add_test(tc, threads_share_the_pool);
+    tcase_add_test(tc, generation_follows_commits);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
