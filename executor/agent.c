@@ -518,7 +518,7 @@ static void task_start(agent *a, const cJSON *s) {
     if (n_gpu) env[ne++] = e_cuda.data;
     env[ne] = NULL;
     char *argv[] = {a->exe, "worker", NULL};
-    if (ok) t->pid = proc_spawn(a->exe, argv, env, a->opt.worker_nice, &t->fd);
+    if (ok) t->pid = proc_spawn(a->exe, argv, env, a->opt.worker_nice, a->opt.worker_idle, &t->fd);
     int spawn_errno = errno;
     /* a parameter_server job trains on without a dead non-chief worker:
      * keep what it takes to start it again */
@@ -627,7 +627,7 @@ static void tasks_check(agent *a) {
             buf_appends(&t->logs, note);
             task_ship_logs(a, t);
             char *argv[] = {a->exe, "worker", NULL};
-            pid_t pid = proc_spawn(a->exe, argv, t->env, a->opt.worker_nice, &t->fd);
+            pid_t pid = proc_spawn(a->exe, argv, t->env, a->opt.worker_nice, a->opt.worker_idle, &t->fd);
             if (pid > 0) {
                 t->pid = pid;
                 t->restarts++;
@@ -1011,6 +1011,10 @@ static void agent_usage(FILE *f) {
             "                (default 127.0.0.1 for a loopback server, else the hostname)\n"
             "  --worker-nice run the tasks' processes at this nice value, 0-19 (default 0): they then\n"
             "                yield the cores to the agent and anything else on the node when both want them\n"
+            "  --worker-sched normal|idle  idle: the tasks' processes run under SCHED_IDLE, on the\n"
+            "                CPU time no other process wants, so the agent, a server beside them or a\n"
+            "                shell never waits for a core behind them (`trainyard up` sets idle;\n"
+            "                default normal)\n"
             "  --state-file  where the agent keeps the tasks it answers for, so a restarted agent\n"
             "                reports the tasks of a killed one as lost (default: a file in\n"
             "                $XDG_RUNTIME_DIR, $TMPDIR or /tmp named by server, hostname and uid)\n");
@@ -1043,7 +1047,8 @@ int agent_parse_flags(agent_options *o, int argc, char **argv) {
         {"data-root", required_argument, NULL, 'r'}, {"hostname", required_argument, NULL, 'n'},
         {"address", required_argument, NULL, 'a'},  {"heartbeat", required_argument, NULL, 'b'},
         {"poll-wait", required_argument, NULL, 'w'}, {"state-file", required_argument, NULL, 'S'},
-        {"worker-nice", required_argument, NULL, 'N'}, {"help", no_argument, NULL, 'h'},
+        {"worker-nice", required_argument, NULL, 'N'},
+        {"worker-sched", required_argument, NULL, 'I'}, {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -1093,6 +1098,16 @@ int agent_parse_flags(agent_options *o, int argc, char **argv) {
                 return -1;
             }
             o->worker_nice = (int)v;
+            break;
+        case 'I':
+            if (strcmp(optarg, "idle") == 0) {
+                o->worker_idle = 1;
+            } else if (strcmp(optarg, "normal") == 0) {
+                o->worker_idle = 0;
+            } else {
+                fprintf(stderr, "trainyard agent: --worker-sched wants normal or idle; got '%s'\n", optarg);
+                return -1;
+            }
             break;
         case 'h': agent_usage(stdout); return 1;
         default: agent_usage(stderr); return -1;

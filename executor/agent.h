@@ -24,6 +24,7 @@ typedef struct agent_options {
     int stop_grace_s;          /* grace on the agent's own shutdown, default 10 */
     int worker_nice;           /* nice value of the tasks' processes, 0-19 (default 0;
                                 * `trainyard up` uses 10: its server shares the cores) */
+    int worker_idle;           /* tasks under SCHED_IDLE (--worker-sched idle; `trainyard up` sets it) */
     char state_file[PATH_MAX]; /* "" = $XDG_RUNTIME_DIR|$TMPDIR|/tmp/trainyard-agent-HASH.json,
                                 * HASH of server URL, hostname and uid */
 } agent_options;

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +52,7 @@ int proc_child_setup(pid_t parent, int new_group, int death_sig, int null_stdin)
     return 0;
 }
 
-pid_t proc_spawn(const char *exe, char *const argv[], char *const env_add[], int nice, int *out_fd) {
+pid_t proc_spawn(const char *exe, char *const argv[], char *const env_add[], int nice, int idle, int *out_fd) {
     /* Everything the child needs is built before fork: after fork in a
      * threaded process only async-signal-safe calls are allowed. */
     size_t n_env = 0, n_add = 0;
@@ -83,6 +84,8 @@ pid_t proc_spawn(const char *exe, char *const argv[], char *const env_add[], int
         if (proc_child_setup(parent, 1, SIGTERM, 1) < 0) _exit(126); /* the agent died already */
         if (dup2(p[1], 1) < 0 || dup2(p[1], 2) < 0) _exit(126);
         if (nice > 0 && setpriority(PRIO_PROCESS, 0, nice) < 0) _exit(126);
+        struct sched_param sp = {0};
+        if (idle && sched_setscheduler(0, SCHED_IDLE, &sp) < 0) _exit(126);
         execve(exe, argv, envp);
         static const char msg[] = "trainyard agent: cannot start the worker binary\n";
         ssize_t w = write(2, msg, sizeof msg - 1);

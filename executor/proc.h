@@ -26,8 +26,10 @@
 int proc_child_setup(pid_t parent, int new_group, int death_sig, int null_stdin);
 
 /* ... at nice value `nice` (0: the agent's own; 1-19 lower the child's
- * priority, and its threads' and children's, which inherit it). */
-pid_t proc_spawn(const char *exe, char *const argv[], char *const env_add[], int nice, int *out_fd);
+ * priority, and its threads' and children's, which inherit it), and under
+ * SCHED_IDLE when idle (the kernel then runs it only on CPU time no normal
+ * thread wants, and a normal thread that wakes takes the core at once). */
+pid_t proc_spawn(const char *exe, char *const argv[], char *const env_add[], int nice, int idle, int *out_fd);
 
 /* kill(-pgid, sig); 0, or -1 (errno; ESRCH when the group is gone). */
 int proc_signal_group(pid_t pgid, int sig);

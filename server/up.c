@@ -27,11 +27,12 @@
 static void up_usage(FILE *f) {
     fprintf(f,
             "usage: trainyard up [--listen ADDR:PORT] [--data DIR] [--cpu-slots N] [--data-root DIR]\n"
-            "                    [--hostname H] [--worker-nice N]\n"
+            "                    [--hostname H] [--worker-nice N] [--worker-sched normal|idle]\n"
             "                    [server flags: --durability, --heartbeat-timeout, --quiet]\n"
             "  the server (default 127.0.0.1:8080, data in ./.trainyard) and one local agent;\n"
-            "  the agent runs training at nice " UP_WORKER_NICE " (--worker-nice 0 turns that off),\n"
-            "  so the API stays responsive while jobs use every core;\n"
+            "  the agent runs training under SCHED_IDLE at nice " UP_WORKER_NICE " (--worker-sched normal\n"
+            "  and --worker-nice 0 turn that off), so the API answers at once while jobs use\n"
+            "  every core the server leaves them;\n"
             "  Ctrl-C stops both (and the agent's workers).\n");
 }
 
@@ -86,7 +87,7 @@ int cmd_up(int argc, char **argv) {
         }
         int agent_flag = strcmp(a, "--cpu-slots") == 0 || strcmp(a, "--data-root") == 0 ||
                          strcmp(a, "--hostname") == 0 || strcmp(a, "--address") == 0 ||
-                         strcmp(a, "--worker-nice") == 0;
+                         strcmp(a, "--worker-nice") == 0 || strcmp(a, "--worker-sched") == 0;
         int takes_value = agent_flag || strcmp(a, "--listen") == 0 || strcmp(a, "--data") == 0 ||
                           strcmp(a, "--durability") == 0 || strcmp(a, "--heartbeat-timeout") == 0;
         if (takes_value && i + 1 >= argc) {
@@ -172,8 +173,13 @@ int cmd_up(int argc, char **argv) {
         ag_argv[n++] = tokfile;
         ag_argv[n++] = "--state-file";
         ag_argv[n++] = statefile;
-        /* the server shares these cores: training yields them to it when both
-         * want them (a later --worker-nice of the user's overrides this) */
+        /* the server shares these cores: training takes only the time the
+         * server and the agent leave (SCHED_IDLE: a waking server thread
+         * takes the core at once; docs/server.md "Training beside the
+         * server"); a later --worker-sched or --worker-nice of the user's
+         * overrides these */
+        ag_argv[n++] = "--worker-sched";
+        ag_argv[n++] = "idle";
         ag_argv[n++] = "--worker-nice";
         ag_argv[n++] = UP_WORKER_NICE;
         for (int i = 0; i < na; i++) ag_argv[n++] = agent_extra[i];

@@ -6,6 +6,7 @@
 #include <check.h>
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -117,9 +118,11 @@ static int reap_children(int timeout_ms) {
     return m;
 }
 
-/* The nice value of every thread of pid (from /proc/PID/task/TID/stat,
- * field 19): how many threads, with the lowest and highest seen. */
-static int thread_nices(pid_t pid, int *lo, int *hi) {
+/* The nice value and scheduling policy of every thread of pid (from
+ * /proc/PID/task/TID/stat, fields 19 and 41): how many threads, with the
+ * lowest and highest nice seen and a mask of 1 << policy (SCHED_OTHER 0,
+ * SCHED_IDLE 5). */
+static int thread_sched(pid_t pid, int *lo, int *hi, unsigned *policies) {
     char dir[64];
     snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
     DIR *d = opendir(dir);
@@ -127,6 +130,7 @@ static int thread_nices(pid_t pid, int *lo, int *hi) {
     int n = 0;
     *lo = 100;
     *hi = -100;
+    *policies = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.') continue;
@@ -138,8 +142,16 @@ static int thread_nices(pid_t pid, int *lo, int *hi) {
          * utime stime cutime cstime priority nice */
         if (!fields || sscanf(fields, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %d", &nice) != 1)
             continue;
+        /* field 41 (policy) is the 39th after "(comm)" */
+        const char *f = fields;
+        for (int k = 1; k < 39 && f; k++) {
+            f = strchr(f + 1, ' ');
+        }
+        unsigned policy;
+        if (!f || sscanf(f, " %u", &policy) != 1 || policy > 31) continue;
         if (nice < *lo) *lo = nice;
         if (nice > *hi) *hi = nice;
+        *policies |= 1u << policy;
         n++;
     }
     closedir(d);
@@ -186,16 +198,20 @@ START_TEST(up_killed_takes_its_children)
     pid_t kids[8];
     int n = children_of(srv.pid, kids, 8);
     ck_assert_int_eq(n, 2); /* server and agent */
-    /* up runs training at nice 10 (every thread of the worker), its server and agent at 0 */
+    /* up runs training under SCHED_IDLE at nice 10 (every thread of the
+     * worker), its server and agent as SCHED_OTHER at 0 */
     int workers = 0, lo, hi;
+    unsigned pol;
     for (int i = 0; i < n; i++) {
-        ck_assert_int_gt(thread_nices(kids[i], &lo, &hi), 0);
+        ck_assert_int_gt(thread_sched(kids[i], &lo, &hi, &pol), 0);
         ck_assert_msg(lo == 0 && hi == 0, "up's child %d runs at nice %d..%d", (int)kids[i], lo, hi);
+        ck_assert_msg(pol == 1u << SCHED_OTHER, "up's child %d runs under policies 0x%x", (int)kids[i], pol);
         pid_t w[4];
         int nw = children_of(kids[i], w, 4);
         for (int k = 0; k < nw; k++, workers++) {
-            ck_assert_int_gt(thread_nices(w[k], &lo, &hi), 0);
+            ck_assert_int_gt(thread_sched(w[k], &lo, &hi, &pol), 0);
             ck_assert_msg(lo == 10 && hi == 10, "the worker %d runs at nice %d..%d", (int)w[k], lo, hi);
+            ck_assert_msg(pol == 1u << SCHED_IDLE, "the worker %d runs under policies 0x%x", (int)w[k], pol);
         }
     }
     ck_assert_int_eq(workers, 1);
@@ -334,6 +350,36 @@ START_TEST(stopping_agent_starts_nothing)
 }
 END_TEST
 
+/* One server per data directory (a second would be a second writer of its
+ * database): another `trainyard server` on it is refused, naming the first
+ * one's pid, and changes nothing; the directory is free again once the
+ * first is gone, kill -9 included. */
+START_TEST(second_server_refused) {
+    ty_server_start(&srv);
+    char tok[128], tok_after[128];
+    ty_token(&srv, "token", tok, sizeof tok);
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "'%s' server --listen 127.0.0.1:0 --data '%s' 2>&1", ty_bin(), srv.dir);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    char out[2048];
+    size_t n = fread(out, 1, sizeof out - 1, f);
+    out[n] = '\0';
+    int st = pclose(f);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) != 0, "a second server on the directory exited %d: %s", st, out);
+    char pid[32];
+    snprintf(pid, sizeof pid, "(pid %d)", (int)srv.pid);
+    ck_assert_msg(strstr(out, "is in use by another trainyard server") && strstr(out, pid), "%s", out);
+    /* the first still serves, with the same tokens */
+    ck_assert_int_eq(ty_http(srv.url, tok, "GET", "/api/v1/jobs", NULL, NULL), 200);
+    ty_token(&srv, "token", tok_after, sizeof tok_after);
+    ck_assert_str_eq(tok, tok_after);
+    ty_kill(&srv, SIGKILL);
+    ty_server_start(&srv);
+    ck_assert_int_eq(ty_http(srv.url, tok, "GET", "/api/v1/jobs", NULL, NULL), 200);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("procs");
     TCase *tc = tcase_create("procs");
@@ -343,6 +389,7 @@ int main(void) {
     tcase_add_test(tc, agent_stops_fast_without_server);
     tcase_add_test(tc, restarted_agent_rejoins_at_once);
     tcase_add_test(tc, stopping_agent_starts_nothing);
+    tcase_add_test(tc, second_server_refused);
     suite_add_tcase(s, tc);
     return ty_run_suite(s);
 }
