@@ -857,6 +857,15 @@ out:
     exec_job_release(&j);
 }
 
+/* The upload's work (a sha256 of up to CKPT_MAX_BODY, the file written and
+ * fsynced, its directory fsynced, two transactions) takes milliseconds of
+ * disk waits: it runs on the offload thread, so the pool thread's other
+ * connections are not held behind it (server/http.h http_offload). */
+static void ckpt_put_offloaded(server *srv, http_req *req, http_res *res) {
+    (void)srv;
+    http_offload(req, res, ckpt_put);
+}
+
 /* GET /api/v1/jobs/{id}/checkpoints */
 static void ckpt_list(server *srv, http_req *req, http_res *res) {
     exec_job j;
@@ -1149,7 +1158,7 @@ const route api_exec_routes[] = {
     {"GET", "/api/v1/jobs/{id}/metrics", metrics_get, ALLOW_USER | ALLOW_TASK, 0},
     {"POST", "/api/v1/jobs/{id}/logs", logs_post, ALLOW_NODE | ALLOW_TASK, 0},
     {"GET", "/api/v1/jobs/{id}/logs", logs_get, ALLOW_USER | ALLOW_TASK, 0},
-    {"PUT", "/api/v1/jobs/{id}/checkpoints", ckpt_put, ALLOW_TASK, CKPT_MAX_BODY},
+    {"PUT", "/api/v1/jobs/{id}/checkpoints", ckpt_put_offloaded, ALLOW_TASK, CKPT_MAX_BODY},
     {"GET", "/api/v1/jobs/{id}/checkpoints", ckpt_list, ALLOW_USER | ALLOW_TASK, 0},
     {"GET", "/api/v1/jobs/{id}/checkpoints/latest", ckpt_latest, ALLOW_USER | ALLOW_TASK, 0},
     {"GET", "/api/v1/jobs/{id}/checkpoints/{cid}", ckpt_get, ALLOW_USER | ALLOW_TASK, 0},

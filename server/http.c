@@ -61,6 +61,12 @@ struct http_daemon {
     http_req *parked;                 /* doubly linked through park_next/prev */
     int64_t park_next_due;            /* when park_main wakes next (mono ms) */
     int waiters;                      /* requests that parked and are not answered yet (atomic) */
+    /* offloaded requests (http_offload): suspended, their work done by off_main */
+    pthread_mutex_t off_mu;
+    pthread_cond_t off_cv;
+    pthread_t off_thread;
+    int off_started, off_closing;
+    http_req *off_head, *off_tail;    /* queue through off_next */
 };
 
 static int64_t now_us(void) {
@@ -573,6 +579,69 @@ static void park_stop(http_daemon *h) {
     h->park_started = 0;
 }
 
+/* ---------------------------------------------------------------- offloading
+ * A handler whose work blocks (a checkpoint upload: its sha256, the file
+ * written and fsynced twice, two transactions; 5-10 ms) hands it to
+ * off_main with http_offload: the connection is suspended and queued, the
+ * pool thread goes back to its other connections, off_main runs the work
+ * with a fresh res kept on the request and resumes the connection, and
+ * on_request sends what the work answered. One thread: uploads are rare and
+ * their disk writes gain nothing from running side by side. */
+
+static int offload(http_daemon *h, http_req *req, http_handler fn) {
+    pthread_mutex_lock(&h->off_mu);
+    if (h->off_closing || !h->off_started) {
+        pthread_mutex_unlock(&h->off_mu);
+        return -1;
+    }
+    MHD_suspend_connection(req->conn);
+    if (!req->park_count++) __atomic_fetch_add(&h->waiters, 1, __ATOMIC_RELAXED);
+    req->off_fn = fn;
+    req->off_next = NULL;
+    if (h->off_tail) h->off_tail->off_next = req;
+    else h->off_head = req;
+    h->off_tail = req;
+    pthread_cond_signal(&h->off_cv);
+    pthread_mutex_unlock(&h->off_mu);
+    return 0;
+}
+
+static void *off_main(void *arg) {
+    http_daemon *h = arg;
+    pthread_mutex_lock(&h->off_mu);
+    for (;;) {
+        while (!h->off_head && !h->off_closing) pthread_cond_wait(&h->off_cv, &h->off_mu);
+        http_req *r = h->off_head;
+        if (!r) break; /* closing, and the queue is done */
+        h->off_head = r->off_next;
+        if (!h->off_head) h->off_tail = NULL;
+        pthread_mutex_unlock(&h->off_mu);
+        http_res *res = xmalloc(sizeof *res);
+        res_init(res);
+        r->off_fn(h->srv, r, res);
+        r->off_res = res;
+        MHD_resume_connection(r->conn); /* on_request sends off_res */
+        pthread_mutex_lock(&h->off_mu);
+    }
+    pthread_mutex_unlock(&h->off_mu);
+    return NULL;
+}
+
+/* Nothing is offloaded any more; what is queued is done first. */
+static void off_stop(http_daemon *h) {
+    pthread_mutex_lock(&h->off_mu);
+    h->off_closing = 1;
+    pthread_cond_signal(&h->off_cv);
+    pthread_mutex_unlock(&h->off_mu);
+    if (h->off_started) pthread_join(h->off_thread, NULL);
+    h->off_started = 0;
+}
+
+void http_offload(http_req *req, http_res *res, http_handler fn) {
+    (void)req;
+    res->offload = fn;
+}
+
 /* TRAINYARD_HTTP_THREADS, else the number of cores (at least 2, at most 64). */
 static unsigned http_pool_size(void) {
     const char *e = getenv("TRAINYARD_HTTP_THREADS");
@@ -694,8 +763,22 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         http_error(&res, 413, "too_large", NULL, "the body is larger than the limit of %zu bytes", req->body.max);
         return answer_now(req, &res);
     }
-    req->route->handler(h->srv, req, &res);
-    req->calls++;
+    if (req->off_res) { /* resumed by off_main: its answer */
+        res = *req->off_res;
+        free(req->off_res);
+        req->off_res = NULL;
+    } else {
+        req->route->handler(h->srv, req, &res);
+        req->calls++;
+        if (res.offload) {
+            http_handler fn = res.offload;
+            res_release(&res);
+            res_init(&res);
+            if (offload(h, req, fn) == 0) return MHD_YES;
+            http_error(&res, 503, "unavailable", NULL, "the server is stopping; retry");
+            return answer_now(req, &res);
+        }
+    }
     if (res.wait_ms > 0) {
         int ms = res.wait_ms, topic = res.wait_topic;
         int64_t id = res.wait_id;
@@ -788,6 +871,12 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
         goto fail;
     }
     h->park_started = 1;
+    if (pthread_mutex_init(&h->off_mu, NULL) != 0 || pthread_cond_init(&h->off_cv, NULL) != 0) abort();
+    if (pthread_create(&h->off_thread, NULL, off_main, h) != 0) {
+        snprintf(err, errlen, "cannot start the HTTP offload thread");
+        goto fail;
+    }
+    h->off_started = 1;
     unsigned threads = http_pool_size();
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     h->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h,
@@ -809,7 +898,10 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
     if (port_out) *port_out = info ? info->port : port;
     return h;
 fail:
+    off_stop(h);
     park_stop(h);
+    pthread_cond_destroy(&h->off_cv);
+    pthread_mutex_destroy(&h->off_mu);
     pthread_cond_destroy(&h->park_cv);
     pthread_mutex_destroy(&h->park_mu);
     free(h->slot_route);
@@ -821,10 +913,13 @@ fail:
 void http_stop(http_daemon *h) {
     if (!h) return;
     park_stop(h); /* every parked request resumed: none may be suspended at MHD_stop_daemon */
+    off_stop(h);  /* and every offloaded one done and resumed */
     /* and answered: a long-poll gets its (empty) answer, a stream its end,
      * rather than a connection closed under them (at most 2 s) */
     for (int i = 0; i < 400 && __atomic_load_n(&h->waiters, __ATOMIC_RELAXED) > 0; i++) usleep(5000);
     MHD_stop_daemon(h->mhd);
+    pthread_cond_destroy(&h->off_cv);
+    pthread_mutex_destroy(&h->off_mu);
     pthread_cond_destroy(&h->park_cv);
     pthread_mutex_destroy(&h->park_mu);
     free(h->slot_route);

@@ -30,6 +30,7 @@
 #include "../storage/store.h"
 
 struct server;
+struct http_res;
 
 #define HTTP_MAX_PARAMS 4
 #define HTTP_PARAM_MAX 128
@@ -65,6 +66,10 @@ typedef struct http_req {
     /* waiting (http_wait): the handler runs again on the same request */
     int calls;                        /* the handler's runs before this one */
     int64_t keep[4];                  /* the handler's own state across runs */
+    /* offloaded (http_offload): the work, and its answer once done */
+    void (*off_fn)(struct server *srv, struct http_req *req, struct http_res *res);
+    struct http_res *off_res;
+    struct http_req *off_next;
     /* parked: owned by the daemon's park list while suspended */
     struct http_daemon *daemon;
     int parked;
@@ -91,6 +96,8 @@ typedef struct http_res {
     MHD_ContentReaderCallback stream;
     void *stream_cls;
     MHD_ContentReaderFreeCallback stream_free;
+    /* http_offload: no answer yet; run this on the offload thread */
+    void (*offload)(struct server *srv, struct http_req *req, struct http_res *res);
     /* http_wait: no answer yet; run the handler again within wait_ms */
     int wait_ms;
     int wait_topic;
@@ -141,6 +148,13 @@ ssize_t http_stream_wait(http_req *req, int ms);
 /* Resumes at once every parked request waiting on topic and id (id 0: any
  * id of the topic). Safe from any thread; h may be NULL. */
 void http_wake(http_daemon *h, int topic, int64_t id);
+
+/* For a handler whose work blocks (disk writes and fsyncs: a checkpoint
+ * upload): call it instead of answering, and fn runs with the same req and
+ * a fresh res on the daemon's offload thread while the connection is
+ * suspended; what fn answers is sent when it returns. The pool thread
+ * serves its other connections meanwhile. */
+void http_offload(http_req *req, http_res *res, http_handler fn);
 
 /* Appends the request latency histogram by route (Prometheus text format,
  * trainyard_http_request_duration_seconds) to out: 0, or -1 when out is full. */

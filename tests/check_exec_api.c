@@ -871,6 +871,75 @@ START_TEST(stop_with_parked_waits) {
 }
 END_TEST
 
+/* A checkpoint upload's disk work (its sha256, the file written and
+ * fsynced, two transactions) runs on the offload thread, not on the pool
+ * thread that read it: with one pool thread (TRAINYARD_HTTP_THREADS=1),
+ * GETs beside three 32 MiB uploads are answered in a fraction of an
+ * upload's time instead of waiting behind its work. */
+typedef struct uploads {
+    started s;
+    int64_t ms[3];
+    int done;
+} uploads;
+
+static void *upload_main(void *p) {
+    uploads *u = p;
+    size_t len = 32u << 20;
+    char *data = malloc(len);
+    ck_assert_ptr_nonnull(data);
+    for (size_t i = 0; i < len; i++) data[i] = (char)(i * 2654435761u >> 13);
+    char sha[65];
+    sha256_hex(data, len, sha);
+    for (int k = 0; k < 3; k++) {
+        int64_t t0 = mono_ms();
+        put_ckpt(&u->s, data, len, sha, 10 * (k + 1), 201);
+        u->ms[k] = mono_ms() - t0;
+    }
+    free(data);
+    __atomic_store_n(&u->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+START_TEST(upload_work_holds_no_pool_thread) {
+    stop();
+    setenv("TRAINYARD_HTTP_THREADS", "1", 1);
+    start();
+    int64_t job = submit(SPEC("big-ckpt", ",\"checkpoint\":{\"every_epochs\":1,\"keep\":1}"));
+    uploads u;
+    memset(&u, 0, sizeof u);
+    u.s = take_start(job);
+    report(u.s.task, "{\"state\":\"running\"}", 200);
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, upload_main, &u), 0);
+    int64_t worst = 0;
+    int n = 0;
+    while (!__atomic_load_n(&u.done, __ATOMIC_ACQUIRE)) {
+        int64_t t0 = mono_ms();
+        cJSON *o = NULL;
+        ck_assert_int_eq(http(team_tok, "GET", "/api/v1/health", NULL, &o), 200);
+        cJSON_Delete(o);
+        int64_t ms = mono_ms() - t0;
+        if (ms > worst) worst = ms;
+        n++;
+        ty_sleep_ms(2);
+    }
+    pthread_join(th, NULL);
+    int64_t shortest = u.ms[0];
+    for (int k = 1; k < 3; k++)
+        if (u.ms[k] < shortest) shortest = u.ms[k];
+    printf("uploads of 32 MiB: %lld, %lld, %lld ms; %d GETs beside them, the slowest %lld ms\n", (long long)u.ms[0],
+           (long long)u.ms[1], (long long)u.ms[2], n, (long long)worst);
+    ck_assert_msg(worst * 3 < shortest, "a GET waited %lld ms beside uploads of %lld ms", (long long)worst,
+                  (long long)shortest);
+    cJSON *o = NULL;
+    char p[96];
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/checkpoints", (long long)job);
+    ck_assert_int_eq(http(team_tok, "GET", p, NULL, &o), 200);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "checkpoints")), 1); /* keep 1 */
+    cJSON_Delete(o);
+}
+END_TEST
+
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     Suite *s = suite_create("exec_api");
@@ -882,6 +951,7 @@ int main(void) {
     tcase_add_test(tc, cancel_reaches_the_long_poll);
     tcase_add_test(tc, events_stream_and_scoping);
     tcase_add_test(tc, answers_follow_writes);
+    tcase_add_test(tc, upload_work_holds_no_pool_thread);
     tcase_add_test(tc, parked_waits_hold_no_thread);
     tcase_add_test(tc, stop_with_parked_waits);
     suite_add_tcase(s, tc);
