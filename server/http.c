@@ -818,6 +818,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         if (req->parked) park_unlink(h, req);
         pthread_mutex_unlock(&h->park_mu);
     }
+    if (req->off_res) { /* offloaded work done, but the client left before its answer */
+        res_release(req->off_res);
+        free(req->off_res);
+        req->off_res = NULL;
+    }
     if (req->park_count) __atomic_fetch_sub(&h->waiters, 1, __ATOMIC_RELAXED);
     int64_t us = now_us() - req->t0_us;
     hist_add(h, req->slot, us);
@@ -865,13 +870,13 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
     if (pthread_mutex_init(&h->park_mu, NULL) != 0 || pthread_condattr_init(&ca) != 0) abort();
     if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 || pthread_cond_init(&h->park_cv, &ca) != 0) abort();
     pthread_condattr_destroy(&ca);
+    if (pthread_mutex_init(&h->off_mu, NULL) != 0 || pthread_cond_init(&h->off_cv, NULL) != 0) abort();
     h->park_next_due = INT64_MAX;
     if (pthread_create(&h->park_thread, NULL, park_main, h) != 0) {
         snprintf(err, errlen, "cannot start the HTTP timer thread");
         goto fail;
     }
     h->park_started = 1;
-    if (pthread_mutex_init(&h->off_mu, NULL) != 0 || pthread_cond_init(&h->off_cv, NULL) != 0) abort();
     if (pthread_create(&h->off_thread, NULL, off_main, h) != 0) {
         snprintf(err, errlen, "cannot start the HTTP offload thread");
         goto fail;

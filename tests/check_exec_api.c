@@ -874,8 +874,10 @@ END_TEST
 /* A checkpoint upload's disk work (its sha256, the file written and
  * fsynced, two transactions) runs on the offload thread, not on the pool
  * thread that read it: with one pool thread (TRAINYARD_HTTP_THREADS=1),
- * GETs beside three 32 MiB uploads are answered in a fraction of an
- * upload's time instead of waiting behind its work. */
+ * GETs beside three 32 MiB uploads are answered in under half of an
+ * upload's time (3 ms against 99-198 here; 33 against 208-306 under ASan),
+ * not behind its work (a GET waited 150 ms beside 105 ms uploads without
+ * the offload). */
 typedef struct uploads {
     started s;
     int64_t ms[3];
@@ -929,7 +931,7 @@ START_TEST(upload_work_holds_no_pool_thread) {
         if (u.ms[k] < shortest) shortest = u.ms[k];
     printf("uploads of 32 MiB: %lld, %lld, %lld ms; %d GETs beside them, the slowest %lld ms\n", (long long)u.ms[0],
            (long long)u.ms[1], (long long)u.ms[2], n, (long long)worst);
-    ck_assert_msg(worst * 3 < shortest, "a GET waited %lld ms beside uploads of %lld ms", (long long)worst,
+    ck_assert_msg(worst * 2 < shortest, "a GET waited %lld ms beside uploads of %lld ms", (long long)worst,
                   (long long)shortest);
     cJSON *o = NULL;
     char p[96];
