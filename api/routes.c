@@ -23,9 +23,11 @@ const route *const api_route_tables[] = {
 };
 
 /* A pass placed or stopped tasks: the agents' long-polls look at once. */
-static void wake_agents(void *cls) {
+/* After a pass: the long-polls of the nodes given tasks (all when n < 0). */
+static void wake_agents(void *cls, const int64_t *nodes, int n) {
     struct server *srv = cls;
-    http_wake(srv->http, HTTP_WAKE_NODE, 0);
+    if (n < 0) http_wake(srv->http, HTTP_WAKE_NODE, 0);
+    for (int i = 0; i < n; i++) http_wake(srv->http, HTTP_WAKE_NODE, nodes[i]);
 }
 
 int api_start_services(struct server *srv, char *err, size_t errlen) {

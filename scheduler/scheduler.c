@@ -352,6 +352,15 @@ fail:
     return -1;
 }
 
+/* Notes that node's agent has new tasks to start (once per node). */
+static void wake_add(sched_pass_stats *st, int64_t node)
+{
+    for (int i = 0; i < st->n_wake_nodes; i++)
+        if (st->wake_nodes[i] == node) return;
+    if (st->n_wake_nodes == SCHED_WAKE_MAX) st->wake_all = 1;
+    else st->wake_nodes[st->n_wake_nodes++] = node;
+}
+
 static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r, int64_t now,
                  sched_pass_stats *st)
 {
@@ -371,6 +380,8 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
         } else {
             st->placed++;
             st->backfilled += r->place[p].backfill;
+            const sched_place *pl = &r->place[p];
+            for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) wake_add(st, r->tasks[t].node_id);
         }
         if (exec1(d, SQL_RELEASE) < 0) goto fail;
     }
@@ -571,7 +582,8 @@ static void *sched_main(void *arg)
         last_took = took;
         if (failed) log_warn("scheduler: pass failed");
         else if ((st.placed || st.stopped || st.requeued) && g_sched.cfg.on_change)
-            g_sched.cfg.on_change(g_sched.cfg.on_change_cls);
+            g_sched.cfg.on_change(g_sched.cfg.on_change_cls, st.wake_nodes,
+                                  st.stopped || st.requeued || st.wake_all ? -1 : st.n_wake_nodes);
         pthread_mutex_lock(&g_sched.mu);
         int b = 0;
         while (b < SCHED_PASS_NB && took > sched_pass_le[b]) b++;

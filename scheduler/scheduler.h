@@ -25,6 +25,11 @@ typedef struct sched_pass_stats {
     int failed;          /* jobs failed (restart budget spent, max_runtime_s) */
     int lost_nodes;      /* nodes marked lost in this pass */
     int conflicts;       /* placements dropped because the store changed under them */
+    /* whose agents to tell: the nodes given new tasks, or every node */
+#define SCHED_WAKE_MAX 64
+    int64_t wake_nodes[SCHED_WAKE_MAX];
+    int n_wake_nodes;
+    int wake_all;        /* a stop, a requeue, or more nodes than SCHED_WAKE_MAX */
     double load_ms, core_ms, apply_ms;
 } sched_pass_stats;
 

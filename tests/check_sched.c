@@ -819,6 +819,13 @@ START_TEST(db_pass_places_gangs)
     int64_t j2 = job(t, 40, 1, 1, "cpu", 0, 3, 0);
     ck_assert_int_eq(sched_pass(g_db, &cfg, now + 1000, &st), 0);
     ck_assert_int_eq(st.placed, 3);
+    /* the agents to wake: exactly the nodes given tasks, each once */
+    ck_assert(!st.wake_all);
+    ck_assert_int_eq(st.n_wake_nodes, q1("SELECT count(DISTINCT node_id) FROM tasks", 0));
+    for (int i = 0; i < st.n_wake_nodes; i++) {
+        ck_assert_int_eq(q1("SELECT count(*) FROM tasks WHERE node_id = ?", st.wake_nodes[i]) > 0, 1);
+        for (int k = 0; k < i; k++) ck_assert_int_ne(st.wake_nodes[k], st.wake_nodes[i]);
+    }
     state_of(j0, txt, sizeof txt); ck_assert_str_eq(txt, "starting");
     state_of(j1, txt, sizeof txt); ck_assert_str_eq(txt, "starting");
     state_of(j2, txt, sizeof txt); ck_assert_str_eq(txt, "starting");
@@ -831,6 +838,8 @@ START_TEST(db_pass_places_gangs)
     /* the next job waits with the reason people read */
     int64_t j3 = job(t, 50, 1, 4, "gpu", 0, 3, 0);
     ck_assert_int_eq(sched_pass(g_db, &cfg, now + 2000, &st), 0);
+    ck_assert_int_eq(st.placed, 0);
+    ck_assert_int_eq(st.n_wake_nodes, 0); /* nobody to wake */
     qtext("SELECT reason FROM jobs WHERE id = ?", j3, txt, sizeof txt);
     ck_assert_str_eq(txt, "needs 4 gpu on one node; largest free block is 0");
     sched_queue_entry *qv = NULL; int nq = 0;
