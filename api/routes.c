@@ -22,8 +22,8 @@ const route *const api_route_tables[] = {
     NULL,
 };
 
-/* A pass placed or stopped tasks: the agents' long-polls look at once. */
-/* After a pass: the long-polls of the nodes given tasks (all when n < 0). */
+/* A pass placed or stopped tasks: the long-polls of the nodes given tasks
+ * look at once (every node's when n < 0). */
 static void wake_agents(void *cls, const int64_t *nodes, int n) {
     struct server *srv = cls;
     if (n < 0) http_wake(srv->http, HTTP_WAKE_NODE, 0);

@@ -79,7 +79,6 @@ static int put_string(buf *b, const char *s) {
 
 int json_write_string(buf *out, const char *s) { return put_string(out, s); }
 
-
 int json_write(buf *out, const cJSON *v) {
     if (!v) return put(out, "null", 4);
     switch (v->type & 0xFF) {

@@ -450,6 +450,7 @@ int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *ou
     if (apply(d, cfg, &sp, &r, now, &st) < 0) { log_error("scheduler: apply failed, rolled back"); goto out; }
     double t3 = mono_s();
     st.load_ms = (t1 - t0) * 1000; st.core_ms = (t2 - t1) * 1000; st.apply_ms = (t3 - t2) * 1000;
+    if (st.stopped || st.requeued) st.wake_all = 1; /* whose tasks stop is not tracked */
     if (st.placed || st.stopped || st.requeued || st.failed || st.lost_nodes)
         log_info("scheduler: placed %d (backfill %d), stopped %d, requeued %d, failed %d, lost nodes %d,"
                  " waiting %d; load %.1f ms, core %.1f ms, apply %.1f ms",
@@ -582,8 +583,7 @@ static void *sched_main(void *arg)
         last_took = took;
         if (failed) log_warn("scheduler: pass failed");
         else if ((st.placed || st.stopped || st.requeued) && g_sched.cfg.on_change)
-            g_sched.cfg.on_change(g_sched.cfg.on_change_cls, st.wake_nodes,
-                                  st.stopped || st.requeued || st.wake_all ? -1 : st.n_wake_nodes);
+            g_sched.cfg.on_change(g_sched.cfg.on_change_cls, st.wake_nodes, st.wake_all ? -1 : st.n_wake_nodes);
         pthread_mutex_lock(&g_sched.mu);
         int b = 0;
         while (b < SCHED_PASS_NB && took > sched_pass_le[b]) b++;

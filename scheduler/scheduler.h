@@ -29,7 +29,7 @@ typedef struct sched_pass_stats {
 #define SCHED_WAKE_MAX 64
     int64_t wake_nodes[SCHED_WAKE_MAX];
     int n_wake_nodes;
-    int wake_all;        /* a stop, a requeue, or more nodes than SCHED_WAKE_MAX */
+    int wake_all;        /* every node: a stop, a requeue, or more nodes than SCHED_WAKE_MAX */
     double load_ms, core_ms, apply_ms;
 } sched_pass_stats;
 

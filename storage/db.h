@@ -64,7 +64,8 @@ void db_set_durability_full(int on);
  * its data directory's lock). Read it before a query: what the query read
  * stays current for as long as the number is the same, so an answer built
  * from it may be kept and served again (the job and token caches). Never
- * 0; 0 when the file is not in WAL mode (a commit then goes unseen), and
+ * 0, and never the same for two dbs of one process (a key needs no db);
+ * 0 when the file is not in WAL mode (a commit then goes unseen), and
  * nothing may be kept. */
 uint64_t db_generation(db *d);
 

@@ -170,7 +170,6 @@ static const char SQL_TOKEN_LOOKUP[] =
     "SELECT k.kind, k.team_id, k.job_id, t.name, k.node_id, k.hash FROM tokens k"
     " LEFT JOIN teams t ON t.id = k.team_id"
     " WHERE k.hash = ? AND k.revoked_at IS NULL";
-static int token_query(db *d, const char hash[65], principal *who);
 static const char SQL_TOKEN_COUNT[] = "SELECT count(*) FROM tokens WHERE kind = ? AND revoked_at IS NULL";
 
 int store_token_add(db *d, const char *token, token_kind kind, int64_t team_id, int64_t job_id) {
@@ -187,41 +186,6 @@ int store_token_add(db *d, const char *token, token_kind kind, int64_t team_id, 
     int rc = sqlite3_step(st);
     db_done(st);
     return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
-}
-
-/* Each thread keeps its last few tokens found, with the db_generation they
- * were read at: a request with one of them costs no query until the next
- * commit (a revocation is one), and an unknown token always asks. */
-#define TOKEN_CACHE_N 8
-typedef struct token_cached {
-    const db *d;
-    uint64_t gen;
-    char hash[65];
-    principal who;
-} token_cached;
-static __thread token_cached t_tokens[TOKEN_CACHE_N];
-static __thread unsigned t_tokens_next;
-
-int store_token_lookup(db *d, const char *token, principal *who) {
-    char hash[65];
-    sha256_hex(token, strlen(token), hash);
-    uint64_t gen = db_generation(d);
-    for (int i = 0; gen && i < TOKEN_CACHE_N; i++) {
-        const token_cached *c = &t_tokens[i];
-        if (c->d == d && c->gen == gen && CRYPTO_memcmp(c->hash, hash, 64) == 0) {
-            *who = c->who;
-            return STORE_OK;
-        }
-    }
-    int ret = token_query(d, hash, who);
-    if (ret == STORE_OK && gen) {
-        token_cached *c = &t_tokens[t_tokens_next++ % TOKEN_CACHE_N];
-        c->d = d;
-        c->gen = gen;
-        memcpy(c->hash, hash, sizeof c->hash);
-        c->who = *who;
-    }
-    return ret;
 }
 
 static int token_query(db *d, const char hash[65], principal *who) {
@@ -251,6 +215,39 @@ static int token_query(db *d, const char hash[65], principal *who) {
         ret = STORE_ERROR;
     }
     db_done(st);
+    return ret;
+}
+
+/* Each thread keeps its last few tokens found, with the db_generation they
+ * were read at: a request with one of them costs no query until the next
+ * commit (a revocation is one), and an unknown token always asks. */
+#define TOKEN_CACHE_N 8
+typedef struct token_cached {
+    uint64_t gen;                 /* unique to its db (storage/db.h); 0: empty */
+    char hash[65];
+    principal who;
+} token_cached;
+static __thread token_cached t_tokens[TOKEN_CACHE_N];
+static __thread unsigned t_tokens_next;
+
+int store_token_lookup(db *d, const char *token, principal *who) {
+    char hash[65];
+    sha256_hex(token, strlen(token), hash);
+    uint64_t gen = db_generation(d);
+    for (int i = 0; gen && i < TOKEN_CACHE_N; i++) {
+        const token_cached *c = &t_tokens[i];
+        if (c->gen == gen && CRYPTO_memcmp(c->hash, hash, 64) == 0) {
+            *who = c->who;
+            return STORE_OK;
+        }
+    }
+    int ret = token_query(d, hash, who);
+    if (ret == STORE_OK && gen) {
+        token_cached *c = &t_tokens[t_tokens_next++ % TOKEN_CACHE_N];
+        c->gen = gen;
+        memcpy(c->hash, hash, sizeof c->hash);
+        c->who = *who;
+    }
     return ret;
 }
 
@@ -426,6 +423,9 @@ static cJSON *job_row(sqlite3_stmt *st) {
     return j;
 }
 
+/* A text column as a JSON string, or null. */
+static int write_text(buf *out, const char *t) { return t ? json_write_string(out, t) : buf_append(out, "null", 4); }
+
 /* The same object as text, without its closing brace (the list adds
  * fields). 0, or -1 when out is full. */
 static int job_row_write(buf *out, sqlite3_stmt *st) {
@@ -455,10 +455,7 @@ static int job_row_write(buf *out, sqlite3_stmt *st) {
                 rc |= json_write_string(out, t);
             }
             break;
-        default: {
-            const char *t = (const char *)sqlite3_column_text(st, c);
-            rc |= t ? json_write_string(out, t) : buf_append(out, "null", 4);
-        }
+        default: rc |= write_text(out, (const char *)sqlite3_column_text(st, c)); break;
         }
     }
     if (in) rc |= buf_append(out, "}", 1);
@@ -517,9 +514,8 @@ int store_jobs_list(db *d, int64_t team_id, const char *state, int64_t before, i
         /* the job, and what the dashboard's table shows beside its columns */
         if (n) full |= buf_append(out, ",", 1);
         full |= job_row_write(out, st);
-        const char *strategy = (const char *)sqlite3_column_text(st, JOB_NFIELDS);
         full |= buf_appends(out, ",\"strategy\":");
-        full |= strategy ? json_write_string(out, strategy) : buf_append(out, "null", 4);
+        full |= write_text(out, (const char *)sqlite3_column_text(st, JOB_NFIELDS));
         const char *progress = (const char *)sqlite3_column_text(st, JOB_NFIELDS + 1);
         size_t pl = stored_object(progress);
         full |= buf_appends(out, ",\"progress\":");
