@@ -9,6 +9,7 @@
 #include "../common/util.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -60,6 +61,7 @@ typedef struct task {
     int restartable;
     int restarts;
     char **env;                  /* (NULL-terminated) owned, when restartable */
+    iso_task iso;                /* its uid, job directory and cgroup (isolate.h) */
 } task;
 
 #define PS_WORKER_RESTARTS 10    /* restarts of one task before its failure counts */
@@ -92,6 +94,7 @@ typedef struct agent {
     recent recents[RECENT_MAX];
     int n_recent, recent_next;
 
+    isolator iso;                /* what keeps the tasks apart on this node */
     char state_path[PATH_MAX];   /* tasks this agent answers for, across its restarts */
     int state_dirty;
     int64_t backoff_ms, down_until_ms;
@@ -155,12 +158,35 @@ static const char *trim_nl(char *s) {
 
 /* ---------------------------------------------------------------- devices */
 
-static cJSON *devices_json(void) {
+#ifdef TRAINYARD_CUDA
+/* The /dev/nvidiaN minor of CUDA device i: the driver lists it by PCI bus
+ * id in /proc/driver/nvidia/gpus/BUS/information ("Device Minor: N"); the
+ * index itself when that cannot be read. */
+static int gpu_minor(int i) {
+    char bus[32], path[128];
+    if (cudaDeviceGetPCIBusId(bus, sizeof bus, i) != cudaSuccess) return i;
+    for (char *c = bus; *c; c++) *c = (char)tolower((unsigned char)*c);
+    snprintf(path, sizeof path, "/proc/driver/nvidia/gpus/%s/information", bus);
+    size_t len = 0;
+    char *s = file_read_all(path, 1 << 14, &len);
+    const char *m = s ? strstr(s, "Device Minor:") : NULL;
+    int minor = m ? atoi(m + 13) : i;
+    free(s);
+    return minor;
+}
+#endif
+
+/* The node's GPUs for POST /nodes; each one's device minor into o (the
+ * other GPUs are denied to a task). */
+static cJSON *devices_json(iso_options *o) {
     cJSON *arr = cJSON_CreateArray();
+    o->n_gpus = 0;
 #ifdef TRAINYARD_CUDA
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0; /* no driver or no GPU: a CPU node */
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && i < ISO_MAX_GPUS; i++) {
+        o->gpu_minor[i] = gpu_minor(i);
+        o->n_gpus = i + 1;
         struct cudaDeviceProp p;
         if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
         cJSON *d = cJSON_CreateObject();
@@ -188,9 +214,14 @@ static int agent_register(agent *a) {
     cJSON_AddStringToObject(o, "hostname", a->opt.hostname);
     cJSON_AddStringToObject(o, "address", a->opt.address);
     cJSON_AddNumberToObject(o, "cpu_slots", a->opt.cpu_slots);
-    cJSON *devs = devices_json();
+    cJSON *devs = devices_json(&a->iso.opt);
     int n_gpu = cJSON_GetArraySize(devs);
     cJSON_AddItemToObject(o, "devices", devs);
+    cJSON_AddNumberToObject(o, "memory_mb", (double)a->iso.memory_mb);
+    char *iso = iso_describe(&a->iso);
+    cJSON *isoj = cJSON_Parse(iso);
+    free(iso);
+    if (isoj) cJSON_AddItemToObject(o, "isolation", isoj);
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!body) return -1;
@@ -502,23 +533,50 @@ static void task_start(agent *a, const cJSON *s) {
     snprintf(e_name, sizeof e_name, "TRAINYARD_TASK_NAME=%s", t->name);
     snprintf(e_root, sizeof e_root, "TRAINYARD_DATA_ROOT=%s", a->opt.data_root);
     const cJSON *devs = cJSON_GetObjectItemCaseSensitive(config, "devices");
-    int n_gpu = 0;
+    int n_gpu = 0, n_cpu = 0;
     ok = ok && buf_appends(&e_cuda, "CUDA_VISIBLE_DEVICES=") == 0;
     const cJSON *d;
     cJSON_ArrayForEach(d, devs) {
         if (cJSON_IsString(d) && strncmp(d->valuestring, "gpu:", 4) == 0)
             ok = ok && buf_printf(&e_cuda, "%s%s", n_gpu++ ? "," : "", d->valuestring + 4) == 0;
+        else if (cJSON_IsString(d) && strncmp(d->valuestring, "cpu:", 4) == 0)
+            n_cpu++;
     }
-    char *env[8];
+    /* its uid, job directory and cgroup (memory_mb: the scheduler's; 0 or
+     * absent: this node's share for its devices) */
+    int64_t memory_mb = 0;
+    json_int(config, "memory_mb", &memory_mb);
+    char iso_err[512] = "";
+    if (ok && iso_task_prepare(&a->iso, id, job, memory_mb, n_cpu, n_gpu ? e_cuda.data + strlen("CUDA_VISIBLE_DEVICES=") : "", &t->iso, iso_err,
+                               sizeof iso_err) < 0) {
+        char why[700];
+        snprintf(why, sizeof why, "cannot isolate the task: %s", iso_err);
+        log_error("task %lld (job %lld): %s", (long long)id, (long long)job, why);
+        outbox_push(a, path, exit_body(127, 0, why, ""), id);
+        buf_release(&e_cfg);
+        buf_release(&e_cuda);
+        task_free(t);
+        return;
+    }
+    /* an isolated task's home is its job directory, its /tmp private (or
+     * the job directory's tmp where no mount namespace could be made) */
+    char e_home[PATH_MAX + 8], e_tmp[PATH_MAX + 8];
+    snprintf(e_home, sizeof e_home, "HOME=%s", t->iso.dir);
+    snprintf(e_tmp, sizeof e_tmp, "TMPDIR=%s", t->iso.mount_ns ? "/tmp" : t->iso.tmp);
+    char *env[10];
     int ne = 0;
     env[ne++] = e_cfg.data;
     env[ne++] = e_task;
     env[ne++] = e_name;
     if (a->opt.data_root[0]) env[ne++] = e_root;
     if (n_gpu) env[ne++] = e_cuda.data;
+    if (t->iso.on && t->iso.uid) {
+        env[ne++] = e_home;
+        env[ne++] = e_tmp;
+    }
     env[ne] = NULL;
     char *argv[] = {a->exe, "worker", NULL};
-    if (ok) t->pid = proc_spawn(a->exe, argv, env, a->opt.worker_nice, a->opt.worker_idle, &t->fd);
+    if (ok) t->pid = proc_spawn(a->exe, argv, env, a->opt.worker_nice, a->opt.worker_idle, &t->iso, &t->fd);
     int spawn_errno = errno;
     /* a parameter_server job trains on without a dead non-chief worker:
      * keep what it takes to start it again */
@@ -538,6 +596,8 @@ static void task_start(agent *a, const cJSON *s) {
         snprintf(why, sizeof why, "cannot start the worker: %s", ok ? strerror(spawn_errno) : "config too large");
         log_error("task %lld (job %lld): %s", (long long)id, (long long)job, why);
         outbox_push(a, path, exit_body(127, 0, why, ""), id);
+        int oom;
+        iso_task_finish(&a->iso, &t->iso, &oom);
         task_free(t);
         return;
     }
@@ -627,7 +687,7 @@ static void tasks_check(agent *a) {
             buf_appends(&t->logs, note);
             task_ship_logs(a, t);
             char *argv[] = {a->exe, "worker", NULL};
-            pid_t pid = proc_spawn(a->exe, argv, t->env, a->opt.worker_nice, a->opt.worker_idle, &t->fd);
+            pid_t pid = proc_spawn(a->exe, argv, t->env, a->opt.worker_nice, a->opt.worker_idle, &t->iso, &t->fd);
             if (pid > 0) {
                 t->pid = pid;
                 t->restarts++;
@@ -641,9 +701,17 @@ static void tasks_check(agent *a) {
             t->restartable = 0; /* report the exit below */
         }
         if (t->exited && t->fd < 0 && !t->exit_queued) {
-            int code, sig;
+            int code, sig, oom = 0;
             char why[160], reason[320], tail[4096];
+            int64_t limit_mb = t->iso.memory_mb;
+            /* what it left behind goes: processes, cgroup, job directory, uid */
+            iso_task_finish(&a->iso, &t->iso, &oom);
             proc_exit_describe(t->status, &code, &sig, why, sizeof why);
+            if (oom && limit_mb > 0) {
+                char lim[32];
+                iso_format_mb(limit_mb, lim, sizeof lim);
+                snprintf(why, sizeof why, "out of memory (limit %s)", lim);
+            }
             if (t->stop_sent)
                 snprintf(reason, sizeof reason, "%s after stop (%s)", why, t->stop_reason);
             else
@@ -841,6 +909,20 @@ int agent_run(const agent_options *o) {
         free(a);
         return 1;
     }
+    a->opt.iso.cpu_slots = o->cpu_slots;
+    snprintf(a->opt.iso.data_root, sizeof a->opt.iso.data_root, "%s", o->data_root);
+    char iso_err[512] = "";
+    if (iso_init(&a->iso, &a->opt.iso, a->exe, iso_err, sizeof iso_err) < 0) {
+        log_error("cannot isolate tasks: %s", iso_err);
+        free(a);
+        return 1;
+    }
+    if (!a->iso.user) log_warn("teams are not isolated on this node: %s", a->iso.reason);
+    else log_info("tasks run as uids %u-%u%s; cgroup %s%s%s; node memory %lld MiB",
+                  a->opt.iso.uid_first, a->opt.iso.uid_last,
+                  a->iso.mount_ns ? " with a private /tmp and /dev/shm" : "",
+                  a->iso.cg == ISO_CG_V1 ? "v1" : a->iso.cg == ISO_CG_V2 ? "v2" : "none (no limits)",
+                  a->iso.reason[0] ? ": " : "", a->iso.reason, (long long)a->iso.memory_mb);
     pthread_mutex_init(&a->mu, NULL);
     int wp[2];
     int sigfd = proc_sigpipe_open();
@@ -962,6 +1044,7 @@ int agent_run(const agent_options *o) {
             }
         }
         tasks_check(a);
+        if (a->iso.n_grave) iso_sweep(&a->iso);
         state_save(a);
     }
     ret = 0;
@@ -969,8 +1052,11 @@ int agent_run(const agent_options *o) {
 out:
     for (int i = 0; i < a->n_tasks; i++) {
         if (!a->tasks[i]->exited) proc_signal_group(a->tasks[i]->pid, SIGKILL);
+        int oom;
+        iso_task_finish(&a->iso, &a->tasks[i]->iso, &oom);
         task_free(a->tasks[i]);
     }
+    iso_release(&a->iso);
     while (a->out_len) {
         free(a->outbox[a->out_head].body);
         a->out_head = (a->out_head + 1) % OUTBOX_MAX;
@@ -995,6 +1081,7 @@ void agent_options_default(agent_options *o) {
     o->heartbeat_s = 5;
     o->poll_wait_s = 20;
     o->stop_grace_s = 10;
+    iso_options_default(&o->iso);
 }
 
 static void agent_usage(FILE *f) {
@@ -1017,7 +1104,16 @@ static void agent_usage(FILE *f) {
             "                default normal)\n"
             "  --state-file  where the agent keeps the tasks it answers for, so a restarted agent\n"
             "                reports the tasks of a killed one as lost (default: a file in\n"
-            "                $XDG_RUNTIME_DIR, $TMPDIR or /tmp named by server, hostname and uid)\n");
+            "                $XDG_RUNTIME_DIR, $TMPDIR or /tmp named by server, hostname and uid)\n"
+            "  --isolation auto|user|none  user: each job's tasks run under a uid of their own from\n"
+            "                --task-uids, with a private /tmp, /var/tmp and /dev/shm, a /proc that\n"
+            "                hides other users, and a job directory of their own (needs root);\n"
+            "                auto (default): user when the agent runs as root; none: as the agent\n"
+            "  --task-uids A-B   the uids (and gids) tasks run under (default 200000-299999)\n"
+            "  --task-dir DIR    where job directories are made (default /var/lib/trainyard/tasks)\n"
+            "  --task-pids-max N processes and threads one task may have (default 4096; 0: no limit)\n"
+            "  --memory SIZE     memory this node offers its tasks, e.g. 64GiB (default: its memory,\n"
+            "                or its cgroup's limit, less a tenth kept for the system, at most 4 GiB)\n");
 }
 
 static int read_token_file(const char *path, char *out, size_t outlen) {
@@ -1049,6 +1145,9 @@ int agent_parse_flags(agent_options *o, int argc, char **argv) {
         {"poll-wait", required_argument, NULL, 'w'}, {"state-file", required_argument, NULL, 'S'},
         {"worker-nice", required_argument, NULL, 'N'},
         {"worker-sched", required_argument, NULL, 'I'}, {"help", no_argument, NULL, 'h'},
+        {"isolation", required_argument, NULL, 'Z'}, {"task-uids", required_argument, NULL, 'U'},
+        {"task-dir", required_argument, NULL, 'D'}, {"task-pids-max", required_argument, NULL, 'P'},
+        {"memory", required_argument, NULL, 'M'},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -1109,6 +1208,58 @@ int agent_parse_flags(agent_options *o, int argc, char **argv) {
                 return -1;
             }
             break;
+        case 'Z':
+            if (strcmp(optarg, "auto") == 0) o->iso.mode = ISO_AUTO;
+            else if (strcmp(optarg, "user") == 0) o->iso.mode = ISO_USER;
+            else if (strcmp(optarg, "none") == 0) o->iso.mode = ISO_NONE;
+            else {
+                fprintf(stderr, "trainyard agent: --isolation wants auto, user or none; got '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case 'U': {
+            long lo = 0, hi = 0;
+            char *dash = strchr(optarg, '-');
+            char first[32];
+            if (!dash || (size_t)(dash - optarg) >= sizeof first) {
+                fprintf(stderr, "trainyard agent: --task-uids wants FIRST-LAST, e.g. 200000-299999\n");
+                return -1;
+            }
+            memcpy(first, optarg, (size_t)(dash - optarg));
+            first[dash - optarg] = '\0';
+            if (parse_long(first, 1, 4294967294L, &lo) < 0 || parse_long(dash + 1, 1, 4294967294L, &hi) < 0 ||
+                hi < lo) {
+                fprintf(stderr, "trainyard agent: --task-uids wants FIRST-LAST with 0 < FIRST <= LAST; got '%s'\n",
+                        optarg);
+                return -1;
+            }
+            o->iso.uid_first = (unsigned)lo;
+            o->iso.uid_last = (unsigned)hi;
+            break;
+        }
+        case 'D':
+            if (optarg[0] != '/' || sfmt(o->iso.task_root, sizeof o->iso.task_root, "%s", optarg) < 0) {
+                fprintf(stderr, "trainyard agent: --task-dir wants an absolute path\n");
+                return -1;
+            }
+            break;
+        case 'P':
+            if (parse_long(optarg, 0, 4194304, &v) < 0) {
+                fprintf(stderr, "trainyard agent: --task-pids-max wants a number (0-4194304)\n");
+                return -1;
+            }
+            o->iso.pids_max = (int)v;
+            break;
+        case 'M': {
+            int64_t mb = 0;
+            if (iso_parse_size(optarg, &mb) < 0 || mb < 64) {
+                fprintf(stderr, "trainyard agent: --memory wants a size of at least 64MiB, e.g. 64GiB; got '%s'\n",
+                        optarg);
+                return -1;
+            }
+            o->iso.memory_mb = mb;
+            break;
+        }
         case 'h': agent_usage(stdout); return 1;
         default: agent_usage(stderr); return -1;
         }

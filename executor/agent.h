@@ -10,6 +10,8 @@
 #ifndef TRAINYARD_AGENT_H
 #define TRAINYARD_AGENT_H
 
+#include "isolate.h"
+
 #include <limits.h>
 
 typedef struct agent_options {
@@ -27,6 +29,7 @@ typedef struct agent_options {
     int worker_idle;           /* tasks under SCHED_IDLE (--worker-sched idle; `trainyard up` sets it) */
     char state_file[PATH_MAX]; /* "" = $XDG_RUNTIME_DIR|$TMPDIR|/tmp/trainyard-agent-HASH.json,
                                 * HASH of server URL, hostname and uid */
+    iso_options iso;           /* --isolation, --task-uids, --task-dir, --task-pids-max, --memory */
 } agent_options;
 
 void agent_options_default(agent_options *o);

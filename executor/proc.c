@@ -1,5 +1,6 @@
 /* proc.c - process groups, pipes and signals for the agent (see proc.h). */
 #include "proc.h"
+#include "isolate.h"
 #include "../common/util.h"
 
 #include <errno.h>
@@ -52,16 +53,23 @@ int proc_child_setup(pid_t parent, int new_group, int death_sig, int null_stdin)
     return 0;
 }
 
-pid_t proc_spawn(const char *exe, char *const argv[], char *const env_add[], int nice, int idle, int *out_fd) {
+pid_t proc_spawn(const char *exe, char *const argv[], char *const env_add[], int nice, int idle,
+                 const iso_task *iso, int *out_fd) {
     /* Everything the child needs is built before fork: after fork in a
      * threaded process only async-signal-safe calls are allowed. */
+    int own_uid = iso && iso->on && iso->uid;
     size_t n_env = 0, n_add = 0;
     while (environ && environ[n_env]) n_env++;
     while (env_add && env_add[n_add]) n_add++;
     char **envp = xcalloc(n_env + n_add + 1, sizeof *envp);
     size_t k = 0;
-    for (size_t i = 0; i < n_env; i++)
-        if (!env_replaced(environ[i], env_add)) envp[k++] = environ[i];
+    for (size_t i = 0; i < n_env; i++) {
+        if (env_replaced(environ[i], env_add)) continue;
+        /* the agent's own token is no task's business; an isolated task
+         * gets the locale, PATH and thread settings only */
+        if (strncmp(environ[i], "TRAINYARD_TOKEN=", 16) == 0 || (own_uid && !iso_env_keep(environ[i]))) continue;
+        envp[k++] = environ[i];
+    }
     for (size_t i = 0; i < n_add; i++) envp[k++] = env_add[i];
     envp[k] = NULL;
 
@@ -81,19 +89,27 @@ pid_t proc_spawn(const char *exe, char *const argv[], char *const env_add[], int
         return -1;
     }
     if (pid == 0) {
-        if (proc_child_setup(parent, 1, SIGTERM, 1) < 0) _exit(126); /* the agent died already */
         if (dup2(p[1], 1) < 0 || dup2(p[1], 2) < 0) _exit(126);
+        /* its cgroup, mounts, session and uid first: a change of uid
+         * clears the parent-death signal that proc_child_setup sets */
+        if (iso && iso_task_enter(iso) < 0) _exit(126);
+        if (proc_child_setup(parent, !own_uid, SIGTERM, 1) < 0) _exit(126); /* the agent died already */
         if (nice > 0 && setpriority(PRIO_PROCESS, 0, nice) < 0) _exit(126);
         struct sched_param sp = {0};
         if (idle && sched_setscheduler(0, SCHED_IDLE, &sp) < 0) _exit(126);
-        execve(exe, argv, envp);
+        /* through the agent's descriptor: the task's uid may not reach
+         * the binary's directory */
+        if (own_uid && iso->exe_fd >= 0) fexecve(iso->exe_fd, argv, envp);
+        else execve(exe, argv, envp);
         static const char msg[] = "trainyard agent: cannot start the worker binary\n";
         ssize_t w = write(2, msg, sizeof msg - 1);
         (void)w;
         _exit(127);
     }
-    /* Also in the parent, so a signal sent right after fork finds the group. */
-    setpgid(pid, pid);
+    /* Also in the parent, so a signal sent right after fork finds the group
+     * (an isolated child starts a session of its own instead, which fails
+     * for a process group leader). */
+    if (!own_uid) setpgid(pid, pid);
     close(p[1]);
     free(envp);
     if (proc_set_nonblock(p[0]) < 0) {

@@ -29,7 +29,14 @@ int proc_child_setup(pid_t parent, int new_group, int death_sig, int null_stdin)
  * priority, and its threads' and children's, which inherit it), and under
  * SCHED_IDLE when idle (the kernel then runs it only on CPU time no normal
  * thread wants, and a normal thread that wakes takes the core at once). */
-pid_t proc_spawn(const char *exe, char *const argv[], char *const env_add[], int nice, int idle, int *out_fd);
+/* With iso (NULL: none), the task enters its isolation before the rest
+ * (executor/isolate.h): cgroups, private mounts, a session of its own
+ * instead of a process group, its uid; the environment is then the agent's
+ * locale, PATH and thread settings only, plus env_add. TRAINYARD_TOKEN of
+ * the agent's environment is never passed on. */
+struct iso_task;
+pid_t proc_spawn(const char *exe, char *const argv[], char *const env_add[], int nice, int idle,
+                 const struct iso_task *iso, int *out_fd);
 
 /* kill(-pgid, sig); 0, or -1 (errno; ESRCH when the group is gone). */
 int proc_signal_group(pid_t pgid, int sig);

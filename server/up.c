@@ -28,6 +28,7 @@ static void up_usage(FILE *f) {
     fprintf(f,
             "usage: trainyard up [--listen ADDR:PORT] [--data DIR] [--cpu-slots N] [--data-root DIR]\n"
             "                    [--hostname H] [--worker-nice N] [--worker-sched normal|idle]\n"
+            "                    [agent flags: --isolation, --task-uids, --task-dir, --task-pids-max, --memory]\n"
             "                    [server flags: --durability, --heartbeat-timeout, --quiet]\n"
             "  the server (default 127.0.0.1:8080, data in ./.trainyard) and one local agent;\n"
             "  the agent runs training under SCHED_IDLE at nice " UP_WORKER_NICE " (--worker-sched normal\n"
@@ -87,7 +88,10 @@ int cmd_up(int argc, char **argv) {
         }
         int agent_flag = strcmp(a, "--cpu-slots") == 0 || strcmp(a, "--data-root") == 0 ||
                          strcmp(a, "--hostname") == 0 || strcmp(a, "--address") == 0 ||
-                         strcmp(a, "--worker-nice") == 0 || strcmp(a, "--worker-sched") == 0;
+                         strcmp(a, "--worker-nice") == 0 || strcmp(a, "--worker-sched") == 0 ||
+                         strcmp(a, "--isolation") == 0 || strcmp(a, "--task-uids") == 0 ||
+                         strcmp(a, "--task-dir") == 0 || strcmp(a, "--task-pids-max") == 0 ||
+                         strcmp(a, "--memory") == 0;
         int takes_value = agent_flag || strcmp(a, "--listen") == 0 || strcmp(a, "--data") == 0 ||
                           strcmp(a, "--durability") == 0 || strcmp(a, "--heartbeat-timeout") == 0;
         if (takes_value && i + 1 >= argc) {
