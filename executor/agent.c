@@ -1092,7 +1092,9 @@ static void agent_usage(FILE *f) {
             "  --token       the node token (DATA/node.token of the server; or $TRAINYARD_TOKEN)\n"
             "  --token-file  read the node token from FILE\n"
             "  --cpu-slots   CPU slots this node offers (default: the number of cores)\n"
-            "  --data-root   directory relative data.path values resolve against\n"
+            "  --data-root   directory relative data.path values and a command's working_dir\n"
+            "                resolve against; tasks read it (read-only, mode o+rX) (default: the\n"
+            "                agent's working directory)\n"
             "  --hostname    the node's name (default: gethostname)\n"
             "  --address     the address peers reach this node's workers at\n"
             "                (default 127.0.0.1 for a loopback server, else the hostname)\n"
@@ -1110,7 +1112,7 @@ static void agent_usage(FILE *f) {
             "                hides other users, and a job directory of their own (needs root);\n"
             "                auto (default): user when the agent runs as root; none: as the agent\n"
             "  --task-uids A-B   the uids (and gids) tasks run under (default 200000-299999)\n"
-            "  --task-dir DIR    where job directories are made (default /var/lib/trainyard/tasks)\n"
+            "  --task-dir DIR    where job directories are made (default /var/lib/trainyard-tasks)\n"
             "  --task-pids-max N processes and threads one task may have (default 4096; 0: no limit)\n"
             "  --memory SIZE     memory this node offers its tasks, e.g. 64GiB (default: its memory,\n"
             "                or its cgroup's limit, less a tenth kept for the system, at most 4 GiB)\n");
@@ -1272,6 +1274,9 @@ int agent_parse_flags(agent_options *o, int argc, char **argv) {
         fprintf(stderr, "trainyard agent: no token: pass --token or --token-file (the server's DATA/node.token)\n");
         return -1;
     }
+    /* relative data paths and a command's working directory resolve where
+     * the agent was started, as they did when tasks inherited its cwd */
+    if (!o->data_root[0] && !getcwd(o->data_root, sizeof o->data_root)) o->data_root[0] = '\0';
     if (!o->hostname[0] && gethostname(o->hostname, sizeof o->hostname - 1) < 0)
         snprintf(o->hostname, sizeof o->hostname, "localhost");
     if (!o->address[0])

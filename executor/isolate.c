@@ -37,7 +37,7 @@ void iso_options_default(iso_options *o) {
     o->mode = ISO_AUTO;
     o->uid_first = 200000;
     o->uid_last = 299999;
-    snprintf(o->task_root, sizeof o->task_root, "/var/lib/trainyard/tasks");
+    snprintf(o->task_root, sizeof o->task_root, "/var/lib/trainyard-tasks");
     snprintf(o->lock_dir, sizeof o->lock_dir, "/run/trainyard/uids");
     o->pids_max = 4096;
 }
@@ -418,7 +418,6 @@ int iso_init(isolator *iso, const iso_options *o, const char *exe, char *err, si
     memset(iso, 0, sizeof *iso);
     iso->opt = *o;
     iso->exe_fd = -1;
-    iso->data_fd = -1;
     for (int i = 0; i < ISO_MAX_JOBS; i++) iso->jobs[i].lock_fd = -1;
     int root = geteuid() == 0;
     if (o->mode == ISO_USER && !root) {
@@ -489,12 +488,37 @@ int iso_init(isolator *iso, const iso_options *o, const char *exe, char *err, si
     struct stat sb;
     iso->have_var_tmp = stat("/var/tmp", &sb) == 0 && S_ISDIR(sb.st_mode);
     iso->have_shm = stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode);
-    /* a data root under /tmp stays visible in the tasks' private /tmp */
+    /* The data root is the tree tasks share: it stays where it is for
+     * them, read-only, also where they could not reach it by its path:
+     * under /tmp (the private /tmp hides it) or below a directory others
+     * cannot enter (say /root/project: a tmpfs hides the rest of /root). */
     char real[PATH_MAX];
-    if (iso->mount_ns && o->data_root[0] && realpath(o->data_root, real) &&
-        (strncmp(real, "/tmp/", 5) == 0 || strncmp(real, "/var/tmp/", 9) == 0)) {
-        snprintf(iso->opt.data_root, sizeof iso->opt.data_root, "%s", real);
-        iso->data_fd = open(real, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (iso->mount_ns && o->data_root[0] && realpath(o->data_root, real) && strcmp(real, "/") != 0) {
+        int under_tmp = strncmp(real, "/tmp/", 5) == 0 || strncmp(real, "/var/tmp/", 9) == 0;
+        char cover[PATH_MAX] = "";
+        if (!under_tmp) {
+            char p[PATH_MAX];
+            snprintf(p, sizeof p, "%s", real);
+            for (char *slash = strchr(p + 1, '/'); ; slash = strchr(slash + 1, '/')) {
+                if (slash) *slash = '\0';
+                struct stat ps;
+                if (stat(p, &ps) == 0 && !(ps.st_mode & S_IXOTH) && strcmp(p, real) != 0) {
+                    snprintf(cover, sizeof cover, "%s", p);
+                    break;
+                }
+                if (!slash) break;
+                *slash = '/';
+            }
+        }
+        if (under_tmp || cover[0]) {
+            snprintf(iso->opt.data_root, sizeof iso->opt.data_root, "%s", real);
+            snprintf(iso->data_cover, sizeof iso->data_cover, "%s", cover);
+            iso->data_bind = 1;
+        }
+        struct stat rs;
+        if (stat(real, &rs) == 0 && (rs.st_mode & (S_IROTH | S_IXOTH)) != (S_IROTH | S_IXOTH))
+            log_warn("the data root %s is mode %o: tasks (other uids) cannot read it; chmod o+rX it", real,
+                     (unsigned)(rs.st_mode & 07777));
     }
     unsigned r0 = 0;
     if (getrandom(&r0, sizeof r0, GRND_NONBLOCK) != (ssize_t)sizeof r0) r0 = (unsigned)getpid() * 2654435761u;
@@ -529,8 +553,7 @@ void iso_release(isolator *iso) {
     }
     if (iso->agent_dir[0]) rm_tree(iso->agent_dir);
     if (iso->exe_fd >= 0) close(iso->exe_fd);
-    if (iso->data_fd >= 0) close(iso->data_fd);
-    iso->exe_fd = iso->data_fd = -1;
+    iso->exe_fd = -1;
 }
 
 char *iso_describe(const isolator *iso) {
@@ -702,7 +725,6 @@ static int task_cgroups(isolator *iso, iso_task *t, const int *deny_minor, int n
 int iso_task_prepare(isolator *iso, int64_t task_id, int64_t job_id, int64_t memory_mb, int slots,
                      const char *gpus, iso_task *t, char *err, size_t errlen) {
     memset(t, 0, sizeof *t);
-    t->data_fd = -1;
     t->id = task_id;
     t->job = job_id;
     if (!iso->user && iso->cg == ISO_CG_NONE) return 0; /* nothing to enforce */
@@ -754,10 +776,10 @@ int iso_task_prepare(isolator *iso, int64_t task_id, int64_t job_id, int64_t mem
         t->hidepid = iso->hidepid;
         t->var_tmp = iso->have_var_tmp;
         t->exe_fd = iso->exe_fd;
-        if (iso->data_fd >= 0) {
-            t->data_fd = iso->data_fd;
-            snprintf(t->data_src, sizeof t->data_src, "/proc/self/fd/%d", iso->data_fd);
+        if (iso->data_bind) {
+            t->data_bind = 1;
             snprintf(t->data_path, sizeof t->data_path, "%s", iso->opt.data_root);
+            snprintf(t->data_cover, sizeof t->data_cover, "%s", iso->data_cover);
         }
     }
     if (task_cgroups(iso, t, deny, n_deny, err, errlen) < 0) {
@@ -800,19 +822,19 @@ static int enter_fail(const char *what) {
     return -1;
 }
 
-/* mkdir -p of path's components below the first one ("/tmp"). */
-static void mkdirs_below_tmp(const char *path) {
+/* mkdir -p of path's components below the directory `below` (a mount
+ * point: /tmp, or the tmpfs over a parent others cannot enter). */
+static void mkdirs_below(const char *path, const char *below) {
     char p[PATH_MAX];
-    size_t n = 0;
+    size_t n = 0, skip = 0;
+    while (below[skip]) skip++;
     while (path[n] && n < sizeof p - 1) {
         p[n] = path[n];
         n++;
     }
     p[n] = '\0';
-    int slashes = 0;
-    for (size_t i = 1; i <= n; i++) {
+    for (size_t i = skip + 1; i <= n; i++) {
         if (p[i] != '/' && p[i] != '\0') continue;
-        if (++slashes < 2) continue; /* "/tmp" itself is the mount */
         char keep = p[i];
         p[i] = '\0';
         mkdir(p, 0755);
@@ -838,13 +860,28 @@ int iso_task_enter(const iso_task *t) {
     if (t->mount_ns) {
         if (unshare(CLONE_NEWNS) < 0) return enter_fail("unshare(CLONE_NEWNS)");
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) return enter_fail("making mounts private");
+        /* the data root, held open before the mounts below hide it; opened
+         * here, in the new namespace: a bind takes its source from there */
+        int data_fd = -1;
+        char data_src[40] = "/proc/self/fd/";
+        if (t->data_bind) {
+            data_fd = open(t->data_path, O_PATH | O_DIRECTORY | O_CLOEXEC);
+            if (data_fd < 0) return enter_fail("opening the data root");
+            fmt_long(data_fd, data_src + 14);
+        }
         if (mount(t->tmp, "/tmp", NULL, MS_BIND, NULL) < 0) return enter_fail("a private /tmp");
         if (t->var_tmp && mount(t->tmp, "/var/tmp", NULL, MS_BIND, NULL) < 0) return enter_fail("a private /var/tmp");
         if (t->shm[0] && mount(t->shm, "/dev/shm", NULL, MS_BIND, NULL) < 0) return enter_fail("a private /dev/shm");
-        if (t->data_fd >= 0) {
-            mkdirs_below_tmp(t->data_path);
-            if (mount(t->data_src, t->data_path, NULL, MS_BIND | MS_REC, NULL) < 0)
-                return enter_fail("the data root in the private /tmp");
+        if (data_fd >= 0) {
+            if (t->data_cover[0] &&
+                mount("tmpfs", t->data_cover, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m") < 0)
+                return enter_fail("a tmpfs over the data root's parent");
+            mkdirs_below(t->data_path, t->data_cover[0] ? t->data_cover : "/tmp");
+            if (mount(data_src, t->data_path, NULL, MS_BIND | MS_REC, NULL) < 0)
+                return enter_fail("binding the data root");
+            if (mount(NULL, t->data_path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0)
+                return enter_fail("making the data root read-only");
+            close(data_fd);
         }
         if (t->hidepid && mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2") < 0)
             return enter_fail("a /proc that hides other users");

@@ -33,12 +33,12 @@ enum { ISO_CG_NONE = 0, ISO_CG_V1 = 1, ISO_CG_V2 = 2 };
 typedef struct iso_options {
     int mode;                      /* ISO_AUTO: user when root, else none */
     unsigned uid_first, uid_last;  /* --task-uids (default 200000-299999) */
-    char task_root[PATH_MAX];      /* --task-dir (default /var/lib/trainyard/tasks) */
+    char task_root[PATH_MAX];      /* --task-dir (default /var/lib/trainyard-tasks) */
     char lock_dir[PATH_MAX];       /* uids held, one lock file each, shared by every agent
                                     * of the host (default /run/trainyard/uids) */
     int pids_max;                  /* --task-pids-max (default 4096; 0: no limit) */
     int64_t memory_mb;             /* --memory: what the node offers its tasks (0: detect) */
-    char data_root[PATH_MAX];      /* kept visible in a task's private /tmp when under /tmp */
+    char data_root[PATH_MAX];      /* bound, read-only, where a task would not reach it */
     int cpu_slots;
     int n_gpus;
     int gpu_minor[ISO_MAX_GPUS];   /* the /dev/nvidiaN minor of each CUDA device index */
@@ -76,7 +76,9 @@ typedef struct isolator {
                                     * may not reach its directory */
     unsigned cursor;               /* next uid tried (round robin from a random start) */
     int have_var_tmp, have_shm;
-    int data_fd;                   /* O_PATH of the data root when it lies under /tmp, else -1 */
+    int data_bind;                 /* 1: tasks cannot reach the data root by its path (under
+                                    * /tmp, or below a parent others cannot enter): bind it */
+    char data_cover[PATH_MAX];     /* that parent, hidden under a tmpfs in the task ("": /tmp) */
     iso_job jobs[ISO_MAX_JOBS];
     int n_jobs;
     char **grave;                  /* cgroup directories not yet empty: removed later */
@@ -107,9 +109,9 @@ typedef struct iso_task {
     char cg[ISO_CTLS][PATH_MAX];   /* the task's cgroup directories */
     /* for the child, prepared before fork */
     int mount_ns, hidepid, var_tmp, exe_fd;
-    int data_fd;                   /* the isolator's, or -1 */
-    char data_src[32];             /* "/proc/self/fd/N" of data_fd */
-    char data_path[PATH_MAX];      /* the data root's path, recreated in the private /tmp */
+    int data_bind;                 /* the isolator's */
+    char data_path[PATH_MAX];      /* the data root's path, recreated in the task's mounts */
+    char data_cover[PATH_MAX];     /* a tmpfs here first ("": the private /tmp holds the path) */
 } iso_task;
 
 /* Prepares a task: its job's uid (allocated when the job has none on this

@@ -21,7 +21,7 @@ static char tmpdir[256];
 static void start_up2(void) {
     memset(&srv, 0, sizeof srv);
     ty_mkdtemp(srv.dir, sizeof srv.dir, "cmd");
-    ty_mkdtemp(tmpdir, sizeof tmpdir, "cmdtmp");
+    ty_mkdtemp_shared(tmpdir, sizeof tmpdir, "cmdtmp"); /* the programs run as other uids */
     const char *extra[] = {"--cpu-slots", "2", NULL};
     ty_server_start_args(&srv, "up", extra);
     ty_token(&srv, "token", team_tok, sizeof team_tok);

@@ -42,6 +42,17 @@ static inline void ty_mkdtemp(char *out, size_t n, const char *tag) {
     ck_assert_ptr_nonnull(mkdtemp(out));
 }
 
+/* A scratch directory that tasks share with the test: a root agent runs
+ * them as other uids with a private /tmp (executor/isolate.h), so it lies
+ * outside /tmp and is world-writable, sticky (1777). */
+static inline void ty_mkdtemp_shared(char *out, size_t n, const char *tag) {
+    const char *base = "/var/lib/trainyard-tests";
+    if (mkdir(base, 0755) < 0 && errno != EEXIST) ck_abort_msg("cannot make %s: %s", base, strerror(errno));
+    snprintf(out, n, "%s/%s_XXXXXX", base, tag);
+    ck_assert_ptr_nonnull(mkdtemp(out));
+    ck_assert_int_eq(chmod(out, 01777), 0);
+}
+
 static inline void ty_rmrf(const char *dir) {
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
