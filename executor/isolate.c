@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <grp.h>
+#include <linux/bpf.h>
 #include <pwd.h>
 #include <sched.h>
 #include <signal.h>
@@ -21,6 +22,7 @@
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -359,7 +361,83 @@ static void cg_setup_v2(isolator *iso) {
     }
     snprintf(iso->cg_base[0], sizeof iso->cg_base[0], "%s", base);
     iso->have_ctl[CTL_MEMORY] = iso->have_ctl[CTL_CPU] = iso->have_ctl[CTL_PIDS] = 1;
+    iso->have_ctl[CTL_DEVICES] = 1; /* a BPF program per task cgroup (iso_bpf_deny_gpus) */
     iso->cg = ISO_CG_V2;
+}
+
+/* ---------------------------------------------------------------- GPUs under cgroup v2 */
+
+/* cgroup v2 has no devices files: a BPF_PROG_TYPE_CGROUP_DEVICE program
+ * attached to the cgroup decides each open (and mknod) of a device node.
+ * Ours denies the character devices NVIDIA_MAJOR:minor of the GPUs the
+ * task does not hold and allows everything else (the v1 rules' effect):
+ *
+ *   r2 = ctx->access_type & 0xffff    the device type
+ *   if r2 != BPF_DEVCG_DEV_CHAR goto allow
+ *   r3 = ctx->major; if r3 != 195 goto allow
+ *   r4 = ctx->minor; if r4 == m_i goto deny    (for each denied minor)
+ * allow: r0 = 1; exit
+ * deny:  r0 = 0; exit */
+static struct bpf_insn insn(uint8_t code, uint8_t dst, uint8_t src, int16_t off, int32_t imm) {
+    struct bpf_insn i;
+    memset(&i, 0, sizeof i);
+    i.code = code;
+    i.dst_reg = dst & 0xf;
+    i.src_reg = src & 0xf;
+    i.off = off;
+    i.imm = imm;
+    return i;
+}
+
+int iso_bpf_deny_gpus(const char *cgdir, const int *minors, int n, char *err, size_t errlen) {
+    if (n <= 0) return 0;
+    if (n > ISO_MAX_GPUS) n = ISO_MAX_GPUS;
+    struct bpf_insn prog[16 + ISO_MAX_GPUS];
+    int k = 0;
+    const int allow_at = 6 + n; /* index of "r0 = 1" */
+    prog[k++] = insn(BPF_LDX | BPF_W | BPF_MEM, 2, 1, (int16_t)offsetof(struct bpf_cgroup_dev_ctx, access_type), 0);
+    prog[k++] = insn(BPF_ALU | BPF_AND | BPF_K, 2, 0, 0, 0xffff);
+    prog[k++] = insn(BPF_JMP | BPF_JNE | BPF_K, 2, 0, (int16_t)(allow_at - 3), BPF_DEVCG_DEV_CHAR);
+    prog[k++] = insn(BPF_LDX | BPF_W | BPF_MEM, 3, 1, (int16_t)offsetof(struct bpf_cgroup_dev_ctx, major), 0);
+    prog[k++] = insn(BPF_JMP | BPF_JNE | BPF_K, 3, 0, (int16_t)(allow_at - 5), NVIDIA_MAJOR);
+    prog[k++] = insn(BPF_LDX | BPF_W | BPF_MEM, 4, 1, (int16_t)offsetof(struct bpf_cgroup_dev_ctx, minor), 0);
+    for (int i = 0; i < n; i++, k++) /* to "r0 = 0", two after allow_at */
+        prog[k] = insn(BPF_JMP | BPF_JEQ | BPF_K, 4, 0, (int16_t)(allow_at + 2 - k - 1), minors[i]);
+    prog[k++] = insn(BPF_ALU64 | BPF_MOV | BPF_K, 0, 0, 0, 1); /* allow_at */
+    prog[k++] = insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0);
+    prog[k++] = insn(BPF_ALU64 | BPF_MOV | BPF_K, 0, 0, 0, 0); /* deny */
+    prog[k++] = insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0);
+
+    char log[4096] = "";
+    union bpf_attr a;
+    memset(&a, 0, sizeof a);
+    a.prog_type = BPF_PROG_TYPE_CGROUP_DEVICE;
+    a.insns = (uint64_t)(uintptr_t)prog;
+    a.insn_cnt = (uint32_t)k;
+    a.license = (uint64_t)(uintptr_t) "Apache-2.0";
+    a.log_buf = (uint64_t)(uintptr_t)log;
+    a.log_size = sizeof log;
+    a.log_level = 1;
+    int pfd = (int)syscall(SYS_bpf, BPF_PROG_LOAD, &a, sizeof a);
+    if (pfd < 0) {
+        snprintf(err, errlen, "loading the GPU device filter: %s%s%.200s", strerror(errno), log[0] ? ": " : "", log);
+        return -1;
+    }
+    int cfd = open(cgdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (cfd < 0) {
+        snprintf(err, errlen, "cannot open %s: %s", cgdir, strerror(errno));
+        close(pfd);
+        return -1;
+    }
+    memset(&a, 0, sizeof a);
+    a.target_fd = (uint32_t)cfd;
+    a.attach_bpf_fd = (uint32_t)pfd;
+    a.attach_type = BPF_CGROUP_DEVICE;
+    int rc = (int)syscall(SYS_bpf, BPF_PROG_ATTACH, &a, sizeof a);
+    if (rc < 0) snprintf(err, errlen, "attaching the GPU device filter to %s: %s", cgdir, strerror(errno));
+    close(cfd);
+    close(pfd); /* the cgroup holds the program */
+    return rc < 0 ? -1 : 0;
 }
 
 /* ---------------------------------------------------------------- memory of the node */
@@ -706,6 +784,7 @@ static int task_cgroups(isolator *iso, iso_task *t, const int *deny_minor, int n
             rc = write_file(t->cg[k], "pids.max", v);
             if (rc < 0) snprintf(err, errlen, "cannot set the pids limit in %s: %s", t->cg[k], strerror(errno));
         }
+        if (rc == 0 && v2 && n_deny > 0) rc = iso_bpf_deny_gpus(t->cg[k], deny_minor, n_deny, err, errlen);
         if (rc == 0 && !v2 && c == CTL_DEVICES) {
             for (int i = 0; i < n_deny && rc == 0; i++) {
                 snprintf(v, sizeof v, "c %d:%d rwm", NVIDIA_MAJOR, deny_minor[i]);

@@ -14,7 +14,7 @@
  * defines: iso_options, iso_options_default, iso_parse_size, iso_format_mb,
  *          isolator, iso_init, iso_release, iso_describe, iso_task,
  *          iso_task_prepare, iso_task_enter,
- *          iso_task_finish, iso_sweep, iso_env_keep */
+ *          iso_task_finish, iso_sweep, iso_env_keep, iso_bpf_deny_gpus */
 #ifndef TRAINYARD_ISOLATE_H
 #define TRAINYARD_ISOLATE_H
 
@@ -135,6 +135,11 @@ void iso_task_finish(isolator *iso, iso_task *t, int *oom);
 
 /* Retries removing cgroups that were still busy. */
 void iso_sweep(isolator *iso);
+
+/* Attaches to the cgroup v2 directory cgdir a device program that denies
+ * the GPUs /dev/nvidia(minors[i]) and allows every other device (cgroup
+ * v2's devices controller is this BPF hook). 0, or -1 with err. */
+int iso_bpf_deny_gpus(const char *cgdir, const int *minors, int n, char *err, size_t errlen);
 
 /* 1 when an isolated task may inherit the agent's variable `e` ("NAME=..."):
  * the locale, PATH, thread and sanitizer settings; never a token. */

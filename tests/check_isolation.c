@@ -470,6 +470,65 @@ START_TEST(other_gpus_denied) {
 }
 END_TEST
 
+/* The cgroup v2 device filter (a BPF program: cgroup v2 has no devices
+ * files), on this machine's cgroup2 mount: a process in the cgroup cannot
+ * open the denied GPU's device node, and opens the other. */
+START_TEST(v2_gpu_filter) {
+    if (!need_root("v2_gpu_filter")) return;
+    const char *mounts[] = {"/sys/fs/cgroup/unified", "/sys/fs/cgroup"};
+    char cg[256] = "";
+    for (int i = 0; i < 2 && !cg[0]; i++) {
+        char p[300];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/cgroup.procs", mounts[i]);
+        if (stat(p, &sb) < 0) continue;
+        snprintf(p, sizeof p, "%s/cgroup.controllers", mounts[i]); /* cgroup2 only */
+        if (stat(p, &sb) == 0) snprintf(cg, sizeof cg, "%s/ty-devtest-%d", mounts[i], (int)getpid());
+    }
+    if (!cg[0]) {
+        printf("v2_gpu_filter: SKIP: no cgroup2 mount\n");
+        return;
+    }
+    ck_assert_int_eq(mkdir(cg, 0755), 0);
+    char err[512] = "";
+    int deny[] = {1};
+    int rc = iso_bpf_deny_gpus(cg, deny, 1, err, sizeof err);
+    if (rc < 0 && (errno == EPERM || strstr(err, "Operation not permitted"))) {
+        rmdir(cg);
+        printf("v2_gpu_filter: SKIP: BPF not permitted here: %s\n", err);
+        return;
+    }
+    ck_assert_msg(rc == 0, "%s", err);
+    char dir[64];
+    ty_mkdtemp(dir, sizeof dir, "isodev");
+    char n0[128], n1[128];
+    snprintf(n0, sizeof n0, "%s/nvidia0", dir);
+    snprintf(n1, sizeof n1, "%s/nvidia1", dir);
+    ck_assert_int_eq(mknod(n0, S_IFCHR | 0666, makedev(195, 0)), 0);
+    ck_assert_int_eq(mknod(n1, S_IFCHR | 0666, makedev(195, 1)), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char procs[300];
+        snprintf(procs, sizeof procs, "%s/cgroup.procs", cg);
+        FILE *f = fopen(procs, "w");
+        if (!f || fprintf(f, "%d\n", (int)getpid()) < 0 || fclose(f) != 0) _exit(10);
+        int f1 = open(n1, O_RDWR);
+        if (f1 >= 0 || errno != EPERM) _exit(11);
+        int f0 = open(n0, O_RDWR);
+        if (f0 < 0 && errno != ENXIO) _exit(12);
+        _exit(0);
+    }
+    int st = 0;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+    ty_rmrf(dir);
+    rmdir(cg);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  "child exit %d (10 join, 11 the denied GPU opened, 12 the other refused)",
+                  WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- not root */
 
 START_TEST(not_root_says_so) {
@@ -536,6 +595,7 @@ int main(void) {
     tcase_add_test(tc, fork_loop_stops_at_pids_limit);
     tcase_add_test(tc, cpu_weight_follows_slots);
     tcase_add_test(tc, other_gpus_denied);
+    tcase_add_test(tc, v2_gpu_filter);
     tcase_add_test(tc, not_root_says_so);
     return ty_run_suite(s);
 }
