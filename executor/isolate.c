@@ -555,6 +555,27 @@ int iso_init(isolator *iso, const iso_options *o, const char *exe, char *err, si
         snprintf(err, errlen, "cannot make the uid lock directory %s: %s", o->lock_dir, strerror(errno));
         return -1;
     }
+    /* the /dev/shm directories of jobs whose uid no agent holds any more
+     * (an agent killed with -9 left them) */
+    DIR *shm = opendir("/dev/shm");
+    if (shm) {
+        struct dirent *e;
+        while ((e = readdir(shm))) {
+            const char *dash = strrchr(e->d_name, '-');
+            long uid = 0;
+            if (strncmp(e->d_name, "trainyard-job", 13) != 0 || !dash ||
+                parse_long(dash + 1, (long)o->uid_first, (long)o->uid_last, &uid) < 0)
+                continue;
+            char lock[PATH_MAX + 32], p[PATH_MAX + 300];
+            if (sfmt(lock, sizeof lock, "%s/%ld", o->lock_dir, uid) < 0 ||
+                sfmt(p, sizeof p, "/dev/shm/%s", e->d_name) < 0)
+                continue;
+            int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+            if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) rm_tree(p);
+            if (fd >= 0) close(fd);
+        }
+        closedir(shm);
+    }
     iso->exe_fd = open(exe, O_PATH | O_CLOEXEC);
     if (iso->exe_fd < 0) {
         snprintf(err, errlen, "cannot open %s: %s", exe, strerror(errno));
