@@ -823,11 +823,19 @@ static int64_t resv_cap(const core *c, int i)
 static void resv_add(core *c, int k, int i, int delta)
 {
     resv *h = &c->hv;
+    int old = h->fT[k][i];
+    if (!c->mem_on) {              /* devices alone: the histogram-era arithmetic */
+        h->fT[k][i] = old + delta;
+        if (!c->s->nodes[i].ready || h->avoid[i]) return;
+        if (k == h->kind) h->S += (old + delta) / h->w - old / h->w;
+        if (k == SCHED_CPU) h->cpuT += delta;
+        return;
+    }
     int usable = c->s->nodes[i].ready && !h->avoid[i];
-    int64_t old = usable && k == h->kind ? resv_cap(c, i) : 0;
-    h->fT[k][i] += delta;
+    int64_t cap0 = usable && k == h->kind ? resv_cap(c, i) : 0;
+    h->fT[k][i] = old + delta;
     if (!usable) return;
-    if (k == h->kind) h->S += resv_cap(c, i) - old;
+    if (k == h->kind) h->S += resv_cap(c, i) - cap0;
     if (k == SCHED_CPU) h->cpuT += delta;
 }
 
