@@ -60,14 +60,119 @@ static int str_field(http_res *res, const cJSON *v, const char *field, size_t ma
 
 /* ================================================================ nodes */
 
-/* POST /api/v1/nodes {"hostname","address","cpu_slots","devices":[{kind,index,model,memory_mb}]} */
+#define NODE_MAX_MEMORY_MB (1LL << 40)
+#define ISOLATION_MAX_ENFORCED 16
+#define ISOLATION_REASON_MAX 256
+
+static const char *const ISOLATION_MODES[] = {"none", "user", NULL};
+static const char *const ISOLATION_CGROUPS[] = {"v1", "v2", "none", NULL};
+static const char *const ISOLATION_ENFORCED[] = {"uid", "private_tmp", "hidepid", "memory", "cpu", "pids",
+                                                 "devices", NULL};
+
+static int name_in(const char *const *names, const char *s)
+{
+    for (int i = 0; names[i]; i++)
+        if (strcmp(names[i], s) == 0) return 1;
+    return 0;
+}
+
+/* A string field that must be one of names: 0, or -1 after answering 422. */
+static int enum_field(http_res *res, const cJSON *v, const char *field, const char *const *names,
+                      const char *list)
+{
+    if (!cJSON_IsString(v)) {
+        http_error(res, 422, "invalid_type", field, "%s must be a string: %s", field, list);
+        return -1;
+    }
+    if (!name_in(names, v->valuestring)) {
+        char got[48];
+        size_t n = 0;
+        for (const char *p = v->valuestring; *p && n < 40; p++)
+            got[n++] = (*p >= 0x20 && *p < 0x7f && *p != '"') ? *p : '?';
+        got[n] = '\0';
+        http_error(res, 422, "invalid_value", field, "%s must be %s, got \"%s\"", field, list, got);
+        return -1;
+    }
+    return 0;
+}
+
+/* The agent's isolation report: {"mode": "none"|"user", "cgroup":
+ * "v1"|"v2"|"none", "enforced": [known names], "reason": "..."}. 0, or -1
+ * after answering 422 naming the field. */
+static int isolation_check(http_res *res, const cJSON *iso)
+{
+    if (!cJSON_IsObject(iso)) {
+        http_error(res, 422, "invalid_type", "isolation", "isolation must be an object");
+        return -1;
+    }
+    int mode = 0;
+    for (const cJSON *f = iso->child; f; f = f->next) {
+        if (strcmp(f->string, "mode") == 0) {
+            if (enum_field(res, f, "isolation.mode", ISOLATION_MODES, "\"none\" or \"user\"") < 0) return -1;
+            mode = 1;
+        } else if (strcmp(f->string, "cgroup") == 0) {
+            if (enum_field(res, f, "isolation.cgroup", ISOLATION_CGROUPS, "\"v1\", \"v2\" or \"none\"") < 0)
+                return -1;
+        } else if (strcmp(f->string, "enforced") == 0) {
+            if (!cJSON_IsArray(f)) {
+                http_error(res, 422, "invalid_type", "isolation.enforced", "isolation.enforced must be an array of strings");
+                return -1;
+            }
+            int n = cJSON_GetArraySize(f);
+            if (n > ISOLATION_MAX_ENFORCED) {
+                http_error(res, 422, "invalid_value", "isolation.enforced",
+                           "isolation.enforced has at most %d entries, got %d", ISOLATION_MAX_ENFORCED, n);
+                return -1;
+            }
+            int i = 0;
+            for (const cJSON *e = f->child; e; e = e->next, i++) {
+                char sub[48];
+                snprintf(sub, sizeof sub, "isolation.enforced[%d]", i);
+                if (enum_field(res, e, sub, ISOLATION_ENFORCED,
+                               "one of uid, private_tmp, hidepid, memory, cpu, pids, devices") < 0)
+                    return -1;
+                for (const cJSON *p = f->child; p != e; p = p->next)
+                    if (strcmp(p->valuestring, e->valuestring) == 0) {
+                        http_error(res, 422, "invalid_value", sub, "\"%s\" appears twice in isolation.enforced",
+                                   e->valuestring);
+                        return -1;
+                    }
+            }
+        } else if (strcmp(f->string, "reason") == 0) {
+            if (!cJSON_IsString(f)) {
+                http_error(res, 422, "invalid_type", "isolation.reason", "isolation.reason must be a string");
+                return -1;
+            }
+            if (strlen(f->valuestring) > ISOLATION_REASON_MAX) {
+                http_error(res, 422, "invalid_value", "isolation.reason", "isolation.reason is at most %d bytes, got %zu",
+                           ISOLATION_REASON_MAX, strlen(f->valuestring));
+                return -1;
+            }
+        } else {
+            char sub[96];
+            snprintf(sub, sizeof sub, "isolation.%.60s", f->string);
+            http_error(res, 422, "unknown_field", sub,
+                       "unknown field '%.60s' (allowed: mode, cgroup, enforced, reason)", f->string);
+            return -1;
+        }
+    }
+    if (!mode) {
+        http_error(res, 422, "missing_field", "isolation.mode", "isolation.mode is required (\"none\" or \"user\")");
+        return -1;
+    }
+    return 0;
+}
+
+/* POST /api/v1/nodes {"hostname","address","cpu_slots","devices":[{kind,index,model,memory_mb}],
+ *                     "memory_mb","isolation"} */
 static void node_register(server *srv, http_req *req, http_res *res)
 {
     cJSON *body = http_body_json(req, res);
     if (!body) return;
     const char *hostname = NULL, *address = NULL;
-    long cpu_slots = 0;
-    const cJSON *devices = NULL;
+    long cpu_slots = 0, memory_mb = 0;
+    const cJSON *devices = NULL, *isolation = NULL;
+    char *iso_text = NULL;
     int idx[NODE_MAX_GPUS];
     const char *model[NODE_MAX_GPUS];
     int64_t mem[NODE_MAX_GPUS];
@@ -85,9 +190,15 @@ static void node_register(server *srv, http_req *req, http_res *res)
                 goto out;
             }
             devices = f;
+        } else if (strcmp(f->string, "memory_mb") == 0) {
+            if (int_field(res, f, "memory_mb", 0, NODE_MAX_MEMORY_MB, &memory_mb) < 0) goto out;
+        } else if (strcmp(f->string, "isolation") == 0) {
+            if (isolation_check(res, f) < 0) goto out;
+            isolation = f;
         } else {
             http_error(res, 422, "unknown_field", f->string,
-                       "unknown field '%s' (allowed: hostname, address, cpu_slots, devices)", f->string);
+                       "unknown field '%s' (allowed: hostname, address, cpu_slots, devices, memory_mb, isolation)",
+                       f->string);
             goto out;
         }
     }
@@ -142,10 +253,14 @@ static void node_register(server *srv, http_req *req, http_res *res)
         model[ngpu] = mdl;
         mem[ngpu++] = memory;
     }
+    if (isolation && !(iso_text = cJSON_PrintUnformatted(isolation))) {
+        http_error(res, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
     int64_t id = 0;
     int created = 0;
-    if (cluster_node_upsert(srv->db, hostname, address, (int)cpu_slots, ngpu, idx, model, mem, now_ms(), &id,
-                            &created) < 0) {
+    if (cluster_node_upsert(srv->db, hostname, address, (int)cpu_slots, ngpu, idx, model, mem, memory_mb, iso_text,
+                            now_ms(), &id, &created) < 0) {
         unavailable(res);
         goto out;
     }
@@ -176,10 +291,12 @@ static void node_register(server *srv, http_req *req, http_res *res)
     cJSON_AddStringToObject(o, "hostname", hostname);
     cJSON_AddNumberToObject(o, "gpus", ngpu);
     cJSON_AddNumberToObject(o, "cpu_slots", (double)cpu_slots);
+    cJSON_AddNumberToObject(o, "memory_mb", (double)memory_mb);
     cJSON_AddBoolToObject(o, "created", created);
     snprintf(res->location, sizeof res->location, "/api/v1/nodes/%lld", (long long)id);
     http_json(res, created ? 201 : 200, o);
 out:
+    cJSON_free(iso_text);
     cJSON_Delete(body);
 }
 
@@ -299,7 +416,8 @@ static void cluster_get(server *srv, http_req *req, http_res *res)
     cJSON *o = cJSON_CreateObject();
     cJSON *nodes = cJSON_AddArrayToObject(o, "nodes");
     long tot[2] = {0, 0}, used[2] = {0, 0};
-    int ready = 0, d = 0;
+    int64_t mem_tot = 0, mem_used = 0;
+    int ready = 0, d = 0, m = 0;
     for (int i = 0; i < cs.n_nodes; i++) {
         const cl_node *n = &cs.nodes[i];
         cJSON *jn = cJSON_CreateObject();
@@ -356,8 +474,23 @@ static void cluster_get(server *srv, http_req *req, http_res *res)
         }
         free(held);
         cJSON_AddNumberToObject(jn, "gpus_used", (double)nused[1]);
-        if (is_ready)
+        /* memory: offered, and held by the live tasks placed here */
+        int64_t nmem = 0;
+        while (m < cs.n_mem && cs.mem[m].node_id < n->id) m++;
+        for (; m < cs.n_mem && cs.mem[m].node_id == n->id; m++) nmem += cs.mem[m].mb;
+        cJSON_AddNumberToObject(jn, "memory_mb", (double)n->memory_mb);
+        cJSON_AddNumberToObject(jn, "memory_used_mb", (double)nmem);
+        cJSON *iso = n->isolation ? cJSON_Parse(n->isolation) : NULL;
+        if (!iso) {
+            iso = cJSON_CreateObject();
+            cJSON_AddStringToObject(iso, "mode", "unknown");
+        }
+        cJSON_AddItemToObject(jn, "isolation", iso);
+        if (is_ready) {
             for (int k = 0; k < 2; k++) { tot[k] += ntot[k]; used[k] += nused[k]; }
+            mem_tot += n->memory_mb;
+            mem_used += nmem;
+        }
         cJSON_AddItemToArray(nodes, jn);
     }
     cJSON *u = cJSON_AddObjectToObject(o, "utilisation");
@@ -369,6 +502,8 @@ static void cluster_get(server *srv, http_req *req, http_res *res)
     cJSON_AddNumberToObject(u, "cpu_slots", (double)tot[0]);
     cJSON_AddNumberToObject(u, "cpu_slots_used", (double)used[0]);
     cJSON_AddNumberToObject(u, "cpu_utilisation", tot[0] ? (double)used[0] / (double)tot[0] : 0);
+    cJSON_AddNumberToObject(u, "memory_mb", (double)mem_tot);
+    cJSON_AddNumberToObject(u, "memory_used_mb", (double)mem_used);
     free(jt);
     cluster_state_release(&cs);
     http_json(res, 200, o);

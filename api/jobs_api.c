@@ -45,8 +45,9 @@ static void health(server *srv, http_req *req, http_res *res) {
 static int admit(server *srv, const jobspec *spec, char *msg, size_t cap, const char **field) {
     const char *kind = device_kind_name(spec->resources.device);
     int dpw = spec->resources.devices_per_worker, w = spec->resources.workers, ps = spec->resources.ps;
+    int64_t mem = spec->resources.memory_mb;
     store_capacity c;
-    if (store_cluster_capacity(srv->db, kind, dpw, &c) != STORE_OK) return -1;
+    if (store_cluster_capacity(srv->db, kind, dpw, mem, &c) != STORE_OK) return -1;
     if (c.nodes == 0) return 0;
     if (dpw > c.largest) {
         *field = "resources.devices_per_worker";
@@ -62,6 +63,20 @@ static int admit(server *srv, const jobspec *spec, char *msg, size_t cap, const 
         *field = "resources.workers";
         snprintf(msg, cap, "%d workers of %d %s each, every worker on one node: the nodes can hold %d such workers",
                  w, dpw, kind, c.workers_fit);
+        return 1;
+    }
+    /* memory: among the nodes that report it; a node that reports none holds any */
+    if (mem > 0 && c.mem_nodes > 0 && c.mem_hold == 0) {
+        *field = "resources.memory";
+        snprintf(msg, cap, "asks %lld MiB per task; the largest node offers %lld MiB", (long long)mem,
+                 (long long)c.mem_largest);
+        return 1;
+    }
+    if (mem > 0 && c.mem_nodes > 0 && w > c.mem_workers_fit) {
+        *field = "resources.memory";
+        snprintf(msg, cap,
+                 "%d workers of %d %s and %lld MiB each, every worker on one node: the nodes can hold %d such workers",
+                 w, dpw, kind, (long long)mem, c.mem_workers_fit);
         return 1;
     }
     int cpu_need = ps + (spec->resources.device == DEVICE_CPU ? w * dpw : 0);
@@ -111,7 +126,7 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
         .ps = spec.resources.ps, .device = device_kind_name(spec.resources.device),
         .strategy = strategy_name(spec.strategy.type),
         .max_runtime_s = spec.max_runtime_s, .preemptible = spec.preemptible,
-        .queue_if_infeasible = spec.queue_if_infeasible};
+        .queue_if_infeasible = spec.queue_if_infeasible, .memory_mb = spec.resources.memory_mb};
     int rc = store_job_insert(srv->db, req->who.team_id, req->body.data, req->body.len, &row, actor, &id);
     jobspec_release(&spec);
     if (rc != STORE_OK) {

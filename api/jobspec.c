@@ -952,18 +952,99 @@ static int parse_strategy(spec_error *e, const cJSON *root, jobspec *s) {
     return 0;
 }
 
+/* resources.memory: an integer number of bytes, or a string: a number
+ * (digits, optionally a point and at most 9 more) then optional spaces and
+ * a unit, case as written: B (or none) bytes; KiB MiB GiB TiB powers of
+ * 1024; K M G T and KB MB GB TB powers of 1000. 16 MiB to 64 TiB, rounded up
+ * to whole MiB. */
+typedef struct mem_unit {
+    const char *name;
+    unsigned long long mult;
+} mem_unit;
+
+static const mem_unit MEM_UNITS[] = {
+    {"", 1ULL},          {"B", 1ULL},           {"KiB", 1ULL << 10},   {"MiB", 1ULL << 20},
+    {"GiB", 1ULL << 30}, {"TiB", 1ULL << 40},   {"K", 1000ULL},        {"KB", 1000ULL},
+    {"M", 1000000ULL},   {"MB", 1000000ULL},    {"G", 1000000000ULL},  {"GB", 1000000000ULL},
+    {"T", 1000000000000ULL}, {"TB", 1000000000000ULL}, {NULL, 0}};
+
+#define MEM_FIELD "resources.memory"
+#define MEM_FORMS "a size such as \"4GiB\", \"512MiB\", \"1.5GiB\" or \"2G\", or an integer number of bytes"
+#define MEM_RANGE "between 16MiB and 64TiB"
+
+static int parse_memory(spec_error *e, const cJSON *r, jobspec *s) {
+    const cJSON *v = item(r, "memory");
+    if (!v) return 0;
+    char g[64];
+    typedef unsigned __int128 u128;
+    const u128 min_b = (u128)JOBSPEC_MEM_MIN_MB << 20, max_b = (u128)JOBSPEC_MEM_MAX_MB << 20;
+    if (cJSON_IsNumber(v)) {
+        double d = v->valuedouble;
+        if (!isfinite(d) || d != floor(d))
+            return fail(e, 422, "invalid_type", MEM_FIELD, "must be %s; got %s", MEM_FORMS, got(v, g));
+        if (d < (double)min_b || d > (double)max_b)
+            return fail(e, 422, "invalid_value", MEM_FIELD, "must be " MEM_RANGE ", got %s bytes", got(v, g));
+        long long bytes = (long long)d;
+        s->resources.memory_mb = (bytes + (1LL << 20) - 1) >> 20;
+        return 1;
+    }
+    if (!cJSON_IsString(v))
+        return fail(e, 422, "invalid_type", MEM_FIELD, "must be %s; got %s", MEM_FORMS, got(v, g));
+    const char *p = v->valuestring;
+    if (*p == '-')
+        return fail(e, 422, "invalid_value", MEM_FIELD, "must be " MEM_RANGE ", got %s", got(v, g));
+    /* the number as ip.frac (exact: an integer part above 2^46 is too large whatever the unit) */
+    u128 ip = 0, frac = 0, scale = 1;
+    int digits = 0, fdigits = 0, huge = 0;
+    for (; *p >= '0' && *p <= '9'; p++, digits++) {
+        ip = ip * 10 + (u128)(*p - '0');
+        if (ip > max_b) { huge = 1; ip = max_b + 1; }
+    }
+    if (*p == '.') {
+        p++;
+        for (; *p >= '0' && *p <= '9'; p++, fdigits++) {
+            if (fdigits == 9)
+                return fail(e, 422, "invalid_value", MEM_FIELD, "at most 9 digits after the point, got %s",
+                            got(v, g));
+            frac = frac * 10 + (u128)(*p - '0');
+            scale *= 10;
+        }
+        if (fdigits == 0) digits = 0;
+    }
+    if (digits == 0)
+        return fail(e, 422, "invalid_value", MEM_FIELD, "must be %s; got %s", MEM_FORMS, got(v, g));
+    while (*p == ' ') p++;
+    const mem_unit *u = NULL;
+    for (int i = 0; MEM_UNITS[i].name; i++)
+        if (strcmp(p, MEM_UNITS[i].name) == 0) u = &MEM_UNITS[i];
+    if (!u) {
+        char us[48];
+        return fail(e, 422, "invalid_value", MEM_FIELD,
+                    "unknown unit \"%s\" in %s: use B, KiB, MiB, GiB or TiB (powers of 1024), or K, M, G, T "
+                    "or KB, MB, GB, TB (powers of 1000)",
+                    safe(p, us), got(v, g));
+    }
+    /* bytes = (ip * scale + frac) * mult / scale */
+    u128 num = (ip * scale + frac) * (u128)u->mult;
+    if (huge || num < min_b * scale || num > max_b * scale)
+        return fail(e, 422, "invalid_value", MEM_FIELD, "must be " MEM_RANGE ", got %s", got(v, g));
+    u128 per_mib = scale << 20;
+    s->resources.memory_mb = (int64_t)((num + per_mib - 1) / per_mib);
+    return 1;
+}
+
 static int parse_resources(spec_error *e, const cJSON *root, jobspec *s) {
     const cJSON *r = NULL;
     int rc = get_object(e, root, "", "resources", &r);
     if (rc <= 0) return rc;
-    static const char *const RES_KEYS[] = {"workers", "devices_per_worker", "device", "ps", NULL};
+    static const char *const RES_KEYS[] = {"workers", "devices_per_worker", "device", "ps", "memory", NULL};
     if (check_keys(e, r, "resources", RES_KEYS, NULL)) return -1;
     int dev = 0;
     if (get_int(e, r, "resources", "workers", 1, 1024, &s->resources.workers) < 0 ||
         get_int(e, r, "resources", "devices_per_worker", 1, 64,
                 &s->resources.devices_per_worker) < 0 ||
         (rc = get_enum(e, r, "resources", "device", DEVICE_NAMES, &dev)) < 0 ||
-        get_int(e, r, "resources", "ps", 1, 64, &s->resources.ps) < 0)
+        get_int(e, r, "resources", "ps", 1, 64, &s->resources.ps) < 0 || parse_memory(e, r, s) < 0)
         return -1;
     if (rc) s->resources.device = (device_kind)dev;
     return 0;
@@ -1614,6 +1695,11 @@ cJSON *jobspec_to_cjson(const jobspec *s) {
     add_int(&o, r, "devices_per_worker", s->resources.devices_per_worker);
     add_str(&o, r, "device", device_kind_name(s->resources.device));
     if (s->strategy.type == STRAT_PARAMETER_SERVER) add_int(&o, r, "ps", s->resources.ps);
+    if (s->resources.memory_mb > 0) {
+        char mem[32];
+        snprintf(mem, sizeof mem, "%lldMiB", (long long)s->resources.memory_mb);
+        add_str(&o, r, "memory", mem);
+    }
     cJSON *ck = chk(&o, cJSON_AddObjectToObject(root, "checkpoint"));
     add_int(&o, ck, "every_epochs", s->checkpoint.every_epochs);
     add_int(&o, ck, "keep", s->checkpoint.keep);

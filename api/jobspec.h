@@ -27,6 +27,8 @@
 #define JOBSPEC_MAX_PARAMS (1L << 28)  /* weights + biases a model may have */
 #define JOBSPEC_MAX_ARGS 256           /* command.argv entries */
 #define JOBSPEC_MAX_ENV 256            /* command.env entries */
+#define JOBSPEC_MEM_MIN_MB 16LL        /* resources.memory: 16 MiB ... */
+#define JOBSPEC_MEM_MAX_MB (64LL << 20) /* ... 64 TiB */
 
 struct cJSON;
 
@@ -134,6 +136,9 @@ typedef struct resources_spec {
     int devices_per_worker;            /* default 1 */
     device_kind device;                /* default cpu */
     int ps;                            /* parameter_server: >= 1; else 0 */
+    int64_t memory_mb;                 /* memory per task (each worker and each ps), MiB,
+                                        * rounded up from resources.memory; 0 = not given:
+                                        * the node's default share */
 } resources_spec;
 
 typedef struct checkpoint_spec {

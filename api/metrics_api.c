@@ -102,6 +102,13 @@ static int write_devices(server *srv, buf *b, int64_t now) {
         rc = sample_team(b, "trainyard_team_devices_in_use", byteam[i].team, "kind", byteam[i].key, byteam[i].v[0]);
     if (rc == 0) rc = family(b, "trainyard_nodes", "gauge", "Registered nodes by state.");
     for (int i = 0; rc == 0 && i < nn; i++) rc = buf_printf(b, "trainyard_nodes{state=\"%s\"} %.17g\n", nodes[i].key, nodes[i].v[0]);
+    double mem = 0, mem_used = 0;
+    for (int i = 0; i < nn; i++)
+        if (strcmp(nodes[i].key, "ready") == 0) { mem = nodes[i].v[1]; mem_used = nodes[i].v[2]; }
+    if (rc == 0) rc = family(b, "trainyard_node_memory_bytes", "gauge", "Memory the ready nodes offer their tasks.");
+    if (rc == 0) rc = buf_printf(b, "trainyard_node_memory_bytes %.17g\n", mem * 1048576.0);
+    if (rc == 0) rc = family(b, "trainyard_node_memory_in_use_bytes", "gauge", "Memory the live tasks on the ready nodes hold.");
+    if (rc == 0) rc = buf_printf(b, "trainyard_node_memory_in_use_bytes %.17g\n", mem_used * 1048576.0);
 out:
     free(dev);
     free(byteam);

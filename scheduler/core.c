@@ -49,6 +49,14 @@ int sched_job_devices(const sched_job *j)
     return j->workers * j->devices_per_worker;
 }
 
+int64_t sched_task_mem(const sched_node *n, const sched_job *j, int type)
+{
+    if (j->mem_mb > 0) return j->mem_mb;
+    int k = type ? SCHED_CPU : j->kind, d = type ? 1 : j->devices_per_worker;
+    if (n->mem_mb <= 0 || n->n_dev[k] <= 0) return 0;
+    return n->mem_mb * d / n->n_dev[k];
+}
+
 /* ================================================================ result */
 
 void sched_result_init(sched_result *r)
@@ -129,6 +137,18 @@ void sched_reason_format(const sched_outcome *o, char *out, size_t cap)
         rc = sfmt(out, cap, "waiting for %lld preempted job%s to stop", (long long)o->a,
                   o->a == 1 ? "" : "s");
         break;
+    case SW_MEM:
+        rc = sfmt(out, cap, "needs %lld MiB on one node for a %s; the most free on a ready node is %lld MiB",
+                  (long long)o->a, o->c ? "parameter server" : "worker", (long long)o->b);
+        break;
+    case SW_MEM_GANG:
+        rc = sfmt(out, cap, "needs %lld workers with %lld MiB each; only %lld fit in the free memory now",
+                  (long long)o->c, (long long)o->a, (long long)o->b);
+        break;
+    case SW_MEM_WIDE:
+        rc = sfmt(out, cap, "infeasible: asks %lld MiB per task; the largest node offers %lld MiB",
+                  (long long)o->a, (long long)o->b);
+        break;
     default:
         rc = sfmt(out, cap, "waiting");
         break;
@@ -142,8 +162,14 @@ typedef struct hold {            /* a running job's devices on one node */
     int node, kind, count;
 } hold;
 
+typedef struct memhold {         /* a running job's memory on one node */
+    int node;
+    int64_t mb;
+} memhold;
+
 typedef struct undo {            /* one device taken by a tentative placement */
     int node, kind, pos, port;
+    int64_t mem;                 /* memory taken with it (the task's first entry) */
 } undo;
 
 typedef struct resv {            /* the head job's reservation at time T */
@@ -155,6 +181,8 @@ typedef struct resv {            /* the head job's reservation at time T */
     int64_t S;                   /* sum over usable nodes of fT[kind]/w */
     int64_t cpuT;                /* free cpu slots at T on usable nodes */
     uint8_t *avoid;              /* (n_nodes) nodes the head may not use */
+    int64_t *memT;               /* (n_nodes) free memory at T (nodes that report it) */
+    const sched_job *job;        /* the head */
 } resv;
 
 typedef struct core {
@@ -179,9 +207,15 @@ typedef struct core {
     uint8_t *avoid;              /* (nn) marks for the job being considered */
     int64_t *node_ids_sorted;    /* (nn) */
     int *node_idx_sorted;        /* (nn) */
+    /* memory: free MiB per node (nodes with mem_mb > 0), and whether any
+     * ready node reports memory (when none does, memory is never checked) */
+    int64_t *mem_free;           /* (nn) */
+    int mem_on;
     /* running jobs */
     int *hold_off;               /* (n_running + 1) */
     hold *holds;
+    int *memh_off;               /* (n_running + 1) */
+    memhold *memh;
     uint8_t *stopping;           /* (n_running) including victims of this pass */
     int64_t *run_end;            /* (n_running) expected release time */
     /* teams */
@@ -296,7 +330,8 @@ static void core_release(core *c)
         free(c->cnt[k]); free(c->capcnt[k]); free(c->capgen[k]); free(c->capval[k]);
         free(c->hv.fT[k]);
     }
-    free(c->hv.avoid);
+    free(c->hv.avoid); free(c->hv.memT);
+    free(c->mem_free); free(c->memh_off); free(c->memh);
     free(c->ports); free(c->avoid); free(c->node_ids_sorted); free(c->node_idx_sorted);
     free(c->hold_off); free(c->holds); free(c->stopping); free(c->run_end);
     free(c->inuse); free(c->wnorm); free(c->ulog); free(c->mark);
@@ -330,6 +365,8 @@ static int core_init(core *c, const sched_snapshot *s, const sched_config *cfg, 
         c->hv.fT[k] = xcalloc(nz, sizeof(int));
     }
     c->hv.avoid = xcalloc(nz, 1);
+    c->hv.memT = xcalloc(nz, sizeof(int64_t));
+    c->mem_free = xcalloc(nz, sizeof(int64_t));
     c->ports = xcalloc(nz * PORT_WORDS, sizeof(uint64_t));
     c->avoid = xcalloc(nz, 1);
     c->mark = xcalloc(nz, sizeof(int));
@@ -402,7 +439,33 @@ static int core_init(core *c, const sched_snapshot *s, const sched_config *cfg, 
             }
         }
     }
-    free(fill); free(last_node); free(last_kind); free(rm);
+    free(fill); free(last_node); free(last_kind);
+
+    /* memory: free per node, and each running job's memory per node */
+    c->memh_off = xcalloc(nrz + 1, sizeof(int));
+    int nmh = 0;
+    for (int i = 0; i < nn; i++) {
+        const sched_node *nd = &s->nodes[i];
+        int64_t used = 0;
+        for (int m = 0; m < nd->n_mem; m++) {
+            used += nd->mem[m].mb;
+            int ri = run_index(rm, nr, nd->mem[m].job_id);
+            if (ri >= 0) { c->memh_off[ri + 1]++; nmh++; }
+        }
+        c->mem_free[i] = nd->mem_mb > 0 ? nd->mem_mb - used : 0;
+        if (nd->mem_mb > 0 && nd->ready) c->mem_on = 1;
+    }
+    for (int i = 0; i < nr; i++) c->memh_off[i + 1] += c->memh_off[i];
+    c->memh = xcalloc((size_t)nmh + 1, sizeof(memhold));
+    int *mfill = xcalloc(nrz, sizeof(int));
+    for (int i = 0; i < nn; i++) {
+        const sched_node *nd = &s->nodes[i];
+        for (int m = 0; m < nd->n_mem; m++) {
+            int ri = run_index(rm, nr, nd->mem[m].job_id);
+            if (ri >= 0) c->memh[c->memh_off[ri] + mfill[ri]++] = (memhold){i, nd->mem[m].mb};
+        }
+    }
+    free(mfill); free(rm);
 
     /* buckets and capacity histograms over ready nodes */
     for (int i = 0; i < nn; i++) {
@@ -468,16 +531,53 @@ static void port_give(core *c, int i, int b)
     c->ports[(size_t)i * PORT_WORDS + b / 64] &= ~(1ull << (b % 64));
 }
 
-/* Adds one task on node i taking n devices of kind k. -1 when no port. */
-static int task_add(core *c, int type, int index, int i, int k, int n)
+/* Memory a task of j needs on node i that the node must have free: 0 when
+ * the node does not report memory (nothing to check there). */
+static int64_t mem_need(const core *c, int i, const sched_job *j, int type)
+{
+    const sched_node *nd = &c->s->nodes[i];
+    if (nd->mem_mb <= 0) return 0;
+    return sched_task_mem(nd, j, type);
+}
+
+/* Workers of j that fit on node i now, by its devices and its memory. */
+static int64_t node_cap(const core *c, int i, const sched_job *j)
+{
+    int64_t f = c->free_[j->kind][i] / j->devices_per_worker;
+    int64_t need = mem_need(c, i, j, 0);
+    if (need > 0) {
+        int64_t m = c->mem_free[i] > 0 ? c->mem_free[i] / need : 0;
+        if (m < f) f = m;
+    }
+    return f;
+}
+
+/* Does a task of j fit node i now by memory (a ps, type 1), or `want`
+ * workers by devices and memory (type 0)? */
+static int fits_task(const core *c, int i, const sched_job *j, int type, int want)
+{
+    if (type) {
+        int64_t need = mem_need(c, i, j, 1);
+        return need <= 0 || c->mem_free[i] >= need;
+    }
+    return node_cap(c, i, j) >= want;
+}
+
+/* Adds one task of j on node i taking n devices of kind k, and its memory.
+ * -1 when no port or not enough memory. */
+static int task_add(core *c, const sched_job *j, int type, int index, int i, int k, int n)
 {
     sched_result *r = c->r;
+    int64_t need = mem_need(c, i, j, type);
+    if (need > 0 && c->mem_free[i] < need) return -1;
     int pb = port_take(c, i);
     if (pb < 0) return -1;
     GROW(r->tasks, r->n_tasks, r->cap_tasks);
     sched_task *t = &r->tasks[r->n_tasks++];
     t->type = type; t->index = index; t->node = i; t->node_id = c->s->nodes[i].id;
     t->port = c->cfg->port_base + pb; t->kind = k; t->n_dev = n; t->dev_off = r->n_dev;
+    t->mem_mb = sched_task_mem(&c->s->nodes[i], j, type);
+    c->mem_free[i] -= need;
     const sched_node *nd = &c->s->nodes[i];
     uint8_t *h = &c->held[k][c->held_off[k][i]];
     int got = 0, first = 1;
@@ -487,13 +587,13 @@ static int task_add(core *c, int type, int index, int i, int k, int n)
         GROW(r->dev_ids, r->n_dev, r->cap_dev);
         r->dev_ids[r->n_dev++] = nd->dev[k][d].id;
         GROW(c->ulog, c->n_ulog, c->cap_ulog);
-        c->ulog[c->n_ulog++] = (undo){i, k, d, first ? pb : -1};
+        c->ulog[c->n_ulog++] = (undo){i, k, d, first ? pb : -1, first ? need : 0};
         first = 0;
         got++;
     }
-    if (n == 0) {                 /* a task with no devices still owns its port */
+    if (first) {                  /* no device taken: the task still owns its port and memory */
         GROW(c->ulog, c->n_ulog, c->cap_ulog);
-        c->ulog[c->n_ulog++] = (undo){i, k, -1, pb};
+        c->ulog[c->n_ulog++] = (undo){i, k, -1, pb, need};
     }
     node_move(c, k, i, -got);
     return got == n ? 0 : -1;
@@ -509,23 +609,42 @@ static void undo_to(core *c, int mark, int n_tasks, int n_dev)
             node_move(c, u.kind, u.node, +1);
         }
         if (u.port >= 0) port_give(c, u.node, u.port);
+        c->mem_free[u.node] += u.mem;
     }
     c->r->n_tasks = n_tasks;
     c->r->n_dev = n_dev;
 }
 
-/* First ready, non-avoided node in bucket f of kind k, or -1. */
-static int bucket_pick(core *c, int k, int f)
+/* First ready, non-avoided node in bucket f of kind k where the task of j
+ * fits (fits_task: `want` workers, or a ps), or -1. */
+static int bucket_pick(core *c, int k, int f, const sched_job *j, int type, int want)
 {
     for (int i = c->bhead[k][f]; i >= 0; i = c->bnext[k][i])
-        if (!c->avoid[i]) return i;
+        if (!c->avoid[i] && (!c->mem_on || fits_task(c, i, j, type, want))) return i;
     return -1;
 }
 
+/* Why a parameter server of j found no node when CPU slots are free:
+ * memory. Fills o (SW_MEM) and returns 1, or 0 when no memory is short. */
+static int ps_mem_reason(core *c, const sched_job *j, sched_outcome *o)
+{
+    int64_t most = INT64_MIN, need_at = 0;
+    for (int i = 0; i < c->nn; i++) {
+        if (!c->s->nodes[i].ready || c->avoid[i] || c->free_[SCHED_CPU][i] <= 0) continue;
+        int64_t need = mem_need(c, i, j, 1);
+        if (need <= 0) return 0;
+        if (c->mem_free[i] > most) { most = c->mem_free[i]; need_at = need; }
+    }
+    if (most == INT64_MIN) return 0;
+    o->why = SW_MEM; o->a = need_at; o->b = most < 0 ? 0 : most; o->c = 1; o->kind = SCHED_CPU;
+    return 1;
+}
+
 /* Places job j now: workers packed on as few nodes as possible (the last
- * group best-fit), ps on CPU slots preferring the gang's nodes. On failure
- * leaves no trace and returns -1. */
-static int place_job(core *c, int ji)
+ * group best-fit), ps on CPU slots preferring the gang's nodes; each task
+ * where its memory fits too. On failure leaves no trace and returns -1;
+ * when memory kept a parameter server out, o (may be NULL) says so. */
+static int place_job(core *c, int ji, sched_outcome *o)
 {
     const sched_job *j = &c->s->queued[ji];
     sched_result *r = c->r;
@@ -533,25 +652,38 @@ static int place_job(core *c, int ji)
     int k = j->kind, w = j->devices_per_worker;
     int remaining = j->workers, index = 0;
     while (remaining > 0) {
-        int need = remaining * w, node = -1, take = 0;
-        for (int f = need; f <= c->maxcap[k] && node < 0; f++) node = bucket_pick(c, k, f);
+        int need = remaining * w, node = -1;
+        int64_t take = 0;
+        for (int f = need; f <= c->maxcap[k] && node < 0; f++) node = bucket_pick(c, k, f, j, 0, remaining);
         if (node >= 0) take = remaining;
         else {
-            for (int f = c->maxcap[k]; f >= w && f > 0 && node < 0; f--) node = bucket_pick(c, k, f);
-            if (node >= 0) take = c->free_[k][node] / w;
+            /* the node that holds the most workers (by memory too) */
+            for (int f = c->maxcap[k]; f >= w && f > 0 && f / w > take; f--)
+                for (int i = c->bhead[k][f]; i >= 0; i = c->bnext[k][i]) {
+                    if (c->avoid[i]) continue;
+                    int64_t cap = c->mem_on ? node_cap(c, i, j) : f / w;
+                    if (cap > take) { take = cap; node = i; }
+                    if (!c->mem_on || take >= f / w) break;
+                }
+            if (take > remaining) take = remaining;
         }
         if (node < 0 || take <= 0) goto fail;
         for (int t = 0; t < take; t++)
-            if (task_add(c, 0, index++, node, k, w) < 0) goto fail;
-        remaining -= take;
+            if (task_add(c, j, 0, index++, node, k, w) < 0) goto fail;
+        remaining -= (int)take;
     }
     for (int p = 0; p < j->ps; p++) {
         int node = -1;
-        for (int t = t0; t < r->n_tasks && node < 0; t++)
-            if (c->free_[SCHED_CPU][r->tasks[t].node] > 0 && !c->avoid[r->tasks[t].node]) node = r->tasks[t].node;
-        for (int f = 1; f <= c->maxcap[SCHED_CPU] && node < 0; f++) node = bucket_pick(c, SCHED_CPU, f);
-        if (node < 0) goto fail;
-        if (task_add(c, 1, p, node, SCHED_CPU, 1) < 0) goto fail;
+        for (int t = t0; t < r->n_tasks && node < 0; t++) {
+            int i = r->tasks[t].node;
+            if (c->free_[SCHED_CPU][i] > 0 && !c->avoid[i] && (!c->mem_on || fits_task(c, i, j, 1, 1))) node = i;
+        }
+        for (int f = 1; f <= c->maxcap[SCHED_CPU] && node < 0; f++) node = bucket_pick(c, SCHED_CPU, f, j, 1, 1);
+        if (node < 0) {
+            if (o && c->mem_on) ps_mem_reason(c, j, o);
+            goto fail;
+        }
+        if (task_add(c, j, 1, p, node, SCHED_CPU, 1) < 0) goto fail;
     }
     GROW(r->place, r->n_place, r->cap_place);
     sched_place *pl = &r->place[r->n_place++];
@@ -566,6 +698,34 @@ static int place_job(core *c, int ji)
 fail:
     undo_to(c, mark, t0, d0);
     return -1;
+}
+
+/* Do the workers of j fit now in devices and memory together (the device
+ * histogram said they fit by devices)? A node's share is the lesser of its
+ * free devices / w and its free memory / the worker's memory there. 1, or 0
+ * with the reason in o. Avoid marks set. */
+static int fits_mem(core *c, const sched_job *j, sched_outcome *o)
+{
+    int64_t cap = 0, best1 = 0, most = INT64_MIN, need_at = 0;
+    for (int i = 0; i < c->nn; i++) {
+        if (!c->s->nodes[i].ready || c->avoid[i]) continue;
+        int64_t ci = node_cap(c, i, j);
+        cap += ci;
+        if (cap >= j->workers) return 1;
+        if (ci > best1) best1 = ci;
+        int64_t need = mem_need(c, i, j, 0);
+        if (need > 0 && c->free_[j->kind][i] >= j->devices_per_worker && c->mem_free[i] > most) {
+            most = c->mem_free[i];
+            need_at = need;
+        }
+    }
+    o->kind = j->kind;
+    if (best1 > 0) {
+        o->why = SW_MEM_GANG; o->a = j->mem_mb > 0 ? j->mem_mb : need_at; o->b = cap; o->c = j->workers;
+    } else {
+        o->why = SW_MEM; o->a = need_at; o->b = most < 0 ? 0 : most; o->c = 0;
+    }
+    return 0;
 }
 
 /* Does job j fit now? 1 yes; 0 with the reason in o. Avoid marks set. */
@@ -587,6 +747,7 @@ static int fits_now(core *c, const sched_job *j, sched_outcome *o)
         else { o->why = SW_GANG; o->a = w; o->b = capw; o->c = j->workers; }
         return 0;
     }
+    if (c->mem_on && !fits_mem(c, j, o)) return 0;
     int64_t left = k == SCHED_CPU ? cpu - (int64_t)j->workers * w : cpu;
     if (left < j->ps) { o->why = SW_PS; o->a = j->ps; o->b = left < 0 ? 0 : left; o->kind = SCHED_CPU; return 0; }
     return 1;
@@ -612,6 +773,25 @@ static int feasible_ready(core *c, const sched_job *j, sched_outcome *o)
     if (sum < j->workers) { o->why = SW_LARGE; o->a = j->workers; o->b = sum; o->c = w; return 0; }
     int64_t left = k == SCHED_CPU ? cpu - (int64_t)j->workers * w : cpu;
     if (left < j->ps) { o->why = SW_PS_INFEASIBLE; o->a = j->ps; o->b = left < 0 ? 0 : left; o->kind = SCHED_CPU; return 0; }
+    if (c->mem_on && j->mem_mb > 0) {
+        /* the whole memory of the ready nodes: a worker where its devices and memory fit */
+        int64_t cap = 0, best1 = 0, mem_largest = 0;
+        for (int i = 0; i < c->nn && cap < j->workers; i++) {
+            const sched_node *nd = &c->s->nodes[i];
+            if (!nd->ready || c->avoid[i]) continue;
+            int64_t ci = nd->n_dev[k] / w;
+            if (nd->mem_mb > 0) {
+                if (nd->mem_mb > mem_largest) mem_largest = nd->mem_mb;
+                if (nd->mem_mb / j->mem_mb < ci) ci = nd->mem_mb / j->mem_mb;
+            }
+            cap += ci;
+            if (ci > best1) best1 = ci;
+        }
+        if (cap >= j->workers) return 1;
+        if (best1 == 0) { o->why = SW_MEM_WIDE; o->a = j->mem_mb; o->b = mem_largest; return 0; }
+        o->why = SW_LARGE; o->a = j->workers; o->b = cap; o->c = w;
+        return 0;
+    }
     return 1;
 }
 
@@ -624,33 +804,85 @@ static int resv_fits(const resv *h)
     return left >= h->ps;
 }
 
+/* The head's workers that fit node i at T: its free devices there / w,
+ * and with memory the free memory at T / the worker's memory there. */
+static int64_t resv_cap(const core *c, int i)
+{
+    const resv *h = &c->hv;
+    int64_t f = h->fT[h->kind][i] / h->w;
+    if (c->mem_on) {
+        int64_t need = mem_need(c, i, h->job, 0);
+        if (need > 0) {
+            int64_t m = h->memT[i] > 0 ? h->memT[i] / need : 0;
+            if (m < f) f = m;
+        }
+    }
+    return f;
+}
+
 static void resv_add(core *c, int k, int i, int delta)
 {
     resv *h = &c->hv;
     int old = h->fT[k][i];
+    if (!c->mem_on) {              /* devices alone: the histogram-era arithmetic */
+        h->fT[k][i] = old + delta;
+        if (!c->s->nodes[i].ready || h->avoid[i]) return;
+        if (k == h->kind) h->S += (old + delta) / h->w - old / h->w;
+        if (k == SCHED_CPU) h->cpuT += delta;
+        return;
+    }
+    int usable = c->s->nodes[i].ready && !h->avoid[i];
+    int64_t cap0 = usable && k == h->kind ? resv_cap(c, i) : 0;
     h->fT[k][i] = old + delta;
-    if (!c->s->nodes[i].ready || h->avoid[i]) return;
-    if (k == h->kind) h->S += (old + delta) / h->w - old / h->w;
+    if (!usable) return;
+    if (k == h->kind) h->S += resv_cap(c, i) - cap0;
     if (k == SCHED_CPU) h->cpuT += delta;
 }
 
-/* Resets the reservation's free-at-T arrays to free now (+ devices of
- * stopping jobs when with_stopping). */
+/* Memory at T on node i changes by delta (nodes that report memory). */
+static void resv_add_mem(core *c, int i, int64_t delta)
+{
+    if (!delta || c->s->nodes[i].mem_mb <= 0) return;
+    resv *h = &c->hv;
+    int usable = c->s->nodes[i].ready && !h->avoid[i];
+    int64_t old = usable ? resv_cap(c, i) : 0;
+    h->memT[i] += delta;
+    if (usable) h->S += resv_cap(c, i) - old;
+}
+
+/* A task placed in this pass frees (sign +1) or takes (-1) its devices and
+ * memory at T. */
+static void resv_task(core *c, const sched_task *t, int sign)
+{
+    resv_add(c, t->kind, t->node, sign * t->n_dev);
+    if (c->mem_on) resv_add_mem(c, t->node, sign * t->mem_mb);
+}
+
+/* A running job frees (sign +1) or holds (-1) its devices and memory at T. */
+static void resv_hold(core *c, int ri, int sign)
+{
+    for (int x = c->hold_off[ri]; x < c->hold_off[ri + 1]; x++)
+        resv_add(c, c->holds[x].kind, c->holds[x].node, sign * c->holds[x].count);
+    if (c->mem_on)
+        for (int x = c->memh_off[ri]; x < c->memh_off[ri + 1]; x++)
+            resv_add_mem(c, c->memh[x].node, sign * c->memh[x].mb);
+}
+
+/* Resets the reservation's free-at-T arrays to free now (+ devices and
+ * memory of stopping jobs when with_stopping). */
 static void resv_reset(core *c, int with_stopping)
 {
     resv *h = &c->hv;
     h->S = 0; h->cpuT = 0;
+    for (int i = 0; i < c->nn; i++) h->memT[i] = c->mem_free[i];
     for (int k = 0; k < SCHED_KINDS; k++)
         for (int i = 0; i < c->nn; i++) {
             h->fT[k][i] = 0;
             resv_add(c, k, i, c->free_[k][i]);
         }
     if (with_stopping)
-        for (int ri = 0; ri < c->s->n_running; ri++) {
-            if (!c->stopping[ri]) continue;
-            for (int x = c->hold_off[ri]; x < c->hold_off[ri + 1]; x++)
-                resv_add(c, c->holds[x].kind, c->holds[x].node, c->holds[x].count);
-        }
+        for (int ri = 0; ri < c->s->n_running; ri++)
+            if (c->stopping[ri]) resv_hold(c, ri, +1);
 }
 
 typedef struct rel { int64_t t; int run; int place; } rel;
@@ -684,13 +916,10 @@ static int64_t resv_compute(core *c)
     int64_t T = 0;
     for (int e = 0; e < m && !T; e++) {
         if (ev[e].run >= 0) {
-            int ri = ev[e].run;
-            for (int x = c->hold_off[ri]; x < c->hold_off[ri + 1]; x++)
-                resv_add(c, c->holds[x].kind, c->holds[x].node, c->holds[x].count);
+            resv_hold(c, ev[e].run, +1);
         } else {
             const sched_place *pl = &c->r->place[ev[e].place];
-            for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++)
-                resv_add(c, c->r->tasks[t].kind, c->r->tasks[t].node, c->r->tasks[t].n_dev);
+            for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) resv_task(c, &c->r->tasks[t], +1);
         }
         /* release everything ending at the same instant before checking */
         if (e + 1 < m && ev[e + 1].t == ev[e].t) continue;
@@ -710,12 +939,6 @@ static int cand_cmp(const void *a, const void *b)
     if (x->lost != y->lost) return (x->lost > y->lost) - (x->lost < y->lost);
     if (x->prio != y->prio) return (x->prio > y->prio) - (x->prio < y->prio);
     return (x->ri > y->ri) - (x->ri < y->ri);
-}
-
-static void resv_hold(core *c, int ri, int sign)
-{
-    for (int x = c->hold_off[ri]; x < c->hold_off[ri + 1]; x++)
-        resv_add(c, c->holds[x].kind, c->holds[x].node, sign * c->holds[x].count);
 }
 
 /* Tries to make room for the head by stopping whole gangs. Returns the
@@ -828,7 +1051,7 @@ static void consider(core *c, int ji, int *preempt_tries)
     }
     int64_t now = s->now_ms;
     if (!c->hv.active) {
-        if (fits_now(c, j, o) && place_job(c, ji) == 0) {
+        if (fits_now(c, j, o) && place_job(c, ji, o) == 0) {
             o->why = SW_NONE; o->place = r->n_place - 1;
             c->inuse[j->team] += size;
             goto out;
@@ -836,7 +1059,7 @@ static void consider(core *c, int ji, int *preempt_tries)
         /* the head: reserve, and preempt if that is the only way soon */
         resv *h = &c->hv;
         h->active = 1; h->ji = ji; h->kind = j->kind; h->w = j->devices_per_worker;
-        h->workers = j->workers; h->ps = j->ps;
+        h->workers = j->workers; h->ps = j->ps; h->job = j;
         memset(h->avoid, 0, (size_t)(c->nn > 0 ? c->nn : 1));
         avoid_set(c, j, h->avoid, 1);
         r->head_job = j->id;
@@ -855,15 +1078,16 @@ static void consider(core *c, int ji, int *preempt_tries)
     if (!fits_now(c, j, o)) goto out;
     if (!c->cfg->backfill) { o->why = SW_RESERVED; o->a = r->head_job; goto out; }
     int mark = c->n_ulog, t0 = r->n_tasks, d0 = r->n_dev;
-    if (place_job(c, ji) != 0) { o->why = SW_RESERVED; o->a = r->head_job; goto out; }
+    if (place_job(c, ji, o) != 0) {
+        if (o->why != SW_MEM) { o->why = SW_RESERVED; o->a = r->head_job; }
+        goto out;
+    }
     sched_place *pl = &r->place[r->n_place - 1];
     int64_t end = now + j->max_runtime_s * 1000;
     if (c->hv.T > 0 && end > c->hv.T) {
-        for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++)
-            resv_add(c, r->tasks[t].kind, r->tasks[t].node, -r->tasks[t].n_dev);
+        for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) resv_task(c, &r->tasks[t], -1);
         if (!resv_fits(&c->hv)) {
-            for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++)
-                resv_add(c, r->tasks[t].kind, r->tasks[t].node, r->tasks[t].n_dev);
+            for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) resv_task(c, &r->tasks[t], +1);
             r->n_place--;
             undo_to(c, mark, t0, d0);
             o->why = SW_RESERVED; o->a = r->head_job;
@@ -979,6 +1203,25 @@ int sched_admit(const sched_snapshot *s, const sched_job *j, sched_outcome *o)
     if (left < j->ps) {
         o->why = SW_PS_INFEASIBLE; o->a = j->ps; o->b = left < 0 ? 0 : left; o->kind = SCHED_CPU;
         return -1;
+    }
+    if (j->mem_mb > 0 && w > 0) {
+        /* memory: a worker fits a node when its devices do and the node's
+         * memory holds it (or the node reports none) */
+        int64_t cap = 0, best1 = 0, mem_largest = 0;
+        int reported = 0;
+        for (int i = 0; i < s->n_nodes; i++) {
+            const sched_node *nd = &s->nodes[i];
+            int64_t ci = nd->n_dev[k] / w;
+            if (nd->mem_mb > 0) {
+                reported = 1;
+                if (nd->mem_mb > mem_largest) mem_largest = nd->mem_mb;
+                if (nd->mem_mb / j->mem_mb < ci) ci = nd->mem_mb / j->mem_mb;
+            }
+            cap += ci;
+            if (ci > best1) best1 = ci;
+        }
+        if (reported && best1 == 0) { o->why = SW_MEM_WIDE; o->a = j->mem_mb; o->b = mem_largest; return -1; }
+        if (reported && cap < j->workers) { o->why = SW_LARGE; o->a = j->workers; o->b = cap; o->c = w; return -1; }
     }
     return 0;
 }

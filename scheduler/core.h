@@ -7,7 +7,7 @@
  *
  * defines: sched_config_default, sched_pass_core, sched_result_init,
  *          sched_result_release, sched_admit, sched_reason_format,
- *          sched_usage_decay, sched_job_devices */
+ *          sched_usage_decay, sched_job_devices, sched_task_mem */
 #ifndef TRAINYARD_SCHED_CORE_H
 #define TRAINYARD_SCHED_CORE_H
 
@@ -53,6 +53,12 @@ typedef struct sched_device {
     int64_t job_id;                /* holder, 0 when free */
 } sched_device;
 
+/* Memory held on a node by the live tasks of one job (MiB). */
+typedef struct sched_mem {
+    int64_t job_id;                /* holder; a job not in running holds it for good */
+    int64_t mb;
+} sched_mem;
+
 typedef struct sched_node {
     int64_t id;
     int ready;                     /* 1: may take new tasks (not lost, not drained) */
@@ -60,6 +66,10 @@ typedef struct sched_node {
     sched_device *dev[SCHED_KINDS];/* (n_dev[k]) GPUs and CPU slots */
     int n_ports;
     const int *ports;              /* (n_ports) ports of live tasks on the node */
+    int64_t mem_mb;                /* memory the node offers its tasks (MiB); 0: not
+                                    * reported, memory does not constrain placement here */
+    int n_mem;
+    const sched_mem *mem;          /* (n_mem) memory held by live tasks, per job */
 } sched_node;
 
 typedef struct sched_team {
@@ -91,6 +101,8 @@ typedef struct sched_job {
     int64_t max_runtime_s;
     int n_avoid;
     const int64_t *avoid;          /* (n_avoid) node ids this job must not use */
+    int64_t mem_mb;                /* memory per task (MiB, the spec's resources.memory);
+                                    * 0: each task gets its node's default share */
 } sched_job;
 
 typedef struct sched_snapshot {
@@ -118,7 +130,10 @@ typedef enum {
     SW_GANG,            /* needs c workers x a kind; only b fit now */
     SW_PS,              /* needs a cpu slots for ps; b free */
     SW_RESERVED,        /* fits now but reserved for job a */
-    SW_PREEMPTING       /* waiting for a preempted jobs to stop */
+    SW_PREEMPTING,      /* waiting for a preempted jobs to stop */
+    SW_MEM,             /* a task needs a MiB on one node; the most free is b; c 0 worker, 1 ps */
+    SW_MEM_GANG,        /* needs c workers with a MiB each; only b fit in the free memory */
+    SW_MEM_WIDE         /* infeasible: a task asks a MiB; the largest node offers b */
 } sched_why;
 
 typedef struct sched_task {
@@ -130,6 +145,7 @@ typedef struct sched_task {
     int kind;
     int n_dev;
     int dev_off;                   /* devices: result dev_ids[dev_off .. +n_dev) */
+    int64_t mem_mb;                /* the task's memory (sched_task_mem), its cgroup limit */
 } sched_task;
 
 typedef struct sched_place {
@@ -191,5 +207,11 @@ double sched_usage_decay(double usage, double in_use, double dt_s, double tau_s)
 
 /* Devices a queued job counts against its team (workers * devices_per_worker). */
 int sched_job_devices(const sched_job *j);
+
+/* The memory (MiB) a task of j needs on node n: the job's mem_mb when
+ * given, else the node's default share, floor(n->mem_mb x the task's
+ * devices / the node's devices of that kind) (a worker: devices_per_worker
+ * of j's kind; a ps, type 1: one CPU slot). 0 when neither says. */
+int64_t sched_task_mem(const sched_node *n, const sched_job *j, int type);
 
 #endif

@@ -50,6 +50,7 @@ typedef struct snap {
     sched_node *nodes;
     sched_device *devs;
     int *ports;
+    sched_mem *mem;
     sched_team *teams;
     sched_running *run;
     int *run_job;          /* (n_running) index into cs.jobs */
@@ -92,7 +93,7 @@ static int avoid_cmp(const void *a, const void *b)
 static void snap_release(snap *sp)
 {
     cluster_state_release(&sp->cs);
-    free(sp->nodes); free(sp->devs); free(sp->ports); free(sp->teams);
+    free(sp->nodes); free(sp->devs); free(sp->ports); free(sp->mem); free(sp->teams);
     free(sp->run); free(sp->run_job); free(sp->q); free(sp->q_job); free(sp->avoid);
     memset(sp, 0, sizeof *sp);
 }
@@ -107,6 +108,7 @@ static int snap_load(db *d, int64_t now, snap *sp)
     sp->nodes = xcalloc(nn, sizeof *sp->nodes);
     sp->devs = xcalloc(nd, sizeof *sp->devs);
     sp->ports = xcalloc((size_t)cs->n_ports + 1, sizeof(int));
+    sp->mem = xcalloc((size_t)cs->n_mem + 1, sizeof *sp->mem);
     sp->teams = xcalloc((size_t)cs->n_teams + 1, sizeof *sp->teams);
     sp->run = xcalloc(nj, sizeof *sp->run);
     sp->run_job = xcalloc(nj, sizeof(int));
@@ -117,6 +119,17 @@ static int snap_load(db *d, int64_t now, snap *sp)
     for (int i = 0; i < cs->n_nodes; i++) {
         sp->nodes[i].id = cs->nodes[i].id;
         sp->nodes[i].ready = strcmp(cs->nodes[i].state, "ready") == 0;
+        sp->nodes[i].mem_mb = cs->nodes[i].memory_mb;
+    }
+    /* memory held by live tasks: rows come ordered by node */
+    for (int x = 0; x < cs->n_mem;) {
+        int i = find_node(cs, cs->mem[x].node_id), y = x;
+        while (y < cs->n_mem && cs->mem[y].node_id == cs->mem[x].node_id) {
+            sp->mem[y] = (sched_mem){cs->mem[y].job_id, cs->mem[y].mb};
+            y++;
+        }
+        if (i >= 0) { sp->nodes[i].mem = &sp->mem[x]; sp->nodes[i].n_mem = y - x; }
+        x = y;
     }
     /* devices come ordered by node, kind, index: runs per (node, kind) */
     for (int x = 0; x < cs->n_devices;) {
@@ -158,7 +171,7 @@ static int snap_load(db *d, int64_t now, snap *sp)
         if (strcmp(j->state, "queued") == 0) {
             sched_job *q = &sp->q[nq];
             *q = (sched_job){j->id, t, j->priority, j->workers, j->devices_per_worker, j->kind, j->ps,
-                             j->queued_at, j->max_runtime_s, 0, NULL};
+                             j->queued_at, j->max_runtime_s, 0, NULL, j->memory_mb};
             while (av < cs->n_avoid && cs->avoid[av].job_id < j->id) av++;
             q->avoid = &sp->avoid[av];
             while (av < cs->n_avoid && cs->avoid[av].job_id == j->id) sp->avoid[av] = cs->avoid[av].node_id, av++, q->n_avoid++;
@@ -283,7 +296,7 @@ static int apply_place(db *d, const snap *sp, const sched_result *r, const sched
         const sched_task *tk = &r->tasks[t];
         int64_t task_id = 0;
         if (cluster_task_insert(d, j->id, attempt, tk->type ? "ps" : "worker", tk->index, tk->node_id,
-                                tk->port, now, &task_id) < 0)
+                                tk->port, tk->mem_mb, now, &task_id) < 0)
             return -1;
         if (fault_point() < 0) return -1;
         for (int x = 0; x < tk->n_dev; x++) {

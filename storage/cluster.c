@@ -41,7 +41,7 @@ static int exec_stmt(db *d, const char *sql)
 static const char SQL_BEGIN_READ[] = "BEGIN DEFERRED";
 static const char SQL_END_READ[] = "COMMIT";
 static const char SQL_NODES[] =
-    "SELECT id, hostname, address, cpu_slots, state, registered_at, last_heartbeat_at"
+    "SELECT id, hostname, address, cpu_slots, state, registered_at, last_heartbeat_at, memory_mb, isolation"
     " FROM nodes ORDER BY id";
 static const char SQL_DEVICES[] =
     "SELECT d.id, d.node_id, d.kind, d.idx, d.model, d.memory_mb, a.job_id, a.task_id"
@@ -49,12 +49,17 @@ static const char SQL_DEVICES[] =
     " ORDER BY d.node_id, d.kind, d.idx";
 static const char SQL_PORTS[] =
     "SELECT DISTINCT t.node_id, t.port FROM allocations a JOIN tasks t ON t.id = a.task_id";
+/* the memory of tasks holding devices (live), per node and job */
+static const char SQL_MEM[] =
+    "SELECT t.node_id, t.job_id, sum(t.memory_mb) FROM tasks t"
+    " WHERE t.id IN (SELECT task_id FROM allocations) AND t.memory_mb > 0"
+    " GROUP BY t.node_id, t.job_id ORDER BY t.node_id, t.job_id";
 static const char SQL_TEAMS[] =
     "SELECT id, name, weight, guarantee, quota, usage, usage_at FROM teams ORDER BY id";
 #define JOB_COLS                                                                        \
     "SELECT j.id, j.team_id, j.state, j.priority, j.workers, j.devices_per_worker,"     \
     " j.device, j.ps, j.preemptible, j.queue_if_infeasible, j.attempt, j.max_restarts," \
-    " j.max_runtime_s, j.queued_at, j.last_checkpoint_at, j.reason,"                    \
+    " j.max_runtime_s, j.queued_at, j.last_checkpoint_at, j.reason, j.memory_mb,"       \
     " CASE WHEN j.state = 'queued' THEN NULL ELSE (SELECT min(t.created_at) FROM tasks t" \
     "   WHERE t.job_id = j.id AND t.attempt = j.attempt) END,"                          \
     " CASE WHEN j.state = 'queued' THEN 0 ELSE EXISTS(SELECT 1 FROM tasks t"            \
@@ -93,8 +98,9 @@ static int load_jobs(db *d, const char *sql, cluster_state *cs, int *cap)
         j->queued_at = sqlite3_column_int64(st, 13);
         j->last_checkpoint_at = sqlite3_column_int64(st, 14);
         col_text(st, 15, j->reason, sizeof j->reason);
-        j->attempt_started_at = sqlite3_column_int64(st, 16);
-        j->stopping = sqlite3_column_int(st, 17);
+        j->memory_mb = sqlite3_column_int64(st, 16);
+        j->attempt_started_at = sqlite3_column_int64(st, 17);
+        j->stopping = sqlite3_column_int(st, 18);
     }
     db_done(st);
     return rc == SQLITE_DONE ? 0 : -1;
@@ -117,6 +123,9 @@ int cluster_load(db *d, cluster_state *cs)
         col_text(st, 4, n->state, sizeof n->state);
         n->registered_at = sqlite3_column_int64(st, 5);
         n->last_heartbeat_at = sqlite3_column_int64(st, 6);
+        n->memory_mb = sqlite3_column_int64(st, 7);
+        const unsigned char *iso = sqlite3_column_text(st, 8);
+        n->isolation = iso ? xstrdup((const char *)iso) : NULL;
     }
     db_done(st);
     if (rc != SQLITE_DONE) goto fail;
@@ -145,6 +154,18 @@ int cluster_load(db *d, cluster_state *cs)
         GROW(cs->ports, cs->n_ports, cap);
         cs->ports[cs->n_ports].node_id = sqlite3_column_int64(st, 0);
         cs->ports[cs->n_ports++].port = sqlite3_column_int(st, 1);
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) goto fail;
+
+    cap = 0;
+    if (!(st = db_prepare(d, SQL_MEM))) goto fail;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        GROW(cs->mem, cs->n_mem, cap);
+        cl_mem *m = &cs->mem[cs->n_mem++];
+        m->node_id = sqlite3_column_int64(st, 0);
+        m->job_id = sqlite3_column_int64(st, 1);
+        m->mb = sqlite3_column_int64(st, 2);
     }
     db_done(st);
     if (rc != SQLITE_DONE) goto fail;
@@ -189,7 +210,8 @@ fail:
 
 void cluster_state_release(cluster_state *cs)
 {
-    free(cs->nodes); free(cs->devices); free(cs->ports); free(cs->teams);
+    for (int i = 0; i < cs->n_nodes; i++) free(cs->nodes[i].isolation);
+    free(cs->nodes); free(cs->devices); free(cs->ports); free(cs->mem); free(cs->teams);
     free(cs->jobs); free(cs->avoid);
     memset(cs, 0, sizeof *cs);
 }
@@ -198,10 +220,11 @@ void cluster_state_release(cluster_state *cs)
 
 static const char SQL_NODE_FIND[] = "SELECT id FROM nodes WHERE hostname = ?";
 static const char SQL_NODE_INSERT[] =
-    "INSERT INTO nodes(hostname, address, cpu_slots, state, registered_at, last_heartbeat_at)"
-    " VALUES(?, ?, ?, 'ready', ?, ?)";
+    "INSERT INTO nodes(hostname, address, cpu_slots, state, registered_at, last_heartbeat_at, memory_mb, isolation)"
+    " VALUES(?, ?, ?, 'ready', ?, ?, ?, ?)";
 static const char SQL_NODE_UPDATE[] =
-    "UPDATE nodes SET address = ?2, cpu_slots = ?3, state = 'ready', last_heartbeat_at = ?4 WHERE id = ?1";
+    "UPDATE nodes SET address = ?2, cpu_slots = ?3, state = 'ready', last_heartbeat_at = ?4,"
+    " memory_mb = ?5, isolation = ?6 WHERE id = ?1";
 static const char SQL_DEVICE_UPSERT[] =
     "INSERT INTO devices(node_id, kind, idx, model, memory_mb) VALUES(?1, ?2, ?3, ?4, ?5)"
     " ON CONFLICT(node_id, kind, idx) DO UPDATE SET model = excluded.model, memory_mb = excluded.memory_mb";
@@ -215,7 +238,8 @@ static const char SQL_DEVICE_PRUNE_GPU[] =
 
 int cluster_node_upsert(db *d, const char *hostname, const char *address, int cpu_slots,
                         int n_gpu, const int *gpu_idx, const char *const *gpu_model,
-                        const int64_t *gpu_memory_mb, int64_t now, int64_t *id_out, int *created)
+                        const int64_t *gpu_memory_mb, int64_t memory_mb, const char *isolation,
+                        int64_t now, int64_t *id_out, int *created)
 {
     if (db_begin(d) < 0) return -1;
     int64_t id = 0;
@@ -235,6 +259,8 @@ int cluster_node_upsert(db *d, const char *hostname, const char *address, int cp
         sqlite3_bind_int(st, 3, cpu_slots);
         sqlite3_bind_int64(st, 4, now);
         sqlite3_bind_int64(st, 5, now);
+        sqlite3_bind_int64(st, 6, memory_mb);
+        if (isolation) sqlite3_bind_text(st, 7, isolation, -1, SQLITE_TRANSIENT);
         rc = sqlite3_step(st);
         db_done(st);
         if (rc != SQLITE_DONE) goto fail;
@@ -245,6 +271,8 @@ int cluster_node_upsert(db *d, const char *hostname, const char *address, int cp
         sqlite3_bind_text(st, 2, address, -1, SQLITE_TRANSIENT);
         sqlite3_bind_int(st, 3, cpu_slots);
         sqlite3_bind_int64(st, 4, now);
+        sqlite3_bind_int64(st, 5, memory_mb);
+        if (isolation) sqlite3_bind_text(st, 6, isolation, -1, SQLITE_TRANSIENT);
         rc = sqlite3_step(st);
         db_done(st);
         if (rc != SQLITE_DONE) goto fail;
@@ -369,8 +397,8 @@ int cluster_nodes_mark_lost(db *d, int64_t before, int64_t **ids)
 /* ================================================================ tasks */
 
 static const char SQL_TASK_INSERT[] =
-    "INSERT INTO tasks(job_id, attempt, type, idx, node_id, port, state, created_at)"
-    " VALUES(?, ?, ?, ?, ?, ?, 'assigned', ?)";
+    "INSERT INTO tasks(job_id, attempt, type, idx, node_id, port, state, created_at, memory_mb)"
+    " VALUES(?, ?, ?, ?, ?, ?, 'assigned', ?, ?)";
 static const char SQL_ALLOC_INSERT[] = "INSERT INTO allocations(device_id, task_id, job_id) VALUES(?, ?, ?)";
 static const char SQL_JOB_START[] =
     "UPDATE jobs SET attempt = attempt + 1, updated_at = ?2 WHERE id = ?1 AND state = 'starting'"
@@ -379,7 +407,7 @@ static const char SQL_JOB_REASON[] = "UPDATE jobs SET reason = ?2 WHERE id = ?1 
 static const char SQL_TEAM_USAGE[] = "UPDATE teams SET usage = ?2, usage_at = ?3 WHERE id = ?1";
 
 int cluster_task_insert(db *d, int64_t job_id, int attempt, const char *type, int idx,
-                        int64_t node_id, int port, int64_t now, int64_t *task_id)
+                        int64_t node_id, int port, int64_t memory_mb, int64_t now, int64_t *task_id)
 {
     sqlite3_stmt *st = db_prepare(d, SQL_TASK_INSERT);
     if (!st) return -1;
@@ -390,6 +418,7 @@ int cluster_task_insert(db *d, int64_t job_id, int attempt, const char *type, in
     sqlite3_bind_int64(st, 5, node_id);
     sqlite3_bind_int(st, 6, port);
     sqlite3_bind_int64(st, 7, now);
+    sqlite3_bind_int64(st, 8, memory_mb);
     int rc = sqlite3_step(st);
     db_done(st);
     if (rc != SQLITE_DONE) return -1;

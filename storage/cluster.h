@@ -25,6 +25,8 @@ typedef struct cl_node {
     int cpu_slots;
     char state[12];                 /* ready | lost | drained */
     int64_t registered_at, last_heartbeat_at;
+    int64_t memory_mb;              /* offered to tasks, MiB; 0 = not reported */
+    char *isolation;                /* the agent's isolation report (JSON text), NULL = none */
 } cl_node;
 
 typedef struct cl_device {
@@ -41,6 +43,12 @@ typedef struct cl_port {
     int64_t node_id;
     int port;
 } cl_port;
+
+/* Memory held on a node by the live tasks (those holding devices) of a job. */
+typedef struct cl_mem {
+    int64_t node_id, job_id;
+    int64_t mb;
+} cl_mem;
 
 typedef struct cl_team {
     int64_t id;
@@ -59,6 +67,7 @@ typedef struct cl_job {
     int preemptible, queue_if_infeasible, attempt, max_restarts;
     int64_t max_runtime_s, queued_at, last_checkpoint_at;
     int64_t attempt_started_at;     /* first task of the current attempt, 0 none */
+    int64_t memory_mb;              /* resources.memory per task (MiB), 0 = default share */
     int stopping;                   /* current attempt has tasks 'stopping' */
     char reason[CL_REASON_MAX];
 } cl_job;
@@ -74,6 +83,7 @@ typedef struct cluster_state {
     cl_node *nodes;     int n_nodes;
     cl_device *devices; int n_devices;
     cl_port *ports;     int n_ports;
+    cl_mem *mem;        int n_mem;      /* ordered by node */
     cl_team *teams;     int n_teams;
     cl_job *jobs;       int n_jobs;
     cl_avoid *avoid;    int n_avoid;
@@ -84,12 +94,15 @@ int cluster_load(db *d, cluster_state *cs);
 void cluster_state_release(cluster_state *cs);
 
 /* Registers a node, or updates the one with that hostname (address, cpu
- * slots, devices added or refreshed; state ready, heartbeat now). Devices
- * held by a task are never removed. Begins and commits its own transaction.
- * kinds/idx/models/memory: (n_gpu) the GPUs. 0 or -1. */
+ * slots, memory, isolation, devices added or refreshed; state ready,
+ * heartbeat now). Devices held by a task are never removed. Begins and
+ * commits its own transaction. kinds/idx/models/memory: (n_gpu) the GPUs.
+ * memory_mb: what the node offers its tasks (0 = not reported); isolation:
+ * the agent's report as JSON text (NULL = none). 0 or -1. */
 int cluster_node_upsert(db *d, const char *hostname, const char *address, int cpu_slots,
                         int n_gpu, const int *gpu_idx, const char *const *gpu_model,
-                        const int64_t *gpu_memory_mb, int64_t now, int64_t *id_out, int *created);
+                        const int64_t *gpu_memory_mb, int64_t memory_mb, const char *isolation,
+                        int64_t now, int64_t *id_out, int *created);
 
 /* Records a heartbeat: 0, 1 when no such node, -1 on error. A lost node
  * that beats again is ready again. */
@@ -108,8 +121,9 @@ int cluster_node_drain(db *d, int64_t node_id, int drain, char state[16]);
  * *ids (malloc'd, caller frees). Returns the count or -1. */
 int cluster_nodes_mark_lost(db *d, int64_t before, int64_t **ids);
 
+/* memory_mb: the task's memory (its cgroup limit; 0 = none). */
 int cluster_task_insert(db *d, int64_t job_id, int attempt, const char *type, int idx,
-                        int64_t node_id, int port, int64_t now, int64_t *task_id);
+                        int64_t node_id, int port, int64_t memory_mb, int64_t now, int64_t *task_id);
 /* 0, 1 when the device is already held (PRIMARY KEY), -1 on error. */
 int cluster_alloc_insert(db *d, int64_t device_id, int64_t task_id, int64_t job_id);
 

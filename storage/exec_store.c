@@ -105,7 +105,7 @@ int exec_job_set_reason(db *d, int64_t job_id, const char *reason) {
 
 static const char SQL_TASK[] =
     "SELECT id, job_id, node_id, attempt, type, idx, port, state, token_hash IS NOT NULL, exit_code,"
-    " reason FROM tasks WHERE id = ?";
+    " reason, memory_mb FROM tasks WHERE id = ?";
 
 int exec_task_get(db *d, int64_t task_id, exec_task *out) {
     memset(out, 0, sizeof *out);
@@ -129,6 +129,7 @@ int exec_task_get(db *d, int64_t task_id, exec_task *out) {
     out->has_exit = sqlite3_column_type(st, 9) != SQLITE_NULL;
     out->exit_code = sqlite3_column_int(st, 9);
     col_copy(st, 10, out->reason, sizeof out->reason);
+    out->memory_mb = sqlite3_column_int64(st, 11);
     db_done(st);
     return STORE_OK;
 }

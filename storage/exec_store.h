@@ -52,6 +52,7 @@ typedef struct exec_task {
     int has_exit;
     int exit_code;
     char reason[128];             /* why it is stopping, or how it ended ("" = none) */
+    int64_t memory_mb;            /* the task's memory, its cgroup limit (MiB; 0 = none) */
 } exec_task;
 
 int exec_task_get(db *d, int64_t task_id, exec_task *out);

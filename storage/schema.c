@@ -173,6 +173,18 @@ static const char m6[] =
     "UPDATE jobs SET strategy = coalesce(json_extract(spec, '$.strategy.type'), 'default')"
     " WHERE json_valid(spec);";
 
+/* 7: memory as a resource. nodes.memory_mb: what the node offers its tasks
+ * (MiB; 0 = not reported: memory does not constrain placement there);
+ * nodes.isolation: the agent's isolation report as JSON text (NULL = it did
+ * not say); jobs.memory_mb: the spec's resources.memory per task (0 = each
+ * task gets its node's default share); tasks.memory_mb: the memory a placed
+ * task was given, its cgroup limit (0 = none). */
+static const char m7[] =
+    "ALTER TABLE nodes ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE nodes ADD COLUMN isolation TEXT;"
+    "ALTER TABLE jobs ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE tasks ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1},
     {2, "nodes, devices, tasks, allocations, shares", m2},
@@ -180,5 +192,6 @@ const migration schema_migrations[] = {
     {4, "jobs.failures: the restart budget", m4},
     {5, "tokens.node_id: per-node tokens", m5},
     {6, "jobs.strategy", m6},
+    {7, "memory: nodes.memory_mb, nodes.isolation, jobs.memory_mb, tasks.memory_mb", m7},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -25,7 +25,11 @@ static const char SQL_DEVICES_TEAM[] =
     "SELECT t.name, d.kind, 0, count(*), 0, 0 FROM allocations a JOIN devices d ON d.id = a.device_id"
     " JOIN jobs j ON j.id = a.job_id JOIN teams t ON t.id = j.team_id"
     " GROUP BY t.name, d.kind ORDER BY t.name, d.kind";
-static const char SQL_NODES[] = "SELECT '', state, 0, count(*), 0, 0 FROM nodes GROUP BY state ORDER BY state";
+static const char SQL_NODES[] =
+    "SELECT '', n.state, 0, count(*), sum(n.memory_mb),"
+    " coalesce(sum((SELECT sum(t.memory_mb) FROM tasks t WHERE t.node_id = n.id"
+    "   AND t.id IN (SELECT task_id FROM allocations))), 0)"
+    " FROM nodes n GROUP BY n.state ORDER BY n.state";
 static const char SQL_RUNNING[] =
     "SELECT t.name, j.state, j.id,"
     " coalesce(json_extract(j.progress, '$.samples_per_sec'), 0),"

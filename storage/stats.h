@@ -26,7 +26,8 @@ typedef enum stats_kind {
     STATS_QUEUE,          /* team (every team), v0 = queued jobs, v1 = longest wait s, v2 = sum of waits s */
     STATS_DEVICES,        /* key = kind, v0 = devices on ready nodes, v1 = of which allocated */
     STATS_DEVICES_TEAM,   /* team, key = kind, v0 = devices allocated to the team's jobs */
-    STATS_NODES,          /* key = node state, v0 = nodes */
+    STATS_NODES,          /* key = node state, v0 = nodes, v1 = memory they offer (MiB),
+                           * v2 = memory their live tasks hold (MiB) */
     STATS_RUNNING,        /* team, id = job, v0 = samples/s, v1 = step, v2 = fraction done (running jobs) */
 } stats_kind;
 

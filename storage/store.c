@@ -324,8 +324,8 @@ int store_job_events(db *d, int64_t job_id, int64_t after, int limit, cJSON **ou
 static const char SQL_JOB_INSERT[] =
     "INSERT INTO jobs(team_id, name, spec, state, priority, attempt, max_restarts, workers,"
     " devices_per_worker, device, ps, max_runtime_s, preemptible, queue_if_infeasible, reason,"
-    " created_at, updated_at, queued_at, strategy)"
-    " VALUES(?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 'waiting for the scheduler', ?, ?, ?, ?)";
+    " created_at, updated_at, queued_at, strategy, memory_mb)"
+    " VALUES(?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 'waiting for the scheduler', ?, ?, ?, ?, ?)";
 
 int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_len,
                      const store_new_job *job, const char *actor, int64_t *id_out) {
@@ -349,6 +349,7 @@ int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_
     sqlite3_bind_int64(st, 14, now);
     sqlite3_bind_int64(st, 15, now);
     sqlite3_bind_text(st, 16, job->strategy ? job->strategy : "default", -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 17, job->memory_mb);
     int rc = sqlite3_step(st);
     db_done(st);
     if (rc != SQLITE_DONE) goto fail;
@@ -595,19 +596,26 @@ int store_job_stop_tasks(db *d, int64_t job_id, const char *why) {
 }
 
 static const char SQL_CAPACITY[] =
-    "SELECT (SELECT count(*) FROM nodes WHERE state = 'ready'),"
-    " coalesce((SELECT max(c) FROM (SELECT count(*) AS c FROM devices v JOIN nodes n ON n.id = v.node_id"
-    "   WHERE n.state = 'ready' AND v.kind = ?1 GROUP BY v.node_id)), 0),"
-    " (SELECT count(*) FROM devices v JOIN nodes n ON n.id = v.node_id WHERE n.state = 'ready' AND v.kind = ?1),"
+    "WITH per AS (SELECT n.id, n.memory_mb AS mem, count(v.id) AS c FROM nodes n"
+    "   LEFT JOIN devices v ON v.node_id = n.id AND v.kind = ?1 WHERE n.state = 'ready' GROUP BY n.id)"
+    "SELECT (SELECT count(*) FROM per),"
+    " coalesce((SELECT max(c) FROM per), 0),"
+    " coalesce((SELECT sum(c) FROM per), 0),"
     " (SELECT count(*) FROM devices v JOIN nodes n ON n.id = v.node_id WHERE n.state = 'ready' AND v.kind = 'cpu'),"
-    " coalesce((SELECT sum(c / ?2) FROM (SELECT count(*) AS c FROM devices v JOIN nodes n ON n.id = v.node_id"
-    "   WHERE n.state = 'ready' AND v.kind = ?1 GROUP BY v.node_id)), 0)";
+    " coalesce((SELECT sum(c / ?2) FROM per), 0),"
+    " (SELECT count(*) FROM per WHERE mem > 0),"
+    " coalesce((SELECT max(mem) FROM per WHERE c >= ?2), 0),"
+    " (SELECT count(*) FROM per WHERE c >= ?2 AND (mem = 0 OR ?3 <= 0 OR mem >= ?3)),"
+    " coalesce((SELECT sum(CASE WHEN mem > 0 AND ?3 > 0 AND mem / ?3 < c / ?2 THEN mem / ?3 ELSE c / ?2 END)"
+    "   FROM per), 0)";
 
-int store_cluster_capacity(db *d, const char *kind, int per_worker, store_capacity *out) {
+int store_cluster_capacity(db *d, const char *kind, int per_worker, int64_t memory_mb, store_capacity *out) {
+    memset(out, 0, sizeof *out);
     sqlite3_stmt *st = db_prepare(d, SQL_CAPACITY);
     if (!st) return STORE_ERROR;
     sqlite3_bind_text(st, 1, kind, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 2, per_worker > 0 ? per_worker : 1);
+    sqlite3_bind_int64(st, 3, memory_mb);
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         out->nodes = sqlite3_column_int(st, 0);
@@ -615,6 +623,10 @@ int store_cluster_capacity(db *d, const char *kind, int per_worker, store_capaci
         out->total = sqlite3_column_int(st, 2);
         out->cpu_total = sqlite3_column_int(st, 3);
         out->workers_fit = sqlite3_column_int(st, 4);
+        out->mem_nodes = sqlite3_column_int(st, 5);
+        out->mem_largest = sqlite3_column_int64(st, 6);
+        out->mem_hold = sqlite3_column_int(st, 7);
+        out->mem_workers_fit = sqlite3_column_int(st, 8);
     }
     db_done(st);
     return rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;

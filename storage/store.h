@@ -68,6 +68,7 @@ typedef struct {
     const char *strategy;              /* strategy.type, "default" when absent */
     int64_t max_runtime_s;
     int preemptible, queue_if_infeasible;
+    int64_t memory_mb;                 /* resources.memory per task (MiB), 0 = not given */
 } store_new_job;
 
 /* Inserts a queued job (spec text as submitted, columns from *job) and its
@@ -122,8 +123,15 @@ typedef struct store_capacity {
     int total;
     int cpu_total;
     int workers_fit;   /* sum over nodes of floor(devices / per_worker) */
+    /* memory, when memory_mb (per task, MiB) > 0 is asked: */
+    int mem_nodes;     /* ready nodes that report memory */
+    int64_t mem_largest; /* the most memory a ready node with a worker's devices offers (MiB) */
+    int mem_hold;      /* ready nodes that could hold one such worker: devices
+                        * and memory (a node that reports none holds any) */
+    int mem_workers_fit; /* sum over nodes of min(devices / per_worker,
+                          * memory / memory_mb) (memory ignored where not reported) */
 } store_capacity;
-int store_cluster_capacity(db *d, const char *kind, int per_worker, store_capacity *out);
+int store_cluster_capacity(db *d, const char *kind, int per_worker, int64_t memory_mb, store_capacity *out);
 
 /* Marks a job's assigned/running tasks 'stopping' (their agents then send
  * SIGTERM); their devices stay held until the tasks exit. */

@@ -275,6 +275,189 @@ START_TEST(drained_node_takes_no_task)
 }
 END_TEST
 
+/* A GPU job asking `memory` per task (NULL: not given), one worker of dpw gpus. */
+static char *spec_mem(int dpw, const char *memory, const char *extra)
+{
+    static char s[2048];
+    char res[128];
+    if (memory) snprintf(res, sizeof res, ",\"memory\":\"%s\"", memory);
+    else res[0] = '\0';
+    snprintf(s, sizeof s,
+             "{\"name\":\"mem\",\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":1,\"activation\":\"sigmoid\","
+             "\"input_shape\":[10]}]},\"compile\":{\"optimizer\":{\"type\":\"sgd\"},\"loss\":\"binary_crossentropy\"},"
+             "\"data\":{\"source\":\"synthetic\",\"examples\":64,\"features\":10},\"fit\":{\"epochs\":1,\"batch_size\":32},"
+             "\"strategy\":{\"type\":\"%s\"},\"resources\":{\"workers\":1,\"devices_per_worker\":%d,\"device\":\"gpu\"%s}%s}",
+             dpw > 1 ? "mirrored" : "one_device", dpw, res, extra);
+    return s;
+}
+
+/* The node `host` as GET /cluster shows it (the caller cJSON_Delete()s *all). */
+static cJSON *cluster_node(const char *host, cJSON **all)
+{
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", "/api/v1/cluster", NULL, all), 200);
+    cJSON *n = NULL;
+    cJSON_ArrayForEach(n, cJSON_GetObjectItem(*all, "nodes"))
+        if (strcmp(cJSON_GetObjectItem(n, "hostname")->valuestring, host) == 0) return n;
+    ck_abort_msg("no node %s in GET /cluster", host);
+    return NULL;
+}
+
+static char *jobs_text(void)
+{
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", "/api/v1/jobs", NULL, &o), 200);
+    char *t = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    ck_assert_ptr_nonnull(t);
+    return t;
+}
+
+/* The memory_mb of the start items the node's agent is handed, by job. */
+static int64_t handed_memory(int64_t node, const char *tok, int64_t job)
+{
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/nodes/%lld/assignments?wait=5", (long long)node);
+    for (int tries = 0; tries < 10; tries++) {
+        cJSON *o = NULL;
+        ck_assert_int_eq(ty_http(srv.url, tok, "GET", path, NULL, &o), 200);
+        cJSON *it = NULL;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "start")) {
+            if ((int64_t)cJSON_GetObjectItem(it, "job")->valuedouble != job) continue;
+            cJSON *m = cJSON_GetObjectItem(cJSON_GetObjectItem(it, "config"), "memory_mb");
+            ck_assert(cJSON_IsNumber(m));
+            int64_t v = (int64_t)m->valuedouble;
+            cJSON_Delete(o);
+            return v;
+        }
+        cJSON_Delete(o);
+    }
+    ck_abort_msg("job %lld was never handed to node %lld", (long long)job, (long long)node);
+    return -1;
+}
+
+/* A node reports its memory and isolation; GET /cluster shows them and the
+ * memory the placed tasks hold; a job asking more memory than any node
+ * offers is refused with the field named and nothing stored; the agent is
+ * handed each task's memory; a bad isolation report is a 422. */
+START_TEST(node_memory_and_isolation)
+{
+    static const char iso[] = "{\"mode\":\"user\",\"cgroup\":\"v2\",\"enforced\":[\"uid\",\"private_tmp\",\"memory\"]}";
+    char body[1024];
+    snprintf(body, sizeof body,
+             "{\"hostname\":\"mem-a\",\"address\":\"10.0.0.7\",\"cpu_slots\":4,\"memory_mb\":24105,"
+             "\"devices\":[{\"kind\":\"gpu\",\"index\":0},{\"kind\":\"gpu\",\"index\":1}],\"isolation\":%s}", iso);
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, node_tok, "POST", "/api/v1/nodes", body, &o), 201);
+    int64_t nid = (int64_t)cJSON_GetObjectItem(o, "id")->valuedouble;
+    char ntok[160];
+    snprintf(ntok, sizeof ntok, "%s", cJSON_GetObjectItem(o, "token")->valuestring);
+    ck_assert_int_eq(cJSON_GetObjectItem(o, "memory_mb")->valueint, 24105);
+    cJSON_Delete(o);
+
+    cJSON *n = cluster_node("mem-a", &o);
+    ck_assert_int_eq((int64_t)cJSON_GetObjectItem(n, "memory_mb")->valuedouble, 24105);
+    ck_assert_int_eq((int64_t)cJSON_GetObjectItem(n, "memory_used_mb")->valuedouble, 0);
+    char *shown = cJSON_PrintUnformatted(cJSON_GetObjectItem(n, "isolation"));
+    ck_assert_str_eq(shown, iso);
+    free(shown);
+    cJSON *u = cJSON_GetObjectItem(o, "utilisation");
+    ck_assert_int_eq((int64_t)cJSON_GetObjectItem(u, "memory_mb")->valuedouble, 24105);
+    ck_assert_int_eq((int64_t)cJSON_GetObjectItem(u, "memory_used_mb")->valuedouble, 0);
+    cJSON_Delete(o);
+
+    /* more memory per task than any node offers: 422 on resources.memory, nothing stored */
+    char *before = jobs_text();
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", "/api/v1/jobs", spec_mem(1, "64GiB", ""), &o), 422);
+    ty_assert_error(o, "infeasible", "resources.memory");
+    const char *msg = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "error"), "message")->valuestring;
+    ck_assert_msg(strstr(msg, "asks 65536 MiB per task; the largest node offers 24105 MiB"), "%s", msg);
+    cJSON_Delete(o);
+    char *after = jobs_text();
+    ck_assert_str_eq(before, after);
+    free(before); free(after);
+    /* a bad size is the spec's 422, naming the field too */
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", "/api/v1/jobs", spec_mem(1, "8 gib", ""), &o), 422);
+    ty_assert_error(o, "invalid_value", "resources.memory");
+    cJSON_Delete(o);
+
+    /* 8 GiB fits: placed; its task holds 8192 MiB of the node and is handed that limit */
+    int64_t j = submit(spec_mem(1, "8GiB", ""), 201);
+    char st[32];
+    for (int i = 0; i < 200 && strcmp(job_state(j, st, sizeof st), "queued") == 0; i++) ty_sleep_ms(50);
+    ck_assert_str_eq(st, "starting");
+    n = cluster_node("mem-a", &o);
+    ck_assert_int_eq((int64_t)cJSON_GetObjectItem(n, "memory_used_mb")->valuedouble, 8192);
+    ck_assert_int_eq((int64_t)cJSON_GetObjectItem(cJSON_GetObjectItem(o, "utilisation"), "memory_used_mb")->valuedouble,
+                     8192);
+    cJSON_Delete(o);
+    ck_assert_int_eq(handed_memory(nid, ntok, j), 8192);
+    /* no memory asked: the node's default share, half its memory for one of its two gpus */
+    int64_t j2 = submit(spec_mem(1, NULL, ""), 201);
+    for (int i = 0; i < 200 && strcmp(job_state(j2, st, sizeof st), "queued") == 0; i++) ty_sleep_ms(50);
+    ck_assert_str_eq(st, "starting");
+    ck_assert_int_eq(handed_memory(nid, ntok, j2), 24105 / 2);
+    n = cluster_node("mem-a", &o);
+    ck_assert_int_eq((int64_t)cJSON_GetObjectItem(n, "memory_used_mb")->valuedouble, 8192 + 24105 / 2);
+    cJSON_Delete(o);
+
+    /* bad reports: 422 naming the field, and the node keeps what it had */
+    static const struct { const char *extra, *code, *field; } bad[] = {
+        {"\"isolation\":\"user\"", "invalid_type", "isolation"},
+        {"\"isolation\":{\"mode\":\"root\"}", "invalid_value", "isolation.mode"},
+        {"\"isolation\":{\"cgroup\":\"v2\"}", "missing_field", "isolation.mode"},
+        {"\"isolation\":{\"mode\":\"user\",\"cgroup\":\"v3\"}", "invalid_value", "isolation.cgroup"},
+        {"\"isolation\":{\"mode\":\"user\",\"enforced\":\"uid\"}", "invalid_type", "isolation.enforced"},
+        {"\"isolation\":{\"mode\":\"user\",\"enforced\":[\"uid\",\"selinux\"]}", "invalid_value",
+         "isolation.enforced[1]"},
+        {"\"isolation\":{\"mode\":\"user\",\"enforced\":[\"uid\",7]}", "invalid_type", "isolation.enforced[1]"},
+        {"\"isolation\":{\"mode\":\"user\",\"enforced\":[\"uid\",\"uid\"]}", "invalid_value", "isolation.enforced[1]"},
+        {"\"isolation\":{\"mode\":\"none\",\"reason\":5}", "invalid_type", "isolation.reason"},
+        {"\"isolation\":{\"mode\":\"none\",\"why\":\"x\"}", "unknown_field", "isolation.why"},
+        {"\"memory_mb\":-1", "invalid_value", "memory_mb"},
+        {"\"memory_mb\":1099511627777", "invalid_value", "memory_mb"},
+        {"\"memory_mb\":\"24GiB\"", "invalid_type", "memory_mb"},
+    };
+    for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
+        snprintf(body, sizeof body, "{\"hostname\":\"mem-a\",\"address\":\"10.0.0.7\",\"cpu_slots\":4,%s}",
+                 bad[b].extra);
+        ck_assert_int_eq(ty_http(srv.url, node_tok, "POST", "/api/v1/nodes", body, &o), 422);
+        ty_assert_error(o, bad[b].code, bad[b].field);
+        cJSON_Delete(o);
+    }
+    char longer[400];
+    memset(longer, 'x', 257);
+    longer[257] = '\0';
+    snprintf(body, sizeof body, "{\"hostname\":\"mem-a\",\"address\":\"a\",\"isolation\":{\"mode\":\"none\",\"reason\":\"%s\"}}",
+             longer);
+    ck_assert_int_eq(ty_http(srv.url, node_tok, "POST", "/api/v1/nodes", body, &o), 422);
+    ty_assert_error(o, "invalid_value", "isolation.reason");
+    cJSON_Delete(o);
+    n = cluster_node("mem-a", &o);
+    ck_assert_int_eq((int64_t)cJSON_GetObjectItem(n, "memory_mb")->valuedouble, 24105);
+    shown = cJSON_PrintUnformatted(cJSON_GetObjectItem(n, "isolation"));
+    ck_assert_str_eq(shown, iso);
+    free(shown);
+    cJSON_Delete(o);
+
+    /* an agent that says nothing: memory 0, isolation unknown; and a node that reports
+     * no memory may hold any, so the 64 GiB job is admitted (it waits for its gpu) */
+    ck_assert_int_eq(ty_http(srv.url, node_tok, "POST", "/api/v1/nodes",
+                             "{\"hostname\":\"old-agent\",\"address\":\"10.0.0.8\",\"devices\":[{\"kind\":\"gpu\",\"index\":0}]}",
+                             &o), 201);
+    cJSON_Delete(o);
+    n = cluster_node("old-agent", &o);
+    ck_assert_int_eq((int64_t)cJSON_GetObjectItem(n, "memory_mb")->valuedouble, 0);
+    ck_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(n, "isolation"), "mode")->valuestring, "unknown");
+    cJSON_Delete(o);
+    int64_t big = submit(spec_mem(1, "64GiB", ""), 201);
+    for (int i = 0; i < 200 && strcmp(job_state(big, st, sizeof st), "queued") == 0; i++) ty_sleep_ms(50);
+    ck_assert_str_eq(st, "starting");
+    n = cluster_node("old-agent", &o);
+    ck_assert_int_eq((int64_t)cJSON_GetObjectItem(n, "memory_used_mb")->valuedouble, 65536);
+    cJSON_Delete(o);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cluster_http");
@@ -285,6 +468,7 @@ int main(void)
     tcase_add_test(tc, admission_and_errors);
     tcase_add_test(tc, team_shares_admin_only);
     tcase_add_test(tc, drained_node_takes_no_task);
+    tcase_add_test(tc, node_memory_and_isolation);
     suite_add_tcase(s, tc);
     return ty_run_suite(s);
 }

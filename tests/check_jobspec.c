@@ -408,6 +408,30 @@ static const bad_case BAD[] = {
     {"{'command':{}}", 422, "missing_field", "command.argv"},
     /* ---- not available here */
     {TOP("'strategy':{'type':'tpu'}"), 422, "unsupported", "strategy.type"},
+    /* ---- resources.memory */
+    {TOP("'resources':{'memory':-1}"), 422, "invalid_value", "resources.memory"},
+    {TOP("'resources':{'memory':'-1GiB'}"), 422, "invalid_value", "resources.memory"},
+    {TOP("'resources':{'memory':'GiB'}"), 422, "invalid_value", "resources.memory"},
+    {TOP("'resources':{'memory':''}"), 422, "invalid_value", "resources.memory"},
+    {TOP("'resources':{'memory':'1.GiB'}"), 422, "invalid_value", "resources.memory"},
+    {TOP("'resources':{'memory':' 4GiB'}"), 422, "invalid_value", "resources.memory"},
+    {TOP("'resources':{'memory':'4XB'}"), 422, "invalid_value", "resources.memory"},
+    {TOP("'resources':{'memory':'4gib'}"), 422, "invalid_value", "resources.memory"},
+    {TOP("'resources':{'memory':'4GiB '}"), 422, "invalid_value", "resources.memory"},
+    {TOP("'resources':{'memory':'1.1234567891GiB'}"), 422, "invalid_value", "resources.memory"},
+    {TOP("'resources':{'memory':'8MiB'}"), 422, "invalid_value", "resources.memory"},
+    {TOP("'resources':{'memory':16777215}"), 422, "invalid_value", "resources.memory"},
+    {TOP("'resources':{'memory':'16000K'}"), 422, "invalid_value", "resources.memory"},
+    {TOP("'resources':{'memory':'65TiB'}"), 422, "invalid_value", "resources.memory"},
+    {TOP("'resources':{'memory':'64.5TiB'}"), 422, "invalid_value", "resources.memory"},
+    {TOP("'resources':{'memory':'99999999999999999999999999G'}"), 422, "invalid_value", "resources.memory"},
+    {TOP("'resources':{'memory':70368744177665}"), 422, "invalid_value", "resources.memory"},
+    {TOP("'resources':{'memory':true}"), 422, "invalid_type", "resources.memory"},
+    {TOP("'resources':{'memory':null}"), 422, "invalid_type", "resources.memory"},
+    {TOP("'resources':{'memory':[4]}"), 422, "invalid_type", "resources.memory"},
+    {TOP("'resources':{'memory':{'gib':4}}"), 422, "invalid_type", "resources.memory"},
+    {TOP("'resources':{'memory':20000000.5}"), 422, "invalid_type", "resources.memory"},
+    {TOP("'resources':{'memroy':'4GiB'}"), 422, "unknown_field", "resources.memroy"},
 };
 
 #define N_BAD ((int)(sizeof BAD / sizeof BAD[0]))
@@ -494,6 +518,15 @@ START_TEST(test_messages) {
     expect_message(LAYERS("{'type':'dense','units':10,'activation':'softmax','input_shape':[100]}"),
                    "model.layers[0].input_shape", "[784] or [28, 28], got [100]");
     expect_message("{'a':1,'a':2}", "a", "duplicate key");
+    expect_message(TOP("'resources':{'memory':'8MiB'}"), "resources.memory",
+                   "must be between 16MiB and 64TiB, got \"8MiB\"");
+    expect_message(TOP("'resources':{'memory':1000}"), "resources.memory",
+                   "must be between 16MiB and 64TiB, got 1000 bytes");
+    expect_message(TOP("'resources':{'memory':'4gib'}"), "resources.memory",
+                   "unknown unit \"gib\" in \"4gib\"");
+    expect_message(TOP("'resources':{'memory':'lots'}"), "resources.memory",
+                   "a size such as \"4GiB\"");
+    expect_message(TOP("'resources':{'memory':true}"), "resources.memory", "got true");
     expect_message("{\n'name':\n}", "", "line 3, column 1");
 }
 END_TEST
@@ -802,6 +835,11 @@ static const char *const GOOD_SPECS[] = {
         "'resources':{'workers':2,'ps':1},'fit':{'batch_size':64}"),
     TOP("'checkpoint':{'every_epochs':0,'keep':100}"),
     TOP("'fit':{'batch_size':128,'steps_per_epoch':469}"),
+    TOP("'resources':{'memory':'4GiB'}"),
+    TOP("'resources':{'workers':1,'memory':'1.5GiB','device':'gpu'}"),
+    TOP("'resources':{'memory':2000000000}"),
+    TOP("'resources':{'memory':'800 M'}"),
+    TOP("'strategy':{'type':'parameter_server'},'resources':{'workers':2,'ps':1,'memory':'2G'}"),
 };
 #define N_GOOD ((int)(sizeof GOOD_SPECS / sizeof GOOD_SPECS[0]))
 
@@ -872,6 +910,45 @@ START_TEST(test_good_values) {
     ck_assert_int_eq(s.strategy.type, STRAT_PARAMETER_SERVER);
     ck_assert_int_eq(s.resources.ps, 1);
     ck_assert_int_eq(s.strategy.communication, COMM_RING);
+}
+END_TEST
+
+/* resources.memory: each written form, rounded up to whole MiB. */
+START_TEST(test_memory_values) {
+    static const struct { const char *memory; long long mib; } cases[] = {
+        {"'512MiB'", 512}, {"'4GiB'", 4096}, {"'1.5GiB'", 1536}, {"'2G'", 1908}, {"'800M'", 763},
+        {"'16MiB'", 16}, {"'64TiB'", 67108864}, {"16777216", 16}, {"16777217", 17}, {"'17000000'", 17},
+        {"'17000000B'", 17}, {"'1 GiB'", 1024}, {"'1   MB'", 0}, {"'1000000KB'", 954},
+        {"'2T'", 1907349}, {"'1TB'", 953675}, {"'20000K'", 20}, {"'0.5GiB'", 512},
+        {"'1.000000001GiB'", 1025}, {"'0.015625TiB'", 16384}, {"'32768KiB'", 32}, {"4e9", 3815},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char spec[512];
+        snprintf(spec, sizeof spec, TOP("'resources':{'memory':%s}"), cases[i].memory);
+        jobspec s;
+        spec_error e;
+        int rc = parse_q(spec, &s, &e);
+        if (cases[i].mib == 0) {   /* below 16 MiB */
+            ck_assert_msg(rc == -1 && strcmp(e.field, "resources.memory") == 0, "%s parsed", cases[i].memory);
+            continue;
+        }
+        ck_assert_msg(rc == 0, "%s refused: %s", cases[i].memory, e.message);
+        ck_assert_msg(s.resources.memory_mb == cases[i].mib, "%s: %lld MiB, expected %lld", cases[i].memory,
+                      (long long)s.resources.memory_mb, cases[i].mib);
+        jobspec_release(&s);
+    }
+    /* not given: 0 (the node's default share), and the normalized spec leaves it out */
+    jobspec s;
+    parse_ok(GOOD, &s);
+    ck_assert_int_eq(s.resources.memory_mb, 0);
+    char *j = NULL;
+    ck_assert_int_eq(jobspec_to_json(&s, &j), 0);
+    ck_assert_ptr_null(strstr(j, "memory"));
+    free(j);
+    parse_ok(TOP("'resources':{'memory':'1.5GiB'}"), &s);
+    ck_assert_int_eq(jobspec_to_json(&s, &j), 0);
+    ck_assert_ptr_nonnull(strstr(j, "\"memory\":\"1536MiB\""));
+    free(j);
 }
 END_TEST
 
@@ -1054,6 +1131,7 @@ static Suite *jobspec_suite(void) {
     tcase_add_test(good, test_good_specs);
     tcase_add_test(good, test_good_values);
     tcase_add_test(good, test_round_trip);
+    tcase_add_test(good, test_memory_values);
     tcase_add_test(good, test_to_json_content);
     tcase_add_test(good, test_command_parsed);
     tcase_add_test(good, test_names);

@@ -135,6 +135,8 @@ START_TEST(what_the_cluster_does) {
     ck_assert(value(m, "trainyard_devices_in_use", "kind", "cpu", NULL, NULL) == 1);
     ck_assert(value(m, "trainyard_team_devices_in_use", "team", "default", "kind", "cpu") == 1);
     ck_assert(value(m, "trainyard_nodes", "state", "ready", NULL, NULL) == 1);
+    ck_assert(value(m, "trainyard_node_memory_bytes", NULL, NULL, NULL, NULL) >= 0);
+    ck_assert(value(m, "trainyard_node_memory_in_use_bytes", NULL, NULL, NULL, NULL) >= 0);
     double frac = value(m, "trainyard_job_progress_ratio", "job", jid, NULL, NULL);
     ck_assert_msg(frac >= 0 && frac <= 1, "progress %g", frac);
     /* latency histograms of the routes this test called */

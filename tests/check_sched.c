@@ -28,6 +28,7 @@ typedef struct world {
     sched_node nodes[MAXN];
     sched_device dev[MAXN][SCHED_KINDS][MAXD];
     int ports[MAXN][8];
+    sched_mem mem[MAXN][32];       /* memory held per node, per job */
     sched_team teams[8];
     sched_running run[MAXJ];
     sched_job q[MAXJ];
@@ -56,8 +57,30 @@ static int add_node(world *w, int gpus, int cpus)
     for (int d = 0; d < gpus; d++) w->dev[i][SCHED_GPU][d] = (sched_device){(int64_t)i * 1000 + d + 1, 0};
     for (int d = 0; d < cpus; d++) w->dev[i][SCHED_CPU][d] = (sched_device){(int64_t)i * 1000 + 500 + d, 0};
     n->ports = w->ports[i];
+    n->mem = w->mem[i];
     w->s.n_nodes_registered = w->s.n_nodes;
     return i;
+}
+
+/* Job id holds mb more MiB of memory on node i. */
+static void hold_mem(world *w, int i, int64_t id, int64_t mb)
+{
+    sched_node *n = &w->nodes[i];
+    for (int m = 0; m < n->n_mem; m++)
+        if (w->mem[i][m].job_id == id) { w->mem[i][m].mb += mb; return; }
+    ck_assert_int_lt(n->n_mem, 32);
+    w->mem[i][n->n_mem++] = (sched_mem){id, mb};
+}
+
+/* Job id's memory leaves every node. */
+static void drop_mem(world *w, int64_t id)
+{
+    for (int i = 0; i < w->s.n_nodes; i++) {
+        int k = 0;
+        for (int m = 0; m < w->nodes[i].n_mem; m++)
+            if (w->mem[i][m].job_id != id) w->mem[i][k++] = w->mem[i][m];
+        w->nodes[i].n_mem = k;
+    }
 }
 
 /* A running job holding `count` gpus on node i (first free ones). */
@@ -74,7 +97,7 @@ static int add_running(world *w, int64_t id, int team, int prio, int preemptible
 static int add_job(world *w, int64_t id, int team, int prio, int workers, int dpw, int kind)
 {
     int q = w->s.n_queued++;
-    w->q[q] = (sched_job){id, team, prio, workers, dpw, kind, 0, w->s.now_ms - id * 1000, 3600, 0, NULL};
+    w->q[q] = (sched_job){id, team, prio, workers, dpw, kind, 0, w->s.now_ms - id * 1000, 3600, 0, NULL, 0};
     return q;
 }
 
@@ -180,7 +203,7 @@ START_TEST(admission_numbers)
     world *w = world_new();
     sched_outcome o;
     char txt[SCHED_REASON_MAX];
-    sched_job j = {1, 0, 50, 2, 16, SCHED_GPU, 0, 0, 60, 0, NULL};
+    sched_job j = {1, 0, 50, 2, 16, SCHED_GPU, 0, 0, 60, 0, NULL, 0};
     ck_assert_int_eq(sched_admit(&w->s, &j, &o), -1);
     ck_assert_int_eq(o.why, SW_NO_NODES);
     add_node(w, 8, 4);
@@ -289,6 +312,206 @@ START_TEST(fair_share_orders_teams)
 }
 END_TEST
 
+/* ================================================================ memory */
+
+/* A full node's memory keeps a second job off it, though its devices are free. */
+START_TEST(memory_blocks_second_job)
+{
+    world *w = world_new();
+    int n0 = add_node(w, 8, 4);
+    w->nodes[n0].mem_mb = 16000;
+    int a = add_job(w, 10, 0, 50, 1, 2, SCHED_GPU);
+    int b = add_job(w, 11, 0, 50, 1, 2, SCHED_GPU);
+    w->q[a].mem_mb = 12000;
+    w->q[b].mem_mb = 8000;
+    w->q[a].queued_at_ms = w->s.now_ms - 100000;   /* older: considered first */
+    sched_result r; sched_result_init(&r);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_place, 1);
+    ck_assert_int_eq(r.out[a].place, 0);
+    ck_assert_int_eq(r.tasks[0].mem_mb, 12000);
+    ck_assert_int_lt(r.out[b].place, 0);
+    char txt[SCHED_REASON_MAX];
+    reason(&r, b, txt, sizeof txt);
+    ck_assert_str_eq(txt, "needs 8000 MiB on one node for a worker; the most free on a ready node is 4000 MiB");
+    /* the same once the first runs and holds its memory there */
+    add_running(w, 10, 0, 50, 0, n0, 2);
+    hold_mem(w, n0, 10, 12000);
+    w->q[0] = w->q[1];
+    w->s.n_queued = 1;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_place, 0);
+    reason(&r, 0, txt, sizeof txt);
+    ck_assert_str_eq(txt, "needs 8000 MiB on one node for a worker; the most free on a ready node is 4000 MiB");
+    ck_assert_int_eq(r.out[0].est_start_ms, w->run[0].end_ms);   /* when the first one's memory is back */
+    /* less memory: it fits beside it */
+    w->q[0].mem_mb = 4000;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_place, 1);
+    /* a gang: two workers of 3000 fit in 4000 free only once */
+    w->q[0].mem_mb = 3000; w->q[0].workers = 2; w->q[0].devices_per_worker = 1;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_place, 0);
+    reason(&r, 0, txt, sizeof txt);
+    ck_assert_str_eq(txt, "needs 2 workers with 3000 MiB each; only 1 fit in the free memory now");
+    /* never on any node: infeasible, not waiting */
+    w->q[0].mem_mb = 20000; w->q[0].workers = 1;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    reason(&r, 0, txt, sizeof txt);
+    ck_assert_str_eq(txt, "infeasible: asks 20000 MiB per task; the largest node offers 16000 MiB");
+    sched_result_release(&r); free(w);
+}
+END_TEST
+
+/* Without resources.memory a task gets its node's default share:
+ * memory x its devices / the node's devices of that kind. */
+START_TEST(memory_default_share)
+{
+    world *w = world_new();
+    int c = add_node(w, 0, 4);                     /* 4 cpu slots, 24000 MiB */
+    w->nodes[c].mem_mb = 24000;
+    int g = add_node(w, 8, 2);                     /* 8 gpus, 2 cpu slots, 80000 MiB */
+    w->nodes[g].mem_mb = 80000;
+    sched_job j = {1, 0, 50, 1, 2, SCHED_CPU, 0, 0, 60, 0, NULL, 0};
+    ck_assert_int_eq(sched_task_mem(&w->nodes[c], &j, 0), 12000);
+    ck_assert_int_eq(sched_task_mem(&w->nodes[c], &j, 1), 6000);     /* a ps: one slot of four */
+    j.kind = SCHED_GPU; j.devices_per_worker = 1;
+    ck_assert_int_eq(sched_task_mem(&w->nodes[g], &j, 0), 10000);
+    ck_assert_int_eq(sched_task_mem(&w->nodes[g], &j, 1), 40000);    /* one slot of two */
+    j.mem_mb = 5000;                                                  /* the spec's wins */
+    ck_assert_int_eq(sched_task_mem(&w->nodes[g], &j, 0), 5000);
+    /* placed: 2 cpu workers of 2 slots fill the cpu node, each with half its memory */
+    int q = add_job(w, 10, 0, 50, 2, 2, SCHED_CPU);
+    sched_result r; sched_result_init(&r);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.out[q].place, 0);
+    for (int t = 0; t < r.n_tasks; t++) {
+        ck_assert_int_eq(r.tasks[t].node, c);
+        ck_assert_int_eq(r.tasks[t].mem_mb, 12000);
+    }
+    /* a job that took most of the node's memory leaves too little for a default share */
+    w->s.n_queued = 0;
+    add_running(w, 7, 0, 50, 0, g, 1);
+    hold_mem(w, g, 7, 75000);
+    q = add_job(w, 11, 0, 50, 1, 1, SCHED_GPU);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_place, 0);
+    char txt[SCHED_REASON_MAX];
+    reason(&r, q, txt, sizeof txt);
+    ck_assert_str_eq(txt, "needs 10000 MiB on one node for a worker; the most free on a ready node is 5000 MiB");
+    sched_result_release(&r); free(w);
+}
+END_TEST
+
+/* A node that reports no memory (0) places by devices alone; its tasks
+ * still carry the spec's memory as their limit. */
+START_TEST(memory_zero_node_ignored)
+{
+    world *w = world_new();
+    add_node(w, 8, 4);                             /* mem_mb 0 */
+    for (int i = 0; i < 4; i++) {
+        int q = add_job(w, 10 + i, 0, 50, 1, 2, SCHED_GPU);
+        w->q[q].mem_mb = 1 << 20;                  /* 1 TiB each */
+    }
+    add_job(w, 20, 0, 50, 1, 1, SCHED_CPU);        /* no memory asked: 0 */
+    sched_result r; sched_result_init(&r);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_place, 5);
+    for (int t = 0; t < r.n_tasks; t++)
+        ck_assert_int_eq(r.tasks[t].mem_mb, r.tasks[t].kind == SCHED_GPU ? 1 << 20 : 0);
+    sched_outcome o;
+    ck_assert_int_eq(sched_admit(&w->s, &w->q[0], &o), 0);
+    sched_result_release(&r); free(w);
+}
+END_TEST
+
+/* Preemption frees memory too: stopping the job that holds devices but not
+ * the memory the head needs is not enough, and is not chosen. */
+START_TEST(memory_preemption_frees_memory)
+{
+    world *w = world_new();
+    int n0 = add_node(w, 8, 4);
+    w->nodes[n0].mem_mb = 32000;
+    int a = add_running(w, 1, 0, 10, 1, n0, 2);    /* 2 gpus, 30000 MiB */
+    int b = add_running(w, 2, 0, 10, 1, n0, 4);    /* 4 gpus, 1000 MiB */
+    hold_mem(w, n0, 1, 30000);
+    hold_mem(w, n0, 2, 1000);
+    w->run[a].last_checkpoint_ms = w->s.now_ms - 300000;
+    w->run[b].last_checkpoint_ms = w->s.now_ms - 1000;   /* least work lost: tried first */
+    int h = add_job(w, 10, 0, 90, 1, 4, SCHED_GPU);
+    w->q[h].mem_mb = 16000;
+    sched_result r; sched_result_init(&r);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_place, 0);
+    ck_assert_int_eq(r.n_stops, 1);
+    ck_assert_int_eq(r.stops[0].job_id, 1);        /* its memory, and 2 + 2 gpus */
+    char txt[SCHED_REASON_MAX];
+    reason(&r, h, txt, sizeof txt);
+    ck_assert_str_eq(txt, "waiting for 1 preempted job to stop");
+    sched_result_release(&r); free(w);
+}
+END_TEST
+
+/* Backfill counts memory: a short job may not take memory the head needs
+ * at its reservation, though the devices would do. */
+START_TEST(memory_backfill_keeps_reservation)
+{
+    world *w = world_new();
+    int n0 = add_node(w, 8, 4);
+    w->nodes[n0].mem_mb = 24000;
+    add_running(w, 1, 0, 50, 0, n0, 4);
+    hold_mem(w, n0, 1, 16000);                     /* free now: 4 gpus, 8000 MiB */
+    int h = add_job(w, 10, 0, 60, 1, 4, SCHED_GPU);
+    w->q[h].mem_mb = 17000;
+    int b = add_job(w, 11, 0, 50, 1, 2, SCHED_GPU);
+    w->q[b].mem_mb = 8000;
+    w->q[b].max_runtime_s = 7200;                  /* runs past the head's reservation */
+    w->cfg.preemption = 0;
+    sched_result r; sched_result_init(&r);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.head_job, 10);
+    ck_assert_int_eq(r.out[h].est_start_ms, w->run[0].end_ms);
+    ck_assert_int_eq(r.n_place, 0);
+    char txt[SCHED_REASON_MAX];
+    reason(&r, b, txt, sizeof txt);
+    ck_assert_str_eq(txt, "reserved for job 10");
+    /* with less memory it leaves the head its 17000 at T: backfilled */
+    w->q[b].mem_mb = 7000;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_place, 1);
+    ck_assert_int_eq(r.place[0].backfill, 1);
+    sched_result_release(&r); free(w);
+}
+END_TEST
+
+START_TEST(memory_admission)
+{
+    world *w = world_new();
+    int n0 = add_node(w, 8, 4);
+    int n1 = add_node(w, 8, 4);
+    w->nodes[n0].mem_mb = 24105;
+    w->nodes[n1].mem_mb = 16000;
+    sched_job j = {1, 0, 50, 1, 1, SCHED_GPU, 0, 0, 60, 0, NULL, 65536};
+    sched_outcome o;
+    char txt[SCHED_REASON_MAX];
+    ck_assert_int_eq(sched_admit(&w->s, &j, &o), -1);
+    sched_reason_format(&o, txt, sizeof txt);
+    ck_assert_str_eq(txt, "infeasible: asks 65536 MiB per task; the largest node offers 24105 MiB");
+    j.mem_mb = 12000; j.workers = 4;               /* 2 fit on the first, 1 on the second */
+    ck_assert_int_eq(sched_admit(&w->s, &j, &o), -1);
+    sched_reason_format(&o, txt, sizeof txt);
+    ck_assert_str_eq(txt, "infeasible: needs 4 workers x 1 gpu; the cluster can hold 3 such workers");
+    j.workers = 3;
+    ck_assert_int_eq(sched_admit(&w->s, &j, &o), 0);
+    j.mem_mb = 0; j.workers = 16;                  /* default shares always fit */
+    ck_assert_int_eq(sched_admit(&w->s, &j, &o), 0);
+    j.mem_mb = 65536; j.workers = 1;               /* a node that reports no memory may hold it */
+    w->nodes[n1].mem_mb = 0;
+    ck_assert_int_eq(sched_admit(&w->s, &j, &o), 0);
+    free(w);
+}
+END_TEST
+
 /* ================================================================ properties */
 
 static uint64_t g_rng;
@@ -316,6 +539,7 @@ static void random_world(world *w)
     static const int gp[] = {0, 1, 2, 4, 8, 8};
     for (int i = 0; i < nn; i++) {
         add_node(w, gp[rint_(0, 5)], rint_(0, 6));
+        if (rint_(0, 2)) w->nodes[i].mem_mb = rint_(4, 64) * 1000;
         if (rint_(0, 9) == 0) w->nodes[i].ready = 0;
         w->nodes[i].n_ports = rint_(0, 2);
         for (int p = 0; p < w->nodes[i].n_ports; p++) w->ports[i][p] = w->cfg.port_base + rint_(0, 3);
@@ -330,6 +554,8 @@ static void random_world(world *w)
         for (int d = 0; d < w->nodes[i].n_dev[k] && got < want; d++)
             if (w->dev[i][k][d].job_id == 0 && rint_(0, 1)) { w->dev[i][k][d].job_id = id; got++; }
         if (!got) continue;
+        if (rint_(0, 1)) hold_mem(w, i, id, rint_(1, 24) * 1000);
+        if (rint_(0, 15) == 0) hold_mem(w, i, 9999, rint_(1, 8) * 1000);   /* a holder not running */
         int x = w->s.n_running++;
         int64_t now = w->s.now_ms;
         w->run[x] = (sched_running){id, rint_(0, w->s.n_teams - 1), rint_(0, 2) * 40 + 10, rint_(0, 1),
@@ -342,8 +568,9 @@ static void random_world(world *w)
         sched_job *j = &w->q[q];
         *j = (sched_job){100 + q, rint_(0, w->s.n_teams - 1), rint_(0, 2) * 40 + 10, rint_(1, 4),
                          rint_(1, 8), rint_(0, 4) ? SCHED_GPU : SCHED_CPU, rint_(0, 5) ? 0 : rint_(1, 2),
-                         w->s.now_ms - rint_(0, 36000) * 1000, rint_(60, 14400), 0, NULL};
+                         w->s.now_ms - rint_(0, 36000) * 1000, rint_(60, 14400), 0, NULL, 0};
         if (j->devices_per_worker > 3 && rint_(0, 1)) j->devices_per_worker = rint_(1, 2);
+        if (rint_(0, 2) == 0) j->mem_mb = rint_(1, 40) * 1000;
         if (w->s.n_nodes > 0 && rint_(0, 6) == 0) {
             w->avoid[q][0] = w->nodes[rint_(0, w->s.n_nodes - 1)].id;
             j->avoid = w->avoid[q]; j->n_avoid = 1;
@@ -352,9 +579,11 @@ static void random_world(world *w)
     }
 }
 
-/* Can job j run with free[k][i] devices free on every node? Closed form:
- * identical workers fit iff sum floor(free/w) >= workers; ps fill leftovers. */
-static int fits_with(const world *w, const sched_job *j, int free_[SCHED_KINDS][MAXN])
+/* Can job j run with free[k][i] devices and mem[i] MiB free on every node?
+ * Closed form: identical workers fit iff sum min(floor(free/w), floor(mem /
+ * the worker's memory there)) >= workers (memory where the node reports
+ * it); ps fill leftover slots. */
+static int fits_with(const world *w, const sched_job *j, int free_[SCHED_KINDS][MAXN], const int64_t *mem)
 {
     int64_t cap = 0, cpu = 0;
     for (int i = 0; i < w->s.n_nodes; i++) {
@@ -362,7 +591,10 @@ static int fits_with(const world *w, const sched_job *j, int free_[SCHED_KINDS][
         int avoided = 0;
         for (int a = 0; a < j->n_avoid; a++) avoided |= j->avoid[a] == w->nodes[i].id;
         if (avoided) continue;
-        cap += free_[j->kind][i] / j->devices_per_worker;
+        int64_t ci = free_[j->kind][i] / j->devices_per_worker;
+        int64_t need = w->nodes[i].mem_mb > 0 ? sched_task_mem(&w->nodes[i], j, 0) : 0;
+        if (need > 0 && (mem[i] > 0 ? mem[i] / need : 0) < ci) ci = mem[i] > 0 ? mem[i] / need : 0;
+        cap += ci;
         cpu += free_[SCHED_CPU][i];
     }
     if (cap < j->workers) return 0;
@@ -375,6 +607,7 @@ static int fits_with(const world *w, const sched_job *j, int free_[SCHED_KINDS][
 static int64_t head_start(const world *w, const sched_result *r, int head, int with_bf)
 {
     static int free_[SCHED_KINDS][MAXN];
+    static int64_t mem[MAXN];
     int64_t times[MAXJ * 2 + 1];
     int nt = 0;
     int64_t now = w->s.now_ms, grace = w->cfg.preempt_grace_ms;
@@ -406,19 +639,35 @@ static int64_t head_start(const world *w, const sched_result *r, int head, int w
                 }
                 free_[k][i] = f;
             }
+        /* memory: what holders still running at T keep (one not running keeps it for good) */
+        for (int i = 0; i < w->s.n_nodes; i++) {
+            mem[i] = w->nodes[i].mem_mb;
+            for (int m = 0; m < w->nodes[i].n_mem; m++) {
+                int64_t e = 0;
+                for (int x = 0; x < w->s.n_running; x++) {
+                    if (w->run[x].id != w->mem[i][m].job_id) continue;
+                    int stopping = w->run[x].stopping;
+                    for (int s = 0; s < r->n_stops; s++) stopping |= r->stops[s].running == x;
+                    e = stopping || w->run[x].end_ms < now + grace ? now + grace : w->run[x].end_ms;
+                }
+                if (!e || e > T) mem[i] -= w->mem[i][m].mb;
+            }
+        }
         for (int p = 0; p < r->n_place; p++) {
             const sched_place *pl = &r->place[p];
             if (pl->backfill && !with_bf) continue;
             if (now + w->q[pl->job].max_runtime_s * 1000 <= T) continue;
-            for (int x = pl->task_off; x < pl->task_off + pl->n_tasks; x++)
+            for (int x = pl->task_off; x < pl->task_off + pl->n_tasks; x++) {
                 free_[r->tasks[x].kind][r->tasks[x].node] -= r->tasks[x].n_dev;
+                if (w->nodes[r->tasks[x].node].mem_mb > 0) mem[r->tasks[x].node] -= r->tasks[x].mem_mb;
+            }
         }
-        if (fits_with(w, &w->q[head], free_)) best = T;
+        if (fits_with(w, &w->q[head], free_, mem)) best = T;
     }
     return best;
 }
 
-static long g_seen_place, g_seen_backfill, g_seen_stop, g_seen_head;
+static long g_seen_place, g_seen_backfill, g_seen_stop, g_seen_head, g_seen_mem;
 
 static void check_world(world *w, int iter)
 {
@@ -464,6 +713,22 @@ static void check_world(world *w, int iter)
     for (int a = 0; a < r.n_dev; a++)
         for (int b = a + 1; b < r.n_dev; b++)
             ck_assert_msg(r.dev_ids[a] != r.dev_ids[b], "iter %d: device held twice", iter);
+    /* 1b. memory: each task carries its memory, and a node that reports memory
+     * is never given more than it has free */
+    for (int i = 0; i < s->n_nodes; i++) {
+        int64_t used = 0, placed = 0;
+        for (int m = 0; m < s->nodes[i].n_mem; m++) used += s->nodes[i].mem[m].mb;
+        for (int p = 0; p < r.n_place; p++)
+            for (int x = r.place[p].task_off; x < r.place[p].task_off + r.place[p].n_tasks; x++) {
+                const sched_task *t = &r.tasks[x];
+                if (t->node != i) continue;
+                ck_assert_int_eq(t->mem_mb, sched_task_mem(&s->nodes[i], &s->queued[r.place[p].job], t->type));
+                placed += t->mem_mb;
+            }
+        if (s->nodes[i].mem_mb > 0 && placed > 0)
+            ck_assert_msg(used + placed <= s->nodes[i].mem_mb, "iter %d: node %d given %lld MiB, %lld free",
+                          iter, i, (long long)placed, (long long)(s->nodes[i].mem_mb - used));
+    }
     for (int a = 0; a < r.n_tasks; a++)
         for (int b = a + 1; b < r.n_tasks; b++)
             if (r.tasks[a].node == r.tasks[b].node) ck_assert_int_ne(r.tasks[a].port, r.tasks[b].port);
@@ -491,6 +756,7 @@ static void check_world(world *w, int iter)
             char txt[SCHED_REASON_MAX];
             sched_reason_format(&r.out[q], txt, sizeof txt);
             ck_assert_msg(r.out[q].why != SW_NONE && txt[0], "iter %d: job waits without reason", iter);
+            g_seen_mem += r.out[q].why == SW_MEM || r.out[q].why == SW_MEM_GANG;
         }
     }
     /* 4. nobody passes the head except by backfill, and backfill never delays it */
@@ -545,6 +811,7 @@ START_TEST(property_random_worlds)
     ck_assert_int_gt(g_seen_backfill, n / 20);
     ck_assert_int_gt(g_seen_stop, n / 50);
     ck_assert_int_gt(g_seen_head, n / 4);
+    ck_assert_int_gt(g_seen_mem, n / 20);
     free(w);
 }
 END_TEST
@@ -558,9 +825,11 @@ START_TEST(property_repeated_passes)
     for (int round = 0; round < 20; round++) {
         random_world(w);
         w->s.n_running = 0;
-        for (int i = 0; i < w->s.n_nodes; i++)
+        for (int i = 0; i < w->s.n_nodes; i++) {
+            w->nodes[i].n_mem = 0;
             for (int k = 0; k < SCHED_KINDS; k++)
                 for (int d = 0; d < w->nodes[i].n_dev[k]; d++) w->dev[i][k][d].job_id = 0;
+        }
         sched_result r; sched_result_init(&r);
         for (int step = 0; step < 60; step++) {
             check_world(w, step);
@@ -570,6 +839,7 @@ START_TEST(property_repeated_passes)
                 sched_job j = w->q[pl->job];
                 for (int x = pl->task_off; x < pl->task_off + pl->n_tasks; x++) {
                     const sched_task *t = &r.tasks[x];
+                    if (t->mem_mb > 0) hold_mem(w, t->node, j.id, t->mem_mb);
                     for (int d = 0; d < t->n_dev; d++)
                         for (int x2 = 0; x2 < w->nodes[t->node].n_dev[t->kind]; x2++)
                             if (w->dev[t->node][t->kind][x2].id == r.dev_ids[t->dev_off + d])
@@ -590,6 +860,7 @@ START_TEST(property_repeated_passes)
             for (int x = 0; x < w->s.n_running; x++) {
                 sched_running *v = &w->run[x];
                 if (v->end_ms <= w->s.now_ms || v->stopping) {
+                    drop_mem(w, v->id);
                     for (int i = 0; i < w->s.n_nodes; i++)
                         for (int k = 0; k < SCHED_KINDS; k++)
                             for (int d = 0; d < w->nodes[i].n_dev[k]; d++)
@@ -605,8 +876,10 @@ START_TEST(property_repeated_passes)
             ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
             for (int q = 0; q < w->s.n_queued; q++) {
                 int why = r.out[q].why;
+                /* memory: infeasible, or a ps that the workers' memory kept out */
                 ck_assert_msg(r.out[q].place >= 0 || why == SW_QUOTA || why == SW_WIDE || why == SW_LARGE ||
-                              why == SW_PS_INFEASIBLE || why == SW_NO_NODES,
+                              why == SW_PS_INFEASIBLE || why == SW_NO_NODES || why == SW_MEM_WIDE ||
+                              (why == SW_MEM && r.out[q].c == 1),
                               "job waits on an idle cluster: why %d", why);
             }
         }
@@ -633,7 +906,7 @@ START_TEST(pass_is_fast)
     g_rng = 77;
     static const int wd[] = {1, 2, 4, 8};
     for (int i = 0; i < nq; i++)
-        q[i] = (sched_job){i + 1, rint_(0, 3), 50, rint_(1, 4), wd[rint_(0, 3)], SCHED_GPU, 0, i, 3600, 0, NULL};
+        q[i] = (sched_job){i + 1, rint_(0, 3), 50, rint_(1, 4), wd[rint_(0, 3)], SCHED_GPU, 0, i, 3600, 0, NULL, 0};
     sched_snapshot s = {1000000, nn, nn, nodes, 4, teams, 0, NULL, nq, q};
     sched_config cfg; sched_config_default(&cfg);
     sched_result r; sched_result_init(&r);
@@ -719,7 +992,7 @@ static int64_t node(const char *host, int gpus, int cpus, int64_t now)
     for (int i = 0; i < gpus; i++) idx[i] = i;
     int64_t id = 0;
     int created = 0;
-    ck_assert_int_eq(cluster_node_upsert(g_db, host, "10.0.0.1", cpus, gpus, idx, NULL, NULL, now, &id, &created), 0);
+    ck_assert_int_eq(cluster_node_upsert(g_db, host, "10.0.0.1", cpus, gpus, idx, NULL, NULL, 0, NULL, now, &id, &created), 0);
     return id;
 }
 
@@ -781,6 +1054,10 @@ static void check_db(void)
     /* ports unique per node among live tasks */
     ck_assert_int_eq(q1("SELECT count(*) FROM (SELECT node_id, port FROM tasks WHERE state != 'exited'"
                         " GROUP BY node_id, port HAVING count(*) > 1)", 0), 0);
+    /* memory: a node that reports memory holds at most that much for its live tasks */
+    ck_assert_int_eq(q1("SELECT count(*) FROM nodes n WHERE n.memory_mb > 0 AND n.memory_mb <"
+                        " (SELECT coalesce(sum(t.memory_mb), 0) FROM tasks t WHERE t.node_id = n.id"
+                        "  AND t.id IN (SELECT task_id FROM allocations))", 0), 0);
     /* quotas */
     ck_assert_int_eq(q1("SELECT count(*) FROM teams tm WHERE tm.quota IS NOT NULL AND tm.quota <"
                         " (SELECT coalesce(sum(j.workers * j.devices_per_worker), 0) FROM jobs j"
@@ -850,6 +1127,43 @@ START_TEST(db_pass_places_gangs)
     free(qv);
     check_db();
     check_reasons();
+}
+END_TEST
+
+/* Memory through the SQLite pass: each task records its memory (the
+ * spec's, or its node's default share), a second job waits on the memory
+ * the first holds and starts once the first's tasks exit. */
+START_TEST(db_memory_placement)
+{
+    int64_t now = now_ms();
+    sched_config cfg; sched_config_default(&cfg);
+    int64_t t = team("default", -1);
+    int idx[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    int64_t nid = 0;
+    ck_assert_int_eq(cluster_node_upsert(g_db, "m1", "10.0.0.9", 4, 8, idx, NULL, NULL, 32000,
+                                         "{\"mode\":\"user\"}", now, &nid, NULL), 0);
+    int64_t a = job(t, 60, 1, 2, "gpu", 0, 3, 0);
+    exec_sql("UPDATE jobs SET memory_mb = 20000 WHERE id = ?", a);
+    int64_t b = job(t, 50, 1, 1, "cpu", 0, 3, 0);                /* default share: 32000 / 4 slots */
+    int64_t c = job(t, 40, 1, 2, "gpu", 0, 3, 0);
+    exec_sql("UPDATE jobs SET memory_mb = 6000 WHERE id = ?", c);
+    sched_pass_stats st;
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 1000, &st), 0);
+    ck_assert_int_eq(st.placed, 2);
+    ck_assert_int_eq(q1("SELECT memory_mb FROM tasks WHERE job_id = ?", a), 20000);
+    ck_assert_int_eq(q1("SELECT memory_mb FROM tasks WHERE job_id = ?", b), 8000);
+    char txt[256];
+    qtext("SELECT reason FROM jobs WHERE id = ?", c, txt, sizeof txt);
+    ck_assert_str_eq(txt, "needs 6000 MiB on one node for a worker; the most free on a ready node is 4000 MiB");
+    check_db();
+    /* the first job ends: its memory is free again, the third starts */
+    exec_sql("UPDATE tasks SET state = 'exited' WHERE job_id = ?", a);
+    exec_sql("UPDATE jobs SET state = 'succeeded' WHERE id = ?", a);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 2000, &st), 0);
+    state_of(c, txt, sizeof txt);
+    ck_assert_str_eq(txt, "starting");
+    ck_assert_int_eq(q1("SELECT memory_mb FROM tasks WHERE job_id = ?", c), 6000);
+    check_db();
 }
 END_TEST
 
@@ -1094,6 +1408,12 @@ Suite *sched_suite(void)
     tcase_add_test(tc, preempt_least_work_lost);
     tcase_add_test(tc, guarantee_reclaims_borrowed);
     tcase_add_test(tc, fair_share_orders_teams);
+    tcase_add_test(tc, memory_blocks_second_job);
+    tcase_add_test(tc, memory_default_share);
+    tcase_add_test(tc, memory_zero_node_ignored);
+    tcase_add_test(tc, memory_preemption_frees_memory);
+    tcase_add_test(tc, memory_backfill_keeps_reservation);
+    tcase_add_test(tc, memory_admission);
     tcase_add_loop_test(tc, property_random_worlds, 0, 4);
     tcase_add_loop_test(tc, property_repeated_passes, 0, 2);
     tcase_add_test(tc, pass_is_fast);
@@ -1102,6 +1422,7 @@ Suite *sched_suite(void)
     tcase_set_timeout(td, 120);
     tcase_add_checked_fixture(td, db_setup, db_teardown);
     tcase_add_test(td, db_pass_places_gangs);
+    tcase_add_test(td, db_memory_placement);
     tcase_add_test(td, db_lost_node_requeue_and_restarts);
     tcase_add_test(td, db_preempt_then_requeue);
     tcase_add_test(td, db_one_restart_budget);

@@ -49,7 +49,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < n_nodes; i++) {
         char host[32];
         snprintf(host, sizeof host, "node-%04d", i);
-        if (cluster_node_upsert(d, host, "10.0.0.1", 32, gpus, idx, NULL, NULL, now, NULL, NULL) < 0) return 1;
+        if (cluster_node_upsert(d, host, "10.0.0.1", 32, gpus, idx, NULL, NULL, 0, NULL, now, NULL, NULL) < 0) return 1;
     }
     static const struct { int w, dpw; } mix[] = {{1, 1}, {1, 1}, {1, 1}, {1, 2}, {1, 4}, {1, 8}, {1, 8}, {2, 8}, {4, 8}, {8, 8}};
     if (db_begin(d) < 0) return 1;

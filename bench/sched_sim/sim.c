@@ -120,7 +120,7 @@ static void simulate(int n_nodes, int gpus, int n_jobs, uint64_t seed, int backf
             simjob *j = &jobs[i];
             if (j->state == 0) {
                 q[nq] = (sched_job){j->id, j->team, j->priority, j->workers, j->dpw, SCHED_GPU, 0,
-                                    j->queued_at, j->max_runtime_s, 0, NULL};
+                                    j->queued_at, j->max_runtime_s, 0, NULL, 0};
                 qmap[nq++] = i;
                 waiting_team[j->team] = 1;
             } else if (j->state == 1) {
