@@ -1033,6 +1033,21 @@ static int parse_memory(spec_error *e, const cJSON *r, jobspec *s) {
     return 1;
 }
 
+int jobspec_size_mb(const char *text, int64_t *mb, spec_error *err) {
+    cJSON *r = cJSON_CreateObject();
+    if (!r || !cJSON_AddStringToObject(r, "memory", text)) {
+        cJSON_Delete(r);
+        return fail(err, 422, "invalid_value", MEM_FIELD, "out of memory");
+    }
+    jobspec tmp;
+    memset(&tmp, 0, sizeof tmp);
+    int rc = parse_memory(err, r, &tmp);
+    cJSON_Delete(r);
+    if (rc < 0) return -1;
+    *mb = tmp.resources.memory_mb;
+    return 0;
+}
+
 static int parse_resources(spec_error *e, const cJSON *root, jobspec *s) {
     const cJSON *r = NULL;
     int rc = get_object(e, root, "", "resources", &r);

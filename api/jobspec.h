@@ -203,6 +203,11 @@ typedef struct spec_error {
  * release). *out is overwritten: release a spec it held before. Reentrant. */
 int jobspec_parse(const char *json, size_t len, jobspec *out, spec_error *err);
 
+/* A size as resources.memory takes it ("4GiB", "512MiB", "1.5G", or an
+ * integer number of bytes, 16 MiB to 64 TiB): *mb, rounded up to whole
+ * MiB. 0, or -1 with err (may be NULL). */
+int jobspec_size_mb(const char *text, int64_t *mb, spec_error *err);
+
 /* 1 when NAME (of a command's env) is one trainyard sets for every task
  * (TF_CONFIG, RANK, CUDA_VISIBLE_DEVICES, TRAINYARD_*, ...): refused in specs. */
 int jobspec_env_reserved(const char *name);

@@ -6,6 +6,7 @@
 #include "agent.h"
 #include "proc.h"
 #include "../api/client.h"
+#include "../api/jobspec.h"
 #include "../common/util.h"
 
 #include <cjson/cJSON.h>
@@ -1254,9 +1255,9 @@ int agent_parse_flags(agent_options *o, int argc, char **argv) {
             break;
         case 'M': {
             int64_t mb = 0;
-            if (iso_parse_size(optarg, &mb) < 0 || mb < 64) {
-                fprintf(stderr, "trainyard agent: --memory wants a size of at least 64MiB, e.g. 64GiB; got '%s'\n",
-                        optarg);
+            spec_error se;
+            if (jobspec_size_mb(optarg, &mb, &se) < 0) {
+                fprintf(stderr, "trainyard agent: --memory: %s\n", se.message);
                 return -1;
             }
             o->iso.memory_mb = mb;

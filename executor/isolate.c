@@ -4,7 +4,6 @@
 #include "../common/util.h"
 
 #include <cjson/cJSON.h>
-#include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -42,34 +41,6 @@ void iso_options_default(iso_options *o) {
     snprintf(o->task_root, sizeof o->task_root, "/var/lib/trainyard-tasks");
     snprintf(o->lock_dir, sizeof o->lock_dir, "/run/trainyard/uids");
     o->pids_max = 4096;
-}
-
-int iso_parse_size(const char *s, int64_t *mb_out) {
-    if (!s) return -1;
-    while (isspace((unsigned char)*s)) s++;
-    if (!isdigit((unsigned char)*s) && *s != '.') return -1;
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0) || v > 1e18) return -1;
-    while (isspace((unsigned char)*end)) end++;
-    static const struct { const char *unit; double mul; } units[] = {
-        {"", 1}, {"B", 1},
-        {"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0}, {"TiB", 1099511627776.0},
-        {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12},
-        {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-    };
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
-        if (strcmp(end, units[i].unit) != 0) continue;
-        double bytes = v * units[i].mul;
-        if (bytes > 9.0e18) return -1;
-        double mb = bytes / 1048576.0;
-        int64_t m = (int64_t)mb;
-        if ((double)m < mb) m++; /* rounded up to a whole MiB */
-        *mb_out = m;
-        return 0;
-    }
-    return -1;
 }
 
 void iso_format_mb(int64_t mb, char *out, size_t outlen) {

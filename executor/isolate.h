@@ -11,7 +11,7 @@
  * Between fork and exec only iso_task_enter runs, and it makes raw system
  * calls only: everything it needs is prepared by iso_task_prepare.
  *
- * defines: iso_options, iso_options_default, iso_parse_size, iso_format_mb,
+ * defines: iso_options, iso_options_default, iso_format_mb,
  *          isolator, iso_init, iso_release, iso_describe, iso_task,
  *          iso_task_prepare, iso_task_enter,
  *          iso_task_finish, iso_sweep, iso_env_keep, iso_bpf_deny_gpus */
@@ -45,10 +45,6 @@ typedef struct iso_options {
 } iso_options;
 
 void iso_options_default(iso_options *o);
-
-/* "4GiB", "512MiB", "1.5G", "800M", "1048576" (bytes) -> MiB, rounded up.
- * 0, or -1 when it is no size. */
-int iso_parse_size(const char *s, int64_t *mb_out);
 
 /* 4096 -> "4 GiB", 1536 -> "1.5 GiB", 512 -> "512 MiB". */
 void iso_format_mb(int64_t mb, char *out, size_t outlen);
