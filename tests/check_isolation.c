@@ -1,8 +1,8 @@
 /* check_isolation.c - teams kept apart on the node (executor/isolate.c), on
  * `trainyard up` run as root, through the API: team B's command job probes
  * for team A's token (/proc/PID/environ), processes, files, /tmp and
- * /dev/shm, and for the agent's and server's files, while team A's job
- * runs on to success; a job that allocates past resources.memory is killed
+ * /dev/shm, and for the agent's and server's files, while team A's
+ * training job (and a program of its own) runs on to success; a job that allocates past resources.memory is killed
  * and reported out of memory (twice: once per attempt of its budget) while
  * a neighbour finishes; a fork loop stops at the pids limit; two one-slot
  * jobs each get about one core on a two-slot node whatever they run; a task
@@ -194,10 +194,24 @@ static pid_t find_task_pid(unsigned uid, char *home, size_t n) {
     return found;
 }
 
+/* Team A's training job: the seed MLP on 2,000 Fashion-MNIST examples. */
+#define A_TRAIN                                                                                               \
+    "{\"name\":\"team-a-train\",\"model\":{\"layers\":[{\"type\":\"flatten\",\"input_shape\":[28,28]},"    \
+    "{\"type\":\"dense\",\"units\":64,\"activation\":\"relu\"},{\"type\":\"dropout\",\"rate\":0.2},"          \
+    "{\"type\":\"dense\",\"units\":10,\"activation\":\"softmax\"}]},\"compile\":{\"optimizer\":{\"type\":"      \
+    "\"adam\"},\"loss\":\"sparse_categorical_crossentropy\",\"metrics\":[\"accuracy\"]},\"data\":{\"source\":"   \
+    "\"fashion-mnist\",\"limit\":2000,\"validation_split\":0.1,\"seed\":7},\"fit\":{\"epochs\":12,"           \
+    "\"batch_size\":64},\"max_restarts\":0}"
+
 START_TEST(two_teams_apart) {
     if (!need_root("two_teams_apart")) return;
-    const char *extra[] = {"--cpu-slots", "2", NULL};
+    const char *extra[] = {"--cpu-slots", "3", NULL};
     up_with(extra);
+    /* team A trains, and runs a program of its own beside it */
+    int64_t train = ty_submit(srv.url, team_a, A_TRAIN);
+    cJSON *jt = wait_job(team_a, train, "running", 60);
+    ck_assert_str_eq(ty_str(jt, "state"), "running");
+    cJSON_Delete(jt);
     int64_t a = submit_py(team_a, "team-a", A_SCRIPT, NULL, NULL, 0);
     char line[512] = "";
     for (int i = 0; i < 300 && !line[0]; i++) {
@@ -258,7 +272,13 @@ START_TEST(two_teams_apart) {
     ck_assert(cJSON_IsTrue(probe_field(p, "own_session"))); /* the task's worker leads its session */
     cJSON_Delete(p);
 
-    /* team A trains on to success: its checkpoint and metric came back */
+    /* team A trains on to success: its checkpoints and metrics came back */
+    jt = wait_job(team_a, train, NULL, 120);
+    ck_assert_msg(strcmp(ty_str(jt, "state"), "succeeded") == 0, "team A's training: %s %s", ty_str(jt, "state"),
+                  ty_str(jt, "reason"));
+    cJSON *test = cJSON_GetObjectItem(cJSON_GetObjectItem(jt, "progress"), "test");
+    ck_assert_msg(ty_num(test, "test_accuracy") > 0.5, "team A's test accuracy %.3f", ty_num(test, "test_accuracy"));
+    cJSON_Delete(jt);
     char done[PATH_MAX + 32];
     snprintf(done, sizeof done, "/proc/%d/root/tmp/a-secret.done", (int)victim);
     int fd = open(done, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
