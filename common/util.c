@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -260,6 +261,18 @@ char *file_read_all(const char *path, size_t max, size_t *len) {
     }
     close(fd);
     return buf_detach(&b, len);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    if (remove(path) < 0 && errno != ENOENT) log_warn("cannot remove %s: %s", path, strerror(errno));
+    return 0;
+}
+
+void rm_tree(const char *dir) {
+    if (dir[0]) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 }
 
 int mkdir_p(const char *path, int mode) {

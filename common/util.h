@@ -66,6 +66,10 @@ char *file_read_all(const char *path, size_t max, size_t *len);
 /* mkdir -p with mode; 0 or -1 (errno). */
 int mkdir_p(const char *path, int mode);
 
+/* rm -r of dir that follows no symlink and crosses no mount point; what
+ * cannot be removed is logged and left. Nothing for "". */
+void rm_tree(const char *dir);
+
 /* fsync a directory by path; 0 or -1. */
 int fsync_dir(const char *dir);
 

@@ -17,7 +17,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -567,18 +566,6 @@ static int exe_resolve(const char *argv0, char *const *envp, char *out, size_t c
 }
 
 /* ---------------------------------------------------------------- scratch and checkpoints */
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    if (remove(path) < 0 && errno != ENOENT) log_warn("cannot remove %s: %s", path, strerror(errno));
-    return 0;
-}
-
-static void rm_tree(const char *dir) {
-    if (dir[0]) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
 
 /* A restored file's name must stay a plain name inside the directory. */
 static int safe_file_name(const char *s) {

@@ -7,7 +7,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <grp.h>
 #include <linux/bpf.h>
 #include <pwd.h>
@@ -89,19 +88,6 @@ static long long read_keyed(const char *dir, const char *file, const char *key) 
     }
     free(s);
     return v;
-}
-
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    if (remove(path) < 0 && errno != ENOENT) log_warn("cannot remove %s: %s", path, strerror(errno));
-    return 0;
-}
-
-/* rm -r that follows no symlink and crosses no mount. */
-static void rm_tree(const char *dir) {
-    if (dir[0]) nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 }
 
 static int pid_alive(long pid) { return pid > 0 && (kill((pid_t)pid, 0) == 0 || errno == EPERM); }
