@@ -184,7 +184,7 @@ static cJSON *handout(server *srv, int64_t task_id, int *err) {
     cJSON_AddNumberToObject(cfg, "job", (double)t.job_id);
     cJSON_AddNumberToObject(cfg, "attempt", t.attempt);
     cJSON_AddNumberToObject(cfg, "memory_mb", (double)t.memory_mb);
-    cJSON_AddStringToObject(cfg, "api", srv->url);
+    cJSON_AddStringToObject(cfg, "api", srv->public_url);
     cJSON_AddStringToObject(cfg, "token", tok);
     cJSON *spec = cJSON_Parse(j.spec);
     cJSON_AddItemToObject(cfg, "spec", spec ? spec : cJSON_CreateObject());

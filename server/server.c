@@ -205,6 +205,7 @@ int server_serve(server *s, volatile sig_atomic_t *stop) {
         return 1;
     }
     snprintf(s->url, sizeof s->url, "http://%s:%d", s->opt.host, s->port);
+    snprintf(s->public_url, sizeof s->public_url, "%s", s->opt.public_url[0] ? s->opt.public_url : s->url);
     if (api_start_services(s, err, sizeof err) < 0) {
         log_error("%s", err);
         http_stop(s->http);
@@ -237,9 +238,11 @@ void server_close(server *s) {
 static void server_usage(FILE *f) {
     fprintf(f,
             "usage: trainyard server [--listen ADDR:PORT] [--data DIR] [--durability full|normal]\n"
-            "                        [--heartbeat-timeout SECONDS] [--quiet]\n"
-            "  --listen   address to bind (default 127.0.0.1:8080; port 0 = any free port)\n"
-            "  --data     data directory (default ./.trainyard)\n");
+            "                        [--heartbeat-timeout SECONDS] [--public-url URL] [--quiet]\n"
+            "  --listen      address to bind (default 127.0.0.1:8080; port 0 = any free port)\n"
+            "  --data        data directory (default ./.trainyard)\n"
+            "  --public-url  the URL workers reach the server at (their config's api; default\n"
+            "                http://ADDR:PORT of --listen, which is wrong for 0.0.0.0 or a proxy)\n");
 }
 
 /* Parses the server's flags; unknown flags are an error. Returns 0, 1 for
@@ -251,6 +254,7 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
         {"durability", required_argument, NULL, 'D'},
         {"heartbeat-timeout", required_argument, NULL, 'H'},
         {"quiet", no_argument, NULL, 'q'},
+        {"public-url", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -284,6 +288,18 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
             o->heartbeat_timeout_s = (int)v;
             break;
         case 'q': o->quiet = 1; break;
+        case 'u': {
+            size_t n = strlen(optarg);
+            while (n && optarg[n - 1] == '/') n--; /* workers append /api/v1/... */
+            if (strncmp(optarg, "http://", 7) != 0 || n <= 7 || n >= sizeof o->public_url ||
+                strcspn(optarg, " \t\r\n?#") < n) {
+                fprintf(stderr, "trainyard: --public-url wants http://HOST[:PORT] (under %zu bytes), got '%s'\n",
+                        sizeof o->public_url, optarg);
+                return -1;
+            }
+            snprintf(o->public_url, sizeof o->public_url, "%.*s", (int)n, optarg);
+            break;
+        }
         case 'h': server_usage(stdout); return 1;
         default: server_usage(stderr); return -1;
         }

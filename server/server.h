@@ -16,6 +16,7 @@ typedef struct server_options {
     int durability_full;              /* synchronous=FULL */
     int heartbeat_timeout_s;          /* node lost after this long without heartbeat */
     int quiet;                        /* log warnings and errors only */
+    char public_url[128];             /* the URL workers are given (config.api); "" = url */
 } server_options;
 
 struct http_daemon;
@@ -26,6 +27,7 @@ typedef struct server {
     struct http_daemon *http;
     int port;                         /* the bound port */
     char url[128];                    /* http://host:port */
+    char public_url[128];             /* what workers are told: opt.public_url, else url */
     char checkpoint_dir[PATH_MAX];
     char log_dir[PATH_MAX];
     volatile sig_atomic_t stopping;

@@ -29,7 +29,7 @@ static void up_usage(FILE *f) {
             "usage: trainyard up [--listen ADDR:PORT] [--data DIR] [--cpu-slots N] [--data-root DIR]\n"
             "                    [--hostname H] [--worker-nice N] [--worker-sched normal|idle]\n"
             "                    [agent flags: --isolation, --task-uids, --task-dir, --task-pids-max, --memory]\n"
-            "                    [server flags: --durability, --heartbeat-timeout, --quiet]\n"
+            "                    [server flags: --durability, --heartbeat-timeout, --public-url, --quiet]\n"
             "  the server (default 127.0.0.1:8080, data in ./.trainyard) and one local agent;\n"
             "  the agent runs training under SCHED_IDLE at nice " UP_WORKER_NICE " (--worker-sched normal\n"
             "  and --worker-nice 0 turn that off), so the API answers at once while jobs use\n"
@@ -93,7 +93,8 @@ int cmd_up(int argc, char **argv) {
                          strcmp(a, "--task-dir") == 0 || strcmp(a, "--task-pids-max") == 0 ||
                          strcmp(a, "--memory") == 0;
         int takes_value = agent_flag || strcmp(a, "--listen") == 0 || strcmp(a, "--data") == 0 ||
-                          strcmp(a, "--durability") == 0 || strcmp(a, "--heartbeat-timeout") == 0;
+                          strcmp(a, "--durability") == 0 || strcmp(a, "--heartbeat-timeout") == 0 ||
+                          strcmp(a, "--public-url") == 0;
         if (takes_value && i + 1 >= argc) {
             fprintf(stderr, "trainyard up: %s wants a value\n", a);
             return 2;

@@ -155,7 +155,9 @@ static int64_t register_node(const char *host, int cpu) {
 static void start(void) {
     memset(&srv, 0, sizeof srv);
     ty_mkdtemp(srv.dir, sizeof srv.dir, "exec");
-    static const char *const extra[] = {"--heartbeat-timeout", "3600", NULL};
+    /* workers are told --public-url (a proxy, or the name behind --listen 0.0.0.0) */
+    static const char *const extra[] = {"--heartbeat-timeout", "3600", "--public-url", "http://trainyard.example:8443/",
+                                        NULL};
     ty_server_start_args(&srv, "server", extra);
     ty_token(&srv, "token", team_tok, sizeof team_tok);
     ty_token(&srv, "admin.token", admin_tok, sizeof admin_tok);
@@ -240,6 +242,7 @@ static started take_start(int64_t job) {
             ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(cJSON_GetObjectItem(cfg, "cluster"), "chief")), 1);
             ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(it, "devices")), 1);
             ck_assert(cJSON_IsObject(cJSON_GetObjectItem(cfg, "spec")));
+            ck_assert_str_eq(str(cfg, "api"), "http://trainyard.example:8443");
         }
         cJSON_Delete(o);
     }
