@@ -14,6 +14,21 @@ test('api/openapi.json validates', async () => {
   assert.ok(Object.keys(api.paths).length >= 20);
 });
 
+// OpenAPI 3.0.3: "nullable: true" adds null to the type of its own schema
+// object, and means nothing without one (a oneOf beside it stays non-null).
+test('nullable stands beside a type', () => {
+  const doc = JSON.parse(fs.readFileSync('api/openapi.json', 'utf8'));
+  const bad = [];
+  (function walk(o, at) {
+    if (Array.isArray(o)) o.forEach((v, i) => walk(v, `${at}/${i}`));
+    else if (o && typeof o === 'object') {
+      if (o.nullable === true && !('type' in o)) bad.push(at);
+      for (const [k, v] of Object.entries(o)) walk(v, `${at}/${k}`);
+    }
+  })(doc, '#');
+  assert.deepEqual(bad, [], 'nullable without a type (make the type nullable, or one of the oneOf/anyOf branches)');
+});
+
 test('the server serves the same document', async () => {
   const srv = await startUp({cpuSlots: 1});
   try {
