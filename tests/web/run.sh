@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run.sh BUILD - the browser, OpenAPI-validator and vendored-library tests
+# run.sh BUILD - the browser, OpenAPI-validator, API-contract and vendored-library tests
 # (node's test runner; playwright-core drives Debian's /usr/bin/chromium,
 # headless; nothing is downloaded but the npm packages of package-lock.json).
 # Screenshots go to BUILD/web-test/. Called by tests/run_all.sh.
@@ -18,5 +18,7 @@ rm -rf "$WEB_TEST_OUT"
 mkdir -p "$WEB_TEST_OUT"
 # one file at a time (node 18 has no --test-concurrency): each starts its own server
 timeout 120 node --test tests/web/openapi.test.mjs
+# real traffic (clients, CLI, agent, workers) through a proxy that checks it against api/openapi.json
+timeout 180 node --test tests/web/contract.test.mjs
 timeout 300 node --test tests/web/dashboard.test.mjs
 echo "web tests: screenshots in $WEB_TEST_OUT"

@@ -1,0 +1,298 @@
+// contract.test.mjs - every answer of every route, on real traffic, against
+// api/openapi.json. A validating proxy (contract-proxy.mjs) stands between
+// a real `trainyard server` and all its clients: this test's requests (the
+// README's curl examples: the example jobs, metrics, logs, checkpoints,
+// events, queue, cluster, teams, Prometheus), the CLI (TRAINYARD_URL is
+// the proxy), the agent (`--server` the proxy) and its workers (the server's
+// `--public-url` is the proxy, so every worker's config.api is too):
+// registration, heartbeats, long-polled assignments, task status, logs,
+// metrics, checkpoint uploads and rendezvous all pass through it. Then the
+// error answers. At the end: no violation, and every operation of the
+// document was exercised, but those of NOT_REACHED (each with its reason).
+import {test, before, after} from 'node:test';
+import assert from 'node:assert/strict';
+import {spawn, execFile} from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import {ContractProxy, parseEventStream} from './contract-proxy.mjs';
+
+const BIN = process.env.TRAINYARD_BIN || 'build/asan/trainyard';
+const sleep = ms => new Promise(r => setTimeout(r, ms));
+
+// Operations no traffic here reaches, and why. Everything else must be seen.
+const NOT_REACHED = new Map([
+]);
+
+let proxy, dir, server, agent, tokens = {};
+const logs = [];
+
+function start(args, name) {
+  const log = fs.openSync(path.join(dir, name + '.log'), 'a');
+  const env = {...process.env, OPENBLAS_NUM_THREADS: '1'};
+  delete env.TRAINYARD_TOKEN;
+  delete env.TRAINYARD_URL;
+  const p = spawn(BIN, args, {stdio: ['ignore', log, log], env});
+  logs.push(log);
+  return p;
+}
+
+async function stop(p) {
+  if (!p || p.exitCode !== null || p.signalCode !== null) return;
+  const done = new Promise(r => p.once('exit', r));
+  p.kill('SIGTERM');
+  const t = setTimeout(() => p.kill('SIGKILL'), 15000);
+  await done;
+  clearTimeout(t);
+}
+
+// A request through the proxy, as curl sends it (`-d` is x-www-form-urlencoded,
+// which the server reads as JSON, docs/server.md).
+async function call(p, {method = 'GET', token = tokens.team, body, headers = {}, raw = false} = {}) {
+  const h = {...headers};
+  if (token) h.Authorization = 'Bearer ' + token;
+  if (body !== undefined && !h['Content-Type']) h['Content-Type'] = 'application/x-www-form-urlencoded';
+  const r = await fetch(proxy.url + p, {method, headers: h, body});
+  const buf = Buffer.from(await r.arrayBuffer());
+  const ct = r.headers.get('content-type') || '';
+  return {status: r.status, headers: r.headers, bytes: buf,
+          body: !raw && ct.startsWith('application/json') && buf.length ? JSON.parse(buf) : buf.toString()};
+}
+
+const U = '/api/v1';
+
+function example(name, edit = s => s) {
+  return JSON.stringify(edit(JSON.parse(fs.readFileSync(`examples/${name}.json`, 'utf8'))));
+}
+
+async function submit(spec) {
+  const r = await call(U + '/jobs', {method: 'POST', body: spec});
+  assert.equal(r.status, 201, JSON.stringify(r.body));
+  assert.equal(r.headers.get('location'), `${U}/jobs/${r.body.id}`);
+  return r.body.id;
+}
+
+async function waitJob(id, states, ms = 90000) {
+  const end = Date.now() + ms;
+  let j;
+  while (Date.now() < end) {
+    j = (await call(`${U}/jobs/${id}`)).body;
+    if (states.includes(j.state)) return j;
+    await sleep(400);
+  }
+  assert.fail(`job ${id} is ${j && j.state} (${j && j.reason}) after ${ms} ms, not ${states.join('|')}`);
+}
+
+function cli(args, {token = tokens.team} = {}) {
+  return new Promise(resolve => {
+    const env = {...process.env, TRAINYARD_URL: proxy.url, TRAINYARD_TOKEN: token};
+    execFile(BIN, args, {env, timeout: 60000}, (err, stdout, stderr) =>
+      resolve({code: err ? (err.code ?? 1) : 0, stdout, stderr}));
+  });
+}
+
+before(async () => {
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ty_contract_'));
+  proxy = await new ContractProxy().start();
+  server = start(['server', '--listen', '127.0.0.1:0', '--data', dir, '--public-url', proxy.url,
+                  '--heartbeat-timeout', '60'], 'server');
+  const urlFile = path.join(dir, 'server.url');
+  for (let i = 0; i < 400 && !fs.existsSync(urlFile); i++) {
+    if (server.exitCode !== null) throw new Error(`trainyard server exited; see ${dir}/server.log`);
+    await sleep(50);
+  }
+  proxy.setTarget(fs.readFileSync(urlFile, 'utf8').trim());
+  for (const [k, f] of [['team', 'token'], ['admin', 'admin.token'], ['join', 'node.token']])
+    tokens[k] = fs.readFileSync(path.join(dir, f), 'utf8').trim();
+  // the agent talks to the proxy; it runs the command jobs' relative paths from here
+  agent = start(['agent', '--server', proxy.url, '--token-file', path.join(dir, 'node.token'),
+                 '--state-file', path.join(dir, 'agent.state'), '--cpu-slots', '4', '--hostname', 'contract-node',
+                 '--heartbeat', '1', '--poll-wait', '5', '--worker-sched', 'idle'], 'agent');
+  for (let i = 0; i < 200; i++) {
+    const c = await call(U + '/cluster');
+    if (c.status === 200 && c.body.nodes && c.body.nodes.some(n => n.state === 'ready')) return;
+    await sleep(100);
+  }
+  throw new Error(`the agent did not register; see ${dir}/agent.log`);
+});
+
+after(async () => {
+  await stop(agent);
+  await stop(server);
+  if (proxy) await proxy.stop();
+  for (const l of logs) fs.closeSync(l);
+  if (dir && !process.env.WEB_KEEP) fs.rmSync(dir, {recursive: true, force: true});
+});
+
+const jobs = {};
+
+test("the README's jobs, through the agent and its workers", async () => {
+  // the quick job, smaller jobs of every strategy, a PyTorch command job
+  jobs.quick = await submit(example('fashion_mnist_quick'));
+  jobs.mirrored = await submit(example('mirrored_cpu', s => ({...s, data: {...s.data, limit: 3000}, fit: {...s.fit, epochs: 2}})));
+  jobs.multi = await submit(example('multi_worker_cpu', s => ({...s, data: {...s.data, limit: 3000}, fit: {...s.fit, epochs: 2}})));
+  jobs.ps = await submit(example('parameter_server_cpu', s => ({...s, data: {...s.data, limit: 3000}, fit: {...s.fit, epochs: 2}})));
+  jobs.ddp = await submit(example('ddp_train'));
+  // a command that fails: requeued once, then failed with its log tail
+  jobs.failing = await submit(JSON.stringify({name: 'fails', command: {argv: ['/bin/sh', '-c', 'echo boom >&2; exit 3']},
+                                              max_restarts: 1, max_runtime_s: 60}));
+  // the queue and the cluster while jobs wait and devices are held
+  for (let i = 0; i < 20; i++) {
+    const c = await call(U + '/cluster');
+    assert.equal(c.status, 200);
+    const q = await call(U + '/queue');
+    assert.equal(q.status, 200);
+    if (JSON.stringify(q.body).includes('"id":' + jobs.failing) && JSON.stringify(c.body).includes('"job":')) break;
+    await sleep(250);
+  }
+
+  // an event stream while the quick job runs: state events and metrics
+  const ac = new AbortController();
+  const sse = fetch(`${proxy.url}${U}/jobs/${jobs.quick}/events?since=0`,
+                    {headers: {Authorization: 'Bearer ' + tokens.team, Accept: 'text/event-stream'}, signal: ac.signal})
+    .then(async r => ({status: r.status, type: r.headers.get('content-type'), text: await r.text()}));
+
+  const q = await waitJob(jobs.quick, ['succeeded', 'failed']);
+  assert.equal(q.state, 'succeeded', q.reason);
+  const stream = await sse;
+  assert.equal(stream.status, 200);
+  assert.match(stream.type, /^text\/event-stream/);
+  const events = parseEventStream(stream.text);
+  assert.ok(events.some(e => e.event === 'state'), 'the stream has state events');
+  assert.ok(events.some(e => e.event === 'metric'), 'the stream has metrics');
+
+  for (const k of ['mirrored', 'multi', 'ps', 'ddp']) {
+    const j = await waitJob(jobs[k], ['succeeded', 'failed'], 100000);
+    assert.equal(j.state, 'succeeded', `${k}: ${j.reason}`);
+  }
+  const f = await waitJob(jobs.failing, ['succeeded', 'failed']);
+  assert.equal(f.state, 'failed');
+  assert.equal(f.attempt, 2);
+});
+
+test("the README's reads of a finished job", async () => {
+  const id = jobs.quick;
+  const list = await call(U + '/jobs');
+  assert.equal(list.status, 200);
+  assert.ok(list.body.jobs.some(j => j.id === id));
+  assert.equal((await call(U + '/jobs?state=succeeded&limit=2')).status, 200);
+  const j = (await call(`${U}/jobs/${id}`)).body;
+  assert.ok(j.progress.test, 'progress has the test metrics');
+  const m = await call(`${U}/jobs/${id}/metrics?since=0&kind=epoch`);
+  assert.equal(m.status, 200);
+  assert.ok(m.body.metrics.length >= 2 && m.body.metrics.every(x => x.kind === 'epoch'));
+  assert.equal((await call(`${U}/jobs/${jobs.ddp}/metrics?since=0`)).status, 200);
+  assert.equal((await call(`${U}/jobs/${id}/metrics?last=1`)).status, 200);
+  const log = await call(`${U}/jobs/${id}/logs?task=worker-0`);
+  assert.equal(log.status, 200);
+  assert.ok(log.headers.get('x-next-offset'));
+  assert.match((await call(`${U}/jobs/${jobs.ddp}/logs?task=worker-1`)).body, /rank/);
+  const cps = await call(`${U}/jobs/${id}/checkpoints`);
+  assert.equal(cps.status, 200);
+  const newest = cps.body.checkpoints[0];
+  const latest = await call(`${U}/jobs/${id}/checkpoints/latest`, {raw: true});
+  assert.equal(latest.status, 200);
+  assert.equal(crypto.createHash('sha256').update(latest.bytes).digest('hex'), newest.sha256);
+  assert.equal((await call(`${U}/jobs/${id}/checkpoints/${newest.id}`, {raw: true})).status, 200);
+  const ev = await call(`${U}/jobs/${id}/events`);
+  assert.equal(ev.status, 200);
+  assert.ok(ev.body.events.length > 0);
+  assert.equal((await call(`${U}/jobs/${jobs.failing}/events?after=1&limit=50`)).status, 200);
+  assert.equal((await call(`${U}/jobs/${jobs.failing}/logs?task=worker-0&since=0&limit=4096`)).status, 200);
+  assert.equal((await call(`${U}/jobs/${id}/metrics?since=1&limit=3`)).status, 200);
+  assert.equal((await call(`${U}/jobs?before=${jobs.failing}&limit=3`)).status, 200);
+  assert.equal((await call(U + '/queue')).status, 200);
+  assert.equal((await call(U + '/cluster')).status, 200);
+  assert.equal((await call(U + '/examples')).status, 200);
+  assert.equal((await call(U + '/health', {token: null})).status, 200);
+  assert.equal((await call(U + '/openapi.json', {token: null})).status, 200);
+  assert.equal((await call('/metrics', {token: tokens.admin})).status, 200);
+});
+
+test('cancel, a bad spec, teams and the node operations', async () => {
+  // cancel a running job; a second cancel is 409
+  const id = await submit(example('fashion_mnist_mlp'));
+  await waitJob(id, ['running']);
+  const c = await call(`${U}/jobs/${id}/cancel`, {method: 'POST'});
+  assert.equal(c.status, 200);
+  await waitJob(id, ['cancelled']);
+  assert.equal((await call(`${U}/jobs/${id}/cancel`, {method: 'POST'})).status, 409);
+
+  const bad = await call(U + '/jobs', {method: 'POST', body: '{"model": {"layers": [{"type": "dense", "units": 0}]}}'});
+  assert.equal(bad.status, 422);
+  assert.equal(bad.body.error.field, 'model.layers[0].units');
+
+  const t = await call(U + '/teams', {method: 'POST', token: tokens.admin, body: '{"name": "vision"}'});
+  assert.equal(t.status, 201);
+  assert.equal((await call(U + '/teams', {method: 'POST', token: tokens.admin, body: '{"name": "vision"}'})).status, 409);
+  assert.equal((await call(U + '/teams')).status, 200);
+  assert.equal((await call(U + '/teams/vision', {method: 'PATCH', token: tokens.admin, body: '{"weight": 2}'})).status, 200);
+  assert.equal((await call(U + '/teams/vision', {method: 'POST', token: tokens.admin, body: '{"weight": 1}'})).status, 200);
+  // another team's job is a 404
+  assert.equal((await call(`${U}/jobs/${jobs.quick}`, {token: t.body.token})).status, 404);
+
+  // drain and undrain the node (admin), then revoke its token: the agent registers again
+  const node = (await call(U + '/cluster')).body.nodes[0].id;
+  assert.equal((await call(`${U}/nodes/${node}/drain`, {method: 'POST', token: tokens.admin})).status, 200);
+  assert.equal((await call(`${U}/nodes/${node}/drain`, {method: 'DELETE', token: tokens.admin})).status, 200);
+  assert.equal((await call(`${U}/nodes/${node}/token`, {method: 'DELETE', token: tokens.admin})).status, 200);
+  await sleep(2500);
+});
+
+test('the CLI', async () => {
+  const s = await cli(['submit', 'examples/fashion_mnist_quick.json', '--json']);
+  assert.equal(s.code, 0, s.stderr);
+  const id = JSON.parse(s.stdout).id;
+  for (const args of [['jobs'], ['status', String(id)], ['queue'], ['cluster'], ['events', String(id)], ['teams']]) {
+    const r = await cli(args);
+    assert.equal(r.code, 0, `trainyard ${args.join(' ')}: ${r.stderr}`);
+  }
+  const w = await cli(['watch', String(id)]);
+  assert.equal(w.code, 0, w.stderr);
+  assert.equal((await cli(['logs', String(id)])).code, 0);
+  const out = path.join(dir, 'model.safetensors');
+  const d = await cli(['checkpoints', String(id), '--download', '-o', out]);
+  assert.equal(d.code, 0, d.stderr);
+  const again = await cli(['cancel', String(id)]);
+  assert.equal(again.code, 1);
+  assert.match(again.stderr, /already succeeded/);
+});
+
+test('error answers', async () => {
+  assert.equal((await call(U + '/jobs', {token: null})).status, 401);
+  assert.equal((await call(U + '/jobs', {token: 'ty_' + 'x'.repeat(43)})).status, 401);
+  assert.equal((await call(U + '/teams', {method: 'POST', body: '{"name": "b"}'})).status, 403);
+  assert.equal((await call('/metrics')).status, 403);
+  assert.equal((await call(U + '/nodes/1/heartbeat', {method: 'POST', token: tokens.join, body: '{}'})).status, 403);
+  assert.equal((await call(U + '/jobs/999999')).status, 404);
+  assert.equal((await call(U + '/jobs/999999/metrics')).status, 404);
+  assert.equal((await call(U + '/no/such/thing')).status, 404);
+  assert.equal((await call(U + '/jobs', {method: 'DELETE'})).status, 405);
+  assert.equal((await call(U + '/jobs', {method: 'POST', body: '{"name":'})).status, 400);
+  assert.equal((await call(U + '/jobs?limit=many')).status, 400);
+  assert.equal((await call(U + '/jobs', {method: 'POST', body: 'x'.repeat((1 << 20) + 1)})).status, 413);
+  assert.equal((await call(U + '/jobs', {method: 'POST', body: '{}', headers: {'Content-Type': 'text/plain'}})).status, 415);
+  // a checkpoint whose file is gone: 410
+  const cps = (await call(`${U}/jobs/${jobs.quick}/checkpoints`)).body.checkpoints;
+  fs.rmSync(path.join(dir, 'checkpoints', String(jobs.quick), `${cps[0].id}.safetensors`));
+  assert.equal((await call(`${U}/jobs/${jobs.quick}/checkpoints/${cps[0].id}`)).status, 410);
+  assert.equal((await call(`${U}/jobs/${jobs.quick}/checkpoints/latest`)).status, 410);
+});
+
+test('no contract violation, and every operation exercised', async t => {
+  await stop(agent); // it drains its node through the proxy
+  const checked = proxy.exchanges.filter(x => x.status > 0);
+  t.diagnostic(`${checked.length} exchanges checked against api/openapi.json`);
+  for (const [op, st] of [...proxy.coverage()].sort())
+    t.diagnostic(`${op}: ${[...st].filter(s => s > 0).sort().join(' ')}`);
+  const v = proxy.summary();
+  assert.deepEqual(v, [], `answers or requests that do not match api/openapi.json:\n${v.join('\n')}`);
+  const seen = proxy.coverage();
+  const missing = proxy.operations().filter(op => !seen.has(op) && !NOT_REACHED.has(op));
+  assert.deepEqual(missing, [], 'operations no traffic exercised');
+  for (const op of NOT_REACHED.keys()) assert.ok(!seen.has(op), `${op} is reached: take it off NOT_REACHED`);
+  const statuses = [...seen.values()].reduce((s, v) => new Set([...s, ...v]), new Set());
+  for (const st of [200, 201, 400, 401, 403, 404, 409, 410, 413, 415, 422])
+    assert.ok(statuses.has(st), `no answer ${st} was checked`);
+});
