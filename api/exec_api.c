@@ -725,8 +725,15 @@ static void logs_post(server *srv, http_req *req, http_res *res) {
     http_json(res, 200, o);
 }
 
+/* The X-Next-Offset header of a log read. */
+static void next_offset(http_res *res, long long off) {
+    snprintf(res->xhdr_name, sizeof res->xhdr_name, "X-Next-Offset");
+    snprintf(res->xhdr_value, sizeof res->xhdr_value, "%lld", off);
+}
+
 /* GET /api/v1/jobs/{id}/logs?task=worker-0&since=OFFSET&limit=BYTES -> text.
- * The next offset is since + the length of the body. */
+ * The next offset is since + the length of the body, also when the task has
+ * written nothing yet (a follower keeps asking from there). */
 static void logs_get(server *srv, http_req *req, http_res *res) {
     exec_job j;
     if (job_param(srv, req, res, 0, &j) < 0) return;
@@ -743,6 +750,7 @@ static void logs_get(server *srv, http_req *req, http_res *res) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         http_text(res, 200, "text/plain; charset=utf-8", "", 0);
+        next_offset(res, since);
         return;
     }
     struct stat sb;
@@ -763,8 +771,7 @@ static void logs_get(server *srv, http_req *req, http_res *res) {
     }
     http_text(res, 200, "text/plain; charset=utf-8", b, (size_t)got);
     free(b);
-    snprintf(res->xhdr_name, sizeof res->xhdr_name, "X-Next-Offset");
-    snprintf(res->xhdr_value, sizeof res->xhdr_value, "%lld", (long long)since + (long long)got);
+    next_offset(res, (long long)since + (long long)got);
 }
 
 /* ---------------------------------------------------------------- checkpoints */

@@ -28,6 +28,7 @@ typedef struct reply {
     long status;
     buf body;
     char sha[80];         /* X-Checksum-Sha256 */
+    char next[32];        /* X-Next-Offset ("" when absent) */
 } reply;
 
 static size_t on_body(char *p, size_t sz, size_t n, void *cls) {
@@ -35,18 +36,23 @@ static size_t on_body(char *p, size_t sz, size_t n, void *cls) {
     return buf_append(b, p, sz * n) == 0 ? sz * n : 0;
 }
 
+/* Copies the value of header k (with its colon) from line p into out. */
+static void header_value(const char *p, size_t len, const char *k, char *out, size_t cap) {
+    size_t kl = strlen(k);
+    if (len <= kl || strncasecmp(p, k, kl) != 0) return;
+    const char *v = p + kl;
+    while (*v == ' ') v++;
+    size_t m = 0;
+    while (m + 1 < cap && v + m < p + len && v[m] != '\r' && v[m] != '\n') m++;
+    memcpy(out, v, m);
+    out[m] = '\0';
+}
+
 static size_t on_header(char *p, size_t sz, size_t n, void *cls) {
     reply *r = cls;
     size_t len = sz * n;
-    static const char k[] = "X-Checksum-Sha256:";
-    if (len > sizeof k && strncasecmp(p, k, sizeof k - 1) == 0) {
-        const char *v = p + sizeof k - 1;
-        while (*v == ' ') v++;
-        size_t m = 0;
-        while (m < 79 && v + m < p + len && v[m] != '\r' && v[m] != '\n') m++;
-        memcpy(r->sha, v, m);
-        r->sha[m] = '\0';
-    }
+    header_value(p, len, "X-Checksum-Sha256:", r->sha, sizeof r->sha);
+    header_value(p, len, "X-Next-Offset:", r->next, sizeof r->next);
     return len;
 }
 
@@ -428,18 +434,25 @@ START_TEST(job_runs_to_succeeded) {
     ck_assert_str_eq(r.sha, want_sha);
     buf_release(&r.body);
 
-    /* logs: appended chunks, read from an offset */
+    /* logs: appended chunks, read from an offset; X-Next-Offset says where
+     * to read on, also before the task has written anything */
     snprintf(p, sizeof p, "/api/v1/jobs/%lld/logs?task=worker-0", (long long)job);
+    ck_assert_int_eq(raw(team_tok, "GET", p, NULL, 0, NULL, &r), 200);
+    ck_assert_int_eq((long)r.body.len, 0);
+    ck_assert_str_eq(r.next, "0");
+    buf_release(&r.body);
     ck_assert_int_eq(raw(node_tok, "POST", p, "line one\n", 9, NULL, &r), 200);
     buf_release(&r.body);
     ck_assert_int_eq(raw(s.token, "POST", p, "line two\n", 9, NULL, &r), 200);
     buf_release(&r.body);
     ck_assert_int_eq(raw(team_tok, "GET", p, NULL, 0, NULL, &r), 200);
     ck_assert_str_eq(r.body.data, "line one\nline two\n");
+    ck_assert_str_eq(r.next, "18");
     buf_release(&r.body);
     snprintf(p, sizeof p, "/api/v1/jobs/%lld/logs?task=worker-0&since=9", (long long)job);
     ck_assert_int_eq(raw(team_tok, "GET", p, NULL, 0, NULL, &r), 200);
     ck_assert_str_eq(r.body.data, "line two\n");
+    ck_assert_str_eq(r.next, "18");
     buf_release(&r.body);
 
     /* rendezvous */
