@@ -317,6 +317,7 @@ static void node_heartbeat(server *srv, http_req *req, http_res *res)
     int64_t id = http_param_id(req, res, 0, "node");
     if (id < 0) return;
     if (api_node_scope(req, res, id) < 0) return;
+    if (http_require_json(req, res) < 0) return; /* its body ({}) is JSON, as on every JSON route */
     char state[16] = "ready";
     int rc = cluster_node_heartbeat_state(srv->db, id, now_ms(), state);
     if (rc < 0) { unavailable(res); return; }

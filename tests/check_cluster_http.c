@@ -141,6 +141,21 @@ START_TEST(queue_before_nodes_then_placed)
      * first one was revoked by it); the join token only registers */
     ck_assert_int_eq(ty_http(srv.url, n1tok, "POST", path, NULL, &o), 200);
     cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(srv.url, n1tok, "POST", path, "{}", &o), 200);
+    cJSON_Delete(o);
+    /* its body is JSON, as api/openapi.json says: another type is 415 */
+    {
+        client c;
+        client_reply r;
+        ck_assert_int_eq(client_init(&c, srv.url, n1tok), 0);
+        ck_assert_int_eq(client_request(&c, "POST", path, "{}", 2, "text/html", &r), 0);
+        client_release(&c);
+        ck_assert_int_eq(r.status, 415);
+        o = cJSON_ParseWithLength(r.body.data, r.body.len);
+        ty_assert_error(o, "unsupported_media_type", NULL);
+        cJSON_Delete(o);
+        client_reply_release(&r);
+    }
     ck_assert_int_eq(ty_http(srv.url, n1old, "POST", path, NULL, &o), 401);
     cJSON_Delete(o);
     ck_assert_int_eq(ty_http(srv.url, node_tok, "POST", path, NULL, &o), 403);
