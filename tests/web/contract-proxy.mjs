@@ -206,7 +206,11 @@ export class ContractProxy {
     const op = this.match(req, u);
     if (op) {
       x.operation = op.operationId;
-      x.requestErrors = this.checkRequest(req, u, body, op);
+      try {
+        x.requestErrors = this.checkRequest(req, u, body, op);
+      } catch (e) { // a malformed path or query (the server answers it 400)
+        x.requestErrors = [`the request cannot be read: ${e.message}`];
+      }
     }
     if (!this.target) {
       x.status = 502;

@@ -188,6 +188,10 @@ test("the README's reads of a finished job", async () => {
   assert.equal(log.status, 200);
   assert.ok(log.headers.get('x-next-offset'));
   assert.match((await call(`${U}/jobs/${jobs.ddp}/logs?task=worker-1`)).body, /rank/);
+  // a task that wrote nothing: empty, and where to read on
+  const none = await call(`${U}/jobs/${id}/logs?task=worker-1`);
+  assert.equal(none.body, '');
+  assert.equal(none.headers.get('x-next-offset'), '0');
   const cps = await call(`${U}/jobs/${id}/checkpoints`);
   assert.equal(cps.status, 200);
   const newest = cps.body.checkpoints[0];
@@ -280,6 +284,42 @@ test('error answers', async () => {
   assert.equal((await call(`${U}/jobs/${jobs.quick}/checkpoints/latest`)).status, 410);
 });
 
+// Every operation refuses what docs/server.md says it refuses, with the
+// document's statuses and Error body: no token (401), a token of a kind it
+// does not take (403), a malformed query (400, before routing), a body that
+// is not JSON (415) or past the route's limit (413). Nothing is changed.
+test("every operation's refusals", async () => {
+  const reg = await call(U + '/nodes', {method: 'POST', token: tokens.join,
+                                        body: JSON.stringify({hostname: 'probe-node', address: '127.0.0.1', cpu_slots: 1})});
+  assert.equal(reg.status, 201);
+  const probe = reg.body.id;
+  assert.equal((await call(`${U}/nodes/${probe}/drain`, {method: 'POST', token: reg.body.token})).status, 200);
+  const held = {team: tokens.team, admin: tokens.admin, join: tokens.join, node: reg.body.token};
+  const cid = (await call(`${U}/jobs/${jobs.mirrored}/checkpoints`)).body.checkpoints[0].id;
+  const got = [];
+  const expect = async (want, op, p, opts) => {
+    const r = await call(p, opts);
+    if (r.status !== want) got.push(`${op} ${JSON.stringify(opts.token ? Object.keys(held).find(k => held[k] === opts.token) : 'no token')}: ${r.status}, not ${want}`);
+  };
+  for (const op of proxy.operations()) {
+    const [method, tpl] = op.split(' ');
+    const d = proxy.doc.paths[tpl][method.toLowerCase()];
+    const kinds = d['x-trainyard-tokens'];
+    const p = tpl.replace('{id}', tpl.startsWith(U + '/nodes/') ? probe : jobs.mirrored).replace('{cid}', cid)
+      .replace('{key}', 'k').replace('{name}', 'vision');
+    const ok = Object.keys(held).find(k => kinds.includes(k));
+    if (kinds.length) await expect(401, op, p, {method, token: null});
+    for (const k of Object.keys(held)) if (kinds.length && !kinds.includes(k)) await expect(403, op, p, {method, token: held[k]});
+    await expect(400, op, p + '?x=%zz', {method, token: ok ? held[ok] : null});
+    if (!ok || !['POST', 'PUT', 'PATCH'].includes(method)) continue;
+    const body = Object.keys(d.requestBody?.content || {});
+    if (body.length === 1 && body[0] === 'application/json')
+      await expect(415, op, p, {method, token: held[ok], body: '{}', headers: {'Content-Type': 'text/html'}});
+    await expect(413, op, p, {method, token: held[ok], body: 'x'.repeat((1 << 20) + 1)});
+  }
+  assert.deepEqual(got, [], 'answers other than the refusal asked for');
+});
+
 test('no contract violation, and every operation exercised', async t => {
   await stop(agent); // it drains its node through the proxy
   const checked = proxy.exchanges.filter(x => x.status > 0);
@@ -292,6 +332,8 @@ test('no contract violation, and every operation exercised', async t => {
   const missing = proxy.operations().filter(op => !seen.has(op) && !NOT_REACHED.has(op));
   assert.deepEqual(missing, [], 'operations no traffic exercised');
   for (const op of NOT_REACHED.keys()) assert.ok(!seen.has(op), `${op} is reached: take it off NOT_REACHED`);
+  const beats = proxy.exchanges.filter(x => x.operation === 'POST /api/v1/nodes/{id}/heartbeat' && x.status === 200);
+  assert.ok(beats.length >= 5, `the agent's heartbeats were answered 200 (${beats.length})`);
   const statuses = [...seen.values()].reduce((s, v) => new Set([...s, ...v]), new Set());
   for (const st of [200, 201, 400, 401, 403, 404, 409, 410, 413, 415, 422])
     assert.ok(statuses.has(st), `no answer ${st} was checked`);
