@@ -240,6 +240,33 @@ $(BUILD)/bin/gpu_bench: bench/gpu/gpu_bench.c $(GPU_LINK_OBJ)
 	@echo "  LD  $@"
 	@$(CC) $(ALL_CFLAGS) -o $@ $< $(GPU_LINK_OBJ) $(GPU_LINK_LIBS)
 
+# The full trainyard for a GPU machine (gpu-bundle): every module with the
+# GPU engine and NCCL, the reference GEMM for the CPU engine (no OpenBLAS to
+# carry), the CUDA runtime static, cuBLAS and NCCL the machine's. DT_RPATH
+# (not RUNPATH) $$ORIGIN/../lib: the carried libraries' own dependencies are
+# found there too.
+GPU_FULL_OBJ = $(BUILD)/obj/server/main.o $(LIB_OBJ) $(BUILD)/obj/bench/gpu/ref_cblas.o \
+               $(BUILD)/obj/tests/gpu_blas_stub.o
+$(BUILD)/bin/trainyard: $(GPU_FULL_OBJ)
+	@mkdir -p $(dir $@)
+	@echo "  LD  $@"
+	@$(CC) -o $@ $(GPU_FULL_OBJ) -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN/../lib' \
+	    $(PKG_LIBS) -lsqlite3 -lz -lm -lpthread -L$(CUDA_HOME)/lib64 -Wl,--as-needed -lnccl -lcublas -lcublasLt \
+	    -Wl,-Bstatic -lcudart_static -Wl,-Bdynamic -ldl -lrt
+
+# gpu-bundle: one folder for a GPU machine (docs/gpu.md): bin/ (trainyard,
+# check_gpu, check_gpu_train, gpu_bench), lib/ (every library they need that
+# is neither the C library nor CUDA's), examples/, a slice of Fashion-MNIST,
+# bench/gpu/ with verify.sh. Under 64 MiB.
+GPU_BUNDLE ?= build/gpu-bundle
+.PHONY: gpu-bundle
+gpu-bundle:
+	@test -n "$(NVCC)" || { echo "gpu-bundle: nvcc not found (CUDA toolkit at $(CUDA_HOME)?)"; exit 1; }
+	$(MAKE) --no-print-directory CUDA=1 BUILD=$(GPU_BUILD) NN_OPT="-O3 -march=x86-64-v3" \
+	    $(GPU_BUILD)/bin/check_gpu $(GPU_BUILD)/bin/gpu_bench $(GPU_BUILD)/bin/check_gpu_train \
+	    $(GPU_BUILD)/bin/trainyard
+	@bench/gpu/bundle.sh $(GPU_BUILD) $(GPU_BUNDLE)
+
 .PHONY: gpu-build gpu-test bench-gpu
 gpu-build:
 	@test -n "$(NVCC)" || { echo "gpu-build: nvcc not found (CUDA toolkit at $(CUDA_HOME)?)"; exit 1; }
