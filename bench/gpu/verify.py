@@ -67,7 +67,7 @@ def device_facts():
 def check_binary(path, budget, no_gpu_reason):
     """A check-framework binary: its summary, or skipped."""
     env = dict(os.environ, CK_DEFAULT_TIMEOUT="300")
-    code, out = run([path], min(300, left(budget) - 200), env=env)
+    code, out = run([path], max(30, min(300, left(budget) - 200)), env=env)
     m = re.search(r"(\d+)%: Checks: (\d+), Failures: (\d+), Errors: (\d+)", out)
     r = {"exit": code, "tail": out.strip().splitlines()[-6:]}
     if m:
@@ -77,6 +77,8 @@ def check_binary(path, budget, no_gpu_reason):
         r["skipped_cases"] = skips
     r["largest_differences"] = [l for l in out.splitlines() if "max" in l and "diff" in l][:20]
     r["ok"] = code == 0
+    if code is None:
+        r["error"] = "timed out"
     if no_gpu_reason and skips:
         r["skipped"] = no_gpu_reason
     return r
