@@ -60,9 +60,11 @@ endif
 # ------------------------------------------------------------------ modules
 COMMON_SRC  := $(wildcard common/*.c)
 STORAGE_SRC := $(wildcard storage/*.c)
-SPEC_SRC    := api/jobspec.c
-API_SRC     := $(filter-out $(SPEC_SRC),$(wildcard api/*.c))
-SERVER_SRC  := $(filter-out server/main.c,$(wildcard server/*.c))
+SPEC_SRC    := $(wildcard spec/*.c)
+CLIENT_SRC  := $(wildcard client/*.c)
+API_SRC     := $(wildcard api/*.c)
+SERVER_SRC  := $(wildcard server/*.c)
+CMD_SRC     := $(filter-out cmd/main.c,$(wildcard cmd/*.c))
 SCHED_SRC   := $(wildcard scheduler/*.c)
 NN_SRC      := $(wildcard executor/nn/*.c)
 DATA_SRC    := $(wildcard executor/data/*.c)
@@ -73,9 +75,11 @@ STRAT_SRC   := $(wildcard executor/strategy/*.c)
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ  := $(call obj,$(COMMON_SRC))
 STORAGE_OBJ := $(call obj,$(STORAGE_SRC))
-SPEC_OBJ    := $(call obj,$(wildcard $(SPEC_SRC)))
+SPEC_OBJ    := $(call obj,$(SPEC_SRC))
+CLIENT_OBJ  := $(call obj,$(CLIENT_SRC))
 API_OBJ     := $(call obj,$(API_SRC))
 SERVER_OBJ  := $(call obj,$(SERVER_SRC))
+CMD_OBJ     := $(call obj,$(CMD_SRC))
 SCHED_OBJ   := $(call obj,$(SCHED_SRC))
 NN_OBJ      := $(call obj,$(NN_SRC))
 DATA_OBJ    := $(call obj,$(DATA_SRC))
@@ -91,7 +95,7 @@ ASSET_SRC   := $(shell find web -type f ! -name '.*' 2>/dev/null | LC_ALL=C sort
 ASSET_OBJ   := $(BUILD)/obj/gen/assets.o
 SERVER_OBJ  += $(ASSET_OBJ)
 ENGINE_OBJ  := $(COMMON_OBJ) $(SPEC_OBJ) $(NN_OBJ) $(DATA_OBJ)
-LIB_OBJ     := $(COMMON_OBJ) $(STORAGE_OBJ) $(SPEC_OBJ) $(API_OBJ) $(SERVER_OBJ) \
+LIB_OBJ     := $(COMMON_OBJ) $(STORAGE_OBJ) $(SPEC_OBJ) $(CLIENT_OBJ) $(API_OBJ) $(SERVER_OBJ) $(CMD_OBJ) \
                $(SCHED_OBJ) $(NN_OBJ) $(DATA_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(EXEC_OBJ) $(GPU_ENGINE_OBJ)
 
 # Which modules each test links (default: all of them).
@@ -141,7 +145,7 @@ $(BUILD)/obj/%.o: %.cu
 	@echo "  NVCC $<"
 	@$(NVCC) $(NVCCFLAGS) -I. $(filter -DTRAINYARD_%,$(ALL_CFLAGS)) -MMD -MP -c $< -o $@
 
-$(BUILD)/trainyard: $(BUILD)/obj/server/main.o $(LIB_OBJ)
+$(BUILD)/trainyard: $(BUILD)/obj/cmd/main.o $(LIB_OBJ)
 	@echo "  LD  $@"
 	@$(CC) $(LDSAN) -o $@ $^ $(LIBS)
 
@@ -245,7 +249,7 @@ $(BUILD)/bin/gpu_bench: bench/gpu/gpu_bench.c $(GPU_LINK_OBJ)
 # carry), the CUDA runtime static, cuBLAS and NCCL the machine's. DT_RPATH
 # (not RUNPATH) $$ORIGIN/../lib: the carried libraries' own dependencies are
 # found there too.
-GPU_FULL_OBJ = $(BUILD)/obj/server/main.o $(LIB_OBJ) $(BUILD)/obj/bench/gpu/ref_cblas.o \
+GPU_FULL_OBJ = $(BUILD)/obj/cmd/main.o $(LIB_OBJ) $(BUILD)/obj/bench/gpu/ref_cblas.o \
                $(BUILD)/obj/tests/gpu_blas_stub.o
 $(BUILD)/bin/trainyard: $(GPU_FULL_OBJ)
 	@mkdir -p $(dir $@)

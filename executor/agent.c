@@ -5,8 +5,8 @@
  * thread, so PR_SET_PDEATHSIG ties the workers' lives to the agent's. */
 #include "agent.h"
 #include "proc.h"
-#include "../api/client.h"
-#include "../api/jobspec.h"
+#include "../client/client.h"
+#include "../spec/jobspec.h"
 #include "../common/util.h"
 
 #include <cjson/cJSON.h>

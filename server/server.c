@@ -2,7 +2,6 @@
  * daemon and the scheduler thread, and a clean stop on SIGINT/SIGTERM. */
 #include "server.h"
 #include "http.h"
-#include "../api/routes.h"
 #include "../common/util.h"
 #include "../storage/cluster.h"
 #include "../storage/store.h"
@@ -188,7 +187,7 @@ static void on_signal(int sig) {
     g_stop = 1;
 }
 
-int server_serve(server *s, volatile sig_atomic_t *stop) {
+int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) {
     char err[256];
     if (!stop) {
         struct sigaction sa;
@@ -199,13 +198,13 @@ int server_serve(server *s, volatile sig_atomic_t *stop) {
         stop = &g_stop;
     }
     signal(SIGPIPE, SIG_IGN);
-    s->http = http_start(s, s->opt.host, s->opt.port, api_route_tables, &s->port, err, sizeof err);
+    s->http = http_start(s, s->opt.host, s->opt.port, app->routes, &s->port, err, sizeof err);
     if (!s->http) {
         log_error("%s", err);
         return 1;
     }
     snprintf(s->url, sizeof s->url, "http://%s:%d", s->opt.host, s->port);
-    if (api_start_services(s, err, sizeof err) < 0) {
+    if (app->start && app->start(s, err, sizeof err) < 0) {
         log_error("%s", err);
         http_stop(s->http);
         s->http = NULL;
@@ -221,7 +220,7 @@ int server_serve(server *s, volatile sig_atomic_t *stop) {
              s->opt.data_dir, s->opt.data_dir);
     while (!*stop && !s->stopping) usleep(100 * 1000);
     log_info("stopping");
-    api_stop_services(s);
+    if (app->stop) app->stop(s);
     http_stop(s->http);
     s->http = NULL;
     return 0;
@@ -295,7 +294,7 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
     return 0;
 }
 
-int cmd_server(int argc, char **argv) {
+int cmd_server(int argc, char **argv, const server_app *app) {
     server_options o;
     server_options_default(&o);
     int rc = server_parse_flags(&o, argc, argv);
@@ -308,7 +307,7 @@ int cmd_server(int argc, char **argv) {
         log_error("%s", err);
         return 1;
     }
-    rc = server_serve(&s, NULL);
+    rc = server_serve(&s, app, NULL);
     server_close(&s);
     return rc;
 }

@@ -4,11 +4,12 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "server.h"
+#include "../server/server.h"
 #include "up.h"
 #include "../executor/agent.h"
 #include "../executor/worker.h"
-#include "../api/cli.h"
+#include "../client/cli.h"
+#include "../api/routes.h"
 #include "../executor/train_cmd.h"
 #include "../common/util.h"
 
@@ -34,7 +35,7 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
-    if (strcmp(cmd, "server") == 0) return cmd_server(argc - 1, argv + 1);
+    if (strcmp(cmd, "server") == 0) return cmd_server(argc - 1, argv + 1, &api_app);
     if (strcmp(cmd, "up") == 0) return cmd_up(argc - 1, argv + 1);
     if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
     if (strcmp(cmd, "agent") == 0) return cmd_agent(argc - 1, argv + 1);

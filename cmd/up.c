@@ -8,7 +8,7 @@
  *
  * defines: cmd_up */
 #include "up.h"
-#include "server.h"
+#include "../server/server.h"
 #include "../common/util.h"
 #include "../executor/proc.h"
 
