@@ -75,7 +75,14 @@ def check_binary(path, budget, no_gpu_reason):
     skips = len(re.findall(r"SKIP", out))
     if skips:
         r["skipped_cases"] = skips
-    r["largest_differences"] = [l for l in out.splitlines() if "max" in l and "diff" in l][:20]
+    # check_gpu's per-case lines: "  CASE  params n=N max|d|=X at I (gpu G cpu C) over_tol=K"
+    diffs = {}
+    for l in out.splitlines():
+        m2 = re.match(r"\s+(\S+)\s+(\S+)\s+n=\d+ max\|d\|=(\S+)", l)
+        if m2:
+            key = f"{m2.group(1)} {m2.group(2)}"
+            diffs[key] = max(diffs.get(key, 0.0), float(m2.group(3)))
+    r["largest_differences"] = diffs
     r["ok"] = code == 0
     if code is None:
         r["error"] = "timed out"
