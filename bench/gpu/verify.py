@@ -66,7 +66,8 @@ def device_facts():
 
 def check_binary(path, budget, no_gpu_reason):
     """A check-framework binary: its summary, or skipped."""
-    env = dict(os.environ, CK_DEFAULT_TIMEOUT="300")
+    # check_gpu_train runs the worker binary: the bundle's own
+    env = dict(os.environ, CK_DEFAULT_TIMEOUT="300", TRAINYARD_BIN=os.path.abspath("bin/trainyard"))
     code, out = run([path], max(30, min(300, left(budget) - 200)), env=env)
     m = re.search(r"(\d+)%: Checks: (\d+), Failures: (\d+), Errors: (\d+)", out)
     r = {"exit": code, "tail": out.strip().splitlines()[-6:]}
