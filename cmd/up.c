@@ -45,7 +45,11 @@ static pid_t up_spawn(const char *exe, char *const argv[]) {
         /* `up` killed outright (SIGKILL, OOM) must not leave its server and
          * agent holding the port and the data directory: SIGTERM them when
          * it dies, which stops them as Ctrl-C would. */
-        if (proc_child_setup(parent, 0, SIGTERM, 0) < 0) _exit(127);
+        /* A process group of its own: the terminal's Ctrl-C (SIGINT to the
+         * foreground group) reaches `up` alone, which stops the agent
+         * first, while the server still answers its drain and reports,
+         * then the server. */
+        if (proc_child_setup(parent, 1, SIGTERM, 0) < 0) _exit(127);
         execv(exe, argv);
         _exit(127);
     }

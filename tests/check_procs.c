@@ -234,6 +234,62 @@ START_TEST(up_killed_takes_its_children)
 }
 END_TEST
 
+/* Ctrl-C in the terminal of `trainyard up` (SIGINT to its whole process
+ * group) while a job trains: `up` stops the agent first, which drains its
+ * node and reports its task's exit while the server still answers, then
+ * the server. The agent used to get the SIGINT at the same moment as the
+ * server, and logged "server unreachable ... could not drain". */
+START_TEST(up_ctrl_c_stops_agent_first)
+{
+    snprintf(srv.log, sizeof srv.log, "%s/up.log", srv.dir);
+    char urlfile[400];
+    snprintf(urlfile, sizeof urlfile, "%s/server.url", srv.dir);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        setpgid(0, 0); /* as a shell puts a job in its own group */
+        FILE *lf = freopen(srv.log, "a", stderr);
+        (void)lf;
+        execl(ty_bin(), ty_bin(), "up", "--listen", "127.0.0.1:0", "--data", srv.dir, "--cpu-slots", "1",
+              (char *)NULL);
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    srv.pid = pid;
+    for (int i = 0; i < 300 && !srv.url[0]; i++) {
+        size_t len = 0;
+        char *u = file_read_all(urlfile, 256, &len);
+        if (u) {
+            while (len && u[len - 1] == '\n') u[--len] = '\0';
+            snprintf(srv.url, sizeof srv.url, "%s", u);
+            free(u);
+        } else {
+            ty_sleep_ms(50);
+        }
+    }
+    ck_assert_msg(srv.url[0], "up did not start; see %s", srv.log);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    int64_t id = submit();
+    ck_assert_msg(wait_job(id, "running", 1, 60) >= 0, "the job did not start");
+    ck_assert_int_eq(kill(-pid, SIGINT), 0); /* the terminal's Ctrl-C */
+    int64_t ms = wait_exit(pid, 30000);
+    ck_assert_msg(ms >= 0, "up still runs 30 s after Ctrl-C");
+    srv.pid = 0;
+    printf("up: Ctrl-C -> exited in %lld ms\n", (long long)ms);
+    size_t len = 0;
+    char *log = file_read_all(srv.log, 1 << 22, &len);
+    ck_assert_ptr_nonnull(log);
+    const char *tail = len > 3000 ? log + len - 3000 : log; /* what the messages quote */
+    ck_assert_msg(strstr(log, "drained: the server hands it no new task") != NULL, "the node was not drained:\n%s",
+                  tail);
+    ck_assert_msg(strstr(log, "unreachable") == NULL && strstr(log, "could not drain") == NULL,
+                  "the agent lost the server while stopping:\n%s", tail);
+    ck_assert_msg(strstr(log, "status report(s) not delivered") == NULL, "reports were lost:\n%s", tail);
+    free(log);
+    reap_children(15000);
+}
+END_TEST
+
 /* An agent told SIGTERM while its server is gone stops its worker and
  * exits within seconds, not after its grace periods and report retries. */
 START_TEST(agent_stops_fast_without_server)
@@ -386,6 +442,7 @@ int main(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 180);
     tcase_add_test(tc, up_killed_takes_its_children);
+    tcase_add_test(tc, up_ctrl_c_stops_agent_first);
     tcase_add_test(tc, agent_stops_fast_without_server);
     tcase_add_test(tc, restarted_agent_rejoins_at_once);
     tcase_add_test(tc, stopping_agent_starts_nothing);
