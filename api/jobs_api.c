@@ -3,6 +3,7 @@
  * A team token sees only its team's jobs (another team's job is a 404, not a
  * 403, so ids do not leak); the admin token sees all. */
 #include "routes.h"
+#include "../common/version.h"
 #include "../spec/jobspec.h"
 #include "exec_api.h"
 #include "answer_cache.h"

@@ -23,7 +23,6 @@ void api_stop_services(struct server *srv);
 /* The API as a server serves it: api_route_tables and the services. */
 extern const server_app api_app;
 
-#define TRAINYARD_VERSION "0.1.0"
 
 
 

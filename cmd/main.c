@@ -1,6 +1,6 @@
-/* main.c - the one trainyard binary: dispatches to its subcommands.
- * server, up (server + local agent), agent, worker, train, and the client
- * commands (submit, jobs, status, cancel, teams). */
+/* main.c - the one trainyard binary: dispatches to its subcommands:
+ * server, up (server + local agent), agent, worker, train, version, and
+ * the client commands (client/cli.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -12,20 +12,31 @@
 #include "../api/routes.h"
 #include "../executor/train_cmd.h"
 #include "../common/util.h"
+#include "../common/version.h"
 
 static void usage(FILE *f) {
     fprintf(f,
-            "trainyard - distributed training for teams that share a cluster\n\n"
-            "usage: trainyard COMMAND [options]\n\n"
-            "service:\n"
-            "  up        server and a local agent on this machine (the embedded default)\n"
-            "  server    the control plane: REST API, scheduler, store\n"
-            "  agent     a node agent: registers devices, runs the tasks assigned to it\n"
-            "  worker    one task of a job (started by the agent)\n"
-            "  train     train a job spec locally, no server needed\n"
-            "client:\n"
-            "  submit FILE | jobs | status ID | cancel ID | logs ID [-f] | teams\n\n"
-            "Run 'trainyard COMMAND --help' for a command's options.\n");
+            "trainyard " TRAINYARD_VERSION " - distributed training for teams that share a cluster\n\n"
+            "usage: trainyard COMMAND [options]       trainyard COMMAND --help: its options\n\n"
+            "the service:\n"
+            "  up            a server and a local agent on this machine (the embedded default)\n"
+            "  server        the control plane: REST API, dashboard, scheduler, store\n"
+            "  agent         a node agent: registers the node, runs (and isolates) its tasks\n"
+            "  worker        one task of a job (started by an agent)\n"
+            "  train FILE    train a job spec here, no server needed\n"
+            "jobs (TRAINYARD_URL, TRAINYARD_TOKEN; --json for scripts):\n"
+            "  submit FILE   submit a job spec\n"
+            "  jobs          your team's jobs\n"
+            "  status ID     a job: state, tasks, progress, metrics, ETA\n"
+            "  watch ID      a progress bar until the job ends\n"
+            "  logs ID [-f]  a task's output (--task worker-1), -f to follow\n"
+            "  events ID     the job's timeline\n"
+            "  checkpoints ID [--download]   its checkpoints; the newest, sha256 checked\n"
+            "  cancel ID     stop a job\n"
+            "  queue         what waits, why, and its estimated start\n"
+            "  cluster       nodes, devices, memory, isolation, and who holds what\n"
+            "  teams         teams, shares and quotas\n"
+            "  version       this version and what it was built with\n");
 }
 
 int main(int argc, char **argv) {
@@ -35,6 +46,12 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        char build[256];
+        trainyard_build(build, sizeof build);
+        printf("trainyard %s (%s)\n", TRAINYARD_VERSION, build);
+        return 0;
+    }
     if (strcmp(cmd, "server") == 0) return cmd_server(argc - 1, argv + 1, &api_app);
     if (strcmp(cmd, "up") == 0) return cmd_up(argc - 1, argv + 1);
     if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);

@@ -192,8 +192,56 @@ START_TEST(exit_codes_for_scripts) {
 }
 END_TEST
 
+/* `trainyard --help` names every command there is; `--version` the version
+ * and what the binary was built with; an unknown command is a usage error
+ * that prints the same list. */
+START_TEST(help_lists_every_command_and_version_says_the_build) {
+    static const char *const commands[] = {"up",     "server", "agent",  "worker", "train",  "submit",
+                                           "jobs",   "status", "watch",  "logs",   "events", "checkpoints",
+                                           "cancel", "queue",  "cluster", "teams", "version"};
+    buf out;
+    ck_assert_int_eq(cli("--help", &out), 0);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        char want[48];
+        snprintf(want, sizeof want, "\n  %s ", commands[i]);
+        ck_assert_msg(strstr(out.data, want) != NULL, "--help does not list '%s':\n%s", commands[i], out.data);
+    }
+    buf_release(&out);
+    /* every listed command is one the binary takes: its --help answers 0 */
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(commands[i], "version") == 0) continue;
+        char args[64];
+        snprintf(args, sizeof args, "%s --help", commands[i]);
+        int rc = cli(args, &out);
+        ck_assert_msg(rc == 0, "trainyard %s exited %d", args, rc);
+        buf_release(&out);
+    }
+    ck_assert_int_eq(cli("--version", &out), 0);
+    ck_assert_msg(strncmp(out.data, "trainyard 0.", 12) == 0, "--version: %s", out.data);
+    ck_assert_msg(strstr(out.data, "CUDA") && strstr(out.data, "OpenBLAS"), "--version names no build: %s",
+                  out.data);
+    buf_release(&out);
+    ck_assert_int_eq(cli("version", &out), 0);
+    buf_release(&out);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' frobnicate 2>&1", ty_bin());
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    char text[8192];
+    size_t n = fread(text, 1, sizeof text - 1, p);
+    text[n] = '\0';
+    int st = pclose(p);
+    ck_assert_int_eq(WEXITSTATUS(st), 2);
+    ck_assert_msg(strstr(text, "unknown command 'frobnicate'") && strstr(text, "\n  checkpoints "),
+                  "unknown command: %s", text);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cli");
+    TCase *tu = tcase_create("usage");
+    tcase_add_test(tu, help_lists_every_command_and_version_says_the_build);
+    suite_add_tcase(s, tu);
     TCase *tc = tcase_create("commands");
     tcase_add_checked_fixture(tc, start, stop);
     tcase_set_timeout(tc, 120);
