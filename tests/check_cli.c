@@ -86,6 +86,22 @@ START_TEST(watch_to_the_end_and_after) {
     ck_assert_int_eq((int)cJSON_GetObjectItem(cJSON_GetObjectItem(w, "progress"), "epochs")->valuedouble, 3);
     cJSON_Delete(w);
 
+    /* status reads for a person: tasks, epoch and step of the total, the
+     * losses and accuracies, the test metrics; --json keeps the object */
+    snprintf(args, sizeof args, "status %lld", (long long)id);
+    ck_assert_int_eq(cli(args, &out), 0);
+    const char *lines[] = {"state:      succeeded", "tasks:      worker-0", "epoch:      3 of 3\n",
+                           "step:       ", " (100%)", "train:      loss 0.", "validation: loss 0.",
+                           "test:       loss 0.", "samples/s", "timeline:"};
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+        ck_assert_msg(strstr(out.data, lines[i]) != NULL, "status lacks '%s':\n%s", lines[i], out.data);
+    ck_assert_msg(strstr(out.data, "\"latest_epoch\"") == NULL, "status prints raw JSON:\n%s", out.data);
+    buf_release(&out);
+    snprintf(args, sizeof args, "status %lld --json", (long long)id);
+    cJSON *sj = cli_json(args, 0);
+    ck_assert(cJSON_IsObject(cJSON_GetObjectItem(cJSON_GetObjectItem(sj, "progress"), "test")));
+    cJSON_Delete(sj);
+
     snprintf(args, sizeof args, "events %lld --json", (long long)id);
     cJSON *ev = cli_json(args, 0);
     cJSON *evs = cJSON_GetObjectItem(ev, "events");
@@ -158,6 +174,9 @@ START_TEST(queue_cluster_and_a_cancelled_watch) {
     ck_assert_int_eq(cli("cluster", &out), 0);
     snprintf(want, sizeof want, "[job %lld: 1]", (long long)run);
     ck_assert_msg(strstr(out.data, want) != NULL, "%s", out.data);
+    /* the node's memory in use (the running job's share) and its isolation */
+    ck_assert_msg(strstr(out.data, "    memory ") && strstr(out.data, " MiB in use; isolation "), "%s", out.data);
+    ck_assert_msg(strstr(out.data, "    memory 0/") == NULL, "no memory in use under a running job: %s", out.data);
     buf_release(&out);
     /* cancel it from the side: watch ends with 5 */
     char path[96];
