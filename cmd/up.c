@@ -29,6 +29,7 @@ static void up_usage(FILE *f) {
             "usage: trainyard up [--listen ADDR:PORT] [--data DIR] [--cpu-slots N] [--data-root DIR]\n"
             "                    [--hostname H] [--worker-nice N] [--worker-sched normal|idle]\n"
             "                    [agent flags: --isolation, --task-uids, --task-dir, --task-pids-max, --memory]\n"
+            "                    [--log-level debug|info|warn|error] [--log-format text|json] [--access-log F]\n"
             "                    [server flags: --durability, --heartbeat-timeout, --quiet]\n"
             "  the server (default 127.0.0.1:8080, data in ./.trainyard) and one local agent;\n"
             "  the agent runs training under SCHED_IDLE at nice " UP_WORKER_NICE " (--worker-sched normal\n"
@@ -96,8 +97,19 @@ int cmd_up(int argc, char **argv) {
                          strcmp(a, "--isolation") == 0 || strcmp(a, "--task-uids") == 0 ||
                          strcmp(a, "--task-dir") == 0 || strcmp(a, "--task-pids-max") == 0 ||
                          strcmp(a, "--memory") == 0;
-        int takes_value = agent_flag || strcmp(a, "--listen") == 0 || strcmp(a, "--data") == 0 ||
-                          strcmp(a, "--durability") == 0 || strcmp(a, "--heartbeat-timeout") == 0;
+        /* the console's level and format go to both */
+        int both = strcmp(a, "--log-level") == 0 || strcmp(a, "--log-format") == 0;
+        int takes_value = agent_flag || both || strcmp(a, "--listen") == 0 || strcmp(a, "--data") == 0 ||
+                          strcmp(a, "--durability") == 0 || strcmp(a, "--heartbeat-timeout") == 0 ||
+                          strcmp(a, "--access-log") == 0;
+        if (both && i + 1 < argc) {
+            agent_extra[na++] = argv[i];
+            agent_extra[na++] = argv[i + 1];
+            log_level l;
+            log_format f;
+            if (strcmp(a, "--log-level") == 0 && log_level_parse(argv[i + 1], &l) == 0) log_set_level(l);
+            if (strcmp(a, "--log-format") == 0 && log_format_parse(argv[i + 1], &f) == 0) log_set_format(f);
+        }
         if (takes_value && i + 1 >= argc) {
             fprintf(stderr, "trainyard up: %s wants a value\n", a);
             return 2;

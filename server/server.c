@@ -23,6 +23,8 @@ void server_options_default(server_options *o) {
     o->port = 8080;
     snprintf(o->data_dir, sizeof o->data_dir, "./.trainyard");
     o->heartbeat_timeout_s = 30;
+    o->log_level = LOG_INFO;
+    o->log_format = LOG_TEXT;
 }
 
 int server_parse_listen(server_options *o, const char *s) {
@@ -198,6 +200,12 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
         stop = &g_stop;
     }
     signal(SIGPIPE, SIG_IGN);
+    if (strcmp(s->opt.access_log, "none") != 0) {
+        char path[PATH_MAX + 32];
+        if (s->opt.access_log[0]) snprintf(path, sizeof path, "%s", s->opt.access_log);
+        else snprintf(path, sizeof path, "%s/access.log", s->opt.data_dir);
+        if (http_access_log_open(path) < 0) log_warn("cannot open the access log %s: %s", path, strerror(errno));
+    }
     s->http = http_start(s, s->opt.host, s->opt.port, app->routes, &s->port, err, sizeof err);
     if (!s->http) {
         log_error("%s", err);
@@ -223,6 +231,8 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
     if (app->stop) app->stop(s);
     http_stop(s->http);
     s->http = NULL;
+    http_access_log_open(NULL);
+    log_info("stopped");
     return 0;
 }
 
@@ -236,9 +246,16 @@ void server_close(server *s) {
 static void server_usage(FILE *f) {
     fprintf(f,
             "usage: trainyard server [--listen ADDR:PORT] [--data DIR] [--durability full|normal]\n"
-            "                        [--heartbeat-timeout SECONDS] [--quiet]\n"
-            "  --listen   address to bind (default 127.0.0.1:8080; port 0 = any free port)\n"
-            "  --data     data directory (default ./.trainyard)\n");
+            "                        [--heartbeat-timeout SECONDS] [--quiet] [--log-level L]\n"
+            "                        [--log-format text|json] [--access-log FILE|none]\n"
+            "  --listen      address to bind (default 127.0.0.1:8080; port 0 = any free port)\n"
+            "  --data        data directory (default ./.trainyard)\n"
+            "  --log-level   debug|info|warn|error (default info: what happened to the service,\n"
+            "                its nodes and jobs; debug adds every request)\n"
+            "  --log-format  text (default) or json (one object a line: time, level, component,\n"
+            "                message)\n"
+            "  --access-log  every request in the Common Log Format (default DATA/access.log;\n"
+            "                none: no file)\n");
 }
 
 /* Parses the server's flags; unknown flags are an error. Returns 0, 1 for
@@ -250,6 +267,9 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
         {"durability", required_argument, NULL, 'D'},
         {"heartbeat-timeout", required_argument, NULL, 'H'},
         {"quiet", no_argument, NULL, 'q'},
+        {"log-level", required_argument, NULL, 'L'},
+        {"log-format", required_argument, NULL, 'F'},
+        {"access-log", required_argument, NULL, 'A'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -283,6 +303,27 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
             o->heartbeat_timeout_s = (int)v;
             break;
         case 'q': o->quiet = 1; break;
+        case 'L': {
+            log_level l;
+            if (log_level_parse(optarg, &l) < 0) {
+                fprintf(stderr, "trainyard: --log-level wants debug, info, warn or error; got '%s'\n", optarg);
+                return -1;
+            }
+            o->log_level = (int)l;
+            break;
+        }
+        case 'F': {
+            log_format f;
+            if (log_format_parse(optarg, &f) < 0) {
+                fprintf(stderr, "trainyard: --log-format wants text or json; got '%s'\n", optarg);
+                return -1;
+            }
+            o->log_format = (int)f;
+            break;
+        }
+        case 'A':
+            if (sfmt(o->access_log, sizeof o->access_log, "%s", optarg) < 0) return -1;
+            break;
         case 'h': server_usage(stdout); return 1;
         default: server_usage(stderr); return -1;
         }
@@ -300,7 +341,8 @@ int cmd_server(int argc, char **argv, const server_app *app) {
     int rc = server_parse_flags(&o, argc, argv);
     if (rc != 0) return rc > 0 ? 0 : 2;
     log_set_prefix("server");
-    if (o.quiet) log_set_level(LOG_WARN);
+    log_set_level(o.quiet && o.log_level < LOG_WARN ? LOG_WARN : (log_level)o.log_level);
+    log_set_format((log_format)o.log_format);
     server s;
     char err[512];
     if (server_open(&s, &o, err, sizeof err) < 0) {

@@ -17,6 +17,9 @@ typedef struct server_options {
     int durability_full;              /* synchronous=FULL */
     int heartbeat_timeout_s;          /* node lost after this long without heartbeat */
     int quiet;                        /* log warnings and errors only */
+    int log_level;                    /* --log-level (a log_level; default info) */
+    int log_format;                   /* --log-format (a log_format; default text) */
+    char access_log[PATH_MAX];        /* --access-log: "" = DIR/access.log, "none" = off */
 } server_options;
 
 struct http_daemon;

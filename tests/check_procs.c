@@ -290,6 +290,79 @@ START_TEST(up_ctrl_c_stops_agent_first)
 }
 END_TEST
 
+/* The console of `up` tells a person what happened (the node joining, the
+ * job submitted, placed, running, cancelled; the stop), not every request:
+ * those go to DIR/access.log in the Common Log Format. With --log-level
+ * debug --log-format json every console line is a JSON object and the
+ * requests are there too. */
+START_TEST(up_console_tells_what_happened)
+{
+    const char *extra[] = {"--cpu-slots", "1", NULL};
+    ty_server_start_args(&srv, "up", extra);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    int64_t id = submit();
+    ck_assert_msg(wait_job(id, "running", 1, 60) >= 0, "the job did not start");
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/cancel", (long long)id);
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", path, NULL, &o), 200);
+    cJSON_Delete(o);
+    ck_assert_int_ge(wait_job(id, "cancelled", 1, 30), 0);
+    ty_sleep_ms(1500); /* a heartbeat or two and a long-poll more */
+    ty_kill(&srv, SIGTERM);
+    size_t len = 0;
+    char *log = file_read_all(srv.log, 1 << 22, &len);
+    ck_assert_ptr_nonnull(log);
+    const char *tail = len > 3000 ? log + len - 3000 : log;
+    char want[6][96];
+    snprintf(want[0], sizeof want[0], "node 1 (");
+    snprintf(want[1], sizeof want[1], "job %lld: queued (team:default): submitted", (long long)id);
+    snprintf(want[2], sizeof want[2], "job %lld: queued -> starting (scheduler): placed on", (long long)id);
+    snprintf(want[3], sizeof want[3], "job %lld: starting -> running", (long long)id);
+    snprintf(want[4], sizeof want[4], "-> cancelled (team:default)");
+    snprintf(want[5], sizeof want[5], "server info: stopped");
+    for (int i = 0; i < 6; i++) ck_assert_msg(strstr(log, want[i]) != NULL, "the console lacks '%s':\n%s", want[i], tail);
+    ck_assert_msg(strstr(log, " /api/v1/") == NULL, "the console shows requests at info:\n%s", tail);
+    free(log);
+    /* the requests are in the access log, one line each, Common Log Format */
+    char alog[320];
+    snprintf(alog, sizeof alog, "%s/access.log", srv.dir);
+    char *a = file_read_all(alog, 1 << 22, &len);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_msg(strstr(a, "127.0.0.1 - team:default [") && strstr(a, "] \"POST /api/v1/jobs HTTP/1.1\" 201 "),
+                  "access.log: %.2000s", a);
+    ck_assert_msg(strstr(a, "\"POST /api/v1/nodes/1/heartbeat HTTP/1.1\" 200 "), "access.log: %.2000s", a);
+    free(a);
+
+    /* json and debug: every line an object; the requests on the console too */
+    ty_rmrf(srv.dir);
+    ck_assert_int_eq(mkdir(srv.dir, 0700), 0);
+    const char *dbg[] = {"--cpu-slots", "1", "--log-level", "debug", "--log-format", "json", NULL};
+    ty_server_start_args(&srv, "up", dbg);
+    ty_sleep_ms(1500);
+    ty_kill(&srv, SIGTERM);
+    log = file_read_all(srv.log, 1 << 22, &len);
+    ck_assert_ptr_nonnull(log);
+    int lines = 0, requests = 0;
+    for (char *l = log; l && *l;) {
+        char *nl = strchr(l, '\n');
+        if (nl) *nl = '\0';
+        cJSON *j = cJSON_Parse(l);
+        ck_assert_msg(j != NULL, "not a JSON line: %s", l);
+        ck_assert(cJSON_IsString(cJSON_GetObjectItem(j, "time")) && cJSON_IsString(cJSON_GetObjectItem(j, "level")) &&
+                  cJSON_IsString(cJSON_GetObjectItem(j, "component")) &&
+                  cJSON_IsString(cJSON_GetObjectItem(j, "message")));
+        if (strstr(cJSON_GetObjectItem(j, "message")->valuestring, "POST /api/v1/nodes")) requests++;
+        cJSON_Delete(j);
+        lines++;
+        l = nl ? nl + 1 : NULL;
+    }
+    free(log);
+    ck_assert_int_gt(lines, 5);
+    ck_assert_int_ge(requests, 1);
+}
+END_TEST
+
 /* An agent told SIGTERM while its server is gone stops its worker and
  * exits within seconds, not after its grace periods and report retries. */
 START_TEST(agent_stops_fast_without_server)
@@ -443,6 +516,7 @@ int main(void) {
     tcase_set_timeout(tc, 180);
     tcase_add_test(tc, up_killed_takes_its_children);
     tcase_add_test(tc, up_ctrl_c_stops_agent_first);
+    tcase_add_test(tc, up_console_tells_what_happened);
     tcase_add_test(tc, agent_stops_fast_without_server);
     tcase_add_test(tc, restarted_agent_rejoins_at_once);
     tcase_add_test(tc, stopping_agent_starts_nothing);
