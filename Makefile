@@ -60,9 +60,11 @@ endif
 # ------------------------------------------------------------------ modules
 COMMON_SRC  := $(wildcard common/*.c)
 STORAGE_SRC := $(wildcard storage/*.c)
-SPEC_SRC    := api/jobspec.c
-API_SRC     := $(filter-out $(SPEC_SRC),$(wildcard api/*.c))
-SERVER_SRC  := $(filter-out server/main.c,$(wildcard server/*.c))
+SPEC_SRC    := $(wildcard spec/*.c)
+CLIENT_SRC  := $(wildcard client/*.c)
+API_SRC     := $(wildcard api/*.c)
+SERVER_SRC  := $(wildcard server/*.c)
+CMD_SRC     := $(filter-out cmd/main.c,$(wildcard cmd/*.c))
 SCHED_SRC   := $(wildcard scheduler/*.c)
 NN_SRC      := $(wildcard executor/nn/*.c)
 DATA_SRC    := $(wildcard executor/data/*.c)
@@ -73,9 +75,11 @@ STRAT_SRC   := $(wildcard executor/strategy/*.c)
 obj = $(patsubst %.c,$(BUILD)/obj/%.o,$(1))
 COMMON_OBJ  := $(call obj,$(COMMON_SRC))
 STORAGE_OBJ := $(call obj,$(STORAGE_SRC))
-SPEC_OBJ    := $(call obj,$(wildcard $(SPEC_SRC)))
+SPEC_OBJ    := $(call obj,$(SPEC_SRC))
+CLIENT_OBJ  := $(call obj,$(CLIENT_SRC))
 API_OBJ     := $(call obj,$(API_SRC))
 SERVER_OBJ  := $(call obj,$(SERVER_SRC))
+CMD_OBJ     := $(call obj,$(CMD_SRC))
 SCHED_OBJ   := $(call obj,$(SCHED_SRC))
 NN_OBJ      := $(call obj,$(NN_SRC))
 DATA_OBJ    := $(call obj,$(DATA_SRC))
@@ -91,7 +95,7 @@ ASSET_SRC   := $(shell find web -type f ! -name '.*' 2>/dev/null | LC_ALL=C sort
 ASSET_OBJ   := $(BUILD)/obj/gen/assets.o
 SERVER_OBJ  += $(ASSET_OBJ)
 ENGINE_OBJ  := $(COMMON_OBJ) $(SPEC_OBJ) $(NN_OBJ) $(DATA_OBJ)
-LIB_OBJ     := $(COMMON_OBJ) $(STORAGE_OBJ) $(SPEC_OBJ) $(API_OBJ) $(SERVER_OBJ) \
+LIB_OBJ     := $(COMMON_OBJ) $(STORAGE_OBJ) $(SPEC_OBJ) $(CLIENT_OBJ) $(API_OBJ) $(SERVER_OBJ) $(CMD_OBJ) \
                $(SCHED_OBJ) $(NN_OBJ) $(DATA_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(EXEC_OBJ) $(GPU_ENGINE_OBJ)
 
 # Which modules each test links (default: all of them).
@@ -141,7 +145,7 @@ $(BUILD)/obj/%.o: %.cu
 	@echo "  NVCC $<"
 	@$(NVCC) $(NVCCFLAGS) -I. $(filter -DTRAINYARD_%,$(ALL_CFLAGS)) -MMD -MP -c $< -o $@
 
-$(BUILD)/trainyard: $(BUILD)/obj/server/main.o $(LIB_OBJ)
+$(BUILD)/trainyard: $(BUILD)/obj/cmd/main.o $(LIB_OBJ)
 	@echo "  LD  $@"
 	@$(CC) $(LDSAN) -o $@ $^ $(LIBS)
 
@@ -239,6 +243,33 @@ $(BUILD)/bin/gpu_bench: bench/gpu/gpu_bench.c $(GPU_LINK_OBJ)
 	@mkdir -p $(dir $@)
 	@echo "  LD  $@"
 	@$(CC) $(ALL_CFLAGS) -o $@ $< $(GPU_LINK_OBJ) $(GPU_LINK_LIBS)
+
+# The full trainyard for a GPU machine (gpu-bundle): every module with the
+# GPU engine and NCCL, the reference GEMM for the CPU engine (no OpenBLAS to
+# carry), the CUDA runtime static, cuBLAS and NCCL the machine's. DT_RPATH
+# (not RUNPATH) $$ORIGIN/../lib: the carried libraries' own dependencies are
+# found there too.
+GPU_FULL_OBJ = $(BUILD)/obj/cmd/main.o $(LIB_OBJ) $(BUILD)/obj/bench/gpu/ref_cblas.o \
+               $(BUILD)/obj/tests/gpu_blas_stub.o
+$(BUILD)/bin/trainyard: $(GPU_FULL_OBJ)
+	@mkdir -p $(dir $@)
+	@echo "  LD  $@"
+	@$(CC) -o $@ $(GPU_FULL_OBJ) -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN/../lib' \
+	    $(PKG_LIBS) -lsqlite3 -lz -lm -lpthread -L$(CUDA_HOME)/lib64 -Wl,--as-needed -lnccl -lcublas -lcublasLt \
+	    -Wl,-Bstatic -lcudart_static -Wl,-Bdynamic -ldl -lrt
+
+# gpu-bundle: one folder for a GPU machine (docs/gpu.md): bin/ (trainyard,
+# check_gpu, check_gpu_train, gpu_bench), lib/ (every library they need that
+# is neither the C library nor CUDA's), examples/, a slice of Fashion-MNIST,
+# bench/gpu/ with verify.sh. Under 64 MiB.
+GPU_BUNDLE ?= build/gpu-bundle
+.PHONY: gpu-bundle
+gpu-bundle:
+	@test -n "$(NVCC)" || { echo "gpu-bundle: nvcc not found (CUDA toolkit at $(CUDA_HOME)?)"; exit 1; }
+	$(MAKE) --no-print-directory CUDA=1 BUILD=$(GPU_BUILD) NN_OPT="-O3 -march=x86-64-v3" \
+	    $(GPU_BUILD)/bin/check_gpu $(GPU_BUILD)/bin/gpu_bench $(GPU_BUILD)/bin/check_gpu_train \
+	    $(GPU_BUILD)/bin/trainyard
+	@bench/gpu/bundle.sh $(GPU_BUILD) $(GPU_BUNDLE)
 
 .PHONY: gpu-build gpu-test bench-gpu
 gpu-build:

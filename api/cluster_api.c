@@ -285,6 +285,15 @@ static void node_register(server *srv, http_req *req, http_res *res)
     }
     exec_node_registered(id);
     api_kick_scheduler(srv);
+    const cJSON *im = isolation ? cJSON_GetObjectItemCaseSensitive(isolation, "mode") : NULL;
+    int iso_none = cJSON_IsString(im) && strcmp(im->valuestring, "none") == 0;
+    char iso_say[64];
+    if (!cJSON_IsString(im)) snprintf(iso_say, sizeof iso_say, "isolation not reported");
+    else if (iso_none) snprintf(iso_say, sizeof iso_say, "teams are NOT isolated on it");
+    else snprintf(iso_say, sizeof iso_say, "tasks isolated (%.40s)", im->valuestring);
+    log_msg(iso_none ? LOG_WARN : LOG_INFO, "node %lld (%s, %s) %s: %ld CPU slots, %d GPUs, %lld MiB; %s",
+            (long long)id, hostname, address, created ? "joined" : "joined again", cpu_slots, ngpu,
+            (long long)memory_mb, iso_say);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)id);
     cJSON_AddStringToObject(o, "token", tok);

@@ -10,7 +10,7 @@
 #include "../common/json_out.h"
 #include "cluster_api.h"
 #include "routes.h"
-#include "jobspec.h"
+#include "../spec/jobspec.h"
 #include "../scheduler/lifecycle.h"
 #include "../server/server.h"
 #include "../storage/cluster.h"

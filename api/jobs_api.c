@@ -1,9 +1,10 @@
 /* jobs_api.c - health and the job endpoints: submit, list, get, cancel and
- * the job's timeline. Validation is api/jobspec.c; rows are storage/store.c.
+ * the job's timeline. Validation is spec/jobspec.c; rows are storage/store.c.
  * A team token sees only its team's jobs (another team's job is a 404, not a
  * 403, so ids do not leak); the admin token sees all. */
 #include "routes.h"
-#include "jobspec.h"
+#include "../common/version.h"
+#include "../spec/jobspec.h"
 #include "exec_api.h"
 #include "answer_cache.h"
 #include "../server/server.h"

@@ -5,6 +5,7 @@
  * every team and running job. See docs/metrics.md. */
 #include "metrics_api.h"
 #include "routes.h"
+#include "../common/version.h"
 #include "../scheduler/scheduler.h"
 #include "../server/server.h"
 #include "../storage/stats.h"

@@ -59,3 +59,5 @@ void api_kick_scheduler(struct server *srv) {
     (void)srv;
     sched_kick();
 }
+
+const server_app api_app = {api_route_tables, api_start_services, api_stop_services};

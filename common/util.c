@@ -134,24 +134,70 @@ void log_set_level(log_level lvl) { g_level = lvl; }
 
 void log_set_prefix(const char *prefix) { snprintf(g_prefix, sizeof g_prefix, "%s", prefix); }
 
+static log_format g_format = LOG_TEXT;
+static const char *const g_level_names[] = {"debug", "info", "warn", "error"};
+
+void log_set_format(log_format f) { g_format = f; }
+
+int log_level_parse(const char *s, log_level *out) {
+    for (int i = 0; i < 4; i++)
+        if (strcmp(s, g_level_names[i]) == 0) {
+            *out = (log_level)i;
+            return 0;
+        }
+    return -1;
+}
+
+int log_format_parse(const char *s, log_format *out) {
+    if (strcmp(s, "text") == 0) *out = LOG_TEXT;
+    else if (strcmp(s, "json") == 0) *out = LOG_JSON;
+    else return -1;
+    return 0;
+}
+
+/* s as the inside of a JSON string into out (bounded, NUL-terminated). */
+static size_t json_escape_into(char *out, size_t cap, const char *s) {
+    size_t k = 0;
+    for (; *s && k + 7 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') {
+            out[k++] = '\\';
+            out[k++] = (char)c;
+        } else if (c < 0x20) {
+            k += (size_t)snprintf(out + k, cap - k, "\\u%04x", c);
+        } else {
+            out[k++] = (char)c;
+        }
+    }
+    out[k] = '\0';
+    return k;
+}
+
 void log_msg(log_level lvl, const char *fmt, ...) {
-    static const char *names[] = {"debug", "info", "warn", "error"};
     if (lvl < g_level) return;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
     gmtime_r(&ts.tv_sec, &tm);
-    char line[2048];
-    int n = snprintf(line, sizeof line, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ %s %s: ",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, ts.tv_nsec / 1000000, g_prefix, names[lvl]);
-    if (n < 0) return;
-    if ((size_t)n >= sizeof line) n = (int)sizeof line - 1;
+    char when[96], msg[2048], line[4608];
+    snprintf(when, sizeof when, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000);
     va_list ap;
     va_start(ap, fmt);
-    int m = vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    int m = vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
+    if (m < 0) return;
+    size_t len;
+    if (g_format == LOG_JSON) {
+        char esc[4200];
+        json_escape_into(esc, sizeof esc, msg);
+        int n = snprintf(line, sizeof line, "{\"time\":\"%s\",\"level\":\"%s\",\"component\":\"%s\",\"message\":\"%s\"}",
+                         when, g_level_names[lvl], g_prefix, esc);
+        len = n < 0 ? 0 : (size_t)n;
+    } else {
+        int n = snprintf(line, sizeof line, "%s %s %s: %s", when, g_prefix, g_level_names[lvl], msg);
+        len = n < 0 ? 0 : (size_t)n;
+    }
     if (len > sizeof line - 2) len = sizeof line - 2;
     line[len++] = '\n';
     /* One write(2) a line, no lock: a line is never split between threads

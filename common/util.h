@@ -42,6 +42,14 @@ char *buf_detach(buf *b, size_t *len);
 typedef enum { LOG_DEBUG = 0, LOG_INFO, LOG_WARN, LOG_ERROR } log_level;
 void log_set_level(log_level lvl);
 void log_set_prefix(const char *prefix); /* e.g. "server", "agent" */
+/* text: "TIME COMPONENT LEVEL: message"; json: one object a line with
+ * time, level, component and message. */
+typedef enum { LOG_TEXT = 0, LOG_JSON } log_format;
+void log_set_format(log_format f);
+/* "debug", "info", "warn", "error" -> *out: 0, or -1. */
+int log_level_parse(const char *s, log_level *out);
+/* "text", "json" -> *out: 0, or -1. */
+int log_format_parse(const char *s, log_format *out);
 void log_msg(log_level lvl, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 #define log_debug(...) log_msg(LOG_DEBUG, __VA_ARGS__)
 #define log_info(...) log_msg(LOG_INFO, __VA_ARGS__)

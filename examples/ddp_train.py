@@ -10,7 +10,10 @@ ends, and which is restored before a retry), and reads the lines it prints as
 `trainyard-metric {json}` as the job's metrics (rank 0's).
 
   python3 examples/ddp_train.py [--steps N] [--batch B] [--lr LR] [--examples N]
-                                [--fail-rank R]
+                                [--fail-rank R] [--data DIR] [--device cpu|cuda]
+
+--device cuda trains on the GPU of CUDA_VISIBLE_DEVICES (trainyard sets it
+to the task's GPUs) with the NCCL backend; cpu (default) uses gloo.
 
 --fail-rank R makes rank R exit with status 3 at attempt 1, after rank 0 saved
 a checkpoint, while the other ranks wait to be stopped (the retry test: attempt 2
@@ -67,33 +70,40 @@ def main():
     p.add_argument("--lr", type=float, default=0.1)
     p.add_argument("--examples", type=int, default=4096)
     p.add_argument("--fail-rank", type=int, default=-1)
+    p.add_argument("--data", default=os.environ.get("FASHION_MNIST_DIR", FASHION),
+                   help="the Fashion-MNIST IDX files (default $FASHION_MNIST_DIR or " + FASHION + ")")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     a = p.parse_args()
 
     torch.manual_seed(0)
-    dist.init_process_group("gloo", init_method="env://")
+    dev = torch.device("cuda", 0) if a.device == "cuda" else torch.device("cpu")
+    if a.device == "cuda":
+        torch.cuda.set_device(dev)
+    dist.init_process_group("nccl" if a.device == "cuda" else "gloo", init_method="env://")
     rank, world = dist.get_rank(), dist.get_world_size()
     cfg = json.loads(os.environ.get("TRAINYARD_CONFIG", "{}"))
     attempt = cfg.get("attempt", 1)
     print(f"rank {rank} of {world} joined (MASTER {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']},"
           f" LOCAL_RANK {os.environ.get('LOCAL_RANK')}, attempt {attempt})", flush=True)
 
-    x, y = load(a.examples)
-    model = nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10))
-    ddp = nn.parallel.DistributedDataParallel(model)
+    x, y = load(a.examples, a.data)
+    x, y = x.to(dev), y.to(dev)
+    model = nn.Sequential(nn.Linear(784, 64), nn.ReLU(), nn.Linear(64, 10)).to(dev)
+    ddp = nn.parallel.DistributedDataParallel(model, device_ids=[0] if a.device == "cuda" else None)
     opt = torch.optim.SGD(ddp.parameters(), lr=a.lr)
 
     ckdir = os.environ.get("TRAINYARD_CHECKPOINT_DIR", "")
     ckpt = os.path.join(ckdir, "model.pt") if ckdir else ""
     start = 0
     if ckpt and os.path.exists(ckpt):
-        state = torch.load(ckpt)
+        state = torch.load(ckpt, map_location=dev)
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         start = state["step"]
         print(f"rank {rank}: resumed from {ckpt} at step {start}", flush=True)
 
     per_rank = a.batch // world
-    mean = torch.tensor(0.0)
+    mean = torch.tensor(0.0, device=dev)
     t0 = time.time()
     for step in range(start, a.steps):
         # batch `step` of the global order; this rank's slice of it
@@ -124,7 +134,8 @@ def main():
     metric(kind="epoch", epoch=1, step=a.steps, loss=round(mean.item(), 6), accuracy=round(acc, 4))
     if rank == 0 and ckpt:
         save({"model": model.state_dict(), "opt": opt.state_dict(), "step": a.steps}, ckpt)
-    print(f"rank {rank}: done, {a.steps} steps, accuracy {acc:.4f}", flush=True)
+    print(f"rank {rank}: done, {a.steps} steps on {a.device} ({dist.get_backend()}), accuracy {acc:.4f}",
+          flush=True)
     dist.destroy_process_group()
 
 

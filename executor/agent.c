@@ -5,8 +5,8 @@
  * thread, so PR_SET_PDEATHSIG ties the workers' lives to the agent's. */
 #include "agent.h"
 #include "proc.h"
-#include "../api/client.h"
-#include "../api/jobspec.h"
+#include "../client/client.h"
+#include "../spec/jobspec.h"
 #include "../common/util.h"
 
 #include <cjson/cJSON.h>
@@ -1116,7 +1116,8 @@ static void agent_usage(FILE *f) {
             "  --task-dir DIR    where job directories are made (default /var/lib/trainyard-tasks)\n"
             "  --task-pids-max N processes and threads one task may have (default 4096; 0: no limit)\n"
             "  --memory SIZE     memory this node offers its tasks, e.g. 64GiB (default: its memory,\n"
-            "                or its cgroup's limit, less a tenth kept for the system, at most 4 GiB)\n");
+            "                or its cgroup's limit, less a tenth kept for the system, at most 4 GiB)\n"
+            "  --log-level debug|info|warn|error   --log-format text|json   (default info, text)\n");
 }
 
 static int read_token_file(const char *path, char *out, size_t outlen) {
@@ -1151,6 +1152,7 @@ int agent_parse_flags(agent_options *o, int argc, char **argv) {
         {"isolation", required_argument, NULL, 'Z'}, {"task-uids", required_argument, NULL, 'U'},
         {"task-dir", required_argument, NULL, 'D'}, {"task-pids-max", required_argument, NULL, 'P'},
         {"memory", required_argument, NULL, 'M'},
+        {"log-level", required_argument, NULL, 'L'}, {"log-format", required_argument, NULL, 'F'},
         {NULL, 0, NULL, 0},
     };
     int c;
@@ -1261,6 +1263,24 @@ int agent_parse_flags(agent_options *o, int argc, char **argv) {
                 return -1;
             }
             o->iso.memory_mb = mb;
+            break;
+        }
+        case 'L': {
+            log_level l;
+            if (log_level_parse(optarg, &l) < 0) {
+                fprintf(stderr, "trainyard agent: --log-level wants debug, info, warn or error; got '%s'\n", optarg);
+                return -1;
+            }
+            log_set_level(l);
+            break;
+        }
+        case 'F': {
+            log_format f;
+            if (log_format_parse(optarg, &f) < 0) {
+                fprintf(stderr, "trainyard agent: --log-format wants text or json; got '%s'\n", optarg);
+                return -1;
+            }
+            log_set_format(f);
             break;
         }
         case 'h': agent_usage(stdout); return 1;

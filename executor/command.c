@@ -9,7 +9,7 @@
 #include "proc.h"
 #include "report.h"
 #include "worker.h"
-#include "../api/client.h"
+#include "../client/client.h"
 #include "../common/util.h"
 
 #include <arpa/inet.h>

@@ -13,7 +13,7 @@
 
 #include <signal.h>
 
-#include "../api/jobspec.h"
+#include "../spec/jobspec.h"
 
 /* Runs the task described by config (the TRAINYARD_CONFIG text) for the
  * command job spec. *stop turns 1 on SIGTERM/SIGINT (the worker's handler):

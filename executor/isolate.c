@@ -486,7 +486,8 @@ int iso_init(isolator *iso, const iso_options *o, const char *exe, char *err, si
     }
     /* the job directories: TASK_ROOT/agent-PID, traversable (0711) but not listable */
     if (mkdir_p(o->task_root, 0711) < 0 || chmod(o->task_root, 0711) < 0) {
-        snprintf(err, errlen, "cannot make the task directory %s: %s", o->task_root, strerror(errno));
+        snprintf(err, errlen, "cannot make the task directory %s: %s (choose one with --task-dir, or run tasks "
+                 "without isolation: --isolation none)", o->task_root, strerror(errno));
         return -1;
     }
     /* the job directories of agents that are gone */
@@ -509,7 +510,8 @@ int iso_init(isolator *iso, const iso_options *o, const char *exe, char *err, si
         return -1;
     }
     if (mkdir_p(o->lock_dir, 0700) < 0) {
-        snprintf(err, errlen, "cannot make the uid lock directory %s: %s", o->lock_dir, strerror(errno));
+        snprintf(err, errlen, "cannot make the uid lock directory %s: %s (--isolation none runs tasks without "
+                 "isolation)", o->lock_dir, strerror(errno));
         return -1;
     }
     /* the /dev/shm directories of jobs whose uid no agent holds any more

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../api/client.h"
+#include "../client/client.h"
 
 #include <cjson/cJSON.h>
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../api/jobspec.h"
+#include "../spec/jobspec.h"
 #include "../common/util.h"
 #include "train_loop.h"
 

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../api/jobspec.h"
+#include "../spec/jobspec.h"
 #include "data/dataset.h"
 #include "nn/checkpoint.h"
 #include "nn/model.h"

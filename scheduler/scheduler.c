@@ -385,10 +385,12 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
     /* placements, each under a savepoint */
     for (int p = 0; p < r->n_place; p++) {
         if (exec1(d, SQL_SAVEPOINT) < 0) goto fail;
+        size_t notes = db_notes_mark();
         int rc = apply_place(d, sp, r, &r->place[p], now);
         if (rc < 0) goto fail;
         if (rc > 0) {
             if (exec1(d, SQL_ROLLBACK_TO) < 0) goto fail;
+            db_notes_rewind(notes);
             st->conflicts++;
         } else {
             st->placed++;
@@ -465,7 +467,7 @@ int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *ou
     st.load_ms = (t1 - t0) * 1000; st.core_ms = (t2 - t1) * 1000; st.apply_ms = (t3 - t2) * 1000;
     if (st.stopped || st.requeued) st.wake_all = 1; /* whose tasks stop is not tracked */
     if (st.placed || st.stopped || st.requeued || st.failed || st.lost_nodes)
-        log_info("scheduler: placed %d (backfill %d), stopped %d, requeued %d, failed %d, lost nodes %d,"
+        log_debug("scheduler: placed %d (backfill %d), stopped %d, requeued %d, failed %d, lost nodes %d,"
                  " waiting %d; load %.1f ms, core %.1f ms, apply %.1f ms",
                  st.placed, st.backfilled, st.stopped, st.requeued, st.failed, st.lost_nodes, st.waiting,
                  st.load_ms, st.core_ms, st.apply_ms);

@@ -18,6 +18,7 @@
 #include <arpa/inet.h>
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <netinet/in.h>
@@ -807,6 +808,50 @@ static void hist_add(http_daemon *h, int slot, int64_t us) {
     __atomic_fetch_add(&hh->count, 1, __ATOMIC_RELAXED);
 }
 
+/* ---------------------------------------------------------------- access log */
+
+static int g_access_fd = -1;
+
+int http_access_log_open(const char *path) {
+    int fd = -1;
+    if (path && (fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600)) < 0) return -1;
+    int old = __atomic_exchange_n(&g_access_fd, fd, __ATOMIC_ACQ_REL);
+    if (old >= 0) close(old);
+    return 0;
+}
+
+/* HOST - ACTOR [24/Nov/2026:20:31:50 +0000] "GET /api/v1/jobs/1 HTTP/1.1" 200 123 0.31 */
+static void access_line(struct MHD_Connection *conn, const http_req *req, double ms) {
+    int fd = __atomic_load_n(&g_access_fd, __ATOMIC_ACQUIRE);
+    if (fd < 0) return;
+    char host[INET6_ADDRSTRLEN] = "-", actor[96] = "-", when[64];
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ci && ci->client_addr) {
+        const struct sockaddr *sa = ci->client_addr;
+        if (sa->sa_family == AF_INET)
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, host, sizeof host);
+        else if (sa->sa_family == AF_INET6)
+            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, host, sizeof host);
+    }
+    http_actor(req, actor, sizeof actor);
+    for (char *c = actor; *c; c++)
+        if (*c == ' ') *c = '_';
+    time_t t = time(NULL);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(when, sizeof when, "%d/%b/%Y:%H:%M:%S +0000", &tm);
+    char line[1024];
+    int n = snprintf(line, sizeof line, "%s - %s [%s] \"%s %.600s HTTP/1.1\" %d %zu %.2f\n", host,
+                     actor[0] ? actor : "-", when, req->method, req->path, req->status, req->sent, ms);
+    if (n <= 0) return;
+    if ((size_t)n >= sizeof line) {
+        n = (int)sizeof line - 1;
+        line[n - 1] = '\n';
+    }
+    ssize_t w = write(fd, line, (size_t)n); /* O_APPEND: one line a write, never split */
+    (void)w;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     http_daemon *h = cls;
@@ -827,7 +872,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     int64_t us = now_us() - req->t0_us;
     hist_add(h, req->slot, us);
     double ms = (double)us / 1000.0;
-    log_msg(req->status >= 500 || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? LOG_WARN : LOG_INFO,
+    access_line(conn, req, ms);
+    log_msg(req->status >= 500 || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? LOG_WARN : LOG_DEBUG,
             "%s %s %d %zuB %.2fms%s", req->method, req->path, req->status, req->sent, ms,
             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
     buf_release(&req->body);

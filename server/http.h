@@ -199,4 +199,10 @@ int http_query_long(http_req *req, http_res *res, const char *key, long lo, long
 /* "team:NAME", "admin", "node:ID", "join", "task:job-JOB" for events. */
 void http_actor(const http_req *req, char *out, size_t outlen);
 
+/* The access log: one line a request, in the Common Log Format with the
+ * actor as the user and the time taken in milliseconds at the end,
+ * appended to path (created 0600). 0, or -1 (errno). NULL closes it. The
+ * console shows requests at debug level only (5xx and early closes at warn). */
+int http_access_log_open(const char *path);
+
 #endif

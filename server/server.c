@@ -2,7 +2,6 @@
  * daemon and the scheduler thread, and a clean stop on SIGINT/SIGTERM. */
 #include "server.h"
 #include "http.h"
-#include "../api/routes.h"
 #include "../common/util.h"
 #include "../storage/cluster.h"
 #include "../storage/store.h"
@@ -24,6 +23,8 @@ void server_options_default(server_options *o) {
     o->port = 8080;
     snprintf(o->data_dir, sizeof o->data_dir, "./.trainyard");
     o->heartbeat_timeout_s = 30;
+    o->log_level = LOG_INFO;
+    o->log_format = LOG_TEXT;
 }
 
 int server_parse_listen(server_options *o, const char *s) {
@@ -188,7 +189,7 @@ static void on_signal(int sig) {
     g_stop = 1;
 }
 
-int server_serve(server *s, volatile sig_atomic_t *stop) {
+int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) {
     char err[256];
     if (!stop) {
         struct sigaction sa;
@@ -199,14 +200,20 @@ int server_serve(server *s, volatile sig_atomic_t *stop) {
         stop = &g_stop;
     }
     signal(SIGPIPE, SIG_IGN);
-    s->http = http_start(s, s->opt.host, s->opt.port, api_route_tables, &s->port, err, sizeof err);
+    if (strcmp(s->opt.access_log, "none") != 0) {
+        char path[PATH_MAX + 32];
+        if (s->opt.access_log[0]) snprintf(path, sizeof path, "%s", s->opt.access_log);
+        else snprintf(path, sizeof path, "%s/access.log", s->opt.data_dir);
+        if (http_access_log_open(path) < 0) log_warn("cannot open the access log %s: %s", path, strerror(errno));
+    }
+    s->http = http_start(s, s->opt.host, s->opt.port, app->routes, &s->port, err, sizeof err);
     if (!s->http) {
         log_error("%s", err);
         return 1;
     }
     snprintf(s->url, sizeof s->url, "http://%s:%d", s->opt.host, s->port);
     snprintf(s->public_url, sizeof s->public_url, "%s", s->opt.public_url[0] ? s->opt.public_url : s->url);
-    if (api_start_services(s, err, sizeof err) < 0) {
+    if (app->start && app->start(s, err, sizeof err) < 0) {
         log_error("%s", err);
         http_stop(s->http);
         s->http = NULL;
@@ -222,9 +229,11 @@ int server_serve(server *s, volatile sig_atomic_t *stop) {
              s->opt.data_dir, s->opt.data_dir);
     while (!*stop && !s->stopping) usleep(100 * 1000);
     log_info("stopping");
-    api_stop_services(s);
+    if (app->stop) app->stop(s);
     http_stop(s->http);
     s->http = NULL;
+    http_access_log_open(NULL);
+    log_info("stopped");
     return 0;
 }
 
@@ -238,9 +247,16 @@ void server_close(server *s) {
 static void server_usage(FILE *f) {
     fprintf(f,
             "usage: trainyard server [--listen ADDR:PORT] [--data DIR] [--durability full|normal]\n"
-            "                        [--heartbeat-timeout SECONDS] [--public-url URL] [--quiet]\n"
+            "                        [--heartbeat-timeout SECONDS] [--quiet] [--log-level L]\n"
+            "                        [--log-format text|json] [--access-log FILE|none] [--public-url URL]\n"
             "  --listen      address to bind (default 127.0.0.1:8080; port 0 = any free port)\n"
             "  --data        data directory (default ./.trainyard)\n"
+            "  --log-level   debug|info|warn|error (default info: what happened to the service,\n"
+            "                its nodes and jobs; debug adds every request)\n"
+            "  --log-format  text (default) or json (one object a line: time, level, component,\n"
+            "                message)\n"
+            "  --access-log  every request in the Common Log Format (default DATA/access.log;\n"
+            "                none: no file)\n"
             "  --public-url  the URL workers reach the server at (their config's api; default\n"
             "                http://ADDR:PORT of --listen, which is wrong for 0.0.0.0 or a proxy)\n");
 }
@@ -254,6 +270,9 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
         {"durability", required_argument, NULL, 'D'},
         {"heartbeat-timeout", required_argument, NULL, 'H'},
         {"quiet", no_argument, NULL, 'q'},
+        {"log-level", required_argument, NULL, 'L'},
+        {"log-format", required_argument, NULL, 'F'},
+        {"access-log", required_argument, NULL, 'A'},
         {"public-url", required_argument, NULL, 'u'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -288,6 +307,27 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
             o->heartbeat_timeout_s = (int)v;
             break;
         case 'q': o->quiet = 1; break;
+        case 'L': {
+            log_level l;
+            if (log_level_parse(optarg, &l) < 0) {
+                fprintf(stderr, "trainyard: --log-level wants debug, info, warn or error; got '%s'\n", optarg);
+                return -1;
+            }
+            o->log_level = (int)l;
+            break;
+        }
+        case 'F': {
+            log_format f;
+            if (log_format_parse(optarg, &f) < 0) {
+                fprintf(stderr, "trainyard: --log-format wants text or json; got '%s'\n", optarg);
+                return -1;
+            }
+            o->log_format = (int)f;
+            break;
+        }
+        case 'A':
+            if (sfmt(o->access_log, sizeof o->access_log, "%s", optarg) < 0) return -1;
+            break;
         case 'u': {
             size_t n = strlen(optarg);
             while (n && optarg[n - 1] == '/') n--; /* workers append /api/v1/... */
@@ -311,20 +351,21 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
     return 0;
 }
 
-int cmd_server(int argc, char **argv) {
+int cmd_server(int argc, char **argv, const server_app *app) {
     server_options o;
     server_options_default(&o);
     int rc = server_parse_flags(&o, argc, argv);
     if (rc != 0) return rc > 0 ? 0 : 2;
     log_set_prefix("server");
-    if (o.quiet) log_set_level(LOG_WARN);
+    log_set_level(o.quiet && o.log_level < LOG_WARN ? LOG_WARN : (log_level)o.log_level);
+    log_set_format((log_format)o.log_format);
     server s;
     char err[512];
     if (server_open(&s, &o, err, sizeof err) < 0) {
         log_error("%s", err);
         return 1;
     }
-    rc = server_serve(&s, NULL);
+    rc = server_serve(&s, app, NULL);
     server_close(&s);
     return rc;
 }

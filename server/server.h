@@ -1,7 +1,8 @@
 /* server.h - the control plane process: database, bootstrap tokens, HTTP
  * daemon and (when linked) the scheduler loop, under one context struct.
  *
- * defines: server_options_default, server_run, server_bootstrap */
+ * defines: server_app, server_options_default, server_open, server_serve,
+ *          server_close, server_parse_flags, cmd_server */
 #ifndef TRAINYARD_SERVER_H
 #define TRAINYARD_SERVER_H
 
@@ -16,10 +17,25 @@ typedef struct server_options {
     int durability_full;              /* synchronous=FULL */
     int heartbeat_timeout_s;          /* node lost after this long without heartbeat */
     int quiet;                        /* log warnings and errors only */
+    int log_level;                    /* --log-level (a log_level; default info) */
+    int log_format;                   /* --log-format (a log_format; default text) */
+    char access_log[PATH_MAX];        /* --access-log: "" = DIR/access.log, "none" = off */
     char public_url[128];             /* the URL workers are given (config.api); "" = url */
 } server_options;
 
 struct http_daemon;
+struct server;
+struct route;
+
+/* What a server serves, given by the program that runs it (cmd/main.c
+ * passes the API's, api/routes.h): the route tables (NULL-terminated) and
+ * the services started beside HTTP and stopped before it (the scheduler
+ * thread). The server itself knows no route. */
+typedef struct server_app {
+    const struct route *const *routes;
+    int (*start)(struct server *s, char *err, size_t errlen); /* 0, or -1 with err */
+    void (*stop)(struct server *s);
+} server_app;
 
 typedef struct server {
     server_options opt;
@@ -45,16 +61,17 @@ int server_parse_listen(server_options *o, const char *s);
  * DIR/token, DIR/node.token, mode 0600). Returns 0, or -1 with err. */
 int server_open(server *s, const server_options *opt, char *err, size_t errlen);
 
-/* Starts HTTP (and the scheduler) and serves until *stop becomes non-zero
- * (SIGINT/SIGTERM set it when stop is NULL). Returns the exit status. */
-int server_serve(server *s, volatile sig_atomic_t *stop);
+/* Starts HTTP with app's routes, then app's services, and serves until
+ * *stop becomes non-zero (SIGINT/SIGTERM set it when stop is NULL). Returns
+ * the exit status. */
+int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop);
 
 void server_close(server *s);
 
 /* Parses the server flags into o: 0, 1 after --help, -1 on a bad flag. */
 int server_parse_flags(server_options *o, int argc, char **argv);
 
-/* `trainyard server ...`: parses flags, runs until a signal. */
-int cmd_server(int argc, char **argv);
+/* `trainyard server ...`: parses flags, serves app until a signal. */
+int cmd_server(int argc, char **argv, const server_app *app);
 
 #endif

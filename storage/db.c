@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <execinfo.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -406,6 +407,41 @@ int db_begin(db *d) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- notes */
+
+#define NOTES_MAX (64 * 1024)
+static __thread char t_notes[NOTES_MAX]; /* lines, each NUL-terminated, kept until the commit */
+static __thread size_t t_notes_len;
+
+static void notes_flush(int say) {
+    for (size_t off = 0; say && off < t_notes_len; off += strlen(t_notes + off) + 1) log_info("%s", t_notes + off);
+    t_notes_len = 0;
+}
+
+void db_note(db *d, const char *fmt, ...) {
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    db_thread_conn *c = thread_conn(d);
+    if (!c || sqlite3_get_autocommit(c->conn)) { /* no transaction: the change is done */
+        log_info("%s", line);
+        return;
+    }
+    size_t len = strlen(line) + 1;
+    if (t_notes_len + len > NOTES_MAX) return;
+    memcpy(t_notes + t_notes_len, line, len);
+    t_notes_len += len;
+}
+
+size_t db_notes_mark(void) { return t_notes_len; }
+
+void db_notes_rewind(size_t mark) {
+    if (mark < t_notes_len) t_notes_len = mark;
+}
+
 int db_commit(db *d) {
     db_thread_conn *c = thread_conn(d);
     if (!c) return -1;
@@ -415,6 +451,7 @@ int db_commit(db *d) {
         rc = -1;
     }
     write_unlock(d, c);
+    notes_flush(rc == 0);
     return rc;
 }
 
@@ -423,6 +460,7 @@ void db_rollback(db *d) {
     if (!c) return;
     if (!sqlite3_get_autocommit(c->conn)) exec_simple(c->conn, "ROLLBACK");
     write_unlock(d, c);
+    notes_flush(0);
 }
 
 /* ---------------------------------------------------------------- disk space */

@@ -8,7 +8,7 @@
  *
  * defines: db_open, db_close, db_conn, db_prepare, db_begin, db_commit,
  *          db_rollback, db_version, db_migrations_count, db_migrate_to,
- *          db_disk_full, db_generation */
+ *          db_disk_full, db_generation, db_note, db_notes_mark, db_notes_rewind */
 #ifndef TRAINYARD_DB_H
 #define TRAINYARD_DB_H
 
@@ -42,6 +42,18 @@ void db_done(sqlite3_stmt *st);
 int db_begin(db *d);
 int db_commit(db *d);
 void db_rollback(db *d);
+
+/* A line for the console (log_info) about a change this thread is making:
+ * said at once outside a transaction, else kept until db_commit succeeds
+ * (and dropped by a rollback or a failed commit), so the console never
+ * tells of a change that did not happen. Lines past 64 KiB of pending
+ * notes are dropped. */
+void db_note(db *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* For a savepoint: the notes kept so far, and back to them after a
+ * ROLLBACK TO (the notes of what was undone are dropped). */
+size_t db_notes_mark(void);
+void db_notes_rewind(size_t mark);
 
 /* Whether the file system holding the database has less than DB_DISK_LOW
  * bytes left for an unprivileged writer: 1 with a sentence naming the cause

@@ -280,7 +280,15 @@ static int event_insert(db *d, int64_t job_id, const char *kind, const char *fro
     if (reason) sqlite3_bind_text(st, 7, reason, -1, SQLITE_TRANSIENT);
     int rc = sqlite3_step(st);
     db_done(st);
-    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+    if (rc != SQLITE_DONE) return STORE_ERROR;
+    /* the console's line of it: the reason's first line */
+    const char *r = reason ? reason : "";
+    int rl = (int)strcspn(r, "\n");
+    if (rl > 300) rl = 300;
+    if (to) db_note(d, "job %lld: %s%s%s (%s): %.*s", (long long)job_id, from ? from : "", from ? " -> " : "", to, actor,
+                    rl, r);
+    else db_note(d, "job %lld: %s (%s): %.*s", (long long)job_id, kind, actor, rl, r);
+    return STORE_OK;
 }
 
 int store_event_add(db *d, int64_t job_id, const char *kind, const char *actor, const char *reason) {

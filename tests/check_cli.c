@@ -86,6 +86,22 @@ START_TEST(watch_to_the_end_and_after) {
     ck_assert_int_eq((int)cJSON_GetObjectItem(cJSON_GetObjectItem(w, "progress"), "epochs")->valuedouble, 3);
     cJSON_Delete(w);
 
+    /* status reads for a person: tasks, epoch and step of the total, the
+     * losses and accuracies, the test metrics; --json keeps the object */
+    snprintf(args, sizeof args, "status %lld", (long long)id);
+    ck_assert_int_eq(cli(args, &out), 0);
+    const char *lines[] = {"state:      succeeded", "tasks:      worker-0", "epoch:      3 of 3\n",
+                           "step:       ", " (100%)", "train:      loss 0.", "validation: loss 0.",
+                           "test:       loss 0.", "samples/s", "timeline:"};
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+        ck_assert_msg(strstr(out.data, lines[i]) != NULL, "status lacks '%s':\n%s", lines[i], out.data);
+    ck_assert_msg(strstr(out.data, "\"latest_epoch\"") == NULL, "status prints raw JSON:\n%s", out.data);
+    buf_release(&out);
+    snprintf(args, sizeof args, "status %lld --json", (long long)id);
+    cJSON *sj = cli_json(args, 0);
+    ck_assert(cJSON_IsObject(cJSON_GetObjectItem(cJSON_GetObjectItem(sj, "progress"), "test")));
+    cJSON_Delete(sj);
+
     snprintf(args, sizeof args, "events %lld --json", (long long)id);
     cJSON *ev = cli_json(args, 0);
     cJSON *evs = cJSON_GetObjectItem(ev, "events");
@@ -158,6 +174,9 @@ START_TEST(queue_cluster_and_a_cancelled_watch) {
     ck_assert_int_eq(cli("cluster", &out), 0);
     snprintf(want, sizeof want, "[job %lld: 1]", (long long)run);
     ck_assert_msg(strstr(out.data, want) != NULL, "%s", out.data);
+    /* the node's memory in use (the running job's share) and its isolation */
+    ck_assert_msg(strstr(out.data, "    memory ") && strstr(out.data, " MiB in use; isolation "), "%s", out.data);
+    ck_assert_msg(strstr(out.data, "    memory 0/") == NULL, "no memory in use under a running job: %s", out.data);
     buf_release(&out);
     /* cancel it from the side: watch ends with 5 */
     char path[96];
@@ -192,8 +211,56 @@ START_TEST(exit_codes_for_scripts) {
 }
 END_TEST
 
+/* `trainyard --help` names every command there is; `--version` the version
+ * and what the binary was built with; an unknown command is a usage error
+ * that prints the same list. */
+START_TEST(help_lists_every_command_and_version_says_the_build) {
+    static const char *const commands[] = {"up",     "server", "agent",  "worker", "train",  "submit",
+                                           "jobs",   "status", "watch",  "logs",   "events", "checkpoints",
+                                           "cancel", "queue",  "cluster", "teams", "version"};
+    buf out;
+    ck_assert_int_eq(cli("--help", &out), 0);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        char want[48];
+        snprintf(want, sizeof want, "\n  %s ", commands[i]);
+        ck_assert_msg(strstr(out.data, want) != NULL, "--help does not list '%s':\n%s", commands[i], out.data);
+    }
+    buf_release(&out);
+    /* every listed command is one the binary takes: its --help answers 0 */
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
+        if (strcmp(commands[i], "version") == 0) continue;
+        char args[64];
+        snprintf(args, sizeof args, "%s --help", commands[i]);
+        int rc = cli(args, &out);
+        ck_assert_msg(rc == 0, "trainyard %s exited %d", args, rc);
+        buf_release(&out);
+    }
+    ck_assert_int_eq(cli("--version", &out), 0);
+    ck_assert_msg(strncmp(out.data, "trainyard 0.", 12) == 0, "--version: %s", out.data);
+    ck_assert_msg(strstr(out.data, "CUDA") && strstr(out.data, "OpenBLAS"), "--version names no build: %s",
+                  out.data);
+    buf_release(&out);
+    ck_assert_int_eq(cli("version", &out), 0);
+    buf_release(&out);
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "'%s' frobnicate 2>&1", ty_bin());
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    char text[8192];
+    size_t n = fread(text, 1, sizeof text - 1, p);
+    text[n] = '\0';
+    int st = pclose(p);
+    ck_assert_int_eq(WEXITSTATUS(st), 2);
+    ck_assert_msg(strstr(text, "unknown command 'frobnicate'") && strstr(text, "\n  checkpoints "),
+                  "unknown command: %s", text);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("cli");
+    TCase *tu = tcase_create("usage");
+    tcase_add_test(tu, help_lists_every_command_and_version_says_the_build);
+    suite_add_tcase(s, tu);
     TCase *tc = tcase_create("commands");
     tcase_add_checked_fixture(tc, start, stop);
     tcase_set_timeout(tc, 120);

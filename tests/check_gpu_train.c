@@ -39,7 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../api/jobspec.h"
+#include "../spec/jobspec.h"
 #include "../common/util.h"
 #include "../executor/comm/comm.h"
 #include "../executor/cuda/gpu_device.h"

@@ -1,4 +1,4 @@
-/* check_jobspec.c - tests for api/jobspec: a table of bad specs, each with
+/* check_jobspec.c - tests for spec/jobspec: a table of bad specs, each with
  * the HTTP status, error code and field path a client would see; good specs
  * (the examples/, defaults, every optimizer and source); the normalized JSON
  * and its round trip; and malformed input (truncation, mutation, depth, NUL). */
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../api/jobspec.h"
+#include "../spec/jobspec.h"
 #include "../common/util.h"
 
 /* Specs are written with ' for " to stay readable; q() swaps them. */

@@ -5,6 +5,7 @@
  * waits; devices and devices in use; samples/s of a running job; the
  * request latency histogram of the routes called; scheduler pass time. */
 #include "testlib.h"
+#include "../common/version.h"
 
 static ty_proc srv;
 static char team_tok[128], admin_tok[128];
@@ -124,7 +125,7 @@ START_TEST(what_the_cluster_does) {
     }
     ck_assert_msg(rate > 0, "no samples/s for running job %s", jid);
     ck_assert_str_eq(job_state(wait), "queued");
-    ck_assert(value(m, "trainyard_build_info", "version", "0.1.0", NULL, NULL) == 1);
+    ck_assert(value(m, "trainyard_build_info", "version", TRAINYARD_VERSION, NULL, NULL) == 1);
     ck_assert(value(m, "trainyard_jobs", "team", "default", "state", "succeeded") == 1);
     ck_assert(value(m, "trainyard_jobs", "team", "default", "state", "running") == 1);
     ck_assert(value(m, "trainyard_jobs", "team", "default", "state", "queued") == 1);

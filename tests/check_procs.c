@@ -234,6 +234,135 @@ START_TEST(up_killed_takes_its_children)
 }
 END_TEST
 
+/* Ctrl-C in the terminal of `trainyard up` (SIGINT to its whole process
+ * group) while a job trains: `up` stops the agent first, which drains its
+ * node and reports its task's exit while the server still answers, then
+ * the server. The agent used to get the SIGINT at the same moment as the
+ * server, and logged "server unreachable ... could not drain". */
+START_TEST(up_ctrl_c_stops_agent_first)
+{
+    snprintf(srv.log, sizeof srv.log, "%s/up.log", srv.dir);
+    char urlfile[400];
+    snprintf(urlfile, sizeof urlfile, "%s/server.url", srv.dir);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        setpgid(0, 0); /* as a shell puts a job in its own group */
+        FILE *lf = freopen(srv.log, "a", stderr);
+        (void)lf;
+        execl(ty_bin(), ty_bin(), "up", "--listen", "127.0.0.1:0", "--data", srv.dir, "--cpu-slots", "1",
+              (char *)NULL);
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    srv.pid = pid;
+    for (int i = 0; i < 300 && !srv.url[0]; i++) {
+        size_t len = 0;
+        char *u = file_read_all(urlfile, 256, &len);
+        if (u) {
+            while (len && u[len - 1] == '\n') u[--len] = '\0';
+            snprintf(srv.url, sizeof srv.url, "%s", u);
+            free(u);
+        } else {
+            ty_sleep_ms(50);
+        }
+    }
+    ck_assert_msg(srv.url[0], "up did not start; see %s", srv.log);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    int64_t id = submit();
+    ck_assert_msg(wait_job(id, "running", 1, 60) >= 0, "the job did not start");
+    ck_assert_int_eq(kill(-pid, SIGINT), 0); /* the terminal's Ctrl-C */
+    int64_t ms = wait_exit(pid, 30000);
+    ck_assert_msg(ms >= 0, "up still runs 30 s after Ctrl-C");
+    srv.pid = 0;
+    printf("up: Ctrl-C -> exited in %lld ms\n", (long long)ms);
+    size_t len = 0;
+    char *log = file_read_all(srv.log, 1 << 22, &len);
+    ck_assert_ptr_nonnull(log);
+    const char *tail = len > 3000 ? log + len - 3000 : log; /* what the messages quote */
+    ck_assert_msg(strstr(log, "drained: the server hands it no new task") != NULL, "the node was not drained:\n%s",
+                  tail);
+    ck_assert_msg(strstr(log, "unreachable") == NULL && strstr(log, "could not drain") == NULL,
+                  "the agent lost the server while stopping:\n%s", tail);
+    ck_assert_msg(strstr(log, "status report(s) not delivered") == NULL, "reports were lost:\n%s", tail);
+    free(log);
+    reap_children(15000);
+}
+END_TEST
+
+/* The console of `up` tells a person what happened (the node joining, the
+ * job submitted, placed, running, cancelled; the stop), not every request:
+ * those go to DIR/access.log in the Common Log Format. With --log-level
+ * debug --log-format json every console line is a JSON object and the
+ * requests are there too. */
+START_TEST(up_console_tells_what_happened)
+{
+    const char *extra[] = {"--cpu-slots", "1", NULL};
+    ty_server_start_args(&srv, "up", extra);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    int64_t id = submit();
+    ck_assert_msg(wait_job(id, "running", 1, 60) >= 0, "the job did not start");
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/cancel", (long long)id);
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", path, NULL, &o), 200);
+    cJSON_Delete(o);
+    ck_assert_int_ge(wait_job(id, "cancelled", 1, 30), 0);
+    ty_sleep_ms(1500); /* a heartbeat or two and a long-poll more */
+    ty_kill(&srv, SIGTERM);
+    size_t len = 0;
+    char *log = file_read_all(srv.log, 1 << 22, &len);
+    ck_assert_ptr_nonnull(log);
+    const char *tail = len > 3000 ? log + len - 3000 : log;
+    char want[6][96];
+    snprintf(want[0], sizeof want[0], "node 1 (");
+    snprintf(want[1], sizeof want[1], "job %lld: queued (team:default): submitted", (long long)id);
+    snprintf(want[2], sizeof want[2], "job %lld: queued -> starting (scheduler): placed on", (long long)id);
+    snprintf(want[3], sizeof want[3], "job %lld: starting -> running", (long long)id);
+    snprintf(want[4], sizeof want[4], "-> cancelled (team:default)");
+    snprintf(want[5], sizeof want[5], "server info: stopped");
+    for (int i = 0; i < 6; i++) ck_assert_msg(strstr(log, want[i]) != NULL, "the console lacks '%s':\n%s", want[i], tail);
+    ck_assert_msg(strstr(log, " /api/v1/") == NULL, "the console shows requests at info:\n%s", tail);
+    free(log);
+    /* the requests are in the access log, one line each, Common Log Format */
+    char alog[320];
+    snprintf(alog, sizeof alog, "%s/access.log", srv.dir);
+    char *a = file_read_all(alog, 1 << 22, &len);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_msg(strstr(a, "127.0.0.1 - team:default [") && strstr(a, "] \"POST /api/v1/jobs HTTP/1.1\" 201 "),
+                  "access.log: %.2000s", a);
+    ck_assert_msg(strstr(a, "\"POST /api/v1/nodes/1/heartbeat HTTP/1.1\" 200 "), "access.log: %.2000s", a);
+    free(a);
+
+    /* json and debug: every line an object; the requests on the console too */
+    ty_rmrf(srv.dir);
+    ck_assert_int_eq(mkdir(srv.dir, 0700), 0);
+    const char *dbg[] = {"--cpu-slots", "1", "--log-level", "debug", "--log-format", "json", NULL};
+    ty_server_start_args(&srv, "up", dbg);
+    ty_sleep_ms(1500);
+    ty_kill(&srv, SIGTERM);
+    log = file_read_all(srv.log, 1 << 22, &len);
+    ck_assert_ptr_nonnull(log);
+    int lines = 0, requests = 0;
+    for (char *l = log; l && *l;) {
+        char *nl = strchr(l, '\n');
+        if (nl) *nl = '\0';
+        cJSON *j = cJSON_Parse(l);
+        ck_assert_msg(j != NULL, "not a JSON line: %s", l);
+        ck_assert(cJSON_IsString(cJSON_GetObjectItem(j, "time")) && cJSON_IsString(cJSON_GetObjectItem(j, "level")) &&
+                  cJSON_IsString(cJSON_GetObjectItem(j, "component")) &&
+                  cJSON_IsString(cJSON_GetObjectItem(j, "message")));
+        if (strstr(cJSON_GetObjectItem(j, "message")->valuestring, "POST /api/v1/nodes")) requests++;
+        cJSON_Delete(j);
+        lines++;
+        l = nl ? nl + 1 : NULL;
+    }
+    free(log);
+    ck_assert_int_gt(lines, 5);
+    ck_assert_int_ge(requests, 1);
+}
+END_TEST
+
 /* An agent told SIGTERM while its server is gone stops its worker and
  * exits within seconds, not after its grace periods and report retries. */
 START_TEST(agent_stops_fast_without_server)
@@ -386,6 +515,8 @@ int main(void) {
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_set_timeout(tc, 180);
     tcase_add_test(tc, up_killed_takes_its_children);
+    tcase_add_test(tc, up_ctrl_c_stops_agent_first);
+    tcase_add_test(tc, up_console_tells_what_happened);
     tcase_add_test(tc, agent_stops_fast_without_server);
     tcase_add_test(tc, restarted_agent_rejoins_at_once);
     tcase_add_test(tc, stopping_agent_starts_nothing);

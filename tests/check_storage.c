@@ -9,7 +9,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "../api/jobspec.h"
+#include "../spec/jobspec.h"
 #include "../common/util.h"
 #include "../storage/db.h"
 #include "../storage/store.h"

@@ -25,7 +25,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../api/jobspec.h"
+#include "../spec/jobspec.h"
 #include "../common/util.h"
 #include "../executor/comm/comm.h"
 #include "../executor/data/dataset.h"

@@ -16,6 +16,13 @@ for t in "$build"/tests/check_*; do
   if "$t"; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: $t"; fi
   echo "   ($(( $(date +%s) - start ))s)"
 done
+# the GPU bundle: built, self-contained, and its verify.sh run here (tests/gpu_bundle.sh)
+if [ "${GPU_BUNDLE_TEST:-1}" != 0 ]; then
+  echo "== tests/gpu_bundle.sh"
+  start=$(date +%s)
+  if tests/gpu_bundle.sh; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/gpu_bundle.sh"; fi
+  echo "   ($(( $(date +%s) - start ))s)"
+fi
 # the dashboard in headless Chromium, the OpenAPI validator (tests/web/run.sh)
 if [ "${WEB_TESTS:-1}" != 0 ] && [ -x tests/web/run.sh ]; then
   echo "== tests/web (browser, openapi)"

@@ -22,7 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../api/client.h"
+#include "../client/client.h"
 #include "../common/util.h"
 
 typedef struct ty_proc {

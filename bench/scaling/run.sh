@@ -34,7 +34,7 @@ case "$blas" in
      exit 1 ;;
 esac
 
-srcs=$(ls common/*.c api/jobspec.c executor/nn/*.c executor/data/*.c executor/comm/*.c executor/strategy/*.c \
+srcs=$(ls common/*.c spec/jobspec.c executor/nn/*.c executor/data/*.c executor/comm/*.c executor/strategy/*.c \
           executor/train_loop.c)
 objs=$(for s in $srcs; do echo "build/obj/${s%.c}.o"; done)
 make --no-print-directory -s -j2 $objs

@@ -10,7 +10,7 @@ mkdir -p build/bench
 CFLAGS="-std=gnu11 -O2 -g -D_GNU_SOURCE -I. -Wall -Wextra -Werror -Wshadow"
 if [ "${1:-}" = db ]; then
   shift
-  objs=$(objs_of common/*.c storage/*.c scheduler/*.c api/jobspec.c)
+  objs=$(objs_of common/*.c storage/*.c scheduler/*.c spec/jobspec.c)
   make --no-print-directory $objs >/dev/null
   cc $CFLAGS -o build/bench/sched_db_pass bench/sched_sim/db_pass.c $objs -lsqlite3 -lcjson -lcrypto -lm -lpthread
   exec build/bench/sched_db_pass "$@"

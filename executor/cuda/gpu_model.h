@@ -1,5 +1,5 @@
 /* gpu_model.h - the training engine on one CUDA device: the model of a job
- * spec (api/jobspec.h) with the SAME flat parameter layout, tensor names,
+ * spec (spec/jobspec.h) with the SAME flat parameter layout, tensor names,
  * optimizer slots, dropout masks and update arithmetic as executor/nn
  * (model.h), so parameters and checkpoints move between the CPU and the GPU
  * engine (gpu_model_to_host / gpu_model_from_host + checkpoint.h).
@@ -44,7 +44,7 @@
 extern "C" {
 #endif
 
-#include "../../api/jobspec.h"
+#include "../../spec/jobspec.h"
 #include "../nn/model.h"
 
 #ifndef GPU_ERR_MAX

@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "../../api/jobspec.h"
+#include "../../spec/jobspec.h"
 
 #define DATASET_ERR_MAX 256
 

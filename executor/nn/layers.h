@@ -11,7 +11,7 @@
 #define TRAINYARD_NN_LAYERS_H
 
 #include <stdint.h>
-#include "../../api/jobspec.h"
+#include "../../spec/jobspec.h"
 #include "nn_rng.h"
 
 /* Dropout drawn with 32-bit uniforms: keep when u < keep_threshold. */

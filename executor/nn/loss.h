@@ -11,7 +11,7 @@
 #ifndef TRAINYARD_NN_LOSS_H
 #define TRAINYARD_NN_LOSS_H
 
-#include "../../api/jobspec.h"
+#include "../../spec/jobspec.h"
 
 #define NN_EPSILON 1e-7f   /* Keras backend.epsilon() */
 

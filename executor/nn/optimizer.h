@@ -11,7 +11,7 @@
 #define TRAINYARD_NN_OPTIMIZER_H
 
 #include <stddef.h>
-#include "../../api/jobspec.h"
+#include "../../spec/jobspec.h"
 
 #define OPT_MAX_SLOTS 3
 

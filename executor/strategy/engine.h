@@ -30,7 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../api/jobspec.h"
+#include "../../spec/jobspec.h"
 #include "../comm/comm.h"
 #include "../nn/model.h"
 #include "replicas.h"

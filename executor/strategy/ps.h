@@ -25,7 +25,7 @@
 
 #include <signal.h>
 
-#include "../../api/jobspec.h"
+#include "../../spec/jobspec.h"
 #include "../nn/model.h"
 
 #define PS_ERR_MAX 256

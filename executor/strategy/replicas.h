@@ -23,7 +23,7 @@
 
 #include <stdint.h>
 
-#include "../../api/jobspec.h"
+#include "../../spec/jobspec.h"
 #include "../comm/comm.h"
 #include "../nn/model.h"
 

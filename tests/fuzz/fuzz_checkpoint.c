@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/jobspec.h"
+#include "spec/jobspec.h"
 #include "executor/nn/checkpoint.h"
 #include "executor/nn/model.h"
 

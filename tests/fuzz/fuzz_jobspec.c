@@ -1,4 +1,4 @@
-/* fuzz_jobspec.c - libFuzzer target for api/jobspec.c: jobspec_parse on any
+/* fuzz_jobspec.c - libFuzzer target for spec/jobspec.c: jobspec_parse on any
  * bytes; a spec it accepts must survive the normalized round trip
  * (to_json(parse(to_json(s))) == to_json(s)) and be released cleanly; a spec
  * it refuses must carry a 400/422 status and an error code.
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "api/jobspec.h"
+#include "spec/jobspec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -151,6 +151,75 @@ static int valid_id(const char *s) {
     return parse_long(s, 1, 1L << 53, &v) == 0;
 }
 
+static int finished(const char *st) {
+    return strcmp(st, "succeeded") == 0 || strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0;
+}
+
+static void fmt_secs(double s, char *out, size_t n) {
+    long v = s > 0 ? (long)(s + 0.5) : 0;
+    if (v < 60) snprintf(out, n, "%lds", v);
+    else if (v < 3600) snprintf(out, n, "%ldm%02lds", v / 60, v % 60);
+    else snprintf(out, n, "%ldh%02ldm", v / 3600, v / 60 % 60);
+}
+
+/* The tasks: where each runs and how it is. */
+static void print_tasks(const cJSON *j) {
+    const cJSON *t;
+    int first = 1;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(j, "tasks")) {
+        printf("%s %-10s on %s (%s:%d)  %s", first ? "tasks:     " : "           ", jstr(t, "name"), jstr(t, "node"),
+               jstr(t, "address"), (int)jnum(t, "port"), jstr(t, "state"));
+        const cJSON *code = cJSON_GetObjectItemCaseSensitive(t, "exit_code");
+        if (cJSON_IsNumber(code)) printf(", exit %d", code->valueint);
+        printf("\n");
+        first = 0;
+    }
+}
+
+/* A metric of obj, "%.4f", or "-" when it has none. */
+static const char *metric_text(const cJSON *obj, const char *k, char *out, size_t n) {
+    const cJSON *v = obj ? cJSON_GetObjectItemCaseSensitive(obj, k) : NULL;
+    if (cJSON_IsNumber(v)) snprintf(out, n, "%.4f", v->valuedouble);
+    else snprintf(out, n, "-");
+    return out;
+}
+
+/* The progress for a person: epoch and step of the total, the newest loss
+ * and accuracy, validation and test metrics, samples/s and the ETA. */
+static void print_progress(const cJSON *j) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "progress");
+    if (!cJSON_IsObject(p)) {
+        printf("progress:   none yet\n");
+        return;
+    }
+    const char *st = jstr(j, "state");
+    const cJSON *le = cJSON_GetObjectItemCaseSensitive(p, "latest_epoch");
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(p, "latest");
+    const cJSON *te = cJSON_GetObjectItemCaseSensitive(p, "test");
+    char a[32], b[32], eta[32] = "-";
+    int epochs = (int)jnum(p, "epochs");
+    int done = cJSON_IsObject(le) ? (int)jnum(le, "epoch") : 0; /* epochs completed */
+    int total = (int)jnum(p, "total_steps");
+    if (epochs > 0)
+        printf("epoch:      %d of %d%s\n", done < epochs && !finished(st) ? done + 1 : done, epochs,
+               done < epochs && !finished(st) ? " (running)" : "");
+    if (total > 0) printf("step:       %d of %d (%.0f%%)\n", (int)jnum(p, "step"), total, 100.0 * jnum(p, "fraction"));
+    else printf("step:       %d\n", (int)jnum(p, "step"));
+    if (cJSON_IsObject(lt) || cJSON_IsObject(le))
+        printf("train:      loss %s  accuracy %s\n", metric_text(cJSON_IsObject(lt) ? lt : le, "loss", a, sizeof a),
+               metric_text(le, "accuracy", b, sizeof b));
+    if (cJSON_IsObject(le) && cJSON_GetObjectItemCaseSensitive(le, "val_loss"))
+        printf("validation: loss %s  accuracy %s  (epoch %d)\n", metric_text(le, "val_loss", a, sizeof a),
+               metric_text(le, "val_accuracy", b, sizeof b), done);
+    if (cJSON_IsObject(te))
+        printf("test:       loss %s  accuracy %s\n", metric_text(te, "test_loss", a, sizeof a),
+               metric_text(te, "test_accuracy", b, sizeof b));
+    if (!finished(st) && jnum(p, "eta_s") > 0) fmt_secs(jnum(p, "eta_s"), eta, sizeof eta);
+    if (jnum(p, "samples_per_sec") > 0)
+        printf("speed:      %.0f samples/s%s%s\n", jnum(p, "samples_per_sec"), finished(st) ? "" : "   ETA ",
+               finished(st) ? "" : eta);
+}
+
 static int do_status(const cli_opts *o, const char *id) {
     if (!valid_id(id)) {
         fprintf(stderr, "error: '%s' is not a job id\n", id);
@@ -169,17 +238,15 @@ static int do_status(const cli_opts *o, const char *id) {
         printf("reason:     %s\n", jstr(j, "reason"));
         printf("priority:   %d   attempt: %d of %d\n", (int)jnum(j, "priority"), (int)jnum(j, "attempt"),
                (int)jnum(j, "max_restarts") + 1);
-        printf("resources:  %d worker(s) x %d %s, %d ps\n", (int)jnum(r, "workers"),
-               (int)jnum(r, "devices_per_worker"), jstr(r, "device"), (int)jnum(r, "ps"));
+        const cJSON *mem = cJSON_GetObjectItemCaseSensitive(r, "memory");
+        printf("resources:  %d worker(s) x %d %s, %d ps, memory %s per task\n", (int)jnum(r, "workers"),
+               (int)jnum(r, "devices_per_worker"), jstr(r, "device"), (int)jnum(r, "ps"),
+               cJSON_IsString(mem) ? mem->valuestring : "the node's share");
         printf("created:    %s\n", jstr(j, "created_at"));
         printf("started:    %s\n", jstr(j, "started_at"));
         printf("finished:   %s\n", jstr(j, "finished_at"));
-        const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "progress");
-        if (cJSON_IsObject(p)) {
-            char *s = cJSON_PrintUnformatted(p);
-            if (s) printf("progress:   %s\n", s);
-            free(s);
-        }
+        print_tasks(j);
+        print_progress(j);
         snprintf(path, sizeof path, "/api/v1/jobs/%s/events", id);
         cli_opts q = *o;
         q.json = 0;
@@ -298,21 +365,10 @@ static int do_teams(const cli_opts *o) {
 
 /* ---------------------------------------------------------------- watch */
 
-static int finished(const char *st) {
-    return strcmp(st, "succeeded") == 0 || strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0;
-}
-
 static int state_exit(const char *st) {
     if (strcmp(st, "failed") == 0) return EXIT_JOB_FAILED;
     if (strcmp(st, "cancelled") == 0) return EXIT_JOB_CANCELLED;
     return EXIT_OK;
-}
-
-static void fmt_secs(double s, char *out, size_t n) {
-    long v = s > 0 ? (long)(s + 0.5) : 0;
-    if (v < 60) snprintf(out, n, "%lds", v);
-    else if (v < 3600) snprintf(out, n, "%ldm%02lds", v / 60, v % 60);
-    else snprintf(out, n, "%ldh%02ldm", v / 3600, v / 60 % 60);
 }
 
 /* One line for a job: a bar of its steps, epoch, step, the newest loss and
@@ -451,6 +507,17 @@ static int do_cluster(const cli_opts *o) {
                 printf("  [%s: %d]", who, (int)jnum(h, "slots"));
             }
             printf("\n");
+            /* memory the scheduler places by, and what keeps teams apart there */
+            const cJSON *iso = cJSON_GetObjectItemCaseSensitive(n, "isolation");
+            char enforced[256] = "";
+            const cJSON *e;
+            cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(iso, "enforced")) {
+                size_t l = strlen(enforced);
+                if (cJSON_IsString(e)) snprintf(enforced + l, sizeof enforced - l, "%s%s", l ? "," : "", e->valuestring);
+            }
+            printf("    memory %d/%d MiB in use; isolation %s%s%s%s%s\n", (int)jnum(n, "memory_used_mb"),
+                   (int)jnum(n, "memory_mb"), jstr(iso, "mode"), enforced[0] ? " (" : "", enforced,
+                   enforced[0] ? ")" : "", strcmp(jstr(iso, "mode"), "none") == 0 ? ": teams are NOT isolated" : "");
             const cJSON *g;
             cJSON_ArrayForEach(g, cJSON_GetObjectItemCaseSensitive(n, "gpus")) {
                 char who[48];

@@ -3,7 +3,7 @@
  * One parser for everyone: the API validates a submitted spec with it before
  * anything is stored, and the worker and `trainyard train` rebuild the same
  * struct from the stored JSON. Field names and defaults follow tf.keras.
- * See ../shared/DESIGN.md ("Job spec") and docs/jobspec.md.
+ * See docs/jobspec.md.
  *
  * defines: jobspec_parse, jobspec_release, jobspec_to_json, jobspec_to_cjson,
  *          jobspec_replicas, jobspec_devices, jobspec_env_reserved, and the

@@ -8,7 +8,7 @@
  *
  * defines: cmd_up */
 #include "up.h"
-#include "server.h"
+#include "../server/server.h"
 #include "../common/util.h"
 #include "../executor/proc.h"
 
@@ -29,6 +29,7 @@ static void up_usage(FILE *f) {
             "usage: trainyard up [--listen ADDR:PORT] [--data DIR] [--cpu-slots N] [--data-root DIR]\n"
             "                    [--hostname H] [--worker-nice N] [--worker-sched normal|idle]\n"
             "                    [agent flags: --isolation, --task-uids, --task-dir, --task-pids-max, --memory]\n"
+            "                    [--log-level debug|info|warn|error] [--log-format text|json] [--access-log F]\n"
             "                    [server flags: --durability, --heartbeat-timeout, --public-url, --quiet]\n"
             "  the server (default 127.0.0.1:8080, data in ./.trainyard) and one local agent;\n"
             "  the agent runs training under SCHED_IDLE at nice " UP_WORKER_NICE " (--worker-sched normal\n"
@@ -45,7 +46,11 @@ static pid_t up_spawn(const char *exe, char *const argv[]) {
         /* `up` killed outright (SIGKILL, OOM) must not leave its server and
          * agent holding the port and the data directory: SIGTERM them when
          * it dies, which stops them as Ctrl-C would. */
-        if (proc_child_setup(parent, 0, SIGTERM, 0) < 0) _exit(127);
+        /* A process group of its own: the terminal's Ctrl-C (SIGINT to the
+         * foreground group) reaches `up` alone, which stops the agent
+         * first, while the server still answers its drain and reports,
+         * then the server. */
+        if (proc_child_setup(parent, 1, SIGTERM, 0) < 0) _exit(127);
         execv(exe, argv);
         _exit(127);
     }
@@ -92,9 +97,19 @@ int cmd_up(int argc, char **argv) {
                          strcmp(a, "--isolation") == 0 || strcmp(a, "--task-uids") == 0 ||
                          strcmp(a, "--task-dir") == 0 || strcmp(a, "--task-pids-max") == 0 ||
                          strcmp(a, "--memory") == 0;
-        int takes_value = agent_flag || strcmp(a, "--listen") == 0 || strcmp(a, "--data") == 0 ||
+        /* the console's level and format go to both */
+        int both = strcmp(a, "--log-level") == 0 || strcmp(a, "--log-format") == 0;
+        int takes_value = agent_flag || both || strcmp(a, "--listen") == 0 || strcmp(a, "--data") == 0 ||
                           strcmp(a, "--durability") == 0 || strcmp(a, "--heartbeat-timeout") == 0 ||
-                          strcmp(a, "--public-url") == 0;
+                          strcmp(a, "--access-log") == 0 || strcmp(a, "--public-url") == 0;
+        if (both && i + 1 < argc) {
+            agent_extra[na++] = argv[i];
+            agent_extra[na++] = argv[i + 1];
+            log_level l;
+            log_format f;
+            if (strcmp(a, "--log-level") == 0 && log_level_parse(argv[i + 1], &l) == 0) log_set_level(l);
+            if (strcmp(a, "--log-format") == 0 && log_format_parse(argv[i + 1], &f) == 0) log_set_format(f);
+        }
         if (takes_value && i + 1 >= argc) {
             fprintf(stderr, "trainyard up: %s wants a value\n", a);
             return 2;
