@@ -22,7 +22,11 @@ const BIN = process.env.TRAINYARD_BIN || 'build/asan/trainyard';
 const sleep = ms => new Promise(r => setTimeout(r, ms));
 
 // Operations no traffic here reaches, and why. Everything else must be seen.
+// Empty: every operation of the document is exercised. (Statuses not
+// provoked: 503 and 507, the database busy or the disk full; 414 and 431,
+// which libmicrohttpd may answer itself; 500. No route answers 429.)
 const NOT_REACHED = new Map([
+  // ['GET /api/v1/example', 'why no traffic can reach it here'],
 ]);
 
 let proxy, dir, server, agent, tokens = {};
