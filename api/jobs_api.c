@@ -45,7 +45,8 @@ static void health(server *srv, http_req *req, http_res *res) {
  * joined yet: it waits), 1 no, with the numbers in msg; -1 store error. */
 static int admit(server *srv, const jobspec *spec, char *msg, size_t cap, const char **field) {
     const char *kind = device_kind_name(spec->resources.device);
-    int dpw = spec->resources.devices_per_worker, w = spec->resources.workers, ps = spec->resources.ps;
+    /* an elastic job needs its min to run */
+    int dpw = spec->resources.devices_per_worker, w = spec->resources.workers_min, ps = spec->resources.ps;
     int64_t mem = spec->resources.memory_mb;
     store_capacity c;
     if (store_cluster_capacity(srv->db, kind, dpw, mem, &c) != STORE_OK) return -1;
@@ -124,6 +125,7 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
     store_new_job row = {
         .name = spec.name, .priority = spec.priority, .max_restarts = spec.max_restarts,
         .workers = spec.resources.workers, .devices_per_worker = spec.resources.devices_per_worker,
+        .workers_min = jobspec_elastic(&spec) ? spec.resources.workers_min : 0,
         .ps = spec.resources.ps, .device = device_kind_name(spec.resources.device),
         .strategy = strategy_name(spec.strategy.type),
         .max_runtime_s = spec.max_runtime_s, .preemptible = spec.preemptible,

@@ -36,6 +36,7 @@ int api_start_services(struct server *srv, char *err, size_t errlen) {
     cfg.on_change = wake_agents;
     cfg.on_change_cls = srv;
     if (srv->opt.heartbeat_timeout_s > 0) cfg.heartbeat_timeout_ms = (int64_t)srv->opt.heartbeat_timeout_s * 1000;
+    if (srv->opt.resize_interval_s >= 0) cfg.resize_interval_ms = (int64_t)srv->opt.resize_interval_s * 1000;
     if (sched_start(srv->db, &cfg) < 0) {
         snprintf(err, errlen, "cannot start the scheduler thread");
         return -1;

@@ -102,11 +102,23 @@ static cJSON *call(const cli_opts *o, const char *method, const char *path, cons
     return v;
 }
 
+/* "2" for a fixed gang; "2 (1-4)" for an elastic job running 2 workers of
+ * 1 to 4 ("- (1-4)" before it first ran). */
+static void workers_text(const cJSON *r, char *out, size_t cap) {
+    int w = (int)jnum(r, "workers"), lo = (int)jnum(r, "workers_min"), now = (int)jnum(r, "workers_now");
+    if (lo > 0 && lo < w) {
+        if (now > 0) snprintf(out, cap, "%d (%d-%d)", now, lo, w);
+        else snprintf(out, cap, "- (%d-%d)", lo, w);
+    } else {
+        snprintf(out, cap, "%d", w);
+    }
+}
+
 static void print_job_row(const cJSON *j) {
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(j, "resources");
-    char res[48];
-    snprintf(res, sizeof res, "%dx%d %s", (int)jnum(r, "workers"), (int)jnum(r, "devices_per_worker"),
-             jstr(r, "device"));
+    char res[48], wk[32];
+    workers_text(r, wk, sizeof wk);
+    snprintf(res, sizeof res, "%sx%d %s", wk, (int)jnum(r, "devices_per_worker"), jstr(r, "device"));
     printf("%-6d %-20.20s %-10.10s %-10s %4d %7d  %-12s %s\n", (int)jnum(j, "id"), jstr(j, "name"),
            jstr(j, "team"), jstr(j, "state"), (int)jnum(j, "priority"), (int)jnum(j, "attempt"), res,
            jstr(j, "reason"));
@@ -239,7 +251,9 @@ static int do_status(const cli_opts *o, const char *id) {
         printf("priority:   %d   attempt: %d of %d\n", (int)jnum(j, "priority"), (int)jnum(j, "attempt"),
                (int)jnum(j, "max_restarts") + 1);
         const cJSON *mem = cJSON_GetObjectItemCaseSensitive(r, "memory");
-        printf("resources:  %d worker(s) x %d %s, %d ps, memory %s per task\n", (int)jnum(r, "workers"),
+        char wk[32];
+        workers_text(r, wk, sizeof wk);
+        printf("resources:  workers %s x %d %s, %d ps, memory %s per task\n", wk,
                (int)jnum(r, "devices_per_worker"), jstr(r, "device"), (int)jnum(r, "ps"),
                cJSON_IsString(mem) ? mem->valuestring : "the node's share");
         printf("created:    %s\n", jstr(j, "created_at"));

@@ -30,7 +30,7 @@ static void up_usage(FILE *f) {
             "                    [--hostname H] [--worker-nice N] [--worker-sched normal|idle]\n"
             "                    [agent flags: --isolation, --task-uids, --task-dir, --task-pids-max, --memory]\n"
             "                    [--log-level debug|info|warn|error] [--log-format text|json] [--access-log F]\n"
-            "                    [server flags: --durability, --heartbeat-timeout, --public-url, --quiet]\n"
+            "                    [server flags: --durability, --heartbeat-timeout, --resize-interval, --public-url, --quiet]\n"
             "  the server (default 127.0.0.1:8080, data in ./.trainyard) and one local agent;\n"
             "  the agent runs training under SCHED_IDLE at nice " UP_WORKER_NICE " (--worker-sched normal\n"
             "  and --worker-nice 0 turn that off), so the API answers at once while jobs use\n"
@@ -101,7 +101,7 @@ int cmd_up(int argc, char **argv) {
         int both = strcmp(a, "--log-level") == 0 || strcmp(a, "--log-format") == 0;
         int takes_value = agent_flag || both || strcmp(a, "--listen") == 0 || strcmp(a, "--data") == 0 ||
                           strcmp(a, "--durability") == 0 || strcmp(a, "--heartbeat-timeout") == 0 ||
-                          strcmp(a, "--access-log") == 0 || strcmp(a, "--public-url") == 0;
+                          strcmp(a, "--resize-interval") == 0 || strcmp(a, "--access-log") == 0 || strcmp(a, "--public-url") == 0;
         if (both && i + 1 < argc) {
             agent_extra[na++] = argv[i];
             agent_extra[na++] = argv[i + 1];

@@ -487,7 +487,7 @@ static char *env_fmt(const char *name, const char *value) {
 static char **env_build(const cmd_run *r) {
     const cconfig *c = &r->cfg;
     const command_spec *cs = &r->spec->command;
-    char *ours[16];
+    char *ours[24];
     int n = 0;
     char num[32];
     char *tf = tf_config(r), *ty = ty_config(r);
@@ -510,6 +510,15 @@ static char **env_build(const cmd_run *r) {
         ours[n++] = env_fmt("RANK", num);
         ours[n++] = env_fmt("LOCAL_RANK", "0");
         ours[n++] = env_fmt("LOCAL_WORLD_SIZE", "1");
+        /* elastic jobs: the job's most workers, and how many micro-batches
+         * each rank splits its share of a global batch into so that the
+         * global batch stays what it is at the most workers (as torchrun's
+         * elastic agent leaves to the script: docs/command-jobs.md) */
+        int wmax = r->spec->resources.workers > c->n_workers ? r->spec->resources.workers : c->n_workers;
+        snprintf(num, sizeof num, "%d", wmax);
+        ours[n++] = env_fmt("TRAINYARD_WORKERS_MAX", num);
+        snprintf(num, sizeof num, "%d", (wmax + c->n_workers - 1) / (c->n_workers > 0 ? c->n_workers : 1));
+        ours[n++] = env_fmt("TRAINYARD_ACCUMULATION", num);
     }
     ours[n++] = env_fmt("CUDA_VISIBLE_DEVICES", c->gpus);
     /* defaults the spec's env may change: live output from Python, and as
@@ -1074,9 +1083,13 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
     const cconfig *c = &r->cfg;
     r->chief = !c->is_ps && c->index == 0;
     snprintf(r->task_name, sizeof r->task_name, "%s-%d", c->is_ps ? "ps" : "worker", c->index);
-    if (!c->is_ps && c->n_workers != spec->resources.workers) {
-        snprintf(err, sizeof err, "the cluster has %d workers but the spec asks for %d", c->n_workers,
-                 spec->resources.workers);
+    if (!c->is_ps && (c->n_workers > spec->resources.workers || c->n_workers < spec->resources.workers_min)) {
+        if (jobspec_elastic(spec))
+            snprintf(err, sizeof err, "the cluster has %d workers but the spec asks for %d to %d", c->n_workers,
+                     spec->resources.workers_min, spec->resources.workers);
+        else
+            snprintf(err, sizeof err, "the cluster has %d workers but the spec asks for %d", c->n_workers,
+                     spec->resources.workers);
         goto fail;
     }
     log_info("job %lld attempt %d: command %s (%d argument(s)), %s of %d worker(s)%s", (long long)c->job, c->attempt,

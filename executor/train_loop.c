@@ -93,7 +93,9 @@ int train_run_data(const jobspec *spec, const dataset_splits *data, const train_
      * sync (a read-only copy; the command fields are not used here) */
     jobspec *scaled = NULL;
     if (spec->strategy.scale_learning_rate) {
-        int in_sync = (opt.workers > 0 ? opt.workers : 1) * (opt.replicas > 0 ? opt.replicas : 1);
+        /* an elastic job keeps its global batch, and so the rate, of its most workers */
+        int w = jobspec_elastic(spec) ? spec->resources.workers : opt.workers > 0 ? opt.workers : 1;
+        int in_sync = w * (opt.replicas > 0 ? opt.replicas : 1);
         scaled = xmalloc(sizeof *scaled);
         *scaled = *spec;
         scaled->optimizer.learning_rate *= (float)in_sync;

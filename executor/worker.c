@@ -576,9 +576,13 @@ int worker_run(const char *config) {
         snprintf(err, sizeof err, "task index %d is not one of the %d workers", w.index, w.n_workers);
         goto fail;
     }
-    if (w.n_workers != spec->resources.workers) {
-        snprintf(err, sizeof err, "the cluster has %d workers but the spec asks for %d", w.n_workers,
-                 spec->resources.workers);
+    if (w.n_workers > spec->resources.workers || w.n_workers < spec->resources.workers_min) {
+        if (jobspec_elastic(spec))
+            snprintf(err, sizeof err, "the cluster has %d workers but the spec asks for %d to %d", w.n_workers,
+                     spec->resources.workers_min, spec->resources.workers);
+        else
+            snprintf(err, sizeof err, "the cluster has %d workers but the spec asks for %d", w.n_workers,
+                     spec->resources.workers);
         goto fail;
     }
     if (strcmp(w.type, "worker") != 0 && strcmp(w.type, "chief") != 0) {

@@ -34,6 +34,7 @@ void sched_config_default(sched_config *c)
     c->port_base = 7001;
     c->port_count = 1000;
     c->tick_ms = 1000;
+    c->resize_interval_ms = 30000;
 }
 
 double sched_usage_decay(double usage, double in_use, double dt_s, double tau_s)
@@ -70,6 +71,7 @@ void sched_result_release(sched_result *r)
     free(r->tasks);
     free(r->dev_ids);
     free(r->stops);
+    free(r->grows);
     free(r->out);
     free(r->order);
     memset(r, 0, sizeof *r);
@@ -224,6 +226,7 @@ typedef struct core {
     double sum_usage;
     /* tentative placement */
     undo *ulog; int n_ulog, cap_ulog;
+    uint8_t starving[SCHED_KINDS]; /* a queued job waits for devices of this kind */
     int *mark; int mark_gen;     /* (nn) distinct-node counting */
     resv hv;
 } core;
@@ -644,9 +647,8 @@ static int ps_mem_reason(core *c, const sched_job *j, sched_outcome *o)
  * group best-fit), ps on CPU slots preferring the gang's nodes; each task
  * where its memory fits too. On failure leaves no trace and returns -1;
  * when memory kept a parameter server out, o (may be NULL) says so. */
-static int place_job(core *c, int ji, sched_outcome *o)
+static int place_job(core *c, int ji, const sched_job *j, sched_outcome *o)
 {
-    const sched_job *j = &c->s->queued[ji];
     sched_result *r = c->r;
     int mark = c->n_ulog, t0 = r->n_tasks, d0 = r->n_dev;
     int k = j->kind, w = j->devices_per_worker;
@@ -688,6 +690,7 @@ static int place_job(core *c, int ji, sched_outcome *o)
     GROW(r->place, r->n_place, r->cap_place);
     sched_place *pl = &r->place[r->n_place++];
     pl->job = ji; pl->job_id = j->id; pl->task_off = t0; pl->n_tasks = r->n_tasks - t0; pl->backfill = 0;
+    pl->workers = j->workers;
     c->mark_gen++;
     pl->n_nodes = 0;
     for (int t = t0; t < r->n_tasks; t++) {
@@ -931,11 +934,14 @@ static int64_t resv_compute(core *c)
 
 /* ---------------------------------------------------------------- preemption */
 
-typedef struct cand { int ri; int64_t lost; int prio; } cand;
+typedef struct cand { int ri; int64_t lost; int prio; int shrinks; } cand;
 
+/* Elastic jobs that can shrink first (they go on running), then least work
+ * lost since the last checkpoint, lowest priority, index. */
 static int cand_cmp(const void *a, const void *b)
 {
     const cand *x = a, *y = b;
+    if (x->shrinks != y->shrinks) return y->shrinks - x->shrinks;
     if (x->lost != y->lost) return (x->lost > y->lost) - (x->lost < y->lost);
     if (x->prio != y->prio) return (x->prio > y->prio) - (x->prio < y->prio);
     return (x->ri > y->ri) - (x->ri < y->ri);
@@ -965,7 +971,8 @@ static int preempt_for(core *c, int ji, int guaranteed)
         if (!by_prio && !by_guar) continue;
         int64_t since = v->last_checkpoint_ms > 0 ? v->last_checkpoint_ms : v->started_at_ms;
         int64_t lost = s->now_ms - since;
-        cd[n++] = (cand){ri, lost < 0 ? 0 : lost, v->priority};
+        int shrinks = v->workers_min > 0 && v->workers_now > v->workers_min && v->kind == j->kind;
+        cd[n++] = (cand){ri, lost < 0 ? 0 : lost, v->priority, shrinks};
     }
     qsort(cd, (size_t)n, sizeof *cd, cand_cmp);
     /* greedy by least work lost, then prune the ones not needed */
@@ -992,6 +999,10 @@ static int preempt_for(core *c, int ji, int guaranteed)
             else resv_hold(c, cd[x].ri, +1);
         }
         sched_result *r = c->r;
+        /* what the head leaves of the victims' devices at T, in devices of
+         * its kind: an elastic victim comes back with as many workers as
+         * that holds (at least its min, fewer than it has), else waits whole */
+        int64_t spare = (h->S - h->workers) * (int64_t)h->w;
         for (int x = 0; x <= last; x++) {
             if (!pick[x]) continue;
             const sched_running *v = &s->running[cd[x].ri];
@@ -1000,6 +1011,15 @@ static int preempt_for(core *c, int ji, int guaranteed)
             sched_victim *st = &r->stops[r->n_stops++];
             st->running = cd[x].ri; st->job_id = v->id; st->for_job = j->id;
             st->guarantee = !(v->preemptible && v->priority < j->priority);
+            st->shrink_to = 0;
+            if (cd[x].shrinks && v->devices_per_worker > 0) {
+                int64_t keep = spare / v->devices_per_worker;
+                if (keep >= v->workers_now) keep = v->workers_now - 1;
+                if (keep >= v->workers_min) {
+                    st->shrink_to = (int)keep;
+                    spare -= keep * v->devices_per_worker;
+                }
+            }
             victims++;
         }
     }
@@ -1033,13 +1053,42 @@ static double team_key(const core *c, int t)
 
 /* Considers one job in order: place it, make it the head, backfill it, or
  * record why it waits. */
+/* The most workers of an elastic job (between its min and its max, or its
+ * resize target) that fit now and within its team's quota: its view with
+ * that many workers in *v. 1, or 0 when not even min fits (o says why, for
+ * min). A fixed gang is its own view. */
+static int elastic_fit(core *c, const sched_job *j, sched_job *v, sched_outcome *o)
+{
+    *v = *j;
+    int lo = j->workers_min > 0 && j->workers_min < j->workers ? j->workers_min : j->workers;
+    int hi = j->resize_to >= lo && j->resize_to < j->workers ? j->resize_to : j->workers;
+    const sched_team *tm = &c->s->teams[j->team];
+    if (tm->quota >= 0) {
+        int64_t room = (tm->quota - (int64_t)c->inuse[j->team]) / j->devices_per_worker;
+        if (room < hi) hi = room < lo ? lo : (int)room;
+    }
+    sched_outcome scratch;
+    for (int n = hi; n > lo; n--) {
+        v->workers = n;
+        memset(&scratch, 0, sizeof scratch);
+        if (fits_now(c, v, &scratch)) return 1;
+    }
+    v->workers = lo;
+    return fits_now(c, v, o);
+}
+
 static void consider(core *c, int ji, int *preempt_tries)
 {
     const sched_snapshot *s = c->s;
-    const sched_job *j = &s->queued[ji];
+    const sched_job *j0 = &s->queued[ji];
     sched_outcome *o = &c->r->out[ji];
     sched_result *r = c->r;
-    const sched_team *tm = &s->teams[j->team];
+    const sched_team *tm = &s->teams[j0->team];
+    /* an elastic job is considered at its min (feasibility, quota, the
+     * reservation) and placed with the most workers that fit */
+    sched_job view = *j0;
+    if (j0->workers_min > 0 && j0->workers_min < j0->workers) view.workers = j0->workers_min;
+    const sched_job *j = &view;
     int size = sched_job_devices(j);
 
     if (s->n_nodes_registered == 0) { o->why = SW_NO_NODES; return; }
@@ -1051,7 +1100,8 @@ static void consider(core *c, int ji, int *preempt_tries)
     }
     int64_t now = s->now_ms;
     if (!c->hv.active) {
-        if (fits_now(c, j, o) && place_job(c, ji, o) == 0) {
+        if (elastic_fit(c, j0, &view, o) && place_job(c, ji, &view, o) == 0) {
+            size = sched_job_devices(&view);
             o->why = SW_NONE; o->place = r->n_place - 1;
             c->inuse[j->team] += size;
             goto out;
@@ -1059,7 +1109,7 @@ static void consider(core *c, int ji, int *preempt_tries)
         /* the head: reserve, and preempt if that is the only way soon */
         resv *h = &c->hv;
         h->active = 1; h->ji = ji; h->kind = j->kind; h->w = j->devices_per_worker;
-        h->workers = j->workers; h->ps = j->ps; h->job = j;
+        h->workers = j->workers; h->ps = j->ps; h->job = j0;
         memset(h->avoid, 0, (size_t)(c->nn > 0 ? c->nn : 1));
         avoid_set(c, j, h->avoid, 1);
         r->head_job = j->id;
@@ -1075,10 +1125,11 @@ static void consider(core *c, int ji, int *preempt_tries)
         r->head_start_ms = h->T;
         goto out;
     }
-    if (!fits_now(c, j, o)) goto out;
+    if (!elastic_fit(c, j0, &view, o)) goto out;
+    size = sched_job_devices(&view);
     if (!c->cfg->backfill) { o->why = SW_RESERVED; o->a = r->head_job; goto out; }
     int mark = c->n_ulog, t0 = r->n_tasks, d0 = r->n_dev;
-    if (place_job(c, ji, o) != 0) {
+    if (place_job(c, ji, &view, o) != 0) {
         if (o->why != SW_MEM) { o->why = SW_RESERVED; o->a = r->head_job; }
         goto out;
     }
@@ -1100,6 +1151,52 @@ static void consider(core *c, int ji, int *preempt_tries)
     c->inuse[j->team] += size;
 out:
     avoid_set(c, j, c->avoid, 0);
+    if (o->place < 0 && o->why != SW_NO_NODES && o->why != SW_WIDE && o->why != SW_LARGE &&
+        o->why != SW_PS_INFEASIBLE && o->why != SW_QUOTA && o->why != SW_MEM_WIDE)
+        c->starving[o->kind >= 0 && o->kind < SCHED_KINDS ? o->kind : 0] = 1;
+}
+
+/* Elastic jobs below their max grow into devices nobody waits for: at most
+ * one job per kind and pass, none while a job of that kind is resizing, each
+ * at most once per resize interval (may_grow). The job is stopped at a step
+ * boundary and placed again with more workers by a later pass. */
+static void grow_elastic(core *c)
+{
+    const sched_snapshot *s = c->s;
+    uint8_t busy[SCHED_KINDS] = {0};
+    for (int ri = 0; ri < s->n_running; ri++) {
+        const sched_running *v = &s->running[ri];
+        if (v->workers_min > 0 && c->stopping[ri] && v->kind >= 0 && v->kind < SCHED_KINDS) busy[v->kind] = 1;
+    }
+    for (int q = 0; q < s->n_queued; q++) {
+        const sched_job *j = &s->queued[q];
+        if (j->resize_to > 0 && c->r->out[q].place < 0) busy[j->kind] = 1;
+    }
+    for (int ri = 0; ri < s->n_running; ri++) {
+        const sched_running *v = &s->running[ri];
+        int k = v->kind, w = v->devices_per_worker;
+        if (!v->may_grow || c->stopping[ri] || v->workers_now >= v->workers_max || w < 1) continue;
+        if (k < 0 || k >= SCHED_KINDS || c->starving[k] || busy[k]) continue;
+        sched_job probe;
+        memset(&probe, 0, sizeof probe);
+        probe.kind = k; probe.devices_per_worker = w; probe.workers = 1; probe.mem_mb = v->mem_mb;
+        int64_t extra = 0;
+        for (int i = 0; i < c->nn && extra < v->workers_max - v->workers_now; i++)
+            if (s->nodes[i].ready) extra += c->mem_on ? node_cap(c, i, &probe) : c->free_[k][i] / w;
+        const sched_team *tm = &s->teams[v->team];
+        if (tm->quota >= 0) {
+            int64_t room = (tm->quota - (int64_t)c->inuse[v->team]) / w;
+            if (room < extra) extra = room;
+        }
+        if (extra <= 0) continue;
+        int to = v->workers_now + (int)extra;
+        if (to > v->workers_max) to = v->workers_max;
+        sched_result *r = c->r;
+        GROW(r->grows, r->n_grows, r->cap_grows);
+        r->grows[r->n_grows++] = (sched_grow){ri, v->id, v->workers_now, to, (int)c->total_free[k]};
+        c->stopping[ri] = 1;
+        busy[k] = 1;
+    }
 }
 
 int sched_pass_core(const sched_snapshot *s, const sched_config *cfg, sched_result *r)
@@ -1113,6 +1210,7 @@ int sched_pass_core(const sched_snapshot *s, const sched_config *cfg, sched_resu
     for (int q = 0; q < nq; q++) {
         if (s->queued[q].team < 0 || s->queued[q].team >= s->n_teams ||
             s->queued[q].workers < 1 || s->queued[q].devices_per_worker < 1 ||
+            s->queued[q].workers_min < 0 || s->queued[q].workers_min > s->queued[q].workers ||
             s->queued[q].kind < 0 || s->queued[q].kind >= SCHED_KINDS)
             return -1;
     }
@@ -1176,6 +1274,7 @@ int sched_pass_core(const sched_snapshot *s, const sched_config *cfg, sched_resu
         b = e;
     }
     free(tcount); free(tstart); free(tcur); free(active); free(byteam); free(keys);
+    grow_elastic(&c);
     core_release(&c);
     return 0;
 }

@@ -35,6 +35,8 @@ typedef struct sched_config {
     int port_base;                 /* task ports: [port_base, port_base+port_count) */
     int port_count;                /* at most 1024 */
     int64_t tick_ms;               /* scheduler thread period */
+    int64_t resize_interval_ms;    /* an elastic job grows at most once per this, counted
+                                    * from the start of its attempt (0: any time) */
     /* The thread calls this after a pass that placed, stopped or requeued a
      * job (tasks for the agents to start or stop), outside any lock; NULL:
      * nobody to tell. The server wakes the agents' long-polls with it:
@@ -90,6 +92,12 @@ typedef struct sched_running {
     int64_t started_at_ms;
     int64_t last_checkpoint_ms;    /* 0: none yet */
     int64_t end_ms;                /* expected end: start + max_runtime_s */
+    /* elastic jobs (workers_min < workers_max); all 0 for a fixed gang */
+    int workers_now;               /* workers of the running attempt */
+    int workers_min, workers_max;
+    int devices_per_worker, kind;
+    int64_t mem_mb;                /* its resources.memory per task (0: the default share) */
+    int may_grow;                  /* running, not stopping, past the resize interval */
 } sched_running;
 
 typedef struct sched_job {
@@ -103,6 +111,10 @@ typedef struct sched_job {
     const int64_t *avoid;          /* (n_avoid) node ids this job must not use */
     int64_t mem_mb;                /* memory per task (MiB, the spec's resources.memory);
                                     * 0: each task gets its node's default share */
+    int workers_min;               /* elastic: the fewest workers it may start with
+                                    * (workers is the most); 0 or == workers: a fixed gang */
+    int resize_to;                 /* elastic, requeued by a resize: place at most this
+                                    * many workers (0: up to workers) */
 } sched_job;
 
 typedef struct sched_snapshot {
@@ -151,6 +163,7 @@ typedef struct sched_task {
 typedef struct sched_place {
     int job;                       /* index into snapshot queued */
     int64_t job_id;
+    int workers;                   /* workers placed (an elastic job: min..max) */
     int task_off, n_tasks;         /* result tasks[task_off .. +n_tasks) */
     int n_nodes;                   /* distinct nodes the gang spans */
     int backfill;                  /* 1: started out of order by backfill */
@@ -161,7 +174,18 @@ typedef struct sched_victim {
     int64_t job_id;
     int64_t for_job;
     int guarantee;                 /* 1: reclaimed for a team's guarantee, 0: priority */
+    int shrink_to;                 /* elastic victim: restarted with this many workers
+                                    * (>= its min) instead of waiting whole; 0: preempted */
 } sched_victim;
+
+/* An elastic job asked to grow: it is stopped at a step boundary (its
+ * checkpoint) and placed again with `to` workers. */
+typedef struct sched_grow {
+    int running;                   /* index into snapshot running */
+    int64_t job_id;
+    int from, to;
+    int free_devices;              /* devices of its kind free when decided */
+} sched_grow;
 
 typedef struct sched_outcome {
     int rank;                      /* position in the order considered (0 first) */
@@ -178,6 +202,7 @@ typedef struct sched_result {
     sched_task *tasks;    int n_tasks, cap_tasks;
     int64_t *dev_ids;     int n_dev, cap_dev;
     sched_victim *stops;    int n_stops, cap_stops;
+    sched_grow *grows;    int n_grows, cap_grows;
     sched_outcome *out;   int n_out;     /* (n_queued) one per queued job, same index */
     int *order;                          /* (n_queued) order[rank] = queued index */
     int64_t head_job;                    /* job holding the reservation, 0 none */

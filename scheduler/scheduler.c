@@ -171,7 +171,8 @@ static int snap_load(db *d, int64_t now, snap *sp)
         if (strcmp(j->state, "queued") == 0) {
             sched_job *q = &sp->q[nq];
             *q = (sched_job){j->id, t, j->priority, j->workers, j->devices_per_worker, j->kind, j->ps,
-                             j->queued_at, j->max_runtime_s, 0, NULL, j->memory_mb};
+                             j->queued_at, j->max_runtime_s, 0, NULL, j->memory_mb, j->workers_min,
+                             j->resize_to};
             while (av < cs->n_avoid && cs->avoid[av].job_id < j->id) av++;
             q->avoid = &sp->avoid[av];
             while (av < cs->n_avoid && cs->avoid[av].job_id == j->id) sp->avoid[av] = cs->avoid[av].node_id, av++, q->n_avoid++;
@@ -179,9 +180,14 @@ static int snap_load(db *d, int64_t now, snap *sp)
         } else {
             int live = strcmp(j->state, "starting") == 0 || strcmp(j->state, "running") == 0;
             int64_t start = j->attempt_started_at ? j->attempt_started_at : now;
+            int elastic = j->workers_min > 0 && j->workers_min < j->workers;
+            int now_w = elastic && j->workers_now > 0 ? j->workers_now : j->workers;
             sp->run[nr] = (sched_running){j->id, t, j->priority, j->preemptible, j->stopping || !live,
-                                          j->workers * j->devices_per_worker, start,
-                                          j->last_checkpoint_at, start + j->max_runtime_s * 1000};
+                                          now_w * j->devices_per_worker, start,
+                                          j->last_checkpoint_at, start + j->max_runtime_s * 1000,
+                                          elastic ? now_w : 0, elastic ? j->workers_min : 0,
+                                          elastic ? j->workers : 0, j->devices_per_worker, j->kind,
+                                          j->memory_mb, 0};
             sp->run_job[nr++] = x;
         }
     }
@@ -225,8 +231,12 @@ static int upkeep(db *d, const sched_config *cfg, int64_t now, sched_pass_stats 
         if (!r->reason[0]) continue;      /* a normal end: the task API decides */
         char why[CL_REASON_MAX + 96];
         int rc;
-        if (strncmp(r->reason, "preempted", 9) == 0) {
-            sfmt(why, sizeof why, "%s; requeued", r->reason);
+        if (strncmp(r->reason, "preempted", 9) == 0 || strncmp(r->reason, "resize", 6) == 0) {
+            /* a preemption or a resize: requeued without using the restart budget;
+             * a resize says only what was decided (its tasks' exits are theirs) */
+            const char *cut = strncmp(r->reason, "resize", 6) == 0 ? strstr(r->reason, "; ") : NULL;
+            int len = cut ? (int)(cut - r->reason) : (int)strlen(r->reason);
+            sfmt(why, sizeof why, "%.*s; requeued", len, r->reason);
             rc = store_job_transition(d, r->job_id, FROM_ACTIVE, "queued", "scheduler", why);
             st->requeued += rc == STORE_OK;
         } else if (strncmp(r->reason, "max_runtime", 11) == 0) {
@@ -284,7 +294,12 @@ static int apply_place(db *d, const snap *sp, const sched_result *r, const sched
         if (ns < 16) seen[ns++] = i;
         if (buf_printf(&b, "%s%s", b.len ? ", " : "", hostname_of(sp, i)) < 0) break;
     }
-    sfmt(why, sizeof why, "placed on %s%s", b.data ? b.data : "", pl->backfill ? " by backfill" : "");
+    int elastic = j->workers_min > 0 && j->workers_min < j->workers;
+    char size[96] = "";
+    if (elastic)
+        sfmt(size, sizeof size, " with %d worker%s (elastic %d-%d)", pl->workers, pl->workers == 1 ? "" : "s",
+             j->workers_min, j->workers);
+    sfmt(why, sizeof why, "placed on %s%s%s", b.data ? b.data : "", size, pl->backfill ? " by backfill" : "");
     buf_release(&b);
     static const char *const from_q[] = {"queued", NULL};
     int rc = store_job_transition(d, j->id, from_q, "starting", "scheduler", why);
@@ -292,6 +307,13 @@ static int apply_place(db *d, const snap *sp, const sched_result *r, const sched
     if (rc != STORE_OK || fault_point() < 0) return -1;
     int attempt = cluster_job_next_attempt(d, j->id, now);
     if (attempt < 0 || fault_point() < 0) return -1;
+    if (cluster_job_set_size(d, j->id, pl->workers, 0) < 0) return -1;
+    if (elastic && j->resize_to > 0 && pl->workers != j->workers_now) {
+        char what[160];
+        sfmt(what, sizeof what, "%s to %d worker%s (from %d)", pl->workers > j->workers_now ? "grown" : "shrunk",
+             pl->workers, pl->workers == 1 ? "" : "s", j->workers_now);
+        if (store_event_add(d, j->id, "resize", "scheduler", what) != STORE_OK) return -1;
+    }
     for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) {
         const sched_task *tk = &r->tasks[t];
         int64_t task_id = 0;
@@ -318,7 +340,7 @@ static int apply_place(db *d, const snap *sp, const sched_result *r, const sched
  * transaction is opened (writers never queue behind an empty pass). */
 static int apply_needed(const snap *sp, const sched_result *r, int64_t now)
 {
-    if (r->n_place > 0 || r->n_stops > 0) return 1;
+    if (r->n_place > 0 || r->n_stops > 0 || r->n_grows > 0) return 1;
     for (int x = 0; x < sp->s.n_running; x++) {
         const sched_running *v = &sp->s.running[x];
         if (!v->stopping && sp->cs.jobs[sp->run_job[x]].attempt_started_at && now > v->end_ms) return 1;
@@ -381,7 +403,7 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
     if (!apply_needed(sp, r, now)) return 0;
     if (db_begin(d) < 0) return -1;
     char why[CL_REASON_MAX];
-    int changed = r->n_place > 0 || r->n_stops > 0;
+    int changed = r->n_place > 0 || r->n_stops > 0 || r->n_grows > 0;
     /* placements, each under a savepoint */
     for (int p = 0; p < r->n_place; p++) {
         if (exec1(d, SQL_SAVEPOINT) < 0) goto fail;
@@ -406,14 +428,40 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
         const sched_running *v = &sp->s.running[sp_->running];
         const cl_job *h = NULL;
         for (int q = 0; q < sp->s.n_queued; q++) if (sp->s.queued[q].id == sp_->for_job) h = &sp->cs.jobs[sp->q_job[q]];
-        if (sp_->guarantee)
+        const cl_job *vj = &sp->cs.jobs[sp->run_job[sp_->running]];
+        const cl_team *ht = NULL;
+        if (h) { int t = find_team(&sp->cs, h->team_id); ht = t >= 0 ? &sp->cs.teams[t] : NULL; }
+        if (sp_->shrink_to > 0 && sp_->guarantee)
+            sfmt(why, sizeof why, "resize: shrinking to %d worker%s for job %lld: team %s's guarantee",
+                 sp_->shrink_to, sp_->shrink_to == 1 ? "" : "s", (long long)sp_->for_job, ht ? ht->name : "?");
+        else if (sp_->shrink_to > 0)
+            sfmt(why, sizeof why, "resize: shrinking to %d worker%s for job %lld (priority %d over %d)",
+                 sp_->shrink_to, sp_->shrink_to == 1 ? "" : "s", (long long)sp_->for_job, h ? h->priority : 0,
+                 v->priority);
+        else if (sp_->guarantee)
             sfmt(why, sizeof why, "preempted for job %lld: its team reclaims its guarantee",
                  (long long)sp_->for_job);
         else
             sfmt(why, sizeof why, "preempted for job %lld (priority %d over %d)", (long long)sp_->for_job,
                  h ? h->priority : 0, v->priority);
         if (lifecycle_stop_tasks(d, v->id, why) != STORE_OK || fault_point() < 0) goto fail;
-        if (store_event_add(d, v->id, "preempt", "scheduler", why) != STORE_OK || fault_point() < 0) goto fail;
+        if (sp_->shrink_to > 0 && cluster_job_set_size(d, v->id, vj->workers_now, sp_->shrink_to) < 0) goto fail;
+        if (store_event_add(d, v->id, sp_->shrink_to > 0 ? "resize" : "preempt", "scheduler", why) != STORE_OK ||
+            fault_point() < 0)
+            goto fail;
+        st->stopped++;
+    }
+    /* elastic jobs growing into free devices: stopped at a step boundary,
+     * placed again with more workers */
+    for (int x = 0; x < r->n_grows; x++) {
+        const sched_grow *g = &r->grows[x];
+        const sched_running *v = &sp->s.running[g->running];
+        sfmt(why, sizeof why, "resize: growing from %d to %d workers: %d %s%s free and no job waiting for %s",
+             g->from, g->to, g->free_devices, v->kind == SCHED_GPU ? "gpu" : "cpu slot",
+             g->free_devices == 1 ? "" : "s", g->free_devices == 1 ? "it" : "them");
+        if (lifecycle_stop_tasks(d, v->id, why) != STORE_OK || fault_point() < 0) goto fail;
+        if (cluster_job_set_size(d, v->id, g->from, g->to) < 0) goto fail;
+        if (store_event_add(d, v->id, "resize", "scheduler", why) != STORE_OK) goto fail;
         st->stopped++;
     }
     /* max_runtime_s */
@@ -459,6 +507,12 @@ int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *ou
     sched_result_init(&r);
     if (upkeep(d, cfg, now, &st) < 0) { log_error("scheduler: upkeep failed"); goto out; }
     if (snap_load(d, now, &sp) < 0) goto out;
+    for (int x = 0; x < sp.s.n_running; x++) {
+        sched_running *v = &sp.run[x];
+        const cl_job *j = &sp.cs.jobs[sp.run_job[x]];
+        v->may_grow = v->workers_min > 0 && !v->stopping && strcmp(j->state, "running") == 0 &&
+                      j->attempt_started_at > 0 && now - j->attempt_started_at >= cfg->resize_interval_ms;
+    }
     double t1 = mono_s();
     if (sched_pass_core(&sp.s, cfg, &r) < 0) { log_error("scheduler: malformed snapshot"); goto out; }
     double t2 = mono_s();

@@ -23,6 +23,7 @@ void server_options_default(server_options *o) {
     o->port = 8080;
     snprintf(o->data_dir, sizeof o->data_dir, "./.trainyard");
     o->heartbeat_timeout_s = 30;
+    o->resize_interval_s = 30;
     o->log_level = LOG_INFO;
     o->log_format = LOG_TEXT;
 }
@@ -247,10 +248,13 @@ void server_close(server *s) {
 static void server_usage(FILE *f) {
     fprintf(f,
             "usage: trainyard server [--listen ADDR:PORT] [--data DIR] [--durability full|normal]\n"
-            "                        [--heartbeat-timeout SECONDS] [--quiet] [--log-level L]\n"
+            "                        [--heartbeat-timeout SECONDS] [--resize-interval SECONDS]\n"
+            "                        [--quiet] [--log-level L]\n"
             "                        [--log-format text|json] [--access-log FILE|none] [--public-url URL]\n"
             "  --listen      address to bind (default 127.0.0.1:8080; port 0 = any free port)\n"
             "  --data        data directory (default ./.trainyard)\n"
+            "  --resize-interval  an elastic job grows into free devices at most once per this\n"
+            "                many seconds of its attempt (default 30; 0: at once)\n"
             "  --log-level   debug|info|warn|error (default info: what happened to the service,\n"
             "                its nodes and jobs; debug adds every request)\n"
             "  --log-format  text (default) or json (one object a line: time, level, component,\n"
@@ -269,6 +273,7 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
         {"data", required_argument, NULL, 'd'},
         {"durability", required_argument, NULL, 'D'},
         {"heartbeat-timeout", required_argument, NULL, 'H'},
+        {"resize-interval", required_argument, NULL, 'R'},
         {"quiet", no_argument, NULL, 'q'},
         {"log-level", required_argument, NULL, 'L'},
         {"log-format", required_argument, NULL, 'F'},
@@ -305,6 +310,13 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
                 return -1;
             }
             o->heartbeat_timeout_s = (int)v;
+            break;
+        case 'R':
+            if (parse_long(optarg, 0, 86400, &v) < 0) {
+                fprintf(stderr, "trainyard: --resize-interval wants seconds (0-86400)\n");
+                return -1;
+            }
+            o->resize_interval_s = (int)v;
             break;
         case 'q': o->quiet = 1; break;
         case 'L': {

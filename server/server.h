@@ -16,6 +16,7 @@ typedef struct server_options {
     char data_dir[PATH_MAX];          /* default ./.trainyard */
     int durability_full;              /* synchronous=FULL */
     int heartbeat_timeout_s;          /* node lost after this long without heartbeat */
+    int resize_interval_s;            /* an elastic job grows at most once per this (default 30) */
     int quiet;                        /* log warnings and errors only */
     int log_level;                    /* --log-level (a log_level; default info) */
     int log_format;                   /* --log-format (a log_format; default text) */

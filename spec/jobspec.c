@@ -64,6 +64,10 @@ int jobspec_replicas(const jobspec *spec) {
     return spec->resources.workers * spec->resources.devices_per_worker;
 }
 
+int jobspec_elastic(const jobspec *spec) {
+    return spec->resources.workers_min > 0 && spec->resources.workers_min < spec->resources.workers;
+}
+
 int jobspec_devices(const jobspec *spec) {
     return jobspec_replicas(spec); /* ps take CPU slots, not devices */
 }
@@ -1055,8 +1059,31 @@ static int parse_resources(spec_error *e, const cJSON *root, jobspec *s) {
     static const char *const RES_KEYS[] = {"workers", "devices_per_worker", "device", "ps", "memory", NULL};
     if (check_keys(e, r, "resources", RES_KEYS, NULL)) return -1;
     int dev = 0;
-    if (get_int(e, r, "resources", "workers", 1, 1024, &s->resources.workers) < 0 ||
-        get_int(e, r, "resources", "devices_per_worker", 1, 64,
+    const cJSON *wk = item(r, "workers");
+    if (cJSON_IsObject(wk)) {
+        /* elastic: {"min": a, "max": b}, 1 <= a <= b <= 1024 */
+        static const char *const RANGE_KEYS[] = {"min", "max", NULL};
+        if (check_keys(e, wk, "resources.workers", RANGE_KEYS, NULL)) return -1;
+        int lo = 0, hi = 0;
+        if ((rc = get_int(e, wk, "resources.workers", "min", 1, 1024, &lo)) < 0) return -1;
+        if (rc == 0) return fail(e, 422, "missing_field", "resources.workers.min",
+                                 "an elastic job needs min: its fewest workers (1 to 1024)");
+        if ((rc = get_int(e, wk, "resources.workers", "max", 1, 1024, &hi)) < 0) return -1;
+        if (rc == 0) return fail(e, 422, "missing_field", "resources.workers.max",
+                                 "an elastic job needs max: its most workers (1 to 1024)");
+        if (hi < lo)
+            return fail(e, 422, "invalid_value", "resources.workers.max",
+                        "must be at least min (%d), got %d", lo, hi);
+        s->resources.workers = hi;
+        s->resources.workers_min = lo;
+    } else {
+        if (wk && !cJSON_IsNumber(wk))
+            return fail(e, 422, "invalid_type", "resources.workers",
+                        "must be an integer 1 to 1024 or a range {\"min\": 1, \"max\": 4}");
+        if (get_int(e, r, "resources", "workers", 1, 1024, &s->resources.workers) < 0) return -1;
+        s->resources.workers_min = s->resources.workers;
+    }
+    if (get_int(e, r, "resources", "devices_per_worker", 1, 64,
                 &s->resources.devices_per_worker) < 0 ||
         (rc = get_enum(e, r, "resources", "device", DEVICE_NAMES, &dev)) < 0 ||
         get_int(e, r, "resources", "ps", 1, 64, &s->resources.ps) < 0 || parse_memory(e, r, s) < 0)
@@ -1257,6 +1284,10 @@ static int check_resources(spec_error *e, const jobspec *s) {
         return fail(e, 422, "invalid_value", "resources.workers",
                     "must be 1 for strategy %s, which runs on the devices of one worker (use "
                     "multi_worker_mirrored for several), got %d", st, r->workers);
+    if (r->workers_min < r->workers && s->kind == JOB_KIND_TRAIN && t != STRAT_MULTI_WORKER_MIRRORED)
+        return fail(e, 422, "invalid_value", "resources.workers",
+                    "a range of workers (elastic) needs strategy multi_worker_mirrored or a command "
+                    "job, whose workers can be resized at a step boundary (strategy is %s)", st);
     if (t == STRAT_PARAMETER_SERVER && r->ps == 0)
         return fail(e, 422, "missing_field", "resources.ps",
                     "strategy parameter_server needs ps: the number of parameter servers "
@@ -1327,6 +1358,7 @@ static void set_defaults(jobspec *s) {
     s->fit.batch_size = 32;
     s->strategy.type = STRAT_DEFAULT;
     s->resources.workers = 1;
+    s->resources.workers_min = 1;
     s->resources.devices_per_worker = 1;
     s->resources.device = DEVICE_CPU;
     s->checkpoint.every_epochs = 1;
@@ -1706,7 +1738,13 @@ cJSON *jobspec_to_cjson(const jobspec *s) {
         add_str(&o, st, "communication", comm_name(s->strategy.communication));
     if (s->strategy.scale_learning_rate) add_bool(&o, st, "scale_learning_rate", 1);
     cJSON *r = chk(&o, cJSON_AddObjectToObject(root, "resources"));
-    add_int(&o, r, "workers", s->resources.workers);
+    if (jobspec_elastic(s)) {
+        cJSON *wr = chk(&o, cJSON_AddObjectToObject(r, "workers"));
+        add_int(&o, wr, "min", s->resources.workers_min);
+        add_int(&o, wr, "max", s->resources.workers);
+    } else {
+        add_int(&o, r, "workers", s->resources.workers);
+    }
     add_int(&o, r, "devices_per_worker", s->resources.devices_per_worker);
     add_str(&o, r, "device", device_kind_name(s->resources.device));
     if (s->strategy.type == STRAT_PARAMETER_SERVER) add_int(&o, r, "ps", s->resources.ps);

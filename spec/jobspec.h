@@ -132,7 +132,10 @@ typedef struct strategy_spec {
 } strategy_spec;
 
 typedef struct resources_spec {
-    int workers;                       /* default 1 */
+    int workers;                       /* default 1; an elastic job's most workers (its
+                                        * "max"): the size its batches are laid out for */
+    int workers_min;                   /* an elastic job's fewest workers ("min"); equal to
+                                        * workers for a fixed gang (the integer form) */
     int devices_per_worker;            /* default 1 */
     device_kind device;                /* default cpu */
     int ps;                            /* parameter_server: >= 1; else 0 */
@@ -228,6 +231,9 @@ struct cJSON *jobspec_to_cjson(const jobspec *spec);
 
 /* Number of synchronous replicas: workers * devices_per_worker. */
 int jobspec_replicas(const jobspec *spec);
+
+/* Whether resources.workers was given as a range {"min", "max"} with min < max. */
+int jobspec_elastic(const jobspec *spec);
 
 /* Devices a job holds in all: workers * devices_per_worker (ps take CPU slots). */
 int jobspec_devices(const jobspec *spec);

@@ -63,7 +63,8 @@ static const char SQL_TEAMS[] =
     " CASE WHEN j.state = 'queued' THEN NULL ELSE (SELECT min(t.created_at) FROM tasks t" \
     "   WHERE t.job_id = j.id AND t.attempt = j.attempt) END,"                          \
     " CASE WHEN j.state = 'queued' THEN 0 ELSE EXISTS(SELECT 1 FROM tasks t"            \
-    "   WHERE t.job_id = j.id AND t.attempt = j.attempt AND t.state = 'stopping') END"   \
+    "   WHERE t.job_id = j.id AND t.attempt = j.attempt AND t.state = 'stopping') END,"  \
+    " j.workers_min, j.workers_now, j.resize_to"                                        \
     " FROM jobs j "
 static const char SQL_JOBS_LIVE[] =
     JOB_COLS "WHERE j.state IN ('queued','starting','running') ORDER BY j.id";
@@ -101,6 +102,9 @@ static int load_jobs(db *d, const char *sql, cluster_state *cs, int *cap)
         j->memory_mb = sqlite3_column_int64(st, 16);
         j->attempt_started_at = sqlite3_column_int64(st, 17);
         j->stopping = sqlite3_column_int(st, 18);
+        j->workers_min = sqlite3_column_int(st, 19);
+        j->workers_now = sqlite3_column_int(st, 20);
+        j->resize_to = sqlite3_column_int(st, 21);
     }
     db_done(st);
     return rc == SQLITE_DONE ? 0 : -1;
@@ -462,6 +466,20 @@ int cluster_job_set_reason(db *d, int64_t job_id, const char *reason)
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
+static const char SQL_JOB_SIZE[] = "UPDATE jobs SET workers_now = ?2, resize_to = ?3 WHERE id = ?1";
+
+int cluster_job_set_size(db *d, int64_t job_id, int workers_now, int resize_to)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_JOB_SIZE);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int(st, 2, workers_now);
+    sqlite3_bind_int(st, 3, resize_to);
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_DONE && sqlite3_changes(db_conn(d)) == 1 ? 0 : -1;
+}
+
 int cluster_team_set_usage(db *d, int64_t team_id, double usage, int64_t at)
 {
     sqlite3_stmt *st = db_prepare(d, SQL_TEAM_USAGE);
@@ -510,7 +528,7 @@ static const char SQL_RELEASE_EXITED[] =
 static const char SQL_ALL_EXITED[] =
     "SELECT j.id, j.attempt, j.max_restarts,"
     " (SELECT t.reason FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt"
-    "   AND (t.reason LIKE 'preempted%' OR t.reason LIKE 'node % lost%' OR t.reason LIKE 'max_runtime%')"
+    "   AND (t.reason LIKE 'preempted%' OR t.reason LIKE 'resize%' OR t.reason LIKE 'node % lost%' OR t.reason LIKE 'max_runtime%')"
     "   ORDER BY t.id LIMIT 1)"
     " FROM jobs j WHERE j.state IN ('starting','running')"
     " AND EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt)"

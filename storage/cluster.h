@@ -69,6 +69,9 @@ typedef struct cl_job {
     int64_t attempt_started_at;     /* first task of the current attempt, 0 none */
     int64_t memory_mb;              /* resources.memory per task (MiB), 0 = default share */
     int stopping;                   /* current attempt has tasks 'stopping' */
+    int workers_min;                /* elastic: fewest workers (0: a fixed gang) */
+    int workers_now;                /* workers of the current attempt (0: never placed) */
+    int resize_to;                  /* a resize's target while it is under way, else 0 */
     char reason[CL_REASON_MAX];
 } cl_job;
 
@@ -132,6 +135,9 @@ int cluster_alloc_insert(db *d, int64_t device_id, int64_t task_id, int64_t job_
 int cluster_job_next_attempt(db *d, int64_t job_id, int64_t now);
 /* Waiting reason of a queued job (no event). 0 or -1. */
 int cluster_job_set_reason(db *d, int64_t job_id, const char *reason);
+/* An elastic job's size: the workers of its attempt and a resize's target
+ * (0: none under way). 0, or -1 (no such job, or a store error). */
+int cluster_job_set_size(db *d, int64_t job_id, int workers_now, int resize_to);
 int cluster_team_set_usage(db *d, int64_t team_id, double usage, int64_t at);
 /* Team shares (admin). quota < 0 = none; weight <= 0 leaves it. 0, 1 no team, -1. */
 int cluster_team_set_shares(db *d, const char *name, double weight, int guarantee, int set_guarantee,

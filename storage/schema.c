@@ -185,6 +185,16 @@ static const char m7[] =
     "ALTER TABLE jobs ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE tasks ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;";
 
+/* 8: elastic gangs. jobs.workers_min: an elastic job's fewest workers (0 =
+ * a fixed gang of jobs.workers, which is an elastic job's most);
+ * jobs.workers_now: the workers of its current (or last) attempt, 0 before
+ * the first placement; jobs.resize_to: the size a resize asked for, set when
+ * the scheduler stops the job to resize it and cleared when it is placed. */
+static const char m8[] =
+    "ALTER TABLE jobs ADD COLUMN workers_min INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN workers_now INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE jobs ADD COLUMN resize_to INTEGER NOT NULL DEFAULT 0;";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1},
     {2, "nodes, devices, tasks, allocations, shares", m2},
@@ -193,5 +203,6 @@ const migration schema_migrations[] = {
     {5, "tokens.node_id: per-node tokens", m5},
     {6, "jobs.strategy", m6},
     {7, "memory: nodes.memory_mb, nodes.isolation, jobs.memory_mb, tasks.memory_mb", m7},
+    {8, "elastic gangs: jobs.workers_min, jobs.workers_now, jobs.resize_to", m8},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -332,8 +332,8 @@ int store_job_events(db *d, int64_t job_id, int64_t after, int limit, cJSON **ou
 static const char SQL_JOB_INSERT[] =
     "INSERT INTO jobs(team_id, name, spec, state, priority, attempt, max_restarts, workers,"
     " devices_per_worker, device, ps, max_runtime_s, preemptible, queue_if_infeasible, reason,"
-    " created_at, updated_at, queued_at, strategy, memory_mb)"
-    " VALUES(?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 'waiting for the scheduler', ?, ?, ?, ?, ?)";
+    " created_at, updated_at, queued_at, strategy, memory_mb, workers_min)"
+    " VALUES(?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 'waiting for the scheduler', ?, ?, ?, ?, ?, ?)";
 
 int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_len,
                      const store_new_job *job, const char *actor, int64_t *id_out) {
@@ -358,6 +358,7 @@ int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_
     sqlite3_bind_int64(st, 15, now);
     sqlite3_bind_text(st, 16, job->strategy ? job->strategy : "default", -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 17, job->memory_mb);
+    sqlite3_bind_int(st, 18, job->workers_min);
     int rc = sqlite3_step(st);
     db_done(st);
     if (rc != SQLITE_DONE) goto fail;
@@ -390,7 +391,8 @@ int store_job_count_failure(db *d, int64_t job_id, int *failures, int *max_resta
 
 #define JOB_COLS                                                                              \
     "j.id, j.name, t.name, j.state, j.priority, j.attempt, j.max_restarts, j.workers,"       \
-    " j.devices_per_worker, j.device, j.ps, j.max_runtime_s, j.preemptible, j.reason,"       \
+    " j.devices_per_worker, j.device, j.ps, j.workers_min, j.workers_now,"                   \
+    " j.max_runtime_s, j.preemptible, j.reason,"                                              \
     " j.created_at, j.updated_at, j.started_at, j.finished_at"
 
 /* A job's JSON form, column by column of JOB_COLS: one table for the tree
@@ -407,7 +409,8 @@ static const job_field JOB_FIELDS[] = {
     {"id", 'I', NULL},           {"name", 'T', NULL},          {"team", 'T', NULL},
     {"state", 'T', NULL},        {"priority", 'I', NULL},      {"attempt", 'I', NULL},
     {"max_restarts", 'I', NULL}, {"workers", 'I', "resources"}, {"devices_per_worker", 'I', "resources"},
-    {"device", 'T', "resources"}, {"ps", 'I', "resources"},    {"max_runtime_s", 'I', NULL},
+    {"device", 'T', "resources"}, {"ps", 'I', "resources"},
+    {"workers_min", 'I', "resources"}, {"workers_now", 'I', "resources"}, {"max_runtime_s", 'I', NULL},
     {"preemptible", 'B', NULL},  {"reason", 'T', NULL},        {"created_at", 't', NULL},
     {"updated_at", 't', NULL},   {"started_at", 't', NULL},    {"finished_at", 't', NULL},
 };
@@ -487,8 +490,8 @@ int store_job_get(db *d, int64_t id, int64_t team_id, int with_spec, cJSON **out
     }
     cJSON *j = job_row(st);
     if (with_spec) {
-        const char *spec = (const char *)sqlite3_column_text(st, 18);
-        int n = sqlite3_column_bytes(st, 18);
+        const char *spec = (const char *)sqlite3_column_text(st, JOB_NFIELDS);
+        int n = sqlite3_column_bytes(st, JOB_NFIELDS);
         cJSON *s = spec ? cJSON_ParseWithLength(spec, (size_t)n) : NULL;
         if (s) cJSON_AddItemToObject(j, "spec", s);
         else cJSON_AddNullToObject(j, "spec");

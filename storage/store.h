@@ -64,6 +64,7 @@ typedef struct {
     const char *name;
     int priority, max_restarts;
     int workers, devices_per_worker, ps;
+    int workers_min;                   /* elastic: fewest workers (workers is the most); 0 fixed */
     const char *device;                /* "cpu" | "gpu" */
     const char *strategy;              /* strategy.type, "default" when absent */
     int64_t max_runtime_s;

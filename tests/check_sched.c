@@ -88,7 +88,7 @@ static int add_running(world *w, int64_t id, int team, int prio, int preemptible
 {
     int r = w->s.n_running++;
     w->run[r] = (sched_running){id, team, prio, preemptible, 0, count, w->s.now_ms - 600000, 0,
-                                w->s.now_ms + 3600000};
+                                w->s.now_ms + 3600000, 0, 0, 0, 0, 0, 0, 0};
     for (int d = 0, got = 0; d < w->nodes[node].n_dev[SCHED_GPU] && got < count; d++)
         if (w->dev[node][SCHED_GPU][d].job_id == 0) { w->dev[node][SCHED_GPU][d].job_id = id; got++; }
     return r;
@@ -97,7 +97,7 @@ static int add_running(world *w, int64_t id, int team, int prio, int preemptible
 static int add_job(world *w, int64_t id, int team, int prio, int workers, int dpw, int kind)
 {
     int q = w->s.n_queued++;
-    w->q[q] = (sched_job){id, team, prio, workers, dpw, kind, 0, w->s.now_ms - id * 1000, 3600, 0, NULL, 0};
+    w->q[q] = (sched_job){id, team, prio, workers, dpw, kind, 0, w->s.now_ms - id * 1000, 3600, 0, NULL, 0, 0, 0};
     return q;
 }
 
@@ -203,7 +203,7 @@ START_TEST(admission_numbers)
     world *w = world_new();
     sched_outcome o;
     char txt[SCHED_REASON_MAX];
-    sched_job j = {1, 0, 50, 2, 16, SCHED_GPU, 0, 0, 60, 0, NULL, 0};
+    sched_job j = {1, 0, 50, 2, 16, SCHED_GPU, 0, 0, 60, 0, NULL, 0, 0, 0};
     ck_assert_int_eq(sched_admit(&w->s, &j, &o), -1);
     ck_assert_int_eq(o.why, SW_NO_NODES);
     add_node(w, 8, 4);
@@ -372,7 +372,7 @@ START_TEST(memory_default_share)
     w->nodes[c].mem_mb = 24000;
     int g = add_node(w, 8, 2);                     /* 8 gpus, 2 cpu slots, 80000 MiB */
     w->nodes[g].mem_mb = 80000;
-    sched_job j = {1, 0, 50, 1, 2, SCHED_CPU, 0, 0, 60, 0, NULL, 0};
+    sched_job j = {1, 0, 50, 1, 2, SCHED_CPU, 0, 0, 60, 0, NULL, 0, 0, 0};
     ck_assert_int_eq(sched_task_mem(&w->nodes[c], &j, 0), 12000);
     ck_assert_int_eq(sched_task_mem(&w->nodes[c], &j, 1), 6000);     /* a ps: one slot of four */
     j.kind = SCHED_GPU; j.devices_per_worker = 1;
@@ -491,7 +491,7 @@ START_TEST(memory_admission)
     int n1 = add_node(w, 8, 4);
     w->nodes[n0].mem_mb = 24105;
     w->nodes[n1].mem_mb = 16000;
-    sched_job j = {1, 0, 50, 1, 1, SCHED_GPU, 0, 0, 60, 0, NULL, 65536};
+    sched_job j = {1, 0, 50, 1, 1, SCHED_GPU, 0, 0, 60, 0, NULL, 65536, 0, 0};
     sched_outcome o;
     char txt[SCHED_REASON_MAX];
     ck_assert_int_eq(sched_admit(&w->s, &j, &o), -1);
@@ -561,14 +561,14 @@ static void random_world(world *w)
         w->run[x] = (sched_running){id, rint_(0, w->s.n_teams - 1), rint_(0, 2) * 40 + 10, rint_(0, 1),
                                     rint_(0, 5) == 0, got, now - rint_(0, 7200) * 1000,
                                     rint_(0, 1) ? now - rint_(0, 3600) * 1000 : 0,
-                                    now + (int64_t)rint_(-100, 7200) * 1000};
+                                    now + (int64_t)rint_(-100, 7200) * 1000, 0, 0, 0, 0, 0, 0, 0};
     }
     int nq = rint_(0, 40);
     for (int q = 0; q < nq; q++) {
         sched_job *j = &w->q[q];
         *j = (sched_job){100 + q, rint_(0, w->s.n_teams - 1), rint_(0, 2) * 40 + 10, rint_(1, 4),
                          rint_(1, 8), rint_(0, 4) ? SCHED_GPU : SCHED_CPU, rint_(0, 5) ? 0 : rint_(1, 2),
-                         w->s.now_ms - rint_(0, 36000) * 1000, rint_(60, 14400), 0, NULL, 0};
+                         w->s.now_ms - rint_(0, 36000) * 1000, rint_(60, 14400), 0, NULL, 0, 0, 0};
         if (j->devices_per_worker > 3 && rint_(0, 1)) j->devices_per_worker = rint_(1, 2);
         if (rint_(0, 2) == 0) j->mem_mb = rint_(1, 40) * 1000;
         if (w->s.n_nodes > 0 && rint_(0, 6) == 0) {
@@ -846,7 +846,8 @@ START_TEST(property_repeated_passes)
                                 w->dev[t->node][t->kind][x2].job_id = j.id;
                 }
                 w->run[w->s.n_running++] = (sched_running){j.id, j.team, j.priority, 1, 0,
-                    sched_job_devices(&j), w->s.now_ms, 0, w->s.now_ms + j.max_runtime_s * 1000};
+                    sched_job_devices(&j), w->s.now_ms, 0, w->s.now_ms + j.max_runtime_s * 1000,
+                    0, 0, 0, 0, 0, 0, 0};
             }
             /* drop placed jobs from the queue (keeping id order) */
             int nq = 0;
@@ -906,7 +907,7 @@ START_TEST(pass_is_fast)
     g_rng = 77;
     static const int wd[] = {1, 2, 4, 8};
     for (int i = 0; i < nq; i++)
-        q[i] = (sched_job){i + 1, rint_(0, 3), 50, rint_(1, 4), wd[rint_(0, 3)], SCHED_GPU, 0, i, 3600, 0, NULL, 0};
+        q[i] = (sched_job){i + 1, rint_(0, 3), 50, rint_(1, 4), wd[rint_(0, 3)], SCHED_GPU, 0, i, 3600, 0, NULL, 0, 0, 0};
     sched_snapshot s = {1000000, nn, nn, nodes, 4, teams, 0, NULL, nq, q};
     sched_config cfg; sched_config_default(&cfg);
     sched_result r; sched_result_init(&r);

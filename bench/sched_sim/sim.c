@@ -120,12 +120,13 @@ static void simulate(int n_nodes, int gpus, int n_jobs, uint64_t seed, int backf
             simjob *j = &jobs[i];
             if (j->state == 0) {
                 q[nq] = (sched_job){j->id, j->team, j->priority, j->workers, j->dpw, SCHED_GPU, 0,
-                                    j->queued_at, j->max_runtime_s, 0, NULL, 0};
+                                    j->queued_at, j->max_runtime_s, 0, NULL, 0, 0, 0};
                 qmap[nq++] = i;
                 waiting_team[j->team] = 1;
             } else if (j->state == 1) {
                 run[nr] = (sched_running){j->id, j->team, j->priority, 0, 0, j->workers * j->dpw,
-                                          j->started_at, 0, j->started_at + j->max_runtime_s * 1000};
+                                          j->started_at, 0, j->started_at + j->max_runtime_s * 1000,
+                                          0, 0, 0, 0, 0, 0, 0};
                 runmap[nr++] = i;
             }
         }
