@@ -1274,6 +1274,7 @@ int sched_pass_core(const sched_snapshot *s, const sched_config *cfg, sched_resu
         b = e;
     }
     free(tcount); free(tstart); free(tcur); free(active); free(byteam); free(keys);
+    memcpy(r->starving, c.starving, sizeof r->starving);
     grow_elastic(&c);
     core_release(&c);
     return 0;

@@ -208,6 +208,7 @@ typedef struct sched_result {
     int64_t head_job;                    /* job holding the reservation, 0 none */
     int64_t head_start_ms;
     int n_backfilled;
+    uint8_t starving[SCHED_KINDS];       /* a queued job waits for devices of this kind */
 } sched_result;
 
 void sched_result_init(sched_result *r);

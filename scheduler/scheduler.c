@@ -380,6 +380,29 @@ static int write_reasons(db *d, const snap *sp, const sched_result *r, sched_pas
             rows = 0;
         }
     }
+    /* elastic jobs running below their most workers: why they do not grow */
+    for (int x = 0; x < sp->s.n_running; x++) {
+        const sched_running *v = &sp->s.running[x];
+        const cl_job *j = &sp->cs.jobs[sp->run_job[x]];
+        if (v->workers_min <= 0 || v->workers_now >= v->workers_max || v->stopping ||
+            strcmp(j->state, "running") != 0)
+            continue;
+        int grows = 0;
+        for (int g = 0; g < r->n_grows; g++) grows |= r->grows[g].running == x;
+        if (grows) continue;
+        const char *k = v->kind == SCHED_GPU ? "gpus" : "cpu slots";
+        char tail[96];
+        if (v->kind >= 0 && v->kind < SCHED_KINDS && r->starving[v->kind]) sfmt(tail, sizeof tail, "queued jobs wait for %s", k);
+        else if (!v->may_grow) sfmt(tail, sizeof tail, "it may grow once its attempt has run the resize interval");
+        else sfmt(tail, sizeof tail, "no free %s to grow into", k);
+        sfmt(why, sizeof why, "running %d of %d-%d workers: %s", v->workers_now, v->workers_min, v->workers_max, tail);
+        if (strcmp(j->reason, why) == 0) continue;
+        if (!in_txn) {
+            if (db_begin(d) < 0) return -1;
+            in_txn = 1;
+        }
+        if (cluster_job_set_running_reason(d, j->id, why) < 0) goto fail;
+    }
     if (in_txn && db_commit(d) < 0) return -1;
     return 0;
 fail:

@@ -408,6 +408,8 @@ static const char SQL_JOB_START[] =
     "UPDATE jobs SET attempt = attempt + 1, updated_at = ?2 WHERE id = ?1 AND state = 'starting'"
     " RETURNING attempt";
 static const char SQL_JOB_REASON[] = "UPDATE jobs SET reason = ?2 WHERE id = ?1 AND state = 'queued'";
+static const char SQL_JOB_RUN_REASON[] =
+    "UPDATE jobs SET reason = ?2 WHERE id = ?1 AND state = 'running'";
 static const char SQL_TEAM_USAGE[] = "UPDATE teams SET usage = ?2, usage_at = ?3 WHERE id = ?1";
 
 int cluster_task_insert(db *d, int64_t job_id, int attempt, const char *type, int idx,
@@ -458,6 +460,17 @@ int cluster_job_next_attempt(db *d, int64_t job_id, int64_t now)
 int cluster_job_set_reason(db *d, int64_t job_id, const char *reason)
 {
     sqlite3_stmt *st = db_prepare(d, SQL_JOB_REASON);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_text(st, 2, reason, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int cluster_job_set_running_reason(db *d, int64_t job_id, const char *reason)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_JOB_RUN_REASON);
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_text(st, 2, reason, -1, SQLITE_TRANSIENT);

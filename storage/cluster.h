@@ -135,6 +135,9 @@ int cluster_alloc_insert(db *d, int64_t device_id, int64_t task_id, int64_t job_
 int cluster_job_next_attempt(db *d, int64_t job_id, int64_t now);
 /* Waiting reason of a queued job (no event). 0 or -1. */
 int cluster_job_set_reason(db *d, int64_t job_id, const char *reason);
+/* The reason of a running job (an elastic job below its most workers says
+ * why it does not grow); only while it is running. 0 or -1. */
+int cluster_job_set_running_reason(db *d, int64_t job_id, const char *reason);
 /* An elastic job's size: the workers of its attempt and a resize's target
  * (0: none under way). 0, or -1 (no such job, or a store error). */
 int cluster_job_set_size(db *d, int64_t job_id, int workers_now, int resize_to);
