@@ -15,6 +15,14 @@ ends, and which is restored before a retry), and reads the lines it prints as
 --device cuda trains on the GPU of CUDA_VISIBLE_DEVICES (trainyard sets it
 to the task's GPUs) with the NCCL backend; cpu (default) uses gloo.
 
+Elastic jobs (resources.workers {"min", "max"}): --batch is the global batch
+of TRAINYARD_WORKERS_MAX ranks; at WORLD_SIZE ranks each rank splits its share
+into TRAINYARD_ACCUMULATION micro-batches (gradients accumulated under
+ddp.no_sync(), the loss scaled to the global mean), so the model is the same
+whatever the size. On SIGTERM (a resize, a preemption) every rank finishes
+its step, rank 0 saves the checkpoint at that step and all exit: the next
+attempt, at its new size, resumes from it.
+
 --fail-rank R makes rank R exit with status 3 at attempt 1, after rank 0 saved
 a checkpoint, while the other ranks wait to be stopped (the retry test: attempt 2
 resumes from the checkpoint and succeeds).
@@ -25,6 +33,7 @@ import argparse
 import gzip
 import json
 import os
+import signal
 import struct
 import sys
 import time
@@ -102,20 +111,44 @@ def main():
         start = state["step"]
         print(f"rank {rank}: resumed from {ckpt} at step {start}", flush=True)
 
-    per_rank = a.batch // world
+    # SIGTERM: stop after the step every rank is in, with a checkpoint there
+    stop = {"asked": False}
+    signal.signal(signal.SIGTERM, lambda *_: stop.__setitem__("asked", True))
+    accum = max(1, int(os.environ.get("TRAINYARD_ACCUMULATION", "1")))
+    print(f"rank {rank}: {accum} micro-batch(es) per step (global batch {a.batch},"
+          f" {os.environ.get('TRAINYARD_WORKERS_MAX', world)} ranks at most)", flush=True)
     mean = torch.tensor(0.0, device=dev)
     t0 = time.time()
     for step in range(start, a.steps):
-        # batch `step` of the global order; this rank's slice of it
-        lo = (step * a.batch + rank * per_rank) % (x.shape[0] - per_rank)
-        xb, yb = x[lo:lo + per_rank], y[lo:lo + per_rank]
+        # batch `step` of the global order, cut into world x accum micro-batches;
+        # this rank's share is rows [b, e) of it
+        g = (step * a.batch) % (x.shape[0] - a.batch)
+        b, e = g + rank * a.batch // world, g + (rank + 1) * a.batch // world
         opt.zero_grad()
-        loss = F.cross_entropy(ddp(xb), yb)
-        loss.backward()
+        total = torch.tensor(0.0, device=dev)
+        for m in range(accum):
+            mb, me = b + m * (e - b) // accum, b + (m + 1) * (e - b) // accum
+            # sum over the micro-batch / the global batch, times world: DDP
+            # averages over the ranks, so the step's gradient is the global mean
+            loss = F.cross_entropy(ddp(x[mb:me]), y[mb:me], reduction="sum") * (world / a.batch)
+            if m < accum - 1:
+                with ddp.no_sync():
+                    loss.backward()
+            else:
+                loss.backward()
+            total += loss.detach() / world
         opt.step()
-        mean = loss.detach().clone()
+        mean = total.clone()
         dist.all_reduce(mean)
-        mean /= world
+        flag = torch.tensor(1.0 if stop["asked"] else 0.0, device=dev)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item() > 0:
+            if rank == 0 and ckpt:
+                save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step + 1}, ckpt)
+            print(f"rank {rank}: stopped by SIGTERM at step {step + 1} (world {world})", flush=True)
+            dist.barrier()
+            dist.destroy_process_group()
+            sys.exit(0)
         metric(step=step + 1, epoch=0, loss=round(mean.item(), 6),
                samples_per_sec=round((step + 1 - start) * a.batch / (time.time() - t0), 1),
                total_steps=a.steps)
@@ -127,7 +160,12 @@ def main():
             if rank == a.fail_rank:
                 print(f"rank {rank}: failing on purpose at step {step + 1} (attempt 1)", flush=True)
                 sys.exit(3)
-            time.sleep(600)  # the gang has failed: trainyard stops this rank (SIGTERM)
+            # the gang has failed: trainyard stops this rank (SIGTERM)
+            for _ in range(6000):
+                if stop["asked"]:
+                    sys.exit(143)
+                time.sleep(0.1)
+            sys.exit(1)
 
     with torch.no_grad():
         acc = (model(x).argmax(1) == y).float().mean().item()

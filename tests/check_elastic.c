@@ -432,6 +432,39 @@ START_TEST(elastic_command_sees_its_size)
 }
 END_TEST
 
+START_TEST(ddp_script_resizes_and_resumes)
+{
+    /* a real PyTorch DDP script (examples/ddp_train.py, gloo) as an elastic
+     * command job: started with 1 of 1-2 ranks (2 micro-batches a step),
+     * grown to 2 when the blocker leaves (SIGTERM: a checkpoint at the step
+     * boundary), resumed at world 2 from that step, to the end */
+    ck_assert_msg(system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0,
+                  "/usr/bin/python3 cannot import torch: install python3-torch (scripts/deps.sh does)");
+    char sl[512];
+    snprintf(sl, sizeof sl, SLEEPER, "blocker", 3, 50);
+    int64_t blocker = ty_submit(srv.url, tok, sl);
+    char st[32];
+    for (int i = 0; i < 100 && strcmp(job_state(blocker, st, sizeof st), "running"); i++) ty_sleep_ms(100);
+    const char *spec =
+        "{\"name\": \"ddp-elastic\", \"command\": {\"argv\": [\"/usr/bin/python3\", \"examples/ddp_train.py\","
+        " \"--steps\", \"3000\", \"--examples\", \"2048\"], \"env\": {\"OMP_NUM_THREADS\": \"1\"}},"
+        " \"strategy\": {\"type\": \"multi_worker_mirrored\"},"
+        " \"resources\": {\"workers\": {\"min\": 1, \"max\": 2}}, \"checkpoint\": {\"keep\": 2},"
+        " \"max_restarts\": 0, \"max_runtime_s\": 300}";
+    int64_t id = ty_submit(srv.url, tok, spec);
+    wait_event(id, "with 1 worker (elastic 1-2)", 30);
+    wait_event(id, "grown to 2 workers (from 1)", 90);
+    wait_done(id, 240, "succeeded");
+    char *l0 = ty_task_log(srv.url, tok, id, "worker-0");
+    ck_assert_msg(strstr(l0, "2 micro-batch(es) per step") != NULL, "worker-0: %.2000s", l0);
+    ck_assert_msg(strstr(l0, "stopped by SIGTERM at step") != NULL, "worker-0: %.2000s", l0);
+    ck_assert_msg(strstr(l0, "rank 0 of 2 joined") != NULL, "worker-0: %.2000s", l0);
+    ck_assert_msg(strstr(l0, "resumed from") != NULL, "worker-0: %.2000s", l0);
+    ck_assert_msg(strstr(l0, "rank 0: done, 3000 steps") != NULL, "worker-0: %.2000s", l0);
+    free(l0);
+}
+END_TEST
+
 START_TEST(range_is_validated)
 {
     const char *bad[][2] = {
@@ -479,5 +512,6 @@ int main(void)
     tcase_add_test(te, range_is_validated);
     tcase_add_test(te, elastic_command_sees_its_size);
     tcase_add_test(te, resized_job_keeps_the_model);
+    tcase_add_test(te, ddp_script_resizes_and_resumes);
     return ty_run_suite(s);
 }
