@@ -57,7 +57,7 @@ struct model {
     size_t act_bytes;        /* activation, mask and backward scratch: scales with max_batch */
     float *acts;             /* every op's own output, one allocation */
     float *masks;
-    float *g[2];             /* (max_batch, max_width) ping-pong gradients */
+    float *g[2];             /* (max_batch, backward width) ping-pong gradients */
     const float **inputs;    /* (n_ops) input pointer of each op in the last pass */
     const float *output;     /* last forward's output */
     uint32_t *scratch;       /* (max_width) */
@@ -266,7 +266,17 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
     m->slots = xcalloc(off * (size_t)m->n_slots + 1, sizeof(float));
     m->acts = xcalloc(act_floats + 1, sizeof(float));
     m->masks = xcalloc(mask_floats + 1, sizeof(float));
-    size_t gsize = align_up((size_t)max_batch * m->max_width);
+    /* the backward gradients are as wide as the widest output from the first
+     * dense layer on, or input of a layer after it (the first dense layer's
+     * input gradient is never computed): not the model's input width */
+    int bwd_width = 1;
+    for (int i = m->first_param_op; i < m->n_ops; i++) {
+        if (m->ops[i].out > bwd_width)
+            bwd_width = m->ops[i].out;
+        if (i > m->first_param_op && m->ops[i].in > bwd_width)
+            bwd_width = m->ops[i].in;
+    }
+    size_t gsize = align_up((size_t)max_batch * bwd_width);
     m->g[0] = xcalloc(gsize, sizeof(float));
     m->g[1] = xcalloc(gsize, sizeof(float));
     m->inputs = xcalloc((size_t)m->n_ops, sizeof(*m->inputs));
