@@ -132,6 +132,8 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
     int workers = opt.workers > 0 ? opt.workers : 1;
     int worker = opt.worker;
     int k = opt.replicas > 0 ? opt.replicas : 1;
+    int micro = opt.micro_batches > 0 ? opt.micro_batches
+                                      : (spec->fit.gradient_accumulation_steps > 0 ? spec->fit.gradient_accumulation_steps : 1);
     int epochs = opt.epochs > 0 ? opt.epochs : spec->fit.epochs;
     int global_batch = spec->fit.batch_size;
     int every = opt.checkpoint_every ? opt.checkpoint_every : spec->checkpoint.every_epochs;
@@ -190,6 +192,7 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
                         .worker = worker,
                         .workers = workers,
                         .max_rows = replica_rows,
+                        .micro_batches = micro,
                         .global_batch = global_batch,
                         .seed = seed,
                         .nccl_id = opt.nccl_id,

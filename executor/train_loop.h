@@ -41,6 +41,10 @@ typedef struct train_options {
                                   * all workers walk the same shuffled order of the whole
                                   * training split and each takes its slice of each batch */
     int replicas;                /* replicas (threads) in this worker; 0 = 1 */
+    int micro_batches;           /* gradient accumulation: micro-batches each replica splits its
+                                  * rows of a step into (the worker passes
+                                  * jobspec_micro_batches(spec, workers)); 0 =
+                                  * spec->fit.gradient_accumulation_steps */
     int replica_vars;            /* replica_vars (strategy/replicas.h): mirrored or central */
     int replica_reduce;          /* replica_reduce: cross_device_ops */
     struct comm *comm;           /* the workers' communicator (workers > 1 needs one) */

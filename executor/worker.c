@@ -677,6 +677,14 @@ int worker_run(const char *config) {
     opt.comm = cm;
     opt.no_eval = !chief && !cm; /* workers in a communicator evaluate together (train_loop.c) */
     opt.replicas = replicas;
+    /* gradient accumulation: the micro-batch size of the job's full size */
+    opt.micro_batches = jobspec_micro_batches(spec, w.n_workers);
+    log_info("gradient accumulation: %d micro-batch(es) of at most %d rows per replica and step "
+             "(fit.gradient_accumulation_steps %d, %d of %d workers)",
+             opt.micro_batches,
+             (spec->fit.batch_size / (w.n_workers * (replicas > 0 ? replicas : 1)) + opt.micro_batches - 1) /
+                 opt.micro_batches,
+             spec->fit.gradient_accumulation_steps, w.n_workers, spec->resources.workers);
     opt.replica_vars = spec->strategy.type == STRAT_CENTRAL_STORAGE ? REPLICA_VARS_CENTRAL : REPLICA_VARS_MIRRORED;
     opt.replica_reduce =
         spec->strategy.cross_device_ops == CDO_REDUCTION_TO_ONE_DEVICE ? REPLICA_REDUCE_ONE : REPLICA_REDUCE_ALL;

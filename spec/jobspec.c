@@ -6,6 +6,7 @@
 #include "jobspec.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -70,6 +71,17 @@ int jobspec_elastic(const jobspec *spec) {
 
 int jobspec_devices(const jobspec *spec) {
     return jobspec_replicas(spec); /* ps take CPU slots, not devices */
+}
+
+/* workers < 1 counts as 1, more than resources.workers as resources.workers;
+ * a command job (steps 0) counts 1 step. */
+int jobspec_micro_batches(const jobspec *s, int workers) {
+    int steps = s->fit.gradient_accumulation_steps > 0 ? s->fit.gradient_accumulation_steps : 1;
+    int full = s->resources.workers > 0 ? s->resources.workers : 1;
+    if (workers < 1) workers = 1;
+    if (workers > full) workers = full;
+    long m = (long)steps * ((full + workers - 1) / workers);
+    return m > INT_MAX ? INT_MAX : (int)m;
 }
 
 void jobspec_release(jobspec *spec) {
@@ -787,11 +799,14 @@ static int parse_fit(spec_error *e, const cJSON *root, jobspec *s) {
     const cJSON *f = NULL;
     int rc = get_object(e, root, "", "fit", &f);
     if (rc <= 0) return rc;
-    static const char *const FIT_KEYS[] = {"epochs", "batch_size", "steps_per_epoch", NULL};
+    static const char *const FIT_KEYS[] = {"epochs", "batch_size", "steps_per_epoch",
+                                           "gradient_accumulation_steps", NULL};
     if (check_keys(e, f, "fit", FIT_KEYS, NULL)) return -1;
     if (get_int(e, f, "fit", "epochs", 1, 100000, &s->fit.epochs) < 0 ||
         get_int(e, f, "fit", "batch_size", 1, 65536, &s->fit.batch_size) < 0 ||
-        get_long(e, f, "fit", "steps_per_epoch", 1, 1000000000L, 1, &s->fit.steps_per_epoch) < 0)
+        get_long(e, f, "fit", "steps_per_epoch", 1, 1000000000L, 1, &s->fit.steps_per_epoch) < 0 ||
+        get_int(e, f, "fit", "gradient_accumulation_steps", 1, 65536,
+                &s->fit.gradient_accumulation_steps) < 0)
         return -1;
     return 0;
 }
@@ -1315,6 +1330,12 @@ static int check_fit(spec_error *e, const jobspec *s) {
                     "must be divisible by the %d replicas (%d workers x %d devices_per_worker) "
                     "that share each global batch, got %d", replicas, s->resources.workers,
                     s->resources.devices_per_worker, s->fit.batch_size);
+    int per_replica = s->fit.batch_size / replicas;
+    if (s->fit.gradient_accumulation_steps > per_replica)
+        return fail(e, 422, "invalid_value", "fit.gradient_accumulation_steps",
+                    "must be at most the %d rows each replica gets of a global batch "
+                    "(batch_size %d over %d replicas): %d micro-batches would leave some empty",
+                    per_replica, s->fit.batch_size, replicas, s->fit.gradient_accumulation_steps);
     long n = 0;
     if (s->data.source == DATA_FASHION_MNIST || s->data.source == DATA_MNIST) n = MNIST_TRAIN;
     else if (s->data.source == DATA_SYNTHETIC) n = s->data.examples;
@@ -1356,6 +1377,7 @@ static void set_defaults(jobspec *s) {
     s->data.features = 10;
     s->fit.epochs = 1;
     s->fit.batch_size = 32;
+    s->fit.gradient_accumulation_steps = 1;
     s->strategy.type = STRAT_DEFAULT;
     s->resources.workers = 1;
     s->resources.workers_min = 1;
@@ -1729,6 +1751,7 @@ cJSON *jobspec_to_cjson(const jobspec *s) {
         if (s->fit.steps_per_epoch > 0)
             add_int(&o, fit, "steps_per_epoch", (long long)s->fit.steps_per_epoch);
         else add_null(&o, fit, "steps_per_epoch");
+        add_int(&o, fit, "gradient_accumulation_steps", s->fit.gradient_accumulation_steps);
     }
     cJSON *st = chk(&o, cJSON_AddObjectToObject(root, "strategy"));
     add_str(&o, st, "type", strategy_name(s->strategy.type));

@@ -107,6 +107,10 @@ typedef struct fit_spec {
     int epochs;                        /* default 1 */
     int batch_size;                    /* global batch, default 32 */
     long steps_per_epoch;              /* 0 = null (whole epoch) */
+    int gradient_accumulation_steps;   /* micro-batches each replica splits its share of a
+                                        * global batch into, their gradients summed before
+                                        * one update; 1..65536, at most the rows of a
+                                        * replica; default 1 (0 for command jobs) */
 } fit_spec;
 
 typedef enum {
@@ -237,6 +241,12 @@ int jobspec_elastic(const jobspec *spec);
 
 /* Devices a job holds in all: workers * devices_per_worker (ps take CPU slots). */
 int jobspec_devices(const jobspec *spec);
+
+/* Micro-batches each replica splits its share of a global batch into when the job runs
+ * with `workers` workers: fit.gradient_accumulation_steps x ceil(resources.workers /
+ * workers), so that a job running on fewer workers than resources.workers keeps the
+ * micro-batch size (and the memory) of its full size and the same global batch. */
+int jobspec_micro_batches(const jobspec *s, int workers);
 
 const char *act_name(act_type a);
 const char *loss_name(loss_type l);

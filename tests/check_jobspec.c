@@ -159,6 +159,12 @@ static const bad_case BAD[] = {
      "data.label_column"},
     {TOP("'fit':{'epochs':2.5}"), 422, "invalid_type", "fit.epochs"},
     {TOP("'fit':{'steps_per_epoch':'10'}"), 422, "invalid_type", "fit.steps_per_epoch"},
+    {TOP("'fit':{'gradient_accumulation_steps':'2'}"), 422, "invalid_type",
+     "fit.gradient_accumulation_steps"},
+    {TOP("'fit':{'gradient_accumulation_steps':1.5}"), 422, "invalid_type",
+     "fit.gradient_accumulation_steps"},
+    {TOP("'fit':{'gradient_accumulation_steps':null}"), 422, "invalid_type",
+     "fit.gradient_accumulation_steps"},
     {TOP("'fit':[]"), 422, "invalid_type", "fit"},
     {TOP("'strategy':'mirrored'"), 422, "invalid_type", "strategy"},
     {TOP("'resources':{'workers':true}"), 422, "invalid_type", "resources.workers"},
@@ -243,6 +249,17 @@ static const bad_case BAD[] = {
     {TOP("'fit':{'batch_size':0}"), 422, "invalid_value", "fit.batch_size"},
     {TOP("'fit':{'batch_size':65537}"), 422, "invalid_value", "fit.batch_size"},
     {TOP("'fit':{'steps_per_epoch':0}"), 422, "invalid_value", "fit.steps_per_epoch"},
+    {TOP("'fit':{'gradient_accumulation_steps':0}"), 422, "invalid_value",
+     "fit.gradient_accumulation_steps"},
+    {TOP("'fit':{'gradient_accumulation_steps':-2}"), 422, "invalid_value",
+     "fit.gradient_accumulation_steps"},
+    {TOP("'fit':{'gradient_accumulation_steps':65537}"), 422, "invalid_value",
+     "fit.gradient_accumulation_steps"},
+    {TOP("'fit':{'gradient_accumulation_steps':33}"), 422, "invalid_value",
+     "fit.gradient_accumulation_steps"},
+    {TOP("'strategy':{'type':'multi_worker_mirrored'},'resources':{'workers':2,"
+         "'devices_per_worker':2},'fit':{'batch_size':32,'gradient_accumulation_steps':9}"), 422,
+     "invalid_value", "fit.gradient_accumulation_steps"},
     {TOP("'strategy':{'type':'horovod'}"), 422, "invalid_value", "strategy.type"},
     {TOP("'strategy':{'type':'multi_worker_mirrored','communication':'mpi'}"), 422,
      "invalid_value", "strategy.communication"},
@@ -504,6 +521,13 @@ START_TEST(test_messages) {
     expect_message(TOP("'strategy':{'type':'multi_worker_mirrored'},'resources':{'workers':2,"
                        "'devices_per_worker':2},'fit':{'batch_size':30}"),
                    "fit.batch_size", "divisible by the 4 replicas (2 workers x 2 devices_per_worker)");
+    expect_message(TOP("'strategy':{'type':'multi_worker_mirrored'},'resources':{'workers':2,"
+                       "'devices_per_worker':2},'fit':{'batch_size':32,'gradient_accumulation_steps':9}"),
+                   "fit.gradient_accumulation_steps",
+                   "must be at most the 8 rows each replica gets of a global batch (batch_size 32 over "
+                   "4 replicas): 9 micro-batches");
+    expect_message(TOP("'fit':{'gradient_accumulation_steps':0}"), "fit.gradient_accumulation_steps",
+                   "must be an integer between 1 and 65536, got 0");
     expect_message(LAYERS("{'type':'dense','units':5,'activation':'softmax'}"),
                    "model.layers[0].units", "must be 10");
     expect_message(OPT("{'type':'sgd','momentum':1}"), "compile.optimizer.momentum",
@@ -746,6 +770,8 @@ START_TEST(test_defaults) {
     ck_assert_int_eq(s.fit.epochs, 1);
     ck_assert_int_eq(s.fit.batch_size, 32);
     ck_assert_int_eq(s.fit.steps_per_epoch, 0);
+    ck_assert_int_eq(s.fit.gradient_accumulation_steps, 1);
+    ck_assert_int_eq(jobspec_micro_batches(&s, 1), 1);
     ck_assert_int_eq(s.strategy.type, STRAT_DEFAULT);
     ck_assert_int_eq(s.strategy.communication, COMM_AUTO);
     ck_assert_int_eq(s.strategy.cross_device_ops, CDO_AUTO);
@@ -994,6 +1020,7 @@ START_TEST(test_to_json_content) {
     static const char *const want[] = {
         "\"name\":\"job\"", "\"priority\":50", "\"learning_rate\":0.01",
         "\"input_shape\":[784]", "\"shuffle_buffer\":-1", "\"steps_per_epoch\":null",
+        "\"gradient_accumulation_steps\":1}",
         "\"limit\":null", "\"strategy\":{\"type\":\"default\"}", "\"device\":\"cpu\"",
         "\"max_runtime_s\":86400", "\"max_restarts\":3", "\"metrics\":[]"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
@@ -1004,6 +1031,40 @@ START_TEST(test_to_json_content) {
     ck_assert_int_eq(jobspec_to_json(&s, &j), 0);
     ck_assert_ptr_nonnull(strstr(j, "\"learning_rate\":0.001,"));
     free(j);
+}
+END_TEST
+
+/* fit.gradient_accumulation_steps: read, printed, read back; the
+ * micro-batches of a job on fewer workers than resources.workers keep its
+ * full size's micro-batch: steps x ceil(resources.workers / workers). */
+START_TEST(test_gradient_accumulation) {
+    jobspec s, back;
+    parse_ok(TOP("'strategy':{'type':'multi_worker_mirrored'},'resources':{'workers':4},"
+                 "'fit':{'batch_size':64,'gradient_accumulation_steps':2}"), &s);
+    ck_assert_int_eq(s.fit.gradient_accumulation_steps, 2);
+    char *j = NULL;
+    ck_assert_int_eq(jobspec_to_json(&s, &j), 0);
+    ck_assert_msg(strstr(j, "\"gradient_accumulation_steps\":2") != NULL, "%s", j);
+    spec_error e;
+    ck_assert_msg(jobspec_parse(j, strlen(j), &back, &e) == 0, "%s: %s", e.field, e.message);
+    ck_assert_int_eq(back.fit.gradient_accumulation_steps, 2);
+    free(j);
+    const int workers[] = {4, 5, 3, 2, 1, 0, -1};
+    const int want[] = {2, 2, 4, 4, 8, 8, 8};
+    for (size_t i = 0; i < sizeof workers / sizeof workers[0]; i++)
+        ck_assert_msg(jobspec_micro_batches(&s, workers[i]) == want[i], "%d workers: %d micro-batches, want %d",
+                      workers[i], jobspec_micro_batches(&s, workers[i]), want[i]);
+    /* as many micro-batches as rows per replica is allowed (one row each) */
+    parse_ok(TOP("'strategy':{'type':'mirrored'},'resources':{'devices_per_worker':4},"
+                 "'fit':{'batch_size':32,'gradient_accumulation_steps':8}"), &s);
+    ck_assert_int_eq(jobspec_micro_batches(&s, 1), 8);
+    /* a command job has no fit: one micro-batch */
+    parse_ok("{'command':{'argv':['x']},'strategy':{'type':'multi_worker_mirrored'},'resources':{'workers':2}}",
+             &s);
+    ck_assert_int_eq(s.fit.gradient_accumulation_steps, 0);
+    ck_assert_int_eq(jobspec_micro_batches(&s, 2), 1);
+    ck_assert_int_eq(jobspec_micro_batches(&s, 1), 2);
+    jobspec_release(&s);
 }
 END_TEST
 
@@ -1133,6 +1194,7 @@ static Suite *jobspec_suite(void) {
     tcase_add_test(good, test_round_trip);
     tcase_add_test(good, test_memory_values);
     tcase_add_test(good, test_to_json_content);
+    tcase_add_test(good, test_gradient_accumulation);
     tcase_add_test(good, test_command_parsed);
     tcase_add_test(good, test_names);
     suite_add_tcase(s, good);

@@ -508,6 +508,95 @@ START_TEST(replicas_with_dropout_draw_the_global_masks)
 }
 END_TEST
 
+/* Gradient accumulation: the 8 rows of a batch in M micro-batches (2, 3:
+ * uneven, 8: one row each, 10: more micro-batches than rows) through a model
+ * built for the largest micro-batch give the gradients, loss and counts of
+ * the batch at once, with dropout (fused and on its own) and L1/L2 (added
+ * once, not once per micro-batch), also as one of 2 replicas (half the
+ * regularization) at a row offset. */
+START_TEST(micro_batches_sum_to_the_batch)
+{
+    jobspec s;
+    spec_init(&s, 6, LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, OPT_SGD);
+    add_dense(&s, 16, ACT_RELU);
+    add_layer(&s, LAYER_DROPOUT, ACT_LINEAR, 0.5f);
+    add_dense(&s, 12, ACT_TANH);
+    add_layer(&s, LAYER_DROPOUT, ACT_LINEAR, 0.3f);
+    add_dense(&s, 3, ACT_SOFTMAX);
+    s.layers[0].l2 = 0.05f;
+    s.layers[2].l1 = 0.01f;
+    float x[48], y[8];
+    make_data(x, y, 8, 6, 3, 9);
+    const int micros[] = {2, 3, 8, 10};
+    for (int replicas = 1; replicas <= 2; replicas++) {
+        long row0 = replicas == 1 ? 0 : 8; /* the second replica's rows of a batch of 16 */
+        int gb = 8 * replicas;
+        model *one = build(&s, 8, 1);
+        model_set_replicas(one, replicas);
+        size_t np = model_param_count(one);
+        for (size_t k = 0; k < sizeof micros / sizeof micros[0]; k++) {
+            int mb = micros[k];
+            model *acc = build(&s, (8 + mb - 1) / mb, 1);
+            model_set_replicas(acc, replicas);
+            ck_assert_int_eq(model_max_batch(acc), mb >= 8 ? 1 : (8 + mb - 1) / mb);
+            for (long it = 0; it < 2; it++) { /* masks change with the step */
+                model_set_iterations(one, it);
+                model_set_iterations(acc, it);
+                step_stats s1, s2;
+                model_set_row_offset(one, row0);
+                float l1 = model_forward_backward(one, x, y, 8, gb, &s1);
+                /* stale gradients in the buffer must not survive (the
+                 * alignment padding between tensors is never written) */
+                for (int t = 0; t < model_tensor_count(acc); t++)
+                    for (size_t i = 0; i < model_tensor_at(acc, t)->size; i++)
+                        model_grads(acc)[model_tensor_at(acc, t)->offset + i] = 1e3f;
+                float l2 = model_forward_backward_micro(acc, x, y, 8, row0, mb, gb, &s2);
+                double md = 0.0;
+                for (size_t i = 0; i < np; i++)
+                    md = fmax(md, fabs((double)model_grads(acc)[i] - (double)model_grads(one)[i]));
+                ck_assert_msg(md <= 1e-6, "%d micro-batches, %d replica(s): max |g - g_batch| = %g", mb,
+                              replicas, md);
+                ck_assert_float_eq_tol(l2, l1, 1e-6f);
+                ck_assert_double_eq_tol(s2.loss_sum, s1.loss_sum, 1e-5);
+                ck_assert_int_eq(s2.correct, s1.correct);
+                ck_assert_int_eq(s2.n, 8);
+            }
+            model_free(acc);
+        }
+        model_free(one);
+    }
+}
+END_TEST
+
+/* The scratch that grows with the batch (activations, masks, backward
+ * buffers) shrinks with the micro-batch: the Fashion-MNIST MLP of
+ * docs/strategies.md at 1024 rows and at 8 micro-batches of 128. */
+START_TEST(activation_bytes_scale_with_the_micro_batch)
+{
+    jobspec s;
+    spec_init(&s, 784, LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, OPT_SGD);
+    add_dense(&s, 256, ACT_RELU);
+    add_layer(&s, LAYER_DROPOUT, ACT_LINEAR, 0.4f);
+    add_dense(&s, 128, ACT_RELU);
+    add_layer(&s, LAYER_DROPOUT, ACT_LINEAR, 0.3f);
+    add_dense(&s, 10, ACT_SOFTMAX);
+    model *big = build(&s, 1024, 1), *small = build(&s, 128, 1);
+    size_t b = model_activation_bytes(big), m = model_activation_bytes(small);
+    printf("activation/gradient scratch, 784-256-128-10: batch 1024: %zu bytes (%.2f MiB); "
+           "8 micro-batches of 128: %zu bytes (%.2f MiB); parameters+gradients: %zu bytes\n",
+           b, b / 1048576.0, m, m / 1048576.0, 2 * model_param_count(big) * sizeof(float));
+    /* (n * widths) floats: 8 times less, up to the alignment and the scratch row */
+    ck_assert_double_ge((double)b / (double)m, 7.9);
+    ck_assert_double_le((double)b / (double)m, 8.0);
+    /* the outputs (256 + 128 + 10) and two backward buffers as wide as the
+     * widest layer (256: the input's 784 never needs a gradient) */
+    ck_assert_uint_ge(b, 1024u * (256u * 2 + 256 + 128 + 10) * sizeof(float));
+    ck_assert_uint_lt(b, 1024u * (256u * 2 + 256 + 128 + 10) * sizeof(float) + 4096);
+    model_free(big);
+    model_free(small);
+}
+END_TEST
+
 /* kernel_regularizer: the gradient gains l1 sign(w) + 2 l2 w on kernels
  * (not biases), the loss l1 sum|w| + l2 sum w^2; with 4 replicas each
  * replica adds a quarter of both. */
@@ -990,6 +1079,8 @@ static Suite *nn_suite(void)
     tcase_add_test(o, replicas_sum_to_global_batch);
     tcase_add_test(o, replicas_with_dropout_draw_the_global_masks);
     tcase_add_test(o, regularizer_gradient_and_share);
+    tcase_add_test(o, micro_batches_sum_to_the_batch);
+    tcase_add_test(o, activation_bytes_scale_with_the_micro_batch);
     tcase_add_test(o, build_errors);
     suite_add_tcase(s, o);
     TCase *c = tcase_create("checkpoints");

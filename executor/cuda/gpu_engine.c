@@ -12,7 +12,14 @@
  * (replicas.c's split), row offset, forward_backward -> one grouped NCCL
  * all-reduce of the gradient buffers -> apply_gradients -> stats; the
  * step's counts and the stop flag then go over the workers' CPU
- * communicator. */
+ * communicator.
+ *
+ * Gradient accumulation (cfg->micro_batches M > 1): each device takes its
+ * rows in M micro-batches (model_micro_slice), forward_backward on the
+ * first and forward_backward_add on the others, summing into its gradient
+ * buffer, before the all-reduce and one apply_gradients; one device then
+ * steps in those parts too (no CUDA graph). Models are built for the
+ * largest micro-batch. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +39,7 @@ typedef struct gpu_engine {
     int k;                   /* devices (replicas) of this worker */
     int workers, worker;
     int ranks;               /* workers x k */
+    int micro;               /* micro-batches per device and step (>= 1) */
     comm *comm;              /* the workers' CPU communicator (NULL: one worker) */
     int features;
     gpu_model *g[REPLICAS_MAX];
@@ -88,18 +96,23 @@ static void *ge_create(const jobspec *spec, const engine_config *cfg, char *name
     e->comm = cfg->comm;
     e->features = spec->input_size;
     e->ranks = e->workers * e->k;
+    e->micro = cfg->micro_batches > 1 ? cfg->micro_batches : 1;
     if (e->k > REPLICAS_MAX) {
         snprintf(err, ENGINE_ERR_MAX, "at most %d GPUs a worker, got %d", REPLICAS_MAX, e->k);
         goto fail;
     }
     int one = e->ranks == 1;
     int devices[REPLICAS_MAX];
+    /* the most rows a device takes at once: its share, or its largest micro-batch */
+    int rows = one ? cfg->global_batch : cfg->max_rows;
+    rows = (rows + e->micro - 1) / e->micro;
     for (int i = 0; i < e->k; i++) {
         gpu_options o;
         gpu_options_default(&o);
         o.device = devices[i] = i;
-        o.cuda_graph = one; /* replicas step in parts (forward_backward, all-reduce, apply): no graph */
-        if (gpu_model_build(&e->g[i], spec, one ? cfg->global_batch : cfg->max_rows, cfg->seed, &o, gerr)) {
+        /* replicas, or micro-batches, step in parts (forward_backward, all-reduce, apply): no graph */
+        o.cuda_graph = one && e->micro == 1;
+        if (gpu_model_build(&e->g[i], spec, rows, cfg->seed, &o, gerr)) {
             snprintf(err, ENGINE_ERR_MAX, "GPU %d: %.200s", i, gerr);
             goto fail;
         }
@@ -184,6 +197,28 @@ nccl_fail:
     return -1;
 }
 
+/* Device i's len rows at x, y (rows row0.. of the global batch) in e->micro
+ * micro-batches, their gradients summed in its buffer (the first overwrites
+ * it and adds the regularization's share). Queued on its stream. */
+static int forward_backward_micro(gpu_engine *e, int i, const float *x, const float *y, int len, long row0,
+                                  int global_batch, char gerr[GPU_ERR_MAX])
+{
+    for (int j = 0; j < e->micro; j++) {
+        int off = 0, n = 0;
+        model_micro_slice(len, e->micro, j, &off, &n);
+        if (j > 0 && n <= 0)
+            continue; /* more micro-batches than rows: nothing to add */
+        if (gpu_model_load_batch(e->g[i], x + (size_t)off * (size_t)e->features, y + off, n, gerr) ||
+            gpu_model_set_row_offset(e->g[i], row0 + off, gerr) ||
+            (j == 0 ? gpu_model_forward_backward(e->g[i], global_batch, gerr)
+                    : gpu_model_forward_backward_add(e->g[i], global_batch, gerr)))
+            return -1;
+        if (i == 0)
+            e->row0 = row0 + off;
+    }
+    return 0;
+}
+
 static int ge_step(void *p, const float *x, const float *y, int rows, long row0, int global_batch, int stop,
                    engine_step_result *out, char err[ENGINE_ERR_MAX])
 {
@@ -191,7 +226,12 @@ static int ge_step(void *p, const float *x, const float *y, int rows, long row0,
     memset(out, 0, sizeof *out);
     char gerr[GPU_ERR_MAX];
     int i = 0;
-    if (e->ranks == 1) {
+    if (e->ranks == 1 && e->micro > 1) {
+        /* one device, gradient accumulation: micro-batches, then one update */
+        if (forward_backward_micro(e, 0, x, y, rows, row0, global_batch, gerr) ||
+            gpu_model_apply_gradients(e->g[0], gerr) || gpu_model_stats(e->g[0], &out->st, 1, gerr))
+            goto fail;
+    } else if (e->ranks == 1) {
         /* one device: the whole step, a CUDA graph replay when the batch is full */
         if ((row0 != e->row0 && gpu_model_set_row_offset(e->g[0], row0, gerr)) ||
             gpu_model_load_batch(e->g[0], x, y, rows, gerr) || gpu_model_train_step(e->g[0], global_batch, gerr) ||
@@ -203,9 +243,9 @@ static int ge_step(void *p, const float *x, const float *y, int rows, long row0,
         int base = rows / e->k, rem = rows % e->k;
         for (i = 0; i < e->k; i++) {
             int off = i * base + (i < rem ? i : rem), len = base + (i < rem ? 1 : 0);
-            if (gpu_model_load_batch(e->g[i], x + (size_t)off * (size_t)e->features, y + off, len, gerr) ||
-                gpu_model_set_row_offset(e->g[i], row0 + off, gerr) ||
-                gpu_model_forward_backward(e->g[i], global_batch, gerr))
+            /* in micro-batches summed in the device's buffer (1: one pass) */
+            if (forward_backward_micro(e, i, x + (size_t)off * (size_t)e->features, y + off, len, row0 + off,
+                                       global_batch, gerr))
                 goto fail;
         }
         float *bufs[REPLICAS_MAX];

@@ -286,9 +286,10 @@ __global__ void k_softmax_bwd(float *dy, const float *y, int n, int k)
 /* A dense layer's pre-activation gradient and bias gradient in one pass:
  * relu != 0: dy = y > 0 ? dy * scale : 0 (relu, and the fused dropout's
  * scale; the dropped units have y == 0); then db = column sums of dy (when
- * db != NULL). Block (BG_X, BG_Y) over a tile of BG_X columns. */
+ * db != NULL; accum != 0 adds them to db: gradient accumulation). Block
+ * (BG_X, BG_Y) over a tile of BG_X columns. */
 __global__ void k_bias_grad(float *dy, const float *y, float *db, int n, int out, int relu,
-                            float scale)
+                            float scale, int accum)
 {
     __shared__ float part[BG_Y][BG_X + 1];
     int j = blockIdx.x * BG_X + threadIdx.x;
@@ -310,7 +311,7 @@ __global__ void k_bias_grad(float *dy, const float *y, float *db, int n, int out
         float s = 0.0f;
         for (int r = 0; r < BG_Y; r++)
             s += part[r][threadIdx.x];
-        db[j] = s;
+        db[j] = accum ? db[j] + s : s;
     }
 }
 
@@ -594,11 +595,12 @@ static cublasStatus_t gemm_forward(gpu_model *g, const float *x, const float *w,
 }
 
 static cublasStatus_t gemm_weight_grad(gpu_model *g, const float *x, const float *dy, float *dw,
-                                       int n, int in, int out)
+                                       int n, int in, int out, int accumulate)
 {
-    const float one = 1.0f, zero = 0.0f; /* dw (in, out) = x^T (in, n) . dy (n, out) */
+    /* dw (in, out) = x^T (in, n) . dy (n, out) [+ dw when accumulating] */
+    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     return cublasSgemm(g->blas, CUBLAS_OP_N, CUBLAS_OP_T, out, in, n, &one, dy, out, x, in,
-                       &zero, dw, out);
+                       &beta, dw, out);
 }
 
 static cublasStatus_t gemm_input_grad(gpu_model *g, const float *dy, const float *w, float *dx,
@@ -684,13 +686,18 @@ fail:
 }
 
 /* Queues forward + loss + backward of the n examples at x, y (device):
- * overwrites the gradient buffer (model.c's step without the update). */
+ * overwrites the gradient buffer (model.c's step without the update), or
+ * with accumulate != 0 adds the data gradients to it and no regularization
+ * gradient (model_forward_backward_add; the value still counts in the
+ * stats). */
 static int enqueue_forward_backward(gpu_model *g, const float *x, const float *y, int n,
-                                    char *err)
+                                    int accumulate, char *err)
 {
     const float *inputs[JOBSPEC_MAX_LAYERS];
     const float *outp = NULL;
     float *gcur = g->gbuf[0], *gother = g->gbuf[1], *t = NULL;
+    if (n <= 0 && accumulate)
+        return 0; /* nothing to add */
     if (n <= 0) { /* zero gradients plus the regularization's share */
         cudaCheck(cudaMemsetAsync(g->grads, 0, sizeof(float) * g->n_params, g->stream));
         if (enqueue_regularize_all(g, 1, err))
@@ -715,7 +722,7 @@ static int enqueue_forward_backward(gpu_model *g, const float *x, const float *y
             if (op->act == ACT_RELU) {
                 float scale = (op->fused_next && op->rate > 0.0f) ? op->scale : 1.0f;
                 k_bias_grad<<<(op->out + BG_X - 1) / BG_X, dim3(BG_X, BG_Y), 0, g->stream>>>(
-                    gcur, op->y, op->db, n, op->out, 1, scale);
+                    gcur, op->y, op->db, n, op->out, 1, scale, accumulate);
                 cudaCheckLast();
             } else {
                 if (op->act == ACT_SOFTMAX) {
@@ -728,17 +735,18 @@ static int enqueue_forward_backward(gpu_model *g, const float *x, const float *y
                 }
                 if (op->db) {
                     k_bias_grad<<<(op->out + BG_X - 1) / BG_X, dim3(BG_X, BG_Y), 0, g->stream>>>(
-                        gcur, op->y, op->db, n, op->out, 0, 1.0f);
+                        gcur, op->y, op->db, n, op->out, 0, 1.0f, accumulate);
                     cudaCheckLast();
                 }
             }
-            cublasCheck(gemm_weight_grad(g, inputs[i], gcur, op->dw, n, op->in, op->out));
+            cublasCheck(gemm_weight_grad(g, inputs[i], gcur, op->dw, n, op->in, op->out, accumulate));
             if (dx)
                 cublasCheck(gemm_input_grad(g, gcur, op->w, dx, n, op->in, op->out));
             if (op->l1 > 0.0f || op->l2 > 0.0f) {
                 long long count = (long long)op->in * op->out;
                 k_regularize<<<grid_for(count) > 1024 ? 1024 : grid_for(count), BLOCK, 0,
-                               g->stream>>>(op->w, op->dw, count, op->l1, op->l2, g->st);
+                               g->stream>>>(op->w, accumulate ? NULL : op->dw, count, op->l1, op->l2,
+                                            g->st);
                 cudaCheckLast();
             }
             t = gcur;
@@ -972,7 +980,7 @@ static int warm_up(gpu_model *g, char *err)
 {
     const optimizer_spec *o = &g->optspec;
     gstate *st = g->st;
-    if (enqueue_forward_backward(g, g->bx[0], g->by[0], g->max_batch, err))
+    if (enqueue_forward_backward(g, g->bx[0], g->by[0], g->max_batch, 0, err))
         return -1;
     k_pre_update<<<1, 1, 0, g->stream>>>(st, o->type == OPT_ADAM, o->learning_rate, o->beta_1,
                                         o->beta_2);
@@ -1000,7 +1008,7 @@ static int capture_step(gpu_model *g, int s, char *err)
     cudaError_t e;
     int rc;
     cudaCheck(cudaStreamBeginCapture(g->stream, cudaStreamCaptureModeRelaxed));
-    rc = enqueue_forward_backward(g, g->bx[s], g->by[s], g->max_batch, err);
+    rc = enqueue_forward_backward(g, g->bx[s], g->by[s], g->max_batch, 0, err);
     if (rc == 0)
         rc = enqueue_update(g, err);
     e = cudaStreamEndCapture(g->stream, &graph);
@@ -1260,8 +1268,9 @@ fail:
     return -1;
 }
 
-/* Runs the oldest committed batch: update != 0 adds the optimizer update. */
-static int run_step(gpu_model *g, int global_batch, int update, char *err)
+/* Runs the oldest committed batch: update != 0 adds the optimizer update;
+ * accumulate != 0 (never with update) adds to the gradient buffer. */
+static int run_step(gpu_model *g, int global_batch, int update, int accumulate, char *err)
 {
     int s = (int)(g->consumed % NSLOT), n;
     if (g->consumed >= g->staged)
@@ -1274,7 +1283,7 @@ static int run_step(gpu_model *g, int global_batch, int update, char *err)
     if (update && g->have_graph && n == g->max_batch) {
         cudaCheck(cudaGraphLaunch(g->graph[s], g->stream));
     } else {
-        if (enqueue_forward_backward(g, g->bx[s], g->by[s], n, err))
+        if (enqueue_forward_backward(g, g->bx[s], g->by[s], n, accumulate, err))
             return -1;
         if (update && enqueue_update(g, err))
             return -1;
@@ -1290,12 +1299,17 @@ fail:
 
 extern "C" int gpu_model_train_step(gpu_model *g, int global_batch, char err[GPU_ERR_MAX])
 {
-    return run_step(g, global_batch, 1, err);
+    return run_step(g, global_batch, 1, 0, err);
 }
 
 extern "C" int gpu_model_forward_backward(gpu_model *g, int global_batch, char err[GPU_ERR_MAX])
 {
-    return run_step(g, global_batch, 0, err);
+    return run_step(g, global_batch, 0, 0, err);
+}
+
+extern "C" int gpu_model_forward_backward_add(gpu_model *g, int global_batch, char err[GPU_ERR_MAX])
+{
+    return run_step(g, global_batch, 0, 1, err);
 }
 
 extern "C" int gpu_model_apply_gradients(gpu_model *g, char err[GPU_ERR_MAX])

@@ -30,7 +30,8 @@
  *
  * defines: gpu_model_build, gpu_model_free, gpu_model_stage_next,
  *          gpu_model_stage_commit, gpu_model_load_batch, gpu_model_train_step,
- *          gpu_model_forward_backward, gpu_model_apply_gradients,
+ *          gpu_model_forward_backward, gpu_model_forward_backward_add,
+ *          gpu_model_apply_gradients,
  *          gpu_model_sync, gpu_model_stats, gpu_model_evaluate,
  *          gpu_model_predict, parameter copies and accessors. See docs/gpu.md. */
 #ifndef TRAINYARD_GPU_MODEL_H
@@ -98,6 +99,12 @@ int gpu_model_load_batch(gpu_model *g, const float *x, const float *y, int n,
  * per-example losses / global_batch + regularization / replicas)/d(params),
  * as model_forward_backward. Accumulates the loss and accuracy stats. */
 int gpu_model_forward_backward(gpu_model *g, int global_batch, char err[GPU_ERR_MAX]);
+/* Gradient accumulation, as model_forward_backward_add: ADDS the batch's
+ * d(sum of per-example losses / global_batch)/d(params) to the gradient
+ * buffer, without the regularization's gradient (a step's first
+ * micro-batch, through gpu_model_forward_backward, adds it once). An empty
+ * batch adds nothing. Accumulates the stats as forward_backward. */
+int gpu_model_forward_backward_add(gpu_model *g, int global_batch, char err[GPU_ERR_MAX]);
 /* One optimizer update with the gradient buffer as it is; counts the
  * iteration (dropout's step and Adam's t). */
 int gpu_model_apply_gradients(gpu_model *g, char err[GPU_ERR_MAX]);
@@ -185,6 +192,8 @@ static inline int gpu_model_load_batch(gpu_model *g, const float *x, const float
                                        char err[GPU_ERR_MAX])
 { (void)g; (void)x; (void)y; (void)n; return GPU_MODEL_NO_CUDA(err); }
 static inline int gpu_model_forward_backward(gpu_model *g, int gb, char err[GPU_ERR_MAX])
+{ (void)g; (void)gb; return GPU_MODEL_NO_CUDA(err); }
+static inline int gpu_model_forward_backward_add(gpu_model *g, int gb, char err[GPU_ERR_MAX])
 { (void)g; (void)gb; return GPU_MODEL_NO_CUDA(err); }
 static inline int gpu_model_apply_gradients(gpu_model *g, char err[GPU_ERR_MAX])
 { (void)g; return GPU_MODEL_NO_CUDA(err); }

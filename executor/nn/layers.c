@@ -168,10 +168,11 @@ void dense_forward(float *y, const float *x, const float *w, const float *b,
 
 void dense_backward(float *dx, float *dw, float *db, float *dy, const float *y,
                     const float *x, const float *w, int n, int in, int out,
-                    act_type act, const dropout_cfg *drop, int act_done)
+                    act_type act, const dropout_cfg *drop, int act_done, int accumulate)
 {
-    /* dy -> gradient at the pre-activation, fused with the bias gradient. */
-    if (db)
+    /* dy -> gradient at the pre-activation, fused with the bias gradient
+     * (added row by row to db: accumulating continues the same sum). */
+    if (db && !accumulate)
         memset(db, 0, sizeof(float) * (size_t)out);
     if (!act_done && act == ACT_RELU) {
         const float scale = (drop && drop->rate > 0.0f) ? drop->scale : 1.0f;
@@ -204,7 +205,7 @@ void dense_backward(float *dx, float *dw, float *db, float *dy, const float *y,
     }
     /* dw (in, out) = x^T (in, n) . dy (n, out) */
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, in, out, n,
-                1.0f, x, in, dy, out, 0.0f, dw, out);
+                1.0f, x, in, dy, out, accumulate ? 1.0f : 0.0f, dw, out);
     /* dx (n, in) = dy (n, out) . w^T (out, in) */
     if (dx)
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, in, out,

@@ -44,11 +44,13 @@ void dense_forward(float *y, const float *x, const float *w, const float *b,
  * after the activation (and the fused dropout when drop != NULL). dy is
  * overwritten with the gradient at the pre-activation. y (n, out) is the
  * layer's forward output. Writes dw (in, out), db (out) or NULL, and dx
- * (n, in) unless dx is NULL (the first layer needs no input gradient).
- * act_done: dy already is the pre-activation gradient (fused loss). */
+ * (n, in) unless dx is NULL (the first layer needs no input gradient);
+ * accumulate != 0 ADDS this batch's dw and db to what they hold (gradient
+ * accumulation over micro-batches). act_done: dy already is the
+ * pre-activation gradient (fused loss). */
 void dense_backward(float *dx, float *dw, float *db, float *dy, const float *y,
                     const float *x, const float *w, int n, int in, int out,
-                    act_type act, const dropout_cfg *drop, int act_done);
+                    act_type act, const dropout_cfg *drop, int act_done, int accumulate);
 
 /* In place on (n, k): y = act(y). */
 void act_forward(float *y, int n, int k, act_type act);

@@ -54,9 +54,10 @@ struct model {
     int shared_grads;        /* grads belong to the caller (model_set_grads) */
     long row0;               /* global row of the next batch's first example (dropout keys) */
     float reg_scale;         /* the share of the regularization this replica adds (1 / replicas) */
+    size_t act_bytes;        /* activation, mask and backward scratch: scales with max_batch */
     float *acts;             /* every op's own output, one allocation */
     float *masks;
-    float *g[2];             /* (max_batch, max_width) ping-pong gradients */
+    float *g[2];             /* (max_batch, backward width) ping-pong gradients */
     const float **inputs;    /* (n_ops) input pointer of each op in the last pass */
     const float *output;     /* last forward's output */
     uint32_t *scratch;       /* (max_width) */
@@ -265,11 +266,23 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
     m->slots = xcalloc(off * (size_t)m->n_slots + 1, sizeof(float));
     m->acts = xcalloc(act_floats + 1, sizeof(float));
     m->masks = xcalloc(mask_floats + 1, sizeof(float));
-    size_t gsize = align_up((size_t)max_batch * m->max_width);
+    /* the backward gradients are as wide as the widest output from the first
+     * dense layer on, or input of a layer after it (the first dense layer's
+     * input gradient is never computed): not the model's input width */
+    int bwd_width = 1;
+    for (int i = m->first_param_op; i < m->n_ops; i++) {
+        if (m->ops[i].out > bwd_width)
+            bwd_width = m->ops[i].out;
+        if (i > m->first_param_op && m->ops[i].in > bwd_width)
+            bwd_width = m->ops[i].in;
+    }
+    size_t gsize = align_up((size_t)max_batch * bwd_width);
     m->g[0] = xcalloc(gsize, sizeof(float));
     m->g[1] = xcalloc(gsize, sizeof(float));
     m->inputs = xcalloc((size_t)m->n_ops, sizeof(*m->inputs));
     m->scratch = xcalloc((size_t)m->max_width + 1, sizeof(uint32_t));
+    m->act_bytes = sizeof(float) * (act_floats + mask_floats + 2 * gsize) +
+                   sizeof(uint32_t) * (size_t)m->max_width;
     size_t aoff = 0, moff = 0;
     for (int i = 0; i < m->n_ops; i++) {
         nn_op *op = &m->ops[i];
@@ -421,12 +434,16 @@ static double regularize_all(model *m, int grad)
 /* Forward + backward; with update != 0 each dense layer's parameters are
  * updated right after its gradients (and its input gradient) are computed,
  * while they are still in cache: the same arithmetic as a separate
- * model_apply_gradients, in a different order of layers. */
+ * model_apply_gradients, in a different order of layers. accumulate != 0
+ * (never with update): the data gradients are ADDED to the buffer and the
+ * regularization's gradient is not (its value still counts in st). */
 static float step(model *m, const float *x, const float *y, int n, int global_batch,
-                  step_stats *st, int update)
+                  step_stats *st, int update, int accumulate)
 {
     if (st)
         memset(st, 0, sizeof *st);
+    if (accumulate && (n <= 0 || n > m->max_batch || global_batch <= 0))
+        return 0.0f; /* nothing to add */
     if (n <= 0 || n > m->max_batch || global_batch <= 0) {
         memset(m->grads, 0, sizeof(float) * m->n_params);
         return global_batch > 0 ? (float)(regularize_all(m, 1) * m->reg_scale) : 0.0f;
@@ -443,8 +460,8 @@ static float step(model *m, const float *x, const float *y, int n, int global_ba
         case LAYER_DENSE: {
             float *dx = i > m->first_param_op ? gother : NULL;
             dense_backward(dx, op->dw, op->db, gcur, op->y, m->inputs[i], op->w, n, op->in,
-                           op->out, op->act, op->fused_next ? &op->drop : NULL, 0);
-            reg += regularize(m, op, op->dw);
+                           op->out, op->act, op->fused_next ? &op->drop : NULL, 0, accumulate);
+            reg += regularize(m, op, accumulate ? NULL : op->dw);
             if (update) {
                 const model_tensor *kt = &m->tensors[op->kernel_tensor];
                 const model_tensor *lt = op->use_bias ? kt + 1 : kt;
@@ -477,24 +494,68 @@ static float step(model *m, const float *x, const float *y, int n, int global_ba
     }
     if (update)
         m->iterations++;
-    return (float)(lsum / global_batch + reg * m->reg_scale);
+    return (float)(lsum / global_batch + (accumulate ? 0.0 : reg * m->reg_scale));
 }
 
 float model_forward_backward(model *m, const float *x, const float *y, int n,
                              int global_batch, step_stats *st)
 {
-    return step(m, x, y, n, global_batch, st, 0);
+    return step(m, x, y, n, global_batch, st, 0, 0);
+}
+
+float model_forward_backward_add(model *m, const float *x, const float *y, int n,
+                                 int global_batch, step_stats *st)
+{
+    return step(m, x, y, n, global_batch, st, 0, 1);
+}
+
+void model_micro_slice(int rows, int micro, int j, int *off, int *len)
+{
+    if (micro < 1)
+        micro = 1;
+    int base = rows / micro, rem = rows % micro;
+    *off = j * base + (j < rem ? j : rem);
+    *len = base + (j < rem ? 1 : 0);
+}
+
+float model_forward_backward_micro(model *m, const float *x, const float *y, int n, long row0,
+                                   int micro, int global_batch, step_stats *st)
+{
+    step_stats sum, one;
+    memset(&sum, 0, sizeof sum);
+    float loss = 0.0f;
+    if (micro < 1)
+        micro = 1;
+    for (int j = 0; j < micro; j++) {
+        int off = 0, len = 0;
+        model_micro_slice(n, micro, j, &off, &len);
+        if (j > 0 && len <= 0)
+            continue; /* more micro-batches than rows: nothing to add */
+        model_set_row_offset(m, row0 + off);
+        /* the first overwrites the buffer and adds the regularization's
+         * share, once per step; the others add their data gradients */
+        loss += j == 0 ? model_forward_backward(m, x, y, len, global_batch, &one)
+                       : model_forward_backward_add(m, x + (size_t)off * (size_t)m->in_size, y + off, len,
+                                                    global_batch, &one);
+        sum.loss_sum += one.loss_sum;
+        sum.correct += one.correct;
+        sum.n += one.n;
+    }
+    model_set_row_offset(m, row0);
+    if (st)
+        *st = sum;
+    return loss;
 }
 
 float model_train_step(model *m, const float *x, const float *y, int n, int global_batch,
                        step_stats *st)
 {
     if (n <= 0 || n > m->max_batch || global_batch <= 0) {
-        float l = step(m, x, y, n, global_batch, st, 0);
+        float l = step(m, x, y, n, global_batch, st, 0, 0);
         model_apply_gradients(m);
         return l;
     }
-    return step(m, x, y, n, global_batch, st, 1);
+    return step(m, x, y, n, global_batch, st, 1, 0);
 }
 
 void model_apply_gradients(model *m)
@@ -601,6 +662,7 @@ const model_tensor *model_tensor_at(const model *m, int i)
 int model_input_size(const model *m) { return m->in_size; }
 int model_output_size(const model *m) { return m->out_size; }
 int model_max_batch(const model *m) { return m->max_batch; }
+size_t model_activation_bytes(const model *m) { return m->act_bytes; }
 const optimizer_spec *model_optimizer(const model *m) { return &m->opt; }
 const char *model_signature(const model *m) { return m->signature; }
 long model_iterations(const model *m) { return m->iterations; }

@@ -5,11 +5,16 @@
  *
  * A training step is `model_forward_backward` -> [the caller may all-reduce
  * model_grads()] -> `model_apply_gradients`; nothing allocates after
- * model_build. Layer kernels: layers.h; losses: loss.h; updates: optimizer.h;
+ * model_build. With gradient accumulation a step's rows go through in
+ * micro-batches (`model_forward_backward_micro`: the first overwrites the
+ * gradient buffer, the others add to it), so the scratch is sized for one
+ * micro-batch. Layer kernels: layers.h; losses: loss.h; updates: optimizer.h;
  * files: checkpoint.h.
  *
  * defines: model_build, model_free, model_forward_backward,
- *          model_apply_gradients, model_evaluate, model_predict, accessors */
+ *          model_forward_backward_add, model_forward_backward_micro,
+ *          model_micro_slice, model_apply_gradients, model_evaluate,
+ *          model_predict, accessors */
 #ifndef TRAINYARD_NN_MODEL_H
 #define TRAINYARD_NN_MODEL_H
 
@@ -54,6 +59,32 @@ void model_free(model *m);
  * example, as Keras reports it). */
 float model_forward_backward(model *m, const float *x, const float *y, int n,
                              int global_batch, step_stats *st);
+
+/* Gradient accumulation: as model_forward_backward, but ADDS d(sum of these
+ * n examples' losses / global_batch)/d(params) to the gradient buffer and
+ * adds NO regularization gradient (the step's first micro-batch, through
+ * model_forward_backward, adds it once). n == 0 adds nothing. Returns the
+ * examples' loss sum / global_batch; *st as model_forward_backward's
+ * (loss_sum includes the regularization value once per example). */
+float model_forward_backward_add(model *m, const float *x, const float *y, int n,
+                                 int global_batch, step_stats *st);
+
+/* Micro-batch j of `micro` over `rows` rows: contiguous, in order, sizes
+ * differing by at most one (the larger first); *len may be 0 when micro >
+ * rows. */
+void model_micro_slice(int rows, int micro, int j, int *off, int *len);
+
+/* One replica's share of a step, n rows that are rows row0.. of the global
+ * batch, in `micro` micro-batches (model_micro_slice; each at most
+ * model_max_batch rows): the gradient buffer ends holding exactly what
+ * model_forward_backward over the n rows at once would write (the sum of
+ * the micro-batches' data gradients plus the regularization's share once),
+ * up to float rounding; dropout masks are keyed by each row's global index,
+ * so they are the same. micro <= 1 is one model_forward_backward. Leaves
+ * the row offset at row0. Returns the loss as model_forward_backward;
+ * *st summed over the micro-batches. */
+float model_forward_backward_micro(model *m, const float *x, const float *y, int n, long row0,
+                                   int micro, int global_batch, step_stats *st);
 
 /* forward_backward + apply_gradients in one pass for a single replica (no
  * reduction between them): each layer is updated while its gradients are in
@@ -109,6 +140,10 @@ const model_tensor *model_tensor_at(const model *m, int i);
 int model_input_size(const model *m);
 int model_output_size(const model *m);
 int model_max_batch(const model *m);
+/* Bytes of the scratch that grows with max_batch: every op's activations,
+ * dropout masks and the two backward gradient buffers (what gradient
+ * accumulation shrinks; parameters, gradients and slots excluded). */
+size_t model_activation_bytes(const model *m);
 const optimizer_spec *model_optimizer(const model *m);
 const char *model_optimizer_name(const model *m); /* "rmsprop", ... */
 /* A text signature of the architecture, loss and optimizer kind: a

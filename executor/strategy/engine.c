@@ -19,6 +19,7 @@ struct engine {
     comm *comm;
     int features;
     int global_batch;
+    int micro;               /* micro-batches per replica and step (>= 1) */
     uint64_t seed;
     char name[64];
     /* CPU */
@@ -84,6 +85,7 @@ static int create_cpu(engine *e, const jobspec *spec, const engine_config *cfg, 
                                                                          : REPLICA_REDUCE_ALL,
                              .comm = cfg->comm,
                              .max_rows = cfg->max_rows,
+                             .micro_batches = e->micro,
                              .in_sync = e->workers * e->k,
                              .seed = cfg->seed};
         if (replicas_create(&e->rs, spec, &rc, merr)) {
@@ -97,7 +99,8 @@ static int create_cpu(engine *e, const jobspec *spec, const engine_config *cfg, 
             snprintf(e->name, sizeof e->name, "cpu");
         return 0;
     }
-    if (model_build(&e->m, spec, cfg->global_batch, cfg->seed, merr)) {
+    /* one replica: the whole global batch, in micro-batches of at most this */
+    if (model_build(&e->m, spec, (cfg->global_batch + e->micro - 1) / e->micro, cfg->seed, merr)) {
         snprintf(err, ENGINE_ERR_MAX, "%s", merr);
         return -1;
     }
@@ -120,6 +123,7 @@ int engine_create(engine **out, const jobspec *spec, const engine_config *cfg, c
     e->comm = cfg->comm;
     e->features = spec->input_size;
     e->global_batch = cfg->global_batch;
+    e->micro = cfg->micro_batches > 1 ? cfg->micro_batches : 1;
     e->seed = cfg->seed;
     if (e->k > REPLICAS_MAX) {
         snprintf(err, ENGINE_ERR_MAX, "replicas must be 1..%d, got %d", REPLICAS_MAX, e->k);
@@ -198,12 +202,13 @@ model *engine_take_model(engine *e, const jobspec *spec, char err[ENGINE_ERR_MAX
         e->host = NULL;
         return out;
     }
-    if (!e->rs) {
+    if (!e->rs && model_max_batch(e->m) >= e->global_batch) {
         out = e->m;
         e->m = NULL;
         return out;
     }
-    /* a model of its own: the replica set goes with the engine */
+    /* a model of its own, for global_batch: the replica set goes with the
+     * engine, and a micro-batch model is smaller */
     if (model_build(&out, spec, e->global_batch, e->seed, merr)) {
         snprintf(err, ENGINE_ERR_MAX, "%s", merr);
         return NULL;
@@ -211,6 +216,9 @@ model *engine_take_model(engine *e, const jobspec *spec, char err[ENGINE_ERR_MAX
     memcpy(model_params(out), model_params(e->m), sizeof(float) * model_param_count(e->m));
     memcpy(model_slots(out), model_slots(e->m), sizeof(float) * model_param_count(e->m) * (size_t)model_slot_count(e->m));
     model_set_iterations(out, model_iterations(e->m));
+    uint64_t rng[4];
+    model_rng_get(e->m, rng);
+    model_rng_set(out, rng);
     return out;
 }
 
@@ -245,7 +253,16 @@ static int cpu_step(engine *e, const float *x, const float *y, int rows, long ro
         out->stop = sr.stop;
         return 0;
     }
-    if (e->grad_reduce) {
+    if (e->micro > 1) {
+        /* gradient accumulation: the micro-batches' gradients summed, one update */
+        out->loss = model_forward_backward_micro(e->m, x, y, rows, row0, e->micro, global_batch, &out->st);
+        if (e->grad_reduce &&
+            e->grad_reduce(e->grad_ctx, e->m, model_grads(e->m), model_param_count(e->m), &out->st)) {
+            snprintf(err, ENGINE_ERR_MAX, "gradient reduction failed");
+            return -1;
+        }
+        model_apply_gradients(e->m);
+    } else if (e->grad_reduce) {
         out->loss = model_forward_backward(e->m, x, y, rows, global_batch, &out->st);
         if (e->grad_reduce(e->grad_ctx, e->m, model_grads(e->m), model_param_count(e->m), &out->st)) {
             snprintf(err, ENGINE_ERR_MAX, "gradient reduction failed");

@@ -16,6 +16,17 @@
  *     communicator (16 floats), which also carries the start position and
  *     the collective evaluation, as on the CPU path.
  *
+ * Gradient accumulation (engine_config.micro_batches = M > 1): each
+ * replica's rows of a step go through forward_backward in M micro-batches
+ * (model_micro_slice's split; dropout still keyed by the global row, losses
+ * still divided by the global batch), their gradients summed in the
+ * replica's buffer, the regularization's share added once; then the usual
+ * reduce across replicas and workers and ONE update. Models are built for
+ * the largest micro-batch, so a step's activation memory is one
+ * micro-batch's. CPU: model_forward_backward_micro; GPU: forward_backward
+ * over the micro-batches accumulating into the device gradient buffer,
+ * then the NCCL all-reduce (no CUDA graph).
+ *
  * Checkpoints are the CPU engine's in both: engine_host_model() is the CPU
  * model that checkpoint_save reads and checkpoint_load writes; the GPU engine
  * copies into it (engine_pull: gpu_model_to_host) and out of it (engine_push:
@@ -50,6 +61,8 @@ typedef struct engine_config {
     comm *comm;               /* the workers' communicator; NULL: one worker */
     int worker, workers;
     int max_rows;             /* the most rows one replica takes in a step */
+    int micro_batches;        /* gradient accumulation: micro-batches of a replica's rows
+                               * per step (models sized for ceil(max_rows / M)); 0 or 1: none */
     int global_batch;
     uint64_t seed;            /* initial weights (the same on every worker) */
     const char *nccl_id;      /* GPU, several workers: the chief's ncclUniqueId (hex) */

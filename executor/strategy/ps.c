@@ -719,14 +719,17 @@ int ps_train(const jobspec *spec, const dataset_splits *data, const train_option
                  spec->input_size);
         return -1;
     }
-    /* the unit of work: one worker's part of a global batch */
+    /* the unit of work: one worker's part of a global batch, computed in
+     * `micro` micro-batches whose gradients are summed before the push */
     int part = (global_batch + workers - 1) / workers;
+    int micro = o->micro_batches > 0 ? o->micro_batches
+                                     : (spec->fit.gradient_accumulation_steps > 0 ? spec->fit.gradient_accumulation_steps : 1);
     long n_batches = (tr->n + part - 1) / part;
     if (spec->fit.steps_per_epoch > 0 && spec->fit.steps_per_epoch * (long)workers < n_batches)
         n_batches = spec->fit.steps_per_epoch * (long)workers;
     model *m = NULL;
     char merr[MODEL_ERR_MAX];
-    if (model_build(&m, spec, part, o->has_seed ? o->seed : spec->data.seed, merr)) {
+    if (model_build(&m, spec, (part + micro - 1) / micro, o->has_seed ? o->seed : spec->data.seed, merr)) {
         snprintf(err, PS_ERR_MAX, "%s", merr);
         return -1;
     }
@@ -774,8 +777,8 @@ int ps_train(const jobspec *spec, const dataset_splits *data, const train_option
             if (call(&c, p, OP_INIT, model_iterations(m), 0, init, np * (size_t)(1 + slots) * sizeof(float), NULL,
                      0, &rh, NULL, 0, err))
                 goto out;
-        log_info("parameter servers initialised (%d ps, %d worker(s), %ld batches of %d an epoch)", c.n, workers,
-                 n_batches, part);
+        log_info("parameter servers initialised (%d ps, %d worker(s), %ld batches of %d an epoch, %d micro-batch(es) "
+                 "each)", c.n, workers, n_batches, part, micro);
     }
     double train_time = 0.0;
     long train_examples = 0;
@@ -856,9 +859,8 @@ int ps_train(const jobspec *spec, const dataset_splits *data, const train_option
             if (pull(&c, m, err))
                 goto out;
             model_set_iterations(m, bep * n_batches + bi); /* dropout keys: one step per batch */
-            model_set_row_offset(m, 0);
             step_stats st;
-            float loss = model_forward_backward(m, xb, yb, n, global_batch, &st);
+            float loss = model_forward_backward_micro(m, xb, yb, n, 0, micro, global_batch, &st);
             if (push(&c, m, bep, bi, &st, &it, err))
                 goto out;
             my_steps++;

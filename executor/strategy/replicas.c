@@ -66,6 +66,7 @@ typedef struct replica {
 
 struct replica_set {
     int k;
+    int micro;               /* micro-batches per replica and step (>= 1) */
     replica_vars vars;
     replica_reduce reduce;
     comm *comm;
@@ -103,9 +104,9 @@ static void phase_compute(replica *p)
     int base = rs->rows / rs->k, rem = rs->rows % rs->k;
     off = p->index * base + (p->index < rem ? p->index : rem);
     len = base + (p->index < rem ? 1 : 0);
-    model_set_row_offset(p->m, rs->row0 + off);
-    model_forward_backward(p->m, rs->x + (size_t)off * (size_t)rs->features, rs->y + off, len,
-                           rs->global_batch, &p->st);
+    /* in rs->micro micro-batches, their gradients summed (1: one pass) */
+    model_forward_backward_micro(p->m, rs->x + (size_t)off * (size_t)rs->features, rs->y + off, len,
+                                 rs->row0 + off, rs->micro, rs->global_batch, &p->st);
 }
 
 /* sum[b, e) = replica 0's grads + replica 1's + ... in replica order, so
@@ -189,6 +190,7 @@ int replicas_create(replica_set **out, const jobspec *spec, const replica_config
     }
     replica_set *rs = xcalloc(1, sizeof *rs);
     rs->k = cfg->replicas;
+    rs->micro = cfg->micro_batches > 1 ? cfg->micro_batches : 1;
     rs->vars = cfg->vars;
     rs->reduce = cfg->reduce;
     rs->comm = cfg->comm;
@@ -197,7 +199,8 @@ int replicas_create(replica_set **out, const jobspec *spec, const replica_config
     for (int i = 0; i < rs->k; i++) {
         rs->r[i].rs = rs;
         rs->r[i].index = i;
-        if (model_build(&rs->r[i].m, spec, cfg->max_rows, cfg->seed, merr)) {
+        /* sized for the largest micro-batch of a replica's rows */
+        if (model_build(&rs->r[i].m, spec, (cfg->max_rows + rs->micro - 1) / rs->micro, cfg->seed, merr)) {
             snprintf(err, REPLICAS_ERR_MAX, "%s", merr);
             goto fail;
         }

@@ -15,6 +15,10 @@
  *     threads each updating a disjoint range (CentralStorageStrategy).
  * Losses are divided by the global batch, so gradients are summed and the
  * result equals one device's on the same global batch up to float rounding.
+ * With micro_batches M > 1 (gradient accumulation) each replica computes its
+ * slice in M micro-batches, summing their gradients in its buffer
+ * (model_forward_backward_micro), before the same reduce and one update;
+ * its model is built for the largest micro-batch.
  *
  * defines: replicas_create, replicas_sync_initial, replicas_step,
  *          replicas_model, replicas_free */
@@ -46,6 +50,7 @@ typedef struct replica_config {
     replica_reduce reduce;
     comm *comm;               /* the workers' communicator; NULL: one worker */
     int max_rows;             /* the most rows one replica gets in a step */
+    int micro_batches;        /* micro-batches per replica and step; 0 or 1: none */
     int in_sync;              /* replicas in sync over all workers (regularization share) */
     uint64_t seed;            /* initial weights (the same on every worker) */
 } replica_config;
