@@ -17,6 +17,7 @@
 #include "../common/util.h"
 #include "../storage/cluster.h"
 #include "../storage/store.h"
+#include "eval_place.h"
 #include "lifecycle.h"
 
 /* ================================================================ faults */
@@ -212,6 +213,12 @@ static int upkeep(db *d, const sched_config *cfg, int64_t now, sched_pass_stats 
         int nj = cluster_node_tasks_lost(d, lost[i], why, now, &jobs);
         if (nj < 0) goto fail;
         for (int x = 0; x < nj; x++) {
+            if (jobs[x] < 0) {   /* an evaluator: never the gang's failure */
+                char ev[CL_REASON_MAX + 32];
+                sfmt(ev, sizeof ev, "evaluator failed: %s", why);
+                if (store_event_add(d, -jobs[x], "evaluator", "scheduler", ev) != STORE_OK) goto fail;
+                continue;
+            }
             if (cluster_failure_add(d, jobs[x], lost[i]) < 0) goto fail;
             if (lifecycle_stop_tasks(d, jobs[x], why) != STORE_OK) goto fail;
             if (store_event_add(d, jobs[x], "node_lost", "scheduler", why) != STORE_OK) goto fail;
@@ -445,6 +452,50 @@ fail:
     return -1;
 }
 
+/* ================================================================ evaluators */
+
+/* Places the evaluator side-car of every active job that wants one and whose
+ * attempt has none yet, after the gangs (never part of their all-or-nothing
+ * placement: a gang starts without its evaluator when no node has the
+ * memory, and the evaluator follows in a later pass when room appears).
+ * Reads its own small view of the nodes' memory, so the gangs this pass
+ * placed are counted. 0, or -1 on a store error (rolled back). */
+static int place_evaluators(db *d, int64_t now, sched_pass_stats *st)
+{
+    cl_eval_want *w = NULL;
+    cl_eval_node *cn = NULL;
+    sched_eval_node *en = NULL;
+    int nw = cluster_evaluators_wanted(d, &w);
+    if (nw <= 0) return nw;
+    int nn = cluster_eval_nodes(d, &cn);
+    if (nn < 0) { free(w); return -1; }
+    en = xcalloc((size_t)nn + 1, sizeof *en);
+    for (int i = 0; i < nn; i++)
+        en[i] = (sched_eval_node){cn[i].id, cn[i].ready, cn[i].cpu_slots, cn[i].memory_mb, cn[i].used_mb};
+    if (db_begin(d) < 0) goto fail_nolock;
+    for (int x = 0; x < nw; x++) {
+        sched_eval_want want = {w[x].job_id, w[x].memory_mb, w[x].chief_node, w[x].n_avoid, w[x].avoid};
+        int64_t mem = 0;
+        int i = sched_place_evaluator(en, nn, &want, &mem);
+        if (i < 0) continue;                /* no room now: a later pass tries again */
+        int rc = cluster_evaluator_insert(d, w[x].job_id, w[x].attempt, cn[i].id, mem, now);
+        if (rc < 0 || fault_point() < 0) goto fail;
+        if (rc > 0) continue;               /* the job moved on meanwhile */
+        char why[CL_REASON_MAX];
+        sfmt(why, sizeof why, "evaluator placed on %s (attempt %d)", cn[i].hostname, w[x].attempt);
+        if (store_event_add(d, w[x].job_id, "evaluator", "scheduler", why) != STORE_OK) goto fail;
+        wake_add(st, cn[i].id);
+    }
+    if (db_commit(d) < 0) goto fail;
+    free(w); free(cn); free(en);
+    return 0;
+fail:
+    db_rollback(d);
+fail_nolock:
+    free(w); free(cn); free(en);
+    return -1;
+}
+
 /* ================================================================ the pass */
 
 int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *out)
@@ -463,6 +514,7 @@ int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *ou
     if (sched_pass_core(&sp.s, cfg, &r) < 0) { log_error("scheduler: malformed snapshot"); goto out; }
     double t2 = mono_s();
     if (apply(d, cfg, &sp, &r, now, &st) < 0) { log_error("scheduler: apply failed, rolled back"); goto out; }
+    if (place_evaluators(d, now, &st) < 0) { log_error("scheduler: evaluator placement failed, rolled back"); goto out; }
     double t3 = mono_s();
     st.load_ms = (t1 - t0) * 1000; st.core_ms = (t2 - t1) * 1000; st.apply_ms = (t3 - t2) * 1000;
     if (st.stopped || st.requeued) st.wake_all = 1; /* whose tasks stop is not tracked */

@@ -44,7 +44,7 @@ typedef struct exec_task {
     int64_t job_id;
     int64_t node_id;
     int attempt;
-    char type[8];                 /* worker | ps */
+    char type[16];                /* worker | ps | evaluator */
     int index;
     int port;
     char state[12];               /* assigned | running | stopping | exited */
