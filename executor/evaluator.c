@@ -23,6 +23,7 @@
 
 #define STOP_FLUSH_S 3              /* after a stop: what is left of the agent's 10 s grace */
 #define FINAL_FLUSH_S 60            /* after the final checkpoint */
+#define STOP_EVAL_MS 6000           /* after a stop: evaluating older checkpoints too until then */
 
 /* One checkpoint as GET /jobs/{id}/checkpoints lists it. */
 typedef struct ev_ckpt {
@@ -238,10 +239,9 @@ static int nap(volatile sig_atomic_t *stop, int ms) {
     return *stop ? -1 : 0;
 }
 
-/* One look at the list: evaluates what is new, oldest first (only the
- * newest when `final_only`, and only when it is the final one). 1 when the
+/* One look at the list: evaluates what is new, oldest first. 1 when the
  * final checkpoint has been evaluated, 0 otherwise, -1 with err. */
-static int round_once(evaluator *e, int final_only, char *err, size_t errlen) {
+static int round_once(evaluator *e, char *err, size_t errlen) {
     ev_ckpt *ks = NULL;
     int n = list_ckpts(e, &ks, err, errlen);
     if (n == -2) {
@@ -249,24 +249,59 @@ static int round_once(evaluator *e, int final_only, char *err, size_t errlen) {
         return 0;
     }
     if (n < 0) return -1;
-    int final = 0, from = final_only && n > 0 ? n - 1 : 0;
-    for (int i = from; i < n; i++) {
+    int final = 0;
+    for (int i = 0; i < n && !*e->stop; i++) {
         const ev_ckpt *k = &ks[i];
         int is_final = k->epoch >= e->spec->fit.epochs;
-        if (final_only && !is_final) break;
         if (is_done(e, k->id)) {
             final |= is_final;
             continue;
         }
-        if (*e->stop && !final_only) break;
         int rc = eval_one(e, k, err, errlen);
         if (rc == -1) {
             free(ks);
             return -1;
         }
         if (rc == -2) break; /* the server is away: the next round */
-        if (rc == 0 || k->id < ks[n - 1].id) mark_done(e, k->id); /* a gone one is not looked at again */
+        if (rc == 0 || i < n - 1) mark_done(e, k->id); /* a gone one is not looked at again */
         final |= rc == 0 && is_final;
+    }
+    free(ks);
+    return final;
+}
+
+/* After SIGTERM: when the newest checkpoint is the final one (the chief
+ * finished), it first, then the others not evaluated yet, oldest first,
+ * while mono_ms() < deadline_ms. A gang stopped before its end (cancel,
+ * preemption, a failure) has no final checkpoint: nothing is evaluated.
+ * 1 when the final checkpoint is evaluated, 0 when not, -1 with err. */
+static int round_final(evaluator *e, int64_t deadline_ms, char *err, size_t errlen) {
+    ev_ckpt *ks = NULL;
+    int n = list_ckpts(e, &ks, err, errlen);
+    if (n <= 0) {
+        free(ks);
+        return n == -1 ? -1 : 0;
+    }
+    const ev_ckpt *last = &ks[n - 1];
+    int final = 0;
+    if (last->epoch >= e->spec->fit.epochs) {
+        int rc = is_done(e, last->id) ? 0 : eval_one(e, last, err, errlen);
+        if (rc == -1) {
+            free(ks);
+            return -1;
+        }
+        if (rc == 0) {
+            mark_done(e, last->id);
+            final = 1;
+        }
+        for (int i = 0; final && i < n - 1 && mono_ms() < deadline_ms; i++) {
+            if (is_done(e, ks[i].id)) continue;
+            if (eval_one(e, &ks[i], err, errlen) == -1) {
+                free(ks);
+                return -1;
+            }
+            mark_done(e, ks[i].id);
+        }
     }
     free(ks);
     return final;
@@ -347,7 +382,7 @@ int evaluator_run(const char *api, const char *token, int64_t job, int attempt, 
 
     int final = 0;
     while (!*stop) {
-        final = round_once(&e, 0, err, sizeof err);
+        final = round_once(&e, err, sizeof err);
         if (final < 0) goto fail;
         if (final) break;
         nap(stop, EVALUATOR_POLL_MS);
@@ -355,8 +390,8 @@ int evaluator_run(const char *api, const char *token, int64_t job, int attempt, 
     if (!final) {
         /* stopped: the chief finished (its final checkpoint is there) or the
          * gang is stopping (cancel, preemption, a failure): only the final
-         * checkpoint is worth the agent's grace period */
-        final = round_once(&e, 1, err, sizeof err);
+         * checkpoint is worth the agent's grace period (10 s to SIGKILL) */
+        final = round_final(&e, mono_ms() + STOP_EVAL_MS, err, sizeof err);
         if (final < 0) goto fail;
     }
     if (report_drain(&e.snd, final && !*stop ? FINAL_FLUSH_S : STOP_FLUSH_S) < 0)

@@ -526,9 +526,11 @@ int exec_metrics_list(db *d, int64_t job_id, int64_t since, const char *kind, in
 static const char SQL_METRIC_LATEST[] =
     "SELECT seq, attempt, kind, ts, data FROM metrics WHERE job_id = ?1 AND (?2 IS NULL OR kind = ?2)"
     " ORDER BY seq DESC LIMIT 1";
+/* the evaluation of the newest checkpoint (an evaluator may evaluate an
+ * older one after it: the final one first when it is stopped) */
 static const char SQL_EVAL_LATEST[] =
     "SELECT seq, attempt, kind, ts, data FROM eval_metrics WHERE job_id = ?1 AND (?2 IS NULL OR kind = ?2)"
-    " ORDER BY seq DESC LIMIT 1";
+    " ORDER BY step DESC, seq DESC LIMIT 1";
 
 int exec_metric_latest(db *d, int64_t job_id, const char *kind, cJSON **out) {
     *out = NULL;
