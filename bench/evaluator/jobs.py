@@ -17,10 +17,11 @@ def spec(evaluator):
                                  {"type": "dense", "units": 10, "activation": "softmax"}]},
             "compile": {"optimizer": {"type": "adam", "learning_rate": 0.001},
                         "loss": "sparse_categorical_crossentropy", "metrics": ["accuracy"]},
-            "data": {"source": "fashion-mnist", "limit": 20000, "validation_split": 0.3, "seed": 7},
+            "data": {"source": "fashion-mnist", "limit": 30000, "validation_split": 0.3, "seed": 7},
             "fit": {"epochs": epochs, "batch_size": 64},
             "strategy": {"type": "mirrored"},
-            "resources": {"workers": 1, "devices_per_worker": 2, "device": "cpu", "evaluator": evaluator},
+            "resources": {"workers": 1, "devices_per_worker": 2, "device": "cpu", "memory": "2GiB",
+                          "evaluator": evaluator},
             "checkpoint": {"every_epochs": 1, "keep": 100}}
 
 for _ in range(rounds):

@@ -1,22 +1,24 @@
 #!/usr/bin/env bash
 # run.sh - what an evaluator side-car costs the training beside it, on this
-# machine, in one run: the same job (Fashion-MNIST, 20,000 examples of which
+# machine, in one run: the same job (Fashion-MNIST, 30,000 examples of which
 # 30% validation, a 784-128-10 MLP, mirrored on 1 worker x 2 CPU slots so the
-# training wants every core of a 2-core machine, 6 epochs, a checkpoint each
-# epoch) without and with resources.evaluator, alternating, ROUNDS times, on
+# training wants every core of a 2-core machine, EPOCHS epochs, a checkpoint
+# each epoch, resources.memory 2GiB so that the evaluator has room beside a
+# gang that holds every slot: with default shares the gang would hold all of
+# the node's memory) without and with resources.evaluator, alternating, ROUNDS times, on
 # `trainyard up --cpu-slots 2` with the agent's --worker-sched idle (up's
 # default: the workers themselves under SCHED_IDLE) and normal (workers at
 # nice 10, normal policy). The figure: the training samples/s of epochs 2..E
 # (the chief's epoch metrics), median over rounds, and their ratio; and the
 # eval metrics the evaluator posted.
 #
-#   bench/evaluator/run.sh            ROUNDS=3 EPOCHS=6 bench/evaluator/run.sh
+#   bench/evaluator/run.sh            ROUNDS=4 EPOCHS=15 bench/evaluator/run.sh
 #
 # The last line is one JSON object.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ROUNDS=${ROUNDS:-3}
-EPOCHS=${EPOCHS:-6}
+ROUNDS=${ROUNDS:-4}
+EPOCHS=${EPOCHS:-15}
 make --no-print-directory -s -j2 CUDA=0 build/trainyard
 bin=$PWD/build/trainyard
 export OPENBLAS_NUM_THREADS=1
