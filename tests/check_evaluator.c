@@ -9,6 +9,7 @@
  * docs/executors.md, "The evaluator". */
 #include "testlib.h"
 
+#include <math.h>
 #include <sched.h>
 #include <sys/resource.h>
 
@@ -175,19 +176,34 @@ START_TEST(evaluator_evaluates_each_checkpoint) {
     ck_assert_int_eq(last_seq, n);
     ck_assert_msg(last_acc > 0.6, "eval accuracy of the final checkpoint %.3f", last_acc);
     free(etxt);
-    cJSON_Delete(ems);
     cJSON_Delete(cl);
 
-    /* the chief's sequence is its own: 1..N, no eval metric in it */
+    /* the chief's sequence is its own: 1..N, no eval metric in it; and the
+     * evaluator, loading each epoch's checkpoint, finds the loss and
+     * accuracy the chief measured on the same validation split at that
+     * epoch's end (the same weights: no dropout in this model) */
     cJSON *all = ty_metrics_all(srv.url, team_tok, id);
-    int i = 0;
+    int i = 0, compared = 0;
     cJSON_ArrayForEach(m, all) {
         i++;
         ck_assert_int_eq((int64_t)ty_num(m, "seq"), i);
         ck_assert_str_ne(ty_str(m, "kind"), "eval");
+        if (strcmp(ty_str(m, "kind"), "epoch") != 0) continue;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, ems) {
+            if (ty_num(x, "epoch") != ty_num(m, "epoch")) continue;
+            ck_assert_msg(fabs(ty_num(x, "eval_loss") - ty_num(m, "val_loss")) < 1e-4 &&
+                              fabs(ty_num(x, "eval_accuracy") - ty_num(m, "val_accuracy")) < 1e-9,
+                          "epoch %.0f: eval %.6f/%.4f, the chief's validation %.6f/%.4f", ty_num(m, "epoch"),
+                          ty_num(x, "eval_loss"), ty_num(x, "eval_accuracy"), ty_num(m, "val_loss"),
+                          ty_num(m, "val_accuracy"));
+            compared++;
+        }
     }
     ck_assert_int_gt(i, 4);
+    ck_assert_int_eq(compared, 4);
     cJSON_Delete(all);
+    cJSON_Delete(ems);
 
     /* the job's progress carries the newest eval; its tasks list the evaluator */
     cJSON *j = ty_job_get(srv.url, team_tok, id);
