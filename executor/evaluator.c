@@ -370,7 +370,11 @@ int evaluator_run(const char *api, const char *token, int64_t job, int attempt, 
     e.c.timeout_ms = 30000;
     int64_t last_seq = 0;
     if (read_done(&e, &last_seq, err, sizeof err) < 0) {
-        if (*stop) ret = WORKER_EXIT_STOPPED;
+        if (*stop) {
+            log_info("%s", err);
+            ret = WORKER_EXIT_STOPPED;
+            goto out;
+        }
         goto fail;
     }
     if (report_start(&e.snd, api, token, job, last_seq + 1, NULL, NULL, NULL) < 0) {
