@@ -4,9 +4,8 @@
 
 #include <stddef.h>
 
-/* The evaluator's memory on node e (sched_task_mem's rule for a one-slot
- * CPU task), and whether it fits there now. */
-static int fits(const sched_eval_node *e, const sched_eval_want *w, int64_t *need) {
+/* sched_task_mem's rule for a one-slot CPU task. */
+int64_t sched_eval_need(const sched_eval_node *e, const sched_eval_want *w) {
     sched_node n = {0};
     n.id = e->id;
     n.mem_mb = e->mem_mb;
@@ -15,7 +14,12 @@ static int fits(const sched_eval_node *e, const sched_eval_want *w, int64_t *nee
     j.mem_mb = w->mem_mb;
     j.kind = SCHED_CPU;
     j.devices_per_worker = 1;
-    *need = sched_task_mem(&n, &j, 1);
+    return sched_task_mem(&n, &j, 1);
+}
+
+/* The evaluator's memory on node e, and whether it fits there now. */
+static int fits(const sched_eval_node *e, const sched_eval_want *w, int64_t *need) {
+    *need = sched_eval_need(e, w);
     if (!e->ready) return 0;
     for (int a = 0; a < w->n_avoid; a++)
         if (w->avoid[a] == e->id) return 0;

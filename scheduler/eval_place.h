@@ -7,7 +7,7 @@
  * CPU slot (sched_task_mem's rule for a parameter server). See
  * docs/scheduler.md, "The evaluator".
  *
- * defines: sched_eval_node, sched_eval_want, sched_place_evaluator */
+ * defines: sched_eval_node, sched_eval_want, sched_place_evaluator, sched_eval_need */
 #ifndef TRAINYARD_SCHED_EVAL_PLACE_H
 #define TRAINYARD_SCHED_EVAL_PLACE_H
 
@@ -35,5 +35,8 @@ typedef struct sched_eval_want {
  * index and its memory (MiB, the task's limit) in *mem_out, with the node's
  * used_mb increased by it; -1 when no ready node has room (nothing changed). */
 int sched_place_evaluator(sched_eval_node *nodes, int n, const sched_eval_want *w, int64_t *mem_out);
+
+/* The memory (MiB) w's evaluator needs on node e (0: none asked or known). */
+int64_t sched_eval_need(const sched_eval_node *e, const sched_eval_want *w);
 
 #endif

@@ -465,34 +465,67 @@ static int place_evaluators(db *d, int64_t now, sched_pass_stats *st)
     cl_eval_want *w = NULL;
     cl_eval_node *cn = NULL;
     sched_eval_node *en = NULL;
+    int *node_of = NULL;         /* per want: the node index chosen, -1 a waiting event to write, -2 nothing */
+    int64_t *mem_of = NULL;
+    char (*why)[CL_REASON_MAX] = NULL;
     int nw = cluster_evaluators_wanted(d, &w);
     if (nw <= 0) return nw;
     int nn = cluster_eval_nodes(d, &cn);
     if (nn < 0) { free(w); return -1; }
     en = xcalloc((size_t)nn + 1, sizeof *en);
+    node_of = xcalloc((size_t)nw, sizeof *node_of);
+    mem_of = xcalloc((size_t)nw, sizeof *mem_of);
+    why = xcalloc((size_t)nw, sizeof *why);
     for (int i = 0; i < nn; i++)
         en[i] = (sched_eval_node){cn[i].id, cn[i].ready, cn[i].cpu_slots, cn[i].memory_mb, cn[i].used_mb};
-    if (db_begin(d) < 0) goto fail_nolock;
+    /* decide first (reads only), so a pass with nothing to write opens no write transaction */
+    int writes = 0;
     for (int x = 0; x < nw; x++) {
         sched_eval_want want = {w[x].job_id, w[x].memory_mb, w[x].chief_node, w[x].n_avoid, w[x].avoid};
-        int64_t mem = 0;
-        int i = sched_place_evaluator(en, nn, &want, &mem);
-        if (i < 0) continue;                /* no room now: a later pass tries again */
-        int rc = cluster_evaluator_insert(d, w[x].job_id, w[x].attempt, cn[i].id, mem, now);
-        if (rc < 0 || fault_point() < 0) goto fail;
-        if (rc > 0) continue;               /* the job moved on meanwhile */
-        char why[CL_REASON_MAX];
-        sfmt(why, sizeof why, "evaluator placed on %s (attempt %d)", cn[i].hostname, w[x].attempt);
-        if (store_event_add(d, w[x].job_id, "evaluator", "scheduler", why) != STORE_OK) goto fail;
-        wake_add(st, cn[i].id);
+        node_of[x] = sched_place_evaluator(en, nn, &want, &mem_of[x]);
+        if (node_of[x] >= 0) {
+            sfmt(why[x], sizeof why[x], "evaluator placed on %s (attempt %d)", cn[node_of[x]].hostname,
+                 w[x].attempt);
+            writes++;
+            continue;
+        }
+        /* no room now: a later pass tries again; the timeline says so once an attempt */
+        int c = -1;
+        for (int k = 0; k < nn; k++)
+            if (cn[k].id == w[x].chief_node) c = k;
+        if (c >= 0)
+            sfmt(why[x], sizeof why[x], "evaluator waits: %lld MiB for it on %s, and no ready node has that free;"
+                 " the gang runs without it (attempt %d)", (long long)sched_eval_need(&en[c], &want),
+                 cn[c].hostname, w[x].attempt);
+        else
+            sfmt(why[x], sizeof why[x], "evaluator waits: no ready node has the memory for it; the gang runs"
+                 " without it (attempt %d)", w[x].attempt);
+        int seen = cluster_event_exists(d, w[x].job_id, "evaluator", why[x]);
+        if (seen < 0) goto fail_nolock;
+        node_of[x] = seen ? -2 : -1;
+        writes += !seen;
+    }
+    if (writes == 0) goto done;
+    if (db_begin(d) < 0) goto fail_nolock;
+    for (int x = 0; x < nw; x++) {
+        if (node_of[x] == -2) continue;
+        if (node_of[x] >= 0) {
+            int i = node_of[x];
+            int rc = cluster_evaluator_insert(d, w[x].job_id, w[x].attempt, cn[i].id, mem_of[x], now);
+            if (rc < 0 || fault_point() < 0) goto fail;
+            if (rc > 0) continue;           /* the job moved on meanwhile */
+            wake_add(st, cn[i].id);
+        }
+        if (store_event_add(d, w[x].job_id, "evaluator", "scheduler", why[x]) != STORE_OK) goto fail;
     }
     if (db_commit(d) < 0) goto fail;
-    free(w); free(cn); free(en);
+done:
+    free(w); free(cn); free(en); free(node_of); free(mem_of); free(why);
     return 0;
 fail:
     db_rollback(d);
 fail_nolock:
-    free(w); free(cn); free(en);
+    free(w); free(cn); free(en); free(node_of); free(mem_of); free(why);
     return -1;
 }
 

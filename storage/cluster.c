@@ -759,3 +759,17 @@ int cluster_evaluator_insert(db *d, int64_t job_id, int attempt, int64_t node_id
     if (rc != SQLITE_DONE) return -1;
     return changed == 1 ? 0 : 1;
 }
+
+static const char SQL_EVENT_EXISTS[] = "SELECT 1 FROM job_events WHERE job_id = ? AND kind = ? AND reason = ? LIMIT 1";
+
+int cluster_event_exists(db *d, int64_t job_id, const char *kind, const char *reason)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_EVENT_EXISTS);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_text(st, 2, kind, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, reason, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
+}

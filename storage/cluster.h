@@ -205,5 +205,7 @@ int cluster_eval_nodes(db *d, cl_eval_node **out);
  * assigned) of the job's attempt: 0 done, 1 skipped (the job moved on or has
  * its evaluator already), -1 error. In the caller's transaction. */
 int cluster_evaluator_insert(db *d, int64_t job_id, int attempt, int64_t node_id, int64_t memory_mb, int64_t now);
+/* Whether the job has an event of that kind with exactly that reason: 1, 0, or -1. */
+int cluster_event_exists(db *d, int64_t job_id, const char *kind, const char *reason);
 
 #endif

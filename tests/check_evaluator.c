@@ -270,6 +270,41 @@ START_TEST(evaluator_killed_costs_the_job_nothing) {
 }
 END_TEST
 
+/* A cancel stops the evaluator with the workers, at once. */
+START_TEST(cancel_stops_the_evaluator) {
+    char spec[2048], state[32];
+    spec_fashion(spec, sizeof spec, "eval-cancel", 3000);
+    int64_t id = ty_submit(srv.url, team_tok, spec);
+    int64_t end = mono_ms() + 120000;
+    int n = 0;
+    while (mono_ms() < end && n == 0) {
+        cJSON *ems = eval_metrics(id, NULL);
+        n = cJSON_GetArraySize(ems);
+        cJSON_Delete(ems);
+        if (!n) ty_sleep_ms(100);
+    }
+    ck_assert_msg(n > 0, "no eval metric within 120 s");
+    pid_t ev = task_pid("evaluator-0"), wk = task_pid("worker-0");
+    ck_assert_int_gt(ev, 0);
+    ck_assert_int_gt(wk, 0);
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/cancel", (long long)id);
+    cJSON *o = NULL;
+    int64_t t0 = mono_ms();
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", path, NULL, &o), 200);
+    cJSON_Delete(o);
+    while (mono_ms() - t0 < 8000 && (kill(ev, 0) == 0 || kill(wk, 0) == 0)) ty_sleep_ms(50);
+    ck_assert_msg(kill(ev, 0) < 0, "the evaluator still runs 8 s after the cancel");
+    ck_assert_msg(kill(wk, 0) < 0, "the worker still runs 8 s after the cancel");
+    fprintf(stderr, "eval: cancel -> evaluator and worker gone: %lld ms\n", (long long)(mono_ms() - t0));
+    job_state(id, state, sizeof state, NULL);
+    ck_assert_str_eq(state, "cancelled");
+    char *ev_txt = events_text(id);
+    ck_assert_msg(strstr(ev_txt, "evaluator failed") == NULL, "%.3000s", ev_txt);
+    free(ev_txt);
+}
+END_TEST
+
 /* The same program in every task: the evaluator (by its TF_CONFIG) prints
  * its environment and waits for the job's checkpoint to appear in its
  * directory; worker 0 writes that checkpoint and stays until the
@@ -338,6 +373,7 @@ int main(void) {
     TCase *tc = ty_tcase(s, "up", start_up, stop_up, 300);
     tcase_add_test(tc, evaluator_evaluates_each_checkpoint);
     tcase_add_test(tc, evaluator_killed_costs_the_job_nothing);
+    tcase_add_test(tc, cancel_stops_the_evaluator);
     tcase_add_test(tc, command_evaluator_sees_tf_config);
     return ty_run_suite(s);
 }

@@ -1267,6 +1267,10 @@ START_TEST(db_evaluator_placement)
     ck_assert_str_eq(txt, "starting");
     ck_assert_int_eq(q1("SELECT node_id FROM tasks WHERE job_id = ? AND type = 'worker'", c), m2);
     ck_assert_int_eq(q1("SELECT count(*) FROM tasks WHERE job_id = ? AND type = 'evaluator'", c), 0);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 45, NULL), 0);   /* said once, not every pass */
+    ck_assert_int_eq(q1("SELECT count(*) FROM job_events WHERE job_id = ? AND kind = 'evaluator' AND reason ="
+                        " 'evaluator waits: 1000 MiB for it on m2, and no ready node has that free;"
+                        " the gang runs without it (attempt 1)'", c), 1);
     ck_assert_int_eq(cluster_node_upsert(g_db, "m3", "10.0.0.3", 2, 0, NULL, NULL, NULL, 8000, NULL, now + 50, &m3, NULL), 0);
     ck_assert_int_eq(sched_pass(g_db, &cfg, now + 50, NULL), 0);
     check_db();
