@@ -381,8 +381,11 @@ out:
 
 /* ---------------------------------------------------------------- metrics */
 
+/* step, epoch, test: the chief's sequence; eval: the evaluator's, a
+ * sequence of its own (storage/exec_store.h). */
 static int valid_kind(const char *k) {
-    return strcmp(k, "step") == 0 || strcmp(k, "epoch") == 0 || strcmp(k, "test") == 0;
+    return strcmp(k, "step") == 0 || strcmp(k, "epoch") == 0 || strcmp(k, "test") == 0 ||
+           strcmp(k, "eval") == 0;
 }
 
 static double num_or(const cJSON *o, const char *key, double def) {
@@ -406,12 +409,14 @@ static long spec_train_examples(const jobspec *s) {
 
 /* Recomputes jobs.progress from the newest metrics of each kind. */
 static int progress_update(server *srv, const exec_job *j) {
-    cJSON *step = NULL, *epoch = NULL, *test = NULL;
+    cJSON *step = NULL, *epoch = NULL, *test = NULL, *eval = NULL;
     if (exec_metric_latest(srv->db, j->id, "step", &step) != STORE_OK ||
         exec_metric_latest(srv->db, j->id, "epoch", &epoch) != STORE_OK ||
-        exec_metric_latest(srv->db, j->id, "test", &test) != STORE_OK) {
+        exec_metric_latest(srv->db, j->id, "test", &test) != STORE_OK ||
+        exec_metric_latest(srv->db, j->id, "eval", &eval) != STORE_OK) {
         cJSON_Delete(step);
         cJSON_Delete(epoch);
+        cJSON_Delete(test);
         return STORE_ERROR;
     }
     jobspec *spec = xcalloc(1, sizeof *spec);
@@ -462,6 +467,7 @@ static int progress_update(server *srv, const exec_job *j) {
     cJSON_AddItemToObject(p, "latest", step ? step : cJSON_CreateNull());
     cJSON_AddItemToObject(p, "latest_epoch", epoch ? epoch : cJSON_CreateNull());
     cJSON_AddItemToObject(p, "test", test ? test : cJSON_CreateNull());
+    cJSON_AddItemToObject(p, "eval", eval ? eval : cJSON_CreateNull());
     if (have_spec) jobspec_release(spec);
     free(spec);
     char *s = json_print(p, NULL);
@@ -498,7 +504,7 @@ static int metric_check(const cJSON *m, int i, http_res *res, int64_t *seq, cons
     if (!f) {
         *kind = "step";
     } else if (!cJSON_IsString(f) || !valid_kind(f->valuestring)) {
-        http_error(res, 422, "invalid_value", field, "kind must be step, epoch or test");
+        http_error(res, 422, "invalid_value", field, "kind must be step, epoch, test or eval");
         return -1;
     } else {
         *kind = f->valuestring;
@@ -613,7 +619,7 @@ static void metrics_get(server *srv, http_req *req, http_res *res) {
     if (http_query_long(req, res, "last", 0, 1, 0, &last) < 0) return;
     const char *kind = http_query(req, "kind");
     if (kind && !valid_kind(kind)) {
-        http_error(res, 400, "invalid_value", "kind", "kind must be step, epoch or test; got '%s'", kind);
+        http_error(res, 400, "invalid_value", "kind", "kind must be step, epoch, test or eval; got '%s'", kind);
         return;
     }
     cJSON *arr = NULL;
@@ -622,7 +628,7 @@ static void metrics_get(server *srv, http_req *req, http_res *res) {
     if (last) {
         cJSON *m = NULL;
         rc = exec_metric_latest(srv->db, j.id, kind, &m);
-        if (rc == STORE_OK) rc = exec_metrics_list(srv->db, j.id, 0, NULL, 0, NULL, &last_seq);
+        if (rc == STORE_OK) rc = exec_metrics_list(srv->db, j.id, 0, kind, 0, NULL, &last_seq);
         arr = cJSON_CreateArray();
         if (m) cJSON_AddItemToArray(arr, m);
     } else {

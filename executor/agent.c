@@ -577,7 +577,12 @@ static void task_start(agent *a, const cJSON *s) {
     }
     env[ne] = NULL;
     char *argv[] = {a->exe, "worker", NULL};
-    if (ok) t->pid = proc_spawn(a->exe, argv, env, a->opt.worker_nice, a->opt.worker_idle, &t->iso, &t->fd);
+    /* the evaluator side-car yields to every other task: nice 19 and
+     * SCHED_IDLE whatever --worker-nice and --worker-sched say, so it runs
+     * only on CPU time the workers leave (docs/executors.md, The evaluator) */
+    int evaluator = cJSON_IsString(type) && strcmp(type->valuestring, "evaluator") == 0;
+    int nice_v = evaluator ? 19 : a->opt.worker_nice, idle_v = evaluator ? 1 : a->opt.worker_idle;
+    if (ok) t->pid = proc_spawn(a->exe, argv, env, nice_v, idle_v, &t->iso, &t->fd);
     int spawn_errno = errno;
     /* a parameter_server job trains on without a dead non-chief worker:
      * keep what it takes to start it again */

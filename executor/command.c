@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -44,6 +45,7 @@ extern char **environ;
 #define CMD_HEADER_MAX (1 << 16)    /* the safetensors header of a wrapped file */
 #define CMD_CKPT_POLL_MS 10000      /* the chief looks for a new checkpoint file this often */
 #define CMD_CKPT_SETTLE_MS 2000     /* ... and uploads one untouched for this long */
+#define CMD_FOLLOW_MS 2000          /* the evaluator looks for a new job checkpoint this often */
 #define METRIC_PREFIX "trainyard-metric "
 
 /* ---------------------------------------------------------------- config */
@@ -59,6 +61,7 @@ typedef struct cconfig {
     char api[512];
     char token[256];
     int is_ps;                   /* task type ps (else worker; "chief" is worker 0) */
+    int is_eval;                 /* task type evaluator: beside the gang, not in its cluster */
     int index;
     int n_workers, n_ps;
     cmd_addr *workers;           /* (n_workers) from cluster.worker: node and scheduler port */
@@ -128,6 +131,7 @@ static int config_parse(const char *text, cconfig *c, char *err, size_t errlen) 
     const cJSON *ty = cJSON_GetObjectItemCaseSensitive(task, "type");
     const cJSON *ix = cJSON_GetObjectItemCaseSensitive(task, "index");
     c->is_ps = cJSON_IsString(ty) && strcmp(ty->valuestring, "ps") == 0;
+    c->is_eval = cJSON_IsString(ty) && strcmp(ty->valuestring, "evaluator") == 0;
     c->index = cJSON_IsNumber(ix) ? ix->valueint : 0;
     if (parse_addrs(cJSON_GetObjectItemCaseSensitive(cluster, "worker"), &c->workers, &c->n_workers, "worker", err,
                     errlen) < 0 ||
@@ -137,7 +141,7 @@ static int config_parse(const char *text, cconfig *c, char *err, size_t errlen) 
         snprintf(err, errlen, "TRAINYARD_CONFIG cluster.worker is empty");
         goto out;
     }
-    if (c->index < 0 || c->index >= (c->is_ps ? c->n_ps : c->n_workers)) {
+    if (c->is_eval ? c->index != 0 : c->index < 0 || c->index >= (c->is_ps ? c->n_ps : c->n_workers)) {
         snprintf(err, errlen, "task index %d is not one of the %d %s tasks", c->index,
                  c->is_ps ? c->n_ps : c->n_workers, c->is_ps ? "ps" : "worker");
         goto out;
@@ -192,7 +196,7 @@ typedef struct cmd_run {
     cconfig cfg;
     volatile sig_atomic_t *stop;
     int chief;                   /* worker 0: reports metrics, uploads the checkpoint */
-    char task_name[32];          /* "worker-0", "ps-1" */
+    char task_name[32];          /* "worker-0", "ps-1", "evaluator-0" */
     client cl;
     int have_client;
     char scratch[PATH_MAX];      /* the task's scratch dir (removed at the end) */
@@ -200,6 +204,8 @@ typedef struct cmd_run {
     char restored[256];          /* the file restored there ("" none) */
     ck_ident restored_id;
     int64_t next_ck_poll_ms;     /* chief: when to look at the checkpoint directory again */
+    int64_t follow_id;           /* evaluator: the job checkpoint now in its directory (0 none) */
+    int64_t next_follow_ms;      /* evaluator: when to look at the job's checkpoints again */
     cmd_addr *peer_w, *peer_ps;  /* addresses published by the tasks (rendezvous) */
     report_sender *snd;          /* chief: the metrics and checkpoint sender */
     int64_t last_step_ms;        /* when the last step metric was queued */
@@ -357,6 +363,9 @@ static int rdv_read(const report_api *a, const char *key, int64_t deadline, cmd_
  * rendezvous and reads every task's: all of them have started when it returns 0. */
 static int rendezvous(cmd_run *r, char *err, size_t errlen) {
     const cconfig *c = &r->cfg;
+    report_api a = {&r->cl, c->job, r->stop, "stopped before the program started"};
+    char key[64];
+    if (c->is_eval) goto read; /* the evaluator is not in the cluster: it only reads it */
     cmd_addr me = c->is_ps ? c->ps[c->index] : c->workers[c->index];
     int port = port_pick(me.port);
     if (!port) {
@@ -365,9 +374,7 @@ static int rendezvous(cmd_run *r, char *err, size_t errlen) {
     }
     if (port != me.port) log_info("port %d is taken: the program gets port %d", me.port, port);
     me.port = port;
-    char key[64];
     snprintf(key, sizeof key, "command-%s-%d", c->is_ps ? "ps" : "worker", c->index);
-    report_api a = {&r->cl, c->job, r->stop, "stopped before the program started"};
     cJSON *o = cJSON_CreateObject();
     if (!o || !cJSON_AddStringToObject(o, "addr", me.host) || !cJSON_AddNumberToObject(o, "port", me.port)) abort();
     char *body = cJSON_PrintUnformatted(o);
@@ -376,6 +383,7 @@ static int rendezvous(cmd_run *r, char *err, size_t errlen) {
     int published = report_rdv_put(&a, key, body, err, errlen);
     free(body);
     if (published < 0) return -1;
+read:
     r->peer_w = xcalloc((size_t)c->n_workers, sizeof *r->peer_w);
     r->peer_ps = xcalloc((size_t)(c->n_ps ? c->n_ps : 1), sizeof *r->peer_ps);
     int64_t deadline = mono_ms() + (int64_t)CMD_RDV_DEADLINE_S * 1000;
@@ -416,7 +424,7 @@ static char *tf_config(const cmd_run *r) {
     cJSON_AddItemToObject(cl, "worker", addr_list(r->peer_w, c->n_workers));
     if (c->n_ps) cJSON_AddItemToObject(cl, "ps", addr_list(r->peer_ps, c->n_ps));
     cJSON *t = cJSON_AddObjectToObject(o, "task");
-    if (!t || !cJSON_AddStringToObject(t, "type", c->is_ps ? "ps" : "worker") ||
+    if (!t || !cJSON_AddStringToObject(t, "type", c->is_eval ? "evaluator" : c->is_ps ? "ps" : "worker") ||
         !cJSON_AddNumberToObject(t, "index", c->index))
         abort();
     char *s = cJSON_PrintUnformatted(o);
@@ -433,21 +441,21 @@ static char *ty_config(const cmd_run *r) {
     cJSON_AddNumberToObject(o, "job", (double)c->job);
     cJSON_AddNumberToObject(o, "attempt", c->attempt);
     cJSON *t = cJSON_AddObjectToObject(o, "task");
-    cJSON_AddStringToObject(t, "type", c->is_ps ? "ps" : "worker");
+    cJSON_AddStringToObject(t, "type", c->is_eval ? "evaluator" : c->is_ps ? "ps" : "worker");
     cJSON_AddNumberToObject(t, "index", c->index);
     cJSON_AddBoolToObject(o, "chief", r->chief);
     /* this task among the job's tasks of its type on the same node (e.g. to
      * do node-local work once) */
     const cmd_addr *same = c->is_ps ? c->ps : c->workers;
     int n_same = c->is_ps ? c->n_ps : c->n_workers, local = 0, local_n = 0;
-    for (int i = 0; i < n_same; i++) {
+    for (int i = 0; i < n_same && !c->is_eval; i++) {
         if (strcmp(same[i].host, same[c->index].host) != 0) continue;
         if (i < c->index) local++;
         local_n++;
     }
     cJSON *nl = cJSON_AddObjectToObject(o, "node_local");
     cJSON_AddNumberToObject(nl, "index", local);
-    cJSON_AddNumberToObject(nl, "count", local_n);
+    cJSON_AddNumberToObject(nl, "count", c->is_eval ? 1 : local_n);
     cJSON *cl = cJSON_AddObjectToObject(o, "cluster");
     cJSON_AddItemToObject(cl, "worker", addr_list(r->peer_w, c->n_workers));
     cJSON_AddItemToObject(cl, "ps", addr_list(r->peer_ps, c->n_ps));
@@ -501,7 +509,7 @@ static char **env_build(const cmd_run *r) {
     ours[n++] = env_fmt("MASTER_PORT", num);
     snprintf(num, sizeof num, "%d", c->n_workers);
     ours[n++] = env_fmt("WORLD_SIZE", num);
-    if (!c->is_ps) {
+    if (!c->is_ps && !c->is_eval) {
         /* One process per task, which sees only its own devices (as a
          * Kubeflow PyTorchJob pod does): local rank 0 of 1, so that
          * torch.cuda.set_device(LOCAL_RANK) is the task's first GPU. The
@@ -698,6 +706,55 @@ static int ckpt_restore(cmd_run *r, char *err, size_t errlen) {
     if (got == 1 && ckpt_unwrap(r, wrapped, err, errlen) < 0) log_warn("%s: the checkpoint directory starts empty", err);
     unlink(wrapped);
     return got < 0 ? -1 : 0;
+}
+
+/* The evaluator: when the job has a checkpoint newer than the one in ckdir,
+ * it is unwrapped there (under its file name, written to a temporary name
+ * and renamed: a program watching the directory never sees half a file).
+ * One try: the server away or a torn transfer waits for the next look. */
+static void ckpt_follow(cmd_run *r) {
+    char path[128], wrapped[PATH_MAX + 32], err[512];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints", (long long)r->cfg.job);
+    client_reply rep;
+    if (client_request(&r->cl, "GET", path, NULL, 0, NULL, &rep) < 0 || rep.status != 200) {
+        client_reply_release(&rep);
+        return;
+    }
+    cJSON *o = cJSON_ParseWithLength(rep.body.data ? rep.body.data : "", rep.body.len);
+    client_reply_release(&rep);
+    const cJSON *newest = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(o, "checkpoints"), 0); /* newest first */
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(newest, "id");
+    const cJSON *sha = cJSON_GetObjectItemCaseSensitive(newest, "sha256");
+    if (!cJSON_IsNumber(id) || !cJSON_IsString(sha) || (int64_t)id->valuedouble <= r->follow_id) {
+        cJSON_Delete(o);
+        return;
+    }
+    int64_t cid = (int64_t)id->valuedouble;
+    char want[65];
+    snprintf(want, sizeof want, "%s", sha->valuestring);
+    long step = (long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(newest, "step"));
+    long epoch = (long)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(newest, "epoch"));
+    cJSON_Delete(o);
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/%lld", (long long)r->cfg.job, (long long)cid);
+    if (sfmt(wrapped, sizeof wrapped, "%s/follow.safetensors", r->scratch) < 0) return;
+    long st = 0;
+    char sha_hdr[65] = "", sha_got[65] = "";
+    uint64_t size = 0;
+    buf eb;
+    buf_init(&eb, 4096);
+    int e = client_download(&r->cl, path, wrapped, &st, sha_hdr, sha_got, NULL, 0, &size, &eb, err, sizeof err);
+    buf_release(&eb);
+    if (e == 0 && st == 200 && strcasecmp(sha_got, want) == 0) {
+        if (ckpt_unwrap(r, wrapped, err, sizeof err) == 0) {
+            log_info("job checkpoint %lld (step %ld, epoch %ld) is %s in the checkpoint directory", (long long)cid,
+                     step, epoch, r->restored);
+            r->follow_id = cid;
+        } else {
+            log_warn("job checkpoint %lld: %s", (long long)cid, err);
+            r->follow_id = cid; /* not a wrapped file: never will be */
+        }
+    }
+    unlink(wrapped);
 }
 
 /* The newest regular file directly in ckdir (names starting with '.' are
@@ -1029,6 +1086,10 @@ static int program_wait(cmd_run *r, pid_t pid, int outfd, int errfd, int *stoppe
             ckpt_poll(r);
             r->next_ck_poll_ms = now + CMD_CKPT_POLL_MS;
         }
+        if (r->cfg.is_eval && !exited && !term_sent && now >= r->next_follow_ms) {
+            ckpt_follow(r);
+            r->next_follow_ms = mono_ms() + CMD_FOLLOW_MS;
+        }
         if (!exited) {
             siginfo_t si;
             memset(&si, 0, sizeof si);
@@ -1081,8 +1142,9 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
     r->seen_step = 0;
     if (config_parse(config, &r->cfg, err, sizeof err) < 0) goto fail;
     const cconfig *c = &r->cfg;
-    r->chief = !c->is_ps && c->index == 0;
-    snprintf(r->task_name, sizeof r->task_name, "%s-%d", c->is_ps ? "ps" : "worker", c->index);
+    r->chief = !c->is_ps && !c->is_eval && c->index == 0;
+    snprintf(r->task_name, sizeof r->task_name, "%s-%d", c->is_eval ? "evaluator" : c->is_ps ? "ps" : "worker",
+             c->index);
     if (!c->is_ps && (c->n_workers > spec->resources.workers || c->n_workers < spec->resources.workers_min)) {
         if (jobspec_elastic(spec))
             snprintf(err, sizeof err, "the cluster has %d workers but the spec asks for %d to %d", c->n_workers,
@@ -1135,12 +1197,17 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
 
     int64_t last_seq = 0;
     if (r->chief && fetch_last_seq(r, &last_seq, err, sizeof err) < 0) goto fail_stop;
-    if (c->attempt >= 2 && ckpt_restore(r, err, sizeof err) < 0) goto fail_stop;
+    if (c->is_eval) ckpt_follow(r); /* the job's newest checkpoint, from the start */
+    else if (c->attempt >= 2 && ckpt_restore(r, err, sizeof err) < 0) goto fail_stop;
     if (rendezvous(r, err, sizeof err) < 0) goto fail_stop;
-    log_info("all %d task(s) joined: MASTER_ADDR=%s MASTER_PORT=%d, this task %s:%d", c->n_workers + c->n_ps,
-             r->peer_w[0].host, r->peer_w[0].port,
-             c->is_ps ? r->peer_ps[c->index].host : r->peer_w[c->index].host,
-             c->is_ps ? r->peer_ps[c->index].port : r->peer_w[c->index].port);
+    if (c->is_eval)
+        log_info("all %d task(s) joined: MASTER_ADDR=%s MASTER_PORT=%d; this task is the evaluator", c->n_workers + c->n_ps,
+                 r->peer_w[0].host, r->peer_w[0].port);
+    else
+        log_info("all %d task(s) joined: MASTER_ADDR=%s MASTER_PORT=%d, this task %s:%d", c->n_workers + c->n_ps,
+                 r->peer_w[0].host, r->peer_w[0].port,
+                 c->is_ps ? r->peer_ps[c->index].host : r->peer_w[c->index].host,
+                 c->is_ps ? r->peer_ps[c->index].port : r->peer_w[c->index].port);
 
     envp = env_build(r);
     char exe[PATH_MAX];

@@ -4,6 +4,7 @@
  * with backoff while the server is away, so that training never waits. */
 #include "worker.h"
 #include "command.h"
+#include "evaluator.h"
 #include "report.h"
 #include "train_loop.h"
 #include "../client/client.h"
@@ -561,6 +562,10 @@ int worker_run(const char *config) {
     }
     if (spec->kind == JOB_KIND_COMMAND) {
         ret = command_run(config, spec, &g_stop); /* the team's own program: executor/command.c */
+        goto out;
+    }
+    if (strcmp(w.type, "evaluator") == 0) { /* the side-car: executor/evaluator.c */
+        ret = evaluator_run(w.api, w.token, w.job, w.attempt, spec, &g_stop);
         goto out;
     }
     if (spec->strategy.type == STRAT_PARAMETER_SERVER && w.n_ps < 1) {

@@ -133,6 +133,18 @@ int lifecycle_task_exited(db *d, int64_t task_id, const lifecycle_exit *e, const
 
     int is_chief = strcmp(t.type, "worker") == 0 && t.index == 0;
     int bad = e->exit_code != 0 || e->signal != 0;
+    if (strcmp(t.type, "evaluator") == 0 && !was_stopping) {
+        /* The evaluator is beside the gang, not in it: its failure is
+         * recorded and costs the job nothing (no stop, no restart). */
+        if (bad) {
+            char what[2600], ev[2700];
+            describe_exit(&t, e, what, sizeof what);
+            snprintf(ev, sizeof ev, "evaluator failed: %s", what);
+            rc = store_event_add(d, t.job_id, "evaluator", actor, ev);
+            if (rc == STORE_OK) *flags |= LC_JOB_CHANGED;
+        }
+        goto out;
+    }
     if (was_stopping) {
         /* We asked it to stop: not a failure. When it was stopped because the
          * chief finished, the last one out ends the job. */

@@ -2,7 +2,10 @@
  * the unit of failure: every task of the attempt running -> job running; a
  * task that fails stops the others and requeues the job (or fails it when no
  * attempts remain); the chief exiting 0 ends the job as succeeded once every
- * task exited. Each report is one transaction; job states change only through
+ * task exited. The evaluator (type "evaluator") is beside the gang: it is
+ * stopped with it and the job's end waits for its exit (bounded by the
+ * agent's stop grace), but its own failure is only an event ("evaluator
+ * failed: ...") and never stops, fails or requeues the job. Each report is one transaction; job states change only through
  * store_job_transition (which writes the event).
  *
  * defines: lifecycle_task_running, lifecycle_task_exited, lifecycle_exit,

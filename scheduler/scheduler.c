@@ -17,6 +17,7 @@
 #include "../common/util.h"
 #include "../storage/cluster.h"
 #include "../storage/store.h"
+#include "eval_place.h"
 #include "lifecycle.h"
 
 /* ================================================================ faults */
@@ -218,6 +219,12 @@ static int upkeep(db *d, const sched_config *cfg, int64_t now, sched_pass_stats 
         int nj = cluster_node_tasks_lost(d, lost[i], why, now, &jobs);
         if (nj < 0) goto fail;
         for (int x = 0; x < nj; x++) {
+            if (jobs[x] < 0) {   /* an evaluator: never the gang's failure */
+                char ev[CL_REASON_MAX + 32];
+                sfmt(ev, sizeof ev, "evaluator failed: %s", why);
+                if (store_event_add(d, -jobs[x], "evaluator", "scheduler", ev) != STORE_OK) goto fail;
+                continue;
+            }
             if (cluster_failure_add(d, jobs[x], lost[i]) < 0) goto fail;
             if (lifecycle_stop_tasks(d, jobs[x], why) != STORE_OK) goto fail;
             if (store_event_add(d, jobs[x], "node_lost", "scheduler", why) != STORE_OK) goto fail;
@@ -516,6 +523,83 @@ fail:
     return -1;
 }
 
+/* ================================================================ evaluators */
+
+/* Places the evaluator side-car of every active job that wants one and whose
+ * attempt has none yet, after the gangs (never part of their all-or-nothing
+ * placement: a gang starts without its evaluator when no node has the
+ * memory, and the evaluator follows in a later pass when room appears).
+ * Reads its own small view of the nodes' memory, so the gangs this pass
+ * placed are counted. 0, or -1 on a store error (rolled back). */
+static int place_evaluators(db *d, int64_t now, sched_pass_stats *st)
+{
+    cl_eval_want *w = NULL;
+    cl_eval_node *cn = NULL;
+    sched_eval_node *en = NULL;
+    int *node_of = NULL;         /* per want: the node index chosen, -1 a waiting event to write, -2 nothing */
+    int64_t *mem_of = NULL;
+    char (*why)[CL_REASON_MAX] = NULL;
+    int nw = cluster_evaluators_wanted(d, &w);
+    if (nw <= 0) return nw;
+    int nn = cluster_eval_nodes(d, &cn);
+    if (nn < 0) { free(w); return -1; }
+    en = xcalloc((size_t)nn + 1, sizeof *en);
+    node_of = xcalloc((size_t)nw, sizeof *node_of);
+    mem_of = xcalloc((size_t)nw, sizeof *mem_of);
+    why = xcalloc((size_t)nw, sizeof *why);
+    for (int i = 0; i < nn; i++)
+        en[i] = (sched_eval_node){cn[i].id, cn[i].ready, cn[i].cpu_slots, cn[i].memory_mb, cn[i].used_mb};
+    /* decide first (reads only), so a pass with nothing to write opens no write transaction */
+    int writes = 0;
+    for (int x = 0; x < nw; x++) {
+        sched_eval_want want = {w[x].job_id, w[x].memory_mb, w[x].chief_node, w[x].n_avoid, w[x].avoid};
+        node_of[x] = sched_place_evaluator(en, nn, &want, &mem_of[x]);
+        if (node_of[x] >= 0) {
+            sfmt(why[x], sizeof why[x], "evaluator placed on %s (attempt %d)", cn[node_of[x]].hostname,
+                 w[x].attempt);
+            writes++;
+            continue;
+        }
+        /* no room now: a later pass tries again; the timeline says so once an attempt */
+        int c = -1;
+        for (int k = 0; k < nn; k++)
+            if (cn[k].id == w[x].chief_node) c = k;
+        if (c >= 0)
+            sfmt(why[x], sizeof why[x], "evaluator waits: %lld MiB for it on %s, and no ready node has that free;"
+                 " the gang runs without it (attempt %d)", (long long)sched_eval_need(&en[c], &want),
+                 cn[c].hostname, w[x].attempt);
+        else
+            sfmt(why[x], sizeof why[x], "evaluator waits: no ready node has the memory for it; the gang runs"
+                 " without it (attempt %d)", w[x].attempt);
+        int seen = cluster_event_exists(d, w[x].job_id, "evaluator", why[x]);
+        if (seen < 0) goto fail_nolock;
+        node_of[x] = seen ? -2 : -1;
+        writes += !seen;
+    }
+    if (writes == 0) goto done;
+    if (db_begin(d) < 0) goto fail_nolock;
+    for (int x = 0; x < nw; x++) {
+        if (node_of[x] == -2) continue;
+        if (node_of[x] >= 0) {
+            int i = node_of[x];
+            int rc = cluster_evaluator_insert(d, w[x].job_id, w[x].attempt, cn[i].id, mem_of[x], now);
+            if (rc < 0 || fault_point() < 0) goto fail;
+            if (rc > 0) continue;           /* the job moved on meanwhile */
+            wake_add(st, cn[i].id);
+        }
+        if (store_event_add(d, w[x].job_id, "evaluator", "scheduler", why[x]) != STORE_OK) goto fail;
+    }
+    if (db_commit(d) < 0) goto fail;
+done:
+    free(w); free(cn); free(en); free(node_of); free(mem_of); free(why);
+    return 0;
+fail:
+    db_rollback(d);
+fail_nolock:
+    free(w); free(cn); free(en); free(node_of); free(mem_of); free(why);
+    return -1;
+}
+
 /* ================================================================ the pass */
 
 int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *out)
@@ -540,6 +624,7 @@ int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *ou
     if (sched_pass_core(&sp.s, cfg, &r) < 0) { log_error("scheduler: malformed snapshot"); goto out; }
     double t2 = mono_s();
     if (apply(d, cfg, &sp, &r, now, &st) < 0) { log_error("scheduler: apply failed, rolled back"); goto out; }
+    if (place_evaluators(d, now, &st) < 0) { log_error("scheduler: evaluator placement failed, rolled back"); goto out; }
     double t3 = mono_s();
     st.load_ms = (t1 - t0) * 1000; st.core_ms = (t2 - t1) * 1000; st.apply_ms = (t3 - t2) * 1000;
     if (st.stopped || st.requeued) st.wake_all = 1; /* whose tasks stop is not tracked */

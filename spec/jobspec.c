@@ -1071,7 +1071,8 @@ static int parse_resources(spec_error *e, const cJSON *root, jobspec *s) {
     const cJSON *r = NULL;
     int rc = get_object(e, root, "", "resources", &r);
     if (rc <= 0) return rc;
-    static const char *const RES_KEYS[] = {"workers", "devices_per_worker", "device", "ps", "memory", NULL};
+    static const char *const RES_KEYS[] = {"workers", "devices_per_worker", "device", "ps", "memory",
+                                            "evaluator", NULL};
     if (check_keys(e, r, "resources", RES_KEYS, NULL)) return -1;
     int dev = 0;
     const cJSON *wk = item(r, "workers");
@@ -1101,7 +1102,8 @@ static int parse_resources(spec_error *e, const cJSON *root, jobspec *s) {
     if (get_int(e, r, "resources", "devices_per_worker", 1, 64,
                 &s->resources.devices_per_worker) < 0 ||
         (rc = get_enum(e, r, "resources", "device", DEVICE_NAMES, &dev)) < 0 ||
-        get_int(e, r, "resources", "ps", 1, 64, &s->resources.ps) < 0 || parse_memory(e, r, s) < 0)
+        get_int(e, r, "resources", "ps", 1, 64, &s->resources.ps) < 0 || parse_memory(e, r, s) < 0 ||
+        get_bool(e, r, "resources", "evaluator", &s->resources.evaluator) < 0)
         return -1;
     if (rc) s->resources.device = (device_kind)dev;
     return 0;
@@ -1776,6 +1778,7 @@ cJSON *jobspec_to_cjson(const jobspec *s) {
         snprintf(mem, sizeof mem, "%lldMiB", (long long)s->resources.memory_mb);
         add_str(&o, r, "memory", mem);
     }
+    add_bool(&o, r, "evaluator", s->resources.evaluator);
     cJSON *ck = chk(&o, cJSON_AddObjectToObject(root, "checkpoint"));
     add_int(&o, ck, "every_epochs", s->checkpoint.every_epochs);
     add_int(&o, ck, "keep", s->checkpoint.keep);

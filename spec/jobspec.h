@@ -146,6 +146,8 @@ typedef struct resources_spec {
     int64_t memory_mb;                 /* memory per task (each worker and each ps), MiB,
                                         * rounded up from resources.memory; 0 = not given:
                                         * the node's default share */
+    int evaluator;                     /* 1: an evaluator side-car task (type "evaluator",
+                                        * CPU only) evaluates each new checkpoint; default 0 */
 } resources_spec;
 
 typedef struct checkpoint_spec {

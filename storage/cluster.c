@@ -49,10 +49,12 @@ static const char SQL_DEVICES[] =
     " ORDER BY d.node_id, d.kind, d.idx";
 static const char SQL_PORTS[] =
     "SELECT DISTINCT t.node_id, t.port FROM allocations a JOIN tasks t ON t.id = a.task_id";
-/* the memory of tasks holding devices (live), per node and job */
+/* the memory of live tasks (those holding devices, and evaluators, which hold
+ * none), per node and job */
 static const char SQL_MEM[] =
     "SELECT t.node_id, t.job_id, sum(t.memory_mb) FROM tasks t"
-    " WHERE t.id IN (SELECT task_id FROM allocations) AND t.memory_mb > 0"
+    " WHERE (t.id IN (SELECT task_id FROM allocations) OR (t.type = 'evaluator' AND t.state != 'exited'))"
+    " AND t.memory_mb > 0"
     " GROUP BY t.node_id, t.job_id ORDER BY t.node_id, t.job_id";
 static const char SQL_TEAMS[] =
     "SELECT id, name, weight, guarantee, quota, usage, usage_at FROM teams ORDER BY id";
@@ -532,7 +534,8 @@ int cluster_team_set_shares(db *d, const char *name, double weight, int guarante
 
 static const char SQL_NODE_TASKS_LOST[] =
     "UPDATE tasks SET state = 'exited', reason = ?2, finished_at = ?3"
-    " WHERE node_id = ?1 AND state IN ('assigned','running','stopping') RETURNING job_id";
+    " WHERE node_id = ?1 AND state IN ('assigned','running','stopping')"
+    " RETURNING CASE WHEN type = 'evaluator' THEN -job_id ELSE job_id END";
 static const char SQL_FAILURE_ADD[] =
     "INSERT INTO node_failures(job_id, node_id, count) VALUES(?1, ?2, 1)"
     " ON CONFLICT(job_id, node_id) DO UPDATE SET count = count + 1";
@@ -541,6 +544,7 @@ static const char SQL_RELEASE_EXITED[] =
 static const char SQL_ALL_EXITED[] =
     "SELECT j.id, j.attempt, j.max_restarts,"
     " (SELECT t.reason FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt"
+    "   AND t.type != 'evaluator'"
     "   AND (t.reason LIKE 'preempted%' OR t.reason LIKE 'resize%' OR t.reason LIKE 'node % lost%' OR t.reason LIKE 'max_runtime%')"
     "   ORDER BY t.id LIMIT 1)"
     " FROM jobs j WHERE j.state IN ('starting','running')"
@@ -696,4 +700,107 @@ int cluster_join_tokens_revoke(db *d, const char *keep_hash, int64_t now)
     int n = sqlite3_changes(db_conn(d));
     db_done(st);
     return rc == SQLITE_DONE ? n : -1;
+}
+
+/* ================================================================ evaluators */
+
+static const char SQL_EVAL_WANTED[] =
+    "SELECT j.id, j.attempt, j.memory_mb,"
+    " (SELECT t.node_id FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt AND t.type = 'worker'"
+    "   AND t.idx = 0)"
+    " FROM jobs j WHERE j.state IN ('starting','running') AND json_valid(j.spec)"
+    " AND json_extract(j.spec, '$.resources.evaluator') = 1"
+    " AND EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt)"
+    " AND NOT EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt"
+    "   AND (t.type = 'evaluator' OR t.state IN ('stopping','exited')))"
+    " ORDER BY j.id";
+static const char SQL_EVAL_AVOID[] = "SELECT node_id FROM node_failures WHERE job_id = ? AND count >= 2";
+static const char SQL_EVAL_NODES[] =
+    "SELECT n.id, n.state = 'ready', n.cpu_slots, n.memory_mb,"
+    " (SELECT coalesce(sum(t.memory_mb), 0) FROM tasks t WHERE t.node_id = n.id AND t.state != 'exited'"
+    "   AND (t.type = 'evaluator' OR t.id IN (SELECT task_id FROM allocations))), n.hostname"
+    " FROM nodes n ORDER BY n.id";
+static const char SQL_EVAL_INSERT[] =
+    "INSERT INTO tasks(job_id, attempt, type, idx, node_id, port, state, created_at, memory_mb)"
+    " SELECT ?1, ?2, 'evaluator', 0, ?3, 0, 'assigned', ?4, ?5 WHERE EXISTS(SELECT 1 FROM jobs"
+    "   WHERE id = ?1 AND attempt = ?2 AND state IN ('starting','running'))"
+    " AND NOT EXISTS(SELECT 1 FROM tasks WHERE job_id = ?1 AND attempt = ?2 AND type = 'evaluator')";
+
+int cluster_evaluators_wanted(db *d, cl_eval_want **out)
+{
+    *out = NULL;
+    sqlite3_stmt *st = db_prepare(d, SQL_EVAL_WANTED);
+    if (!st) return -1;
+    int n = 0, cap = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        GROW(*out, n, cap);
+        cl_eval_want *w = &(*out)[n++];
+        memset(w, 0, sizeof *w);
+        w->job_id = sqlite3_column_int64(st, 0);
+        w->attempt = sqlite3_column_int(st, 1);
+        w->memory_mb = sqlite3_column_int64(st, 2);
+        w->chief_node = sqlite3_column_int64(st, 3);
+    }
+    db_done(st);
+    for (int i = 0; rc == SQLITE_DONE && i < n; i++) {
+        if (!(st = db_prepare(d, SQL_EVAL_AVOID))) { rc = SQLITE_ERROR; break; }
+        sqlite3_bind_int64(st, 1, (*out)[i].job_id);
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+            if ((*out)[i].n_avoid < CL_EVAL_AVOID_MAX)
+                (*out)[i].avoid[(*out)[i].n_avoid++] = sqlite3_column_int64(st, 0);
+        db_done(st);
+    }
+    if (rc != SQLITE_DONE) { free(*out); *out = NULL; return -1; }
+    return n;
+}
+
+int cluster_eval_nodes(db *d, cl_eval_node **out)
+{
+    *out = NULL;
+    sqlite3_stmt *st = db_prepare(d, SQL_EVAL_NODES);
+    if (!st) return -1;
+    int n = 0, cap = 0, rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        GROW(*out, n, cap);
+        cl_eval_node *e = &(*out)[n++];
+        e->id = sqlite3_column_int64(st, 0);
+        e->ready = sqlite3_column_int(st, 1);
+        e->cpu_slots = sqlite3_column_int(st, 2);
+        e->memory_mb = sqlite3_column_int64(st, 3);
+        e->used_mb = sqlite3_column_int64(st, 4);
+        col_text(st, 5, e->hostname, sizeof e->hostname);
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) { free(*out); *out = NULL; return -1; }
+    return n;
+}
+
+int cluster_evaluator_insert(db *d, int64_t job_id, int attempt, int64_t node_id, int64_t memory_mb, int64_t now)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_EVAL_INSERT);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int(st, 2, attempt);
+    sqlite3_bind_int64(st, 3, node_id);
+    sqlite3_bind_int64(st, 4, now);
+    sqlite3_bind_int64(st, 5, memory_mb);
+    int rc = sqlite3_step(st);
+    int changed = sqlite3_changes(db_conn(d));
+    db_done(st);
+    if (rc != SQLITE_DONE) return -1;
+    return changed == 1 ? 0 : 1;
+}
+
+static const char SQL_EVENT_EXISTS[] = "SELECT 1 FROM job_events WHERE job_id = ? AND kind = ? AND reason = ? LIMIT 1";
+
+int cluster_event_exists(db *d, int64_t job_id, const char *kind, const char *reason)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_EVENT_EXISTS);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_text(st, 2, kind, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, reason, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
 }

@@ -181,4 +181,40 @@ int cluster_task_node(db *d, int64_t task_id, int64_t *node_id);
 /* 1 when the node has (or had) a task of the job, 0 when not, -1 on error. */
 int cluster_node_runs_job(db *d, int64_t node_id, int64_t job_id);
 
+/* ---------------------------------------------------------------- evaluators
+ * The evaluator side-car (resources.evaluator) is placed beside a gang
+ * after it, by scheduler.c's evaluator step (docs/scheduler.md). */
+
+#define CL_EVAL_AVOID_MAX 16
+
+/* A starting or running job that wants an evaluator and whose current
+ * attempt has none yet (and no task stopping or exited). */
+typedef struct cl_eval_want {
+    int64_t job_id;
+    int attempt;
+    int64_t memory_mb;              /* resources.memory per task, 0 = default share */
+    int64_t chief_node;             /* worker-0's node, 0 none */
+    int n_avoid;
+    int64_t avoid[CL_EVAL_AVOID_MAX]; /* nodes that failed the job twice */
+} cl_eval_want;
+
+/* Every node with the memory its live tasks hold (evaluators included). */
+typedef struct cl_eval_node {
+    int64_t id;
+    int ready, cpu_slots;
+    int64_t memory_mb, used_mb;
+    char hostname[CL_NAME_MAX];
+} cl_eval_node;
+
+/* The jobs wanting an evaluator, in id order: their count (*out malloc'd), or -1. */
+int cluster_evaluators_wanted(db *d, cl_eval_want **out);
+/* Every node, in id order: their count (*out malloc'd), or -1. */
+int cluster_eval_nodes(db *d, cl_eval_node **out);
+/* Inserts the evaluator task (type 'evaluator', index 0, port 0, state
+ * assigned) of the job's attempt: 0 done, 1 skipped (the job moved on or has
+ * its evaluator already), -1 error. In the caller's transaction. */
+int cluster_evaluator_insert(db *d, int64_t job_id, int attempt, int64_t node_id, int64_t memory_mb, int64_t now);
+/* Whether the job has an event of that kind with exactly that reason: 1, 0, or -1. */
+int cluster_event_exists(db *d, int64_t job_id, const char *kind, const char *reason);
+
 #endif

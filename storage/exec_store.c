@@ -221,7 +221,7 @@ int exec_node_stopping(db *d, int64_t node_id, cJSON **out) {
 
 static const char SQL_ATTEMPT_CLUSTER[] =
     "SELECT t.type, t.idx, n.address, t.port FROM tasks t JOIN nodes n ON n.id = t.node_id"
-    " WHERE t.job_id = ? AND t.attempt = ? ORDER BY t.type, t.idx";
+    " WHERE t.job_id = ? AND t.attempt = ? AND t.type != 'evaluator' ORDER BY t.type, t.idx";
 
 int exec_attempt_cluster(db *d, int64_t job_id, int attempt, cJSON **out) {
     sqlite3_stmt *st = db_prepare(d, SQL_ATTEMPT_CLUSTER);
@@ -354,9 +354,11 @@ int exec_attempt_drop_unstarted(db *d, int64_t job_id, const char *why) {
     return step_done(st);
 }
 
+/* total and running count the gang (an evaluator is beside it, not in it);
+ * live counts every task still to exit, the evaluator included. */
 static const char SQL_ATTEMPT_COUNTS[] =
-    "SELECT count(*), coalesce(sum(state = 'running'), 0), coalesce(sum(state != 'exited'), 0)"
-    " FROM tasks WHERE job_id = ? AND attempt = ?";
+    "SELECT coalesce(sum(type != 'evaluator'), 0), coalesce(sum(state = 'running' AND type != 'evaluator'), 0),"
+    " coalesce(sum(state != 'exited'), 0) FROM tasks WHERE job_id = ? AND attempt = ?";
 
 int exec_attempt_counts(db *d, int64_t job_id, int attempt, int *total, int *running, int *live) {
     sqlite3_stmt *st = db_prepare(d, SQL_ATTEMPT_COUNTS);
@@ -440,9 +442,16 @@ static const char SQL_METRIC_ADD[] =
     "INSERT OR IGNORE INTO metrics(job_id, seq, attempt, kind, step, epoch, ts, data)"
     " VALUES(?, ?, ?, ?, ?, ?, ?, ?)";
 
+/* kind 'eval' (the evaluator's metrics): a table and a sequence of their own. */
+static const char SQL_EVAL_ADD[] =
+    "INSERT OR IGNORE INTO eval_metrics(job_id, seq, attempt, kind, step, epoch, ts, data)"
+    " VALUES(?, ?, ?, ?, ?, ?, ?, ?)";
+
+static int is_eval(const char *kind) { return kind && strcmp(kind, "eval") == 0; }
+
 int exec_metric_add(db *d, int64_t job_id, int64_t seq, int attempt, const char *kind, const int64_t *step,
                     const int64_t *epoch, const char *data, int *inserted) {
-    sqlite3_stmt *st = db_prepare(d, SQL_METRIC_ADD);
+    sqlite3_stmt *st = db_prepare(d, is_eval(kind) ? SQL_EVAL_ADD : SQL_METRIC_ADD);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_int64(st, 2, seq);
@@ -464,6 +473,10 @@ static const char SQL_METRICS_LIST[] =
     "SELECT seq, attempt, kind, ts, data FROM metrics WHERE job_id = ?1 AND seq > ?2"
     " AND (?3 IS NULL OR kind = ?3) ORDER BY seq LIMIT ?4";
 static const char SQL_METRICS_LAST[] = "SELECT coalesce(max(seq), 0) FROM metrics WHERE job_id = ?";
+static const char SQL_EVAL_LIST[] =
+    "SELECT seq, attempt, kind, ts, data FROM eval_metrics WHERE job_id = ?1 AND seq > ?2"
+    " AND (?3 IS NULL OR kind = ?3) ORDER BY seq LIMIT ?4";
+static const char SQL_EVAL_LAST[] = "SELECT coalesce(max(seq), 0) FROM eval_metrics WHERE job_id = ?";
 
 static cJSON *metric_row(sqlite3_stmt *st, int c0) {
     const char *data = (const char *)sqlite3_column_text(st, c0 + 4);
@@ -485,7 +498,7 @@ static cJSON *metric_row(sqlite3_stmt *st, int c0) {
 
 int exec_metrics_list(db *d, int64_t job_id, int64_t since, const char *kind, int limit, cJSON **out,
                       int64_t *last_seq) {
-    sqlite3_stmt *st = db_prepare(d, SQL_METRICS_LAST);
+    sqlite3_stmt *st = db_prepare(d, is_eval(kind) ? SQL_EVAL_LAST : SQL_METRICS_LAST);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
     int rc = sqlite3_step(st);
@@ -493,7 +506,7 @@ int exec_metrics_list(db *d, int64_t job_id, int64_t since, const char *kind, in
     db_done(st);
     if (rc != SQLITE_ROW) return STORE_ERROR;
     if (!out) return STORE_OK;
-    st = db_prepare(d, SQL_METRICS_LIST);
+    st = db_prepare(d, is_eval(kind) ? SQL_EVAL_LIST : SQL_METRICS_LIST);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_int64(st, 2, since);
@@ -513,10 +526,15 @@ int exec_metrics_list(db *d, int64_t job_id, int64_t since, const char *kind, in
 static const char SQL_METRIC_LATEST[] =
     "SELECT seq, attempt, kind, ts, data FROM metrics WHERE job_id = ?1 AND (?2 IS NULL OR kind = ?2)"
     " ORDER BY seq DESC LIMIT 1";
+/* the evaluation of the newest checkpoint (an evaluator may evaluate an
+ * older one after it: the final one first when it is stopped) */
+static const char SQL_EVAL_LATEST[] =
+    "SELECT seq, attempt, kind, ts, data FROM eval_metrics WHERE job_id = ?1 AND (?2 IS NULL OR kind = ?2)"
+    " ORDER BY step DESC, seq DESC LIMIT 1";
 
 int exec_metric_latest(db *d, int64_t job_id, const char *kind, cJSON **out) {
     *out = NULL;
-    sqlite3_stmt *st = db_prepare(d, SQL_METRIC_LATEST);
+    sqlite3_stmt *st = db_prepare(d, is_eval(kind) ? SQL_EVAL_LATEST : SQL_METRIC_LATEST);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
     if (kind) sqlite3_bind_text(st, 2, kind, -1, SQLITE_TRANSIENT);

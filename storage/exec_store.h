@@ -44,7 +44,7 @@ typedef struct exec_task {
     int64_t job_id;
     int64_t node_id;
     int attempt;
-    char type[8];                 /* worker | ps */
+    char type[16];                /* worker | ps | evaluator */
     int index;
     int port;
     char state[12];               /* assigned | running | stopping | exited */
@@ -111,7 +111,10 @@ int exec_job_tasks(db *d, int64_t job_id, int attempt, cJSON **out);
 
 /* ---------------------------------------------------------------- metrics */
 /* INSERT OR IGNORE on (job_id, seq): *inserted 1 when new. data is the
- * metric's JSON object as text. */
+ * metric's JSON object as text. Kind "eval" (an evaluator's metrics) goes to
+ * eval_metrics, a sequence of its own beside the chief's (step, epoch,
+ * test); the list, last seq and latest below read that sequence when asked
+ * for kind "eval", and the chief's otherwise. */
 int exec_metric_add(db *d, int64_t job_id, int64_t seq, int attempt, const char *kind, const int64_t *step,
                     const int64_t *epoch, const char *data, int *inserted);
 

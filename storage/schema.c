@@ -185,12 +185,59 @@ static const char m7[] =
     "ALTER TABLE jobs ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE tasks ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;";
 
-/* 8: elastic gangs. jobs.workers_min: an elastic job's fewest workers (0 =
+/* 8: the evaluator side-car. tasks.type may be 'evaluator' (a CHECK cannot
+ * be altered in SQLite: the table is rebuilt, rows and ids kept; the
+ * allocations that reference tasks are set aside while the old table is
+ * dropped, so no foreign key is broken at any point); eval_metrics: what an
+ * evaluator reports per checkpoint, in a sequence of its own beside the
+ * chief's (seq numbered by the evaluator as the chief numbers its metrics). */
+static const char m8[] =
+    "CREATE TEMP TABLE m8_alloc AS SELECT device_id, task_id, job_id FROM allocations;"
+    "DELETE FROM allocations;"
+    "CREATE TABLE tasks_m8("
+    "  id INTEGER PRIMARY KEY,"
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id),"
+    "  attempt INTEGER NOT NULL,"
+    "  type TEXT NOT NULL CHECK (type IN ('worker','ps','evaluator')),"
+    "  idx INTEGER NOT NULL,"
+    "  node_id INTEGER NOT NULL REFERENCES nodes(id),"
+    "  port INTEGER NOT NULL,"
+    "  state TEXT NOT NULL CHECK (state IN ('assigned','running','stopping','exited')),"
+    "  exit_code INTEGER,"
+    "  reason TEXT,"
+    "  created_at INTEGER NOT NULL,"
+    "  started_at INTEGER,"
+    "  finished_at INTEGER,"
+    "  token_hash TEXT,"
+    "  memory_mb INTEGER NOT NULL DEFAULT 0,"
+    "  UNIQUE(job_id, attempt, type, idx));"
+    "INSERT INTO tasks_m8(id, job_id, attempt, type, idx, node_id, port, state, exit_code, reason, created_at,"
+    "  started_at, finished_at, token_hash, memory_mb)"
+    " SELECT id, job_id, attempt, type, idx, node_id, port, state, exit_code, reason, created_at,"
+    "  started_at, finished_at, token_hash, memory_mb FROM tasks;"
+    "DROP TABLE tasks;"
+    "ALTER TABLE tasks_m8 RENAME TO tasks;"
+    "CREATE INDEX tasks_node_state ON tasks(node_id, state);"
+    "CREATE INDEX tasks_job ON tasks(job_id, attempt);"
+    "INSERT INTO allocations(device_id, task_id, job_id) SELECT device_id, task_id, job_id FROM m8_alloc;"
+    "DROP TABLE m8_alloc;"
+    "CREATE TABLE eval_metrics("
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id),"
+    "  seq INTEGER NOT NULL,"
+    "  attempt INTEGER NOT NULL,"
+    "  kind TEXT NOT NULL CHECK (kind = 'eval'),"
+    "  step INTEGER,"
+    "  epoch INTEGER,"
+    "  ts INTEGER NOT NULL,"
+    "  data TEXT NOT NULL,"
+    "  PRIMARY KEY(job_id, seq)) WITHOUT ROWID;";
+
+/* 9: elastic gangs. jobs.workers_min: an elastic job's fewest workers (0 =
  * a fixed gang of jobs.workers, which is an elastic job's most);
  * jobs.workers_now: the workers of its current (or last) attempt, 0 before
  * the first placement; jobs.resize_to: the size a resize asked for, set when
  * the scheduler stops the job to resize it and cleared when it is placed. */
-static const char m8[] =
+static const char m9[] =
     "ALTER TABLE jobs ADD COLUMN workers_min INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE jobs ADD COLUMN workers_now INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE jobs ADD COLUMN resize_to INTEGER NOT NULL DEFAULT 0;";
@@ -203,6 +250,7 @@ const migration schema_migrations[] = {
     {5, "tokens.node_id: per-node tokens", m5},
     {6, "jobs.strategy", m6},
     {7, "memory: nodes.memory_mb, nodes.isolation, jobs.memory_mb, tasks.memory_mb", m7},
-    {8, "elastic gangs: jobs.workers_min, jobs.workers_now, jobs.resize_to", m8},
+    {8, "the evaluator: tasks.type 'evaluator', eval_metrics", m8},
+    {9, "elastic gangs: jobs.workers_min, jobs.workers_now, jobs.resize_to", m9},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

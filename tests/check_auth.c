@@ -748,6 +748,9 @@ START_TEST(old_data_dir_migrates) {
                           " ALTER TABLE jobs DROP COLUMN strategy;"
                           " ALTER TABLE nodes DROP COLUMN memory_mb; ALTER TABLE nodes DROP COLUMN isolation;"
                           " ALTER TABLE jobs DROP COLUMN memory_mb; ALTER TABLE tasks DROP COLUMN memory_mb;"
+                          " DROP TABLE eval_metrics;"
+                          " ALTER TABLE jobs DROP COLUMN workers_min; ALTER TABLE jobs DROP COLUMN workers_now;"
+                          " ALTER TABLE jobs DROP COLUMN resize_to;"
                           " DELETE FROM schema_migrations WHERE version >= 5;",
                           NULL, NULL, &err);
     ck_assert_msg(rc == SQLITE_OK, "cannot make a version-4 database: %s", err ? err : "?");

@@ -449,6 +449,11 @@ static const bad_case BAD[] = {
     {TOP("'resources':{'memory':{'gib':4}}"), 422, "invalid_type", "resources.memory"},
     {TOP("'resources':{'memory':20000000.5}"), 422, "invalid_type", "resources.memory"},
     {TOP("'resources':{'memroy':'4GiB'}"), 422, "unknown_field", "resources.memroy"},
+    /* ---- resources.evaluator */
+    {TOP("'resources':{'evaluator':1}"), 422, "invalid_type", "resources.evaluator"},
+    {TOP("'resources':{'evaluator':'yes'}"), 422, "invalid_type", "resources.evaluator"},
+    {TOP("'resources':{'evaluator':null}"), 422, "invalid_type", "resources.evaluator"},
+    {"{'command':{'argv':['x']},'resources':{'evaluator':[true]}}", 422, "invalid_type", "resources.evaluator"},
 };
 
 #define N_BAD ((int)(sizeof BAD / sizeof BAD[0]))
@@ -978,6 +983,36 @@ START_TEST(test_memory_values) {
 }
 END_TEST
 
+/* resources.evaluator: false by default and always in the normalized spec;
+ * true for train and command jobs alike. */
+START_TEST(test_evaluator_values) {
+    jobspec s;
+    char *j = NULL;
+    parse_ok(GOOD, &s);
+    ck_assert_int_eq(s.resources.evaluator, 0);
+    ck_assert_int_eq(jobspec_to_json(&s, &j), 0);
+    ck_assert_ptr_nonnull(strstr(j, "\"evaluator\":false"));
+    free(j);
+    jobspec_release(&s);
+    parse_ok(TOP("'resources':{'evaluator':true}"), &s);
+    ck_assert_int_eq(s.resources.evaluator, 1);
+    ck_assert_int_eq(jobspec_to_json(&s, &j), 0);
+    ck_assert_ptr_nonnull(strstr(j, "\"evaluator\":true"));
+    free(j);
+    jobspec_release(&s);
+    parse_ok(TOP("'resources':{'evaluator':false}"), &s);
+    ck_assert_int_eq(s.resources.evaluator, 0);
+    jobspec_release(&s);
+    parse_ok("{'command':{'argv':['x']},'resources':{'evaluator':true}}", &s);
+    ck_assert_int_eq(s.kind, JOB_KIND_COMMAND);
+    ck_assert_int_eq(s.resources.evaluator, 1);
+    ck_assert_int_eq(jobspec_to_json(&s, &j), 0);
+    ck_assert_ptr_nonnull(strstr(j, "\"evaluator\":true"));
+    free(j);
+    jobspec_release(&s);
+}
+END_TEST
+
 /* parse(to_json(parse(x))) == parse(x), byte for byte; and to_json is a
  * fixed point after one round. */
 static void round_trip(const char *doc, size_t len, const char *what) {
@@ -1193,6 +1228,7 @@ static Suite *jobspec_suite(void) {
     tcase_add_test(good, test_good_values);
     tcase_add_test(good, test_round_trip);
     tcase_add_test(good, test_memory_values);
+    tcase_add_test(good, test_evaluator_values);
     tcase_add_test(good, test_to_json_content);
     tcase_add_test(good, test_gradient_accumulation);
     tcase_add_test(good, test_command_parsed);

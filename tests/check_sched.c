@@ -11,6 +11,7 @@
 
 #include "../common/util.h"
 #include "../scheduler/core.h"
+#include "../scheduler/eval_place.h"
 #include "../scheduler/lifecycle.h"
 #include "../scheduler/scheduler.h"
 #include "../storage/cluster.h"
@@ -1054,11 +1055,17 @@ static void check_db(void)
                         "  != j.workers * j.devices_per_worker + j.ps", 0), 0);
     /* ports unique per node among live tasks */
     ck_assert_int_eq(q1("SELECT count(*) FROM (SELECT node_id, port FROM tasks WHERE state != 'exited'"
-                        " GROUP BY node_id, port HAVING count(*) > 1)", 0), 0);
+                        " AND type != 'evaluator' GROUP BY node_id, port HAVING count(*) > 1)", 0), 0);
+    /* an evaluator holds no device, and no job has two in one attempt */
+    ck_assert_int_eq(q1("SELECT count(*) FROM allocations a JOIN tasks t ON t.id = a.task_id"
+                        " WHERE t.type = 'evaluator'", 0), 0);
+    ck_assert_int_eq(q1("SELECT count(*) FROM (SELECT 1 FROM tasks WHERE type = 'evaluator'"
+                        " GROUP BY job_id, attempt HAVING count(*) > 1)", 0), 0);
     /* memory: a node that reports memory holds at most that much for its live tasks */
     ck_assert_int_eq(q1("SELECT count(*) FROM nodes n WHERE n.memory_mb > 0 AND n.memory_mb <"
                         " (SELECT coalesce(sum(t.memory_mb), 0) FROM tasks t WHERE t.node_id = n.id"
-                        "  AND t.id IN (SELECT task_id FROM allocations))", 0), 0);
+                        "  AND (t.id IN (SELECT task_id FROM allocations)"
+                        "       OR (t.type = 'evaluator' AND t.state != 'exited')))", 0), 0);
     /* quotas */
     ck_assert_int_eq(q1("SELECT count(*) FROM teams tm WHERE tm.quota IS NOT NULL AND tm.quota <"
                         " (SELECT coalesce(sum(j.workers * j.devices_per_worker), 0) FROM jobs j"
@@ -1165,6 +1172,123 @@ START_TEST(db_memory_placement)
     ck_assert_str_eq(txt, "starting");
     ck_assert_int_eq(q1("SELECT memory_mb FROM tasks WHERE job_id = ?", c), 6000);
     check_db();
+}
+END_TEST
+
+/* The evaluator's node (pure): the chief's node when it has the memory, else
+ * the ready node with the most free memory; the default share of one CPU
+ * slot; nothing when no node has room. */
+START_TEST(evaluator_node_choice)
+{
+    sched_eval_node n[4] = {
+        {1, 1, 4, 8000, 6000},     /* chief's node: 2000 free; default share 8000/4 = 2000 */
+        {2, 1, 2, 16000, 0},       /* most free, share 8000 */
+        {3, 0, 8, 64000, 0},       /* not ready */
+        {4, 1, 2, 0, 0},           /* memory not reported: holds any, counts as most free */
+    };
+    sched_eval_want w = {7, 0, 1, 0, NULL};
+    int64_t mem = -1;
+    ck_assert_int_eq(sched_place_evaluator(n, 4, &w, &mem), 0);
+    ck_assert_int_eq(mem, 2000);
+    ck_assert_int_eq(n[0].used_mb, 8000);
+    /* the chief's node is full now: the node with the most free memory */
+    ck_assert_int_eq(sched_place_evaluator(n, 4, &w, &mem), 3);
+    ck_assert_int_eq(mem, 0);
+    int64_t avoid[1] = {4};
+    sched_eval_want w2 = {8, 3000, 1, 1, avoid};  /* resources.memory 3000 MiB */
+    ck_assert_int_eq(sched_place_evaluator(n, 4, &w2, &mem), 1);
+    ck_assert_int_eq(mem, 3000);
+    ck_assert_int_eq(n[1].used_mb, 3000);
+    sched_eval_want w3 = {9, 14000, 0, 1, avoid};  /* no ready node has 14000 MiB free */
+    ck_assert_int_eq(sched_place_evaluator(n, 4, &w3, &mem), -1);
+    ck_assert_int_eq(n[1].used_mb, 3000);
+}
+END_TEST
+
+/* The evaluator beside the gang, on SQLite: placed after the gang with no
+ * device, its memory counted on its node; a gang with no room for it starts
+ * anyway and gets it when room appears; its failure is an event that costs
+ * the job nothing; a new attempt gets a new one. */
+START_TEST(db_evaluator_placement)
+{
+    int64_t now = now_ms();
+    sched_config cfg; sched_config_default(&cfg);
+    int64_t t = team("default", -1);
+    int64_t m1 = 0, m2 = 0, m3 = 0;
+    ck_assert_int_eq(cluster_node_upsert(g_db, "m1", "10.0.0.1", 2, 0, NULL, NULL, NULL, 4096, NULL, now, &m1, NULL), 0);
+    int64_t a = job(t, 60, 1, 1, "cpu", 0, 3, 0);
+    exec_sql("UPDATE jobs SET spec = '{\"resources\":{\"evaluator\":true}}' WHERE id = ?", a);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 10, NULL), 0);
+    check_db();
+    char txt[1024];
+    state_of(a, txt, sizeof txt);
+    ck_assert_str_eq(txt, "starting");
+    ck_assert_int_eq(q1("SELECT count(*) FROM tasks WHERE job_id = ? AND type = 'evaluator' AND idx = 0"
+                        " AND attempt = 1 AND port = 0 AND state = 'assigned'", a), 1);
+    ck_assert_int_eq(q1("SELECT memory_mb FROM tasks WHERE job_id = ? AND type = 'evaluator'", a), 2048);
+    ck_assert_int_eq(q1("SELECT count(*) FROM allocations WHERE job_id = ?", a), 1);  /* the worker's slot only */
+    qtext("SELECT group_concat(kind || ': ' || coalesce(reason, ''), ' | ') FROM job_events WHERE job_id = ?", a, txt, sizeof txt);
+    ck_assert_msg(strstr(txt, "evaluator: evaluator placed on m1 (attempt 1)") != NULL, "%s", txt);
+    /* the gang runs without waiting for its evaluator to start */
+    int64_t w0 = q1("SELECT id FROM tasks WHERE job_id = ? AND type = 'worker'", a);
+    int64_t ev = q1("SELECT id FROM tasks WHERE job_id = ? AND type = 'evaluator'", a);
+    int flags = 0;
+    ck_assert_int_eq(lifecycle_task_running(g_db, w0, "agent", &flags), STORE_OK);
+    state_of(a, txt, sizeof txt);
+    ck_assert_str_eq(txt, "running");
+    ck_assert_int_eq(lifecycle_task_running(g_db, ev, "agent", &flags), STORE_OK);
+    /* the evaluator's memory is counted: a second job's worker (2048 MiB) waits */
+    int64_t b = job(t, 50, 1, 1, "cpu", 0, 3, 0);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 20, NULL), 0);
+    state_of(b, txt, sizeof txt);
+    ck_assert_str_eq(txt, "queued");
+    qtext("SELECT reason FROM jobs WHERE id = ?", b, txt, sizeof txt);
+    ck_assert_msg(strstr(txt, "2048 MiB") != NULL, "%s", txt);
+    /* the evaluator fails: an event; the job runs on, no restart counted, no new evaluator */
+    lifecycle_exit e = {137, 9, "killed", NULL};
+    ck_assert_int_eq(lifecycle_task_exited(g_db, ev, &e, "agent", &flags), STORE_OK);
+    qtext("SELECT group_concat(kind || ': ' || coalesce(reason, ''), ' | ') FROM job_events WHERE job_id = ?", a, txt, sizeof txt);
+    ck_assert_msg(q1("SELECT state = 'running' FROM jobs WHERE id = ?", a), "%s", txt);
+    ck_assert_int_eq(q1("SELECT failures FROM jobs WHERE id = ?", a), 0);
+    ck_assert_int_eq(q1("SELECT count(*) FROM tasks WHERE job_id = ? AND state = 'running'", a), 1);
+    ck_assert_int_eq(q1("SELECT count(*) FROM job_events WHERE job_id = ? AND kind = 'evaluator'"
+                        " AND reason LIKE 'evaluator failed: evaluator-0 was killed by signal 9%'", a), 1);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 30, NULL), 0);
+    check_db();
+    ck_assert_int_eq(q1("SELECT count(*) FROM tasks WHERE job_id = ? AND type = 'evaluator'", a), 1);
+    state_of(b, txt, sizeof txt);          /* its memory is free again: b starts */
+    ck_assert_str_eq(txt, "starting");
+    /* no room for the evaluator: the gang starts anyway, the evaluator follows when a node joins */
+    ck_assert_int_eq(cluster_node_upsert(g_db, "m2", "10.0.0.2", 1, 0, NULL, NULL, NULL, 1000, NULL, now, &m2, NULL), 0);
+    int64_t c = job(t, 50, 1, 1, "cpu", 0, 3, 0);
+    exec_sql("UPDATE jobs SET spec = '{\"resources\":{\"evaluator\":true}}' WHERE id = ?", c);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 40, NULL), 0);
+    check_db();
+    state_of(c, txt, sizeof txt);
+    ck_assert_str_eq(txt, "starting");
+    ck_assert_int_eq(q1("SELECT node_id FROM tasks WHERE job_id = ? AND type = 'worker'", c), m2);
+    ck_assert_int_eq(q1("SELECT count(*) FROM tasks WHERE job_id = ? AND type = 'evaluator'", c), 0);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 45, NULL), 0);   /* said once, not every pass */
+    ck_assert_int_eq(q1("SELECT count(*) FROM job_events WHERE job_id = ? AND kind = 'evaluator' AND reason ="
+                        " 'evaluator waits: 1000 MiB for it on m2, and no ready node has that free;"
+                        " the gang runs without it (attempt 1)'", c), 1);
+    ck_assert_int_eq(cluster_node_upsert(g_db, "m3", "10.0.0.3", 2, 0, NULL, NULL, NULL, 8000, NULL, now + 50, &m3, NULL), 0);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 50, NULL), 0);
+    check_db();
+    ck_assert_int_eq(q1("SELECT node_id FROM tasks WHERE job_id = ? AND type = 'evaluator'", c), m3);
+    ck_assert_int_eq(q1("SELECT memory_mb FROM tasks WHERE job_id = ? AND type = 'evaluator'", c), 4000);
+    /* a new attempt of a gets a new evaluator */
+    lifecycle_exit bad = {1, 0, "boom", NULL};
+    ck_assert_int_eq(lifecycle_task_exited(g_db, w0, &bad, "agent", &flags), STORE_OK);
+    state_of(a, txt, sizeof txt);
+    ck_assert_str_eq(txt, "queued");
+    ck_assert_int_eq(q1("SELECT failures FROM jobs WHERE id = ?", a), 1);
+
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 60, NULL), 0);
+    check_db();
+    state_of(a, txt, sizeof txt);
+    ck_assert_str_eq(txt, "starting");
+    ck_assert_int_eq(q1("SELECT count(*) FROM tasks WHERE job_id = ? AND type = 'evaluator' AND attempt = 2", a), 1);
 }
 END_TEST
 
@@ -1415,6 +1539,7 @@ Suite *sched_suite(void)
     tcase_add_test(tc, memory_preemption_frees_memory);
     tcase_add_test(tc, memory_backfill_keeps_reservation);
     tcase_add_test(tc, memory_admission);
+    tcase_add_test(tc, evaluator_node_choice);
     tcase_add_loop_test(tc, property_random_worlds, 0, 4);
     tcase_add_loop_test(tc, property_repeated_passes, 0, 2);
     tcase_add_test(tc, pass_is_fast);
@@ -1427,6 +1552,7 @@ Suite *sched_suite(void)
     tcase_add_test(td, db_lost_node_requeue_and_restarts);
     tcase_add_test(td, db_preempt_then_requeue);
     tcase_add_test(td, db_one_restart_budget);
+    tcase_add_test(td, db_evaluator_placement);
     tcase_add_loop_test(td, db_property_random_with_faults, 0, 40);
     suite_add_tcase(s, td);
     return s;

@@ -116,6 +116,52 @@ START_TEST(migrate_from_every_version) {
 }
 END_TEST
 
+/* Migration 8 rebuilds tasks (type 'evaluator' allowed): a task holding a
+ * device at version 7 keeps its id, columns and allocation, and an
+ * evaluator task can be stored only after it. */
+START_TEST(migrate_tasks_keeps_allocations) {
+    unlink(g_path);
+    db *d = NULL;
+    char err[256];
+    ck_assert_int_eq(db_open_at(&d, g_path, 7, err, sizeof err), 0);
+    int64_t team = 0;
+    ck_assert_int_eq(store_team_create(d, "default", &team), STORE_OK);
+    int64_t job = submit(d, team);
+    static const char *const setup[] = {
+        "INSERT INTO nodes(id, hostname, address, cpu_slots, state, registered_at, last_heartbeat_at, memory_mb)"
+        " VALUES(5, 'n5', '127.0.0.1', 2, 'ready', 1, 1, 4096)",
+        "INSERT INTO devices(id, node_id, kind, idx) VALUES(9, 5, 'cpu', 0)",
+        "INSERT INTO tasks(id, job_id, attempt, type, idx, node_id, port, state, created_at, token_hash, memory_mb)"
+        " VALUES(42, ?1, 1, 'worker', 0, 5, 7001, 'running', 1, 'abc', 2048)",
+        "INSERT INTO allocations(device_id, task_id, job_id) VALUES(9, 42, ?1)",
+    };
+    for (size_t i = 0; i < sizeof setup / sizeof setup[0]; i++) {
+        sqlite3_stmt *st = NULL;
+        ck_assert_int_eq(sqlite3_prepare_v2(db_conn(d), setup[i], -1, &st, NULL), SQLITE_OK);
+        if (sqlite3_bind_parameter_count(st) > 0) sqlite3_bind_int64(st, 1, job);
+        ck_assert_int_eq(sqlite3_step(st), SQLITE_DONE);
+        sqlite3_finalize(st);
+    }
+    ck_assert_int_ne(sqlite3_exec(db_conn(d), "INSERT INTO tasks(job_id, attempt, type, idx, node_id, port, state,"
+                                  " created_at) VALUES(1, 1, 'evaluator', 0, 5, 0, 'assigned', 1)", NULL, NULL, NULL),
+                     SQLITE_OK);
+    db_close(d);
+    ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
+    ck_assert_int_eq(db_version(d), db_migrations_count());
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM tasks WHERE id = 42 AND type = 'worker' AND port = 7001"
+                              " AND state = 'running' AND token_hash = 'abc' AND memory_mb = 2048"), 1);
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM allocations WHERE device_id = 9 AND task_id = 42"), 1);
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM sqlite_master WHERE name IN ('tasks_node_state', 'tasks_job')"), 2);
+    char sql[256];
+    snprintf(sql, sizeof sql, "INSERT INTO tasks(job_id, attempt, type, idx, node_id, port, state, created_at)"
+             " VALUES(%lld, 1, 'evaluator', 0, 5, 0, 'assigned', 1)", (long long)job);
+    ck_assert_int_eq(sqlite3_exec(db_conn(d), sql, NULL, NULL, NULL), SQLITE_OK);
+    ck_assert_int_ne(sqlite3_exec(db_conn(d), "DELETE FROM tasks WHERE id = 42", NULL, NULL, NULL), SQLITE_OK);
+    db_close(d);
+}
+END_TEST
+
 START_TEST(refuses_newer_schema) {
     db *d = NULL;
     char err[256];
@@ -385,6 +431,7 @@ int main(void) {
     tcase_add_test(tc, migrate_empty_file);
     tcase_add_test(tc, migrate_from_every_version);
     tcase_add_test(tc, refuses_newer_schema);
+    tcase_add_test(tc, migrate_tasks_keeps_allocations);
     tcase_add_test(tc, not_a_database);
     tcase_add_test(tc, tokens_hashed);
     tcase_add_test(tc, job_lifecycle_and_events);

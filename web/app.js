@@ -187,7 +187,12 @@ class StepChart {
     const i = this.names.indexOf(name);
     if (i < 0 || typeof value !== 'number' || !isFinite(value)) return;
     if (!this.points.has(step)) this.points.set(step, this.names.map(() => null));
-    if (this.points.get(step)[i] === null) this.count++;
+    if (this.points.get(step)[i] === null) {
+      this.count++;
+      /* per series too, e.g. data-points-eval_loss (the browser tests read them) */
+      const key = 'points-' + name.replace(/[^a-z_]/g, '');
+      this.el.setAttribute('data-' + key, String(Number(this.el.getAttribute('data-' + key) || 0) + 1));
+    }
     this.points.get(step)[i] = value;
     this.dirty = true;
   }
@@ -215,6 +220,10 @@ function chartMetric(charts, m) {
   } else if (m.kind === 'test') {
     charts.loss.add(step, 'test_loss', m.test_loss);
     charts.acc.add(step, 'test_accuracy', m.test_accuracy);
+  } else if (m.kind === 'eval') {
+    /* the evaluator's, at the step of the checkpoint it evaluated */
+    charts.loss.add(step, 'eval_loss', m.eval_loss);
+    charts.acc.add(step, 'eval_accuracy', m.eval_accuracy);
   }
 }
 
@@ -280,8 +289,8 @@ async function pageJob(id) {
       h('th', {class: 'hide-narrow'}, 'sha256'), h('th', {}, 'Created'), h('th', {}, ''))), ckpts)));
 
   const charts = {
-    loss: new StepChart(lossEl, 'Loss', ['loss (step)', 'loss (epoch)', 'val_loss', 'test_loss'], ['#8c959f', '#0969da', '#cf222e', '#8250df']),
-    acc: new StepChart(accEl, 'Accuracy', ['accuracy (step)', 'accuracy (epoch)', 'val_accuracy', 'test_accuracy'], ['#8c959f', '#0969da', '#1a7f37', '#8250df']),
+    loss: new StepChart(lossEl, 'Loss', ['loss (step)', 'loss (epoch)', 'val_loss', 'test_loss', 'eval_loss'], ['#8c959f', '#0969da', '#cf222e', '#8250df', '#bf8700']),
+    acc: new StepChart(accEl, 'Accuracy', ['accuracy (step)', 'accuracy (epoch)', 'val_accuracy', 'test_accuracy', 'eval_accuracy'], ['#8c959f', '#0969da', '#1a7f37', '#8250df', '#bf8700']),
   };
   const onResize = () => { charts.loss.resize(); charts.acc.resize(); };
   window.addEventListener('resize', onResize);
@@ -299,7 +308,7 @@ async function pageJob(id) {
     summary.replaceChildren(...kv.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, String(v))]));
     const p = job.progress;
     const frac = job.state === 'succeeded' ? 1 : (p && p.fraction) || 0;
-    const le = p && p.latest_epoch, t = p && p.test;
+    const le = p && p.latest_epoch, t = p && p.test, ev = p && p.eval;
     prog.replaceChildren(
       h('div', {class: 'chart-title'}, 'Progress'),
       h('progress', {max: 1, value: frac, id: 'progress-bar'}),
@@ -309,6 +318,8 @@ async function pageJob(id) {
         h('dt', {}, 'Loss'), h('dd', {id: 'latest-loss'}, p && p.latest ? fmtNum(p.latest.loss) : '–'),
         h('dt', {}, 'Validation'), h('dd', {}, le ? `loss ${fmtNum(le.val_loss)} · accuracy ${fmtNum(le.val_accuracy)}` : '–'),
         h('dt', {}, 'Test'), h('dd', {}, t ? `loss ${fmtNum(t.test_loss)} · accuracy ${fmtNum(t.test_accuracy)}` : '–'),
+        ...(ev || (spec.resources && spec.resources.evaluator) ? [h('dt', {}, 'Evaluator'), h('dd', {id: 'eval-summary'},
+          ev ? `loss ${fmtNum(ev.eval_loss)} · accuracy ${fmtNum(ev.eval_accuracy)} (epoch ${ev.epoch}, step ${ev.step})` : '–')] : []),
         h('dt', {}, 'Samples/s'), h('dd', {}, p && p.samples_per_sec ? Math.round(p.samples_per_sec).toLocaleString() : '–'),
         h('dt', {}, 'ETA'), h('dd', {}, FINISHED.has(job.state) ? '–' : fmtDuration(p && p.eta_s))));
     tasks.replaceChildren(...(job.tasks || []).map(tk => h('tr', {},
@@ -323,6 +334,20 @@ async function pageJob(id) {
     }
   };
   const refreshJob = async () => { try { job = await api('/jobs/' + id); render(); } catch (e) { /* keep what we have */ } };
+
+  /* the evaluator's metrics: a sequence of their own (kind=eval), read
+   * beside the live stream of the chief's */
+  let evalSeq = 0;
+  const refreshEval = async () => {
+    try {
+      for (;;) {
+        const r = await api(`/jobs/${id}/metrics?kind=eval&since=${evalSeq}&limit=1000`);
+        r.metrics.forEach(m => chartMetric(charts, m));
+        if (!r.metrics.length) break;
+        evalSeq = r.metrics[r.metrics.length - 1].seq;
+      }
+    } catch (e) { /* next time */ }
+  };
 
   const addEvent = (e) => {
     timeline.append(h('li', {}, h('span', {class: 'small muted'}, fmtTime(e.time)),
@@ -392,10 +417,11 @@ async function pageJob(id) {
     const ev = await api(`/jobs/${id}/events?limit=1000`);
     ev.events.forEach(e => { addEvent(e); lastEvent = e.id; });
   } catch (e) { if (e.name === 'AbortError') return; main.prepend(errorBox(e)); }
+  await refreshEval();
   charts.loss.draw(); charts.acc.draw();
   refreshCkpts(); refreshLog();
   every(400, () => { charts.loss.draw(); charts.acc.draw(); });
-  every(2000, () => { if (!FINISHED.has(job.state)) { refreshLog(); refreshJob(); } });
+  every(2000, () => { if (!FINISHED.has(job.state)) { refreshLog(); refreshJob(); refreshEval(); } });
 
   let lastCkptRefresh = 0;
   const live = async () => {
@@ -416,7 +442,7 @@ async function pageJob(id) {
       if (FINISHED.has(job.state)) break;
       await new Promise(res => setTimeout(res, 2000));
     }
-    await refreshJob(); refreshCkpts(); refreshLog();
+    await refreshJob(); refreshCkpts(); refreshLog(); await refreshEval();
     charts.loss.draw(); charts.acc.draw();
   };
   live();

@@ -113,6 +113,24 @@ test('submit through the form; it runs to succeeded with its charts drawn', asyn
   await shot('job-desktop');
 });
 
+test('a job with an evaluator shows its eval points beside val and test', async () => {
+  const body = JSON.parse(spec('browser-eval', 3));
+  body.resources = {evaluator: true};
+  const r = await srv.api('/jobs', {method: 'POST', body: JSON.stringify(body)});
+  assert.equal(r.status, 201);
+  await page.goto(`${srv.url}/#/jobs/${r.body.id}`);
+  await page.waitForSelector('#job-state [data-state="succeeded"]', {timeout: 90000});
+  // one eval point per epoch's checkpoint on each chart, and the newest in the progress card
+  await page.waitForFunction(() => Number(document.querySelector('#chart-loss')?.getAttribute('data-points-eval_loss') || 0) >= 3 &&
+                                   Number(document.querySelector('#chart-accuracy')?.getAttribute('data-points-eval_accuracy') || 0) >= 3,
+                             null, {timeout: 30000});
+  assert.ok(Number(await page.getAttribute('#chart-loss', 'data-points-val_loss')) >= 3, 'val points beside the eval points');
+  await page.waitForSelector('#eval-summary:has-text("accuracy")');
+  assert.match(await page.textContent('#eval-summary'), /epoch 3/);
+  assert.equal(await page.locator('#tasks td', {hasText: 'evaluator-0'}).count(), 1);
+  await shot('job-evaluator');
+});
+
 test('cancel a running job from its page', async () => {
   const r = await srv.api('/jobs', {method: 'POST', body: spec('browser-long', 3000)});
   assert.equal(r.status, 201);
