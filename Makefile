@@ -111,7 +111,7 @@ DEPS_check_strategy := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(BUILD)/obj/execu
 TEST_SRC := $(wildcard tests/check_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
-.PHONY: all deps test run clean bench-api bench-train bench-sched bench-scaling install-deps-bench bench-allreduce
+.PHONY: all deps test run clean bench-api bench-train bench-sched bench-elastic bench-scaling install-deps-bench bench-allreduce
 all: $(BUILD)/trainyard
 
 $(BUILD)/obj/executor/nn/%.o: executor/nn/%.c
@@ -177,6 +177,9 @@ bench-train: all
 
 bench-sched: all
 	bench/sched_sim/run.sh
+
+bench-elastic: all
+	bench/elastic/run.sh
 
 bench-allreduce:
 	bench/allreduce/run.sh

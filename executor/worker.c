@@ -434,6 +434,7 @@ static void emit_step(wctx *c, long step, int epoch) {
     cJSON_AddNumberToObject(m, "epoch", epoch);
     cJSON_AddNumberToObject(m, "loss", c->loss_acc / (double)c->loss_n);
     if (secs > 0) cJSON_AddNumberToObject(m, "samples_per_sec", (double)c->ex_n / secs);
+    cJSON_AddNumberToObject(m, "workers", c->w->n_workers); /* an elastic job's size over time */
     report_push(c->snd, m);
     c->loss_acc = 0;
     c->loss_n = 0;
@@ -488,6 +489,7 @@ static void hook_epoch(void *ctx, const train_epoch_metrics *e) {
     }
     cJSON_AddNumberToObject(m, "seconds", e->seconds);
     cJSON_AddNumberToObject(m, "samples_per_sec", e->samples_per_sec);
+    cJSON_AddNumberToObject(m, "workers", c->w->n_workers);
     report_push(c->snd, m);
 }
 

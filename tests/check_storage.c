@@ -126,7 +126,16 @@ START_TEST(migrate_tasks_keeps_allocations) {
     ck_assert_int_eq(db_open_at(&d, g_path, 7, err, sizeof err), 0);
     int64_t team = 0;
     ck_assert_int_eq(store_team_create(d, "default", &team), STORE_OK);
-    int64_t job = submit(d, team);
+    /* a job as a version-7 server wrote it (store_job_insert writes today's columns) */
+    char jsql[512];
+    snprintf(jsql, sizeof jsql,
+             "INSERT INTO jobs(team_id, name, spec, state, priority, attempt, max_restarts, workers,"
+             " devices_per_worker, device, ps, max_runtime_s, preemptible, queue_if_infeasible, reason,"
+             " created_at, updated_at, queued_at, strategy, memory_mb)"
+             " VALUES(%lld, 'j', '{}', 'queued', 50, 0, 3, 1, 1, 'cpu', 0, 60, 0, 0, 'waiting', 1, 1, 1, 'default', 0)",
+             (long long)team);
+    ck_assert_int_eq(sqlite3_exec(db_conn(d), jsql, NULL, NULL, NULL), SQLITE_OK);
+    int64_t job = sqlite3_last_insert_rowid(db_conn(d));
     static const char *const setup[] = {
         "INSERT INTO nodes(id, hostname, address, cpu_slots, state, registered_at, last_heartbeat_at, memory_mb)"
         " VALUES(5, 'n5', '127.0.0.1', 2, 'ready', 1, 1, 4096)",

@@ -76,7 +76,9 @@ function elapsed(job) {
 }
 function devices(job) {
   const r = job.resources || {};
-  return `${r.workers}×${r.devices_per_worker} ${r.device}` + (r.ps ? ` +${r.ps} ps` : '');
+  /* an elastic job: its workers now and its range, "2 (1-4)" */
+  const w = r.workers_min > 0 && r.workers_min < r.workers ? `${r.workers_now || '–'} (${r.workers_min}-${r.workers})` : r.workers;
+  return `${w}×${r.devices_per_worker} ${r.device}` + (r.ps ? ` +${r.ps} ps` : '');
 }
 function progressCell(job) {
   const p = job.progress;
@@ -173,12 +175,13 @@ function jobRow(j) {
 
 /* A uPlot line chart over steps; series added by name, points by step. */
 class StepChart {
-  constructor(el, title, names, colors) {
+  constructor(el, title, names, colors, height = 240) {
     this.el = el; this.names = names; this.points = new Map(); /* step -> [v per series] */
     this.count = 0;
     const series = [{label: 'step'}].concat(names.map((n, i) => ({label: n, stroke: colors[i], width: 2, spanGaps: true,
       points: {show: true, size: 4}})));
-    this.plot = new uPlot({title, width: this.width(), height: 240, series,
+    this.height = height;
+    this.plot = new uPlot({title, width: this.width(), height, series,
       scales: {x: {time: false}}, axes: [{label: 'step'}, {}], legend: {live: true}}, [[], ...names.map(() => [])], el);
     el.dataset.points = '0';
   }
@@ -203,11 +206,12 @@ class StepChart {
     this.plot.setData([steps, ...this.names.map((_, i) => steps.map(s => this.points.get(s)[i]))]);
     this.el.dataset.points = String(this.count);
   }
-  resize() { this.plot.setSize({width: this.width(), height: 240}); }
+  resize() { this.plot.setSize({width: this.width(), height: this.height}); }
 }
 
 /* Feeds one metric (as GET /metrics or the event stream gives it) to the charts. */
 function chartMetric(charts, m) {
+  if (charts.workers && typeof m.workers === 'number' && typeof m.step === 'number') charts.workers.add(m.step, 'workers', m.workers);
   const step = typeof m.step === 'number' ? m.step : 0;
   if (m.kind === 'step' || !m.kind) {
     charts.loss.add(step, 'loss (step)', m.loss);
@@ -269,6 +273,10 @@ async function pageJob(id) {
   const prog = h('div', {id: 'job-progress'});
   const lossEl = h('div', {class: 'chart', id: 'chart-loss'});
   const accEl = h('div', {class: 'chart', id: 'chart-accuracy'});
+  /* an elastic job (resources.workers a range): its size over the steps */
+  const specW = job.spec && job.spec.resources && job.spec.resources.workers;
+  const elastic = specW !== null && typeof specW === 'object';
+  const workersEl = elastic ? h('div', {class: 'chart', id: 'chart-workers'}) : null;
   const timeline = h('ol', {class: 'timeline', id: 'timeline'});
   const tasks = h('tbody');
   const logSel = h('select', {id: 'log-task', 'aria-label': 'task'});
@@ -278,6 +286,7 @@ async function pageJob(id) {
     h('h1', {}, h('span', {}, `#${job.id} ${job.name}`), stateEl, h('span', {class: 'grow'}), cancelMsg, cancelBtn),
     h('div', {class: 'grid2'}, h('div', {class: 'card'}, summary), h('div', {class: 'card'}, prog)),
     h('div', {class: 'grid2'}, h('div', {class: 'card'}, lossEl), h('div', {class: 'card'}, accEl)),
+    ...(workersEl ? [h('div', {class: 'card'}, workersEl)] : []),
     h('div', {class: 'grid2'},
       h('div', {}, h('h2', {}, 'Timeline'), h('div', {class: 'card'}, timeline)),
       h('div', {}, h('h2', {}, 'Tasks'), h('div', {class: 'table-wrap'}, h('table', {id: 'tasks'},
@@ -292,7 +301,9 @@ async function pageJob(id) {
     loss: new StepChart(lossEl, 'Loss', ['loss (step)', 'loss (epoch)', 'val_loss', 'test_loss', 'eval_loss'], ['#8c959f', '#0969da', '#cf222e', '#8250df', '#bf8700']),
     acc: new StepChart(accEl, 'Accuracy', ['accuracy (step)', 'accuracy (epoch)', 'val_accuracy', 'test_accuracy', 'eval_accuracy'], ['#8c959f', '#0969da', '#1a7f37', '#8250df', '#bf8700']),
   };
-  const onResize = () => { charts.loss.resize(); charts.acc.resize(); };
+  if (workersEl) charts.workers = new StepChart(workersEl, `Workers (elastic ${specW.min}-${specW.max})`, ['workers'], ['#1a7f37'], 140);
+  const drawAll = () => { Object.values(charts).forEach(c => c.draw()); };
+  const onResize = () => { Object.values(charts).forEach(c => c.resize()); };
   window.addEventListener('resize', onResize);
   pageTimers.push({off: () => window.removeEventListener('resize', onResize)});
 
@@ -418,9 +429,9 @@ async function pageJob(id) {
     ev.events.forEach(e => { addEvent(e); lastEvent = e.id; });
   } catch (e) { if (e.name === 'AbortError') return; main.prepend(errorBox(e)); }
   await refreshEval();
-  charts.loss.draw(); charts.acc.draw();
+  drawAll();
   refreshCkpts(); refreshLog();
-  every(400, () => { charts.loss.draw(); charts.acc.draw(); });
+  every(400, () => { drawAll(); });
   every(2000, () => { if (!FINISHED.has(job.state)) { refreshLog(); refreshJob(); refreshEval(); } });
 
   let lastCkptRefresh = 0;
@@ -443,7 +454,7 @@ async function pageJob(id) {
       await new Promise(res => setTimeout(res, 2000));
     }
     await refreshJob(); refreshCkpts(); refreshLog(); await refreshEval();
-    charts.loss.draw(); charts.acc.draw();
+    drawAll();
   };
   live();
 }

@@ -1,7 +1,7 @@
 // dashboard.test.mjs - the dashboard in headless Chromium (Debian's, driven
 // by playwright-core) against the real `trainyard up`: sign in (a wrong token
 // is refused), submit a job through the form and watch it run to succeeded
-// with both charts drawn, cancel a running job from its page, see a bad
+// with both charts drawn, an elastic job's workers chart, cancel a running job from its page, see a bad
 // spec's error at the field it names, what users wrote rendered as text,
 // and the jobs, queue and cluster pages at a desktop's and a phone's width.
 // Screenshots go to $WEB_TEST_OUT (default build/web-test).
@@ -129,6 +129,21 @@ test('a job with an evaluator shows its eval points beside val and test', async 
   assert.match(await page.textContent('#eval-summary'), /epoch 3/);
   assert.equal(await page.locator('#tasks td', {hasText: 'evaluator-0'}).count(), 1);
   await shot('job-evaluator');
+});
+
+test('an elastic job shows its workers over the steps beside its loss', async () => {
+  const body = JSON.parse(spec('browser-elastic', 3));
+  body.strategy = {type: 'multi_worker_mirrored'};
+  body.resources = {workers: {min: 1, max: 2}};
+  const r = await srv.api('/jobs', {method: 'POST', body: JSON.stringify(body)});
+  assert.equal(r.status, 201);
+  await page.goto(`${srv.url}/#/jobs/${r.body.id}`);
+  await page.waitForSelector('#job-state [data-state="succeeded"]', {timeout: 90000});
+  await page.waitForFunction(() => Number(document.querySelector('#chart-workers')?.getAttribute('data-points-workers') || 0) >= 2,
+                             null, {timeout: 30000});
+  assert.ok(await coloredPixels('#chart-workers') > 50, 'the workers line is drawn');
+  assert.match(await page.textContent('#job-summary'), /\d \(1-2\)×1 cpu/);
+  await shot('job-elastic');
 });
 
 test('cancel a running job from its page', async () => {
