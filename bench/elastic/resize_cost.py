@@ -138,7 +138,7 @@ def resizes(api, i):
 
 def main():
     bin_ = sys.argv[1]
-    epochs = int(os.environ.get("EPOCHS", "12"))
+    epochs = int(os.environ.get("EPOCHS", "60"))
     d = tempfile.mkdtemp(prefix="ty_bench_elastic_")
     log = open(os.path.join(d, "up.log"), "w")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")

@@ -4,7 +4,7 @@
 # again by a blocker and an urgent job, beside a fixed 2-worker run of the
 # same spec in the same run. Prints one JSON object last.
 #
-#   bench/elastic/run.sh            EPOCHS=20 bench/elastic/run.sh
+#   bench/elastic/run.sh            EPOCHS=100 bench/elastic/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 make --no-print-directory -s -j2 CUDA=0 build/trainyard
