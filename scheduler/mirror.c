@@ -91,7 +91,7 @@ mirror *mirror_new(void)
 static void node_release(mirror_node *n)
 {
     free(n->row.isolation);
-    free(n->dev); free(n->ports); free(n->mem);
+    free(n->dev); free(n->sdev); free(n->ports); free(n->mem);
     memset(n, 0, sizeof *n);
 }
 
@@ -176,6 +176,14 @@ static void slot_free(mirror *m, int s)
     m->free_slots[m->n_free++] = s;
 }
 
+/* The core's form of a node's devices, after dev changed. */
+static void node_sdev(mirror_node *n)
+{
+    free(n->sdev);
+    n->sdev = xmalloc(((size_t)n->n_dev + 1) * sizeof *n->sdev);
+    for (int x = 0; x < n->n_dev; x++) n->sdev[x] = (sched_device){n->dev[x].id, n->dev[x].job_id};
+}
+
 /* ================================================================ full load */
 
 static int full_load(mirror *m, db *d)
@@ -203,6 +211,7 @@ static int full_load(mirror *m, db *d)
             n->dev = xmalloc((size_t)(y - x) * sizeof *n->dev);
             memcpy(n->dev, &cs.devices[x], (size_t)(y - x) * sizeof *n->dev);
             n->n_dev = y - x;
+            node_sdev(n);
             for (int k = x; k < y; k++) map_put(&m->dev_node, cs.devices[k].id, cs.devices[k].node_id);
         }
         x = y;
@@ -453,6 +462,7 @@ static int refresh(mirror *m, db *d, mirror_stats *st)
                 if (row.job_id) id_add(&jobs, row.job_id);
                 if (nd->dev[x].job_id != row.job_id || nd->dev[x].task_id != row.task_id) id_add(&dirty_pm, node_id);
                 nd->dev[x] = row;
+                nd->sdev[x] = (sched_device){row.id, row.job_id};
                 break;
             }
             continue;
@@ -479,6 +489,7 @@ static int refresh(mirror *m, db *d, mirror_stats *st)
         free(nd->dev);
         nd->dev = dv;
         nd->n_dev = nv;
+        node_sdev(nd);
         st->devices += nv;
         id_add(&dirty_pm, nd->row.id);
     }

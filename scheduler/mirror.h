@@ -26,10 +26,13 @@
 #include <stdint.h>
 
 #include "../storage/cluster.h"
+#include "core.h"
 
 typedef struct mirror_node {
     cl_node row;
     cl_device *dev;  int n_dev;     /* ordered by kind, idx */
+    sched_device *sdev;             /* (n_dev) the core's form of dev, same order: the
+                                     * snapshot points into it instead of copying */
     cl_port *ports;  int n_ports;   /* ordered by port */
     cl_mem *mem;     int n_mem;     /* ordered by job */
 } mirror_node;
@@ -66,6 +69,9 @@ typedef struct mirror {
     mirror_map job_slot;            /* job id -> slot */
     int *order; int n_live, n_hold, cap_order;    /* slots: live by id, then holding by id */
     cl_team *teams; int n_teams;    /* ordered by id */
+    /* the pass's upkeep follows the log too (scheduler.c): where it is */
+    uint64_t upkeep_seq;
+    int upkeep_follows;             /* 0: its next run scans everything */
 } mirror;
 
 mirror *mirror_new(void);

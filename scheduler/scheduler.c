@@ -52,7 +52,6 @@ typedef struct snap {
     const mirror *m;
     sched_snapshot s;
     sched_node *nodes;
-    sched_device *devs;
     int *ports;
     sched_mem *mem;
     sched_team *teams;
@@ -73,14 +72,27 @@ void sched_full_load(int on)
 static void *mirror_make(void) { return mirror_new(); }
 static void mirror_drop(void *p) { mirror_free(p); }
 
+/* The db's mirror, locked: NULL when none could be made. */
+static mirror *mirror_lock(db *d)
+{
+    mirror *m = db_cache(d, DB_CACHE_MIRROR, mirror_make, mirror_drop);
+    if (m) pthread_mutex_lock(&m->mu);
+    return m;
+}
+
+/* Brings the locked mirror in step with the store: 0, or -1. */
+static int mirror_sync(mirror *m, db *d, mirror_stats *ms)
+{
+    if (__atomic_load_n(&g_full_load, __ATOMIC_SEQ_CST)) mirror_invalidate(m);
+    return mirror_refresh(m, d, ms);
+}
+
 /* The db's mirror, locked and in step with the store: 0, or -1 (unlocked). */
 static int mirror_take(db *d, mirror **out, mirror_stats *ms)
 {
-    mirror *m = db_cache(d, DB_CACHE_MIRROR, mirror_make, mirror_drop);
+    mirror *m = mirror_lock(d);
     if (!m) return -1;
-    pthread_mutex_lock(&m->mu);
-    if (__atomic_load_n(&g_full_load, __ATOMIC_SEQ_CST)) mirror_invalidate(m);
-    if (mirror_refresh(m, d, ms) < 0) {
+    if (mirror_sync(m, d, ms) < 0) {
         pthread_mutex_unlock(&m->mu);
         return -1;
     }
@@ -92,24 +104,24 @@ static void mirror_give(mirror *m) { pthread_mutex_unlock(&m->mu); }
 
 static void snap_release(snap *sp)
 {
-    free(sp->nodes); free(sp->devs); free(sp->ports); free(sp->mem); free(sp->teams);
+    free(sp->nodes); free(sp->ports); free(sp->mem); free(sp->teams);
     free(sp->run); free(sp->run_job); free(sp->q); free(sp->q_job); free(sp->avoid);
     memset(sp, 0, sizeof *sp);
 }
 
-/* Builds the core's snapshot over the mirror (held by the caller). */
-static void snap_build(const mirror *m, int64_t now, snap *sp)
+/* Builds the core's snapshot over the mirror (held by the caller): the
+ * devices are the mirror's own arrays (the core only reads them). */
+static void snap_build(mirror *m, int64_t now, snap *sp)
 {
     memset(sp, 0, sizeof *sp);
     sp->m = m;
-    size_t nd = 0, np = 0, nm = 0, na = 0;
+    size_t np = 0, nm = 0, na = 0;
     for (int i = 0; i < m->n_nodes; i++) {
-        nd += (size_t)m->nodes[i].n_dev; np += (size_t)m->nodes[i].n_ports; nm += (size_t)m->nodes[i].n_mem;
+        np += (size_t)m->nodes[i].n_ports; nm += (size_t)m->nodes[i].n_mem;
     }
     int nj = m->n_live + m->n_hold;
     for (int k = 0; k < m->n_live; k++) na += (size_t)m->slots[m->order[k]].n_avoid;
     sp->nodes = xcalloc((size_t)m->n_nodes + 1, sizeof *sp->nodes);
-    sp->devs = xmalloc((nd + 1) * sizeof *sp->devs);
     sp->ports = xmalloc((np + 1) * sizeof(int));
     sp->mem = xmalloc((nm + 1) * sizeof *sp->mem);
     sp->teams = xcalloc((size_t)m->n_teams + 1, sizeof *sp->teams);
@@ -119,9 +131,9 @@ static void snap_build(const mirror *m, int64_t now, snap *sp)
     sp->q_job = xmalloc(((size_t)m->n_live + 1) * sizeof *sp->q_job);
     sp->avoid = xmalloc((na + 1) * sizeof *sp->avoid);
 
-    size_t dv = 0, pt = 0, me = 0;
+    size_t pt = 0, me = 0;
     for (int i = 0; i < m->n_nodes; i++) {
-        const mirror_node *mn = &m->nodes[i];
+        mirror_node *mn = &m->nodes[i];
         sched_node *n = &sp->nodes[i];
         n->id = mn->row.id;
         n->ready = strcmp(mn->row.state, "ready") == 0;
@@ -129,11 +141,8 @@ static void snap_build(const mirror *m, int64_t now, snap *sp)
         /* devices come ordered by kind, index: one run per kind */
         for (int x = 0; x < mn->n_dev;) {
             int k = mn->dev[x].kind, y = x;
-            n->dev[k] = &sp->devs[dv];
-            while (y < mn->n_dev && mn->dev[y].kind == k) {
-                sp->devs[dv++] = (sched_device){mn->dev[y].id, mn->dev[y].job_id};
-                y++;
-            }
+            while (y < mn->n_dev && mn->dev[y].kind == k) y++;
+            n->dev[k] = &mn->sdev[x];
             n->n_dev[k] = y - x;
             x = y;
         }
@@ -180,16 +189,66 @@ static void snap_build(const mirror *m, int64_t now, snap *sp)
 
 static const char *const FROM_ACTIVE[] = {"starting", "running", NULL};
 
-/* Lost nodes, devices of exited tasks, stopped jobs requeued or failed. */
-static int upkeep(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *st)
+/* What upkeep must look at since it last ran, from the change log: the
+ * tasks that changed and the jobs that changed or own them. 0, or 1 when it
+ * must scan everything (first run, a gap in the log, full-load mode); *seq
+ * is where the log was read up to. */
+static int upkeep_changes(db *d, mirror *m, uint64_t *seq, int64_t **tasks, int *nt, int64_t **jobs, int *nj)
 {
-    if (db_begin(d) < 0) return -1;
+    *tasks = *jobs = NULL;
+    *nt = *nj = 0;
+    *seq = m->upkeep_seq;
+    db_change *ch = NULL;
+    size_t n = 0;
+    int gap = db_changes_read(d, seq, &ch, &n);
+    if (gap || !m->upkeep_follows || __atomic_load_n(&g_full_load, __ATOMIC_SEQ_CST)) {
+        free(ch);
+        return 1;
+    }
+    *tasks = xmalloc((n + 1) * sizeof **tasks);
+    *jobs = xmalloc((2 * n + 1) * sizeof **jobs);
+    for (size_t k = 0; k < n; k++) {
+        if (ch[k].table == DB_CH_TASK) (*tasks)[(*nt)++] = ch[k].id;
+        else if (ch[k].table == DB_CH_JOB) (*jobs)[(*nj)++] = ch[k].id;
+    }
+    free(ch);
+    return 0;
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int uniq_ids(int64_t *v, int n)
+{
+    if (n < 2) return n;
+    qsort(v, (size_t)n, sizeof *v, cmp_id);
+    int k = 1;
+    for (int i = 1; i < n; i++)
+        if (v[i] != v[k - 1]) v[k++] = v[i];
+    return k;
+}
+
+/* Lost nodes, devices of exited tasks, stopped jobs requeued or failed.
+ * The last two look only at the tasks and jobs that changed since the
+ * previous upkeep (the change log; everything on its first run, after a
+ * gap, or when a node was lost in this one). */
+static int upkeep(db *d, mirror *m, const sched_config *cfg, int64_t now, sched_pass_stats *st)
+{
+    uint64_t seq;
+    int64_t *ctasks = NULL, *cjobs = NULL;
+    int nct = 0, ncj = 0;
+    int scan = upkeep_changes(d, m, &seq, &ctasks, &nct, &cjobs, &ncj);
+    if (db_begin(d) < 0) { free(ctasks); free(cjobs); return -1; }
     int64_t *lost = NULL, *jobs = NULL;
     cl_reaped *rp = NULL;
     int n = now < cfg->node_loss_not_before_ms ? 0
                                                : cluster_nodes_mark_lost(d, now - cfg->heartbeat_timeout_ms, &lost);
     if (n < 0) goto fail;
     st->lost_nodes = n;
+    if (n > 0) scan = 1; /* their tasks exit in this transaction */
     for (int i = 0; i < n; i++) {
         char why[CL_REASON_MAX];
         sfmt(why, sizeof why, "node %lld lost (no heartbeat for %llds)", (long long)lost[i],
@@ -204,7 +263,21 @@ static int upkeep(db *d, const sched_config *cfg, int64_t now, sched_pass_stats 
         }
         free(jobs); jobs = NULL;
     }
-    int nr = cluster_jobs_all_exited(d, &rp);
+    int nr;
+    if (scan) {
+        nr = cluster_jobs_all_exited(d, &rp);
+    } else {
+        /* the jobs of the tasks that changed, and the jobs that did */
+        nct = uniq_ids(ctasks, nct);
+        for (int k = 0; k < nct; k++) {
+            int64_t job = 0;
+            int rc = cluster_read_task_job(d, ctasks[k], &job);
+            if (rc < 0) goto fail;
+            if (rc == 0) cjobs[ncj++] = job;
+        }
+        ncj = uniq_ids(cjobs, ncj);
+        nr = cluster_jobs_all_exited_of(d, cjobs, ncj, &rp);
+    }
     if (nr < 0) goto fail;
     for (int x = 0; x < nr; x++) {
         const cl_reaped *r = &rp[x];
@@ -226,12 +299,15 @@ static int upkeep(db *d, const sched_config *cfg, int64_t now, sched_pass_stats 
         }
         if (rc == STORE_ERROR) goto fail;
     }
-    if (cluster_release_exited(d) < 0) goto fail;
-    free(rp); free(lost);
-    return db_commit(d);
+    if ((scan ? cluster_release_exited(d) : cluster_release_exited_tasks(d, ctasks, nct)) < 0) goto fail;
+    free(rp); free(lost); free(ctasks); free(cjobs);
+    if (db_commit(d) < 0) return -1;
+    m->upkeep_seq = seq;
+    m->upkeep_follows = 1;
+    return 0;
 fail:
     db_rollback(d);
-    free(rp); free(lost); free(jobs);
+    free(rp); free(lost); free(jobs); free(ctasks); free(cjobs);
     return -1;
 }
 
@@ -338,6 +414,7 @@ static int write_reasons(db *d, const snap *sp, const sched_result *r, sched_pas
             in_txn = 1;
         }
         if (cluster_job_set_reason(d, j->id, why) < 0 || fault_point() < 0) goto fail;
+        st->reasons++;
         if (++rows == REASON_BATCH) {
             if (db_commit(d) < 0) return -1;
             in_txn = 0;
@@ -444,11 +521,12 @@ int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *ou
     memset(&sp, 0, sizeof sp);
     sched_result r;
     sched_result_init(&r);
-    mirror *m = NULL;
     mirror_stats ms;
-    if (upkeep(d, cfg, now, &st) < 0) { log_error("scheduler: upkeep failed"); goto out; }
+    mirror *m = mirror_lock(d);
+    if (!m) goto out;
+    if (upkeep(d, m, cfg, now, &st) < 0) { log_error("scheduler: upkeep failed"); goto out; }
     double tu = mono_s();
-    if (mirror_take(d, &m, &ms) < 0) goto out;
+    if (mirror_sync(m, d, &ms) < 0) goto out;
     double tm = mono_s();
     snap_build(m, now, &sp);
     double t1 = mono_s();

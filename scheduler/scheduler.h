@@ -26,6 +26,7 @@ typedef struct sched_pass_stats {
     int failed;          /* jobs failed (restart budget spent, max_runtime_s) */
     int lost_nodes;      /* nodes marked lost in this pass */
     int conflicts;       /* placements dropped because the store changed under them */
+    int reasons;         /* waiting reasons written (only those that changed) */
     /* whose agents to tell: the nodes given new tasks, or every node */
 #define SCHED_WAKE_MAX 64
     int64_t wake_nodes[SCHED_WAKE_MAX];

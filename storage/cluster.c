@@ -657,15 +657,20 @@ static const char SQL_FAILURE_ADD[] =
     " ON CONFLICT(job_id, node_id) DO UPDATE SET count = count + 1";
 static const char SQL_RELEASE_EXITED[] =
     "DELETE FROM allocations WHERE task_id IN (SELECT id FROM tasks WHERE state = 'exited')";
-static const char SQL_ALL_EXITED[] =
-    "SELECT j.id, j.attempt, j.max_restarts,"
-    " (SELECT t.reason FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt"
-    "   AND (t.reason LIKE 'preempted%' OR t.reason LIKE 'node % lost%' OR t.reason LIKE 'max_runtime%')"
-    "   ORDER BY t.id LIMIT 1)"
-    " FROM jobs j WHERE j.state IN ('starting','running')"
-    " AND EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt)"
-    " AND NOT EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt"
-    "   AND t.state != 'exited')";
+#define ALL_EXITED                                                                          \
+    "SELECT j.id, j.attempt, j.max_restarts,"                                               \
+    " (SELECT t.reason FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt"        \
+    "   AND (t.reason LIKE 'preempted%' OR t.reason LIKE 'node % lost%' OR t.reason LIKE 'max_runtime%')" \
+    "   ORDER BY t.id LIMIT 1)"                                                             \
+    " FROM jobs j WHERE j.state IN ('starting','running')"                                  \
+    " AND EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt)"    \
+    " AND NOT EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt" \
+    "   AND t.state != 'exited')"
+static const char SQL_ALL_EXITED[] = ALL_EXITED;
+static const char SQL_ALL_EXITED_OF[] = ALL_EXITED " AND j.id = ?1";
+static const char SQL_RELEASE_EXITED_TASK[] =
+    "DELETE FROM allocations WHERE task_id = ?1 AND EXISTS(SELECT 1 FROM tasks WHERE id = ?1 AND state = 'exited')";
+
 
 int cluster_node_tasks_lost(db *d, int64_t node_id, const char *reason, int64_t now, int64_t **jobs)
 {
@@ -709,23 +714,57 @@ int cluster_release_exited(db *d)
     return rc == SQLITE_DONE ? n : -1;
 }
 
-int cluster_jobs_all_exited(db *d, cl_reaped **out)
+static int reaped_rows(sqlite3_stmt *st, cl_reaped **out, int *n, int *cap)
 {
-    *out = NULL;
-    sqlite3_stmt *st = db_prepare(d, SQL_ALL_EXITED);
-    if (!st) return -1;
-    int n = 0, cap = 0, rc;
+    int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        GROW(*out, n, cap);
-        cl_reaped *r = &(*out)[n++];
+        GROW(*out, *n, *cap);
+        cl_reaped *r = &(*out)[(*n)++];
         r->job_id = sqlite3_column_int64(st, 0);
         r->attempt = sqlite3_column_int(st, 1);
         r->max_restarts = sqlite3_column_int(st, 2);
         col_text(st, 3, r->reason, sizeof r->reason);
     }
     db_done(st);
-    if (rc != SQLITE_DONE) { free(*out); *out = NULL; return -1; }
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int cluster_jobs_all_exited(db *d, cl_reaped **out)
+{
+    *out = NULL;
+    sqlite3_stmt *st = db_prepare(d, SQL_ALL_EXITED);
+    if (!st) return -1;
+    int n = 0, cap = 0;
+    if (reaped_rows(st, out, &n, &cap) < 0) { free(*out); *out = NULL; return -1; }
     return n;
+}
+
+int cluster_jobs_all_exited_of(db *d, const int64_t *jobs, int n_jobs, cl_reaped **out)
+{
+    *out = NULL;
+    int n = 0, cap = 0;
+    for (int k = 0; k < n_jobs; k++) {
+        sqlite3_stmt *st = db_prepare(d, SQL_ALL_EXITED_OF);
+        if (!st) { free(*out); *out = NULL; return -1; }
+        sqlite3_bind_int64(st, 1, jobs[k]);
+        if (reaped_rows(st, out, &n, &cap) < 0) { free(*out); *out = NULL; return -1; }
+    }
+    return n;
+}
+
+int cluster_release_exited_tasks(db *d, const int64_t *tasks, int n_tasks)
+{
+    int freed = 0;
+    for (int k = 0; k < n_tasks; k++) {
+        sqlite3_stmt *st = db_prepare(d, SQL_RELEASE_EXITED_TASK);
+        if (!st) return -1;
+        sqlite3_bind_int64(st, 1, tasks[k]);
+        int rc = sqlite3_step(st);
+        freed += sqlite3_changes(db_conn(d));
+        db_done(st);
+        if (rc != SQLITE_DONE) return -1;
+    }
+    return freed;
 }
 
 /* ================================================================ node tokens */

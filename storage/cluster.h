@@ -176,6 +176,12 @@ typedef struct cl_reaped {
     char reason[CL_REASON_MAX];
 } cl_reaped;
 int cluster_jobs_all_exited(db *d, cl_reaped **out);
+/* The same two among the given jobs and tasks only (those whose rows
+ * changed since the caller last looked: the scheduler follows the change
+ * log), at the cost of an indexed look-up each instead of a scan of every
+ * active job and every exited task. */
+int cluster_jobs_all_exited_of(db *d, const int64_t *jobs, int n_jobs, cl_reaped **out);
+int cluster_release_exited_tasks(db *d, const int64_t *tasks, int n_tasks);
 /* queued_at for a requeued job's state change is set by store_job_transition. */
 
 /* ---------------------------------------------------------------- node tokens

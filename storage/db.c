@@ -560,7 +560,7 @@ int db_changes_read(db *d, uint64_t *from, db_change **out, size_t *n) {
     if (!d->wal) return 1; /* commits go unseen (db_generation) */
     pthread_mutex_lock(&d->chg_mu);
     uint64_t head = d->log_head, f = *from;
-    int gap = f > head || f < d->log_all || head - f > DB_CHANGES_CAP;
+    int gap = f > head || f < d->log_all || head - f > DB_CHANGES_CAP || (head > f && !d->log);
     if (!gap && head > f) {
         *n = (size_t)(head - f);
         *out = xmalloc(*n * sizeof **out);
@@ -759,6 +759,7 @@ int db_open_at(db **out, const char *path, int target, char *err, size_t errlen)
     pthread_cond_init(&d->ckpt_cv, NULL);
     pthread_mutex_init(&d->chg_mu, NULL);
     d->log_head = 1;
+    d->log_all = 1; /* a reader from before the first change (seq 0) reloads */
     d->wal = wal;
     /* numbers of different dbs (one closed, another opened at its address)
      * never meet: each starts at its own 2^40 */

@@ -142,8 +142,9 @@ static int run(const char *path, int full, int passes, int churn, int64_t now, i
         part[0][pass] = s.upkeep_ms; part[1][pass] = s.refresh_ms; part[2][pass] = s.build_ms;
         part[3][pass] = s.core_ms; part[4][pass] = s.apply_ms;
         printf("%s pass %2d: %7.1f ms (upkeep %6.1f, refresh %6.1f%s %6d rows, build %5.1f, core %5.1f, apply %6.1f)"
-               " placed %d waiting %d\n", full ? "full  " : "mirror", pass, tot[pass], s.upkeep_ms, s.refresh_ms,
-               s.full_load ? " full," : ",     ", s.rows_read, s.build_ms, s.core_ms, s.apply_ms, s.placed, s.waiting);
+               " placed %d waiting %d reasons %d\n", full ? "full  " : "mirror", pass, tot[pass], s.upkeep_ms,
+               s.refresh_ms, s.full_load ? " full," : ",     ", s.rows_read, s.build_ms, s.core_ms, s.apply_ms, s.placed,
+               s.waiting, s.reasons);
         if (end_jobs(d, churn) < 0 || add_jobs(d, team, churn, now + pass * 1000) < 0) {
             fprintf(stderr, "churn failed\n"); rc = -1; break;
         }
