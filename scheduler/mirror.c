@@ -100,11 +100,12 @@ static void clear(mirror *m)
     for (int i = 0; i < m->n_nodes; i++) node_release(&m->nodes[i]);
     free(m->nodes);
     for (int s = 0; s < m->n_slots; s++) free(m->slots[s].avoid);
-    free(m->slots); free(m->free_slots); free(m->order); free(m->teams);
+    free(m->slots); free(m->info); free(m->said); free(m->left); free(m->free_slots); free(m->order); free(m->teams);
     map_release(&m->dev_node);
     map_release(&m->job_slot);
     m->nodes = NULL; m->n_nodes = m->cap_nodes = 0;
     m->slots = NULL; m->n_slots = m->cap_slots = 0;
+    m->info = NULL; m->said = NULL; m->left = NULL; m->n_left = m->cap_left = 0;
     m->free_slots = NULL; m->n_free = m->cap_free = 0;
     m->order = NULL; m->n_live = m->n_hold = m->cap_order = 0;
     m->teams = NULL; m->n_teams = 0;
@@ -160,15 +161,30 @@ static int slot_new(mirror *m)
     if (m->n_slots == m->cap_slots) {
         m->cap_slots = m->cap_slots ? m->cap_slots * 2 : 1024;
         m->slots = xrealloc(m->slots, (size_t)m->cap_slots * sizeof *m->slots);
+        m->info = xrealloc(m->info, (size_t)m->cap_slots * sizeof *m->info);
+        m->said = xrealloc(m->said, (size_t)m->cap_slots * sizeof *m->said);
     }
     memset(&m->slots[m->n_slots], 0, sizeof m->slots[0]);
+    memset(&m->info[m->n_slots], 0, sizeof m->info[0]);
+    memset(&m->said[m->n_slots], 0, sizeof m->said[0]);
     return m->n_slots++;
+}
+
+/* A job's row changed: its info follows. */
+static void slot_set(mirror *m, int s, const cl_job *row)
+{
+    if (strcmp(m->slots[s].row.reason, row->reason) != 0) m->said[s].ok = 0;
+    m->slots[s].row = *row;
+    m->info[s].id = row->id;
+    m->info[s].queued = strcmp(row->state, "queued") == 0;
 }
 
 static void slot_free(mirror *m, int s)
 {
     free(m->slots[s].avoid);
     memset(&m->slots[s], 0, sizeof m->slots[s]);
+    memset(&m->info[s], 0, sizeof m->info[s]);
+    memset(&m->said[s], 0, sizeof m->said[s]);
     if (m->n_free == m->cap_free) {
         m->cap_free = m->cap_free ? m->cap_free * 2 : 256;
         m->free_slots = xrealloc(m->free_slots, (size_t)m->cap_free * sizeof *m->free_slots);
@@ -181,7 +197,11 @@ static void node_sdev(mirror_node *n)
 {
     free(n->sdev);
     n->sdev = xmalloc(((size_t)n->n_dev + 1) * sizeof *n->sdev);
-    for (int x = 0; x < n->n_dev; x++) n->sdev[x] = (sched_device){n->dev[x].id, n->dev[x].job_id};
+    memset(n->n_kind, 0, sizeof n->n_kind);
+    for (int x = 0; x < n->n_dev; x++) {
+        n->sdev[x] = (sched_device){n->dev[x].id, n->dev[x].job_id};
+        n->n_kind[n->dev[x].kind]++;
+    }
 }
 
 /* ================================================================ full load */
@@ -246,11 +266,11 @@ static int full_load(mirror *m, db *d)
     m->order = xmalloc((size_t)m->cap_order * sizeof *m->order);
     for (int x = 0; x < cs.n_jobs; x++) {
         int s = slot_new(m);
-        m->slots[s].row = cs.jobs[x];
-        m->slots[s].sect = job_sect(&cs.jobs[x]);
+        slot_set(m, s, &cs.jobs[x]);
+        m->info[s].sect = (signed char)job_sect(&cs.jobs[x]);
         map_put(&m->job_slot, cs.jobs[x].id, s);
         m->order[x] = s;
-        if (m->slots[s].sect == 1) m->n_live++;
+        if (m->info[s].sect == 1) m->n_live++;
         else m->n_hold++;
     }
     /* avoid rows come ordered by job, node */
@@ -351,7 +371,7 @@ static int node_put(mirror *m, int64_t id, cl_node *row, int found)
 static int cmp_slot(const void *a, const void *b, void *ctx)
 {
     const mirror *m = ctx;
-    int64_t x = m->slots[*(const int *)a].row.id, y = m->slots[*(const int *)b].row.id;
+    int64_t x = m->info[*(const int *)a].id, y = m->info[*(const int *)b].id;
     return (x > y) - (x < y);
 }
 
@@ -369,19 +389,19 @@ static void order_rebuild(mirror *m, const int *fresh, int n_fresh)
         int a = sect == 1 ? 0 : m->n_live, a_end = sect == 1 ? m->n_live : m->n_live + m->n_hold, b = 0;
         for (;;) {
             while (a < a_end) { /* old members still there, not re-added */
-                const mirror_job *j = &m->slots[m->order[a]];
+                const mirror_slot *j = &m->info[m->order[a]];
                 if (j->sect == sect && !j->fresh) break;
                 a++;
             }
-            while (b < n_fresh && m->slots[sorted[b]].sect != sect) b++;
+            while (b < n_fresh && m->info[sorted[b]].sect != sect) b++;
             if (a >= a_end && b >= n_fresh) break;
             int take_old = b >= n_fresh ||
-                           (a < a_end && m->slots[m->order[a]].row.id < m->slots[sorted[b]].row.id);
+                           (a < a_end && m->info[m->order[a]].id < m->info[sorted[b]].id);
             out[n_out++] = take_old ? m->order[a++] : sorted[b++];
         }
         if (sect == 1) n_live = n_out;
     }
-    for (int k = 0; k < n_fresh; k++) m->slots[fresh[k]].fresh = 0;
+    for (int k = 0; k < n_fresh; k++) m->info[fresh[k]].fresh = 0;
     free(sorted);
     free(m->order);
     m->order = out;
@@ -527,7 +547,12 @@ static int refresh(mirror *m, db *d, mirror_stats *st)
         if (rc != 0) {
             if (known) { /* left the pass's view: the rebuild drops it from the order */
                 map_del(&m->job_slot, jobs.v[k]);
-                m->slots[s].sect = 0;
+                m->info[s].sect = 0;
+                if (m->n_left == m->cap_left) {
+                    m->cap_left = m->cap_left ? m->cap_left * 2 : 256;
+                    m->left = xrealloc(m->left, (size_t)m->cap_left * sizeof *m->left);
+                }
+                m->left[m->n_left++] = (int)s;
                 left = 1;
             }
             continue;
@@ -540,12 +565,12 @@ static int refresh(mirror *m, db *d, mirror_stats *st)
             reread_avoid = 1;
         }
         mirror_job *j = &m->slots[s];
-        if (j->sect != sect) {
-            j->sect = sect;
-            j->fresh = 1;
+        if (m->info[s].sect != sect) {
+            m->info[s].sect = (signed char)sect;
+            m->info[s].fresh = 1;
             fresh[n_fresh++] = (int)s;
         }
-        j->row = row;
+        slot_set(m, (int)s, &row);
         if (reread_avoid) {
             cl_avoid *av;
             int na;
@@ -566,9 +591,9 @@ static int refresh(mirror *m, db *d, mirror_stats *st)
     if (cluster_read_end(d) < 0) { free(fresh); goto fail_ended; }
     if (n_fresh || left) order_rebuild(m, fresh, n_fresh);
     free(fresh);
-    /* slots that left (sect 0) are freed once the order no longer has them */
-    for (int s = 0; left && s < m->n_slots; s++)
-        if (m->slots[s].sect == 0 && m->slots[s].row.id != 0) slot_free(m, s);
+    /* slots that left are freed once the order no longer has them */
+    for (int k = 0; k < m->n_left; k++) slot_free(m, m->left[k]);
+    m->n_left = 0;
     goto done;
 fail:
     cluster_read_end(d);

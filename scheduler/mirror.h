@@ -33,6 +33,7 @@ typedef struct mirror_node {
     cl_device *dev;  int n_dev;     /* ordered by kind, idx */
     sched_device *sdev;             /* (n_dev) the core's form of dev, same order: the
                                      * snapshot points into it instead of copying */
+    int n_kind[SCHED_KINDS];        /* devices of each kind (cpu first: dev's order) */
     cl_port *ports;  int n_ports;   /* ordered by port */
     cl_mem *mem;     int n_mem;     /* ordered by job */
 } mirror_node;
@@ -40,9 +41,16 @@ typedef struct mirror_node {
 typedef struct mirror_job {
     cl_job row;
     cl_avoid *avoid; int n_avoid;   /* nodes that failed it twice, ordered by node */
-    int sect;                       /* 0 free slot, 1 live (queued, starting, running), 2 holding */
-    int fresh;                      /* (during a refresh) joined its section */
 } mirror_job;
+
+/* What the order and the snapshot read of every job, kept apart from the
+ * rows (a few bytes a job instead of a row's cache lines). */
+typedef struct mirror_slot {
+    int64_t id;                     /* the job's id, 0 for a free slot */
+    signed char sect;               /* 0 free, 1 live (queued, starting, running), 2 holding */
+    char fresh;                     /* (during a refresh) joined its section */
+    char queued;                    /* state is queued */
+} mirror_slot;
 
 /* int64 -> int64, open addressing; keys > 0 */
 typedef struct mirror_map {
@@ -65,6 +73,13 @@ typedef struct mirror {
     mirror_node *nodes; int n_nodes, cap_nodes;   /* ordered by id */
     mirror_map dev_node;            /* device id -> node id */
     mirror_job *slots; int n_slots, cap_slots;
+    mirror_slot *info;              /* (n_slots) beside slots */
+    /* (n_slots) the waiting outcome whose wording is the row's reason, when
+     * ok: the pass compares outcomes instead of formatting every queued
+     * job's reason (scheduler.c write_reasons); a refresh that reads a
+     * different reason clears ok */
+    struct mirror_said { sched_outcome o; char ok; } *said;
+    int *left; int n_left, cap_left;   /* (during a refresh) slots whose job left */
     int *free_slots; int n_free, cap_free;
     mirror_map job_slot;            /* job id -> slot */
     int *order; int n_live, n_hold, cap_order;    /* slots: live by id, then holding by id */

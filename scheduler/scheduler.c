@@ -49,7 +49,7 @@ static int fault_point(void)
  * mirror's lock is held from the refresh until the decisions are applied. */
 
 typedef struct snap {
-    const mirror *m;
+    mirror *m;
     sched_snapshot s;
     sched_node *nodes;
     int *ports;
@@ -59,6 +59,7 @@ typedef struct snap {
     const cl_job **run_job;  /* (n_running) rows in the mirror */
     sched_job *q;
     const cl_job **q_job;    /* (n_queued) */
+    int *q_slot;             /* (n_queued) the job's slot in the mirror */
     int64_t *avoid;
 } snap;
 
@@ -105,7 +106,7 @@ static void mirror_give(mirror *m) { pthread_mutex_unlock(&m->mu); }
 static void snap_release(snap *sp)
 {
     free(sp->nodes); free(sp->ports); free(sp->mem); free(sp->teams);
-    free(sp->run); free(sp->run_job); free(sp->q); free(sp->q_job); free(sp->avoid);
+    free(sp->run); free(sp->run_job); free(sp->q); free(sp->q_job); free(sp->q_slot); free(sp->avoid);
     memset(sp, 0, sizeof *sp);
 }
 
@@ -129,6 +130,7 @@ static void snap_build(mirror *m, int64_t now, snap *sp)
     sp->run_job = xmalloc(((size_t)nj + 1) * sizeof *sp->run_job);
     sp->q = xmalloc(((size_t)m->n_live + 1) * sizeof *sp->q);
     sp->q_job = xmalloc(((size_t)m->n_live + 1) * sizeof *sp->q_job);
+    sp->q_slot = xmalloc(((size_t)m->n_live + 1) * sizeof *sp->q_slot);
     sp->avoid = xmalloc((na + 1) * sizeof *sp->avoid);
 
     size_t pt = 0, me = 0;
@@ -139,12 +141,9 @@ static void snap_build(mirror *m, int64_t now, snap *sp)
         n->ready = strcmp(mn->row.state, "ready") == 0;
         n->mem_mb = mn->row.memory_mb;
         /* devices come ordered by kind, index: one run per kind */
-        for (int x = 0; x < mn->n_dev;) {
-            int k = mn->dev[x].kind, y = x;
-            while (y < mn->n_dev && mn->dev[y].kind == k) y++;
+        for (int k = 0, x = 0; k < SCHED_KINDS; x += mn->n_kind[k++]) {
             n->dev[k] = &mn->sdev[x];
-            n->n_dev[k] = y - x;
-            x = y;
+            n->n_dev[k] = mn->n_kind[k];
         }
         n->ports = &sp->ports[pt];
         for (int x = 0; x < mn->n_ports; x++) sp->ports[pt++] = mn->ports[x].port;
@@ -164,13 +163,14 @@ static void snap_build(mirror *m, int64_t now, snap *sp)
         const cl_job *j = &mj->row;
         int t = mirror_find_team(m, j->team_id);
         if (t < 0) continue;
-        if (strcmp(j->state, "queued") == 0) {
+        if (m->info[m->order[k]].queued) {
             sched_job *q = &sp->q[nq];
             *q = (sched_job){j->id, t, j->priority, j->workers, j->devices_per_worker, j->kind, j->ps,
                              j->queued_at, j->max_runtime_s, 0, NULL, j->memory_mb};
             q->avoid = &sp->avoid[av];
             for (int x = 0; x < mj->n_avoid; x++) sp->avoid[av++] = mj->avoid[x].node_id;
             q->n_avoid = mj->n_avoid;
+            sp->q_slot[nq] = m->order[k];
             sp->q_job[nq++] = j;
         } else {
             int live = strcmp(j->state, "starting") == 0 || strcmp(j->state, "running") == 0;
@@ -398,33 +398,82 @@ static int apply_needed(const snap *sp, const sched_result *r, int64_t now)
  * cancelled meanwhile keeps its own. */
 #define REASON_BATCH 128
 
+/* Whether two waiting outcomes read the same (sched_reason_format words
+ * why, kind, a, b, c; rank, estimated start and aged priority are not in
+ * the text). A field the wording comes to use belongs here too:
+ * queue_order_exact compares the reasons written with this shortcut and
+ * without it (sched_full_load). */
+static int same_wording(const sched_outcome *x, const sched_outcome *y)
+{
+    return x->why == y->why && x->kind == y->kind && x->a == y->a && x->b == y->b && x->c == y->c &&
+           (x->place >= 0) == (y->place >= 0);
+}
+
+typedef struct reason_row {
+    int slot;
+    sched_outcome o;
+    char why[CL_REASON_MAX];
+} reason_row;
+
+/* A batch committed: the mirror's rows take the reasons written (what a
+ * refresh will read back), and remember the outcome they word. */
+static void reasons_committed(mirror *m, const reason_row *rows, int n)
+{
+    for (int k = 0; k < n; k++) {
+        cl_job *j = &m->slots[rows[k].slot].row;
+        sfmt(j->reason, sizeof j->reason, "%s", rows[k].why);
+        m->said[rows[k].slot].o = rows[k].o;
+        m->said[rows[k].slot].ok = 1;
+    }
+}
+
 static int write_reasons(db *d, const snap *sp, const sched_result *r, sched_pass_stats *st)
 {
+    mirror *m = sp->m;
+    int cache = !__atomic_load_n(&g_full_load, __ATOMIC_SEQ_CST);
+    reason_row *batch = xmalloc(REASON_BATCH * sizeof *batch);
     char why[CL_REASON_MAX];
     int in_txn = 0, rows = 0;
     for (int q = 0; q < sp->s.n_queued; q++) {
         const sched_outcome *o = &r->out[q];
         if (o->place >= 0) continue;
         st->waiting++;
+        struct mirror_said *said = &m->said[sp->q_slot[q]];
+        if (cache && said->ok && same_wording(&said->o, o)) continue; /* its reason says this already */
         sched_reason_format(o, why, sizeof why);
         const cl_job *j = sp->q_job[q];
-        if (strcmp(j->reason, why) == 0) continue;
+        if (strcmp(j->reason, why) == 0) {
+            said->o = *o;
+            said->ok = 1;
+            continue;
+        }
         if (!in_txn) {
-            if (db_begin(d) < 0) return -1;
+            if (db_begin(d) < 0) goto out;
             in_txn = 1;
         }
         if (cluster_job_set_reason(d, j->id, why) < 0 || fault_point() < 0) goto fail;
         st->reasons++;
+        batch[rows].slot = sp->q_slot[q];
+        batch[rows].o = *o;
+        memcpy(batch[rows].why, why, sizeof why);
         if (++rows == REASON_BATCH) {
-            if (db_commit(d) < 0) return -1;
             in_txn = 0;
+            if (db_commit(d) < 0) goto out;
+            reasons_committed(m, batch, rows);
             rows = 0;
         }
     }
-    if (in_txn && db_commit(d) < 0) return -1;
+    if (in_txn) {
+        in_txn = 0;
+        if (db_commit(d) < 0) goto out;
+        reasons_committed(m, batch, rows);
+    }
+    free(batch);
     return 0;
 fail:
     db_rollback(d);
+out:
+    free(batch);
     return -1;
 }
 
