@@ -425,7 +425,7 @@ static int refresh(mirror *m, db *d, mirror_stats *st)
     for (size_t k = 0; k < n; k++) {
         switch (ch[k].table) {
         case DB_CH_NODE: id_add(&nodes, ch[k].id); break;
-        case DB_CH_DEVICE: id_add(&devs, ch[k].id); break;
+        case DB_CH_DEVICE: case DB_CH_ALLOC: id_add(&devs, ch[k].id); break;
         case DB_CH_TASK: id_add(&tasks, ch[k].id); break;
         case DB_CH_JOB: id_add(&jobs, ch[k].id); break;
         case DB_CH_AVOID: id_add(&avoid, ch[k].id); id_add(&jobs, ch[k].id); break;

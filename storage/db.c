@@ -497,7 +497,7 @@ static void update_hook(void *arg, int op, const char *dbname, const char *table
     switch (table[0]) {
     case 'j': t = strcmp(table, "jobs") == 0 ? DB_CH_JOB : 0; break;
     case 't': t = strcmp(table, "tasks") == 0 ? DB_CH_TASK : strcmp(table, "teams") == 0 ? DB_CH_TEAM : 0; break;
-    case 'a': t = strcmp(table, "allocations") == 0 ? DB_CH_DEVICE : 0; break; /* rowid = device_id */
+    case 'a': t = strcmp(table, "allocations") == 0 ? DB_CH_ALLOC : 0; break; /* rowid = device_id */
     case 'd': t = strcmp(table, "devices") == 0 ? DB_CH_DEVICE : 0; break;
     default: t = 0;
     }

@@ -73,7 +73,8 @@ void db_notes_rewind(size_t mark);
  * A transaction of more than 65,536 changes publishes "everything". */
 enum {
     DB_CH_NODE = 1,   /* nodes row (id): noted by its writers */
-    DB_CH_DEVICE,     /* devices row or its allocation (id = device id) */
+    DB_CH_DEVICE,     /* devices row (id) */
+    DB_CH_ALLOC,      /* allocations row (id = its device's id) */
     DB_CH_TASK,       /* tasks row (id) */
     DB_CH_JOB,        /* jobs row (id) */
     DB_CH_TEAM,       /* teams row (id) */

@@ -1878,6 +1878,91 @@ START_TEST(queue_order_exact)
 }
 END_TEST
 
+
+/* The admission's capacity (store_cluster_capacity, kept per db and read
+ * again only when nodes or devices change) equals the aggregate over the
+ * nodes and devices tables, through joins, drains, losses, heartbeats that
+ * bring a node back, re-registrations with other devices, placements. */
+static const char SQL_CAPACITY_REF[] =
+    "WITH per AS (SELECT n.id, n.memory_mb AS mem, count(v.id) AS c FROM nodes n"
+    "   LEFT JOIN devices v ON v.node_id = n.id AND v.kind = ?1 WHERE n.state = 'ready' GROUP BY n.id)"
+    "SELECT (SELECT count(*) FROM per),"
+    " coalesce((SELECT max(c) FROM per), 0),"
+    " coalesce((SELECT sum(c) FROM per), 0),"
+    " (SELECT count(*) FROM devices v JOIN nodes n ON n.id = v.node_id WHERE n.state = 'ready' AND v.kind = 'cpu'),"
+    " coalesce((SELECT sum(c / ?2) FROM per), 0),"
+    " (SELECT count(*) FROM per WHERE mem > 0),"
+    " coalesce((SELECT max(mem) FROM per WHERE c >= ?2), 0),"
+    " (SELECT count(*) FROM per WHERE c >= ?2 AND (mem = 0 OR ?3 <= 0 OR mem >= ?3)),"
+    " coalesce((SELECT sum(CASE WHEN mem > 0 AND ?3 > 0 AND mem / ?3 < c / ?2 THEN mem / ?3 ELSE c / ?2 END)"
+    "   FROM per), 0)";
+
+static void capacity_matches(const char *kind, int pw, int64_t mem)
+{
+    store_capacity c;
+    ck_assert_int_eq(store_cluster_capacity(g_db, kind, pw, mem, &c), STORE_OK);
+    sqlite3_stmt *st = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), SQL_CAPACITY_REF, -1, &st, NULL), SQLITE_OK);
+    sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, pw > 0 ? pw : 1);
+    sqlite3_bind_int64(st, 3, mem);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    ck_assert_int_eq(c.nodes, sqlite3_column_int(st, 0));
+    ck_assert_int_eq(c.largest, sqlite3_column_int(st, 1));
+    ck_assert_int_eq(c.total, sqlite3_column_int(st, 2));
+    ck_assert_int_eq(c.cpu_total, sqlite3_column_int(st, 3));
+    ck_assert_int_eq(c.workers_fit, sqlite3_column_int(st, 4));
+    ck_assert_int_eq(c.mem_nodes, sqlite3_column_int(st, 5));
+    ck_assert_int_eq(c.mem_largest, sqlite3_column_int64(st, 6));
+    ck_assert_int_eq(c.mem_hold, sqlite3_column_int(st, 7));
+    ck_assert_int_eq(c.mem_workers_fit, sqlite3_column_int(st, 8));
+    sqlite3_finalize(st);
+}
+
+START_TEST(db_capacity_follows_nodes)
+{
+    g_rng = 0xcafeull + (uint64_t)_i;
+    int64_t now = 1700000000000LL;
+    sched_config cfg; sched_config_default(&cfg);
+    int64_t t = team("default", -1);
+    for (int step = 0; step < 60; step++) {
+        now += 1000;
+        int64_t some_node = q1("SELECT coalesce((SELECT id FROM nodes ORDER BY random() LIMIT 1), 0)", 0);
+        switch (rint_(0, 6)) {
+        case 0: case 1: {
+            char host[32];
+            snprintf(host, sizeof host, "n%d", rint_(0, 5));
+            int idx[8], ng = rint_(0, 8);
+            for (int g = 0; g < ng; g++) idx[g] = g;
+            ck_assert_int_eq(cluster_node_upsert(g_db, host, "10.0.0.3", rint_(0, 4), ng, idx, NULL, NULL,
+                                                 rint_(0, 2) * 12000, NULL, now, NULL, NULL), 0);
+            break;
+        }
+        case 2:
+            if (some_node) ck_assert_int_ge(cluster_node_drain(g_db, some_node, rint_(0, 1), NULL), 0);
+            break;
+        case 3: {
+            if (some_node) ck_assert_int_eq(cluster_node_heartbeat(g_db, some_node, now - 100000), 0);
+            int64_t *ids = NULL;
+            ck_assert_int_ge(cluster_nodes_mark_lost(g_db, now - 50000, &ids), 0);
+            free(ids);
+            break;
+        }
+        case 4: /* a lost node beats again */
+            if (some_node) ck_assert_int_eq(cluster_node_heartbeat(g_db, some_node, now), 0);
+            break;
+        case 5:
+            job(t, 50, rint_(1, 2), rint_(1, 4), "gpu", 0, 0, 0);
+            ck_assert_int_eq(sched_pass(g_db, &cfg, now, NULL), 0);
+            break;
+        default:
+            break;
+        }
+        capacity_matches(rint_(0, 1) ? "gpu" : "cpu", rint_(0, 4), rint_(0, 2) * 5000);
+    }
+}
+END_TEST
+
 /* ================================================================ main */
 
 Suite *sched_suite(void);
@@ -1917,6 +2002,7 @@ Suite *sched_suite(void)
     tcase_add_test(td, db_mirror_rollback_invisible);
     tcase_add_test(td, db_crash_before_commit_loses_nothing);
     tcase_add_loop_test(td, queue_order_exact, 0, 8);
+    tcase_add_loop_test(td, db_capacity_follows_nodes, 0, 4);
     suite_add_tcase(s, td);
     return s;
 }
