@@ -100,12 +100,12 @@ static void clear(mirror *m)
     for (int i = 0; i < m->n_nodes; i++) node_release(&m->nodes[i]);
     free(m->nodes);
     for (int s = 0; s < m->n_slots; s++) free(m->slots[s].avoid);
-    free(m->slots); free(m->info); free(m->said); free(m->left); free(m->free_slots); free(m->order); free(m->teams);
+    free(m->slots); free(m->info); free(m->said); free(m->sj); free(m->left); free(m->free_slots); free(m->order); free(m->teams);
     map_release(&m->dev_node);
     map_release(&m->job_slot);
     m->nodes = NULL; m->n_nodes = m->cap_nodes = 0;
     m->slots = NULL; m->n_slots = m->cap_slots = 0;
-    m->info = NULL; m->said = NULL; m->left = NULL; m->n_left = m->cap_left = 0;
+    m->info = NULL; m->said = NULL; m->sj = NULL; m->left = NULL; m->n_left = m->cap_left = 0;
     m->free_slots = NULL; m->n_free = m->cap_free = 0;
     m->order = NULL; m->n_live = m->n_hold = m->cap_order = 0;
     m->teams = NULL; m->n_teams = 0;
@@ -163,11 +163,19 @@ static int slot_new(mirror *m)
         m->slots = xrealloc(m->slots, (size_t)m->cap_slots * sizeof *m->slots);
         m->info = xrealloc(m->info, (size_t)m->cap_slots * sizeof *m->info);
         m->said = xrealloc(m->said, (size_t)m->cap_slots * sizeof *m->said);
+        m->sj = xrealloc(m->sj, (size_t)m->cap_slots * sizeof *m->sj);
     }
     memset(&m->slots[m->n_slots], 0, sizeof m->slots[0]);
     memset(&m->info[m->n_slots], 0, sizeof m->info[0]);
     memset(&m->said[m->n_slots], 0, sizeof m->said[0]);
+    memset(&m->sj[m->n_slots], 0, sizeof m->sj[0]);
     return m->n_slots++;
+}
+
+void mirror_job_core(const cl_job *j, sched_job *out)
+{
+    *out = (sched_job){j->id, 0, j->priority, j->workers, j->devices_per_worker, j->kind, j->ps,
+                       j->queued_at, j->max_runtime_s, 0, NULL, j->memory_mb};
 }
 
 /* A job's row changed: its info follows. */
@@ -176,7 +184,9 @@ static void slot_set(mirror *m, int s, const cl_job *row)
     if (strcmp(m->slots[s].row.reason, row->reason) != 0) m->said[s].ok = 0;
     m->slots[s].row = *row;
     m->info[s].id = row->id;
+    m->info[s].team_id = row->team_id;
     m->info[s].queued = strcmp(row->state, "queued") == 0;
+    mirror_job_core(row, &m->sj[s]);
 }
 
 static void slot_free(mirror *m, int s)
@@ -185,6 +195,7 @@ static void slot_free(mirror *m, int s)
     memset(&m->slots[s], 0, sizeof m->slots[s]);
     memset(&m->info[s], 0, sizeof m->info[s]);
     memset(&m->said[s], 0, sizeof m->said[s]);
+    memset(&m->sj[s], 0, sizeof m->sj[s]);
     if (m->n_free == m->cap_free) {
         m->cap_free = m->cap_free ? m->cap_free * 2 : 256;
         m->free_slots = xrealloc(m->free_slots, (size_t)m->cap_free * sizeof *m->free_slots);
@@ -283,6 +294,7 @@ static int full_load(mirror *m, db *d)
             j->avoid = xmalloc((size_t)(y - x) * sizeof *j->avoid);
             memcpy(j->avoid, &cs.avoid[x], (size_t)(y - x) * sizeof *j->avoid);
             j->n_avoid = y - x;
+            m->info[s].n_avoid = j->n_avoid;
         }
         x = y;
     }
@@ -578,6 +590,7 @@ static int refresh(mirror *m, db *d, mirror_stats *st)
             free(j->avoid);
             j->avoid = av;
             j->n_avoid = na;
+            m->info[s].n_avoid = na;
         }
     }
     if (teams) {

@@ -47,6 +47,8 @@ typedef struct mirror_job {
  * rows (a few bytes a job instead of a row's cache lines). */
 typedef struct mirror_slot {
     int64_t id;                     /* the job's id, 0 for a free slot */
+    int64_t team_id;
+    int n_avoid;                    /* the job's n_avoid */
     signed char sect;               /* 0 free, 1 live (queued, starting, running), 2 holding */
     char fresh;                     /* (during a refresh) joined its section */
     char queued;                    /* state is queued */
@@ -79,6 +81,10 @@ typedef struct mirror {
      * job's reason (scheduler.c write_reasons); a refresh that reads a
      * different reason clears ok */
     struct mirror_said { sched_outcome o; char ok; } *said;
+    /* (n_slots) the core's form of each queued job (mirror_job_core), kept
+     * with the row: the snapshot copies it, setting team (the index of
+     * info's team_id) and avoid */
+    sched_job *sj;
     int *left; int n_left, cap_left;   /* (during a refresh) slots whose job left */
     int *free_slots; int n_free, cap_free;
     mirror_map job_slot;            /* job id -> slot */
@@ -100,6 +106,9 @@ void mirror_invalidate(mirror *m);
 /* A copy in cluster_load's form and order (release with
  * cluster_state_release): tests compare it with a fresh load. */
 void mirror_export(const mirror *m, cluster_state *out);
+/* The core's form of a job's row: where a column the core reads (a field
+ * of sched_job) is handed over. team and avoid are the snapshot's. */
+void mirror_job_core(const cl_job *j, sched_job *out);
 /* Index of a node / team by id, or -1. */
 int mirror_find_node(const mirror *m, int64_t id);
 int mirror_find_team(const mirror *m, int64_t id);

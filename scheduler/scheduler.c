@@ -121,7 +121,7 @@ static void snap_build(mirror *m, int64_t now, snap *sp)
         np += (size_t)m->nodes[i].n_ports; nm += (size_t)m->nodes[i].n_mem;
     }
     int nj = m->n_live + m->n_hold;
-    for (int k = 0; k < m->n_live; k++) na += (size_t)m->slots[m->order[k]].n_avoid;
+    for (int k = 0; k < m->n_live; k++) na += (size_t)m->info[m->order[k]].n_avoid;
     sp->nodes = xcalloc((size_t)m->n_nodes + 1, sizeof *sp->nodes);
     sp->ports = xmalloc((np + 1) * sizeof(int));
     sp->mem = xmalloc((nm + 1) * sizeof *sp->mem);
@@ -159,20 +159,21 @@ static void snap_build(mirror *m, int64_t now, snap *sp)
     size_t av = 0;
     /* live jobs by id, then those only holding devices: cluster_load's order */
     for (int k = 0; k < nj; k++) {
-        const mirror_job *mj = &m->slots[m->order[k]];
-        const cl_job *j = &mj->row;
-        int t = mirror_find_team(m, j->team_id);
+        int slot = m->order[k];
+        const mirror_slot *in = &m->info[slot];
+        int t = mirror_find_team(m, in->team_id);
         if (t < 0) continue;
-        if (m->info[m->order[k]].queued) {
+        if (in->queued) { /* the kept sched_job: no read of the row */
             sched_job *q = &sp->q[nq];
-            *q = (sched_job){j->id, t, j->priority, j->workers, j->devices_per_worker, j->kind, j->ps,
-                             j->queued_at, j->max_runtime_s, 0, NULL, j->memory_mb};
+            *q = m->sj[slot];
+            q->team = t;
             q->avoid = &sp->avoid[av];
-            for (int x = 0; x < mj->n_avoid; x++) sp->avoid[av++] = mj->avoid[x].node_id;
-            q->n_avoid = mj->n_avoid;
-            sp->q_slot[nq] = m->order[k];
-            sp->q_job[nq++] = j;
+            q->n_avoid = in->n_avoid;
+            for (int x = 0; x < in->n_avoid; x++) sp->avoid[av++] = m->slots[slot].avoid[x].node_id;
+            sp->q_slot[nq] = slot;
+            sp->q_job[nq++] = &m->slots[slot].row;
         } else {
+            const cl_job *j = &m->slots[slot].row;
             int live = strcmp(j->state, "starting") == 0 || strcmp(j->state, "running") == 0;
             int64_t start = j->attempt_started_at ? j->attempt_started_at : now;
             sp->run[nr] = (sched_running){j->id, t, j->priority, j->preemptible, j->stopping || !live,
