@@ -643,6 +643,12 @@ int mirror_refresh(mirror *m, db *d, mirror_stats *st)
 
 /* ================================================================ export */
 
+/* memcpy of n bytes, src may be NULL when n is 0 */
+static void copy_n(void *dst, const void *src, size_t n)
+{
+    if (n) memcpy(dst, src, n);
+}
+
 void mirror_export(const mirror *m, cluster_state *cs)
 {
     memset(cs, 0, sizeof *cs);
@@ -663,23 +669,23 @@ void mirror_export(const mirror *m, cluster_state *cs)
         const mirror_node *n = &m->nodes[i];
         cs->nodes[cs->n_nodes] = n->row;
         cs->nodes[cs->n_nodes++].isolation = n->row.isolation ? xstrdup(n->row.isolation) : NULL;
-        memcpy(&cs->devices[cs->n_devices], n->dev, (size_t)n->n_dev * sizeof *n->dev);
+        copy_n(&cs->devices[cs->n_devices], n->dev, (size_t)n->n_dev * sizeof *n->dev);
         cs->n_devices += n->n_dev;
-        memcpy(&cs->ports[cs->n_ports], n->ports, (size_t)n->n_ports * sizeof *n->ports);
+        copy_n(&cs->ports[cs->n_ports], n->ports, (size_t)n->n_ports * sizeof *n->ports);
         cs->n_ports += n->n_ports;
-        memcpy(&cs->mem[cs->n_mem], n->mem, (size_t)n->n_mem * sizeof *n->mem);
+        copy_n(&cs->mem[cs->n_mem], n->mem, (size_t)n->n_mem * sizeof *n->mem);
         cs->n_mem += n->n_mem;
     }
-    memcpy(cs->teams, m->teams, (size_t)m->n_teams * sizeof *m->teams);
+    copy_n(cs->teams, m->teams, (size_t)m->n_teams * sizeof *m->teams);
     cs->n_teams = m->n_teams;
     /* avoid rows in cluster_load's order: by job, then node */
     int *by_id = xmalloc(((size_t)nj + 1) * sizeof *by_id);
-    memcpy(by_id, m->order, (size_t)nj * sizeof *by_id);
+    copy_n(by_id, m->order, (size_t)nj * sizeof *by_id);
     qsort_r(by_id, (size_t)nj, sizeof *by_id, cmp_slot, (void *)m);
     for (int k = 0; k < nj; k++) {
         cs->jobs[cs->n_jobs++] = m->slots[m->order[k]].row;
         const mirror_job *j = &m->slots[by_id[k]];
-        memcpy(&cs->avoid[cs->n_avoid], j->avoid, (size_t)j->n_avoid * sizeof *j->avoid);
+        copy_n(&cs->avoid[cs->n_avoid], j->avoid, (size_t)j->n_avoid * sizeof *j->avoid);
         cs->n_avoid += j->n_avoid;
     }
     free(by_id);
