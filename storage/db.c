@@ -577,7 +577,11 @@ int db_commit(db *d) {
     int rc = 0;
     if (exec_simple(c->conn, "COMMIT") < 0) {
         if (!sqlite3_get_autocommit(c->conn)) exec_simple(c->conn, "ROLLBACK");
+        c->n_chg = 0;
+        c->chg_all = 0;
         rc = -1;
+    } else {
+        changes_publish(d, c); /* the WAL hook did already, unless the file is not in WAL mode */
     }
     write_unlock(d, c);
     notes_flush(rc == 0);
