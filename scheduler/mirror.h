@@ -71,7 +71,8 @@ typedef struct mirror {
     pthread_mutex_t mu;
     int loaded;
     uint64_t seq;                   /* next change of the log to read */
-    uint64_t version;               /* bumped by every refresh that changed anything */
+    uint64_t version;               /* bumped by every refresh that changed anything
+                                     * (a reader may key what it derives on it) */
     mirror_node *nodes; int n_nodes, cap_nodes;   /* ordered by id */
     mirror_map dev_node;            /* device id -> node id */
     mirror_job *slots; int n_slots, cap_slots;

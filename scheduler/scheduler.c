@@ -2,10 +2,13 @@
  *
  * A pass has three steps, each short: (1) upkeep in one write transaction
  * (lost nodes, devices of exited tasks freed, stopped jobs requeued or
- * failed); (2) a snapshot read in one read transaction and the pure core run
- * with no lock held; (3) the decisions applied in one write transaction, each
- * placement under its own savepoint so a job cancelled meanwhile is skipped
- * alone, and any store error rolls the whole transaction back. */
+ * failed; only the tasks and jobs the change log names); (2) the mirror
+ * (mirror.c) reads again, in one read transaction, the rows that changed
+ * since the last pass, the core's snapshot is built over it and the pure
+ * core runs with no lock of the store held; (3) the decisions applied in one
+ * write transaction, each placement under its own savepoint so a job
+ * cancelled meanwhile is skipped alone, and any store error rolls the whole
+ * transaction back. SQLite is the only durable state; the mirror a cache. */
 #include "scheduler.h"
 
 #include <pthread.h>
