@@ -1963,6 +1963,39 @@ START_TEST(db_capacity_follows_nodes)
 }
 END_TEST
 
+
+/* A pass writes only the waiting reasons that changed: the next pass over an
+ * unchanged store writes none, over the mirror (outcomes compared) and with a
+ * full load (texts compared) alike; a reason changed behind its back is
+ * written again. */
+START_TEST(db_reasons_not_rewritten)
+{
+    int64_t now = now_ms();
+    sched_config cfg; sched_config_default(&cfg);
+    int64_t t = team("default", -1);
+    node("n1", 4, 2, now);
+    for (int x = 0; x < 6; x++) job(t, 50, 1, 4, "gpu", 0, 0, 0);
+    sched_pass_stats st;
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now, &st), 0);
+    ck_assert_int_eq(st.placed, 1);
+    ck_assert_int_eq(st.reasons, 5);
+    for (int full = 0; full < 2; full++) {
+        sched_full_load(full);
+        ck_assert_int_eq(sched_pass(g_db, &cfg, now + 1, &st), 0);
+        ck_assert_int_eq(st.waiting, 5);
+        ck_assert_int_eq(st.reasons, 0);
+    }
+    sched_full_load(0);
+    int64_t j = q1("SELECT max(id) FROM jobs WHERE state = 'queued'", 0);
+    ck_assert_int_eq(cluster_job_set_reason(g_db, j, "stale"), 0);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 2, &st), 0);
+    ck_assert_int_eq(st.reasons, 1);
+    char txt[256];
+    qtext("SELECT reason FROM jobs WHERE id = ?", j, txt, sizeof txt);
+    ck_assert_str_ne(txt, "stale");
+}
+END_TEST
+
 /* ================================================================ main */
 
 Suite *sched_suite(void);
@@ -2003,6 +2036,7 @@ Suite *sched_suite(void)
     tcase_add_test(td, db_crash_before_commit_loses_nothing);
     tcase_add_loop_test(td, queue_order_exact, 0, 8);
     tcase_add_loop_test(td, db_capacity_follows_nodes, 0, 4);
+    tcase_add_test(td, db_reasons_not_rewritten);
     suite_add_tcase(s, td);
     return s;
 }
