@@ -525,6 +525,17 @@ static int refresh(mirror *m, db *d, mirror_stats *st)
         st->devices += nv;
         id_add(&dirty_pm, nd->row.id);
     }
+    /* tasks: their job's attempt start and stopping flag, and their node's
+     * ports and memory in use (derived from tasks rows) */
+    for (int k = 0; k < tasks.n; k++) {
+        int64_t job = 0, node_id = 0;
+        int rc = cluster_read_task_job(d, tasks.v[k], &job, &node_id);
+        if (rc < 0) goto fail;
+        if (rc == 0) {
+            id_add(&jobs, job);
+            id_add(&dirty_pm, node_id);
+        }
+    }
     id_uniq(&dirty_pm);
     for (int k = 0; k < dirty_pm.n; k++) {
         int i = mirror_find_node(m, dirty_pm.v[k]);
@@ -538,13 +549,6 @@ static int refresh(mirror *m, db *d, mirror_stats *st)
         free(nd->ports); free(nd->mem);
         nd->ports = pv; nd->n_ports = np;
         nd->mem = mv; nd->n_mem = nm;
-    }
-    /* tasks: their job's attempt start and stopping flag */
-    for (int k = 0; k < tasks.n; k++) {
-        int64_t job = 0;
-        int rc = cluster_read_task_job(d, tasks.v[k], &job);
-        if (rc < 0) goto fail;
-        if (rc == 0) id_add(&jobs, job);
     }
     id_uniq(&jobs);
     int *fresh = xmalloc(((size_t)jobs.n + 1) * sizeof *fresh);

@@ -275,7 +275,7 @@ static int upkeep(db *d, mirror *m, const sched_config *cfg, int64_t now, sched_
         nct = uniq_ids(ctasks, nct);
         for (int k = 0; k < nct; k++) {
             int64_t job = 0;
-            int rc = cluster_read_task_job(d, ctasks[k], &job);
+            int rc = cluster_read_task_job(d, ctasks[k], &job, NULL);
             if (rc < 0) goto fail;
             if (rc == 0) cjobs[ncj++] = job;
         }

@@ -340,15 +340,18 @@ int cluster_read_teams(db *d, cl_team **out, int *n)
     return -1;
 }
 
-static const char SQL_TASK_JOB[] = "SELECT job_id FROM tasks WHERE id = ?1";
+static const char SQL_TASK_JOB[] = "SELECT job_id, node_id FROM tasks WHERE id = ?1";
 
-int cluster_read_task_job(db *d, int64_t task_id, int64_t *job_id)
+int cluster_read_task_job(db *d, int64_t task_id, int64_t *job_id, int64_t *node_id)
 {
     sqlite3_stmt *st = db_prepare(d, SQL_TASK_JOB);
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, task_id);
     int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *job_id = sqlite3_column_int64(st, 0);
+    if (rc == SQLITE_ROW) {
+        *job_id = sqlite3_column_int64(st, 0);
+        if (node_id) *node_id = sqlite3_column_int64(st, 1);
+    }
     db_done(st);
     return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
 }

@@ -114,8 +114,8 @@ int cluster_read_node_ports(db *d, int64_t node_id, cl_port **out, int *n);
 int cluster_read_node_mem(db *d, int64_t node_id, cl_mem **out, int *n);
 int cluster_read_job_avoid(db *d, int64_t job_id, cl_avoid **out, int *n);
 int cluster_read_teams(db *d, cl_team **out, int *n);
-/* The job of a task: 0, 1 no such task, -1. */
-int cluster_read_task_job(db *d, int64_t task_id, int64_t *job_id);
+/* The job and node of a task (node_id may be NULL): 0, 1 no such task, -1. */
+int cluster_read_task_job(db *d, int64_t task_id, int64_t *job_id, int64_t *node_id);
 
 /* Registers a node, or updates the one with that hostname (address, cpu
  * slots, memory, isolation, devices added or refreshed; state ready,
