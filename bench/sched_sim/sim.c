@@ -72,8 +72,46 @@ static void make_trace(simjob *jobs, int n, uint64_t seed)
     }
 }
 
-/* One simulation of the whole trace. */
-static void simulate(int n_nodes, int gpus, int n_jobs, uint64_t seed, int backfill, sim_stats *st)
+/* A min-heap of running jobs by end time (indices into jobs). */
+typedef struct endheap { int *v; int n; const simjob *jobs; } endheap;
+
+static int end_before(const endheap *h, int a, int b)
+{
+    int64_t x = h->jobs[h->v[a]].end_at, y = h->jobs[h->v[b]].end_at;
+    return x < y || (x == y && h->v[a] < h->v[b]);
+}
+
+static void heap_push(endheap *h, int ji)
+{
+    int i = h->n++;
+    h->v[i] = ji;
+    while (i > 0 && end_before(h, i, (i - 1) / 2)) {
+        int p = (i - 1) / 2, t = h->v[p];
+        h->v[p] = h->v[i]; h->v[i] = t; i = p;
+    }
+}
+
+static int heap_pop(endheap *h)
+{
+    int top = h->v[0];
+    h->v[0] = h->v[--h->n];
+    for (int i = 0;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < h->n && end_before(h, l, m)) m = l;
+        if (r < h->n && end_before(h, r, m)) m = r;
+        if (m == i) break;
+        int t = h->v[m]; h->v[m] = h->v[i]; h->v[i] = t; i = m;
+    }
+    return top;
+}
+
+/* One simulation of the whole trace. The snapshot is kept between events:
+ * the queue and the running list change only where jobs start or end (no
+ * pass over every job of the trace per event), the next event comes from a
+ * heap of end times. tick_s > 0: a pass at most once per tick_s of
+ * simulated time (ends within a tick are handled together, as the real
+ * scheduler coalesces the kicks of task exits); 0: a pass at every end. */
+static void simulate(int n_nodes, int gpus, int n_jobs, uint64_t seed, int backfill, int64_t tick_s, sim_stats *st)
 {
     sched_config cfg;
     sched_config_default(&cfg);
@@ -95,13 +133,27 @@ static void simulate(int n_nodes, int gpus, int n_jobs, uint64_t seed, int backf
     }
     sched_team teams[NTEAMS];
     for (int t = 0; t < NTEAMS; t++) teams[t] = (sched_team){t + 1, team_weight[t], 0, -1, 0};
+    /* the queue in id order (all queued at t=0), compacted as jobs start */
     sched_job *q = xcalloc((size_t)n_jobs, sizeof *q);
     int *qmap = xcalloc((size_t)n_jobs, sizeof(int));
+    int nq = 0;
+    int team_waiting[NTEAMS] = {0};
+    for (int i = 0; i < n_jobs; i++) {
+        simjob *j = &jobs[i];
+        q[nq] = (sched_job){j->id, j->team, j->priority, j->workers, j->dpw, SCHED_GPU, 0,
+                            j->queued_at, j->max_runtime_s, 0, NULL, 0};
+        qmap[nq++] = i;
+        team_waiting[j->team]++;
+    }
+    /* running jobs: a dense array (swap-remove), each job's place in it */
     sched_running *run = xcalloc((size_t)n_jobs, sizeof *run);
-    int *runmap = xcalloc((size_t)n_jobs, sizeof(int));
+    int *runmap = xcalloc((size_t)n_jobs, sizeof(int)), *runpos = xcalloc((size_t)n_jobs, sizeof(int));
+    int nr = 0;
+    endheap heap = {xcalloc((size_t)n_jobs + 1, sizeof(int)), 0, jobs};
     /* where each job's devices are, to free them: (device pointer list) */
     sched_device ***held = xcalloc((size_t)n_jobs, sizeof *held);
     int *n_held = xcalloc((size_t)n_jobs, sizeof(int));
+    char *placed = xcalloc((size_t)n_jobs, 1);
 
     sched_result r;
     sched_result_init(&r);
@@ -113,26 +165,10 @@ static void simulate(int n_nodes, int gpus, int n_jobs, uint64_t seed, int backf
     memset(st, 0, sizeof *st);
     int first = 1;
     while (done < n_jobs) {
-        /* snapshot */
-        int nq = 0, nr = 0;
-        int waiting_team[NTEAMS] = {0};
-        for (int i = 0; i < n_jobs; i++) {
-            simjob *j = &jobs[i];
-            if (j->state == 0) {
-                q[nq] = (sched_job){j->id, j->team, j->priority, j->workers, j->dpw, SCHED_GPU, 0,
-                                    j->queued_at, j->max_runtime_s, 0, NULL, 0};
-                qmap[nq++] = i;
-                waiting_team[j->team] = 1;
-            } else if (j->state == 1) {
-                run[nr] = (sched_running){j->id, j->team, j->priority, 0, 0, j->workers * j->dpw,
-                                          j->started_at, 0, j->started_at + j->max_runtime_s * 1000};
-                runmap[nr++] = i;
-            }
-        }
         sched_snapshot s = {now, n_nodes, n_nodes, nodes, NTEAMS, teams, nr, run, nq, q};
         double t0 = mono_s();
         if (sched_pass_core(&s, &cfg, &r) != 0) { fprintf(stderr, "pass failed\n"); exit(1); }
-        double ms = (mono_s() - t0) * 1000.0;
+        double ms = (mono_s() - t0) * 1000.0;  /* the pass alone */
         if (first) { st->cold_pass_ms = ms; first = 0; }
         if (nq > 0) {
             if (st->n_pass >= st->cap_pass) {
@@ -142,10 +178,13 @@ static void simulate(int n_nodes, int gpus, int n_jobs, uint64_t seed, int backf
             st->pass_ms[st->n_pass++] = ms;
         }
         st->backfilled += r.n_backfilled;
+        int all_wait = 1;
+        for (int t = 0; t < NTEAMS; t++) all_wait &= team_waiting[t] > 0;
         for (int p = 0; p < r.n_place; p++) {
             const sched_place *pl = &r.place[p];
             int ji = qmap[pl->job];
             simjob *j = &jobs[ji];
+            placed[pl->job] = 1;
             j->state = 1; j->started_at = now; j->end_at = now + j->runtime_ms;
             double w = (double)(now - j->queued_at) / 1000.0;
             if (w > st->longest_wait_s) st->longest_wait_s = w;
@@ -165,33 +204,50 @@ static void simulate(int n_nodes, int gpus, int n_jobs, uint64_t seed, int backf
             }
             busy_now += j->workers * j->dpw;
             team_busy_now[j->team] += j->workers * j->dpw;
+            team_waiting[j->team]--;
+            run[nr] = (sched_running){j->id, j->team, j->priority, 0, 0, j->workers * j->dpw,
+                                      j->started_at, 0, j->started_at + j->max_runtime_s * 1000};
+            runmap[nr] = ji;
+            runpos[ji] = nr++;
+            heap_push(&heap, ji);
         }
-        /* next event: the earliest end */
-        int64_t next = INT64_MAX;
-        for (int i = 0; i < n_jobs; i++)
-            if (jobs[i].state == 1 && jobs[i].end_at < next) next = jobs[i].end_at;
-        if (next == INT64_MAX) { fprintf(stderr, "stuck with %d queued\n", n_jobs - done); exit(1); }
+        if (r.n_place > 0) { /* the queue less the jobs started, in order */
+            int k = 0;
+            for (int x = 0; x < nq; x++) {
+                if (placed[x]) { placed[x] = 0; continue; }
+                q[k] = q[x];
+                qmap[k++] = qmap[x];
+            }
+            nq = k;
+        }
+        /* next event: the earliest end (the next tick with one, when ticking) */
+        if (heap.n == 0) { fprintf(stderr, "stuck with %d queued\n", n_jobs - done); exit(1); }
+        int64_t next = jobs[heap.v[0]].end_at;
+        if (tick_s > 0) {
+            int64_t tick = tick_s * 1000;
+            next = (next + tick - 1) / tick * tick;
+        }
         double dt = (double)(next - now) / 1000.0;
-        int still_waiting = 0, all_wait = 1;
-        for (int i = 0; i < n_jobs; i++) if (jobs[i].state == 0) { still_waiting = 1; break; }
-        for (int t = 0; t < NTEAMS; t++) {
-            all_wait &= waiting_team[t];
+        for (int t = 0; t < NTEAMS; t++)
             teams[t].usage = sched_usage_decay(teams[t].usage, team_busy_now[t], dt, cfg.usage_window_s);
-        }
-        if (still_waiting) { busy_integral += busy_now * dt; wait_window += dt; }
+        if (nq > 0) { busy_integral += busy_now * dt; wait_window += dt; }
         if (all_wait) {
             for (int t = 0; t < NTEAMS; t++) team_busy[t] += team_busy_now[t] * dt;
             contention += dt;
         }
         now = next;
-        for (int i = 0; i < n_jobs; i++) {
+        while (heap.n > 0 && jobs[heap.v[0]].end_at <= now) {
+            int i = heap_pop(&heap);
             simjob *j = &jobs[i];
-            if (j->state != 1 || j->end_at > now) continue;
             j->state = 2; done++;
             for (int d = 0; d < n_held[i]; d++) held[i][d]->job_id = 0;
             free(held[i]); held[i] = NULL;
             busy_now -= j->workers * j->dpw;
             team_busy_now[j->team] -= j->workers * j->dpw;
+            int at = runpos[i];
+            run[at] = run[--nr];
+            runmap[at] = runmap[nr];
+            runpos[runmap[at]] = at;
         }
     }
     st->util = wait_window > 0 ? busy_integral / ((double)total_gpus * wait_window) : 0;
@@ -201,8 +257,8 @@ static void simulate(int n_nodes, int gpus, int n_jobs, uint64_t seed, int backf
     st->contention_s = contention;
     st->makespan_s = (double)now / 1000.0;
     sched_result_release(&r);
-    free(jobs); free(nodes); free(gdev); free(cdev); free(q); free(qmap); free(run); free(runmap);
-    free(held); free(n_held);
+    free(jobs); free(nodes); free(gdev); free(cdev); free(q); free(qmap); free(run); free(runmap); free(runpos);
+    free(heap.v); free(held); free(n_held); free(placed);
 }
 
 static double pct(double *v, int n, double p)
@@ -219,6 +275,7 @@ int main(int argc, char **argv)
 {
     int n_nodes = 1000, gpus = 8, n_jobs = 10000;
     uint64_t seed = 42;
+    int64_t tick_s = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         long v;
         if (parse_long(argv[i + 1], 1, 100000000, &v) != 0) { fprintf(stderr, "bad value %s\n", argv[i + 1]); return 2; }
@@ -226,13 +283,19 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--gpus")) gpus = (int)v;
         else if (!strcmp(argv[i], "--jobs")) n_jobs = (int)v;
         else if (!strcmp(argv[i], "--seed")) seed = (uint64_t)v;
-        else { fprintf(stderr, "usage: sim [--nodes N] [--gpus G] [--jobs J] [--seed S]\n"); return 2; }
+        else if (!strcmp(argv[i], "--tick")) tick_s = v;
+        else { fprintf(stderr, "usage: sim [--nodes N] [--gpus G] [--jobs J] [--seed S] [--tick SECONDS]\n"); return 2; }
     }
-    printf("sched_sim: %d nodes x %d gpu, %d jobs, seed %llu, teams weights 4:3:2:1\n",
-           n_nodes, gpus, n_jobs, (unsigned long long)seed);
+    printf("sched_sim: %d nodes x %d gpu, %d jobs, seed %llu, teams weights 4:3:2:1, %s\n",
+           n_nodes, gpus, n_jobs, (unsigned long long)seed, tick_s ? "a pass per tick with job ends" : "a pass per job end");
     sim_stats on, off;
-    simulate(n_nodes, gpus, n_jobs, seed, 1, &on);
-    simulate(n_nodes, gpus, n_jobs, seed, 0, &off);
+    double w0 = mono_s();
+    simulate(n_nodes, gpus, n_jobs, seed, 1, tick_s, &on);
+    double w1 = mono_s();
+    simulate(n_nodes, gpus, n_jobs, seed, 0, tick_s, &off);
+    double w2 = mono_s();
+    double pass_total = 0;
+    for (int k = 0; k < on.n_pass; k++) pass_total += on.pass_ms[k];
     double med = pct(on.pass_ms, on.n_pass, 0.5), p99 = pct(on.pass_ms, on.n_pass, 0.99);
     double wsum = 0, maxdev = 0;
     for (int t = 0; t < NTEAMS; t++) wsum += team_weight[t];
@@ -250,12 +313,14 @@ int main(int argc, char **argv)
                t + 1, team_weight[t], on.share[t] * 100, want * 100, dev * 100);
     }
     printf("longest wait: backfill %.1f h, no backfill %.1f h\n", on.longest_wait_s / 3600, off.longest_wait_s / 3600);
-    printf("{\"nodes\":%d,\"gpus_per_node\":%d,\"jobs\":%d,\"seed\":%llu,\"passes\":%d,"
+    printf("wall: backfill run %.1f s (of which passes %.1f s), no-backfill run %.1f s\n", w1 - w0, pass_total / 1000,
+           w2 - w1);
+    printf("{\"nodes\":%d,\"gpus_per_node\":%d,\"jobs\":%d,\"seed\":%llu,\"tick_s\":%lld,\"passes\":%d,"
            "\"pass_median_ms\":%.3f,\"pass_p99_ms\":%.3f,\"pass_cold_ms\":%.3f,"
            "\"util_backfill\":%.4f,\"util_no_backfill\":%.4f,"
            "\"share\":[%.4f,%.4f,%.4f,%.4f],\"weights\":[4,3,2,1],\"share_max_rel_dev\":%.4f,"
            "\"longest_wait_s\":%.0f,\"longest_wait_no_backfill_s\":%.0f,\"backfilled\":%d}\n",
-           n_nodes, gpus, n_jobs, (unsigned long long)seed, on.n_pass, med, p99, on.cold_pass_ms,
+           n_nodes, gpus, n_jobs, (unsigned long long)seed, (long long)tick_s, on.n_pass, med, p99, on.cold_pass_ms,
            on.util, off.util, on.share[0], on.share[1], on.share[2], on.share[3], maxdev,
            on.longest_wait_s, off.longest_wait_s, on.backfilled);
     free(on.pass_ms); free(off.pass_ms);
