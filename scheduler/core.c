@@ -934,7 +934,21 @@ static int64_t resv_compute(core *c)
 
 /* ---------------------------------------------------------------- preemption */
 
-typedef struct cand { int ri; int64_t lost; int prio; int shrinks; } cand;
+typedef struct cand { int ri; int64_t lost; int prio; int shrinks; int lend; } cand;
+
+/* An elastic job that may only lend back what it grew into (no priority or
+ * guarantee makes it a victim): it keeps its min, so the reservation sees it
+ * release all but min workers' devices (sign +1) or hold them again (-1).
+ * Counted in devices of the head's width; where they come back is not known
+ * (a rejoin goes wherever it fits), so the node-wise arithmetic of resv_hold
+ * is corrected by the total. */
+static void lend_hold(core *c, int ri, int sign)
+{
+    const sched_running *v = &c->s->running[ri];
+    resv_hold(c, ri, sign);
+    int64_t keep = ((int64_t)v->workers_min * v->devices_per_worker + c->hv.w - 1) / c->hv.w;
+    c->hv.S -= sign * keep;
+}
 
 /* Elastic jobs that can shrink first (they go on running), then least work
  * lost since the last checkpoint, lowest priority, index. */
@@ -968,11 +982,14 @@ static int preempt_for(core *c, int ji, int guaranteed)
         int by_prio = v->preemptible && v->priority < j->priority;
         int by_guar = guaranteed && v->team != j->team &&
                       c->inuse[v->team] > s->teams[v->team].guarantee;
-        if (!by_prio && !by_guar) continue;
+        int shrinks = v->workers_min > 0 && v->workers_now > v->workers_min && v->kind == j->kind;
+        /* an elastic job above its min lends back to a job of its priority
+         * or above what it grew into: it shrinks, never stops whole */
+        int lend = !by_prio && !by_guar && shrinks && v->priority <= j->priority;
+        if (!by_prio && !by_guar && !lend) continue;
         int64_t since = v->last_checkpoint_ms > 0 ? v->last_checkpoint_ms : v->started_at_ms;
         int64_t lost = s->now_ms - since;
-        int shrinks = v->workers_min > 0 && v->workers_now > v->workers_min && v->kind == j->kind;
-        cd[n++] = (cand){ri, lost < 0 ? 0 : lost, v->priority, shrinks};
+        cd[n++] = (cand){ri, lost < 0 ? 0 : lost, v->priority, shrinks, lend};
     }
     qsort(cd, (size_t)n, sizeof *cd, cand_cmp);
     /* greedy by least work lost, then prune the ones not needed */
@@ -983,10 +1000,11 @@ static int preempt_for(core *c, int ji, int guaranteed)
     for (int x = 0; x < n && !fits; x++) {
         const sched_running *v = &s->running[cd[x].ri];
         int by_prio = v->preemptible && v->priority < j->priority;
-        if (!by_prio && tuse[v->team] - v->devices < s->teams[v->team].guarantee) continue;
+        if (!by_prio && !cd[x].lend && tuse[v->team] - v->devices < s->teams[v->team].guarantee) continue;
         pick[x] = 1;
         tuse[v->team] -= v->devices;
-        resv_hold(c, cd[x].ri, +1);
+        if (cd[x].lend) lend_hold(c, cd[x].ri, +1);
+        else resv_hold(c, cd[x].ri, +1);
         fits = resv_fits(h);
         last = x;
     }
@@ -994,8 +1012,10 @@ static int preempt_for(core *c, int ji, int guaranteed)
     if (fits) {
         for (int x = last; x >= 0; x--) {
             if (!pick[x]) continue;
-            resv_hold(c, cd[x].ri, -1);
-            if (resv_fits(h)) pick[x] = 0;
+            if (cd[x].lend) lend_hold(c, cd[x].ri, -1);
+            else resv_hold(c, cd[x].ri, -1);
+            if (resv_fits(h)) { pick[x] = 0; continue; }
+            if (cd[x].lend) lend_hold(c, cd[x].ri, +1);
             else resv_hold(c, cd[x].ri, +1);
         }
         sched_result *r = c->r;
@@ -1010,9 +1030,18 @@ static int preempt_for(core *c, int ji, int guaranteed)
             GROW(r->stops, r->n_stops, r->cap_stops);
             sched_victim *st = &r->stops[r->n_stops++];
             st->running = cd[x].ri; st->job_id = v->id; st->for_job = j->id;
-            st->guarantee = !(v->preemptible && v->priority < j->priority);
+            st->guarantee = !(v->preemptible && v->priority < j->priority) && !cd[x].lend;
+            st->lend = cd[x].lend;
             st->shrink_to = 0;
-            if (cd[x].shrinks && v->devices_per_worker > 0) {
+            if (cd[x].lend) {
+                /* its min is already kept out of the head's count */
+                int64_t more = v->devices_per_worker > 0 ? spare / v->devices_per_worker : 0;
+                int64_t keep = v->workers_min + more;
+                if (keep >= v->workers_now) keep = v->workers_now - 1;
+                if (keep < v->workers_min) keep = v->workers_min;
+                st->shrink_to = (int)keep;
+                spare -= (keep - v->workers_min) * v->devices_per_worker;
+            } else if (cd[x].shrinks && v->devices_per_worker > 0) {
                 int64_t keep = spare / v->devices_per_worker;
                 if (keep >= v->workers_now) keep = v->workers_now - 1;
                 if (keep >= v->workers_min) {

@@ -174,6 +174,8 @@ typedef struct sched_victim {
     int64_t job_id;
     int64_t for_job;
     int guarantee;                 /* 1: reclaimed for a team's guarantee, 0: priority */
+    int lend;                      /* 1: an elastic job of no lower priority giving back
+                                    * what it grew into (shrink_to >= its min) */
     int shrink_to;                 /* elastic victim: restarted with this many workers
                                     * (>= its min) instead of waiting whole; 0: preempted */
 } sched_victim;

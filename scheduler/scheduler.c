@@ -2,10 +2,13 @@
  *
  * A pass has three steps, each short: (1) upkeep in one write transaction
  * (lost nodes, devices of exited tasks freed, stopped jobs requeued or
- * failed); (2) a snapshot read in one read transaction and the pure core run
- * with no lock held; (3) the decisions applied in one write transaction, each
- * placement under its own savepoint so a job cancelled meanwhile is skipped
- * alone, and any store error rolls the whole transaction back. */
+ * failed; only the tasks and jobs the change log names); (2) the mirror
+ * (mirror.c) reads again, in one read transaction, the rows that changed
+ * since the last pass, the core's snapshot is built over it and the pure
+ * core runs with no lock of the store held; (3) the decisions applied in one
+ * write transaction, each placement under its own savepoint so a job
+ * cancelled meanwhile is skipped alone, and any store error rolls the whole
+ * transaction back. SQLite is the only durable state; the mirror a cache. */
 #include "scheduler.h"
 
 #include <pthread.h>
@@ -19,6 +22,7 @@
 #include "../storage/store.h"
 #include "eval_place.h"
 #include "lifecycle.h"
+#include "mirror.h"
 
 /* ================================================================ faults */
 
@@ -43,142 +47,137 @@ static int fault_point(void)
     return 0;
 }
 
-/* ================================================================ snapshot */
+/* ================================================================ snapshot
+ * The core's snapshot is built over the mirror's rows (mirror.c), which a
+ * refresh keeps in step with SQLite by reading only what changed. The
+ * mirror's lock is held from the refresh until the decisions are applied. */
 
 typedef struct snap {
-    cluster_state cs;
+    mirror *m;
     sched_snapshot s;
     sched_node *nodes;
-    sched_device *devs;
     int *ports;
     sched_mem *mem;
     sched_team *teams;
     sched_running *run;
-    int *run_job;          /* (n_running) index into cs.jobs */
+    const cl_job **run_job;  /* (n_running) rows in the mirror */
     sched_job *q;
-    int *q_job;            /* (n_queued) index into cs.jobs */
+    const cl_job **q_job;    /* (n_queued) */
+    int *q_slot;             /* (n_queued) the job's slot in the mirror */
     int64_t *avoid;
 } snap;
 
-static int find_node(const cluster_state *cs, int64_t id)
+static int g_full_load;      /* sched_full_load: every pass loads everything */
+
+void sched_full_load(int on)
 {
-    int lo = 0, hi = cs->n_nodes - 1;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2;
-        if (cs->nodes[mid].id == id) return mid;
-        if (cs->nodes[mid].id < id) lo = mid + 1;
-        else hi = mid - 1;
-    }
-    return -1;
+    __atomic_store_n(&g_full_load, on, __ATOMIC_SEQ_CST);
 }
 
-static int find_team(const cluster_state *cs, int64_t id)
+static void *mirror_make(void) { return mirror_new(); }
+static void mirror_drop(void *p) { mirror_free(p); }
+
+/* The db's mirror, locked: NULL when none could be made. */
+static mirror *mirror_lock(db *d)
 {
-    int lo = 0, hi = cs->n_teams - 1;
-    while (lo <= hi) {
-        int mid = (lo + hi) / 2;
-        if (cs->teams[mid].id == id) return mid;
-        if (cs->teams[mid].id < id) lo = mid + 1;
-        else hi = mid - 1;
-    }
-    return -1;
+    mirror *m = db_cache(d, DB_CACHE_MIRROR, mirror_make, mirror_drop);
+    if (m) pthread_mutex_lock(&m->mu);
+    return m;
 }
 
-static int avoid_cmp(const void *a, const void *b)
+/* Brings the locked mirror in step with the store: 0, or -1. */
+static int mirror_sync(mirror *m, db *d, mirror_stats *ms)
 {
-    const cl_avoid *x = a, *y = b;
-    if (x->job_id != y->job_id) return (x->job_id > y->job_id) - (x->job_id < y->job_id);
-    return (x->node_id > y->node_id) - (x->node_id < y->node_id);
+    if (__atomic_load_n(&g_full_load, __ATOMIC_SEQ_CST)) mirror_invalidate(m);
+    return mirror_refresh(m, d, ms);
 }
+
+/* The db's mirror, locked and in step with the store: 0, or -1 (unlocked). */
+static int mirror_take(db *d, mirror **out, mirror_stats *ms)
+{
+    mirror *m = mirror_lock(d);
+    if (!m) return -1;
+    if (mirror_sync(m, d, ms) < 0) {
+        pthread_mutex_unlock(&m->mu);
+        return -1;
+    }
+    *out = m;
+    return 0;
+}
+
+static void mirror_give(mirror *m) { pthread_mutex_unlock(&m->mu); }
 
 static void snap_release(snap *sp)
 {
-    cluster_state_release(&sp->cs);
-    free(sp->nodes); free(sp->devs); free(sp->ports); free(sp->mem); free(sp->teams);
-    free(sp->run); free(sp->run_job); free(sp->q); free(sp->q_job); free(sp->avoid);
+    free(sp->nodes); free(sp->ports); free(sp->mem); free(sp->teams);
+    free(sp->run); free(sp->run_job); free(sp->q); free(sp->q_job); free(sp->q_slot); free(sp->avoid);
     memset(sp, 0, sizeof *sp);
 }
 
-/* Loads the store and builds the core's snapshot over it. 0 or -1. */
-static int snap_load(db *d, int64_t now, snap *sp)
+/* Builds the core's snapshot over the mirror (held by the caller): the
+ * devices are the mirror's own arrays (the core only reads them). */
+static void snap_build(mirror *m, int64_t now, snap *sp)
 {
     memset(sp, 0, sizeof *sp);
-    if (cluster_load(d, &sp->cs) < 0) return -1;
-    cluster_state *cs = &sp->cs;
-    size_t nn = (size_t)cs->n_nodes + 1, nd = (size_t)cs->n_devices + 1, nj = (size_t)cs->n_jobs + 1;
-    sp->nodes = xcalloc(nn, sizeof *sp->nodes);
-    sp->devs = xcalloc(nd, sizeof *sp->devs);
-    sp->ports = xcalloc((size_t)cs->n_ports + 1, sizeof(int));
-    sp->mem = xcalloc((size_t)cs->n_mem + 1, sizeof *sp->mem);
-    sp->teams = xcalloc((size_t)cs->n_teams + 1, sizeof *sp->teams);
-    sp->run = xcalloc(nj, sizeof *sp->run);
-    sp->run_job = xcalloc(nj, sizeof(int));
-    sp->q = xcalloc(nj, sizeof *sp->q);
-    sp->q_job = xcalloc(nj, sizeof(int));
-    sp->avoid = xcalloc((size_t)cs->n_avoid + 1, sizeof(int64_t));
+    sp->m = m;
+    size_t np = 0, nm = 0, na = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        np += (size_t)m->nodes[i].n_ports; nm += (size_t)m->nodes[i].n_mem;
+    }
+    int nj = m->n_live + m->n_hold;
+    for (int k = 0; k < m->n_live; k++) na += (size_t)m->info[m->order[k]].n_avoid;
+    sp->nodes = xcalloc((size_t)m->n_nodes + 1, sizeof *sp->nodes);
+    sp->ports = xmalloc((np + 1) * sizeof(int));
+    sp->mem = xmalloc((nm + 1) * sizeof *sp->mem);
+    sp->teams = xcalloc((size_t)m->n_teams + 1, sizeof *sp->teams);
+    sp->run = xmalloc(((size_t)nj + 1) * sizeof *sp->run);
+    sp->run_job = xmalloc(((size_t)nj + 1) * sizeof *sp->run_job);
+    sp->q = xmalloc(((size_t)m->n_live + 1) * sizeof *sp->q);
+    sp->q_job = xmalloc(((size_t)m->n_live + 1) * sizeof *sp->q_job);
+    sp->q_slot = xmalloc(((size_t)m->n_live + 1) * sizeof *sp->q_slot);
+    sp->avoid = xmalloc((na + 1) * sizeof *sp->avoid);
 
-    for (int i = 0; i < cs->n_nodes; i++) {
-        sp->nodes[i].id = cs->nodes[i].id;
-        sp->nodes[i].ready = strcmp(cs->nodes[i].state, "ready") == 0;
-        sp->nodes[i].mem_mb = cs->nodes[i].memory_mb;
-    }
-    /* memory held by live tasks: rows come ordered by node */
-    for (int x = 0; x < cs->n_mem;) {
-        int i = find_node(cs, cs->mem[x].node_id), y = x;
-        while (y < cs->n_mem && cs->mem[y].node_id == cs->mem[x].node_id) {
-            sp->mem[y] = (sched_mem){cs->mem[y].job_id, cs->mem[y].mb};
-            y++;
+    size_t pt = 0, me = 0;
+    for (int i = 0; i < m->n_nodes; i++) {
+        mirror_node *mn = &m->nodes[i];
+        sched_node *n = &sp->nodes[i];
+        n->id = mn->row.id;
+        n->ready = strcmp(mn->row.state, "ready") == 0;
+        n->mem_mb = mn->row.memory_mb;
+        /* devices come ordered by kind, index: one run per kind */
+        for (int k = 0, x = 0; k < SCHED_KINDS; x += mn->n_kind[k++]) {
+            n->dev[k] = &mn->sdev[x];
+            n->n_dev[k] = mn->n_kind[k];
         }
-        if (i >= 0) { sp->nodes[i].mem = &sp->mem[x]; sp->nodes[i].n_mem = y - x; }
-        x = y;
+        n->ports = &sp->ports[pt];
+        for (int x = 0; x < mn->n_ports; x++) sp->ports[pt++] = mn->ports[x].port;
+        n->n_ports = mn->n_ports;
+        n->mem = &sp->mem[me];
+        for (int x = 0; x < mn->n_mem; x++) sp->mem[me++] = (sched_mem){mn->mem[x].job_id, mn->mem[x].mb};
+        n->n_mem = mn->n_mem;
     }
-    /* devices come ordered by node, kind, index: runs per (node, kind) */
-    for (int x = 0; x < cs->n_devices;) {
-        int i = find_node(cs, cs->devices[x].node_id);
-        int k = cs->devices[x].kind, y = x;
-        while (y < cs->n_devices && cs->devices[y].node_id == cs->devices[x].node_id &&
-               cs->devices[y].kind == k) {
-            sp->devs[y].id = cs->devices[y].id;
-            sp->devs[y].job_id = cs->devices[y].job_id;
-            y++;
-        }
-        if (i >= 0) { sp->nodes[i].dev[k] = &sp->devs[x]; sp->nodes[i].n_dev[k] = y - x; }
-        x = y;
-    }
-    /* ports per node: count, then fill */
-    int *cnt = xcalloc(nn, sizeof(int));
-    for (int p = 0; p < cs->n_ports; p++) {
-        int i = find_node(cs, cs->ports[p].node_id);
-        if (i >= 0) cnt[i]++;
-    }
-    int off = 0;
-    for (int i = 0; i < cs->n_nodes; i++) { sp->nodes[i].ports = &sp->ports[off]; off += cnt[i]; cnt[i] = 0; }
-    for (int p = 0; p < cs->n_ports; p++) {
-        int i = find_node(cs, cs->ports[p].node_id);
-        if (i >= 0) ((int *)sp->nodes[i].ports)[cnt[i]++] = cs->ports[p].port;
-    }
-    for (int i = 0; i < cs->n_nodes; i++) sp->nodes[i].n_ports = cnt[i];
-    free(cnt);
-
-    for (int t = 0; t < cs->n_teams; t++)
-        sp->teams[t] = (sched_team){cs->teams[t].id, cs->teams[t].weight, cs->teams[t].guarantee,
-                                    cs->teams[t].quota, cs->teams[t].usage};
-    if (cs->n_avoid > 1) qsort(cs->avoid, (size_t)cs->n_avoid, sizeof *cs->avoid, avoid_cmp);
-    int nq = 0, nr = 0, av = 0;
-    for (int x = 0; x < cs->n_jobs; x++) {
-        const cl_job *j = &cs->jobs[x];
-        int t = find_team(cs, j->team_id);
+    for (int t = 0; t < m->n_teams; t++)
+        sp->teams[t] = (sched_team){m->teams[t].id, m->teams[t].weight, m->teams[t].guarantee,
+                                    m->teams[t].quota, m->teams[t].usage};
+    int nq = 0, nr = 0;
+    size_t av = 0;
+    /* live jobs by id, then those only holding devices: cluster_load's order */
+    for (int k = 0; k < nj; k++) {
+        int slot = m->order[k];
+        const mirror_slot *in = &m->info[slot];
+        int t = mirror_find_team(m, in->team_id);
         if (t < 0) continue;
-        if (strcmp(j->state, "queued") == 0) {
+        if (in->queued) { /* the kept sched_job: no read of the row */
             sched_job *q = &sp->q[nq];
-            *q = (sched_job){j->id, t, j->priority, j->workers, j->devices_per_worker, j->kind, j->ps,
-                             j->queued_at, j->max_runtime_s, 0, NULL, j->memory_mb, j->workers_min,
-                             j->resize_to};
-            while (av < cs->n_avoid && cs->avoid[av].job_id < j->id) av++;
+            *q = m->sj[slot];
+            q->team = t;
             q->avoid = &sp->avoid[av];
-            while (av < cs->n_avoid && cs->avoid[av].job_id == j->id) sp->avoid[av] = cs->avoid[av].node_id, av++, q->n_avoid++;
-            sp->q_job[nq++] = x;
+            q->n_avoid = in->n_avoid;
+            for (int x = 0; x < in->n_avoid; x++) sp->avoid[av++] = m->slots[slot].avoid[x].node_id;
+            sp->q_slot[nq] = slot;
+            sp->q_job[nq++] = &m->slots[slot].row;
         } else {
+            const cl_job *j = &m->slots[slot].row;
             int live = strcmp(j->state, "starting") == 0 || strcmp(j->state, "running") == 0;
             int64_t start = j->attempt_started_at ? j->attempt_started_at : now;
             int elastic = j->workers_min > 0 && j->workers_min < j->workers;
@@ -189,28 +188,77 @@ static int snap_load(db *d, int64_t now, snap *sp)
                                           elastic ? now_w : 0, elastic ? j->workers_min : 0,
                                           elastic ? j->workers : 0, j->devices_per_worker, j->kind,
                                           j->memory_mb, 0};
-            sp->run_job[nr++] = x;
+            sp->run_job[nr++] = j;
         }
     }
-    sp->s = (sched_snapshot){now, cs->n_nodes, cs->n_nodes, sp->nodes, cs->n_teams, sp->teams,
+    sp->s = (sched_snapshot){now, m->n_nodes, m->n_nodes, sp->nodes, m->n_teams, sp->teams,
                              nr, sp->run, nq, sp->q};
-    return 0;
 }
 
 /* ================================================================ upkeep */
 
 static const char *const FROM_ACTIVE[] = {"starting", "running", NULL};
 
-/* Lost nodes, devices of exited tasks, stopped jobs requeued or failed. */
-static int upkeep(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *st)
+/* What upkeep must look at since it last ran, from the change log: the
+ * tasks that changed and the jobs that changed or own them. 0, or 1 when it
+ * must scan everything (first run, a gap in the log, full-load mode); *seq
+ * is where the log was read up to. */
+static int upkeep_changes(db *d, mirror *m, uint64_t *seq, int64_t **tasks, int *nt, int64_t **jobs, int *nj)
 {
-    if (db_begin(d) < 0) return -1;
+    *tasks = *jobs = NULL;
+    *nt = *nj = 0;
+    *seq = m->upkeep_seq;
+    db_change *ch = NULL;
+    size_t n = 0;
+    int gap = db_changes_read(d, seq, &ch, &n);
+    if (gap || !m->upkeep_follows || __atomic_load_n(&g_full_load, __ATOMIC_SEQ_CST)) {
+        free(ch);
+        return 1;
+    }
+    *tasks = xmalloc((n + 1) * sizeof **tasks);
+    *jobs = xmalloc((2 * n + 1) * sizeof **jobs);
+    for (size_t k = 0; k < n; k++) {
+        if (ch[k].table == DB_CH_TASK) (*tasks)[(*nt)++] = ch[k].id;
+        else if (ch[k].table == DB_CH_JOB) (*jobs)[(*nj)++] = ch[k].id;
+    }
+    free(ch);
+    return 0;
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int uniq_ids(int64_t *v, int n)
+{
+    if (n < 2) return n;
+    qsort(v, (size_t)n, sizeof *v, cmp_id);
+    int k = 1;
+    for (int i = 1; i < n; i++)
+        if (v[i] != v[k - 1]) v[k++] = v[i];
+    return k;
+}
+
+/* Lost nodes, devices of exited tasks, stopped jobs requeued or failed.
+ * The last two look only at the tasks and jobs that changed since the
+ * previous upkeep (the change log; everything on its first run, after a
+ * gap, or when a node was lost in this one). */
+static int upkeep(db *d, mirror *m, const sched_config *cfg, int64_t now, sched_pass_stats *st)
+{
+    uint64_t seq;
+    int64_t *ctasks = NULL, *cjobs = NULL;
+    int nct = 0, ncj = 0;
+    int scan = upkeep_changes(d, m, &seq, &ctasks, &nct, &cjobs, &ncj);
+    if (db_begin(d) < 0) { free(ctasks); free(cjobs); return -1; }
     int64_t *lost = NULL, *jobs = NULL;
     cl_reaped *rp = NULL;
     int n = now < cfg->node_loss_not_before_ms ? 0
                                                : cluster_nodes_mark_lost(d, now - cfg->heartbeat_timeout_ms, &lost);
     if (n < 0) goto fail;
     st->lost_nodes = n;
+    if (n > 0) scan = 1; /* their tasks exit in this transaction */
     for (int i = 0; i < n; i++) {
         char why[CL_REASON_MAX];
         sfmt(why, sizeof why, "node %lld lost (no heartbeat for %llds)", (long long)lost[i],
@@ -231,7 +279,21 @@ static int upkeep(db *d, const sched_config *cfg, int64_t now, sched_pass_stats 
         }
         free(jobs); jobs = NULL;
     }
-    int nr = cluster_jobs_all_exited(d, &rp);
+    int nr;
+    if (scan) {
+        nr = cluster_jobs_all_exited(d, &rp);
+    } else {
+        /* the jobs of the tasks that changed, and the jobs that did */
+        nct = uniq_ids(ctasks, nct);
+        for (int k = 0; k < nct; k++) {
+            int64_t job = 0;
+            int rc = cluster_read_task_job(d, ctasks[k], &job, NULL);
+            if (rc < 0) goto fail;
+            if (rc == 0) cjobs[ncj++] = job;
+        }
+        ncj = uniq_ids(cjobs, ncj);
+        nr = cluster_jobs_all_exited_of(d, cjobs, ncj, &rp);
+    }
     if (nr < 0) goto fail;
     for (int x = 0; x < nr; x++) {
         const cl_reaped *r = &rp[x];
@@ -257,12 +319,15 @@ static int upkeep(db *d, const sched_config *cfg, int64_t now, sched_pass_stats 
         }
         if (rc == STORE_ERROR) goto fail;
     }
-    if (cluster_release_exited(d) < 0) goto fail;
-    free(rp); free(lost);
-    return db_commit(d);
+    if ((scan ? cluster_release_exited(d) : cluster_release_exited_tasks(d, ctasks, nct)) < 0) goto fail;
+    free(rp); free(lost); free(ctasks); free(cjobs);
+    if (db_commit(d) < 0) return -1;
+    m->upkeep_seq = seq;
+    m->upkeep_follows = 1;
+    return 0;
 fail:
     db_rollback(d);
-    free(rp); free(lost); free(jobs);
+    free(rp); free(lost); free(jobs); free(ctasks); free(cjobs);
     return -1;
 }
 
@@ -283,13 +348,13 @@ static int exec1(db *d, const char *sql)
 
 static const char *hostname_of(const snap *sp, int node)
 {
-    return sp->cs.nodes[node].hostname;
+    return sp->m->nodes[node].row.hostname;
 }
 
 /* Places one job: 0 done, 1 skipped (the store changed), -1 error. */
 static int apply_place(db *d, const snap *sp, const sched_result *r, const sched_place *pl, int64_t now)
 {
-    const cl_job *j = &sp->cs.jobs[sp->q_job[pl->job]];
+    const cl_job *j = sp->q_job[pl->job];
     char why[512];
     buf b;
     buf_init(&b, sizeof why - 64);
@@ -350,10 +415,10 @@ static int apply_needed(const snap *sp, const sched_result *r, int64_t now)
     if (r->n_place > 0 || r->n_stops > 0 || r->n_grows > 0) return 1;
     for (int x = 0; x < sp->s.n_running; x++) {
         const sched_running *v = &sp->s.running[x];
-        if (!v->stopping && sp->cs.jobs[sp->run_job[x]].attempt_started_at && now > v->end_ms) return 1;
+        if (!v->stopping && sp->run_job[x]->attempt_started_at && now > v->end_ms) return 1;
     }
     for (int t = 0; t < sp->s.n_teams; t++)
-        if (now - sp->cs.teams[t].usage_at >= USAGE_EVERY_MS) return 1;
+        if (now - sp->m->teams[t].usage_at >= USAGE_EVERY_MS) return 1;
     return 0;
 }
 
@@ -365,32 +430,81 @@ static int apply_needed(const snap *sp, const sched_result *r, int64_t now)
  * cancelled meanwhile keeps its own. */
 #define REASON_BATCH 128
 
+/* Whether two waiting outcomes read the same (sched_reason_format words
+ * why, kind, a, b, c; rank, estimated start and aged priority are not in
+ * the text). A field the wording comes to use belongs here too:
+ * queue_order_exact compares the reasons written with this shortcut and
+ * without it (sched_full_load). */
+static int same_wording(const sched_outcome *x, const sched_outcome *y)
+{
+    return x->why == y->why && x->kind == y->kind && x->a == y->a && x->b == y->b && x->c == y->c &&
+           (x->place >= 0) == (y->place >= 0);
+}
+
+typedef struct reason_row {
+    int slot;
+    sched_outcome o;
+    char why[CL_REASON_MAX];
+} reason_row;
+
+/* A batch committed: the mirror's rows take the reasons written (what a
+ * refresh will read back), and remember the outcome they word. */
+static void reasons_committed(mirror *m, const reason_row *rows, int n)
+{
+    for (int k = 0; k < n; k++) {
+        cl_job *j = &m->slots[rows[k].slot].row;
+        sfmt(j->reason, sizeof j->reason, "%s", rows[k].why);
+        m->said[rows[k].slot].o = rows[k].o;
+        m->said[rows[k].slot].ok = 1;
+    }
+}
+
 static int write_reasons(db *d, const snap *sp, const sched_result *r, sched_pass_stats *st)
 {
+    mirror *m = sp->m;
+    int cache = !__atomic_load_n(&g_full_load, __ATOMIC_SEQ_CST);
+    reason_row *batch = xmalloc(REASON_BATCH * sizeof *batch);
     char why[CL_REASON_MAX];
     int in_txn = 0, rows = 0;
     for (int q = 0; q < sp->s.n_queued; q++) {
         const sched_outcome *o = &r->out[q];
         if (o->place >= 0) continue;
         st->waiting++;
+        struct mirror_said *said = &m->said[sp->q_slot[q]];
+        if (cache && said->ok && same_wording(&said->o, o)) continue; /* its reason says this already */
         sched_reason_format(o, why, sizeof why);
-        const cl_job *j = &sp->cs.jobs[sp->q_job[q]];
-        if (strcmp(j->reason, why) == 0) continue;
+        const cl_job *j = sp->q_job[q];
+        if (strcmp(j->reason, why) == 0) {
+            said->o = *o;
+            said->ok = 1;
+            continue;
+        }
         if (!in_txn) {
-            if (db_begin(d) < 0) return -1;
+            if (db_begin(d) < 0) goto out;
             in_txn = 1;
         }
         if (cluster_job_set_reason(d, j->id, why) < 0 || fault_point() < 0) goto fail;
+        st->reasons++;
+        batch[rows].slot = sp->q_slot[q];
+        batch[rows].o = *o;
+        memcpy(batch[rows].why, why, sizeof why);
         if (++rows == REASON_BATCH) {
-            if (db_commit(d) < 0) return -1;
             in_txn = 0;
+            if (db_commit(d) < 0) goto out;
+            reasons_committed(m, batch, rows);
             rows = 0;
         }
     }
-    /* elastic jobs running below their most workers: why they do not grow */
+    if (in_txn) {
+        in_txn = 0;
+        if (db_commit(d) < 0) goto out;
+        reasons_committed(m, batch, rows);
+    }
+    /* elastic jobs running below their most workers: why they do not grow
+     * (written when it changes; the refresh reads the row back) */
     for (int x = 0; x < sp->s.n_running; x++) {
         const sched_running *v = &sp->s.running[x];
-        const cl_job *j = &sp->cs.jobs[sp->run_job[x]];
+        const cl_job *j = sp->run_job[x];
         if (v->workers_min <= 0 || v->workers_now >= v->workers_max || v->stopping ||
             strcmp(j->state, "running") != 0)
             continue;
@@ -399,21 +513,31 @@ static int write_reasons(db *d, const snap *sp, const sched_result *r, sched_pas
         if (grows) continue;
         const char *k = v->kind == SCHED_GPU ? "gpus" : "cpu slots";
         char tail[96];
-        if (v->kind >= 0 && v->kind < SCHED_KINDS && r->starving[v->kind]) sfmt(tail, sizeof tail, "queued jobs wait for %s", k);
-        else if (!v->may_grow) sfmt(tail, sizeof tail, "it may grow once its attempt has run the resize interval");
-        else sfmt(tail, sizeof tail, "no free %s to grow into", k);
-        sfmt(why, sizeof why, "running %d of %d-%d workers: %s", v->workers_now, v->workers_min, v->workers_max, tail);
+        if (v->kind >= 0 && v->kind < SCHED_KINDS && r->starving[v->kind])
+            sfmt(tail, sizeof tail, "queued jobs wait for %s", k);
+        else if (!v->may_grow)
+            sfmt(tail, sizeof tail, "it may grow once its attempt has run the resize interval");
+        else
+            sfmt(tail, sizeof tail, "no free %s to grow into", k);
+        sfmt(why, sizeof why, "running %d of %d-%d workers: %s", v->workers_now, v->workers_min, v->workers_max,
+             tail);
         if (strcmp(j->reason, why) == 0) continue;
         if (!in_txn) {
-            if (db_begin(d) < 0) return -1;
+            if (db_begin(d) < 0) goto out;
             in_txn = 1;
         }
         if (cluster_job_set_running_reason(d, j->id, why) < 0) goto fail;
     }
-    if (in_txn && db_commit(d) < 0) return -1;
+    if (in_txn) {
+        in_txn = 0;
+        if (db_commit(d) < 0) goto out;
+    }
+    free(batch);
     return 0;
 fail:
     db_rollback(d);
+out:
+    free(batch);
     return -1;
 }
 
@@ -437,12 +561,13 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
     /* placements, each under a savepoint */
     for (int p = 0; p < r->n_place; p++) {
         if (exec1(d, SQL_SAVEPOINT) < 0) goto fail;
-        size_t notes = db_notes_mark();
+        size_t notes = db_notes_mark(), changes = db_changes_mark(d);
         int rc = apply_place(d, sp, r, &r->place[p], now);
         if (rc < 0) goto fail;
         if (rc > 0) {
             if (exec1(d, SQL_ROLLBACK_TO) < 0) goto fail;
             db_notes_rewind(notes);
+            db_changes_rewind(d, changes);
             st->conflicts++;
         } else {
             st->placed++;
@@ -457,13 +582,16 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
         const sched_victim *sp_ = &r->stops[x];
         const sched_running *v = &sp->s.running[sp_->running];
         const cl_job *h = NULL;
-        for (int q = 0; q < sp->s.n_queued; q++) if (sp->s.queued[q].id == sp_->for_job) h = &sp->cs.jobs[sp->q_job[q]];
-        const cl_job *vj = &sp->cs.jobs[sp->run_job[sp_->running]];
-        const cl_team *ht = NULL;
-        if (h) { int t = find_team(&sp->cs, h->team_id); ht = t >= 0 ? &sp->cs.teams[t] : NULL; }
+        for (int q = 0; q < sp->s.n_queued; q++) if (sp->s.queued[q].id == sp_->for_job) h = sp->q_job[q];
+        const cl_job *vj = sp->run_job[sp_->running];
+        int ht = h ? mirror_find_team(sp->m, h->team_id) : -1;
         if (sp_->shrink_to > 0 && sp_->guarantee)
             sfmt(why, sizeof why, "resize: shrinking to %d worker%s for job %lld: team %s's guarantee",
-                 sp_->shrink_to, sp_->shrink_to == 1 ? "" : "s", (long long)sp_->for_job, ht ? ht->name : "?");
+                 sp_->shrink_to, sp_->shrink_to == 1 ? "" : "s", (long long)sp_->for_job,
+                 ht >= 0 ? sp->m->teams[ht].name : "?");
+        else if (sp_->shrink_to > 0 && sp_->lend)
+            sfmt(why, sizeof why, "resize: shrinking to %d worker%s for job %lld, which waits for what it grew into",
+                 sp_->shrink_to, sp_->shrink_to == 1 ? "" : "s", (long long)sp_->for_job);
         else if (sp_->shrink_to > 0)
             sfmt(why, sizeof why, "resize: shrinking to %d worker%s for job %lld (priority %d over %d)",
                  sp_->shrink_to, sp_->shrink_to == 1 ? "" : "s", (long long)sp_->for_job, h ? h->priority : 0,
@@ -497,7 +625,7 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
     /* max_runtime_s */
     for (int x = 0; x < sp->s.n_running; x++) {
         const sched_running *v = &sp->s.running[x];
-        const cl_job *j = &sp->cs.jobs[sp->run_job[x]];
+        const cl_job *j = sp->run_job[x];
         if (v->stopping || !j->attempt_started_at || now <= v->end_ms) continue;
         sfmt(why, sizeof why, "max_runtime_s (%lld) exceeded", (long long)j->max_runtime_s);
         if (lifecycle_stop_tasks(d, v->id, why) != STORE_OK || fault_point() < 0) goto fail;
@@ -509,7 +637,7 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
     double *inuse = xcalloc((size_t)sp->s.n_teams + 1, sizeof(double));
     for (int x = 0; x < sp->s.n_running; x++) inuse[sp->s.running[x].team] += sp->s.running[x].devices;
     for (int t = 0; t < sp->s.n_teams; t++) {
-        const cl_team *tm = &sp->cs.teams[t];
+        const cl_team *tm = &sp->m->teams[t];
         if (tm->usage_at >= now || (!changed && now - tm->usage_at < USAGE_EVERY_MS)) continue;
         double dt = tm->usage_at > 0 ? (double)(now - tm->usage_at) / 1000.0 : 0;
         double u = sched_usage_decay(tm->usage, inuse[t], dt, cfg->usage_window_s);
@@ -612,11 +740,17 @@ int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *ou
     memset(&sp, 0, sizeof sp);
     sched_result r;
     sched_result_init(&r);
-    if (upkeep(d, cfg, now, &st) < 0) { log_error("scheduler: upkeep failed"); goto out; }
-    if (snap_load(d, now, &sp) < 0) goto out;
+    mirror_stats ms;
+    mirror *m = mirror_lock(d);
+    if (!m) goto out;
+    if (upkeep(d, m, cfg, now, &st) < 0) { log_error("scheduler: upkeep failed"); goto out; }
+    double tu = mono_s();
+    if (mirror_sync(m, d, &ms) < 0) goto out;
+    double tm = mono_s();
+    snap_build(m, now, &sp);
     for (int x = 0; x < sp.s.n_running; x++) {
         sched_running *v = &sp.run[x];
-        const cl_job *j = &sp.cs.jobs[sp.run_job[x]];
+        const cl_job *j = sp.run_job[x];
         v->may_grow = v->workers_min > 0 && !v->stopping && strcmp(j->state, "running") == 0 &&
                       j->attempt_started_at > 0 && now - j->attempt_started_at >= cfg->resize_interval_ms;
     }
@@ -627,6 +761,9 @@ int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *ou
     if (place_evaluators(d, now, &st) < 0) { log_error("scheduler: evaluator placement failed, rolled back"); goto out; }
     double t3 = mono_s();
     st.load_ms = (t1 - t0) * 1000; st.core_ms = (t2 - t1) * 1000; st.apply_ms = (t3 - t2) * 1000;
+    st.upkeep_ms = (tu - t0) * 1000; st.refresh_ms = (tm - tu) * 1000; st.build_ms = (t1 - tm) * 1000;
+    st.full_load = ms.full;
+    st.rows_read = ms.nodes + ms.devices + ms.jobs;
     if (st.stopped || st.requeued) st.wake_all = 1; /* whose tasks stop is not tracked */
     if (st.placed || st.stopped || st.requeued || st.failed || st.lost_nodes)
         log_debug("scheduler: placed %d (backfill %d), stopped %d, requeued %d, failed %d, lost nodes %d,"
@@ -637,6 +774,7 @@ int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *ou
 out:
     sched_result_release(&r);
     snap_release(&sp);
+    if (m) mirror_give(m);
     if (out) *out = st;
     return ret;
 }
@@ -645,12 +783,23 @@ out:
 
 int sched_admit_job(db *d, const sched_job *job, char *msg, size_t cap)
 {
-    snap sp;
-    if (snap_load(d, now_ms(), &sp) < 0) return -1;
+    mirror *m;
+    if (mirror_take(d, &m, NULL) < 0) return -1;
+    /* what sched_admit reads: each node's devices per kind and memory */
+    sched_node *nodes = xcalloc((size_t)m->n_nodes + 1, sizeof *nodes);
+    for (int i = 0; i < m->n_nodes; i++) {
+        const mirror_node *mn = &m->nodes[i];
+        nodes[i].id = mn->row.id;
+        nodes[i].ready = strcmp(mn->row.state, "ready") == 0;
+        nodes[i].mem_mb = mn->row.memory_mb;
+        for (int x = 0; x < mn->n_dev; x++) nodes[i].n_dev[mn->dev[x].kind]++;
+    }
+    sched_snapshot s = {now_ms(), m->n_nodes, m->n_nodes, nodes, 0, NULL, 0, NULL, 0, NULL};
     sched_outcome o;
-    int rc = sched_admit(&sp.s, job, &o);
+    int rc = sched_admit(&s, job, &o);
+    mirror_give(m);
+    free(nodes);
     if (rc != 0) sched_reason_format(&o, msg, cap);
-    snap_release(&sp);
     return rc == 0 || o.why == SW_NO_NODES ? 0 : 1;
 }
 
@@ -659,17 +808,19 @@ int sched_admit_job(db *d, const sched_job *job, char *msg, size_t cap)
 int sched_queue_view(db *d, const sched_config *cfg, int64_t now, sched_queue_entry **out, int *n)
 {
     *out = NULL; *n = 0;
+    mirror *m;
+    if (mirror_take(d, &m, NULL) < 0) return -1;
     snap sp;
-    if (snap_load(d, now, &sp) < 0) return -1;
+    snap_build(m, now, &sp);
     sched_result r;
     sched_result_init(&r);
-    if (sched_pass_core(&sp.s, cfg, &r) < 0) { snap_release(&sp); return -1; }
+    if (sched_pass_core(&sp.s, cfg, &r) < 0) { snap_release(&sp); mirror_give(m); return -1; }
     int nq = sp.s.n_queued;
     sched_queue_entry *e = xcalloc((size_t)nq + 1, sizeof *e);
     for (int k = 0; k < nq; k++) {
         int q = r.order[k];
         const sched_outcome *o = &r.out[q];
-        const cl_job *j = &sp.cs.jobs[sp.q_job[q]];
+        const cl_job *j = sp.q_job[q];
         e[k].job_id = j->id;
         e[k].team_id = j->team_id;
         e[k].rank = k;
@@ -678,13 +829,14 @@ int sched_queue_view(db *d, const sched_config *cfg, int64_t now, sched_queue_en
         e[k].queued_at_ms = j->queued_at;
         e[k].est_start_ms = o->est_start_ms;
         e[k].will_start = o->place >= 0;
-        int t = find_team(&sp.cs, j->team_id);
-        sfmt(e[k].team, sizeof e[k].team, "%s", t >= 0 ? sp.cs.teams[t].name : "?");
+        int t = mirror_find_team(m, j->team_id);
+        sfmt(e[k].team, sizeof e[k].team, "%s", t >= 0 ? m->teams[t].name : "?");
         if (o->place >= 0) sfmt(e[k].reason, sizeof e[k].reason, "starting on the next pass");
         else sched_reason_format(o, e[k].reason, sizeof e[k].reason);
     }
     sched_result_release(&r);
     snap_release(&sp);
+    mirror_give(m);
     *out = e; *n = nq;
     return 0;
 }

@@ -1,11 +1,12 @@
-/* scheduler.h - the persistent scheduler: loads a snapshot of the cluster
- * from SQLite (storage/cluster.c), runs the pure core (core.h) with no lock
+/* scheduler.h - the persistent scheduler: keeps what a pass reads from
+ * SQLite in memory (mirror.h: read again only where the store changed),
+ * runs the pure core (core.h) with no lock
  * held, and applies its decisions in one short write transaction, so a crash
  * mid-pass leaves no partial allocation. Also: lost nodes and their jobs'
  * requeue, the admission check for submit, the queue view for GET /queue,
  * and the scheduler thread the server runs. See docs/scheduler.md.
  *
- * defines: sched_pass, sched_admit_job, sched_queue_view, sched_start,
+ * defines: sched_pass, sched_full_load, sched_admit_job, sched_queue_view, sched_start,
  *          sched_kick, sched_stop, sched_fault_after */
 #ifndef TRAINYARD_SCHEDULER_H
 #define TRAINYARD_SCHEDULER_H
@@ -25,12 +26,18 @@ typedef struct sched_pass_stats {
     int failed;          /* jobs failed (restart budget spent, max_runtime_s) */
     int lost_nodes;      /* nodes marked lost in this pass */
     int conflicts;       /* placements dropped because the store changed under them */
+    int reasons;         /* waiting reasons written (only those that changed) */
     /* whose agents to tell: the nodes given new tasks, or every node */
 #define SCHED_WAKE_MAX 64
     int64_t wake_nodes[SCHED_WAKE_MAX];
     int n_wake_nodes;
     int wake_all;        /* every node: a stop, a requeue, or more nodes than SCHED_WAKE_MAX */
     double load_ms, core_ms, apply_ms;
+    /* load_ms in parts: the upkeep transaction, the mirror's refresh
+     * (full_load: it read everything; rows_read: rows read again by id),
+     * the core's snapshot built over it */
+    double upkeep_ms, refresh_ms, build_ms;
+    int full_load, rows_read;
 } sched_pass_stats;
 
 /* One pass at time now_ms: lost nodes, reaping of stopped jobs, placement,
@@ -38,6 +45,11 @@ typedef struct sched_pass_stats {
  * (or an injected fault), in which case the decision transaction was rolled
  * back whole. out may be NULL. */
 int sched_pass(db *d, const sched_config *cfg, int64_t now_ms, sched_pass_stats *out);
+
+/* on 1: every pass (and queue view, admission) loads the whole store
+ * again instead of reading only what changed, as before the mirror (the
+ * benchmark's comparison; tests). Off by default. */
+void sched_full_load(int on);
 
 /* Admission for a submitted spec: 0 feasible, or no node has joined yet
  * (the job queues with the reason "no nodes have joined"); 1 infeasible on

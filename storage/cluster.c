@@ -36,28 +36,102 @@ static int exec_stmt(db *d, const char *sql)
     return 0;
 }
 
-/* ================================================================ load */
+/* ================================================================ load
+ * One column list and one row reader per table, shared by the full load
+ * (cluster_load) and the by-id reads the scheduler's mirror makes
+ * (cluster_read_*): a column added to what the pass reads is added here,
+ * in the *_COLS list and its row_* function, and both follow. */
 
 static const char SQL_BEGIN_READ[] = "BEGIN DEFERRED";
 static const char SQL_END_READ[] = "COMMIT";
-static const char SQL_NODES[] =
-    "SELECT id, hostname, address, cpu_slots, state, registered_at, last_heartbeat_at, memory_mb, isolation"
-    " FROM nodes ORDER BY id";
-static const char SQL_DEVICES[] =
-    "SELECT d.id, d.node_id, d.kind, d.idx, d.model, d.memory_mb, a.job_id, a.task_id"
-    " FROM devices d LEFT JOIN allocations a ON a.device_id = d.id"
-    " ORDER BY d.node_id, d.kind, d.idx";
-static const char SQL_PORTS[] =
-    "SELECT DISTINCT t.node_id, t.port FROM allocations a JOIN tasks t ON t.id = a.task_id";
+
+#define NODE_COLS                                                                               \
+    "SELECT id, hostname, address, cpu_slots, state, registered_at, last_heartbeat_at, memory_mb," \
+    " isolation FROM nodes "
+static const char SQL_NODES[] = NODE_COLS "ORDER BY id";
+static const char SQL_NODE_BY_ID[] = NODE_COLS "WHERE id = ?1";
+
+static void row_node(sqlite3_stmt *st, void *out)
+{
+    cl_node *n = out;
+    n->id = sqlite3_column_int64(st, 0);
+    col_text(st, 1, n->hostname, sizeof n->hostname);
+    col_text(st, 2, n->address, sizeof n->address);
+    n->cpu_slots = sqlite3_column_int(st, 3);
+    col_text(st, 4, n->state, sizeof n->state);
+    n->registered_at = sqlite3_column_int64(st, 5);
+    n->last_heartbeat_at = sqlite3_column_int64(st, 6);
+    n->memory_mb = sqlite3_column_int64(st, 7);
+    const unsigned char *iso = sqlite3_column_text(st, 8);
+    n->isolation = iso ? xstrdup((const char *)iso) : NULL;
+}
+
+#define DEVICE_COLS                                                        \
+    "SELECT d.id, d.node_id, d.kind, d.idx, d.model, d.memory_mb, a.job_id, a.task_id" \
+    " FROM devices d LEFT JOIN allocations a ON a.device_id = d.id "
+static const char SQL_DEVICES[] = DEVICE_COLS "ORDER BY d.node_id, d.kind, d.idx";
+static const char SQL_DEVICE_BY_ID[] = DEVICE_COLS "WHERE d.id = ?1";
+static const char SQL_DEVICES_OF_NODE[] = DEVICE_COLS "WHERE d.node_id = ?1 ORDER BY d.kind, d.idx";
+
+static void row_device(sqlite3_stmt *st, void *out)
+{
+    cl_device *v = out;
+    v->id = sqlite3_column_int64(st, 0);
+    v->node_id = sqlite3_column_int64(st, 1);
+    const unsigned char *k = sqlite3_column_text(st, 2);
+    v->kind = k && strcmp((const char *)k, "gpu") == 0 ? 1 : 0;
+    v->idx = sqlite3_column_int(st, 3);
+    col_text(st, 4, v->model, sizeof v->model);
+    v->memory_mb = sqlite3_column_int64(st, 5);
+    v->job_id = sqlite3_column_int64(st, 6);
+    v->task_id = sqlite3_column_int64(st, 7);
+}
+
+/* ports of the tasks holding devices */
+#define PORT_COLS "SELECT DISTINCT t.node_id, t.port FROM allocations a JOIN tasks t ON t.id = a.task_id "
+static const char SQL_PORTS[] = PORT_COLS "ORDER BY t.node_id, t.port";
+static const char SQL_PORTS_OF_NODE[] = PORT_COLS "WHERE t.node_id = ?1 ORDER BY t.port";
+
+static void row_port(sqlite3_stmt *st, void *out)
+{
+    cl_port *p = out;
+    p->node_id = sqlite3_column_int64(st, 0);
+    p->port = sqlite3_column_int(st, 1);
+}
+
 /* the memory of live tasks (those holding devices, and evaluators, which hold
  * none), per node and job */
-static const char SQL_MEM[] =
-    "SELECT t.node_id, t.job_id, sum(t.memory_mb) FROM tasks t"
-    " WHERE (t.id IN (SELECT task_id FROM allocations) OR (t.type = 'evaluator' AND t.state != 'exited'))"
-    " AND t.memory_mb > 0"
-    " GROUP BY t.node_id, t.job_id ORDER BY t.node_id, t.job_id";
+#define MEM_COLS                                                              \
+    "SELECT t.node_id, t.job_id, sum(t.memory_mb) FROM tasks t"               \
+    " WHERE (t.id IN (SELECT task_id FROM allocations) OR (t.type = 'evaluator' AND t.state != 'exited'))" \
+    " AND t.memory_mb > 0 "
+static const char SQL_MEM[] = MEM_COLS "GROUP BY t.node_id, t.job_id ORDER BY t.node_id, t.job_id";
+static const char SQL_MEM_OF_NODE[] =
+    MEM_COLS "AND t.node_id = ?1 GROUP BY t.node_id, t.job_id ORDER BY t.job_id";
+
+static void row_mem(sqlite3_stmt *st, void *out)
+{
+    cl_mem *m = out;
+    m->node_id = sqlite3_column_int64(st, 0);
+    m->job_id = sqlite3_column_int64(st, 1);
+    m->mb = sqlite3_column_int64(st, 2);
+}
+
 static const char SQL_TEAMS[] =
     "SELECT id, name, weight, guarantee, quota, usage, usage_at FROM teams ORDER BY id";
+
+static void row_team(sqlite3_stmt *st, void *out)
+{
+    cl_team *t = out;
+    t->id = sqlite3_column_int64(st, 0);
+    col_text(st, 1, t->name, sizeof t->name);
+    t->weight = sqlite3_column_double(st, 2);
+    t->guarantee = sqlite3_column_int(st, 3);
+    t->quota = sqlite3_column_type(st, 4) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 4);
+    t->usage = sqlite3_column_double(st, 5);
+    t->usage_at = sqlite3_column_int64(st, 6);
+}
+
 #define JOB_COLS                                                                        \
     "SELECT j.id, j.team_id, j.state, j.priority, j.workers, j.devices_per_worker,"     \
     " j.device, j.ps, j.preemptible, j.queue_if_infeasible, j.attempt, j.max_restarts," \
@@ -73,138 +147,97 @@ static const char SQL_JOBS_LIVE[] =
 static const char SQL_JOBS_HOLDING[] =
     JOB_COLS "WHERE j.id IN (SELECT DISTINCT job_id FROM allocations)"
     " AND j.state NOT IN ('queued','starting','running') ORDER BY j.id";
-static const char SQL_AVOID[] = "SELECT job_id, node_id FROM node_failures WHERE count >= 2";
+/* the job when cluster_load has it (live, or holding devices) */
+static const char SQL_JOB_BY_ID[] =
+    JOB_COLS "WHERE j.id = ?1 AND (j.state IN ('queued','starting','running')"
+    " OR EXISTS(SELECT 1 FROM allocations a WHERE a.job_id = ?1))";
 
-static int load_jobs(db *d, const char *sql, cluster_state *cs, int *cap)
+static void row_job(sqlite3_stmt *st, void *out)
 {
-    sqlite3_stmt *st = db_prepare(d, sql);
-    if (!st) return -1;
+    cl_job *j = out;
+    memset(j, 0, sizeof *j);
+    j->id = sqlite3_column_int64(st, 0);
+    j->team_id = sqlite3_column_int64(st, 1);
+    col_text(st, 2, j->state, sizeof j->state);
+    j->priority = sqlite3_column_int(st, 3);
+    j->workers = sqlite3_column_int(st, 4);
+    j->devices_per_worker = sqlite3_column_int(st, 5);
+    const unsigned char *dev = sqlite3_column_text(st, 6);
+    j->kind = dev && strcmp((const char *)dev, "gpu") == 0 ? 1 : 0;
+    j->ps = sqlite3_column_int(st, 7);
+    j->preemptible = sqlite3_column_int(st, 8);
+    j->queue_if_infeasible = sqlite3_column_int(st, 9);
+    j->attempt = sqlite3_column_int(st, 10);
+    j->max_restarts = sqlite3_column_int(st, 11);
+    j->max_runtime_s = sqlite3_column_int64(st, 12);
+    j->queued_at = sqlite3_column_int64(st, 13);
+    j->last_checkpoint_at = sqlite3_column_int64(st, 14);
+    col_text(st, 15, j->reason, sizeof j->reason);
+    j->memory_mb = sqlite3_column_int64(st, 16);
+    j->attempt_started_at = sqlite3_column_int64(st, 17);
+    j->stopping = sqlite3_column_int(st, 18);
+    j->workers_min = sqlite3_column_int(st, 19);
+    j->workers_now = sqlite3_column_int(st, 20);
+    j->resize_to = sqlite3_column_int(st, 21);
+}
+
+#define AVOID_COLS "SELECT job_id, node_id FROM node_failures WHERE count >= 2 "
+static const char SQL_AVOID[] = AVOID_COLS "ORDER BY job_id, node_id";
+static const char SQL_AVOID_OF_JOB[] = AVOID_COLS "AND job_id = ?1 ORDER BY node_id";
+
+static void row_avoid(sqlite3_stmt *st, void *out)
+{
+    cl_avoid *a = out;
+    a->job_id = sqlite3_column_int64(st, 0);
+    a->node_id = sqlite3_column_int64(st, 1);
+}
+
+/* Steps st to its end, appending each row through fn (an element of size
+ * sz) to *arr (*n rows, *cap allocated). Resets st. 0 or -1. */
+static int read_rows(sqlite3_stmt *st, void **arr, int *n, int *cap, size_t sz,
+                     void (*fn)(sqlite3_stmt *, void *))
+{
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        GROW(cs->jobs, cs->n_jobs, *cap);
-        cl_job *j = &cs->jobs[cs->n_jobs++];
-        memset(j, 0, sizeof *j);
-        j->id = sqlite3_column_int64(st, 0);
-        j->team_id = sqlite3_column_int64(st, 1);
-        col_text(st, 2, j->state, sizeof j->state);
-        j->priority = sqlite3_column_int(st, 3);
-        j->workers = sqlite3_column_int(st, 4);
-        j->devices_per_worker = sqlite3_column_int(st, 5);
-        const unsigned char *dev = sqlite3_column_text(st, 6);
-        j->kind = dev && strcmp((const char *)dev, "gpu") == 0 ? 1 : 0;
-        j->ps = sqlite3_column_int(st, 7);
-        j->preemptible = sqlite3_column_int(st, 8);
-        j->queue_if_infeasible = sqlite3_column_int(st, 9);
-        j->attempt = sqlite3_column_int(st, 10);
-        j->max_restarts = sqlite3_column_int(st, 11);
-        j->max_runtime_s = sqlite3_column_int64(st, 12);
-        j->queued_at = sqlite3_column_int64(st, 13);
-        j->last_checkpoint_at = sqlite3_column_int64(st, 14);
-        col_text(st, 15, j->reason, sizeof j->reason);
-        j->memory_mb = sqlite3_column_int64(st, 16);
-        j->attempt_started_at = sqlite3_column_int64(st, 17);
-        j->stopping = sqlite3_column_int(st, 18);
-        j->workers_min = sqlite3_column_int(st, 19);
-        j->workers_now = sqlite3_column_int(st, 20);
-        j->resize_to = sqlite3_column_int(st, 21);
+        if (*n >= *cap) {
+            *cap = *cap ? *cap * 2 : 64;
+            *arr = xrealloc(*arr, (size_t)*cap * sz);
+        }
+        char *e = (char *)*arr + (size_t)*n * sz;
+        memset(e, 0, sz);
+        fn(st, e);
+        (*n)++;
     }
     db_done(st);
     return rc == SQLITE_DONE ? 0 : -1;
 }
 
+#define READ_ROWS(st, arr, n, cap, fn) \
+    read_rows((st), (void **)&(arr), &(n), &(cap), sizeof *(arr), (fn))
+
 int cluster_load(db *d, cluster_state *cs)
 {
     memset(cs, 0, sizeof *cs);
-    int cap = 0, rc;
+    int cap;
+    sqlite3_stmt *st;
     if (exec_stmt(d, SQL_BEGIN_READ) < 0) return -1;
-    sqlite3_stmt *st = db_prepare(d, SQL_NODES);
-    if (!st) goto fail;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        GROW(cs->nodes, cs->n_nodes, cap);
-        cl_node *n = &cs->nodes[cs->n_nodes++];
-        n->id = sqlite3_column_int64(st, 0);
-        col_text(st, 1, n->hostname, sizeof n->hostname);
-        col_text(st, 2, n->address, sizeof n->address);
-        n->cpu_slots = sqlite3_column_int(st, 3);
-        col_text(st, 4, n->state, sizeof n->state);
-        n->registered_at = sqlite3_column_int64(st, 5);
-        n->last_heartbeat_at = sqlite3_column_int64(st, 6);
-        n->memory_mb = sqlite3_column_int64(st, 7);
-        const unsigned char *iso = sqlite3_column_text(st, 8);
-        n->isolation = iso ? xstrdup((const char *)iso) : NULL;
-    }
-    db_done(st);
-    if (rc != SQLITE_DONE) goto fail;
-
     cap = 0;
-    if (!(st = db_prepare(d, SQL_DEVICES))) goto fail;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        GROW(cs->devices, cs->n_devices, cap);
-        cl_device *v = &cs->devices[cs->n_devices++];
-        v->id = sqlite3_column_int64(st, 0);
-        v->node_id = sqlite3_column_int64(st, 1);
-        const unsigned char *k = sqlite3_column_text(st, 2);
-        v->kind = k && strcmp((const char *)k, "gpu") == 0 ? 1 : 0;
-        v->idx = sqlite3_column_int(st, 3);
-        col_text(st, 4, v->model, sizeof v->model);
-        v->memory_mb = sqlite3_column_int64(st, 5);
-        v->job_id = sqlite3_column_int64(st, 6);
-        v->task_id = sqlite3_column_int64(st, 7);
-    }
-    db_done(st);
-    if (rc != SQLITE_DONE) goto fail;
-
+    if (!(st = db_prepare(d, SQL_NODES)) || READ_ROWS(st, cs->nodes, cs->n_nodes, cap, row_node) < 0) goto fail;
     cap = 0;
-    if (!(st = db_prepare(d, SQL_PORTS))) goto fail;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        GROW(cs->ports, cs->n_ports, cap);
-        cs->ports[cs->n_ports].node_id = sqlite3_column_int64(st, 0);
-        cs->ports[cs->n_ports++].port = sqlite3_column_int(st, 1);
-    }
-    db_done(st);
-    if (rc != SQLITE_DONE) goto fail;
-
+    if (!(st = db_prepare(d, SQL_DEVICES)) || READ_ROWS(st, cs->devices, cs->n_devices, cap, row_device) < 0)
+        goto fail;
     cap = 0;
-    if (!(st = db_prepare(d, SQL_MEM))) goto fail;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        GROW(cs->mem, cs->n_mem, cap);
-        cl_mem *m = &cs->mem[cs->n_mem++];
-        m->node_id = sqlite3_column_int64(st, 0);
-        m->job_id = sqlite3_column_int64(st, 1);
-        m->mb = sqlite3_column_int64(st, 2);
-    }
-    db_done(st);
-    if (rc != SQLITE_DONE) goto fail;
-
+    if (!(st = db_prepare(d, SQL_PORTS)) || READ_ROWS(st, cs->ports, cs->n_ports, cap, row_port) < 0) goto fail;
     cap = 0;
-    if (!(st = db_prepare(d, SQL_TEAMS))) goto fail;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        GROW(cs->teams, cs->n_teams, cap);
-        cl_team *t = &cs->teams[cs->n_teams++];
-        t->id = sqlite3_column_int64(st, 0);
-        col_text(st, 1, t->name, sizeof t->name);
-        t->weight = sqlite3_column_double(st, 2);
-        t->guarantee = sqlite3_column_int(st, 3);
-        t->quota = sqlite3_column_type(st, 4) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 4);
-        t->usage = sqlite3_column_double(st, 5);
-        t->usage_at = sqlite3_column_int64(st, 6);
-    }
-    db_done(st);
-    if (rc != SQLITE_DONE) goto fail;
-
+    if (!(st = db_prepare(d, SQL_MEM)) || READ_ROWS(st, cs->mem, cs->n_mem, cap, row_mem) < 0) goto fail;
     cap = 0;
-    if (load_jobs(d, SQL_JOBS_LIVE, cs, &cap) < 0) goto fail;
-    if (load_jobs(d, SQL_JOBS_HOLDING, cs, &cap) < 0) goto fail;
-
+    if (!(st = db_prepare(d, SQL_TEAMS)) || READ_ROWS(st, cs->teams, cs->n_teams, cap, row_team) < 0) goto fail;
     cap = 0;
-    if (!(st = db_prepare(d, SQL_AVOID))) goto fail;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        GROW(cs->avoid, cs->n_avoid, cap);
-        cs->avoid[cs->n_avoid].job_id = sqlite3_column_int64(st, 0);
-        cs->avoid[cs->n_avoid++].node_id = sqlite3_column_int64(st, 1);
-    }
-    db_done(st);
-    if (rc != SQLITE_DONE) goto fail;
+    if (!(st = db_prepare(d, SQL_JOBS_LIVE)) || READ_ROWS(st, cs->jobs, cs->n_jobs, cap, row_job) < 0) goto fail;
+    if (!(st = db_prepare(d, SQL_JOBS_HOLDING)) || READ_ROWS(st, cs->jobs, cs->n_jobs, cap, row_job) < 0)
+        goto fail;
+    cap = 0;
+    if (!(st = db_prepare(d, SQL_AVOID)) || READ_ROWS(st, cs->avoid, cs->n_avoid, cap, row_avoid) < 0) goto fail;
     if (exec_stmt(d, SQL_END_READ) < 0) goto fail;
     return 0;
 fail:
@@ -212,6 +245,121 @@ fail:
     db_rollback(d);
     cluster_state_release(cs);
     return -1;
+}
+
+/* ---------------------------------------------------------------- by id */
+
+int cluster_read_begin(db *d) { return exec_stmt(d, SQL_BEGIN_READ); }
+
+int cluster_read_end(db *d)
+{
+    if (exec_stmt(d, SQL_END_READ) == 0) return 0;
+    db_rollback(d);
+    return -1;
+}
+
+/* One row by id: 0 found, 1 none, -1 error. */
+static int read_one(db *d, const char *sql, int64_t id, void *out, void (*fn)(sqlite3_stmt *, void *))
+{
+    sqlite3_stmt *st = db_prepare(d, sql);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) fn(st, out);
+    db_done(st);
+    return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
+}
+
+int cluster_read_node(db *d, int64_t id, cl_node *out)
+{
+    memset(out, 0, sizeof *out);
+    return read_one(d, SQL_NODE_BY_ID, id, out, row_node);
+}
+
+int cluster_read_device(db *d, int64_t id, cl_device *out)
+{
+    memset(out, 0, sizeof *out);
+    return read_one(d, SQL_DEVICE_BY_ID, id, out, row_device);
+}
+
+int cluster_read_job(db *d, int64_t id, cl_job *out)
+{
+    return read_one(d, SQL_JOB_BY_ID, id, out, row_job);
+}
+
+int cluster_read_node_devices(db *d, int64_t node_id, cl_device **out, int *n)
+{
+    *out = NULL; *n = 0;
+    int cap = 0;
+    sqlite3_stmt *st = db_prepare(d, SQL_DEVICES_OF_NODE);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, node_id);
+    if (READ_ROWS(st, *out, *n, cap, row_device) == 0) return 0;
+    free(*out); *out = NULL; *n = 0;
+    return -1;
+}
+
+int cluster_read_node_ports(db *d, int64_t node_id, cl_port **out, int *n)
+{
+    *out = NULL; *n = 0;
+    int cap = 0;
+    sqlite3_stmt *st = db_prepare(d, SQL_PORTS_OF_NODE);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, node_id);
+    if (READ_ROWS(st, *out, *n, cap, row_port) == 0) return 0;
+    free(*out); *out = NULL; *n = 0;
+    return -1;
+}
+
+int cluster_read_node_mem(db *d, int64_t node_id, cl_mem **out, int *n)
+{
+    *out = NULL; *n = 0;
+    int cap = 0;
+    sqlite3_stmt *st = db_prepare(d, SQL_MEM_OF_NODE);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, node_id);
+    if (READ_ROWS(st, *out, *n, cap, row_mem) == 0) return 0;
+    free(*out); *out = NULL; *n = 0;
+    return -1;
+}
+
+int cluster_read_job_avoid(db *d, int64_t job_id, cl_avoid **out, int *n)
+{
+    *out = NULL; *n = 0;
+    int cap = 0;
+    sqlite3_stmt *st = db_prepare(d, SQL_AVOID_OF_JOB);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    if (READ_ROWS(st, *out, *n, cap, row_avoid) == 0) return 0;
+    free(*out); *out = NULL; *n = 0;
+    return -1;
+}
+
+int cluster_read_teams(db *d, cl_team **out, int *n)
+{
+    *out = NULL; *n = 0;
+    int cap = 0;
+    sqlite3_stmt *st = db_prepare(d, SQL_TEAMS);
+    if (!st) return -1;
+    if (READ_ROWS(st, *out, *n, cap, row_team) == 0) return 0;
+    free(*out); *out = NULL; *n = 0;
+    return -1;
+}
+
+static const char SQL_TASK_JOB[] = "SELECT job_id, node_id FROM tasks WHERE id = ?1";
+
+int cluster_read_task_job(db *d, int64_t task_id, int64_t *job_id, int64_t *node_id)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_TASK_JOB);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, task_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *job_id = sqlite3_column_int64(st, 0);
+        if (node_id) *node_id = sqlite3_column_int64(st, 1);
+    }
+    db_done(st);
+    return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
 }
 
 void cluster_state_release(cluster_state *cs)
@@ -322,6 +470,7 @@ int cluster_node_upsert(db *d, const char *hostname, const char *address, int cp
     db_done(st);
     buf_release(&idx);
     if (rc != SQLITE_DONE) goto fail;
+    db_change_note(d, DB_CH_NODE, id);
     if (db_commit(d) < 0) goto fail;
     if (id_out) *id_out = id;
     return 0;
@@ -372,7 +521,9 @@ int cluster_node_drain(db *d, int64_t node_id, int drain, char state[16])
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, node_id);
     sqlite3_bind_int(st, 2, drain ? 1 : 0);
-    return step_returning_state(st, state);
+    int rc = step_returning_state(st, state);
+    if (rc == 0) db_change_note(d, DB_CH_NODE, node_id);
+    return rc;
 }
 
 /* a draining node whose agent went quiet is lost as a ready one is */
@@ -397,7 +548,9 @@ int cluster_nodes_mark_lost(db *d, int64_t before, int64_t **ids)
     sqlite3_stmt *st = db_prepare(d, SQL_NODES_LOST);
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, before);
-    return collect_ids(st, ids);
+    int n = collect_ids(st, ids);
+    for (int i = 0; i < n; i++) db_change_note(d, DB_CH_NODE, (*ids)[i]);
+    return n;
 }
 
 /* ================================================================ tasks */
@@ -541,16 +694,22 @@ static const char SQL_FAILURE_ADD[] =
     " ON CONFLICT(job_id, node_id) DO UPDATE SET count = count + 1";
 static const char SQL_RELEASE_EXITED[] =
     "DELETE FROM allocations WHERE task_id IN (SELECT id FROM tasks WHERE state = 'exited')";
-static const char SQL_ALL_EXITED[] =
-    "SELECT j.id, j.attempt, j.max_restarts,"
-    " (SELECT t.reason FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt"
-    "   AND t.type != 'evaluator'"
-    "   AND (t.reason LIKE 'preempted%' OR t.reason LIKE 'resize%' OR t.reason LIKE 'node % lost%' OR t.reason LIKE 'max_runtime%')"
-    "   ORDER BY t.id LIMIT 1)"
-    " FROM jobs j WHERE j.state IN ('starting','running')"
-    " AND EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt)"
-    " AND NOT EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt"
-    "   AND t.state != 'exited')";
+#define ALL_EXITED                                                                          \
+    "SELECT j.id, j.attempt, j.max_restarts,"                                               \
+    " (SELECT t.reason FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt"        \
+    "   AND t.type != 'evaluator'"                                                          \
+    "   AND (t.reason LIKE 'preempted%' OR t.reason LIKE 'resize%' OR t.reason LIKE 'node % lost%'"         \
+    "     OR t.reason LIKE 'max_runtime%')"                                                   \
+    "   ORDER BY t.id LIMIT 1)"                                                             \
+    " FROM jobs j WHERE j.state IN ('starting','running')"                                  \
+    " AND EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt)"    \
+    " AND NOT EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt" \
+    "   AND t.state != 'exited')"
+static const char SQL_ALL_EXITED[] = ALL_EXITED;
+static const char SQL_ALL_EXITED_OF[] = ALL_EXITED " AND j.id = ?1";
+static const char SQL_RELEASE_EXITED_TASK[] =
+    "DELETE FROM allocations WHERE task_id = ?1 AND EXISTS(SELECT 1 FROM tasks WHERE id = ?1 AND state = 'exited')";
+
 
 int cluster_node_tasks_lost(db *d, int64_t node_id, const char *reason, int64_t now, int64_t **jobs)
 {
@@ -579,7 +738,9 @@ int cluster_failure_add(db *d, int64_t job_id, int64_t node_id)
     sqlite3_bind_int64(st, 2, node_id);
     int rc = sqlite3_step(st);
     db_done(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    if (rc != SQLITE_DONE) return -1;
+    db_change_note(d, DB_CH_AVOID, job_id);
+    return 0;
 }
 
 int cluster_release_exited(db *d)
@@ -592,23 +753,57 @@ int cluster_release_exited(db *d)
     return rc == SQLITE_DONE ? n : -1;
 }
 
-int cluster_jobs_all_exited(db *d, cl_reaped **out)
+static int reaped_rows(sqlite3_stmt *st, cl_reaped **out, int *n, int *cap)
 {
-    *out = NULL;
-    sqlite3_stmt *st = db_prepare(d, SQL_ALL_EXITED);
-    if (!st) return -1;
-    int n = 0, cap = 0, rc;
+    int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        GROW(*out, n, cap);
-        cl_reaped *r = &(*out)[n++];
+        GROW(*out, *n, *cap);
+        cl_reaped *r = &(*out)[(*n)++];
         r->job_id = sqlite3_column_int64(st, 0);
         r->attempt = sqlite3_column_int(st, 1);
         r->max_restarts = sqlite3_column_int(st, 2);
         col_text(st, 3, r->reason, sizeof r->reason);
     }
     db_done(st);
-    if (rc != SQLITE_DONE) { free(*out); *out = NULL; return -1; }
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int cluster_jobs_all_exited(db *d, cl_reaped **out)
+{
+    *out = NULL;
+    sqlite3_stmt *st = db_prepare(d, SQL_ALL_EXITED);
+    if (!st) return -1;
+    int n = 0, cap = 0;
+    if (reaped_rows(st, out, &n, &cap) < 0) { free(*out); *out = NULL; return -1; }
     return n;
+}
+
+int cluster_jobs_all_exited_of(db *d, const int64_t *jobs, int n_jobs, cl_reaped **out)
+{
+    *out = NULL;
+    int n = 0, cap = 0;
+    for (int k = 0; k < n_jobs; k++) {
+        sqlite3_stmt *st = db_prepare(d, SQL_ALL_EXITED_OF);
+        if (!st) { free(*out); *out = NULL; return -1; }
+        sqlite3_bind_int64(st, 1, jobs[k]);
+        if (reaped_rows(st, out, &n, &cap) < 0) { free(*out); *out = NULL; return -1; }
+    }
+    return n;
+}
+
+int cluster_release_exited_tasks(db *d, const int64_t *tasks, int n_tasks)
+{
+    int freed = 0;
+    for (int k = 0; k < n_tasks; k++) {
+        sqlite3_stmt *st = db_prepare(d, SQL_RELEASE_EXITED_TASK);
+        if (!st) return -1;
+        sqlite3_bind_int64(st, 1, tasks[k]);
+        int rc = sqlite3_step(st);
+        freed += sqlite3_changes(db_conn(d));
+        db_done(st);
+        if (rc != SQLITE_DONE) return -1;
+    }
+    return freed;
 }
 
 /* ================================================================ node tokens */

@@ -4,7 +4,8 @@
  * them into its snapshot and decisions; the cluster API into JSON. Writes run
  * inside the caller's transaction (db_begin/db_commit) unless noted.
  *
- * defines: cluster_load, cluster_state_release, cluster_node_upsert,
+ * defines: cluster_load, cluster_state_release, cluster_read_* (by id),
+ *          cluster_node_upsert,
  *          cluster_node_heartbeat, cluster_task_insert, cluster_alloc_insert,
  *          cluster_node_token_issue/revoke (per-node tokens),
  *          cluster_* updates used by the scheduler pass */
@@ -96,6 +97,29 @@ typedef struct cluster_state {
 int cluster_load(db *d, cluster_state *cs);
 void cluster_state_release(cluster_state *cs);
 
+/* The same rows one at a time, for a reader that keeps them (the
+ * scheduler's mirror, scheduler/mirror.c) and reads again only what the
+ * change log (db_changes_read) says changed. Each reads its table's
+ * columns through the same row function as cluster_load. Run them between
+ * cluster_read_begin and cluster_read_end (one read transaction: 0 or -1,
+ * rolled back on failure). The single-row reads return 0 found, 1 when
+ * cluster_load would not have the row (no such node or device; a job
+ * neither queued, starting, running nor holding a device), -1 on error.
+ * The list reads fill a malloc'd array (caller frees), in cluster_load's
+ * order, and return 0 or -1. */
+int cluster_read_begin(db *d);
+int cluster_read_end(db *d);
+int cluster_read_node(db *d, int64_t id, cl_node *out);            /* out->isolation malloc'd */
+int cluster_read_device(db *d, int64_t id, cl_device *out);
+int cluster_read_job(db *d, int64_t id, cl_job *out);
+int cluster_read_node_devices(db *d, int64_t node_id, cl_device **out, int *n);
+int cluster_read_node_ports(db *d, int64_t node_id, cl_port **out, int *n);
+int cluster_read_node_mem(db *d, int64_t node_id, cl_mem **out, int *n);
+int cluster_read_job_avoid(db *d, int64_t job_id, cl_avoid **out, int *n);
+int cluster_read_teams(db *d, cl_team **out, int *n);
+/* The job and node of a task (node_id may be NULL): 0, 1 no such task, -1. */
+int cluster_read_task_job(db *d, int64_t task_id, int64_t *job_id, int64_t *node_id);
+
 /* Registers a node, or updates the one with that hostname (address, cpu
  * slots, memory, isolation, devices added or refreshed; state ready,
  * heartbeat now). Devices held by a task are never removed. Begins and
@@ -161,6 +185,12 @@ typedef struct cl_reaped {
     char reason[CL_REASON_MAX];
 } cl_reaped;
 int cluster_jobs_all_exited(db *d, cl_reaped **out);
+/* The same two among the given jobs and tasks only (those whose rows
+ * changed since the caller last looked: the scheduler follows the change
+ * log), at the cost of an indexed look-up each instead of a scan of every
+ * active job and every exited task. */
+int cluster_jobs_all_exited_of(db *d, const int64_t *jobs, int n_jobs, cl_reaped **out);
+int cluster_release_exited_tasks(db *d, const int64_t *tasks, int n_tasks);
 /* queued_at for a requeued job's state change is set by store_job_transition. */
 
 /* ---------------------------------------------------------------- node tokens

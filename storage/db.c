@@ -37,6 +37,11 @@ typedef struct db_thread_conn {
     stmt_slot *slots;             /* open addressing on the sql pointer */
     size_t nslots, used;
     int holds_write;              /* this thread holds d->write (db_begin) */
+    /* changes of the open transaction to tables the scheduling pass reads
+     * (db_change_note): published on commit, dropped on rollback */
+    db_change *chg;
+    size_t n_chg, cap_chg;
+    int chg_all;                  /* too many to list: "everything changed" */
     struct db_thread_conn *next;
 } db_thread_conn;
 
@@ -63,6 +68,16 @@ struct db {
     uint64_t generation;
     int wal;                      /* the file is in WAL mode: the hook sees every commit */
     pid_t ckpt_pid;               /* the process that runs the checkpointer (not a fork child) */
+    /* The change log (db_changes_read): a ring of the last DB_CHANGES_CAP
+     * published changes; entry seq s sits at log[s % cap]. */
+    pthread_mutex_t chg_mu;
+    db_change *log;               /* (DB_CHANGES_CAP), allocated on first use */
+    uint64_t log_head;            /* seq of the next entry */
+    uint64_t log_all;             /* "everything" published before this seq (0: never) */
+    struct {                      /* db_cache: objects kept with the db (under lock) */
+        void *obj;
+        void (*release)(void *);
+    } cache[DB_CACHE_SLOTS];
 };
 
 #define DB_IDLE_MAX 64
@@ -77,6 +92,7 @@ static void conn_free(db_thread_conn *c) {
     for (size_t i = 0; i < c->nslots; i++)
         if (c->slots[i].st) sqlite3_finalize(c->slots[i].st);
     free(c->slots);
+    free(c->chg);
     sqlite3_close(c->conn);
     free(c);
 }
@@ -144,12 +160,17 @@ static int busy_wait(void *arg, int n) {
 /* The WAL grew past this many frames (pages): wake the checkpointer. */
 #define DB_CKPT_FRAMES 1000
 
+static void changes_publish(db *d, db_thread_conn *c);
+
 static int wal_hook(void *arg, sqlite3 *conn, const char *name, int frames) {
     (void)name;
-    db *d = arg;
-    if (!d) return SQLITE_OK;
-    /* after the commit is visible: a reader that saw the old number reads
-     * again (db_generation) */
+    db_thread_conn *c = arg;
+    if (!c) return SQLITE_OK;
+    db *d = c->owner;
+    /* after the commit is visible: the changes it made go to the log (a
+     * reader that drains them afterwards reads the rows as committed), and
+     * a reader that saw the old number reads again (db_generation) */
+    changes_publish(d, c);
     __atomic_fetch_add(&d->generation, 1, __ATOMIC_RELEASE);
     if (!d->ckpt_running || getpid() != d->ckpt_pid) { /* no checkpointer thread, or a fork
                                                           child (check's test runner) */
@@ -187,6 +208,8 @@ static sqlite3 *conn_open(const char *path, char *err, size_t errlen) {
 
 static int trace_ms(void);
 static int commit_hook(void *arg);
+static void update_hook(void *arg, int op, const char *dbname, const char *table, sqlite3_int64 rowid);
+static void rollback_hook(void *arg);
 
 static db_thread_conn *thread_conn(db *d) {
     db_thread_conn *c = pthread_getspecific(d->key);
@@ -214,11 +237,13 @@ static db_thread_conn *thread_conn(db *d) {
         log_error("db: %s", err);
         return NULL;
     }
-    sqlite3_wal_hook(conn, wal_hook, d); /* replaces the autocheckpoint */
     if (trace_ms()) sqlite3_commit_hook(conn, commit_hook, NULL);
     c = xcalloc(1, sizeof *c);
     c->owner = d;
     c->conn = conn;
+    sqlite3_wal_hook(conn, wal_hook, c); /* replaces the autocheckpoint */
+    sqlite3_update_hook(conn, update_hook, c);
+    sqlite3_rollback_hook(conn, rollback_hook, c);
     c->nslots = 64;
     c->slots = xcalloc(c->nslots, sizeof *c->slots);
     pthread_mutex_lock(&d->lock);
@@ -442,13 +467,121 @@ void db_notes_rewind(size_t mark) {
     if (mark < t_notes_len) t_notes_len = mark;
 }
 
+/* ---------------------------------------------------------------- changes */
+
+/* Per transaction: at most this many listed changes, then "everything". */
+#define CHG_PENDING_MAX 65536
+
+static void chg_add(db_thread_conn *c, int table, int64_t id) {
+    if (c->chg_all) return;
+    if (c->n_chg == CHG_PENDING_MAX) {
+        c->chg_all = 1;
+        return;
+    }
+    if (c->n_chg == c->cap_chg) {
+        c->cap_chg = c->cap_chg ? c->cap_chg * 2 : 256;
+        c->chg = xrealloc(c->chg, c->cap_chg * sizeof *c->chg);
+    }
+    c->chg[c->n_chg++] = (db_change){table, id};
+}
+
+/* Rows of the tables the pass reads, written through this connection: every
+ * INSERT, UPDATE and DELETE of a rowid table. nodes are left out (each
+ * heartbeat updates its node: the node writers that matter note it with
+ * db_change_note); node_failures has no rowid (its writer notes it). */
+static void update_hook(void *arg, int op, const char *dbname, const char *table, sqlite3_int64 rowid) {
+    (void)op;
+    (void)dbname;
+    db_thread_conn *c = arg;
+    int t;
+    switch (table[0]) {
+    case 'j': t = strcmp(table, "jobs") == 0 ? DB_CH_JOB : 0; break;
+    case 't': t = strcmp(table, "tasks") == 0 ? DB_CH_TASK : strcmp(table, "teams") == 0 ? DB_CH_TEAM : 0; break;
+    case 'a': t = strcmp(table, "allocations") == 0 ? DB_CH_ALLOC : 0; break; /* rowid = device_id */
+    case 'd': t = strcmp(table, "devices") == 0 ? DB_CH_DEVICE : 0; break;
+    default: t = 0;
+    }
+    if (t) chg_add(c, t, rowid);
+}
+
+static void rollback_hook(void *arg) {
+    db_thread_conn *c = arg;
+    c->n_chg = 0;
+    c->chg_all = 0;
+}
+
+void db_change_note(db *d, int table, int64_t id) {
+    db_thread_conn *c = thread_conn(d);
+    if (!c) return;
+    int autocommit = sqlite3_get_autocommit(c->conn);
+    chg_add(c, table, id);
+    if (autocommit) changes_publish(d, c); /* the statement has committed */
+}
+
+size_t db_changes_mark(db *d) {
+    db_thread_conn *c = thread_conn(d);
+    return c && !c->chg_all ? c->n_chg : 0;
+}
+
+void db_changes_rewind(db *d, size_t mark) {
+    db_thread_conn *c = thread_conn(d);
+    if (c && !c->chg_all && mark < c->n_chg) c->n_chg = mark;
+}
+
+static void changes_publish(db *d, db_thread_conn *c) {
+    if (!c->n_chg && !c->chg_all) return;
+    pthread_mutex_lock(&d->chg_mu);
+    if (c->chg_all) {
+        d->log_all = ++d->log_head;
+    } else {
+        if (!d->log) d->log = xcalloc(DB_CHANGES_CAP, sizeof *d->log);
+        for (size_t i = 0; i < c->n_chg; i++) d->log[d->log_head++ % DB_CHANGES_CAP] = c->chg[i];
+    }
+    pthread_mutex_unlock(&d->chg_mu);
+    c->n_chg = 0;
+    c->chg_all = 0;
+    if (c->cap_chg > 4096) { /* a bulk transaction's array is not kept */
+        free(c->chg);
+        c->chg = NULL;
+        c->cap_chg = 0;
+    }
+}
+
+uint64_t db_changes_head(db *d) {
+    pthread_mutex_lock(&d->chg_mu);
+    uint64_t h = d->log_head;
+    pthread_mutex_unlock(&d->chg_mu);
+    return h;
+}
+
+int db_changes_read(db *d, uint64_t *from, db_change **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    if (!d->wal) return 1; /* commits go unseen (db_generation) */
+    pthread_mutex_lock(&d->chg_mu);
+    uint64_t head = d->log_head, f = *from;
+    int gap = f > head || f < d->log_all || head - f > DB_CHANGES_CAP || (head > f && !d->log);
+    if (!gap && head > f) {
+        *n = (size_t)(head - f);
+        *out = xmalloc(*n * sizeof **out);
+        for (uint64_t s = f; s < head; s++) (*out)[s - f] = d->log[s % DB_CHANGES_CAP];
+    }
+    *from = head;
+    pthread_mutex_unlock(&d->chg_mu);
+    return gap;
+}
+
 int db_commit(db *d) {
     db_thread_conn *c = thread_conn(d);
     if (!c) return -1;
     int rc = 0;
     if (exec_simple(c->conn, "COMMIT") < 0) {
         if (!sqlite3_get_autocommit(c->conn)) exec_simple(c->conn, "ROLLBACK");
+        c->n_chg = 0;
+        c->chg_all = 0;
         rc = -1;
+    } else {
+        changes_publish(d, c); /* the WAL hook did already, unless the file is not in WAL mode */
     }
     write_unlock(d, c);
     notes_flush(rc == 0);
@@ -628,6 +761,9 @@ int db_open_at(db **out, const char *path, int target, char *err, size_t errlen)
     pthread_mutex_init(&d->write, NULL);
     pthread_mutex_init(&d->ckpt_mu, NULL);
     pthread_cond_init(&d->ckpt_cv, NULL);
+    pthread_mutex_init(&d->chg_mu, NULL);
+    d->log_head = 1;
+    d->log_all = 1; /* a reader from before the first change (seq 0) reloads */
     d->wal = wal;
     /* numbers of different dbs (one closed, another opened at its address)
      * never meet: each starts at its own 2^40 */
@@ -656,6 +792,8 @@ void db_close(db *d) {
         d->ckpt_running = 0;
     }
     pthread_key_delete(d->key);
+    for (int i = 0; i < DB_CACHE_SLOTS; i++)
+        if (d->cache[i].obj && d->cache[i].release) d->cache[i].release(d->cache[i].obj);
     pthread_mutex_lock(&d->lock);
     db_thread_conn *lists[2] = {d->conns, d->idle};
     d->conns = d->idle = NULL;
@@ -672,8 +810,22 @@ void db_close(db *d) {
     pthread_mutex_destroy(&d->write);
     pthread_mutex_destroy(&d->ckpt_mu);
     pthread_cond_destroy(&d->ckpt_cv);
+    pthread_mutex_destroy(&d->chg_mu);
+    free(d->log);
     free(d->path);
     free(d);
 }
 
 const char *db_path(db *d) { return d->path; }
+
+void *db_cache(db *d, int slot, void *(*make)(void), void (*release)(void *)) {
+    if (slot < 0 || slot >= DB_CACHE_SLOTS) return NULL;
+    pthread_mutex_lock(&d->lock);
+    if (!d->cache[slot].obj && make) {
+        d->cache[slot].obj = make();
+        d->cache[slot].release = release;
+    }
+    void *o = d->cache[slot].obj;
+    pthread_mutex_unlock(&d->lock);
+    return o;
+}

@@ -8,7 +8,9 @@
  *
  * defines: db_open, db_close, db_conn, db_prepare, db_begin, db_commit,
  *          db_rollback, db_version, db_migrations_count, db_migrate_to,
- *          db_disk_full, db_generation, db_note, db_notes_mark, db_notes_rewind */
+ *          db_disk_full, db_generation, db_note, db_notes_mark, db_notes_rewind,
+ *          db_change_note, db_changes_mark, db_changes_rewind, db_changes_head,
+ *          db_changes_read (the change log the scheduler's mirror follows), db_cache */
 #ifndef TRAINYARD_DB_H
 #define TRAINYARD_DB_H
 
@@ -54,6 +56,68 @@ void db_note(db *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
  * ROLLBACK TO (the notes of what was undone are dropped). */
 size_t db_notes_mark(void);
 void db_notes_rewind(size_t mark);
+
+/* ---------------------------------------------------------------- the change log
+ * What the scheduling pass reads (storage/cluster.c cluster_load) is kept in
+ * memory by the scheduler (scheduler/mirror.c) and followed through this log:
+ * every committed change to a row it reads, as (table, row id). SQLite stays
+ * the only durable state; the log is a cache's invalidation list.
+ *
+ * Changes are caught by SQLite's update hook on every connection of this db
+ * (any INSERT, UPDATE or DELETE of jobs, tasks, teams, devices and
+ * allocations, whoever issues it), kept with the open transaction, published
+ * once the commit is visible (the WAL hook) and dropped by a rollback. Two
+ * tables are noted by their writers (db_change_note): nodes (the hook leaves
+ * them out: every heartbeat updates its node, and the pass does not read
+ * last_heartbeat_at) and node_failures (no rowid: the hook does not see it).
+ * A transaction of more than 65,536 changes publishes "everything". */
+enum {
+    DB_CH_NODE = 1,   /* nodes row (id): noted by its writers */
+    DB_CH_DEVICE,     /* devices row (id) */
+    DB_CH_ALLOC,      /* allocations row (id = its device's id) */
+    DB_CH_TASK,       /* tasks row (id) */
+    DB_CH_JOB,        /* jobs row (id) */
+    DB_CH_TEAM,       /* teams row (id) */
+    DB_CH_AVOID       /* node_failures of a job (id = job id): noted by its writer */
+};
+typedef struct db_change {
+    int table;        /* DB_CH_* */
+    int64_t id;
+} db_change;
+
+/* The log keeps the last DB_CHANGES_CAP changes; a reader further behind
+ * reloads everything. */
+#define DB_CHANGES_CAP (1u << 17)
+
+/* Notes a change this thread is making (a table the update hook does not
+ * see): kept with the open transaction, or published at once outside one. */
+void db_change_note(db *d, int table, int64_t id);
+
+/* For a savepoint: the changes noted so far, and back to them after a
+ * ROLLBACK TO (what was undone is dropped; a change kept by mistake costs
+ * only a row read again). */
+size_t db_changes_mark(db *d);
+void db_changes_rewind(db *d, size_t mark);
+
+/* The seq the next published change will have. A reader that takes it
+ * before a full load and reads from it afterwards misses nothing (a change
+ * committed during the load is read again). */
+uint64_t db_changes_head(db *d);
+
+/* The changes published from seq *from on, into *out (malloc'd, *n of them;
+ * the caller frees; in publication order, ids may repeat); *from becomes
+ * the next seq. Returns 0, or 1 when the reader must reload everything:
+ * the log overflowed past *from, "everything" was published since, or the
+ * file is not in WAL mode (commits go unseen). Never fails otherwise. */
+int db_changes_read(db *d, uint64_t *from, db_change **out, size_t *n);
+
+/* An object kept with the db and released by db_close (release(obj)):
+ * the one in `slot`, made by make() on the first call that passes make
+ * (NULL when none, or make is NULL). The object guards itself: db_cache
+ * only hands it out. Slots: DB_CACHE_MIRROR (scheduler/mirror.c),
+ * DB_CACHE_CAPACITY (store_cluster_capacity). */
+enum { DB_CACHE_MIRROR, DB_CACHE_CAPACITY, DB_CACHE_SLOTS };
+void *db_cache(db *d, int slot, void *(*make)(void), void (*release)(void *));
 
 /* Whether the file system holding the database has less than DB_DISK_LOW
  * bytes left for an unprivileged writer: 1 with a sentence naming the cause

@@ -3,7 +3,9 @@
 #include "../common/json_out.h"
 #include "../common/util.h"
 
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -606,39 +608,119 @@ int store_job_stop_tasks(db *d, int64_t job_id, const char *why) {
     return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
 }
 
-static const char SQL_CAPACITY[] =
-    "WITH per AS (SELECT n.id, n.memory_mb AS mem, count(v.id) AS c FROM nodes n"
-    "   LEFT JOIN devices v ON v.node_id = n.id AND v.kind = ?1 WHERE n.state = 'ready' GROUP BY n.id)"
-    "SELECT (SELECT count(*) FROM per),"
-    " coalesce((SELECT max(c) FROM per), 0),"
-    " coalesce((SELECT sum(c) FROM per), 0),"
-    " (SELECT count(*) FROM devices v JOIN nodes n ON n.id = v.node_id WHERE n.state = 'ready' AND v.kind = 'cpu'),"
-    " coalesce((SELECT sum(c / ?2) FROM per), 0),"
-    " (SELECT count(*) FROM per WHERE mem > 0),"
-    " coalesce((SELECT max(mem) FROM per WHERE c >= ?2), 0),"
-    " (SELECT count(*) FROM per WHERE c >= ?2 AND (mem = 0 OR ?3 <= 0 OR mem >= ?3)),"
-    " coalesce((SELECT sum(CASE WHEN mem > 0 AND ?3 > 0 AND mem / ?3 < c / ?2 THEN mem / ?3 ELSE c / ?2 END)"
-    "   FROM per), 0)";
+/* The capacity is computed from what each node has (its state, memory and
+ * devices per kind), kept per db and read again only when the change log
+ * says a node or a device changed (allocations do not count): a
+ * submission costs a pass over the nodes in memory, not a scan of every
+ * device row. Nodes not ready are read again each time (a heartbeat brings
+ * a lost node back without a change noted). */
+static const char SQL_CAP_NODES[] =
+    "SELECT n.id, n.state = 'ready', n.memory_mb,"
+    " (SELECT count(*) FROM devices v WHERE v.node_id = n.id AND v.kind = 'cpu'),"
+    " (SELECT count(*) FROM devices v WHERE v.node_id = n.id AND v.kind = 'gpu')"
+    " FROM nodes n ORDER BY n.id";
+static const char SQL_CAP_STATE[] = "SELECT state = 'ready' FROM nodes WHERE id = ?";
+
+typedef struct cap_node {
+    int64_t id, mem;
+    int ready, cpu, gpu;
+} cap_node;
+
+typedef struct cap_cache {
+    pthread_mutex_t mu;
+    int valid;
+    uint64_t seq;                 /* the change log read up to here */
+    cap_node *nodes;
+    int n;
+} cap_cache;
+
+static void *cap_make(void) {
+    cap_cache *c = xcalloc(1, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    return c;
+}
+
+static void cap_drop(void *p) {
+    cap_cache *c = p;
+    pthread_mutex_destroy(&c->mu);
+    free(c->nodes);
+    free(c);
+}
+
+/* The cache in step with the store (c->mu held): 0 or -1. */
+static int cap_sync(db *d, cap_cache *c) {
+    db_change *ch = NULL;
+    size_t n = 0;
+    uint64_t seq = c->seq;
+    int reload = !c->valid || db_changes_read(d, &seq, &ch, &n);
+    for (size_t k = 0; k < n && !reload; k++) reload = ch[k].table == DB_CH_NODE || ch[k].table == DB_CH_DEVICE;
+    free(ch);
+    if (reload) {
+        c->valid = 0;
+        c->seq = db_changes_head(d); /* a change during the read is read again next time */
+        sqlite3_stmt *st = db_prepare(d, SQL_CAP_NODES);
+        if (!st) return -1;
+        int cap = 0, rc;
+        c->n = 0;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            if (c->n == cap) {
+                cap = cap ? cap * 2 : 256;
+                c->nodes = xrealloc(c->nodes, (size_t)cap * sizeof *c->nodes);
+            }
+            c->nodes[c->n++] = (cap_node){sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 2),
+                                          sqlite3_column_int(st, 1), sqlite3_column_int(st, 3),
+                                          sqlite3_column_int(st, 4)};
+        }
+        db_done(st);
+        if (rc != SQLITE_DONE) return -1;
+        c->valid = 1;
+        return 0;
+    }
+    c->seq = seq;
+    for (int i = 0; i < c->n; i++) {
+        if (c->nodes[i].ready) continue;
+        sqlite3_stmt *st = db_prepare(d, SQL_CAP_STATE);
+        if (!st) return -1;
+        sqlite3_bind_int64(st, 1, c->nodes[i].id);
+        int rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) c->nodes[i].ready = sqlite3_column_int(st, 0);
+        db_done(st);
+        if (rc != SQLITE_ROW) { /* gone, or an error: read everything next time */
+            c->valid = 0;
+            return rc == SQLITE_DONE ? cap_sync(d, c) : -1;
+        }
+    }
+    return 0;
+}
 
 int store_cluster_capacity(db *d, const char *kind, int per_worker, int64_t memory_mb, store_capacity *out) {
     memset(out, 0, sizeof *out);
-    sqlite3_stmt *st = db_prepare(d, SQL_CAPACITY);
-    if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, kind, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int(st, 2, per_worker > 0 ? per_worker : 1);
-    sqlite3_bind_int64(st, 3, memory_mb);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        out->nodes = sqlite3_column_int(st, 0);
-        out->largest = sqlite3_column_int(st, 1);
-        out->total = sqlite3_column_int(st, 2);
-        out->cpu_total = sqlite3_column_int(st, 3);
-        out->workers_fit = sqlite3_column_int(st, 4);
-        out->mem_nodes = sqlite3_column_int(st, 5);
-        out->mem_largest = sqlite3_column_int64(st, 6);
-        out->mem_hold = sqlite3_column_int(st, 7);
-        out->mem_workers_fit = sqlite3_column_int(st, 8);
+    cap_cache *c = db_cache(d, DB_CACHE_CAPACITY, cap_make, cap_drop);
+    if (!c) return STORE_ERROR;
+    pthread_mutex_lock(&c->mu);
+    if (cap_sync(d, c) < 0) {
+        c->valid = 0;
+        pthread_mutex_unlock(&c->mu);
+        return STORE_ERROR;
     }
-    db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
+    int gpu = strcmp(kind, "gpu") == 0, cpu = strcmp(kind, "cpu") == 0;
+    int pw = per_worker > 0 ? per_worker : 1;
+    for (int i = 0; i < c->n; i++) {
+        const cap_node *nd = &c->nodes[i];
+        if (!nd->ready) continue;
+        int k = gpu ? nd->gpu : cpu ? nd->cpu : 0;
+        out->nodes++;
+        if (k > out->largest) out->largest = k;
+        out->total += k;
+        out->cpu_total += nd->cpu;
+        out->workers_fit += k / pw;
+        out->mem_nodes += nd->mem > 0;
+        if (k >= pw && nd->mem > out->mem_largest) out->mem_largest = nd->mem;
+        out->mem_hold += k >= pw && (nd->mem == 0 || memory_mb <= 0 || nd->mem >= memory_mb);
+        int64_t byw = k / pw;
+        if (nd->mem > 0 && memory_mb > 0 && nd->mem / memory_mb < byw) byw = nd->mem / memory_mb;
+        out->mem_workers_fit += (int)byw;
+    }
+    pthread_mutex_unlock(&c->mu);
+    return STORE_OK;
 }

@@ -185,6 +185,30 @@ START_TEST(shrinks_instead_of_preempting)
 }
 END_TEST
 
+START_TEST(lends_its_growth_to_an_equal_priority)
+{
+    /* an elastic job that grew to all 4 slots gives back what a queued job of
+     * the same priority needs: it shrinks (never stops whole), and without
+     * preemption rights on it (preemptible false) */
+    eworld *w = eworld_new(1, 4);
+    run_job(w, 1, 50, 4, 1, 4, 1);
+    w->run[0].preemptible = 0;
+    int q = queue_job(w, 2, 50, 2, 2, 0);         /* needs 2 */
+    sched_result r; sched_result_init(&r);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_stops, 1);
+    ck_assert_int_eq(r.stops[0].lend, 1);
+    ck_assert_int_eq(r.stops[0].shrink_to, 2);    /* 4 slots: 2 for the head, 2 kept */
+    ck_assert_int_lt(r.out[q].place, 0);
+    sched_result_release(&r);
+    /* a job of lower priority gets nothing lent */
+    w->q[q].priority = 40;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_stops, 0);
+    sched_result_release(&r); free(w);
+}
+END_TEST
+
 /* ================================================================ e2e */
 
 static ty_proc srv;
@@ -507,6 +531,7 @@ int main(void)
     tcase_add_test(tc, resize_target_caps_the_placement);
     tcase_add_test(tc, grows_into_devices_nobody_waits_for);
     tcase_add_test(tc, shrinks_instead_of_preempting);
+    tcase_add_test(tc, lends_its_growth_to_an_equal_priority);
     suite_add_tcase(s, tc);
     TCase *te = ty_tcase(s, "e2e", up_start, up_stop, 600);
     tcase_add_test(te, range_is_validated);

@@ -7,12 +7,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../common/util.h"
 #include "../scheduler/core.h"
 #include "../scheduler/eval_place.h"
 #include "../scheduler/lifecycle.h"
+#include "../scheduler/mirror.h"
 #include "../scheduler/scheduler.h"
 #include "../storage/cluster.h"
 #include "../storage/db.h"
@@ -1356,6 +1359,8 @@ START_TEST(db_lost_node_requeue_and_restarts)
                 exec_sql("DELETE FROM node_failures WHERE job_id = ?", j);
                 exec_sql("INSERT INTO node_failures(job_id, node_id, count) VALUES(?, (SELECT id FROM nodes"
                          " WHERE hostname = 'b'), 2)", j);
+                /* node_failures has no rowid: its writers note it (storage/db.h), as this stand-in must */
+                db_change_note(g_db, DB_CH_AVOID, j);
                 ck_assert_int_eq(sched_pass(g_db, &cfg, now + 3, NULL), 0);
                 ck_assert_int_eq(q1("SELECT node_id FROM tasks WHERE job_id = ?1 AND attempt = "
                                     "(SELECT attempt FROM jobs WHERE id = ?1)", j), a);
@@ -1363,6 +1368,7 @@ START_TEST(db_lost_node_requeue_and_restarts)
                 exec_sql("DELETE FROM node_failures WHERE job_id = ?", j);
                 exec_sql("INSERT INTO node_failures(job_id, node_id, count) VALUES(?, (SELECT id FROM nodes"
                          " WHERE hostname = 'a'), 2)", j);
+                db_change_note(g_db, DB_CH_AVOID, j);
             }
             exec_sql("UPDATE jobs SET state = 'running' WHERE id = ?", j);
         } else {
@@ -1517,6 +1523,604 @@ START_TEST(db_property_random_with_faults)
 }
 END_TEST
 
+
+/* ================================================================ the mirror */
+
+/* The mirror's rows equal a fresh cluster_load, field by field, but for
+ * nodes' last_heartbeat_at (heartbeats are not followed) and the avoid rows
+ * of jobs the state does not hold. */
+static void same_state(const cluster_state *a, const cluster_state *b)
+{
+    ck_assert_int_eq(a->n_nodes, b->n_nodes);
+    for (int i = 0; i < a->n_nodes; i++) {
+        const cl_node *x = &a->nodes[i], *y = &b->nodes[i];
+        ck_assert_int_eq(x->id, y->id);
+        ck_assert_str_eq(x->hostname, y->hostname);
+        ck_assert_str_eq(x->address, y->address);
+        ck_assert_int_eq(x->cpu_slots, y->cpu_slots);
+        ck_assert_str_eq(x->state, y->state);
+        ck_assert_int_eq(x->registered_at, y->registered_at);
+        ck_assert_int_eq(x->memory_mb, y->memory_mb);
+        ck_assert_int_eq(!x->isolation, !y->isolation);
+        if (x->isolation) ck_assert_str_eq(x->isolation, y->isolation);
+    }
+    ck_assert_int_eq(a->n_devices, b->n_devices);
+    for (int i = 0; i < a->n_devices; i++) {
+        const cl_device *x = &a->devices[i], *y = &b->devices[i];
+        ck_assert_int_eq(x->id, y->id);
+        ck_assert_int_eq(x->node_id, y->node_id);
+        ck_assert_int_eq(x->kind, y->kind);
+        ck_assert_int_eq(x->idx, y->idx);
+        ck_assert_str_eq(x->model, y->model);
+        ck_assert_int_eq(x->memory_mb, y->memory_mb);
+        ck_assert_int_eq(x->job_id, y->job_id);
+        ck_assert_int_eq(x->task_id, y->task_id);
+    }
+    ck_assert_int_eq(a->n_ports, b->n_ports);
+    for (int i = 0; i < a->n_ports; i++) {
+        ck_assert_int_eq(a->ports[i].node_id, b->ports[i].node_id);
+        ck_assert_int_eq(a->ports[i].port, b->ports[i].port);
+    }
+    ck_assert_int_eq(a->n_mem, b->n_mem);
+    for (int i = 0; i < a->n_mem; i++) {
+        ck_assert_int_eq(a->mem[i].node_id, b->mem[i].node_id);
+        ck_assert_int_eq(a->mem[i].job_id, b->mem[i].job_id);
+        ck_assert_int_eq(a->mem[i].mb, b->mem[i].mb);
+    }
+    ck_assert_int_eq(a->n_teams, b->n_teams);
+    for (int i = 0; i < a->n_teams; i++) {
+        const cl_team *x = &a->teams[i], *y = &b->teams[i];
+        ck_assert_int_eq(x->id, y->id);
+        ck_assert_str_eq(x->name, y->name);
+        ck_assert(x->weight == y->weight);
+        ck_assert_int_eq(x->guarantee, y->guarantee);
+        ck_assert_int_eq(x->quota, y->quota);
+        ck_assert(x->usage == y->usage);
+        ck_assert_int_eq(x->usage_at, y->usage_at);
+    }
+    ck_assert_int_eq(a->n_jobs, b->n_jobs);
+    for (int i = 0; i < a->n_jobs; i++) {
+        const cl_job *x = &a->jobs[i], *y = &b->jobs[i];
+        ck_assert_int_eq(x->id, y->id);
+        ck_assert_int_eq(x->team_id, y->team_id);
+        ck_assert_str_eq(x->state, y->state);
+        ck_assert_int_eq(x->priority, y->priority);
+        ck_assert_int_eq(x->workers, y->workers);
+        ck_assert_int_eq(x->devices_per_worker, y->devices_per_worker);
+        ck_assert_int_eq(x->kind, y->kind);
+        ck_assert_int_eq(x->ps, y->ps);
+        ck_assert_int_eq(x->preemptible, y->preemptible);
+        ck_assert_int_eq(x->queue_if_infeasible, y->queue_if_infeasible);
+        ck_assert_int_eq(x->attempt, y->attempt);
+        ck_assert_int_eq(x->max_restarts, y->max_restarts);
+        ck_assert_int_eq(x->max_runtime_s, y->max_runtime_s);
+        ck_assert_int_eq(x->queued_at, y->queued_at);
+        ck_assert_int_eq(x->last_checkpoint_at, y->last_checkpoint_at);
+        ck_assert_int_eq(x->attempt_started_at, y->attempt_started_at);
+        ck_assert_int_eq(x->memory_mb, y->memory_mb);
+        ck_assert_int_eq(x->stopping, y->stopping);
+        ck_assert_str_eq(x->reason, y->reason);
+    }
+    /* avoid rows of the jobs held, in order */
+    int k = 0;
+    for (int i = 0; i < b->n_avoid; i++) {
+        int held = 0;
+        for (int x = 0; x < b->n_jobs && !held; x++) held = b->jobs[x].id == b->avoid[i].job_id;
+        if (!held) continue;
+        ck_assert_int_lt(k, a->n_avoid);
+        ck_assert_int_eq(a->avoid[k].job_id, b->avoid[i].job_id);
+        ck_assert_int_eq(a->avoid[k].node_id, b->avoid[i].node_id);
+        k++;
+    }
+    ck_assert_int_eq(k, a->n_avoid);
+}
+
+/* Refreshes m and compares it with a fresh load; returns whether the
+ * refresh read only what changed. */
+static int mirror_matches(mirror *m)
+{
+    mirror_stats ms;
+    ck_assert_int_eq(mirror_refresh(m, g_db, &ms), 0);
+    cluster_state a, b;
+    mirror_export(m, &a);
+    ck_assert_int_eq(cluster_load(g_db, &b), 0);
+    same_state(&a, &b);
+    cluster_state_release(&a);
+    cluster_state_release(&b);
+    return !ms.full;
+}
+
+static const char *const FROM_LIVE[] = {"queued", "starting", "running", NULL};
+
+/* Random writes through the storage functions the server uses (nodes
+ * joining, re-registering with other devices, draining, going lost and
+ * coming back; jobs submitted, placed, started, ending, cancelled,
+ * preempted, failing on a node; teams and their shares), and the pass
+ * itself; after each step the mirror equals a fresh cluster_load. */
+START_TEST(db_mirror_follows_sqlite)
+{
+    g_rng = 0x5eed00ull + (uint64_t)_i;
+    int64_t now = now_ms();
+    sched_config cfg; sched_config_default(&cfg);
+    cfg.heartbeat_timeout_ms = 30000;
+    mirror *m = mirror_new();
+    int64_t teams[3] = {team("default", -1), team("t1", -1), team("t2", 4)};
+    ck_assert(mirror_matches(m) == 0); /* the first refresh loads everything */
+    int incremental = 0, steps = 0;
+    for (int step = 0; step < 120; step++) {
+        now += 1000;
+        char host[32];
+        int op = rint_(0, 13);
+        /* mostly a job holding tasks: their changes are the ones the job's row derives from */
+        int64_t some_job = q1(rint_(0, 2) ? "SELECT coalesce((SELECT id FROM jobs WHERE state IN ('starting','running')"
+                                            " ORDER BY random() LIMIT 1), 0)"
+                                          : "SELECT coalesce((SELECT id FROM jobs ORDER BY random() LIMIT 1), 0)", 0);
+        int64_t some_node = q1("SELECT coalesce((SELECT id FROM nodes ORDER BY random() LIMIT 1), 0)", 0);
+        switch (op) {
+        case 0: { /* a node joins or re-registers with other devices, memory, isolation */
+            snprintf(host, sizeof host, "n%d", rint_(0, 6));
+            int idx[8], ng = rint_(0, 8);
+            for (int g = 0; g < ng; g++) idx[g] = g;
+            ck_assert_int_eq(cluster_node_upsert(g_db, host, "10.0.0.2", rint_(0, 4), ng, idx, NULL, NULL,
+                                                 rint_(0, 1) * 16000, rint_(0, 1) ? "{\"mode\":\"none\"}" : NULL,
+                                                 now, NULL, NULL), 0);
+            break;
+        }
+        case 1: /* heartbeats: a lost node comes back */
+            if (some_node) ck_assert_int_eq(cluster_node_heartbeat(g_db, some_node, now), 0);
+            break;
+        case 2:
+            if (some_node) ck_assert_int_ge(cluster_node_drain(g_db, some_node, rint_(0, 1), NULL), 0);
+            break;
+        case 3: { /* nodes silent for long are lost */
+            if (some_node) ck_assert_int_eq(cluster_node_heartbeat(g_db, some_node, now - 100000), 0);
+            int64_t *ids = NULL;
+            ck_assert_int_ge(cluster_nodes_mark_lost(g_db, now - 50000, &ids), 0);
+            free(ids);
+            break;
+        }
+        case 4: case 5: /* submissions */
+            job(teams[rint_(0, 2)], rint_(0, 2) * 40 + 10, rint_(1, 3), rint_(1, 4), rint_(0, 3) ? "gpu" : "cpu",
+                rint_(0, 4) ? 0 : 1, rint_(0, 2), rint_(0, 1));
+            break;
+        case 6: case 7: { /* the pass: upkeep, placements, reasons, usage */
+            sched_pass_stats st;
+            ck_assert_int_eq(sched_pass(g_db, &cfg, now, &st), 0);
+            break;
+        }
+        case 8: /* tasks start or exit */
+            if (some_job) {
+                exec_sql(rint_(0, 1) ? "UPDATE tasks SET state = 'running' WHERE job_id = ? AND state = 'assigned'"
+                                     : "UPDATE tasks SET state = 'exited' WHERE job_id = ?", some_job);
+                if (rint_(0, 1)) ck_assert_int_ge(cluster_release_exited(g_db), 0);
+            }
+            break;
+        case 9: /* cancel, or a stop (tasks stopping) */
+            if (some_job && rint_(0, 1)) store_job_transition(g_db, some_job, FROM_LIVE, "cancelled", "test", "test");
+            else if (some_job) { /* started tasks asked to stop: only tasks rows change */
+                exec_sql("UPDATE tasks SET state = 'running', token_hash = 'started' WHERE job_id = ?"
+                         " AND state = 'assigned'", some_job);
+                incremental += mirror_matches(m);
+                steps++;
+                ck_assert_int_eq(lifecycle_stop_tasks(g_db, some_job, "preempted for a test"), STORE_OK);
+            }
+            break;
+        case 10: /* a node failed a job (twice: avoided) */
+            if (some_job && some_node) {
+                ck_assert_int_eq(cluster_failure_add(g_db, some_job, some_node), 0);
+                ck_assert_int_eq(cluster_failure_add(g_db, some_job, some_node), 0);
+            }
+            break;
+        case 11: /* team shares and a new team */
+            if (rint_(0, 3) == 0) {
+                snprintf(host, sizeof host, "team%d", step);
+                team(host, -1);
+            } else {
+                ck_assert_int_eq(cluster_team_set_shares(g_db, "t1", rint_(1, 4), rint_(0, 4), 1, rint_(4, 16), 1), 0);
+            }
+            break;
+        case 12:
+            if (some_job) ck_assert_int_eq(cluster_job_set_reason(g_db, some_job, "a reason of a test"), 0);
+            break;
+        case 13: /* a job starts running; a checkpoint */
+            if (some_job) {
+                exec_sql("UPDATE jobs SET state = 'running' WHERE id = ? AND state = 'starting'", some_job);
+                exec_sql("UPDATE jobs SET last_checkpoint_at = 12345 WHERE id = ?", some_job);
+            }
+            break;
+        }
+        if (rint_(0, 2) == 0) continue; /* several steps between refreshes too */
+        incremental += mirror_matches(m);
+        steps++;
+    }
+    incremental += mirror_matches(m);
+    steps++;
+    /* the refreshes were incremental (a full reload would pass trivially) */
+    ck_assert_int_ge(incremental, steps - 3);
+    ck_assert_int_gt(q1("SELECT count(*) FROM allocations", 0) + q1("SELECT count(*) FROM tasks", 0), 0);
+    mirror_free(m);
+}
+END_TEST
+
+/* A change rolled back, whole or to a savepoint, never shows in the mirror,
+ * and nothing of it is published; what commits beside it does. */
+START_TEST(db_mirror_rollback_invisible)
+{
+    int64_t now = now_ms();
+    int64_t t = team("default", -1);
+    node("n1", 4, 2, now);
+    int64_t j1 = job(t, 50, 1, 1, "gpu", 0, 0, 0), j2 = job(t, 50, 1, 1, "gpu", 0, 0, 0);
+    mirror *m = mirror_new();
+    mirror_matches(m);
+    uint64_t from = db_changes_head(g_db);
+    /* a transaction rolled back */
+    ck_assert_int_eq(db_begin(g_db), 0);
+    ck_assert_int_eq(store_job_transition(g_db, j1, FROM_LIVE, "cancelled", "test", "rolled back"), STORE_OK);
+    ck_assert_int_eq(cluster_node_drain(g_db, q1("SELECT id FROM nodes", 0), 1, NULL), 0);
+    db_rollback(g_db);
+    /* a savepoint rolled back inside a transaction that commits */
+    ck_assert_int_eq(db_begin(g_db), 0);
+    exec_sql("SAVEPOINT sp", 0);
+    size_t mark = db_changes_mark(g_db);
+    ck_assert_int_eq(store_job_transition(g_db, j1, FROM_LIVE, "cancelled", "test", "rolled back"), STORE_OK);
+    exec_sql("ROLLBACK TO sp", 0);
+    db_changes_rewind(g_db, mark);
+    exec_sql("RELEASE sp", 0);
+    ck_assert_int_eq(cluster_job_set_reason(g_db, j2, "committed"), 0);
+    ck_assert_int_eq(db_commit(g_db), 0);
+    db_change *ch = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(db_changes_read(g_db, &from, &ch, &n), 0);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(ch[0].table, DB_CH_JOB);
+    ck_assert_int_eq(ch[0].id, j2);
+    free(ch);
+    ck_assert(mirror_matches(m));
+    cluster_state a;
+    mirror_export(m, &a);
+    for (int x = 0; x < a.n_jobs; x++) {
+        ck_assert_str_eq(a.jobs[x].state, "queued");
+        if (a.jobs[x].id == j2) ck_assert_str_eq(a.jobs[x].reason, "committed");
+    }
+    ck_assert_str_eq(a.nodes[0].state, "ready");
+    cluster_state_release(&a);
+    mirror_free(m);
+}
+END_TEST
+
+/* A process killed between a write and its commit loses nothing it had
+ * acknowledged (committed), and what it had not committed is not there:
+ * the mirror is a cache, SQLite the state; the next process's mirror,
+ * loaded from the file, equals it. */
+START_TEST(db_crash_before_commit_loses_nothing)
+{
+    int64_t now = now_ms();
+    int64_t t = team("default", -1);
+    node("n1", 8, 2, now);
+    node("n2", 8, 2, now);
+    int64_t jobs[6];
+    for (int x = 0; x < 6; x++) jobs[x] = job(t, 50, 1, x < 3 ? 4 : 8, "gpu", 0, 0, 0);
+    int fd[2];
+    ck_assert_int_eq(pipe(fd), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) { /* the server: never touches the parent's connections */
+        close(fd[0]);
+        db *d = NULL;
+        char err[256];
+        if (db_open(&d, g_path, err, sizeof err) < 0) _exit(2);
+        sched_config cfg; sched_config_default(&cfg);
+        sched_pass_stats st;
+        if (sched_pass(d, &cfg, now, &st) < 0) _exit(3);
+        long placed = st.placed;
+        if (write(fd[1], &placed, sizeof placed) != (ssize_t)sizeof placed) _exit(4); /* acknowledged */
+        /* the next decisions: written, not committed */
+        if (db_begin(d) < 0) _exit(5);
+        static const char *const from_q[] = {"queued", NULL};
+        for (int x = 0; x < 6; x++) store_job_transition(d, jobs[x], from_q, "cancelled", "test", "lost");
+        cluster_node_drain(d, 1, 1, NULL);
+        kill(getpid(), SIGKILL);
+        _exit(6);
+    }
+    close(fd[1]);
+    long placed = -1;
+    ck_assert_int_eq(read(fd[0], &placed, sizeof placed), (ssize_t)sizeof placed);
+    close(fd[0]);
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    ck_assert_int_gt(placed, 0);
+    /* every acknowledged placement is there, nothing uncommitted is */
+    ck_assert_int_eq(q1("SELECT count(*) FROM jobs WHERE state = 'starting'", 0), placed);
+    ck_assert_int_eq(q1("SELECT count(*) FROM jobs WHERE state = 'cancelled'", 0), 0);
+    ck_assert_int_eq(q1("SELECT count(*) FROM nodes WHERE state = 'drained'", 0), 0);
+    ck_assert_int_eq(q1("SELECT count(DISTINCT job_id) FROM allocations", 0), placed);
+    check_db();
+    /* the restarted server's mirror is loaded from the file and follows it */
+    mirror *m = mirror_new();
+    ck_assert(!mirror_matches(m));
+    sched_config cfg; sched_config_default(&cfg);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 1000, NULL), 0);
+    ck_assert(mirror_matches(m));
+    mirror_free(m);
+    check_db();
+}
+END_TEST
+
+/* Jobs with explicit times, so that two databases get the same rows. */
+static int64_t job_at(int64_t team_id, int prio, int workers, int dpw, const char *device, int64_t at)
+{
+    static const char sql[] =
+        "INSERT INTO jobs(team_id, name, spec, state, priority, attempt, max_restarts, workers,"
+        " devices_per_worker, device, ps, max_runtime_s, preemptible, created_at, updated_at, queued_at)"
+        " VALUES(?, 'j', '{}', 'queued', ?, 0, 1, ?, ?, ?, 0, ?, ?, ?, ?, ?)";
+    sqlite3_stmt *st = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), sql, -1, &st, NULL), SQLITE_OK);
+    sqlite3_bind_int64(st, 1, team_id);
+    sqlite3_bind_int(st, 2, prio);
+    sqlite3_bind_int(st, 3, workers);
+    sqlite3_bind_int(st, 4, dpw);
+    sqlite3_bind_text(st, 5, device, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 6, 600 * (1 + (int)(at % 7)));
+    sqlite3_bind_int(st, 7, (int)(at % 2));
+    sqlite3_bind_int64(st, 8, at);
+    sqlite3_bind_int64(st, 9, at);
+    sqlite3_bind_int64(st, 10, at);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    return sqlite3_last_insert_rowid(db_conn(g_db));
+}
+
+/* The world moves the same way on whichever database g_db is. */
+static void world_moves(uint64_t seed, int64_t now, const int64_t *teams)
+{
+    uint64_t saved = g_rng;
+    g_rng = seed;
+    sqlite3_stmt *s2 = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), "SELECT id, state FROM jobs WHERE state IN"
+                                        " ('starting','running','queued') ORDER BY id", -1, &s2, NULL), SQLITE_OK);
+    int64_t ids[256]; int states[256]; int n = 0;
+    while (sqlite3_step(s2) == SQLITE_ROW && n < 256) {
+        ids[n] = sqlite3_column_int64(s2, 0);
+        states[n++] = sqlite3_column_text(s2, 1)[0];
+    }
+    sqlite3_finalize(s2);
+    for (int x = 0; x < n; x++) {
+        int r = rint_(0, 7);
+        if (states[x] == 's' && r < 3) {
+            exec_sql("UPDATE jobs SET state = 'running' WHERE id = ?", ids[x]);
+            exec_sql("UPDATE tasks SET state = 'running' WHERE job_id = ? AND state = 'assigned'", ids[x]);
+        } else if (states[x] == 'r' && r == 0) {
+            exec_sql("UPDATE tasks SET state = 'exited' WHERE job_id = ?", ids[x]);
+            exec_sql("UPDATE jobs SET state = 'succeeded' WHERE id = ?", ids[x]);
+        } else if (states[x] == 'q' && r == 0) {
+            store_job_transition(g_db, ids[x], FROM_LIVE, "cancelled", "test", "test");
+        }
+    }
+    int nj = rint_(0, 6);
+    for (int x = 0; x < nj; x++)
+        job_at(teams[rint_(0, 2)], rint_(0, 2) * 40 + 10, rint_(1, 3), rint_(1, 8), rint_(0, 3) ? "gpu" : "cpu",
+               now + x);
+    if (rint_(0, 5) == 0) ck_assert_int_ge(cluster_node_drain(g_db, rint_(1, 6), rint_(0, 1), NULL), 0);
+    g_rng = saved;
+}
+
+static void beat_nodes(int64_t now)
+{
+    for (int64_t id = 1; id <= q1("SELECT max(id) FROM nodes", 0); id++) cluster_node_heartbeat(g_db, id, now);
+}
+
+/* What placed and what waits must not depend on the mirror: the same world
+ * on two database files, one scheduled over the mirror, the other loading
+ * everything every pass (sched_full_load), gives the same queue order, the
+ * same reasons and estimated starts, and the same placements, device for
+ * device, pass after pass. */
+START_TEST(queue_order_exact)
+{
+    g_rng = 0x0de7ull + (uint64_t)_i;
+    uint64_t seed = rnd();
+    char path2[400], err[256];
+    snprintf(path2, sizeof path2, "%s/full.db", g_dir);
+    db *a = g_db, *b = NULL;
+    ck_assert_msg(db_open(&b, path2, err, sizeof err) == 0, "%s", err);
+    int64_t now = 1700000000000LL;
+    sched_config cfg; sched_config_default(&cfg);
+    cfg.backfill = (int)(seed % 2);
+    int64_t teams[3];
+    for (int side = 0; side < 2; side++) {
+        g_db = side ? b : a;
+        uint64_t saved = g_rng;
+        g_rng = seed;
+        teams[0] = team("default", -1);
+        teams[1] = team("t1", rint_(4, 16));
+        teams[2] = team("t2", -1);
+        ck_assert_int_eq(cluster_team_set_shares(g_db, "t2", 3, 4, 1, 0, 0), 0);
+        int nn = rint_(2, 6);
+        for (int i = 0; i < nn; i++) {
+            char host[32];
+            snprintf(host, sizeof host, "n%d", i);
+            int idx[8], ng = rint_(0, 8);
+            for (int g = 0; g < ng; g++) idx[g] = g;
+            ck_assert_int_eq(cluster_node_upsert(g_db, host, "10.0.0.1", rint_(1, 4), ng, idx, NULL, NULL,
+                                                 rint_(0, 1) * 32000, NULL, now, NULL, NULL), 0);
+        }
+        int nj = rint_(10, 40);
+        for (int x = 0; x < nj; x++)
+            job_at(teams[rint_(0, 2)], rint_(0, 2) * 40 + 10, rint_(1, 3), rint_(1, 8), rint_(0, 3) ? "gpu" : "cpu",
+                   now - 100000 + x * 997);
+        g_rng = saved;
+    }
+    int placed = 0;
+    for (int pass = 0; pass < 10; pass++) {
+        now += 5000;
+        sched_queue_entry *qe[2] = {NULL, NULL};
+        int nq[2] = {0, 0};
+        sched_pass_stats st[2];
+        for (int side = 0; side < 2; side++) {
+            g_db = side ? b : a;
+            sched_full_load(side);
+            beat_nodes(now);
+            ck_assert_int_eq(sched_queue_view(g_db, &cfg, now, &qe[side], &nq[side]), 0);
+            ck_assert_int_eq(sched_pass(g_db, &cfg, now, &st[side]), 0);
+        }
+        sched_full_load(0);
+        ck_assert_int_eq(st[0].full_load, 0); /* the mirror read only what changed */
+        ck_assert_int_eq(nq[0], nq[1]);
+        for (int k = 0; k < nq[0]; k++) {
+            ck_assert_int_eq(qe[0][k].job_id, qe[1][k].job_id);
+            ck_assert_int_eq(qe[0][k].eff_priority, qe[1][k].eff_priority);
+            ck_assert_int_eq(qe[0][k].est_start_ms, qe[1][k].est_start_ms);
+            ck_assert_int_eq(qe[0][k].will_start, qe[1][k].will_start);
+            ck_assert_str_eq(qe[0][k].reason, qe[1][k].reason);
+        }
+        free(qe[0]); free(qe[1]);
+        ck_assert_int_eq(st[0].placed, st[1].placed);
+        ck_assert_int_eq(st[0].stopped, st[1].stopped);
+        ck_assert_int_eq(st[0].waiting, st[1].waiting);
+        placed += st[0].placed;
+        /* the same devices to the same jobs, the same tasks and ports */
+        static const char *const sums[] = {
+            "SELECT coalesce(sum(device_id * 1000003 + job_id * 7919 + task_id), 0) FROM allocations",
+            "SELECT coalesce(sum(id * 31 + job_id * 1009 + node_id * 65537 + port * 7 + memory_mb), 0) FROM tasks",
+            "SELECT coalesce(sum(id * length(reason) + length(state)), 0) FROM jobs",
+            "SELECT count(*) FROM allocations"};
+        for (int q = 0; q < 4; q++) {
+            g_db = a;
+            long va = q1(sums[q], 0);
+            g_db = b;
+            long vb = q1(sums[q], 0);
+            ck_assert_int_eq(va, vb);
+        }
+        uint64_t mv = rnd();
+        g_db = a;
+        world_moves(mv, now, teams);
+        g_db = b;
+        world_moves(mv, now, teams);
+    }
+    g_db = a;
+    ck_assert_int_gt(placed, 0);
+    db_close(b);
+}
+END_TEST
+
+
+/* The admission's capacity (store_cluster_capacity, kept per db and read
+ * again only when nodes or devices change) equals the aggregate over the
+ * nodes and devices tables, through joins, drains, losses, heartbeats that
+ * bring a node back, re-registrations with other devices, placements. */
+static const char SQL_CAPACITY_REF[] =
+    "WITH per AS (SELECT n.id, n.memory_mb AS mem, count(v.id) AS c FROM nodes n"
+    "   LEFT JOIN devices v ON v.node_id = n.id AND v.kind = ?1 WHERE n.state = 'ready' GROUP BY n.id)"
+    "SELECT (SELECT count(*) FROM per),"
+    " coalesce((SELECT max(c) FROM per), 0),"
+    " coalesce((SELECT sum(c) FROM per), 0),"
+    " (SELECT count(*) FROM devices v JOIN nodes n ON n.id = v.node_id WHERE n.state = 'ready' AND v.kind = 'cpu'),"
+    " coalesce((SELECT sum(c / ?2) FROM per), 0),"
+    " (SELECT count(*) FROM per WHERE mem > 0),"
+    " coalesce((SELECT max(mem) FROM per WHERE c >= ?2), 0),"
+    " (SELECT count(*) FROM per WHERE c >= ?2 AND (mem = 0 OR ?3 <= 0 OR mem >= ?3)),"
+    " coalesce((SELECT sum(CASE WHEN mem > 0 AND ?3 > 0 AND mem / ?3 < c / ?2 THEN mem / ?3 ELSE c / ?2 END)"
+    "   FROM per), 0)";
+
+static void capacity_matches(const char *kind, int pw, int64_t mem)
+{
+    store_capacity c;
+    ck_assert_int_eq(store_cluster_capacity(g_db, kind, pw, mem, &c), STORE_OK);
+    sqlite3_stmt *st = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), SQL_CAPACITY_REF, -1, &st, NULL), SQLITE_OK);
+    sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 2, pw > 0 ? pw : 1);
+    sqlite3_bind_int64(st, 3, mem);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    ck_assert_int_eq(c.nodes, sqlite3_column_int(st, 0));
+    ck_assert_int_eq(c.largest, sqlite3_column_int(st, 1));
+    ck_assert_int_eq(c.total, sqlite3_column_int(st, 2));
+    ck_assert_int_eq(c.cpu_total, sqlite3_column_int(st, 3));
+    ck_assert_int_eq(c.workers_fit, sqlite3_column_int(st, 4));
+    ck_assert_int_eq(c.mem_nodes, sqlite3_column_int(st, 5));
+    ck_assert_int_eq(c.mem_largest, sqlite3_column_int64(st, 6));
+    ck_assert_int_eq(c.mem_hold, sqlite3_column_int(st, 7));
+    ck_assert_int_eq(c.mem_workers_fit, sqlite3_column_int(st, 8));
+    sqlite3_finalize(st);
+}
+
+START_TEST(db_capacity_follows_nodes)
+{
+    g_rng = 0xcafeull + (uint64_t)_i;
+    int64_t now = 1700000000000LL;
+    sched_config cfg; sched_config_default(&cfg);
+    int64_t t = team("default", -1);
+    for (int step = 0; step < 60; step++) {
+        now += 1000;
+        int64_t some_node = q1("SELECT coalesce((SELECT id FROM nodes ORDER BY random() LIMIT 1), 0)", 0);
+        switch (rint_(0, 6)) {
+        case 0: case 1: {
+            char host[32];
+            snprintf(host, sizeof host, "n%d", rint_(0, 5));
+            int idx[8], ng = rint_(0, 8);
+            for (int g = 0; g < ng; g++) idx[g] = g;
+            ck_assert_int_eq(cluster_node_upsert(g_db, host, "10.0.0.3", rint_(0, 4), ng, idx, NULL, NULL,
+                                                 rint_(0, 2) * 12000, NULL, now, NULL, NULL), 0);
+            break;
+        }
+        case 2:
+            if (some_node) ck_assert_int_ge(cluster_node_drain(g_db, some_node, rint_(0, 1), NULL), 0);
+            break;
+        case 3: {
+            if (some_node) ck_assert_int_eq(cluster_node_heartbeat(g_db, some_node, now - 100000), 0);
+            int64_t *ids = NULL;
+            ck_assert_int_ge(cluster_nodes_mark_lost(g_db, now - 50000, &ids), 0);
+            free(ids);
+            break;
+        }
+        case 4: /* a lost node beats again */
+            if (some_node) ck_assert_int_eq(cluster_node_heartbeat(g_db, some_node, now), 0);
+            break;
+        case 5:
+            job(t, 50, rint_(1, 2), rint_(1, 4), "gpu", 0, 0, 0);
+            ck_assert_int_eq(sched_pass(g_db, &cfg, now, NULL), 0);
+            break;
+        default:
+            break;
+        }
+        capacity_matches(rint_(0, 1) ? "gpu" : "cpu", rint_(0, 4), rint_(0, 2) * 5000);
+    }
+}
+END_TEST
+
+
+/* A pass writes only the waiting reasons that changed: the next pass over an
+ * unchanged store writes none, over the mirror (outcomes compared) and with a
+ * full load (texts compared) alike; a reason changed behind its back is
+ * written again. */
+START_TEST(db_reasons_not_rewritten)
+{
+    int64_t now = now_ms();
+    sched_config cfg; sched_config_default(&cfg);
+    int64_t t = team("default", -1);
+    node("n1", 4, 2, now);
+    for (int x = 0; x < 6; x++) job(t, 50, 1, 4, "gpu", 0, 0, 0);
+    sched_pass_stats st;
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now, &st), 0);
+    ck_assert_int_eq(st.placed, 1);
+    ck_assert_int_eq(st.reasons, 5);
+    for (int full = 0; full < 2; full++) {
+        sched_full_load(full);
+        ck_assert_int_eq(sched_pass(g_db, &cfg, now + 1, &st), 0);
+        ck_assert_int_eq(st.waiting, 5);
+        ck_assert_int_eq(st.reasons, 0);
+    }
+    sched_full_load(0);
+    int64_t j = q1("SELECT max(id) FROM jobs WHERE state = 'queued'", 0);
+    ck_assert_int_eq(cluster_job_set_reason(g_db, j, "stale"), 0);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 2, &st), 0);
+    ck_assert_int_eq(st.reasons, 1);
+    char txt[256];
+    qtext("SELECT reason FROM jobs WHERE id = ?", j, txt, sizeof txt);
+    ck_assert_str_ne(txt, "stale");
+}
+END_TEST
+
 /* ================================================================ main */
 
 Suite *sched_suite(void);
@@ -1554,6 +2158,12 @@ Suite *sched_suite(void)
     tcase_add_test(td, db_one_restart_budget);
     tcase_add_test(td, db_evaluator_placement);
     tcase_add_loop_test(td, db_property_random_with_faults, 0, 40);
+    tcase_add_loop_test(td, db_mirror_follows_sqlite, 0, 8);
+    tcase_add_test(td, db_mirror_rollback_invisible);
+    tcase_add_test(td, db_crash_before_commit_loses_nothing);
+    tcase_add_loop_test(td, queue_order_exact, 0, 8);
+    tcase_add_loop_test(td, db_capacity_follows_nodes, 0, 4);
+    tcase_add_test(td, db_reasons_not_rewritten);
     suite_add_tcase(s, td);
     return s;
 }

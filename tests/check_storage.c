@@ -11,6 +11,7 @@
 
 #include "../spec/jobspec.h"
 #include "../common/util.h"
+#include "../storage/cluster.h"
 #include "../storage/db.h"
 #include "../storage/store.h"
 
@@ -365,6 +366,108 @@ static void exec_sql(db *d, const char *sql) {
     ck_assert_msg(sqlite3_exec(db_conn(d), sql, NULL, NULL, &msg) == SQLITE_OK, "%s: %s", sql, msg);
 }
 
+/* The changes read since from: 0 with them in ch/n, or 1 for a gap. */
+static int changes(db *d, uint64_t *from, db_change **ch, size_t *n) {
+    free(*ch);
+    *ch = NULL;
+    return db_changes_read(d, from, ch, n);
+}
+
+static int has_change(const db_change *ch, size_t n, int table, int64_t id) {
+    for (size_t i = 0; i < n; i++)
+        if (ch[i].table == table && ch[i].id == id) return 1;
+    return 0;
+}
+
+/* The change log the scheduler's mirror follows: a change is published
+ * once committed (from any thread, in a transaction or not), never before,
+ * and never when rolled back (whole or to a savepoint); heartbeats are not
+ * changes; the writers of nodes and node_failures note theirs; a bulk
+ * transaction or a reader left too far behind gets a gap (reload). */
+START_TEST(changes_follow_commits) {
+    db *d = NULL;
+    char err[256];
+    ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
+    int64_t team = 0;
+    ck_assert_int_eq(store_team_create(d, "vision", &team), STORE_OK);
+    uint64_t from = db_changes_head(d);
+    db_change *ch = NULL;
+    size_t n = 0;
+    ck_assert_int_eq(changes(d, &from, &ch, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    /* a write committed by store_job_insert: the job's row */
+    int64_t id = submit(d, team);
+    ck_assert_int_eq(changes(d, &from, &ch, &n), 0);
+    ck_assert(has_change(ch, n, DB_CH_JOB, id));
+    /* a write outside any transaction (autocommit), from another thread */
+    pthread_t t;
+    void *r;
+    ck_assert_int_eq(pthread_create(&t, NULL, thread_writes, d), 0);
+    pthread_join(t, &r);
+    ck_assert_ptr_null(r);
+    ck_assert_int_eq(changes(d, &from, &ch, &n), 0);
+    ck_assert_uint_ge(n, 1);
+    ck_assert_int_eq(ch[0].table, DB_CH_TEAM);
+    /* in a transaction: nothing until the commit */
+    ck_assert_int_eq(db_begin(d), 0);
+    ck_assert_int_eq(cluster_job_set_reason(d, id, "waiting"), 0);
+    ck_assert_int_eq(changes(d, &from, &ch, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_int_eq(db_commit(d), 0);
+    ck_assert_int_eq(changes(d, &from, &ch, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert(has_change(ch, n, DB_CH_JOB, id));
+    /* rolled back: nothing */
+    ck_assert_int_eq(db_begin(d), 0);
+    ck_assert_int_eq(store_job_transition(d, id, NULL, "cancelled", "test", "x"), STORE_OK);
+    db_rollback(d);
+    ck_assert_int_eq(changes(d, &from, &ch, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    /* a savepoint rolled back: only what stays */
+    int64_t node = 0;
+    int gpu[2] = {0, 1};
+    ck_assert_int_eq(cluster_node_upsert(d, "n1", "10.0.0.1", 1, 2, gpu, NULL, NULL, 0, NULL, 1000, &node, NULL), 0);
+    ck_assert_int_eq(changes(d, &from, &ch, &n), 0);
+    ck_assert(has_change(ch, n, DB_CH_NODE, node));      /* noted by its writer */
+    ck_assert_uint_ge(n, 4);                              /* and its three devices */
+    ck_assert_int_eq(db_begin(d), 0);
+    exec_sql(d, "SAVEPOINT sp");
+    size_t mark = db_changes_mark(d);
+    ck_assert_int_eq(cluster_failure_add(d, id, node), 0);
+    exec_sql(d, "ROLLBACK TO sp");
+    db_changes_rewind(d, mark);
+    exec_sql(d, "RELEASE sp");
+    ck_assert_int_eq(cluster_team_set_usage(d, team, 1.5, 2000), 0);
+    ck_assert_int_eq(db_commit(d), 0);
+    ck_assert_int_eq(changes(d, &from, &ch, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert(has_change(ch, n, DB_CH_TEAM, team));
+    /* heartbeats are not changes; a drain is */
+    ck_assert_int_eq(cluster_node_heartbeat(d, node, 5000), 0);
+    ck_assert_int_eq(changes(d, &from, &ch, &n), 0);
+    ck_assert_uint_eq(n, 0);
+    ck_assert_int_eq(cluster_node_drain(d, node, 1, NULL), 0);
+    ck_assert_int_eq(changes(d, &from, &ch, &n), 0);
+    ck_assert_uint_eq(n, 1);
+    ck_assert(has_change(ch, n, DB_CH_NODE, node));
+    /* a bulk transaction publishes "everything": the reader reloads */
+    ck_assert_int_eq(db_begin(d), 0);
+    exec_sql(d, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 70000)"
+                " INSERT INTO teams(name, created_at) SELECT 'bulk' || x, 0 FROM c");
+    ck_assert_int_eq(db_commit(d), 0);
+    ck_assert_int_eq(changes(d, &from, &ch, &n), 1);
+    ck_assert_int_eq(changes(d, &from, &ch, &n), 0);
+    /* a reader left behind by more than the log holds: a gap */
+    uint64_t behind = from;
+    for (int k = 0; k < 4; k++) exec_sql(d, "UPDATE teams SET weight = weight + 1 WHERE name LIKE 'bulk%'"
+                                            " AND rowid % 2 = 0");
+    ck_assert_int_eq(changes(d, &behind, &ch, &n), 1);
+    ck_assert_int_eq(changes(d, &from, &ch, &n), 1);
+    free(ch);
+    db_close(d);
+}
+END_TEST
+
 START_TEST(generation_follows_commits) {
     db *d = NULL, *d2 = NULL;
     char err[256];
@@ -446,6 +549,7 @@ int main(void) {
     tcase_add_test(tc, job_lifecycle_and_events);
     tcase_add_test(tc, threads_share_the_pool);
     tcase_add_test(tc, generation_follows_commits);
+    tcase_add_test(tc, changes_follow_commits);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
