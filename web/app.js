@@ -175,14 +175,16 @@ function jobRow(j) {
 
 /* A uPlot line chart over steps; series added by name, points by step. */
 class StepChart {
-  constructor(el, title, names, colors, height = 240) {
+  constructor(el, title, names, colors, height = 240, yMax = null) {
     this.el = el; this.names = names; this.points = new Map(); /* step -> [v per series] */
     this.count = 0;
     const series = [{label: 'step'}].concat(names.map((n, i) => ({label: n, stroke: colors[i], width: 2, spanGaps: true,
       points: {show: true, size: 4}})));
     this.height = height;
     this.plot = new uPlot({title, width: this.width(), height, series,
-      scales: {x: {time: false}}, axes: [{label: 'step'}, {}], legend: {live: true}}, [[], ...names.map(() => [])], el);
+      scales: yMax ? {x: {time: false}, y: {auto: false, range: () => [0, yMax]}} : {x: {time: false}},
+      axes: [{label: 'step'}, yMax ? {splits: () => Array.from({length: Math.floor(yMax) + 1}, (_, i) => i)} : {}],
+      legend: {live: true}}, [[], ...names.map(() => [])], el);
     el.dataset.points = '0';
   }
   width() { return Math.max(260, this.el.clientWidth || this.el.parentElement.clientWidth || 600); }
@@ -301,7 +303,7 @@ async function pageJob(id) {
     loss: new StepChart(lossEl, 'Loss', ['loss (step)', 'loss (epoch)', 'val_loss', 'test_loss', 'eval_loss'], ['#8c959f', '#0969da', '#cf222e', '#8250df', '#bf8700']),
     acc: new StepChart(accEl, 'Accuracy', ['accuracy (step)', 'accuracy (epoch)', 'val_accuracy', 'test_accuracy', 'eval_accuracy'], ['#8c959f', '#0969da', '#1a7f37', '#8250df', '#bf8700']),
   };
-  if (workersEl) charts.workers = new StepChart(workersEl, `Workers (elastic ${specW.min}-${specW.max})`, ['workers'], ['#1a7f37'], 140);
+  if (workersEl) charts.workers = new StepChart(workersEl, `Workers (elastic ${specW.min}-${specW.max})`, ['workers'], ['#1a7f37'], 180, specW.max + 0.5);
   const drawAll = () => { Object.values(charts).forEach(c => c.draw()); };
   const onResize = () => { Object.values(charts).forEach(c => c.resize()); };
   window.addEventListener('resize', onResize);

@@ -139,7 +139,9 @@ test('an elastic job shows its workers over the steps beside its loss', async ()
   assert.equal(r.status, 201);
   await page.goto(`${srv.url}/#/jobs/${r.body.id}`);
   await page.waitForSelector('#job-state [data-state="succeeded"]', {timeout: 90000});
-  await page.waitForFunction(() => Number(document.querySelector('#chart-workers')?.getAttribute('data-points-workers') || 0) >= 2,
+  // data-points is set when the chart is drawn (data-points-workers when a point is added)
+  await page.waitForFunction(() => Number(document.querySelector('#chart-workers')?.getAttribute('data-points-workers') || 0) >= 2 &&
+                                   Number(document.querySelector('#chart-workers')?.dataset.points || 0) >= 2,
                              null, {timeout: 30000});
   assert.ok(await coloredPixels('#chart-workers') > 50, 'the workers line is drawn');
   assert.match(await page.textContent('#job-summary'), /\d \(1-2\)×1 cpu/);
