@@ -15,8 +15,8 @@
  * (gpu x workers from a seeded mix) at --rate per second with the team token.
  *
  * One process, one thread: libcurl's multi interface driven by epoll
- * (curl_multi_socket_action), so thousands of agents cost a few
- * connections' worth of memory each. The agents share libcurl's connection
+ * (curl_multi_socket_action; one multi handle per 128 agents), so thousands
+ * of agents cost a few connections' worth of memory each. The agents share libcurl's connection
  * cache: a parked long-poll holds one connection, a heartbeat or report
  * takes any idle one, so the server sees about N + the requests in flight
  * connections (a real agent keeps two each, one mostly idle).
@@ -143,6 +143,7 @@ static struct {
     uint64_t seed;
     long server_pid;
     int verbose;
+    int rest_stops_only; /* --agent-rest stops: rest 500 ms only after an answer with stops */
 } opt = {.agents = 200, .gpus = 8, .hb_s = 5, .poll_wait_s = 20, .reg_rate = 1000, .rate = 100,
          .dur_s = 30, .warmup_s = 10, .drain_s = 30, .run_min_ms = 2000, .run_max_ms = 10000, .seed = 1};
 
@@ -157,6 +158,11 @@ typedef struct {
     int state, code; /* code: the exit status reported (0, or 143 after a stop) */
 } sim_task;
 
+/* A task report waiting its turn: the agent delivers them in order, one at
+ * a time (its outbox), so a task's exit never overtakes its start. */
+typedef struct { int64_t task, job; int exited, code; } report;
+#define OUTBOX_MAX 64
+
 typedef struct {
     int64_t node;
     char token[96];
@@ -164,6 +170,8 @@ typedef struct {
     int64_t registered_us;
     int tasks_n;
     sim_task tasks[MAX_TASKS];
+    report out[OUTBOX_MAX];
+    int out_head, out_len, out_busy;
 } agent;
 
 typedef struct {
@@ -177,7 +185,7 @@ static const char *const KIND_NAME[] = {"register", "heartbeat", "assignments", 
 
 typedef struct sreq {
     CURL *easy;
-    int kind, agent, w, g;
+    int kind, agent, mh;
     int64_t task, job, t0_us;
     char *body;
     struct curl_slist *hdr;
@@ -187,9 +195,14 @@ typedef struct sreq {
 static agent *g_agents;
 static job_rec *g_jobs;
 static int64_t g_jobs_cap;
-static CURLM *g_multi;
+/* The agents are spread over several multi handles: libcurl looks for a
+ * connection to reuse among all of a multi's connections to the host, so
+ * one multi for thousands of agents spends its time in that search. */
+#define AGENTS_PER_MULTI 128
+typedef struct { CURLM *m; int64_t due_us; } multi;
+static multi *g_mh;
+static int g_nmh;
 static int g_ep;
-static int64_t g_curl_due_us = -1;
 static int g_inflight;
 static uint64_t g_rng;
 
@@ -200,7 +213,7 @@ static struct {
     char first_error[512];
 } st;
 
-static sample g_assign_lat, g_hb_lat, g_submit_lat;
+static sample g_assign_lat, g_first_lat, g_hb_lat, g_submit_lat;
 static int g_in_window;
 
 /* ------------------------------------------------------------ events */
@@ -288,7 +301,8 @@ static void request(int kind, int a, const char *method, const char *path, const
     /* as the agent's clients: a long-poll waits poll-wait + 15 s, the rest 30 s */
     curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, kind == R_POLL ? (long)(opt.poll_wait_s + 15) * 1000 : 30000L);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
-    if (curl_multi_add_handle(g_multi, e) != CURLM_OK) die("curl_multi_add_handle failed");
+    r->mh = a >= 0 ? a % g_nmh : 0;
+    if (curl_multi_add_handle(g_mh[r->mh].m, e) != CURLM_OK) die("curl_multi_add_handle failed");
     g_inflight++;
 }
 
@@ -328,7 +342,7 @@ static void do_poll(int a) {
     request(R_POLL, a, "GET", path, g_agents[a].token, NULL, 0, 0);
 }
 
-static void do_status(int a, int64_t task, int64_t job, int exited, int code) {
+static void send_status(int a, int64_t task, int64_t job, int exited, int code) {
     char path[96];
     snprintf(path, sizeof path, "/api/v1/tasks/%" PRId64 "/status", task);
     char body[256];
@@ -341,6 +355,26 @@ static void do_status(int a, int64_t task, int64_t job, int exited, int code) {
                  "{\"state\":\"exited\",\"exit_code\":%d,\"signal\":0,\"reason\":\"exited with code %d after stop\","
                  "\"log_tail\":\"stopped\\n\"}", code, code);
     request(exited ? R_EXITED : R_RUNNING, a, "POST", path, g_agents[a].token, sdup(body), task, job);
+}
+
+/* Sends the outbox's first report unless one is on its way. */
+static void outbox_kick(int a) {
+    agent *ag = &g_agents[a];
+    if (ag->out_busy || !ag->out_len) return;
+    const report *r = &ag->out[ag->out_head];
+    ag->out_busy = 1;
+    send_status(a, r->task, r->job, r->exited, r->code);
+}
+
+static void do_status(int a, int64_t task, int64_t job, int exited, int code) {
+    agent *ag = &g_agents[a];
+    if (ag->out_len == OUTBOX_MAX) {
+        snprintf(st.first_error, sizeof st.first_error, "agent %d: outbox full", a);
+        st.fail[exited ? R_EXITED : R_RUNNING]++;
+        return;
+    }
+    ag->out[(ag->out_head + ag->out_len++) % OUTBOX_MAX] = (report){task, job, exited, code};
+    outbox_kick(a);
 }
 
 static sim_task *task_find(agent *ag, int64_t id) {
@@ -390,10 +424,10 @@ static void on_assignments(int a, const char *text) {
         st.fail[R_POLL]++;
         return;
     }
-    int nonempty = 0;
+    int nonempty = 0, had_stop = 0;
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "stop")) {
-        nonempty = 1;
+        nonempty = had_stop = 1;
         const cJSON *tid = cJSON_GetObjectItemCaseSensitive(e, "task");
         const cJSON *jid = cJSON_GetObjectItemCaseSensitive(e, "job");
         if (!cJSON_IsNumber(tid)) continue;
@@ -425,7 +459,10 @@ static void on_assignments(int a, const char *text) {
         st.starts++;
         job_rec *j = job_at(job);
         if (j) {
-            if (!j->first_us) j->first_us = now_us();
+            if (!j->first_us) {
+                j->first_us = now_us();
+                if (j->acked && j->in_window) sample_add(&g_first_lat, j->first_us - j->sent_us);
+            }
             j->last_us = now_us();
             j->received++;
             gang_check(j);
@@ -435,8 +472,9 @@ static void on_assignments(int a, const char *text) {
     }
     cJSON_Delete(o);
     /* the agent's poller: a stop is listed until its task exits, so a
-     * non-empty answer is followed by 500 ms of rest */
-    if (nonempty) ev_push(now_us() + 500000, EV_POLL, a, 0);
+     * non-empty answer is followed by 500 ms of rest (--agent-rest stops:
+     * only one with stops) */
+    if (opt.rest_stops_only ? had_stop : nonempty) ev_push(now_us() + 500000, EV_POLL, a, 0);
     else do_poll(a);
 }
 
@@ -516,14 +554,19 @@ static void on_done(sreq *r, CURLcode cc) {
         else if (code == 401 || code == 404) ev_push(t + 250000, EV_REGISTER, r->agent, 0);
         else ev_push(t + 250000, EV_POLL, r->agent, 0);
         break;
-    case R_RUNNING: break;
+    case R_RUNNING:
     case R_EXITED:
-        if (ok || code == 409) {
-            if (ok) st.exits_ok++;
-            task_remove(ag, r->task);
+        ag->out_busy = 0;
+        if (ok || code == 409 || (code >= 400 && code < 500)) { /* delivered, or refused for good: next */
+            if (r->kind == R_EXITED) {
+                if (ok) st.exits_ok++;
+                task_remove(ag, r->task);
+            }
+            ag->out_head = (ag->out_head + 1) % OUTBOX_MAX;
+            ag->out_len--;
+            outbox_kick(r->agent);
         } else {
-            /* kept and sent again, as the agent's outbox does */
-            if (task_find(ag, r->task)) ev_push(t + 250000, EV_RESEND, r->agent, r->task);
+            ev_push(t + 250000, EV_RESEND, r->agent, 0); /* the server is away: the same report again */
         }
         break;
     case R_SUBMIT: {
@@ -540,6 +583,7 @@ static void on_done(sreq *r, CURLcode cc) {
             j->workers = (unsigned char)w->valueint;
             j->acked = 1;
             j->in_window = (unsigned char)g_in_window;
+            if (j->first_us && j->in_window) sample_add(&g_first_lat, j->first_us - j->sent_us);
             st.acked++;
             gang_check(j);
         } else {
@@ -550,7 +594,7 @@ static void on_done(sreq *r, CURLcode cc) {
         break;
     }
     }
-    curl_multi_remove_handle(g_multi, r->easy);
+    curl_multi_remove_handle(g_mh[r->mh].m, r->easy);
     curl_easy_cleanup(r->easy);
     curl_slist_free_all(r->hdr);
     free(r->body);
@@ -559,10 +603,10 @@ static void on_done(sreq *r, CURLcode cc) {
     g_inflight--;
 }
 
-static void drain_done(void) {
+static void drain_done(CURLM *multi_h) {
     CURLMsg *m;
     int left;
-    while ((m = curl_multi_info_read(g_multi, &left)))
+    while ((m = curl_multi_info_read(multi_h, &left)))
         if (m->msg == CURLMSG_DONE) {
             sreq *r = NULL;
             curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&r);
@@ -573,18 +617,19 @@ static void drain_done(void) {
 /* ------------------------------------------------------------ curl <-> epoll */
 
 static int on_socket(CURL *e, curl_socket_t s, int what, void *u, void *sp) {
-    (void)e; (void)u;
+    (void)e;
+    multi *mh = u;
     struct epoll_event ev = {0};
-    ev.data.fd = s;
+    ev.data.u64 = (uint64_t)(mh - g_mh) << 32 | (uint32_t)s;
     if (what == CURL_POLL_REMOVE) {
         epoll_ctl(g_ep, EPOLL_CTL_DEL, s, NULL); /* may be closed already */
-        curl_multi_assign(g_multi, s, NULL);
+        curl_multi_assign(mh->m, s, NULL);
         return 0;
     }
     ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0) | (what & CURL_POLL_OUT ? EPOLLOUT : 0);
     if (!sp) {
         if (epoll_ctl(g_ep, EPOLL_CTL_ADD, s, &ev) < 0 && errno == EEXIST) epoll_ctl(g_ep, EPOLL_CTL_MOD, s, &ev);
-        curl_multi_assign(g_multi, s, (void *)1);
+        curl_multi_assign(mh->m, s, (void *)1);
     } else if (epoll_ctl(g_ep, EPOLL_CTL_MOD, s, &ev) < 0 && errno == ENOENT) {
         epoll_ctl(g_ep, EPOLL_CTL_ADD, s, &ev);
     }
@@ -592,8 +637,9 @@ static int on_socket(CURL *e, curl_socket_t s, int what, void *u, void *sp) {
 }
 
 static int on_timer(CURLM *m, long ms, void *u) {
-    (void)m; (void)u;
-    g_curl_due_us = ms < 0 ? -1 : now_us() + ms * 1000;
+    (void)m;
+    multi *mh = u;
+    mh->due_us = ms < 0 ? -1 : now_us() + ms * 1000;
     return 0;
 }
 
@@ -625,11 +671,7 @@ static void loop_until(int64_t until_us, int64_t submit_end_us) {
                 }
                 break;
             }
-            case EV_RESEND: { /* an exit report that failed: sent again, as the agent's outbox does */
-                sim_task *tk = task_find(ag, e.task);
-                if (tk && tk->state == T_EXITING) do_status(e.agent, tk->id, tk->job, 1, tk->code);
-                break;
-            }
+            case EV_RESEND: outbox_kick(e.agent); break; /* a report that failed: sent again */
             case EV_SUBMIT:
                 if (t < submit_end_us) {
                     do_submit();
@@ -640,7 +682,8 @@ static void loop_until(int64_t until_us, int64_t submit_end_us) {
         }
         t = now_us();
         int64_t due = g_heap_n ? g_heap[0].at_us : t + 1000000;
-        if (g_curl_due_us >= 0 && g_curl_due_us < due) due = g_curl_due_us;
+        for (int k = 0; k < g_nmh; k++)
+            if (g_mh[k].due_us >= 0 && g_mh[k].due_us < due) due = g_mh[k].due_us;
         if (until_us && until_us < due) due = until_us;
         int wait = due <= t ? 0 : (int)((due - t + 999) / 1000);
         int n = epoll_wait(g_ep, evs, 512, wait);
@@ -648,13 +691,16 @@ static void loop_until(int64_t until_us, int64_t submit_end_us) {
         for (int i = 0; i < n; i++) {
             int f = (evs[i].events & EPOLLIN ? CURL_CSELECT_IN : 0) | (evs[i].events & EPOLLOUT ? CURL_CSELECT_OUT : 0) |
                     (evs[i].events & (EPOLLERR | EPOLLHUP) ? CURL_CSELECT_ERR : 0);
-            curl_multi_socket_action(g_multi, evs[i].data.fd, f, &running);
+            multi *mh = &g_mh[evs[i].data.u64 >> 32];
+            curl_multi_socket_action(mh->m, (curl_socket_t)(uint32_t)evs[i].data.u64, f, &running);
         }
-        if (g_curl_due_us >= 0 && now_us() >= g_curl_due_us) {
-            g_curl_due_us = -1;
-            curl_multi_socket_action(g_multi, CURL_SOCKET_TIMEOUT, 0, &running);
-        }
-        drain_done();
+        t = now_us();
+        for (int k = 0; k < g_nmh; k++)
+            if (g_mh[k].due_us >= 0 && t >= g_mh[k].due_us) {
+                g_mh[k].due_us = -1;
+                curl_multi_socket_action(g_mh[k].m, CURL_SOCKET_TIMEOUT, 0, &running);
+            }
+        for (int k = 0; k < g_nmh; k++) drain_done(g_mh[k].m);
     }
 }
 
@@ -779,7 +825,7 @@ static void usage(void) {
     fprintf(stderr,
             "usage: simagents --data DIR [--agents N] [--gpus G] [--rate JOBS_PER_S] [--duration S]\n"
             "                 [--warmup S] [--drain S] [--heartbeat-s S] [--poll-wait S] [--register-rate R]\n"
-            "                 [--run-ms MIN-MAX] [--seed N] [--server-pid PID] [--verbose]\n"
+            "                 [--run-ms MIN-MAX] [--seed N] [--server-pid PID] [--agent-rest any|stops] [--verbose]\n"
             "DIR is the server's data directory (server.url, node.token, token, admin.token).\n");
     exit(2);
 }
@@ -798,7 +844,7 @@ int main(int argc, char **argv) {
         {"data", 1, 0, 'd'},      {"agents", 1, 0, 'n'},   {"gpus", 1, 0, 'g'},        {"rate", 1, 0, 'r'},
         {"duration", 1, 0, 't'},  {"warmup", 1, 0, 'w'},   {"drain", 1, 0, 'D'},       {"heartbeat-s", 1, 0, 'h'},
         {"poll-wait", 1, 0, 'p'}, {"register-rate", 1, 0, 'R'}, {"run-ms", 1, 0, 'm'}, {"seed", 1, 0, 's'},
-        {"server-pid", 1, 0, 'P'}, {"verbose", 0, 0, 'v'}, {0, 0, 0, 0}};
+        {"server-pid", 1, 0, 'P'}, {"verbose", 0, 0, 'v'}, {"agent-rest", 1, 0, 'A'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -823,6 +869,11 @@ int main(int argc, char **argv) {
         case 's': opt.seed = (uint64_t)num_arg(optarg, 0, 1e15, "--seed"); break;
         case 'P': opt.server_pid = (long)num_arg(optarg, 1, 1e9, "--server-pid"); break;
         case 'v': opt.verbose = 1; break;
+        case 'A':
+            if (strcmp(optarg, "any") == 0) opt.rest_stops_only = 0;
+            else if (strcmp(optarg, "stops") == 0) opt.rest_stops_only = 1;
+            else die("--agent-rest wants any (executor/agent.c) or stops");
+            break;
         default: usage();
         }
     }
@@ -847,12 +898,20 @@ int main(int argc, char **argv) {
                 opt.agents, opt.agents + 256);
     }
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) die("curl_global_init failed");
-    g_multi = curl_multi_init();
     g_ep = epoll_create1(EPOLL_CLOEXEC);
-    if (!g_multi || g_ep < 0) die("cannot set up libcurl's multi interface or epoll");
-    curl_multi_setopt(g_multi, CURLMOPT_SOCKETFUNCTION, on_socket);
-    curl_multi_setopt(g_multi, CURLMOPT_TIMERFUNCTION, on_timer);
-    curl_multi_setopt(g_multi, CURLMOPT_MAXCONNECTS, (long)opt.agents * 2 + 256);
+    if (g_ep < 0) die("epoll_create1: %s", strerror(errno));
+    g_nmh = (opt.agents + AGENTS_PER_MULTI - 1) / AGENTS_PER_MULTI;
+    g_mh = xcalloc((size_t)g_nmh, sizeof *g_mh);
+    for (int k = 0; k < g_nmh; k++) {
+        g_mh[k].m = curl_multi_init();
+        g_mh[k].due_us = -1;
+        if (!g_mh[k].m) die("curl_multi_init failed");
+        curl_multi_setopt(g_mh[k].m, CURLMOPT_SOCKETFUNCTION, on_socket);
+        curl_multi_setopt(g_mh[k].m, CURLMOPT_SOCKETDATA, &g_mh[k]);
+        curl_multi_setopt(g_mh[k].m, CURLMOPT_TIMERFUNCTION, on_timer);
+        curl_multi_setopt(g_mh[k].m, CURLMOPT_TIMERDATA, &g_mh[k]);
+        curl_multi_setopt(g_mh[k].m, CURLMOPT_MAXCONNECTS, (long)AGENTS_PER_MULTI * 2 + 64);
+    }
     g_agents = xcalloc((size_t)opt.agents, sizeof *g_agents);
     g_rng = opt.seed * 0x2545F4914F6CDD1DULL + 1;
 
@@ -984,6 +1043,7 @@ int main(int argc, char **argv) {
     free(m0.p);
     free(m1.p);
     qsort(g_assign_lat.v, g_assign_lat.n, sizeof(int64_t), cmp_i64);
+    qsort(g_first_lat.v, g_first_lat.n, sizeof(int64_t), cmp_i64);
     qsort(g_hb_lat.v, g_hb_lat.n, sizeof(int64_t), cmp_i64);
     qsort(g_submit_lat.v, g_submit_lat.n, sizeof(int64_t), cmp_i64);
     uint64_t errors = 0;
@@ -991,6 +1051,7 @@ int main(int argc, char **argv) {
     printf("{\"agents\":%d,\"registered\":%d,\"register_s\":%.1f,\"nodes_in_cluster\":%d,\"ready_in_cluster\":%d,"
            "\"window_s\":%.1f,\"rate\":%g,\"submitted\":%" PRIu64 ",\"acknowledged\":%" PRIu64 ","
            "\"submit_to_assignment_ms\":{\"p50\":%.1f,\"p99\":%.1f,\"max\":%.1f,\"gangs\":%zu},"
+           "\"submit_to_first_task_ms\":{\"p50\":%.1f,\"p99\":%.1f},\"agent_rest\":\"%s\","
            "\"submit_ms\":{\"p50\":%.2f,\"p99\":%.2f},"
            "\"sched_pass_ms\":{\"p50\":%.2f,\"p99\":%.2f,\"passes\":%.0f},"
            "\"heartbeats_per_s\":%.1f,\"heartbeat_ms\":{\"p50\":%.2f,\"p99\":%.2f},"
@@ -1002,6 +1063,8 @@ int main(int argc, char **argv) {
            opt.agents, registered, reg_s, nodes, ready, win_s, opt.rate, st.submitted, st.acked,
            quant_ms(g_assign_lat.v, g_assign_lat.n, 0.5), quant_ms(g_assign_lat.v, g_assign_lat.n, 0.99),
            g_assign_lat.n ? (double)g_assign_lat.v[g_assign_lat.n - 1] / 1000.0 : -1.0, g_assign_lat.n,
+           quant_ms(g_first_lat.v, g_first_lat.n, 0.5), quant_ms(g_first_lat.v, g_first_lat.n, 0.99),
+           opt.rest_stops_only ? "stops" : "any",
            quant_ms(g_submit_lat.v, g_submit_lat.n, 0.5), quant_ms(g_submit_lat.v, g_submit_lat.n, 0.99), pass50, pass99,
            passes, (double)st.hb_window / win_s, quant_ms(g_hb_lat.v, g_hb_lat.n, 0.5),
            quant_ms(g_hb_lat.v, g_hb_lat.n, 0.99), shb50, shb99, hbs / win_s, sub50, sub99,
@@ -1033,7 +1096,7 @@ int main(int argc, char **argv) {
     fflush(stdout);
     int ok = errors == 0 && lost == 0 && failed == 0 && queued_noreason == 0 && registered == opt.agents &&
              ready == opt.agents && nodes == opt.agents;
-    curl_multi_cleanup(g_multi);
+    for (int k = 0; k < g_nmh; k++) curl_multi_cleanup(g_mh[k].m);
     curl_global_cleanup();
     return ok ? 0 : 1;
 }
