@@ -6,6 +6,7 @@
 
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -623,7 +624,7 @@ static const char SQL_CAPACITY[] =
  * for 5,000 nodes, on every submission (bench/cluster). Its answers are
  * kept by (kind, per worker, memory) while cluster_nodes_version has not
  * moved, and a second at most (a node marked lost moves the version before
- * its commit). */
+ * its commit). TRAINYARD_CAPACITY_KEEP=0 keeps none. */
 #define CAP_KEEP 16
 #define CAP_KEEP_MS 1000
 static struct {
@@ -642,7 +643,20 @@ static struct {
 
 static int cap_query(db *d, const char *kind, int per_worker, int64_t memory_mb, store_capacity *out);
 
+/* TRAINYARD_CAPACITY_KEEP=0: every submission queries, as before (bench/cluster). */
+static int cap_keep_off(void) {
+    static int off = -1;
+    int o = __atomic_load_n(&off, __ATOMIC_RELAXED);
+    if (o < 0) {
+        const char *e = getenv("TRAINYARD_CAPACITY_KEEP");
+        o = e && strcmp(e, "0") == 0;
+        __atomic_store_n(&off, o, __ATOMIC_RELAXED);
+    }
+    return o;
+}
+
 int store_cluster_capacity(db *d, const char *kind, int per_worker, int64_t memory_mb, store_capacity *out) {
+    if (cap_keep_off()) return cap_query(d, kind, per_worker, memory_mb, out);
     uint64_t v = cluster_nodes_version(); /* before the query: a change during it is a miss next time */
     int64_t now = mono_ms();
     pthread_mutex_lock(&g_cap.mu);

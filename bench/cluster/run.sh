@@ -15,10 +15,15 @@
 # then every acknowledged job is looked up in GET /api/v1/jobs (nothing
 # lost, a queued one states its reason) and every agent in GET /cluster.
 #
-# COMPARE=1 (default) runs the largest N a second time with the server's old
-# heartbeat path (TRAINYARD_HEARTBEAT_WRITE=1: a write transaction per
-# heartbeat) and its old long-poll recheck (TRAINYARD_POLL_RECHECK=query:
-# two queries per parked poll every 150 ms), for the before/after.
+# COMPARE=1 (default) runs the largest N again with the server's old paths,
+# for the before/after in one run:
+#   N_old:    all three below at once (the server before this benchmark);
+#   N_hbwrite: TRAINYARD_HEARTBEAT_WRITE=1, a write transaction per heartbeat;
+#   N_pollq:   TRAINYARD_POLL_RECHECK=query, two queries per parked poll
+#              every 150 ms;
+#   N_capq:    TRAINYARD_CAPACITY_KEEP=0, the cluster's capacity queried on
+#              every submission.
+# COMPARE=2 runs N_old only.
 #
 # SIM_ARGS: more simagents flags (--agent-rest stops: agents that rest
 # after an answer with stops only, not after one with tasks to start).
@@ -72,10 +77,15 @@ one() {
 
 labels=()
 for n in $AGENTS; do one "n$n" "$n"; labels+=("n$n"); done
-if [ "$COMPARE" = 1 ]; then
+if [ "$COMPARE" = 1 ] || [ "$COMPARE" = 2 ]; then
   big=$(for n in $AGENTS; do echo "$n"; done | sort -n | tail -1)
-  one "n${big}_old" "$big" TRAINYARD_HEARTBEAT_WRITE=1 TRAINYARD_POLL_RECHECK=query
+  one "n${big}_old" "$big" TRAINYARD_HEARTBEAT_WRITE=1 TRAINYARD_POLL_RECHECK=query TRAINYARD_CAPACITY_KEEP=0
   labels+=("n${big}_old")
+  if [ "$COMPARE" = 1 ]; then
+    one "n${big}_hbwrite" "$big" TRAINYARD_HEARTBEAT_WRITE=1; labels+=("n${big}_hbwrite")
+    one "n${big}_pollq" "$big" TRAINYARD_POLL_RECHECK=query; labels+=("n${big}_pollq")
+    one "n${big}_capq" "$big" TRAINYARD_CAPACITY_KEEP=0; labels+=("n${big}_capq")
+  fi
 fi
 
 python3 - "$out" "$RATE" "$DUR" "$SEED" "$(nproc)" "${labels[@]}" <<'PY'
