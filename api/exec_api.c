@@ -206,9 +206,10 @@ fail:
  * hand out or to stop (exec_nodes_with_work), made again when something was
  * committed since, at most every WORK_MS; a poll queries for its own node
  * only when it is listed, when it was woken (http_wake: a pass placed or
- * stopped its tasks), on its first run and on its last. The list is read
- * after the generation, so a commit during the query is seen at the next
- * look: a stop reaches its agent within POLL_MS + WORK_MS, as before.
+ * stopped its tasks), on its first run and on its last. The generation is
+ * read before the query, so a commit during it is seen at the next
+ * refresh: a stop no wake announces reaches its agent within two looks
+ * (2 x POLL_MS) of its commit, against one before.
  * TRAINYARD_POLL_RECHECK=query: every look queries, as before
  * (bench/cluster's before/after). */
 #define WORK_MS 50
@@ -216,6 +217,7 @@ fail:
 static struct {
     pthread_mutex_t mu;
     int valid;
+    const void *owner; /* the store listed */
     uint64_t gen;
     int64_t at_ms;
     int64_t *ids;
@@ -239,7 +241,8 @@ static int node_may_have_work(server *srv, int64_t node) {
     pthread_mutex_lock(&g_work.mu);
     uint64_t gen = db_generation(srv->db);
     int64_t now = mono_ms();
-    if (!g_work.valid || (gen != g_work.gen && now - g_work.at_ms >= WORK_MS)) {
+    if (!g_work.valid || g_work.owner != (const void *)srv->db ||
+        (gen != g_work.gen && now - g_work.at_ms >= WORK_MS)) {
         int64_t *ids = NULL;
         int n = exec_nodes_with_work(srv->db, &ids);
         if (n < 0) {
@@ -249,6 +252,7 @@ static int node_may_have_work(server *srv, int64_t node) {
         free(g_work.ids);
         g_work.ids = ids;
         g_work.n = n;
+        g_work.owner = srv->db;
         g_work.gen = gen;
         g_work.at_ms = now;
         g_work.valid = 1;
