@@ -212,7 +212,7 @@ fail:
  * (2 x POLL_MS) of its commit, against one before.
  * TRAINYARD_POLL_RECHECK=query: every look queries, as before
  * (bench/cluster's before/after). */
-#define WORK_MS 50
+#define WORK_MS 100
 
 static struct {
     pthread_mutex_t mu;

@@ -193,9 +193,13 @@ int exec_node_reset_handouts(db *d, int64_t node_id) {
     return step_done(st);
 }
 
+/* Two probes of the index tasks_node_state(node_id, state) per node: bounded
+ * by the nodes, not by every task that ever ran. */
 static const char SQL_NODES_WITH_WORK[] =
-    "SELECT DISTINCT node_id FROM tasks WHERE state IN ('assigned','stopping')"
-    " AND (state = 'stopping' OR token_hash IS NULL) ORDER BY node_id";
+    "SELECT n.id FROM nodes n WHERE"
+    " EXISTS (SELECT 1 FROM tasks t WHERE t.node_id = n.id AND t.state = 'stopping')"
+    " OR EXISTS (SELECT 1 FROM tasks t WHERE t.node_id = n.id AND t.state = 'assigned' AND t.token_hash IS NULL)"
+    " ORDER BY n.id";
 
 int exec_nodes_with_work(db *d, int64_t **ids) {
     *ids = NULL;

@@ -77,9 +77,9 @@ int exec_node_stopping(db *d, int64_t node_id, cJSON **out);
 
 /* The nodes that have a task to hand out (assigned, not handed out yet) or
  * to stop, ascending, into *ids (malloc'd, caller frees; NULL when none):
- * one query for every node (the index tasks_live, migration 8), so a parked
- * long-poll need not query for its own node unless it is listed. The count,
- * or -1 on a store error. */
+ * one query for every node (two probes of tasks_node_state a node), so a
+ * parked long-poll need not query for its own node unless it is listed.
+ * The count, or -1 on a store error. */
 int exec_nodes_with_work(db *d, int64_t **ids);
 
 /* {"chief":[addr:port], "worker":[...by index], "ps":[...]} of an attempt. */

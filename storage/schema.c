@@ -185,13 +185,6 @@ static const char m7[] =
     "ALTER TABLE jobs ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE tasks ADD COLUMN memory_mb INTEGER NOT NULL DEFAULT 0;";
 
-/* 8: the tasks an agent's long-poll is waiting for (to hand out, to stop),
- * by state: one query finds every node with work (exec_nodes_with_work)
- * instead of two queries per parked poll. Partial: the index holds only the
- * live few, not every task that ever ran. */
-static const char m8[] =
-    "CREATE INDEX tasks_live ON tasks(state, node_id) WHERE state IN ('assigned','stopping');";
-
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1},
     {2, "nodes, devices, tasks, allocations, shares", m2},
@@ -200,6 +193,5 @@ const migration schema_migrations[] = {
     {5, "tokens.node_id: per-node tokens", m5},
     {6, "jobs.strategy", m6},
     {7, "memory: nodes.memory_mb, nodes.isolation, jobs.memory_mb, tasks.memory_mb", m7},
-    {8, "tasks_live: the tasks long-polls wait for, by state", m8},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);
