@@ -43,7 +43,7 @@ DRAIN=${DRAIN:-30}
 SEED=${SEED:-1}
 RUN_MS=${RUN_MS:-2000-10000}
 COMPARE=${COMPARE:-1}
-if [ -z "${BIN:-}" ]; then make -s -j2 CUDA=0 all >/dev/null; BIN=$PWD/build/trainyard; fi
+if [ -z "${BIN:-}" ]; then make -s -j2 all >/dev/null; BIN=$PWD/build/trainyard; fi
 SIM=${SIM:-build/bench/simagents}
 mkdir -p "$(dirname "$SIM")"
 cc -std=gnu11 -O2 -g -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-format-nonliteral \
