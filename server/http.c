@@ -703,7 +703,7 @@ void http_wake(http_daemon *h, int topic, int64_t id) {
     for (http_req *r = h->parked, *nx; r; r = nx) {
         nx = r->park_next;
         if (r->park_topic == topic && (id == 0 || r->park_id == id)) {
-            r->woken = 1;
+            r->woken = id != 0; /* a wake of everyone names no one */
             park_resume(h, r);
         }
     }
