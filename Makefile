@@ -111,7 +111,7 @@ DEPS_check_strategy := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(BUILD)/obj/execu
 TEST_SRC := $(wildcard tests/check_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
-.PHONY: all deps test run clean bench-api bench-train bench-sched bench-elastic bench-scaling install-deps-bench bench-allreduce
+.PHONY: all deps test run clean bench-api bench-train bench-sched bench-elastic bench-scaling install-deps-bench bench-allreduce bench-cluster
 all: $(BUILD)/trainyard
 
 $(BUILD)/obj/executor/nn/%.o: executor/nn/%.c
@@ -186,6 +186,13 @@ bench-allreduce:
 
 bench-scaling: all
 	bench/scaling/run.sh
+
+# bench-cluster: thousands of simulated agents (bench/cluster/simagents.c)
+# against one real server: AGENTS="1000 5000" by default, RATE jobs/s for
+# DUR s, and the before/after of the server's old paths (docs/scheduler.md,
+# "A server for thousands of agents").
+bench-cluster: all
+	bench/cluster/run.sh
 
 # ------------------------------------------------------------------ faults and load (docs/reliability.md)
 # test-faults: tests/check_faults in its long form (FAULTS_LONG=1: 500

@@ -198,6 +198,76 @@ fail:
     return NULL;
 }
 
+/* ---------------------------------------------------------------- nodes with work
+ * A parked long-poll looks again every POLL_MS, for what no wake tells it
+ * (a task asked to stop by another task's exit). With thousands of agents
+ * that was two queries per poll per look, 66,000 a second for 5,000 agents:
+ * most of the server's CPU. Now one query lists every node with a task to
+ * hand out or to stop (exec_nodes_with_work), made again when something was
+ * committed since, at most every WORK_MS; a poll queries for its own node
+ * only when it is listed, when it was woken (http_wake: a pass placed or
+ * stopped its tasks), on its first run and on its last. The generation is
+ * read before the query, so a commit during it is seen at the next
+ * refresh: a stop no wake announces reaches its agent within two looks
+ * (2 x POLL_MS) of its commit, against one before.
+ * TRAINYARD_POLL_RECHECK=query: every look queries, as before
+ * (bench/cluster's before/after). */
+#define WORK_MS 100
+
+static struct {
+    pthread_mutex_t mu;
+    int valid;
+    const void *owner; /* the store listed */
+    uint64_t gen;
+    int64_t at_ms;
+    int64_t *ids;
+    int n;
+} g_work = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int recheck_query_mode(void) {
+    static int mode = -1;
+    int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);
+    if (m < 0) {
+        const char *e = getenv("TRAINYARD_POLL_RECHECK");
+        m = e && strcmp(e, "query") == 0;
+        __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
+    }
+    return m;
+}
+
+/* 0 when the node surely has nothing to hand out or stop; 1 when it may. */
+static int node_may_have_work(server *srv, int64_t node) {
+    if (recheck_query_mode()) return 1;
+    pthread_mutex_lock(&g_work.mu);
+    uint64_t gen = db_generation(srv->db);
+    int64_t now = mono_ms();
+    if (!g_work.valid || g_work.owner != (const void *)srv->db ||
+        (gen != g_work.gen && now - g_work.at_ms >= WORK_MS)) {
+        int64_t *ids = NULL;
+        int n = exec_nodes_with_work(srv->db, &ids);
+        if (n < 0) {
+            pthread_mutex_unlock(&g_work.mu);
+            return 1; /* look in the database the old way */
+        }
+        free(g_work.ids);
+        g_work.ids = ids;
+        g_work.n = n;
+        g_work.owner = srv->db;
+        g_work.gen = gen;
+        g_work.at_ms = now;
+        g_work.valid = 1;
+    }
+    int lo = 0, hi = g_work.n - 1, hit = 0;
+    while (lo <= hi && !hit) {
+        int mid = lo + (hi - lo) / 2;
+        if (g_work.ids[mid] == node) hit = 1;
+        else if (g_work.ids[mid] < node) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    pthread_mutex_unlock(&g_work.mu);
+    return hit;
+}
+
 /* GET /api/v1/nodes/{id}/assignments?wait=S */
 static void node_assignments(server *srv, http_req *req, http_res *res) {
     int64_t node = http_param_id(req, res, 0, "node");
@@ -234,13 +304,19 @@ static void node_assignments(server *srv, http_req *req, http_res *res) {
         http_json(res, 200, o);
         return;
     }
+    int last = mono_ms() >= deadline || srv->stopping;
+    if (req->calls && !req->woken && !last && !node_may_have_work(srv, node)) {
+        int64_t left = deadline - mono_ms();
+        http_wait(req, res, left < POLL_MS ? (int)(left > 0 ? left : 1) : POLL_MS, HTTP_WAKE_NODE, node);
+        return;
+    }
     if (exec_node_pending(srv->db, node, ids, MAX_START, &n) != STORE_OK ||
         exec_node_stopping(srv->db, node, &stop) != STORE_OK) {
         db_unavailable(res);
         return;
     }
     uint64_t h = stop_hash(stop);
-    int last = mono_ms() >= deadline || srv->stopping;
+    last = mono_ms() >= deadline || srv->stopping;
     if (n > 0 || h != sent || last) {
         cJSON *o = cJSON_CreateObject();
         cJSON *start = cJSON_AddArrayToObject(o, "start");

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -62,6 +63,7 @@ struct http_daemon {
     http_req *parked;                 /* doubly linked through park_next/prev */
     int64_t park_next_due;            /* when park_main wakes next (mono ms) */
     int waiters;                      /* requests that parked and are not answered yet (atomic) */
+    unsigned max_conns;               /* connections held at once (http_conn_limit) */
     /* offloaded requests (http_offload): suspended, their work done by off_main */
     pthread_mutex_t off_mu;
     pthread_cond_t off_cv;
@@ -537,6 +539,7 @@ static int park(http_daemon *h, http_req *req, int ms, int topic, int64_t id) {
     }
     MHD_suspend_connection(req->conn);
     if (!req->park_count++) __atomic_fetch_add(&h->waiters, 1, __ATOMIC_RELAXED);
+    req->woken = 0;
     req->park_due_ms = mono_ms() + ms;
     req->park_topic = topic;
     req->park_id = id;
@@ -654,6 +657,35 @@ static unsigned http_pool_size(void) {
     return (unsigned)n;
 }
 
+/* How many connections the daemon holds at once. Every agent holds one for
+ * its parked long-poll and one for its heartbeats and reports, so a cluster
+ * of N agents needs about 2N. TRAINYARD_HTTP_MAX_CONNECTIONS when set; else
+ * the descriptor limit (RLIMIT_NOFILE, its soft value raised to the hard
+ * one) less 256 for the database, logs and checkpoint files, at most
+ * 1,000,000. A connection past the limit is closed at once by
+ * libmicrohttpd (the agent retries with backoff). */
+static unsigned http_conn_limit(void) {
+    struct rlimit rl;
+    rlim_t nofile = 1024;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        if (rl.rlim_cur < rl.rlim_max) {
+            rlim_t want = rl.rlim_max == RLIM_INFINITY ? 1048576 : rl.rlim_max;
+            struct rlimit up = {want, rl.rlim_max};
+            if (setrlimit(RLIMIT_NOFILE, &up) == 0) rl.rlim_cur = want;
+        }
+        nofile = rl.rlim_cur == RLIM_INFINITY ? 1048576 : rl.rlim_cur;
+    }
+    long n = nofile > 512 ? (long)(nofile - 256) : 256;
+    if (n > 1000000) n = 1000000;
+    const char *e = getenv("TRAINYARD_HTTP_MAX_CONNECTIONS");
+    long v = 0;
+    if (e && *e && parse_long(e, 16, 1000000, &v) == 0) {
+        if (v > n) log_warn("http: TRAINYARD_HTTP_MAX_CONNECTIONS=%ld is above what the descriptor limit allows (%ld)", v, n);
+        n = v;
+    }
+    return (unsigned)n;
+}
+
 void http_wait(http_req *req, http_res *res, int ms, int topic, int64_t id) {
     (void)req;
     res->wait_ms = ms > 0 ? ms : 1;
@@ -670,7 +702,10 @@ void http_wake(http_daemon *h, int topic, int64_t id) {
     pthread_mutex_lock(&h->park_mu);
     for (http_req *r = h->parked, *nx; r; r = nx) {
         nx = r->park_next;
-        if (r->park_topic == topic && (id == 0 || r->park_id == id)) park_resume(h, r);
+        if (r->park_topic == topic && (id == 0 || r->park_id == id)) {
+            r->woken = id != 0; /* a wake of everyone names no one */
+            park_resume(h, r);
+        }
     }
     pthread_mutex_unlock(&h->park_mu);
 }
@@ -929,6 +964,8 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
     }
     h->off_started = 1;
     unsigned threads = http_pool_size();
+    h->max_conns = http_conn_limit();
+    log_debug("http: %u pool threads, at most %u connections", threads, h->max_conns);
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     h->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h,
                               MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
@@ -937,7 +974,7 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
                               MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
+                              MHD_OPTION_CONNECTION_LIMIT, h->max_conns,
                               MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
                               MHD_OPTION_END);
     if (!h->mhd) {

@@ -66,6 +66,7 @@ typedef struct http_req {
     /* waiting (http_wait): the handler runs again on the same request */
     int calls;                        /* the handler's runs before this one */
     int64_t keep[4];                  /* the handler's own state across runs */
+    int woken;                        /* this run follows an http_wake of its own id (not its time, not a wake of all) */
     /* offloaded (http_offload): the work, and its answer once done */
     void (*off_fn)(struct server *srv, struct http_req *req, struct http_res *res);
     struct http_res *off_res;
@@ -137,6 +138,8 @@ enum {
  * called. The connection is suspended meanwhile: no thread waits.
  * req->calls counts the handler's earlier runs; req->keep carries its state.
  * If the daemon is stopping, the request is answered 503 instead. */
+/* req->woken tells a run that follows http_wake(topic, its id) from one
+ * that follows its time or a wake of the whole topic (id 0). */
 void http_wait(http_req *req, http_res *res, int ms, int topic, int64_t id);
 
 /* In a stream reader (http_res.stream) with nothing to send yet: parks the

@@ -3,6 +3,7 @@
  * cluster.h for the contract. */
 #include "cluster.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,22 @@ static int exec_stmt(db *d, const char *sql)
  * (cluster_load) and the by-id reads the scheduler's mirror makes
  * (cluster_read_*): a column added to what the pass reads is added here,
  * in the *_COLS list and its row_* function, and both follow. */
+
+/* Moves after every change of a node's state, devices or memory made here
+ * (cluster_nodes_version). */
+static uint64_t g_nodes_version = 1;
+
+static void nodes_changed(void)
+{
+    __atomic_add_fetch(&g_nodes_version, 1, __ATOMIC_RELEASE);
+}
+
+uint64_t cluster_nodes_version(void)
+{
+    return __atomic_load_n(&g_nodes_version, __ATOMIC_ACQUIRE);
+}
+
+static int64_t hb_kept(const db *d, int64_t node); /* heartbeats kept in memory, below */
 
 static const char SQL_BEGIN_READ[] = "BEGIN DEFERRED";
 static const char SQL_END_READ[] = "COMMIT";
@@ -223,6 +240,10 @@ int cluster_load(db *d, cluster_state *cs)
     if (exec_stmt(d, SQL_BEGIN_READ) < 0) return -1;
     cap = 0;
     if (!(st = db_prepare(d, SQL_NODES)) || READ_ROWS(st, cs->nodes, cs->n_nodes, cap, row_node) < 0) goto fail;
+    for (int i = 0; i < cs->n_nodes; i++) { /* heartbeats kept in memory, not yet written */
+        int64_t kept = hb_kept(d, cs->nodes[i].id);
+        if (kept > cs->nodes[i].last_heartbeat_at) cs->nodes[i].last_heartbeat_at = kept;
+    }
     cap = 0;
     if (!(st = db_prepare(d, SQL_DEVICES)) || READ_ROWS(st, cs->devices, cs->n_devices, cap, row_device) < 0)
         goto fail;
@@ -472,6 +493,7 @@ int cluster_node_upsert(db *d, const char *hostname, const char *address, int cp
     if (rc != SQLITE_DONE) goto fail;
     db_change_note(d, DB_CH_NODE, id);
     if (db_commit(d) < 0) goto fail;
+    nodes_changed();
     if (id_out) *id_out = id;
     return 0;
 fail:
@@ -493,17 +515,186 @@ static int step_returning_state(sqlite3_stmt *st, char state[16])
     return found ? 0 : 1;
 }
 
+/* ---------------------------------------------------------------- heartbeats
+ * Every agent heartbeats every 5 s: 1,000 a second for 5,000 agents. Written
+ * one by one, each was a write transaction of its own on an HTTP pool
+ * thread (waiting for the write turn behind the scheduler's pass, a WAL
+ * append, a commit), and each commit moved the database's generation, so
+ * every answer and token the server kept (docs/server.md, "Answers kept
+ * until the next commit") was thrown away a thousand times a second.
+ *
+ * Now a heartbeat of a node that is not lost is a read (the node's state)
+ * and an entry in memory (node id -> the newest time heard). The times are
+ * written by cluster_nodes_mark_lost, in its transaction, before it
+ * decides: the scheduler's upkeep, every pass (at least once a second), so
+ * the lost-node check sees every heartbeat the server answered and the
+ * pool threads never wait for the write turn on a heartbeat's account. A
+ * lost node that beats is made ready at once, by a write as before.
+ * cluster_load shows the kept times (GET /cluster).
+ *
+ * A crash loses the heartbeats since the last pass. That is safe: a
+ * heartbeat is no acknowledged work, and a server that starts declares no
+ * node lost before a whole heartbeat timeout has passed (the scheduler's
+ * node_loss_not_before_ms), by which time every live agent has beaten again.
+ *
+ * TRAINYARD_HEARTBEAT_WRITE=1 selects the old path (a write transaction per
+ * heartbeat), for before/after measurements (bench/cluster). */
+
+typedef struct { int64_t node, at; } hb_slot;
+
+static struct {
+    pthread_mutex_t mu;
+    const db *owner;       /* the store these times belong to */
+    hb_slot *slot;         /* open addressing, node 0 = empty */
+    size_t cap, used;      /* cap a power of two; used <= cap / 2 */
+} g_hb = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int hb_write_mode(void)
+{
+    static int mode = -1;
+    int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);
+    if (m < 0) {
+        const char *e = getenv("TRAINYARD_HEARTBEAT_WRITE");
+        m = e && strcmp(e, "1") == 0;
+        __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
+    }
+    return m;
+}
+
+static size_t hb_hash(int64_t node, size_t cap)
+{
+    uint64_t x = (uint64_t)node * 0x9e3779b97f4a7c15ULL;
+    return (size_t)(x >> 17) & (cap - 1);
+}
+
+/* The slot of node (mu held): its own, or the empty one it would take. */
+static hb_slot *hb_find(int64_t node)
+{
+    size_t i = hb_hash(node, g_hb.cap);
+    while (g_hb.slot[i].node && g_hb.slot[i].node != node) i = (i + 1) & (g_hb.cap - 1);
+    return &g_hb.slot[i];
+}
+
+/* Keeps node's newest heartbeat time (mu held). */
+static void hb_put(const db *d, int64_t node, int64_t at)
+{
+    if (g_hb.owner != d) { /* another store (tests open several): its times are not ours */
+        g_hb.used = 0;
+        if (g_hb.slot) memset(g_hb.slot, 0, g_hb.cap * sizeof *g_hb.slot);
+        g_hb.owner = d;
+    }
+    if ((g_hb.used + 1) * 2 > g_hb.cap) {
+        size_t oc = g_hb.cap, nc = oc ? oc * 2 : 1024;
+        hb_slot *old = g_hb.slot;
+        g_hb.slot = xcalloc(nc, sizeof *g_hb.slot);
+        g_hb.cap = nc;
+        for (size_t i = 0; i < oc; i++)
+            if (old[i].node) *hb_find(old[i].node) = old[i];
+        free(old);
+    }
+    hb_slot *s = hb_find(node);
+    if (!s->node) {
+        s->node = node;
+        s->at = at;
+        g_hb.used++;
+    } else if (at > s->at) {
+        s->at = at;
+    }
+}
+
+/* The kept heartbeats of d, taken out of the table: malloc'd, *n of them. */
+static hb_slot *hb_take(const db *d, size_t *n)
+{
+    *n = 0;
+    pthread_mutex_lock(&g_hb.mu);
+    hb_slot *out = NULL;
+    if (g_hb.owner == d && g_hb.used) {
+        out = xmalloc(g_hb.used * sizeof *out);
+        for (size_t i = 0; i < g_hb.cap; i++)
+            if (g_hb.slot[i].node) out[(*n)++] = g_hb.slot[i];
+        memset(g_hb.slot, 0, g_hb.cap * sizeof *g_hb.slot);
+        g_hb.used = 0;
+    }
+    pthread_mutex_unlock(&g_hb.mu);
+    return out;
+}
+
+/* Puts taken heartbeats back (their write was rolled back). */
+static void hb_put_back(const db *d, const hb_slot *v, size_t n)
+{
+    pthread_mutex_lock(&g_hb.mu);
+    for (size_t i = 0; i < n; i++) hb_put(d, v[i].node, v[i].at);
+    pthread_mutex_unlock(&g_hb.mu);
+}
+
+/* A node's kept heartbeat time, 0 when none. */
+static int64_t hb_kept(const db *d, int64_t node)
+{
+    int64_t at = 0;
+    pthread_mutex_lock(&g_hb.mu);
+    if (g_hb.owner == d && g_hb.used) at = hb_find(node)->at;
+    pthread_mutex_unlock(&g_hb.mu);
+    return at;
+}
+
+static const char SQL_HEARTBEAT_SET[] =
+    "UPDATE nodes SET last_heartbeat_at = MAX(last_heartbeat_at, ?2) WHERE id = ?1";
+
+/* Writes the kept heartbeats in the caller's transaction: 0 or -1 (then
+ * they are kept again; the caller rolls back). */
+static int hb_write(db *d)
+{
+    size_t n;
+    hb_slot *v = hb_take(d, &n);
+    for (size_t i = 0; i < n; i++) {
+        sqlite3_stmt *st = db_prepare(d, SQL_HEARTBEAT_SET);
+        if (!st) goto fail;
+        sqlite3_bind_int64(st, 1, v[i].node);
+        sqlite3_bind_int64(st, 2, v[i].at);
+        int rc = sqlite3_step(st);
+        db_done(st);
+        if (rc != SQLITE_DONE) goto fail;
+    }
+    free(v);
+    return 0;
+fail:
+    hb_put_back(d, v, n);
+    free(v);
+    return -1;
+}
+
 static const char SQL_HEARTBEAT[] =
     "UPDATE nodes SET last_heartbeat_at = ?2, state = CASE WHEN state = 'lost' THEN 'ready' ELSE state END"
     " WHERE id = ?1 RETURNING state";
+static const char SQL_NODE_STATE[] = "SELECT state FROM nodes WHERE id = ?";
 
 int cluster_node_heartbeat_state(db *d, int64_t node_id, int64_t now, char state[16])
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_HEARTBEAT);
+    char cur[16] = "";
+    sqlite3_stmt *st = db_prepare(d, SQL_NODE_STATE);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, node_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) col_text(st, 0, cur, sizeof cur);
+    db_done(st);
+    if (rc == SQLITE_DONE) return 1;
+    if (rc != SQLITE_ROW) return -1;
+    int lost = strcmp(cur, "lost") == 0;
+    if (!lost && !hb_write_mode()) {
+        pthread_mutex_lock(&g_hb.mu);
+        hb_put(d, node_id, now);
+        pthread_mutex_unlock(&g_hb.mu);
+        if (state) snprintf(state, 16, "%s", cur);
+        return 0;
+    }
+    /* the old path, or a lost node heard from again: written at once */
+    st = db_prepare(d, SQL_HEARTBEAT);
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, node_id);
     sqlite3_bind_int64(st, 2, now);
-    return step_returning_state(st, state);
+    rc = step_returning_state(st, state);
+    if (rc == 0 && lost) nodes_changed();
+    return rc;
 }
 
 int cluster_node_heartbeat(db *d, int64_t node_id, int64_t now)
@@ -522,7 +713,10 @@ int cluster_node_drain(db *d, int64_t node_id, int drain, char state[16])
     sqlite3_bind_int64(st, 1, node_id);
     sqlite3_bind_int(st, 2, drain ? 1 : 0);
     int rc = step_returning_state(st, state);
-    if (rc == 0) db_change_note(d, DB_CH_NODE, node_id);
+    if (rc == 0) {
+        db_change_note(d, DB_CH_NODE, node_id);
+        nodes_changed();
+    }
     return rc;
 }
 
@@ -545,11 +739,14 @@ static int collect_ids(sqlite3_stmt *st, int64_t **ids)
 
 int cluster_nodes_mark_lost(db *d, int64_t before, int64_t **ids)
 {
+    *ids = NULL;
+    if (hb_write(d) < 0) return -1; /* every heartbeat answered counts */
     sqlite3_stmt *st = db_prepare(d, SQL_NODES_LOST);
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, before);
     int n = collect_ids(st, ids);
     for (int i = 0; i < n; i++) db_change_note(d, DB_CH_NODE, (*ids)[i]);
+    if (n > 0) nodes_changed(); /* before the caller's commit: readers keep an older picture at most a second */
     return n;
 }
 

@@ -5,7 +5,7 @@
  * inside the caller's transaction (db_begin/db_commit) unless noted.
  *
  * defines: cluster_load, cluster_state_release, cluster_read_* (by id),
- *          cluster_node_upsert,
+ *          cluster_node_upsert, cluster_nodes_version,
  *          cluster_node_heartbeat, cluster_task_insert, cluster_alloc_insert,
  *          cluster_node_token_issue/revoke (per-node tokens),
  *          cluster_* updates used by the scheduler pass */
@@ -132,7 +132,10 @@ int cluster_node_upsert(db *d, const char *hostname, const char *address, int cp
                         int64_t now, int64_t *id_out, int *created);
 
 /* Records a heartbeat: 0, 1 when no such node, -1 on error. A lost node
- * that beats again is ready again. */
+ * that beats again is ready again (written at once). Another node's time
+ * is kept in memory and written by the next cluster_nodes_mark_lost, before
+ * it decides; cluster_load shows it meanwhile (TRAINYARD_HEARTBEAT_WRITE=1:
+ * a write transaction each, as before). */
 int cluster_node_heartbeat(db *d, int64_t node_id, int64_t now);
 /* The same; state (may be NULL) gets the node's state after it: ready, or
  * drained (a lost node that is heard from again is ready). */
@@ -144,8 +147,18 @@ int cluster_node_heartbeat_state(db *d, int64_t node_id, int64_t now, char state
  * a store error. */
 int cluster_node_drain(db *d, int64_t node_id, int drain, char state[16]);
 
+/* A number that moves after every change of a node's state (registered,
+ * drained, back, lost, heard from again), devices or memory made through
+ * this module: what a reader of the cluster's capacity may keep an answer
+ * by. A registration, a drain and a lost node heard from again move it
+ * after their commit; cluster_nodes_mark_lost moves it before the caller
+ * commits, so an answer kept meanwhile may show the lost nodes for as long
+ * as the reader keeps answers (store_cluster_capacity: a second). */
+uint64_t cluster_nodes_version(void);
+
 /* Marks ready nodes silent since before `before` as lost; their ids into
- * *ids (malloc'd, caller frees). Returns the count or -1. */
+ * *ids (malloc'd, caller frees). Returns the count or -1. Writes the
+ * heartbeats kept in memory first, in the caller's transaction. */
 int cluster_nodes_mark_lost(db *d, int64_t before, int64_t **ids);
 
 /* memory_mb: the task's memory (its cgroup limit; 0 = none). */

@@ -290,6 +290,31 @@ START_TEST(drained_node_takes_no_task)
 }
 END_TEST
 
+/* Admission keeps the cluster's capacity between submissions
+ * (store_cluster_capacity): a node that registers, drains or comes back is
+ * seen by the very next submission, not a second later. */
+START_TEST(admission_follows_nodes)
+{
+    register_node("cap-a", 2, 201);
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", "/api/v1/jobs", spec(1, 4, ""), &o), 422);
+    ty_assert_error(o, "infeasible", "resources.devices_per_worker");
+    cJSON_Delete(o);
+    int64_t b = register_node("cap-b", 4, 201);
+    submit(spec(1, 4, ""), 201); /* at once: the new node counts */
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/nodes/%lld/drain", (long long)b);
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", path, NULL, &o), 200);
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", "/api/v1/jobs", spec(1, 4, ""), &o), 422);
+    ty_assert_error(o, "infeasible", "resources.devices_per_worker");
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "DELETE", path, NULL, &o), 200);
+    cJSON_Delete(o);
+    submit(spec(1, 4, ""), 201);
+}
+END_TEST
+
 /* A GPU job asking `memory` per task (NULL: not given), one worker of dpw gpus. */
 static char *spec_mem(int dpw, const char *memory, const char *extra)
 {
@@ -483,6 +508,7 @@ int main(void)
     tcase_add_test(tc, admission_and_errors);
     tcase_add_test(tc, team_shares_admin_only);
     tcase_add_test(tc, drained_node_takes_no_task);
+    tcase_add_test(tc, admission_follows_nodes);
     tcase_add_test(tc, node_memory_and_isolation);
     suite_add_tcase(s, tc);
     return ty_run_suite(s);

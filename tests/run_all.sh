@@ -23,6 +23,13 @@ if [ "${GPU_BUNDLE_TEST:-1}" != 0 ]; then
   if tests/gpu_bundle.sh; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/gpu_bundle.sh"; fi
   echo "   ($(( $(date +%s) - start ))s)"
 fi
+# thousands of agents, in small: 200 simulated agents against this build's server (tests/cluster_sim.sh)
+if [ "${CLUSTER_SIM_TEST:-1}" != 0 ]; then
+  echo "== tests/cluster_sim.sh"
+  start=$(date +%s)
+  if tests/cluster_sim.sh "$build"; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/cluster_sim.sh"; fi
+  echo "   ($(( $(date +%s) - start ))s)"
+fi
 # the dashboard in headless Chromium, the OpenAPI validator (tests/web/run.sh)
 if [ "${WEB_TESTS:-1}" != 0 ] && [ -x tests/web/run.sh ]; then
   echo "== tests/web (browser, openapi)"

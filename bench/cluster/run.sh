@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# bench/cluster - thousands of simulated agents against one real server
+# (`make bench-cluster`).
+#
+# For each N in AGENTS (default "1000 5000"): a fresh `trainyard server`
+# (optimized build, its own data directory and join token) and
+# bench/cluster/simagents.c: N agents speaking executor/agent.c's protocol
+# over HTTP on loopback (register, heartbeat every 5 s, long-poll
+# assignments, report each task's start and its exit after a seeded run
+# time), and a submitter posting RATE jobs/s for DUR seconds from a seeded
+# mix of gangs (1, 2, 4 or 8 GPUs x 1-4 workers; 8 GPUs a node). Measured
+# over the DUR window: submit -> every task of the gang in its agents'
+# hands (p50/p99), the scheduler's pass time (from /metrics), heartbeats
+# answered per second, the server's CPU (cores, /proc/PID/stat) and RSS;
+# then every acknowledged job is looked up in GET /api/v1/jobs (nothing
+# lost, a queued one states its reason) and every agent in GET /cluster.
+#
+# COMPARE=1 (default) runs the largest N again with the server's old paths,
+# for the before/after in one run:
+#   N_old:    all three below at once (the server before this benchmark);
+#   N_hbwrite: TRAINYARD_HEARTBEAT_WRITE=1, a write transaction per heartbeat;
+#   N_pollq:   TRAINYARD_POLL_RECHECK=query, two queries per parked poll
+#              every 150 ms;
+#   N_capq:    TRAINYARD_CAPACITY_KEEP=0, the cluster's capacity queried on
+#              every submission.
+# COMPARE=2 runs N_old only.
+#
+# SIM_ARGS: more simagents flags (--agent-rest stops: agents that rest
+# after an answer with stops only, not after one with tasks to start).
+#
+#   AGENTS="200" DUR=10 bench/cluster/run.sh          # a quick look
+#   AGENTS="1000 5000" RATE=100 DUR=30 bench/cluster/run.sh
+#
+# Ends with one JSON object. The peer, Slurm's slurmctld, is not run here:
+# docs/scheduler.md ("A server for thousands of agents") compares in prose.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+AGENTS=${AGENTS:-"1000 5000"}
+RATE=${RATE:-100}
+DUR=${DUR:-30}
+WARMUP=${WARMUP:-10}
+DRAIN=${DRAIN:-30}
+SEED=${SEED:-1}
+RUN_MS=${RUN_MS:-2000-10000}
+COMPARE=${COMPARE:-1}
+if [ -z "${BIN:-}" ]; then make -s -j2 all >/dev/null; BIN=$PWD/build/trainyard; fi
+SIM=${SIM:-build/bench/simagents}
+mkdir -p "$(dirname "$SIM")"
+cc -std=gnu11 -O2 -g -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-format-nonliteral \
+   -o "$SIM" bench/cluster/simagents.c -lcurl -lcjson
+# a descriptor per connection, on both sides: N parked polls and what is in flight
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+out=$(mktemp -d /tmp/ty_bench_cluster.XXXXXX)
+pid=
+cleanup() { [ -n "$pid" ] && { kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; } || true; [ -n "${KEEP:-}" ] || rm -rf "$out"; }
+trap cleanup EXIT
+
+# one LABEL N [ENV=VALUE...]: a server, the agents, their JSON in $out/LABEL.json
+one() {
+  local label=$1 n=$2; shift 2
+  local dir="$out/$label"
+  mkdir -p "$dir"
+  env "$@" "$BIN" server --listen 127.0.0.1:0 --data "$dir" --quiet 2>"$dir/server.log" &
+  pid=$!
+  for _ in $(seq 100); do [ -s "$dir/server.url" ] && break; sleep 0.1; done
+  [ -s "$dir/server.url" ] || { echo "bench/cluster: the server did not start" >&2; cat "$dir/server.log" >&2; exit 1; }
+  echo "== $label: $n agents, $RATE jobs/s for ${DUR}s ($*), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+  local rc=0
+  # shellcheck disable=SC2086
+  "$SIM" --data "$dir" --agents "$n" --rate "$RATE" --duration "$DUR" --warmup "$WARMUP" --drain "$DRAIN" \
+         --seed "$SEED" --run-ms "$RUN_MS" --server-pid "$pid" ${SIM_ARGS:-} >"$out/$label.json" || rc=$?
+  kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; pid=
+  cat "$out/$label.json" >&2
+  [ "$rc" = 0 ] || echo "bench/cluster: $label: errors, lost jobs or agents not ready (see above)" >&2
+  return 0
+}
+
+labels=()
+for n in $AGENTS; do one "n$n" "$n"; labels+=("n$n"); done
+if [ "$COMPARE" = 1 ] || [ "$COMPARE" = 2 ]; then
+  big=$(for n in $AGENTS; do echo "$n"; done | sort -n | tail -1)
+  one "n${big}_old" "$big" TRAINYARD_HEARTBEAT_WRITE=1 TRAINYARD_POLL_RECHECK=query TRAINYARD_CAPACITY_KEEP=0
+  labels+=("n${big}_old")
+  if [ "$COMPARE" = 1 ]; then
+    one "n${big}_hbwrite" "$big" TRAINYARD_HEARTBEAT_WRITE=1; labels+=("n${big}_hbwrite")
+    one "n${big}_pollq" "$big" TRAINYARD_POLL_RECHECK=query; labels+=("n${big}_pollq")
+    one "n${big}_capq" "$big" TRAINYARD_CAPACITY_KEEP=0; labels+=("n${big}_capq")
+  fi
+fi
+
+python3 - "$out" "$RATE" "$DUR" "$SEED" "$(nproc)" "${labels[@]}" <<'PY'
+import json, sys
+out, rate, dur, seed, cores = sys.argv[1:6]
+runs = {}
+for label in sys.argv[6:]:
+    try:
+        runs[label] = json.load(open(f"{out}/{label}.json"))
+    except Exception as e:
+        runs[label] = {"error": f"no result: {e}"}
+def ok(r):
+    return (r.get("errors", 1) == 0 and r.get("jobs", {}).get("lost", 1) == 0
+            and r.get("ready_in_cluster") == r.get("agents") and r.get("jobs", {}).get("queued_without_reason", 1) == 0)
+print(json.dumps({
+    "bench": "cluster", "rate": float(rate), "duration_s": float(dur), "seed": int(seed), "cores": int(cores),
+    "runs": runs,
+    "all_ok": all(ok(r) for r in runs.values()),
+    "peer": "slurmctld not run here (docs/scheduler.md compares with its documented scale)",
+}))
+PY
