@@ -34,6 +34,7 @@
 #define OUTBOX_MAX 4096
 #define BACKOFF_MIN_MS 250
 #define BACKOFF_MAX_MS 5000
+#define AGENT_POLL_REST_MS 20       /* after an answer with entries (poller) */
 #define RECENT_MAX 256
 
 /* ---------------------------------------------------------------- state */
@@ -866,8 +867,13 @@ static void *poller_main(void *arg) {
         char one = 1;
         ssize_t w = write(a->wake_w, &one, 1);
         (void)w;
-        /* A stop is listed until its task exits: do not spin on it. */
-        if (nonempty) usleep(500 * 1000);
+        /* The server lists a task to start once (its token is minted when it
+         * is handed out) and a set of stops once until it changes, so the
+         * next poll parks: a short breath after a non-empty answer only
+         * guards against spinning should that ever not hold. (It was 500 ms,
+         * when stops were listed until their tasks exited: most of a gang's
+         * submit -> start time at scale, bench/cluster.) */
+        if (nonempty) usleep(AGENT_POLL_REST_MS * 1000);
     }
     client_release(&c);
     return NULL;

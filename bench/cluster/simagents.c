@@ -143,8 +143,9 @@ static struct {
     uint64_t seed;
     long server_pid;
     int verbose;
-    int rest_stops_only; /* --agent-rest stops: rest 500 ms only after an answer with stops */
-} opt = {.agents = 200, .gpus = 8, .hb_s = 5, .poll_wait_s = 20, .reg_rate = 1000, .rate = 100,
+    int rest_stops_only; /* --agent-rest stops: rest only after an answer with stops */
+    int rest_ms;         /* --rest-ms: the rest after an answer with entries (the agent's: 20) */
+} opt = {.rest_ms = 20, .agents = 200, .gpus = 8, .hb_s = 5, .poll_wait_s = 20, .reg_rate = 1000, .rate = 100,
          .dur_s = 30, .warmup_s = 10, .drain_s = 30, .run_min_ms = 2000, .run_max_ms = 10000, .seed = 1};
 
 /* ------------------------------------------------------------ state */
@@ -471,10 +472,10 @@ static void on_assignments(int a, const char *text) {
         ev_push(now_us() + run_time_us(job), EV_EXIT, a, id);
     }
     cJSON_Delete(o);
-    /* the agent's poller: a stop is listed until its task exits, so a
-     * non-empty answer is followed by 500 ms of rest (--agent-rest stops:
-     * only one with stops) */
-    if (opt.rest_stops_only ? had_stop : nonempty) ev_push(now_us() + 500000, EV_POLL, a, 0);
+    /* the agent's poller: a non-empty answer is followed by a short rest
+     * (executor/agent.c AGENT_POLL_REST_MS, 20 ms; --agent-rest stops: only
+     * one with stops; --rest-ms sets it, 500 for the agent before) */
+    if (opt.rest_stops_only ? had_stop : nonempty) ev_push(now_us() + (int64_t)opt.rest_ms * 1000, EV_POLL, a, 0);
     else do_poll(a);
 }
 
@@ -825,7 +826,7 @@ static void usage(void) {
     fprintf(stderr,
             "usage: simagents --data DIR [--agents N] [--gpus G] [--rate JOBS_PER_S] [--duration S]\n"
             "                 [--warmup S] [--drain S] [--heartbeat-s S] [--poll-wait S] [--register-rate R]\n"
-            "                 [--run-ms MIN-MAX] [--seed N] [--server-pid PID] [--agent-rest any|stops] [--verbose]\n"
+            "                 [--run-ms MIN-MAX] [--seed N] [--server-pid PID] [--agent-rest any|stops] [--rest-ms MS] [--verbose]\n"
             "DIR is the server's data directory (server.url, node.token, token, admin.token).\n");
     exit(2);
 }
@@ -844,7 +845,8 @@ int main(int argc, char **argv) {
         {"data", 1, 0, 'd'},      {"agents", 1, 0, 'n'},   {"gpus", 1, 0, 'g'},        {"rate", 1, 0, 'r'},
         {"duration", 1, 0, 't'},  {"warmup", 1, 0, 'w'},   {"drain", 1, 0, 'D'},       {"heartbeat-s", 1, 0, 'h'},
         {"poll-wait", 1, 0, 'p'}, {"register-rate", 1, 0, 'R'}, {"run-ms", 1, 0, 'm'}, {"seed", 1, 0, 's'},
-        {"server-pid", 1, 0, 'P'}, {"verbose", 0, 0, 'v'}, {"agent-rest", 1, 0, 'A'}, {0, 0, 0, 0}};
+        {"server-pid", 1, 0, 'P'}, {"verbose", 0, 0, 'v'}, {"agent-rest", 1, 0, 'A'},
+        {"rest-ms", 1, 0, 'Z'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -869,6 +871,7 @@ int main(int argc, char **argv) {
         case 's': opt.seed = (uint64_t)num_arg(optarg, 0, 1e15, "--seed"); break;
         case 'P': opt.server_pid = (long)num_arg(optarg, 1, 1e9, "--server-pid"); break;
         case 'v': opt.verbose = 1; break;
+        case 'Z': opt.rest_ms = (int)num_arg(optarg, 0, 60000, "--rest-ms"); break;
         case 'A':
             if (strcmp(optarg, "any") == 0) opt.rest_stops_only = 0;
             else if (strcmp(optarg, "stops") == 0) opt.rest_stops_only = 1;
