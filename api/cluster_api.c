@@ -21,6 +21,7 @@
 #include <time.h>
 
 #define NODE_MAX_GPUS 64
+#define NODE_MAX_TASKS 4096          /* POST /nodes tasks: the ids an agent still runs */
 #define NODE_MAX_CPU_SLOTS 4096
 
 static void unavailable(http_res *res)
@@ -164,15 +165,15 @@ static int isolation_check(http_res *res, const cJSON *iso)
 }
 
 /* POST /api/v1/nodes {"hostname","address","cpu_slots","devices":[{kind,index,model,memory_mb}],
- *                     "memory_mb","isolation"} */
+ *                     "memory_mb","isolation","tasks":[ids]} */
 static void node_register(server *srv, http_req *req, http_res *res)
 {
     cJSON *body = http_body_json(req, res);
     if (!body) return;
     const char *hostname = NULL, *address = NULL;
     long cpu_slots = 0, memory_mb = 0;
-    const cJSON *devices = NULL, *isolation = NULL;
-    char *iso_text = NULL;
+    const cJSON *devices = NULL, *isolation = NULL, *tasks = NULL;
+    char *iso_text = NULL, *keep = NULL;
     int idx[NODE_MAX_GPUS];
     const char *model[NODE_MAX_GPUS];
     int64_t mem[NODE_MAX_GPUS];
@@ -195,10 +196,28 @@ static void node_register(server *srv, http_req *req, http_res *res)
         } else if (strcmp(f->string, "isolation") == 0) {
             if (isolation_check(res, f) < 0) goto out;
             isolation = f;
+        } else if (strcmp(f->string, "tasks") == 0) {
+            /* the tasks this agent (not restarted: its token was revoked) still runs */
+            if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) > NODE_MAX_TASKS) {
+                http_error(res, 422, cJSON_IsArray(f) ? "invalid_value" : "invalid_type", "tasks",
+                           "tasks must be an array of at most %d task ids", NODE_MAX_TASKS);
+                goto out;
+            }
+            int ti = 0;
+            for (const cJSON *t = f->child; t; t = t->next, ti++) {
+                if (!cJSON_IsNumber(t) || t->valuedouble < 1 || t->valuedouble > 9007199254740991.0 ||
+                    t->valuedouble != (double)(int64_t)t->valuedouble) {
+                    char field[32];
+                    snprintf(field, sizeof field, "tasks[%d]", ti);
+                    http_error(res, 422, "invalid_value", field, "%s must be a task id (a positive integer)", field);
+                    goto out;
+                }
+            }
+            tasks = f;
         } else {
             http_error(res, 422, "unknown_field", f->string,
-                       "unknown field '%s' (allowed: hostname, address, cpu_slots, devices, memory_mb, isolation)",
-                       f->string);
+                       "unknown field '%s' (allowed: hostname, address, cpu_slots, devices, memory_mb, isolation,"
+                       " tasks)", f->string);
             goto out;
         }
     }
@@ -264,9 +283,15 @@ static void node_register(server *srv, http_req *req, http_res *res)
         unavailable(res);
         goto out;
     }
-    /* An agent that registers again has restarted: tasks handed to its
-     * previous life and never started are handed out again, with new tokens. */
-    if (!created && exec_node_reset_handouts(srv->db, id) != STORE_OK) {
+    /* An agent that registers again has restarted, or lost its token: tasks
+     * handed to it and never reported started are handed out again with new
+     * tokens, but those it says it runs (tasks) keep theirs: their workers
+     * hold them. */
+    if (tasks && !(keep = cJSON_PrintUnformatted(tasks))) {
+        http_error(res, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
+    if (!created && exec_node_reset_handouts(srv->db, id, keep ? keep : "[]") != STORE_OK) {
         unavailable(res);
         goto out;
     }
@@ -306,6 +331,7 @@ static void node_register(server *srv, http_req *req, http_res *res)
     http_json(res, created ? 201 : 200, o);
 out:
     cJSON_free(iso_text);
+    cJSON_free(keep);
     cJSON_Delete(body);
 }
 

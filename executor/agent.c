@@ -224,6 +224,12 @@ static int agent_register(agent *a) {
     cJSON *isoj = cJSON_Parse(iso);
     free(iso);
     if (isoj) cJSON_AddItemToObject(o, "isolation", isoj);
+    /* registering again while tasks run (the node's token was revoked): the
+     * server keeps their tokens, which their workers hold */
+    if (a->n_tasks > 0) {
+        cJSON *ids = cJSON_AddArrayToObject(o, "tasks");
+        for (int i = 0; ids && i < a->n_tasks; i++) cJSON_AddItemToArray(ids, cJSON_CreateNumber((double)a->tasks[i]->id));
+    }
     char *body = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!body) return -1;

@@ -177,19 +177,23 @@ int exec_task_handout(db *d, int64_t task_id, const char *token_hash) {
 
 static const char SQL_NODE_REVOKE_ASSIGNED[] =
     "UPDATE tokens SET revoked_at = ?1 WHERE revoked_at IS NULL AND hash IN"
-    " (SELECT token_hash FROM tasks WHERE node_id = ?2 AND state = 'assigned' AND token_hash IS NOT NULL)";
+    " (SELECT token_hash FROM tasks WHERE node_id = ?2 AND state = 'assigned' AND token_hash IS NOT NULL"
+    "  AND id NOT IN (SELECT value FROM json_each(?3)))";
 static const char SQL_NODE_RESET_HANDOUTS[] =
-    "UPDATE tasks SET token_hash = NULL WHERE node_id = ? AND state = 'assigned'";
+    "UPDATE tasks SET token_hash = NULL WHERE node_id = ?1 AND state = 'assigned'"
+    " AND id NOT IN (SELECT value FROM json_each(?2))";
 
-int exec_node_reset_handouts(db *d, int64_t node_id) {
+int exec_node_reset_handouts(db *d, int64_t node_id, const char *keep_json) {
     sqlite3_stmt *st = db_prepare(d, SQL_NODE_REVOKE_ASSIGNED);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, now_ms());
     sqlite3_bind_int64(st, 2, node_id);
+    sqlite3_bind_text(st, 3, keep_json, -1, SQLITE_TRANSIENT);
     if (step_done(st) != STORE_OK) return STORE_ERROR;
     st = db_prepare(d, SQL_NODE_RESET_HANDOUTS);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, node_id);
+    sqlite3_bind_text(st, 2, keep_json, -1, SQLITE_TRANSIENT);
     return step_done(st);
 }
 

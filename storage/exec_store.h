@@ -69,8 +69,10 @@ int exec_node_pending(db *d, int64_t node_id, int64_t *ids, int max, int *n);
 int exec_task_handout(db *d, int64_t task_id, const char *token_hash);
 
 /* Forgets the hand-out of the node's assigned tasks (an agent that restarted
- * gets them again with new tokens) and revokes their tokens. */
-int exec_node_reset_handouts(db *d, int64_t node_id);
+ * gets them again with new tokens) and revokes their tokens, except the
+ * tasks in keep_json (a JSON array of task ids: those the agent says it
+ * still runs, after its own token was revoked; "[]" for none). */
+int exec_node_reset_handouts(db *d, int64_t node_id, const char *keep_json);
 
 /* The node's tasks in state stopping: [{"task","job","reason"}], ordered. */
 int exec_node_stopping(db *d, int64_t node_id, cJSON **out);

@@ -893,7 +893,8 @@ START_TEST(data_paths_confined) {
     id = nget(o, "id");
     cJSON_Delete(o);
     o = wait_finished(&up, team, id);
-    ck_assert_str_eq(sget(o, "state"), "succeeded");
+    ck_assert_msg(strcmp(sget(o, "state"), "succeeded") == 0, "after the revocation: %s (%s)", sget(o, "state"),
+                  cJSON_IsString(cJSON_GetObjectItem(o, "reason")) ? sget(o, "reason") : "");
     cJSON_Delete(o);
     char db_path[300];
     ck_assert_int_eq(sfmt(db_path, sizeof db_path, "%s/trainyard.db", up.dir), 0);
