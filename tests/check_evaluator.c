@@ -305,6 +305,66 @@ START_TEST(cancel_stops_the_evaluator) {
 }
 END_TEST
 
+/* A preemption stops the evaluator with the workers (no "evaluator failed"),
+ * and the next attempt gets an evaluator of its own that evaluates again. */
+START_TEST(preemption_stops_and_replaces_the_evaluator) {
+    char spec[2200], base[2048], state[32];
+    spec_fashion(base, sizeof base, "eval-preempt", 3000);
+    ck_assert_int_eq(base[0], '{');
+    snprintf(spec, sizeof spec, "{\"preemptible\":true,\"priority\":10,%s", base + 1);
+    int64_t id = ty_submit(srv.url, team_tok, spec);
+    int64_t end = mono_ms() + 120000;
+    int n = 0;
+    while (mono_ms() < end && n == 0) {
+        cJSON *ems = eval_metrics(id, NULL);
+        n = cJSON_GetArraySize(ems);
+        cJSON_Delete(ems);
+        if (!n) ty_sleep_ms(100);
+    }
+    ck_assert_msg(n > 0, "no eval metric within 120 s");
+    pid_t ev1 = task_pid("evaluator-0");
+    ck_assert_int_gt(ev1, 0);
+    /* a job of priority 90 that needs both slots preempts it */
+    int64_t hi = ty_submit(srv.url, team_tok,
+                           "{\"name\":\"urgent\",\"command\":{\"argv\":[\"/bin/sleep\",\"3\"]},"
+                           "\"strategy\":{\"type\":\"multi_worker_mirrored\"},\"resources\":{\"workers\":2},"
+                           "\"priority\":90,\"max_runtime_s\":60}");
+    int64_t t0 = mono_ms();
+    while (mono_ms() - t0 < 30000 && kill(ev1, 0) == 0) ty_sleep_ms(50);
+    ck_assert_msg(kill(ev1, 0) < 0, "the evaluator still runs 30 s after the preemption");
+    wait_state(hi, "succeeded", 90, state, sizeof state);
+    ck_assert_str_eq(state, "succeeded");
+    /* attempt 2 runs with an evaluator of its own, which evaluates again */
+    end = mono_ms() + 120000;
+    pid_t ev2 = 0;
+    int attempt = 0;
+    while (mono_ms() < end && !(ev2 > 0 && ev2 != ev1 && attempt == 2)) {
+        job_state(id, state, sizeof state, &attempt);
+        ev2 = task_pid("evaluator-0");
+        ty_sleep_ms(100);
+    }
+    ck_assert_msg(ev2 > 0 && ev2 != ev1 && attempt == 2, "attempt %d, evaluator %d (was %d)", attempt, (int)ev2,
+                  (int)ev1);
+    int64_t seq1 = 0, seq2 = 0;
+    cJSON_Delete(eval_metrics(id, &seq1));
+    end = mono_ms() + 120000;
+    while (mono_ms() < end && seq2 <= seq1) {
+        cJSON_Delete(eval_metrics(id, &seq2));
+        if (seq2 <= seq1) ty_sleep_ms(200);
+    }
+    ck_assert_msg(seq2 > seq1, "the second attempt's evaluator posted nothing");
+    char *ev_txt = events_text(id);
+    ck_assert_msg(strstr(ev_txt, "preempted for job") != NULL, "%.3000s", ev_txt);
+    ck_assert_msg(strstr(ev_txt, "evaluator failed") == NULL, "%.3000s", ev_txt);
+    free(ev_txt);
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/cancel", (long long)id);
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", path, NULL, &o), 200);
+    cJSON_Delete(o);
+}
+END_TEST
+
 /* The same program in every task: the evaluator (by its TF_CONFIG) prints
  * its environment and waits for the job's checkpoint to appear in its
  * directory; worker 0 writes that checkpoint and stays until the
@@ -374,6 +434,7 @@ int main(void) {
     tcase_add_test(tc, evaluator_evaluates_each_checkpoint);
     tcase_add_test(tc, evaluator_killed_costs_the_job_nothing);
     tcase_add_test(tc, cancel_stops_the_evaluator);
+    tcase_add_test(tc, preemption_stops_and_replaces_the_evaluator);
     tcase_add_test(tc, command_evaluator_sees_tf_config);
     return ty_run_suite(s);
 }
