@@ -37,6 +37,7 @@ import addFormats from 'ajv-formats';
 
 const METHODS = ['get', 'put', 'post', 'delete', 'patch', 'head', 'options', 'trace'];
 const KEEP_BODY = 64 << 20; // bytes of an answer kept for checking
+const EXPECT_ABOVE = 64 * 1024;   // bytes: a body larger waits for 100 Continue
 
 // The document with an operationId on every operation ("GET /api/v1/jobs"),
 // which openapi-backend keys its validators by; nothing else is changed.
@@ -224,6 +225,13 @@ export class ContractProxy {
     for (const h of ['keep-alive', 'transfer-encoding', 'te', 'trailer', 'upgrade', 'proxy-connection'])
       delete headers[h];
     if (body.length || req.headers['content-length'] !== undefined) headers['content-length'] = String(body.length);
+    // A large body waits for the server's 100 Continue, as curl's does: a
+    // server that refuses it by its length (413) answers before reading it,
+    // and writing it regardless would race the server's close (EPIPE, and
+    // the answer lost). Without a word from the server in 2 s it goes anyway.
+    const expect = body.length > EXPECT_ABOVE;
+    if (expect) headers.expect = '100-continue';
+    else delete headers.expect;
     const up = http.request({host: this.target.hostname, port: this.target.port, method: req.method,
                              path: req.url, headers, agent: false});
     let answered = false, clientGone = false;
@@ -271,7 +279,16 @@ export class ContractProxy {
       clientGone = true; // not a failure of the server: status stays 0
       up.destroy();
     });
-    up.end(body);
+    if (!expect) {
+      up.end(body);
+    } else {
+      let sent = false;
+      const send = () => { if (!sent && !answered) { sent = true; up.end(body); } };
+      up.on('continue', send);
+      up.on('response', () => { sent = true; }); // refused before the body: it is never sent
+      setTimeout(send, 2000).unref();
+      up.flushHeaders();
+    }
   }
 
   match(req, u) {
