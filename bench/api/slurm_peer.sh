@@ -3,7 +3,7 @@
 # cluster (munged + slurmctld + slurmd, JWT auth), measured the way run.sh measures
 # trainyard:  GET /slurm/<ver>/job/{id}  wrk -t2 -c32 -d${DUR}s --latency
 #             POST /slurm/<ver>/job/submit (held jobs)  wrk -t2 -c8 -d${SUBMIT_DUR}s --latency
-#             and, as in ../shared/PEERS.md, 300 held jobs from 8 keep-alive curl clients.
+#             and 300 held jobs submitted by 8 keep-alive curl clients.
 # Runs in a private network namespace (unshare -n) when it can, so slurmctld and
 # slurmd, which listen on every address, only ever see a loopback; slurmrestd binds
 # 127.0.0.1. State lives in a temp dir; every daemon is stopped at exit.
@@ -126,7 +126,7 @@ for _ in $(seq 100); do
 done
 [ "$state" = idle ] || die "node localhost is '$state', not idle"
 
-# openapi plugin: v0.0.38 (PEERS.md's) if installed, else the newest openapi_v* there is;
+# openapi plugin: v0.0.38 if installed, else the newest openapi_v* there is;
 # only that one is loaded (the dbv* ones need slurmdbd, which this cluster has not)
 plugdir=$(scontrol show config | awk '$1 == "PluginDir" {print $3}')
 API=${SLURM_API:-}
@@ -201,7 +201,7 @@ after=$(njobs)
 stored=$((after - before))
 echo "slurmctld holds $stored new jobs; wrk saw $acked answers with a job_id, $failed without"
 
-# --- 6. PEERS.md's setting: 300 held jobs from 8 keep-alive curl clients ---
+# --- 6. 300 held jobs from 8 keep-alive curl clients ---
 N300=${N300:-300}
 for c in $(seq 0 7); do
   n=$(( N300 / 8 + (c < N300 % 8 ? 1 : 0) ))
