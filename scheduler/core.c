@@ -1206,12 +1206,17 @@ static void grow_elastic(core *c)
         int k = v->kind, w = v->devices_per_worker;
         if (!v->may_grow || c->stopping[ri] || v->workers_now >= v->workers_max || w < 1) continue;
         if (k < 0 || k >= SCHED_KINDS || c->starving[k] || busy[k]) continue;
-        sched_job probe;
-        memset(&probe, 0, sizeof probe);
-        probe.kind = k; probe.devices_per_worker = w; probe.workers = 1; probe.mem_mb = v->mem_mb;
-        int64_t extra = 0;
-        for (int i = 0; i < c->nn && extra < v->workers_max - v->workers_now; i++)
-            if (s->nodes[i].ready) extra += c->mem_on ? node_cap(c, i, &probe) : c->free_[k][i] / w;
+        /* workers of its width the free devices hold (the histogram, no
+         * walk over the nodes); with memory, the nodes' memory may hold fewer */
+        int64_t extra = cap_w(c, k, w);
+        if (extra > 0 && c->mem_on) {
+            sched_job probe;
+            memset(&probe, 0, sizeof probe);
+            probe.kind = k; probe.devices_per_worker = w; probe.workers = 1; probe.mem_mb = v->mem_mb;
+            extra = 0;
+            for (int i = 0; i < c->nn && extra < v->workers_max - v->workers_now; i++)
+                if (s->nodes[i].ready) extra += node_cap(c, i, &probe);
+        }
         const sched_team *tm = &s->teams[v->team];
         if (tm->quota >= 0) {
             int64_t room = (tm->quota - (int64_t)c->inuse[v->team]) / w;

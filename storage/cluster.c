@@ -232,6 +232,23 @@ static int read_rows(sqlite3_stmt *st, void **arr, int *n, int *cap, size_t sz,
 #define READ_ROWS(st, arr, n, cap, fn) \
     read_rows((st), (void **)&(arr), &(n), &(cap), sizeof *(arr), (fn))
 
+/* The rows of sql for one id (?1) through fn, into a fresh array: 0, or -1
+ * with nothing held. */
+static int read_rows_of(db *d, const char *sql, int64_t id, void **arr, int *n, size_t sz,
+                        void (*fn)(sqlite3_stmt *, void *))
+{
+    *arr = NULL; *n = 0;
+    int cap = 0;
+    sqlite3_stmt *st = db_prepare(d, sql);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, id);
+    if (read_rows(st, arr, n, &cap, sz, fn) == 0) return 0;
+    free(*arr); *arr = NULL; *n = 0;
+    return -1;
+}
+
+#define READ_ROWS_OF(d, sql, id, arr, n, fn) read_rows_of((d), (sql), (id), (void **)(arr), (n), sizeof **(arr), (fn))
+
 int cluster_load(db *d, cluster_state *cs)
 {
     memset(cs, 0, sizeof *cs);
@@ -310,50 +327,22 @@ int cluster_read_job(db *d, int64_t id, cl_job *out)
 
 int cluster_read_node_devices(db *d, int64_t node_id, cl_device **out, int *n)
 {
-    *out = NULL; *n = 0;
-    int cap = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_DEVICES_OF_NODE);
-    if (!st) return -1;
-    sqlite3_bind_int64(st, 1, node_id);
-    if (READ_ROWS(st, *out, *n, cap, row_device) == 0) return 0;
-    free(*out); *out = NULL; *n = 0;
-    return -1;
+    return READ_ROWS_OF(d, SQL_DEVICES_OF_NODE, node_id, out, n, row_device);
 }
 
 int cluster_read_node_ports(db *d, int64_t node_id, cl_port **out, int *n)
 {
-    *out = NULL; *n = 0;
-    int cap = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_PORTS_OF_NODE);
-    if (!st) return -1;
-    sqlite3_bind_int64(st, 1, node_id);
-    if (READ_ROWS(st, *out, *n, cap, row_port) == 0) return 0;
-    free(*out); *out = NULL; *n = 0;
-    return -1;
+    return READ_ROWS_OF(d, SQL_PORTS_OF_NODE, node_id, out, n, row_port);
 }
 
 int cluster_read_node_mem(db *d, int64_t node_id, cl_mem **out, int *n)
 {
-    *out = NULL; *n = 0;
-    int cap = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_MEM_OF_NODE);
-    if (!st) return -1;
-    sqlite3_bind_int64(st, 1, node_id);
-    if (READ_ROWS(st, *out, *n, cap, row_mem) == 0) return 0;
-    free(*out); *out = NULL; *n = 0;
-    return -1;
+    return READ_ROWS_OF(d, SQL_MEM_OF_NODE, node_id, out, n, row_mem);
 }
 
 int cluster_read_job_avoid(db *d, int64_t job_id, cl_avoid **out, int *n)
 {
-    *out = NULL; *n = 0;
-    int cap = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_AVOID_OF_JOB);
-    if (!st) return -1;
-    sqlite3_bind_int64(st, 1, job_id);
-    if (READ_ROWS(st, *out, *n, cap, row_avoid) == 0) return 0;
-    free(*out); *out = NULL; *n = 0;
-    return -1;
+    return READ_ROWS_OF(d, SQL_AVOID_OF_JOB, job_id, out, n, row_avoid);
 }
 
 int cluster_read_teams(db *d, cl_team **out, int *n)

@@ -84,6 +84,19 @@ static cJSON *eval_metrics(int64_t id, int64_t *last_seq) {
     return arr;
 }
 
+/* Waits (120 s at most) for the job's first eval metric. */
+static void wait_first_eval(int64_t id) {
+    int64_t end = mono_ms() + 120000;
+    int n = 0;
+    while (mono_ms() < end && n == 0) {
+        cJSON *ems = eval_metrics(id, NULL);
+        n = cJSON_GetArraySize(ems);
+        cJSON_Delete(ems);
+        if (!n) ty_sleep_ms(100);
+    }
+    ck_assert_msg(n > 0, "no eval metric within 120 s");
+}
+
 /* The worker process of task `name` ("evaluator-0") under the agent of
  * `trainyard up`, from the TRAINYARD_TASK_NAME its agent gave it; 0: none. */
 static pid_t task_pid(const char *name) {
@@ -239,15 +252,7 @@ START_TEST(evaluator_killed_costs_the_job_nothing) {
     spec_fashion(spec, sizeof spec, "eval-kill", KILL_EPOCHS);
     int64_t id = ty_submit(srv.url, team_tok, spec);
     /* once it has evaluated a checkpoint, kill -9 the evaluator */
-    int64_t end = mono_ms() + 120000;
-    int n = 0;
-    while (mono_ms() < end && n == 0) {
-        cJSON *ems = eval_metrics(id, NULL);
-        n = cJSON_GetArraySize(ems);
-        cJSON_Delete(ems);
-        if (!n) ty_sleep_ms(100);
-    }
-    ck_assert_msg(n > 0, "no eval metric within 120 s");
+    wait_first_eval(id);
     pid_t ev = task_pid("evaluator-0");
     ck_assert_int_gt(ev, 0);
     ck_assert_int_eq(kill(ev, SIGKILL), 0);
@@ -275,15 +280,7 @@ START_TEST(cancel_stops_the_evaluator) {
     char spec[2048], state[32];
     spec_fashion(spec, sizeof spec, "eval-cancel", 3000);
     int64_t id = ty_submit(srv.url, team_tok, spec);
-    int64_t end = mono_ms() + 120000;
-    int n = 0;
-    while (mono_ms() < end && n == 0) {
-        cJSON *ems = eval_metrics(id, NULL);
-        n = cJSON_GetArraySize(ems);
-        cJSON_Delete(ems);
-        if (!n) ty_sleep_ms(100);
-    }
-    ck_assert_msg(n > 0, "no eval metric within 120 s");
+    wait_first_eval(id);
     pid_t ev = task_pid("evaluator-0"), wk = task_pid("worker-0");
     ck_assert_int_gt(ev, 0);
     ck_assert_int_gt(wk, 0);
@@ -313,15 +310,7 @@ START_TEST(preemption_stops_and_replaces_the_evaluator) {
     ck_assert_int_eq(base[0], '{');
     snprintf(spec, sizeof spec, "{\"preemptible\":true,\"priority\":10,%s", base + 1);
     int64_t id = ty_submit(srv.url, team_tok, spec);
-    int64_t end = mono_ms() + 120000;
-    int n = 0;
-    while (mono_ms() < end && n == 0) {
-        cJSON *ems = eval_metrics(id, NULL);
-        n = cJSON_GetArraySize(ems);
-        cJSON_Delete(ems);
-        if (!n) ty_sleep_ms(100);
-    }
-    ck_assert_msg(n > 0, "no eval metric within 120 s");
+    wait_first_eval(id);
     pid_t ev1 = task_pid("evaluator-0");
     ck_assert_int_gt(ev1, 0);
     /* a job of priority 90 that needs both slots preempts it */
@@ -335,7 +324,7 @@ START_TEST(preemption_stops_and_replaces_the_evaluator) {
     wait_state(hi, "succeeded", 90, state, sizeof state);
     ck_assert_str_eq(state, "succeeded");
     /* attempt 2 runs with an evaluator of its own, which evaluates again */
-    end = mono_ms() + 120000;
+    int64_t end = mono_ms() + 120000;
     pid_t ev2 = 0;
     int attempt = 0;
     while (mono_ms() < end && !(ev2 > 0 && ev2 != ev1 && attempt == 2)) {

@@ -91,6 +91,26 @@ static sched_node *make_nodes(int n_nodes, int gpus, sched_device **gdev_out, sc
     return nodes;
 }
 
+/* Marks the devices the core gave placement pl as job_id's, appending each
+ * to held (*n_held so far). Exits on a device held twice (a core bug). */
+static void take_devices(sched_node *nodes, const sched_result *r, const sched_place *pl, int64_t job_id,
+                         sched_device **held, int *n_held)
+{
+    for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) {
+        const sched_task *tk = &r->tasks[t];
+        sched_node *nd = &nodes[tk->node];
+        for (int d = 0; d < tk->n_dev; d++) {
+            int64_t did = r->dev_ids[tk->dev_off + d];
+            for (int x = 0; x < nd->n_dev[tk->kind]; x++) {
+                if (nd->dev[tk->kind][x].id != did) continue;
+                if (nd->dev[tk->kind][x].job_id != 0) { fprintf(stderr, "device held twice\n"); exit(1); }
+                nd->dev[tk->kind][x].job_id = job_id;
+                held[(*n_held)++] = &nd->dev[tk->kind][x];
+            }
+        }
+    }
+}
+
 /* A min-heap of running jobs by end time (indices into jobs). */
 typedef struct endheap { int *v; int n; const simjob *jobs; } endheap;
 
@@ -199,19 +219,7 @@ static void simulate(int n_nodes, int gpus, int n_jobs, uint64_t seed, int backf
             double w = (double)(now - j->queued_at) / 1000.0;
             if (w > st->longest_wait_s) st->longest_wait_s = w;
             held[ji] = xcalloc((size_t)(j->workers * j->dpw), sizeof(sched_device *));
-            for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) {
-                const sched_task *tk = &r.tasks[t];
-                sched_node *nd = &nodes[tk->node];
-                for (int d = 0; d < tk->n_dev; d++) {
-                    int64_t did = r.dev_ids[tk->dev_off + d];
-                    for (int x = 0; x < nd->n_dev[tk->kind]; x++) {
-                        if (nd->dev[tk->kind][x].id != did) continue;
-                        if (nd->dev[tk->kind][x].job_id != 0) { fprintf(stderr, "device held twice\n"); exit(1); }
-                        nd->dev[tk->kind][x].job_id = j->id;
-                        held[ji][n_held[ji]++] = &nd->dev[tk->kind][x];
-                    }
-                }
-            }
+            take_devices(nodes, &r, pl, j->id, held[ji], &n_held[ji]);
             busy_now += j->workers * j->dpw;
             team_busy_now[j->team] += j->workers * j->dpw;
             team_waiting[j->team]--;
@@ -429,19 +437,7 @@ static void simulate_open(int n_nodes, int gpus, int n_jobs, uint64_t seed, doub
             if (!j->first_start) { j->first_start = now > 0 ? now : 1; waits[n_wait++] = (double)(now - j->arrive) / 1000; }
             j->state = 1; j->n = pl->workers; j->resize_to = 0; j->seg++; j->seg_start = now;
             if (restart) j->work += (double)j->n * resize_cost_s * 1000.0;
-            for (int k = pl->task_off; k < pl->task_off + pl->n_tasks; k++) {
-                const sched_task *tk = &r.tasks[k];
-                sched_node *nd = &nodes[tk->node];
-                for (int d = 0; d < tk->n_dev; d++) {
-                    int64_t did = r.dev_ids[tk->dev_off + d];
-                    for (int x = 0; x < nd->n_dev[tk->kind]; x++) {
-                        if (nd->dev[tk->kind][x].id != did) continue;
-                        if (nd->dev[tk->kind][x].job_id != 0) { fprintf(stderr, "device held twice\n"); exit(1); }
-                        nd->dev[tk->kind][x].job_id = j->id;
-                        j->held[j->n_held++] = &nd->dev[tk->kind][x];
-                    }
-                }
-            }
+            take_devices(nodes, &r, pl, j->id, j->held, &j->n_held);
             busy += j->n * j->dpw;
             j->end_at = now + (int64_t)ceil(j->work / j->n);
             oheap_push(&heap, (oev){j->end_at, qmap[pl->job], j->seg});
