@@ -456,6 +456,10 @@ START_TEST(node_memory_and_isolation)
         {"\"memory_mb\":-1", "invalid_value", "memory_mb"},
         {"\"memory_mb\":1099511627777", "invalid_value", "memory_mb"},
         {"\"memory_mb\":\"24GiB\"", "invalid_type", "memory_mb"},
+        {"\"tasks\":5", "invalid_type", "tasks"},
+        {"\"tasks\":[3,\"x\"]", "invalid_value", "tasks[1]"},
+        {"\"tasks\":[0]", "invalid_value", "tasks[0]"},
+        {"\"tasks\":[1.5]", "invalid_value", "tasks[0]"},
     };
     for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++) {
         snprintf(body, sizeof body, "{\"hostname\":\"mem-a\",\"address\":\"10.0.0.7\",\"cpu_slots\":4,%s}",
