@@ -3,6 +3,25 @@
 # The integration tests find the server binary through TRAINYARD_BIN.
 set -u
 build=${1:-build/asan}
+# Run as root, the agents of the integration tests isolate tasks: each runs
+# under a uid of its own and reads the agent's data root, which is this
+# checkout. A checkout only root can enter (a mktemp -d directory, 0700) is
+# opened to the others (o+rx on the checkout itself, nothing above it); when a
+# parent still shuts them out (a clone in /root), say so rather than fail
+# every command job with "permission denied".
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+  as_task() { setpriv --reuid 65534 --regid 65534 --clear-groups -- "$@"; }
+  if ! as_task test -r "$PWD" -a -x "$PWD"; then
+    chmod o+rx "$PWD"
+    echo "run_all: made $PWD readable to the tasks' uids (chmod o+rx): isolated tasks read the agent's data root"
+  fi
+  if ! as_task test -r "$PWD" -a -x "$PWD"; then
+    echo "run_all: $PWD is not reachable by other uids (a parent directory is closed to them):" \
+         "tasks isolated under their own uids cannot read the data root; clone under a directory they can" \
+         "enter (e.g. /srv, /opt, /tmp) or run the tests as a user" >&2
+    exit 1
+  fi
+fi
 export TRAINYARD_BIN="$PWD/$build/trainyard"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
