@@ -14,7 +14,12 @@ CC ?= cc
 BUILD ?= build
 SAN ?= 0
 
+# What pkg-config tells is read when make parses this file: on a fresh machine
+# that is before `deps` has installed the packages, so the goals that install
+# them (run, test) build in a sub-make that parses it again afterwards; a build
+# without them stops at once and says what to run (check-pkgs).
 PKGS := libmicrohttpd libcjson libcurl openssl
+PKGS_OK := $(shell pkg-config --exists $(PKGS) 2>/dev/null && echo 1)
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CHECK_LIBS := $(shell pkg-config --libs check 2>/dev/null)
@@ -111,21 +116,21 @@ DEPS_check_strategy := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(BUILD)/obj/execu
 TEST_SRC := $(wildcard tests/check_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
-.PHONY: all deps test run clean bench-api bench-train bench-sched bench-elastic bench-scaling install-deps-bench bench-allreduce bench-cluster
+.PHONY: all deps test run check-pkgs clean bench-api bench-train bench-sched bench-elastic bench-scaling install-deps-bench bench-allreduce bench-cluster
 all: $(BUILD)/trainyard
 
-$(BUILD)/obj/executor/nn/%.o: executor/nn/%.c
+$(BUILD)/obj/executor/nn/%.o: executor/nn/%.c | check-pkgs
 	@mkdir -p $(dir $@)
 	@echo "  CC  $<"
 	@$(CC) $(CFLAGS_BASE) $(NN_OPT) $(CFLAGS) $(filter -DTRAINYARD_%,$(ALL_CFLAGS)) -MMD -MP -c $< -o $@
 
 # The collectives' reduce loops, like the engine: -O3 -march=native (sanitized under SAN=1).
-$(BUILD)/obj/executor/comm/%.o: executor/comm/%.c
+$(BUILD)/obj/executor/comm/%.o: executor/comm/%.c | check-pkgs
 	@mkdir -p $(dir $@)
 	@echo "  CC  $<"
 	@$(CC) $(CFLAGS_BASE) $(NN_OPT) $(CFLAGS) $(filter -DTRAINYARD_%,$(ALL_CFLAGS)) -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c | check-pkgs
 	@mkdir -p $(dir $@)
 	@echo "  CC  $<"
 	@$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
@@ -163,8 +168,18 @@ test: deps
 	$(MAKE) --no-print-directory SAN=1 CUDA=0 BUILD=build/asan build/asan/trainyard $(patsubst $(BUILD)/%,build/asan/%,$(TEST_BIN))
 	@tests/run_all.sh build/asan
 
-run: deps all
-	scripts/run.sh
+# make run: deps, then the build in a sub-make (it reads pkg-config after the
+# packages are there), then scripts/run.sh. ONCE=1: stop once the demo job has
+# ended, exiting 0 only if it succeeded (a smoke test of an install).
+run: deps
+	@$(MAKE) --no-print-directory all
+	ONCE=$(ONCE) scripts/run.sh
+
+# every object waits for this: without the packages, one line that says what to run
+check-pkgs:
+	@if [ "$(PKGS_OK)" != 1 ]; then \
+	  echo "trainyard: the build needs packages pkg-config does not find ($(PKGS)):" >&2; \
+	  echo "  run 'make deps' (or 'make run' / 'make test', which install them first)" >&2; exit 1; fi
 
 deps:
 	@scripts/deps.sh
