@@ -20,6 +20,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -198,32 +199,19 @@ fail:
     return NULL;
 }
 
-/* ---------------------------------------------------------------- nodes with work
- * A parked long-poll looks again every POLL_MS, for what no wake tells it
- * (a task asked to stop by another task's exit). With thousands of agents
- * that was two queries per poll per look, 66,000 a second for 5,000 agents:
- * most of the server's CPU. Now one query lists every node with a task to
- * hand out or to stop (exec_nodes_with_work), made again when something was
- * committed since, at most every WORK_MS; a poll queries for its own node
- * only when it is listed, when it was woken (http_wake: a pass placed or
- * stopped its tasks), on its first run and on its last. The generation is
- * read before the query, so a commit during it is seen at the next
- * refresh: a stop no wake announces reaches its agent within two looks
- * (2 x POLL_MS) of its commit, against one before.
- * TRAINYARD_POLL_RECHECK=query: every look queries, as before
- * (bench/cluster's before/after). */
-#define WORK_MS 100
-
-static struct {
-    pthread_mutex_t mu;
-    int valid;
-    const void *owner; /* the store listed */
-    uint64_t gen;
-    int64_t at_ms;
-    int64_t *ids;
-    int n;
-} g_work = {.mu = PTHREAD_MUTEX_INITIALIZER};
-
+/* ---------------------------------------------------------------- the long-poll
+ * A parked long-poll waits for its node's wake: every commit that gives a
+ * node a task to start or to stop wakes it (db_wake_node: the scheduler's
+ * placements, store_job_stop_tasks for preemptions, cancels and a gang's
+ * end), and http_wait_watch makes a wake that comes while the poll looks
+ * run it again rather than be lost. So a parked poll looks at the database
+ * on its first run, when woken, and at its deadline, never on a timer:
+ * with thousands of agents, a look every POLL_MS per poll was most of the
+ * server's work (a resume, a handler run and a lookup each; 33,000 a second
+ * for 5,000 agents) and, when a wake came during such a look, the task
+ * waited for the next look (docs/scheduler.md, "A server for thousands of
+ * agents"). TRAINYARD_POLL_RECHECK=query: a look with two queries every
+ * POLL_MS, as before either (bench/cluster's before/after). */
 static int recheck_query_mode(void) {
     static int mode = -1;
     int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);
@@ -233,39 +221,6 @@ static int recheck_query_mode(void) {
         __atomic_store_n(&mode, m, __ATOMIC_RELAXED);
     }
     return m;
-}
-
-/* 0 when the node surely has nothing to hand out or stop; 1 when it may. */
-static int node_may_have_work(server *srv, int64_t node) {
-    if (recheck_query_mode()) return 1;
-    pthread_mutex_lock(&g_work.mu);
-    uint64_t gen = db_generation(srv->db);
-    int64_t now = mono_ms();
-    if (!g_work.valid || g_work.owner != (const void *)srv->db ||
-        (gen != g_work.gen && now - g_work.at_ms >= WORK_MS)) {
-        int64_t *ids = NULL;
-        int n = exec_nodes_with_work(srv->db, &ids);
-        if (n < 0) {
-            pthread_mutex_unlock(&g_work.mu);
-            return 1; /* look in the database the old way */
-        }
-        free(g_work.ids);
-        g_work.ids = ids;
-        g_work.n = n;
-        g_work.owner = srv->db;
-        g_work.gen = gen;
-        g_work.at_ms = now;
-        g_work.valid = 1;
-    }
-    int lo = 0, hi = g_work.n - 1, hit = 0;
-    while (lo <= hi && !hit) {
-        int mid = lo + (hi - lo) / 2;
-        if (g_work.ids[mid] == node) hit = 1;
-        else if (g_work.ids[mid] < node) lo = mid + 1;
-        else hi = mid - 1;
-    }
-    pthread_mutex_unlock(&g_work.mu);
-    return hit;
 }
 
 /* GET /api/v1/nodes/{id}/assignments?wait=S */
@@ -291,6 +246,7 @@ static void node_assignments(server *srv, http_req *req, http_res *res) {
     }
     int64_t deadline = req->keep[0];
     uint64_t sent = (uint64_t)req->keep[1], gen = (uint64_t)req->keep[2];
+    http_wait_watch(req, HTTP_WAKE_NODE, node); /* before the look: a wake during it is not lost */
     int64_t ids[MAX_START];
     int n = 0;
     cJSON *stop = NULL;
@@ -304,12 +260,7 @@ static void node_assignments(server *srv, http_req *req, http_res *res) {
         http_json(res, 200, o);
         return;
     }
-    int last = mono_ms() >= deadline || srv->stopping;
-    if (req->calls && !req->woken && !last && !node_may_have_work(srv, node)) {
-        int64_t left = deadline - mono_ms();
-        http_wait(req, res, left < POLL_MS ? (int)(left > 0 ? left : 1) : POLL_MS, HTTP_WAKE_NODE, node);
-        return;
-    }
+    int last;
     if (exec_node_pending(srv->db, node, ids, MAX_START, &n) != STORE_OK ||
         exec_node_stopping(srv->db, node, &stop) != STORE_OK) {
         db_unavailable(res);
@@ -339,10 +290,12 @@ static void node_assignments(server *srv, http_req *req, http_res *res) {
         return;
     }
     cJSON_Delete(stop);
-    /* nothing yet: look again in POLL_MS, or at once when a task is placed
-     * on this node or asked to stop (http_wake from the scheduler's pass) */
+    /* nothing yet: wait for this node's wake (a task placed on it or asked
+     * to stop), until the deadline */
     int64_t left = deadline - mono_ms();
-    http_wait(req, res, left < POLL_MS ? (int)(left > 0 ? left : 1) : POLL_MS, HTTP_WAKE_NODE, node);
+    int ms = left > 0 ? (left < INT_MAX ? (int)left : INT_MAX) : 1;
+    if (recheck_query_mode() && ms > POLL_MS) ms = POLL_MS;
+    http_wait(req, res, ms, HTTP_WAKE_NODE, node);
 }
 
 /* ---------------------------------------------------------------- task status */

@@ -22,19 +22,18 @@ const route *const api_route_tables[] = {
     NULL,
 };
 
-/* A pass placed or stopped tasks: the long-polls of the nodes given tasks
- * look at once (every node's when n < 0). */
+/* A commit gave these nodes tasks to start or stop (the scheduler's
+ * placements, a stop of a job's tasks by a preemption, a cancel or a gang's
+ * end): their agents' parked long-polls look at once (db_wake_node). */
 static void wake_agents(void *cls, const int64_t *nodes, int n) {
     struct server *srv = cls;
-    if (n < 0) http_wake(srv->http, HTTP_WAKE_NODE, 0);
-    for (int i = 0; i < n; i++) http_wake(srv->http, HTTP_WAKE_NODE, nodes[i]);
+    http_wake_many(srv->http, HTTP_WAKE_NODE, nodes, n);
 }
 
 int api_start_services(struct server *srv, char *err, size_t errlen) {
+    db_set_wake_hook(srv->db, wake_agents, srv);
     sched_config cfg;
     sched_config_default(&cfg);
-    cfg.on_change = wake_agents;
-    cfg.on_change_cls = srv;
     if (srv->opt.heartbeat_timeout_s > 0) cfg.heartbeat_timeout_ms = (int64_t)srv->opt.heartbeat_timeout_s * 1000;
     if (srv->opt.resize_interval_s >= 0) cfg.resize_interval_ms = (int64_t)srv->opt.resize_interval_s * 1000;
     if (sched_start(srv->db, &cfg) < 0) {
@@ -51,8 +50,8 @@ void api_stop_services(struct server *srv) {
 
 int api_job_stop_tasks(struct server *srv, int64_t job_id, const char *why) {
     /* tasks never handed out to an agent are closed at once: no agent would report them */
+    /* the agents running the others are woken to stop them (db_wake_node) */
     if (lifecycle_stop_tasks(srv->db, job_id, why) != STORE_OK) return -1;
-    http_wake(srv->http, HTTP_WAKE_NODE, 0); /* the agents running the others stop them now */
     return 0;
 }
 

@@ -37,13 +37,6 @@ typedef struct sched_config {
     int64_t tick_ms;               /* scheduler thread period */
     int64_t resize_interval_ms;    /* an elastic job grows at most once per this, counted
                                     * from the start of its attempt (0: any time) */
-    /* The thread calls this after a pass that placed, stopped or requeued a
-     * job (tasks for the agents to start or stop), outside any lock; NULL:
-     * nobody to tell. The server wakes the agents' long-polls with it:
-     * those of the n nodes given new tasks, or every node's when n < 0
-     * (a stop or a requeue: the nodes concerned are not tracked). */
-    void (*on_change)(void *cls, const int64_t *nodes, int n);
-    void *on_change_cls;
 } sched_config;
 
 /* Fills the defaults documented in docs/scheduler.md. */

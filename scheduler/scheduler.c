@@ -541,13 +541,12 @@ out:
     return -1;
 }
 
-/* Notes that node's agent has new tasks to start (once per node). */
-static void wake_add(sched_pass_stats *st, int64_t node)
+/* Node's agent has new tasks to start: told once the transaction commits
+ * (db_wake_node; the server wakes its parked long-poll). */
+static void wake_add(db *d, sched_pass_stats *st, int64_t node)
 {
-    for (int i = 0; i < st->n_wake_nodes; i++)
-        if (st->wake_nodes[i] == node) return;
-    if (st->n_wake_nodes == SCHED_WAKE_MAX) st->wake_all = 1;
-    else st->wake_nodes[st->n_wake_nodes++] = node;
+    db_wake_node(d, node);
+    st->woken++;
 }
 
 static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r, int64_t now,
@@ -573,7 +572,7 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
             st->placed++;
             st->backfilled += r->place[p].backfill;
             const sched_place *pl = &r->place[p];
-            for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) wake_add(st, r->tasks[t].node_id);
+            for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) wake_add(d, st, r->tasks[t].node_id);
         }
         if (exec1(d, SQL_RELEASE) < 0) goto fail;
     }
@@ -713,7 +712,7 @@ static int place_evaluators(db *d, int64_t now, sched_pass_stats *st)
             int rc = cluster_evaluator_insert(d, w[x].job_id, w[x].attempt, cn[i].id, mem_of[x], now);
             if (rc < 0 || fault_point() < 0) goto fail;
             if (rc > 0) continue;           /* the job moved on meanwhile */
-            wake_add(st, cn[i].id);
+            wake_add(d, st, cn[i].id);
         }
         if (store_event_add(d, w[x].job_id, "evaluator", "scheduler", why[x]) != STORE_OK) goto fail;
     }
@@ -764,7 +763,6 @@ int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *ou
     st.upkeep_ms = (tu - t0) * 1000; st.refresh_ms = (tm - tu) * 1000; st.build_ms = (t1 - tm) * 1000;
     st.full_load = ms.full;
     st.rows_read = ms.nodes + ms.devices + ms.jobs;
-    if (st.stopped || st.requeued) st.wake_all = 1; /* whose tasks stop is not tracked */
     if (st.placed || st.stopped || st.requeued || st.failed || st.lost_nodes)
         log_debug("scheduler: placed %d (backfill %d), stopped %d, requeued %d, failed %d, lost nodes %d,"
                  " waiting %d; load %.1f ms, core %.1f ms, apply %.1f ms",
@@ -911,8 +909,6 @@ static void *sched_main(void *arg)
         last_end = mono_s();
         last_took = took;
         if (failed) log_warn("scheduler: pass failed");
-        else if ((st.placed || st.stopped || st.requeued) && g_sched.cfg.on_change)
-            g_sched.cfg.on_change(g_sched.cfg.on_change_cls, st.wake_nodes, st.wake_all ? -1 : st.n_wake_nodes);
         pthread_mutex_lock(&g_sched.mu);
         int b = 0;
         while (b < SCHED_PASS_NB && took > sched_pass_le[b]) b++;

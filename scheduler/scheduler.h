@@ -27,11 +27,7 @@ typedef struct sched_pass_stats {
     int lost_nodes;      /* nodes marked lost in this pass */
     int conflicts;       /* placements dropped because the store changed under them */
     int reasons;         /* waiting reasons written (only those that changed) */
-    /* whose agents to tell: the nodes given new tasks, or every node */
-#define SCHED_WAKE_MAX 64
-    int64_t wake_nodes[SCHED_WAKE_MAX];
-    int n_wake_nodes;
-    int wake_all;        /* every node: a stop, a requeue, or more nodes than SCHED_WAKE_MAX */
+    int woken;           /* nodes given new tasks (their agents are told with db_wake_node) */
     double load_ms, core_ms, apply_ms;
     /* load_ms in parts: the upkeep transaction, the mirror's refresh
      * (full_load: it read everything; rows_read: rows read again by id),

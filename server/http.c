@@ -32,6 +32,9 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Wake buckets of parked requests (a power of two). */
+#define PARK_NB 4096
+
 /* The largest JSON answer (a page of metrics or jobs is far below it). */
 #define HTTP_JSON_MAX ((size_t)256 << 20)
 
@@ -54,13 +57,26 @@ struct http_daemon {
     int slot_static, slot_unmatched;  /* nroutes, nroutes + 1 */
     const route **slot_route;         /* (nroutes) */
     http_hist *hist;                  /* (nroutes + 2), updated with atomics */
-    /* parked requests (suspended connections), resumed by park_main */
+    /* parked requests (suspended connections), resumed by park_main when
+     * due and by http_wake when what they wait for happens. Each is in a
+     * binary min-heap of due times (park_main looks at its root only) and,
+     * unless it waits for time only, in its wake bucket (the hash of topic
+     * and id: a wake of one node looks at the few requests there) and in
+     * its topic's list (a wake of a whole topic). No operation walks every
+     * parked request: with thousands of agents, each holding a parked
+     * long-poll, a walk per due time or per woken node was most of the
+     * server's CPU (docs/server.md, "Parking"). */
     pthread_mutex_t park_mu;
     pthread_cond_t park_cv;           /* CLOCK_MONOTONIC */
     pthread_t park_thread;
     int park_started;
     int closing;                      /* http_stop began: nothing parks any more */
-    http_req *parked;                 /* doubly linked through park_next/prev */
+    http_req **park_heap;             /* (park_cap) min-heap on park_due_ms */
+    size_t park_n, park_cap;          /* park_cap: the connection limit (one request a connection) */
+    http_req *park_bucket[PARK_NB];   /* through park_next/prev */
+    http_req *park_topic[HTTP_WAKE_NTOPICS]; /* through topic_next/prev */
+    uint64_t wake_seq[PARK_NB];       /* wakes of a bucket's ids, for http_wait_watch */
+    uint64_t wake_topic_seq[HTTP_WAKE_NTOPICS]; /* wakes of a whole topic */
     int64_t park_next_due;            /* when park_main wakes next (mono ms) */
     int waiters;                      /* requests that parked and are not answered yet (atomic) */
     unsigned max_conns;               /* connections held at once (http_conn_limit) */
@@ -514,11 +530,60 @@ static const char CSP[] = "default-src 'none'; script-src 'self'; style-src 'sel
  * waits for happened. Resumed, MHD calls on_request (or the stream reader)
  * again on the same request. Lock order: park_mu, then MHD's own. */
 
+static size_t park_hash(int topic, int64_t id) {
+    uint64_t x = ((uint64_t)id * 0x9E3779B97F4A7C15ull) ^ ((uint64_t)topic << 56);
+    return (size_t)(x >> 52) & (PARK_NB - 1);
+}
+
+static void heap_set(http_daemon *h, size_t i, http_req *r) {
+    h->park_heap[i] = r;
+    r->park_heap = i;
+}
+
+static void heap_up(http_daemon *h, size_t i) {
+    http_req *r = h->park_heap[i];
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (h->park_heap[p]->park_due_ms <= r->park_due_ms) break;
+        heap_set(h, i, h->park_heap[p]);
+        i = p;
+    }
+    heap_set(h, i, r);
+}
+
+static void heap_down(http_daemon *h, size_t i) {
+    http_req *r = h->park_heap[i];
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= h->park_n) break;
+        if (c + 1 < h->park_n && h->park_heap[c + 1]->park_due_ms < h->park_heap[c]->park_due_ms) c++;
+        if (r->park_due_ms <= h->park_heap[c]->park_due_ms) break;
+        heap_set(h, i, h->park_heap[c]);
+        i = c;
+    }
+    heap_set(h, i, r);
+}
+
+/* Takes r off the heap, its bucket and its topic's list; park_mu held. */
 static void park_unlink(http_daemon *h, http_req *r) {
-    if (r->park_prev) r->park_prev->park_next = r->park_next;
-    else h->parked = r->park_next;
-    if (r->park_next) r->park_next->park_prev = r->park_prev;
-    r->park_next = r->park_prev = NULL;
+    size_t i = r->park_heap;
+    if (i < h->park_n && h->park_heap[i] == r) {
+        http_req *last = h->park_heap[--h->park_n];
+        if (last != r) {
+            heap_set(h, i, last);
+            heap_up(h, i);
+            heap_down(h, last->park_heap);
+        }
+    }
+    if (r->park_topic != HTTP_WAKE_NONE) {
+        if (r->park_prev) r->park_prev->park_next = r->park_next;
+        else h->park_bucket[park_hash(r->park_topic, r->park_id)] = r->park_next;
+        if (r->park_next) r->park_next->park_prev = r->park_prev;
+        if (r->topic_prev) r->topic_prev->topic_next = r->topic_next;
+        else h->park_topic[r->park_topic] = r->topic_next;
+        if (r->topic_next) r->topic_next->topic_prev = r->topic_prev;
+    }
+    r->park_next = r->park_prev = r->topic_next = r->topic_prev = NULL;
     r->parked = 0;
 }
 
@@ -528,14 +593,25 @@ static void park_resume(http_daemon *h, http_req *r) {
     MHD_resume_connection(r->conn);
 }
 
-/* Suspends req's connection for at most ms. 0 when parked; -1 when the
- * daemon is stopping (nothing may stay suspended past MHD_stop_daemon). */
+/* Suspends req's connection for at most ms. 0 when parked; 1 when a wake
+ * it watches (http_wait_watch) came since it looked: not parked, its
+ * handler is to run again now; -1 when the daemon is stopping (nothing may
+ * stay suspended past MHD_stop_daemon). */
 static int park(http_daemon *h, http_req *req, int ms, int topic, int64_t id) {
     if (ms < 1) ms = 1;
+    if (topic < HTTP_WAKE_NONE || topic >= HTTP_WAKE_NTOPICS) topic = HTTP_WAKE_NONE;
     pthread_mutex_lock(&h->park_mu);
-    if (h->closing) {
+    if (h->closing || h->park_n >= h->park_cap) { /* the heap holds a request per connection */
         pthread_mutex_unlock(&h->park_mu);
         return -1;
+    }
+    if (topic != HTTP_WAKE_NONE && req->watch_topic == topic && req->watch_id == id) {
+        int own = h->wake_seq[park_hash(topic, id)] != req->watch_seq;
+        if (own || h->wake_topic_seq[topic] != req->watch_topic_seq) {
+            req->woken = own;
+            pthread_mutex_unlock(&h->park_mu);
+            return 1;
+        }
     }
     MHD_suspend_connection(req->conn);
     if (!req->park_count++) __atomic_fetch_add(&h->waiters, 1, __ATOMIC_RELAXED);
@@ -544,25 +620,33 @@ static int park(http_daemon *h, http_req *req, int ms, int topic, int64_t id) {
     req->park_topic = topic;
     req->park_id = id;
     req->parked = 1;
-    req->park_prev = NULL;
-    req->park_next = h->parked;
-    if (h->parked) h->parked->park_prev = req;
-    h->parked = req;
+    req->park_next = req->park_prev = req->topic_next = req->topic_prev = NULL;
+    heap_set(h, h->park_n++, req);
+    heap_up(h, req->park_heap);
+    if (topic != HTTP_WAKE_NONE) {
+        http_req **b = &h->park_bucket[park_hash(topic, id)];
+        req->park_next = *b;
+        if (*b) (*b)->park_prev = req;
+        *b = req;
+        http_req **t = &h->park_topic[topic];
+        req->topic_next = *t;
+        if (*t) (*t)->topic_prev = req;
+        *t = req;
+    }
     if (req->park_due_ms < h->park_next_due) pthread_cond_signal(&h->park_cv);
     pthread_mutex_unlock(&h->park_mu);
     return 0;
 }
 
+/* Resumes what is due, then sleeps until the next due time (the heap's
+ * root) or until park() signals an earlier one. */
 static void *park_main(void *arg) {
     http_daemon *h = arg;
     pthread_mutex_lock(&h->park_mu);
     while (!h->closing) {
-        int64_t now = mono_ms(), next = now + 1000;
-        for (http_req *r = h->parked, *nx; r; r = nx) {
-            nx = r->park_next;
-            if (r->park_due_ms <= now) park_resume(h, r);
-            else if (r->park_due_ms < next) next = r->park_due_ms;
-        }
+        int64_t now = mono_ms();
+        while (h->park_n > 0 && h->park_heap[0]->park_due_ms <= now) park_resume(h, h->park_heap[0]);
+        int64_t next = h->park_n > 0 ? h->park_heap[0]->park_due_ms : now + 1000;
         h->park_next_due = next;
         struct timespec ts = {(time_t)(next / 1000), (long)(next % 1000) * 1000000L};
         pthread_cond_timedwait(&h->park_cv, &h->park_mu, &ts);
@@ -576,7 +660,7 @@ static void *park_main(void *arg) {
 static void park_stop(http_daemon *h) {
     pthread_mutex_lock(&h->park_mu);
     h->closing = 1;
-    while (h->parked) park_resume(h, h->parked);
+    while (h->park_n > 0) park_resume(h, h->park_heap[0]);
     pthread_cond_signal(&h->park_cv);
     pthread_mutex_unlock(&h->park_mu);
     if (h->park_started) pthread_join(h->park_thread, NULL);
@@ -697,16 +781,50 @@ ssize_t http_stream_wait(http_req *req, int ms) {
     return park(req->daemon, req, ms, HTTP_WAKE_NONE, 0) == 0 ? 0 : MHD_CONTENT_READER_END_OF_STREAM;
 }
 
-void http_wake(http_daemon *h, int topic, int64_t id) {
-    if (!h || topic == HTTP_WAKE_NONE) return;
+void http_wait_watch(http_req *req, int topic, int64_t id) {
+    http_daemon *h = req->daemon;
+    if (!h || topic <= HTTP_WAKE_NONE || topic >= HTTP_WAKE_NTOPICS) return;
     pthread_mutex_lock(&h->park_mu);
-    for (http_req *r = h->parked, *nx; r; r = nx) {
+    req->watch_topic = topic;
+    req->watch_id = id;
+    req->watch_seq = h->wake_seq[park_hash(topic, id)];
+    req->watch_topic_seq = h->wake_topic_seq[topic];
+    pthread_mutex_unlock(&h->park_mu);
+}
+
+/* park_mu held. */
+static void wake_locked(http_daemon *h, int topic, int64_t id) {
+    if (id == 0) { /* a wake of everyone names no one */
+        h->wake_topic_seq[topic]++;
+        while (h->park_topic[topic]) {
+            h->park_topic[topic]->woken = 0;
+            park_resume(h, h->park_topic[topic]);
+        }
+        return;
+    }
+    size_t b = park_hash(topic, id);
+    h->wake_seq[b]++;
+    for (http_req *r = h->park_bucket[b], *nx; r; r = nx) {
         nx = r->park_next;
-        if (r->park_topic == topic && (id == 0 || r->park_id == id)) {
-            r->woken = id != 0; /* a wake of everyone names no one */
+        if (r->park_topic == topic && r->park_id == id) {
+            r->woken = 1;
             park_resume(h, r);
         }
     }
+}
+
+void http_wake(http_daemon *h, int topic, int64_t id) {
+    if (!h || topic <= HTTP_WAKE_NONE || topic >= HTTP_WAKE_NTOPICS) return;
+    pthread_mutex_lock(&h->park_mu);
+    wake_locked(h, topic, id);
+    pthread_mutex_unlock(&h->park_mu);
+}
+
+void http_wake_many(http_daemon *h, int topic, const int64_t *ids, int n) {
+    if (!h || topic <= HTTP_WAKE_NONE || topic >= HTTP_WAKE_NTOPICS || n <= 0) return;
+    pthread_mutex_lock(&h->park_mu);
+    for (int i = 0; i < n; i++)
+        if (ids[i] != 0) wake_locked(h, topic, ids[i]);
     pthread_mutex_unlock(&h->park_mu);
 }
 
@@ -804,25 +922,29 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         free(req->off_res);
         req->off_res = NULL;
     } else {
-        req->route->handler(h->srv, req, &res);
-        req->calls++;
-        if (res.offload) {
-            http_handler fn = res.offload;
+        for (;;) {
+            req->watch_topic = HTTP_WAKE_NONE; /* http_wait_watch holds for one run */
+            req->route->handler(h->srv, req, &res);
+            req->calls++;
+            if (res.offload) {
+                http_handler fn = res.offload;
+                res_release(&res);
+                res_init(&res);
+                if (offload(h, req, fn) == 0) return MHD_YES;
+                http_error(&res, 503, "unavailable", NULL, "the server is stopping; retry");
+                return answer_now(req, &res);
+            }
+            if (res.wait_ms <= 0) break;
+            int ms = res.wait_ms, topic = res.wait_topic;
+            int64_t id = res.wait_id;
             res_release(&res);
             res_init(&res);
-            if (offload(h, req, fn) == 0) return MHD_YES;
+            int pr = park(h, req, ms, topic, id);
+            if (pr == 0) return MHD_YES;
+            if (pr == 1) continue; /* woken while it looked: it looks again now */
             http_error(&res, 503, "unavailable", NULL, "the server is stopping; retry");
             return answer_now(req, &res);
         }
-    }
-    if (res.wait_ms > 0) {
-        int ms = res.wait_ms, topic = res.wait_topic;
-        int64_t id = res.wait_id;
-        res_release(&res);
-        res_init(&res);
-        if (park(h, req, ms, topic, id) == 0) return MHD_YES;
-        http_error(&res, 503, "unavailable", NULL, "the server is stopping; retry");
-        return answer_now(req, &res);
     }
     /* a write refused for lack of disk space: say so (507), not "busy; retry" or "internal" */
     char full[320];
@@ -965,6 +1087,12 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
     h->off_started = 1;
     unsigned threads = http_pool_size();
     h->max_conns = http_conn_limit();
+    h->park_cap = (size_t)h->max_conns + 64;
+    h->park_heap = calloc(h->park_cap, sizeof *h->park_heap);
+    if (!h->park_heap) {
+        snprintf(err, errlen, "cannot allocate the park heap for %u connections", h->max_conns);
+        goto fail;
+    }
     log_debug("http: %u pool threads, at most %u connections", threads, h->max_conns);
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
     h->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h,
@@ -992,6 +1120,7 @@ fail:
     pthread_mutex_destroy(&h->off_mu);
     pthread_cond_destroy(&h->park_cv);
     pthread_mutex_destroy(&h->park_mu);
+    free(h->park_heap);
     free(h->slot_route);
     free(h->hist);
     free(h);
@@ -1010,6 +1139,7 @@ void http_stop(http_daemon *h) {
     pthread_mutex_destroy(&h->off_mu);
     pthread_cond_destroy(&h->park_cv);
     pthread_mutex_destroy(&h->park_mu);
+    free(h->park_heap);
     free(h->slot_route);
     free(h->hist);
     free(h);

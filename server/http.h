@@ -77,7 +77,12 @@ typedef struct http_req {
     int park_count;                   /* times parked */
     int park_topic;
     int64_t park_id, park_due_ms;
-    struct http_req *park_next, *park_prev;
+    size_t park_heap;                 /* its index in the daemon's heap of due times */
+    int watch_topic;                  /* http_wait_watch in this run: what it watches, */
+    int64_t watch_id;
+    uint64_t watch_seq, watch_topic_seq; /* and the wake counts it saw */
+    struct http_req *park_next, *park_prev;   /* its wake bucket: same hash of (topic, id) */
+    struct http_req *topic_next, *topic_prev; /* every parked request of its topic */
 } http_req;
 
 typedef struct http_res {
@@ -131,6 +136,7 @@ enum {
     HTTP_WAKE_NONE = 0,               /* time only */
     HTTP_WAKE_NODE,                   /* a node's assignments (id: node) */
     HTTP_WAKE_RDV,                    /* a job's rendezvous keys (id: job) */
+    HTTP_WAKE_NTOPICS
 };
 
 /* In a handler: answer nothing yet, and run the handler again on this
@@ -148,9 +154,18 @@ void http_wait(http_req *req, http_res *res, int ms, int topic, int64_t id);
  * when the daemon is stopping. */
 ssize_t http_stream_wait(http_req *req, int ms);
 
+/* In a handler that may http_wait on (topic, id): call it before looking
+ * at what it waits for. A wake of (topic, id), or of the whole topic, that
+ * comes after this call and before the request parks is not lost: the
+ * handler runs again at once (req->woken set) instead of parking. Without
+ * it, such a wake finds nothing parked and the request waits its time. */
+void http_wait_watch(http_req *req, int topic, int64_t id);
+
 /* Resumes at once every parked request waiting on topic and id (id 0: any
  * id of the topic). Safe from any thread; h may be NULL. */
 void http_wake(http_daemon *h, int topic, int64_t id);
+/* The same for each of n ids, under one lock. */
+void http_wake_many(http_daemon *h, int topic, const int64_t *ids, int n);
 
 /* For a handler whose work blocks (disk writes and fsyncs: a checkpoint
  * upload): call it instead of answering, and fn runs with the same req and

@@ -67,6 +67,9 @@ struct db {
      * WAL hook runs once the commit is visible); db_generation. */
     uint64_t generation;
     int wal;                      /* the file is in WAL mode: the hook sees every commit */
+    /* db_wake_node's hook: told of nodes after the commit that gave them work */
+    void (*wake_fn)(void *cls, const int64_t *nodes, int n);
+    void *wake_cls;
     pid_t ckpt_pid;               /* the process that runs the checkpointer (not a fork child) */
     /* The change log (db_changes_read): a ring of the last DB_CHANGES_CAP
      * published changes; entry seq s sits at log[s % cap]. */
@@ -467,6 +470,52 @@ void db_notes_rewind(size_t mark) {
     if (mark < t_notes_len) t_notes_len = mark;
 }
 
+/* ---------------------------------------------------------------- wakes */
+
+static __thread int64_t *t_wakes;   /* nodes to tell of after the commit */
+static __thread int t_nwakes, t_capwakes;
+
+static int cmp_node(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void wakes_flush(db *d, int tell) {
+    int n = t_nwakes;
+    t_nwakes = 0;
+    if (!tell || n == 0 || !d->wake_fn) return;
+    qsort(t_wakes, (size_t)n, sizeof *t_wakes, cmp_node);
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (m == 0 || t_wakes[m - 1] != t_wakes[i]) t_wakes[m++] = t_wakes[i];
+    d->wake_fn(d->wake_cls, t_wakes, m);
+}
+
+void db_set_wake_hook(db *d, void (*fn)(void *cls, const int64_t *nodes, int n), void *cls) {
+    d->wake_cls = cls;
+    d->wake_fn = fn;
+}
+
+void db_wake_node(db *d, int64_t node) {
+    if (!d->wake_fn) return;
+    db_thread_conn *c = thread_conn(d);
+    if (!c || sqlite3_get_autocommit(c->conn)) { /* no transaction: the change is done */
+        d->wake_fn(d->wake_cls, &node, 1);
+        return;
+    }
+    if (t_nwakes == t_capwakes) {
+        int cap = t_capwakes ? t_capwakes * 2 : 64;
+        int64_t *p = realloc(t_wakes, (size_t)cap * sizeof *p);
+        if (!p) { /* cannot keep it: tell now; the agent looks before the commit is seen, and again at its deadline */
+            d->wake_fn(d->wake_cls, &node, 1);
+            return;
+        }
+        t_wakes = p;
+        t_capwakes = cap;
+    }
+    t_wakes[t_nwakes++] = node;
+}
+
 /* ---------------------------------------------------------------- changes */
 
 /* Per transaction: at most this many listed changes, then "everything". */
@@ -585,6 +634,7 @@ int db_commit(db *d) {
     }
     write_unlock(d, c);
     notes_flush(rc == 0);
+    wakes_flush(d, rc == 0);
     return rc;
 }
 
@@ -594,6 +644,7 @@ void db_rollback(db *d) {
     if (!sqlite3_get_autocommit(c->conn)) exec_simple(c->conn, "ROLLBACK");
     write_unlock(d, c);
     notes_flush(0);
+    wakes_flush(d, 0);
 }
 
 /* ---------------------------------------------------------------- disk space */

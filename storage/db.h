@@ -8,7 +8,7 @@
  *
  * defines: db_open, db_close, db_conn, db_prepare, db_begin, db_commit,
  *          db_rollback, db_version, db_migrations_count, db_migrate_to,
- *          db_disk_full, db_generation, db_note, db_notes_mark, db_notes_rewind,
+ *          db_disk_full, db_generation, db_note, db_notes_mark, db_notes_rewind, db_set_wake_hook, db_wake_node,
  *          db_change_note, db_changes_mark, db_changes_rewind, db_changes_head,
  *          db_changes_read (the change log the scheduler's mirror follows), db_cache */
 #ifndef TRAINYARD_DB_H
@@ -51,6 +51,15 @@ void db_rollback(db *d);
  * tells of a change that did not happen. Lines past 64 KiB of pending
  * notes are dropped. */
 void db_note(db *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Nodes whose agents have new work (a task to start, a task to stop): each
+ * is handed to the hook after db_commit succeeds (at once outside a
+ * transaction; never after a rollback), sorted and once each, on the
+ * committing thread. The server's hook wakes those agents' parked
+ * long-polls; storage knows nothing of them. Set the hook before any
+ * thread writes. */
+void db_set_wake_hook(db *d, void (*fn)(void *cls, const int64_t *nodes, int n), void *cls);
+void db_wake_node(db *d, int64_t node);
 
 /* For a savepoint: the notes kept so far, and back to them after a
  * ROLLBACK TO (the notes of what was undone are dropped). */

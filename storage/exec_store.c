@@ -197,35 +197,6 @@ int exec_node_reset_handouts(db *d, int64_t node_id, const char *keep_json) {
     return step_done(st);
 }
 
-/* Two probes of the index tasks_node_state(node_id, state) per node: bounded
- * by the nodes, not by every task that ever ran. */
-static const char SQL_NODES_WITH_WORK[] =
-    "SELECT n.id FROM nodes n WHERE"
-    " EXISTS (SELECT 1 FROM tasks t WHERE t.node_id = n.id AND t.state = 'stopping')"
-    " OR EXISTS (SELECT 1 FROM tasks t WHERE t.node_id = n.id AND t.state = 'assigned' AND t.token_hash IS NULL)"
-    " ORDER BY n.id";
-
-int exec_nodes_with_work(db *d, int64_t **ids) {
-    *ids = NULL;
-    sqlite3_stmt *st = db_prepare(d, SQL_NODES_WITH_WORK);
-    if (!st) return -1;
-    int n = 0, cap = 0, rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            *ids = xrealloc(*ids, (size_t)cap * sizeof **ids);
-        }
-        (*ids)[n++] = sqlite3_column_int64(st, 0);
-    }
-    db_done(st);
-    if (rc != SQLITE_DONE) {
-        free(*ids);
-        *ids = NULL;
-        return -1;
-    }
-    return n;
-}
-
 static const char SQL_NODE_STOPPING[] =
     "SELECT id, job_id, reason FROM tasks WHERE node_id = ? AND state = 'stopping' ORDER BY id";
 

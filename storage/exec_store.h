@@ -77,13 +77,6 @@ int exec_node_reset_handouts(db *d, int64_t node_id, const char *keep_json);
 /* The node's tasks in state stopping: [{"task","job","reason"}], ordered. */
 int exec_node_stopping(db *d, int64_t node_id, cJSON **out);
 
-/* The nodes that have a task to hand out (assigned, not handed out yet) or
- * to stop, ascending, into *ids (malloc'd, caller frees; NULL when none):
- * one query for every node (two probes of tasks_node_state a node), so a
- * parked long-poll need not query for its own node unless it is listed.
- * The count, or -1 on a store error. */
-int exec_nodes_with_work(db *d, int64_t **ids);
-
 /* {"chief":[addr:port], "worker":[...by index], "ps":[...]} of an attempt. */
 int exec_attempt_cluster(db *d, int64_t job_id, int attempt, cJSON **out);
 

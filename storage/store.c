@@ -597,14 +597,19 @@ int store_job_transition(db *d, int64_t id, const char *const *from, const char 
 }
 
 static const char SQL_STOP_TASKS[] =
-    "UPDATE tasks SET state = 'stopping', reason = ? WHERE job_id = ? AND state IN ('assigned','running')";
+    "UPDATE tasks SET state = 'stopping', reason = ? WHERE job_id = ? AND state IN ('assigned','running')"
+    " RETURNING node_id";
 
+/* Each node with a task asked to stop is woken once the change commits
+ * (db_wake_node): its agent learns of the stop at once. */
 int store_job_stop_tasks(db *d, int64_t job_id, const char *why) {
     sqlite3_stmt *st = db_prepare(d, SQL_STOP_TASKS);
     if (!st) return STORE_ERROR;
     sqlite3_bind_text(st, 1, why, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 2, job_id);
-    int rc = sqlite3_step(st);
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+        if (sqlite3_column_type(st, 0) != SQLITE_NULL) db_wake_node(d, sqlite3_column_int64(st, 0));
     db_done(st);
     return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
 }

@@ -143,6 +143,7 @@ static struct {
     uint64_t seed;
     long server_pid;
     int verbose;
+    const char *trace;               /* --trace FILE: a line per task handed out */
     int rest_stops_only; /* --agent-rest stops: rest only after an answer with stops */
     int rest_ms;         /* --rest-ms: the rest after an answer with entries (the agent's: 20) */
 } opt = {.rest_ms = 20, .agents = 200, .gpus = 8, .hb_s = 5, .poll_wait_s = 20, .reg_rate = 1000, .rate = 100,
@@ -418,6 +419,18 @@ static void gang_check(job_rec *j) {
     }
 }
 
+/* --trace: for each task received, "received_ms poll_sent_ms job task agent"
+ * (wall-clock ms, comparable with the server's job_events.ts): tells a
+ * placement's delivery from its scheduling. */
+static FILE *g_trace;
+static int64_t g_poll_sent_ms;
+
+static int64_t wall_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static void on_assignments(int a, const char *text) {
     agent *ag = &g_agents[a];
     cJSON *o = cJSON_Parse(text);
@@ -468,6 +481,8 @@ static void on_assignments(int a, const char *text) {
             j->received++;
             gang_check(j);
         }
+        if (g_trace)
+            fprintf(g_trace, "%" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %d\n", wall_ms(), g_poll_sent_ms, job, id, a);
         do_status(a, id, job, 0, 0);
         ev_push(now_us() + run_time_us(job), EV_EXIT, a, id);
     }
@@ -551,6 +566,7 @@ static void on_done(sreq *r, CURLcode cc) {
         if (code == 401 || code == 404) { ag->registered = 0; ev_push(t, EV_REGISTER, r->agent, 0); }
         break;
     case R_POLL:
+        g_poll_sent_ms = wall_ms() - (t - r->t0_us) / 1000;
         if (ok) on_assignments(r->agent, text);
         else if (code == 401 || code == 404) ev_push(t + 250000, EV_REGISTER, r->agent, 0);
         else ev_push(t + 250000, EV_POLL, r->agent, 0);
@@ -827,6 +843,7 @@ static void usage(void) {
             "usage: simagents --data DIR [--agents N] [--gpus G] [--rate JOBS_PER_S] [--duration S]\n"
             "                 [--warmup S] [--drain S] [--heartbeat-s S] [--poll-wait S] [--register-rate R]\n"
             "                 [--run-ms MIN-MAX] [--seed N] [--server-pid PID] [--agent-rest any|stops] [--rest-ms MS] [--verbose]\n"
+            "                 [--trace FILE]\n"
             "DIR is the server's data directory (server.url, node.token, token, admin.token).\n");
     exit(2);
 }
@@ -846,7 +863,7 @@ int main(int argc, char **argv) {
         {"duration", 1, 0, 't'},  {"warmup", 1, 0, 'w'},   {"drain", 1, 0, 'D'},       {"heartbeat-s", 1, 0, 'h'},
         {"poll-wait", 1, 0, 'p'}, {"register-rate", 1, 0, 'R'}, {"run-ms", 1, 0, 'm'}, {"seed", 1, 0, 's'},
         {"server-pid", 1, 0, 'P'}, {"verbose", 0, 0, 'v'}, {"agent-rest", 1, 0, 'A'},
-        {"rest-ms", 1, 0, 'Z'}, {0, 0, 0, 0}};
+        {"rest-ms", 1, 0, 'Z'}, {"trace", 1, 0, 'T'}, {0, 0, 0, 0}};
     int c;
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (c) {
@@ -871,6 +888,7 @@ int main(int argc, char **argv) {
         case 's': opt.seed = (uint64_t)num_arg(optarg, 0, 1e15, "--seed"); break;
         case 'P': opt.server_pid = (long)num_arg(optarg, 1, 1e9, "--server-pid"); break;
         case 'v': opt.verbose = 1; break;
+        case 'T': opt.trace = optarg; break;
         case 'Z': opt.rest_ms = (int)num_arg(optarg, 0, 60000, "--rest-ms"); break;
         case 'A':
             if (strcmp(optarg, "any") == 0) opt.rest_stops_only = 0;
@@ -886,6 +904,7 @@ int main(int argc, char **argv) {
     read_line(data, "token", opt.team, sizeof opt.team);
     read_line(data, "admin.token", opt.admin, sizeof opt.admin);
     signal(SIGPIPE, SIG_IGN);
+    if (opt.trace && !(g_trace = fopen(opt.trace, "w"))) die("--trace %s: %s", opt.trace, strerror(errno));
 
     /* a descriptor per connection: N parked polls and the requests in flight */
     struct rlimit rl;
@@ -1101,5 +1120,6 @@ int main(int argc, char **argv) {
              ready == opt.agents && nodes == opt.agents;
     for (int k = 0; k < g_nmh; k++) curl_multi_cleanup(g_mh[k].m);
     curl_global_cleanup();
+    if (g_trace && fclose(g_trace) != 0) die("--trace %s: %s", opt.trace, strerror(errno));
     return ok ? 0 : 1;
 }
