@@ -27,7 +27,8 @@ const route *const api_route_tables[] = {
  * end): their agents' parked long-polls look at once (db_wake_node). */
 static void wake_agents(void *cls, const int64_t *nodes, int n) {
     struct server *srv = cls;
-    http_wake_many(srv->http, HTTP_WAKE_NODE, nodes, n);
+    if (n < 0) http_wake(srv->http, HTTP_WAKE_NODE, 0);
+    else http_wake_many(srv->http, HTTP_WAKE_NODE, nodes, n);
 }
 
 int api_start_services(struct server *srv, char *err, size_t errlen) {

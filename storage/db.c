@@ -472,8 +472,9 @@ void db_notes_rewind(size_t mark) {
 
 /* ---------------------------------------------------------------- wakes */
 
-static __thread int64_t *t_wakes;   /* nodes to tell of after the commit */
-static __thread int t_nwakes, t_capwakes;
+#define WAKES_MAX 1024
+static __thread int64_t t_wakes[WAKES_MAX]; /* nodes to tell of after the commit */
+static __thread int t_nwakes, t_wakes_all;   /* t_wakes_all: more than WAKES_MAX */
 
 static int cmp_node(const void *a, const void *b) {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -481,9 +482,14 @@ static int cmp_node(const void *a, const void *b) {
 }
 
 static void wakes_flush(db *d, int tell) {
-    int n = t_nwakes;
-    t_nwakes = 0;
-    if (!tell || n == 0 || !d->wake_fn) return;
+    int n = t_nwakes, all = t_wakes_all;
+    t_nwakes = t_wakes_all = 0;
+    if (!tell || !d->wake_fn) return;
+    if (all) {
+        d->wake_fn(d->wake_cls, NULL, -1);
+        return;
+    }
+    if (n == 0) return;
     qsort(t_wakes, (size_t)n, sizeof *t_wakes, cmp_node);
     int m = 0;
     for (int i = 0; i < n; i++)
@@ -503,17 +509,8 @@ void db_wake_node(db *d, int64_t node) {
         d->wake_fn(d->wake_cls, &node, 1);
         return;
     }
-    if (t_nwakes == t_capwakes) {
-        int cap = t_capwakes ? t_capwakes * 2 : 64;
-        int64_t *p = realloc(t_wakes, (size_t)cap * sizeof *p);
-        if (!p) { /* cannot keep it: tell now; the agent looks before the commit is seen, and again at its deadline */
-            d->wake_fn(d->wake_cls, &node, 1);
-            return;
-        }
-        t_wakes = p;
-        t_capwakes = cap;
-    }
-    t_wakes[t_nwakes++] = node;
+    if (t_nwakes < WAKES_MAX) t_wakes[t_nwakes++] = node;
+    else t_wakes_all = 1;
 }
 
 /* ---------------------------------------------------------------- changes */

@@ -55,7 +55,8 @@ void db_note(db *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Nodes whose agents have new work (a task to start, a task to stop): each
  * is handed to the hook after db_commit succeeds (at once outside a
  * transaction; never after a rollback), sorted and once each, on the
- * committing thread. The server's hook wakes those agents' parked
+ * committing thread; n is -1 (nodes NULL: every node) after a transaction
+ * that named more than 1,024. The server's hook wakes those agents' parked
  * long-polls; storage knows nothing of them. Set the hook before any
  * thread writes. */
 void db_set_wake_hook(db *d, void (*fn)(void *cls, const int64_t *nodes, int n), void *cls);

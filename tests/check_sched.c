@@ -931,6 +931,14 @@ END_TEST
 static char g_dir[256], g_path[300];
 static db *g_db;
 
+/* what db_wake_node told (the server wakes those agents' long-polls) */
+static int64_t g_woken[64];
+static int g_nwoken;
+static void record_wakes(void *cls, const int64_t *nodes, int n) {
+    (void)cls;
+    for (int i = 0; i < n && g_nwoken < 64; i++) g_woken[g_nwoken++] = nodes[i];
+}
+
 static void db_setup(void)
 {
     snprintf(g_dir, sizeof g_dir, "/tmp/ty_sched_XXXXXX");
@@ -1105,15 +1113,24 @@ START_TEST(db_pass_places_gangs)
 
     int64_t j1 = job(t, 50, 1, 4, "gpu", 0, 3, 0);
     int64_t j2 = job(t, 40, 1, 1, "cpu", 0, 3, 0);
+    g_nwoken = 0;
+    db_set_wake_hook(g_db, record_wakes, NULL);
     ck_assert_int_eq(sched_pass(g_db, &cfg, now + 1000, &st), 0);
     ck_assert_int_eq(st.placed, 3);
-    /* the agents to wake: exactly the nodes given tasks, each once */
-    ck_assert(!st.wake_all);
-    ck_assert_int_eq(st.n_wake_nodes, q1("SELECT count(DISTINCT node_id) FROM tasks", 0));
-    for (int i = 0; i < st.n_wake_nodes; i++) {
-        ck_assert_int_eq(q1("SELECT count(*) FROM tasks WHERE node_id = ?", st.wake_nodes[i]) > 0, 1);
-        for (int k = 0; k < i; k++) ck_assert_int_ne(st.wake_nodes[k], st.wake_nodes[i]);
+    /* the agents to wake, told after the commit: exactly the nodes given tasks, each once */
+    ck_assert_int_eq(g_nwoken, q1("SELECT count(DISTINCT node_id) FROM tasks", 0));
+    for (int i = 0; i < g_nwoken; i++) {
+        ck_assert_int_eq(q1("SELECT count(*) FROM tasks WHERE node_id = ?", g_woken[i]) > 0, 1);
+        for (int k = 0; k < i; k++) ck_assert_int_ne(g_woken[k], g_woken[i]);
     }
+    /* a stop wakes the nodes of the job's tasks, after its commit; a rollback wakes nobody */
+    g_nwoken = 0;
+    ck_assert_int_eq(db_begin(g_db), 0);
+    ck_assert_int_eq(store_job_stop_tasks(g_db, j2, "test"), STORE_OK);
+    ck_assert_int_eq(g_nwoken, 0);
+    db_rollback(g_db);
+    ck_assert_int_eq(g_nwoken, 0);
+    ck_assert_int_eq(q1("SELECT count(*) FROM tasks WHERE job_id = ? AND state = 'stopping'", j2), 0);
     state_of(j0, txt, sizeof txt); ck_assert_str_eq(txt, "starting");
     state_of(j1, txt, sizeof txt); ck_assert_str_eq(txt, "starting");
     state_of(j2, txt, sizeof txt); ck_assert_str_eq(txt, "starting");
@@ -1127,7 +1144,8 @@ START_TEST(db_pass_places_gangs)
     int64_t j3 = job(t, 50, 1, 4, "gpu", 0, 3, 0);
     ck_assert_int_eq(sched_pass(g_db, &cfg, now + 2000, &st), 0);
     ck_assert_int_eq(st.placed, 0);
-    ck_assert_int_eq(st.n_wake_nodes, 0); /* nobody to wake */
+    ck_assert_int_eq(g_nwoken, 0); /* nobody to wake */
+    db_set_wake_hook(g_db, NULL, NULL);
     qtext("SELECT reason FROM jobs WHERE id = ?", j3, txt, sizeof txt);
     ck_assert_str_eq(txt, "needs 4 gpu on one node; largest free block is 0");
     sched_queue_entry *qv = NULL; int nq = 0;
@@ -1138,6 +1156,16 @@ START_TEST(db_pass_places_gangs)
     free(qv);
     check_db();
     check_reasons();
+    /* a committed stop wakes each node with a task of the job, once */
+    g_nwoken = 0;
+    db_set_wake_hook(g_db, record_wakes, NULL);
+    ck_assert_int_eq(db_begin(g_db), 0);
+    ck_assert_int_eq(store_job_stop_tasks(g_db, j0, "test"), STORE_OK);
+    ck_assert_int_eq(g_nwoken, 0);
+    ck_assert_int_eq(db_commit(g_db), 0);
+    db_set_wake_hook(g_db, NULL, NULL);
+    ck_assert_int_eq(g_nwoken, 1);
+    ck_assert_int_eq(g_woken[0], q1("SELECT node_id FROM tasks WHERE job_id = ? LIMIT 1", j0));
 }
 END_TEST
 
