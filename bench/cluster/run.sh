@@ -25,6 +25,11 @@
 #              every submission.
 # COMPARE=2 runs N_old only.
 #
+# USER_GET=1 (default): a user's GET of one job while the agents run: wrk
+# with GET_CONNS (4) keep-alive connections, each pausing GET_DELAY_MS (20)
+# between GETs of /api/v1/jobs/1, over the window less 2 s (about 200
+# requests a second); its latency goes under "user_get_job".
+#
 # SIM_ARGS: more simagents flags (--agent-rest stops: agents that rest
 # after an answer with stops only, not after one with tasks to start).
 #
@@ -43,6 +48,10 @@ DRAIN=${DRAIN:-30}
 SEED=${SEED:-1}
 RUN_MS=${RUN_MS:-2000-10000}
 COMPARE=${COMPARE:-1}
+USER_GET=${USER_GET:-1}
+GET_CONNS=${GET_CONNS:-4}
+GET_DELAY_MS=${GET_DELAY_MS:-20}
+if [ "$USER_GET" = 1 ] && ! command -v wrk >/dev/null; then TRAINYARD_EXTRA_PKGS=wrk scripts/deps.sh; fi
 if [ -z "${BIN:-}" ]; then make -s -j2 all >/dev/null; BIN=$PWD/build/trainyard; fi
 SIM=${SIM:-build/bench/simagents}
 mkdir -p "$(dirname "$SIM")"
@@ -65,12 +74,28 @@ one() {
   for _ in $(seq 100); do [ -s "$dir/server.url" ] && break; sleep 0.1; done
   [ -s "$dir/server.url" ] || { echo "bench/cluster: the server did not start" >&2; cat "$dir/server.log" >&2; exit 1; }
   echo "== $label: $n agents, $RATE jobs/s for ${DUR}s ($*), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
-  local rc=0
+  local rc=0 gp=
+  : >"$dir/sim.err"
+  if [ "$USER_GET" = 1 ]; then
+    # a user's GET of one job beside the agents: from 1 s into the window, GET_CONNS
+    # keep-alive connections each pausing GET_DELAY_MS between GETs of job 1 (the
+    # window's first submission), wrk's latency per request
+    local url tok gdur=$(( ${DUR%.*} > 3 ? ${DUR%.*} - 2 : 1 ))
+    url=$(cat "$dir/server.url"); tok=$(cat "$dir/token")
+    ( for _ in $(seq 1200); do grep -q 'the window begins' "$dir/sim.err" && break; sleep 0.1; done
+      sleep 1
+      GET_DELAY_MS=$GET_DELAY_MS wrk -t1 -c"$GET_CONNS" -d"${gdur}s" --latency -s bench/load/get_paced.lua \
+          -H "Authorization: Bearer $tok" "$url/api/v1/jobs/1" >"$out/$label.get.txt" 2>&1 ) &
+    gp=$!
+  fi
   # shellcheck disable=SC2086
   "$SIM" --data "$dir" --agents "$n" --rate "$RATE" --duration "$DUR" --warmup "$WARMUP" --drain "$DRAIN" \
-         --seed "$SEED" --run-ms "$RUN_MS" --server-pid "$pid" ${SIM_ARGS:-} >"$out/$label.json" || rc=$?
+         --seed "$SEED" --run-ms "$RUN_MS" --server-pid "$pid" ${SIM_ARGS:-} >"$out/$label.json" \
+         2> >(tee -a "$dir/sim.err" >&2) || rc=$?
+  [ -n "$gp" ] && wait "$gp"
   kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; pid=
   cat "$out/$label.json" >&2
+  [ -s "$out/$label.get.txt" ] && grep -E 'Requests/sec|Latency  |  (50|99)%|Non-2xx' "$out/$label.get.txt" >&2
   [ "$rc" = 0 ] || echo "bench/cluster: $label: errors, lost jobs or agents not ready (see above)" >&2
   return 0
 }
@@ -91,12 +116,32 @@ fi
 python3 - "$out" "$RATE" "$DUR" "$SEED" "$(nproc)" "${labels[@]}" <<'PY'
 import json, sys
 out, rate, dur, seed, cores = sys.argv[1:6]
+import re
+def wrk_get(path):
+    # wrk's text: requests/s, the latency percentiles, errors (non-2xx, socket errors)
+    try:
+        t = open(path).read()
+    except OSError:
+        return None
+    def ms(v, u): return round(float(v) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[u], 3)
+    m = re.search(r"Requests/sec:\s+([\d.]+)", t)
+    lat = {p: ms(v, u) for p, v, u in re.findall(r"\s(50|90|99)%\s+([\d.]+)(us|ms|s)", t)}
+    mx = re.search(r"Latency\s+\S+\s+\S+\s+([\d.]+)(us|ms|s)", t)
+    bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", t)
+    sock = re.search(r"Socket errors:.*", t)
+    return {"rps": float(m.group(1)) if m else None, "p50_ms": lat.get("50"), "p90_ms": lat.get("90"),
+            "p99_ms": lat.get("99"), "max_ms": ms(*mx.groups()) if mx else None,
+            "non_2xx": int(bad.group(1)) if bad else 0, "socket_errors": sock.group(0) if sock else ""}
 runs = {}
 for label in sys.argv[6:]:
     try:
         runs[label] = json.load(open(f"{out}/{label}.json"))
     except Exception as e:
         runs[label] = {"error": f"no result: {e}"}
+        continue
+    g = wrk_get(f"{out}/{label}.get.txt")
+    if g is not None:
+        runs[label]["user_get_job"] = g
 def ok(r):
     return (r.get("errors", 1) == 0 and r.get("jobs", {}).get("lost", 1) == 0
             and r.get("ready_in_cluster") == r.get("agents") and r.get("jobs", {}).get("queued_without_reason", 1) == 0)

@@ -961,6 +961,7 @@ int main(int argc, char **argv) {
     double cpu0 = proc_cpu_s(opt.server_pid), self0 = self_cpu_s();
     int64_t w0 = now_us();
     g_in_window = 1;
+    fprintf(stderr, "simagents: the window begins (%.0f s)\n", opt.dur_s); /* bench/cluster/run.sh starts its user's GETs */
     int64_t submit_end = w0 + (int64_t)(opt.dur_s * 1e6);
     if (opt.rate > 0) ev_push(w0, EV_SUBMIT, -1, 0);
     loop_until(submit_end, submit_end);
