@@ -513,13 +513,17 @@ static int step_returning_state(sqlite3_stmt *st, char state[16])
  * until the next commit") was thrown away a thousand times a second.
  *
  * Now a heartbeat of a node that is not lost is a read (the node's state)
- * and an entry in memory (node id -> the newest time heard). The times are
- * written by cluster_nodes_mark_lost, in its transaction, before it
- * decides: the scheduler's upkeep, every pass (at least once a second), so
- * the lost-node check sees every heartbeat the server answered and the
- * pool threads never wait for the write turn on a heartbeat's account. A
- * lost node that beats is made ready at once, by a write as before.
- * cluster_load shows the kept times (GET /cluster).
+ * and an entry in memory (node id -> the newest time heard). The lost-node
+ * check (cluster_nodes_mark_lost, the scheduler's upkeep, every pass)
+ * reads the kept time of each node whose written one is older than the
+ * timeout: lost only if the kept one is too; otherwise the kept time is
+ * written then, in its transaction. So the check sees every heartbeat the
+ * server answered, the pool threads never wait for the write turn on a
+ * heartbeat's account, and a node's row is written about once a timeout
+ * (30 s) rather than on every heartbeat (5 s), which was most of the
+ * server's disk writes at 5,000 agents. A lost node that beats is made
+ * ready at once, by a write as before. cluster_load shows the kept times
+ * (GET /cluster).
  *
  * A crash loses the heartbeats since the last pass. That is safe: a
  * heartbeat is no acknowledged work, and a server that starts declares no
@@ -591,31 +595,6 @@ static void hb_put(const db *d, int64_t node, int64_t at)
     }
 }
 
-/* The kept heartbeats of d, taken out of the table: malloc'd, *n of them. */
-static hb_slot *hb_take(const db *d, size_t *n)
-{
-    *n = 0;
-    pthread_mutex_lock(&g_hb.mu);
-    hb_slot *out = NULL;
-    if (g_hb.owner == d && g_hb.used) {
-        out = xmalloc(g_hb.used * sizeof *out);
-        for (size_t i = 0; i < g_hb.cap; i++)
-            if (g_hb.slot[i].node) out[(*n)++] = g_hb.slot[i];
-        memset(g_hb.slot, 0, g_hb.cap * sizeof *g_hb.slot);
-        g_hb.used = 0;
-    }
-    pthread_mutex_unlock(&g_hb.mu);
-    return out;
-}
-
-/* Puts taken heartbeats back (their write was rolled back). */
-static void hb_put_back(const db *d, const hb_slot *v, size_t n)
-{
-    pthread_mutex_lock(&g_hb.mu);
-    for (size_t i = 0; i < n; i++) hb_put(d, v[i].node, v[i].at);
-    pthread_mutex_unlock(&g_hb.mu);
-}
-
 /* A node's kept heartbeat time, 0 when none. */
 static int64_t hb_kept(const db *d, int64_t node)
 {
@@ -628,29 +607,6 @@ static int64_t hb_kept(const db *d, int64_t node)
 
 static const char SQL_HEARTBEAT_SET[] =
     "UPDATE nodes SET last_heartbeat_at = MAX(last_heartbeat_at, ?2) WHERE id = ?1";
-
-/* Writes the kept heartbeats in the caller's transaction: 0 or -1 (then
- * they are kept again; the caller rolls back). */
-static int hb_write(db *d)
-{
-    size_t n;
-    hb_slot *v = hb_take(d, &n);
-    for (size_t i = 0; i < n; i++) {
-        sqlite3_stmt *st = db_prepare(d, SQL_HEARTBEAT_SET);
-        if (!st) goto fail;
-        sqlite3_bind_int64(st, 1, v[i].node);
-        sqlite3_bind_int64(st, 2, v[i].at);
-        int rc = sqlite3_step(st);
-        db_done(st);
-        if (rc != SQLITE_DONE) goto fail;
-    }
-    free(v);
-    return 0;
-fail:
-    hb_put_back(d, v, n);
-    free(v);
-    return -1;
-}
 
 static const char SQL_HEARTBEAT[] =
     "UPDATE nodes SET last_heartbeat_at = ?2, state = CASE WHEN state = 'lost' THEN 'ready' ELSE state END"
@@ -710,8 +666,10 @@ int cluster_node_drain(db *d, int64_t node_id, int drain, char state[16])
 }
 
 /* a draining node whose agent went quiet is lost as a ready one is */
-static const char SQL_NODES_LOST[] =
-    "UPDATE nodes SET state = 'lost' WHERE state IN ('ready','drained') AND last_heartbeat_at < ? RETURNING id";
+static const char SQL_NODES_STALE[] =
+    "SELECT id FROM nodes WHERE state IN ('ready','drained') AND last_heartbeat_at < ?";
+static const char SQL_NODE_LOST[] =
+    "UPDATE nodes SET state = 'lost' WHERE id = ? AND state IN ('ready','drained')";
 
 static int collect_ids(sqlite3_stmt *st, int64_t **ids)
 {
@@ -726,17 +684,44 @@ static int collect_ids(sqlite3_stmt *st, int64_t **ids)
     return n;
 }
 
+/* The nodes whose written heartbeat is older than `before` are the
+ * candidates; one whose kept heartbeat (in memory) is not has its kept time
+ * written (so it is no candidate again for about a timeout), the others are
+ * lost. So a node's row is written about once a heartbeat timeout, not on
+ * each of its heartbeats, and every heartbeat the server answered counts. */
 int cluster_nodes_mark_lost(db *d, int64_t before, int64_t **ids)
 {
     *ids = NULL;
-    if (hb_write(d) < 0) return -1; /* every heartbeat answered counts */
-    sqlite3_stmt *st = db_prepare(d, SQL_NODES_LOST);
+    sqlite3_stmt *st = db_prepare(d, SQL_NODES_STALE);
     if (!st) return -1;
     sqlite3_bind_int64(st, 1, before);
-    int n = collect_ids(st, ids);
-    for (int i = 0; i < n; i++) db_change_note(d, DB_CH_NODE, (*ids)[i]);
+    int64_t *stale = NULL;
+    int ns = collect_ids(st, &stale);
+    if (ns < 0) return -1;
+    int n = 0;
+    for (int i = 0; i < ns; i++) {
+        int64_t at = hb_kept(d, stale[i]);
+        int lost = at < before;
+        st = db_prepare(d, lost ? SQL_NODE_LOST : SQL_HEARTBEAT_SET);
+        if (!st) goto fail;
+        sqlite3_bind_int64(st, 1, stale[i]);
+        if (!lost) sqlite3_bind_int64(st, 2, at);
+        int rc = sqlite3_step(st);
+        int changed = sqlite3_changes(db_conn(d));
+        db_done(st);
+        if (rc != SQLITE_DONE) goto fail;
+        if (lost && changed > 0) {
+            stale[n++] = stale[i];
+            db_change_note(d, DB_CH_NODE, stale[i]);
+        }
+    }
     if (n > 0) nodes_changed(); /* before the caller's commit: readers keep an older picture at most a second */
+    if (n > 0) *ids = stale;
+    else free(stale);
     return n;
+fail:
+    free(stale);
+    return -1;
 }
 
 /* ================================================================ tasks */
