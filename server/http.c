@@ -606,8 +606,8 @@ static int park(http_daemon *h, http_req *req, int ms, int topic, int64_t id) {
         return -1;
     }
     if (topic != HTTP_WAKE_NONE && req->watch_topic == topic && req->watch_id == id) {
-        int own = h->wake_seq[park_hash(topic, id)] != req->watch_seq;
-        if (own || h->wake_topic_seq[topic] != req->watch_topic_seq) {
+        int own = __atomic_load_n(&h->wake_seq[park_hash(topic, id)], __ATOMIC_ACQUIRE) != req->watch_seq;
+        if (own || __atomic_load_n(&h->wake_topic_seq[topic], __ATOMIC_ACQUIRE) != req->watch_topic_seq) {
             req->woken = own;
             pthread_mutex_unlock(&h->park_mu);
             return 1;
@@ -781,21 +781,23 @@ ssize_t http_stream_wait(http_req *req, int ms) {
     return park(req->daemon, req, ms, HTTP_WAKE_NONE, 0) == 0 ? 0 : MHD_CONTENT_READER_END_OF_STREAM;
 }
 
+/* No lock: the counts only grow, under park_mu, before the wake resumes
+ * anyone; park() compares them again under park_mu. A wake counted before
+ * these loads came after the commit it announces, so the look that follows
+ * sees that commit. */
 void http_wait_watch(http_req *req, int topic, int64_t id) {
     http_daemon *h = req->daemon;
     if (!h || topic <= HTTP_WAKE_NONE || topic >= HTTP_WAKE_NTOPICS) return;
-    pthread_mutex_lock(&h->park_mu);
     req->watch_topic = topic;
     req->watch_id = id;
-    req->watch_seq = h->wake_seq[park_hash(topic, id)];
-    req->watch_topic_seq = h->wake_topic_seq[topic];
-    pthread_mutex_unlock(&h->park_mu);
+    req->watch_seq = __atomic_load_n(&h->wake_seq[park_hash(topic, id)], __ATOMIC_ACQUIRE);
+    req->watch_topic_seq = __atomic_load_n(&h->wake_topic_seq[topic], __ATOMIC_ACQUIRE);
 }
 
 /* park_mu held. */
 static void wake_locked(http_daemon *h, int topic, int64_t id) {
     if (id == 0) { /* a wake of everyone names no one */
-        h->wake_topic_seq[topic]++;
+        __atomic_fetch_add(&h->wake_topic_seq[topic], 1, __ATOMIC_RELEASE);
         while (h->park_topic[topic]) {
             h->park_topic[topic]->woken = 0;
             park_resume(h, h->park_topic[topic]);
@@ -803,7 +805,7 @@ static void wake_locked(http_daemon *h, int topic, int64_t id) {
         return;
     }
     size_t b = park_hash(topic, id);
-    h->wake_seq[b]++;
+    __atomic_fetch_add(&h->wake_seq[b], 1, __ATOMIC_RELEASE);
     for (http_req *r = h->park_bucket[b], *nx; r; r = nx) {
         nx = r->park_next;
         if (r->park_topic == topic && r->park_id == id) {
