@@ -15,7 +15,7 @@
  * (gpu x workers from a seeded mix) at --rate per second with the team token.
  *
  * One process, one thread: libcurl's multi interface driven by epoll
- * (curl_multi_socket_action; one multi handle per 128 agents), so thousands
+ * (curl_multi_socket_action; one multi handle per 32 agents), so thousands
  * of agents cost a few connections' worth of memory each. The agents share libcurl's connection
  * cache: a parked long-poll holds one connection, a heartbeat or report
  * takes any idle one, so the server sees about N + the requests in flight
@@ -200,7 +200,7 @@ static int64_t g_jobs_cap;
 /* The agents are spread over several multi handles: libcurl looks for a
  * connection to reuse among all of a multi's connections to the host, so
  * one multi for thousands of agents spends its time in that search. */
-#define AGENTS_PER_MULTI 128
+#define AGENTS_PER_MULTI 32  /* a connection is looked for among its multi's: fewer, cheaper (libcurl walks them) */
 typedef struct { CURLM *m; int64_t due_us; } multi;
 static multi *g_mh;
 static int g_nmh;
