@@ -37,8 +37,11 @@ Not run, and listed as skipped with the reason:
     in README.md (a block for other machines or hardware: a GPU, a second
     node), invisible on the rendered page.
 
+`readme_check.py --list` prints what a run would run and skip, and the
+output and exit status it would expect, without running anything.
 Environment: TRAINYARD_BIN (the binary; default BUILD/trainyard),
-README_CHECK_KEEP=1 keeps the scratch directory.
+README_CHECK_KEEP=1 keeps the scratch directory, README_CHECK_FILE another
+file to check instead of README.md.
 """
 import json
 import os
@@ -214,8 +217,8 @@ def check_output(c, rc, out, err, var):
     if c["expect"]:
         got = [ln.rstrip() for ln in (out + err).strip("\n").split("\n")]
         if got != c["expect"]:
-            bad.append("printed:\n      " + "\n      ".join(got) + "\n    the README shows:\n      " +
-                       "\n      ".join(c["expect"]))
+            bad.append("its output is not the README's '# =>' lines; it printed:\n      " + "\n      ".join(got) +
+                       "\n    the README shows:\n      " + "\n      ".join(c["expect"]))
         return bad
     for ln in out.split("\n"):
         if ln.lstrip().startswith('{"error"') or ln.strip() == '"error": {':
@@ -310,14 +313,33 @@ class Session:
         self.p.wait()
 
 
+def list_blocks(blocks):
+    """--list: what a run would run and skip, without running anything."""
+    for b in blocks:
+        if b["skip"]:
+            log(f"SKIP block at README.md:{b['line']}: {b['skip']}")
+            continue
+        log(f"block at README.md:{b['line']}")
+        for c in b["commands"]:
+            t = c["text"].strip()
+            m = re.search(r"\bexit (\d+)\b", c["comment"])
+            log(f"  {'SKIP' if t in SKIP_COMMANDS else 'run '} README.md:{c['line']}: {t}" +
+                (f"   [exit {m.group(1)}]" if m else "") + "".join(f"\n       => {e}" for e in c["expect"]))
+    return 0
+
+
 def main():
-    build = sys.argv[1] if len(sys.argv) > 1 else "build/asan"
+    args = sys.argv[1:]
+    readme = os.environ.get("README_CHECK_FILE", README)
+    if args and args[0] == "--list":
+        return list_blocks(parse_readme(readme))
+    build = args[0] if args else "build/asan"
     binary = os.environ.get("TRAINYARD_BIN") or os.path.join(ROOT, build, "trainyard")
     binary = os.path.abspath(binary)
     if not os.access(binary, os.X_OK):
         log(f"readme_check: no binary at {binary}")
         return 1
-    blocks = parse_readme(README)
+    blocks = parse_readme(readme)
     scratch = tempfile.mkdtemp(prefix="ty_readme.")
     # as root, the agent runs tasks under uids of their own that read this directory
     os.chmod(scratch, 0o755)
