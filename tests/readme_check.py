@@ -186,10 +186,34 @@ def stop(p, grace=30):
 
 # ------------------------------------------------------------------ checks
 
+def pipeline(cmd):
+    """The stages of a shell pipeline: split at '|' outside quotes (not '||')."""
+    stages, cur, q, i = [], "", None, 0
+    while i < len(cmd):
+        c = cmd[i]
+        if q:
+            if c == "\\" and q == '"' and i + 1 < len(cmd):
+                cur += c
+                i += 1
+                c = cmd[i]
+            elif c == q:
+                q = None
+        elif c in "'\"":
+            q = c
+        elif c == "|" and cmd[i + 1:i + 2] != "|" and cmd[i - 1:i] != "|":
+            stages.append(cur)
+            cur = ""
+            i += 1
+            continue
+        cur += c
+        i += 1
+    stages.append(cur)
+    return stages
+
+
 def jq_filter(cmd):
     """The jq stage ending the command's pipeline: (its options, True) or (None, False)."""
-    stages = re.split(r"\|(?!\|)", cmd)
-    last = stages[-1].strip()
+    last = pipeline(cmd)[-1].strip()
     if not re.match(r"^jq(\s|$)", last):
         return None, False
     return last.split()[1:], True
