@@ -57,6 +57,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
+NAME = "README.md"  # the checked file's name in what the check prints
 PORT = 8080
 
 # Commands the check never runs, with why.
@@ -341,20 +342,22 @@ def list_blocks(blocks):
     """--list: what a run would run and skip, without running anything."""
     for b in blocks:
         if b["skip"]:
-            log(f"SKIP block at README.md:{b['line']}: {b['skip']}")
+            log(f"SKIP block at {NAME}:{b['line']}: {b['skip']}")
             continue
-        log(f"block at README.md:{b['line']}")
+        log(f"block at {NAME}:{b['line']}")
         for c in b["commands"]:
             t = c["text"].strip()
             m = re.search(r"\bexit (\d+)\b", c["comment"])
-            log(f"  {'SKIP' if t in SKIP_COMMANDS else 'run '} README.md:{c['line']}: {t}" +
+            log(f"  {'SKIP' if t in SKIP_COMMANDS else 'run '} {NAME}:{c['line']}: {t}" +
                 (f"   [exit {m.group(1)}]" if m else "") + "".join(f"\n       => {e}" for e in c["expect"]))
     return 0
 
 
 def main():
     args = sys.argv[1:]
+    global NAME
     readme = os.environ.get("README_CHECK_FILE", README)
+    NAME = os.path.basename(readme)
     if args and args[0] == "--list":
         return list_blocks(parse_readme(readme))
     build = args[0] if args else "build/asan"
@@ -402,9 +405,9 @@ def main():
         for b in blocks:
             if b["skip"]:
                 skipped += len(b["commands"])
-                log(f"\nSKIP block at README.md:{b['line']} ({len(b['commands'])} command(s)): {b['skip']}")
+                log(f"\nSKIP block at {NAME}:{b['line']} ({len(b['commands'])} command(s)): {b['skip']}")
                 continue
-            log(f"\nblock at README.md:{b['line']}")
+            log(f"\nblock at {NAME}:{b['line']}")
             for c in b["commands"]:
                 text = c["text"]
                 if text.strip() in SKIP_COMMANDS:
@@ -423,7 +426,7 @@ def main():
                 else:
                     bad = check_output(c, rc, out, err, var)
                 status = "ok  " if not bad else "FAIL"
-                log(f"  {status} README.md:{c['line']}: {text}   ({secs:.1f} s)")
+                log(f"  {status} {NAME}:{c['line']}: {text}   ({secs:.1f} s)")
                 if bad:
                     failures.append((c["line"], text, bad))
                     for x in bad:
@@ -446,7 +449,7 @@ def main():
     if failures:
         log("readme_check: FAILED (a README command does not work as written):")
         for line, text, bad in failures:
-            log(f"  README.md:{line}: {text}: {bad[0].splitlines()[0]}")
+            log(f"  {NAME}:{line}: {text}: {bad[0].splitlines()[0]}")
         log(f"  the service's log: {scratch}/service.log (kept)")
         return 1
     if os.environ.get("README_CHECK_KEEP") == "1":
