@@ -446,6 +446,16 @@ static int progress_update(server *srv, const exec_job *j) {
         cJSON_Delete(step);
         cJSON_Delete(epoch);
         cJSON_Delete(test);
+        cJSON_Delete(eval);
+        return STORE_ERROR;
+    }
+    int ep_n = 0;
+    double ep_samples = 0, ep_secs = 0;
+    if (exec_epoch_throughput(srv->db, j->id, &ep_n, &ep_samples, &ep_secs) != STORE_OK) {
+        cJSON_Delete(step);
+        cJSON_Delete(epoch);
+        cJSON_Delete(test);
+        cJSON_Delete(eval);
         return STORE_ERROR;
     }
     jobspec *spec = xcalloc(1, sizeof *spec);
@@ -477,6 +487,15 @@ static int progress_update(server *srv, const exec_job *j) {
     if (sps <= 0 && epoch) sps = num_or(epoch, "samples_per_sec", 0);
     if (sps > 0) cJSON_AddNumberToObject(p, "samples_per_sec", sps);
     else cJSON_AddNullToObject(p, "samples_per_sec");
+    /* the run's mean: the completed epochs' samples over their training
+     * time (what a finished job shows; samples_per_sec is the newest figure) */
+    if (ep_n > 0 && ep_secs > 0) {
+        cJSON_AddNumberToObject(p, "mean_samples_per_sec", ep_samples / ep_secs);
+        cJSON_AddNumberToObject(p, "train_seconds", ep_secs);
+    } else {
+        cJSON_AddNullToObject(p, "mean_samples_per_sec");
+        cJSON_AddNullToObject(p, "train_seconds");
+    }
     /* samples_per_sec is what the reporting worker (the chief) trains; each
      * worker takes batch_size / workers examples of every global step. */
     int workers = have_spec && spec->resources.workers > 0 ? spec->resources.workers : 1;

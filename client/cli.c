@@ -227,9 +227,16 @@ static void print_progress(const cJSON *j) {
         printf("test:       loss %s  accuracy %s\n", metric_text(te, "test_loss", a, sizeof a),
                metric_text(te, "test_accuracy", b, sizeof b));
     if (!finished(st) && jnum(p, "eta_s") > 0) fmt_secs(jnum(p, "eta_s"), eta, sizeof eta);
-    if (jnum(p, "samples_per_sec") > 0)
-        printf("speed:      %.0f samples/s%s%s\n", jnum(p, "samples_per_sec"), finished(st) ? "" : "   ETA ",
-               finished(st) ? "" : eta);
+    /* running: the current speed; finished: the run's mean (its completed
+     * epochs' samples over their training time), or the last figure when no
+     * epoch ended */
+    double mean = jnum(p, "mean_samples_per_sec"), secs = jnum(p, "train_seconds");
+    if (finished(st) && mean > 0 && secs > 0)
+        printf("speed:      %.0f samples/s (mean: %.0f samples in %.1f s of training)\n", mean, mean * secs, secs);
+    else if (finished(st) && jnum(p, "samples_per_sec") > 0)
+        printf("speed:      %.0f samples/s (the last reported)\n", jnum(p, "samples_per_sec"));
+    else if (jnum(p, "samples_per_sec") > 0)
+        printf("speed:      %.0f samples/s   ETA %s\n", jnum(p, "samples_per_sec"), eta);
 }
 
 static int do_status(const cli_opts *o, const char *id) {

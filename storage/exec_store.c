@@ -548,6 +548,29 @@ int exec_metric_latest(db *d, int64_t job_id, const char *kind, cJSON **out) {
     return rc == SQLITE_ROW || rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
 }
 
+static const char SQL_EPOCH_THROUGHPUT[] =
+    "SELECT count(*), total(json_extract(data, '$.samples_per_sec') * json_extract(data, '$.seconds')),"
+    " total(json_extract(data, '$.seconds')) FROM metrics WHERE job_id = ?1 AND kind = 'epoch'"
+    " AND json_valid(data)"
+    " AND json_type(data, '$.samples_per_sec') IN ('integer', 'real') AND json_extract(data, '$.samples_per_sec') > 0"
+    " AND json_type(data, '$.seconds') IN ('integer', 'real') AND json_extract(data, '$.seconds') > 0";
+
+int exec_epoch_throughput(db *d, int64_t job_id, int *epochs, double *samples, double *seconds) {
+    *epochs = 0;
+    *samples = *seconds = 0;
+    sqlite3_stmt *st = db_prepare(d, SQL_EPOCH_THROUGHPUT);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *epochs = sqlite3_column_int(st, 0);
+        *samples = sqlite3_column_double(st, 1);
+        *seconds = sqlite3_column_double(st, 2);
+    }
+    db_done(st);
+    return rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
+}
+
 /* ---------------------------------------------------------------- logs */
 
 static const char SQL_LOG_CHUNK[] =

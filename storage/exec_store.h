@@ -130,6 +130,13 @@ int exec_metrics_list(db *d, int64_t job_id, int64_t since, const char *kind, in
  * *out NULL when none. */
 int exec_metric_latest(db *d, int64_t job_id, const char *kind, cJSON **out);
 
+/* The training throughput of the job's completed epochs, from their epoch
+ * metrics: *epochs counted, *samples = sum of samples_per_sec x seconds
+ * (the examples each trained), *seconds = sum of seconds (their training
+ * time). Epoch metrics without a positive number in both are left out (a
+ * command job's own lines may carry neither); all 0 when none. */
+int exec_epoch_throughput(db *d, int64_t job_id, int *epochs, double *samples, double *seconds);
+
 /* ---------------------------------------------------------------- logs */
 /* Records one appended chunk of a task's log file (seq = next per task and
  * attempt). */

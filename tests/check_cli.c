@@ -6,6 +6,8 @@
  * that does not exist (1), bad usage (2) and an unreachable server (3). */
 #include "testlib.h"
 
+#include <math.h>
+
 static ty_proc srv;
 static char team_tok[128];
 
@@ -144,6 +146,61 @@ START_TEST(watch_to_the_end_and_after) {
 }
 END_TEST
 
+/* The speed of a finished job is its run's mean: the samples it trained
+ * (epochs x the training examples of its spec) over its training time (the
+ * sum of its epoch metrics' seconds), not the last step's figure. */
+START_TEST(a_finished_job_shows_its_mean_speed) {
+    int64_t id = submit("cli-speed", 4);
+    char args[600];
+    buf out;
+    snprintf(args, sizeof args, "watch %lld --interval 100", (long long)id);
+    ck_assert_int_eq(cli(args, &out), 0);
+    buf_release(&out);
+    /* limit 2000, validation_split 0.1: 1800 training examples an epoch */
+    const double samples = 4 * 1800.0;
+    cJSON *all = ty_metrics_all(srv.url, team_tok, id);
+    double secs = 0, last_step_sps = -1;
+    int epochs = 0;
+    cJSON *m;
+    cJSON_ArrayForEach(m, all) {
+        if (strcmp(ty_str(m, "kind"), "epoch") == 0) {
+            ck_assert_double_gt(ty_num(m, "seconds"), 0);
+            secs += ty_num(m, "seconds");
+            epochs++;
+        } else if (strcmp(ty_str(m, "kind"), "step") == 0 && ty_num(m, "samples_per_sec") > 0) {
+            last_step_sps = ty_num(m, "samples_per_sec");
+        }
+    }
+    cJSON_Delete(all);
+    ck_assert_int_eq(epochs, 4);
+    double want = samples / secs;
+
+    snprintf(args, sizeof args, "status %lld --json", (long long)id);
+    cJSON *sj = cli_json(args, 0);
+    cJSON *p = cJSON_GetObjectItem(sj, "progress");
+    double mean = ty_num(p, "mean_samples_per_sec");
+    ck_assert_msg(fabs(mean - want) <= 0.001 * want, "progress.mean_samples_per_sec %.1f, want %.0f samples / %.4f s = %.1f",
+                  mean, samples, secs, want);
+    ck_assert_msg(fabs(ty_num(p, "train_seconds") - secs) <= 1e-6 * secs, "train_seconds %.6f, want %.6f",
+                  ty_num(p, "train_seconds"), secs);
+    /* the newest figure stays what the worker last reported */
+    ck_assert_msg(fabs(ty_num(p, "samples_per_sec") - last_step_sps) <= 1e-6 * last_step_sps,
+                  "samples_per_sec %.1f, the last step's %.1f", ty_num(p, "samples_per_sec"), last_step_sps);
+    cJSON_Delete(sj);
+
+    snprintf(args, sizeof args, "status %lld", (long long)id);
+    ck_assert_int_eq(cli(args, &out), 0);
+    const char *line = strstr(out.data, "speed:      ");
+    ck_assert_msg(line != NULL, "status shows no speed:\n%s", out.data);
+    double shown = strtod(line + strlen("speed:      "), NULL);
+    ck_assert_msg(fabs(shown - want) <= 0.001 * want + 1,
+                  "status shows %.0f samples/s; %.0f samples in %.4f s of training is %.0f:\n%s", shown, samples, secs,
+                  want, out.data);
+    ck_assert_msg(strstr(line, "mean") != NULL, "status does not say the speed is the mean:\n%s", out.data);
+    buf_release(&out);
+}
+END_TEST
+
 START_TEST(queue_cluster_and_a_cancelled_watch) {
     int64_t run = submit("cli-long", 2000);
     int64_t wait = submit("cli-wait", 1);
@@ -265,6 +322,7 @@ int main(void) {
     tcase_add_checked_fixture(tc, start, stop);
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, watch_to_the_end_and_after);
+    tcase_add_test(tc, a_finished_job_shows_its_mean_speed);
     tcase_add_test(tc, queue_cluster_and_a_cancelled_watch);
     tcase_add_test(tc, exit_codes_for_scripts);
     suite_add_tcase(s, tc);

@@ -49,6 +49,13 @@ if [ "${CLUSTER_SIM_TEST:-1}" != 0 ]; then
   if tests/cluster_sim.sh "$build"; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/cluster_sim.sh"; fi
   echo "   ($(( $(date +%s) - start ))s)"
 fi
+# every command block of README.md, run as written against `make run`'s service (tests/readme_check.py)
+if [ "${README_TEST:-1}" != 0 ]; then
+  echo "== tests/readme_check.py"
+  start=$(date +%s)
+  if python3 tests/readme_check.py "$build"; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/readme_check.py"; fi
+  echo "   ($(( $(date +%s) - start ))s)"
+fi
 # the dashboard in headless Chromium, the OpenAPI validator (tests/web/run.sh)
 if [ "${WEB_TESTS:-1}" != 0 ] && [ -x tests/web/run.sh ]; then
   echo "== tests/web (browser, openapi)"

@@ -68,6 +68,17 @@ function fmtDuration(s) {
 }
 function fmtTime(iso) { return iso ? new Date(iso).toLocaleTimeString() : '–'; }
 function fmtNum(v, digits = 4) { return typeof v === 'number' ? v.toFixed(digits) : '–'; }
+// A running job's current speed; a finished one's mean over its run (its
+// completed epochs' samples over their training time), or its last figure
+// when no epoch ended.
+function speedText(state, p) {
+  if (!p) return '–';
+  const n = v => Math.round(v).toLocaleString();
+  if (FINISHED.has(state) && p.mean_samples_per_sec > 0)
+    return `${n(p.mean_samples_per_sec)} (mean over ${p.train_seconds < 60 ? p.train_seconds.toFixed(1) + 's' : fmtDuration(p.train_seconds)} of training)`;
+  if (p.samples_per_sec > 0) return FINISHED.has(state) ? `${n(p.samples_per_sec)} (the last reported)` : n(p.samples_per_sec);
+  return '–';
+}
 function badge(state) { return h('span', {class: 'badge ' + state, 'data-state': state}, state); }
 function elapsed(job) {
   if (!job.started_at) return null;
@@ -333,7 +344,7 @@ async function pageJob(id) {
         h('dt', {}, 'Test'), h('dd', {}, t ? `loss ${fmtNum(t.test_loss)} · accuracy ${fmtNum(t.test_accuracy)}` : '–'),
         ...(ev || (spec.resources && spec.resources.evaluator) ? [h('dt', {}, 'Evaluator'), h('dd', {id: 'eval-summary'},
           ev ? `loss ${fmtNum(ev.eval_loss)} · accuracy ${fmtNum(ev.eval_accuracy)} (epoch ${ev.epoch}, step ${ev.step})` : '–')] : []),
-        h('dt', {}, 'Samples/s'), h('dd', {}, p && p.samples_per_sec ? Math.round(p.samples_per_sec).toLocaleString() : '–'),
+        h('dt', {}, 'Samples/s'), h('dd', {id: 'samples-per-sec'}, speedText(job.state, p)),
         h('dt', {}, 'ETA'), h('dd', {}, FINISHED.has(job.state) ? '–' : fmtDuration(p && p.eta_s))));
     tasks.replaceChildren(...(job.tasks || []).map(tk => h('tr', {},
       h('td', {}, tk.name), h('td', {}, tk.node || '–'), h('td', {}, tk.state),

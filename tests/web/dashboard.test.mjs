@@ -1,7 +1,7 @@
 // dashboard.test.mjs - the dashboard in headless Chromium (Debian's, driven
 // by playwright-core) against the real `trainyard up`: sign in (a wrong token
 // is refused), submit a job through the form and watch it run to succeeded
-// with both charts drawn, an elastic job's workers chart, cancel a running job from its page, see a bad
+// with both charts drawn and its mean speed, an elastic job's workers chart, cancel a running job from its page, see a bad
 // spec's error at the field it names, what users wrote rendered as text,
 // and the jobs, queue and cluster pages at a desktop's and a phone's width.
 // Screenshots go to $WEB_TEST_OUT (default build/web-test).
@@ -106,6 +106,19 @@ test('submit through the form; it runs to succeeded with its charts drawn', asyn
   const r = await srv.api(`/jobs/${id}`);
   assert.equal(r.body.state, 'succeeded');
   assert.equal(r.body.name, 'browser-quick');
+  // its speed is the run's mean: the samples it trained (epochs x the training
+  // examples of its spec) over its training time (its epoch metrics' seconds)
+  const sp = JSON.parse(specText).data;
+  const perEpoch = sp.limit - Math.trunc(sp.limit * (sp.validation_split || 0));
+  const epochs = (await srv.api(`/jobs/${id}/metrics?since=0&kind=epoch`)).body.metrics;
+  assert.equal(epochs.length, 3);
+  const trainSecs = epochs.reduce((t, m) => t + m.seconds, 0);
+  const want = 3 * perEpoch / trainSecs;
+  await page.waitForSelector('#samples-per-sec:has-text("mean")');
+  const speed = await page.textContent('#samples-per-sec');
+  const shown = Number(speed.split('(')[0].replace(/[^0-9]/g, ''));
+  assert.ok(Math.abs(shown - want) <= 0.001 * want + 1,
+            `Samples/s shows "${speed}"; ${3 * perEpoch} samples in ${trainSecs.toFixed(4)} s of training is ${Math.round(want)}`);
   const dl = page.waitForEvent('download');
   await page.locator('#checkpoints button.download').first().click();
   const file = await (await dl).path();
