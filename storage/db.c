@@ -5,7 +5,8 @@
  * of short sleeps; statements are prepared once per thread and reused.
  * Explicit write transactions (db_begin) take turns on an in-process mutex
  * before BEGIN IMMEDIATE; WAL checkpoints run in a thread of their own, off
- * the requests' path. Migrations run in order, each in its own transaction,
+ * the requests' path. Writes that arrive together share one transaction
+ * (group commit: a committer thread, db_group_add). Migrations run in order, each in its own transaction,
  * and record themselves in schema_migrations. synchronous=NORMAL under WAL: a
  * commit survives any process crash (kill -9); docs/storage.md explains the
  * choice and the --durability full option; docs/reliability.md the load. */
@@ -74,6 +75,14 @@ struct db {
     db_change *log;               /* (DB_CHANGES_CAP), allocated on first use */
     uint64_t log_head;            /* seq of the next entry */
     uint64_t log_all;             /* "everything" published before this seq (0: never) */
+    /* Group commit (db_group_add): items queued for the committer thread. */
+    pthread_t grp_th;
+    int grp_running, grp_stop;
+    pid_t grp_pid;                /* the process that runs the committer */
+    pthread_mutex_t grp_mu;
+    pthread_cond_t grp_cv;
+    db_group_item *grp_head, *grp_tail;
+    db_group_stats grp_stats;     /* under grp_mu */
     struct {                      /* db_cache: objects kept with the db (under lock) */
         void *obj;
         void (*release)(void *);
@@ -647,6 +656,152 @@ static void *ckpt_main(void *arg) {
     return NULL;
 }
 
+/* ---------------------------------------------------------------- group commit
+ * One committer thread per db. It sleeps while nothing is queued; woken, it
+ * takes what is queued (at most DB_GROUP_MAX), runs the items in one
+ * transaction, a savepoint each, commits, and calls their done. What
+ * arrives meanwhile is the next batch: nothing ever waits for a batch to
+ * fill, and an item waits at most for the batch before it (and for the
+ * write turn, like any db_begin). */
+
+static const char SQL_GRP_SAVEPOINT[] = "SAVEPOINT db_group_item";
+static const char SQL_GRP_ROLLBACK_TO[] = "ROLLBACK TO db_group_item";
+static const char SQL_GRP_RELEASE[] = "RELEASE db_group_item";
+
+static int step_const(db *d, const char *sql) {
+    sqlite3_stmt *st = db_prepare(d, sql);
+    if (!st) return -1;
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static double now_us_f(void) { return mono_s() * 1e6; }
+
+/* Runs one batch (a list linked through next) and calls every done. */
+static void group_commit(db *d, db_group_item *batch) {
+    double t0 = now_us_f();
+    uint64_t n = 0, wait_sum = 0, wait_max = 0;
+    for (db_group_item *it = batch; it; it = it->next) {
+        n++;
+        it->rc = -1;
+        uint64_t w = t0 > (double)it->queued_us ? (uint64_t)(t0 - (double)it->queued_us) : 0;
+        wait_sum += w;
+        if (w > wait_max) wait_max = w;
+    }
+    sqlite3 *conn = db_conn(d);
+    if (conn && db_begin(d) == 0) {
+        int lost = 0; /* the transaction ended under us (SQLite rolls it all back on some errors) */
+        for (db_group_item *it = batch; it && !lost; it = it->next) {
+            size_t notes = db_notes_mark(), changes = db_changes_mark(d);
+            if (step_const(d, SQL_GRP_SAVEPOINT) < 0) {
+                lost = sqlite3_get_autocommit(conn);
+                continue;
+            }
+            int rc = it->run(d, it->arg);
+            if (sqlite3_get_autocommit(conn)) {
+                lost = 1;
+                break;
+            }
+            if (rc != 0) {
+                if (step_const(d, SQL_GRP_ROLLBACK_TO) < 0) {
+                    lost = 1; /* its writes could not be undone: the batch must not commit them */
+                    break;
+                }
+                db_notes_rewind(notes);
+                db_changes_rewind(d, changes);
+            }
+            if (step_const(d, SQL_GRP_RELEASE) < 0) {
+                lost = 1;
+                break;
+            }
+            it->rc = rc;
+        }
+        if (lost) {
+            log_warn("db: a group commit of %llu writes was rolled back: %s", (unsigned long long)n,
+                     sqlite3_errmsg(conn));
+            db_rollback(d);
+        } else if (db_commit(d) < 0) {
+            lost = 1;
+        }
+        if (lost)
+            for (db_group_item *it = batch; it; it = it->next) it->rc = -1;
+    } else {
+        log_warn("db: a group commit of %llu writes could not begin", (unsigned long long)n);
+    }
+    double t1 = now_us_f();
+    pthread_mutex_lock(&d->grp_mu);
+    d->grp_stats.batches++;
+    d->grp_stats.items += n;
+    if (n > d->grp_stats.largest) d->grp_stats.largest = n;
+    d->grp_stats.wait_us_sum += wait_sum;
+    if (wait_max > d->grp_stats.wait_us_max) d->grp_stats.wait_us_max = wait_max;
+    d->grp_stats.commit_us_sum += (uint64_t)(t1 - t0);
+    pthread_mutex_unlock(&d->grp_mu);
+    for (db_group_item *it = batch, *next; it; it = next) {
+        next = it->next; /* done may free it */
+        it->done(it->arg, it->rc);
+    }
+}
+
+static void *grp_main(void *arg) {
+    db *d = arg;
+    pthread_mutex_lock(&d->grp_mu);
+    for (;;) {
+        while (!d->grp_head && !d->grp_stop) pthread_cond_wait(&d->grp_cv, &d->grp_mu);
+        if (!d->grp_head) break; /* stopping, and everything queued is done */
+        db_group_item *batch = d->grp_head, *last = batch;
+        for (int k = 1; k < DB_GROUP_MAX && last->next; k++) last = last->next;
+        d->grp_head = last->next;
+        if (!d->grp_head) d->grp_tail = NULL;
+        last->next = NULL;
+        pthread_mutex_unlock(&d->grp_mu);
+        group_commit(d, batch);
+        pthread_mutex_lock(&d->grp_mu);
+    }
+    pthread_mutex_unlock(&d->grp_mu);
+    return NULL;
+}
+
+int db_group_add(db *d, db_group_item *it) {
+    it->next = NULL;
+    it->rc = -1;
+    it->queued_us = (int64_t)now_us_f();
+    pthread_mutex_lock(&d->grp_mu);
+    if (d->grp_stop) {
+        pthread_mutex_unlock(&d->grp_mu);
+        return -1;
+    }
+    if (!d->grp_running || getpid() != d->grp_pid) { /* no committer in this process: alone, now */
+        pthread_mutex_unlock(&d->grp_mu);
+        group_commit(d, it);
+        return 0;
+    }
+    if (d->grp_tail) d->grp_tail->next = it;
+    else d->grp_head = it;
+    d->grp_tail = it;
+    pthread_cond_signal(&d->grp_cv);
+    pthread_mutex_unlock(&d->grp_mu);
+    return 0;
+}
+
+void db_group_stats_get(db *d, db_group_stats *out) {
+    pthread_mutex_lock(&d->grp_mu);
+    *out = d->grp_stats;
+    pthread_mutex_unlock(&d->grp_mu);
+}
+
+/* Lets the committer finish what is queued, then stops it. */
+static void grp_stop(db *d) {
+    pthread_mutex_lock(&d->grp_mu);
+    d->grp_stop = 1;
+    pthread_cond_signal(&d->grp_cv);
+    int join = d->grp_running && getpid() == d->grp_pid;
+    pthread_mutex_unlock(&d->grp_mu);
+    if (join) pthread_join(d->grp_th, NULL);
+    d->grp_running = 0;
+}
+
 /* ---------------------------------------------------------------- migrations */
 
 int db_migrations_count(void) { return schema_migrations_n; }
@@ -773,6 +928,11 @@ int db_open_at(db **out, const char *path, int target, char *err, size_t errlen)
     d->ckpt_running = 1;
     if (pthread_create(&d->ckpt_th, NULL, ckpt_main, d) != 0) d->ckpt_running = 0;
     if (!d->ckpt_running) log_warn("db: no checkpointer thread; SQLite checkpoints on commit");
+    pthread_mutex_init(&d->grp_mu, NULL);
+    pthread_cond_init(&d->grp_cv, NULL);
+    d->grp_pid = getpid();
+    d->grp_running = pthread_create(&d->grp_th, NULL, grp_main, d) == 0;
+    if (!d->grp_running) log_warn("db: no committer thread; grouped writes commit one by one");
     *out = d;
     return 0;
 }
@@ -783,6 +943,7 @@ int db_open(db **out, const char *path, char *err, size_t errlen) {
 
 void db_close(db *d) {
     if (!d) return;
+    grp_stop(d);
     if (d->ckpt_running && getpid() == d->ckpt_pid) {
         pthread_mutex_lock(&d->ckpt_mu);
         d->ckpt_stop = 1;
@@ -811,6 +972,8 @@ void db_close(db *d) {
     pthread_mutex_destroy(&d->ckpt_mu);
     pthread_cond_destroy(&d->ckpt_cv);
     pthread_mutex_destroy(&d->chg_mu);
+    pthread_mutex_destroy(&d->grp_mu);
+    pthread_cond_destroy(&d->grp_cv);
     free(d->log);
     free(d->path);
     free(d);
