@@ -43,6 +43,7 @@ typedef struct db_thread_conn {
     db_change *chg;
     size_t n_chg, cap_chg;
     int chg_all;                  /* too many to list: "everything changed" */
+    int auth_dirty;               /* the open transaction wrote tokens or teams (db_auth_generation) */
     struct db_thread_conn *next;
 } db_thread_conn;
 
@@ -67,6 +68,7 @@ struct db {
     /* Bumped after every commit of every connection of this process (the
      * WAL hook runs once the commit is visible); db_generation. */
     uint64_t generation;
+    uint64_t auth_generation;     /* bumped after a commit that wrote tokens or teams */
     int wal;                      /* the file is in WAL mode: the hook sees every commit */
     pid_t ckpt_pid;               /* the process that runs the checkpointer (not a fork child) */
     /* The change log (db_changes_read): a ring of the last DB_CHANGES_CAP
@@ -180,6 +182,10 @@ static int wal_hook(void *arg, sqlite3 *conn, const char *name, int frames) {
      * reader that drains them afterwards reads the rows as committed), and
      * a reader that saw the old number reads again (db_generation) */
     changes_publish(d, c);
+    if (c->auth_dirty) {
+        c->auth_dirty = 0;
+        __atomic_fetch_add(&d->auth_generation, 1, __ATOMIC_RELEASE);
+    }
     __atomic_fetch_add(&d->generation, 1, __ATOMIC_RELEASE);
     if (!d->ckpt_running || getpid() != d->ckpt_pid) { /* no checkpointer thread, or a fork
                                                           child (check's test runner) */
@@ -505,7 +511,10 @@ static void update_hook(void *arg, int op, const char *dbname, const char *table
     int t;
     switch (table[0]) {
     case 'j': t = strcmp(table, "jobs") == 0 ? DB_CH_JOB : 0; break;
-    case 't': t = strcmp(table, "tasks") == 0 ? DB_CH_TASK : strcmp(table, "teams") == 0 ? DB_CH_TEAM : 0; break;
+    case 't':
+        t = strcmp(table, "tasks") == 0 ? DB_CH_TASK : strcmp(table, "teams") == 0 ? DB_CH_TEAM : 0;
+        if (t == DB_CH_TEAM || strcmp(table, "tokens") == 0) c->auth_dirty = 1;
+        break;
     case 'a': t = strcmp(table, "allocations") == 0 ? DB_CH_ALLOC : 0; break; /* rowid = device_id */
     case 'd': t = strcmp(table, "devices") == 0 ? DB_CH_DEVICE : 0; break;
     default: t = 0;
@@ -515,6 +524,7 @@ static void update_hook(void *arg, int op, const char *dbname, const char *table
 
 static void rollback_hook(void *arg) {
     db_thread_conn *c = arg;
+    c->auth_dirty = 0;
     c->n_chg = 0;
     c->chg_all = 0;
 }
@@ -892,6 +902,11 @@ uint64_t db_generation(db *d) {
     return __atomic_load_n(&d->generation, __ATOMIC_ACQUIRE) + 1;
 }
 
+uint64_t db_auth_generation(db *d) {
+    if (!d->wal) return 0;
+    return __atomic_load_n(&d->auth_generation, __ATOMIC_ACQUIRE) + 1;
+}
+
 int db_open_at(db **out, const char *path, int target, char *err, size_t errlen) {
     *out = NULL;
     /* No global memory statistics: with them every sqlite3_malloc of every
@@ -924,6 +939,7 @@ int db_open_at(db **out, const char *path, int target, char *err, size_t errlen)
      * never meet: each starts at its own 2^40 */
     static uint64_t instances;
     d->generation = __atomic_add_fetch(&instances, 1, __ATOMIC_RELAXED) << 40;
+    d->auth_generation = d->generation;
     d->ckpt_pid = getpid();
     d->ckpt_running = 1;
     if (pthread_create(&d->ckpt_th, NULL, ckpt_main, d) != 0) d->ckpt_running = 0;

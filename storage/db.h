@@ -11,7 +11,7 @@
  *          db_disk_full, db_generation, db_note, db_notes_mark, db_notes_rewind,
  *          db_change_note, db_changes_mark, db_changes_rewind, db_changes_head,
  *          db_changes_read (the change log the scheduler's mirror follows), db_cache,
- *          db_group_add, db_group_stats_get (group commit) */
+ *          db_group_add, db_group_stats_get (group commit), db_auth_generation */
 #ifndef TRAINYARD_DB_H
 #define TRAINYARD_DB_H
 
@@ -187,6 +187,14 @@ void db_set_durability_full(int on);
  * 0 when the file is not in WAL mode (a commit then goes unseen), and
  * nothing may be kept. */
 uint64_t db_generation(db *d);
+
+/* The same for what a token lookup reads: a number that changes after
+ * every commit that wrote a row of tokens or teams (SQLite's update hook
+ * sees the writes, whoever makes them), so a token found while it stays
+ * the same is still valid (a revocation is such a commit). Busy writers of
+ * other tables (submissions, metrics) leave it alone. 0 when the file is
+ * not in WAL mode. */
+uint64_t db_auth_generation(db *d);
 
 /* Path of the database file. */
 const char *db_path(db *d);

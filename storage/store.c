@@ -221,9 +221,10 @@ static int token_query(db *d, const char hash[65], principal *who) {
     return ret;
 }
 
-/* Each thread keeps its last few tokens found, with the db_generation they
- * were read at: a request with one of them costs no query until the next
- * commit (a revocation is one), and an unknown token always asks. */
+/* Each thread keeps its last few tokens found, with the db_auth_generation
+ * they were read at: a request with one of them costs no query until the
+ * next commit that writes tokens or teams (a revocation is one; the stream
+ * of submissions and metrics is not), and an unknown token always asks. */
 #define TOKEN_CACHE_N 8
 typedef struct token_cached {
     uint64_t gen;                 /* unique to its db (storage/db.h); 0: empty */
@@ -236,7 +237,7 @@ static __thread unsigned t_tokens_next;
 int store_token_lookup(db *d, const char *token, principal *who) {
     char hash[65];
     sha256_hex(token, strlen(token), hash);
-    uint64_t gen = db_generation(d);
+    uint64_t gen = db_auth_generation(d); /* moves only with a write of tokens or teams */
     for (int i = 0; gen && i < TOKEN_CACHE_N; i++) {
         const token_cached *c = &t_tokens[i];
         if (c->gen == gen && CRYPTO_memcmp(c->hash, hash, 64) == 0) {
