@@ -11,6 +11,7 @@
 #include "../storage/store.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -91,6 +92,29 @@ static int admit(server *srv, const jobspec *spec, char *msg, size_t cap, const 
     return 0;
 }
 
+/* A submission waiting for its group commit. */
+typedef struct submit_wait {
+    server *srv;
+    http_req *req;
+} submit_wait;
+
+/* On the db's committer thread, once the batch holding the job committed
+ * (rc STORE_OK) or failed: the answer, and the request resumed. */
+static void submit_done(void *arg, int rc, int64_t id, cJSON *job) {
+    submit_wait *w = arg;
+    http_res *a = http_res_new();
+    if (rc == STORE_OK && job) {
+        snprintf(a->location, sizeof a->location, "/api/v1/jobs/%lld", (long long)id);
+        http_json(a, 201, job);
+        api_kick_scheduler(w->srv);
+    } else {
+        cJSON_Delete(job);
+        db_unavailable(a);
+    }
+    http_resume(w->req, a);
+    free(w);
+}
+
 /* POST /api/v1/jobs */
 static void job_submit(server *srv, http_req *req, http_res *res) {
     if (http_require_json(req, res) < 0) return;
@@ -121,7 +145,6 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
     }
     char actor[96];
     http_actor(req, actor, sizeof actor);
-    int64_t id = 0;
     store_new_job row = {
         .name = spec.name, .priority = spec.priority, .max_restarts = spec.max_restarts,
         .workers = spec.resources.workers, .devices_per_worker = spec.resources.devices_per_worker,
@@ -130,20 +153,26 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
         .strategy = strategy_name(spec.strategy.type),
         .max_runtime_s = spec.max_runtime_s, .preemptible = spec.preemptible,
         .queue_if_infeasible = spec.queue_if_infeasible, .memory_mb = spec.resources.memory_mb};
-    int rc = store_job_insert(srv->db, req->who.team_id, req->body.data, req->body.len, &row, actor, &id);
+    /* The job joins the next group commit (storage/db.h): the connection is
+     * suspended until the batch holding it has committed, and only then is
+     * the 201 sent, so a 201 means the job is in the database. */
+    submit_wait *w = xmalloc(sizeof *w);
+    w->srv = srv;
+    w->req = req;
+    if (http_defer(req, res) < 0) {
+        free(w);
+        jobspec_release(&spec);
+        http_error(res, 503, "unavailable", NULL, "the server is stopping; retry");
+        return;
+    }
+    int rc = store_job_submit(srv->db, req->who.team_id, req->body.data, req->body.len, &row, actor, submit_done, w);
     jobspec_release(&spec);
-    if (rc != STORE_OK) {
-        db_unavailable(res);
-        return;
+    if (rc != STORE_OK) { /* not queued: answer now */
+        free(w);
+        http_res *a = http_res_new();
+        db_unavailable(a);
+        http_resume(req, a);
     }
-    api_kick_scheduler(srv);
-    cJSON *job = NULL;
-    if (store_job_get(srv->db, id, 0, 0, &job) != STORE_OK) {
-        db_unavailable(res);
-        return;
-    }
-    snprintf(res->location, sizeof res->location, "/api/v1/jobs/%lld", (long long)id);
-    http_json(res, 201, job);
 }
 
 static int valid_state(const char *s) {

@@ -157,6 +157,33 @@ static int write_scheduler(buf *b) {
     return rc;
 }
 
+/* The db's group commit (storage/db.h): batches, the writes in them, the
+ * largest, and an item's wait from its queueing to its batch's BEGIN. */
+static int write_group_commit(server *srv, buf *b) {
+    db_group_stats g;
+    db_group_stats_get(srv->db, &g);
+    int rc = family(b, "trainyard_db_group_commits_total", "counter",
+                    "Transactions of the group commit (each holds the submissions queued together).");
+    if (rc == 0) rc = buf_printf(b, "trainyard_db_group_commits_total %llu\n", (unsigned long long)g.batches);
+    if (rc == 0) rc = family(b, "trainyard_db_group_writes_total", "counter", "Writes (submissions) committed by them.");
+    if (rc == 0) rc = buf_printf(b, "trainyard_db_group_writes_total %llu\n", (unsigned long long)g.items);
+    if (rc == 0) rc = family(b, "trainyard_db_group_batch_max", "gauge", "The most writes one group commit held.");
+    if (rc == 0) rc = buf_printf(b, "trainyard_db_group_batch_max %llu\n", (unsigned long long)g.largest);
+    if (rc == 0)
+        rc = family(b, "trainyard_db_group_wait_seconds_max", "gauge",
+                    "The longest a write waited in the queue for its batch to begin.");
+    if (rc == 0) rc = buf_printf(b, "trainyard_db_group_wait_seconds_max %.6f\n", (double)g.wait_us_max / 1e6);
+    if (rc == 0)
+        rc = family(b, "trainyard_db_group_wait_seconds_sum", "counter",
+                    "Writes' waits in the queue for their batch to begin, summed (divide by the writes for the mean).");
+    if (rc == 0) rc = buf_printf(b, "trainyard_db_group_wait_seconds_sum %.6f\n", (double)g.wait_us_sum / 1e6);
+    if (rc == 0)
+        rc = family(b, "trainyard_db_group_commit_seconds_sum", "counter",
+                    "Time from a batch's BEGIN to the end of its COMMIT, summed over the batches.");
+    if (rc == 0) rc = buf_printf(b, "trainyard_db_group_commit_seconds_sum %.6f\n", (double)g.commit_us_sum / 1e6);
+    return rc;
+}
+
 /* GET /metrics */
 static void metrics_get(server *srv, http_req *req, http_res *res) {
     (void)req;
@@ -174,6 +201,7 @@ static void metrics_get(server *srv, http_req *req, http_res *res) {
         return;
     }
     if (rc == 0) rc = write_scheduler(&b);
+    if (rc == 0) rc = write_group_commit(srv, &b);
     if (rc == 0 && srv->http) rc = http_latency_write(srv->http, &b);
     if (rc < 0) {
         buf_release(&b);

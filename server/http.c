@@ -86,6 +86,7 @@ struct http_daemon {
     pthread_t off_thread;
     int off_started, off_closing;
     http_req *off_head, *off_tail;    /* queue through off_next */
+    int deferred;                     /* under off_mu: http_defer'd, not resumed yet */
 };
 
 static int64_t now_us(void) {
@@ -725,6 +726,43 @@ static void off_stop(http_daemon *h) {
     h->off_started = 0;
 }
 
+/* ---------------------------------------------------------------- deferring
+ * http_defer: the handler's work goes to another thread (the db's
+ * committer), which answers with http_resume. Like an offload, but the
+ * thread is not the daemon's: the answer is kept on the request (off_res)
+ * and on_request sends it once resumed. */
+
+int http_defer(http_req *req, http_res *res) {
+    http_daemon *h = req->daemon;
+    if (!h) return -1;
+    pthread_mutex_lock(&h->off_mu);
+    if (h->off_closing) {
+        pthread_mutex_unlock(&h->off_mu);
+        return -1;
+    }
+    MHD_suspend_connection(req->conn);
+    if (!req->park_count++) __atomic_fetch_add(&h->waiters, 1, __ATOMIC_RELAXED);
+    h->deferred++;
+    pthread_mutex_unlock(&h->off_mu);
+    res->deferred = 1;
+    return 0;
+}
+
+http_res *http_res_new(void) {
+    http_res *res = xmalloc(sizeof *res);
+    res_init(res);
+    return res;
+}
+
+void http_resume(http_req *req, http_res *answer) {
+    http_daemon *h = req->daemon;
+    req->off_res = answer;
+    MHD_resume_connection(req->conn); /* on_request sends off_res; req is the pool thread's again */
+    pthread_mutex_lock(&h->off_mu);
+    h->deferred--;
+    pthread_mutex_unlock(&h->off_mu);
+}
+
 void http_offload(http_req *req, http_res *res, http_handler fn) {
     (void)req;
     res->offload = fn;
@@ -928,6 +966,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             req->watch_topic = HTTP_WAKE_NONE; /* http_wait_watch holds for one run */
             req->route->handler(h->srv, req, &res);
             req->calls++;
+            if (res.deferred) { /* suspended: another thread answers (http_resume) */
+                res_release(&res);
+                return MHD_YES;
+            }
             if (res.offload) {
                 http_handler fn = res.offload;
                 res_release(&res);
@@ -1133,6 +1175,15 @@ void http_stop(http_daemon *h) {
     if (!h) return;
     park_stop(h); /* every parked request resumed: none may be suspended at MHD_stop_daemon */
     off_stop(h);  /* and every offloaded one done and resumed */
+    /* and every deferred one answered by its thread (a group commit: it
+     * answers once its batch commits or fails; at most the 10 s of a write turn) */
+    for (int i = 0; i < 6000; i++) {
+        pthread_mutex_lock(&h->off_mu);
+        int left = h->deferred;
+        pthread_mutex_unlock(&h->off_mu);
+        if (!left) break;
+        usleep(5000);
+    }
     /* and answered: a long-poll gets its (empty) answer, a stream its end,
      * rather than a connection closed under them (at most 2 s) */
     for (int i = 0; i < 400 && __atomic_load_n(&h->waiters, __ATOMIC_RELAXED) > 0; i++) usleep(5000);

@@ -104,6 +104,8 @@ typedef struct http_res {
     MHD_ContentReaderFreeCallback stream_free;
     /* http_offload: no answer yet; run this on the offload thread */
     void (*offload)(struct server *srv, struct http_req *req, struct http_res *res);
+    /* http_defer: no answer yet; another thread gives it (http_resume) */
+    int deferred;
     /* http_wait: no answer yet; run the handler again within wait_ms */
     int wait_ms;
     int wait_topic;
@@ -173,6 +175,19 @@ void http_wake_many(http_daemon *h, int topic, const int64_t *ids, int n);
  * suspended; what fn answers is sent when it returns. The pool thread
  * serves its other connections meanwhile. */
 void http_offload(http_req *req, http_res *res, http_handler fn);
+
+/* For a handler whose answer another thread gives once its work is done
+ * (a submission waiting for its group commit, storage/db.h db_group_add):
+ * suspends the connection and returns 0; the handler hands req on and
+ * returns without answering, and the pool thread serves its other
+ * connections meanwhile. That thread builds the answer in http_res_new()
+ * and calls http_resume(req, answer) exactly once; req stays valid until
+ * then and must not be touched after. -1 when the daemon is stopping:
+ * nothing is suspended, answer now. http_stop waits for every deferred
+ * request's answer. */
+int http_defer(http_req *req, http_res *res);
+http_res *http_res_new(void);
+void http_resume(http_req *req, http_res *answer);
 
 /* Appends the request latency histogram by route (Prometheus text format,
  * trainyard_http_request_duration_seconds) to out: 0, or -1 when out is full. */

@@ -5,7 +5,8 @@
  * of short sleeps; statements are prepared once per thread and reused.
  * Explicit write transactions (db_begin) take turns on an in-process mutex
  * before BEGIN IMMEDIATE; WAL checkpoints run in a thread of their own, off
- * the requests' path. Migrations run in order, each in its own transaction,
+ * the requests' path. Writes that arrive together share one transaction
+ * (group commit: a committer thread, db_group_add). Migrations run in order, each in its own transaction,
  * and record themselves in schema_migrations. synchronous=NORMAL under WAL: a
  * commit survives any process crash (kill -9); docs/storage.md explains the
  * choice and the --durability full option; docs/reliability.md the load. */
@@ -42,6 +43,7 @@ typedef struct db_thread_conn {
     db_change *chg;
     size_t n_chg, cap_chg;
     int chg_all;                  /* too many to list: "everything changed" */
+    int auth_dirty;               /* the open transaction wrote tokens or teams (db_auth_generation) */
     struct db_thread_conn *next;
 } db_thread_conn;
 
@@ -66,6 +68,7 @@ struct db {
     /* Bumped after every commit of every connection of this process (the
      * WAL hook runs once the commit is visible); db_generation. */
     uint64_t generation;
+    uint64_t auth_generation;     /* bumped after a commit that wrote tokens or teams */
     int wal;                      /* the file is in WAL mode: the hook sees every commit */
     /* db_wake_node's hook: told of nodes after the commit that gave them work */
     void (*wake_fn)(void *cls, const int64_t *nodes, int n);
@@ -77,6 +80,14 @@ struct db {
     db_change *log;               /* (DB_CHANGES_CAP), allocated on first use */
     uint64_t log_head;            /* seq of the next entry */
     uint64_t log_all;             /* "everything" published before this seq (0: never) */
+    /* Group commit (db_group_add): items queued for the committer thread. */
+    pthread_t grp_th;
+    int grp_running, grp_stop;
+    pid_t grp_pid;                /* the process that runs the committer */
+    pthread_mutex_t grp_mu;
+    pthread_cond_t grp_cv;
+    db_group_item *grp_head, *grp_tail;
+    db_group_stats grp_stats;     /* under grp_mu */
     struct {                      /* db_cache: objects kept with the db (under lock) */
         void *obj;
         void (*release)(void *);
@@ -174,6 +185,10 @@ static int wal_hook(void *arg, sqlite3 *conn, const char *name, int frames) {
      * reader that drains them afterwards reads the rows as committed), and
      * a reader that saw the old number reads again (db_generation) */
     changes_publish(d, c);
+    if (c->auth_dirty) {
+        c->auth_dirty = 0;
+        __atomic_fetch_add(&d->auth_generation, 1, __ATOMIC_RELEASE);
+    }
     __atomic_fetch_add(&d->generation, 1, __ATOMIC_RELEASE);
     if (!d->ckpt_running || getpid() != d->ckpt_pid) { /* no checkpointer thread, or a fork
                                                           child (check's test runner) */
@@ -542,7 +557,10 @@ static void update_hook(void *arg, int op, const char *dbname, const char *table
     int t;
     switch (table[0]) {
     case 'j': t = strcmp(table, "jobs") == 0 ? DB_CH_JOB : 0; break;
-    case 't': t = strcmp(table, "tasks") == 0 ? DB_CH_TASK : strcmp(table, "teams") == 0 ? DB_CH_TEAM : 0; break;
+    case 't':
+        t = strcmp(table, "tasks") == 0 ? DB_CH_TASK : strcmp(table, "teams") == 0 ? DB_CH_TEAM : 0;
+        if (t == DB_CH_TEAM || strcmp(table, "tokens") == 0) c->auth_dirty = 1;
+        break;
     case 'a': t = strcmp(table, "allocations") == 0 ? DB_CH_ALLOC : 0; break; /* rowid = device_id */
     case 'd': t = strcmp(table, "devices") == 0 ? DB_CH_DEVICE : 0; break;
     default: t = 0;
@@ -552,6 +570,7 @@ static void update_hook(void *arg, int op, const char *dbname, const char *table
 
 static void rollback_hook(void *arg) {
     db_thread_conn *c = arg;
+    c->auth_dirty = 0;
     c->n_chg = 0;
     c->chg_all = 0;
 }
@@ -695,6 +714,152 @@ static void *ckpt_main(void *arg) {
     return NULL;
 }
 
+/* ---------------------------------------------------------------- group commit
+ * One committer thread per db. It sleeps while nothing is queued; woken, it
+ * takes what is queued (at most DB_GROUP_MAX), runs the items in one
+ * transaction, a savepoint each, commits, and calls their done. What
+ * arrives meanwhile is the next batch: nothing ever waits for a batch to
+ * fill, and an item waits at most for the batch before it (and for the
+ * write turn, like any db_begin). */
+
+static const char SQL_GRP_SAVEPOINT[] = "SAVEPOINT db_group_item";
+static const char SQL_GRP_ROLLBACK_TO[] = "ROLLBACK TO db_group_item";
+static const char SQL_GRP_RELEASE[] = "RELEASE db_group_item";
+
+static int step_const(db *d, const char *sql) {
+    sqlite3_stmt *st = db_prepare(d, sql);
+    if (!st) return -1;
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static double now_us_f(void) { return mono_s() * 1e6; }
+
+/* Runs one batch (a list linked through next) and calls every done. */
+static void group_commit(db *d, db_group_item *batch) {
+    double t0 = now_us_f();
+    uint64_t n = 0, wait_sum = 0, wait_max = 0;
+    for (db_group_item *it = batch; it; it = it->next) {
+        n++;
+        it->rc = -1;
+        uint64_t w = t0 > (double)it->queued_us ? (uint64_t)(t0 - (double)it->queued_us) : 0;
+        wait_sum += w;
+        if (w > wait_max) wait_max = w;
+    }
+    sqlite3 *conn = db_conn(d);
+    if (conn && db_begin(d) == 0) {
+        int lost = 0; /* the transaction ended under us (SQLite rolls it all back on some errors) */
+        for (db_group_item *it = batch; it && !lost; it = it->next) {
+            size_t notes = db_notes_mark(), changes = db_changes_mark(d);
+            if (step_const(d, SQL_GRP_SAVEPOINT) < 0) {
+                lost = sqlite3_get_autocommit(conn);
+                continue;
+            }
+            int rc = it->run(d, it->arg);
+            if (sqlite3_get_autocommit(conn)) {
+                lost = 1;
+                break;
+            }
+            if (rc != 0) {
+                if (step_const(d, SQL_GRP_ROLLBACK_TO) < 0) {
+                    lost = 1; /* its writes could not be undone: the batch must not commit them */
+                    break;
+                }
+                db_notes_rewind(notes);
+                db_changes_rewind(d, changes);
+            }
+            if (step_const(d, SQL_GRP_RELEASE) < 0) {
+                lost = 1;
+                break;
+            }
+            it->rc = rc;
+        }
+        if (lost) {
+            log_warn("db: a group commit of %llu writes was rolled back: %s", (unsigned long long)n,
+                     sqlite3_errmsg(conn));
+            db_rollback(d);
+        } else if (db_commit(d) < 0) {
+            lost = 1;
+        }
+        if (lost)
+            for (db_group_item *it = batch; it; it = it->next) it->rc = -1;
+    } else {
+        log_warn("db: a group commit of %llu writes could not begin", (unsigned long long)n);
+    }
+    double t1 = now_us_f();
+    pthread_mutex_lock(&d->grp_mu);
+    d->grp_stats.batches++;
+    d->grp_stats.items += n;
+    if (n > d->grp_stats.largest) d->grp_stats.largest = n;
+    d->grp_stats.wait_us_sum += wait_sum;
+    if (wait_max > d->grp_stats.wait_us_max) d->grp_stats.wait_us_max = wait_max;
+    d->grp_stats.commit_us_sum += (uint64_t)(t1 - t0);
+    pthread_mutex_unlock(&d->grp_mu);
+    for (db_group_item *it = batch, *next; it; it = next) {
+        next = it->next; /* done may free it */
+        it->done(it->arg, it->rc);
+    }
+}
+
+static void *grp_main(void *arg) {
+    db *d = arg;
+    pthread_mutex_lock(&d->grp_mu);
+    for (;;) {
+        while (!d->grp_head && !d->grp_stop) pthread_cond_wait(&d->grp_cv, &d->grp_mu);
+        if (!d->grp_head) break; /* stopping, and everything queued is done */
+        db_group_item *batch = d->grp_head, *last = batch;
+        for (int k = 1; k < DB_GROUP_MAX && last->next; k++) last = last->next;
+        d->grp_head = last->next;
+        if (!d->grp_head) d->grp_tail = NULL;
+        last->next = NULL;
+        pthread_mutex_unlock(&d->grp_mu);
+        group_commit(d, batch);
+        pthread_mutex_lock(&d->grp_mu);
+    }
+    pthread_mutex_unlock(&d->grp_mu);
+    return NULL;
+}
+
+int db_group_add(db *d, db_group_item *it) {
+    it->next = NULL;
+    it->rc = -1;
+    it->queued_us = (int64_t)now_us_f();
+    pthread_mutex_lock(&d->grp_mu);
+    if (d->grp_stop) {
+        pthread_mutex_unlock(&d->grp_mu);
+        return -1;
+    }
+    if (!d->grp_running || getpid() != d->grp_pid) { /* no committer in this process: alone, now */
+        pthread_mutex_unlock(&d->grp_mu);
+        group_commit(d, it);
+        return 0;
+    }
+    if (d->grp_tail) d->grp_tail->next = it;
+    else d->grp_head = it;
+    d->grp_tail = it;
+    pthread_cond_signal(&d->grp_cv);
+    pthread_mutex_unlock(&d->grp_mu);
+    return 0;
+}
+
+void db_group_stats_get(db *d, db_group_stats *out) {
+    pthread_mutex_lock(&d->grp_mu);
+    *out = d->grp_stats;
+    pthread_mutex_unlock(&d->grp_mu);
+}
+
+/* Lets the committer finish what is queued, then stops it. */
+static void grp_stop(db *d) {
+    pthread_mutex_lock(&d->grp_mu);
+    d->grp_stop = 1;
+    pthread_cond_signal(&d->grp_cv);
+    int join = d->grp_running && getpid() == d->grp_pid;
+    pthread_mutex_unlock(&d->grp_mu);
+    if (join) pthread_join(d->grp_th, NULL);
+    d->grp_running = 0;
+}
+
 /* ---------------------------------------------------------------- migrations */
 
 int db_migrations_count(void) { return schema_migrations_n; }
@@ -785,6 +950,11 @@ uint64_t db_generation(db *d) {
     return __atomic_load_n(&d->generation, __ATOMIC_ACQUIRE) + 1;
 }
 
+uint64_t db_auth_generation(db *d) {
+    if (!d->wal) return 0;
+    return __atomic_load_n(&d->auth_generation, __ATOMIC_ACQUIRE) + 1;
+}
+
 int db_open_at(db **out, const char *path, int target, char *err, size_t errlen) {
     *out = NULL;
     /* No global memory statistics: with them every sqlite3_malloc of every
@@ -817,10 +987,16 @@ int db_open_at(db **out, const char *path, int target, char *err, size_t errlen)
      * never meet: each starts at its own 2^40 */
     static uint64_t instances;
     d->generation = __atomic_add_fetch(&instances, 1, __ATOMIC_RELAXED) << 40;
+    d->auth_generation = d->generation;
     d->ckpt_pid = getpid();
     d->ckpt_running = 1;
     if (pthread_create(&d->ckpt_th, NULL, ckpt_main, d) != 0) d->ckpt_running = 0;
     if (!d->ckpt_running) log_warn("db: no checkpointer thread; SQLite checkpoints on commit");
+    pthread_mutex_init(&d->grp_mu, NULL);
+    pthread_cond_init(&d->grp_cv, NULL);
+    d->grp_pid = getpid();
+    d->grp_running = pthread_create(&d->grp_th, NULL, grp_main, d) == 0;
+    if (!d->grp_running) log_warn("db: no committer thread; grouped writes commit one by one");
     *out = d;
     return 0;
 }
@@ -831,6 +1007,7 @@ int db_open(db **out, const char *path, char *err, size_t errlen) {
 
 void db_close(db *d) {
     if (!d) return;
+    grp_stop(d);
     if (d->ckpt_running && getpid() == d->ckpt_pid) {
         pthread_mutex_lock(&d->ckpt_mu);
         d->ckpt_stop = 1;
@@ -859,6 +1036,8 @@ void db_close(db *d) {
     pthread_mutex_destroy(&d->ckpt_mu);
     pthread_cond_destroy(&d->ckpt_cv);
     pthread_mutex_destroy(&d->chg_mu);
+    pthread_mutex_destroy(&d->grp_mu);
+    pthread_cond_destroy(&d->grp_cv);
     free(d->log);
     free(d->path);
     free(d);

@@ -10,7 +10,8 @@
  *          db_rollback, db_version, db_migrations_count, db_migrate_to,
  *          db_disk_full, db_generation, db_note, db_notes_mark, db_notes_rewind, db_set_wake_hook, db_wake_node,
  *          db_change_note, db_changes_mark, db_changes_rewind, db_changes_head,
- *          db_changes_read (the change log the scheduler's mirror follows), db_cache */
+ *          db_changes_read (the change log the scheduler's mirror follows), db_cache,
+ *          db_group_add, db_group_stats_get (group commit), db_auth_generation */
 #ifndef TRAINYARD_DB_H
 #define TRAINYARD_DB_H
 
@@ -141,6 +142,48 @@ int db_version(db *d);
 /* Number of migrations this build knows (the newest version). */
 int db_migrations_count(void);
 
+/* ---------------------------------------------------------------- group commit
+ * Writes that arrive together share one transaction and one commit. A
+ * writer queues an item (db_group_add) and goes on with other work; the
+ * db's committer thread takes everything queued (at most DB_GROUP_MAX),
+ * runs each item's run() in a SAVEPOINT of its own inside one BEGIN
+ * IMMEDIATE (the write turn of db_begin), commits, and only then calls each
+ * item's done() with its result. It never waits for a batch to fill: an
+ * item queued while the committer sleeps is taken at once, alone; items
+ * queued while a batch commits form the next batch. An item's run() that
+ * fails rolls back its own savepoint only; the others of its batch commit.
+ *
+ * done(arg, rc) is called exactly once per queued item, on the committer
+ * thread: rc is run()'s result (0 = committed: the change is as durable as
+ * any commit, see db_set_durability_full), or -1 when the batch could not
+ * begin or commit (nothing of it was written). done may free the item. */
+#define DB_GROUP_MAX 256
+typedef struct db_group_item {
+    int (*run)(db *d, void *arg);     /* inside the batch's transaction: 0, or non-zero to undo its writes */
+    void (*done)(void *arg, int rc);  /* after the COMMIT returned (or failed) */
+    void *arg;
+    /* the db's, set by db_group_add */
+    struct db_group_item *next;
+    int rc;
+    int64_t queued_us;
+} db_group_item;
+
+/* Queues it for the next batch: 0 (done will be called), or -1 when the db
+ * is closing (done is never called). In a process other than the one that
+ * opened the db (a fork), the item is run and committed at once, alone. */
+int db_group_add(db *d, db_group_item *it);
+
+/* What the committer did since the db was opened. */
+typedef struct db_group_stats {
+    uint64_t batches;                 /* transactions committed or failed */
+    uint64_t items;                   /* items in them */
+    uint64_t largest;                 /* most items in one batch */
+    uint64_t wait_us_sum;             /* an item's time from db_group_add to its batch's BEGIN, summed */
+    uint64_t wait_us_max;             /* and the longest */
+    uint64_t commit_us_sum;           /* a batch's BEGIN to the end of its COMMIT, summed */
+} db_group_stats;
+void db_group_stats_get(db *d, db_group_stats *out);
+
 /* synchronous=FULL for every connection opened after this call (power-loss
  * durability at the cost of an fsync per commit). Default NORMAL. */
 void db_set_durability_full(int on);
@@ -154,6 +197,14 @@ void db_set_durability_full(int on);
  * 0 when the file is not in WAL mode (a commit then goes unseen), and
  * nothing may be kept. */
 uint64_t db_generation(db *d);
+
+/* The same for what a token lookup reads: a number that changes after
+ * every commit that wrote a row of tokens or teams (SQLite's update hook
+ * sees the writes, whoever makes them), so a token found while it stays
+ * the same is still valid (a revocation is such a commit). Busy writers of
+ * other tables (submissions, metrics) leave it alone. 0 when the file is
+ * not in WAL mode. */
+uint64_t db_auth_generation(db *d);
 
 /* Path of the database file. */
 const char *db_path(db *d);

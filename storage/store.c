@@ -221,9 +221,10 @@ static int token_query(db *d, const char hash[65], principal *who) {
     return ret;
 }
 
-/* Each thread keeps its last few tokens found, with the db_generation they
- * were read at: a request with one of them costs no query until the next
- * commit (a revocation is one), and an unknown token always asks. */
+/* Each thread keeps its last few tokens found, with the db_auth_generation
+ * they were read at: a request with one of them costs no query until the
+ * next commit that writes tokens or teams (a revocation is one; the stream
+ * of submissions and metrics is not), and an unknown token always asks. */
 #define TOKEN_CACHE_N 8
 typedef struct token_cached {
     uint64_t gen;                 /* unique to its db (storage/db.h); 0: empty */
@@ -236,7 +237,7 @@ static __thread unsigned t_tokens_next;
 int store_token_lookup(db *d, const char *token, principal *who) {
     char hash[65];
     sha256_hex(token, strlen(token), hash);
-    uint64_t gen = db_generation(d);
+    uint64_t gen = db_auth_generation(d); /* moves only with a write of tokens or teams */
     for (int i = 0; gen && i < TOKEN_CACHE_N; i++) {
         const token_cached *c = &t_tokens[i];
         if (c->gen == gen && CRYPTO_memcmp(c->hash, hash, 64) == 0) {
@@ -338,11 +339,11 @@ static const char SQL_JOB_INSERT[] =
     " created_at, updated_at, queued_at, strategy, memory_mb, workers_min)"
     " VALUES(?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 'waiting for the scheduler', ?, ?, ?, ?, ?, ?)";
 
-int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_len,
-                     const store_new_job *job, const char *actor, int64_t *id_out) {
-    if (db_begin(d) < 0) return STORE_ERROR;
+/* The job's row and its "submitted" event, inside the caller's transaction. */
+static int job_insert_rows(db *d, int64_t team_id, const char *spec_json, size_t spec_len, const store_new_job *job,
+                           const char *actor, int64_t *id_out) {
     sqlite3_stmt *st = db_prepare(d, SQL_JOB_INSERT);
-    if (!st) goto fail;
+    if (!st) return STORE_ERROR;
     int64_t now = now_ms();
     sqlite3_bind_int64(st, 1, team_id);
     sqlite3_bind_text(st, 2, job->name, -1, SQLITE_TRANSIENT);
@@ -364,15 +365,102 @@ int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_
     sqlite3_bind_int(st, 18, job->workers_min);
     int rc = sqlite3_step(st);
     db_done(st);
-    if (rc != SQLITE_DONE) goto fail;
+    if (rc != SQLITE_DONE) return STORE_ERROR;
     int64_t id = sqlite3_last_insert_rowid(db_conn(d));
-    if (event_insert(d, id, "state", NULL, "queued", actor, "submitted") != STORE_OK) goto fail;
+    if (event_insert(d, id, "state", NULL, "queued", actor, "submitted") != STORE_OK) return STORE_ERROR;
+    *id_out = id;
+    return STORE_OK;
+}
+
+int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_len,
+                     const store_new_job *job, const char *actor, int64_t *id_out) {
+    if (db_begin(d) < 0) return STORE_ERROR;
+    int64_t id = 0;
+    if (job_insert_rows(d, team_id, spec_json, spec_len, job, actor, &id) != STORE_OK) {
+        db_rollback(d);
+        return STORE_ERROR;
+    }
     if (db_commit(d) < 0) return STORE_ERROR;
     *id_out = id;
     return STORE_OK;
-fail:
-    db_rollback(d);
-    return STORE_ERROR;
+}
+
+/* A submission queued for the group commit: its own copies of what it
+ * inserts (the caller's buffers may be gone when the batch runs). */
+typedef struct job_submit {
+    db_group_item item;
+    int64_t team_id;
+    store_new_job job;
+    char *name, *spec, *device, *strategy, *actor;
+    size_t spec_len;
+    int64_t id;
+    cJSON *json;
+    store_submit_done done;
+    void *arg;
+} job_submit;
+
+static int job_submit_run(db *d, void *arg) {
+    job_submit *s = arg;
+    if (job_insert_rows(d, s->team_id, s->spec, s->spec_len, &s->job, s->actor, &s->id) != STORE_OK)
+        return STORE_ERROR;
+    /* the answer's job, read in the same transaction: what the commit makes durable */
+    if (store_job_get(d, s->id, 0, 0, &s->json) != STORE_OK) {
+        s->json = NULL;
+        return STORE_ERROR;
+    }
+    return STORE_OK;
+}
+
+static void job_submit_done(void *arg, int rc) {
+    job_submit *s = arg;
+    if (rc != STORE_OK) {
+        cJSON_Delete(s->json);
+        s->json = NULL;
+        s->id = 0;
+        rc = STORE_ERROR;
+    }
+    s->done(s->arg, rc, s->id, s->json);
+    free(s->name);
+    free(s->spec);
+    free(s->device);
+    free(s->strategy);
+    free(s->actor);
+    free(s);
+}
+
+static char *dup_or_null(const char *p) { return p ? xstrdup(p) : NULL; }
+
+int store_job_submit(db *d, int64_t team_id, const char *spec_json, size_t spec_len, const store_new_job *job,
+                     const char *actor, store_submit_done done, void *arg) {
+    job_submit *s = xcalloc(1, sizeof *s);
+    s->team_id = team_id;
+    s->job = *job;
+    s->name = dup_or_null(job->name);
+    s->device = dup_or_null(job->device);
+    s->strategy = dup_or_null(job->strategy);
+    s->actor = xstrdup(actor ? actor : "");
+    s->spec = xmalloc(spec_len + 1);
+    memcpy(s->spec, spec_json, spec_len);
+    s->spec[spec_len] = '\0';
+    s->spec_len = spec_len;
+    s->job.name = s->name;
+    s->job.device = s->device;
+    s->job.strategy = s->strategy;
+    s->done = done;
+    s->arg = arg;
+    s->item.run = job_submit_run;
+    s->item.done = job_submit_done;
+    s->item.arg = s;
+    if (db_group_add(d, &s->item) < 0) {
+        free(s->name);
+        free(s->spec);
+        free(s->device);
+        free(s->strategy);
+        free(s->actor);
+        free(s);
+        return STORE_ERROR;
+    }
+    return STORE_OK;
 }
 
 static const char SQL_JOB_FAILURE[] =

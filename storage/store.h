@@ -77,6 +77,20 @@ typedef struct {
 int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_len,
                      const store_new_job *job, const char *actor, int64_t *id_out);
 
+/* The same insert through the db's group commit (db.h, db_group_add), for
+ * a caller that must not block: the job, its event and its JSON form
+ * (store_job_get's, read in the same transaction) are written together
+ * with whatever else is queued, in one transaction of savepoints; the
+ * strings are copied. done(arg, rc, id, job) runs once on the committer
+ * thread after the batch's COMMIT has returned: STORE_OK with the new id
+ * and its JSON (ownership passes) when the job is committed, STORE_ERROR
+ * with 0 and NULL when it is not (nothing of it was written).
+ * Returns STORE_OK when queued (done will be called), STORE_ERROR when the
+ * db is closing (done is never called). */
+typedef void (*store_submit_done)(void *arg, int rc, int64_t id, cJSON *job);
+int store_job_submit(db *d, int64_t team_id, const char *spec_json, size_t spec_len, const store_new_job *job,
+                     const char *actor, store_submit_done done, void *arg);
+
 /* Counts one failed attempt of the job (inside the caller's transaction) and
  * tells whether the restart budget allows another: 1 requeue, 0 budget
  * spent, -1 store error. *failures and *max_restarts get the counts. */

@@ -3,7 +3,8 @@
  * of one worker of a gang and of an agent (the gang resumes from its latest
  * checkpoint, and attempt 2's first checkpoint is one epoch past it); a
  * checkpoint upload cut halfway or with a wrong sha256; a full disk (a small
- * tmpfs as the data directory); 64 concurrent writers.
+ * tmpfs as the data directory); 64 concurrent writers; 16 clients submitting
+ * at once (batches of the group commit) and a kill -9 right after some 201s.
  *
  * The short form runs in `make test`; FAULTS_LONG=1 (`make test-faults`)
  * runs the long form: three server kills, each during 500 submissions from
@@ -444,6 +445,152 @@ START_TEST(server_kill9_during_submissions) {
 }
 END_TEST
 
+/* ================================================================ 1b. group commit, kill -9 */
+
+/* Submissions that arrive together share one transaction (storage/db.h,
+ * group commit): many clients submit distinct jobs at once, so batches
+ * form; the server is killed with SIGKILL right after some 201s; after a
+ * restart, every job answered 201 is there with the spec it was sent. */
+
+typedef struct grp_run {
+    int n;                        /* submissions to try */
+    int next;                     /* atomic: next index */
+    int acked;                    /* atomic: 201 with an id */
+    int failed;                   /* atomic: no answer (the server died) */
+    int errors5xx;                /* atomic */
+    int other;                    /* atomic: any other answer (none expected) */
+    int64_t *ids;                 /* (n) the id each 201 named, 0 when none */
+} grp_run;
+
+/* Submission i's spec: its own name and seed, so a job read back can only
+ * match the one submission it came from. */
+static void grp_spec(char *out, size_t cap, int i) {
+    snprintf(out, cap,
+             "{\"name\":\"grp-%d\",\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":1,\"activation\":\"sigmoid\","
+             "\"input_shape\":[4]}]},\"compile\":{\"optimizer\":{\"type\":\"sgd\",\"learning_rate\":0.1},"
+             "\"loss\":\"binary_crossentropy\"},\"data\":{\"source\":\"synthetic\",\"examples\":%d,\"features\":4,"
+             "\"seed\":%d},\"fit\":{\"epochs\":1,\"batch_size\":10},\"resources\":{\"workers\":1,"
+             "\"devices_per_worker\":1,\"device\":\"gpu\"},\"queue_if_infeasible\":true}",
+             i, 100 + i, i);
+}
+
+static void *grp_submitter(void *arg) {
+    grp_run *s = arg;
+    client c;
+    if (client_init(&c, srv.url, team_tok) != 0) return NULL;
+    c.timeout_ms = 10000;
+    char spec[1024];
+    for (;;) {
+        int i = __atomic_fetch_add(&s->next, 1, __ATOMIC_SEQ_CST);
+        if (i >= s->n) break;
+        grp_spec(spec, sizeof spec, i);
+        client_reply r;
+        if (client_request(&c, "POST", "/api/v1/jobs", spec, strlen(spec), NULL, &r) < 0) {
+            __atomic_fetch_add(&s->failed, 1, __ATOMIC_SEQ_CST);
+            client_reply_release(&r);
+            continue;
+        }
+        if (r.status == 201) {
+            cJSON *o = cJSON_ParseWithLength(r.body.data ? r.body.data : "", r.body.len);
+            if (cJSON_IsNumber(cJSON_GetObjectItem(o, "id"))) {
+                s->ids[i] = (int64_t)ty_num(o, "id");
+                __atomic_fetch_add(&s->acked, 1, __ATOMIC_SEQ_CST);
+            }
+            cJSON_Delete(o);
+        } else if (r.status >= 500) {
+            __atomic_fetch_add(&s->errors5xx, 1, __ATOMIC_SEQ_CST);
+        } else {
+            __atomic_fetch_add(&s->other, 1, __ATOMIC_SEQ_CST);
+        }
+        client_reply_release(&r);
+    }
+    client_release(&c);
+    return NULL;
+}
+
+/* A value of the server's /metrics (admin token), -1 when absent. */
+static double metric_value(const char *name) {
+    char admin[128];
+    ty_token(&srv, "admin.token", admin, sizeof admin);
+    client c;
+    ck_assert_int_eq(client_init(&c, srv.url, admin), 0);
+    client_reply r;
+    ck_assert_int_eq(client_request(&c, "GET", "/metrics", NULL, 0, NULL, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    double v = -1;
+    size_t nl = strlen(name);
+    for (const char *p = r.body.data; p && *p;) {
+        if (strncmp(p, name, nl) == 0 && p[nl] == ' ') {
+            v = strtod(p + nl + 1, NULL);
+            break;
+        }
+        const char *e = strchr(p, '\n');
+        p = e ? e + 1 : NULL;
+    }
+    client_reply_release(&r);
+    client_release(&c);
+    return v;
+}
+
+START_TEST(group_commit_kill9_keeps_every_201) {
+    int rounds = g_long ? 3 : 1;
+    for (int round = 0; round < rounds; round++) {
+        grp_run s;
+        memset(&s, 0, sizeof s);
+        s.n = g_long ? 3000 : 600;
+        s.ids = xcalloc((size_t)s.n, sizeof *s.ids);
+        enum { THREADS = 16 };
+        pthread_t th[THREADS];
+        for (int t = 0; t < THREADS; t++) ck_assert_int_eq(pthread_create(&th[t], NULL, grp_submitter, &s), 0);
+        /* batches formed: some transaction held more than one submission */
+        int64_t end = mono_ms() + 60000;
+        while (__atomic_load_n(&s.acked, __ATOMIC_SEQ_CST) < s.n / 4 && mono_ms() < end) ty_sleep_ms(1);
+        double batch_max = metric_value("trainyard_db_group_batch_max");
+        double commits = metric_value("trainyard_db_group_commits_total");
+        double writes = metric_value("trainyard_db_group_writes_total");
+        /* kill -9 right after some 201s, the others still pouring in */
+        while (__atomic_load_n(&s.acked, __ATOMIC_SEQ_CST) < s.n / 3 && mono_ms() < end) ty_sleep_ms(1);
+        ck_assert_int_eq(WTERMSIG(ty_kill(&srv, SIGKILL)), SIGKILL);
+        int acked_at_kill = __atomic_load_n(&s.acked, __ATOMIC_SEQ_CST);
+        for (int t = 0; t < THREADS; t++) pthread_join(th[t], NULL);
+        fprintf(stderr,
+                "faults: group commit kill %d: %d of %d acknowledged at the kill (%d by the end, %d unanswered); "
+                "before it %.0f writes in %.0f commits, the largest %.0f\n",
+                round + 1, acked_at_kill, s.n, s.acked, s.failed, writes, commits, batch_max);
+        ck_assert_int_eq(s.errors5xx, 0);
+        ck_assert_int_eq(s.other, 0);
+        ck_assert_int_ge(s.acked, s.n / 3);
+        ck_assert_int_gt(s.failed, 0); /* the kill landed during the submissions */
+        ck_assert_msg(batch_max >= 2 && writes > commits,
+                      "no batch held two submissions (largest %.0f, %.0f writes in %.0f commits)", batch_max, writes,
+                      commits);
+
+        start_server_fixed("3600");
+        /* every 201 is there, queued, with the spec it was sent, under its own id */
+        int checked = 0;
+        char spec[1024];
+        for (int i = 0; i < s.n; i++) {
+            if (!s.ids[i]) continue;
+            cJSON *o = ty_job_get(srv.url, team_tok, s.ids[i]);
+            ck_assert_msg(o != NULL, "job %lld (submission %d) answered 201 and is gone", (long long)s.ids[i], i);
+            char name[32];
+            snprintf(name, sizeof name, "grp-%d", i);
+            ck_assert_str_eq(ty_str(o, "name"), name);
+            ck_assert_str_eq(ty_str(o, "state"), "queued");
+            grp_spec(spec, sizeof spec, i);
+            cJSON *sent = cJSON_Parse(spec);
+            ck_assert_msg(cJSON_Compare(cJSON_GetObjectItem(o, "spec"), sent, 1),
+                          "job %lld's spec differs from submission %d's", (long long)s.ids[i], i);
+            cJSON_Delete(sent);
+            cJSON_Delete(o);
+            checked++;
+        }
+        ck_assert_int_eq(checked, s.acked);
+        free(s.ids);
+    }
+}
+END_TEST
+
 /* ================================================================ 2. gang member kill -9 */
 
 /* The worker process of task `name` (TRAINYARD_TASK_NAME) among the agent's children. */
@@ -857,6 +1004,8 @@ int main(void) {
     TCase *played_tc = ty_tcase(s, "played agent", setup_server, teardown, 300);
     tcase_add_test(played_tc, checkpoint_cut_or_bad_sha_keeps_the_previous);
     tcase_add_test(played_tc, many_writers_no_5xx);
+    TCase *subs = ty_tcase(s, "group commit", setup_server, teardown, 300);
+    tcase_add_test(subs, group_commit_kill9_keeps_every_201);
     TCase *disk = ty_tcase(s, "disk", NULL, teardown, 120);
     tcase_add_test(disk, full_disk_refuses_writes_and_recovers);
     int rc = ty_run_suite(s);

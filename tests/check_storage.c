@@ -536,6 +536,100 @@ START_TEST(generation_follows_commits) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- group commit */
+
+typedef struct grp_done {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int n;                        /* submissions answered */
+    int rc[3];
+    int64_t id[3];
+    char name[3][16];             /* the answer's job name */
+} grp_done;
+
+typedef struct grp_arg {
+    grp_done *g;
+    int k;
+} grp_arg;
+
+static void grp_on_done(void *arg, int rc, int64_t id, cJSON *job) {
+    grp_arg *a = arg;
+    grp_done *g = a->g;
+    pthread_mutex_lock(&g->mu);
+    g->rc[a->k] = rc;
+    g->id[a->k] = id;
+    const cJSON *n = cJSON_GetObjectItem(job, "name");
+    snprintf(g->name[a->k], sizeof g->name[a->k], "%s", cJSON_IsString(n) ? n->valuestring : "");
+    g->n++;
+    pthread_cond_signal(&g->cv);
+    pthread_mutex_unlock(&g->mu);
+    cJSON_Delete(job);
+}
+
+/* Submissions queued while the write turn is taken form one batch; one of
+ * them fails (a team that does not exist: its foreign key), and only its
+ * own savepoint is rolled back: the others commit, each answered with its
+ * own id and job, and the failed one left nothing. */
+START_TEST(group_commit_isolates_a_failed_write) {
+    db *d = NULL;
+    char err[256];
+    ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
+    int64_t team = 0;
+    ck_assert_int_eq(store_team_create(d, "vision", &team), STORE_OK);
+    uint64_t auth0 = db_auth_generation(d);
+    grp_done g;
+    memset(&g, 0, sizeof g);
+    pthread_mutex_init(&g.mu, NULL);
+    pthread_cond_init(&g.cv, NULL);
+    grp_arg args[3] = {{&g, 0}, {&g, 1}, {&g, 2}};
+    const char *names[3] = {"first", "orphan", "third"};
+    int64_t teams[3] = {team, team + 1000, team};
+    /* hold the write turn: the committer takes what is queued and waits
+     * for the turn; the rest queue behind it */
+    ck_assert_int_eq(db_begin(d), 0);
+    for (int k = 0; k < 3; k++) {
+        store_new_job row = {.name = names[k], .workers = 1, .devices_per_worker = 1, .device = "cpu"};
+        ck_assert_int_eq(store_job_submit(d, teams[k], SPEC, strlen(SPEC), &row, "team:vision", grp_on_done, &args[k]),
+                         STORE_OK);
+    }
+    pthread_mutex_lock(&g.mu);
+    ck_assert_int_eq(g.n, 0); /* nothing is answered before its commit */
+    pthread_mutex_unlock(&g.mu);
+    db_rollback(d);
+    pthread_mutex_lock(&g.mu);
+    while (g.n < 3) pthread_cond_wait(&g.cv, &g.mu);
+    pthread_mutex_unlock(&g.mu);
+    ck_assert_int_eq(g.rc[0], STORE_OK);
+    ck_assert_int_eq(g.rc[1], STORE_ERROR);
+    ck_assert_int_eq(g.rc[2], STORE_OK);
+    ck_assert_int_eq(g.id[1], 0);
+    ck_assert_int_ne(g.id[0], g.id[2]);
+    ck_assert_str_eq(g.name[0], "first");
+    ck_assert_str_eq(g.name[2], "third");
+    /* what each answer named is committed; the failed one left no row, no event */
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM jobs"), 2);
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM job_events"), 2);
+    for (int k = 0; k < 3; k += 2) {
+        char sql[128];
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM jobs WHERE id = %lld AND name = '%s'", (long long)g.id[k],
+                 names[k]);
+        ck_assert_int_eq(count(d, sql), 1);
+    }
+    db_group_stats st;
+    db_group_stats_get(d, &st);
+    ck_assert_uint_eq(st.items, 3);
+    /* [first] then [orphan, third], or all three at once: the failed one
+     * always shared its batch (the turn was held until all were queued) */
+    ck_assert_uint_le(st.batches, 2);
+    ck_assert_uint_eq(st.largest, 4 - st.batches);
+    /* job writes leave the tokens' number alone */
+    ck_assert_uint_eq(db_auth_generation(d), auth0);
+    db_close(d);
+    pthread_cond_destroy(&g.cv);
+    pthread_mutex_destroy(&g.mu);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("storage");
     TCase *tc = tcase_create("sqlite");
@@ -549,6 +643,7 @@ int main(void) {
     tcase_add_test(tc, job_lifecycle_and_events);
     tcase_add_test(tc, threads_share_the_pool);
     tcase_add_test(tc, generation_follows_commits);
+    tcase_add_test(tc, group_commit_isolates_a_failed_write);
     tcase_add_test(tc, changes_follow_commits);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
