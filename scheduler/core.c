@@ -1182,6 +1182,20 @@ static double team_key(const core *c, int t)
     return k;
 }
 
+/* A team's key kept with the devices in use it was computed from (the key
+ * is a function of them; the rest is fixed for the pass). */
+typedef struct tkey { double inuse, key; int ok; } tkey;
+
+static double team_key_kept(const core *c, tkey *tk, int t)
+{
+    if (!tk[t].ok || tk[t].inuse != c->inuse[t]) {
+        tk[t].key = team_key(c, t);
+        tk[t].inuse = c->inuse[t];
+        tk[t].ok = 1;
+    }
+    return tk[t].key;
+}
+
 /* Considers one job in order: place it, make it the head, backfill it, or
  * record why it waits. */
 /* The most workers of an elastic job (between its min and its max, or its
@@ -1376,6 +1390,7 @@ int sched_pass_core(const sched_snapshot *s, const sched_config *cfg, sched_resu
     int *tcur = xcalloc((size_t)(nt > 0 ? nt : 1), sizeof(int));
     int *active = xcalloc((size_t)(nt > 0 ? nt : 1), sizeof(int));
     int *byteam = xmalloc(nqz * sizeof(int));
+    tkey *tk = xcalloc((size_t)(nt > 0 ? nt : 1), sizeof *tk);
     int rank = 0, preempt_tries = 0;
     for (int b = 0; b < nq;) {
         int e = b;
@@ -1395,11 +1410,15 @@ int sched_pass_core(const sched_snapshot *s, const sched_config *cfg, sched_resu
         int na = 0;
         for (int t = 0; t < nt; t++) { tcur[t] = tstart[t]; if (tcount[t]) active[na++] = t; }
         while (na > 0) {
+            /* one team left in the band: no key to compare; else each
+             * team's key, computed again only when its devices in use moved */
             int best = 0;
-            double bk = team_key(&c, active[0]);
-            for (int a = 1; a < na; a++) {
-                double k = team_key(&c, active[a]);
-                if (k < bk) { bk = k; best = a; }
+            if (na > 1) {
+                double bk = team_key_kept(&c, tk, active[0]);
+                for (int a = 1; a < na; a++) {
+                    double k = team_key_kept(&c, tk, active[a]);
+                    if (k < bk) { bk = k; best = a; }
+                }
             }
             int t = active[best];
             int ji = byteam[tcur[t]++];
@@ -1409,7 +1428,7 @@ int sched_pass_core(const sched_snapshot *s, const sched_config *cfg, sched_resu
         }
         b = e;
     }
-    free(tcount); free(tstart); free(tcur); free(active); free(byteam); free(keys);
+    free(tcount); free(tstart); free(tcur); free(active); free(byteam); free(keys); free(tk);
     memcpy(r->starving, c.starving, sizeof r->starving);
     grow_elastic(&c);
     core_release(&c);
