@@ -194,8 +194,12 @@ typedef struct core {
     int nn;
     int maxcap[SCHED_KINDS];
     int *free_[SCHED_KINDS];     /* (nn) free devices per node */
-    uint8_t *held[SCHED_KINDS];  /* per node, per device: 1 held */
+    uint8_t *held[SCHED_KINDS];  /* per node, per device: 1 held (a node's once held_ok) */
     int *held_off[SCHED_KINDS];  /* (nn) offset of node's devices in held */
+    uint8_t *held_ok[SCHED_KINDS]; /* (nn) 1: the node's held flags are filled (held_of) */
+    int64_t largest_cap[SCHED_KINDS]; /* the largest ready node's devices of a kind */
+    int64_t cpu_cap;             /* cpu slots of all ready nodes */
+    int64_t *wcap[SCHED_KINDS];  /* (maxcap+1) workers of width w all ready nodes hold */
     int *bprev[SCHED_KINDS], *bnext[SCHED_KINDS]; /* (nn) bucket lists */
     int *bhead[SCHED_KINDS];     /* (maxcap+1) first ready node with that free count */
     int64_t *cnt[SCHED_KINDS];   /* (maxcap+1) ready nodes with that free count */
@@ -313,6 +317,17 @@ static int idpair_cmp(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id);
 }
 
+/* By id; the snapshot's nodes and running jobs mostly come in id order
+ * already (the mirror's), so a pass over them often does. */
+static void idpair_sort(idpair *v, int n)
+{
+    for (int i = 1; i < n; i++)
+        if (v[i].id < v[i - 1].id) {
+            qsort(v, (size_t)n, sizeof *v, idpair_cmp);
+            return;
+        }
+}
+
 static int run_index(const idpair *map, int n, int64_t id)
 {
     int lo = 0, hi = n - 1;
@@ -328,7 +343,7 @@ static int run_index(const idpair *map, int n, int64_t id)
 static void core_release(core *c)
 {
     for (int k = 0; k < SCHED_KINDS; k++) {
-        free(c->free_[k]); free(c->held[k]); free(c->held_off[k]);
+        free(c->free_[k]); free(c->held[k]); free(c->held_off[k]); free(c->held_ok[k]); free(c->wcap[k]);
         free(c->bprev[k]); free(c->bnext[k]); free(c->bhead[k]);
         free(c->cnt[k]); free(c->capcnt[k]); free(c->capgen[k]); free(c->capval[k]);
         free(c->hv.fT[k]);
@@ -357,6 +372,8 @@ static int core_init(core *c, const sched_snapshot *s, const sched_config *cfg, 
         c->free_[k] = xcalloc(nz, sizeof(int));
         c->held_off[k] = xcalloc(nz, sizeof(int));
         c->held[k] = xcalloc(tot ? tot : 1, 1);
+        c->held_ok[k] = xcalloc(nz, 1);
+        c->wcap[k] = xcalloc((size_t)mc + 1, sizeof(int64_t));
         c->bprev[k] = xcalloc(nz, sizeof(int));
         c->bnext[k] = xcalloc(nz, sizeof(int));
         c->bhead[k] = xmalloc((size_t)(mc + 1) * sizeof(int));
@@ -378,7 +395,7 @@ static int core_init(core *c, const sched_snapshot *s, const sched_config *cfg, 
 
     idpair *np = xmalloc(nz * sizeof *np);
     for (int i = 0; i < nn; i++) { np[i].id = s->nodes[i].id; np[i].idx = i; }
-    qsort(np, (size_t)nn, sizeof *np, idpair_cmp);
+    idpair_sort(np, nn);
     for (int i = 0; i < nn; i++) { c->node_ids_sorted[i] = np[i].id; c->node_idx_sorted[i] = np[i].idx; }
     free(np);
 
@@ -390,59 +407,66 @@ static int core_init(core *c, const sched_snapshot *s, const sched_config *cfg, 
         rm[i].id = s->running[i].id; rm[i].idx = i;
         if (s->running[i].team < 0 || s->running[i].team >= s->n_teams) { free(rm); return -1; }
     }
-    qsort(rm, (size_t)nr, sizeof *rm, idpair_cmp);
+    idpair_sort(rm, nr);
     c->stopping = xcalloc(nrz, 1);
     c->run_end = xcalloc(nrz, sizeof(int64_t));
     c->hold_off = xcalloc(nrz + 1, sizeof(int));
     for (int i = 0; i < nr; i++) c->stopping[i] = (uint8_t)(s->running[i].stopping != 0);
 
-    /* devices: free counts, held flags, per-job holdings (two passes) */
+    /* devices: free counts and per-job holdings, one entry per (job, node,
+     * kind) in the order of kind, node, first device; from the node's
+     * summary when it has one (sched_node.sum), else from its devices. The
+     * held flags are filled per node when a task is placed there (held_of). */
     int *last_node = xmalloc(nrz * sizeof(int));
     int *last_kind = xmalloc(nrz * sizeof(int));
+    int *last_pos = xmalloc(nrz * sizeof(int));
     for (int i = 0; i < nr; i++) last_node[i] = -1;
+    hold *tr = NULL;
+    int *tr_run = NULL, ntr = 0, cap_tr = 0, cap_run = 0;
     for (int k = 0; k < SCHED_KINDS; k++) {
         int off = 0;
         for (int i = 0; i < nn; i++) {
             const sched_node *nd = &s->nodes[i];
             c->held_off[k][i] = off;
+            off += nd->n_dev[k];
+            if (nd->sum) {
+                c->free_[k][i] = nd->n_free[k];
+                for (int x = 0; x < nd->n_holds; x++) {
+                    const sched_hold *hd = &nd->holds[x];
+                    if (hd->kind != k) continue;
+                    int ri = run_index(rm, nr, hd->job_id);
+                    if (ri < 0) continue;  /* unknown holder: held, never released */
+                    GROW(tr, ntr, cap_tr);
+                    if (cap_run < cap_tr) { cap_run = cap_tr; tr_run = xrealloc(tr_run, (size_t)cap_run * sizeof(int)); }
+                    tr[ntr] = (hold){i, k, hd->count};
+                    tr_run[ntr++] = ri;
+                }
+                continue;
+            }
             int fr = 0;
             for (int d = 0; d < nd->n_dev[k]; d++) {
                 int64_t jid = nd->dev[k][d].job_id;
                 if (jid == 0) { fr++; continue; }
-                c->held[k][off + d] = 1;
                 int ri = run_index(rm, nr, jid);
                 if (ri < 0) continue;      /* unknown holder: held, never released */
                 if (last_node[ri] != i || last_kind[ri] != k) {
-                    c->hold_off[ri + 1]++;
-                    last_node[ri] = i; last_kind[ri] = k;
+                    GROW(tr, ntr, cap_tr);
+                    if (cap_run < cap_tr) { cap_run = cap_tr; tr_run = xrealloc(tr_run, (size_t)cap_run * sizeof(int)); }
+                    tr[ntr] = (hold){i, k, 0};
+                    tr_run[ntr] = ri;
+                    last_node[ri] = i; last_kind[ri] = k; last_pos[ri] = ntr++;
                 }
+                tr[last_pos[ri]].count++;
             }
-            off += nd->n_dev[k];
             c->free_[k][i] = fr;
         }
     }
+    for (int x = 0; x < ntr; x++) c->hold_off[tr_run[x] + 1]++;
     for (int i = 0; i < nr; i++) c->hold_off[i + 1] += c->hold_off[i];
     c->holds = xcalloc((size_t)c->hold_off[nr] + 1, sizeof(hold));
     int *fill = xcalloc(nrz, sizeof(int));
-    for (int i = 0; i < nr; i++) last_node[i] = -1;
-    for (int k = 0; k < SCHED_KINDS; k++) {
-        for (int i = 0; i < nn; i++) {
-            const sched_node *nd = &s->nodes[i];
-            for (int d = 0; d < nd->n_dev[k]; d++) {
-                int64_t jid = nd->dev[k][d].job_id;
-                if (jid == 0) continue;
-                int ri = run_index(rm, nr, jid);
-                if (ri < 0) continue;
-                if (last_node[ri] != i || last_kind[ri] != k) {
-                    hold *h = &c->holds[c->hold_off[ri] + fill[ri]++];
-                    h->node = i; h->kind = k; h->count = 0;
-                    last_node[ri] = i; last_kind[ri] = k;
-                }
-                c->holds[c->hold_off[ri] + fill[ri] - 1].count++;
-            }
-        }
-    }
-    free(fill); free(last_node); free(last_kind);
+    for (int x = 0; x < ntr; x++) c->holds[c->hold_off[tr_run[x]] + fill[tr_run[x]]++] = tr[x];
+    free(fill); free(last_node); free(last_kind); free(last_pos); free(tr); free(tr_run);
 
     /* memory: free per node, and each running job's memory per node */
     c->memh_off = xcalloc(nrz + 1, sizeof(int));
@@ -487,6 +511,16 @@ static int core_init(core *c, const sched_snapshot *s, const sched_config *cfg, 
             if (b >= 0 && b < PORT_WORDS * 64) c->ports[(size_t)i * PORT_WORDS + b / 64] |= 1ull << (b % 64);
         }
     }
+
+    /* what the ready nodes hold when empty: fixed for the pass
+     * (feasible_ready reads it for every job) */
+    for (int k = 0; k < SCHED_KINDS; k++) {
+        for (int f = c->maxcap[k]; f > 0; f--)
+            if (c->capcnt[k][f] > 0) { c->largest_cap[k] = f; break; }
+        for (int w = 1; w <= c->maxcap[k]; w++)
+            for (int f = w; f <= c->maxcap[k]; f++) c->wcap[k][w] += c->capcnt[k][f] * (f / w);
+    }
+    for (int f = 1; f <= c->maxcap[SCHED_CPU]; f++) c->cpu_cap += c->capcnt[SCHED_CPU][f] * f;
 
     /* teams */
     int nt = s->n_teams;
@@ -566,6 +600,19 @@ static int fits_task(const core *c, int i, const sched_job *j, int type, int wan
     return node_cap(c, i, j) >= want;
 }
 
+/* Node i's held flags of kind k (1: held by a job or taken in this pass),
+ * filled from its devices the first time a task is placed there. */
+static uint8_t *held_of(core *c, int k, int i)
+{
+    uint8_t *h = &c->held[k][c->held_off[k][i]];
+    if (!c->held_ok[k][i]) {
+        const sched_node *nd = &c->s->nodes[i];
+        for (int d = 0; d < nd->n_dev[k]; d++) h[d] = nd->dev[k][d].job_id != 0;
+        c->held_ok[k][i] = 1;
+    }
+    return h;
+}
+
 /* Adds one task of j on node i taking n devices of kind k, and its memory.
  * -1 when no port or not enough memory. */
 static int task_add(core *c, const sched_job *j, int type, int index, int i, int k, int n)
@@ -582,7 +629,7 @@ static int task_add(core *c, const sched_job *j, int type, int index, int i, int
     t->mem_mb = sched_task_mem(&c->s->nodes[i], j, type);
     c->mem_free[i] -= need;
     const sched_node *nd = &c->s->nodes[i];
-    uint8_t *h = &c->held[k][c->held_off[k][i]];
+    uint8_t *h = held_of(c, k, i);
     int got = 0, first = 1;
     for (int d = 0; d < nd->n_dev[k] && got < n; d++) {
         if (h[d]) continue;
@@ -760,13 +807,10 @@ static int fits_now(core *c, const sched_job *j, sched_outcome *o)
 static int feasible_ready(core *c, const sched_job *j, sched_outcome *o)
 {
     int k = j->kind, w = j->devices_per_worker;
-    int largest = 0;
-    for (int f = c->maxcap[k]; f > 0; f--) if (c->capcnt[k][f] > 0) { largest = f; break; }
+    int64_t largest = c->largest_cap[k];
     o->kind = k;
     if (w > largest) { o->why = SW_WIDE; o->a = w; o->b = largest; return 0; }
-    int64_t sum = 0, cpu = 0;
-    for (int f = w; f <= c->maxcap[k]; f++) sum += c->capcnt[k][f] * (f / w);
-    for (int f = 1; f <= c->maxcap[SCHED_CPU]; f++) cpu += c->capcnt[SCHED_CPU][f] * f;
+    int64_t sum = c->wcap[k][w], cpu = c->cpu_cap;
     for (int a = 0; a < j->n_avoid; a++) {
         int i = node_index(c, j->avoid[a]);
         if (i < 0 || !c->s->nodes[i].ready) continue;
@@ -1069,6 +1113,75 @@ static int qkey_cmp(const void *a, const void *b)
     return (x->id > y->id) - (x->id < y->id);
 }
 
+/* qkey_cmp, for the sort below to inline */
+static inline int qkey_less(const qkey *x, const qkey *y)
+{
+    if (x->guar != y->guar) return x->guar > y->guar;
+    if (x->eff != y->eff) return x->eff > y->eff;
+    if (x->qat != y->qat) return x->qat < y->qat;
+    return x->id < y->id;
+}
+
+/* Sorts n keys (distinct ids) by qkey_cmp: the same order qsort gives, in
+ * about linear time for a queue whose queued_at mostly grows with its ids
+ * (the mirror gives its queue in id order). First a stable counting sort
+ * into the (guarantee, aged priority) bands, then within each band, whose
+ * keys come in input order: the keys already in (queued_at, id) order stay
+ * in place (a greedy ascending run that drops whichever of two neighbours
+ * breaks it: a requeued job's later queued_at, a batch submitted
+ * meanwhile), the others are sorted apart and merged in. Aged priorities
+ * spread wider than the queue is long fall back to qsort. */
+static void sort_keys(qkey *keys, int n)
+{
+    if (n < 2) return;
+    int emin = keys[0].eff, emax = keys[0].eff;
+    for (int x = 1; x < n; x++) {
+        if (keys[x].eff < emin) emin = keys[x].eff;
+        if (keys[x].eff > emax) emax = keys[x].eff;
+    }
+    int64_t span = (int64_t)emax - emin + 1;
+    if (span > 4 * (int64_t)n + 1024) {
+        qsort(keys, (size_t)n, sizeof *keys, qkey_cmp);
+        return;
+    }
+    /* band b: guarantee first, then higher aged priority first */
+    int nb = (int)(2 * span);
+    int *bstart = xcalloc((size_t)nb + 1, sizeof(int));
+    for (int x = 0; x < n; x++) bstart[(keys[x].guar ? 0 : span) + (emax - keys[x].eff) + 1]++;
+    for (int b = 0; b < nb; b++) bstart[b + 1] += bstart[b];
+    qkey *tmp = xmalloc((size_t)n * sizeof *tmp);
+    int *at = xmalloc(((size_t)nb + 1) * sizeof(int));
+    memcpy(at, bstart, ((size_t)nb + 1) * sizeof(int));
+    for (int x = 0; x < n; x++) tmp[at[(keys[x].guar ? 0 : span) + (emax - keys[x].eff)]++] = keys[x];
+    free(at);
+    qkey *rest = xmalloc((size_t)n * sizeof *rest);
+    for (int b = 0; b < nb; b++) {
+        int lo = bstart[b], hi = bstart[b + 1];
+        if (hi - lo < 2) {
+            if (hi > lo) keys[lo] = tmp[lo];
+            continue;
+        }
+        /* the run kept in tmp[lo .. lo+nm), the others in rest */
+        int nm = 0, nr = 0;
+        for (int x = lo; x < hi; x++) {
+            const qkey *e = &tmp[x];
+            if (nm == 0 || qkey_less(&tmp[lo + nm - 1], e)) { tmp[lo + nm++] = *e; continue; }
+            if (nm >= 2 && qkey_less(&tmp[lo + nm - 2], e)) {
+                rest[nr++] = tmp[lo + nm - 1];  /* the top broke it: it goes */
+                tmp[lo + nm - 1] = *e;
+            } else {
+                rest[nr++] = *e;
+            }
+        }
+        if (nr > 1) qsort(rest, (size_t)nr, sizeof *rest, qkey_cmp);
+        int a = lo, a_end = lo + nm, r = 0, o = lo;
+        while (a < a_end && r < nr) keys[o++] = qkey_less(&rest[r], &tmp[a]) ? rest[r++] : tmp[a++];
+        while (a < a_end) keys[o++] = tmp[a++];
+        while (r < nr) keys[o++] = rest[r++];
+    }
+    free(rest); free(tmp); free(bstart);
+}
+
 static double team_key(const core *c, int t)
 {
     const sched_team *tm = &c->s->teams[t];
@@ -1078,6 +1191,20 @@ static double team_key(const core *c, int t)
     double k = (blend * inuse + (1.0 - blend) * use) / c->wnorm[t];
     if (c->inuse[t] < tm->guarantee) k -= 1e6;   /* below its guarantee: first */
     return k;
+}
+
+/* A team's key kept with the devices in use it was computed from (the key
+ * is a function of them; the rest is fixed for the pass). */
+typedef struct tkey { double inuse, key; int ok; } tkey;
+
+static double team_key_kept(const core *c, tkey *tk, int t)
+{
+    if (!tk[t].ok || tk[t].inuse != c->inuse[t]) {
+        tk[t].key = team_key(c, t);
+        tk[t].inuse = c->inuse[t];
+        tk[t].ok = 1;
+    }
+    return tk[t].key;
 }
 
 /* Considers one job in order: place it, make it the head, backfill it, or
@@ -1265,7 +1392,7 @@ int sched_pass_core(const sched_snapshot *s, const sched_config *cfg, sched_resu
         r->out[q].eff_priority = j->priority + age;
         r->out[q].place = -1;
     }
-    qsort(keys, (size_t)nq, sizeof *keys, qkey_cmp);
+    sort_keys(keys, nq);
 
     /* bands of equal (guarantee, priority): merge teams by fair share */
     int nt = s->n_teams;
@@ -1274,6 +1401,7 @@ int sched_pass_core(const sched_snapshot *s, const sched_config *cfg, sched_resu
     int *tcur = xcalloc((size_t)(nt > 0 ? nt : 1), sizeof(int));
     int *active = xcalloc((size_t)(nt > 0 ? nt : 1), sizeof(int));
     int *byteam = xmalloc(nqz * sizeof(int));
+    tkey *tk = xcalloc((size_t)(nt > 0 ? nt : 1), sizeof *tk);
     int rank = 0, preempt_tries = 0;
     for (int b = 0; b < nq;) {
         int e = b;
@@ -1293,11 +1421,15 @@ int sched_pass_core(const sched_snapshot *s, const sched_config *cfg, sched_resu
         int na = 0;
         for (int t = 0; t < nt; t++) { tcur[t] = tstart[t]; if (tcount[t]) active[na++] = t; }
         while (na > 0) {
+            /* one team left in the band: no key to compare; else each
+             * team's key, computed again only when its devices in use moved */
             int best = 0;
-            double bk = team_key(&c, active[0]);
-            for (int a = 1; a < na; a++) {
-                double k = team_key(&c, active[a]);
-                if (k < bk) { bk = k; best = a; }
+            if (na > 1) {
+                double bk = team_key_kept(&c, tk, active[0]);
+                for (int a = 1; a < na; a++) {
+                    double k = team_key_kept(&c, tk, active[a]);
+                    if (k < bk) { bk = k; best = a; }
+                }
             }
             int t = active[best];
             int ji = byteam[tcur[t]++];
@@ -1307,7 +1439,7 @@ int sched_pass_core(const sched_snapshot *s, const sched_config *cfg, sched_resu
         }
         b = e;
     }
-    free(tcount); free(tstart); free(tcur); free(active); free(byteam); free(keys);
+    free(tcount); free(tstart); free(tcur); free(active); free(byteam); free(keys); free(tk);
     memcpy(r->starving, c.starving, sizeof r->starving);
     grow_elastic(&c);
     core_release(&c);

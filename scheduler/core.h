@@ -54,11 +54,29 @@ typedef struct sched_mem {
     int64_t mb;
 } sched_mem;
 
+/* A node's devices held by one job, of one kind (see sched_node.sum). */
+typedef struct sched_hold {
+    int64_t job_id;
+    int kind;
+    int count;
+} sched_hold;
+
 typedef struct sched_node {
     int64_t id;
     int ready;                     /* 1: may take new tasks (not lost, not drained) */
     int n_dev[SCHED_KINDS];
     sched_device *dev[SCHED_KINDS];/* (n_dev[k]) GPUs and CPU slots */
+    /* What dev says, summed, for a caller that keeps it across passes (the
+     * mirror): with sum 1 the core reads n_free and holds instead of
+     * walking every device (it still reads dev where it places a task).
+     * They must say exactly what dev says: n_free[k] the devices of kind k
+     * with job_id 0; holds one entry per (kind, job) holding devices here,
+     * ordered by kind, then by the job's first device in dev. sum 0: the
+     * core counts them itself. */
+    int sum;
+    int n_free[SCHED_KINDS];
+    int n_holds;
+    const sched_hold *holds;       /* (n_holds) */
     int n_ports;
     const int *ports;              /* (n_ports) ports of live tasks on the node */
     int64_t mem_mb;                /* memory the node offers its tasks (MiB); 0: not
@@ -120,7 +138,9 @@ typedef struct sched_snapshot {
     int n_running;
     sched_running *running;        /* (n_running) */
     int n_queued;
-    sched_job *queued;             /* (n_queued) in id order */
+    sched_job *queued;             /* (n_queued) in id order (ids distinct; the decisions
+                                    * do not depend on it: the order is computed fastest
+                                    * when queued_at mostly grows with the id) */
 } sched_snapshot;
 
 /* ---------------------------------------------------------------- result */

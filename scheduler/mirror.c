@@ -91,7 +91,7 @@ mirror *mirror_new(void)
 static void node_release(mirror_node *n)
 {
     free(n->row.isolation);
-    free(n->dev); free(n->sdev); free(n->ports); free(n->mem);
+    free(n->dev); free(n->sdev); free(n->holds); free(n->ports); free(n->mem);
     memset(n, 0, sizeof *n);
 }
 
@@ -203,16 +203,35 @@ static void slot_free(mirror *m, int s)
     m->free_slots[m->n_free++] = s;
 }
 
+/* The summary of a node's devices (n_free, holds), after a holder changed. */
+static void node_sum(mirror_node *n)
+{
+    memset(n->n_free, 0, sizeof n->n_free);
+    n->n_holds = 0;
+    for (int x = 0; x < n->n_dev; x++) {
+        int k = n->dev[x].kind;
+        int64_t jid = n->sdev[x].job_id;
+        if (!jid) { n->n_free[k]++; continue; }
+        int y = 0;
+        while (y < n->n_holds && (n->holds[y].job_id != jid || n->holds[y].kind != k)) y++;
+        if (y == n->n_holds) n->holds[n->n_holds++] = (sched_hold){jid, k, 0};
+        n->holds[y].count++;
+    }
+}
+
 /* The core's form of a node's devices, after dev changed. */
 static void node_sdev(mirror_node *n)
 {
     free(n->sdev);
+    free(n->holds);
     n->sdev = xmalloc(((size_t)n->n_dev + 1) * sizeof *n->sdev);
+    n->holds = xmalloc(((size_t)n->n_dev + 1) * sizeof *n->holds);
     memset(n->n_kind, 0, sizeof n->n_kind);
     for (int x = 0; x < n->n_dev; x++) {
         n->sdev[x] = (sched_device){n->dev[x].id, n->dev[x].job_id};
         n->n_kind[n->dev[x].kind]++;
     }
+    node_sum(n);
 }
 
 /* ================================================================ full load */
@@ -493,8 +512,10 @@ static int refresh(mirror *m, db *d, mirror_stats *st)
                 if (nd->dev[x].job_id) id_add(&jobs, nd->dev[x].job_id);
                 if (row.job_id) id_add(&jobs, row.job_id);
                 if (nd->dev[x].job_id != row.job_id || nd->dev[x].task_id != row.task_id) id_add(&dirty_pm, node_id);
+                int holder = nd->dev[x].job_id != row.job_id || nd->dev[x].kind != row.kind;
                 nd->dev[x] = row;
                 nd->sdev[x] = (sched_device){row.id, row.job_id};
+                if (holder) node_sum(nd);
                 break;
             }
             continue;

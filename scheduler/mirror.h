@@ -34,6 +34,11 @@ typedef struct mirror_node {
     sched_device *sdev;             /* (n_dev) the core's form of dev, same order: the
                                      * snapshot points into it instead of copying */
     int n_kind[SCHED_KINDS];        /* devices of each kind (cpu first: dev's order) */
+    /* what sdev says, summed (sched_node.sum: the core reads these instead
+     * of every device): free devices per kind, and one entry per (kind,
+     * holder) by kind, then the holder's first device; kept with sdev */
+    int n_free[SCHED_KINDS];
+    sched_hold *holds; int n_holds;
     cl_port *ports;  int n_ports;   /* ordered by port */
     cl_mem *mem;     int n_mem;     /* ordered by job */
 } mirror_node;

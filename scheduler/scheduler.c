@@ -148,7 +148,11 @@ static void snap_build(mirror *m, int64_t now, snap *sp)
         for (int k = 0, x = 0; k < SCHED_KINDS; x += mn->n_kind[k++]) {
             n->dev[k] = &mn->sdev[x];
             n->n_dev[k] = mn->n_kind[k];
+            n->n_free[k] = mn->n_free[k];
         }
+        n->sum = 1; /* kept with sdev by the mirror */
+        n->holds = mn->holds;
+        n->n_holds = mn->n_holds;
         n->ports = &sp->ports[pt];
         for (int x = 0; x < mn->n_ports; x++) sp->ports[pt++] = mn->ports[x].port;
         n->n_ports = mn->n_ports;

@@ -107,7 +107,12 @@ static void row_device(sqlite3_stmt *st, void *out)
 /* ports of the tasks holding devices */
 #define PORT_COLS "SELECT DISTINCT t.node_id, t.port FROM allocations a JOIN tasks t ON t.id = a.task_id "
 static const char SQL_PORTS[] = PORT_COLS "ORDER BY t.node_id, t.port";
-static const char SQL_PORTS_OF_NODE[] = PORT_COLS "WHERE t.node_id = ?1 ORDER BY t.port";
+/* one node's: the same rows, one per task (the distinct ports, in order,
+ * made in C: DISTINCT and ORDER BY here cost SQLite two temporary b-trees
+ * per call, and the pass reads the nodes whose tasks changed each time) */
+static const char SQL_PORTS_OF_NODE[] =
+    "SELECT t.node_id, t.port FROM tasks t WHERE t.node_id = ?1"
+    " AND EXISTS(SELECT 1 FROM allocations a WHERE a.task_id = t.id)";
 
 static void row_port(sqlite3_stmt *st, void *out)
 {
@@ -123,8 +128,12 @@ static void row_port(sqlite3_stmt *st, void *out)
     " WHERE (t.id IN (SELECT task_id FROM allocations) OR (t.type = 'evaluator' AND t.state != 'exited'))" \
     " AND t.memory_mb > 0 "
 static const char SQL_MEM[] = MEM_COLS "GROUP BY t.node_id, t.job_id ORDER BY t.node_id, t.job_id";
+/* one node's: each live task's memory, summed per job in C (no temporary
+ * b-trees for GROUP BY and ORDER BY) */
 static const char SQL_MEM_OF_NODE[] =
-    MEM_COLS "AND t.node_id = ?1 GROUP BY t.node_id, t.job_id ORDER BY t.job_id";
+    "SELECT t.node_id, t.job_id, t.memory_mb FROM tasks t"
+    " WHERE (t.id IN (SELECT task_id FROM allocations) OR (t.type = 'evaluator' AND t.state != 'exited'))"
+    " AND t.memory_mb > 0 AND t.node_id = ?1";
 
 static void row_mem(sqlite3_stmt *st, void *out)
 {
@@ -330,14 +339,40 @@ int cluster_read_node_devices(db *d, int64_t node_id, cl_device **out, int *n)
     return READ_ROWS_OF(d, SQL_DEVICES_OF_NODE, node_id, out, n, row_device);
 }
 
+static int cmp_port(const void *a, const void *b)
+{
+    int x = ((const cl_port *)a)->port, y = ((const cl_port *)b)->port;
+    return (x > y) - (x < y);
+}
+
+static int cmp_mem_job(const void *a, const void *b)
+{
+    int64_t x = ((const cl_mem *)a)->job_id, y = ((const cl_mem *)b)->job_id;
+    return (x > y) - (x < y);
+}
+
 int cluster_read_node_ports(db *d, int64_t node_id, cl_port **out, int *n)
 {
-    return READ_ROWS_OF(d, SQL_PORTS_OF_NODE, node_id, out, n, row_port);
+    if (READ_ROWS_OF(d, SQL_PORTS_OF_NODE, node_id, out, n, row_port) < 0) return -1;
+    if (*n > 1) qsort(*out, (size_t)*n, sizeof **out, cmp_port);
+    int k = 0;
+    for (int i = 0; i < *n; i++)
+        if (k == 0 || (*out)[i].port != (*out)[k - 1].port) (*out)[k++] = (*out)[i];
+    *n = k;
+    return 0;
 }
 
 int cluster_read_node_mem(db *d, int64_t node_id, cl_mem **out, int *n)
 {
-    return READ_ROWS_OF(d, SQL_MEM_OF_NODE, node_id, out, n, row_mem);
+    if (READ_ROWS_OF(d, SQL_MEM_OF_NODE, node_id, out, n, row_mem) < 0) return -1;
+    if (*n > 1) qsort(*out, (size_t)*n, sizeof **out, cmp_mem_job);
+    int k = 0;
+    for (int i = 0; i < *n; i++) {
+        if (k > 0 && (*out)[i].job_id == (*out)[k - 1].job_id) (*out)[k - 1].mb += (*out)[i].mb;
+        else (*out)[k++] = (*out)[i];
+    }
+    *n = k;
+    return 0;
 }
 
 int cluster_read_job_avoid(db *d, int64_t job_id, cl_avoid **out, int *n)

@@ -673,10 +673,59 @@ static int64_t head_start(const world *w, const sched_result *r, int head, int w
 
 static long g_seen_place, g_seen_backfill, g_seen_stop, g_seen_head, g_seen_mem;
 
+/* The same pass with every node's device summary given (sched_node.sum,
+ * what the mirror keeps), counted here from the devices: the decisions
+ * must be the same, field by field. */
+static void check_summaries_same(world *w, const sched_result *r, int iter)
+{
+    sched_hold *hb = xcalloc((size_t)MAXN * SCHED_KINDS * MAXD + 1, sizeof *hb);
+    for (int i = 0; i < w->s.n_nodes; i++) {
+        sched_node *n = &w->nodes[i];
+        sched_hold *h = &hb[(size_t)i * SCHED_KINDS * MAXD];
+        n->n_holds = 0;
+        for (int k = 0; k < SCHED_KINDS; k++) {
+            n->n_free[k] = 0;
+            for (int d = 0; d < n->n_dev[k]; d++) {
+                int64_t jid = n->dev[k][d].job_id;
+                if (!jid) { n->n_free[k]++; continue; }
+                int y = 0;
+                while (y < n->n_holds && (h[y].job_id != jid || h[y].kind != k)) y++;
+                if (y == n->n_holds) h[n->n_holds++] = (sched_hold){jid, k, 0};
+                h[y].count++;
+            }
+        }
+        n->holds = h;
+        n->sum = 1;
+    }
+    sched_result r2; sched_result_init(&r2);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r2), 0);
+    for (int i = 0; i < w->s.n_nodes; i++) { w->nodes[i].sum = 0; w->nodes[i].holds = NULL; w->nodes[i].n_holds = 0; }
+    free(hb);
+    ck_assert_msg(r2.n_place == r->n_place && r2.n_tasks == r->n_tasks && r2.n_dev == r->n_dev &&
+                  r2.n_stops == r->n_stops && r2.n_grows == r->n_grows && r2.head_job == r->head_job &&
+                  r2.head_start_ms == r->head_start_ms, "iter %d: summaries change the pass", iter);
+    for (int p = 0; p < r->n_place; p++)
+        ck_assert(r2.place[p].job == r->place[p].job && r2.place[p].workers == r->place[p].workers &&
+                  r2.place[p].backfill == r->place[p].backfill);
+    for (int t = 0; t < r->n_tasks; t++)
+        ck_assert(r2.tasks[t].node == r->tasks[t].node && r2.tasks[t].port == r->tasks[t].port &&
+                  r2.tasks[t].n_dev == r->tasks[t].n_dev && r2.tasks[t].mem_mb == r->tasks[t].mem_mb);
+    for (int d = 0; d < r->n_dev; d++) ck_assert(r2.dev_ids[d] == r->dev_ids[d]);
+    for (int x = 0; x < r->n_stops; x++)
+        ck_assert(r2.stops[x].job_id == r->stops[x].job_id && r2.stops[x].shrink_to == r->stops[x].shrink_to);
+    for (int q = 0; q < w->s.n_queued; q++) {
+        const sched_outcome *a = &r->out[q], *b = &r2.out[q];
+        ck_assert(a->rank == b->rank && a->place == b->place && a->why == b->why && a->kind == b->kind &&
+                  a->a == b->a && a->b == b->b && a->c == b->c && a->est_start_ms == b->est_start_ms);
+    }
+    sched_result_release(&r2);
+}
+
 static void check_world(world *w, int iter)
 {
     sched_result r; sched_result_init(&r);
     ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    check_summaries_same(w, &r, iter);
     g_seen_place += r.n_place; g_seen_backfill += r.n_backfilled;
     g_seen_stop += r.n_stops; g_seen_head += r.head_job != 0;
     const sched_snapshot *s = &w->s;
@@ -746,7 +795,7 @@ static void check_world(world *w, int iter)
             ck_assert_msg(use + placed <= s->teams[t].quota, "iter %d: team %d over quota", iter, t);
     }
     /* 3. order: (guarantee, aged priority) never increases along the order */
-    int prev_g = 2, prev_e = 1 << 30;
+    int prev_g = 2, prev_e = 1 << 30, gk[MAXJ];
     for (int k = 0; k < s->n_queued; k++) {
         int q = r.order[k];
         ck_assert_int_eq(r.out[q].rank, k);
@@ -755,6 +804,16 @@ static void check_world(world *w, int iter)
         for (int x = 0; x < s->n_running; x++) if (s->running[x].team == j->team) use += s->running[x].devices;
         int g = use + sched_job_devices(j) <= s->teams[j->team].guarantee;
         ck_assert(g < prev_g || (g == prev_g && r.out[q].eff_priority <= prev_e));
+        /* within its band, a team's jobs go oldest first (then by id) */
+        gk[k] = g;
+        for (int k2 = k - 1; k2 >= 0; k2--) {
+            const sched_job *p = &s->queued[r.order[k2]];
+            if (gk[k2] != g || r.out[r.order[k2]].eff_priority != r.out[q].eff_priority) break;
+            if (p->team != j->team) continue;
+            ck_assert_msg(p->queued_at_ms < j->queued_at_ms || (p->queued_at_ms == j->queued_at_ms && p->id < j->id),
+                          "iter %d: a band out of order", iter);
+            break;
+        }
         prev_g = g; prev_e = r.out[q].eff_priority;
         if (r.out[q].place < 0) {
             char txt[SCHED_REASON_MAX];
@@ -1655,6 +1714,24 @@ static int mirror_matches(mirror *m)
     same_state(&a, &b);
     cluster_state_release(&a);
     cluster_state_release(&b);
+    /* each node's device summary (what the core reads instead of every
+     * device) says what its devices say */
+    for (int i = 0; i < m->n_nodes; i++) {
+        const mirror_node *n = &m->nodes[i];
+        int fr[SCHED_KINDS] = {0}, held = 0;
+        for (int x = 0; x < n->n_dev; x++) {
+            ck_assert_int_eq(n->sdev[x].job_id, n->dev[x].job_id);
+            if (!n->dev[x].job_id) { fr[n->dev[x].kind]++; continue; }
+            int y = 0;
+            while (y < n->n_holds && (n->holds[y].job_id != n->dev[x].job_id || n->holds[y].kind != n->dev[x].kind)) y++;
+            ck_assert_msg(y < n->n_holds, "node %lld: a holder not in its summary", (long long)n->row.id);
+            held++;
+        }
+        int sum = 0;
+        for (int y = 0; y < n->n_holds; y++) sum += n->holds[y].count;
+        ck_assert_int_eq(sum, held);
+        for (int k = 0; k < SCHED_KINDS; k++) ck_assert_int_eq(n->n_free[k], fr[k]);
+    }
     return !ms.full;
 }
 
