@@ -88,11 +88,16 @@ one() {
           -H "Authorization: Bearer $tok" "$url/api/v1/jobs/1" >"$out/$label.get.txt" 2>&1 ) &
     gp=$!
   fi
+  # the machine's stall time over the phase (Linux PSI, "full": every task waiting at once)
+  psi() { awk '/^full/ {sub("total=", "", $5); print $5}' "/proc/pressure/$1" 2>/dev/null || echo 0; }
+  local io0 cpu0 t0; io0=$(psi io); cpu0=$(awk '/^some/ {sub("total=", "", $5); print $5}' /proc/pressure/cpu 2>/dev/null || echo 0); t0=$(date +%s.%N)
   # shellcheck disable=SC2086
   "$SIM" --data "$dir" --agents "$n" --rate "$RATE" --duration "$DUR" --warmup "$WARMUP" --drain "$DRAIN" \
          --seed "$SEED" --run-ms "$RUN_MS" --server-pid "$pid" ${SIM_ARGS:-} >"$out/$label.json" \
          2> >(tee -a "$dir/sim.err" >&2) || rc=$?
   [ -n "$gp" ] && wait "$gp"
+  local io1 cpu1 t1; io1=$(psi io); cpu1=$(awk '/^some/ {sub("total=", "", $5); print $5}' /proc/pressure/cpu 2>/dev/null || echo 0); t1=$(date +%s.%N)
+  echo "{\"seconds\": $(awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f", b - a}'), \"io_full_stall_ms\": $(( (io1 - io0) / 1000 )), \"cpu_some_stall_ms\": $(( (cpu1 - cpu0) / 1000 )), \"load_after\": \"$(cut -d' ' -f1-3 /proc/loadavg)\"}" >"$out/$label.psi.json"
   kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null || true; pid=
   cat "$out/$label.json" >&2
   [ -s "$out/$label.get.txt" ] && grep -E 'Requests/sec|Latency  |  (50|99)%|Non-2xx' "$out/$label.get.txt" >&2
@@ -142,6 +147,10 @@ for label in sys.argv[6:]:
     g = wrk_get(f"{out}/{label}.get.txt")
     if g is not None:
         runs[label]["user_get_job"] = g
+    try:
+        runs[label]["machine"] = json.load(open(f"{out}/{label}.psi.json"))
+    except Exception:
+        pass
 def ok(r):
     return (r.get("errors", 1) == 0 and r.get("jobs", {}).get("lost", 1) == 0
             and r.get("ready_in_cluster") == r.get("agents") and r.get("jobs", {}).get("queued_without_reason", 1) == 0)
