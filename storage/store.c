@@ -411,6 +411,15 @@ static int job_submit_run(db *d, void *arg) {
     return STORE_OK;
 }
 
+static void job_submit_free(job_submit *s) {
+    free(s->name);
+    free(s->spec);
+    free(s->device);
+    free(s->strategy);
+    free(s->actor);
+    free(s);
+}
+
 static void job_submit_done(void *arg, int rc) {
     job_submit *s = arg;
     if (rc != STORE_OK) {
@@ -420,12 +429,7 @@ static void job_submit_done(void *arg, int rc) {
         rc = STORE_ERROR;
     }
     s->done(s->arg, rc, s->id, s->json);
-    free(s->name);
-    free(s->spec);
-    free(s->device);
-    free(s->strategy);
-    free(s->actor);
-    free(s);
+    job_submit_free(s);
 }
 
 static char *dup_or_null(const char *p) { return p ? xstrdup(p) : NULL; }
@@ -452,12 +456,7 @@ int store_job_submit(db *d, int64_t team_id, const char *spec_json, size_t spec_
     s->item.done = job_submit_done;
     s->item.arg = s;
     if (db_group_add(d, &s->item) < 0) {
-        free(s->name);
-        free(s->spec);
-        free(s->device);
-        free(s->strategy);
-        free(s->actor);
-        free(s);
+        job_submit_free(s);
         return STORE_ERROR;
     }
     return STORE_OK;
