@@ -30,6 +30,9 @@
 # between GETs of /api/v1/jobs/1, over the window less 2 s (about 200
 # requests a second); its latency goes under "user_get_job".
 #
+# BENCH_DIR: where the servers' data directories go (default /tmp); BENCH_DIR=/dev/shm
+# takes the disk out of the picture (a diagnostic: a server's data belongs on a disk).
+#
 # SIM_ARGS: more simagents flags (--agent-rest stops: agents that rest
 # after an answer with stops only, not after one with tasks to start).
 #
@@ -59,7 +62,7 @@ cc -std=gnu11 -O2 -g -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wn
    -o "$SIM" bench/cluster/simagents.c -lcurl -lcjson
 # a descriptor per connection, on both sides: N parked polls and what is in flight
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
-out=$(mktemp -d /tmp/ty_bench_cluster.XXXXXX)
+out=$(mktemp -d "${BENCH_DIR:-/tmp}/ty_bench_cluster.XXXXXX")
 pid=
 cleanup() { [ -n "$pid" ] && { kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; } || true; [ -n "${KEEP:-}" ] || rm -rf "$out"; }
 trap cleanup EXIT
