@@ -555,15 +555,15 @@ static int step_returning_state(sqlite3_stmt *st, char state[16])
  * written then, in its transaction. So the check sees every heartbeat the
  * server answered, the pool threads never wait for the write turn on a
  * heartbeat's account, and a node's row is written about once a timeout
- * (30 s) rather than on every heartbeat (5 s), which was most of the
- * server's disk writes at 5,000 agents. A lost node that beats is made
- * ready at once, by a write as before. cluster_load shows the kept times
+ * (30 s) rather than on every heartbeat (5 s). A lost node that beats is
+ * made ready at once, by a write as before. cluster_load shows the kept times
  * (GET /cluster).
  *
- * A crash loses the heartbeats since the last pass. That is safe: a
- * heartbeat is no acknowledged work, and a server that starts declares no
- * node lost before a whole heartbeat timeout has passed (the scheduler's
- * node_loss_not_before_ms), by which time every live agent has beaten again.
+ * A crash loses the kept heartbeats not yet written (up to a timeout's
+ * worth). That is safe: a heartbeat is no acknowledged work, and a server
+ * that starts declares no node lost before a whole heartbeat timeout has
+ * passed (the scheduler's node_loss_not_before_ms), by which time every
+ * live agent has beaten again.
  *
  * TRAINYARD_HEARTBEAT_WRITE=1 selects the old path (a write transaction per
  * heartbeat), for before/after measurements (bench/cluster). */

@@ -339,6 +339,25 @@ static void latest_sha(int64_t job, char got[65], size_t *len) {
 
 /* ================================================================ 1. server kill -9 */
 
+/* POST /api/v1/jobs: the HTTP status (0: no answer, the server died) and,
+ * for a 2xx with an id, that id in *id. */
+static int post_job(client *c, const char *spec, size_t len, int64_t *id) {
+    client_reply r;
+    *id = 0;
+    if (client_request(c, "POST", "/api/v1/jobs", spec, len, NULL, &r) < 0) {
+        client_reply_release(&r);
+        return 0;
+    }
+    int st = r.status;
+    if (st >= 200 && st < 300) {
+        cJSON *o = cJSON_ParseWithLength(r.body.data ? r.body.data : "", r.body.len);
+        if (cJSON_IsNumber(cJSON_GetObjectItem(o, "id"))) *id = (int64_t)ty_num(o, "id");
+        cJSON_Delete(o);
+    }
+    client_reply_release(&r);
+    return st;
+}
+
 typedef struct sub_run {
     int n;                        /* submissions to try */
     int next;                     /* atomic: next index */
@@ -356,23 +375,18 @@ static void *submitter(void *arg) {
     for (;;) {
         int i = __atomic_fetch_add(&s->next, 1, __ATOMIC_SEQ_CST);
         if (i >= s->n) break;
-        client_reply r;
-        if (client_request(&c, "POST", "/api/v1/jobs", SPEC_WAITING, sizeof SPEC_WAITING - 1, NULL, &r) < 0) {
+        int64_t id = 0;
+        int st = post_job(&c, SPEC_WAITING, sizeof SPEC_WAITING - 1, &id);
+        if (st == 0) {
             __atomic_fetch_add(&s->failed, 1, __ATOMIC_SEQ_CST);
-            client_reply_release(&r);
-            continue;
-        }
-        if (r.status >= 200 && r.status < 300) {
-            cJSON *o = cJSON_ParseWithLength(r.body.data ? r.body.data : "", r.body.len);
-            if (cJSON_IsNumber(cJSON_GetObjectItem(o, "id"))) {
-                s->ids[i] = (int64_t)ty_num(o, "id");
+        } else if (st >= 200 && st < 300) {
+            if (id) {
+                s->ids[i] = id;
                 __atomic_fetch_add(&s->acked, 1, __ATOMIC_SEQ_CST);
             }
-            cJSON_Delete(o);
-        } else if (r.status >= 500) {
+        } else if (st >= 500) {
             __atomic_fetch_add(&s->errors5xx, 1, __ATOMIC_SEQ_CST);
         }
-        client_reply_release(&r);
     }
     client_release(&c);
     return NULL;
@@ -484,25 +498,20 @@ static void *grp_submitter(void *arg) {
         int i = __atomic_fetch_add(&s->next, 1, __ATOMIC_SEQ_CST);
         if (i >= s->n) break;
         grp_spec(spec, sizeof spec, i);
-        client_reply r;
-        if (client_request(&c, "POST", "/api/v1/jobs", spec, strlen(spec), NULL, &r) < 0) {
+        int64_t id = 0;
+        int st = post_job(&c, spec, strlen(spec), &id);
+        if (st == 0) {
             __atomic_fetch_add(&s->failed, 1, __ATOMIC_SEQ_CST);
-            client_reply_release(&r);
-            continue;
-        }
-        if (r.status == 201) {
-            cJSON *o = cJSON_ParseWithLength(r.body.data ? r.body.data : "", r.body.len);
-            if (cJSON_IsNumber(cJSON_GetObjectItem(o, "id"))) {
-                s->ids[i] = (int64_t)ty_num(o, "id");
+        } else if (st == 201) {
+            if (id) {
+                s->ids[i] = id;
                 __atomic_fetch_add(&s->acked, 1, __ATOMIC_SEQ_CST);
             }
-            cJSON_Delete(o);
-        } else if (r.status >= 500) {
+        } else if (st >= 500) {
             __atomic_fetch_add(&s->errors5xx, 1, __ATOMIC_SEQ_CST);
         } else {
             __atomic_fetch_add(&s->other, 1, __ATOMIC_SEQ_CST);
         }
-        client_reply_release(&r);
     }
     client_release(&c);
     return NULL;
