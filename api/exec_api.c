@@ -211,7 +211,7 @@ fail:
  * for 5,000 agents) and, when a wake came during such a look, the task
  * waited for the next look (docs/scheduler.md, "A server for thousands of
  * agents"). TRAINYARD_POLL_RECHECK=query: a look with two queries every
- * POLL_MS, as before either (bench/cluster's before/after). */
+ * POLL_MS, as the server once did (bench/cluster's before/after). */
 static int recheck_query_mode(void) {
     static int mode = -1;
     int m = __atomic_load_n(&mode, __ATOMIC_RELAXED);

@@ -423,7 +423,6 @@ static void gang_check(job_rec *j) {
  * (wall-clock ms, comparable with the server's job_events.ts): tells a
  * placement's delivery from its scheduling. */
 static FILE *g_trace;
-static int64_t g_poll_sent_ms;
 
 static int64_t wall_ms(void) {
     struct timespec ts;
@@ -431,7 +430,7 @@ static int64_t wall_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void on_assignments(int a, const char *text) {
+static void on_assignments(int a, const char *text, int64_t poll_sent_ms) {
     agent *ag = &g_agents[a];
     cJSON *o = cJSON_Parse(text);
     if (!o) {
@@ -482,7 +481,7 @@ static void on_assignments(int a, const char *text) {
             gang_check(j);
         }
         if (g_trace)
-            fprintf(g_trace, "%" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %d\n", wall_ms(), g_poll_sent_ms, job, id, a);
+            fprintf(g_trace, "%" PRId64 " %" PRId64 " %" PRId64 " %" PRId64 " %d\n", wall_ms(), poll_sent_ms, job, id, a);
         do_status(a, id, job, 0, 0);
         ev_push(now_us() + run_time_us(job), EV_EXIT, a, id);
     }
@@ -566,8 +565,7 @@ static void on_done(sreq *r, CURLcode cc) {
         if (code == 401 || code == 404) { ag->registered = 0; ev_push(t, EV_REGISTER, r->agent, 0); }
         break;
     case R_POLL:
-        g_poll_sent_ms = wall_ms() - (t - r->t0_us) / 1000;
-        if (ok) on_assignments(r->agent, text);
+        if (ok) on_assignments(r->agent, text, wall_ms() - (t - r->t0_us) / 1000);
         else if (code == 401 || code == 404) ev_push(t + 250000, EV_REGISTER, r->agent, 0);
         else ev_push(t + 250000, EV_POLL, r->agent, 0);
         break;
