@@ -571,7 +571,13 @@ static void task_start(agent *a, const cJSON *s) {
     char e_home[PATH_MAX + 8], e_tmp[PATH_MAX + 8];
     snprintf(e_home, sizeof e_home, "HOME=%s", t->iso.dir);
     snprintf(e_tmp, sizeof e_tmp, "TMPDIR=%s", t->iso.mount_ns ? "/tmp" : t->iso.tmp);
-    char *env[10];
+    /* the uid has no passwd entry: a name in USER and LOGNAME, which
+     * getpass.getuser() and friends read first (PyTorch's cache directories
+     * are named from it, and without it `import torch` fails) */
+    char e_user[48], e_logname[48];
+    snprintf(e_user, sizeof e_user, "USER=trainyard-%u", (unsigned)t->iso.uid);
+    snprintf(e_logname, sizeof e_logname, "LOGNAME=trainyard-%u", (unsigned)t->iso.uid);
+    char *env[12];
     int ne = 0;
     env[ne++] = e_cfg.data;
     env[ne++] = e_task;
@@ -581,6 +587,8 @@ static void task_start(agent *a, const cJSON *s) {
     if (t->iso.on && t->iso.uid) {
         env[ne++] = e_home;
         env[ne++] = e_tmp;
+        env[ne++] = e_user;
+        env[ne++] = e_logname;
     }
     env[ne] = NULL;
     char *argv[] = {a->exe, "worker", NULL};

@@ -120,7 +120,7 @@ static const char *A_SCRIPT =
 /* Team B: looks for everything of A's and the agent's it should not find;
  * prints one PROBE line of JSON. */
 static const char *B_SCRIPT =
-    "import os, json, errno\n"
+    "import os, json, errno, getpass\n"
     "me = os.getuid(); r = {'uid': me}\n"
     "own = json.loads(os.environ['TRAINYARD_CONFIG'])['token']\n"
     "tokens = 0; foreign = 0; pids = []\n"
@@ -154,6 +154,8 @@ static const char *B_SCRIPT =
     "r['tmp'] = ls('/tmp'); r['shm'] = ls('/dev/shm')\n"
     "r['a_secret'] = rd('/tmp/a-secret')\n"
     "r['groups'] = os.getgroups()\n"
+    "try: r['user'] = getpass.getuser()\n"
+    "except Exception as e: r['user'] = repr(e)\n"
     "r['home'] = os.environ.get('HOME'); r['home_mode'] = oct(os.stat(os.environ['HOME']).st_mode & 0o777)\n"
     "r['no_new_privs'] = [l.split()[1] for l in open('/proc/self/status') if l.startswith('NoNewPrivs')][0]\n"
     "r['own_session'] = os.getsid(0) == os.getppid()\n"
@@ -277,6 +279,8 @@ START_TEST(two_teams_apart) {
     ck_assert_str_ne(ty_str(p, "a_secret"), "read");
     ck_assert_int_eq(cJSON_GetArraySize(probe_field(p, "groups")), 0);
     ck_assert_str_eq(ty_str(p, "home_mode"), "0o700");
+    /* a uid without a passwd entry still has a user name (PyTorch needs one) */
+    ck_assert_msg(strncmp(ty_str(p, "user"), "trainyard-", 10) == 0, "team B's user name: %s", ty_str(p, "user"));
     ck_assert_str_eq(ty_str(p, "no_new_privs"), "1");
     ck_assert(cJSON_IsTrue(probe_field(p, "own_session"))); /* the task's worker leads its session */
     cJSON_Delete(p);

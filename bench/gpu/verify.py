@@ -64,11 +64,12 @@ def device_facts():
     return d
 
 
-def check_binary(path, budget, no_gpu_reason):
-    """A check-framework binary: its summary, or skipped."""
+def check_binary(path, budget, no_gpu_reason, out_dir):
+    """A check-framework binary: its summary, or skipped; its whole output in OUT/NAME.log."""
     # check_gpu_train runs the worker binary: the bundle's own
     env = dict(os.environ, CK_DEFAULT_TIMEOUT="300", TRAINYARD_BIN=os.path.abspath("bin/trainyard"))
     code, out = run([path], max(30, min(300, left(budget) - 200)), env=env)
+    open(os.path.join(out_dir, os.path.basename(path) + ".log"), "w").write(out)
     m = re.search(r"(\d+)%: Checks: (\d+), Failures: (\d+), Errors: (\d+)", out)
     r = {"exit": code, "tail": out.strip().splitlines()[-6:]}
     if m:
@@ -258,7 +259,7 @@ def up_and_jobs(bundle, out, budget, n_gpu_smi):
         elif gpus == 0:
             why = ("the agent found no GPU (nvidia-smi lists %d; a binary without CUDA, or no driver)" % n_gpu_smi
                    if n_gpu_smi else "no GPU on this machine")
-            for k in ("default_1gpu", "mirrored_all_gpus", "multi_worker_mirrored_2gpus", "ddp_nccl_command",
+            for k in ("default_1gpu", "accumulation_1gpu", "mirrored_all_gpus", "multi_worker_mirrored_2gpus", "ddp_nccl_command",
                       "cancel", "sigkill_resume"):
                 r[k] = {"skipped": why}
             return r
@@ -280,6 +281,15 @@ def up_and_jobs(bundle, out, budget, n_gpu_smi):
         if not data:
             r["data"] = "no Fashion-MNIST in the bundle: the jobs below cannot run"
         one("default_1gpu", seed_mlp("gpu-default", data, 3), 180)
+        # the same job in 2 micro-batches a step: the same sums, so the same model
+        acc = seed_mlp("gpu-accumulate", data, 3)
+        acc["fit"]["gradient_accumulation_steps"] = 2
+        one("accumulation_1gpu", acc, 180)
+        a_acc, d_acc = (r.get(k, {}).get("test_accuracy") for k in ("accumulation_1gpu", "default_1gpu"))
+        if "ok" in r.get("accumulation_1gpu", {}):
+            r["accumulation_1gpu"]["default_test_accuracy"] = d_acc
+            r["accumulation_1gpu"]["ok"] = (r["accumulation_1gpu"]["ok"] and a_acc is not None and d_acc is not None
+                                            and abs(a_acc - d_acc) <= 0.01)
         one("mirrored_all_gpus", dict(seed_mlp("gpu-mirrored", data, 3, devices=gpus), strategy={
             "type": "mirrored"}), 180)
         if gpus >= 2:
@@ -321,7 +331,9 @@ def up_and_jobs(bundle, out, budget, n_gpu_smi):
             r["cancel"] = {"skipped": "out of time (VERIFY_BUDGET_S)"}
         # a worker killed with SIGKILL resumes from its checkpoint on the GPU
         if left(budget) > 90:
-            jid, t, err = submit(api, seed_mlp("gpu-kill", data, 12))
+            # long enough on a GPU (about 650k samples/s) for the kill to find the worker
+            jid, t, err = submit(api, seed_mlp("gpu-kill", data, 12 if DEVICE == "cpu" else 300,
+                                               every=1 if DEVICE == "cpu" else 10))
             if err:
                 r["sigkill_resume"] = {"ok": False, "error": err}
             else:
@@ -374,9 +386,9 @@ def main():
     say(f"device: {json.dumps(dev)}")
     no_gpu = None if dev.get("gpus") else "no GPU on this machine (nvidia-smi: %s)" % dev.get("nvidia_smi", "none")
     say("check_gpu ...")
-    res["check_gpu"] = check_binary("bin/check_gpu", a.budget, no_gpu)
+    res["check_gpu"] = check_binary("bin/check_gpu", a.budget, no_gpu, a.out)
     say("check_gpu_train ...")
-    res["check_gpu_train"] = check_binary("bin/check_gpu_train", a.budget, no_gpu)
+    res["check_gpu_train"] = check_binary("bin/check_gpu_train", a.budget, no_gpu, a.out)
     if no_gpu:
         res["bench"] = {"skipped": no_gpu}
     elif left(a.budget) > 300:
