@@ -540,9 +540,25 @@ static void cluster_get(server *srv, http_req *req, http_res *res)
     cJSON_AddNumberToObject(u, "cpu_utilisation", tot[0] ? (double)used[0] / (double)tot[0] : 0);
     cJSON_AddNumberToObject(u, "memory_mb", (double)mem_tot);
     cJSON_AddNumberToObject(u, "memory_used_mb", (double)mem_used);
+    /* how requests reach this server: a user can tell a server in the clear */
+    cJSON *tr = cJSON_AddObjectToObject(o, "transport");
+    cJSON_AddBoolToObject(tr, "tls", srv->tls_cert_pem != NULL);
+    cJSON_AddBoolToObject(tr, "insecure_http", !srv->tls_cert_pem && !server_host_is_loopback(srv->opt.host));
+    if (srv->tls_ca_pin[0]) cJSON_AddStringToObject(tr, "ca_hash", srv->tls_ca_pin);
     free(jt);
     cluster_state_release(&cs);
     http_json(res, 200, o);
+}
+
+/* GET /api/v1/tls/ca (public): the CA of `--tls auto`, which an agent
+ * trusts only if its hash is the one it was given (--ca-hash) */
+static void tls_ca_get(server *srv, http_req *req, http_res *res) {
+    (void)req;
+    if (!srv->tls_ca_pem) {
+        http_error(res, 404, "not_found", NULL, "this server has no CA of its own to give (it runs without --tls auto)");
+        return;
+    }
+    http_text(res, 200, "application/x-pem-file", srv->tls_ca_pem, strlen(srv->tls_ca_pem));
 }
 
 /* ================================================================ queue */
@@ -652,6 +668,7 @@ const route api_cluster_routes[] = {
     {"POST", "/api/v1/nodes/{id}/drain", node_drain, ALLOW_NODE | ALLOW_ADMIN, 0},
     {"DELETE", "/api/v1/nodes/{id}/drain", node_undrain, ALLOW_NODE | ALLOW_ADMIN, 0},
     {"GET", "/api/v1/cluster", cluster_get, ALLOW_USER, 0},
+    {"GET", "/api/v1/tls/ca", tls_ca_get, ALLOW_NONE, 0},
     {"GET", "/api/v1/queue", queue_get, ALLOW_USER, 0},
     {"PATCH", "/api/v1/teams/{name}", team_shares, ALLOW_ADMIN, 0},
     {"POST", "/api/v1/teams/{name}", team_shares, ALLOW_ADMIN, 0},

@@ -662,10 +662,12 @@ static void cli_usage(FILE *f) {
             "       trainyard cluster                nodes, devices and who holds them\n"
             "       trainyard events ID              a job's timeline\n"
             "       trainyard checkpoints ID [--download [--checkpoint CID] [-o FILE]]\n"
-            "options: --json (print the server's JSON), --url URL, --token TOKEN\n"
+            "options: --json (print the server's JSON), --url URL, --token TOKEN,\n"
+            "         --ca-cert FILE (the CA to verify an https:// server with)\n"
             "exit: 0 ok, 1 refused by the server (4xx), 2 usage, 3 server unreachable or 5xx,\n"
             "      4 watched job failed, 5 watched job cancelled, 6 download sha256 mismatch\n"
-            "env: TRAINYARD_URL (default http://127.0.0.1:8080), TRAINYARD_TOKEN (default: ./.trainyard/token)\n");
+            "env: TRAINYARD_URL (default http://127.0.0.1:8080), TRAINYARD_TOKEN (default: ./.trainyard/token),\n"
+            "     TRAINYARD_CA (a CA file for https://; default: the system's store)\n");
 }
 
 int cmd_cli(int argc, char **argv) {
@@ -689,7 +691,8 @@ int cmd_cli(int argc, char **argv) {
         {"help", no_argument, NULL, 'h'},   {"task", required_argument, NULL, 'T'},
         {"follow", no_argument, NULL, 'f'}, {"download", no_argument, NULL, 'D'},
         {"checkpoint", required_argument, NULL, 'C'}, {"output", required_argument, NULL, 'o'},
-        {"interval", required_argument, NULL, 'i'}, {NULL, 0, NULL, 0},
+        {"interval", required_argument, NULL, 'i'}, {"ca-cert", required_argument, NULL, 'A'},
+        {NULL, 0, NULL, 0},
     };
     int c;
     optind = 1;
@@ -713,6 +716,14 @@ int cmd_cli(int argc, char **argv) {
         case 'f': follow = 1; break;
         case 'u': url = optarg; break;
         case 't': token = optarg; break;
+        case 'A': {
+            char cerr[512];
+            if (client_trust_ca_file(optarg, "--ca-cert", cerr, sizeof cerr) < 0) {
+                fprintf(stderr, "error: %s\n", cerr);
+                return 2;
+            }
+            break;
+        }
         case 's': o.state = optarg; break;
         case 'r': o.reason = optarg; break;
         case 'n':

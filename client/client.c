@@ -9,11 +9,114 @@
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
+#include <limits.h>
+
+#include "../common/tls.h"
 
 #define CLIENT_BODY_MAX (256u << 20)
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static void global_init(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+/* the trusted CA: set before requests start, read-only afterwards */
+static char *g_ca_pem;
+static size_t g_ca_len;
+
+int client_trust_ca_pem(const char *pem, size_t n, const char *what, char *err, size_t errlen) {
+    if (tls_check_ca(pem, n, what, err, errlen) < 0) return -1;
+    char *copy = xstrndup(pem, n);
+    free(g_ca_pem);
+    g_ca_pem = copy;
+    g_ca_len = n;
+    return 0;
+}
+
+int client_trust_ca_file(const char *path, const char *what, char *err, size_t errlen) {
+    size_t n = 0;
+    errno = 0;
+    char *pem = file_read_all(path, 1u << 20, &n);
+    if (!pem) {
+        snprintf(err, errlen, "%s %s: %s", what, path, errno ? strerror(errno) : "cannot be read (or over 1 MiB)");
+        return -1;
+    }
+    char label[PATH_MAX + 64];
+    snprintf(label, sizeof label, "%s %s", what, path);
+    int rc = client_trust_ca_pem(pem, n, label, err, errlen);
+    free(pem);
+    return rc;
+}
+
+int client_trust_from_env(char *err, size_t errlen) {
+    const char *pem = getenv("TRAINYARD_CA_PEM");
+    if (pem && *pem) return client_trust_ca_pem(pem, strlen(pem), "TRAINYARD_CA_PEM", err, errlen);
+    const char *file = getenv("TRAINYARD_CA");
+    if (file && *file) return client_trust_ca_file(file, "TRAINYARD_CA", err, errlen);
+    return 0;
+}
+
+const char *client_trusted_ca(void) { return g_ca_pem; }
+
+void client_tls_apply(void *curl) {
+    if (!g_ca_pem) return;
+    struct curl_blob blob = {g_ca_pem, g_ca_len, CURL_BLOB_COPY};
+    curl_easy_setopt((CURL *)curl, CURLOPT_CAINFO_BLOB, &blob);
+}
+
+static size_t on_ca(char *p, size_t size, size_t n, void *ud) {
+    return buf_append((buf *)ud, p, size * n) < 0 ? 0 : size * n;
+}
+
+int client_trust_pinned(const char *url, const char *pin, char *err, size_t errlen) {
+    pthread_once(&g_once, global_init);
+    if (strncmp(url, "https://", 8) != 0) {
+        snprintf(err, errlen, "--ca-hash needs the server's https:// URL, not %s", url);
+        return -1;
+    }
+    if (strncmp(pin, "sha256:", 7) != 0 || strlen(pin) != 71 || strspn(pin + 7, "0123456789abcdefABCDEF") != 64) {
+        snprintf(err, errlen, "--ca-hash wants sha256: and 64 hex digits (as the server logs it), got '%s'", pin);
+        return -1;
+    }
+    char full[1024];
+    size_t ul = strlen(url);
+    while (ul && url[ul - 1] == '/') ul--;
+    if (sfmt(full, sizeof full, "%.*s/api/v1/tls/ca", (int)ul, url) < 0) {
+        snprintf(err, errlen, "url too long");
+        return -1;
+    }
+    CURL *h = curl_easy_init();
+    if (!h) {
+        snprintf(err, errlen, "curl_easy_init failed");
+        return -1;
+    }
+    buf b;
+    buf_init(&b, 1u << 20);
+    curl_easy_setopt(h, CURLOPT_URL, full);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_ca);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 15000L);
+    /* the one unverified request: what it brings back is trusted only if its hash is the pin */
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
+    curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
+    CURLcode rc = curl_easy_perform(h);
+    long st = 0;
+    if (rc == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
+    curl_easy_cleanup(h);
+    int out = -1;
+    char got[TLS_PIN_LEN];
+    if (rc != CURLE_OK) snprintf(err, errlen, "cannot fetch the CA from %s: %s", full, curl_easy_strerror(rc));
+    else if (st != 200)
+        snprintf(err, errlen, "cannot fetch the CA from %s: answered %ld (a server without --tls auto has none to give)",
+                 full, st);
+    else if (tls_ca_pin(b.data ? b.data : "", b.len, got, err, errlen) < 0) {
+    } else if (strcasecmp(got, pin) != 0)
+        snprintf(err, errlen, "the CA at %s has the hash %s, not the --ca-hash %s given: not trusting it", full, got, pin);
+    else
+        out = client_trust_ca_pem(b.data, b.len, full, err, errlen);
+    buf_release(&b);
+    return out;
+}
 
 int client_init(client *c, const char *url, const char *token) {
     pthread_once(&g_once, global_init);
@@ -56,6 +159,7 @@ int client_request(client *c, const char *method, const char *path, const char *
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, c->timeout_ms);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    client_tls_apply(h);
     struct curl_slist *hdr = NULL;
     char auth[300], ct[128];
     if (c->token[0]) {
@@ -76,7 +180,11 @@ int client_request(client *c, const char *method, const char *path, const char *
     CURLcode rc = curl_easy_perform(h);
     curl_slist_free_all(hdr);
     if (rc != CURLE_OK) {
-        snprintf(r->error, sizeof r->error, "%s: %s", url, curl_easy_strerror(rc));
+        snprintf(r->error, sizeof r->error, "%s: %s%s", url, curl_easy_strerror(rc),
+                 rc == CURLE_PEER_FAILED_VERIFICATION
+                     ? (g_ca_pem ? " (the server's certificate is not signed by the CA given)"
+                                 : " (give the server's CA: TRAINYARD_CA=FILE or --ca-cert FILE; its DATA/tls/ca.crt)")
+                     : "");
         r->status = 0;
         return -1;
     }
@@ -202,6 +310,7 @@ int client_download(client *c, const char *path, const char *out_path, long *sta
         snprintf(auth, sizeof auth, "Authorization: Bearer %s", c->token);
         hdr = curl_slist_append(hdr, auth);
     }
+    client_tls_apply(h);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, dl_header);

@@ -45,6 +45,35 @@ int client_download(client *c, const char *path, const char *out_path, long *sta
                     char sha_got[65], char *loc, size_t locn, uint64_t *size, buf *err_body, char *err,
                     size_t errlen);
 
+/* ---------------------------------------------------------------- TLS
+ * Every request of a process goes to https:// URLs with verification on
+ * (libcurl's default; never turned off but for client_trust_pinned's one
+ * fetch). The CA trusted is the one given here, process-wide, before the
+ * process starts requests; none given: the system's store. Each returns 0,
+ * or -1 with a one-line reason in err. */
+
+/* Trusts the CA in the PEM file path (what: the flag or variable that named it). */
+int client_trust_ca_file(const char *path, const char *what, char *err, size_t errlen);
+
+/* Trusts the CA in pem (n bytes). */
+int client_trust_ca_pem(const char *pem, size_t n, const char *what, char *err, size_t errlen);
+
+/* From the environment: TRAINYARD_CA_PEM (the CA's PEM text: what an agent
+ * hands its workers), else TRAINYARD_CA (a file); neither: nothing. */
+int client_trust_from_env(char *err, size_t errlen);
+
+/* As kubeadm's join: fetches GET url/api/v1/tls/ca without verifying the
+ * server, checks that the sha256 of its public key is pin ("sha256:HEX"),
+ * and then trusts it (every later request verifies the server with it).
+ * A different CA is refused, naming both hashes. */
+int client_trust_pinned(const char *url, const char *pin, char *err, size_t errlen);
+
+/* The trusted CA's PEM text, or NULL for the system's store. */
+const char *client_trusted_ca(void);
+
+/* Sets the trusted CA on a libcurl handle (after curl_easy_reset). */
+void client_tls_apply(void *curl);
+
 /* TRAINYARD_URL, else http://127.0.0.1:8080. */
 void client_default_url(char *out, size_t outlen);
 

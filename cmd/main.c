@@ -9,6 +9,7 @@
 #include "../executor/agent.h"
 #include "../executor/worker.h"
 #include "../client/cli.h"
+#include "../client/client.h"
 #include "../api/routes.h"
 #include "../executor/train_cmd.h"
 #include "../common/util.h"
@@ -24,7 +25,7 @@ static void usage(FILE *f) {
             "  agent         a node agent: registers the node, runs (and isolates) its tasks\n"
             "  worker        one task of a job (started by an agent)\n"
             "  train FILE    train a job spec here, no server needed\n"
-            "jobs (TRAINYARD_URL, TRAINYARD_TOKEN; --json for scripts):\n"
+            "jobs (TRAINYARD_URL, TRAINYARD_TOKEN, TRAINYARD_CA for https; --json for scripts):\n"
             "  submit FILE   submit a job spec\n"
             "  jobs          your team's jobs\n"
             "  status ID     a job: state, tasks, progress, metrics, ETA\n"
@@ -51,6 +52,15 @@ int main(int argc, char **argv) {
         trainyard_build(build, sizeof build);
         printf("trainyard %s (%s)\n", TRAINYARD_VERSION, build);
         return 0;
+    }
+    /* the CA every client of this process trusts for https:// (TRAINYARD_CA_PEM
+     * or TRAINYARD_CA; the agent's and the CLI's --ca-cert/--ca-hash win) */
+    if (strcmp(cmd, "server") != 0) {
+        char err[512];
+        if (client_trust_from_env(err, sizeof err) < 0) {
+            fprintf(stderr, "trainyard: %s\n", err);
+            return 2;
+        }
     }
     if (strcmp(cmd, "server") == 0) return cmd_server(argc - 1, argv + 1, &api_app);
     if (strcmp(cmd, "up") == 0) return cmd_up(argc - 1, argv + 1);

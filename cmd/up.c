@@ -30,7 +30,9 @@ static void up_usage(FILE *f) {
             "                    [--hostname H] [--worker-nice N] [--worker-sched normal|idle]\n"
             "                    [agent flags: --isolation, --task-uids, --task-dir, --task-pids-max, --memory]\n"
             "                    [--log-level debug|info|warn|error] [--log-format text|json] [--access-log F]\n"
-            "                    [server flags: --durability, --heartbeat-timeout, --resize-interval, --public-url, --quiet]\n"
+            "                    [server flags: --durability, --heartbeat-timeout, --resize-interval, --public-url, --quiet,\n"
+            "                     --tls auto, --tls-cert F --tls-key F, --insecure-http]\n"
+            "  --tls auto: HTTPS with the server's own CA (DATA/tls/ca.crt), which the agent trusts;\n"
             "  the server (default 127.0.0.1:8080, data in ./.trainyard) and one local agent;\n"
             "  the agent runs training under SCHED_IDLE at nice " UP_WORKER_NICE " (--worker-sched normal\n"
             "  and --worker-nice 0 turn that off), so the API answers at once while jobs use\n"
@@ -101,7 +103,9 @@ int cmd_up(int argc, char **argv) {
         int both = strcmp(a, "--log-level") == 0 || strcmp(a, "--log-format") == 0;
         int takes_value = agent_flag || both || strcmp(a, "--listen") == 0 || strcmp(a, "--data") == 0 ||
                           strcmp(a, "--durability") == 0 || strcmp(a, "--heartbeat-timeout") == 0 ||
-                          strcmp(a, "--resize-interval") == 0 || strcmp(a, "--access-log") == 0 || strcmp(a, "--public-url") == 0;
+                          strcmp(a, "--resize-interval") == 0 || strcmp(a, "--access-log") == 0 || strcmp(a, "--public-url") == 0 ||
+                          strcmp(a, "--tls") == 0 || strcmp(a, "--tls-cert") == 0 || strcmp(a, "--tls-key") == 0;
+        if (strcmp(a, "--tls") == 0 && i + 1 < argc && strcmp(argv[i + 1], "auto") == 0) so.tls_auto = 1;
         if (both && i + 1 < argc) {
             agent_extra[na++] = argv[i];
             agent_extra[na++] = argv[i + 1];
@@ -133,8 +137,9 @@ int cmd_up(int argc, char **argv) {
     srv_argv[ns] = NULL;
     log_set_prefix("up");
 
-    char urlfile[PATH_MAX + 32], tokfile[PATH_MAX + 32], statefile[PATH_MAX + 32];
+    char urlfile[PATH_MAX + 32], tokfile[PATH_MAX + 32], statefile[PATH_MAX + 32], cafile[PATH_MAX + 32];
     if (sfmt(urlfile, sizeof urlfile, "%s/server.url", so.data_dir) < 0 ||
+        sfmt(cafile, sizeof cafile, "%s/tls/ca.crt", so.data_dir) < 0 ||
         sfmt(tokfile, sizeof tokfile, "%s/node.token", so.data_dir) < 0 ||
         sfmt(statefile, sizeof statefile, "%s/agent.state", so.data_dir) < 0) {
         fprintf(stderr, "trainyard up: --data path too long\n");
@@ -193,6 +198,10 @@ int cmd_up(int argc, char **argv) {
         ag_argv[n++] = tokfile;
         ag_argv[n++] = "--state-file";
         ag_argv[n++] = statefile;
+        if (so.tls_auto) { /* the server's own CA, read from its directory */
+            ag_argv[n++] = "--ca-cert";
+            ag_argv[n++] = cafile;
+        }
         /* the server shares these cores: training takes only the time the
          * server and the agent leave (SCHED_IDLE: a waking server thread
          * takes the core at once; docs/server.md "Training beside the

@@ -577,13 +577,21 @@ static void task_start(agent *a, const cJSON *s) {
     char e_user[48], e_logname[48];
     snprintf(e_user, sizeof e_user, "USER=trainyard-%u", (unsigned)t->iso.uid);
     snprintf(e_logname, sizeof e_logname, "LOGNAME=trainyard-%u", (unsigned)t->iso.uid);
-    char *env[12];
+    /* the CA the agent trusts, for its workers' requests (not secret) */
+    char *e_ca = NULL;
+    if (client_trusted_ca()) {
+        size_t n = strlen(client_trusted_ca()) + sizeof "TRAINYARD_CA_PEM=";
+        e_ca = xmalloc(n);
+        snprintf(e_ca, n, "TRAINYARD_CA_PEM=%s", client_trusted_ca());
+    }
+    char *env[13];
     int ne = 0;
     env[ne++] = e_cfg.data;
     env[ne++] = e_task;
     env[ne++] = e_name;
     if (a->opt.data_root[0]) env[ne++] = e_root;
     if (n_gpu) env[ne++] = e_cuda.data;
+    if (e_ca) env[ne++] = e_ca;
     if (t->iso.on && t->iso.uid) {
         env[ne++] = e_home;
         env[ne++] = e_tmp;
@@ -611,6 +619,7 @@ static void task_start(agent *a, const cJSON *s) {
         t->restartable = 1;
     }
     buf_release(&e_cfg);
+    free(e_ca);
     buf_release(&e_cuda);
     if (!ok || t->pid < 0) {
         char why[256];
@@ -926,6 +935,14 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static agent *g_agent;
 
 int agent_run(const agent_options *o) {
+    if (o->ca_hash[0]) {
+        char err[700];
+        if (client_trust_pinned(o->server, o->ca_hash, err, sizeof err) < 0) {
+            log_error("%s", err);
+            return 1;
+        }
+        log_info("trusting the server's CA %s", o->ca_hash);
+    }
     agent *a = xcalloc(1, sizeof *a);
     g_agent = a;
     a->opt = *o;
@@ -1117,6 +1134,11 @@ static void agent_usage(FILE *f) {
             "  --server      the trainyard server (default $TRAINYARD_URL or http://127.0.0.1:8080)\n"
             "  --token       the node token (DATA/node.token of the server; or $TRAINYARD_TOKEN)\n"
             "  --token-file  read the node token from FILE\n"
+            "  --ca-hash sha256:HEX  an https:// server's CA: fetched, and trusted only if the\n"
+            "                sha256 of its public key is HEX (the server logs it; as kubeadm join's\n"
+            "                --discovery-token-ca-cert-hash)\n"
+            "  --ca-cert FILE  trust this CA for an https:// server (default $TRAINYARD_CA, else\n"
+            "                the system's store); its workers trust the same\n"
             "  --cpu-slots   CPU slots this node offers (default: the number of cores)\n"
             "  --data-root   directory relative data.path values and a command's working_dir\n"
             "                resolve against; tasks read it (read-only, mode o+rX) (default: the\n"
@@ -1168,6 +1190,7 @@ static int url_is_loopback(const char *url) {
 int agent_parse_flags(agent_options *o, int argc, char **argv) {
     static const struct option longopts[] = {
         {"server", required_argument, NULL, 's'},   {"token", required_argument, NULL, 't'},
+        {"ca-cert", required_argument, NULL, 'A'},  {"ca-hash", required_argument, NULL, 'X'},
         {"token-file", required_argument, NULL, 'T'}, {"cpu-slots", required_argument, NULL, 'c'},
         {"data-root", required_argument, NULL, 'r'}, {"hostname", required_argument, NULL, 'n'},
         {"address", required_argument, NULL, 'a'},  {"heartbeat", required_argument, NULL, 'b'},
@@ -1190,6 +1213,20 @@ int agent_parse_flags(agent_options *o, int argc, char **argv) {
             break;
         case 't':
             if (sfmt(o->token, sizeof o->token, "%s", optarg) < 0) return -1;
+            break;
+        case 'A': {
+            char err[600];
+            if (client_trust_ca_file(optarg, "--ca-cert", err, sizeof err) < 0) {
+                fprintf(stderr, "trainyard agent: %s\n", err);
+                return -1;
+            }
+            break;
+        }
+        case 'X':
+            if (sfmt(o->ca_hash, sizeof o->ca_hash, "%s", optarg) < 0) {
+                fprintf(stderr, "trainyard agent: --ca-hash wants sha256: and 64 hex digits\n");
+                return -1;
+            }
             break;
         case 'T':
             if (read_token_file(optarg, o->token, sizeof o->token) < 0) return -1;

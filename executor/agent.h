@@ -30,6 +30,7 @@ typedef struct agent_options {
     char state_file[PATH_MAX]; /* "" = $XDG_RUNTIME_DIR|$TMPDIR|/tmp/trainyard-agent-HASH.json,
                                 * HASH of server URL, hostname and uid */
     iso_options iso;           /* --isolation, --task-uids, --task-dir, --task-pids-max, --memory */
+    char ca_hash[80];          /* --ca-hash sha256:HEX: fetch the server's CA, trust it if it hashes so */
 } agent_options;
 
 void agent_options_default(agent_options *o);

@@ -177,6 +177,7 @@ long report_put_ckpt(CURL *h, const char *api, const char *token, int64_t job, l
     buf reply;
     buf_init(&reply, 1 << 16);
     put_src u = {head, head_len, 0, fd};
+    client_tls_apply(h);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);

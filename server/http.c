@@ -1097,7 +1097,12 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
 }
 
 http_daemon *http_start(struct server *srv, const char *host, int port, const route *const *tables,
-                        int *port_out, char *err, size_t errlen) {
+                        const char *tls_cert_pem, const char *tls_key_pem, int *port_out, char *err,
+                        size_t errlen) {
+    if (tls_cert_pem && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        snprintf(err, errlen, "this libmicrohttpd was built without TLS: HTTPS cannot be served");
+        return NULL;
+    }
     struct sockaddr_in sa;
     memset(&sa, 0, sizeof sa);
     sa.sin_family = AF_INET;
@@ -1144,8 +1149,15 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
     }
     log_debug("http: %u pool threads, at most %u connections", threads, h->max_conns);
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    struct MHD_OptionItem tls_opts[3] = {{MHD_OPTION_END, 0, NULL}, {MHD_OPTION_END, 0, NULL}, {MHD_OPTION_END, 0, NULL}};
+    if (tls_cert_pem) {
+        flags |= MHD_USE_TLS;
+        tls_opts[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)tls_cert_pem};
+        tls_opts[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)tls_key_pem};
+    }
     h->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h,
                               MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
+                              MHD_OPTION_ARRAY, tls_opts,
                               MHD_OPTION_THREAD_POOL_SIZE, threads,
                               MHD_OPTION_UNESCAPE_CALLBACK, unescape_strict, NULL,
                               MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,

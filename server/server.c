@@ -2,10 +2,12 @@
  * daemon and the scheduler thread, and a clean stop on SIGINT/SIGTERM. */
 #include "server.h"
 #include "http.h"
+#include "../common/tls.h"
 #include "../common/util.h"
 #include "../storage/cluster.h"
 #include "../storage/store.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -141,15 +143,101 @@ static int lock_data_dir(server *s, char *err, size_t errlen) {
     return 0;
 }
 
+int server_host_is_loopback(const char *host) {
+    struct in_addr a;
+    return inet_pton(AF_INET, host, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+/* The names --tls auto's certificate carries: this host's name, the
+ * --public-url host, the --listen address unless a wildcard, and loopback. */
+static int tls_names(const server_options *o, char names[][256], int max) {
+    int n = 0;
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) == 0 && tls_name_ok(host)) snprintf(names[n++], 256, "%s", host);
+    if (o->public_url[0]) {
+        const char *h = strstr(o->public_url, "://");
+        h = h ? h + 3 : o->public_url;
+        char pu[256];
+        snprintf(pu, sizeof pu, "%s", h);
+        if (pu[0] == '[') { /* [v6]:port */
+            memmove(pu, pu + 1, strlen(pu));
+            pu[strcspn(pu, "]")] = '\0';
+        } else
+            pu[strcspn(pu, ":/")] = '\0';
+        if (tls_name_ok(pu) && n < max) snprintf(names[n++], 256, "%s", pu);
+    }
+    if (strcmp(o->host, "0.0.0.0") != 0 && tls_name_ok(o->host) && n < max) snprintf(names[n++], 256, "%s", o->host);
+    const char *fixed[] = {"localhost", "127.0.0.1", "::1"};
+    for (int i = 0; i < 3 && n < max; i++) snprintf(names[n++], 256, "%s", fixed[i]);
+    /* no name twice */
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        int dup = 0;
+        for (int j = 0; j < m; j++) dup |= strcmp(names[i], names[j]) == 0;
+        if (!dup && m != i) memcpy(names[m], names[i], 256);
+        if (!dup) m++;
+    }
+    return m;
+}
+
+static void tls_release(server *s) {
+    free(s->tls_cert_pem);
+    if (s->tls_key_pem) explicit_bzero(s->tls_key_pem, strlen(s->tls_key_pem));
+    free(s->tls_key_pem);
+    free(s->tls_ca_pem);
+    s->tls_cert_pem = s->tls_key_pem = s->tls_ca_pem = NULL;
+    s->tls_ca_pin[0] = '\0';
+}
+
+/* TLS from the options: a given pair checked, or --tls auto's made or
+ * read; plain HTTP off loopback refused unless --insecure-http. */
+static int tls_setup(server *s, char *err, size_t errlen) {
+    const server_options *o = &s->opt;
+    if (o->tls_cert[0] || o->tls_key[0]) {
+        if (!o->tls_cert[0] || !o->tls_key[0]) {
+            snprintf(err, errlen, "--tls-cert and --tls-key go together");
+            return -1;
+        }
+        return tls_load_pair(o->tls_cert, o->tls_key, &s->tls_cert_pem, &s->tls_key_pem, err, errlen);
+    }
+    if (o->tls_auto) {
+        char names[8][256], dir[PATH_MAX + 8];
+        const char *np[8];
+        int n = tls_names(o, names, 8);
+        for (int i = 0; i < n; i++) np[i] = names[i];
+        if (sfmt(dir, sizeof dir, "%s/tls", o->data_dir) < 0) {
+            snprintf(err, errlen, "data directory path too long");
+            return -1;
+        }
+        if (tls_auto(dir, np, n, &s->tls_cert_pem, &s->tls_key_pem, &s->tls_ca_pem, err, errlen) < 0) return -1;
+        if (tls_ca_pin(s->tls_ca_pem, strlen(s->tls_ca_pem), s->tls_ca_pin, err, errlen) < 0) return -1;
+        return 0;
+    }
+    if (!server_host_is_loopback(o->host) && !o->insecure_http) {
+        snprintf(err, errlen,
+                 "refusing plain HTTP on %s: every token would cross the network in the clear; give --tls auto "
+                 "(or --tls-cert FILE --tls-key FILE), or --insecure-http to serve in the clear anyway",
+                 o->host);
+        return -1;
+    }
+    return 0;
+}
+
 int server_open(server *s, const server_options *opt, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     s->opt = *opt;
     s->lock_fd = -1;
+    /* a bad certificate or key, or plain HTTP off loopback: nothing made or started */
+    if (!opt->tls_auto && tls_setup(s, err, errlen) < 0) return -1;
     if (mkdir_p(opt->data_dir, 0700) < 0) {
         snprintf(err, errlen, "cannot create %s: %s", opt->data_dir, strerror(errno));
         return -1;
     }
-    if (lock_data_dir(s, err, errlen) < 0) return -1;
+    if (lock_data_dir(s, err, errlen) < 0) {
+        tls_release(s);
+        return -1;
+    }
+    if (opt->tls_auto && tls_setup(s, err, errlen) < 0) goto fail;
     char path[PATH_MAX + 32];
     if (sfmt(path, sizeof path, "%s/trainyard.db", opt->data_dir) < 0 ||
         sfmt(s->checkpoint_dir, sizeof s->checkpoint_dir, "%s/checkpoints", opt->data_dir) < 0 ||
@@ -180,6 +268,7 @@ fail:
     s->db = NULL;
     close(s->lock_fd);
     s->lock_fd = -1;
+    tls_release(s);
     return -1;
 }
 
@@ -207,12 +296,13 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
         else snprintf(path, sizeof path, "%s/access.log", s->opt.data_dir);
         if (http_access_log_open(path) < 0) log_warn("cannot open the access log %s: %s", path, strerror(errno));
     }
-    s->http = http_start(s, s->opt.host, s->opt.port, app->routes, &s->port, err, sizeof err);
+    s->http = http_start(s, s->opt.host, s->opt.port, app->routes, s->tls_cert_pem, s->tls_key_pem, &s->port, err,
+                         sizeof err);
     if (!s->http) {
         log_error("%s", err);
         return 1;
     }
-    snprintf(s->url, sizeof s->url, "http://%s:%d", s->opt.host, s->port);
+    snprintf(s->url, sizeof s->url, "%s://%s:%d", s->tls_cert_pem ? "https" : "http", s->opt.host, s->port);
     snprintf(s->public_url, sizeof s->public_url, "%s", s->opt.public_url[0] ? s->opt.public_url : s->url);
     if (app->start && app->start(s, err, sizeof err) < 0) {
         log_error("%s", err);
@@ -226,6 +316,10 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
     if (sfmt(path, sizeof path, "%s/server.url", s->opt.data_dir) == 0)
         if (file_write_atomic(path, line, (size_t)n, 0644) < 0) log_warn("cannot write %s", path);
     log_info("listening on %s (data in %s)", s->url, s->opt.data_dir);
+    if (s->tls_ca_pin[0])
+        log_info("tls: clients trust %s/tls/ca.crt; agents join with --ca-hash %s", s->opt.data_dir, s->tls_ca_pin);
+    if (!s->tls_cert_pem && !server_host_is_loopback(s->opt.host))
+        log_warn("serving plain HTTP on %s (--insecure-http): tokens cross the network in the clear", s->opt.host);
     log_info("tokens: admin %s/admin.token, team 'default' %s/token, agents join with %s/node.token", s->opt.data_dir,
              s->opt.data_dir, s->opt.data_dir);
     while (!*stop && !s->stopping) usleep(100 * 1000);
@@ -239,6 +333,7 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
 }
 
 void server_close(server *s) {
+    tls_release(s);
     db_close(s->db);
     s->db = NULL;
     if (s->lock_fd >= 0) close(s->lock_fd); /* the directory is free again */
@@ -251,6 +346,7 @@ static void server_usage(FILE *f) {
             "                        [--heartbeat-timeout SECONDS] [--resize-interval SECONDS]\n"
             "                        [--quiet] [--log-level L]\n"
             "                        [--log-format text|json] [--access-log FILE|none] [--public-url URL]\n"
+            "                        [--tls auto | --tls-cert FILE --tls-key FILE] [--insecure-http]\n"
             "  --listen      address to bind (default 127.0.0.1:8080; port 0 = any free port)\n"
             "  --data        data directory (default ./.trainyard)\n"
             "  --resize-interval  an elastic job grows into free devices at most once per this\n"
@@ -262,7 +358,12 @@ static void server_usage(FILE *f) {
             "  --access-log  every request in the Common Log Format (default DATA/access.log;\n"
             "                none: no file)\n"
             "  --public-url  the URL workers reach the server at (their config's api; default\n"
-            "                http://ADDR:PORT of --listen, which is wrong for 0.0.0.0 or a proxy)\n");
+            "                http://ADDR:PORT of --listen, which is wrong for 0.0.0.0 or a proxy)\n"
+            "  --tls auto    HTTPS with a private CA and certificate made on the first start under\n"
+            "                DATA/tls (ca.crt for clients; agents join with the CA's hash, logged)\n"
+            "  --tls-cert, --tls-key  HTTPS with this certificate (PEM, chain after it) and key\n"
+            "  --insecure-http  serve plain HTTP on an address other than loopback (refused\n"
+            "                without it: tokens would cross the network in the clear)\n");
 }
 
 /* Parses the server's flags; unknown flags are an error. Returns 0, 1 for
@@ -279,6 +380,10 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
         {"log-format", required_argument, NULL, 'F'},
         {"access-log", required_argument, NULL, 'A'},
         {"public-url", required_argument, NULL, 'u'},
+        {"tls", required_argument, NULL, 'T'},
+        {"tls-cert", required_argument, NULL, 'C'},
+        {"tls-key", required_argument, NULL, 'K'},
+        {"insecure-http", no_argument, NULL, 'I'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -343,21 +448,39 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
         case 'u': {
             size_t n = strlen(optarg);
             while (n && optarg[n - 1] == '/') n--; /* workers append /api/v1/... */
-            if (strncmp(optarg, "http://", 7) != 0 || n <= 7 || n >= sizeof o->public_url ||
-                strcspn(optarg, " \t\r\n?#") < n) {
-                fprintf(stderr, "trainyard: --public-url wants http://HOST[:PORT] (under %zu bytes), got '%s'\n",
+            size_t sch = strncmp(optarg, "http://", 7) == 0 ? 7 : strncmp(optarg, "https://", 8) == 0 ? 8 : 0;
+            if (!sch || n <= sch || n >= sizeof o->public_url || strcspn(optarg, " \t\r\n?#") < n) {
+                fprintf(stderr, "trainyard: --public-url wants http[s]://HOST[:PORT] (under %zu bytes), got '%s'\n",
                         sizeof o->public_url, optarg);
                 return -1;
             }
             snprintf(o->public_url, sizeof o->public_url, "%.*s", (int)n, optarg);
             break;
         }
+        case 'T':
+            if (strcmp(optarg, "auto") != 0) {
+                fprintf(stderr, "trainyard: --tls wants auto (or give --tls-cert and --tls-key), got '%s'\n", optarg);
+                return -1;
+            }
+            o->tls_auto = 1;
+            break;
+        case 'C':
+            if (sfmt(o->tls_cert, sizeof o->tls_cert, "%s", optarg) < 0) return -1;
+            break;
+        case 'K':
+            if (sfmt(o->tls_key, sizeof o->tls_key, "%s", optarg) < 0) return -1;
+            break;
+        case 'I': o->insecure_http = 1; break;
         case 'h': server_usage(stdout); return 1;
         default: server_usage(stderr); return -1;
         }
     }
     if (optind < argc) {
         fprintf(stderr, "trainyard: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (o->tls_auto && (o->tls_cert[0] || o->tls_key[0])) {
+        fprintf(stderr, "trainyard: --tls auto makes its own certificate: give it or --tls-cert/--tls-key, not both\n");
         return -1;
     }
     return 0;

@@ -22,6 +22,10 @@ typedef struct server_options {
     int log_format;                   /* --log-format (a log_format; default text) */
     char access_log[PATH_MAX];        /* --access-log: "" = DIR/access.log, "none" = off */
     char public_url[128];             /* the URL workers are given (config.api); "" = url */
+    int tls_auto;                     /* --tls auto: a private CA and certificate under DATA/tls */
+    char tls_cert[PATH_MAX];          /* --tls-cert FILE (with --tls-key): HTTPS with these */
+    char tls_key[PATH_MAX];
+    int insecure_http;                /* --insecure-http: plain HTTP off loopback, with a warning */
 } server_options;
 
 struct http_daemon;
@@ -49,7 +53,14 @@ typedef struct server {
     char log_dir[PATH_MAX];
     volatile sig_atomic_t stopping;
     int lock_fd;                      /* DIR/server.lock, flock'ed while the server runs */
+    char *tls_cert_pem;               /* HTTPS: the certificate chain and key served; NULL = plain HTTP */
+    char *tls_key_pem;
+    char *tls_ca_pem;                 /* the CA agents fetch (GET /api/v1/tls/ca): --tls auto's; NULL otherwise */
+    char tls_ca_pin[72];              /* "sha256:..." of tls_ca_pem's public key, or "" */
 } server;
+
+/* 1 when host (an IPv4 address) is a loopback one (127.0.0.0/8). */
+int server_host_is_loopback(const char *host);
 
 void server_options_default(server_options *o);
 

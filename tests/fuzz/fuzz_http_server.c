@@ -206,7 +206,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         fprintf(stderr, "fuzz_http_server: %s\n", err);
         abort();
     }
-    g_srv.http = http_start(&g_srv, "127.0.0.1", 0, api_route_tables, &g_port, err, sizeof err);
+    g_srv.http = http_start(&g_srv, "127.0.0.1", 0, api_route_tables, NULL, NULL, &g_port, err, sizeof err);
     if (!g_srv.http) {
         fprintf(stderr, "fuzz_http_server: %s\n", err);
         abort();
