@@ -187,6 +187,11 @@ static cJSON *handout(server *srv, int64_t task_id, int *err) {
     cJSON_AddNumberToObject(cfg, "memory_mb", (double)t.memory_mb);
     cJSON_AddStringToObject(cfg, "api", srv->public_url);
     cJSON_AddStringToObject(cfg, "token", tok);
+    /* the attempt's secret: its tasks prove it to each other (collectives, ps) */
+    char secret[65];
+    server_attempt_secret(srv, t.job_id, t.attempt, secret);
+    cJSON_AddStringToObject(cfg, "secret", secret);
+    explicit_bzero(secret, sizeof secret);
     cJSON *spec = cJSON_Parse(j.spec);
     cJSON_AddItemToObject(cfg, "spec", spec ? spec : cJSON_CreateObject());
     exec_job_release(&j);

@@ -17,7 +17,10 @@
 #include <unistd.h>
 #include <libgen.h>
 
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/params.h>
 
 /* ---------------------------------------------------------------- memory */
 
@@ -354,6 +357,22 @@ void sha256_hex(const void *data, size_t len, char out[65]) {
     }
     hex_encode(md, 32, out);
 }
+
+int hmac_sha256(const void *key, size_t klen, int n, const void *const *part, const size_t *len, unsigned char out[32]) {
+    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *ctx = mac ? EVP_MAC_CTX_new(mac) : NULL;
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string("digest", digest, 0), OSSL_PARAM_construct_end()};
+    size_t got = 0;
+    int ok = ctx && EVP_MAC_init(ctx, key, klen, params) == 1;
+    for (int i = 0; ok && i < n; i++) ok = EVP_MAC_update(ctx, part[i], len[i]) == 1;
+    ok = ok && EVP_MAC_final(ctx, out, &got, 32) == 1 && got == 32;
+    EVP_MAC_CTX_free(ctx);
+    EVP_MAC_free(mac);
+    return ok ? 0 : -1;
+}
+
+int mem_equal_ct(const void *a, const void *b, size_t n) { return CRYPTO_memcmp(a, b, n) == 0; }
 
 int sha256_stream_init(sha256_stream *s) {
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();

@@ -84,6 +84,11 @@ int fsync_dir(const char *dir);
 /* ---------------------------------------------------------------- crypto */
 /* Hex sha256 of data into out (65 bytes with the NUL). */
 void sha256_hex(const void *data, size_t len, char out[65]);
+/* HMAC-SHA256 of the concatenation of n parts (part[i], len[i] bytes)
+ * under key (klen bytes) into out. 0, or -1 (OpenSSL failed). */
+int hmac_sha256(const void *key, size_t klen, int n, const void *const *part, const size_t *len, unsigned char out[32]);
+/* 1 when a and b (n bytes) are equal, in time that does not depend on where they differ. */
+int mem_equal_ct(const void *a, const void *b, size_t n);
 
 /* Incremental sha256 for streams (checkpoints). */
 typedef struct sha256_stream { void *ctx; } sha256_stream;

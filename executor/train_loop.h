@@ -51,6 +51,8 @@ typedef struct train_options {
     int no_eval;                 /* 1: skip validation and test (a non-chief worker) */
     int n_ps;                    /* parameter_server: the ps tasks (ps.h) ... */
     const struct ps_addr *ps;    /* ... and their addresses */
+    const unsigned char *ps_secret; /* the attempt's secret (32 bytes) each connection to a ps
+                                  * proves, and the ps proves back; NULL = none */
     int gpus;                    /* CUDA devices given to this worker (ordinals 0..gpus-1 of its
                                   * CUDA_VISIBLE_DEVICES): > 0 trains on the GPU engine, one
                                   * replica a device (== replicas); 0: the CPU engine */

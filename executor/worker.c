@@ -59,7 +59,13 @@ typedef struct wconfig {
     int gpus;                    /* gpu devices given to this task ("gpu:N"; the agent sets
                                   * CUDA_VISIBLE_DEVICES to them, so they are ordinals 0..gpus-1) */
     char *spec_json;             /* owned */
+    int has_secret;              /* config.secret: the attempt's, which every connection */
+    unsigned char secret[32];    /* between its tasks proves (docs/comm.md, "Who may join") */
 } wconfig;
+
+static int hex_nibble(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
 
 /* A JSON number as an int64, when it lies within +-2^53 (the integers a
  * double holds exactly): 0, or -1 (not a number, or out of range: a cast
@@ -106,6 +112,22 @@ static int config_parse(const char *text, wconfig *w, char *err, size_t errlen) 
     }
     const cJSON *att = cJSON_GetObjectItemCaseSensitive(o, "attempt");
     w->attempt = cJSON_IsNumber(att) ? att->valueint : 1;
+    const cJSON *sec = cJSON_GetObjectItemCaseSensitive(o, "secret");
+    if (sec) {
+        if (!cJSON_IsString(sec) || strlen(sec->valuestring) != 2 * sizeof w->secret) {
+            snprintf(err, errlen, "TRAINYARD_CONFIG secret is not %zu hex digits", 2 * sizeof w->secret);
+            goto out;
+        }
+        for (size_t i = 0; i < sizeof w->secret; i++) {
+            int hi = hex_nibble(sec->valuestring[2 * i]), lo = hex_nibble(sec->valuestring[2 * i + 1]);
+            if (hi < 0 || lo < 0) {
+                snprintf(err, errlen, "TRAINYARD_CONFIG secret is not %zu hex digits", 2 * sizeof w->secret);
+                goto out;
+            }
+            w->secret[i] = (unsigned char)(hi << 4 | lo);
+        }
+        w->has_secret = 1;
+    }
     if (sfmt(w->api, sizeof w->api, "%s", api->valuestring) < 0 ||
         sfmt(w->token, sizeof w->token, "%s", tok->valuestring) < 0) {
         snprintf(err, errlen, "TRAINYARD_CONFIG api or token too long");
@@ -353,7 +375,8 @@ static comm *comm_join(client *c, const wconfig *w, char *err, size_t errlen) {
     }
     char session[64];
     snprintf(session, sizeof session, "j%lld-a%d", (long long)w->job, w->attempt);
-    comm_options co = {.timeout_ms = COMM_TIMEOUT_MS, .transport = COMM_TRANSPORT_AUTO, .session = session};
+    comm_options co = {.timeout_ms = COMM_TIMEOUT_MS, .transport = COMM_TRANSPORT_AUTO, .session = session,
+                       .secret = w->has_secret ? w->secret : NULL};
     log_info("joining %d workers (worker %d listens on port %d)", w->n_workers, w->index, port);
     if (comm_init(&cm, w->index, w->n_workers, peers, fd, &co, cerr) < 0) {
         fd = -1; /* comm_init took it */
@@ -528,7 +551,7 @@ static int run_ps(const wconfig *w, const jobspec *spec, char *err, size_t errle
     }
     log_info("job %lld attempt %d: ps %d of %d on port %d", (long long)w->job, w->attempt, w->index, w->n_ps, port);
     char perr[PS_ERR_MAX];
-    int rc = ps_serve(spec, w->index, w->n_ps, fd, &g_stop, perr);
+    int rc = ps_serve(spec, w->index, w->n_ps, fd, w->has_secret ? w->secret : NULL, &g_stop, perr);
     if (rc < 0) {
         snprintf(err, errlen, "ps %d failed: %s", w->index, perr);
         return WORKER_EXIT_FAILED;
@@ -698,6 +721,7 @@ int worker_run(const char *config) {
     if (spec->strategy.type == STRAT_PARAMETER_SERVER) {
         opt.n_ps = w.n_ps;
         opt.ps = w.ps;
+        opt.ps_secret = w.has_secret ? w.secret : NULL;
         opt.replicas = 1;
     }
     sha256_hex(w.spec_json, strlen(w.spec_json), opt.spec_hash);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -104,6 +105,52 @@ static int ensure_token(server *s, const char *name, token_kind kind, int64_t te
         if (revoked > 0) log_info("revoked the previous join token");
     }
     return 0;
+}
+
+/* DATA/attempt.key (0600): 32 random bytes, made once; each attempt's
+ * secret is derived from it, so nothing per attempt is stored, and a
+ * restarted server hands the tasks of a running attempt the same secret. */
+static int ensure_attempt_key(server *s, char *err, size_t errlen) {
+    char path[PATH_MAX + 32];
+    if (sfmt(path, sizeof path, "%s/attempt.key", s->opt.data_dir) < 0) {
+        snprintf(err, errlen, "data directory path too long");
+        return -1;
+    }
+    size_t n = 0;
+    unsigned char *have = (unsigned char *)file_read_all(path, 64, &n);
+    if (have && n == sizeof s->attempt_key) {
+        memcpy(s->attempt_key, have, n);
+        explicit_bzero(have, n);
+        free(have);
+        return 0;
+    }
+    if (have) {
+        free(have);
+        snprintf(err, errlen, "%s is not %zu bytes: remove it to make a new one (running jobs' tasks then fail to join)",
+                 path, sizeof s->attempt_key);
+        return -1;
+    }
+    if (errno != ENOENT) {
+        snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+        return -1;
+    }
+    if (getrandom(s->attempt_key, sizeof s->attempt_key, 0) != (ssize_t)sizeof s->attempt_key ||
+        file_write_atomic(path, s->attempt_key, sizeof s->attempt_key, 0600) < 0) {
+        snprintf(err, errlen, "cannot make %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+void server_attempt_secret(const server *s, int64_t job, int attempt, char out[65]) {
+    char msg[64];
+    int n = snprintf(msg, sizeof msg, "trainyard-attempt %lld %d", (long long)job, attempt);
+    const void *part[1] = {msg};
+    size_t len[1] = {(size_t)n};
+    unsigned char mac[32];
+    if (hmac_sha256(s->attempt_key, sizeof s->attempt_key, 1, part, len, mac) < 0) abort(); /* OpenSSL broken */
+    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", mac[i]);
+    explicit_bzero(mac, sizeof mac);
 }
 
 /* One server per data directory: a second would be a second writer of its
@@ -258,6 +305,7 @@ int server_open(server *s, const server_options *opt, char *err, size_t errlen) 
         snprintf(err, errlen, "cannot create the team 'default'");
         goto fail;
     }
+    if (ensure_attempt_key(s, err, errlen) < 0) goto fail;
     if (ensure_token(s, "admin.token", TOKEN_ADMIN, 0, err, errlen) < 0 ||
         ensure_token(s, "token", TOKEN_TEAM, team_id, err, errlen) < 0 ||
         ensure_token(s, "node.token", TOKEN_JOIN, 0, err, errlen) < 0)

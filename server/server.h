@@ -57,7 +57,13 @@ typedef struct server {
     char *tls_key_pem;
     char *tls_ca_pem;                 /* the CA agents fetch (GET /api/v1/tls/ca): --tls auto's; NULL otherwise */
     char tls_ca_pin[72];              /* "sha256:..." of tls_ca_pem's public key, or "" */
+    unsigned char attempt_key[32];    /* DATA/attempt.key: each attempt's secret is derived from it */
 } server;
+
+/* The secret of one attempt of a job, handed to its tasks alone (their
+ * config's "secret"), which every connection between them proves:
+ * hex of HMAC-SHA256(attempt_key, job | attempt), 64 digits and a NUL. */
+void server_attempt_secret(const server *s, int64_t job, int attempt, char out[65]);
 
 /* 1 when host (an IPv4 address) is a loopback one (127.0.0.0/8). */
 int server_host_is_loopback(const char *host);

@@ -59,6 +59,11 @@ typedef struct setup {
     int absent;              /* a rank that never starts, or -1 */
     int victim;              /* a rank killed with SIGKILL once all have joined, or -1 */
     int stranger;            /* connect junk to rank 0's port first */
+    int forger;              /* first on rank 0's port (and each ring leader's): a well-formed
+                              * hello for rank 1 (the right session and table) that cannot
+                              * prove the secret */
+    int secret;              /* the ranks share a secret (comm_options.secret) */
+    int odd_secret;          /* this rank (when > 0) is given another secret */
 } setup;
 
 typedef int (*rank_fn)(comm *c, rank_result *res, void *arg);
@@ -73,13 +78,46 @@ static void sleep_ms(int ms)
     }
 }
 
-static uint64_t fnv(const void *p, size_t n)
+static uint64_t fnv_from(uint64_t h, const void *p, size_t n)
 {
     const unsigned char *s = p;
-    uint64_t h = 0xcbf29ce484222325ULL;
     for (size_t i = 0; i < n; i++)
         h = (h ^ s[i]) * 0x100000001b3ULL;
     return h;
+}
+
+static uint64_t fnv(const void *p, size_t n) { return fnv_from(0xcbf29ce484222325ULL, p, n); }
+
+/* The wire format of comm.c's hello, as someone who read the source knows it. */
+typedef struct forged_hello {
+    uint32_t magic, kind, rank, size;
+    uint64_t session, table;
+    int64_t pid;
+    uint64_t start, pidns;
+    uint8_t nonce[16], mac[32];
+} forged_hello;
+
+/* Connects to port and says a hello of `kind` as `rank` with the right
+ * session and table, and a MAC made without the secret; the socket stays open. */
+static int forge(int port, int kind, int rank, int size, comm_transport tr, const comm_peer *peers)
+{
+    uint64_t table = fnv(&size, sizeof size);
+    int t = (int)tr;
+    table = fnv_from(table, &t, sizeof t);
+    for (int r = 0; r < size; r++) {
+        table = fnv_from(table, peers[r].addr, strlen(peers[r].addr) + 1);
+        table = fnv_from(table, &peers[r].port, sizeof peers[r].port);
+        table = fnv_from(table, peers[r].host_id, strlen(peers[r].host_id) + 1);
+    }
+    forged_hello h = {.magic = 0x31435954u, .kind = (uint32_t)kind, .rank = (uint32_t)rank, .size = (uint32_t)size,
+                      .session = fnv(session, strlen(session)), .table = table, .pid = 1};
+    memset(h.mac, 0x5a, sizeof h.mac);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(write(fd, &h, sizeof h), (ssize_t)sizeof h);
+    return fd;
 }
 
 /* Segments of this test's session left in /dev/shm. */
@@ -130,6 +168,13 @@ static void run(const setup *su, rank_fn fn, void *arg, rank_result *res)
         memset(garbage, 'x', sizeof garbage);
         ck_assert_int_eq(write(junk, garbage, sizeof garbage), (ssize_t)sizeof garbage);
     }
+    int forged[MAXR * 2], nforged = 0;
+    if (su->forger) {
+        /* rank 1's hello to rank 0, and (between hosts) a ring hello to every rank */
+        forged[nforged++] = forge(peers[0].port, 1, 1, n, su->transport, peers);
+        for (int r = 1; r < n; r++)
+            forged[nforged++] = forge(peers[r].port, 2, r - 1, n, su->transport, peers);
+    }
     memset(res, 0, sizeof *res * (size_t)n);
     pid_t pids[MAXR];
     for (int r = 0; r < n; r++) {
@@ -145,7 +190,10 @@ static void run(const setup *su, rank_fn fn, void *arg, rank_result *res)
             for (int k = 0; k < n; k++)
                 if (k != r && fds[k] >= 0)
                     close(fds[k]);
-            comm_options opt = {.timeout_ms = su->timeout_ms, .transport = su->transport, .session = session};
+            unsigned char secret[COMM_SECRET_LEN];
+            memset(secret, r == su->odd_secret && r > 0 ? 0x77 : 0x42, sizeof secret);
+            comm_options opt = {.timeout_ms = su->timeout_ms, .transport = su->transport, .session = session,
+                                .secret = su->secret ? secret : NULL};
             comm *c = NULL;
             res[r].init_rc = comm_init(&c, r, n, peers, fds[r], &opt, res[r].err);
             if (res[r].init_rc == 0) {
@@ -203,6 +251,8 @@ static void run(const setup *su, rank_fn fn, void *arg, rank_result *res)
         waitpid(pids[su->victim], NULL, 0);
     if (junk >= 0)
         close(junk);
+    for (int i = 0; i < nforged; i++)
+        close(forged[i]);
     ck_assert_int_eq(shm_leftovers(), 0);
 }
 
@@ -594,6 +644,41 @@ START_TEST(test_stranger)
 }
 END_TEST
 
+/* A forger who knows the job's session, its peer table and the wire format
+ * connects first and says rank 1's hello (and ring hellos): without the
+ * secret it is dropped, and the ranks join and sum as without it. */
+START_TEST(test_forged_hello)
+{
+    static const int cfg[] = {1, 4, 6};
+    setup su = setup_of(&configs[cfg[_i]]);
+    su.forger = 1;
+    su.secret = 1;
+    su.timeout_ms = 10000;
+    rank_result *res = mmap(NULL, sizeof(rank_result) * MAXR, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    run(&su, sc_repeat, NULL, res);
+    assert_all_ok(&su, res);
+    munmap(res, sizeof(rank_result) * MAXR);
+}
+END_TEST
+
+/* A rank given another secret joins nobody, and nobody joins it: every rank
+ * fails within the timeout, naming what is missing. */
+START_TEST(test_wrong_secret)
+{
+    setup su = setup_of(&configs[_i == 0 ? 3 : 7]);
+    su.secret = 1;
+    su.odd_secret = 1;
+    su.timeout_ms = 1500;
+    rank_result *res = mmap(NULL, sizeof(rank_result) * MAXR, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    run(&su, sc_repeat, NULL, res);
+    for (int r = 0; r < su.size; r++)
+        ck_assert_msg(res[r].init_rc != 0 && !res[r].inited, "rank %d joined with a rank of another secret", r);
+    ck_assert_msg(strstr(res[0].err, "rank 1") != NULL, "rank 0: %s", res[0].err);
+    ck_assert_msg(strstr(res[1].err, "secret") || strstr(res[1].err, "rank 0"), "rank 1: %s", res[1].err);
+    munmap(res, sizeof(rank_result) * MAXR);
+}
+END_TEST
+
 /* One rank: every call works without a peer. */
 START_TEST(test_single)
 {
@@ -680,6 +765,8 @@ Suite *comm_suite(void)
     tcase_add_loop_test(t, test_silent, 0, 2);
     tcase_add_loop_test(t, test_mismatch, 0, 2);
     tcase_add_loop_test(t, test_stranger, 0, 2);
+    tcase_add_loop_test(t, test_forged_hello, 0, 3);
+    tcase_add_loop_test(t, test_wrong_secret, 0, 2);
     suite_add_tcase(s, t);
     return s;
 }

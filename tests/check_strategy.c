@@ -441,7 +441,7 @@ START_TEST(ps_refuses_an_oversized_header)
     if (ps == 0) {
         volatile sig_atomic_t stop = 0;
         char perr[PS_ERR_MAX];
-        _exit(ps_serve(&s, 0, 1, lfd, &stop, perr) ? 1 : 0);
+        _exit(ps_serve(&s, 0, 1, lfd, NULL, &stop, perr) ? 1 : 0);
     }
     close(lfd);
     jobspec_release(&s);
@@ -498,7 +498,7 @@ START_TEST(parameter_server_accuracy_near_sync)
     if (ps == 0) {
         volatile sig_atomic_t stop = 0;
         char perr[PS_ERR_MAX];
-        int rc = ps_serve(&s, 0, 1, lfd, &stop, perr);
+        int rc = ps_serve(&s, 0, 1, lfd, NULL, &stop, perr);
         if (rc)
             fprintf(stderr, "ps: %s\n", perr);
         _exit(rc ? 1 : 0);
@@ -666,7 +666,7 @@ START_TEST(accumulation_parameter_server_one_worker_equals_default)
         if (ps == 0) {
             volatile sig_atomic_t stop = 0;
             char perr[PS_ERR_MAX];
-            int rc = ps_serve(&s, 0, 1, lfd, &stop, perr);
+            int rc = ps_serve(&s, 0, 1, lfd, NULL, &stop, perr);
             if (rc)
                 fprintf(stderr, "ps: %s\n", perr);
             _exit(rc ? 1 : 0);

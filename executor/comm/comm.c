@@ -6,15 +6,21 @@
  * (session, rank, a hash of the peer table, its pid); each host leader also
  * connects to the next host's leader (the ring) and accepts the previous
  * one. Rank 0 answers everyone with the table of pids and a random nonce,
- * which names the shared-memory segments. Connections from strangers (wrong
- * magic or session) are dropped; the same session with another table is an
- * error. Everything is bounded by opt->timeout_ms. See docs/comm.md. */
+ * which names the shared-memory segments. With the attempt's secret
+ * (opt->secret) every hello carries a fresh nonce and an HMAC-SHA256 of
+ * itself under the secret: one that does not prove the secret is dropped at
+ * once, before anything in it is believed; rank 0 proves it back with an
+ * HMAC of the table and the rank's nonce, a ring's acceptor with an HMAC of
+ * the connector's nonce. Connections from strangers (wrong magic, session or
+ * proof) are dropped; a proven peer with another table is an error.
+ * Everything is bounded by opt->timeout_ms. See docs/comm.md. */
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,7 +48,11 @@ typedef struct wire_hello {
     int64_t pid;
     uint64_t start;
     uint64_t pidns;
+    uint8_t nonce[16]; /* fresh per connection */
+    uint8_t mac[32];   /* HMAC-SHA256(secret, "hello" | the bytes above); zero without a secret */
 } wire_hello;
+
+#define MAC_LEN 32
 
 /* Rank 0's answer on each star connection: this, then size wire_rank. */
 typedef struct wire_table {
@@ -187,18 +197,42 @@ int comm_fail(comm *c, const char *fmt, ...)
     return -1;
 }
 
+/* ---------------------------------------------------------------- proofs */
+
+/* HMAC-SHA256(secret, label | a | b) */
+static int proof(const comm *c, const char *label, const void *a, size_t alen, const void *b, size_t blen,
+                 unsigned char out[MAC_LEN])
+{
+    const void *part[3] = {label, a, b};
+    size_t len[3] = {strlen(label), alen, blen};
+    return hmac_sha256(c->secret, sizeof c->secret, 3, part, len, out);
+}
+
+static int hello_proven(const comm *c, const wire_hello *h)
+{
+    unsigned char want[MAC_LEN];
+    if (proof(c, "trainyard-comm-hello", h, offsetof(wire_hello, mac), NULL, 0, want) < 0)
+        return 0;
+    return mem_equal_ct(want, h->mac, MAC_LEN);
+}
+
 /* ---------------------------------------------------------------- bootstrap */
 
 typedef struct pending {
     int fd;
     size_t got;
+    int64_t since; /* accepted at (mono ms) */
     wire_hello h;
 } pending;
 
+/* A connection that has not said a whole hello this long after it was
+ * accepted is dropped: a peer's hello follows its connect at once. */
+#define HELLO_WAIT_MS 2000
+
 /* Accepts until rank 0 has every star connection (star[r] >= 0 for r > 0)
  * and a ring member has its left neighbour (c->fd_left). 0 or -1 (err). */
-static int accept_all(comm *c, int lfd, int *star, int want_left, uint64_t sess, uint64_t table,
-                      int64_t deadline, char *err)
+static int accept_all(comm *c, int lfd, int *star, uint8_t (*star_nonce)[16], int want_left, uint64_t sess,
+                      uint64_t table, int64_t deadline, char *err)
 {
     pending pend[MAX_PENDING];
     int np = 0, rc = -1;
@@ -216,6 +250,11 @@ static int accept_all(comm *c, int lfd, int *star, int want_left, uint64_t sess,
             break;
         }
         int64_t now = mono_ms();
+        for (int i = np - 1; i >= 0; i--)
+            if (now - pend[i].since > HELLO_WAIT_MS) {
+                close(pend[i].fd);
+                pend[i] = pend[--np];
+            }
         if (now >= deadline) {
             snprintf(err, COMM_ERR_MAX, "rank %d (%.80s:%d) did not connect within %d ms", missing,
                      c->peers[missing].addr, c->peers[missing].port, c->timeout_ms);
@@ -244,11 +283,15 @@ static int accept_all(comm *c, int lfd, int *star, int want_left, uint64_t sess,
             int drop = n <= 0;
             if (n > 0)
                 p->got += (size_t)n;
+            /* not our protocol: dropped as soon as its first word says so */
+            if (!drop && p->got >= sizeof p->h.magic && p->h.magic != COMM_MAGIC)
+                drop = 1;
             if (!drop && p->got == sizeof p->h) {
                 const wire_hello *h = &p->h;
                 drop = 1;
-                if (h->magic == COMM_MAGIC && h->session == sess && h->size == (uint32_t)c->size &&
-                    h->rank < (uint32_t)c->size) {
+                /* the proof first: nothing a stranger says is believed, not even its table */
+                if (h->magic == COMM_MAGIC && (!c->has_secret || hello_proven(c, h)) && h->session == sess &&
+                    h->size == (uint32_t)c->size && h->rank < (uint32_t)c->size) {
                     int r = (int)h->rank;
                     if (h->table != table) {
                         snprintf(err, COMM_ERR_MAX, "rank %d has a different peer table (same session)", r);
@@ -256,13 +299,21 @@ static int accept_all(comm *c, int lfd, int *star, int want_left, uint64_t sess,
                     }
                     if (h->kind == HELLO_STAR && c->rank == 0 && r > 0 && star[r] < 0) {
                         star[r] = p->fd;
+                        memcpy(star_nonce[r], h->nonce, sizeof h->nonce);
                         c->info[r].pid = h->pid;
                         c->info[r].start = h->start;
                         c->info[r].pidns = h->pidns;
                         drop = 0;
                     } else if (h->kind == HELLO_RING && want_left && r == left && c->fd_left < 0) {
-                        c->fd_left = p->fd;
-                        drop = 0;
+                        /* the acceptor's proof: an HMAC of the connector's nonce (a fresh
+                         * socket's buffer takes 32 bytes at once) */
+                        unsigned char ack[MAC_LEN];
+                        if (!c->has_secret ||
+                            (proof(c, "trainyard-comm-ring", h->nonce, sizeof h->nonce, NULL, 0, ack) == 0 &&
+                             send(p->fd, ack, sizeof ack, MSG_NOSIGNAL) == (ssize_t)sizeof ack)) {
+                            c->fd_left = p->fd;
+                            drop = 0;
+                        }
                     }
                 }
                 if (drop)
@@ -286,10 +337,14 @@ static int accept_all(comm *c, int lfd, int *star, int want_left, uint64_t sess,
                     continue;
                 }
                 if (np == MAX_PENDING) { /* too many silent ones: drop the oldest */
-                    close(pend[0].fd);
-                    pend[0] = pend[--np];
+                    int old = 0;
+                    for (int i = 1; i < np; i++)
+                        if (pend[i].since < pend[old].since)
+                            old = i;
+                    close(pend[old].fd);
+                    pend[old] = pend[--np];
                 }
-                pend[np++] = (pending){.fd = fd};
+                pend[np++] = (pending){.fd = fd, .since = mono_ms()};
             }
         }
     }
@@ -299,13 +354,34 @@ out:
     return rc;
 }
 
-static int send_hello(int fd, int kind, const comm *c, uint64_t sess, uint64_t table, int64_t deadline)
+/* The hello on a new connection; nonce gets the fresh one it carries. */
+static int send_hello(int fd, int kind, const comm *c, uint64_t sess, uint64_t table, int64_t deadline,
+                      uint8_t nonce[16])
 {
     wire_hello h = {.magic = COMM_MAGIC, .kind = (uint32_t)kind, .rank = (uint32_t)c->rank,
                     .size = (uint32_t)c->size, .session = sess, .table = table,
                     .pid = c->info[c->rank].pid, .start = c->info[c->rank].start,
                     .pidns = c->info[c->rank].pidns};
+    if (getrandom(h.nonce, sizeof h.nonce, 0) != (ssize_t)sizeof h.nonce) {
+        errno = EIO;
+        return -1;
+    }
+    memcpy(nonce, h.nonce, sizeof h.nonce);
+    if (c->has_secret && proof(c, "trainyard-comm-hello", &h, offsetof(wire_hello, mac), NULL, 0, h.mac) < 0) {
+        errno = EIO;
+        return -1;
+    }
     return comm_net_write_all(fd, &h, sizeof h, deadline);
+}
+
+/* Reads the peer's proof (MAC_LEN bytes) on fd and checks it is want. 0, or -1. */
+static int read_proof(comm *c, int fd, const unsigned char want[MAC_LEN], int64_t deadline)
+{
+    unsigned char got[MAC_LEN];
+    if (comm_net_read_all(fd, got, sizeof got, deadline) < 0)
+        return -1;
+    (void)c;
+    return mem_equal_ct(got, want, MAC_LEN) ? 0 : -1;
 }
 
 /* Hosts from the host ids (COMM_TRANSPORT_TCP: one per rank), in order of
@@ -356,6 +432,7 @@ int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen
     *out = NULL;
     err[0] = '\0';
     int *star = NULL, star_fd = -1, rc = -1;
+    uint8_t (*star_nonce)[16] = NULL, star_nonce_mine[16] = {0}, ring_nonce[16] = {0};
     comm *c = NULL;
     if (size < 1 || size > COMM_MAX_RANKS || rank < 0 || rank >= size || !peers) {
         snprintf(err, COMM_ERR_MAX, "rank %d of %d: out of range (1..%d ranks)", rank, size, COMM_MAX_RANKS);
@@ -379,6 +456,10 @@ int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen
     c->timeout_ms = opt && opt->timeout_ms > 0 ? opt->timeout_ms : DEFAULT_TIMEOUT_MS;
     c->transport = opt ? opt->transport : COMM_TRANSPORT_AUTO;
     c->fd_left = c->fd_right = -1;
+    if (opt && opt->secret) {
+        memcpy(c->secret, opt->secret, sizeof c->secret);
+        c->has_secret = 1;
+    }
     sanitize_session(c->session, session);
     c->peers = xcalloc((size_t)size, sizeof *c->peers);
     memcpy(c->peers, peers, (size_t)size * sizeof *peers);
@@ -415,7 +496,7 @@ int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen
                 snprintf(err, COMM_ERR_MAX, "rank 0: %.200s", why);
                 goto out;
             }
-            if (send_hello(star_fd, HELLO_STAR, c, sess, table, deadline) < 0) {
+            if (send_hello(star_fd, HELLO_STAR, c, sess, table, deadline, star_nonce_mine) < 0) {
                 snprintf(err, COMM_ERR_MAX, "cannot greet rank 0: %s", strerror(errno));
                 goto out;
             }
@@ -428,7 +509,7 @@ int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen
                 snprintf(err, COMM_ERR_MAX, "rank %d: %.200s", right, why);
                 goto out;
             }
-            if (send_hello(c->fd_right, HELLO_RING, c, sess, table, deadline) < 0) {
+            if (send_hello(c->fd_right, HELLO_RING, c, sess, table, deadline, ring_nonce) < 0) {
                 snprintf(err, COMM_ERR_MAX, "cannot greet rank %d: %s", right, strerror(errno));
                 goto out;
             }
@@ -436,8 +517,20 @@ int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen
         star = xcalloc((size_t)size, sizeof *star);
         for (int r = 0; r < size; r++)
             star[r] = -1;
-        if ((rank == 0 || ring) && accept_all(c, listen_fd, star, ring, sess, table, deadline, err) < 0)
+        star_nonce = xcalloc((size_t)size, sizeof *star_nonce);
+        if ((rank == 0 || ring) && accept_all(c, listen_fd, star, star_nonce, ring, sess, table, deadline, err) < 0)
             goto out;
+        /* the right neighbour proves the secret back (sent as it accepted us) */
+        if (ring && c->has_secret) {
+            unsigned char want[MAC_LEN];
+            int right = c->leader[(c->hidx + 1) % c->nhosts];
+            if (proof(c, "trainyard-comm-ring", ring_nonce, sizeof ring_nonce, NULL, 0, want) < 0 ||
+                read_proof(c, c->fd_right, want, deadline) < 0) {
+                snprintf(err, COMM_ERR_MAX, "rank %d (%.80s:%d) did not prove this job's secret: not this job's rank",
+                         right, peers[right].addr, peers[right].port);
+                goto out;
+            }
+        }
         /* rank 0's table: pids and the nonce */
         size_t tlen = sizeof(wire_table) + (size_t)size * sizeof(wire_rank);
         char *tbuf = xcalloc(1, tlen);
@@ -451,17 +544,31 @@ int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen
             *th = (wire_table){.magic = COMM_MAGIC, .size = (uint32_t)size, .nonce = nonce};
             for (int r = 0; r < size; r++)
                 tr_[r] = (wire_rank){c->info[r].pid, c->info[r].start, c->info[r].pidns};
-            for (int r = 1; r < size; r++)
-                if (comm_net_write_all(star[r], tbuf, tlen, deadline) < 0) {
+            for (int r = 1; r < size; r++) {
+                unsigned char mac[MAC_LEN];
+                if (comm_net_write_all(star[r], tbuf, tlen, deadline) < 0 ||
+                    (c->has_secret && (proof(c, "trainyard-comm-table", star_nonce[r], sizeof star_nonce[r], tbuf,
+                                             tlen, mac) < 0 ||
+                                       comm_net_write_all(star[r], mac, sizeof mac, deadline) < 0))) {
                     snprintf(err, COMM_ERR_MAX, "cannot send the table to rank %d: %s", r, strerror(errno));
                     free(tbuf);
                     goto out;
                 }
+            }
         } else {
             if (comm_net_read_all(star_fd, tbuf, tlen, deadline) < 0 || th->magic != COMM_MAGIC ||
                 th->size != (uint32_t)size) {
                 snprintf(err, COMM_ERR_MAX, "no table from rank 0 (%.80s:%d) within %d ms: %s", peers[0].addr,
                          peers[0].port, c->timeout_ms, errno == ETIMEDOUT ? "timed out" : "connection lost");
+                free(tbuf);
+                goto out;
+            }
+            unsigned char want[MAC_LEN];
+            if (c->has_secret &&
+                (proof(c, "trainyard-comm-table", star_nonce_mine, sizeof star_nonce_mine, tbuf, tlen, want) < 0 ||
+                 read_proof(c, star_fd, want, deadline) < 0)) {
+                snprintf(err, COMM_ERR_MAX, "rank 0 (%.80s:%d) did not prove this job's secret: not this job's rank 0",
+                         peers[0].addr, peers[0].port);
                 free(tbuf);
                 goto out;
             }
@@ -488,6 +595,7 @@ out:
                 close(star[r]);
         free(star);
     }
+    free(star_nonce);
     if (star_fd >= 0)
         close(star_fd);
     if (rc < 0) {

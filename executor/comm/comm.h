@@ -48,7 +48,13 @@ typedef struct comm_options {
     comm_transport transport;
     const char *session;   /* unique per job attempt ("job42-a3"): names the shared
                             * memory segment; NULL = "default" */
+    const unsigned char *secret; /* COMM_SECRET_LEN bytes the server gave this attempt's
+                            * tasks alone: every connection proves it (HMAC-SHA256)
+                            * before anything it sends is used; NULL = none (tests,
+                            * benchmarks): then anyone who can connect is believed */
 } comm_options;
+
+#define COMM_SECRET_LEN 32
 
 /* This machine's identity for topology: boot id + network namespace, so two
  * network namespaces on one kernel count as two hosts. Returns 0 or -1. */

@@ -52,6 +52,8 @@ struct comm {
     comm_transport transport;
     char session[COMM_SESSION_MAX + 1]; /* sanitized: [A-Za-z0-9_.-] */
     uint64_t nonce;                     /* rank 0's, names the segments */
+    int has_secret;                     /* opt->secret given: connections authenticate */
+    unsigned char secret[32];
     int failed;
     char err[COMM_ERR_MAX];
     comm_peer *peers;                   /* copy of the caller's table */

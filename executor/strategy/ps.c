@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #define PS_MAGIC 0x53505954u    /* "TYPS" */
 #define PS_IO_TIMEOUT_MS 60000   /* a peer silent this long in the middle of a message */
 #define PS_CONNECT_MS 120000     /* how long a worker keeps trying to reach a ps */
+#define PS_PROOF_MS 5000         /* a connection proves the secret within this, or is dropped */
 #define PS_MAX_CONN 256
 #define PS_PAYLOAD_MAX (1UL << 31)
 
@@ -84,6 +86,63 @@ static int io_all(int fd, void *data, size_t len, int writing)
         len -= (size_t)n;
     }
     return 0;
+}
+
+/* io_all with its own deadline: the proof is short, and a stranger is not waited for long */
+static int io_proof(int fd, void *data, size_t len, int writing)
+{
+    char *p = data;
+    int64_t end = mono_ms() + PS_PROOF_MS;
+    while (len) {
+        int64_t left = end - mono_ms();
+        if (left <= 0 || wait_fd(fd, writing ? POLLOUT : POLLIN, (int)left) < 0)
+            return -1;
+        ssize_t n = writing ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        if (n <= 0)
+            return -1;
+        p += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+/* HMAC-SHA256(secret, label | a | b) */
+static int ps_proof(const unsigned char *secret, const char *label, const void *a, size_t alen, const void *b,
+                    size_t blen, unsigned char out[32])
+{
+    const void *part[3] = {label, a, b};
+    size_t len[3] = {strlen(label), alen, blen};
+    return hmac_sha256(secret, 32, 3, part, len, out);
+}
+
+/* The ps's side: a challenge, the worker's answer checked before any
+ * message is read, then its own proof. 0, or -1 (drop the connection). */
+static int proof_serve(int fd, const unsigned char *secret)
+{
+    unsigned char chal[16], ans[48], want[32], mine[32];
+    if (getrandom(chal, sizeof chal, 0) != (ssize_t)sizeof chal || io_proof(fd, chal, sizeof chal, 1) < 0 ||
+        io_proof(fd, ans, sizeof ans, 0) < 0)
+        return -1;
+    if (ps_proof(secret, "trainyard-ps-worker", chal, sizeof chal, ans + 32, 16, want) < 0 ||
+        !mem_equal_ct(want, ans, 32))
+        return -1;
+    if (ps_proof(secret, "trainyard-ps-server", ans + 32, 16, NULL, 0, mine) < 0)
+        return -1;
+    return io_proof(fd, mine, sizeof mine, 1);
+}
+
+/* The worker's side. 0, or -1 (the ps did not prove the secret, or went away). */
+static int proof_dial(int fd, const unsigned char *secret)
+{
+    unsigned char chal[16], ans[48], want[32], got[32];
+    if (io_proof(fd, chal, sizeof chal, 0) < 0 || getrandom(ans + 32, 16, 0) != 16 ||
+        ps_proof(secret, "trainyard-ps-worker", chal, sizeof chal, ans + 32, 16, ans) < 0 ||
+        io_proof(fd, ans, sizeof ans, 1) < 0 || io_proof(fd, got, sizeof got, 0) < 0 ||
+        ps_proof(secret, "trainyard-ps-server", ans + 32, 16, NULL, 0, want) < 0)
+        return -1;
+    return mem_equal_ct(want, got, 32) ? 0 : -1;
 }
 
 static int send_msg(int fd, uint32_t op, int64_t a, int64_t b, const void *p1, size_t l1, const void *p2,
@@ -242,6 +301,8 @@ typedef struct ps_server {
     long done;
     double loss_sum, correct, seen;
     int conns;
+    int has_secret;              /* connections prove the attempt's secret first */
+    unsigned char secret[32];
 } ps_server;
 
 typedef struct ps_conn {
@@ -425,7 +486,11 @@ static void *conn_main(void *arg)
      * allocation (tests/fuzz/fuzz_ps: 2 GiB allocated for a 32-byte header) */
     size_t max_len = model_param_count(s->m) * (size_t)(1 + model_slot_count(s->m)) * sizeof(float) +
                      3 * sizeof(double);
-    for (;;) {
+    /* a stranger is dropped before it can say anything */
+    int proven = !s->has_secret || proof_serve(c->fd, s->secret) == 0;
+    if (!proven)
+        log_warn("ps %d: a connection did not prove this job's secret: dropped", s->index);
+    for (; proven;) {
         ps_hdr h;
         /* idle workers wait long between messages: poll in slices, watch stop */
         int ready = 0;
@@ -467,11 +532,15 @@ static void *conn_main(void *arg)
     return NULL;
 }
 
-int ps_serve(const jobspec *spec, int index, int n_ps, int listen_fd, volatile sig_atomic_t *stop,
-             char err[PS_ERR_MAX])
+int ps_serve(const jobspec *spec, int index, int n_ps, int listen_fd, const unsigned char *secret,
+             volatile sig_atomic_t *stop, char err[PS_ERR_MAX])
 {
     ps_server s;
     memset(&s, 0, sizeof s);
+    if (secret) {
+        memcpy(s.secret, secret, sizeof s.secret);
+        s.has_secret = 1;
+    }
     s.index = index;
     s.n_ps = n_ps;
     s.stop = stop;
@@ -626,6 +695,8 @@ static int client_open(ps_client *c, const model *m, const train_options *o, vol
         c->fd[p] = dial(&c->addr[p], PS_CONNECT_MS, stop);
         if (c->fd[p] < 0)
             return client_fail(err, c, p, stop && *stop ? "stopped while connecting" : "cannot connect");
+        if (o->ps_secret && proof_dial(c->fd[p], o->ps_secret) < 0)
+            return client_fail(err, c, p, "did not prove this job's secret: not this job's ps");
         ps_hdr rh;
         if (call(c, p, OP_HELLO, o->worker, 0, NULL, 0, NULL, 0, &rh, c->buf, 0, err))
             return -1;

@@ -17,7 +17,12 @@
  * ps that dies fails the gang, which resumes from the last checkpoint.
  *
  * Wire: a 32-byte header {magic, op, a, b, len} and len bytes, host byte
- * order (a cluster is one architecture; HELLO checks the magic).
+ * order (a cluster is one architecture; HELLO checks the magic). With the
+ * attempt's secret, a connection starts with a proof both ways before any
+ * message: the ps sends a 16-byte challenge, the worker answers
+ * HMAC-SHA256(secret, "ps-worker" | challenge | its nonce) and its 16-byte
+ * nonce, the ps (which drops a wrong answer unread) answers
+ * HMAC-SHA256(secret, "ps-server" | nonce); without a secret (tests), none.
  *
  * defines: ps_addr, ps_serve, ps_train, ps_shard_of */
 #ifndef TRAINYARD_STRATEGY_PS_H
@@ -42,8 +47,8 @@ int ps_shard_of(const model *m, int t, int n_ps);
 /* Serves shard `index` of `n_ps` on listen_fd (taken and closed) until the
  * chief ends the job (returns 0) or *stop is raised (returns 1). Returns -1
  * with a message in err on a failure of its own. */
-int ps_serve(const jobspec *spec, int index, int n_ps, int listen_fd, volatile sig_atomic_t *stop,
-             char err[PS_ERR_MAX]);
+int ps_serve(const jobspec *spec, int index, int n_ps, int listen_fd, const unsigned char *secret,
+             volatile sig_atomic_t *stop, char err[PS_ERR_MAX]);
 
 /* A worker of a parameter_server job (the chief when opt->worker is 0):
  * trains batches handed out by ps 0 against opt->ps (opt->n_ps addresses)
