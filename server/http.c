@@ -28,6 +28,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/resource.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -365,6 +366,108 @@ static enum MHD_Result answer_now(http_req *req, http_res *res) {
     return ret;
 }
 
+/* ---------------------------------------------------------------- failed authentications
+ * Counted per client address in a fixed one-minute window. Past the limit
+ * (http_set_auth_fail_limit, `--auth-fail-limit`) the address is answered
+ * 429 with Retry-After, without a lookup, until its window ends: a guesser
+ * learns nothing more. A token that authenticated lately (from anywhere) is
+ * still let through from that address, so an agent or a user beside the
+ * guesser (one node's tasks and its agent share an address) is not locked
+ * out; other addresses are never slowed. */
+
+#define AF_SLOTS 4096
+#define AF_PROBE 8
+#define AF_WINDOW_MS 60000
+#define GOOD_SLOTS 4096
+#define GOOD_MS (15 * 60 * 1000)
+
+typedef struct af_slot {
+    uint64_t key;                     /* a hash of the address; 0: empty */
+    int64_t window;                   /* start of its minute (ms) */
+    int fails;
+} af_slot;
+
+static af_slot g_af[AF_SLOTS];
+static uint64_t g_good[GOOD_SLOTS];   /* keyed hashes of tokens that authenticated ... */
+static int64_t g_good_at[GOOD_SLOTS]; /* ... and when */
+static pthread_mutex_t g_af_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_af_limit = 100;
+static unsigned char g_af_seed[16];
+static pthread_once_t g_af_once = PTHREAD_ONCE_INIT;
+
+static void af_seed(void) {
+    if (getrandom(g_af_seed, sizeof g_af_seed, 0) != (ssize_t)sizeof g_af_seed)
+        memset(g_af_seed, 0x5c, sizeof g_af_seed); /* still a hash; only less unguessable */
+}
+
+void http_set_auth_fail_limit(int per_minute) { g_af_limit = per_minute; }
+
+static uint64_t af_hash(const void *p, size_t n) {
+    pthread_once(&g_af_once, af_seed);
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (size_t i = 0; i < sizeof g_af_seed; i++) h = (h ^ g_af_seed[i]) * 0x100000001b3ULL;
+    const unsigned char *s = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ULL;
+    return h ? h : 1;
+}
+
+static uint64_t addr_key(struct MHD_Connection *conn) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!ci || !ci->client_addr) return 0;
+    const struct sockaddr *sa = ci->client_addr;
+    if (sa->sa_family == AF_INET)
+        return af_hash(&((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
+    if (sa->sa_family == AF_INET6) /* a /64: one host's addresses are one client */
+        return af_hash(&((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 8);
+    return 0;
+}
+
+/* The address's slot (made when missing, evicting the stalest of its
+ * probes); call with g_af_mu held. */
+static af_slot *af_find(uint64_t key, int64_t now) {
+    af_slot *stalest = NULL;
+    for (int i = 0; i < AF_PROBE; i++) {
+        af_slot *s = &g_af[(key + (uint64_t)i) % AF_SLOTS];
+        if (s->key == key) return s;
+        if (!stalest || s->window < stalest->window) stalest = s;
+    }
+    *stalest = (af_slot){key, now, 0};
+    return stalest;
+}
+
+/* ms until the address may try again, or 0 */
+static int64_t af_blocked(uint64_t key, uint64_t tok, int64_t now) {
+    if (g_af_limit <= 0 || !key) return 0;
+    pthread_mutex_lock(&g_af_mu);
+    int64_t wait = 0;
+    af_slot *s = af_find(key, now);
+    if (now - s->window >= AF_WINDOW_MS) *s = (af_slot){key, now, 0};
+    if (s->fails >= g_af_limit) {
+        size_t g = (size_t)(tok % GOOD_SLOTS);
+        if (!(g_good[g] == tok && now - g_good_at[g] < GOOD_MS)) wait = s->window + AF_WINDOW_MS - now;
+    }
+    pthread_mutex_unlock(&g_af_mu);
+    return wait;
+}
+
+static void af_failed(uint64_t key, int64_t now) {
+    if (g_af_limit <= 0 || !key) return;
+    pthread_mutex_lock(&g_af_mu);
+    af_slot *s = af_find(key, now);
+    if (now - s->window >= AF_WINDOW_MS) *s = (af_slot){key, now, 0};
+    int before = s->fails++;
+    pthread_mutex_unlock(&g_af_mu);
+    if (before + 1 == g_af_limit) log_warn("auth: %d failed authentications in a minute from one address: it gets 429 until the minute ends", g_af_limit);
+}
+
+static void af_good(uint64_t tok, int64_t now) {
+    size_t g = (size_t)(tok % GOOD_SLOTS);
+    pthread_mutex_lock(&g_af_mu);
+    g_good[g] = tok;
+    g_good_at[g] = now;
+    pthread_mutex_unlock(&g_af_mu);
+}
+
 /* Authenticates the request for its route. 0 when it may go on; otherwise
  * the error is in res. */
 static int authenticate(struct server *srv, http_req *req, http_res *res) {
@@ -377,7 +480,19 @@ static int authenticate(struct server *srv, http_req *req, http_res *res) {
     }
     const char *tok = h + 7;
     while (*tok == ' ') tok++;
+    int64_t now = now_ms();
+    uint64_t akey = addr_key(req->conn), tkey = af_hash(tok, strnlen(tok, 300));
+    int64_t wait = af_blocked(akey, tkey, now);
+    if (wait > 0) {
+        snprintf(res->xhdr_name, sizeof res->xhdr_name, "Retry-After");
+        snprintf(res->xhdr_value, sizeof res->xhdr_value, "%lld", (long long)((wait + 999) / 1000));
+        http_error(res, 429, "too_many_failures", NULL,
+                   "too many failed authentications from this address: retry after %lld s",
+                   (long long)((wait + 999) / 1000));
+        return -1;
+    }
     if (strlen(tok) > 256) {
+        af_failed(akey, now);
         http_error(res, 401, "unauthorized", NULL, "invalid token");
         return -1;
     }
@@ -386,10 +501,23 @@ static int authenticate(struct server *srv, http_req *req, http_res *res) {
         http_error(res, 503, "unavailable", NULL, "the database is unavailable; retry");
         return -1;
     }
+    if (rc == STORE_EXPIRED) {
+        char when[40] = "";
+        time_t t = (time_t)(req->who.expires_at / 1000);
+        struct tm tm;
+        if (gmtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        memset(&req->who, 0, sizeof req->who);
+        af_failed(akey, now);
+        http_error(res, 401, "token_expired", NULL, "token expired at %s: ask for a new one (POST /api/v1/teams/NAME/tokens)",
+                   when);
+        return -1;
+    }
     if (rc != STORE_OK) {
+        af_failed(akey, now);
         http_error(res, 401, "unauthorized", NULL, "invalid token");
         return -1;
     }
+    af_good(tkey, now);
     req->authed = 1;
     if (!(r->allow & (1u << req->who.kind)) && req->who.kind == TOKEN_JOIN) {
         http_error(res, 403, "forbidden", NULL,

@@ -241,4 +241,8 @@ void http_actor(const http_req *req, char *out, size_t outlen);
  * console shows requests at debug level only (5xx and early closes at warn). */
 int http_access_log_open(const char *path);
 
+/* Failed authentications one client address may make in a minute before it
+ * is answered 429 with Retry-After (default 100; 0: no limit). */
+void http_set_auth_fail_limit(int per_minute);
+
 #endif

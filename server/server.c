@@ -29,6 +29,7 @@ void server_options_default(server_options *o) {
     o->resize_interval_s = 30;
     o->log_level = LOG_INFO;
     o->log_format = LOG_TEXT;
+    o->auth_fail_limit = 100;
 }
 
 int server_parse_listen(server_options *o, const char *s) {
@@ -66,6 +67,11 @@ static int ensure_token(server *s, const char *name, token_kind kind, int64_t te
         principal who;
         int rc = store_token_lookup(s->db, tok, &who);
         if (rc == STORE_OK) return 0;
+        if (rc == STORE_EXPIRED) { /* rotated away: the file is kept, the token no longer works */
+            log_warn("%s holds a token that has expired (rotated): remove the file and restart for a new one",
+                     path);
+            return 0;
+        }
         if (rc == STORE_ERROR || store_token_add(s->db, tok, kind, team_id, 0) != STORE_OK) {
             snprintf(err, errlen, "cannot record the token of %s", path);
             return -1;
@@ -344,6 +350,7 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
         else snprintf(path, sizeof path, "%s/access.log", s->opt.data_dir);
         if (http_access_log_open(path) < 0) log_warn("cannot open the access log %s: %s", path, strerror(errno));
     }
+    http_set_auth_fail_limit(s->opt.auth_fail_limit);
     s->http = http_start(s, s->opt.host, s->opt.port, app->routes, s->tls_cert_pem, s->tls_key_pem, &s->port, err,
                          sizeof err);
     if (!s->http) {
@@ -395,6 +402,7 @@ static void server_usage(FILE *f) {
             "                        [--quiet] [--log-level L]\n"
             "                        [--log-format text|json] [--access-log FILE|none] [--public-url URL]\n"
             "                        [--tls auto | --tls-cert FILE --tls-key FILE] [--insecure-http]\n"
+            "                        [--auth-fail-limit N]\n"
             "  --listen      address to bind (default 127.0.0.1:8080; port 0 = any free port)\n"
             "  --data        data directory (default ./.trainyard)\n"
             "  --resize-interval  an elastic job grows into free devices at most once per this\n"
@@ -410,6 +418,9 @@ static void server_usage(FILE *f) {
             "  --tls auto    HTTPS with a private CA and certificate made on the first start under\n"
             "                DATA/tls (ca.crt for clients; agents join with the CA's hash, logged)\n"
             "  --tls-cert, --tls-key  HTTPS with this certificate (PEM, chain after it) and key\n"
+            "  --auth-fail-limit N  failed authentications one address may make in a minute;\n"
+            "                past it, 429 with Retry-After until the minute ends (default 100;\n"
+            "                0: no limit); tokens that authenticated lately still pass\n"
             "  --insecure-http  serve plain HTTP on an address other than loopback (refused\n"
             "                without it: tokens would cross the network in the clear)\n");
 }
@@ -432,6 +443,7 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
         {"tls-cert", required_argument, NULL, 'C'},
         {"tls-key", required_argument, NULL, 'K'},
         {"insecure-http", no_argument, NULL, 'I'},
+        {"auth-fail-limit", required_argument, NULL, 'a'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -519,6 +531,13 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
             if (sfmt(o->tls_key, sizeof o->tls_key, "%s", optarg) < 0) return -1;
             break;
         case 'I': o->insecure_http = 1; break;
+        case 'a':
+            if (parse_long(optarg, 0, 1000000, &v) < 0) {
+                fprintf(stderr, "trainyard: --auth-fail-limit wants failures a minute (0-1000000; 0: no limit)\n");
+                return -1;
+            }
+            o->auth_fail_limit = (int)v;
+            break;
         case 'h': server_usage(stdout); return 1;
         default: server_usage(stderr); return -1;
         }

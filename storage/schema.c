@@ -242,6 +242,10 @@ static const char m9[] =
     "ALTER TABLE jobs ADD COLUMN workers_now INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE jobs ADD COLUMN resize_to INTEGER NOT NULL DEFAULT 0;";
 
+/* 10: tokens.expires_at: a team token made with an expiry, or an old one
+ * given a grace period by a rotation (ms; NULL: never). */
+static const char m10[] = "ALTER TABLE tokens ADD COLUMN expires_at INTEGER;";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1},
     {2, "nodes, devices, tasks, allocations, shares", m2},
@@ -252,5 +256,6 @@ const migration schema_migrations[] = {
     {7, "memory: nodes.memory_mb, nodes.isolation, jobs.memory_mb, tasks.memory_mb", m7},
     {8, "the evaluator: tasks.type 'evaluator', eval_metrics", m8},
     {9, "elastic gangs: jobs.workers_min, jobs.workers_now, jobs.resize_to", m9},
+    {10, "tokens.expires_at: expiring and rotated team tokens", m10},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

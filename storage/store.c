@@ -170,7 +170,7 @@ cJSON *store_team_get(db *d, int64_t team_id) {
 static const char SQL_TOKEN_INSERT[] =
     "INSERT INTO tokens(hash, kind, team_id, job_id, created_at) VALUES(?, ?, ?, ?, ?)";
 static const char SQL_TOKEN_LOOKUP[] =
-    "SELECT k.kind, k.team_id, k.job_id, t.name, k.node_id, k.hash FROM tokens k"
+    "SELECT k.kind, k.team_id, k.job_id, t.name, k.node_id, k.hash, k.expires_at FROM tokens k"
     " LEFT JOIN teams t ON t.id = k.team_id"
     " WHERE k.hash = ? AND k.revoked_at IS NULL";
 static const char SQL_TOKEN_COUNT[] = "SELECT count(*) FROM tokens WHERE kind = ? AND revoked_at IS NULL";
@@ -209,6 +209,7 @@ static int token_query(db *d, const char hash[65], principal *who) {
             const char *team = (const char *)sqlite3_column_text(st, 3);
             snprintf(who->team, sizeof who->team, "%s", team ? team : "");
             who->node_id = sqlite3_column_int64(st, 4);
+            who->expires_at = sqlite3_column_int64(st, 6); /* NULL: 0, never */
             if (who->kind == TOKEN_NODE && who->node_id <= 0) who->kind = TOKEN_JOIN;
             ret = STORE_OK;
         } else {
@@ -234,6 +235,12 @@ typedef struct token_cached {
 static __thread token_cached t_tokens[TOKEN_CACHE_N];
 static __thread unsigned t_tokens_next;
 
+/* A found token past its expiry (which the cache keeps with it, so a kept
+ * answer expires on time too). */
+static int expiry_check(const principal *who) {
+    return who->expires_at > 0 && now_ms() >= who->expires_at ? STORE_EXPIRED : STORE_OK;
+}
+
 int store_token_lookup(db *d, const char *token, principal *who) {
     char hash[65];
     sha256_hex(token, strlen(token), hash);
@@ -242,7 +249,7 @@ int store_token_lookup(db *d, const char *token, principal *who) {
         const token_cached *c = &t_tokens[i];
         if (c->gen == gen && CRYPTO_memcmp(c->hash, hash, 64) == 0) {
             *who = c->who;
-            return STORE_OK;
+            return expiry_check(who);
         }
     }
     int ret = token_query(d, hash, who);
@@ -252,7 +259,42 @@ int store_token_lookup(db *d, const char *token, principal *who) {
         memcpy(c->hash, hash, sizeof c->hash);
         c->who = *who;
     }
-    return ret;
+    return ret == STORE_OK ? expiry_check(who) : ret;
+}
+
+static const char SQL_TOKEN_INSERT_EXP[] =
+    "INSERT INTO tokens(hash, kind, team_id, created_at, expires_at) VALUES(?, 'team', ?, ?, ?)";
+
+int store_token_add_expiring(db *d, const char *token, int64_t team_id, int64_t expires_at) {
+    char hash[65];
+    sha256_hex(token, strlen(token), hash);
+    sqlite3_stmt *st = db_prepare(d, SQL_TOKEN_INSERT_EXP);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 2, team_id);
+    sqlite3_bind_int64(st, 3, now_ms());
+    if (expires_at > 0) sqlite3_bind_int64(st, 4, expires_at);
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+}
+
+static const char SQL_TEAM_TOKENS_EXPIRE[] =
+    "UPDATE tokens SET expires_at = ?1 WHERE team_id = ?2 AND kind = 'team' AND revoked_at IS NULL"
+    " AND hash != ?3 AND (expires_at IS NULL OR expires_at > ?1)";
+
+int store_team_tokens_expire(db *d, int64_t team_id, const char *keep_token, int64_t at, int *n) {
+    char hash[65];
+    sha256_hex(keep_token, strlen(keep_token), hash);
+    sqlite3_stmt *st = db_prepare(d, SQL_TEAM_TOKENS_EXPIRE);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, at);
+    sqlite3_bind_int64(st, 2, team_id);
+    sqlite3_bind_text(st, 3, hash, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    if (n) *n = rc == SQLITE_DONE ? sqlite3_changes(db_conn(d)) : 0;
+    db_done(st);
+    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
 }
 
 int store_token_count(db *d, token_kind kind, int64_t *n) {

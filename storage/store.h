@@ -15,7 +15,7 @@
 #include "db.h"
 #include "../common/util.h"
 
-enum { STORE_OK = 0, STORE_NOT_FOUND = 1, STORE_CONFLICT = 2, STORE_ERROR = -1 };
+enum { STORE_OK = 0, STORE_NOT_FOUND = 1, STORE_CONFLICT = 2, STORE_EXPIRED = 3, STORE_ERROR = -1 };
 
 /* TOKEN_JOIN is the shared agents' token (DIR/node.token), good for
  * registration only; TOKEN_NODE a per-node token minted at registration.
@@ -29,6 +29,7 @@ typedef struct principal {
     int64_t job_id;              /* task tokens */
     int64_t node_id;             /* per-node tokens */
     char team[64];
+    int64_t expires_at;          /* ms since the epoch; 0: never */
 } principal;
 
 const char *token_kind_name(token_kind k);
@@ -54,7 +55,14 @@ int store_token_add(db *d, const char *token, token_kind kind, int64_t team_id, 
 /* STORE_OK and *who filled, STORE_NOT_FOUND for an unknown/revoked token.
  * Found by sha256(token); the stored hash is compared again in constant
  * time (CRYPTO_memcmp). */
+/* The token's principal: STORE_OK; STORE_EXPIRED (who filled, its
+ * expires_at passed); STORE_NOT_FOUND (unknown or revoked); STORE_ERROR. */
 int store_token_lookup(db *d, const char *token, principal *who);
+/* A team token that stops working at expires_at (ms; 0: never). */
+int store_token_add_expiring(db *d, const char *token, int64_t team_id, int64_t expires_at);
+/* Every other live token of the team (not keep_token) that would outlive
+ * `at` now expires at `at`: a rotation's grace. *n gets how many. */
+int store_team_tokens_expire(db *d, int64_t team_id, const char *keep_token, int64_t at, int *n);
 int store_token_count(db *d, token_kind kind, int64_t *n);
 
 /* ---------------------------------------------------------------- jobs */

@@ -299,6 +299,8 @@ static const mrow MATRIX[] = {
     {"GET", "/api/v1/queue", "", "oooFFFFFUU"},
     {"PATCH", "/api/v1/teams/{name}", "", "oFFFFFFFUU"},
     {"POST", "/api/v1/teams/{name}", "", "oFFFFFFFUU"},
+    {"POST", "/api/v1/teams/{name}/tokens", "", "ooNFFFFFUU"},
+    {"GET", "/api/v1/tls/ca", "", "NNNNNNNNNN"},
     {"GET", "/metrics", "", "oFFFFFFFUU"},
     {"GET", "/api/v1/openapi.json", "", "oooooooooo"},
     {"GET", "/api/v1/examples", "", "oooFFFFFUU"},
@@ -751,6 +753,7 @@ START_TEST(old_data_dir_migrates) {
                           " DROP TABLE eval_metrics;"
                           " ALTER TABLE jobs DROP COLUMN workers_min; ALTER TABLE jobs DROP COLUMN workers_now;"
                           " ALTER TABLE jobs DROP COLUMN resize_to;"
+                          " ALTER TABLE tokens DROP COLUMN expires_at;"
                           " DELETE FROM schema_migrations WHERE version >= 5;",
                           NULL, NULL, &err);
     ck_assert_msg(rc == SQLITE_OK, "cannot make a version-4 database: %s", err ? err : "?");

@@ -54,7 +54,12 @@ async function api(path, opts = {}) {
   const text = await r.text();
   let body = null;
   if ((r.headers.get('Content-Type') || '').startsWith('application/json') && text) body = JSON.parse(text);
-  if (r.status === 401 && !opts.noSignout) { signOut('Your token was refused; sign in again.'); throw new ApiError(401, body); }
+  if (r.status === 401 && !opts.noSignout) {
+    const expired = body && body.error && body.error.code === 'token_expired';
+    signOut(expired ? 'Your token expired (' + body.error.message.replace(/: ask.*$/, '') + '); sign in with a new one.'
+                    : 'Your token was refused; sign in again.');
+    throw new ApiError(401, body);
+  }
   if (!r.ok) throw new ApiError(r.status, body);
   return opts.raw ? {text, headers: r.headers} : body;
 }
@@ -129,7 +134,8 @@ function pageSignin() {
       location.hash = '#/jobs';
     } catch (e) {
       localStorage.removeItem(TOKEN_KEY);
-      err.textContent = e.status === 401 ? 'This token is not valid.' : e.message;
+      err.textContent = e.status === 401 ? (e.code === 'token_expired' ? 'This token expired: ask for a new one.'
+                                                                        : 'This token is not valid.') : e.message;
     }
   }},
     h('h1', {}, 'Sign in'),

@@ -1,6 +1,6 @@
 // dashboard.test.mjs - the dashboard in headless Chromium (Debian's, driven
 // by playwright-core) against the real `trainyard up`: sign in (a wrong token
-// is refused), submit a job through the form and watch it run to succeeded
+// is refused, a rotated-away one said to have expired), submit a job through the form and watch it run to succeeded
 // with both charts drawn and its mean speed, an elastic job's workers chart, cancel a running job from its page, see a bad
 // spec's error at the field it names, what users wrote rendered as text,
 // and the jobs, queue and cluster pages at a desktop's and a phone's width.
@@ -76,6 +76,17 @@ test('sign in with a team token', async () => {
   await page.click('#signin button[type=submit]');
   await page.waitForSelector('#signin-error:has-text("not valid")');
   await shot('signin-desktop');
+  // a token rotated away (no grace) is said to have expired, not just refused
+  const admin = fs.readFileSync(path.join(srv.dir, 'admin.token'), 'utf8').trim();
+  const team = await srv.api('/teams', {method: 'POST', token: admin, body: JSON.stringify({name: 'browser-rotated'})});
+  assert.equal(team.status, 201);
+  const rot = await srv.api('/teams/browser-rotated/tokens', {method: 'POST', token: team.body.token,
+                                                               body: JSON.stringify({rotate: true, grace_s: 0})});
+  assert.equal(rot.status, 201);
+  assert.equal(rot.body.rotated, 1);
+  await page.fill('#token', team.body.token);
+  await page.click('#signin button[type=submit]');
+  await page.waitForSelector('#signin-error:has-text("expired")');
   await page.fill('#token', srv.token);
   await page.click('#signin button[type=submit]');
   await page.waitForSelector('#jobs');
