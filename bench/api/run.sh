@@ -2,6 +2,8 @@
 # bench/api - requests/s and latency of the REST API under wrk, on loopback.
 #   GET /api/v1/jobs/{id}:   wrk -t2 -c32 -d10s --latency  (the peer table's setting)
 #   POST /api/v1/jobs:       wrk -t2 -c8  -d10s --latency  (8 keep-alive clients submitting)
+#   the GET over HTTPS (--tls auto), keep-alive; and a new connection per GET
+#   (Connection: close) over HTTPS and over HTTP: what TLS costs a request and a handshake
 # Then the server is killed with SIGKILL and restarted: every job wrk saw
 # acknowledged (201) must still be there. Ends with one JSON line.
 # Then the peer, slurmrestd on a one-node Slurm cluster, measured the same way by
@@ -49,14 +51,39 @@ SPEC=examples/synthetic_binary.json wrk -t2 -c8 -d"${DUR}s" --latency -s bench/a
 read -r post_rps post_p50 post_p99 < <(parse "$dir/post.txt")
 non2xx=$(grep -o 'Non-2xx or 3xx responses: [0-9]*' "$dir/post.txt" | grep -o '[0-9]*$' || echo 0)
 
+# HTTPS: the same GET on a server with --tls auto (ECDHE-ECDSA P-256, as it
+# makes), keep-alive as above; then new connections: every request on a
+# connection of its own (Connection: close), over TLS (a full handshake each)
+# and in the clear, for what a handshake costs
+tdir=$(mktemp -d /tmp/ty_bench_api_tls.XXXXXX)
+"$BIN" server --listen 127.0.0.1:0 --data "$tdir" --tls auto 2>>"$tdir/server.log" &
+tpid=$!
+for _ in $(seq 100); do [ -s "$tdir/server.url" ] && break; sleep 0.1; done
+TURL=$(cat "$tdir/server.url"); TTOKEN=$(cat "$tdir/token")
+tid=$(curl -sf --cacert "$tdir/tls/ca.crt" -X POST "$TURL/api/v1/jobs" -H "Authorization: Bearer $TTOKEN" \
+      --data @examples/synthetic_binary.json | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+echo "== HTTPS GET /api/v1/jobs/$tid  (wrk -t2 -c32 -d${DUR}s)"
+wrk -t2 -c32 -d"${DUR}s" --latency -H "Authorization: Bearer $TTOKEN" "$TURL/api/v1/jobs/$tid" | tee "$dir/tget.txt"
+read -r tget_rps tget_p50 tget_p99 < <(parse "$dir/tget.txt")
+echo "== HTTPS GET, a new connection each (Connection: close; wrk -t2 -c32 -d${DUR}s)"
+wrk -t2 -c32 -d"${DUR}s" --latency -H "Connection: close" -H "Authorization: Bearer $TTOKEN" \
+    "$TURL/api/v1/jobs/$tid" | tee "$dir/tnew.txt"
+read -r tnew_rps tnew_p50 tnew_p99 < <(parse "$dir/tnew.txt")
+kill -9 "$tpid"; wait "$tpid" 2>/dev/null || true; rm -rf "$tdir"
+echo "== HTTP GET, a new connection each (Connection: close; wrk -t2 -c32 -d${DUR}s)"
+wrk -t2 -c32 -d"${DUR}s" --latency -H "Connection: close" -H "Authorization: Bearer $TOKEN" \
+    "$URL/api/v1/jobs/$id" | tee "$dir/pnew.txt"
+read -r pnew_rps pnew_p50 pnew_p99 < <(parse "$dir/pnew.txt")
+
 kill -9 "$pid"; wait "$pid" 2>/dev/null || true
 start
 after=$(curl -sf "$URL/api/v1/health" >/dev/null && sqlite3 "$dir/trainyard.db" 'select count(*) from jobs')
 acked=$(python3 -c "print(int($after) - int($before))")
 echo "jobs stored after kill -9 and restart: $acked new (wrk's 201 answers in the window: see post.txt; non-2xx: $non2xx)"
 kill -9 "$pid"; wait "$pid" 2>/dev/null || true; pid=   # trainyard is done: leave the 2 cores to the peer
-ours=$(printf '{"get_rps":%s,"get_p50_ms":%s,"get_p99_ms":%s,"submit_rps":%s,"submit_p50_ms":%s,"submit_p99_ms":%s,"submit_non2xx":%s,"jobs_after_kill9":%s}' \
-  "$get_rps" "$get_p50" "$get_p99" "$post_rps" "$post_p50" "$post_p99" "$non2xx" "$acked")
+ours=$(printf '{"get_rps":%s,"get_p50_ms":%s,"get_p99_ms":%s,"submit_rps":%s,"submit_p50_ms":%s,"submit_p99_ms":%s,"submit_non2xx":%s,"jobs_after_kill9":%s,"tls_get_rps":%s,"tls_get_p50_ms":%s,"tls_get_p99_ms":%s,"tls_new_conn_rps":%s,"tls_new_conn_p99_ms":%s,"http_new_conn_rps":%s,"http_new_conn_p99_ms":%s}' \
+  "$get_rps" "$get_p50" "$get_p99" "$post_rps" "$post_p50" "$post_p99" "$non2xx" "$acked" \
+  "$tget_rps" "$tget_p50" "$tget_p99" "$tnew_rps" "$tnew_p99" "$pnew_rps" "$pnew_p99")
 
 # Peer in the same run: slurmrestd (bench/api/slurm_peer.sh), unless PEER=0.
 peer='null'
@@ -81,5 +108,11 @@ if peer is not None:
         return round(a / b, 3) if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b else None
     if "get_rps" in peer:
         out["ratio"] = {k: ratio(out[k], peer[k]) for k in ("get_rps", "get_p99_ms", "submit_rps", "submit_p99_ms")}
+        # ours over HTTPS against the peer's plain HTTP
+        out["ratio"]["tls_get_rps"] = ratio(out["tls_get_rps"], peer["get_rps"])
+        out["ratio"]["tls_get_p99_ms"] = ratio(out["tls_get_p99_ms"], peer["get_p99_ms"])
+out["tls_cost"] = {"get_rps": round(out["tls_get_rps"] / out["get_rps"], 3) if out["get_rps"] else None,
+                   "new_conn_rps": round(out["tls_new_conn_rps"] / out["http_new_conn_rps"], 3)
+                   if out["http_new_conn_rps"] else None}
 print(json.dumps(out, separators=(",", ":")))
 PY
