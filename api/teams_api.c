@@ -128,18 +128,18 @@ out:
  * expires sooner. The admin for any team, a team's token for its own. */
 static void team_token_create(server *srv, http_req *req, http_res *res) {
     const char *name = req->params[0];
+    cJSON *body = http_body_json(req, res);
+    if (!body) return;
     int64_t team_id = 0;
     int rc = store_team_find(srv->db, name, &team_id);
     if (rc == STORE_ERROR) {
         http_error(res, 503, "unavailable", NULL, "the database is busy or unavailable; retry");
-        return;
+        goto out;
     }
     if (rc != STORE_OK || (req->who.kind != TOKEN_ADMIN && req->who.team_id != team_id)) {
         http_error(res, 404, "not_found", "name", "no team '%s' of yours", name);
-        return;
+        goto out;
     }
-    cJSON *body = http_body_json(req, res);
-    if (!body) return;
     int64_t expires_in = 0, grace = 3600;
     int rotate = 0;
     for (cJSON *f = body->child; f; f = f->next) {
