@@ -105,7 +105,7 @@ int cmd_up(int argc, char **argv) {
                           strcmp(a, "--durability") == 0 || strcmp(a, "--heartbeat-timeout") == 0 ||
                           strcmp(a, "--resize-interval") == 0 || strcmp(a, "--access-log") == 0 || strcmp(a, "--public-url") == 0 ||
                           strcmp(a, "--tls") == 0 || strcmp(a, "--tls-cert") == 0 || strcmp(a, "--tls-key") == 0 ||
-                          strcmp(a, "--auth-fail-limit") == 0;
+                          strcmp(a, "--auth-fail-limit") == 0 || strcmp(a, "--db-resident-mb") == 0;
         if (strcmp(a, "--tls") == 0 && i + 1 < argc && strcmp(argv[i + 1], "auto") == 0) so.tls_auto = 1;
         if (both && i + 1 < argc) {
             agent_extra[na++] = argv[i];

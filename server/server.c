@@ -30,6 +30,7 @@ void server_options_default(server_options *o) {
     o->log_level = LOG_INFO;
     o->log_format = LOG_TEXT;
     o->auth_fail_limit = 100;
+    o->db_resident_mb = 2048;
 }
 
 int server_parse_listen(server_options *o, const char *s) {
@@ -303,6 +304,7 @@ int server_open(server *s, const server_options *opt, char *err, size_t errlen) 
         goto fail;
     }
     db_set_durability_full(opt->durability_full);
+    db_set_resident_max_mb(opt->db_resident_mb);
     if (db_open(&s->db, path, err, errlen) < 0) goto fail;
     int64_t team_id = 0;
     int rc = store_team_find(s->db, "default", &team_id);
@@ -402,7 +404,7 @@ static void server_usage(FILE *f) {
             "                        [--quiet] [--log-level L]\n"
             "                        [--log-format text|json] [--access-log FILE|none] [--public-url URL]\n"
             "                        [--tls auto | --tls-cert FILE --tls-key FILE] [--insecure-http]\n"
-            "                        [--auth-fail-limit N]\n"
+            "                        [--auth-fail-limit N] [--db-resident-mb N]\n"
             "  --listen      address to bind (default 127.0.0.1:8080; port 0 = any free port)\n"
             "  --data        data directory (default ./.trainyard)\n"
             "  --resize-interval  an elastic job grows into free devices at most once per this\n"
@@ -418,6 +420,8 @@ static void server_usage(FILE *f) {
             "  --tls auto    HTTPS with a private CA and certificate made on the first start under\n"
             "                DATA/tls (ca.crt for clients; agents join with the CA's hash, logged)\n"
             "  --tls-cert, --tls-key  HTTPS with this certificate (PEM, chain after it) and key\n"
+            "  --db-resident-mb N  keep the database and its WAL in memory (locked), up to N MiB\n"
+            "                (default 2048; 0: leave them to the page cache)\n"
             "  --auth-fail-limit N  failed authentications one address may make in a minute;\n"
             "                past it, 429 with Retry-After until the minute ends (default 100;\n"
             "                0: no limit); tokens that authenticated lately still pass\n"
@@ -444,6 +448,7 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
         {"tls-key", required_argument, NULL, 'K'},
         {"insecure-http", no_argument, NULL, 'I'},
         {"auth-fail-limit", required_argument, NULL, 'a'},
+        {"db-resident-mb", required_argument, NULL, 'm'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -531,6 +536,13 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
             if (sfmt(o->tls_key, sizeof o->tls_key, "%s", optarg) < 0) return -1;
             break;
         case 'I': o->insecure_http = 1; break;
+        case 'm':
+            if (parse_long(optarg, 0, 1L << 30, &v) < 0) {
+                fprintf(stderr, "trainyard: --db-resident-mb wants MiB (0: off)\n");
+                return -1;
+            }
+            o->db_resident_mb = v;
+            break;
         case 'a':
             if (parse_long(optarg, 0, 1000000, &v) < 0) {
                 fprintf(stderr, "trainyard: --auth-fail-limit wants failures a minute (0-1000000; 0: no limit)\n");

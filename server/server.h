@@ -26,6 +26,7 @@ typedef struct server_options {
     char tls_cert[PATH_MAX];          /* --tls-cert FILE (with --tls-key): HTTPS with these */
     char tls_key[PATH_MAX];
     int insecure_http;                /* --insecure-http: plain HTTP off loopback, with a warning */
+    long db_resident_mb;              /* --db-resident-mb: the database kept in memory up to this (0: off) */
     int auth_fail_limit;              /* --auth-fail-limit: failed authentications an address may
                                        * make in a minute before 429 (default 100; 0: no limit) */
 } server_options;

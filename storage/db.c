@@ -18,6 +18,11 @@
 #include <errno.h>
 #include <execinfo.h>
 #include <pthread.h>
+#include <limits.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,6 +104,71 @@ struct db {
 static int g_sync_full = 0;
 
 void db_set_durability_full(int on) { g_sync_full = on; }
+
+/* ---------------------------------------------------------------- residency */
+
+static long g_resident_max_mb = 2048;
+
+void db_set_resident_max_mb(long max_mb) { g_resident_max_mb = max_mb; }
+
+typedef struct resident_map {
+    void *addr;
+    size_t len;
+} resident_map;
+
+typedef struct resident_file {
+    const char *suffix;           /* "" (the database) or "-wal" */
+    size_t mapped;                /* bytes from offset 0 locked so far */
+    resident_map *maps;
+    int n, cap;
+} resident_file;
+
+/* Locks what the file has grown by since the last call: a new mapping of
+ * [mapped, size rounded down to a page), mlock'ed. 0, or -1 (why in err). */
+static int resident_grow(const char *path, resident_file *f, size_t *total, size_t max, char *err, size_t errlen) {
+    char name[PATH_MAX];
+    if (sfmt(name, sizeof name, "%s%s", path, f->suffix) < 0) return 0;
+    struct stat st;
+    if (stat(name, &st) < 0) return 0; /* no WAL yet */
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t want = (size_t)st.st_size / page * page;
+    if (want <= f->mapped) return 0;
+    size_t add = want - f->mapped;
+    if (*total + add > max) {
+        snprintf(err, errlen, "the database and its WAL outgrew --db-resident-mb (%zu MiB): the rest stays on disk",
+                 max >> 20);
+        return -1;
+    }
+    int fd = open(name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    void *a = mmap(NULL, add, PROT_READ, MAP_SHARED, fd, (off_t)f->mapped);
+    close(fd);
+    if (a == MAP_FAILED) {
+        snprintf(err, errlen, "mmap of %s: %s", name, strerror(errno));
+        return -1;
+    }
+    /* the system call itself: sanitizer runtimes turn mlock() into a no-op */
+    if (syscall(SYS_mlock, a, add) != 0) {
+        snprintf(err, errlen, "mlock of %zu KiB of %s: %s (RLIMIT_MEMLOCK; root or LimitMEMLOCK= in the unit)",
+                 add >> 10, name, strerror(errno));
+        munmap(a, add);
+        return -1;
+    }
+    if (f->n == f->cap) {
+        f->cap = f->cap ? f->cap * 2 : 16;
+        f->maps = xrealloc(f->maps, (size_t)f->cap * sizeof *f->maps);
+    }
+    f->maps[f->n++] = (resident_map){a, add};
+    f->mapped = want;
+    *total += add;
+    return 0;
+}
+
+static void resident_release(resident_file *f) {
+    for (int i = 0; i < f->n; i++) munmap(f->maps[i].addr, f->maps[i].len);
+    free(f->maps);
+    memset(f, 0, sizeof *f);
+}
 
 /* ---------------------------------------------------------------- connections */
 
@@ -685,8 +755,23 @@ int db_disk_full(db *d, char *msg, size_t cap) {
 
 static void *ckpt_main(void *arg) {
     db *d = arg;
+    /* the files kept resident (db_set_resident_max_mb), grown here once a second
+     * or after a checkpoint */
+    resident_file res[2] = {{.suffix = ""}, {.suffix = "-wal"}};
+    size_t res_total = 0, res_max = g_resident_max_mb > 0 ? (size_t)g_resident_max_mb << 20 : 0;
+    int res_on = res_max > 0;
     pthread_mutex_lock(&d->ckpt_mu);
     while (!d->ckpt_stop) {
+        if (res_on) {
+            pthread_mutex_unlock(&d->ckpt_mu);
+            char why[PATH_MAX + 200] = "";
+            for (int i = 0; i < 2 && res_on; i++)
+                if (resident_grow(d->path, &res[i], &res_total, res_max, why, sizeof why) < 0) {
+                    log_warn("db: the database is no longer kept in memory: %s", why);
+                    res_on = 0;
+                }
+            pthread_mutex_lock(&d->ckpt_mu);
+        }
         if (d->wal_frames < DB_CKPT_FRAMES) {
             struct timespec ts;
             clock_gettime(CLOCK_REALTIME, &ts);
@@ -711,6 +796,8 @@ static void *ckpt_main(void *arg) {
         pthread_mutex_lock(&d->ckpt_mu);
     }
     pthread_mutex_unlock(&d->ckpt_mu);
+    resident_release(&res[0]);
+    resident_release(&res[1]);
     return NULL;
 }
 

@@ -188,6 +188,15 @@ void db_group_stats_get(db *d, db_group_stats *out);
  * durability at the cost of an fsync per commit). Default NORMAL. */
 void db_set_durability_full(int on);
 
+/* Keeps the database file and its WAL in memory (a read-only shared
+ * mapping of each, mlock'ed, grown as the files grow, by the checkpointer
+ * thread), up to max_mb MiB in all (0: off; default 2048). A page the server
+ * reads, or a WAL page a commit partly overwrites, is then never read from
+ * the disk: a disk that stalls, or a host that reclaims page cache, stalls
+ * no request. When mlock is refused (RLIMIT_MEMLOCK, no CAP_IPC_LOCK) the
+ * server says so once and goes on without. Set before db_open. */
+void db_set_resident_max_mb(long max_mb);
+
 /* A number that changes after every commit made through this db (the
  * process's connections; the server is the database's only writer, held by
  * its data directory's lock). Read it before a query: what the query read

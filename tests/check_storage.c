@@ -12,6 +12,8 @@
 #include "../spec/jobspec.h"
 #include "../common/util.h"
 #include "../storage/cluster.h"
+#include <sys/stat.h>
+
 #include "../storage/db.h"
 #include "../storage/store.h"
 
@@ -570,6 +572,54 @@ static void grp_on_done(void *arg, int rc, int64_t id, cJSON *job) {
  * them fails (a team that does not exist: its foreign key), and only its
  * own savepoint is rolled back: the others commit, each answered with its
  * own id and job, and the failed one left nothing. */
+/* Locked memory of this process (VmLck), KiB. */
+static long vm_locked_kb(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[256];
+    long kb = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "VmLck: %ld kB", &kb) == 1) break;
+    fclose(f);
+    return kb;
+}
+
+static long file_kb(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)(st.st_size / 1024) : 0;
+}
+
+/* The database file and its WAL are kept in memory as they grow (the
+ * checkpointer thread locks them within a second), and let go at close. */
+START_TEST(database_kept_resident) {
+    db_set_resident_max_mb(64);
+    long before = vm_locked_kb();
+    db *d = NULL;
+    char err[256];
+    ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
+    for (int i = 0; i < 100; i++) {
+        char name[64];
+        int64_t id;
+        snprintf(name, sizeof name, "team-%d-with-a-longer-name", i);
+        ck_assert_int_eq(store_team_create(d, name, &id), STORE_OK);
+    }
+    char wal[320];
+    snprintf(wal, sizeof wal, "%s-wal", g_path);
+    long want = 0, got = 0;
+    for (int i = 0; i < 25; i++) {
+        want = (file_kb(g_path) + file_kb(wal)) / 4 * 4 - 8; /* whole pages, less the last one of each */
+        got = vm_locked_kb() - before;
+        if (want > 32 && got >= want) break;
+        usleep(100 * 1000);
+    }
+    ck_assert_msg(want > 32 && got >= want, "%ld KiB locked for %ld KiB of database and WAL (%ld + %ld)", got, want,
+                  file_kb(g_path), file_kb(wal));
+    db_close(d);
+    ck_assert_int_eq(vm_locked_kb(), before);
+    db_set_resident_max_mb(2048);
+}
+END_TEST
+
 START_TEST(group_commit_isolates_a_failed_write) {
     db *d = NULL;
     char err[256];
@@ -644,6 +694,7 @@ int main(void) {
     tcase_add_test(tc, threads_share_the_pool);
     tcase_add_test(tc, generation_follows_commits);
     tcase_add_test(tc, group_commit_isolates_a_failed_write);
+    tcase_add_test(tc, database_kept_resident);
     tcase_add_test(tc, changes_follow_commits);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
