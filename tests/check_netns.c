@@ -4,13 +4,18 @@
  * worker on each; the workers find each other through the rendezvous API
  * and talk over TCP between the namespaces (their host ids differ, so no
  * shared memory). The job trains to succeeded with its metrics and test
- * accuracy, and the workers' logs show they joined.
+ * accuracy, and the workers' logs show they joined. Off loopback the server
+ * serves HTTPS (`--tls auto`, as a server on a network must): agent 0 joins
+ * with the CA's hash (--ca-hash), agent 1 with the CA file (--ca-cert), and
+ * their workers report over HTTPS with the CA the agent hands them.
  *
  * Needs root (CAP_NET_ADMIN) and iproute2: where namespaces cannot be
  * made, the test says so and passes without running. */
 #include "testlib.h"
 
 #include <stdarg.h>
+
+#include "../common/tls.h"
 
 static ty_proc srv;
 static char team_tok[128];
@@ -43,6 +48,10 @@ static void net_teardown(void) {
 /* Bridge BR (NET.1) in this namespace; namespace i gets NET.(2+i) on a veth
  * whose other end is on the bridge. Returns 0, or -1 (nothing left behind). */
 static int net_setup(void) {
+    /* what a run killed before its teardown left (a second bridge with
+     * NET.1 would take the routes): this test's names only */
+    sh("for n in $(ip netns list | awk '/^ty-ns[0-9]+-[01]( |$)/ {print $1}'); do ip netns del $n; done");
+    sh("for l in $(ip -o link show type bridge | awk -F': ' '$2 ~ /^tybr[0-9]+$/ {print $2}'); do ip link del $l; done");
     int id = (int)getpid() % 100000;
     snprintf(br, sizeof br, "tybr%d", id);
     for (int i = 0; i < 2; i++) {
@@ -80,15 +89,25 @@ static pid_t agent_in_ns(int i) {
     /* the server listens on the bridge address */
     const char *port = strrchr(srv.url, ':');
     ck_assert_ptr_nonnull(port);
-    snprintf(url, sizeof url, "http://" NET ".1%s", port);
+    snprintf(url, sizeof url, "https://" NET ".1%s", port);
+    /* agent 0 trusts the CA whose hash it was given, agent 1 the CA's file */
+    char cafile[400], pin[TLS_PIN_LEN], err[256];
+    snprintf(cafile, sizeof cafile, "%s/tls/ca.crt", srv.dir);
+    size_t n = 0;
+    char *pem = file_read_all(cafile, 1 << 20, &n);
+    ck_assert_ptr_nonnull(pem);
+    ck_assert_int_eq(tls_ca_pin(pem, n, pin, err, sizeof err), 0);
+    free(pem);
+    const char *trust_flag = i == 0 ? "--ca-hash" : "--ca-cert", *trust = i == 0 ? pin : cafile;
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
         FILE *lf = freopen(logf, "a", stderr);
         (void)lf;
-        execlp("ip", "ip", "netns", "exec", ns[i], ty_bin(), "agent", "--server", url, "--token-file", tokfile,
-               "--hostname", name, "--address", addr, "--cpu-slots", "1", "--heartbeat", "1", "--poll-wait", "3",
-               "--state-file", statef, (char *)NULL);
+        unsetenv("TRAINYARD_CA");
+        execlp("ip", "ip", "netns", "exec", ns[i], ty_bin(), "agent", "--server", url, trust_flag, trust,
+               "--token-file", tokfile, "--hostname", name, "--address", addr, "--cpu-slots", "1", "--heartbeat",
+               "1", "--poll-wait", "3", "--state-file", statef, (char *)NULL);
         _exit(127);
     }
     return pid;
@@ -112,9 +131,12 @@ static void setup(void) {
     }
     net_ready = 1;
     ty_mkdtemp(srv.dir, sizeof srv.dir, "netns");
-    const char *extra[] = {"--listen", NET ".1:0", "--heartbeat-timeout", "5", NULL};
+    const char *extra[] = {"--listen", NET ".1:0", "--heartbeat-timeout", "5", "--tls", "auto", NULL};
     ty_server_start_args(&srv, "server", extra);
     ty_token(&srv, "token", team_tok, sizeof team_tok);
+    char cafile[400], err[512];
+    snprintf(cafile, sizeof cafile, "%s/tls/ca.crt", srv.dir);
+    ck_assert_msg(client_trust_ca_file(cafile, "ca", err, sizeof err) == 0, "%s", err);
     for (int i = 0; i < 2; i++) agents[i] = agent_in_ns(i);
 }
 
