@@ -22,7 +22,14 @@ up=$!
 stop() { kill -TERM $up 2>/dev/null; wait $up 2>/dev/null; }
 trap 'stop; exit 0' INT TERM
 if [ "${DEMO:-1}" != 0 ] || [ -n "$ONCE" ]; then
-  for _ in $(seq 100); do [ -s "$DATA/server.url" ] && break; kill -0 $up 2>/dev/null || break; sleep 0.1; done
+  # as long as `up` lives (it gives up itself after 30 s): a first start on a
+  # busy disk (a package install just before) can take more than a few seconds
+  for i in $(seq 600); do
+    [ -s "$DATA/server.url" ] && break
+    kill -0 $up 2>/dev/null || break
+    [ "$i" = 50 ] && echo "run: waiting for the server to listen (a slow disk?)" >&2
+    sleep 0.1
+  done
   if [ ! -s "$DATA/server.url" ]; then
     echo "run: the service did not start (see above)" >&2
     stop
