@@ -199,9 +199,22 @@ START_TEST(up_killed_takes_its_children)
     int n = children_of(srv.pid, kids, 8);
     ck_assert_int_eq(n, 2); /* server and agent */
     /* up runs training under SCHED_IDLE at nice 10 (every thread of the
-     * worker), its server and agent as SCHED_OTHER at 0 */
+     * worker), its server and agent as SCHED_OTHER at 0. The job is running
+     * once the agent has forked the worker, which sets its priority after
+     * entering its isolation: wait for that (at most 10 s) */
     int workers = 0, lo, hi;
     unsigned pol;
+    for (int t = 0; t < 200; t++) {
+        int settled = 1;
+        for (int i = 0; i < n; i++) {
+            pid_t w[4];
+            int nw = children_of(kids[i], w, 4);
+            for (int k = 0; k < nw; k++)
+                if (thread_sched(w[k], &lo, &hi, &pol) <= 0 || lo != 10 || hi != 10) settled = 0;
+        }
+        if (settled) break;
+        ty_sleep_ms(50);
+    }
     for (int i = 0; i < n; i++) {
         ck_assert_int_gt(thread_sched(kids[i], &lo, &hi, &pol), 0);
         ck_assert_msg(lo == 0 && hi == 0, "up's child %d runs at nice %d..%d", (int)kids[i], lo, hi);
