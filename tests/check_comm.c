@@ -28,6 +28,7 @@
 
 #include "../common/util.h"
 #include "../executor/comm/comm.h"
+#include "comm_forge.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
@@ -78,40 +79,20 @@ static void sleep_ms(int ms)
     }
 }
 
-static uint64_t fnv_from(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *s = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ s[i]) * 0x100000001b3ULL;
-    return h;
-}
-
-static uint64_t fnv(const void *p, size_t n) { return fnv_from(0xcbf29ce484222325ULL, p, n); }
-
-/* The wire format of comm.c's hello, as someone who read the source knows it. */
-typedef struct forged_hello {
-    uint32_t magic, kind, rank, size;
-    uint64_t session, table;
-    int64_t pid;
-    uint64_t start, pidns;
-    uint8_t nonce[16], mac[32];
-} forged_hello;
+static uint64_t fnv(const void *p, size_t n) { return forge_fnv(FORGE_FNV_INIT, p, n); }
 
 /* Connects to port and says a hello of `kind` as `rank` with the right
  * session and table, and a MAC made without the secret; the socket stays open. */
 static int forge(int port, int kind, int rank, int size, comm_transport tr, const comm_peer *peers)
 {
-    uint64_t table = fnv(&size, sizeof size);
-    int t = (int)tr;
-    table = fnv_from(table, &t, sizeof t);
+    const char *addrs[MAXR], *hids[MAXR];
+    int ports[MAXR];
     for (int r = 0; r < size; r++) {
-        table = fnv_from(table, peers[r].addr, strlen(peers[r].addr) + 1);
-        table = fnv_from(table, &peers[r].port, sizeof peers[r].port);
-        table = fnv_from(table, peers[r].host_id, strlen(peers[r].host_id) + 1);
+        addrs[r] = peers[r].addr;
+        ports[r] = peers[r].port;
+        hids[r] = peers[r].host_id;
     }
-    forged_hello h = {.magic = 0x31435954u, .kind = (uint32_t)kind, .rank = (uint32_t)rank, .size = (uint32_t)size,
-                      .session = fnv(session, strlen(session)), .table = table, .pid = 1};
-    memset(h.mac, 0x5a, sizeof h.mac);
+    forged_hello h = forge_hello(kind, rank, size, (int)tr, session, addrs, ports, hids);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);

@@ -11,6 +11,7 @@
 #include <poll.h>
 
 #include "../executor/comm/comm.h"
+#include "comm_forge.h"
 
 static ty_proc srv;
 static char tok[128];
@@ -66,21 +67,6 @@ static void last_epoch(int64_t id, char *out, size_t n) {
     cJSON_Delete(all);
 }
 
-static uint64_t fnv_from(uint64_t h, const void *p, size_t n) {
-    const unsigned char *s = p;
-    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ULL;
-    return h;
-}
-
-/* comm.c's hello as the source shows it */
-typedef struct forged_hello {
-    uint32_t magic, kind, rank, size;
-    uint64_t session, table;
-    int64_t pid;
-    uint64_t start, pidns;
-    uint8_t nonce[16], mac[32];
-} forged_hello;
-
 START_TEST(a_stranger_neither_joins_nor_stalls) {
     /* the job alone */
     int64_t a = ty_submit(srv.url, tok, SPEC);
@@ -112,17 +98,8 @@ START_TEST(a_stranger_neither_joins_nor_stalls) {
     ck_assert_msg(port[0] > 0 && port[1] > 0, "job %lld's workers were never placed", (long long)b);
     char session[64];
     snprintf(session, sizeof session, "j%lld-a1", (long long)b);
-    int size = 2, tr = (int)COMM_TRANSPORT_AUTO;
-    uint64_t table = fnv_from(0xcbf29ce484222325ULL, &size, sizeof size);
-    table = fnv_from(table, &tr, sizeof tr);
-    for (int r = 0; r < 2; r++) {
-        table = fnv_from(table, addr[r], strlen(addr[r]) + 1);
-        table = fnv_from(table, &port[r], sizeof port[r]);
-        table = fnv_from(table, hid, strlen(hid) + 1);
-    }
-    forged_hello h = {.magic = 0x31435954u, .kind = 1, .rank = 1, .size = 2,
-                      .session = fnv_from(0xcbf29ce484222325ULL, session, strlen(session)), .table = table, .pid = 1};
-    memset(h.mac, 0x5a, sizeof h.mac);
+    const char *addrs[2] = {addr[0], addr[1]}, *hids[2] = {hid, hid};
+    forged_hello h = forge_hello(1, 1, 2, (int)COMM_TRANSPORT_AUTO, session, addrs, port, hids);
     int fds[64], nfd = 0;
     int64_t until = mono_ms() + 8000;
     while (nfd < 64 && mono_ms() < until) {

@@ -71,11 +71,16 @@ static int wait_fd(int fd, short events, int timeout_ms)
     }
 }
 
-static int io_all(int fd, void *data, size_t len, int writing)
+/* All of len bytes, each wait for the socket at most PS_IO_TIMEOUT_MS, and
+ * (end > 0) the whole by mono_ms end. 0, or -1. */
+static int io_until(int fd, void *data, size_t len, int writing, int64_t end)
 {
     char *p = data;
     while (len) {
-        if (wait_fd(fd, writing ? POLLOUT : POLLIN, PS_IO_TIMEOUT_MS) < 0)
+        int64_t wait = PS_IO_TIMEOUT_MS;
+        if (end > 0 && end - mono_ms() < wait)
+            wait = end - mono_ms();
+        if (wait <= 0 || wait_fd(fd, writing ? POLLOUT : POLLIN, (int)wait) < 0)
             return -1;
         ssize_t n = writing ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
@@ -88,24 +93,12 @@ static int io_all(int fd, void *data, size_t len, int writing)
     return 0;
 }
 
-/* io_all with its own deadline: the proof is short, and a stranger is not waited for long */
+static int io_all(int fd, void *data, size_t len, int writing) { return io_until(fd, data, len, writing, 0); }
+
+/* the proof is short, and a stranger is not waited for long */
 static int io_proof(int fd, void *data, size_t len, int writing)
 {
-    char *p = data;
-    int64_t end = mono_ms() + PS_PROOF_MS;
-    while (len) {
-        int64_t left = end - mono_ms();
-        if (left <= 0 || wait_fd(fd, writing ? POLLOUT : POLLIN, (int)left) < 0)
-            return -1;
-        ssize_t n = writing ? send(fd, p, len, MSG_NOSIGNAL) : recv(fd, p, len, 0);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN))
-            continue;
-        if (n <= 0)
-            return -1;
-        p += n;
-        len -= (size_t)n;
-    }
-    return 0;
+    return io_until(fd, data, len, writing, mono_ms() + PS_PROOF_MS);
 }
 
 /* HMAC-SHA256(secret, label | a | b) */
