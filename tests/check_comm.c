@@ -660,6 +660,34 @@ START_TEST(test_wrong_secret)
 }
 END_TEST
 
+/* The proofs' HMAC-SHA256 (common/util.c) against RFC 4231's cases 2 and 6
+ * (a key longer than the block), the message given in parts. */
+START_TEST(test_hmac_rfc4231)
+{
+    static const struct {
+        const char *key, *msg, *want;
+        size_t klen;
+    } v[] = {
+        {"Jefe", "what do ya want for nothing?", "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843", 4},
+        {NULL, "Test Using Larger Than Block-Size Key - Hash Key First",
+         "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54", 131},
+    };
+    for (int i = 0; i < 2; i++) {
+        unsigned char key[131], mac[32];
+        if (v[i].key) memcpy(key, v[i].key, v[i].klen);
+        else memset(key, 0xaa, v[i].klen);
+        size_t half = strlen(v[i].msg) / 2;
+        const void *part[2] = {v[i].msg, v[i].msg + half};
+        size_t len[2] = {half, strlen(v[i].msg) - half};
+        ck_assert_int_eq(hmac_sha256(key, v[i].klen, 2, part, len, mac), 0);
+        char hex[65];
+        for (int k = 0; k < 32; k++)
+            snprintf(hex + 2 * k, 3, "%02x", mac[k]);
+        ck_assert_str_eq(hex, v[i].want);
+    }
+}
+END_TEST
+
 /* One rank: every call works without a peer. */
 START_TEST(test_single)
 {
@@ -730,6 +758,7 @@ Suite *comm_suite(void)
     TCase *t = tcase_create("basics");
     tcase_add_test(t, test_args);
     tcase_add_test(t, test_single);
+    tcase_add_test(t, test_hmac_rfc4231);
     suite_add_tcase(s, t);
     t = tcase_create("collectives");
     tcase_set_timeout(t, 120);
