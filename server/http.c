@@ -389,8 +389,8 @@ typedef struct af_slot {
 
 static af_slot g_af[AF_SLOTS];
 static uint64_t g_good[GOOD_SLOTS];   /* keyed hashes of tokens that authenticated ... */
-static int64_t g_good_at[GOOD_SLOTS]; /* ... and when */
-static pthread_mutex_t g_af_mu = PTHREAD_MUTEX_INITIALIZER;
+static int64_t g_good_at[GOOD_SLOTS]; /* ... and when (both read and written atomically, without the lock) */
+static pthread_mutex_t g_af_mu = PTHREAD_MUTEX_INITIALIZER; /* guards g_af */
 static int g_af_limit = 100;
 static unsigned char g_af_seed[16];
 static pthread_once_t g_af_once = PTHREAD_ONCE_INIT;
@@ -436,36 +436,59 @@ static af_slot *af_find(uint64_t key, int64_t now) {
 }
 
 /* ms until the address may try again, or 0 */
-static int64_t af_blocked(uint64_t key, uint64_t tok, int64_t now) {
-    if (g_af_limit <= 0 || !key) return 0;
+/* The latest end of a block of any address (ms; 0: none yet): while it is
+ * past, as nearly always, a request takes no lock and looks at no slot. */
+static int64_t g_af_blocks_until;
+
+/* ms until the address may try again, or 0 */
+static int64_t af_blocked(struct MHD_Connection *conn, uint64_t tok, int64_t now) {
+    if (g_af_limit <= 0 || now >= __atomic_load_n(&g_af_blocks_until, __ATOMIC_RELAXED)) return 0;
+    uint64_t key = addr_key(conn);
+    if (!key) return 0;
+    size_t g = (size_t)(tok % GOOD_SLOTS);
+    if (__atomic_load_n(&g_good[g], __ATOMIC_RELAXED) == tok &&
+        now - __atomic_load_n(&g_good_at[g], __ATOMIC_RELAXED) < GOOD_MS)
+        return 0; /* authenticated lately: not the guesser's */
     pthread_mutex_lock(&g_af_mu);
     int64_t wait = 0;
     af_slot *s = af_find(key, now);
     if (now - s->window >= AF_WINDOW_MS) *s = (af_slot){key, now, 0};
-    if (s->fails >= g_af_limit) {
-        size_t g = (size_t)(tok % GOOD_SLOTS);
-        if (!(g_good[g] == tok && now - g_good_at[g] < GOOD_MS)) wait = s->window + AF_WINDOW_MS - now;
-    }
+    if (s->fails >= g_af_limit) wait = s->window + AF_WINDOW_MS - now;
     pthread_mutex_unlock(&g_af_mu);
     return wait;
 }
 
-static void af_failed(uint64_t key, int64_t now) {
-    if (g_af_limit <= 0 || !key) return;
+static void af_failed(struct MHD_Connection *conn, int64_t now) {
+    uint64_t key = g_af_limit > 0 ? addr_key(conn) : 0;
+    if (!key) return;
     pthread_mutex_lock(&g_af_mu);
     af_slot *s = af_find(key, now);
     if (now - s->window >= AF_WINDOW_MS) *s = (af_slot){key, now, 0};
-    int before = s->fails++;
+    int fails = ++s->fails;
+    int64_t until = s->window + AF_WINDOW_MS;
     pthread_mutex_unlock(&g_af_mu);
-    if (before + 1 == g_af_limit) log_warn("auth: %d failed authentications in a minute from one address: it gets 429 until the minute ends", g_af_limit);
+    if (fails >= g_af_limit) {
+        int64_t cur = __atomic_load_n(&g_af_blocks_until, __ATOMIC_RELAXED);
+        while (cur < until &&
+               !__atomic_compare_exchange_n(&g_af_blocks_until, &cur, until, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+        }
+    }
+    if (fails == g_af_limit)
+        log_warn("auth: %d failed authentications in a minute from one address: it gets 429 until the minute ends",
+                 g_af_limit);
 }
 
+/* Remembers a token that authenticated: no lock, and no write at all while
+ * its slot says so already (a busy client's every request would otherwise
+ * write the same line of memory from every thread). */
 static void af_good(uint64_t tok, int64_t now) {
+    if (g_af_limit <= 0) return;
     size_t g = (size_t)(tok % GOOD_SLOTS);
-    pthread_mutex_lock(&g_af_mu);
-    g_good[g] = tok;
-    g_good_at[g] = now;
-    pthread_mutex_unlock(&g_af_mu);
+    if (__atomic_load_n(&g_good[g], __ATOMIC_RELAXED) == tok &&
+        now - __atomic_load_n(&g_good_at[g], __ATOMIC_RELAXED) < GOOD_MS / 2)
+        return;
+    __atomic_store_n(&g_good[g], tok, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_good_at[g], now, __ATOMIC_RELAXED);
 }
 
 /* Authenticates the request for its route. 0 when it may go on; otherwise
@@ -481,8 +504,8 @@ static int authenticate(struct server *srv, http_req *req, http_res *res) {
     const char *tok = h + 7;
     while (*tok == ' ') tok++;
     int64_t now = now_ms();
-    uint64_t akey = addr_key(req->conn), tkey = af_hash(tok, strnlen(tok, 300));
-    int64_t wait = af_blocked(akey, tkey, now);
+    uint64_t tkey = af_hash(tok, strnlen(tok, 300));
+    int64_t wait = af_blocked(req->conn, tkey, now);
     if (wait > 0) {
         snprintf(res->xhdr_name, sizeof res->xhdr_name, "Retry-After");
         snprintf(res->xhdr_value, sizeof res->xhdr_value, "%lld", (long long)((wait + 999) / 1000));
@@ -492,7 +515,7 @@ static int authenticate(struct server *srv, http_req *req, http_res *res) {
         return -1;
     }
     if (strlen(tok) > 256) {
-        af_failed(akey, now);
+        af_failed(req->conn, now);
         http_error(res, 401, "unauthorized", NULL, "invalid token");
         return -1;
     }
@@ -507,13 +530,13 @@ static int authenticate(struct server *srv, http_req *req, http_res *res) {
         struct tm tm;
         if (gmtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
         memset(&req->who, 0, sizeof req->who);
-        af_failed(akey, now);
+        af_failed(req->conn, now);
         http_error(res, 401, "token_expired", NULL, "token expired at %s: ask for a new one (POST /api/v1/teams/NAME/tokens)",
                    when);
         return -1;
     }
     if (rc != STORE_OK) {
-        af_failed(akey, now);
+        af_failed(req->conn, now);
         http_error(res, 401, "unauthorized", NULL, "invalid token");
         return -1;
     }

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "../client/client.h"
+#include "../common/tls.h"
 #include "../common/util.h"
 
 typedef struct ty_proc {
@@ -75,6 +76,18 @@ static inline void ty_token(const ty_proc *p, const char *name, char *out, size_
     while (len && (s[len - 1] == '\n')) s[--len] = '\0';
     snprintf(out, n, "%s", s);
     free(s);
+}
+
+/* The hash an agent joins with (--ca-hash) of the CA `--tls auto` made in
+ * the data directory of p (DIR/tls/ca.crt). */
+static inline void ty_ca_pin(const ty_proc *p, char pin[TLS_PIN_LEN]) {
+    char path[512], err[256];
+    snprintf(path, sizeof path, "%s/tls/ca.crt", p->dir);
+    size_t n = 0;
+    char *pem = file_read_all(path, 1 << 20, &n);
+    ck_assert_msg(pem != NULL, "cannot read %s", path);
+    ck_assert_msg(tls_ca_pin(pem, n, pin, err, sizeof err) == 0, "%s", err);
+    free(pem);
 }
 
 /* Starts `trainyard <mode> --listen 127.0.0.1:0 --data DIR [extra...]` and
