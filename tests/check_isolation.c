@@ -215,7 +215,7 @@ START_TEST(two_teams_apart) {
     ck_assert_str_eq(ty_str(jt, "state"), "running");
     cJSON_Delete(jt);
     int64_t a = submit_py(team_a, "team-a", A_SCRIPT, NULL, NULL, 0);
-    char line[512] = "";
+    char line[4096] = ""; /* the probe's line: its listings and paths make it long */
     for (int i = 0; i < 300 && !line[0]; i++) {
         ty_sleep_ms(100);
         log_line(team_a, a, "A-READY", line, sizeof line);
