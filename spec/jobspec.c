@@ -380,7 +380,7 @@ static int get_string(spec_error *e, const cJSON *obj, const char *parent, const
 static const char *const TOP_KEYS[] = {"name", "priority", "model", "compile", "data", "fit",
                                        "strategy", "resources", "checkpoint", "max_runtime_s",
                                        "preemptible", "queue_if_infeasible", "max_restarts",
-                                       "command", NULL};
+                                       "command", "environment", NULL};
 
 static int parse_name(spec_error *e, const cJSON *root, jobspec *s) {
     int rc = get_string(e, root, "", "name", s->name, sizeof s->name);
@@ -863,6 +863,158 @@ static int parse_working_dir(spec_error *e, const cJSON *c, command_spec *cs) {
     return 0;
 }
 
+/* command.context: "sha256:" and 64 lowercase hex digits (POST /contexts
+ * answers it); whether the team has it is the server's question. */
+static int parse_context(spec_error *e, const cJSON *c, command_spec *cs) {
+    const cJSON *v = item(c, "context");
+    char g[64];
+    if (!v) return 0;
+    if (!cJSON_IsString(v))
+        return fail(e, 422, "invalid_type", "command.context",
+                    "must be a string (the id POST /contexts answered), got %s", got(v, g));
+    const char *d = v->valuestring;
+    int ok = strlen(d) == 71 && strncmp(d, "sha256:", 7) == 0;
+    for (int i = 7; ok && i < 71; i++) ok = (d[i] >= '0' && d[i] <= '9') || (d[i] >= 'a' && d[i] <= 'f');
+    if (!ok)
+        return fail(e, 422, "invalid_value", "command.context",
+                    "must be \"sha256:\" and 64 lowercase hex digits, as POST /contexts answers it");
+    memcpy(cs->context, d, 72);
+    return 0;
+}
+
+/* A path component of an image name: [a-z0-9]+ joined by '.', '_', '__' or '-'+. */
+static int image_component_ok(const char *p, size_t n) {
+    if (n == 0 || !((p[0] >= 'a' && p[0] <= 'z') || (p[0] >= '0' && p[0] <= '9'))) return 0;
+    if (!((p[n - 1] >= 'a' && p[n - 1] <= 'z') || (p[n - 1] >= '0' && p[n - 1] <= '9'))) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char ch = p[i];
+        if ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9')) continue;
+        if (ch != '.' && ch != '_' && ch != '-') return 0;
+        if (ch == '.' && (p[i + 1] == '.' || p[i + 1] == '_' || p[i + 1] == '-')) return 0;
+        if (ch == '_' && p[i + 1] == '_' && p[i + 2] == '_') return 0;
+    }
+    return 1;
+}
+
+/* The first component is a registry host when it has a '.' or a ':' or is
+ * "localhost" (the rule docker and podman resolve names by). */
+static int image_first_is_host(const char *p, size_t n) {
+    if (n == 9 && strncmp(p, "localhost", 9) == 0) return 1;
+    return memchr(p, '.', n) || memchr(p, ':', n);
+}
+
+void jobspec_image_registry(const char *image, char *out, size_t outlen) {
+    const char *slash = strchr(image, '/');
+    if (slash && image_first_is_host(image, (size_t)(slash - image)))
+        snprintf(out, outlen, "%.*s", (int)(slash - image), image);
+    else
+        snprintf(out, outlen, "docker.io");
+}
+
+/* An OCI image reference: [host[:port]/]path[:tag][@sha256:hex]. The
+ * reference goes to the container runtime as one argument: never one that
+ * starts with '-', holds a space or anything outside the grammar. */
+static const char *image_ref_check(const char *r) {
+    size_t n = strlen(r);
+    if (n == 0) return "must not be empty";
+    if (n >= JOBSPEC_IMAGE_MAX) return "must be at most 255 bytes";
+    const char *at = strchr(r, '@');
+    size_t name_end = at ? (size_t)(at - r) : n;
+    if (at) {
+        const char *d = at + 1;
+        int ok = strlen(d) == 71 && strncmp(d, "sha256:", 7) == 0;
+        for (int i = 7; ok && i < 71; i++) ok = (d[i] >= '0' && d[i] <= '9') || (d[i] >= 'a' && d[i] <= 'f');
+        if (!ok) return "a digest is '@sha256:' and 64 lowercase hex digits";
+    }
+    /* the tag: after the last ':' that follows the last '/' */
+    const char *last_slash = NULL;
+    for (size_t i = 0; i < name_end; i++)
+        if (r[i] == '/') last_slash = r + i;
+    const char *colon = NULL;
+    for (const char *q = last_slash ? last_slash : r; q < r + name_end; q++)
+        if (*q == ':') colon = q;
+    size_t path_end = name_end;
+    if (colon) { /* "host:5000" alone (no '/') is a name and a tag */
+        size_t tn = (size_t)(r + name_end - colon - 1);
+        const char *t = colon + 1;
+        if (tn < 1 || tn > 128) return "a tag is 1 to 128 characters";
+        if (!((t[0] >= 'A' && t[0] <= 'Z') || (t[0] >= 'a' && t[0] <= 'z') || (t[0] >= '0' && t[0] <= '9') || t[0] == '_'))
+            return "a tag starts with a letter, a digit or '_'";
+        for (size_t i = 0; i < tn; i++) {
+            char ch = t[i];
+            if (!((ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_' ||
+                  ch == '.' || ch == '-'))
+                return "a tag holds only letters, digits, '_', '.' and '-'";
+        }
+        path_end = (size_t)(colon - r);
+    }
+    /* components */
+    size_t start = 0;
+    int first = 1;
+    while (start <= path_end) {
+        const char *s = r + start;
+        const char *sl = memchr(s, '/', path_end - start);
+        size_t len = sl ? (size_t)(sl - s) : path_end - start;
+        if (first && sl && image_first_is_host(s, len)) {
+            /* host[:port]: letters, digits, '-', '.'; a port of digits */
+            const char *pc = memchr(s, ':', len);
+            size_t hn = pc ? (size_t)(pc - s) : len;
+            if (hn == 0) return "the registry host is empty";
+            for (size_t i = 0; i < hn; i++)
+                if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+                      s[i] == '-' || s[i] == '.'))
+                    return "the registry host holds only letters, digits, '-' and '.'";
+            if (s[0] == '-' || s[0] == '.') return "the registry host starts with a letter or a digit";
+            if (pc) {
+                size_t pn = len - hn - 1;
+                if (pn < 1 || pn > 5) return "the registry port is 1 to 5 digits";
+                for (size_t i = 0; i < pn; i++)
+                    if (pc[1 + i] < '0' || pc[1 + i] > '9') return "the registry port is 1 to 5 digits";
+            }
+        } else if (!image_component_ok(s, len)) {
+            return "a name component is lowercase letters and digits, joined by '.', '_', '__' or '-' "
+                   "(\"registry.example.com:5000/team/trainer:1.0\")";
+        }
+        first = 0;
+        if (!sl) break;
+        start += len + 1;
+    }
+    return NULL;
+}
+
+static int parse_environment(spec_error *e, const cJSON *root, jobspec *s) {
+    const cJSON *env = item(root, "environment");
+    char g[64];
+    if (!env) return 0;
+    if (s->kind != JOB_KIND_COMMAND)
+        return fail(e, 422, "invalid_value", "environment",
+                    "environment is for command jobs: a training job runs trainyard's own engine");
+    if (!cJSON_IsObject(env))
+        return fail(e, 422, "invalid_type", "environment", "must be an object, got %s", got(env, g));
+    static const char *const KEYS[] = {"image", "pull", NULL};
+    if (check_keys(e, env, "environment", KEYS, NULL)) return -1;
+    const cJSON *img = item(env, "image");
+    if (!img)
+        return fail(e, 422, "missing_field", "environment.image",
+                    "environment needs image, an OCI image reference (\"docker.io/library/python:3.11\")");
+    if (!cJSON_IsString(img))
+        return fail(e, 422, "invalid_type", "environment.image", "must be a string, got %s", got(img, g));
+    const char *why = image_ref_check(img->valuestring);
+    if (why) return fail(e, 422, "invalid_value", "environment.image", "%s", why);
+    snprintf(s->environment.image, sizeof s->environment.image, "%s", img->valuestring);
+    const cJSON *pull = item(env, "pull");
+    if (pull) {
+        if (!cJSON_IsString(pull))
+            return fail(e, 422, "invalid_type", "environment.pull", "must be a string, got %s", got(pull, g));
+        if (strcmp(pull->valuestring, "if_not_present") == 0) s->environment.pull = PULL_IF_NOT_PRESENT;
+        else if (strcmp(pull->valuestring, "always") == 0) s->environment.pull = PULL_ALWAYS;
+        else
+            return fail(e, 422, "invalid_value", "environment.pull",
+                        "must be \"if_not_present\" (the default) or \"always\"");
+    }
+    return 0;
+}
+
 static int parse_command(spec_error *e, const cJSON *root, jobspec *s) {
     const cJSON *c = NULL;
     char g[64];
@@ -873,7 +1025,7 @@ static int parse_command(spec_error *e, const cJSON *root, jobspec *s) {
             return fail(e, 422, "invalid_value", FORBIDDEN[i],
                         "a command job has no %s: command takes the place of model, compile, "
                         "data and fit", FORBIDDEN[i]);
-    static const char *const CMD_KEYS[] = {"argv", "env", "working_dir", NULL};
+    static const char *const CMD_KEYS[] = {"argv", "env", "working_dir", "context", NULL};
     if (check_keys(e, c, "command", CMD_KEYS, NULL)) return -1;
     command_spec *cs = &s->command;
     const cJSON *argv = item(c, "argv");
@@ -900,6 +1052,7 @@ static int parse_command(spec_error *e, const cJSON *root, jobspec *s) {
         cs->argc = i + 1;
     }
     if (parse_working_dir(e, c, cs) < 0) return -1;
+    if (parse_context(e, c, cs) < 0) return -1;
     const cJSON *env = item(c, "env");
     if (!env) return 0;
     if (!cJSON_IsObject(env))
@@ -1407,6 +1560,7 @@ static int parse_root(spec_error *e, const cJSON *root, jobspec *s) {
             parse_data(e, root, s) < 0 || parse_fit(e, root, s) < 0)
             return -1;
     }
+    if (parse_environment(e, root, s) < 0) return -1;
     if (parse_strategy(e, root, s) < 0 || parse_resources(e, root, s) < 0 ||
         parse_checkpoint(e, root, s) < 0)
         return -1;
@@ -1753,6 +1907,7 @@ static void command_to_json(out_ctx *o, cJSON *root, const command_spec *c) {
         free(k);
     }
     if (c->working_dir[0]) add_str(o, j, "working_dir", c->working_dir);
+    if (c->context[0]) add_str(o, j, "context", c->context);
 }
 
 cJSON *jobspec_to_cjson(const jobspec *s) {
@@ -1763,6 +1918,13 @@ cJSON *jobspec_to_cjson(const jobspec *s) {
     add_int(&o, root, "priority", s->priority);
     if (s->kind == JOB_KIND_COMMAND) {
         command_to_json(&o, root, &s->command);
+        if (s->environment.image[0]) {
+            cJSON *env = chk(&o, cJSON_AddObjectToObject(root, "environment"));
+            if (env) {
+                add_str(&o, env, "image", s->environment.image);
+                add_str(&o, env, "pull", s->environment.pull == PULL_ALWAYS ? "always" : "if_not_present");
+            }
+        }
     } else {
         cJSON *model = chk(&o, cJSON_AddObjectToObject(root, "model"));
         layers_to_json(&o, model, s);

@@ -164,12 +164,28 @@ typedef struct command_spec {
     int n_env;
     char **env;                        /* (n_env + 1) "NAME=value" */
     char working_dir[JOBSPEC_PATH_MAX]; /* "" = none; else relative, no "..", under the
-                                        * agent's data root */
+                                        * agent's data root (under the context, with one) */
+    char context[72];                  /* "" = none; else "sha256:<64 hex>": the uploaded
+                                        * folder each task starts in (POST /contexts) */
 } command_spec;
+
+/* Where a command runs: the node's own system (image "") or an OCI image,
+ * through the node's container runtime (podman). */
+#define JOBSPEC_IMAGE_MAX 256
+enum { PULL_IF_NOT_PRESENT = 0, PULL_ALWAYS = 1 };
+typedef struct environment_spec {
+    char image[JOBSPEC_IMAGE_MAX];     /* "" = the host; else a reference, "registry/name:tag" */
+    int pull;                          /* PULL_IF_NOT_PRESENT (default) or PULL_ALWAYS */
+} environment_spec;
+
+/* The registry host an image reference names ("docker.io" when none does):
+ * what registry credentials are looked up by. out holds 256 bytes. */
+void jobspec_image_registry(const char *image, char *out, size_t outlen);
 
 typedef struct jobspec {
     job_kind kind;
     command_spec command;              /* JOB_KIND_COMMAND only */
+    environment_spec environment;      /* JOB_KIND_COMMAND only */
     char name[JOBSPEC_NAME_MAX];       /* default "job" */
     int priority;                      /* 0..1000, default 50 */
     long max_runtime_s;                /* default 86400 */

@@ -246,6 +246,39 @@ static const char m9[] =
  * given a grace period by a rotation (ms; NULL: never). */
 static const char m10[] = "ALTER TABLE tokens ADD COLUMN expires_at INTEGER;";
 
+/* 11: a team's code and environment. contexts: the gzip'd tars teams upload
+ * (POST /contexts), per team and content-addressed (digest: hex sha256 of
+ * the bytes; the file DATA/contexts/<digest> is shared by the teams that
+ * uploaded the same bytes); used_at: the last upload or submission that
+ * named it, from which the grace period of an unreferenced context counts.
+ * jobs.context: the digest a command job's `command.context` names (NULL:
+ * none), so the contexts a job holds are found without parsing specs.
+ * nodes.runtimes: what the node's agent can run tasks in (JSON array:
+ * "host", "podman"). registry_creds: a team's login for a registry host,
+ * the password sealed (AES-256-GCM under DATA/secret.key) and never
+ * answered to anyone but a task of that team's job that pulls from it. */
+static const char m11[] =
+    "CREATE TABLE contexts("
+    "  team_id INTEGER NOT NULL REFERENCES teams(id),"
+    "  digest TEXT NOT NULL,"
+    "  bytes INTEGER NOT NULL,"
+    "  files INTEGER NOT NULL,"
+    "  unpacked INTEGER NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  used_at INTEGER NOT NULL,"
+    "  PRIMARY KEY(team_id, digest)) WITHOUT ROWID;"
+    "CREATE INDEX contexts_digest ON contexts(digest);"
+    "ALTER TABLE jobs ADD COLUMN context TEXT;"
+    "CREATE INDEX jobs_context ON jobs(context) WHERE context IS NOT NULL;"
+    "ALTER TABLE nodes ADD COLUMN runtimes TEXT;"
+    "CREATE TABLE registry_creds("
+    "  team_id INTEGER NOT NULL REFERENCES teams(id),"
+    "  host TEXT NOT NULL,"
+    "  username TEXT NOT NULL,"
+    "  sealed BLOB NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  PRIMARY KEY(team_id, host)) WITHOUT ROWID;";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1},
     {2, "nodes, devices, tasks, allocations, shares", m2},
@@ -257,5 +290,6 @@ const migration schema_migrations[] = {
     {8, "the evaluator: tasks.type 'evaluator', eval_metrics", m8},
     {9, "elastic gangs: jobs.workers_min, jobs.workers_now, jobs.resize_to", m9},
     {10, "tokens.expires_at: expiring and rotated team tokens", m10},
+    {11, "contexts, jobs.context, nodes.runtimes, registry_creds", m11},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);
