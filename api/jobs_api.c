@@ -6,6 +6,7 @@
 #include "../common/version.h"
 #include "../spec/jobspec.h"
 #include "exec_api.h"
+#include "contexts_api.h"
 #include "answer_cache.h"
 #include "../server/server.h"
 #include "../storage/store.h"
@@ -96,6 +97,7 @@ static int admit(server *srv, const jobspec *spec, char *msg, size_t cap, const 
 typedef struct submit_wait {
     server *srv;
     http_req *req;
+    char context[72];                 /* command.context, "" = none */
 } submit_wait;
 
 /* On the db's committer thread, once the batch holding the job committed
@@ -107,6 +109,9 @@ static void submit_done(void *arg, int rc, int64_t id, cJSON *job) {
         snprintf(a->location, sizeof a->location, "/api/v1/jobs/%lld", (long long)id);
         http_json(a, 201, job);
         api_kick_scheduler(w->srv);
+    } else if (rc == STORE_NOT_FOUND) { /* its context went since the check (deleted, collected) */
+        cJSON_Delete(job);
+        api_context_not_held(a, w->context);
     } else {
         cJSON_Delete(job);
         db_unavailable(a);
@@ -143,6 +148,11 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
                    "for nodes that have not joined yet)", msg);
         return;
     }
+    /* a context the team holds, marked used with the insert (store_job_submit) */
+    if (spec.command.context[0] && api_context_check_held(srv, req->who.team_id, spec.command.context, res) < 0) {
+        jobspec_release(&spec);
+        return;
+    }
     char actor[96];
     http_actor(req, actor, sizeof actor);
     store_new_job row = {
@@ -152,13 +162,15 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
         .ps = spec.resources.ps, .device = device_kind_name(spec.resources.device),
         .strategy = strategy_name(spec.strategy.type),
         .max_runtime_s = spec.max_runtime_s, .preemptible = spec.preemptible,
-        .queue_if_infeasible = spec.queue_if_infeasible, .memory_mb = spec.resources.memory_mb};
+        .queue_if_infeasible = spec.queue_if_infeasible, .memory_mb = spec.resources.memory_mb,
+        .context = spec.command.context[0] ? spec.command.context + 7 : NULL};
     /* The job joins the next group commit (storage/db.h): the connection is
      * suspended until the batch holding it has committed, and only then is
      * the 201 sent, so a 201 means the job is in the database. */
     submit_wait *w = xmalloc(sizeof *w);
     w->srv = srv;
     w->req = req;
+    snprintf(w->context, sizeof w->context, "%s", spec.command.context);
     if (http_defer(req, res) < 0) {
         free(w);
         jobspec_release(&spec);

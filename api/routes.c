@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "cluster_api.h"
+#include "contexts_api.h"
 #include "metrics_api.h"
 #include "web_api.h"
 #include "../server/server.h"
@@ -19,6 +20,7 @@ const route *const api_route_tables[] = {
     api_cluster_routes,
     api_metrics_routes,
     api_web_routes,
+    api_contexts_routes,
     NULL,
 };
 
@@ -61,4 +63,9 @@ void api_kick_scheduler(struct server *srv) {
     sched_kick();
 }
 
-const server_app api_app = {api_route_tables, api_start_services, api_stop_services};
+/* The server's periodic housekeeping: contexts past their grace. */
+static void api_tick(struct server *srv) {
+    api_contexts_tick(srv);
+}
+
+const server_app api_app = {api_route_tables, api_start_services, api_stop_services, api_tick};

@@ -31,7 +31,9 @@ static void up_usage(FILE *f) {
             "                    [agent flags: --isolation, --task-uids, --task-dir, --task-pids-max, --memory]\n"
             "                    [--log-level debug|info|warn|error] [--log-format text|json] [--access-log F]\n"
             "                    [server flags: --durability, --heartbeat-timeout, --resize-interval, --public-url, --quiet,\n"
-            "                     --tls auto, --tls-cert F --tls-key F, --insecure-http]\n"
+            "                     --tls auto, --tls-cert F --tls-key F, --insecure-http,\n"
+            "                     --context-max-mb, --context-max-files, --context-max-unpacked-mb,\n"
+            "                     --context-quota-mb, --context-grace-s]\n"
             "  --tls auto: HTTPS with the server's own CA (DATA/tls/ca.crt), which the agent trusts;\n"
             "  the server (default 127.0.0.1:8080, data in ./.trainyard) and one local agent;\n"
             "  the agent runs training under SCHED_IDLE at nice " UP_WORKER_NICE " (--worker-sched normal\n"
@@ -105,7 +107,8 @@ int cmd_up(int argc, char **argv) {
                           strcmp(a, "--durability") == 0 || strcmp(a, "--heartbeat-timeout") == 0 ||
                           strcmp(a, "--resize-interval") == 0 || strcmp(a, "--access-log") == 0 || strcmp(a, "--public-url") == 0 ||
                           strcmp(a, "--tls") == 0 || strcmp(a, "--tls-cert") == 0 || strcmp(a, "--tls-key") == 0 ||
-                          strcmp(a, "--auth-fail-limit") == 0 || strcmp(a, "--db-resident-mb") == 0;
+                          strcmp(a, "--auth-fail-limit") == 0 || strcmp(a, "--db-resident-mb") == 0 ||
+                          strncmp(a, "--context-", 10) == 0;
         if (strcmp(a, "--tls") == 0 && i + 1 < argc && strcmp(argv[i + 1], "auto") == 0) so.tls_auto = 1;
         if (both && i + 1 < argc) {
             agent_extra[na++] = argv[i];

@@ -123,18 +123,18 @@ void http_json(http_res *res, int status, cJSON *value) {
     res_set_body(res, status, "application/json", s, n);
 }
 
-void http_error(http_res *res, int status, const char *code, const char *field, const char *fmt, ...) {
+/* The error object, with "limit_bytes" when limit >= 0. */
+static void error_answer(http_res *res, int status, const char *code, const char *field, int64_t limit,
+                         const char *fmt, va_list ap) {
     char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     cJSON *root = cJSON_CreateObject();
     cJSON *e = cJSON_AddObjectToObject(root, "error");
     cJSON_AddStringToObject(e, "code", code);
     cJSON_AddStringToObject(e, "message", msg);
     if (field) cJSON_AddStringToObject(e, "field", field);
     else cJSON_AddNullToObject(e, "field");
+    if (limit >= 0) cJSON_AddNumberToObject(e, "limit_bytes", (double)limit);
     buf b;
     buf_init(&b, HTTP_JSON_MAX); /* a field may name a long key of the caller's */
     int rc = json_write(&b, root);
@@ -148,6 +148,21 @@ void http_error(http_res *res, int status, const char *code, const char *field, 
     size_t n = 0;
     char *s = buf_detach(&b, &n);
     res_set_body(res, status, "application/json", s, n);
+}
+
+void http_error(http_res *res, int status, const char *code, const char *field, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    error_answer(res, status, code, field, -1, fmt, ap);
+    va_end(ap);
+}
+
+void http_error_limit(http_res *res, int status, const char *code, const char *field, int64_t limit,
+                      const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    error_answer(res, status, code, field, limit < 0 ? 0 : limit, fmt, ap);
+    va_end(ap);
 }
 
 void http_text(http_res *res, int status, const char *content_type, const char *text, size_t len) {
@@ -546,6 +561,14 @@ static int authenticate(struct server *srv, http_req *req, http_res *res) {
         http_error(res, 403, "forbidden", NULL,
                    "the join token (node.token) only registers a node (POST /api/v1/nodes); "
                    "an agent uses the token its registration returned");
+        return -1;
+    }
+    if (!(r->allow & (1u << req->who.kind)) && req->who.kind == TOKEN_ADMIN && (r->allow & ALLOW_TEAM)) {
+        /* what it touches belongs to a team (a job, a context): the admin acts for none */
+        http_error(res, 403, "forbidden", NULL,
+                   "the admin token may not %s %s: what it touches belongs to a team, and the admin acts for "
+                   "none; use the team's token",
+                   r->method, r->pattern);
         return -1;
     }
     if (!(r->allow & (1u << req->who.kind))) {
@@ -1050,6 +1073,35 @@ static enum MHD_Result answer_static(http_req *req, const static_file *f) {
     return ret;
 }
 
+/* A route's body limit: its own, the default, or (HTTP_BODY_CONTEXT) the
+ * server's --context-max-mb. */
+static size_t body_max(const http_daemon *h, const route *r) {
+    if (r->max_body == HTTP_BODY_CONTEXT) return (size_t)h->srv->opt.context_max_mb << 20;
+    return r->max_body ? r->max_body : HTTP_BODY_DEFAULT;
+}
+
+/* 413 too_large with the limit; n: the announced length, or -1 (a chunked
+ * body that went past it). A context is refused in the option's own unit. */
+static void too_large(http_req *req, http_res *res, long n) {
+    size_t max = req->body.max;
+    if (req->route && req->route->max_body == HTTP_BODY_CONTEXT) {
+        if (n >= 0)
+            http_error_limit(res, 413, "too_large", "body", (int64_t)max,
+                             "the context is %ld bytes; the limit is %zu MiB (the server's --context-max-mb)", n,
+                             max >> 20);
+        else
+            http_error_limit(res, 413, "too_large", "body", (int64_t)max,
+                             "the context is larger than the limit of %zu MiB (the server's --context-max-mb)",
+                             max >> 20);
+    } else if (n >= 0) {
+        http_error_limit(res, 413, "too_large", NULL, (int64_t)max, "the body is %ld bytes; the limit here is %zu",
+                         n, max);
+    } else {
+        http_error_limit(res, 413, "too_large", NULL, (int64_t)max, "the body is larger than the limit of %zu bytes",
+                         max);
+    }
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls) {
@@ -1089,12 +1141,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             }
             return answer_now(req, &res);
         }
-        size_t max = req->route->max_body ? req->route->max_body : HTTP_BODY_DEFAULT;
+        size_t max = body_max(h, req->route);
         buf_init(&req->body, max);
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         long n;
         if (cl && parse_long(cl, 0, LONG_MAX, &n) == 0 && (size_t)n > max) {
-            http_error(&res, 413, "too_large", NULL, "the body is %ld bytes; the limit here is %zu", n, max);
+            too_large(req, &res, n);
             return answer_now(req, &res);
         }
         if (authenticate(h->srv, req, &res) < 0) return answer_now(req, &res);
@@ -1110,7 +1162,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (req->too_large) {
-        http_error(&res, 413, "too_large", NULL, "the body is larger than the limit of %zu bytes", req->body.max);
+        too_large(req, &res, -1);
         return answer_now(req, &res);
     }
     if (req->off_res) { /* resumed by off_main: its answer */

@@ -35,6 +35,7 @@ struct http_res;
 #define HTTP_MAX_PARAMS 4
 #define HTTP_PARAM_MAX 128
 #define HTTP_BODY_DEFAULT (1u << 20) /* 1 MiB unless a route says otherwise */
+#define HTTP_BODY_CONTEXT ((size_t)-1) /* a route's max_body: the server's --context-max-mb */
 #define HTTP_URI_MAX 8192             /* path and query string: 414 past it */
 #define HTTP_HEADERS_MAX 16384        /* all header lines together: 431 past it */
 
@@ -119,7 +120,8 @@ typedef struct route {
     const char *pattern;              /* "/api/v1/jobs/{id}"; NULL ends a table */
     http_handler handler;
     unsigned allow;                   /* ALLOW_* mask; ALLOW_NONE = public */
-    size_t max_body;                  /* 0 = HTTP_BODY_DEFAULT */
+    size_t max_body;                  /* 0 = HTTP_BODY_DEFAULT; HTTP_BODY_CONTEXT: the
+                                       * server's option (413 field "body", in MiB) */
 } route;
 
 typedef struct http_daemon http_daemon;
@@ -203,6 +205,11 @@ void http_json(http_res *res, int status, cJSON *value);
 /* Answers {"error": {"code", "message", "field"}}; field may be NULL. */
 void http_error(http_res *res, int status, const char *code, const char *field, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+
+/* http_error with "limit_bytes": limit in the error object (a 413's limit,
+ * or a quota's). */
+void http_error_limit(http_res *res, int status, const char *code, const char *field, int64_t limit,
+                      const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 
 /* Answers a plain body (copied) with a content type. */
 void http_text(http_res *res, int status, const char *content_type, const char *text, size_t len);

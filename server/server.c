@@ -31,6 +31,11 @@ void server_options_default(server_options *o) {
     o->log_format = LOG_TEXT;
     o->auth_fail_limit = 100;
     o->db_resident_mb = 2048;
+    o->context_max_mb = 64;
+    o->context_max_files = 100000;
+    o->context_max_unpacked_mb = 1024;
+    o->context_quota_mb = 2048;
+    o->context_grace_s = 86400;
 }
 
 int server_parse_listen(server_options *o, const char *s) {
@@ -295,11 +300,12 @@ int server_open(server *s, const server_options *opt, char *err, size_t errlen) 
     char path[PATH_MAX + 32];
     if (sfmt(path, sizeof path, "%s/trainyard.db", opt->data_dir) < 0 ||
         sfmt(s->checkpoint_dir, sizeof s->checkpoint_dir, "%s/checkpoints", opt->data_dir) < 0 ||
-        sfmt(s->log_dir, sizeof s->log_dir, "%s/logs", opt->data_dir) < 0) {
+        sfmt(s->log_dir, sizeof s->log_dir, "%s/logs", opt->data_dir) < 0 ||
+        sfmt(s->context_dir, sizeof s->context_dir, "%s/contexts", opt->data_dir) < 0) {
         snprintf(err, errlen, "data directory path too long");
         goto fail;
     }
-    if (mkdir_p(s->checkpoint_dir, 0700) < 0 || mkdir_p(s->log_dir, 0700) < 0) {
+    if (mkdir_p(s->checkpoint_dir, 0700) < 0 || mkdir_p(s->log_dir, 0700) < 0 || mkdir_p(s->context_dir, 0700) < 0) {
         snprintf(err, errlen, "cannot create directories under %s: %s", opt->data_dir, strerror(errno));
         goto fail;
     }
@@ -379,7 +385,10 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
         log_warn("serving plain HTTP on %s (--insecure-http): tokens cross the network in the clear", s->opt.host);
     log_info("tokens: admin %s/admin.token, team 'default' %s/token, agents join with %s/node.token", s->opt.data_dir,
              s->opt.data_dir, s->opt.data_dir);
-    while (!*stop && !s->stopping) usleep(100 * 1000);
+    for (int i = 1; !*stop && !s->stopping; i++) {
+        usleep(100 * 1000);
+        if (app->tick && i % 10 == 0) app->tick(s);
+    }
     log_info("stopping");
     if (app->stop) app->stop(s);
     http_stop(s->http);
@@ -405,6 +414,8 @@ static void server_usage(FILE *f) {
             "                        [--log-format text|json] [--access-log FILE|none] [--public-url URL]\n"
             "                        [--tls auto | --tls-cert FILE --tls-key FILE] [--insecure-http]\n"
             "                        [--auth-fail-limit N] [--db-resident-mb N]\n"
+            "                        [--context-max-mb N] [--context-max-files N] [--context-max-unpacked-mb N]\n"
+            "                        [--context-quota-mb N] [--context-grace-s SECONDS]\n"
             "  --listen      address to bind (default 127.0.0.1:8080; port 0 = any free port)\n"
             "  --data        data directory (default ./.trainyard)\n"
             "  --resize-interval  an elastic job grows into free devices at most once per this\n"
@@ -426,7 +437,13 @@ static void server_usage(FILE *f) {
             "                past it, 429 with Retry-After until the minute ends (default 100;\n"
             "                0: no limit); tokens that authenticated lately still pass\n"
             "  --insecure-http  serve plain HTTP on an address other than loopback (refused\n"
-            "                without it: tokens would cross the network in the clear)\n");
+            "                without it: tokens would cross the network in the clear)\n"
+            "  --context-max-mb N  the largest context (gzip'd tar) a team may upload (default 64)\n"
+            "  --context-max-files N  entries in one context (default 100000)\n"
+            "  --context-max-unpacked-mb N  a context's bytes once unpacked (default 1024)\n"
+            "  --context-quota-mb N  a team's contexts together (default 2048)\n"
+            "  --context-grace-s S  a context no job to run names is dropped S seconds after its\n"
+            "                last use and its jobs' end (default 86400)\n");
 }
 
 /* Parses the server's flags; unknown flags are an error. Returns 0, 1 for
@@ -449,6 +466,11 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
         {"insecure-http", no_argument, NULL, 'I'},
         {"auth-fail-limit", required_argument, NULL, 'a'},
         {"db-resident-mb", required_argument, NULL, 'm'},
+        {"context-max-mb", required_argument, NULL, 1000},
+        {"context-max-files", required_argument, NULL, 1001},
+        {"context-max-unpacked-mb", required_argument, NULL, 1002},
+        {"context-quota-mb", required_argument, NULL, 1003},
+        {"context-grace-s", required_argument, NULL, 1004},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -549,6 +571,41 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
                 return -1;
             }
             o->auth_fail_limit = (int)v;
+            break;
+        case 1000:
+            if (parse_long(optarg, 1, 4096, &v) < 0) { /* a body is held in memory while it is checked */
+                fprintf(stderr, "trainyard: --context-max-mb wants MiB (1-4096)\n");
+                return -1;
+            }
+            o->context_max_mb = v;
+            break;
+        case 1001:
+            if (parse_long(optarg, 1, 1L << 30, &v) < 0) {
+                fprintf(stderr, "trainyard: --context-max-files wants a number of entries (1-%ld)\n", 1L << 30);
+                return -1;
+            }
+            o->context_max_files = v;
+            break;
+        case 1002:
+            if (parse_long(optarg, 1, 1L << 24, &v) < 0) {
+                fprintf(stderr, "trainyard: --context-max-unpacked-mb wants MiB (1-%ld)\n", 1L << 24);
+                return -1;
+            }
+            o->context_max_unpacked_mb = v;
+            break;
+        case 1003:
+            if (parse_long(optarg, 1, 1L << 30, &v) < 0) {
+                fprintf(stderr, "trainyard: --context-quota-mb wants MiB (1-%ld)\n", 1L << 30);
+                return -1;
+            }
+            o->context_quota_mb = v;
+            break;
+        case 1004:
+            if (parse_long(optarg, 1, 10L * 365 * 86400, &v) < 0) {
+                fprintf(stderr, "trainyard: --context-grace-s wants seconds (1-%ld)\n", 10L * 365 * 86400);
+                return -1;
+            }
+            o->context_grace_s = v;
             break;
         case 'h': server_usage(stdout); return 1;
         default: server_usage(stderr); return -1;

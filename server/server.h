@@ -29,6 +29,12 @@ typedef struct server_options {
     long db_resident_mb;              /* --db-resident-mb: the database kept in memory up to this (0: off) */
     int auth_fail_limit;              /* --auth-fail-limit: failed authentications an address may
                                        * make in a minute before 429 (default 100; 0: no limit) */
+    /* contexts (POST /api/v1/contexts, docs/command-jobs.md) */
+    long context_max_mb;              /* --context-max-mb: one upload's bytes (default 64) */
+    long context_max_files;           /* --context-max-files: entries in one (default 100,000) */
+    long context_max_unpacked_mb;     /* --context-max-unpacked-mb: its bytes unpacked (default 1024) */
+    long context_quota_mb;            /* --context-quota-mb: a team's contexts together (default 2048) */
+    long context_grace_s;             /* --context-grace-s: an unused context is dropped after this (86400) */
 } server_options;
 
 struct http_daemon;
@@ -43,6 +49,10 @@ typedef struct server_app {
     const struct route *const *routes;
     int (*start)(struct server *s, char *err, size_t errlen); /* 0, or -1 with err */
     void (*stop)(struct server *s);
+    /* Periodic housekeeping, about once a second on the thread that runs
+     * server_serve (never an HTTP thread: it may wait for the disk); NULL:
+     * none. */
+    void (*tick)(struct server *s);
 } server_app;
 
 typedef struct server {
@@ -54,6 +64,7 @@ typedef struct server {
     char public_url[128];             /* what workers are told: opt.public_url, else url */
     char checkpoint_dir[PATH_MAX];
     char log_dir[PATH_MAX];
+    char context_dir[PATH_MAX];       /* DIR/contexts: the uploaded contexts, one file per digest */
     volatile sig_atomic_t stopping;
     int lock_fd;                      /* DIR/server.lock, flock'ed while the server runs */
     char *tls_cert_pem;               /* HTTPS: the certificate chain and key served; NULL = plain HTTP */

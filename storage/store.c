@@ -1,6 +1,7 @@
 /* store.c - teams, tokens, jobs and events. See store.h for the contract. */
 #include "store.h"
 #include "cluster.h"
+#include "context_store.h"
 #include "../common/json_out.h"
 #include "../common/util.h"
 
@@ -378,10 +379,13 @@ int store_job_events(db *d, int64_t job_id, int64_t after, int limit, cJSON **ou
 static const char SQL_JOB_INSERT[] =
     "INSERT INTO jobs(team_id, name, spec, state, priority, attempt, max_restarts, workers,"
     " devices_per_worker, device, ps, max_runtime_s, preemptible, queue_if_infeasible, reason,"
-    " created_at, updated_at, queued_at, strategy, memory_mb, workers_min)"
-    " VALUES(?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 'waiting for the scheduler', ?, ?, ?, ?, ?, ?)";
+    " created_at, updated_at, queued_at, strategy, memory_mb, workers_min, context)"
+    " VALUES(?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 'waiting for the scheduler', ?, ?, ?, ?, ?, ?, ?)";
 
-/* The job's row and its "submitted" event, inside the caller's transaction. */
+/* The job's row and its "submitted" event, inside the caller's transaction.
+ * A job naming a context marks it used, in the same transaction: a context
+ * deleted or collected since the caller looked (context_store.h) fails the
+ * insert with STORE_NOT_FOUND instead of leaving a job without its code. */
 static int job_insert_rows(db *d, int64_t team_id, const char *spec_json, size_t spec_len, const store_new_job *job,
                            const char *actor, int64_t *id_out) {
     sqlite3_stmt *st = db_prepare(d, SQL_JOB_INSERT);
@@ -405,10 +409,16 @@ static int job_insert_rows(db *d, int64_t team_id, const char *spec_json, size_t
     sqlite3_bind_text(st, 16, job->strategy ? job->strategy : "default", -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 17, job->memory_mb);
     sqlite3_bind_int(st, 18, job->workers_min);
+    if (job->context && job->context[0]) sqlite3_bind_text(st, 19, job->context, -1, SQLITE_TRANSIENT);
+    else sqlite3_bind_null(st, 19);
     int rc = sqlite3_step(st);
     db_done(st);
     if (rc != SQLITE_DONE) return STORE_ERROR;
     int64_t id = sqlite3_last_insert_rowid(db_conn(d));
+    if (job->context && job->context[0]) {
+        rc = ctx_store_touch(d, team_id, job->context, now);
+        if (rc != STORE_OK) return rc;
+    }
     if (event_insert(d, id, "state", NULL, "queued", actor, "submitted") != STORE_OK) return STORE_ERROR;
     *id_out = id;
     return STORE_OK;
@@ -418,9 +428,10 @@ int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_
                      const store_new_job *job, const char *actor, int64_t *id_out) {
     if (db_begin(d) < 0) return STORE_ERROR;
     int64_t id = 0;
-    if (job_insert_rows(d, team_id, spec_json, spec_len, job, actor, &id) != STORE_OK) {
+    int rc = job_insert_rows(d, team_id, spec_json, spec_len, job, actor, &id);
+    if (rc != STORE_OK) {
         db_rollback(d);
-        return STORE_ERROR;
+        return rc == STORE_NOT_FOUND ? STORE_NOT_FOUND : STORE_ERROR;
     }
     if (db_commit(d) < 0) return STORE_ERROR;
     *id_out = id;
@@ -433,7 +444,7 @@ typedef struct job_submit {
     db_group_item item;
     int64_t team_id;
     store_new_job job;
-    char *name, *spec, *device, *strategy, *actor;
+    char *name, *spec, *device, *strategy, *actor, *context;
     size_t spec_len;
     int64_t id;
     cJSON *json;
@@ -443,8 +454,8 @@ typedef struct job_submit {
 
 static int job_submit_run(db *d, void *arg) {
     job_submit *s = arg;
-    if (job_insert_rows(d, s->team_id, s->spec, s->spec_len, &s->job, s->actor, &s->id) != STORE_OK)
-        return STORE_ERROR;
+    int rc = job_insert_rows(d, s->team_id, s->spec, s->spec_len, &s->job, s->actor, &s->id);
+    if (rc != STORE_OK) return rc == STORE_NOT_FOUND ? STORE_NOT_FOUND : STORE_ERROR;
     /* the answer's job, read in the same transaction: what the commit makes durable */
     if (store_job_get(d, s->id, 0, 0, &s->json) != STORE_OK) {
         s->json = NULL;
@@ -459,6 +470,7 @@ static void job_submit_free(job_submit *s) {
     free(s->device);
     free(s->strategy);
     free(s->actor);
+    free(s->context);
     free(s);
 }
 
@@ -468,7 +480,7 @@ static void job_submit_done(void *arg, int rc) {
         cJSON_Delete(s->json);
         s->json = NULL;
         s->id = 0;
-        rc = STORE_ERROR;
+        rc = rc == STORE_NOT_FOUND ? STORE_NOT_FOUND : STORE_ERROR;
     }
     s->done(s->arg, rc, s->id, s->json);
     job_submit_free(s);
@@ -484,6 +496,7 @@ int store_job_submit(db *d, int64_t team_id, const char *spec_json, size_t spec_
     s->name = dup_or_null(job->name);
     s->device = dup_or_null(job->device);
     s->strategy = dup_or_null(job->strategy);
+    s->context = dup_or_null(job->context);
     s->actor = xstrdup(actor ? actor : "");
     s->spec = xmalloc(spec_len + 1);
     memcpy(s->spec, spec_json, spec_len);
@@ -492,6 +505,7 @@ int store_job_submit(db *d, int64_t team_id, const char *spec_json, size_t spec_
     s->job.name = s->name;
     s->job.device = s->device;
     s->job.strategy = s->strategy;
+    s->job.context = s->context;
     s->done = done;
     s->arg = arg;
     s->item.run = job_submit_run;

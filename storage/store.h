@@ -78,10 +78,13 @@ typedef struct {
     int64_t max_runtime_s;
     int preemptible, queue_if_infeasible;
     int64_t memory_mb;                 /* resources.memory per task (MiB), 0 = not given */
+    const char *context;               /* command.context's hex digest (no "sha256:"); NULL = none */
 } store_new_job;
 
 /* Inserts a queued job (spec text as submitted, columns from *job) and its
- * "submitted" event, in one transaction. */
+ * "submitted" event, in one transaction. A job with a context marks the
+ * team's context used (context_store.h) in it; STORE_NOT_FOUND, and nothing
+ * written, when the team does not hold that context. */
 int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_len,
                      const store_new_job *job, const char *actor, int64_t *id_out);
 
@@ -91,8 +94,9 @@ int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_
  * with whatever else is queued, in one transaction of savepoints; the
  * strings are copied. done(arg, rc, id, job) runs once on the committer
  * thread after the batch's COMMIT has returned: STORE_OK with the new id
- * and its JSON (ownership passes) when the job is committed, STORE_ERROR
- * with 0 and NULL when it is not (nothing of it was written).
+ * and its JSON (ownership passes) when the job is committed, STORE_NOT_FOUND
+ * (the team does not hold job->context) or STORE_ERROR with 0 and NULL when
+ * it is not (nothing of it was written).
  * Returns STORE_OK when queued (done will be called), STORE_ERROR when the
  * db is closing (done is never called). */
 typedef void (*store_submit_done)(void *arg, int rc, int64_t id, cJSON *job);
