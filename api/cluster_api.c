@@ -172,8 +172,8 @@ static void node_register(server *srv, http_req *req, http_res *res)
     if (!body) return;
     const char *hostname = NULL, *address = NULL;
     long cpu_slots = 0, memory_mb = 0;
-    const cJSON *devices = NULL, *isolation = NULL, *tasks = NULL;
-    char *iso_text = NULL, *keep = NULL;
+    const cJSON *devices = NULL, *isolation = NULL, *tasks = NULL, *runtimes = NULL;
+    char *iso_text = NULL, *keep = NULL, *rt_text = NULL;
     int idx[NODE_MAX_GPUS];
     const char *model[NODE_MAX_GPUS];
     int64_t mem[NODE_MAX_GPUS];
@@ -196,6 +196,17 @@ static void node_register(server *srv, http_req *req, http_res *res)
         } else if (strcmp(f->string, "isolation") == 0) {
             if (isolation_check(res, f) < 0) goto out;
             isolation = f;
+        } else if (strcmp(f->string, "runtimes") == 0) {
+            /* what the agent can run a task in: "host", "podman" (an image job's) */
+            int ri = 0, ok = cJSON_IsArray(f) && cJSON_GetArraySize(f) <= 8;
+            for (const cJSON *r = ok ? f->child : NULL; r && ok; r = r->next, ri++)
+                ok = cJSON_IsString(r) && (strcmp(r->valuestring, "host") == 0 || strcmp(r->valuestring, "podman") == 0);
+            if (!ok) {
+                http_error(res, 422, "invalid_value", "runtimes",
+                           "runtimes must be an array of \"host\" and \"podman\"");
+                goto out;
+            }
+            runtimes = f;
         } else if (strcmp(f->string, "tasks") == 0) {
             /* the tasks this agent (not restarted: its token was revoked) still runs */
             if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) > NODE_MAX_TASKS) {
@@ -217,7 +228,7 @@ static void node_register(server *srv, http_req *req, http_res *res)
         } else {
             http_error(res, 422, "unknown_field", f->string,
                        "unknown field '%s' (allowed: hostname, address, cpu_slots, devices, memory_mb, isolation,"
-                       " tasks)", f->string);
+                       " runtimes, tasks)", f->string);
             goto out;
         }
     }
@@ -276,10 +287,14 @@ static void node_register(server *srv, http_req *req, http_res *res)
         http_error(res, 500, "internal", NULL, "out of memory");
         goto out;
     }
+    if (runtimes && !(rt_text = cJSON_PrintUnformatted(runtimes))) {
+        http_error(res, 500, "internal", NULL, "out of memory");
+        goto out;
+    }
     int64_t id = 0;
     int created = 0;
-    if (cluster_node_upsert(srv->db, hostname, address, (int)cpu_slots, ngpu, idx, model, mem, memory_mb, iso_text,
-                            now_ms(), &id, &created) < 0) {
+    if (cluster_node_upsert_rt(srv->db, hostname, address, (int)cpu_slots, ngpu, idx, model, mem, memory_mb, iso_text,
+                               rt_text, now_ms(), &id, &created) < 0) {
         unavailable(res);
         goto out;
     }
@@ -331,6 +346,7 @@ static void node_register(server *srv, http_req *req, http_res *res)
     http_json(res, created ? 201 : 200, o);
 out:
     cJSON_free(iso_text);
+    cJSON_free(rt_text);
     cJSON_free(keep);
     cJSON_Delete(body);
 }
@@ -522,6 +538,9 @@ static void cluster_get(server *srv, http_req *req, http_res *res)
             cJSON_AddStringToObject(iso, "mode", "unknown");
         }
         cJSON_AddItemToObject(jn, "isolation", iso);
+        cJSON *rts = cJSON_AddArrayToObject(jn, "runtimes");
+        if (n->runtimes & CL_RUNTIME_HOST) cJSON_AddItemToArray(rts, cJSON_CreateString("host"));
+        if (n->runtimes & CL_RUNTIME_PODMAN) cJSON_AddItemToArray(rts, cJSON_CreateString("podman"));
         if (is_ready) {
             for (int k = 0; k < 2; k++) { tot[k] += ntot[k]; used[k] += nused[k]; }
             mem_tot += n->memory_mb;

@@ -413,6 +413,71 @@ out:
     cJSON_Delete(body);
 }
 
+/* ---------------------------------------------------------------- events */
+
+/* POST /api/v1/jobs/{id}/events {"kind", "message", "attempt"} (a task of
+ * the job): what happened on its node that belongs on the job's timeline.
+ * kind "image": a pull began or ended; "image_pull_failed": the image cannot
+ * be had, so the attempt fails for good, without spending the restart
+ * budget (another attempt would meet the same registry). */
+static void events_post(server *srv, http_req *req, http_res *res) {
+    exec_job j;
+    if (job_param(srv, req, res, 0, &j) < 0) return;
+    cJSON *body = http_body_json(req, res);
+    if (!body) goto out_job;
+    const char *kind = NULL, *msg = NULL;
+    long attempt = -1;
+    for (const cJSON *f = body->child; f; f = f->next) {
+        if (strcmp(f->string, "kind") == 0 && cJSON_IsString(f)) kind = f->valuestring;
+        else if (strcmp(f->string, "message") == 0 && cJSON_IsString(f)) msg = f->valuestring;
+        else if (strcmp(f->string, "attempt") == 0 && cJSON_IsNumber(f)) attempt = (long)f->valuedouble;
+        else {
+            http_error(res, 422, "unknown_field", f->string,
+                       "unknown or mistyped field '%s' (allowed: kind, message, attempt)", f->string);
+            goto out;
+        }
+    }
+    if (!kind || (strcmp(kind, "image") != 0 && strcmp(kind, "image_pull_failed") != 0)) {
+        http_error(res, 422, kind ? "invalid_value" : "missing_field", "kind",
+                   "kind must be \"image\" or \"image_pull_failed\"");
+        goto out;
+    }
+    if (!msg || !msg[0] || strlen(msg) > 1000) {
+        http_error(res, 422, msg ? "invalid_value" : "missing_field", "message", "message must be 1 to 1000 bytes");
+        goto out;
+    }
+    if (attempt < 1) {
+        http_error(res, 422, "missing_field", "attempt", "attempt (the task's attempt, >= 1) is required");
+        goto out;
+    }
+    char actor[96];
+    http_actor(req, actor, sizeof actor);
+    int rc;
+    if (strcmp(kind, "image_pull_failed") == 0) {
+        rc = lifecycle_job_fail_now(srv->db, j.id, (int)attempt, msg, actor);
+        if (rc == STORE_OK) api_kick_scheduler(srv);
+    } else {
+        rc = attempt == j.attempt ? store_event_add(srv->db, j.id, kind, actor, msg) : STORE_CONFLICT;
+    }
+    if (rc == STORE_CONFLICT) {
+        http_error(res, 409, "conflict", "attempt", "job %lld is %s at attempt %d: not attempt %ld", (long long)j.id,
+                   j.state, j.attempt, attempt);
+        goto out;
+    }
+    if (rc != STORE_OK) {
+        db_unavailable(res);
+        goto out;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "job", (double)j.id);
+    cJSON_AddStringToObject(o, "kind", kind);
+    http_json(res, 200, o);
+out:
+    cJSON_Delete(body);
+out_job:
+    exec_job_release(&j);
+}
+
 /* ---------------------------------------------------------------- metrics */
 
 /* step, epoch, test: the chief's sequence; eval: the evaluator's, a
@@ -1222,6 +1287,7 @@ const route api_exec_routes[] = {
     {"GET", "/api/v1/nodes/{id}/assignments", node_assignments, ALLOW_NODE | ALLOW_ADMIN, 0},
     {"POST", "/api/v1/tasks/{id}/status", task_status, ALLOW_NODE | ALLOW_ADMIN, 64 * 1024},
     {"POST", "/api/v1/jobs/{id}/metrics", metrics_post, ALLOW_TASK, 8u << 20},
+    {"POST", "/api/v1/jobs/{id}/events", events_post, ALLOW_TASK, 0},
     {"GET", "/api/v1/jobs/{id}/metrics", metrics_get, ALLOW_USER | ALLOW_TASK, 0},
     {"POST", "/api/v1/jobs/{id}/logs", logs_post, ALLOW_NODE | ALLOW_TASK, 0},
     {"GET", "/api/v1/jobs/{id}/logs", logs_get, ALLOW_USER | ALLOW_TASK, 0},

@@ -4,7 +4,9 @@
  * through a queue and a wake pipe. Every process is forked from the main
  * thread, so PR_SET_PDEATHSIG ties the workers' lives to the agent's. */
 #include "agent.h"
+#include "container.h"
 #include "proc.h"
+#include "../common/ctxtar.h"
 #include "../client/client.h"
 #include "../spec/jobspec.h"
 #include "../common/util.h"
@@ -20,6 +22,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifdef TRAINYARD_CUDA
@@ -64,6 +68,8 @@ typedef struct task {
     int restarts;
     char **env;                  /* (NULL-terminated) owned, when restartable */
     iso_task iso;                /* its uid, job directory and cgroup (isolate.h) */
+    char ctr_name[128];          /* its container (an image job), "" none */
+    char ctx_tmp[PATH_MAX];      /* its copy of the context outside a job directory ("" none) */
 } task;
 
 #define PS_WORKER_RESTARTS 10    /* restarts of one task before its failure counts */
@@ -97,6 +103,8 @@ typedef struct agent {
     int n_recent, recent_next;
 
     isolator iso;                /* what keeps the tasks apart on this node */
+    char podman[PATH_MAX];       /* the podman binary when image jobs run here, else "" */
+    char cache_dir[PATH_MAX];    /* contexts fetched from the server, by digest */
     char state_path[PATH_MAX];   /* tasks this agent answers for, across its restarts */
     int state_dirty;
     int64_t backoff_ms, down_until_ms;
@@ -224,6 +232,9 @@ static int agent_register(agent *a) {
     cJSON *isoj = cJSON_Parse(iso);
     free(iso);
     if (isoj) cJSON_AddItemToObject(o, "isolation", isoj);
+    cJSON *rts = cJSON_AddArrayToObject(o, "runtimes");
+    cJSON_AddItemToArray(rts, cJSON_CreateString("host"));
+    if (a->podman[0]) cJSON_AddItemToArray(rts, cJSON_CreateString("podman"));
     /* registering again while tasks run (the node's token was revoked): the
      * server keeps their tokens, which their workers hold */
     if (a->n_tasks > 0) {
@@ -491,6 +502,108 @@ static int json_int(const cJSON *o, const char *k, int64_t *out) {
     return 0;
 }
 
+/* The task's own copy of the job's context (id "sha256:HEX"): the archive
+ * fetched once per node into the cache (its sha256 checked), unpacked into
+ * the task's job directory (its uid's) or, without isolation, a directory
+ * of its own under the cache. 0 with the directory in out, or -1 with why. */
+static int context_prepare(agent *a, task *t, const char *id, char *out, size_t outlen, char *why, size_t whylen) {
+    const char *hex = id + 7;
+    char dir[PATH_MAX], file[PATH_MAX + 80], err[512] = "";
+    if (sfmt(dir, sizeof dir, "%s/contexts", a->cache_dir) < 0 || mkdir_p(dir, 0700) < 0 ||
+        sfmt(file, sizeof file, "%s/%s.tar.gz", dir, hex) < 0) {
+        snprintf(why, whylen, "cannot make the context cache %.300s: %s", dir, strerror(errno));
+        return -1;
+    }
+    struct stat sb;
+    if (stat(file, &sb) < 0) {
+        char path[128], sha_hdr[65] = "", sha_got[65] = "";
+        snprintf(path, sizeof path, "/api/v1/contexts/%s", id);
+        long status = 0;
+        uint64_t size = 0;
+        buf eb;
+        buf_init(&eb, 4096);
+        int64_t t0 = mono_ms();
+        int rc = client_download(&a->http, path, file, &status, sha_hdr, sha_got, NULL, 0, &size, &eb, err, sizeof err);
+        if (rc < 0 || status != 200 || strcmp(sha_got, hex) != 0) {
+            if (rc == 0 && status == 200) unlink(file);
+            snprintf(why, whylen, "cannot fetch context %s: %s", id,
+                     rc < 0 ? err : status != 200 ? (eb.len ? eb.data : "refused") : "its sha256 does not match its id");
+            buf_release(&eb);
+            return -1;
+        }
+        buf_release(&eb);
+        log_info("task %lld: context %.19s... fetched (%llu bytes, %.0f ms)", (long long)t->id, id,
+                 (unsigned long long)size, (double)(mono_ms() - t0));
+    } else {
+        utimensat(AT_FDCWD, file, NULL, 0); /* used: the cache keeps the recent ones */
+    }
+    uid_t uid = (uid_t)-1;
+    if (t->iso.dir[0]) {
+        if (sfmt(out, outlen, "%s/context", t->iso.dir) < 0 || mkdir(out, 0700) < 0) {
+            snprintf(why, whylen, "cannot make the context directory: %s", strerror(errno));
+            return -1;
+        }
+        if (t->iso.uid) {
+            uid = (uid_t)t->iso.uid;
+            if (chown(out, uid, uid) < 0) {
+                snprintf(why, whylen, "cannot give the context directory to uid %u: %s", t->iso.uid, strerror(errno));
+                return -1;
+            }
+        }
+    } else {
+        char runs[PATH_MAX + 8];
+        if (sfmt(runs, sizeof runs, "%s/run", a->cache_dir) < 0 || mkdir_p(runs, 0700) < 0 ||
+            sfmt(t->ctx_tmp, sizeof t->ctx_tmp, "%s/task%lld-XXXXXX", runs, (long long)t->id) < 0 ||
+            !mkdtemp(t->ctx_tmp)) {
+            snprintf(why, whylen, "cannot make the context directory under %.300s: %s", a->cache_dir, strerror(errno));
+            t->ctx_tmp[0] = '\0';
+            return -1;
+        }
+        snprintf(out, outlen, "%s", t->ctx_tmp);
+    }
+    ctx_limits lim;
+    ctx_limits_default(&lim);
+    if (ctx_unpack(file, out, uid, (gid_t)uid, &lim, err, sizeof err) < 0) {
+        snprintf(why, whylen, "cannot unpack context %s: %s", id, err);
+        return -1;
+    }
+    return 0;
+}
+
+/* What the worker of an image task needs to start its container
+ * (container.h: TRAINYARD_CONTAINER). Heap "NAME=value", or NULL. */
+static char *container_env(agent *a, task *t, const char *gpus) {
+    if (sfmt(t->ctr_name, sizeof t->ctr_name, "trainyard-%s", strrchr(t->iso.dir, '/') + 1) < 0) return NULL;
+    struct rlimit nf = {0, 0};
+    getrlimit(RLIMIT_NOFILE, &nf);
+    long nofile = nf.rlim_max == RLIM_INFINITY || nf.rlim_max > 1048576 ? 1048576 : (long)nf.rlim_max;
+    char root[PATH_MAX] = "";
+    if (a->opt.data_root[0] && !realpath(a->opt.data_root, root)) root[0] = '\0';
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "podman", a->podman);
+    cJSON_AddStringToObject(o, "runtime", a->opt.podman_runtime);
+    cJSON_AddStringToObject(o, "name", t->ctr_name);
+    cJSON_AddNumberToObject(o, "uid", t->iso.uid);
+    cJSON_AddNumberToObject(o, "memory_mb", (double)t->iso.memory_mb);
+    cJSON_AddNumberToObject(o, "pids", a->opt.iso.pids_max);
+    cJSON_AddNumberToObject(o, "cpu_shares", 1024.0 * (t->iso.slots > 0 ? t->iso.slots : 1));
+    cJSON_AddNumberToObject(o, "nofile", (double)nofile);
+    /* RLIMIT_NPROC counts the uid's processes: the task's pids limit */
+    cJSON_AddNumberToObject(o, "nproc", a->opt.iso.pids_max > 0 ? a->opt.iso.pids_max : 4096);
+    cJSON_AddStringToObject(o, "dir", t->iso.dir);
+    cJSON_AddStringToObject(o, "data_root", root);
+    cJSON_AddStringToObject(o, "gpus", gpus);
+    cJSON_AddStringToObject(o, "lock_dir", "/run/trainyard/pulls");
+    char *j = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!j) return NULL;
+    size_t n = strlen(j) + sizeof "TRAINYARD_CONTAINER=";
+    char *e = xmalloc(n);
+    snprintf(e, n, "TRAINYARD_CONTAINER=%s", j);
+    cJSON_free(j);
+    return e;
+}
+
 /* Starts a task of an assignment's `start` list. */
 static void task_start(agent *a, const cJSON *s) {
     int64_t id = 0, job = 0, attempt = 0, index = 0;
@@ -566,11 +679,47 @@ static void task_start(agent *a, const cJSON *s) {
         task_free(t);
         return;
     }
+    /* a command job's context and image (its spec, in the config) */
+    const cJSON *jspec = cJSON_GetObjectItemCaseSensitive(config, "spec");
+    const cJSON *jcmd = jspec ? cJSON_GetObjectItemCaseSensitive(jspec, "command") : NULL;
+    const cJSON *jctx = jcmd ? cJSON_GetObjectItemCaseSensitive(jcmd, "context") : NULL;
+    const cJSON *jenv = jspec ? cJSON_GetObjectItemCaseSensitive(jspec, "environment") : NULL;
+    const cJSON *jimg = jenv ? cJSON_GetObjectItemCaseSensitive(jenv, "image") : NULL;
+    char e_ctx[PATH_MAX + 32] = "", *e_ctr = NULL;
+    {
+        char why[900] = "";
+        if (cJSON_IsString(jimg)) {
+            if (!a->podman[0] || !t->iso.on || !t->iso.uid)
+                snprintf(why, sizeof why, "the job runs in image %.300s, but this node's agent runs no container "
+                         "runtime (podman, as root with isolation)", jimg->valuestring);
+            else if (!(e_ctr = container_env(a, t, n_gpu ? e_cuda.data + strlen("CUDA_VISIBLE_DEVICES=") : "")))
+                snprintf(why, sizeof why, "cannot describe the task's container");
+            else
+                t->iso.keep_root = 1;
+        }
+        char ctxdir[PATH_MAX];
+        if (!why[0] && cJSON_IsString(jctx) && strlen(jctx->valuestring) == 71) {
+            if (context_prepare(a, t, jctx->valuestring, ctxdir, sizeof ctxdir, why, sizeof why) == 0)
+                snprintf(e_ctx, sizeof e_ctx, "TRAINYARD_CONTEXT_DIR=%s", ctxdir);
+        }
+        if (why[0]) {
+            log_error("task %lld (job %lld): %s", (long long)id, (long long)job, why);
+            outbox_push(a, path, exit_body(127, 0, why, ""), id);
+            buf_release(&e_cfg);
+            buf_release(&e_cuda);
+            free(e_ctr);
+            if (t->ctx_tmp[0]) rm_tree(t->ctx_tmp);
+            int oom;
+            iso_task_finish(&a->iso, &t->iso, &oom);
+            task_free(t);
+            return;
+        }
+    }
     /* an isolated task's home is its job directory, its /tmp private (or
      * the job directory's tmp where no mount namespace could be made) */
     char e_home[PATH_MAX + 8], e_tmp[PATH_MAX + 8];
     snprintf(e_home, sizeof e_home, "HOME=%s", t->iso.dir);
-    snprintf(e_tmp, sizeof e_tmp, "TMPDIR=%s", t->iso.mount_ns ? "/tmp" : t->iso.tmp);
+    snprintf(e_tmp, sizeof e_tmp, "TMPDIR=%s", t->iso.mount_ns && !t->iso.keep_root ? "/tmp" : t->iso.tmp);
     /* the uid has no passwd entry: a name in USER and LOGNAME, which
      * getpass.getuser() and friends read first (PyTorch's cache directories
      * are named from it, and without it `import torch` fails) */
@@ -584,7 +733,7 @@ static void task_start(agent *a, const cJSON *s) {
         e_ca = xmalloc(n);
         snprintf(e_ca, n, "TRAINYARD_CA_PEM=%s", client_trusted_ca());
     }
-    char *env[13];
+    char *env[16];
     int ne = 0;
     env[ne++] = e_cfg.data;
     env[ne++] = e_task;
@@ -592,6 +741,8 @@ static void task_start(agent *a, const cJSON *s) {
     if (a->opt.data_root[0]) env[ne++] = e_root;
     if (n_gpu) env[ne++] = e_cuda.data;
     if (e_ca) env[ne++] = e_ca;
+    if (e_ctx[0]) env[ne++] = e_ctx;
+    if (e_ctr) env[ne++] = e_ctr;
     if (t->iso.on && t->iso.uid) {
         env[ne++] = e_home;
         env[ne++] = e_tmp;
@@ -620,6 +771,7 @@ static void task_start(agent *a, const cJSON *s) {
     }
     buf_release(&e_cfg);
     free(e_ca);
+    free(e_ctr);
     buf_release(&e_cuda);
     if (!ok || t->pid < 0) {
         char why[256];
@@ -628,6 +780,7 @@ static void task_start(agent *a, const cJSON *s) {
         outbox_push(a, path, exit_body(127, 0, why, ""), id);
         int oom;
         iso_task_finish(&a->iso, &t->iso, &oom);
+        if (t->ctx_tmp[0]) rm_tree(t->ctx_tmp);
         task_free(t);
         return;
     }
@@ -734,8 +887,12 @@ static void tasks_check(agent *a) {
             int code, sig, oom = 0;
             char why[160], reason[320], tail[4096];
             int64_t limit_mb = t->iso.memory_mb;
+            /* a worker killed before its container ended leaves it running */
+            if (t->ctr_name[0] && a->podman[0] && (t->stop_sent || !WIFEXITED(t->status)))
+                ctr_remove(a->podman, t->ctr_name, 15);
             /* what it left behind goes: processes, cgroup, job directory, uid */
             iso_task_finish(&a->iso, &t->iso, &oom);
+            if (t->ctx_tmp[0]) rm_tree(t->ctx_tmp);
             proc_exit_describe(t->status, &code, &sig, why, sizeof why);
             if (oom && limit_mb > 0) {
                 char lim[32];
@@ -966,6 +1123,26 @@ int agent_run(const agent_options *o) {
                   a->iso.mount_ns ? " with a private /tmp and /dev/shm" : "",
                   a->iso.cg == ISO_CG_V1 ? "v1" : a->iso.cg == ISO_CG_V2 ? "v2" : "none (no limits)",
                   a->iso.reason[0] ? ": " : "", a->iso.reason, (long long)a->iso.memory_mb);
+    /* images: podman, when tasks are isolated as root (the container runs
+     * as the task's uid) */
+    if (strcmp(o->podman, "none") != 0) {
+        char ver[128] = "";
+        if (!a->iso.user) {
+            if (o->podman[0]) log_warn("--podman %s: images need the agent to isolate tasks as root: none here", o->podman);
+        } else if (ctr_probe(o->podman[0] ? o->podman : "podman", a->podman, sizeof a->podman, ver, sizeof ver) == 0) {
+            log_info("images run here with %s (%s)%s%s", a->podman, ver, o->podman_runtime[0] ? ", runtime " : "",
+                     o->podman_runtime);
+        } else if (o->podman[0]) {
+            log_warn("--podman %s does not run: no images here", o->podman);
+        }
+    }
+    if (o->cache_dir[0]) snprintf(a->cache_dir, sizeof a->cache_dir, "%s", o->cache_dir);
+    else if (geteuid() == 0) snprintf(a->cache_dir, sizeof a->cache_dir, "/var/cache/trainyard");
+    else {
+        const char *tmpd = getenv("TMPDIR");
+        snprintf(a->cache_dir, sizeof a->cache_dir, "%s/trainyard-cache-%u", tmpd && *tmpd ? tmpd : "/tmp",
+                 (unsigned)geteuid());
+    }
     pthread_mutex_init(&a->mu, NULL);
     int wp[2];
     int sigfd = proc_sigpipe_open();
@@ -1095,8 +1272,11 @@ int agent_run(const agent_options *o) {
 out:
     for (int i = 0; i < a->n_tasks; i++) {
         if (!a->tasks[i]->exited) proc_signal_group(a->tasks[i]->pid, SIGKILL);
+        if (a->tasks[i]->ctr_name[0] && a->podman[0] && !a->tasks[i]->exited)
+            ctr_remove(a->podman, a->tasks[i]->ctr_name, 15);
         int oom;
         iso_task_finish(&a->iso, &a->tasks[i]->iso, &oom);
+        if (a->tasks[i]->ctx_tmp[0]) rm_tree(a->tasks[i]->ctx_tmp);
         task_free(a->tasks[i]);
     }
     iso_release(&a->iso);
@@ -1164,6 +1344,11 @@ static void agent_usage(FILE *f) {
             "  --task-pids-max N processes and threads one task may have (default 4096; 0: no limit)\n"
             "  --memory SIZE     memory this node offers its tasks, e.g. 64GiB (default: its memory,\n"
             "                or its cgroup's limit, less a tenth kept for the system, at most 4 GiB)\n"
+            "  --podman PATH     the container runtime that runs jobs with an image (default: podman\n"
+            "                on the PATH, when the agent isolates tasks as root; none: no images here)\n"
+            "  --podman-runtime NAME  podman's OCI runtime, e.g. runc (default: podman's own choice)\n"
+            "  --cache-dir DIR   where contexts are kept once fetched (default /var/cache/trainyard as\n"
+            "                root, else $TMPDIR/trainyard-cache-UID)\n"
             "  --log-level debug|info|warn|error   --log-format text|json   (default info, text)\n");
 }
 
@@ -1200,6 +1385,8 @@ int agent_parse_flags(agent_options *o, int argc, char **argv) {
         {"isolation", required_argument, NULL, 'Z'}, {"task-uids", required_argument, NULL, 'U'},
         {"task-dir", required_argument, NULL, 'D'}, {"task-pids-max", required_argument, NULL, 'P'},
         {"memory", required_argument, NULL, 'M'},
+        {"podman", required_argument, NULL, 'O'}, {"podman-runtime", required_argument, NULL, 'R'},
+        {"cache-dir", required_argument, NULL, 'C'},
         {"log-level", required_argument, NULL, 'L'}, {"log-format", required_argument, NULL, 'F'},
         {NULL, 0, NULL, 0},
     };
@@ -1304,6 +1491,21 @@ int agent_parse_flags(agent_options *o, int argc, char **argv) {
             o->iso.uid_last = (unsigned)hi;
             break;
         }
+        case 'O':
+            if (sfmt(o->podman, sizeof o->podman, "%s", optarg) < 0) return -1;
+            break;
+        case 'R':
+            if (sfmt(o->podman_runtime, sizeof o->podman_runtime, "%s", optarg) < 0 || optarg[0] == '-') {
+                fprintf(stderr, "trainyard agent: --podman-runtime wants a runtime's name (runc, crun)\n");
+                return -1;
+            }
+            break;
+        case 'C':
+            if (optarg[0] != '/' || sfmt(o->cache_dir, sizeof o->cache_dir, "%s", optarg) < 0) {
+                fprintf(stderr, "trainyard agent: --cache-dir wants an absolute path\n");
+                return -1;
+            }
+            break;
         case 'D':
             if (optarg[0] != '/' || sfmt(o->iso.task_root, sizeof o->iso.task_root, "%s", optarg) < 0) {
                 fprintf(stderr, "trainyard agent: --task-dir wants an absolute path\n");

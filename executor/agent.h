@@ -31,6 +31,11 @@ typedef struct agent_options {
                                 * HASH of server URL, hostname and uid */
     iso_options iso;           /* --isolation, --task-uids, --task-dir, --task-pids-max, --memory */
     char ca_hash[80];          /* --ca-hash sha256:HEX: fetch the server's CA, trust it if it hashes so */
+    char podman[PATH_MAX];     /* --podman: the container runtime for image jobs ("" = podman on PATH;
+                                * "none": no images here) */
+    char podman_runtime[64];   /* --podman-runtime: podman's OCI runtime ("" its default) */
+    char cache_dir[PATH_MAX];  /* --cache-dir: contexts fetched once per node (default
+                                * /var/cache/trainyard as root, else $TMPDIR/trainyard-cache-UID) */
 } agent_options;
 
 void agent_options_default(agent_options *o);

@@ -6,6 +6,7 @@
  * Metrics and periodic checkpoints go through the report sender
  * (executor/report.h), as the training worker's do. */
 #include "command.h"
+#include "container.h"
 #include "proc.h"
 #include "report.h"
 #include "worker.h"
@@ -212,6 +213,8 @@ typedef struct cmd_run {
     cJSON *held_step;            /* a step metric held back by the rate limit */
     long seen_step, seen_epoch;  /* latest step / epoch in metric lines (checkpoint label) */
     long metric_lines, metric_bad;
+    int in_ctr;                  /* the program runs in the spec's image (container.h) */
+    ctr_opts ctr;
 } cmd_run;
 
 /* ---------------------------------------------------------------- resume state */
@@ -1024,14 +1027,90 @@ static void child_fail(const char *what, const char *arg, int err) {
     (void)w;
 }
 
+/* ---------------------------------------------------------------- image */
+
+/* A line on the job's timeline (POST /jobs/{id}/events); best effort for
+ * "image", retried while the server is away for "image_pull_failed". */
+static long job_event(cmd_run *r, const char *kind, const char *msg) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "kind", kind);
+    cJSON_AddStringToObject(o, "message", msg);
+    cJSON_AddNumberToObject(o, "attempt", r->cfg.attempt);
+    char *body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!body) return 0;
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/events", (long long)r->cfg.job);
+    long st = 0;
+    int tries = strcmp(kind, "image") == 0 ? 1 : 30;
+    for (int i = 0; i < tries && !*r->stop; i++) {
+        client_reply rep;
+        int e = client_request(&r->cl, "POST", path, body, strlen(body), NULL, &rep);
+        st = e == 0 ? rep.status : 0;
+        client_reply_release(&rep);
+        if (st && st < 500) break;
+        sleep(1);
+    }
+    free(body);
+    return st;
+}
+
+static void pull_note(void *ctx, int pulling, const char *image, double seconds) {
+    cmd_run *r = ctx;
+    char host[256] = "this node", msg[600];
+    if (gethostname(host, sizeof host) < 0) snprintf(host, sizeof host, "this node");
+    host[sizeof host - 1] = '\0';
+    if (pulling) snprintf(msg, sizeof msg, "pulling image %s on %s", image, host);
+    else snprintf(msg, sizeof msg, "pulled image %s on %s in %.1f s", image, host, seconds);
+    log_info("%s", msg);
+    job_event(r, "image", msg);
+}
+
+/* The team's login for the image's registry, when it stored one
+ * (GET /jobs/{id}/registry-auth): into an auth file only root reads. */
+static void registry_login(cmd_run *r, char *authfile, size_t cap) {
+    authfile[0] = '\0';
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/registry-auth", (long long)r->cfg.job);
+    client_reply rep;
+    if (client_request(&r->cl, "GET", path, NULL, 0, NULL, &rep) == 0 && rep.status == 200) {
+        cJSON *o = cJSON_ParseWithLength(rep.body.data ? rep.body.data : "", rep.body.len);
+        const cJSON *reg = cJSON_GetObjectItemCaseSensitive(o, "registry");
+        const cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "username");
+        const cJSON *pw = cJSON_GetObjectItemCaseSensitive(o, "password");
+        if (cJSON_IsString(reg) && cJSON_IsString(u) && cJSON_IsString(pw) && r->ctr.lock_dir[0] &&
+            mkdir_p(r->ctr.lock_dir, 0700) == 0 &&
+            ctr_authfile(r->ctr.lock_dir, reg->valuestring, u->valuestring, pw->valuestring, authfile, cap) < 0)
+            log_warn("cannot write the registry login for %s: pulling without it", reg->valuestring);
+        if (cJSON_IsString(pw)) explicit_bzero(pw->valuestring, strlen(pw->valuestring));
+        cJSON_Delete(o);
+    }
+    if (rep.body.data) explicit_bzero(rep.body.data, rep.body.len);
+    client_reply_release(&rep);
+}
+
+/* The image on this node before the gang starts: pulled (once per node,
+ * under a lock), or the attempt fails for good with the registry's answer. */
+static int image_ready(cmd_run *r, char *err, size_t errlen) {
+    const environment_spec *env = &r->spec->environment;
+    char authfile[PATH_MAX];
+    registry_login(r, authfile, sizeof authfile);
+    int rc = ctr_pull(&r->ctr, env->image, env->pull == PULL_ALWAYS, authfile, pull_note, r, err, errlen);
+    if (authfile[0]) unlink(authfile);
+    if (rc == 0) return 0;
+    log_error("%s", err);
+    job_event(r, "image_pull_failed", err);
+    return -1;
+}
+
 /* fork + exec in a new process group; the pipes' read ends in out/errfd. */
-static pid_t program_start(cmd_run *r, const char *exe, char *const envp[], const char *wd, int *outfd, int *errfd) {
+static pid_t program_start(const char *exe, char *const argv[], char *const envp[], const char *wd, int *outfd,
+                           int *errfd) {
     int po[2] = {-1, -1}, pe[2] = {-1, -1};
     if (pipe2(po, O_CLOEXEC) < 0 || pipe2(pe, O_CLOEXEC) < 0) {
         if (po[0] >= 0) close(po[0]), close(po[1]);
         return -1;
     }
-    char *const *argv = r->spec->command.argv;
     pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
@@ -1154,13 +1233,40 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
                      spec->resources.workers);
         goto fail;
     }
-    log_info("job %lld attempt %d: command %s (%d argument(s)), %s of %d worker(s)%s", (long long)c->job, c->attempt,
-             spec->command.argv[0], spec->command.argc - 1, r->task_name, c->n_workers, c->n_ps ? " and ps" : "");
+    log_info("job %lld attempt %d: command %s (%d argument(s)), %s of %d worker(s)%s%s%s", (long long)c->job,
+             c->attempt, spec->command.argv[0], spec->command.argc - 1, r->task_name, c->n_workers,
+             c->n_ps ? " and ps" : "", spec->environment.image[0] ? " in image " : "", spec->environment.image);
+    r->in_ctr = ctr_parse(&r->ctr, err, sizeof err);
+    if (r->in_ctr < 0) goto fail;
+    if (spec->environment.image[0] && !r->in_ctr) {
+        snprintf(err, sizeof err, "the job runs in image %.200s, but this node's agent runs no container runtime",
+                 spec->environment.image);
+        goto fail;
+    }
 
-    /* the working directory: under the agent's data root (else its cwd) */
+    /* the working directory: in the task's copy of the context, else under
+     * the agent's data root (else its cwd) */
     char wd[PATH_MAX] = "";
     const char *root = getenv("TRAINYARD_DATA_ROOT");
-    if (spec->command.working_dir[0]) {
+    const char *ctxdir = getenv("TRAINYARD_CONTEXT_DIR");
+    if (spec->command.context[0]) {
+        struct stat sb;
+        if (!ctxdir || !*ctxdir) {
+            snprintf(err, sizeof err, "the job names context %.80s, but the agent gave this task none",
+                     spec->command.context);
+            goto fail;
+        }
+        if (sfmt(wd, sizeof wd, "%s%s%s", ctxdir, spec->command.working_dir[0] ? "/" : "",
+                 spec->command.working_dir) < 0) {
+            snprintf(err, sizeof err, "command.working_dir too long");
+            goto fail;
+        }
+        if (stat(wd, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
+            snprintf(err, sizeof err, "command.working_dir %.200s is not a directory of the context %.80s (%s)",
+                     spec->command.working_dir, spec->command.context, strerror(errno ? errno : ENOTDIR));
+            goto fail;
+        }
+    } else if (spec->command.working_dir[0]) {
         struct stat sb;
         if (sfmt(wd, sizeof wd, "%s/%s", root && *root ? root : ".", spec->command.working_dir) < 0) {
             snprintf(err, sizeof err, "command.working_dir too long");
@@ -1188,6 +1294,11 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
         snprintf(err, sizeof err, "cannot make the checkpoint directory: %s", strerror(errno));
         goto fail;
     }
+    /* in an image the program runs as the task's uid; this worker as root */
+    if (r->in_ctr && (chown(r->scratch, r->ctr.uid, r->ctr.uid) < 0 || chown(r->ckdir, r->ctr.uid, r->ctr.uid) < 0)) {
+        snprintf(err, sizeof err, "cannot give the checkpoint directory to uid %u: %s", r->ctr.uid, strerror(errno));
+        goto fail;
+    }
     if (client_init(&r->cl, c->api, c->token) < 0) {
         snprintf(err, sizeof err, "cannot make an HTTP client");
         goto fail;
@@ -1195,10 +1306,12 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
     r->have_client = 1;
     r->cl.timeout_ms = 30000;
 
+    if (r->in_ctr && image_ready(r, err, sizeof err) < 0) goto fail_stop;
     int64_t last_seq = 0;
     if (r->chief && fetch_last_seq(r, &last_seq, err, sizeof err) < 0) goto fail_stop;
     if (c->is_eval) ckpt_follow(r); /* the job's newest checkpoint, from the start */
     else if (c->attempt >= 2 && ckpt_restore(r, err, sizeof err) < 0) goto fail_stop;
+    if (r->in_ctr) chown_tree(r->ckdir, r->ctr.uid);
     if (rendezvous(r, err, sizeof err) < 0) goto fail_stop;
     if (c->is_eval)
         log_info("all %d task(s) joined: MASTER_ADDR=%s MASTER_PORT=%d; this task is the evaluator", c->n_workers + c->n_ps,
@@ -1211,7 +1324,21 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
 
     envp = env_build(r);
     char exe[PATH_MAX];
-    if (exe_resolve(spec->command.argv[0], envp, exe, sizeof exe) < 0) {
+    char **ctr_av = NULL;
+    if (r->in_ctr) {
+        /* podman run in place of the program: the program's environment
+         * passes by name; the image's own PATH finds the program */
+        snprintf(exe, sizeof exe, "%s", r->ctr.podman);
+        ctr_gpu_renumber(envp, r->ctr.gpus);
+        size_t ne = 0;
+        while (envp[ne]) ne++;
+        char **pass = xcalloc(ne + 1, sizeof *pass);
+        size_t np = 0;
+        for (size_t i = 0; i < ne; i++)
+            if (ctr_env_passes(envp[i], spec->command.env)) pass[np++] = envp[i];
+        ctr_av = ctr_argv(&r->ctr, spec->environment.image, wd, spec->command.argv, pass);
+        free(pass);
+    } else if (exe_resolve(spec->command.argv[0], envp, exe, sizeof exe) < 0) {
         snprintf(err, sizeof err, "command not found: %.200s (PATH=%.200s)", spec->command.argv[0],
                  env_get(envp, "PATH") ? env_get(envp, "PATH") : "");
         ret = 127;
@@ -1222,12 +1349,24 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
         goto fail_stop;
     }
     int outfd = -1, errfd = -1;
-    pid_t pid = program_start(r, exe, envp, wd, &outfd, &errfd);
+    /* in an image, podman's own working directory is the job directory;
+     * the program's is --workdir */
+    pid_t pid = program_start(exe, ctr_av ? ctr_av : spec->command.argv, envp, ctr_av ? r->ctr.dir : wd, &outfd,
+                              &errfd);
+    int start_errno = errno;
+    if (ctr_av) {
+        for (size_t i = 0; ctr_av[i]; i++) free(ctr_av[i]);
+        free(ctr_av);
+    }
     if (pid < 0) {
-        snprintf(err, sizeof err, "cannot start %.200s: %s", exe, strerror(errno));
+        snprintf(err, sizeof err, "cannot start %.200s: %s", exe, strerror(start_errno));
         goto fail;
     }
-    log_info("started %s (pid %d)%s%s", exe, (int)pid, wd[0] ? " in " : "", wd);
+    if (r->in_ctr)
+        log_info("started %s in image %s as container %s (pid %d)%s%s", spec->command.argv[0],
+                 spec->environment.image, r->ctr.name, (int)pid, wd[0] ? " in " : "", wd);
+    else
+        log_info("started %s (pid %d)%s%s", exe, (int)pid, wd[0] ? " in " : "", wd);
     /* threads only after the fork: the child runs no code of ours */
     if (r->chief) {
         ck_ident *done = xmalloc(sizeof *done); /* the version restored: not uploaded again */
@@ -1246,6 +1385,8 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
              stopped ? " (stopped)" : "");
     ret = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
     if (stopped) ret = WORKER_EXIT_STOPPED; /* a stop is never reported as success */
+    /* podman killed before the container ended leaves it running: gone now */
+    if (r->in_ctr && (stopped || WIFSIGNALED(status))) ctr_remove(r->ctr.podman, r->ctr.name, 30);
     if (r->chief) {
         int budget = stopped ? CMD_STOP_FLUSH_S : CMD_FINAL_FLUSH_S;
         int up = ckpt_upload_final(r, budget);

@@ -916,6 +916,12 @@ int iso_task_enter(const iso_task *t) {
         close(fd);
     }
     if (!t->uid) return 0; /* limits only (--isolation none) */
+    if (t->keep_root) {
+        /* podman's worker: the container is the task's isolation */
+        if (chdir(t->dir) < 0) return enter_fail("entering the job directory");
+        if (setsid() < 0) return enter_fail("setsid");
+        return 0;
+    }
     if (t->mount_ns) {
         if (unshare(CLONE_NEWNS) < 0) return enter_fail("unshare(CLONE_NEWNS)");
         if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) return enter_fail("making mounts private");

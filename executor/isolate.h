@@ -108,6 +108,9 @@ typedef struct iso_task {
     int data_bind;                 /* the isolator's */
     char data_path[PATH_MAX];      /* the data root's path, recreated in the task's mounts */
     char data_cover[PATH_MAX];     /* a tmpfs here first ("": the private /tmp holds the path) */
+    int keep_root;                 /* the worker stays root (it starts the task's container,
+                                    * which runs as uid): cgroups, job directory and session
+                                    * only, no private mounts, no drop */
 } iso_task;
 
 /* Prepares a task: its job's uid (allocated when the job has none on this

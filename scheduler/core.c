@@ -101,6 +101,12 @@ void sched_reason_format(const sched_outcome *o, char *out, size_t cap)
     case SW_NO_NODES:
         rc = sfmt(out, cap, "no nodes have joined");
         break;
+    case SW_RUNTIME:
+        rc = sfmt(out, cap,
+                  "infeasible: its image (environment.image) needs a node whose agent runs podman; "
+                  "none of the %lld ready node%s does (GET /cluster: runtimes)",
+                  (long long)o->b, o->b == 1 ? "" : "s");
+        break;
     case SW_WIDE:
         rc = sfmt(out, cap, "infeasible: a worker needs %lld %s on one node; the largest node has %lld",
                   (long long)o->a, k, (long long)o->b);
@@ -299,12 +305,31 @@ static int node_index(const core *c, int64_t id)
     return -1;
 }
 
+/* Node i cannot run job j's tasks: it lacks the runtime j needs. */
+static int lacks_runtime(const core *c, const sched_job *j, int i)
+{
+    int have = c->s->nodes[i].runtimes ? c->s->nodes[i].runtimes : SCHED_RT_HOST;
+    return j->runtime && !(have & j->runtime);
+}
+
+static int in_avoid(const sched_job *j, int64_t id)
+{
+    for (int a = 0; a < j->n_avoid; a++)
+        if (j->avoid[a] == id) return 1;
+    return 0;
+}
+
+/* Marks the nodes j may not use: those it failed on twice, and (a job with
+ * an image) those without its runtime. */
 static void avoid_set(core *c, const sched_job *j, uint8_t *marks, uint8_t v)
 {
     for (int a = 0; a < j->n_avoid; a++) {
         int i = node_index(c, j->avoid[a]);
         if (i >= 0) marks[i] = v;
     }
+    if (j->runtime)
+        for (int i = 0; i < c->nn; i++)
+            if (lacks_runtime(c, j, i)) marks[i] = v;
 }
 
 /* ---------------------------------------------------------------- init */
@@ -790,6 +815,12 @@ static int fits_now(core *c, const sched_job *j, sched_outcome *o)
         if (w > 0) capw -= c->free_[k][i] / w;
         cpu -= c->free_[SCHED_CPU][i];
     }
+    if (j->runtime)
+        for (int i = 0; i < c->nn; i++) {
+            if (!c->s->nodes[i].ready || !lacks_runtime(c, j, i) || in_avoid(j, c->s->nodes[i].id)) continue;
+            if (w > 0) capw -= c->free_[k][i] / w;
+            cpu -= c->free_[SCHED_CPU][i];
+        }
     o->kind = k;
     if (capw < j->workers) {
         int lf = largest_free(c, k);
@@ -816,6 +847,18 @@ static int feasible_ready(core *c, const sched_job *j, sched_outcome *o)
         if (i < 0 || !c->s->nodes[i].ready) continue;
         sum -= c->s->nodes[i].n_dev[k] / w;
         cpu -= c->s->nodes[i].n_dev[SCHED_CPU];
+    }
+    if (j->runtime) {
+        int have = 0, ready = 0;
+        for (int i = 0; i < c->nn; i++) {
+            if (!c->s->nodes[i].ready) continue;
+            ready++;
+            if (!lacks_runtime(c, j, i)) { have++; continue; }
+            if (in_avoid(j, c->s->nodes[i].id)) continue;
+            sum -= c->s->nodes[i].n_dev[k] / w;
+            cpu -= c->s->nodes[i].n_dev[SCHED_CPU];
+        }
+        if (!have) { o->why = SW_RUNTIME; o->a = 0; o->b = ready; return 0; }
     }
     if (sum < j->workers) { o->why = SW_LARGE; o->a = j->workers; o->b = sum; o->c = w; return 0; }
     int64_t left = k == SCHED_CPU ? cpu - (int64_t)j->workers * w : cpu;
@@ -1308,7 +1351,7 @@ static void consider(core *c, int ji, int *preempt_tries)
 out:
     avoid_set(c, j, c->avoid, 0);
     if (o->place < 0 && o->why != SW_NO_NODES && o->why != SW_WIDE && o->why != SW_LARGE &&
-        o->why != SW_PS_INFEASIBLE && o->why != SW_QUOTA && o->why != SW_MEM_WIDE)
+        o->why != SW_PS_INFEASIBLE && o->why != SW_QUOTA && o->why != SW_MEM_WIDE && o->why != SW_RUNTIME)
         c->starving[o->kind >= 0 && o->kind < SCHED_KINDS ? o->kind : 0] = 1;
 }
 
@@ -1455,14 +1498,18 @@ int sched_admit(const sched_snapshot *s, const sched_job *j, sched_outcome *o)
     o->kind = j->kind;
     if (s->n_nodes_registered == 0 || s->n_nodes == 0) { o->why = SW_NO_NODES; return -1; }
     int k = j->kind, w = j->devices_per_worker;
-    int largest = 0;
+    int largest = 0, with_rt = 0;
     int64_t sum = 0, cpu = 0;
     for (int i = 0; i < s->n_nodes; i++) {
+        int have = s->nodes[i].runtimes ? s->nodes[i].runtimes : SCHED_RT_HOST;
+        if (j->runtime && !(have & j->runtime)) continue; /* it could never go there */
+        with_rt++;
         int n = s->nodes[i].n_dev[k];
         if (n > largest) largest = n;
         if (w > 0) sum += n / w;
         cpu += s->nodes[i].n_dev[SCHED_CPU];
     }
+    if (j->runtime && with_rt == 0) { o->why = SW_RUNTIME; o->a = 0; o->b = s->n_nodes; return -1; }
     if (w > largest) { o->why = SW_WIDE; o->a = w; o->b = largest; return -1; }
     if (w > 0 && sum < j->workers) { o->why = SW_LARGE; o->a = j->workers; o->b = sum; o->c = w; return -1; }
     int64_t left = k == SCHED_CPU ? cpu - (int64_t)j->workers * w : cpu;
@@ -1477,6 +1524,7 @@ int sched_admit(const sched_snapshot *s, const sched_job *j, sched_outcome *o)
         int reported = 0;
         for (int i = 0; i < s->n_nodes; i++) {
             const sched_node *nd = &s->nodes[i];
+            if (j->runtime && !((nd->runtimes ? nd->runtimes : SCHED_RT_HOST) & j->runtime)) continue;
             int64_t ci = nd->n_dev[k] / w;
             if (nd->mem_mb > 0) {
                 reported = 1;

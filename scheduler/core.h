@@ -83,7 +83,13 @@ typedef struct sched_node {
                                     * reported, memory does not constrain placement here */
     int n_mem;
     const sched_mem *mem;          /* (n_mem) memory held by live tasks, per job */
+    int runtimes;                  /* SCHED_RT_* the node's agent can run tasks in (0: host) */
 } sched_node;
+
+/* What a node can run a task in, and what a job needs: a job with an
+ * image (environment.image) goes only where the agent has podman. */
+#define SCHED_RT_HOST 1
+#define SCHED_RT_PODMAN 2
 
 typedef struct sched_team {
     int64_t id;
@@ -126,6 +132,7 @@ typedef struct sched_job {
                                     * (workers is the most); 0 or == workers: a fixed gang */
     int resize_to;                 /* elastic, requeued by a resize: place at most this
                                     * many workers (0: up to workers) */
+    int runtime;                   /* SCHED_RT_* it needs (0: any node) */
 } sched_job;
 
 typedef struct sched_snapshot {
@@ -158,7 +165,9 @@ typedef enum {
     SW_PREEMPTING,      /* waiting for a preempted jobs to stop */
     SW_MEM,             /* a task needs a MiB on one node; the most free is b; c 0 worker, 1 ps */
     SW_MEM_GANG,        /* needs c workers with a MiB each; only b fit in the free memory */
-    SW_MEM_WIDE         /* infeasible: a task asks a MiB; the largest node offers b */
+    SW_MEM_WIDE,        /* infeasible: a task asks a MiB; the largest node offers b */
+    SW_RUNTIME          /* infeasible: it needs a container runtime (podman) no ready node has:
+                         * a=nodes with it b=nodes */
 } sched_why;
 
 typedef struct sched_task {

@@ -26,6 +26,30 @@ int lifecycle_attempt_failed(db *d, int64_t job_id, const char *what, const char
     return store_job_transition(d, job_id, from, again ? "queued" : "failed", actor, why);
 }
 
+int lifecycle_job_fail_now(db *d, int64_t job_id, int attempt, const char *what, const char *actor) {
+    static const char *const from[] = {"starting", "running", NULL};
+    if (db_begin(d) < 0) return STORE_ERROR;
+    exec_job j;
+    memset(&j, 0, sizeof j);
+    int rc = exec_job_get(d, job_id, 0, &j);
+    exec_job_release(&j);
+    if (rc == STORE_OK && (j.attempt != attempt || (strcmp(j.state, "starting") != 0 && strcmp(j.state, "running") != 0)))
+        rc = STORE_CONFLICT;
+    char why[3000];
+    snprintf(why, sizeof why, "%.2800s; not restarted (a restart would meet the same fault)", what);
+    if (rc == STORE_OK) rc = lifecycle_stop_tasks(d, job_id, "gang failed");
+    if (rc == STORE_OK) rc = store_job_transition(d, job_id, from, "failed", actor, why);
+    if (rc == STORE_OK) {
+        if (db_commit(d) < 0) {
+            db_rollback(d);
+            return STORE_ERROR;
+        }
+        return STORE_OK;
+    }
+    db_rollback(d);
+    return rc;
+}
+
 int lifecycle_task_running(db *d, int64_t task_id, const char *actor, int *flags) {
     *flags = LC_NONE;
     if (db_begin(d) < 0) return STORE_ERROR;

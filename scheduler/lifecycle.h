@@ -49,4 +49,10 @@ int lifecycle_stop_tasks(db *d, int64_t job_id, const char *why);
  * no longer active, STORE_ERROR. */
 int lifecycle_attempt_failed(db *d, int64_t job_id, const char *what, const char *actor, int *requeued);
 
+/* A fault no restart mends (an image that cannot be pulled): attempt
+ * `attempt` of the job fails for good, its tasks are stopped, and its
+ * restart budget is untouched (the reason says why). STORE_CONFLICT when
+ * the job is no longer live or runs another attempt. Its own transaction. */
+int lifecycle_job_fail_now(db *d, int64_t job_id, int attempt, const char *what, const char *actor);
+
 #endif

@@ -175,7 +175,8 @@ static int slot_new(mirror *m)
 void mirror_job_core(const cl_job *j, sched_job *out)
 {
     *out = (sched_job){j->id, 0, j->priority, j->workers, j->devices_per_worker, j->kind, j->ps,
-                       j->queued_at, j->max_runtime_s, 0, NULL, j->memory_mb, j->workers_min, j->resize_to};
+                       j->queued_at, j->max_runtime_s, 0, NULL, j->memory_mb, j->workers_min, j->resize_to,
+                       j->runtime == CL_RUNTIME_PODMAN ? SCHED_RT_PODMAN : 0};
 }
 
 /* A job's row changed: its info follows. */

@@ -144,6 +144,8 @@ static void snap_build(mirror *m, int64_t now, snap *sp)
         n->id = mn->row.id;
         n->ready = strcmp(mn->row.state, "ready") == 0;
         n->mem_mb = mn->row.memory_mb;
+        n->runtimes = (mn->row.runtimes & CL_RUNTIME_HOST ? SCHED_RT_HOST : 0) |
+                      (mn->row.runtimes & CL_RUNTIME_PODMAN ? SCHED_RT_PODMAN : 0);
         /* devices come ordered by kind, index: one run per kind */
         for (int k = 0, x = 0; k < SCHED_KINDS; x += mn->n_kind[k++]) {
             n->dev[k] = &mn->sdev[x];
@@ -794,6 +796,8 @@ int sched_admit_job(db *d, const sched_job *job, char *msg, size_t cap)
         nodes[i].id = mn->row.id;
         nodes[i].ready = strcmp(mn->row.state, "ready") == 0;
         nodes[i].mem_mb = mn->row.memory_mb;
+        nodes[i].runtimes = (mn->row.runtimes & CL_RUNTIME_HOST ? SCHED_RT_HOST : 0) |
+                            (mn->row.runtimes & CL_RUNTIME_PODMAN ? SCHED_RT_PODMAN : 0);
         for (int x = 0; x < mn->n_dev; x++) nodes[i].n_dev[mn->dev[x].kind]++;
     }
     sched_snapshot s = {now_ms(), m->n_nodes, m->n_nodes, nodes, 0, NULL, 0, NULL, 0, NULL};

@@ -64,7 +64,7 @@ static const char SQL_END_READ[] = "COMMIT";
 
 #define NODE_COLS                                                                               \
     "SELECT id, hostname, address, cpu_slots, state, registered_at, last_heartbeat_at, memory_mb," \
-    " isolation FROM nodes "
+    " isolation, runtimes FROM nodes "
 static const char SQL_NODES[] = NODE_COLS "ORDER BY id";
 static const char SQL_NODE_BY_ID[] = NODE_COLS "WHERE id = ?1";
 
@@ -81,6 +81,36 @@ static void row_node(sqlite3_stmt *st, void *out)
     n->memory_mb = sqlite3_column_int64(st, 7);
     const unsigned char *iso = sqlite3_column_text(st, 8);
     n->isolation = iso ? xstrdup((const char *)iso) : NULL;
+    n->runtimes = cluster_runtimes_bits((const char *)sqlite3_column_text(st, 9));
+}
+
+static const char SQL_NODES_RUNTIME[] =
+    "SELECT count(*), coalesce(sum(EXISTS(SELECT 1 FROM json_each(CASE WHEN json_valid(runtimes)"
+    " THEN runtimes ELSE '[]' END) WHERE value = ?1)), 0) FROM nodes";
+
+int cluster_nodes_with_runtime(db *d, const char *name, int *with, int *all)
+{
+    *with = *all = 0;
+    sqlite3_stmt *st = db_prepare(d, SQL_NODES_RUNTIME);
+    if (!st) return -1;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *all = sqlite3_column_int(st, 0);
+        *with = sqlite3_column_int(st, 1);
+    }
+    db_done(st);
+    return rc == SQLITE_ROW ? 0 : -1;
+}
+
+int cluster_runtimes_bits(const char *json)
+{
+    if (!json) return CL_RUNTIME_HOST;
+    int bits = 0;
+    /* the agent's array as stored: ["host","podman"]; names are whole words */
+    if (strstr(json, "\"host\"")) bits |= CL_RUNTIME_HOST;
+    if (strstr(json, "\"podman\"")) bits |= CL_RUNTIME_PODMAN;
+    return bits ? bits : CL_RUNTIME_HOST;
 }
 
 #define DEVICE_COLS                                                        \
@@ -166,7 +196,8 @@ static void row_team(sqlite3_stmt *st, void *out)
     "   WHERE t.job_id = j.id AND t.attempt = j.attempt) END,"                          \
     " CASE WHEN j.state = 'queued' THEN 0 ELSE EXISTS(SELECT 1 FROM tasks t"            \
     "   WHERE t.job_id = j.id AND t.attempt = j.attempt AND t.state = 'stopping') END,"  \
-    " j.workers_min, j.workers_now, j.resize_to"                                        \
+    " j.workers_min, j.workers_now, j.resize_to,"                                       \
+    " json_extract(j.spec, '$.environment.image') IS NOT NULL"                          \
     " FROM jobs j "
 static const char SQL_JOBS_LIVE[] =
     JOB_COLS "WHERE j.state IN ('queued','starting','running') ORDER BY j.id";
@@ -205,6 +236,7 @@ static void row_job(sqlite3_stmt *st, void *out)
     j->workers_min = sqlite3_column_int(st, 19);
     j->workers_now = sqlite3_column_int(st, 20);
     j->resize_to = sqlite3_column_int(st, 21);
+    j->runtime = sqlite3_column_int(st, 22) ? CL_RUNTIME_PODMAN : 0;
 }
 
 #define AVOID_COLS "SELECT job_id, node_id FROM node_failures WHERE count >= 2 "
@@ -419,11 +451,11 @@ void cluster_state_release(cluster_state *cs)
 
 static const char SQL_NODE_FIND[] = "SELECT id FROM nodes WHERE hostname = ?";
 static const char SQL_NODE_INSERT[] =
-    "INSERT INTO nodes(hostname, address, cpu_slots, state, registered_at, last_heartbeat_at, memory_mb, isolation)"
-    " VALUES(?, ?, ?, 'ready', ?, ?, ?, ?)";
+    "INSERT INTO nodes(hostname, address, cpu_slots, state, registered_at, last_heartbeat_at, memory_mb, isolation,"
+    " runtimes) VALUES(?, ?, ?, 'ready', ?, ?, ?, ?, ?)";
 static const char SQL_NODE_UPDATE[] =
     "UPDATE nodes SET address = ?2, cpu_slots = ?3, state = 'ready', last_heartbeat_at = ?4,"
-    " memory_mb = ?5, isolation = ?6 WHERE id = ?1";
+    " memory_mb = ?5, isolation = ?6, runtimes = ?7 WHERE id = ?1";
 static const char SQL_DEVICE_UPSERT[] =
     "INSERT INTO devices(node_id, kind, idx, model, memory_mb) VALUES(?1, ?2, ?3, ?4, ?5)"
     " ON CONFLICT(node_id, kind, idx) DO UPDATE SET model = excluded.model, memory_mb = excluded.memory_mb";
@@ -439,6 +471,15 @@ int cluster_node_upsert(db *d, const char *hostname, const char *address, int cp
                         int n_gpu, const int *gpu_idx, const char *const *gpu_model,
                         const int64_t *gpu_memory_mb, int64_t memory_mb, const char *isolation,
                         int64_t now, int64_t *id_out, int *created)
+{
+    return cluster_node_upsert_rt(d, hostname, address, cpu_slots, n_gpu, gpu_idx, gpu_model, gpu_memory_mb,
+                                  memory_mb, isolation, NULL, now, id_out, created);
+}
+
+int cluster_node_upsert_rt(db *d, const char *hostname, const char *address, int cpu_slots,
+                           int n_gpu, const int *gpu_idx, const char *const *gpu_model,
+                           const int64_t *gpu_memory_mb, int64_t memory_mb, const char *isolation,
+                           const char *runtimes, int64_t now, int64_t *id_out, int *created)
 {
     if (db_begin(d) < 0) return -1;
     int64_t id = 0;
@@ -460,6 +501,7 @@ int cluster_node_upsert(db *d, const char *hostname, const char *address, int cp
         sqlite3_bind_int64(st, 5, now);
         sqlite3_bind_int64(st, 6, memory_mb);
         if (isolation) sqlite3_bind_text(st, 7, isolation, -1, SQLITE_TRANSIENT);
+        if (runtimes) sqlite3_bind_text(st, 8, runtimes, -1, SQLITE_TRANSIENT);
         rc = sqlite3_step(st);
         db_done(st);
         if (rc != SQLITE_DONE) goto fail;
@@ -472,6 +514,7 @@ int cluster_node_upsert(db *d, const char *hostname, const char *address, int cp
         sqlite3_bind_int64(st, 4, now);
         sqlite3_bind_int64(st, 5, memory_mb);
         if (isolation) sqlite3_bind_text(st, 6, isolation, -1, SQLITE_TRANSIENT);
+        if (runtimes) sqlite3_bind_text(st, 7, runtimes, -1, SQLITE_TRANSIENT);
         rc = sqlite3_step(st);
         db_done(st);
         if (rc != SQLITE_DONE) goto fail;

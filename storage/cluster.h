@@ -28,7 +28,15 @@ typedef struct cl_node {
     int64_t registered_at, last_heartbeat_at;
     int64_t memory_mb;              /* offered to tasks, MiB; 0 = not reported */
     char *isolation;                /* the agent's isolation report (JSON text), NULL = none */
+    int runtimes;                   /* CL_RUNTIME_* the agent can run tasks in (NULL: host) */
 } cl_node;
+
+/* What a node's agent can run a task in (nodes.runtimes, JSON ["host",
+ * "podman"]), and what a job needs (an environment.image: podman). */
+#define CL_RUNTIME_HOST 1
+#define CL_RUNTIME_PODMAN 2
+/* The CL_RUNTIME_* bits of a runtimes array in JSON text (NULL or bad: host). */
+int cluster_runtimes_bits(const char *json);
 
 typedef struct cl_device {
     int64_t id, node_id;
@@ -73,6 +81,7 @@ typedef struct cl_job {
     int workers_min;                /* elastic: fewest workers (0: a fixed gang) */
     int workers_now;                /* workers of the current attempt (0: never placed) */
     int resize_to;                  /* a resize's target while it is under way, else 0 */
+    int runtime;                    /* CL_RUNTIME_* it needs (0: any node) */
     char reason[CL_REASON_MAX];
 } cl_job;
 
@@ -130,6 +139,16 @@ int cluster_node_upsert(db *d, const char *hostname, const char *address, int cp
                         int n_gpu, const int *gpu_idx, const char *const *gpu_model,
                         const int64_t *gpu_memory_mb, int64_t memory_mb, const char *isolation,
                         int64_t now, int64_t *id_out, int *created);
+/* Nodes whose agent reports the runtime name ("podman") in *with, every
+ * node in *all. 0 or -1. */
+int cluster_nodes_with_runtime(db *d, const char *name, int *with, int *all);
+
+/* The same with runtimes: what the agent can run tasks in, as JSON text
+ * (["host","podman"]; NULL = the host only). */
+int cluster_node_upsert_rt(db *d, const char *hostname, const char *address, int cpu_slots,
+                           int n_gpu, const int *gpu_idx, const char *const *gpu_model,
+                           const int64_t *gpu_memory_mb, int64_t memory_mb, const char *isolation,
+                           const char *runtimes, int64_t now, int64_t *id_out, int *created);
 
 /* Records a heartbeat: 0, 1 when no such node, -1 on error. A lost node
  * that beats again is ready again (written at once). Another node's time

@@ -101,7 +101,7 @@ static int add_running(world *w, int64_t id, int team, int prio, int preemptible
 static int add_job(world *w, int64_t id, int team, int prio, int workers, int dpw, int kind)
 {
     int q = w->s.n_queued++;
-    w->q[q] = (sched_job){id, team, prio, workers, dpw, kind, 0, w->s.now_ms - id * 1000, 3600, 0, NULL, 0, 0, 0};
+    w->q[q] = (sched_job){id, team, prio, workers, dpw, kind, 0, w->s.now_ms - id * 1000, 3600, 0, NULL, 0, 0, 0, 0};
     return q;
 }
 
@@ -572,7 +572,7 @@ static void random_world(world *w)
         sched_job *j = &w->q[q];
         *j = (sched_job){100 + q, rint_(0, w->s.n_teams - 1), rint_(0, 2) * 40 + 10, rint_(1, 4),
                          rint_(1, 8), rint_(0, 4) ? SCHED_GPU : SCHED_CPU, rint_(0, 5) ? 0 : rint_(1, 2),
-                         w->s.now_ms - rint_(0, 36000) * 1000, rint_(60, 14400), 0, NULL, 0, 0, 0};
+                         w->s.now_ms - rint_(0, 36000) * 1000, rint_(60, 14400), 0, NULL, 0, 0, 0, 0};
         if (j->devices_per_worker > 3 && rint_(0, 1)) j->devices_per_worker = rint_(1, 2);
         if (rint_(0, 2) == 0) j->mem_mb = rint_(1, 40) * 1000;
         if (w->s.n_nodes > 0 && rint_(0, 6) == 0) {
@@ -970,7 +970,7 @@ START_TEST(pass_is_fast)
     g_rng = 77;
     static const int wd[] = {1, 2, 4, 8};
     for (int i = 0; i < nq; i++)
-        q[i] = (sched_job){i + 1, rint_(0, 3), 50, rint_(1, 4), wd[rint_(0, 3)], SCHED_GPU, 0, i, 3600, 0, NULL, 0, 0, 0};
+        q[i] = (sched_job){i + 1, rint_(0, 3), 50, rint_(1, 4), wd[rint_(0, 3)], SCHED_GPU, 0, i, 3600, 0, NULL, 0, 0, 0, 0};
     sched_snapshot s = {1000000, nn, nn, nodes, 4, teams, 0, NULL, nq, q};
     sched_config cfg; sched_config_default(&cfg);
     sched_result r; sched_result_init(&r);

@@ -171,7 +171,7 @@ static void simulate(int n_nodes, int gpus, int n_jobs, uint64_t seed, int backf
     for (int i = 0; i < n_jobs; i++) {
         simjob *j = &jobs[i];
         q[nq] = (sched_job){j->id, j->team, j->priority, j->workers, j->dpw, SCHED_GPU, 0,
-                            j->queued_at, j->max_runtime_s, 0, NULL, 0, 0, 0};
+                            j->queued_at, j->max_runtime_s, 0, NULL, 0, 0, 0, 0};
         qmap[nq++] = i;
         team_waiting[j->team]++;
     }
@@ -417,7 +417,7 @@ static void simulate_open(int n_nodes, int gpus, int n_jobs, uint64_t seed, doub
         for (int x = 0; x < nqd; x++) {
             ojob *j = &jobs[queued[x]];
             q[nq] = (sched_job){j->id, j->team, j->priority, j->workers, j->dpw, SCHED_GPU, 0, j->arrive,
-                                j->max_runtime_s, 0, NULL, 0, j->lo, j->resize_to};
+                                j->max_runtime_s, 0, NULL, 0, j->lo, j->resize_to, 0};
             qmap[nq++] = queued[x];
         }
         for (int x = 0; x < nrun; x++) {
