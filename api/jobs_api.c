@@ -10,6 +10,7 @@
 #include "answer_cache.h"
 #include "../server/server.h"
 #include "../storage/store.h"
+#include "../storage/cluster.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +54,19 @@ static int admit(server *srv, const jobspec *spec, char *msg, size_t cap, const 
     store_capacity c;
     if (store_cluster_capacity(srv->db, kind, dpw, mem, &c) != STORE_OK) return -1;
     if (c.nodes == 0) return 0;
+    if (spec->environment.image[0]) {
+        /* an image runs only where the agent has a container runtime */
+        int with = 0, all = 0;
+        if (cluster_nodes_with_runtime(srv->db, "podman", &with, &all) < 0) return -1;
+        if (with == 0) {
+            *field = "environment.image";
+            snprintf(msg, cap,
+                     "no node can run an image: none of the %d node%s has an agent with podman (GET /cluster: "
+                     "runtimes); a node needs podman and runc, and its agent running as root",
+                     all, all == 1 ? "" : "s");
+            return 1;
+        }
+    }
     if (dpw > c.largest) {
         *field = "resources.devices_per_worker";
         snprintf(msg, cap, "a worker needs %d %s on one node; the largest node has %d", dpw, kind, c.largest);

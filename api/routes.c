@@ -21,6 +21,7 @@ const route *const api_route_tables[] = {
     api_metrics_routes,
     api_web_routes,
     api_contexts_routes,
+    api_registry_routes,
     NULL,
 };
 

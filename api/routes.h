@@ -13,6 +13,7 @@ struct server;
 extern const route api_jobs_routes[];
 extern const route api_teams_routes[];
 extern const route api_exec_routes[];
+extern const route api_registry_routes[];   /* api/registry_api.c */
 
 /* NULL-terminated list of the tables above (and those of other modules). */
 extern const route *const api_route_tables[];
