@@ -5,10 +5,12 @@
  * job failed, 5 it was cancelled, 6 a download did not match its sha256. */
 #include "cli.h"
 #include "client.h"
+#include "../common/ctxtar.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +28,7 @@ typedef struct cli_opts {
     const char *checkpoint;     /* --checkpoint CID (default: the newest) */
     const char *output;         /* -o FILE */
     int interval_ms;            /* watch */
+    const char *context;        /* submit --context DIR */
 } cli_opts;
 
 enum { EXIT_OK = 0, EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3, EXIT_JOB_FAILED = 4,
@@ -124,6 +127,151 @@ static void print_job_row(const cJSON *j) {
            jstr(j, "reason"));
 }
 
+/* ---------------------------------------------------------------- contexts */
+
+/* A byte count of a reply, not clamped (a context may pass 2 GiB). */
+static double jbytes(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) && v->valuedouble == v->valuedouble ? v->valuedouble : 0;
+}
+
+/* Packs dir into a scratch file (read back into *data, *len bytes); the
+ * scratch file and its folder are gone on return. 0, or an exit code. */
+static int pack_context(const char *dir, ctx_info *info, char **data, size_t *len) {
+    const char *t = getenv("TMPDIR");
+    char tdir[PATH_MAX], out[PATH_MAX + 32], err[1024];
+    if (sfmt(tdir, sizeof tdir, "%s/trainyard-context-XXXXXX", t && *t ? t : "/tmp") < 0 || !mkdtemp(tdir)) {
+        fprintf(stderr, "error: cannot make a scratch folder to pack %s in: %s\n", dir, strerror(errno));
+        return EXIT_USAGE;
+    }
+    snprintf(out, sizeof out, "%s/context.tar.gz", tdir);
+    int rc = EXIT_OK;
+    if (ctx_pack(dir, out, info, err, sizeof err) < 0) {
+        fprintf(stderr, "error: --context %s: %s\n", dir, err);
+        rc = EXIT_USAGE;
+    } else if (!(*data = file_read_all(out, (size_t)info->packed + 1, len)) || (int64_t)*len != info->packed) {
+        fprintf(stderr, "error: cannot read back the packed %s: %s\n", dir, strerror(errno));
+        free(*data);
+        *data = NULL;
+        rc = EXIT_USAGE;
+    }
+    unlink(out);
+    rmdir(tdir);
+    return rc;
+}
+
+/* Packs dir and uploads it (POST /api/v1/contexts); id gets "sha256:HEX".
+ * Says on stderr what was sent and whether the server had it already; with
+ * print_raw and --json, prints the server's answer. Returns an exit code. */
+static int push_context(const cli_opts *o, const char *dir, char *id, size_t idlen, int print_raw) {
+    ctx_info info;
+    char *data = NULL;
+    size_t len = 0;
+    int rc = pack_context(dir, &info, &data, &len);
+    if (rc != EXIT_OK) return rc;
+    client c;
+    if (client_init(&c, o->url, o->token) < 0) {
+        fprintf(stderr, "error: cannot initialise the HTTP client\n");
+        free(data);
+        return EXIT_REFUSED;
+    }
+    c.timeout_ms = 30L * 60 * 1000; /* a big folder over a slow link */
+    client_reply r;
+    int sent = client_request(&c, "POST", "/api/v1/contexts", data, len, "application/gzip", &r);
+    client_release(&c);
+    free(data);
+    if (sent < 0) {
+        fprintf(stderr, "error: cannot reach the server: %s\n", r.error);
+        client_reply_release(&r);
+        return EXIT_UNREACHABLE;
+    }
+    if (r.status >= 400) {
+        if (o->json && print_raw) fwrite(r.body.data ? r.body.data : "", 1, r.body.len, stdout);
+        else print_error(&r);
+        rc = r.status >= 500 ? EXIT_UNREACHABLE : EXIT_REFUSED;
+        client_reply_release(&r);
+        return rc;
+    }
+    cJSON *v = cJSON_ParseWithLength(r.body.data ? r.body.data : "", r.body.len);
+    char want[80];
+    snprintf(want, sizeof want, "sha256:%s", info.sha256);
+    const char *got = v ? jstr(v, "id") : "-";
+    if (strcmp(got, want) != 0) {
+        /* the server names a context by the sha256 of the bytes it got */
+        fprintf(stderr, "error: the server answered HTTP %ld with the id %s for the context %s (sha256 %s)\n",
+                r.status, got, dir, info.sha256);
+        cJSON_Delete(v);
+        client_reply_release(&r);
+        return EXIT_REFUSED;
+    }
+    if (o->json && print_raw) fwrite(r.body.data ? r.body.data : "", 1, r.body.len, stdout);
+    fprintf(stderr, "context: %s packed (%" PRId64 " files, %" PRId64 " KiB) as %s (%s)\n", dir, info.files,
+            (info.packed + 1023) / 1024, want, r.status == 201 ? "uploaded" : "already on the server");
+    snprintf(id, idlen, "%s", want);
+    cJSON_Delete(v);
+    client_reply_release(&r);
+    return EXIT_OK;
+}
+
+static int do_context_push(const cli_opts *o, const char *dir) {
+    char id[80];
+    int rc = push_context(o, dir, id, sizeof id, 1);
+    if (rc == EXIT_OK && !o->json) printf("%s\n", id);
+    return rc;
+}
+
+static int do_context_list(const cli_opts *o) {
+    int ec;
+    cJSON *v = call(o, "GET", "/api/v1/contexts", NULL, 0, 1, &ec);
+    if (!v) return ec;
+    if (!o->json) {
+        printf("%-71s %12s %7s %4s  %-24s %s\n", "ID", "BYTES", "FILES", "JOBS", "CREATED", "USED");
+        const cJSON *x;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(v, "contexts"))
+            printf("%-71s %12.0f %7.0f %4d  %-24s %s\n", jstr(x, "id"), jbytes(x, "bytes"), jbytes(x, "files"),
+                   (int)jnum(x, "jobs"), jstr(x, "created_at"), jstr(x, "used_at"));
+        if (cJSON_GetObjectItemCaseSensitive(v, "quota_bytes"))
+            printf("%.0f of %.0f bytes of the team's quota in use\n", jbytes(v, "used_bytes"), jbytes(v, "quota_bytes"));
+    }
+    cJSON_Delete(v);
+    return 0;
+}
+
+/* submit FILE --context DIR: the job must be a command job; DIR is packed
+ * and uploaded first, and the job submitted with command.context set to the
+ * id, so the tasks start in an unpacked copy of it. */
+static char *spec_with_context(const cli_opts *o, const char *file, const char *spec, size_t len, int *ec) {
+    cJSON *j = cJSON_ParseWithLength(spec, len);
+    cJSON *cmd = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "command") : NULL;
+    if (!cJSON_IsObject(cmd)) {
+        fprintf(stderr,
+                "error: --context goes with a command job (\"command\": {\"argv\": [...]}), and %s %s; the built-in "
+                "engine's jobs take no folder\n",
+                file, j ? "has no \"command\" object" : "is not JSON");
+        cJSON_Delete(j);
+        *ec = EXIT_USAGE;
+        return NULL;
+    }
+    char id[80];
+    *ec = push_context(o, o->context, id, sizeof id, 0);
+    if (*ec != EXIT_OK) {
+        cJSON_Delete(j);
+        return NULL;
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(cmd, "context");
+    if (!cJSON_AddStringToObject(cmd, "context", id)) {
+        fprintf(stderr, "error: out of memory\n");
+        abort();
+    }
+    char *out = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    if (!out) {
+        fprintf(stderr, "error: out of memory\n");
+        abort();
+    }
+    return out;
+}
+
 static int do_submit(const cli_opts *o, const char *file) {
     size_t len = 0;
     char *spec = file_read_all(file, 1u << 20, &len);
@@ -132,6 +280,13 @@ static int do_submit(const cli_opts *o, const char *file) {
         return 1;
     }
     int ec;
+    if (o->context) {
+        char *with = spec_with_context(o, file, spec, len, &ec);
+        free(spec);
+        if (!with) return ec;
+        spec = with;
+        len = strlen(with);
+    }
     cJSON *j = call(o, "POST", "/api/v1/jobs", spec, len, 1, &ec);
     free(spec);
     if (!j) return ec;
@@ -651,7 +806,9 @@ static int do_checkpoints(const cli_opts *o, const char *id) {
 
 static void cli_usage(FILE *f) {
     fprintf(f,
-            "usage: trainyard submit FILE            submit a job spec (JSON)\n"
+            "usage: trainyard submit FILE [--context DIR]   submit a job spec (JSON); --context packs DIR\n"
+            "                                        (less what DIR/.trainyardignore names), uploads it and\n"
+            "                                        sets the command job's command.context to its id\n"
             "       trainyard jobs [--state S] [--limit N]\n"
             "       trainyard status ID              a job, its progress and timeline\n"
             "       trainyard cancel ID [--reason R]\n"
@@ -662,9 +819,12 @@ static void cli_usage(FILE *f) {
             "       trainyard cluster                nodes, devices and who holds them\n"
             "       trainyard events ID              a job's timeline\n"
             "       trainyard checkpoints ID [--download [--checkpoint CID] [-o FILE]]\n"
+            "       trainyard context push DIR       pack and upload a folder; prints its id (sha256:...)\n"
+            "       trainyard context list           the team's contexts, their size and the jobs using them\n"
             "options: --json (print the server's JSON), --url URL, --token TOKEN,\n"
             "         --ca-cert FILE (the CA to verify an https:// server with)\n"
-            "exit: 0 ok, 1 refused by the server (4xx), 2 usage, 3 server unreachable or 5xx,\n"
+            "exit: 0 ok, 1 refused by the server (4xx), 2 usage (or a folder that cannot be packed),\n"
+            "      3 server unreachable or 5xx,\n"
             "      4 watched job failed, 5 watched job cancelled, 6 download sha256 mismatch\n"
             "env: TRAINYARD_URL (default http://127.0.0.1:8080), TRAINYARD_TOKEN (default: ./.trainyard/token),\n"
             "     TRAINYARD_CA (a CA file for https://; default: the system's store)\n");
@@ -673,7 +833,7 @@ static void cli_usage(FILE *f) {
 int cmd_cli(int argc, char **argv) {
     const char *cmd = argv[0];
     static const char *cmds[] = {"submit", "jobs",  "status", "cancel", "teams",      "logs",
-                                 "watch",  "queue", "cluster", "events", "checkpoints"};
+                                 "watch",  "queue", "cluster", "events", "checkpoints", "context"};
     int known = 0;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(cmd, cmds[i]) == 0) known = 1;
@@ -692,7 +852,7 @@ int cmd_cli(int argc, char **argv) {
         {"follow", no_argument, NULL, 'f'}, {"download", no_argument, NULL, 'D'},
         {"checkpoint", required_argument, NULL, 'C'}, {"output", required_argument, NULL, 'o'},
         {"interval", required_argument, NULL, 'i'}, {"ca-cert", required_argument, NULL, 'A'},
-        {NULL, 0, NULL, 0},
+        {"context", required_argument, NULL, 'X'},  {NULL, 0, NULL, 0},
     };
     int c;
     optind = 1;
@@ -704,6 +864,7 @@ int cmd_cli(int argc, char **argv) {
         case 'D': o.download = 1; break;
         case 'C': o.checkpoint = optarg; break;
         case 'o': o.output = optarg; break;
+        case 'X': o.context = optarg; break;
         case 'i':
             if (parse_long(optarg, 50, 60000, &iv) < 0) {
                 fprintf(stderr, "error: --interval wants 50-60000 (ms)\n");
@@ -745,6 +906,13 @@ int cmd_cli(int argc, char **argv) {
         return 2;
     }
     int nargs = argc - optind;
+    if (o.context && strcmp(cmd, "submit") != 0) {
+        fprintf(stderr, "error: --context goes with submit (trainyard context push DIR uploads a folder alone)\n");
+        return 2;
+    }
+    if (strcmp(cmd, "context") == 0 && nargs == 2 && strcmp(argv[optind], "push") == 0)
+        return do_context_push(&o, argv[optind + 1]);
+    if (strcmp(cmd, "context") == 0 && nargs == 1 && strcmp(argv[optind], "list") == 0) return do_context_list(&o);
     if (strcmp(cmd, "submit") == 0 && nargs == 1) return do_submit(&o, argv[optind]);
     if (strcmp(cmd, "jobs") == 0 && nargs == 0) return do_jobs(&o);
     if (strcmp(cmd, "status") == 0 && nargs == 1) return do_status(&o, argv[optind]);
