@@ -5,8 +5,10 @@
  * ctx_check accepting what ctx_pack makes and refusing, with the entry
  * named, every hostile archive built here with libarchive's writer; and
  * ctx_unpack writing the tree (modes, links, owner when root) and refusing
- * the hostile ones without writing outside its directory. The CLI's
- * `--context` refusals that happen before any upload run the real binary. */
+ * the hostile ones without writing outside its directory. The CLI runs as
+ * the real binary: its `--context` refusals before any upload, and against a
+ * real server `submit --context` (uploaded, then already there, the job
+ * naming the id), `context push`, `context list` and the server's 413. */
 #include "testlib.h"
 
 #include <archive.h>
@@ -684,6 +686,114 @@ START_TEST(cli_context_refusals_before_upload) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- the CLI against a real server */
+
+static ty_proc srv;
+static char team_tok[128];
+
+static void srv_start(void) {
+    setup();
+    memset(&srv, 0, sizeof srv);
+    ty_mkdtemp(srv.dir, sizeof srv.dir, "ctxsrv");
+    const char *extra[] = {"--context-max-mb", "1", NULL};
+    ty_server_start_args(&srv, "server", extra);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    setenv("TRAINYARD_URL", srv.url, 1);
+    setenv("TRAINYARD_TOKEN", team_tok, 1);
+}
+
+static void srv_stop(void) {
+    ty_kill(&srv, SIGTERM);
+    ty_rmrf(srv.dir);
+    teardown();
+}
+
+/* Runs `trainyard ARGS`, stdout and stderr together into out; its exit code. */
+static int run_cli_all(const char *args, buf *out) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", ty_bin(), args);
+    FILE *p = popen(cmd, "r");
+    ck_assert_ptr_nonnull(p);
+    buf_init(out, 1 << 20);
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, p)) > 0) ck_assert_int_eq(buf_append(out, chunk, n), 0);
+    int st = pclose(p);
+    ck_assert(WIFEXITED(st));
+    return WEXITSTATUS(st);
+}
+
+START_TEST(cli_submit_with_context) {
+    char src[1024], job[1024], args[4096], want[2048], tar[1024], err[512];
+    snprintf(src, sizeof src, "%s/proj", tmp);
+    put(src, "train.py", "print('trained')\n", 0644);
+    put(src, "lib/util.py", "X = 1\n", 0644);
+    put(src, ".trainyardignore", "*.pyc\n", 0644);
+    put(src, "lib/util.pyc", "junk", 0644);
+    /* the id the server must answer: the sha256 of the same packing here */
+    snprintf(tar, sizeof tar, "%s/local.tar.gz", tmp);
+    ctx_info info;
+    ck_assert_msg(ctx_pack(src, tar, &info, err, sizeof err) == 0, "%s", err);
+    char id[80];
+    snprintf(id, sizeof id, "sha256:%s", info.sha256);
+
+    snprintf(job, sizeof job, "%s/cmd.json", tmp);
+    const char *cmdjob = "{\"name\": \"ctx\", \"command\": {\"argv\": [\"python3\", \"train.py\"]}}";
+    ck_assert_int_eq(file_write_atomic(job, cmdjob, strlen(cmdjob), 0600), 0);
+    snprintf(args, sizeof args, "submit '%s' --context '%s'", job, src);
+    buf out;
+    ck_assert_int_eq(run_cli_all(args, &out), 0);
+    snprintf(want, sizeof want, "context: %s packed (3 files, %lld KiB) as %s (uploaded)\n", src,
+             (long long)((info.packed + 1023) / 1024), id);
+    ck_assert_msg(strstr(out.data, want) != NULL, "got:\n%s\nwanted:\n%s", out.data, want);
+    ck_assert_msg(strstr(out.data, "submitted job ") != NULL, "%s", out.data);
+    long long jid = atoll(strstr(out.data, "submitted job ") + 14);
+    buf_release(&out);
+    /* the job names the context */
+    char path[128];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld", jid);
+    char *body = ty_http_text(srv.url, team_tok, path);
+    ck_assert_msg(strstr(body, id) != NULL, "job %lld does not name %s: %s", jid, id, body);
+    free(body);
+    /* the same folder again: the same id, which the server has */
+    ck_assert_int_eq(run_cli_all(args, &out), 0);
+    snprintf(want, sizeof want, "as %s (already on the server)\n", id);
+    ck_assert_msg(strstr(out.data, want) != NULL, "%s", out.data);
+    buf_release(&out);
+    /* context push prints the id; context list shows it */
+    snprintf(args, sizeof args, "context push '%s'", src);
+    ck_assert_int_eq(run_cli_all(args, &out), 0);
+    snprintf(want, sizeof want, "(already on the server)\n%s\n", id); /* the line on stderr, the id on stdout */
+    ck_assert_msg(strstr(out.data, want) != NULL, "%s", out.data);
+    buf_release(&out);
+    ck_assert_int_eq(run_cli_all("context list", &out), 0);
+    ck_assert_msg(strstr(out.data, id) != NULL && strstr(out.data, "FILES") != NULL, "%s", out.data);
+    buf_release(&out);
+    /* over the server's limit (--context-max-mb 1): its refusal, exit 1 */
+    char big[1024];
+    snprintf(big, sizeof big, "%s/big", tmp);
+    dir_at(big, "", 0755);
+    size_t n = 3u << 19;
+    char *noise = xmalloc(n + 1);
+    uint32_t x = 2463534242u;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        noise[i] = (char)(x & 0xff);
+    }
+    char noisy[2048];
+    snprintf(noisy, sizeof noisy, "%s/noise.bin", big);
+    ck_assert_int_eq(file_write_atomic(noisy, noise, n, 0644), 0);
+    free(noise);
+    snprintf(args, sizeof args, "submit '%s' --context '%s'", job, big);
+    ck_assert_int_eq(run_cli_all(args, &out), 1);
+    ck_assert_msg(strstr(out.data, "error: ") != NULL && strstr(out.data, "HTTP 413") != NULL, "%s", out.data);
+    ck_assert_msg(strstr(out.data, "submitted job") == NULL, "%s", out.data);
+    buf_release(&out);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ctxtar");
     TCase *tc = ty_tcase(s, "ctxtar", setup, teardown, 120);
@@ -694,5 +804,7 @@ int main(void) {
     tcase_add_test(tc, unpack_writes_the_tree);
     tcase_add_test(tc, unpack_refuses_hostile_archives_inside_its_dir);
     tcase_add_test(tc, cli_context_refusals_before_upload);
+    TCase *tcs = ty_tcase(s, "cli_server", srv_start, srv_stop, 120);
+    tcase_add_test(tcs, cli_submit_with_context);
     return ty_run_suite(s);
 }
