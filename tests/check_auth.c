@@ -30,6 +30,7 @@ static const char *const COL_NAME[NCOL] = {"admin", "team A", "team B", "join", 
 static char tok[NCOL][160];
 
 static int64_t job_a, job_b, job_c, node1, node2, node3, task_a, task_b, ckpt_a;
+static char ctx_a[80]; /* team A's context ("sha256:HEX"), which job A names */
 
 /* ---------------------------------------------------------------- raw HTTP */
 
@@ -201,6 +202,29 @@ static int64_t put_checkpoint(int64_t job, const char *token, const char *bytes)
     return id;
 }
 
+/* Team A's context: a one-file folder packed with tar, uploaded. */
+static void upload_context(void) {
+    char src[400], file[450], tgz[400], cmd[1000];
+    snprintf(src, sizeof src, "%s/ctx-src", srv.dir);
+    snprintf(file, sizeof file, "%s/train.py", src);
+    snprintf(tgz, sizeof tgz, "%s/ctx.tgz", srv.dir);
+    ck_assert_int_eq(mkdir(src, 0700), 0);
+    ck_assert_int_eq(file_write_atomic(file, "print(1)\n", 9, 0600), 0);
+    snprintf(cmd, sizeof cmd, "tar czf '%s' -C '%s' .", tgz, src);
+    ck_assert_int_eq(system(cmd), 0);
+    size_t len = 0;
+    char *bytes = file_read_all(tgz, 1u << 20, &len);
+    ck_assert_ptr_nonnull(bytes);
+    rawres r;
+    req("POST", "/api/v1/contexts", tok[C_TEAM_A], NULL, "application/gzip", bytes, len, &r);
+    ck_assert_msg(r.status == 201, "POST /contexts answered %d: %s", r.status, r.body ? r.body : "");
+    rawres_free(&r);
+    char hex[65];
+    sha256_hex(bytes, len, hex);
+    snprintf(ctx_a, sizeof ctx_a, "sha256:%s", hex);
+    free(bytes);
+}
+
 static void start(void) {
     memset(&srv, 0, sizeof srv);
     ty_mkdtemp(srv.dir, sizeof srv.dir, "auth");
@@ -220,7 +244,11 @@ static void start(void) {
     node1 = register_node("n1", 4, tok[C_NODE], sizeof tok[C_NODE]);
     node2 = register_node("n2", 0, tok[C_NODE2], sizeof tok[C_NODE2]);
     node3 = register_node("n3", 0, NULL, 0);
-    job_a = submit(tok[C_TEAM_A], SPEC("job-a"));
+    /* job A runs a command in team A's context: its task and node may fetch it */
+    upload_context();
+    char spec_a[256];
+    snprintf(spec_a, sizeof spec_a, "{\"name\":\"job-a\",\"command\":{\"argv\":[\"true\"],\"context\":\"%s\"}}", ctx_a);
+    job_a = submit(tok[C_TEAM_A], spec_a);
     job_b = submit(tok[C_TEAM_B], SPEC("job-b"));
     /* take the tasks of A and B as n1's agent would */
     char path[128];
@@ -261,7 +289,8 @@ static void stop(void) {
  * 2xx, or 409/422 about the request itself), U = 401, F = 403, N = 404
  * (another team's or another job's resource: ids do not leak). Each row
  * aims at team A's job A (job C for cancel), node n1 (n3 for the token
- * revocation), job A's task, job A's checkpoint, rendezvous key k. */
+ * revocation), job A's task, job A's checkpoint, rendezvous key k, team
+ * A's context (which job A names). */
 typedef struct mrow {
     const char *method, *pattern;
     const char *query;        /* appended to the path */
@@ -304,6 +333,10 @@ static const mrow MATRIX[] = {
     {"GET", "/metrics", "", "oFFFFFFFUU"},
     {"GET", "/api/v1/openapi.json", "", "oooooooooo"},
     {"GET", "/api/v1/examples", "", "oooFFFFFUU"},
+    {"POST", "/api/v1/contexts", "", "FooFFFFFUU"},
+    {"GET", "/api/v1/contexts", "", "FooFFFFFUU"},
+    {"GET", "/api/v1/contexts/{id}", "", "FoNFoNoNUU"},
+    {"DELETE", "/api/v1/contexts/{id}", "", "FoNFFFFFUU"},
 };
 #define NROWS ((int)(sizeof MATRIX / sizeof MATRIX[0]))
 
@@ -320,7 +353,9 @@ static void row_path(const mrow *m, char *out, size_t cap) {
         }
         const char *e = strchr(p, '}');
         size_t n = (size_t)(e - p + 1);
-        if (strncmp(p, "{id}", n) == 0) {
+        if (strncmp(p, "{id}", n) == 0 && strncmp(m->pattern, "/api/v1/contexts/", 17) == 0) {
+            rc |= buf_appends(&b, ctx_a); /* named by job A: DELETE is a 409 */
+        } else if (strncmp(p, "{id}", n) == 0) {
             int64_t id = strncmp(m->pattern, "/api/v1/jobs/", 13) == 0
                              ? (strstr(m->pattern, "/cancel") ? job_c : job_a)
                          : strncmp(m->pattern, "/api/v1/nodes/", 14) == 0
@@ -373,6 +408,10 @@ static const char *row_body(const mrow *m, int col, char *scratch, size_t cap, c
         return "weights";
     }
     if (strstr(m->pattern, "/teams/")) return "{\"weight\":1}";
+    if (strcmp(m->pattern, "/api/v1/contexts") == 0) {
+        *ctype = "application/gzip";
+        return "not a tar"; /* the handler's 422: let through */
+    }
     return "{}";
 }
 
@@ -754,6 +793,8 @@ START_TEST(old_data_dir_migrates) {
                           " ALTER TABLE jobs DROP COLUMN workers_min; ALTER TABLE jobs DROP COLUMN workers_now;"
                           " ALTER TABLE jobs DROP COLUMN resize_to;"
                           " ALTER TABLE tokens DROP COLUMN expires_at;"
+                          " DROP TABLE contexts; DROP INDEX jobs_context; ALTER TABLE jobs DROP COLUMN context;"
+                          " ALTER TABLE nodes DROP COLUMN runtimes; DROP TABLE registry_creds;"
                           " DELETE FROM schema_migrations WHERE version >= 5;",
                           NULL, NULL, &err);
     ck_assert_msg(rc == SQLITE_OK, "cannot make a version-4 database: %s", err ? err : "?");

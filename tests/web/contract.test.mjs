@@ -11,7 +11,7 @@
 // document was exercised, but those of NOT_REACHED (each with its reason).
 import {test, before, after} from 'node:test';
 import assert from 'node:assert/strict';
-import {spawn, execFile} from 'node:child_process';
+import {spawn, execFile, execFileSync} from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -99,8 +99,9 @@ function cli(args, {token = tokens.team} = {}) {
 before(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ty_contract_'));
   proxy = await new ContractProxy().start();
+  // --context-max-mb 1: the refusals' body of 1 MiB + 1 is past every route's limit
   server = start(['server', '--listen', '127.0.0.1:0', '--data', dir, '--public-url', proxy.url,
-                  '--heartbeat-timeout', '60'], 'server');
+                  '--heartbeat-timeout', '60', '--context-max-mb', '1'], 'server');
   const urlFile = path.join(dir, 'server.url');
   for (let i = 0; i < 400 && !fs.existsSync(urlFile); i++) {
     if (server.exitCode !== null) throw new Error(`trainyard server exited; see ${dir}/server.log`);
@@ -265,6 +266,48 @@ test('the CLI', async () => {
   const again = await cli(['cancel', String(id)]);
   assert.equal(again.code, 1);
   assert.match(again.stderr, /already succeeded/);
+});
+
+// A context: a folder as a gzip'd tar (tar czf), its list, its bytes, what
+// is refused (a link leading out, not gzip, a job naming a context the team
+// does not hold), its delete while a queued job names it (409) and after.
+test('contexts', async () => {
+  const src = fs.mkdtempSync(path.join(dir, 'ctx-'));
+  fs.writeFileSync(path.join(src, 'train.py'), "print('trained')\n");
+  const tgz = path.join(dir, 'ctx.tgz');
+  execFileSync('tar', ['czf', tgz, '-C', src, '.']);
+  const bytes = fs.readFileSync(tgz);
+  const id = 'sha256:' + crypto.createHash('sha256').update(bytes).digest('hex');
+  const gz = {'Content-Type': 'application/gzip'};
+  let r = await call(U + '/contexts', {method: 'POST', body: bytes, headers: gz});
+  assert.equal(r.status, 201, JSON.stringify(r.body));
+  assert.equal(r.body.id, id);
+  assert.equal((await call(U + '/contexts', {method: 'POST', body: bytes, headers: gz})).status, 200);
+  r = await call(U + '/contexts');
+  assert.equal(r.status, 200);
+  assert.ok(r.body.contexts.some(c => c.id === id));
+  r = await call(`${U}/contexts/${id}`, {raw: true});
+  assert.equal(r.status, 200);
+  assert.ok(r.bytes.equals(bytes));
+  assert.equal(r.headers.get('x-checksum-sha256'), id.slice(7));
+  assert.equal((await call(`${U}/contexts/sha256:nothex`)).status, 422);
+  assert.equal((await call(`${U}/contexts/sha256:${'0'.repeat(64)}`)).status, 404);
+  fs.symlinkSync('../../etc/passwd', path.join(src, 'out'));
+  execFileSync('tar', ['czf', tgz, '-C', src, '.']);
+  r = await call(U + '/contexts', {method: 'POST', body: fs.readFileSync(tgz), headers: gz});
+  assert.equal(r.status, 422);
+  assert.equal(r.body.error.code, 'invalid_context');
+  assert.equal((await call(U + '/contexts', {method: 'POST', body: 'plain text', headers: gz})).status, 422);
+  const spec = ctx => JSON.stringify({name: 'ctx', command: {argv: ['python3', 'train.py'], context: ctx},
+                                      resources: {workers: 1, device: 'gpu'}, queue_if_infeasible: true});
+  r = await call(U + '/jobs', {method: 'POST', body: spec('sha256:' + '1'.repeat(64))});
+  assert.equal(r.status, 422);
+  assert.equal(r.body.error.field, 'command.context');
+  const job = await submit(spec(id)); // queued: no node here has a GPU
+  assert.equal((await call(`${U}/contexts/${id}`, {method: 'DELETE'})).status, 409);
+  assert.equal((await call(`${U}/jobs/${job}/cancel`, {method: 'POST'})).status, 200);
+  assert.equal((await call(`${U}/contexts/${id}`, {method: 'DELETE'})).status, 204);
+  assert.equal((await call(`${U}/contexts/${id}`, {method: 'DELETE'})).status, 404);
 });
 
 test('error answers', async () => {
