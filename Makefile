@@ -112,6 +112,8 @@ DEPS_check_storage := $(COMMON_OBJ) $(SPEC_OBJ) $(STORAGE_OBJ)
 DEPS_check_sched   := $(COMMON_OBJ) $(SPEC_OBJ) $(STORAGE_OBJ) $(SCHED_OBJ)
 DEPS_check_comm    := $(COMMON_OBJ) $(COMM_OBJ)
 DEPS_check_strategy := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(BUILD)/obj/executor/train_loop.o $(GPU_ENGINE_OBJ)
+# tests/check_image.c makes the test registry's bcrypt login (crypt_gensalt_rn)
+LIBS_check_image := -lcrypt
 
 TEST_SRC := $(wildcard tests/check_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
@@ -158,7 +160,7 @@ $(BUILD)/trainyard: $(BUILD)/obj/cmd/main.o $(LIB_OBJ)
 $(BUILD)/tests/%: tests/%.c $$(if $$(DEPS_$$*),$$(DEPS_$$*),$$(LIB_OBJ))
 	@mkdir -p $(dir $@)
 	@echo "  LD  $@"
-	@$(CC) $(ALL_CFLAGS) -o $@ $< $(if $(DEPS_$*),$(DEPS_$*),$(LIB_OBJ)) $(LIBS) $(CHECK_LIBS) $(LDSAN)
+	@$(CC) $(ALL_CFLAGS) -o $@ $< $(if $(DEPS_$*),$(DEPS_$*),$(LIB_OBJ)) $(LIBS) $(LIBS_$*) $(CHECK_LIBS) $(LDSAN)
 
 tests: $(TEST_BIN)
 

@@ -183,6 +183,7 @@ static cJSON *handout(server *srv, int64_t task_id, int *err) {
     cJSON_AddItemToObject(cfg, "devices", devices);
     devices = NULL;
     cJSON_AddNumberToObject(cfg, "job", (double)t.job_id);
+    cJSON_AddNumberToObject(cfg, "team", (double)j.team_id);
     cJSON_AddNumberToObject(cfg, "attempt", t.attempt);
     cJSON_AddNumberToObject(cfg, "memory_mb", (double)t.memory_mb);
     cJSON_AddStringToObject(cfg, "api", srv->public_url);

@@ -58,6 +58,7 @@ typedef struct cmd_addr {
 
 typedef struct cconfig {
     int64_t job;
+    int64_t team;                /* the job's team: whose pulls of an image count (container.h) */
     int attempt;
     char api[512];
     char token[256];
@@ -124,6 +125,10 @@ static int config_parse(const char *text, cconfig *c, char *err, size_t errlen) 
     c->job = (int64_t)job->valuedouble;
     const cJSON *att = cJSON_GetObjectItemCaseSensitive(o, "attempt");
     c->attempt = cJSON_IsNumber(att) ? att->valueint : 1;
+    const cJSON *team = cJSON_GetObjectItemCaseSensitive(o, "team");
+    c->team = cJSON_IsNumber(team) && team->valuedouble >= 1 && team->valuedouble <= 9007199254740992.0
+                  ? (int64_t)team->valuedouble
+                  : 0;
     if (sfmt(c->api, sizeof c->api, "%s", api->valuestring) < 0 ||
         sfmt(c->token, sizeof c->token, "%s", tok->valuestring) < 0) {
         snprintf(err, errlen, "TRAINYARD_CONFIG api or token too long");
@@ -1095,7 +1100,7 @@ static int image_ready(cmd_run *r, char *err, size_t errlen) {
     const environment_spec *env = &r->spec->environment;
     char authfile[PATH_MAX];
     registry_login(r, authfile, sizeof authfile);
-    int rc = ctr_pull(&r->ctr, env->image, env->pull == PULL_ALWAYS, authfile, pull_note, r, err, errlen);
+    int rc = ctr_pull(&r->ctr, env->image, env->pull == PULL_ALWAYS, r->cfg.team, authfile, pull_note, r, err, errlen);
     if (authfile[0]) unlink(authfile);
     if (rc == 0) return 0;
     log_error("%s", err);
@@ -1238,6 +1243,8 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
              c->n_ps ? " and ps" : "", spec->environment.image[0] ? " in image " : "", spec->environment.image);
     r->in_ctr = ctr_parse(&r->ctr, err, sizeof err);
     if (r->in_ctr < 0) goto fail;
+    r->ctr.job = c->job;
+    snprintf(r->ctr.task, sizeof r->ctr.task, "%s", r->task_name);
     if (spec->environment.image[0] && !r->in_ctr) {
         snprintf(err, sizeof err, "the job runs in image %.200s, but this node's agent runs no container runtime",
                  spec->environment.image);

@@ -151,21 +151,39 @@ static void tail_lines(const char *text, char *out, size_t cap) {
     out[k] = '\0';
 }
 
-int ctr_pull(const ctr_opts *o, const char *image, int always, const char *authfile, ctr_pull_note note, void *ctx,
-             char *err, size_t errlen) {
+/* Whether team is in the pullers' list (one id a line). */
+static int team_pulled(const char *path, int64_t team) {
+    size_t len = 0;
+    char *s = file_read_all(path, 1 << 20, &len);
+    if (!s) return 0;
+    int found = 0;
+    for (char *p = s; *p && !found;) {
+        found = strtoll(p, NULL, 10) == team;
+        p = strchr(p, '\n');
+        if (!p) break;
+        p++;
+    }
+    free(s);
+    return found;
+}
+
+int ctr_pull(const ctr_opts *o, const char *image, int always, int64_t team, const char *authfile,
+             ctr_pull_note note, void *ctx, char *err, size_t errlen) {
     /* one pull of an image at a time on this node */
-    char lock[PATH_MAX + 100], hex[65];
+    char lock[PATH_MAX + 100], teams[PATH_MAX + 100], hex[65];
     sha256_hex(image, strlen(image), hex);
     int fd = -1;
+    teams[0] = '\0';
     if (o->lock_dir[0] && mkdir_p(o->lock_dir, 0700) == 0 &&
-        sfmt(lock, sizeof lock, "%s/pull-%.16s.lock", o->lock_dir, hex) == 0)
+        sfmt(lock, sizeof lock, "%s/pull-%.16s.lock", o->lock_dir, hex) == 0 &&
+        sfmt(teams, sizeof teams, "%s/pull-%.16s.teams", o->lock_dir, hex) == 0)
         fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd >= 0)
         while (flock(fd, LOCK_EX) < 0 && errno == EINTR) {
         }
     char out[CTR_OUT_KEEP];
     int rc = 0;
-    if (!always) {
+    if (!always && fd >= 0 && team_pulled(teams, team)) {
         char *argv[] = {(char *)o->podman, "image", "exists", (char *)image, NULL};
         int st = run_capture(argv, NULL, 60, out, sizeof out);
         if (st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) goto done; /* cached */
@@ -195,6 +213,13 @@ int ctr_pull(const ctr_opts *o, const char *image, int always, const char *authf
         goto done;
     }
     if (note) note(ctx, 0, image, (double)(mono_ms() - t0) / 1000.0);
+    if (fd >= 0 && !team_pulled(teams, team)) {
+        FILE *f = fopen(teams, "a");
+        if (f) {
+            fprintf(f, "%lld\n", (long long)team);
+            fclose(f);
+        }
+    }
 done:
     if (fd >= 0) close(fd); /* the lock goes with it */
     return rc;
@@ -242,6 +267,8 @@ char **ctr_argv(const ctr_opts *o, const char *image, const char *wd, char *cons
     v[k++] = xstrdup("--rm");
     v[k++] = xstrdup("--name");
     v[k++] = xstrdup(o->name);
+    if (o->job > 0) v[k++] = fmt_dup("--label=trainyard.job=%lld", (long long)o->job);
+    if (o->task[0]) v[k++] = fmt_dup("--label=trainyard.task=%s", o->task);
     v[k++] = xstrdup("--pull=never");      /* pulled already, under the node's lock */
     v[k++] = xstrdup("--network=host");    /* rings and torch's store as on the host */
     v[k++] = xstrdup("--log-driver=none"); /* the output comes here, and goes to the job's logs */

@@ -35,6 +35,8 @@ typedef struct ctr_opts {
     char data_root[PATH_MAX];      /* "" none; else mounted read-only at the same path */
     char gpus[256];                /* "0,2": the CUDA indices of the task's GPUs ("" none) */
     char lock_dir[PATH_MAX];       /* where the node's pull locks are */
+    int64_t job;                   /* labels: trainyard.job, trainyard.task (set by the worker) */
+    char task[32];
 } ctr_opts;
 
 /* Reads TRAINYARD_CONTAINER. 1 when set and read, 0 when not set, -1 with
@@ -45,13 +47,17 @@ int ctr_parse(ctr_opts *o, char *err, size_t errlen);
 typedef void (*ctr_pull_note)(void *ctx, int pulling, const char *image, double seconds);
 
 /* Makes the image present: with always, pulls it; else pulls it only when
- * absent. One pull of an image at a time on the node (a lock in lock_dir):
- * a task that waited finds it there. authfile: a registry login file for
+ * absent or when team has not pulled it on this node yet. An image another
+ * team pulled with its login is in the node's store; a team that never
+ * pulled it itself (so never showed the registry a right to it) pulls it
+ * once, and the registry decides (the list of teams that did is kept in
+ * lock_dir beside the lock). One pull of an image at a time on the node (a
+ * lock in lock_dir): a task that waited finds it there. authfile: a registry login file for
  * the pull ("" none). note(ctx, 1, ...) before a pull starts, note(ctx, 0,
  * ..., seconds) once it is done. 0, or -1 with the registry's answer
  * (podman's last lines) in err. */
-int ctr_pull(const ctr_opts *o, const char *image, int always, const char *authfile, ctr_pull_note note, void *ctx,
-             char *err, size_t errlen);
+int ctr_pull(const ctr_opts *o, const char *image, int always, int64_t team, const char *authfile,
+             ctr_pull_note note, void *ctx, char *err, size_t errlen);
 
 /* The argv of `podman run` for the program argv in image, starting in wd,
  * passing by name each variable of envp that ctr_env_passes takes (their

@@ -1551,6 +1551,9 @@ static int parse_root(spec_error *e, const cJSON *root, jobspec *s) {
         get_bool(e, root, "", "queue_if_infeasible", &s->queue_if_infeasible) < 0 ||
         get_int(e, root, "", "max_restarts", 0, 100, &s->max_restarts) < 0)
         return -1;
+    if (!item(root, "command") && item(root, "environment"))
+        return fail(e, 422, "invalid_value", "environment",
+                    "environment is for command jobs: a training job runs trainyard's own engine");
     if (item(root, "command")) {
         s->kind = JOB_KIND_COMMAND;
         memset(&s->fit, 0, sizeof s->fit); /* no epochs or batches: the program decides */
