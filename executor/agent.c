@@ -1130,8 +1130,13 @@ int agent_run(const agent_options *o) {
         if (!a->iso.user) {
             if (o->podman[0]) log_warn("--podman %s: images need the agent to isolate tasks as root: none here", o->podman);
         } else if (ctr_probe(o->podman[0] ? o->podman : "podman", a->podman, sizeof a->podman, ver, sizeof ver) == 0) {
-            log_info("images run here with %s (%s)%s%s", a->podman, ver, o->podman_runtime[0] ? ", runtime " : "",
-                     o->podman_runtime);
+            /* runc where it is installed: crun (podman's first choice when
+             * both are) refuses the hybrid cgroup layout of many hosts */
+            char runc[PATH_MAX], rver[128];
+            if (!o->podman_runtime[0] && ctr_probe("runc", runc, sizeof runc, rver, sizeof rver) == 0)
+                snprintf(a->opt.podman_runtime, sizeof a->opt.podman_runtime, "runc");
+            log_info("images run here with %s (%s)%s%s", a->podman, ver, a->opt.podman_runtime[0] ? ", runtime " : "",
+                     a->opt.podman_runtime);
         } else if (o->podman[0]) {
             log_warn("--podman %s does not run: no images here", o->podman);
         }
@@ -1346,7 +1351,7 @@ static void agent_usage(FILE *f) {
             "                or its cgroup's limit, less a tenth kept for the system, at most 4 GiB)\n"
             "  --podman PATH     the container runtime that runs jobs with an image (default: podman\n"
             "                on the PATH, when the agent isolates tasks as root; none: no images here)\n"
-            "  --podman-runtime NAME  podman's OCI runtime, e.g. runc (default: podman's own choice)\n"
+            "  --podman-runtime NAME  podman's OCI runtime (default: runc when installed, else podman's choice)\n"
             "  --cache-dir DIR   where contexts are kept once fetched (default /var/cache/trainyard as\n"
             "                root, else $TMPDIR/trainyard-cache-UID)\n"
             "  --log-level debug|info|warn|error   --log-format text|json   (default info, text)\n");

@@ -13,6 +13,11 @@ pkgs+=(python3-torch)   # python3-numpy is above
 pkgs+=(chromium chromium-driver python3-prometheus-client)
 command -v node >/dev/null 2>&1 || pkgs+=(nodejs)
 command -v npm >/dev/null 2>&1 || pkgs+=(npm)
+# command jobs in a team's image: podman with runc (crun refuses hybrid cgroup
+# layouts; listing runc makes apt pick it for podman's "crun | runc"); their
+# tests build an image offline from Debian's packages (mmdebstrap) and serve
+# it from a registry on loopback (docker-registry)
+pkgs+=(podman runc mmdebstrap docker-registry)
 pkgs+=(${TRAINYARD_EXTRA_PKGS:-})
 missing=()
 for p in "${pkgs[@]}"; do
