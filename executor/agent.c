@@ -594,6 +594,7 @@ static char *container_env(agent *a, task *t, const char *gpus) {
     cJSON_AddStringToObject(o, "data_root", root);
     cJSON_AddStringToObject(o, "gpus", gpus);
     cJSON_AddStringToObject(o, "lock_dir", "/run/trainyard/pulls");
+    cJSON_AddNumberToObject(o, "agent", (double)getpid());
     char *j = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!j) return NULL;
@@ -1137,6 +1138,7 @@ int agent_run(const agent_options *o) {
                 snprintf(a->opt.podman_runtime, sizeof a->opt.podman_runtime, "runc");
             log_info("images run here with %s (%s)%s%s", a->podman, ver, a->opt.podman_runtime[0] ? ", runtime " : "",
                      a->opt.podman_runtime);
+            ctr_sweep(a->podman, (long)getpid());
         } else if (o->podman[0]) {
             log_warn("--podman %s does not run: no images here", o->podman);
         }

@@ -60,6 +60,7 @@ int ctr_parse(ctr_opts *o, char *err, size_t errlen) {
     o->cpu_shares = (int)json_num(j, "cpu_shares");
     o->nofile = (long)json_num(j, "nofile");
     o->nproc = (long)json_num(j, "nproc");
+    o->agent = (long)json_num(j, "agent");
     cJSON_Delete(j);
     if (bad || !o->podman[0] || !o->name[0] || !o->dir[0] || !o->uid) {
         snprintf(err, errlen, "TRAINYARD_CONTAINER lacks podman, name, dir or uid");
@@ -183,6 +184,19 @@ int ctr_pull(const ctr_opts *o, const char *image, int always, int64_t team, con
         }
     char out[CTR_OUT_KEEP];
     int rc = 0;
+    /* localhost/NAME is podman's name for an image made on this node (podman
+     * build, podman import): the node's own, never pulled from anywhere */
+    if (strncmp(image, "localhost/", 10) == 0) {
+        char *argv[] = {(char *)o->podman, "image", "exists", (char *)image, NULL};
+        int st = run_capture(argv, NULL, 60, out, sizeof out);
+        if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            snprintf(err, errlen,
+                     "image %s is not on this node (a localhost/ image is the node's own, built or imported there)",
+                     image);
+            rc = -1;
+        }
+        goto done;
+    }
     if (!always && fd >= 0 && team_pulled(teams, team)) {
         char *argv[] = {(char *)o->podman, "image", "exists", (char *)image, NULL};
         int st = run_capture(argv, NULL, 60, out, sizeof out);
@@ -267,6 +281,7 @@ char **ctr_argv(const ctr_opts *o, const char *image, const char *wd, char *cons
     v[k++] = xstrdup("--rm");
     v[k++] = xstrdup("--name");
     v[k++] = xstrdup(o->name);
+    if (o->agent > 0) v[k++] = fmt_dup("--label=trainyard.agent=%ld", o->agent);
     if (o->job > 0) v[k++] = fmt_dup("--label=trainyard.job=%lld", (long long)o->job);
     if (o->task[0]) v[k++] = fmt_dup("--label=trainyard.task=%s", o->task);
     v[k++] = xstrdup("--pull=never");      /* pulled already, under the node's lock */
@@ -413,4 +428,29 @@ int ctr_probe(const char *podman, char *path, size_t pathlen, char *version, siz
     size_t n = strcspn(out, "\n");
     snprintf(version, verlen, "%.*s", (int)n, out);
     return 0;
+}
+
+int ctr_sweep(const char *podman, long self) {
+    char *argv[] = {(char *)podman, "ps", "--all", "--filter", "label=trainyard.agent", "--format",
+                    "{{.Names}} {{index .Labels \"trainyard.agent\"}}", NULL};
+    char *out = xmalloc(1 << 16);
+    int st = run_capture(argv, NULL, 60, out, 1 << 16);
+    int n = 0;
+    if (st >= 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+        for (char *line = out; line && *line;) {
+            char *nl = strchr(line, '\n');
+            if (nl) *nl = '\0';
+            char name[256];
+            long pid = 0;
+            if (sscanf(line, "%255s %ld", name, &pid) == 2 && pid > 0 && pid != self &&
+                kill((pid_t)pid, 0) < 0 && errno == ESRCH && strncmp(name, "trainyard-", 10) == 0) {
+                log_warn("container %s of agent %ld, which is gone: removing it", name, pid);
+                ctr_remove(podman, name, 30);
+                n++;
+            }
+            line = nl ? nl + 1 : NULL;
+        }
+    }
+    free(out);
+    return n;
 }

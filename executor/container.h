@@ -35,6 +35,7 @@ typedef struct ctr_opts {
     char data_root[PATH_MAX];      /* "" none; else mounted read-only at the same path */
     char gpus[256];                /* "0,2": the CUDA indices of the task's GPUs ("" none) */
     char lock_dir[PATH_MAX];       /* where the node's pull locks are */
+    long agent;                    /* label trainyard.agent: the agent's pid (ctr_sweep) */
     int64_t job;                   /* labels: trainyard.job, trainyard.task (set by the worker) */
     char task[32];
 } ctr_opts;
@@ -51,7 +52,8 @@ typedef void (*ctr_pull_note)(void *ctx, int pulling, const char *image, double 
  * team pulled with its login is in the node's store; a team that never
  * pulled it itself (so never showed the registry a right to it) pulls it
  * once, and the registry decides (the list of teams that did is kept in
- * lock_dir beside the lock). One pull of an image at a time on the node (a
+ * lock_dir beside the lock). A localhost/ image is the node's own (podman
+ * build or import there): never pulled, an error when absent. One pull of an image at a time on the node (a
  * lock in lock_dir): a task that waited finds it there. authfile: a registry login file for
  * the pull ("" none). note(ctx, 1, ...) before a pull starts, note(ctx, 0,
  * ..., seconds) once it is done. 0, or -1 with the registry's answer
@@ -87,6 +89,12 @@ int ctr_authfile(const char *dir, const char *registry, const char *user, const 
 /* Finds the podman binary (name looked up on PATH, or a path) into path
  * and runs `podman --version` into version. 0 when it runs. */
 int ctr_probe(const char *podman, char *path, size_t pathlen, char *version, size_t verlen);
+
+/* Removes the containers a dead agent of this host left (label
+ * trainyard.agent = a pid that is not running, and not self): an agent
+ * killed outright takes its workers with it, not their containers. The
+ * number removed. */
+int ctr_sweep(const char *podman, long self);
 
 /* Removes the container (stopped at once when it still runs). Best effort;
  * waits at most timeout_s. */
