@@ -31,6 +31,7 @@ static char tok[NCOL][160];
 
 static int64_t job_a, job_b, job_c, node1, node2, node3, task_a, task_b, ckpt_a;
 static char ctx_a[80]; /* team A's context ("sha256:HEX"), which job A names */
+#define REG_HOST "registry.example.com:5000" /* the matrix's {host} */
 
 /* ---------------------------------------------------------------- raw HTTP */
 
@@ -290,7 +291,10 @@ static void stop(void) {
  * (another team's or another job's resource: ids do not leak). Each row
  * aims at team A's job A (job C for cancel), node n1 (n3 for the token
  * revocation), job A's task, job A's checkpoint, rendezvous key k, team
- * A's context (which job A names). */
+ * A's context (which job A names), the registry REG_HOST (each team's PUT
+ * stores a login there, so each team's DELETE after it finds one). Job A
+ * has no image: its task's registry-auth is the handler's 404 whatever
+ * logins the teams hold. */
 typedef struct mrow {
     const char *method, *pattern;
     const char *query;        /* appended to the path */
@@ -310,6 +314,7 @@ static const mrow MATRIX[] = {
     {"GET", "/api/v1/nodes/{id}/assignments", "?wait=0", "oFFFoFFFUU"},
     {"POST", "/api/v1/tasks/{id}/status", "", "oFFFoFFFUU"},
     {"POST", "/api/v1/jobs/{id}/metrics", "", "FFFFFFoNUU"},
+    {"POST", "/api/v1/jobs/{id}/events", "", "FFFFFFoNUU"},
     {"GET", "/api/v1/jobs/{id}/metrics", "", "ooNFFFoNUU"},
     {"POST", "/api/v1/jobs/{id}/logs", "?task=worker-0", "FFFFoFoNUU"},
     {"GET", "/api/v1/jobs/{id}/logs", "?task=worker-0", "ooNFFFoNUU"},
@@ -337,6 +342,10 @@ static const mrow MATRIX[] = {
     {"GET", "/api/v1/contexts", "", "FooFFFFFUU"},
     {"GET", "/api/v1/contexts/{id}", "", "FoNFoNoNUU"},
     {"DELETE", "/api/v1/contexts/{id}", "", "FoNFFFFFUU"},
+    {"PUT", "/api/v1/registries/{host}", "", "FooFFFFFUU"},
+    {"GET", "/api/v1/registries", "", "FooFFFFFUU"},
+    {"DELETE", "/api/v1/registries/{host}", "", "FooFFFFFUU"},
+    {"GET", "/api/v1/jobs/{id}/registry-auth", "", "FFFFFFNNUU"},
 };
 #define NROWS ((int)(sizeof MATRIX / sizeof MATRIX[0]))
 
@@ -370,6 +379,8 @@ static void row_path(const mrow *m, char *out, size_t cap) {
             rc |= buf_appends(&b, "k");
         } else if (strncmp(p, "{name}", n) == 0) {
             rc |= buf_appends(&b, "default");
+        } else if (strncmp(p, "{host}", n) == 0) {
+            rc |= buf_appends(&b, REG_HOST);
         } else {
             ck_abort_msg("the matrix does not know the parameter %.*s of %s", (int)n, p, m->pattern);
         }
@@ -399,6 +410,9 @@ static const char *row_body(const mrow *m, int col, char *scratch, size_t cap, c
     }
     if (strstr(m->pattern, "/status")) return "{\"state\":\"running\"}";
     if (strstr(m->pattern, "/metrics")) return "{\"metrics\":[{\"seq\":2,\"step\":2,\"loss\":0.4}]}";
+    /* an "image" line at job A's attempt (image_pull_failed would fail the job) */
+    if (strstr(m->pattern, "/events")) return "{\"kind\":\"image\",\"message\":\"pulled\",\"attempt\":1}";
+    if (strstr(m->pattern, "/registries/")) return "{\"username\":\"matrix\",\"password\":\"s3cret\"}";
     if (strstr(m->pattern, "/logs")) {
         *ctype = "text/plain";
         return "a line\n";

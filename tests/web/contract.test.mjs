@@ -110,10 +110,11 @@ before(async () => {
   proxy.setTarget(fs.readFileSync(urlFile, 'utf8').trim());
   for (const [k, f] of [['team', 'token'], ['admin', 'admin.token'], ['join', 'node.token']])
     tokens[k] = fs.readFileSync(path.join(dir, f), 'utf8').trim();
-  // the agent talks to the proxy; it runs the command jobs' relative paths from here
+  // the agent talks to the proxy; it runs the command jobs' relative paths from here.
+  // --podman none: it runs no image (the image job below goes to a node this test plays)
   agent = start(['agent', '--server', proxy.url, '--token-file', path.join(dir, 'node.token'),
                  '--state-file', path.join(dir, 'agent.state'), '--cpu-slots', '4', '--hostname', 'contract-node',
-                 '--heartbeat', '1', '--poll-wait', '5', '--worker-sched', 'idle'], 'agent');
+                 '--heartbeat', '1', '--poll-wait', '5', '--worker-sched', 'idle', '--podman', 'none'], 'agent');
   for (let i = 0; i < 200; i++) {
     const c = await call(U + '/cluster');
     if (c.status === 200 && c.body.nodes && c.body.nodes.some(n => n.state === 'ready')) return;
@@ -310,6 +311,118 @@ test('contexts', async () => {
   assert.equal((await call(`${U}/contexts/${id}`, {method: 'DELETE'})).status, 404);
 });
 
+// Images and registry logins: an image job no node can run (422), the
+// team's logins (stored, replaced, listed without the password, deleted),
+// a node this test plays that reports podman, the image job's task reading
+// the login and posting its image events, the pull failing the job for good.
+test('images and registry logins', async () => {
+  const image = 'registry.example.com:5000/team/trainer:1.0';
+  const spec = (env, extra = {}) => JSON.stringify({name: 'image', command: {argv: ['python3', 'train.py']},
+                                                    environment: env, max_runtime_s: 60, ...extra});
+  // what the spec refuses, and no node with podman yet
+  let r = await call(U + '/jobs', {method: 'POST', body: spec({image})});
+  assert.equal(r.status, 422, JSON.stringify(r.body));
+  assert.equal(r.body.error.code, 'infeasible');
+  assert.equal(r.body.error.field, 'environment.image');
+  for (const [env, field] of [[{image, pull: 'sometimes'}, 'environment.pull'], [{image: 'Team/Trainer'}, 'environment.image'],
+                              [{pull: 'always'}, 'environment.image']]) {
+    r = await call(U + '/jobs', {method: 'POST', body: spec(env)});
+    assert.equal(r.status, 422);
+    assert.equal(r.body.error.field, field);
+  }
+  r = await call(U + '/jobs', {method: 'POST', body: example('fashion_mnist_quick', s => ({...s, environment: {image}}))});
+  assert.equal(r.status, 422);
+  assert.equal(r.body.error.field, 'environment');
+
+  // the team's login for the registry: stored (201), replaced (200), listed without the password
+  const host = 'registry.example.com:5000', login = `${U}/registries/${host}`;
+  r = await call(login, {method: 'PUT', body: JSON.stringify({username: 'ci', password: 'first-secret'})});
+  assert.equal(r.status, 201, JSON.stringify(r.body));
+  assert.deepEqual(r.body, {registry: host, username: 'ci'});
+  assert.equal(r.headers.get('location'), login);
+  r = await call(login, {method: 'PUT', body: JSON.stringify({username: 'ci', password: 'pull-secret'})});
+  assert.equal(r.status, 200);
+  r = await call(U + '/registries');
+  assert.equal(r.status, 200);
+  assert.deepEqual(r.body.registries.map(x => [x.registry, x.username]), [[host, 'ci']]);
+  assert.ok(!JSON.stringify(r.body).includes('secret'), 'the list shows no password');
+  assert.equal((await call(login, {method: 'PUT', token: tokens.admin, body: '{"username": "a", "password": "b"}'})).status, 403);
+  assert.equal((await call(U + '/registries', {token: tokens.admin})).status, 403);
+  for (const [p, body, field] of [[login, {username: 'ci'}, 'password'], [login, {username: 'a:b', password: 'x'}, 'username'],
+                                  [login, {username: 'ci', password: 'x', email: 'e'}, 'email'],
+                                  [`${U}/registries/bad_host!`, {username: 'ci', password: 'x'}, 'registry']]) {
+    r = await call(p, {method: 'PUT', body: JSON.stringify(body)});
+    assert.equal(r.status, 422, `${p} ${JSON.stringify(body)}`);
+    assert.equal(r.body.error.field, field);
+  }
+  assert.equal((await call(`${U}/registries/other.example.com`, {method: 'DELETE'})).status, 404);
+
+  // a node with podman (this test plays its agent); a runtime it cannot name is refused
+  r = await call(U + '/nodes', {method: 'POST', token: tokens.join,
+                                body: JSON.stringify({hostname: 'podman-node', address: '127.0.0.1', cpu_slots: 1, runtimes: ['docker']})});
+  assert.equal(r.status, 422);
+  assert.equal(r.body.error.field, 'runtimes');
+  r = await call(U + '/nodes', {method: 'POST', token: tokens.join,
+                                body: JSON.stringify({hostname: 'podman-node', address: '127.0.0.1', cpu_slots: 1,
+                                                      runtimes: ['host', 'podman']})});
+  assert.equal(r.status, 201);
+  const node = r.body.id, nodeToken = r.body.token;
+  const nodes = (await call(U + '/cluster')).body.nodes;
+  assert.deepEqual(nodes.find(n => n.id === node).runtimes, ['host', 'podman']);
+  assert.deepEqual(nodes.find(n => n.hostname === 'contract-node').runtimes, ['host']);
+
+  // the image job goes to it: its task reads the team's login
+  const job = await submit(spec({image, pull: 'always'}));
+  let task;
+  for (let i = 0; i < 20 && !task; i++) {
+    const a = await call(`${U}/nodes/${node}/assignments?wait=2`, {token: nodeToken});
+    assert.equal(a.status, 200);
+    task = a.body.start.find(t => t.job === job);
+  }
+  assert.ok(task, 'the image job was not handed to the node with podman');
+  const auth = `${U}/jobs/${job}/registry-auth`;
+  r = await call(auth, {token: task.token});
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  assert.deepEqual(r.body, {registry: host, username: 'ci', password: 'pull-secret'});
+  assert.equal((await call(`${U}/jobs/${jobs.quick}/registry-auth`, {token: task.token})).status, 404);
+
+  // its image events: a line on the timeline; the wrong attempt (409) and bad bodies (422) refused
+  const events = `${U}/jobs/${job}/events`;
+  const post = body => call(events, {method: 'POST', token: task.token, body: JSON.stringify(body),
+                                     headers: {'Content-Type': 'application/json'}});
+  r = await post({kind: 'image', message: `pulling image ${image} on podman-node`, attempt: task.attempt});
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  assert.deepEqual(r.body, {job, kind: 'image'});
+  r = await post({kind: 'image', message: 'late', attempt: task.attempt + 1});
+  assert.equal(r.status, 409);
+  assert.equal(r.body.error.field, 'attempt');
+  for (const [body, code, field] of [[{kind: 'pulled', message: 'm', attempt: 1}, 'invalid_value', 'kind'],
+                                     [{kind: 'image', message: '', attempt: 1}, 'invalid_value', 'message'],
+                                     [{kind: 'image', message: 'x'.repeat(1001), attempt: 1}, 'invalid_value', 'message'],
+                                     [{kind: 'image', message: 'm'}, 'missing_field', 'attempt'],
+                                     [{kind: 'image', message: 'm', attempt: 1, at: 'now'}, 'unknown_field', 'at']]) {
+    r = await post(body);
+    assert.equal(r.status, 422, JSON.stringify(body));
+    assert.deepEqual([r.body.error.code, r.body.error.field], [code, field]);
+  }
+  assert.ok((await call(events)).body.events.some(e => e.kind === 'image'), 'the image line is on the timeline');
+
+  // the login deleted: the task finds none (404), the pull fails, and the job with it, for good
+  r = await call(login, {method: 'DELETE'});
+  assert.equal(r.status, 200);
+  assert.deepEqual(r.body, {registry: host, deleted: true});
+  assert.equal((await call(login, {method: 'DELETE'})).status, 404);
+  assert.equal((await call(auth, {token: task.token})).status, 404);
+  const why = `cannot pull image ${image}: unauthorized: authentication required`;
+  r = await post({kind: 'image_pull_failed', message: why, attempt: task.attempt});
+  assert.equal(r.status, 200);
+  const failed = await waitJob(job, ['failed']);
+  assert.ok(failed.reason.includes(why), failed.reason);
+  assert.equal(failed.attempt, 1);
+  assert.equal((await post({kind: 'image_pull_failed', message: why, attempt: task.attempt})).status, 409);
+  assert.equal((await call(`${U}/nodes/${node}/drain`, {method: 'POST', token: nodeToken})).status, 200);
+});
+
 test('error answers', async () => {
   assert.equal((await call(U + '/jobs', {token: null})).status, 401);
   assert.equal((await call(U + '/jobs', {token: 'ty_' + 'x'.repeat(43)})).status, 401);
@@ -353,7 +466,7 @@ test("every operation's refusals", async () => {
     const d = proxy.doc.paths[tpl][method.toLowerCase()];
     const kinds = d['x-trainyard-tokens'];
     const p = tpl.replace('{id}', tpl.startsWith(U + '/nodes/') ? probe : jobs.mirrored).replace('{cid}', cid)
-      .replace('{key}', 'k').replace('{name}', 'vision');
+      .replace('{key}', 'k').replace('{name}', 'vision').replace('{host}', 'registry.example.com');
     const ok = Object.keys(held).find(k => kinds.includes(k));
     if (kinds.length) await expect(401, op, p, {method, token: null});
     for (const k of Object.keys(held)) if (kinds.length && !kinds.includes(k)) await expect(403, op, p, {method, token: held[k]});
