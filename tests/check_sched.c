@@ -207,7 +207,7 @@ START_TEST(admission_numbers)
     world *w = world_new();
     sched_outcome o;
     char txt[SCHED_REASON_MAX];
-    sched_job j = {1, 0, 50, 2, 16, SCHED_GPU, 0, 0, 60, 0, NULL, 0, 0, 0};
+    sched_job j = {1, 0, 50, 2, 16, SCHED_GPU, 0, 0, 60, 0, NULL, 0, 0, 0, 0};
     ck_assert_int_eq(sched_admit(&w->s, &j, &o), -1);
     ck_assert_int_eq(o.why, SW_NO_NODES);
     add_node(w, 8, 4);
@@ -225,6 +225,56 @@ START_TEST(admission_numbers)
     j.ps = 9;
     ck_assert_int_eq(sched_admit(&w->s, &j, &o), -1);
     ck_assert_int_eq(o.why, SW_PS_INFEASIBLE);
+    free(w);
+}
+END_TEST
+
+/* A job with an image goes only where the agent runs podman: the gang takes
+ * the podman nodes, never the larger plain one; with none ready it waits
+ * with the reason; admission refuses it where no node could ever run it. */
+START_TEST(image_jobs_only_where_podman_is)
+{
+    world *w = world_new();
+    int plain = add_node(w, 8, 4);
+    int pa = add_node(w, 2, 4), pb = add_node(w, 2, 4);
+    w->nodes[pa].runtimes = SCHED_RT_HOST | SCHED_RT_PODMAN;
+    w->nodes[pb].runtimes = SCHED_RT_HOST | SCHED_RT_PODMAN;
+    int q = add_job(w, 10, 0, 50, 2, 2, SCHED_GPU);
+    w->q[q].runtime = SCHED_RT_PODMAN;
+    sched_result r; sched_result_init(&r);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_place, 1);
+    for (int t = r.place[0].task_off; t < r.place[0].task_off + r.place[0].n_tasks; t++)
+        ck_assert_int_ne(r.tasks[t].node, plain);
+    sched_result_release(&r);
+    /* 3 workers of 2: the podman nodes hold 2 such; the plain node does not count */
+    w->q[q].workers = 3;
+    sched_result_init(&r);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_place, 0);
+    char txt[SCHED_REASON_MAX];
+    reason(&r, q, txt, sizeof txt);
+    ck_assert_str_eq(txt, "infeasible: needs 3 workers x 2 gpu; the cluster can hold 2 such workers");
+    sched_result_release(&r);
+    /* no ready node with podman: it waits, saying why */
+    w->q[q].workers = 1;
+    w->nodes[pa].ready = 0;
+    w->nodes[pb].ready = 0;
+    sched_result_init(&r);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_place, 0);
+    reason(&r, q, txt, sizeof txt);
+    ck_assert_msg(strstr(txt, "needs a node whose agent runs podman; none of the 1 ready node does") != NULL, "%s", txt);
+    sched_result_release(&r);
+    /* admission: a cluster without podman anywhere refuses it */
+    sched_outcome o;
+    sched_job j = w->q[q];
+    ck_assert_int_eq(sched_admit(&w->s, &j, &o), 0);     /* registered podman nodes, not ready: it may wait */
+    w->nodes[pa].runtimes = w->nodes[pb].runtimes = 0;    /* 0: the host only */
+    ck_assert_int_eq(sched_admit(&w->s, &j, &o), -1);
+    ck_assert_int_eq(o.why, SW_RUNTIME);
+    j.runtime = 0;
+    ck_assert_int_eq(sched_admit(&w->s, &j, &o), 0);
     free(w);
 }
 END_TEST
@@ -376,7 +426,7 @@ START_TEST(memory_default_share)
     w->nodes[c].mem_mb = 24000;
     int g = add_node(w, 8, 2);                     /* 8 gpus, 2 cpu slots, 80000 MiB */
     w->nodes[g].mem_mb = 80000;
-    sched_job j = {1, 0, 50, 1, 2, SCHED_CPU, 0, 0, 60, 0, NULL, 0, 0, 0};
+    sched_job j = {1, 0, 50, 1, 2, SCHED_CPU, 0, 0, 60, 0, NULL, 0, 0, 0, 0};
     ck_assert_int_eq(sched_task_mem(&w->nodes[c], &j, 0), 12000);
     ck_assert_int_eq(sched_task_mem(&w->nodes[c], &j, 1), 6000);     /* a ps: one slot of four */
     j.kind = SCHED_GPU; j.devices_per_worker = 1;
@@ -495,7 +545,7 @@ START_TEST(memory_admission)
     int n1 = add_node(w, 8, 4);
     w->nodes[n0].mem_mb = 24105;
     w->nodes[n1].mem_mb = 16000;
-    sched_job j = {1, 0, 50, 1, 1, SCHED_GPU, 0, 0, 60, 0, NULL, 65536, 0, 0};
+    sched_job j = {1, 0, 50, 1, 1, SCHED_GPU, 0, 0, 60, 0, NULL, 65536, 0, 0, 0};
     sched_outcome o;
     char txt[SCHED_REASON_MAX];
     ck_assert_int_eq(sched_admit(&w->s, &j, &o), -1);
@@ -2239,6 +2289,7 @@ Suite *sched_suite(void)
     tcase_add_test(tc, gang_on_fewest_nodes);
     tcase_add_test(tc, reasons_people_read);
     tcase_add_test(tc, admission_numbers);
+    tcase_add_test(tc, image_jobs_only_where_podman_is);
     tcase_add_test(tc, preempt_least_work_lost);
     tcase_add_test(tc, guarantee_reclaims_borrowed);
     tcase_add_test(tc, fair_share_orders_teams);
