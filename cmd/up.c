@@ -29,7 +29,7 @@ static void up_usage(FILE *f) {
             "usage: trainyard up [--listen ADDR:PORT] [--data DIR] [--cpu-slots N] [--data-root DIR]\n"
             "                    [--hostname H] [--worker-nice N] [--worker-sched normal|idle]\n"
             "                    [agent flags: --isolation, --task-uids, --task-dir, --task-pids-max, --memory,\n"
-            "                     --podman, --podman-runtime, --cache-dir]\n"
+            "                     --podman, --podman-runtime, --cache-dir, --cache-max-mb]\n"
             "                    [--log-level debug|info|warn|error] [--log-format text|json] [--access-log F]\n"
             "                    [server flags: --durability, --heartbeat-timeout, --resize-interval, --public-url, --quiet,\n"
             "                     --tls auto, --tls-cert F --tls-key F, --insecure-http,\n"
@@ -102,7 +102,7 @@ int cmd_up(int argc, char **argv) {
                          strcmp(a, "--isolation") == 0 || strcmp(a, "--task-uids") == 0 ||
                          strcmp(a, "--task-dir") == 0 || strcmp(a, "--task-pids-max") == 0 ||
                          strcmp(a, "--memory") == 0 || strcmp(a, "--podman") == 0 ||
-                         strcmp(a, "--podman-runtime") == 0 || strcmp(a, "--cache-dir") == 0;
+                         strcmp(a, "--podman-runtime") == 0 || strcmp(a, "--cache-dir") == 0 || strcmp(a, "--cache-max-mb") == 0;
         /* the console's level and format go to both */
         int both = strcmp(a, "--log-level") == 0 || strcmp(a, "--log-format") == 0;
         int takes_value = agent_flag || both || strcmp(a, "--listen") == 0 || strcmp(a, "--data") == 0 ||

@@ -13,6 +13,7 @@
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -24,6 +25,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifdef TRAINYARD_CUDA
@@ -502,6 +504,46 @@ static int json_int(const cJSON *o, const char *k, int64_t *out) {
     return 0;
 }
 
+/* Keeps the context cache under max bytes: the least recently used go
+ * first (mtime, touched on each use), never `keep` (the one just used). */
+static void cache_trim(const char *dir, int64_t max, const char *keep) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    typedef struct { char name[80]; int64_t size; time_t mtime; } ent;
+    ent *v = NULL;
+    size_t n = 0, cap = 0;
+    int64_t total = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        struct stat sb;
+        if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof v->name || fstatat(dirfd(d), e->d_name, &sb, 0) < 0 ||
+            !S_ISREG(sb.st_mode))
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            v = xrealloc(v, cap * sizeof *v);
+        }
+        memcpy(v[n].name, e->d_name, strlen(e->d_name) + 1); /* shorter: checked above */
+        v[n].size = (int64_t)sb.st_size;
+        v[n].mtime = sb.st_mtime;
+        total += v[n++].size;
+    }
+    closedir(d);
+    while (total > max) {
+        ssize_t oldest = -1;
+        for (size_t i = 0; i < n; i++)
+            if (v[i].size >= 0 && strcmp(v[i].name, keep) != 0 && (oldest < 0 || v[i].mtime < v[oldest].mtime))
+                oldest = (ssize_t)i;
+        if (oldest < 0) break;
+        char p[PATH_MAX + 100];
+        if (sfmt(p, sizeof p, "%s/%s", dir, v[oldest].name) == 0 && unlink(p) == 0)
+            log_info("context cache over %lld MiB: %s dropped", (long long)(max >> 20), v[oldest].name);
+        total -= v[oldest].size;
+        v[oldest].size = -1;
+    }
+    free(v);
+}
+
 /* The task's own copy of the job's context (id "sha256:HEX"): the archive
  * fetched once per node into the cache (its sha256 checked), unpacked into
  * the task's job directory (its uid's) or, without isolation, a directory
@@ -534,6 +576,9 @@ static int context_prepare(agent *a, task *t, const char *id, char *out, size_t 
         buf_release(&eb);
         log_info("task %lld: context %.19s... fetched (%llu bytes, %.0f ms)", (long long)t->id, id,
                  (unsigned long long)size, (double)(mono_ms() - t0));
+        char keep[80];
+        snprintf(keep, sizeof keep, "%s.tar.gz", hex);
+        cache_trim(dir, a->opt.cache_max_mb << 20, keep);
     } else {
         utimensat(AT_FDCWD, file, NULL, 0); /* used: the cache keeps the recent ones */
     }
@@ -1311,6 +1356,7 @@ void agent_options_default(agent_options *o) {
     o->heartbeat_s = 5;
     o->poll_wait_s = 20;
     o->stop_grace_s = 10;
+    o->cache_max_mb = 4096;
     iso_options_default(&o->iso);
 }
 
@@ -1356,6 +1402,7 @@ static void agent_usage(FILE *f) {
             "  --podman-runtime NAME  podman's OCI runtime (default: runc when installed, else podman's choice)\n"
             "  --cache-dir DIR   where contexts are kept once fetched (default /var/cache/trainyard as\n"
             "                root, else $TMPDIR/trainyard-cache-UID)\n"
+            "  --cache-max-mb N  contexts kept there, least recently used dropped first (default 4096)\n"
             "  --log-level debug|info|warn|error   --log-format text|json   (default info, text)\n");
 }
 
@@ -1393,7 +1440,7 @@ int agent_parse_flags(agent_options *o, int argc, char **argv) {
         {"task-dir", required_argument, NULL, 'D'}, {"task-pids-max", required_argument, NULL, 'P'},
         {"memory", required_argument, NULL, 'M'},
         {"podman", required_argument, NULL, 'O'}, {"podman-runtime", required_argument, NULL, 'R'},
-        {"cache-dir", required_argument, NULL, 'C'},
+        {"cache-dir", required_argument, NULL, 'C'}, {"cache-max-mb", required_argument, NULL, 'K'},
         {"log-level", required_argument, NULL, 'L'}, {"log-format", required_argument, NULL, 'F'},
         {NULL, 0, NULL, 0},
     };
@@ -1506,6 +1553,13 @@ int agent_parse_flags(agent_options *o, int argc, char **argv) {
                 fprintf(stderr, "trainyard agent: --podman-runtime wants a runtime's name (runc, crun)\n");
                 return -1;
             }
+            break;
+        case 'K':
+            if (parse_long(optarg, 1, 1L << 24, &v) < 0) {
+                fprintf(stderr, "trainyard agent: --cache-max-mb wants a number of MiB (1-16777216)\n");
+                return -1;
+            }
+            o->cache_max_mb = v;
             break;
         case 'C':
             if (optarg[0] != '/' || sfmt(o->cache_dir, sizeof o->cache_dir, "%s", optarg) < 0) {

@@ -36,6 +36,7 @@ typedef struct agent_options {
     char podman_runtime[64];   /* --podman-runtime: podman's OCI runtime ("" its default) */
     char cache_dir[PATH_MAX];  /* --cache-dir: contexts fetched once per node (default
                                 * /var/cache/trainyard as root, else $TMPDIR/trainyard-cache-UID) */
+    int64_t cache_max_mb;      /* --cache-max-mb: the cache's bound, LRU (default 4096) */
 } agent_options;
 
 void agent_options_default(agent_options *o);

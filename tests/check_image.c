@@ -528,6 +528,89 @@ START_TEST(image_refused_without_podman) {
 }
 END_TEST
 
+/* Host tasks (no image) with contexts: the agent fetches a context once per
+ * node (one "fetched" line for the two tasks of a gang), each task starts in
+ * its own copy, and the cache keeps under --cache-max-mb, least recently
+ * used out first. */
+static void random_file(const char *path, size_t n) {
+    FILE *in = fopen("/dev/urandom", "rb"), *out = fopen(path, "wb");
+    ck_assert_ptr_nonnull(in);
+    ck_assert_ptr_nonnull(out);
+    char b[4096];
+    while (n) {
+        size_t k = n < sizeof b ? n : sizeof b;
+        ck_assert_uint_eq(fread(b, 1, k, in), k);
+        ck_assert_uint_eq(fwrite(b, 1, k, out), k);
+        n -= k;
+    }
+    fclose(in);
+    fclose(out);
+}
+
+static int count_in_file(const char *path, const char *needle) {
+    size_t len = 0;
+    char *s = file_read_all(path, 64 << 20, &len);
+    int n = 0;
+    for (const char *p = s ? s : ""; (p = strstr(p, needle)); p++) n++;
+    free(s);
+    return n;
+}
+
+START_TEST(host_contexts_fetched_once_and_cache_bounded) {
+    char cache[256];
+    ty_mkdtemp(cache, sizeof cache, "ctxcache");
+    const char *extra[] = {"--cpu-slots", "2", "--podman", "none", "--cache-dir", cache, "--cache-max-mb", "1", NULL};
+    start_with(extra);
+    int64_t ids[2];
+    char digest[2][80];
+    for (int k = 0; k < 2; k++) {
+        char proj[256], path[400], job[400], out[4096];
+        ty_mkdtemp_shared(proj, sizeof proj, "hostproj");
+        snprintf(path, sizeof path, "%s/weights.bin", proj);
+        random_file(path, 700 * 1024); /* incompressible: two do not fit in 1 MiB */
+        snprintf(path, sizeof path, "%s/run.sh", proj);
+        write_file_ck(path, "test -f weights.bin && echo \"rank $RANK in $(pwd) as $(id -u)\"\n", 0644);
+        snprintf(job, sizeof job, "%s/job%d.json", srv.dir, k);
+        write_file_ck(job,
+                      "{\"command\": {\"argv\": [\"/bin/sh\", \"run.sh\"]}, \"resources\": {\"workers\": 2},"
+                      " \"strategy\": {\"type\": \"multi_worker_mirrored\"}, \"max_restarts\": 0}",
+                      0644);
+        const char *args[] = {"submit", job, "--context", proj, "--json", NULL};
+        ck_assert_int_eq(cli(team_tok, args, out, sizeof out), 0);
+        cJSON *sub = cJSON_Parse(out);
+        ids[k] = (int64_t)ty_num(sub, "id");
+        cJSON_Delete(sub);
+        cJSON *j = wait_state(team_tok, ids[k], "succeeded", 120);
+        char *w0 = task_log(ids[k], "worker-0"), *w1 = task_log(ids[k], "worker-1");
+        ck_assert_msg(strcmp(ty_str(j, "state"), "succeeded") == 0, "job %s: %s\n%s\n%s", ty_str(j, "state"),
+                      ty_str(j, "reason"), w0, w1);
+        const char *ctx = ty_str(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "spec"), "command"), "context");
+        snprintf(digest[k], sizeof digest[k], "%s", ctx[0] ? ctx + 7 : "");
+        cJSON_Delete(j);
+        /* each task in its own copy, as its own uid (not root) */
+        ck_assert_msg(strstr(w0, "rank 0 in /") && strstr(w1, "rank 1 in /"), "%s\n%s", w0, w1);
+        ck_assert_msg(strstr(w0, " as 0\n") == NULL, "the task ran as root: %s", w0);
+        char d0[300] = "", d1[300] = "";
+        ck_assert_int_eq(sscanf(strstr(w0, "rank 0 in "), "rank 0 in %299s", d0), 1);
+        ck_assert_int_eq(sscanf(strstr(w1, "rank 1 in "), "rank 1 in %299s", d1), 1);
+        ck_assert_msg(strcmp(d0, d1) != 0, "the two tasks shared a directory: %s", d0);
+        free(w0);
+        free(w1);
+        ty_rmrf(proj);
+    }
+    /* one fetch per job on this node, for its two tasks */
+    ck_assert_int_eq(count_in_file(srv.log, "fetched ("), 2);
+    /* the cache: the second context only (the first dropped to stay under 1 MiB) */
+    char p0[600], p1[600];
+    ck_assert_int_eq(strlen(digest[0]), 64);
+    snprintf(p0, sizeof p0, "%s/contexts/%s.tar.gz", cache, digest[0]);
+    snprintf(p1, sizeof p1, "%s/contexts/%s.tar.gz", cache, digest[1]);
+    ck_assert_msg(access(p0, F_OK) != 0, "%s is still cached", p0);
+    ck_assert_msg(access(p1, F_OK) == 0, "%s is not cached", p1);
+    ty_rmrf(cache);
+}
+END_TEST
+
 START_TEST(bad_environment_specs) {
     const char *extra[] = {"--cpu-slots", "2", "--podman", "none", NULL};
     start_with(extra);
@@ -570,6 +653,7 @@ int main(void) {
     TCase *tn = ty_tcase(s, "no podman", NULL, stop, 120);
     tcase_add_test(tn, image_refused_without_podman);
     tcase_add_test(tn, bad_environment_specs);
+    tcase_add_test(tn, host_contexts_fetched_once_and_cache_bounded);
     int rc = ty_run_suite(s);
     registry_down();
     return rc;
