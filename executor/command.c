@@ -1244,6 +1244,7 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
     r->in_ctr = ctr_parse(&r->ctr, err, sizeof err);
     if (r->in_ctr < 0) goto fail;
     r->ctr.job = c->job;
+    r->ctr.attempt = c->attempt;
     snprintf(r->ctr.task, sizeof r->ctr.task, "%s", r->task_name);
     if (spec->environment.image[0] && !r->in_ctr) {
         snprintf(err, sizeof err, "the job runs in image %.200s, but this node's agent runs no container runtime",

@@ -171,13 +171,15 @@ static int team_pulled(const char *path, int64_t team) {
 int ctr_pull(const ctr_opts *o, const char *image, int always, int64_t team, const char *authfile,
              ctr_pull_note note, void *ctx, char *err, size_t errlen) {
     /* one pull of an image at a time on this node */
-    char lock[PATH_MAX + 100], teams[PATH_MAX + 100], hex[65];
+    char lock[PATH_MAX + 100], teams[PATH_MAX + 100], last[PATH_MAX + 100], hex[65], stamp[64];
+    snprintf(stamp, sizeof stamp, "%lld %d\n", (long long)o->job, o->attempt);
     sha256_hex(image, strlen(image), hex);
     int fd = -1;
     teams[0] = '\0';
     if (o->lock_dir[0] && mkdir_p(o->lock_dir, 0700) == 0 &&
         sfmt(lock, sizeof lock, "%s/pull-%.16s.lock", o->lock_dir, hex) == 0 &&
-        sfmt(teams, sizeof teams, "%s/pull-%.16s.teams", o->lock_dir, hex) == 0)
+        sfmt(teams, sizeof teams, "%s/pull-%.16s.teams", o->lock_dir, hex) == 0 &&
+        sfmt(last, sizeof last, "%s/pull-%.16s.last", o->lock_dir, hex) == 0)
         fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd >= 0)
         while (flock(fd, LOCK_EX) < 0 && errno == EINTR) {
@@ -196,6 +198,14 @@ int ctr_pull(const ctr_opts *o, const char *image, int always, int64_t team, con
             rc = -1;
         }
         goto done;
+    }
+    if (always && fd >= 0 && o->job > 0) {
+        /* this attempt pulled it here already (another task of the gang) */
+        size_t len = 0;
+        char *was = file_read_all(last, 256, &len);
+        int same = was && strcmp(was, stamp) == 0;
+        free(was);
+        if (same) goto done;
     }
     if (!always && fd >= 0 && team_pulled(teams, team)) {
         char *argv[] = {(char *)o->podman, "image", "exists", (char *)image, NULL};
@@ -227,6 +237,8 @@ int ctr_pull(const ctr_opts *o, const char *image, int always, int64_t team, con
         goto done;
     }
     if (note) note(ctx, 0, image, (double)(mono_ms() - t0) / 1000.0);
+    if (fd >= 0 && o->job > 0 && file_write_atomic(last, stamp, strlen(stamp), 0600) < 0)
+        log_warn("cannot write %s: %s", last, strerror(errno));
     if (fd >= 0 && !team_pulled(teams, team)) {
         FILE *f = fopen(teams, "a");
         if (f) {

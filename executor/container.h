@@ -37,6 +37,7 @@ typedef struct ctr_opts {
     char lock_dir[PATH_MAX];       /* where the node's pull locks are */
     long agent;                    /* label trainyard.agent: the agent's pid (ctr_sweep) */
     int64_t job;                   /* labels: trainyard.job, trainyard.task (set by the worker) */
+    int attempt;                   /* (set by the worker) a pull "always" is once an attempt a node */
     char task[32];
 } ctr_opts;
 
@@ -47,7 +48,8 @@ int ctr_parse(ctr_opts *o, char *err, size_t errlen);
 /* What a pull did, for the job's timeline. */
 typedef void (*ctr_pull_note)(void *ctx, int pulling, const char *image, double seconds);
 
-/* Makes the image present: with always, pulls it; else pulls it only when
+/* Makes the image present: with always, pulls it (once per attempt of the
+ * job on this node: the gang's other tasks here find it done); else pulls it only when
  * absent or when team has not pulled it on this node yet. An image another
  * team pulled with its login is in the node's store; a team that never
  * pulled it itself (so never showed the registry a right to it) pulls it

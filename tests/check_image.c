@@ -300,6 +300,12 @@ static void make_project(const char *dir) {
                "helper = pathlib.Path('lib/helper.txt').read_text().strip()\n"
                "print(f'rank {rank} of {world}: image={image} host_files={host_files} helper={helper}'\n"
                "      f' ignored_present={os.path.exists(\"big.log\")} uid={os.getuid()}', flush=True)\n"
+               "def first(*paths):\n"
+               "    for p in paths:\n"
+               "        if os.path.exists(p): return pathlib.Path(p).read_text().strip()\n"
+               "    return '?'\n"
+               "print('limits', 'memory=' + first('/sys/fs/cgroup/memory/memory.limit_in_bytes', '/sys/fs/cgroup/memory.max'),\n"
+               "      'pids=' + first('/sys/fs/cgroup/pids/pids.max', '/sys/fs/cgroup/pids.max'), flush=True)\n"
                "addr, port = os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT'])\n"
                "if rank == 0:\n"
                "    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
@@ -340,8 +346,8 @@ START_TEST(context_in_image_two_ranks) {
     snprintf(spec, sizeof spec,
              "{\"name\": \"in-image\", \"command\": {\"argv\": [\"python3\", \"train.py\"]},"
              " \"environment\": {\"image\": \"%s\"},"
-             " \"strategy\": {\"type\": \"multi_worker_mirrored\"}, \"resources\": {\"workers\": 2},"
-             " \"max_restarts\": 0}",
+             " \"strategy\": {\"type\": \"multi_worker_mirrored\"},"
+             " \"resources\": {\"workers\": 2, \"memory\": \"512MiB\"}, \"max_restarts\": 0}",
              image_ref);
     write_file_ck(job, spec, 0644);
     char out[4096];
@@ -369,6 +375,8 @@ START_TEST(context_in_image_two_ranks) {
         ck_assert_msg(strstr(log, want) != NULL, "worker-%d's log lacks '%s':\n%s", r, want, log);
         ck_assert_msg(strstr(log, "helper=helper-from-the-context ignored_present=False") != NULL, "%s", log);
         ck_assert_msg(strstr(log, "uid=0") == NULL, "the program ran as root:\n%s", log);
+        /* the task's limits hold inside: its memory, the agent's pids limit */
+        ck_assert_msg(strstr(log, "limits memory=536870912 pids=4096") != NULL, "worker-%d's limits:\n%s", r, log);
     }
     ck_assert_msg(strstr(w0, "got hello from rank 1") != NULL, "rank 0 did not hear rank 1:\n%s", w0);
     free(w0);
@@ -398,6 +406,22 @@ START_TEST(context_in_image_two_ranks) {
     ck_assert_str_eq(ty_str(j, "state"), "succeeded");
     cJSON_Delete(j);
     ck_assert_int_eq(count_events(team_tok, id2, "image", "pulling image"), 0);
+
+    /* pull "always": pulled again though it is there */
+    char *always = strstr(spec, "\"environment\": {");
+    ck_assert_ptr_nonnull(always);
+    char spec3[1200];
+    snprintf(spec3, sizeof spec3, "%.*s\"environment\": {\"pull\": \"always\", %s", (int)(always - spec), spec,
+             always + strlen("\"environment\": {"));
+    write_file_ck(job, spec3, 0644);
+    ck_assert_int_eq(cli(team_tok, args, out, sizeof out), 0);
+    sub = cJSON_Parse(out);
+    int64_t id3 = (int64_t)ty_num(sub, "id");
+    cJSON_Delete(sub);
+    j = wait_state(team_tok, id3, "succeeded", 120);
+    ck_assert_msg(strcmp(ty_str(j, "state"), "succeeded") == 0, "%s: %s", ty_str(j, "state"), ty_str(j, "reason"));
+    cJSON_Delete(j);
+    ck_assert_int_eq(count_events(team_tok, id3, "image", "pulling image"), 1);
     ty_rmrf(proj);
 }
 END_TEST
