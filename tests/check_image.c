@@ -118,6 +118,19 @@ static int cli(const char *tok, const char *const *args, char *out, size_t cap) 
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* `trainyard submit JOB --context DIR --json` as the team: the job's id. */
+static int64_t submit_cli(const char *tok, const char *job, const char *dir) {
+    char out[4096];
+    const char *args[] = {"submit", job, "--context", dir, "--json", NULL};
+    ck_assert_int_eq(cli(tok, args, out, sizeof out), 0);
+    cJSON *sub = cJSON_Parse(out);
+    ck_assert_msg(sub != NULL, "submit printed %s", out);
+    int64_t id = (int64_t)ty_num(sub, "id");
+    cJSON_Delete(sub);
+    ck_assert_int_gt(id, 0);
+    return id;
+}
+
 /* ---------------------------------------------------------------- the registry (once) */
 
 /* A free loopback port, outside a test (no ck_assert here). */
@@ -350,13 +363,7 @@ START_TEST(context_in_image_two_ranks) {
              " \"resources\": {\"workers\": 2, \"memory\": \"512MiB\"}, \"max_restarts\": 0}",
              image_ref);
     write_file_ck(job, spec, 0644);
-    char out[4096];
-    const char *args[] = {"submit", job, "--context", proj, "--json", NULL};
-    ck_assert_int_eq(cli(team_tok, args, out, sizeof out), 0);
-    cJSON *sub = cJSON_Parse(out);
-    ck_assert_msg(sub != NULL, "submit printed %s", out);
-    int64_t id = (int64_t)ty_num(sub, "id");
-    cJSON_Delete(sub);
+    int64_t id = submit_cli(team_tok, job, proj);
 
     cJSON *j = wait_state(team_tok, id, "succeeded", 180);
     char *w0 = task_log(id, "worker-0"), *w1 = task_log(id, "worker-1");
@@ -397,11 +404,7 @@ START_TEST(context_in_image_two_ranks) {
     cJSON_Delete(ck);
 
     /* the same image again: cached, no pull */
-    snprintf(job, sizeof job, "%s/job.json", srv.dir);
-    ck_assert_int_eq(cli(team_tok, args, out, sizeof out), 0);
-    sub = cJSON_Parse(out);
-    int64_t id2 = (int64_t)ty_num(sub, "id");
-    cJSON_Delete(sub);
+    int64_t id2 = submit_cli(team_tok, job, proj);
     j = wait_state(team_tok, id2, "succeeded", 120);
     ck_assert_str_eq(ty_str(j, "state"), "succeeded");
     cJSON_Delete(j);
@@ -414,10 +417,7 @@ START_TEST(context_in_image_two_ranks) {
     snprintf(spec3, sizeof spec3, "%.*s\"environment\": {\"pull\": \"always\", %s", (int)(always - spec), spec,
              always + strlen("\"environment\": {"));
     write_file_ck(job, spec3, 0644);
-    ck_assert_int_eq(cli(team_tok, args, out, sizeof out), 0);
-    sub = cJSON_Parse(out);
-    int64_t id3 = (int64_t)ty_num(sub, "id");
-    cJSON_Delete(sub);
+    int64_t id3 = submit_cli(team_tok, job, proj);
     j = wait_state(team_tok, id3, "succeeded", 120);
     ck_assert_msg(strcmp(ty_str(j, "state"), "succeeded") == 0, "%s: %s", ty_str(j, "state"), ty_str(j, "reason"));
     cJSON_Delete(j);
@@ -588,7 +588,7 @@ START_TEST(host_contexts_fetched_once_and_cache_bounded) {
     int64_t ids[2];
     char digest[2][80];
     for (int k = 0; k < 2; k++) {
-        char proj[256], path[400], job[400], out[4096];
+        char proj[256], path[400], job[400];
         ty_mkdtemp_shared(proj, sizeof proj, "hostproj");
         snprintf(path, sizeof path, "%s/weights.bin", proj);
         random_file(path, 700 * 1024); /* incompressible: two do not fit in 1 MiB */
@@ -599,11 +599,7 @@ START_TEST(host_contexts_fetched_once_and_cache_bounded) {
                       "{\"command\": {\"argv\": [\"/bin/sh\", \"run.sh\"]}, \"resources\": {\"workers\": 2},"
                       " \"strategy\": {\"type\": \"multi_worker_mirrored\"}, \"max_restarts\": 0}",
                       0644);
-        const char *args[] = {"submit", job, "--context", proj, "--json", NULL};
-        ck_assert_int_eq(cli(team_tok, args, out, sizeof out), 0);
-        cJSON *sub = cJSON_Parse(out);
-        ids[k] = (int64_t)ty_num(sub, "id");
-        cJSON_Delete(sub);
+        ids[k] = submit_cli(team_tok, job, proj);
         cJSON *j = wait_state(team_tok, ids[k], "succeeded", 120);
         char *w0 = task_log(ids[k], "worker-0"), *w1 = task_log(ids[k], "worker-1");
         ck_assert_msg(strcmp(ty_str(j, "state"), "succeeded") == 0, "job %s: %s\n%s\n%s", ty_str(j, "state"),
