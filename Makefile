@@ -204,6 +204,12 @@ bench-allreduce:
 bench-scaling: all
 	bench/scaling/run.sh
 
+# bench-images: what an OCI image and a 10 MiB context add to a command job's
+# start (bench/images/run.sh; root, podman, docker-registry)
+.PHONY: bench-images
+bench-images: all
+	BIN=$$PWD/$(BUILD)/trainyard bench/images/run.sh
+
 # bench-cluster: thousands of simulated agents (bench/cluster/simagents.c)
 # against one real server: AGENTS="1000 5000" by default, RATE jobs/s for
 # DUR s, and the before/after of the server's old paths (docs/scheduler.md,
