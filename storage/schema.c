@@ -279,6 +279,40 @@ static const char m11[] =
     "  created_at INTEGER NOT NULL,"
     "  PRIMARY KEY(team_id, host)) WITHOUT ROWID;";
 
+/* 12: accounting and the server's disk. tasks.gpus, tasks.cpus: the devices
+ * a task held from its placement (created_at) to its end (finished_at), so
+ * usage survives the allocations, which go when a task ends (back-filled:
+ * from the allocations of live tasks, from the job's shape for ended ones).
+ * teams.storage_quota: bytes of logs, checkpoints and contexts the team may
+ * hold (NULL: no quota). jobs.log_bytes: the job's log bytes kept (back-
+ * filled from log_chunks). jobs.deleted_at: DELETE /jobs/{id} (its logs,
+ * checkpoints and metrics gone, its row and tasks kept for usage; the API
+ * answers 404). jobs.logs_purged_at: when retention removed a finished
+ * job's logs. */
+static const char m12[] =
+    "ALTER TABLE tasks ADD COLUMN gpus INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE tasks ADD COLUMN cpus INTEGER NOT NULL DEFAULT 0;"
+    "UPDATE tasks SET"
+    "  gpus = (SELECT count(*) FROM allocations a JOIN devices d ON d.id = a.device_id"
+    "          WHERE a.task_id = tasks.id AND d.kind = 'gpu'),"
+    "  cpus = (SELECT count(*) FROM allocations a JOIN devices d ON d.id = a.device_id"
+    "          WHERE a.task_id = tasks.id AND d.kind = 'cpu')"
+    " WHERE state != 'exited';"
+    "UPDATE tasks SET"
+    "  gpus = CASE WHEN type = 'worker' AND (SELECT device FROM jobs WHERE id = tasks.job_id) = 'gpu'"
+    "         THEN (SELECT devices_per_worker FROM jobs WHERE id = tasks.job_id) ELSE 0 END,"
+    "  cpus = CASE WHEN type = 'worker' AND (SELECT device FROM jobs WHERE id = tasks.job_id) = 'cpu'"
+    "         THEN (SELECT devices_per_worker FROM jobs WHERE id = tasks.job_id)"
+    "         WHEN type IN ('ps', 'evaluator') THEN 1 ELSE 0 END"
+    " WHERE state = 'exited';"
+    "ALTER TABLE teams ADD COLUMN storage_quota INTEGER;"
+    "ALTER TABLE jobs ADD COLUMN log_bytes INTEGER NOT NULL DEFAULT 0;"
+    "UPDATE jobs SET log_bytes = coalesce((SELECT sum(length) FROM log_chunks WHERE job_id = jobs.id), 0);"
+    "ALTER TABLE jobs ADD COLUMN deleted_at INTEGER;"
+    "ALTER TABLE jobs ADD COLUMN logs_purged_at INTEGER;"
+    "CREATE INDEX jobs_finished ON jobs(finished_at) WHERE finished_at IS NOT NULL;"
+    "CREATE INDEX tasks_created ON tasks(created_at);";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1},
     {2, "nodes, devices, tasks, allocations, shares", m2},
@@ -291,5 +325,6 @@ const migration schema_migrations[] = {
     {9, "elastic gangs: jobs.workers_min, jobs.workers_now, jobs.resize_to", m9},
     {10, "tokens.expires_at: expiring and rotated team tokens", m10},
     {11, "contexts, jobs.context, nodes.runtimes, registry_creds", m11},
+    {12, "accounting: tasks.gpus/cpus, teams.storage_quota, jobs.log_bytes/deleted_at/logs_purged_at", m12},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -809,6 +809,10 @@ START_TEST(old_data_dir_migrates) {
                           " ALTER TABLE tokens DROP COLUMN expires_at;"
                           " DROP TABLE contexts; DROP INDEX jobs_context; ALTER TABLE jobs DROP COLUMN context;"
                           " ALTER TABLE nodes DROP COLUMN runtimes; DROP TABLE registry_creds;"
+                          " DROP INDEX jobs_finished; DROP INDEX tasks_created;"
+                          " ALTER TABLE tasks DROP COLUMN gpus; ALTER TABLE tasks DROP COLUMN cpus;"
+                          " ALTER TABLE teams DROP COLUMN storage_quota; ALTER TABLE jobs DROP COLUMN log_bytes;"
+                          " ALTER TABLE jobs DROP COLUMN deleted_at; ALTER TABLE jobs DROP COLUMN logs_purged_at;"
                           " DELETE FROM schema_migrations WHERE version >= 5;",
                           NULL, NULL, &err);
     ck_assert_msg(rc == SQLITE_OK, "cannot make a version-4 database: %s", err ? err : "?");
