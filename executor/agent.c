@@ -61,6 +61,8 @@ typedef struct task {
     char stop_reason[128];
     buf logs;                    /* output not shipped yet */
     long dropped;                /* bytes dropped because logs overflowed */
+    int64_t read_since_ms;       /* output read since then (the last time it was all shipped), */
+    long read_bytes;             /* for the rate a drop note gives */
     char tail[TAIL_KEEP];        /* the last output, for log_tail */
     size_t tail_len;
     int exit_queued;
@@ -433,7 +435,9 @@ static void task_tail(const task *t, char *out, size_t outlen) {
     out[n] = '\0';
 }
 
-static void task_output(task *t, const char *p, size_t n) {
+static int task_ship_logs(agent *a, task *t);
+
+static void task_output(agent *a, task *t, const char *p, size_t n) {
     /* tail: keep the last TAIL_KEEP bytes */
     if (n >= TAIL_KEEP) {
         memcpy(t->tail, p + n - TAIL_KEEP, TAIL_KEEP);
@@ -447,24 +451,41 @@ static void task_output(task *t, const char *p, size_t n) {
         memcpy(t->tail + t->tail_len, p, n);
         t->tail_len += n;
     }
+    if (!t->read_since_ms) t->read_since_ms = mono_ms();
+    t->read_bytes += (long)n;
+    /* a program that writes faster than the once-a-second shipping: ship
+     * now, while the server takes it, rather than drop */
+    if (t->logs.len + n > LOG_PENDING_MAX / 2 && server_usable(a) && !a->need_register) task_ship_logs(a, t);
     if (buf_append(&t->logs, p, n) < 0) {
-        /* The server has been away too long: keep the newest output. */
-        t->dropped += (long)t->logs.len;
+        /* Still full: the server does not take it (away, or refusing), or
+         * the program writes faster than it does. Keep the newest output,
+         * and say which. */
+        long lost = (long)t->logs.len;
+        t->dropped += lost;
         buf_reset(&t->logs);
-        char note[96];
-        snprintf(note, sizeof note, "[trainyard agent: %ld bytes of output dropped while the server was away]\n",
-                 t->dropped);
+        char note[320];
+        double secs = (double)(mono_ms() - t->read_since_ms) / 1000.0;
+        if (a->backoff_ms > 0 || !server_usable(a) || a->need_register)
+            snprintf(note, sizeof note,
+                     "[trainyard agent: %ld bytes of output dropped (%ld in all): the server has not taken this "
+                     "task's output for %.1f s; the newest %u MiB are kept]\n",
+                     lost, t->dropped, secs, LOG_PENDING_MAX >> 20);
+        else
+            snprintf(note, sizeof note,
+                     "[trainyard agent: %ld bytes of output dropped (%ld in all): the program wrote %.1f MB/s, faster "
+                     "than the agent ships it to the server; the newest %u MiB are kept]\n",
+                     lost, t->dropped, secs > 0.001 ? (double)t->read_bytes / secs / 1e6 : 0.0, LOG_PENDING_MAX >> 20);
         if (buf_appends(&t->logs, note) < 0 || buf_append(&t->logs, p, n) < 0) t->dropped += (long)n;
     }
 }
 
 /* Reads what the pipe holds; closes it at EOF. */
-static void task_read(task *t) {
+static void task_read(agent *a, task *t) {
     char b[16384];
     for (;;) {
         ssize_t n = read(t->fd, b, sizeof b);
         if (n > 0) {
-            task_output(t, b, (size_t)n);
+            task_output(a, t, b, (size_t)n);
             continue;
         }
         if (n < 0 && errno == EINTR) continue;
@@ -491,6 +512,10 @@ static int task_ship_logs(agent *a, task *t) {
         memmove(t->logs.data, t->logs.data + n, t->logs.len - n);
         t->logs.len -= n;
         t->logs.data[t->logs.len] = '\0';
+    }
+    if (!t->logs.len) { /* all shipped: the rate counts from here */
+        t->read_since_ms = 0;
+        t->read_bytes = 0;
     }
     return t->logs.len ? -1 : 0;
 }
@@ -895,7 +920,7 @@ static void tasks_check(agent *a) {
             }
         }
         if (t->exited && t->fd >= 0) {
-            task_read(t);
+            task_read(a, t);
             /* a grandchild holding the pipe open must not hold the report back */
             if (t->fd >= 0 && now - t->exited_at_ms > 2000) {
                 close(t->fd);
@@ -1289,7 +1314,7 @@ int agent_run(const agent_options *o) {
             if (pf[0].revents) proc_sigpipe_drain(sigfd, &got_chld, &got_term);
             if (pf[1].revents) inbox_process(a);
             for (int i = 2; i < nf; i++)
-                if (pf[i].revents) task_read(pft[i]);
+                if (pf[i].revents) task_read(a, pft[i]);
         }
         if (got_term) {
             if (stopping) {

@@ -380,7 +380,7 @@ static int get_string(spec_error *e, const cJSON *obj, const char *parent, const
 static const char *const TOP_KEYS[] = {"name", "priority", "model", "compile", "data", "fit",
                                        "strategy", "resources", "checkpoint", "max_runtime_s",
                                        "preemptible", "queue_if_infeasible", "max_restarts",
-                                       "command", "environment", NULL};
+                                       "command", "environment", "logs", NULL};
 
 static int parse_name(spec_error *e, const cJSON *root, jobspec *s) {
     int rc = get_string(e, root, "", "name", s->name, sizeof s->name);
@@ -1266,11 +1266,56 @@ static int parse_checkpoint(spec_error *e, const cJSON *root, jobspec *s) {
     const cJSON *c = NULL;
     int rc = get_object(e, root, "", "checkpoint", &c);
     if (rc <= 0) return rc;
-    static const char *const CKPT_KEYS[] = {"every_epochs", "keep", NULL};
+    static const char *const CKPT_KEYS[] = {"every_epochs", "keep", "best", NULL};
     if (check_keys(e, c, "checkpoint", CKPT_KEYS, NULL)) return -1;
     if (get_int(e, c, "checkpoint", "every_epochs", 0, 100000, &s->checkpoint.every_epochs) < 0 ||
         get_int(e, c, "checkpoint", "keep", 1, 100, &s->checkpoint.keep) < 0)
         return -1;
+    const cJSON *b = item(c, "best");
+    if (!b) return 0;
+    char g[64];
+    if (!cJSON_IsObject(b))
+        return fail(e, 422, "invalid_type", "checkpoint.best",
+                    "must be an object {\"metric\": \"loss\", \"mode\": \"min\"}, got %s", got(b, g));
+    static const char *const BEST_KEYS[] = {"metric", "mode", NULL};
+    if (check_keys(e, b, "checkpoint.best", BEST_KEYS, NULL)) return -1;
+    const cJSON *m = item(b, "metric");
+    if (!m) return fail(e, 422, "missing_field", "checkpoint.best.metric", "the metric to rank checkpoints by, e.g. \"loss\"");
+    if (!cJSON_IsString(m)) return fail(e, 422, "invalid_type", "checkpoint.best.metric", "must be a string, got %s", got(m, g));
+    size_t n = strlen(m->valuestring);
+    int ok = n >= 1 && n < sizeof s->checkpoint.best_metric;
+    for (size_t i = 0; ok && i < n; i++) {
+        char ch = m->valuestring[i];
+        ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-';
+    }
+    if (!ok)
+        return fail(e, 422, "invalid_value", "checkpoint.best.metric",
+                    "a metric name: 1 to %zu letters, digits, '_', '.' or '-'", sizeof s->checkpoint.best_metric - 1);
+    memcpy(s->checkpoint.best_metric, m->valuestring, n + 1);
+    const cJSON *mode = item(b, "mode");
+    if (mode) {
+        if (!cJSON_IsString(mode) || (strcmp(mode->valuestring, "min") != 0 && strcmp(mode->valuestring, "max") != 0))
+            return fail(e, 422, "invalid_value", "checkpoint.best.mode", "must be \"min\" (the default) or \"max\"");
+        s->checkpoint.best_max = strcmp(mode->valuestring, "max") == 0;
+    }
+    return 0;
+}
+
+static int parse_logs(spec_error *e, const cJSON *root, jobspec *s) {
+    const cJSON *l = NULL;
+    int rc = get_object(e, root, "", "logs", &l);
+    if (rc <= 0) return rc;
+    static const char *const LOG_KEYS[] = {"max_size", NULL};
+    if (check_keys(e, l, "logs", LOG_KEYS, NULL)) return -1;
+    const cJSON *v = item(l, "max_size");
+    if (!v) return 0;
+    char g[64];
+    if (!cJSON_IsString(v))
+        return fail(e, 422, "invalid_type", "logs.max_size", "must be a size such as \"2GiB\", got %s", got(v, g));
+    if (jobspec_size_mb(v->valuestring, &s->logs.max_mb, e) < 0) {
+        if (e) snprintf(e->field, sizeof e->field, "logs.max_size");
+        return -1;
+    }
     return 0;
 }
 
@@ -1565,7 +1610,7 @@ static int parse_root(spec_error *e, const cJSON *root, jobspec *s) {
     }
     if (parse_environment(e, root, s) < 0) return -1;
     if (parse_strategy(e, root, s) < 0 || parse_resources(e, root, s) < 0 ||
-        parse_checkpoint(e, root, s) < 0)
+        parse_checkpoint(e, root, s) < 0 || parse_logs(e, root, s) < 0)
         return -1;
     if (s->kind == JOB_KIND_TRAIN &&
         (check_shapes(e, s) < 0 || check_output(e, s) < 0))
@@ -1975,6 +2020,19 @@ cJSON *jobspec_to_cjson(const jobspec *s) {
     cJSON *ck = chk(&o, cJSON_AddObjectToObject(root, "checkpoint"));
     add_int(&o, ck, "every_epochs", s->checkpoint.every_epochs);
     add_int(&o, ck, "keep", s->checkpoint.keep);
+    if (s->checkpoint.best_metric[0]) {
+        cJSON *best = chk(&o, cJSON_AddObjectToObject(ck, "best"));
+        if (best) {
+            add_str(&o, best, "metric", s->checkpoint.best_metric);
+            add_str(&o, best, "mode", s->checkpoint.best_max ? "max" : "min");
+        }
+    }
+    if (s->logs.max_mb > 0) {
+        cJSON *lg = chk(&o, cJSON_AddObjectToObject(root, "logs"));
+        char sz[32];
+        snprintf(sz, sizeof sz, "%lldMiB", (long long)s->logs.max_mb);
+        if (lg) add_str(&o, lg, "max_size", sz);
+    }
     add_int(&o, root, "max_runtime_s", (long long)s->max_runtime_s);
     add_bool(&o, root, "preemptible", s->preemptible);
     add_bool(&o, root, "queue_if_infeasible", s->queue_if_infeasible);

@@ -152,8 +152,20 @@ typedef struct resources_spec {
 
 typedef struct checkpoint_spec {
     int every_epochs;                  /* default 1; 0 = only on preemption and at the end */
-    int keep;                          /* default 3 */
+    int keep;                          /* default 3: kept while the job runs */
+    /* checkpoint.best {"metric", "mode"}: once the job has ended, its newest
+     * checkpoint is kept and, with a metric, the best by it (the value the
+     * job reported for the checkpoint's step or epoch); "" = newest only */
+    char best_metric[64];
+    int best_max;                      /* mode "max" (1) or "min" (0, default) */
 } checkpoint_spec;
+
+/* logs {"max_size"}: the most log bytes the job keeps (all its tasks and
+ * attempts); past it, output is dropped with a note. 0 = the server's
+ * default (--log-max-per-job-default); the server caps it (--log-max-per-job). */
+typedef struct logs_spec {
+    int64_t max_mb;
+} logs_spec;
 
 /* A team's own program (JOB_KIND_COMMAND), in place of model/compile/data/fit:
  * the worker starts it once per task (executor/command.c, docs/command-jobs.md).
@@ -209,6 +221,7 @@ typedef struct jobspec {
     strategy_spec strategy;
     resources_spec resources;
     checkpoint_spec checkpoint;
+    logs_spec logs;
 } jobspec;
 
 /* A validation error: HTTP status (400 bad JSON, 422 otherwise), a short code
