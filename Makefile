@@ -242,7 +242,7 @@ DEPS_check_gpu := $(ENGINE_OBJ) $(CU_OBJ)
 DEPS_check_gpu_train := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(BUILD)/obj/executor/train_loop.o $(GPU_ENGINE_OBJ)
 
 # gpu-build: the GPU test and benchmark in build/gpu/bin, linked with none of
-# the server's libraries (no libmicrohttpd, cJSON, SQLite, curl: the engine's
+# the server's libraries (no libmicrohttpd, cJSON, SQLite, curl, libarchive: the engine's
 # objects without the spec parser and checkpoint.c; jobspecs built in C),
 # with the CUDA runtime, check, zlib and libcrypto static, so the
 # folder runs on a GPU machine that has the driver and cuBLAS only. Portable
@@ -250,7 +250,7 @@ DEPS_check_gpu_train := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(BUILD)/obj/exec
 GPU_BUILD ?= build/gpu
 # bench/gpu/ref_cblas.c stands in for OpenBLAS there (a static OpenBLAS is
 # 30 MB a binary, too much to carry).
-GPU_LINK_OBJ = $(COMMON_OBJ) $(filter-out %/checkpoint.o,$(NN_OBJ)) $(DATA_OBJ) \
+GPU_LINK_OBJ = $(filter-out %/ctxtar.o,$(COMMON_OBJ)) $(filter-out %/checkpoint.o,$(NN_OBJ)) $(DATA_OBJ) \
                $(filter-out %/nccl_comm.o,$(CU_OBJ)) $(BUILD)/obj/bench/gpu/ref_cblas.o
 GPU_LINK_LIBS = -L$(CUDA_HOME)/lib64 -Wl,--as-needed -Wl,-rpath,$(CUDA_HOME)/lib64 \
                 -lcublas -lcublasLt -Wl,-Bstatic -lcudart_static -lcheck_pic -lsubunit \
@@ -263,7 +263,7 @@ $(BUILD)/bin/check_gpu: tests/check_gpu.c $(GPU_LINK_OBJ)
 # parser, checkpoints (cJSON: libcjson.so.1 goes to BUILD/lib, found through
 # $$ORIGIN), the collectives and strategies, and NCCL (dynamic: the GPU
 # machine's, e.g. PyTorch's nvidia/nccl wheel, docs/gpu.md).
-GPU_TRAIN_OBJ = $(COMMON_OBJ) $(SPEC_OBJ) $(NN_OBJ) $(DATA_OBJ) $(COMM_OBJ) $(STRAT_OBJ) \
+GPU_TRAIN_OBJ = $(filter-out %/ctxtar.o,$(COMMON_OBJ)) $(SPEC_OBJ) $(NN_OBJ) $(DATA_OBJ) $(COMM_OBJ) $(STRAT_OBJ) \
                 $(BUILD)/obj/executor/train_loop.o $(GPU_ENGINE_OBJ) $(BUILD)/obj/bench/gpu/ref_cblas.o \
                 $(BUILD)/obj/tests/gpu_blas_stub.o
 $(BUILD)/bin/check_gpu_train: tests/check_gpu_train.c $(GPU_TRAIN_OBJ)
@@ -281,14 +281,15 @@ $(BUILD)/bin/gpu_bench: bench/gpu/gpu_bench.c $(GPU_LINK_OBJ)
 # GPU engine and NCCL, the reference GEMM for the CPU engine (no OpenBLAS to
 # carry), the CUDA runtime static, cuBLAS and NCCL the machine's. DT_RPATH
 # (not RUNPATH) $$ORIGIN/../lib: the carried libraries' own dependencies are
-# found there too.
-GPU_FULL_OBJ = $(BUILD)/obj/cmd/main.o $(LIB_OBJ) $(BUILD)/obj/bench/gpu/ref_cblas.o \
-               $(BUILD)/obj/tests/gpu_blas_stub.o
+# found there too. Contexts are left out (bench/gpu/ctxtar_none.c stands in):
+# libarchive would bring libxml2 and ICU, 35 MB over what the bundle may carry.
+GPU_FULL_OBJ = $(BUILD)/obj/cmd/main.o $(filter-out %/ctxtar.o,$(LIB_OBJ)) $(BUILD)/obj/bench/gpu/ref_cblas.o \
+               $(BUILD)/obj/tests/gpu_blas_stub.o $(BUILD)/obj/bench/gpu/ctxtar_none.o
 $(BUILD)/bin/trainyard: $(GPU_FULL_OBJ)
 	@mkdir -p $(dir $@)
 	@echo "  LD  $@"
 	@$(CC) -o $@ $(GPU_FULL_OBJ) -Wl,--disable-new-dtags -Wl,-rpath,'$$ORIGIN/../lib' \
-	    $(PKG_LIBS) -lsqlite3 -lz -lm -lpthread -L$(CUDA_HOME)/lib64 -Wl,--as-needed -lnccl -lcublas -lcublasLt \
+	    $(filter-out -larchive,$(PKG_LIBS)) -lsqlite3 -lz -lm -lpthread -L$(CUDA_HOME)/lib64 -Wl,--as-needed -lnccl -lcublas -lcublasLt \
 	    -Wl,-Bstatic -lcudart_static -Wl,-Bdynamic -ldl -lrt
 
 # gpu-bundle: one folder for a GPU machine (docs/gpu.md): bin/ (trainyard,

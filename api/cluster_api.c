@@ -2,9 +2,9 @@
  * the join token; answers the node's own token), POST /nodes/{id}/heartbeat,
  * DELETE /nodes/{id}/token (revoke), GET /cluster (nodes, devices, holders,
  * utilisation), GET /queue (the order the scheduler considers jobs, why each
- * waits, estimated starts), PATCH|POST /teams/{name} (weight, guarantee,
- * quota). A team token sees its own jobs only: another team's holder or
- * queue entry shows without its job id. */
+ * waits, estimated starts). A team token sees its own jobs only: another
+ * team's holder or queue entry shows without its job id. (A team's shares,
+ * PATCH /teams/{name}, are api/teams_api.c's.) */
 #include "cluster_api.h"
 #include "exec_api.h"
 #include "../storage/exec_store.h"
@@ -612,74 +612,6 @@ static void queue_get(server *srv, http_req *req, http_res *res)
     http_json(res, 200, o);
 }
 
-/* ================================================================ teams */
-
-/* PATCH|POST /api/v1/teams/{name} {"weight": 2, "guarantee": 8, "quota": 16 | null} */
-static void team_shares(server *srv, http_req *req, http_res *res)
-{
-    const char *name = req->params[0];
-    cJSON *body = http_body_json(req, res);
-    if (!body) return;
-    double weight = 0;
-    long guarantee = 0, quota = -1;
-    int set_g = 0, set_q = 0, any = 0;
-    for (cJSON *f = body->child; f; f = f->next) {
-        any = 1;
-        if (strcmp(f->string, "weight") == 0) {
-            if (!cJSON_IsNumber(f)) { http_error(res, 422, "invalid_type", "weight", "weight must be a number"); goto out; }
-            if (!(f->valuedouble > 0 && f->valuedouble <= 1e6)) {
-                http_error(res, 422, "invalid_value", "weight", "weight must be above 0 and at most 1000000");
-                goto out;
-            }
-            weight = f->valuedouble;
-        } else if (strcmp(f->string, "guarantee") == 0) {
-            if (int_field(res, f, "guarantee", 0, 1000000, &guarantee) < 0) goto out;
-            set_g = 1;
-        } else if (strcmp(f->string, "quota") == 0) {
-            if (!cJSON_IsNull(f) && int_field(res, f, "quota", 0, 1000000, &quota) < 0) goto out;
-            set_q = 1;
-        } else {
-            http_error(res, 422, "unknown_field", f->string,
-                       "unknown field '%s' (allowed: weight, guarantee, quota)", f->string);
-            goto out;
-        }
-    }
-    if (!any) {
-        http_error(res, 422, "missing_field", NULL, "give at least one of weight, guarantee, quota");
-        goto out;
-    }
-    int64_t id = 0;
-    int rc = store_team_find(srv->db, name, &id);
-    if (rc == STORE_NOT_FOUND) { http_error(res, 404, "not_found", NULL, "no team named '%s'", name); goto out; }
-    if (rc != STORE_OK) { unavailable(res); goto out; }
-    if (set_g || set_q) {
-        /* the guarantee may not exceed the quota */
-        cJSON *cur = store_team_get(srv->db, id);
-        if (!cur) { unavailable(res); goto out; }
-        const cJSON *cq = cJSON_GetObjectItemCaseSensitive(cur, "quota");
-        const cJSON *cg = cJSON_GetObjectItemCaseSensitive(cur, "guarantee");
-        long q = set_q ? quota : (cJSON_IsNumber(cq) ? (long)cq->valuedouble : -1);
-        long g = set_g ? guarantee : (cJSON_IsNumber(cg) ? (long)cg->valuedouble : 0);
-        cJSON_Delete(cur);
-        if (q >= 0 && g > q) {
-            http_error(res, 422, "invalid_value", set_g ? "guarantee" : "quota",
-                       "the guarantee (%ld) may not exceed the quota (%ld)", g, q);
-            goto out;
-        }
-    }
-    rc = cluster_team_set_shares(srv->db, name, weight, (int)guarantee, set_g, (int)quota, set_q);
-    if (rc < 0) { unavailable(res); goto out; }
-    char actor[96];
-    http_actor(req, actor, sizeof actor);
-    log_info("team %s shares changed by %s", name, actor);
-    api_kick_scheduler(srv);
-    cJSON *t = store_team_get(srv->db, id);
-    if (!t) { unavailable(res); goto out; }
-    http_json(res, 200, t);
-out:
-    cJSON_Delete(body);
-}
-
 const route api_cluster_routes[] = {
     {"POST", "/api/v1/nodes", node_register, ALLOW_JOIN | ALLOW_ADMIN, 0},
     {"POST", "/api/v1/nodes/{id}/heartbeat", node_heartbeat, ALLOW_NODE | ALLOW_ADMIN, 0},
@@ -689,7 +621,5 @@ const route api_cluster_routes[] = {
     {"GET", "/api/v1/cluster", cluster_get, ALLOW_USER, 0},
     {"GET", "/api/v1/tls/ca", tls_ca_get, ALLOW_NONE, 0},
     {"GET", "/api/v1/queue", queue_get, ALLOW_USER, 0},
-    {"PATCH", "/api/v1/teams/{name}", team_shares, ALLOW_ADMIN, 0},
-    {"POST", "/api/v1/teams/{name}", team_shares, ALLOW_ADMIN, 0},
     {NULL, NULL, NULL, 0, 0},
 };

@@ -12,7 +12,9 @@
 #include "routes.h"
 #include "../common/ctxtar.h"
 #include "../server/server.h"
+#include "teams_api.h"
 #include "../storage/context_store.h"
+#include "../storage/quota.h"
 #include "../storage/store.h"
 
 #include <errno.h>
@@ -106,6 +108,9 @@ static void upload_keep(server *srv, http_req *req, http_res *res, const char *d
                          (long long)used, req->body.len, srv->opt.context_quota_mb, (long long)quota);
         return;
     }
+    /* the disk reserve, and the team's storage quota (its logs and
+     * checkpoints count too) */
+    if (api_storage_admit(srv, team, (int64_t)req->body.len, "context", 413, res) < 0) return;
     char path[PATH_MAX + 80];
     if (file_path(srv, digest, path, sizeof path) < 0) {
         http_error(res, 500, "internal", NULL, "the data directory's path is too long");
@@ -138,6 +143,7 @@ static void upload_keep(server *srv, http_req *req, http_res *res, const char *d
         return;
     }
     r.used_at = r.created_at;
+    quota_add(srv->db, team, QUOTA_CONTEXTS, r.bytes);
     snprintf(res->location, sizeof res->location, "/api/v1/contexts/sha256:%s", digest);
     http_json(res, 201, row_json(&r));
 }
@@ -277,6 +283,7 @@ static void ctx_delete(server *srv, http_req *req, http_res *res) {
     } else if (rc != STORE_OK) {
         db_unavailable(res);
     } else {
+        quota_forget(srv->db, req->who.team_id); /* its bytes no longer count */
         res->status = 204;
     }
 }
@@ -330,6 +337,7 @@ void api_contexts_tick(server *srv) {
         int rc = ctx_store_gc_drop(srv->db, rows[i].team_id, rows[i].digest, before);
         if (rc == STORE_OK) file_drop_unheld(srv, rows[i].digest);
         pthread_mutex_unlock(&g_files);
+        if (rc == STORE_OK) quota_add(srv->db, rows[i].team_id, QUOTA_CONTEXTS, -rows[i].bytes);
         if (rc == STORE_OK)
             log_info("contexts: dropped sha256:%s of team %lld (%lld bytes): unused for %lld s", rows[i].digest,
                      (long long)rows[i].team_id, (long long)rows[i].bytes, (long long)((now - rows[i].used_at) / 1000));

@@ -10,11 +10,13 @@
 #include "../common/json_out.h"
 #include "cluster_api.h"
 #include "routes.h"
+#include "teams_api.h"
 #include "../spec/jobspec.h"
 #include "../scheduler/lifecycle.h"
 #include "../server/server.h"
 #include "../storage/cluster.h"
 #include "../storage/exec_store.h"
+#include "../storage/quota.h"
 #include "../storage/store.h"
 
 #include <ctype.h>
@@ -799,6 +801,88 @@ static const char *task_query(http_req *req, http_res *res, int required) {
     return task;
 }
 
+/* What of a log post is kept: the first `take` bytes of the body, then
+ * `note` (a line saying why the rest is dropped; "" when none). Bounds,
+ * first met first: the disk reserve, the job's log cap, the team's quota.
+ * A post past a bound is still a 200 (with "dropped"): the agent would
+ * retry an error forever. */
+typedef struct log_admit {
+    size_t take;
+    char note[512];
+} log_admit;
+
+/* The job's log cap in bytes: its spec's logs.max_size, else the server's
+ * default; never more than --log-max-per-job. */
+static int64_t log_cap_bytes(const server *srv, const char *max_size) {
+    int64_t mb = srv->opt.log_max_per_job_default_mb;
+    spec_error se;
+    int64_t want = 0;
+    if (max_size[0] && jobspec_size_mb(max_size, &want, &se) == 0 && want > 0) mb = want;
+    if (mb > srv->opt.log_max_per_job_mb) mb = srv->opt.log_max_per_job_mb;
+    return mb << 20;
+}
+
+static void log_admit_decide(server *srv, const exec_job *j, const char *body, size_t len, log_admit *a) {
+    a->take = len;
+    a->note[0] = '\0';
+    if (!len) return;
+    char nl[2] = "";
+    int64_t free_b, reserve;
+    unsigned ep;
+    if (quota_disk_low(srv->db, (int64_t)len, &free_b, &reserve, &ep) == 1) {
+        a->take = 0;
+        if (quota_note_once(srv->db, j->id, QUOTA_NOTE_DISK, ep)) {
+            char fb[32], rb[32];
+            quota_fmt_bytes(free_b, fb, sizeof fb);
+            quota_fmt_bytes(reserve, rb, sizeof rb);
+            snprintf(a->note, sizeof a->note,
+                     "[trainyard server: the server's disk has %s free, under its reserve of %s: output of this job "
+                     "is dropped until space is freed]\n",
+                     fb, rb);
+        }
+        return;
+    }
+    int64_t kept = 0;
+    char max_size[64];
+    if (exec_job_log_state(srv->db, j->id, &kept, max_size, sizeof max_size) == STORE_OK) {
+        int64_t cap = log_cap_bytes(srv, max_size);
+        if (kept >= cap) { /* noted when it got there */
+            a->take = 0;
+            return;
+        }
+        if (kept + (int64_t)len > cap) {
+            a->take = (size_t)(cap - kept);
+            if (a->take && body[a->take - 1] != '\n') nl[0] = '\n';
+            char cb[32];
+            quota_fmt_bytes(cap, cb, sizeof cb);
+            if (quota_note_once(srv->db, j->id, QUOTA_NOTE_CAP, 0))
+                snprintf(a->note, sizeof a->note,
+                         "%s[trainyard server: this job's log reached its cap of %s: further output is dropped (set "
+                         "\"logs\": {\"max_size\": \"...\"} in the job's spec to keep more, up to %lld MiB)]\n",
+                         nl, cb, (long long)srv->opt.log_max_per_job_mb);
+            return;
+        }
+    }
+    int64_t quota;
+    quota_use use;
+    if (quota_check(srv->db, j->team_id, (int64_t)len, &quota, &use, &ep) == 1) {
+        int64_t room = quota - quota_use_total(&use);
+        a->take = room > 0 ? (size_t)room : 0;
+        if (a->take && body[a->take - 1] != '\n') nl[0] = '\n';
+        if (quota_note_once(srv->db, j->id, QUOTA_NOTE_TEAM, ep)) {
+            char team[64] = "", qb[32], ub[32];
+            if (quota_team_name(srv->db, j->team_id, team, sizeof team) != STORE_OK)
+                snprintf(team, sizeof team, "%lld", (long long)j->team_id);
+            quota_fmt_bytes(quota, qb, sizeof qb);
+            quota_fmt_bytes(quota_use_total(&use) + (int64_t)a->take, ub, sizeof ub); /* with what is taken */
+            snprintf(a->note, sizeof a->note,
+                     "%s[trainyard server: team %s is at its storage quota (%s of %s): further output of this job "
+                     "is dropped]\n",
+                     nl, team, ub, qb);
+        }
+    }
+}
+
 /* POST /api/v1/jobs/{id}/logs?task=worker-0 (raw text lines) */
 static void logs_post(server *srv, http_req *req, http_res *res) {
     exec_job j;
@@ -820,6 +904,9 @@ static void logs_post(server *srv, http_req *req, http_res *res) {
         http_error(res, 500, "internal", NULL, "cannot create the log directory: %s", strerror(errno));
         return;
     }
+    log_admit adm;
+    log_admit_decide(srv, &j, req->body.data, req->body.len, &adm);
+    size_t nlen = strlen(adm.note), total = adm.take + nlen;
     pthread_mutex_lock(&g_log_lock);
     int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     struct stat sb;
@@ -828,8 +915,10 @@ static void logs_post(server *srv, http_req *req, http_res *res) {
     if (ok) {
         off = (int64_t)sb.st_size;
         size_t done = 0;
-        while (ok && done < req->body.len) {
-            ssize_t w = write(fd, req->body.data + done, req->body.len - done);
+        while (ok && done < total) {
+            const char *from = done < adm.take ? req->body.data + done : adm.note + (done - adm.take);
+            size_t want = done < adm.take ? adm.take - done : total - done;
+            ssize_t w = write(fd, from, want);
             if (w < 0 && errno == EINTR) continue;
             if (w <= 0) ok = 0;
             else done += (size_t)w;
@@ -842,11 +931,15 @@ static void logs_post(server *srv, http_req *req, http_res *res) {
         http_error(res, 500, "internal", NULL, "cannot write the log: %s", strerror(errno));
         return;
     }
-    if (req->body.len && exec_log_chunk_add(srv->db, j.id, task, j.attempt, off, (int64_t)req->body.len) != STORE_OK)
-        log_warn("job %lld: cannot record a log chunk of %s", (long long)j.id, task);
+    if (total) {
+        if (exec_log_chunk_add(srv->db, j.id, task, j.attempt, off, (int64_t)total) != STORE_OK)
+            log_warn("job %lld: cannot record a log chunk of %s", (long long)j.id, task);
+        else quota_add(srv->db, j.team_id, QUOTA_LOGS, (int64_t)total);
+    }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "offset", (double)off);
-    cJSON_AddNumberToObject(o, "next_offset", (double)(off + (int64_t)req->body.len));
+    cJSON_AddNumberToObject(o, "next_offset", (double)(off + (int64_t)total));
+    cJSON_AddNumberToObject(o, "dropped", (double)(req->body.len - adm.take));
     http_json(res, 200, o);
 }
 
@@ -930,6 +1023,9 @@ static void ckpt_put(server *srv, http_req *req, http_res *res) {
                    "the body's sha256 is %s, not %.64s; nothing was stored", got, want);
         goto out;
     }
+    /* the disk reserve and the team's storage quota: refused whole rather
+     * than written half */
+    if (api_storage_admit(srv, j.team_id, (int64_t)req->body.len, "checkpoint", 507, res) < 0) goto out;
     int64_t cid = 0;
     if (exec_ckpt_reserve(srv->db, j.id, j.attempt, step, epoch, (int64_t)req->body.len, got, &cid) != STORE_OK) {
         db_unavailable(res);
@@ -969,6 +1065,8 @@ static void ckpt_put(server *srv, http_req *req, http_res *res) {
         db_unavailable(res);
         goto out;
     }
+    quota_add(srv->db, j.team_id, QUOTA_CHECKPOINTS, (int64_t)req->body.len);
+    if (nold) quota_forget(srv->db, j.team_id); /* the pruned ones no longer count */
     for (int i = 0; i < nold; i++) {
         char p[PATH_MAX + 300];
         if (sfmt(p, sizeof p, "%s/%s", srv->checkpoint_dir, old[i]) == 0 && old[i][0] && unlink(p) < 0 &&

@@ -147,6 +147,13 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
         http_error(res, e.status, e.code, e.field[0] ? e.field : NULL, "%s", e.message);
         return;
     }
+    if (spec.logs.max_mb > srv->opt.log_max_per_job_mb) {
+        http_error(res, 422, "invalid_value", "logs.max_size",
+                   "logs.max_size may be at most %lld MiB on this server (--log-max-per-job), got %lld MiB",
+                   (long long)srv->opt.log_max_per_job_mb, (long long)spec.logs.max_mb);
+        jobspec_release(&spec);
+        return;
+    }
     char msg[256];
     const char *field = NULL;
     int adm = admit(srv, &spec, msg, sizeof msg, &field);

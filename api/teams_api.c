@@ -1,14 +1,82 @@
-/* teams_api.c - GET /teams (a team sees itself, the admin sees all),
- * POST /teams (admin): creates a team and returns its token once, and
+/* teams_api.c - GET /teams (a team sees itself, the admin sees all, each
+ * with its storage quota and use), POST /teams (admin): creates a team and
+ * returns its token once, PATCH|POST /teams/{name} (admin): its shares
+ * (weight, guarantee, quota) and its storage quota, and
  * POST /teams/{name}/tokens (the admin, or the team itself): a new token,
- * expiring or not, optionally rotating the team's others out after a grace. */
+ * expiring or not, optionally rotating the team's others out after a grace.
+ * Also the check every bulk write passes (api_storage_admit). */
+#include "teams_api.h"
 #include "routes.h"
+#include "../spec/jobspec.h"
 #include "../server/server.h"
+#include "../storage/cluster.h"
+#include "../storage/quota.h"
 #include "../storage/store.h"
 
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+static void unavailable(http_res *res) {
+    http_error(res, 503, "unavailable", NULL, "the database is busy or unavailable; retry");
+}
+
+/* ---------------------------------------------------------------- storage */
+
+int api_storage_admit(server *srv, int64_t team_id, int64_t len, const char *what, int quota_status, http_res *res) {
+    int64_t free_b, reserve;
+    unsigned ep;
+    char lb[32], b1[32], b2[32];
+    quota_fmt_bytes(len, lb, sizeof lb);
+    if (quota_disk_low(srv->db, len, &free_b, &reserve, &ep) == 1) {
+        quota_fmt_bytes(free_b, b1, sizeof b1);
+        quota_fmt_bytes(reserve, b2, sizeof b2);
+        http_error(res, 507, "disk_reserve", NULL,
+                   "the server's disk has %s free (%lld bytes): this %s (%s) would take it under its reserve of %s "
+                   "(%lld); nothing was stored",
+                   b1, (long long)free_b, what, lb, b2, (long long)reserve);
+        return -1;
+    }
+    int64_t quota;
+    quota_use use;
+    if (quota_check(srv->db, team_id, len, &quota, &use, &ep) != 1) return 0;
+    char team[64];
+    if (quota_team_name(srv->db, team_id, team, sizeof team) != STORE_OK)
+        snprintf(team, sizeof team, "%lld", (long long)team_id);
+    int64_t used = quota_use_total(&use);
+    quota_fmt_bytes(quota, b1, sizeof b1);
+    quota_fmt_bytes(used, b2, sizeof b2);
+    /* short enough to show whole in a worker's log line */
+    if (quota_status == 413)
+        http_error_limit(res, 413, "quota_exceeded", "body", quota,
+                         "team %s's storage quota is %s (%lld bytes), %s used (%lld): this %s (%s) would pass it; "
+                         "nothing was stored",
+                         team, b1, (long long)quota, b2, (long long)used, what, lb);
+    else
+        http_error(res, 507, "storage_quota", NULL,
+                   "team %s's storage quota is %s (%lld bytes), %s used (%lld): this %s (%s) would pass it; "
+                   "nothing was stored",
+                   team, b1, (long long)quota, b2, (long long)used, what, lb);
+    return -1;
+}
+
+int api_team_storage_json(server *srv, cJSON *team) {
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(team, "id");
+    if (!cJSON_IsNumber(id)) return -1;
+    quota_use u;
+    int64_t quota = -1;
+    if (quota_use_read(srv->db, (int64_t)id->valuedouble, &u, &quota) != STORE_OK) return -1;
+    if (quota >= 0) cJSON_AddNumberToObject(team, "storage_quota", (double)quota);
+    else cJSON_AddNullToObject(team, "storage_quota");
+    cJSON *o = cJSON_AddObjectToObject(team, "storage_used");
+    if (!o) return -1;
+    cJSON_AddNumberToObject(o, "logs", (double)u.bytes[QUOTA_LOGS]);
+    cJSON_AddNumberToObject(o, "checkpoints", (double)u.bytes[QUOTA_CHECKPOINTS]);
+    cJSON_AddNumberToObject(o, "contexts", (double)u.bytes[QUOTA_CONTEXTS]);
+    cJSON_AddNumberToObject(o, "total", (double)quota_use_total(&u));
+    return 0;
+}
 
 static void teams_list(server *srv, http_req *req, http_res *res) {
     cJSON *arr;
@@ -21,6 +89,13 @@ static void teams_list(server *srv, http_req *req, http_res *res) {
         else {
             cJSON_Delete(arr);
             arr = NULL;
+        }
+    }
+    for (cJSON *t = arr ? arr->child : NULL; t; t = t->next) {
+        if (api_team_storage_json(srv, t) < 0) {
+            cJSON_Delete(arr);
+            arr = NULL;
+            break;
         }
     }
     if (!arr) {
@@ -110,6 +185,10 @@ static void teams_create(server *srv, http_req *req, http_res *res) {
     }
     cJSON *o = cJSON_CreateObject();
     cJSON *t = store_team_get(srv->db, id);
+    if (t && api_team_storage_json(srv, t) < 0) {
+        cJSON_Delete(t);
+        t = NULL;
+    }
     cJSON_AddItemToObject(o, "team", t ? t : cJSON_CreateNull());
     cJSON_AddStringToObject(o, "token", tok);
     if (expires_at) store_json_time_ms(o, "expires_at", expires_at);
@@ -191,9 +270,173 @@ out:
     cJSON_Delete(body);
 }
 
+/* ---------------------------------------------------------------- shares and storage quota */
+
+/* An integer field in [lo, hi]: 0, or -1 after answering 422 naming it. */
+static int int_field(http_res *res, const cJSON *v, const char *field, long lo, long hi, long *out) {
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble)) {
+        http_error(res, 422, "invalid_type", field, "%s must be an integer", field);
+        return -1;
+    }
+    if (v->valuedouble < (double)lo || v->valuedouble > (double)hi) {
+        http_error(res, 422, "invalid_value", field, "%s must be between %ld and %ld", field, lo, hi);
+        return -1;
+    }
+    *out = (long)v->valuedouble;
+    return 0;
+}
+
+#define STORAGE_QUOTA_MAX_BYTES (64LL << 40) /* as resources.memory: 64 TiB */
+
+/* storage_quota: a size as resources.memory takes it ("500GiB"), an
+ * integer of bytes, or null (none): 0 with *out (-1: none), or -1 after a
+ * 422 naming it. */
+static int storage_quota_field(http_res *res, const cJSON *v, int64_t *out) {
+    if (cJSON_IsNull(v)) {
+        *out = -1;
+        return 0;
+    }
+    if (cJSON_IsNumber(v)) {
+        if (!isfinite(v->valuedouble) || v->valuedouble != floor(v->valuedouble)) {
+            http_error(res, 422, "invalid_type", "storage_quota",
+                       "storage_quota must be a size such as \"500GiB\", a whole number of bytes, or null");
+            return -1;
+        }
+        if (v->valuedouble < 0 || v->valuedouble > (double)STORAGE_QUOTA_MAX_BYTES) {
+            http_error(res, 422, "invalid_value", "storage_quota", "storage_quota must be 0 to %lld bytes (64 TiB)",
+                       (long long)STORAGE_QUOTA_MAX_BYTES);
+            return -1;
+        }
+        *out = (int64_t)v->valuedouble;
+        return 0;
+    }
+    if (!cJSON_IsString(v)) {
+        http_error(res, 422, "invalid_type", "storage_quota",
+                   "storage_quota must be a size such as \"500GiB\", a whole number of bytes, or null");
+        return -1;
+    }
+    int64_t mb = 0;
+    spec_error se;
+    if (jobspec_size_mb(v->valuestring, &mb, &se) < 0) {
+        http_error(res, 422, "invalid_value", "storage_quota", "storage_quota %s", se.message);
+        return -1;
+    }
+    *out = mb << 20;
+    return 0;
+}
+
+/* PATCH|POST /api/v1/teams/{name} {"weight": 2, "guarantee": 8, "quota": 16 | null,
+ * "storage_quota": "500GiB" | BYTES | null} -> 200 the team */
+static void team_patch(server *srv, http_req *req, http_res *res) {
+    const char *name = req->params[0];
+    cJSON *body = http_body_json(req, res);
+    if (!body) return;
+    double weight = 0;
+    long guarantee = 0, quota = -1;
+    int64_t storage_quota = -1;
+    int set_w = 0, set_g = 0, set_q = 0, set_sq = 0;
+    for (cJSON *f = body->child; f; f = f->next) {
+        if (strcmp(f->string, "weight") == 0) {
+            if (!cJSON_IsNumber(f)) {
+                http_error(res, 422, "invalid_type", "weight", "weight must be a number");
+                goto out;
+            }
+            if (!(f->valuedouble > 0 && f->valuedouble <= 1e6)) {
+                http_error(res, 422, "invalid_value", "weight", "weight must be above 0 and at most 1000000");
+                goto out;
+            }
+            weight = f->valuedouble;
+            set_w = 1;
+        } else if (strcmp(f->string, "guarantee") == 0) {
+            if (int_field(res, f, "guarantee", 0, 1000000, &guarantee) < 0) goto out;
+            set_g = 1;
+        } else if (strcmp(f->string, "quota") == 0) {
+            if (!cJSON_IsNull(f) && int_field(res, f, "quota", 0, 1000000, &quota) < 0) goto out;
+            set_q = 1;
+        } else if (strcmp(f->string, "storage_quota") == 0) {
+            if (storage_quota_field(res, f, &storage_quota) < 0) goto out;
+            set_sq = 1;
+        } else {
+            http_error(res, 422, "unknown_field", f->string,
+                       "unknown field '%s' (allowed: weight, guarantee, quota, storage_quota)", f->string);
+            goto out;
+        }
+    }
+    if (!set_w && !set_g && !set_q && !set_sq) {
+        http_error(res, 422, "missing_field", NULL, "give at least one of weight, guarantee, quota, storage_quota");
+        goto out;
+    }
+    int64_t id = 0;
+    int rc = store_team_find(srv->db, name, &id);
+    if (rc == STORE_NOT_FOUND) {
+        http_error(res, 404, "not_found", NULL, "no team named '%s'", name);
+        goto out;
+    }
+    if (rc != STORE_OK) {
+        unavailable(res);
+        goto out;
+    }
+    if (set_g || set_q) {
+        /* the guarantee may not exceed the quota */
+        cJSON *cur = store_team_get(srv->db, id);
+        if (!cur) {
+            unavailable(res);
+            goto out;
+        }
+        const cJSON *cq = cJSON_GetObjectItemCaseSensitive(cur, "quota");
+        const cJSON *cg = cJSON_GetObjectItemCaseSensitive(cur, "guarantee");
+        long q = set_q ? quota : (cJSON_IsNumber(cq) ? (long)cq->valuedouble : -1);
+        long g = set_g ? guarantee : (cJSON_IsNumber(cg) ? (long)cg->valuedouble : 0);
+        cJSON_Delete(cur);
+        if (q >= 0 && g > q) {
+            http_error(res, 422, "invalid_value", set_g ? "guarantee" : "quota",
+                       "the guarantee (%ld) may not exceed the quota (%ld)", g, q);
+            goto out;
+        }
+    }
+    /* the shares and the storage quota together, or neither */
+    if (db_begin(srv->db) < 0) {
+        unavailable(res);
+        goto out;
+    }
+    rc = STORE_OK;
+    if ((set_w || set_g || set_q) &&
+        cluster_team_set_shares(srv->db, name, weight, (int)guarantee, set_g, (int)quota, set_q) != 0)
+        rc = STORE_ERROR;
+    if (rc == STORE_OK && set_sq) rc = quota_team_set(srv->db, id, storage_quota);
+    if (rc != STORE_OK || db_commit(srv->db) < 0) {
+        db_rollback(srv->db);
+        unavailable(res);
+        goto out;
+    }
+    char actor[96];
+    http_actor(req, actor, sizeof actor);
+    if (set_w || set_g || set_q) {
+        log_info("team %s shares changed by %s", name, actor);
+        api_kick_scheduler(srv);
+    }
+    if (set_sq) {
+        quota_forget(srv->db, id); /* the figure follows the committed quota */
+        char qb[32] = "none";
+        if (storage_quota >= 0) quota_fmt_bytes(storage_quota, qb, sizeof qb);
+        log_info("team %s storage quota set to %s by %s", name, qb, actor);
+    }
+    cJSON *t = store_team_get(srv->db, id);
+    if (!t || api_team_storage_json(srv, t) < 0) {
+        cJSON_Delete(t);
+        unavailable(res);
+        goto out;
+    }
+    http_json(res, 200, t);
+out:
+    cJSON_Delete(body);
+}
+
 const route api_teams_routes[] = {
     {"GET", "/api/v1/teams", teams_list, ALLOW_USER, 0},
     {"POST", "/api/v1/teams", teams_create, ALLOW_ADMIN, 0},
+    {"PATCH", "/api/v1/teams/{name}", team_patch, ALLOW_ADMIN, 0},
+    {"POST", "/api/v1/teams/{name}", team_patch, ALLOW_ADMIN, 0},
     {"POST", "/api/v1/teams/{name}/tokens", team_token_create, ALLOW_USER, 0},
     {NULL, NULL, NULL, 0, 0},
 };

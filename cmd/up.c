@@ -34,7 +34,8 @@ static void up_usage(FILE *f) {
             "                    [server flags: --durability, --heartbeat-timeout, --resize-interval, --public-url, --quiet,\n"
             "                     --tls auto, --tls-cert F --tls-key F, --insecure-http,\n"
             "                     --context-max-mb, --context-max-files, --context-max-unpacked-mb,\n"
-            "                     --context-quota-mb, --context-grace-s]\n"
+            "                     --context-quota-mb, --context-grace-s,\n"
+            "                     --disk-reserve, --log-max-per-job-default, --log-max-per-job]\n"
             "  --tls auto: HTTPS with the server's own CA (DATA/tls/ca.crt), which the agent trusts;\n"
             "  the server (default 127.0.0.1:8080, data in ./.trainyard) and one local agent;\n"
             "  the agent runs training under SCHED_IDLE at nice " UP_WORKER_NICE " (--worker-sched normal\n"
@@ -110,7 +111,8 @@ int cmd_up(int argc, char **argv) {
                           strcmp(a, "--resize-interval") == 0 || strcmp(a, "--access-log") == 0 || strcmp(a, "--public-url") == 0 ||
                           strcmp(a, "--tls") == 0 || strcmp(a, "--tls-cert") == 0 || strcmp(a, "--tls-key") == 0 ||
                           strcmp(a, "--auth-fail-limit") == 0 || strcmp(a, "--db-resident-mb") == 0 ||
-                          strncmp(a, "--context-", 10) == 0;
+                          strncmp(a, "--context-", 10) == 0 || strcmp(a, "--disk-reserve") == 0 ||
+                          strcmp(a, "--log-max-per-job-default") == 0 || strcmp(a, "--log-max-per-job") == 0;
         if (strcmp(a, "--tls") == 0 && i + 1 < argc && strcmp(argv[i + 1], "auto") == 0) so.tls_auto = 1;
         if (both && i + 1 < argc) {
             agent_extra[na++] = argv[i];

@@ -794,7 +794,8 @@ static int ckpt_newest(const char *dir, char name[256], struct stat *out) {
  * Retries while the server is away until deadline_s (0: one try). Returns 0
  * when uploaded; -1 when refused or unreadable, or when the file is no
  * longer that version (changed or gone: nothing to retry); -2 when the
- * server could not be reached or answered 5xx/429. */
+ * server could not be reached or answered 5xx/429; -3 when it answered 507
+ * (its disk at the reserve, the team at its storage quota). */
 static int ckpt_upload_file(const cconfig *c, const char *ckdir, const char *task_name, const ck_ident *id,
                             long step, long epoch, int deadline_s) {
     char path[PATH_MAX + 300];
@@ -876,6 +877,11 @@ static int ckpt_upload_file(const cconfig *c, const char *ckdir, const char *tas
             rc = 0;
             break;
         }
+        if (st == 507) { /* no room (disk reserve, team quota): the same bytes would not fit later either */
+            log_error("checkpoint upload refused: %s; the program goes on, the next checkpoint is tried", err);
+            rc = -3;
+            break;
+        }
         if (st && st < 500 && st != 429) {
             log_error("checkpoint upload refused: %s", err);
             break;
@@ -914,7 +920,8 @@ static int ck_upload(void *ctx, void *ck, long step, long epoch, char *err, size
     const cmd_run *r = ctx;
     (void)err; /* ckpt_upload_file logs why itself */
     (void)errlen;
-    return ckpt_upload_file(&r->cfg, r->ckdir, r->task_name, ck, step, epoch, 0);
+    int rc = ckpt_upload_file(&r->cfg, r->ckdir, r->task_name, ck, step, epoch, 0);
+    return rc == -3 ? -1 : rc; /* refused: dropped, not retried */
 }
 
 static int ck_same(const void *a, const void *b) { return ident_eq(a, b); }
@@ -956,8 +963,10 @@ static int ckpt_upload_final(cmd_run *r, int deadline_s) {
                  ident_eq(&id, &r->restored_id) ? "restored" : "uploaded");
         return 0;
     }
-    return ckpt_upload_file(&r->cfg, r->ckdir, r->task_name, &id, r->seen_step, r->seen_epoch, deadline_s) == 0 ? 0
-                                                                                                                : -1;
+    int rc = ckpt_upload_file(&r->cfg, r->ckdir, r->task_name, &id, r->seen_step, r->seen_epoch, deadline_s);
+    /* no room on the server (507, logged above): the job ends as its
+     * program did, without this checkpoint, rather than failing for it */
+    return rc == 0 || rc == -3 ? 0 : -1;
 }
 
 /* ---------------------------------------------------------------- the program */

@@ -226,11 +226,15 @@ static int wckpt_upload(void *ctx, void *p, long step, long epoch, char *err, si
         log_info("checkpoint uploaded: step %ld, epoch %ld, %zu bytes, sha256 %.16s...", step, epoch, k->len, sha);
         return 0;
     }
-    if (st == 0 || st >= 500 || st == 429) {
+    /* 507: the server's disk is at its reserve or the team at its storage
+     * quota; retrying the same bytes would not help, training goes on and
+     * the next checkpoint is tried */
+    if (st == 0 || (st >= 500 && st != 507) || st == 429) {
         if (st) snprintf(err, errlen, "server error");
         return -2;
     }
-    log_error("checkpoint upload %s (dropped)", err);
+    if (st == 507) log_error("checkpoint upload refused (%s): training goes on; the next checkpoint is tried", err);
+    else log_error("checkpoint upload %s (dropped)", err);
     return -1;
 }
 

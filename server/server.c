@@ -5,6 +5,7 @@
 #include "../common/tls.h"
 #include "../common/util.h"
 #include "../storage/cluster.h"
+#include "../storage/quota.h"
 #include "../storage/store.h"
 
 #include <arpa/inet.h>
@@ -36,6 +37,32 @@ void server_options_default(server_options *o) {
     o->context_max_unpacked_mb = 1024;
     o->context_quota_mb = 2048;
     o->context_grace_s = 86400;
+    o->disk_reserve_bytes = 2LL << 30;
+    o->log_max_per_job_default_mb = 1024;
+    o->log_max_per_job_mb = 16 * 1024;
+}
+
+int server_parse_size(const char *s, int64_t *bytes) {
+    static const struct {
+        const char *name;
+        double mult;
+    } units[] = {{"", 1},       {"B", 1},          {"KiB", 1024.0},   {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+                 {"TiB", 1099511627776.0}, {"K", 1e3}, {"KB", 1e3}, {"M", 1e6}, {"MB", 1e6},
+                 {"G", 1e9}, {"GB", 1e9}, {"T", 1e12}, {"TB", 1e12}, {NULL, 0}};
+    if (!s || !((*s >= '0' && *s <= '9') || *s == '.')) return -1;
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !(v >= 0)) return -1;
+    while (*end == ' ') end++;
+    for (int i = 0; units[i].name; i++) {
+        if (strcmp(end, units[i].name) != 0) continue;
+        double b = v * units[i].mult;
+        if (b > 9.0e18) return -1;
+        *bytes = (int64_t)b;
+        return 0;
+    }
+    return -1;
 }
 
 int server_parse_listen(server_options *o, const char *s) {
@@ -312,6 +339,7 @@ int server_open(server *s, const server_options *opt, char *err, size_t errlen) 
     db_set_durability_full(opt->durability_full);
     db_set_resident_max_mb(opt->db_resident_mb);
     if (db_open(&s->db, path, err, errlen) < 0) goto fail;
+    quota_disk_reserve_set(s->db, opt->data_dir, opt->disk_reserve_bytes, opt->disk_reserve_pct);
     int64_t team_id = 0;
     int rc = store_team_find(s->db, "default", &team_id);
     if (rc == STORE_NOT_FOUND) rc = store_team_create(s->db, "default", &team_id);
@@ -416,6 +444,8 @@ static void server_usage(FILE *f) {
             "                        [--auth-fail-limit N] [--db-resident-mb N]\n"
             "                        [--context-max-mb N] [--context-max-files N] [--context-max-unpacked-mb N]\n"
             "                        [--context-quota-mb N] [--context-grace-s SECONDS]\n"
+            "                        [--disk-reserve SIZE|N%%] [--log-max-per-job-default SIZE]\n"
+            "                        [--log-max-per-job SIZE]\n"
             "  --listen      address to bind (default 127.0.0.1:8080; port 0 = any free port)\n"
             "  --data        data directory (default ./.trainyard)\n"
             "  --resize-interval  an elastic job grows into free devices at most once per this\n"
@@ -443,7 +473,13 @@ static void server_usage(FILE *f) {
             "  --context-max-unpacked-mb N  a context's bytes once unpacked (default 1024)\n"
             "  --context-quota-mb N  a team's contexts together (default 2048)\n"
             "  --context-grace-s S  a context no job to run names is dropped S seconds after its\n"
-            "                last use and its jobs' end (default 86400)\n");
+            "                last use and its jobs' end (default 86400)\n"
+            "  --disk-reserve SIZE|N%%  free space kept on the data directory's file system:\n"
+            "                checkpoint uploads, log appends and context uploads that would take\n"
+            "                it below are refused (507 disk_reserve; default 2GiB; 0: none)\n"
+            "  --log-max-per-job-default SIZE  the log bytes a job keeps unless its spec's\n"
+            "                logs.max_size says (default 1GiB); past it, output is dropped with a note\n"
+            "  --log-max-per-job SIZE  the most logs.max_size may ask (default 16GiB)\n");
 }
 
 /* Parses the server's flags; unknown flags are an error. Returns 0, 1 for
@@ -471,6 +507,9 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
         {"context-max-unpacked-mb", required_argument, NULL, 1002},
         {"context-quota-mb", required_argument, NULL, 1003},
         {"context-grace-s", required_argument, NULL, 1004},
+        {"disk-reserve", required_argument, NULL, 1005},
+        {"log-max-per-job-default", required_argument, NULL, 1006},
+        {"log-max-per-job", required_argument, NULL, 1007},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -607,12 +646,53 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
             }
             o->context_grace_s = v;
             break;
+        case 1005: {
+            size_t n = strlen(optarg);
+            int64_t b = 0;
+            if (n > 1 && optarg[n - 1] == '%') {
+                char num[16] = "";
+                if (n - 1 < sizeof num) snprintf(num, sizeof num, "%.*s", (int)(n - 1), optarg);
+                if (!num[0] || parse_long(num, 0, 90, &v) < 0) {
+                    fprintf(stderr, "trainyard: --disk-reserve wants a size (2GiB) or a percentage (0%%-90%%), got '%s'\n",
+                            optarg);
+                    return -1;
+                }
+                o->disk_reserve_pct = (int)v;
+                o->disk_reserve_bytes = 0;
+            } else if (server_parse_size(optarg, &b) == 0) {
+                o->disk_reserve_bytes = b;
+                o->disk_reserve_pct = 0;
+            } else {
+                fprintf(stderr, "trainyard: --disk-reserve wants a size (2GiB) or a percentage (5%%), got '%s'\n",
+                        optarg);
+                return -1;
+            }
+            break;
+        }
+        case 1006:
+        case 1007: {
+            int64_t b = 0;
+            const char *name = c == 1006 ? "--log-max-per-job-default" : "--log-max-per-job";
+            if (server_parse_size(optarg, &b) < 0 || b < (1LL << 20) || b > (1LL << 50)) {
+                fprintf(stderr, "trainyard: %s wants a size of 1MiB to 1PiB (such as 1GiB), got '%s'\n", name,
+                        optarg);
+                return -1;
+            }
+            if (c == 1006) o->log_max_per_job_default_mb = b >> 20;
+            else o->log_max_per_job_mb = b >> 20;
+            break;
+        }
         case 'h': server_usage(stdout); return 1;
         default: server_usage(stderr); return -1;
         }
     }
     if (optind < argc) {
         fprintf(stderr, "trainyard: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (o->log_max_per_job_default_mb > o->log_max_per_job_mb) {
+        fprintf(stderr, "trainyard: --log-max-per-job-default (%lld MiB) is more than --log-max-per-job (%lld MiB)\n",
+                (long long)o->log_max_per_job_default_mb, (long long)o->log_max_per_job_mb);
         return -1;
     }
     if (o->tls_auto && (o->tls_cert[0] || o->tls_key[0])) {

@@ -35,6 +35,13 @@ typedef struct server_options {
     long context_max_unpacked_mb;     /* --context-max-unpacked-mb: its bytes unpacked (default 1024) */
     long context_quota_mb;            /* --context-quota-mb: a team's contexts together (default 2048) */
     long context_grace_s;             /* --context-grace-s: an unused context is dropped after this (86400) */
+    /* the server's disk (docs/reliability.md, "What bounds the server's disk") */
+    int64_t disk_reserve_bytes;       /* --disk-reserve SIZE: free space kept on the data directory's
+                                       * file system (default 2 GiB; 0 with pct 0: none) */
+    int disk_reserve_pct;             /* --disk-reserve N%: the same as a share of the file system */
+    int64_t log_max_per_job_default_mb; /* --log-max-per-job-default: a job's log bytes unless its spec
+                                       * says (logs.max_size; default 1 GiB) */
+    int64_t log_max_per_job_mb;       /* --log-max-per-job: the most a spec may ask (default 16 GiB) */
 } server_options;
 
 struct http_daemon;
@@ -83,6 +90,10 @@ void server_attempt_secret(const server *s, int64_t job, int attempt, char out[6
 int server_host_is_loopback(const char *host);
 
 void server_options_default(server_options *o);
+
+/* A size as the server's options take it: bytes, or a number with a unit
+ * (KiB MiB GiB TiB, K KB M MB G GB T TB; "1.5GiB"): 0 with *bytes, or -1. */
+int server_parse_size(const char *s, int64_t *bytes);
 
 /* Parses "HOST:PORT" into o->host and o->port: 0 or -1. */
 int server_parse_listen(server_options *o, const char *s);

@@ -126,8 +126,8 @@ int db_changes_read(db *d, uint64_t *from, db_change **out, size_t *n);
  * the one in `slot`, made by make() on the first call that passes make
  * (NULL when none, or make is NULL). The object guards itself: db_cache
  * only hands it out. Slots: DB_CACHE_MIRROR (scheduler/mirror.c),
- * DB_CACHE_CAPACITY (store_cluster_capacity). */
-enum { DB_CACHE_MIRROR, DB_CACHE_CAPACITY, DB_CACHE_SLOTS };
+ * DB_CACHE_CAPACITY (store_cluster_capacity), DB_CACHE_QUOTA (quota.c). */
+enum { DB_CACHE_MIRROR, DB_CACHE_CAPACITY, DB_CACHE_QUOTA, DB_CACHE_SLOTS };
 void *db_cache(db *d, int slot, void *(*make)(void), void (*release)(void *));
 
 /* Whether the file system holding the database has less than DB_DISK_LOW

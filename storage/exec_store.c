@@ -578,16 +578,56 @@ static const char SQL_LOG_CHUNK[] =
     " VALUES(?1, ?2, ?3, (SELECT coalesce(max(seq), 0) + 1 FROM log_chunks"
     "  WHERE job_id = ?1 AND task = ?2 AND attempt = ?3), ?4, ?5, ?6)";
 
+static const char SQL_LOG_BYTES_ADD[] = "UPDATE jobs SET log_bytes = log_bytes + ?2 WHERE id = ?1";
+
 int exec_log_chunk_add(db *d, int64_t job_id, const char *task, int attempt, int64_t offset, int64_t length) {
+    /* the chunk and the job's log_bytes together: the team's storage use is
+     * summed from log_bytes, so it never misses a chunk after a crash */
+    if (db_begin(d) < 0) return STORE_ERROR;
     sqlite3_stmt *st = db_prepare(d, SQL_LOG_CHUNK);
+    int rc = STORE_ERROR;
+    if (st) {
+        sqlite3_bind_int64(st, 1, job_id);
+        sqlite3_bind_text(st, 2, task, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(st, 3, attempt);
+        sqlite3_bind_int64(st, 4, offset);
+        sqlite3_bind_int64(st, 5, length);
+        sqlite3_bind_int64(st, 6, now_ms());
+        rc = step_done(st);
+    }
+    if (rc == STORE_OK) {
+        st = db_prepare(d, SQL_LOG_BYTES_ADD);
+        rc = STORE_ERROR;
+        if (st) {
+            sqlite3_bind_int64(st, 1, job_id);
+            sqlite3_bind_int64(st, 2, length);
+            rc = step_done(st);
+        }
+    }
+    if (rc != STORE_OK || db_commit(d) < 0) {
+        db_rollback(d);
+        return STORE_ERROR;
+    }
+    return STORE_OK;
+}
+
+static const char SQL_LOG_STATE[] =
+    "SELECT log_bytes, CASE WHEN json_valid(spec) THEN json_extract(spec, '$.logs.max_size') END"
+    " FROM jobs WHERE id = ?";
+
+int exec_job_log_state(db *d, int64_t job_id, int64_t *log_bytes, char *max_size, size_t cap) {
+    *log_bytes = 0;
+    if (cap) max_size[0] = '\0';
+    sqlite3_stmt *st = db_prepare(d, SQL_LOG_STATE);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_text(st, 2, task, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int(st, 3, attempt);
-    sqlite3_bind_int64(st, 4, offset);
-    sqlite3_bind_int64(st, 5, length);
-    sqlite3_bind_int64(st, 6, now_ms());
-    return step_done(st);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *log_bytes = sqlite3_column_int64(st, 0);
+        if (sqlite3_column_type(st, 1) == SQLITE_TEXT) col_copy(st, 1, max_size, cap);
+    }
+    db_done(st);
+    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
 }
 
 /* ---------------------------------------------------------------- checkpoints */

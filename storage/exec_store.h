@@ -139,8 +139,12 @@ int exec_epoch_throughput(db *d, int64_t job_id, int *epochs, double *samples, d
 
 /* ---------------------------------------------------------------- logs */
 /* Records one appended chunk of a task's log file (seq = next per task and
- * attempt). */
+ * attempt) and adds its length to jobs.log_bytes, in one transaction. */
 int exec_log_chunk_add(db *d, int64_t job_id, const char *task, int attempt, int64_t offset, int64_t length);
+
+/* The job's log bytes kept (jobs.log_bytes) and its spec's logs.max_size
+ * as written ("" when it has none): STORE_OK, STORE_NOT_FOUND, STORE_ERROR. */
+int exec_job_log_state(db *d, int64_t job_id, int64_t *log_bytes, char *max_size, size_t cap);
 
 /* ---------------------------------------------------------------- checkpoints */
 typedef struct exec_ckpt {
