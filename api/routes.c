@@ -22,6 +22,7 @@ const route *const api_route_tables[] = {
     api_web_routes,
     api_contexts_routes,
     api_registry_routes,
+    api_usage_routes,
     NULL,
 };
 

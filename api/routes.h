@@ -14,6 +14,7 @@ extern const route api_jobs_routes[];
 extern const route api_teams_routes[];
 extern const route api_exec_routes[];
 extern const route api_registry_routes[];   /* api/registry_api.c */
+extern const route api_usage_routes[];      /* api/usage_api.c */
 
 /* NULL-terminated list of the tables above (and those of other modules). */
 extern const route *const api_route_tables[];

@@ -29,6 +29,8 @@ typedef struct cli_opts {
     const char *output;         /* -o FILE */
     int interval_ms;            /* watch */
     const char *context;        /* submit --context DIR */
+    const char *from, *to, *by, *team; /* usage */
+    int csv;                    /* usage --csv */
 } cli_opts;
 
 enum { EXIT_OK = 0, EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3, EXIT_JOB_FAILED = 4,
@@ -804,7 +806,134 @@ static int do_checkpoints(const cli_opts *o, const char *id) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- usage */
+
+/* s with every byte but unreserved ones %-escaped (an ISO time's '+'). */
+static int query_escape(const char *s, char *out, size_t cap) {
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        int plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+                    *p == '-' || *p == '_' || *p == '.' || *p == '~';
+        if (n + (plain ? 1 : 3) >= cap) return -1;
+        if (plain) out[n++] = (char)*p;
+        else n += (size_t)snprintf(out + n, cap - n, "%%%02X", *p);
+    }
+    out[n] = '\0';
+    return 0;
+}
+
+/* A number of a reply as it is (jnum clamps to int's range). */
+static double jdouble(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : 0;
+}
+
+static void wait_text(const cJSON *w, const char *k, char *out, size_t n) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(w, k);
+    if (cJSON_IsNumber(v)) fmt_secs(v->valuedouble, out, n);
+    else snprintf(out, n, "-");
+}
+
+static void bytes_text(double b, char *out, size_t n) {
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (b >= 1024 && u < 4) {
+        b /= 1024;
+        u++;
+    }
+    if (u == 0) snprintf(out, n, "%.0f B", b);
+    else snprintf(out, n, "%.1f %s", b, unit[u]);
+}
+
+/* One line of the table: its key, then the numbers in sreport's manner. */
+static void usage_line(const cJSON *r, const char *key, int by_team) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(r, "jobs"), *w = cJSON_GetObjectItemCaseSensitive(r, "wait_s");
+    char med[32], p95[32];
+    wait_text(w, "median", med, sizeof med);
+    wait_text(w, "p95", p95, sizeof p95);
+    printf("%-30.30s %10.3f %10.3f %5.0f %5.0f %5.0f %5.0f %5.0f %9s %9s", key, jdouble(r, "gpu_seconds") / 3600,
+           jdouble(r, "cpu_slot_seconds") / 3600, jdouble(j, "run"), jdouble(j, "succeeded"), jdouble(j, "failed"),
+           jdouble(j, "cancelled"), jdouble(j, "preempted"), med, p95);
+    if (by_team) {
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(r, "storage_bytes");
+        char l[24], c[24], x[24];
+        bytes_text(jdouble(s, "logs"), l, sizeof l);
+        bytes_text(jdouble(s, "checkpoints"), c, sizeof c);
+        bytes_text(jdouble(s, "contexts"), x, sizeof x);
+        printf(" %10s %10s %10s", l, c, x);
+    }
+    printf("\n");
+}
+
+static int do_usage(const cli_opts *o) {
+    char path[1200] = "/api/v1/usage?", esc[256];
+    const char *keys[] = {"from", "to", "by", "team"};
+    const char *vals[] = {o->from, o->to, o->by, o->team};
+    for (int i = 0; i < 4; i++) {
+        if (!vals[i]) continue;
+        if (query_escape(vals[i], esc, sizeof esc) < 0) {
+            fprintf(stderr, "error: --%s is too long\n", keys[i]);
+            return EXIT_USAGE;
+        }
+        size_t l = strlen(path);
+        snprintf(path + l, sizeof path - l, "%s%s=%s", path[l - 1] == '?' ? "" : "&", keys[i], esc);
+    }
+    if (o->csv) {
+        client c;
+        if (client_init(&c, o->url, o->token) < 0) {
+            fprintf(stderr, "error: cannot initialise the HTTP client\n");
+            return EXIT_REFUSED;
+        }
+        snprintf(c.accept, sizeof c.accept, "text/csv");
+        client_reply r;
+        int rc = client_request(&c, "GET", path, NULL, 0, NULL, &r);
+        client_release(&c);
+        int ret = EXIT_OK;
+        if (rc < 0) {
+            fprintf(stderr, "error: cannot reach the server: %s\n", r.error);
+            ret = EXIT_UNREACHABLE;
+        } else if (r.status >= 400) {
+            print_error(&r);
+            ret = r.status >= 500 ? EXIT_UNREACHABLE : EXIT_REFUSED;
+        } else if (r.body.len && fwrite(r.body.data, 1, r.body.len, stdout) != r.body.len) {
+            ret = EXIT_UNREACHABLE;
+        }
+        client_reply_release(&r);
+        return ret;
+    }
+    int ec;
+    cJSON *v = call(o, "GET", path, NULL, 0, 1, &ec);
+    if (!v) return ec;
+    if (!o->json) {
+        const char *by = jstr(v, "by");
+        int by_team = strcmp(by, "team") == 0, by_job = strcmp(by, "job") == 0, by_day = strcmp(by, "day") == 0;
+        static const char rule[] = "------------------------------------------------------------------------------"
+                                   "-------------------------";
+        printf("%s\nUsage %s - %s, by %s\n"
+               "Device time in hours; jobs run in the window, ended in it, preempted in it; wait: submission to\n"
+               "first placement of the jobs first placed in it%s\n%s\n",
+               rule, jstr(v, "from"), jstr(v, "to"), by, by_team ? "; storage held now" : "", rule);
+        printf("%-30s %10s %10s %5s %5s %5s %5s %5s %9s %9s", by_job ? "JOB NAME (TEAM)" : by_day ? "DAY        TEAM" : "TEAM",
+               "GPU-HOURS", "CPU-HOURS", "RUN", "OK", "FAIL", "CANC", "PREEM", "WAIT-MED", "WAIT-P95");
+        if (by_team) printf(" %10s %10s %10s", "LOGS", "CHECKPTS", "CONTEXTS");
+        printf("\n");
+        const cJSON *r;
+        cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(v, "rows")) {
+            char key[160];
+            if (by_job) snprintf(key, sizeof key, "%.0f %s (%s)", jdouble(r, "job"), jstr(r, "name"), jstr(r, "team"));
+            else if (by_day) snprintf(key, sizeof key, "%s %s", jstr(r, "day"), jstr(r, "team"));
+            else snprintf(key, sizeof key, "%s", jstr(r, "team"));
+            usage_line(r, key, by_team);
+        }
+        printf("%s\n", rule);
+        usage_line(cJSON_GetObjectItemCaseSensitive(v, "totals"), "TOTAL", by_team);
+    }
+    cJSON_Delete(v);
+    return 0;
+}
+
 static void cli_usage(FILE *f) {
+
     fprintf(f,
             "usage: trainyard submit FILE [--context DIR]   submit a job spec (JSON); --context packs DIR\n"
             "                                        (less what DIR/.trainyardignore names), uploads it and\n"
@@ -821,6 +950,9 @@ static void cli_usage(FILE *f) {
             "       trainyard checkpoints ID [--download [--checkpoint CID] [-o FILE]]\n"
             "       trainyard context push DIR       pack and upload a folder; prints its id (sha256:...)\n"
             "       trainyard context list           the team's contexts, their size and the jobs using them\n"
+            "       trainyard usage [--from T] [--to T] [--by team|job|day] [--team NAME] [--csv]\n"
+            "                                        device hours, jobs, waits and storage (default: the last\n"
+            "                                        30 days by team; T: ISO 8601 or ms); --csv: the server's CSV\n"
             "options: --json (print the server's JSON), --url URL, --token TOKEN,\n"
             "         --ca-cert FILE (the CA to verify an https:// server with)\n"
             "exit: 0 ok, 1 refused by the server (4xx), 2 usage (or a folder that cannot be packed),\n"
@@ -833,7 +965,8 @@ static void cli_usage(FILE *f) {
 int cmd_cli(int argc, char **argv) {
     const char *cmd = argv[0];
     static const char *cmds[] = {"submit", "jobs",  "status", "cancel", "teams",      "logs",
-                                 "watch",  "queue", "cluster", "events", "checkpoints", "context"};
+                                 "watch",  "queue", "cluster", "events", "checkpoints", "context",
+                                 "usage"};
     int known = 0;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(cmd, cmds[i]) == 0) known = 1;
@@ -852,7 +985,10 @@ int cmd_cli(int argc, char **argv) {
         {"follow", no_argument, NULL, 'f'}, {"download", no_argument, NULL, 'D'},
         {"checkpoint", required_argument, NULL, 'C'}, {"output", required_argument, NULL, 'o'},
         {"interval", required_argument, NULL, 'i'}, {"ca-cert", required_argument, NULL, 'A'},
-        {"context", required_argument, NULL, 'X'},  {NULL, 0, NULL, 0},
+        {"context", required_argument, NULL, 'X'},  {"from", required_argument, NULL, 'F'},
+        {"to", required_argument, NULL, 'U'},       {"by", required_argument, NULL, 'B'},
+        {"team", required_argument, NULL, 'M'},     {"csv", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
     };
     int c;
     optind = 1;
@@ -865,6 +1001,11 @@ int cmd_cli(int argc, char **argv) {
         case 'C': o.checkpoint = optarg; break;
         case 'o': o.output = optarg; break;
         case 'X': o.context = optarg; break;
+        case 'F': o.from = optarg; break;
+        case 'U': o.to = optarg; break;
+        case 'B': o.by = optarg; break;
+        case 'M': o.team = optarg; break;
+        case 'V': o.csv = 1; break;
         case 'i':
             if (parse_long(optarg, 50, 60000, &iv) < 0) {
                 fprintf(stderr, "error: --interval wants 50-60000 (ms)\n");
@@ -913,6 +1054,11 @@ int cmd_cli(int argc, char **argv) {
     if (strcmp(cmd, "context") == 0 && nargs == 2 && strcmp(argv[optind], "push") == 0)
         return do_context_push(&o, argv[optind + 1]);
     if (strcmp(cmd, "context") == 0 && nargs == 1 && strcmp(argv[optind], "list") == 0) return do_context_list(&o);
+    if ((o.from || o.to || o.by || o.team || o.csv) && strcmp(cmd, "usage") != 0) {
+        fprintf(stderr, "error: --from, --to, --by, --team and --csv go with usage\n");
+        return 2;
+    }
+    if (strcmp(cmd, "usage") == 0 && nargs == 0) return do_usage(&o);
     if (strcmp(cmd, "submit") == 0 && nargs == 1) return do_submit(&o, argv[optind]);
     if (strcmp(cmd, "jobs") == 0 && nargs == 0) return do_jobs(&o);
     if (strcmp(cmd, "status") == 0 && nargs == 1) return do_status(&o, argv[optind]);

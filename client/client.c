@@ -161,10 +161,14 @@ int client_request(client *c, const char *method, const char *path, const char *
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     client_tls_apply(h);
     struct curl_slist *hdr = NULL;
-    char auth[300], ct[128];
+    char auth[300], ct[128], acc[96];
     if (c->token[0]) {
         snprintf(auth, sizeof auth, "Authorization: Bearer %s", c->token);
         hdr = curl_slist_append(hdr, auth);
+    }
+    if (c->accept[0]) {
+        snprintf(acc, sizeof acc, "Accept: %s", c->accept);
+        hdr = curl_slist_append(hdr, acc);
     }
     if (body) {
         snprintf(ct, sizeof ct, "Content-Type: %s", ctype ? ctype : "application/json");

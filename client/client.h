@@ -15,6 +15,7 @@ typedef struct client {
     char token[256];
     long timeout_ms;            /* whole request; default 30000 */
     void *curl;                 /* CURL*, reused for keep-alive */
+    char accept[64];            /* an Accept header for client_request when set ("text/csv") */
 } client;
 
 typedef struct client_reply {

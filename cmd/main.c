@@ -37,6 +37,7 @@ static void usage(FILE *f) {
             "  queue         what waits, why, and its estimated start\n"
             "  cluster       nodes, devices, memory, isolation, and who holds what\n"
             "  teams         teams, shares and quotas\n"
+            "  usage         who used what: device hours, jobs, waits, storage (--by team|job|day)\n"
             "  version       this version and what it was built with\n");
 }
 

@@ -395,8 +395,10 @@ static int apply_place(db *d, const snap *sp, const sched_result *r, const sched
     for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) {
         const sched_task *tk = &r->tasks[t];
         int64_t task_id = 0;
+        /* the devices it is given below, counted on the task for usage accounting */
+        int gpus = tk->kind == SCHED_GPU ? tk->n_dev : 0, cpus = tk->kind == SCHED_CPU ? tk->n_dev : 0;
         if (cluster_task_insert(d, j->id, attempt, tk->type ? "ps" : "worker", tk->index, tk->node_id,
-                                tk->port, tk->mem_mb, now, &task_id) < 0)
+                                tk->port, tk->mem_mb, gpus, cpus, now, &task_id) < 0)
             return -1;
         if (fault_point() < 0) return -1;
         for (int x = 0; x < tk->n_dev; x++) {

@@ -805,8 +805,8 @@ fail:
 /* ================================================================ tasks */
 
 static const char SQL_TASK_INSERT[] =
-    "INSERT INTO tasks(job_id, attempt, type, idx, node_id, port, state, created_at, memory_mb)"
-    " VALUES(?, ?, ?, ?, ?, ?, 'assigned', ?, ?)";
+    "INSERT INTO tasks(job_id, attempt, type, idx, node_id, port, state, created_at, memory_mb, gpus, cpus)"
+    " VALUES(?, ?, ?, ?, ?, ?, 'assigned', ?, ?, ?, ?)";
 static const char SQL_ALLOC_INSERT[] = "INSERT INTO allocations(device_id, task_id, job_id) VALUES(?, ?, ?)";
 static const char SQL_JOB_START[] =
     "UPDATE jobs SET attempt = attempt + 1, updated_at = ?2 WHERE id = ?1 AND state = 'starting'"
@@ -817,7 +817,8 @@ static const char SQL_JOB_RUN_REASON[] =
 static const char SQL_TEAM_USAGE[] = "UPDATE teams SET usage = ?2, usage_at = ?3 WHERE id = ?1";
 
 int cluster_task_insert(db *d, int64_t job_id, int attempt, const char *type, int idx,
-                        int64_t node_id, int port, int64_t memory_mb, int64_t now, int64_t *task_id)
+                        int64_t node_id, int port, int64_t memory_mb, int gpus, int cpus, int64_t now,
+                        int64_t *task_id)
 {
     sqlite3_stmt *st = db_prepare(d, SQL_TASK_INSERT);
     if (!st) return -1;
@@ -829,6 +830,8 @@ int cluster_task_insert(db *d, int64_t job_id, int attempt, const char *type, in
     sqlite3_bind_int(st, 6, port);
     sqlite3_bind_int64(st, 7, now);
     sqlite3_bind_int64(st, 8, memory_mb);
+    sqlite3_bind_int(st, 9, gpus);
+    sqlite3_bind_int(st, 10, cpus);
     int rc = sqlite3_step(st);
     db_done(st);
     if (rc != SQLITE_DONE) return -1;
@@ -1164,9 +1167,11 @@ static const char SQL_EVAL_NODES[] =
     " (SELECT coalesce(sum(t.memory_mb), 0) FROM tasks t WHERE t.node_id = n.id AND t.state != 'exited'"
     "   AND (t.type = 'evaluator' OR t.id IN (SELECT task_id FROM allocations))), n.hostname"
     " FROM nodes n ORDER BY n.id";
+/* An evaluator holds memory on its node but no device (gpus, cpus 0): it
+ * runs at idle priority in what the gang leaves, so usage does not bill it. */
 static const char SQL_EVAL_INSERT[] =
-    "INSERT INTO tasks(job_id, attempt, type, idx, node_id, port, state, created_at, memory_mb)"
-    " SELECT ?1, ?2, 'evaluator', 0, ?3, 0, 'assigned', ?4, ?5 WHERE EXISTS(SELECT 1 FROM jobs"
+    "INSERT INTO tasks(job_id, attempt, type, idx, node_id, port, state, created_at, memory_mb, gpus, cpus)"
+    " SELECT ?1, ?2, 'evaluator', 0, ?3, 0, 'assigned', ?4, ?5, 0, 0 WHERE EXISTS(SELECT 1 FROM jobs"
     "   WHERE id = ?1 AND attempt = ?2 AND state IN ('starting','running'))"
     " AND NOT EXISTS(SELECT 1 FROM tasks WHERE job_id = ?1 AND attempt = ?2 AND type = 'evaluator')";
 

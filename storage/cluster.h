@@ -180,9 +180,13 @@ uint64_t cluster_nodes_version(void);
  * heartbeats kept in memory first, in the caller's transaction. */
 int cluster_nodes_mark_lost(db *d, int64_t before, int64_t **ids);
 
-/* memory_mb: the task's memory (its cgroup limit; 0 = none). */
+/* memory_mb: the task's memory (its cgroup limit; 0 = none). gpus, cpus:
+ * the devices of each kind the caller allocates to it in the same
+ * transaction (cluster_alloc_insert), kept on the task so that usage
+ * outlives the allocations, which go when the task ends. */
 int cluster_task_insert(db *d, int64_t job_id, int attempt, const char *type, int idx,
-                        int64_t node_id, int port, int64_t memory_mb, int64_t now, int64_t *task_id);
+                        int64_t node_id, int port, int64_t memory_mb, int gpus, int cpus, int64_t now,
+                        int64_t *task_id);
 /* 0, 1 when the device is already held (PRIMARY KEY), -1 on error. */
 int cluster_alloc_insert(db *d, int64_t device_id, int64_t task_id, int64_t job_id);
 

@@ -346,6 +346,7 @@ static const mrow MATRIX[] = {
     {"GET", "/api/v1/registries", "", "FooFFFFFUU"},
     {"DELETE", "/api/v1/registries/{host}", "", "FooFFFFFUU"},
     {"GET", "/api/v1/jobs/{id}/registry-auth", "", "FFFFFFNNUU"},
+    {"GET", "/api/v1/usage", "", "oooFFFFFUU"},
 };
 #define NROWS ((int)(sizeof MATRIX / sizeof MATRIX[0]))
 
