@@ -211,6 +211,11 @@ static int registry_up(void) {
 }
 
 static void registry_down(void) {
+    if (image_ref[0]) { /* the name the jobs pulled; the layers stay with the test image */
+        char cmd[300];
+        snprintf(cmd, sizeof cmd, "podman rmi --ignore %s >/dev/null 2>&1", image_ref);
+        run_quiet(cmd);
+    }
     if (reg_pid > 0) {
         kill(reg_pid, SIGTERM);
         waitpid(reg_pid, NULL, 0);
