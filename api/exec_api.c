@@ -9,6 +9,7 @@
 #include "exec_api.h"
 #include "../common/json_out.h"
 #include "cluster_api.h"
+#include "retention_api.h"
 #include "routes.h"
 #include "teams_api.h"
 #include "../spec/jobspec.h"
@@ -52,7 +53,8 @@ static void db_unavailable(http_res *res) {
 static int job_scope(server *srv, http_req *req, http_res *res, int64_t id, int with_spec, exec_job *j) {
     int rc = exec_job_get(srv->db, id, with_spec, j);
     if (rc == STORE_OK) {
-        if ((req->who.kind == TOKEN_TASK && req->who.job_id != id) ||
+        if (j->deleted || /* DELETE /jobs/{id}: gone for everyone */
+            (req->who.kind == TOKEN_TASK && req->who.job_id != id) ||
             (req->who.kind == TOKEN_TEAM && req->who.team_id != j->team_id)) {
             exec_job_release(j);
             rc = STORE_NOT_FOUND;
@@ -897,6 +899,10 @@ static void logs_post(server *srv, http_req *req, http_res *res) {
             return;
         }
     }
+    if (j.logs_purged_at) { /* a late post would bring back what the retention removed */
+        api_logs_purged_answer(srv, res, j.id, j.logs_purged_at);
+        return;
+    }
     const char *task = task_query(req, res, 1);
     if (!task) return;
     char path[PATH_MAX + 64];
@@ -955,6 +961,10 @@ static void next_offset(http_res *res, long long off) {
 static void logs_get(server *srv, http_req *req, http_res *res) {
     exec_job j;
     if (job_param(srv, req, res, 0, &j) < 0) return;
+    if (j.logs_purged_at) { /* a 410 that says when and why, not an empty log */
+        api_logs_purged_answer(srv, res, j.id, j.logs_purged_at);
+        return;
+    }
     const char *task = task_query(req, res, 0);
     if (!task) return;
     long since, limit;
@@ -1100,12 +1110,15 @@ static void ckpt_put_offloaded(server *srv, http_req *req, http_res *res) {
 /* GET /api/v1/jobs/{id}/checkpoints */
 static void ckpt_list(server *srv, http_req *req, http_res *res) {
     exec_job j;
-    if (job_param(srv, req, res, 0, &j) < 0) return;
+    if (job_param(srv, req, res, 1, &j) < 0) return;
     cJSON *arr = NULL;
     if (exec_ckpt_list(srv->db, j.id, &arr) != STORE_OK) {
+        exec_job_release(&j);
         db_unavailable(res);
         return;
     }
+    api_ckpt_mark_best(srv, j.id, j.spec, arr); /* checkpoint.best: the one kept beside the newest */
+    exec_job_release(&j);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "job", (double)j.id);
     cJSON_AddItemToObject(o, "checkpoints", arr);

@@ -1,5 +1,5 @@
-/* jobs_api.c - health and the job endpoints: submit, list, get, cancel and
- * the job's timeline. Validation is spec/jobspec.c; rows are storage/store.c.
+/* jobs_api.c - health and the job endpoints: submit, list, get, cancel,
+ * delete and the job's timeline. Validation is spec/jobspec.c; rows are storage/store.c.
  * A team token sees only its team's jobs (another team's job is a 404, not a
  * 403, so ids do not leak); the admin token sees all. */
 #include "routes.h"
@@ -8,9 +8,11 @@
 #include "exec_api.h"
 #include "contexts_api.h"
 #include "answer_cache.h"
+#include "retention_api.h"
 #include "../server/server.h"
 #include "../storage/store.h"
 #include "../storage/cluster.h"
+#include "../storage/retention.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -369,11 +371,60 @@ static void job_events(server *srv, http_req *req, http_res *res) {
     http_json(res, 200, o);
 }
 
+/* DELETE /api/v1/jobs/{id}: a finished job's logs, checkpoints and metrics
+ * go; its row and tasks stay (usage is computed from them) and the API
+ * answers 404 for it from then on. The rows are marked in one commit, the
+ * files removed after it (the housekeeping sweep finishes a removal a crash
+ * cut short). Runs on the offload thread: it waits for the disk. */
+static void job_delete_run(server *srv, http_req *req, http_res *res) {
+    int64_t id = http_param_id(req, res, 0, "job");
+    if (id < 0) return;
+    char actor[96], state[16];
+    http_actor(req, actor, sizeof actor);
+    int live = 0;
+    int rc = retention_job_delete_mark(srv->db, id, scope_team(req), now_ms(), actor, state, &live);
+    if (rc == STORE_NOT_FOUND) {
+        http_error(res, 404, "not_found", NULL, "no job %lld", (long long)id);
+        return;
+    }
+    if (rc == STORE_CONFLICT && store_is_terminal(state)) { /* ended, but a task is still stopping */
+        http_error(res, 409, "conflict", NULL,
+                   "job %lld is %s but %d of its tasks %s not exited yet (a stopping task may still upload its "
+                   "last checkpoint); retry once they have",
+                   (long long)id, state, live, live == 1 ? "has" : "have");
+        return;
+    }
+    if (rc == STORE_CONFLICT) {
+        http_error(res, 409, "conflict", NULL,
+                   "job %lld is %s: only a finished job (succeeded, failed, cancelled) can be deleted; cancel it "
+                   "first (POST /api/v1/jobs/%lld/cancel)",
+                   (long long)id, state, (long long)id);
+        return;
+    }
+    if (rc != STORE_OK) {
+        db_unavailable(res);
+        return;
+    }
+    int64_t freed = 0;
+    api_retention_delete_files(srv, id, &freed);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)id);
+    cJSON_AddBoolToObject(o, "deleted", 1);
+    cJSON_AddNumberToObject(o, "freed_bytes", (double)freed);
+    http_json(res, 200, o);
+}
+
+static void job_delete(server *srv, http_req *req, http_res *res) {
+    (void)srv;
+    http_offload(req, res, job_delete_run);
+}
+
 const route api_jobs_routes[] = {
     {"GET", "/api/v1/health", health, ALLOW_NONE, 0},
     {"POST", "/api/v1/jobs", job_submit, ALLOW_TEAM, 0},
     {"GET", "/api/v1/jobs", job_list, ALLOW_USER, 0},
     {"GET", "/api/v1/jobs/{id}", job_get, ALLOW_USER, 0},
+    {"DELETE", "/api/v1/jobs/{id}", job_delete, ALLOW_USER, 0},
     {"POST", "/api/v1/jobs/{id}/cancel", job_cancel, ALLOW_USER, 0},
     {"GET", "/api/v1/jobs/{id}/events", job_events, ALLOW_USER, 0},
     {NULL, NULL, NULL, 0, 0},

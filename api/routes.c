@@ -7,6 +7,7 @@
 #include "cluster_api.h"
 #include "contexts_api.h"
 #include "metrics_api.h"
+#include "retention_api.h"
 #include "web_api.h"
 #include "../server/server.h"
 #include "../scheduler/lifecycle.h"
@@ -65,9 +66,12 @@ void api_kick_scheduler(struct server *srv) {
     sched_kick();
 }
 
-/* The server's periodic housekeeping: contexts past their grace. */
+/* The server's periodic housekeeping: contexts past their grace; what
+ * finished jobs leave on the disk (logs past the retention, checkpoints
+ * beyond the newest and the best, files of deleted jobs). */
 static void api_tick(struct server *srv) {
     api_contexts_tick(srv);
+    api_retention_tick(srv);
 }
 
 const server_app api_app = {api_route_tables, api_start_services, api_stop_services, api_tick};

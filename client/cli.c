@@ -467,6 +467,22 @@ static int do_cancel(const cli_opts *o, const char *id) {
     return 0;
 }
 
+/* DELETE /jobs/{id}: a finished job's logs, checkpoints and metrics go. */
+static int do_delete(const cli_opts *o, const char *id) {
+    if (!valid_id(id)) {
+        fprintf(stderr, "error: '%s' is not a job id\n", id);
+        return 2;
+    }
+    char path[128];
+    snprintf(path, sizeof path, "/api/v1/jobs/%s", id);
+    int ec;
+    cJSON *j = call(o, "DELETE", path, NULL, 0, 1, &ec);
+    if (!j) return ec;
+    if (!o->json) printf("job %d: deleted, %.0f bytes freed\n", (int)jnum(j, "id"), jnum(j, "freed_bytes"));
+    cJSON_Delete(j);
+    return 0;
+}
+
 /* Prints the job's log for a task from offset 0; with follow, keeps
  * polling once a second until the job has finished and the log is drained. */
 static int do_logs(const cli_opts *o, const char *id, const char *task, int follow) {
@@ -941,6 +957,7 @@ static void cli_usage(FILE *f) {
             "       trainyard jobs [--state S] [--limit N]\n"
             "       trainyard status ID              a job, its progress and timeline\n"
             "       trainyard cancel ID [--reason R]\n"
+            "       trainyard delete ID              a finished job's logs, checkpoints and metrics removed\n"
             "       trainyard logs ID [--task worker-0] [-f]   a task's output; -f follows until the job ends\n"
             "       trainyard teams\n"
             "       trainyard watch ID [--interval MS]   a progress bar until the job ends\n"
@@ -964,7 +981,7 @@ static void cli_usage(FILE *f) {
 
 int cmd_cli(int argc, char **argv) {
     const char *cmd = argv[0];
-    static const char *cmds[] = {"submit", "jobs",  "status", "cancel", "teams",      "logs",
+    static const char *cmds[] = {"submit", "jobs",  "status", "cancel", "delete", "teams", "logs",
                                  "watch",  "queue", "cluster", "events", "checkpoints", "context",
                                  "usage"};
     int known = 0;
@@ -1063,6 +1080,7 @@ int cmd_cli(int argc, char **argv) {
     if (strcmp(cmd, "jobs") == 0 && nargs == 0) return do_jobs(&o);
     if (strcmp(cmd, "status") == 0 && nargs == 1) return do_status(&o, argv[optind]);
     if (strcmp(cmd, "cancel") == 0 && nargs == 1) return do_cancel(&o, argv[optind]);
+    if (strcmp(cmd, "delete") == 0 && nargs == 1) return do_delete(&o, argv[optind]);
     if (strcmp(cmd, "teams") == 0 && nargs == 0) return do_teams(&o);
     if (strcmp(cmd, "watch") == 0 && nargs == 1) return do_watch(&o, argv[optind]);
     if (strcmp(cmd, "queue") == 0 && nargs == 0) return do_queue(&o);

@@ -32,6 +32,7 @@ static void up_usage(FILE *f) {
             "                     --podman, --podman-runtime, --cache-dir, --cache-max-mb]\n"
             "                    [--log-level debug|info|warn|error] [--log-format text|json] [--access-log F]\n"
             "                    [server flags: --durability, --heartbeat-timeout, --resize-interval, --public-url, --quiet,\n"
+            "                     --log-retention-days,\n"
             "                     --tls auto, --tls-cert F --tls-key F, --insecure-http,\n"
             "                     --context-max-mb, --context-max-files, --context-max-unpacked-mb,\n"
             "                     --context-quota-mb, --context-grace-s,\n"
@@ -111,6 +112,7 @@ int cmd_up(int argc, char **argv) {
                           strcmp(a, "--resize-interval") == 0 || strcmp(a, "--access-log") == 0 || strcmp(a, "--public-url") == 0 ||
                           strcmp(a, "--tls") == 0 || strcmp(a, "--tls-cert") == 0 || strcmp(a, "--tls-key") == 0 ||
                           strcmp(a, "--auth-fail-limit") == 0 || strcmp(a, "--db-resident-mb") == 0 ||
+                          strcmp(a, "--log-retention-days") == 0 ||
                           strncmp(a, "--context-", 10) == 0 || strcmp(a, "--disk-reserve") == 0 ||
                           strcmp(a, "--log-max-per-job-default") == 0 || strcmp(a, "--log-max-per-job") == 0;
         if (strcmp(a, "--tls") == 0 && i + 1 < argc && strcmp(argv[i + 1], "auto") == 0) so.tls_auto = 1;

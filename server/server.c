@@ -37,6 +37,7 @@ void server_options_default(server_options *o) {
     o->context_max_unpacked_mb = 1024;
     o->context_quota_mb = 2048;
     o->context_grace_s = 86400;
+    o->log_retention_ms = 30LL * 86400 * 1000;
     o->disk_reserve_bytes = 2LL << 30;
     o->log_max_per_job_default_mb = 1024;
     o->log_max_per_job_mb = 16 * 1024;
@@ -444,6 +445,7 @@ static void server_usage(FILE *f) {
             "                        [--auth-fail-limit N] [--db-resident-mb N]\n"
             "                        [--context-max-mb N] [--context-max-files N] [--context-max-unpacked-mb N]\n"
             "                        [--context-quota-mb N] [--context-grace-s SECONDS]\n"
+            "                        [--log-retention-days N]\n"
             "                        [--disk-reserve SIZE|N%%] [--log-max-per-job-default SIZE]\n"
             "                        [--log-max-per-job SIZE]\n"
             "  --listen      address to bind (default 127.0.0.1:8080; port 0 = any free port)\n"
@@ -474,12 +476,41 @@ static void server_usage(FILE *f) {
             "  --context-quota-mb N  a team's contexts together (default 2048)\n"
             "  --context-grace-s S  a context no job to run names is dropped S seconds after its\n"
             "                last use and its jobs' end (default 86400)\n"
+            "  --log-retention-days N  a finished job's logs are removed N days after its end\n"
+            "                (default 30; 0: kept forever); N may be fractional (0.5), or a\n"
+            "                duration with a unit: 90s, 30m, 12h, 7d\n"
             "  --disk-reserve SIZE|N%%  free space kept on the data directory's file system:\n"
             "                checkpoint uploads, log appends and context uploads that would take\n"
             "                it below are refused (507 disk_reserve; default 2GiB; 0: none)\n"
             "  --log-max-per-job-default SIZE  the log bytes a job keeps unless its spec's\n"
             "                logs.max_size says (default 1GiB); past it, output is dropped with a note\n"
             "  --log-max-per-job SIZE  the most logs.max_size may ask (default 16GiB)\n");
+}
+
+int server_parse_retention(const char *s, int64_t *ms) {
+    /* days by default, so the option reads as its name says; a unit makes
+     * short settings (tests, a scratch server) possible */
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v >= 0)) return -1;
+    double unit = 86400e3;
+    if (*end && !end[1]) {
+        switch (*end) {
+        case 's': unit = 1e3; break;
+        case 'm': unit = 60e3; break;
+        case 'h': unit = 3600e3; break;
+        case 'd': unit = 86400e3; break;
+        default: return -1;
+        }
+    } else if (*end) {
+        return -1;
+    }
+    double total = v * unit;
+    if (total > 100.0 * 365 * 86400e3) return -1;
+    *ms = (int64_t)total;
+    if (v > 0 && *ms == 0) *ms = 1; /* a positive setting never means "forever" */
+    return 0;
 }
 
 /* Parses the server's flags; unknown flags are an error. Returns 0, 1 for
@@ -510,6 +541,7 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
         {"disk-reserve", required_argument, NULL, 1005},
         {"log-max-per-job-default", required_argument, NULL, 1006},
         {"log-max-per-job", required_argument, NULL, 1007},
+        {"log-retention-days", required_argument, NULL, 1100},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -682,6 +714,13 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
             else o->log_max_per_job_mb = b >> 20;
             break;
         }
+        case 1100:
+            if (server_parse_retention(optarg, &o->log_retention_ms) < 0) {
+                fprintf(stderr, "trainyard: --log-retention-days wants days (30, 0.5; 0: keep forever) or a "
+                                "duration (90s, 30m, 12h, 7d) up to 100 years, got '%s'\n", optarg);
+                return -1;
+            }
+            break;
         case 'h': server_usage(stdout); return 1;
         default: server_usage(stderr); return -1;
         }

@@ -35,6 +35,9 @@ typedef struct server_options {
     long context_max_unpacked_mb;     /* --context-max-unpacked-mb: its bytes unpacked (default 1024) */
     long context_quota_mb;            /* --context-quota-mb: a team's contexts together (default 2048) */
     long context_grace_s;             /* --context-grace-s: an unused context is dropped after this (86400) */
+    /* what finished jobs leave on the disk (docs/server.md, "Retention") */
+    int64_t log_retention_ms;         /* --log-retention-days: a finished job's logs go this long after
+                                       * its end (default 30 days; 0: kept forever) */
     /* the server's disk (docs/reliability.md, "What bounds the server's disk") */
     int64_t disk_reserve_bytes;       /* --disk-reserve SIZE: free space kept on the data directory's
                                        * file system (default 2 GiB; 0 with pct 0: none) */
@@ -110,6 +113,10 @@ int server_open(server *s, const server_options *opt, char *err, size_t errlen);
 int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop);
 
 void server_close(server *s);
+
+/* --log-retention-days: "N" days (fractional allowed) or a duration with
+ * a unit ("90s", "30m", "12h", "7d") into *ms (0: forever); 0 or -1. */
+int server_parse_retention(const char *s, int64_t *ms);
 
 /* Parses the server flags into o: 0, 1 after --help, -1 on a bad flag. */
 int server_parse_flags(server_options *o, int argc, char **argv);

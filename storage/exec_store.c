@@ -27,7 +27,8 @@ static void col_copy(sqlite3_stmt *st, int col, char *dst, size_t cap) {
 /* ---------------------------------------------------------------- jobs */
 
 static const char SQL_JOB[] =
-    "SELECT id, team_id, state, attempt, max_restarts, spec FROM jobs WHERE id = ?";
+    "SELECT id, team_id, state, attempt, max_restarts, spec, deleted_at IS NOT NULL, coalesce(logs_purged_at, 0)"
+    " FROM jobs WHERE id = ?";
 
 int exec_job_get(db *d, int64_t job_id, int with_spec, exec_job *out) {
     memset(out, 0, sizeof *out);
@@ -44,6 +45,8 @@ int exec_job_get(db *d, int64_t job_id, int with_spec, exec_job *out) {
     col_copy(st, 2, out->state, sizeof out->state);
     out->attempt = sqlite3_column_int(st, 3);
     out->max_restarts = sqlite3_column_int(st, 4);
+    out->deleted = sqlite3_column_int(st, 6);
+    out->logs_purged_at = sqlite3_column_int64(st, 7);
     if (with_spec) {
         const char *s = (const char *)sqlite3_column_text(st, 5);
         out->spec = xstrdup(s ? s : "{}");

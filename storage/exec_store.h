@@ -22,6 +22,8 @@ typedef struct exec_job {
     int attempt;
     int max_restarts;
     char *spec;                   /* heap, NUL-terminated (exec_job_release) */
+    int deleted;                  /* jobs.deleted_at set (DELETE /jobs/{id}): the API answers 404 */
+    int64_t logs_purged_at;       /* when the log retention removed its logs (0: not) */
 } exec_job;
 
 /* Reads a job's scope and state (and its spec when with_spec). */

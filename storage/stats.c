@@ -11,7 +11,7 @@
 static const char SQL_TEAMS[] = "SELECT name, '', id, 0, 0, 0 FROM teams ORDER BY name";
 static const char SQL_JOBS[] =
     "SELECT t.name, j.state, 0, count(*), 0, 0 FROM jobs j JOIN teams t ON t.id = j.team_id"
-    " GROUP BY t.name, j.state ORDER BY t.name, j.state";
+    " WHERE j.deleted_at IS NULL GROUP BY t.name, j.state ORDER BY t.name, j.state";
 static const char SQL_QUEUE[] =
     "SELECT t.name, '', t.id, count(j.id), coalesce(max(?1 - j.queued_at), 0) / 1000.0,"
     " coalesce(sum(?1 - j.queued_at), 0) / 1000.0"

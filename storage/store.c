@@ -622,7 +622,7 @@ static int job_row_write(buf *out, sqlite3_stmt *st) {
 
 static const char SQL_JOB_GET[] =
     "SELECT " JOB_COLS ", j.spec FROM jobs j JOIN teams t ON t.id = j.team_id"
-    " WHERE j.id = ?1 AND (?2 = 0 OR j.team_id = ?2)";
+    " WHERE j.id = ?1 AND (?2 = 0 OR j.team_id = ?2) AND j.deleted_at IS NULL";
 
 int store_job_get(db *d, int64_t id, int64_t team_id, int with_spec, cJSON **out) {
     sqlite3_stmt *st = db_prepare(d, SQL_JOB_GET);
@@ -650,7 +650,7 @@ int store_job_get(db *d, int64_t id, int64_t team_id, int with_spec, cJSON **out
 static const char SQL_JOBS_LIST[] =
     "SELECT " JOB_COLS ", j.strategy, j.progress FROM jobs j JOIN teams t ON t.id = j.team_id"
     " WHERE (?1 = 0 OR j.team_id = ?1) AND (?2 IS NULL OR j.state = ?2) AND (?3 = 0 OR j.id < ?3)"
-    " ORDER BY j.id DESC LIMIT ?4";
+    " AND j.deleted_at IS NULL ORDER BY j.id DESC LIMIT ?4";
 
 int store_jobs_list(db *d, int64_t team_id, const char *state, int64_t before, int limit, buf *out,
                     int64_t *next) {
@@ -687,7 +687,9 @@ int store_jobs_list(db *d, int64_t team_id, const char *state, int64_t before, i
     return STORE_OK;
 }
 
-static const char SQL_JOB_STATE[] = "SELECT state, team_id FROM jobs WHERE id = ?";
+/* a deleted job (DELETE /jobs/{id}) is not found: it ended, so no
+ * transition ever applies to it */
+static const char SQL_JOB_STATE[] = "SELECT state, team_id FROM jobs WHERE id = ? AND deleted_at IS NULL";
 
 int store_job_state(db *d, int64_t id, char state[16], int64_t *team_id) {
     sqlite3_stmt *st = db_prepare(d, SQL_JOB_STATE);

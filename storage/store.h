@@ -109,7 +109,8 @@ int store_job_submit(db *d, int64_t team_id, const char *spec_json, size_t spec_
 int store_job_count_failure(db *d, int64_t job_id, int *failures, int *max_restarts);
 
 /* The job's JSON form; team_id > 0 restricts to that team (else NOT_FOUND).
- * with_spec adds the submitted spec. */
+ * with_spec adds the submitted spec. A deleted job (jobs.deleted_at) is
+ * NOT_FOUND here, in store_jobs_list and in store_job_state. */
 int store_job_get(db *d, int64_t id, int64_t team_id, int with_spec, cJSON **out);
 
 /* Jobs of a team (team_id 0 = all), newest first, optionally one state,
@@ -121,7 +122,7 @@ int store_job_get(db *d, int64_t id, int64_t team_id, int with_spec, cJSON **out
 int store_jobs_list(db *d, int64_t team_id, const char *state, int64_t before, int limit, buf *out,
                     int64_t *next);
 
-/* Reads a job's state and team. */
+/* Reads a job's state and team (NOT_FOUND once it is deleted). */
 int store_job_state(db *d, int64_t id, char state[16], int64_t *team_id);
 
 /* Moves a job from one of the states in `from` (a NULL-terminated list; NULL

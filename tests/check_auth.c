@@ -289,7 +289,8 @@ static void stop(void) {
 /* Expected outcome per column: o = let through (the handler answered:
  * 2xx, or 409/422 about the request itself), U = 401, F = 403, N = 404
  * (another team's or another job's resource: ids do not leak). Each row
- * aims at team A's job A (job C for cancel), node n1 (n3 for the token
+ * aims at team A's job A (job C for cancel; job A runs, so its DELETE is
+ * the handler's 409), node n1 (n3 for the token
  * revocation), job A's task, job A's checkpoint, rendezvous key k, team
  * A's context (which job A names), the registry REG_HOST (each team's PUT
  * stores a login there, so each team's DELETE after it finds one). Job A
@@ -307,6 +308,7 @@ static const mrow MATRIX[] = {
     {"POST", "/api/v1/jobs", "", "FooFFFFFUU"},
     {"GET", "/api/v1/jobs", "", "oooFFFFFUU"},
     {"GET", "/api/v1/jobs/{id}", "", "ooNFFFFFUU"},
+    {"DELETE", "/api/v1/jobs/{id}", "", "ooNFFFFFUU"}, /* job A runs: 409 for its team and the admin */
     {"POST", "/api/v1/jobs/{id}/cancel", "", "ooNFFFFFUU"},
     {"GET", "/api/v1/jobs/{id}/events", "", "ooNFFFFFUU"},
     {"GET", "/api/v1/teams", "", "oooFFFFFUU"},

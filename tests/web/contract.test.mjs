@@ -224,10 +224,25 @@ test('cancel, a bad spec, teams and the node operations', async () => {
   // cancel a running job; a second cancel is 409
   const id = await submit(example('fashion_mnist_mlp'));
   await waitJob(id, ['running']);
+  // a running job is not deleted: 409, cancel it first
+  assert.equal((await call(`${U}/jobs/${id}`, {method: 'DELETE'})).status, 409);
   const c = await call(`${U}/jobs/${id}/cancel`, {method: 'POST'});
   assert.equal(c.status, 200);
   await waitJob(id, ['cancelled']);
   assert.equal((await call(`${U}/jobs/${id}/cancel`, {method: 'POST'})).status, 409);
+  // cancelled, it is deleted (409 while its task still stops): its logs, checkpoints and metrics go, then 404
+  let del;
+  for (let i = 0; i < 150; i++) {
+    del = await call(`${U}/jobs/${id}`, {method: 'DELETE'});
+    if (del.status !== 409) break;
+    await sleep(200);
+  }
+  assert.equal(del.status, 200, JSON.stringify(del.body));
+  assert.equal(del.body.deleted, true);
+  assert.ok(del.body.freed_bytes > 0);
+  assert.equal((await call(`${U}/jobs/${id}`)).status, 404);
+  assert.equal((await call(`${U}/jobs/${id}/logs`)).status, 404);
+  assert.equal((await call(`${U}/jobs/${id}`, {method: 'DELETE'})).status, 404);
 
   const bad = await call(U + '/jobs', {method: 'POST', body: '{"model": {"layers": [{"type": "dense", "units": 0}]}}'});
   assert.equal(bad.status, 422);
@@ -272,6 +287,10 @@ test('the CLI', async () => {
 // A context: a folder as a gzip'd tar (tar czf), its list, its bytes, what
 // is refused (a link leading out, not gzip, a job naming a context the team
 // does not hold), its delete while a queued job names it (409) and after.
+  const del = await cli(['delete', String(id)]);
+  assert.equal(del.code, 0, del.stderr);
+  assert.match(del.stdout, /deleted/);
+  assert.equal((await cli(['status', String(id)])).code, 1);
 test('contexts', async () => {
   const src = fs.mkdtempSync(path.join(dir, 'ctx-'));
   fs.writeFileSync(path.join(src, 'train.py'), "print('trained')\n");
