@@ -254,6 +254,11 @@ test('cancel, a bad spec, teams and the node operations', async () => {
   assert.equal((await call(U + '/teams')).status, 200);
   assert.equal((await call(U + '/teams/vision', {method: 'PATCH', token: tokens.admin, body: '{"weight": 2}'})).status, 200);
   assert.equal((await call(U + '/teams/vision', {method: 'POST', token: tokens.admin, body: '{"weight": 1}'})).status, 200);
+  // the storage quota: a size, bytes, null; a bad one is a 422 naming it
+  assert.equal((await call(U + '/teams/vision', {method: 'PATCH', token: tokens.admin, body: '{"storage_quota": "500GiB"}'})).status, 200);
+  assert.equal((await call(U + '/teams/vision', {method: 'PATCH', token: tokens.admin, body: '{"storage_quota": 1048576}'})).status, 200);
+  assert.equal((await call(U + '/teams/vision', {method: 'PATCH', token: tokens.admin, body: '{"storage_quota": "lots"}'})).status, 422);
+  assert.equal((await call(U + '/teams/vision', {method: 'PATCH', token: tokens.admin, body: '{"storage_quota": null}'})).status, 200);
   // another team's job is a 404
   assert.equal((await call(`${U}/jobs/${jobs.quick}`, {token: t.body.token})).status, 404);
 
