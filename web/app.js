@@ -1,6 +1,7 @@
 /* app.js - the trainyard dashboard: sign-in with a team token, the jobs table,
  * a job's page (live loss/accuracy charts over server-sent events, timeline,
- * log tail, checkpoints, cancel), the submit form, the queue and the cluster.
+ * log tail, checkpoints, cancel), the submit form, the queue, the cluster and
+ * the usage of each team (device hours per day, totals).
  *
  * Every page is built with h() below, which puts data into text nodes and
  * attributes (never innerHTML), so nothing the server or a user sent is ever
@@ -662,6 +663,94 @@ function pageCluster() {
   every(3000, refresh);
 }
 
+/* ------------------------------------------------------------ usage */
+
+const TEAM_COLORS = ['#1f6feb', '#cf222e', '#1a7f37', '#9a6700', '#8250df', '#bf3989', '#0a7b83', '#57606a'];
+/* Hours from seconds, to the thousandth (the API's seconds are to the millisecond). */
+function fmtHours(s) { return (s / 3600).toFixed(3); }
+function fmtBytes(b) {
+  const u = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (b >= 1024 && i < u.length - 1) { b /= 1024; i++; }
+  return (i ? b.toFixed(1) : String(b)) + ' ' + u[i];
+}
+function isoDay(d) { return d.toISOString().slice(0, 10); }
+
+/* A uPlot chart of one number per team per UTC day (hours). */
+function dayChart(el, title, days, teams, valueOf) {
+  const xs = days.map(d => Date.parse(d + 'T00:00:00Z') / 1000);
+  const series = [{label: 'day'}].concat(teams.map((t, i) => ({label: t, stroke: TEAM_COLORS[i % TEAM_COLORS.length], width: 2,
+    points: {show: true, size: 6}, value: (u, v) => v === null ? '–' : v.toFixed(3)})));
+  const data = [xs, ...teams.map(t => days.map(d => valueOf(d, t)))];
+  el.replaceChildren();
+  const width = Math.max(260, el.clientWidth || el.parentElement.clientWidth || 600);
+  const plot = new uPlot({title, width, height: 220, series, scales: {x: {time: true}},
+    axes: [{}, {label: 'hours', size: 60, values: (u, vals) => vals.map(v => String(+v.toPrecision(3)))}], legend: {live: true}}, data, el);
+  el.dataset.points = String(teams.length * days.length);
+  return plot;
+}
+
+function pageUsage() {
+  const today = new Date();
+  const fromIn = h('input', {id: 'usage-from', type: 'date', value: isoDay(new Date(today.getTime() - 13 * 86400000))});
+  const toIn = h('input', {id: 'usage-to', type: 'date', value: isoDay(today)});
+  const status = h('p', {class: 'muted small', id: 'usage-range'});
+  const err = h('div', {id: 'usage-error'});
+  const gpuEl = h('div', {class: 'chart', id: 'usage-gpu'}), cpuEl = h('div', {class: 'chart', id: 'usage-cpu'});
+  const body = h('tbody'), foot = h('tfoot');
+  let plots = [];
+  main.dataset.usageLoaded = '0'; /* loads of this page so far (the browser test waits on it) */
+  const load = async () => {
+    err.replaceChildren();
+    /* the chosen days, in UTC: from the first's midnight to the end of the last */
+    const from = fromIn.value + 'T00:00:00Z';
+    const to = new Date(Date.parse(toIn.value + 'T00:00:00Z') + 86400000);
+    const q = `from=${encodeURIComponent(from)}&to=${encodeURIComponent(to.toISOString())}`;
+    try {
+      const [byDay, byTeam] = await Promise.all([api('/usage?by=day&' + q), api('/usage?by=team&' + q)]);
+      status.textContent = `${byTeam.from.slice(0, 10)} to ${toIn.value} (UTC days) · device time in hours · storage held now`;
+      const teams = byTeam.rows.map(r => r.team);
+      const days = [];
+      for (let t = Date.parse(from); t < to.getTime(); t += 86400000) days.push(isoDay(new Date(t)));
+      const cell = new Map(byDay.rows.map(r => [r.day + '\n' + r.team, r]));
+      const val = (k) => (d, t) => { const r = cell.get(d + '\n' + t); return r ? r[k] / 3600 : 0; };
+      plots.forEach(p => p.destroy());
+      plots = [dayChart(gpuEl, 'GPU-hours per day', days, teams, val('gpu_seconds')),
+               dayChart(cpuEl, 'CPU-slot-hours per day', days, teams, val('cpu_slot_seconds'))];
+      const row = (r, name) => h('tr', {dataset: {team: name}},
+        h('td', {}, name),
+        h('td', {class: 'num', dataset: {k: 'gpu_hours'}, title: `${r.gpu_seconds} s`}, fmtHours(r.gpu_seconds)),
+        h('td', {class: 'num', dataset: {k: 'cpu_slot_hours'}, title: `${r.cpu_slot_seconds} s`}, fmtHours(r.cpu_slot_seconds)),
+        h('td', {class: 'num', dataset: {k: 'run'}}, String(r.jobs.run)),
+        h('td', {class: 'num hide-narrow', dataset: {k: 'succeeded'}}, String(r.jobs.succeeded)),
+        h('td', {class: 'num hide-narrow', dataset: {k: 'failed'}}, String(r.jobs.failed)),
+        h('td', {class: 'num hide-narrow', dataset: {k: 'cancelled'}}, String(r.jobs.cancelled)),
+        h('td', {class: 'num', dataset: {k: 'preempted'}}, String(r.jobs.preempted)),
+        h('td', {class: 'num hide-narrow', dataset: {k: 'wait_median'}}, r.wait_s.median === null ? '–' : fmtDuration(r.wait_s.median)),
+        h('td', {class: 'num hide-narrow', dataset: {k: 'wait_p95'}}, r.wait_s.p95 === null ? '–' : fmtDuration(r.wait_s.p95)),
+        h('td', {class: 'num hide-narrow', dataset: {k: 'storage'},
+                 title: `logs ${fmtBytes(r.storage_bytes.logs)}, checkpoints ${fmtBytes(r.storage_bytes.checkpoints)}, contexts ${fmtBytes(r.storage_bytes.contexts)}`},
+          fmtBytes(r.storage_bytes.logs + r.storage_bytes.checkpoints + r.storage_bytes.contexts)));
+      body.replaceChildren(...(byTeam.rows.length ? byTeam.rows.map(r => row(r, r.team))
+                                                 : [h('tr', {}, h('td', {colspan: 11, class: 'empty'}, 'No team.'))]));
+      foot.replaceChildren(row(byTeam.totals, 'Total'));
+      main.dataset.usageLoaded = String(Number(main.dataset.usageLoaded || 0) + 1);
+    } catch (e) { if (e.name !== 'AbortError') err.replaceChildren(errorBox(e)); }
+  };
+  const form = h('form', {class: 'card row', id: 'usage-form', onsubmit: (ev) => { ev.preventDefault(); load(); }},
+    h('label', {class: 'grow'}, 'From (UTC day)', fromIn), h('label', {class: 'grow'}, 'To (UTC day, included)', toIn),
+    h('button', {class: 'primary', type: 'submit'}, 'Show'));
+  setMain(h('h1', {}, 'Usage'), form, err, status,
+    h('div', {class: 'grid2'}, h('div', {class: 'card'}, gpuEl), h('div', {class: 'card'}, cpuEl)),
+    h('h2', {}, 'Totals per team'),
+    h('div', {class: 'table-wrap'}, h('table', {id: 'usage-teams'}, h('thead', {}, h('tr', {},
+      h('th', {}, 'Team'), h('th', {class: 'num'}, 'GPU-h'), h('th', {class: 'num'}, 'CPU-slot-h'), h('th', {class: 'num'}, 'Jobs run'),
+      h('th', {class: 'num hide-narrow'}, 'Succeeded'), h('th', {class: 'num hide-narrow'}, 'Failed'), h('th', {class: 'num hide-narrow'}, 'Cancelled'),
+      h('th', {class: 'num'}, 'Preempted'), h('th', {class: 'num hide-narrow'}, 'Wait (median)'), h('th', {class: 'num hide-narrow'}, 'Wait (p95)'),
+      h('th', {class: 'num hide-narrow'}, 'Storage'))), body, foot)));
+  load();
+}
+
 /* ------------------------------------------------------------ router */
 
 function route() {
@@ -681,6 +770,7 @@ function route() {
   else if (parts[0] === 'submit') pageSubmit();
   else if (parts[0] === 'queue') pageQueue();
   else if (parts[0] === 'cluster') pageCluster();
+  else if (parts[0] === 'usage') pageUsage();
   else if (parts[0] === 'signin') { location.hash = '#/jobs'; }
   else pageJobs();
 }

@@ -287,15 +287,15 @@ test('the CLI', async () => {
   const again = await cli(['cancel', String(id)]);
   assert.equal(again.code, 1);
   assert.match(again.stderr, /already succeeded/);
+  const del = await cli(['delete', String(id)]);
+  assert.equal(del.code, 0, del.stderr);
+  assert.match(del.stdout, /deleted/);
+  assert.equal((await cli(['status', String(id)])).code, 1);
 });
 
 // A context: a folder as a gzip'd tar (tar czf), its list, its bytes, what
 // is refused (a link leading out, not gzip, a job naming a context the team
 // does not hold), its delete while a queued job names it (409) and after.
-  const del = await cli(['delete', String(id)]);
-  assert.equal(del.code, 0, del.stderr);
-  assert.match(del.stdout, /deleted/);
-  assert.equal((await cli(['status', String(id)])).code, 1);
 test('contexts', async () => {
   const src = fs.mkdtempSync(path.join(dir, 'ctx-'));
   fs.writeFileSync(path.join(src, 'train.py'), "print('trained')\n");
@@ -445,6 +445,36 @@ test('images and registry logins', async () => {
   assert.equal(failed.attempt, 1);
   assert.equal((await post({kind: 'image_pull_failed', message: why, attempt: task.attempt})).status, 409);
   assert.equal((await call(`${U}/nodes/${node}/drain`, {method: 'POST', token: nodeToken})).status, 200);
+});
+
+// Usage (who used what) of the jobs above: every grouping, a team and the
+// admin, CSV, the CLI, and the refusals of bad arguments.
+test('usage', async () => {
+  for (const by of ['team', 'job', 'day']) {
+    const r = await call(`${U}/usage?by=${by}`, {token: tokens.admin});
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    assert.ok(r.body.rows.length > 0, by);
+  }
+  let r = await call(`${U}/usage?from=${encodeURIComponent(new Date(Date.now() - 86400000).toISOString())}&to=${Date.now() + 60000}`);
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  assert.ok(r.body.rows.every(x => x.team === 'default'));
+  assert.ok(r.body.totals.cpu_slot_seconds > 0);
+  r = await call(U + '/usage?by=day', {headers: {Accept: 'text/csv'}});
+  assert.equal(r.status, 200);
+  assert.match(r.body, /^day,team,gpu_seconds,cpu_slot_seconds,/);
+  assert.equal((await call(U + '/usage?team=vision')).status, 403);
+  assert.equal((await call(U + '/usage?team=vision', {token: tokens.admin})).status, 200);
+  for (const [q, field] of [['by=week', 'by'], ['from=yesterday', 'from'], ['to=2026-02-30', 'to'], ['from=2026-01-02&to=2026-01-01', 'to']]) {
+    r = await call(`${U}/usage?${q}`);
+    assert.equal(r.status, 422, q);
+    assert.equal(r.body.error.field, field, q);
+  }
+  const table = await cli(['usage', '--by', 'job']);
+  assert.equal(table.code, 0, table.stderr);
+  assert.match(table.stdout, /GPU-HOURS/);
+  const csv = await cli(['usage', '--csv']);
+  assert.equal(csv.code, 0, csv.stderr);
+  assert.match(csv.stdout, /^team,gpu_seconds,/);
 });
 
 test('error answers', async () => {

@@ -21,4 +21,5 @@ timeout 120 node --test tests/web/openapi.test.mjs
 # real traffic (clients, CLI, agent, workers) through a proxy that checks it against api/openapi.json
 timeout 180 node --test tests/web/contract.test.mjs
 timeout 300 node --test tests/web/dashboard.test.mjs
+timeout 180 node --test tests/web/usage.test.mjs
 echo "web tests: screenshots in $WEB_TEST_OUT"
