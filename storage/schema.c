@@ -303,7 +303,7 @@ static const char m12[] =
     "         THEN (SELECT devices_per_worker FROM jobs WHERE id = tasks.job_id) ELSE 0 END,"
     "  cpus = CASE WHEN type = 'worker' AND (SELECT device FROM jobs WHERE id = tasks.job_id) = 'cpu'"
     "         THEN (SELECT devices_per_worker FROM jobs WHERE id = tasks.job_id)"
-    "         WHEN type IN ('ps', 'evaluator') THEN 1 ELSE 0 END"
+    "         WHEN type = 'ps' THEN 1 ELSE 0 END"
     " WHERE state = 'exited';"
     "ALTER TABLE teams ADD COLUMN storage_quota INTEGER;"
     "ALTER TABLE jobs ADD COLUMN log_bytes INTEGER NOT NULL DEFAULT 0;"
