@@ -282,7 +282,8 @@ static const char m11[] =
 /* 12: accounting and the server's disk. tasks.gpus, tasks.cpus: the devices
  * a task held from its placement (created_at) to its end (finished_at), so
  * usage survives the allocations, which go when a task ends (back-filled:
- * from the allocations of live tasks, from the job's shape for ended ones).
+ * from the allocations of live tasks, from the job's shape for ended ones:
+ * a worker its devices, a ps task one CPU slot, the evaluator none).
  * teams.storage_quota: bytes of logs, checkpoints and contexts the team may
  * hold (NULL: no quota). jobs.log_bytes: the job's log bytes kept (back-
  * filled from log_chunks). jobs.deleted_at: DELETE /jobs/{id} (its logs,
