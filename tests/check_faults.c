@@ -31,6 +31,14 @@ static void start_server_fixed(const char *hb) {
     ty_server_start_args(&srv, "server", extra);
 }
 
+/* The same with no disk reserve: the file system itself runs out (a full
+ * disk's writes fail and are answered 507 storage_full), which the reserve
+ * would otherwise refuse first (tests/check_quota.c has the reserve). */
+static void start_server_no_reserve(const char *hb) {
+    const char *extra[] = {"--listen", listen_arg, "--heartbeat-timeout", hb, "--disk-reserve", "0%", NULL};
+    ty_server_start_args(&srv, "server", extra);
+}
+
 static void fresh(const char *tag) {
     memset(&srv, 0, sizeof srv);
     agent_pid = 0;
@@ -809,7 +817,7 @@ START_TEST(full_disk_refuses_writes_and_recovers) {
     ck_assert_int_eq(sfmt(srv.dir, sizeof srv.dir, "%s/data", mnt), 0);
     ck_assert_int_eq(mkdir(srv.dir, 0700), 0);
     snprintf(listen_arg, sizeof listen_arg, "127.0.0.1:%d", ty_free_port());
-    start_server_fixed("3600");
+    start_server_no_reserve("3600");
     ty_token(&srv, "token", team_tok, sizeof team_tok);
     ty_token(&srv, "node.token", node_tok, sizeof node_tok);
     int64_t node = register_node("full-node", 1);
