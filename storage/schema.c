@@ -314,6 +314,50 @@ static const char m12[] =
     "CREATE INDEX jobs_finished ON jobs(finished_at) WHERE finished_at IS NOT NULL;"
     "CREATE INDEX tasks_created ON tasks(created_at);";
 
+/* 13: hyperparameter sweeps. sweeps: one search of a team (spec: the request
+ * as normalized: the job spec and the search); sweep_trials: its trials, in
+ * the search's order (params: {path: value}; job_id once submitted; rung and
+ * epochs reached; metric: the best value of the search's metric so far);
+ * sweep_rungs: what each trial scored at each rung it reached (ASHA's
+ * promotions are decided from these rows alone, so a restarted server
+ * decides as the one before it). jobs.sweep_id, jobs.trial: the sweep and
+ * trial a job runs (NULL for a job of its own). */
+static const char m13[] =
+    "CREATE TABLE sweeps("
+    "  id INTEGER PRIMARY KEY,"
+    "  team_id INTEGER NOT NULL REFERENCES teams(id),"
+    "  name TEXT NOT NULL,"
+    "  spec TEXT NOT NULL,"
+    "  state TEXT NOT NULL CHECK (state IN ('running','succeeded','failed','cancelled')),"
+    "  reason TEXT,"
+    "  created_at INTEGER NOT NULL,"
+    "  updated_at INTEGER NOT NULL,"
+    "  finished_at INTEGER);"
+    "CREATE INDEX sweeps_team ON sweeps(team_id, id);"
+    "CREATE INDEX sweeps_running ON sweeps(state) WHERE state = 'running';"
+    "CREATE TABLE sweep_trials("
+    "  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),"
+    "  trial INTEGER NOT NULL,"
+    "  params TEXT NOT NULL,"
+    "  job_id INTEGER REFERENCES jobs(id),"
+    "  state TEXT NOT NULL CHECK (state IN ('pending','running','paused','succeeded','failed','stopped','cancelled')),"
+    "  rung INTEGER NOT NULL DEFAULT 0,"
+    "  epochs INTEGER NOT NULL DEFAULT 0,"
+    "  metric REAL,"
+    "  reason TEXT,"
+    "  updated_at INTEGER NOT NULL,"
+    "  PRIMARY KEY(sweep_id, trial)) WITHOUT ROWID;"
+    "CREATE TABLE sweep_rungs("
+    "  sweep_id INTEGER NOT NULL REFERENCES sweeps(id),"
+    "  rung INTEGER NOT NULL,"
+    "  trial INTEGER NOT NULL,"
+    "  metric REAL NOT NULL,"
+    "  promoted INTEGER NOT NULL DEFAULT 0,"
+    "  PRIMARY KEY(sweep_id, rung, trial)) WITHOUT ROWID;"
+    "ALTER TABLE jobs ADD COLUMN sweep_id INTEGER;"
+    "ALTER TABLE jobs ADD COLUMN trial INTEGER;"
+    "CREATE INDEX jobs_sweep ON jobs(sweep_id, trial) WHERE sweep_id IS NOT NULL;";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1},
     {2, "nodes, devices, tasks, allocations, shares", m2},
@@ -327,5 +371,6 @@ const migration schema_migrations[] = {
     {10, "tokens.expires_at: expiring and rotated team tokens", m10},
     {11, "contexts, jobs.context, nodes.runtimes, registry_creds", m11},
     {12, "accounting: tasks.gpus/cpus, teams.storage_quota, jobs.log_bytes/deleted_at/logs_purged_at", m12},
+    {13, "sweeps, sweep_trials, sweep_rungs, jobs.sweep_id/trial", m13},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);
