@@ -110,6 +110,7 @@ DEPS_check_nn      := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(GPU_ENGINE_OBJ)
 DEPS_check_data    := $(ENGINE_OBJ)
 DEPS_check_storage := $(COMMON_OBJ) $(SPEC_OBJ) $(STORAGE_OBJ)
 DEPS_check_sched   := $(COMMON_OBJ) $(SPEC_OBJ) $(STORAGE_OBJ) $(SCHED_OBJ)
+DEPS_check_sweep_logic := $(COMMON_OBJ) $(SPEC_OBJ) $(BUILD)/obj/scheduler/sweep.o
 DEPS_check_comm    := $(COMMON_OBJ) $(COMM_OBJ)
 DEPS_check_strategy := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(BUILD)/obj/executor/train_loop.o $(GPU_ENGINE_OBJ)
 # tests/check_image.c makes the test registry's bcrypt login (crypt_gensalt_rn)
