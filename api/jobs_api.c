@@ -3,6 +3,7 @@
  * A team token sees only its team's jobs (another team's job is a 404, not a
  * 403, so ids do not leak); the admin token sees all. */
 #include "routes.h"
+#include "jobs_api.h"
 #include "../common/version.h"
 #include "../spec/jobspec.h"
 #include "exec_api.h"
@@ -109,6 +110,47 @@ static int admit(server *srv, const jobspec *spec, char *msg, size_t cap, const 
     return 0;
 }
 
+int api_job_admit(server *srv, const jobspec *spec, const char **code, const char **field, char *msg, size_t cap) {
+    *code = "invalid_value";
+    *field = NULL;
+    if (spec->logs.max_mb > srv->opt.log_max_per_job_mb) {
+        *field = "logs.max_size";
+        snprintf(msg, cap, "logs.max_size may be at most %lld MiB on this server (--log-max-per-job), got %lld MiB",
+                 (long long)srv->opt.log_max_per_job_mb, (long long)spec->logs.max_mb);
+        return 1;
+    }
+    char why[256];
+    int adm = admit(srv, spec, why, sizeof why, field);
+    if (adm < 0) return -1;
+    if (adm > 0 && !spec->queue_if_infeasible) {
+        *code = "infeasible";
+        snprintf(msg, cap,
+                 "%s; no registered nodes could ever run it (set \"queue_if_infeasible\": true to queue it "
+                 "for nodes that have not joined yet)", why);
+        return 1;
+    }
+    *field = NULL;
+    return 0;
+}
+
+void api_job_row(const jobspec *spec, store_new_job *row) {
+    memset(row, 0, sizeof *row);
+    row->name = spec->name;
+    row->priority = spec->priority;
+    row->max_restarts = spec->max_restarts;
+    row->workers = spec->resources.workers;
+    row->devices_per_worker = spec->resources.devices_per_worker;
+    row->workers_min = jobspec_elastic(spec) ? spec->resources.workers_min : 0;
+    row->ps = spec->resources.ps;
+    row->device = device_kind_name(spec->resources.device);
+    row->strategy = strategy_name(spec->strategy.type);
+    row->max_runtime_s = spec->max_runtime_s;
+    row->preemptible = spec->preemptible;
+    row->queue_if_infeasible = spec->queue_if_infeasible;
+    row->memory_mb = spec->resources.memory_mb;
+    row->context = spec->command.context[0] ? spec->command.context + 7 : NULL;
+}
+
 /* A submission waiting for its group commit. */
 typedef struct submit_wait {
     server *srv;
@@ -149,26 +191,17 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
         http_error(res, e.status, e.code, e.field[0] ? e.field : NULL, "%s", e.message);
         return;
     }
-    if (spec.logs.max_mb > srv->opt.log_max_per_job_mb) {
-        http_error(res, 422, "invalid_value", "logs.max_size",
-                   "logs.max_size may be at most %lld MiB on this server (--log-max-per-job), got %lld MiB",
-                   (long long)srv->opt.log_max_per_job_mb, (long long)spec.logs.max_mb);
-        jobspec_release(&spec);
-        return;
-    }
-    char msg[256];
-    const char *field = NULL;
-    int adm = admit(srv, &spec, msg, sizeof msg, &field);
+    char msg[512];
+    const char *code = NULL, *field = NULL;
+    int adm = api_job_admit(srv, &spec, &code, &field, msg, sizeof msg);
     if (adm < 0) {
         jobspec_release(&spec);
         db_unavailable(res);
         return;
     }
-    if (adm > 0 && !spec.queue_if_infeasible) {
+    if (adm > 0) {
         jobspec_release(&spec);
-        http_error(res, 422, "infeasible", field,
-                   "%s; no registered nodes could ever run it (set \"queue_if_infeasible\": true to queue it "
-                   "for nodes that have not joined yet)", msg);
+        http_error(res, 422, code, field, "%s", msg);
         return;
     }
     /* a context the team holds, marked used with the insert (store_job_submit) */
@@ -178,15 +211,8 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
     }
     char actor[96];
     http_actor(req, actor, sizeof actor);
-    store_new_job row = {
-        .name = spec.name, .priority = spec.priority, .max_restarts = spec.max_restarts,
-        .workers = spec.resources.workers, .devices_per_worker = spec.resources.devices_per_worker,
-        .workers_min = jobspec_elastic(&spec) ? spec.resources.workers_min : 0,
-        .ps = spec.resources.ps, .device = device_kind_name(spec.resources.device),
-        .strategy = strategy_name(spec.strategy.type),
-        .max_runtime_s = spec.max_runtime_s, .preemptible = spec.preemptible,
-        .queue_if_infeasible = spec.queue_if_infeasible, .memory_mb = spec.resources.memory_mb,
-        .context = spec.command.context[0] ? spec.command.context + 7 : NULL};
+    store_new_job row;
+    api_job_row(&spec, &row);
     /* The job joins the next group commit (storage/db.h): the connection is
      * suspended until the batch holding it has committed, and only then is
      * the 201 sent, so a 201 means the job is in the database. */

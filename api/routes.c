@@ -8,6 +8,7 @@
 #include "contexts_api.h"
 #include "metrics_api.h"
 #include "retention_api.h"
+#include "sweeps_api.h"
 #include "web_api.h"
 #include "../server/server.h"
 #include "../scheduler/lifecycle.h"
@@ -24,6 +25,7 @@ const route *const api_route_tables[] = {
     api_contexts_routes,
     api_registry_routes,
     api_usage_routes,
+    api_sweeps_routes,
     NULL,
 };
 
@@ -68,10 +70,14 @@ void api_kick_scheduler(struct server *srv) {
 
 /* The server's periodic housekeeping: contexts past their grace; what
  * finished jobs leave on the disk (logs past the retention, checkpoints
- * beyond the newest and the best, files of deleted jobs). */
+ * beyond the newest and the best, files of deleted jobs); the sweeps'
+ * trials. The retention runs first, on this same thread: a trial's job is
+ * only requeued between its passes, never while its checkpoints are being
+ * collected (and the newest, which the next rung resumes from, is kept). */
 static void api_tick(struct server *srv) {
     api_contexts_tick(srv);
     api_retention_tick(srv);
+    api_sweeps_tick(srv);
 }
 
 const server_app api_app = {api_route_tables, api_start_services, api_stop_services, api_tick};

@@ -948,6 +948,121 @@ static int do_usage(const cli_opts *o) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- sweeps */
+
+/* POST /sweeps with FILE ({"name", "job", "search"}, docs/sweeps.md). */
+static int do_sweep(const cli_opts *o, const char *file) {
+    size_t len = 0;
+    char *body = file_read_all(file, 1u << 20, &len);
+    if (!body) {
+        fprintf(stderr, "error: cannot read %s: %s\n", file, strerror(errno));
+        return 1;
+    }
+    int ec;
+    cJSON *s = call(o, "POST", "/api/v1/sweeps", body, len, 1, &ec);
+    free(body);
+    if (!s) return ec;
+    if (!o->json)
+        printf("submitted sweep %d (%s): %d trials, %s\n", (int)jnum(s, "id"), jstr(s, "name"),
+               (int)jnum(s, "n_trials"), jstr(s, "state"));
+    cJSON_Delete(s);
+    return 0;
+}
+
+static int do_sweeps(const cli_opts *o) {
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/sweeps?limit=%ld", o->limit > 200 ? 200L : o->limit);
+    int ec;
+    cJSON *v = call(o, "GET", path, NULL, 0, 1, &ec);
+    if (!v) return ec;
+    if (!o->json) {
+        printf("%-6s %-20s %-10s %-10s %-7s %-7s %s\n", "ID", "NAME", "TEAM", "STATE", "METHOD", "TRIALS",
+               "METRIC");
+        const cJSON *s;
+        cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(v, "sweeps")) {
+            const cJSON *q = cJSON_GetObjectItemCaseSensitive(s, "search");
+            printf("%-6d %-20.20s %-10.10s %-10s %-7s %-7d %s (%s)\n", (int)jnum(s, "id"), jstr(s, "name"),
+                   jstr(s, "team"), jstr(s, "state"), jstr(q, "method"), (int)jnum(s, "n_trials"), jstr(q, "metric"),
+                   jstr(q, "mode"));
+        }
+    }
+    cJSON_Delete(v);
+    return 0;
+}
+
+/* Trials by their metric, best first (mode max: highest); those without
+ * one after, in trial order. */
+static int g_sweep_max;
+static int trial_cmp(const void *a, const void *b) {
+    const cJSON *x = *(const cJSON *const *)a, *y = *(const cJSON *const *)b;
+    const cJSON *mx = cJSON_GetObjectItemCaseSensitive(x, "metric"), *my = cJSON_GetObjectItemCaseSensitive(y, "metric");
+    int hx = cJSON_IsNumber(mx), hy = cJSON_IsNumber(my);
+    if (hx != hy) return hx ? -1 : 1;
+    if (hx && mx->valuedouble != my->valuedouble) {
+        int first = g_sweep_max ? mx->valuedouble > my->valuedouble : mx->valuedouble < my->valuedouble;
+        return first ? -1 : 1;
+    }
+    return (int)jnum(x, "trial") - (int)jnum(y, "trial");
+}
+
+static int do_sweep_status(const cli_opts *o, const char *id) {
+    if (!valid_id(id)) {
+        fprintf(stderr, "error: '%s' is not a sweep id\n", id);
+        return 2;
+    }
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/sweeps/%s", id);
+    int ec;
+    cJSON *v = call(o, "GET", path, NULL, 0, 1, &ec);
+    if (!v) return ec;
+    if (!o->json) {
+        const cJSON *q = cJSON_GetObjectItemCaseSensitive(v, "search");
+        const char *metric = jstr(q, "metric");
+        g_sweep_max = strcmp(jstr(q, "mode"), "max") == 0;
+        printf("sweep %d (%s): %s%s%s\n", (int)jnum(v, "id"), jstr(v, "name"), jstr(v, "state"),
+               cJSON_IsString(cJSON_GetObjectItemCaseSensitive(v, "reason")) ? ": " : "",
+               cJSON_IsString(cJSON_GetObjectItemCaseSensitive(v, "reason")) ? jstr(v, "reason") : "");
+        printf("search: %s, %s %s, at most %d at once\n", jstr(q, "method"), metric, jstr(q, "mode"),
+               (int)jnum(q, "max_concurrent"));
+        const cJSON *trials = cJSON_GetObjectItemCaseSensitive(v, "trials");
+        int n = cJSON_GetArraySize(trials), k = 0;
+        const cJSON **rows = calloc((size_t)(n > 0 ? n : 1), sizeof *rows);
+        if (!rows) {
+            cJSON_Delete(v);
+            fprintf(stderr, "error: out of memory\n");
+            return 1;
+        }
+        const cJSON *t;
+        cJSON_ArrayForEach(t, trials) rows[k++] = t;
+        qsort(rows, (size_t)k, sizeof *rows, trial_cmp);
+        printf("%-5s %-10s %6s %6s %4s %-12s %s\n", "TRIAL", "STATE", "JOB", "EPOCHS", "RUNG", metric, "PARAMS");
+        for (int i = 0; i < k; i++) {
+            const cJSON *m = cJSON_GetObjectItemCaseSensitive(rows[i], "metric");
+            char mt[32], job[24];
+            if (cJSON_IsNumber(m)) snprintf(mt, sizeof mt, "%.6g", m->valuedouble);
+            else snprintf(mt, sizeof mt, "-");
+            const cJSON *j = cJSON_GetObjectItemCaseSensitive(rows[i], "job_id");
+            if (cJSON_IsNumber(j)) snprintf(job, sizeof job, "%d", (int)j->valuedouble);
+            else snprintf(job, sizeof job, "-");
+            char *params = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(rows[i], "params"));
+            printf("%-5d %-10s %6s %6d %4d %-12s %s\n", (int)jnum(rows[i], "trial"), jstr(rows[i], "state"), job,
+                   (int)jnum(rows[i], "epochs"), (int)jnum(rows[i], "rung"), mt, params ? params : "{}");
+            free(params);
+        }
+        free(rows);
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(v, "best");
+        if (cJSON_IsObject(b)) {
+            const cJSON *ck = cJSON_GetObjectItemCaseSensitive(b, "checkpoint");
+            printf("best: trial %d (job %d), %s %.6g", (int)jnum(b, "trial"), (int)jnum(b, "job_id"), metric,
+                   jdouble(b, "metric"));
+            if (cJSON_IsNumber(ck)) printf(", checkpoint %d", (int)ck->valuedouble);
+            printf("\n");
+        }
+    }
+    cJSON_Delete(v);
+    return 0;
+}
+
 static void cli_usage(FILE *f) {
 
     fprintf(f,
@@ -983,7 +1098,7 @@ int cmd_cli(int argc, char **argv) {
     const char *cmd = argv[0];
     static const char *cmds[] = {"submit", "jobs",  "status", "cancel", "delete", "teams", "logs",
                                  "watch",  "queue", "cluster", "events", "checkpoints", "context",
-                                 "usage"};
+                                 "usage", "sweep", "sweeps", "sweep-status"};
     int known = 0;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(cmd, cmds[i]) == 0) known = 1;
@@ -1077,6 +1192,9 @@ int cmd_cli(int argc, char **argv) {
     }
     if (strcmp(cmd, "usage") == 0 && nargs == 0) return do_usage(&o);
     if (strcmp(cmd, "submit") == 0 && nargs == 1) return do_submit(&o, argv[optind]);
+    if (strcmp(cmd, "sweep") == 0 && nargs == 1) return do_sweep(&o, argv[optind]);
+    if (strcmp(cmd, "sweeps") == 0 && nargs == 0) return do_sweeps(&o);
+    if (strcmp(cmd, "sweep-status") == 0 && nargs == 1) return do_sweep_status(&o, argv[optind]);
     if (strcmp(cmd, "jobs") == 0 && nargs == 0) return do_jobs(&o);
     if (strcmp(cmd, "status") == 0 && nargs == 1) return do_status(&o, argv[optind]);
     if (strcmp(cmd, "cancel") == 0 && nargs == 1) return do_cancel(&o, argv[optind]);

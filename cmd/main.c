@@ -40,6 +40,9 @@ static void usage(FILE *f) {
             "  cluster       nodes, devices, memory, isolation, and who holds what\n"
             "  teams         teams, shares and quotas\n"
             "  usage         who used what: device hours, jobs, waits, storage (--by team|job|day)\n"
+            "  sweep FILE    start a hyperparameter sweep (grid, random, asha) of a job spec\n"
+            "  sweeps        your team's sweeps\n"
+            "  sweep-status ID   a sweep's trials, best metric first\n"
             "  version       this version and what it was built with\n");
 }
 

@@ -379,15 +379,16 @@ int store_job_events(db *d, int64_t job_id, int64_t after, int limit, cJSON **ou
 static const char SQL_JOB_INSERT[] =
     "INSERT INTO jobs(team_id, name, spec, state, priority, attempt, max_restarts, workers,"
     " devices_per_worker, device, ps, max_runtime_s, preemptible, queue_if_infeasible, reason,"
-    " created_at, updated_at, queued_at, strategy, memory_mb, workers_min, context)"
-    " VALUES(?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 'waiting for the scheduler', ?, ?, ?, ?, ?, ?, ?)";
+    " created_at, updated_at, queued_at, strategy, memory_mb, workers_min, context, sweep_id, trial)"
+    " VALUES(?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 'waiting for the scheduler', ?, ?, ?, ?, ?, ?, ?,"
+    " ?, ?)";
 
 /* The job's row and its "submitted" event, inside the caller's transaction.
  * A job naming a context marks it used, in the same transaction: a context
  * deleted or collected since the caller looked (context_store.h) fails the
  * insert with STORE_NOT_FOUND instead of leaving a job without its code. */
-static int job_insert_rows(db *d, int64_t team_id, const char *spec_json, size_t spec_len, const store_new_job *job,
-                           const char *actor, int64_t *id_out) {
+int store_job_insert_rows(db *d, int64_t team_id, const char *spec_json, size_t spec_len, const store_new_job *job,
+                          const char *actor, int64_t *id_out) {
     sqlite3_stmt *st = db_prepare(d, SQL_JOB_INSERT);
     if (!st) return STORE_ERROR;
     int64_t now = now_ms();
@@ -411,6 +412,10 @@ static int job_insert_rows(db *d, int64_t team_id, const char *spec_json, size_t
     sqlite3_bind_int(st, 18, job->workers_min);
     if (job->context && job->context[0]) sqlite3_bind_text(st, 19, job->context, -1, SQLITE_TRANSIENT);
     else sqlite3_bind_null(st, 19);
+    if (job->sweep_id > 0) {
+        sqlite3_bind_int64(st, 20, job->sweep_id);
+        sqlite3_bind_int(st, 21, job->trial);
+    }
     int rc = sqlite3_step(st);
     db_done(st);
     if (rc != SQLITE_DONE) return STORE_ERROR;
@@ -428,7 +433,7 @@ int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_
                      const store_new_job *job, const char *actor, int64_t *id_out) {
     if (db_begin(d) < 0) return STORE_ERROR;
     int64_t id = 0;
-    int rc = job_insert_rows(d, team_id, spec_json, spec_len, job, actor, &id);
+    int rc = store_job_insert_rows(d, team_id, spec_json, spec_len, job, actor, &id);
     if (rc != STORE_OK) {
         db_rollback(d);
         return rc == STORE_NOT_FOUND ? STORE_NOT_FOUND : STORE_ERROR;
@@ -454,7 +459,7 @@ typedef struct job_submit {
 
 static int job_submit_run(db *d, void *arg) {
     job_submit *s = arg;
-    int rc = job_insert_rows(d, s->team_id, s->spec, s->spec_len, &s->job, s->actor, &s->id);
+    int rc = store_job_insert_rows(d, s->team_id, s->spec, s->spec_len, &s->job, s->actor, &s->id);
     if (rc != STORE_OK) return rc == STORE_NOT_FOUND ? STORE_NOT_FOUND : STORE_ERROR;
     /* the answer's job, read in the same transaction: what the commit makes durable */
     if (store_job_get(d, s->id, 0, 0, &s->json) != STORE_OK) {
@@ -539,11 +544,11 @@ int store_job_count_failure(db *d, int64_t job_id, int *failures, int *max_resta
     "j.id, j.name, t.name, j.state, j.priority, j.attempt, j.max_restarts, j.workers,"       \
     " j.devices_per_worker, j.device, j.ps, j.workers_min, j.workers_now,"                   \
     " j.max_runtime_s, j.preemptible, j.reason,"                                              \
-    " j.created_at, j.updated_at, j.started_at, j.finished_at"
+    " j.created_at, j.updated_at, j.started_at, j.finished_at, j.sweep_id, j.trial"
 
 /* A job's JSON form, column by column of JOB_COLS: one table for the tree
  * (job_row, GET /jobs/{id}) and the text (job_row_write, the list). Kinds:
- * I integer, T text or null, B boolean, t a time (ms) or null; `in` names
+ * I integer, i integer or null, T text or null, B boolean, t a time (ms) or null; `in` names
  * the object the field sits in ("resources"), NULL at the top. */
 typedef struct job_field {
     const char *key;
@@ -559,6 +564,7 @@ static const job_field JOB_FIELDS[] = {
     {"workers_min", 'I', "resources"}, {"workers_now", 'I', "resources"}, {"max_runtime_s", 'I', NULL},
     {"preemptible", 'B', NULL},  {"reason", 'T', NULL},        {"created_at", 't', NULL},
     {"updated_at", 't', NULL},   {"started_at", 't', NULL},    {"finished_at", 't', NULL},
+    {"sweep", 'i', NULL},        {"trial", 'i', NULL}, /* the sweep and trial it runs; null for a job of its own */
 };
 #define JOB_NFIELDS ((int)(sizeof JOB_FIELDS / sizeof JOB_FIELDS[0]))
 
@@ -573,6 +579,10 @@ static cJSON *job_row(sqlite3_stmt *st) {
         }
         switch (f->kind) {
         case 'I': cJSON_AddNumberToObject(o, f->key, (double)sqlite3_column_int64(st, c)); break;
+        case 'i':
+            if (sqlite3_column_type(st, c) == SQLITE_NULL) cJSON_AddNullToObject(o, f->key);
+            else cJSON_AddNumberToObject(o, f->key, (double)sqlite3_column_int64(st, c));
+            break;
         case 'B': cJSON_AddBoolToObject(o, f->key, sqlite3_column_int(st, c)); break;
         case 't': store_json_time(o, f->key, st, c); break;
         default: store_json_text(o, f->key, st, c); break;
@@ -602,7 +612,8 @@ static int job_row_write(buf *out, sqlite3_stmt *st) {
         rc |= buf_append(out, ":", 1);
         int null = sqlite3_column_type(st, c) == SQLITE_NULL;
         switch (f->kind) {
-        case 'I': rc |= null ? buf_append(out, "null", 4) : json_write_int(out, sqlite3_column_int64(st, c)); break;
+        case 'I':
+        case 'i': rc |= null ? buf_append(out, "null", 4) : json_write_int(out, sqlite3_column_int64(st, c)); break;
         case 'B': rc |= sqlite3_column_int(st, c) ? buf_append(out, "true", 4) : buf_append(out, "false", 5); break;
         case 't':
             if (null || sqlite3_column_int64(st, c) <= 0) {

@@ -79,6 +79,8 @@ typedef struct {
     int preemptible, queue_if_infeasible;
     int64_t memory_mb;                 /* resources.memory per task (MiB), 0 = not given */
     const char *context;               /* command.context's hex digest (no "sha256:"); NULL = none */
+    int64_t sweep_id;                  /* the sweep whose trial it runs (jobs.sweep_id); 0 = none */
+    int trial;                         /* and the trial's number (jobs.trial) */
 } store_new_job;
 
 /* Inserts a queued job (spec text as submitted, columns from *job) and its
@@ -87,6 +89,13 @@ typedef struct {
  * written, when the team does not hold that context. */
 int store_job_insert(db *d, int64_t team_id, const char *spec_json, size_t spec_len,
                      const store_new_job *job, const char *actor, int64_t *id_out);
+
+/* The same rows inside the caller's transaction (it begins none): a job
+ * that must be written together with other rows (a sweep's trial and the
+ * job that runs it). Codes as store_job_insert; on failure the caller rolls
+ * back. */
+int store_job_insert_rows(db *d, int64_t team_id, const char *spec_json, size_t spec_len, const store_new_job *job,
+                          const char *actor, int64_t *id_out);
 
 /* The same insert through the db's group commit (db.h, db_group_add), for
  * a caller that must not block: the job, its event and its JSON form

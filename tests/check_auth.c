@@ -29,7 +29,7 @@ static const char *const COL_NAME[NCOL] = {"admin", "team A", "team B", "join", 
                                            "task A", "task B", "none", "bad"};
 static char tok[NCOL][160];
 
-static int64_t job_a, job_b, job_c, node1, node2, node3, task_a, task_b, ckpt_a;
+static int64_t job_a, job_b, job_c, node1, node2, node3, task_a, task_b, ckpt_a, sweep_a;
 static char ctx_a[80]; /* team A's context ("sha256:HEX"), which job A names */
 #define REG_HOST "registry.example.com:5000" /* the matrix's {host} */
 
@@ -168,6 +168,11 @@ static int64_t nget(cJSON *o, const char *k) {
     "\"compile\":{\"optimizer\":{\"type\":\"sgd\"},\"loss\":\"binary_crossentropy\"},"                       \
     "\"data\":{\"source\":\"synthetic\",\"examples\":100,\"features\":4},\"fit\":{\"epochs\":1,\"batch_size\":10}}"
 
+/* A sweep of one trial (team tokens may submit one). */
+#define SWEEP_BODY                                                                                         \
+    "{\"name\":\"matrix\",\"job\":" SPEC("m") ",\"search\":{\"method\":\"grid\",\"parameters\":"   \
+    "{\"fit.batch_size\":{\"values\":[10]}},\"metric\":\"loss\",\"mode\":\"min\",\"max_concurrent\":1}}"
+
 static int64_t register_node(const char *host, int cpu, char *tok_out, size_t cap) {
     char body[256];
     snprintf(body, sizeof body, "{\"hostname\":\"%s\",\"address\":\"127.0.0.1\",\"cpu_slots\":%d}", host, cpu);
@@ -268,6 +273,9 @@ static void start(void) {
     }
     ck_assert_msg(task_a && task_b, "the jobs were not handed out to n1");
     job_c = submit(tok[C_TEAM_A], SPEC("job-c")); /* the one the matrix cancels */
+    ck_assert_int_eq(jreq("POST", "/api/v1/sweeps", tok[C_TEAM_A], SWEEP_BODY, &o), 201);
+    sweep_a = nget(o, "id");
+    cJSON_Delete(o);
     ckpt_a = put_checkpoint(job_a, tok[C_TASK_A], "job a's weights");
     put_checkpoint(job_b, tok[C_TASK_B], "job b's weights");
     snprintf(path, sizeof path, "/api/v1/jobs/%lld/rendezvous/k", (long long)job_a);
@@ -349,6 +357,10 @@ static const mrow MATRIX[] = {
     {"DELETE", "/api/v1/registries/{host}", "", "FooFFFFFUU"},
     {"GET", "/api/v1/jobs/{id}/registry-auth", "", "FFFFFFNNUU"},
     {"GET", "/api/v1/usage", "", "oooFFFFFUU"},
+    {"POST", "/api/v1/sweeps", "", "FooFFFFFUU"},
+    {"GET", "/api/v1/sweeps", "", "oooFFFFFUU"},
+    {"GET", "/api/v1/sweeps/{id}", "", "ooNFFFFFUU"},
+    {"POST", "/api/v1/sweeps/{id}/cancel", "", "ooNFFFFFUU"}, /* the admin cancels it; team A's then is a 409 */
 };
 #define NROWS ((int)(sizeof MATRIX / sizeof MATRIX[0]))
 
@@ -365,7 +377,9 @@ static void row_path(const mrow *m, char *out, size_t cap) {
         }
         const char *e = strchr(p, '}');
         size_t n = (size_t)(e - p + 1);
-        if (strncmp(p, "{id}", n) == 0 && strncmp(m->pattern, "/api/v1/contexts/", 17) == 0) {
+        if (strncmp(p, "{id}", n) == 0 && strncmp(m->pattern, "/api/v1/sweeps/", 15) == 0) {
+            rc |= buf_printf(&b, "%lld", (long long)sweep_a);
+        } else if (strncmp(p, "{id}", n) == 0 && strncmp(m->pattern, "/api/v1/contexts/", 17) == 0) {
             rc |= buf_appends(&b, ctx_a); /* named by job A: DELETE is a 409 */
         } else if (strncmp(p, "{id}", n) == 0) {
             int64_t id = strncmp(m->pattern, "/api/v1/jobs/", 13) == 0
@@ -403,6 +417,7 @@ static const char *row_body(const mrow *m, int col, char *scratch, size_t cap, c
     if (strcmp(m->method, "GET") == 0 || strcmp(m->method, "DELETE") == 0) return NULL;
     seq++;
     if (strcmp(m->pattern, "/api/v1/jobs") == 0) return SPEC("matrix");
+    if (strcmp(m->pattern, "/api/v1/sweeps") == 0) return SWEEP_BODY;
     if (strcmp(m->pattern, "/api/v1/teams") == 0) {
         snprintf(scratch, cap, "{\"name\":\"matrix-%d-%d\"}", col, seq);
         return scratch;

@@ -477,6 +477,47 @@ test('usage', async () => {
   assert.match(csv.stdout, /^team,gpu_seconds,/);
 });
 
+// Sweeps: a 2-trial grid of a small training job to its end (the trials
+// are jobs that show their sweep and trial), the list, a refused parameter,
+// a cancel and its second cancel, the CLI's table.
+test('sweeps', async () => {
+  const job = JSON.parse(example('fashion_mnist_quick', s => ({...s, data: {...s.data, limit: 600}, fit: {...s.fit, epochs: 1}})));
+  const body = {name: 'contract-sweep', job, search: {method: 'grid', metric: 'val_accuracy', mode: 'max',
+    parameters: {'compile.optimizer.learning_rate': {values: [0.001, 0.003]}}, max_concurrent: 2}};
+  let r = await call(U + '/sweeps', {method: 'POST', body: JSON.stringify(body)});
+  assert.equal(r.status, 201, JSON.stringify(r.body));
+  assert.equal(r.headers.get('location'), `${U}/sweeps/${r.body.id}`);
+  const id = r.body.id;
+  const end = Date.now() + 120000;
+  do {
+    r = await call(`${U}/sweeps/${id}`);
+    assert.equal(r.status, 200);
+    if (r.body.state !== 'running') break;
+    await sleep(500);
+  } while (Date.now() < end);
+  assert.equal(r.body.state, 'succeeded', JSON.stringify(r.body));
+  assert.equal(r.body.trials.length, 2);
+  assert.ok(r.body.best && r.body.best.checkpoint > 0, JSON.stringify(r.body.best));
+  const trialJob = (await call(`${U}/jobs/${r.body.trials[1].job_id}`)).body;
+  assert.equal(trialJob.sweep, id);
+  assert.equal(trialJob.trial, 1);
+  assert.equal((await call(U + '/sweeps')).body.sweeps[0].id, id);
+  r = await call(U + '/sweeps', {method: 'POST', body: JSON.stringify({...body,
+    search: {...body.search, parameters: {'fit.batch_size': {values: [32, 0]}}}})});
+  assert.equal(r.status, 422);
+  assert.equal(r.body.error.field, 'search.parameters.fit.batch_size');
+  r = await call(U + '/sweeps', {method: 'POST', body: JSON.stringify({...body, job: {...job, fit: {epochs: 50, batch_size: 64}}})});
+  assert.equal(r.status, 201);
+  r = await call(`${U}/sweeps/${r.body.id}/cancel`, {method: 'POST'});
+  assert.equal(r.status, 200);
+  assert.equal(r.body.state, 'cancelled');
+  assert.equal((await call(`${U}/sweeps/${r.body.id}/cancel`, {method: 'POST'})).status, 409);
+  assert.equal((await call(`${U}/sweeps/999999`)).status, 404);
+  const table = await cli(['sweep-status', String(id)]);
+  assert.equal(table.code, 0, table.stderr);
+  assert.match(table.stdout, /TRIAL/);
+});
+
 test('error answers', async () => {
   assert.equal((await call(U + '/jobs', {token: null})).status, 401);
   assert.equal((await call(U + '/jobs', {token: 'ty_' + 'x'.repeat(43)})).status, 401);

@@ -1,0 +1,466 @@
+/* check_sweeps.c - hyperparameter sweeps end to end on the real binary:
+ * `trainyard up --cpu-slots 2` (or a server and an agent, for the restart),
+ * trials trained for real on small slices of Fashion-MNIST.
+ *
+ * - grid: 4 trials (learning rate x batch size), at most max_concurrent
+ *   live at once, each trial's values in its job's spec, the metric of
+ *   each trial and the best as the jobs' metrics say;
+ * - a parameter value that makes an invalid spec: 422 naming it, nothing stored;
+ * - ASHA: promotions resume the same job from its checkpoint (epochs go on,
+ *   none repeated), the others end stopped early;
+ * - cancel mid-sweep;
+ * - a command job's grid reading its value from the environment;
+ * - the server killed with SIGKILL mid-sweep and restarted on the same data:
+ *   the sweep completes, every trial has its result, no rung trained twice. */
+#include "testlib.h"
+
+#include <math.h>
+
+static ty_proc srv;
+static char team_tok[128], admin_tok[128];
+static pid_t agent;
+static char listen_arg[64];
+
+static void start_up(void) {
+    memset(&srv, 0, sizeof srv);
+    agent = 0;
+    ty_mkdtemp(srv.dir, sizeof srv.dir, "sweeps");
+    const char *extra[] = {"--cpu-slots", "2", NULL};
+    ty_server_start_args(&srv, "up", extra);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    ty_token(&srv, "admin.token", admin_tok, sizeof admin_tok);
+}
+
+static void start_server_fixed(void) {
+    const char *extra[] = {"--listen", listen_arg, "--heartbeat-timeout", "30", NULL};
+    ty_server_start_args(&srv, "server", extra);
+}
+
+/* `trainyard server` on a port it keeps across restarts, and an agent of 2 slots. */
+static void start_server_agent(void) {
+    memset(&srv, 0, sizeof srv);
+    ty_mkdtemp(srv.dir, sizeof srv.dir, "sweeps");
+    snprintf(listen_arg, sizeof listen_arg, "127.0.0.1:%d", ty_free_port());
+    start_server_fixed();
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    ty_token(&srv, "admin.token", admin_tok, sizeof admin_tok);
+    agent = ty_agent_start(&srv, "sweeps-node", "2");
+}
+
+static void stop_all(void) {
+    if (agent > 0) {
+        ty_proc a = {.pid = agent};
+        ty_kill(&a, SIGTERM);
+        agent = 0;
+    }
+    ty_kill(&srv, SIGTERM);
+    ty_rmrf(srv.dir);
+}
+
+/* A small training job: epochs of a 1,200-example slice, a second or two each. */
+#define JOB(EPOCHS)                                                                                           \
+    "{\"name\":\"sw\",\"model\":{\"layers\":[{\"type\":\"flatten\",\"input_shape\":[28,28]},"               \
+    "{\"type\":\"dense\",\"units\":32,\"activation\":\"relu\"},{\"type\":\"dense\",\"units\":10,"             \
+    "\"activation\":\"softmax\"}]},\"compile\":{\"optimizer\":{\"type\":\"adam\",\"learning_rate\":0.001},"   \
+    "\"loss\":\"sparse_categorical_crossentropy\",\"metrics\":[\"accuracy\"]},"                              \
+    "\"data\":{\"source\":\"fashion-mnist\",\"limit\":1200,\"validation_split\":0.25,\"seed\":1},"           \
+    "\"fit\":{\"epochs\":" #EPOCHS ",\"batch_size\":64},\"max_runtime_s\":300}"
+
+static cJSON *sweep_get(int64_t id) {
+    char path[64];
+    snprintf(path, sizeof path, "/api/v1/sweeps/%lld", (long long)id);
+    cJSON *o = NULL;
+    long st = ty_http(srv.url, team_tok, "GET", path, NULL, &o);
+    ck_assert_msg(st == 200, "GET %s answered %ld", path, st);
+    return o;
+}
+
+static int64_t sweep_submit(const char *body) {
+    cJSON *o = NULL;
+    long st = ty_http(srv.url, team_tok, "POST", "/api/v1/sweeps", body, &o);
+    char *t = cJSON_PrintUnformatted(o);
+    ck_assert_msg(st == 201, "POST /sweeps answered %ld: %s", st, t);
+    free(t);
+    int64_t id = (int64_t)ty_num(o, "id");
+    ck_assert_str_eq(ty_str(o, "state"), "running");
+    cJSON_Delete(o);
+    return id;
+}
+
+/* Polls the sweep until it ends (or timeout_s): its last answer. Counts,
+ * on every poll, the trials running and the sweep's jobs not ended (both
+ * at most max_live). */
+static cJSON *sweep_wait(int64_t id, int timeout_s, int max_live) {
+    for (int i = 0; i < timeout_s * 5; i++) {
+        cJSON *o = sweep_get(id);
+        int live = 0;
+        cJSON *t;
+        cJSON_ArrayForEach(t, cJSON_GetObjectItem(o, "trials")) live += strcmp(ty_str(t, "state"), "running") == 0;
+        if (max_live) ck_assert_msg(live <= max_live, "%d trials running at once (max_concurrent %d)", live, max_live);
+        if (strcmp(ty_str(o, "state"), "running") != 0) return o;
+        cJSON_Delete(o);
+        ty_sleep_ms(200);
+    }
+    ck_abort_msg("sweep %lld did not end in %d s; see %s", (long long)id, timeout_s, srv.log);
+    return NULL;
+}
+
+/* The job's epoch metrics: epochs into ep (in seq order, at most max), the
+ * best value of key into *best (mode max or min). Returns their number. */
+static int job_epochs(int64_t job, const char *key, int mode_max, int *ep, int max, double *best) {
+    cJSON *all = ty_metrics_all(srv.url, team_tok, job);
+    int n = 0;
+    *best = NAN;
+    cJSON *m;
+    cJSON_ArrayForEach(m, all) {
+        double v = ty_num(m, key);
+        const cJSON *vv = cJSON_GetObjectItem(m, key);
+        if (cJSON_IsNumber(vv) && (isnan(*best) || (mode_max ? v > *best : v < *best))) *best = v;
+        if (strcmp(ty_str(m, "kind"), "epoch") == 0 && n < max) ep[n++] = (int)ty_num(m, "epoch");
+    }
+    cJSON_Delete(all);
+    return n;
+}
+
+/* `trainyard ARGS` against the server, as the team: its stdout (the
+ * caller frees) and exit status. */
+static char *cli_run(const char *args, int *status) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' %s --url '%s' --token '%s'", ty_bin(), args, srv.url, team_tok);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    buf b;
+    buf_init(&b, 1 << 20);
+    char chunk[4096];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof chunk, f)) > 0) ck_assert_int_eq(buf_append(&b, chunk, n), 0);
+    int st = pclose(f);
+    *status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    char *out = buf_detach(&b, NULL);
+    return out ? out : xstrdup("");
+}
+
+/* ---------------------------------------------------------------- grid */
+
+START_TEST(grid_end_to_end) {
+    int64_t id = sweep_submit("{\"name\":\"lr-bs\",\"job\":" JOB(1) ",\"search\":{\"method\":\"grid\","
+                              "\"parameters\":{\"compile.optimizer.learning_rate\":{\"values\":[0.003,0.0005]},"
+                              "\"fit.batch_size\":{\"values\":[32,128]}},"
+                              "\"metric\":\"val_accuracy\",\"mode\":\"max\",\"max_concurrent\":2}}");
+    cJSON *o = sweep_wait(id, 240, 2);
+    ck_assert_str_eq(ty_str(o, "state"), "succeeded");
+    cJSON *trials = cJSON_GetObjectItem(o, "trials");
+    ck_assert_int_eq(cJSON_GetArraySize(trials), 4);
+    const double lrs[] = {0.003, 0.003, 0.0005, 0.0005};
+    const int bss[] = {32, 128, 32, 128};
+    double best = -1;
+    int best_trial = -1;
+    char created[4][32], finished[4][32];
+    for (int i = 0; i < 4; i++) {
+        cJSON *t = cJSON_GetArrayItem(trials, i);
+        ck_assert_int_eq((int)ty_num(t, "trial"), i);
+        ck_assert_str_eq(ty_str(t, "state"), "succeeded");
+        ck_assert_int_eq((int)ty_num(t, "epochs"), 1);
+        int64_t job = (int64_t)ty_num(t, "job_id");
+        ck_assert_int_gt(job, 0);
+        /* the trial's values are in its job's spec, and the job names its sweep and trial */
+        cJSON *j = ty_job_get(srv.url, team_tok, job);
+        ck_assert_str_eq(ty_str(j, "state"), "succeeded");
+        ck_assert_int_eq((int)ty_num(j, "sweep"), (int)id);
+        ck_assert_int_eq((int)ty_num(j, "trial"), i);
+        char name[32];
+        snprintf(name, sizeof name, "lr-bs-t%d", i);
+        ck_assert_str_eq(ty_str(j, "name"), name);
+        cJSON *spec = cJSON_GetObjectItem(j, "spec");
+        double lr = ty_num(cJSON_GetObjectItem(cJSON_GetObjectItem(spec, "compile"), "optimizer"), "learning_rate");
+        ck_assert_msg(fabs(lr - lrs[i]) < 1e-12, "trial %d: learning_rate %g in its spec, %g expected", i, lr, lrs[i]);
+        ck_assert_int_eq((int)ty_num(cJSON_GetObjectItem(spec, "fit"), "batch_size"), bss[i]);
+        snprintf(created[i], sizeof created[i], "%s", ty_str(j, "created_at"));
+        snprintf(finished[i], sizeof finished[i], "%s", ty_str(j, "finished_at"));
+        cJSON_Delete(j);
+        cJSON *p = cJSON_GetObjectItem(t, "params");
+        ck_assert(fabs(ty_num(p, "compile.optimizer.learning_rate") - lrs[i]) < 1e-12);
+        ck_assert_int_eq((int)ty_num(p, "fit.batch_size"), bss[i]);
+        /* the trial's metric: the best val_accuracy among its job's metrics */
+        int ep[8];
+        double v;
+        ck_assert_int_eq(job_epochs(job, "val_accuracy", 1, ep, 8, &v), 1);
+        ck_assert_msg(fabs(ty_num(t, "metric") - v) < 1e-9, "trial %d: metric %g, its job's best %g", i,
+                      ty_num(t, "metric"), v);
+        if (v > best) {
+            best = v;
+            best_trial = i;
+        }
+    }
+    /* never more than 2 trial jobs alive at once: each job created before the
+     * third of those alive with it had finished (ISO times sort as text) */
+    for (int i = 0; i < 4; i++) {
+        int alive = 0;
+        for (int k = 0; k < 4; k++)
+            if (strcmp(created[k], created[i]) <= 0 && strcmp(finished[k], created[i]) > 0) alive++;
+        ck_assert_msg(alive <= 2, "%d trial jobs alive when trial %d was submitted", alive, i);
+    }
+    cJSON *b = cJSON_GetObjectItem(o, "best");
+    ck_assert(cJSON_IsObject(b));
+    ck_assert_int_eq((int)ty_num(b, "trial"), best_trial);
+    ck_assert(fabs(ty_num(b, "metric") - best) < 1e-9);
+    ck_assert_msg(ty_num(b, "checkpoint") > 0, "the best trial's checkpoint is named");
+    cJSON_Delete(o);
+    /* the CLI's table: best first */
+    char args[64];
+    int st;
+    snprintf(args, sizeof args, "sweep-status %lld", (long long)id);
+    char *out = cli_run(args, &st);
+    ck_assert_int_eq(st, 0);
+    const char *hdr = strstr(out, "TRIAL ");
+    ck_assert_msg(hdr, "no table in: %s", out);
+    const char *row = strchr(hdr, '\n');
+    ck_assert_msg(row && atoi(row + 1) == best_trial, "the best trial %d is not first:\n%s", best_trial, out);
+    ck_assert_msg(strstr(out, "best: trial "), "no best line: %s", out);
+    free(out);
+    out = cli_run("sweeps", &st);
+    ck_assert_int_eq(st, 0);
+    ck_assert_msg(strstr(out, "lr-bs") && strstr(out, "succeeded"), "sweeps: %s", out);
+    free(out);
+    /* the team's list has it; another team sees none of it */
+    o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", "/api/v1/sweeps", NULL, &o), 200);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "sweeps")), 1);
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/teams", "{\"name\":\"other\"}", &o), 201);
+    char other[128];
+    snprintf(other, sizeof other, "%s", ty_str(o, "token"));
+    cJSON_Delete(o);
+    char path[64];
+    snprintf(path, sizeof path, "/api/v1/sweeps/%lld", (long long)id);
+    ck_assert_int_eq(ty_http(srv.url, other, "GET", path, NULL, &o), 404);
+    ty_assert_error(o, "not_found", NULL);
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(srv.url, other, "GET", "/api/v1/sweeps", NULL, &o), 200);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "sweeps")), 0);
+    cJSON_Delete(o);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- refused */
+
+START_TEST(bad_parameter_refused) {
+    cJSON *o = NULL;
+    long st = ty_http(srv.url, team_tok, "POST", "/api/v1/sweeps",
+                      "{\"name\":\"bad\",\"job\":" JOB(1) ",\"search\":{\"method\":\"grid\","
+                      "\"parameters\":{\"model.layers[1].units\":{\"values\":[16,0]}},"
+                      "\"metric\":\"val_loss\",\"mode\":\"min\"}}",
+                      &o);
+    char *t = cJSON_PrintUnformatted(o);
+    ck_assert_msg(st == 422, "answered %ld: %s", st, t);
+    free(t);
+    ty_assert_error(o, "invalid_value", "search.parameters.model.layers[1].units");
+    const char *msg = ty_str(cJSON_GetObjectItem(o, "error"), "message");
+    ck_assert_msg(strstr(msg, "= 0") && strstr(msg, "trial 1"), "the message names the trial and value: %s", msg);
+    cJSON_Delete(o);
+    /* a search error names its search.* field */
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", "/api/v1/sweeps",
+                             "{\"job\":" JOB(1) ",\"search\":{\"method\":\"grid\",\"parameters\":{\"fit.batch_size\":"
+                             "{\"values\":[32]}},\"metric\":\"val_loss\"}}", &o), 422);
+    ty_assert_error(o, "missing_field", "search.mode");
+    cJSON_Delete(o);
+    /* asha with a command job */
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", "/api/v1/sweeps",
+                             "{\"job\":{\"command\":{\"argv\":[\"true\"]}},\"search\":{\"method\":\"asha\","
+                             "\"parameters\":{\"command.env.LR\":{\"values\":[1,2]}},\"metric\":\"val_loss\","
+                             "\"mode\":\"min\",\"max_epochs\":4}}", &o), 422);
+    ty_assert_error(o, "unsupported", "search.method");
+    cJSON_Delete(o);
+    /* nothing stored: no sweep, no job */
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", "/api/v1/sweeps", NULL, &o), 200);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "sweeps")), 0);
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", "/api/v1/jobs", NULL, &o), 200);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "jobs")), 0);
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", "/api/v1/sweeps/1", NULL, &o), 404);
+    cJSON_Delete(o);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- ASHA */
+
+/* Checks a finished ASHA sweep: rungs of 1, 2, 4 epochs; promoted trials
+ * trained on from their checkpoint without repeating an epoch; the rest
+ * stopped early. Returns the number of promotions. */
+static int check_asha(cJSON *o, int n_trials) {
+    static const int rung_epochs[] = {1, 2, 4};
+    cJSON *trials = cJSON_GetObjectItem(o, "trials");
+    ck_assert_int_eq(cJSON_GetArraySize(trials), n_trials);
+    int promoted = 0, stopped = 0;
+    cJSON *t;
+    cJSON_ArrayForEach(t, trials) {
+        int rung = (int)ty_num(t, "rung");
+        int64_t job = (int64_t)ty_num(t, "job_id");
+        const char *state = ty_str(t, "state");
+        ck_assert_msg(rung >= 0 && rung <= 2, "rung %d", rung);
+        ck_assert_int_eq((int)ty_num(t, "epochs"), rung_epochs[rung]);
+        int ep[16];
+        double best;
+        int n = job_epochs(job, "val_loss", 0, ep, 16, &best);
+        /* epochs 1..r_k exactly once each, in order: a promotion trains on, never again */
+        ck_assert_msg(n == rung_epochs[rung], "trial %d: %d epoch rows for rung %d", (int)ty_num(t, "trial"), n, rung);
+        for (int i = 0; i < n; i++) ck_assert_int_eq(ep[i], i + 1);
+        cJSON *j = ty_job_get(srv.url, team_tok, job);
+        ck_assert_int_eq((int)ty_num(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "spec"), "fit"), "epochs"),
+                         rung_epochs[rung]);
+        if (rung > 0) {
+            promoted++;
+            /* the same job, a new attempt per rung, resumed from its checkpoint */
+            ck_assert_int_eq((int)ty_num(j, "attempt"), rung + 1);
+            char *log = ty_task_log(srv.url, team_tok, job, "worker-0");
+            ck_assert_msg(strstr(log, "resuming from the job's latest checkpoint"), "no resume in %s", log);
+            free(log);
+        }
+        if (rung < 2) {
+            ck_assert_str_eq(state, "stopped");
+            char want[64];
+            snprintf(want, sizeof want, "stopped early at rung %d (%d epoch", rung, rung_epochs[rung]);
+            ck_assert_msg(strstr(ty_str(t, "reason"), want), "reason: %s", ty_str(t, "reason"));
+            stopped++;
+        } else {
+            ck_assert_str_eq(state, "succeeded");
+        }
+        cJSON_Delete(j);
+    }
+    ck_assert_int_ge(stopped, 1);
+    return promoted;
+}
+
+#define ASHA_BODY(NAME, TRIALS)                                                                               \
+    "{\"name\":\"" NAME "\",\"job\":" JOB(1) ",\"search\":{\"method\":\"asha\","                             \
+    "\"parameters\":{\"compile.optimizer.learning_rate\":{\"log_uniform\":[0.0001,0.01]}},"                 \
+    "\"metric\":\"val_loss\",\"mode\":\"min\",\"max_trials\":" #TRIALS ",\"max_concurrent\":2,"              \
+    "\"max_epochs\":4,\"min_epochs\":1,\"reduction_factor\":2,\"seed\":7}}"
+
+START_TEST(asha_promotes_and_stops) {
+    int64_t id = sweep_submit(ASHA_BODY("asha", 4));
+    cJSON *o = sweep_wait(id, 300, 2);
+    ck_assert_str_eq(ty_str(o, "state"), "succeeded");
+    ck_assert_int_ge(check_asha(o, 4), 1);
+    cJSON_Delete(o);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- cancel */
+
+START_TEST(cancel_mid_sweep) {
+    int64_t id = sweep_submit("{\"name\":\"long\",\"job\":" JOB(200) ",\"search\":{\"method\":\"grid\","
+                              "\"parameters\":{\"fit.batch_size\":{\"values\":[32,64,128]}},"
+                              "\"metric\":\"val_accuracy\",\"mode\":\"max\",\"max_concurrent\":1}}");
+    int64_t job = 0;
+    for (int i = 0; i < 300 && !job; i++) {
+        cJSON *o = sweep_get(id);
+        cJSON *t0 = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "trials"), 0);
+        if (ty_num(t0, "epochs") >= 1) job = (int64_t)ty_num(t0, "job_id");
+        cJSON_Delete(o);
+        if (!job) ty_sleep_ms(200);
+    }
+    ck_assert_msg(job > 0, "trial 0 never trained an epoch");
+    char path[64];
+    snprintf(path, sizeof path, "/api/v1/sweeps/%lld/cancel", (long long)id);
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", path, NULL, &o), 200);
+    ck_assert_str_eq(ty_str(o, "state"), "cancelled");
+    cJSON *t;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItem(o, "trials")) ck_assert_str_eq(ty_str(t, "state"), "cancelled");
+    /* the results so far are kept */
+    ck_assert_int_ge((int)ty_num(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "trials"), 0), "epochs"), 1);
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", path, NULL, &o), 409);
+    ty_assert_error(o, "conflict", NULL);
+    cJSON_Delete(o);
+    cJSON *j = ty_job_get(srv.url, team_tok, job);
+    ck_assert_str_eq(ty_str(j, "state"), "cancelled");
+    cJSON_Delete(j);
+    /* no trial starts after it */
+    ty_sleep_ms(2500);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", "/api/v1/jobs", NULL, &o), 200);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "jobs")), 1);
+    cJSON_Delete(o);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- command jobs */
+
+START_TEST(command_grid) {
+    /* submitted with the CLI, from a file */
+    char file[400];
+    snprintf(file, sizeof file, "%s/sweep.json", srv.dir);
+    const char *body =
+        "{\"name\":\"cmd\",\"job\":{\"command\":{\"argv\":[\"/bin/sh\",\"-c\","
+        "\"echo trainyard-metric '{\\\"kind\\\": \\\"epoch\\\", \\\"epoch\\\": 1, \\\"val_loss\\\": '$LR'}'\"]},"
+        "\"max_restarts\":0},"
+        "\"search\":{\"method\":\"grid\",\"parameters\":{\"command.env.LR\":{\"values\":[0.5,0.25,2]}},"
+        "\"metric\":\"val_loss\",\"mode\":\"min\",\"max_concurrent\":2}}";
+    ck_assert_int_eq(file_write_atomic(file, body, strlen(body), 0600), 0);
+    char args[512];
+    int st;
+    snprintf(args, sizeof args, "sweep '%s'", file);
+    char *out = cli_run(args, &st);
+    ck_assert_msg(st == 0, "trainyard sweep exited %d: %s", st, out);
+    ck_assert_msg(strncmp(out, "submitted sweep ", 16) == 0 && strstr(out, "3 trials"), "%s", out);
+    int64_t id = atoll(out + 16);
+    free(out);
+    cJSON *o = sweep_wait(id, 120, 2);
+    ck_assert_str_eq(ty_str(o, "state"), "succeeded");
+    const double want[] = {0.5, 0.25, 2};
+    for (int i = 0; i < 3; i++) {
+        cJSON *t = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "trials"), i);
+        ck_assert_str_eq(ty_str(t, "state"), "succeeded");
+        ck_assert_msg(fabs(ty_num(t, "metric") - want[i]) < 1e-12, "trial %d: metric %g", i, ty_num(t, "metric"));
+        cJSON *j = ty_job_get(srv.url, team_tok, (int64_t)ty_num(t, "job_id"));
+        cJSON *env = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "spec"), "command"), "env");
+        ck_assert(cJSON_IsString(cJSON_GetObjectItem(env, "LR")));
+        cJSON_Delete(j);
+    }
+    cJSON *b = cJSON_GetObjectItem(o, "best");
+    ck_assert_int_eq((int)ty_num(b, "trial"), 1);
+    ck_assert(fabs(ty_num(b, "metric") - 0.25) < 1e-12);
+    cJSON_Delete(o);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- restart */
+
+START_TEST(server_killed_mid_sweep) {
+    int64_t id = sweep_submit(ASHA_BODY("crash", 4));
+    /* wait until some rung is recorded and a trial is training, then SIGKILL */
+    for (int i = 0; i < 600; i++) {
+        cJSON *o = sweep_get(id);
+        int paused_or_done = 0, running = 0;
+        cJSON *t;
+        cJSON_ArrayForEach(t, cJSON_GetObjectItem(o, "trials")) {
+            const char *s = ty_str(t, "state");
+            paused_or_done += strcmp(s, "paused") == 0 || strcmp(s, "stopped") == 0;
+            running += strcmp(s, "running") == 0 && ty_num(t, "epochs") >= 1;
+        }
+        cJSON_Delete(o);
+        if (paused_or_done >= 1 && running >= 1) break;
+        ty_sleep_ms(100);
+    }
+    ty_kill(&srv, SIGKILL);
+    ty_sleep_ms(500);
+    start_server_fixed();
+    cJSON *o = sweep_wait(id, 300, 2);
+    ck_assert_str_eq(ty_str(o, "state"), "succeeded");
+    check_asha(o, 4);
+    cJSON_Delete(o);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("sweeps");
+    tcase_add_test(ty_tcase(s, "grid", start_up, stop_all, 300), grid_end_to_end);
+    tcase_add_test(ty_tcase(s, "refused", start_up, stop_all, 60), bad_parameter_refused);
+    tcase_add_test(ty_tcase(s, "asha", start_up, stop_all, 360), asha_promotes_and_stops);
+    tcase_add_test(ty_tcase(s, "cancel", start_up, stop_all, 120), cancel_mid_sweep);
+    tcase_add_test(ty_tcase(s, "command", start_up, stop_all, 150), command_grid);
+    tcase_add_test(ty_tcase(s, "restart", start_server_agent, stop_all, 360), server_killed_mid_sweep);
+    return ty_run_suite(s);
+}
