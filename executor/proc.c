@@ -176,9 +176,19 @@ int proc_self_exe(char *out, size_t outlen) {
 }
 
 static int g_sig_w = -1;
+static pid_t g_sig_owner;
 
 static void on_signal(int sig) {
     int e = errno;
+    if (getpid() != g_sig_owner) {
+        /* a child between fork and exec, which still has this handler and
+         * the pipe: a stop meant for the task must end the task, never
+         * reach the agent through the pipe as if the agent were stopped */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        errno = e;
+        return;
+    }
     unsigned char c = (unsigned char)sig;
     ssize_t w = write(g_sig_w, &c, 1);
     (void)w;
@@ -189,6 +199,7 @@ int proc_sigpipe_open(void) {
     int p[2];
     if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) return -1;
     g_sig_w = p[1];
+    g_sig_owner = getpid();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
