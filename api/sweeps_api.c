@@ -250,8 +250,10 @@ static void value_text(const cJSON *v, char *out, size_t cap) {
     free(t);
 }
 
-static void sweep_create(server *srv, http_req *req, http_res *res) {
-    if (http_require_json(req, res) < 0) return;
+/* On the offload thread: checking every trial's spec, the insert and the
+ * sweep's first step (its first trials submitted, which may wait for the
+ * housekeeping's step of another sweep) never hold a pool thread. */
+static void sweep_create_run(server *srv, http_req *req, http_res *res) {
     cJSON *body = http_body_json(req, res);
     if (!body) return;
     sweep_ctx c;
@@ -434,6 +436,12 @@ out:
     free(stored);
     sweep_search_release(&c.search);
     cJSON_Delete(body);
+}
+
+static void sweep_create(server *srv, http_req *req, http_res *res) {
+    (void)srv;
+    if (http_require_json(req, res) < 0) return;
+    http_offload(req, res, sweep_create_run);
 }
 
 /* ---------------------------------------------------------------- GET, cancel */
