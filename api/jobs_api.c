@@ -14,6 +14,8 @@
 #include "../storage/store.h"
 #include "../storage/cluster.h"
 #include "../storage/retention.h"
+#include "../storage/exec_store.h"
+#include "../storage/sweep_store.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -407,6 +409,31 @@ static void job_delete_run(server *srv, http_req *req, http_res *res) {
     if (id < 0) return;
     char actor[96], state[16];
     http_actor(req, actor, sizeof actor);
+    /* a running sweep's trial is the sweep's: a paused ASHA trial's job may
+     * yet be promoted (its checkpoint is what it resumes from). A sweep only
+     * ever leaves running, so this check cannot go stale the wrong way. */
+    int64_t sweep = 0;
+    int trial = 0;
+    int in = sweep_store_job_in_running_sweep(srv->db, id, &sweep, &trial);
+    if (in < 0) {
+        db_unavailable(res);
+        return;
+    }
+    if (in > 0) {
+        exec_job j;
+        int mine = exec_job_get(srv->db, id, 0, &j) == STORE_OK &&
+                   (req->who.kind == TOKEN_ADMIN || j.team_id == req->who.team_id);
+        if (mine) exec_job_release(&j);
+        if (!mine) {
+            http_error(res, 404, "not_found", NULL, "no job %lld", (long long)id);
+            return;
+        }
+        http_error(res, 409, "conflict", NULL,
+                   "job %lld is trial %d of sweep %lld, which is still running: cancel the sweep first "
+                   "(POST /api/v1/sweeps/%lld/cancel)",
+                   (long long)id, trial, (long long)sweep, (long long)sweep);
+        return;
+    }
     int live = 0;
     int rc = retention_job_delete_mark(srv->db, id, scope_team(req), now_ms(), actor, state, &live);
     if (rc == STORE_NOT_FOUND) {

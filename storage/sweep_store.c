@@ -508,3 +508,22 @@ int sweep_store_newest_checkpoint(db *d, int64_t job_id, int64_t *ckpt_id) {
     db_done(st);
     return rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
 }
+
+static const char SQL_JOB_SWEEP_RUNNING[] =
+    "SELECT j.sweep_id, j.trial FROM jobs j JOIN sweeps s ON s.id = j.sweep_id"
+    " WHERE j.id = ?1 AND s.state = 'running'";
+
+int sweep_store_job_in_running_sweep(db *d, int64_t job_id, int64_t *sweep_id, int *trial) {
+    *sweep_id = 0;
+    *trial = 0;
+    sqlite3_stmt *st = db_prepare(d, SQL_JOB_SWEEP_RUNNING);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, job_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *sweep_id = sqlite3_column_int64(st, 0);
+        *trial = sqlite3_column_int(st, 1);
+    }
+    db_done(st);
+    return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
+}

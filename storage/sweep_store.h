@@ -137,4 +137,9 @@ int sweep_store_cancel(db *d, int64_t sweep_id, const char *reason, int64_t *job
 /* The id of the job's newest checkpoint still held (0: none). */
 int sweep_store_newest_checkpoint(db *d, int64_t job_id, int64_t *ckpt_id);
 
+/* 1 when the job is a trial of a sweep still running (*sweep_id, *trial
+ * set), 0 when not, -1 on error: such a job is the sweep's until it ends
+ * (a paused ASHA trial's job may be promoted and requeued). */
+int sweep_store_job_in_running_sweep(db *d, int64_t job_id, int64_t *sweep_id, int *trial);
+
 #endif
