@@ -1,7 +1,9 @@
 /* app.js - the trainyard dashboard: sign-in with a team token, the jobs table,
  * a job's page (live loss/accuracy charts over server-sent events, timeline,
- * log tail, checkpoints, cancel), the submit form, the queue, the cluster and
- * the usage of each team (device hours per day, totals).
+ * log tail, checkpoints, cancel), the submit form, hyperparameter sweeps (every
+ * trial's validation curve on one chart, the trials ranked by the sweep's
+ * metric), the queue, the cluster and the usage of each team (device hours
+ * per day, totals).
  *
  * Every page is built with h() below, which puts data into text nodes and
  * attributes (never innerHTML), so nothing the server or a user sent is ever
@@ -336,7 +338,8 @@ async function pageJob(id) {
       ['Created', new Date(job.created_at).toLocaleString()], ['Started', job.started_at ? fmtTime(job.started_at) : '–'],
       ['Finished', job.finished_at ? fmtTime(job.finished_at) : '–'], ['Elapsed', fmtDuration(elapsed(job))],
       ['Reason', job.reason || '–']];
-    summary.replaceChildren(...kv.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, String(v))]));
+    if (typeof job.sweep === 'number') kv.splice(1, 0, ['Sweep', h('a', {href: '#/sweeps/' + job.sweep, id: 'job-sweep'}, `sweep #${job.sweep}, trial ${job.trial}`)]);
+    summary.replaceChildren(...kv.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v instanceof Node ? v : String(v))]));
     const p = job.progress;
     const frac = job.state === 'succeeded' ? 1 : (p && p.fraction) || 0;
     const le = p && p.latest_epoch, t = p && p.test, ev = p && p.eval;
@@ -751,6 +754,276 @@ function pageUsage() {
   load();
 }
 
+/* ------------------------------------------------------------ sweeps */
+
+/* A trial's states that no longer change (ASHA's "paused" does: it may be promoted). */
+const TRIAL_ENDED = new Set(['succeeded', 'failed', 'stopped', 'cancelled']);
+const TRIAL_COLORS = ['#1f6feb', '#cf222e', '#1a7f37', '#9a6700', '#8250df', '#bf3989', '#0a7b83', '#fb8500',
+                      '#57606a', '#6639ba', '#116329', '#a40e26'];
+function trialColor(t) { return TRIAL_COLORS[t % TRIAL_COLORS.length]; }
+/* ASHA's "stopped" means it was not promoted past a rung: say so. */
+function trialBadge(state) { return h('span', {class: 'badge ' + state, 'data-state': state}, state === 'stopped' ? 'stopped early' : state); }
+/* A parameter's value: a drawn float to 4 significant digits (the exact
+ * value is the cell's title), anything else as the API writes it. */
+function fmtValue(v) {
+  if (typeof v === 'number' && !Number.isInteger(v)) return String(Number(v.toPrecision(4)));
+  return typeof v === 'string' ? v : JSON.stringify(v);
+}
+
+/* Trials best first by the sweep's metric in its mode; those with no metric
+ * yet last; equal metrics to the lower trial, as the server ranks them. */
+function rankTrials(sw) {
+  const max = !sw.search || sw.search.mode !== 'min';
+  return [...sw.trials].sort((a, b) => {
+    const am = typeof a.metric === 'number', bm = typeof b.metric === 'number';
+    if (am !== bm) return am ? -1 : 1;
+    if (am && a.metric !== b.metric) return max ? b.metric - a.metric : a.metric - b.metric;
+    return a.trial - b.trial;
+  });
+}
+
+/* Short names for a sweep's parameters: the last part of each path
+ * (learning_rate, batch_size), or the whole path where two would read alike. */
+function paramNames(sw) {
+  const paths = Object.keys((sw.search && sw.search.parameters) || {});
+  const last = (p) => p.replace(/^.*\./, '');
+  const n = new Map();
+  paths.forEach(p => n.set(last(p), (n.get(last(p)) || 0) + 1));
+  return (p) => (n.get(last(p)) === 1 ? last(p) : p);
+}
+/* A name with a line break allowed after each "_" and ".", so that
+ * val_accuracy or learning_rate fits a phone's narrow column. */
+function breakable(name) {
+  return name.split(/(?<=[_.])/).flatMap((w, i, a) => (i < a.length - 1 ? [w, h('wbr')] : [w]));
+}
+function paramList(params, nameOf) {
+  return Object.entries(params || {}).map(([k, v]) => h('div', {class: 'param', title: `${k} = ${typeof v === 'string' ? v : JSON.stringify(v)}`},
+    h('span', {class: 'muted name'}, breakable(nameOf(k)), ' '), h('span', {class: 'value'}, fmtValue(v))));
+}
+
+/* ASHA's rungs, as scheduler/sweep.c makes them: min_epochs × η^k while below max_epochs, then max_epochs. */
+function ashaRungs(s) {
+  const r = [];
+  for (let e = s.min_epochs || 1; e < s.max_epochs && r.length < 32; e *= s.reduction_factor || 3) r.push(e);
+  r.push(s.max_epochs);
+  return r;
+}
+function searchText(s) {
+  if (!s) return '–';
+  if (s.method === 'asha') return `asha: rungs of ${ashaRungs(s).join(', ')} epochs, η ${s.reduction_factor}`;
+  return s.method;
+}
+
+function pageSweeps() {
+  const body = h('tbody');
+  const status = h('span', {class: 'small muted', id: 'sweeps-updated'});
+  /* An ended sweep no longer changes: its details are fetched once. The list
+   * answer has no trials, so the done count and best come from each sweep's own. */
+  const ended = new Map();
+  const refresh = async () => {
+    try {
+      const r = await api('/sweeps?limit=50');
+      const details = await Promise.all(r.sweeps.map(s => ended.get(s.id) ||
+        api('/sweeps/' + s.id).catch(e => { if (e.name === 'AbortError') throw e; return null; })));
+      details.forEach(d => { if (d && FINISHED.has(d.state)) ended.set(d.id, d); });
+      body.replaceChildren(...(r.sweeps.length ? r.sweeps.map((s, i) => sweepRow(s, details[i]))
+        : [h('tr', {}, h('td', {colspan: 7, class: 'empty'}, 'No sweeps yet: POST /api/v1/sweeps or "trainyard sweep" (docs/sweeps.md).'))]));
+      status.textContent = 'updated ' + new Date().toLocaleTimeString();
+    } catch (e) { if (e.name !== 'AbortError') status.textContent = e.message; }
+  };
+  setMain(h('h1', {}, 'Sweeps'), h('p', {}, status),
+    h('div', {class: 'table-wrap'}, h('table', {id: 'sweeps', class: 'compact'}, h('thead', {}, h('tr', {},
+      h('th', {}, 'ID'), h('th', {}, 'Name'), h('th', {}, 'Method'), h('th', {}, 'State'), h('th', {class: 'num'}, 'Trials'),
+      h('th', {class: 'num'}, 'Best'), h('th', {class: 'hide-narrow'}, 'Created'))), body)));
+  refresh();
+  every(3000, refresh);
+}
+
+function sweepRow(s, d) {
+  const link = (text) => h('a', {href: '#/sweeps/' + s.id}, text);
+  const done = d ? d.trials.filter(t => TRIAL_ENDED.has(t.state)).length : null;
+  const running = d ? d.trials.filter(t => t.state === 'running').length : 0;
+  const metric = s.search ? s.search.metric : '';
+  return h('tr', {dataset: {sweepId: s.id, state: s.state}},
+    h('td', {}, link('#' + s.id)),
+    h('td', {class: 'name'}, link(s.name)),
+    h('td', {}, s.search ? s.search.method : '–'),
+    h('td', {}, badge(s.state)),
+    h('td', {class: 'num', dataset: {k: 'trials'}}, `${done === null ? '–' : done}/${s.n_trials}`,
+      running ? h('span', {class: 'small muted block'}, `${running} running`) : null),
+    h('td', {class: 'num', dataset: {k: 'best'}}, d && d.best ? fmtNum(d.best.metric) : '–',
+      h('span', {class: 'small muted block'}, metric)),
+    h('td', {class: 'hide-narrow small'}, new Date(s.created_at).toLocaleString()));
+}
+
+/* Every trial's curve of the sweep's metric over epochs on one uPlot chart,
+ * a line per trial in the trial's color; the best drawn thicker, trials
+ * stopped early dashed. Rebuilt when the trials or their states change,
+ * otherwise only its data is replaced. */
+class SweepChart {
+  constructor(el, metric) {
+    this.el = el; this.metric = metric;
+    this.curves = new Map();   /* trial -> Map(epoch -> value) */
+    this.plot = null; this.shape = ''; this.dirty = true;
+  }
+  add(trial, epoch, value) {
+    if (typeof epoch !== 'number' || typeof value !== 'number' || !isFinite(value)) return;
+    if (!this.curves.has(trial)) this.curves.set(trial, new Map());
+    this.curves.get(trial).set(epoch, value);
+    this.dirty = true;
+  }
+  width() { return Math.max(260, this.el.clientWidth || this.el.parentElement.clientWidth || 600); }
+  draw(sw) {
+    const trials = sw.trials.filter(t => t.job_id !== null || this.curves.has(t.trial));
+    const best = sw.best ? sw.best.trial : -1;
+    const shape = trials.map(t => t.trial + ':' + t.state).join() + '|' + best + '|' + this.width();
+    if (!this.dirty && shape === this.shape) return;
+    const epochs = [...new Set(trials.flatMap(t => [...(this.curves.get(t.trial) || new Map()).keys()]))].sort((a, b) => a - b);
+    const data = [epochs, ...trials.map(t => { const c = this.curves.get(t.trial); return epochs.map(e => (c && c.has(e) ? c.get(e) : null)); })];
+    if (shape !== this.shape || !this.plot) {
+      if (this.plot) this.plot.destroy();
+      this.el.replaceChildren();
+      const series = [{label: 'epoch'}].concat(trials.map(t => Object.assign({
+        label: `trial ${t.trial}` + (t.trial === best ? ' (best)' : ''), stroke: trialColor(t.trial),
+        width: t.trial === best ? 3.5 : 1.5, spanGaps: true, points: {show: true, size: t.trial === best ? 7 : 4},
+        value: (u, v) => (v === null || v === undefined ? '–' : v.toFixed(4))}, t.state === 'stopped' ? {dash: [6, 4]} : {})));
+      this.plot = new uPlot({title: `${this.metric} per epoch, a line a trial`, width: this.width(), height: 300, series,
+        scales: {x: {time: false}}, legend: {live: true},
+        axes: [{label: 'epoch', incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000]}, {label: this.metric, size: 60}]}, data, this.el);
+      this.shape = shape;
+    } else {
+      this.plot.setData(data);
+    }
+    this.dirty = false;
+    this.el.dataset.series = String(trials.length);
+    this.el.dataset.points = String(data.slice(1).reduce((n, s) => n + s.filter(v => v !== null).length, 0));
+    this.el.dataset.best = String(best);
+  }
+  resize() { this.shape = ''; this.dirty = true; }
+}
+
+async function pageSweep(id) {
+  let sw;
+  try { sw = await api('/sweeps/' + id); } catch (e) { setMain(h('h1', {}, 'Sweep #' + id), errorBox(e)); return; }
+  const metric = sw.search.metric;
+  const stateEl = h('span', {id: 'sweep-state'});
+  const cancelBtn = h('button', {class: 'danger', id: 'cancel-sweep', type: 'button'}, 'Cancel sweep');
+  const cancelMsg = h('span', {class: 'small', id: 'cancel-msg', role: 'status'});
+  const summary = h('dl', {class: 'kv', id: 'sweep-summary'});
+  const bestEl = h('div', {id: 'sweep-best'});
+  const chartEl = h('div', {class: 'chart', id: 'sweep-chart'});
+  const trialsBody = h('tbody');
+  const metricTh = h('th', {class: 'num'}, breakable(metric));
+  setMain(
+    h('h1', {}, h('span', {}, `Sweep #${sw.id} ${sw.name}`), stateEl, h('span', {class: 'grow'}), cancelMsg, cancelBtn),
+    h('div', {class: 'grid2'}, h('div', {class: 'card'}, summary), h('div', {class: 'card'}, bestEl)),
+    h('div', {class: 'grid2 sweep-main'},
+      h('div', {class: 'card'}, chartEl),
+      h('div', {class: 'table-wrap'}, h('table', {id: 'trials', class: 'compact'}, h('thead', {}, h('tr', {},
+        h('th', {}, 'Trial'), h('th', {}, 'Params'), h('th', {}, 'State'), h('th', {class: 'num'}, 'Epochs'), metricTh)), trialsBody))));
+  const chart = new SweepChart(chartEl, metric);
+  const nameOf = paramNames(sw);
+
+  const render = () => {
+    stateEl.replaceChildren(badge(sw.state));
+    cancelBtn.hidden = FINISHED.has(sw.state);
+    const s = sw.search;
+    const count = (st) => sw.trials.filter(t => t.state === st).length;
+    const done = sw.trials.filter(t => TRIAL_ENDED.has(t.state)).length;
+    const more = ['running', 'paused', 'pending', 'stopped', 'failed', 'cancelled'].filter(count)
+      .map(st => `${count(st)} ${st === 'stopped' ? 'stopped early' : st}`);
+    const kv = [['Team', sw.team], ['Search', searchText(s)],
+      ['Metric', `${metric} (${s.mode === 'max' ? 'larger' : 'smaller'} is better)`],
+      ['Trials', `${done}/${sw.n_trials} done` + (more.length ? ' · ' + more.join(' · ') : '')],
+      ['At once', `at most ${s.max_concurrent}`], ['Created', new Date(sw.created_at).toLocaleString()],
+      ['Finished', sw.finished_at ? new Date(sw.finished_at).toLocaleString() : '–'],
+      ['Elapsed', fmtDuration(((sw.finished_at ? Date.parse(sw.finished_at) : Date.now()) - Date.parse(sw.created_at)) / 1000)],
+      ['Reason', sw.reason || '–']];
+    summary.replaceChildren(...kv.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, String(v))]));
+    const b = sw.best;
+    bestEl.replaceChildren(h('div', {class: 'chart-title'}, 'Best trial'), b ? h('dl', {class: 'kv'},
+      h('dt', {}, 'Trial'), h('dd', {}, h('span', {class: 'swatch', style: null, dataset: {trial: b.trial}}), `trial ${b.trial} · `,
+        h('a', {href: '#/jobs/' + b.job_id}, 'job #' + b.job_id)),
+      h('dt', {}, metric), h('dd', {id: 'best-metric', dataset: {metric: String(b.metric)}}, fmtNum(b.metric)),
+      h('dt', {}, 'Params'), h('dd', {}, paramList(b.params, nameOf)),
+      h('dt', {}, 'Checkpoint'), h('dd', {}, b.checkpoint ? h('a', {href: '#/jobs/' + b.job_id}, `#${b.checkpoint} (on the job's page)`) : '–'))
+      : h('p', {class: 'muted'}, 'No trial has reported its metric yet.'));
+    bestEl.querySelectorAll('.swatch').forEach(el => { el.style.background = trialColor(Number(el.dataset.trial)); });
+    const best = b ? b.trial : -1;
+    trialsBody.replaceChildren(...rankTrials(sw).map(t => {
+      const sw_ = h('span', {class: 'swatch'});
+      sw_.style.background = trialColor(t.trial);   /* a style property, not markup: the CSP allows it */
+      return h('tr', {class: t.trial === best ? 'best' : null, dataset: {trial: t.trial, state: t.state, best: t.trial === best ? '1' : null}},
+        h('td', {class: 'trial'}, sw_, t.job_id !== null ? h('a', {href: '#/jobs/' + t.job_id, title: 'job #' + t.job_id}, 't' + t.trial) : 't' + t.trial,
+          t.trial === best ? h('span', {class: 'best-mark', title: `the best ${metric}`}, '★ best') : null),
+        h('td', {class: 'params'}, paramList(t.params, nameOf)),
+        h('td', {}, trialBadge(t.state), t.reason && t.state !== 'succeeded' && t.state !== 'stopped' ? h('div', {class: 'small muted reason'}, t.reason) : null),
+        h('td', {class: 'num', dataset: {k: 'epochs'}}, String(t.epochs), s.method === 'asha' ? h('span', {class: 'small muted block'}, 'rung ' + t.rung) : null),
+        h('td', {class: 'num', dataset: {k: 'metric', metric: t.metric === null ? '' : String(t.metric)}}, fmtNum(t.metric)));
+    }));
+    chart.draw(sw);
+  };
+
+  /* Each trial's epoch rows, from where the last read ended; a trial is read
+   * while it runs and once more when its state changes (its last epochs). */
+  const seq = new Map(), readIn = new Map();
+  const readCurves = async () => {
+    await Promise.all(sw.trials.filter(t => t.job_id !== null && (t.state === 'running' || readIn.get(t.trial) !== t.state)).map(async (t) => {
+      const state = t.state;
+      try {
+        for (;;) {
+          const r = await api(`/jobs/${t.job_id}/metrics?kind=epoch&since=${seq.get(t.trial) || 0}&limit=1000`);
+          r.metrics.forEach(m => chart.add(t.trial, m.epoch, m[metric]));
+          if (!r.metrics.length) break;
+          seq.set(t.trial, r.metrics[r.metrics.length - 1].seq);
+        }
+        readIn.set(t.trial, state);
+      } catch (e) { if (e.name === 'AbortError') throw e; /* next time */ }
+    }));
+  };
+
+  let busy = false, settled = false;   /* settled: read in full after it ended */
+  const refresh = async (force) => {
+    if (busy || (settled && !force)) return;
+    busy = true;
+    try {
+      sw = await api('/sweeps/' + id);
+      await readCurves();
+      render();
+      settled = FINISHED.has(sw.state);
+      main.dataset.sweepLoaded = String(Number(main.dataset.sweepLoaded || 0) + 1);
+    } catch (e) { if (e.name !== 'AbortError') cancelMsg.textContent = e.message; }
+    busy = false;
+  };
+
+  cancelBtn.addEventListener('click', async () => {
+    if (!cancelBtn.classList.contains('confirm')) {
+      cancelBtn.classList.add('confirm');
+      cancelBtn.textContent = `Yes, cancel sweep #${id}`;
+      cancelMsg.textContent = 'Its running trials stop; results so far are kept.';
+      return;
+    }
+    cancelBtn.disabled = true;
+    try {
+      await api(`/sweeps/${id}/cancel`, {method: 'POST'});
+      cancelMsg.textContent = 'Cancelled.';
+      await refresh(true);
+    } catch (e) { cancelMsg.textContent = e.message; }
+    cancelBtn.disabled = false;
+    cancelBtn.classList.remove('confirm');
+    cancelBtn.textContent = 'Cancel sweep';
+  });
+
+  const onResize = () => { chart.resize(); chart.draw(sw); };
+  window.addEventListener('resize', onResize);
+  pageTimers.push({off: () => window.removeEventListener('resize', onResize)});
+  main.dataset.sweepLoaded = '0';
+  render();
+  await refresh(true);
+  /* live while it runs; an ended sweep's page is read once */
+  every(2000, () => refresh(false));
+}
+
 /* ------------------------------------------------------------ router */
 
 function route() {
@@ -771,6 +1044,8 @@ function route() {
   else if (parts[0] === 'queue') pageQueue();
   else if (parts[0] === 'cluster') pageCluster();
   else if (parts[0] === 'usage') pageUsage();
+  else if (parts[0] === 'sweeps' && /^[0-9]+$/.test(parts[1] || '')) pageSweep(parts[1]);
+  else if (parts[0] === 'sweeps') pageSweeps();
   else if (parts[0] === 'signin') { location.hash = '#/jobs'; }
   else pageJobs();
 }

@@ -22,4 +22,5 @@ timeout 120 node --test tests/web/openapi.test.mjs
 timeout 180 node --test tests/web/contract.test.mjs
 timeout 300 node --test tests/web/dashboard.test.mjs
 timeout 180 node --test tests/web/usage.test.mjs
+timeout 240 node --test tests/web/sweep.test.mjs
 echo "web tests: screenshots in $WEB_TEST_OUT"
