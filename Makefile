@@ -205,6 +205,12 @@ bench-allreduce:
 bench-scaling: all
 	bench/scaling/run.sh
 
+# bench-sweep: ASHA against the full grid of 12 trials on Fashion-MNIST
+# (bench/sweep/run.sh; docs/sweeps.md)
+.PHONY: bench-sweep
+bench-sweep: all
+	BIN=$$PWD/$(BUILD)/trainyard bench/sweep/run.sh
+
 # bench-images: what an OCI image and a 10 MiB context add to a command job's
 # start (bench/images/run.sh; root, podman, docker-registry)
 .PHONY: bench-images
