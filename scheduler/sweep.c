@@ -553,13 +553,35 @@ static cJSON *draw(const sweep_param *p, uint64_t *state) {
     return NULL;
 }
 
+/* Random and ASHA over values only, with no more trials than combinations:
+ * the combinations without replacement, in an order shuffled by the seed
+ * (Fisher-Yates over the grid's indices with a generator seeded by the
+ * seed alone), so no budget goes to a combination twice and max_trials
+ * equal to the grid's size tries every one. The grid index of the trial. */
+static int shuffled_index(const sweep_search *s, int grid, int trial) {
+    int *perm = xmalloc((size_t)grid * sizeof *perm);
+    for (int i = 0; i < grid; i++) perm[i] = i;
+    uint64_t state = mix64(s->seed ^ 0x5EEDC0DEULL);
+    for (int i = grid - 1; i > 0; i--) {
+        int j = (int)below(&state, (uint64_t)i + 1);
+        int t = perm[i];
+        perm[i] = perm[j];
+        perm[j] = t;
+    }
+    int ix = perm[trial];
+    free(perm);
+    return ix;
+}
+
 cJSON *sweep_trial_params(const sweep_search *s, int trial) {
     if (trial < 0 || trial >= s->max_trials) return NULL;
     cJSON *o = cJSON_CreateObject();
     if (!o) return NULL;
     int pick[SWEEP_MAX_PARAMS] = {0};
-    if (s->method == SWEEP_GRID) {
-        int t = trial;
+    int grid = s->method == SWEEP_GRID ? 0 : sweep_grid_size(s);
+    int by_grid = s->method == SWEEP_GRID || (grid > 0 && grid <= SWEEP_MAX_TRIALS && s->max_trials <= grid);
+    if (by_grid) {
+        int t = s->method == SWEEP_GRID ? trial : shuffled_index(s, grid, trial);
         for (int i = s->n_params - 1; i >= 0; i--) {
             int k = cJSON_GetArraySize(s->params[i].values);
             pick[i] = t % k;
@@ -569,8 +591,7 @@ cJSON *sweep_trial_params(const sweep_search *s, int trial) {
     uint64_t state = mix64(mix64(s->seed) + (uint64_t)trial);
     for (int i = 0; i < s->n_params; i++) {
         const sweep_param *p = &s->params[i];
-        cJSON *v = s->method == SWEEP_GRID ? cJSON_Duplicate(cJSON_GetArrayItem(p->values, pick[i]), 1)
-                                            : draw(p, &state);
+        cJSON *v = by_grid ? cJSON_Duplicate(cJSON_GetArrayItem(p->values, pick[i]), 1) : draw(p, &state);
         if (!v || !cJSON_AddItemToObject(o, p->path, v)) {
             cJSON_Delete(v);
             cJSON_Delete(o);

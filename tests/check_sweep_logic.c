@@ -334,6 +334,40 @@ static uint64_t ref_next(uint64_t *st) {
     "'n':{'int':[1,3]},'v':{'values':['a','b','c']}},'metric':'val_loss','mode':'min',"           \
     "'max_trials':1000,'seed':" seed "}"
 
+/* Random and ASHA over values only: the combinations without replacement,
+ * shuffled by the seed; as many trials as combinations try each once. */
+START_TEST(test_values_without_replacement) {
+    for (int method = 0; method < 2; method++) {
+        for (int trials = 12; trials >= 5; trials -= 7) {
+            char text[512];
+            snprintf(text, sizeof text,
+                     "{'method':'%s','parameters':{'lr':{'values':[0.0003,0.001,0.003,0.01]},"
+                     "'bs':{'values':[32,64,128]}},'metric':'val_accuracy','mode':'max','max_trials':%d,'seed':3%s}",
+                     method ? "asha" : "random", trials, method ? ",'max_epochs':9" : "");
+            sweep_search a, b;
+            parse_ok(text, &a);
+            parse_ok(text, &b);
+            char seen[12][64];
+            for (int t = 0; t < trials; t++) {
+                cJSON *pa = sweep_trial_params(&a, t), *pb = sweep_trial_params(&b, t);
+                ck_assert(pa && pb);
+                ck_assert(cJSON_Compare(pa, pb, 1)); /* the same seed, the same order */
+                snprintf(seen[t], sizeof seen[t], "%g/%g", cJSON_GetObjectItem(pa, "lr")->valuedouble,
+                         cJSON_GetObjectItem(pa, "bs")->valuedouble);
+                for (int k = 0; k < t; k++) ck_assert_msg(strcmp(seen[k], seen[t]) != 0, "%s twice", seen[t]);
+                cJSON_Delete(pa);
+                cJSON_Delete(pb);
+            }
+            /* not the grid's own order */
+            if (trials == 12) ck_assert_msg(strcmp(seen[0], "0.0003/32") != 0 || strcmp(seen[1], "0.0003/64") != 0,
+                                            "the combinations were not shuffled");
+            sweep_search_release(&a);
+            sweep_search_release(&b);
+        }
+    }
+}
+END_TEST
+
 START_TEST(test_random_draws) {
     /* the reference generator is splitmix64: seed 1234567 gives Vigna's published first outputs */
     uint64_t st = 1234567;
@@ -752,6 +786,7 @@ static Suite *sweep_suite(void) {
     TCase *trials = tcase_create("trials");
     tcase_add_test(trials, test_grid_order);
     tcase_add_test(trials, test_random_draws);
+    tcase_add_test(trials, test_values_without_replacement);
     suite_add_tcase(s, trials);
     TCase *ap = tcase_create("apply");
     tcase_add_test(ap, test_apply_training);
