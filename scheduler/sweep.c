@@ -20,71 +20,13 @@ typedef char fpath[JOBSPEC_FIELD_MAX];
 
 /* ================================================================ errors */
 
-static int fail(spec_error *e, int status, const char *code, const char *field,
-                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-
-/* Fills *e and returns -1, so that checks read `return fail(...)`. */
-static int fail(spec_error *e, int status, const char *code, const char *field,
-                const char *fmt, ...) {
-    e->status = status;
-    snprintf(e->code, sizeof e->code, "%s", code);
-    snprintf(e->field, sizeof e->field, "%s", field);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->message, sizeof e->message, fmt, ap);
-    va_end(ap);
-    return -1;
-}
-
-/* A user string made safe to quote in a message or a field path: printable
- * ASCII only (others become '?'), at most 40 characters, then "...". */
-static const char *safe(const char *s, char out[48]) {
-    size_t i = 0;
-    for (; s[i] && i < 40; i++) {
-        unsigned char c = (unsigned char)s[i];
-        out[i] = (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') ? (char)c : '?';
-    }
-    if (s[i]) {
-        memcpy(out + i, "...", 3);
-        i += 3;
-    }
-    out[i] = '\0';
-    return out;
-}
-
-/* What a value is, for "got ..." in messages, as the job spec's errors say it. */
-static const char *got(const cJSON *v, char out[64]) {
-    char s[48];
-    if (cJSON_IsNumber(v)) snprintf(out, 64, "%.15g", v->valuedouble);
-    else if (cJSON_IsString(v)) snprintf(out, 64, "\"%s\"", safe(v->valuestring, s));
-    else if (cJSON_IsTrue(v)) snprintf(out, 64, "true");
-    else if (cJSON_IsFalse(v)) snprintf(out, 64, "false");
-    else if (cJSON_IsNull(v)) snprintf(out, 64, "null");
-    else if (cJSON_IsArray(v)) snprintf(out, 64, "an array");
-    else snprintf(out, 64, "an object");
-    return out;
-}
-
-static int find_name(const char *const *names, const char *s) {
-    for (int i = 0; names[i]; i++)
-        if (strcmp(names[i], s) == 0) return i;
-    return -1;
-}
-
-/* "\"a\", \"b\" or \"c\"" */
-static const char *list_text(const char *const *names, char *out, size_t cap) {
-    size_t used = 0;
-    int n = 0;
-    while (names[n]) n++;
-    out[0] = '\0';
-    for (int i = 0; i < n && used < cap; i++) {
-        const char *sep = i == 0 ? "" : (i == n - 1 ? " or " : ", ");
-        int w = snprintf(out + used, cap - used, "%s\"%s\"", sep, names[i]);
-        if (w < 0) break;
-        used += (size_t)w;
-    }
-    return out;
-}
+/* The job spec's own error helpers (spec/jobspec.h), so a search's errors
+ * read as the spec's do. */
+#define fail jobspec_fail
+#define safe jobspec_quote
+#define got jobspec_got
+#define list_text jobspec_names_text
+#define find_name jobspec_find_name
 
 /* Every key of obj is one of allowed (422 unknown_field) and none repeats
  * (400 bad_json, as the job spec answers a duplicate key). With few allowed

@@ -96,12 +96,16 @@ void jobspec_release(jobspec *spec) {
 
 /* ================================================================ errors */
 
-static int fail(spec_error *e, int status, const char *code, const char *field,
-                const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+/* Short names for the helpers this file shares (jobspec.h). */
+#define fail jobspec_fail
+#define safe jobspec_quote
+#define got jobspec_got
+#define list_text jobspec_names_text
+#define find_name jobspec_find_name
 
 /* Fills *e and returns -1, so that checks read `return fail(...)`. */
-static int fail(spec_error *e, int status, const char *code, const char *field,
-                const char *fmt, ...) {
+int jobspec_fail(spec_error *e, int status, const char *code, const char *field,
+                 const char *fmt, ...) {
     e->status = status;
     snprintf(e->code, sizeof e->code, "%s", code);
     snprintf(e->field, sizeof e->field, "%s", field);
@@ -114,7 +118,7 @@ static int fail(spec_error *e, int status, const char *code, const char *field,
 
 /* A user string made safe to quote in a message or a field path: printable
  * ASCII only (others become '?'), at most 40 characters, then "...". */
-static const char *safe(const char *s, char out[48]) {
+const char *jobspec_quote(const char *s, char out[48]) {
     size_t i = 0;
     for (; s[i] && i < 40; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -142,7 +146,7 @@ static const char *join_index(char *dst, const char *parent, int i) {
 
 /* What a value is, for "got ..." in messages: a number prints itself, a
  * string is quoted, anything else names its JSON type. */
-static const char *got(const cJSON *v, char out[64]) {
+const char *jobspec_got(const cJSON *v, char out[64]) {
     char s[48];
     if (cJSON_IsNumber(v)) snprintf(out, 64, "%.15g", v->valuedouble);
     else if (cJSON_IsString(v)) snprintf(out, 64, "\"%s\"", safe(v->valuestring, s));
@@ -155,7 +159,7 @@ static const char *got(const cJSON *v, char out[64]) {
 }
 
 /* "\"a\", \"b\" or \"c\"" */
-static const char *list_text(const char *const *names, char *out, size_t cap) {
+const char *jobspec_names_text(const char *const *names, char *out, size_t cap) {
     size_t n = 0, used = 0;
     while (names[n]) n++;
     out[0] = '\0';
@@ -170,7 +174,7 @@ static const char *list_text(const char *const *names, char *out, size_t cap) {
 
 /* ================================================================ lookups */
 
-static int find_name(const char *const *names, const char *s) {
+int jobspec_find_name(const char *const *names, const char *s) {
     for (int i = 0; names[i]; i++)
         if (strcmp(names[i], s) == 0) return i;
     return -1;

@@ -235,6 +235,19 @@ typedef struct spec_error {
     char field[JOBSPEC_FIELD_MAX];
 } spec_error;
 
+/* The error helpers of the spec's checks, for checks of documents that
+ * hold a spec (a sweep's search): jobspec_fail fills *e and
+ * returns -1; jobspec_quote makes a user string safe to quote (printable
+ * ASCII, at most 40 characters then "..."); jobspec_got says what a value
+ * is for "got ..." ; jobspec_names_text writes "\"a\", \"b\" or \"c\"";
+ * jobspec_find_name is a name's index in a NULL-ended list, or -1. */
+int jobspec_fail(spec_error *e, int status, const char *code, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+const char *jobspec_quote(const char *s, char out[48]);
+const char *jobspec_got(const struct cJSON *v, char out[64]);
+const char *jobspec_names_text(const char *const *names, char *out, size_t cap);
+int jobspec_find_name(const char *const *names, const char *s);
+
 /* Parse and validate a job spec of len bytes (need not be NUL-terminated).
  * On success fills *out (every default resolved) and returns 0. On failure
  * returns -1, fills *err (may be NULL), and *out is unspecified (but needs no
