@@ -26,13 +26,25 @@
 #define MAX_EXAMPLES 100000000L
 #define MAX_SYNTH_FLOATS (1L << 28) /* examples * features of a synthetic set */
 #define MAX_DIM (1 << 20)
+#define MAX_LAYER_OUT (1L << 24) /* a layer's output values per example */
 
 typedef char fpath[JOBSPEC_FIELD_MAX];
 
 /* ================================================================ names */
 
 static const char *const ACT_NAMES[] = {"linear", "relu", "sigmoid", "tanh", "softmax", NULL};
-static const char *const LAYER_NAMES[] = {"dense", "dropout", "flatten", "activation", NULL};
+static const char *const LAYER_NAMES[] = {"dense",
+                                          "dropout",
+                                          "flatten",
+                                          "activation",
+                                          "conv2d",
+                                          "max_pooling2d",
+                                          "average_pooling2d",
+                                          "global_average_pooling2d",
+                                          "batch_normalization",
+                                          "reshape",
+                                          NULL};
+static const char *const PADDING_NAMES[] = {"valid", "same", NULL};
 static const char *const INIT_NAMES[] = {"glorot_uniform", "he_normal", "zeros", NULL};
 static const char *const OPT_NAMES[] = {"sgd", "rmsprop", "adam", "adagrad", NULL};
 static const char *const LOSS_NAMES[] = {"binary_crossentropy", "categorical_crossentropy",
@@ -58,6 +70,7 @@ const char *device_kind_name(device_kind d) { return NAME_OF(DEVICE_NAMES, d); }
 const char *data_source_name(data_source s) { return NAME_OF(SOURCE_NAMES, s); }
 const char *layer_type_name(layer_type t) { return NAME_OF(LAYER_NAMES, t); }
 const char *init_name(init_type i) { return NAME_OF(INIT_NAMES, i); }
+const char *padding_name(padding_type p) { return NAME_OF(PADDING_NAMES, p); }
 const char *comm_name(comm_type c) { return NAME_OF(COMM_NAMES, c); }
 const char *cdo_name(cdo_type c) { return NAME_OF(CDO_NAMES, c); }
 
@@ -407,7 +420,9 @@ static int parse_name(spec_error *e, const cJSON *root, jobspec *s) {
 static const char *const LAYER_KEYS[] = {"type", "units", "activation", "use_bias",
                                          "kernel_initializer", "bias_initializer",
                                          "kernel_regularizer", "input_shape", "rate", "seed",
-                                         NULL};
+                                         "filters", "kernel_size", "strides", "padding",
+                                         "pool_size", "momentum", "epsilon", "center", "scale",
+                                         "target_shape", NULL};
 static const char *const DENSE_KEYS[] = {"type", "units", "activation", "use_bias",
                                          "kernel_initializer", "bias_initializer",
                                          "kernel_regularizer", "input_shape", NULL};
@@ -428,6 +443,92 @@ static int parse_regularizer(spec_error *e, const cJSON *layer, const char *lp, 
 static const char *const DROPOUT_KEYS[] = {"type", "rate", "seed", "input_shape", NULL};
 static const char *const FLATTEN_KEYS[] = {"type", "input_shape", NULL};
 static const char *const ACTIVATION_KEYS[] = {"type", "activation", "input_shape", NULL};
+static const char *const CONV_KEYS[] = {"type", "filters", "kernel_size", "strides", "padding",
+                                        "activation", "use_bias", "kernel_initializer",
+                                        "bias_initializer", "kernel_regularizer", "input_shape",
+                                        NULL};
+static const char *const POOL_KEYS[] = {"type", "pool_size", "strides", "padding", "input_shape",
+                                        NULL};
+static const char *const GAP_KEYS[] = {"type", "input_shape", NULL};
+static const char *const BN_KEYS[] = {"type", "momentum", "epsilon", "center", "scale",
+                                      "input_shape", NULL};
+static const char *const RESHAPE_KEYS[] = {"type", "target_shape", "input_shape", NULL};
+#define MAX_WINDOW 1024 /* kernel_size, pool_size and strides: 1 .. this */
+
+/* kernel_size, strides, pool_size: an integer k (meaning (k, k)) or a pair
+ * [kh, kw], each 1..MAX_WINDOW. */
+static int get_pair(spec_error *e, const cJSON *obj, const char *parent, const char *key,
+                    int out[2]) {
+    const cJSON *v = item(obj, key);
+    if (!v) return 0;
+    fpath f;
+    char g[64];
+    join(f, parent, key);
+    const cJSON *a = v, *b = v;
+    if (cJSON_IsArray(v)) {
+        if (cJSON_GetArraySize(v) != 2)
+            return fail(e, 422, "invalid_value", f,
+                        "must be an integer or a pair of integers [height, width] between 1 "
+                        "and %d, got %d entries", MAX_WINDOW, cJSON_GetArraySize(v));
+        a = v->child;
+        b = v->child->next;
+    }
+    const cJSON *ab[2] = {a, b};
+    for (int i = 0; i < 2; i++) {
+        double d = cJSON_IsNumber(ab[i]) ? ab[i]->valuedouble : 0;
+        if (!cJSON_IsNumber(ab[i]) || !isfinite(d) || d != floor(d))
+            return fail(e, 422, "invalid_type", f,
+                        "must be an integer or a pair of integers [height, width] between 1 "
+                        "and %d, got %s", MAX_WINDOW, got(v, g));
+        if (d < 1 || d > MAX_WINDOW)
+            return fail(e, 422, "invalid_value", f,
+                        "must be an integer or a pair of integers [height, width] between 1 "
+                        "and %d, got %s", MAX_WINDOW, got(v, g));
+        out[i] = (int)d;
+    }
+    return 1;
+}
+
+/* reshape's target_shape: 1 to JOBSPEC_MAX_RANK positive integers, at most
+ * one of them -1 (inferred from the input's size, as Keras). */
+static int parse_target_shape(spec_error *e, const cJSON *layer, const char *lp, layer_spec *l) {
+    const cJSON *v = item(layer, "target_shape");
+    fpath f;
+    char g[64];
+    join(f, lp, "target_shape");
+    if (!v)
+        return fail(e, 422, "missing_field", f,
+                    "a reshape layer needs a target_shape, e.g. [28, 28, 1]");
+    if (!cJSON_IsArray(v))
+        return fail(e, 422, "invalid_type", f, "must be an array of 1 to %d positive integers "
+                    "(one may be -1), got %s", JOBSPEC_MAX_RANK, got(v, g));
+    int n = cJSON_GetArraySize(v);
+    if (n < 1 || n > JOBSPEC_MAX_RANK)
+        return fail(e, 422, "invalid_value", f, "must hold 1 to %d dimensions, got %d",
+                    JOBSPEC_MAX_RANK, n);
+    int i = 0, unknown = 0;
+    for (const cJSON *d = v->child; d; d = d->next, i++) {
+        fpath fi;
+        join_index(fi, f, i);
+        double x = cJSON_IsNumber(d) ? d->valuedouble : 0;
+        if (!cJSON_IsNumber(d) || !isfinite(x) || x != floor(x))
+            return fail(e, 422, "invalid_type", fi, "must be an integer between 1 and %d (or "
+                        "-1), got %s", MAX_DIM, got(d, g));
+        if (x == -1 && !unknown) {
+            unknown = 1;
+        } else if (x < 1 || x > MAX_DIM) {
+            return fail(e, 422, "invalid_value", fi, "must be an integer between 1 and %d (or "
+                        "-1 once), got %s", MAX_DIM, got(d, g));
+        }
+        l->target_shape[i] = (int)x;
+    }
+    l->target_rank = n;
+    return 1;
+}
+
+/* conv2d's and dense's shared fields: activation, use_bias, initializers,
+ * kernel_regularizer. */
+static int parse_kernel_fields(spec_error *e, const cJSON *v, const char *lp, layer_spec *l);
 
 static int parse_input_shape(spec_error *e, const cJSON *layer, const char *lp, int index,
                              layer_spec *l) {
@@ -480,14 +581,16 @@ static int parse_layer(spec_error *e, const cJSON *v, const char *lp, int index,
     if (rc < 0) return -1;
     if (rc == 0)
         return fail(e, 422, "missing_field", join(f, lp, "type"),
-                    "every layer needs a type: \"dense\", \"dropout\", \"flatten\" or "
+                    "every layer needs a type: \"dense\", \"conv2d\", \"max_pooling2d\", "
+                    "\"average_pooling2d\", \"global_average_pooling2d\", "
+                    "\"batch_normalization\", \"dropout\", \"flatten\", \"reshape\" or "
                     "\"activation\"");
     l->type = (layer_type)t;
     l->activation = ACT_LINEAR;
     l->use_bias = 1;
     l->kernel_initializer = INIT_GLOROT_UNIFORM;
     l->bias_initializer = INIT_ZEROS;
-    int a = 0, k = 0, b = 0;
+    int a = 0;
     switch (l->type) {
     case LAYER_DENSE:
         if (check_keys(e, v, lp, DENSE_KEYS, "a dense layer")) return -1;
@@ -497,21 +600,62 @@ static int parse_layer(spec_error *e, const cJSON *v, const char *lp, int index,
             return fail(e, 422, "missing_field", join(f, lp, "units"),
                         "a dense layer needs units (an integer between 1 and %d)",
                         JOBSPEC_MAX_UNITS);
+        if (parse_kernel_fields(e, v, lp, l) < 0) return -1;
+        break;
+    case LAYER_CONV2D:
+        if (check_keys(e, v, lp, CONV_KEYS, "a conv2d layer")) return -1;
+        rc = get_int(e, v, lp, "filters", 1, JOBSPEC_MAX_UNITS, &l->filters);
+        if (rc < 0) return -1;
+        if (rc == 0)
+            return fail(e, 422, "missing_field", join(f, lp, "filters"),
+                        "a conv2d layer needs filters (an integer between 1 and %d)",
+                        JOBSPEC_MAX_UNITS);
+        rc = get_pair(e, v, lp, "kernel_size", l->kernel_size);
+        if (rc < 0) return -1;
+        if (rc == 0)
+            return fail(e, 422, "missing_field", join(f, lp, "kernel_size"),
+                        "a conv2d layer needs a kernel_size: an integer such as 3 or a pair "
+                        "such as [3, 3]");
+        l->strides[0] = l->strides[1] = 1;
+        if (get_pair(e, v, lp, "strides", l->strides) < 0) return -1;
+        if ((rc = get_enum(e, v, lp, "padding", PADDING_NAMES, &a)) < 0) return -1;
+        if (rc) l->padding = (padding_type)a;
+        if (parse_kernel_fields(e, v, lp, l) < 0) return -1;
+        break;
+    case LAYER_MAX_POOLING2D:
+    case LAYER_AVERAGE_POOLING2D:
+        if (check_keys(e, v, lp, POOL_KEYS, l->type == LAYER_MAX_POOLING2D
+                                                ? "a max_pooling2d layer"
+                                                : "an average_pooling2d layer"))
+            return -1;
+        l->pool_size[0] = l->pool_size[1] = 2;
+        if (get_pair(e, v, lp, "pool_size", l->pool_size) < 0) return -1;
+        l->strides[0] = l->pool_size[0]; /* Keras: strides=None means pool_size */
+        l->strides[1] = l->pool_size[1];
         {
-            const cJSON *av = item(v, "activation");
-            if (av && cJSON_IsNull(av)) {
-                l->activation = ACT_LINEAR; /* Keras: activation=None */
-            } else {
-                if ((rc = get_enum(e, v, lp, "activation", ACT_NAMES, &a)) < 0) return -1;
-                if (rc) l->activation = (act_type)a;
-            }
+            const cJSON *sv = item(v, "strides");
+            if (!(sv && cJSON_IsNull(sv)) && get_pair(e, v, lp, "strides", l->strides) < 0)
+                return -1;
         }
-        if (get_bool(e, v, lp, "use_bias", &l->use_bias) < 0) return -1;
-        if ((rc = get_enum(e, v, lp, "kernel_initializer", INIT_NAMES, &k)) < 0) return -1;
-        if (rc) l->kernel_initializer = (init_type)k;
-        if ((rc = get_enum(e, v, lp, "bias_initializer", INIT_NAMES, &b)) < 0) return -1;
-        if (rc) l->bias_initializer = (init_type)b;
-        if (parse_regularizer(e, v, lp, l) < 0) return -1;
+        if ((rc = get_enum(e, v, lp, "padding", PADDING_NAMES, &a)) < 0) return -1;
+        if (rc) l->padding = (padding_type)a;
+        break;
+    case LAYER_GLOBAL_AVERAGE_POOLING2D:
+        if (check_keys(e, v, lp, GAP_KEYS, "a global_average_pooling2d layer")) return -1;
+        break;
+    case LAYER_BATCH_NORMALIZATION:
+        if (check_keys(e, v, lp, BN_KEYS, "a batch_normalization layer")) return -1;
+        l->momentum = 0.99f;
+        l->epsilon = 1e-3f;
+        l->center = l->scale = 1;
+        if (get_float(e, v, lp, "momentum", 0, 1, 1, 1, &l->momentum) < 0) return -1;
+        if (get_float(e, v, lp, "epsilon", 0, 0, 1, 1, &l->epsilon) < 0) return -1;
+        if (get_bool(e, v, lp, "center", &l->center) < 0) return -1;
+        if (get_bool(e, v, lp, "scale", &l->scale) < 0) return -1;
+        break;
+    case LAYER_RESHAPE:
+        if (check_keys(e, v, lp, RESHAPE_KEYS, "a reshape layer")) return -1;
+        if (parse_target_shape(e, v, lp, l) < 0) return -1;
         break;
     case LAYER_DROPOUT:
         if (check_keys(e, v, lp, DROPOUT_KEYS, "a dropout layer")) return -1;
@@ -538,6 +682,24 @@ static int parse_layer(spec_error *e, const cJSON *v, const char *lp, int index,
         break;
     }
     if (parse_input_shape(e, v, lp, index, l) < 0) return -1;
+    return 0;
+}
+
+static int parse_kernel_fields(spec_error *e, const cJSON *v, const char *lp, layer_spec *l) {
+    int a = 0, k = 0, b = 0, rc;
+    const cJSON *av = item(v, "activation");
+    if (av && cJSON_IsNull(av)) {
+        l->activation = ACT_LINEAR; /* Keras: activation=None */
+    } else {
+        if ((rc = get_enum(e, v, lp, "activation", ACT_NAMES, &a)) < 0) return -1;
+        if (rc) l->activation = (act_type)a;
+    }
+    if (get_bool(e, v, lp, "use_bias", &l->use_bias) < 0) return -1;
+    if ((rc = get_enum(e, v, lp, "kernel_initializer", INIT_NAMES, &k)) < 0) return -1;
+    if (rc) l->kernel_initializer = (init_type)k;
+    if ((rc = get_enum(e, v, lp, "bias_initializer", INIT_NAMES, &b)) < 0) return -1;
+    if (rc) l->bias_initializer = (init_type)b;
+    if (parse_regularizer(e, v, lp, l) < 0) return -1;
     return 0;
 }
 
@@ -1359,16 +1521,17 @@ static int check_shapes(spec_error *e, jobspec *s) {
         shape_text(first->input_shape, first->input_rank, have, sizeof have);
         if (s->data.source == DATA_FASHION_MNIST || s->data.source == DATA_MNIST) {
             int flat = first->input_rank == 1 && first->input_shape[0] == MNIST_FEATURES;
-            int image = first->input_rank == 2 && first->input_shape[0] == 28 &&
-                        first->input_shape[1] == 28;
+            int image = (first->input_rank == 2 || (first->input_rank == 3 && first->input_shape[2] == 1)) &&
+                        first->input_shape[0] == 28 && first->input_shape[1] == 28;
             if (!flat && !image)
                 return fail(e, 422, "invalid_value", f,
-                            "must match the 784 features of %s: [784] or [28, 28], got %s", src,
-                            have);
+                            "must match the 784 features of %s: [784], [28, 28] or [28, 28, 1], "
+                            "got %s", src, have);
         } else if (features) {
-            if (first->input_rank != 1 || first->input_shape[0] != features)
+            if (shape_size(first->input_shape, first->input_rank) != features)
                 return fail(e, 422, "invalid_value", f,
-                            "must match data.features: [%d], got %s", features, have);
+                            "must hold data.features values: [%d] (or a shape of that size), "
+                            "got %s", features, have);
         }
     } else if (s->data.source == DATA_CSV) {
         return fail(e, 422, "missing_field", f,
@@ -1381,18 +1544,42 @@ static int check_shapes(spec_error *e, jobspec *s) {
     s->input_rank = first->input_rank;
     memcpy(s->input_shape, first->input_shape, sizeof s->input_shape);
     s->input_size = shape_size(s->input_shape, s->input_rank);
+    /* a [h, w] image whose first layer is convolutional has one channel */
+    layer_type t0 = first->type;
+    if (s->input_rank == 2 && (t0 == LAYER_CONV2D || t0 == LAYER_MAX_POOLING2D ||
+                               t0 == LAYER_AVERAGE_POOLING2D || t0 == LAYER_GLOBAL_AVERAGE_POOLING2D)) {
+        s->input_rank = 3;
+        s->input_shape[2] = 1;
+    }
 
     int rank = s->input_rank, size = s->input_size;
     long params = 0;
+    int shape[JOBSPEC_MAX_RANK];
+    memcpy(shape, s->input_shape, sizeof shape);
     for (int i = 0; i < s->n_layers; i++) {
         layer_spec *l = &s->layers[i];
         fpath lp;
         join_index(lp, "model.layers", i);
-        if (l->type == LAYER_FLATTEN) {
+        l->in_rank = rank;
+        memcpy(l->in_shape, shape, sizeof shape);
+        shape_text(shape, rank, have, sizeof have);
+        const char *tn = layer_type_name(l->type);
+        int image = l->type == LAYER_CONV2D || l->type == LAYER_MAX_POOLING2D ||
+                    l->type == LAYER_AVERAGE_POOLING2D || l->type == LAYER_GLOBAL_AVERAGE_POOLING2D;
+        if (image && rank != 3)
+            return fail(e, 422, "invalid_value", lp,
+                        "a %s layer takes an image (height, width, channels) but gets %s%s", tn,
+                        have, rank == 1 ? ": give the model an input_shape such as [28, 28, 1] "
+                                          "or put a reshape layer before it"
+                                        : "");
+        long lparams = 0;
+        switch (l->type) {
+        case LAYER_FLATTEN:
             rank = 1;
-        } else if (l->type == LAYER_DENSE) {
+            shape[0] = size;
+            break;
+        case LAYER_DENSE:
             if (rank != 1) {
-                shape_text(s->input_shape, s->input_rank, have, sizeof have);
                 if (i == 0)
                     return fail(e, 422, "invalid_value", f,
                                 "a dense layer takes a flat input such as [%d]; for %s put a "
@@ -1401,14 +1588,86 @@ static int check_shapes(spec_error *e, jobspec *s) {
                             "a dense layer takes a flat input but gets %s: put a flatten layer "
                             "before it", have);
             }
-            params += (long)size * l->units + (l->use_bias ? l->units : 0);
-            if (params > JOBSPEC_MAX_PARAMS)
-                return fail(e, 422, "invalid_value", join(f, lp, "units"),
-                            "the model would have more than %ld parameters (weights and biases)",
-                            JOBSPEC_MAX_PARAMS);
-            size = l->units;
+            lparams = (long)size * l->units + (l->use_bias ? l->units : 0);
+            shape[0] = l->units;
             s->output_size = l->units;
+            break;
+        case LAYER_CONV2D:
+        case LAYER_MAX_POOLING2D:
+        case LAYER_AVERAGE_POOLING2D: {
+            int conv = l->type == LAYER_CONV2D;
+            const int *k = conv ? l->kernel_size : l->pool_size;
+            int out[2];
+            for (int d = 0; d < 2; d++) {
+                if (l->padding == PAD_SAME)
+                    out[d] = (shape[d] + l->strides[d] - 1) / l->strides[d];
+                else
+                    out[d] = shape[d] >= k[d] ? (shape[d] - k[d]) / l->strides[d] + 1 : 0;
+            }
+            if (out[0] < 1 || out[1] < 1)
+                return fail(e, 422, "invalid_value", lp,
+                            "a %s window of %dx%d with \"valid\" padding does not fit its input "
+                            "%s: use a smaller %s or \"padding\": \"same\"",
+                            tn, k[0], k[1], have, conv ? "kernel_size" : "pool_size");
+            int ch = conv ? l->filters : shape[2];
+            if (conv)
+                lparams = (long)k[0] * k[1] * shape[2] * l->filters + (l->use_bias ? l->filters : 0);
+            shape[0] = out[0];
+            shape[1] = out[1];
+            shape[2] = ch;
+            break;
         }
+        case LAYER_GLOBAL_AVERAGE_POOLING2D:
+            rank = 1;
+            shape[0] = shape[2];
+            break;
+        case LAYER_BATCH_NORMALIZATION: {
+            int c = shape[rank - 1];
+            lparams = (long)c * (l->center + l->scale);
+            l->non_trainable = 2L * c;
+            break;
+        }
+        case LAYER_RESHAPE: {
+            long known = 1;
+            int unknown = -1;
+            for (int d = 0; d < l->target_rank; d++) {
+                if (l->target_shape[d] < 0) unknown = d;
+                else known *= l->target_shape[d];
+            }
+            char want[64];
+            shape_text(l->target_shape, l->target_rank, want, sizeof want);
+            if ((unknown < 0 && known != size) || (unknown >= 0 && size % known != 0))
+                return fail(e, 422, "invalid_value", join(f, lp, "target_shape"),
+                            "%s holds %ld values but the layer's input %s holds %d", want,
+                            unknown < 0 ? known : -1L, have, size);
+            rank = l->target_rank;
+            for (int d = 0; d < rank; d++)
+                shape[d] = d == unknown ? (int)(size / known) : l->target_shape[d];
+            break;
+        }
+        case LAYER_DROPOUT:
+        case LAYER_ACTIVATION:
+            break;
+        }
+        long out_size = 1;
+        for (int d = 0; d < rank; d++) out_size *= shape[d];
+        if (out_size > MAX_LAYER_OUT)
+            return fail(e, 422, "invalid_value", lp,
+                        "the layer's output would hold %ld values per example (more than %ld): "
+                        "use fewer filters or a larger stride", out_size, MAX_LAYER_OUT);
+        size = (int)out_size;
+        l->params = lparams;
+        params += lparams;
+        if (params > JOBSPEC_MAX_PARAMS)
+            return fail(e, 422, "invalid_value",
+                        l->type == LAYER_DENSE    ? join(f, lp, "units")
+                        : l->type == LAYER_CONV2D ? join(f, lp, "filters")
+                                                  : lp,
+                        "the model would have more than %ld parameters (weights and biases)",
+                        JOBSPEC_MAX_PARAMS);
+        l->out_rank = rank;
+        memset(l->out_shape, 0, sizeof l->out_shape);
+        memcpy(l->out_shape, shape, sizeof(int) * (size_t)rank);
     }
     return 0;
 }
@@ -1430,7 +1689,8 @@ static int check_output(spec_error *e, const jobspec *s) {
                     "layer), got %s", layer_type_name(ll->type));
     for (int i = 0; i < last; i++) {
         const layer_spec *l = &s->layers[i];
-        if ((l->type == LAYER_DENSE || l->type == LAYER_ACTIVATION) && l->activation == ACT_SOFTMAX) {
+        if ((l->type == LAYER_DENSE || l->type == LAYER_ACTIVATION || l->type == LAYER_CONV2D) &&
+            l->activation == ACT_SOFTMAX) {
             fpath ip;
             join_index(ip, "model.layers", i);
             return fail(e, 422, "invalid_value", join(f, ip, "activation"),
@@ -1850,13 +2110,29 @@ static void add_null(out_ctx *o, cJSON *obj, const char *k) {
     chk(o, cJSON_AddNullToObject(obj, k));
 }
 
-static void add_shape(out_ctx *o, cJSON *obj, const int *shape, int rank) {
-    cJSON *a = chk(o, cJSON_AddArrayToObject(obj, "input_shape"));
+static void add_shape_named(out_ctx *o, cJSON *obj, const char *key, const int *shape, int rank) {
+    cJSON *a = chk(o, cJSON_AddArrayToObject(obj, key));
     for (int i = 0; a && i < rank; i++) {
         char b[16];
         snprintf(b, sizeof b, "%d", shape[i]);
         cJSON *n = chk(o, cJSON_CreateRaw(b));
         if (n && !cJSON_AddItemToArray(a, n)) { cJSON_Delete(n); o->ok = 0; }
+    }
+}
+
+static void add_shape(out_ctx *o, cJSON *obj, const int *shape, int rank) {
+    add_shape_named(o, obj, "input_shape", shape, rank);
+}
+
+static void add_kernel_fields(out_ctx *o, cJSON *j, const layer_spec *l) {
+    add_str(o, j, "activation", act_name(l->activation));
+    add_bool(o, j, "use_bias", l->use_bias);
+    add_str(o, j, "kernel_initializer", init_name(l->kernel_initializer));
+    add_str(o, j, "bias_initializer", init_name(l->bias_initializer));
+    if (l->l1 > 0 || l->l2 > 0) {
+        cJSON *r = chk(o, cJSON_AddObjectToObject(j, "kernel_regularizer"));
+        add_float(o, r, "l1", l->l1);
+        add_float(o, r, "l2", l->l2);
     }
 }
 
@@ -1871,15 +2147,31 @@ static void layers_to_json(out_ctx *o, cJSON *model, const jobspec *s) {
         switch (l->type) {
         case LAYER_DENSE:
             add_int(o, j, "units", l->units);
-            add_str(o, j, "activation", act_name(l->activation));
-            add_bool(o, j, "use_bias", l->use_bias);
-            add_str(o, j, "kernel_initializer", init_name(l->kernel_initializer));
-            add_str(o, j, "bias_initializer", init_name(l->bias_initializer));
-            if (l->l1 > 0 || l->l2 > 0) {
-                cJSON *r = chk(o, cJSON_AddObjectToObject(j, "kernel_regularizer"));
-                add_float(o, r, "l1", l->l1);
-                add_float(o, r, "l2", l->l2);
-            }
+            add_kernel_fields(o, j, l);
+            break;
+        case LAYER_CONV2D:
+            add_int(o, j, "filters", l->filters);
+            add_shape_named(o, j, "kernel_size", l->kernel_size, 2);
+            add_shape_named(o, j, "strides", l->strides, 2);
+            add_str(o, j, "padding", padding_name(l->padding));
+            add_kernel_fields(o, j, l);
+            break;
+        case LAYER_MAX_POOLING2D:
+        case LAYER_AVERAGE_POOLING2D:
+            add_shape_named(o, j, "pool_size", l->pool_size, 2);
+            add_shape_named(o, j, "strides", l->strides, 2);
+            add_str(o, j, "padding", padding_name(l->padding));
+            break;
+        case LAYER_GLOBAL_AVERAGE_POOLING2D:
+            break;
+        case LAYER_BATCH_NORMALIZATION:
+            add_float(o, j, "momentum", l->momentum);
+            add_float(o, j, "epsilon", l->epsilon);
+            add_bool(o, j, "center", l->center);
+            add_bool(o, j, "scale", l->scale);
+            break;
+        case LAYER_RESHAPE:
+            add_shape_named(o, j, "target_shape", l->target_shape, l->target_rank);
             break;
         case LAYER_DROPOUT:
             add_float(o, j, "rate", l->rate);
@@ -1960,6 +2252,43 @@ static void command_to_json(out_ctx *o, cJSON *root, const command_spec *c) {
     }
     if (c->working_dir[0]) add_str(o, j, "working_dir", c->working_dir);
     if (c->context[0]) add_str(o, j, "context", c->context);
+}
+
+void jobspec_layer_name(const jobspec *s, int i, char *out, size_t cap) {
+    int k = 0;
+    for (int j = 0; j < i && j < s->n_layers; j++)
+        if (s->layers[j].type == s->layers[i].type) k++;
+    snprintf(out, cap, "%s_%d", layer_type_name(s->layers[i].type), k);
+}
+
+cJSON *jobspec_model_summary(const jobspec *s) {
+    if (s->kind != JOB_KIND_TRAIN || s->n_layers <= 0) return NULL;
+    out_ctx o = {1};
+    cJSON *root = cJSON_CreateObject();
+    if (!root) return NULL;
+    add_shape_named(&o, root, "input_shape", s->input_shape, s->input_rank);
+    cJSON *layers = chk(&o, cJSON_AddArrayToObject(root, "layers"));
+    long trainable = 0, fixed = 0;
+    for (int i = 0; layers && i < s->n_layers; i++) {
+        const layer_spec *l = &s->layers[i];
+        cJSON *j = chk(&o, cJSON_CreateObject());
+        if (!j) break;
+        if (!cJSON_AddItemToArray(layers, j)) { cJSON_Delete(j); o.ok = 0; break; }
+        char name[64];
+        jobspec_layer_name(s, i, name, sizeof name);
+        add_str(&o, j, "name", name);
+        add_str(&o, j, "type", layer_type_name(l->type));
+        add_shape_named(&o, j, "output_shape", l->out_shape, l->out_rank);
+        add_int(&o, j, "params", l->params + l->non_trainable);
+        add_int(&o, j, "trainable_params", l->params);
+        trainable += l->params;
+        fixed += l->non_trainable;
+    }
+    add_int(&o, root, "total_params", trainable + fixed);
+    add_int(&o, root, "trainable_params", trainable);
+    add_int(&o, root, "non_trainable_params", fixed);
+    if (!o.ok) { cJSON_Delete(root); return NULL; }
+    return root;
 }
 
 cJSON *jobspec_to_cjson(const jobspec *s) {

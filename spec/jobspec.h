@@ -34,7 +34,23 @@ struct cJSON;
 
 typedef enum { JOB_KIND_TRAIN = 0, JOB_KIND_COMMAND = 1 } job_kind;
 
-typedef enum { LAYER_DENSE = 0, LAYER_DROPOUT, LAYER_FLATTEN, LAYER_ACTIVATION } layer_type;
+typedef enum {
+    LAYER_DENSE = 0,
+    LAYER_DROPOUT,
+    LAYER_FLATTEN,
+    LAYER_ACTIVATION,
+    LAYER_CONV2D,
+    LAYER_MAX_POOLING2D,
+    LAYER_AVERAGE_POOLING2D,
+    LAYER_GLOBAL_AVERAGE_POOLING2D,
+    LAYER_BATCH_NORMALIZATION,
+    LAYER_RESHAPE
+} layer_type;
+
+/* conv2d and pooling padding, as TensorFlow computes it: "valid" (no
+ * padding, out = floor((in - k) / s) + 1) or "same" (out = ceil(in / s),
+ * the padding split with the extra row/column at the bottom/right). */
+typedef enum { PAD_VALID = 0, PAD_SAME } padding_type;
 
 typedef enum { ACT_LINEAR = 0, ACT_RELU, ACT_SIGMOID, ACT_TANH, ACT_SOFTMAX } act_type;
 
@@ -56,6 +72,26 @@ typedef struct layer_spec {
     int input_rank;                    /* 0 when the layer has no input_shape; the parser
                                         * fills layers[0] with the resolved model input */
     int input_shape[JOBSPEC_MAX_RANK];
+
+    /* Convolutional layers (channels last: an example is (h, w, c)). */
+    int filters;                       /* conv2d: output channels */
+    int kernel_size[2];                /* conv2d: (kh, kw); an integer k means (k, k) */
+    int strides[2];                    /* conv2d: default (1, 1); pooling: default pool_size */
+    int pool_size[2];                  /* max/average_pooling2d: default (2, 2) */
+    padding_type padding;              /* conv2d, pooling: default valid */
+    float momentum;                    /* batch_normalization: default 0.99 */
+    float epsilon;                     /* batch_normalization: default 1e-3 */
+    int center, scale;                 /* batch_normalization: beta, gamma; default 1, 1 */
+    int target_rank;                   /* reshape: target_shape as given (one entry may be
+                                        * -1: inferred; resolved into out_shape) */
+    int target_shape[JOBSPEC_MAX_RANK];
+
+    /* Resolved by the parser (not part of the spec's JSON): the shape of
+     * one example at the layer's input and output, and its parameters. */
+    int in_rank, in_shape[JOBSPEC_MAX_RANK];
+    int out_rank, out_shape[JOBSPEC_MAX_RANK];
+    long params;                       /* trainable floats (kernel, bias, gamma, beta) */
+    long non_trainable;                /* batch_normalization: moving mean and variance */
 } layer_spec;
 
 typedef enum { OPT_SGD = 0, OPT_RMSPROP, OPT_ADAM, OPT_ADAGRAD } opt_type;
@@ -207,7 +243,8 @@ typedef struct jobspec {
 
     int n_layers;
     layer_spec layers[JOBSPEC_MAX_LAYERS];
-    int input_rank;                    /* resolved model input shape */
+    int input_rank;                    /* resolved model input shape: a [h, w] image whose
+                                        * first layer is convolutional is [h, w, 1] */
     int input_shape[JOBSPEC_MAX_RANK];
     int input_size;                    /* product of input_shape */
     int output_size;                   /* units of the last dense layer */
@@ -277,6 +314,17 @@ int jobspec_to_json(const jobspec *spec, char **out);
  * embedding in a larger answer; NULL when out of memory. */
 struct cJSON *jobspec_to_cjson(const jobspec *spec);
 
+/* The model as Keras' model.summary() shows it: {"input_shape", "layers":
+ * [{"name", "type", "output_shape" (one example's), "params" (all of the
+ * layer's: trainable and, for batch_normalization, its moving statistics),
+ * "trainable_params"}], "total_params", "trainable_params",
+ * "non_trainable_params"}. NULL for a command job or out of memory. */
+struct cJSON *jobspec_model_summary(const jobspec *spec);
+
+/* A layer's name: its type and its index among the layers of that type
+ * ("conv2d_0", "dense_1"), as the engine names its tensors. */
+void jobspec_layer_name(const jobspec *spec, int i, char *out, size_t cap);
+
 /* Number of synchronous replicas: workers * devices_per_worker. */
 int jobspec_replicas(const jobspec *spec);
 
@@ -300,6 +348,7 @@ const char *device_kind_name(device_kind d);
 const char *data_source_name(data_source s);
 const char *layer_type_name(layer_type t);
 const char *init_name(init_type i);
+const char *padding_name(padding_type p);
 const char *comm_name(comm_type c);
 const char *cdo_name(cdo_type c);
 

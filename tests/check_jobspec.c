@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "../spec/jobspec.h"
 #include "../common/util.h"
 
@@ -56,6 +58,14 @@ static void parse_ok(const char *spec, jobspec *s) {
                   "'input_shape':[4]}]}"
 #define CSV(d) "{" CSV_MODEL "," COMP ",'data':" d "}"
 #define A16 "aaaaaaaaaaaaaaaa"
+/* Keras' Fashion-MNIST CNN: 28x28 -> conv 32 -> pool -> conv 64 -> pool -> 128 -> 10 */
+#define CNN_LAYERS "{'type':'conv2d','filters':32,'kernel_size':3,'activation':'relu','input_shape':[28,28]}," \
+                   "{'type':'max_pooling2d','pool_size':2},"                                              \
+                   "{'type':'conv2d','filters':64,'kernel_size':[3,3],'activation':'relu'},"              \
+                   "{'type':'batch_normalization'},"                                                      \
+                   "{'type':'max_pooling2d'},{'type':'flatten'},"                                         \
+                   "{'type':'dense','units':128,'activation':'relu'},{'type':'dropout','rate':0.5},"      \
+                   "{'type':'dense','units':10,'activation':'softmax'}"
 
 typedef struct bad_case {
     const char *spec;
@@ -188,7 +198,7 @@ static const bad_case BAD[] = {
     {"{'model':{'layers':[]}," COMP "," DATA "}", 422, "invalid_value", "model.layers"},
     {LAYERS("{'type':'dense','units':0}"), 422, "invalid_value", "model.layers[0].units"},
     {LAYERS("{'type':'dense','units':65537}"), 422, "invalid_value", "model.layers[0].units"},
-    {LAYERS("{'type':'conv2d','units':10}"), 422, "invalid_value", "model.layers[0].type"},
+    {LAYERS("{'type':'lstm','units':10}"), 422, "invalid_value", "model.layers[0].type"},
     {LAYERS("{'type':'dense','units':10,'activation':'gelu'}"), 422, "invalid_value",
      "model.layers[0].activation"},
     {LAYERS("{'type':'dense','units':10,'activation':'softmax','kernel_initializer':'ones'}"),
@@ -449,6 +459,59 @@ static const bad_case BAD[] = {
     {TOP("'resources':{'memory':{'gib':4}}"), 422, "invalid_type", "resources.memory"},
     {TOP("'resources':{'memory':20000000.5}"), 422, "invalid_type", "resources.memory"},
     {TOP("'resources':{'memroy':'4GiB'}"), 422, "unknown_field", "resources.memroy"},
+    /* ---- convolutional layers: fields, then shapes (the field names the layer) */
+    {LAYERS("{'type':'conv2d','kernel_size':3,'input_shape':[28,28]},{'type':'flatten'}," OUT10),
+     422, "missing_field", "model.layers[0].filters"},
+    {LAYERS("{'type':'conv2d','filters':8,'input_shape':[28,28]},{'type':'flatten'}," OUT10),
+     422, "missing_field", "model.layers[0].kernel_size"},
+    {LAYERS("{'type':'conv2d','filters':8,'kernel_size':[3],'input_shape':[28,28]}," OUT10),
+     422, "invalid_value", "model.layers[0].kernel_size"},
+    {LAYERS("{'type':'conv2d','filters':8,'kernel_size':0,'input_shape':[28,28]}," OUT10),
+     422, "invalid_value", "model.layers[0].kernel_size"},
+    {LAYERS("{'type':'conv2d','filters':8,'kernel_size':'3','input_shape':[28,28]}," OUT10),
+     422, "invalid_type", "model.layers[0].kernel_size"},
+    {LAYERS("{'type':'conv2d','filters':8,'kernel_size':3,'strides':[1,1.5],'input_shape':[28,28]}," OUT10),
+     422, "invalid_type", "model.layers[0].strides"},
+    {LAYERS("{'type':'conv2d','filters':8,'kernel_size':3,'padding':'full','input_shape':[28,28]}," OUT10),
+     422, "invalid_value", "model.layers[0].padding"},
+    {LAYERS("{'type':'conv2d','filters':8,'kernel_size':3,'dilation_rate':2,'input_shape':[28,28]}," OUT10),
+     422, "unknown_field", "model.layers[0].dilation_rate"},
+    {LAYERS("{'type':'max_pooling2d','pool_size':[2,2,2],'input_shape':[28,28]}," OUT10),
+     422, "invalid_value", "model.layers[0].pool_size"},
+    {LAYERS("{'type':'batch_normalization','momentum':1.5}," OUT10), 422, "invalid_value",
+     "model.layers[0].momentum"},
+    {LAYERS("{'type':'batch_normalization','epsilon':0}," OUT10), 422, "invalid_value",
+     "model.layers[0].epsilon"},
+    {LAYERS("{'type':'batch_normalization','center':1}," OUT10), 422, "invalid_type",
+     "model.layers[0].center"},
+    {LAYERS("{'type':'reshape'}," OUT10), 422, "missing_field", "model.layers[0].target_shape"},
+    {LAYERS("{'type':'reshape','target_shape':[-1,-1]}," OUT10), 422, "invalid_value",
+     "model.layers[0].target_shape[1]"},
+    {LAYERS("{'type':'reshape','target_shape':[28,27]}," OUT10), 422, "invalid_value",
+     "model.layers[0].target_shape"},
+    {LAYERS("{'type':'reshape','target_shape':[-1,5]}," OUT10), 422, "invalid_value",
+     "model.layers[0].target_shape"},
+    /* a conv on a flat input; a kernel larger than its input; a pool that does not fit */
+    {LAYERS("{'type':'conv2d','filters':8,'kernel_size':3},{'type':'flatten'}," OUT10), 422,
+     "invalid_value", "model.layers[0]"},
+    {LAYERS("{'type':'dense','units':64,'input_shape':[784]},{'type':'conv2d','filters':8,'kernel_size':3}," OUT10),
+     422, "invalid_value", "model.layers[1]"},
+    {LAYERS("{'type':'conv2d','filters':8,'kernel_size':29,'input_shape':[28,28]},{'type':'flatten'}," OUT10),
+     422, "invalid_value", "model.layers[0]"},
+    {LAYERS("{'type':'conv2d','filters':8,'kernel_size':3,'input_shape':[28,28]},"
+            "{'type':'max_pooling2d','pool_size':13},{'type':'conv2d','filters':4,'kernel_size':3},"
+            "{'type':'flatten'}," OUT10), 422, "invalid_value", "model.layers[2]"},
+    {LAYERS("{'type':'global_average_pooling2d','input_shape':[784]}," OUT10), 422,
+     "invalid_value", "model.layers[0]"},
+    {LAYERS("{'type':'conv2d','filters':8,'kernel_size':3,'input_shape':[28,28]},"
+            "{'type':'global_average_pooling2d'},{'type':'max_pooling2d'}," OUT10), 422,
+     "invalid_value", "model.layers[2]"},
+    {LAYERS("{'type':'conv2d','filters':8,'kernel_size':3,'input_shape':[28,28]}," OUT10), 422,
+     "invalid_value", "model.layers[1].type"},
+    {LAYERS("{'type':'conv2d','filters':8,'kernel_size':3,'activation':'softmax','input_shape':[28,28]},"
+            "{'type':'flatten'}," OUT10), 422, "invalid_value", "model.layers[0].activation"},
+    {LAYERS("{'type':'conv2d','filters':65536,'kernel_size':1,'input_shape':[28,28]},{'type':'flatten'}," OUT10),
+     422, "invalid_value", "model.layers[0]"},
     /* ---- resources.evaluator */
     {TOP("'resources':{'evaluator':1}"), 422, "invalid_type", "resources.evaluator"},
     {TOP("'resources':{'evaluator':'yes'}"), 422, "invalid_type", "resources.evaluator"},
@@ -545,7 +608,7 @@ START_TEST(test_messages) {
     expect_message(WDATA("{'source':'fashion-mnist','features':784}"), "data.features",
                    "source fashion-mnist has no field \"features\"");
     expect_message(LAYERS("{'type':'dense','units':10,'activation':'softmax','input_shape':[100]}"),
-                   "model.layers[0].input_shape", "[784] or [28, 28], got [100]");
+                   "model.layers[0].input_shape", "[784], [28, 28] or [28, 28, 1], got [100]");
     expect_message("{'a':1,'a':2}", "a", "duplicate key");
     expect_message(TOP("'resources':{'memory':'8MiB'}"), "resources.memory",
                    "must be between 16MiB and 64TiB, got \"8MiB\"");
@@ -871,6 +934,14 @@ static const char *const GOOD_SPECS[] = {
     TOP("'resources':{'memory':2000000000}"),
     TOP("'resources':{'memory':'800 M'}"),
     TOP("'strategy':{'type':'parameter_server'},'resources':{'workers':2,'ps':1,'memory':'2G'}"),
+    LAYERS(CNN_LAYERS),
+    LAYERS("{'type':'reshape','target_shape':[-1,28,1]},{'type':'conv2d','filters':4,'kernel_size':[5,3],"
+           "'strides':2,'padding':'same','use_bias':false,'kernel_initializer':'he_normal',"
+           "'kernel_regularizer':{'l2':0.001}},{'type':'batch_normalization','center':false,"
+           "'momentum':0.9,'epsilon':0.01},{'type':'activation','activation':'relu'},"
+           "{'type':'average_pooling2d','pool_size':3,'strides':1,'padding':'same'},"
+           "{'type':'global_average_pooling2d'},{'type':'batch_normalization','scale':false}," OUT10),
+    LAYERS("{'type':'max_pooling2d','input_shape':[28,28,1],'strides':null},{'type':'flatten'}," OUT10),
 };
 #define N_GOOD ((int)(sizeof GOOD_SPECS / sizeof GOOD_SPECS[0]))
 
@@ -1029,6 +1100,66 @@ static void round_trip(const char *doc, size_t len, const char *what) {
     free(j1);
     free(j2);
 }
+
+/* Shapes flow through the convolutional layers as Keras computes them, with
+ * their parameter counts (the numbers model.summary() prints for this model). */
+START_TEST(test_cnn_shapes) {
+    jobspec s;
+    parse_ok(LAYERS(CNN_LAYERS), &s);
+    ck_assert_int_eq(s.input_rank, 3); /* [28, 28] took one channel */
+    ck_assert_int_eq(s.input_shape[2], 1);
+    ck_assert_int_eq(s.input_size, 784);
+    static const int want[9][4] = {{26, 26, 32}, {13, 13, 32}, {11, 11, 64}, {11, 11, 64}, {5, 5, 64},
+                                   {1600}, {128}, {128}, {10}};
+    static const int rank[9] = {3, 3, 3, 3, 3, 1, 1, 1, 1};
+    static const long params[9] = {320, 0, 18496, 128, 0, 0, 204928, 0, 1290};
+    for (int i = 0; i < 9; i++) {
+        ck_assert_msg(s.layers[i].out_rank == rank[i], "layer %d rank %d", i, s.layers[i].out_rank);
+        for (int d = 0; d < rank[i]; d++)
+            ck_assert_msg(s.layers[i].out_shape[d] == want[i][d], "layer %d dim %d: %d, want %d", i, d,
+                          s.layers[i].out_shape[d], want[i][d]);
+        ck_assert_msg(s.layers[i].params == params[i], "layer %d params %ld want %ld", i,
+                      s.layers[i].params, params[i]);
+    }
+    ck_assert_int_eq(s.layers[3].non_trainable, 128);
+    ck_assert_int_eq(s.layers[4].strides[0], 2); /* pooling strides default to pool_size */
+    cJSON *sum = jobspec_model_summary(&s);
+    ck_assert_ptr_nonnull(sum);
+    char *txt = cJSON_PrintUnformatted(sum);
+    ck_assert_ptr_nonnull(txt);
+    ck_assert_msg(strstr(txt, "\"total_params\":225290,\"trainable_params\":225162,"
+                              "\"non_trainable_params\":128"), "%s", txt);
+    ck_assert_msg(strstr(txt, "{\"name\":\"conv2d_1\",\"type\":\"conv2d\",\"output_shape\":[11,11,64],"
+                              "\"params\":18496"), "%s", txt);
+    free(txt);
+    cJSON_Delete(sum);
+    jobspec_release(&s);
+
+    /* same padding with stride 2: ceil(in / s); the reshape's -1 inferred */
+    parse_ok(LAYERS("{'type':'reshape','target_shape':[28,-1,1],'input_shape':[784]},"
+                    "{'type':'conv2d','filters':3,'kernel_size':[5,3],'strides':[2,3],'padding':'same'},"
+                    "{'type':'average_pooling2d','pool_size':[3,2],'strides':[1,2]},"
+                    "{'type':'global_average_pooling2d'}," OUT10), &s);
+    ck_assert_int_eq(s.layers[0].out_shape[1], 28);
+    ck_assert_int_eq(s.layers[1].out_shape[0], 14);
+    ck_assert_int_eq(s.layers[1].out_shape[1], 10);
+    ck_assert_int_eq(s.layers[1].params, 5 * 3 * 1 * 3 + 3);
+    ck_assert_int_eq(s.layers[2].out_shape[0], 12); /* (14 - 3) / 1 + 1 */
+    ck_assert_int_eq(s.layers[2].out_shape[1], 5);  /* (10 - 2) / 2 + 1 */
+    ck_assert_int_eq(s.layers[3].out_rank, 1);
+    ck_assert_int_eq(s.layers[3].out_shape[0], 3);
+    jobspec_release(&s);
+
+    /* the messages give the shapes */
+    spec_error e;
+    ck_assert_int_eq(parse_q(LAYERS("{'type':'conv2d','filters':8,'kernel_size':29,'input_shape':[28,28]},"
+                                    "{'type':'flatten'}," OUT10), &s, &e), -1);
+    ck_assert_msg(strstr(e.message, "29x29") && strstr(e.message, "[28, 28, 1]"), "%s", e.message);
+    ck_assert_int_eq(parse_q(LAYERS("{'type':'conv2d','filters':8,'kernel_size':3},{'type':'flatten'}," OUT10),
+                             &s, &e), -1);
+    ck_assert_msg(strstr(e.message, "gets [784]"), "%s", e.message);
+}
+END_TEST
 
 START_TEST(test_round_trip) {
     for (int i = 0; i < N_GOOD; i++) {
@@ -1233,6 +1364,7 @@ static Suite *jobspec_suite(void) {
     tcase_add_test(good, test_gradient_accumulation);
     tcase_add_test(good, test_command_parsed);
     tcase_add_test(good, test_names);
+    tcase_add_test(good, test_cnn_shapes);
     suite_add_tcase(s, good);
     return s;
 }
