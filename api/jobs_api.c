@@ -282,6 +282,28 @@ static void job_list(server *srv, http_req *req, http_res *res) {
     answer_cache_put(&ref, res);
 }
 
+/* The job's model as Keras' model.summary() shows it (spec/jobspec.h,
+ * jobspec_model_summary), from its stored spec: "model_summary", null for a
+ * command job (or a stored spec this server's parser no longer reads). Only
+ * the single job's answer carries it: a parse of the spec per job would be
+ * most of a list page's cost, and the answer is kept (answer_cache.c). */
+static void add_model_summary(cJSON *job) {
+    cJSON *summary = NULL;
+    const cJSON *stored = cJSON_GetObjectItemCaseSensitive(job, "spec");
+    char *text = cJSON_IsObject(stored) ? cJSON_PrintUnformatted(stored) : NULL;
+    if (text) {
+        jobspec *spec = xmalloc(sizeof *spec);
+        if (jobspec_parse(text, strlen(text), spec, NULL) == 0) {
+            summary = jobspec_model_summary(spec);
+            jobspec_release(spec);
+        }
+        free(spec);
+        free(text);
+    }
+    if (summary) cJSON_AddItemToObject(job, "model_summary", summary);
+    else cJSON_AddNullToObject(job, "model_summary");
+}
+
 /* GET /api/v1/jobs/{id} */
 static void job_get(server *srv, http_req *req, http_res *res) {
     int64_t id = http_param_id(req, res, 0, "job");
@@ -301,6 +323,7 @@ static void job_get(server *srv, http_req *req, http_res *res) {
         db_unavailable(res);
         return;
     }
+    add_model_summary(job);
     int whole = exec_job_decorate(srv, id, job) == 0;
     http_json(res, 200, job);
     if (whole) answer_cache_put(&ref, res);

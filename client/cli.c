@@ -353,6 +353,82 @@ static const char *metric_text(const cJSON *obj, const char *k, char *out, size_
     return out;
 }
 
+/* Keras' class name of a spec's layer type ("conv2d" -> "Conv2D"), as
+ * model.summary() shows it; the type itself when it is not known here. */
+static const char *keras_class(const char *type) {
+    static const char *const names[][2] = {
+        {"dense", "Dense"},
+        {"dropout", "Dropout"},
+        {"flatten", "Flatten"},
+        {"activation", "Activation"},
+        {"conv2d", "Conv2D"},
+        {"max_pooling2d", "MaxPooling2D"},
+        {"average_pooling2d", "AveragePooling2D"},
+        {"global_average_pooling2d", "GlobalAveragePooling2D"},
+        {"batch_normalization", "BatchNormalization"},
+        {"reshape", "Reshape"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(type, names[i][0]) == 0) return names[i][1];
+    return type;
+}
+
+/* A count with thousands separators, as Keras prints it ("54,538"). */
+static const char *count_text(const cJSON *o, const char *k, char *out, size_t n) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    long long x = cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble < 1e15 ? (long long)v->valuedouble : 0;
+    char d[32];
+    int len = snprintf(d, sizeof d, "%lld", x);
+    size_t w = 0;
+    for (int i = 0; i < len && w + 2 < n; i++) {
+        if (i > 0 && (len - i) % 3 == 0) out[w++] = ',';
+        out[w++] = d[i];
+    }
+    out[w] = '\0';
+    return out;
+}
+
+/* The model as Keras' model.summary() prints it, from the job's
+ * model_summary (absent or null for a command job: nothing printed); the
+ * columns as wide as their longest entry. */
+static void print_model(const cJSON *j) {
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "model_summary");
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(m, "layers");
+    if (!cJSON_IsObject(m) || !cJSON_IsArray(layers)) return;
+    int n = cJSON_GetArraySize(layers);
+    if (n <= 0 || n > 1024) return;
+    char(*rows)[3][128] = xmalloc((size_t)n * sizeof *rows);
+    int w[3] = {(int)strlen("Layer (type)"), (int)strlen("Output Shape"), (int)strlen("Param #")};
+    int i = 0;
+    const cJSON *l;
+    cJSON_ArrayForEach(l, layers) {
+        snprintf(rows[i][0], sizeof rows[i][0], "%s (%s)", jstr(l, "name"), keras_class(jstr(l, "type")));
+        size_t at = (size_t)snprintf(rows[i][1], sizeof rows[i][1], "(None");
+        const cJSON *d;
+        cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(l, "output_shape")) {
+            if (at < sizeof rows[i][1])
+                at += (size_t)snprintf(rows[i][1] + at, sizeof rows[i][1] - at, ", %d", (int)d->valuedouble);
+        }
+        if (at < sizeof rows[i][1]) snprintf(rows[i][1] + at, sizeof rows[i][1] - at, ")");
+        count_text(l, "params", rows[i][2], sizeof rows[i][2]);
+        for (int c = 0; c < 3; c++)
+            if ((int)strlen(rows[i][c]) > w[c]) w[c] = (int)strlen(rows[i][c]);
+        i++;
+    }
+    int width = w[0] + 2 + w[1] + 2 + w[2];
+    printf("model:\n  %-*s  %-*s  %*s\n  ", w[0], "Layer (type)", w[1], "Output Shape", w[2], "Param #");
+    for (int k = 0; k < width; k++) putchar('=');
+    putchar('\n');
+    for (i = 0; i < n; i++) printf("  %-*s  %-*s  %*s\n", w[0], rows[i][0], w[1], rows[i][1], w[2], rows[i][2]);
+    free(rows);
+    printf("  ");
+    for (int k = 0; k < width; k++) putchar('=');
+    char a[32], b[32], c[32];
+    printf("\n  Total params: %s\n  Trainable params: %s\n  Non-trainable params: %s\n",
+           count_text(m, "total_params", a, sizeof a), count_text(m, "trainable_params", b, sizeof b),
+           count_text(m, "non_trainable_params", c, sizeof c));
+}
+
 /* The progress for a person: epoch and step of the total, the newest loss
  * and accuracy, validation and test metrics, samples/s and the ETA. */
 static void print_progress(const cJSON *j) {
@@ -425,6 +501,7 @@ static int do_status(const cli_opts *o, const char *id) {
         printf("finished:   %s\n", jstr(j, "finished_at"));
         print_tasks(j);
         print_progress(j);
+        print_model(j);
         snprintf(path, sizeof path, "/api/v1/jobs/%s/events", id);
         cli_opts q = *o;
         q.json = 0;
@@ -1070,7 +1147,8 @@ static void cli_usage(FILE *f) {
             "                                        (less what DIR/.trainyardignore names), uploads it and\n"
             "                                        sets the command job's command.context to its id\n"
             "       trainyard jobs [--state S] [--limit N]\n"
-            "       trainyard status ID              a job, its progress and timeline\n"
+            "       trainyard status ID              a job, its progress, its model (layers, shapes,\n"
+            "                                        params, as Keras' model.summary()) and timeline\n"
             "       trainyard cancel ID [--reason R]\n"
             "       trainyard delete ID              a finished job's logs, checkpoints and metrics removed\n"
             "       trainyard logs ID [--task worker-0] [-f]   a task's output; -f follows until the job ends\n"

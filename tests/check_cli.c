@@ -1,7 +1,8 @@
 /* check_cli.c - the CLI's everyday commands as a script uses them, against
  * the real `trainyard up` on loopback: watch (progress lines, then the exit
  * code of how the job ended: 0 succeeded, 5 cancelled), watch --json (one
- * object per change), queue, cluster, events, checkpoints and --download
+ * object per change), status (with the model's summary table), queue,
+ * cluster, events, checkpoints and --download
  * (the file's sha256 equals the listed one), and the exit codes for a job
  * that does not exist (1), bad usage (2) and an unreachable server (3). */
 #include "testlib.h"
@@ -89,12 +90,20 @@ START_TEST(watch_to_the_end_and_after) {
     cJSON_Delete(w);
 
     /* status reads for a person: tasks, epoch and step of the total, the
-     * losses and accuracies, the test metrics; --json keeps the object */
+     * losses and accuracies, the test metrics, the model as Keras'
+     * model.summary() (784 x 32 + 32 and 32 x 10 + 10 params); --json keeps
+     * the object */
     snprintf(args, sizeof args, "status %lld", (long long)id);
     ck_assert_int_eq(cli(args, &out), 0);
     const char *lines[] = {"state:      succeeded", "tasks:      worker-0", "epoch:      3 of 3\n",
                            "step:       ", " (100%)", "train:      loss 0.", "validation: loss 0.",
-                           "test:       loss 0.", "samples/s", "timeline:"};
+                           "test:       loss 0.", "samples/s", "timeline:",
+                           "model:\n  Layer (type)         Output Shape  Param #\n"
+                           "  ==========================================\n",
+                           "  flatten_0 (Flatten)  (None, 784)         0\n",
+                           "  dense_0 (Dense)      (None, 32)     25,120\n",
+                           "  dense_1 (Dense)      (None, 10)        330\n",
+                           "  Total params: 25,450\n", "  Trainable params: 25,450\n", "  Non-trainable params: 0\n"};
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
         ck_assert_msg(strstr(out.data, lines[i]) != NULL, "status lacks '%s':\n%s", lines[i], out.data);
     ck_assert_msg(strstr(out.data, "\"latest_epoch\"") == NULL, "status prints raw JSON:\n%s", out.data);

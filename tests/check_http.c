@@ -1,7 +1,8 @@
 /* check_http.c - the real server binary on a loopback port, spoken to over
  * HTTP: health, auth (401, 403, cross-team 404), 404/405/413, bad JSON and
- * bad specs, submit/list/get/cancel, token files reused on restart, and
- * kill -9 of the server mid-submission with every acknowledged job kept. */
+ * bad specs, submit/list/get/cancel, a job's model summary, token files
+ * reused on restart, and kill -9 of the server mid-submission with every
+ * acknowledged job kept. */
 #include "testlib.h"
 #include "../common/json_out.h"
 
@@ -202,6 +203,91 @@ START_TEST(submit_get_list_cancel) {
     ck_assert_str_eq(cJSON_GetObjectItem(last, "to")->valuestring, "cancelled");
     ck_assert_str_eq(cJSON_GetObjectItem(last, "reason")->valuestring, "changed my mind");
     ck_assert_str_eq(cJSON_GetObjectItem(last, "actor")->valuestring, "team:default");
+    cJSON_Delete(o);
+}
+END_TEST
+
+/* A layer of a job's model_summary: its name, type, output shape (one
+ * example's, "26,26,32") and Param # (all; trainable). */
+static void assert_layer(const cJSON *summary, int i, const char *name, const char *type, const char *shape,
+                         long params, long trainable) {
+    const cJSON *l = cJSON_GetArrayItem(cJSON_GetObjectItem(summary, "layers"), i);
+    ck_assert_msg(cJSON_IsObject(l), "model_summary.layers[%d] is missing", i);
+    ck_assert_str_eq(cJSON_GetObjectItem(l, "name")->valuestring, name);
+    ck_assert_str_eq(cJSON_GetObjectItem(l, "type")->valuestring, type);
+    char got[64] = "";
+    const cJSON *d;
+    cJSON_ArrayForEach(d, cJSON_GetObjectItem(l, "output_shape"))
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%d", got[0] ? "," : "", (int)d->valuedouble);
+    ck_assert_msg(strcmp(got, shape) == 0, "%s: output_shape [%s], expected [%s]", name, got, shape);
+    ck_assert_int_eq((long)cJSON_GetObjectItem(l, "params")->valuedouble, params);
+    ck_assert_int_eq((long)cJSON_GetObjectItem(l, "trainable_params")->valuedouble, trainable);
+}
+
+static void assert_totals(const cJSON *summary, long total, long trainable, long fixed) {
+    ck_assert_int_eq((long)cJSON_GetObjectItem(summary, "total_params")->valuedouble, total);
+    ck_assert_int_eq((long)cJSON_GetObjectItem(summary, "trainable_params")->valuedouble, trainable);
+    ck_assert_int_eq((long)cJSON_GetObjectItem(summary, "non_trainable_params")->valuedouble, fixed);
+}
+
+/* GET /jobs/{id} carries the model as Keras' model.summary() shows it, from
+ * the stored spec alone (the jobs stay queued: nothing trains here); a
+ * command job's is null; lists and the submit answer do not carry it. */
+START_TEST(job_model_summary) {
+    static const char CNN[] =
+        "{\"name\":\"cnn\",\"model\":{\"layers\":[{\"type\":\"conv2d\",\"filters\":32,\"kernel_size\":3,"
+        "\"activation\":\"relu\",\"input_shape\":[28,28]},{\"type\":\"max_pooling2d\"},"
+        "{\"type\":\"batch_normalization\"},{\"type\":\"flatten\"},{\"type\":\"dropout\",\"rate\":0.25},"
+        "{\"type\":\"dense\",\"units\":10,\"activation\":\"softmax\"}]},"
+        "\"compile\":{\"optimizer\":\"adam\",\"loss\":\"sparse_categorical_crossentropy\",\"metrics\":[\"accuracy\"]},"
+        "\"data\":{\"source\":\"fashion-mnist\",\"limit\":512},\"fit\":{\"epochs\":1,\"batch_size\":64}}";
+    static const char COMMAND[] = "{\"name\":\"cmd\",\"command\":{\"argv\":[\"true\"]}}";
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", "/api/v1/jobs", CNN, &o), 201);
+    int64_t cnn = (int64_t)cJSON_GetObjectItem(o, "id")->valuedouble;
+    ck_assert_msg(cJSON_GetObjectItem(o, "model_summary") == NULL, "the submit answer carries no model_summary");
+    cJSON_Delete(o);
+    int64_t mlp = submit_ok(team_tok, GOOD);
+    int64_t cmd = submit_ok(team_tok, COMMAND);
+
+    char path[64];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld", (long long)cnn);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &o), 200);
+    const cJSON *m = cJSON_GetObjectItem(o, "model_summary");
+    ck_assert_msg(cJSON_IsObject(m), "a CNN job's answer has a model_summary object");
+    const cJSON *in = cJSON_GetObjectItem(m, "input_shape");
+    ck_assert_int_eq(cJSON_GetArraySize(in), 3); /* [28, 28] takes one channel before a conv2d */
+    ck_assert_int_eq((int)cJSON_GetArrayItem(in, 2)->valuedouble, 1);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(m, "layers")), 6);
+    assert_layer(m, 0, "conv2d_0", "conv2d", "26,26,32", 320, 320); /* 3*3*1*32 + 32 */
+    assert_layer(m, 1, "max_pooling2d_0", "max_pooling2d", "13,13,32", 0, 0);
+    /* gamma and beta trainable, the moving mean and variance not */
+    assert_layer(m, 2, "batch_normalization_0", "batch_normalization", "13,13,32", 128, 64);
+    assert_layer(m, 3, "flatten_0", "flatten", "5408", 0, 0);
+    assert_layer(m, 4, "dropout_0", "dropout", "5408", 0, 0);
+    assert_layer(m, 5, "dense_0", "dense", "10", 54090, 54090); /* 5408*10 + 10 */
+    assert_totals(m, 54538, 54474, 64);
+    cJSON_Delete(o);
+
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld", (long long)mlp);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &o), 200);
+    m = cJSON_GetObjectItem(o, "model_summary");
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(m, "layers")), 2);
+    assert_layer(m, 0, "dense_0", "dense", "16", 176, 176); /* 10*16 + 16 */
+    assert_layer(m, 1, "dense_1", "dense", "1", 17, 17);
+    assert_totals(m, 193, 193, 0);
+    ck_assert_int_eq((int)cJSON_GetArrayItem(cJSON_GetObjectItem(m, "input_shape"), 0)->valuedouble, 10);
+    cJSON_Delete(o);
+
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld", (long long)cmd);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &o), 200);
+    ck_assert_msg(cJSON_IsNull(cJSON_GetObjectItem(o, "model_summary")), "a command job's model_summary is null");
+    cJSON_Delete(o);
+
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", "/api/v1/jobs", NULL, &o), 200);
+    const cJSON *j;
+    cJSON_ArrayForEach(j, cJSON_GetObjectItem(o, "jobs"))
+        ck_assert_msg(cJSON_GetObjectItem(j, "model_summary") == NULL, "a listed job carries no model_summary");
     cJSON_Delete(o);
 }
 END_TEST
@@ -443,6 +529,7 @@ int main(void) {
     tcase_add_test(tc, body_too_large);
     tcase_add_test(tc, bad_json_and_bad_specs);
     tcase_add_test(tc, submit_get_list_cancel);
+    tcase_add_test(tc, job_model_summary);
     tcase_add_test(tc, teams_and_cross_team_isolation);
     tcase_add_test(tc, kill9_keeps_acknowledged_jobs);
     suite_add_tcase(s, tc);

@@ -1,6 +1,7 @@
 /* app.js - the trainyard dashboard: sign-in with a team token, the jobs table,
- * a job's page (live loss/accuracy charts over server-sent events, timeline,
- * log tail, checkpoints, cancel), the submit form, hyperparameter sweeps (every
+ * a job's page (live loss/accuracy charts over server-sent events, the
+ * model's layers as Keras' model.summary() shows them, timeline, log tail,
+ * checkpoints, cancel), the submit form, hyperparameter sweeps (every
  * trial's validation curve on one chart, the trials ranked by the sweep's
  * metric), the queue, the cluster and the usage of each team (device hours
  * per day, totals).
@@ -284,6 +285,36 @@ async function readEvents(path, on, signal) {
 
 /* ------------------------------------------------------------ job page */
 
+/* The model as Keras' model.summary() shows it, from the job's
+ * model_summary (GET /jobs/{id}): a row a layer, "name (Class)", its output
+ * shape with the batch dimension as None, its Param #, then the totals
+ * (float32: 4 bytes a parameter). null (a command job): no card. */
+const KERAS_CLASS = {dense: 'Dense', dropout: 'Dropout', flatten: 'Flatten', activation: 'Activation', conv2d: 'Conv2D',
+  max_pooling2d: 'MaxPooling2D', average_pooling2d: 'AveragePooling2D', global_average_pooling2d: 'GlobalAveragePooling2D',
+  batch_normalization: 'BatchNormalization', reshape: 'Reshape'};
+function shapeText(shape) { return '(' + ['None', ...(shape || [])].join(', ') + ')'; }
+function fmtCount(n) { return typeof n === 'number' ? n.toLocaleString('en-US') : '–'; }
+function modelCard(m) {
+  if (!m || !Array.isArray(m.layers)) return null;
+  const total = (label, n, id) => h('tr', {}, h('td', {colspan: 2}, label),
+    h('td', {class: 'num', id}, fmtCount(n), h('span', {class: 'bytes muted small'}, ` (${fmtBytes(4 * n)})`)));
+  return h('section', {id: 'model-card'},
+    h('div', {class: 'row'}, h('h2', {class: 'grow'}, 'Model'),
+      h('span', {class: 'small muted', id: 'model-input'}, 'input ' + shapeText(m.input_shape))),
+    h('div', {class: 'table-wrap'}, h('table', {id: 'model', class: 'model compact'},
+      h('thead', {}, h('tr', {}, h('th', {}, 'Layer (type)'), h('th', {}, 'Output shape'), h('th', {class: 'num'}, 'Param #'))),
+      h('tbody', {}, ...m.layers.map(l => h('tr', {dataset: {layer: l.name}},
+        h('td', {class: 'layer'}, h('span', {class: 'name'}, l.name), ' ',
+          h('span', {class: 'type muted'}, `(${KERAS_CLASS[l.type] || l.type})`)),
+        h('td', {class: 'shape'}, shapeText(l.output_shape)),
+        h('td', {class: 'num', title: l.params !== l.trainable_params ? `${fmtCount(l.trainable_params)} trainable` : null},
+          fmtCount(l.params))))),
+      h('tfoot', {},
+        total('Total params', m.total_params, 'model-total'),
+        total('Trainable params', m.trainable_params, 'model-trainable'),
+        total('Non-trainable params', m.non_trainable_params, 'model-non-trainable')))));
+}
+
 async function pageJob(id) {
   const signal = pageAbort.signal;
   let job;
@@ -299,6 +330,7 @@ async function pageJob(id) {
   const specW = job.spec && job.spec.resources && job.spec.resources.workers;
   const elastic = specW !== null && typeof specW === 'object';
   const workersEl = elastic ? h('div', {class: 'chart', id: 'chart-workers'}) : null;
+  const modelEl = modelCard(job.model_summary);
   const timeline = h('ol', {class: 'timeline', id: 'timeline'});
   const tasks = h('tbody');
   const logSel = h('select', {id: 'log-task', 'aria-label': 'task'});
@@ -309,6 +341,7 @@ async function pageJob(id) {
     h('div', {class: 'grid2'}, h('div', {class: 'card'}, summary), h('div', {class: 'card'}, prog)),
     h('div', {class: 'grid2'}, h('div', {class: 'card'}, lossEl), h('div', {class: 'card'}, accEl)),
     ...(workersEl ? [h('div', {class: 'card'}, workersEl)] : []),
+    ...(modelEl ? [modelEl] : []),
     h('div', {class: 'grid2'},
       h('div', {}, h('h2', {}, 'Timeline'), h('div', {class: 'card'}, timeline)),
       h('div', {}, h('h2', {}, 'Tasks'), h('div', {class: 'table-wrap'}, h('table', {id: 'tasks'},

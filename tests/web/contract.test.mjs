@@ -248,6 +248,22 @@ test('cancel, a bad spec, teams and the node operations', async () => {
   assert.equal(bad.status, 422);
   assert.equal(bad.body.error.field, 'model.layers[0].units');
 
+  // a CNN's answer carries its model_summary (the document's ModelSummary), every layer type in it;
+  // cancelled at once: the summary needs only the spec
+  const cnn = await submit(JSON.stringify({name: 'contract-cnn', model: {layers: [
+    {type: 'conv2d', filters: 4, kernel_size: 3, padding: 'same', activation: 'relu', input_shape: [28, 28]},
+    {type: 'batch_normalization'}, {type: 'max_pooling2d'}, {type: 'average_pooling2d'}, {type: 'dropout', rate: 0.1},
+    {type: 'activation', activation: 'relu'}, {type: 'global_average_pooling2d'}, {type: 'reshape', target_shape: [2, 2]},
+    {type: 'flatten'}, {type: 'dense', units: 10, activation: 'softmax'}]},
+    compile: {optimizer: 'adam', loss: 'sparse_categorical_crossentropy', metrics: ['accuracy']},
+    data: {source: 'fashion-mnist', limit: 256}, fit: {epochs: 1, batch_size: 64}}));
+  const cj = await call(`${U}/jobs/${cnn}`);
+  assert.equal(cj.status, 200);
+  assert.deepEqual(cj.body.model_summary.layers.map(l => l.output_shape),
+                   [[28, 28, 4], [28, 28, 4], [14, 14, 4], [7, 7, 4], [7, 7, 4], [7, 7, 4], [4], [2, 2], [4], [10]]);
+  assert.equal(cj.body.model_summary.non_trainable_params, 8);
+  assert.ok([200, 409].includes((await call(`${U}/jobs/${cnn}/cancel`, {method: 'POST'})).status)); // 409: it ended already
+
   const t = await call(U + '/teams', {method: 'POST', token: tokens.admin, body: '{"name": "vision"}'});
   assert.equal(t.status, 201);
   assert.equal((await call(U + '/teams', {method: 'POST', token: tokens.admin, body: '{"name": "vision"}'})).status, 409);

@@ -3,7 +3,9 @@
 // is refused, a rotated-away one said to have expired), submit a job through the form and watch it run to succeeded
 // with both charts drawn and its mean speed, an elastic job's workers chart, cancel a running job from its page, see a bad
 // spec's error at the field it names, what users wrote rendered as text,
-// and the jobs, queue and cluster pages at a desktop's and a phone's width.
+// a CNN's model as Keras' model.summary() shows it (and a command job's
+// page without one), and the jobs, queue and cluster pages at a desktop's
+// and a phone's width.
 // Screenshots go to $WEB_TEST_OUT (default build/web-test).
 import {test, before, after} from 'node:test';
 import assert from 'node:assert/strict';
@@ -225,6 +227,62 @@ test('what users wrote is shown as text, never as markup', async () => {
   assert.equal(await page.evaluate(() => window.pwned), undefined);
 });
 
+/* A small CNN: conv2d 8 3x3 on [28, 28] (one channel added) -> (26, 26, 8), 80 params;
+ * pooling, batch normalization (16 of its 32 params trainable), flatten, dense. */
+function cnnSpec(name) {
+  return JSON.stringify({name, model: {layers: [
+    {type: 'conv2d', filters: 8, kernel_size: 3, activation: 'relu', input_shape: [28, 28]}, {type: 'max_pooling2d'},
+    {type: 'batch_normalization'}, {type: 'flatten'}, {type: 'dense', units: 10, activation: 'softmax'}]},
+    compile: {optimizer: 'adam', loss: 'sparse_categorical_crossentropy', metrics: ['accuracy']},
+    data: {source: 'fashion-mnist', limit: 512}, fit: {epochs: 1, batch_size: 64}});
+}
+
+test('a job page shows the model as Keras\' model.summary(), at a desktop and a phone width', async () => {
+  // the summary needs only the spec: the job is cancelled at once (whether it trains does not matter here)
+  const r = await srv.api('/jobs', {method: 'POST', body: cnnSpec('browser-cnn')});
+  assert.equal(r.status, 201);
+  await srv.api(`/jobs/${r.body.id}/cancel`, {method: 'POST'});
+  const m = (await srv.api(`/jobs/${r.body.id}`)).body.model_summary;
+  assert.deepEqual(m.layers.map(l => [l.name, l.output_shape, l.params]),
+                   [['conv2d_0', [26, 26, 8], 80], ['max_pooling2d_0', [13, 13, 8], 0], ['batch_normalization_0', [13, 13, 8], 32],
+                    ['flatten_0', [1352], 0], ['dense_0', [10], 13530]]);
+  const count = (t) => Number(t.split('(')[0].replace(/[^0-9]/g, ''));
+  for (const [vp, tag] of [[DESKTOP, 'desktop'], [PHONE, 'phone']]) {
+    await page.setViewportSize(vp);
+    await page.goto(`${srv.url}/#/jobs`); // the job page drawn afresh at this width
+    await page.waitForSelector('#jobs');
+    await page.goto(`${srv.url}/#/jobs/${r.body.id}`);
+    await page.waitForSelector('#model tbody tr');
+    await page.waitForTimeout(300); // its charts sized
+    // a row a layer with the API's name, Keras' class, the shape with None for the batch and the Param #
+    const rows = await page.$$eval('#model tbody tr', trs => trs.map(tr => [...tr.cells].map(td => td.textContent)));
+    assert.deepEqual(rows.map(([layer, shape, params]) => [layer, shape, count(params)]),
+                     m.layers.map(l => [`${l.name} (${{conv2d: 'Conv2D', max_pooling2d: 'MaxPooling2D', batch_normalization: 'BatchNormalization',
+                                                        flatten: 'Flatten', dense: 'Dense'}[l.type]})`,
+                                         `(None, ${l.output_shape.join(', ')})`, l.params]));
+    assert.equal(rows[0][1], '(None, 26, 26, 8)');
+    assert.equal(count(await page.textContent('#model-total')), m.total_params);
+    assert.equal(count(await page.textContent('#model-trainable')), m.trainable_params);
+    assert.equal(count(await page.textContent('#model-non-trainable')), m.non_trainable_params);
+    assert.deepEqual([m.total_params, m.trainable_params, m.non_trainable_params], [13642, 13626, 16]);
+    assert.match(await page.textContent('#model-total'), /^13,642 \(53\.3 KiB\)$/);
+    assert.equal(await page.textContent('#model-input'), 'input (None, 28, 28, 1)');
+    // readable on a phone: no sideways scrolling of the page, nor of the table in its frame
+    assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1), `the job page fits the ${tag}`);
+    assert.ok(await page.$eval('#model', t => t.parentElement.scrollWidth <= t.parentElement.clientWidth + 1),
+              `the model's table fits the ${tag} without scrolling`);
+    await page.locator('#model-card').screenshot({path: path.join(OUT, `job-model-${tag}.png`)});
+  }
+  await page.setViewportSize(DESKTOP);
+  // a command job has no model: no card
+  const c = await srv.api('/jobs', {method: 'POST', body: JSON.stringify({name: 'browser-command', command: {argv: ['true']}})});
+  assert.equal(c.status, 201);
+  assert.equal((await srv.api(`/jobs/${c.body.id}`)).body.model_summary, null);
+  await page.goto(`${srv.url}/#/jobs/${c.body.id}`);
+  await page.waitForSelector('#job-summary dt');
+  assert.equal(await page.locator('#model, #model-card').count(), 0);
+});
+
 test('jobs, queue and cluster at a desktop and a phone width', async () => {
   // the slots free of the earlier tests' jobs (a cancelled worker exits in its own time)
   for (let i = 0; i < 600; i++) {
@@ -260,6 +318,7 @@ test('jobs, queue and cluster at a desktop and a phone width', async () => {
     await page.waitForFunction(() => Number(document.querySelector('#chart-loss')?.dataset.points || 0) >= 2, null, {timeout: 60000});
     await page.waitForTimeout(500);
     assert.ok(await page.evaluate(() => document.documentElement.scrollWidth <= window.innerWidth + 1), `job page fits the ${tag}`);
+    assert.equal(await page.locator('#model tbody tr').count(), 3, 'the MLP\'s layers: flatten, dense, dense');
     await shot('job-running-' + tag);
     await page.goto(`${srv.url}/#/submit`);
     await page.waitForSelector('#f-fit-epochs');
