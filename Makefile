@@ -108,6 +108,7 @@ DEPS_check_util    := $(COMMON_OBJ)
 DEPS_check_jobspec := $(COMMON_OBJ) $(SPEC_OBJ)
 DEPS_check_nn      := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(GPU_ENGINE_OBJ)
 DEPS_check_data    := $(ENGINE_OBJ)
+DEPS_check_conv    := $(ENGINE_OBJ)
 DEPS_check_storage := $(COMMON_OBJ) $(SPEC_OBJ) $(STORAGE_OBJ)
 DEPS_check_sched   := $(COMMON_OBJ) $(SPEC_OBJ) $(STORAGE_OBJ) $(SCHED_OBJ)
 DEPS_check_sweep_logic := $(COMMON_OBJ) $(SPEC_OBJ) $(BUILD)/obj/scheduler/sweep.o
