@@ -9,7 +9,8 @@
  * Every strategy (default, one_device, mirrored, central_storage,
  * multi_worker_mirrored) runs a job to succeeded on `trainyard up
  * --cpu-slots 4`, and a 2-worker job whose worker 1 is killed with -9
- * resumes from its checkpoint at attempt 2. */
+ * resumes from its checkpoint at attempt 2; so does a CNN with batch
+ * normalization. */
 #include "testlib.h"
 
 #include <arpa/inet.h>
@@ -21,16 +22,15 @@
 /* Fashion-MNIST, 2000 examples: 1800 train / 200 validation, trained with
  * `strategy` (a JSON object) on workers x devices_per_worker CPU slots;
  * `epochs` sets the length of a run. */
+/* The next specs' layers when not NULL (else an MLP). */
+static const char *g_layers;
+
 static void spec_strategy_ps(char *out, size_t n, const char *name, int epochs, int max_restarts,
                              const char *strategy, int workers, int devices, int batch, int ps) {
     char psf[32] = "";
     if (ps) snprintf(psf, sizeof psf, ",\"ps\":%d", ps);
     snprintf(out, n,
-             "{\"name\":\"%s\",\"model\":{\"layers\":["
-             "{\"type\":\"flatten\",\"input_shape\":[28,28]},"
-             "{\"type\":\"dense\",\"units\":128,\"activation\":\"relu\"},"
-             "{\"type\":\"dropout\",\"rate\":0.2},"
-             "{\"type\":\"dense\",\"units\":10,\"activation\":\"softmax\"}]},"
+             "{\"name\":\"%s\",\"model\":{\"layers\":[%s]},"
              "\"compile\":{\"optimizer\":{\"type\":\"adam\",\"learning_rate\":0.001},"
              "\"loss\":\"sparse_categorical_crossentropy\",\"metrics\":[\"accuracy\"]},"
              "\"data\":{\"source\":\"fashion-mnist\",\"limit\":2000,\"validation_split\":0.1,\"seed\":7},"
@@ -39,7 +39,13 @@ static void spec_strategy_ps(char *out, size_t n, const char *name, int epochs, 
              "\"resources\":{\"workers\":%d,\"devices_per_worker\":%d,\"device\":\"cpu\"%s},"
              "\"checkpoint\":{\"every_epochs\":1,\"keep\":3},"
              "\"max_restarts\":%d}",
-             name, epochs, batch, strategy, workers, devices, psf, max_restarts);
+             name,
+             g_layers ? g_layers
+                      : "{\"type\":\"flatten\",\"input_shape\":[28,28]},"
+                        "{\"type\":\"dense\",\"units\":128,\"activation\":\"relu\"},"
+                        "{\"type\":\"dropout\",\"rate\":0.2},"
+                        "{\"type\":\"dense\",\"units\":10,\"activation\":\"softmax\"}",
+             epochs, batch, strategy, workers, devices, psf, max_restarts);
 }
 
 static void spec_strategy(char *out, size_t n, const char *name, int epochs, int max_restarts, const char *strategy,
@@ -509,6 +515,40 @@ START_TEST(multi_worker_kill9_of_one_worker_resumes_from_checkpoint) {
 }
 END_TEST
 
+/* A CNN with batch normalization through the whole path: submitted,
+ * trained by 2 workers, one killed with -9, resumed from the checkpoint
+ * (weights, optimizer slots and moving statistics) at attempt 2 to
+ * succeeded, with its metrics and test accuracy. */
+START_TEST(cnn_multi_worker_kill9_resumes_from_checkpoint) {
+    char spec[3000], state[32];
+    g_layers = "{\"type\":\"conv2d\",\"filters\":8,\"kernel_size\":3,\"activation\":\"relu\","
+               "\"input_shape\":[28,28]},{\"type\":\"batch_normalization\"},{\"type\":\"max_pooling2d\"},"
+               "{\"type\":\"conv2d\",\"filters\":8,\"kernel_size\":3,\"strides\":2,\"activation\":\"relu\"},"
+               "{\"type\":\"flatten\"},{\"type\":\"dropout\",\"rate\":0.2},"
+               "{\"type\":\"dense\",\"units\":10,\"activation\":\"softmax\"}";
+    spec_strategy(spec, sizeof spec, "cnn-mwm-kill", E2E_LONG, 2, "{\"type\":\"multi_worker_mirrored\"}", 2, 1,
+                  STRAT_BATCH);
+    g_layers = NULL;
+    int64_t id = submit(spec);
+    wait_epochs(id, 2, 120);
+    pid_t victim = task_pid("worker-1");
+    ck_assert_int_gt(victim, 0);
+    ck_assert_int_eq(kill(victim, SIGKILL), 0);
+    wait_state(id, "succeeded", 200, state, sizeof state);
+    int attempt = 0;
+    job_state(id, state, sizeof state, &attempt);
+    if (strcmp(state, "succeeded") != 0) {
+        char *logs = task_logs(id, "worker-0");
+        ck_abort_msg("cnn: %s; worker-0: %.1500s", state, logs);
+    }
+    ck_assert_int_eq(attempt, 2);
+    check_metrics_steps(id, E2E_LONG, 0.6, STRAT_STEPS);
+    char *logs = task_logs(id, "worker-0");
+    ck_assert_msg(strstr(logs, "resuming from the job's latest checkpoint") != NULL, "logs: %.1500s", logs);
+    free(logs);
+}
+END_TEST
+
 /* parameter_server: a dead worker stops nothing; its agent starts it again. */
 START_TEST(parameter_server_worker_kill9_trains_on) {
     char spec[3000], state[32];
@@ -543,6 +583,7 @@ int main(void) {
     TCase *strat = ty_tcase(s, "strategies", start_up4, stop_all, 300);
     tcase_add_test(strat, every_strategy_runs_to_succeeded);
     tcase_add_test(strat, multi_worker_kill9_of_one_worker_resumes_from_checkpoint);
+    tcase_add_test(strat, cnn_multi_worker_kill9_resumes_from_checkpoint);
     tcase_add_test(strat, parameter_server_worker_kill9_trains_on);
     return ty_run_suite(s);
 }

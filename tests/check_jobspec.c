@@ -704,7 +704,8 @@ static char *read_example(const char *name, size_t *len) {
 
 static const char *const EXAMPLES[] = {"fashion_mnist_mlp.json", "fashion_mnist_quick.json",
                                        "synthetic_binary.json", "multi_worker_cpu.json",
-                                       "mirrored_cpu.json", "parameter_server_cpu.json"};
+                                       "mirrored_cpu.json", "parameter_server_cpu.json",
+                                       "fashion_mnist_cnn.json"};
 #define N_EXAMPLES ((int)(sizeof EXAMPLES / sizeof EXAMPLES[0]))
 
 /* Every prefix of a spec is bad JSON (400); random byte changes never crash

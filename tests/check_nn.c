@@ -639,6 +639,231 @@ START_TEST(regularizer_gradient_and_share)
 }
 END_TEST
 
+/* ------------------------------------------------------------ convolutional models */
+
+static void tmp_path(char *out, size_t cap, const char *name);
+
+/* A spec from JSON (' for "): layers over synthetic data of `features`
+ * values, sparse categorical cross-entropy, adam. */
+static jobspec cnn_spec(const char *layers, int features)
+{
+    char json[4096];
+    ck_assert(sfmt(json, sizeof json,
+                   "{'model':{'layers':[%s]},'compile':{'optimizer':'adam','loss':"
+                   "'sparse_categorical_crossentropy','metrics':['accuracy']},"
+                   "'data':{'source':'synthetic','features':%d}}",
+                   layers, features) == 0);
+    for (char *c = json; *c; c++)
+        if (*c == '\'')
+            *c = '"';
+    jobspec s;
+    spec_error e;
+    int rc = jobspec_parse(json, strlen(json), &s, &e);
+    ck_assert_msg(rc == 0, "spec refused: %s %s", e.field, e.message);
+    return s;
+}
+
+/* conv2d (same and valid padding, strides 1 and 2, a non-square kernel,
+ * relu and tanh, with and without bias), max pooling,
+ * flatten: every gradient against central differences */
+START_TEST(grad_conv_maxpool)
+{
+    jobspec s = cnn_spec("{'type':'conv2d','filters':3,'kernel_size':3,'padding':'same','activation':'relu',"
+                         "'input_shape':[6,6,2]},"
+                         "{'type':'max_pooling2d'},"
+                         "{'type':'conv2d','filters':4,'kernel_size':[2,3],'strides':[1,2],'activation':'tanh',"
+                         "'use_bias':false},"
+                         "{'type':'flatten'},{'type':'dense','units':2,'activation':'softmax'}",
+                         72);
+    grad_check(&s, 2, "conv2d same/relu, maxpool, conv2d valid 2x3 stride 1x2/tanh/no bias, dense");
+}
+END_TEST
+
+/* batch normalization first (no input gradient), after a strided conv
+ * (center off) and after global pooling (scale off); dropout on an image;
+ * an activation layer; average pooling with same padding */
+START_TEST(grad_batchnorm_avgpool_gap)
+{
+    jobspec s = cnn_spec("{'type':'batch_normalization','input_shape':[5,5,3]},"
+                         "{'type':'conv2d','filters':3,'kernel_size':3,'strides':2,'padding':'same'},"
+                         "{'type':'batch_normalization','center':false},"
+                         "{'type':'activation','activation':'relu'},"
+                         "{'type':'dropout','rate':0.25,'seed':7},"
+                         "{'type':'average_pooling2d','pool_size':2,'strides':1,'padding':'same'},"
+                         "{'type':'global_average_pooling2d'},"
+                         "{'type':'batch_normalization','scale':false},"
+                         "{'type':'dense','units':2,'activation':'softmax'}",
+                         75);
+    grad_check(&s, 2, "bn, conv stride 2 same, bn(no beta), relu, dropout, avgpool same, gap, bn(no gamma)");
+}
+END_TEST
+
+/* reshape of a flat input into an image; a 1x1 convolution (no im2col) */
+START_TEST(grad_reshape_pointwise_conv)
+{
+    jobspec s = cnn_spec("{'type':'reshape','target_shape':[2,-1,2],'input_shape':[12]},"
+                         "{'type':'conv2d','filters':3,'kernel_size':1,'activation':'sigmoid'},"
+                         "{'type':'flatten'},{'type':'dense','units':2,'activation':'softmax'}",
+                         12);
+    grad_check(&s, 2, "reshape, 1x1 conv/sigmoid, dense");
+}
+END_TEST
+
+/* The tensors are laid out as model.h says, initialised as Keras does
+ * (gamma 1, beta 0, moving mean 0, moving variance 1, glorot limit from
+ * kh * kw * channels), and batch normalization's moving statistics move by
+ * momentum from the training batches while evaluation reads them. */
+START_TEST(cnn_layout_and_moving_statistics)
+{
+    jobspec s = cnn_spec("{'type':'conv2d','filters':4,'kernel_size':3,'input_shape':[6,6,1]},"
+                         "{'type':'batch_normalization','momentum':0.5},"
+                         "{'type':'flatten'},{'type':'dense','units':2,'activation':'softmax'}",
+                         36);
+    model *m = build(&s, 8, 3);
+    static const char *names[] = {"conv2d_0.kernel", "conv2d_0.bias", "batch_normalization_0.gamma",
+                                  "batch_normalization_0.beta", "dense_0.kernel", "dense_0.bias"};
+    ck_assert_int_eq(model_tensor_count(m), 6);
+    for (int t = 0; t < 6; t++)
+        ck_assert_str_eq(model_tensor_at(m, t)->name, names[t]);
+    const model_tensor *k = model_tensor_at(m, 0);
+    ck_assert_int_eq(k->rank, 4);
+    ck_assert(k->shape[0] == 3 && k->shape[1] == 3 && k->shape[2] == 1 && k->shape[3] == 4);
+    double limit = sqrt(6.0 / (9.0 * 1 + 9.0 * 4)), maxabs = 0;
+    for (size_t i = 0; i < k->size; i++)
+        maxabs = fmax(maxabs, fabs(model_params(m)[k->offset + i]));
+    ck_assert_msg(maxabs <= limit && maxabs > limit * 0.5, "glorot limit %g, max |w| %g", limit, maxabs);
+    ck_assert_int_eq(model_state_tensor_count(m), 2);
+    const model_tensor *mm = model_state_tensor_at(m, 0), *mv = model_state_tensor_at(m, 1);
+    ck_assert_str_eq(mm->name, "batch_normalization_0.moving_mean");
+    ck_assert_str_eq(mv->name, "batch_normalization_0.moving_variance");
+    for (int c = 0; c < 4; c++) {
+        ck_assert(model_params(m)[model_tensor_at(m, 2)->offset + c] == 1.0f);
+        ck_assert(model_params(m)[model_tensor_at(m, 3)->offset + c] == 0.0f);
+        ck_assert(model_state(m)[mm->offset + c] == 0.0f);
+        ck_assert(model_state(m)[mv->offset + c] == 1.0f);
+    }
+    float x[8 * 36], y[8];
+    make_data(x, y, 8, 36, 2, 9);
+    double l0, l1;
+    model_evaluate(m, x, y, 8, &l0, NULL);
+    model_forward_backward(m, x, y, 8, 8, NULL);
+    /* the batch's statistics of channel c over 8 x 4 x 4 positions, by hand */
+    float *w = model_params(m) + k->offset, *b = model_params(m) + model_tensor_at(m, 1)->offset;
+    for (int c = 0; c < 4; c++) {
+        double sum = 0, sq = 0;
+        long cnt = 0;
+        for (int e = 0; e < 8; e++)
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) {
+                    double v = b[c];
+                    for (int u = 0; u < 3; u++)
+                        for (int t = 0; t < 3; t++)
+                            v += (double)x[e * 36 + (i + u) * 6 + (j + t)] * w[(u * 3 + t) * 4 + c];
+                    sum += v;
+                    sq += v * v;
+                    cnt++;
+                }
+        double mean = sum / cnt, var = sq / cnt - mean * mean;
+        double want_m = 0.5 * mean, want_v = 0.5 * 1.0 + 0.5 * var * cnt / (cnt - 1);
+        ck_assert_msg(fabs(model_state(m)[mm->offset + c] - want_m) < 1e-5, "moving mean[%d] %g want %g", c,
+                      (double)model_state(m)[mm->offset + c], want_m);
+        ck_assert_msg(fabs(model_state(m)[mv->offset + c] - want_v) < 1e-4 * fmax(1.0, want_v),
+                      "moving variance[%d] %g want %g", c, (double)model_state(m)[mv->offset + c], want_v);
+    }
+    /* evaluation reads the moving statistics (it changed with them), and
+     * does not move them */
+    float keep[8];
+    memcpy(keep, model_state(m), sizeof keep);
+    model_evaluate(m, x, y, 8, &l1, NULL);
+    ck_assert_msg(l1 != l0, "evaluation did not use the moving statistics");
+    ck_assert(!memcmp(keep, model_state(m), sizeof keep));
+    model_free(m);
+}
+END_TEST
+
+/* A CNN with batch normalization and dropout: save, train on, and a fresh
+ * model loaded from the file trains to the same bits, moving statistics
+ * included; a file without them does not load into a model that has them. */
+START_TEST(cnn_checkpoint_resume_bit_identical)
+{
+    jobspec s = cnn_spec("{'type':'conv2d','filters':4,'kernel_size':3,'activation':'relu','input_shape':[6,6,1]},"
+                         "{'type':'batch_normalization'},{'type':'max_pooling2d'},{'type':'dropout','rate':0.3},"
+                         "{'type':'flatten'},{'type':'dense','units':2,'activation':'softmax'}",
+                         36);
+    float x[32 * 36], y[32];
+    make_data(x, y, 32, 36, 2, 4);
+    model *a = build(&s, 8, 11);
+    train_steps(a, x, y, 4, 8, 36);
+    char path[512], err[CKPT_ERR_MAX];
+    tmp_path(path, sizeof path, "cnn.safetensors");
+    ckpt_meta meta = {.epoch = 1, .step = 4};
+    ck_assert_msg(checkpoint_save(path, a, &meta, err) == 0, "%s", err);
+    train_steps(a, x, y, 6, 8, 36);
+    model *b = build(&s, 8, 999);
+    ckpt_meta got;
+    ck_assert_msg(checkpoint_load(path, b, &got, err) == 0, "%s", err);
+    train_steps(b, x, y, 6, 8, 36);
+    ck_assert(!memcmp(model_params(a), model_params(b), model_param_count(a) * sizeof(float)));
+    ck_assert(!memcmp(model_slots(a), model_slots(b),
+                      model_param_count(a) * (size_t)model_slot_count(a) * sizeof(float)));
+    ck_assert_msg(!memcmp(model_state(a), model_state(b), model_state_count(a) * sizeof(float)),
+                  "resumed moving statistics differ");
+    double la, lb;
+    model_evaluate(a, x, y, 32, &la, NULL);
+    model_evaluate(b, x, y, 32, &lb, NULL);
+    ck_assert(la == lb);
+    /* the same layers without batch normalization: another signature */
+    jobspec s2 = cnn_spec("{'type':'conv2d','filters':4,'kernel_size':3,'activation':'relu','input_shape':[6,6,1]},"
+                          "{'type':'max_pooling2d'},{'type':'dropout','rate':0.3},"
+                          "{'type':'flatten'},{'type':'dense','units':2,'activation':'softmax'}",
+                          36);
+    model *c = build(&s2, 8, 1);
+    ck_assert(checkpoint_load(path, c, &got, err) == -1);
+    model_free(a);
+    model_free(b);
+    model_free(c);
+}
+END_TEST
+
+/* Two replicas on half batches sum to the whole batch's gradients through
+ * convolutions, pooling and dropout (no batch normalization: its batch
+ * statistics are each replica's own, as in Keras); gradient accumulation
+ * in micro-batches gives the same. */
+START_TEST(cnn_replicas_and_micro_batches_sum_to_the_batch)
+{
+    jobspec s = cnn_spec("{'type':'conv2d','filters':3,'kernel_size':3,'activation':'relu','padding':'same',"
+                         "'input_shape':[5,5,2]},{'type':'average_pooling2d'},{'type':'dropout','rate':0.2},"
+                         "{'type':'conv2d','filters':2,'kernel_size':2},"
+                         "{'type':'flatten'},{'type':'dense','units':2,'activation':'softmax'}",
+                         50);
+    float x[16 * 50], y[16];
+    make_data(x, y, 16, 50, 2, 6);
+    model *one = build(&s, 16, 5), *r0 = build(&s, 8, 5), *r1 = build(&s, 8, 5), *mb = build(&s, 6, 5);
+    model_forward_backward(one, x, y, 16, 16, NULL);
+    model_set_replicas(r0, 2);
+    model_set_replicas(r1, 2);
+    model_set_row_offset(r0, 0);
+    model_forward_backward(r0, x, y, 8, 16, NULL);
+    model_set_row_offset(r1, 8);
+    model_forward_backward(r1, x + 8 * 50, y + 8, 8, 16, NULL);
+    model_forward_backward_micro(mb, x, y, 16, 0, 3, 16, NULL);
+    size_t np = model_param_count(one);
+    double md = 0, mm = 0, big = 0;
+    for (size_t i = 0; i < np; i++) {
+        md = fmax(md, fabs((double)model_grads(r0)[i] + model_grads(r1)[i] - model_grads(one)[i]));
+        mm = fmax(mm, fabs((double)model_grads(mb)[i] - model_grads(one)[i]));
+        big = fmax(big, fabs((double)model_grads(one)[i]));
+    }
+    ck_assert_msg(big > 1e-3, "no gradient");
+    ck_assert_msg(md <= 1e-6 + 1e-5 * big, "replicas: max difference %g", md);
+    ck_assert_msg(mm <= 1e-6 + 1e-5 * big, "micro-batches: max difference %g", mm);
+    model_free(one);
+    model_free(r0);
+    model_free(r1);
+    model_free(mb);
+}
+END_TEST
+
 /* ------------------------------------------------------------ checkpoints */
 
 static char tmpdir[256];
@@ -1043,7 +1268,7 @@ START_TEST(build_errors)
     ck_assert(model_build(&m, &s, 8, 1, err) == -1); /* no layers */
     add_layer(&s, LAYER_DROPOUT, ACT_LINEAR, 0.5f);
     ck_assert(model_build(&m, &s, 8, 1, err) == -1);
-    ck_assert_ptr_nonnull(strstr(err, "no dense layer"));
+    ck_assert_ptr_nonnull(strstr(err, "no trainable layer"));
     add_dense(&s, 2, ACT_LINEAR);
     s.layers[0].rate = 1.5f;
     ck_assert(model_build(&m, &s, 8, 1, err) == -1);
@@ -1070,6 +1295,9 @@ static Suite *nn_suite(void)
     tcase_add_test(g, grad_softmax_mse_and_relu_layer);
     tcase_add_test(g, grad_unfused_bce_cce_regression);
     tcase_add_test(g, loss_values);
+    tcase_add_test(g, grad_conv_maxpool);
+    tcase_add_test(g, grad_batchnorm_avgpool_gap);
+    tcase_add_test(g, grad_reshape_pointwise_conv);
     suite_add_tcase(s, g);
     TCase *o = tcase_create("optimizers");
     tcase_add_test(o, optimizer_sgd);
@@ -1082,12 +1310,15 @@ static Suite *nn_suite(void)
     tcase_add_test(o, micro_batches_sum_to_the_batch);
     tcase_add_test(o, activation_bytes_scale_with_the_micro_batch);
     tcase_add_test(o, build_errors);
+    tcase_add_test(o, cnn_layout_and_moving_statistics);
+    tcase_add_test(o, cnn_replicas_and_micro_batches_sum_to_the_batch);
     suite_add_tcase(s, o);
     TCase *c = tcase_create("checkpoints");
     tcase_add_checked_fixture(c, tmp_setup, tmp_teardown);
     tcase_add_test(c, checkpoint_resume_bit_identical);
     tcase_add_test(c, checkpoint_corrupt);
     tcase_add_test(c, checkpoint_read_by_python);
+    tcase_add_test(c, cnn_checkpoint_resume_bit_identical);
     tcase_add_test(c, train_loop_stop_and_resume_bit_identical);
     suite_add_tcase(s, c);
     TCase *l = tcase_create("learning");

@@ -18,7 +18,10 @@
  * 2, multi_worker_mirrored 2 workers x 2 and a one-worker parameter_server
  * (deterministic) x 2 give the same weights within 1e-5; a job trained on 2
  * workers, checkpointed, and resumed on 1 worker with the micro-batches of
- * jobspec_micro_batches ends with a 2-worker run's weights. */
+ * jobspec_micro_batches ends with a 2-worker run's weights.
+ *
+ * A small CNN (conv2d, pooling, dropout) goes through every strategy,
+ * accumulation and the resumed run the same way. */
 #include <arpa/inet.h>
 #include <check.h>
 #include <math.h>
@@ -49,13 +52,7 @@
 
 static const char *SPEC_FMT =
     "{\"name\": \"equivalence\","
-    " \"model\": {\"layers\": ["
-    "  {\"type\": \"dense\", \"units\": 256, \"activation\": \"relu\", \"input_shape\": [784],"
-    "   \"kernel_regularizer\": {\"l2\": 0.0005}},"
-    "  {\"type\": \"dropout\", \"rate\": 0.4},"
-    "  {\"type\": \"dense\", \"units\": 128, \"activation\": \"relu\"},"
-    "  {\"type\": \"dropout\", \"rate\": 0.3},"
-    "  {\"type\": \"dense\", \"units\": 10, \"activation\": \"softmax\"}]},"
+    " \"model\": {\"layers\": [%s]},"
     " \"compile\": {\"optimizer\": {\"type\": \"%s\", \"learning_rate\": %s},"
     "  \"loss\": \"sparse_categorical_crossentropy\", \"metrics\": [\"accuracy\"]},"
     " \"data\": {\"source\": \"fashion-mnist\", \"limit\": 3300, \"validation_split\": 0.0,"
@@ -63,6 +60,29 @@ static const char *SPEC_FMT =
     " \"fit\": {\"epochs\": 1, \"batch_size\": %d, \"steps_per_epoch\": %d%s},"
     " \"strategy\": {\"type\": \"%s\"%s},"
     " \"resources\": {\"workers\": %d, \"devices_per_worker\": %d, \"device\": \"cpu\"%s}}";
+
+static const char *MLP_LAYERS =
+    "  {\"type\": \"dense\", \"units\": 256, \"activation\": \"relu\", \"input_shape\": [784],"
+    "   \"kernel_regularizer\": {\"l2\": 0.0005}},"
+    "  {\"type\": \"dropout\", \"rate\": 0.4},"
+    "  {\"type\": \"dense\", \"units\": 128, \"activation\": \"relu\"},"
+    "  {\"type\": \"dropout\", \"rate\": 0.3},"
+    "  {\"type\": \"dense\", \"units\": 10, \"activation\": \"softmax\"}";
+
+/* A small CNN (no batch normalization: its batch statistics are each
+ * replica's own, as in Keras, so they are not split-invariant). */
+static const char *CNN_LAYERS =
+    "  {\"type\": \"conv2d\", \"filters\": 8, \"kernel_size\": 3, \"activation\": \"relu\","
+    "   \"input_shape\": [28, 28], \"kernel_regularizer\": {\"l2\": 0.0005}},"
+    "  {\"type\": \"max_pooling2d\"},"
+    "  {\"type\": \"conv2d\", \"filters\": 16, \"kernel_size\": 3, \"strides\": 2, \"padding\": \"same\","
+    "   \"activation\": \"relu\"},"
+    "  {\"type\": \"average_pooling2d\"},"
+    "  {\"type\": \"dropout\", \"rate\": 0.3},"
+    "  {\"type\": \"flatten\"},"
+    "  {\"type\": \"dense\", \"units\": 10, \"activation\": \"softmax\"}";
+
+static const char *g_layers; /* the next specs' layers: MLP_LAYERS when NULL */
 
 static dataset_splits g_data;
 static int g_loaded;
@@ -78,7 +98,7 @@ static void make_spec(jobspec *s, const char *opt, const char *lr, const char *s
         snprintf(fit_extra, sizeof fit_extra, ", \"gradient_accumulation_steps\": %d", g_accum);
     if (g_ps > 0)
         snprintf(res_extra, sizeof res_extra, ", \"ps\": %d", g_ps);
-    snprintf(json, sizeof json, SPEC_FMT, opt, lr, BATCH, STEPS, fit_extra, strat,
+    snprintf(json, sizeof json, SPEC_FMT, g_layers ? g_layers : MLP_LAYERS, opt, lr, BATCH, STEPS, fit_extra, strat,
              g_scale_lr ? ", \"scale_learning_rate\": true" : "", workers, k, res_extra);
     spec_error se;
     memset(s, 0, sizeof *s);
@@ -639,7 +659,7 @@ END_TEST
  * so the run is deterministic and is default's; with 2 micro-batches summed
  * before the push it still is. The weights are the chief's last checkpoint
  * (the state the ps hold at the end). */
-START_TEST(accumulation_parameter_server_one_worker_equals_default)
+static void ps_one_worker_equals_default(void)
 {
     size_t np;
     float *ref = train_default("sgd", "0.05", &np);
@@ -705,6 +725,10 @@ START_TEST(accumulation_parameter_server_one_worker_equals_default)
     free(ref);
     jobspec_release(&s);
 }
+START_TEST(accumulation_parameter_server_one_worker_equals_default)
+{
+    ps_one_worker_equals_default();
+}
 END_TEST
 
 /* Elastic resize at engine level: a 2-worker job (resources.workers 2)
@@ -712,7 +736,7 @@ END_TEST
  * worker with jobspec_micro_batches(spec, 1) = 2 micro-batches of the
  * 2-worker run's 32 rows, the same global batch of 64, to step 50: the
  * weights are those of the 2-worker run that never stopped. */
-START_TEST(accumulation_resume_on_one_worker_equals_the_2_worker_run)
+static void resume_on_one_worker_equals_the_2_worker_run(void)
 {
     load_data();
     jobspec s;
@@ -765,6 +789,10 @@ START_TEST(accumulation_resume_on_one_worker_equals_the_2_worker_run)
     free(p);
     free(rf.params);
     jobspec_release(&s);
+}
+START_TEST(accumulation_resume_on_one_worker_equals_the_2_worker_run)
+{
+    resume_on_one_worker_equals_the_2_worker_run();
 }
 END_TEST
 
@@ -840,6 +868,24 @@ START_TEST(accumulation_and_replicas_drift_alike_at_batch_1024)
 END_TEST
 
 /* ------------------------------------------------------------ tests */
+
+/* The CNN under every strategy: mirrored and central_storage with 2
+ * replicas, multi_worker_mirrored with 2 workers, each also in 2
+ * micro-batches, a one-worker parameter_server, and a 2-worker run stopped,
+ * checkpointed and resumed on one worker: default's weights within TOL. */
+START_TEST(cnn_every_strategy_equals_default)
+{
+    g_layers = CNN_LAYERS;
+    ck_assert_double_le(diff_threads("sgd", "0.05", "mirrored", 2, 0), TOL);
+    ck_assert_double_le(diff_threads("sgd", "0.05", "central_storage", 2, 0), TOL);
+    ck_assert_double_le(diff_workers("sgd", "0.05", 2, 1, COMM_TRANSPORT_AUTO), TOL);
+    ck_assert_double_le(diff_threads_micro("sgd", "0.05", "mirrored", 2, 0, 2), TOL);
+    ck_assert_double_le(diff_workers_micro("sgd", "0.05", 2, 1, COMM_TRANSPORT_AUTO, 2), TOL);
+    ps_one_worker_equals_default();
+    resume_on_one_worker_equals_the_2_worker_run();
+    g_layers = NULL;
+}
+END_TEST
 
 START_TEST(mirrored_2_and_4_replicas_equal_default)
 {
@@ -938,6 +984,7 @@ int main(void)
     tcase_set_timeout(t, 600);
     tcase_add_test(t, mirrored_2_and_4_replicas_equal_default);
     tcase_add_test(t, central_storage_2_and_4_replicas_equal_default);
+    tcase_add_test(t, cnn_every_strategy_equals_default);
     tcase_add_test(t, multi_worker_2_and_4_workers_equal_default);
     tcase_add_test(t, adam_rmsprop_differences_reported);
     tcase_add_test(t, scale_learning_rate_multiplies_by_replicas);

@@ -23,7 +23,7 @@ typedef struct entry {
     float *data;          /* into the model's params or slots */
     size_t size;          /* floats */
     int rank;
-    int shape[2];
+    int shape[4];
 } entry;
 
 /* Every tensor of the file in order: weights, then each slot. Returns the
@@ -31,8 +31,8 @@ typedef struct entry {
 static int entries_of(const model *mc, entry **out)
 {
     model *m = (model *)mc; /* accessors hand out mutable pointers */
-    int nt = model_tensor_count(m), ns = model_slot_count(m);
-    entry *e = xcalloc((size_t)nt * (size_t)(1 + ns) + 1, sizeof *e);
+    int nt = model_tensor_count(m), ns = model_slot_count(m), nst = model_state_tensor_count(m);
+    entry *e = xcalloc((size_t)nt * (size_t)(1 + ns) + (size_t)nst + 1, sizeof *e);
     int k = 0;
     for (int s = -1; s < ns; s++) {
         for (int i = 0; i < nt; i++) {
@@ -47,9 +47,18 @@ static int entries_of(const model *mc, entry **out)
             }
             x->size = t->size;
             x->rank = t->rank;
-            x->shape[0] = t->shape[0];
-            x->shape[1] = t->shape[1];
+            memcpy(x->shape, t->shape, sizeof x->shape);
         }
+    }
+    /* the non-trainable state: batch normalization's moving statistics */
+    for (int i = 0; i < nst; i++) {
+        const model_tensor *t = model_state_tensor_at(m, i);
+        entry *x = &e[k++];
+        snprintf(x->name, sizeof x->name, "%s", t->name);
+        x->data = model_state(m) + t->offset;
+        x->size = t->size;
+        x->rank = t->rank;
+        memcpy(x->shape, t->shape, sizeof x->shape);
     }
     *out = e;
     return k;
@@ -314,12 +323,15 @@ int checkpoint_decode(const void *data, size_t len, model *m, ckpt_meta *meta,
             ok = !json_size(cJSON_GetArrayItem(sh, r), &v) && v == (size_t)e[i].shape[r];
         }
         if (!ok) {
-            if (e[i].rank == 2)
-                snprintf(err, CKPT_ERR_MAX, "%s: shape differs from the model's [%d, %d]", e[i].name,
-                         e[i].shape[0], e[i].shape[1]);
-            else
-                snprintf(err, CKPT_ERR_MAX, "%s: shape differs from the model's [%d]", e[i].name,
-                         e[i].shape[0]);
+            char want[64] = "";
+            size_t used = 0;
+            for (int r = 0; r < e[i].rank && used < sizeof want; r++) {
+                int w = snprintf(want + used, sizeof want - used, "%s%d", r ? ", " : "", e[i].shape[r]);
+                if (w < 0)
+                    break;
+                used += (size_t)w;
+            }
+            snprintf(err, CKPT_ERR_MAX, "%s: shape differs from the model's [%s]", e[i].name, want);
             free(begin);
             goto out;
         }

@@ -2,8 +2,9 @@
  * 8-byte little-endian header length, a JSON header naming each tensor's
  * dtype ("F32"), shape and data_offsets, then the raw little-endian floats.
  *
- * Tensors: the weights ("dense_0.kernel", "dense_0.bias", ...) and the
- * optimizer slots ("optimizer.dense_0.kernel.velocity", ...). The header's
+ * Tensors: the weights ("dense_0.kernel", "conv2d_0.bias", ...), the
+ * optimizer slots ("optimizer.dense_0.kernel.velocity", ...) and the
+ * non-trainable state ("batch_normalization_0.moving_mean", ...). The header's
  * "__metadata__" (string values only) holds the model signature, optimizer,
  * iterations, dropout RNG state and the loop's position (ckpt_meta), so a
  * save + load + continue is bit-for-bit an uninterrupted run.

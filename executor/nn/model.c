@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../../common/util.h"
+#include "conv.h"
 #include "layers.h"
 #include "loss.h"
 #include "nn_rng.h"
@@ -17,6 +18,7 @@
 
 #define ALIGN_FLOATS 16  /* 64 bytes */
 #define SIG_MAX 4096
+#define COL_CAP_FLOATS (1L << 23) /* conv im2col scratch: 32 MiB, or one example's */
 
 typedef struct nn_op {
     layer_type type;
@@ -29,11 +31,20 @@ typedef struct nn_op {
     dropout_cfg drop;        /* dropout op's rate; for a dense, its fused dropout */
     dropout_key key;         /* dropout op's mask key (seed, layer); for a fused dense, its dropout's */
     int has_seed;            /* dropout: the spec gave its seed (else the model's dropout seed) */
-    float l1, l2;            /* dense: kernel regularizer */
-    int kernel_tensor;       /* dense: tensor index of the kernel (bias = +1) */
-    float *w, *b, *dw, *db;  /* dense: (in, out), (out) */
+    float l1, l2;            /* dense, conv2d: kernel regularizer */
+    int kernel_tensor;       /* dense, conv2d: tensor index of the kernel (bias = +1) */
+    int t0, nt;              /* the op's trainable tensors: [t0, t0 + nt) */
+    float *w, *b, *dw, *db;  /* dense: (in, out), (out); conv2d: (kh, kw, c, oc), (oc) */
     float *y;                /* (max_batch, out) own output buffer, or NULL */
     float *mask;             /* dropout: (max_batch, out) */
+    conv_geom geom;          /* conv2d, pooling: the window over one example */
+    int32_t *argmax;         /* max_pooling2d: (max_batch, out) */
+    int hw, ch;              /* global pooling, batch norm: positions and channels per example */
+    float bn_eps, bn_momentum;
+    float *gamma, *beta, *dgamma, *dbeta; /* batch norm: (ch) each, NULL when not scale/center */
+    float *mmean, *mvar;     /* batch norm: moving statistics, in the state buffer */
+    float *bmean, *binvstd;  /* batch norm: the last training batch's statistics (ch) */
+    int state_tensor;        /* batch norm: state tensor index of the moving mean (var = +1) */
 } nn_op;
 
 struct model {
@@ -50,6 +61,14 @@ struct model {
     model_tensor tensors[MODEL_MAX_TENSORS];
     size_t n_params;
     float *params, *grads, *slots;
+    int n_state_tensors;
+    model_tensor state_tensors[MODEL_MAX_TENSORS];
+    size_t n_state;
+    float *state;            /* non-trainable: moving statistics (per replica) */
+    float *bn_scratch;       /* every batch norm's bmean and binvstd */
+    float *col;              /* conv2d im2col scratch (col_floats) */
+    int32_t *argmax;         /* every max pooling's argmax, one allocation */
+    size_t col_floats;
     int shared_params;       /* params/slots belong to another model (model_share_params) */
     int shared_grads;        /* grads belong to the caller (model_set_grads) */
     long row0;               /* global row of the next batch's first example (dropout keys) */
@@ -111,6 +130,54 @@ static void sig_add(model *m, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Re-points every op's parameter/gradient pointers at the buffers. */
+static void bind_tensors(model *m)
+{
+    for (int i = 0; i < m->n_ops; i++) {
+        nn_op *op = &m->ops[i];
+        if (op->type == LAYER_DENSE || op->type == LAYER_CONV2D) {
+            const model_tensor *kt = &m->tensors[op->kernel_tensor];
+            op->w = m->params + kt->offset;
+            op->dw = m->grads + kt->offset;
+            if (op->use_bias) {
+                op->b = m->params + kt[1].offset;
+                op->db = m->grads + kt[1].offset;
+            }
+        } else if (op->type == LAYER_BATCH_NORMALIZATION) {
+            for (int t = op->t0; t < op->t0 + op->nt; t++) {
+                const model_tensor *tt = &m->tensors[t];
+                size_t len = strlen(tt->name);
+                int is_gamma = len > 6 && strcmp(tt->name + len - 6, ".gamma") == 0;
+                if (is_gamma) {
+                    op->gamma = m->params + tt->offset;
+                    op->dgamma = m->grads + tt->offset;
+                } else {
+                    op->beta = m->params + tt->offset;
+                    op->dbeta = m->grads + tt->offset;
+                }
+            }
+        }
+    }
+}
+
+/* Appends tensor "layer.what" of the given shape at *off (aligned after). */
+static void add_tensor(model_tensor *list, int *n, size_t *off, const char *layer, const char *what,
+                       int rank, int d0, int d1, int d2, int d3)
+{
+    model_tensor *t = &list[(*n)++];
+    snprintf(t->name, sizeof t->name, "%s.%s", layer, what);
+    t->offset = *off;
+    t->rank = rank;
+    int d[4] = {d0, d1, d2, d3};
+    t->size = 1;
+    for (int r = 0; r < 4; r++) {
+        t->shape[r] = r < rank ? d[r] : 0;
+        if (r < rank)
+            t->size *= (size_t)d[r];
+    }
+    *off = align_up(*off + t->size);
+}
+
 int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
                 char err[MODEL_ERR_MAX])
 {
@@ -133,17 +200,26 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
     m->n_ops = spec->n_layers;
     sig_add(m, "in=%d", m->in_size);
 
-    /* shapes and tensors */
-    int width = m->in_size, dense_i = 0;
-    size_t off = 0, act_floats = 0, mask_floats = 0;
+    /* shapes and tensors (the spec parser resolved each layer's shapes) */
+    int width = m->in_size;
+    size_t off = 0, soff = 0, act_floats = 0, mask_floats = 0, argmax_n = 0, bn_floats = 0;
     m->first_param_op = -1;
     m->max_width = width;
     for (int i = 0; i < m->n_ops; i++) {
         const layer_spec *ls = &spec->layers[i];
         nn_op *op = &m->ops[i];
+        char lname[MODEL_NAME_MAX - 24];
+        jobspec_layer_name(spec, i, lname, sizeof lname);
         op->type = ls->type;
         op->in = width;
         op->act = ACT_LINEAR;
+        op->t0 = m->n_tensors;
+        long out_size = 1;
+        for (int d = 0; d < ls->out_rank; d++)
+            out_size *= ls->out_shape[d];
+        /* layers past the first get their shapes from the parser */
+        int in_img = ls->in_rank == 3 || (i == 0 && spec->input_rank == 3);
+        const int *ish = i == 0 ? spec->input_shape : ls->in_shape;
         switch (ls->type) {
         case LAYER_DENSE:
             if (ls->units <= 0 || ls->units > JOBSPEC_MAX_UNITS) {
@@ -156,33 +232,98 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
             op->l1 = ls->l1;
             op->l2 = ls->l2;
             op->own_output = 1;
-            if (m->first_param_op < 0)
-                m->first_param_op = i;
             op->kernel_tensor = m->n_tensors;
-            {
-                model_tensor *t = &m->tensors[m->n_tensors++];
-                snprintf(t->name, sizeof t->name, "dense_%d.kernel", dense_i);
-                t->offset = off;
-                t->size = (size_t)op->in * op->out;
-                t->rank = 2;
-                t->shape[0] = op->in;
-                t->shape[1] = op->out;
-                off = align_up(off + t->size);
-                if (op->use_bias) {
-                    t = &m->tensors[m->n_tensors++];
-                    snprintf(t->name, sizeof t->name, "dense_%d.bias", dense_i);
-                    t->offset = off;
-                    t->size = (size_t)op->out;
-                    t->rank = 1;
-                    t->shape[0] = op->out;
-                    off = align_up(off + t->size);
-                }
-            }
-            dense_i++;
+            add_tensor(m->tensors, &m->n_tensors, &off, lname, "kernel", 2, op->in, op->out, 0, 0);
+            if (op->use_bias)
+                add_tensor(m->tensors, &m->n_tensors, &off, lname, "bias", 1, op->out, 0, 0, 0);
             sig_add(m, "|dense(%d,%s,%s)", op->out, act_str(op->act), op->use_bias ? "bias" : "nobias");
             if (op->l1 > 0 || op->l2 > 0)
                 sig_add(m, "(l1=%g,l2=%g)", (double)op->l1, (double)op->l2);
             break;
+        case LAYER_CONV2D:
+        case LAYER_MAX_POOLING2D:
+        case LAYER_AVERAGE_POOLING2D: {
+            if (!in_img || ls->out_rank != 3 || (long)ish[0] * ish[1] * ish[2] != width) {
+                model_free(m);
+                return fail(err, "takes an image (height, width, channels)", i);
+            }
+            int conv = ls->type == LAYER_CONV2D;
+            const int *k = conv ? ls->kernel_size : ls->pool_size;
+            conv_geom_init(&op->geom, ish[0], ish[1], ish[2], k[0], k[1], ls->strides[0], ls->strides[1],
+                           ls->padding, conv ? ls->filters : ish[2]);
+            if (op->geom.oh < 1 || op->geom.ow < 1 || op->geom.oh != ls->out_shape[0] ||
+                op->geom.ow != ls->out_shape[1]) {
+                model_free(m);
+                return fail(err, "window does not fit its input", i);
+            }
+            op->out = op->geom.oh * op->geom.ow * op->geom.oc;
+            op->own_output = 1;
+            if (conv) {
+                op->act = ls->activation;
+                op->use_bias = ls->use_bias;
+                op->l1 = ls->l1;
+                op->l2 = ls->l2;
+                op->kernel_tensor = m->n_tensors;
+                add_tensor(m->tensors, &m->n_tensors, &off, lname, "kernel", 4, k[0], k[1], ish[2],
+                           ls->filters);
+                if (op->use_bias)
+                    add_tensor(m->tensors, &m->n_tensors, &off, lname, "bias", 1, ls->filters, 0, 0, 0);
+                size_t need = conv2d_scratch_floats(&op->geom, max_batch);
+                size_t one = conv2d_scratch_floats(&op->geom, 1);
+                if (need > (size_t)COL_CAP_FLOATS)
+                    need = one > (size_t)COL_CAP_FLOATS ? one : (size_t)COL_CAP_FLOATS;
+                if (need > m->col_floats)
+                    m->col_floats = need;
+                sig_add(m, "|conv2d(%d,%dx%d,%dx%d,%s,%s,%s)", ls->filters, k[0], k[1], ls->strides[0],
+                        ls->strides[1], padding_name(ls->padding), act_str(op->act),
+                        op->use_bias ? "bias" : "nobias");
+                if (op->l1 > 0 || op->l2 > 0)
+                    sig_add(m, "(l1=%g,l2=%g)", (double)op->l1, (double)op->l2);
+            } else {
+                if (ls->type == LAYER_MAX_POOLING2D)
+                    argmax_n += align_up((size_t)max_batch * op->out);
+                sig_add(m, "|%s(%dx%d,%dx%d,%s)", ls->type == LAYER_MAX_POOLING2D ? "maxpool" : "avgpool",
+                        k[0], k[1], ls->strides[0], ls->strides[1], padding_name(ls->padding));
+            }
+            break;
+        }
+        case LAYER_GLOBAL_AVERAGE_POOLING2D:
+            if (!in_img || (long)ish[0] * ish[1] * ish[2] != width) {
+                model_free(m);
+                return fail(err, "takes an image (height, width, channels)", i);
+            }
+            op->hw = ish[0] * ish[1];
+            op->ch = ish[2];
+            op->out = op->ch;
+            op->own_output = 1;
+            sig_add(m, "|gap");
+            break;
+        case LAYER_BATCH_NORMALIZATION: {
+            int rank = i == 0 ? spec->input_rank : ls->in_rank;
+            op->ch = rank > 0 ? ish[rank - 1] : width;
+            if (op->ch <= 0 || width % op->ch != 0) {
+                model_free(m);
+                return fail(err, "batch normalization: input shape unknown", i);
+            }
+            op->hw = width / op->ch;
+            op->out = width;
+            op->own_output = 1;
+            op->bn_eps = ls->epsilon;
+            op->bn_momentum = ls->momentum;
+            if (ls->scale)
+                add_tensor(m->tensors, &m->n_tensors, &off, lname, "gamma", 1, op->ch, 0, 0, 0);
+            if (ls->center)
+                add_tensor(m->tensors, &m->n_tensors, &off, lname, "beta", 1, op->ch, 0, 0, 0);
+            op->state_tensor = m->n_state_tensors;
+            add_tensor(m->state_tensors, &m->n_state_tensors, &soff, lname, "moving_mean", 1, op->ch, 0,
+                       0, 0);
+            add_tensor(m->state_tensors, &m->n_state_tensors, &soff, lname, "moving_variance", 1, op->ch,
+                       0, 0, 0);
+            bn_floats += 2 * align_up((size_t)op->ch);
+            sig_add(m, "|bn(%d,%g,%g,%s%s)", op->ch, (double)ls->momentum, (double)ls->epsilon,
+                    ls->scale ? "scale" : "", ls->center ? "center" : "");
+            break;
+        }
         case LAYER_DROPOUT:
             if (!(ls->rate >= 0.0f && ls->rate < 1.0f)) {
                 model_free(m);
@@ -200,6 +341,11 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
             op->out = width;
             sig_add(m, "|flatten");
             break;
+        case LAYER_RESHAPE:
+            op->out = width;
+            sig_add(m, "|reshape(%d,%d,%d,%d)", ls->out_shape[0], ls->out_rank > 1 ? ls->out_shape[1] : 0,
+                    ls->out_rank > 2 ? ls->out_shape[2] : 0, ls->out_rank > 3 ? ls->out_shape[3] : 0);
+            break;
         case LAYER_ACTIVATION:
             op->out = width;
             op->act = ls->activation;
@@ -210,13 +356,20 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
             model_free(m);
             return fail(err, "unknown layer type", i);
         }
+        if (ls->out_rank > 0 && out_size != op->out) {
+            model_free(m);
+            return fail(err, "output size does not match the spec's shapes", i);
+        }
+        op->nt = m->n_tensors - op->t0;
+        if (op->nt > 0 && m->first_param_op < 0)
+            m->first_param_op = i;
         width = op->out;
         if (width > m->max_width)
             m->max_width = width;
     }
     if (m->first_param_op < 0) {
         model_free(m);
-        return fail(err, "model has no dense layer (nothing to train)", -1);
+        return fail(err, "model has no trainable layer (nothing to train)", -1);
     }
     m->out_size = width;
     if (spec->output_size > 0 && spec->output_size != width) {
@@ -281,9 +434,15 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
     m->g[1] = xcalloc(gsize, sizeof(float));
     m->inputs = xcalloc((size_t)m->n_ops, sizeof(*m->inputs));
     m->scratch = xcalloc((size_t)m->max_width + 1, sizeof(uint32_t));
-    m->act_bytes = sizeof(float) * (act_floats + mask_floats + 2 * gsize) +
-                   sizeof(uint32_t) * (size_t)m->max_width;
-    size_t aoff = 0, moff = 0;
+    m->n_state = soff;
+    m->state = xcalloc(soff + 1, sizeof(float));
+    m->bn_scratch = xcalloc(bn_floats + 1, sizeof(float));
+    m->col = xcalloc(m->col_floats + 1, sizeof(float));
+    int32_t *argmax_buf = argmax_n ? xcalloc(argmax_n, sizeof(int32_t)) : NULL;
+    m->argmax = argmax_buf;
+    m->act_bytes = sizeof(float) * (act_floats + mask_floats + 2 * gsize + m->col_floats) +
+                   sizeof(uint32_t) * (size_t)m->max_width + sizeof(int32_t) * argmax_n;
+    size_t aoff = 0, moff = 0, xoff = 0, boff = 0;
     for (int i = 0; i < m->n_ops; i++) {
         nn_op *op = &m->ops[i];
         if (op->own_output) {
@@ -294,31 +453,48 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
             op->mask = m->masks + moff;
             moff += align_up((size_t)max_batch * op->out);
         }
-        if (op->type == LAYER_DENSE) {
-            model_tensor *kt = &m->tensors[op->kernel_tensor];
-            op->w = m->params + kt->offset;
-            op->dw = m->grads + kt->offset;
-            if (op->use_bias) {
-                model_tensor *bt = &m->tensors[op->kernel_tensor + 1];
-                op->b = m->params + bt->offset;
-                op->db = m->grads + bt->offset;
-            }
+        if (op->type == LAYER_MAX_POOLING2D) {
+            op->argmax = argmax_buf + xoff;
+            xoff += align_up((size_t)max_batch * op->out);
+        }
+        if (op->type == LAYER_BATCH_NORMALIZATION) {
+            op->bmean = m->bn_scratch + boff;
+            op->binvstd = op->bmean + align_up((size_t)op->ch);
+            boff += 2 * align_up((size_t)op->ch);
+            op->mmean = m->state + m->state_tensors[op->state_tensor].offset;
+            op->mvar = m->state + m->state_tensors[op->state_tensor + 1].offset;
+            for (int c = 0; c < op->ch; c++)
+                op->mvar[c] = 1.0f; /* Keras: moving_variance_initializer "ones" */
         }
     }
+    bind_tensors(m);
 
-    /* initial values: one init stream per tensor, dropout its own stream */
+    /* initial values: one init stream per kernel and bias (dense and conv2d
+     * layers counted together, in order); gamma 1, beta 0 */
     int di = 0;
     for (int i = 0; i < m->n_ops; i++) {
         nn_op *op = &m->ops[i];
-        if (op->type != LAYER_DENSE)
-            continue;
         const layer_spec *ls = &spec->layers[i];
+        if (op->type == LAYER_BATCH_NORMALIZATION && op->gamma) {
+            for (int c = 0; c < op->ch; c++)
+                op->gamma[c] = 1.0f;
+        }
+        if (op->type != LAYER_DENSE && op->type != LAYER_CONV2D)
+            continue;
+        const model_tensor *kt = &m->tensors[op->kernel_tensor];
+        int fan_in = op->in, fan_out = op->out, nb = op->out;
+        if (op->type == LAYER_CONV2D) {
+            int rf = op->geom.kh * op->geom.kw;
+            fan_in = rf * op->geom.c;
+            fan_out = rf * op->geom.oc;
+            nb = op->geom.oc;
+        }
         nn_rng r;
         nn_rng_seed(&r, seed, 1000 + 2 * (uint64_t)di);
-        init_fill(op->w, (long)op->in * op->out, op->in, op->out, ls->kernel_initializer, &r);
+        init_fill(op->w, (long)kt->size, fan_in, fan_out, ls->kernel_initializer, &r);
         if (op->b) {
             nn_rng_seed(&r, seed, 1001 + 2 * (uint64_t)di);
-            init_fill(op->b, op->out, op->out, op->out, ls->bias_initializer, &r);
+            init_fill(op->b, nb, nb, nb, ls->bias_initializer, &r);
         }
         di++;
     }
@@ -344,6 +520,10 @@ void model_free(model *m)
     free(m->g[1]);
     free(m->inputs);
     free(m->scratch);
+    free(m->state);
+    free(m->bn_scratch);
+    free(m->col);
+    free(m->argmax);
     free(m);
 }
 
@@ -392,7 +572,33 @@ static const float *forward(model *m, const float *x, int n, int training)
             act_forward(op->y, n, op->out, op->act);
             cur = op->y;
             break;
+        case LAYER_CONV2D:
+            conv2d_forward(op->y, cur, op->w, op->b, n, &op->geom, op->act, m->col, m->col_floats);
+            cur = op->y;
+            break;
+        case LAYER_MAX_POOLING2D:
+            maxpool_forward(op->y, op->argmax, cur, n, &op->geom);
+            cur = op->y;
+            break;
+        case LAYER_AVERAGE_POOLING2D:
+            avgpool_forward(op->y, cur, n, &op->geom);
+            cur = op->y;
+            break;
+        case LAYER_GLOBAL_AVERAGE_POOLING2D:
+            gap_forward(op->y, cur, n, op->hw, op->ch);
+            cur = op->y;
+            break;
+        case LAYER_BATCH_NORMALIZATION:
+            if (training)
+                bn_forward_train(op->y, op->bmean, op->binvstd, cur, (long)n * op->hw, op->ch, op->gamma,
+                                 op->beta, op->bn_eps, op->bn_momentum, op->mmean, op->mvar);
+            else
+                bn_forward_eval(op->y, cur, (long)n * op->hw, op->ch, op->gamma, op->beta, op->bn_eps,
+                                op->mmean, op->mvar);
+            cur = op->y;
+            break;
         case LAYER_FLATTEN:
+        case LAYER_RESHAPE:
             break;
         }
     }
@@ -408,7 +614,7 @@ static double regularize(const model *m, const nn_op *op, float *dw)
     if (!(op->l1 > 0.0f || op->l2 > 0.0f))
         return 0.0;
     const float *restrict w = op->w;
-    long count = (long)op->in * op->out;
+    long count = (long)m->tensors[op->kernel_tensor].size;
     const float l1 = op->l1, l2 = op->l2, sc = m->reg_scale;
     double a1 = 0.0, a2 = 0.0;
     for (long i = 0; i < count; i++) {
@@ -426,7 +632,7 @@ static double regularize_all(model *m, int grad)
 {
     double r = 0.0;
     for (int i = 0; i < m->n_ops; i++)
-        if (m->ops[i].type == LAYER_DENSE)
+        if (m->ops[i].type == LAYER_DENSE || m->ops[i].type == LAYER_CONV2D)
             r += regularize(m, &m->ops[i], grad ? m->ops[i].dw : NULL);
     return r;
 }
@@ -456,24 +662,48 @@ static float step(model *m, const float *x, const float *y, int n, int global_ba
                                         global_batch, gcur, &correct);
     for (int i = m->n_ops - 1; i >= m->first_param_op; i--) {
         nn_op *op = &m->ops[i];
+        float *dx = i > m->first_param_op ? gother : NULL;
+        int swap = 1;
         switch (op->type) {
-        case LAYER_DENSE: {
-            float *dx = i > m->first_param_op ? gother : NULL;
+        case LAYER_DENSE:
             dense_backward(dx, op->dw, op->db, gcur, op->y, m->inputs[i], op->w, n, op->in,
                            op->out, op->act, op->fused_next ? &op->drop : NULL, 0, accumulate);
             reg += regularize(m, op, accumulate ? NULL : op->dw);
-            if (update) {
-                const model_tensor *kt = &m->tensors[op->kernel_tensor];
-                const model_tensor *lt = op->use_bias ? kt + 1 : kt;
-                size_t o0 = kt->offset, len = align_up(lt->offset + lt->size) - o0;
-                optimizer_step(&m->opt, m->params + o0, m->grads + o0, m->slots + o0, len,
-                               m->n_params, m->iterations);
-            }
+            break;
+        case LAYER_CONV2D:
+            conv2d_backward(dx, op->dw, op->db, gcur, op->y, m->inputs[i], op->w, n, &op->geom, op->act,
+                            accumulate, m->col, m->col_floats);
+            reg += regularize(m, op, accumulate ? NULL : op->dw);
+            break;
+        case LAYER_BATCH_NORMALIZATION:
+            bn_backward(dx, op->dgamma, op->dbeta, gcur, m->inputs[i], op->bmean, op->binvstd, op->gamma,
+                        (long)n * op->hw, op->ch, accumulate);
+            break;
+        case LAYER_MAX_POOLING2D:
+            maxpool_backward(gother, gcur, op->argmax, n, &op->geom);
+            break;
+        case LAYER_AVERAGE_POOLING2D:
+            avgpool_backward(gother, gcur, n, &op->geom);
+            break;
+        case LAYER_GLOBAL_AVERAGE_POOLING2D:
+            gap_backward(gother, gcur, n, op->hw, op->ch);
+            break;
+        default:
+            swap = 0;
+            break;
+        }
+        if (update && op->nt > 0) {
+            const model_tensor *kt = &m->tensors[op->t0], *lt = &m->tensors[op->t0 + op->nt - 1];
+            size_t o0 = kt->offset, len = align_up(lt->offset + lt->size) - o0;
+            optimizer_step(&m->opt, m->params + o0, m->grads + o0, m->slots + o0, len, m->n_params,
+                           m->iterations);
+        }
+        if (swap) {
             float *t = gcur;
             gcur = gother;
             gother = t;
-            break;
         }
+        switch (op->type) {
         case LAYER_DROPOUT:
             if (!op->fused_into_prev && op->drop.rate > 0.0f)
                 dropout_backward(gcur, op->mask, n, op->out);
@@ -482,7 +712,7 @@ static float step(model *m, const float *x, const float *y, int n, int global_ba
             if (op->own_output)
                 act_backward(gcur, op->y, n, op->out, op->act);
             break;
-        case LAYER_FLATTEN:
+        default:
             break;
         }
     }
@@ -575,23 +805,6 @@ void model_apply_range(model *m, const float *grads, size_t begin, size_t end)
                    m->n_params, m->iterations);
 }
 
-/* Re-points every dense op's parameter/gradient pointers at the buffers. */
-static void bind_tensors(model *m)
-{
-    for (int i = 0; i < m->n_ops; i++) {
-        nn_op *op = &m->ops[i];
-        if (op->type != LAYER_DENSE)
-            continue;
-        const model_tensor *kt = &m->tensors[op->kernel_tensor];
-        op->w = m->params + kt->offset;
-        op->dw = m->grads + kt->offset;
-        if (op->use_bias) {
-            op->b = m->params + kt[1].offset;
-            op->db = m->grads + kt[1].offset;
-        }
-    }
-}
-
 int model_share_params(model *m, model *owner)
 {
     if (m == owner || m->n_params != owner->n_params || m->n_slots != owner->n_slots ||
@@ -651,6 +864,13 @@ void model_predict(model *m, const float *x, long n, float *out)
 float *model_params(model *m) { return m->params; }
 float *model_grads(model *m) { return m->grads; }
 float *model_slots(model *m) { return m->slots; }
+float *model_state(model *m) { return m->state; }
+size_t model_state_count(const model *m) { return m->n_state; }
+int model_state_tensor_count(const model *m) { return m->n_state_tensors; }
+const model_tensor *model_state_tensor_at(const model *m, int i)
+{
+    return (i >= 0 && i < m->n_state_tensors) ? &m->state_tensors[i] : NULL;
+}
 size_t model_param_count(const model *m) { return m->n_params; }
 int model_slot_count(const model *m) { return m->n_slots; }
 const char *model_slot_name(const model *m, int s) { return optimizer_slot_name(&m->opt, s); }

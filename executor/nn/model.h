@@ -28,13 +28,21 @@
 
 typedef struct model model;
 
-/* One named parameter tensor: its place in the flat buffers. */
+/* One named tensor: its place in the flat buffers. Trainable tensors, in
+ * layer order, each 64-byte aligned in params/grads/each slot:
+ *   dense_K.kernel (in, out), dense_K.bias (out);
+ *   conv2d_K.kernel (kh, kw, c_in, c_out), conv2d_K.bias (c_out);
+ *   batch_normalization_K.gamma (c) when scale, .beta (c) when center;
+ * K counts the layers of that type before it (jobspec_layer_name). The
+ * non-trainable state (model_state) holds, the same way,
+ *   batch_normalization_K.moving_mean (c) (starts at 0) and
+ *   batch_normalization_K.moving_variance (c) (starts at 1). */
 typedef struct model_tensor {
-    char name[MODEL_NAME_MAX];   /* "dense_0.kernel", "dense_0.bias" */
-    size_t offset;               /* in floats, into params/grads/each slot */
+    char name[MODEL_NAME_MAX];   /* "dense_0.kernel", "conv2d_1.bias" */
+    size_t offset;               /* in floats, into params/grads/each slot (or the state) */
     size_t size;                 /* floats */
-    int rank;                    /* 1 or 2 */
-    int shape[2];                /* kernel (in, out); bias (out) */
+    int rank;                    /* 1 to 4 */
+    int shape[4];
 } model_tensor;
 
 /* What one forward pass saw, for metrics. */
@@ -127,6 +135,15 @@ void model_evaluate(model *m, const float *x, const float *y, long n, double *lo
 /* Inference outputs (n, output_size) as probabilities/values (the fused
  * softmax/sigmoid applied). */
 void model_predict(model *m, const float *x, long n, float *out);
+
+/* The non-trainable state (batch normalization's moving statistics): one
+ * flat buffer of model_state_count floats, its tensors listed by
+ * model_state_tensor_at. Each replica keeps its own (Keras' default);
+ * evaluation and predict read them; checkpoints keep them. */
+float *model_state(model *m);
+size_t model_state_count(const model *m);
+int model_state_tensor_count(const model *m);
+const model_tensor *model_state_tensor_at(const model *m, int i);
 
 /* ---------------------------------------------------------------- access */
 float *model_params(model *m);            /* (model_param_count) */

@@ -215,6 +215,7 @@ model *engine_take_model(engine *e, const jobspec *spec, char err[ENGINE_ERR_MAX
     }
     memcpy(model_params(out), model_params(e->m), sizeof(float) * model_param_count(e->m));
     memcpy(model_slots(out), model_slots(e->m), sizeof(float) * model_param_count(e->m) * (size_t)model_slot_count(e->m));
+    memcpy(model_state(out), model_state(e->m), sizeof(float) * model_state_count(e->m));
     model_set_iterations(out, model_iterations(e->m));
     uint64_t rng[4];
     model_rng_get(e->m, rng);

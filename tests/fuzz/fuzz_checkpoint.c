@@ -1,6 +1,7 @@
 /* fuzz_checkpoint.c - libFuzzer target for executor/nn/checkpoint.c
- * (checkpoint_decode, the safetensors reader) against two small models, one
- * with adam's slots and one plain sgd; the first input byte picks the model.
+ * (checkpoint_decode, the safetensors reader) against three small models, one
+ * with adam's slots, one plain sgd, and a CNN with batch normalization's
+ * moving statistics; the first input byte (mod 3) picks the model.
  * A decode that succeeds must encode back to a file that decodes again; one
  * that fails must leave the model untouched. With FUZZ_CKPT_SEEDS=DIR set,
  * the target writes valid checkpoints of both models there and exits (how
@@ -17,18 +18,23 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 
-static const char *const SPECS[2] = {
+#define N_MODELS 3
+static const char *const SPECS[N_MODELS] = {
     "{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":3,\"activation\":\"relu\",\"input_shape\":[2]},"
     "{\"type\":\"dropout\",\"rate\":0.5},{\"type\":\"dense\",\"units\":2,\"activation\":\"softmax\"}]},"
     "\"compile\":{\"optimizer\":\"adam\",\"loss\":\"sparse_categorical_crossentropy\"},"
     "\"data\":{\"source\":\"synthetic\",\"features\":2}}",
     "{\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":1,\"use_bias\":false,\"input_shape\":[3]}]},"
     "\"compile\":{\"optimizer\":\"sgd\",\"loss\":\"mse\"},\"data\":{\"source\":\"synthetic\",\"features\":3}}",
+    "{\"model\":{\"layers\":[{\"type\":\"conv2d\",\"filters\":2,\"kernel_size\":2,\"input_shape\":[3,3,1]},"
+    "{\"type\":\"batch_normalization\"},{\"type\":\"flatten\"},{\"type\":\"dense\",\"units\":2,\"activation\":\"softmax\"}]},"
+    "\"compile\":{\"optimizer\":\"adam\",\"loss\":\"sparse_categorical_crossentropy\"},"
+    "\"data\":{\"source\":\"synthetic\",\"features\":9}}",
 };
 
-static model *g_model[2];
-static unsigned char *g_snap[2]; /* the pristine encoding, to check "untouched" */
-static size_t g_snap_len[2];
+static model *g_model[N_MODELS];
+static unsigned char *g_snap[N_MODELS]; /* the pristine encoding, to check "untouched" */
+static size_t g_snap_len[N_MODELS];
 static ckpt_meta g_meta;         /* the metadata of the pristine encodings */
 
 static void build(int i) {
@@ -58,12 +64,13 @@ static void build(int i) {
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    for (int i = 0; i < 2; i++) build(i);
+    for (int i = 0; i < N_MODELS; i++) build(i);
     const char *dir = getenv("FUZZ_CKPT_SEEDS");
     if (dir && *dir) {
-        for (int i = 0; i < 2; i++) {
+        static const char *const names[N_MODELS] = {"adam", "sgd", "cnn"};
+        for (int i = 0; i < N_MODELS; i++) {
             char path[512];
-            snprintf(path, sizeof path, "%s/valid_%s", dir, i ? "sgd" : "adam");
+            snprintf(path, sizeof path, "%s/valid_%s", dir, names[i]);
             FILE *f = fopen(path, "wb");
             if (!f || fputc(i, f) == EOF || fwrite(g_snap[i], 1, g_snap_len[i], f) != g_snap_len[i]) abort();
             fclose(f);
@@ -75,7 +82,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    int i = data[0] & 1;
+    int i = data[0] % N_MODELS;
     model *m = g_model[i];
     ckpt_meta meta;
     char err[CKPT_ERR_MAX];
