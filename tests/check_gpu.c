@@ -15,6 +15,18 @@
  * by their global index), so the dropout cases compare exactly the same
  * masks.
  *
+ * The convolutional cases (cnn_*) run two small CNNs (16x16x2 images; conv2d
+ * same and valid, stride 2, 1x1, with and without bias; max pooling with
+ * and without overlapping windows; average pooling with padding; batch
+ * normalization on images and on a flat input, with and without
+ * gamma/beta; global average pooling; dropout after a conv; reshape,
+ * flatten, dense) through both engines: layout and initial values, a few
+ * steps (train_step with and without the graph, forward_backward +
+ * apply_gradients, two micro-batches), the moving statistics, evaluate,
+ * predict and the state through to_host/from_host. Batch normalization
+ * divides by the batch's standard deviation, which magnifies the rounding
+ * differences of the GEMMs: evaluation there is compared to 1e-3 relative.
+ *
  * Without a CUDA device (a CPU build, no driver, or no GPU) every case
  * prints "SKIP: no CUDA device (...)" and passes. The GPU session command:
  * bench/gpu/gpu-test.sh (docs/gpu.md). */
@@ -26,6 +38,7 @@
 
 #include "../executor/cuda/gpu_device.h"
 #include "../executor/cuda/gpu_model.h"
+#include "../executor/cuda/gpu_spec_shapes.h"
 #include "../executor/nn/model.h"
 #include "../executor/nn/nn_rng.h"
 
@@ -33,6 +46,10 @@
 #define SHORT 40       /* the last batch of a run: not full (eager path) */
 #define STEPS 6
 #define IN 48
+#define IMG_H 16       /* the CNN cases' images: IMG_H x IMG_W x IMG_C */
+#define IMG_W 16
+#define IMG_C 2
+#define IMG (IMG_H * IMG_W * IMG_C)
 
 /* ------------------------------------------------------------ skip */
 
@@ -137,26 +154,26 @@ static void make_spec(jobspec *s, enum variant v, opt_type opt, int dropout, int
     }
 }
 
-/* n examples of IN normal features; labels from a fixed random linear map
+/* n examples of `in` normal features; labels from a fixed random linear map
  * (class index, or 0/1 when classes == 2 with one output). */
-static void make_data(float *x, float *y, int n, int classes, uint64_t seed)
+static void make_data_in(float *x, float *y, int n, int in, int classes, uint64_t seed)
 {
     nn_rng r;
     nn_rng_seed(&r, seed, 77);
-    float w[IN * 10];
+    float *w = malloc(sizeof(float) * (size_t)in * 10);
     nn_rng t;
     nn_rng_seed(&t, 12345, 78);
-    for (int i = 0; i < IN * 10; i++)
+    for (int i = 0; i < in * 10; i++)
         w[i] = (float)nn_rng_normal(&t);
     for (int i = 0; i < n; i++) {
-        for (int j = 0; j < IN; j++)
-            x[(long)i * IN + j] = (float)nn_rng_normal(&r);
+        for (int j = 0; j < in; j++)
+            x[(long)i * in + j] = (float)nn_rng_normal(&r);
         int best = 0;
         float bv = -1e30f;
         for (int c = 0; c < classes; c++) {
             float v = 0.0f;
-            for (int j = 0; j < IN; j++)
-                v += x[(long)i * IN + j] * w[j * 10 + c];
+            for (int j = 0; j < in; j++)
+                v += x[(long)i * in + j] * w[j * 10 + c];
             if (v > bv) {
                 bv = v;
                 best = c;
@@ -164,6 +181,94 @@ static void make_data(float *x, float *y, int n, int classes, uint64_t seed)
         }
         y[i] = (float)best;
     }
+    free(w);
+}
+
+static void make_data(float *x, float *y, int n, int classes, uint64_t seed)
+{
+    make_data_in(x, y, n, IN, classes, seed);
+}
+
+/* ------------------------------------------------------------ CNN specs */
+
+enum cnn_variant {
+    CNN_A,  /* conv same relu, BN, maxpool, conv valid stride 2 tanh l1/l2, dropout,
+             * avgpool same (padded windows), GAP, dense softmax */
+    CNN_B   /* flat input, reshape, BN (gamma only), 1x1 conv relu no bias, maxpool 3
+             * stride 2 same (overlapping), conv 3x3 stride 2 same sigmoid, flatten,
+             * dense relu + dropout, BN on a flat input, dense softmax */
+};
+
+static layer_spec *add_conv(jobspec *s, int filters, int k, int stride, padding_type pad,
+                            act_type act, int bias)
+{
+    layer_spec *l = add(s, LAYER_CONV2D, 0, act, 0);
+    l->filters = filters;
+    l->kernel_size[0] = l->kernel_size[1] = k;
+    l->strides[0] = l->strides[1] = stride;
+    l->padding = pad;
+    l->use_bias = bias;
+    return l;
+}
+
+static layer_spec *add_pool(jobspec *s, layer_type t, int k, int stride, padding_type pad)
+{
+    layer_spec *l = add(s, t, 0, ACT_LINEAR, 0);
+    l->pool_size[0] = l->pool_size[1] = k;
+    l->strides[0] = l->strides[1] = stride;
+    l->padding = pad;
+    return l;
+}
+
+static layer_spec *add_bn(jobspec *s, float momentum, int center, int scale)
+{
+    layer_spec *l = add(s, LAYER_BATCH_NORMALIZATION, 0, ACT_LINEAR, 0);
+    l->momentum = momentum;
+    l->epsilon = 1e-3f;
+    l->center = center;
+    l->scale = scale;
+    return l;
+}
+
+static void make_cnn_spec(jobspec *s, enum cnn_variant v, opt_type opt)
+{
+    char err[128];
+    spec_init(s, LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, opt);
+    if (v == CNN_A) {
+        s->input_rank = 3;
+        s->input_shape[0] = IMG_H;
+        s->input_shape[1] = IMG_W;
+        s->input_shape[2] = IMG_C;
+        add_conv(s, 8, 3, 1, PAD_SAME, ACT_RELU, 1);            /* 16x16x8 */
+        add_bn(s, 0.99f, 1, 1);
+        add_pool(s, LAYER_MAX_POOLING2D, 2, 2, PAD_VALID);       /* 8x8x8 */
+        layer_spec *c = add_conv(s, 12, 3, 2, PAD_VALID, ACT_TANH, 1); /* 3x3x12 */
+        c->l1 = 1e-4f;
+        c->l2 = 1e-3f;
+        add(s, LAYER_DROPOUT, 0, ACT_LINEAR, 0.25f);
+        add_pool(s, LAYER_AVERAGE_POOLING2D, 2, 2, PAD_SAME);    /* 2x2x12, padded */
+        add(s, LAYER_GLOBAL_AVERAGE_POOLING2D, 0, ACT_LINEAR, 0); /* 12 */
+        add(s, LAYER_DENSE, 10, ACT_SOFTMAX, 0);
+    } else {
+        s->input_rank = 1;
+        s->input_shape[0] = IMG;
+        layer_spec *r = add(s, LAYER_RESHAPE, 0, ACT_LINEAR, 0);
+        r->target_rank = 3;
+        r->target_shape[0] = IMG_H;
+        r->target_shape[1] = IMG_W;
+        r->target_shape[2] = -1;
+        add_bn(s, 0.99f, 0, 1);                                  /* gamma, no beta */
+        add_conv(s, 6, 1, 1, PAD_VALID, ACT_RELU, 0);            /* 1x1: 16x16x6 */
+        add_pool(s, LAYER_MAX_POOLING2D, 3, 2, PAD_SAME);        /* overlapping: 8x8x6 */
+        add_conv(s, 4, 3, 2, PAD_SAME, ACT_SIGMOID, 1);          /* 4x4x4 */
+        add(s, LAYER_FLATTEN, 0, ACT_LINEAR, 0);                 /* 64 */
+        add(s, LAYER_DENSE, 32, ACT_RELU, 0);
+        add(s, LAYER_DROPOUT, 0, ACT_LINEAR, 0.3f);
+        add_bn(s, 0.9f, 1, 1);                                   /* on (n, 32) */
+        add(s, LAYER_DENSE, 10, ACT_SOFTMAX, 0);
+    }
+    ck_assert_msg(gpu_spec_resolve(s, err, sizeof err) == 0, "gpu_spec_resolve: %s", err);
+    ck_assert_int_eq(s->input_size, IMG);
 }
 
 /* ------------------------------------------------------------ compare */
@@ -570,6 +675,297 @@ START_TEST(errors_are_text)
 }
 END_TEST
 
+/* ------------------------------------------------------------ CNN */
+
+typedef struct cnn_cfg {
+    const char *name;
+    enum cnn_variant v;
+    opt_type opt;
+    float momentum;
+    int graph;
+    int mode;       /* 0: train_step; 1: forward_backward + apply_gradients (the first
+                     * gradients compared); 2: two micro-batches (forward_backward,
+                     * forward_backward_add) + apply_gradients */
+} cnn_cfg;
+
+/* The moving statistics of both engines, compared. */
+static void compare_state(const char *test, gpu_model *g, model *m, double hard)
+{
+    size_t ns = model_state_count(m);
+    char err[GPU_ERR_MAX];
+    ck_assert_uint_eq(gpu_model_state_count(g), ns);
+    ck_assert_uint_gt(ns, 0);
+    float *st = malloc(sizeof(float) * ns);
+    ck_assert_msg(gpu_model_get_state(g, st, err) == 0, "get_state: %s", err);
+    assert_close("state", test, st, model_state(m), ns, hard);
+    free(st);
+}
+
+/* One step of both engines on x, y (n rows) as c->mode says. */
+static void cnn_step(const cnn_cfg *c, model *m, gpu_model *g, const float *x, const float *y,
+                     int n, int step, step_stats *st)
+{
+    char err[GPU_ERR_MAX];
+    if (c->mode == 0) {
+        model_train_step(m, x, y, n, n, st);
+        ck_assert_msg(gpu_model_load_batch(g, x, y, n, err) == 0, "load_batch: %s", err);
+        ck_assert_msg(gpu_model_train_step(g, n, err) == 0, "train_step: %s", err);
+        return;
+    }
+    if (c->mode == 1) {
+        model_forward_backward(m, x, y, n, n, st);
+        ck_assert_msg(gpu_model_load_batch(g, x, y, n, err) == 0, "load_batch: %s", err);
+        ck_assert_msg(gpu_model_forward_backward(g, n, err) == 0, "forward_backward: %s", err);
+    } else {
+        model_forward_backward_micro(m, x, y, n, 0, 2, n, st);
+        for (int j = 0; j < 2; j++) {
+            int off = 0, len = 0;
+            model_micro_slice(n, 2, j, &off, &len);
+            ck_assert_msg(gpu_model_load_batch(g, x + (size_t)off * IMG, y + off, len, err) == 0,
+                          "load_batch: %s", err);
+            ck_assert_msg(gpu_model_set_row_offset(g, off, err) == 0, "row offset: %s", err);
+            ck_assert_msg((j == 0 ? gpu_model_forward_backward(g, n, err)
+                                  : gpu_model_forward_backward_add(g, n, err)) == 0,
+                          "micro-batch %d: %s", j, err);
+        }
+        ck_assert_msg(gpu_model_set_row_offset(g, 0, err) == 0, "row offset: %s", err);
+    }
+    if (step == 0) { /* the first gradients, before any update */
+        size_t np = model_param_count(m);
+        float *gg = malloc(sizeof(float) * np);
+        ck_assert_msg(gpu_model_get_grads(g, gg, err) == 0, "get_grads: %s", err);
+        assert_close("grads", c->name, gg, model_grads(m), np, 1e30);
+        free(gg);
+    }
+    model_apply_gradients(m);
+    ck_assert_msg(gpu_model_apply_gradients(g, err) == 0, "apply: %s", err);
+}
+
+/* STEPS steps of both engines (the last SHORT rows), then parameters,
+ * slots, moving statistics and stats compared. */
+static void cnn_run_and_compare(const cnn_cfg *c)
+{
+    if (!have_gpu(c->name))
+        return;
+    jobspec s;
+    char err[GPU_ERR_MAX];
+    make_cnn_spec(&s, c->v, c->opt);
+    s.optimizer.momentum = c->momentum;
+    model *m = cpu_build(&s, 21);
+    gpu_model *g = gpu_build(&s, 21, c->graph, 0);
+    size_t np = model_param_count(m);
+    int ns = model_slot_count(m);
+    ck_assert_uint_eq(gpu_model_param_count(g), np);
+    float *x = malloc(sizeof(float) * B * IMG), *y = malloc(sizeof(float) * B);
+    float *gp = malloc(sizeof(float) * np), *gs = malloc(sizeof(float) * (np * ns + 1));
+    double cpu_loss = 0.0;
+    long cpu_correct = 0, cpu_n = 0;
+    for (int step = 0; step < STEPS; step++) {
+        int n = step == STEPS - 1 ? SHORT : B;
+        step_stats st;
+        make_data_in(x, y, n, IMG, 10, 2000 + step);
+        cnn_step(c, m, g, x, y, n, step, &st);
+        cpu_loss += st.loss_sum;
+        cpu_correct += st.correct;
+        cpu_n += st.n;
+    }
+    step_stats gst;
+    ck_assert_msg(gpu_model_stats(g, &gst, 1, err) == 0, "stats: %s", err);
+    ck_assert_msg(gpu_model_get_params(g, gp, gs, err) == 0, "get_params: %s", err);
+    ck_assert_int_eq(gpu_model_iterations(g), model_iterations(m));
+    double hard = 10.0 * STEPS * s.optimizer.learning_rate;
+    assert_close("params", c->name, gp, model_params(m), np, hard);
+    if (ns)
+        assert_close("slots", c->name, gs, model_slots(m), np * (size_t)ns, 1e30);
+    compare_state(c->name, g, m, 1e-2);
+    printf("  %-28s stats      loss_sum gpu %.6f cpu %.6f, correct gpu %ld cpu %ld, n %ld\n",
+           c->name, gst.loss_sum, cpu_loss, gst.correct, cpu_correct, gst.n);
+    ck_assert_int_eq(gst.n, cpu_n);
+    ck_assert_msg(fabs(gst.loss_sum - cpu_loss) <= 1e-3 * fabs(cpu_loss) + 1e-4,
+                  "%s: loss_sum gpu %g cpu %g", c->name, gst.loss_sum, cpu_loss);
+    ck_assert_msg(labs(gst.correct - cpu_correct) <= 2, "%s: correct gpu %ld cpu %ld", c->name,
+                  gst.correct, cpu_correct);
+    free(x);
+    free(y);
+    free(gp);
+    free(gs);
+    gpu_model_free(g);
+    model_free(m);
+}
+
+static const cnn_cfg CNN_CASES[] = {
+    {"cnn_a_adam", CNN_A, OPT_ADAM, 0.0f, 1, 0},
+    {"cnn_a_adam_nograph", CNN_A, OPT_ADAM, 0.0f, 0, 0},
+    {"cnn_a_sgd_momentum_split", CNN_A, OPT_SGD, 0.9f, 1, 1},
+    {"cnn_a_rmsprop_micro", CNN_A, OPT_RMSPROP, 0.0f, 0, 2},
+    {"cnn_b_rmsprop", CNN_B, OPT_RMSPROP, 0.0f, 1, 0},
+    {"cnn_b_adam_split", CNN_B, OPT_ADAM, 0.0f, 1, 1},
+    {"cnn_b_sgd_micro", CNN_B, OPT_SGD, 0.0f, 1, 2},
+};
+#define N_CNN_CASES ((int)(sizeof CNN_CASES / sizeof CNN_CASES[0]))
+
+START_TEST(cnn_train_matches_cpu)
+{
+    cnn_run_and_compare(&CNN_CASES[_i]);
+}
+END_TEST
+
+START_TEST(cnn_layout_and_init_match_cpu)
+{
+    if (!have_gpu("cnn_layout_and_init_match_cpu"))
+        return;
+    for (int v = CNN_A; v <= CNN_B; v++) {
+        jobspec s;
+        char err[GPU_ERR_MAX];
+        make_cnn_spec(&s, (enum cnn_variant)v, OPT_ADAM);
+        model *m = cpu_build(&s, 9);
+        gpu_model *g = gpu_build(&s, 9, 1, 0);
+        ck_assert_int_eq(gpu_model_tensor_count(g), model_tensor_count(m));
+        for (int i = 0; i < model_tensor_count(m); i++) {
+            const model_tensor *a = gpu_model_tensor_at(g, i), *b = model_tensor_at(m, i);
+            ck_assert_str_eq(a->name, b->name);
+            ck_assert_uint_eq(a->offset, b->offset);
+            ck_assert_uint_eq(a->size, b->size);
+            ck_assert_int_eq(a->rank, b->rank);
+            for (int d = 0; d < a->rank; d++)
+                ck_assert_int_eq(a->shape[d], b->shape[d]);
+        }
+        ck_assert_int_eq(gpu_model_state_tensor_count(g), model_state_tensor_count(m));
+        for (int i = 0; i < model_state_tensor_count(m); i++) {
+            const model_tensor *a = gpu_model_state_tensor_at(g, i);
+            const model_tensor *b = model_state_tensor_at(m, i);
+            ck_assert_str_eq(a->name, b->name);
+            ck_assert_uint_eq(a->offset, b->offset);
+            ck_assert_uint_eq(a->size, b->size);
+        }
+        ck_assert_str_eq(gpu_model_signature(g), model_signature(m));
+        size_t np = model_param_count(m), ns = model_state_count(m);
+        float *p = malloc(sizeof(float) * np), *st = malloc(sizeof(float) * ns);
+        ck_assert_msg(gpu_model_get_params(g, p, NULL, err) == 0, "%s", err);
+        ck_assert(memcmp(p, model_params(m), sizeof(float) * np) == 0); /* bit-identical */
+        ck_assert_msg(gpu_model_get_state(g, st, err) == 0, "%s", err);
+        ck_assert(memcmp(st, model_state(m), sizeof(float) * ns) == 0); /* 0s and 1s */
+        printf("  cnn variant %d: %d tensors, %zu params, %d state tensors (%zu floats)\n", v,
+               model_tensor_count(m), np, model_state_tensor_count(m), ns);
+        free(p);
+        free(st);
+        gpu_model_free(g);
+        model_free(m);
+    }
+}
+END_TEST
+
+/* Three steps on both engines, then evaluate and predict (the moving
+ * statistics, no dropout) compared; then the GPU model's checkpoint
+ * (to_host) resumes in a new GPU model (from_host) bit-identically. */
+START_TEST(cnn_evaluate_predict_and_checkpoint)
+{
+    if (!have_gpu("cnn_evaluate_predict_and_checkpoint"))
+        return;
+    for (int v = CNN_A; v <= CNN_B; v++) {
+        jobspec s;
+        char err[GPU_ERR_MAX];
+        const long n = 2 * B + 9;
+        make_cnn_spec(&s, (enum cnn_variant)v, OPT_RMSPROP);
+        model *m = cpu_build(&s, 4);
+        gpu_model *g = gpu_build(&s, 4, 1, 0);
+        float *x = malloc(sizeof(float) * n * IMG), *y = malloc(sizeof(float) * n);
+        for (int step = 0; step < 3; step++) {
+            make_data_in(x, y, B, IMG, 10, 600 + step);
+            model_train_step(m, x, y, B, B, NULL);
+            ck_assert_msg(gpu_model_load_batch(g, x, y, B, err) == 0, "%s", err);
+            ck_assert_msg(gpu_model_train_step(g, B, err) == 0, "%s", err);
+        }
+        compare_state("cnn_eval", g, m, 1e-2);
+        int k = model_output_size(m);
+        float *pc = malloc(sizeof(float) * n * k), *pg = malloc(sizeof(float) * n * k);
+        make_data_in(x, y, (int)n, IMG, 10, 7);
+        double lc, ac, lg, ag;
+        model_evaluate(m, x, y, n, &lc, &ac);
+        ck_assert_msg(gpu_model_evaluate(g, x, y, n, &lg, &ag, err) == 0, "%s", err);
+        printf("  cnn evaluate variant %d: loss gpu %.7f cpu %.7f, acc gpu %.4f cpu %.4f\n", v,
+               lg, lc, ag, ac);
+        ck_assert(fabs(lg - lc) <= 1e-3 * fabs(lc) + 1e-6);
+        ck_assert(fabs(ag - ac) <= 2.0 / n);
+        model_predict(m, x, n, pc);
+        ck_assert_msg(gpu_model_predict(g, x, n, pg, err) == 0, "%s", err);
+        assert_close("predict", "cnn_predict", pg, pc, (size_t)n * k, 1e30);
+
+        /* GPU -> CPU model -> a new GPU model: params, slots, state, the next step */
+        model *h = cpu_build(&s, 777);
+        ck_assert_msg(gpu_model_to_host(g, h, err) == 0, "to_host: %s", err);
+        size_t np = gpu_model_param_count(g), nst = gpu_model_state_count(g);
+        float *sa = malloc(sizeof(float) * nst), *sb = malloc(sizeof(float) * nst);
+        ck_assert(gpu_model_get_state(g, sa, err) == 0);
+        ck_assert(memcmp(sa, model_state(h), sizeof(float) * nst) == 0);
+        gpu_model *g2 = gpu_build(&s, 888, 1, 0);
+        ck_assert_msg(gpu_model_from_host(g2, h, err) == 0, "from_host: %s", err);
+        ck_assert(gpu_model_get_state(g2, sb, err) == 0);
+        ck_assert(memcmp(sa, sb, sizeof(float) * nst) == 0);
+        double lg2, ag2;
+        ck_assert(gpu_model_evaluate(g2, x, y, n, &lg2, &ag2, err) == 0);
+        ck_assert_msg(lg2 == lg && ag2 == ag, "resumed evaluate differs: %.9g vs %.9g", lg2, lg);
+        make_data_in(x, y, B, IMG, 10, 99);
+        ck_assert(gpu_model_load_batch(g, x, y, B, err) == 0 && gpu_model_train_step(g, B, err) == 0);
+        ck_assert(gpu_model_load_batch(g2, x, y, B, err) == 0 &&
+                  gpu_model_train_step(g2, B, err) == 0);
+        float *pa = malloc(sizeof(float) * np), *pb = malloc(sizeof(float) * np);
+        ck_assert(gpu_model_get_params(g, pa, NULL, err) == 0);
+        ck_assert(gpu_model_get_params(g2, pb, NULL, err) == 0);
+        ck_assert_msg(memcmp(pa, pb, sizeof(float) * np) == 0, "resumed step differs");
+        ck_assert(gpu_model_get_state(g, sa, err) == 0 && gpu_model_get_state(g2, sb, err) == 0);
+        ck_assert_msg(memcmp(sa, sb, sizeof(float) * nst) == 0, "resumed moving statistics differ");
+        free(pa);
+        free(pb);
+        free(sa);
+        free(sb);
+        gpu_model_free(g2);
+        model_free(h);
+        free(x);
+        free(y);
+        free(pc);
+        free(pg);
+        gpu_model_free(g);
+        model_free(m);
+    }
+}
+END_TEST
+
+START_TEST(cnn_graph_equals_eager)
+{
+    if (!have_gpu("cnn_graph_equals_eager"))
+        return;
+    jobspec s;
+    char err[GPU_ERR_MAX];
+    make_cnn_spec(&s, CNN_A, OPT_ADAM);
+    gpu_model *ga = gpu_build(&s, 13, 1, 0), *gb = gpu_build(&s, 13, 0, 0);
+    float *x = malloc(sizeof(float) * B * IMG), *y = malloc(sizeof(float) * B);
+    for (int step = 0; step < 10; step++) {
+        make_data_in(x, y, B, IMG, 10, 400 + step % 4);
+        ck_assert(gpu_model_load_batch(ga, x, y, B, err) == 0);
+        ck_assert_msg(gpu_model_train_step(ga, B, err) == 0, "%s", err);
+        ck_assert(gpu_model_load_batch(gb, x, y, B, err) == 0);
+        ck_assert_msg(gpu_model_train_step(gb, B, err) == 0, "%s", err);
+    }
+    size_t np = gpu_model_param_count(ga), nst = gpu_model_state_count(ga);
+    float *a = malloc(sizeof(float) * np), *b = malloc(sizeof(float) * np);
+    ck_assert(gpu_model_get_params(ga, a, NULL, err) == 0);
+    ck_assert(gpu_model_get_params(gb, b, NULL, err) == 0);
+    assert_close("graph/eager", "cnn_graph_equals_eager", a, b, np, 1e-6);
+    float *sa = malloc(sizeof(float) * nst), *sb = malloc(sizeof(float) * nst);
+    ck_assert(gpu_model_get_state(ga, sa, err) == 0 && gpu_model_get_state(gb, sb, err) == 0);
+    assert_close("state", "cnn_graph_equals_eager", sa, sb, nst, 1e-6);
+    free(a);
+    free(b);
+    free(sa);
+    free(sb);
+    free(x);
+    free(y);
+    gpu_model_free(ga);
+    gpu_model_free(gb);
+}
+END_TEST
+
 static Suite *gpu_suite(void)
 {
     Suite *s = suite_create("gpu");
@@ -585,6 +981,13 @@ static Suite *gpu_suite(void)
     tcase_add_test(t, evaluate_and_predict_match_cpu);
     tcase_add_test(t, graph_equals_eager_and_tf32_learns);
     suite_add_tcase(s, t);
+    TCase *c = tcase_create("cnn_vs_cpu");
+    tcase_set_timeout(c, 300);
+    tcase_add_test(c, cnn_layout_and_init_match_cpu);
+    tcase_add_loop_test(c, cnn_train_matches_cpu, 0, N_CNN_CASES);
+    tcase_add_test(c, cnn_evaluate_predict_and_checkpoint);
+    tcase_add_test(c, cnn_graph_equals_eager);
+    suite_add_tcase(s, c);
     return s;
 }
 

@@ -16,6 +16,11 @@
  *   - stop at step 17 + resume from the GPU's checkpoint = the uninterrupted
  *     GPU run within RESUME_TOL, and the GPU's checkpoint loads into a CPU
  *     model;
+ *   - a CNN (conv2d, batch normalization, max pooling, dense, dropout) on 1
+ *     GPU against the CPU engine (weights and batch normalization's moving
+ *     statistics within REL_TOL), and its stop at 17 + resume = the
+ *     uninterrupted GPU run within RESUME_TOL, moving statistics included,
+ *     through the checkpoint (not yet run on a GPU: docs/gpu.md);
  *   - errors: more GPUs than visible, devices_per_worker not the GPU count,
  *     parameter_server;
  * With 2 CUDA devices: mirrored on 2 GPUs (NCCL in one process) and
@@ -79,6 +84,33 @@ static void make_spec(jobspec *s, char *json, size_t cap, int epochs, const char
     spec_error se;
     memset(s, 0, sizeof *s);
     ck_assert_msg(jobspec_parse(json, strlen(json), s, &se) == 0, "spec: %s: %s", se.field, se.message);
+}
+
+static const char *CNN_SPEC_FMT =
+    "{\"name\": \"gpu-train-cnn\","
+    " \"model\": {\"layers\": ["
+    "  {\"type\": \"conv2d\", \"filters\": 4, \"kernel_size\": 3, \"padding\": \"same\","
+    "   \"activation\": \"relu\", \"input_shape\": [8, 8, 1]},"
+    "  {\"type\": \"batch_normalization\"},"
+    "  {\"type\": \"max_pooling2d\", \"pool_size\": 2},"
+    "  {\"type\": \"flatten\"},"
+    "  {\"type\": \"dense\", \"units\": 16, \"activation\": \"relu\"},"
+    "  {\"type\": \"dropout\", \"rate\": 0.2},"
+    "  {\"type\": \"dense\", \"units\": 2, \"activation\": \"softmax\"}]},"
+    " \"compile\": {\"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.05, \"momentum\": 0.9},"
+    "  \"loss\": \"sparse_categorical_crossentropy\", \"metrics\": [\"accuracy\"]},"
+    " \"data\": {\"source\": \"synthetic\", \"examples\": 2400, \"features\": 64,"
+    "  \"validation_split\": 0.2, \"seed\": 5},"
+    " \"fit\": {\"epochs\": 2, \"batch_size\": %d, \"steps_per_epoch\": %d},"
+    " \"strategy\": {\"type\": \"default\"},"
+    " \"resources\": {\"workers\": 1, \"devices_per_worker\": 1, \"device\": \"gpu\"}}";
+
+static void make_cnn_spec(jobspec *s, char *json, size_t cap)
+{
+    snprintf(json, cap, CNN_SPEC_FMT, BATCH, STEPS / 2);
+    spec_error se;
+    memset(s, 0, sizeof *s);
+    ck_assert_msg(jobspec_parse(json, strlen(json), s, &se) == 0, "cnn spec: %s: %s", se.field, se.message);
 }
 
 static void load(const jobspec *s, dataset_splits *d)
@@ -374,6 +406,84 @@ START_TEST(gpu_stop_resume)
 }
 END_TEST
 
+/* The CNN on 1 GPU against the CPU engine, then stopped at 17 and resumed
+ * from its checkpoint (the moving statistics travel in it). */
+START_TEST(gpu_cnn_vs_cpu_and_resume)
+{
+    if (!have_gpus(1, "gpu_cnn_vs_cpu_and_resume"))
+        return;
+    jobspec s;
+    char json[4096];
+    make_cnn_spec(&s, json, sizeof json);
+    dataset_splits d;
+    load(&s, &d);
+    char dir[] = "/tmp/check_gpu_train-cnn-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char full[128], part[128];
+    snprintf(full, sizeof full, "%s/full.safetensors", dir);
+    snprintf(part, sizeof part, "%s/part.safetensors", dir);
+    train_options o;
+    memset(&o, 0, sizeof o);
+    train_result rc, rg, r2, r3;
+    model *mc = train(&s, &d, &o, NULL, &rc);
+    o.gpus = 1;
+    o.checkpoint_path = full;
+    model *mg = train(&s, &d, &o, NULL, &rg);
+    ck_assert_int_eq(rg.steps, STEPS);
+    size_t nst = model_state_count(mc);
+    ck_assert_uint_gt(nst, 0);
+    double dw = rel_diff(model_params(mc), model_params(mg), model_param_count(mc));
+    double ds = rel_diff(model_state(mc), model_state(mg), nst);
+    printf("gpu cnn vs cpu, %d steps: weights %.3g, moving statistics %.3g (tol %g); loss %.6f / %.6f, "
+           "val_loss %.6f / %.6f\n",
+           STEPS, dw, ds, REL_TOL, rg.loss, rc.loss, rg.val_loss, rc.val_loss);
+    ck_assert_msg(dw <= REL_TOL, "weights differ by %.3g", dw);
+    ck_assert_msg(ds <= REL_TOL, "moving statistics differ by %.3g", ds);
+    ck_assert_msg(rel(rg.loss, rc.loss) <= LOSS_TOL, "loss %.6f vs %.6f", rg.loss, rc.loss);
+    ck_assert_msg(rel(rg.val_loss, rc.val_loss) <= LOSS_TOL, "val_loss %.6f vs %.6f", rg.val_loss, rc.val_loss);
+
+    stopper st = {.stop_at = 17};
+    train_hooks h;
+    memset(&h, 0, sizeof h);
+    h.ctx = &st;
+    h.on_step = on_step_stop;
+    h.stop = &st.flag;
+    o.checkpoint_path = part;
+    model *m2 = train(&s, &d, &o, &h, &r2);
+    ck_assert(r2.stopped);
+    model_free(m2);
+    memset(&o, 0, sizeof o);
+    o.gpus = 1;
+    o.resume_path = part;
+    model *m3 = train(&s, &d, &o, NULL, &r3);
+    ck_assert_int_eq(r3.steps, STEPS);
+    double dr = rel_diff(model_params(mg), model_params(m3), model_param_count(mg));
+    double drs = rel_diff(model_state(mg), model_state(m3), nst);
+    printf("gpu cnn stop at 17 + resume vs uninterrupted: weights %.3g, moving statistics %.3g (tol %g)\n", dr, drs,
+           RESUME_TOL);
+    ck_assert_msg(dr <= RESUME_TOL, "resumed weights differ by %.3g", dr);
+    ck_assert_msg(drs <= RESUME_TOL, "resumed moving statistics differ by %.3g", drs);
+
+    /* the GPU's checkpoint, moving statistics included, is a CPU checkpoint */
+    model *c = NULL;
+    char err[CKPT_ERR_MAX];
+    ckpt_meta meta;
+    ck_assert_int_eq(model_build(&c, &s, BATCH, 1, err), 0);
+    ck_assert_msg(checkpoint_load(full, c, &meta, err) == 0, "%s", err);
+    ck_assert(!memcmp(model_params(c), model_params(mg), model_param_count(c) * sizeof(float)));
+    ck_assert(!memcmp(model_state(c), model_state(mg), nst * sizeof(float)));
+    model_free(c);
+    model_free(mc);
+    model_free(mg);
+    model_free(m3);
+    unlink(full);
+    unlink(part);
+    rmdir(dir);
+    dataset_splits_free(&d);
+    jobspec_release(&s);
+}
+END_TEST
+
 START_TEST(gpu_errors)
 {
     if (!have_gpus(1, "gpu_errors"))
@@ -598,6 +708,7 @@ int main(void)
     tcase_add_test(tc, worker_binary_refuses_gpu_task);
     tcase_add_test(tc, gpu_default_vs_cpu);
     tcase_add_test(tc, gpu_stop_resume);
+    tcase_add_test(tc, gpu_cnn_vs_cpu_and_resume);
     tcase_add_test(tc, gpu_errors);
     tcase_add_test(tc, gpu_mirrored_2_vs_cpu);
     tcase_add_test(tc, gpu_multi_worker_2_vs_cpu);

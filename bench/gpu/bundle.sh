@@ -51,7 +51,7 @@ done
 
 # jobs and scripts
 cp examples/*.json examples/*.py "$out/examples/"
-for f in env.sh gpu-test.sh run.sh verify.sh verify.py torch_mlp_gpu.py bundle_check.sh; do
+for f in env.sh gpu-test.sh run.sh verify.sh verify.py torch_mlp_gpu.py torch_cnn_gpu.py bundle_check.sh; do
   cp "bench/gpu/$f" "$out/bench/gpu/$f"
 done
 chmod 0755 "$out"/bench/gpu/*.sh

@@ -1,13 +1,20 @@
-/* gpu_bench.c - the trainyard side of bench/gpu: the seed MLP (784-256 relu
- * dropout 0.4-128 relu dropout 0.3-10 softmax, categorical cross-entropy,
- * RMSprop lr 0.001 rho 0.9 eps 1e-7) trained on one GPU (executor/cuda)
- * the way the worker would: the data batcher shuffles on the host and
- * writes each batch straight into the model's pinned staging slot, which is
- * copied to the device while the previous step runs; a full-batch step is
- * one CUDA graph. The spec is built in C (no spec parser: no cJSON).
+/* gpu_bench.c - the trainyard side of bench/gpu: one of two models trained
+ * on one GPU (executor/cuda) the way the worker would: the data batcher
+ * shuffles on the host and writes each batch straight into the model's
+ * pinned staging slot, which is copied to the device while the previous
+ * step runs; a full-batch step is one CUDA graph. The spec is built in C
+ * (no spec parser: no cJSON; gpu_spec_shapes.h resolves its shapes).
  *
- * usage: gpu_bench [--probe] [--batch B] [--epochs E] [--data DIR] [--seed S]
- *                  [--tf32] [--no-graph]
+ *   --model mlp (default): the seed MLP, 784-256 relu dropout 0.4-128 relu
+ *     dropout 0.3-10 softmax, categorical cross-entropy, RMSprop lr 0.001
+ *     rho 0.9 eps 1e-7;
+ *   --model cnn: the Fashion-MNIST CNN, 28x28x1 - conv2d 32 3x3 relu -
+ *     max_pooling2d 2 - conv2d 64 3x3 relu - max_pooling2d 2 - flatten -
+ *     dense 128 relu - dropout 0.5 - dense 10 softmax, sparse categorical
+ *     cross-entropy, Adam lr 0.001 eps 1e-7 (bench/gpu/torch_cnn_gpu.py's).
+ *
+ * usage: gpu_bench [--probe] [--model mlp|cnn] [--batch B] [--epochs E]
+ *                  [--data DIR] [--seed S] [--tf32] [--no-graph]
  * Fashion-MNIST from DIR (default /usr/share/datasets/fashion-mnist), or
  * synthetic data of the same shape when it is not there. Epoch 1 is a
  * warm-up; epochs 2..E are timed (host batching + copies + steps, to the
@@ -21,6 +28,7 @@
 
 #include "../../executor/cuda/gpu_device.h"
 #include "../../executor/cuda/gpu_model.h"
+#include "../../executor/cuda/gpu_spec_shapes.h"
 #include "../../executor/data/dataset.h"
 #include "../../executor/nn/nn_rng.h"
 
@@ -61,6 +69,60 @@ static void seed_mlp(jobspec *s, int batch, uint64_t seed)
     s->data.shuffle_buffer = -1;
     s->data.seed = seed;
     s->fit.batch_size = batch;
+}
+
+static layer_spec *cnn_layer(jobspec *s, layer_type t, act_type act)
+{
+    layer_spec *l = &s->layers[s->n_layers++];
+    memset(l, 0, sizeof *l);
+    l->type = t;
+    l->activation = act;
+    l->use_bias = 1;
+    l->kernel_initializer = INIT_GLOROT_UNIFORM;
+    l->bias_initializer = INIT_ZEROS;
+    return l;
+}
+
+/* The Fashion-MNIST CNN (the Keras tutorial's, dropout 0.5). */
+static int seed_cnn(jobspec *s, int batch, uint64_t seed)
+{
+    char err[128];
+    memset(s, 0, sizeof *s);
+    for (int i = 0; i < 2; i++) {
+        layer_spec *c = cnn_layer(s, LAYER_CONV2D, ACT_RELU);
+        c->filters = i == 0 ? 32 : 64;
+        c->kernel_size[0] = c->kernel_size[1] = 3;
+        c->strides[0] = c->strides[1] = 1;
+        c->padding = PAD_VALID;
+        layer_spec *p = cnn_layer(s, LAYER_MAX_POOLING2D, ACT_LINEAR);
+        p->pool_size[0] = p->pool_size[1] = 2;
+        p->strides[0] = p->strides[1] = 2;
+        p->padding = PAD_VALID;
+    }
+    cnn_layer(s, LAYER_FLATTEN, ACT_LINEAR);
+    cnn_layer(s, LAYER_DENSE, ACT_RELU)->units = 128;
+    cnn_layer(s, LAYER_DROPOUT, ACT_LINEAR)->rate = 0.5f;
+    cnn_layer(s, LAYER_DENSE, ACT_SOFTMAX)->units = 10;
+    s->input_rank = 3;
+    s->input_shape[0] = 28;
+    s->input_shape[1] = 28;
+    s->input_shape[2] = 1;
+    s->optimizer.type = OPT_ADAM;
+    s->optimizer.learning_rate = 0.001f;
+    s->optimizer.beta_1 = 0.9f;
+    s->optimizer.beta_2 = 0.999f;
+    s->optimizer.epsilon = 1e-7f;
+    s->loss = LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
+    s->metric_accuracy = 1;
+    s->data.source = DATA_FASHION_MNIST;
+    s->data.shuffle_buffer = -1;
+    s->data.seed = seed;
+    s->fit.batch_size = batch;
+    if (gpu_spec_resolve(s, err, sizeof err)) {
+        fprintf(stderr, "gpu_bench: cnn spec: %s\n", err);
+        return -1;
+    }
+    return 0;
 }
 
 /* n examples of 784 features in [0, 1) with labels 0..9 from a fixed random
@@ -123,10 +185,12 @@ int main(int argc, char **argv)
 {
     int batch = 128, epochs = 4, tf32 = 0, graph = 1;
     uint64_t seed = 1;
-    const char *dir = "/usr/share/datasets/fashion-mnist";
+    const char *dir = "/usr/share/datasets/fashion-mnist", *model_name = "mlp";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--probe"))
             return probe();
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc)
+            model_name = argv[++i];
         else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
             batch = (int)strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--epochs") && i + 1 < argc)
@@ -140,10 +204,15 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--no-graph"))
             graph = 0;
         else {
-            fprintf(stderr, "usage: gpu_bench [--probe] [--batch B] [--epochs E] [--data DIR] "
-                            "[--seed S] [--tf32] [--no-graph]\n");
+            fprintf(stderr, "usage: gpu_bench [--probe] [--model mlp|cnn] [--batch B] "
+                            "[--epochs E] [--data DIR] [--seed S] [--tf32] [--no-graph]\n");
             return 2;
         }
+    }
+    int cnn = !strcmp(model_name, "cnn");
+    if (!cnn && strcmp(model_name, "mlp")) {
+        fprintf(stderr, "gpu_bench: --model mlp or cnn, got %s\n", model_name);
+        return 2;
     }
     if (batch <= 0 || epochs < 2) {
         fprintf(stderr, "gpu_bench: --batch > 0 and --epochs >= 2 (epoch 1 is a warm-up)\n");
@@ -163,7 +232,12 @@ int main(int argc, char **argv)
 
     /* data: Fashion-MNIST when there, else synthetic of its shape */
     jobspec s;
-    seed_mlp(&s, batch, seed);
+    if (cnn) {
+        if (seed_cnn(&s, batch, seed))
+            return 1;
+    } else {
+        seed_mlp(&s, batch, seed);
+    }
     dataset_splits data;
     memset(&data, 0, sizeof data);
     char derr[DATASET_ERR_MAX], path[1200];
@@ -236,11 +310,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "gpu_bench: %s\n", err);
         return 1;
     }
-    printf("{\"impl\": \"trainyard-cuda\", \"device\": \"%s\", \"data\": \"%s\", \"batch\": %d, "
-           "\"tf32\": %d, \"cuda_graph\": %d, \"epochs_timed\": %d, \"steps\": %ld, "
+    printf("{\"impl\": \"trainyard-cuda\", \"model\": \"%s\", \"device\": \"%s\", \"data\": \"%s\", "
+           "\"batch\": %d, \"tf32\": %d, \"cuda_graph\": %d, \"epochs_timed\": %d, \"steps\": %ld, "
            "\"samples_per_sec\": %.1f, \"train_seconds\": %.4f, \"loss\": %.5f, "
            "\"accuracy\": %.5f, \"test_loss\": %.5f, \"test_accuracy\": %.5f}\n",
-           dev.name, source, batch, tf32, graph, epochs - 1, steps, timed / train_s, train_s,
+           model_name, dev.name, source, batch, tf32, graph, epochs - 1, steps, timed / train_s, train_s,
            st.n ? st.loss_sum / st.n : 0.0, st.n ? (double)st.correct / st.n : 0.0, test_loss,
            test_acc);
     batcher_release(&b);

@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# run.sh [BUILD] - trainyard's GPU engine vs PyTorch eager on one GPU: the
-# seed Fashion-MNIST MLP (784-256-128-10 relu, dropout 0.4/0.3, softmax,
-# RMSprop lr 0.001) at batch 128 and 1024, fp32, ROUNDS rounds run
-# alternately (ours, then PyTorch) in the same run. Prints each run's JSON,
-# a table, and as its last line one JSON object with the medians and ratios.
+# run.sh [BUILD] - trainyard's GPU engine vs PyTorch eager on one GPU, fp32,
+# ROUNDS rounds run alternately (ours, then PyTorch) in the same run:
+#   mlp: the seed Fashion-MNIST MLP (784-256-128-10 relu, dropout 0.4/0.3,
+#        softmax, RMSprop lr 0.001) at batch 128 and 1024
+#        (gpu_bench --model mlp / torch_mlp_gpu.py);
+#   cnn: the Fashion-MNIST CNN (conv2d 32 3x3 relu, max_pooling2d 2, conv2d
+#        64 3x3 relu, max_pooling2d 2, flatten, dense 128 relu, dropout 0.5,
+#        dense 10 softmax; Adam lr 0.001) at batch 128
+#        (gpu_bench --model cnn / torch_cnn_gpu.py, cuDNN).
+# Prints each run's JSON, a table, and as its last line one JSON object
+# with the medians and ratios (batch_B for the MLP, cnn_batch_B for the CNN).
 #
 # BUILD (default build/gpu) holds bin/gpu_bench from `make gpu-build` and,
 # when the build machine had it, data/ with Fashion-MNIST; else each side
 # uses synthetic data of the same shape. PyTorch: `python3` with CUDA torch.
-# Env: ROUNDS (3), EPOCHS (6: one warm-up + 5 timed), BATCHES ("128 1024").
+# Env: ROUNDS (3), EPOCHS (6: one warm-up + 5 timed), MODELS ("mlp cnn"),
+# BATCHES ("128 1024", the MLP's), CNN_BATCHES ("128").
 # Without a CUDA device: says so, prints {"skipped": ...}, exits 0.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -17,6 +24,8 @@ bin=$build/bin/gpu_bench
 ROUNDS=${ROUNDS:-3}
 EPOCHS=${EPOCHS:-6}
 BATCHES=${BATCHES:-128 1024}
+CNN_BATCHES=${CNN_BATCHES:-128}
+MODELS=${MODELS:-mlp cnn}
 . bench/gpu/env.sh
 [ -f "$bin" ] && [ ! -x "$bin" ] && chmod +x "$bin"   # a carry that lost the mode
 if [ ! -x "$bin" ]; then
@@ -42,49 +51,78 @@ python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 
   torch_ok=0; echo "bench/gpu: python3 has no CUDA PyTorch: our figures only"; }
 log=$(mktemp /tmp/bench_gpu.XXXXXX)
 trap 'rm -f "$log"' EXIT
-for b in $BATCHES; do
-  for r in $(seq 1 "$ROUNDS"); do
-    line=$("$bin" --batch "$b" --epochs "$EPOCHS" --data "$data" --seed "$r") || {
-      echo "bench/gpu: gpu_bench --batch $b failed"; exit 1; }
-    echo "$line"; echo "ours $b $r $line" >>"$log"
-    if [ $torch_ok = 1 ]; then
-      line=$(python3 bench/gpu/torch_mlp_gpu.py --batch "$b" --epochs "$EPOCHS" --data "$data" --seed "$r") || {
-        echo "bench/gpu: torch_mlp_gpu.py --batch $b failed"; exit 1; }
-      echo "$line"; echo "torch $b $r $line" >>"$log"
-    fi
+for model in $MODELS; do
+  case $model in
+    mlp) batches=$BATCHES; peer=bench/gpu/torch_mlp_gpu.py ;;
+    cnn) batches=$CNN_BATCHES; peer=bench/gpu/torch_cnn_gpu.py ;;
+    *) echo "bench/gpu: MODELS: mlp or cnn, got $model"; exit 1 ;;
+  esac
+  for b in $batches; do
+    # a failed run is recorded and the others go on (the summary lists it; exit 1)
+    for r in $(seq 1 "$ROUNDS"); do
+      if line=$("$bin" --model "$model" --batch "$b" --epochs "$EPOCHS" --data "$data" --seed "$r"); then
+        echo "$line"; echo "$model ours $b $r $line" >>"$log"
+      else
+        echo "bench/gpu: gpu_bench --model $model --batch $b failed: $line"
+        echo "$model failed $b $r {\"run\": \"gpu_bench --model $model --batch $b\"}" >>"$log"
+        break
+      fi
+      if [ $torch_ok = 1 ]; then
+        if line=$(python3 "$peer" --batch "$b" --epochs "$EPOCHS" --data "$data" --seed "$r"); then
+          echo "$line"; echo "$model torch $b $r $line" >>"$log"
+        else
+          echo "bench/gpu: $peer --batch $b failed"
+          echo "$model failed $b $r {\"run\": \"$peer --batch $b\"}" >>"$log"
+        fi
+      fi
+    done
+    line=$("$bin" --model "$model" --batch "$b" --epochs "$EPOCHS" --data "$data" --tf32) && {
+      echo "$line"; echo "$model tf32 $b 1 $line" >>"$log"; }
   done
-  line=$("$bin" --batch "$b" --epochs "$EPOCHS" --data "$data" --tf32) && {
-    echo "$line"; echo "tf32 $b 1 $line" >>"$log"; }
 done
 python3 - "$log" <<'PY'
 import json, statistics, sys
-runs = {}
+runs, failed = {}, []
 for ln in open(sys.argv[1]):
-    kind, b, r, js = ln.split(" ", 3)
-    runs.setdefault((kind, int(b)), []).append(json.loads(js))
-targets = {128: 5.0, 1024: 1.5}
-out = {"bench": "gpu", "model": "fashion-mnist mlp 784-256-128-10, rmsprop, fp32"}
-print("\n| batch | trainyard samples/s | PyTorch eager samples/s | ratio (median of rounds) | target | ours TF32 |")
-print("| --- | --- | --- | --- | --- | --- |")
-for b in sorted({k[1] for k in runs}):
-    ours = [x["samples_per_sec"] for x in runs.get(("ours", b), [])]
-    torch = [x["samples_per_sec"] for x in runs.get(("torch", b), [])]
-    tf32 = [x["samples_per_sec"] for x in runs.get(("tf32", b), [])]
+    model, kind, b, r, js = ln.split(" ", 4)
+    if kind == "failed":
+        failed.append(json.loads(js)["run"])
+        continue
+    runs.setdefault((model, kind, int(b)), []).append(json.loads(js))
+if not runs:
+    print(json.dumps({"bench": "gpu", "ok": False, "failed": failed}))
+    sys.exit(1)
+targets = {("mlp", 128): 5.0, ("mlp", 1024): 1.5}  # the CNN has none yet: to measure
+names = {"mlp": "fashion-mnist mlp 784-256-128-10, rmsprop, fp32",
+         "cnn": "fashion-mnist cnn conv32-pool-conv64-pool-128-10, adam, fp32"}
+out = {"bench": "gpu", "model": names["mlp"]}
+print("\n| model | batch | trainyard samples/s | PyTorch eager samples/s | ratio (median of rounds) | target | ours TF32 |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
+for model, b in sorted({(k[0], k[2]) for k in runs}, key=lambda k: (k[0] != "mlp", k[1])):
+    ours = [x["samples_per_sec"] for x in runs.get((model, "ours", b), [])]
+    torch = [x["samples_per_sec"] for x in runs.get((model, "torch", b), [])]
+    tf32 = [x["samples_per_sec"] for x in runs.get((model, "tf32", b), [])]
     ratios = [o / t for o, t in zip(ours, torch) if t]
+    target = targets.get((model, b))
     res = {"trainyard": round(statistics.median(ours), 1) if ours else None,
            "pytorch": round(statistics.median(torch), 1) if torch else None,
            "ratio": round(statistics.median(ratios), 2) if ratios else None,
-           "target": targets.get(b), "trainyard_tf32": tf32[0] if tf32 else None,
-           "test_accuracy": [x["test_accuracy"] for x in runs.get(("ours", b), [])],
-           "pytorch_test_accuracy": [x["test_accuracy"] for x in runs.get(("torch", b), [])],
+           "target": target, "trainyard_tf32": tf32[0] if tf32 else None,
+           "test_accuracy": [x["test_accuracy"] for x in runs.get((model, "ours", b), [])],
+           "pytorch_test_accuracy": [x["test_accuracy"] for x in runs.get((model, "torch", b), [])],
            "rounds": len(ours)}
-    if res["ratio"] is not None and b in targets:
-        res["meets_target"] = res["ratio"] >= targets[b]
-    out["batch_%d" % b] = res
-    print("| %d | %s | %s | %s | %s | %s |" % (b, res["trainyard"], res["pytorch"], res["ratio"],
-                                               targets.get(b), res["trainyard_tf32"]))
+    if res["ratio"] is not None and target is not None:
+        res["meets_target"] = res["ratio"] >= target
+    if model == "cnn":
+        res["model"] = names["cnn"]
+    out[("batch_%d" if model == "mlp" else "cnn_batch_%d") % b] = res
+    print("| %s | %d | %s | %s | %s | %s | %s |" % (model, b, res["trainyard"], res["pytorch"],
+                                                    res["ratio"], target, res["trainyard_tf32"]))
+if failed:
+    out["failed"] = failed
 first = next(iter(runs.values()))[0]
 out["device"] = first.get("device")
 out["data"] = first.get("data")
 print(json.dumps(out))
+sys.exit(1 if failed else 0)
 PY

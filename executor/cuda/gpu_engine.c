@@ -19,7 +19,12 @@
  * first and forward_backward_add on the others, summing into its gradient
  * buffer, before the all-reduce and one apply_gradients; one device then
  * steps in those parts too (no CUDA graph). Models are built for the
- * largest micro-batch. */
+ * largest micro-batch.
+ *
+ * Batch normalization's moving statistics (the models' state) start equal
+ * on every device (broadcast with the parameters) and then move with each
+ * replica's own batches, as Keras' replicas do; checkpoints and
+ * evaluation take device 0's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,6 +186,15 @@ static int ge_sync_initial(void *p, char err[ENGINE_ERR_MAX])
             for (int i = 0; i < e->k; i++)
                 bufs[i] = gpu_model_slots_device(e->g[i]);
             if (gpu_nccl_broadcast_local(e->nc, e->k, bufs, ns, 0, streams, gerr))
+                goto nccl_fail;
+        }
+        /* batch normalization's moving statistics: each replica moves its
+         * own from here on, all from the same start (a resumed checkpoint's) */
+        size_t nst = gpu_model_state_count(e->g[0]);
+        if (nst) {
+            for (int i = 0; i < e->k; i++)
+                bufs[i] = gpu_model_state_device(e->g[i]);
+            if (gpu_nccl_broadcast_local(e->nc, e->k, bufs, nst, 0, streams, gerr))
                 goto nccl_fail;
         }
     }

@@ -10,15 +10,26 @@
  * row offset, global batch, Adam's step size, dropout seeds) live in a
  * device struct, so a captured CUDA graph replays unchanged step after step.
  *
+ * Convolutional layers (executor/nn/conv.h's): conv2d is im2col
+ * (gpu_conv.cu) + one cublasSgemm per chunk of examples, its input gradient
+ * a second GEMM into the im2col matrix's shape gathered back by col2im (a
+ * 1x1 stride-1 conv uses its input as the matrix); pooling, global average
+ * pooling and batch normalization are gpu_conv.cu's kernels. Batch
+ * normalization's moving statistics live in a second flat device buffer in
+ * model.h's model_state layout and move in every training forward (inside
+ * the captured graph too).
+ *
  * Sections: device helpers, kernels, the step (forward, loss, backward,
  * update), build/free, batches, public API. */
 #include "gpu_model.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_check.h"
+#include "gpu_conv.h"
 
 extern "C" {
 #include "../nn/loss.h"
@@ -30,6 +41,7 @@ extern "C" {
 #define ALIGN_FLOATS 16         /* model.c's 64-byte tensor alignment */
 #define BLAS_WORKSPACE (32u << 20) /* cuBLAS workspace (graph capture needs our own) */
 #define SIG_MAX 4096
+#define COL_BUDGET (1u << 25)   /* floats of conv2d's im2col scratch (128 MiB) before chunking */
 
 /* ================================================================ state */
 
@@ -65,8 +77,23 @@ typedef struct gop {
     uint64_t seed;
     float l1, l2;
     int kernel_tensor;
+    long long kcount;           /* dense, conv2d: kernel floats (the regularizer's) */
     float *w, *b, *dw, *db;     /* device, into the flat buffers */
     float *y;                   /* device (max_batch, out) own output, or NULL */
+    /* convolutional layers */
+    gpu_geom geom;              /* conv2d, pooling: the window over one example */
+    int direct;                 /* conv2d 1x1 stride 1: the input is its im2col matrix */
+    int chunk;                  /* conv2d: examples per im2col chunk */
+    int hw;                     /* global average pooling: positions per example */
+    int ch;                     /* batch normalization: channels (the input's last axis) */
+    float momentum, eps;        /* batch normalization */
+    int gamma_tensor, beta_tensor; /* batch normalization: tensor index, -1 when absent */
+    int state_tensor;           /* batch normalization: moving_mean's state tensor (+1: variance) */
+    float *gamma, *beta, *dgamma, *dbeta; /* NULL when absent */
+    float *mmean, *mvar;        /* into the state buffer */
+    float *bmean, *binvstd;     /* the last training batch's mean and 1/std (ch) */
+    float *bsums;               /* backward's per-channel sums (2 ch) */
+    int32_t *argmax;            /* max pooling: (max_batch, out) */
 } gop;
 
 struct gpu_model {
@@ -84,6 +111,9 @@ struct gpu_model {
     int n_tensors;
     model_tensor tensors[MODEL_MAX_TENSORS];
     size_t n_params;
+    int n_state_tensors;        /* model_state's tensors (moving statistics) */
+    model_tensor state_tensors[MODEL_MAX_TENSORS];
+    size_t n_state;
     char signature[SIG_MAX];
     uint64_t rng[4];
     long iterations;            /* host mirror of st->iterations */
@@ -93,7 +123,14 @@ struct gpu_model {
     cublasHandle_t blas;
     void *blas_ws;
     float *params, *grads, *slots; /* device, model.h's flat layout */
+    float *state;               /* device, model_state's flat layout (n_state floats) */
     float *acts;                /* every op's own output */
+    float *col;                 /* conv2d's im2col matrix (and its gradient), col_floats */
+    size_t col_floats;
+    double *part;               /* per-channel partial sums (gpu_conv.h) */
+    size_t part_doubles;
+    float *bnbuf;               /* batch normalization's batch statistics and sums */
+    int32_t *argmax;            /* max pooling's argmax of every maxpool op */
     float *gbuf[2];             /* (max_batch, max_width) ping-pong gradients */
     float *bx[NSLOT], *by[NSLOT];  /* device batch slots */
     float *hx[NSLOT], *hy[NSLOT];  /* pinned host staging */
@@ -613,6 +650,77 @@ static cublasStatus_t gemm_input_grad(gpu_model *g, const float *dy, const float
 
 static unsigned rows_grid(int n) { return (unsigned)((n + 127) / 128); }
 
+/* conv2d forward of n examples x (n, h, w, c) into op->y: per chunk of
+ * examples im2col + y = col . W (the GEMM of a dense layer over n * oh * ow
+ * rows), then bias + activation in one pass. */
+static int conv_forward(gpu_model *g, const gop *op, const float *x, int n, char *err)
+{
+    const gpu_geom *ge = &op->geom;
+    const int K = ge->kh * ge->kw * ge->c, per = ge->oh * ge->ow;
+    for (int c0 = 0; c0 < n; c0 += op->chunk) {
+        int nb = n - c0 < op->chunk ? n - c0 : op->chunk;
+        const float *xin = x + (size_t)c0 * op->in, *a = xin;
+        if (!op->direct) {
+            cudaCheck(gpu_im2col(g->col, xin, nb, ge, g->stream));
+            a = g->col;
+        }
+        cublasCheck(gemm_forward(g, a, op->w, op->y + (size_t)c0 * op->out, nb * per, K, ge->oc));
+    }
+    if (op->b || op->act != ACT_LINEAR) {
+        long long total = (long long)n * op->out;
+        k_bias_act<<<grid_for(total), BLOCK, 0, g->stream>>>(op->y, op->b, n * per, ge->oc, op->act,
+                                                            0, UINT32_MAX, 1.0f, g->st, 0);
+        cudaCheckLast();
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+/* conv2d backward given dy (n, oh, ow, oc) at its output (after the
+ * activation; overwritten with the gradient before it): db, dW (added to
+ * when accumulate) and, when dx != NULL, dx (n, h, w, c) through the
+ * im2col matrix's gradient (dY . W^T) and col2im. x: the forward's input. */
+static int conv_backward(gpu_model *g, gop *op, float *dy, const float *x, float *dx, int n,
+                         int accumulate, char *err)
+{
+    const gpu_geom *ge = &op->geom;
+    const int K = ge->kh * ge->kw * ge->c, per = ge->oh * ge->ow;
+    long long total = (long long)n * op->out;
+    if (op->act != ACT_LINEAR && !(op->act == ACT_RELU && op->db)) {
+        k_act_bwd<<<grid_for(total), BLOCK, 0, g->stream>>>(dy, op->y, total, op->act);
+        cudaCheckLast();
+    }
+    if (op->db) /* with relu: its derivative in the same pass */
+        cudaCheck(gpu_bias_grad_rows(dy, op->act == ACT_RELU ? op->y : NULL, op->db,
+                                     (long long)n * per, ge->oc, accumulate, g->part, g->stream));
+    for (int c0 = 0; c0 < n; c0 += op->chunk) {
+        int nb = n - c0 < op->chunk ? n - c0 : op->chunk, rows = nb * per;
+        int acc = accumulate || c0 > 0;
+        const float *xin = x + (size_t)c0 * op->in;
+        const float *dyc = dy + (size_t)c0 * op->out;
+        float *dxc = dx ? dx + (size_t)c0 * op->in : NULL;
+        if (op->direct) {
+            cublasCheck(gemm_weight_grad(g, xin, dyc, op->dw, rows, K, ge->oc, acc));
+            if (dxc)
+                cublasCheck(gemm_input_grad(g, dyc, op->w, dxc, rows, K, ge->oc));
+            continue;
+        }
+        cudaCheck(gpu_im2col(g->col, xin, nb, ge, g->stream));
+        cublasCheck(gemm_weight_grad(g, g->col, dyc, op->dw, rows, K, ge->oc, acc));
+        if (dxc) { /* the matrix's gradient reuses its buffer (stream order) */
+            cublasCheck(gemm_input_grad(g, dyc, op->w, g->col, rows, K, ge->oc));
+            cudaCheck(gpu_col2im(dxc, g->col, nb, ge, g->stream));
+        }
+    }
+    return 0;
+fail:
+    return -1;
+}
+
+/* Batch normalization's rows: every position of every example. */
+static long long bn_rows(const gop *op, int n) { return (long long)n * (op->out / op->ch); }
+
 /* Queues the forward pass of n examples at x (device) on the model's stream.
  * inputs[i] gets op i's input; *outp the output (n, out_size). */
 static int enqueue_forward(gpu_model *g, const float *x, int n, int training,
@@ -658,7 +766,35 @@ static int enqueue_forward(gpu_model *g, const float *x, int n, int training,
             cudaCheckLast();
             cur = op->y;
             break;
+        case LAYER_CONV2D:
+            if (conv_forward(g, op, cur, n, err))
+                return -1;
+            cur = op->y;
+            break;
+        case LAYER_MAX_POOLING2D:
+            cudaCheck(gpu_maxpool_forward(op->y, op->argmax, cur, n, &op->geom, g->stream));
+            cur = op->y;
+            break;
+        case LAYER_AVERAGE_POOLING2D:
+            cudaCheck(gpu_avgpool_forward(op->y, cur, n, &op->geom, g->stream));
+            cur = op->y;
+            break;
+        case LAYER_GLOBAL_AVERAGE_POOLING2D:
+            cudaCheck(gpu_gap_forward(op->y, cur, n, op->hw, op->ch, g->stream));
+            cur = op->y;
+            break;
+        case LAYER_BATCH_NORMALIZATION:
+            if (training)
+                cudaCheck(gpu_bn_forward_train(op->y, op->bmean, op->binvstd, cur, bn_rows(op, n),
+                                               op->ch, op->gamma, op->beta, op->eps, op->momentum,
+                                               op->mmean, op->mvar, g->part, g->stream));
+            else
+                cudaCheck(gpu_bn_forward_eval(op->y, cur, bn_rows(op, n), op->ch, op->gamma,
+                                              op->beta, op->eps, op->mmean, op->mvar, g->stream));
+            cur = op->y;
+            break;
         case LAYER_FLATTEN:
+        case LAYER_RESHAPE:
             break;
         }
     }
@@ -668,21 +804,31 @@ fail:
     return -1;
 }
 
-/* Adds every dense kernel's regularization (its gradient too when grad). */
+/* A dense or conv2d kernel's regularizer: its value into st->reg_sum, its
+ * gradient added to dw when dw != NULL. */
+static int enqueue_regularize(gpu_model *g, const gop *op, float *dw, char *err)
+{
+    if (!(op->l1 > 0.0f || op->l2 > 0.0f))
+        return 0;
+    k_regularize<<<grid_for(op->kcount) > 1024 ? 1024 : grid_for(op->kcount), BLOCK, 0,
+                   g->stream>>>(op->w, dw, op->kcount, op->l1, op->l2, g->st);
+    cudaCheckLast();
+    return 0;
+fail:
+    return -1;
+}
+
+/* Adds every dense and conv2d kernel's regularization (its gradient too
+ * when grad). */
 static int enqueue_regularize_all(gpu_model *g, int grad, char *err)
 {
     for (int i = 0; i < g->n_ops; i++) {
         gop *op = &g->ops[i];
-        if (op->type != LAYER_DENSE || !(op->l1 > 0.0f || op->l2 > 0.0f))
-            continue;
-        long long count = (long long)op->in * op->out;
-        k_regularize<<<grid_for(count) > 1024 ? 1024 : grid_for(count), BLOCK, 0, g->stream>>>(
-            op->w, grad ? op->dw : NULL, count, op->l1, op->l2, g->st);
-        cudaCheckLast();
+        if ((op->type == LAYER_DENSE || op->type == LAYER_CONV2D) &&
+            enqueue_regularize(g, op, grad ? op->dw : NULL, err))
+            return -1;
     }
     return 0;
-fail:
-    return -1;
 }
 
 /* Queues forward + loss + backward of the n examples at x, y (device):
@@ -742,18 +888,41 @@ static int enqueue_forward_backward(gpu_model *g, const float *x, const float *y
             cublasCheck(gemm_weight_grad(g, inputs[i], gcur, op->dw, n, op->in, op->out, accumulate));
             if (dx)
                 cublasCheck(gemm_input_grad(g, gcur, op->w, dx, n, op->in, op->out));
-            if (op->l1 > 0.0f || op->l2 > 0.0f) {
-                long long count = (long long)op->in * op->out;
-                k_regularize<<<grid_for(count) > 1024 ? 1024 : grid_for(count), BLOCK, 0,
-                               g->stream>>>(op->w, accumulate ? NULL : op->dw, count, op->l1, op->l2,
-                                            g->st);
-                cudaCheckLast();
-            }
+            if (enqueue_regularize(g, op, accumulate ? NULL : op->dw, err))
+                return -1;
             t = gcur;
             gcur = gother;
             gother = t;
             break;
         }
+        case LAYER_CONV2D:
+            if (conv_backward(g, op, gcur, inputs[i], i > g->first_param_op ? gother : NULL, n,
+                              accumulate, err) ||
+                enqueue_regularize(g, op, accumulate ? NULL : op->dw, err))
+                return -1;
+            t = gcur;
+            gcur = gother;
+            gother = t;
+            break;
+        case LAYER_MAX_POOLING2D:
+        case LAYER_AVERAGE_POOLING2D:
+        case LAYER_GLOBAL_AVERAGE_POOLING2D:
+            if (op->type == LAYER_MAX_POOLING2D)
+                cudaCheck(gpu_maxpool_backward(gother, gcur, op->argmax, n, &op->geom, g->stream));
+            else if (op->type == LAYER_AVERAGE_POOLING2D)
+                cudaCheck(gpu_avgpool_backward(gother, gcur, n, &op->geom, g->stream));
+            else
+                cudaCheck(gpu_gap_backward(gother, gcur, n, op->hw, op->ch, g->stream));
+            t = gcur;
+            gcur = gother;
+            gother = t;
+            break;
+        case LAYER_BATCH_NORMALIZATION: /* dx in place (none for the first trained layer) */
+            cudaCheck(gpu_bn_backward(i > g->first_param_op ? gcur : NULL, op->dgamma, op->dbeta,
+                                      gcur, inputs[i], op->bmean, op->binvstd, op->gamma,
+                                      bn_rows(op, n), op->ch, accumulate, op->bsums, g->part,
+                                      g->stream));
+            break;
         case LAYER_DROPOUT:
             if (!op->fused_into_prev && op->rate > 0.0f) {
                 k_dropout_bwd<<<grid_for(total), BLOCK, 0, g->stream>>>(
@@ -772,6 +941,7 @@ static int enqueue_forward_backward(gpu_model *g, const float *x, const float *y
             }
             break;
         case LAYER_FLATTEN:
+        case LAYER_RESHAPE:
             break;
         }
     }
@@ -823,78 +993,211 @@ static uint64_t drop_seed(const uint64_t rng[4])
     return nn_mix64(rng[0] ^ nn_mix64(rng[2]));
 }
 
-/* The ops and tensors of spec, as model.c's model_build lays them out. */
+/* Appends tensor LAYER_K.WHAT of `rank` dims to a list, 64-byte aligned
+ * from *off (model.c's layout). */
+static void add_tensor(model_tensor *list, int *count, size_t *off, const char *layer, int k,
+                       const char *what, int rank, int d0, int d1, int d2, int d3)
+{
+    model_tensor *t = &list[(*count)++];
+    int d[4] = {d0, d1, d2, d3};
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s_%d.%s", layer, k, what);
+    t->offset = *off;
+    t->rank = rank;
+    t->size = 1;
+    for (int i = 0; i < rank; i++) {
+        t->shape[i] = d[i];
+        t->size *= (size_t)d[i];
+    }
+    *off = align_up(*off + t->size);
+}
+
+/* The ops and tensors of spec, as model.c's model_build lays them out:
+ * trainable tensors in layer order (dense_K.kernel/.bias, conv2d_K.kernel
+ * (kh, kw, c_in, c_out)/.bias, batch_normalization_K.gamma/.beta), the
+ * state's (batch_normalization_K.moving_mean/.moving_variance) in a second
+ * buffer; one example's shape followed through the layers as the spec
+ * parser does (and checked against what it resolved, when it did). */
 static int plan_ops(gpu_model *g, const jobspec *spec, char *err)
 {
-    int width = spec->input_size, dense_i = 0;
-    size_t off = 0;
+    int width = spec->input_size, dense_i = 0, conv_i = 0, bn_i = 0;
+    int rank = spec->input_rank, shape[JOBSPEC_MAX_RANK] = {0, 0, 0, 0};
+    size_t off = 0, soff = 0;
     g->in_size = spec->input_size;
     g->n_ops = spec->n_layers;
     g->first_param_op = -1;
     g->max_width = width;
+    if (rank <= 0 || rank > JOBSPEC_MAX_RANK) {
+        rank = 1;
+        shape[0] = width;
+    } else {
+        memcpy(shape, spec->input_shape, sizeof(int) * (size_t)rank);
+    }
     for (int i = 0; i < g->n_ops; i++) {
         const layer_spec *ls = &spec->layers[i];
         gop *op = &g->ops[i];
+        int image = ls->type == LAYER_CONV2D || ls->type == LAYER_MAX_POOLING2D ||
+                    ls->type == LAYER_AVERAGE_POOLING2D ||
+                    ls->type == LAYER_GLOBAL_AVERAGE_POOLING2D;
         memset(op, 0, sizeof *op);
         op->type = ls->type;
         op->in = width;
         op->act = ACT_LINEAR;
         op->key_layer = i;
+        op->gamma_tensor = op->beta_tensor = op->state_tensor = -1;
         dropout_init(op, 0.0f);
+        if (image && rank != 3)
+            return gpu_errf(err, "model.layers[%d]: takes an image (h, w, c), got rank %d", i,
+                            rank);
         switch (ls->type) {
-        case LAYER_DENSE: {
-            model_tensor *t;
+        case LAYER_DENSE:
+            if (rank != 1)
+                return gpu_errf(err, "model.layers[%d]: dense takes a flat input, got rank %d", i,
+                                rank);
             op->out = ls->units;
             op->act = ls->activation;
             op->use_bias = ls->use_bias;
             op->l1 = ls->l1;
             op->l2 = ls->l2;
             op->own_output = 1;
-            if (g->first_param_op < 0)
-                g->first_param_op = i;
             op->kernel_tensor = g->n_tensors;
-            t = &g->tensors[g->n_tensors++];
-            snprintf(t->name, sizeof t->name, "dense_%d.kernel", dense_i);
-            t->offset = off;
-            t->size = (size_t)op->in * op->out;
-            t->rank = 2;
-            t->shape[0] = op->in;
-            t->shape[1] = op->out;
-            off = align_up(off + t->size);
-            if (op->use_bias) {
-                t = &g->tensors[g->n_tensors++];
-                snprintf(t->name, sizeof t->name, "dense_%d.bias", dense_i);
-                t->offset = off;
-                t->size = (size_t)op->out;
-                t->rank = 1;
-                t->shape[0] = op->out;
-                off = align_up(off + t->size);
-            }
+            op->kcount = (long long)op->in * op->out;
+            add_tensor(g->tensors, &g->n_tensors, &off, "dense", dense_i, "kernel", 2, op->in,
+                       op->out, 0, 0);
+            if (op->use_bias)
+                add_tensor(g->tensors, &g->n_tensors, &off, "dense", dense_i, "bias", 1, op->out,
+                           0, 0, 0);
             dense_i++;
+            shape[0] = op->out;
+            break;
+        case LAYER_CONV2D: {
+            gpu_geom *ge = &op->geom;
+            if (ls->filters <= 0 || ls->kernel_size[0] <= 0 || ls->kernel_size[1] <= 0)
+                return gpu_errf(err, "model.layers[%d]: conv2d needs filters and kernel_size", i);
+            if (ls->activation == ACT_SOFTMAX)
+                return gpu_errf(err, "model.layers[%d]: softmax on a conv2d", i);
+            gpu_geom_init(ge, shape[0], shape[1], shape[2], ls->kernel_size[0], ls->kernel_size[1],
+                          ls->strides[0], ls->strides[1], ls->padding, ls->filters);
+            op->act = ls->activation;
+            op->use_bias = ls->use_bias;
+            op->l1 = ls->l1;
+            op->l2 = ls->l2;
+            op->own_output = 1;
+            op->kernel_tensor = g->n_tensors;
+            op->kcount = (long long)ge->kh * ge->kw * ge->c * ge->oc;
+            add_tensor(g->tensors, &g->n_tensors, &off, "conv2d", conv_i, "kernel", 4, ge->kh,
+                       ge->kw, ge->c, ge->oc);
+            if (op->use_bias)
+                add_tensor(g->tensors, &g->n_tensors, &off, "conv2d", conv_i, "bias", 1, ge->oc,
+                           0, 0, 0);
+            conv_i++;
+            op->direct = ge->kh == 1 && ge->kw == 1 && ge->sh == 1 && ge->sw == 1;
+            break;
+        }
+        case LAYER_MAX_POOLING2D:
+        case LAYER_AVERAGE_POOLING2D:
+            gpu_geom_init(&op->geom, shape[0], shape[1], shape[2], ls->pool_size[0],
+                          ls->pool_size[1], ls->strides[0], ls->strides[1], ls->padding,
+                          shape[2]);
+            op->own_output = 1;
+            break;
+        case LAYER_GLOBAL_AVERAGE_POOLING2D:
+            op->hw = shape[0] * shape[1];
+            op->ch = shape[2];
+            op->own_output = 1;
+            rank = 1;
+            shape[0] = op->ch;
+            break;
+        case LAYER_BATCH_NORMALIZATION:
+            op->ch = shape[rank - 1];
+            op->momentum = ls->momentum;
+            op->eps = ls->epsilon;
+            op->own_output = 1;
+            if (ls->scale) {
+                op->gamma_tensor = g->n_tensors;
+                add_tensor(g->tensors, &g->n_tensors, &off, "batch_normalization", bn_i, "gamma",
+                           1, op->ch, 0, 0, 0);
+            }
+            if (ls->center) {
+                op->beta_tensor = g->n_tensors;
+                add_tensor(g->tensors, &g->n_tensors, &off, "batch_normalization", bn_i, "beta",
+                           1, op->ch, 0, 0, 0);
+            }
+            op->state_tensor = g->n_state_tensors;
+            add_tensor(g->state_tensors, &g->n_state_tensors, &soff, "batch_normalization", bn_i,
+                       "moving_mean", 1, op->ch, 0, 0, 0);
+            add_tensor(g->state_tensors, &g->n_state_tensors, &soff, "batch_normalization", bn_i,
+                       "moving_variance", 1, op->ch, 0, 0, 0);
+            bn_i++;
+            break;
+        case LAYER_RESHAPE: {
+            long known = 1;
+            int unknown = -1;
+            for (int d = 0; d < ls->target_rank; d++) {
+                if (ls->target_shape[d] < 0)
+                    unknown = d;
+                else
+                    known *= ls->target_shape[d];
+            }
+            if (ls->target_rank <= 0 || ls->target_rank > JOBSPEC_MAX_RANK || known <= 0 ||
+                (unknown < 0 ? known != width : width % known != 0))
+                return gpu_errf(err, "model.layers[%d]: reshape target does not hold %d values",
+                                i, width);
+            rank = ls->target_rank;
+            for (int d = 0; d < rank; d++)
+                shape[d] = d == unknown ? (int)(width / known) : ls->target_shape[d];
             break;
         }
         case LAYER_DROPOUT:
-            op->out = width;
             dropout_init(op, ls->rate);
             op->has_seed = ls->has_seed;
             op->seed = ls->seed;
             op->own_output = 1;
             break;
         case LAYER_FLATTEN:
-            op->out = width;
+            rank = 1;
+            shape[0] = width;
             break;
         case LAYER_ACTIVATION:
-            op->out = width;
             op->act = ls->activation;
             op->own_output = 1;
             break;
         default:
             return gpu_errf(err, "model.layers[%d]: unknown layer type", i);
         }
+        if (ls->type == LAYER_CONV2D || ls->type == LAYER_MAX_POOLING2D ||
+            ls->type == LAYER_AVERAGE_POOLING2D) {
+            const gpu_geom *ge = &op->geom;
+            if (ge->oh < 1 || ge->ow < 1 || ge->kh < 1 || ge->kw < 1)
+                return gpu_errf(err, "model.layers[%d]: a %dx%d window does not fit %dx%d", i,
+                                ge->kh, ge->kw, ge->h, ge->w);
+            if ((long long)ge->oh * ge->ow * g->max_batch > INT_MAX / 2)
+                return gpu_errf(err, "model.layers[%d]: %d examples of %dx%d outputs are too many "
+                                     "rows for one GEMM", i, g->max_batch, ge->oh, ge->ow);
+            rank = 3;
+            shape[0] = ge->oh;
+            shape[1] = ge->ow;
+            shape[2] = ge->oc;
+        }
+        op->out = 1;
+        for (int d = 0; d < rank; d++)
+            op->out *= shape[d];
+        if (ls->out_rank > 0 && (ls->out_rank != rank ||
+                                 memcmp(ls->out_shape, shape, sizeof(int) * (size_t)rank) != 0))
+            return gpu_errf(err, "model.layers[%d]: output shape differs from the spec's resolved "
+                                 "out_shape", i);
+        if (g->first_param_op < 0 && (ls->type == LAYER_DENSE || ls->type == LAYER_CONV2D ||
+                                      op->gamma_tensor >= 0 || op->beta_tensor >= 0))
+            g->first_param_op = i;
         width = op->out;
         if (width > g->max_width)
             g->max_width = width;
+        if (op->in > g->max_width)
+            g->max_width = op->in;
     }
+    if (g->first_param_op < 0)
+        return gpu_errf(err, "model has no layer with weights (nothing to train)");
+    g->n_state = soff;
     g->out_size = width;
     g->n_params = off;
     /* fusions: relu dense + dropout; final softmax/sigmoid into the loss */
@@ -935,9 +1238,22 @@ static int take_cpu_model(gpu_model *g, model *hm, char *err)
                         g->n_params, model_param_count(hm), g->n_tensors, model_tensor_count(hm));
     for (int i = 0; i < g->n_tensors; i++) {
         const model_tensor *a = &g->tensors[i], *b = model_tensor_at(hm, i);
-        if (strcmp(a->name, b->name) != 0 || a->offset != b->offset || a->size != b->size)
+        if (strcmp(a->name, b->name) != 0 || a->offset != b->offset || a->size != b->size ||
+            a->rank != b->rank)
             return gpu_errf(err, "gpu model tensor %d (%s at %zu) differs from model.h's (%s at "
                                  "%zu): update gpu_model.cu",
+                            i, a->name, a->offset, b->name, b->offset);
+    }
+    if (model_state_count(hm) != g->n_state || model_state_tensor_count(hm) != g->n_state_tensors)
+        return gpu_errf(err, "gpu model state layout differs from model.h's (%zu floats in %d "
+                             "tensors vs %zu in %d): update gpu_model.cu",
+                        g->n_state, g->n_state_tensors, model_state_count(hm),
+                        model_state_tensor_count(hm));
+    for (int i = 0; i < g->n_state_tensors; i++) {
+        const model_tensor *a = &g->state_tensors[i], *b = model_state_tensor_at(hm, i);
+        if (strcmp(a->name, b->name) != 0 || a->offset != b->offset || a->size != b->size)
+            return gpu_errf(err, "gpu model state tensor %d (%s at %zu) differs from model.h's "
+                                 "(%s at %zu): update gpu_model.cu",
                             i, a->name, a->offset, b->name, b->offset);
     }
     snprintf(g->signature, sizeof g->signature, "%s", model_signature(hm));
@@ -974,14 +1290,18 @@ fail:
 
 /* Runs every kernel and GEMM of a step once, eagerly, on the zeroed batch
  * slot 0, so that modules and cuBLAS kernels are loaded before a graph
- * capture; then puts back what it touched (gradients, stats, iteration).
+ * capture; then puts back what it touched (gradients, stats, iteration,
+ * and the moving statistics from `state`, the host's initial values).
  * The update kernel runs over zero parameters (n = 0). */
-static int warm_up(gpu_model *g, char *err)
+static int warm_up(gpu_model *g, const float *state, char *err)
 {
     const optimizer_spec *o = &g->optspec;
     gstate *st = g->st;
     if (enqueue_forward_backward(g, g->bx[0], g->by[0], g->max_batch, 0, err))
         return -1;
+    if (g->n_state)
+        cudaCheck(cudaMemcpyAsync(g->state, state, sizeof(float) * g->n_state,
+                                  cudaMemcpyHostToDevice, g->stream));
     k_pre_update<<<1, 1, 0, g->stream>>>(st, o->type == OPT_ADAM, o->learning_rate, o->beta_1,
                                         o->beta_2);
     cudaCheckLast();
@@ -1052,6 +1372,11 @@ extern "C" void gpu_model_free(gpu_model *g)
     cudaFree(g->params);
     cudaFree(g->grads);
     cudaFree(g->slots);
+    cudaFree(g->state);
+    cudaFree(g->col);
+    cudaFree(g->part);
+    cudaFree(g->bnbuf);
+    cudaFree(g->argmax);
     cudaFree(g->acts);
     cudaFree(g->gbuf[0]);
     cudaFree(g->gbuf[1]);
@@ -1074,7 +1399,8 @@ extern "C" int gpu_model_build(gpu_model **out, const jobspec *spec, int max_bat
     gpu_model *g = NULL;
     model *hm = NULL;
     char merr[MODEL_ERR_MAX];
-    size_t act_floats = 0, aoff = 0, gsize = 0;
+    size_t act_floats = 0, aoff = 0, gsize = 0, bn_floats = 0, boff = 0, arg_ints = 0, xoff = 0;
+    int max_ch = 1;
     gstate init;
     *out = NULL;
     if (max_batch <= 0)
@@ -1119,9 +1445,38 @@ extern "C" int gpu_model_build(gpu_model **out, const jobspec *spec, int max_bat
         dev_alloc((void **)&g->grads, sizeof(float) * g->n_params, err) ||
         dev_alloc((void **)&g->slots, sizeof(float) * g->n_params * (size_t)g->n_slots, err))
         goto fail;
-    for (int i = 0; i < g->n_ops; i++)
-        if (g->ops[i].own_output)
-            act_floats += align_up((size_t)max_batch * g->ops[i].out);
+    /* scratch of the convolutional layers: im2col (in chunks of examples
+     * past COL_BUDGET floats), per-channel partial sums, batch norm's
+     * statistics, max pooling's argmax */
+    for (int i = 0; i < g->n_ops; i++) {
+        gop *op = &g->ops[i];
+        if (op->own_output)
+            act_floats += align_up((size_t)max_batch * op->out);
+        if (op->type == LAYER_CONV2D) {
+            const gpu_geom *ge = &op->geom;
+            size_t per = (size_t)ge->oh * ge->ow * ge->kh * ge->kw * ge->c;
+            op->chunk = op->direct || per * (size_t)max_batch <= COL_BUDGET
+                            ? max_batch
+                            : (int)(COL_BUDGET / per > 0 ? COL_BUDGET / per : 1);
+            if (!op->direct && per * (size_t)op->chunk > g->col_floats)
+                g->col_floats = per * (size_t)op->chunk;
+            if (op->use_bias && ge->oc > max_ch)
+                max_ch = ge->oc;
+        } else if (op->type == LAYER_BATCH_NORMALIZATION) {
+            bn_floats += align_up(4 * (size_t)op->ch);
+            if (op->ch > max_ch)
+                max_ch = op->ch;
+        } else if (op->type == LAYER_MAX_POOLING2D) {
+            arg_ints += align_up((size_t)max_batch * op->out);
+        }
+    }
+    g->part_doubles = gpu_red_doubles(max_ch);
+    if (dev_alloc((void **)&g->state, sizeof(float) * g->n_state, err) ||
+        dev_alloc((void **)&g->col, sizeof(float) * g->col_floats, err) ||
+        dev_alloc((void **)&g->part, sizeof(double) * g->part_doubles, err) ||
+        dev_alloc((void **)&g->bnbuf, sizeof(float) * bn_floats, err) ||
+        dev_alloc((void **)&g->argmax, sizeof(int32_t) * arg_ints, err))
+        goto fail;
     gsize = align_up((size_t)max_batch * g->max_width);
     if (dev_alloc((void **)&g->acts, sizeof(float) * act_floats, err) ||
         dev_alloc((void **)&g->gbuf[0], sizeof(float) * gsize, err) ||
@@ -1148,7 +1503,7 @@ extern "C" int gpu_model_build(gpu_model **out, const jobspec *spec, int max_bat
             op->y = g->acts + aoff;
             aoff += align_up((size_t)max_batch * op->out);
         }
-        if (op->type == LAYER_DENSE) {
+        if (op->type == LAYER_DENSE || op->type == LAYER_CONV2D) {
             const model_tensor *kt = &g->tensors[op->kernel_tensor];
             op->w = g->params + kt->offset;
             op->dw = g->grads + kt->offset;
@@ -1156,6 +1511,24 @@ extern "C" int gpu_model_build(gpu_model **out, const jobspec *spec, int max_bat
                 op->b = g->params + kt[1].offset;
                 op->db = g->grads + kt[1].offset;
             }
+        } else if (op->type == LAYER_BATCH_NORMALIZATION) {
+            if (op->gamma_tensor >= 0) {
+                op->gamma = g->params + g->tensors[op->gamma_tensor].offset;
+                op->dgamma = g->grads + g->tensors[op->gamma_tensor].offset;
+            }
+            if (op->beta_tensor >= 0) {
+                op->beta = g->params + g->tensors[op->beta_tensor].offset;
+                op->dbeta = g->grads + g->tensors[op->beta_tensor].offset;
+            }
+            op->mmean = g->state + g->state_tensors[op->state_tensor].offset;
+            op->mvar = g->state + g->state_tensors[op->state_tensor + 1].offset;
+            op->bmean = g->bnbuf + boff;
+            op->binvstd = op->bmean + op->ch;
+            op->bsums = op->binvstd + op->ch;
+            boff += align_up(4 * (size_t)op->ch);
+        } else if (op->type == LAYER_MAX_POOLING2D) {
+            op->argmax = g->argmax + xoff;
+            xoff += align_up((size_t)max_batch * op->out);
         }
     }
 
@@ -1167,16 +1540,19 @@ extern "C" int gpu_model_build(gpu_model **out, const jobspec *spec, int max_bat
         cudaCheck(cudaMemcpyAsync(g->slots, model_slots(hm),
                                   sizeof(float) * g->n_params * (size_t)g->n_slots,
                                   cudaMemcpyHostToDevice, g->stream));
+    if (g->n_state)
+        cudaCheck(cudaMemcpyAsync(g->state, model_state(hm), sizeof(float) * g->n_state,
+                                  cudaMemcpyHostToDevice, g->stream));
     g->iterations = model_iterations(hm);
     memset(&init, 0, sizeof init);
     init.iterations = g->iterations;
     init.reg_scale = 1.0f;
     cudaCheck(cudaMemcpyAsync(g->st, &init, sizeof init, cudaMemcpyHostToDevice, g->stream));
     cudaCheck(cudaStreamSynchronize(g->stream));
+    if (send_seeds(g, err) || warm_up(g, model_state(hm), err))
+        goto fail;
     model_free(hm);
     hm = NULL;
-    if (send_seeds(g, err) || warm_up(g, err))
-        goto fail;
 
     if (g->opt.cuda_graph) {
         for (int s = 0; s < NSLOT; s++)
@@ -1506,10 +1882,36 @@ fail:
     return -1;
 }
 
+extern "C" int gpu_model_get_state(gpu_model *g, float *state, char err[GPU_ERR_MAX])
+{
+    if (!g->n_state)
+        return 0;
+    cudaCheck(cudaSetDevice(g->device));
+    cudaCheck(cudaMemcpyAsync(state, g->state, sizeof(float) * g->n_state, cudaMemcpyDeviceToHost,
+                              g->stream));
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    return 0;
+fail:
+    return -1;
+}
+
+extern "C" int gpu_model_set_state(gpu_model *g, const float *state, char err[GPU_ERR_MAX])
+{
+    if (!g->n_state)
+        return 0;
+    cudaCheck(cudaSetDevice(g->device));
+    cudaCheck(cudaMemcpyAsync(g->state, state, sizeof(float) * g->n_state, cudaMemcpyHostToDevice,
+                              g->stream));
+    cudaCheck(cudaStreamSynchronize(g->stream));
+    return 0;
+fail:
+    return -1;
+}
+
 static int same_model(const gpu_model *g, const model *m, char *err)
 {
     if (strcmp(model_signature(m), g->signature) != 0 || model_param_count(m) != g->n_params ||
-        model_slot_count(m) != g->n_slots)
+        model_slot_count(m) != g->n_slots || model_state_count(m) != g->n_state)
         return gpu_errf(err, "the CPU model is not this model's (signature \"%s\" vs \"%s\")",
                         model_signature(m), g->signature);
     return 0;
@@ -1518,7 +1920,8 @@ static int same_model(const gpu_model *g, const model *m, char *err)
 extern "C" int gpu_model_to_host(gpu_model *g, model *m, char err[GPU_ERR_MAX])
 {
     if (same_model(g, m, err) ||
-        gpu_model_get_params(g, model_params(m), g->n_slots ? model_slots(m) : NULL, err))
+        gpu_model_get_params(g, model_params(m), g->n_slots ? model_slots(m) : NULL, err) ||
+        gpu_model_get_state(g, model_state(m), err))
         return -1;
     model_set_iterations(m, g->iterations);
     model_rng_set(m, g->rng);
@@ -1530,6 +1933,7 @@ extern "C" int gpu_model_from_host(gpu_model *g, model *m, char err[GPU_ERR_MAX]
     uint64_t s[4];
     if (same_model(g, m, err) ||
         gpu_model_set_params(g, model_params(m), g->n_slots ? model_slots(m) : NULL, err) ||
+        gpu_model_set_state(g, model_state(m), err) ||
         gpu_model_set_iterations(g, model_iterations(m), err))
         return -1;
     model_rng_get(m, s);
@@ -1581,5 +1985,12 @@ extern "C" const char *gpu_model_signature(const gpu_model *g) { return g->signa
 extern "C" float *gpu_model_params_device(gpu_model *g) { return g->params; }
 extern "C" float *gpu_model_grads_device(gpu_model *g) { return g->grads; }
 extern "C" float *gpu_model_slots_device(gpu_model *g) { return g->n_slots ? g->slots : NULL; }
+extern "C" size_t gpu_model_state_count(const gpu_model *g) { return g->n_state; }
+extern "C" int gpu_model_state_tensor_count(const gpu_model *g) { return g->n_state_tensors; }
+extern "C" const model_tensor *gpu_model_state_tensor_at(const gpu_model *g, int i)
+{
+    return (i >= 0 && i < g->n_state_tensors) ? &g->state_tensors[i] : NULL;
+}
+extern "C" float *gpu_model_state_device(gpu_model *g) { return g->n_state ? g->state : NULL; }
 extern "C" void *gpu_model_stream(gpu_model *g) { return (void *)g->stream; }
 extern "C" int gpu_model_device(const gpu_model *g) { return g->device; }

@@ -11,6 +11,12 @@
  * previous step runs. A full-batch training step (forward, backward,
  * update) can replay one captured CUDA graph (options.cuda_graph).
  *
+ * Layers: dense, dropout, flatten, activation, and the convolutional ones
+ * (conv2d, max/average_pooling2d, global_average_pooling2d,
+ * batch_normalization, reshape) with executor/nn/conv.h's arithmetic;
+ * batch normalization's moving statistics are the model's state
+ * (model.h's model_state layout), carried by to_host/from_host.
+ *
  *   gpu_model_build(&g, &spec, batch, seed, &opt, err);
  *   for each batch:
  *       gpu_model_stage_next(g, &x, &y, err);   // pinned buffers of a free slot
@@ -33,7 +39,8 @@
  *          gpu_model_forward_backward, gpu_model_forward_backward_add,
  *          gpu_model_apply_gradients,
  *          gpu_model_sync, gpu_model_stats, gpu_model_evaluate,
- *          gpu_model_predict, parameter copies and accessors. See docs/gpu.md. */
+ *          gpu_model_predict, parameter and state copies and accessors. See
+ *          docs/gpu.md. */
 #ifndef TRAINYARD_GPU_MODEL_H
 #define TRAINYARD_GPU_MODEL_H
 
@@ -139,9 +146,15 @@ int gpu_model_get_params(gpu_model *g, float *params, float *slots, char err[GPU
 int gpu_model_set_params(gpu_model *g, const float *params, const float *slots,
                          char err[GPU_ERR_MAX]);
 int gpu_model_get_grads(gpu_model *g, float *grads, char err[GPU_ERR_MAX]);
-/* Everything a checkpoint holds (params, slots, iterations, RNG) into / from
- * a CPU model built from the same spec (same signature), e.g. for
- * checkpoint_save / after checkpoint_load. */
+/* The non-trainable state (batch normalization's moving statistics) in
+ * model.h's model_state layout (gpu_model_state_count floats; nothing to
+ * copy when 0). Synchronous. A training forward moves it; evaluate and
+ * predict read it. Each replica keeps its own. */
+int gpu_model_get_state(gpu_model *g, float *state, char err[GPU_ERR_MAX]);
+int gpu_model_set_state(gpu_model *g, const float *state, char err[GPU_ERR_MAX]);
+/* Everything a checkpoint holds (params, slots, the state, iterations, RNG)
+ * into / from a CPU model built from the same spec (same signature), e.g.
+ * for checkpoint_save / after checkpoint_load. */
 int gpu_model_to_host(gpu_model *g, model *m, char err[GPU_ERR_MAX]);
 int gpu_model_from_host(gpu_model *g, model *m, char err[GPU_ERR_MAX]);
 
@@ -154,6 +167,9 @@ size_t gpu_model_param_count(const gpu_model *g);
 int gpu_model_slot_count(const gpu_model *g);
 int gpu_model_tensor_count(const gpu_model *g);
 const model_tensor *gpu_model_tensor_at(const gpu_model *g, int i);
+size_t gpu_model_state_count(const gpu_model *g);
+int gpu_model_state_tensor_count(const gpu_model *g);
+const model_tensor *gpu_model_state_tensor_at(const gpu_model *g, int i);
 int gpu_model_input_size(const gpu_model *g);
 int gpu_model_output_size(const gpu_model *g);
 int gpu_model_max_batch(const gpu_model *g);
@@ -164,6 +180,7 @@ const char *gpu_model_signature(const gpu_model *g); /* == model_signature */
 float *gpu_model_params_device(gpu_model *g);
 float *gpu_model_grads_device(gpu_model *g);
 float *gpu_model_slots_device(gpu_model *g);  /* slot_count * param_count floats; NULL: none */
+float *gpu_model_state_device(gpu_model *g);  /* state_count floats; NULL: none */
 void *gpu_model_stream(gpu_model *g);
 int gpu_model_device(const gpu_model *g);
 
@@ -220,6 +237,10 @@ static inline int gpu_model_set_params(gpu_model *g, const float *p, const float
 { (void)g; (void)p; (void)s; return GPU_MODEL_NO_CUDA(err); }
 static inline int gpu_model_get_grads(gpu_model *g, float *gr, char err[GPU_ERR_MAX])
 { (void)g; (void)gr; return GPU_MODEL_NO_CUDA(err); }
+static inline int gpu_model_get_state(gpu_model *g, float *st, char err[GPU_ERR_MAX])
+{ (void)g; (void)st; return GPU_MODEL_NO_CUDA(err); }
+static inline int gpu_model_set_state(gpu_model *g, const float *st, char err[GPU_ERR_MAX])
+{ (void)g; (void)st; return GPU_MODEL_NO_CUDA(err); }
 static inline int gpu_model_to_host(gpu_model *g, model *m, char err[GPU_ERR_MAX])
 { (void)g; (void)m; return GPU_MODEL_NO_CUDA(err); }
 static inline int gpu_model_from_host(gpu_model *g, model *m, char err[GPU_ERR_MAX])
@@ -236,6 +257,10 @@ static inline int gpu_model_slot_count(const gpu_model *g) { (void)g; return 0; 
 static inline int gpu_model_tensor_count(const gpu_model *g) { (void)g; return 0; }
 static inline const model_tensor *gpu_model_tensor_at(const gpu_model *g, int i)
 { (void)g; (void)i; return NULL; }
+static inline size_t gpu_model_state_count(const gpu_model *g) { (void)g; return 0; }
+static inline int gpu_model_state_tensor_count(const gpu_model *g) { (void)g; return 0; }
+static inline const model_tensor *gpu_model_state_tensor_at(const gpu_model *g, int i)
+{ (void)g; (void)i; return NULL; }
 static inline int gpu_model_input_size(const gpu_model *g) { (void)g; return 0; }
 static inline int gpu_model_output_size(const gpu_model *g) { (void)g; return 0; }
 static inline int gpu_model_max_batch(const gpu_model *g) { (void)g; return 0; }
@@ -243,6 +268,7 @@ static inline const char *gpu_model_signature(const gpu_model *g) { (void)g; ret
 static inline float *gpu_model_params_device(gpu_model *g) { (void)g; return NULL; }
 static inline float *gpu_model_grads_device(gpu_model *g) { (void)g; return NULL; }
 static inline float *gpu_model_slots_device(gpu_model *g) { (void)g; return NULL; }
+static inline float *gpu_model_state_device(gpu_model *g) { (void)g; return NULL; }
 static inline void *gpu_model_stream(gpu_model *g) { (void)g; return NULL; }
 static inline int gpu_model_device(const gpu_model *g) { (void)g; return -1; }
 
