@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # cnn.sh - the training engine against PyTorch on the Keras-tutorial CNN of
 # examples/fashion_mnist_cnn.json (conv32-pool-conv64-pool-dense128-dropout-
-# dense10, Adam 0.001, batch 128), one thread each, in the same run:
-#   speed:    ROUNDS alternating rounds of SPEED_EPOCHS epochs of
+# dense10, Adam 0.001), one thread each, in the same run:
+#   speed:    at batch 128, ROUNDS alternating rounds of SPEED_EPOCHS epochs of
 #             `trainyard train` and torch_cnn.py, each under /usr/bin/time:
 #             samples/s of each (training steps only), the ratio (median of
 #             the per-round ratios) and the peak RSS of each (median) and its ratio;
-#   accuracy: ACC_EPOCHS (5) epochs of each, test accuracy on the 10k test split.
-# Both train on the same 54000 images (validation_split 0.1: the last 6000
-# are evaluated after each epoch, untimed) with the same model and optimizer.
+#   accuracy: ACC_EPOCHS (5) epochs of each with the example's batch size,
+#             test accuracy on the 10k test split.
+# Both train on the same images (the example's validation_split: the last
+# part is evaluated after each epoch, untimed) with the same model and optimizer.
 #
 #   bench/train_vs_pytorch/cnn.sh            (or: make bench-train-cnn)
 #   ROUNDS=5 SPEED_EPOCHS=2 BUILD=build/x bench/train_vs_pytorch/cnn.sh
@@ -58,6 +59,15 @@ ty=$BUILD/trainyard
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# The speed rounds run the example's model at batch 128 (a copy of SPEC with
+# that batch size); the accuracy run takes SPEC as it is, and PyTorch the same
+# batch size, dropout rate and validation split.
+specv() { /usr/bin/python3 -c "import json,sys; s=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))" "$SPEC" "$1"; }
+/usr/bin/python3 -c "import json,sys; s=json.load(open(sys.argv[1])); s['fit']['batch_size']=128; json.dump(s, open(sys.argv[2], 'w'))" "$SPEC" "$tmp/speed.json"
+acc_batch=$(specv "s['fit']['batch_size']")
+acc_drop=$(specv "[l['rate'] for l in s['model']['layers'] if l['type'] == 'dropout'][0]")
+acc_vs=$(specv "s['data'].get('validation_split', 0)")
+
 # run NAME CMD...: runs CMD under /usr/bin/time; stdout to $tmp/NAME.out, peak RSS (KiB) to $tmp/NAME.rss
 run() {
   local name=$1; shift
@@ -69,11 +79,12 @@ field() { /usr/bin/python3 -c "import json,sys; print(json.loads(open(sys.argv[1
 rss() { tail -1 "$tmp/$1.rss"; }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-echo "== speed: $ROUNDS rounds x $SPEED_EPOCHS epochs of $SPEC, 1 thread each ($(getconf _NPROCESSORS_ONLN) cores; $(uptime | sed 's/.*load average/load average/'))"
+echo "== speed: $ROUNDS rounds x $SPEED_EPOCHS epochs of $SPEC at batch 128, 1 thread each ($(getconf _NPROCESSORS_ONLN) cores; $(uptime | sed 's/.*load average/load average/'))"
 ours=(); torch=(); ratios=(); orss=(); trss=()
 for r in $(seq 1 "$ROUNDS"); do
-  run ours "$ty" train "$SPEC" --epochs "$SPEED_EPOCHS" --data-path "$DATA" "${lim[@]}"
-  run torch /usr/bin/python3 $here/torch_cnn.py "$SPEED_EPOCHS" "$SEED" "$DATA" "${lim[@]}"
+  run ours "$ty" train "$tmp/speed.json" --epochs "$SPEED_EPOCHS" --data-path "$DATA" "${lim[@]}"
+  run torch /usr/bin/python3 $here/torch_cnn.py "$SPEED_EPOCHS" "$SEED" "$DATA" "${lim[@]}" --batch 128 \
+      --dropout "$acc_drop" --validation-split "$acc_vs"
   o=$(field samples_per_sec "$tmp/ours.out"); t=$(field samples_per_sec "$tmp/torch.out")
   ours+=("$o"); torch+=("$t"); ratios+=("$(echo "$o / $t" | bc -l)")
   orss+=("$(rss ours)"); trss+=("$(rss torch)")
@@ -88,10 +99,11 @@ printf 'median:  trainyard %6.0f samples/s   pytorch %6.0f samples/s   ratio (me
 printf 'peak RSS (median): trainyard %.0f MiB   pytorch %.0f MiB   ours/theirs %.2f\n' \
   "$(echo "$mor / 1024" | bc -l)" "$(echo "$mtr / 1024" | bc -l)" "$rss_ratio"
 
-echo "== accuracy: $ACC_EPOCHS epochs each (Fashion-MNIST test split, 10k)"
+echo "== accuracy: $ACC_EPOCHS epochs each of $SPEC, batch $acc_batch (Fashion-MNIST test split, 10k)"
 run ours "$ty" train "$SPEC" --epochs "$ACC_EPOCHS" --data-path "$DATA" "${lim[@]}"
 sed 's/^/  trainyard: /' "$tmp/ours.out" | grep -v '^  trainyard: {'
-run torch /usr/bin/python3 $here/torch_cnn.py "$ACC_EPOCHS" "$SEED" "$DATA" "${lim[@]}"
+run torch /usr/bin/python3 $here/torch_cnn.py "$ACC_EPOCHS" "$SEED" "$DATA" "${lim[@]}" --batch "$acc_batch" \
+    --dropout "$acc_drop" --validation-split "$acc_vs"
 sed 's/^/  pytorch:   /' "$tmp/torch.out" | grep -v '^  pytorch:   {'
 a=$(field test_accuracy "$tmp/ours.out"); ta=$(field test_accuracy "$tmp/torch.out")
 printf 'test accuracy after %d epochs: trainyard %.4f   pytorch %.4f\n' "$ACC_EPOCHS" "$a" "$ta"

@@ -35,7 +35,8 @@ import numpy as np
 import torch
 
 VALIDATION_SPLIT = 0.1
-BATCH = 128
+BATCH = 128  # --batch changes it (the accuracy run takes the example's)
+DROPOUT = 0.3
 
 
 def load(d, prefix):
@@ -51,7 +52,7 @@ def make_model():
         torch.nn.Conv2d(1, 32, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
         torch.nn.Conv2d(32, 64, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
         torch.nn.Flatten(),
-        torch.nn.Linear(64 * 5 * 5, 128), torch.nn.ReLU(), torch.nn.Dropout(0.3),
+        torch.nn.Linear(64 * 5 * 5, 128), torch.nn.ReLU(), torch.nn.Dropout(DROPOUT),
         torch.nn.Linear(128, 10))
     for mod in model:  # Keras' initialisers: glorot_uniform kernels, zero biases
         if isinstance(mod, (torch.nn.Linear, torch.nn.Conv2d)):
@@ -79,7 +80,12 @@ def main():
     ap.add_argument("data", nargs="?", default="/usr/share/datasets/fashion-mnist")
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--profile", type=int, default=0)
+    ap.add_argument("--batch", type=int, default=BATCH)
+    ap.add_argument("--dropout", type=float, default=DROPOUT)
+    ap.add_argument("--validation-split", type=float, default=VALIDATION_SPLIT)
     a = ap.parse_args()
+    global BATCH, DROPOUT, VALIDATION_SPLIT
+    BATCH, DROPOUT, VALIDATION_SPLIT = a.batch, a.dropout, a.validation_split
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
     torch.manual_seed(a.seed)
