@@ -3,9 +3,11 @@
  * double (padding, strides, non-square kernels, 1x1, every activation, a
  * scratch of one example: the chunked path); finite-difference gradients of
  * conv2d, max/average pooling, global average pooling and batch
- * normalization; gradient accumulation; batch normalization's moving
- * statistics and inference; and a timing printout of the Fashion-MNIST
- * CNN's convolutions at batch 128 (one thread), not an assertion. */
+ * normalization, with the 3x3 stride-1 convs that run as Winograd among
+ * them (and on the least scratch, where they fall back to im2col);
+ * gradient accumulation; batch normalization's moving statistics and
+ * inference; and a timing printout of the Fashion-MNIST CNN's convolutions
+ * at batch 128 (one thread), not an assertion. */
 #include <check.h>
 #include <cblas.h>
 #include <math.h>
@@ -210,11 +212,32 @@ static const conv_case fwd_cases[] = {
     {5, 6, 1, 1, 1, 2, 2, PAD_SAME, 2, 1, ACT_LINEAR}, /* 1x1, stride 2 */
     {4, 3, 2, 5, 3, 1, 2, PAD_SAME, 3, 1, ACT_LINEAR}, /* window > input */
     {3, 3, 3, 5, 3, 1, 1, PAD_VALID, 2, 1, ACT_RELU},  /* k > h: no output */
+    /* 3x3, stride 1, 8+ channels: Winograd (odd sizes: partial tiles) */
+    {7, 6, 8, 3, 3, 1, 1, PAD_SAME, 8, 1, ACT_RELU},
+    {6, 9, 9, 3, 3, 1, 1, PAD_VALID, 10, 0, ACT_TANH},
+    {5, 5, 8, 3, 3, 1, 1, PAD_SAME, 12, 1, ACT_SIGMOID},
+    {3, 4, 8, 3, 3, 1, 1, PAD_VALID, 8, 1, ACT_LINEAR}, /* one row of output */
+    {2, 1, 8, 3, 3, 1, 1, PAD_SAME, 9, 1, ACT_LINEAR},  /* smaller than the kernel */
 };
 
-/* conv2d_forward of case t on n examples with the scratch holding `ex`
- * examples (0: conv2d_scratch_floats for n), against the reference. The
- * scratch is followed by guard floats that must stay untouched. */
+/* The scratch of `ex` examples: 0: conv2d_scratch_floats for n; -1: the
+ * least the contract allows (one example's im2col matrix: a conv that
+ * would run as Winograd falls back to im2col). */
+static size_t scratch_for(const conv_geom *g, int n, int ex)
+{
+    if (ex == 0)
+        return conv2d_scratch_floats(g, n);
+    if (ex < 0)
+        return g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && g->pad_top == 0 &&
+                       g->pad_left == 0
+                   ? 0
+                   : (size_t)g->oh * g->ow * g->kh * g->kw * g->c;
+    return conv2d_scratch_floats(g, 1) * (size_t)ex;
+}
+
+/* conv2d_forward of case t on n examples with the scratch_for ex, against
+ * the reference. The scratch is followed by guard floats that must stay
+ * untouched. */
 static void check_forward(const conv_case *t, int n, int ex, const char *tag)
 {
     conv_geom g;
@@ -225,7 +248,7 @@ static void check_forward(const conv_case *t, int n, int ex, const char *tag)
     fill_normal(x, nx, 1);
     fill_normal(w, nw, 2);
     fill_normal(b, g.oc, 3);
-    size_t sf = ex > 0 ? conv2d_scratch_floats(&g, 1) * (size_t)ex : conv2d_scratch_floats(&g, n);
+    size_t sf = scratch_for(&g, n, ex);
     const int guard = 16;
     float *scratch = fvec((long)sf + guard);
     for (int i = 0; i < guard; i++)
@@ -257,6 +280,7 @@ START_TEST(conv_forward_matches_direct)
         check_forward(&fwd_cases[i], 3, 0, "whole batch");
         check_forward(&fwd_cases[i], 3, 1, "scratch of one example");
         check_forward(&fwd_cases[i], 5, 2, "scratch of two, 5 examples");
+        check_forward(&fwd_cases[i], 3, -1, "the least scratch");
     }
 }
 END_TEST
@@ -268,6 +292,7 @@ START_TEST(conv_forward_fmnist_shapes)
     conv_case t = {13, 13, 32, 3, 3, 1, 1, PAD_VALID, 64, 1, ACT_RELU};
     check_forward(&t, 9, 0, "fmnist conv2, 9 examples");
     check_forward(&t, 3, 1, "fmnist conv2, scratch of one");
+    check_forward(&t, 3, -1, "fmnist conv2, im2col's scratch of one");
     conv_case t1 = {28, 28, 1, 3, 3, 1, 1, PAD_VALID, 32, 1, ACT_RELU};
     check_forward(&t1, 4, 0, "fmnist conv1");
 }
@@ -275,18 +300,67 @@ END_TEST
 
 START_TEST(conv_scratch_sizes)
 {
+    /* im2col: one example's matrix times the examples of a chunk */
     conv_geom g;
-    conv_geom_init(&g, 13, 13, 32, 3, 3, 1, 1, PAD_VALID, 64);
-    size_t one = (size_t)11 * 11 * 3 * 3 * 32;
+    conv_geom_init(&g, 13, 13, 32, 5, 3, 1, 1, PAD_VALID, 64);
+    size_t one = (size_t)9 * 11 * 5 * 3 * 32;
     ck_assert_uint_eq(conv2d_scratch_floats(&g, 1), one);
     size_t s128 = conv2d_scratch_floats(&g, 128);
     ck_assert(s128 >= one && s128 % one == 0 && s128 <= one * 128);
     ck_assert_uint_eq(conv2d_scratch_floats(&g, 2), one * (s128 >= 2 * one ? 2 : 1));
+    /* Winograd (3x3, stride 1): at least im2col's one example, growing
+     * with the batch up to the chunk */
+    conv_geom_init(&g, 13, 13, 32, 3, 3, 1, 1, PAD_VALID, 64);
+    size_t w1 = conv2d_scratch_floats(&g, 1), w128 = conv2d_scratch_floats(&g, 128);
+    ck_assert(w1 >= (size_t)11 * 11 * 9 * 32);
+    ck_assert(w128 >= w1 && w128 <= conv2d_scratch_floats(&g, 1000));
     /* 1x1, stride 1, no padding: x is the im2col matrix */
     conv_geom_init(&g, 7, 7, 16, 1, 1, 1, 1, PAD_SAME, 8);
     ck_assert_uint_eq(conv2d_scratch_floats(&g, 64), 0);
     conv_geom_init(&g, 7, 7, 16, 1, 1, 2, 2, PAD_SAME, 8);
     ck_assert_uint_eq(conv2d_scratch_floats(&g, 1), (size_t)4 * 4 * 16);
+}
+END_TEST
+
+START_TEST(conv_empty_batches_and_outputs)
+{
+    /* no examples: dw and db are zeroed (accumulate 0) and nothing else is
+     * touched; a kernel larger than a valid input: no output, dx 0 */
+    conv_geom g;
+    conv_geom_init(&g, 3, 3, 2, 5, 3, 1, 1, PAD_VALID, 2);
+    ck_assert_int_eq(g.oh, 0);
+    float x[18], w[60], b[2] = {1, 2}, dw[60], db[2], dx[18], dy[1] = {0}, y[1] = {0};
+    float scratch[64];
+    for (int i = 0; i < 18; i++)
+        x[i] = (float)i;
+    for (int i = 0; i < 60; i++) {
+        w[i] = 1.0f;
+        dw[i] = 5.0f;
+    }
+    db[0] = db[1] = 5.0f;
+    for (int i = 0; i < 18; i++)
+        dx[i] = 7.0f;
+    conv2d_forward(y, x, w, b, 1, &g, ACT_RELU, scratch, 64);
+    conv2d_backward(dx, dw, db, dy, y, x, w, 1, &g, ACT_RELU, 0, scratch, 64);
+    for (int i = 0; i < 18; i++)
+        ck_assert(dx[i] == 0.0f);
+    for (int i = 0; i < 60; i++)
+        ck_assert(dw[i] == 0.0f);
+    ck_assert(db[0] == 0.0f && db[1] == 0.0f);
+    conv_geom_init(&g, 4, 4, 8, 3, 3, 1, 1, PAD_SAME, 8); /* Winograd's */
+    float w2[576], dw2[576], db2[8];
+    for (int i = 0; i < 576; i++) {
+        w2[i] = 1.0f;
+        dw2[i] = 3.0f;
+    }
+    for (int i = 0; i < 8; i++)
+        db2[i] = 3.0f;
+    conv2d_backward(NULL, dw2, db2, NULL, NULL, NULL, w2, 0, &g, ACT_RELU, 1, NULL, 0);
+    ck_assert(dw2[0] == 3.0f && db2[7] == 3.0f); /* accumulate: nothing added */
+    conv2d_backward(NULL, dw2, db2, NULL, NULL, NULL, w2, 0, &g, ACT_RELU, 0, NULL, 0);
+    for (int i = 0; i < 576; i++)
+        ck_assert(dw2[i] == 0.0f);
+    ck_assert(db2[0] == 0.0f && db2[7] == 0.0f);
 }
 END_TEST
 
@@ -329,7 +403,7 @@ static void check_conv_grad(const conv_case *t, int n, int ex, const char *tag)
     if (c.b)
         fill_normal(c.b, g->oc, 13);
     fill_normal(c.seed, c.ny, 14);
-    c.sf = ex > 0 ? conv2d_scratch_floats(g, 1) * (size_t)ex : conv2d_scratch_floats(g, n);
+    c.sf = scratch_for(g, n, ex);
     c.scratch = fvec((long)c.sf);
 
     float *dy = fvec(c.ny), *dx = fvec(nx), *dw = fvec(nw), *db = fvec(g->oc);
@@ -401,6 +475,20 @@ START_TEST(conv_grad_same)
     check_conv_grad(&b, 3, 0, "same 3x3 s1 c=1 relu");
     conv_case s = {6, 5, 2, 3, 3, 1, 1, PAD_SAME, 3, 1, ACT_SIGMOID};
     check_conv_grad(&s, 2, 0, "same 3x3 s1 sigmoid");
+}
+END_TEST
+
+START_TEST(conv_grad_winograd)
+{
+    conv_case a = {6, 5, 8, 3, 3, 1, 1, PAD_SAME, 8, 1, ACT_TANH};
+    check_conv_grad(&a, 2, 0, "winograd same tanh");
+    check_conv_grad(&a, 5, 2, "winograd chunked: scratch of two, 5 examples");
+    check_conv_grad(&a, 3, 1, "winograd chunked: scratch of one");
+    check_conv_grad(&a, 2, -1, "winograd's conv on im2col's least scratch");
+    conv_case b = {7, 6, 9, 3, 3, 1, 1, PAD_VALID, 10, 1, ACT_LINEAR};
+    check_conv_grad(&b, 2, 0, "winograd valid linear, odd sizes");
+    conv_case r = {5, 4, 8, 3, 3, 1, 1, PAD_SAME, 9, 0, ACT_RELU};
+    check_conv_grad(&r, 2, 0, "winograd same relu, no bias");
 }
 END_TEST
 
@@ -792,7 +880,8 @@ static double median(double *v, int n)
 }
 
 /* conv c (h x h x cin -> oc, 3x3 valid relu) at batch 128: forward and
- * backward in ms (median of reps); dx only when need_dx. */
+ * backward in ms (median of reps); dx only when need_dx. GFLOP/s counts a
+ * direct convolution's multiply-adds (Winograd does fewer). */
 static void time_conv(const char *name, int h, int cin, int oc, int need_dx, int reps)
 {
     const int n = 128;
@@ -823,7 +912,7 @@ static void time_conv(const char *name, int h, int cin, int oc, int need_dx, int
     }
     double mf = median(tf, reps), mb = median(tb, reps);
     double gf = 2.0 * (double)n * g.oh * g.ow * 9.0 * cin * oc * 1e-9;
-    printf("  %-34s forward %7.2f ms (%5.1f GFLOP/s)  backward%s %7.2f ms  total %7.2f ms"
+    printf("  %-34s forward %7.2f ms (%5.1f direct GFLOP/s)  backward%s %7.2f ms  total %7.2f ms"
            "  (scratch %.1f MiB)\n",
            name, mf, gf / (mf * 1e-3), need_dx ? "" : " (no dx)", mb, mf + mb,
            (double)sf * 4.0 / 1048576.0);
@@ -886,12 +975,14 @@ static Suite *conv_suite(void)
     tcase_set_timeout(f, 60);
     tcase_add_test(f, conv_forward_matches_direct);
     tcase_add_test(f, conv_forward_fmnist_shapes);
+    tcase_add_test(f, conv_empty_batches_and_outputs);
     suite_add_tcase(s, f);
     TCase *d = tcase_create("gradients");
     tcase_set_timeout(d, 60);
     tcase_add_test(d, conv_grad_same);
     tcase_add_test(d, conv_grad_valid_strided);
     tcase_add_test(d, conv_grad_chunked_and_1x1);
+    tcase_add_test(d, conv_grad_winograd);
     tcase_add_test(d, maxpool_grad);
     tcase_add_test(d, maxpool_ties_and_padding);
     tcase_add_test(d, avgpool_values_and_grad);

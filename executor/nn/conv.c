@@ -12,7 +12,13 @@
  * matrix (nothing is kept from the forward), uses it for dw, then reuses the
  * same scratch for the gradient of the im2col matrix (dy w^T), which col2im
  * scatters into dx. A 1x1 conv with stride 1 and no padding needs no
- * im2col: x is its own matrix, and dx comes straight out of the GEMM. */
+ * im2col: x is its own matrix, and dx comes straight out of the GEMM.
+ *
+ * A 3x3 conv with stride 1 and at least WINO_MIN_C input and output
+ * channels (the common case past a network's first layer) runs instead as
+ * Winograd's F(2x2, 3x3), forward and backward, with 16 GEMMs per chunk
+ * that do 4/9 of im2col's multiplications (see "Winograd" below); it falls
+ * back to im2col when the scratch is too small for it. */
 #include "conv.h"
 
 #include <cblas.h>
@@ -88,16 +94,6 @@ static int preferred_chunk(const conv_geom *g)
                (long)sizeof(float);
     long nc = per > 0 ? CONV_CHUNK_BYTES / per : 1;
     return nc < 1 ? 1 : nc > 4096 ? 4096 : (int)nc;
-}
-
-size_t conv2d_scratch_floats(const conv_geom *g, int max_batch)
-{
-    if (conv_direct(g))
-        return 0;
-    int nc = preferred_chunk(g);
-    if (max_batch < nc)
-        nc = max_batch < 1 ? 1 : max_batch;
-    return col_floats_per_example(g) * (size_t)nc;
 }
 
 /* Examples per chunk for n examples with this scratch. The contract says at
@@ -189,6 +185,19 @@ static inline void kx_range(const conv_geom *g, int ox, int *ix0, int *lo, int *
     *hi = h > l ? h : l;
 }
 
+/* One kernel row's run of output column ox whose window meets the padding:
+ * what lies inside the input row xr, zeros elsewhere. */
+static void im2col_border(float *d, const float *xr, const conv_geom *g, int ox)
+{
+    const int c = g->c;
+    int ix0, lo, hi;
+    kx_range(g, ox, &ix0, &lo, &hi);
+    zero_run(d, lo * c);
+    if (hi > lo)
+        memcpy(d + lo * c, xr + ((long)ix0 + lo) * c, sizeof(float) * (size_t)((hi - lo) * c));
+    zero_run(d + hi * c, g->kw * c - hi * c);
+}
+
 /* col (oh * ow, K) of one example x (h, w, c). A kernel row of an output
  * position is one contiguous run of kw * c floats in x (its columns and
  * their channels) and in col: for each output row and kernel row, the runs
@@ -211,21 +220,13 @@ static void im2col(float *restrict col, const float *restrict x, const conv_geom
                 continue;
             }
             const float *xr = x + (long)iy * g->w * c;
-            for (int ox = 0; ox < g->ow; ox++) {
-                if (ox == in_lo && in_hi > in_lo) { /* the interior, then the right border */
-                    copy_runs(d + ox * K, K, xr + ((long)ox * g->sw - g->pad_left) * c,
-                              (long)g->sw * c, in_hi - in_lo, run);
-                    ox = in_hi - 1;
-                    continue;
-                }
-                int ix0, lo, hi;
-                kx_range(g, ox, &ix0, &lo, &hi);
-                float *dd = d + ox * K;
-                zero_run(dd, lo * c);
-                if (hi > lo)
-                    memcpy(dd + lo * c, xr + ((long)ix0 + lo) * c, sizeof(float) * (size_t)((hi - lo) * c));
-                zero_run(dd + hi * c, run - hi * c);
-            }
+            for (int ox = 0; ox < in_lo; ox++)
+                im2col_border(d + ox * K, xr, g, ox);
+            if (in_hi > in_lo) /* the interior: whole runs, one loop */
+                copy_runs(d + in_lo * K, K, xr + ((long)in_lo * g->sw - g->pad_left) * c,
+                          (long)g->sw * c, in_hi - in_lo, run);
+            for (int ox = in_hi; ox < g->ow; ox++)
+                im2col_border(d + ox * K, xr, g, ox);
         }
     }
 }
@@ -254,7 +255,7 @@ static void col2im(float *restrict dx, const float *restrict dcol, const conv_ge
     }
 }
 
-/* ------------------------------------------------------------ conv2d */
+/* ------------------------------------------------------------ bias, activation */
 
 /* y (rows, oc) += b, then the activation, in place. */
 static void bias_act(float *restrict y, const float *restrict b, long rows, int oc, act_type act)
@@ -322,6 +323,407 @@ static void act_grad_bias(float *restrict dy, const float *restrict y, float *re
     }
 }
 
+/* ------------------------------------------------------------ Winograd */
+
+/* A 3x3 conv with stride 1 and enough channels runs as Winograd's
+ * F(2x2, 3x3) (Lavin and Gray, 2016): each 2x2 block of outputs from a 4x4
+ * tile of the input with 16 multiplications per channel pair instead of 36.
+ * Per chunk of examples: the input tiles transformed (V = B^T d B, 16
+ * matrices of tiles x c), 16 GEMMs against the transformed kernel (U = G g
+ * G^T, 16 matrices c x oc), the products transformed back (A^T m A). The
+ * backward uses the same scheme twice: dx is the 3x3 correlation of dy
+ * with the kernel rotated by 180 degrees (padding 2 - pad), and dw sums,
+ * over the tiles, F(3x3, 2x2) of the input tiles with dy's 2x2 blocks: 16
+ * GEMMs V^T D (transformed x tiles against transformed dy blocks, summed
+ * over the chunk's tiles by the GEMM), transformed back once at the end.
+ * The arithmetic is the convolution's up to rounding (the transforms' only
+ * constants are 0, +-1 and 1/2). Fewer channels than WINO_MIN_C leave the
+ * GEMMs too thin to gain. */
+#define WINO_MIN_C 8
+
+/* Bytes of a chunk's transformed tiles the Winograd path aims at. */
+#define WINO_CHUNK_BYTES (1024L * 1024)
+
+#if defined(__clang__)
+#define LOOP_NO_ALIAS _Pragma("clang loop vectorize(assume_safety)")
+#elif defined(__GNUC__)
+#define LOOP_NO_ALIAS _Pragma("GCC ivdep")
+#else
+#define LOOP_NO_ALIAS
+#endif
+
+/* One 3x3 stride-1 correlation as the transforms see it. */
+typedef struct wino_geom {
+    int h, w, c;   /* input */
+    int pt, pl;    /* zero rows/columns before it */
+    int oh, ow, oc; /* output */
+    int th, tw;    /* 2x2 output tiles: ceil(oh / 2), ceil(ow / 2) */
+} wino_geom;
+
+static void wino_geom_set(wino_geom *p, int h, int w, int c, int pt, int pl, int oh, int ow, int oc)
+{
+    p->h = h;
+    p->w = w;
+    p->c = c;
+    p->pt = pt;
+    p->pl = pl;
+    p->oh = oh;
+    p->ow = ow;
+    p->oc = oc;
+    p->th = (oh + 1) / 2;
+    p->tw = (ow + 1) / 2;
+}
+
+static int wino_ok(const conv_geom *g)
+{
+    return g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->c >= WINO_MIN_C &&
+           g->oc >= WINO_MIN_C && g->oh > 0 && g->ow > 0 && g->pad_top <= 2 && g->pad_left <= 2;
+}
+
+/* The forward's correlation and the backward's for dx. */
+static void wino_fwd_geom(wino_geom *p, const conv_geom *g)
+{
+    wino_geom_set(p, g->h, g->w, g->c, g->pad_top, g->pad_left, g->oh, g->ow, g->oc);
+}
+
+static void wino_bwd_geom(wino_geom *p, const conv_geom *g)
+{
+    wino_geom_set(p, g->oh, g->ow, g->oc, 2 - g->pad_top, 2 - g->pad_left, g->h, g->w, g->c);
+}
+
+static size_t round16(size_t v)
+{
+    return (v + 15) & ~(size_t)15;
+}
+
+/* Scratch: a fixed part (two sets of 16 transformed kernels: the forward's
+ * or the backward's for dx, and the backward's sums for dw; max(c, oc)
+ * zeros that stand for the padding) and, per example of a chunk, the larger of the
+ * forward's and the backward's transformed tiles and products. */
+static size_t wino_fixed_floats(const conv_geom *g)
+{
+    size_t cq = (size_t)g->c * (size_t)g->oc;
+    size_t z = (size_t)(g->c > g->oc ? g->c : g->oc);
+    return 2 * round16(16 * cq) + round16(z);
+}
+
+static size_t wino_example_floats(const conv_geom *g)
+{
+    wino_geom f, b;
+    wino_fwd_geom(&f, g);
+    wino_bwd_geom(&b, g);
+    size_t tf = (size_t)f.th * f.tw, tb = (size_t)b.th * b.tw;
+    return 16 * (tf > tb ? tf : tb) * (size_t)(g->c + g->oc);
+}
+
+static int wino_preferred_chunk(const conv_geom *g)
+{
+    long per = (long)(wino_example_floats(g) * sizeof(float));
+    long nc = per > 0 ? WINO_CHUNK_BYTES / per : 1;
+    return nc < 1 ? 1 : nc > 4096 ? 4096 : (int)nc;
+}
+
+/* Examples per Winograd chunk with this scratch; 0: it does not fit (the
+ * im2col path then runs). */
+static int wino_chunk(const conv_geom *g, int n, size_t scratch_floats)
+{
+    size_t fixed = wino_fixed_floats(g), per = wino_example_floats(g);
+    if (scratch_floats < fixed + per)
+        return 0;
+    size_t fit = (scratch_floats - fixed) / per;
+    int nc = wino_preferred_chunk(g);
+    if (nc > n)
+        nc = n;
+    if ((size_t)nc > fit)
+        nc = (int)fit;
+    return nc < 1 ? 1 : nc;
+}
+
+/* U[k] (k = 0..15, each cq = c * oc floats) = G g G^T for the 3x3 taps g
+ * of each (channel, filter) pair of w (3, 3, c, oc), in w's (c, oc) order;
+ * flip: the taps rotated by 180 degrees and U[k] in (oc, c) order, the
+ * kernel of the backward's correlation for dx. */
+static void wino_kernel(float *restrict U, const float *restrict w, int c, int oc, int flip)
+{
+    const long cq = (long)c * oc;
+    for (long q = 0; q < cq; q++) {
+        float g[9], r[12];
+        for (int t = 0; t < 9; t++)
+            g[t] = w[(long)(flip ? 8 - t : t) * cq + q];
+        for (int j = 0; j < 3; j++) { /* G g: 4 x 3 */
+            r[j] = g[j];
+            r[3 + j] = 0.5f * (g[j] + g[3 + j] + g[6 + j]);
+            r[6 + j] = 0.5f * (g[j] - g[3 + j] + g[6 + j]);
+            r[9 + j] = g[6 + j];
+        }
+        const long at = flip ? (q % oc) * c + q / oc : q;
+        for (int i = 0; i < 4; i++) { /* (G g) G^T: 4 x 4 */
+            const float *ri = r + 3 * i;
+            U[(4 * i + 0) * cq + at] = ri[0];
+            U[(4 * i + 1) * cq + at] = 0.5f * (ri[0] + ri[1] + ri[2]);
+            U[(4 * i + 2) * cq + at] = 0.5f * (ri[0] - ri[1] + ri[2]);
+            U[(4 * i + 3) * cq + at] = ri[2];
+        }
+    }
+}
+
+/* V[k][t0 + t] (16 matrices of T rows of c floats) = B^T d B for the 4x4
+ * input tile d of each output tile t of one example x (p->h, p->w, p->c);
+ * positions outside x read `zero` (c zeros). */
+static void wino_input(float *V, long T, long t0, const float *x, const wino_geom *p,
+                       const float *zero)
+{
+    const int c = p->c;
+    const long ks = T * c;
+    for (int ty = 0; ty < p->th; ty++) {
+        for (int tx = 0; tx < p->tw; tx++) {
+            const float *s[16];
+            const int iy0 = 2 * ty - p->pt, ix0 = 2 * tx - p->pl;
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) {
+                    const int iy = iy0 + i, ix = ix0 + j;
+                    s[4 * i + j] = iy >= 0 && iy < p->h && ix >= 0 && ix < p->w
+                                       ? x + ((long)iy * p->w + ix) * c
+                                       : zero;
+                }
+            float *v = V + (t0 + (long)ty * p->tw + tx) * c;
+            LOOP_NO_ALIAS
+            for (int ch = 0; ch < c; ch++) {
+                float r[16];
+                for (int j = 0; j < 4; j++) { /* B^T d */
+                    const float d0 = s[j][ch], d1 = s[4 + j][ch], d2 = s[8 + j][ch],
+                                d3 = s[12 + j][ch];
+                    r[j] = d0 - d2;
+                    r[4 + j] = d1 + d2;
+                    r[8 + j] = d2 - d1;
+                    r[12 + j] = d1 - d3;
+                }
+                for (int i = 0; i < 4; i++) { /* (B^T d) B */
+                    const float *ri = r + 4 * i;
+                    v[(4 * i + 0) * ks + ch] = ri[0] - ri[2];
+                    v[(4 * i + 1) * ks + ch] = ri[1] + ri[2];
+                    v[(4 * i + 2) * ks + ch] = ri[2] - ri[1];
+                    v[(4 * i + 3) * ks + ch] = ri[1] - ri[3];
+                }
+            }
+        }
+    }
+}
+
+/* The outputs of one example: y (p->oh, p->ow, p->oc) = A^T m A (+ b) for
+ * each tile's 16 products M[k][t0 + t] (T rows of oc floats each). */
+static void wino_output(float *y, const float *M, long T, long t0, const wino_geom *p,
+                        const float *b)
+{
+    const int oc = p->oc;
+    const long ks = T * oc;
+    for (int ty = 0; ty < p->th; ty++) {
+        for (int tx = 0; tx < p->tw; tx++) {
+            const float *m = M + (t0 + (long)ty * p->tw + tx) * oc;
+            const int oy = 2 * ty, ox = 2 * tx;
+            const int full = oy + 1 < p->oh && ox + 1 < p->ow;
+            float *y00 = y + ((long)oy * p->ow + ox) * oc;
+            LOOP_NO_ALIAS
+            for (int o = 0; o < oc; o++) {
+                float a[8];
+                for (int j = 0; j < 4; j++) { /* A^T m: 2 x 4 */
+                    const float m0 = m[j * ks + o], m1 = m[(4 + j) * ks + o],
+                                m2 = m[(8 + j) * ks + o], m3 = m[(12 + j) * ks + o];
+                    a[j] = m0 + m1 + m2;
+                    a[4 + j] = m1 - m2 - m3;
+                }
+                const float bo = b ? b[o] : 0.0f;
+                const float v00 = a[0] + a[1] + a[2] + bo, v01 = a[1] - a[2] - a[3] + bo;
+                const float v10 = a[4] + a[5] + a[6] + bo, v11 = a[5] - a[6] - a[7] + bo;
+                if (full) {
+                    y00[o] = v00;
+                    y00[oc + o] = v01;
+                    y00[(long)p->ow * oc + o] = v10;
+                    y00[(long)p->ow * oc + oc + o] = v11;
+                } else {
+                    y00[o] = v00;
+                    if (ox + 1 < p->ow)
+                        y00[oc + o] = v01;
+                    if (oy + 1 < p->oh) {
+                        y00[(long)p->ow * oc + o] = v10;
+                        if (ox + 1 < p->ow)
+                            y00[(long)p->ow * oc + oc + o] = v11;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/* D[k][t0 + t] (T rows of oc floats) = G' e G'^T for the 2x2 block e of dy
+ * (p->oh, p->ow, p->oc) at each output tile t of one example (zero past
+ * the edge), G' the F(3x3, 2x2) filter transform with its last row negated
+ * (its input transform is then the forward's B^T, V is shared):
+ * G' = [1 0; 1/2 1/2; 1/2 -1/2; 0 -1]. */
+static void wino_dy(float *D, long T, long t0, const float *dy, const wino_geom *p,
+                    const float *zero)
+{
+    const int oc = p->oc;
+    const long ks = T * oc;
+    for (int ty = 0; ty < p->th; ty++) {
+        for (int tx = 0; tx < p->tw; tx++) {
+            const float *s[4];
+            for (int a = 0; a < 2; a++)
+                for (int bb = 0; bb < 2; bb++) {
+                    const int oy = 2 * ty + a, ox = 2 * tx + bb;
+                    s[2 * a + bb] =
+                        oy < p->oh && ox < p->ow ? dy + ((long)oy * p->ow + ox) * oc : zero;
+                }
+            float *d = D + (t0 + (long)ty * p->tw + tx) * oc;
+            LOOP_NO_ALIAS
+            for (int o = 0; o < oc; o++) {
+                float r[8];
+                for (int j = 0; j < 2; j++) { /* G' e: 4 x 2 */
+                    const float e0 = s[j][o], e1 = s[2 + j][o];
+                    r[j] = e0;
+                    r[2 + j] = 0.5f * (e0 + e1);
+                    r[4 + j] = 0.5f * (e0 - e1);
+                    r[6 + j] = -e1;
+                }
+                for (int i = 0; i < 4; i++) { /* (G' e) G'^T: 4 x 4 */
+                    const float r0 = r[2 * i], r1 = r[2 * i + 1];
+                    d[(4 * i + 0) * ks + o] = r0;
+                    d[(4 * i + 1) * ks + o] = 0.5f * (r0 + r1);
+                    d[(4 * i + 2) * ks + o] = 0.5f * (r0 - r1);
+                    d[(4 * i + 3) * ks + o] = -r1;
+                }
+            }
+        }
+    }
+}
+
+/* dw (3, 3, c, oc) (+)= A'^T S A' for the 16 summed products S[k] (cq
+ * floats each), A'^T = [1 1 1 0; 0 1 -1 0; 0 1 1 1] (F(3x3, 2x2)). */
+static void wino_kernel_grad(float *restrict dw, const float *restrict S, long cq, int accumulate)
+{
+    for (long q = 0; q < cq; q++) {
+        float a[12], o[9];
+        for (int j = 0; j < 4; j++) {
+            const float s0 = S[j * cq + q], s1 = S[(4 + j) * cq + q], s2 = S[(8 + j) * cq + q],
+                        s3 = S[(12 + j) * cq + q];
+            a[j] = s0 + s1 + s2;
+            a[4 + j] = s1 - s2;
+            a[8 + j] = s1 + s2 + s3;
+        }
+        for (int i = 0; i < 3; i++) {
+            const float *ai = a + 4 * i;
+            o[3 * i] = ai[0] + ai[1] + ai[2];
+            o[3 * i + 1] = ai[1] - ai[2];
+            o[3 * i + 2] = ai[1] + ai[2] + ai[3];
+        }
+        for (int t = 0; t < 9; t++)
+            dw[t * cq + q] = accumulate ? dw[t * cq + q] + o[t] : o[t];
+    }
+}
+
+static void wino_forward(float *y, const float *x, const float *w, const float *b, int n,
+                         const conv_geom *g, act_type act, float *scratch, int nc_max)
+{
+    wino_geom f;
+    wino_fwd_geom(&f, g);
+    const int c = g->c, oc = g->oc;
+    const long cq = (long)c * oc, tiles = (long)f.th * f.tw;
+    const long in_ex = (long)g->h * g->w * c, out_ex = (long)g->oh * g->ow * oc;
+    float *U = scratch, *zero = scratch + 2 * round16((size_t)(16 * cq));
+    float *work = scratch + wino_fixed_floats(g);
+    memset(zero, 0, sizeof(float) * (size_t)(c > oc ? c : oc));
+    wino_kernel(U, w, c, oc, 0);
+    for (int e0 = 0; e0 < n; e0 += nc_max) {
+        const int nc = n - e0 < nc_max ? n - e0 : nc_max;
+        const long T = nc * tiles;
+        float *V = work, *M = work + 16 * T * c;
+        for (int e = 0; e < nc; e++)
+            wino_input(V, T, e * tiles, x + (e0 + e) * in_ex, &f, zero);
+        for (int k = 0; k < 16; k++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, oc, c, 1.0f,
+                        V + k * T * c, c, U + k * cq, oc, 0.0f, M + k * T * oc, oc);
+        float *yc = y + e0 * out_ex;
+        for (int e = 0; e < nc; e++)
+            wino_output(yc + e * out_ex, M, T, e * tiles, &f, b);
+        if (act != ACT_LINEAR)
+            bias_act(yc, NULL, (long)nc * g->oh * g->ow, oc, act);
+    }
+}
+
+/* Each chunk of dy gets the activation's derivative (and adds to db)
+ * first, then serves dw and dx while in cache. */
+static void wino_backward(float *dx, float *dw, float *db, float *dy, const float *y,
+                          const float *x, const float *w, int n, const conv_geom *g, act_type act,
+                          int accumulate, float *scratch, int nc_max)
+{
+    wino_geom f, bg;
+    wino_fwd_geom(&f, g);
+    wino_bwd_geom(&bg, g);
+    const int c = g->c, oc = g->oc;
+    const long cq = (long)c * oc, tf = (long)f.th * f.tw, tb = (long)bg.th * bg.tw;
+    const long in_ex = (long)g->h * g->w * c, out_ex = (long)g->oh * g->ow * oc;
+    float *Ur = scratch, *S = scratch + round16((size_t)(16 * cq));
+    float *zero = scratch + 2 * round16((size_t)(16 * cq));
+    float *work = scratch + wino_fixed_floats(g);
+    memset(zero, 0, sizeof(float) * (size_t)(c > oc ? c : oc));
+    if (dx)
+        wino_kernel(Ur, w, c, oc, 1);
+    for (int e0 = 0; e0 < n; e0 += nc_max) {
+        const int nc = n - e0 < nc_max ? n - e0 : nc_max;
+        float *dyc = dy + e0 * out_ex;
+        act_grad_bias(dyc, y + e0 * out_ex, db, (long)nc * g->oh * g->ow, oc, act);
+        if (dw) {
+            /* S[k] (c, oc) (+)= V[k]^T (c, T) . D[k] (T, oc) */
+            const long T = nc * tf;
+            float *V = work, *D = work + 16 * T * c;
+            for (int e = 0; e < nc; e++) {
+                wino_input(V, T, e * tf, x + (e0 + e) * in_ex, &f, zero);
+                wino_dy(D, T, e * tf, dyc + e * out_ex, &f, zero);
+            }
+            for (int k = 0; k < 16; k++)
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c, oc, (int)T, 1.0f,
+                            V + k * T * c, c, D + k * T * oc, oc, e0 > 0 ? 1.0f : 0.0f,
+                            S + k * cq, oc);
+        }
+        if (dx) {
+            /* dx: dy's tiles (oc channels) against the rotated kernel,
+             * M[k] (T, c) = V[k] (T, oc) . Ur[k] (oc, c) */
+            const long T = nc * tb;
+            float *V = work, *M = work + 16 * T * oc;
+            for (int e = 0; e < nc; e++)
+                wino_input(V, T, e * tb, dyc + e * out_ex, &bg, zero);
+            for (int k = 0; k < 16; k++)
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)T, c, oc, 1.0f,
+                            V + k * T * oc, oc, Ur + k * cq, c, 0.0f, M + k * T * c, c);
+            for (int e = 0; e < nc; e++)
+                wino_output(dx + (e0 + e) * in_ex, M, T, e * tb, &bg, NULL);
+        }
+    }
+    if (dw)
+        wino_kernel_grad(dw, S, cq, accumulate);
+}
+
+/* ------------------------------------------------------------ conv2d */
+
+size_t conv2d_scratch_floats(const conv_geom *g, int max_batch)
+{
+    if (max_batch < 1)
+        max_batch = 1;
+    if (wino_ok(g)) {
+        int nc = wino_preferred_chunk(g);
+        if (max_batch < nc)
+            nc = max_batch;
+        return wino_fixed_floats(g) + wino_example_floats(g) * (size_t)nc;
+    }
+    if (conv_direct(g))
+        return 0;
+    int nc = preferred_chunk(g);
+    if (max_batch < nc)
+        nc = max_batch;
+    return col_floats_per_example(g) * (size_t)nc;
+}
+
+
 void conv2d_forward(float *y, const float *x, const float *w, const float *b, int n,
                     const conv_geom *g, act_type act, float *scratch, size_t scratch_floats)
 {
@@ -333,6 +735,13 @@ void conv2d_forward(float *y, const float *x, const float *w, const float *b, in
         memset(y, 0, sizeof(float) * (size_t)(n * out_pos * oc));
         bias_act(y, b, n * out_pos, oc, act);
         return;
+    }
+    if (wino_ok(g)) {
+        const int nw = wino_chunk(g, n, scratch_floats);
+        if (nw > 0) {
+            wino_forward(y, x, w, b, n, g, act, scratch, nw);
+            return;
+        }
     }
     const int direct = conv_direct(g);
     const int nc_max = chunk_examples(g, n, scratch_floats);
@@ -377,6 +786,13 @@ void conv2d_backward(float *dx, float *dw, float *db, float *dy, const float *y,
         if (out_pos > 0 && oc > 0)
             act_grad_bias(dy, y, db, n * out_pos, oc, act);
         return;
+    }
+    if (wino_ok(g)) {
+        const int nw = wino_chunk(g, n, scratch_floats);
+        if (nw > 0) {
+            wino_backward(dx, dw, db, dy, y, x, w, n, g, act, accumulate, scratch, nw);
+            return;
+        }
     }
     const int direct = conv_direct(g);
     const int nc_max = chunk_examples(g, n, scratch_floats);

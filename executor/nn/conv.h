@@ -1,6 +1,8 @@
 /* conv.h - the engine's convolutional kernels, forward and backward:
- * conv2d (im2col + one OpenBLAS GEMM per chunk of examples), max and
- * average pooling, global average pooling and batch normalization.
+ * conv2d (im2col + one OpenBLAS GEMM per chunk of examples; a 3x3 conv
+ * with stride 1 and 8+ channels in and out as Winograd's F(2x2, 3x3), 16
+ * GEMMs per chunk), max and average pooling, global average pooling and
+ * batch normalization.
  *
  * Channels last throughout, as Keras: an example is (h, w, c) row-major, a
  * batch of n is (n, h, w, c); a conv2d kernel is (kh, kw, c_in, c_out), a
@@ -38,15 +40,17 @@ void conv_geom_init(conv_geom *g, int h, int w, int c, int kh, int kw, int sh, i
 
 /* Floats of scratch conv2d_forward and conv2d_backward need for batches of
  * up to max_batch examples; the backward uses the same region twice per
- * chunk (the chunk's im2col matrix for dw, then its gradient for dx), so
- * one size serves both. The kernels run a batch in chunks of whole examples:
- * as many as the scratch holds, capped at what keeps a chunk's im2col
- * matrix and output near L2 size (the GEMMs run no faster on more, and the
- * passes over them would leave the cache), so this returns at most that
- * cap's worth, not max_batch's. Any scratch of at least one example's
- * im2col matrix (conv2d_scratch_floats(g, 1)) works; less stops the process
- * (it would write past it). 0 for a 1x1 conv with stride 1 and no padding:
- * x is its own im2col matrix (scratch may then be NULL). */
+ * chunk (the chunk's im2col matrix for dw, then its gradient for dx; or
+ * Winograd's transformed tiles for each), so one size serves both. The
+ * kernels run a batch in chunks of whole examples: as many as the scratch
+ * holds, capped at what keeps a chunk's matrices near L2 size (the GEMMs
+ * run no faster on more, and the passes over them would leave the cache),
+ * so this returns at most that cap's worth, not max_batch's. Any scratch
+ * of at least one example's im2col matrix (oh * ow * kh * kw * c floats)
+ * works, Winograd's convs falling back to im2col below their own
+ * conv2d_scratch_floats(g, 1); less stops the process (it would write past
+ * it). 0 for a 1x1 conv with stride 1 and no padding: x is its own im2col
+ * matrix (scratch may then be NULL). */
 size_t conv2d_scratch_floats(const conv_geom *g, int max_batch);
 
 /* y (n, oh, ow, oc) = act(conv(x (n, h, w, c), w (kh, kw, c, oc)) + b),
@@ -60,8 +64,9 @@ void conv2d_forward(float *y, const float *x, const float *w, const float *b, in
  * activation (y: the forward's output). Writes dw (kh, kw, c, oc) and db
  * (oc) when not NULL, and dx (n, h, w, c) unless dx is NULL (a first
  * layer). accumulate != 0 ADDS to dw and db (gradient accumulation); dx is
- * always overwritten. x and w as the forward had them; the im2col matrix is
- * rebuilt here, chunk by chunk, into the same scratch as the forward's. */
+ * always overwritten. x and w as the forward had them; the im2col matrix
+ * (or Winograd's tiles) is rebuilt here, chunk by chunk, in the same
+ * scratch as the forward's. */
 void conv2d_backward(float *dx, float *dw, float *db, float *dy, const float *y, const float *x,
                      const float *w, int n, const conv_geom *g, act_type act, int accumulate,
                      float *scratch, size_t scratch_floats);
