@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # cnn.sh - the training engine against PyTorch on the Keras-tutorial CNN of
-# examples/fashion_mnist_cnn.json (conv32-pool-conv64-pool-dense128-dropout-
-# dense10, Adam 0.001), one thread each, in the same run:
+# examples/fashion_mnist_cnn.json (conv32 same-pool-conv64-pool-dense128-
+# dropout-dense10, Adam 0.001), one thread each, in the same run:
 #   speed:    at batch 128, ROUNDS alternating rounds of SPEED_EPOCHS epochs of
 #             `trainyard train` and torch_cnn.py, each under /usr/bin/time:
 #             samples/s of each (training steps only), the ratio (median of

@@ -3,12 +3,13 @@
 model of examples/fashion_mnist_cnn.json (the Keras tutorial CNN) in PyTorch
 eager mode, one thread:
 
-  conv2d 32 3x3 relu -> max_pool 2 -> conv2d 64 3x3 relu -> max_pool 2 ->
-  flatten -> dense 128 relu -> dropout 0.3 -> dense 10 (softmax in the loss)
+  conv2d 32 3x3 'same' relu -> max_pool 2 -> conv2d 64 3x3 relu ->
+  max_pool 2 -> flatten -> dense 128 relu -> dropout 0.3 -> dense 10
+  (softmax in the loss)
 
 Keras' initialisers (glorot_uniform kernels = xavier_uniform_, zero biases),
-'valid' padding, Adam lr 0.001 betas (0.9, 0.999) eps 1e-7, sparse
-categorical cross-entropy, batch 128, shuffled each epoch. Channels-first
+Adam lr 0.001 betas (0.9, 0.999) eps 1e-7, sparse categorical
+cross-entropy, batch 128 (--batch), shuffled each epoch. Channels-first
 (torch's native layout); the engine is channels-last, which only permutes the
 first dense layer's rows.
 
@@ -18,6 +19,7 @@ engine), the 10k test split is evaluated at the end. Evaluation runs in
 batches of 128, as the engine's model_evaluate does.
 
 usage: torch_cnn.py EPOCHS SEED [DATA_DIR] [--limit N] [--profile STEPS]
+                    [--batch B] [--dropout R] [--validation-split F]
   --limit N        at most N training and N test examples (as trainyard's --limit)
   --profile STEPS  after the run, profile STEPS more training steps with
                    torch.autograd.profiler and print the top ops by self CPU
@@ -49,10 +51,10 @@ def load(d, prefix):
 
 def make_model():
     model = torch.nn.Sequential(
-        torch.nn.Conv2d(1, 32, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(1, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
         torch.nn.Conv2d(32, 64, 3), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
         torch.nn.Flatten(),
-        torch.nn.Linear(64 * 5 * 5, 128), torch.nn.ReLU(), torch.nn.Dropout(DROPOUT),
+        torch.nn.Linear(64 * 6 * 6, 128), torch.nn.ReLU(), torch.nn.Dropout(DROPOUT),
         torch.nn.Linear(128, 10))
     for mod in model:  # Keras' initialisers: glorot_uniform kernels, zero biases
         if isinstance(mod, (torch.nn.Linear, torch.nn.Conv2d)):
