@@ -168,8 +168,10 @@ tests: $(TEST_BIN)
 
 # make test: the sanitized build of everything, then every test binary.
 # Each prints check's summary line; the run fails if any test fails.
+# The sanitized build uses every core unless make already runs with -j (a jobserver).
 test: deps
-	$(MAKE) --no-print-directory SAN=1 CUDA=0 BUILD=build/asan build/asan/trainyard $(patsubst $(BUILD)/%,build/asan/%,$(TEST_BIN))
+	$(MAKE) --no-print-directory $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc)) \
+	    SAN=1 CUDA=0 BUILD=build/asan build/asan/trainyard $(patsubst $(BUILD)/%,build/asan/%,$(TEST_BIN))
 	@tests/run_all.sh build/asan
 
 # make run: deps, then the build in a sub-make (it reads pkg-config after the

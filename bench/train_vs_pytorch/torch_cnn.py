@@ -76,6 +76,7 @@ def evaluate(model, lossf, x, y):
 
 
 def main():
+    global BATCH, DROPOUT, VALIDATION_SPLIT
     ap = argparse.ArgumentParser()
     ap.add_argument("epochs", type=int)
     ap.add_argument("seed", type=int)
@@ -86,7 +87,6 @@ def main():
     ap.add_argument("--dropout", type=float, default=DROPOUT)
     ap.add_argument("--validation-split", type=float, default=VALIDATION_SPLIT)
     a = ap.parse_args()
-    global BATCH, DROPOUT, VALIDATION_SPLIT
     BATCH, DROPOUT, VALIDATION_SPLIT = a.batch, a.dropout, a.validation_split
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
