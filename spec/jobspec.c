@@ -27,6 +27,7 @@
 #define MAX_SYNTH_FLOATS (1L << 28) /* examples * features of a synthetic set */
 #define MAX_DIM (1 << 20)
 #define MAX_LAYER_OUT (1L << 24) /* a layer's output values per example */
+#define MAX_CONV_COLUMNS (1L << 26) /* a conv2d's im2col values per example (256 MiB) */
 
 typedef char fpath[JOBSPEC_FIELD_MAX];
 
@@ -1610,6 +1611,14 @@ static int check_shapes(spec_error *e, jobspec *s) {
                             "%s: use a smaller %s or \"padding\": \"same\"",
                             tn, k[0], k[1], have, conv ? "kernel_size" : "pool_size");
             int ch = conv ? l->filters : shape[2];
+            /* the engine lowers a conv to a matrix of one row per output
+             * position and kh * kw * channels columns, at least one example's */
+            long col = (long)out[0] * out[1] * k[0] * k[1] * shape[2];
+            if (conv && col > MAX_CONV_COLUMNS)
+                return fail(e, 422, "invalid_value", lp,
+                            "a %dx%d kernel over %s makes %ld values per example to multiply "
+                            "(more than %ld): use a smaller kernel_size or larger strides",
+                            k[0], k[1], have, col, MAX_CONV_COLUMNS);
             if (conv)
                 lparams = (long)k[0] * k[1] * shape[2] * l->filters + (l->use_bias ? l->filters : 0);
             shape[0] = out[0];

@@ -512,6 +512,10 @@ static const bad_case BAD[] = {
             "{'type':'flatten'}," OUT10), 422, "invalid_value", "model.layers[0].activation"},
     {LAYERS("{'type':'conv2d','filters':65536,'kernel_size':1,'input_shape':[28,28]},{'type':'flatten'}," OUT10),
      422, "invalid_value", "model.layers[0]"},
+    /* 1000 x 1000 outputs of a 11 x 11 window: 121M values per example to multiply */
+    {"{'model':{'layers':[{'type':'conv2d','filters':1,'kernel_size':11,'padding':'same','input_shape':[1000,1000,1]},"
+     "{'type':'flatten'},{'type':'dense','units':2,'activation':'softmax'}]}," COMP ",'data':{'source':'synthetic',"
+     "'features':1000000,'examples':100}}", 422, "invalid_value", "model.layers[0]"},
     /* ---- resources.evaluator */
     {TOP("'resources':{'evaluator':1}"), 422, "invalid_type", "resources.evaluator"},
     {TOP("'resources':{'evaluator':'yes'}"), 422, "invalid_type", "resources.evaluator"},
