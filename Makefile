@@ -266,7 +266,8 @@ DEPS_check_gpu_train := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(BUILD)/obj/exec
 GPU_BUILD ?= build/gpu
 # bench/gpu/ref_cblas.c stands in for OpenBLAS there (a static OpenBLAS is
 # 30 MB a binary, too much to carry).
-GPU_LINK_OBJ = $(filter-out %/ctxtar.o,$(COMMON_OBJ)) $(filter-out %/checkpoint.o,$(NN_OBJ)) $(DATA_OBJ) \
+GPU_LINK_OBJ = $(filter-out %/ctxtar.o,$(COMMON_OBJ)) $(BUILD)/obj/spec/shapes.o \
+               $(filter-out %/checkpoint.o,$(NN_OBJ)) $(DATA_OBJ) \
                $(filter-out %/nccl_comm.o,$(CU_OBJ)) $(BUILD)/obj/bench/gpu/ref_cblas.o
 GPU_LINK_LIBS = -L$(CUDA_HOME)/lib64 -Wl,--as-needed -Wl,-rpath,$(CUDA_HOME)/lib64 \
                 -lcublas -lcublasLt -Wl,-Bstatic -lcudart_static -lcheck_pic -lsubunit \

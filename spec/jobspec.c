@@ -4,6 +4,7 @@
  * rebuild the model from the stored JSON with it. Field reference and the
  * error format: docs/jobspec.md. */
 #include "jobspec.h"
+#include "shapes.h"
 
 #include <cjson/cJSON.h>
 #include <limits.h>
@@ -26,26 +27,14 @@
 #define MAX_EXAMPLES 100000000L
 #define MAX_SYNTH_FLOATS (1L << 28) /* examples * features of a synthetic set */
 #define MAX_DIM (1 << 20)
-#define MAX_LAYER_OUT (1L << 24) /* a layer's output values per example */
-#define MAX_CONV_COLUMNS (1L << 26) /* a conv2d's im2col values per example (256 MiB) */
 
 typedef char fpath[JOBSPEC_FIELD_MAX];
 
 /* ================================================================ names */
 
 static const char *const ACT_NAMES[] = {"linear", "relu", "sigmoid", "tanh", "softmax", NULL};
-static const char *const LAYER_NAMES[] = {"dense",
-                                          "dropout",
-                                          "flatten",
-                                          "activation",
-                                          "conv2d",
-                                          "max_pooling2d",
-                                          "average_pooling2d",
-                                          "global_average_pooling2d",
-                                          "batch_normalization",
-                                          "reshape",
-                                          NULL};
-static const char *const PADDING_NAMES[] = {"valid", "same", NULL};
+#define LAYER_NAMES jobspec_layer_type_names /* spec/shapes.c */
+#define PADDING_NAMES jobspec_padding_names
 static const char *const INIT_NAMES[] = {"glorot_uniform", "he_normal", "zeros", NULL};
 static const char *const OPT_NAMES[] = {"sgd", "rmsprop", "adam", "adagrad", NULL};
 static const char *const LOSS_NAMES[] = {"binary_crossentropy", "categorical_crossentropy",
@@ -69,9 +58,7 @@ const char *opt_name(opt_type o) { return NAME_OF(OPT_NAMES, o); }
 const char *strategy_name(strategy_type s) { return NAME_OF(STRAT_NAMES, s); }
 const char *device_kind_name(device_kind d) { return NAME_OF(DEVICE_NAMES, d); }
 const char *data_source_name(data_source s) { return NAME_OF(SOURCE_NAMES, s); }
-const char *layer_type_name(layer_type t) { return NAME_OF(LAYER_NAMES, t); }
 const char *init_name(init_type i) { return NAME_OF(INIT_NAMES, i); }
-const char *padding_name(padding_type p) { return NAME_OF(PADDING_NAMES, p); }
 const char *comm_name(comm_type c) { return NAME_OF(COMM_NAMES, c); }
 const char *cdo_name(cdo_type c) { return NAME_OF(CDO_NAMES, c); }
 
@@ -1489,14 +1476,7 @@ static int parse_logs(spec_error *e, const cJSON *root, jobspec *s) {
 /* ================================================================ cross-field checks */
 
 static void shape_text(const int *shape, int rank, char *out, size_t cap) {
-    size_t used = 0;
-    out[0] = '\0';
-    for (int i = 0; i < rank && used < cap; i++) {
-        int w = snprintf(out + used, cap - used, "%s%d", i ? ", " : "[", shape[i]);
-        if (w < 0) return;
-        used += (size_t)w;
-    }
-    if (used < cap) snprintf(out + used, cap - used, "]");
+    jobspec_shape_text(shape, rank, out, cap);
 }
 
 static int shape_size(const int *shape, int rank) {
@@ -1544,141 +1524,7 @@ static int check_shapes(spec_error *e, jobspec *s) {
     }
     s->input_rank = first->input_rank;
     memcpy(s->input_shape, first->input_shape, sizeof s->input_shape);
-    s->input_size = shape_size(s->input_shape, s->input_rank);
-    /* a [h, w] image whose first layer is convolutional has one channel */
-    layer_type t0 = first->type;
-    if (s->input_rank == 2 && (t0 == LAYER_CONV2D || t0 == LAYER_MAX_POOLING2D ||
-                               t0 == LAYER_AVERAGE_POOLING2D || t0 == LAYER_GLOBAL_AVERAGE_POOLING2D)) {
-        s->input_rank = 3;
-        s->input_shape[2] = 1;
-    }
-
-    int rank = s->input_rank, size = s->input_size;
-    long params = 0;
-    int shape[JOBSPEC_MAX_RANK];
-    memcpy(shape, s->input_shape, sizeof shape);
-    for (int i = 0; i < s->n_layers; i++) {
-        layer_spec *l = &s->layers[i];
-        fpath lp;
-        join_index(lp, "model.layers", i);
-        l->in_rank = rank;
-        memcpy(l->in_shape, shape, sizeof shape);
-        shape_text(shape, rank, have, sizeof have);
-        const char *tn = layer_type_name(l->type);
-        int image = l->type == LAYER_CONV2D || l->type == LAYER_MAX_POOLING2D ||
-                    l->type == LAYER_AVERAGE_POOLING2D || l->type == LAYER_GLOBAL_AVERAGE_POOLING2D;
-        if (image && rank != 3)
-            return fail(e, 422, "invalid_value", lp,
-                        "a %s layer takes an image (height, width, channels) but gets %s%s", tn,
-                        have, rank == 1 ? ": give the model an input_shape such as [28, 28, 1] "
-                                          "or put a reshape layer before it"
-                                        : "");
-        long lparams = 0;
-        switch (l->type) {
-        case LAYER_FLATTEN:
-            rank = 1;
-            shape[0] = size;
-            break;
-        case LAYER_DENSE:
-            if (rank != 1) {
-                if (i == 0)
-                    return fail(e, 422, "invalid_value", f,
-                                "a dense layer takes a flat input such as [%d]; for %s put a "
-                                "flatten layer first", size, have);
-                return fail(e, 422, "invalid_value", join(f, lp, "type"),
-                            "a dense layer takes a flat input but gets %s: put a flatten layer "
-                            "before it", have);
-            }
-            lparams = (long)size * l->units + (l->use_bias ? l->units : 0);
-            shape[0] = l->units;
-            s->output_size = l->units;
-            break;
-        case LAYER_CONV2D:
-        case LAYER_MAX_POOLING2D:
-        case LAYER_AVERAGE_POOLING2D: {
-            int conv = l->type == LAYER_CONV2D;
-            const int *k = conv ? l->kernel_size : l->pool_size;
-            int out[2];
-            for (int d = 0; d < 2; d++) {
-                if (l->padding == PAD_SAME)
-                    out[d] = (shape[d] + l->strides[d] - 1) / l->strides[d];
-                else
-                    out[d] = shape[d] >= k[d] ? (shape[d] - k[d]) / l->strides[d] + 1 : 0;
-            }
-            if (out[0] < 1 || out[1] < 1)
-                return fail(e, 422, "invalid_value", lp,
-                            "a %s window of %dx%d with \"valid\" padding does not fit its input "
-                            "%s: use a smaller %s or \"padding\": \"same\"",
-                            tn, k[0], k[1], have, conv ? "kernel_size" : "pool_size");
-            int ch = conv ? l->filters : shape[2];
-            /* the engine lowers a conv to a matrix of one row per output
-             * position and kh * kw * channels columns, at least one example's */
-            long col = (long)out[0] * out[1] * k[0] * k[1] * shape[2];
-            if (conv && col > MAX_CONV_COLUMNS)
-                return fail(e, 422, "invalid_value", lp,
-                            "a %dx%d kernel over %s makes %ld values per example to multiply "
-                            "(more than %ld): use a smaller kernel_size or larger strides",
-                            k[0], k[1], have, col, MAX_CONV_COLUMNS);
-            if (conv)
-                lparams = (long)k[0] * k[1] * shape[2] * l->filters + (l->use_bias ? l->filters : 0);
-            shape[0] = out[0];
-            shape[1] = out[1];
-            shape[2] = ch;
-            break;
-        }
-        case LAYER_GLOBAL_AVERAGE_POOLING2D:
-            rank = 1;
-            shape[0] = shape[2];
-            break;
-        case LAYER_BATCH_NORMALIZATION: {
-            int c = shape[rank - 1];
-            lparams = (long)c * (l->center + l->scale);
-            l->non_trainable = 2L * c;
-            break;
-        }
-        case LAYER_RESHAPE: {
-            long known = 1;
-            int unknown = -1;
-            for (int d = 0; d < l->target_rank; d++) {
-                if (l->target_shape[d] < 0) unknown = d;
-                else known *= l->target_shape[d];
-            }
-            char want[64];
-            shape_text(l->target_shape, l->target_rank, want, sizeof want);
-            if ((unknown < 0 && known != size) || (unknown >= 0 && size % known != 0))
-                return fail(e, 422, "invalid_value", join(f, lp, "target_shape"),
-                            "%s holds %ld values but the layer's input %s holds %d", want,
-                            unknown < 0 ? known : -1L, have, size);
-            rank = l->target_rank;
-            for (int d = 0; d < rank; d++)
-                shape[d] = d == unknown ? (int)(size / known) : l->target_shape[d];
-            break;
-        }
-        case LAYER_DROPOUT:
-        case LAYER_ACTIVATION:
-            break;
-        }
-        long out_size = 1;
-        for (int d = 0; d < rank; d++) out_size *= shape[d];
-        if (out_size > MAX_LAYER_OUT)
-            return fail(e, 422, "invalid_value", lp,
-                        "the layer's output would hold %ld values per example (more than %ld): "
-                        "use fewer filters or a larger stride", out_size, MAX_LAYER_OUT);
-        size = (int)out_size;
-        l->params = lparams;
-        params += lparams;
-        if (params > JOBSPEC_MAX_PARAMS)
-            return fail(e, 422, "invalid_value",
-                        l->type == LAYER_DENSE    ? join(f, lp, "units")
-                        : l->type == LAYER_CONV2D ? join(f, lp, "filters")
-                                                  : lp,
-                        "the model would have more than %ld parameters (weights and biases)",
-                        JOBSPEC_MAX_PARAMS);
-        l->out_rank = rank;
-        memset(l->out_shape, 0, sizeof l->out_shape);
-        memcpy(l->out_shape, shape, sizeof(int) * (size_t)rank);
-    }
-    return 0;
+    return jobspec_resolve_shapes(s, e);
 }
 
 /* The model must end in dense (or dense + activation) with an output the
@@ -2261,13 +2107,6 @@ static void command_to_json(out_ctx *o, cJSON *root, const command_spec *c) {
     }
     if (c->working_dir[0]) add_str(o, j, "working_dir", c->working_dir);
     if (c->context[0]) add_str(o, j, "context", c->context);
-}
-
-void jobspec_layer_name(const jobspec *s, int i, char *out, size_t cap) {
-    int k = 0;
-    for (int j = 0; j < i && j < s->n_layers; j++)
-        if (s->layers[j].type == s->layers[i].type) k++;
-    snprintf(out, cap, "%s_%d", layer_type_name(s->layers[i].type), k);
 }
 
 cJSON *jobspec_model_summary(const jobspec *s) {

@@ -38,7 +38,7 @@
 
 #include "../executor/cuda/gpu_device.h"
 #include "../executor/cuda/gpu_model.h"
-#include "../executor/cuda/gpu_spec_shapes.h"
+#include "../spec/shapes.h"
 #include "../executor/nn/model.h"
 #include "../executor/nn/nn_rng.h"
 
@@ -232,7 +232,6 @@ static layer_spec *add_bn(jobspec *s, float momentum, int center, int scale)
 
 static void make_cnn_spec(jobspec *s, enum cnn_variant v, opt_type opt)
 {
-    char err[128];
     spec_init(s, LOSS_SPARSE_CATEGORICAL_CROSSENTROPY, opt);
     if (v == CNN_A) {
         s->input_rank = 3;
@@ -267,7 +266,8 @@ static void make_cnn_spec(jobspec *s, enum cnn_variant v, opt_type opt)
         add_bn(s, 0.9f, 1, 1);                                   /* on (n, 32) */
         add(s, LAYER_DENSE, 10, ACT_SOFTMAX, 0);
     }
-    ck_assert_msg(gpu_spec_resolve(s, err, sizeof err) == 0, "gpu_spec_resolve: %s", err);
+    spec_error se;
+    ck_assert_msg(jobspec_resolve_shapes(s, &se) == 0, "jobspec_resolve_shapes: %s: %s", se.field, se.message);
     ck_assert_int_eq(s->input_size, IMG);
 }
 

@@ -3,7 +3,7 @@
  * shuffles on the host and writes each batch straight into the model's
  * pinned staging slot, which is copied to the device while the previous
  * step runs; a full-batch step is one CUDA graph. The spec is built in C
- * (no spec parser: no cJSON; gpu_spec_shapes.h resolves its shapes).
+ * (no spec parser: no cJSON; spec/shapes.c resolves its shapes).
  *
  *   --model mlp (default): the seed MLP, 784-256 relu dropout 0.4-128 relu
  *     dropout 0.3-10 softmax, categorical cross-entropy, RMSprop lr 0.001
@@ -28,7 +28,7 @@
 
 #include "../../executor/cuda/gpu_device.h"
 #include "../../executor/cuda/gpu_model.h"
-#include "../../executor/cuda/gpu_spec_shapes.h"
+#include "../../spec/shapes.h"
 #include "../../executor/data/dataset.h"
 #include "../../executor/nn/nn_rng.h"
 
@@ -87,7 +87,6 @@ static layer_spec *cnn_layer(jobspec *s, layer_type t, act_type act)
  * pads "same", dropout 0.3). */
 static int seed_cnn(jobspec *s, int batch, uint64_t seed)
 {
-    char err[128];
     memset(s, 0, sizeof *s);
     for (int i = 0; i < 2; i++) {
         layer_spec *c = cnn_layer(s, LAYER_CONV2D, ACT_RELU);
@@ -119,8 +118,9 @@ static int seed_cnn(jobspec *s, int batch, uint64_t seed)
     s->data.shuffle_buffer = -1;
     s->data.seed = seed;
     s->fit.batch_size = batch;
-    if (gpu_spec_resolve(s, err, sizeof err)) {
-        fprintf(stderr, "gpu_bench: cnn spec: %s\n", err);
+    spec_error se;
+    if (jobspec_resolve_shapes(s, &se)) {
+        fprintf(stderr, "gpu_bench: cnn spec: %s: %s\n", se.field, se.message);
         return -1;
     }
     return 0;

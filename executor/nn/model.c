@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../../common/util.h"
+#include "../../spec/shapes.h"
 #include "conv.h"
 #include "layers.h"
 #include "loss.h"
@@ -91,30 +92,6 @@ static const char *act_str(act_type a)
 {
     static const char *n[] = {"linear", "relu", "sigmoid", "tanh", "softmax"};
     return (unsigned)a < 5 ? n[a] : "?";
-}
-
-static const char *pad_str(padding_type p) { return p == PAD_SAME ? "same" : "valid"; }
-
-/* "conv2d_1": the layer's type and its index among the layers of that type
- * (the spec parser's jobspec_layer_name; the engine links without it). */
-static void layer_name(const jobspec *spec, int i, char *out, size_t cap)
-{
-    static const char *n[] = {"dense",
-                              "dropout",
-                              "flatten",
-                              "activation",
-                              "conv2d",
-                              "max_pooling2d",
-                              "average_pooling2d",
-                              "global_average_pooling2d",
-                              "batch_normalization",
-                              "reshape"};
-    layer_type t = spec->layers[i].type;
-    int k = 0;
-    for (int j = 0; j < i; j++)
-        if (spec->layers[j].type == t)
-            k++;
-    snprintf(out, cap, "%s_%d", (unsigned)t < sizeof n / sizeof n[0] ? n[t] : "layer", k);
 }
 
 static const char *loss_str(loss_type l)
@@ -233,7 +210,7 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
         const layer_spec *ls = &spec->layers[i];
         nn_op *op = &m->ops[i];
         char lname[MODEL_NAME_MAX - 24];
-        layer_name(spec, i, lname, sizeof lname);
+        jobspec_layer_name(spec, i, lname, sizeof lname);
         op->type = ls->type;
         op->in = width;
         op->act = ACT_LINEAR;
@@ -299,7 +276,7 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
                 if (need > m->col_floats)
                     m->col_floats = need;
                 sig_add(m, "|conv2d(%d,%dx%d,%dx%d,%s,%s,%s)", ls->filters, k[0], k[1], ls->strides[0],
-                        ls->strides[1], pad_str(ls->padding), act_str(op->act),
+                        ls->strides[1], padding_name(ls->padding), act_str(op->act),
                         op->use_bias ? "bias" : "nobias");
                 if (op->l1 > 0 || op->l2 > 0)
                     sig_add(m, "(l1=%g,l2=%g)", (double)op->l1, (double)op->l2);
@@ -307,7 +284,7 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
                 if (ls->type == LAYER_MAX_POOLING2D)
                     argmax_n += align_up((size_t)max_batch * op->out);
                 sig_add(m, "|%s(%dx%d,%dx%d,%s)", ls->type == LAYER_MAX_POOLING2D ? "maxpool" : "avgpool",
-                        k[0], k[1], ls->strides[0], ls->strides[1], pad_str(ls->padding));
+                        k[0], k[1], ls->strides[0], ls->strides[1], padding_name(ls->padding));
             }
             break;
         }
