@@ -37,33 +37,6 @@ static unsigned red_groups(long long rows)
 
 /* ================================================================ geometry */
 
-static void geom_dim(int in, int k, int s, padding_type pad, int *out, int *before)
-{
-    if (pad == PAD_SAME) {
-        *out = (in + s - 1) / s;
-        int total = (*out - 1) * s + k - in;
-        *before = total > 0 ? total / 2 : 0;
-    } else {
-        *out = in >= k ? (in - k) / s + 1 : 0;
-        *before = 0;
-    }
-}
-
-void gpu_geom_init(gpu_geom *g, int h, int w, int c, int kh, int kw, int sh, int sw,
-                   padding_type pad, int oc)
-{
-    g->h = h;
-    g->w = w;
-    g->c = c;
-    g->kh = kh;
-    g->kw = kw;
-    g->sh = sh > 0 ? sh : 1;
-    g->sw = sw > 0 ? sw : 1;
-    geom_dim(h, kh, g->sh, pad, &g->oh, &g->pt);
-    geom_dim(w, kw, g->sw, pad, &g->ow, &g->pl);
-    g->oc = oc;
-}
-
 /* The outputs whose window covers input row i: [*lo, *hi] (empty: lo > hi). */
 __device__ __forceinline__ void d_cover(int i, int pad, int k, int s, int o, int *lo, int *hi)
 {
@@ -95,7 +68,7 @@ __global__ void k_im2col(float *col, const float *x, long long total, gpu_geom g
         long long t = row / g.ow;
         int oi = (int)(t % g.oh);
         long long ni = t / g.oh;
-        int ii = oi * g.sh - g.pt + ki, jj = oj * g.sw - g.pl + kj;
+        int ii = oi * g.sh - g.pad_top + ki, jj = oj * g.sw - g.pad_left + kj;
         float v = 0.0f;
         if (ii >= 0 && ii < g.h && jj >= 0 && jj < g.w)
             v = x[((ni * g.h + ii) * g.w + jj) * g.c + ci];
@@ -117,14 +90,14 @@ __global__ void k_col2im(float *dx, const float *col, long long total, gpu_geom 
         long long ni = t / g.h;
         float s = 0.0f;
         for (int ki = g.kh - 1; ki >= 0; ki--) {
-            int a = i + g.pt - ki;
+            int a = i + g.pad_top - ki;
             if (a < 0 || a % g.sh)
                 continue;
             int oi = a / g.sh;
             if (oi >= g.oh)
                 continue;
             for (int kj = g.kw - 1; kj >= 0; kj--) {
-                int b = j + g.pl - kj;
+                int b = j + g.pad_left - kj;
                 if (b < 0 || b % g.sw)
                     continue;
                 int oj = b / g.sw;
@@ -167,11 +140,11 @@ __global__ void k_maxpool_fwd(float *y, int32_t *argmax, const float *x, long lo
         float best = 0.0f;
         int arg = -1;
         for (int ki = 0; ki < g.kh; ki++) {
-            int ii = oi * g.sh - g.pt + ki;
+            int ii = oi * g.sh - g.pad_top + ki;
             if (ii < 0 || ii >= g.h)
                 continue;
             for (int kj = 0; kj < g.kw; kj++) {
-                int jj = oj * g.sw - g.pl + kj;
+                int jj = oj * g.sw - g.pad_left + kj;
                 if (jj < 0 || jj >= g.w)
                     continue;
                 int at = (ii * g.w + jj) * g.c + ch;
@@ -198,8 +171,8 @@ __global__ void k_maxpool_bwd(float *dx, const float *dy, const int32_t *argmax,
         int i = (int)(t % g.h);
         long long ni = t / g.h;
         int self = (i * g.w + j) * g.c + ch, oi0, oi1, oj0, oj1;
-        d_cover(i, g.pt, g.kh, g.sh, g.oh, &oi0, &oi1);
-        d_cover(j, g.pl, g.kw, g.sw, g.ow, &oj0, &oj1);
+        d_cover(i, g.pad_top, g.kh, g.sh, g.oh, &oi0, &oi1);
+        d_cover(j, g.pad_left, g.kw, g.sw, g.ow, &oj0, &oj1);
         float s = 0.0f;
         for (int oi = oi0; oi <= oi1; oi++)
             for (int oj = oj0; oj <= oj1; oj++) {
@@ -224,11 +197,11 @@ __global__ void k_avgpool_fwd(float *y, const float *x, long long total, gpu_geo
         float s = 0.0f;
         int cnt = 0;
         for (int ki = 0; ki < g.kh; ki++) {
-            int ii = oi * g.sh - g.pt + ki;
+            int ii = oi * g.sh - g.pad_top + ki;
             if (ii < 0 || ii >= g.h)
                 continue;
             for (int kj = 0; kj < g.kw; kj++) {
-                int jj = oj * g.sw - g.pl + kj;
+                int jj = oj * g.sw - g.pad_left + kj;
                 if (jj < 0 || jj >= g.w)
                     continue;
                 s += xe[(ii * g.w + jj) * g.c + ch];
@@ -249,13 +222,13 @@ __global__ void k_avgpool_bwd(float *dx, const float *dy, long long total, gpu_g
         int i = (int)(t % g.h);
         long long ni = t / g.h;
         int oi0, oi1, oj0, oj1;
-        d_cover(i, g.pt, g.kh, g.sh, g.oh, &oi0, &oi1);
-        d_cover(j, g.pl, g.kw, g.sw, g.ow, &oj0, &oj1);
+        d_cover(i, g.pad_top, g.kh, g.sh, g.oh, &oi0, &oi1);
+        d_cover(j, g.pad_left, g.kw, g.sw, g.ow, &oj0, &oj1);
         float s = 0.0f;
         for (int oi = oi0; oi <= oi1; oi++) {
-            int ri = d_valid(oi, g.sh, g.pt, g.kh, g.h);
+            int ri = d_valid(oi, g.sh, g.pad_top, g.kh, g.h);
             for (int oj = oj0; oj <= oj1; oj++) {
-                int cnt = ri * d_valid(oj, g.sw, g.pl, g.kw, g.w);
+                int cnt = ri * d_valid(oj, g.sw, g.pad_left, g.kw, g.w);
                 s += dy[((ni * g.oh + oi) * g.ow + oj) * g.c + ch] * (1.0f / (float)cnt);
             }
         }

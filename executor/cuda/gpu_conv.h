@@ -9,7 +9,7 @@
  * of n is (n, h, w, c); the im2col matrix of n examples is (n * oh * ow, K)
  * with K = kh * kw * c in the kernel's (kh, kw, c_in) order, so that
  * y (n * oh * ow, oc) = col . W (K, oc) is one row-major GEMM. Padding as
- * TensorFlow (gpu_geom_init = conv.h's conv_geom_init).
+ * TensorFlow (conv.h's conv_geom_init).
  *
  * Backward kernels GATHER (each input element sums what reaches it, in
  * the order a raster scatter over the outputs would add it): no atomics,
@@ -20,7 +20,7 @@
  * partial sums in double to `part` (gpu_red_doubles(c) doubles), then one
  * thread per channel adds the groups in order.
  *
- * defines: gpu_geom_init, gpu_red_doubles, gpu_im2col, gpu_col2im,
+ * defines: gpu_red_doubles, gpu_im2col, gpu_col2im,
  *          gpu_maxpool_forward/backward, gpu_avgpool_forward/backward,
  *          gpu_gap_forward/backward, gpu_bias_grad_rows, gpu_bn_forward_train,
  *          gpu_bn_forward_eval, gpu_bn_backward */
@@ -32,20 +32,19 @@
 #include <cuda_runtime.h>
 
 #include "../../spec/jobspec.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+#include "../nn/conv.h"
+#ifdef __cplusplus
+}
+#endif
 
 /* A conv2d or pooling window over one example (conv.h's conv_geom). */
-typedef struct gpu_geom {
-    int h, w, c;          /* input */
-    int kh, kw;           /* window */
-    int sh, sw;           /* strides */
-    int pt, pl;           /* zero rows/columns before the input ("same") */
-    int oh, ow, oc;       /* output; oc = filters (conv2d) or c (pooling) */
-} gpu_geom;
-
-/* TensorFlow's padding: valid: o = (i - k) / s + 1 (0 when k > i); same:
- * o = ceil(i / s), pad = max((o - 1) * s + k - i, 0), pad / 2 before. */
-void gpu_geom_init(gpu_geom *g, int h, int w, int c, int kh, int kw, int sh, int sw,
-                   padding_type pad, int oc);
+/* The window geometry is the CPU kernels' (conv.h's conv_geom and
+ * conv_geom_init: TensorFlow's padding), so both engines size a layer the
+ * same way. */
+typedef conv_geom gpu_geom;
 
 #define GPU_RED_GROUPS 128
 /* Doubles of `part` a per-channel sum over c channels needs. */

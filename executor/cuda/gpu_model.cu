@@ -1076,7 +1076,7 @@ static int plan_ops(gpu_model *g, const jobspec *spec, char *err)
                 return gpu_errf(err, "model.layers[%d]: conv2d needs filters and kernel_size", i);
             if (ls->activation == ACT_SOFTMAX)
                 return gpu_errf(err, "model.layers[%d]: softmax on a conv2d", i);
-            gpu_geom_init(ge, shape[0], shape[1], shape[2], ls->kernel_size[0], ls->kernel_size[1],
+            conv_geom_init(ge, shape[0], shape[1], shape[2], ls->kernel_size[0], ls->kernel_size[1],
                           ls->strides[0], ls->strides[1], ls->padding, ls->filters);
             op->act = ls->activation;
             op->use_bias = ls->use_bias;
@@ -1096,7 +1096,7 @@ static int plan_ops(gpu_model *g, const jobspec *spec, char *err)
         }
         case LAYER_MAX_POOLING2D:
         case LAYER_AVERAGE_POOLING2D:
-            gpu_geom_init(&op->geom, shape[0], shape[1], shape[2], ls->pool_size[0],
+            conv_geom_init(&op->geom, shape[0], shape[1], shape[2], ls->pool_size[0],
                           ls->pool_size[1], ls->strides[0], ls->strides[1], ls->padding,
                           shape[2]);
             op->own_output = 1;

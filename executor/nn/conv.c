@@ -22,6 +22,7 @@
 #include "conv.h"
 
 #include <cblas.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -291,22 +292,12 @@ static void bias_act(float *restrict y, const float *restrict b, long rows, int 
 static void act_grad_bias(float *restrict dy, const float *restrict y, float *restrict db, long rows,
                           int oc, act_type act)
 {
-    long total = rows * oc;
-    switch (act) {
-    case ACT_RELU:
-        for (long i = 0; i < total; i++)
-            dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-        break;
-    case ACT_SIGMOID:
-        for (long i = 0; i < total; i++)
-            dy[i] *= y[i] * (1.0f - y[i]);
-        break;
-    case ACT_TANH:
-        for (long i = 0; i < total; i++)
-            dy[i] *= 1.0f - y[i] * y[i];
-        break;
-    default: /* linear (softmax never reaches a conv) */
-        break;
+    /* layers.c's act_backward over (n, k) rows, in slices whose row count
+     * fits its int */
+    const long slice = (long)(INT_MAX / 2) / (oc > 0 ? oc : 1) + 1;
+    for (long r0 = 0; r0 < rows; r0 += slice) {
+        long nr = rows - r0 < slice ? rows - r0 : slice;
+        act_backward(dy + r0 * oc, y + r0 * oc, (int)nr, oc, act);
     }
     if (!db)
         return;
