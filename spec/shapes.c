@@ -70,10 +70,10 @@ static int bad(spec_error *e, const char *fld, const char *fmt, ...)
     return -1;
 }
 
-/* "model.layers[3].kernel_size" (a layer's path is at most 20 bytes). */
-static const char *field(char out[JOBSPEC_FIELD_MAX], const char layer[24], const char *key)
+/* "model.layers[3].kernel_size" (a layer's path is at most 31 bytes). */
+static const char *field(char out[JOBSPEC_FIELD_MAX], const char layer[32], const char *key)
 {
-    if (snprintf(out, JOBSPEC_FIELD_MAX, "%.23s.%.64s", layer, key) < 0)
+    if (snprintf(out, JOBSPEC_FIELD_MAX, "%.31s.%.64s", layer, key) < 0)
         out[0] = '\0';
     return out;
 }
@@ -107,7 +107,7 @@ int jobspec_resolve_shapes(jobspec *s, spec_error *e)
     memcpy(shape, s->input_shape, sizeof shape);
     for (int i = 0; i < s->n_layers; i++) {
         layer_spec *l = &s->layers[i];
-        char lp[24];
+        char lp[32];
         snprintf(lp, sizeof lp, "model.layers[%d]", i);
         l->in_rank = rank;
         memcpy(l->in_shape, shape, sizeof shape);

@@ -494,39 +494,13 @@ static pid_t task_pid(const char *name) {
     return 0;
 }
 
-START_TEST(multi_worker_kill9_of_one_worker_resumes_from_checkpoint) {
+/* A 2-worker multi_worker_mirrored job of `layers` (NULL: the MLP) whose
+ * worker 1 is killed with -9 after epoch 2 resumes from its checkpoint at
+ * attempt 2 and succeeds, with every step's metrics. */
+static void kill_worker1_resumes(const char *name, const char *layers) {
     char spec[3000], state[32];
-    spec_strategy(spec, sizeof spec, "s-mwm-kill", E2E_LONG, 2, "{\"type\":\"multi_worker_mirrored\"}", 2, 1,
-                  STRAT_BATCH);
-    int64_t id = submit(spec);
-    wait_epochs(id, 2, 120);
-    pid_t victim = task_pid("worker-1");
-    ck_assert_int_gt(victim, 0);
-    ck_assert_int_eq(kill(victim, SIGKILL), 0);
-    wait_state(id, "succeeded", 200, state, sizeof state);
-    int attempt = 0;
-    job_state(id, state, sizeof state, &attempt);
-    ck_assert_str_eq(state, "succeeded");
-    ck_assert_int_eq(attempt, 2);
-    check_metrics_steps(id, E2E_LONG, 0.6, STRAT_STEPS);
-    char *logs = task_logs(id, "worker-0");
-    ck_assert_msg(strstr(logs, "resuming from the job's latest checkpoint") != NULL, "logs: %.1500s", logs);
-    free(logs);
-}
-END_TEST
-
-/* A CNN with batch normalization through the whole path: submitted,
- * trained by 2 workers, one killed with -9, resumed from the checkpoint
- * (weights, optimizer slots and moving statistics) at attempt 2 to
- * succeeded, with its metrics and test accuracy. */
-START_TEST(cnn_multi_worker_kill9_resumes_from_checkpoint) {
-    char spec[3000], state[32];
-    g_layers = "{\"type\":\"conv2d\",\"filters\":8,\"kernel_size\":3,\"activation\":\"relu\","
-               "\"input_shape\":[28,28]},{\"type\":\"batch_normalization\"},{\"type\":\"max_pooling2d\"},"
-               "{\"type\":\"conv2d\",\"filters\":8,\"kernel_size\":3,\"strides\":2,\"activation\":\"relu\"},"
-               "{\"type\":\"flatten\"},{\"type\":\"dropout\",\"rate\":0.2},"
-               "{\"type\":\"dense\",\"units\":10,\"activation\":\"softmax\"}";
-    spec_strategy(spec, sizeof spec, "cnn-mwm-kill", E2E_LONG, 2, "{\"type\":\"multi_worker_mirrored\"}", 2, 1,
+    g_layers = layers;
+    spec_strategy(spec, sizeof spec, name, E2E_LONG, 2, "{\"type\":\"multi_worker_mirrored\"}", 2, 1,
                   STRAT_BATCH);
     g_layers = NULL;
     int64_t id = submit(spec);
@@ -539,13 +513,31 @@ START_TEST(cnn_multi_worker_kill9_resumes_from_checkpoint) {
     job_state(id, state, sizeof state, &attempt);
     if (strcmp(state, "succeeded") != 0) {
         char *logs = task_logs(id, "worker-0");
-        ck_abort_msg("cnn: %s; worker-0: %.1500s", state, logs);
+        ck_abort_msg("%s: %s; worker-0: %.1500s", name, state, logs);
     }
     ck_assert_int_eq(attempt, 2);
     check_metrics_steps(id, E2E_LONG, 0.6, STRAT_STEPS);
     char *logs = task_logs(id, "worker-0");
     ck_assert_msg(strstr(logs, "resuming from the job's latest checkpoint") != NULL, "logs: %.1500s", logs);
     free(logs);
+}
+
+START_TEST(multi_worker_kill9_of_one_worker_resumes_from_checkpoint) {
+    kill_worker1_resumes("s-mwm-kill", NULL);
+}
+END_TEST
+
+/* A CNN with batch normalization through the whole path: submitted,
+ * trained by 2 workers, one killed with -9, resumed from the checkpoint
+ * (weights, optimizer slots and moving statistics) at attempt 2 to
+ * succeeded, with its metrics and test accuracy. */
+START_TEST(cnn_multi_worker_kill9_resumes_from_checkpoint) {
+    kill_worker1_resumes("cnn-mwm-kill",
+                         "{\"type\":\"conv2d\",\"filters\":8,\"kernel_size\":3,\"activation\":\"relu\","
+                         "\"input_shape\":[28,28]},{\"type\":\"batch_normalization\"},{\"type\":\"max_pooling2d\"},"
+                         "{\"type\":\"conv2d\",\"filters\":8,\"kernel_size\":3,\"strides\":2,\"activation\":\"relu\"},"
+                         "{\"type\":\"flatten\"},{\"type\":\"dropout\",\"rate\":0.2},"
+                         "{\"type\":\"dense\",\"units\":10,\"activation\":\"softmax\"}");
 }
 END_TEST
 
