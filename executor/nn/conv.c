@@ -718,10 +718,24 @@ size_t conv2d_scratch_floats(const conv_geom *g, int max_batch)
 }
 
 
+/* The im2col matrix of examples [e0, e0 + nc) of x: x itself when the conv
+ * is direct, else written into scratch. */
+static const float *lower_chunk(float *scratch, const float *x, int e0, int nc, const conv_geom *g,
+                                int direct)
+{
+    const long in_ex = (long)g->h * g->w * g->c;
+    if (direct)
+        return x + e0 * in_ex;
+    const size_t col_ex = col_floats_per_example(g);
+    for (int e = 0; e < nc; e++)
+        im2col(scratch + (size_t)e * col_ex, x + (e0 + e) * in_ex, g);
+    return scratch;
+}
+
 void conv2d_forward(float *y, const float *x, const float *w, const float *b, int n,
                     const conv_geom *g, act_type act, float *scratch, size_t scratch_floats)
 {
-    const long in_ex = (long)g->h * g->w * g->c, out_pos = (long)g->oh * g->ow;
+    const long out_pos = (long)g->oh * g->ow;
     const int K = (int)conv_k(g), oc = g->oc;
     if (n <= 0 || out_pos == 0 || oc <= 0)
         return;
@@ -739,18 +753,10 @@ void conv2d_forward(float *y, const float *x, const float *w, const float *b, in
     }
     const int direct = conv_direct(g);
     const int nc_max = chunk_examples(g, n, scratch_floats);
-    const size_t col_ex = col_floats_per_example(g);
     for (int e0 = 0; e0 < n; e0 += nc_max) {
         const int nc = n - e0 < nc_max ? n - e0 : nc_max;
         const long rows = nc * out_pos;
-        const float *col;
-        if (direct) {
-            col = x + e0 * in_ex;
-        } else {
-            for (int e = 0; e < nc; e++)
-                im2col(scratch + (size_t)e * col_ex, x + (e0 + e) * in_ex, g);
-            col = scratch;
-        }
+        const float *col = lower_chunk(scratch, x, e0, nc, g, direct);
         float *yc = y + e0 * out_pos * oc;
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, oc, K, 1.0f, col, K,
                     w, oc, 0.0f, yc, oc);
@@ -797,14 +803,7 @@ void conv2d_backward(float *dx, float *dw, float *db, float *dy, const float *y,
         float *dyc = dy + e0 * out_pos * oc;
         act_grad_bias(dyc, y + e0 * out_pos * oc, db, rows, oc, act);
         if (dw) {
-            const float *col;
-            if (direct) {
-                col = x + e0 * in_ex;
-            } else {
-                for (int e = 0; e < nc; e++)
-                    im2col(scratch + (size_t)e * col_ex, x + (e0 + e) * in_ex, g);
-                col = scratch;
-            }
+            const float *col = lower_chunk(scratch, x, e0, nc, g, direct);
             /* dw (K, oc) (+)= col^T (K, rows) . dy (rows, oc) */
             const float beta = accumulate || e0 > 0 ? 1.0f : 0.0f;
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, oc, (int)rows, 1.0f, col, K,
