@@ -16,46 +16,11 @@
 
 #include <math.h>
 
-static ty_proc srv;
-static char team_tok[128], admin_tok[128];
-static pid_t agent;
-static char listen_arg[64];
+#include "stack_fixture.h"
 
-static void start_up(void) {
-    memset(&srv, 0, sizeof srv);
-    agent = 0;
-    ty_mkdtemp(srv.dir, sizeof srv.dir, "sweeps");
-    const char *extra[] = {"--cpu-slots", "2", NULL};
-    ty_server_start_args(&srv, "up", extra);
-    ty_token(&srv, "token", team_tok, sizeof team_tok);
-    ty_token(&srv, "admin.token", admin_tok, sizeof admin_tok);
-}
-
-static void start_server_fixed(void) {
-    const char *extra[] = {"--listen", listen_arg, "--heartbeat-timeout", "30", NULL};
-    ty_server_start_args(&srv, "server", extra);
-}
-
-/* `trainyard server` on a port it keeps across restarts, and an agent of 2 slots. */
-static void start_server_agent(void) {
-    memset(&srv, 0, sizeof srv);
-    ty_mkdtemp(srv.dir, sizeof srv.dir, "sweeps");
-    snprintf(listen_arg, sizeof listen_arg, "127.0.0.1:%d", ty_free_port());
-    start_server_fixed();
-    ty_token(&srv, "token", team_tok, sizeof team_tok);
-    ty_token(&srv, "admin.token", admin_tok, sizeof admin_tok);
-    agent = ty_agent_start(&srv, "sweeps-node", "2");
-}
-
-static void stop_all(void) {
-    if (agent > 0) {
-        ty_proc a = {.pid = agent};
-        ty_kill(&a, SIGTERM);
-        agent = 0;
-    }
-    ty_kill(&srv, SIGTERM);
-    ty_rmrf(srv.dir);
-}
+static void start_up(void) { stack_up("sweeps"); }
+static void start_server_agent(void) { stack_server_agent("sweeps"); }
+static void stop_all(void) { stack_stop(); }
 
 /* A small training job: epochs of a 1,200-example slice, a second or two each. */
 #define JOB(EPOCHS)                                                                                           \
@@ -461,7 +426,7 @@ START_TEST(server_killed_mid_sweep) {
     }
     ty_kill(&srv, SIGKILL);
     ty_sleep_ms(500);
-    start_server_fixed();
+    stack_server_restart();
     cJSON *o = sweep_wait(id, 300, 2);
     ck_assert_str_eq(ty_str(o, "state"), "succeeded");
     check_asha(o, 4);

@@ -15,47 +15,12 @@
 
 #include "../storage/usage_store.h"
 
-static ty_proc srv;
-static char team_tok[128], admin_tok[128], vision_tok[128];
-static pid_t agent;
+#include "stack_fixture.h"
 
-static void start_up2(void) {
-    memset(&srv, 0, sizeof srv);
-    agent = 0;
-    ty_mkdtemp(srv.dir, sizeof srv.dir, "usage");
-    const char *extra[] = {"--cpu-slots", "2", NULL};
-    ty_server_start_args(&srv, "up", extra);
-    ty_token(&srv, "token", team_tok, sizeof team_tok);
-    ty_token(&srv, "admin.token", admin_tok, sizeof admin_tok);
-}
-
-static char listen_arg[64];
-
-static void start_server_fixed(void) {
-    const char *extra[] = {"--listen", listen_arg, "--heartbeat-timeout", "30", NULL};
-    ty_server_start_args(&srv, "server", extra);
-}
-
-/* `trainyard server` on a port it keeps across restarts, and an agent of 2 slots. */
-static void start_server_agent(void) {
-    memset(&srv, 0, sizeof srv);
-    ty_mkdtemp(srv.dir, sizeof srv.dir, "usage");
-    snprintf(listen_arg, sizeof listen_arg, "127.0.0.1:%d", ty_free_port());
-    start_server_fixed();
-    ty_token(&srv, "token", team_tok, sizeof team_tok);
-    ty_token(&srv, "admin.token", admin_tok, sizeof admin_tok);
-    agent = ty_agent_start(&srv, "usage-node", "2");
-}
-
-static void stop_all(void) {
-    if (agent > 0) {
-        ty_proc a = {.pid = agent};
-        ty_kill(&a, SIGTERM);
-        agent = 0;
-    }
-    ty_kill(&srv, SIGTERM);
-    ty_rmrf(srv.dir);
-}
+static char vision_tok[128];
+static void start_up2(void) { stack_up("usage"); }
+static void start_server_agent(void) { stack_server_agent("usage"); }
+static void stop_all(void) { stack_stop(); }
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -438,7 +403,7 @@ START_TEST(server_restart_keeps_a_running_jobs_usage) {
     expect_near(before, tl, 0.5, "while it runs");
     ck_assert_int_eq(WTERMSIG(ty_kill(&srv, SIGKILL)), SIGKILL);
     ty_sleep_ms(2500); /* the job runs on with no server */
-    start_server_fixed();
+    stack_server_restart();
     u = usage(team_tok, "?by=job");
     double after = ty_num(row_of_job(u, id), "cpu_slot_seconds");
     cJSON_Delete(u);
