@@ -320,6 +320,13 @@ static int valid_id(const char *s) {
     return parse_long(s, 1, 1L << 53, &v) == 0;
 }
 
+/* 1 when id is an id; else says what was given instead of a `kind` id. */
+static int id_ok(const char *id, const char *kind) {
+    if (valid_id(id)) return 1;
+    fprintf(stderr, "error: '%s' is not a %s id\n", id, kind);
+    return 0;
+}
+
 static int finished(const char *st) {
     return strcmp(st, "succeeded") == 0 || strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0;
 }
@@ -473,10 +480,8 @@ static void print_progress(const cJSON *j) {
 }
 
 static int do_status(const cli_opts *o, const char *id) {
-    if (!valid_id(id)) {
-        fprintf(stderr, "error: '%s' is not a job id\n", id);
-        return 2;
-    }
+    if (!id_ok(id, "job"))
+        return EXIT_USAGE;
     char path[128];
     snprintf(path, sizeof path, "/api/v1/jobs/%s", id);
     int ec;
@@ -522,10 +527,8 @@ static int do_status(const cli_opts *o, const char *id) {
 }
 
 static int do_cancel(const cli_opts *o, const char *id) {
-    if (!valid_id(id)) {
-        fprintf(stderr, "error: '%s' is not a job id\n", id);
-        return 2;
-    }
+    if (!id_ok(id, "job"))
+        return EXIT_USAGE;
     char path[128];
     snprintf(path, sizeof path, "/api/v1/jobs/%s/cancel", id);
     char *body = NULL;
@@ -546,10 +549,8 @@ static int do_cancel(const cli_opts *o, const char *id) {
 
 /* DELETE /jobs/{id}: a finished job's logs, checkpoints and metrics go. */
 static int do_delete(const cli_opts *o, const char *id) {
-    if (!valid_id(id)) {
-        fprintf(stderr, "error: '%s' is not a job id\n", id);
-        return 2;
-    }
+    if (!id_ok(id, "job"))
+        return EXIT_USAGE;
     char path[128];
     snprintf(path, sizeof path, "/api/v1/jobs/%s", id);
     int ec;
@@ -563,10 +564,8 @@ static int do_delete(const cli_opts *o, const char *id) {
 /* Prints the job's log for a task from offset 0; with follow, keeps
  * polling once a second until the job has finished and the log is drained. */
 static int do_logs(const cli_opts *o, const char *id, const char *task, int follow) {
-    if (!valid_id(id)) {
-        fprintf(stderr, "error: '%s' is not a job id\n", id);
-        return 2;
-    }
+    if (!id_ok(id, "job"))
+        return EXIT_USAGE;
     client c;
     if (client_init(&c, o->url, o->token) < 0) {
         fprintf(stderr, "error: cannot initialise the HTTP client\n");
@@ -675,10 +674,8 @@ static void watch_line(const cJSON *j, char *out, size_t n) {
  * terminal, a line per change otherwise, one JSON object per change with
  * --json. The exit code tells how the job ended. */
 static int do_watch(const cli_opts *o, const char *id) {
-    if (!valid_id(id)) {
-        fprintf(stderr, "error: '%s' is not a job id\n", id);
+    if (!id_ok(id, "job"))
         return EXIT_USAGE;
-    }
     char path[128], line[512], last[512] = "";
     snprintf(path, sizeof path, "/api/v1/jobs/%s", id);
     int tty = !o->json && isatty(STDOUT_FILENO);
@@ -803,10 +800,8 @@ static int do_cluster(const cli_opts *o) {
 }
 
 static int do_events(const cli_opts *o, const char *id) {
-    if (!valid_id(id)) {
-        fprintf(stderr, "error: '%s' is not a job id\n", id);
+    if (!id_ok(id, "job"))
         return EXIT_USAGE;
-    }
     char path[128];
     snprintf(path, sizeof path, "/api/v1/jobs/%s/events?limit=1000", id);
     int ec;
@@ -878,10 +873,8 @@ static int do_download(const cli_opts *o, const char *id) {
 }
 
 static int do_checkpoints(const cli_opts *o, const char *id) {
-    if (!valid_id(id)) {
-        fprintf(stderr, "error: '%s' is not a job id\n", id);
+    if (!id_ok(id, "job"))
         return EXIT_USAGE;
-    }
     if (o->download) return do_download(o, id);
     char path[128];
     snprintf(path, sizeof path, "/api/v1/jobs/%s/checkpoints", id);
@@ -1083,10 +1076,8 @@ static int trial_cmp(const void *a, const void *b) {
 }
 
 static int do_sweep_status(const cli_opts *o, const char *id) {
-    if (!valid_id(id)) {
-        fprintf(stderr, "error: '%s' is not a sweep id\n", id);
-        return 2;
-    }
+    if (!id_ok(id, "sweep"))
+        return EXIT_USAGE;
     char path[96];
     snprintf(path, sizeof path, "/api/v1/sweeps/%s", id);
     int ec;
