@@ -37,6 +37,19 @@ static unsigned red_groups(long long rows)
 
 /* ================================================================ geometry */
 
+/* Element idx of an (n, h, w, c) tensor: its row i, column j and channel
+ * ch; returns its example. */
+__device__ __forceinline__ long long d_unravel(long long idx, int h, int w, int c, int *i, int *j,
+                                               int *ch)
+{
+    *ch = (int)(idx % c);
+    long long t = idx / c;
+    *j = (int)(t % w);
+    t /= w;
+    *i = (int)(t % h);
+    return t / h;
+}
+
 /* The outputs whose window covers input row i: [*lo, *hi] (empty: lo > hi). */
 __device__ __forceinline__ void d_cover(int i, int pad, int k, int s, int o, int *lo, int *hi)
 {
@@ -82,12 +95,8 @@ __global__ void k_col2im(float *dx, const float *col, long long total, gpu_geom 
 {
     const int K = g.kh * g.kw * g.c;
     GRID_STRIDE(idx, total) {
-        int ci = (int)(idx % g.c);
-        long long t = idx / g.c;
-        int j = (int)(t % g.w);
-        t /= g.w;
-        int i = (int)(t % g.h);
-        long long ni = t / g.h;
+        int ci, i, j;
+        long long ni = d_unravel(idx, g.h, g.w, g.c, &i, &j, &ci);
         float s = 0.0f;
         for (int ki = g.kh - 1; ki >= 0; ki--) {
             int a = i + g.pad_top - ki;
@@ -130,12 +139,8 @@ __global__ void k_maxpool_fwd(float *y, int32_t *argmax, const float *x, long lo
                               gpu_geom g)
 {
     GRID_STRIDE(idx, total) {
-        int ch = (int)(idx % g.c);
-        long long t = idx / g.c;
-        int oj = (int)(t % g.ow);
-        t /= g.ow;
-        int oi = (int)(t % g.oh);
-        long long ni = t / g.oh;
+        int ch, oi, oj;
+        long long ni = d_unravel(idx, g.oh, g.ow, g.c, &oi, &oj, &ch);
         const float *xe = x + ni * g.h * g.w * g.c;
         float best = 0.0f;
         int arg = -1;
@@ -164,12 +169,8 @@ __global__ void k_maxpool_bwd(float *dx, const float *dy, const int32_t *argmax,
                               long long total, gpu_geom g)
 {
     GRID_STRIDE(idx, total) {
-        int ch = (int)(idx % g.c);
-        long long t = idx / g.c;
-        int j = (int)(t % g.w);
-        t /= g.w;
-        int i = (int)(t % g.h);
-        long long ni = t / g.h;
+        int ch, i, j;
+        long long ni = d_unravel(idx, g.h, g.w, g.c, &i, &j, &ch);
         int self = (i * g.w + j) * g.c + ch, oi0, oi1, oj0, oj1;
         d_cover(i, g.pad_top, g.kh, g.sh, g.oh, &oi0, &oi1);
         d_cover(j, g.pad_left, g.kw, g.sw, g.ow, &oj0, &oj1);
@@ -187,12 +188,8 @@ __global__ void k_maxpool_bwd(float *dx, const float *dy, const int32_t *argmax,
 __global__ void k_avgpool_fwd(float *y, const float *x, long long total, gpu_geom g)
 {
     GRID_STRIDE(idx, total) {
-        int ch = (int)(idx % g.c);
-        long long t = idx / g.c;
-        int oj = (int)(t % g.ow);
-        t /= g.ow;
-        int oi = (int)(t % g.oh);
-        long long ni = t / g.oh;
+        int ch, oi, oj;
+        long long ni = d_unravel(idx, g.oh, g.ow, g.c, &oi, &oj, &ch);
         const float *xe = x + ni * g.h * g.w * g.c;
         float s = 0.0f;
         int cnt = 0;
@@ -215,12 +212,8 @@ __global__ void k_avgpool_fwd(float *y, const float *x, long long total, gpu_geo
 __global__ void k_avgpool_bwd(float *dx, const float *dy, long long total, gpu_geom g)
 {
     GRID_STRIDE(idx, total) {
-        int ch = (int)(idx % g.c);
-        long long t = idx / g.c;
-        int j = (int)(t % g.w);
-        t /= g.w;
-        int i = (int)(t % g.h);
-        long long ni = t / g.h;
+        int ch, i, j;
+        long long ni = d_unravel(idx, g.h, g.w, g.c, &i, &j, &ch);
         int oi0, oi1, oj0, oj1;
         d_cover(i, g.pad_top, g.kh, g.sh, g.oh, &oi0, &oi1);
         d_cover(j, g.pad_left, g.kw, g.sw, g.ow, &oj0, &oj1);
