@@ -42,6 +42,7 @@ typedef struct nn_op {
     int32_t *argmax;         /* max_pooling2d: (max_batch, out) */
     int hw, ch;              /* global pooling, batch norm: positions and channels per example */
     float bn_eps, bn_momentum;
+    int bn_scale, bn_center;  /* batch norm: it has gamma, beta */
     float *gamma, *beta, *dgamma, *dbeta; /* batch norm: (ch) each, NULL when not scale/center */
     float *mmean, *mvar;     /* batch norm: moving statistics, in the state buffer */
     float *bmean, *binvstd;  /* batch norm: the last training batch's statistics (ch) */
@@ -145,17 +146,16 @@ static void bind_tensors(model *m)
                 op->db = m->grads + kt[1].offset;
             }
         } else if (op->type == LAYER_BATCH_NORMALIZATION) {
-            for (int t = op->t0; t < op->t0 + op->nt; t++) {
-                const model_tensor *tt = &m->tensors[t];
-                size_t len = strlen(tt->name);
-                int is_gamma = len > 6 && strcmp(tt->name + len - 6, ".gamma") == 0;
-                if (is_gamma) {
-                    op->gamma = m->params + tt->offset;
-                    op->dgamma = m->grads + tt->offset;
-                } else {
-                    op->beta = m->params + tt->offset;
-                    op->dbeta = m->grads + tt->offset;
-                }
+            /* gamma first when scale, then beta when center (model_build) */
+            const model_tensor *tt = &m->tensors[op->t0];
+            if (op->bn_scale) {
+                op->gamma = m->params + tt->offset;
+                op->dgamma = m->grads + tt->offset;
+                tt++;
+            }
+            if (op->bn_center) {
+                op->beta = m->params + tt->offset;
+                op->dbeta = m->grads + tt->offset;
             }
         }
     }
@@ -311,6 +311,8 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
             op->own_output = 1;
             op->bn_eps = ls->epsilon;
             op->bn_momentum = ls->momentum;
+            op->bn_scale = ls->scale;
+            op->bn_center = ls->center;
             if (ls->scale)
                 add_tensor(m->tensors, &m->n_tensors, &off, lname, "gamma", 1, op->ch, 0, 0, 0);
             if (ls->center)
