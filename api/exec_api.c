@@ -663,9 +663,18 @@ static void metrics_post(server *srv, http_req *req, http_res *res) {
     cJSON *body = http_body_json(req, res);
     if (!body) goto out_job;
     cJSON *arr = NULL;
+    long sender_attempt = 0; /* 0: not said (clients older than the field) */
     for (cJSON *f = body->child; f; f = f->next) {
+        if (strcmp(f->string, "attempt") == 0) {
+            if (json_int(f, 1, INT32_MAX, &sender_attempt) < 0) {
+                http_error(res, 422, "invalid_value", "attempt", "attempt must be an integer >= 1");
+                goto out;
+            }
+            continue;
+        }
         if (strcmp(f->string, "metrics") != 0) {
-            http_error(res, 422, "unknown_field", f->string, "unknown field '%s' (allowed: metrics)", f->string);
+            http_error(res, 422, "unknown_field", f->string, "unknown field '%s' (allowed: metrics, attempt)",
+                       f->string);
             goto out;
         }
         arr = f;
@@ -697,7 +706,19 @@ static void metrics_post(server *srv, http_req *req, http_res *res) {
         db_unavailable(res);
         goto out;
     }
-    int rc = STORE_OK, added = 0;
+    /* a report of an earlier attempt (a worker of a gang already requeued,
+     * still flushing) is refused in the same transaction that would store
+     * it: the next attempt's chief read the metrics after the requeue, so
+     * what it found is all it must not report again */
+    int current = 0;
+    int rc = exec_job_attempt(srv->db, j.id, &current);
+    if (rc == STORE_OK && sender_attempt > 0 && sender_attempt != current) {
+        db_rollback(srv->db);
+        http_error(res, 409, "conflict", "attempt", "job %lld is at attempt %d: metrics of attempt %ld are refused",
+                   (long long)j.id, current, sender_attempt);
+        goto out;
+    }
+    int added = 0;
     for (cJSON *m = arr->child; m && rc == STORE_OK; m = m->next) {
         int64_t seq, step, epoch;
         const char *kind;
@@ -712,7 +733,7 @@ static void metrics_post(server *srv, http_req *req, http_res *res) {
             rc = STORE_ERROR;
             break;
         }
-        rc = exec_metric_add(srv->db, j.id, seq, j.attempt, kind, hs ? &step : NULL, he ? &epoch : NULL, data, &ins);
+        rc = exec_metric_add(srv->db, j.id, seq, current, kind, hs ? &step : NULL, he ? &epoch : NULL, data, &ins);
         free(data);
         added += ins;
     }

@@ -348,6 +348,7 @@ static int sender_round(report_sender *s, client *c) {
         cJSON *o = cJSON_CreateObject();
         cJSON *arr = cJSON_AddArrayToObject(o, "metrics");
         if (!o || !arr) abort();
+        if (s->attempt > 0 && !cJSON_AddNumberToObject(o, "attempt", s->attempt)) abort();
         for (int i = 0; i < n; i++) {
             cJSON_AddNumberToObject(s->pending[i], "seq", (double)(s->next_seq + i));
             cJSON_AddItemToArray(arr, s->pending[i]);
@@ -423,6 +424,12 @@ static void *sender_main(void *arg) {
     }
     client_release(&c);
     return NULL;
+}
+
+void report_set_attempt(report_sender *s, int attempt) {
+    pthread_mutex_lock(&s->mu);
+    s->attempt = attempt;
+    pthread_mutex_unlock(&s->mu);
 }
 
 int report_start(report_sender *s, const char *api, const char *token, int64_t job, int64_t next_seq,

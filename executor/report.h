@@ -90,6 +90,7 @@ typedef struct report_sender {
     int n_pending, cap_pending;
     long dropped;                    /* step metrics dropped while the server was away */
     int64_t next_seq;                /* the seq the next batch starts at */
+    int attempt;                     /* > 0: said with each batch (the server refuses a stale one) */
     char *inflight;                  /* a sent-but-unacknowledged batch (JSON), resent as is */
     int64_t inflight_last;           /* its last seq */
     int64_t backoff_ms;
@@ -104,6 +105,11 @@ typedef struct report_sender {
  * ops->same, the version the job has already (owned), else NULL. */
 int report_start(report_sender *s, const char *api, const char *token, int64_t job, int64_t next_seq,
                  const report_ckpt_ops *ops, void *ctx, void *done);
+
+/* The job attempt this sender reports for: each batch says it, and the
+ * server refuses (409, dropped here) the batches of an attempt it has
+ * already requeued. Call after report_start, before the first report_push. */
+void report_set_attempt(report_sender *s, int attempt);
 
 /* Queues a metric (owned). Sent at the next tick (~1 s), or at once when a
  * batch is full. */

@@ -686,6 +686,7 @@ int worker_run(const char *config) {
         snprintf(err, sizeof err, "cannot start the sender thread");
         goto fail;
     }
+    report_set_attempt(&snd, w.attempt);
 
     if (w.n_workers > 1 && spec->strategy.type != STRAT_PARAMETER_SERVER) {
         cm = comm_join(&c, &w, err, sizeof err);

@@ -445,6 +445,16 @@ int exec_job_tasks(db *d, int64_t job_id, int attempt, cJSON **out) {
 
 /* ---------------------------------------------------------------- metrics */
 
+int exec_job_attempt(db *d, int64_t job_id, int *attempt) {
+    sqlite3_stmt *st = db_prepare(d, "SELECT attempt FROM jobs WHERE id = ?");
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) *attempt = sqlite3_column_int(st, 0);
+    db_done(st);
+    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+}
+
 static const char SQL_METRIC_ADD[] =
     "INSERT OR IGNORE INTO metrics(job_id, seq, attempt, kind, step, epoch, ts, data)"
     " VALUES(?, ?, ?, ?, ?, ?, ?, ?)";

@@ -30,6 +30,11 @@ typedef struct exec_job {
 int exec_job_get(db *d, int64_t job_id, int with_spec, exec_job *out);
 void exec_job_release(exec_job *j);
 
+/* The job's current attempt into *attempt (read inside the caller's
+ * transaction, to fence reports of an earlier attempt). STORE_NOT_FOUND
+ * when there is no such job. */
+int exec_job_attempt(db *d, int64_t job_id, int *attempt);
+
 /* jobs.progress as text (heap) or NULL when none yet. */
 int exec_progress_get(db *d, int64_t job_id, char **out);
 int exec_progress_set(db *d, int64_t job_id, const char *json);

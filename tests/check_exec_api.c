@@ -376,6 +376,20 @@ START_TEST(job_runs_to_succeeded) {
     cJSON_Delete(o);
     ck_assert_int_eq(http(team_tok, "POST", p, "{\"metrics\":[]}", &o), 403);
     cJSON_Delete(o);
+    /* a batch that says another attempt than the job's (a requeued gang's
+     * worker still flushing) is refused whole (the workers say theirs: every end-to-end test's
+     * metrics are batches that say their attempt) */
+    ck_assert_int_eq(http(s.token, "POST", p, "{\"attempt\":2,\"metrics\":[{\"seq\":9,\"kind\":\"step\",\"step\":9}]}",
+                          &o), 409);
+    ty_assert_error(o, "conflict", "attempt");
+    cJSON_Delete(o);
+    ck_assert_int_eq(http(s.token, "POST", p, "{\"attempt\":0,\"metrics\":[]}", &o), 422);
+    ty_assert_error(o, "invalid_value", "attempt");
+    cJSON_Delete(o);
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/metrics?since=8", (long long)job);
+    ck_assert_int_eq(http(team_tok, "GET", p, NULL, &o), 200);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "metrics")), 0); /* seq 9 not stored */
+    cJSON_Delete(o);
     /* progress: step 16 of 2 epochs x 10 steps at 1000 samples/s, batch 100 */
     o = job_get(job);
     cJSON *pr = cJSON_GetObjectItem(o, "progress");
