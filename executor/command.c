@@ -1389,6 +1389,7 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
         ck_ident *done = xmalloc(sizeof *done); /* the version restored: not uploaded again */
         *done = r->restored_id;
         if (report_start(&snd, c->api, c->token, c->job, last_seq + 1, &ck_ops, r, done) < 0) abort();
+        report_set_attempt(&snd, c->attempt); /* the server refuses a requeued attempt's metrics */
         r->snd = &snd;
         r->next_ck_poll_ms = mono_ms() + CMD_CKPT_POLL_MS;
     }

@@ -250,7 +250,7 @@ static int round_once(evaluator *e, char *err, size_t errlen) {
     }
     if (n < 0) return -1;
     int final = 0;
-    for (int i = 0; i < n && !*e->stop; i++) {
+    for (int i = 0; i < n && !*e->stop && !report_attempt_over(&e->snd); i++) {
         const ev_ckpt *k = &ks[i];
         int is_final = k->epoch >= e->spec->fit.epochs;
         if (is_done(e, k->id)) {
@@ -381,17 +381,20 @@ int evaluator_run(const char *api, const char *token, int64_t job, int attempt, 
         snprintf(err, sizeof err, "cannot start the sender thread");
         goto fail;
     }
+    /* each batch says its attempt: once the job is at another (the gang
+     * was requeued), the server refuses them and this evaluator is done */
+    report_set_attempt(&e.snd, attempt);
     log_info("job %lld attempt %d: evaluating each new checkpoint on %ld %s examples (%d checkpoint(s) evaluated "
              "before)", (long long)job, attempt, e.data->n, e.split, e.n_done);
 
     int final = 0;
-    while (!*stop) {
+    while (!*stop && !report_attempt_over(&e.snd)) {
         final = round_once(&e, err, sizeof err);
         if (final < 0) goto fail;
         if (final) break;
         nap(stop, EVALUATOR_POLL_MS);
     }
-    if (!final) {
+    if (!final && !report_attempt_over(&e.snd)) {
         /* stopped: the chief finished (its final checkpoint is there) or the
          * gang is stopping (cancel, preemption, a failure): only the final
          * checkpoint is worth the agent's grace period (10 s to SIGKILL) */
@@ -400,7 +403,12 @@ int evaluator_run(const char *api, const char *token, int64_t job, int attempt, 
     }
     if (report_drain(&e.snd, final && !*stop ? FINAL_FLUSH_S : STOP_FLUSH_S) < 0)
         log_warn("could not deliver every eval metric before exiting");
-    if (final) {
+    if (report_attempt_over(&e.snd)) {
+        /* its results are refused: the next attempt's evaluator evaluates
+         * what this one could not record */
+        log_info("attempt %d is over (the job was requeued): the evaluator stops", attempt);
+        ret = WORKER_EXIT_STOPPED;
+    } else if (final) {
         log_info("done: the final checkpoint is evaluated");
         ret = WORKER_EXIT_OK;
     } else {

@@ -216,6 +216,11 @@ static void cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms) {
 
 void report_push(report_sender *s, cJSON *m) {
     pthread_mutex_lock(&s->mu);
+    if (s->over) { /* the server refuses this attempt's metrics: nothing is queued */
+        pthread_mutex_unlock(&s->mu);
+        cJSON_Delete(m);
+        return;
+    }
     if (s->n_pending == REPORT_PENDING_MAX) {
         /* Full (a long outage): drop the oldest step metric; epoch and
          * test metrics are few and always kept. */
@@ -377,6 +382,21 @@ static int sender_round(report_sender *s, client *c) {
         if (was_ok) log_warn("metrics not delivered (%s); retrying with backoff", e < 0 ? r.error : "server error");
         set_server_ok(s, 0);
         rc = -1;
+    } else if (r.status == 409) {
+        /* the job is at another attempt (its gang was requeued): this
+         * attempt is over, and every later batch would be refused too */
+        pthread_mutex_lock(&s->mu);
+        int queued = s->n_pending;
+        for (int i = 0; i < s->n_pending; i++) cJSON_Delete(s->pending[i]);
+        s->n_pending = 0;
+        free(s->inflight);
+        s->inflight = NULL;
+        s->over = 1;
+        s->server_ok = 1;
+        int attempt = s->attempt;
+        pthread_mutex_unlock(&s->mu);
+        log_warn("attempt %d is over: %.300s (metrics up to seq %lld and %d queued dropped; no more are sent)",
+                 attempt, r.body.data ? r.body.data : "", (long long)last, queued);
     } else {
         if (!was_ok) log_info("server reachable again: delivering buffered metrics");
         if (r.status != 200)
@@ -430,6 +450,14 @@ void report_set_attempt(report_sender *s, int attempt) {
     pthread_mutex_lock(&s->mu);
     s->attempt = attempt;
     pthread_mutex_unlock(&s->mu);
+}
+
+int report_attempt_over(report_sender *s) {
+    if (!s->started) return 0;
+    pthread_mutex_lock(&s->mu);
+    int v = s->over;
+    pthread_mutex_unlock(&s->mu);
+    return v;
 }
 
 int report_start(report_sender *s, const char *api, const char *token, int64_t job, int64_t next_seq,

@@ -91,6 +91,7 @@ typedef struct report_sender {
     long dropped;                    /* step metrics dropped while the server was away */
     int64_t next_seq;                /* the seq the next batch starts at */
     int attempt;                     /* > 0: said with each batch (the server refuses a stale one) */
+    int over;                        /* the server refused a batch (409): the job is at another attempt */
     char *inflight;                  /* a sent-but-unacknowledged batch (JSON), resent as is */
     int64_t inflight_last;           /* its last seq */
     int64_t backoff_ms;
@@ -107,9 +108,15 @@ int report_start(report_sender *s, const char *api, const char *token, int64_t j
                  const report_ckpt_ops *ops, void *ctx, void *done);
 
 /* The job attempt this sender reports for: each batch says it, and the
- * server refuses (409, dropped here) the batches of an attempt it has
- * already requeued. Call after report_start, before the first report_push. */
+ * server refuses (409) the batches of an attempt it has already requeued.
+ * Then this attempt is over: the refused batch, what is queued and every
+ * later report_push are dropped (logged once), and report_attempt_over
+ * turns 1. Call after report_start, before the first report_push. */
 void report_set_attempt(report_sender *s, int attempt);
+
+/* 1 once the server refused a batch because the job is at another attempt
+ * (its gang was requeued): nothing this task reports is taken any more. */
+int report_attempt_over(report_sender *s);
 
 /* Queues a metric (owned). Sent at the next tick (~1 s), or at once when a
  * batch is full. */

@@ -3,13 +3,16 @@
  * (long-poll, one hand-out per task, task tokens), task status and the gang's
  * consequences (running, succeeded, requeue then failed, cancel), metrics
  * with overlapping sequence numbers, checkpoints (sha256, keep, download),
- * logs, rendezvous, server-sent events and token scoping. */
+ * logs, rendezvous, server-sent events and token scoping; the real
+ * `trainyard worker` of a requeued attempt (a command job's chief, an
+ * evaluator) whose metrics are refused and store nothing. */
 #include "testlib.h"
 
 #include <curl/curl.h>
 #include <dirent.h>
 #include <pthread.h>
 #include <sqlite3.h>
+#include <sys/prctl.h>
 
 static ty_proc srv;
 static char team_tok[128], admin_tok[128], join_tok[128], node_tok[128]; /* node_tok: n1's own token */
@@ -972,6 +975,209 @@ START_TEST(upload_work_holds_no_pool_thread) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- stale senders */
+
+/* A task handed out: its token and config (owned). */
+typedef struct handed {
+    int64_t task;
+    int attempt, index;
+    char type[16], token[128];
+    cJSON *config;
+} handed;
+
+/* Takes the n tasks of job's next attempt, as the node's agent would. */
+static void take_all(int64_t job, handed *out, int n) {
+    memset(out, 0, (size_t)n * sizeof *out);
+    int got = 0;
+    for (int i = 0; i < 20 && got < n; i++) {
+        cJSON *o = assignments(2);
+        cJSON *it;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItem(o, "start")) {
+            if ((int64_t)num(it, "job") != job || got == n) continue;
+            handed *h = &out[got++];
+            h->task = (int64_t)num(it, "task");
+            h->attempt = (int)num(it, "attempt");
+            snprintf(h->token, sizeof h->token, "%s", str(it, "token"));
+            h->config = cJSON_Duplicate(cJSON_GetObjectItem(it, "config"), 1);
+            ck_assert_ptr_nonnull(h->config);
+            const cJSON *t = cJSON_GetObjectItem(h->config, "task");
+            snprintf(h->type, sizeof h->type, "%s", str(t, "type"));
+            h->index = (int)num(t, "index");
+        }
+        cJSON_Delete(o);
+    }
+    ck_assert_msg(got == n, "job %lld: %d of %d tasks handed out", (long long)job, got, n);
+}
+
+static handed *find_task(handed *v, int n, const char *type, int index) {
+    for (int i = 0; i < n; i++)
+        if (strcmp(v[i].type, type) == 0 && v[i].index == index) return &v[i];
+    ck_abort_msg("no %s-%d among the tasks handed out", type, index);
+    return NULL;
+}
+
+static void handed_release(handed *v, int n) {
+    for (int i = 0; i < n; i++) cJSON_Delete(v[i].config);
+}
+
+/* `trainyard worker` started as the agent starts it, for the task h (its
+ * config's api pointed at this server), its output into log. */
+static pid_t worker_spawn(const handed *h, const char *log) {
+    cJSON *cfg = cJSON_Duplicate(h->config, 1);
+    ck_assert_ptr_nonnull(cfg);
+    cJSON_ReplaceItemInObject(cfg, "api", cJSON_CreateString(srv.url));
+    char *text = cJSON_PrintUnformatted(cfg);
+    cJSON_Delete(cfg);
+    ck_assert_ptr_nonnull(text);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed case leaves no worker behind */
+        if (!freopen(log, "a", stderr) || dup2(2, 1) < 0) _exit(126);
+        setenv("TRAINYARD_CONFIG", text, 1);
+        execl(ty_bin(), ty_bin(), "worker", (char *)NULL);
+        _exit(127);
+    }
+    free(text);
+    return pid;
+}
+
+/* The worker's exit code, once it has exited (within timeout_s), and its
+ * output (the caller frees). */
+static int worker_end(pid_t pid, const char *log, int timeout_s, char **out) {
+    int st = 0;
+    int64_t end = mono_ms() + (int64_t)timeout_s * 1000;
+    while (waitpid(pid, &st, WNOHANG) == 0) {
+        if (mono_ms() > end) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            size_t len = 0;
+            char *txt = file_read_all(log, 1 << 20, &len);
+            ck_abort_msg("the worker did not exit within %d s:\n%.4000s", timeout_s, txt ? txt : "");
+        }
+        ty_sleep_ms(50);
+    }
+    size_t len = 0;
+    *out = file_read_all(log, 1 << 20, &len);
+    ck_assert_ptr_nonnull(*out);
+    ck_assert_msg(WIFEXITED(st), "the worker was killed by signal %d:\n%.4000s", WTERMSIG(st), *out);
+    return WEXITSTATUS(st);
+}
+
+static int metrics_count(int64_t job, const char *kind) {
+    char p[128];
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/metrics?since=0%s%s", (long long)job, kind ? "&kind=" : "",
+             kind ? kind : "");
+    cJSON *o = NULL;
+    ck_assert_int_eq(http(team_tok, "GET", p, NULL, &o), 200);
+    int n = cJSON_GetArraySize(cJSON_GetObjectItem(o, "metrics"));
+    cJSON_Delete(o);
+    return n;
+}
+
+/* Fails task h (exit code 1): the gang is requeued; its next attempt is
+ * handed out (n tasks, into next) and the job is at attempt 2. */
+static void requeue_to_attempt_2(int64_t job, const handed *h, handed *next, int n) {
+    report(h->task, "{\"state\":\"exited\",\"exit_code\":1,\"reason\":\"failed on purpose\"}", 200);
+    take_all(job, next, n);
+    for (int i = 0; i < n; i++) ck_assert_int_eq(next[i].attempt, 2);
+    cJSON *o = job_get(job);
+    ck_assert_int_eq((int)num(o, "attempt"), 2);
+    cJSON_Delete(o);
+}
+
+/* A command job's chief of attempt 1 still running after its peer failed
+ * and the gang was requeued (attempt 2 handed out): its program's metric
+ * line goes out saying attempt 1, is refused (409), and nothing is stored;
+ * the worker logs that its attempt is over. */
+START_TEST(stale_command_chief_metrics_refused) {
+    char dir[256], path[400], log[400];
+    ty_mkdtemp(dir, sizeof dir, "stalecmd");
+    char spec[1024];
+    snprintf(spec, sizeof spec,
+             "{\"name\":\"stale-cmd\",\"command\":{\"argv\":[\"/bin/sh\",\"-c\","
+             "\"touch $OUT/started; while [ ! -e $OUT/go ]; do sleep 0.05; done; "
+             "echo 'trainyard-metric {\\\"step\\\": 7, \\\"loss\\\": 0.5}'\"],\"env\":{\"OUT\":\"%s\"}},"
+             "\"strategy\":{\"type\":\"multi_worker_mirrored\"},\"resources\":{\"workers\":2,\"device\":\"cpu\"},"
+             "\"max_restarts\":1}",
+             dir);
+    int64_t job = submit(spec);
+    handed a1[2], a2[2];
+    take_all(job, a1, 2);
+    handed *w0 = find_task(a1, 2, "worker", 0), *w1 = find_task(a1, 2, "worker", 1);
+    report(w0->task, "{\"state\":\"running\"}", 200);
+    report(w1->task, "{\"state\":\"running\"}", 200);
+    /* worker-1's address, as its runner would publish it */
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/rendezvous/command-worker-1", (long long)job);
+    ck_assert_int_eq(http(w1->token, "PUT", path, "{\"addr\":\"127.0.0.1\",\"port\":1}", NULL), 200);
+    snprintf(log, sizeof log, "%s/worker-0.log", dir);
+    pid_t pid = worker_spawn(w0, log);
+    snprintf(path, sizeof path, "%s/started", dir);
+    for (int i = 0; i < 600 && access(path, F_OK) != 0; i++) ty_sleep_ms(50);
+    ck_assert_msg(access(path, F_OK) == 0, "the program of worker-0 did not start");
+
+    requeue_to_attempt_2(job, w1, a2, 2);
+    snprintf(path, sizeof path, "%s/go", dir);
+    ck_assert_int_eq(file_write_atomic(path, "", 0, 0644), 0);
+    char *out = NULL;
+    ck_assert_int_eq(worker_end(pid, log, 60, &out), 0); /* the program's own status */
+    ck_assert_msg(strstr(out, "attempt 1 is over") != NULL, "worker-0 of attempt 1:\n%.4000s", out);
+    ck_assert_msg(strstr(out, "1 metric line(s) read") != NULL, "worker-0 of attempt 1:\n%.4000s", out);
+    free(out);
+    ck_assert_int_eq(metrics_count(job, NULL), 0);
+    handed_release(a1, 2);
+    handed_release(a2, 2);
+    ty_rmrf(dir);
+}
+END_TEST
+
+/* The evaluator of attempt 1, started after the gang was requeued: its
+ * eval metrics go out saying attempt 1 and are refused; it stops there
+ * (exit 143, as stopped) and nothing is stored. The checkpoints it reads
+ * are attempt 1's, made by a real worker beforehand. */
+START_TEST(stale_evaluator_metrics_refused) {
+    char dir[256], log[400];
+    ty_mkdtemp(dir, sizeof dir, "staleeval");
+    int64_t job = submit(
+        "{\"name\":\"stale-eval\",\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":8,\"activation\":\"relu\","
+        "\"input_shape\":[4]},{\"type\":\"dense\",\"units\":1,\"activation\":\"sigmoid\"}]},"
+        "\"compile\":{\"optimizer\":{\"type\":\"sgd\",\"learning_rate\":0.1},\"loss\":\"binary_crossentropy\","
+        "\"metrics\":[\"accuracy\"]},\"data\":{\"source\":\"synthetic\",\"examples\":1000,\"features\":4,"
+        "\"validation_split\":0.2},\"fit\":{\"epochs\":2,\"batch_size\":100},"
+        "\"resources\":{\"workers\":1,\"device\":\"cpu\",\"evaluator\":true},"
+        "\"checkpoint\":{\"every_epochs\":1,\"keep\":10},\"max_restarts\":1}");
+    handed a1[2], a2[2];
+    take_all(job, a1, 2);
+    handed *w0 = find_task(a1, 2, "worker", 0), *ev = find_task(a1, 2, "evaluator", 0);
+    report(w0->task, "{\"state\":\"running\"}", 200);
+    report(ev->task, "{\"state\":\"running\"}", 200);
+    /* attempt 1's chief trains and checkpoints each epoch */
+    snprintf(log, sizeof log, "%s/worker-0.log", dir);
+    char *out = NULL;
+    ck_assert_int_eq(worker_end(worker_spawn(w0, log), log, 60, &out), 0);
+    free(out);
+    char p[96];
+    snprintf(p, sizeof p, "/api/v1/jobs/%lld/checkpoints", (long long)job);
+    cJSON *o = NULL;
+    ck_assert_int_eq(http(team_tok, "GET", p, NULL, &o), 200);
+    /* one per epoch, or the last alone (a newer one replaces one not uploaded yet) */
+    ck_assert_int_ge(cJSON_GetArraySize(cJSON_GetObjectItem(o, "checkpoints")), 1);
+    cJSON_Delete(o);
+    ck_assert_int_eq(metrics_count(job, "eval"), 0);
+
+    requeue_to_attempt_2(job, w0, a2, 2);
+    snprintf(log, sizeof log, "%s/evaluator-0.log", dir);
+    ck_assert_int_eq(worker_end(worker_spawn(ev, log), log, 60, &out), 143);
+    ck_assert_msg(strstr(out, "attempt 1 is over") != NULL, "evaluator-0 of attempt 1:\n%.4000s", out);
+    ck_assert_msg(strstr(out, "eval_accuracy") != NULL, "evaluator-0 evaluated nothing:\n%.4000s", out);
+    free(out);
+    ck_assert_int_eq(metrics_count(job, "eval"), 0);
+    handed_release(a1, 2);
+    handed_release(a2, 2);
+    ty_rmrf(dir);
+}
+END_TEST
+
 int main(void) {
     curl_global_init(CURL_GLOBAL_DEFAULT);
     Suite *s = suite_create("exec_api");
@@ -987,6 +1193,13 @@ int main(void) {
     tcase_add_test(tc, parked_waits_hold_no_thread);
     tcase_add_test(tc, stop_with_parked_waits);
     suite_add_tcase(s, tc);
+    /* the real worker binary, started here as an agent would */
+    TCase *stale = tcase_create("stale");
+    tcase_add_checked_fixture(stale, start, stop);
+    tcase_set_timeout(stale, 150);
+    tcase_add_test(stale, stale_command_chief_metrics_refused);
+    tcase_add_test(stale, stale_evaluator_metrics_refused);
+    suite_add_tcase(s, stale);
     int rc = ty_run_suite(s);
     curl_global_cleanup();
     return rc;
