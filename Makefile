@@ -18,7 +18,7 @@ SAN ?= 0
 # that is before `deps` has installed the packages, so the goals that install
 # them (run, test) build in a sub-make that parses it again afterwards; a build
 # without them stops at once and says what to run (check-pkgs).
-PKGS := libmicrohttpd libcjson libcurl openssl libarchive
+PKGS := libmicrohttpd gnutls libcjson libcurl openssl libarchive
 PKGS_OK := $(shell pkg-config --exists $(PKGS) 2>/dev/null && echo 1)
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -190,6 +190,35 @@ check-pkgs:
 deps:
 	@scripts/deps.sh
 
+# ------------------------------------------------------------------ benchmarks (bench/, docs/measurements.md)
+# The benchmarks' own programs are built here, from this build's objects and
+# the tree's one link list ($(LIBS)), as the binary and the tests are: a
+# bench/*/run.sh asks for its program by name (`make build/bench/NAME`) and
+# never links by hand, so a library the tree gains reaches every benchmark.
+BENCH_SRC_comm_bench           := bench/allreduce/comm_bench.c
+BENCH_SRC_sched_sim            := bench/sched_sim/sim.c
+BENCH_SRC_sched_db_pass        := bench/sched_sim/db_pass.c
+BENCH_SRC_scaling              := bench/scaling/scaling.c
+BENCH_SRC_mlp_bench            := bench/train_vs_pytorch/mlp_bench.c
+BENCH_SRC_isolation_start_cost := bench/isolation/start_cost.c
+BENCH_SRC_simagents            := bench/cluster/simagents.c
+BENCH_PROGS := comm_bench sched_sim sched_db_pass scaling mlp_bench isolation_start_cost simagents
+BENCH_BIN   := $(patsubst %,$(BUILD)/bench/%,$(BENCH_PROGS))
+
+$(BUILD)/bench/%: $$(BENCH_SRC_$$*) $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	@echo "  LD  $@"
+	@$(CC) $(ALL_CFLAGS) -o $@ $(BENCH_SRC_$*) $(LIB_OBJ) $(LIBS) $(LDSAN)
+
+.PHONY: bench-bins bench-smoke
+bench-bins: $(BENCH_BIN)
+
+# bench-smoke: every bench-* target in its smoke form (SMOKE=1: the smallest
+# sizes, one round, seconds each) on the optimized build; fails when one does
+# not end with its JSON result line (tests/bench_smoke.sh; `make test` runs it).
+bench-smoke: all bench-bins
+	tests/bench_smoke.sh
+
 bench-api: all
 	bench/api/run.sh
 
@@ -205,8 +234,23 @@ bench-train-cnn:
 bench-sched: all
 	bench/sched_sim/run.sh
 
+# bench-sched-db: the pass over a real SQLite file, 10,000 nodes x 100,000 jobs
+# by default (docs/scheduler.md)
+.PHONY: bench-sched-db
+bench-sched-db: all
+	bench/sched_sim/run.sh db
+
 bench-elastic: all
 	bench/elastic/run.sh
+
+# bench-evaluator: what an evaluator side-car costs the training beside it (docs/executors.md)
+# bench-isolation: the per-task cost of isolating a task (root; docs/reliability.md)
+.PHONY: bench-evaluator bench-isolation
+bench-evaluator: all
+	bench/evaluator/run.sh
+
+bench-isolation: all
+	bench/isolation/run.sh
 
 bench-allreduce:
 	bench/allreduce/run.sh

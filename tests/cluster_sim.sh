@@ -16,10 +16,9 @@ cd "$(dirname "$0")/.."
 build=${1:-build/asan}
 BIN=${TRAINYARD_BIN:-$PWD/$build/trainyard}
 [ -x "$BIN" ] || { echo "cluster_sim: no server binary at $BIN" >&2; exit 1; }
-mkdir -p "$build/bench"
-SIM="$build/bench/simagents"
-cc -std=gnu11 -O2 -g -D_GNU_SOURCE -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-format-nonliteral \
-   -o "$SIM" bench/cluster/simagents.c -lcurl -lcjson
+# the simulator is the benchmark's, optimized, built by the Makefile (the server under test is $BIN)
+SIM=build/bench/simagents
+make --no-print-directory -s -j2 "$SIM"
 AGENTS=${CLUSTER_SIM_AGENTS:-200}
 dir=$(mktemp -d /tmp/ty_cluster_sim.XXXXXX)
 pid=

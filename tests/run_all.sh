@@ -49,6 +49,13 @@ if [ "${CLUSTER_SIM_TEST:-1}" != 0 ]; then
   if tests/cluster_sim.sh "$build"; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/cluster_sim.sh"; fi
   echo "   ($(( $(date +%s) - start ))s)"
 fi
+# every benchmark in its smoke form on the optimized build (tests/bench_smoke.sh)
+if [ "${BENCH_SMOKE_TEST:-1}" != 0 ]; then
+  echo "== tests/bench_smoke.sh (make bench-smoke)"
+  start=$(date +%s)
+  if make --no-print-directory -s bench-smoke; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: make bench-smoke"; fi
+  echo "   ($(( $(date +%s) - start ))s)"
+fi
 # every command block of README.md, run as written against `make run`'s service (tests/readme_check.py)
 if [ "${README_TEST:-1}" != 0 ]; then
   echo "== tests/readme_check.py"

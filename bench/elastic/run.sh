@@ -8,4 +8,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 make --no-print-directory -s -j2 CUDA=0 build/trainyard
+# SMOKE=1 (make test): 20 epochs, enough for the grow, the shrink and the grow again
+[ "${SMOKE:-0}" = 1 ] && export EPOCHS=20
 exec /usr/bin/python3 bench/elastic/resize_cost.py "$PWD/build/trainyard"

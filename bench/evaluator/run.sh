@@ -17,6 +17,8 @@
 # The last line is one JSON object.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# SMOKE=1 (make test): one round of 3 epochs (the figure is epochs 2..E)
+if [ "${SMOKE:-0}" = 1 ]; then ROUNDS=1 EPOCHS=3; fi
 ROUNDS=${ROUNDS:-4}
 EPOCHS=${EPOCHS:-15}
 make --no-print-directory -s -j2 CUDA=0 build/trainyard

@@ -21,6 +21,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 build=${1:-build/gpu}
 bin=$build/bin/gpu_bench
+# SMOKE=1 (make test): one round, one warm-up and one timed epoch, batch 128
+if [ "${SMOKE:-0}" = 1 ]; then ROUNDS=1 EPOCHS=2 BATCHES=128; fi
 ROUNDS=${ROUNDS:-3}
 EPOCHS=${EPOCHS:-6}
 BATCHES=${BATCHES:-128 1024}

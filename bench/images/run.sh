@@ -20,6 +20,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export OPENBLAS_NUM_THREADS=1
 BIN=$(realpath "${BIN:-build/trainyard}")
+# SMOKE=1 (make test): 2 starts of each kind, 1 round of the context figures
+if [ "${SMOKE:-0}" = 1 ]; then RUNS=2 CTX_RUNS=1; fi
 RUNS=${RUNS:-20}
 CTX_RUNS=${CTX_RUNS:-5}
 PORT=${PORT:-18590}
@@ -78,6 +80,7 @@ grep -q "images run here with" "$dir/up.log" || die "the agent found no podman: 
 host=$(hostname -s)
 mkdir -p bench/images/results
 res=bench/images/results/$(date +%F)-$host.txt
+[ "${SMOKE:-0}" = 1 ] && res=$dir/smoke.txt   # a smoke run records nothing
 {
   echo "# bench/images/run.sh on $host, $(date -u +%FT%TZ)"
   echo "# commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (with local changes)'), BIN=$BIN"
@@ -91,5 +94,6 @@ python3 bench/images/start_cost.py --url "http://127.0.0.1:$PORT" --token "$(cat
   { cat "$dir/out.txt"; die "start_cost.py failed (up's log: $dir/up.log; KEEP=1 keeps it)"; }
 echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$dir/head.txt"
 cat "$dir/head.txt" "$dir/out.txt" >"$res"
-sed -n '/^== summary$/,$p' "$res"
+sed -n '/^== summary$/,$p' "$res" | sed '$d'
 echo "(raw numbers: $res)"
+tail -1 "$res"   # the result line: one JSON object

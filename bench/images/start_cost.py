@@ -433,3 +433,12 @@ out("")
 out("== summary")
 for line in summary:
     out(line)
+# the result line (last): the figures docs/command-jobs.md states, in ms
+r1 = lambda v: round(v * 1000, 1)
+out(json.dumps({"bench": "images", "runs": args.runs, "ctx_runs": args.ctx_runs,
+                "host_start_ms": r1(med(hs)), "image_start_ms": r1(med(im)),
+                "image_minus_host_ms": r1(med(im) - med(hs)), "image_over_host": round(med(im) / med(hs), 2),
+                "context_push_ms": r1(med(cpush)), "curl_upload_ms": r1(med(ccurl)),
+                "context_fetch_ms": r1(med(fetch_ms)),
+                "start_no_context_ms": r1(med(sn)), "start_context_cold_ms": r1(med(sc)),
+                "start_context_cached_ms": r1(med(sw))}))

@@ -6,9 +6,8 @@
 #   sudo bench/isolation/run.sh          ROUNDS=500 sudo bench/isolation/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-make --no-print-directory -s -j2 build/obj/executor/isolate.o $(ls common/*.c | sed 's|\(.*\)\.c|build/obj/\1.o|')
-mkdir -p build/bench
-cc -std=gnu11 -O2 -D_GNU_SOURCE -I. $(pkg-config --cflags libcjson) -o build/bench/isolation_start_cost \
-   bench/isolation/start_cost.c build/obj/executor/isolate.o build/obj/common/*.o \
-   $(pkg-config --libs libcjson libcurl openssl) -lz -lm -lpthread
+# built by the Makefile (the tree's one link list)
+make --no-print-directory -s -j2 build/bench/isolation_start_cost
+# SMOKE=1 (make test): 10 rounds
+[ "${SMOKE:-0}" = 1 ] && ROUNDS=10
 build/bench/isolation_start_cost "${ROUNDS:-200}"

@@ -24,6 +24,8 @@ cd "$(dirname "$0")/../.."
 command -v wrk >/dev/null || { echo "bench/load: wrk is missing: apt-get install wrk" >&2; exit 1; }
 # BIN=path runs another build (an older one, for before/after figures)
 if [ -z "${BIN:-}" ]; then make -s -j2 all >/dev/null; BIN=$PWD/build/trainyard; fi
+# SMOKE=1 (make test): one second a phase
+[ "${SMOKE:-0}" = 1 ] && DUR=1
 DUR=${DUR:-10}
 DELAY_MS=${DELAY_MS:-40}
 GET_DELAY_MS=${GET_DELAY_MS:-1}   # the paced GET phases: about 20k requests/s

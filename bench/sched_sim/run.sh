@@ -5,17 +5,14 @@
 # `bench/sched_sim/run.sh db [--nodes N --jobs J]` times the SQLite pass instead.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-objs_of() { for f in "$@"; do echo "build/obj/${f%.c}.o"; done; }
-mkdir -p build/bench
-CFLAGS="-std=gnu11 -O2 -g -D_GNU_SOURCE -I. -Wall -Wextra -Werror -Wshadow"
+# SMOKE=1 (make test): 100 nodes and 500 jobs, 3 passes of the db form
+# the programs are built by the Makefile (the tree's one link list)
 if [ "${1:-}" = db ]; then
   shift
-  objs=$(objs_of common/*.c storage/*.c scheduler/*.c spec/jobspec.c)
-  make --no-print-directory $objs >/dev/null
-  cc $CFLAGS -o build/bench/sched_db_pass bench/sched_sim/db_pass.c $objs -lsqlite3 -lcjson -lcrypto -lm -lpthread
+  [ "${SMOKE:-0}" = 1 ] && set -- --nodes 100 --jobs 500 --passes 3 "$@"
+  make --no-print-directory -s -j2 build/bench/sched_db_pass
   exec build/bench/sched_db_pass "$@"
 fi
-make --no-print-directory build/obj/scheduler/core.o build/obj/common/util.o >/dev/null
-cc $CFLAGS -o build/bench/sched_sim bench/sched_sim/sim.c \
-   build/obj/scheduler/core.o build/obj/common/util.o -lcrypto -lm
+make --no-print-directory -s -j2 build/bench/sched_sim
+[ "${SMOKE:-0}" = 1 ] && set -- --nodes 100 --jobs 500 "$@"
 exec build/bench/sched_sim "$@"

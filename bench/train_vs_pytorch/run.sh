@@ -17,6 +17,8 @@ ROUNDS=${ROUNDS:-3}
 SPEED_EPOCHS=${SPEED_EPOCHS:-2}
 ACC_EPOCHS=${ACC_EPOCHS:-10}
 SEEDS=${SEEDS:-"1 2 3"}
+# SMOKE=1 (make test): one round and one seed of one epoch; the verdict is printed, not enforced
+if [ "${SMOKE:-0}" = 1 ]; then ROUNDS=1 SPEED_EPOCHS=1 ACC_EPOCHS=1 SEEDS=1; fi
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 
 blas=$(update-alternatives --query libblas.so.3-x86_64-linux-gnu 2>/dev/null | sed -n 's/^Value: //p')
@@ -28,15 +30,9 @@ esac
 /usr/bin/python3 -c 'import torch' 2>/dev/null || { echo "run.sh: /usr/bin/python3 has no torch (apt-get install -y python3-torch)" >&2; exit 1; }
 [ -f "$DATA/train-images-idx3-ubyte.gz" ] || { echo "run.sh: no Fashion-MNIST in $DATA (package dataset-fashion-mnist)" >&2; exit 1; }
 
-# The engine's objects exactly as the Makefile builds them (executor/nn with
-# -O3 -march=native), linked with the bench driver.
-srcs=$(ls common/*.c executor/nn/*.c executor/data/*.c executor/comm/*.c executor/strategy/*.c executor/train_loop.c)
-objs=$(for s in $srcs; do echo "build/obj/${s%.c}.o"; done)
-make --no-print-directory -s -j2 $objs
-mkdir -p build/bench
-cc -std=gnu11 -O2 -g -D_GNU_SOURCE -I. -I/usr/include/x86_64-linux-gnu/openblas-pthread \
-   $(pkg-config --cflags libcjson) -o build/bench/mlp_bench $here/mlp_bench.c $objs \
-   $(pkg-config --libs libcjson libcurl openssl libmicrohttpd 2>/dev/null) -lsqlite3 -lopenblas -lz -lm -lpthread
+# The bench driver, built by the Makefile with the engine's objects exactly as
+# it builds them (executor/nn with -O3 -march=native) and the tree's one link list.
+make --no-print-directory -s -j2 build/bench/mlp_bench
 
 field() { /usr/bin/python3 -c "import json,sys; print(json.loads(sys.stdin.read().strip().splitlines()[-1])['$1'])"; }
 median() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
@@ -71,4 +67,4 @@ awk -v r="$ratio" 'BEGIN {exit !(r < 1.5)}' && verdict="FAIL: below 1.5x PyTorch
 awk -v a="$ma" 'BEGIN {exit !(a < 0.875)}' && verdict="FAIL: median test accuracy below 0.875"
 printf '{"trainyard_samples_per_sec": %.0f, "pytorch_samples_per_sec": %.0f, "ratio": %.3f, "trainyard_test_accuracy": %.4f, "pytorch_test_accuracy": %.4f, "verdict": "%s"}\n' \
   "$mo" "$mt" "$ratio" "$ma" "$mta" "$verdict"
-[ "$verdict" = ok ]
+[ "$verdict" = ok ] || [ "${SMOKE:-0}" = 1 ]
