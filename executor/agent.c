@@ -644,6 +644,12 @@ static int context_prepare(agent *a, task *t, const char *id, char *out, size_t 
  * (container.h: TRAINYARD_CONTAINER). Heap "NAME=value", or NULL. */
 static char *container_env(agent *a, task *t, const char *gpus) {
     if (sfmt(t->ctr_name, sizeof t->ctr_name, "trainyard-%s", strrchr(t->iso.dir, '/') + 1) < 0) return NULL;
+    /* its parent cgroup, watched for an OOM kill (the container's own
+     * cgroup is gone by the time the task's exit is reported) */
+    char cg_parent[PATH_MAX], cg_err[PATH_MAX + 128] = "";
+    if (iso_ctr_cgroup(&a->iso, &t->iso, t->ctr_name, cg_parent, sizeof cg_parent, cg_err, sizeof cg_err) < 0)
+        log_warn("task %lld: %s: an out-of-memory kill of its container will read as exit code 137",
+                 (long long)t->id, cg_err);
     struct rlimit nf = {0, 0};
     getrlimit(RLIMIT_NOFILE, &nf);
     long nofile = nf.rlim_max == RLIM_INFINITY || nf.rlim_max > 1048576 ? 1048576 : (long)nf.rlim_max;
@@ -664,6 +670,7 @@ static char *container_env(agent *a, task *t, const char *gpus) {
     cJSON_AddStringToObject(o, "data_root", root);
     cJSON_AddStringToObject(o, "gpus", gpus);
     cJSON_AddStringToObject(o, "lock_dir", "/run/trainyard/pulls");
+    cJSON_AddStringToObject(o, "cgroup_parent", cg_parent);
     cJSON_AddNumberToObject(o, "agent", (double)getpid());
     char *j = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);

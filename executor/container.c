@@ -52,7 +52,8 @@ int ctr_parse(ctr_opts *o, char *err, size_t errlen) {
               json_str(j, "name", o->name, sizeof o->name) < 0 || json_str(j, "dir", o->dir, sizeof o->dir) < 0 ||
               json_str(j, "data_root", o->data_root, sizeof o->data_root) < 0 ||
               json_str(j, "gpus", o->gpus, sizeof o->gpus) < 0 ||
-              json_str(j, "lock_dir", o->lock_dir, sizeof o->lock_dir) < 0;
+              json_str(j, "lock_dir", o->lock_dir, sizeof o->lock_dir) < 0 ||
+              json_str(j, "cgroup_parent", o->cgroup_parent, sizeof o->cgroup_parent) < 0;
     double uid = json_num(j, "uid");
     o->uid = uid > 0 && uid < 4294967295.0 ? (unsigned)uid : 0;
     o->memory_mb = (int64_t)json_num(j, "memory_mb");
@@ -309,6 +310,8 @@ char **ctr_argv(const ctr_opts *o, const char *image, const char *wd, char *cons
         int64_t shm = o->memory_mb / 2 > 64 ? o->memory_mb / 2 : 64;
         v[k++] = fmt_dup("--shm-size=%lldm", (long long)shm);
     }
+    /* under the agent's cgroup that tells an OOM kill apart (isolate.h) */
+    if (o->cgroup_parent[0]) v[k++] = fmt_dup("--cgroup-parent=%s", o->cgroup_parent);
     if (o->pids > 0) v[k++] = fmt_dup("--pids-limit=%d", o->pids);
     if (o->cpu_shares > 0) v[k++] = fmt_dup("--cpu-shares=%d", o->cpu_shares);
     /* root here may lack CAP_SYS_RESOURCE: podman's own rlimits (above the

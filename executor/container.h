@@ -35,6 +35,7 @@ typedef struct ctr_opts {
     char data_root[PATH_MAX];      /* "" none; else mounted read-only at the same path */
     char gpus[256];                /* "0,2": the CUDA indices of the task's GPUs ("" none) */
     char lock_dir[PATH_MAX];       /* where the node's pull locks are */
+    char cgroup_parent[PATH_MAX];  /* podman --cgroup-parent: the agent's watched cgroup ("" none) */
     long agent;                    /* label trainyard.agent: the agent's pid (ctr_sweep) */
     int64_t job;                   /* labels: trainyard.job, trainyard.task (set by the worker) */
     int attempt;                   /* (set by the worker) a pull "always" is once an attempt a node */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -29,6 +30,9 @@ static const char *const ctl_names[ISO_CTLS] = {"memory", "cpu", "pids", "device
 
 #define NVIDIA_MAJOR 195           /* /dev/nvidiaN, Documentation/admin-guide/devices.txt */
 #define KILL_ROUNDS 100            /* x 10 ms: how long leftovers get to die */
+#define CTR_CG_PREFIX "trainyard-ctr-" /* + agent pid: image tasks' container parents, per hierarchy */
+#define CTR_OOM_MARGIN_MB 4        /* the parent's limit under the container's (a 2 MiB huge
+                                    * page charge must meet the parent's first) */
 
 /* ---------------------------------------------------------------- options and sizes */
 
@@ -271,8 +275,77 @@ static int file_has_word(const char *path, const char *word) {
     return found;
 }
 
+/* Every cgroup hierarchy's mount point (v1 and v2), at most max: their
+ * number. */
+static int cg_all_mounts(char (*mnt)[PATH_MAX], int max) {
+    size_t len = 0;
+    char *s = file_read_all("/proc/self/mountinfo", 1 << 20, &len);
+    if (!s) return 0;
+    int n = 0;
+    for (char *line = s; line && *line && n < max;) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = '\0';
+        /* ID PARENT MAJ:MIN ROOT MOUNTPOINT ... - FSTYPE ... */
+        char *dash = strstr(line, " - ");
+        if (dash) {
+            *dash = '\0';
+            char *save = NULL, *f = NULL;
+            int nf = 0;
+            for (char *t = strtok_r(line, " ", &save); t && nf < 5; t = strtok_r(NULL, " ", &save), nf++) f = t;
+            char *s2 = NULL, *fstype = strtok_r(dash + 3, " ", &s2);
+            if (nf == 5 && fstype && (strcmp(fstype, "cgroup") == 0 || strcmp(fstype, "cgroup2") == 0) &&
+                sfmt(mnt[n], PATH_MAX, "%s", f) == 0)
+                n++;
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    free(s);
+    return n;
+}
+
+/* Removes the cgroup dir and its children (depth levels below it),
+ * killing what is left in each; what cannot go yet waits in the grave. */
+static void cg_remove_tree(isolator *iso, const char *dir, int depth) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while (depth > 0 && (e = readdir(d))) {
+        char p[PATH_MAX + 300];
+        if (e->d_type != DT_DIR || e->d_name[0] == '.' || sfmt(p, sizeof p, "%s/%s", dir, e->d_name) < 0) continue;
+        cg_remove_tree(iso, p, depth - 1);
+    }
+    closedir(d);
+    cg_kill_all(dir);
+    if (rmdir(dir) < 0 && errno != ENOENT) {
+        if (iso) grave_add(iso, dir);
+        else log_warn("cannot remove cgroup %s: %s", dir, strerror(errno));
+    }
+}
+
+/* The container parents (CTR_CG_PREFIX PID) of agents that are gone. */
+static void ctr_cg_sweep(void) {
+    char mnt[16][PATH_MAX];
+    int n = cg_all_mounts(mnt, 16);
+    for (int i = 0; i < n; i++) {
+        DIR *d = opendir(mnt[i]);
+        if (!d) continue;
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            long pid = 0;
+            size_t pl = strlen(CTR_CG_PREFIX);
+            if (strncmp(e->d_name, CTR_CG_PREFIX, pl) != 0 || parse_long(e->d_name + pl, 1, 1L << 30, &pid) < 0 ||
+                pid == getpid() || pid_alive(pid))
+                continue;
+            char p[PATH_MAX + 300];
+            if (sfmt(p, sizeof p, "%s/%s", mnt[i], e->d_name) == 0) cg_remove_tree(NULL, p, 2);
+        }
+        closedir(d);
+    }
+}
+
 /* cgroup v1: a parent per hierarchy under the agent's own cgroup. */
 static void cg_setup_v1(isolator *iso) {
+    ctr_cg_sweep();
     for (int c = 0; c < ISO_CTLS; c++) {
         char own[PATH_MAX];
         if (cg_own_dir(ctl_names[c], own, sizeof own) < 0) continue;
@@ -608,6 +681,12 @@ void iso_release(isolator *iso) {
             rmdir(leaf); /* fails while the agent is in it: the next agent sweeps it */
         }
         rmdir(iso->cg_base[c]);
+    }
+    if (iso->cg == ISO_CG_V1) {
+        char mnt[16][PATH_MAX], p[PATH_MAX + 64];
+        int n = cg_all_mounts(mnt, 16);
+        for (int i = 0; i < n; i++)
+            if (sfmt(p, sizeof p, "%s/%s%d", mnt[i], CTR_CG_PREFIX, (int)getpid()) == 0) rmdir(p);
     }
     if (iso->agent_dir[0]) rm_tree(iso->agent_dir);
     if (iso->exe_fd >= 0) close(iso->exe_fd);
@@ -962,16 +1041,100 @@ int iso_task_enter(const iso_task *t) {
 
 /* ---------------------------------------------------------------- after */
 
+/* ---------------------------------------------------------------- containers (image tasks) */
+
+int iso_ctr_cgroup(isolator *iso, iso_task *t, const char *name, char *parent, size_t parentlen, char *err,
+                   size_t errlen) {
+    parent[0] = '\0';
+    if (!t->on || iso->cg != ISO_CG_V1 || !iso->have_ctl[CTL_MEMORY] || t->memory_mb <= 0 || t->ctr_rel[0])
+        return 0;
+    char mnt[PATH_MAX], root[PATH_MAX], dir[PATH_MAX + 64], p[PATH_MAX + 128], v[32];
+    if (cg_mount("memory", mnt, sizeof mnt, root, sizeof root) < 0) {
+        snprintf(err, errlen, "no cgroup v1 memory hierarchy");
+        return -1;
+    }
+    if (sfmt(t->ctr_rel, sizeof t->ctr_rel, "/%s%d/%s", CTR_CG_PREFIX, (int)getpid(), name) < 0 ||
+        sfmt(parent, parentlen, "%s%s", strcmp(root, "/") == 0 ? "" : root, t->ctr_rel) < 0 ||
+        sfmt(dir, sizeof dir, "%s/%s%d", mnt, CTR_CG_PREFIX, (int)getpid()) < 0) {
+        snprintf(err, errlen, "the container's cgroup path is too long");
+        goto fail;
+    }
+    if ((mkdir(dir, 0755) < 0 && errno != EEXIST) || sfmt(dir, sizeof dir, "%s%s", mnt, t->ctr_rel) < 0 ||
+        mkdir(dir, 0755) < 0) {
+        snprintf(err, errlen, "cannot make cgroup %s: %s", dir, strerror(errno));
+        goto fail;
+    }
+    /* the limit the kernel enforces: the task's, less a margin, so that this
+     * cgroup (not the container's own, at the task's limit) meets it first
+     * and is the one whose OOM notification fires */
+    int64_t mb = t->memory_mb > 4 * CTR_OOM_MARGIN_MB ? t->memory_mb - CTR_OOM_MARGIN_MB : t->memory_mb;
+    snprintf(v, sizeof v, "%lld", (long long)(mb << 20));
+    if (write_file(dir, "memory.limit_in_bytes", v) < 0 ||
+        (write_file(dir, "memory.memsw.limit_in_bytes", v) < 0 && errno != ENOENT && errno != EINVAL)) {
+        snprintf(err, errlen, "cannot set the memory limit in %s: %s", dir, strerror(errno));
+        goto fail_dir;
+    }
+    /* cgroup v1's OOM notification: an eventfd the kernel signals each time
+     * this cgroup's limit invokes the OOM killer (and once when the cgroup
+     * is removed, which only iso_task_finish does, after reading it) */
+    t->ctr_efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    int ofd = -1;
+    if (t->ctr_efd < 0 || sfmt(p, sizeof p, "%s/memory.oom_control", dir) < 0 ||
+        (ofd = open(p, O_RDONLY | O_CLOEXEC)) < 0) {
+        snprintf(err, errlen, "cannot watch %s: %s", p, strerror(errno));
+        goto fail_fd;
+    }
+    snprintf(v, sizeof v, "%d %d", t->ctr_efd, ofd);
+    int rc = write_file(dir, "cgroup.event_control", v);
+    int e = errno;
+    close(ofd);
+    if (rc < 0) {
+        snprintf(err, errlen, "cannot register for %s's OOM notification: %s", dir, strerror(e));
+        goto fail_fd;
+    }
+    t->ctr_efd_on = 1;
+    return 0;
+fail_fd:
+    if (t->ctr_efd >= 0) close(t->ctr_efd);
+fail_dir:
+    rmdir(dir);
+fail:
+    t->ctr_rel[0] = '\0';
+    parent[0] = '\0';
+    return -1;
+}
+
+/* An image task's container parent: whether its limit invoked the OOM
+ * killer, then the parent removed in every hierarchy (runc made it in
+ * each; conmon's child cgroup is in it). */
+static int ctr_cg_finish(isolator *iso, iso_task *t) {
+    if (!t->ctr_rel[0]) return 0;
+    int oom = 0;
+    if (t->ctr_efd_on) {
+        uint64_t n = 0;
+        oom = read(t->ctr_efd, &n, sizeof n) == (ssize_t)sizeof n && n > 0;
+        close(t->ctr_efd);
+        t->ctr_efd_on = 0;
+    }
+    char mnt[16][PATH_MAX], p[PATH_MAX + PATH_MAX];
+    int n = cg_all_mounts(mnt, 16);
+    for (int i = 0; i < n; i++)
+        if (sfmt(p, sizeof p, "%s%s", mnt[i], t->ctr_rel) == 0) cg_remove_tree(iso, p, 1);
+    t->ctr_rel[0] = '\0';
+    return oom;
+}
+
 void iso_task_finish(isolator *iso, iso_task *t, int *oom) {
     *oom = 0;
     if (!t->on) return;
+    *oom = ctr_cg_finish(iso, t);
     if (t->n_cg) {
         /* every process of the task is in each of its cgroups: kill through the first */
         cg_kill_all(t->cg[0]);
         if (iso->have_ctl[CTL_MEMORY]) {
             long long k = iso->cg == ISO_CG_V2 ? read_keyed(t->cg[0], "memory.events", "oom_kill")
                                                : read_keyed(t->cg[0], "memory.oom_control", "oom_kill");
-            *oom = k > 0;
+            *oom |= k > 0;
         }
         for (int c = 0; c < t->n_cg; c++)
             if (rmdir(t->cg[c]) < 0 && errno != ENOENT) grave_add(iso, t->cg[c]);

@@ -13,7 +13,7 @@
  *
  * defines: iso_options, iso_options_default, iso_format_mb,
  *          isolator, iso_init, iso_release, iso_describe, iso_task,
- *          iso_task_prepare, iso_task_enter,
+ *          iso_task_prepare, iso_task_enter, iso_ctr_cgroup,
  *          iso_task_finish, iso_sweep, iso_env_keep, iso_bpf_deny_gpus */
 #ifndef TRAINYARD_ISOLATE_H
 #define TRAINYARD_ISOLATE_H
@@ -111,6 +111,9 @@ typedef struct iso_task {
     int keep_root;                 /* the worker stays root (it starts the task's container,
                                     * which runs as uid): cgroups, job directory and session
                                     * only, no private mounts, no drop */
+    char ctr_rel[PATH_MAX];        /* its container's parent cgroup below each hierarchy's
+                                    * root ("" none: iso_ctr_cgroup) */
+    int ctr_efd, ctr_efd_on;       /* that cgroup's OOM notification (eventfd) */
 } iso_task;
 
 /* Prepares a task: its job's uid (allocated when the job has none on this
@@ -125,6 +128,18 @@ int iso_task_prepare(isolator *iso, int64_t task_id, int64_t job_id, int64_t mem
  * cgroups, makes the private mounts, starts a session and drops to the
  * task's uid with no new privileges. 0, or -1 with a message on fd 2. */
 int iso_task_enter(const iso_task *t);
+
+/* An image task's container runs under a cgroup of the agent's (podman
+ * --cgroup-parent: parent gets its path), not the task's: on cgroup v1 a
+ * memory cgroup limited to the task's memory less a few MiB (the
+ * container's own limit is the task's: this one meets the charges first),
+ * watched for the kernel's OOM notification, so that iso_task_finish tells
+ * a container the limit killed apart from any other exit 137. No-op (0,
+ * parent "") without cgroup v1 memory or a memory limit; -1 with err when
+ * it cannot be made (the container then runs without it). name: the
+ * container's. */
+int iso_ctr_cgroup(isolator *iso, iso_task *t, const char *name, char *parent, size_t parentlen, char *err,
+                   size_t errlen);
 
 /* The task's main process has exited: kills what it left in its cgroup,
  * reports whether the memory limit killed anything (*oom = 1), removes the

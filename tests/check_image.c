@@ -13,7 +13,9 @@
  * metrics, logs and a checkpoint back as host jobs do. An image that does
  * not exist fails the job at its first attempt with the registry's answer
  * and no restart spent; a team without a login for the registry is refused
- * by it; cancel removes the container; a cluster without podman refuses an
+ * by it; cancel removes the container; a program in an image killed by its
+ * memory limit fails the job with "out of memory (limit ...)" as on the
+ * host; a cluster without podman refuses an
  * image job at submission. Without root, podman, docker-registry or
  * mmdebstrap the tests that need them say SKIP and why. */
 #include "testlib.h"
@@ -521,6 +523,54 @@ START_TEST(cancel_removes_the_container) {
 }
 END_TEST
 
+/* A program in an image that allocates past the task's memory limit is
+ * killed by the kernel, and the job's reason says so with the limit, as a
+ * host task's does (not a bare "exit code 137"); a program that exits 137
+ * itself is not taken for one. The agent's cgroup the container ran under
+ * is gone after each. */
+START_TEST(oom_in_image_names_the_limit) {
+    NEEDS_CONTAINERS();
+    store_login(team_tok);
+    char spec[1024];
+    snprintf(spec, sizeof spec,
+             "{\"name\": \"img-oom\", \"command\": {\"argv\": [\"python3\", \"-c\","
+             " \"x = b'x' * (512 << 20); print('allocated', len(x))\"]},"
+             " \"environment\": {\"image\": \"%s\"}, \"resources\": {\"workers\": 1, \"memory\": \"128MiB\"},"
+             " \"max_restarts\": 0}",
+             image_ref);
+    int64_t id = ty_submit(srv.url, team_tok, spec);
+    cJSON *j = wait_state(team_tok, id, "failed", 120);
+    char *w0 = task_log(id, "worker-0");
+    ck_assert_msg(strcmp(ty_str(j, "state"), "failed") == 0, "job %s: %s\n%s", ty_str(j, "state"),
+                  ty_str(j, "reason"), w0);
+    ck_assert_msg(strstr(ty_str(j, "reason"), "exited with code 137: out of memory (limit 128 MiB)") != NULL,
+                  "reason: %s\n%s", ty_str(j, "reason"), w0);
+    ck_assert_msg(strstr(w0, "allocated") == NULL, "the allocation succeeded:\n%s", w0);
+    cJSON_Delete(j);
+    free(w0);
+
+    id = submit_image(team_tok, image_ref, "[\"sh\", \"-c\", \"exit 137\"]", 0);
+    j = wait_state(team_tok, id, "failed", 120);
+    ck_assert_str_eq(ty_str(j, "state"), "failed");
+    ck_assert_msg(strstr(ty_str(j, "reason"), "exited with code 137") != NULL &&
+                      strstr(ty_str(j, "reason"), "out of memory") == NULL,
+                  "reason: %s", ty_str(j, "reason"));
+    cJSON_Delete(j);
+
+    /* the agent's container parents: none left once the tasks are gone */
+    pid_t ag[2];
+    ck_assert_int_eq(ty_children_named(srv.pid, "agent", ag, 2), 1);
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "ls -d /sys/fs/cgroup/*/trainyard-ctr-%d/*/ 2>/dev/null | grep -q .", (int)ag[0]);
+    int left = 1;
+    for (int i = 0; i < 50 && left; i++) {
+        left = run_quiet(cmd) == 0;
+        if (left) ty_sleep_ms(100);
+    }
+    ck_assert_msg(!left, "container cgroups of agent %d are left under /sys/fs/cgroup", (int)ag[0]);
+}
+END_TEST
+
 /* Needs no podman: an agent told not to use it offers only the host. */
 START_TEST(image_refused_without_podman) {
     const char *extra[] = {"--cpu-slots", "2", "--podman", "none", NULL};
@@ -675,6 +725,7 @@ int main(void) {
     tcase_add_test(tc, missing_image_fails_without_restarts);
     tcase_add_test(tc, login_is_the_teams_own);
     tcase_add_test(tc, cancel_removes_the_container);
+    tcase_add_test(tc, oom_in_image_names_the_limit);
     TCase *tn = ty_tcase(s, "no podman", NULL, stop, 120);
     tcase_add_test(tn, image_refused_without_podman);
     tcase_add_test(tn, bad_environment_specs);
