@@ -840,7 +840,7 @@ static int64_t log_cap_bytes(const server *srv, const char *max_size) {
     int64_t mb = srv->opt.log_max_per_job_default_mb;
     spec_error se;
     int64_t want = 0;
-    if (max_size[0] && jobspec_size_mb(max_size, &want, &se) == 0 && want > 0) mb = want;
+    if (max_size[0] && jobspec_size_text(max_size, &JOBSPEC_SIZE_LOG_MAX, &want, &se) == 0 && want > 0) mb = want;
     if (mb > srv->opt.log_max_per_job_mb) mb = srv->opt.log_max_per_job_mb;
     return mb << 20;
 }

@@ -286,42 +286,19 @@ static int int_field(http_res *res, const cJSON *v, const char *field, long lo, 
     return 0;
 }
 
-#define STORAGE_QUOTA_MAX_BYTES (64LL << 40) /* as resources.memory: 64 TiB */
-
-/* storage_quota: a size as resources.memory takes it ("500GiB"), an
- * integer of bytes, or null (none): 0 with *out (-1: none), or -1 after a
- * 422 naming it. */
+/* storage_quota: a size (JOBSPEC_SIZE_STORAGE_QUOTA: a string or an
+ * integer of bytes, 0 to 64 TiB either way) or null (none): 0 with *out
+ * (-1: none), or -1 after a 422 naming it. */
 static int storage_quota_field(http_res *res, const cJSON *v, int64_t *out) {
     if (cJSON_IsNull(v)) {
         *out = -1;
         return 0;
     }
-    if (cJSON_IsNumber(v)) {
-        if (!isfinite(v->valuedouble) || v->valuedouble != floor(v->valuedouble)) {
-            http_error(res, 422, "invalid_type", "storage_quota",
-                       "storage_quota must be a size such as \"500GiB\", a whole number of bytes, or null");
-            return -1;
-        }
-        if (v->valuedouble < 0 || v->valuedouble > (double)STORAGE_QUOTA_MAX_BYTES) {
-            http_error(res, 422, "invalid_value", "storage_quota", "storage_quota must be 0 to %lld bytes (64 TiB)",
-                       (long long)STORAGE_QUOTA_MAX_BYTES);
-            return -1;
-        }
-        *out = (int64_t)v->valuedouble;
-        return 0;
-    }
-    if (!cJSON_IsString(v)) {
-        http_error(res, 422, "invalid_type", "storage_quota",
-                   "storage_quota must be a size such as \"500GiB\", a whole number of bytes, or null");
-        return -1;
-    }
-    int64_t mb = 0;
     spec_error se;
-    if (jobspec_size_mb(v->valuestring, &mb, &se) < 0) {
-        http_error(res, 422, "invalid_value", "storage_quota", "storage_quota %s", se.message);
+    if (jobspec_size_value(v, &JOBSPEC_SIZE_STORAGE_QUOTA, out, &se) < 0) {
+        http_error(res, se.status, se.code, se.field, "storage_quota %s", se.message);
         return -1;
     }
-    *out = mb << 20;
     return 0;
 }
 

@@ -1615,7 +1615,7 @@ int agent_parse_flags(agent_options *o, int argc, char **argv) {
         case 'M': {
             int64_t mb = 0;
             spec_error se;
-            if (jobspec_size_mb(optarg, &mb, &se) < 0) {
+            if (jobspec_size_text(optarg, &JOBSPEC_SIZE_MEMORY, &mb, &se) < 0) {
                 fprintf(stderr, "trainyard agent: --memory: %s\n", se.message);
                 return -1;
             }

@@ -2,6 +2,7 @@
  * daemon and the scheduler thread, and a clean stop on SIGINT/SIGTERM. */
 #include "server.h"
 #include "http.h"
+#include "../common/size.h"
 #include "../common/tls.h"
 #include "../common/util.h"
 #include "../storage/cluster.h"
@@ -41,29 +42,6 @@ void server_options_default(server_options *o) {
     o->disk_reserve_bytes = 2LL << 30;
     o->log_max_per_job_default_mb = 1024;
     o->log_max_per_job_mb = 16 * 1024;
-}
-
-int server_parse_size(const char *s, int64_t *bytes) {
-    static const struct {
-        const char *name;
-        double mult;
-    } units[] = {{"", 1},       {"B", 1},          {"KiB", 1024.0},   {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-                 {"TiB", 1099511627776.0}, {"K", 1e3}, {"KB", 1e3}, {"M", 1e6}, {"MB", 1e6},
-                 {"G", 1e9}, {"GB", 1e9}, {"T", 1e12}, {"TB", 1e12}, {NULL, 0}};
-    if (!s || !((*s >= '0' && *s <= '9') || *s == '.')) return -1;
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !(v >= 0)) return -1;
-    while (*end == ' ') end++;
-    for (int i = 0; units[i].name; i++) {
-        if (strcmp(end, units[i].name) != 0) continue;
-        double b = v * units[i].mult;
-        if (b > 9.0e18) return -1;
-        *bytes = (int64_t)b;
-        return 0;
-    }
-    return -1;
 }
 
 int server_parse_listen(server_options *o, const char *s) {
@@ -691,12 +669,12 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
                 }
                 o->disk_reserve_pct = (int)v;
                 o->disk_reserve_bytes = 0;
-            } else if (server_parse_size(optarg, &b) == 0) {
+            } else if (size_parse(optarg, 0, SERVER_SIZE_FLAG_MAX, &b, NULL) == SIZE_OK) {
                 o->disk_reserve_bytes = b;
                 o->disk_reserve_pct = 0;
             } else {
-                fprintf(stderr, "trainyard: --disk-reserve wants a size (2GiB) or a percentage (5%%), got '%s'\n",
-                        optarg);
+                fprintf(stderr, "trainyard: --disk-reserve wants a size of 0B to 1PiB (2GiB) or a percentage (5%%), "
+                                "got '%s'\n", optarg);
                 return -1;
             }
             break;
@@ -705,13 +683,14 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
         case 1007: {
             int64_t b = 0;
             const char *name = c == 1006 ? "--log-max-per-job-default" : "--log-max-per-job";
-            if (server_parse_size(optarg, &b) < 0 || b < (1LL << 20) || b > (1LL << 50)) {
+            if (size_parse(optarg, 1LL << 20, SERVER_SIZE_FLAG_MAX, &b, NULL) != SIZE_OK) {
                 fprintf(stderr, "trainyard: %s wants a size of 1MiB to 1PiB (such as 1GiB), got '%s'\n", name,
                         optarg);
                 return -1;
             }
-            if (c == 1006) o->log_max_per_job_default_mb = b >> 20;
-            else o->log_max_per_job_mb = b >> 20;
+            b = (b + (1LL << 20) - 1) >> 20; /* whole MiB, rounded up as logs.max_size is */
+            if (c == 1006) o->log_max_per_job_default_mb = b;
+            else o->log_max_per_job_mb = b;
             break;
         }
         case 1100:

@@ -94,9 +94,10 @@ int server_host_is_loopback(const char *host);
 
 void server_options_default(server_options *o);
 
-/* A size as the server's options take it: bytes, or a number with a unit
- * (KiB MiB GiB TiB, K KB M MB G GB T TB; "1.5GiB"): 0 with *bytes, or -1. */
-int server_parse_size(const char *s, int64_t *bytes);
+/* The most any size flag takes (--disk-reserve, --log-max-per-job,
+ * --log-max-per-job-default: common/size.h's size_parse; their bounds are
+ * docs/jobspec.md's "Sizes" table). */
+#define SERVER_SIZE_FLAG_MAX (1LL << 50) /* 1 PiB */
 
 /* Parses "HOST:PORT" into o->host and o->port: 0 or -1. */
 int server_parse_listen(server_options *o, const char *s);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/size.h"
 #include "../common/util.h"
 
 /* Command jobs run (executor/command.c); 0 would parse and check them, then
@@ -1278,100 +1279,67 @@ static int parse_strategy(spec_error *e, const cJSON *root, jobspec *s) {
     return 0;
 }
 
-/* resources.memory: an integer number of bytes, or a string: a number
- * (digits, optionally a point and at most 9 more) then optional spaces and
- * a unit, case as written: B (or none) bytes; KiB MiB GiB TiB powers of
- * 1024; K M G T and KB MB GB TB powers of 1000. 16 MiB to 64 TiB, rounded up
- * to whole MiB. */
-typedef struct mem_unit {
-    const char *name;
-    unsigned long long mult;
-} mem_unit;
+/* ---------------------------------------------------------------- sizes
+ * Every size field reads a JSON integer of bytes and a string (common/size.h)
+ * with one rule per kind: the same bounds on the exact value either way, then
+ * kept as a whole number of the kind's unit, rounded up. The table of kinds
+ * and bounds is docs/jobspec.md's "Sizes". */
 
-static const mem_unit MEM_UNITS[] = {
-    {"", 1ULL},          {"B", 1ULL},           {"KiB", 1ULL << 10},   {"MiB", 1ULL << 20},
-    {"GiB", 1ULL << 30}, {"TiB", 1ULL << 40},   {"K", 1000ULL},        {"KB", 1000ULL},
-    {"M", 1000000ULL},   {"MB", 1000000ULL},    {"G", 1000000000ULL},  {"GB", 1000000000ULL},
-    {"T", 1000000000000ULL}, {"TB", 1000000000000ULL}, {NULL, 0}};
+const jobspec_size_kind JOBSPEC_SIZE_MEMORY = {"resources.memory", 16LL << 20, 64LL << 40, 1LL << 20};
+const jobspec_size_kind JOBSPEC_SIZE_LOG_MAX = {"logs.max_size", 16LL << 20, 64LL << 40, 1LL << 20};
+const jobspec_size_kind JOBSPEC_SIZE_STORAGE_QUOTA = {"storage_quota", 0, 64LL << 40, 1};
 
-#define MEM_FIELD "resources.memory"
-#define MEM_FORMS "a size such as \"4GiB\", \"512MiB\", \"1.5GiB\" or \"2G\", or an integer number of bytes"
-#define MEM_RANGE "between 16MiB and 64TiB"
+#define SIZE_FORMS "a size such as \"4GiB\", \"512MiB\", \"1.5GiB\" or \"2G\", or an integer number of bytes"
+
+static int size_range_fail(spec_error *e, const jobspec_size_kind *k, const char *given) {
+    char lo[32], hi[32];
+    return fail(e, 422, "invalid_value", k->field, "must be between %s and %s, got %s", size_text(k->min, lo, sizeof lo),
+                size_text(k->max, hi, sizeof hi), given);
+}
+
+static int size_kept(const jobspec_size_kind *k, int64_t bytes, int64_t *out) {
+    *out = bytes / k->unit + (bytes % k->unit != 0);
+    return 0;
+}
+
+int jobspec_size_text(const char *text, const jobspec_size_kind *k, int64_t *out, spec_error *e) {
+    char g[64], q[48], us[48];
+    snprintf(g, sizeof g, "\"%s\"", safe(text, q));
+    const char *unit = NULL;
+    int64_t bytes = 0;
+    switch (size_parse(text, k->min, k->max, &bytes, &unit)) {
+    case SIZE_OK: return size_kept(k, bytes, out);
+    case SIZE_BELOW:
+    case SIZE_ABOVE: return size_range_fail(e, k, g);
+    case SIZE_DECIMALS: return fail(e, 422, "invalid_value", k->field, "at most 9 digits after the point, got %s", g);
+    case SIZE_UNIT:
+        return fail(e, 422, "invalid_value", k->field,
+                    "unknown unit \"%s\" in %s: use B, KiB, MiB, GiB, TiB or PiB (powers of 1024), or K, M, G, T, P "
+                    "or KB, MB, GB, TB, PB (powers of 1000)",
+                    safe(unit ? unit : "", us), g);
+    case SIZE_SYNTAX: break;
+    }
+    return fail(e, 422, "invalid_value", k->field, "must be %s; got %s", SIZE_FORMS, g);
+}
+
+int jobspec_size_value(const cJSON *v, const jobspec_size_kind *k, int64_t *out, spec_error *e) {
+    char g[64];
+    if (cJSON_IsString(v)) return jobspec_size_text(v->valuestring, k, out, e);
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble) || v->valuedouble != floor(v->valuedouble))
+        return fail(e, 422, "invalid_type", k->field, "must be %s; got %s", SIZE_FORMS, got(v, g));
+    double d = v->valuedouble;
+    if (d < (double)k->min || d > (double)k->max) {
+        char given[80];
+        snprintf(given, sizeof given, "%s bytes", got(v, g));
+        return size_range_fail(e, k, given);
+    }
+    return size_kept(k, (int64_t)d, out);
+}
 
 static int parse_memory(spec_error *e, const cJSON *r, jobspec *s) {
     const cJSON *v = item(r, "memory");
     if (!v) return 0;
-    char g[64];
-    typedef unsigned __int128 u128;
-    const u128 min_b = (u128)JOBSPEC_MEM_MIN_MB << 20, max_b = (u128)JOBSPEC_MEM_MAX_MB << 20;
-    if (cJSON_IsNumber(v)) {
-        double d = v->valuedouble;
-        if (!isfinite(d) || d != floor(d))
-            return fail(e, 422, "invalid_type", MEM_FIELD, "must be %s; got %s", MEM_FORMS, got(v, g));
-        if (d < (double)min_b || d > (double)max_b)
-            return fail(e, 422, "invalid_value", MEM_FIELD, "must be " MEM_RANGE ", got %s bytes", got(v, g));
-        long long bytes = (long long)d;
-        s->resources.memory_mb = (bytes + (1LL << 20) - 1) >> 20;
-        return 1;
-    }
-    if (!cJSON_IsString(v))
-        return fail(e, 422, "invalid_type", MEM_FIELD, "must be %s; got %s", MEM_FORMS, got(v, g));
-    const char *p = v->valuestring;
-    if (*p == '-')
-        return fail(e, 422, "invalid_value", MEM_FIELD, "must be " MEM_RANGE ", got %s", got(v, g));
-    /* the number as ip.frac (exact: an integer part above 2^46 is too large whatever the unit) */
-    u128 ip = 0, frac = 0, scale = 1;
-    int digits = 0, fdigits = 0, huge = 0;
-    for (; *p >= '0' && *p <= '9'; p++, digits++) {
-        ip = ip * 10 + (u128)(*p - '0');
-        if (ip > max_b) { huge = 1; ip = max_b + 1; }
-    }
-    if (*p == '.') {
-        p++;
-        for (; *p >= '0' && *p <= '9'; p++, fdigits++) {
-            if (fdigits == 9)
-                return fail(e, 422, "invalid_value", MEM_FIELD, "at most 9 digits after the point, got %s",
-                            got(v, g));
-            frac = frac * 10 + (u128)(*p - '0');
-            scale *= 10;
-        }
-        if (fdigits == 0) digits = 0;
-    }
-    if (digits == 0)
-        return fail(e, 422, "invalid_value", MEM_FIELD, "must be %s; got %s", MEM_FORMS, got(v, g));
-    while (*p == ' ') p++;
-    const mem_unit *u = NULL;
-    for (int i = 0; MEM_UNITS[i].name; i++)
-        if (strcmp(p, MEM_UNITS[i].name) == 0) u = &MEM_UNITS[i];
-    if (!u) {
-        char us[48];
-        return fail(e, 422, "invalid_value", MEM_FIELD,
-                    "unknown unit \"%s\" in %s: use B, KiB, MiB, GiB or TiB (powers of 1024), or K, M, G, T "
-                    "or KB, MB, GB, TB (powers of 1000)",
-                    safe(p, us), got(v, g));
-    }
-    /* bytes = (ip * scale + frac) * mult / scale */
-    u128 num = (ip * scale + frac) * (u128)u->mult;
-    if (huge || num < min_b * scale || num > max_b * scale)
-        return fail(e, 422, "invalid_value", MEM_FIELD, "must be " MEM_RANGE ", got %s", got(v, g));
-    u128 per_mib = scale << 20;
-    s->resources.memory_mb = (int64_t)((num + per_mib - 1) / per_mib);
-    return 1;
-}
-
-int jobspec_size_mb(const char *text, int64_t *mb, spec_error *err) {
-    cJSON *r = cJSON_CreateObject();
-    if (!r || !cJSON_AddStringToObject(r, "memory", text)) {
-        cJSON_Delete(r);
-        return fail(err, 422, "invalid_value", MEM_FIELD, "out of memory");
-    }
-    jobspec tmp;
-    memset(&tmp, 0, sizeof tmp);
-    int rc = parse_memory(err, r, &tmp);
-    cJSON_Delete(r);
-    if (rc < 0) return -1;
-    *mb = tmp.resources.memory_mb;
-    return 0;
+    return jobspec_size_value(v, &JOBSPEC_SIZE_MEMORY, &s->resources.memory_mb, e) < 0 ? -1 : 1;
 }
 
 static int parse_resources(spec_error *e, const cJSON *root, jobspec *s) {
@@ -1463,14 +1431,7 @@ static int parse_logs(spec_error *e, const cJSON *root, jobspec *s) {
     if (check_keys(e, l, "logs", LOG_KEYS, NULL)) return -1;
     const cJSON *v = item(l, "max_size");
     if (!v) return 0;
-    char g[64];
-    if (!cJSON_IsString(v))
-        return fail(e, 422, "invalid_type", "logs.max_size", "must be a size such as \"2GiB\", got %s", got(v, g));
-    if (jobspec_size_mb(v->valuestring, &s->logs.max_mb, e) < 0) {
-        if (e) snprintf(e->field, sizeof e->field, "logs.max_size");
-        return -1;
-    }
-    return 0;
+    return jobspec_size_value(v, &JOBSPEC_SIZE_LOG_MAX, &s->logs.max_mb, e) < 0 ? -1 : 0;
 }
 
 /* ================================================================ cross-field checks */

@@ -6,7 +6,8 @@
  * See docs/jobspec.md.
  *
  * defines: jobspec_parse, jobspec_release, jobspec_to_json, jobspec_to_cjson,
- *          jobspec_replicas, jobspec_devices, jobspec_env_reserved, and the
+ *          jobspec_replicas, jobspec_devices, jobspec_env_reserved,
+ *          jobspec_size_kind, jobspec_size_value, jobspec_size_text, and the
  *          enum -> name helpers. */
 #ifndef TRAINYARD_JOBSPEC_H
 #define TRAINYARD_JOBSPEC_H
@@ -27,8 +28,6 @@
 #define JOBSPEC_MAX_PARAMS (1L << 28)  /* weights + biases a model may have */
 #define JOBSPEC_MAX_ARGS 256           /* command.argv entries */
 #define JOBSPEC_MAX_ENV 256            /* command.env entries */
-#define JOBSPEC_MEM_MIN_MB 16LL        /* resources.memory: 16 MiB ... */
-#define JOBSPEC_MEM_MAX_MB (64LL << 20) /* ... 64 TiB */
 
 struct cJSON;
 
@@ -291,10 +290,28 @@ int jobspec_find_name(const char *const *names, const char *s);
  * release). *out is overwritten: release a spec it held before. Reentrant. */
 int jobspec_parse(const char *json, size_t len, jobspec *out, spec_error *err);
 
-/* A size as resources.memory takes it ("4GiB", "512MiB", "1.5G", or an
- * integer number of bytes, 16 MiB to 64 TiB): *mb, rounded up to whole
- * MiB. 0, or -1 with err (may be NULL). */
-int jobspec_size_mb(const char *text, int64_t *mb, spec_error *err);
+/* A kind of size field (docs/jobspec.md, "Sizes"): the field its errors
+ * name, its bounds in bytes (inclusive, on the exact value), and the unit it
+ * is kept in (rounded up): 1 MiB for memory and log caps, 1 byte for a
+ * storage quota. */
+typedef struct jobspec_size_kind {
+    const char *field;
+    int64_t min, max;
+    int64_t unit;
+} jobspec_size_kind;
+
+extern const jobspec_size_kind JOBSPEC_SIZE_MEMORY;        /* resources.memory, the agent's --memory */
+extern const jobspec_size_kind JOBSPEC_SIZE_LOG_MAX;       /* logs.max_size */
+extern const jobspec_size_kind JOBSPEC_SIZE_STORAGE_QUOTA; /* a team's storage_quota */
+
+/* A size field's value: a JSON integer of bytes or a string ("4GiB",
+ * "512MiB", "1.5G", "800 M", "16777216"; common/size.h), both held to the
+ * same bounds. 0 with *out in the kind's unit; -1 with *e (422 naming
+ * k->field): invalid_type for another JSON type or a fraction of a byte,
+ * invalid_value for a string that is no size, out of bounds either way.
+ * jobspec_size_text is the same for a string alone (a flag, a stored spec). */
+int jobspec_size_value(const struct cJSON *v, const jobspec_size_kind *k, int64_t *out, spec_error *e);
+int jobspec_size_text(const char *text, const jobspec_size_kind *k, int64_t *out, spec_error *e);
 
 /* 1 when NAME (of a command's env) is one trainyard sets for every task
  * (TF_CONFIG, RANK, CUDA_VISIBLE_DEVICES, TRAINYARD_*, ...): refused in specs. */

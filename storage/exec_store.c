@@ -637,7 +637,9 @@ int exec_job_log_state(db *d, int64_t job_id, int64_t *log_bytes, char *max_size
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         *log_bytes = sqlite3_column_int64(st, 0);
-        if (sqlite3_column_type(st, 1) == SQLITE_TEXT) col_copy(st, 1, max_size, cap);
+        /* a size as written: "2GiB", or an integer of bytes (its decimal text reads back the same) */
+        int ty = sqlite3_column_type(st, 1);
+        if (ty == SQLITE_TEXT || ty == SQLITE_INTEGER) col_copy(st, 1, max_size, cap);
     }
     db_done(st);
     return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;

@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "../spec/jobspec.h"
+#include "../common/size.h"
 #include "../common/util.h"
 
 /* Specs are written with ' for " to stay readable; q() swaps them. */
@@ -1020,6 +1021,134 @@ START_TEST(test_good_values) {
 }
 END_TEST
 
+/* Every size field of the spec takes a string and a JSON integer of bytes
+ * under one rule: at and past each bound (16 MiB, 64 TiB) both forms are
+ * accepted with the same value or refused alike (422 naming the field). */
+START_TEST(test_sizes_alike) {
+    static const struct {
+        const char *text, *bytes;
+        long long mib; /* kept, or -1: refused */
+    } cases[] = {
+        {"'16MiB'", "16777216", 16},
+        {"'16777216'", "16777216", 16},
+        {"'16777216B'", "16777216", 16},
+        {"'16384KiB'", "16777216", 16},
+        {"'16777217'", "16777217", 17},
+        {"'16777215'", "16777215", -1},
+        {"'16383KiB'", "16776192", -1},
+        {"'8MiB'", "8388608", -1},
+        {"'15.9999999MiB'", "16777215", -1},
+        {"'0'", "0", -1},
+        {"'-16MiB'", "-16777216", -1},
+        {"'64TiB'", "70368744177664", 67108864},
+        {"'70368744177664'", "70368744177664", 67108864},
+        {"'70368744177665'", "70368744177665", -1},
+        {"'64.000000001TiB'", "70368744177665", -1},
+        {"'65TiB'", "71468255805440", -1},
+        {"'1PiB'", "1125899906842624", -1},
+        {"'99999999999999999999999'", "99999999999999999999999", -1},
+    };
+    static const char *const fields[] = {"resources.memory", "logs.max_size"};
+    static const char *const wraps[] = {"'resources':{'memory':%s}", "'logs':{'max_size':%s}"};
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            const char *forms[2] = {cases[i].text, cases[i].bytes};
+            for (int f = 0; f < 2; f++) {
+                char extra[128], spec[1024];
+                snprintf(extra, sizeof extra, wraps[k], forms[f]);
+                snprintf(spec, sizeof spec, "{" BASE ",%s}", extra);
+                jobspec s;
+                spec_error e;
+                int rc = parse_q(spec, &s, &e);
+                if (cases[i].mib < 0) {
+                    ck_assert_msg(rc == -1, "%s parsed", extra);
+                    ck_assert_msg(e.status == 422 && strcmp(e.code, "invalid_value") == 0 &&
+                                      strcmp(e.field, fields[k]) == 0,
+                                  "%s: %d %s %s", extra, e.status, e.code, e.field);
+                    ck_assert_msg(strstr(e.message, "must be between 16MiB and 64TiB, got "), "%s: %s", extra,
+                                  e.message);
+                    continue;
+                }
+                ck_assert_msg(rc == 0, "%s refused: %s", extra, e.message);
+                long long have = k == 0 ? (long long)s.resources.memory_mb : (long long)s.logs.max_mb;
+                ck_assert_msg(have == cases[i].mib, "%s: %lld MiB, expected %lld", extra, have, cases[i].mib);
+                jobspec_release(&s);
+            }
+        }
+    }
+    /* the kinds' bounds are the ones the table states */
+    ck_assert_int_eq(JOBSPEC_SIZE_MEMORY.min, 16LL << 20);
+    ck_assert_int_eq(JOBSPEC_SIZE_MEMORY.max, 64LL << 40);
+    ck_assert_int_eq(JOBSPEC_SIZE_STORAGE_QUOTA.min, 0);
+    ck_assert_int_eq(JOBSPEC_SIZE_STORAGE_QUOTA.max, 64LL << 40);
+    ck_assert_int_eq(JOBSPEC_SIZE_STORAGE_QUOTA.unit, 1);
+}
+END_TEST
+
+/* common/size.c: exact values, every unit, rounding up to a byte, bounds on
+ * the exact value, and no overflow near the largest sizes. */
+START_TEST(test_size_parse) {
+    static const struct {
+        const char *text;
+        long long min, max, bytes;
+        size_status st;
+    } cases[] = {
+        {"0", 0, 100, 0, SIZE_OK},
+        {"1536", 0, 1LL << 40, 1536, SIZE_OK},
+        {"1.5KiB", 0, 1LL << 40, 1536, SIZE_OK},
+        {"1.1KiB", 0, 1LL << 40, 1127, SIZE_OK}, /* 1126.4, rounded up */
+        {"2 G", 0, 1LL << 40, 2000000000, SIZE_OK},
+        {"3TB", 0, 1LL << 62, 3000000000000LL, SIZE_OK},
+        {"1PiB", 0, 1LL << 62, 1LL << 50, SIZE_OK},
+        {"2P", 0, 1LL << 62, 2000000000000000LL, SIZE_OK},
+        {"4096PiB", 0, 1LL << 62, 1LL << 62, SIZE_OK},
+        {"4096.000000001PiB", 0, 1LL << 62, 0, SIZE_ABOVE},
+        {"4097PiB", 0, 1LL << 62, 0, SIZE_ABOVE},
+        {"999999999999999999999999999999PB", 0, 1LL << 62, 0, SIZE_ABOVE},
+        {"4611686018427387904", 0, 1LL << 62, 1LL << 62, SIZE_OK},
+        {"4611686018427387905", 0, 1LL << 62, 0, SIZE_ABOVE},
+        {"100", 101, 200, 0, SIZE_BELOW},
+        {"100.5", 101, 200, 0, SIZE_BELOW},
+        {"100.5", 100, 200, 101, SIZE_OK},
+        {"200.000000001", 100, 200, 0, SIZE_ABOVE},
+        {"-0", 0, 200, 0, SIZE_BELOW},
+        {"1.0000000001", 0, 200, 0, SIZE_DECIMALS},
+        {"", 0, 200, 0, SIZE_SYNTAX},
+        {"MiB", 0, 200, 0, SIZE_SYNTAX},
+        {".5", 0, 200, 0, SIZE_SYNTAX},
+        {"1.", 0, 200, 0, SIZE_SYNTAX},
+        {" 1", 0, 200, 0, SIZE_SYNTAX},
+        {"1e3", 0, 2000, 0, SIZE_UNIT},
+        {"0x10", 0, 2000, 0, SIZE_UNIT},
+        {"1 mib", 0, 1LL << 30, 0, SIZE_UNIT},
+        {"1MiB ", 0, 1LL << 30, 0, SIZE_UNIT},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int64_t b = -7;
+        const char *unit = NULL;
+        size_status st = size_parse(cases[i].text, cases[i].min, cases[i].max, &b, &unit);
+        ck_assert_msg(st == cases[i].st, "'%s': status %d, expected %d", cases[i].text, (int)st, (int)cases[i].st);
+        if (st == SIZE_OK)
+            ck_assert_msg(b == cases[i].bytes, "'%s': %lld bytes, expected %lld", cases[i].text, (long long)b,
+                          cases[i].bytes);
+        else
+            ck_assert_msg(b == -7, "'%s': *bytes written on failure", cases[i].text);
+    }
+    const char *unit = NULL;
+    int64_t b = 0;
+    ck_assert_int_eq(size_parse("4 gib", 0, 1LL << 40, &b, &unit), SIZE_UNIT);
+    ck_assert_str_eq(unit, "gib");
+    char t[32];
+    ck_assert_str_eq(size_text(0, t, sizeof t), "0B");
+    ck_assert_str_eq(size_text(1000, t, sizeof t), "1000B");
+    ck_assert_str_eq(size_text(1536, t, sizeof t), "1536B");
+    ck_assert_str_eq(size_text(16LL << 20, t, sizeof t), "16MiB");
+    ck_assert_str_eq(size_text(64LL << 40, t, sizeof t), "64TiB");
+    ck_assert_str_eq(size_text(1LL << 50, t, sizeof t), "1PiB");
+    ck_assert_str_eq(size_text(1LL << 62, t, sizeof t), "4096PiB");
+}
+END_TEST
+
 /* resources.memory: each written form, rounded up to whole MiB. */
 START_TEST(test_memory_values) {
     static const struct { const char *memory; long long mib; } cases[] = {
@@ -1364,6 +1493,8 @@ static Suite *jobspec_suite(void) {
     tcase_add_test(good, test_good_values);
     tcase_add_test(good, test_round_trip);
     tcase_add_test(good, test_memory_values);
+    tcase_add_test(good, test_sizes_alike);
+    tcase_add_test(good, test_size_parse);
     tcase_add_test(good, test_evaluator_values);
     tcase_add_test(good, test_to_json_content);
     tcase_add_test(good, test_gradient_accumulation);

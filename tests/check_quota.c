@@ -241,6 +241,98 @@ START_TEST(patch_validates_and_is_admin_only) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- sizes as text and as bytes */
+
+/* One size written two ways (a string, a JSON integer of bytes) at or past a
+ * bound of its field: accepted alike with the same value, or refused alike. */
+typedef struct size_pair {
+    const char *text; /* JSON string literal, quotes included */
+    const char *bytes; /* JSON number */
+    double want;       /* the value kept, or -1: refused */
+} size_pair;
+
+START_TEST(size_fields_alike_as_text_and_bytes) {
+    char b_tok[128];
+    team_make("b", b_tok, sizeof b_tok);
+    cJSON *o = NULL;
+    /* storage_quota: 0 to 64 TiB whichever way it is written */
+    static const size_pair quota[] = {
+        {"\"0\"", "0", 0},
+        {"\"0B\"", "0", 0},
+        {"\"-1\"", "-1", -1},
+        {"\"-1B\"", "-1", -1},
+        {"\"8MiB\"", "8388608", 8388608},
+        {"\"1.5KiB\"", "1536", 1536},
+        {"\"1 M\"", "1000000", 1000000},
+        {"\"64TiB\"", "70368744177664", 70368744177664.0},
+        {"\"70368744177664\"", "70368744177664", 70368744177664.0},
+        {"\"70368744177665\"", "70368744177665", -1},
+        {"\"64.000000001TiB\"", "70368744177665", -1},
+        {"\"65TiB\"", "71468255805440", -1},
+    };
+    for (size_t i = 0; i < sizeof quota / sizeof quota[0]; i++) {
+        const char *forms[2] = {quota[i].text, quota[i].bytes};
+        for (int f = 0; f < 2; f++) {
+            /* a known quota first, so that a refusal can be seen to change nothing */
+            ck_assert_int_eq(patch_team(admin_tok, "b", "{\"storage_quota\":12345}", &o), 200);
+            cJSON_Delete(o);
+            char body[128];
+            snprintf(body, sizeof body, "{\"storage_quota\":%s}", forms[f]);
+            long st = patch_team(admin_tok, "b", body, &o);
+            if (quota[i].want < 0) {
+                ck_assert_msg(st == 422, "%s: %ld", body, st);
+                ty_assert_error(o, "invalid_value", "storage_quota");
+                const char *msg = ty_str(cJSON_GetObjectItem(o, "error"), "message");
+                ck_assert_msg(strstr(msg, "between 0B and 64TiB"), "%s: %s", body, msg);
+            } else {
+                ck_assert_msg(st == 200, "%s: %ld", body, st);
+                ck_assert_msg(ty_num(o, "storage_quota") == quota[i].want, "%s: %.0f", body,
+                              ty_num(o, "storage_quota"));
+            }
+            cJSON_Delete(o);
+            cJSON *t = team_of("b");
+            double have = ty_num(t, "storage_quota");
+            cJSON_Delete(t);
+            ck_assert_msg(have == (quota[i].want < 0 ? 12345 : quota[i].want), "%s: the team has %.0f", body, have);
+        }
+    }
+    /* logs.max_size: 16 MiB (the spec's bound) to 16 GiB (this server's --log-max-per-job) */
+    static const size_pair logs[] = {
+        {"\"16MiB\"", "16777216", 16},
+        {"\"16777216\"", "16777216", 16},
+        {"\"16777215\"", "16777215", -1},
+        {"\"16383KiB\"", "16776192", -1},
+        {"\"15.9999999MiB\"", "16777215", -1},
+        {"\"16GiB\"", "17179869184", 16384},
+        {"\"17179869185\"", "17179869185", -1},
+        {"\"16.000000001GiB\"", "17179869185", -1},
+        {"\"64TiB\"", "70368744177664", -1},
+        {"\"65TiB\"", "71468255805440", -1},
+    };
+    for (size_t i = 0; i < sizeof logs / sizeof logs[0]; i++) {
+        const char *forms[2] = {logs[i].text, logs[i].bytes};
+        for (int f = 0; f < 2; f++) {
+            ck_assert_int_eq(ty_http(srv.url, b_tok, "GET", "/api/v1/jobs", NULL, &o), 200);
+            int before = cJSON_GetArraySize(cJSON_GetObjectItem(o, "jobs"));
+            cJSON_Delete(o);
+            char spec[256];
+            snprintf(spec, sizeof spec, "{\"command\":{\"argv\":[\"true\"]},\"logs\":{\"max_size\":%s}}", forms[f]);
+            long st = ty_http(srv.url, b_tok, "POST", "/api/v1/jobs", spec, &o);
+            if (logs[i].want < 0) {
+                ck_assert_msg(st == 422, "%s: %ld", spec, st);
+                ty_assert_error(o, "invalid_value", "logs.max_size");
+                cJSON_Delete(o);
+                ck_assert_int_eq(ty_http(srv.url, b_tok, "GET", "/api/v1/jobs", NULL, &o), 200);
+                ck_assert_msg(cJSON_GetArraySize(cJSON_GetObjectItem(o, "jobs")) == before, "%s stored a job", spec);
+            } else {
+                ck_assert_msg(st == 201, "%s: %ld", spec, st); /* the cap it keeps: log_cap_per_job */
+            }
+            cJSON_Delete(o);
+        }
+    }
+}
+END_TEST
+
 /* ---------------------------------------------------------------- the team quota */
 
 #define B_QUOTA 1048576
@@ -361,6 +453,17 @@ START_TEST(log_cap_per_job) {
     ck_assert_uint_ge(len, 16u << 20);
     ck_assert_uint_le(len, (16u << 20) + 1024);
     free(l);
+    /* the same cap written as a number of bytes: the same cut */
+    id = submit_sh(team_tok, "capped-bytes", "head -c 20000000 /dev/zero | tr '\\\\0' x | fold -w 100",
+                   ",\"logs\":{\"max_size\":16777216}");
+    j = wait_end(team_tok, id, 120);
+    ck_assert_str_eq(ty_str(j, "state"), "succeeded");
+    cJSON_Delete(j);
+    l = wait_log_has(id, "reached its cap of 16.0 MiB", &len, 20000);
+    ck_assert_int_eq(count_of(l, "[trainyard server:"), 1);
+    ck_assert_uint_ge(len, 16u << 20);
+    ck_assert_uint_le(len, (16u << 20) + 1024);
+    free(l);
     /* --log-max-per-job (1 GiB here) bounds what a spec may ask */
     ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", "/api/v1/jobs",
                              "{\"command\":{\"argv\":[\"true\"]},\"logs\":{\"max_size\":\"2GiB\"}}", &o),
@@ -425,6 +528,7 @@ int main(void) {
     Suite *s = suite_create("quota");
     TCase *p = ty_tcase(s, "patch", setup_plain, teardown, 60);
     tcase_add_test(p, patch_validates_and_is_admin_only);
+    tcase_add_test(p, size_fields_alike_as_text_and_bytes);
     TCase *q = ty_tcase(s, "team", setup_plain, teardown, 300);
     tcase_add_test(q, team_quota_bounds_checkpoints_logs_and_contexts);
     TCase *c = ty_tcase(s, "cap", setup_cap, teardown, 400);
