@@ -9,7 +9,7 @@
 #include "container.h"
 #include "proc.h"
 #include "report.h"
-#include "worker.h"
+#include "exit_codes.h"
 #include "../client/client.h"
 #include "../common/util.h"
 

@@ -1,7 +1,7 @@
 /* evaluator.c - the evaluator side-car of a train job. See evaluator.h. */
 #include "evaluator.h"
 #include "report.h"
-#include "worker.h"
+#include "exit_codes.h"
 #include "../client/client.h"
 #include "../common/util.h"
 #include "data/dataroot.h"

@@ -13,9 +13,7 @@
 #ifndef TRAINYARD_WORKER_H
 #define TRAINYARD_WORKER_H
 
-#define WORKER_EXIT_OK 0
-#define WORKER_EXIT_FAILED 1
-#define WORKER_EXIT_STOPPED 143 /* 128 + SIGTERM: a stop, never mistaken for success */
+#include "exit_codes.h"
 
 /* Runs the task described by the JSON text config (TRAINYARD_CONFIG).
  * Returns the process exit status above. */
