@@ -3,6 +3,7 @@
  * checkpoint needs only (epoch, pos) to resume; batcher_next copies rows
  * into the caller's buffers and never allocates. */
 #include "dataset.h"
+#include "data_rng.h"
 
 #include <stdlib.h>
 #include <string.h>

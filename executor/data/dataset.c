@@ -1,6 +1,6 @@
 /* dataset.c - dataset_load: picks the loader a data spec names, applies
  * data.limit and validation_split, and hands back owned train/val/test sets.
- * Also the data RNG, shards and replica slices. The loaders live in idx.c,
+ * Also shards and replica slices. The loaders live in idx.c,
  * csv.c and synthetic.c; the batcher in batcher.c. */
 #include "dataset.h"
 
@@ -15,42 +15,6 @@
 #define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 #define MNIST_CLASSES 10
 #define MNIST_SIDE 28
-
-/* ---------------------------------------------------------------- rng */
-
-uint64_t data_rng_next(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-uint64_t data_rng_below(uint64_t *state, uint64_t n) {
-    /* Lemire's multiply-shift with rejection: exact uniformity. */
-    uint64_t x = data_rng_next(state);
-    __uint128_t m = (__uint128_t)x * n;
-    uint64_t lo = (uint64_t)m;
-    if (lo < n) {
-        uint64_t t = (0 - n) % n;
-        while (lo < t) {
-            x = data_rng_next(state);
-            m = (__uint128_t)x * n;
-            lo = (uint64_t)m;
-        }
-    }
-    return (uint64_t)(m >> 64);
-}
-
-float data_rng_float(uint64_t *state) {
-    return (float)(data_rng_next(state) >> 40) * (1.0f / 16777216.0f);
-}
-
-uint64_t data_rng_seed2(uint64_t a, uint64_t b) {
-    uint64_t s = a;
-    uint64_t h = data_rng_next(&s);
-    s = h ^ (b * 0xd6e8feb86659fd93ULL);
-    return data_rng_next(&s);
-}
 
 /* ---------------------------------------------------------------- datasets */
 

@@ -9,7 +9,7 @@
  * defines: dataset_load, dataset_free, dataset_splits_free, dataset_shard,
  *          batcher_init, batcher_next, batcher_reset, batcher_release,
  *          batcher_seek, batch_replica_slice, the loaders (idx_load, csv_load,
- *          synthetic_make) and the data RNG. See docs/data.md. */
+ *          synthetic_make). The data RNG is data_rng.h. See docs/data.md. */
 #ifndef TRAINYARD_DATASET_H
 #define TRAINYARD_DATASET_H
 
@@ -134,17 +134,8 @@ int csv_load(const char *path, int header, int label_column, const char *label_c
 #define DATASET_MAX_FLOATS (1L << 30) /* 4 GiB of features */
 
 /* synthetic_make: n examples of f features uniform in [0,1), label 0 or 1,
- * from data_rng seeded with seed; classes = 2. The first k examples do not
+ * from data_rng.h seeded with seed; classes = 2. The first k examples do not
  * depend on n. */
 int synthetic_make(long n, int f, uint64_t seed, dataset *out, char err[DATASET_ERR_MAX]);
-
-/* The data RNG (splitmix64): the same sequence on every platform. */
-uint64_t data_rng_next(uint64_t *state);
-/* Uniform in [0, n), n > 0, without modulo bias. */
-uint64_t data_rng_below(uint64_t *state, uint64_t n);
-/* Uniform float in [0,1) with 24 random bits. */
-float data_rng_float(uint64_t *state);
-/* A well-mixed state from two words (seed, epoch). */
-uint64_t data_rng_seed2(uint64_t a, uint64_t b);
 
 #endif

@@ -3,6 +3,7 @@
  * with data.seed. Same seed, same data, on every machine; example i does not
  * depend on n, so a limit keeps a prefix. */
 #include "dataset.h"
+#include "data_rng.h"
 
 #include <stdio.h>
 #include <string.h>
