@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <cjson/cJSON.h>
 #include "db.h"
-#include "store.h"
+#include "store_base.h"
 
 typedef struct ctx_row {
     int64_t team_id;

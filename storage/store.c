@@ -39,41 +39,6 @@ int store_is_terminal(const char *state) {
            strcmp(state, "cancelled") == 0;
 }
 
-/* YYYY-MM-DDTHH:MM:SS.mmmZ by hand: a list page writes four per job, and
- * snprintf was a tenth of its time. */
-static void time_text(char out[25], int64_t ms) {
-    time_t s = (time_t)(ms / 1000);
-    struct tm tm;
-    gmtime_r(&s, &tm);
-    int year = tm.tm_year + 1900;
-    if (year > 9999) year = 9999;
-    int f[7][2] = {{year, 4}, {tm.tm_mon + 1, 2}, {tm.tm_mday, 2}, {tm.tm_hour, 2},
-                   {tm.tm_min, 2}, {tm.tm_sec, 2}, {(int)(ms % 1000), 3}};
-    static const char sep[7] = {'-', '-', 'T', ':', ':', '.', 'Z'};
-    char *p = out;
-    for (int i = 0; i < 7; i++) {
-        for (int k = f[i][1] - 1, v = f[i][0]; k >= 0; k--, v /= 10) p[k] = (char)('0' + v % 10);
-        p += f[i][1];
-        *p++ = sep[i];
-    }
-    *p = '\0';
-}
-
-void store_json_time_ms(cJSON *o, const char *key, int64_t ms) {
-    if (ms <= 0) {
-        cJSON_AddNullToObject(o, key);
-        return;
-    }
-    char out[25];
-    time_text(out, ms);
-    cJSON_AddStringToObject(o, key, out);
-}
-
-void store_json_time(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
-    if (sqlite3_column_type(st, col) == SQLITE_NULL) cJSON_AddNullToObject(o, key);
-    else store_json_time_ms(o, key, sqlite3_column_int64(st, col));
-}
-
 /* Our own JSON object text (the API wrote it, json_out.h), answered as it
  * is stored: parsing and printing every running job's progress again was
  * most of a list page's cost. Its length, or 0 for anything else (null). */
@@ -620,7 +585,7 @@ static int job_row_write(buf *out, sqlite3_stmt *st) {
                 rc |= buf_append(out, "null", 4);
             } else {
                 char t[25];
-                time_text(t, sqlite3_column_int64(st, c));
+                store_time_text(t, sqlite3_column_int64(st, c));
                 rc |= json_write_string(out, t);
             }
             break;

@@ -15,7 +15,7 @@
 #include "db.h"
 #include "../common/util.h"
 
-enum { STORE_OK = 0, STORE_NOT_FOUND = 1, STORE_CONFLICT = 2, STORE_EXPIRED = 3, STORE_ERROR = -1 };
+#include "store_base.h"
 
 /* TOKEN_JOIN is the shared agents' token (DIR/node.token), good for
  * registration only; TOKEN_NODE a per-node token minted at registration.
@@ -34,10 +34,7 @@ typedef struct principal {
 
 const char *token_kind_name(token_kind k);
 
-/* JSON forms of columns: an ISO 8601 UTC time with milliseconds (null for a
- * NULL column or ms <= 0), a text column (null for NULL). */
-void store_json_time_ms(cJSON *o, const char *key, int64_t ms);
-void store_json_time(cJSON *o, const char *key, sqlite3_stmt *st, int col);
+/* JSON form of a text column (null for NULL); a time's is store_base.h's. */
 void store_json_text(cJSON *o, const char *key, sqlite3_stmt *st, int col);
 /* o[key] = a JSON object text this service stored (text NULL or not an
  * object: null), kept as raw text: json_write answers it as stored. */
