@@ -8,7 +8,8 @@
 #include "cluster_api.h"
 #include "exec_api.h"
 #include "../storage/exec_store.h"
-#include "routes.h"
+#include "scheduling.h"
+#include "scope.h"
 #include "../scheduler/scheduler.h"
 #include "../server/server.h"
 #include "../storage/cluster.h"
@@ -349,17 +350,6 @@ out:
     cJSON_free(rt_text);
     cJSON_free(keep);
     cJSON_Delete(body);
-}
-
-/* A node token acts for its own node only: 0, or -1 after answering 403. */
-int api_node_scope(const http_req *req, http_res *res, int64_t node)
-{
-    if (req->who.kind == TOKEN_NODE && req->who.node_id != node) {
-        http_error(res, 403, "forbidden", NULL, "the token of node %lld may not act for node %lld",
-                   (long long)req->who.node_id, (long long)node);
-        return -1;
-    }
-    return 0;
 }
 
 /* POST /api/v1/nodes/{id}/heartbeat */

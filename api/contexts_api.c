@@ -9,7 +9,6 @@
  * the context of its own job; a node token the context of a job with a
  * task on its node that has not exited. */
 #include "contexts_api.h"
-#include "routes.h"
 #include "../common/ctxtar.h"
 #include "../server/server.h"
 #include "teams_api.h"

@@ -8,9 +8,9 @@
  * tasks' reports, logs of jobs with a task on it; another node's is a 403. */
 #include "exec_api.h"
 #include "../common/json_out.h"
-#include "cluster_api.h"
 #include "retention_api.h"
-#include "routes.h"
+#include "scheduling.h"
+#include "scope.h"
 #include "teams_api.h"
 #include "../spec/jobspec.h"
 #include "../scheduler/lifecycle.h"

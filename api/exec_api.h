@@ -1,15 +1,16 @@
 /* exec_api.h - the endpoints agents and workers speak (docs/api-executors.md):
  * assignments long-poll, task status, metrics, logs, checkpoints, rendezvous,
  * and what users read of a running job (progress, tasks, server-sent events).
- * Its route table is api_exec_routes (api/routes.h).
  *
- * defines: exec_node_registered, exec_events_stream, exec_wants_event_stream, exec_job_decorate */
+ * defines: api_exec_routes, exec_node_registered, exec_events_stream, exec_wants_event_stream, exec_job_decorate */
 #ifndef TRAINYARD_EXEC_API_H
 #define TRAINYARD_EXEC_API_H
 
 #include <stdint.h>
 #include <cjson/cJSON.h>
 #include "../server/http.h"
+
+extern const route api_exec_routes[];
 
 struct server;
 

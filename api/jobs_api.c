@@ -2,8 +2,8 @@
  * delete and the job's timeline. Validation is spec/jobspec.c; rows are storage/store.c.
  * A team token sees only its team's jobs (another team's job is a 404, not a
  * 403, so ids do not leak); the admin token sees all. */
-#include "routes.h"
 #include "jobs_api.h"
+#include "scheduling.h"
 #include "../common/version.h"
 #include "../spec/jobspec.h"
 #include "exec_api.h"

@@ -2,13 +2,16 @@
  * share with POST /jobs, so a job submitted for them (a sweep's trial) is
  * admitted and stored as any other.
  *
- * defines: api_job_admit, api_job_row */
+ * defines: api_jobs_routes, api_job_admit, api_job_row */
 #ifndef TRAINYARD_JOBS_API_H
 #define TRAINYARD_JOBS_API_H
 
 #include <stddef.h>
+#include "../server/http.h"
 #include "../spec/jobspec.h"
 #include "../storage/store.h"
+
+extern const route api_jobs_routes[];
 
 struct server;
 

@@ -4,7 +4,6 @@
  * pass durations (scheduler/scheduler.c). Admin token: the families name
  * every team and running job. See docs/metrics.md. */
 #include "metrics_api.h"
-#include "routes.h"
 #include "../common/version.h"
 #include "../scheduler/scheduler.h"
 #include "../server/server.h"

@@ -11,7 +11,7 @@
  * answered only to a task of one of the team's jobs whose image lives on
  * that registry, which hands it to podman in a file only root reads. No
  * answer to a person, no log line and no other team ever shows it. */
-#include "routes.h"
+#include "registry_api.h"
 #include "../server/server.h"
 #include "../spec/jobspec.h"
 #include "../storage/exec_store.h"

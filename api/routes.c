@@ -6,14 +6,17 @@
 
 #include "cluster_api.h"
 #include "contexts_api.h"
+#include "exec_api.h"
+#include "jobs_api.h"
 #include "metrics_api.h"
+#include "registry_api.h"
 #include "retention_api.h"
 #include "sweeps_api.h"
+#include "teams_api.h"
+#include "usage_api.h"
 #include "web_api.h"
 #include "../server/server.h"
-#include "../scheduler/lifecycle.h"
 #include "../scheduler/scheduler.h"
-#include "../storage/store.h"
 
 const route *const api_route_tables[] = {
     api_jobs_routes,
@@ -54,18 +57,6 @@ int api_start_services(struct server *srv, char *err, size_t errlen) {
 void api_stop_services(struct server *srv) {
     srv->stopping = 1; /* long-polls and event streams end so the daemon can stop */
     sched_stop();
-}
-
-int api_job_stop_tasks(struct server *srv, int64_t job_id, const char *why) {
-    /* tasks never handed out to an agent are closed at once: no agent would report them */
-    /* the agents running the others are woken to stop them (db_wake_node) */
-    if (lifecycle_stop_tasks(srv->db, job_id, why) != STORE_OK) return -1;
-    return 0;
-}
-
-void api_kick_scheduler(struct server *srv) {
-    (void)srv;
-    sched_kick();
 }
 
 /* The server's periodic housekeeping: contexts past their grace; what

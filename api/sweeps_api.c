@@ -17,7 +17,7 @@
 #include "sweeps_api.h"
 #include "jobs_api.h"
 #include "contexts_api.h"
-#include "routes.h"
+#include "scheduling.h"
 #include "../scheduler/sweep.h"
 #include "../server/server.h"
 #include "../storage/store.h"

@@ -6,7 +6,7 @@
  * expiring or not, optionally rotating the team's others out after a grace.
  * Also the check every bulk write passes (api_storage_admit). */
 #include "teams_api.h"
-#include "routes.h"
+#include "scheduling.h"
 #include "../spec/jobspec.h"
 #include "../server/server.h"
 #include "../storage/cluster.h"

@@ -2,7 +2,7 @@
  * write (a checkpoint, a context) passes against the server's disk reserve
  * and the team's storage quota, and a team's storage in its JSON form.
  *
- * defines: api_storage_admit, api_team_storage_json */
+ * defines: api_teams_routes, api_storage_admit, api_team_storage_json */
 #ifndef TRAINYARD_TEAMS_API_H
 #define TRAINYARD_TEAMS_API_H
 
@@ -10,6 +10,8 @@
 #include <cjson/cJSON.h>
 #include "../server/http.h"
 #include "../server/server.h"
+
+extern const route api_teams_routes[];
 
 /* A write of len bytes of the team's `what` ("checkpoint", "context"):
  * 0 to go on, or -1 with the answer in res: 507 disk_reserve when it would

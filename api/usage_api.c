@@ -8,7 +8,7 @@
  * default the 30 days before now. to > from, at most 400 days apart. An
  * admin token sees every team (or one with team=), a team token its own
  * (team= another team: 403). JSON, or CSV with Accept: text/csv. */
-#include "routes.h"
+#include "usage_api.h"
 #include "../server/server.h"
 #include "../storage/store.h"
 #include "../storage/usage_store.h"

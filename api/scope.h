@@ -1,0 +1,17 @@
+/* scope.h - what a token may act for beyond the routes its kind may call
+ * (the route table's auth): a node's own token acts for that node only.
+ * Below the handlers that check it (cluster_api.c, exec_api.c).
+ *
+ * defines: api_node_scope */
+#ifndef TRAINYARD_SCOPE_H
+#define TRAINYARD_SCOPE_H
+
+#include <stdint.h>
+#include "../server/http.h"
+
+/* A per-node token acts for its own node only: 0 when req may act for
+ * node (any other token kind, or that node's token), else -1 after
+ * answering 403 forbidden. */
+int api_node_scope(const http_req *req, http_res *res, int64_t node);
+
+#endif
