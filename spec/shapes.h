@@ -10,7 +10,7 @@
 #define TRAINYARD_SPEC_SHAPES_H
 
 #include <stddef.h>
-#include "jobspec.h"
+#include "jobspec_types.h"
 
 #define MAX_LAYER_OUT (1L << 24)    /* a layer's output values per example */
 #define MAX_CONV_COLUMNS (1L << 26) /* a conv2d's im2col values per example (256 MiB) */
@@ -31,5 +31,12 @@ int jobspec_resolve_shapes(jobspec *s, spec_error *e);
 
 /* "[28, 28, 1]" into out (cap bytes). */
 void jobspec_shape_text(const int *shape, int rank, char *out, size_t cap);
+
+/* A layer's name: its type and its index among the layers of that type
+ * ("conv2d_0", "dense_1"), as the engine names its tensors. */
+void jobspec_layer_name(const jobspec *spec, int i, char *out, size_t cap);
+
+const char *layer_type_name(layer_type t);
+const char *padding_name(padding_type p);
 
 #endif
