@@ -1,30 +1,13 @@
-/* jobs_api.h - the parts of a job's submission that other API modules
- * share with POST /jobs, so a job submitted for them (a sweep's trial) is
- * admitted and stored as any other.
+/* jobs_api.h - health and the job endpoints: submit, list, get, cancel,
+ * delete and the job's timeline (api/jobs_api.c). What other API modules
+ * share with POST /jobs (a sweep's trials) is admission.h.
  *
- * defines: api_jobs_routes, api_job_admit, api_job_row */
+ * defines: api_jobs_routes */
 #ifndef TRAINYARD_JOBS_API_H
 #define TRAINYARD_JOBS_API_H
 
-#include <stddef.h>
 #include "../server/http.h"
-#include "../spec/jobspec.h"
-#include "../storage/store.h"
 
 extern const route api_jobs_routes[];
-
-struct server;
-
-/* POST /jobs's admission of a parsed spec: the server's log cap
- * (--log-max-per-job) and whether any set of ready nodes could ever hold
- * it (unless queue_if_infeasible). 0 admitted; 1 refused, with the error's
- * code ("invalid_value", "infeasible"), field (NULL: none) and message as
- * POST /jobs answers them (a 422); -1 the database failed. */
-int api_job_admit(struct server *srv, const jobspec *spec, const char **code, const char **field, char *msg,
-                  size_t cap);
-
-/* The jobs row's columns of a parsed spec (pointers into spec; sweep_id
- * and trial 0). */
-void api_job_row(const jobspec *spec, store_new_job *row);
 
 #endif

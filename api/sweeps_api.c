@@ -15,7 +15,7 @@
  * Scope: a team token sees its own sweeps (another team's is the same 404
  * as an unknown one); the admin token sees all. */
 #include "sweeps_api.h"
-#include "jobs_api.h"
+#include "admission.h"
 #include "contexts_api.h"
 #include "scheduling.h"
 #include "../scheduler/sweep.h"
