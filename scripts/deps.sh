@@ -18,6 +18,8 @@ command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 # tests build an image offline from Debian's packages (mmdebstrap) and serve
 # it from a registry on loopback (docker-registry)
 pkgs+=(podman runc mmdebstrap docker-registry)
+# the HTTPS server's scan (tests/testssl.sh; it brings the openssl command it probes with)
+pkgs+=(testssl.sh)
 pkgs+=(${TRAINYARD_EXTRA_PKGS:-})
 missing=()
 for p in "${pkgs[@]}"; do

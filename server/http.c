@@ -11,6 +11,7 @@
  * are pooled across threads (storage/db.c). docs/server.md, "Threading",
  * records the measurements behind this choice. */
 #include "http.h"
+#include "https.h"
 #include "server.h"
 #include "static.h"
 #include "../common/json_out.h"
@@ -1352,11 +1353,13 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
     }
     log_debug("http: %u pool threads, at most %u connections", threads, h->max_conns);
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    struct MHD_OptionItem tls_opts[3] = {{MHD_OPTION_END, 0, NULL}, {MHD_OPTION_END, 0, NULL}, {MHD_OPTION_END, 0, NULL}};
+    struct MHD_OptionItem tls_opts[4] = {{MHD_OPTION_END, 0, NULL}, {MHD_OPTION_END, 0, NULL}, {MHD_OPTION_END, 0, NULL},
+                                         {MHD_OPTION_END, 0, NULL}};
     if (tls_cert_pem) {
         flags |= MHD_USE_TLS;
         tls_opts[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)tls_cert_pem};
         tls_opts[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)tls_key_pem};
+        tls_opts[2] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)HTTPS_PRIORITIES};
     }
     h->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h,
                               MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,

@@ -129,8 +129,9 @@ typedef struct http_daemon http_daemon;
 /* Starts listening on host:port (port 0 = any free port) with the given
  * route tables (a NULL-terminated list of tables). *port_out gets the bound
  * port. With tls_cert_pem and tls_key_pem (PEM text, kept by the caller
- * until http_stop) it serves HTTPS only (libmicrohttpd over GnuTLS): a
- * plain HTTP request gets no answer. Returns NULL with a message in err on failure. The pool has
+ * until http_stop) it serves HTTPS only (libmicrohttpd over GnuTLS, the
+ * protocols and ciphers of server/https.h's HTTPS_PRIORITIES): a plain HTTP
+ * request gets no answer. Returns NULL with a message in err on failure. The pool has
  * TRAINYARD_HTTP_THREADS threads (default: four a core, at least 4). */
 http_daemon *http_start(struct server *srv, const char *host, int port, const route *const *tables,
                         const char *tls_cert_pem, const char *tls_key_pem, int *port_out, char *err,

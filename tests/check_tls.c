@@ -1,13 +1,17 @@
 /* check_tls.c - HTTPS between our processes, against the real binary on
  * loopback: `server --tls auto` makes a CA and a certificate and serves
  * HTTPS only (no answer in the clear, none to a client that does not trust
- * the CA); `up --tls auto` trains a job whose worker reports over it; an
- * agent joins with the CA's hash and is refused with a wrong one; a given
- * certificate and key are served, and a bad, mismatched or expired one, or
- * plain HTTP off loopback, stops the server before it makes or starts
- * anything, with one line naming the file. */
+ * the CA), TLS 1.2 and 1.3 with AEAD ciphers only; `up --tls auto` trains a
+ * job whose worker reports over it; an agent joins with the CA's hash and is
+ * refused with a wrong one; a given certificate and key are served, and a
+ * bad, mismatched or expired one, or plain HTTP off loopback, stops the
+ * server before it makes or starts anything, with one line naming the file.
+ * (tests/testssl.sh scans the profile.) */
 #include "testlib.h"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
 #include <sys/stat.h>
 
 #include "../common/tls.h"
@@ -90,6 +94,110 @@ static size_t plain_request(const char *url, char *out, size_t n) {
     out[got] = '\0';
     close(fd);
     return got;
+}
+
+/* ---------------------------------------------------------------- a TLS client of our own (OpenSSL) */
+
+static int url_port(const char *url) {
+    const char *c = strrchr(url, ':');
+    ck_assert_ptr_nonnull(c);
+    return atoi(c + 1);
+}
+
+/* A TCP connection to 127.0.0.1:port with 5 s timeouts. */
+static int tcp_connect(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    ck_assert_int_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0);
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+typedef struct tls_conn {
+    SSL_CTX *ctx;
+    SSL *ssl;
+    int fd;
+} tls_conn;
+
+/* What a handshake showed. */
+typedef struct tls_seen {
+    int version;                      /* TLS1_2_VERSION, ... */
+    int aead;                         /* the cipher is an AEAD one */
+    char cipher[64];
+} tls_seen;
+
+static void tls_conn_close(tls_conn *t) {
+    if (t->ssl) SSL_free(t->ssl);
+    if (t->ctx) SSL_CTX_free(t->ctx);
+    if (t->fd >= 0) close(t->fd);
+    t->ssl = NULL;
+    t->ctx = NULL;
+    t->fd = -1;
+}
+
+/* A handshake with 127.0.0.1:port offering protocols min..max (and, when
+ * ciphers12, only those TLS 1.2 suites); with cafile, the server's chain
+ * must verify against it and name 127.0.0.1. 0 with t open and seen
+ * filled, or -1 (t closed) when the handshake failed. */
+static int tls_open(tls_conn *t, int port, int min, int max, const char *ciphers12, const char *cafile, tls_seen *seen) {
+    memset(t, 0, sizeof *t);
+    t->fd = -1;
+    t->ctx = SSL_CTX_new(TLS_client_method());
+    ck_assert_ptr_nonnull(t->ctx);
+    SSL_CTX_set_security_level(t->ctx, 0); /* so that the client offers TLS 1.0 and 1.1 when asked to */
+    ck_assert_int_eq(SSL_CTX_set_min_proto_version(t->ctx, min), 1);
+    ck_assert_int_eq(SSL_CTX_set_max_proto_version(t->ctx, max), 1);
+    ck_assert_int_eq(SSL_CTX_set_cipher_list(t->ctx, ciphers12 ? ciphers12 : "ALL:@SECLEVEL=0"), 1);
+    if (cafile) {
+        ck_assert_int_eq(SSL_CTX_load_verify_locations(t->ctx, cafile, NULL), 1);
+        SSL_CTX_set_verify(t->ctx, SSL_VERIFY_PEER, NULL);
+        ck_assert_int_eq(X509_VERIFY_PARAM_set1_ip_asc(SSL_CTX_get0_param(t->ctx), "127.0.0.1"), 1);
+    } else {
+        SSL_CTX_set_verify(t->ctx, SSL_VERIFY_NONE, NULL);
+    }
+    t->fd = tcp_connect(port);
+    t->ssl = SSL_new(t->ctx);
+    ck_assert_ptr_nonnull(t->ssl);
+    ck_assert_int_eq(SSL_set_fd(t->ssl, t->fd), 1);
+    if (SSL_connect(t->ssl) != 1) {
+        ERR_clear_error();
+        tls_conn_close(t);
+        return -1;
+    }
+    memset(seen, 0, sizeof *seen);
+    const SSL_CIPHER *c = SSL_get_current_cipher(t->ssl);
+    seen->version = SSL_version(t->ssl);
+    seen->aead = c && SSL_CIPHER_is_aead(c);
+    snprintf(seen->cipher, sizeof seen->cipher, "%s", c ? SSL_CIPHER_get_name(c) : "?");
+    return 0;
+}
+
+/* GET /api/v1/health on an open connection (kept alive): the status. */
+static int tls_get_health(tls_conn *t) {
+    static const char req[] = "GET /api/v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    if (SSL_write(t->ssl, req, (int)sizeof req - 1) != (int)sizeof req - 1) return -1;
+    char in[4096];
+    size_t got = 0;
+    long want = -1;
+    char *body = NULL;
+    while (got + 1 < sizeof in) {
+        int r = SSL_read(t->ssl, in + got, (int)(sizeof in - 1 - got));
+        if (r <= 0) return -1;
+        got += (size_t)r;
+        in[got] = '\0';
+        if (!body && (body = strstr(in, "\r\n\r\n"))) {
+            body += 4;
+            const char *cl = strcasestr(in, "Content-Length:");
+            if (!cl) return -1;
+            want = atol(cl + 15);
+        }
+        if (body && (long)(in + got - body) >= want) break;
+    }
+    return body && strncmp(in, "HTTP/1.1 ", 9) == 0 ? atoi(in + 9) : -1;
 }
 
 START_TEST(tls_auto_serves_https_only) {
@@ -377,6 +485,47 @@ START_TEST(insecure_http_is_said) {
 }
 END_TEST
 
+START_TEST(only_tls12_and_13_with_aead) {
+    const char *extra[] = {"--tls", "auto", NULL};
+    ty_server_start_args(&srv, "server", extra);
+    int port = url_port(srv.url);
+    char ca[400];
+    tls_path(ca, sizeof ca, "ca.crt");
+    tls_conn t;
+    tls_seen seen;
+    /* TLS 1.0 and 1.1: no handshake */
+    ck_assert_msg(tls_open(&t, port, TLS1_VERSION, TLS1_VERSION, NULL, NULL, &seen) < 0, "TLS 1.0 was accepted");
+    ck_assert_msg(tls_open(&t, port, TLS1_1_VERSION, TLS1_1_VERSION, NULL, NULL, &seen) < 0, "TLS 1.1 was accepted");
+    /* TLS 1.2 offering only CBC suites, or only AES-CCM (AEAD, but not the profile's) */
+    const char *refused_suites[] = {"ECDHE-ECDSA-AES128-SHA256:ECDHE-ECDSA-AES256-SHA384:ECDHE-ECDSA-AES128-SHA:"
+                                    "ECDHE-ECDSA-AES256-SHA",
+                                    "ECDHE-ECDSA-AES128-CCM:ECDHE-ECDSA-AES256-CCM:ECDHE-ECDSA-AES128-CCM8"};
+    for (int i = 0; i < 2; i++)
+        ck_assert_msg(tls_open(&t, port, TLS1_2_VERSION, TLS1_2_VERSION, refused_suites[i], NULL, &seen) < 0,
+                      "TLS 1.2 with only %s was accepted (%s)", refused_suites[i], seen.cipher);
+    /* TLS 1.2 with everything offered: an AEAD suite with ECDHE, verified against the CA */
+    ck_assert_int_eq(tls_open(&t, port, TLS1_2_VERSION, TLS1_2_VERSION, NULL, ca, &seen), 0);
+    ck_assert_msg(seen.aead && strncmp(seen.cipher, "ECDHE-ECDSA-", 12) == 0, "TLS 1.2 chose %s", seen.cipher);
+    ck_assert_int_eq(tls_get_health(&t), 200);
+    tls_conn_close(&t);
+    /* each of the profile's three TLS 1.2 suites for the auto certificate's P-256 key */
+    const char *suites[] = {"ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-AES256-GCM-SHA384",
+                            "ECDHE-ECDSA-CHACHA20-POLY1305"};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_msg(tls_open(&t, port, TLS1_2_VERSION, TLS1_2_VERSION, suites[i], ca, &seen) == 0, "%s refused",
+                      suites[i]);
+        ck_assert_str_eq(seen.cipher, suites[i]);
+        tls_conn_close(&t);
+    }
+    /* TLS 1.3 by default */
+    ck_assert_int_eq(tls_open(&t, port, TLS1_VERSION, TLS1_3_VERSION, NULL, ca, &seen), 0);
+    ck_assert_int_eq(seen.version, TLS1_3_VERSION);
+    ck_assert(seen.aead);
+    ck_assert_int_eq(tls_get_health(&t), 200);
+    tls_conn_close(&t);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("tls");
     TCase *tc = ty_tcase(s, "tls", setup, teardown, 120);
@@ -386,5 +535,6 @@ int main(void) {
     tcase_add_test(tc, given_certificate_is_served);
     tcase_add_test(tc, bad_tls_input_starts_nothing);
     tcase_add_test(tc, insecure_http_is_said);
+    tcase_add_test(tc, only_tls12_and_13_with_aead);
     return ty_run_suite(s);
 }

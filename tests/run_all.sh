@@ -56,6 +56,13 @@ if [ "${BENCH_SMOKE_TEST:-1}" != 0 ]; then
   if make --no-print-directory -s bench-smoke; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: make bench-smoke"; fi
   echo "   ($(( $(date +%s) - start ))s)"
 fi
+# the HTTPS server's protocols, ciphers and known vulnerabilities, scanned by testssl.sh (tests/testssl.sh)
+if [ "${TESTSSL_TEST:-1}" != 0 ]; then
+  echo "== tests/testssl.sh"
+  start=$(date +%s)
+  if tests/testssl.sh "$build"; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/testssl.sh"; fi
+  echo "   ($(( $(date +%s) - start ))s)"
+fi
 # every command block of README.md, run as written against `make run`'s service (tests/readme_check.py)
 if [ "${README_TEST:-1}" != 0 ]; then
   echo "== tests/readme_check.py"
