@@ -22,8 +22,6 @@
 
 #define TLS_FILE_MAX (1u << 20)
 #define CA_DAYS 3650
-#define SERVER_DAYS 365
-#define RENEW_DAYS 30
 
 static void ssl_reason(char *out, size_t n) {
     unsigned long e = ERR_get_error();
@@ -76,6 +74,16 @@ static void asn1_time_text(const ASN1_TIME *t, char *out, size_t n) {
     struct tm tm;
     if (ASN1_TIME_to_tm(t, &tm) == 1) strftime(out, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
     else snprintf(out, n, "an unreadable date");
+}
+
+/* t as unix seconds: 0, or -1 when it does not parse. */
+static int asn1_time_unix(const ASN1_TIME *t, int64_t *out) {
+    struct tm tm;
+    if (ASN1_TIME_to_tm(t, &tm) != 1) return -1;
+    time_t u = timegm(&tm);
+    if (u == (time_t)-1) return -1;
+    *out = (int64_t)u;
+    return 0;
 }
 
 /* 0 when x is valid now; -1 with "what: the certificate expired on ..." */
@@ -280,16 +288,48 @@ int tls_check_ca(const char *pem, size_t n, const char *what, char *err, size_t 
     return rc;
 }
 
-/* 1 when the server certificate in pem was signed by ca, is valid for
- * RENEW_DAYS more days and names every one of names. */
-static int server_cert_fits(const char *pem, X509 *ca, const char *const *names, int n_names) {
+int64_t tls_auto_renew_at(int64_t not_after, long lifetime_s) {
+    if (lifetime_s <= 0) lifetime_s = TLS_AUTO_LIFETIME_S;
+    return not_after - (int64_t)lifetime_s / 3;
+}
+
+int tls_cert_read(const char *pem, size_t n, tls_cert_info *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    X509 *x = pem_cert(pem, n);
+    if (!x) {
+        ERR_clear_error();
+        snprintf(err, errlen, "no PEM certificate in it");
+        return -1;
+    }
+    int rc = -1;
+    BIGNUM *bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(x), NULL);
+    char *hex = bn ? BN_bn2hex(bn) : NULL;
+    if (asn1_time_unix(X509_get0_notBefore(x), &out->not_before) < 0 ||
+        asn1_time_unix(X509_get0_notAfter(x), &out->not_after) < 0)
+        snprintf(err, errlen, "the certificate's dates do not parse");
+    else if (!hex || sfmt(out->serial, sizeof out->serial, "%s", hex) < 0)
+        snprintf(err, errlen, "the certificate's serial number cannot be read (or is over 20 octets)");
+    else
+        rc = 0;
+    if (rc == 0) asn1_time_text(X509_get0_notAfter(x), out->not_after_text, sizeof out->not_after_text);
+    OPENSSL_free(hex);
+    BN_free(bn);
+    X509_free(x);
+    ERR_clear_error();
+    return rc;
+}
+
+/* 1 when the server certificate in pem was signed by ca, is not yet due
+ * for renewal (tls_auto_renew_at) and names every one of names. */
+static int server_cert_fits(const char *pem, X509 *ca, const char *const *names, int n_names, long lifetime_s) {
     X509 *x = pem_cert(pem, strlen(pem));
     int ok = 0;
+    int64_t not_after = 0;
     if (!x) goto out;
     EVP_PKEY *ca_pub = X509_get0_pubkey(ca);
     if (!ca_pub || X509_verify(x, ca_pub) != 1) goto out;
-    time_t soon = time(NULL) + (time_t)RENEW_DAYS * 86400;
-    if (X509_cmp_time(X509_get0_notAfter(x), &soon) <= 0) goto out;
+    if (asn1_time_unix(X509_get0_notAfter(x), &not_after) < 0) goto out;
+    if ((int64_t)time(NULL) >= tls_auto_renew_at(not_after, lifetime_s)) goto out;
     for (int i = 0; i < n_names; i++) {
         int m = is_ip(names[i]) ? X509_check_ip_asc(x, names[i], 0) : X509_check_host(x, names[i], 0, 0, NULL);
         if (m != 1) goto out;
@@ -310,9 +350,10 @@ static int write_file(const char *dir, const char *name, const char *text, int m
     return 0;
 }
 
-int tls_auto(const char *dir, const char *const *names, int n_names, char **cert_pem, char **key_pem, char **ca_pem,
-             char *err, size_t errlen) {
+int tls_auto(const char *dir, const char *const *names, int n_names, long lifetime_s, char **cert_pem,
+             char **key_pem, char **ca_pem, char *err, size_t errlen) {
     *cert_pem = *key_pem = *ca_pem = NULL;
+    if (lifetime_s <= 0) lifetime_s = TLS_AUTO_LIFETIME_S;
     if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
         snprintf(err, errlen, "cannot make %s: %s", dir, strerror(errno));
         return -1;
@@ -359,7 +400,7 @@ int tls_auto(const char *dir, const char *const *names, int n_names, char **cert
     if (sfmt(path, sizeof path, "%s/server.key", dir) < 0) goto fail_long;
     srv_k = file_read_all(path, TLS_FILE_MAX, &n);
     int fits = 0;
-    if (srv_c && srv_k && server_cert_fits(srv_c, ca, names, n_names)) {
+    if (srv_c && srv_k && server_cert_fits(srv_c, ca, names, n_names, lifetime_s)) {
         X509 *x = pem_cert(srv_c, strlen(srv_c));
         EVP_PKEY *k = pem_key(srv_k, strlen(srv_k));
         fits = x && k && X509_check_private_key(x, k) == 1;
@@ -371,13 +412,13 @@ int tls_auto(const char *dir, const char *const *names, int n_names, char **cert
         free(srv_c);
         free(srv_k);
         srv_c = srv_k = NULL;
-        if (tls_make_cert(n_names ? names[0] : "localhost", -3600, (long)SERVER_DAYS * 86400, names, n_names, ca_c, ca_k,
-                          &srv_c, &srv_k, err, errlen) < 0)
+        if (tls_make_cert(n_names ? names[0] : "localhost", -3600, lifetime_s, names, n_names, ca_c, ca_k, &srv_c,
+                          &srv_k, err, errlen) < 0)
             goto done;
         if (write_file(dir, "server.key", srv_k, 0600, err, errlen) < 0 ||
             write_file(dir, "server.crt", srv_c, 0644, err, errlen) < 0)
             goto done;
-        log_info("tls: made a server certificate in %s/server.crt for %d names", dir, n_names);
+        log_info("tls: made a server certificate in %s/server.crt for %d names, valid %ld s", dir, n_names, lifetime_s);
     }
     /* the chain a client is shown: the server's certificate, then the CA */
     buf chain;

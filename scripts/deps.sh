@@ -2,7 +2,7 @@
 # deps.sh - install the Debian packages trainyard needs to build, test and run.
 # Idempotent: installs only what is missing; uses sudo when not root.
 set -euo pipefail
-pkgs=(build-essential pkg-config libmicrohttpd-dev libcjson-dev libsqlite3-dev check
+pkgs=(build-essential pkg-config libmicrohttpd-dev libgnutls28-dev libcjson-dev libsqlite3-dev check
       libsubunit-dev libopenblas-dev libcurl4-openssl-dev libssl-dev zlib1g-dev libarchive-dev
       dataset-fashion-mnist python3 python3-numpy curl jq sqlite3 procps iproute2)
 # command jobs' tests and examples: PyTorch DDP on /usr/bin/python3 (tests/check_command.c)

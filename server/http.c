@@ -89,6 +89,7 @@ struct http_daemon {
     int off_started, off_closing;
     http_req *off_head, *off_tail;    /* queue through off_next */
     int deferred;                     /* under off_mu: http_defer'd, not resumed yet */
+    int tls;                          /* serves HTTPS: the certificate is https.h's */
 };
 
 static int64_t now_us(void) {
@@ -1307,6 +1308,12 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
         snprintf(err, errlen, "this libmicrohttpd was built without TLS: HTTPS cannot be served");
         return NULL;
     }
+    if (tls_cert_pem && MHD_is_feature_supported(MHD_FEATURE_HTTPS_CERT_CALLBACK2) != MHD_YES) {
+        snprintf(err, errlen,
+                 "this libmicrohttpd cannot hand a certificate per handshake (MHD_OPTION_HTTPS_CERT_CALLBACK2, "
+                 "GnuTLS 3.6.3 or later): HTTPS cannot be served");
+        return NULL;
+    }
     struct sockaddr_in sa;
     memset(&sa, 0, sizeof sa);
     sa.sin_family = AF_INET;
@@ -1353,13 +1360,19 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
     }
     log_debug("http: %u pool threads, at most %u connections", threads, h->max_conns);
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
-    struct MHD_OptionItem tls_opts[4] = {{MHD_OPTION_END, 0, NULL}, {MHD_OPTION_END, 0, NULL}, {MHD_OPTION_END, 0, NULL},
-                                         {MHD_OPTION_END, 0, NULL}};
+    struct MHD_OptionItem tls_opts[3] = {{MHD_OPTION_END, 0, NULL}, {MHD_OPTION_END, 0, NULL}, {MHD_OPTION_END, 0, NULL}};
     if (tls_cert_pem) {
+        /* the certificate is handed per handshake (https.h), so that a
+         * renewed or re-read one is served without a restart */
+        char why[256];
+        if (https_open(tls_cert_pem, tls_key_pem, why, sizeof why) < 0) {
+            snprintf(err, errlen, "cannot serve HTTPS: %s", why);
+            goto fail;
+        }
+        h->tls = 1;
         flags |= MHD_USE_TLS;
-        tls_opts[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)tls_cert_pem};
-        tls_opts[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)tls_key_pem};
-        tls_opts[2] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)HTTPS_PRIORITIES};
+        tls_opts[0] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)HTTPS_PRIORITIES};
+        tls_opts[1] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_CERT_CALLBACK2, 0, (void *)https_retrieve};
     }
     h->mhd = MHD_start_daemon(flags, (uint16_t)port, NULL, NULL, on_request, h,
                               MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, NULL,
@@ -1381,6 +1394,7 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
     if (port_out) *port_out = info ? info->port : port;
     return h;
 fail:
+    if (h->tls) https_close();
     off_stop(h);
     park_stop(h);
     pthread_cond_destroy(&h->off_cv);
@@ -1392,6 +1406,14 @@ fail:
     free(h->hist);
     free(h);
     return NULL;
+}
+
+int http_tls_replace(http_daemon *h, const char *cert_pem, const char *key_pem, char *err, size_t errlen) {
+    if (!h->tls) {
+        snprintf(err, errlen, "the server serves plain HTTP: no certificate to replace");
+        return -1;
+    }
+    return https_set(cert_pem, key_pem, err, errlen);
 }
 
 void http_stop(http_daemon *h) {
@@ -1411,6 +1433,7 @@ void http_stop(http_daemon *h) {
      * rather than a connection closed under them (at most 2 s) */
     for (int i = 0; i < 400 && __atomic_load_n(&h->waiters, __ATOMIC_RELAXED) > 0; i++) usleep(5000);
     MHD_stop_daemon(h->mhd);
+    if (h->tls) https_close();
     pthread_cond_destroy(&h->off_cv);
     pthread_mutex_destroy(&h->off_mu);
     pthread_cond_destroy(&h->park_cv);

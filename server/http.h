@@ -16,7 +16,7 @@
  * connection is suspended, no thread waits, and the handler (or the stream
  * reader) runs again when the time is up or http_wake names it.
  *
- * defines: http_start, http_stop, http_json, http_error, http_query, ... */
+ * defines: http_start, http_tls_replace, http_stop, http_json, http_error, http_query, ... */
 #ifndef TRAINYARD_HTTP_H
 #define TRAINYARD_HTTP_H
 
@@ -128,14 +128,23 @@ typedef struct http_daemon http_daemon;
 
 /* Starts listening on host:port (port 0 = any free port) with the given
  * route tables (a NULL-terminated list of tables). *port_out gets the bound
- * port. With tls_cert_pem and tls_key_pem (PEM text, kept by the caller
- * until http_stop) it serves HTTPS only (libmicrohttpd over GnuTLS, the
- * protocols and ciphers of server/https.h's HTTPS_PRIORITIES): a plain HTTP
- * request gets no answer. Returns NULL with a message in err on failure. The pool has
- * TRAINYARD_HTTP_THREADS threads (default: four a core, at least 4). */
+ * port. With tls_cert_pem and tls_key_pem (PEM text, copied) it serves
+ * HTTPS only (libmicrohttpd over GnuTLS, the protocols and ciphers of
+ * server/https.h's HTTPS_PRIORITIES): a plain HTTP request gets no answer;
+ * one process serves HTTPS from one daemon at a time. Returns NULL with a
+ * message in err on failure. The pool has TRAINYARD_HTTP_THREADS threads
+ * (default: four a core, at least 4). */
 http_daemon *http_start(struct server *srv, const char *host, int port, const route *const *tables,
                         const char *tls_cert_pem, const char *tls_key_pem, int *port_out, char *err,
                         size_t errlen);
+
+/* Every handshake after this is handed cert_pem (PEM, the chain after it)
+ * and key_pem; connections already made keep theirs; the daemon goes on
+ * (no restart, nothing dropped). 0, or -1 with err (a pair that does not
+ * parse or match, or a daemon that serves plain HTTP): the one served
+ * before stays. */
+int http_tls_replace(http_daemon *h, const char *cert_pem, const char *key_pem, char *err, size_t errlen);
+
 void http_stop(http_daemon *h);
 
 /* ---------------------------------------------------------------- waiting */

@@ -20,6 +20,7 @@
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 void server_options_default(server_options *o) {
@@ -254,6 +255,111 @@ static void tls_release(server *s) {
     s->tls_ca_pin[0] = '\0';
 }
 
+/* TRAINYARD_TLS_AUTO_LIFETIME_S's least: a certificate renewed every few seconds. */
+#define TLS_AUTO_LIFETIME_MIN_S 6
+
+/* TRAINYARD_TLS_AUTO_LIFETIME_S, a setting for tests (a --tls auto
+ * certificate that renews within seconds): 0 with *out (TLS_AUTO_LIFETIME_S
+ * when unset), or -1 with err. */
+static int tls_auto_lifetime(long *out, char *err, size_t errlen) {
+    const char *e = getenv("TRAINYARD_TLS_AUTO_LIFETIME_S");
+    *out = TLS_AUTO_LIFETIME_S;
+    if (!e || !*e) return 0;
+    char *end = NULL;
+    errno = 0;
+    long v = strtol(e, &end, 10);
+    if (errno || end == e || *end || v < TLS_AUTO_LIFETIME_MIN_S || v > 10 * TLS_AUTO_LIFETIME_S) {
+        snprintf(err, errlen, "TRAINYARD_TLS_AUTO_LIFETIME_S (a setting for tests) wants seconds from %d to %ld, got '%.40s'",
+                 TLS_AUTO_LIFETIME_MIN_S, 10 * TLS_AUTO_LIFETIME_S, e);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* --tls auto's CA and server certificate under DATA/tls, made, kept or
+ * renewed (tls_auto): 0 with the PEMs (the caller's), or -1 with err. */
+static int tls_auto_pair(const server *s, char **cert, char **key, char **ca, char *err, size_t errlen) {
+    char names[8][256], dir[PATH_MAX + 8];
+    const char *np[8];
+    int n = tls_names(&s->opt, names, 8);
+    for (int i = 0; i < n; i++) np[i] = names[i];
+    if (sfmt(dir, sizeof dir, "%s/tls", s->opt.data_dir) < 0) {
+        snprintf(err, errlen, "data directory path too long");
+        return -1;
+    }
+    return tls_auto(dir, np, n, s->tls_auto_lifetime_s, cert, key, ca, err, errlen);
+}
+
+/* Notes what the certificate in pem (the one served now) says of its
+ * life, and when the serve loop looks at it next: --tls auto's renewal
+ * time. 0, or -1 with err. */
+static int tls_note(server *s, const char *pem, char *err, size_t errlen) {
+    tls_cert_info info;
+    if (tls_cert_read(pem, strlen(pem), &info, err, errlen) < 0) return -1;
+    s->tls_not_after = info.not_after;
+    snprintf(s->tls_not_after_text, sizeof s->tls_not_after_text, "%s", info.not_after_text);
+    snprintf(s->tls_serial, sizeof s->tls_serial, "%s", info.serial);
+    s->tls_next_check = s->opt.tls_auto ? tls_auto_renew_at(info.not_after, s->tls_auto_lifetime_s) : 0;
+    return 0;
+}
+
+static void explicit_free(char *p) {
+    if (p) explicit_bzero(p, strlen(p));
+    free(p);
+}
+
+/* --tls auto on a running server (its timer): tls_auto again,
+ * which renews the certificate when due, and handshakes are handed the new
+ * one; said in the log, with why. A failure is logged and tried again
+ * within a minute; the certificate served stays. */
+static void tls_auto_renew(server *s, const char *why) {
+    char err[512];
+    char *cert = NULL, *key = NULL, *ca = NULL;
+    int64_t now = (int64_t)time(NULL);
+    long retry = s->tls_auto_lifetime_s / 6 < 60 ? s->tls_auto_lifetime_s / 6 : 60;
+    if (tls_auto_pair(s, &cert, &key, &ca, err, sizeof err) < 0) {
+        log_error("tls: cannot renew the server certificate (%s): %s; serial %s is served until %s, trying again in %ld s",
+                  why, err, s->tls_serial, s->tls_not_after_text, retry);
+        s->tls_next_check = now + retry;
+        return;
+    }
+    tls_cert_info info;
+    if (strcmp(ca, s->tls_ca_pem) != 0) {
+        /* the CA's files were removed and tls_auto made another: clients
+         * trust the old one, so the old chain stays until a restart */
+        log_error("tls: %s/tls/ca.crt is no longer the CA this server started with: the server certificate is not "
+                  "renewed; restart the server to serve the new CA (and give clients its ca.crt)",
+                  s->opt.data_dir);
+        s->tls_next_check = now + 86400;
+    } else if (tls_cert_read(cert, strlen(cert), &info, err, sizeof err) < 0) {
+        log_error("tls: the renewed server certificate (%s): %s; trying again in %ld s", why, err, retry);
+        s->tls_next_check = now + retry;
+    } else if (strcmp(info.serial, s->tls_serial) == 0) {
+        s->tls_next_check = tls_auto_renew_at(info.not_after, s->tls_auto_lifetime_s);
+        if (s->tls_next_check <= now) s->tls_next_check = now + retry;
+    } else if (http_tls_replace(s->http, cert, key, err, sizeof err) < 0) {
+        log_error("tls: cannot serve the renewed server certificate (%s): %s; serial %s is served until %s, trying "
+                  "again in %ld s",
+                  why, err, s->tls_serial, s->tls_not_after_text, retry);
+        s->tls_next_check = now + retry;
+    } else {
+        char old[48];
+        snprintf(old, sizeof old, "%s", s->tls_serial);
+        if (tls_note(s, cert, err, sizeof err) < 0) s->tls_next_check = now + retry; /* read above: cannot fail */
+        time_t next = (time_t)s->tls_next_check;
+        struct tm tm;
+        char when[32] = "?";
+        if (gmtime_r(&next, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        log_info("tls: renewed the server certificate (%s): %s/tls/server.crt, serial %s (was %s), valid until %s, "
+                 "same CA; the next renewal at %s",
+                 why, s->opt.data_dir, s->tls_serial, old, s->tls_not_after_text, when);
+    }
+    free(cert);
+    explicit_free(key);
+    free(ca);
+}
+
 /* TLS from the options: a given pair checked, or --tls auto's made or
  * read; plain HTTP off loopback refused unless --insecure-http. */
 static int tls_setup(server *s, char *err, size_t errlen) {
@@ -263,20 +369,19 @@ static int tls_setup(server *s, char *err, size_t errlen) {
             snprintf(err, errlen, "--tls-cert and --tls-key go together");
             return -1;
         }
-        return tls_load_pair(o->tls_cert, o->tls_key, &s->tls_cert_pem, &s->tls_key_pem, err, errlen);
-    }
-    if (o->tls_auto) {
-        char names[8][256], dir[PATH_MAX + 8];
-        const char *np[8];
-        int n = tls_names(o, names, 8);
-        for (int i = 0; i < n; i++) np[i] = names[i];
-        if (sfmt(dir, sizeof dir, "%s/tls", o->data_dir) < 0) {
-            snprintf(err, errlen, "data directory path too long");
+        if (tls_load_pair(o->tls_cert, o->tls_key, &s->tls_cert_pem, &s->tls_key_pem, err, errlen) < 0) return -1;
+        char why[256];
+        if (tls_note(s, s->tls_cert_pem, why, sizeof why) < 0) {
+            snprintf(err, errlen, "--tls-cert %s: %s", o->tls_cert, why);
             return -1;
         }
-        if (tls_auto(dir, np, n, &s->tls_cert_pem, &s->tls_key_pem, &s->tls_ca_pem, err, errlen) < 0) return -1;
-        if (tls_ca_pin(s->tls_ca_pem, strlen(s->tls_ca_pem), s->tls_ca_pin, err, errlen) < 0) return -1;
         return 0;
+    }
+    if (o->tls_auto) {
+        if (tls_auto_lifetime(&s->tls_auto_lifetime_s, err, errlen) < 0) return -1;
+        if (tls_auto_pair(s, &s->tls_cert_pem, &s->tls_key_pem, &s->tls_ca_pem, err, errlen) < 0) return -1;
+        if (tls_ca_pin(s->tls_ca_pem, strlen(s->tls_ca_pem), s->tls_ca_pin, err, errlen) < 0) return -1;
+        return tls_note(s, s->tls_cert_pem, err, errlen);
     }
     if (!server_host_is_loopback(o->host) && !o->insecure_http) {
         snprintf(err, errlen,
@@ -388,11 +493,18 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
     log_info("listening on %s (data in %s)", s->url, s->opt.data_dir);
     if (s->tls_ca_pin[0])
         log_info("tls: clients trust %s/tls/ca.crt; agents join with --ca-hash %s", s->opt.data_dir, s->tls_ca_pin);
+    if (s->tls_cert_pem)
+        log_info("tls: serving %s (serial %s, valid until %s)%s", s->opt.tls_auto ? "tls/server.crt" : s->opt.tls_cert,
+                 s->tls_serial, s->tls_not_after_text,
+                 s->opt.tls_auto ? "; renewed when a third of its life is left" : "");
     if (!s->tls_cert_pem && !server_host_is_loopback(s->opt.host))
         log_warn("serving plain HTTP on %s (--insecure-http): tokens cross the network in the clear", s->opt.host);
     log_info("tokens: admin %s/admin.token, team 'default' %s/token, agents join with %s/node.token", s->opt.data_dir,
              s->opt.data_dir, s->opt.data_dir);
     for (int i = 1; !*stop && !s->stopping; i++) {
+        /* --tls auto's certificate renewed when due */
+        if (s->tls_cert_pem && s->opt.tls_auto && (int64_t)time(NULL) >= s->tls_next_check)
+            tls_auto_renew(s, "a third of its life left");
         usleep(100 * 1000);
         if (app->tick && i % 10 == 0) app->tick(s);
     }

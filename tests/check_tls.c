@@ -6,10 +6,13 @@
  * refused with a wrong one; a given certificate and key are served, and a
  * bad, mismatched or expired one, or plain HTTP off loopback, stops the
  * server before it makes or starts anything, with one line naming the file.
- * (tests/testssl.sh scans the profile.) */
+ * While it runs: --tls auto's certificate is renewed (same CA, same
+ * process) with clients going on across it. (tests/testssl.sh scans the
+ * profile.) */
 #include "testlib.h"
 
 #include <openssl/err.h>
+#include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
 #include <sys/stat.h>
@@ -125,6 +128,7 @@ typedef struct tls_conn {
 
 /* What a handshake showed. */
 typedef struct tls_seen {
+    tls_cert_info cert;               /* the server's certificate */
     int version;                      /* TLS1_2_VERSION, ... */
     int aead;                         /* the cipher is an AEAD one */
     char cipher[64];
@@ -169,6 +173,17 @@ static int tls_open(tls_conn *t, int port, int min, int max, const char *ciphers
         return -1;
     }
     memset(seen, 0, sizeof *seen);
+    X509 *x = SSL_get1_peer_certificate(t->ssl);
+    ck_assert_ptr_nonnull(x);
+    BIO *b = BIO_new(BIO_s_mem());
+    ck_assert_ptr_nonnull(b);
+    ck_assert_int_eq(PEM_write_bio_X509(b, x), 1);
+    char *pem = NULL;
+    long n = BIO_get_mem_data(b, &pem);
+    char err[256];
+    ck_assert_msg(tls_cert_read(pem, (size_t)n, &seen->cert, err, sizeof err) == 0, "%s", err);
+    BIO_free(b);
+    X509_free(x);
     const SSL_CIPHER *c = SSL_get_current_cipher(t->ssl);
     seen->version = SSL_version(t->ssl);
     seen->aead = c && SSL_CIPHER_is_aead(c);
@@ -526,6 +541,88 @@ START_TEST(only_tls12_and_13_with_aead) {
 }
 END_TEST
 
+static int log_has(const char *needle) {
+    size_t n = 0;
+    char *log = file_read_all(srv.log, 1 << 22, &n);
+    int has = log && strstr(log, needle) != NULL;
+    free(log);
+    return has;
+}
+
+/* The serial of the certificate in file (PEM). */
+static void file_serial(const char *file, char out[48]) {
+    size_t n = 0;
+    char *pem = file_read_all(file, 1 << 20, &n), err[256];
+    ck_assert_ptr_nonnull(pem);
+    tls_cert_info info;
+    ck_assert_msg(tls_cert_read(pem, n, &info, err, sizeof err) == 0, "%s: %s", file, err);
+    snprintf(out, 48, "%s", info.serial);
+    free(pem);
+}
+
+START_TEST(auto_certificate_renews_while_serving) {
+    /* a 9 s certificate: renewed when 3 s of it are left, every 6 s */
+    ck_assert_int_eq(setenv("TRAINYARD_TLS_AUTO_LIFETIME_S", "9", 1), 0);
+    const char *extra[] = {"--tls", "auto", NULL};
+    ty_server_start_args(&srv, "server", extra);
+    unsetenv("TRAINYARD_TLS_AUTO_LIFETIME_S");
+    pid_t pid = srv.pid;
+    int port = url_port(srv.url);
+    char ca[400], crt[400], err[512], tok[128];
+    tls_path(ca, sizeof ca, "ca.crt");
+    tls_path(crt, sizeof crt, "server.crt");
+    ck_assert_msg(client_trust_ca_file(ca, "ca", err, sizeof err) == 0, "%s", err);
+    ty_token(&srv, "token", tok, sizeof tok);
+    size_t n = 0;
+    char *ca_before = file_read_all(ca, 1 << 20, &n);
+    ck_assert_ptr_nonnull(ca_before);
+
+    /* a connection made before any renewal, kept open throughout */
+    tls_conn kept;
+    tls_seen first, seen;
+    ck_assert_int_eq(tls_open(&kept, port, TLS1_2_VERSION, TLS1_3_VERSION, NULL, ca, &first), 0);
+    ck_assert_int_le(first.cert.not_after - first.cert.not_before, 9 + 3600 + 1); /* backdated an hour */
+    char serials[8][48];
+    int64_t not_after[8];
+    int nserials = 1, requests = 0;
+    snprintf(serials[0], 48, "%s", first.cert.serial);
+    not_after[0] = first.cert.not_after;
+    /* 4 times a second for up to 30 s: a new connection (its certificate
+     * noted), a request through our client (a new connection, trusting the
+     * CA only) and one on the kept connection; until two renewals are seen */
+    for (int i = 0; i < 120 && nserials < 3; i++) {
+        tls_conn t;
+        ck_assert_msg(tls_open(&t, port, TLS1_2_VERSION, TLS1_3_VERSION, NULL, ca, &seen) == 0,
+                      "a handshake trusting the CA failed after %d requests; see %s", requests, srv.log);
+        ck_assert_int_eq(tls_get_health(&t), 200);
+        tls_conn_close(&t);
+        if (strcmp(seen.cert.serial, serials[nserials - 1]) != 0) {
+            ck_assert_msg(seen.cert.not_after > not_after[nserials - 1], "a renewed certificate ends no later");
+            snprintf(serials[nserials], 48, "%s", seen.cert.serial);
+            not_after[nserials++] = seen.cert.not_after;
+        }
+        ck_assert_int_eq(ty_http(srv.url, tok, "GET", "/api/v1/cluster", NULL, NULL), 200);
+        ck_assert_msg(tls_get_health(&kept) == 200, "the connection made before the renewal failed");
+        requests += 3;
+        ty_sleep_ms(250);
+    }
+    ck_assert_msg(nserials >= 3, "%d certificates served in 30 s (want a renewal every 6 s); see %s", nserials, srv.log);
+    /* the same process all along, the same CA, the renewed certificate on disk */
+    ck_assert_int_eq(srv.pid, pid);
+    ck_assert_int_eq(waitpid(pid, NULL, WNOHANG), 0);
+    ck_assert_msg(log_has("tls: renewed the server certificate"), "no renewal logged in %s", srv.log);
+    char *ca_after = file_read_all(ca, 1 << 20, &n);
+    ck_assert_ptr_nonnull(ca_after);
+    ck_assert_str_eq(ca_after, ca_before);
+    char on_disk[48];
+    file_serial(crt, on_disk);
+    ck_assert_msg(strcmp(on_disk, serials[0]) != 0, "server.crt still holds the first certificate");
+    free(ca_after);
+    free(ca_before);
+    tls_conn_close(&kept);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("tls");
     TCase *tc = ty_tcase(s, "tls", setup, teardown, 120);
@@ -536,5 +633,6 @@ int main(void) {
     tcase_add_test(tc, bad_tls_input_starts_nothing);
     tcase_add_test(tc, insecure_http_is_said);
     tcase_add_test(tc, only_tls12_and_13_with_aead);
+    tcase_add_test(tc, auto_certificate_renews_while_serving);
     return ty_run_suite(s);
 }
