@@ -207,7 +207,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
         abort();
     }
     http_set_auth_fail_limit(0); /* random tokens by the thousand: every one looked up */
-    g_srv.http = http_start(&g_srv, "127.0.0.1", 0, api_route_tables, NULL, NULL, &g_port, err, sizeof err);
+    g_srv.http = http_start(&g_srv, g_srv.db, g_srv.opt.context_max_mb, "127.0.0.1", 0, api_route_tables, NULL,
+                            NULL, &g_port, err, sizeof err);
     if (!g_srv.http) {
         fprintf(stderr, "fuzz_http_server: %s\n", err);
         abort();
