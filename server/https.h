@@ -1,7 +1,8 @@
 /* https.h - what the HTTPS daemon offers (libmicrohttpd over GnuTLS): the
  * protocols and cipher suites (HTTPS_PRIORITIES), and the certificate each
  * handshake is handed, which may be replaced while the daemon runs (a
- * renewed `--tls auto` certificate) without a restart: each handshake takes its own copy of the current one
+ * renewed `--tls auto` certificate, a `--tls-cert` re-read on SIGHUP)
+ * without a restart: each handshake takes its own copy of the current one
  * (GnuTLS frees it with the session), so connections made before a swap
  * keep theirs and every later handshake is handed the new one.
  *

@@ -255,6 +255,8 @@ static void tls_release(server *s) {
     s->tls_ca_pin[0] = '\0';
 }
 
+/* A --tls-cert within this many days of its end is warned about, at start and daily. */
+#define TLS_WARN_DAYS 30
 /* TRAINYARD_TLS_AUTO_LIFETIME_S's least: a certificate renewed every few seconds. */
 #define TLS_AUTO_LIFETIME_MIN_S 6
 
@@ -293,7 +295,7 @@ static int tls_auto_pair(const server *s, char **cert, char **key, char **ca, ch
 
 /* Notes what the certificate in pem (the one served now) says of its
  * life, and when the serve loop looks at it next: --tls auto's renewal
- * time. 0, or -1 with err. */
+ * time, at once for --tls-cert (its expiry warning). 0, or -1 with err. */
 static int tls_note(server *s, const char *pem, char *err, size_t errlen) {
     tls_cert_info info;
     if (tls_cert_read(pem, strlen(pem), &info, err, errlen) < 0) return -1;
@@ -309,7 +311,7 @@ static void explicit_free(char *p) {
     free(p);
 }
 
-/* --tls auto on a running server (its timer): tls_auto again,
+/* --tls auto on a running server (its timer, or SIGHUP): tls_auto again,
  * which renews the certificate when due, and handshakes are handed the new
  * one; said in the log, with why. A failure is logged and tried again
  * within a minute; the certificate served stays. */
@@ -336,6 +338,9 @@ static void tls_auto_renew(server *s, const char *why) {
         log_error("tls: the renewed server certificate (%s): %s; trying again in %ld s", why, err, retry);
         s->tls_next_check = now + retry;
     } else if (strcmp(info.serial, s->tls_serial) == 0) {
+        if (strcmp(why, "SIGHUP") == 0)
+            log_info("tls: SIGHUP: %s/tls/server.crt is current (serial %s, valid until %s)", s->opt.data_dir,
+                     s->tls_serial, s->tls_not_after_text);
         s->tls_next_check = tls_auto_renew_at(info.not_after, s->tls_auto_lifetime_s);
         if (s->tls_next_check <= now) s->tls_next_check = now + retry;
     } else if (http_tls_replace(s->http, cert, key, err, sizeof err) < 0) {
@@ -358,6 +363,53 @@ static void tls_auto_renew(server *s, const char *why) {
     free(cert);
     explicit_free(key);
     free(ca);
+}
+
+/* --tls-cert within TLS_WARN_DAYS of its end (or past it): a warning naming
+ * the file and the date; looked at again in a day. */
+static void tls_cert_warn(server *s) {
+    int64_t now = (int64_t)time(NULL);
+    double days = (double)(s->tls_not_after - now) / 86400.0;
+    if (days <= 0)
+        log_error("tls: --tls-cert %s expired on %s: clients refuse it; put a valid certificate (and its --tls-key) "
+                  "there and send SIGHUP (kill -HUP %d)",
+                  s->opt.tls_cert, s->tls_not_after_text, (int)getpid());
+    else if (days < TLS_WARN_DAYS)
+        log_warn("tls: --tls-cert %s expires on %s (in %.1f %s): put a new certificate (and its --tls-key) there "
+                 "and send SIGHUP (kill -HUP %d)",
+                 s->opt.tls_cert, s->tls_not_after_text, days < 1 ? days * 24 : days, days < 1 ? "hours" : "days",
+                 (int)getpid());
+    s->tls_next_check = now + 86400;
+}
+
+/* SIGHUP: --tls-cert and --tls-key read again and served from the next
+ * handshake on; a pair that fails tls_load_pair's checks is logged with why
+ * and the one served stays. --tls auto: renewed if due. */
+static void tls_reread(server *s) {
+    if (!s->tls_cert_pem) {
+        log_info("SIGHUP: the server serves plain HTTP: no certificate to read again");
+        return;
+    }
+    if (s->opt.tls_auto) {
+        tls_auto_renew(s, "SIGHUP");
+        return;
+    }
+    char err[1024], why[512];
+    char *cert = NULL, *key = NULL;
+    int ok = tls_load_pair(s->opt.tls_cert, s->opt.tls_key, &cert, &key, why, sizeof why) == 0 &&
+             http_tls_replace(s->http, cert, key, why, sizeof why) == 0;
+    if (!ok) {
+        log_error("tls: SIGHUP: %s; still serving the certificate read before (serial %s, valid until %s)", why,
+                  s->tls_serial, s->tls_not_after_text);
+    } else if (tls_note(s, cert, err, sizeof err) < 0) {
+        log_error("tls: SIGHUP: %s: %s", s->opt.tls_cert, err); /* tls_load_pair read it: cannot happen */
+    } else {
+        log_info("tls: SIGHUP: serving %s now (serial %s, valid until %s)", s->opt.tls_cert, s->tls_serial,
+                 s->tls_not_after_text);
+        tls_cert_warn(s);
+    }
+    free(cert);
+    explicit_free(key);
 }
 
 /* TLS from the options: a given pair checked, or --tls auto's made or
@@ -447,10 +499,16 @@ fail:
 }
 
 static volatile sig_atomic_t g_stop = 0;
+static volatile sig_atomic_t g_reread = 0;
 
 static void on_signal(int sig) {
     (void)sig;
     g_stop = 1;
+}
+
+static void on_hup(int sig) {
+    (void)sig;
+    g_reread = 1;
 }
 
 int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) {
@@ -461,6 +519,8 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
         sa.sa_handler = on_signal;
         sigaction(SIGINT, &sa, NULL);
         sigaction(SIGTERM, &sa, NULL);
+        sa.sa_handler = on_hup; /* the certificate read again (tls_reread) */
+        sigaction(SIGHUP, &sa, NULL);
         stop = &g_stop;
     }
     signal(SIGPIPE, SIG_IGN);
@@ -471,8 +531,8 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
         if (http_access_log_open(path) < 0) log_warn("cannot open the access log %s: %s", path, strerror(errno));
     }
     http_set_auth_fail_limit(s->opt.auth_fail_limit);
-    s->http = http_start(s, s->db, s->opt.context_max_mb, s->opt.host, s->opt.port, app->routes, s->tls_cert_pem,
-                         s->tls_key_pem, &s->port, err, sizeof err);
+    s->http = http_start(s, s->opt.host, s->opt.port, app->routes, s->tls_cert_pem, s->tls_key_pem, &s->port, err,
+                         sizeof err);
     if (!s->http) {
         log_error("%s", err);
         return 1;
@@ -502,9 +562,16 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
     log_info("tokens: admin %s/admin.token, team 'default' %s/token, agents join with %s/node.token", s->opt.data_dir,
              s->opt.data_dir, s->opt.data_dir);
     for (int i = 1; !*stop && !s->stopping; i++) {
-        /* --tls auto's certificate renewed when due */
-        if (s->tls_cert_pem && s->opt.tls_auto && (int64_t)time(NULL) >= s->tls_next_check)
-            tls_auto_renew(s, "a third of its life left");
+        /* the certificate: --tls-cert's expiry warned about (now, then
+         * daily), --tls auto's renewed when due, either read again on SIGHUP */
+        if (g_reread) {
+            g_reread = 0;
+            tls_reread(s);
+        }
+        if (s->tls_cert_pem && (int64_t)time(NULL) >= s->tls_next_check) {
+            if (s->opt.tls_auto) tls_auto_renew(s, "a third of its life left");
+            else tls_cert_warn(s);
+        }
         usleep(100 * 1000);
         if (app->tick && i % 10 == 0) app->tick(s);
     }

@@ -78,19 +78,20 @@ typedef struct server {
     volatile sig_atomic_t stopping;
     int lock_fd;                      /* DIR/server.lock, flock'ed while the server runs */
     char *tls_cert_pem;               /* HTTPS: the certificate chain and key the server started
-                                       * with; NULL = plain HTTP. A renewal hands handshakes
-                                       * another (http_tls_replace), not these */
+                                       * with; NULL = plain HTTP. A renewal or a SIGHUP re-read
+                                       * hands handshakes another (http_tls_replace), not these */
     char *tls_key_pem;
     char *tls_ca_pem;                 /* the CA agents fetch (GET /api/v1/tls/ca): --tls auto's; NULL otherwise */
     char tls_ca_pin[72];              /* "sha256:..." of tls_ca_pem's public key, or "" */
     /* the certificate served now, looked after by the serve loop alone
-     * (docs/server.md, "TLS"): --tls auto's renewed when due */
+     * (docs/server.md, "TLS"): --tls auto's renewed, --tls-cert's expiry
+     * warned about; both re-read on SIGHUP */
     long tls_auto_lifetime_s;         /* --tls auto's certificates last this long (TLS_AUTO_LIFETIME_S;
                                        * TRAINYARD_TLS_AUTO_LIFETIME_S, for tests) */
     int64_t tls_not_after;            /* the served certificate's notAfter, unix seconds */
     char tls_not_after_text[24];
     char tls_serial[48];              /* its serial number, hex */
-    int64_t tls_next_check;           /* unix seconds: --tls auto's next renewal */
+    int64_t tls_next_check;           /* unix seconds: --tls auto's renewal, --tls-cert's next warning */
     unsigned char attempt_key[32];    /* DATA/attempt.key: each attempt's secret is derived from it */
 } server;
 
@@ -119,9 +120,11 @@ int server_parse_listen(server_options *o, const char *s);
 int server_open(server *s, const server_options *opt, char *err, size_t errlen);
 
 /* Starts HTTP with app's routes, then app's services, and serves until
- * *stop becomes non-zero (SIGINT/SIGTERM set it when stop is NULL). While
- * it serves HTTPS it renews --tls auto's certificate when a third of its
- * life is left. Returns the exit status. */
+ * *stop becomes non-zero (SIGINT/SIGTERM set it when stop is NULL; then
+ * SIGHUP re-reads the certificate). While it serves HTTPS it renews --tls
+ * auto's certificate when a third of its life is left and warns, at start
+ * and daily, of a --tls-cert that expires within 30 days. Returns the exit
+ * status. */
 int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop);
 
 void server_close(server *s);

@@ -7,8 +7,9 @@
  * bad, mismatched or expired one, or plain HTTP off loopback, stops the
  * server before it makes or starts anything, with one line naming the file.
  * While it runs: --tls auto's certificate is renewed (same CA, same
- * process) with clients going on across it. (tests/testssl.sh scans the
- * profile.) */
+ * process) with clients going on across it; a --tls-cert that expires
+ * within 30 days is warned about; SIGHUP serves the files anew, or keeps
+ * the served pair when they are bad. (tests/testssl.sh scans the profile.) */
 #include "testlib.h"
 
 #include <openssl/err.h>
@@ -623,6 +624,93 @@ START_TEST(auto_certificate_renews_while_serving) {
 }
 END_TEST
 
+/* Waits up to 10 s for the certificate served to new connections to have
+ * serial want; 1 when it did. */
+static int served_serial_becomes(int port, const char *cafile, const char *want) {
+    for (int i = 0; i < 100; i++) {
+        tls_conn t;
+        tls_seen seen;
+        if (tls_open(&t, port, TLS1_2_VERSION, TLS1_3_VERSION, NULL, cafile, &seen) == 0) {
+            tls_conn_close(&t);
+            if (strcmp(seen.cert.serial, want) == 0) return 1;
+        }
+        ty_sleep_ms(100);
+    }
+    return 0;
+}
+
+/* Waits up to 10 s for the server's log to hold needle. */
+static int log_gets(const char *needle) {
+    for (int i = 0; i < 100; i++) {
+        if (log_has(needle)) return 1;
+        ty_sleep_ms(100);
+    }
+    return 0;
+}
+
+START_TEST(given_certificate_warned_and_reread_on_sighup) {
+    char err[512], *ca_c, *ca_k, *c1, *k1, *c2, *k2, *c3, *k3;
+    const char *names[] = {"127.0.0.1", "localhost"};
+    ck_assert_int_eq(tls_make_cert("test CA", -60, 90 * 86400, NULL, 0, NULL, NULL, &ca_c, &ca_k, err, sizeof err), 0);
+    /* one that expires in 10 days, one in 60 (not warned about), one of another key */
+    ck_assert_int_eq(tls_make_cert("127.0.0.1", -60, 10 * 86400, names, 2, ca_c, ca_k, &c1, &k1, err, sizeof err), 0);
+    ck_assert_int_eq(tls_make_cert("127.0.0.1", -60, 60 * 86400, names, 2, ca_c, ca_k, &c2, &k2, err, sizeof err), 0);
+    ck_assert_int_eq(tls_make_cert("127.0.0.1", -60, 60 * 86400, names, 2, ca_c, ca_k, &c3, &k3, err, sizeof err), 0);
+    tls_cert_info i1, i2;
+    ck_assert_int_eq(tls_cert_read(c1, strlen(c1), &i1, err, sizeof err), 0);
+    ck_assert_int_eq(tls_cert_read(c2, strlen(c2), &i2, err, sizeof err), 0);
+    char cf[400], kf[400], caf[400];
+    snprintf(cf, sizeof cf, "%s/given.crt", srv.dir);
+    snprintf(kf, sizeof kf, "%s/given.key", srv.dir);
+    snprintf(caf, sizeof caf, "%s/given-ca.crt", srv.dir);
+    write_text(cf, c1);
+    write_text(kf, k1);
+    write_text(caf, ca_c);
+    const char *extra[] = {"--tls-cert", cf, "--tls-key", kf, NULL};
+    ty_server_start_args(&srv, "server", extra);
+    pid_t pid = srv.pid;
+    int port = url_port(srv.url);
+    ck_assert_msg(client_trust_ca_file(caf, "ca", err, sizeof err) == 0, "%s", err);
+    char tok[128];
+    ty_token(&srv, "token", tok, sizeof tok);
+
+    /* at start: a warning naming the file and the date */
+    char want[1024];
+    snprintf(want, sizeof want, "tls: --tls-cert %s expires on %s", cf, i1.not_after_text);
+    ck_assert_msg(log_gets(want), "no '%s' in %s", want, srv.log);
+    ck_assert_int_eq(ty_http(srv.url, tok, "GET", "/api/v1/cluster", NULL, NULL), 200);
+
+    /* new files and SIGHUP: the new certificate is served by the same process, not warned about */
+    write_text(cf, c2);
+    write_text(kf, k2);
+    ck_assert_int_eq(kill(pid, SIGHUP), 0);
+    ck_assert_msg(served_serial_becomes(port, caf, i2.serial), "the new certificate is not served; see %s", srv.log);
+    snprintf(want, sizeof want, "tls: SIGHUP: serving %s now (serial %s", cf, i2.serial);
+    ck_assert_msg(log_gets(want), "no '%s' in %s", want, srv.log);
+    snprintf(want, sizeof want, "expires on %s", i2.not_after_text);
+    ck_assert_msg(!log_has(want), "a certificate of 60 days was warned about");
+    ck_assert_int_eq(ty_http(srv.url, tok, "GET", "/api/v1/cluster", NULL, NULL), 200);
+
+    /* a file that is no certificate, then a key that is not the certificate's:
+     * logged with why, and the one served stays */
+    write_text(cf, "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n");
+    ck_assert_int_eq(kill(pid, SIGHUP), 0);
+    snprintf(want, sizeof want, "tls: SIGHUP: --tls-cert %s: no PEM certificate in it; still serving the certificate "
+                                "read before (serial %s",
+             cf, i2.serial);
+    ck_assert_msg(log_gets(want), "no '%s' in %s", want, srv.log);
+    write_text(cf, c3);
+    ck_assert_int_eq(kill(pid, SIGHUP), 0);
+    snprintf(want, sizeof want, "tls: SIGHUP: --tls-key %s is not the key of the certificate in --tls-cert %s", kf, cf);
+    ck_assert_msg(log_gets(want), "no '%s' in %s", want, srv.log);
+    ck_assert(served_serial_becomes(port, caf, i2.serial));
+    ck_assert_int_eq(ty_http(srv.url, tok, "GET", "/api/v1/cluster", NULL, NULL), 200);
+    ck_assert_int_eq(srv.pid, pid);
+    ck_assert_int_eq(waitpid(pid, NULL, WNOHANG), 0);
+    free(ca_c), free(ca_k), free(c1), free(k1), free(c2), free(k2), free(c3), free(k3);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("tls");
     TCase *tc = ty_tcase(s, "tls", setup, teardown, 120);
@@ -634,5 +722,6 @@ int main(void) {
     tcase_add_test(tc, insecure_http_is_said);
     tcase_add_test(tc, only_tls12_and_13_with_aead);
     tcase_add_test(tc, auto_certificate_renews_while_serving);
+    tcase_add_test(tc, given_certificate_warned_and_reread_on_sighup);
     return ty_run_suite(s);
 }
