@@ -12,7 +12,6 @@
  * records the measurements behind this choice. */
 #include "http.h"
 #include "https.h"
-#include "server.h"
 #include "static.h"
 #include "../common/json_out.h"
 
@@ -20,6 +19,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <semaphore.h>
 #include <netinet/in.h>
@@ -53,7 +53,9 @@ typedef struct http_hist {
 
 struct http_daemon {
     struct MHD_Daemon *mhd;
-    struct server *srv;
+    struct server *srv;               /* handed to every handler, never looked into */
+    db *db;                           /* tokens are looked up here; a full disk is told */
+    long context_max_mb;              /* an HTTP_BODY_CONTEXT route's body limit */
     const route *const *tables;
     int nroutes;                      /* slots 0..nroutes-1: routes in table order */
     int slot_static, slot_unmatched;  /* nroutes, nroutes + 1 */
@@ -510,7 +512,7 @@ static void af_good(uint64_t tok, int64_t now) {
 
 /* Authenticates the request for its route. 0 when it may go on; otherwise
  * the error is in res. */
-static int authenticate(struct server *srv, http_req *req, http_res *res) {
+static int authenticate(db *d, http_req *req, http_res *res) {
     const route *r = req->route;
     if (r->allow == ALLOW_NONE) return 0;
     const char *h = http_header(req, MHD_HTTP_HEADER_AUTHORIZATION);
@@ -536,7 +538,7 @@ static int authenticate(struct server *srv, http_req *req, http_res *res) {
         http_error(res, 401, "unauthorized", NULL, "invalid token");
         return -1;
     }
-    int rc = store_token_lookup(srv->db, tok, &req->who);
+    int rc = store_token_lookup(d, tok, &req->who);
     if (rc == STORE_ERROR) {
         http_error(res, 503, "unavailable", NULL, "the database is unavailable; retry");
         return -1;
@@ -1078,7 +1080,7 @@ static enum MHD_Result answer_static(http_req *req, const static_file *f) {
 /* A route's body limit: its own, the default, or (HTTP_BODY_CONTEXT) the
  * server's --context-max-mb. */
 static size_t body_max(const http_daemon *h, const route *r) {
-    if (r->max_body == HTTP_BODY_CONTEXT) return (size_t)h->srv->opt.context_max_mb << 20;
+    if (r->max_body == HTTP_BODY_CONTEXT) return (size_t)h->context_max_mb << 20;
     return r->max_body ? r->max_body : HTTP_BODY_DEFAULT;
 }
 
@@ -1151,7 +1153,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             too_large(req, &res, n);
             return answer_now(req, &res);
         }
-        if (authenticate(h->srv, req, &res) < 0) return answer_now(req, &res);
+        if (authenticate(h->db, req, &res) < 0) return answer_now(req, &res);
         return MHD_YES;
     }
     if (req->answered) {
@@ -1202,7 +1204,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     /* a write refused for lack of disk space: say so (507), not "busy; retry" or "internal" */
     char full[320];
-    if ((res.status == 500 || res.status == 503) && db_disk_full(h->srv->db, full, sizeof full))
+    if ((res.status == 500 || res.status == 503) && db_disk_full(h->db, full, sizeof full))
         http_error(&res, 507, "storage_full", NULL, "%s", full);
     return answer_now(req, &res);
 }
@@ -1301,7 +1303,8 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     log_warn("http: %s", line);
 }
 
-http_daemon *http_start(struct server *srv, const char *host, int port, const route *const *tables,
+http_daemon *http_start(struct server *srv, db *d, long context_max_mb, const char *host, int port,
+                        const route *const *tables,
                         const char *tls_cert_pem, const char *tls_key_pem, int *port_out, char *err,
                         size_t errlen) {
     if (tls_cert_pem && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
@@ -1324,6 +1327,8 @@ http_daemon *http_start(struct server *srv, const char *host, int port, const ro
     }
     http_daemon *h = xcalloc(1, sizeof *h);
     h->srv = srv;
+    h->db = d;
+    h->context_max_mb = context_max_mb;
     h->tables = tables;
     for (const route *const *t = tables; *t; t++)
         for (const route *r = *t; r->pattern; r++) h->nroutes++;

@@ -133,8 +133,13 @@ typedef struct http_daemon http_daemon;
  * server/https.h's HTTPS_PRIORITIES): a plain HTTP request gets no answer;
  * one process serves HTTPS from one daemon at a time. Returns NULL with a
  * message in err on failure. The pool has TRAINYARD_HTTP_THREADS threads
- * (default: four a core, at least 4). */
-http_daemon *http_start(struct server *srv, const char *host, int port, const route *const *tables,
+ * (default: four a core, at least 4).
+ *
+ * Every handler is handed srv, which the daemon never looks into: it looks
+ * bearer tokens up in d and bounds an HTTP_BODY_CONTEXT route's body at
+ * context_max_mb MiB. */
+http_daemon *http_start(struct server *srv, db *d, long context_max_mb, const char *host, int port,
+                        const route *const *tables,
                         const char *tls_cert_pem, const char *tls_key_pem, int *port_out, char *err,
                         size_t errlen);
 

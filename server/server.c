@@ -531,8 +531,8 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
         if (http_access_log_open(path) < 0) log_warn("cannot open the access log %s: %s", path, strerror(errno));
     }
     http_set_auth_fail_limit(s->opt.auth_fail_limit);
-    s->http = http_start(s, s->opt.host, s->opt.port, app->routes, s->tls_cert_pem, s->tls_key_pem, &s->port, err,
-                         sizeof err);
+    s->http = http_start(s, s->db, s->opt.context_max_mb, s->opt.host, s->opt.port, app->routes, s->tls_cert_pem,
+                         s->tls_key_pem, &s->port, err, sizeof err);
     if (!s->http) {
         log_error("%s", err);
         return 1;
