@@ -280,6 +280,12 @@ static size_t dl_data(char *p, size_t size, size_t n, void *ud) {
     return len;
 }
 
+static int dl_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
+    (void)dltotal, (void)dlnow, (void)ultotal, (void)ulnow;
+    const client *c = ud;
+    return c->abort_cb(c->abort_ctx) ? 1 : 0; /* non-zero: CURLE_ABORTED_BY_CALLBACK */
+}
+
 int client_download(client *c, const char *path, const char *out_path, long *status, char sha_hdr[65],
                     char sha_got[65], char *loc, size_t locn, uint64_t *size, buf *err_body, char *err,
                     size_t errlen) {
@@ -323,6 +329,11 @@ int client_download(client *c, const char *path, const char *out_path, long *sta
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &d);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    if (c->abort_cb) {
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, dl_progress);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, c);
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    }
     CURLcode rc = curl_easy_perform(h);
     curl_slist_free_all(hdr);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
@@ -330,6 +341,11 @@ int client_download(client *c, const char *path, const char *out_path, long *sta
     if (fclose(d.f) != 0) ok = 0;
     char got[65] = "";
     sha256_stream_final(&d.sha, got);
+    if (rc == CURLE_ABORTED_BY_CALLBACK) {
+        snprintf(err, errlen, "cancelled");
+        unlink(tmp);
+        return -1;
+    }
     if (rc != CURLE_OK && !d.failed) {
         snprintf(err, errlen, "%s: %s", url, curl_easy_strerror(rc));
         unlink(tmp);

@@ -16,6 +16,9 @@ typedef struct client {
     long timeout_ms;            /* whole request; default 30000 */
     void *curl;                 /* CURL*, reused for keep-alive */
     char accept[64];            /* an Accept header for client_request when set ("text/csv") */
+    int (*abort_cb)(void *ctx); /* client_download: polled while it runs (about 1/s and on each
+                                 * block); non-zero stops the transfer ("cancelled") */
+    void *abort_ctx;
 } client;
 
 typedef struct client_reply {
@@ -41,7 +44,8 @@ void client_reply_release(client_reply *r);
  * the bytes, loc (locn bytes) the Location header or "", *size the bytes.
  * On a status >= 400 the error body is kept in err_body (bounded) and no
  * file is left. Returns 0 when a response came back, -1 on a transport or
- * file error (err says why). */
+ * file error (err says why), or when c->abort_cb stopped it (err
+ * "cancelled"; no file is left). */
 int client_download(client *c, const char *path, const char *out_path, long *status, char sha_hdr[65],
                     char sha_got[65], char *loc, size_t locn, uint64_t *size, buf *err_body, char *err,
                     size_t errlen);

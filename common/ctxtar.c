@@ -36,7 +36,11 @@
 void ctx_limits_default(ctx_limits *l) {
     l->max_files = 100000;
     l->max_unpacked = 1ll << 30;
+    l->cancel = NULL;
+    l->cancel_ctx = NULL;
 }
+
+static int cancelled(const ctx_limits *l) { return l && l->cancel && l->cancel(l->cancel_ctx); }
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void seterr(char *err, size_t errlen, const char *fmt, ...) {
@@ -897,6 +901,10 @@ static int walk(struct archive *a, const ctx_limits *lim_in, ctx_info *info, unp
     char sh[208];
     int rc = -1;
     for (int first = 1;; first = 0) {
+        if (cancelled(&lim)) {
+            seterr(err, errlen, "cancelled");
+            goto out;
+        }
         struct archive_entry *e;
         int r = archive_read_next_header(a, &e);
         if (first && (r == ARCHIVE_OK || r == ARCHIVE_WARN || r == ARCHIVE_EOF)) {
@@ -1063,6 +1071,7 @@ struct unpacker {
     dirfix *fix;
     size_t nfix, capfix;
     char *buf;
+    const ctx_limits *lim;         /* its cancel */
 };
 
 static void add_fix(unpacker *u, const char *path, mode_t mode, time_t mtime, int has_mtime) {
@@ -1168,6 +1177,11 @@ static int unpack_entry(unpacker *u, struct archive *a, struct archive_entry *e,
             goto out;
         }
         for (;;) {
+            if (cancelled(u->lim)) {
+                seterr(err, errlen, "cancelled");
+                close(fd);
+                goto out;
+            }
             la_ssize_t n = archive_read_data(a, u->buf, 1 << 16);
             if (n == 0) break;
             if (n < 0) {
@@ -1263,6 +1277,7 @@ int ctx_unpack(const char *tar_path, const char *dir, uid_t uid, gid_t gid, cons
     memset(&u, 0, sizeof u);
     u.uid = uid;
     u.gid = gid;
+    u.lim = lim;
     u.root = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (u.root < 0) {
         seterr(err, errlen, "cannot open %s: %s", shown(dir, sh), strerror(errno));

@@ -31,6 +31,9 @@
 typedef struct ctx_limits {
     int64_t max_files;             /* entries (files, directories, links); default 100,000 */
     int64_t max_unpacked;          /* bytes of file data once unpacked; default 1 GiB */
+    int (*cancel)(void *ctx);      /* ctx_unpack: asked before each entry and 64 KiB of data;
+                                    * non-zero stops it ("cancelled"). Default NULL */
+    void *cancel_ctx;
 } ctx_limits;
 
 typedef struct ctx_info {

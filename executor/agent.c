@@ -1,19 +1,20 @@
 /* agent.c - `trainyard agent` (see agent.h): a single-threaded poll() loop
  * over the tasks' output pipes and a signal self-pipe, plus one thread that
  * only long-polls GET /nodes/{id}/assignments and hands each answer over
- * through a queue and a wake pipe. Every process is forked from the main
- * thread, so PR_SET_PDEATHSIG ties the workers' lives to the agent's. */
+ * through a queue and a wake pipe, and a few threads (ctxfetch.h) that
+ * fetch and unpack job contexts, handing each back through the same pipe.
+ * Every process is forked from the main thread, so PR_SET_PDEATHSIG ties
+ * the workers' lives to the agent's. */
 #include "agent.h"
 #include "container.h"
+#include "ctxfetch.h"
 #include "proc.h"
-#include "../common/ctxtar.h"
 #include "../client/client.h"
 #include "../spec/jobspec.h"
 #include "../common/util.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -74,6 +75,11 @@ typedef struct task {
     iso_task iso;                /* its uid, job directory and cgroup (isolate.h) */
     char ctr_name[128];          /* its container (an image job), "" none */
     char ctx_tmp[PATH_MAX];      /* its copy of the context outside a job directory ("" none) */
+    /* a task whose context is made ready (ctxfetch.h) before its worker
+     * starts: pid 0, no output pipe, what the start still needs kept */
+    ctxf_req *prep;              /* in the pool until it comes back done */
+    cJSON *assign;               /* the assignment's entry (owned) */
+    char *e_ctr;                 /* TRAINYARD_CONTAINER=... (owned), NULL none */
 } task;
 
 #define PS_WORKER_RESTARTS 10    /* restarts of one task before its failure counts */
@@ -109,6 +115,7 @@ typedef struct agent {
     isolator iso;                /* what keeps the tasks apart on this node */
     char podman[PATH_MAX];       /* the podman binary when image jobs run here, else "" */
     char cache_dir[PATH_MAX];    /* contexts fetched from the server, by digest */
+    ctxf_pool ctx;               /* fetches and unpacks them off this loop */
     char state_path[PATH_MAX];   /* tasks this agent answers for, across its restarts */
     int state_dirty;
     int64_t backoff_ms, down_until_ms;
@@ -413,6 +420,9 @@ static void task_free(task *t) {
     buf_release(&t->logs);
     for (int i = 0; t->env && t->env[i]; i++) free(t->env[i]);
     free(t->env);
+    free(t->prep);
+    cJSON_Delete(t->assign);
+    free(t->e_ctr);
     free(t);
 }
 
@@ -529,114 +539,58 @@ static int json_int(const cJSON *o, const char *k, int64_t *out) {
     return 0;
 }
 
-/* Keeps the context cache under max bytes: the least recently used go
- * first (mtime, touched on each use), never `keep` (the one just used). */
-static void cache_trim(const char *dir, int64_t max, const char *keep) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    typedef struct { char name[80]; int64_t size; time_t mtime; } ent;
-    ent *v = NULL;
-    size_t n = 0, cap = 0;
-    int64_t total = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        struct stat sb;
-        if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof v->name || fstatat(dirfd(d), e->d_name, &sb, 0) < 0 ||
-            !S_ISREG(sb.st_mode))
-            continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            v = xrealloc(v, cap * sizeof *v);
-        }
-        memcpy(v[n].name, e->d_name, strlen(e->d_name) + 1); /* shorter: checked above */
-        v[n].size = (int64_t)sb.st_size;
-        v[n].mtime = sb.st_mtime;
-        total += v[n++].size;
-    }
-    closedir(d);
-    while (total > max) {
-        ssize_t oldest = -1;
-        for (size_t i = 0; i < n; i++)
-            if (v[i].size >= 0 && strcmp(v[i].name, keep) != 0 && (oldest < 0 || v[i].mtime < v[oldest].mtime))
-                oldest = (ssize_t)i;
-        if (oldest < 0) break;
-        char p[PATH_MAX + 100];
-        if (sfmt(p, sizeof p, "%s/%s", dir, v[oldest].name) == 0 && unlink(p) == 0)
-            log_info("context cache over %lld MiB: %s dropped", (long long)(max >> 20), v[oldest].name);
-        total -= v[oldest].size;
-        v[oldest].size = -1;
-    }
-    free(v);
-}
-
-/* The task's own copy of the job's context (id "sha256:HEX"): the archive
- * fetched once per node into the cache (its sha256 checked), unpacked into
- * the task's job directory (its uid's) or, without isolation, a directory
- * of its own under the cache. 0 with the directory in out, or -1 with why. */
-static int context_prepare(agent *a, task *t, const char *id, char *out, size_t outlen, char *why, size_t whylen) {
-    const char *hex = id + 7;
-    char dir[PATH_MAX], file[PATH_MAX + 80], err[512] = "";
-    if (sfmt(dir, sizeof dir, "%s/contexts", a->cache_dir) < 0 || mkdir_p(dir, 0700) < 0 ||
-        sfmt(file, sizeof file, "%s/%s.tar.gz", dir, hex) < 0) {
-        snprintf(why, whylen, "cannot make the context cache %.300s: %s", dir, strerror(errno));
-        return -1;
-    }
-    struct stat sb;
-    if (stat(file, &sb) < 0) {
-        char path[128], sha_hdr[65] = "", sha_got[65] = "";
-        snprintf(path, sizeof path, "/api/v1/contexts/%s", id);
-        long status = 0;
-        uint64_t size = 0;
-        buf eb;
-        buf_init(&eb, 4096);
-        int64_t t0 = mono_ms();
-        int rc = client_download(&a->http, path, file, &status, sha_hdr, sha_got, NULL, 0, &size, &eb, err, sizeof err);
-        if (rc < 0 || status != 200 || strcmp(sha_got, hex) != 0) {
-            if (rc == 0 && status == 200) unlink(file);
-            snprintf(why, whylen, "cannot fetch context %s: %s", id,
-                     rc < 0 ? err : status != 200 ? (eb.len ? eb.data : "refused") : "its sha256 does not match its id");
-            buf_release(&eb);
-            return -1;
-        }
-        buf_release(&eb);
-        log_info("task %lld: context %.19s... fetched (%llu bytes, %.0f ms)", (long long)t->id, id,
-                 (unsigned long long)size, (double)(mono_ms() - t0));
-        char keep[80];
-        snprintf(keep, sizeof keep, "%s.tar.gz", hex);
-        cache_trim(dir, a->opt.cache_max_mb << 20, keep);
-    } else {
-        utimensat(AT_FDCWD, file, NULL, 0); /* used: the cache keeps the recent ones */
-    }
-    uid_t uid = (uid_t)-1;
+/* The directory a task's context is unpacked into: in its job directory
+ * (its uid's) or, without isolation, one of its own under the cache. 0, or
+ * -1 with why. */
+static int context_dir(agent *a, task *t, char *out, size_t outlen, uid_t *uid, char *why, size_t whylen) {
+    *uid = (uid_t)-1;
     if (t->iso.dir[0]) {
         if (sfmt(out, outlen, "%s/context", t->iso.dir) < 0 || mkdir(out, 0700) < 0) {
             snprintf(why, whylen, "cannot make the context directory: %s", strerror(errno));
             return -1;
         }
         if (t->iso.uid) {
-            uid = (uid_t)t->iso.uid;
-            if (chown(out, uid, uid) < 0) {
+            *uid = (uid_t)t->iso.uid;
+            if (chown(out, *uid, *uid) < 0) {
                 snprintf(why, whylen, "cannot give the context directory to uid %u: %s", t->iso.uid, strerror(errno));
                 return -1;
             }
         }
-    } else {
-        char runs[PATH_MAX + 8];
-        if (sfmt(runs, sizeof runs, "%s/run", a->cache_dir) < 0 || mkdir_p(runs, 0700) < 0 ||
-            sfmt(t->ctx_tmp, sizeof t->ctx_tmp, "%s/task%lld-XXXXXX", runs, (long long)t->id) < 0 ||
-            !mkdtemp(t->ctx_tmp)) {
-            snprintf(why, whylen, "cannot make the context directory under %.300s: %s", a->cache_dir, strerror(errno));
-            t->ctx_tmp[0] = '\0';
-            return -1;
-        }
-        snprintf(out, outlen, "%s", t->ctx_tmp);
+        return 0;
     }
-    ctx_limits lim;
-    ctx_limits_default(&lim);
-    if (ctx_unpack(file, out, uid, (gid_t)uid, &lim, err, sizeof err) < 0) {
-        snprintf(why, whylen, "cannot unpack context %s: %s", id, err);
+    char runs[PATH_MAX + 8];
+    if (sfmt(runs, sizeof runs, "%s/run", a->cache_dir) < 0 || mkdir_p(runs, 0700) < 0 ||
+        sfmt(t->ctx_tmp, sizeof t->ctx_tmp, "%s/task%lld-XXXXXX", runs, (long long)t->id) < 0 || !mkdtemp(t->ctx_tmp)) {
+        snprintf(why, whylen, "cannot make the context directory under %.300s: %s", a->cache_dir, strerror(errno));
+        t->ctx_tmp[0] = '\0';
         return -1;
     }
+    snprintf(out, outlen, "%s", t->ctx_tmp);
+    return 0;
+}
+
+/* Hands the task's context (id "sha256:HEX") to the pool: fetched once per
+ * node into the cache (its sha256 checked), unpacked into the task's own
+ * directory, off this loop; the task starts when it comes back
+ * (ctx_collect). 0, or -1 with why. */
+static int context_begin(agent *a, task *t, const char *id, char *why, size_t whylen) {
+    ctxf_req *r = xcalloc(1, sizeof *r);
+    r->task = t->id;
+    r->job = t->job;
+    snprintf(r->id, sizeof r->id, "%s", id);
+    snprintf(r->token, sizeof r->token, "%s", a->http.token);
+    if (context_dir(a, t, r->dir, sizeof r->dir, &r->uid, why, whylen) < 0) {
+        free(r);
+        return -1;
+    }
+    if (ctxf_submit(&a->ctx, r) < 0) {
+        snprintf(why, whylen, "cannot fetch context %s: no thread to fetch it", id);
+        free(r);
+        return -1;
+    }
+    t->prep = r;
+    log_info("task %lld (job %lld): context %.19s... being made ready (the worker starts once it is)",
+             (long long)t->id, (long long)t->job, id);
     return 0;
 }
 
@@ -683,6 +637,138 @@ static char *container_env(agent *a, task *t, const char *gpus) {
 }
 
 /* Starts a task of an assignment's `start` list. */
+/* CUDA_VISIBLE_DEVICES=... of a config's devices into cuda, with the
+ * number of its GPUs and CPU slots. 0, or -1 when it does not fit. */
+static int config_devices(const cJSON *config, buf *cuda, int *n_gpu, int *n_cpu) {
+    *n_gpu = *n_cpu = 0;
+    int ok = buf_appends(cuda, "CUDA_VISIBLE_DEVICES=") == 0;
+    const cJSON *d;
+    cJSON_ArrayForEach(d, cJSON_GetObjectItemCaseSensitive(config, "devices")) {
+        if (cJSON_IsString(d) && strncmp(d->valuestring, "gpu:", 4) == 0)
+            ok = ok && buf_printf(cuda, "%s%s", (*n_gpu)++ ? "," : "", d->valuestring + 4) == 0;
+        else if (cJSON_IsString(d) && strncmp(d->valuestring, "cpu:", 4) == 0)
+            (*n_cpu)++;
+    }
+    return ok ? 0 : -1;
+}
+
+/* A task whose worker never started: its exit (code, why) is reported and
+ * what it held on the node is freed; it leaves the task list. */
+static void task_abandon(agent *a, task *t, int code, const char *why, int stopped) {
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/tasks/%lld/status", (long long)t->id);
+    if (stopped) log_info("task %lld (job %lld): %s", (long long)t->id, (long long)t->job, why);
+    else log_error("task %lld (job %lld): %s", (long long)t->id, (long long)t->job, why);
+    char *body = exit_body(code, 0, why, "");
+    recent_add(a, t->id, body);
+    outbox_push(a, path, body, t->id);
+    for (int i = 0; i < a->n_tasks; i++)
+        if (a->tasks[i] == t) {
+            a->tasks[i] = a->tasks[--a->n_tasks];
+            a->state_dirty = 1;
+            break;
+        }
+    if (t->ctx_tmp[0]) rm_tree(t->ctx_tmp);
+    int oom;
+    iso_task_finish(&a->iso, &t->iso, &oom);
+    task_free(t);
+}
+
+/* Starts the worker of a task (t->assign) prepared by task_start, its
+ * context (when it has one) ready in ctxdir. */
+static void task_launch(agent *a, task *t, const char *ctxdir) {
+    const cJSON *config = cJSON_GetObjectItemCaseSensitive(t->assign, "config");
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(t->assign, "type");
+    /* Environment: the config, and what the worker needs from this node. */
+    char *cfg = cJSON_PrintUnformatted(config);
+    if (!cfg) abort();
+    buf e_cfg, e_cuda;
+    buf_init(&e_cfg, 64u << 20);
+    buf_init(&e_cuda, 4096);
+    char e_task[64], e_root[PATH_MAX + 32], e_name[80], e_ctx[PATH_MAX + 32] = "";
+    int ok = buf_printf(&e_cfg, "TRAINYARD_CONFIG=%s", cfg) == 0;
+    free(cfg);
+    snprintf(e_task, sizeof e_task, "TRAINYARD_TASK_ID=%lld", (long long)t->id);
+    snprintf(e_name, sizeof e_name, "TRAINYARD_TASK_NAME=%s", t->name);
+    snprintf(e_root, sizeof e_root, "TRAINYARD_DATA_ROOT=%s", a->opt.data_root);
+    int n_gpu = 0, n_cpu = 0;
+    ok = ok && config_devices(config, &e_cuda, &n_gpu, &n_cpu) == 0;
+    if (ctxdir && ctxdir[0]) snprintf(e_ctx, sizeof e_ctx, "TRAINYARD_CONTEXT_DIR=%s", ctxdir);
+    /* an isolated task's home is its job directory, its /tmp private (or
+     * the job directory's tmp where no mount namespace could be made) */
+    char e_home[PATH_MAX + 8], e_tmp[PATH_MAX + 8];
+    snprintf(e_home, sizeof e_home, "HOME=%s", t->iso.dir);
+    snprintf(e_tmp, sizeof e_tmp, "TMPDIR=%s", t->iso.mount_ns && !t->iso.keep_root ? "/tmp" : t->iso.tmp);
+    /* the uid has no passwd entry: a name in USER and LOGNAME, which
+     * getpass.getuser() and friends read first (PyTorch's cache directories
+     * are named from it, and without it `import torch` fails) */
+    char e_user[48], e_logname[48];
+    snprintf(e_user, sizeof e_user, "USER=trainyard-%u", (unsigned)t->iso.uid);
+    snprintf(e_logname, sizeof e_logname, "LOGNAME=trainyard-%u", (unsigned)t->iso.uid);
+    /* the CA the agent trusts, for its workers' requests (not secret) */
+    char *e_ca = NULL;
+    if (client_trusted_ca()) {
+        size_t n = strlen(client_trusted_ca()) + sizeof "TRAINYARD_CA_PEM=";
+        e_ca = xmalloc(n);
+        snprintf(e_ca, n, "TRAINYARD_CA_PEM=%s", client_trusted_ca());
+    }
+    char *env[16];
+    int ne = 0;
+    env[ne++] = e_cfg.data;
+    env[ne++] = e_task;
+    env[ne++] = e_name;
+    if (a->opt.data_root[0]) env[ne++] = e_root;
+    if (n_gpu) env[ne++] = e_cuda.data;
+    if (e_ca) env[ne++] = e_ca;
+    if (e_ctx[0]) env[ne++] = e_ctx;
+    if (t->e_ctr) env[ne++] = t->e_ctr;
+    if (t->iso.on && t->iso.uid) {
+        env[ne++] = e_home;
+        env[ne++] = e_tmp;
+        env[ne++] = e_user;
+        env[ne++] = e_logname;
+    }
+    env[ne] = NULL;
+    char *argv[] = {a->exe, "worker", NULL};
+    /* the evaluator side-car yields to every other task: nice 19 and
+     * SCHED_IDLE whatever --worker-nice and --worker-sched say, so it runs
+     * only on CPU time the workers leave (docs/executors.md, The evaluator) */
+    int evaluator = cJSON_IsString(type) && strcmp(type->valuestring, "evaluator") == 0;
+    int nice_v = evaluator ? 19 : a->opt.worker_nice, idle_v = evaluator ? 1 : a->opt.worker_idle;
+    if (ok) t->pid = proc_spawn(a->exe, argv, env, nice_v, idle_v, &t->iso, &t->fd);
+    int spawn_errno = errno;
+    /* a parameter_server job trains on without a dead non-chief worker:
+     * keep what it takes to start it again */
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(config, "spec");
+    const cJSON *strat = spec ? cJSON_GetObjectItemCaseSensitive(spec, "strategy") : NULL;
+    const cJSON *stype = strat ? cJSON_GetObjectItemCaseSensitive(strat, "type") : NULL;
+    if (ok && t->pid > 0 && t->index > 0 && cJSON_IsString(type) && strcmp(type->valuestring, "worker") == 0 &&
+        cJSON_IsString(stype) && strcmp(stype->valuestring, "parameter_server") == 0) {
+        t->env = xcalloc((size_t)ne + 1, sizeof *t->env);
+        for (int i = 0; i < ne; i++) t->env[i] = xstrdup(env[i]);
+        t->restartable = 1;
+    }
+    buf_release(&e_cfg);
+    free(e_ca);
+    buf_release(&e_cuda);
+    if (!ok || t->pid <= 0) {
+        char why[256];
+        snprintf(why, sizeof why, "cannot start the worker: %s", ok ? strerror(spawn_errno) : "config too large");
+        t->pid = 0;
+        task_abandon(a, t, 127, why, 0);
+        return;
+    }
+    t->start_ticks = proc_start_ticks(t->pid);
+    if (!task_find(a, t->id)) a->tasks[a->n_tasks++] = t;
+    a->state_dirty = 1;
+    log_info("task %lld: job %lld attempt %d %s started as pid %d", (long long)t->id, (long long)t->job, t->attempt,
+             t->name, (int)t->pid);
+    report_running(a, t);
+}
+
+/* Starts a task of an assignment's `start` list: its uid, job directory,
+ * cgroup and container first; a context is made ready off this loop
+ * (context_begin), and the worker starts when it is (ctx_collect). */
 static void task_start(agent *a, const cJSON *s) {
     int64_t id = 0, job = 0, attempt = 0, index = 0;
     if (json_int(s, "task", &id) < 0 || json_int(s, "job", &job) < 0) {
@@ -718,156 +804,88 @@ static void task_start(agent *a, const cJSON *s) {
     t->fd = -1;
     buf_init(&t->logs, LOG_PENDING_MAX);
     snprintf(t->name, sizeof t->name, "%s-%d", cJSON_IsString(type) ? type->valuestring : "worker", t->index);
+    t->assign = cJSON_Duplicate(s, 1);
+    if (!t->assign) abort();
+    config = cJSON_GetObjectItemCaseSensitive(t->assign, "config");
 
-    /* Environment: the config, and what the worker needs from this node. */
-    char *cfg = cJSON_PrintUnformatted(config);
-    if (!cfg) abort();
-    buf e_cfg, e_cuda;
-    buf_init(&e_cfg, 64u << 20);
+    buf e_cuda;
     buf_init(&e_cuda, 4096);
-    char e_task[64], e_root[PATH_MAX + 32], e_name[80];
-    int ok = buf_printf(&e_cfg, "TRAINYARD_CONFIG=%s", cfg) == 0;
-    free(cfg);
-    snprintf(e_task, sizeof e_task, "TRAINYARD_TASK_ID=%lld", (long long)id);
-    snprintf(e_name, sizeof e_name, "TRAINYARD_TASK_NAME=%s", t->name);
-    snprintf(e_root, sizeof e_root, "TRAINYARD_DATA_ROOT=%s", a->opt.data_root);
-    const cJSON *devs = cJSON_GetObjectItemCaseSensitive(config, "devices");
     int n_gpu = 0, n_cpu = 0;
-    ok = ok && buf_appends(&e_cuda, "CUDA_VISIBLE_DEVICES=") == 0;
-    const cJSON *d;
-    cJSON_ArrayForEach(d, devs) {
-        if (cJSON_IsString(d) && strncmp(d->valuestring, "gpu:", 4) == 0)
-            ok = ok && buf_printf(&e_cuda, "%s%s", n_gpu++ ? "," : "", d->valuestring + 4) == 0;
-        else if (cJSON_IsString(d) && strncmp(d->valuestring, "cpu:", 4) == 0)
-            n_cpu++;
+    if (config_devices(config, &e_cuda, &n_gpu, &n_cpu) < 0) {
+        buf_release(&e_cuda);
+        task_abandon(a, t, 127, "cannot start the worker: config too large", 0);
+        return;
     }
+    const char *gpus = n_gpu ? e_cuda.data + strlen("CUDA_VISIBLE_DEVICES=") : "";
     /* its uid, job directory and cgroup (memory_mb: the scheduler's; 0 or
      * absent: this node's share for its devices) */
     int64_t memory_mb = 0;
     json_int(config, "memory_mb", &memory_mb);
-    char iso_err[512] = "";
-    if (ok && iso_task_prepare(&a->iso, id, job, memory_mb, n_cpu, n_gpu ? e_cuda.data + strlen("CUDA_VISIBLE_DEVICES=") : "", &t->iso, iso_err,
-                               sizeof iso_err) < 0) {
-        char why[700];
+    char iso_err[512] = "", why[900] = "";
+    if (iso_task_prepare(&a->iso, id, job, memory_mb, n_cpu, gpus, &t->iso, iso_err, sizeof iso_err) < 0)
         snprintf(why, sizeof why, "cannot isolate the task: %s", iso_err);
-        log_error("task %lld (job %lld): %s", (long long)id, (long long)job, why);
-        outbox_push(a, path, exit_body(127, 0, why, ""), id);
-        buf_release(&e_cfg);
-        buf_release(&e_cuda);
-        task_free(t);
-        return;
-    }
     /* a command job's context and image (its spec, in the config) */
     const cJSON *jspec = cJSON_GetObjectItemCaseSensitive(config, "spec");
     const cJSON *jcmd = jspec ? cJSON_GetObjectItemCaseSensitive(jspec, "command") : NULL;
     const cJSON *jctx = jcmd ? cJSON_GetObjectItemCaseSensitive(jcmd, "context") : NULL;
     const cJSON *jenv = jspec ? cJSON_GetObjectItemCaseSensitive(jspec, "environment") : NULL;
     const cJSON *jimg = jenv ? cJSON_GetObjectItemCaseSensitive(jenv, "image") : NULL;
-    char e_ctx[PATH_MAX + 32] = "", *e_ctr = NULL;
-    {
-        char why[900] = "";
-        if (cJSON_IsString(jimg)) {
-            if (!a->podman[0] || !t->iso.on || !t->iso.uid)
-                snprintf(why, sizeof why, "the job runs in image %.300s, but this node's agent runs no container "
-                         "runtime (podman, as root with isolation)", jimg->valuestring);
-            else if (!(e_ctr = container_env(a, t, n_gpu ? e_cuda.data + strlen("CUDA_VISIBLE_DEVICES=") : "")))
-                snprintf(why, sizeof why, "cannot describe the task's container");
-            else
-                t->iso.keep_root = 1;
-        }
-        char ctxdir[PATH_MAX];
-        if (!why[0] && cJSON_IsString(jctx) && strlen(jctx->valuestring) == 71) {
-            if (context_prepare(a, t, jctx->valuestring, ctxdir, sizeof ctxdir, why, sizeof why) == 0)
-                snprintf(e_ctx, sizeof e_ctx, "TRAINYARD_CONTEXT_DIR=%s", ctxdir);
-        }
-        if (why[0]) {
-            log_error("task %lld (job %lld): %s", (long long)id, (long long)job, why);
-            outbox_push(a, path, exit_body(127, 0, why, ""), id);
-            buf_release(&e_cfg);
-            buf_release(&e_cuda);
-            free(e_ctr);
-            if (t->ctx_tmp[0]) rm_tree(t->ctx_tmp);
-            int oom;
-            iso_task_finish(&a->iso, &t->iso, &oom);
-            task_free(t);
-            return;
-        }
+    if (!why[0] && cJSON_IsString(jimg)) {
+        if (!a->podman[0] || !t->iso.on || !t->iso.uid)
+            snprintf(why, sizeof why, "the job runs in image %.300s, but this node's agent runs no container "
+                     "runtime (podman, as root with isolation)", jimg->valuestring);
+        else if (!(t->e_ctr = container_env(a, t, gpus)))
+            snprintf(why, sizeof why, "cannot describe the task's container");
+        else
+            t->iso.keep_root = 1;
     }
-    /* an isolated task's home is its job directory, its /tmp private (or
-     * the job directory's tmp where no mount namespace could be made) */
-    char e_home[PATH_MAX + 8], e_tmp[PATH_MAX + 8];
-    snprintf(e_home, sizeof e_home, "HOME=%s", t->iso.dir);
-    snprintf(e_tmp, sizeof e_tmp, "TMPDIR=%s", t->iso.mount_ns && !t->iso.keep_root ? "/tmp" : t->iso.tmp);
-    /* the uid has no passwd entry: a name in USER and LOGNAME, which
-     * getpass.getuser() and friends read first (PyTorch's cache directories
-     * are named from it, and without it `import torch` fails) */
-    char e_user[48], e_logname[48];
-    snprintf(e_user, sizeof e_user, "USER=trainyard-%u", (unsigned)t->iso.uid);
-    snprintf(e_logname, sizeof e_logname, "LOGNAME=trainyard-%u", (unsigned)t->iso.uid);
-    /* the CA the agent trusts, for its workers' requests (not secret) */
-    char *e_ca = NULL;
-    if (client_trusted_ca()) {
-        size_t n = strlen(client_trusted_ca()) + sizeof "TRAINYARD_CA_PEM=";
-        e_ca = xmalloc(n);
-        snprintf(e_ca, n, "TRAINYARD_CA_PEM=%s", client_trusted_ca());
-    }
-    char *env[16];
-    int ne = 0;
-    env[ne++] = e_cfg.data;
-    env[ne++] = e_task;
-    env[ne++] = e_name;
-    if (a->opt.data_root[0]) env[ne++] = e_root;
-    if (n_gpu) env[ne++] = e_cuda.data;
-    if (e_ca) env[ne++] = e_ca;
-    if (e_ctx[0]) env[ne++] = e_ctx;
-    if (e_ctr) env[ne++] = e_ctr;
-    if (t->iso.on && t->iso.uid) {
-        env[ne++] = e_home;
-        env[ne++] = e_tmp;
-        env[ne++] = e_user;
-        env[ne++] = e_logname;
-    }
-    env[ne] = NULL;
-    char *argv[] = {a->exe, "worker", NULL};
-    /* the evaluator side-car yields to every other task: nice 19 and
-     * SCHED_IDLE whatever --worker-nice and --worker-sched say, so it runs
-     * only on CPU time the workers leave (docs/executors.md, The evaluator) */
-    int evaluator = cJSON_IsString(type) && strcmp(type->valuestring, "evaluator") == 0;
-    int nice_v = evaluator ? 19 : a->opt.worker_nice, idle_v = evaluator ? 1 : a->opt.worker_idle;
-    if (ok) t->pid = proc_spawn(a->exe, argv, env, nice_v, idle_v, &t->iso, &t->fd);
-    int spawn_errno = errno;
-    /* a parameter_server job trains on without a dead non-chief worker:
-     * keep what it takes to start it again */
-    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(config, "spec");
-    const cJSON *strat = spec ? cJSON_GetObjectItemCaseSensitive(spec, "strategy") : NULL;
-    const cJSON *stype = strat ? cJSON_GetObjectItemCaseSensitive(strat, "type") : NULL;
-    if (ok && t->pid > 0 && index > 0 && cJSON_IsString(type) && strcmp(type->valuestring, "worker") == 0 &&
-        cJSON_IsString(stype) && strcmp(stype->valuestring, "parameter_server") == 0) {
-        t->env = xcalloc((size_t)ne + 1, sizeof *t->env);
-        for (int i = 0; i < ne; i++) t->env[i] = xstrdup(env[i]);
-        t->restartable = 1;
-    }
-    buf_release(&e_cfg);
-    free(e_ca);
-    free(e_ctr);
     buf_release(&e_cuda);
-    if (!ok || t->pid < 0) {
-        char why[256];
-        snprintf(why, sizeof why, "cannot start the worker: %s", ok ? strerror(spawn_errno) : "config too large");
-        log_error("task %lld (job %lld): %s", (long long)id, (long long)job, why);
-        outbox_push(a, path, exit_body(127, 0, why, ""), id);
-        int oom;
-        iso_task_finish(&a->iso, &t->iso, &oom);
-        if (t->ctx_tmp[0]) rm_tree(t->ctx_tmp);
-        task_free(t);
+    if (!why[0] && cJSON_IsString(jctx) && strlen(jctx->valuestring) == 71 &&
+        context_begin(a, t, jctx->valuestring, why, sizeof why) == 0) {
+        /* on the list while its context is made ready: a stop finds it */
+        a->tasks[a->n_tasks++] = t;
+        a->state_dirty = 1;
         return;
     }
-    t->start_ticks = proc_start_ticks(t->pid);
-    a->tasks[a->n_tasks++] = t;
-    a->state_dirty = 1;
-    log_info("task %lld: job %lld attempt %d %s started as pid %d", (long long)id, (long long)job, t->attempt,
-             t->name, (int)t->pid);
-    report_running(a, t);
+    if (why[0]) {
+        task_abandon(a, t, 127, why, 0);
+        return;
+    }
+    task_launch(a, t, "");
+}
+
+/* Tasks whose context came back from the pool: started when it is ready,
+ * else ended (a failure, reported as the start's failure was; or a stop
+ * that came meanwhile). */
+static void ctx_collect(agent *a) {
+    for (ctxf_req *r = ctxf_take_done(&a->ctx), *next; r; r = next) {
+        next = r->next;
+        task *t = task_find(a, r->task);
+        if (!t || t->prep != r) { /* cannot happen: a request's task waits for it */
+            free(r);
+            continue;
+        }
+        t->prep = NULL;
+        if (r->rc == CTXF_OK && !t->stop_sent) {
+            log_info("task %lld: context %.19s... ready (%s, unpacked in %.0f ms)", (long long)t->id, r->id,
+                     r->fetched ? "fetched" : "cached", r->unpack_ms);
+            char dir[PATH_MAX];
+            snprintf(dir, sizeof dir, "%s", r->dir);
+            free(r);
+            task_launch(a, t, dir);
+        } else if (t->stop_sent) {
+            char why[400];
+            snprintf(why, sizeof why, "not started: stopped (%.200s) while its context was made ready",
+                     t->stop_reason);
+            free(r);
+            task_abandon(a, t, -1, why, 1);
+        } else {
+            char why[sizeof r->why];
+            snprintf(why, sizeof why, "%s", r->why);
+            free(r);
+            task_abandon(a, t, 127, why, 0);
+        }
+    }
 }
 
 /* A `stop` entry: SIGTERM to the group now, SIGKILL after grace_s. */
@@ -895,6 +913,13 @@ static void task_stop(agent *a, const cJSON *s) {
     }
     if (t->stop_sent || t->exited) return; /* the same stop, listed again */
     snprintf(t->stop_reason, sizeof t->stop_reason, "%s", cJSON_IsString(reason) ? reason->valuestring : "stopped");
+    if (t->prep) { /* no worker yet: its context stops being made ready, and it ends then */
+        log_info("task %lld: stopping (%s) while its context is made ready: cancelled", (long long)id,
+                 t->stop_reason);
+        t->stop_sent = 1;
+        ctxf_cancel(t->prep);
+        return;
+    }
     log_info("task %lld: stopping (%s): SIGTERM to group %d, SIGKILL in %lld s", (long long)id, t->stop_reason,
              (int)t->pid, (long long)grace);
     t->stop_sent = 1;
@@ -907,6 +932,7 @@ static void tasks_check(agent *a) {
     int64_t now = mono_ms();
     for (int i = 0; i < a->n_tasks; i++) {
         task *t = a->tasks[i];
+        if (t->prep) continue; /* no worker yet (ctx_collect) */
         if (!t->exited) {
             int st;
             int r = proc_reap(t->pid, &st);
@@ -1237,6 +1263,11 @@ int agent_run(const agent_options *o) {
     }
     a->wake_r = wp[0];
     a->wake_w = wp[1];
+    if (ctxf_start(&a->ctx, o->server, a->cache_dir, (int64_t)a->opt.cache_max_mb << 20, a->wake_w) < 0) {
+        log_error("cannot set up the context fetcher");
+        free(a);
+        return 1;
+    }
     a->http.timeout_ms = 10000;
     a->need_register = 1;
     if (o->state_file[0]) {
@@ -1323,11 +1354,12 @@ int agent_run(const agent_options *o) {
             for (int i = 2; i < nf; i++)
                 if (pf[i].revents) task_read(a, pft[i]);
         }
+        ctx_collect(a); /* contexts made ready (the same wake pipe) */
         if (got_term) {
             if (stopping) {
                 log_warn("second stop signal: killing every task now");
                 for (int i = 0; i < a->n_tasks; i++)
-                    if (!a->tasks[i]->exited) proc_signal_group(a->tasks[i]->pid, SIGKILL);
+                    if (!a->tasks[i]->exited && a->tasks[i]->pid > 0) proc_signal_group(a->tasks[i]->pid, SIGKILL);
                 stop_deadline = mono_ms() + 1000;
             } else {
                 stopping = 1;
@@ -1339,6 +1371,10 @@ int agent_run(const agent_options *o) {
                     if (t->exited || t->stop_sent) continue;
                     snprintf(t->stop_reason, sizeof t->stop_reason, "agent stopping");
                     t->stop_sent = 1;
+                    if (t->prep) { /* no worker yet: ends once its context comes back */
+                        ctxf_cancel(t->prep);
+                        continue;
+                    }
                     t->kill_at_ms = mono_ms() + (int64_t)a->opt.stop_grace_s * 1000;
                     proc_signal_group(t->pid, SIGTERM);
                 }
@@ -1354,9 +1390,17 @@ int agent_run(const agent_options *o) {
     ret = 0;
     if (a->out_len) log_warn("%d status report(s) not delivered", a->out_len);
 out:
+    /* the contexts still made ready: cancelled, their threads ended */
+    ctxf_stop(&a->ctx);
+    for (ctxf_req *r = ctxf_take_done(&a->ctx), *next; r; r = next) {
+        next = r->next;
+        task *t = task_find(a, r->task);
+        if (t && t->prep == r) t->prep = NULL;
+        free(r);
+    }
     for (int i = 0; i < a->n_tasks; i++) {
-        if (!a->tasks[i]->exited) proc_signal_group(a->tasks[i]->pid, SIGKILL);
-        if (a->tasks[i]->ctr_name[0] && a->podman[0] && !a->tasks[i]->exited)
+        if (!a->tasks[i]->exited && a->tasks[i]->pid > 0) proc_signal_group(a->tasks[i]->pid, SIGKILL);
+        if (a->tasks[i]->ctr_name[0] && a->podman[0] && !a->tasks[i]->exited && a->tasks[i]->pid > 0)
             ctr_remove(a->podman, a->tasks[i]->ctr_name, 15);
         int oom;
         iso_task_finish(&a->iso, &a->tasks[i]->iso, &oom);

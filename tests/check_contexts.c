@@ -8,11 +8,18 @@
  * nothing stored; jobs naming a context (422 for one the team does not
  * hold, the 409 of a DELETE while a job needs it, 204 after its cancel),
  * fetching by the node and the task that run such a job, the collection of
- * unused contexts past their grace, and contexts kept across a restart. */
+ * unused contexts past their grace, and contexts kept across a restart; an
+ * agent fetching a 200 MB context through a slow link (a throttling proxy
+ * on loopback) keeps its heartbeats and starts another job meanwhile, and
+ * a cancel stops that download. */
 #include "testlib.h"
 
 #include <archive.h>
 #include <archive_entry.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/sysmacros.h>
 
@@ -219,6 +226,11 @@ static void start_with(const char *const *extra) {
 }
 
 static void start(void) { start_with(NULL); }
+
+static void start_big(void) {
+    static const char *const extra[] = {"--context-max-mb", "256", NULL};
+    start_with(extra);
+}
 
 static void stop(void) {
     ty_kill(&srv, SIGTERM);
@@ -574,6 +586,371 @@ START_TEST(kept_across_restart) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- a slow link */
+
+/* A gzip'd tar at path holding one file of mb MiB of random bytes (gzip
+ * cannot shrink them): its size. */
+static size_t big_tar_file(const char *path, int mb) {
+    struct archive *a = archive_write_new();
+    ck_assert_ptr_nonnull(a);
+    ck_assert_int_eq(archive_write_add_filter_gzip(a), ARCHIVE_OK);
+    ck_assert_int_eq(archive_write_set_filter_option(a, "gzip", "compression-level", "1"), ARCHIVE_OK);
+    ck_assert_int_eq(archive_write_set_format_pax_restricted(a), ARCHIVE_OK);
+    ck_assert_int_eq(archive_write_open_filename(a, path), ARCHIVE_OK);
+    struct archive_entry *ae = archive_entry_new();
+    archive_entry_set_pathname(ae, "weights.bin");
+    archive_entry_set_filetype(ae, AE_IFREG);
+    archive_entry_set_perm(ae, 0644);
+    archive_entry_set_size(ae, (la_int64_t)mb << 20);
+    ck_assert_int_eq(archive_write_header(a, ae), ARCHIVE_OK);
+    char *chunk = xmalloc(1 << 20);
+    for (int i = 0; i < mb; i++) {
+        for (size_t off = 0; off < (1u << 20);) {
+            ssize_t r = getrandom(chunk + off, (1u << 20) - off, 0);
+            ck_assert_int_gt(r, 0);
+            off += (size_t)r;
+        }
+        ck_assert_int_eq(archive_write_data(a, chunk, 1 << 20), 1 << 20);
+    }
+    free(chunk);
+    archive_entry_free(ae);
+    ck_assert_int_eq(archive_write_close(a), ARCHIVE_OK);
+    archive_write_free(a);
+    struct stat sb;
+    ck_assert_int_eq(stat(path, &sb), 0);
+    return (size_t)sb.st_size;
+}
+
+/* A TCP proxy on loopback to the server's port: what the server sends goes
+ * on at most rate bytes a second per connection (after a burst of 256 KiB,
+ * so small answers pass at once); what the client sends, as it comes. The
+ * bytes passed from the server, in all, are counted in *relayed (shared
+ * memory). Runs in a child process (dies with the test's); its port into
+ * *port. */
+#define PROXY_CONNS 64
+#define PROXY_BURST (256 << 10)
+typedef struct pconn {
+    int c, u;                            /* client and upstream fds, -1 when free */
+    char up[65536], down[65536];
+    size_t up_len, up_off, down_len, down_off;
+    double tokens;
+} pconn;
+
+static void pconn_close(pconn *k) {
+    if (k->c >= 0) close(k->c);
+    if (k->u >= 0) close(k->u);
+    k->c = k->u = -1;
+}
+
+static void proxy_loop(int lfd, int upstream_port, double rate, _Atomic long long *relayed) {
+    static pconn k[PROXY_CONNS];
+    for (int i = 0; i < PROXY_CONNS; i++) k[i].c = k[i].u = -1;
+    int64_t last = mono_ms();
+    for (;;) {
+        struct pollfd pf[1 + 2 * PROXY_CONNS];
+        int who[1 + 2 * PROXY_CONNS], n = 0;
+        pf[n] = (struct pollfd){.fd = lfd, .events = POLLIN};
+        who[n++] = -1;
+        int64_t now = mono_ms();
+        for (int i = 0; i < PROXY_CONNS; i++) {
+            if (k[i].c < 0) continue;
+            k[i].tokens += rate * (double)(now - last) / 1000.0;
+            if (k[i].tokens > PROXY_BURST) k[i].tokens = PROXY_BURST;
+            short ce = 0, ue = 0;
+            if (k[i].up_len == 0) ce |= POLLIN;
+            if (k[i].up_len > 0) ue |= POLLOUT;
+            if (k[i].down_len == 0 && k[i].tokens >= 1) ue |= POLLIN;
+            if (k[i].down_len > 0) ce |= POLLOUT;
+            pf[n] = (struct pollfd){.fd = k[i].c, .events = ce};
+            who[n++] = i;
+            pf[n] = (struct pollfd){.fd = k[i].u, .events = ue};
+            who[n++] = i;
+        }
+        last = now;
+        if (poll(pf, (nfds_t)n, 10) < 0 && errno != EINTR) _exit(1);
+        if (pf[0].revents & POLLIN) {
+            int c = accept(lfd, NULL, NULL);
+            int slot = -1;
+            for (int i = 0; i < PROXY_CONNS && slot < 0; i++)
+                if (k[i].c < 0) slot = i;
+            int u = c >= 0 && slot >= 0 ? socket(AF_INET, SOCK_STREAM, 0) : -1;
+            struct sockaddr_in a;
+            memset(&a, 0, sizeof a);
+            a.sin_family = AF_INET;
+            a.sin_port = htons((uint16_t)upstream_port);
+            a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+            if (u >= 0 && connect(u, (struct sockaddr *)&a, sizeof a) == 0) {
+                memset(&k[slot], 0, sizeof k[slot]);
+                k[slot].c = c;
+                k[slot].u = u;
+                k[slot].tokens = PROXY_BURST;
+            } else {
+                if (c >= 0) close(c);
+                if (u >= 0) close(u);
+            }
+        }
+        for (int j = 1; j < n; j++) {
+            pconn *q = &k[who[j]];
+            if (q->c < 0 || !pf[j].revents) continue;
+            int is_c = pf[j].fd == q->c;
+            if (pf[j].revents & (POLLERR | POLLNVAL)) {
+                pconn_close(q);
+                continue;
+            }
+            if (is_c && (pf[j].revents & (POLLIN | POLLHUP)) && q->up_len == 0) {
+                ssize_t r = read(q->c, q->up, sizeof q->up);
+                if (r <= 0) {
+                    pconn_close(q);
+                    continue;
+                }
+                q->up_len = (size_t)r;
+                q->up_off = 0;
+            }
+            if (!is_c && (pf[j].revents & POLLOUT) && q->up_len > 0) {
+                ssize_t w = write(q->u, q->up + q->up_off, q->up_len - q->up_off);
+                if (w <= 0) {
+                    pconn_close(q);
+                    continue;
+                }
+                q->up_off += (size_t)w;
+                if (q->up_off == q->up_len) q->up_len = q->up_off = 0;
+            }
+            if (!is_c && (pf[j].revents & (POLLIN | POLLHUP)) && q->down_len == 0 && q->tokens >= 1) {
+                size_t want = q->tokens < (double)sizeof q->down ? (size_t)q->tokens : sizeof q->down;
+                ssize_t r = read(q->u, q->down, want);
+                if (r <= 0) {
+                    pconn_close(q);
+                    continue;
+                }
+                q->tokens -= (double)r;
+                q->down_len = (size_t)r;
+                q->down_off = 0;
+            }
+            if (is_c && (pf[j].revents & POLLOUT) && q->down_len > 0) {
+                ssize_t w = write(q->c, q->down + q->down_off, q->down_len - q->down_off);
+                if (w <= 0) {
+                    pconn_close(q);
+                    continue;
+                }
+                q->down_off += (size_t)w;
+                atomic_fetch_add(relayed, (long long)w);
+                if (q->down_off == q->down_len) q->down_len = q->down_off = 0;
+            }
+        }
+    }
+}
+
+static pid_t proxy_start(int upstream_port, double rate, _Atomic long long *relayed, int *port) {
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ck_assert_int_ge(lfd, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ck_assert_int_eq(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    ck_assert_int_eq(listen(lfd, 64), 0);
+    ck_assert_int_eq(getsockname(lfd, (struct sockaddr *)&a, &len), 0);
+    *port = ntohs(a.sin_port);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        signal(SIGPIPE, SIG_IGN);
+        proxy_loop(lfd, upstream_port, rate, relayed);
+        _exit(0);
+    }
+    close(lfd);
+    return pid;
+}
+
+/* The node's last_heartbeat_at as GET /cluster shows it ("" none yet). */
+static void last_heartbeat(char *out, size_t n) {
+    cJSON *o = NULL;
+    ck_assert_int_eq(get_json(admin, "/api/v1/cluster", &o), 200);
+    cJSON *node = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "nodes"), 0);
+    const cJSON *hb = node ? cJSON_GetObjectItem(node, "last_heartbeat_at") : NULL;
+    snprintf(out, n, "%s", cJSON_IsString(hb) ? hb->valuestring : "");
+    cJSON_Delete(o);
+}
+
+static void job_state(int64_t id, char *out, size_t n) {
+    cJSON *o = ty_job_get(srv.url, team_a, id);
+    snprintf(out, n, "%s", ty_str(o, "state"));
+    cJSON_Delete(o);
+}
+
+/* The job once it has ended (30 s at most), asserted to be in state want
+ * (the caller deletes it). */
+static cJSON *expect_ended(int64_t id, const char *want) {
+    int64_t end = mono_ms() + 30000;
+    for (;;) {
+        cJSON *o = ty_job_get(srv.url, team_a, id);
+        const char *st = ty_str(o, "state");
+        int done = strcmp(st, "succeeded") == 0 || strcmp(st, "failed") == 0 || strcmp(st, "cancelled") == 0;
+        if (done || mono_ms() > end) {
+            ck_assert_msg(strcmp(st, want) == 0, "job %lld is %s (%s), not %s", (long long)id, st,
+                          ty_str(o, "reason"), want);
+            return o;
+        }
+        cJSON_Delete(o);
+        ty_sleep_ms(100);
+    }
+}
+
+static int64_t submit_cmd(const char *ctx, const char *script) {
+    char spec[1024];
+    snprintf(spec, sizeof spec,
+             "{\"name\":\"ctx-job\",\"command\":{\"argv\":[\"/bin/sh\",\"-c\",\"%s\"]%s%s%s},"
+             "\"resources\":{\"workers\":1,\"device\":\"cpu\"},\"max_restarts\":0}",
+             script, ctx ? ",\"context\":\"" : "", ctx ? ctx : "", ctx ? "\"" : "");
+    return ty_submit(srv.url, team_a, spec);
+}
+
+/* A 200 MB context the node fetches at 8 MiB/s (about 25 s) through a
+ * throttling proxy between the agent and the server: while it downloads,
+ * the node's heartbeats go on (last_heartbeat_at moves at least every 4 s,
+ * the agent sends one a second) and another job (with a small context of
+ * its own) starts within a few seconds; cancelling the big job stops the
+ * download (the proxy passes nothing more) and leaves nothing of it in the
+ * node's cache. */
+START_TEST(slow_context_holds_nothing_up) {
+    char dir[400], path[600];
+    snprintf(dir, sizeof dir, "%s/slow", srv.dir);
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    snprintf(path, sizeof path, "%s/big.tgz", dir);
+    size_t big_len = big_tar_file(path, 200);
+    size_t len = 0;
+    char *big = file_read_all(path, 256u << 20, &len);
+    ck_assert_ptr_nonnull(big);
+    ck_assert_uint_eq(len, big_len);
+    char big_id[80], small_id[80];
+    id_of(big, len, big_id);
+    client c;
+    ck_assert_int_eq(client_init(&c, srv.url, team_a), 0);
+    c.timeout_ms = 300000;
+    client_reply r;
+    ck_assert_int_eq(client_request(&c, "POST", "/api/v1/contexts", big, len, "application/gzip", &r), 0);
+    ck_assert_msg(r.status == 201, "upload of %zu bytes answered %ld: %.300s", len, r.status,
+                  r.body.data ? r.body.data : "");
+    client_reply_release(&r);
+    client_release(&c);
+    free(big);
+    size_t slen = 0;
+    char *small = project_tar("small", &slen);
+    id_of(small, slen, small_id);
+    cJSON *o = NULL;
+    ck_assert_int_eq(upload(team_a, small, slen, &o), 201);
+    cJSON_Delete(o);
+    free(small);
+
+    /* the agent reaches the server through the slow link only */
+    _Atomic long long *relayed = mmap(NULL, sizeof *relayed, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(relayed, MAP_FAILED);
+    atomic_store(relayed, 0);
+    int server_port = atoi(strrchr(srv.url, ':') + 1), proxy_port = 0;
+    pid_t proxy = proxy_start(server_port, 8 << 20, relayed, &proxy_port);
+    char url[64], tokfile[500], statef[500], logf[500], cache[500];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", proxy_port);
+    snprintf(tokfile, sizeof tokfile, "%s/node.token", srv.dir);
+    snprintf(statef, sizeof statef, "%s/agent.state", dir);
+    snprintf(logf, sizeof logf, "%s/agent.log", dir);
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    pid_t agent = fork();
+    ck_assert_int_ge(agent, 0);
+    if (agent == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (!freopen(logf, "a", stderr)) _exit(126);
+        execl(ty_bin(), ty_bin(), "agent", "--server", url, "--token-file", tokfile, "--hostname", "slow-link",
+              "--cpu-slots", "2", "--heartbeat", "1", "--poll-wait", "3", "--state-file", statef, "--cache-dir",
+              cache, "--podman", "none", (char *)NULL);
+        _exit(127);
+    }
+    char hb[64] = "";
+    for (int i = 0; i < 200 && !hb[0]; i++) {
+        last_heartbeat(hb, sizeof hb);
+        if (!hb[0]) ty_sleep_ms(100);
+    }
+    ck_assert_msg(hb[0], "the agent did not join through the proxy");
+
+    int64_t big_job = submit_cmd(big_id, "echo big-started");
+    /* its download is under way */
+    int64_t end = mono_ms() + 60000;
+    while (atomic_load(relayed) < (8LL << 20) && mono_ms() < end) ty_sleep_ms(100);
+    ck_assert_msg(atomic_load(relayed) >= (8LL << 20), "the big context's download did not start");
+
+    /* another job starts meanwhile */
+    int64_t t0 = mono_ms();
+    int64_t small_job = submit_cmd(small_id, "cat train.py");
+    char st[32] = "";
+    for (;;) {
+        job_state(small_job, st, sizeof st);
+        if (strcmp(st, "running") == 0 || strcmp(st, "succeeded") == 0 || strcmp(st, "failed") == 0 ||
+            mono_ms() - t0 > 60000)
+            break;
+        ty_sleep_ms(50);
+    }
+    int64_t started_ms = mono_ms() - t0;
+    fprintf(stderr, "check_contexts: a job started %lld ms after its submission while the node downloaded a "
+            "200 MB context (%lld MB so far)\n", (long long)started_ms, atomic_load(relayed) >> 20);
+    ck_assert_msg(strcmp(st, "running") == 0 || strcmp(st, "succeeded") == 0, "the small job is %s", st);
+    ck_assert_msg(started_ms < 5000, "the small job started %lld ms after its submission", (long long)started_ms);
+    /* the heartbeats go on: last_heartbeat_at moves at least every 4 s */
+    last_heartbeat(hb, sizeof hb);
+    int64_t changed = mono_ms(), worst = 0;
+    for (int64_t stop_at = mono_ms() + 6000; mono_ms() < stop_at;) {
+        ty_sleep_ms(100);
+        char now[64];
+        last_heartbeat(now, sizeof now);
+        if (strcmp(now, hb) != 0) {
+            if (mono_ms() - changed > worst) worst = mono_ms() - changed;
+            changed = mono_ms();
+            snprintf(hb, sizeof hb, "%s", now);
+        }
+    }
+    if (mono_ms() - changed > worst) worst = mono_ms() - changed;
+    fprintf(stderr, "check_contexts: the longest wait between two heartbeats seen: %lld ms\n", (long long)worst);
+    ck_assert_msg(worst < 4000, "no heartbeat for %lld ms while the context downloaded", (long long)worst);
+    cJSON_Delete(expect_ended(small_job, "succeeded"));
+    char *log = ty_task_log(srv.url, team_a, small_job, "worker-0");
+    ck_assert_msg(strstr(log, "trained small") != NULL, "the small job's context: %s", log);
+    free(log);
+    /* all of that while the big one was still downloading */
+    job_state(big_job, st, sizeof st);
+    ck_assert_str_eq(st, "starting");
+    long long so_far = atomic_load(relayed);
+    ck_assert_msg(so_far < (long long)big_len, "the whole context (%zu bytes) came through already", big_len);
+
+    /* cancel: the download stops, nothing of it stays */
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/cancel", (long long)big_job);
+    ck_assert_int_eq(ty_http(srv.url, team_a, "POST", path, NULL, NULL), 200);
+    cJSON_Delete(expect_ended(big_job, "cancelled"));
+    ty_sleep_ms(1500); /* what the proxy had buffered drains */
+    long long after = atomic_load(relayed);
+    ty_sleep_ms(1500);
+    /* heartbeats and long-polls pass a few hundred bytes; the download, 12 MiB in 1.5 s */
+    long long later = atomic_load(relayed);
+    ck_assert_msg(later - after < (1 << 20), "the download goes on after the cancel (%lld -> %lld bytes)", after,
+                  later);
+    ck_assert_msg(after < (long long)big_len, "the whole context came through before the cancel");
+    snprintf(path, sizeof path, "%s/contexts/%s.tar.gz", cache, big_id + 7);
+    ck_assert_msg(access(path, F_OK) != 0, "%s is in the cache", path);
+    snprintf(path, sizeof path, "%s/contexts/%s.tar.gz.part", cache, big_id + 7);
+    ck_assert_msg(access(path, F_OK) != 0, "%s is left in the cache", path);
+    size_t llen = 0;
+    char *alog = file_read_all(logf, 16 << 20, &llen);
+    ck_assert_ptr_nonnull(alog);
+    ck_assert_msg(strstr(alog, "while its context is made ready: cancelled") != NULL, "agent log:\n%.4000s", alog);
+    free(alog);
+
+    ty_proc ap = {.pid = agent};
+    ck_assert_int_eq(ty_kill(&ap, SIGTERM), 0);
+    kill(proxy, SIGKILL);
+    waitpid(proxy, NULL, 0);
+    munmap(relayed, sizeof *relayed);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("contexts");
     TCase *tc = ty_tcase(s, "contexts", start, stop, 60);
@@ -584,5 +961,8 @@ int main(void) {
     tcase_add_test(tc, node_and_task_fetch);
     tcase_add_test(tc, unused_contexts_collected);
     tcase_add_test(tc, kept_across_restart);
+    /* an agent through a slow link: the server takes 200 MB contexts */
+    TCase *slow = ty_tcase(s, "slow link", start_big, stop, 180);
+    tcase_add_test(slow, slow_context_holds_nothing_up);
     return ty_run_suite(s);
 }
