@@ -11,6 +11,7 @@
 #include "retention_api.h"
 #include "scheduling.h"
 #include "scope.h"
+#include "sweeps_api.h"
 #include "teams_api.h"
 #include "../spec/jobspec.h"
 #include "../scheduler/lifecycle.h"
@@ -406,6 +407,7 @@ static void task_status(server *srv, http_req *req, http_res *res) {
         goto out;
     }
     if (flags) api_kick_scheduler(srv);
+    if (flags & LC_JOB_CHANGED) api_sweeps_kick(); /* a trial's job may have ended: decide now */
     exec_task t;
     cJSON *o = cJSON_CreateObject();
     if (exec_task_get(srv->db, id, &t) == STORE_OK) {

@@ -51,24 +51,31 @@ int api_start_services(struct server *srv, char *err, size_t errlen) {
         snprintf(err, errlen, "cannot start the scheduler thread");
         return -1;
     }
+    if (api_sweeps_start(srv) < 0) {
+        sched_stop();
+        snprintf(err, errlen, "cannot start the sweeps' controller thread");
+        return -1;
+    }
     return 0;
 }
 
 void api_stop_services(struct server *srv) {
     srv->stopping = 1; /* long-polls and event streams end so the daemon can stop */
+    api_sweeps_stop();
     sched_stop();
 }
 
 /* The server's periodic housekeeping: contexts past their grace; what
  * finished jobs leave on the disk (logs past the retention, checkpoints
- * beyond the newest and the best, files of deleted jobs); the sweeps'
- * trials. The retention runs first, on this same thread: a trial's job is
- * only requeued between its passes, never while its checkpoints are being
- * collected (and the newest, which the next rung resumes from, is kept). */
+ * beyond the newest and the best, files of deleted jobs). (The sweeps'
+ * controller has a thread of its own, api_sweeps_start: a trial's job may
+ * be requeued while a pass of the retention runs, which is safe because
+ * the collection keeps a job's newest checkpoint in the transaction that
+ * marks the others, and a requeued attempt reads the newest before it
+ * uploads one of its own.) */
 static void api_tick(struct server *srv) {
     api_contexts_tick(srv);
     api_retention_tick(srv);
-    api_sweeps_tick(srv);
 }
 
 const server_app api_app = {api_route_tables, api_start_services, api_stop_services, api_tick};

@@ -23,15 +23,18 @@
 #include "../storage/store.h"
 #include "../storage/sweep_store.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define ACTOR "sweeps"                 /* who the controller's decisions name on job timelines */
 #define SWEEP_NAME_MAX 100             /* leaves room for "-t999" within a job name's 127 */
-#define TICK_SWEEPS 16                 /* sweeps one housekeeping call looks at */
+#define TICK_SWEEPS 16                 /* sweeps one controller pass looks at */
+#define CONTROLLER_EVERY_S 1           /* a pass at least this often, kicked or not */
 
 static int64_t scope_team(const http_req *req) { return req->who.kind == TOKEN_ADMIN ? 0 : req->who.team_id; }
 
@@ -252,7 +255,7 @@ static void value_text(const cJSON *v, char *out, size_t cap) {
 
 /* On the offload thread: checking every trial's spec, the insert and the
  * sweep's first step (its first trials submitted, which may wait for the
- * housekeeping's step of another sweep) never hold a pool thread. */
+ * controller's pass over other sweeps) never hold a pool thread. */
 static void sweep_create_run(server *srv, http_req *req, http_res *res) {
     cJSON *body = http_body_json(req, res);
     if (!body) return;
@@ -428,7 +431,7 @@ static void sweep_create_run(server *srv, http_req *req, http_res *res) {
     }
     snprintf(res->location, sizeof res->location, "/api/v1/sweeps/%lld", (long long)id);
     http_json(res, 201, o);
-    sweep_step_now(srv, id); /* its first trials go in now rather than at the next housekeeping */
+    sweep_step_now(srv, id); /* its first trials go in now rather than at the next pass */
 out:
     if (params)
         for (int i = 0; i < n; i++) free(params[i]);
@@ -743,9 +746,9 @@ out:
     sweep_info_release(&s);
 }
 
-/* One controller at a time: the housekeeping thread, and a new sweep's
- * first step on its request's thread. (Each step is safe against any
- * other writer on its own: every write checks the state it expects.) */
+/* One controller at a time: the controller's thread and a new sweep's
+ * first step on its request's thread. (Each step is safe against any other writer on its own: every write
+ * checks the state it expects.) */
 static pthread_mutex_t g_controller = PTHREAD_MUTEX_INITIALIZER;
 static int64_t g_cursor;               /* round robin over running sweeps: bounded work per call */
 
@@ -755,7 +758,8 @@ static void sweep_step_now(server *srv, int64_t id) {
     pthread_mutex_unlock(&g_controller);
 }
 
-void api_sweeps_tick(server *srv) {
+/* The controller's pass: at most TICK_SWEEPS running sweeps, round robin. */
+static void sweeps_pass(server *srv) {
     int64_t ids[TICK_SWEEPS];
     int n = 0;
     pthread_mutex_lock(&g_controller);
@@ -769,6 +773,72 @@ void api_sweeps_tick(server *srv) {
         g_cursor = n == TICK_SWEEPS ? ids[n - 1] : 0;
     }
     pthread_mutex_unlock(&g_controller);
+}
+
+/* The controller's thread: a pass when kicked (a job ended), else once a
+ * second. Kicks that come during a pass make one more pass after it. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    int started, quit, kicked;
+    server *srv;
+} g_ctl = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void *controller_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&g_ctl.mu);
+    while (!g_ctl.quit) {
+        if (!g_ctl.kicked) {
+            struct timespec until;
+            clock_gettime(CLOCK_MONOTONIC, &until);
+            until.tv_sec += CONTROLLER_EVERY_S;
+            while (!g_ctl.kicked && !g_ctl.quit)
+                if (pthread_cond_timedwait(&g_ctl.cv, &g_ctl.mu, &until) == ETIMEDOUT) break;
+            if (g_ctl.quit) break;
+        }
+        g_ctl.kicked = 0;
+        pthread_mutex_unlock(&g_ctl.mu);
+        sweeps_pass(g_ctl.srv);
+        pthread_mutex_lock(&g_ctl.mu);
+    }
+    pthread_mutex_unlock(&g_ctl.mu);
+    return NULL;
+}
+
+int api_sweeps_start(server *srv) {
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0) return -1;
+    int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 && pthread_cond_init(&g_ctl.cv, &ca) == 0 ? 0 : -1;
+    pthread_condattr_destroy(&ca);
+    if (rc < 0) return -1;
+    g_ctl.srv = srv;
+    g_ctl.quit = 0;
+    g_ctl.kicked = 1; /* a first pass at once: sweeps left running by the server before */
+    if (pthread_create(&g_ctl.thread, NULL, controller_main, NULL) != 0) {
+        pthread_cond_destroy(&g_ctl.cv);
+        return -1;
+    }
+    g_ctl.started = 1;
+    return 0;
+}
+
+void api_sweeps_stop(void) {
+    if (!g_ctl.started) return;
+    pthread_mutex_lock(&g_ctl.mu);
+    g_ctl.quit = 1;
+    pthread_cond_broadcast(&g_ctl.cv);
+    pthread_mutex_unlock(&g_ctl.mu);
+    pthread_join(g_ctl.thread, NULL);
+    pthread_cond_destroy(&g_ctl.cv);
+    g_ctl.started = 0;
+}
+
+void api_sweeps_kick(void) {
+    pthread_mutex_lock(&g_ctl.mu);
+    g_ctl.kicked = 1;
+    if (g_ctl.started) pthread_cond_signal(&g_ctl.cv);
+    pthread_mutex_unlock(&g_ctl.mu);
 }
 
 const route api_sweeps_routes[] = {

@@ -1,8 +1,8 @@
 /* sweeps_api.h - hyperparameter sweeps: the routes (POST/GET /sweeps, GET
- * /sweeps/{id}, POST /sweeps/{id}/cancel) and the controller the server's
- * housekeeping runs (docs/sweeps.md).
+ * /sweeps/{id}, POST /sweeps/{id}/cancel) and the controller that turns
+ * trials into jobs, on a thread of its own (docs/sweeps.md).
  *
- * defines: api_sweeps_routes, api_sweeps_tick */
+ * defines: api_sweeps_routes, api_sweeps_start, api_sweeps_stop, api_sweeps_kick */
 #ifndef TRAINYARD_SWEEPS_API_H
 #define TRAINYARD_SWEEPS_API_H
 
@@ -12,12 +12,22 @@ struct server;
 
 extern const route api_sweeps_routes[];
 
-/* The controller's pass (server_app.tick, once a second): for at most 16
- * running sweeps (round robin), scores the trials whose jobs ended, then
- * while fewer than max_concurrent trials run, starts the next trial or
- * (ASHA) promotes one, as scheduler/sweep.c's asha_next decides from the
+/* Starts the controller's thread: it makes a pass at once, then whenever
+ * kicked (api_sweeps_kick) and at least once a second. A pass, for at most
+ * 16 running sweeps (round robin), scores the trials whose jobs ended,
+ * then while fewer than max_concurrent trials run, starts the next trial
+ * or (ASHA) promotes one, as scheduler/sweep.c's asha_next decides from the
  * rows; ends the sweep when nothing is left. Each step is one transaction,
- * so a restarted server goes on from the rows. */
-void api_sweeps_tick(struct server *srv);
+ * so a restarted server goes on from the rows. 0, or -1 when the thread
+ * cannot start. */
+int api_sweeps_start(struct server *srv);
+
+/* Stops the thread (after the pass it is in). Safe when it never started. */
+void api_sweeps_stop(void);
+
+/* A job changed state (a trial's may have ended): a pass now rather than at
+ * the next second. Safe from any thread, cheap; kicks during a pass make one
+ * more pass. */
+void api_sweeps_kick(void);
 
 #endif
