@@ -201,6 +201,8 @@ static cJSON *handout(server *srv, int64_t task_id, int *err) {
     cJSON *spec = cJSON_Parse(j.spec);
     cJSON_AddItemToObject(cfg, "spec", spec ? spec : cJSON_CreateObject());
     exec_job_release(&j);
+    /* an ASHA trial's worker asks at each rung's end whether it goes on */
+    if (api_sweeps_trial_config(srv, t.job_id, cfg) < 0) log_warn("job %lld: cannot read its sweep", (long long)t.job_id);
     return item;
 fail:
     cJSON_Delete(cluster);

@@ -20,6 +20,7 @@
 #include "scheduling.h"
 #include "../scheduler/sweep.h"
 #include "../server/server.h"
+#include "../storage/exec_store.h"
 #include "../storage/store.h"
 #include "../storage/sweep_store.h"
 
@@ -553,6 +554,22 @@ static void sweep_cancel(server *srv, http_req *req, http_res *res) {
 static void trial_ended(server *srv, int64_t sweep_id, const sweep_ctx *c, sweep_trial_row *t) {
     sweep_metric m;
     if (sweep_store_job_metric(srv->db, t->job_id, c->search.metric, c->search.mode_max, &m) != STORE_OK) return;
+    if (c->search.method == SWEEP_ASHA && strcmp(t->job_state, "succeeded") == 0 && t->rung < c->n_rungs &&
+        m.epochs < c->rungs[t->rung]) {
+        /* it was sent on to this rung at its rung's end, but its worker
+         * never heard (the answer was lost) and ended: it trains the rest */
+        char why[300];
+        snprintf(why, sizeof why,
+                 "trained %d epoch%s of rung %d's %d: its worker ended before it heard that it goes on; it resumes "
+                 "from its checkpoint",
+                 m.epochs, m.epochs == 1 ? "" : "s", t->rung, c->rungs[t->rung]);
+        if (sweep_store_trial_requeue(srv->db, sweep_id, t->trial, t->job_id, ACTOR, why) == STORE_OK) {
+            log_warn("sweep %lld: trial %d %s", (long long)sweep_id, t->trial, why);
+            snprintf(t->job_state, sizeof t->job_state, "queued");
+            api_kick_scheduler(srv);
+        }
+        return;
+    }
     const char *state = "failed";
     char why[600];
     int rung = -1;
@@ -746,8 +763,9 @@ out:
     sweep_info_release(&s);
 }
 
-/* One controller at a time: the controller's thread and a new sweep's
- * first step on its request's thread. (Each step is safe against any other writer on its own: every write
+/* One controller at a time: the controller's thread, a new sweep's first
+ * step on its request's thread, and a trial's question at a rung's end.
+ * (Each step is safe against any other writer on its own: every write
  * checks the state it expects.) */
 static pthread_mutex_t g_controller = PTHREAD_MUTEX_INITIALIZER;
 static int64_t g_cursor;               /* round robin over running sweeps: bounded work per call */
@@ -841,10 +859,262 @@ void api_sweeps_kick(void) {
     pthread_mutex_unlock(&g_ctl.mu);
 }
 
+/* ---------------------------------------------------------------- a trial at a rung's end */
+
+/* The running ASHA trial whose job is job_id, loaded: 1 (s, c, *t and
+ * its sweep's rung rows set; the caller releases them), 0 when the job is
+ * not a trial running in a running ASHA sweep, -1 on a database error. */
+typedef struct trial_of_job {
+    sweep_info s;
+    sweep_ctx c;
+    sweep_trial_row *rows;
+    int n;
+    sweep_trial_row *t;                /* in rows */
+    asha_rung_entry *ent;              /* (nr) every rung row */
+    int nr;
+} trial_of_job;
+
+static void trial_of_job_release(trial_of_job *x) {
+    sweep_trials_release(x->rows, x->n);
+    free(x->ent);
+    ctx_release(&x->c);
+    sweep_info_release(&x->s);
+    memset(x, 0, sizeof *x);
+}
+
+static int trial_of_job_load(server *srv, int64_t job_id, trial_of_job *x) {
+    memset(x, 0, sizeof *x);
+    int64_t sweep_id = 0;
+    int trial = 0;
+    int in = sweep_store_job_in_running_sweep(srv->db, job_id, &sweep_id, &trial);
+    if (in <= 0) return in;
+    int rc = sweep_store_get(srv->db, sweep_id, 0, &x->s);
+    if (rc != STORE_OK) return rc == STORE_NOT_FOUND ? 0 : -1;
+    if (ctx_load(x->s.spec, &x->c) < 0 || x->c.search.method != SWEEP_ASHA) {
+        sweep_info_release(&x->s);
+        return 0;
+    }
+    sweep_rung_row *rr = NULL;
+    if (sweep_store_trials(srv->db, sweep_id, &x->rows, &x->n) != STORE_OK ||
+        sweep_store_rungs(srv->db, sweep_id, &rr, &x->nr) != STORE_OK) {
+        trial_of_job_release(x);
+        return -1;
+    }
+    x->ent = xcalloc((size_t)x->nr + 1, sizeof *x->ent);
+    for (int i = 0; i < x->nr; i++)
+        x->ent[i] = (asha_rung_entry){.trial = rr[i].trial, .rung = rr[i].rung, .metric = rr[i].metric,
+                                      .promoted = rr[i].promoted};
+    free(rr);
+    for (int i = 0; i < x->n; i++)
+        if (x->rows[i].trial == trial && x->rows[i].job_id == job_id && strcmp(x->rows[i].state, "running") == 0)
+            x->t = &x->rows[i];
+    if (!x->t || x->t->rung < 0 || x->t->rung >= x->c.n_rungs) {
+        trial_of_job_release(x);
+        return 0;
+    }
+    return 1;
+}
+
+int api_sweeps_trial_config(server *srv, int64_t job_id, cJSON *config) {
+    trial_of_job x;
+    int in = trial_of_job_load(srv, job_id, &x);
+    if (in <= 0) return in;
+    cJSON *o = cJSON_AddObjectToObject(config, "sweep");
+    cJSON_AddNumberToObject(o, "id", (double)x.s.id);
+    cJSON_AddNumberToObject(o, "trial", x.t->trial);
+    cJSON_AddNumberToObject(o, "max_epochs", x.c.search.max_epochs);
+    trial_of_job_release(&x);
+    return 1;
+}
+
+/* The answer to a trial's question: its rung after the decision, whether
+ * it goes on, the epochs to train to, and why. */
+static void rung_answer(http_res *res, int64_t job, const trial_of_job *x, int rung, int go_on, int epochs,
+                        const char *why) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "job", (double)job);
+    cJSON_AddNumberToObject(o, "sweep", (double)x->s.id);
+    cJSON_AddNumberToObject(o, "trial", x->t->trial);
+    cJSON_AddNumberToObject(o, "rung", rung);
+    cJSON_AddBoolToObject(o, "continue", go_on);
+    cJSON_AddNumberToObject(o, "epochs", epochs);
+    cJSON_AddStringToObject(o, "reason", why);
+    http_json(res, 200, o);
+}
+
+/* POST /api/v1/jobs/{id}/rung {"attempt", "epoch"} (the job's task): an
+ * ASHA trial's worker has trained `epoch` epochs, the end of its rung, and
+ * asks before it exits whether it goes on. ASHA decides at once
+ * (asha_continues): in the rung's top 1/eta so far, it goes on in its
+ * process (the rung row promoted, the trial at the next rung, the job's
+ * fit.epochs the next rung's, all in one transaction): {"continue": true,
+ * "epochs": the next rung's}; else it stops there ({"continue": false}),
+ * and its job's end is scored as before. Asking again after a "continue"
+ * whose answer was lost gets the same answer. */
+static void trial_rung(server *srv, http_req *req, http_res *res) {
+    int64_t id = http_param_id(req, res, 0, "job");
+    if (id < 0) return;
+    exec_job j;
+    int rc = exec_job_get(srv->db, id, 0, &j);
+    if (rc == STORE_OK && (j.deleted || req->who.job_id != id)) {
+        exec_job_release(&j);
+        rc = STORE_NOT_FOUND;
+    }
+    if (rc == STORE_NOT_FOUND) {
+        http_error(res, 404, "not_found", NULL, "no job %lld", (long long)id);
+        return;
+    }
+    if (rc != STORE_OK) {
+        db_unavailable(res);
+        return;
+    }
+    cJSON *body = http_body_json(req, res);
+    if (!body) {
+        exec_job_release(&j);
+        return;
+    }
+    long attempt = -1, epoch = -1;
+    trial_of_job x;
+    memset(&x, 0, sizeof x);
+    int locked = 0;
+    for (const cJSON *f = body->child; f; f = f->next) {
+        int num = cJSON_IsNumber(f) && f->valuedouble == (double)(long)f->valuedouble;
+        if (strcmp(f->string, "attempt") == 0 && num && f->valuedouble >= 1 && f->valuedouble <= INT32_MAX) {
+            attempt = (long)f->valuedouble;
+        } else if (strcmp(f->string, "epoch") == 0 && num && f->valuedouble >= 1 &&
+                   f->valuedouble <= SWEEP_MAX_EPOCHS) {
+            epoch = (long)f->valuedouble;
+        } else if (strcmp(f->string, "attempt") == 0 || strcmp(f->string, "epoch") == 0) {
+            http_error(res, 422, "invalid_value", f->string, "%s must be an integer from 1 to %d", f->string,
+                       strcmp(f->string, "epoch") == 0 ? SWEEP_MAX_EPOCHS : INT32_MAX);
+            goto out;
+        } else {
+            http_error(res, 422, "unknown_field", f->string, "unknown field '%s' (allowed: attempt, epoch)",
+                       f->string);
+            goto out;
+        }
+    }
+    if (attempt < 0 || epoch < 0) {
+        const char *miss = attempt < 0 ? "attempt" : "epoch";
+        http_error(res, 422, "missing_field", miss, "%s is required (%s)", miss,
+                   attempt < 0 ? "the task's attempt, >= 1" : "the epochs trained, the end of the trial's rung");
+        goto out;
+    }
+    if (strcmp(j.state, "running") != 0 || attempt != j.attempt) {
+        http_error(res, 409, "conflict", "attempt", "job %lld is %s at attempt %d: not attempt %ld",
+                   (long long)j.id, j.state, j.attempt, attempt);
+        goto out;
+    }
+    pthread_mutex_lock(&g_controller);
+    locked = 1;
+    int in = trial_of_job_load(srv, id, &x);
+    if (in < 0) {
+        db_unavailable(res);
+        goto out;
+    }
+    if (in == 0) {
+        http_error(res, 409, "conflict", NULL,
+                   "job %lld is not a running trial of a running asha sweep: it trains its own epochs", (long long)id);
+        goto out;
+    }
+    sweep_ctx *c = &x.c;
+    sweep_trial_row *t = x.t;
+    int k = t->rung;
+    char why[400];
+    if (k > 0 && epoch == c->rungs[k - 1]) {
+        /* asked again: the answer to the first question was lost */
+        for (int i = 0; i < x.nr; i++)
+            if (x.ent[i].trial == t->trial && x.ent[i].rung == k - 1 && x.ent[i].promoted) {
+                snprintf(why, sizeof why,
+                         "rung %d done (%ld epoch%s): promoted to rung %d (%d epochs) as answered before, it goes on "
+                         "in its process",
+                         k - 1, epoch, epoch == 1 ? "" : "s", k, c->rungs[k]);
+                rung_answer(res, id, &x, k, 1, c->rungs[k], why);
+                goto out;
+            }
+    }
+    if (epoch != c->rungs[k]) {
+        http_error(res, 409, "conflict", "epoch", "trial %d trains rung %d, to %d epochs: not %ld", t->trial, k,
+                   c->rungs[k], epoch);
+        goto out;
+    }
+    if (k + 1 >= c->n_rungs) {
+        snprintf(why, sizeof why, "rung %d (%ld epochs) is the last: it ends here", k, epoch);
+        rung_answer(res, id, &x, k, 0, (int)epoch, why);
+        goto out;
+    }
+    sweep_metric m;
+    if (sweep_store_job_metric(srv->db, id, c->search.metric, c->search.mode_max, &m) != STORE_OK) {
+        db_unavailable(res);
+        goto out;
+    }
+    if (m.epochs != epoch || !m.has_last) {
+        snprintf(why, sizeof why, "no %s at epoch %ld among its metrics yet: it stops here, ranked once its job ends",
+                 c->search.metric, epoch);
+        rung_answer(res, id, &x, k, 0, (int)epoch, why);
+        goto out;
+    }
+    int at_rung = 1;
+    for (int i = 0; i < x.nr; i++) at_rung += x.ent[i].rung == k;
+    int go = asha_continues(&c->search, x.ent, x.nr, t->trial, k, m.last);
+    if (go < 0) {
+        http_error(res, 409, "conflict", NULL, "trial %d has a result at rung %d already", t->trial, k);
+        goto out;
+    }
+    if (!go) {
+        snprintf(why, sizeof why,
+                 "rung %d done (%ld epoch%s): its %s %.6g is not in the top 1/%d of the %d result%s at rung %d: it "
+                 "stops here",
+                 k, epoch, epoch == 1 ? "" : "s", c->search.metric, m.last, c->search.reduction_factor, at_rung,
+                 at_rung == 1 ? "" : "s", k);
+        log_info("sweep %lld: trial %d (job %lld) %s", (long long)x.s.id, t->trial, (long long)id, why);
+        rung_answer(res, id, &x, k, 0, (int)epoch, why);
+        goto out;
+    }
+    cJSON *params = t->params ? cJSON_Parse(t->params) : NULL;
+    char *text = NULL, param[SWEEP_PATH_MAX + 8];
+    jobspec js;
+    spec_error e;
+    memset(&e, 0, sizeof e);
+    int ok = params && trial_spec(c, x.s.name, t->trial, params, c->rungs[k + 1], &text, &js, &e, param,
+                                  sizeof param) == 0;
+    cJSON_Delete(params);
+    if (!ok) {
+        snprintf(why, sizeof why, "its spec for rung %d is refused (%s): it stops here", k + 1, e.message);
+        rung_answer(res, id, &x, k, 0, (int)epoch, why);
+        goto out;
+    }
+    jobspec_release(&js);
+    snprintf(why, sizeof why,
+             "rung %d done (%ld epoch%s): its %s %.6g ranks in the top 1/%d of the %d result%s at rung %d: promoted "
+             "to rung %d (%d epochs), it goes on in its process",
+             k, epoch, epoch == 1 ? "" : "s", c->search.metric, m.last, c->search.reduction_factor, at_rung,
+             at_rung == 1 ? "" : "s", k, k + 1, c->rungs[k + 1]);
+    rc = sweep_store_trial_continue(srv->db, x.s.id, t->trial, k, id, (int)attempt, m.last, text, ACTOR, why);
+    free(text);
+    if (rc == STORE_CONFLICT) {
+        http_error(res, 409, "conflict", NULL, "trial %d of sweep %lld changed meanwhile; it stops here", t->trial,
+                   (long long)x.s.id);
+        goto out;
+    }
+    if (rc != STORE_OK) {
+        db_unavailable(res);
+        goto out;
+    }
+    log_info("sweep %lld: trial %d (job %lld) %s", (long long)x.s.id, t->trial, (long long)id, why);
+    rung_answer(res, id, &x, k + 1, 1, c->rungs[k + 1], why);
+out:
+    if (locked) pthread_mutex_unlock(&g_controller);
+    trial_of_job_release(&x);
+    cJSON_Delete(body);
+    exec_job_release(&j);
+}
+
 const route api_sweeps_routes[] = {
     {"POST", "/api/v1/sweeps", sweep_create, ALLOW_TEAM, 0},
     {"GET", "/api/v1/sweeps", sweep_list, ALLOW_USER, 0},
     {"GET", "/api/v1/sweeps/{id}", sweep_get, ALLOW_USER, 0},
     {"POST", "/api/v1/sweeps/{id}/cancel", sweep_cancel, ALLOW_USER, 0},
+    {"POST", "/api/v1/jobs/{id}/rung", trial_rung, ALLOW_TASK, 0},
     {NULL, NULL, NULL, 0, 0},
 };

@@ -80,6 +80,29 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
                             const train_hooks *hooks, train_result *res, model **m_out,
                             char err[TRAIN_ERR_MAX]);
 
+/* The epochs to train in all after `done` of `epochs` (hooks->extend): rank
+ * 0 asks (unless stopping) and the answer is broadcast to the others of a
+ * communicator, so every worker goes on or ends at the same epoch. 0, or
+ * -1 with err when the broadcast fails. */
+static int ask_extend(const train_options *opt, const train_hooks *hooks, int done, int epochs, int *out,
+                      char err[TRAIN_ERR_MAX])
+{
+    comm *c = opt->comm;
+    int many = c && comm_size(c) > 1;
+    double more = epochs;
+    if ((!many || comm_rank(c) == 0) && !is_stopped(hooks)) {
+        int m = hooks->extend(hooks->ctx, done, epochs);
+        if (m > epochs)
+            more = m;
+    }
+    if (many && comm_broadcast(c, &more, sizeof more, 0)) {
+        snprintf(err, TRAIN_ERR_MAX, "broadcast of the epochs to train failed: %.180s", comm_error(c));
+        return -1;
+    }
+    *out = more > epochs && more <= 1e9 ? (int)more : epochs;
+    return 0;
+}
+
 int train_run_data(const jobspec *spec, const dataset_splits *data, const train_options *opt_in,
                    const train_hooks *hooks, train_result *res, model **m_out,
                    char err[TRAIN_ERR_MAX])
@@ -355,6 +378,15 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
             hooks->on_epoch(hooks->ctx, &em);
 
         int last = ep + 1 == epochs;
+        if (last && hooks && hooks->extend) {
+            int more = 0;
+            if (ask_extend(&opt, hooks, (int)ep + 1, epochs, &more, err))
+                goto out;
+            if (more > epochs) {
+                epochs = more;
+                last = 0;
+            }
+        }
         if (last || (every > 0 && (ep + 1) % every == 0)) {
             meta.epoch = ep + 1;
             meta.step = step;

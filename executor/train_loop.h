@@ -96,6 +96,15 @@ typedef struct train_hooks {
     /* when it becomes non-zero (e.g. set by a SIGTERM handler) the loop
      * finishes the step, writes a checkpoint (if it has a path) and returns */
     volatile sig_atomic_t *stop;
+    /* at the end of the last epoch (epochs_done == epochs, after on_epoch,
+     * before the last checkpoint and the test): the epochs to train in all
+     * from now on. More than epochs: the loop goes on, the model, optimizer
+     * and data order as they are (an ASHA trial promoted at its rung's end,
+     * executor/worker.c); epochs: it ends. Workers in a communicator each
+     * call the loop's question: rank 0's hook answers, and its answer is
+     * broadcast (the others' hooks are not called). NULL: the spec's
+     * epochs. */
+    int (*extend)(void *ctx, int epochs_done, int epochs);
 } train_hooks;
 
 typedef struct train_result {

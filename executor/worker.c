@@ -32,6 +32,7 @@
 #define FINAL_FLUSH_S 900           /* how long a finished worker waits for the server */
 #define STOP_FLUSH_S 8              /* a stopped one (SIGTERM): inside the agent's 10 s grace */
 #define STOP_FLUSH_DOWN_S 2         /* ... when the server was unreachable at the last try */
+#define RUNG_ASK_S 900              /* how long an ASHA trial at a rung's end waits for the server */
 #define CKPT_UPLOAD_MAX (1L << 30)  /* the API's limit */
 
 static volatile sig_atomic_t g_stop = 0;
@@ -61,6 +62,8 @@ typedef struct wconfig {
     char *spec_json;             /* owned */
     int has_secret;              /* config.secret: the attempt's, which every connection */
     unsigned char secret[32];    /* between its tasks proves (docs/comm.md, "Who may join") */
+    int rung_max_epochs;         /* config.sweep.max_epochs: an ASHA trial asks at each rung's end
+                                  * short of it whether it goes on (0: not such a trial) */
 } wconfig;
 
 static int hex_nibble(char c) {
@@ -139,6 +142,15 @@ static int config_parse(const char *text, wconfig *w, char *err, size_t errlen) 
         const cJSON *ix = cJSON_GetObjectItemCaseSensitive(task, "index");
         if (cJSON_IsString(ty)) snprintf(w->type, sizeof w->type, "%s", ty->valuestring);
         if (cJSON_IsNumber(ix)) w->index = ix->valueint;
+    }
+    const cJSON *sweep = cJSON_GetObjectItemCaseSensitive(o, "sweep");
+    if (sweep) {
+        const cJSON *me = cJSON_GetObjectItemCaseSensitive(sweep, "max_epochs");
+        if (!cJSON_IsObject(sweep) || !cJSON_IsNumber(me) || me->valuedouble < 1 || me->valuedouble > 1e6) {
+            snprintf(err, errlen, "TRAINYARD_CONFIG sweep is not {\"max_epochs\": N, ...}");
+            goto out;
+        }
+        w->rung_max_epochs = me->valueint;
     }
     const cJSON *cluster = cJSON_GetObjectItemCaseSensitive(o, "cluster");
     const cJSON *workers = cluster ? cJSON_GetObjectItemCaseSensitive(cluster, "worker") : NULL;
@@ -440,6 +452,7 @@ static int nccl_id_join(client *c, const wconfig *w, char hex[GPU_NCCL_ID_HEX], 
 typedef struct wctx {
     const wconfig *w;
     int chief;
+    client *c;                   /* the worker's client (the training thread's between steps) */
     report_sender *snd;
     reported rep;
     int64_t last_step_ms;
@@ -535,6 +548,60 @@ static void hook_checkpoint(void *ctx, const char *path, const ckpt_meta *meta) 
     k->data = (unsigned char *)data;
     k->len = len;
     report_set_ckpt(c->snd, k, meta->step, meta->epoch);
+}
+
+/* An ASHA trial at the end of a rung short of the sweep's last (train_hooks.extend,
+ * docs/sweeps.md): its metrics delivered first (the server ranks it by
+ * them), then POST /jobs/{id}/rung asks whether it goes on, retrying while
+ * the server is away. The epochs to train in all: the next rung's when it
+ * goes on, in this process, else `epochs` (it ends; its checkpoint is
+ * written and uploaded as at any end, for a later promotion to resume
+ * from). */
+static int hook_extend(void *ctx, int done, int epochs) {
+    wctx *c = ctx;
+    const wconfig *w = c->w;
+    if (!c->chief || w->rung_max_epochs <= 0 || done >= w->rung_max_epochs) return epochs;
+    int64_t t0 = mono_ms();
+    if (report_drain(c->snd, RUNG_ASK_S) < 0 || report_attempt_over(c->snd)) {
+        log_warn("rung end at epoch %d: the metrics were not delivered; it ends here", done);
+        return epochs;
+    }
+    char path[96], body[96];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/rung", (long long)w->job);
+    snprintf(body, sizeof body, "{\"attempt\":%d,\"epoch\":%d}", w->attempt, done);
+    int64_t backoff = 0, deadline = t0 + (int64_t)RUNG_ASK_S * 1000;
+    for (;;) {
+        client_reply r;
+        int e = client_request(c->c, "POST", path, body, strlen(body), NULL, &r);
+        if (e == 0 && r.status == 200) {
+            cJSON *o = cJSON_ParseWithLength(r.body.data ? r.body.data : "", r.body.len);
+            client_reply_release(&r);
+            const cJSON *go = cJSON_GetObjectItemCaseSensitive(o, "continue");
+            const cJSON *n = cJSON_GetObjectItemCaseSensitive(o, "epochs");
+            const cJSON *why = cJSON_GetObjectItemCaseSensitive(o, "reason");
+            int more = cJSON_IsTrue(go) && cJSON_IsNumber(n) && n->valuedouble > done &&
+                               n->valuedouble <= w->rung_max_epochs
+                           ? n->valueint
+                           : epochs;
+            log_info("rung end at epoch %d (asked in %lld ms): %s", done, (long long)(mono_ms() - t0),
+                     cJSON_IsString(why) ? why->valuestring : more > epochs ? "it goes on" : "it ends here");
+            cJSON_Delete(o);
+            return more;
+        }
+        if (e == 0 && r.status < 500 && r.status != 429) {
+            log_warn("rung end at epoch %d: POST %s answered %ld: %.300s; it ends here", done, path, r.status,
+                     r.body.data ? r.body.data : "");
+            client_reply_release(&r);
+            return epochs;
+        }
+        log_warn("rung end at epoch %d: cannot ask the server (%s); retrying", done,
+                 e < 0 ? r.error : "server error");
+        client_reply_release(&r);
+        if (mono_ms() > deadline || report_wait_retry(&g_stop, &backoff) < 0) {
+            log_warn("rung end at epoch %d: no answer; it ends here", done);
+            return epochs;
+        }
+    }
 }
 
 /* ---------------------------------------------------------------- ps task */
@@ -667,6 +734,7 @@ int worker_run(const char *config) {
     memset(&ctx, 0, sizeof ctx);
     ctx.w = &w;
     ctx.chief = chief;
+    ctx.c = &c;
     ctx.snd = &snd;
     if (chief && fetch_reported(&c, &w, &ctx.rep, err, sizeof err) < 0) goto fail;
     char sha[65];
@@ -744,6 +812,7 @@ int worker_run(const char *config) {
     hooks.on_epoch = hook_epoch;
     hooks.on_checkpoint = hook_checkpoint;
     hooks.stop = &g_stop;
+    if (w.rung_max_epochs > 0) hooks.extend = hook_extend; /* every worker: the loop broadcasts rank 0's answer */
     train_result res;
     char terr[TRAIN_ERR_MAX];
     ctx.window_ms = mono_ms();

@@ -803,3 +803,24 @@ int asha_next(const sweep_search *s, const asha_rung_entry *entries, int n, int 
     }
     return running == 0 ? ASHA_DONE : ASHA_WAIT;
 }
+
+int asha_continues(const sweep_search *s, const asha_rung_entry *entries, int n, int trial, int rung,
+                   double metric) {
+    int epochs[SWEEP_MAX_RUNGS];
+    int k_rungs = asha_rung_epochs(s, epochs, SWEEP_MAX_RUNGS);
+    if (s->method != SWEEP_ASHA || n < 0 || rung < 0 || rung >= k_rungs || trial < 0 || trial >= s->max_trials)
+        return -1;
+    ranked me = {asha_score(s, metric), trial, 0};
+    int m = 1, ahead = 0;
+    for (int i = 0; i < n; i++) {
+        const asha_rung_entry *e = &entries[i];
+        if (e->rung < 0 || e->rung >= k_rungs || e->trial < 0 || e->trial >= s->max_trials) return -1;
+        if (e->rung != rung) continue;
+        if (e->trial == trial) return -1;
+        ranked other = {asha_score(s, e->metric), e->trial, e->promoted};
+        m++;
+        ahead += by_rank(&other, &me) < 0;
+    }
+    if (rung + 1 >= k_rungs) return 0;
+    return ahead < m / s->reduction_factor;
+}

@@ -16,7 +16,8 @@
  *
  * defines: sweep_search, sweep_param, sweep_search_parse, sweep_search_release,
  *          sweep_search_to_json, sweep_grid_size, sweep_n_trials, sweep_trial_params,
- *          sweep_apply, asha_rung_entry, asha_rung_epochs, asha_score, asha_next */
+ *          sweep_apply, asha_rung_entry, asha_rung_epochs, asha_score, asha_next,
+ *          asha_continues */
 #ifndef TRAINYARD_SWEEP_H
 #define TRAINYARD_SWEEP_H
 
@@ -174,5 +175,21 @@ double asha_score(const sweep_search *s, double metric);
  * ignored). Returns -1 when an entry names a rung or trial out of range. */
 int asha_next(const sweep_search *s, const asha_rung_entry *entries, int n, int started,
               int running, int *out_trial, int *out_rung);
+
+/* ASHA's decision for a trial at the end of a rung while its worker still
+ * runs (it asks before it exits, docs/sweeps.md): `trial` has trained rung
+ * `rung` and scored `metric` there; entries, n of them, are every
+ * sweep_rungs row, none of them its own at that rung. Returns 1 when it
+ * goes on to rung + 1 at once, in its process: rung + 1 exists and, its
+ * result added to the m - 1 others at that rung, it ranks (asha_score,
+ * ties to the lower trial) within the best floor(m / eta), the set
+ * asha_next promotes from; so a trial is promoted as soon as it is in the
+ * top 1/eta of the results at its rung, with no wait for the rest of the
+ * rung. 0 when it stops there (its slot goes to asha_next's next decision;
+ * it may still be promoted later, from its checkpoint, when enough worse
+ * results come in). -1 when rung or an entry is out of range, or entries
+ * hold the trial's own row at that rung already. */
+int asha_continues(const sweep_search *s, const asha_rung_entry *entries, int n, int trial, int rung,
+                   double metric);
 
 #endif

@@ -434,6 +434,71 @@ int sweep_store_trial_promote(db *d, int64_t sweep_id, int trial, int from, int6
     return finish_tx(d, rc);
 }
 
+static const char SQL_TRIAL_NEXT_RUNG[] =
+    "UPDATE sweep_trials SET rung = ?3 + 1, updated_at = ?4"
+    " WHERE sweep_id = ?1 AND trial = ?2 AND state = 'running' AND rung = ?3 AND job_id = ?5";
+static const char SQL_RUNG_INSERT_PROMOTED[] =
+    "INSERT INTO sweep_rungs(sweep_id, rung, trial, metric, promoted) VALUES(?1, ?2, ?3, ?4, 1)"
+    " ON CONFLICT(sweep_id, rung, trial) DO NOTHING";
+static const char SQL_JOB_RESPEC_RUNNING[] =
+    "UPDATE jobs SET spec = ?2 WHERE id = ?1 AND state = 'running' AND attempt = ?3 AND deleted_at IS NULL";
+
+int sweep_store_trial_continue(db *d, int64_t sweep_id, int trial, int from, int64_t job_id, int attempt,
+                               double metric, const char *spec_json, const char *actor, const char *reason) {
+    if (db_begin(d) < 0) return STORE_ERROR;
+    sqlite3_stmt *st = db_prepare(d, SQL_TRIAL_NEXT_RUNG);
+    if (!st) return finish_tx(d, STORE_ERROR);
+    sqlite3_bind_int64(st, 1, sweep_id);
+    sqlite3_bind_int(st, 2, trial);
+    sqlite3_bind_int(st, 3, from);
+    sqlite3_bind_int64(st, 4, now_ms());
+    sqlite3_bind_int64(st, 5, job_id);
+    if (step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
+    if (sqlite3_changes(db_conn(d)) != 1) return finish_tx(d, STORE_CONFLICT);
+    st = db_prepare(d, SQL_RUNG_INSERT_PROMOTED);
+    if (!st) return finish_tx(d, STORE_ERROR);
+    sqlite3_bind_int64(st, 1, sweep_id);
+    sqlite3_bind_int(st, 2, from);
+    sqlite3_bind_int(st, 3, trial);
+    sqlite3_bind_double(st, 4, metric);
+    if (step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
+    if (sqlite3_changes(db_conn(d)) != 1) return finish_tx(d, STORE_CONFLICT);
+    st = db_prepare(d, SQL_JOB_RESPEC_RUNNING);
+    if (!st) return finish_tx(d, STORE_ERROR);
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_text(st, 2, spec_json, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int(st, 3, attempt);
+    if (step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
+    if (sqlite3_changes(db_conn(d)) != 1) return finish_tx(d, STORE_CONFLICT);
+    return finish_tx(d, store_event_add(d, job_id, "sweep", actor, reason));
+}
+
+static const char SQL_TRIAL_RUNNING_JOB[] =
+    "SELECT 1 FROM sweep_trials WHERE sweep_id = ?1 AND trial = ?2 AND state = 'running' AND job_id = ?3";
+static const char SQL_JOB_REOPEN[] =
+    "UPDATE jobs SET finished_at = NULL WHERE id = ?1 AND state = 'succeeded' AND deleted_at IS NULL"
+    " AND NOT EXISTS(SELECT 1 FROM tasks k WHERE k.job_id = ?1 AND k.state != 'exited')";
+
+int sweep_store_trial_requeue(db *d, int64_t sweep_id, int trial, int64_t job_id, const char *actor,
+                              const char *reason) {
+    static const char *const succeeded[] = {"succeeded", NULL};
+    if (db_begin(d) < 0) return STORE_ERROR;
+    sqlite3_stmt *st = db_prepare(d, SQL_TRIAL_RUNNING_JOB);
+    if (!st) return finish_tx(d, STORE_ERROR);
+    sqlite3_bind_int64(st, 1, sweep_id);
+    sqlite3_bind_int(st, 2, trial);
+    sqlite3_bind_int64(st, 3, job_id);
+    int s = sqlite3_step(st);
+    db_done(st);
+    if (s != SQLITE_ROW) return finish_tx(d, s == SQLITE_DONE ? STORE_CONFLICT : STORE_ERROR);
+    st = db_prepare(d, SQL_JOB_REOPEN);
+    if (!st) return finish_tx(d, STORE_ERROR);
+    sqlite3_bind_int64(st, 1, job_id);
+    if (step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
+    if (sqlite3_changes(db_conn(d)) != 1) return finish_tx(d, STORE_CONFLICT);
+    return finish_tx(d, store_job_transition(d, job_id, succeeded, "queued", actor, reason));
+}
+
 static const char SQL_STOP_PAUSED[] =
     "UPDATE sweep_trials SET state = 'stopped', updated_at = ?2,"
     " reason = 'stopped early at rung ' || rung || ' (' || epochs || ' epoch' || CASE WHEN epochs = 1 THEN '' ELSE 's' END || ')'"

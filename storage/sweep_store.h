@@ -13,6 +13,7 @@
  *          sweep_store_trials, sweep_store_rungs, sweep_store_running,
  *          sweep_store_job_metric, sweep_store_trial_start,
  *          sweep_store_trial_fail_pending, sweep_store_trial_end, sweep_store_trial_promote,
+ *          sweep_store_trial_continue, sweep_store_trial_requeue,
  *          sweep_store_finish, sweep_store_cancel, sweep_store_newest_checkpoint */
 #ifndef TRAINYARD_SWEEP_STORE_H
 #define TRAINYARD_SWEEP_STORE_H
@@ -122,6 +123,27 @@ int sweep_store_trial_end(db *d, int64_t sweep_id, int trial, const char *state,
  * exited (nothing written). */
 int sweep_store_trial_promote(db *d, int64_t sweep_id, int trial, int from, int64_t job_id, const char *spec_json,
                               const char *actor, const char *reason);
+
+/* A running trial whose job reached the end of rung `from` goes on to
+ * from + 1 in its process (ASHA: it ranks in that rung's top 1/eta), in one
+ * transaction: the rung row (from, trial, metric) inserted as promoted, the
+ * trial running at from + 1, the job's spec replaced by spec_json (its
+ * fit.epochs the next rung's: what a restarted attempt trains to), and
+ * reason on the job's timeline. STORE_CONFLICT when the trial is not
+ * running at rung `from` with that job, the job is not running at
+ * `attempt`, or that rung row exists already (nothing written). */
+int sweep_store_trial_continue(db *d, int64_t sweep_id, int trial, int from, int64_t job_id, int attempt,
+                               double metric, const char *spec_json, const char *actor, const char *reason);
+
+/* A running trial whose job succeeded short of its rung's epochs (its
+ * worker never heard that it goes on, sweep_store_trial_continue) trains
+ * the rest: the job requeued from succeeded for a new attempt, with its
+ * spec as it is (its fit.epochs already the rung's) and reason on its
+ * timeline, in one transaction. STORE_CONFLICT when the trial is not
+ * running with that job, or the job is not succeeded with every task
+ * exited (nothing written). */
+int sweep_store_trial_requeue(db *d, int64_t sweep_id, int trial, int64_t job_id, const char *actor,
+                              const char *reason);
 
 /* Ends a running sweep, in one transaction: its paused trials to stopped
  * ("stopped early at rung k (N epochs)"), then the sweep to state with

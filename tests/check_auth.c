@@ -325,6 +325,7 @@ static const mrow MATRIX[] = {
     {"POST", "/api/v1/tasks/{id}/status", "", "oFFFoFFFUU"},
     {"POST", "/api/v1/jobs/{id}/metrics", "", "FFFFFFoNUU"},
     {"POST", "/api/v1/jobs/{id}/events", "", "FFFFFFoNUU"},
+    {"POST", "/api/v1/jobs/{id}/rung", "", "FFFFFFoNUU"}, /* job A is no sweep's trial: the handler's 422/409 */
     {"GET", "/api/v1/jobs/{id}/metrics", "", "ooNFFFoNUU"},
     {"POST", "/api/v1/jobs/{id}/logs", "?task=worker-0", "FFFFoFoNUU"},
     {"GET", "/api/v1/jobs/{id}/logs", "?task=worker-0", "ooNFFFoNUU"},

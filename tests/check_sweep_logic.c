@@ -645,10 +645,13 @@ END_TEST
 
 /* Runs a sweep one trial at a time (max_concurrent 1): each trial reports
  * metric[trial][rung] at the end of a rung. Writes each decision into log
- * ("S3" started trial 3, "P3>1" resumed trial 3 to rung 1) and returns the
- * epochs trained in all (a promoted trial goes on from its checkpoint). */
-static int run_script(const sweep_search *s, const double metric[][3], char *log, size_t cap,
-                      int *reached) {
+ * ("S3" started trial 3, "P3>1" resumed trial 3 to rung 1, from its
+ * checkpoint) and returns the epochs trained in all (a promoted trial goes
+ * on from its checkpoint). With ask, a trial at a rung's end first asks
+ * asha_continues, as its worker does: "C3>1", trial 3 went on to rung 1 in
+ * its process, its slot kept; else the slot frees for asha_next. */
+static int run_script_ask(const sweep_search *s, const double metric[][3], int ask, char *log, size_t cap,
+                          int *reached) {
     int epochs[SWEEP_MAX_RUNGS];
     int nr = asha_rung_epochs(s, epochs, SWEEP_MAX_RUNGS);
     asha_rung_entry rows[64];
@@ -656,6 +659,24 @@ static int run_script(const sweep_search *s, const double metric[][3], char *log
     log[0] = '\0';
     for (int step = 0; step < 100; step++) {
         int t = -1, r = -1;
+        if (ask && n > 0) {
+            /* the trial that just reported (the last row, not yet ranked by others) */
+            asha_rung_entry *me = &rows[n - 1];
+            int go = asha_continues(s, rows, n - 1, me->trial, me->rung, me->metric);
+            ck_assert_int_ge(go, 0);
+            if (go) {
+                me->promoted = 1;
+                t = me->trial;
+                r = me->rung + 1;
+                size_t used = strlen(log);
+                ck_assert_int_eq(sfmt(log + used, cap - used, "C%d>%d ", t, r), 0);
+                total += epochs[r] - epochs[r - 1];
+                reached[t] = r;
+                ck_assert(n < 64);
+                rows[n++] = (asha_rung_entry){t, r, metric[t][r], 0};
+                continue;
+            }
+        }
         /* a full machine waits */
         ck_assert_int_eq(asha_next(s, rows, n, started, s->max_concurrent, &t, &r), ASHA_WAIT);
         int what = asha_next(s, rows, n, started, 0, &t, &r);
@@ -688,6 +709,18 @@ static int run_script(const sweep_search *s, const double metric[][3], char *log
     }
     ck_abort_msg("the sweep did not end");
     return -1;
+}
+
+static int run_script(const sweep_search *s, const double metric[][3], char *log, size_t cap, int *reached) {
+    return run_script_ask(s, metric, 0, log, cap, reached);
+}
+
+/* The decisions of a log with every "C" (went on in its process) written
+ * as the "P" (resumed from its checkpoint) it replaces. */
+static void as_resumes(const char *log, char *out, size_t cap) {
+    snprintf(out, cap, "%s", log);
+    for (char *p = out; *p; p++)
+        if (*p == 'C') *p = 'P';
 }
 
 START_TEST(test_asha_script) {
@@ -726,6 +759,106 @@ START_TEST(test_asha_script) {
     total = run_script(&s, LOSS, log, sizeof log, reached);
     ck_assert_str_eq(log, "S0 S1 S2 P0>1 S3 P3>1 S4 S5 P4>1 P3>2 S6 S7 S8 P8>1 P8>2 ");
     ck_assert_int_eq(total, 9 * 1 + 4 * 2 + 2 * 6);
+    sweep_search_release(&s);
+}
+END_TEST
+
+/* Asynchronous promotion at a rung's end: the trial that reports asks
+ * before it frees its slot, and goes on at once, in its process, when its
+ * result ranks in the top 1/eta of its rung so far. The decisions are the
+ * ones of the slot-by-slot controller (the same trials promoted to the
+ * same rungs, in the same order, the same epochs), but a promotion at the
+ * rung's end starts no process and reads no checkpoint. */
+START_TEST(test_asha_script_continue) {
+    sweep_search s;
+    parse_ok("{'method':'asha','parameters':{'compile.optimizer.learning_rate':{'log_uniform':[1e-4,1e-1]}},"
+             "'metric':'val_accuracy','mode':'max','max_trials':9,'max_concurrent':1,'max_epochs':9}", &s);
+    static const double ACC[9][3] = {
+        {0.5, 0, 0}, {0.9, 0.91, 0}, {0.3, 0, 0}, {0.4, 0, 0}, {0.8, 0.85, 0},
+        {0.2, 0, 0}, {0.1, 0, 0}, {0.7, 0.95, 0.96}, {0.6, 0, 0},
+    };
+    char log[512], old[512], same[512];
+    int reached[9], was[9];
+    int before = run_script(&s, ACC, old, sizeof old, was);
+    int total = run_script_ask(&s, ACC, 1, log, sizeof log, reached);
+    /* 7 (0.95) is the best of the 3 at rung 1 when it reports: it goes on to rung 2 in its process */
+    ck_assert_str_eq(log, "S0 S1 S2 P1>1 S3 S4 S5 P4>1 S6 S7 S8 P7>1 C7>2 ");
+    as_resumes(log, same, sizeof same);
+    ck_assert_str_eq(same, old);
+    ck_assert_int_eq(total, before);
+    ck_assert_int_eq(memcmp(reached, was, sizeof was), 0);
+
+    /* minimizing: 3 and 8 each rank first at rung 0 when they report, and 8
+     * first at rung 1 too: four promotions of six start no process */
+    s.mode_max = 0;
+    static const double LOSS[9][3] = {
+        {0.3, 0.25, 0}, {0.5, 0, 0}, {0.6, 0, 0}, {0.1, 0.08, 0.07}, {0.2, 0.15, 0},
+        {0.7, 0, 0}, {0.8, 0, 0}, {0.9, 0, 0}, {0.05, 0.04, 0.03},
+    };
+    before = run_script(&s, LOSS, old, sizeof old, was);
+    total = run_script_ask(&s, LOSS, 1, log, sizeof log, reached);
+    ck_assert_str_eq(log, "S0 S1 S2 P0>1 S3 C3>1 S4 S5 P4>1 P3>2 S6 S7 S8 C8>1 C8>2 ");
+    as_resumes(log, same, sizeof same);
+    ck_assert_str_eq(same, old);
+    ck_assert_int_eq(total, before);
+    ck_assert_int_eq(memcmp(reached, was, sizeof was), 0);
+    sweep_search_release(&s);
+}
+END_TEST
+
+START_TEST(test_continues_edges) {
+    sweep_search s;
+    parse_ok("{'method':'asha','parameters':{'x':{'int':[1,5]}},'metric':'m','mode':'max','max_trials':8,"
+             "'max_concurrent':2,'max_epochs':9}", &s); /* rungs 1, 3, 9; eta 3 */
+    /* the first results at a rung: floor(m / 3) is 0 until the third */
+    ck_assert_int_eq(asha_continues(&s, NULL, 0, 0, 0, 0.9), 0);
+    asha_rung_entry one[] = {{0, 0, 0.5, 0}};
+    ck_assert_int_eq(asha_continues(&s, one, 1, 1, 0, 0.9), 0);
+    asha_rung_entry two[] = {{0, 0, 0.5, 0}, {1, 0, 0.4, 0}};
+    ck_assert_int_eq(asha_continues(&s, two, 2, 2, 0, 0.9), 1);  /* the best of 3 */
+    ck_assert_int_eq(asha_continues(&s, two, 2, 2, 0, 0.45), 0); /* second of 3: 0 is the top third */
+    /* promoted or not, those ahead of it count: the top third of 6 is 2 */
+    asha_rung_entry five[] = {{0, 0, 0.5, 1}, {1, 0, 0.4, 0}, {2, 0, 0.9, 1}, {3, 0, 0.1, 0}, {4, 0, 0.2, 0}};
+    ck_assert_int_eq(asha_continues(&s, five, 5, 5, 0, 0.6), 1);  /* second of 6 */
+    ck_assert_int_eq(asha_continues(&s, five, 5, 5, 0, 0.45), 0); /* third of 6 */
+    /* ties go to the lower trial; NaN is worst */
+    ck_assert_int_eq(asha_continues(&s, five, 5, 5, 0, 0.5), 0);  /* ties with 0, which ranks first */
+    asha_rung_entry tie[] = {{6, 0, 0.9, 0}, {1, 0, 0.4, 0}};
+    ck_assert_int_eq(asha_continues(&s, tie, 2, 5, 0, 0.9), 1); /* ties with 6: 5 ranks first */
+    ck_assert_int_eq(asha_continues(&s, two, 2, 2, 0, NAN), 0);
+    /* only its own rung counts; rows at other rungs do not */
+    asha_rung_entry mixed[] = {{0, 0, 0.5, 1}, {1, 0, 0.4, 0}, {0, 1, 0.99, 0}};
+    ck_assert_int_eq(asha_continues(&s, mixed, 3, 2, 0, 0.6), 1);
+    ck_assert_int_eq(asha_continues(&s, mixed, 3, 3, 1, 0.1), 0); /* second of 2 at rung 1 */
+    /* the last rung goes nowhere */
+    asha_rung_entry top[] = {{0, 2, 0.1, 0}, {1, 2, 0.2, 0}};
+    ck_assert_int_eq(asha_continues(&s, top, 2, 2, 2, 0.9), 0);
+    /* mode min: smaller is better */
+    s.mode_max = 0;
+    ck_assert_int_eq(asha_continues(&s, two, 2, 2, 0, 0.1), 1);
+    ck_assert_int_eq(asha_continues(&s, two, 2, 2, 0, 0.9), 0);
+    s.mode_max = 1;
+    /* refused: its own row at that rung already, a rung or a row out of range */
+    ck_assert_int_eq(asha_continues(&s, two, 2, 1, 0, 0.9), -1);
+    ck_assert_int_eq(asha_continues(&s, two, 2, 2, 3, 0.9), -1);
+    ck_assert_int_eq(asha_continues(&s, two, 2, 8, 0, 0.9), -1);
+    asha_rung_entry bad[] = {{9, 0, 0.5, 0}};
+    ck_assert_int_eq(asha_continues(&s, bad, 1, 2, 0, 0.9), -1);
+    sweep_search_release(&s);
+    /* a grid has no rungs */
+    parse_ok(GRID("'a':{'values':[1,2,3]}"), &s);
+    ck_assert_int_eq(asha_continues(&s, NULL, 0, 0, 0, 0.9), -1);
+    sweep_search_release(&s);
+    /* the end-to-end test's sweep (tests/check_sweeps.c, asha_continues_in_process):
+     * with seed 1, trial 0 draws the tiny learning rate and trial 1 the good one */
+    parse_ok("{'method':'asha','parameters':{'compile.optimizer.learning_rate':{'values':[0.003,0.00001]}},"
+             "'metric':'val_loss','mode':'min','max_concurrent':1,'max_epochs':2,'reduction_factor':2,'seed':1}",
+             &s);
+    cJSON *p0 = sweep_trial_params(&s, 0), *p1 = sweep_trial_params(&s, 1);
+    ck_assert(cJSON_GetObjectItem(p0, "compile.optimizer.learning_rate")->valuedouble == 0.00001);
+    ck_assert(cJSON_GetObjectItem(p1, "compile.optimizer.learning_rate")->valuedouble == 0.003);
+    cJSON_Delete(p0);
+    cJSON_Delete(p1);
     sweep_search_release(&s);
 }
 END_TEST
@@ -797,6 +930,8 @@ static Suite *sweep_suite(void) {
     tcase_add_test(asha, test_score);
     tcase_add_test(asha, test_asha_script);
     tcase_add_test(asha, test_next_edges);
+    tcase_add_test(asha, test_asha_script_continue);
+    tcase_add_test(asha, test_continues_edges);
     suite_add_tcase(s, asha);
     return s;
 }

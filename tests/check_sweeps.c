@@ -6,8 +6,12 @@
  *   live at once, each trial's values in its job's spec, the metric of
  *   each trial and the best as the jobs' metrics say;
  * - a parameter value that makes an invalid spec: 422 naming it, nothing stored;
- * - ASHA: promotions resume the same job from its checkpoint (epochs go on,
- *   none repeated), the others end stopped early;
+ * - ASHA: promotions go on in the trial's process when they are decided at
+ *   its rung's end, else resume the same job from its checkpoint (epochs go
+ *   on, none repeated either way), the others end stopped early;
+ * - ASHA one trial at a time: the better trial ranks first at its rung's
+ *   end and trains on in the same process (one attempt), to the same
+ *   metrics as the same spec trained straight through;
  * - cancel mid-sweep;
  * - a command job's grid reading its value from the environment;
  * - the server killed with SIGKILL mid-sweep and restarted on the same data:
@@ -250,8 +254,16 @@ END_TEST
 
 /* ---------------------------------------------------------------- ASHA */
 
+/* The times needle occurs in text. */
+static int count_of(const char *text, const char *needle) {
+    int n = 0;
+    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle)) n++;
+    return n;
+}
+
 /* Checks a finished ASHA sweep: rungs of 1, 2, 4 epochs; promoted trials
- * trained on from their checkpoint without repeating an epoch; the rest
+ * trained on without repeating an epoch, in their process (promoted at
+ * their rung's end) or from their checkpoint (a new attempt); the rest
  * stopped early. Returns the number of promotions. */
 static int check_asha(cJSON *o, int n_trials) {
     static const int rung_epochs[] = {1, 2, 4};
@@ -276,10 +288,16 @@ static int check_asha(cJSON *o, int n_trials) {
                          rung_epochs[rung]);
         if (rung > 0) {
             promoted++;
-            /* the same job, a new attempt per rung, resumed from its checkpoint */
-            ck_assert_int_eq((int)ty_num(j, "attempt"), rung + 1);
+            /* the same job throughout: each promotion either went on in its
+             * process, asked at its rung's end, or was a new attempt resumed
+             * from its checkpoint */
+            int attempt = (int)ty_num(j, "attempt");
             char *log = ty_task_log(srv.url, team_tok, job, "worker-0");
-            ck_assert_msg(strstr(log, "resuming from the job's latest checkpoint"), "no resume in %s", log);
+            int resumed = count_of(log, "resuming from the job's latest checkpoint");
+            int went_on = count_of(log, "it goes on in its process");
+            ck_assert_msg(resumed == attempt - 1 && resumed + went_on == rung,
+                          "trial %d at rung %d, attempt %d: %d resumed, %d went on in %s", (int)ty_num(t, "trial"),
+                          rung, attempt, resumed, went_on, log);
             free(log);
         }
         if (rung < 2) {
@@ -308,6 +326,101 @@ START_TEST(asha_promotes_and_stops) {
     cJSON *o = sweep_wait(id, 300, 2);
     ck_assert_str_eq(ty_str(o, "state"), "succeeded");
     ck_assert_int_ge(check_asha(o, 4), 1);
+    cJSON_Delete(o);
+}
+END_TEST
+
+/* One trial at a time, two trials: with seed 1, trial 0 draws the tiny
+ * learning rate and trial 1 the good one (tests/check_sweep_logic.c
+ * asserts the draw); rungs of 1 and 2 epochs, η 2. Trial 0 is the only
+ * result at rung 0 when it reports: it stops. Trial 1 reports a better
+ * val_loss: the best of 2, it is promoted at once and trains rung 1 in the
+ * same process. */
+#define CONT_BODY                                                                                             \
+    "{\"name\":\"cont\",\"job\":" JOB(1) ",\"search\":{\"method\":\"asha\","                             \
+    "\"parameters\":{\"compile.optimizer.learning_rate\":{\"values\":[0.003,0.00001]}},"                     \
+    "\"metric\":\"val_loss\",\"mode\":\"min\",\"max_concurrent\":1,\"max_epochs\":2,\"reduction_factor\":2," \
+    "\"seed\":1}}"
+
+/* The job's metric key at epoch `epoch` (an epoch row); NAN when none. */
+static double epoch_value(int64_t job, int epoch, const char *key) {
+    cJSON *all = ty_metrics_all(srv.url, team_tok, job);
+    double v = NAN;
+    cJSON *m;
+    cJSON_ArrayForEach(m, all) if (strcmp(ty_str(m, "kind"), "epoch") == 0 && (int)ty_num(m, "epoch") == epoch) v =
+        ty_num(m, key);
+    cJSON_Delete(all);
+    return v;
+}
+
+START_TEST(asha_continues_in_process) {
+    int64_t id = sweep_submit(CONT_BODY);
+    cJSON *o = sweep_wait(id, 180, 1);
+    ck_assert_str_eq(ty_str(o, "state"), "succeeded");
+    cJSON *trials = cJSON_GetObjectItem(o, "trials");
+    ck_assert_int_eq(cJSON_GetArraySize(trials), 2);
+    cJSON *t0 = cJSON_GetArrayItem(trials, 0), *t1 = cJSON_GetArrayItem(trials, 1);
+    ck_assert(ty_num(cJSON_GetObjectItem(t1, "params"), "compile.optimizer.learning_rate") == 0.003);
+    /* trial 0: one epoch, stopped at rung 0 */
+    ck_assert_str_eq(ty_str(t0, "state"), "stopped");
+    ck_assert_int_eq((int)ty_num(t0, "epochs"), 1);
+    ck_assert_int_eq((int)ty_num(t0, "rung"), 0);
+    /* trial 1: both rungs in one process: one attempt, epochs 1 and 2 once each */
+    ck_assert_str_eq(ty_str(t1, "state"), "succeeded");
+    ck_assert_int_eq((int)ty_num(t1, "epochs"), 2);
+    ck_assert_int_eq((int)ty_num(t1, "rung"), 1);
+    int64_t job = (int64_t)ty_num(t1, "job_id");
+    int ep[8];
+    double best;
+    ck_assert_int_eq(job_epochs(job, "val_loss", 0, ep, 8, &best), 2);
+    ck_assert(ep[0] == 1 && ep[1] == 2);
+    cJSON *j = ty_job_get(srv.url, team_tok, job);
+    ck_assert_int_eq((int)ty_num(j, "attempt"), 1);
+    ck_assert_str_eq(ty_str(j, "state"), "succeeded");
+    cJSON *spec = cJSON_Duplicate(cJSON_GetObjectItem(j, "spec"), 1);
+    ck_assert_int_eq((int)ty_num(cJSON_GetObjectItem(spec, "fit"), "epochs"), 2); /* the rung it went on to */
+    cJSON_Delete(j);
+    char *log = ty_task_log(srv.url, team_tok, job, "worker-0");
+    ck_assert_msg(count_of(log, "it goes on in its process") == 1, "no promotion in its process in %s", log);
+    ck_assert_msg(!strstr(log, "resuming from"), "trial 1 was restarted: %s", log);
+    free(log);
+    /* its timeline says why */
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/events", (long long)job);
+    cJSON *ev = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &ev), 200);
+    int said = 0;
+    cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(ev, "events")) {
+        const char *why = ty_str(e, "reason");
+        said += strcmp(ty_str(e, "kind"), "sweep") == 0 && why && strstr(why, "promoted to rung 1 (2 epochs)") &&
+                strstr(why, "in its process");
+    }
+    cJSON_Delete(ev);
+    ck_assert_int_eq(said, 1);
+    /* it kept its progress: the same spec trained straight through for 2
+     * epochs ends where the trial did, to the last bit */
+    cJSON_ReplaceItemInObject(spec, "name", cJSON_CreateString("straight"));
+    char *text = cJSON_PrintUnformatted(spec);
+    cJSON_Delete(spec);
+    int64_t straight = ty_submit(srv.url, team_tok, text);
+    free(text);
+    char state[16] = "";
+    for (int i = 0; i < 600; i++) {
+        cJSON *s = ty_job_get(srv.url, team_tok, straight);
+        snprintf(state, sizeof state, "%s", ty_str(s, "state"));
+        cJSON_Delete(s);
+        if (strcmp(state, "succeeded") == 0 || strcmp(state, "failed") == 0 || strcmp(state, "cancelled") == 0) break;
+        ty_sleep_ms(200);
+    }
+    ck_assert_str_eq(state, "succeeded");
+    for (int e2 = 1; e2 <= 2; e2++) {
+        double a = epoch_value(job, e2, "val_loss"), b = epoch_value(straight, e2, "val_loss");
+        ck_assert_msg(!isnan(a) && a == b, "epoch %d: val_loss %.17g in the sweep, %.17g straight through", e2, a, b);
+        a = epoch_value(job, e2, "loss");
+        b = epoch_value(straight, e2, "loss");
+        ck_assert_msg(!isnan(a) && a == b, "epoch %d: loss %.17g in the sweep, %.17g straight through", e2, a, b);
+    }
     cJSON_Delete(o);
 }
 END_TEST
@@ -439,6 +552,7 @@ int main(void) {
     tcase_add_test(ty_tcase(s, "grid", start_up, stop_all, 300), grid_end_to_end);
     tcase_add_test(ty_tcase(s, "refused", start_up, stop_all, 60), bad_parameter_refused);
     tcase_add_test(ty_tcase(s, "asha", start_up, stop_all, 360), asha_promotes_and_stops);
+    tcase_add_test(ty_tcase(s, "continue", start_up, stop_all, 240), asha_continues_in_process);
     tcase_add_test(ty_tcase(s, "cancel", start_up, stop_all, 120), cancel_mid_sweep);
     tcase_add_test(ty_tcase(s, "command", start_up, stop_all, 150), command_grid);
     tcase_add_test(ty_tcase(s, "restart", start_server_agent, stop_all, 360), server_killed_mid_sweep);

@@ -494,8 +494,9 @@ test('usage', async () => {
 });
 
 // Sweeps: a 2-trial grid of a small training job to its end (the trials
-// are jobs that show their sweep and trial), the list, a refused parameter,
-// a cancel and its second cancel, the CLI's table.
+// are jobs that show their sweep and trial), a 2-trial ASHA sweep (each
+// trial's worker asks POST /jobs/{id}/rung at its first rung's end), the
+// list, a refused parameter, a cancel and its second cancel, the CLI's table.
 test('sweeps', async () => {
   const job = JSON.parse(example('fashion_mnist_quick', s => ({...s, data: {...s.data, limit: 600}, fit: {...s.fit, epochs: 1}})));
   const body = {name: 'contract-sweep', job, search: {method: 'grid', metric: 'val_accuracy', mode: 'max',
@@ -517,7 +518,18 @@ test('sweeps', async () => {
   const trialJob = (await call(`${U}/jobs/${r.body.trials[1].job_id}`)).body;
   assert.equal(trialJob.sweep, id);
   assert.equal(trialJob.trial, 1);
-  assert.equal((await call(U + '/sweeps')).body.sweeps[0].id, id);
+  r = await call(U + '/sweeps', {method: 'POST', body: JSON.stringify({...body, name: 'contract-asha',
+    search: {...body.search, method: 'asha', max_epochs: 2, reduction_factor: 2}})});
+  assert.equal(r.status, 201, JSON.stringify(r.body));
+  const asha = r.body.id;
+  do {
+    r = await call(`${U}/sweeps/${asha}`);
+    assert.equal(r.status, 200);
+    if (r.body.state !== 'running') break;
+    await sleep(500);
+  } while (Date.now() < end);
+  assert.equal(r.body.state, 'succeeded', JSON.stringify(r.body));
+  assert.equal((await call(U + '/sweeps')).body.sweeps[1].id, id);
   r = await call(U + '/sweeps', {method: 'POST', body: JSON.stringify({...body,
     search: {...body.search, parameters: {'fit.batch_size': {values: [32, 0]}}}})});
   assert.equal(r.status, 422);
