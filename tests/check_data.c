@@ -541,6 +541,102 @@ START_TEST(test_limit_caps_train_and_test) {
 }
 END_TEST
 
+/* data.limit: only the kept images are inflated. A training file of 2000
+ * images of noise (deflate cannot shrink it, so it spans many blocks)
+ * whose compressed data past its first half (past what zlib inflates
+ * ahead of a read: its buffers, 512 KiB) is destroyed, its gzip
+ * trailer intact: with a limit of 2 it loads (the first two images, as
+ * they are), without one it is refused as corrupt, as before. */
+START_TEST(test_limit_inflates_only_the_kept) {
+    enum { NBIG = 2000 };
+    put_mnist(1);
+    size_t len = 16 + (size_t)NBIG * 784;
+    unsigned char *b = xmalloc(len);
+    be32(b, 0x803);
+    be32(b + 4, NBIG);
+    be32(b + 8, 28);
+    be32(b + 12, 28);
+    uint64_t st = 12345;
+    for (size_t i = 16; i < len; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull; /* an LCG's high bits: noise */
+        b[i] = (unsigned char)(st >> 56);
+    }
+    put_file("train-images-idx3-ubyte.gz", b, len, 1);
+    size_t ll;
+    unsigned char *lb = idx_labels(0x801, NBIG, &ll);
+    put_file("train-labels-idx1-ubyte.gz", lb, ll, 1);
+    free(lb);
+    char p[512];
+    tpath(p, sizeof p, "train-images-idx3-ubyte.gz");
+    size_t glen;
+    char *gz = file_read_all(p, 8 << 20, &glen);
+    ck_assert_ptr_nonnull(gz);
+    ck_assert_uint_gt(glen, len / 2); /* noise: the deflate data is about as long as the images */
+    for (size_t i = glen / 2; i < glen - 8; i++) gz[i] = (char)0xff;
+    put_file("train-images-idx3-ubyte.gz", gz, glen, 0);
+    free(gz);
+    data_spec s = mnist_spec();
+    s.limit = 2;
+    dataset_splits sp;
+    char err[DATASET_ERR_MAX];
+    ck_assert_msg(dataset_load(&s, &sp, err) == 0, "%s", err);
+    ck_assert_int_eq(sp.train.n, 2);
+    for (size_t j = 0; j < 2 * 784; j++) ck_assert_float_eq_tol(sp.train.x[j], b[16 + j] / 255.0f, 1e-7);
+    ck_assert_float_eq(sp.train.y[1], (float)lab(1));
+    check_mnist_values(&sp.test, 2);
+    dataset_splits_free(&sp);
+    free(b);
+    s.limit = 0;
+    load_fails(&s, "train-images-idx3-ubyte.gz: ", NULL);
+}
+END_TEST
+
+/* Removes the .gz files put_mnist(1) wrote (the loader reads them first). */
+static void drop_gz(void) {
+    static const char *const names[] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                                        "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char p[512];
+        tpath(p, sizeof p, names[i]);
+        ck_assert_int_eq(unlink(p), 0);
+    }
+}
+
+/* With a limit, a file whose length is wrong is refused as without one:
+ * cut short (gzip or raw) or longer than its header says. */
+START_TEST(test_limit_still_checks_length) {
+    put_mnist(1);
+    put_cut_images(16 + NTRAIN * 784 / 2, 1);
+    data_spec s = mnist_spec();
+    s.limit = 2;
+    load_fails(&s, "train-images-idx3-ubyte.gz: truncated", "expected 4704 bytes of pixels, got 2352");
+    drop_gz();
+    put_mnist(0);
+    put_cut_images(16 + 3 * 784 + 5, 0);
+    s.limit = 2;
+    load_fails(&s, "train-images-idx3-ubyte: truncated", "expected 4704 bytes of pixels, got 2357");
+    put_mnist(1);
+    size_t len;
+    unsigned char *b = idx_images(0x803, NTRAIN, 28, 28, &len);
+    be32(b + 4, NTRAIN - 1);
+    put_file("train-images-idx3-ubyte.gz", b, len, 1);
+    free(b);
+    b = idx_labels(0x801, NTRAIN - 1, &len);
+    put_file("train-labels-idx1-ubyte.gz", b, len, 1);
+    free(b);
+    load_fails(&s, "train-images-idx3-ubyte.gz: trailing data after 5 images", NULL);
+    /* raw and exact: loads, the first two only */
+    drop_gz();
+    put_mnist(0);
+    dataset_splits sp;
+    char err[DATASET_ERR_MAX];
+    ck_assert_msg(dataset_load(&s, &sp, err) == 0, "%s", err);
+    check_mnist_values(&sp.train, 2);
+    check_mnist_values(&sp.test, 2);
+    dataset_splits_free(&sp);
+}
+END_TEST
+
 START_TEST(test_validation_split_is_the_tail) {
     data_spec s = spec_for(DATA_SYNTHETIC);
     s.examples = 1000;
@@ -1034,6 +1130,8 @@ static Suite *data_suite(void) {
     tcase_add_test(tc, test_mnist_needs_path);
     tcase_add_test(tc, test_fashion_mnist_real);
     tcase_add_test(tc, test_limit_caps_train_and_test);
+    tcase_add_test(tc, test_limit_inflates_only_the_kept);
+    tcase_add_test(tc, test_limit_still_checks_length);
     tcase_add_test(tc, test_validation_split_is_the_tail);
     suite_add_tcase(s, tc);
 

@@ -85,7 +85,10 @@ static int idx_find(const char *dir, const char *stem, const char *kind, char *o
     return 0;
 }
 
-static int load_mnist_split(const char *dir, const char *stem, dataset *out, char err[DATASET_ERR_MAX]) {
+/* The split's first keep examples (all when keep <= 0): data.limit's, so
+ * the images past them are never inflated (idx_load_head). */
+static int load_mnist_split(const char *dir, const char *stem, long keep, dataset *out,
+                            char err[DATASET_ERR_MAX]) {
     char img[JOBSPEC_PATH_MAX + 64], lab[JOBSPEC_PATH_MAX + 64];
     char istem[32], lstem[32];
     if (sfmt(istem, sizeof istem, "%s-images", stem) < 0 ||
@@ -95,7 +98,7 @@ static int load_mnist_split(const char *dir, const char *stem, dataset *out, cha
         snprintf(err, DATASET_ERR_MAX, "data.path too long");
         return -1;
     }
-    return idx_load(img, lab, MNIST_SIDE, MNIST_SIDE, MNIST_CLASSES, out, err);
+    return idx_load_head(img, lab, MNIST_SIDE, MNIST_SIDE, MNIST_CLASSES, keep, out, err);
 }
 
 int dataset_load(const data_spec *spec, dataset_splits *out, char err[DATASET_ERR_MAX]) {
@@ -123,8 +126,8 @@ int dataset_load(const data_spec *spec, dataset_splits *out, char err[DATASET_ER
             }
             dir = FASHION_MNIST_DIR;
         }
-        if (load_mnist_split(dir, "train", &out->train, err) < 0) return -1;
-        if (load_mnist_split(dir, "t10k", &out->test, err) < 0) {
+        if (load_mnist_split(dir, "train", spec->limit, &out->train, err) < 0) return -1;
+        if (load_mnist_split(dir, "t10k", spec->limit, &out->test, err) < 0) {
             dataset_free(&out->train);
             return -1;
         }

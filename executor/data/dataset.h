@@ -8,7 +8,7 @@
  *
  * defines: dataset_load, dataset_free, dataset_splits_free, dataset_shard,
  *          batcher_init, batcher_next, batcher_reset, batcher_release,
- *          batcher_seek, batch_replica_slice, the loaders (idx_load, csv_load,
+ *          batcher_seek, batch_replica_slice, the loaders (idx_load, idx_load_head, csv_load,
  *          synthetic_make). The data RNG is data_rng.h. See docs/data.md. */
 #ifndef TRAINYARD_DATASET_H
 #define TRAINYARD_DATASET_H
@@ -120,6 +120,15 @@ long batcher_batches(const batcher *b);
  * Pixels are scaled to [0,1]; features = rows*cols. */
 int idx_load(const char *images_path, const char *labels_path, int want_rows, int want_cols,
              int classes, dataset *out, char err[DATASET_ERR_MAX]);
+
+/* idx_load_head: the same for the first `keep` examples only (all of them
+ * when keep <= 0 or at least the count): every label is read and checked,
+ * but only the kept images are inflated and scaled; the others are checked
+ * by length, from the file's size (raw) or its gzip trailer (ISIZE, the
+ * inflated size mod 2^32), and read through only when that differs (then
+ * the errors are idx_load's: truncated, trailing data, corrupt stream). */
+int idx_load_head(const char *images_path, const char *labels_path, int want_rows, int want_cols,
+                  int classes, long keep, dataset *out, char err[DATASET_ERR_MAX]);
 
 /* csv_load: numeric CSV, one example a line; the label column is
  * label_column_name (needs header) when not "", else label_column (0-based,

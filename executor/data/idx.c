@@ -1,7 +1,11 @@
 /* idx.c - the IDX loader (MNIST, Fashion-MNIST): an image file and a label
  * file, gzip or raw (zlib reads both), validated whole before anything is
  * handed back: magic, dimensions, counts, label range, exact lengths. Pixels
- * are scaled to [0,1] through a 256-entry table while inflating. */
+ * are scaled to [0,1] through a 256-entry table while inflating. Asked for
+ * the first `keep` examples only (data.limit), it inflates and scales only
+ * their pixels: the images after them are checked by length alone, from the
+ * file's size (raw) or the gzip trailer's (the inflated size mod 2^32),
+ * and read through as before when that does not match. */
 #include "dataset.h"
 
 #include <errno.h>
@@ -29,11 +33,14 @@ static const char *path_show(const char *p) {
 typedef struct idx_file {
     const char *path;
     gzFile gz;
+    int fd;                      /* the gz's (gzclose closes it) */
+    off_t size;                  /* the file's bytes */
 } idx_file;
 
 static int idx_open(idx_file *f, const char *path, char *err) {
     f->path = path;
     f->gz = NULL;
+    f->fd = -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         snprintf(err, DATASET_ERR_MAX, "%s: cannot open: %s", path_show(path), strerror(errno));
@@ -56,8 +63,22 @@ static int idx_open(idx_file *f, const char *path, char *err) {
         close(fd);
         return -1;
     }
+    f->fd = fd;
+    f->size = st.st_size;
     gzbuffer(f->gz, IDX_CHUNK);
     return 0;
+}
+
+/* 1 when the file, read `done` bytes into its content, holds exactly
+ * `total` bytes of content, known without reading them: a raw file by its
+ * size, a gzip file by its trailer's ISIZE (the content's size mod 2^32,
+ * RFC 1952). 0 when that cannot be told so (then the rest is read through). */
+static int idx_length_is(idx_file *f, uint64_t done, uint64_t total) {
+    if (gzdirect(f->gz)) return (uint64_t)f->size == total && done <= total;
+    unsigned char t[4];
+    if (f->size < 18 || pread(f->fd, t, sizeof t, f->size - 4) != (ssize_t)sizeof t) return 0;
+    uint32_t isize = (uint32_t)t[0] | (uint32_t)t[1] << 8 | (uint32_t)t[2] << 16 | (uint32_t)t[3] << 24;
+    return isize == (uint32_t)total;
 }
 
 static void idx_close(idx_file *f) {
@@ -152,6 +173,11 @@ static int idx_expect_eof(idx_file *f, const char *what, uint32_t count, char *e
 
 int idx_load(const char *images_path, const char *labels_path, int want_rows, int want_cols,
              int classes, dataset *out, char err[DATASET_ERR_MAX]) {
+    return idx_load_head(images_path, labels_path, want_rows, want_cols, classes, 0, out, err);
+}
+
+int idx_load_head(const char *images_path, const char *labels_path, int want_rows, int want_cols,
+                  int classes, long keep, dataset *out, char err[DATASET_ERR_MAX]) {
     int rc = -1;
     idx_file fi = {0}, fl = {0};
     unsigned char *chunk = NULL;
@@ -218,16 +244,17 @@ int idx_load(const char *images_path, const char *labels_path, int want_rows, in
     }
     if (idx_expect_eof(&fl, "labels", count, err) < 0) goto out;
 
-    /* Pixels, scaled while they stream in. */
+    /* Pixels of the examples kept, scaled while they stream in. */
     float lut[256];
     for (int i = 0; i < 256; i++) lut[i] = (float)i / 255.0f;
-    size_t total = (size_t)count * feat;
+    uint32_t kept = keep > 0 && (uint64_t)keep < count ? (uint32_t)keep : count;
+    size_t total = (size_t)count * feat, wanted = (size_t)kept * feat;
     done = 0;
-    while (done < total) {
-        size_t n = total - done < IDX_CHUNK ? total - done : IDX_CHUNK;
+    while (done < wanted) {
+        size_t n = wanted - done < IDX_CHUNK ? wanted - done : IDX_CHUNK;
         long got = idx_read(&fi, chunk, n, err);
         if (got < 0) goto out;
-        x = idx_grow(x, &xcap, done + (size_t)got, total, sizeof(float));
+        x = idx_grow(x, &xcap, done + (size_t)got, wanted, sizeof(float));
         for (long i = 0; i < got; i++) x[done + (size_t)i] = lut[chunk[i]];
         done += (size_t)got;
         if ((size_t)got < n) {
@@ -235,9 +262,24 @@ int idx_load(const char *images_path, const char *labels_path, int want_rows, in
             goto out;
         }
     }
-    if (idx_expect_eof(&fi, "images", count, err) < 0) goto out;
+    /* The images after them: their length, from the file when it tells,
+     * else read through (a cut or a longer file says so as before). */
+    if (kept == count || !idx_length_is(&fi, 16 + (uint64_t)done, 16 + (uint64_t)total)) {
+        while (done < total) {
+            size_t n = total - done < IDX_CHUNK ? total - done : IDX_CHUNK;
+            long got = idx_read(&fi, chunk, n, err);
+            if (got < 0) goto out;
+            done += (size_t)got;
+            if ((size_t)got < n) {
+                idx_truncated(&fi, "pixels", total, (long)done, err);
+                goto out;
+            }
+        }
+        if (idx_expect_eof(&fi, "images", count, err) < 0) goto out;
+    }
+    if (kept < count) y = xrealloc(y, (size_t)kept * sizeof(float));
 
-    out->n = count;
+    out->n = kept;
     out->features = (int)feat;
     out->classes = classes;
     out->x = x;

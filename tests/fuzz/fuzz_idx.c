@@ -1,9 +1,11 @@
-/* fuzz_idx.c - libFuzzer target for executor/data/idx.c (idx_load). The
- * input is "options byte, images file, the separator ---LABELS---, labels
- * file" (without the separator the labels file is empty); each file is a
- * memfd path, so raw and gzip streams both go through zlib as in training.
- * The options byte picks the expected side (0 = any, 28, 2) and the classes
- * (10, 2 or 0 = unchecked). docs/reliability.md, "Fuzzing". */
+/* fuzz_idx.c - libFuzzer target for executor/data/idx.c (idx_load and
+ * idx_load_head). The input is "options byte, images file, the separator
+ * ---LABELS---, labels file" (without the separator the labels file is
+ * empty); each file is a memfd path, so raw and gzip streams both go
+ * through zlib as in training. The options byte picks the expected side
+ * (0 = any, 28, 2), the classes (10, 2 or 0 = unchecked) and the examples
+ * kept (all, 1, 2 or 5: idx_load_head, which checks the length of the rest
+ * from the file's size or gzip trailer). docs/reliability.md, "Fuzzing". */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +28,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     static const int classes[] = {10, 2, 0, 10};
     int side = sides[data[0] & 3];
     int ncls = classes[(data[0] >> 2) & 3];
+    static const long keeps[] = {0, 1, 2, 5};
+    long keep = keeps[(data[0] >> 4) & 3];
     const uint8_t *p = data + 1;
     size_t n = size - 1;
     const uint8_t *sep = memmem(p, n, SEP, sizeof SEP - 1);
@@ -35,8 +39,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     else memfile_set(&g_lab, "", 0);
     dataset ds;
     char err[DATASET_ERR_MAX];
-    if (idx_load(g_img.path, g_lab.path, side, side, ncls, &ds, err) == 0) {
+    int rc = keep ? idx_load_head(g_img.path, g_lab.path, side, side, ncls, keep, &ds, err)
+                  : idx_load(g_img.path, g_lab.path, side, side, ncls, &ds, err);
+    if (rc == 0) {
         if (ds.n <= 0 || ds.features <= 0 || !ds.x || !ds.y) abort();
+        if (keep && ds.n > keep) abort();
         if (side && ds.features != side * side) abort();
         for (long i = 0; i < ds.n; i++)
             if (ncls && (ds.y[i] < 0 || ds.y[i] >= (float)ncls)) abort();
