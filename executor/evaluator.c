@@ -203,7 +203,7 @@ static int eval_one(evaluator *e, const ev_ckpt *k, char *err, size_t errlen) {
     }
     double t0 = mono_s();
     ckpt_meta meta;
-    char cerr[CKPT_ERR_MAX];
+    char cerr[ERR_MAX];
     rc = checkpoint_load(file, e->m, &meta, cerr);
     unlink(file);
     if (rc) {
@@ -332,7 +332,7 @@ int evaluator_run(const char *api, const char *token, int64_t job, int attempt, 
             goto fail;
         }
     }
-    char derr[DATASET_ERR_MAX];
+    char derr[ERR_MAX];
     if (dataset_load(&ds, &splits, derr)) {
         snprintf(err, sizeof err, "cannot load the job's data: %s", derr);
         goto fail;
@@ -349,7 +349,7 @@ int evaluator_run(const char *api, const char *token, int64_t job, int attempt, 
                  "test split", data_source_name(spec->data.source));
         goto fail;
     }
-    char merr[MODEL_ERR_MAX];
+    char merr[ERR_MAX];
     int max_batch = spec->fit.batch_size > 0 && spec->fit.batch_size < 1024 ? spec->fit.batch_size : 1024;
     if (model_build(&e.m, spec, max_batch, spec->data.seed, merr)) {
         snprintf(err, sizeof err, "cannot build the model: %s", merr);

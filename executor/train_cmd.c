@@ -157,7 +157,7 @@ int cmd_train(int argc, char **argv)
 
     train_hooks hooks = {.on_epoch = print_epoch, .on_checkpoint = print_ckpt, .stop = &stop_flag};
     train_result r;
-    char err[TRAIN_ERR_MAX];
+    char err[ERR_MAX];
     int rc = train_run(&spec, &opt, &hooks, &r, err);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGINT, &old_int, NULL);

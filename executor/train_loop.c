@@ -21,19 +21,17 @@ static int is_stopped(const train_hooks *h)
 }
 
 static int write_ckpt(const train_options *opt, const train_hooks *h, engine *e,
-                      const ckpt_meta *meta, char err[TRAIN_ERR_MAX])
+                      const ckpt_meta *meta, char err[ERR_MAX])
 {
     if (!opt->checkpoint_path)
         return 0;
-    char cerr[CKPT_ERR_MAX > ENGINE_ERR_MAX ? CKPT_ERR_MAX : ENGINE_ERR_MAX];
+    char cerr[ERR_MAX];
     if (engine_pull(e, cerr)) { /* the GPU engine's state into its host model */
-        snprintf(err, TRAIN_ERR_MAX, "checkpoint: %.200s", cerr);
+        snprintf(err, ERR_MAX, "checkpoint: %.200s", cerr);
         return -1;
     }
-    if (checkpoint_save(opt->checkpoint_path, engine_host_model(e), meta, cerr)) {
-        snprintf(err, TRAIN_ERR_MAX, "%s", cerr);
+    if (checkpoint_save(opt->checkpoint_path, engine_host_model(e), meta, err))
         return -1;
-    }
     if (h && h->on_checkpoint)
         h->on_checkpoint(h->ctx, opt->checkpoint_path, meta);
     return 0;
@@ -45,7 +43,7 @@ static int write_ckpt(const train_options *opt, const train_hooks *h, engine *e,
  * the chief evaluates alone, and a long evaluation never runs into the
  * collective's timeout. Every worker of such a run must call it. */
 static int evaluate(const train_options *opt, engine *eng, const float *x, const float *y, long n, int features,
-                    double *loss, double *acc, char err[TRAIN_ERR_MAX])
+                    double *loss, double *acc, char err[ERR_MAX])
 {
     comm *c = opt->comm;
     int size = c ? comm_size(c) : 1;
@@ -60,7 +58,7 @@ static int evaluate(const train_options *opt, engine *eng, const float *x, const
     mine[1] *= mine[2];
     double all[3 * COMM_MAX_RANKS];
     if (size > COMM_MAX_RANKS || comm_allgather(c, mine, all, sizeof mine)) {
-        snprintf(err, TRAIN_ERR_MAX, "evaluation across workers failed: %s", comm_error(c));
+        snprintf(err, ERR_MAX, "evaluation across workers failed: %s", comm_error(c));
         return -1;
     }
     if (bad)
@@ -78,14 +76,14 @@ static int evaluate(const train_options *opt, engine *eng, const float *x, const
 
 static int train_run_scaled(const jobspec *spec, const dataset_splits *data, const train_options *opt_in,
                             const train_hooks *hooks, train_result *res, model **m_out,
-                            char err[TRAIN_ERR_MAX]);
+                            char err[ERR_MAX]);
 
 /* The epochs to train in all after `done` of `epochs` (hooks->extend): rank
  * 0 asks (unless stopping) and the answer is broadcast to the others of a
  * communicator, so every worker goes on or ends at the same epoch. 0, or
  * -1 with err when the broadcast fails. */
 static int ask_extend(const train_options *opt, const train_hooks *hooks, int done, int epochs, int *out,
-                      char err[TRAIN_ERR_MAX])
+                      char err[ERR_MAX])
 {
     comm *c = opt->comm;
     int many = c && comm_size(c) > 1;
@@ -96,7 +94,7 @@ static int ask_extend(const train_options *opt, const train_hooks *hooks, int do
             more = m;
     }
     if (many && comm_broadcast(c, &more, sizeof more, 0)) {
-        snprintf(err, TRAIN_ERR_MAX, "broadcast of the epochs to train failed: %.180s", comm_error(c));
+        snprintf(err, ERR_MAX, "broadcast of the epochs to train failed: %.180s", comm_error(c));
         return -1;
     }
     *out = more > epochs && more <= 1e9 ? (int)more : epochs;
@@ -105,7 +103,7 @@ static int ask_extend(const train_options *opt, const train_hooks *hooks, int do
 
 int train_run_data(const jobspec *spec, const dataset_splits *data, const train_options *opt_in,
                    const train_hooks *hooks, train_result *res, model **m_out,
-                   char err[TRAIN_ERR_MAX])
+                   char err[ERR_MAX])
 {
     train_options opt;
     memset(&opt, 0, sizeof opt);
@@ -131,27 +129,18 @@ int train_run_data(const jobspec *spec, const dataset_splits *data, const train_
 
 static int train_run_scaled(const jobspec *spec, const dataset_splits *data, const train_options *opt_in,
                             const train_hooks *hooks, train_result *res, model **m_out,
-                            char err[TRAIN_ERR_MAX])
+                            char err[ERR_MAX])
 {
     train_options opt = *opt_in;
     if (m_out)
         *m_out = NULL;
     err[0] = 0;
     if (opt.gpus > 0) { /* a GPU task trains on GPUs or not at all (never silently on the CPU) */
-        char gerr[ENGINE_ERR_MAX];
-        if (engine_gpu_check(spec, opt.gpus, opt.workers > 0 ? opt.workers : 1, gerr)) {
-            snprintf(err, TRAIN_ERR_MAX, "%s", gerr);
+        if (engine_gpu_check(spec, opt.gpus, opt.workers > 0 ? opt.workers : 1, err))
             return -1;
-        }
     }
-    if (spec->strategy.type == STRAT_PARAMETER_SERVER && opt.n_ps > 0) {
-        char perr[PS_ERR_MAX];
-        if (ps_train(spec, data, &opt, hooks, res, perr)) {
-            snprintf(err, TRAIN_ERR_MAX, "%s", perr);
-            return -1;
-        }
-        return 0;
-    }
+    if (spec->strategy.type == STRAT_PARAMETER_SERVER && opt.n_ps > 0)
+        return ps_train(spec, data, &opt, hooks, res, err) ? -1 : 0;
     int workers = opt.workers > 0 ? opt.workers : 1;
     int worker = opt.worker;
     int k = opt.replicas > 0 ? opt.replicas : 1;
@@ -163,20 +152,20 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
     /* replicated: K threads and/or several workers meeting in a communicator */
     int replicated = k > 1 || workers > 1 || opt.comm;
     if (worker < 0 || worker >= workers) {
-        snprintf(err, TRAIN_ERR_MAX, "worker %d of %d out of range", worker, workers);
+        snprintf(err, ERR_MAX, "worker %d of %d out of range", worker, workers);
         return -1;
     }
     if (workers > 1 && !opt.comm) {
-        snprintf(err, TRAIN_ERR_MAX, "%d workers need a communicator", workers);
+        snprintf(err, ERR_MAX, "%d workers need a communicator", workers);
         return -1;
     }
     if (opt.comm && (comm_size(opt.comm) != workers || comm_rank(opt.comm) != worker)) {
-        snprintf(err, TRAIN_ERR_MAX, "the communicator is rank %d of %d, the worker %d of %d",
+        snprintf(err, ERR_MAX, "the communicator is rank %d of %d, the worker %d of %d",
                  comm_rank(opt.comm), comm_size(opt.comm), worker, workers);
         return -1;
     }
     if (global_batch <= 0 || global_batch < workers * k) {
-        snprintf(err, TRAIN_ERR_MAX, "fit.batch_size %d is smaller than the %d replicas in sync",
+        snprintf(err, ERR_MAX, "fit.batch_size %d is smaller than the %d replicas in sync",
                  global_batch, workers * k);
         return -1;
     }
@@ -185,18 +174,18 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
     int replica_rows = (worker_rows + k - 1) / k;
     const dataset *tr = &data->train;
     if (tr->n <= 0) {
-        snprintf(err, TRAIN_ERR_MAX, "the training split is empty");
+        snprintf(err, ERR_MAX, "the training split is empty");
         return -1;
     }
     if (tr->features != spec->input_size) {
-        snprintf(err, TRAIN_ERR_MAX, "data has %d features per example, the model's input is %d",
+        snprintf(err, ERR_MAX, "data has %d features per example, the model's input is %d",
                  tr->features, spec->input_size);
         return -1;
     }
     int outs = spec->output_size;
     if ((spec->loss == LOSS_CATEGORICAL_CROSSENTROPY ||
          spec->loss == LOSS_SPARSE_CATEGORICAL_CROSSENTROPY) && outs > 0 && tr->classes > outs) {
-        snprintf(err, TRAIN_ERR_MAX, "labels have %d classes but the model outputs %d",
+        snprintf(err, ERR_MAX, "labels have %d classes but the model outputs %d",
                  tr->classes, outs);
         return -1;
     }
@@ -204,7 +193,7 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
 
     /* the step engine: CPU (one model, or replicas.c) or GPU (engine.h) */
     engine *eng = NULL;
-    char merr[ENGINE_ERR_MAX];
+    char merr[ERR_MAX];
     uint64_t seed = opt.has_seed ? opt.seed : spec->data.seed;
     engine_config ec = {.gpus = opt.gpus,
                         .replicas = k,
@@ -221,14 +210,12 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
                         .nccl_id = opt.nccl_id,
                         .grad_reduce = hooks ? hooks->grad_reduce : NULL,
                         .grad_ctx = hooks ? hooks->ctx : NULL};
-    if (engine_create(&eng, spec, &ec, merr)) {
-        snprintf(err, TRAIN_ERR_MAX, "%s", merr);
+    if (engine_create(&eng, spec, &ec, err))
         return -1;
-    }
     batcher b;
     dataset_view view = dataset_shard(tr, 0, 1);
     if (batcher_init(&b, view, global_batch, spec->data.shuffle_buffer, spec->data.seed)) {
-        snprintf(err, TRAIN_ERR_MAX, "cannot make batches of the training data");
+        snprintf(err, ERR_MAX, "cannot make batches of the training data");
         engine_free(eng);
         return -1;
     }
@@ -243,14 +230,11 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
     double lsum = 0.0;
     long correct = 0, seen = 0, start_pos = 0;
     if (opt.resume_path) {
-        char cerr[CKPT_ERR_MAX];
         ckpt_meta rm;
-        if (checkpoint_load(opt.resume_path, engine_host_model(eng), &rm, cerr)) {
-            snprintf(err, TRAIN_ERR_MAX, "%s", cerr);
+        if (checkpoint_load(opt.resume_path, engine_host_model(eng), &rm, err))
             goto out;
-        }
         if (engine_push(eng, merr)) { /* the GPU engine takes the loaded state */
-            snprintf(err, TRAIN_ERR_MAX, "resume: %.200s", merr);
+            snprintf(err, ERR_MAX, "resume: %.200s", merr);
             goto out;
         }
         start_epoch = rm.epoch;
@@ -265,7 +249,7 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
         double pos[6] = {(double)start_epoch, (double)step, (double)start_pos, lsum, (double)correct,
                          (double)seen};
         if (comm_broadcast(opt.comm, pos, sizeof pos, 0)) {
-            snprintf(err, TRAIN_ERR_MAX, "broadcast of the start position failed: %.180s",
+            snprintf(err, ERR_MAX, "broadcast of the start position failed: %.180s",
                      comm_error(opt.comm));
             goto out;
         }
@@ -276,10 +260,8 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
         correct = (long)pos[4];
         seen = (long)pos[5];
     }
-    if ((replicated || engine_is_gpu(eng)) && engine_sync_initial(eng, merr)) {
-        snprintf(err, TRAIN_ERR_MAX, "%s", merr);
+    if ((replicated || engine_is_gpu(eng)) && engine_sync_initial(eng, err))
         goto out;
-    }
     res->epochs_done = (int)start_epoch;
     res->steps = step;
 
@@ -311,7 +293,7 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
                 break;
             engine_step_result sr;
             if (engine_step(eng, xb, yb, rows, row0, global_batch, replicated && is_stopped(hooks), &sr, merr)) {
-                snprintf(err, TRAIN_ERR_MAX, "step %ld: %.200s", step + 1, merr);
+                snprintf(err, ERR_MAX, "step %ld: %.200s", step + 1, merr);
                 goto out;
             }
             step_stats st = sr.st;
@@ -422,18 +404,16 @@ out:
     batcher_release(&b);
     if (ret == 0 && m_out) {
         /* hand over a CPU model of its own */
-        *m_out = engine_take_model(eng, spec, merr);
-        if (!*m_out) {
-            snprintf(err, TRAIN_ERR_MAX, "%s", merr);
+        *m_out = engine_take_model(eng, spec, err);
+        if (!*m_out)
             ret = -1;
-        }
     }
     engine_free(eng);
     return ret;
 }
 
 int train_run(const jobspec *spec, const train_options *opt, const train_hooks *hooks,
-              train_result *res, char err[TRAIN_ERR_MAX])
+              train_result *res, char err[ERR_MAX])
 {
     data_spec ds = spec->data;
     if (opt && opt->data_path)
@@ -441,12 +421,9 @@ int train_run(const jobspec *spec, const train_options *opt, const train_hooks *
     if (opt && opt->limit > 0)
         ds.limit = opt->limit;
     dataset_splits splits;
-    char derr[DATASET_ERR_MAX];
     memset(res, 0, sizeof *res);
-    if (dataset_load(&ds, &splits, derr)) {
-        snprintf(err, TRAIN_ERR_MAX, "%s", derr);
+    if (dataset_load(&ds, &splits, err))
         return -1;
-    }
     int rc = train_run_data(spec, &splits, opt, hooks, res, NULL, err);
     dataset_splits_free(&splits);
     return rc;

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../common/errbuf.h"
 #include "../spec/jobspec.h"
 #include "data/dataset.h"
 #include "nn/checkpoint.h"
@@ -25,8 +26,6 @@
 
 struct comm;
 struct ps_addr;
-
-#define TRAIN_ERR_MAX 256
 
 typedef struct train_options {
     int epochs;                  /* 0 = spec->fit.epochs */
@@ -121,13 +120,13 @@ typedef struct train_result {
 
 /* Load the spec's data (dataset_load) and run train_run_data. */
 int train_run(const jobspec *spec, const train_options *opt, const train_hooks *hooks,
-              train_result *res, char err[TRAIN_ERR_MAX]);
+              train_result *res, char err[ERR_MAX]);
 
 /* Train on data already in memory. Returns 0 (also when stopped by the
  * flag), or -1 with a message in err. When m_out is not NULL the trained
  * model is handed to the caller (who frees it) instead of freed. */
 int train_run_data(const jobspec *spec, const dataset_splits *data, const train_options *opt,
                    const train_hooks *hooks, train_result *res, model **m_out,
-                   char err[TRAIN_ERR_MAX]);
+                   char err[ERR_MAX]);
 
 #endif

@@ -334,7 +334,7 @@ static int fetch_reported(client *c, const wconfig *w, reported *rep, char *err,
  * attempt's rendezvous, read every peer's, then comm_init. Returns the
  * communicator, or NULL with a message in err. */
 static comm *comm_join(client *c, const wconfig *w, char *err, size_t errlen) {
-    char cerr[COMM_ERR_MAX];
+    char cerr[ERR_MAX];
     int port = 0;
     int fd = comm_listen(NULL, w->worker_port[w->index], &port, cerr);
     if (fd < 0) {
@@ -412,7 +412,7 @@ out:
  * one each attempt); the others wait for it. 0 with hex filled, or -1. */
 static int nccl_id_join(client *c, const wconfig *w, char hex[GPU_NCCL_ID_HEX], char *err, size_t errlen) {
     report_api a = {c, w->job, &g_stop, "stopped before training started"};
-    char gerr[GPU_ERR_MAX];
+    char gerr[ERR_MAX];
     if (w->index == 0) {
         if (gpu_nccl_unique_id(hex, gerr) < 0) {
             snprintf(err, errlen, "cannot make the NCCL id: %s", gerr);
@@ -613,7 +613,7 @@ static int run_ps(const wconfig *w, const jobspec *spec, char *err, size_t errle
         snprintf(err, errlen, "ps index %d is not one of the %d ps tasks", w->index, w->n_ps);
         return WORKER_EXIT_FAILED;
     }
-    char cerr[COMM_ERR_MAX];
+    char cerr[ERR_MAX];
     int port = 0;
     int fd = comm_listen(NULL, w->ps[w->index].port, &port, cerr);
     if (fd < 0) {
@@ -621,7 +621,7 @@ static int run_ps(const wconfig *w, const jobspec *spec, char *err, size_t errle
         return WORKER_EXIT_FAILED;
     }
     log_info("job %lld attempt %d: ps %d of %d on port %d", (long long)w->job, w->attempt, w->index, w->n_ps, port);
-    char perr[PS_ERR_MAX];
+    char perr[ERR_MAX];
     int rc = ps_serve(spec, w->index, w->n_ps, fd, w->has_secret ? w->secret : NULL, &g_stop, perr);
     if (rc < 0) {
         snprintf(err, errlen, "ps %d failed: %s", w->index, perr);
@@ -696,7 +696,7 @@ int worker_run(const char *config) {
              (long long)w.job, w.attempt, spec->name, strategy_name(spec->strategy.type), spec->fit.epochs,
              spec->fit.batch_size, w.n_workers, replicas);
     /* GPUs given: the GPU engine or a clear failure, never the CPU in their place */
-    char eerr[ENGINE_ERR_MAX];
+    char eerr[ERR_MAX];
     if (engine_gpu_check(spec, w.gpus, w.n_workers, eerr) < 0) {
         snprintf(err, sizeof err, "%s", eerr);
         goto fail;
@@ -814,7 +814,7 @@ int worker_run(const char *config) {
     hooks.stop = &g_stop;
     if (w.rung_max_epochs > 0) hooks.extend = hook_extend; /* every worker: the loop broadcasts rank 0's answer */
     train_result res;
-    char terr[TRAIN_ERR_MAX];
+    char terr[ERR_MAX];
     ctx.window_ms = mono_ms();
     if (train_run(spec, &opt, &hooks, &res, terr) < 0) {
         snprintf(err, sizeof err, "training failed: %s", terr);

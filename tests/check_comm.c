@@ -49,7 +49,7 @@ typedef struct rank_result {
     int rc;                  /* 0: every check passed */
     int64_t fail_ms;         /* mono_ms when the failing call returned */
     uint64_t hash[8];        /* per-rank digests of results that must match across ranks */
-    char err[COMM_ERR_MAX];  /* comm_error or the first failed check */
+    char err[ERR_MAX];  /* comm_error or the first failed check */
 } rank_result;
 
 typedef struct setup {
@@ -128,7 +128,7 @@ static void run(const setup *su, rank_fn fn, void *arg, rank_result *res)
     int n = su->size;
     int fds[MAXR];
     comm_peer peers[MAXR];
-    char real[COMM_HOST_ID_MAX], err[COMM_ERR_MAX];
+    char real[COMM_HOST_ID_MAX], err[ERR_MAX];
     ck_assert_int_eq(comm_host_id(real), 0);
     memset(peers, 0, sizeof peers);
     for (int r = 0; r < n; r++) {
@@ -691,7 +691,7 @@ END_TEST
 /* One rank: every call works without a peer. */
 START_TEST(test_single)
 {
-    char err[COMM_ERR_MAX], hid[COMM_HOST_ID_MAX];
+    char err[ERR_MAX], hid[COMM_HOST_ID_MAX];
     int port = 0;
     int fd = comm_listen("127.0.0.1", 0, &port, err);
     ck_assert_int_ge(fd, 0);
@@ -728,7 +728,7 @@ END_TEST
 
 START_TEST(test_args)
 {
-    char err[COMM_ERR_MAX], a[COMM_HOST_ID_MAX], b[COMM_HOST_ID_MAX];
+    char err[ERR_MAX], a[COMM_HOST_ID_MAX], b[COMM_HOST_ID_MAX];
     ck_assert_int_eq(comm_host_id(a), 0);
     ck_assert_int_eq(comm_host_id(b), 0);
     ck_assert_str_eq(a, b);

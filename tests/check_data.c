@@ -146,7 +146,7 @@ static data_spec mnist_spec(void) {
 /* dataset_load must fail, say what is wrong, and hold nothing. */
 static void load_fails(const data_spec *s, const char *want1, const char *want2) {
     dataset_splits sp;
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_int_eq(dataset_load(s, &sp, err), -1);
     ck_assert_msg(strstr(err, want1) != NULL, "error '%s' lacks '%s'", err, want1);
     if (want2) ck_assert_msg(strstr(err, want2) != NULL, "error '%s' lacks '%s'", err, want2);
@@ -174,7 +174,7 @@ START_TEST(test_idx_gz_values) {
     put_mnist(1);
     data_spec s = mnist_spec();
     dataset_splits sp;
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_msg(dataset_load(&s, &sp, err) == 0, "%s", err);
     check_mnist_values(&sp.train, NTRAIN);
     check_mnist_values(&sp.test, NTEST);
@@ -197,7 +197,7 @@ START_TEST(test_idx_raw_values) {
     data_spec s = mnist_spec();
     s.source = DATA_FASHION_MNIST; /* data.path overrides the default directory */
     dataset_splits sp;
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_msg(dataset_load(&s, &sp, err) == 0, "%s", err);
     check_mnist_values(&sp.train, NTRAIN);
     check_mnist_values(&sp.test, NTEST);
@@ -213,7 +213,7 @@ START_TEST(test_idx_small_images_direct) {
     put_file("l", lb, ll, 0);
     free(im);
     free(lb);
-    char pi[512], pl[512], err[DATASET_ERR_MAX];
+    char pi[512], pl[512], err[ERR_MAX];
     tpath(pi, sizeof pi, "i.gz");
     tpath(pl, sizeof pl, "l");
     dataset d;
@@ -343,7 +343,7 @@ START_TEST(test_idx_huge_count_no_data) {
     unsigned char lab[9] = {0, 0, 8, 1, 0x20, 0, 0, 0, 7};
     put_file("img", img, sizeof img, 0);
     put_file("lab", lab, sizeof lab, 0);
-    char pi[512], pl[512], err[DATASET_ERR_MAX];
+    char pi[512], pl[512], err[ERR_MAX];
     tpath(pi, sizeof pi, "img");
     tpath(pl, sizeof pl, "lab");
     int hooked = __sanitizer_install_malloc_and_free_hooks &&
@@ -368,7 +368,7 @@ START_TEST(test_csv_blank_lines_no_reservation) {
     for (size_t i = 0; i < blanks; i++) ck_assert_int_eq(buf_appends(&b, "\n"), 0);
     put_file("wide.csv", b.data, b.len, 0);
     buf_release(&b);
-    char p[512], err[DATASET_ERR_MAX];
+    char p[512], err[ERR_MAX];
     tpath(p, sizeof p, "wide.csv");
     int hooked = __sanitizer_install_malloc_and_free_hooks &&
                  __sanitizer_install_malloc_and_free_hooks(on_alloc, on_release) != 0;
@@ -496,7 +496,7 @@ START_TEST(test_fashion_mnist_real) {
     }
     data_spec s = spec_for(DATA_FASHION_MNIST); /* path "" = the default directory */
     dataset_splits sp;
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     double t0 = mono_s();
     ck_assert_msg(dataset_load(&s, &sp, err) == 0, "%s", err);
     double dt = mono_s() - t0;
@@ -528,7 +528,7 @@ START_TEST(test_limit_caps_train_and_test) {
     data_spec s = mnist_spec();
     s.limit = 4;
     dataset_splits sp;
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_msg(dataset_load(&s, &sp, err) == 0, "%s", err);
     check_mnist_values(&sp.train, 4);
     check_mnist_values(&sp.test, 3);
@@ -578,7 +578,7 @@ START_TEST(test_limit_inflates_only_the_kept) {
     data_spec s = mnist_spec();
     s.limit = 2;
     dataset_splits sp;
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_msg(dataset_load(&s, &sp, err) == 0, "%s", err);
     ck_assert_int_eq(sp.train.n, 2);
     for (size_t j = 0; j < 2 * 784; j++) ck_assert_float_eq_tol(sp.train.x[j], b[16 + j] / 255.0f, 1e-7);
@@ -629,7 +629,7 @@ START_TEST(test_limit_still_checks_length) {
     drop_gz();
     put_mnist(0);
     dataset_splits sp;
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_msg(dataset_load(&s, &sp, err) == 0, "%s", err);
     check_mnist_values(&sp.train, 2);
     check_mnist_values(&sp.test, 2);
@@ -643,7 +643,7 @@ START_TEST(test_validation_split_is_the_tail) {
     s.features = 3;
     s.seed = 5;
     dataset_splits all, sp;
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_msg(dataset_load(&s, &all, err) == 0, "%s", err);
     s.validation_split = 0.1f;
     ck_assert_msg(dataset_load(&s, &sp, err) == 0, "%s", err);
@@ -693,14 +693,14 @@ static int csv(const char *text, int header, int label_column, const char *name,
 #define CSV_FAILS(text, header, col, name, want)                                               \
     do {                                                                                       \
         dataset d_;                                                                            \
-        char e_[DATASET_ERR_MAX];                                                              \
+        char e_[ERR_MAX];                                                              \
         ck_assert_int_eq(csv(text, header, col, name, &d_, e_), -1);                           \
         ck_assert_msg(strstr(e_, want) != NULL, "error '%s' lacks '%s'", e_, want);            \
     } while (0)
 
 START_TEST(test_csv_header_label_by_name) {
     dataset d;
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_msg(csv("a,label,b\n1.5,2,3\n-4,0,5e-1\n", 1, -1, "label", &d, err) == 0, "%s", err);
     ck_assert_int_eq(d.n, 2);
     ck_assert_int_eq(d.features, 2);
@@ -714,7 +714,7 @@ END_TEST
 
 START_TEST(test_csv_no_header_label_by_index) {
     dataset d;
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     /* last column by default, CRLF line ends, blank lines, no final newline */
     ck_assert_msg(csv("1,2,1\r\n\r\n3,4,0\r\n  \n5,6,4", 0, -1, "", &d, err) == 0, "%s", err);
     ck_assert_int_eq(d.n, 3);
@@ -741,7 +741,7 @@ END_TEST
 
 START_TEST(test_csv_quotes_and_spaces) {
     dataset d;
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_msg(csv("\"f,1\", \"the \"\"label\"\"\" \n \"1.5\" , 2 \n", 1, 0, "the \"label\"", &d,
                       err) == 0,
                   "%s", err);
@@ -756,7 +756,7 @@ END_TEST
 
 START_TEST(test_csv_regression_labels) {
     dataset d;
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_msg(csv("1,0.5\n2,3\n", 0, -1, "", &d, err) == 0, "%s", err);
     ck_assert_int_eq(d.classes, 0);
     dataset_free(&d);
@@ -811,7 +811,7 @@ END_TEST
 
 START_TEST(test_csv_missing_and_long_line) {
     dataset d;
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_int_eq(csv_load("/nonexistent/x.csv", 1, -1, "", &d, err), -1);
     ck_assert_ptr_nonnull(strstr(err, "/nonexistent/x.csv: cannot open: No such file"));
     ck_assert_ptr_null(d.x);
@@ -831,7 +831,7 @@ START_TEST(test_csv_via_dataset_load) {
     tpath(s.path, sizeof s.path, "data.csv");
     s.validation_split = 0.25f;
     dataset_splits sp;
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_msg(dataset_load(&s, &sp, err) == 0, "%s", err);
     ck_assert_int_eq(sp.train.n, 3);
     ck_assert_int_eq(sp.val.n, 1);
@@ -853,7 +853,7 @@ START_TEST(test_synthetic_deterministic) {
     s.features = 7;
     s.seed = 42;
     dataset_splits a, b, c, lim;
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_msg(dataset_load(&s, &a, err) == 0, "%s", err);
     ck_assert_msg(dataset_load(&s, &b, err) == 0, "%s", err);
     s.seed = 43;

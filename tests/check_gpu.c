@@ -57,7 +57,7 @@
 static int have_gpu(const char *test)
 {
     int n = 0;
-    char err[GPU_ERR_MAX] = "";
+    char err[ERR_MAX] = "";
 #ifndef TRAINYARD_CUDA
     (void)n;
     (void)err;
@@ -332,7 +332,7 @@ typedef struct run_cfg {
 static model *cpu_build(const jobspec *s, uint64_t seed)
 {
     model *m = NULL;
-    char err[MODEL_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_msg(model_build(&m, s, B, seed, err) == 0, "model_build: %s", err);
     return m;
 }
@@ -341,7 +341,7 @@ static gpu_model *gpu_build(const jobspec *s, uint64_t seed, int graph, int tf32
 {
     gpu_model *g = NULL;
     gpu_options o;
-    char err[GPU_ERR_MAX];
+    char err[ERR_MAX];
     gpu_options_default(&o);
     o.cuda_graph = graph;
     o.tf32 = tf32;
@@ -357,7 +357,7 @@ static void run_and_compare(const run_cfg *c)
         return;
     jobspec s;
     int classes = 0;
-    char err[GPU_ERR_MAX];
+    char err[ERR_MAX];
     make_spec(&s, c->v, c->opt, c->dropout, &classes);
     s.optimizer.momentum = c->momentum;
     s.optimizer.nesterov = c->nesterov;
@@ -428,7 +428,7 @@ START_TEST(device_info)
     if (!have_gpu("device_info"))
         return;
     int n = 0;
-    char err[GPU_ERR_MAX] = "";
+    char err[ERR_MAX] = "";
     ck_assert_int_eq(gpu_device_count(&n, err), 0);
     for (int i = 0; i < n; i++) {
         gpu_device_info d;
@@ -455,7 +455,7 @@ START_TEST(layout_and_init_match_cpu)
     for (int v = V_MLP; v <= V_REG; v++) {
         jobspec s;
         int classes;
-        char err[GPU_ERR_MAX];
+        char err[ERR_MAX];
         make_spec(&s, (enum variant)v, OPT_ADAM, 1, &classes);
         model *m = cpu_build(&s, 9);
         gpu_model *g = gpu_build(&s, 9, 1, 0);
@@ -506,7 +506,7 @@ START_TEST(checkpoint_roundtrip)
         return;
     jobspec s;
     int classes;
-    char err[GPU_ERR_MAX];
+    char err[ERR_MAX];
     make_spec(&s, V_MLP, OPT_ADAM, 1, &classes);
     gpu_model *g = gpu_build(&s, 5, 1, 0);
     float *x = malloc(sizeof(float) * B * IN), *y = malloc(sizeof(float) * B);
@@ -561,7 +561,7 @@ START_TEST(evaluate_and_predict_match_cpu)
     for (int v = V_MLP; v <= V_REG; v++) {
         jobspec s;
         int classes;
-        char err[GPU_ERR_MAX];
+        char err[ERR_MAX];
         const long n = 3 * B + 17;
         make_spec(&s, (enum variant)v, OPT_RMSPROP, 1, &classes);
         model *m = cpu_build(&s, 3);
@@ -596,7 +596,7 @@ START_TEST(graph_equals_eager_and_tf32_learns)
         return;
     jobspec s;
     int classes;
-    char err[GPU_ERR_MAX];
+    char err[ERR_MAX];
     make_spec(&s, V_MLP, OPT_RMSPROP, 1, &classes);
     gpu_model *ga = gpu_build(&s, 11, 1, 0), *gb = gpu_build(&s, 11, 0, 0);
     gpu_model *gt = gpu_build(&s, 11, 1, 1);
@@ -638,7 +638,7 @@ START_TEST(errors_are_text)
         return;
     jobspec s;
     int classes;
-    char err[GPU_ERR_MAX] = "";
+    char err[ERR_MAX] = "";
     gpu_model *g = NULL;
     make_spec(&s, V_MLP, OPT_SGD, 0, &classes);
     ck_assert_int_eq(gpu_model_build(&g, &s, 0, 1, NULL, err), -1);
@@ -692,7 +692,7 @@ typedef struct cnn_cfg {
 static void compare_state(const char *test, gpu_model *g, model *m, double hard)
 {
     size_t ns = model_state_count(m);
-    char err[GPU_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_uint_eq(gpu_model_state_count(g), ns);
     ck_assert_uint_gt(ns, 0);
     float *st = malloc(sizeof(float) * ns);
@@ -705,7 +705,7 @@ static void compare_state(const char *test, gpu_model *g, model *m, double hard)
 static void cnn_step(const cnn_cfg *c, model *m, gpu_model *g, const float *x, const float *y,
                      int n, int step, step_stats *st)
 {
-    char err[GPU_ERR_MAX];
+    char err[ERR_MAX];
     if (c->mode == 0) {
         model_train_step(m, x, y, n, n, st);
         ck_assert_msg(gpu_model_load_batch(g, x, y, n, err) == 0, "load_batch: %s", err);
@@ -748,7 +748,7 @@ static void cnn_run_and_compare(const cnn_cfg *c)
     if (!have_gpu(c->name))
         return;
     jobspec s;
-    char err[GPU_ERR_MAX];
+    char err[ERR_MAX];
     make_cnn_spec(&s, c->v, c->opt);
     s.optimizer.momentum = c->momentum;
     model *m = cpu_build(&s, 21);
@@ -816,7 +816,7 @@ START_TEST(cnn_layout_and_init_match_cpu)
         return;
     for (int v = CNN_A; v <= CNN_B; v++) {
         jobspec s;
-        char err[GPU_ERR_MAX];
+        char err[ERR_MAX];
         make_cnn_spec(&s, (enum cnn_variant)v, OPT_ADAM);
         model *m = cpu_build(&s, 9);
         gpu_model *g = gpu_build(&s, 9, 1, 0);
@@ -864,7 +864,7 @@ START_TEST(cnn_evaluate_predict_and_checkpoint)
         return;
     for (int v = CNN_A; v <= CNN_B; v++) {
         jobspec s;
-        char err[GPU_ERR_MAX];
+        char err[ERR_MAX];
         const long n = 2 * B + 9;
         make_cnn_spec(&s, (enum cnn_variant)v, OPT_RMSPROP);
         model *m = cpu_build(&s, 4);
@@ -936,7 +936,7 @@ START_TEST(cnn_graph_equals_eager)
     if (!have_gpu("cnn_graph_equals_eager"))
         return;
     jobspec s;
-    char err[GPU_ERR_MAX];
+    char err[ERR_MAX];
     make_cnn_spec(&s, CNN_A, OPT_ADAM);
     gpu_model *ga = gpu_build(&s, 13, 1, 0), *gb = gpu_build(&s, 13, 0, 0);
     float *x = malloc(sizeof(float) * B * IMG), *y = malloc(sizeof(float) * B);

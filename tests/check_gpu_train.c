@@ -115,12 +115,12 @@ static void make_cnn_spec(jobspec *s, char *json, size_t cap)
 
 static void load(const jobspec *s, dataset_splits *d)
 {
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_msg(dataset_load(&s->data, d, err) == 0, "%s", err);
 }
 
 /* The CUDA devices this process sees (0 in a CPU build); why in `why`. */
-static int gpu_count(char why[GPU_ERR_MAX])
+static int gpu_count(char why[ERR_MAX])
 {
     int n = 0;
     why[0] = 0;
@@ -132,7 +132,7 @@ static int gpu_count(char why[GPU_ERR_MAX])
 /* 1 when at least `need` devices are there; else prints the skip line. */
 static int have_gpus(int need, const char *test)
 {
-    char why[GPU_ERR_MAX];
+    char why[ERR_MAX];
     int n = gpu_count(why);
     if (n < need) {
         printf("SKIP: %s (%d CUDA device(s), %d needed%s%s)\n", test, n, need, why[0] ? ": " : "", why);
@@ -162,7 +162,7 @@ static double rel(double a, double b) { return fabs(a - b) / (fabs(b) > 1e-12 ? 
  * train it (a CUDA build with a device). */
 static const char *expected_refusal(void)
 {
-    char why[GPU_ERR_MAX];
+    char why[ERR_MAX];
     if (!gpu_built_with_cuda())
         return "this worker was built without CUDA";
     if (gpu_count(why) == 0)
@@ -186,13 +186,13 @@ START_TEST(gpu_task_refused_without_cuda)
     memset(&o, 0, sizeof o);
     o.gpus = 1;
     train_result res;
-    char err[TRAIN_ERR_MAX] = "";
+    char err[ERR_MAX] = "";
     ck_assert_int_eq(train_run_data(&s, &d, &o, NULL, &res, NULL, err), -1);
     ck_assert_msg(strstr(err, want) != NULL, "error '%s' lacks '%s'", err, want);
     ck_assert_int_eq(res.steps, 0); /* nothing trained on the CPU */
     printf("a GPU task here: %s\n", err);
     /* the same spec with no GPU given trains on the CPU engine */
-    char eerr[ENGINE_ERR_MAX];
+    char eerr[ERR_MAX];
     ck_assert_int_eq(engine_gpu_check(&s, 0, 1, eerr), 0);
     o.gpus = 0;
     ck_assert_msg(train_run_data(&s, &d, &o, NULL, &res, NULL, err) == 0, "%s", err);
@@ -302,7 +302,7 @@ static model *train(const jobspec *s, const dataset_splits *d, train_options *o,
                     train_result *res)
 {
     model *m = NULL;
-    char err[TRAIN_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_msg(train_run_data(s, d, o, h, res, &m, err) == 0, "train (gpus %d): %s", o->gpus, err);
     ck_assert_ptr_nonnull(m);
     return m;
@@ -388,7 +388,7 @@ START_TEST(gpu_stop_resume)
 
     /* the GPU's checkpoint is a CPU checkpoint */
     model *c = NULL;
-    char err[CKPT_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_int_eq(model_build(&c, &s, BATCH, 1, err), 0);
     ckpt_meta meta;
     ck_assert_msg(checkpoint_load(full, c, &meta, err) == 0, "%s", err);
@@ -466,7 +466,7 @@ START_TEST(gpu_cnn_vs_cpu_and_resume)
 
     /* the GPU's checkpoint, moving statistics included, is a CPU checkpoint */
     model *c = NULL;
-    char err[CKPT_ERR_MAX];
+    char err[ERR_MAX];
     ckpt_meta meta;
     ck_assert_int_eq(model_build(&c, &s, BATCH, 1, err), 0);
     ck_assert_msg(checkpoint_load(full, c, &meta, err) == 0, "%s", err);
@@ -488,7 +488,7 @@ START_TEST(gpu_errors)
 {
     if (!have_gpus(1, "gpu_errors"))
         return;
-    char why[GPU_ERR_MAX], err[ENGINE_ERR_MAX];
+    char why[ERR_MAX], err[ERR_MAX];
     int n = gpu_count(why);
     jobspec s;
     char json[4096];
@@ -551,7 +551,7 @@ static void mw_child(int rank, const comm_peer *peers, int listen_fd, int fd)
     dataset_splits d;
     load(&s, &d);
     comm *c = NULL;
-    char cerr[COMM_ERR_MAX], gerr[GPU_ERR_MAX], id[GPU_NCCL_ID_HEX] = "";
+    char cerr[ERR_MAX], gerr[ERR_MAX], id[GPU_NCCL_ID_HEX] = "";
     comm_options co = {.timeout_ms = 60000, .transport = COMM_TRANSPORT_AUTO, .session = "check-gpu-train"};
     if (comm_init(&c, rank, 2, peers, listen_fd, &co, cerr)) {
         snprintf(line, sizeof line, "err comm: %s\n", cerr);
@@ -575,7 +575,7 @@ static void mw_child(int rank, const comm_peer *peers, int listen_fd, int fd)
     o.nccl_id = id;
     train_result res;
     model *m = NULL;
-    char err[TRAIN_ERR_MAX];
+    char err[ERR_MAX];
     if (train_run_data(&s, &d, &o, NULL, &res, &m, err)) {
         snprintf(line, sizeof line, "err %s\n", err);
         goto out;
@@ -602,7 +602,7 @@ START_TEST(gpu_multi_worker_2_vs_cpu)
     pid_t probe = fork();
     ck_assert_int_ge(probe, 0);
     if (probe == 0) {
-        char why[GPU_ERR_MAX];
+        char why[ERR_MAX];
         int n = gpu_count(why);
         if (n < 2)
             printf("SKIP: gpu_multi_worker_2_vs_cpu (%d CUDA device(s), 2 needed%s%s)\n", n, why[0] ? ": " : "", why);
@@ -619,7 +619,7 @@ START_TEST(gpu_multi_worker_2_vs_cpu)
     char hid[COMM_HOST_ID_MAX];
     ck_assert_int_eq(comm_host_id(hid), 0);
     for (int i = 0; i < 2; i++) {
-        char err[COMM_ERR_MAX];
+        char err[ERR_MAX];
         int port = 0;
         fds[i] = comm_listen("127.0.0.1", 0, &port, err);
         ck_assert_msg(fds[i] >= 0, "%s", err);
@@ -660,7 +660,7 @@ START_TEST(gpu_multi_worker_2_vs_cpu)
             char json[4096];
             make_spec(&s, json, sizeof json, 2, "default", 1, 1);
             model *m = NULL;
-            char err[MODEL_ERR_MAX];
+            char err[ERR_MAX];
             ck_assert_int_eq(model_build(&m, &s, BATCH, 1, err), 0);
             np = model_param_count(m);
             model_free(m);

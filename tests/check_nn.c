@@ -68,7 +68,7 @@ static void add_layer(jobspec *s, layer_type t, act_type act, float rate)
 static model *build(const jobspec *s, int max_batch, uint64_t seed)
 {
     model *m = NULL;
-    char err[MODEL_ERR_MAX];
+    char err[ERR_MAX];
     int rc = model_build(&m, s, max_batch, seed, err);
     ck_assert_msg(rc == 0, "model_build: %s", err);
     return m;
@@ -794,7 +794,7 @@ START_TEST(cnn_checkpoint_resume_bit_identical)
     make_data(x, y, 32, 36, 2, 4);
     model *a = build(&s, 8, 11);
     train_steps(a, x, y, 4, 8, 36);
-    char path[512], err[CKPT_ERR_MAX];
+    char path[512], err[ERR_MAX];
     tmp_path(path, sizeof path, "cnn.safetensors");
     ckpt_meta meta = {.epoch = 1, .step = 4};
     ck_assert_msg(checkpoint_save(path, a, &meta, err) == 0, "%s", err);
@@ -899,7 +899,7 @@ START_TEST(checkpoint_resume_bit_identical)
         make_data(x, y, 32, 10, 4, 4);
         model *a = build(&s, 8, 11);
         train_steps(a, x, y, 5, 8, 10);
-        char path[512], err[CKPT_ERR_MAX];
+        char path[512], err[ERR_MAX];
         tmp_path(path, sizeof path, "a.safetensors");
         ckpt_meta meta = {.epoch = 3, .step = 5, .batch_pos = 40, .data_rng = 0xfeedbeefcafe1234ULL,
                           .epoch_loss_sum = 1.0 / 3.0, .epoch_correct = 17, .epoch_seen = 40};
@@ -941,7 +941,7 @@ static void write_bytes(const char *path, const void *d, size_t n)
 
 static void expect_load_error(model *m, const void *d, size_t n, const char *needle)
 {
-    char err[CKPT_ERR_MAX] = "";
+    char err[ERR_MAX] = "";
     size_t np = model_param_count(m);
     float *before = xmalloc(np * sizeof(float));
     memcpy(before, model_params(m), np * sizeof(float));
@@ -960,7 +960,7 @@ START_TEST(checkpoint_corrupt)
     memset(&meta, 0, sizeof meta);
     unsigned char *d;
     size_t n;
-    char err[CKPT_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert(checkpoint_encode(m, &meta, &d, &n, err) == 0);
     /* truncated anywhere */
     expect_load_error(other, d, 0, "truncated");
@@ -1034,7 +1034,7 @@ START_TEST(checkpoint_read_by_python)
     float x[4 * 8 * 10], y[4 * 8];
     make_data(x, y, 32, 10, 4, 4);
     train_steps(m, x, y, 3, 8, 10);
-    char path[512], expect[512], err[CKPT_ERR_MAX];
+    char path[512], expect[512], err[ERR_MAX];
     tmp_path(path, sizeof path, "m.safetensors");
     tmp_path(expect, sizeof expect, "expected.json");
     ckpt_meta meta = {.epoch = 2, .step = 3};
@@ -1139,7 +1139,7 @@ START_TEST(learns_separable_problems)
     s3.fit.epochs = 10;
     s3.fit.batch_size = 32;
     train_result r;
-    char err[TRAIN_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_msg(train_run_data(&s3, &ds, NULL, NULL, &r, NULL, err) == 0, "%s", err);
     ck_assert_int_eq(r.epochs_done, 10);
     ck_assert(r.has_val && r.has_test);
@@ -1207,7 +1207,7 @@ START_TEST(train_loop_stop_and_resume_bit_identical)
     s.fit.epochs = 3;
     s.fit.batch_size = 16; /* 13 steps an epoch, the last one short */
     s.data.seed = 4;
-    char full[512], part[512], err[TRAIN_ERR_MAX];
+    char full[512], part[512], err[ERR_MAX];
     tmp_path(full, sizeof full, "full.safetensors");
     tmp_path(part, sizeof part, "part.safetensors");
 
@@ -1263,7 +1263,7 @@ START_TEST(build_errors)
 {
     jobspec s;
     model *m = NULL;
-    char err[MODEL_ERR_MAX];
+    char err[ERR_MAX];
     spec_init(&s, 4, LOSS_MSE, OPT_SGD);
     ck_assert(model_build(&m, &s, 8, 1, err) == -1); /* no layers */
     add_layer(&s, LAYER_DROPOUT, ACT_LINEAR, 0.5f);

@@ -112,7 +112,7 @@ static void load_data(void)
         return;
     jobspec s;
     make_spec(&s, "sgd", "0.05", "default", 1, 1);
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_msg(dataset_load(&s.data, &g_data, err) == 0, "%s", err);
     jobspec_release(&s);
     g_loaded = 1;
@@ -126,7 +126,7 @@ static float *train(const jobspec *s, const train_options *o, size_t *np)
 {
     train_result res;
     model *m = NULL;
-    char err[TRAIN_ERR_MAX];
+    char err[ERR_MAX];
     int rc = train_run_data(s, &g_data, o, NULL, &res, &m, err);
     ck_assert_msg(rc == 0, "train: %s", err);
     ck_assert_int_eq(res.steps, STEPS);
@@ -233,7 +233,7 @@ static void worker_child(const mw_plan *pl, int rank, const comm_peer *peers, in
     jobspec s;
     make_spec(&s, opt, lr, "multi_worker_mirrored", pl->workers, pl->k);
     comm *c = NULL;
-    char cerr[COMM_ERR_MAX];
+    char cerr[ERR_MAX];
     comm_options co = {.timeout_ms = 20000, .transport = pl->transport, .session = "check-strategy"};
     char line[512];
     if (comm_init(&c, rank, pl->workers, peers, listen_fd, &co, cerr)) {
@@ -261,7 +261,7 @@ static void worker_child(const mw_plan *pl, int rank, const comm_peer *peers, in
     hooks.stop = &stop;
     train_result res;
     model *m = NULL;
-    char err[TRAIN_ERR_MAX];
+    char err[ERR_MAX];
     double t0 = mono_s();
     if (train_run_data(&s, &g_data, &o, &hooks, &res, &m, err)) {
         snprintf(line, sizeof line, "err %.1f %s\n", mono_s() - t0, err);
@@ -317,7 +317,7 @@ static void run_workers(const mw_plan *pl, const char *opt, const char *lr, size
     char hid[COMM_HOST_ID_MAX];
     ck_assert_int_eq(comm_host_id(hid), 0);
     for (int i = 0; i < pl->workers; i++) {
-        char err[COMM_ERR_MAX];
+        char err[ERR_MAX];
         int port = 0;
         fds[i] = comm_listen("127.0.0.1", 0, &port, err);
         ck_assert_msg(fds[i] >= 0, "%s", err);
@@ -439,7 +439,7 @@ static void load_full(void)
 {
     jobspec s;
     ps_spec(&s, "default", 1, 0);
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     ck_assert_msg(dataset_load(&s.data, &g_full, err) == 0, "%s", err);
     jobspec_release(&s);
 }
@@ -451,7 +451,7 @@ START_TEST(ps_refuses_an_oversized_header)
 {
     jobspec s;
     ps_spec(&s, "parameter_server", 1, 1);
-    char lerr[COMM_ERR_MAX];
+    char lerr[ERR_MAX];
     int port = 0;
     int lfd = comm_listen("127.0.0.1", 0, &port, lerr);
     ck_assert_msg(lfd >= 0, "%s", lerr);
@@ -460,7 +460,7 @@ START_TEST(ps_refuses_an_oversized_header)
     ck_assert_int_ge(ps, 0);
     if (ps == 0) {
         volatile sig_atomic_t stop = 0;
-        char perr[PS_ERR_MAX];
+        char perr[ERR_MAX];
         _exit(ps_serve(&s, 0, 1, lfd, NULL, &stop, perr) ? 1 : 0);
     }
     close(lfd);
@@ -497,14 +497,14 @@ START_TEST(parameter_server_accuracy_near_sync)
     train_options o;
     memset(&o, 0, sizeof o);
     train_result sync_res;
-    char err[TRAIN_ERR_MAX];
+    char err[ERR_MAX];
     double t0 = mono_s();
     ck_assert_msg(train_run_data(&s, &g_full, &o, NULL, &sync_res, NULL, err) == 0, "%s", err);
     double sync_s = mono_s() - t0;
     jobspec_release(&s);
 
     ps_spec(&s, "parameter_server", 2, 1);
-    char lerr[COMM_ERR_MAX];
+    char lerr[ERR_MAX];
     int port = 0;
     int lfd = comm_listen("127.0.0.1", 0, &port, lerr);
     ck_assert_msg(lfd >= 0, "%s", lerr);
@@ -517,7 +517,7 @@ START_TEST(parameter_server_accuracy_near_sync)
     ck_assert_int_ge(ps, 0);
     if (ps == 0) {
         volatile sig_atomic_t stop = 0;
-        char perr[PS_ERR_MAX];
+        char perr[ERR_MAX];
         int rc = ps_serve(&s, 0, 1, lfd, NULL, &stop, perr);
         if (rc)
             fprintf(stderr, "ps: %s\n", perr);
@@ -538,7 +538,7 @@ START_TEST(parameter_server_accuracy_near_sync)
         wo.ps = &addr;
         wo.no_eval = 1;
         train_result r;
-        char werr[TRAIN_ERR_MAX];
+        char werr[ERR_MAX];
         int rc = train_run_data(&s, &g_full, &wo, NULL, &r, NULL, werr);
         char line[300];
         snprintf(line, sizeof line, "%s %ld\n", rc ? werr : "ok", r.steps);
@@ -606,7 +606,7 @@ START_TEST(accumulation_engine_models_sized_for_the_micro_batch)
                             .global_batch = BATCH,
                             .seed = 1};
         engine *e = NULL;
-        char err[ENGINE_ERR_MAX];
+        char err[ERR_MAX];
         ck_assert_msg(engine_create(&e, &s, &ec, err) == 0, "%s", err);
         ck_assert_int_eq(model_max_batch(engine_host_model(e)), cases[i].want);
         if (cases[i].micro == 100) { /* a step with empty micro-batches still trains */
@@ -672,7 +672,7 @@ static void ps_one_worker_equals_default(void)
     char path[128];
     snprintf(path, sizeof path, "%s/ckpt.safetensors", dir);
     for (int micro = 1; micro <= 2; micro++) {
-        char lerr[COMM_ERR_MAX];
+        char lerr[ERR_MAX];
         int port = 0;
         int lfd = comm_listen("127.0.0.1", 0, &port, lerr);
         ck_assert_msg(lfd >= 0, "%s", lerr);
@@ -685,7 +685,7 @@ static void ps_one_worker_equals_default(void)
         ck_assert_int_ge(ps, 0);
         if (ps == 0) {
             volatile sig_atomic_t stop = 0;
-            char perr[PS_ERR_MAX];
+            char perr[ERR_MAX];
             int rc = ps_serve(&s, 0, 1, lfd, NULL, &stop, perr);
             if (rc)
                 fprintf(stderr, "ps: %s\n", perr);
@@ -701,7 +701,7 @@ static void ps_one_worker_equals_default(void)
         o.micro_batches = micro;
         o.checkpoint_path = path;
         train_result res;
-        char err[TRAIN_ERR_MAX];
+        char err[ERR_MAX];
         int rc = train_run_data(&s, &g_data, &o, NULL, &res, NULL, err);
         int st;
         waitpid(ps, &st, 0);
@@ -709,7 +709,7 @@ static void ps_one_worker_equals_default(void)
         ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the ps did not end cleanly");
         ck_assert_int_eq(res.steps, STEPS);
         model *m = NULL;
-        char merr[MODEL_ERR_MAX], cerr[CKPT_ERR_MAX];
+        char merr[ERR_MAX], cerr[ERR_MAX];
         ck_assert_msg(model_build(&m, &s, 1, 0, merr) == 0, "%s", merr);
         ckpt_meta meta;
         ck_assert_msg(checkpoint_load(path, m, &meta, cerr) == 0, "%s", cerr);
@@ -745,7 +745,7 @@ static void resume_on_one_worker_equals_the_2_worker_run(void)
     int micro = jobspec_micro_batches(&s, 1);
     ck_assert_int_eq(micro, 2);
     model *m0 = NULL;
-    char merr[MODEL_ERR_MAX];
+    char merr[ERR_MAX];
     ck_assert_msg(model_build(&m0, &s, 1, 0, merr) == 0, "%s", merr);
     size_t np = model_param_count(m0);
     model_free(m0);
@@ -829,7 +829,7 @@ static float *train_drift(int micro, const char *strat, int k, size_t *np)
     jobspec s;
     spec_error se;
     ck_assert_msg(jobspec_parse(json, strlen(json), &s, &se) == 0, "spec: %s: %s", se.field, se.message);
-    char err[TRAIN_ERR_MAX];
+    char err[ERR_MAX];
     if (!g_drift.train.n)
         ck_assert_msg(dataset_load(&s.data, &g_drift, err) == 0, "%s", err);
     train_options o;

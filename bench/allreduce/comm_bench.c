@@ -153,7 +153,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "comm_bench: no sizes\n");
         return 2;
     }
-    char err[COMM_ERR_MAX], hid[COMM_HOST_ID_MAX], session[64];
+    char err[ERR_MAX], hid[COMM_HOST_ID_MAX], session[64];
     if (comm_host_id(hid) < 0) {
         fprintf(stderr, "comm_host_id failed\n");
         return 1;

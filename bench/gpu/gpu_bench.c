@@ -165,7 +165,7 @@ static int synthetic_split(dataset *d, long n, uint64_t seed)
 static int probe(void)
 {
     int n = 0;
-    char err[GPU_ERR_MAX] = "";
+    char err[ERR_MAX] = "";
     if (gpu_device_count(&n, err) != 0 || n == 0) {
         printf("no CUDA device (%s)\n", err[0] ? err : "none found");
         return 3;
@@ -220,7 +220,7 @@ int main(int argc, char **argv)
         return 2;
     }
     int ndev = 0;
-    char err[GPU_ERR_MAX] = "";
+    char err[ERR_MAX] = "";
     if (gpu_device_count(&ndev, err) != 0 || ndev == 0) {
         printf("{\"skipped\": \"no CUDA device\", \"reason\": \"%s\"}\n", err);
         return 3;
@@ -241,7 +241,7 @@ int main(int argc, char **argv)
     }
     dataset_splits data;
     memset(&data, 0, sizeof data);
-    char derr[DATASET_ERR_MAX], path[1200];
+    char derr[ERR_MAX], path[1200];
     const char *source = "fashion-mnist";
     snprintf(path, sizeof path, "%s/train-images-idx3-ubyte.gz", dir);
     snprintf(s.data.path, sizeof s.data.path, "%s", dir);

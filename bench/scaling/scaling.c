@@ -49,14 +49,14 @@ static int worker(int sync, int rank, int epochs, const char *dir, const comm_pe
         return 1;
     }
     dataset_splits data;
-    char err[TRAIN_ERR_MAX > DATASET_ERR_MAX ? TRAIN_ERR_MAX : DATASET_ERR_MAX];
+    char err[ERR_MAX];
     if (dataset_load(&s.data, &data, err)) {
         fprintf(stderr, "data: %s\n", err);
         return 1;
     }
     comm *c = NULL;
     if (sync) {
-        char cerr[COMM_ERR_MAX];
+        char cerr[ERR_MAX];
         comm_options co = {.timeout_ms = 30000, .transport = COMM_TRANSPORT_AUTO, .session = "bench-scaling"};
         if (comm_init(&c, rank, 2, peers, fd_listen, &co, cerr)) {
             fprintf(stderr, "comm: %s\n", cerr);
@@ -98,7 +98,7 @@ int main(int argc, char **argv)
     const char *dir = argc > 3 ? argv[3] : "/usr/share/datasets/fashion-mnist";
     comm_peer peers[2];
     int fds[2];
-    char hid[COMM_HOST_ID_MAX], err[COMM_ERR_MAX];
+    char hid[COMM_HOST_ID_MAX], err[ERR_MAX];
     if (comm_host_id(hid)) {
         fprintf(stderr, "no host id\n");
         return 1;

@@ -55,7 +55,7 @@ int main(int argc, char **argv)
     o.threads = 1;
     o.checkpoint_every = -1;
     train_result r;
-    char err[TRAIN_ERR_MAX];
+    char err[ERR_MAX];
     if (train_run(&s, &o, NULL, &r, err)) {
         fprintf(stderr, "mlp_bench: %s\n", err);
         return 1;

@@ -256,7 +256,7 @@ static int accept_all(comm *c, int lfd, int *star, uint8_t (*star_nonce)[16], in
                 pend[i] = pend[--np];
             }
         if (now >= deadline) {
-            snprintf(err, COMM_ERR_MAX, "rank %d (%.80s:%d) did not connect within %d ms", missing,
+            snprintf(err, ERR_MAX, "rank %d (%.80s:%d) did not connect within %d ms", missing,
                      c->peers[missing].addr, c->peers[missing].port, c->timeout_ms);
             break;
         }
@@ -267,7 +267,7 @@ static int accept_all(comm *c, int lfd, int *star, uint8_t (*star_nonce)[16], in
         int64_t wait = deadline - now;
         int pr = poll(pf, (nfds_t)np + 1, wait > 100 ? 100 : (int)wait);
         if (pr < 0 && errno != EINTR) {
-            snprintf(err, COMM_ERR_MAX, "poll: %s", strerror(errno));
+            snprintf(err, ERR_MAX, "poll: %s", strerror(errno));
             break;
         }
         if (pr <= 0)
@@ -294,7 +294,7 @@ static int accept_all(comm *c, int lfd, int *star, uint8_t (*star_nonce)[16], in
                     h->size == (uint32_t)c->size && h->rank < (uint32_t)c->size) {
                     int r = (int)h->rank;
                     if (h->table != table) {
-                        snprintf(err, COMM_ERR_MAX, "rank %d has a different peer table (same session)", r);
+                        snprintf(err, ERR_MAX, "rank %d has a different peer table (same session)", r);
                         goto out;
                     }
                     if (h->kind == HELLO_STAR && c->rank == 0 && r > 0 && star[r] < 0) {
@@ -427,7 +427,7 @@ static void sanitize_session(char *out, const char *s)
 }
 
 int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen_fd,
-              const comm_options *opt, char err[COMM_ERR_MAX])
+              const comm_options *opt, char err[ERR_MAX])
 {
     *out = NULL;
     err[0] = '\0';
@@ -435,17 +435,17 @@ int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen
     uint8_t (*star_nonce)[16] = NULL, star_nonce_mine[16] = {0}, ring_nonce[16] = {0};
     comm *c = NULL;
     if (size < 1 || size > COMM_MAX_RANKS || rank < 0 || rank >= size || !peers) {
-        snprintf(err, COMM_ERR_MAX, "rank %d of %d: out of range (1..%d ranks)", rank, size, COMM_MAX_RANKS);
+        snprintf(err, ERR_MAX, "rank %d of %d: out of range (1..%d ranks)", rank, size, COMM_MAX_RANKS);
         goto out;
     }
     for (int r = 0; r < size; r++) {
         if (strnlen(peers[r].addr, COMM_ADDR_MAX) == COMM_ADDR_MAX ||
             strnlen(peers[r].host_id, COMM_HOST_ID_MAX) == COMM_HOST_ID_MAX) {
-            snprintf(err, COMM_ERR_MAX, "peer %d: address or host id not terminated", r);
+            snprintf(err, ERR_MAX, "peer %d: address or host id not terminated", r);
             goto out;
         }
         if (r != rank && size > 1 && (peers[r].port <= 0 || peers[r].port > 65535)) {
-            snprintf(err, COMM_ERR_MAX, "peer %d: port %d out of range", r, peers[r].port);
+            snprintf(err, ERR_MAX, "peer %d: port %d out of range", r, peers[r].port);
             goto out;
         }
     }
@@ -483,34 +483,34 @@ int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen
 
     if (size > 1) {
         if (listen_fd < 0) {
-            snprintf(err, COMM_ERR_MAX, "no listening socket (comm_listen)");
+            snprintf(err, ERR_MAX, "no listening socket (comm_listen)");
             goto out;
         }
         int leader = c->leader[c->hidx] == rank;
         int ring = leader && c->nhosts > 1;
         /* connect first: the peers listen already, so connects never wait on accepts */
         if (rank != 0) {
-            char why[COMM_ERR_MAX - 32];
+            char why[ERR_MAX - 32];
             star_fd = comm_net_connect(peers[0].addr, peers[0].port, deadline, why, sizeof why);
             if (star_fd < 0) {
-                snprintf(err, COMM_ERR_MAX, "rank 0: %.200s", why);
+                snprintf(err, ERR_MAX, "rank 0: %.200s", why);
                 goto out;
             }
             if (send_hello(star_fd, HELLO_STAR, c, sess, table, deadline, star_nonce_mine) < 0) {
-                snprintf(err, COMM_ERR_MAX, "cannot greet rank 0: %s", strerror(errno));
+                snprintf(err, ERR_MAX, "cannot greet rank 0: %s", strerror(errno));
                 goto out;
             }
         }
         if (ring) {
             int right = c->leader[(c->hidx + 1) % c->nhosts];
-            char why[COMM_ERR_MAX - 32];
+            char why[ERR_MAX - 32];
             c->fd_right = comm_net_connect(peers[right].addr, peers[right].port, deadline, why, sizeof why);
             if (c->fd_right < 0) {
-                snprintf(err, COMM_ERR_MAX, "rank %d: %.200s", right, why);
+                snprintf(err, ERR_MAX, "rank %d: %.200s", right, why);
                 goto out;
             }
             if (send_hello(c->fd_right, HELLO_RING, c, sess, table, deadline, ring_nonce) < 0) {
-                snprintf(err, COMM_ERR_MAX, "cannot greet rank %d: %s", right, strerror(errno));
+                snprintf(err, ERR_MAX, "cannot greet rank %d: %s", right, strerror(errno));
                 goto out;
             }
         }
@@ -526,7 +526,7 @@ int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen
             int right = c->leader[(c->hidx + 1) % c->nhosts];
             if (proof(c, "trainyard-comm-ring", ring_nonce, sizeof ring_nonce, NULL, 0, want) < 0 ||
                 read_proof(c, c->fd_right, want, deadline) < 0) {
-                snprintf(err, COMM_ERR_MAX, "rank %d (%.80s:%d) did not prove this job's secret: not this job's rank",
+                snprintf(err, ERR_MAX, "rank %d (%.80s:%d) did not prove this job's secret: not this job's rank",
                          right, peers[right].addr, peers[right].port);
                 goto out;
             }
@@ -550,7 +550,7 @@ int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen
                     (c->has_secret && (proof(c, "trainyard-comm-table", star_nonce[r], sizeof star_nonce[r], tbuf,
                                              tlen, mac) < 0 ||
                                        comm_net_write_all(star[r], mac, sizeof mac, deadline) < 0))) {
-                    snprintf(err, COMM_ERR_MAX, "cannot send the table to rank %d: %s", r, strerror(errno));
+                    snprintf(err, ERR_MAX, "cannot send the table to rank %d: %s", r, strerror(errno));
                     free(tbuf);
                     goto out;
                 }
@@ -558,7 +558,7 @@ int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen
         } else {
             if (comm_net_read_all(star_fd, tbuf, tlen, deadline) < 0 || th->magic != COMM_MAGIC ||
                 th->size != (uint32_t)size) {
-                snprintf(err, COMM_ERR_MAX, "no table from rank 0 (%.80s:%d) within %d ms: %s", peers[0].addr,
+                snprintf(err, ERR_MAX, "no table from rank 0 (%.80s:%d) within %d ms: %s", peers[0].addr,
                          peers[0].port, c->timeout_ms, errno == ETIMEDOUT ? "timed out" : "connection lost");
                 free(tbuf);
                 goto out;
@@ -567,7 +567,7 @@ int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen
             if (c->has_secret &&
                 (proof(c, "trainyard-comm-table", star_nonce_mine, sizeof star_nonce_mine, tbuf, tlen, want) < 0 ||
                  read_proof(c, star_fd, want, deadline) < 0)) {
-                snprintf(err, COMM_ERR_MAX, "rank 0 (%.80s:%d) did not prove this job's secret: not this job's rank 0",
+                snprintf(err, ERR_MAX, "rank 0 (%.80s:%d) did not prove this job's secret: not this job's rank 0",
                          peers[0].addr, peers[0].port);
                 free(tbuf);
                 goto out;
@@ -582,7 +582,7 @@ int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen
         free(tbuf);
     }
     if (c->nlocal > 1 && comm_shm_setup(c, deadline) < 0) {
-        snprintf(err, COMM_ERR_MAX, "%s", c->err);
+        snprintf(err, ERR_MAX, "%s", c->err);
         goto out;
     }
     rc = 0;
@@ -600,7 +600,7 @@ out:
         close(star_fd);
     if (rc < 0) {
         if (!err[0])
-            snprintf(err, COMM_ERR_MAX, "comm_init failed");
+            snprintf(err, ERR_MAX, "comm_init failed");
         if (c) {
             c->failed = 1; /* no abort frames from a half-made communicator */
             comm_free(c);

@@ -25,7 +25,8 @@
 
 #include <stddef.h>
 
-#define COMM_ERR_MAX 256
+#include "../../common/errbuf.h"
+
 #define COMM_HOST_ID_MAX 128
 #define COMM_ADDR_MAX 256
 #define COMM_MAX_RANKS 256
@@ -63,7 +64,7 @@ int comm_host_id(char out[COMM_HOST_ID_MAX]);
 /* A listening TCP socket on bind_addr (NULL = all addresses) and port (0 =
  * any free port); *bound_port gets the port. Returns the fd, or -1 with a
  * message in err. */
-int comm_listen(const char *bind_addr, int port, int *bound_port, char err[COMM_ERR_MAX]);
+int comm_listen(const char *bind_addr, int port, int *bound_port, char err[ERR_MAX]);
 
 /* Joins the communicator of `size` ranks as `rank`: peers[i] is rank i's
  * address and host id (peers[rank] is this process); listen_fd is this
@@ -71,7 +72,7 @@ int comm_listen(const char *bind_addr, int port, int *bound_port, char err[COMM_
  * every rank has joined or opt->timeout_ms passes. Returns 0, or -1 with a
  * message in err (and *out NULL). */
 int comm_init(comm **out, int rank, int size, const comm_peer *peers, int listen_fd,
-              const comm_options *opt, char err[COMM_ERR_MAX]);
+              const comm_options *opt, char err[ERR_MAX]);
 
 /* In place: buf (n floats) becomes the element-wise sum over all ranks,
  * identical on every rank. Returns 0 or -1 (comm_error says why). */

@@ -55,7 +55,7 @@ struct comm {
     int has_secret;                     /* opt->secret given: connections authenticate */
     unsigned char secret[32];
     int failed;
-    char err[COMM_ERR_MAX];
+    char err[ERR_MAX];
     comm_peer *peers;                   /* copy of the caller's table */
     comm_rankinfo *info;                /* [size] */
 

@@ -51,10 +51,10 @@ int comm_net_tune(int fd)
     return 0;
 }
 
-int comm_listen(const char *bind_addr, int port, int *bound_port, char err[COMM_ERR_MAX])
+int comm_listen(const char *bind_addr, int port, int *bound_port, char err[ERR_MAX])
 {
     if (port < 0 || port > 65535) {
-        snprintf(err, COMM_ERR_MAX, "port %d out of range", port);
+        snprintf(err, ERR_MAX, "port %d out of range", port);
         return -1;
     }
     char service[16];
@@ -71,7 +71,7 @@ int comm_listen(const char *bind_addr, int port, int *bound_port, char err[COMM_
         gai = getaddrinfo(NULL, service, &hints, &res);
     }
     if (gai != 0) {
-        snprintf(err, COMM_ERR_MAX, "cannot resolve %.80s: %s", bind_addr ? bind_addr : "*", gai_strerror(gai));
+        snprintf(err, ERR_MAX, "cannot resolve %.80s: %s", bind_addr ? bind_addr : "*", gai_strerror(gai));
         return -1;
     }
     int fd = -1, saved = 0;
@@ -93,7 +93,7 @@ int comm_listen(const char *bind_addr, int port, int *bound_port, char err[COMM_
         fd = -1;
     }
     if (fd < 0) {
-        snprintf(err, COMM_ERR_MAX, "cannot listen on %.80s:%d: %s", bind_addr ? bind_addr : "*", port,
+        snprintf(err, ERR_MAX, "cannot listen on %.80s:%d: %s", bind_addr ? bind_addr : "*", port,
                  strerror(saved ? saved : EADDRNOTAVAIL));
         freeaddrinfo(res);
         return -1;
@@ -102,7 +102,7 @@ int comm_listen(const char *bind_addr, int port, int *bound_port, char err[COMM_
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
-        snprintf(err, COMM_ERR_MAX, "getsockname: %s", strerror(errno));
+        snprintf(err, ERR_MAX, "getsockname: %s", strerror(errno));
         close(fd);
         return -1;
     }

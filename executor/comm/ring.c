@@ -88,7 +88,7 @@ void comm_ring_abort(comm *c, const char *msg)
         }
         c->tx_active = 0;
     }
-    size_t len = strnlen(msg, COMM_ERR_MAX - 1) + 1;
+    size_t len = strnlen(msg, ERR_MAX - 1) + 1;
     frame_hdr h = {.type = FRAME_ABORT, .len = (uint32_t)len, .seq = c->ring_seq};
     if (comm_net_write_all(c->fd_right, &h, sizeof h, deadline) == 0)
         (void)comm_net_write_all(c->fd_right, msg, len, deadline);
@@ -97,7 +97,7 @@ void comm_ring_abort(comm *c, const char *msg)
 /* The receive half of an ABORT frame: read its message and fail with it. */
 static int got_abort(comm *c, const frame_hdr *h)
 {
-    char msg[COMM_ERR_MAX];
+    char msg[ERR_MAX];
     if (h->len == 0 || h->len > sizeof msg ||
         comm_net_read_all(c->fd_left, msg, h->len, mono_ms() + 1000) < 0)
         return lost(c, left_rank(c), "it aborted");

@@ -78,7 +78,7 @@ struct comm_shm {
     _Alignas(128) _Atomic uint64_t beat;   /* the leader's ring progress */
     _Alignas(128) _Atomic uint32_t abort_lock;
     _Atomic uint32_t abort;
-    char abort_msg[COMM_ERR_MAX];
+    char abort_msg[ERR_MAX];
     _Alignas(128) shm_slot slot[];
 };
 
@@ -162,7 +162,7 @@ static inline int behind(const comm *c, int who, uint64_t target)
 
 static int fail_from_abort(comm *c)
 {
-    char msg[COMM_ERR_MAX];
+    char msg[ERR_MAX];
     memcpy(msg, c->shm->abort_msg, sizeof msg);
     msg[sizeof msg - 1] = '\0';
     return comm_fail(c, "%s", msg);
@@ -366,7 +366,7 @@ static void *seg_map(comm *c, const char *name, size_t len, int create, int64_t 
 
 int comm_shm_setup(comm *c, int64_t deadline)
 {
-    char err[COMM_ERR_MAX];
+    char err[ERR_MAX];
     int L = c->nlocal, leader = c->lrank == 0;
     size_t chunk = STAGE_BUDGET / (size_t)(2 * L + 2);
     chunk = chunk > CHUNK_MAX ? CHUNK_MAX : chunk < CHUNK_MIN ? CHUNK_MIN : chunk;
@@ -449,7 +449,7 @@ comm_segbuf *comm_shm_segbuf(comm *c, size_t n)
         b->mine = b->map;
         return b;
     }
-    char name[160], err[COMM_ERR_MAX];
+    char name[160], err[ERR_MAX];
     int leader = c->lrank == 0;
     size_t len = stride * (size_t)c->nlocal;
     if (seg_name(c, b->index, name, sizeof name) < 0) {

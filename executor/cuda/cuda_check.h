@@ -1,10 +1,10 @@
 /* cuda_check.h - checked CUDA, cuBLAS and NCCL calls for the .cu files of
  * executor/cuda: on failure the macro writes "file:line: call: reason" into
- * the function's `err` buffer (GPU_ERR_MAX bytes) and jumps to its `fail`
+ * the function's `err` buffer (ERR_MAX bytes) and jumps to its `fail`
  * label, so the caller gets the error text back and the process (an agent's
  * worker) goes on; nothing here aborts.
  *
- *   int f(..., char err[GPU_ERR_MAX]) {
+ *   int f(..., char err[ERR_MAX]) {
  *       cudaCheck(cudaMalloc(&p, n));
  *       cublasCheck(cublasSgemm(...));
  *       return 0;
@@ -22,9 +22,7 @@
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 
-#ifndef GPU_ERR_MAX
-#define GPU_ERR_MAX 256
-#endif
+#include "../../common/errbuf.h"
 
 /* Formats an error into err (may be NULL); returns -1. */
 static inline int gpu_errf(char *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -34,7 +32,7 @@ static inline int gpu_errf(char *err, const char *fmt, ...)
         return -1;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, GPU_ERR_MAX, fmt, ap);
+    vsnprintf(err, ERR_MAX, fmt, ap);
     va_end(ap);
     return -1;
 }

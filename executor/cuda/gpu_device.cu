@@ -5,7 +5,7 @@
 
 #include "cuda_check.h"
 
-extern "C" int gpu_device_count(int *count, char err[GPU_ERR_MAX])
+extern "C" int gpu_device_count(int *count, char err[ERR_MAX])
 {
     *count = 0;
     int n = 0;
@@ -29,7 +29,7 @@ extern "C" int gpu_device_count(int *count, char err[GPU_ERR_MAX])
     return 0;
 }
 
-extern "C" int gpu_device_query(int index, gpu_device_info *out, char err[GPU_ERR_MAX])
+extern "C" int gpu_device_query(int index, gpu_device_info *out, char err[ERR_MAX])
 {
     cudaDeviceProp p;
     int prev = 0;

@@ -13,9 +13,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#ifndef GPU_ERR_MAX
-#define GPU_ERR_MAX 256
-#endif
+#include "../../common/errbuf.h"
 
 typedef struct gpu_device_info {
     int index;                 /* CUDA ordinal (after CUDA_VISIBLE_DEVICES) */
@@ -39,30 +37,30 @@ extern "C" {
 /* Number of CUDA devices visible to this process in *count. No driver, or
  * no device, is not an error: *count = 0 and the reason in err (when err is
  * not NULL), return 0. Returns -1 only for an unexpected runtime error. */
-int gpu_device_count(int *count, char err[GPU_ERR_MAX]);
+int gpu_device_count(int *count, char err[ERR_MAX]);
 
 /* Fills *out for device `index`. Returns 0, or -1 with the reason in err. */
-int gpu_device_query(int index, gpu_device_info *out, char err[GPU_ERR_MAX]);
+int gpu_device_query(int index, gpu_device_info *out, char err[ERR_MAX]);
 
 /* 1: this build has the GPU engine (make CUDA=1). */
 static inline int gpu_built_with_cuda(void) { return 1; }
 
 #else /* built without CUDA */
 
-static inline int gpu_device_count(int *count, char err[GPU_ERR_MAX])
+static inline int gpu_device_count(int *count, char err[ERR_MAX])
 {
     *count = 0;
     if (err)
-        snprintf(err, GPU_ERR_MAX, "built without CUDA (make CUDA=1)");
+        snprintf(err, ERR_MAX, "built without CUDA (make CUDA=1)");
     return 0;
 }
 
-static inline int gpu_device_query(int index, gpu_device_info *out, char err[GPU_ERR_MAX])
+static inline int gpu_device_query(int index, gpu_device_info *out, char err[ERR_MAX])
 {
     (void)index;
     (void)out;
     if (err)
-        snprintf(err, GPU_ERR_MAX, "built without CUDA (make CUDA=1)");
+        snprintf(err, ERR_MAX, "built without CUDA (make CUDA=1)");
     return -1;
 }
 

@@ -52,23 +52,23 @@ typedef struct gpu_engine {
     long row0;               /* the row offset device 0 was last given (one device) */
 } gpu_engine;
 
-static int ge_check(int gpus, char err[ENGINE_ERR_MAX])
+static int ge_check(int gpus, char err[ERR_MAX])
 {
     int n = 0;
-    char gerr[GPU_ERR_MAX] = "";
+    char gerr[ERR_MAX] = "";
     if (gpu_device_count(&n, gerr) < 0) {
-        snprintf(err, ENGINE_ERR_MAX, "cannot count the CUDA devices: %.200s", gerr);
+        snprintf(err, ERR_MAX, "cannot count the CUDA devices: %.200s", gerr);
         return -1;
     }
     if (n == 0) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-        snprintf(err, ENGINE_ERR_MAX,
+        snprintf(err, ERR_MAX,
                  "the task was given %d GPU(s) but no CUDA device is visible (CUDA_VISIBLE_DEVICES=%.40s): %.120s",
                  gpus, vis ? vis : "(unset)", gerr[0] ? gerr : "none found");
         return -1;
     }
     if (n < gpus) {
-        snprintf(err, ENGINE_ERR_MAX, "the task was given %d GPUs but only %d CUDA device(s) are visible", gpus, n);
+        snprintf(err, ERR_MAX, "the task was given %d GPUs but only %d CUDA device(s) are visible", gpus, n);
         return -1;
     }
     return 0;
@@ -87,12 +87,12 @@ static void ge_free(void *p)
 }
 
 static void *ge_create(const jobspec *spec, const engine_config *cfg, char *name, size_t name_cap,
-                       char err[ENGINE_ERR_MAX])
+                       char err[ERR_MAX])
 {
-    char gerr[GPU_ERR_MAX];
+    char gerr[ERR_MAX];
     gpu_engine *e = calloc(1, sizeof *e);
     if (!e) {
-        snprintf(err, ENGINE_ERR_MAX, "out of memory");
+        snprintf(err, ERR_MAX, "out of memory");
         return NULL;
     }
     e->k = cfg->replicas > 0 ? cfg->replicas : 1;
@@ -103,7 +103,7 @@ static void *ge_create(const jobspec *spec, const engine_config *cfg, char *name
     e->ranks = e->workers * e->k;
     e->micro = cfg->micro_batches > 1 ? cfg->micro_batches : 1;
     if (e->k > REPLICAS_MAX) {
-        snprintf(err, ENGINE_ERR_MAX, "at most %d GPUs a worker, got %d", REPLICAS_MAX, e->k);
+        snprintf(err, ERR_MAX, "at most %d GPUs a worker, got %d", REPLICAS_MAX, e->k);
         goto fail;
     }
     int one = e->ranks == 1;
@@ -118,11 +118,11 @@ static void *ge_create(const jobspec *spec, const engine_config *cfg, char *name
         /* replicas, or micro-batches, step in parts (forward_backward, all-reduce, apply): no graph */
         o.cuda_graph = one && e->micro == 1;
         if (gpu_model_build(&e->g[i], spec, rows, cfg->seed, &o, gerr)) {
-            snprintf(err, ENGINE_ERR_MAX, "GPU %d: %.200s", i, gerr);
+            snprintf(err, ERR_MAX, "GPU %d: %.200s", i, gerr);
             goto fail;
         }
         if (e->ranks > 1 && gpu_model_set_replicas(e->g[i], e->ranks, gerr)) {
-            snprintf(err, ENGINE_ERR_MAX, "GPU %d: %.200s", i, gerr);
+            snprintf(err, ERR_MAX, "GPU %d: %.200s", i, gerr);
             goto fail;
         }
     }
@@ -131,18 +131,18 @@ static void *ge_create(const jobspec *spec, const engine_config *cfg, char *name
         const char *id = cfg->nccl_id;
         if (e->workers == 1) {
             if (gpu_nccl_unique_id(local_id, gerr)) {
-                snprintf(err, ENGINE_ERR_MAX, "NCCL: %.200s", gerr);
+                snprintf(err, ERR_MAX, "NCCL: %.200s", gerr);
                 goto fail;
             }
             id = local_id;
         } else if (!id || !*id) {
-            snprintf(err, ENGINE_ERR_MAX, "%d workers on GPUs need the chief's NCCL id (rendezvous key nccl-id)",
+            snprintf(err, ERR_MAX, "%d workers on GPUs need the chief's NCCL id (rendezvous key nccl-id)",
                      e->workers);
             goto fail;
         }
         if (gpu_nccl_init_local(e->nc, e->k, id, e->ranks, e->worker * e->k, devices, ENGINE_NCCL_TIMEOUT_S,
                                 gerr)) {
-            snprintf(err, ENGINE_ERR_MAX, "NCCL (ranks %d..%d of %d): %.200s", e->worker * e->k,
+            snprintf(err, ERR_MAX, "NCCL (ranks %d..%d of %d): %.200s", e->worker * e->k,
                      e->worker * e->k + e->k - 1, e->ranks, gerr);
             goto fail;
         }
@@ -156,17 +156,17 @@ fail:
     return NULL;
 }
 
-static int ge_sync_initial(void *p, char err[ENGINE_ERR_MAX])
+static int ge_sync_initial(void *p, char err[ERR_MAX])
 {
     gpu_engine *e = p;
-    char gerr[GPU_ERR_MAX];
+    char gerr[ERR_MAX];
     long it = gpu_model_iterations(e->g[0]);
     uint64_t rng[4];
     gpu_model_rng_get(e->g[0], rng);
     if (e->comm && comm_size(e->comm) > 1) {
         double itd = (double)it;
         if (comm_broadcast(e->comm, &itd, sizeof itd, 0) || comm_broadcast(e->comm, rng, sizeof rng, 0)) {
-            snprintf(err, ENGINE_ERR_MAX, "broadcast of the initial state failed: %.180s", comm_error(e->comm));
+            snprintf(err, ERR_MAX, "broadcast of the initial state failed: %.180s", comm_error(e->comm));
             return -1;
         }
         it = (long)itd;
@@ -201,13 +201,13 @@ static int ge_sync_initial(void *p, char err[ENGINE_ERR_MAX])
     for (int i = 0; i < e->k; i++) {
         if (gpu_model_sync(e->g[i], gerr) || gpu_model_set_iterations(e->g[i], it, gerr) ||
             gpu_model_rng_set(e->g[i], rng, gerr)) {
-            snprintf(err, ENGINE_ERR_MAX, "GPU %d: %.200s", i, gerr);
+            snprintf(err, ERR_MAX, "GPU %d: %.200s", i, gerr);
             return -1;
         }
     }
     return 0;
 nccl_fail:
-    snprintf(err, ENGINE_ERR_MAX, "broadcast of the initial variables (NCCL) failed: %.200s", gerr);
+    snprintf(err, ERR_MAX, "broadcast of the initial variables (NCCL) failed: %.200s", gerr);
     return -1;
 }
 
@@ -215,7 +215,7 @@ nccl_fail:
  * micro-batches, their gradients summed in its buffer (the first overwrites
  * it and adds the regularization's share). Queued on its stream. */
 static int forward_backward_micro(gpu_engine *e, int i, const float *x, const float *y, int len, long row0,
-                                  int global_batch, char gerr[GPU_ERR_MAX])
+                                  int global_batch, char gerr[ERR_MAX])
 {
     for (int j = 0; j < e->micro; j++) {
         int off = 0, n = 0;
@@ -234,11 +234,11 @@ static int forward_backward_micro(gpu_engine *e, int i, const float *x, const fl
 }
 
 static int ge_step(void *p, const float *x, const float *y, int rows, long row0, int global_batch, int stop,
-                   engine_step_result *out, char err[ENGINE_ERR_MAX])
+                   engine_step_result *out, char err[ERR_MAX])
 {
     gpu_engine *e = p;
     memset(out, 0, sizeof *out);
-    char gerr[GPU_ERR_MAX];
+    char gerr[ERR_MAX];
     int i = 0;
     if (e->ranks == 1 && e->micro > 1) {
         /* one device, gradient accumulation: micro-batches, then one update */
@@ -269,7 +269,7 @@ static int ge_step(void *p, const float *x, const float *y, int rows, long row0,
             streams[i] = gpu_model_stream(e->g[i]);
         }
         if (gpu_nccl_allreduce_local(e->nc, e->k, bufs, gpu_model_param_count(e->g[0]), 0, streams, gerr)) {
-            snprintf(err, ENGINE_ERR_MAX, "gradient all-reduce (NCCL) failed: %.200s", gerr);
+            snprintf(err, ERR_MAX, "gradient all-reduce (NCCL) failed: %.200s", gerr);
             return -1;
         }
         memset(&out->st, 0, sizeof out->st);
@@ -291,7 +291,7 @@ static int ge_step(void *p, const float *x, const float *y, int rows, long row0,
         tail[T_N] = (float)out->st.n;
         tail[T_STOP] = stop ? 1.0f : 0.0f;
         if (comm_allreduce_sum(e->comm, tail, TAIL)) {
-            snprintf(err, ENGINE_ERR_MAX, "all-reduce across workers failed: %.180s", comm_error(e->comm));
+            snprintf(err, ERR_MAX, "all-reduce across workers failed: %.180s", comm_error(e->comm));
             return -1;
         }
         out->st.loss_sum = tail[T_LOSS];
@@ -302,40 +302,40 @@ static int ge_step(void *p, const float *x, const float *y, int rows, long row0,
     out->loss = global_batch > 0 ? (float)(out->st.loss_sum / global_batch) : 0.0f;
     return 0;
 fail:
-    snprintf(err, ENGINE_ERR_MAX, "GPU %d: %.200s", i, gerr);
+    snprintf(err, ERR_MAX, "GPU %d: %.200s", i, gerr);
     return -1;
 }
 
 
-static int ge_from_host(void *p, model *host, char err[ENGINE_ERR_MAX])
+static int ge_from_host(void *p, model *host, char err[ERR_MAX])
 {
     gpu_engine *e = p;
-    char gerr[GPU_ERR_MAX];
+    char gerr[ERR_MAX];
     if (gpu_model_from_host(e->g[0], host, gerr)) {
-        snprintf(err, ENGINE_ERR_MAX, "GPU 0: %.200s", gerr);
+        snprintf(err, ERR_MAX, "GPU 0: %.200s", gerr);
         return -1;
     }
     return 0;
 }
 
-static int ge_to_host(void *p, model *host, char err[ENGINE_ERR_MAX])
+static int ge_to_host(void *p, model *host, char err[ERR_MAX])
 {
     gpu_engine *e = p;
-    char gerr[GPU_ERR_MAX];
+    char gerr[ERR_MAX];
     if (gpu_model_to_host(e->g[0], host, gerr)) {
-        snprintf(err, ENGINE_ERR_MAX, "GPU 0: %.200s", gerr);
+        snprintf(err, ERR_MAX, "GPU 0: %.200s", gerr);
         return -1;
     }
     return 0;
 }
 
 static int ge_evaluate(void *p, const float *x, const float *y, long n, double *loss, double *acc,
-                       char err[ENGINE_ERR_MAX])
+                       char err[ERR_MAX])
 {
     gpu_engine *e = p;
-    char gerr[GPU_ERR_MAX];
+    char gerr[ERR_MAX];
     if (gpu_model_evaluate(e->g[0], x, y, n, loss, acc, gerr)) {
-        snprintf(err, ENGINE_ERR_MAX, "GPU 0: evaluation: %.200s", gerr);
+        snprintf(err, ERR_MAX, "GPU 0: evaluation: %.200s", gerr);
         return -1;
     }
     return 0;

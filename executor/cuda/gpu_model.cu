@@ -1394,11 +1394,11 @@ extern "C" void gpu_model_free(gpu_model *g)
 }
 
 extern "C" int gpu_model_build(gpu_model **out, const jobspec *spec, int max_batch, uint64_t seed,
-                               const gpu_options *opt, char err[GPU_ERR_MAX])
+                               const gpu_options *opt, char err[ERR_MAX])
 {
     gpu_model *g = NULL;
     model *hm = NULL;
-    char merr[MODEL_ERR_MAX];
+    char merr[ERR_MAX];
     size_t act_floats = 0, aoff = 0, gsize = 0, bn_floats = 0, boff = 0, arg_ints = 0, xoff = 0;
     int max_ch = 1;
     gstate init;
@@ -1570,7 +1570,7 @@ fail:
 
 /* ================================================================ batches */
 
-extern "C" int gpu_model_stage_next(gpu_model *g, float **x, float **y, char err[GPU_ERR_MAX])
+extern "C" int gpu_model_stage_next(gpu_model *g, float **x, float **y, char err[ERR_MAX])
 {
     int s = (int)(g->staged % NSLOT);
     *x = NULL;
@@ -1587,7 +1587,7 @@ fail:
     return -1;
 }
 
-extern "C" int gpu_model_stage_commit(gpu_model *g, int n, char err[GPU_ERR_MAX])
+extern "C" int gpu_model_stage_commit(gpu_model *g, int n, char err[ERR_MAX])
 {
     int s = (int)(g->staged % NSLOT);
     if (!g->stage_open)
@@ -1613,7 +1613,7 @@ fail:
 }
 
 extern "C" int gpu_model_load_batch(gpu_model *g, const float *x, const float *y, int n,
-                                    char err[GPU_ERR_MAX])
+                                    char err[ERR_MAX])
 {
     float *hx = NULL, *hy = NULL;
     if (n < 0 || n > g->max_batch)
@@ -1673,22 +1673,22 @@ fail:
     return -1;
 }
 
-extern "C" int gpu_model_train_step(gpu_model *g, int global_batch, char err[GPU_ERR_MAX])
+extern "C" int gpu_model_train_step(gpu_model *g, int global_batch, char err[ERR_MAX])
 {
     return run_step(g, global_batch, 1, 0, err);
 }
 
-extern "C" int gpu_model_forward_backward(gpu_model *g, int global_batch, char err[GPU_ERR_MAX])
+extern "C" int gpu_model_forward_backward(gpu_model *g, int global_batch, char err[ERR_MAX])
 {
     return run_step(g, global_batch, 0, 0, err);
 }
 
-extern "C" int gpu_model_forward_backward_add(gpu_model *g, int global_batch, char err[GPU_ERR_MAX])
+extern "C" int gpu_model_forward_backward_add(gpu_model *g, int global_batch, char err[ERR_MAX])
 {
     return run_step(g, global_batch, 0, 1, err);
 }
 
-extern "C" int gpu_model_apply_gradients(gpu_model *g, char err[GPU_ERR_MAX])
+extern "C" int gpu_model_apply_gradients(gpu_model *g, char err[ERR_MAX])
 {
     cudaCheck(cudaSetDevice(g->device));
     if (enqueue_update(g, err))
@@ -1699,7 +1699,7 @@ fail:
     return -1;
 }
 
-extern "C" int gpu_model_sync(gpu_model *g, char err[GPU_ERR_MAX])
+extern "C" int gpu_model_sync(gpu_model *g, char err[ERR_MAX])
 {
     cudaCheck(cudaSetDevice(g->device));
     cudaCheck(cudaStreamSynchronize(g->stream));
@@ -1718,7 +1718,7 @@ fail:
     return -1;
 }
 
-extern "C" int gpu_model_stats(gpu_model *g, step_stats *st, int reset, char err[GPU_ERR_MAX])
+extern "C" int gpu_model_stats(gpu_model *g, step_stats *st, int reset, char err[ERR_MAX])
 {
     gstate h;
     if (read_state(g, &h, err))
@@ -1754,7 +1754,7 @@ fail:
 }
 
 extern "C" int gpu_model_evaluate(gpu_model *g, const float *x, const float *y, long n,
-                                  double *loss, double *acc, char err[GPU_ERR_MAX])
+                                  double *loss, double *acc, char err[ERR_MAX])
 {
     gstate h;
     const float *o = NULL;
@@ -1788,7 +1788,7 @@ fail:
 }
 
 extern "C" int gpu_model_predict(gpu_model *g, const float *x, long n, float *out,
-                                 char err[GPU_ERR_MAX])
+                                 char err[ERR_MAX])
 {
     const float *o = NULL;
     cudaCheck(cudaSetDevice(g->device));
@@ -1814,7 +1814,7 @@ fail:
     return -1;
 }
 
-extern "C" int gpu_model_set_row_offset(gpu_model *g, long row0, char err[GPU_ERR_MAX])
+extern "C" int gpu_model_set_row_offset(gpu_model *g, long row0, char err[ERR_MAX])
 {
     cudaCheck(cudaSetDevice(g->device));
     k_set_i64<<<1, 1, 0, g->stream>>>(&g->st->row0, row0 < 0 ? 0 : (long long)row0);
@@ -1824,7 +1824,7 @@ fail:
     return -1;
 }
 
-extern "C" int gpu_model_set_replicas(gpu_model *g, int replicas, char err[GPU_ERR_MAX])
+extern "C" int gpu_model_set_replicas(gpu_model *g, int replicas, char err[ERR_MAX])
 {
     cudaCheck(cudaSetDevice(g->device));
     k_set_f32<<<1, 1, 0, g->stream>>>(&g->st->reg_scale,
@@ -1838,7 +1838,7 @@ fail:
 /* ================================================================ parameters */
 
 extern "C" int gpu_model_get_params(gpu_model *g, float *params, float *slots,
-                                    char err[GPU_ERR_MAX])
+                                    char err[ERR_MAX])
 {
     cudaCheck(cudaSetDevice(g->device));
     if (params)
@@ -1855,7 +1855,7 @@ fail:
 }
 
 extern "C" int gpu_model_set_params(gpu_model *g, const float *params, const float *slots,
-                                    char err[GPU_ERR_MAX])
+                                    char err[ERR_MAX])
 {
     cudaCheck(cudaSetDevice(g->device));
     if (params)
@@ -1871,7 +1871,7 @@ fail:
     return -1;
 }
 
-extern "C" int gpu_model_get_grads(gpu_model *g, float *grads, char err[GPU_ERR_MAX])
+extern "C" int gpu_model_get_grads(gpu_model *g, float *grads, char err[ERR_MAX])
 {
     cudaCheck(cudaSetDevice(g->device));
     cudaCheck(cudaMemcpyAsync(grads, g->grads, sizeof(float) * g->n_params,
@@ -1882,7 +1882,7 @@ fail:
     return -1;
 }
 
-extern "C" int gpu_model_get_state(gpu_model *g, float *state, char err[GPU_ERR_MAX])
+extern "C" int gpu_model_get_state(gpu_model *g, float *state, char err[ERR_MAX])
 {
     if (!g->n_state)
         return 0;
@@ -1895,7 +1895,7 @@ fail:
     return -1;
 }
 
-extern "C" int gpu_model_set_state(gpu_model *g, const float *state, char err[GPU_ERR_MAX])
+extern "C" int gpu_model_set_state(gpu_model *g, const float *state, char err[ERR_MAX])
 {
     if (!g->n_state)
         return 0;
@@ -1917,7 +1917,7 @@ static int same_model(const gpu_model *g, const model *m, char *err)
     return 0;
 }
 
-extern "C" int gpu_model_to_host(gpu_model *g, model *m, char err[GPU_ERR_MAX])
+extern "C" int gpu_model_to_host(gpu_model *g, model *m, char err[ERR_MAX])
 {
     if (same_model(g, m, err) ||
         gpu_model_get_params(g, model_params(m), g->n_slots ? model_slots(m) : NULL, err) ||
@@ -1928,7 +1928,7 @@ extern "C" int gpu_model_to_host(gpu_model *g, model *m, char err[GPU_ERR_MAX])
     return 0;
 }
 
-extern "C" int gpu_model_from_host(gpu_model *g, model *m, char err[GPU_ERR_MAX])
+extern "C" int gpu_model_from_host(gpu_model *g, model *m, char err[ERR_MAX])
 {
     uint64_t s[4];
     if (same_model(g, m, err) ||
@@ -1942,7 +1942,7 @@ extern "C" int gpu_model_from_host(gpu_model *g, model *m, char err[GPU_ERR_MAX]
 
 extern "C" long gpu_model_iterations(const gpu_model *g) { return g->iterations; }
 
-extern "C" int gpu_model_set_iterations(gpu_model *g, long it, char err[GPU_ERR_MAX])
+extern "C" int gpu_model_set_iterations(gpu_model *g, long it, char err[ERR_MAX])
 {
     cudaCheck(cudaSetDevice(g->device));
     k_set_i64<<<1, 1, 0, g->stream>>>(&g->st->iterations, (long long)it);
@@ -1959,7 +1959,7 @@ extern "C" void gpu_model_rng_get(const gpu_model *g, uint64_t s[4])
     memcpy(s, g->rng, sizeof g->rng);
 }
 
-extern "C" int gpu_model_rng_set(gpu_model *g, const uint64_t s[4], char err[GPU_ERR_MAX])
+extern "C" int gpu_model_rng_set(gpu_model *g, const uint64_t s[4], char err[ERR_MAX])
 {
     memcpy(g->rng, s, sizeof g->rng);
     cudaCheck(cudaSetDevice(g->device));

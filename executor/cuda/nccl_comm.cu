@@ -58,7 +58,7 @@ static int comm_wait(gpu_nccl *c, double timeout_s, const char *what, char *err)
     return 0;
 }
 
-extern "C" int gpu_nccl_unique_id(char hex[GPU_NCCL_ID_HEX], char err[GPU_ERR_MAX])
+extern "C" int gpu_nccl_unique_id(char hex[GPU_NCCL_ID_HEX], char err[ERR_MAX])
 {
     static const char hx[] = "0123456789abcdef";
     ncclUniqueId id;
@@ -103,7 +103,7 @@ static void abort_all(gpu_nccl **c, int k)
 
 extern "C" int gpu_nccl_init_local(gpu_nccl **out, int k, const char *id_hex, int nranks,
                                    int first_rank, const int *devices, int timeout_s,
-                                   char err[GPU_ERR_MAX])
+                                   char err[ERR_MAX])
 {
     ncclUniqueId id;
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
@@ -168,7 +168,7 @@ fail:
 }
 
 extern "C" int gpu_nccl_init(gpu_nccl **out, const char *id_hex, int nranks, int rank, int device,
-                             int timeout_s, char err[GPU_ERR_MAX])
+                             int timeout_s, char err[ERR_MAX])
 {
     *out = NULL;
     if (nranks < 1 || rank < 0 || rank >= nranks)
@@ -185,7 +185,7 @@ static void mark_broken(gpu_nccl **c, int k)
 
 extern "C" int gpu_nccl_allreduce_local(gpu_nccl **c, int k, float **bufs, size_t count,
                                         size_t bucket_floats, void **streams,
-                                        char err[GPU_ERR_MAX])
+                                        char err[ERR_MAX])
 {
     ncclResult_t r;
     int grouped = 0;
@@ -225,13 +225,13 @@ fail:
 }
 
 extern "C" int gpu_nccl_allreduce(gpu_nccl *c, float *buf, size_t count, size_t bucket_floats,
-                                  void *stream, char err[GPU_ERR_MAX])
+                                  void *stream, char err[ERR_MAX])
 {
     return gpu_nccl_allreduce_local(&c, 1, &buf, count, bucket_floats, &stream, err);
 }
 
 extern "C" int gpu_nccl_broadcast_local(gpu_nccl **c, int k, float **bufs, size_t count,
-                                        int root, void **streams, char err[GPU_ERR_MAX])
+                                        int root, void **streams, char err[ERR_MAX])
 {
     ncclResult_t r;
     int grouped = 0;
@@ -266,7 +266,7 @@ fail:
 }
 
 extern "C" int gpu_nccl_broadcast(gpu_nccl *c, float *buf, size_t count, int root, void *stream,
-                                  char err[GPU_ERR_MAX])
+                                  char err[ERR_MAX])
 {
     return gpu_nccl_broadcast_local(&c, 1, &buf, count, root, &stream, err);
 }
@@ -294,14 +294,14 @@ static int no_nccl(char *err)
     return gpu_errf(err, "built without NCCL (libnccl and nccl.h not found at build time)");
 }
 
-extern "C" int gpu_nccl_unique_id(char hex[GPU_NCCL_ID_HEX], char err[GPU_ERR_MAX])
+extern "C" int gpu_nccl_unique_id(char hex[GPU_NCCL_ID_HEX], char err[ERR_MAX])
 {
     hex[0] = 0;
     return no_nccl(err);
 }
 
 extern "C" int gpu_nccl_init(gpu_nccl **out, const char *id_hex, int nranks, int rank, int device,
-                             int timeout_s, char err[GPU_ERR_MAX])
+                             int timeout_s, char err[ERR_MAX])
 {
     (void)id_hex; (void)nranks; (void)rank; (void)device; (void)timeout_s;
     *out = NULL;
@@ -309,14 +309,14 @@ extern "C" int gpu_nccl_init(gpu_nccl **out, const char *id_hex, int nranks, int
 }
 
 extern "C" int gpu_nccl_allreduce(gpu_nccl *c, float *buf, size_t count, size_t bucket_floats,
-                                  void *stream, char err[GPU_ERR_MAX])
+                                  void *stream, char err[ERR_MAX])
 {
     (void)c; (void)buf; (void)count; (void)bucket_floats; (void)stream;
     return no_nccl(err);
 }
 
 extern "C" int gpu_nccl_broadcast(gpu_nccl *c, float *buf, size_t count, int root, void *stream,
-                                  char err[GPU_ERR_MAX])
+                                  char err[ERR_MAX])
 {
     (void)c; (void)buf; (void)count; (void)root; (void)stream;
     return no_nccl(err);
@@ -324,7 +324,7 @@ extern "C" int gpu_nccl_broadcast(gpu_nccl *c, float *buf, size_t count, int roo
 
 extern "C" int gpu_nccl_init_local(gpu_nccl **out, int k, const char *id_hex, int nranks,
                                    int first_rank, const int *devices, int timeout_s,
-                                   char err[GPU_ERR_MAX])
+                                   char err[ERR_MAX])
 {
     (void)id_hex; (void)nranks; (void)first_rank; (void)devices; (void)timeout_s;
     for (int i = 0; i < k; i++)
@@ -334,14 +334,14 @@ extern "C" int gpu_nccl_init_local(gpu_nccl **out, int k, const char *id_hex, in
 
 extern "C" int gpu_nccl_allreduce_local(gpu_nccl **c, int k, float **bufs, size_t count,
                                         size_t bucket_floats, void **streams,
-                                        char err[GPU_ERR_MAX])
+                                        char err[ERR_MAX])
 {
     (void)c; (void)k; (void)bufs; (void)count; (void)bucket_floats; (void)streams;
     return no_nccl(err);
 }
 
 extern "C" int gpu_nccl_broadcast_local(gpu_nccl **c, int k, float **bufs, size_t count,
-                                        int root, void **streams, char err[GPU_ERR_MAX])
+                                        int root, void **streams, char err[ERR_MAX])
 {
     (void)c; (void)k; (void)bufs; (void)count; (void)root; (void)streams;
     return no_nccl(err);

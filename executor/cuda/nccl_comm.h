@@ -24,9 +24,7 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#ifndef GPU_ERR_MAX
-#define GPU_ERR_MAX 256
-#endif
+#include "../../common/errbuf.h"
 #define GPU_NCCL_ID_BYTES 128                       /* NCCL_UNIQUE_ID_BYTES */
 #define GPU_NCCL_ID_HEX (2 * GPU_NCCL_ID_BYTES + 1) /* hex text + NUL */
 #define GPU_NCCL_BUCKET_DEFAULT (4u << 20)          /* floats per bucket (16 MiB) */
@@ -41,35 +39,35 @@ typedef struct gpu_nccl gpu_nccl;
 
 /* A new ncclUniqueId (ncclGetUniqueId: the chief's bootstrap address) as
  * 256 lowercase hex digits. Returns 0, or -1 with the reason in err. */
-int gpu_nccl_unique_id(char hex[GPU_NCCL_ID_HEX], char err[GPU_ERR_MAX]);
+int gpu_nccl_unique_id(char hex[GPU_NCCL_ID_HEX], char err[ERR_MAX]);
 
 /* Joins communicator `id_hex` as rank `rank` of `nranks` on CUDA device
  * `device`. Waits up to timeout_s (<= 0: 300) for every rank. */
 int gpu_nccl_init(gpu_nccl **out, const char *id_hex, int nranks, int rank, int device,
-                  int timeout_s, char err[GPU_ERR_MAX]);
+                  int timeout_s, char err[ERR_MAX]);
 
 /* Joins communicator `id_hex` as the k ranks first_rank..first_rank+k-1 of
  * nranks, rank first_rank+i on device devices[i], from this one thread (one
  * NCCL group). out[0..k-1] get the communicators (all or none). */
 int gpu_nccl_init_local(gpu_nccl **out, int k, const char *id_hex, int nranks, int first_rank,
-                        const int *devices, int timeout_s, char err[GPU_ERR_MAX]);
+                        const int *devices, int timeout_s, char err[ERR_MAX]);
 
 /* gpu_nccl_allreduce / gpu_nccl_broadcast of the k local ranks c[i], buffer
  * bufs[i] on stream streams[i], in one group. */
 int gpu_nccl_allreduce_local(gpu_nccl **c, int k, float **bufs, size_t count,
-                             size_t bucket_floats, void **streams, char err[GPU_ERR_MAX]);
+                             size_t bucket_floats, void **streams, char err[ERR_MAX]);
 int gpu_nccl_broadcast_local(gpu_nccl **c, int k, float **bufs, size_t count, int root,
-                             void **streams, char err[GPU_ERR_MAX]);
+                             void **streams, char err[ERR_MAX]);
 
 /* In place: buf (count floats, device) becomes the sum over the ranks, as
  * ncclAllReduce(ncclSum) calls of bucket_floats each (0: default) in one
  * group, queued on stream (a cudaStream_t). */
 int gpu_nccl_allreduce(gpu_nccl *c, float *buf, size_t count, size_t bucket_floats,
-                       void *stream, char err[GPU_ERR_MAX]);
+                       void *stream, char err[ERR_MAX]);
 
 /* buf (count floats, device) of rank root to every rank, on stream. */
 int gpu_nccl_broadcast(gpu_nccl *c, float *buf, size_t count, int root, void *stream,
-                       char err[GPU_ERR_MAX]);
+                       char err[ERR_MAX]);
 
 /* Destroys the communicator (aborts it when a collective failed). */
 void gpu_nccl_free(gpu_nccl *c);
@@ -79,33 +77,33 @@ void gpu_nccl_free(gpu_nccl *c);
 static inline int gpu_nccl_no_cuda(char *err)
 {
     if (err)
-        snprintf(err, GPU_ERR_MAX, "built without CUDA (make CUDA=1)");
+        snprintf(err, ERR_MAX, "built without CUDA (make CUDA=1)");
     return -1;
 }
-static inline int gpu_nccl_unique_id(char hex[GPU_NCCL_ID_HEX], char err[GPU_ERR_MAX])
+static inline int gpu_nccl_unique_id(char hex[GPU_NCCL_ID_HEX], char err[ERR_MAX])
 { hex[0] = 0; return gpu_nccl_no_cuda(err); }
 static inline int gpu_nccl_init(gpu_nccl **out, const char *id_hex, int nranks, int rank,
-                                int device, int timeout_s, char err[GPU_ERR_MAX])
+                                int device, int timeout_s, char err[ERR_MAX])
 { (void)id_hex; (void)nranks; (void)rank; (void)device; (void)timeout_s; *out = NULL;
   return gpu_nccl_no_cuda(err); }
 static inline int gpu_nccl_allreduce(gpu_nccl *c, float *data, size_t count, size_t bucket,
-                                     void *stream, char err[GPU_ERR_MAX])
+                                     void *stream, char err[ERR_MAX])
 { (void)c; (void)data; (void)count; (void)bucket; (void)stream; return gpu_nccl_no_cuda(err); }
 static inline int gpu_nccl_broadcast(gpu_nccl *c, float *data, size_t count, int root,
-                                     void *stream, char err[GPU_ERR_MAX])
+                                     void *stream, char err[ERR_MAX])
 { (void)c; (void)data; (void)count; (void)root; (void)stream; return gpu_nccl_no_cuda(err); }
 static inline int gpu_nccl_init_local(gpu_nccl **out, int k, const char *id_hex, int nranks,
                                       int first_rank, const int *devices, int timeout_s,
-                                      char err[GPU_ERR_MAX])
+                                      char err[ERR_MAX])
 { (void)id_hex; (void)nranks; (void)first_rank; (void)devices; (void)timeout_s;
   for (int i = 0; i < k; i++) out[i] = NULL;
   return gpu_nccl_no_cuda(err); }
 static inline int gpu_nccl_allreduce_local(gpu_nccl **c, int k, float **bufs, size_t count,
-                                           size_t bucket, void **streams, char err[GPU_ERR_MAX])
+                                           size_t bucket, void **streams, char err[ERR_MAX])
 { (void)c; (void)k; (void)bufs; (void)count; (void)bucket; (void)streams;
   return gpu_nccl_no_cuda(err); }
 static inline int gpu_nccl_broadcast_local(gpu_nccl **c, int k, float **bufs, size_t count,
-                                           int root, void **streams, char err[GPU_ERR_MAX])
+                                           int root, void **streams, char err[ERR_MAX])
 { (void)c; (void)k; (void)bufs; (void)count; (void)root; (void)streams;
   return gpu_nccl_no_cuda(err); }
 static inline void gpu_nccl_free(gpu_nccl *c) { (void)c; }

@@ -49,7 +49,7 @@ static int csv_split(csv_ctx *c, char *p, char *e) {
     int nf = 0;
     for (;;) {
         if (nf >= CSV_MAX_COLUMNS) {
-            snprintf(c->err, DATASET_ERR_MAX, "%s:%ld: too many columns (max %d)",
+            snprintf(c->err, ERR_MAX, "%s:%ld: too many columns (max %d)",
                      path_show(c->path), c->line, CSV_MAX_COLUMNS);
             return -1;
         }
@@ -60,7 +60,7 @@ static int csv_split(csv_ctx *c, char *p, char *e) {
             p++;
             for (;;) {
                 if (p >= e) {
-                    snprintf(c->err, DATASET_ERR_MAX, "%s:%ld: column %d: unterminated quote",
+                    snprintf(c->err, ERR_MAX, "%s:%ld: column %d: unterminated quote",
                              path_show(c->path), c->line, nf + 1);
                     return -1;
                 }
@@ -77,7 +77,7 @@ static int csv_split(csv_ctx *c, char *p, char *e) {
             }
             while (p < e && is_blank(*p)) p++;
             if (p < e && *p != ',') {
-                snprintf(c->err, DATASET_ERR_MAX, "%s:%ld: column %d: text after closing quote",
+                snprintf(c->err, ERR_MAX, "%s:%ld: column %d: text after closing quote",
                          path_show(c->path), c->line, nf + 1);
                 return -1;
             }
@@ -102,7 +102,7 @@ static int csv_number(csv_ctx *c, const char *s, int col, float *v) {
     const char *end = b + strlen(b);
     while (end > b && is_blank(end[-1])) end--;
     if (end == b) {
-        snprintf(c->err, DATASET_ERR_MAX, "%s:%ld: column %d: empty value", path_show(c->path),
+        snprintf(c->err, ERR_MAX, "%s:%ld: column %d: empty value", path_show(c->path),
                  c->line, col + 1);
         return -1;
     }
@@ -111,13 +111,13 @@ static int csv_number(csv_ctx *c, const char *s, int col, float *v) {
     float f = strtof(b, &stop);
     if (stop != end) {
         excerpt(s, ex, sizeof ex);
-        snprintf(c->err, DATASET_ERR_MAX, "%s:%ld: column %d: not a number: '%s'",
+        snprintf(c->err, ERR_MAX, "%s:%ld: column %d: not a number: '%s'",
                  path_show(c->path), c->line, col + 1, ex);
         return -1;
     }
     if (!isfinite(f)) {
         excerpt(s, ex, sizeof ex);
-        snprintf(c->err, DATASET_ERR_MAX, "%s:%ld: column %d: not a finite number: '%s'",
+        snprintf(c->err, ERR_MAX, "%s:%ld: column %d: not a finite number: '%s'",
                  path_show(c->path), c->line, col + 1, ex);
         return -1;
     }
@@ -128,7 +128,7 @@ static int csv_number(csv_ctx *c, const char *s, int col, float *v) {
 static int csv_label_index(csv_ctx *c, int ncols, int label_column, const char *name, int header) {
     if (name && name[0]) {
         if (!header) {
-            snprintf(c->err, DATASET_ERR_MAX,
+            snprintf(c->err, ERR_MAX,
                      "%s: data.label_column_name '%.64s' needs data.header", path_show(c->path), name);
             return -1;
         }
@@ -139,13 +139,13 @@ static int csv_label_index(csv_ctx *c, int ncols, int label_column, const char *
             while (n > 0 && is_blank(h[n - 1])) n--;
             if (n == strlen(name) && memcmp(h, name, n) == 0) return i;
         }
-        snprintf(c->err, DATASET_ERR_MAX, "%s: no column named '%.64s' in the header",
+        snprintf(c->err, ERR_MAX, "%s: no column named '%.64s' in the header",
                  path_show(c->path), name);
         return -1;
     }
     int idx = label_column < 0 ? ncols + label_column : label_column;
     if (idx < 0 || idx >= ncols) {
-        snprintf(c->err, DATASET_ERR_MAX, "%s: data.label_column %d out of range: the file has %d columns",
+        snprintf(c->err, ERR_MAX, "%s: data.label_column %d out of range: the file has %d columns",
                  path_show(c->path), label_column, ncols);
         return -1;
     }
@@ -153,7 +153,7 @@ static int csv_label_index(csv_ctx *c, int ncols, int label_column, const char *
 }
 
 int csv_load(const char *path, int header, int label_column, const char *label_column_name,
-             dataset *out, char err[DATASET_ERR_MAX]) {
+             dataset *out, char err[ERR_MAX]) {
     int rc = -1;
     size_t len = 0;
     float *x = NULL, *y = NULL;
@@ -164,10 +164,10 @@ int csv_load(const char *path, int header, int label_column, const char *label_c
     char *data = file_read_all(path, (size_t)CSV_MAX_BYTES, &len);
     if (!data) {
         if (errno == EFBIG)
-            snprintf(err, DATASET_ERR_MAX, "%s: file larger than %ld MiB", path_show(path),
+            snprintf(err, ERR_MAX, "%s: file larger than %ld MiB", path_show(path),
                      CSV_MAX_BYTES >> 20);
         else
-            snprintf(err, DATASET_ERR_MAX, "%s: cannot open: %s", path_show(path), strerror(errno));
+            snprintf(err, ERR_MAX, "%s: cannot open: %s", path_show(path), strerror(errno));
         return -1;
     }
     c.fields = xmalloc(CSV_MAX_COLUMNS * sizeof(char *));
@@ -187,7 +187,7 @@ int csv_load(const char *path, int header, int label_column, const char *label_c
         char *nl = memchr(p, '\n', (size_t)(end - p));
         char *e = nl ? nl : end;
         if (e - p > CSV_MAX_LINE) {
-            snprintf(err, DATASET_ERR_MAX, "%s:%ld: line longer than %ld bytes", path_show(path),
+            snprintf(err, ERR_MAX, "%s:%ld: line longer than %ld bytes", path_show(path),
                      c.line, CSV_MAX_LINE);
             goto out;
         }
@@ -205,7 +205,7 @@ int csv_load(const char *path, int header, int label_column, const char *label_c
         if (ncols < 0) {
             ncols = nf;
             if (ncols < 2) {
-                snprintf(err, DATASET_ERR_MAX,
+                snprintf(err, ERR_MAX,
                          "%s:%ld: %d column: need at least 2 (features and a label)",
                          path_show(path), c.line, ncols);
                 goto out;
@@ -214,7 +214,7 @@ int csv_load(const char *path, int header, int label_column, const char *label_c
             if (lab < 0) goto out;
             nfeat = ncols - 1;
             if ((uint64_t)max_rows * (uint64_t)nfeat > (uint64_t)DATASET_MAX_FLOATS) {
-                snprintf(err, DATASET_ERR_MAX, "%s: too large (over %ld values)", path_show(path),
+                snprintf(err, ERR_MAX, "%s: too large (over %ld values)", path_show(path),
                          DATASET_MAX_FLOATS);
                 goto out;
             }
@@ -223,7 +223,7 @@ int csv_load(const char *path, int header, int label_column, const char *label_c
                 continue;
             }
         } else if (nf != ncols) {
-            snprintf(err, DATASET_ERR_MAX, "%s:%ld: expected %d columns, got %d", path_show(path),
+            snprintf(err, ERR_MAX, "%s:%ld: expected %d columns, got %d", path_show(path),
                      c.line, ncols, nf);
             goto out;
         }
@@ -250,7 +250,7 @@ int csv_load(const char *path, int header, int label_column, const char *label_c
         n++;
     }
     if (n == 0) {
-        snprintf(err, DATASET_ERR_MAX, "%s: no data rows%s", path_show(path),
+        snprintf(err, ERR_MAX, "%s: no data rows%s", path_show(path),
                  len == 0 ? " (empty file)" : "");
         goto out;
     }

@@ -88,29 +88,29 @@ static int idx_find(const char *dir, const char *stem, const char *kind, char *o
 /* The split's first keep examples (all when keep <= 0): data.limit's, so
  * the images past them are never inflated (idx_load_head). */
 static int load_mnist_split(const char *dir, const char *stem, long keep, dataset *out,
-                            char err[DATASET_ERR_MAX]) {
+                            char err[ERR_MAX]) {
     char img[JOBSPEC_PATH_MAX + 64], lab[JOBSPEC_PATH_MAX + 64];
     char istem[32], lstem[32];
     if (sfmt(istem, sizeof istem, "%s-images", stem) < 0 ||
         sfmt(lstem, sizeof lstem, "%s-labels", stem) < 0 ||
         idx_find(dir, istem, "idx3-ubyte", img, sizeof img) < 0 ||
         idx_find(dir, lstem, "idx1-ubyte", lab, sizeof lab) < 0) {
-        snprintf(err, DATASET_ERR_MAX, "data.path too long");
+        snprintf(err, ERR_MAX, "data.path too long");
         return -1;
     }
     return idx_load_head(img, lab, MNIST_SIDE, MNIST_SIDE, MNIST_CLASSES, keep, out, err);
 }
 
-int dataset_load(const data_spec *spec, dataset_splits *out, char err[DATASET_ERR_MAX]) {
+int dataset_load(const data_spec *spec, dataset_splits *out, char err[ERR_MAX]) {
     memset(out, 0, sizeof *out);
     err[0] = '\0';
     if (spec->validation_split < 0.0f || !(spec->validation_split < 1.0f)) {
-        snprintf(err, DATASET_ERR_MAX, "data.validation_split must be in [0, 1), got %g",
+        snprintf(err, ERR_MAX, "data.validation_split must be in [0, 1), got %g",
                  (double)spec->validation_split);
         return -1;
     }
     if (spec->limit < 0) {
-        snprintf(err, DATASET_ERR_MAX, "data.limit must be >= 0, got %ld", spec->limit);
+        snprintf(err, ERR_MAX, "data.limit must be >= 0, got %ld", spec->limit);
         return -1;
     }
     switch (spec->source) {
@@ -119,7 +119,7 @@ int dataset_load(const data_spec *spec, dataset_splits *out, char err[DATASET_ER
         const char *dir = spec->path;
         if (dir[0] == '\0') {
             if (spec->source == DATA_MNIST) {
-                snprintf(err, DATASET_ERR_MAX,
+                snprintf(err, ERR_MAX,
                          "data.path is required for mnist (a directory holding "
                          "train-images-idx3-ubyte.gz etc.; no Debian package ships MNIST)");
                 return -1;
@@ -135,7 +135,7 @@ int dataset_load(const data_spec *spec, dataset_splits *out, char err[DATASET_ER
     }
     case DATA_CSV:
         if (spec->path[0] == '\0') {
-            snprintf(err, DATASET_ERR_MAX, "data.path is required for csv");
+            snprintf(err, ERR_MAX, "data.path is required for csv");
             return -1;
         }
         if (csv_load(spec->path, spec->header, spec->label_column, spec->label_column_name,
@@ -149,7 +149,7 @@ int dataset_load(const data_spec *spec, dataset_splits *out, char err[DATASET_ER
         break;
     }
     default:
-        snprintf(err, DATASET_ERR_MAX, "unknown data.source %d", (int)spec->source);
+        snprintf(err, ERR_MAX, "unknown data.source %d", (int)spec->source);
         return -1;
     }
 
@@ -164,7 +164,7 @@ int dataset_load(const data_spec *spec, dataset_splits *out, char err[DATASET_ER
     long keep = out->train.n;
     if (spec->validation_split > 0.0f) keep = train_count(out->train.n, spec->validation_split);
     if (keep <= 0) {
-        snprintf(err, DATASET_ERR_MAX,
+        snprintf(err, ERR_MAX,
                  "no training examples left: %ld examples with validation_split %g",
                  out->train.n, (double)spec->validation_split);
         dataset_splits_free(out);

@@ -15,9 +15,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "../../common/errbuf.h"
 #include "../../spec/jobspec.h"
-
-#define DATASET_ERR_MAX 256
 
 typedef struct dataset {
     long n;              /* examples */
@@ -38,7 +37,7 @@ typedef struct dataset_splits {
  * last fraction of the training examples, before shuffling, as Keras does).
  * Returns 0, or -1 with a message in err (e.g. "train-images-idx3-ubyte.gz:
  * truncated: expected 47040000 bytes of pixels, got 1200") and nothing held. */
-int dataset_load(const data_spec *spec, dataset_splits *out, char err[DATASET_ERR_MAX]);
+int dataset_load(const data_spec *spec, dataset_splits *out, char err[ERR_MAX]);
 
 void dataset_free(dataset *ds);
 void dataset_splits_free(dataset_splits *s);
@@ -119,7 +118,7 @@ long batcher_batches(const batcher *b);
  * want_rows/want_cols unless those are 0; labels must lie in [0, classes).
  * Pixels are scaled to [0,1]; features = rows*cols. */
 int idx_load(const char *images_path, const char *labels_path, int want_rows, int want_cols,
-             int classes, dataset *out, char err[DATASET_ERR_MAX]);
+             int classes, dataset *out, char err[ERR_MAX]);
 
 /* idx_load_head: the same for the first `keep` examples only (all of them
  * when keep <= 0 or at least the count): every label is read and checked,
@@ -128,14 +127,14 @@ int idx_load(const char *images_path, const char *labels_path, int want_rows, in
  * inflated size mod 2^32), and read through only when that differs (then
  * the errors are idx_load's: truncated, trailing data, corrupt stream). */
 int idx_load_head(const char *images_path, const char *labels_path, int want_rows, int want_cols,
-                  int classes, long keep, dataset *out, char err[DATASET_ERR_MAX]);
+                  int classes, long keep, dataset *out, char err[ERR_MAX]);
 
 /* csv_load: numeric CSV, one example a line; the label column is
  * label_column_name (needs header) when not "", else label_column (0-based,
  * -1 = last). Features are kept as they are (no scaling). classes = max
  * label + 1 when every label is a non-negative integer (< 65536), else 0. */
 int csv_load(const char *path, int header, int label_column, const char *label_column_name,
-             dataset *out, char err[DATASET_ERR_MAX]);
+             dataset *out, char err[ERR_MAX]);
 
 #define CSV_MAX_BYTES (1L << 30)   /* 1 GiB file */
 #define CSV_MAX_LINE (1L << 20)    /* 1 MiB line */
@@ -145,6 +144,6 @@ int csv_load(const char *path, int header, int label_column, const char *label_c
 /* synthetic_make: n examples of f features uniform in [0,1), label 0 or 1,
  * from data_rng.h seeded with seed; classes = 2. The first k examples do not
  * depend on n. */
-int synthetic_make(long n, int f, uint64_t seed, dataset *out, char err[DATASET_ERR_MAX]);
+int synthetic_make(long n, int f, uint64_t seed, dataset *out, char err[ERR_MAX]);
 
 #endif

@@ -43,23 +43,23 @@ static int idx_open(idx_file *f, const char *path, char *err) {
     f->fd = -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        snprintf(err, DATASET_ERR_MAX, "%s: cannot open: %s", path_show(path), strerror(errno));
+        snprintf(err, ERR_MAX, "%s: cannot open: %s", path_show(path), strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-        snprintf(err, DATASET_ERR_MAX, "%s: not a regular file", path_show(path));
+        snprintf(err, ERR_MAX, "%s: not a regular file", path_show(path));
         close(fd);
         return -1;
     }
     if (st.st_size == 0) {
-        snprintf(err, DATASET_ERR_MAX, "%s: empty file", path_show(path));
+        snprintf(err, ERR_MAX, "%s: empty file", path_show(path));
         close(fd);
         return -1;
     }
     f->gz = gzdopen(fd, "rb");
     if (!f->gz) {
-        snprintf(err, DATASET_ERR_MAX, "%s: cannot open: out of memory", path_show(path));
+        snprintf(err, ERR_MAX, "%s: cannot open: out of memory", path_show(path));
         close(fd);
         return -1;
     }
@@ -97,7 +97,7 @@ static long idx_read(idx_file *f, void *p, size_t n, char *err) {
         if (r < 0) {
             int zerr = 0;
             const char *m = gzerror(f->gz, &zerr);
-            snprintf(err, DATASET_ERR_MAX, "%s: corrupt gzip data: %s", path_show(f->path),
+            snprintf(err, ERR_MAX, "%s: corrupt gzip data: %s", path_show(f->path),
                      m ? m : "read error");
             return -1;
         }
@@ -111,7 +111,7 @@ static long idx_read(idx_file *f, void *p, size_t n, char *err) {
 static void idx_truncated(idx_file *f, const char *what, size_t want, long got, char *err) {
     int zerr = 0;
     gzerror(f->gz, &zerr);
-    snprintf(err, DATASET_ERR_MAX, "%s: truncated%s: expected %zu bytes of %s, got %ld",
+    snprintf(err, ERR_MAX, "%s: truncated%s: expected %zu bytes of %s, got %ld",
              path_show(f->path), zerr == Z_BUF_ERROR ? " gzip stream" : "", want, what, got);
 }
 
@@ -127,7 +127,7 @@ static int idx_header(idx_file *f, uint32_t magic, int ndim, uint32_t *dims, cha
     }
     uint32_t m = (uint32_t)h[0] << 24 | (uint32_t)h[1] << 16 | (uint32_t)h[2] << 8 | h[3];
     if (m != magic) {
-        snprintf(err, DATASET_ERR_MAX,
+        snprintf(err, ERR_MAX,
                  "%s: bad magic 0x%08x: expected 0x%08x (IDX, unsigned bytes, %d dimension%s)",
                  path_show(f->path), m, magic, ndim, ndim == 1 ? "" : "s");
         return -1;
@@ -164,7 +164,7 @@ static int idx_expect_eof(idx_file *f, const char *what, uint32_t count, char *e
     long got = idx_read(f, &c, 1, err);
     if (got < 0) return -1;
     if (got > 0) {
-        snprintf(err, DATASET_ERR_MAX, "%s: trailing data after %u %s (header count too small?)",
+        snprintf(err, ERR_MAX, "%s: trailing data after %u %s (header count too small?)",
                  path_show(f->path), count, what);
         return -1;
     }
@@ -172,12 +172,12 @@ static int idx_expect_eof(idx_file *f, const char *what, uint32_t count, char *e
 }
 
 int idx_load(const char *images_path, const char *labels_path, int want_rows, int want_cols,
-             int classes, dataset *out, char err[DATASET_ERR_MAX]) {
+             int classes, dataset *out, char err[ERR_MAX]) {
     return idx_load_head(images_path, labels_path, want_rows, want_cols, classes, 0, out, err);
 }
 
 int idx_load_head(const char *images_path, const char *labels_path, int want_rows, int want_cols,
-                  int classes, long keep, dataset *out, char err[DATASET_ERR_MAX]) {
+                  int classes, long keep, dataset *out, char err[ERR_MAX]) {
     int rc = -1;
     idx_file fi = {0}, fl = {0};
     unsigned char *chunk = NULL;
@@ -193,20 +193,20 @@ int idx_load_head(const char *images_path, const char *labels_path, int want_row
         (want_rows > 0 && rows != (uint32_t)want_rows) ||
         (want_cols > 0 && cols != (uint32_t)want_cols)) {
         if (want_rows > 0 && want_cols > 0)
-            snprintf(err, DATASET_ERR_MAX, "%s: wrong dimensions: %ux%u images, expected %dx%d",
+            snprintf(err, ERR_MAX, "%s: wrong dimensions: %ux%u images, expected %dx%d",
                      path_show(images_path), rows, cols, want_rows, want_cols);
         else
-            snprintf(err, DATASET_ERR_MAX, "%s: wrong dimensions: %ux%u images",
+            snprintf(err, ERR_MAX, "%s: wrong dimensions: %ux%u images",
                      path_show(images_path), rows, cols);
         goto out;
     }
     if (count == 0) {
-        snprintf(err, DATASET_ERR_MAX, "%s: no images (count 0)", path_show(images_path));
+        snprintf(err, ERR_MAX, "%s: no images (count 0)", path_show(images_path));
         goto out;
     }
     size_t feat = (size_t)rows * cols;
     if ((uint64_t)count * feat > (uint64_t)DATASET_MAX_FLOATS) {
-        snprintf(err, DATASET_ERR_MAX, "%s: too large: %u images of %zu pixels",
+        snprintf(err, ERR_MAX, "%s: too large: %u images of %zu pixels",
                  path_show(images_path), count, feat);
         goto out;
     }
@@ -214,7 +214,7 @@ int idx_load_head(const char *images_path, const char *labels_path, int want_row
     if (idx_open(&fl, labels_path, err) < 0) goto out;
     if (idx_header(&fl, IDX_MAGIC_LABELS, 1, ldims, err) < 0) goto out;
     if (ldims[0] != count) {
-        snprintf(err, DATASET_ERR_MAX, "%s: %u labels for %u images in %s",
+        snprintf(err, ERR_MAX, "%s: %u labels for %u images in %s",
                  path_show(labels_path), ldims[0], count, path_show(images_path));
         goto out;
     }
@@ -230,7 +230,7 @@ int idx_load_head(const char *images_path, const char *labels_path, int want_row
         y = idx_grow(y, &ycap, done + (size_t)got, count, sizeof(float));
         for (long i = 0; i < got; i++) {
             if (classes > 0 && chunk[i] >= classes) {
-                snprintf(err, DATASET_ERR_MAX, "%s: label %u at index %zu out of range 0..%d",
+                snprintf(err, ERR_MAX, "%s: label %u at index %zu out of range 0..%d",
                          path_show(labels_path), chunk[i], done + (size_t)i, classes - 1);
                 goto out;
             }

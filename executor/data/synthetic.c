@@ -10,19 +10,19 @@
 
 #include "../../common/util.h"
 
-int synthetic_make(long n, int f, uint64_t seed, dataset *out, char err[DATASET_ERR_MAX]) {
+int synthetic_make(long n, int f, uint64_t seed, dataset *out, char err[ERR_MAX]) {
     memset(out, 0, sizeof *out);
     err[0] = '\0';
     if (n <= 0) {
-        snprintf(err, DATASET_ERR_MAX, "data.examples must be > 0, got %ld", n);
+        snprintf(err, ERR_MAX, "data.examples must be > 0, got %ld", n);
         return -1;
     }
     if (f <= 0) {
-        snprintf(err, DATASET_ERR_MAX, "data.features must be > 0, got %d", f);
+        snprintf(err, ERR_MAX, "data.features must be > 0, got %d", f);
         return -1;
     }
     if ((uint64_t)n * (uint64_t)f > (uint64_t)DATASET_MAX_FLOATS) {
-        snprintf(err, DATASET_ERR_MAX, "synthetic data too large: %ld examples x %d features", n, f);
+        snprintf(err, ERR_MAX, "synthetic data too large: %ld examples x %d features", n, f);
         return -1;
     }
     float *x = xmalloc((size_t)n * (size_t)f * sizeof(float));

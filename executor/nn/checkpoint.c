@@ -84,7 +84,7 @@ static int add_u64(cJSON *o, const char *k, uint64_t v)
 }
 
 int checkpoint_encode(const model *m, const ckpt_meta *meta, unsigned char **out, size_t *len,
-                      char err[CKPT_ERR_MAX])
+                      char err[ERR_MAX])
 {
     int ret = -1;
     entry *e = NULL;
@@ -93,7 +93,7 @@ int checkpoint_encode(const model *m, const ckpt_meta *meta, unsigned char **out
     *out = NULL;
     *len = 0;
     if (!root) {
-        snprintf(err, CKPT_ERR_MAX, "out of memory");
+        snprintf(err, ERR_MAX, "out of memory");
         return -1;
     }
     int n = entries_of(m, &e);
@@ -151,7 +151,7 @@ int checkpoint_encode(const model *m, const ckpt_meta *meta, unsigned char **out
     ret = 0;
     goto done;
 oom:
-    snprintf(err, CKPT_ERR_MAX, "out of memory building the checkpoint header");
+    snprintf(err, ERR_MAX, "out of memory building the checkpoint header");
 done:
     free(hdr);
     free(e);
@@ -165,11 +165,11 @@ static const char *md_str(const cJSON *md, const char *k)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-static int md_long(const cJSON *md, const char *k, long *out, char err[CKPT_ERR_MAX])
+static int md_long(const cJSON *md, const char *k, long *out, char err[ERR_MAX])
 {
     const char *s = md_str(md, k);
     if (!s || parse_long(s, 0, (long)(~0UL >> 1), out)) {
-        snprintf(err, CKPT_ERR_MAX, "checkpoint metadata: %s missing or not a count", k);
+        snprintf(err, ERR_MAX, "checkpoint metadata: %s missing or not a count", k);
         return -1;
     }
     return 0;
@@ -204,7 +204,7 @@ static int json_size(const cJSON *v, size_t *out)
 }
 
 int checkpoint_decode(const void *data, size_t len, model *m, ckpt_meta *meta,
-                      char err[CKPT_ERR_MAX])
+                      char err[ERR_MAX])
 {
     const unsigned char *d = data;
     int ret = -1;
@@ -212,21 +212,21 @@ int checkpoint_decode(const void *data, size_t len, model *m, ckpt_meta *meta,
     cJSON *root = NULL;
     char *hdr = NULL;
     if (len < 8) {
-        snprintf(err, CKPT_ERR_MAX, "checkpoint truncated: %zu bytes, no header length", len);
+        snprintf(err, ERR_MAX, "checkpoint truncated: %zu bytes, no header length", len);
         return -1;
     }
     uint64_t hl = 0;
     for (int i = 0; i < 8; i++)
         hl |= (uint64_t)d[i] << (8 * i);
     if (hl > (uint64_t)CKPT_MAX_HEADER || hl > len - 8 || hl < 2) {
-        snprintf(err, CKPT_ERR_MAX, "checkpoint header length %" PRIu64 " invalid for a %zu-byte file",
+        snprintf(err, ERR_MAX, "checkpoint header length %" PRIu64 " invalid for a %zu-byte file",
                  hl, len);
         return -1;
     }
     hdr = xstrndup((const char *)d + 8, (size_t)hl);
     root = cJSON_Parse(hdr);
     if (!cJSON_IsObject(root)) {
-        snprintf(err, CKPT_ERR_MAX, "checkpoint header is not a JSON object");
+        snprintf(err, ERR_MAX, "checkpoint header is not a JSON object");
         goto out;
     }
     const unsigned char *body = d + 8 + hl;
@@ -234,17 +234,17 @@ int checkpoint_decode(const void *data, size_t len, model *m, ckpt_meta *meta,
 
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(root, "__metadata__");
     if (!cJSON_IsObject(md)) {
-        snprintf(err, CKPT_ERR_MAX, "checkpoint has no __metadata__");
+        snprintf(err, ERR_MAX, "checkpoint has no __metadata__");
         goto out;
     }
     const char *fmt = md_str(md, "format");
     if (!fmt || strcmp(fmt, CKPT_FORMAT)) {
-        snprintf(err, CKPT_ERR_MAX, "checkpoint format %s is not %s", fmt ? fmt : "(none)", CKPT_FORMAT);
+        snprintf(err, ERR_MAX, "checkpoint format %s is not %s", fmt ? fmt : "(none)", CKPT_FORMAT);
         goto out;
     }
     const char *sig = md_str(md, "model");
     if (!sig || strcmp(sig, model_signature(m))) {
-        snprintf(err, CKPT_ERR_MAX, "checkpoint is for another model or optimizer: %.90s", sig ? sig : "(none)");
+        snprintf(err, ERR_MAX, "checkpoint is for another model or optimizer: %.90s", sig ? sig : "(none)");
         goto out;
     }
     ckpt_meta cm;
@@ -260,20 +260,20 @@ int checkpoint_decode(const void *data, size_t len, model *m, ckpt_meta *meta,
     {
         char w[4][17];
         if (!rng || strlen(rng) != 67 || rng[16] != ',' || rng[33] != ',' || rng[50] != ',') {
-            snprintf(err, CKPT_ERR_MAX, "checkpoint metadata: rng malformed");
+            snprintf(err, ERR_MAX, "checkpoint metadata: rng malformed");
             goto out;
         }
         for (int i = 0; i < 4; i++) {
             memcpy(w[i], rng + 17 * i, 16);
             w[i][16] = 0;
             if (parse_hex64(w[i], &rs[i])) {
-                snprintf(err, CKPT_ERR_MAX, "checkpoint metadata: rng malformed");
+                snprintf(err, ERR_MAX, "checkpoint metadata: rng malformed");
                 goto out;
             }
         }
     }
     if (parse_hex64(md_str(md, "data_rng"), &cm.data_rng)) {
-        snprintf(err, CKPT_ERR_MAX, "checkpoint metadata: data_rng malformed");
+        snprintf(err, ERR_MAX, "checkpoint metadata: data_rng malformed");
         goto out;
     }
     {
@@ -282,7 +282,7 @@ int checkpoint_decode(const void *data, size_t len, model *m, ckpt_meta *meta,
         errno = 0;
         cm.epoch_loss_sum = ls ? strtod(ls, &endp) : 0.0;
         if (!ls || endp == ls || *endp || errno) {
-            snprintf(err, CKPT_ERR_MAX, "checkpoint metadata: epoch_loss_sum malformed");
+            snprintf(err, ERR_MAX, "checkpoint metadata: epoch_loss_sum malformed");
             goto out;
         }
         const char *sh = md_str(md, "spec_hash");
@@ -297,7 +297,7 @@ int checkpoint_decode(const void *data, size_t len, model *m, ckpt_meta *meta,
         found++;
     }
     if (found != n) {
-        snprintf(err, CKPT_ERR_MAX, "checkpoint holds %d tensors, the model has %d", found, n);
+        snprintf(err, ERR_MAX, "checkpoint holds %d tensors, the model has %d", found, n);
         goto out;
     }
     /* validate all, then copy */
@@ -308,12 +308,12 @@ int checkpoint_decode(const void *data, size_t len, model *m, ckpt_meta *meta,
         const cJSON *sh = cJSON_GetObjectItemCaseSensitive(t, "shape");
         const cJSON *of = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
         if (!cJSON_IsObject(t)) {
-            snprintf(err, CKPT_ERR_MAX, "checkpoint lacks tensor %s", e[i].name);
+            snprintf(err, ERR_MAX, "checkpoint lacks tensor %s", e[i].name);
             free(begin);
             goto out;
         }
         if (!cJSON_IsString(dt) || strcmp(dt->valuestring, "F32")) {
-            snprintf(err, CKPT_ERR_MAX, "%s: dtype is not F32", e[i].name);
+            snprintf(err, ERR_MAX, "%s: dtype is not F32", e[i].name);
             free(begin);
             goto out;
         }
@@ -331,7 +331,7 @@ int checkpoint_decode(const void *data, size_t len, model *m, ckpt_meta *meta,
                     break;
                 used += (size_t)w;
             }
-            snprintf(err, CKPT_ERR_MAX, "%s: shape differs from the model's [%s]", e[i].name, want);
+            snprintf(err, ERR_MAX, "%s: shape differs from the model's [%s]", e[i].name, want);
             free(begin);
             goto out;
         }
@@ -339,12 +339,12 @@ int checkpoint_decode(const void *data, size_t len, model *m, ckpt_meta *meta,
         if (!cJSON_IsArray(of) || cJSON_GetArraySize(of) != 2 ||
             json_size(cJSON_GetArrayItem(of, 0), &b) || json_size(cJSON_GetArrayItem(of, 1), &en) ||
             en < b || en - b != e[i].size * sizeof(float)) {
-            snprintf(err, CKPT_ERR_MAX, "%s: data_offsets invalid", e[i].name);
+            snprintf(err, ERR_MAX, "%s: data_offsets invalid", e[i].name);
             free(begin);
             goto out;
         }
         if (en > body_len) {
-            snprintf(err, CKPT_ERR_MAX, "checkpoint truncated: %s ends at byte %zu of %zu", e[i].name,
+            snprintf(err, ERR_MAX, "checkpoint truncated: %s ends at byte %zu of %zu", e[i].name,
                      en, body_len);
             free(begin);
             goto out;
@@ -366,7 +366,7 @@ out:
     return ret;
 }
 
-int checkpoint_save(const char *path, const model *m, const ckpt_meta *meta, char err[CKPT_ERR_MAX])
+int checkpoint_save(const char *path, const model *m, const ckpt_meta *meta, char err[ERR_MAX])
 {
     unsigned char *data;
     size_t len;
@@ -374,17 +374,17 @@ int checkpoint_save(const char *path, const model *m, const ckpt_meta *meta, cha
         return -1;
     int rc = file_write_atomic(path, data, len, 0644);
     if (rc)
-        snprintf(err, CKPT_ERR_MAX, "writing checkpoint %.180s: %s", path, strerror(errno));
+        snprintf(err, ERR_MAX, "writing checkpoint %.180s: %s", path, strerror(errno));
     free(data);
     return rc ? -1 : 0;
 }
 
-int checkpoint_load(const char *path, model *m, ckpt_meta *meta, char err[CKPT_ERR_MAX])
+int checkpoint_load(const char *path, model *m, ckpt_meta *meta, char err[ERR_MAX])
 {
     size_t len;
     char *data = file_read_all(path, (size_t)CKPT_MAX_BYTES, &len);
     if (!data) {
-        snprintf(err, CKPT_ERR_MAX, "reading checkpoint %.180s: %s", path, strerror(errno));
+        snprintf(err, ERR_MAX, "reading checkpoint %.180s: %s", path, strerror(errno));
         return -1;
     }
     int rc = checkpoint_decode(data, len, m, meta, err);

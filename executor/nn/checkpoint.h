@@ -16,9 +16,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "../../common/errbuf.h"
 #include "model.h"
 
-#define CKPT_ERR_MAX 256
 #define CKPT_MAX_BYTES (4L << 30)       /* a file larger than this is refused */
 #define CKPT_MAX_HEADER (64L << 20)
 
@@ -36,19 +36,19 @@ typedef struct ckpt_meta {
 
 /* The file's bytes into a new heap buffer (*out, *len; the caller frees). */
 int checkpoint_encode(const model *m, const ckpt_meta *meta, unsigned char **out, size_t *len,
-                      char err[CKPT_ERR_MAX]);
+                      char err[ERR_MAX]);
 
 /* Validates every part of data (len bytes) against the model (signature,
  * names, dtypes, shapes, offsets inside the file) and only then copies the
  * weights, slots, iterations and RNG into m and fills *meta. Returns 0, or
  * -1 with a message in err and m untouched. */
 int checkpoint_decode(const void *data, size_t len, model *m, ckpt_meta *meta,
-                      char err[CKPT_ERR_MAX]);
+                      char err[ERR_MAX]);
 
 /* encode + an atomic durable write (tmp, fsync, rename) to path. */
-int checkpoint_save(const char *path, const model *m, const ckpt_meta *meta, char err[CKPT_ERR_MAX]);
+int checkpoint_save(const char *path, const model *m, const ckpt_meta *meta, char err[ERR_MAX]);
 
 /* read path (at most CKPT_MAX_BYTES) + decode. */
-int checkpoint_load(const char *path, model *m, ckpt_meta *meta, char err[CKPT_ERR_MAX]);
+int checkpoint_load(const char *path, model *m, ckpt_meta *meta, char err[ERR_MAX]);
 
 #endif

@@ -113,12 +113,12 @@ static size_t align_up(size_t n)
     return (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS;
 }
 
-static int fail(char err[MODEL_ERR_MAX], const char *msg, int layer)
+static int fail(char err[ERR_MAX], const char *msg, int layer)
 {
     if (layer >= 0)
-        snprintf(err, MODEL_ERR_MAX, "model.layers[%d]: %s", layer, msg);
+        snprintf(err, ERR_MAX, "model.layers[%d]: %s", layer, msg);
     else
-        snprintf(err, MODEL_ERR_MAX, "%s", msg);
+        snprintf(err, ERR_MAX, "%s", msg);
     return -1;
 }
 
@@ -180,7 +180,7 @@ static void add_tensor(model_tensor *list, int *n, size_t *off, const char *laye
 }
 
 int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
-                char err[MODEL_ERR_MAX])
+                char err[ERR_MAX])
 {
     *out = NULL;
     err[0] = 0;

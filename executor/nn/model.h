@@ -20,9 +20,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "../../common/errbuf.h"
 #include "../../spec/jobspec.h"
 
-#define MODEL_ERR_MAX 256
 #define MODEL_NAME_MAX 64
 #define MODEL_MAX_TENSORS (2 * JOBSPEC_MAX_LAYERS)
 
@@ -56,7 +56,7 @@ typedef struct step_stats {
  * max_batch examples, initialised from seed. Returns 0, or -1 with a message
  * in err (e.g. "model.layers[2]: dropout rate 1.5 not in [0, 1)"). */
 int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
-                char err[MODEL_ERR_MAX]);
+                char err[ERR_MAX]);
 void model_free(model *m);
 
 /* Training-mode forward and backward of n <= max_batch examples: x (n, in),

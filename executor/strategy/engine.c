@@ -35,13 +35,13 @@ struct engine {
 
 /* ---------------------------------------------------------------- checks */
 
-int engine_gpu_check(const jobspec *spec, int gpus, int workers, char err[ENGINE_ERR_MAX])
+int engine_gpu_check(const jobspec *spec, int gpus, int workers, char err[ERR_MAX])
 {
     err[0] = 0;
     if (gpus <= 0)
         return 0;
     if (!&engine_gpu_cuda) {
-        snprintf(err, ENGINE_ERR_MAX,
+        snprintf(err, ERR_MAX,
                  "the task was given %d GPU(s) but this worker was built without CUDA (make CUDA=1); "
                  "it does not train a GPU job on the CPU", gpus);
         return -1;
@@ -49,22 +49,22 @@ int engine_gpu_check(const jobspec *spec, int gpus, int workers, char err[ENGINE
     if (engine_gpu_cuda.check(gpus, err))
         return -1;
     if (spec->strategy.type == STRAT_PARAMETER_SERVER) {
-        snprintf(err, ENGINE_ERR_MAX,
+        snprintf(err, ERR_MAX,
                  "strategy parameter_server runs on the CPU engine only; the GPU engine runs default, "
                  "one_device, mirrored, central_storage and multi_worker_mirrored");
         return -1;
     }
     if (gpus != spec->resources.devices_per_worker) {
-        snprintf(err, ENGINE_ERR_MAX, "the task was given %d GPU(s) but the spec asks for %d devices per worker",
+        snprintf(err, ERR_MAX, "the task was given %d GPU(s) but the spec asks for %d devices per worker",
                  gpus, spec->resources.devices_per_worker);
         return -1;
     }
     if (gpus > REPLICAS_MAX) {
-        snprintf(err, ENGINE_ERR_MAX, "at most %d GPUs a worker, got %d", REPLICAS_MAX, gpus);
+        snprintf(err, ERR_MAX, "at most %d GPUs a worker, got %d", REPLICAS_MAX, gpus);
         return -1;
     }
     if (workers > 1 && spec->strategy.communication == COMM_RING) {
-        snprintf(err, ENGINE_ERR_MAX,
+        snprintf(err, ERR_MAX,
                  "strategy.communication ring reduces through host memory, which the GPU engine does not "
                  "do: use nccl or auto for GPU devices");
         return -1;
@@ -74,9 +74,8 @@ int engine_gpu_check(const jobspec *spec, int gpus, int workers, char err[ENGINE
 
 /* ---------------------------------------------------------------- create / free */
 
-static int create_cpu(engine *e, const jobspec *spec, const engine_config *cfg, char err[ENGINE_ERR_MAX])
+static int create_cpu(engine *e, const jobspec *spec, const engine_config *cfg, char err[ERR_MAX])
 {
-    char merr[MODEL_ERR_MAX > REPLICAS_ERR_MAX ? MODEL_ERR_MAX : REPLICAS_ERR_MAX];
     if (cfg->replicated) {
         replica_config rc = {.replicas = e->k,
                              .vars = cfg->vars == REPLICA_VARS_CENTRAL ? REPLICA_VARS_CENTRAL
@@ -88,10 +87,8 @@ static int create_cpu(engine *e, const jobspec *spec, const engine_config *cfg, 
                              .micro_batches = e->micro,
                              .in_sync = e->workers * e->k,
                              .seed = cfg->seed};
-        if (replicas_create(&e->rs, spec, &rc, merr)) {
-            snprintf(err, ENGINE_ERR_MAX, "%s", merr);
+        if (replicas_create(&e->rs, spec, &rc, err))
             return -1;
-        }
         e->m = replicas_model(e->rs);
         if (e->k > 1)
             snprintf(e->name, sizeof e->name, "cpu x%d replicas", e->k);
@@ -100,17 +97,15 @@ static int create_cpu(engine *e, const jobspec *spec, const engine_config *cfg, 
         return 0;
     }
     /* one replica: the whole global batch, in micro-batches of at most this */
-    if (model_build(&e->m, spec, (cfg->global_batch + e->micro - 1) / e->micro, cfg->seed, merr)) {
-        snprintf(err, ENGINE_ERR_MAX, "%s", merr);
+    if (model_build(&e->m, spec, (cfg->global_batch + e->micro - 1) / e->micro, cfg->seed, err))
         return -1;
-    }
     e->grad_reduce = cfg->grad_reduce;
     e->grad_ctx = cfg->grad_ctx;
     snprintf(e->name, sizeof e->name, "cpu");
     return 0;
 }
 
-int engine_create(engine **out, const jobspec *spec, const engine_config *cfg, char err[ENGINE_ERR_MAX])
+int engine_create(engine **out, const jobspec *spec, const engine_config *cfg, char err[ERR_MAX])
 {
     *out = NULL;
     err[0] = 0;
@@ -126,26 +121,23 @@ int engine_create(engine **out, const jobspec *spec, const engine_config *cfg, c
     e->micro = cfg->micro_batches > 1 ? cfg->micro_batches : 1;
     e->seed = cfg->seed;
     if (e->k > REPLICAS_MAX) {
-        snprintf(err, ENGINE_ERR_MAX, "replicas must be 1..%d, got %d", REPLICAS_MAX, e->k);
+        snprintf(err, ERR_MAX, "replicas must be 1..%d, got %d", REPLICAS_MAX, e->k);
         engine_free(e);
         return -1;
     }
     if (e->gpu) {
-        char merr[MODEL_ERR_MAX];
         if (engine_gpu_check(spec, cfg->gpus, e->workers, err))
             goto fail;
         if (cfg->replicas != cfg->gpus) {
-            snprintf(err, ENGINE_ERR_MAX, "%d replicas on %d GPUs: one replica a device", cfg->replicas, cfg->gpus);
+            snprintf(err, ERR_MAX, "%d replicas on %d GPUs: one replica a device", cfg->replicas, cfg->gpus);
             goto fail;
         }
         if (cfg->grad_reduce) {
-            snprintf(err, ENGINE_ERR_MAX, "the grad_reduce hook reads host gradients: CPU engine only");
+            snprintf(err, ERR_MAX, "the grad_reduce hook reads host gradients: CPU engine only");
             goto fail;
         }
-        if (model_build(&e->host, spec, cfg->global_batch, cfg->seed, merr)) {
-            snprintf(err, ENGINE_ERR_MAX, "%s", merr);
+        if (model_build(&e->host, spec, cfg->global_batch, cfg->seed, err))
             goto fail;
-        }
         e->ops = &engine_gpu_cuda;
         e->g = e->ops->create(spec, cfg, e->name, sizeof e->name, err);
         if (!e->g)
@@ -181,20 +173,19 @@ const char *engine_name(const engine *e) { return e->name; }
 
 model *engine_host_model(engine *e) { return e->gpu ? e->host : e->m; }
 
-int engine_push(engine *e, char err[ENGINE_ERR_MAX])
+int engine_push(engine *e, char err[ERR_MAX])
 {
     return e->gpu ? e->ops->from_host(e->g, e->host, err) : 0;
 }
 
-int engine_pull(engine *e, char err[ENGINE_ERR_MAX])
+int engine_pull(engine *e, char err[ERR_MAX])
 {
     return e->gpu ? e->ops->to_host(e->g, e->host, err) : 0;
 }
 
-model *engine_take_model(engine *e, const jobspec *spec, char err[ENGINE_ERR_MAX])
+model *engine_take_model(engine *e, const jobspec *spec, char err[ERR_MAX])
 {
     model *out = NULL;
-    char merr[MODEL_ERR_MAX];
     if (e->gpu) {
         if (engine_pull(e, err))
             return NULL;
@@ -209,10 +200,8 @@ model *engine_take_model(engine *e, const jobspec *spec, char err[ENGINE_ERR_MAX
     }
     /* a model of its own, for global_batch: the replica set goes with the
      * engine, and a micro-batch model is smaller */
-    if (model_build(&out, spec, e->global_batch, e->seed, merr)) {
-        snprintf(err, ENGINE_ERR_MAX, "%s", merr);
+    if (model_build(&out, spec, e->global_batch, e->seed, err))
         return NULL;
-    }
     memcpy(model_params(out), model_params(e->m), sizeof(float) * model_param_count(e->m));
     memcpy(model_slots(out), model_slots(e->m), sizeof(float) * model_param_count(e->m) * (size_t)model_slot_count(e->m));
     memcpy(model_state(out), model_state(e->m), sizeof(float) * model_state_count(e->m));
@@ -225,30 +214,24 @@ model *engine_take_model(engine *e, const jobspec *spec, char err[ENGINE_ERR_MAX
 
 /* ---------------------------------------------------------------- start */
 
-int engine_sync_initial(engine *e, char err[ENGINE_ERR_MAX])
+int engine_sync_initial(engine *e, char err[ERR_MAX])
 {
-    char rerr[REPLICAS_ERR_MAX];
     if (e->gpu)
         return e->ops->sync_initial(e->g, err);
-    if (e->rs && replicas_sync_initial(e->rs, rerr)) {
-        snprintf(err, ENGINE_ERR_MAX, "%s", rerr);
+    if (e->rs && replicas_sync_initial(e->rs, err))
         return -1;
-    }
     return 0;
 }
 
 /* ---------------------------------------------------------------- step */
 
 static int cpu_step(engine *e, const float *x, const float *y, int rows, long row0, int global_batch, int stop,
-                    engine_step_result *out, char err[ENGINE_ERR_MAX])
+                    engine_step_result *out, char err[ERR_MAX])
 {
     if (e->rs) {
         replica_step_result sr;
-        char rerr[REPLICAS_ERR_MAX];
-        if (replicas_step(e->rs, x, y, rows, row0, global_batch, stop, &sr, rerr)) {
-            snprintf(err, ENGINE_ERR_MAX, "%s", rerr);
+        if (replicas_step(e->rs, x, y, rows, row0, global_batch, stop, &sr, err))
             return -1;
-        }
         out->st = sr.st;
         out->loss = sr.loss;
         out->stop = sr.stop;
@@ -259,14 +242,14 @@ static int cpu_step(engine *e, const float *x, const float *y, int rows, long ro
         out->loss = model_forward_backward_micro(e->m, x, y, rows, row0, e->micro, global_batch, &out->st);
         if (e->grad_reduce &&
             e->grad_reduce(e->grad_ctx, e->m, model_grads(e->m), model_param_count(e->m), &out->st)) {
-            snprintf(err, ENGINE_ERR_MAX, "gradient reduction failed");
+            snprintf(err, ERR_MAX, "gradient reduction failed");
             return -1;
         }
         model_apply_gradients(e->m);
     } else if (e->grad_reduce) {
         out->loss = model_forward_backward(e->m, x, y, rows, global_batch, &out->st);
         if (e->grad_reduce(e->grad_ctx, e->m, model_grads(e->m), model_param_count(e->m), &out->st)) {
-            snprintf(err, ENGINE_ERR_MAX, "gradient reduction failed");
+            snprintf(err, ERR_MAX, "gradient reduction failed");
             return -1;
         }
         model_apply_gradients(e->m);
@@ -278,7 +261,7 @@ static int cpu_step(engine *e, const float *x, const float *y, int rows, long ro
 }
 
 int engine_step(engine *e, const float *x, const float *y, int rows, long row0, int global_batch, int stop,
-                engine_step_result *out, char err[ENGINE_ERR_MAX])
+                engine_step_result *out, char err[ERR_MAX])
 {
     memset(out, 0, sizeof *out);
     if (e->gpu)
@@ -287,7 +270,7 @@ int engine_step(engine *e, const float *x, const float *y, int rows, long row0, 
 }
 
 int engine_evaluate(engine *e, const float *x, const float *y, long n, double *loss, double *acc,
-                    char err[ENGINE_ERR_MAX])
+                    char err[ERR_MAX])
 {
     if (e->gpu)
         return e->ops->evaluate(e->g, x, y, n, loss, acc, err);

@@ -45,8 +45,8 @@
 #include "../comm/comm.h"
 #include "../nn/model.h"
 #include "replicas.h"
+#include "../../common/errbuf.h"
 
-#define ENGINE_ERR_MAX 256
 #define ENGINE_NCCL_TIMEOUT_S 120    /* every rank must join the NCCL communicator by then */
 
 typedef struct engine engine;
@@ -83,42 +83,42 @@ typedef struct engine_step_result {
  * CUDA device is visible ...", a device count that is not
  * devices_per_worker, a strategy the GPU engine does not run). gpus == 0 is
  * always 0 (the CPU engine). */
-int engine_gpu_check(const jobspec *spec, int gpus, int workers, char err[ENGINE_ERR_MAX]);
+int engine_gpu_check(const jobspec *spec, int gpus, int workers, char err[ERR_MAX]);
 
 /* Builds the engine (CPU or GPU by cfg->gpus). Returns 0, or -1 with a
  * message in err (nothing held). */
 int engine_create(engine **out, const jobspec *spec, const engine_config *cfg,
-                  char err[ENGINE_ERR_MAX]);
+                  char err[ERR_MAX]);
 
 /* The CPU model checkpoints are read from and written to (CPU: the model
  * that trains, replica 0). */
 model *engine_host_model(engine *e);
 /* After the host model changed (a checkpoint was loaded into it): the
  * engine takes its state (GPU: gpu_model_from_host into replica 0). */
-int engine_push(engine *e, char err[ENGINE_ERR_MAX]);
+int engine_push(engine *e, char err[ERR_MAX]);
 /* Before the host model is read: it gets the engine's state (GPU:
  * gpu_model_to_host from replica 0). */
-int engine_pull(engine *e, char err[ENGINE_ERR_MAX]);
+int engine_pull(engine *e, char err[ERR_MAX]);
 
 /* Every replica of every worker takes replica 0 of worker 0's variables,
  * optimizer slots and iteration count. Collective when replicated. */
-int engine_sync_initial(engine *e, char err[ENGINE_ERR_MAX]);
+int engine_sync_initial(engine *e, char err[ERR_MAX]);
 
 /* One step on this worker's `rows` rows x (rows, features), y (rows), rows
  * row0.. of the global batch; losses divided by global_batch. stop: this
  * worker's wish to stop after the step (replicated engines agree on it).
  * Returns 0, or -1 with a message in err. */
 int engine_step(engine *e, const float *x, const float *y, int rows, long row0, int global_batch,
-                int stop, engine_step_result *out, char err[ENGINE_ERR_MAX]);
+                int stop, engine_step_result *out, char err[ERR_MAX]);
 
 /* Mean loss and accuracy of n rows on replica 0 (no dropout). */
 int engine_evaluate(engine *e, const float *x, const float *y, long n, double *loss, double *acc,
-                    char err[ENGINE_ERR_MAX]);
+                    char err[ERR_MAX]);
 
 /* The trained model as a CPU model of its own, built for batches of
  * cfg->global_batch (the caller frees it; the engine must still be freed).
  * NULL with err on failure. */
-model *engine_take_model(engine *e, const jobspec *spec, char err[ENGINE_ERR_MAX]);
+model *engine_take_model(engine *e, const jobspec *spec, char err[ERR_MAX]);
 
 int engine_is_gpu(const engine *e);
 /* "cpu", "cpu x4 replicas", "gpu", "gpu x2 (nccl, 4 ranks)": for the log */
@@ -132,16 +132,16 @@ void engine_free(engine *e);
  * the implementation's; engine.c keeps the host model. */
 typedef struct engine_gpu_ops {
     /* the devices: 0, or -1 with why (none visible, too few) */
-    int (*check)(int gpus, char err[ENGINE_ERR_MAX]);
+    int (*check)(int gpus, char err[ERR_MAX]);
     void *(*create)(const jobspec *spec, const engine_config *cfg, char *name, size_t name_cap,
-                    char err[ENGINE_ERR_MAX]);
-    int (*from_host)(void *g, model *host, char err[ENGINE_ERR_MAX]);
-    int (*to_host)(void *g, model *host, char err[ENGINE_ERR_MAX]);
-    int (*sync_initial)(void *g, char err[ENGINE_ERR_MAX]);
+                    char err[ERR_MAX]);
+    int (*from_host)(void *g, model *host, char err[ERR_MAX]);
+    int (*to_host)(void *g, model *host, char err[ERR_MAX]);
+    int (*sync_initial)(void *g, char err[ERR_MAX]);
     int (*step)(void *g, const float *x, const float *y, int rows, long row0, int global_batch, int stop,
-                engine_step_result *out, char err[ENGINE_ERR_MAX]);
+                engine_step_result *out, char err[ERR_MAX]);
     int (*evaluate)(void *g, const float *x, const float *y, long n, double *loss, double *acc,
-                    char err[ENGINE_ERR_MAX]);
+                    char err[ERR_MAX]);
     void (*free)(void *g);
 } engine_gpu_ops;
 

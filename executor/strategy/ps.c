@@ -526,7 +526,7 @@ static void *conn_main(void *arg)
 }
 
 int ps_serve(const jobspec *spec, int index, int n_ps, int listen_fd, const unsigned char *secret,
-             volatile sig_atomic_t *stop, char err[PS_ERR_MAX])
+             volatile sig_atomic_t *stop, char err[ERR_MAX])
 {
     ps_server s;
     memset(&s, 0, sizeof s);
@@ -538,9 +538,7 @@ int ps_serve(const jobspec *spec, int index, int n_ps, int listen_fd, const unsi
     s.n_ps = n_ps;
     s.stop = stop;
     s.epoch = -1;
-    char merr[MODEL_ERR_MAX];
-    if (model_build(&s.m, spec, 1, spec->data.seed, merr)) {
-        snprintf(err, PS_ERR_MAX, "%s", merr);
+    if (model_build(&s.m, spec, 1, spec->data.seed, err)) {
         close(listen_fd);
         return -1;
     }
@@ -628,15 +626,15 @@ typedef struct ps_client {
     const ps_addr *addr;
 } ps_client;
 
-static int client_fail(char err[PS_ERR_MAX], const ps_client *c, int p, const char *what)
+static int client_fail(char err[ERR_MAX], const ps_client *c, int p, const char *what)
 {
-    snprintf(err, PS_ERR_MAX, "ps %d (%.80s:%d): %.150s", p, c->addr[p].host, c->addr[p].port, what);
+    snprintf(err, ERR_MAX, "ps %d (%.80s:%d): %.150s", p, c->addr[p].host, c->addr[p].port, what);
     return -1;
 }
 
 /* One request/reply with ps p; the reply's payload (up to cap bytes) in out. */
 static int call(ps_client *c, int p, uint32_t op, int64_t a, int64_t b, const void *p1, size_t l1,
-                const void *p2, size_t l2, ps_hdr *rh, void *out, size_t cap, char err[PS_ERR_MAX])
+                const void *p2, size_t l2, ps_hdr *rh, void *out, size_t cap, char err[ERR_MAX])
 {
     if (send_msg(c->fd[p], op, a, b, p1, l1, p2, l2) || recv_hdr(c->fd[p], rh))
         return client_fail(err, c, p, "connection lost");
@@ -671,7 +669,7 @@ static void client_close(ps_client *c)
 }
 
 static int client_open(ps_client *c, const model *m, const train_options *o, volatile sig_atomic_t *stop,
-                       char err[PS_ERR_MAX])
+                       char err[ERR_MAX])
 {
     memset(c, 0, sizeof *c);
     c->n = o->n_ps;
@@ -700,7 +698,7 @@ static int client_open(ps_client *c, const model *m, const train_options *o, vol
 }
 
 /* Every ps's shard of the variables into m's parameters. */
-static int pull(ps_client *c, model *m, char err[PS_ERR_MAX])
+static int pull(ps_client *c, model *m, char err[ERR_MAX])
 {
     for (int p = 0; p < c->n; p++) {
         ps_hdr rh;
@@ -716,7 +714,7 @@ static int pull(ps_client *c, model *m, char err[PS_ERR_MAX])
 /* Pushes m's gradients (ps 0 last, with the batch's stats); *it the
  * iterations ps 0 reports. */
 static int push(ps_client *c, model *m, long epoch, long batch, const step_stats *st, long *it,
-                char err[PS_ERR_MAX])
+                char err[ERR_MAX])
 {
     for (int p = c->n - 1; p >= 0; p--) {
         gather(m, c->ts[p], c->nt[p], model_grads(m), c->buf);
@@ -732,7 +730,7 @@ static int push(ps_client *c, model *m, long epoch, long batch, const step_stats
 }
 
 /* The whole state (params, slots, iterations) from every ps into m. */
-static int pull_state(ps_client *c, model *m, char err[PS_ERR_MAX])
+static int pull_state(ps_client *c, model *m, char err[ERR_MAX])
 {
     size_t np = model_param_count(m);
     int slots = model_slot_count(m);
@@ -766,7 +764,7 @@ static int stopped(const train_hooks *h)
 }
 
 int ps_train(const jobspec *spec, const dataset_splits *data, const train_options *o, const train_hooks *hooks,
-             train_result *res, char err[PS_ERR_MAX])
+             train_result *res, char err[ERR_MAX])
 {
     memset(res, 0, sizeof *res);
     err[0] = 0;
@@ -774,12 +772,12 @@ int ps_train(const jobspec *spec, const dataset_splits *data, const train_option
     int global_batch = spec->fit.batch_size, epochs = o->epochs > 0 ? o->epochs : spec->fit.epochs;
     int every = o->checkpoint_every ? o->checkpoint_every : spec->checkpoint.every_epochs;
     if (o->n_ps < 1 || o->n_ps > PS_MAX || !o->ps) {
-        snprintf(err, PS_ERR_MAX, "parameter_server needs 1 to %d ps addresses", PS_MAX);
+        snprintf(err, ERR_MAX, "parameter_server needs 1 to %d ps addresses", PS_MAX);
         return -1;
     }
     const dataset *tr = &data->train;
     if (tr->n <= 0 || tr->features != spec->input_size) {
-        snprintf(err, PS_ERR_MAX, "the training split is empty or has %d features, the model %d", tr->features,
+        snprintf(err, ERR_MAX, "the training split is empty or has %d features, the model %d", tr->features,
                  spec->input_size);
         return -1;
     }
@@ -792,14 +790,11 @@ int ps_train(const jobspec *spec, const dataset_splits *data, const train_option
     if (spec->fit.steps_per_epoch > 0 && spec->fit.steps_per_epoch * (long)workers < n_batches)
         n_batches = spec->fit.steps_per_epoch * (long)workers;
     model *m = NULL;
-    char merr[MODEL_ERR_MAX];
-    if (model_build(&m, spec, (part + micro - 1) / micro, o->has_seed ? o->seed : spec->data.seed, merr)) {
-        snprintf(err, PS_ERR_MAX, "%s", merr);
+    if (model_build(&m, spec, (part + micro - 1) / micro, o->has_seed ? o->seed : spec->data.seed, err))
         return -1;
-    }
     batcher b;
     if (batcher_init(&b, dataset_shard(tr, 0, 1), part, spec->data.shuffle_buffer, spec->data.seed)) {
-        snprintf(err, PS_ERR_MAX, "cannot make batches of the training data");
+        snprintf(err, ERR_MAX, "cannot make batches of the training data");
         model_free(m);
         return -1;
     }
@@ -815,12 +810,9 @@ int ps_train(const jobspec *spec, const dataset_splits *data, const train_option
     memset(&meta, 0, sizeof meta);
     snprintf(meta.spec_hash, sizeof meta.spec_hash, "%s", o->spec_hash);
     if (chief && o->resume_path) {
-        char cerr[CKPT_ERR_MAX];
         ckpt_meta rm;
-        if (checkpoint_load(o->resume_path, m, &rm, cerr)) {
-            snprintf(err, PS_ERR_MAX, "%s", cerr);
+        if (checkpoint_load(o->resume_path, m, &rm, err))
             goto out;
-        }
         start_epoch = rm.epoch; /* ps checkpoints are taken at epoch starts */
         it = rm.step;
     }
@@ -897,13 +889,10 @@ int ps_train(const jobspec *spec, const dataset_splits *data, const train_option
                         if (hooks && hooks->on_epoch)
                             hooks->on_epoch(hooks->ctx, &em);
                         if (o->checkpoint_path && (ep + 1 == epochs || (every > 0 && (ep + 1) % every == 0))) {
-                            char cerr[CKPT_ERR_MAX];
                             meta.epoch = ep + 1;
                             meta.step = em.step;
-                            if (checkpoint_save(o->checkpoint_path, m, &meta, cerr)) {
-                                snprintf(err, PS_ERR_MAX, "%s", cerr);
+                            if (checkpoint_save(o->checkpoint_path, m, &meta, err))
                                 goto out;
-                            }
                             if (hooks && hooks->on_checkpoint)
                                 hooks->on_checkpoint(hooks->ctx, o->checkpoint_path, &meta);
                         }
@@ -941,15 +930,12 @@ int ps_train(const jobspec *spec, const dataset_splits *data, const train_option
         if (res->stopped) {
             if (chief && o->checkpoint_path) {
                 /* the variables as the ps hold them; the epoch starts over on resume */
-                char cerr[CKPT_ERR_MAX];
                 if (pull_state(&c, m, err))
                     goto out;
                 meta.epoch = ep;
                 meta.step = model_iterations(m);
-                if (checkpoint_save(o->checkpoint_path, m, &meta, cerr)) {
-                    snprintf(err, PS_ERR_MAX, "%s", cerr);
+                if (checkpoint_save(o->checkpoint_path, m, &meta, err))
                     goto out;
-                }
                 if (hooks && hooks->on_checkpoint)
                     hooks->on_checkpoint(hooks->ctx, o->checkpoint_path, &meta);
             }

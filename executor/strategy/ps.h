@@ -32,8 +32,8 @@
 
 #include "../../spec/jobspec.h"
 #include "../nn/model.h"
+#include "../../common/errbuf.h"
 
-#define PS_ERR_MAX 256
 #define PS_MAX 64
 
 typedef struct ps_addr {
@@ -48,7 +48,7 @@ int ps_shard_of(const model *m, int t, int n_ps);
  * chief ends the job (returns 0) or *stop is raised (returns 1). Returns -1
  * with a message in err on a failure of its own. */
 int ps_serve(const jobspec *spec, int index, int n_ps, int listen_fd, const unsigned char *secret,
-             volatile sig_atomic_t *stop, char err[PS_ERR_MAX]);
+             volatile sig_atomic_t *stop, char err[ERR_MAX]);
 
 /* A worker of a parameter_server job (the chief when opt->worker is 0):
  * trains batches handed out by ps 0 against opt->ps (opt->n_ps addresses)
@@ -60,6 +60,6 @@ struct train_hooks;
 struct train_result;
 struct dataset_splits;
 int ps_train(const jobspec *spec, const struct dataset_splits *data, const struct train_options *opt,
-             const struct train_hooks *hooks, struct train_result *res, char err[PS_ERR_MAX]);
+             const struct train_hooks *hooks, struct train_result *res, char err[ERR_MAX]);
 
 #endif

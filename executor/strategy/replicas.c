@@ -176,16 +176,16 @@ static void *replica_main(void *arg)
 /* ---------------------------------------------------------------- api */
 
 int replicas_create(replica_set **out, const jobspec *spec, const replica_config *cfg,
-                    char err[REPLICAS_ERR_MAX])
+                    char err[ERR_MAX])
 {
     *out = NULL;
     err[0] = 0;
     if (cfg->replicas < 1 || cfg->replicas > REPLICAS_MAX) {
-        snprintf(err, REPLICAS_ERR_MAX, "replicas must be 1..%d, got %d", REPLICAS_MAX, cfg->replicas);
+        snprintf(err, ERR_MAX, "replicas must be 1..%d, got %d", REPLICAS_MAX, cfg->replicas);
         return -1;
     }
     if (cfg->max_rows < 1) {
-        snprintf(err, REPLICAS_ERR_MAX, "a replica must take at least one row");
+        snprintf(err, ERR_MAX, "a replica must take at least one row");
         return -1;
     }
     replica_set *rs = xcalloc(1, sizeof *rs);
@@ -195,18 +195,15 @@ int replicas_create(replica_set **out, const jobspec *spec, const replica_config
     rs->reduce = cfg->reduce;
     rs->comm = cfg->comm;
     rs->features = spec->input_size;
-    char merr[MODEL_ERR_MAX];
     for (int i = 0; i < rs->k; i++) {
         rs->r[i].rs = rs;
         rs->r[i].index = i;
         /* sized for the largest micro-batch of a replica's rows */
-        if (model_build(&rs->r[i].m, spec, (cfg->max_rows + rs->micro - 1) / rs->micro, cfg->seed, merr)) {
-            snprintf(err, REPLICAS_ERR_MAX, "%s", merr);
+        if (model_build(&rs->r[i].m, spec, (cfg->max_rows + rs->micro - 1) / rs->micro, cfg->seed, err))
             goto fail;
-        }
         model_set_replicas(rs->r[i].m, cfg->in_sync > 0 ? cfg->in_sync : rs->k);
         if (i > 0 && rs->vars == REPLICA_VARS_CENTRAL && model_share_params(rs->r[i].m, rs->r[0].m)) {
-            snprintf(err, REPLICAS_ERR_MAX, "replica %d cannot share the variables", i);
+            snprintf(err, ERR_MAX, "replica %d cannot share the variables", i);
             goto fail;
         }
     }
@@ -214,7 +211,7 @@ int replicas_create(replica_set **out, const jobspec *spec, const replica_config
     if (rs->comm) {
         rs->sum = comm_buffer(rs->comm, rs->n + TAIL);
         if (!rs->sum) {
-            snprintf(err, REPLICAS_ERR_MAX, "cannot get the communicator's buffer: %s",
+            snprintf(err, ERR_MAX, "cannot get the communicator's buffer: %s",
                      comm_error(rs->comm));
             goto fail;
         }
@@ -231,7 +228,7 @@ int replicas_create(replica_set **out, const jobspec *spec, const replica_config
         rs->bar_ready = 1;
         for (int i = 1; i < rs->k; i++) {
             if (pthread_create(&rs->r[i].thread, NULL, replica_main, &rs->r[i]) != 0) {
-                snprintf(err, REPLICAS_ERR_MAX, "cannot start replica thread %d", i);
+                snprintf(err, ERR_MAX, "cannot start replica thread %d", i);
                 goto fail;
             }
             rs->r[i].started = 1;
@@ -244,7 +241,7 @@ fail:
     return -1;
 }
 
-int replicas_sync_initial(replica_set *rs, char err[REPLICAS_ERR_MAX])
+int replicas_sync_initial(replica_set *rs, char err[ERR_MAX])
 {
     model *m0 = rs->r[0].m;
     size_t n = rs->n, slots = (size_t)model_slot_count(m0) * n;
@@ -253,7 +250,7 @@ int replicas_sync_initial(replica_set *rs, char err[REPLICAS_ERR_MAX])
         if (comm_broadcast(rs->comm, model_params(m0), n * sizeof(float), 0) ||
             (slots && comm_broadcast(rs->comm, model_slots(m0), slots * sizeof(float), 0)) ||
             comm_broadcast(rs->comm, &it, sizeof it, 0)) {
-            snprintf(err, REPLICAS_ERR_MAX, "broadcast of the initial variables failed: %s",
+            snprintf(err, ERR_MAX, "broadcast of the initial variables failed: %s",
                      comm_error(rs->comm));
             return -1;
         }
@@ -273,7 +270,7 @@ int replicas_sync_initial(replica_set *rs, char err[REPLICAS_ERR_MAX])
 
 int replicas_step(replica_set *rs, const float *x, const float *y, int rows, long row0,
                   int global_batch, int stop, replica_step_result *out,
-                  char err[REPLICAS_ERR_MAX])
+                  char err[ERR_MAX])
 {
     memset(out, 0, sizeof *out);
     rs->x = x;
@@ -307,7 +304,7 @@ int replicas_step(replica_set *rs, const float *x, const float *y, int rows, lon
     tail[T_STOP] = stop ? 1.0f : 0.0f;
     int rc = 0;
     if (rs->comm && comm_size(rs->comm) > 1 && comm_allreduce_sum(rs->comm, rs->sum, rs->n + TAIL)) {
-        snprintf(err, REPLICAS_ERR_MAX, "all-reduce across workers failed: %s", comm_error(rs->comm));
+        snprintf(err, ERR_MAX, "all-reduce across workers failed: %s", comm_error(rs->comm));
         rc = -1;
     }
     rs->failed = rc != 0;

@@ -30,8 +30,8 @@
 #include "../../spec/jobspec.h"
 #include "../comm/comm.h"
 #include "../nn/model.h"
+#include "../../common/errbuf.h"
 
-#define REPLICAS_ERR_MAX 256
 #define REPLICAS_MAX 64
 
 typedef enum replica_vars {
@@ -67,12 +67,12 @@ typedef struct replica_step_result {
 /* Builds K replicas of spec's model and starts K-1 threads. Returns 0, or
  * -1 with a message in err (nothing held). */
 int replicas_create(replica_set **out, const jobspec *spec, const replica_config *cfg,
-                    char err[REPLICAS_ERR_MAX]);
+                    char err[ERR_MAX]);
 
 /* Makes every replica of every worker hold replica 0 of worker 0's
  * variables, optimizer slots and iteration count (after a fresh build or a
  * resume: the chief broadcasts). Returns 0 or -1 (comm error in err). */
-int replicas_sync_initial(replica_set *rs, char err[REPLICAS_ERR_MAX]);
+int replicas_sync_initial(replica_set *rs, char err[ERR_MAX]);
 
 /* One synchronous step on this worker's `rows` rows x (rows, features), y
  * (rows), which are rows row0.. of the step's global batch; losses are
@@ -81,7 +81,7 @@ int replicas_sync_initial(replica_set *rs, char err[REPLICAS_ERR_MAX]);
  * then unusable). */
 int replicas_step(replica_set *rs, const float *x, const float *y, int rows, long row0,
                   int global_batch, int stop, replica_step_result *out,
-                  char err[REPLICAS_ERR_MAX]);
+                  char err[ERR_MAX]);
 
 /* Replica 0's model: evaluation, checkpoints, resume. */
 model *replicas_model(replica_set *rs);

@@ -40,7 +40,7 @@ static ckpt_meta g_meta;         /* the metadata of the pristine encodings */
 static void build(int i) {
     jobspec spec;
     spec_error e;
-    char err[MODEL_ERR_MAX];
+    char err[ERR_MAX];
     if (jobspec_parse(SPECS[i], strlen(SPECS[i]), &spec, &e) < 0) {
         fprintf(stderr, "fuzz_checkpoint: spec %d: %s\n", i, e.message);
         abort();
@@ -57,7 +57,7 @@ static void build(int i) {
     g_meta.data_rng = 0x0123456789abcdefULL;
     g_meta.epoch_loss_sum = 1.25;
     snprintf(g_meta.spec_hash, sizeof g_meta.spec_hash, "abc");
-    char cerr[CKPT_ERR_MAX];
+    char cerr[ERR_MAX];
     if (checkpoint_encode(g_model[i], &g_meta, &g_snap[i], &g_snap_len[i], cerr) < 0) abort();
 }
 
@@ -85,7 +85,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     int i = data[0] % N_MODELS;
     model *m = g_model[i];
     ckpt_meta meta;
-    char err[CKPT_ERR_MAX];
+    char err[ERR_MAX];
     err[0] = '\0';
     /* a copy of exactly the input's bytes, so ASan sees any read past them */
     unsigned char *copy = malloc(size - 1 ? size - 1 : 1);
@@ -95,7 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(copy);
     unsigned char *enc = NULL;
     size_t len = 0;
-    char eerr[CKPT_ERR_MAX];
+    char eerr[ERR_MAX];
     if (rc < 0) {
         if (!err[0]) abort();
         /* refused: the model must be as it was (same bytes when encoded) */

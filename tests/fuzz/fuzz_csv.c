@@ -23,7 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *name = pick == 5 ? "label" : "";
     memfile_set(&g_file, data + 1, size - 1);
     dataset ds;
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     if (csv_load(g_file.path, header, cols[pick], name, &ds, err) == 0) {
         if (ds.n <= 0 || ds.features <= 0 || !ds.x || !ds.y || ds.classes < 0) abort();
         for (long i = 0; i < ds.n; i++) {

@@ -38,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (sep) memfile_set(&g_lab, sep + sizeof SEP - 1, n - ni - (sizeof SEP - 1));
     else memfile_set(&g_lab, "", 0);
     dataset ds;
-    char err[DATASET_ERR_MAX];
+    char err[ERR_MAX];
     int rc = keep ? idx_load_head(g_img.path, g_lab.path, side, side, ncls, keep, &ds, err)
                   : idx_load(g_img.path, g_lab.path, side, side, ncls, &ds, err);
     if (rc == 0) {

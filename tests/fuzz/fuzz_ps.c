@@ -32,7 +32,7 @@ static void server_init(ps_server *s, const jobspec *spec, int index) {
     s->n_ps = 2;
     s->stop = &g_stop_flag;
     s->epoch = -1;
-    char merr[MODEL_ERR_MAX];
+    char merr[ERR_MAX];
     if (model_build(&s->m, spec, 1, spec->data.seed, merr)) {
         fprintf(stderr, "fuzz_ps: %s\n", merr);
         abort();
