@@ -179,213 +179,243 @@ static void add_tensor(model_tensor *list, int *n, size_t *off, const char *laye
     *off = align_up(*off + t->size);
 }
 
-int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
-                char err[ERR_MAX])
+/* ---------------------------------------------------------------- model_build, by phase
+ *
+ * model_build lays the layers out one by one (shapes, parameter and state
+ * tensors, each layer's scratch needs and its part of the signature), then
+ * plans the fusions, then allocates and points every buffer, then fills the
+ * initial values: four phases over the same model, each a function below. */
+
+/* What the layout adds up for the allocation phase. */
+typedef struct build_sizes {
+    size_t params;   /* floats of the parameter tensors (aligned) */
+    size_t state;    /* floats of the state tensors (batch normalization's moving statistics) */
+    size_t argmax;   /* max pooling's argmax entries */
+    size_t bn;       /* batch normalization's per-batch mean and inverse deviation */
+} build_sizes;
+
+/* A layer's shapes, all layout functions take: its spec, its index and
+ * name, the width and (for an image) the shape of its input. */
+typedef struct layer_in {
+    const layer_spec *ls;
+    int i;
+    const char *name;
+    int width;
+    int img;          /* the input is an image (height, width, channels) */
+    const int *shape; /* the input's shape */
+    int rank;         /* the input's rank */
+} layer_in;
+
+static void sig_regularizers(model *m, const nn_op *op)
 {
-    *out = NULL;
-    err[0] = 0;
-    if (max_batch <= 0)
-        return fail(err, "max_batch must be positive", -1);
-    if (spec->n_layers <= 0 || spec->n_layers > JOBSPEC_MAX_LAYERS)
-        return fail(err, "model has no layers", -1);
-    if (spec->input_size <= 0)
-        return fail(err, "model input size unknown (input_shape)", -1);
+    if (op->l1 > 0 || op->l2 > 0)
+        sig_add(m, "(l1=%g,l2=%g)", (double)op->l1, (double)op->l2);
+}
 
-    model *m = xcalloc(1, sizeof *m);
-    m->max_batch = max_batch;
-    m->reg_scale = 1.0f;
-    m->in_size = spec->input_size;
-    m->loss = spec->loss;
-    m->opt = spec->optimizer;
-    m->n_slots = optimizer_slot_count(&m->opt);
-    m->n_ops = spec->n_layers;
-    sig_add(m, "in=%d", m->in_size);
+static int layout_dense(model *m, nn_op *op, const layer_in *in, build_sizes *sz, char err[ERR_MAX])
+{
+    const layer_spec *ls = in->ls;
+    if (ls->units <= 0 || ls->units > JOBSPEC_MAX_UNITS)
+        return fail(err, "dense units out of range", in->i);
+    op->out = ls->units;
+    op->act = ls->activation;
+    op->use_bias = ls->use_bias;
+    op->l1 = ls->l1;
+    op->l2 = ls->l2;
+    op->own_output = 1;
+    op->kernel_tensor = m->n_tensors;
+    add_tensor(m->tensors, &m->n_tensors, &sz->params, in->name, "kernel", 2, op->in, op->out, 0, 0);
+    if (op->use_bias)
+        add_tensor(m->tensors, &m->n_tensors, &sz->params, in->name, "bias", 1, op->out, 0, 0, 0);
+    sig_add(m, "|dense(%d,%s,%s)", op->out, act_str(op->act), op->use_bias ? "bias" : "nobias");
+    sig_regularizers(m, op);
+    return 0;
+}
 
-    /* shapes and tensors (the spec parser resolved each layer's shapes) */
+/* conv2d and the two pooling layers: a window slid over an image */
+static int layout_window(model *m, nn_op *op, const layer_in *in, int max_batch, build_sizes *sz,
+                         char err[ERR_MAX])
+{
+    const layer_spec *ls = in->ls;
+    const int *ish = in->shape;
+    if (!in->img || ls->out_rank != 3 || (long)ish[0] * ish[1] * ish[2] != in->width)
+        return fail(err, "takes an image (height, width, channels)", in->i);
+    int conv = ls->type == LAYER_CONV2D;
+    const int *k = conv ? ls->kernel_size : ls->pool_size;
+    conv_geom_init(&op->geom, ish[0], ish[1], ish[2], k[0], k[1], ls->strides[0], ls->strides[1], ls->padding,
+                   conv ? ls->filters : ish[2]);
+    if (op->geom.oh < 1 || op->geom.ow < 1 || op->geom.oh != ls->out_shape[0] || op->geom.ow != ls->out_shape[1])
+        return fail(err, "window does not fit its input", in->i);
+    op->out = op->geom.oh * op->geom.ow * op->geom.oc;
+    op->own_output = 1;
+    if (!conv) {
+        if (ls->type == LAYER_MAX_POOLING2D)
+            sz->argmax += align_up((size_t)max_batch * op->out);
+        sig_add(m, "|%s(%dx%d,%dx%d,%s)", ls->type == LAYER_MAX_POOLING2D ? "maxpool" : "avgpool", k[0], k[1],
+                ls->strides[0], ls->strides[1], padding_name(ls->padding));
+        return 0;
+    }
+    op->act = ls->activation;
+    op->use_bias = ls->use_bias;
+    op->l1 = ls->l1;
+    op->l2 = ls->l2;
+    op->kernel_tensor = m->n_tensors;
+    add_tensor(m->tensors, &m->n_tensors, &sz->params, in->name, "kernel", 4, k[0], k[1], ish[2], ls->filters);
+    if (op->use_bias)
+        add_tensor(m->tensors, &m->n_tensors, &sz->params, in->name, "bias", 1, ls->filters, 0, 0, 0);
+    /* the im2col scratch: the whole batch, or chunks of COL_CAP_FLOATS (at least one example) */
+    size_t need = conv2d_scratch_floats(&op->geom, max_batch);
+    size_t one = conv2d_scratch_floats(&op->geom, 1);
+    if (need > (size_t)COL_CAP_FLOATS)
+        need = one > (size_t)COL_CAP_FLOATS ? one : (size_t)COL_CAP_FLOATS;
+    if (need > m->col_floats)
+        m->col_floats = need;
+    sig_add(m, "|conv2d(%d,%dx%d,%dx%d,%s,%s,%s)", ls->filters, k[0], k[1], ls->strides[0], ls->strides[1],
+            padding_name(ls->padding), act_str(op->act), op->use_bias ? "bias" : "nobias");
+    sig_regularizers(m, op);
+    return 0;
+}
+
+static int layout_batch_norm(model *m, nn_op *op, const layer_in *in, build_sizes *sz, char err[ERR_MAX])
+{
+    const layer_spec *ls = in->ls;
+    op->ch = in->rank > 0 ? in->shape[in->rank - 1] : in->width;
+    if (op->ch <= 0 || in->width % op->ch != 0)
+        return fail(err, "batch normalization: input shape unknown", in->i);
+    op->hw = in->width / op->ch;
+    op->out = in->width;
+    op->own_output = 1;
+    op->bn_eps = ls->epsilon;
+    op->bn_momentum = ls->momentum;
+    op->bn_scale = ls->scale;
+    op->bn_center = ls->center;
+    /* gamma first when scale, then beta when center (bind_tensors reads them so) */
+    if (ls->scale)
+        add_tensor(m->tensors, &m->n_tensors, &sz->params, in->name, "gamma", 1, op->ch, 0, 0, 0);
+    if (ls->center)
+        add_tensor(m->tensors, &m->n_tensors, &sz->params, in->name, "beta", 1, op->ch, 0, 0, 0);
+    op->state_tensor = m->n_state_tensors;
+    add_tensor(m->state_tensors, &m->n_state_tensors, &sz->state, in->name, "moving_mean", 1, op->ch, 0, 0, 0);
+    add_tensor(m->state_tensors, &m->n_state_tensors, &sz->state, in->name, "moving_variance", 1, op->ch, 0, 0,
+               0);
+    sz->bn += 2 * align_up((size_t)op->ch);
+    sig_add(m, "|bn(%d,%g,%g,%s%s)", op->ch, (double)ls->momentum, (double)ls->epsilon, ls->scale ? "scale" : "",
+            ls->center ? "center" : "");
+    return 0;
+}
+
+/* One layer: its op's shapes, tensors and signature; a layer without
+ * parameters of its own is handled inline. */
+static int layout_layer(model *m, const jobspec *spec, int i, int width, int max_batch, build_sizes *sz,
+                        char err[ERR_MAX])
+{
+    const layer_spec *ls = &spec->layers[i];
+    nn_op *op = &m->ops[i];
+    char lname[MODEL_NAME_MAX - 24];
+    jobspec_layer_name(spec, i, lname, sizeof lname);
+    op->type = ls->type;
+    op->in = width;
+    op->act = ACT_LINEAR;
+    op->t0 = m->n_tensors;
+    /* layers past the first get their shapes from the parser */
+    layer_in in = {.ls = ls, .i = i, .name = lname, .width = width,
+                   .img = ls->in_rank == 3 || (i == 0 && spec->input_rank == 3),
+                   .shape = i == 0 ? spec->input_shape : ls->in_shape,
+                   .rank = i == 0 ? spec->input_rank : ls->in_rank};
+    int rc = 0;
+    switch (ls->type) {
+    case LAYER_DENSE:
+        rc = layout_dense(m, op, &in, sz, err);
+        break;
+    case LAYER_CONV2D:
+    case LAYER_MAX_POOLING2D:
+    case LAYER_AVERAGE_POOLING2D:
+        rc = layout_window(m, op, &in, max_batch, sz, err);
+        break;
+    case LAYER_GLOBAL_AVERAGE_POOLING2D:
+        if (!in.img || (long)in.shape[0] * in.shape[1] * in.shape[2] != width)
+            return fail(err, "takes an image (height, width, channels)", i);
+        op->hw = in.shape[0] * in.shape[1];
+        op->ch = in.shape[2];
+        op->out = op->ch;
+        op->own_output = 1;
+        sig_add(m, "|gap");
+        break;
+    case LAYER_BATCH_NORMALIZATION:
+        rc = layout_batch_norm(m, op, &in, sz, err);
+        break;
+    case LAYER_DROPOUT:
+        if (!(ls->rate >= 0.0f && ls->rate < 1.0f))
+            return fail(err, "dropout rate not in [0, 1)", i);
+        op->out = width;
+        dropout_cfg_init(&op->drop, ls->rate);
+        op->has_seed = ls->has_seed;
+        op->key.seed = ls->has_seed ? ls->seed : 0; /* else the model's, at each pass */
+        op->key.layer = i;
+        op->own_output = 1;
+        sig_add(m, "|dropout(%g)", (double)ls->rate);
+        break;
+    case LAYER_FLATTEN:
+        op->out = width;
+        sig_add(m, "|flatten");
+        break;
+    case LAYER_RESHAPE:
+        op->out = width;
+        sig_add(m, "|reshape(%d,%d,%d,%d)", ls->out_shape[0], ls->out_rank > 1 ? ls->out_shape[1] : 0,
+                ls->out_rank > 2 ? ls->out_shape[2] : 0, ls->out_rank > 3 ? ls->out_shape[3] : 0);
+        break;
+    case LAYER_ACTIVATION:
+        op->out = width;
+        op->act = ls->activation;
+        op->own_output = 1;
+        sig_add(m, "|activation(%s)", act_str(op->act));
+        break;
+    default:
+        return fail(err, "unknown layer type", i);
+    }
+    if (rc)
+        return -1;
+    long out_size = 1;
+    for (int d = 0; d < ls->out_rank; d++)
+        out_size *= ls->out_shape[d];
+    if (ls->out_rank > 0 && out_size != op->out)
+        return fail(err, "output size does not match the spec's shapes", i);
+    op->nt = m->n_tensors - op->t0;
+    return 0;
+}
+
+/* Phase 1: every layer laid out in order; the model's widths, its first
+ * trainable op and the whole signature. */
+static int layout_layers(model *m, const jobspec *spec, int max_batch, build_sizes *sz, char err[ERR_MAX])
+{
     int width = m->in_size;
-    size_t off = 0, soff = 0, act_floats = 0, mask_floats = 0, argmax_n = 0, bn_floats = 0;
     m->first_param_op = -1;
     m->max_width = width;
     for (int i = 0; i < m->n_ops; i++) {
-        const layer_spec *ls = &spec->layers[i];
-        nn_op *op = &m->ops[i];
-        char lname[MODEL_NAME_MAX - 24];
-        jobspec_layer_name(spec, i, lname, sizeof lname);
-        op->type = ls->type;
-        op->in = width;
-        op->act = ACT_LINEAR;
-        op->t0 = m->n_tensors;
-        long out_size = 1;
-        for (int d = 0; d < ls->out_rank; d++)
-            out_size *= ls->out_shape[d];
-        /* layers past the first get their shapes from the parser */
-        int in_img = ls->in_rank == 3 || (i == 0 && spec->input_rank == 3);
-        const int *ish = i == 0 ? spec->input_shape : ls->in_shape;
-        switch (ls->type) {
-        case LAYER_DENSE:
-            if (ls->units <= 0 || ls->units > JOBSPEC_MAX_UNITS) {
-                model_free(m);
-                return fail(err, "dense units out of range", i);
-            }
-            op->out = ls->units;
-            op->act = ls->activation;
-            op->use_bias = ls->use_bias;
-            op->l1 = ls->l1;
-            op->l2 = ls->l2;
-            op->own_output = 1;
-            op->kernel_tensor = m->n_tensors;
-            add_tensor(m->tensors, &m->n_tensors, &off, lname, "kernel", 2, op->in, op->out, 0, 0);
-            if (op->use_bias)
-                add_tensor(m->tensors, &m->n_tensors, &off, lname, "bias", 1, op->out, 0, 0, 0);
-            sig_add(m, "|dense(%d,%s,%s)", op->out, act_str(op->act), op->use_bias ? "bias" : "nobias");
-            if (op->l1 > 0 || op->l2 > 0)
-                sig_add(m, "(l1=%g,l2=%g)", (double)op->l1, (double)op->l2);
-            break;
-        case LAYER_CONV2D:
-        case LAYER_MAX_POOLING2D:
-        case LAYER_AVERAGE_POOLING2D: {
-            if (!in_img || ls->out_rank != 3 || (long)ish[0] * ish[1] * ish[2] != width) {
-                model_free(m);
-                return fail(err, "takes an image (height, width, channels)", i);
-            }
-            int conv = ls->type == LAYER_CONV2D;
-            const int *k = conv ? ls->kernel_size : ls->pool_size;
-            conv_geom_init(&op->geom, ish[0], ish[1], ish[2], k[0], k[1], ls->strides[0], ls->strides[1],
-                           ls->padding, conv ? ls->filters : ish[2]);
-            if (op->geom.oh < 1 || op->geom.ow < 1 || op->geom.oh != ls->out_shape[0] ||
-                op->geom.ow != ls->out_shape[1]) {
-                model_free(m);
-                return fail(err, "window does not fit its input", i);
-            }
-            op->out = op->geom.oh * op->geom.ow * op->geom.oc;
-            op->own_output = 1;
-            if (conv) {
-                op->act = ls->activation;
-                op->use_bias = ls->use_bias;
-                op->l1 = ls->l1;
-                op->l2 = ls->l2;
-                op->kernel_tensor = m->n_tensors;
-                add_tensor(m->tensors, &m->n_tensors, &off, lname, "kernel", 4, k[0], k[1], ish[2],
-                           ls->filters);
-                if (op->use_bias)
-                    add_tensor(m->tensors, &m->n_tensors, &off, lname, "bias", 1, ls->filters, 0, 0, 0);
-                size_t need = conv2d_scratch_floats(&op->geom, max_batch);
-                size_t one = conv2d_scratch_floats(&op->geom, 1);
-                if (need > (size_t)COL_CAP_FLOATS)
-                    need = one > (size_t)COL_CAP_FLOATS ? one : (size_t)COL_CAP_FLOATS;
-                if (need > m->col_floats)
-                    m->col_floats = need;
-                sig_add(m, "|conv2d(%d,%dx%d,%dx%d,%s,%s,%s)", ls->filters, k[0], k[1], ls->strides[0],
-                        ls->strides[1], padding_name(ls->padding), act_str(op->act),
-                        op->use_bias ? "bias" : "nobias");
-                if (op->l1 > 0 || op->l2 > 0)
-                    sig_add(m, "(l1=%g,l2=%g)", (double)op->l1, (double)op->l2);
-            } else {
-                if (ls->type == LAYER_MAX_POOLING2D)
-                    argmax_n += align_up((size_t)max_batch * op->out);
-                sig_add(m, "|%s(%dx%d,%dx%d,%s)", ls->type == LAYER_MAX_POOLING2D ? "maxpool" : "avgpool",
-                        k[0], k[1], ls->strides[0], ls->strides[1], padding_name(ls->padding));
-            }
-            break;
-        }
-        case LAYER_GLOBAL_AVERAGE_POOLING2D:
-            if (!in_img || (long)ish[0] * ish[1] * ish[2] != width) {
-                model_free(m);
-                return fail(err, "takes an image (height, width, channels)", i);
-            }
-            op->hw = ish[0] * ish[1];
-            op->ch = ish[2];
-            op->out = op->ch;
-            op->own_output = 1;
-            sig_add(m, "|gap");
-            break;
-        case LAYER_BATCH_NORMALIZATION: {
-            int rank = i == 0 ? spec->input_rank : ls->in_rank;
-            op->ch = rank > 0 ? ish[rank - 1] : width;
-            if (op->ch <= 0 || width % op->ch != 0) {
-                model_free(m);
-                return fail(err, "batch normalization: input shape unknown", i);
-            }
-            op->hw = width / op->ch;
-            op->out = width;
-            op->own_output = 1;
-            op->bn_eps = ls->epsilon;
-            op->bn_momentum = ls->momentum;
-            op->bn_scale = ls->scale;
-            op->bn_center = ls->center;
-            if (ls->scale)
-                add_tensor(m->tensors, &m->n_tensors, &off, lname, "gamma", 1, op->ch, 0, 0, 0);
-            if (ls->center)
-                add_tensor(m->tensors, &m->n_tensors, &off, lname, "beta", 1, op->ch, 0, 0, 0);
-            op->state_tensor = m->n_state_tensors;
-            add_tensor(m->state_tensors, &m->n_state_tensors, &soff, lname, "moving_mean", 1, op->ch, 0,
-                       0, 0);
-            add_tensor(m->state_tensors, &m->n_state_tensors, &soff, lname, "moving_variance", 1, op->ch,
-                       0, 0, 0);
-            bn_floats += 2 * align_up((size_t)op->ch);
-            sig_add(m, "|bn(%d,%g,%g,%s%s)", op->ch, (double)ls->momentum, (double)ls->epsilon,
-                    ls->scale ? "scale" : "", ls->center ? "center" : "");
-            break;
-        }
-        case LAYER_DROPOUT:
-            if (!(ls->rate >= 0.0f && ls->rate < 1.0f)) {
-                model_free(m);
-                return fail(err, "dropout rate not in [0, 1)", i);
-            }
-            op->out = width;
-            dropout_cfg_init(&op->drop, ls->rate);
-            op->has_seed = ls->has_seed;
-            op->key.seed = ls->has_seed ? ls->seed : 0; /* else the model's, at each pass */
-            op->key.layer = i;
-            op->own_output = 1;
-            sig_add(m, "|dropout(%g)", (double)ls->rate);
-            break;
-        case LAYER_FLATTEN:
-            op->out = width;
-            sig_add(m, "|flatten");
-            break;
-        case LAYER_RESHAPE:
-            op->out = width;
-            sig_add(m, "|reshape(%d,%d,%d,%d)", ls->out_shape[0], ls->out_rank > 1 ? ls->out_shape[1] : 0,
-                    ls->out_rank > 2 ? ls->out_shape[2] : 0, ls->out_rank > 3 ? ls->out_shape[3] : 0);
-            break;
-        case LAYER_ACTIVATION:
-            op->out = width;
-            op->act = ls->activation;
-            op->own_output = 1;
-            sig_add(m, "|activation(%s)", act_str(op->act));
-            break;
-        default:
-            model_free(m);
-            return fail(err, "unknown layer type", i);
-        }
-        if (ls->out_rank > 0 && out_size != op->out) {
-            model_free(m);
-            return fail(err, "output size does not match the spec's shapes", i);
-        }
-        op->nt = m->n_tensors - op->t0;
-        if (op->nt > 0 && m->first_param_op < 0)
+        if (layout_layer(m, spec, i, width, max_batch, sz, err))
+            return -1;
+        if (m->ops[i].nt > 0 && m->first_param_op < 0)
             m->first_param_op = i;
-        width = op->out;
+        width = m->ops[i].out;
         if (width > m->max_width)
             m->max_width = width;
     }
-    if (m->first_param_op < 0) {
-        model_free(m);
+    if (m->first_param_op < 0)
         return fail(err, "model has no trainable layer (nothing to train)", -1);
-    }
     m->out_size = width;
-    if (spec->output_size > 0 && spec->output_size != width) {
-        model_free(m);
+    if (spec->output_size > 0 && spec->output_size != width)
         return fail(err, "output size does not match the last dense layer", -1);
-    }
     sig_add(m, "|loss=%s|opt=%s", loss_str(m->loss), model_optimizer_name(m));
     if (m->opt.type == OPT_RMSPROP || m->opt.type == OPT_SGD)
         sig_add(m, "(momentum=%d,centered=%d)", m->opt.momentum != 0.0f, m->opt.centered);
     if (m->opt.type == OPT_ADAM)
         sig_add(m, "(amsgrad=%d)", m->opt.amsgrad);
+    return 0;
+}
 
-    /* fusions: relu dense + dropout; final softmax/sigmoid into the loss */
+/* Phase 2: fusions: relu dense + dropout; a final softmax/sigmoid into the loss. */
+static void plan_fusions(model *m)
+{
     for (int i = 0; i + 1 < m->n_ops; i++) {
         nn_op *op = &m->ops[i], *nx = &m->ops[i + 1];
         if (op->type == LAYER_DENSE && op->act == ACT_RELU && nx->type == LAYER_DROPOUT) {
@@ -399,16 +429,19 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
     }
     nn_op *last = &m->ops[m->n_ops - 1];
     act_type fa = loss_fused_act(m->loss);
-    if (fa != ACT_LINEAR && (last->type == LAYER_DENSE || last->type == LAYER_ACTIVATION) &&
-        last->act == fa) {
+    if (fa != ACT_LINEAR && (last->type == LAYER_DENSE || last->type == LAYER_ACTIVATION) && last->act == fa) {
         m->fused = 1;
         m->final_act = fa;
         last->act = ACT_LINEAR;
         if (last->type == LAYER_ACTIVATION)
             last->own_output = 0;
     }
+}
 
-    /* buffers */
+/* Phase 3: every buffer allocated, and each op pointed at its part. */
+static void alloc_buffers(model *m, int max_batch, const build_sizes *sz)
+{
+    size_t act_floats = 0, mask_floats = 0;
     for (int i = 0; i < m->n_ops; i++) {
         nn_op *op = &m->ops[i];
         if (op->own_output)
@@ -416,6 +449,7 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
         if (op->type == LAYER_DROPOUT && !op->fused_into_prev)
             mask_floats += align_up((size_t)max_batch * op->out);
     }
+    size_t off = sz->params;
     m->n_params = off;
     m->params = xcalloc(off ? off : 1, sizeof(float));
     m->grads = xcalloc(off ? off : 1, sizeof(float));
@@ -437,14 +471,14 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
     m->g[1] = xcalloc(gsize, sizeof(float));
     m->inputs = xcalloc((size_t)m->n_ops, sizeof(*m->inputs));
     m->scratch = xcalloc((size_t)m->max_width + 1, sizeof(uint32_t));
-    m->n_state = soff;
-    m->state = xcalloc(soff + 1, sizeof(float));
-    m->bn_scratch = xcalloc(bn_floats + 1, sizeof(float));
+    m->n_state = sz->state;
+    m->state = xcalloc(sz->state + 1, sizeof(float));
+    m->bn_scratch = xcalloc(sz->bn + 1, sizeof(float));
     m->col = xcalloc(m->col_floats + 1, sizeof(float));
-    int32_t *argmax_buf = argmax_n ? xcalloc(argmax_n, sizeof(int32_t)) : NULL;
+    int32_t *argmax_buf = sz->argmax ? xcalloc(sz->argmax, sizeof(int32_t)) : NULL;
     m->argmax = argmax_buf;
     m->act_bytes = sizeof(float) * (act_floats + mask_floats + 2 * gsize + m->col_floats) +
-                   sizeof(uint32_t) * (size_t)m->max_width + sizeof(int32_t) * argmax_n;
+                   sizeof(uint32_t) * (size_t)m->max_width + sizeof(int32_t) * sz->argmax;
     size_t aoff = 0, moff = 0, xoff = 0, boff = 0;
     for (int i = 0; i < m->n_ops; i++) {
         nn_op *op = &m->ops[i];
@@ -471,9 +505,13 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
         }
     }
     bind_tensors(m);
+}
 
-    /* initial values: one init stream per kernel and bias (dense and conv2d
-     * layers counted together, in order); gamma 1, beta 0 */
+/* Phase 4: initial values: one init stream per kernel and bias (dense and
+ * conv2d layers counted together, in order); gamma 1, beta 0; the
+ * optimizer's slots; the model's own stream. */
+static void init_params(model *m, const jobspec *spec, uint64_t seed)
+{
     int di = 0;
     for (int i = 0; i < m->n_ops; i++) {
         nn_op *op = &m->ops[i];
@@ -503,6 +541,36 @@ int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed,
     }
     optimizer_init_slots(&m->opt, m->slots, m->n_params);
     nn_rng_seed(&m->rng, seed, 1);
+}
+
+int model_build(model **out, const jobspec *spec, int max_batch, uint64_t seed, char err[ERR_MAX])
+{
+    *out = NULL;
+    err[0] = 0;
+    if (max_batch <= 0)
+        return fail(err, "max_batch must be positive", -1);
+    if (spec->n_layers <= 0 || spec->n_layers > JOBSPEC_MAX_LAYERS)
+        return fail(err, "model has no layers", -1);
+    if (spec->input_size <= 0)
+        return fail(err, "model input size unknown (input_shape)", -1);
+
+    model *m = xcalloc(1, sizeof *m);
+    m->max_batch = max_batch;
+    m->reg_scale = 1.0f;
+    m->in_size = spec->input_size;
+    m->loss = spec->loss;
+    m->opt = spec->optimizer;
+    m->n_slots = optimizer_slot_count(&m->opt);
+    m->n_ops = spec->n_layers;
+    sig_add(m, "in=%d", m->in_size);
+    build_sizes sz = {0, 0, 0, 0};
+    if (layout_layers(m, spec, max_batch, &sz, err)) {
+        model_free(m);
+        return -1;
+    }
+    plan_fusions(m);
+    alloc_buffers(m, max_batch, &sz);
+    init_params(m, spec, seed);
     *out = m;
     return 0;
 }
