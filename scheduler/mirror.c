@@ -442,6 +442,256 @@ static void order_rebuild(mirror *m, const int *fresh, int n_fresh)
     m->n_hold = n_out - n_live;
 }
 
+/* ---------------------------------------------------------------- refresh, by phase
+ *
+ * refresh reads the change log since the mirror's sequence into sets of ids
+ * (refresh_collect), then, inside one read transaction, reads again what
+ * those ids name, in an order where each phase may add to the sets of the
+ * ones after it: nodes (and lost ones), devices and allocations, tasks, the
+ * ports and memory of the nodes they touched, jobs, teams. */
+
+/* The ids a refresh reads again, grown as the phases go. */
+typedef struct refresh_sets {
+    idlist nodes, devs, tasks, jobs, avoid; /* from the change log */
+    idlist lost;                            /* nodes the mirror holds as lost */
+    idlist dirty_dev;                       /* nodes whose every device is read again */
+    idlist dirty_pm;                        /* nodes whose ports and memory are read again */
+    int teams;                              /* the teams table changed */
+} refresh_sets;
+
+static void refresh_sets_free(refresh_sets *r)
+{
+    idlist *all[] = {&r->nodes, &r->devs, &r->tasks, &r->jobs, &r->avoid, &r->lost, &r->dirty_dev, &r->dirty_pm};
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
+        free(all[k]->v);
+}
+
+/* The change log's rows into sets; the lost nodes, read again every time (a
+ * heartbeat brings a lost node back without a note). */
+static void refresh_collect(const mirror *m, const db_change *ch, size_t n, refresh_sets *r)
+{
+    for (size_t k = 0; k < n; k++) {
+        switch (ch[k].table) {
+        case DB_CH_NODE: id_add(&r->nodes, ch[k].id); break;
+        case DB_CH_DEVICE: case DB_CH_ALLOC: id_add(&r->devs, ch[k].id); break;
+        case DB_CH_TASK: id_add(&r->tasks, ch[k].id); break;
+        case DB_CH_JOB: id_add(&r->jobs, ch[k].id); break;
+        case DB_CH_AVOID: id_add(&r->avoid, ch[k].id); id_add(&r->jobs, ch[k].id); break;
+        case DB_CH_TEAM: r->teams = 1; break;
+        default: break;
+        }
+    }
+    for (int i = 0; i < m->n_nodes; i++)
+        if (strcmp(m->nodes[i].row.state, "lost") == 0) id_add(&r->lost, m->nodes[i].row.id);
+    id_uniq(&r->nodes); id_uniq(&r->devs); id_uniq(&r->tasks); id_uniq(&r->avoid);
+}
+
+/* Nodes: the lost ones and those the log names; a node gone takes its
+ * devices' jobs to be read again. *changed when a lost node came back. */
+static int refresh_nodes(mirror *m, db *d, refresh_sets *r, mirror_stats *st, int *changed)
+{
+    for (int k = 0; k < r->lost.n; k++) {
+        if (id_has(&r->nodes, r->lost.v[k])) continue;
+        cl_node row;
+        int rc = cluster_read_node(d, r->lost.v[k], &row);
+        if (rc < 0) return -1;
+        if (rc == 0 && strcmp(row.state, "lost") != 0) *changed = 1;
+        node_put(m, r->lost.v[k], &row, rc == 0);
+        st->nodes++;
+    }
+    for (int k = 0; k < r->nodes.n; k++) {
+        cl_node row;
+        int rc = cluster_read_node(d, r->nodes.v[k], &row);
+        if (rc < 0) return -1;
+        st->nodes++;
+        int i = mirror_find_node(m, r->nodes.v[k]);
+        if (rc != 0 && i >= 0) /* gone: its devices' jobs are read again */
+            for (int x = 0; x < m->nodes[i].n_dev; x++)
+                if (m->nodes[i].dev[x].job_id) id_add(&r->jobs, m->nodes[i].dev[x].job_id);
+        if (node_put(m, r->nodes.v[k], &row, rc == 0) >= 0) id_add(&r->dirty_dev, r->nodes.v[k]);
+    }
+    return 0;
+}
+
+/* Devices and allocations: the row again, or the node's devices when the
+ * device is new or gone. */
+static int refresh_devices(mirror *m, db *d, refresh_sets *r, mirror_stats *st)
+{
+    for (int k = 0; k < r->devs.n; k++) {
+        int64_t node_id = 0;
+        cl_device row;
+        int rc = cluster_read_device(d, r->devs.v[k], &row);
+        if (rc < 0) return -1;
+        st->devices++;
+        int known = map_get(&m->dev_node, r->devs.v[k], &node_id);
+        if (rc == 0 && known && row.node_id == node_id) {
+            int i = mirror_find_node(m, node_id);
+            if (i < 0) continue;
+            mirror_node *nd = &m->nodes[i];
+            for (int x = 0; x < nd->n_dev; x++) {
+                if (nd->dev[x].id != row.id) continue;
+                if (nd->dev[x].job_id) id_add(&r->jobs, nd->dev[x].job_id);
+                if (row.job_id) id_add(&r->jobs, row.job_id);
+                if (nd->dev[x].job_id != row.job_id || nd->dev[x].task_id != row.task_id) id_add(&r->dirty_pm, node_id);
+                int holder = nd->dev[x].job_id != row.job_id || nd->dev[x].kind != row.kind;
+                nd->dev[x] = row;
+                nd->sdev[x] = (sched_device){row.id, row.job_id};
+                if (holder) node_sum(nd);
+                break;
+            }
+            continue;
+        }
+        if (known) id_add(&r->dirty_dev, node_id);
+        if (rc == 0) id_add(&r->dirty_dev, row.node_id);
+    }
+    id_uniq(&r->dirty_dev);
+    for (int k = 0; k < r->dirty_dev.n; k++) {
+        int i = mirror_find_node(m, r->dirty_dev.v[k]);
+        if (i < 0) continue;
+        mirror_node *nd = &m->nodes[i];
+        cl_device *dv;
+        int nv;
+        if (cluster_read_node_devices(d, nd->row.id, &dv, &nv) < 0) return -1;
+        for (int x = 0; x < nd->n_dev; x++) {
+            map_del(&m->dev_node, nd->dev[x].id);
+            if (nd->dev[x].job_id) id_add(&r->jobs, nd->dev[x].job_id);
+        }
+        for (int x = 0; x < nv; x++) {
+            map_put(&m->dev_node, dv[x].id, dv[x].node_id);
+            if (dv[x].job_id) id_add(&r->jobs, dv[x].job_id);
+        }
+        free(nd->dev);
+        nd->dev = dv;
+        nd->n_dev = nv;
+        node_sdev(nd);
+        st->devices += nv;
+        id_add(&r->dirty_pm, nd->row.id);
+    }
+    return 0;
+}
+
+/* Tasks: their job's attempt start and stopping flag, and their node's
+ * ports and memory in use (derived from tasks rows), read again. */
+static int refresh_tasks(mirror *m, db *d, refresh_sets *r)
+{
+    for (int k = 0; k < r->tasks.n; k++) {
+        int64_t job = 0, node_id = 0;
+        int rc = cluster_read_task_job(d, r->tasks.v[k], &job, &node_id);
+        if (rc < 0) return -1;
+        if (rc == 0) {
+            id_add(&r->jobs, job);
+            id_add(&r->dirty_pm, node_id);
+        }
+    }
+    id_uniq(&r->dirty_pm);
+    for (int k = 0; k < r->dirty_pm.n; k++) {
+        int i = mirror_find_node(m, r->dirty_pm.v[k]);
+        if (i < 0) continue;
+        mirror_node *nd = &m->nodes[i];
+        cl_port *pv;
+        cl_mem *mv;
+        int np, nm;
+        if (cluster_read_node_ports(d, nd->row.id, &pv, &np) < 0) return -1;
+        if (cluster_read_node_mem(d, nd->row.id, &mv, &nm) < 0) { free(pv); return -1; }
+        free(nd->ports); free(nd->mem);
+        nd->ports = pv; nd->n_ports = np;
+        nd->mem = mv; nd->n_mem = nm;
+    }
+    return 0;
+}
+
+/* Jobs: each row again; a job that left the pass's view goes to m->left
+ * (freed once the order no longer has it), one that changed section to
+ * fresh[] (*n_fresh; fresh holds jobs.n). *left when one left. */
+static int refresh_jobs(mirror *m, db *d, refresh_sets *r, mirror_stats *st, int *fresh, int *n_fresh, int *left)
+{
+    id_uniq(&r->jobs);
+    for (int k = 0; k < r->jobs.n; k++) {
+        cl_job row;
+        int rc = cluster_read_job(d, r->jobs.v[k], &row);
+        if (rc < 0) return -1;
+        st->jobs++;
+        int64_t s = -1;
+        int known = map_get(&m->job_slot, r->jobs.v[k], &s);
+        if (rc != 0) {
+            if (known) { /* left the pass's view: the rebuild drops it from the order */
+                map_del(&m->job_slot, r->jobs.v[k]);
+                m->info[s].sect = 0;
+                if (m->n_left == m->cap_left) {
+                    m->cap_left = m->cap_left ? m->cap_left * 2 : 256;
+                    m->left = xrealloc(m->left, (size_t)m->cap_left * sizeof *m->left);
+                }
+                m->left[m->n_left++] = (int)s;
+                *left = 1;
+            }
+            continue;
+        }
+        int sect = job_sect(&row);
+        int reread_avoid = id_has(&r->avoid, row.id);
+        if (!known) {
+            s = slot_new(m);
+            map_put(&m->job_slot, row.id, s);
+            reread_avoid = 1;
+        }
+        mirror_job *j = &m->slots[s];
+        if (m->info[s].sect != sect) {
+            m->info[s].sect = (signed char)sect;
+            m->info[s].fresh = 1;
+            fresh[(*n_fresh)++] = (int)s;
+        }
+        slot_set(m, (int)s, &row);
+        if (reread_avoid) {
+            cl_avoid *av;
+            int na;
+            if (cluster_read_job_avoid(d, row.id, &av, &na) < 0) return -1;
+            free(j->avoid);
+            j->avoid = av;
+            j->n_avoid = na;
+            m->info[s].n_avoid = na;
+        }
+    }
+    return 0;
+}
+
+static int refresh_teams(mirror *m, db *d)
+{
+    cl_team *tv;
+    int nt;
+    if (cluster_read_teams(d, &tv, &nt) < 0) return -1;
+    free(m->teams);
+    m->teams = tv;
+    m->n_teams = nt;
+    return 0;
+}
+
+/* The phases inside one read transaction; on failure the transaction is
+ * ended and the mirror keeps what was read (the next refresh reads again). */
+static int refresh_read(mirror *m, db *d, refresh_sets *r, mirror_stats *st, int *changed)
+{
+    if (cluster_read_begin(d) < 0) return -1;
+    int *fresh = NULL;
+    int n_fresh = 0, left = 0;
+    if (refresh_nodes(m, d, r, st, changed) || refresh_devices(m, d, r, st) || refresh_tasks(m, d, r))
+        goto fail;
+    fresh = xmalloc(((size_t)r->jobs.n + 1) * sizeof *fresh);
+    if (refresh_jobs(m, d, r, st, fresh, &n_fresh, &left) || (r->teams && refresh_teams(m, d)))
+        goto fail;
+    if (cluster_read_end(d) < 0) {
+        free(fresh);
+        return -1;
+    }
+    if (n_fresh || left) order_rebuild(m, fresh, n_fresh);
+    free(fresh);
+    /* slots that left are freed once the order no longer has them */
+    for (int k = 0; k < m->n_left; k++) slot_free(m, m->left[k]);
+    m->n_left = 0;
+    return 0;
+fail:
+    free(fresh);
+    cluster_read_end(d);
+    return -1;
+}
+
 static int refresh(mirror *m, db *d, mirror_stats *st)
 {
     db_change *ch = NULL;
@@ -452,197 +702,15 @@ static int refresh(mirror *m, db *d, mirror_stats *st)
         return full_load(m, d);
     }
     st->changes = (int)n;
-    idlist nodes = {0}, devs = {0}, tasks = {0}, jobs = {0}, avoid = {0};
-    int teams = 0;
-    for (size_t k = 0; k < n; k++) {
-        switch (ch[k].table) {
-        case DB_CH_NODE: id_add(&nodes, ch[k].id); break;
-        case DB_CH_DEVICE: case DB_CH_ALLOC: id_add(&devs, ch[k].id); break;
-        case DB_CH_TASK: id_add(&tasks, ch[k].id); break;
-        case DB_CH_JOB: id_add(&jobs, ch[k].id); break;
-        case DB_CH_AVOID: id_add(&avoid, ch[k].id); id_add(&jobs, ch[k].id); break;
-        case DB_CH_TEAM: teams = 1; break;
-        default: break;
-        }
-    }
+    refresh_sets r;
+    memset(&r, 0, sizeof r);
+    refresh_collect(m, ch, n, &r);
     free(ch);
-    /* a heartbeat brings a lost node back without a note: read lost nodes again */
-    idlist lost = {0};
-    for (int i = 0; i < m->n_nodes; i++)
-        if (strcmp(m->nodes[i].row.state, "lost") == 0) id_add(&lost, m->nodes[i].row.id);
     int ret = 0, changed = n > 0;
-    if (n == 0 && lost.n == 0) goto out;
-    id_uniq(&nodes); id_uniq(&devs); id_uniq(&tasks); id_uniq(&avoid);
-    if (cluster_read_begin(d) < 0) { ret = -1; goto out; }
-    idlist dirty_dev = {0}, dirty_pm = {0}; /* nodes: every device again; ports and memory again */
-    for (int k = 0; k < lost.n; k++) {
-        if (id_has(&nodes, lost.v[k])) continue;
-        cl_node row;
-        int rc = cluster_read_node(d, lost.v[k], &row);
-        if (rc < 0) goto fail;
-        if (rc == 0 && strcmp(row.state, "lost") != 0) changed = 1;
-        node_put(m, lost.v[k], &row, rc == 0);
-        st->nodes++;
-    }
-    for (int k = 0; k < nodes.n; k++) {
-        cl_node row;
-        int rc = cluster_read_node(d, nodes.v[k], &row);
-        if (rc < 0) goto fail;
-        st->nodes++;
-        int i = mirror_find_node(m, nodes.v[k]);
-        if (rc != 0 && i >= 0) /* gone: its devices' jobs are read again */
-            for (int x = 0; x < m->nodes[i].n_dev; x++)
-                if (m->nodes[i].dev[x].job_id) id_add(&jobs, m->nodes[i].dev[x].job_id);
-        if (node_put(m, nodes.v[k], &row, rc == 0) >= 0) id_add(&dirty_dev, nodes.v[k]);
-    }
-    /* devices and allocations: the row again, or the node's devices when
-     * the device is new or gone */
-    for (int k = 0; k < devs.n; k++) {
-        int64_t node_id = 0;
-        cl_device row;
-        int rc = cluster_read_device(d, devs.v[k], &row);
-        if (rc < 0) goto fail;
-        st->devices++;
-        int known = map_get(&m->dev_node, devs.v[k], &node_id);
-        if (rc == 0 && known && row.node_id == node_id) {
-            int i = mirror_find_node(m, node_id);
-            if (i < 0) continue;
-            mirror_node *nd = &m->nodes[i];
-            for (int x = 0; x < nd->n_dev; x++) {
-                if (nd->dev[x].id != row.id) continue;
-                if (nd->dev[x].job_id) id_add(&jobs, nd->dev[x].job_id);
-                if (row.job_id) id_add(&jobs, row.job_id);
-                if (nd->dev[x].job_id != row.job_id || nd->dev[x].task_id != row.task_id) id_add(&dirty_pm, node_id);
-                int holder = nd->dev[x].job_id != row.job_id || nd->dev[x].kind != row.kind;
-                nd->dev[x] = row;
-                nd->sdev[x] = (sched_device){row.id, row.job_id};
-                if (holder) node_sum(nd);
-                break;
-            }
-            continue;
-        }
-        if (known) id_add(&dirty_dev, node_id);
-        if (rc == 0) id_add(&dirty_dev, row.node_id);
-    }
-    id_uniq(&dirty_dev);
-    for (int k = 0; k < dirty_dev.n; k++) {
-        int i = mirror_find_node(m, dirty_dev.v[k]);
-        if (i < 0) continue;
-        mirror_node *nd = &m->nodes[i];
-        cl_device *dv;
-        int nv;
-        if (cluster_read_node_devices(d, nd->row.id, &dv, &nv) < 0) goto fail;
-        for (int x = 0; x < nd->n_dev; x++) {
-            map_del(&m->dev_node, nd->dev[x].id);
-            if (nd->dev[x].job_id) id_add(&jobs, nd->dev[x].job_id);
-        }
-        for (int x = 0; x < nv; x++) {
-            map_put(&m->dev_node, dv[x].id, dv[x].node_id);
-            if (dv[x].job_id) id_add(&jobs, dv[x].job_id);
-        }
-        free(nd->dev);
-        nd->dev = dv;
-        nd->n_dev = nv;
-        node_sdev(nd);
-        st->devices += nv;
-        id_add(&dirty_pm, nd->row.id);
-    }
-    /* tasks: their job's attempt start and stopping flag, and their node's
-     * ports and memory in use (derived from tasks rows) */
-    for (int k = 0; k < tasks.n; k++) {
-        int64_t job = 0, node_id = 0;
-        int rc = cluster_read_task_job(d, tasks.v[k], &job, &node_id);
-        if (rc < 0) goto fail;
-        if (rc == 0) {
-            id_add(&jobs, job);
-            id_add(&dirty_pm, node_id);
-        }
-    }
-    id_uniq(&dirty_pm);
-    for (int k = 0; k < dirty_pm.n; k++) {
-        int i = mirror_find_node(m, dirty_pm.v[k]);
-        if (i < 0) continue;
-        mirror_node *nd = &m->nodes[i];
-        cl_port *pv;
-        cl_mem *mv;
-        int np, nm;
-        if (cluster_read_node_ports(d, nd->row.id, &pv, &np) < 0) goto fail;
-        if (cluster_read_node_mem(d, nd->row.id, &mv, &nm) < 0) { free(pv); goto fail; }
-        free(nd->ports); free(nd->mem);
-        nd->ports = pv; nd->n_ports = np;
-        nd->mem = mv; nd->n_mem = nm;
-    }
-    id_uniq(&jobs);
-    int *fresh = xmalloc(((size_t)jobs.n + 1) * sizeof *fresh);
-    int n_fresh = 0, left = 0;
-    for (int k = 0; k < jobs.n; k++) {
-        cl_job row;
-        int rc = cluster_read_job(d, jobs.v[k], &row);
-        if (rc < 0) { free(fresh); goto fail; }
-        st->jobs++;
-        int64_t s = -1;
-        int known = map_get(&m->job_slot, jobs.v[k], &s);
-        if (rc != 0) {
-            if (known) { /* left the pass's view: the rebuild drops it from the order */
-                map_del(&m->job_slot, jobs.v[k]);
-                m->info[s].sect = 0;
-                if (m->n_left == m->cap_left) {
-                    m->cap_left = m->cap_left ? m->cap_left * 2 : 256;
-                    m->left = xrealloc(m->left, (size_t)m->cap_left * sizeof *m->left);
-                }
-                m->left[m->n_left++] = (int)s;
-                left = 1;
-            }
-            continue;
-        }
-        int sect = job_sect(&row);
-        int reread_avoid = id_has(&avoid, row.id);
-        if (!known) {
-            s = slot_new(m);
-            map_put(&m->job_slot, row.id, s);
-            reread_avoid = 1;
-        }
-        mirror_job *j = &m->slots[s];
-        if (m->info[s].sect != sect) {
-            m->info[s].sect = (signed char)sect;
-            m->info[s].fresh = 1;
-            fresh[n_fresh++] = (int)s;
-        }
-        slot_set(m, (int)s, &row);
-        if (reread_avoid) {
-            cl_avoid *av;
-            int na;
-            if (cluster_read_job_avoid(d, row.id, &av, &na) < 0) { free(fresh); goto fail; }
-            free(j->avoid);
-            j->avoid = av;
-            j->n_avoid = na;
-            m->info[s].n_avoid = na;
-        }
-    }
-    if (teams) {
-        cl_team *tv;
-        int nt;
-        if (cluster_read_teams(d, &tv, &nt) < 0) { free(fresh); goto fail; }
-        free(m->teams);
-        m->teams = tv;
-        m->n_teams = nt;
-    }
-    if (cluster_read_end(d) < 0) { free(fresh); goto fail_ended; }
-    if (n_fresh || left) order_rebuild(m, fresh, n_fresh);
-    free(fresh);
-    /* slots that left are freed once the order no longer has them */
-    for (int k = 0; k < m->n_left; k++) slot_free(m, m->left[k]);
-    m->n_left = 0;
-    goto done;
-fail:
-    cluster_read_end(d);
-fail_ended:
-    ret = -1;
-done:
-    free(dirty_dev.v); free(dirty_pm.v);
-out:
+    if (n > 0 || r.lost.n > 0)
+        ret = refresh_read(m, d, &r, st, &changed);
     if (changed) m->version++;
-    free(nodes.v); free(devs.v); free(tasks.v); free(jobs.v); free(avoid.v); free(lost.v);
+    refresh_sets_free(&r);
     return ret;
 }
 
