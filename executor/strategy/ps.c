@@ -763,19 +763,52 @@ static int stopped(const train_hooks *h)
     return h && h->stop && *h->stop;
 }
 
-int ps_train(const jobspec *spec, const dataset_splits *data, const train_options *o, const train_hooks *hooks,
-             train_result *res, char err[ERR_MAX])
+/* ---------------------------------------------------------------- ps_train, by phase
+ *
+ * A worker of a parameter_server job: set up (model, batches, the
+ * connection, the chief's resume and the ps' initial variables), then
+ * epochs of asking the ps for work (a batch to compute, a wait, or the
+ * end), the chief closing each epoch (metrics, validation, checkpoint),
+ * then the finish (the chief's test evaluation). One ps_run holds what the
+ * phases share. */
+
+typedef struct ps_run {
+    const jobspec *spec;
+    const dataset_splits *data;
+    const train_options *o;
+    const train_hooks *hooks;
+    train_result *res;
+    int chief, workers, global_batch, epochs, every;
+    int part;       /* one worker's part of a global batch */
+    int micro;      /* micro-batches a part is computed in */
+    long n_batches; /* parts an epoch */
+    model *m;
+    batcher b;
+    int have_batcher;
+    float *xb, *yb;
+    ps_client c;
+    int have_client;
+    ckpt_meta meta;
+    long start_epoch, my_steps, it;
+    double train_time;
+    long train_examples;
+} ps_run;
+
+/* The sizes, the model and the batches. */
+static int run_setup(ps_run *r, char err[ERR_MAX])
 {
-    memset(res, 0, sizeof *res);
-    err[0] = 0;
-    int chief = o->worker == 0, workers = o->workers > 0 ? o->workers : 1;
-    int global_batch = spec->fit.batch_size, epochs = o->epochs > 0 ? o->epochs : spec->fit.epochs;
-    int every = o->checkpoint_every ? o->checkpoint_every : spec->checkpoint.every_epochs;
+    const jobspec *spec = r->spec;
+    const train_options *o = r->o;
+    r->chief = o->worker == 0;
+    r->workers = o->workers > 0 ? o->workers : 1;
+    r->global_batch = spec->fit.batch_size;
+    r->epochs = o->epochs > 0 ? o->epochs : spec->fit.epochs;
+    r->every = o->checkpoint_every ? o->checkpoint_every : spec->checkpoint.every_epochs;
     if (o->n_ps < 1 || o->n_ps > PS_MAX || !o->ps) {
         snprintf(err, ERR_MAX, "parameter_server needs 1 to %d ps addresses", PS_MAX);
         return -1;
     }
-    const dataset *tr = &data->train;
+    const dataset *tr = &r->data->train;
     if (tr->n <= 0 || tr->features != spec->input_size) {
         snprintf(err, ERR_MAX, "the training split is empty or has %d features, the model %d", tr->features,
                  spec->input_size);
@@ -783,190 +816,254 @@ int ps_train(const jobspec *spec, const dataset_splits *data, const train_option
     }
     /* the unit of work: one worker's part of a global batch, computed in
      * `micro` micro-batches whose gradients are summed before the push */
-    int part = (global_batch + workers - 1) / workers;
-    int micro = o->micro_batches > 0 ? o->micro_batches
-                                     : (spec->fit.gradient_accumulation_steps > 0 ? spec->fit.gradient_accumulation_steps : 1);
-    long n_batches = (tr->n + part - 1) / part;
-    if (spec->fit.steps_per_epoch > 0 && spec->fit.steps_per_epoch * (long)workers < n_batches)
-        n_batches = spec->fit.steps_per_epoch * (long)workers;
-    model *m = NULL;
-    if (model_build(&m, spec, (part + micro - 1) / micro, o->has_seed ? o->seed : spec->data.seed, err))
+    r->part = (r->global_batch + r->workers - 1) / r->workers;
+    r->micro = o->micro_batches > 0 ? o->micro_batches
+                                    : (spec->fit.gradient_accumulation_steps > 0 ? spec->fit.gradient_accumulation_steps : 1);
+    r->n_batches = (tr->n + r->part - 1) / r->part;
+    if (spec->fit.steps_per_epoch > 0 && spec->fit.steps_per_epoch * (long)r->workers < r->n_batches)
+        r->n_batches = spec->fit.steps_per_epoch * (long)r->workers;
+    if (model_build(&r->m, spec, (r->part + r->micro - 1) / r->micro, o->has_seed ? o->seed : spec->data.seed, err))
         return -1;
-    batcher b;
-    if (batcher_init(&b, dataset_shard(tr, 0, 1), part, spec->data.shuffle_buffer, spec->data.seed)) {
+    if (batcher_init(&r->b, dataset_shard(tr, 0, 1), r->part, spec->data.shuffle_buffer, spec->data.seed)) {
         snprintf(err, ERR_MAX, "cannot make batches of the training data");
-        model_free(m);
         return -1;
     }
-    float *xb = xmalloc(sizeof(float) * (size_t)part * (size_t)tr->features);
-    float *yb = xmalloc(sizeof(float) * (size_t)part);
-    size_t np = model_param_count(m);
-    int slots = model_slot_count(m);
-    float *init = NULL;
-    ps_client c;
-    int ret = -1, have_client = 0;
-    long start_epoch = 0, my_steps = 0, it = 0;
-    ckpt_meta meta;
-    memset(&meta, 0, sizeof meta);
-    snprintf(meta.spec_hash, sizeof meta.spec_hash, "%s", o->spec_hash);
-    if (chief && o->resume_path) {
+    r->have_batcher = 1;
+    r->xb = xmalloc(sizeof(float) * (size_t)r->part * (size_t)tr->features);
+    r->yb = xmalloc(sizeof(float) * (size_t)r->part);
+    snprintf(r->meta.spec_hash, sizeof r->meta.spec_hash, "%s", o->spec_hash);
+    return 0;
+}
+
+/* The chief's resume, the connection to every ps, and the chief's
+ * variables (fresh or resumed) as the ps' start. */
+static int run_connect(ps_run *r, char err[ERR_MAX])
+{
+    if (r->chief && r->o->resume_path) {
         ckpt_meta rm;
-        if (checkpoint_load(o->resume_path, m, &rm, err))
-            goto out;
-        start_epoch = rm.epoch; /* ps checkpoints are taken at epoch starts */
-        it = rm.step;
+        if (checkpoint_load(r->o->resume_path, r->m, &rm, err))
+            return -1;
+        r->start_epoch = rm.epoch; /* ps checkpoints are taken at epoch starts */
+        r->it = rm.step;
     }
-    volatile sig_atomic_t *stop = hooks ? hooks->stop : NULL;
-    if (client_open(&c, m, o, stop, err)) {
-        have_client = 1;
-        goto out;
-    }
-    have_client = 1;
+    r->have_client = 1; /* client_open leaves what it opened for client_close, failed or not */
+    if (client_open(&r->c, r->m, r->o, r->hooks ? r->hooks->stop : NULL, err))
+        return -1;
+    if (!r->chief)
+        return 0;
+    size_t np = model_param_count(r->m);
+    int slots = model_slot_count(r->m);
+    size_t bytes = np * (size_t)(1 + slots) * sizeof(float);
+    float *init = xmalloc(bytes);
+    memcpy(init, model_params(r->m), np * sizeof(float));
+    if (slots)
+        memcpy(init + np, model_slots(r->m), np * (size_t)slots * sizeof(float));
     ps_hdr rh;
-    if (chief) {
-        /* the chief's variables (fresh or resumed) are the ps' start */
-        init = xmalloc(np * (size_t)(1 + slots) * sizeof(float));
-        memcpy(init, model_params(m), np * sizeof(float));
-        if (slots)
-            memcpy(init + np, model_slots(m), np * (size_t)slots * sizeof(float));
-        for (int p = 0; p < c.n; p++)
-            if (call(&c, p, OP_INIT, model_iterations(m), 0, init, np * (size_t)(1 + slots) * sizeof(float), NULL,
-                     0, &rh, NULL, 0, err))
-                goto out;
-        log_info("parameter servers initialised (%d ps, %d worker(s), %ld batches of %d an epoch, %d micro-batch(es) "
-                 "each)", c.n, workers, n_batches, part, micro);
+    int rc = 0;
+    for (int p = 0; p < r->c.n && !rc; p++)
+        rc = call(&r->c, p, OP_INIT, model_iterations(r->m), 0, init, bytes, NULL, 0, &rh, NULL, 0, err);
+    free(init);
+    if (rc)
+        return -1;
+    log_info("parameter servers initialised (%d ps, %d worker(s), %ld batches of %d an epoch, %d micro-batch(es) "
+             "each)", r->c.n, r->workers, r->n_batches, r->part, r->micro);
+    return 0;
+}
+
+static int save_checkpoint(ps_run *r, long epoch, long step, char err[ERR_MAX])
+{
+    r->meta.epoch = epoch;
+    r->meta.step = step;
+    if (checkpoint_save(r->o->checkpoint_path, r->m, &r->meta, err))
+        return -1;
+    if (r->hooks && r->hooks->on_checkpoint)
+        r->hooks->on_checkpoint(r->hooks->ctx, r->o->checkpoint_path, &r->meta);
+    return 0;
+}
+
+/* The chief, told to wait: when every batch of epoch ep is in, the epoch's
+ * metrics, validation and checkpoint. 1: the epoch is closed; 0: not yet. */
+static int chief_close_epoch(ps_run *r, long ep, double t0, char err[ERR_MAX])
+{
+    ps_hdr rh;
+    double st[3];
+    if (call(&r->c, 0, OP_EPOCH, 0, 0, NULL, 0, NULL, 0, &rh, st, sizeof st, err))
+        return -1;
+    if (rh.a != ep || !rh.b)
+        return 0;
+    train_epoch_metrics em;
+    memset(&em, 0, sizeof em);
+    em.epoch = (int)ep + 1;
+    em.epochs = r->epochs;
+    em.loss = st[2] > 0 ? st[0] / st[2] : 0.0;
+    em.accuracy = st[2] > 0 ? st[1] / st[2] : 0.0;
+    em.seconds = mono_s() - t0;
+    em.samples_per_sec = em.seconds > 0 ? st[2] / em.seconds : 0.0;
+    r->train_time += em.seconds;
+    r->train_examples += (long)st[2];
+    if (pull_state(&r->c, r->m, err))
+        return -1;
+    em.step = model_iterations(r->m);
+    const dataset *val = &r->data->val;
+    if (val->n > 0 && !r->o->no_eval) {
+        em.has_val = 1;
+        model_evaluate(r->m, val->x, val->y, val->n, &em.val_loss, &em.val_accuracy);
     }
-    double train_time = 0.0;
-    long train_examples = 0;
-    for (long ep = start_epoch; chief ? ep < epochs : 1; ep++) {
-        if (chief && call(&c, 0, OP_START, ep, n_batches, NULL, 0, NULL, 0, &rh, NULL, 0, err))
+    train_result *res = r->res;
+    res->epochs_done = (int)ep + 1;
+    res->steps = em.step;
+    res->loss = em.loss;
+    res->accuracy = em.accuracy;
+    res->has_val = em.has_val;
+    res->val_loss = em.val_loss;
+    res->val_accuracy = em.val_accuracy;
+    if (r->hooks && r->hooks->on_epoch)
+        r->hooks->on_epoch(r->hooks->ctx, &em);
+    if (r->o->checkpoint_path && (ep + 1 == r->epochs || (r->every > 0 && (ep + 1) % r->every == 0)) &&
+        save_checkpoint(r, ep + 1, em.step, err))
+        return -1;
+    return 1;
+}
+
+/* A batch the ps handed out (epoch bep, batch bi): computed against fresh
+ * variables, its gradients pushed. *cur_epoch: the epoch the batcher is at. */
+static int compute_batch(ps_run *r, long bep, long bi, long *cur_epoch, double *ep_examples, char err[ERR_MAX])
+{
+    if (bep != *cur_epoch) {
+        batcher_reset(&r->b, bep);
+        *cur_epoch = bep;
+    }
+    int n = batcher_copy_range(&r->b, bi * r->part, r->part, r->xb, r->yb);
+    if (pull(&r->c, r->m, err))
+        return -1;
+    model_set_iterations(r->m, bep * r->n_batches + bi); /* dropout keys: one step per batch */
+    step_stats st;
+    float loss = model_forward_backward_micro(r->m, r->xb, r->yb, n, 0, r->micro, r->global_batch, &st);
+    if (push(&r->c, r->m, bep, bi, &st, &r->it, err))
+        return -1;
+    r->my_steps++;
+    *ep_examples += n;
+    if (r->hooks && r->hooks->on_step) {
+        train_step_info si = {.step = r->it, .epoch = (int)bep, .loss = loss * (float)r->workers, .n = n};
+        r->hooks->on_step(r->hooks->ctx, &si);
+    }
+    return 0;
+}
+
+/* One epoch (the chief's ep; a worker follows whatever the ps hands out):
+ * 1 when the ps said the training ended, 0 to go on, -1 on failure;
+ * res->stopped when the stop flag was seen. */
+static int run_epoch(ps_run *r, long ep, char err[ERR_MAX])
+{
+    ps_hdr rh;
+    if (r->chief && call(&r->c, 0, OP_START, ep, r->n_batches, NULL, 0, NULL, 0, &rh, NULL, 0, err))
+        return -1;
+    long cur_epoch = r->chief ? ep : -1;
+    double t0 = mono_s(), ep_examples = 0;
+    int ended = 0;
+    for (;;) {
+        if (stopped(r->hooks)) {
+            r->res->stopped = 1;
+            break;
+        }
+        if (call(&r->c, 0, OP_NEXT, r->o->worker, 0, NULL, 0, NULL, 0, &rh, NULL, 0, err))
+            return -1;
+        if (rh.op == OP_END) {
+            ended = 1;
+            break;
+        }
+        if (rh.op == OP_WAIT) {
+            if (r->chief) {
+                int closed = chief_close_epoch(r, ep, t0, err);
+                if (closed < 0)
+                    return -1;
+                if (closed)
+                    break;
+            }
+            sleep_ms(2);
+            continue;
+        }
+        /* OP_BATCH: compute (epoch rh.a, batch rh.b) */
+        if (compute_batch(r, (long)rh.a, (long)rh.b, &cur_epoch, &ep_examples, err))
+            return -1;
+    }
+    if (!r->chief) {
+        r->train_time += mono_s() - t0;
+        r->train_examples += (long)ep_examples;
+    }
+    return ended;
+}
+
+/* The stop flag: the chief saves the variables as the ps hold them (the
+ * epoch starts over on resume). */
+static int run_stopped(ps_run *r, long ep, char err[ERR_MAX])
+{
+    if (r->chief && r->o->checkpoint_path) {
+        if (pull_state(&r->c, r->m, err))
+            return -1;
+        if (save_checkpoint(r, ep, model_iterations(r->m), err))
+            return -1;
+    }
+    r->res->steps = r->chief ? model_iterations(r->m) : r->my_steps;
+    return 0;
+}
+
+/* The end: the chief finishes every ps and evaluates the test split. */
+static int run_finish(ps_run *r, char err[ERR_MAX])
+{
+    train_result *res = r->res;
+    if (r->chief) {
+        ps_hdr rh;
+        for (int p = 0; p < r->c.n; p++)
+            if (call(&r->c, p, OP_FINISH, 0, 0, NULL, 0, NULL, 0, &rh, NULL, 0, err))
+                return -1;
+        const dataset *test = &r->data->test;
+        if (test->n > 0 && !r->o->no_eval) {
+            res->has_test = 1;
+            model_evaluate(r->m, test->x, test->y, test->n, &res->test_loss, &res->test_accuracy);
+        }
+    } else {
+        res->steps = r->my_steps;
+    }
+    res->train_seconds = r->train_time;
+    res->samples_per_sec = r->train_time > 0 ? (double)r->train_examples / r->train_time : 0.0;
+    return 0;
+}
+
+int ps_train(const jobspec *spec, const dataset_splits *data, const train_options *o, const train_hooks *hooks,
+             train_result *res, char err[ERR_MAX])
+{
+    memset(res, 0, sizeof *res);
+    err[0] = 0;
+    ps_run r;
+    memset(&r, 0, sizeof r);
+    r.spec = spec;
+    r.data = data;
+    r.o = o;
+    r.hooks = hooks;
+    r.res = res;
+    int ret = -1;
+    if (run_setup(&r, err) || run_connect(&r, err))
+        goto out;
+    for (long ep = r.start_epoch; r.chief ? ep < r.epochs : 1; ep++) {
+        int ended = run_epoch(&r, ep, err);
+        if (ended < 0)
             goto out;
-        long cur_epoch = chief ? ep : -1;
-        double t0 = mono_s(), ep_examples = 0;
-        int ended = 0;
-        for (;;) {
-            if (stopped(hooks)) {
-                res->stopped = 1;
-                break;
-            }
-            if (call(&c, 0, OP_NEXT, o->worker, 0, NULL, 0, NULL, 0, &rh, NULL, 0, err))
-                goto out;
-            if (rh.op == OP_END) {
-                ended = 1;
-                break;
-            }
-            if (rh.op == OP_WAIT) {
-                if (chief) {
-                    double st[3];
-                    if (call(&c, 0, OP_EPOCH, 0, 0, NULL, 0, NULL, 0, &rh, st, sizeof st, err))
-                        goto out;
-                    if (rh.a == ep && rh.b) {
-                        train_epoch_metrics em;
-                        memset(&em, 0, sizeof em);
-                        em.epoch = (int)ep + 1;
-                        em.epochs = epochs;
-                        em.loss = st[2] > 0 ? st[0] / st[2] : 0.0;
-                        em.accuracy = st[2] > 0 ? st[1] / st[2] : 0.0;
-                        em.seconds = mono_s() - t0;
-                        em.samples_per_sec = em.seconds > 0 ? st[2] / em.seconds : 0.0;
-                        train_time += em.seconds;
-                        train_examples += (long)st[2];
-                        if (pull_state(&c, m, err))
-                            goto out;
-                        em.step = model_iterations(m);
-                        if (data->val.n > 0 && !o->no_eval) {
-                            em.has_val = 1;
-                            model_evaluate(m, data->val.x, data->val.y, data->val.n, &em.val_loss,
-                                           &em.val_accuracy);
-                        }
-                        res->epochs_done = (int)ep + 1;
-                        res->steps = em.step;
-                        res->loss = em.loss;
-                        res->accuracy = em.accuracy;
-                        res->has_val = em.has_val;
-                        res->val_loss = em.val_loss;
-                        res->val_accuracy = em.val_accuracy;
-                        if (hooks && hooks->on_epoch)
-                            hooks->on_epoch(hooks->ctx, &em);
-                        if (o->checkpoint_path && (ep + 1 == epochs || (every > 0 && (ep + 1) % every == 0))) {
-                            meta.epoch = ep + 1;
-                            meta.step = em.step;
-                            if (checkpoint_save(o->checkpoint_path, m, &meta, err))
-                                goto out;
-                            if (hooks && hooks->on_checkpoint)
-                                hooks->on_checkpoint(hooks->ctx, o->checkpoint_path, &meta);
-                        }
-                        break;
-                    }
-                }
-                sleep_ms(2);
-                continue;
-            }
-            /* OP_BATCH: compute (epoch rh.a, batch rh.b) against fresh variables */
-            long bep = (long)rh.a, bi = (long)rh.b;
-            if (bep != cur_epoch) {
-                batcher_reset(&b, bep);
-                cur_epoch = bep;
-            }
-            int n = batcher_copy_range(&b, bi * part, part, xb, yb);
-            if (pull(&c, m, err))
-                goto out;
-            model_set_iterations(m, bep * n_batches + bi); /* dropout keys: one step per batch */
-            step_stats st;
-            float loss = model_forward_backward_micro(m, xb, yb, n, 0, micro, global_batch, &st);
-            if (push(&c, m, bep, bi, &st, &it, err))
-                goto out;
-            my_steps++;
-            ep_examples += n;
-            if (hooks && hooks->on_step) {
-                train_step_info si = {.step = it, .epoch = (int)bep, .loss = loss * (float)workers, .n = n};
-                hooks->on_step(hooks->ctx, &si);
-            }
-        }
-        if (!chief) {
-            train_time += mono_s() - t0;
-            train_examples += (long)ep_examples;
-        }
         if (res->stopped) {
-            if (chief && o->checkpoint_path) {
-                /* the variables as the ps hold them; the epoch starts over on resume */
-                if (pull_state(&c, m, err))
-                    goto out;
-                meta.epoch = ep;
-                meta.step = model_iterations(m);
-                if (checkpoint_save(o->checkpoint_path, m, &meta, err))
-                    goto out;
-                if (hooks && hooks->on_checkpoint)
-                    hooks->on_checkpoint(hooks->ctx, o->checkpoint_path, &meta);
-            }
-            res->steps = chief ? model_iterations(m) : my_steps;
-            ret = 0;
+            ret = run_stopped(&r, ep, err);
             goto out;
         }
         if (ended)
             break;
     }
-    if (chief) {
-        for (int p = 0; p < c.n; p++)
-            if (call(&c, p, OP_FINISH, 0, 0, NULL, 0, NULL, 0, &rh, NULL, 0, err))
-                goto out;
-        if (data->test.n > 0 && !o->no_eval) {
-            res->has_test = 1;
-            model_evaluate(m, data->test.x, data->test.y, data->test.n, &res->test_loss, &res->test_accuracy);
-        }
-    } else {
-        res->steps = my_steps;
-    }
-    res->train_seconds = train_time;
-    res->samples_per_sec = train_time > 0 ? (double)train_examples / train_time : 0.0;
-    ret = 0;
+    ret = run_finish(&r, err);
 out:
-    if (have_client)
-        client_close(&c);
-    free(init);
-    free(xb);
-    free(yb);
-    batcher_release(&b);
-    model_free(m);
+    if (r.have_client)
+        client_close(&r.c);
+    free(r.xb);
+    free(r.yb);
+    if (r.have_batcher)
+        batcher_release(&r.b);
+    model_free(r.m);
     return ret;
 }
