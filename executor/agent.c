@@ -11,13 +11,13 @@
 #include "proc.h"
 #include "../client/client.h"
 #include "../spec/jobspec.h"
+#include "../common/flags.h"
 #include "../common/util.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1502,196 +1502,128 @@ static int url_is_loopback(const char *url) {
     return strncmp(h, "127.", 4) == 0 || strncmp(h, "localhost", 9) == 0 || strncmp(h, "[::1]", 5) == 0;
 }
 
-int agent_parse_flags(agent_options *o, int argc, char **argv) {
-    static const struct option longopts[] = {
-        {"server", required_argument, NULL, 's'},   {"token", required_argument, NULL, 't'},
-        {"ca-cert", required_argument, NULL, 'A'},  {"ca-hash", required_argument, NULL, 'X'},
-        {"token-file", required_argument, NULL, 'T'}, {"cpu-slots", required_argument, NULL, 'c'},
-        {"data-root", required_argument, NULL, 'r'}, {"hostname", required_argument, NULL, 'n'},
-        {"address", required_argument, NULL, 'a'},  {"heartbeat", required_argument, NULL, 'b'},
-        {"poll-wait", required_argument, NULL, 'w'}, {"state-file", required_argument, NULL, 'S'},
-        {"worker-nice", required_argument, NULL, 'N'},
-        {"worker-sched", required_argument, NULL, 'I'}, {"help", no_argument, NULL, 'h'},
-        {"isolation", required_argument, NULL, 'Z'}, {"task-uids", required_argument, NULL, 'U'},
-        {"task-dir", required_argument, NULL, 'D'}, {"task-pids-max", required_argument, NULL, 'P'},
-        {"memory", required_argument, NULL, 'M'},
-        {"podman", required_argument, NULL, 'O'}, {"podman-runtime", required_argument, NULL, 'R'},
-        {"cache-dir", required_argument, NULL, 'C'}, {"cache-max-mb", required_argument, NULL, 'K'},
-        {"log-level", required_argument, NULL, 'L'}, {"log-format", required_argument, NULL, 'F'},
-        {NULL, 0, NULL, 0},
-    };
-    int c;
-    long v;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case 's':
-            if (sfmt(o->server, sizeof o->server, "%s", optarg) < 0) return -1;
-            break;
-        case 't':
-            if (sfmt(o->token, sizeof o->token, "%s", optarg) < 0) return -1;
-            break;
-        case 'A': {
-            char err[600];
-            if (client_trust_ca_file(optarg, "--ca-cert", err, sizeof err) < 0) {
-                fprintf(stderr, "trainyard agent: %s\n", err);
-                return -1;
-            }
-            break;
-        }
-        case 'X':
-            if (sfmt(o->ca_hash, sizeof o->ca_hash, "%s", optarg) < 0) {
-                fprintf(stderr, "trainyard agent: --ca-hash wants sha256: and 64 hex digits\n");
-                return -1;
-            }
-            break;
-        case 'T':
-            if (read_token_file(optarg, o->token, sizeof o->token) < 0) return -1;
-            break;
-        case 'c':
-            if (parse_long(optarg, 0, 100000, &v) < 0) {
-                fprintf(stderr, "trainyard agent: --cpu-slots wants a number (0-100000)\n");
-                return -1;
-            }
-            o->cpu_slots = (int)v;
-            break;
-        case 'r':
-            if (sfmt(o->data_root, sizeof o->data_root, "%s", optarg) < 0) return -1;
-            break;
-        case 'n':
-            if (sfmt(o->hostname, sizeof o->hostname, "%s", optarg) < 0) return -1;
-            break;
-        case 'a':
-            if (sfmt(o->address, sizeof o->address, "%s", optarg) < 0) return -1;
-            break;
-        case 'b':
-            if (parse_long(optarg, 1, 3600, &v) < 0) return -1;
-            o->heartbeat_s = (int)v;
-            break;
-        case 'w':
-            if (parse_long(optarg, 1, 60, &v) < 0) return -1;
-            o->poll_wait_s = (int)v;
-            break;
-        case 'S':
-            if (sfmt(o->state_file, sizeof o->state_file, "%s", optarg) < 0) return -1;
-            break;
-        case 'N':
-            if (parse_long(optarg, 0, 19, &v) < 0) {
-                fprintf(stderr, "trainyard agent: --worker-nice wants a number (0-19)\n");
-                return -1;
-            }
-            o->worker_nice = (int)v;
-            break;
-        case 'I':
-            if (strcmp(optarg, "idle") == 0) {
-                o->worker_idle = 1;
-            } else if (strcmp(optarg, "normal") == 0) {
-                o->worker_idle = 0;
-            } else {
-                fprintf(stderr, "trainyard agent: --worker-sched wants normal or idle; got '%s'\n", optarg);
-                return -1;
-            }
-            break;
-        case 'Z':
-            if (strcmp(optarg, "auto") == 0) o->iso.mode = ISO_AUTO;
-            else if (strcmp(optarg, "user") == 0) o->iso.mode = ISO_USER;
-            else if (strcmp(optarg, "none") == 0) o->iso.mode = ISO_NONE;
-            else {
-                fprintf(stderr, "trainyard agent: --isolation wants auto, user or none; got '%s'\n", optarg);
-                return -1;
-            }
-            break;
-        case 'U': {
-            long lo = 0, hi = 0;
-            char *dash = strchr(optarg, '-');
-            char first[32];
-            if (!dash || (size_t)(dash - optarg) >= sizeof first) {
-                fprintf(stderr, "trainyard agent: --task-uids wants FIRST-LAST, e.g. 200000-299999\n");
-                return -1;
-            }
-            memcpy(first, optarg, (size_t)(dash - optarg));
-            first[dash - optarg] = '\0';
-            if (parse_long(first, 1, 4294967294L, &lo) < 0 || parse_long(dash + 1, 1, 4294967294L, &hi) < 0 ||
-                hi < lo) {
-                fprintf(stderr, "trainyard agent: --task-uids wants FIRST-LAST with 0 < FIRST <= LAST; got '%s'\n",
-                        optarg);
-                return -1;
-            }
-            o->iso.uid_first = (unsigned)lo;
-            o->iso.uid_last = (unsigned)hi;
-            break;
-        }
-        case 'O':
-            if (sfmt(o->podman, sizeof o->podman, "%s", optarg) < 0) return -1;
-            break;
-        case 'R':
-            if (sfmt(o->podman_runtime, sizeof o->podman_runtime, "%s", optarg) < 0 || optarg[0] == '-') {
-                fprintf(stderr, "trainyard agent: --podman-runtime wants a runtime's name (runc, crun)\n");
-                return -1;
-            }
-            break;
-        case 'K':
-            if (parse_long(optarg, 1, 1L << 24, &v) < 0) {
-                fprintf(stderr, "trainyard agent: --cache-max-mb wants a number of MiB (1-16777216)\n");
-                return -1;
-            }
-            o->cache_max_mb = v;
-            break;
-        case 'C':
-            if (optarg[0] != '/' || sfmt(o->cache_dir, sizeof o->cache_dir, "%s", optarg) < 0) {
-                fprintf(stderr, "trainyard agent: --cache-dir wants an absolute path\n");
-                return -1;
-            }
-            break;
-        case 'D':
-            if (optarg[0] != '/' || sfmt(o->iso.task_root, sizeof o->iso.task_root, "%s", optarg) < 0) {
-                fprintf(stderr, "trainyard agent: --task-dir wants an absolute path\n");
-                return -1;
-            }
-            break;
-        case 'P':
-            if (parse_long(optarg, 0, 4194304, &v) < 0) {
-                fprintf(stderr, "trainyard agent: --task-pids-max wants a number (0-4194304)\n");
-                return -1;
-            }
-            o->iso.pids_max = (int)v;
-            break;
-        case 'M': {
-            int64_t mb = 0;
-            spec_error se;
-            if (jobspec_size_text(optarg, &JOBSPEC_SIZE_MEMORY, &mb, &se) < 0) {
-                fprintf(stderr, "trainyard agent: --memory: %s\n", se.message);
-                return -1;
-            }
-            o->iso.memory_mb = mb;
-            break;
-        }
-        case 'L': {
-            log_level l;
-            if (log_level_parse(optarg, &l) < 0) {
-                fprintf(stderr, "trainyard agent: --log-level wants debug, info, warn or error; got '%s'\n", optarg);
-                return -1;
-            }
-            log_set_level(l);
-            break;
-        }
-        case 'F': {
-            log_format f;
-            if (log_format_parse(optarg, &f) < 0) {
-                fprintf(stderr, "trainyard agent: --log-format wants text or json; got '%s'\n", optarg);
-                return -1;
-            }
-            log_set_format(f);
-            break;
-        }
-        case 'h': agent_usage(stdout); return 1;
-        default: agent_usage(stderr); return -1;
-        }
+/* ---------------------------------------------------------------- flags
+ *
+ * The agent's flags, one row each (common/flags.h); the parsers below are
+ * for the flags a kind does not say: 0, -1 (the row's "wants" is said) or
+ * -2 (they said why themselves). */
+
+static int flag_ca_cert(void *opts, const char *arg)
+{
+    (void)opts;
+    char err[600];
+    if (client_trust_ca_file(arg, "--ca-cert", err, sizeof err) < 0) {
+        fprintf(stderr, "trainyard agent: %s\n", err);
+        return -2;
     }
-    if (optind < argc) {
-        fprintf(stderr, "trainyard agent: unexpected argument '%s'\n", argv[optind]);
+    return 0;
+}
+
+static int flag_token_file(void *opts, const char *arg)
+{
+    agent_options *o = opts;
+    return read_token_file(arg, o->token, sizeof o->token) < 0 ? -2 : 0;
+}
+
+/* FIRST-LAST, 0 < FIRST <= LAST */
+static int flag_task_uids(void *opts, const char *arg)
+{
+    agent_options *o = opts;
+    long lo = 0, hi = 0;
+    const char *dash = strchr(arg, '-');
+    char first[32];
+    if (!dash || (size_t)(dash - arg) >= sizeof first) return -1;
+    memcpy(first, arg, (size_t)(dash - arg));
+    first[dash - arg] = '\0';
+    if (parse_long(first, 1, 4294967294L, &lo) < 0 || parse_long(dash + 1, 1, 4294967294L, &hi) < 0 || hi < lo)
         return -1;
+    o->iso.uid_first = (unsigned)lo;
+    o->iso.uid_last = (unsigned)hi;
+    return 0;
+}
+
+static int flag_podman_runtime(void *opts, const char *arg)
+{
+    agent_options *o = opts;
+    return arg[0] == '-' || sfmt(o->podman_runtime, sizeof o->podman_runtime, "%s", arg) < 0 ? -1 : 0;
+}
+
+static int flag_cache_max_mb(void *opts, const char *arg)
+{
+    long v = 0;
+    if (parse_long(arg, 1, 1L << 24, &v) < 0) return -1;
+    ((agent_options *)opts)->cache_max_mb = v;
+    return 0;
+}
+
+static int flag_memory(void *opts, const char *arg)
+{
+    int64_t mb = 0;
+    spec_error se;
+    if (jobspec_size_text(arg, &JOBSPEC_SIZE_MEMORY, &mb, &se) < 0) {
+        fprintf(stderr, "trainyard agent: --memory: %s\n", se.message);
+        return -2;
     }
+    ((agent_options *)opts)->iso.memory_mb = mb;
+    return 0;
+}
+
+/* the agent's log settings take effect at once (its own log lines) */
+static int flag_log_level(void *opts, const char *arg)
+{
+    (void)opts;
+    log_level l;
+    if (log_level_parse(arg, &l) < 0) return -1;
+    log_set_level(l);
+    return 0;
+}
+
+static int flag_log_format(void *opts, const char *arg)
+{
+    (void)opts;
+    log_format f;
+    if (log_format_parse(arg, &f) < 0) return -1;
+    log_set_format(f);
+    return 0;
+}
+
+static const char *const WORKER_SCHED[] = {"normal", "idle", NULL}; /* the index is worker_idle */
+static const char *const ISOLATION[] = {"auto", "none", "user", NULL}; /* ISO_AUTO, ISO_NONE, ISO_USER */
+
+#define AO agent_options
+static const flag_def AGENT_FLAGS[] = {
+    FLAG_TEXT_AT("server", AO, server, "the server's URL (under 512 bytes)"),
+    FLAG_TEXT_AT("token", AO, token, "the node token (under 256 bytes)"),
+    FLAG_FUNC_AT("ca-cert", flag_ca_cert, "a PEM file of CA certificates"),
+    FLAG_TEXT_AT("ca-hash", AO, ca_hash, "sha256: and 64 hex digits"),
+    FLAG_FUNC_AT("token-file", flag_token_file, "a file holding the node token"),
+    FLAG_INT_AT("cpu-slots", AO, cpu_slots, 0, 100000, "a number (0-100000; 0: the online cores)"),
+    FLAG_TEXT_AT("data-root", AO, data_root, "a directory (a shorter path)"),
+    FLAG_TEXT_AT("hostname", AO, hostname, "a name (under 256 bytes)"),
+    FLAG_TEXT_AT("address", AO, address, "an address (under 256 bytes)"),
+    FLAG_INT_AT("heartbeat", AO, heartbeat_s, 1, 3600, "seconds (1-3600)"),
+    FLAG_INT_AT("poll-wait", AO, poll_wait_s, 1, 60, "seconds (1-60)"),
+    FLAG_TEXT_AT("state-file", AO, state_file, "a file (a shorter path)"),
+    FLAG_INT_AT("worker-nice", AO, worker_nice, 0, 19, "a number (0-19)"),
+    FLAG_CHOICE_AT("worker-sched", AO, worker_idle, WORKER_SCHED, "normal or idle"),
+    FLAG_CHOICE_AT("isolation", AO, iso.mode, ISOLATION, "auto, user or none"),
+    FLAG_FUNC_AT("task-uids", flag_task_uids, "FIRST-LAST with 0 < FIRST <= LAST, e.g. 200000-299999"),
+    FLAG_PATH_AT("task-dir", AO, iso.task_root, "an absolute path"),
+    FLAG_INT_AT("task-pids-max", AO, iso.pids_max, 0, 4194304, "a number (0-4194304)"),
+    FLAG_FUNC_AT("memory", flag_memory, "a size"),
+    FLAG_TEXT_AT("podman", AO, podman, "a program (a shorter path), or none"),
+    FLAG_FUNC_AT("podman-runtime", flag_podman_runtime, "a runtime's name (runc, crun)"),
+    FLAG_PATH_AT("cache-dir", AO, cache_dir, "an absolute path"),
+    FLAG_FUNC_AT("cache-max-mb", flag_cache_max_mb, "a number of MiB (1-16777216)"),
+    FLAG_FUNC_AT("log-level", flag_log_level, "debug, info, warn or error"),
+    FLAG_FUNC_AT("log-format", flag_log_format, "text or json"),
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+};
+#undef AO
+
+int agent_parse_flags(agent_options *o, int argc, char **argv) {
+    int rc = flags_parse(AGENT_FLAGS, o, argc, argv, "trainyard agent", agent_usage);
+    if (rc != 0) return rc;
     if (!o->token[0]) {
         fprintf(stderr, "trainyard agent: no token: pass --token or --token-file (the server's DATA/node.token)\n");
         return -1;

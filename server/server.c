@@ -4,6 +4,7 @@
 #include "http.h"
 #include "../common/size.h"
 #include "../common/tls.h"
+#include "../common/flags.h"
 #include "../common/util.h"
 #include "../storage/cluster.h"
 #include "../storage/quota.h"
@@ -11,7 +12,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -672,221 +672,132 @@ int server_parse_retention(const char *s, int64_t *ms) {
 
 /* Parses the server's flags; unknown flags are an error. Returns 0, 1 for
  * --help, -1 on a bad flag. */
+/* ---------------------------------------------------------------- flags
+ *
+ * The server's flags, one row each (common/flags.h); the parsers below are
+ * for the flags a kind does not say. A parser returns 0 or -1 (the row's
+ * "wants" is said). */
+
+static int flag_listen(void *opts, const char *arg) { return server_parse_listen(opts, arg); }
+
+static int flag_tls(void *opts, const char *arg)
+{
+    if (strcmp(arg, "auto") != 0) return -1;
+    ((server_options *)opts)->tls_auto = 1;
+    return 0;
+}
+
+static int flag_log_level(void *opts, const char *arg)
+{
+    log_level l;
+    if (log_level_parse(arg, &l) < 0) return -1;
+    ((server_options *)opts)->log_level = (int)l;
+    return 0;
+}
+
+static int flag_log_format(void *opts, const char *arg)
+{
+    log_format f;
+    if (log_format_parse(arg, &f) < 0) return -1;
+    ((server_options *)opts)->log_format = (int)f;
+    return 0;
+}
+
+static int flag_public_url(void *opts, const char *arg)
+{
+    server_options *o = opts;
+    size_t n = strlen(arg);
+    while (n && arg[n - 1] == '/') n--; /* workers append /api/v1/... */
+    size_t sch = strncmp(arg, "http://", 7) == 0 ? 7 : strncmp(arg, "https://", 8) == 0 ? 8 : 0;
+    if (!sch || n <= sch || n >= sizeof o->public_url || strcspn(arg, " \t\r\n?#") < n) return -1;
+    snprintf(o->public_url, sizeof o->public_url, "%.*s", (int)n, arg);
+    return 0;
+}
+
+/* a size (2GiB) or a share of the file system (5%) */
+static int flag_disk_reserve(void *opts, const char *arg)
+{
+    server_options *o = opts;
+    size_t n = strlen(arg);
+    if (n > 1 && arg[n - 1] == '%') {
+        char num[16] = "";
+        long v = 0;
+        if (n - 1 < sizeof num) snprintf(num, sizeof num, "%.*s", (int)(n - 1), arg);
+        if (!num[0] || parse_long(num, 0, 90, &v) < 0) return -1;
+        o->disk_reserve_pct = (int)v;
+        o->disk_reserve_bytes = 0;
+        return 0;
+    }
+    int64_t b = 0;
+    if (size_parse(arg, 0, SERVER_SIZE_FLAG_MAX, &b, NULL) != SIZE_OK) return -1;
+    o->disk_reserve_bytes = b;
+    o->disk_reserve_pct = 0;
+    return 0;
+}
+
+/* a size of 1MiB to 1PiB, kept in whole MiB rounded up (as logs.max_size is) */
+static int log_size_mb(const char *arg, int64_t *mb)
+{
+    int64_t b = 0;
+    if (size_parse(arg, 1LL << 20, SERVER_SIZE_FLAG_MAX, &b, NULL) != SIZE_OK) return -1;
+    *mb = (b + (1LL << 20) - 1) >> 20;
+    return 0;
+}
+
+static int flag_log_max_default(void *opts, const char *arg)
+{
+    return log_size_mb(arg, &((server_options *)opts)->log_max_per_job_default_mb);
+}
+
+static int flag_log_max(void *opts, const char *arg)
+{
+    return log_size_mb(arg, &((server_options *)opts)->log_max_per_job_mb);
+}
+
+static int flag_log_retention(void *opts, const char *arg)
+{
+    return server_parse_retention(arg, &((server_options *)opts)->log_retention_ms);
+}
+
+static const char *const DURABILITY[] = {"normal", "full", NULL}; /* the index is durability_full */
+
+#define SO server_options
+static const flag_def SERVER_FLAGS[] = {
+    FLAG_FUNC_AT("listen", flag_listen, "ADDR:PORT"),
+    FLAG_TEXT_AT("data", SO, data_dir, "a directory (a shorter path)"),
+    FLAG_CHOICE_AT("durability", SO, durability_full, DURABILITY, "full or normal"),
+    FLAG_INT_AT("heartbeat-timeout", SO, heartbeat_timeout_s, 1, 86400, "seconds (1-86400)"),
+    FLAG_INT_AT("resize-interval", SO, resize_interval_s, 0, 86400, "seconds (0-86400)"),
+    FLAG_SWITCH_AT("quiet", SO, quiet),
+    FLAG_FUNC_AT("log-level", flag_log_level, "debug, info, warn or error"),
+    FLAG_FUNC_AT("log-format", flag_log_format, "text or json"),
+    FLAG_TEXT_AT("access-log", SO, access_log, "a file (a shorter path), or none"),
+    FLAG_FUNC_AT("public-url", flag_public_url, "http[s]://HOST[:PORT] (under 128 bytes)"),
+    FLAG_FUNC_AT("tls", flag_tls, "auto (or give --tls-cert and --tls-key)"),
+    FLAG_TEXT_AT("tls-cert", SO, tls_cert, "a PEM file (a shorter path)"),
+    FLAG_TEXT_AT("tls-key", SO, tls_key, "a PEM file (a shorter path)"),
+    FLAG_SWITCH_AT("insecure-http", SO, insecure_http),
+    FLAG_INT_AT("auth-fail-limit", SO, auth_fail_limit, 0, 1000000,
+                "failures a minute (0-1000000; 0: no limit)"),
+    FLAG_LONG_AT("db-resident-mb", SO, db_resident_mb, 0, 1L << 30, "MiB (0: off)"),
+    /* a context's body is held in memory while it is checked */
+    FLAG_LONG_AT("context-max-mb", SO, context_max_mb, 1, 4096, "MiB (1-4096)"),
+    FLAG_LONG_AT("context-max-files", SO, context_max_files, 1, 1L << 30, "a number of entries (1-1073741824)"),
+    FLAG_LONG_AT("context-max-unpacked-mb", SO, context_max_unpacked_mb, 1, 1L << 24, "MiB (1-16777216)"),
+    FLAG_LONG_AT("context-quota-mb", SO, context_quota_mb, 1, 1L << 30, "MiB (1-1073741824)"),
+    FLAG_LONG_AT("context-grace-s", SO, context_grace_s, 1, 10L * 365 * 86400, "seconds (1-315360000)"),
+    FLAG_FUNC_AT("disk-reserve", flag_disk_reserve, "a size of 0B to 1PiB (2GiB) or a percentage (0%-90%)"),
+    FLAG_FUNC_AT("log-max-per-job-default", flag_log_max_default, "a size of 1MiB to 1PiB (such as 1GiB)"),
+    FLAG_FUNC_AT("log-max-per-job", flag_log_max, "a size of 1MiB to 1PiB (such as 1GiB)"),
+    FLAG_FUNC_AT("log-retention-days", flag_log_retention,
+                 "days (30, 0.5; 0: keep forever) or a duration (90s, 30m, 12h, 7d) up to 100 years"),
+    {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
+};
+#undef SO
+
 int server_parse_flags(server_options *o, int argc, char **argv) {
-    static const struct option longopts[] = {
-        {"listen", required_argument, NULL, 'l'},
-        {"data", required_argument, NULL, 'd'},
-        {"durability", required_argument, NULL, 'D'},
-        {"heartbeat-timeout", required_argument, NULL, 'H'},
-        {"resize-interval", required_argument, NULL, 'R'},
-        {"quiet", no_argument, NULL, 'q'},
-        {"log-level", required_argument, NULL, 'L'},
-        {"log-format", required_argument, NULL, 'F'},
-        {"access-log", required_argument, NULL, 'A'},
-        {"public-url", required_argument, NULL, 'u'},
-        {"tls", required_argument, NULL, 'T'},
-        {"tls-cert", required_argument, NULL, 'C'},
-        {"tls-key", required_argument, NULL, 'K'},
-        {"insecure-http", no_argument, NULL, 'I'},
-        {"auth-fail-limit", required_argument, NULL, 'a'},
-        {"db-resident-mb", required_argument, NULL, 'm'},
-        {"context-max-mb", required_argument, NULL, 1000},
-        {"context-max-files", required_argument, NULL, 1001},
-        {"context-max-unpacked-mb", required_argument, NULL, 1002},
-        {"context-quota-mb", required_argument, NULL, 1003},
-        {"context-grace-s", required_argument, NULL, 1004},
-        {"disk-reserve", required_argument, NULL, 1005},
-        {"log-max-per-job-default", required_argument, NULL, 1006},
-        {"log-max-per-job", required_argument, NULL, 1007},
-        {"log-retention-days", required_argument, NULL, 1100},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
-    int c;
-    long v;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'l':
-            if (server_parse_listen(o, optarg) < 0) {
-                fprintf(stderr, "trainyard: --listen wants ADDR:PORT, got '%s'\n", optarg);
-                return -1;
-            }
-            break;
-        case 'd':
-            if (sfmt(o->data_dir, sizeof o->data_dir, "%s", optarg) < 0) return -1;
-            break;
-        case 'D':
-            if (strcmp(optarg, "full") == 0) o->durability_full = 1;
-            else if (strcmp(optarg, "normal") == 0) o->durability_full = 0;
-            else {
-                fprintf(stderr, "trainyard: --durability wants full or normal\n");
-                return -1;
-            }
-            break;
-        case 'H':
-            if (parse_long(optarg, 1, 86400, &v) < 0) {
-                fprintf(stderr, "trainyard: --heartbeat-timeout wants seconds (1-86400)\n");
-                return -1;
-            }
-            o->heartbeat_timeout_s = (int)v;
-            break;
-        case 'R':
-            if (parse_long(optarg, 0, 86400, &v) < 0) {
-                fprintf(stderr, "trainyard: --resize-interval wants seconds (0-86400)\n");
-                return -1;
-            }
-            o->resize_interval_s = (int)v;
-            break;
-        case 'q': o->quiet = 1; break;
-        case 'L': {
-            log_level l;
-            if (log_level_parse(optarg, &l) < 0) {
-                fprintf(stderr, "trainyard: --log-level wants debug, info, warn or error; got '%s'\n", optarg);
-                return -1;
-            }
-            o->log_level = (int)l;
-            break;
-        }
-        case 'F': {
-            log_format f;
-            if (log_format_parse(optarg, &f) < 0) {
-                fprintf(stderr, "trainyard: --log-format wants text or json; got '%s'\n", optarg);
-                return -1;
-            }
-            o->log_format = (int)f;
-            break;
-        }
-        case 'A':
-            if (sfmt(o->access_log, sizeof o->access_log, "%s", optarg) < 0) return -1;
-            break;
-        case 'u': {
-            size_t n = strlen(optarg);
-            while (n && optarg[n - 1] == '/') n--; /* workers append /api/v1/... */
-            size_t sch = strncmp(optarg, "http://", 7) == 0 ? 7 : strncmp(optarg, "https://", 8) == 0 ? 8 : 0;
-            if (!sch || n <= sch || n >= sizeof o->public_url || strcspn(optarg, " \t\r\n?#") < n) {
-                fprintf(stderr, "trainyard: --public-url wants http[s]://HOST[:PORT] (under %zu bytes), got '%s'\n",
-                        sizeof o->public_url, optarg);
-                return -1;
-            }
-            snprintf(o->public_url, sizeof o->public_url, "%.*s", (int)n, optarg);
-            break;
-        }
-        case 'T':
-            if (strcmp(optarg, "auto") != 0) {
-                fprintf(stderr, "trainyard: --tls wants auto (or give --tls-cert and --tls-key), got '%s'\n", optarg);
-                return -1;
-            }
-            o->tls_auto = 1;
-            break;
-        case 'C':
-            if (sfmt(o->tls_cert, sizeof o->tls_cert, "%s", optarg) < 0) return -1;
-            break;
-        case 'K':
-            if (sfmt(o->tls_key, sizeof o->tls_key, "%s", optarg) < 0) return -1;
-            break;
-        case 'I': o->insecure_http = 1; break;
-        case 'm':
-            if (parse_long(optarg, 0, 1L << 30, &v) < 0) {
-                fprintf(stderr, "trainyard: --db-resident-mb wants MiB (0: off)\n");
-                return -1;
-            }
-            o->db_resident_mb = v;
-            break;
-        case 'a':
-            if (parse_long(optarg, 0, 1000000, &v) < 0) {
-                fprintf(stderr, "trainyard: --auth-fail-limit wants failures a minute (0-1000000; 0: no limit)\n");
-                return -1;
-            }
-            o->auth_fail_limit = (int)v;
-            break;
-        case 1000:
-            if (parse_long(optarg, 1, 4096, &v) < 0) { /* a body is held in memory while it is checked */
-                fprintf(stderr, "trainyard: --context-max-mb wants MiB (1-4096)\n");
-                return -1;
-            }
-            o->context_max_mb = v;
-            break;
-        case 1001:
-            if (parse_long(optarg, 1, 1L << 30, &v) < 0) {
-                fprintf(stderr, "trainyard: --context-max-files wants a number of entries (1-%ld)\n", 1L << 30);
-                return -1;
-            }
-            o->context_max_files = v;
-            break;
-        case 1002:
-            if (parse_long(optarg, 1, 1L << 24, &v) < 0) {
-                fprintf(stderr, "trainyard: --context-max-unpacked-mb wants MiB (1-%ld)\n", 1L << 24);
-                return -1;
-            }
-            o->context_max_unpacked_mb = v;
-            break;
-        case 1003:
-            if (parse_long(optarg, 1, 1L << 30, &v) < 0) {
-                fprintf(stderr, "trainyard: --context-quota-mb wants MiB (1-%ld)\n", 1L << 30);
-                return -1;
-            }
-            o->context_quota_mb = v;
-            break;
-        case 1004:
-            if (parse_long(optarg, 1, 10L * 365 * 86400, &v) < 0) {
-                fprintf(stderr, "trainyard: --context-grace-s wants seconds (1-%ld)\n", 10L * 365 * 86400);
-                return -1;
-            }
-            o->context_grace_s = v;
-            break;
-        case 1005: {
-            size_t n = strlen(optarg);
-            int64_t b = 0;
-            if (n > 1 && optarg[n - 1] == '%') {
-                char num[16] = "";
-                if (n - 1 < sizeof num) snprintf(num, sizeof num, "%.*s", (int)(n - 1), optarg);
-                if (!num[0] || parse_long(num, 0, 90, &v) < 0) {
-                    fprintf(stderr, "trainyard: --disk-reserve wants a size (2GiB) or a percentage (0%%-90%%), got '%s'\n",
-                            optarg);
-                    return -1;
-                }
-                o->disk_reserve_pct = (int)v;
-                o->disk_reserve_bytes = 0;
-            } else if (size_parse(optarg, 0, SERVER_SIZE_FLAG_MAX, &b, NULL) == SIZE_OK) {
-                o->disk_reserve_bytes = b;
-                o->disk_reserve_pct = 0;
-            } else {
-                fprintf(stderr, "trainyard: --disk-reserve wants a size of 0B to 1PiB (2GiB) or a percentage (5%%), "
-                                "got '%s'\n", optarg);
-                return -1;
-            }
-            break;
-        }
-        case 1006:
-        case 1007: {
-            int64_t b = 0;
-            const char *name = c == 1006 ? "--log-max-per-job-default" : "--log-max-per-job";
-            if (size_parse(optarg, 1LL << 20, SERVER_SIZE_FLAG_MAX, &b, NULL) != SIZE_OK) {
-                fprintf(stderr, "trainyard: %s wants a size of 1MiB to 1PiB (such as 1GiB), got '%s'\n", name,
-                        optarg);
-                return -1;
-            }
-            b = (b + (1LL << 20) - 1) >> 20; /* whole MiB, rounded up as logs.max_size is */
-            if (c == 1006) o->log_max_per_job_default_mb = b;
-            else o->log_max_per_job_mb = b;
-            break;
-        }
-        case 1100:
-            if (server_parse_retention(optarg, &o->log_retention_ms) < 0) {
-                fprintf(stderr, "trainyard: --log-retention-days wants days (30, 0.5; 0: keep forever) or a "
-                                "duration (90s, 30m, 12h, 7d) up to 100 years, got '%s'\n", optarg);
-                return -1;
-            }
-            break;
-        case 'h': server_usage(stdout); return 1;
-        default: server_usage(stderr); return -1;
-        }
-    }
-    if (optind < argc) {
-        fprintf(stderr, "trainyard: unexpected argument '%s'\n", argv[optind]);
-        return -1;
-    }
+    int rc = flags_parse(SERVER_FLAGS, o, argc, argv, "trainyard", server_usage);
+    if (rc != 0) return rc;
     if (o->log_max_per_job_default_mb > o->log_max_per_job_mb) {
         fprintf(stderr, "trainyard: --log-max-per-job-default (%lld MiB) is more than --log-max-per-job (%lld MiB)\n",
                 (long long)o->log_max_per_job_default_mb, (long long)o->log_max_per_job_mb);
