@@ -54,6 +54,8 @@ esac
 # The Makefile does not track flags, so a BUILD dir holding a CUDA build gets
 # its CPU-only build in $BUILD/cpu rather than a mixed relink.
 CUDA=${CUDA:-0}
+# a smoke run takes the build as it is (its peak RSS is not a figure)
+[ "${SMOKE:-0}" = 1 ] && [ -d "$BUILD/obj/executor/cuda" ] && CUDA=1
 if [ "$CUDA" = 0 ] && [ -d "$BUILD/obj/executor/cuda" ]; then BUILD=$BUILD/cpu; fi
 echo "building $BUILD/trainyard (CUDA=$CUDA)"
 make --no-print-directory -s -j2 CUDA="$CUDA" BUILD="$BUILD" "$BUILD/trainyard"
