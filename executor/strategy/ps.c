@@ -22,7 +22,7 @@
 #include "../../common/util.h"
 #include "../data/dataset.h"
 #include "../nn/checkpoint.h"
-#include "../train_loop.h"
+#include "train_types.h"
 
 #define PS_MAGIC 0x53505954u    /* "TYPS" */
 #define PS_IO_TIMEOUT_MS 60000   /* a peer silent this long in the middle of a message */
