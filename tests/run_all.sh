@@ -28,6 +28,13 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export OPENBLAS_NUM_THREADS=1
 export CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-120}
 fail=0; passed=0; failed=0
+# the include graph: no circle of modules or folders, each room within CONTRIBUTING.md's table (tests/include_graph.py)
+if [ "${INCLUDE_GRAPH_TEST:-1}" != 0 ]; then
+  echo "== tests/include_graph.py"
+  start=$(date +%s)
+  if python3 tests/include_graph.py; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/include_graph.py"; fi
+  echo "   ($(( $(date +%s) - start ))s)"
+fi
 for t in "$build"/tests/check_*; do
   [ -x "$t" ] || continue
   echo "== $(basename "$t")"
