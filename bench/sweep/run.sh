@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # run.sh - ASHA against the full grid on Fashion-MNIST (docs/sweeps.md, "Speed:
-# ASHA against the full grid"): a grid of 12 trials (4 learning rates x 3
-# batch sizes of a small MLP), every trial training max_epochs epochs, then
-# ASHA over the same values (12 trials, each drawn from them; η 3, rungs 1,
-# 3, 9), each on its own `trainyard up --cpu-slots 2` with 2 trials at a time. Prints and writes to
-# bench/sweep/results/<date>-<host>.txt: both best validation accuracies,
-# the epochs each trained in all, both wall times, and the checks (ASHA's best
-# within 0.005 of the grid's, at most 40% of its epochs; exit 1 if not).
+# ASHA against the full grid"), side by side: two search spaces of a small
+# MLP, each run as a grid (every combination to 9 epochs) and as ASHA (the
+# same combinations; η 3, rungs 1, 3, 9), each sweep on its own
+# `trainyard up --cpu-slots 2` with 2 trials at a time, grid and ASHA
+# alternating, three rounds:
+#   small  6 learning rates x 2 batch sizes on a 4,000-image slice
+#   full   4 learning rates x 3 batch sizes on all 60,000 images
+# Prints and writes to bench/sweep/results/<date>-<host>.txt each sweep's
+# wall time, epochs, best validation accuracy and where its trials' time
+# went (per phase, from the jobs' timelines), the ratios and the checks
+# (ASHA's best within 0.005 of the grid's, its wall time at most 60% and its
+# epochs at most 40% of the grid's; exit 1 if not), then one JSON line last.
 #
 #   bench/sweep/run.sh                     (make bench-sweep)
-#   BIN=build/other/trainyard EPOCHS=9 LIMIT=10000 bench/sweep/run.sh
+#   SMOKE=1 bench/sweep/run.sh             one round of a tiny space, in seconds (still the JSON line)
+#   BIN=build/other/trainyard ROUNDS=1 SPACES=small bench/sweep/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=${BIN:-$PWD/build/trainyard}
