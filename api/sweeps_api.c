@@ -978,11 +978,12 @@ static void trial_rung(server *srv, http_req *req, http_res *res) {
     memset(&x, 0, sizeof x);
     int locked = 0;
     for (const cJSON *f = body->child; f; f = f->next) {
-        int num = cJSON_IsNumber(f) && f->valuedouble == (double)(long)f->valuedouble;
-        if (strcmp(f->string, "attempt") == 0 && num && f->valuedouble >= 1 && f->valuedouble <= INT32_MAX) {
+        /* an integer from 1 to INT32_MAX, range first: a cast of a larger double is undefined */
+        int num = cJSON_IsNumber(f) && f->valuedouble >= 1 && f->valuedouble <= INT32_MAX &&
+                  f->valuedouble == floor(f->valuedouble);
+        if (strcmp(f->string, "attempt") == 0 && num) {
             attempt = (long)f->valuedouble;
-        } else if (strcmp(f->string, "epoch") == 0 && num && f->valuedouble >= 1 &&
-                   f->valuedouble <= SWEEP_MAX_EPOCHS) {
+        } else if (strcmp(f->string, "epoch") == 0 && num && f->valuedouble <= SWEEP_MAX_EPOCHS) {
             epoch = (long)f->valuedouble;
         } else if (strcmp(f->string, "attempt") == 0 || strcmp(f->string, "epoch") == 0) {
             http_error(res, 422, "invalid_value", f->string, "%s must be an integer from 1 to %d", f->string,

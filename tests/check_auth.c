@@ -431,6 +431,8 @@ static const char *row_body(const mrow *m, int col, char *scratch, size_t cap, c
     if (strstr(m->pattern, "/metrics")) return "{\"metrics\":[{\"seq\":2,\"step\":2,\"loss\":0.4}]}";
     /* an "image" line at job A's attempt (image_pull_failed would fail the job) */
     if (strstr(m->pattern, "/events")) return "{\"kind\":\"image\",\"message\":\"pulled\",\"attempt\":1}";
+    /* an attempt no int holds: the handler's 422, never a cast out of range */
+    if (strstr(m->pattern, "/rung")) return "{\"attempt\":1e300,\"epoch\":1}";
     if (strstr(m->pattern, "/registries/")) return "{\"username\":\"matrix\",\"password\":\"s3cret\"}";
     if (strstr(m->pattern, "/logs")) {
         *ctype = "text/plain";
