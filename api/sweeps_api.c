@@ -1,6 +1,7 @@
 /* sweeps_api.c - hyperparameter sweeps: POST/GET /api/v1/sweeps, GET
- * /api/v1/sweeps/{id}, POST /api/v1/sweeps/{id}/cancel, and the controller
- * that turns a sweep's trials into jobs (sweeps_api.h).
+ * /api/v1/sweeps/{id}, POST /api/v1/sweeps/{id}/cancel, POST
+ * /api/v1/jobs/{id}/rung, and the controller that turns a sweep's trials
+ * into jobs, on its own thread (sweeps_api.h).
  *
  * The search itself (its parameters, the trials' values, ASHA's rungs and
  * promotions) is scheduler/sweep.c; the rows are storage/sweep_store.c.
@@ -8,9 +9,11 @@
  * its trials' specs would be; a trial is submitted as a job of the sweep's
  * team through POST /jobs's admission and insert (so fair share, priority
  * and quotas treat it as any job), with its row in the same transaction;
- * a trial whose job ends is scored from the job's metrics rows; ASHA
- * promotes a trial by requeuing the same job with the next rung's epochs,
- * so its worker resumes from the job's newest checkpoint.
+ * a trial whose job ends is scored from the job's metrics rows. ASHA
+ * promotes a trial at its rung's end, when its worker asks (POST
+ * /jobs/{id}/rung): it trains on in its process; or later, when a slot
+ * frees, by requeuing the same job with the next rung's epochs, so its
+ * worker resumes from the job's newest checkpoint.
  *
  * Scope: a team token sees its own sweeps (another team's is the same 404
  * as an unknown one); the admin token sees all. */
