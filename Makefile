@@ -235,7 +235,7 @@ bench-sched: all
 	bench/sched_sim/run.sh
 
 # bench-sched-db: the pass over a real SQLite file, 10,000 nodes x 100,000 jobs
-# by default (docs/scheduler.md)
+# by default (docs/measurements.md, "The whole pass on SQLite")
 .PHONY: bench-sched-db
 bench-sched-db: all
 	bench/sched_sim/run.sh db
@@ -243,8 +243,8 @@ bench-sched-db: all
 bench-elastic: all
 	bench/elastic/run.sh
 
-# bench-evaluator: what an evaluator side-car costs the training beside it (docs/executors.md)
-# bench-isolation: the per-task cost of isolating a task (root; docs/reliability.md)
+# bench-evaluator: what an evaluator side-car costs the training beside it (docs/measurements.md)
+# bench-isolation: the per-task cost of isolating a task (root; docs/measurements.md)
 .PHONY: bench-evaluator bench-isolation
 bench-evaluator: all
 	bench/evaluator/run.sh
@@ -259,7 +259,7 @@ bench-scaling: all
 	bench/scaling/run.sh
 
 # bench-sweep: ASHA against the full grid of 12 trials on Fashion-MNIST
-# (bench/sweep/run.sh; docs/sweeps.md)
+# (bench/sweep/run.sh; docs/measurements.md, "Sweeps")
 .PHONY: bench-sweep
 bench-sweep: all
 	BIN=$$PWD/$(BUILD)/trainyard bench/sweep/run.sh
@@ -272,8 +272,8 @@ bench-images: all
 
 # bench-cluster: thousands of simulated agents (bench/cluster/simagents.c)
 # against one real server: AGENTS="1000 5000" by default, RATE jobs/s for
-# DUR s, and the before/after of the server's old paths (docs/scheduler.md,
-# "A server for thousands of agents").
+# DUR s, and the before/after of the server's old paths (docs/measurements.md,
+# "Cluster of simulated agents").
 bench-cluster: all
 	bench/cluster/run.sh
 

@@ -40,7 +40,7 @@
 #   AGENTS="1000 5000" RATE=100 DUR=30 bench/cluster/run.sh
 #
 # Ends with one JSON object. The peer, Slurm's slurmctld, is not run here:
-# docs/scheduler.md ("A server for thousands of agents") compares in prose.
+# docs/measurements.md ("The peer: Slurm's slurmctld") compares in prose.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 # SMOKE=1 (make test): 50 agents for 3 s, no before/after
@@ -161,6 +161,6 @@ print(json.dumps({
     "bench": "cluster", "rate": float(rate), "duration_s": float(dur), "seed": int(seed), "cores": int(cores),
     "runs": runs,
     "all_ok": all(ok(r) for r in runs.values()),
-    "peer": "slurmctld not run here (docs/scheduler.md compares with its documented scale)",
+    "peer": "slurmctld not run here (docs/measurements.md compares with its documented scale)",
 }))
 PY

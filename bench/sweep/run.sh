@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# run.sh - ASHA against the full grid on Fashion-MNIST (docs/sweeps.md, "Speed:
-# ASHA against the full grid"), side by side: two search spaces of a small
+# run.sh - ASHA against the full grid on Fashion-MNIST (docs/measurements.md,
+# "Sweeps"), side by side: two search spaces of a small
 # MLP, each run as a grid (every combination to 9 epochs) and as ASHA (the
 # same combinations; η 3, rungs 1, 3, 9), each sweep on its own
 # `trainyard up --cpu-slots 2` with 2 trials at a time, grid and ASHA
