@@ -74,7 +74,7 @@ static int evaluate(const train_options *opt, engine *eng, const float *x, const
     return 0;
 }
 
-static int train_run_scaled(const jobspec *spec, const dataset_splits *data, const train_options *opt_in,
+static int train_run_scaled(const jobspec *spec, const dataset_splits *data, const train_options *opt,
                             const train_hooks *hooks, train_result *res, model **m_out,
                             char err[ERR_MAX]);
 
@@ -127,41 +127,63 @@ int train_run_data(const jobspec *spec, const dataset_splits *data, const train_
     return ret;
 }
 
-static int train_run_scaled(const jobspec *spec, const dataset_splits *data, const train_options *opt_in,
-                            const train_hooks *hooks, train_result *res, model **m_out,
-                            char err[ERR_MAX])
+/* ---------------------------------------------------------------- train_run_scaled, by phase
+ *
+ * The sizes checked, the set-up (the step engine, the batches), the resume
+ * (the chief's checkpoint, broadcast to the other workers), the epochs (the
+ * steps of each, then its close: metrics, validation, checkpoint), the test,
+ * and the end (the model handed over, everything freed). One loop_run holds
+ * what the phases share. */
+
+typedef struct loop_run {
+    const jobspec *spec;
+    const dataset_splits *data;
+    const train_options *opt;
+    const train_hooks *hooks;
+    train_result *res;
+    int workers, worker;
+    int k;          /* replicas in this worker */
+    int micro, epochs, global_batch, every;
+    int replicated; /* K threads and/or several workers meeting in a communicator */
+    int worker_rows, replica_rows; /* the most rows this worker and each of its replicas get in one step */
+    engine *eng;
+    batcher b;
+    int have_batcher;
+    float *xb, *yb;
+    ckpt_meta meta;
+    long start_epoch, step, start_pos;
+    double lsum; /* the epoch's running sums */
+    long correct, seen;
+    double train_time;
+    long train_examples;
+} loop_run;
+
+/* The sizes, and what the options and the data must agree on. */
+static int loop_check(loop_run *r, char err[ERR_MAX])
 {
-    train_options opt = *opt_in;
-    if (m_out)
-        *m_out = NULL;
-    err[0] = 0;
-    if (opt.gpus > 0) { /* a GPU task trains on GPUs or not at all (never silently on the CPU) */
-        if (engine_gpu_check(spec, opt.gpus, opt.workers > 0 ? opt.workers : 1, err))
-            return -1;
-    }
-    if (spec->strategy.type == STRAT_PARAMETER_SERVER && opt.n_ps > 0)
-        return ps_train(spec, data, &opt, hooks, res, err) ? -1 : 0;
-    int workers = opt.workers > 0 ? opt.workers : 1;
-    int worker = opt.worker;
-    int k = opt.replicas > 0 ? opt.replicas : 1;
-    int micro = opt.micro_batches > 0 ? opt.micro_batches
-                                      : (spec->fit.gradient_accumulation_steps > 0 ? spec->fit.gradient_accumulation_steps : 1);
-    int epochs = opt.epochs > 0 ? opt.epochs : spec->fit.epochs;
-    int global_batch = spec->fit.batch_size;
-    int every = opt.checkpoint_every ? opt.checkpoint_every : spec->checkpoint.every_epochs;
-    /* replicated: K threads and/or several workers meeting in a communicator */
-    int replicated = k > 1 || workers > 1 || opt.comm;
+    const jobspec *spec = r->spec;
+    const train_options *opt = r->opt;
+    int workers = r->workers = opt->workers > 0 ? opt->workers : 1;
+    int worker = r->worker = opt->worker;
+    int k = r->k = opt->replicas > 0 ? opt->replicas : 1;
+    r->micro = opt->micro_batches > 0
+                   ? opt->micro_batches
+                   : (spec->fit.gradient_accumulation_steps > 0 ? spec->fit.gradient_accumulation_steps : 1);
+    r->epochs = opt->epochs > 0 ? opt->epochs : spec->fit.epochs;
+    int global_batch = r->global_batch = spec->fit.batch_size;
+    r->every = opt->checkpoint_every ? opt->checkpoint_every : spec->checkpoint.every_epochs;
+    r->replicated = k > 1 || workers > 1 || opt->comm;
     if (worker < 0 || worker >= workers) {
         snprintf(err, ERR_MAX, "worker %d of %d out of range", worker, workers);
         return -1;
     }
-    if (workers > 1 && !opt.comm) {
+    if (workers > 1 && !opt->comm) {
         snprintf(err, ERR_MAX, "%d workers need a communicator", workers);
         return -1;
     }
-    if (opt.comm && (comm_size(opt.comm) != workers || comm_rank(opt.comm) != worker)) {
+    if (opt->comm && (comm_size(opt->comm) != workers || comm_rank(opt->comm) != worker)) {
         snprintf(err, ERR_MAX, "the communicator is rank %d of %d, the worker %d of %d",
-                 comm_rank(opt.comm), comm_size(opt.comm), worker, workers);
+                 comm_rank(opt->comm), comm_size(opt->comm), worker, workers);
         return -1;
     }
     if (global_batch <= 0 || global_batch < workers * k) {
@@ -169,10 +191,9 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
                  global_batch, workers * k);
         return -1;
     }
-    /* the most rows this worker and each of its replicas get in one step */
-    int worker_rows = (global_batch + workers - 1) / workers;
-    int replica_rows = (worker_rows + k - 1) / k;
-    const dataset *tr = &data->train;
+    r->worker_rows = (global_batch + workers - 1) / workers;
+    r->replica_rows = (r->worker_rows + k - 1) / k;
+    const dataset *tr = &r->data->train;
     if (tr->n <= 0) {
         snprintf(err, ERR_MAX, "the training split is empty");
         return -1;
@@ -189,227 +210,312 @@ static int train_run_scaled(const jobspec *spec, const dataset_splits *data, con
                  tr->classes, outs);
         return -1;
     }
-    openblas_set_num_threads(opt.threads > 0 && !replicated ? opt.threads : 1);
+    return 0;
+}
 
-    /* the step engine: CPU (one model, or replicas.c) or GPU (engine.h) */
-    engine *eng = NULL;
-    char merr[ERR_MAX];
-    uint64_t seed = opt.has_seed ? opt.seed : spec->data.seed;
-    engine_config ec = {.gpus = opt.gpus,
-                        .replicas = k,
-                        .replicated = replicated,
-                        .vars = opt.replica_vars == REPLICA_VARS_CENTRAL ? REPLICA_VARS_CENTRAL : REPLICA_VARS_MIRRORED,
-                        .reduce = opt.replica_reduce == REPLICA_REDUCE_ONE ? REPLICA_REDUCE_ONE : REPLICA_REDUCE_ALL,
-                        .comm = opt.comm,
-                        .worker = worker,
-                        .workers = workers,
-                        .max_rows = replica_rows,
-                        .micro_batches = micro,
-                        .global_batch = global_batch,
+/* The BLAS threads, the step engine (CPU: one model, or replicas.c; or
+ * GPU: engine.h), the batches and a step's buffers. */
+static int loop_setup(loop_run *r, char err[ERR_MAX])
+{
+    const train_options *opt = r->opt;
+    openblas_set_num_threads(opt->threads > 0 && !r->replicated ? opt->threads : 1);
+    uint64_t seed = opt->has_seed ? opt->seed : r->spec->data.seed;
+    engine_config ec = {.gpus = opt->gpus,
+                        .replicas = r->k,
+                        .replicated = r->replicated,
+                        .vars = opt->replica_vars == REPLICA_VARS_CENTRAL ? REPLICA_VARS_CENTRAL : REPLICA_VARS_MIRRORED,
+                        .reduce = opt->replica_reduce == REPLICA_REDUCE_ONE ? REPLICA_REDUCE_ONE : REPLICA_REDUCE_ALL,
+                        .comm = opt->comm,
+                        .worker = r->worker,
+                        .workers = r->workers,
+                        .max_rows = r->replica_rows,
+                        .micro_batches = r->micro,
+                        .global_batch = r->global_batch,
                         .seed = seed,
-                        .nccl_id = opt.nccl_id,
-                        .grad_reduce = hooks ? hooks->grad_reduce : NULL,
-                        .grad_ctx = hooks ? hooks->ctx : NULL};
-    if (engine_create(&eng, spec, &ec, err))
+                        .nccl_id = opt->nccl_id,
+                        .grad_reduce = r->hooks ? r->hooks->grad_reduce : NULL,
+                        .grad_ctx = r->hooks ? r->hooks->ctx : NULL};
+    if (engine_create(&r->eng, r->spec, &ec, err))
         return -1;
-    batcher b;
+    const dataset *tr = &r->data->train;
     dataset_view view = dataset_shard(tr, 0, 1);
-    if (batcher_init(&b, view, global_batch, spec->data.shuffle_buffer, spec->data.seed)) {
+    if (batcher_init(&r->b, view, r->global_batch, r->spec->data.shuffle_buffer, r->spec->data.seed)) {
         snprintf(err, ERR_MAX, "cannot make batches of the training data");
-        engine_free(eng);
         return -1;
     }
-    float *xb = xmalloc(sizeof(float) * (size_t)worker_rows * (size_t)tr->features);
-    float *yb = xmalloc(sizeof(float) * (size_t)worker_rows);
-    int ret = -1;
+    r->have_batcher = 1;
+    r->xb = xmalloc(sizeof(float) * (size_t)r->worker_rows * (size_t)tr->features);
+    r->yb = xmalloc(sizeof(float) * (size_t)r->worker_rows);
+    snprintf(r->meta.spec_hash, sizeof r->meta.spec_hash, "%s", opt->spec_hash);
+    return 0;
+}
 
-    ckpt_meta meta;
-    memset(&meta, 0, sizeof meta);
-    snprintf(meta.spec_hash, sizeof meta.spec_hash, "%s", opt.spec_hash);
-    long start_epoch = 0, step = 0;
-    double lsum = 0.0;
-    long correct = 0, seen = 0, start_pos = 0;
-    if (opt.resume_path) {
+/* Where the run starts: the chief's checkpoint (resume_path), the position
+ * broadcast to the other workers of a communicator, then the replicas' (or
+ * the GPU's) first variables. */
+static int loop_resume(loop_run *r, char err[ERR_MAX])
+{
+    const train_options *opt = r->opt;
+    if (opt->resume_path) {
         ckpt_meta rm;
-        if (checkpoint_load(opt.resume_path, engine_host_model(eng), &rm, err))
-            goto out;
-        if (engine_push(eng, merr)) { /* the GPU engine takes the loaded state */
+        char merr[ERR_MAX];
+        if (checkpoint_load(opt->resume_path, engine_host_model(r->eng), &rm, err))
+            return -1;
+        if (engine_push(r->eng, merr)) { /* the GPU engine takes the loaded state */
             snprintf(err, ERR_MAX, "resume: %.200s", merr);
-            goto out;
+            return -1;
         }
-        start_epoch = rm.epoch;
-        step = rm.step;
-        start_pos = rm.batch_pos;
-        lsum = rm.epoch_loss_sum;
-        correct = rm.epoch_correct;
-        seen = rm.epoch_seen;
+        r->start_epoch = rm.epoch;
+        r->step = rm.step;
+        r->start_pos = rm.batch_pos;
+        r->lsum = rm.epoch_loss_sum;
+        r->correct = rm.epoch_correct;
+        r->seen = rm.epoch_seen;
     }
-    if (opt.comm && comm_size(opt.comm) > 1) {
+    if (opt->comm && comm_size(opt->comm) > 1) {
         /* the chief resumed (or not): every worker continues where it does */
-        double pos[6] = {(double)start_epoch, (double)step, (double)start_pos, lsum, (double)correct,
-                         (double)seen};
-        if (comm_broadcast(opt.comm, pos, sizeof pos, 0)) {
+        double pos[6] = {(double)r->start_epoch, (double)r->step, (double)r->start_pos, r->lsum,
+                         (double)r->correct, (double)r->seen};
+        if (comm_broadcast(opt->comm, pos, sizeof pos, 0)) {
             snprintf(err, ERR_MAX, "broadcast of the start position failed: %.180s",
-                     comm_error(opt.comm));
-            goto out;
+                     comm_error(opt->comm));
+            return -1;
         }
-        start_epoch = (long)pos[0];
-        step = (long)pos[1];
-        start_pos = (long)pos[2];
-        lsum = pos[3];
-        correct = (long)pos[4];
-        seen = (long)pos[5];
+        r->start_epoch = (long)pos[0];
+        r->step = (long)pos[1];
+        r->start_pos = (long)pos[2];
+        r->lsum = pos[3];
+        r->correct = (long)pos[4];
+        r->seen = (long)pos[5];
     }
-    if ((replicated || engine_is_gpu(eng)) && engine_sync_initial(eng, err))
-        goto out;
-    res->epochs_done = (int)start_epoch;
-    res->steps = step;
+    if ((r->replicated || engine_is_gpu(r->eng)) && engine_sync_initial(r->eng, err))
+        return -1;
+    r->res->epochs_done = (int)r->start_epoch;
+    r->res->steps = r->step;
+    return 0;
+}
 
-    double train_time = 0.0;
-    long train_examples = 0;
-    for (long ep = start_epoch; ep < epochs; ep++) {
-        if (ep == start_epoch && start_pos > 0) {
-            batcher_seek(&b, ep, start_pos);
+/* The steps of epoch ep (started at t0), the batcher placed: 0 when the
+ * epoch's batches (or fit.steps_per_epoch of them) are done; 1 when the
+ * stop flag was seen (the position checkpointed, res->stopped); -1 on
+ * failure. *ep_examples: the rows this worker trained. */
+static int loop_steps(loop_run *r, long ep, double t0, double *ep_examples, char err[ERR_MAX])
+{
+    const jobspec *spec = r->spec;
+    const train_hooks *hooks = r->hooks;
+    long steps_in_epoch = spec->fit.steps_per_epoch > 0 ? spec->fit.steps_per_epoch : -1;
+    long done_steps = r->b.pos / r->global_batch;
+    char merr[ERR_MAX];
+    int n, stop_now = 0;
+    for (;;) {
+        if (steps_in_epoch >= 0 && done_steps >= steps_in_epoch)
+            return 0;
+        int rows = 0;
+        long row0 = 0;
+        if (r->replicated)
+            n = batcher_next_part(&r->b, r->worker, r->workers, r->xb, r->yb, &row0, &rows);
+        else
+            n = rows = batcher_next(&r->b, r->xb, r->yb);
+        if (n <= 0)
+            return 0;
+        engine_step_result sr;
+        if (engine_step(r->eng, r->xb, r->yb, rows, row0, r->global_batch, r->replicated && is_stopped(hooks), &sr,
+                        merr)) {
+            snprintf(err, ERR_MAX, "step %ld: %.200s", r->step + 1, merr);
+            return -1;
+        }
+        step_stats st = sr.st;
+        float loss = sr.loss;
+        if (r->replicated)
+            stop_now = sr.stop;
+        r->step++;
+        done_steps++;
+        r->lsum += st.loss_sum;
+        r->correct += st.correct;
+        r->seen += st.n;
+        *ep_examples += rows;
+        if (hooks && hooks->on_step) {
+            train_step_info si = {.step = r->step, .epoch = (int)ep, .loss = loss, .n = n};
+            hooks->on_step(hooks->ctx, &si);
+        }
+        if (!r->replicated)
+            stop_now = is_stopped(hooks);
+        if (stop_now) {
+            r->train_time += mono_s() - t0;
+            r->train_examples += (long)*ep_examples;
+            r->meta.epoch = ep;
+            r->meta.step = r->step;
+            r->meta.batch_pos = r->b.pos;
+            r->meta.data_rng = r->b.rng;
+            r->meta.epoch_loss_sum = r->lsum;
+            r->meta.epoch_correct = r->correct;
+            r->meta.epoch_seen = r->seen;
+            if (write_ckpt(r->opt, hooks, r->eng, &r->meta, err))
+                return -1;
+            r->res->stopped = 1;
+            r->res->steps = r->step;
+            return 1;
+        }
+    }
+}
+
+/* The close of epoch ep (started at t0): its metrics and validation,
+ * on_epoch, at the last one the question of more epochs (hooks->extend),
+ * the checkpoint. 0: go on; 1: the stop flag was seen between epochs (a
+ * run of one replica); -1: failure. */
+static int loop_close_epoch(loop_run *r, long ep, double t0, double ep_examples, char err[ERR_MAX])
+{
+    const train_hooks *hooks = r->hooks;
+    const dataset_splits *data = r->data;
+    train_result *res = r->res;
+    double secs = mono_s() - t0;
+    r->train_time += secs;
+    r->train_examples += (long)ep_examples;
+
+    train_epoch_metrics em;
+    memset(&em, 0, sizeof em);
+    em.epoch = (int)ep + 1;
+    em.epochs = r->epochs;
+    em.step = r->step;
+    em.loss = r->seen ? r->lsum / (double)r->seen : 0.0;
+    em.accuracy = r->seen ? (double)r->correct / (double)r->seen : 0.0;
+    em.seconds = secs;
+    em.samples_per_sec = secs > 0 ? ep_examples / secs : 0.0;
+    if (data->val.n > 0 && !r->opt->no_eval) {
+        em.has_val = 1;
+        if (evaluate(r->opt, r->eng, data->val.x, data->val.y, data->val.n, data->train.features, &em.val_loss,
+                     &em.val_accuracy, err))
+            return -1;
+    }
+    res->epochs_done = (int)ep + 1;
+    res->steps = r->step;
+    res->loss = em.loss;
+    res->accuracy = em.accuracy;
+    res->has_val = em.has_val;
+    res->val_loss = em.val_loss;
+    res->val_accuracy = em.val_accuracy;
+    if (hooks && hooks->on_epoch)
+        hooks->on_epoch(hooks->ctx, &em);
+
+    int last = ep + 1 == r->epochs;
+    if (last && hooks && hooks->extend) {
+        int more = 0;
+        if (ask_extend(r->opt, hooks, (int)ep + 1, r->epochs, &more, err))
+            return -1;
+        if (more > r->epochs) {
+            r->epochs = more;
+            last = 0;
+        }
+    }
+    if (last || (r->every > 0 && (ep + 1) % r->every == 0)) {
+        r->meta.epoch = ep + 1;
+        r->meta.step = r->step;
+        r->meta.batch_pos = 0;
+        r->meta.data_rng = 0;
+        r->meta.epoch_loss_sum = 0.0;
+        r->meta.epoch_correct = 0;
+        r->meta.epoch_seen = 0;
+        if (write_ckpt(r->opt, hooks, r->eng, &r->meta, err))
+            return -1;
+    }
+    /* replicated runs stop together at a step (the flag rides the
+     * all-reduce); a flag raised between epochs waits for that step */
+    if (!r->replicated && is_stopped(hooks) && !last) {
+        res->stopped = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* The epochs from the start position on (their number may grow at the
+ * last, hooks->extend): 0 when all are trained, 1 when stopped by the
+ * flag, -1 on failure. */
+static int loop_epochs(loop_run *r, char err[ERR_MAX])
+{
+    for (long ep = r->start_epoch; ep < r->epochs; ep++) {
+        if (ep == r->start_epoch && r->start_pos > 0) {
+            batcher_seek(&r->b, ep, r->start_pos);
         } else {
-            batcher_reset(&b, ep);
-            lsum = 0.0;
-            correct = 0;
-            seen = 0;
+            batcher_reset(&r->b, ep);
+            r->lsum = 0.0;
+            r->correct = 0;
+            r->seen = 0;
         }
-        long steps_in_epoch = spec->fit.steps_per_epoch > 0 ? spec->fit.steps_per_epoch : -1;
-        long done_steps = b.pos / global_batch;
         double t0 = mono_s(), ep_examples = 0;
-        int n, stop_now = 0;
-        for (;;) {
-            if (steps_in_epoch >= 0 && done_steps >= steps_in_epoch)
-                break;
-            int rows = 0;
-            long row0 = 0;
-            if (replicated)
-                n = batcher_next_part(&b, worker, workers, xb, yb, &row0, &rows);
-            else
-                n = rows = batcher_next(&b, xb, yb);
-            if (n <= 0)
-                break;
-            engine_step_result sr;
-            if (engine_step(eng, xb, yb, rows, row0, global_batch, replicated && is_stopped(hooks), &sr, merr)) {
-                snprintf(err, ERR_MAX, "step %ld: %.200s", step + 1, merr);
-                goto out;
-            }
-            step_stats st = sr.st;
-            float loss = sr.loss;
-            if (replicated)
-                stop_now = sr.stop;
-            step++;
-            done_steps++;
-            lsum += st.loss_sum;
-            correct += st.correct;
-            seen += st.n;
-            ep_examples += rows;
-            if (hooks && hooks->on_step) {
-                train_step_info si = {.step = step, .epoch = (int)ep, .loss = loss, .n = n};
-                hooks->on_step(hooks->ctx, &si);
-            }
-            if (!replicated)
-                stop_now = is_stopped(hooks);
-            if (stop_now) {
-                train_time += mono_s() - t0;
-                train_examples += (long)ep_examples;
-                meta.epoch = ep;
-                meta.step = step;
-                meta.batch_pos = b.pos;
-                meta.data_rng = b.rng;
-                meta.epoch_loss_sum = lsum;
-                meta.epoch_correct = correct;
-                meta.epoch_seen = seen;
-                if (write_ckpt(&opt, hooks, eng, &meta, err))
-                    goto out;
-                res->stopped = 1;
-                res->steps = step;
-                ret = 0;
-                goto finish;
-            }
-        }
-        double secs = mono_s() - t0;
-        train_time += secs;
-        train_examples += (long)ep_examples;
-
-        train_epoch_metrics em;
-        memset(&em, 0, sizeof em);
-        em.epoch = (int)ep + 1;
-        em.epochs = epochs;
-        em.step = step;
-        em.loss = seen ? lsum / (double)seen : 0.0;
-        em.accuracy = seen ? (double)correct / (double)seen : 0.0;
-        em.seconds = secs;
-        em.samples_per_sec = secs > 0 ? ep_examples / secs : 0.0;
-        if (data->val.n > 0 && !opt.no_eval) {
-            em.has_val = 1;
-            if (evaluate(&opt, eng, data->val.x, data->val.y, data->val.n, tr->features, &em.val_loss,
-                         &em.val_accuracy, err))
-                goto out;
-        }
-        res->epochs_done = (int)ep + 1;
-        res->steps = step;
-        res->loss = em.loss;
-        res->accuracy = em.accuracy;
-        res->has_val = em.has_val;
-        res->val_loss = em.val_loss;
-        res->val_accuracy = em.val_accuracy;
-        if (hooks && hooks->on_epoch)
-            hooks->on_epoch(hooks->ctx, &em);
-
-        int last = ep + 1 == epochs;
-        if (last && hooks && hooks->extend) {
-            int more = 0;
-            if (ask_extend(&opt, hooks, (int)ep + 1, epochs, &more, err))
-                goto out;
-            if (more > epochs) {
-                epochs = more;
-                last = 0;
-            }
-        }
-        if (last || (every > 0 && (ep + 1) % every == 0)) {
-            meta.epoch = ep + 1;
-            meta.step = step;
-            meta.batch_pos = 0;
-            meta.data_rng = 0;
-            meta.epoch_loss_sum = 0.0;
-            meta.epoch_correct = 0;
-            meta.epoch_seen = 0;
-            if (write_ckpt(&opt, hooks, eng, &meta, err))
-                goto out;
-        }
-        /* replicated runs stop together at a step (the flag rides the
-         * all-reduce); a flag raised between epochs waits for that step */
-        if (!replicated && is_stopped(hooks) && !last) {
-            res->stopped = 1;
-            ret = 0;
-            goto finish;
-        }
+        int rc = loop_steps(r, ep, t0, &ep_examples, err);
+        if (!rc)
+            rc = loop_close_epoch(r, ep, t0, ep_examples, err);
+        if (rc)
+            return rc;
     }
-    if (data->test.n > 0 && !opt.no_eval) {
+    return 0;
+}
+
+/* The test split's loss and accuracy, after the last epoch. */
+static int loop_test(loop_run *r, char err[ERR_MAX])
+{
+    const dataset_splits *data = r->data;
+    train_result *res = r->res;
+    if (data->test.n > 0 && !r->opt->no_eval) {
         res->has_test = 1;
-        if (evaluate(&opt, eng, data->test.x, data->test.y, data->test.n, tr->features, &res->test_loss,
-                     &res->test_accuracy, err))
-            goto out;
+        if (evaluate(r->opt, r->eng, data->test.x, data->test.y, data->test.n, data->train.features,
+                     &res->test_loss, &res->test_accuracy, err))
+            return -1;
     }
-    ret = 0;
-finish:
-    res->train_seconds = train_time;
-    res->samples_per_sec = train_time > 0 ? (double)train_examples / train_time : 0.0;
-out:
-    free(xb);
-    free(yb);
-    batcher_release(&b);
+    return 0;
+}
+
+/* Frees what the run holds; a run that succeeded (ret 0) first hands over
+ * a CPU model of its own (m_out). Returns ret, or -1 when that fails. */
+static int loop_end(loop_run *r, int ret, model **m_out, char err[ERR_MAX])
+{
+    free(r->xb);
+    free(r->yb);
+    if (r->have_batcher)
+        batcher_release(&r->b);
     if (ret == 0 && m_out) {
-        /* hand over a CPU model of its own */
-        *m_out = engine_take_model(eng, spec, err);
+        *m_out = engine_take_model(r->eng, r->spec, err);
         if (!*m_out)
             ret = -1;
     }
-    engine_free(eng);
+    engine_free(r->eng);
     return ret;
+}
+
+static int train_run_scaled(const jobspec *spec, const dataset_splits *data, const train_options *opt,
+                            const train_hooks *hooks, train_result *res, model **m_out,
+                            char err[ERR_MAX])
+{
+    if (m_out)
+        *m_out = NULL;
+    err[0] = 0;
+    if (opt->gpus > 0) { /* a GPU task trains on GPUs or not at all (never silently on the CPU) */
+        if (engine_gpu_check(spec, opt->gpus, opt->workers > 0 ? opt->workers : 1, err))
+            return -1;
+    }
+    if (spec->strategy.type == STRAT_PARAMETER_SERVER && opt->n_ps > 0)
+        return ps_train(spec, data, opt, hooks, res, err) ? -1 : 0;
+    loop_run r;
+    memset(&r, 0, sizeof r);
+    r.spec = spec;
+    r.data = data;
+    r.opt = opt;
+    r.hooks = hooks;
+    r.res = res;
+    if (loop_check(&r, err))
+        return -1;
+    int ret = -1;
+    if (!loop_setup(&r, err) && !loop_resume(&r, err)) {
+        int rc = loop_epochs(&r, err); /* 1: stopped, no test */
+        if (!rc)
+            rc = loop_test(&r, err);
+        if (rc >= 0) {
+            res->train_seconds = r.train_time;
+            res->samples_per_sec = r.train_time > 0 ? (double)r.train_examples / r.train_time : 0.0;
+            ret = 0;
+        }
+    }
+    return loop_end(&r, ret, m_out, err);
 }
 
 int train_run(const jobspec *spec, const train_options *opt, const train_hooks *hooks,
