@@ -631,250 +631,346 @@ static int run_ps(const wconfig *w, const jobspec *spec, char *err, size_t errle
     return rc == 1 ? WORKER_EXIT_STOPPED : WORKER_EXIT_OK;
 }
 
-/* ---------------------------------------------------------------- run */
+/* ---------------------------------------------------------------- run, by phase
+ *
+ * A task: its config and spec; the roles that do not train here (a
+ * command, the evaluator, a ps); a worker's checks; its scratch directory
+ * and clients; what the job already recorded, its checkpoint and the
+ * report sender; the communicator; the train options and hooks; the
+ * training and its outcome delivered; the end (the reason said, everything
+ * freed). One wrun holds what the phases share; each phase answers how the
+ * run goes on. */
 
-int worker_run(const char *config) {
+enum {
+    RUN_ON,   /* the next phase */
+    RUN_FAIL, /* ended: err to stderr */
+    RUN_MSG,  /* ended: err logged */
+    RUN_DONE  /* ended, nothing to say */
+};
+
+typedef struct wrun {
+    const char *config;
     wconfig w;
+    jobspec *spec;
     char err[512];
-    jobspec *spec = xcalloc(1, sizeof *spec);
-    spec_error se;
-    report_sender snd;
-    memset(&snd, 0, sizeof snd);
-    char dir[PATH_MAX] = "", ckpt_path[PATH_MAX + 32] = "", resume_path[PATH_MAX + 32] = "";
+    int ret;                     /* the exit status, WORKER_EXIT_* */
+    char dir[PATH_MAX], ckpt_path[PATH_MAX + 32], resume_path[PATH_MAX + 32];
     char data_path[PATH_MAX + JOBSPEC_PATH_MAX + 2];
-    int ret = WORKER_EXIT_FAILED;
-    comm *cm = NULL;
     client c;
-    int have_client = 0;
-    wupload up = {&w, NULL};
+    int have_client;
+    wupload up;
+    report_sender snd;
+    comm *cm;
+    int chief, replicas;
+    wctx ctx;
+    int have_ckpt;
+    char nccl_id[GPU_NCCL_ID_HEX];
+    train_options opt;
+    train_hooks hooks;
+} wrun;
 
-    if (config_parse(config, &w, err, sizeof err) < 0) goto fail;
+/* The config (TRAINYARD_CONFIG), the log prefix, the job spec. */
+static int run_config(wrun *r) {
+    if (config_parse(r->config, &r->w, r->err, sizeof r->err) < 0) return RUN_FAIL;
     char prefix[64];
-    snprintf(prefix, sizeof prefix, "%s-%d", w.type, w.index);
+    snprintf(prefix, sizeof prefix, "%s-%d", r->w.type, r->w.index);
     log_set_prefix(prefix);
-    if (jobspec_parse(w.spec_json, strlen(w.spec_json), spec, &se) < 0) {
-        snprintf(err, sizeof err, "the job spec is invalid: %s: %s", se.field, se.message);
-        goto fail;
+    spec_error se;
+    if (jobspec_parse(r->w.spec_json, strlen(r->w.spec_json), r->spec, &se) < 0) {
+        snprintf(r->err, sizeof r->err, "the job spec is invalid: %s: %s", se.field, se.message);
+        return RUN_FAIL;
     }
+    return RUN_ON;
+}
+
+/* The tasks that do not train here: a command job's, the evaluator, a ps. */
+static int run_role(wrun *r) {
+    const wconfig *w = &r->w;
+    const jobspec *spec = r->spec;
     if (spec->kind == JOB_KIND_COMMAND) {
-        ret = command_run(config, spec, &g_stop); /* the team's own program: executor/command.c */
-        goto out;
+        r->ret = command_run(r->config, spec, &g_stop); /* the team's own program: executor/command.c */
+        return RUN_DONE;
     }
-    if (strcmp(w.type, "evaluator") == 0) { /* the side-car: executor/evaluator.c */
-        ret = evaluator_run(w.api, w.token, w.job, w.attempt, spec, &g_stop);
-        goto out;
+    if (strcmp(w->type, "evaluator") == 0) { /* the side-car: executor/evaluator.c */
+        r->ret = evaluator_run(w->api, w->token, w->job, w->attempt, spec, &g_stop);
+        return RUN_DONE;
     }
-    if (spec->strategy.type == STRAT_PARAMETER_SERVER && w.n_ps < 1) {
-        snprintf(err, sizeof err, "strategy parameter_server but the cluster has no ps task");
-        goto fail;
+    if (spec->strategy.type == STRAT_PARAMETER_SERVER && w->n_ps < 1) {
+        snprintf(r->err, sizeof r->err, "strategy parameter_server but the cluster has no ps task");
+        return RUN_FAIL;
     }
-    if (strcmp(w.type, "ps") == 0) {
-        ret = run_ps(&w, spec, err, sizeof err);
-        if (ret == WORKER_EXIT_FAILED) goto fail;
-        goto out_msg;
+    if (strcmp(w->type, "ps") == 0) {
+        r->ret = run_ps(w, spec, r->err, sizeof r->err);
+        return r->ret == WORKER_EXIT_FAILED ? RUN_FAIL : RUN_MSG;
     }
-    if (w.index < 0 || w.index >= w.n_workers) {
-        snprintf(err, sizeof err, "task index %d is not one of the %d workers", w.index, w.n_workers);
-        goto fail;
+    return RUN_ON;
+}
+
+/* A training worker: its index, the cluster's size against the spec's, its
+ * type; the GPUs it was given. */
+static int run_checks(wrun *r) {
+    const wconfig *w = &r->w;
+    const jobspec *spec = r->spec;
+    if (w->index < 0 || w->index >= w->n_workers) {
+        snprintf(r->err, sizeof r->err, "task index %d is not one of the %d workers", w->index, w->n_workers);
+        return RUN_FAIL;
     }
-    if (w.n_workers > spec->resources.workers || w.n_workers < spec->resources.workers_min) {
+    if (w->n_workers > spec->resources.workers || w->n_workers < spec->resources.workers_min) {
         if (jobspec_elastic(spec))
-            snprintf(err, sizeof err, "the cluster has %d workers but the spec asks for %d to %d", w.n_workers,
+            snprintf(r->err, sizeof r->err, "the cluster has %d workers but the spec asks for %d to %d", w->n_workers,
                      spec->resources.workers_min, spec->resources.workers);
         else
-            snprintf(err, sizeof err, "the cluster has %d workers but the spec asks for %d", w.n_workers,
+            snprintf(r->err, sizeof r->err, "the cluster has %d workers but the spec asks for %d", w->n_workers,
                      spec->resources.workers);
-        goto fail;
+        return RUN_FAIL;
     }
-    if (strcmp(w.type, "worker") != 0 && strcmp(w.type, "chief") != 0) {
-        snprintf(err, sizeof err, "task type '%s' is not supported by this worker yet", w.type);
-        goto fail;
+    if (strcmp(w->type, "worker") != 0 && strcmp(w->type, "chief") != 0) {
+        snprintf(r->err, sizeof r->err, "task type '%s' is not supported by this worker yet", w->type);
+        return RUN_FAIL;
     }
-    int chief = w.index == 0;
-    int replicas = spec->resources.devices_per_worker;
+    r->chief = w->index == 0;
+    r->replicas = spec->resources.devices_per_worker;
     log_info("job %lld attempt %d: %s, strategy %s, %d epoch(s) of batch %d, %d worker(s) x %d replica(s)",
-             (long long)w.job, w.attempt, spec->name, strategy_name(spec->strategy.type), spec->fit.epochs,
-             spec->fit.batch_size, w.n_workers, replicas);
+             (long long)w->job, w->attempt, spec->name, strategy_name(spec->strategy.type), spec->fit.epochs,
+             spec->fit.batch_size, w->n_workers, r->replicas);
     /* GPUs given: the GPU engine or a clear failure, never the CPU in their place */
     char eerr[ERR_MAX];
-    if (engine_gpu_check(spec, w.gpus, w.n_workers, eerr) < 0) {
-        snprintf(err, sizeof err, "%s", eerr);
-        goto fail;
+    if (engine_gpu_check(spec, w->gpus, w->n_workers, eerr) < 0) {
+        snprintf(r->err, sizeof r->err, "%s", eerr);
+        return RUN_FAIL;
     }
-    if (w.gpus > 0) {
+    if (w->gpus > 0) {
         const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-        log_info("engine: GPU, %d device(s) (CUDA_VISIBLE_DEVICES=%s)%s", w.gpus, vis ? vis : "(unset)",
-                 w.gpus * w.n_workers > 1 ? ", gradients all-reduced with NCCL" : "");
+        log_info("engine: GPU, %d device(s) (CUDA_VISIBLE_DEVICES=%s)%s", w->gpus, vis ? vis : "(unset)",
+                 w->gpus * w->n_workers > 1 ? ", gradients all-reduced with NCCL" : "");
     }
+    return RUN_ON;
+}
 
+/* The scratch directory of the checkpoint files, the API client, the
+ * uploads' handle. */
+static int run_scratch(wrun *r) {
     const char *tmp = getenv("TMPDIR");
-    if (sfmt(dir, sizeof dir, "%s/trainyard-job%lld-XXXXXX", tmp && *tmp ? tmp : "/tmp", (long long)w.job) < 0 ||
-        !mkdtemp(dir)) {
-        snprintf(err, sizeof err, "cannot make a temporary directory: %s", strerror(errno));
-        dir[0] = '\0';
-        goto fail;
+    if (sfmt(r->dir, sizeof r->dir, "%s/trainyard-job%lld-XXXXXX", tmp && *tmp ? tmp : "/tmp",
+             (long long)r->w.job) < 0 ||
+        !mkdtemp(r->dir)) {
+        snprintf(r->err, sizeof r->err, "cannot make a temporary directory: %s", strerror(errno));
+        r->dir[0] = '\0';
+        return RUN_FAIL;
     }
-    snprintf(ckpt_path, sizeof ckpt_path, "%s/checkpoint.safetensors", dir);
-    snprintf(resume_path, sizeof resume_path, "%s/resume.safetensors", dir);
+    snprintf(r->ckpt_path, sizeof r->ckpt_path, "%s/checkpoint.safetensors", r->dir);
+    snprintf(r->resume_path, sizeof r->resume_path, "%s/resume.safetensors", r->dir);
+    if (client_init(&r->c, r->w.api, r->w.token) < 0) {
+        snprintf(r->err, sizeof r->err, "cannot make an HTTP client");
+        return RUN_FAIL;
+    }
+    r->have_client = 1;
+    r->c.timeout_ms = 30000;
+    r->up.raw = curl_easy_init();
+    if (!r->up.raw) {
+        snprintf(r->err, sizeof r->err, "cannot make an HTTP client");
+        return RUN_FAIL;
+    }
+    return RUN_ON;
+}
 
-    if (client_init(&c, w.api, w.token) < 0) {
-        snprintf(err, sizeof err, "cannot make an HTTP client");
-        goto fail;
-    }
-    have_client = 1;
-    c.timeout_ms = 30000;
-    up.raw = curl_easy_init();
-    if (!up.raw) {
-        snprintf(err, sizeof err, "cannot make an HTTP client");
-        goto fail;
-    }
-    report_api api = {&c, w.job, &g_stop, "stopped before training started"};
-
-    wctx ctx;
-    memset(&ctx, 0, sizeof ctx);
-    ctx.w = &w;
-    ctx.chief = chief;
-    ctx.c = &c;
-    ctx.snd = &snd;
-    if (chief && fetch_reported(&c, &w, &ctx.rep, err, sizeof err) < 0) goto fail;
+/* What the job already has (the chief's part): the metrics an earlier
+ * attempt recorded, the latest checkpoint to resume from; then the report
+ * sender. */
+static int run_resume(wrun *r) {
+    const wconfig *w = &r->w;
+    report_api api = {&r->c, w->job, &g_stop, "stopped before training started"};
+    wctx *ctx = &r->ctx;
+    ctx->w = w;
+    ctx->chief = r->chief;
+    ctx->c = &r->c;
+    ctx->snd = &r->snd;
+    if (r->chief && fetch_reported(&r->c, w, &ctx->rep, r->err, sizeof r->err) < 0) return RUN_FAIL;
     char sha[65];
     /* several workers: the chief resumes and broadcasts what it loaded */
-    int have_ckpt = chief ? report_fetch_ckpt(&api, resume_path, sha, err, sizeof err) : 0;
-    if (have_ckpt < 0) goto fail;
-    if (have_ckpt) log_info("resuming from the job's latest checkpoint (sha256 %.16s...)", sha);
-    if (chief && ctx.rep.last_seq)
+    r->have_ckpt = r->chief ? report_fetch_ckpt(&api, r->resume_path, sha, r->err, sizeof r->err) : 0;
+    if (r->have_ckpt < 0) return RUN_FAIL;
+    if (r->have_ckpt) log_info("resuming from the job's latest checkpoint (sha256 %.16s...)", sha);
+    if (r->chief && ctx->rep.last_seq)
         log_info("metrics continue at seq %lld (steps up to %ld, epochs up to %d already recorded)",
-                 (long long)ctx.rep.last_seq + 1, ctx.rep.max_step, ctx.rep.max_epoch);
+                 (long long)ctx->rep.last_seq + 1, ctx->rep.max_step, ctx->rep.max_epoch);
     if (g_stop) {
-        snprintf(err, sizeof err, "stopped before training started");
-        ret = WORKER_EXIT_STOPPED;
-        goto out_msg;
+        snprintf(r->err, sizeof r->err, "stopped before training started");
+        r->ret = WORKER_EXIT_STOPPED;
+        return RUN_MSG;
     }
-    if (report_start(&snd, w.api, w.token, w.job, ctx.rep.last_seq + 1, &wckpt_ops, &up, NULL) < 0) {
-        snprintf(err, sizeof err, "cannot start the sender thread");
-        goto fail;
+    if (report_start(&r->snd, w->api, w->token, w->job, ctx->rep.last_seq + 1, &wckpt_ops, &r->up, NULL) < 0) {
+        snprintf(r->err, sizeof r->err, "cannot start the sender thread");
+        return RUN_FAIL;
     }
-    report_set_attempt(&snd, w.attempt);
+    report_set_attempt(&r->snd, w->attempt);
+    return RUN_ON;
+}
 
-    if (w.n_workers > 1 && spec->strategy.type != STRAT_PARAMETER_SERVER) {
-        cm = comm_join(&c, &w, err, sizeof err);
-        if (!cm) {
-            if (g_stop) ret = WORKER_EXIT_STOPPED;
-            goto fail;
+/* Several workers: the communicator (not parameter_server's), and on GPUs
+ * the chief's NCCL id. */
+static int run_join(wrun *r) {
+    const wconfig *w = &r->w;
+    if (w->n_workers > 1 && r->spec->strategy.type != STRAT_PARAMETER_SERVER) {
+        r->cm = comm_join(&r->c, w, r->err, sizeof r->err);
+        if (!r->cm) {
+            if (g_stop) r->ret = WORKER_EXIT_STOPPED;
+            return RUN_FAIL;
         }
     }
-    char nccl_id[GPU_NCCL_ID_HEX] = "";
-    if (w.gpus > 0 && w.n_workers > 1 && nccl_id_join(&c, &w, nccl_id, err, sizeof err) < 0) {
-        if (g_stop) ret = WORKER_EXIT_STOPPED;
-        goto fail;
+    if (w->gpus > 0 && w->n_workers > 1 && nccl_id_join(&r->c, w, r->nccl_id, r->err, sizeof r->err) < 0) {
+        if (g_stop) r->ret = WORKER_EXIT_STOPPED;
+        return RUN_FAIL;
     }
-    train_options opt;
-    memset(&opt, 0, sizeof opt);
-    opt.threads = w.threads;
-    opt.gpus = w.gpus;
-    opt.nccl_id = nccl_id[0] ? nccl_id : NULL;
-    opt.checkpoint_path = chief ? ckpt_path : NULL;
-    opt.resume_path = have_ckpt ? resume_path : NULL;
-    opt.worker = w.index;
-    opt.workers = w.n_workers;
-    opt.comm = cm;
-    opt.no_eval = !chief && !cm; /* workers in a communicator evaluate together (train_loop.c) */
-    opt.replicas = replicas;
+    return RUN_ON;
+}
+
+/* The train options (this worker's part, the strategy's, the spec's hash,
+ * the data path confined to the data roots) and the hooks. */
+static int run_options(wrun *r) {
+    const wconfig *w = &r->w;
+    const jobspec *spec = r->spec;
+    train_options *opt = &r->opt;
+    int chief = r->chief, replicas = r->replicas;
+    opt->threads = w->threads;
+    opt->gpus = w->gpus;
+    opt->nccl_id = r->nccl_id[0] ? r->nccl_id : NULL;
+    opt->checkpoint_path = chief ? r->ckpt_path : NULL;
+    opt->resume_path = r->have_ckpt ? r->resume_path : NULL;
+    opt->worker = w->index;
+    opt->workers = w->n_workers;
+    opt->comm = r->cm;
+    opt->no_eval = !chief && !r->cm; /* workers in a communicator evaluate together (train_loop.c) */
+    opt->replicas = replicas;
     /* gradient accumulation: the micro-batch size of the job's full size */
-    opt.micro_batches = jobspec_micro_batches(spec, w.n_workers);
+    opt->micro_batches = jobspec_micro_batches(spec, w->n_workers);
     log_info("gradient accumulation: %d micro-batch(es) of at most %d rows per replica and step "
              "(fit.gradient_accumulation_steps %d, %d of %d workers)",
-             opt.micro_batches,
-             (spec->fit.batch_size / (w.n_workers * (replicas > 0 ? replicas : 1)) + opt.micro_batches - 1) /
-                 opt.micro_batches,
-             spec->fit.gradient_accumulation_steps, w.n_workers, spec->resources.workers);
-    opt.replica_vars = spec->strategy.type == STRAT_CENTRAL_STORAGE ? REPLICA_VARS_CENTRAL : REPLICA_VARS_MIRRORED;
-    opt.replica_reduce =
+             opt->micro_batches,
+             (spec->fit.batch_size / (w->n_workers * (replicas > 0 ? replicas : 1)) + opt->micro_batches - 1) /
+                 opt->micro_batches,
+             spec->fit.gradient_accumulation_steps, w->n_workers, spec->resources.workers);
+    opt->replica_vars = spec->strategy.type == STRAT_CENTRAL_STORAGE ? REPLICA_VARS_CENTRAL : REPLICA_VARS_MIRRORED;
+    opt->replica_reduce =
         spec->strategy.cross_device_ops == CDO_REDUCTION_TO_ONE_DEVICE ? REPLICA_REDUCE_ONE : REPLICA_REDUCE_ALL;
     if (spec->strategy.type == STRAT_PARAMETER_SERVER) {
-        opt.n_ps = w.n_ps;
-        opt.ps = w.ps;
-        opt.ps_secret = w.has_secret ? w.secret : NULL;
-        opt.replicas = 1;
+        opt->n_ps = w->n_ps;
+        opt->ps = w->ps;
+        opt->ps_secret = w->has_secret ? w->secret : NULL;
+        opt->replicas = 1;
     }
-    sha256_hex(w.spec_json, strlen(w.spec_json), opt.spec_hash);
+    sha256_hex(w->spec_json, strlen(w->spec_json), opt->spec_hash);
     /* data.path stays inside the agent's data roots: no "..", no symlink out (executor/data/dataroot.h) */
     if (spec->data.path[0]) {
-        if (data_path_confine(spec->data.path, getenv("TRAINYARD_DATA_ROOT"), data_path, sizeof data_path, err,
-                              sizeof err) < 0)
-            goto fail;
-        opt.data_path = data_path;
+        if (data_path_confine(spec->data.path, getenv("TRAINYARD_DATA_ROOT"), r->data_path, sizeof r->data_path,
+                              r->err, sizeof r->err) < 0)
+            return RUN_FAIL;
+        opt->data_path = r->data_path;
     }
-    train_hooks hooks;
-    memset(&hooks, 0, sizeof hooks);
-    hooks.ctx = &ctx;
-    hooks.on_step = hook_step;
-    hooks.on_epoch = hook_epoch;
-    hooks.on_checkpoint = hook_checkpoint;
-    hooks.stop = &g_stop;
-    if (w.rung_max_epochs > 0) hooks.extend = hook_extend; /* every worker: the loop broadcasts rank 0's answer */
-    train_result res;
-    char terr[ERR_MAX];
-    ctx.window_ms = mono_ms();
-    if (train_run(spec, &opt, &hooks, &res, terr) < 0) {
-        snprintf(err, sizeof err, "training failed: %s", terr);
-        report_drain(&snd, 10); /* what was recorded before the failure */
-        goto fail;
-    }
-    if (res.stopped) {
-        log_info("stopped at step %ld: delivering the checkpoint and metrics", res.steps);
-        int reachable = report_server_ok(&snd);
-        if (report_drain(&snd, reachable ? STOP_FLUSH_S : STOP_FLUSH_DOWN_S) < 0)
-            log_error("could not deliver everything before stopping (the server is %s)",
-                      reachable ? "slow" : "unreachable");
-        ret = WORKER_EXIT_STOPPED;
-        snprintf(err, sizeof err, "stopped by SIGTERM at step %ld (checkpoint uploaded: %s)", res.steps,
-                 chief && report_uploaded_step(&snd) == res.steps ? "yes" : "no");
-        goto out_msg;
-    }
-    if (res.has_test) {
-        log_info("test: loss %.4f, accuracy %.4f", res.test_loss, res.test_accuracy);
-        if (chief && !ctx.rep.has_test) {
+    train_hooks *hooks = &r->hooks;
+    hooks->ctx = &r->ctx;
+    hooks->on_step = hook_step;
+    hooks->on_epoch = hook_epoch;
+    hooks->on_checkpoint = hook_checkpoint;
+    hooks->stop = &g_stop;
+    if (w->rung_max_epochs > 0) hooks->extend = hook_extend; /* every worker: the loop broadcasts rank 0's answer */
+    return RUN_ON;
+}
+
+/* Stopped by SIGTERM: the checkpoint and the metrics delivered within the
+ * agent's grace. */
+static int run_stopped(wrun *r, const train_result *res) {
+    log_info("stopped at step %ld: delivering the checkpoint and metrics", res->steps);
+    int reachable = report_server_ok(&r->snd);
+    if (report_drain(&r->snd, reachable ? STOP_FLUSH_S : STOP_FLUSH_DOWN_S) < 0)
+        log_error("could not deliver everything before stopping (the server is %s)",
+                  reachable ? "slow" : "unreachable");
+    r->ret = WORKER_EXIT_STOPPED;
+    snprintf(r->err, sizeof r->err, "stopped by SIGTERM at step %ld (checkpoint uploaded: %s)", res->steps,
+             r->chief && report_uploaded_step(&r->snd) == res->steps ? "yes" : "no");
+    return RUN_MSG;
+}
+
+/* Trained to the end: the test metric (the chief's, unless recorded), and
+ * everything delivered. */
+static int run_finished(wrun *r, const train_result *res) {
+    if (res->has_test) {
+        log_info("test: loss %.4f, accuracy %.4f", res->test_loss, res->test_accuracy);
+        if (r->chief && !r->ctx.rep.has_test) {
             cJSON *m = cJSON_CreateObject();
             cJSON_AddStringToObject(m, "kind", "test");
-            cJSON_AddNumberToObject(m, "step", (double)res.steps);
-            cJSON_AddNumberToObject(m, "test_loss", res.test_loss);
-            cJSON_AddNumberToObject(m, "test_accuracy", res.test_accuracy);
-            report_push(&snd, m);
+            cJSON_AddNumberToObject(m, "step", (double)res->steps);
+            cJSON_AddNumberToObject(m, "test_loss", res->test_loss);
+            cJSON_AddNumberToObject(m, "test_accuracy", res->test_accuracy);
+            report_push(&r->snd, m);
         }
     }
-    if (report_drain(&snd, FINAL_FLUSH_S) < 0) {
-        snprintf(err, sizeof err, "trained, but the server did not take the metrics/checkpoint within %d s",
+    if (report_drain(&r->snd, FINAL_FLUSH_S) < 0) {
+        snprintf(r->err, sizeof r->err, "trained, but the server did not take the metrics/checkpoint within %d s",
                  FINAL_FLUSH_S);
-        goto fail;
+        return RUN_FAIL;
     }
-    long dropped = report_dropped(&snd);
+    long dropped = report_dropped(&r->snd);
     if (dropped) log_warn("%ld step metric(s) were dropped while the server was away (buffer full)", dropped);
-    log_info("done: %d epoch(s), %ld steps, %.0f samples/s", res.epochs_done, res.steps, res.samples_per_sec);
-    ret = WORKER_EXIT_OK;
-    goto out;
+    log_info("done: %d epoch(s), %ld steps, %.0f samples/s", res->epochs_done, res->steps, res->samples_per_sec);
+    r->ret = WORKER_EXIT_OK;
+    return RUN_DONE;
+}
 
-fail:
-    fprintf(stderr, "trainyard worker: error: %s\n", err);
-    fflush(stderr);
-    goto out;
-out_msg:
-    log_info("%s", err);
-out:
-    report_stop(&snd);
-    comm_free(cm);
-    if (have_client) client_release(&c);
-    if (up.raw) curl_easy_cleanup(up.raw);
-    if (ckpt_path[0]) unlink(ckpt_path);
-    if (resume_path[0]) unlink(resume_path);
-    if (dir[0]) rmdir(dir);
-    jobspec_release(spec);
-    free(spec);
-    free(w.spec_json);
-    free(w.worker_addr);
-    free(w.worker_port);
-    free(w.ps);
-    return ret;
+/* The training (train_loop.c), then its outcome delivered. */
+static int run_train(wrun *r) {
+    train_result res;
+    char terr[ERR_MAX];
+    r->ctx.window_ms = mono_ms();
+    if (train_run(r->spec, &r->opt, &r->hooks, &res, terr) < 0) {
+        snprintf(r->err, sizeof r->err, "training failed: %s", terr);
+        report_drain(&r->snd, 10); /* what was recorded before the failure */
+        return RUN_FAIL;
+    }
+    return res.stopped ? run_stopped(r, &res) : run_finished(r, &res);
+}
+
+/* The reason said (how: RUN_FAIL, RUN_MSG), the sender stopped, everything
+ * freed and the scratch files removed; the exit status. */
+static int run_end(wrun *r, int how) {
+    if (how == RUN_FAIL) {
+        fprintf(stderr, "trainyard worker: error: %s\n", r->err);
+        fflush(stderr);
+    } else if (how == RUN_MSG) {
+        log_info("%s", r->err);
+    }
+    report_stop(&r->snd);
+    comm_free(r->cm);
+    if (r->have_client) client_release(&r->c);
+    if (r->up.raw) curl_easy_cleanup(r->up.raw);
+    if (r->ckpt_path[0]) unlink(r->ckpt_path);
+    if (r->resume_path[0]) unlink(r->resume_path);
+    if (r->dir[0]) rmdir(r->dir);
+    jobspec_release(r->spec);
+    free(r->spec);
+    free(r->w.spec_json);
+    free(r->w.worker_addr);
+    free(r->w.worker_port);
+    free(r->w.ps);
+    return r->ret;
+}
+
+int worker_run(const char *config) {
+    wrun r;
+    memset(&r, 0, sizeof r);
+    r.config = config;
+    r.spec = xcalloc(1, sizeof *r.spec);
+    r.ret = WORKER_EXIT_FAILED;
+    r.up.w = &r.w;
+    int how = run_config(&r);
+    if (how == RUN_ON) how = run_role(&r);
+    if (how == RUN_ON) how = run_checks(&r);
+    if (how == RUN_ON) how = run_scratch(&r);
+    if (how == RUN_ON) how = run_resume(&r);
+    if (how == RUN_ON) how = run_join(&r);
+    if (how == RUN_ON) how = run_options(&r);
+    if (how == RUN_ON) how = run_train(&r);
+    return run_end(&r, how);
 }
 
 int cmd_worker(int argc, char **argv) {
