@@ -220,6 +220,12 @@ typedef struct cmd_run {
     long metric_lines, metric_bad;
     int in_ctr;                  /* the program runs in the spec's image (container.h) */
     ctr_opts ctr;
+    char wd[PATH_MAX];           /* the program's working directory ("" this worker's) */
+    int64_t last_seq;            /* chief: the job's last metric seq before this attempt */
+    char **envp;                 /* the program's environment */
+    report_sender sender;        /* what snd points to once started */
+    int ret;                     /* the exit status (command.h) */
+    char err[512];               /* why the task ended early */
 } cmd_run;
 
 /* ---------------------------------------------------------------- resume state */
@@ -1221,115 +1227,150 @@ static int program_wait(cmd_run *r, pid_t pid, int outfd, int errfd, int *stoppe
     return status;
 }
 
-/* ---------------------------------------------------------------- run */
+/* ---------------------------------------------------------------- run, by phase
+ *
+ * The config and the cluster's size; the container runtime; the working
+ * directory; the scratch and checkpoint directories and the API client;
+ * the image, the resume state and the rendezvous; the program started (and
+ * the chief's report sender); its end awaited and the chief's last
+ * checkpoint and metrics delivered; the end (the reason said, everything
+ * freed). cmd_run holds what the phases share. A phase returns 0 to go on,
+ * or -1 when the task ends early: the reason in r->err, the exit status in
+ * r->ret. */
 
-int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *stop) {
-    cmd_run *r = xcalloc(1, sizeof *r);
-    report_sender snd;
-    memset(&snd, 0, sizeof snd);
-    char err[512] = "";
-    char **envp = NULL;
-    int ret = WORKER_EXIT_FAILED;
-    r->spec = spec;
-    r->stop = stop;
-    r->seen_step = 0;
-    if (config_parse(config, &r->cfg, err, sizeof err) < 0) goto fail;
+/* A failure a stop explains: 143 when the stop flag is up. */
+static int fail_stop(cmd_run *r) {
+    if (*r->stop) r->ret = WORKER_EXIT_STOPPED;
+    return -1;
+}
+
+/* The config (TRAINYARD_CONFIG): which task this is, the cluster's size
+ * against the spec's. */
+static int run_config(cmd_run *r, const char *config) {
+    const jobspec *spec = r->spec;
+    if (config_parse(config, &r->cfg, r->err, sizeof r->err) < 0) return -1;
     const cconfig *c = &r->cfg;
     r->chief = !c->is_ps && !c->is_eval && c->index == 0;
     snprintf(r->task_name, sizeof r->task_name, "%s-%d", c->is_eval ? "evaluator" : c->is_ps ? "ps" : "worker",
              c->index);
     if (!c->is_ps && (c->n_workers > spec->resources.workers || c->n_workers < spec->resources.workers_min)) {
         if (jobspec_elastic(spec))
-            snprintf(err, sizeof err, "the cluster has %d workers but the spec asks for %d to %d", c->n_workers,
+            snprintf(r->err, sizeof r->err, "the cluster has %d workers but the spec asks for %d to %d", c->n_workers,
                      spec->resources.workers_min, spec->resources.workers);
         else
-            snprintf(err, sizeof err, "the cluster has %d workers but the spec asks for %d", c->n_workers,
+            snprintf(r->err, sizeof r->err, "the cluster has %d workers but the spec asks for %d", c->n_workers,
                      spec->resources.workers);
-        goto fail;
+        return -1;
     }
     log_info("job %lld attempt %d: command %s (%d argument(s)), %s of %d worker(s)%s%s%s", (long long)c->job,
              c->attempt, spec->command.argv[0], spec->command.argc - 1, r->task_name, c->n_workers,
              c->n_ps ? " and ps" : "", spec->environment.image[0] ? " in image " : "", spec->environment.image);
-    r->in_ctr = ctr_parse(&r->ctr, err, sizeof err);
-    if (r->in_ctr < 0) goto fail;
+    return 0;
+}
+
+/* The container runtime the agent named (container.h), which a job in an
+ * image needs. */
+static int run_container(cmd_run *r) {
+    const cconfig *c = &r->cfg;
+    r->in_ctr = ctr_parse(&r->ctr, r->err, sizeof r->err);
+    if (r->in_ctr < 0) return -1;
     r->ctr.job = c->job;
     r->ctr.attempt = c->attempt;
     snprintf(r->ctr.task, sizeof r->ctr.task, "%s", r->task_name);
-    if (spec->environment.image[0] && !r->in_ctr) {
-        snprintf(err, sizeof err, "the job runs in image %.200s, but this node's agent runs no container runtime",
-                 spec->environment.image);
-        goto fail;
+    if (r->spec->environment.image[0] && !r->in_ctr) {
+        snprintf(r->err, sizeof r->err,
+                 "the job runs in image %.200s, but this node's agent runs no container runtime",
+                 r->spec->environment.image);
+        return -1;
     }
+    return 0;
+}
 
-    /* the working directory: in the task's copy of the context, else under
-     * the agent's data root (else its cwd) */
-    char wd[PATH_MAX] = "";
+/* The working directory: in the task's copy of the context, else under the
+ * agent's data root (else its cwd). */
+static int run_workdir(cmd_run *r) {
+    const jobspec *spec = r->spec;
+    char *wd = r->wd;
     const char *root = getenv("TRAINYARD_DATA_ROOT");
     const char *ctxdir = getenv("TRAINYARD_CONTEXT_DIR");
     if (spec->command.context[0]) {
         struct stat sb;
         if (!ctxdir || !*ctxdir) {
-            snprintf(err, sizeof err, "the job names context %.80s, but the agent gave this task none",
+            snprintf(r->err, sizeof r->err, "the job names context %.80s, but the agent gave this task none",
                      spec->command.context);
-            goto fail;
+            return -1;
         }
-        if (sfmt(wd, sizeof wd, "%s%s%s", ctxdir, spec->command.working_dir[0] ? "/" : "",
+        if (sfmt(wd, sizeof r->wd, "%s%s%s", ctxdir, spec->command.working_dir[0] ? "/" : "",
                  spec->command.working_dir) < 0) {
-            snprintf(err, sizeof err, "command.working_dir too long");
-            goto fail;
+            snprintf(r->err, sizeof r->err, "command.working_dir too long");
+            return -1;
         }
         if (stat(wd, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
-            snprintf(err, sizeof err, "command.working_dir %.200s is not a directory of the context %.80s (%s)",
+            snprintf(r->err, sizeof r->err,
+                     "command.working_dir %.200s is not a directory of the context %.80s (%s)",
                      spec->command.working_dir, spec->command.context, strerror(errno ? errno : ENOTDIR));
-            goto fail;
+            return -1;
         }
     } else if (spec->command.working_dir[0]) {
         struct stat sb;
-        if (sfmt(wd, sizeof wd, "%s/%s", root && *root ? root : ".", spec->command.working_dir) < 0) {
-            snprintf(err, sizeof err, "command.working_dir too long");
-            goto fail;
+        if (sfmt(wd, sizeof r->wd, "%s/%s", root && *root ? root : ".", spec->command.working_dir) < 0) {
+            snprintf(r->err, sizeof r->err, "command.working_dir too long");
+            return -1;
         }
         if (stat(wd, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
-            snprintf(err, sizeof err, "command.working_dir %.200s is not a directory under %s (%s)",
+            snprintf(r->err, sizeof r->err, "command.working_dir %.200s is not a directory under %s (%s)",
                      spec->command.working_dir, root && *root ? root : "the agent's working directory",
                      strerror(errno ? errno : ENOTDIR));
-            goto fail;
+            return -1;
         }
     } else if (root && *root) {
-        snprintf(wd, sizeof wd, "%s", root);
+        snprintf(wd, sizeof r->wd, "%s", root);
     }
+    return 0;
+}
 
+/* The task's scratch directory with its checkpoint directory (the
+ * program's uid's, in an image), and the API client. */
+static int run_scratch(cmd_run *r) {
+    const cconfig *c = &r->cfg;
     const char *tmp = getenv("TMPDIR");
     if (sfmt(r->scratch, sizeof r->scratch, "%s/trainyard-job%lld-XXXXXX", tmp && *tmp ? tmp : "/tmp",
              (long long)c->job) < 0 ||
         !mkdtemp(r->scratch)) {
-        snprintf(err, sizeof err, "cannot make a scratch directory: %s", strerror(errno));
+        snprintf(r->err, sizeof r->err, "cannot make a scratch directory: %s", strerror(errno));
         r->scratch[0] = '\0';
-        goto fail;
+        return -1;
     }
     if (sfmt(r->ckdir, sizeof r->ckdir, "%s/checkpoint", r->scratch) < 0 || mkdir(r->ckdir, 0700) < 0) {
-        snprintf(err, sizeof err, "cannot make the checkpoint directory: %s", strerror(errno));
-        goto fail;
+        snprintf(r->err, sizeof r->err, "cannot make the checkpoint directory: %s", strerror(errno));
+        return -1;
     }
     /* in an image the program runs as the task's uid; this worker as root */
     if (r->in_ctr && (chown(r->scratch, r->ctr.uid, r->ctr.uid) < 0 || chown(r->ckdir, r->ctr.uid, r->ctr.uid) < 0)) {
-        snprintf(err, sizeof err, "cannot give the checkpoint directory to uid %u: %s", r->ctr.uid, strerror(errno));
-        goto fail;
+        snprintf(r->err, sizeof r->err, "cannot give the checkpoint directory to uid %u: %s", r->ctr.uid,
+                 strerror(errno));
+        return -1;
     }
     if (client_init(&r->cl, c->api, c->token) < 0) {
-        snprintf(err, sizeof err, "cannot make an HTTP client");
-        goto fail;
+        snprintf(r->err, sizeof r->err, "cannot make an HTTP client");
+        return -1;
     }
     r->have_client = 1;
     r->cl.timeout_ms = 30000;
+    return 0;
+}
 
-    if (r->in_ctr && image_ready(r, err, sizeof err) < 0) goto fail_stop;
-    int64_t last_seq = 0;
-    if (r->chief && fetch_last_seq(r, &last_seq, err, sizeof err) < 0) goto fail_stop;
+/* Before the program: the image pulled, the chief's metric seq, the
+ * checkpoint directory restored (the evaluator: the job's newest
+ * checkpoint), every task met at the rendezvous. */
+static int run_join(cmd_run *r) {
+    const cconfig *c = &r->cfg;
+    if (r->in_ctr && image_ready(r, r->err, sizeof r->err) < 0) return fail_stop(r);
+    if (r->chief && fetch_last_seq(r, &r->last_seq, r->err, sizeof r->err) < 0) return fail_stop(r);
     if (c->is_eval) ckpt_follow(r); /* the job's newest checkpoint, from the start */
-    else if (c->attempt >= 2 && ckpt_restore(r, err, sizeof err) < 0) goto fail_stop;
+    else if (c->attempt >= 2 && ckpt_restore(r, r->err, sizeof r->err) < 0) return fail_stop(r);
     if (r->in_ctr) chown_tree(r->ckdir, r->ctr.uid);
-    if (rendezvous(r, err, sizeof err) < 0) goto fail_stop;
+    if (rendezvous(r, r->err, sizeof r->err) < 0) return fail_stop(r);
     if (c->is_eval)
         log_info("all %d task(s) joined: MASTER_ADDR=%s MASTER_PORT=%d; this task is the evaluator", c->n_workers + c->n_ps,
                  r->peer_w[0].host, r->peer_w[0].port);
@@ -1338,8 +1379,17 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
                  r->peer_w[0].host, r->peer_w[0].port,
                  c->is_ps ? r->peer_ps[c->index].host : r->peer_w[c->index].host,
                  c->is_ps ? r->peer_ps[c->index].port : r->peer_w[c->index].port);
+    return 0;
+}
 
-    envp = env_build(r);
+/* The program started in its process group with its environment: podman
+ * run in an image, else the program found on the PATH (127 when it is
+ * not). *pid, *outfd, *errfd: the process and its output's pipes. */
+static int run_launch(cmd_run *r, pid_t *pid, int *outfd, int *errfd) {
+    const jobspec *spec = r->spec;
+    const char *wd = r->wd;
+    r->envp = env_build(r);
+    char **envp = r->envp;
     char exe[PATH_MAX];
     char **ctr_av = NULL;
     if (r->in_ctr) {
@@ -1356,43 +1406,70 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
         ctr_av = ctr_argv(&r->ctr, spec->environment.image, wd, spec->command.argv, pass);
         free(pass);
     } else if (exe_resolve(spec->command.argv[0], envp, exe, sizeof exe) < 0) {
-        snprintf(err, sizeof err, "command not found: %.200s (PATH=%.200s)", spec->command.argv[0],
+        snprintf(r->err, sizeof r->err, "command not found: %.200s (PATH=%.200s)", spec->command.argv[0],
                  env_get(envp, "PATH") ? env_get(envp, "PATH") : "");
-        ret = 127;
-        goto fail_ret;
+        r->ret = 127;
+        return -1;
     }
-    if (*stop) {
-        snprintf(err, sizeof err, "stopped before the program started");
-        goto fail_stop;
+    if (*r->stop) {
+        snprintf(r->err, sizeof r->err, "stopped before the program started");
+        return fail_stop(r);
     }
-    int outfd = -1, errfd = -1;
     /* in an image, podman's own working directory is the job directory;
      * the program's is --workdir */
-    pid_t pid = program_start(exe, ctr_av ? ctr_av : spec->command.argv, envp, ctr_av ? r->ctr.dir : wd, &outfd,
-                              &errfd);
+    *pid = program_start(exe, ctr_av ? ctr_av : spec->command.argv, envp, ctr_av ? r->ctr.dir : wd, outfd, errfd);
     int start_errno = errno;
     if (ctr_av) {
         for (size_t i = 0; ctr_av[i]; i++) free(ctr_av[i]);
         free(ctr_av);
     }
-    if (pid < 0) {
-        snprintf(err, sizeof err, "cannot start %.200s: %s", exe, strerror(start_errno));
-        goto fail;
+    if (*pid < 0) {
+        snprintf(r->err, sizeof r->err, "cannot start %.200s: %s", exe, strerror(start_errno));
+        return -1;
     }
     if (r->in_ctr)
         log_info("started %s in image %s as container %s (pid %d)%s%s", spec->command.argv[0],
-                 spec->environment.image, r->ctr.name, (int)pid, wd[0] ? " in " : "", wd);
+                 spec->environment.image, r->ctr.name, (int)*pid, wd[0] ? " in " : "", wd);
     else
-        log_info("started %s (pid %d)%s%s", exe, (int)pid, wd[0] ? " in " : "", wd);
-    /* threads only after the fork: the child runs no code of ours */
-    if (r->chief) {
-        ck_ident *done = xmalloc(sizeof *done); /* the version restored: not uploaded again */
-        *done = r->restored_id;
-        if (report_start(&snd, c->api, c->token, c->job, last_seq + 1, &ck_ops, r, done) < 0) abort();
-        report_set_attempt(&snd, c->attempt); /* the server refuses a requeued attempt's metrics */
-        r->snd = &snd;
-        r->next_ck_poll_ms = mono_ms() + CMD_CKPT_POLL_MS;
+        log_info("started %s (pid %d)%s%s", exe, (int)*pid, wd[0] ? " in " : "", wd);
+    return 0;
+}
+
+/* The chief's report sender (a thread: only after the fork, the child runs
+ * no code of ours); the version restored is not uploaded again. */
+static void run_sender(cmd_run *r) {
+    if (!r->chief) return;
+    const cconfig *c = &r->cfg;
+    ck_ident *done = xmalloc(sizeof *done);
+    *done = r->restored_id;
+    if (report_start(&r->sender, c->api, c->token, c->job, r->last_seq + 1, &ck_ops, r, done) < 0) abort();
+    report_set_attempt(&r->sender, c->attempt); /* the server refuses a requeued attempt's metrics */
+    r->snd = &r->sender;
+    r->next_ck_poll_ms = mono_ms() + CMD_CKPT_POLL_MS;
+}
+
+/* The chief, the program ended: its newest checkpoint and its metrics
+ * delivered; a program that succeeded fails when they are not. */
+static int run_deliver(cmd_run *r, int stopped) {
+    int budget = stopped ? CMD_STOP_FLUSH_S : CMD_FINAL_FLUSH_S;
+    int up = ckpt_upload_final(r, budget);
+    int drained = report_drain(&r->sender, budget);
+    if (r->metric_lines)
+        log_info("%ld metric line(s) read, %ld ignored%s", r->metric_lines, r->metric_bad,
+                 report_dropped(&r->sender) ? " (some step metrics dropped while the server was away)" : "");
+    if ((up < 0 || drained < 0) && r->ret == 0) {
+        snprintf(r->err, sizeof r->err, "the program succeeded, but the server did not take its %s",
+                 up < 0 ? "checkpoint" : "metrics");
+        r->ret = WORKER_EXIT_FAILED;
+        return -1;
     }
+    return 0;
+}
+
+/* The program run to its end (program_wait); the exit status is its own,
+ * 143 when stopped; a container podman left running removed; the chief's
+ * delivery. */
+static int run_await(cmd_run *r, pid_t pid, int outfd, int errfd) {
     int stopped = 0;
     int64_t t0 = mono_ms();
     int status = program_wait(r, pid, outfd, errfd, &stopped);
@@ -1401,41 +1478,29 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
     proc_exit_describe(status, &code, &sig, why, sizeof why);
     log_info("the program %s after %.1f s%s", why, (double)(mono_ms() - t0) / 1000.0,
              stopped ? " (stopped)" : "");
-    ret = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
-    if (stopped) ret = WORKER_EXIT_STOPPED; /* a stop is never reported as success */
+    r->ret = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 128 + WTERMSIG(status) : 1;
+    if (stopped) r->ret = WORKER_EXIT_STOPPED; /* a stop is never reported as success */
     /* podman killed before the container ended leaves it running: gone now */
     if (r->in_ctr && (stopped || WIFSIGNALED(status))) ctr_remove(r->ctr.podman, r->ctr.name, 30);
-    if (r->chief) {
-        int budget = stopped ? CMD_STOP_FLUSH_S : CMD_FINAL_FLUSH_S;
-        int up = ckpt_upload_final(r, budget);
-        int drained = report_drain(&snd, budget);
-        if (r->metric_lines)
-            log_info("%ld metric line(s) read, %ld ignored%s", r->metric_lines, r->metric_bad,
-                     report_dropped(&snd) ? " (some step metrics dropped while the server was away)" : "");
-        if ((up < 0 || drained < 0) && ret == 0) {
-            snprintf(err, sizeof err, "the program succeeded, but the server did not take its %s",
-                     up < 0 ? "checkpoint" : "metrics");
-            goto fail;
+    return r->chief ? run_deliver(r, stopped) : 0;
+}
+
+/* The reason of an early end said (rc < 0: logged for a stop, else on
+ * stderr), the sender stopped, everything freed and the scratch directory
+ * removed; the exit status. */
+static int run_end(cmd_run *r, int rc) {
+    if (rc < 0) {
+        if (r->ret == WORKER_EXIT_STOPPED) {
+            log_info("%s", r->err);
+        } else {
+            fprintf(stderr, "trainyard worker: error: %s\n", r->err);
+            fflush(stderr);
         }
     }
-    goto out;
-
-fail_stop:
-    if (*stop) ret = WORKER_EXIT_STOPPED;
-    goto fail_ret;
-fail:
-    ret = WORKER_EXIT_FAILED;
-fail_ret:
-    if (ret == WORKER_EXIT_STOPPED) {
-        log_info("%s", err);
-    } else {
-        fprintf(stderr, "trainyard worker: error: %s\n", err);
-        fflush(stderr);
-    }
-out:
-    report_stop(&snd);
+    int ret = r->ret;
+    report_stop(&r->sender);
     cJSON_Delete(r->held_step);
-    env_free(envp);
+    env_free(r->envp);
     if (r->have_client) client_release(&r->cl);
     rm_tree(r->scratch);
     free(r->peer_w);
@@ -1443,4 +1508,24 @@ out:
     config_release(&r->cfg);
     free(r);
     return ret;
+}
+
+int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *stop) {
+    cmd_run *r = xcalloc(1, sizeof *r);
+    r->spec = spec;
+    r->stop = stop;
+    r->ret = WORKER_EXIT_FAILED;
+    pid_t pid = -1;
+    int outfd = -1, errfd = -1;
+    int rc = run_config(r, config);
+    if (!rc) rc = run_container(r);
+    if (!rc) rc = run_workdir(r);
+    if (!rc) rc = run_scratch(r);
+    if (!rc) rc = run_join(r);
+    if (!rc) rc = run_launch(r, &pid, &outfd, &errfd);
+    if (!rc) {
+        run_sender(r);
+        rc = run_await(r, pid, outfd, errfd);
+    }
+    return run_end(r, rc);
 }
