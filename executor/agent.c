@@ -1195,31 +1195,46 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 /* The agent outlives agent_run for its detached poller thread. */
 static agent *g_agent;
 
-int agent_run(const agent_options *o) {
+/* agent_run, by phase: the CA pinned; this binary and the isolation of
+ * tasks; podman; the context cache; the signal and wake pipes, the client
+ * and the context fetcher; the state file and the tasks it recovers; the
+ * poller thread; the main loop (each turn: the server link, the end of a
+ * stop, a poll and what it brought, a stop signal, the tasks' checks and
+ * the state saved); the shutdown. */
+
+/* The main loop's own state. */
+typedef struct loop_state {
+    int sigfd;                   /* SIGCHLD and SIGTERM as bytes (proc_sigpipe_open) */
+    int stopping;                /* a stop signal came: the tasks are being stopped */
+    int64_t stop_deadline;       /* ... and the loop ends by then */
+} loop_state;
+
+/* --ca-hash: the server's CA pinned before anything speaks to it. */
+static int setup_trust(const agent_options *o) {
     if (o->ca_hash[0]) {
         char err[700];
         if (client_trust_pinned(o->server, o->ca_hash, err, sizeof err) < 0) {
             log_error("%s", err);
-            return 1;
+            return -1;
         }
         log_info("trusting the server's CA %s", o->ca_hash);
     }
-    agent *a = xcalloc(1, sizeof *a);
-    g_agent = a;
-    a->opt = *o;
-    int ret = 1;
+    return 0;
+}
+
+/* This binary (the workers run it) and what keeps the tasks apart
+ * (isolate.h). */
+static int setup_isolation(agent *a, const agent_options *o) {
     if (proc_self_exe(a->exe, sizeof a->exe) < 0) {
         log_error("cannot find the trainyard binary (/proc/self/exe)");
-        free(a);
-        return 1;
+        return -1;
     }
     a->opt.iso.cpu_slots = o->cpu_slots;
     snprintf(a->opt.iso.data_root, sizeof a->opt.iso.data_root, "%s", o->data_root);
     char iso_err[512] = "";
     if (iso_init(&a->iso, &a->opt.iso, a->exe, iso_err, sizeof iso_err) < 0) {
         log_error("cannot isolate tasks: %s", iso_err);
-        free(a);
-        return 1;
+        return -1;
     }
     if (!a->iso.user) log_warn("teams are not isolated on this node: %s", a->iso.reason);
     else log_info("tasks run as uids %u-%u%s; cgroup %s%s%s; node memory %lld MiB",
@@ -1227,25 +1242,33 @@ int agent_run(const agent_options *o) {
                   a->iso.mount_ns ? " with a private /tmp and /dev/shm" : "",
                   a->iso.cg == ISO_CG_V1 ? "v1" : a->iso.cg == ISO_CG_V2 ? "v2" : "none (no limits)",
                   a->iso.reason[0] ? ": " : "", a->iso.reason, (long long)a->iso.memory_mb);
-    /* images: podman, when tasks are isolated as root (the container runs
-     * as the task's uid) */
-    if (strcmp(o->podman, "none") != 0) {
-        char ver[128] = "";
-        if (!a->iso.user) {
-            if (o->podman[0]) log_warn("--podman %s: images need the agent to isolate tasks as root: none here", o->podman);
-        } else if (ctr_probe(o->podman[0] ? o->podman : "podman", a->podman, sizeof a->podman, ver, sizeof ver) == 0) {
-            /* runc where it is installed: crun (podman's first choice when
-             * both are) refuses the hybrid cgroup layout of many hosts */
-            char runc[PATH_MAX], rver[128];
-            if (!o->podman_runtime[0] && ctr_probe("runc", runc, sizeof runc, rver, sizeof rver) == 0)
-                snprintf(a->opt.podman_runtime, sizeof a->opt.podman_runtime, "runc");
-            log_info("images run here with %s (%s)%s%s", a->podman, ver, a->opt.podman_runtime[0] ? ", runtime " : "",
-                     a->opt.podman_runtime);
-            ctr_sweep(a->podman, (long)getpid());
-        } else if (o->podman[0]) {
-            log_warn("--podman %s does not run: no images here", o->podman);
-        }
+    return 0;
+}
+
+/* Images: podman, when tasks are isolated as root (the container runs as
+ * the task's uid); the containers an earlier agent left swept. */
+static void setup_podman(agent *a, const agent_options *o) {
+    if (strcmp(o->podman, "none") == 0) return;
+    char ver[128] = "";
+    if (!a->iso.user) {
+        if (o->podman[0]) log_warn("--podman %s: images need the agent to isolate tasks as root: none here", o->podman);
+    } else if (ctr_probe(o->podman[0] ? o->podman : "podman", a->podman, sizeof a->podman, ver, sizeof ver) == 0) {
+        /* runc where it is installed: crun (podman's first choice when
+         * both are) refuses the hybrid cgroup layout of many hosts */
+        char runc[PATH_MAX], rver[128];
+        if (!o->podman_runtime[0] && ctr_probe("runc", runc, sizeof runc, rver, sizeof rver) == 0)
+            snprintf(a->opt.podman_runtime, sizeof a->opt.podman_runtime, "runc");
+        log_info("images run here with %s (%s)%s%s", a->podman, ver, a->opt.podman_runtime[0] ? ", runtime " : "",
+                 a->opt.podman_runtime);
+        ctr_sweep(a->podman, (long)getpid());
+    } else if (o->podman[0]) {
+        log_warn("--podman %s does not run: no images here", o->podman);
     }
+}
+
+/* Where fetched contexts are kept: --cache-dir, else root's
+ * /var/cache/trainyard, else a user's directory under TMPDIR. */
+static void setup_cache_dir(agent *a, const agent_options *o) {
     if (o->cache_dir[0]) snprintf(a->cache_dir, sizeof a->cache_dir, "%s", o->cache_dir);
     else if (geteuid() == 0) snprintf(a->cache_dir, sizeof a->cache_dir, "/var/cache/trainyard");
     else {
@@ -1253,144 +1276,182 @@ int agent_run(const agent_options *o) {
         snprintf(a->cache_dir, sizeof a->cache_dir, "%s/trainyard-cache-%u", tmpd && *tmpd ? tmpd : "/tmp",
                  (unsigned)geteuid());
     }
+}
+
+/* The poller's lock, the signal pipe (ls->sigfd), the wake pipe, the API
+ * client and the context fetcher. */
+static int setup_io(agent *a, const agent_options *o, loop_state *ls) {
     pthread_mutex_init(&a->mu, NULL);
     int wp[2];
-    int sigfd = proc_sigpipe_open();
-    if (sigfd < 0 || pipe2(wp, O_CLOEXEC | O_NONBLOCK) < 0 || client_init(&a->http, o->server, o->token) < 0) {
+    ls->sigfd = proc_sigpipe_open();
+    if (ls->sigfd < 0 || pipe2(wp, O_CLOEXEC | O_NONBLOCK) < 0 || client_init(&a->http, o->server, o->token) < 0) {
         log_error("cannot set up the agent: %s", strerror(errno));
-        free(a);
-        return 1;
+        return -1;
     }
     a->wake_r = wp[0];
     a->wake_w = wp[1];
     if (ctxf_start(&a->ctx, o->server, a->cache_dir, (int64_t)a->opt.cache_max_mb << 20, a->wake_w) < 0) {
         log_error("cannot set up the context fetcher");
-        free(a);
-        return 1;
+        return -1;
     }
     a->http.timeout_ms = 10000;
     a->need_register = 1;
+    return 0;
+}
+
+/* The state file: --state-file, else one named by the server, host and
+ * uid under XDG_RUNTIME_DIR (else TMPDIR, else /tmp). */
+static void setup_state_path(agent *a, const agent_options *o) {
     if (o->state_file[0]) {
         snprintf(a->state_path, sizeof a->state_path, "%s", o->state_file);
-    } else {
-        char key[1024], sum[65];
-        snprintf(key, sizeof key, "%s|%s|%u", o->server, o->hostname, (unsigned)getuid());
-        sha256_hex(key, strlen(key), sum);
-        const char *dir = getenv("XDG_RUNTIME_DIR");
-        if (!dir || !*dir) dir = getenv("TMPDIR");
-        if (!dir || !*dir) dir = "/tmp";
-        if (sfmt(a->state_path, sizeof a->state_path, "%s/trainyard-agent-%.16s.json", dir, sum) < 0)
-            a->state_path[0] = '\0';
+        return;
     }
-    state_recover(a);
+    char key[1024], sum[65];
+    snprintf(key, sizeof key, "%s|%s|%u", o->server, o->hostname, (unsigned)getuid());
+    sha256_hex(key, strlen(key), sum);
+    const char *dir = getenv("XDG_RUNTIME_DIR");
+    if (!dir || !*dir) dir = getenv("TMPDIR");
+    if (!dir || !*dir) dir = "/tmp";
+    if (sfmt(a->state_path, sizeof a->state_path, "%s/trainyard-agent-%.16s.json", dir, sum) < 0)
+        a->state_path[0] = '\0';
+}
 
+/* The poller thread (poller_main), detached. */
+static int start_poller(agent *a) {
     pthread_t poller;
     if (pthread_create(&poller, NULL, poller_main, a) != 0) {
         log_error("cannot start the poller thread");
-        goto out;
+        return -1;
     }
     pthread_detach(poller);
+    return 0;
+}
 
-    int stopping = 0;
-    int64_t stop_deadline = 0;
+/* Registration, heartbeat, reports, logs: each only when the server is
+ * usable. */
+static void loop_server(agent *a, int64_t now) {
+    if (a->need_register && server_usable(a)) agent_register(a);
+    if (!a->need_register && now >= a->next_hb_ms && server_usable(a)) {
+        agent_heartbeat(a);
+        a->next_hb_ms = mono_ms() + (int64_t)a->opt.heartbeat_s * 1000;
+    }
+    if (now >= a->next_logs_ms) {
+        for (int i = 0; i < a->n_tasks; i++) task_ship_logs(a, a->tasks[i]);
+        a->next_logs_ms = mono_ms() + 1000;
+    }
+    if (!a->need_register) outbox_flush(a);
+}
+
+/* Stopping: 1 when the loop ends (every task gone and reported, the
+ * deadline passed, or the tasks exited with the server unreachable). */
+static int loop_stopped(agent *a, const loop_state *ls) {
+    int live = 0;
+    for (int i = 0; i < a->n_tasks; i++) live += !a->tasks[i]->exited;
+    if ((!live && !a->out_len && !a->n_tasks) || mono_ms() > ls->stop_deadline) return 1;
+    /* Every task has exited but the server is unreachable: the state
+     * file keeps the undelivered exits for the next agent. */
+    if (!live && a->down_until_ms > 0) {
+        log_warn("the server is unreachable: leaving %d exit report(s) to the next agent (%s)", a->out_len,
+                 a->state_path[0] ? a->state_path : "no state file");
+        return 1;
+    }
+    return 0;
+}
+
+/* Sleeps until a signal, the wake pipe or a task's output, or the next
+ * timer (a second at most; the server's backoff, a kill due), then takes
+ * what came: the signals (*got_term), the poller's assignments, the tasks'
+ * output. -1 when poll fails. */
+static int loop_poll(agent *a, const loop_state *ls, int64_t now, int *got_term) {
     struct pollfd pf[AGENT_MAX_TASKS + 2];
     task *pft[AGENT_MAX_TASKS + 2];
+    int64_t wake = now + 1000;
+    if (a->down_until_ms > now) wake = min64(wake, a->down_until_ms);
+    for (int i = 0; i < a->n_tasks; i++)
+        if (a->tasks[i]->kill_at_ms && !a->tasks[i]->exited) wake = min64(wake, a->tasks[i]->kill_at_ms);
+    int nf = 0;
+    pf[nf].fd = ls->sigfd;
+    pf[nf].events = POLLIN;
+    pft[nf++] = NULL;
+    pf[nf].fd = a->wake_r;
+    pf[nf].events = POLLIN;
+    pft[nf++] = NULL;
+    for (int i = 0; i < a->n_tasks; i++) {
+        if (a->tasks[i]->fd < 0) continue;
+        pf[nf].fd = a->tasks[i]->fd;
+        pf[nf].events = POLLIN;
+        pft[nf++] = a->tasks[i];
+    }
+    int timeout = (int)(wake - mono_ms());
+    if (timeout < 0) timeout = 0;
+    int pr = poll(pf, (nfds_t)nf, timeout);
+    if (pr < 0 && errno != EINTR) {
+        log_error("poll: %s", strerror(errno));
+        return -1;
+    }
+    int got_chld = 0;
+    *got_term = 0;
+    if (pr > 0) {
+        if (pf[0].revents) proc_sigpipe_drain(ls->sigfd, &got_chld, got_term);
+        if (pf[1].revents) inbox_process(a);
+        for (int i = 2; i < nf; i++)
+            if (pf[i].revents) task_read(a, pft[i]);
+    }
+    return 0;
+}
+
+/* A stop signal: the first stops the tasks (SIGTERM, SIGKILL after the
+ * grace) and the hand-out of more; a second kills every task now. */
+static void loop_stop_signal(agent *a, loop_state *ls) {
+    if (ls->stopping) {
+        log_warn("second stop signal: killing every task now");
+        for (int i = 0; i < a->n_tasks; i++)
+            if (!a->tasks[i]->exited && a->tasks[i]->pid > 0) proc_signal_group(a->tasks[i]->pid, SIGKILL);
+        ls->stop_deadline = mono_ms() + 1000;
+        return;
+    }
+    ls->stopping = 1;
+    a->quit = 1;    /* from here a task handed out is handed back */
+    agent_drain(a); /* and the server hands out no more (before the exits requeue their jobs) */
+    log_info("stopping: SIGTERM to %d task(s), SIGKILL after %d s", a->n_tasks, a->opt.stop_grace_s);
+    for (int i = 0; i < a->n_tasks; i++) {
+        task *t = a->tasks[i];
+        if (t->exited || t->stop_sent) continue;
+        snprintf(t->stop_reason, sizeof t->stop_reason, "agent stopping");
+        t->stop_sent = 1;
+        if (t->prep) { /* no worker yet: ends once its context comes back */
+            ctxf_cancel(t->prep);
+            continue;
+        }
+        t->kill_at_ms = mono_ms() + (int64_t)a->opt.stop_grace_s * 1000;
+        proc_signal_group(t->pid, SIGTERM);
+    }
+    /* grace, then a few seconds to report the exits */
+    ls->stop_deadline = mono_ms() + (int64_t)a->opt.stop_grace_s * 1000 + 5000;
+    a->quit = 1;
+}
+
+/* The main loop, until a stop has ended (or poll fails). */
+static void main_loop(agent *a, loop_state *ls) {
     for (;;) {
         int64_t now = mono_ms();
-        /* registration, heartbeat, reports, logs: each only when the server is usable */
-        if (a->need_register && server_usable(a)) agent_register(a);
-        if (!a->need_register && now >= a->next_hb_ms && server_usable(a)) {
-            agent_heartbeat(a);
-            a->next_hb_ms = mono_ms() + (int64_t)a->opt.heartbeat_s * 1000;
-        }
-        if (now >= a->next_logs_ms) {
-            for (int i = 0; i < a->n_tasks; i++) task_ship_logs(a, a->tasks[i]);
-            a->next_logs_ms = mono_ms() + 1000;
-        }
-        if (!a->need_register) outbox_flush(a);
-
-        if (stopping) {
-            int live = 0;
-            for (int i = 0; i < a->n_tasks; i++) live += !a->tasks[i]->exited;
-            if ((!live && !a->out_len && !a->n_tasks) || mono_ms() > stop_deadline) break;
-            /* Every task has exited but the server is unreachable: the state
-             * file keeps the undelivered exits for the next agent. */
-            if (!live && a->down_until_ms > 0) {
-                log_warn("the server is unreachable: leaving %d exit report(s) to the next agent (%s)", a->out_len,
-                         a->state_path[0] ? a->state_path : "no state file");
-                break;
-            }
-        }
-
-        /* sleep until something happens or the next timer */
-        int64_t wake = now + 1000;
-        if (a->down_until_ms > now) wake = min64(wake, a->down_until_ms);
-        for (int i = 0; i < a->n_tasks; i++)
-            if (a->tasks[i]->kill_at_ms && !a->tasks[i]->exited) wake = min64(wake, a->tasks[i]->kill_at_ms);
-        int nf = 0;
-        pf[nf].fd = sigfd;
-        pf[nf].events = POLLIN;
-        pft[nf++] = NULL;
-        pf[nf].fd = a->wake_r;
-        pf[nf].events = POLLIN;
-        pft[nf++] = NULL;
-        for (int i = 0; i < a->n_tasks; i++) {
-            if (a->tasks[i]->fd < 0) continue;
-            pf[nf].fd = a->tasks[i]->fd;
-            pf[nf].events = POLLIN;
-            pft[nf++] = a->tasks[i];
-        }
-        int timeout = (int)(wake - mono_ms());
-        if (timeout < 0) timeout = 0;
-        int pr = poll(pf, (nfds_t)nf, timeout);
-        if (pr < 0 && errno != EINTR) {
-            log_error("poll: %s", strerror(errno));
-            break;
-        }
-        int got_chld = 0, got_term = 0;
-        if (pr > 0) {
-            if (pf[0].revents) proc_sigpipe_drain(sigfd, &got_chld, &got_term);
-            if (pf[1].revents) inbox_process(a);
-            for (int i = 2; i < nf; i++)
-                if (pf[i].revents) task_read(a, pft[i]);
-        }
+        loop_server(a, now);
+        if (ls->stopping && loop_stopped(a, ls)) break;
+        int got_term = 0;
+        if (loop_poll(a, ls, now, &got_term) < 0) break;
         ctx_collect(a); /* contexts made ready (the same wake pipe) */
-        if (got_term) {
-            if (stopping) {
-                log_warn("second stop signal: killing every task now");
-                for (int i = 0; i < a->n_tasks; i++)
-                    if (!a->tasks[i]->exited && a->tasks[i]->pid > 0) proc_signal_group(a->tasks[i]->pid, SIGKILL);
-                stop_deadline = mono_ms() + 1000;
-            } else {
-                stopping = 1;
-                a->quit = 1;    /* from here a task handed out is handed back */
-                agent_drain(a); /* and the server hands out no more (before the exits requeue their jobs) */
-                log_info("stopping: SIGTERM to %d task(s), SIGKILL after %d s", a->n_tasks, a->opt.stop_grace_s);
-                for (int i = 0; i < a->n_tasks; i++) {
-                    task *t = a->tasks[i];
-                    if (t->exited || t->stop_sent) continue;
-                    snprintf(t->stop_reason, sizeof t->stop_reason, "agent stopping");
-                    t->stop_sent = 1;
-                    if (t->prep) { /* no worker yet: ends once its context comes back */
-                        ctxf_cancel(t->prep);
-                        continue;
-                    }
-                    t->kill_at_ms = mono_ms() + (int64_t)a->opt.stop_grace_s * 1000;
-                    proc_signal_group(t->pid, SIGTERM);
-                }
-                /* grace, then a few seconds to report the exits */
-                stop_deadline = mono_ms() + (int64_t)a->opt.stop_grace_s * 1000 + 5000;
-                a->quit = 1;
-            }
-        }
+        if (got_term) loop_stop_signal(a, ls);
         tasks_check(a);
         if (a->iso.n_grave) iso_sweep(&a->iso);
         state_save(a);
     }
-    ret = 0;
-    if (a->out_len) log_warn("%d status report(s) not delivered", a->out_len);
-out:
-    /* the contexts still made ready: cancelled, their threads ended */
+}
+
+/* The contexts still made ready cancelled, every task killed and its
+ * isolation and files gone, what the agent holds freed. The poller thread
+ * may sit in a long-poll: it dies with the process. Its state (a, the
+ * inbox) is left for the process exit to reclaim. */
+static void agent_shutdown(agent *a) {
     ctxf_stop(&a->ctx);
     for (ctxf_req *r = ctxf_take_done(&a->ctx), *next; r; r = next) {
         next = r->next;
@@ -1415,10 +1476,36 @@ out:
     }
     for (int i = 0; i < a->n_recent; i++) free(a->recents[i].body);
     client_release(&a->http);
-    /* The poller thread may sit in a long-poll: it dies with the process.
-     * Its state (a, the inbox) is left for the process exit to reclaim. */
     a->quit = 1;
     log_info("stopped");
+}
+
+int agent_run(const agent_options *o) {
+    if (setup_trust(o) < 0) return 1;
+    agent *a = xcalloc(1, sizeof *a);
+    g_agent = a;
+    a->opt = *o;
+    loop_state ls;
+    memset(&ls, 0, sizeof ls);
+    if (setup_isolation(a, o) < 0) {
+        free(a);
+        return 1;
+    }
+    setup_podman(a, o);
+    setup_cache_dir(a, o);
+    if (setup_io(a, o, &ls) < 0) {
+        free(a);
+        return 1;
+    }
+    setup_state_path(a, o);
+    state_recover(a);
+    int ret = 1;
+    if (start_poller(a) == 0) {
+        main_loop(a, &ls);
+        ret = 0;
+        if (a->out_len) log_warn("%d status report(s) not delivered", a->out_len);
+    }
+    agent_shutdown(a);
     return ret;
 }
 
