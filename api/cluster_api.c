@@ -6,7 +6,7 @@
  * team's holder or queue entry shows without its job id. (A team's shares,
  * PATCH /teams/{name}, are api/teams_api.c's.) */
 #include "cluster_api.h"
-#include "exec_api.h"
+#include "assignments_api.h"
 #include "../storage/exec_store.h"
 #include "scheduling.h"
 #include "scope.h"
@@ -324,7 +324,7 @@ static void node_register(server *srv, http_req *req, http_res *res)
         unavailable(res);
         goto out;
     }
-    exec_node_registered(id);
+    api_assignments_node_registered(id);
     api_kick_scheduler(srv);
     const cJSON *im = isolation ? cJSON_GetObjectItemCaseSensitive(isolation, "mode") : NULL;
     int iso_none = cJSON_IsString(im) && strcmp(im->valuestring, "none") == 0;

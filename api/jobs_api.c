@@ -1,5 +1,6 @@
-/* jobs_api.c - health and the job endpoints: submit, list, get, cancel,
- * delete and the job's timeline. Validation is spec/jobspec.c; rows are storage/store.c.
+/* jobs_api.c - health and the job endpoints: submit, list, get (with the
+ * running job's progress and tasks), cancel and delete (the job's timeline
+ * is events_api.c). Validation is spec/jobspec.c; rows are storage/store.c.
  * A team token sees only its team's jobs (another team's job is a 404, not a
  * 403, so ids do not leak); the admin token sees all. */
 #include "jobs_api.h"
@@ -7,7 +8,6 @@
 #include "scheduling.h"
 #include "../common/version.h"
 #include "../spec/jobspec.h"
-#include "exec_api.h"
 #include "contexts_api.h"
 #include "answer_cache.h"
 #include "retention_api.h"
@@ -201,6 +201,30 @@ static void add_model_summary(cJSON *job) {
     else cJSON_AddNullToObject(job, "model_summary");
 }
 
+/* Adds "progress" (epoch, step, latest metrics, ETA; null before the first
+ * metric) and "tasks" (the current attempt's tasks: type, index, node,
+ * port, state, exit code) to a job's JSON form. 0, or -1 when a read
+ * failed and a part is missing (null progress or no tasks): such an answer
+ * is not kept. */
+static int job_decorate(server *srv, int64_t job_id, cJSON *job) {
+    char *p = NULL;
+    int ok = 1;
+    cJSON_DeleteItemFromObject(job, "progress");
+    if (exec_progress_get(srv->db, job_id, &p) == STORE_ERROR) ok = 0;
+    if (p) store_json_stored(job, "progress", p);
+    else cJSON_AddNullToObject(job, "progress");
+    free(p);
+    const cJSON *a = cJSON_GetObjectItem(job, "attempt");
+    cJSON *tasks = NULL;
+    if (!cJSON_IsNumber(a) || exec_job_tasks(srv->db, job_id, (int)a->valuedouble, &tasks) != STORE_OK) {
+        tasks = cJSON_CreateArray();
+        ok = 0;
+    }
+    cJSON_DeleteItemFromObject(job, "tasks");
+    cJSON_AddItemToObject(job, "tasks", tasks);
+    return ok ? 0 : -1;
+}
+
 /* GET /api/v1/jobs/{id} */
 static void job_get(server *srv, http_req *req, http_res *res) {
     int64_t id = http_param_id(req, res, 0, "job");
@@ -221,7 +245,7 @@ static void job_get(server *srv, http_req *req, http_res *res) {
         return;
     }
     add_model_summary(job);
-    int whole = exec_job_decorate(srv, id, job) == 0;
+    int whole = job_decorate(srv, id, job) == 0;
     http_json(res, 200, job);
     if (whole) answer_cache_put(&ref, res);
 }
@@ -286,37 +310,6 @@ static void job_cancel(server *srv, http_req *req, http_res *res) {
         return;
     }
     http_json(res, 200, job);
-}
-
-/* GET /api/v1/jobs/{id}/events?after=ID: the job's timeline (JSON). */
-static void job_events(server *srv, http_req *req, http_res *res) {
-    int64_t id = http_param_id(req, res, 0, "job");
-    if (id < 0) return;
-    char state[16];
-    int64_t team = 0;
-    int rc = store_job_state(srv->db, id, state, &team);
-    if (rc == STORE_OK && scope_team(req) && team != scope_team(req)) rc = STORE_NOT_FOUND;
-    if (rc == STORE_NOT_FOUND) {
-        http_error(res, 404, "not_found", NULL, "no job %lld", (long long)id);
-        return;
-    }
-    if (rc == STORE_OK && exec_wants_event_stream(req)) {
-        exec_events_stream(srv, req, res, id);
-        return;
-    }
-    long after, limit;
-    if (http_query_long(req, res, "after", 0, (long)INT64_MAX, 0, &after) < 0) return;
-    if (http_query_long(req, res, "limit", 1, 1000, 200, &limit) < 0) return;
-    cJSON *arr = NULL;
-    if (rc != STORE_OK || store_job_events(srv->db, id, after, (int)limit, &arr) != STORE_OK) {
-        db_unavailable(res);
-        return;
-    }
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "job", (double)id);
-    cJSON_AddStringToObject(o, "state", state);
-    cJSON_AddItemToObject(o, "events", arr);
-    http_json(res, 200, o);
 }
 
 /* DELETE /api/v1/jobs/{id}: a finished job's logs, checkpoints and metrics
@@ -399,6 +392,5 @@ const route api_jobs_routes[] = {
     {"GET", "/api/v1/jobs/{id}", job_get, ALLOW_USER, 0},
     {"DELETE", "/api/v1/jobs/{id}", job_delete, ALLOW_USER, 0},
     {"POST", "/api/v1/jobs/{id}/cancel", job_cancel, ALLOW_USER, 0},
-    {"GET", "/api/v1/jobs/{id}/events", job_events, ALLOW_USER, 0},
     {NULL, NULL, NULL, 0, 0},
 };

@@ -1,6 +1,6 @@
-/* jobs_api.h - health and the job endpoints: submit, list, get, cancel,
- * delete and the job's timeline (api/jobs_api.c). What other API modules
- * share with POST /jobs (a sweep's trials) is admission.h.
+/* jobs_api.h - health and the job endpoints: submit, list, get, cancel and
+ * delete (api/jobs_api.c; the job's timeline is events_api.h). What other
+ * API modules share with POST /jobs (a sweep's trials) is admission.h.
  *
  * defines: api_jobs_routes */
 #ifndef TRAINYARD_JOBS_API_H

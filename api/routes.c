@@ -4,14 +4,20 @@
 
 #include <stdio.h>
 
+#include "assignments_api.h"
+#include "checkpoints_api.h"
 #include "cluster_api.h"
 #include "contexts_api.h"
-#include "exec_api.h"
+#include "events_api.h"
+#include "job_metrics_api.h"
 #include "jobs_api.h"
+#include "logs_api.h"
 #include "metrics_api.h"
 #include "registry_api.h"
+#include "rendezvous_api.h"
 #include "retention_api.h"
 #include "sweeps_api.h"
+#include "tasks_api.h"
 #include "teams_api.h"
 #include "usage_api.h"
 #include "web_api.h"
@@ -21,7 +27,13 @@
 const route *const api_route_tables[] = {
     api_jobs_routes,
     api_teams_routes,
-    api_exec_routes,
+    api_assignments_routes,
+    api_tasks_routes,
+    api_events_routes,
+    api_job_metrics_routes,
+    api_logs_routes,
+    api_checkpoints_routes,
+    api_rendezvous_routes,
     api_cluster_routes,
     api_metrics_routes,
     api_web_routes,

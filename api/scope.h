@@ -1,6 +1,7 @@
 /* scope.h - what a token may act for beyond the routes its kind may call
  * (the route table's auth): a node's own token acts for that node only.
- * Below the handlers that check it (cluster_api.c, exec_api.c).
+ * Below the handlers that check it (cluster_api.c, assignments_api.c,
+ * tasks_api.c).
  *
  * defines: api_node_scope */
 #ifndef TRAINYARD_SCOPE_H

@@ -1099,7 +1099,7 @@ static void state_recover(agent *a) {
     }
     cJSON_Delete(o);
     /* A long-poll of the dead agent may still wait in the server; it answers
-     * empty once this agent registers (exec_node_registered), so the reports
+     * empty once this agent registers (api_assignments_node_registered), so the reports
      * go out at once and no task is handed to the dead one. */
     if (n) log_warn("%d task(s) of an earlier agent on this node were lost: reporting them", n);
     a->state_dirty = 1;

@@ -1,7 +1,9 @@
 /* exec_store.h - the rows that running jobs touch: tasks as agents see them
  * (hand-out, stop list, state), metrics, log chunks, checkpoints, the
- * rendezvous store and jobs.progress. Storage only: callers (api/exec_api.c,
- * scheduler/lifecycle.c) decide who may do what and when.
+ * rendezvous store and jobs.progress. Storage only: callers (the handlers
+ * of api/assignments_api.c, tasks_api.c, job_metrics_api.c, logs_api.c,
+ * checkpoints_api.c, rendezvous_api.c; scheduler/lifecycle.c) decide who
+ * may do what and when.
  *
  * Return codes as store.h: STORE_OK, STORE_NOT_FOUND, STORE_CONFLICT,
  * STORE_ERROR. Functions that write do not begin a transaction; callers that

@@ -4,8 +4,10 @@
  * fresh TCP connection. Covers libmicrohttpd's parsing as we configure it,
  * query strings and percent-decoding, routing, authentication and every
  * handler's body parsing: the protocol bodies of agents and workers
- * (api/exec_api.c, api/cluster_api.c: node registration, heartbeats, task
- * status, metrics, logs, checkpoints, rendezvous) as well as jobs and teams.
+ * (api/cluster_api.c, assignments_api.c, tasks_api.c, job_metrics_api.c,
+ * logs_api.c, checkpoints_api.c, rendezvous_api.c: node registration,
+ * heartbeats, task status, metrics, logs, checkpoints, rendezvous) as well
+ * as jobs and teams.
  *
  * Input: one byte, then either (byte & 0x80) raw bytes sent as they are, or
  * "METHOD PATH?QUERY\nBODY" sent as a request carrying the token the byte

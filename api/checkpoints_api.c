@@ -1,0 +1,203 @@
+/* checkpoints_api.c - /jobs/{id}/checkpoints: a job's checkpoints, uploaded
+ * by its tasks (checked against their sha256, within the disk reserve and
+ * the team's quota, written durably, the oldest beyond checkpoint.keep
+ * pruned) and downloaded by users and the next attempt. Rows are
+ * storage/exec_store.c; files are under the checkpoint directory. */
+#include "checkpoints_api.h"
+#include "exec_common.h"
+#include "retention_api.h"
+#include "teams_api.h"
+#include "../spec/jobspec.h"
+#include "../server/server.h"
+#include "../storage/exec_store.h"
+#include "../storage/quota.h"
+#include "../storage/store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CKPT_MAX_BODY (1ull << 30)
+#define PRUNE_MAX 64
+
+static int query_int64(http_req *req, http_res *res, const char *key, int64_t *out) {
+    long v;
+    if (http_query_long(req, res, key, 0, (long)INT64_MAX, 0, &v) < 0) return -1;
+    *out = v;
+    return 0;
+}
+
+/* PUT /api/v1/jobs/{id}/checkpoints?step=S&epoch=E (X-Checksum-Sha256: HEX) */
+static void ckpt_put(server *srv, http_req *req, http_res *res) {
+    exec_job j;
+    if (api_job_param(srv, req, res, 1, &j) < 0) return;
+    int64_t step, epoch;
+    if (query_int64(req, res, "step", &step) < 0 || query_int64(req, res, "epoch", &epoch) < 0) goto out;
+    const char *want = http_header(req, "X-Checksum-Sha256");
+    if (!want) {
+        http_error(res, 422, "missing_field", "X-Checksum-Sha256", "the header X-Checksum-Sha256 (hex sha256 of the body) is required");
+        goto out;
+    }
+    if (req->body.len == 0) {
+        http_error(res, 422, "invalid_value", "body", "the checkpoint is empty");
+        goto out;
+    }
+    char got[65];
+    sha256_hex(req->body.data, req->body.len, got);
+    if (strlen(want) != 64 || strcasecmp(want, got) != 0) {
+        http_error(res, 422, "checksum_mismatch", "X-Checksum-Sha256",
+                   "the body's sha256 is %s, not %.64s; nothing was stored", got, want);
+        goto out;
+    }
+    /* the disk reserve and the team's storage quota: refused whole rather
+     * than written half */
+    if (api_storage_admit(srv, j.team_id, (int64_t)req->body.len, "checkpoint", 507, res) < 0) goto out;
+    int64_t cid = 0;
+    if (exec_ckpt_reserve(srv->db, j.id, j.attempt, step, epoch, (int64_t)req->body.len, got, &cid) != STORE_OK) {
+        api_db_unavailable(res);
+        goto out;
+    }
+    char dir[PATH_MAX], rel[256], path[PATH_MAX + 300];
+    if (sfmt(dir, sizeof dir, "%s/%lld", srv->checkpoint_dir, (long long)j.id) < 0 ||
+        sfmt(rel, sizeof rel, "%lld/%lld.safetensors", (long long)j.id, (long long)cid) < 0 ||
+        sfmt(path, sizeof path, "%s/%s", srv->checkpoint_dir, rel) < 0 || mkdir_p(dir, 0700) < 0 ||
+        file_write_atomic(path, req->body.data, req->body.len, 0600) < 0) {
+        int e = errno;
+        exec_ckpt_discard(srv->db, cid);
+        http_error(res, 507, "storage_full", NULL, "cannot write the checkpoint: %s", strerror(e));
+        goto out;
+    }
+    /* Record it and prune in one transaction; the files go after the commit. */
+    int keep = 3;
+    jobspec *spec = xcalloc(1, sizeof *spec);
+    spec_error se;
+    if (jobspec_parse(j.spec, strlen(j.spec), spec, &se) == 0) {
+        keep = spec->checkpoint.keep;
+        jobspec_release(spec);
+    }
+    free(spec);
+    if (keep < 1) keep = 1;
+    char (*old)[256] = xcalloc(PRUNE_MAX, sizeof *old);
+    int nold = 0;
+    int rc = db_begin(srv->db) < 0 ? STORE_ERROR : STORE_OK;
+    if (rc == STORE_OK) rc = exec_ckpt_publish(srv->db, cid, rel);
+    if (rc == STORE_OK) rc = exec_job_checkpointed(srv->db, j.id, now_ms());
+    if (rc == STORE_OK) rc = exec_ckpt_prune(srv->db, j.id, keep, old, PRUNE_MAX, &nold);
+    if (rc != STORE_OK || db_commit(srv->db) < 0) {
+        db_rollback(srv->db);
+        free(old);
+        unlink(path);
+        exec_ckpt_discard(srv->db, cid);
+        api_db_unavailable(res);
+        goto out;
+    }
+    quota_add(srv->db, j.team_id, QUOTA_CHECKPOINTS, (int64_t)req->body.len);
+    if (nold) quota_forget(srv->db, j.team_id); /* the pruned ones no longer count */
+    for (int i = 0; i < nold; i++) {
+        char p[PATH_MAX + 300];
+        if (sfmt(p, sizeof p, "%s/%s", srv->checkpoint_dir, old[i]) == 0 && old[i][0] && unlink(p) < 0 &&
+            errno != ENOENT)
+            log_warn("cannot remove old checkpoint %s: %s", p, strerror(errno));
+    }
+    free(old);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "id", (double)cid);
+    cJSON_AddStringToObject(o, "sha256", got);
+    cJSON_AddNumberToObject(o, "size", (double)req->body.len);
+    cJSON_AddNumberToObject(o, "step", (double)step);
+    cJSON_AddNumberToObject(o, "epoch", (double)epoch);
+    cJSON_AddNumberToObject(o, "attempt", j.attempt);
+    snprintf(res->location, sizeof res->location, "/api/v1/jobs/%lld/checkpoints/%lld", (long long)j.id,
+             (long long)cid);
+    http_json(res, 201, o);
+out:
+    exec_job_release(&j);
+}
+
+/* The upload's work (a sha256 of up to CKPT_MAX_BODY, the file written and
+ * fsynced, its directory fsynced, two transactions) takes milliseconds of
+ * disk waits: it runs on the offload thread, so the pool thread's other
+ * connections are not held behind it (server/http.h http_offload). */
+static void ckpt_put_offloaded(server *srv, http_req *req, http_res *res) {
+    (void)srv;
+    http_offload(req, res, ckpt_put);
+}
+
+/* GET /api/v1/jobs/{id}/checkpoints */
+static void ckpt_list(server *srv, http_req *req, http_res *res) {
+    exec_job j;
+    if (api_job_param(srv, req, res, 1, &j) < 0) return;
+    cJSON *arr = NULL;
+    if (exec_ckpt_list(srv->db, j.id, &arr) != STORE_OK) {
+        exec_job_release(&j);
+        api_db_unavailable(res);
+        return;
+    }
+    api_ckpt_mark_best(srv, j.id, j.spec, arr); /* checkpoint.best: the one kept beside the newest */
+    exec_job_release(&j);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "job", (double)j.id);
+    cJSON_AddItemToObject(o, "checkpoints", arr);
+    http_json(res, 200, o);
+}
+
+static void ckpt_send(server *srv, http_res *res, int64_t job, int64_t cid) {
+    exec_ckpt c;
+    int rc = exec_ckpt_get(srv->db, job, cid, &c);
+    if (rc == STORE_NOT_FOUND) {
+        if (cid) http_error(res, 404, "not_found", NULL, "job %lld has no checkpoint %lld", (long long)job, (long long)cid);
+        else http_error(res, 404, "not_found", NULL, "job %lld has no checkpoint yet", (long long)job);
+        return;
+    }
+    if (rc != STORE_OK) {
+        api_db_unavailable(res);
+        return;
+    }
+    char path[PATH_MAX + 300];
+    int fd = sfmt(path, sizeof path, "%s/%s", srv->checkpoint_dir, c.path) == 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) < 0) {
+        if (fd >= 0) close(fd);
+        http_error(res, 410, "gone", NULL, "the file of checkpoint %lld is missing", (long long)c.id);
+        return;
+    }
+    res->status = 200;
+    res->fd = fd;
+    res->fd_size = (uint64_t)sb.st_size;
+    res->content_type = "application/octet-stream";
+    snprintf(res->etag, sizeof res->etag, "%s", c.sha256);
+    snprintf(res->disposition, sizeof res->disposition, "attachment; filename=\"job-%lld-checkpoint-%lld.safetensors\"",
+             (long long)job, (long long)c.id);
+    snprintf(res->location, sizeof res->location, "/api/v1/jobs/%lld/checkpoints/%lld", (long long)job,
+             (long long)c.id);
+}
+
+/* GET /api/v1/jobs/{id}/checkpoints/latest */
+static void ckpt_latest(server *srv, http_req *req, http_res *res) {
+    exec_job j;
+    if (api_job_param(srv, req, res, 0, &j) < 0) return;
+    ckpt_send(srv, res, j.id, 0);
+}
+
+/* GET /api/v1/jobs/{id}/checkpoints/{cid} */
+static void ckpt_get(server *srv, http_req *req, http_res *res) {
+    exec_job j;
+    if (api_job_param(srv, req, res, 0, &j) < 0) return;
+    int64_t cid = http_param_id(req, res, 1, "checkpoint");
+    if (cid < 0) return;
+    ckpt_send(srv, res, j.id, cid);
+}
+
+const route api_checkpoints_routes[] = {
+    {"PUT", "/api/v1/jobs/{id}/checkpoints", ckpt_put_offloaded, ALLOW_TASK, CKPT_MAX_BODY},
+    {"GET", "/api/v1/jobs/{id}/checkpoints", ckpt_list, ALLOW_USER | ALLOW_TASK, 0},
+    {"GET", "/api/v1/jobs/{id}/checkpoints/latest", ckpt_latest, ALLOW_USER | ALLOW_TASK, 0},
+    {"GET", "/api/v1/jobs/{id}/checkpoints/{cid}", ckpt_get, ALLOW_USER | ALLOW_TASK, 0},
+    {NULL, NULL, NULL, 0, 0},
+};

@@ -1,0 +1,122 @@
+/* tasks_api.c - POST /tasks/{id}/status: an agent reports that its task
+ * runs or has exited (docs/api-executors.md). What the report means for the
+ * task's job is scheduler/lifecycle.c. A node's token reports only for the
+ * tasks on its own node (scope.h). */
+#include "tasks_api.h"
+#include "exec_common.h"
+#include "scheduling.h"
+#include "scope.h"
+#include "sweeps_api.h"
+#include "../scheduler/lifecycle.h"
+#include "../server/server.h"
+#include "../storage/cluster.h"
+#include "../storage/exec_store.h"
+#include "../storage/store.h"
+
+#include <string.h>
+
+/* POST /api/v1/tasks/{id}/status {"state":"running"} |
+ * {"state":"exited","exit_code":N,"signal":S,"reason":"...","log_tail":"..."} */
+static void task_status(server *srv, http_req *req, http_res *res) {
+    int64_t id = http_param_id(req, res, 0, "task");
+    if (id < 0) return;
+    if (req->who.kind == TOKEN_NODE) {
+        int64_t on = 0;
+        int rc = cluster_task_node(srv->db, id, &on);
+        if (rc < 0) {
+            api_db_unavailable(res);
+            return;
+        }
+        if (rc == 0 && api_node_scope(req, res, on) < 0) return;
+    }
+    cJSON *body = http_body_json(req, res);
+    if (!body) return;
+    const char *state = NULL, *reason = NULL, *tail = NULL;
+    long code = 0, sig = 0;
+    int has_code = 0;
+    for (cJSON *f = body->child; f; f = f->next) {
+        if (strcmp(f->string, "state") == 0) {
+            if (!cJSON_IsString(f) || (strcmp(f->valuestring, "running") != 0 && strcmp(f->valuestring, "exited") != 0)) {
+                http_error(res, 422, "invalid_value", "state", "state must be 'running' or 'exited'");
+                goto out;
+            }
+            state = f->valuestring;
+        } else if (strcmp(f->string, "exit_code") == 0) {
+            if (api_json_int(f, -255, 255, &code) < 0) {
+                http_error(res, 422, "invalid_value", "exit_code", "exit_code must be an integer between -255 and 255");
+                goto out;
+            }
+            has_code = 1;
+        } else if (strcmp(f->string, "signal") == 0) {
+            if (api_json_int(f, 0, 128, &sig) < 0) {
+                http_error(res, 422, "invalid_value", "signal", "signal must be an integer between 0 and 128");
+                goto out;
+            }
+        } else if (strcmp(f->string, "reason") == 0) {
+            if (!cJSON_IsString(f) || strlen(f->valuestring) > 1000) {
+                http_error(res, 422, "invalid_type", "reason", "reason must be a string of at most 1000 characters");
+                goto out;
+            }
+            reason = f->valuestring;
+        } else if (strcmp(f->string, "log_tail") == 0) {
+            if (!cJSON_IsString(f)) {
+                http_error(res, 422, "invalid_type", "log_tail", "log_tail must be a string");
+                goto out;
+            }
+            tail = f->valuestring;
+            size_t n = strlen(tail);
+            if (n > 2000) tail += n - 2000; /* the last lines are what matter */
+        } else {
+            http_error(res, 422, "unknown_field", f->string,
+                       "unknown field '%s' (allowed: state, exit_code, signal, reason, log_tail)", f->string);
+            goto out;
+        }
+    }
+    if (!state) {
+        http_error(res, 422, "missing_field", "state", "state is required ('running' or 'exited')");
+        goto out;
+    }
+    if (strcmp(state, "exited") == 0 && !has_code && !sig) {
+        http_error(res, 422, "missing_field", "exit_code", "an exited task needs exit_code (or signal)");
+        goto out;
+    }
+    char actor[96];
+    http_actor(req, actor, sizeof actor);
+    int flags = 0, rc;
+    if (strcmp(state, "running") == 0) {
+        rc = lifecycle_task_running(srv->db, id, actor, &flags);
+    } else {
+        lifecycle_exit e = {.exit_code = has_code ? (int)code : 128 + (int)sig,
+                            .signal = (int)sig, .reason = reason, .log_tail = tail};
+        rc = lifecycle_task_exited(srv->db, id, &e, actor, &flags);
+    }
+    if (rc == STORE_NOT_FOUND) {
+        http_error(res, 404, "not_found", NULL, "no task %lld", (long long)id);
+        goto out;
+    }
+    if (rc == STORE_CONFLICT) {
+        http_error(res, 409, "conflict", "state", "task %lld has already exited", (long long)id);
+        goto out;
+    }
+    if (rc != STORE_OK) {
+        api_db_unavailable(res);
+        goto out;
+    }
+    if (flags) api_kick_scheduler(srv);
+    if (flags & LC_JOB_CHANGED) api_sweeps_kick(); /* a trial's job may have ended: decide now */
+    exec_task t;
+    cJSON *o = cJSON_CreateObject();
+    if (exec_task_get(srv->db, id, &t) == STORE_OK) {
+        cJSON_AddNumberToObject(o, "task", (double)t.id);
+        cJSON_AddNumberToObject(o, "job", (double)t.job_id);
+        cJSON_AddStringToObject(o, "state", t.state);
+    }
+    http_json(res, 200, o);
+out:
+    cJSON_Delete(body);
+}
+
+const route api_tasks_routes[] = {
+    {"POST", "/api/v1/tasks/{id}/status", task_status, ALLOW_NODE | ALLOW_ADMIN, 64 * 1024},
+    {NULL, NULL, NULL, 0, 0},
+};
