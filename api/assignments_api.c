@@ -92,22 +92,22 @@ static cJSON *handout(server *srv, int64_t task_id, int *err) {
     memset(&j, 0, sizeof j);
     cJSON *item = NULL, *cluster = NULL, *devices = NULL;
     char tok[128], hash[65];
-    if (exec_task_get(srv->db, task_id, &t) != STORE_OK) goto fail;
-    if (exec_job_get(srv->db, t.job_id, 1, &j) != STORE_OK) goto fail;
+    if (exec_store_task_get(srv->db, task_id, &t) != STORE_OK) goto fail;
+    if (exec_store_job_get(srv->db, t.job_id, 1, &j) != STORE_OK) goto fail;
     if (random_token(tok, sizeof tok) < 0) goto fail;
     sha256_hex(tok, strlen(tok), hash);
     if (db_begin(srv->db) < 0) goto fail;
-    int rc = exec_task_handout(srv->db, task_id, hash);
+    int rc = exec_store_task_handout(srv->db, task_id, hash);
     if (rc == STORE_OK) rc = store_token_add(srv->db, tok, TOKEN_TASK, j.team_id, t.job_id);
     if (rc == STORE_OK && db_commit(srv->db) < 0) rc = STORE_ERROR;
     if (rc != STORE_OK) {
         db_rollback(srv->db);
-        exec_job_release(&j);
+        exec_store_job_release(&j);
         if (rc != STORE_CONFLICT) *err = 1;
         return NULL;
     }
-    if (exec_attempt_cluster(srv->db, t.job_id, t.attempt, &cluster) != STORE_OK ||
-        exec_task_devices(srv->db, task_id, &devices) != STORE_OK)
+    if (exec_store_attempt_cluster(srv->db, t.job_id, t.attempt, &cluster) != STORE_OK ||
+        exec_store_task_devices(srv->db, task_id, &devices) != STORE_OK)
         goto fail;
     item = cJSON_CreateObject();
     cJSON_AddNumberToObject(item, "task", (double)t.id);
@@ -139,14 +139,14 @@ static cJSON *handout(server *srv, int64_t task_id, int *err) {
     explicit_bzero(secret, sizeof secret);
     cJSON *spec = cJSON_Parse(j.spec);
     cJSON_AddItemToObject(cfg, "spec", spec ? spec : cJSON_CreateObject());
-    exec_job_release(&j);
+    exec_store_job_release(&j);
     /* an ASHA trial's worker asks at each rung's end whether it goes on */
     if (api_sweeps_trial_config(srv, t.job_id, cfg) < 0) log_warn("job %lld: cannot read its sweep", (long long)t.job_id);
     return item;
 fail:
     cJSON_Delete(cluster);
     cJSON_Delete(devices);
-    exec_job_release(&j);
+    exec_store_job_release(&j);
     *err = 1;
     return NULL;
 }
@@ -182,7 +182,7 @@ static void node_assignments(server *srv, http_req *req, http_res *res) {
     if (api_node_scope(req, res, node) < 0) return;
     long wait;
     if (http_query_long(req, res, "wait", 0, EXEC_WAIT_MAX_S, 0, &wait) < 0) return;
-    int rc = req->calls ? STORE_OK : exec_node_exists(srv->db, node);
+    int rc = req->calls ? STORE_OK : exec_store_node_exists(srv->db, node);
     if (rc == STORE_NOT_FOUND) {
         http_error(res, 404, "not_found", NULL, "no node %lld (register with POST /api/v1/nodes)", (long long)node);
         return;
@@ -213,8 +213,8 @@ static void node_assignments(server *srv, http_req *req, http_res *res) {
         return;
     }
     int last;
-    if (exec_node_pending(srv->db, node, ids, MAX_START, &n) != STORE_OK ||
-        exec_node_stopping(srv->db, node, &stop) != STORE_OK) {
+    if (exec_store_node_pending(srv->db, node, ids, MAX_START, &n) != STORE_OK ||
+        exec_store_node_stopping(srv->db, node, &stop) != STORE_OK) {
         api_db_unavailable(res);
         return;
     }

@@ -59,7 +59,7 @@ static void ckpt_put(server *srv, http_req *req, http_res *res) {
      * than written half */
     if (api_storage_admit(srv, j.team_id, (int64_t)req->body.len, "checkpoint", 507, res) < 0) goto out;
     int64_t cid = 0;
-    if (exec_ckpt_reserve(srv->db, j.id, j.attempt, step, epoch, (int64_t)req->body.len, got, &cid) != STORE_OK) {
+    if (exec_store_ckpt_reserve(srv->db, j.id, j.attempt, step, epoch, (int64_t)req->body.len, got, &cid) != STORE_OK) {
         api_db_unavailable(res);
         goto out;
     }
@@ -69,7 +69,7 @@ static void ckpt_put(server *srv, http_req *req, http_res *res) {
         sfmt(path, sizeof path, "%s/%s", srv->checkpoint_dir, rel) < 0 || mkdir_p(dir, 0700) < 0 ||
         file_write_atomic(path, req->body.data, req->body.len, 0600) < 0) {
         int e = errno;
-        exec_ckpt_discard(srv->db, cid);
+        exec_store_ckpt_discard(srv->db, cid);
         http_error(res, 507, "storage_full", NULL, "cannot write the checkpoint: %s", strerror(e));
         goto out;
     }
@@ -86,14 +86,14 @@ static void ckpt_put(server *srv, http_req *req, http_res *res) {
     char (*old)[256] = xcalloc(PRUNE_MAX, sizeof *old);
     int nold = 0;
     int rc = db_begin(srv->db) < 0 ? STORE_ERROR : STORE_OK;
-    if (rc == STORE_OK) rc = exec_ckpt_publish(srv->db, cid, rel);
-    if (rc == STORE_OK) rc = exec_job_checkpointed(srv->db, j.id, now_ms());
-    if (rc == STORE_OK) rc = exec_ckpt_prune(srv->db, j.id, keep, old, PRUNE_MAX, &nold);
+    if (rc == STORE_OK) rc = exec_store_ckpt_publish(srv->db, cid, rel);
+    if (rc == STORE_OK) rc = exec_store_job_checkpointed(srv->db, j.id, now_ms());
+    if (rc == STORE_OK) rc = exec_store_ckpt_prune(srv->db, j.id, keep, old, PRUNE_MAX, &nold);
     if (rc != STORE_OK || db_commit(srv->db) < 0) {
         db_rollback(srv->db);
         free(old);
         unlink(path);
-        exec_ckpt_discard(srv->db, cid);
+        exec_store_ckpt_discard(srv->db, cid);
         api_db_unavailable(res);
         goto out;
     }
@@ -117,7 +117,7 @@ static void ckpt_put(server *srv, http_req *req, http_res *res) {
              (long long)cid);
     http_json(res, 201, o);
 out:
-    exec_job_release(&j);
+    exec_store_job_release(&j);
 }
 
 /* The upload's work (a sha256 of up to CKPT_MAX_BODY, the file written and
@@ -134,13 +134,13 @@ static void ckpt_list(server *srv, http_req *req, http_res *res) {
     exec_job j;
     if (api_job_param(srv, req, res, 1, &j) < 0) return;
     cJSON *arr = NULL;
-    if (exec_ckpt_list(srv->db, j.id, &arr) != STORE_OK) {
-        exec_job_release(&j);
+    if (exec_store_ckpt_list(srv->db, j.id, &arr) != STORE_OK) {
+        exec_store_job_release(&j);
         api_db_unavailable(res);
         return;
     }
     api_ckpt_mark_best(srv, j.id, j.spec, arr); /* checkpoint.best: the one kept beside the newest */
-    exec_job_release(&j);
+    exec_store_job_release(&j);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "job", (double)j.id);
     cJSON_AddItemToObject(o, "checkpoints", arr);
@@ -149,7 +149,7 @@ static void ckpt_list(server *srv, http_req *req, http_res *res) {
 
 static void ckpt_send(server *srv, http_res *res, int64_t job, int64_t cid) {
     exec_ckpt c;
-    int rc = exec_ckpt_get(srv->db, job, cid, &c);
+    int rc = exec_store_ckpt_get(srv->db, job, cid, &c);
     if (rc == STORE_NOT_FOUND) {
         if (cid) http_error(res, 404, "not_found", NULL, "job %lld has no checkpoint %lld", (long long)job, (long long)cid);
         else http_error(res, 404, "not_found", NULL, "job %lld has no checkpoint yet", (long long)job);

@@ -307,7 +307,7 @@ static void node_register(server *srv, http_req *req, http_res *res)
         http_error(res, 500, "internal", NULL, "out of memory");
         goto out;
     }
-    if (!created && exec_node_reset_handouts(srv->db, id, keep ? keep : "[]") != STORE_OK) {
+    if (!created && exec_store_node_reset_handouts(srv->db, id, keep ? keep : "[]") != STORE_OK) {
         unavailable(res);
         goto out;
     }

@@ -56,7 +56,7 @@ static int sse_fill(sse *s) {
         }
         cJSON_Delete(ev);
     }
-    if (exec_metrics_list(s->srv->db, s->job, s->after_seq, NULL, 200, &ms, &last_seq) == STORE_OK) {
+    if (exec_store_metrics_list(s->srv->db, s->job, s->after_seq, NULL, 200, &ms, &last_seq) == STORE_OK) {
         cJSON *m;
         cJSON_ArrayForEach(m, ms) {
             s->after_seq = (int64_t)cJSON_GetObjectItem(m, "seq")->valuedouble;
@@ -127,7 +127,7 @@ static void events_stream(server *srv, http_req *req, http_res *res, int64_t job
     if (http_query_long(req, res, "after", 0, (long)INT64_MAX, 0, &after) < 0) return;
     if (lei && parse_long(lei, 0, (long)INT64_MAX, &after) < 0) after = 0;
     int64_t last_seq = 0;
-    if (!http_query(req, "since") && exec_metrics_list(srv->db, job_id, 0, NULL, 0, NULL, &last_seq) != STORE_OK) {
+    if (!http_query(req, "since") && exec_store_metrics_list(srv->db, job_id, 0, NULL, 0, NULL, &last_seq) != STORE_OK) {
         api_db_unavailable(res);
         return;
     }
@@ -242,7 +242,7 @@ static void events_post(server *srv, http_req *req, http_res *res) {
 out:
     cJSON_Delete(body);
 out_job:
-    exec_job_release(&j);
+    exec_store_job_release(&j);
 }
 
 const route api_events_routes[] = {

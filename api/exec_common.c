@@ -12,12 +12,12 @@ void api_db_unavailable(http_res *res) {
 /* Loads job `id` when the request's token may see it: 0, or -1 with the
  * answer (404 / 503) in res. */
 static int job_scope(server *srv, http_req *req, http_res *res, int64_t id, int with_spec, exec_job *j) {
-    int rc = exec_job_get(srv->db, id, with_spec, j);
+    int rc = exec_store_job_get(srv->db, id, with_spec, j);
     if (rc == STORE_OK) {
         if (j->deleted || /* DELETE /jobs/{id}: gone for everyone */
             (req->who.kind == TOKEN_TASK && req->who.job_id != id) ||
             (req->who.kind == TOKEN_TEAM && req->who.team_id != j->team_id)) {
-            exec_job_release(j);
+            exec_store_job_release(j);
             rc = STORE_NOT_FOUND;
         }
     }

@@ -25,9 +25,9 @@ struct server;
 void api_db_unavailable(http_res *res);
 
 /* The job of the route's first {id} when the request's token may see it:
- * its id with *j loaded (its spec too when with_spec; exec_job_release
- * it), or -1 with the answer (400 / 404 / 503) in res and nothing to
- * release. A deleted job is a 404 for everyone. */
+ * its id with *j loaded (its spec too when with_spec; release it with
+ * exec_store_job_release), or -1 with the answer (400 / 404 / 503) in res
+ * and nothing to release. A deleted job is a 404 for everyone. */
 int64_t api_job_param(struct server *srv, http_req *req, http_res *res, int with_spec, exec_job *j);
 
 /* A JSON integer in [lo, hi] into *out: 0, or -1 when v is not a number,

@@ -50,10 +50,10 @@ static long spec_train_examples(const jobspec *s) {
 /* Recomputes jobs.progress from the newest metrics of each kind. */
 static int progress_update(server *srv, const exec_job *j) {
     cJSON *step = NULL, *epoch = NULL, *test = NULL, *eval = NULL;
-    if (exec_metric_latest(srv->db, j->id, "step", &step) != STORE_OK ||
-        exec_metric_latest(srv->db, j->id, "epoch", &epoch) != STORE_OK ||
-        exec_metric_latest(srv->db, j->id, "test", &test) != STORE_OK ||
-        exec_metric_latest(srv->db, j->id, "eval", &eval) != STORE_OK) {
+    if (exec_store_metric_latest(srv->db, j->id, "step", &step) != STORE_OK ||
+        exec_store_metric_latest(srv->db, j->id, "epoch", &epoch) != STORE_OK ||
+        exec_store_metric_latest(srv->db, j->id, "test", &test) != STORE_OK ||
+        exec_store_metric_latest(srv->db, j->id, "eval", &eval) != STORE_OK) {
         cJSON_Delete(step);
         cJSON_Delete(epoch);
         cJSON_Delete(test);
@@ -62,7 +62,7 @@ static int progress_update(server *srv, const exec_job *j) {
     }
     int ep_n = 0;
     double ep_samples = 0, ep_secs = 0;
-    if (exec_epoch_throughput(srv->db, j->id, &ep_n, &ep_samples, &ep_secs) != STORE_OK) {
+    if (exec_store_epoch_throughput(srv->db, j->id, &ep_n, &ep_samples, &ep_secs) != STORE_OK) {
         cJSON_Delete(step);
         cJSON_Delete(epoch);
         cJSON_Delete(test);
@@ -132,7 +132,7 @@ static int progress_update(server *srv, const exec_job *j) {
     char *s = json_print(p, NULL);
     cJSON_Delete(p);
     if (!s) return STORE_ERROR;
-    int rc = exec_progress_set(srv->db, j->id, s);
+    int rc = exec_store_progress_set(srv->db, j->id, s);
     free(s);
     return rc;
 }
@@ -249,7 +249,7 @@ static void metrics_post(server *srv, http_req *req, http_res *res) {
      * it: the next attempt's chief read the metrics after the requeue, so
      * what it found is all it must not report again */
     int current = 0;
-    int rc = exec_job_attempt(srv->db, j.id, &current);
+    int rc = exec_store_job_attempt(srv->db, j.id, &current);
     if (rc == STORE_OK && sender_attempt > 0 && sender_attempt != current) {
         db_rollback(srv->db);
         http_error(res, 409, "conflict", "attempt", "job %lld is at attempt %d: metrics of attempt %ld are refused",
@@ -271,7 +271,7 @@ static void metrics_post(server *srv, http_req *req, http_res *res) {
             rc = STORE_ERROR;
             break;
         }
-        rc = exec_metric_add(srv->db, j.id, seq, current, kind, hs ? &step : NULL, he ? &epoch : NULL, data, &ins);
+        rc = exec_store_metric_add(srv->db, j.id, seq, current, kind, hs ? &step : NULL, he ? &epoch : NULL, data, &ins);
         free(data);
         added += ins;
     }
@@ -288,7 +288,7 @@ static void metrics_post(server *srv, http_req *req, http_res *res) {
 out:
     cJSON_Delete(body);
 out_job:
-    exec_job_release(&j);
+    exec_store_job_release(&j);
 }
 
 /* GET /api/v1/jobs/{id}/metrics?since=SEQ&kind=&limit=&last=1 */
@@ -309,12 +309,12 @@ static void metrics_get(server *srv, http_req *req, http_res *res) {
     int rc;
     if (last) {
         cJSON *m = NULL;
-        rc = exec_metric_latest(srv->db, j.id, kind, &m);
-        if (rc == STORE_OK) rc = exec_metrics_list(srv->db, j.id, 0, kind, 0, NULL, &last_seq);
+        rc = exec_store_metric_latest(srv->db, j.id, kind, &m);
+        if (rc == STORE_OK) rc = exec_store_metrics_list(srv->db, j.id, 0, kind, 0, NULL, &last_seq);
         arr = cJSON_CreateArray();
         if (m) cJSON_AddItemToArray(arr, m);
     } else {
-        rc = exec_metrics_list(srv->db, j.id, since, kind, (int)limit, &arr, &last_seq);
+        rc = exec_store_metrics_list(srv->db, j.id, since, kind, (int)limit, &arr, &last_seq);
     }
     if (rc != STORE_OK) {
         cJSON_Delete(arr);

@@ -210,13 +210,13 @@ static int job_decorate(server *srv, int64_t job_id, cJSON *job) {
     char *p = NULL;
     int ok = 1;
     cJSON_DeleteItemFromObject(job, "progress");
-    if (exec_progress_get(srv->db, job_id, &p) == STORE_ERROR) ok = 0;
+    if (exec_store_progress_get(srv->db, job_id, &p) == STORE_ERROR) ok = 0;
     if (p) store_json_stored(job, "progress", p);
     else cJSON_AddNullToObject(job, "progress");
     free(p);
     const cJSON *a = cJSON_GetObjectItem(job, "attempt");
     cJSON *tasks = NULL;
-    if (!cJSON_IsNumber(a) || exec_job_tasks(srv->db, job_id, (int)a->valuedouble, &tasks) != STORE_OK) {
+    if (!cJSON_IsNumber(a) || exec_store_job_tasks(srv->db, job_id, (int)a->valuedouble, &tasks) != STORE_OK) {
         tasks = cJSON_CreateArray();
         ok = 0;
     }
@@ -334,9 +334,9 @@ static void job_delete_run(server *srv, http_req *req, http_res *res) {
     }
     if (in > 0) {
         exec_job j;
-        int mine = exec_job_get(srv->db, id, 0, &j) == STORE_OK &&
+        int mine = exec_store_job_get(srv->db, id, 0, &j) == STORE_OK &&
                    (req->who.kind == TOKEN_ADMIN || j.team_id == req->who.team_id);
-        if (mine) exec_job_release(&j);
+        if (mine) exec_store_job_release(&j);
         if (!mine) {
             http_error(res, 404, "not_found", NULL, "no job %lld", (long long)id);
             return;

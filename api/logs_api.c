@@ -102,7 +102,7 @@ static void log_admit_decide(server *srv, const exec_job *j, const char *body, s
     }
     int64_t kept = 0;
     char max_size[64];
-    if (exec_job_log_state(srv->db, j->id, &kept, max_size, sizeof max_size) == STORE_OK) {
+    if (exec_store_job_log_state(srv->db, j->id, &kept, max_size, sizeof max_size) == STORE_OK) {
         int64_t cap = log_cap_bytes(srv, max_size);
         if (kept >= cap) { /* noted when it got there */
             a->take = 0;
@@ -148,7 +148,7 @@ static void logs_post(server *srv, http_req *req, http_res *res) {
     if (req->who.kind == TOKEN_NODE) {
         int on = cluster_node_runs_job(srv->db, req->who.node_id, j.id);
         if (on <= 0) {
-            exec_job_release(&j);
+            exec_store_job_release(&j);
             if (on < 0) api_db_unavailable(res);
             else http_error(res, 403, "forbidden", NULL, "node %lld runs no task of job %lld",
                             (long long)req->who.node_id, (long long)j.id);
@@ -194,7 +194,7 @@ static void logs_post(server *srv, http_req *req, http_res *res) {
         return;
     }
     if (total) {
-        if (exec_log_chunk_add(srv->db, j.id, task, j.attempt, off, (int64_t)total) != STORE_OK)
+        if (exec_store_log_chunk_add(srv->db, j.id, task, j.attempt, off, (int64_t)total) != STORE_OK)
             log_warn("job %lld: cannot record a log chunk of %s", (long long)j.id, task);
         else quota_add(srv->db, j.team_id, QUOTA_LOGS, (int64_t)total);
     }

@@ -220,7 +220,7 @@ static void registry_auth(server *srv, http_req *req, http_res *res) {
         return;
     }
     exec_job j;
-    int rc = exec_job_get(srv->db, id, 1, &j);
+    int rc = exec_store_job_get(srv->db, id, 1, &j);
     if (rc != STORE_OK) {
         http_error(res, rc == STORE_NOT_FOUND ? 404 : 503, rc == STORE_NOT_FOUND ? "not_found" : "unavailable", NULL,
                    rc == STORE_NOT_FOUND ? "no such job" : "the database is busy or unavailable; retry");
@@ -234,7 +234,7 @@ static void registry_auth(server *srv, http_req *req, http_res *res) {
         jobspec_release(spec);
     }
     free(spec);
-    exec_job_release(&j);
+    exec_store_job_release(&j);
     reg_cred c;
     rc = host[0] ? reg_cred_get(srv->db, req->who.team_id, host, &c) : STORE_NOT_FOUND;
     if (rc == STORE_NOT_FOUND) {

@@ -41,7 +41,7 @@ static void rdv_put(server *srv, http_req *req, http_res *res) {
         http_error(res, 413, "too_large", NULL, "a rendezvous value is at most %d bytes", RDV_VALUE_MAX);
         return;
     }
-    if (exec_rdv_put(srv->db, j.id, j.attempt, key, req->body.data ? req->body.data : "", req->body.len) != STORE_OK) {
+    if (exec_store_rdv_put(srv->db, j.id, j.attempt, key, req->body.data ? req->body.data : "", req->body.len) != STORE_OK) {
         api_db_unavailable(res);
         return;
     }
@@ -65,7 +65,7 @@ static void rdv_get(server *srv, http_req *req, http_res *res) {
     if (req->calls == 0) req->keep[0] = mono_ms() + wait * 1000;
     char *v = NULL;
     size_t n = 0;
-    int rc = exec_rdv_get(srv->db, j.id, j.attempt, key, &v, &n);
+    int rc = exec_store_rdv_get(srv->db, j.id, j.attempt, key, &v, &n);
     if (rc == STORE_OK) {
         cJSON *probe = cJSON_ParseWithLength(v, n);
         http_text(res, 200, probe ? "application/json" : "application/octet-stream", v, n);

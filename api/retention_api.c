@@ -193,13 +193,13 @@ static void cursor_end(cursor *c, int64_t now) {
  * the best; marks the rest deleted, then removes their files. */
 static void collect_job(server *srv, int64_t job_id) {
     exec_job j;
-    if (exec_job_get(srv->db, job_id, 1, &j) != STORE_OK) return;
+    if (exec_store_job_get(srv->db, job_id, 1, &j) != STORE_OK) return;
     char metric[64] = "";
     int best_max = 0;
     int64_t best = 0;
     double value = 0;
     int with_best = spec_best(j.spec, metric, &best_max);
-    exec_job_release(&j);
+    exec_store_job_release(&j);
     if (with_best && retention_ckpt_best(srv->db, job_id, metric, best_max, &best, &value) != STORE_OK) return;
     char (*paths)[256] = xcalloc(COLLECT_MAX, sizeof *paths);
     int64_t *sizes = xcalloc(COLLECT_MAX, sizeof *sizes);

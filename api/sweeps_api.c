@@ -958,9 +958,9 @@ static void trial_rung(server *srv, http_req *req, http_res *res) {
     int64_t id = http_param_id(req, res, 0, "job");
     if (id < 0) return;
     exec_job j;
-    int rc = exec_job_get(srv->db, id, 0, &j);
+    int rc = exec_store_job_get(srv->db, id, 0, &j);
     if (rc == STORE_OK && (j.deleted || req->who.job_id != id)) {
-        exec_job_release(&j);
+        exec_store_job_release(&j);
         rc = STORE_NOT_FOUND;
     }
     if (rc == STORE_NOT_FOUND) {
@@ -973,7 +973,7 @@ static void trial_rung(server *srv, http_req *req, http_res *res) {
     }
     cJSON *body = http_body_json(req, res);
     if (!body) {
-        exec_job_release(&j);
+        exec_store_job_release(&j);
         return;
     }
     long attempt = -1, epoch = -1;
@@ -1111,7 +1111,7 @@ out:
     if (locked) pthread_mutex_unlock(&g_controller);
     trial_of_job_release(&x);
     cJSON_Delete(body);
-    exec_job_release(&j);
+    exec_store_job_release(&j);
 }
 
 const route api_sweeps_routes[] = {

@@ -106,7 +106,7 @@ static void task_status(server *srv, http_req *req, http_res *res) {
     if (flags & LC_JOB_CHANGED) api_sweeps_kick(); /* a trial's job may have ended: decide now */
     exec_task t;
     cJSON *o = cJSON_CreateObject();
-    if (exec_task_get(srv->db, id, &t) == STORE_OK) {
+    if (exec_store_task_get(srv->db, id, &t) == STORE_OK) {
         cJSON_AddNumberToObject(o, "task", (double)t.id);
         cJSON_AddNumberToObject(o, "job", (double)t.job_id);
         cJSON_AddStringToObject(o, "state", t.state);

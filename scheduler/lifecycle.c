@@ -9,7 +9,7 @@
 
 int lifecycle_stop_tasks(db *d, int64_t job_id, const char *why) {
     if (store_job_stop_tasks(d, job_id, why) != STORE_OK) return STORE_ERROR;
-    return exec_attempt_drop_unstarted(d, job_id, why);
+    return exec_store_attempt_drop_unstarted(d, job_id, why);
 }
 
 int lifecycle_attempt_failed(db *d, int64_t job_id, const char *what, const char *actor, int *requeued) {
@@ -31,8 +31,8 @@ int lifecycle_job_fail_now(db *d, int64_t job_id, int attempt, const char *what,
     if (db_begin(d) < 0) return STORE_ERROR;
     exec_job j;
     memset(&j, 0, sizeof j);
-    int rc = exec_job_get(d, job_id, 0, &j);
-    exec_job_release(&j);
+    int rc = exec_store_job_get(d, job_id, 0, &j);
+    exec_store_job_release(&j);
     if (rc == STORE_OK && (j.attempt != attempt || (strcmp(j.state, "starting") != 0 && strcmp(j.state, "running") != 0)))
         rc = STORE_CONFLICT;
     char why[3000];
@@ -54,21 +54,21 @@ int lifecycle_task_running(db *d, int64_t task_id, const char *actor, int *flags
     *flags = LC_NONE;
     if (db_begin(d) < 0) return STORE_ERROR;
     exec_task t;
-    int rc = exec_task_get(d, task_id, &t);
+    int rc = exec_store_task_get(d, task_id, &t);
     if (rc != STORE_OK) goto out;
     if (strcmp(t.state, "exited") == 0) {
         rc = STORE_CONFLICT;
         goto out;
     }
     if (strcmp(t.state, "running") == 0) goto out; /* repeated report */
-    rc = exec_task_set_running(d, task_id);
+    rc = exec_store_task_set_running(d, task_id);
     if (rc != STORE_OK) goto out;
     exec_job j;
-    rc = exec_job_get(d, t.job_id, 0, &j);
+    rc = exec_store_job_get(d, t.job_id, 0, &j);
     if (rc != STORE_OK) goto out;
     if (j.attempt == t.attempt && strcmp(j.state, "starting") == 0) {
         int total = 0, running = 0, live = 0;
-        rc = exec_attempt_counts(d, t.job_id, t.attempt, &total, &running, &live);
+        rc = exec_store_attempt_counts(d, t.job_id, t.attempt, &total, &running, &live);
         if (rc != STORE_OK) goto out;
         if (total > 0 && running == total) {
             static const char *const from[] = {"starting", NULL};
@@ -114,10 +114,10 @@ static void describe_exit(const exec_task *t, const lifecycle_exit *e, char *out
 /* Succeeded once the chief exited 0 and no task of the attempt is left. */
 static int finish_if_done(db *d, const exec_task *t, const char *actor, int *flags) {
     int total = 0, running = 0, live = 0;
-    int rc = exec_attempt_counts(d, t->job_id, t->attempt, &total, &running, &live);
+    int rc = exec_store_attempt_counts(d, t->job_id, t->attempt, &total, &running, &live);
     if (rc != STORE_OK || live > 0) return rc;
     int chief_exited = 0, chief_code = 0;
-    rc = exec_attempt_chief(d, t->job_id, t->attempt, &chief_exited, &chief_code);
+    rc = exec_store_attempt_chief(d, t->job_id, t->attempt, &chief_exited, &chief_code);
     if (rc != STORE_OK) return rc == STORE_NOT_FOUND ? STORE_OK : rc;
     if (!chief_exited || chief_code != 0) return STORE_OK;
     rc = store_job_transition(d, t->job_id, NULL, "succeeded", actor, "the chief (worker-0) finished");
@@ -131,7 +131,7 @@ int lifecycle_task_exited(db *d, int64_t task_id, const lifecycle_exit *e, const
     exec_task t;
     exec_job j;
     memset(&j, 0, sizeof j);
-    int rc = exec_task_get(d, task_id, &t);
+    int rc = exec_store_task_get(d, task_id, &t);
     if (rc != STORE_OK) goto out;
     if (strcmp(t.state, "exited") == 0) goto out; /* repeated report: nothing more to do */
     int was_stopping = strcmp(t.state, "stopping") == 0;
@@ -146,12 +146,12 @@ int lifecycle_task_exited(db *d, int64_t task_id, const lifecycle_exit *e, const
     else
         snprintf(task_reason + used, sizeof task_reason - (size_t)used, "exit code %d%s%.300s", e->exit_code,
                  e->reason && *e->reason ? ": " : "", e->reason ? e->reason : "");
-    if ((rc = exec_task_set_exited(d, task_id, e->exit_code, task_reason)) != STORE_OK) goto out;
-    if ((rc = exec_task_free(d, task_id)) != STORE_OK) goto out;
-    if ((rc = exec_task_revoke_token(d, task_id)) != STORE_OK) goto out;
+    if ((rc = exec_store_task_set_exited(d, task_id, e->exit_code, task_reason)) != STORE_OK) goto out;
+    if ((rc = exec_store_task_free(d, task_id)) != STORE_OK) goto out;
+    if ((rc = exec_store_task_revoke_token(d, task_id)) != STORE_OK) goto out;
     *flags |= LC_DEVICES_FREED;
 
-    if ((rc = exec_job_get(d, t.job_id, 0, &j)) != STORE_OK) goto out;
+    if ((rc = exec_store_job_get(d, t.job_id, 0, &j)) != STORE_OK) goto out;
     int live_job = strcmp(j.state, "starting") == 0 || strcmp(j.state, "running") == 0;
     if (!live_job || j.attempt != t.attempt) goto out; /* cancelled, requeued, or an old attempt */
 
@@ -186,7 +186,7 @@ int lifecycle_task_exited(db *d, int64_t task_id, const lifecycle_exit *e, const
     }
     if (is_chief) {
         if ((rc = lifecycle_stop_tasks(d, t.job_id, LC_CHIEF_DONE)) != STORE_OK) goto out;
-        if ((rc = exec_job_set_reason(d, t.job_id, "the chief finished; stopping the other tasks")) != STORE_OK)
+        if ((rc = exec_store_job_set_reason(d, t.job_id, "the chief finished; stopping the other tasks")) != STORE_OK)
             goto out;
         rc = finish_if_done(d, &t, actor, flags);
     }

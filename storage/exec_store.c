@@ -30,7 +30,7 @@ static const char SQL_JOB[] =
     "SELECT id, team_id, state, attempt, max_restarts, spec, deleted_at IS NOT NULL, coalesce(logs_purged_at, 0)"
     " FROM jobs WHERE id = ?";
 
-int exec_job_get(db *d, int64_t job_id, int with_spec, exec_job *out) {
+int exec_store_job_get(db *d, int64_t job_id, int with_spec, exec_job *out) {
     memset(out, 0, sizeof *out);
     sqlite3_stmt *st = db_prepare(d, SQL_JOB);
     if (!st) return STORE_ERROR;
@@ -55,7 +55,7 @@ int exec_job_get(db *d, int64_t job_id, int with_spec, exec_job *out) {
     return STORE_OK;
 }
 
-void exec_job_release(exec_job *j) {
+void exec_store_job_release(exec_job *j) {
     free(j->spec);
     j->spec = NULL;
 }
@@ -64,7 +64,7 @@ static const char SQL_PROGRESS_GET[] = "SELECT progress FROM jobs WHERE id = ?";
 static const char SQL_PROGRESS_SET[] = "UPDATE jobs SET progress = ? WHERE id = ?";
 static const char SQL_JOB_REASON[] = "UPDATE jobs SET reason = ?, updated_at = ? WHERE id = ?";
 
-int exec_progress_get(db *d, int64_t job_id, char **out) {
+int exec_store_progress_get(db *d, int64_t job_id, char **out) {
     *out = NULL;
     sqlite3_stmt *st = db_prepare(d, SQL_PROGRESS_GET);
     if (!st) return STORE_ERROR;
@@ -77,7 +77,7 @@ int exec_progress_get(db *d, int64_t job_id, char **out) {
     return ret;
 }
 
-int exec_progress_set(db *d, int64_t job_id, const char *json) {
+int exec_store_progress_set(db *d, int64_t job_id, const char *json) {
     sqlite3_stmt *st = db_prepare(d, SQL_PROGRESS_SET);
     if (!st) return STORE_ERROR;
     sqlite3_bind_text(st, 1, json, -1, SQLITE_TRANSIENT);
@@ -87,7 +87,7 @@ int exec_progress_set(db *d, int64_t job_id, const char *json) {
 
 static const char SQL_JOB_CKPT_AT[] = "UPDATE jobs SET last_checkpoint_at = ? WHERE id = ?";
 
-int exec_job_checkpointed(db *d, int64_t job_id, int64_t at_ms) {
+int exec_store_job_checkpointed(db *d, int64_t job_id, int64_t at_ms) {
     sqlite3_stmt *st = db_prepare(d, SQL_JOB_CKPT_AT);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, at_ms);
@@ -95,7 +95,7 @@ int exec_job_checkpointed(db *d, int64_t job_id, int64_t at_ms) {
     return step_done(st);
 }
 
-int exec_job_set_reason(db *d, int64_t job_id, const char *reason) {
+int exec_store_job_set_reason(db *d, int64_t job_id, const char *reason) {
     sqlite3_stmt *st = db_prepare(d, SQL_JOB_REASON);
     if (!st) return STORE_ERROR;
     sqlite3_bind_text(st, 1, reason, -1, SQLITE_TRANSIENT);
@@ -110,7 +110,7 @@ static const char SQL_TASK[] =
     "SELECT id, job_id, node_id, attempt, type, idx, port, state, token_hash IS NOT NULL, exit_code,"
     " reason, memory_mb FROM tasks WHERE id = ?";
 
-int exec_task_get(db *d, int64_t task_id, exec_task *out) {
+int exec_store_task_get(db *d, int64_t task_id, exec_task *out) {
     memset(out, 0, sizeof *out);
     sqlite3_stmt *st = db_prepare(d, SQL_TASK);
     if (!st) return STORE_ERROR;
@@ -139,7 +139,7 @@ int exec_task_get(db *d, int64_t task_id, exec_task *out) {
 
 static const char SQL_NODE_EXISTS[] = "SELECT 1 FROM nodes WHERE id = ?";
 
-int exec_node_exists(db *d, int64_t node_id) {
+int exec_store_node_exists(db *d, int64_t node_id) {
     sqlite3_stmt *st = db_prepare(d, SQL_NODE_EXISTS);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, node_id);
@@ -151,7 +151,7 @@ int exec_node_exists(db *d, int64_t node_id) {
 static const char SQL_NODE_PENDING[] =
     "SELECT id FROM tasks WHERE node_id = ? AND state = 'assigned' AND token_hash IS NULL ORDER BY id LIMIT ?";
 
-int exec_node_pending(db *d, int64_t node_id, int64_t *ids, int max, int *n) {
+int exec_store_node_pending(db *d, int64_t node_id, int64_t *ids, int max, int *n) {
     *n = 0;
     sqlite3_stmt *st = db_prepare(d, SQL_NODE_PENDING);
     if (!st) return STORE_ERROR;
@@ -166,7 +166,7 @@ int exec_node_pending(db *d, int64_t node_id, int64_t *ids, int max, int *n) {
 static const char SQL_TASK_HANDOUT[] =
     "UPDATE tasks SET token_hash = ? WHERE id = ? AND state = 'assigned' AND token_hash IS NULL";
 
-int exec_task_handout(db *d, int64_t task_id, const char *token_hash) {
+int exec_store_task_handout(db *d, int64_t task_id, const char *token_hash) {
     sqlite3_stmt *st = db_prepare(d, SQL_TASK_HANDOUT);
     if (!st) return STORE_ERROR;
     sqlite3_bind_text(st, 1, token_hash, -1, SQLITE_TRANSIENT);
@@ -186,7 +186,7 @@ static const char SQL_NODE_RESET_HANDOUTS[] =
     "UPDATE tasks SET token_hash = NULL WHERE node_id = ?1 AND state = 'assigned'"
     " AND id NOT IN (SELECT value FROM json_each(?2))";
 
-int exec_node_reset_handouts(db *d, int64_t node_id, const char *keep_json) {
+int exec_store_node_reset_handouts(db *d, int64_t node_id, const char *keep_json) {
     sqlite3_stmt *st = db_prepare(d, SQL_NODE_REVOKE_ASSIGNED);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, now_ms());
@@ -203,7 +203,7 @@ int exec_node_reset_handouts(db *d, int64_t node_id, const char *keep_json) {
 static const char SQL_NODE_STOPPING[] =
     "SELECT id, job_id, reason FROM tasks WHERE node_id = ? AND state = 'stopping' ORDER BY id";
 
-int exec_node_stopping(db *d, int64_t node_id, cJSON **out) {
+int exec_store_node_stopping(db *d, int64_t node_id, cJSON **out) {
     sqlite3_stmt *st = db_prepare(d, SQL_NODE_STOPPING);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, node_id);
@@ -230,7 +230,7 @@ static const char SQL_ATTEMPT_CLUSTER[] =
     "SELECT t.type, t.idx, n.address, t.port FROM tasks t JOIN nodes n ON n.id = t.node_id"
     " WHERE t.job_id = ? AND t.attempt = ? AND t.type != 'evaluator' ORDER BY t.type, t.idx";
 
-int exec_attempt_cluster(db *d, int64_t job_id, int attempt, cJSON **out) {
+int exec_store_attempt_cluster(db *d, int64_t job_id, int attempt, cJSON **out) {
     sqlite3_stmt *st = db_prepare(d, SQL_ATTEMPT_CLUSTER);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
@@ -266,7 +266,7 @@ static const char SQL_TASK_DEVICES[] =
     "SELECT v.kind, v.idx FROM allocations a JOIN devices v ON v.id = a.device_id"
     " WHERE a.task_id = ? ORDER BY v.kind, v.idx";
 
-int exec_task_devices(db *d, int64_t task_id, cJSON **out) {
+int exec_store_task_devices(db *d, int64_t task_id, cJSON **out) {
     sqlite3_stmt *st = db_prepare(d, SQL_TASK_DEVICES);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, task_id);
@@ -302,7 +302,7 @@ static int update_one(db *d, sqlite3_stmt *st) {
     return changed == 1 ? STORE_OK : STORE_CONFLICT;
 }
 
-int exec_task_set_running(db *d, int64_t task_id) {
+int exec_store_task_set_running(db *d, int64_t task_id) {
     sqlite3_stmt *st = db_prepare(d, SQL_TASK_RUNNING);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, task_id);
@@ -310,7 +310,7 @@ int exec_task_set_running(db *d, int64_t task_id) {
     return update_one(d, st);
 }
 
-int exec_task_set_exited(db *d, int64_t task_id, int exit_code, const char *reason) {
+int exec_store_task_set_exited(db *d, int64_t task_id, int exit_code, const char *reason) {
     sqlite3_stmt *st = db_prepare(d, SQL_TASK_EXITED);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, task_id);
@@ -322,7 +322,7 @@ int exec_task_set_exited(db *d, int64_t task_id, int exit_code, const char *reas
 
 static const char SQL_TASK_FREE[] = "DELETE FROM allocations WHERE task_id = ?";
 
-int exec_task_free(db *d, int64_t task_id) {
+int exec_store_task_free(db *d, int64_t task_id) {
     sqlite3_stmt *st = db_prepare(d, SQL_TASK_FREE);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, task_id);
@@ -333,7 +333,7 @@ static const char SQL_TASK_REVOKE[] =
     "UPDATE tokens SET revoked_at = ?1 WHERE revoked_at IS NULL AND kind = 'task'"
     " AND hash = (SELECT token_hash FROM tasks WHERE id = ?2)";
 
-int exec_task_revoke_token(db *d, int64_t task_id) {
+int exec_store_task_revoke_token(db *d, int64_t task_id) {
     sqlite3_stmt *st = db_prepare(d, SQL_TASK_REVOKE);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, now_ms());
@@ -348,7 +348,7 @@ static const char SQL_DROP_UNSTARTED[] =
     "UPDATE tasks SET state = 'exited', reason = ?2, finished_at = ?3"
     " WHERE job_id = ?1 AND state IN ('assigned','stopping') AND token_hash IS NULL";
 
-int exec_attempt_drop_unstarted(db *d, int64_t job_id, const char *why) {
+int exec_store_attempt_drop_unstarted(db *d, int64_t job_id, const char *why) {
     sqlite3_stmt *st = db_prepare(d, SQL_DROP_UNSTARTED_FREE);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
@@ -367,7 +367,7 @@ static const char SQL_ATTEMPT_COUNTS[] =
     "SELECT coalesce(sum(type != 'evaluator'), 0), coalesce(sum(state = 'running' AND type != 'evaluator'), 0),"
     " coalesce(sum(state != 'exited'), 0) FROM tasks WHERE job_id = ? AND attempt = ?";
 
-int exec_attempt_counts(db *d, int64_t job_id, int attempt, int *total, int *running, int *live) {
+int exec_store_attempt_counts(db *d, int64_t job_id, int attempt, int *total, int *running, int *live) {
     sqlite3_stmt *st = db_prepare(d, SQL_ATTEMPT_COUNTS);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
@@ -385,7 +385,7 @@ int exec_attempt_counts(db *d, int64_t job_id, int attempt, int *total, int *run
 static const char SQL_ATTEMPT_CHIEF[] =
     "SELECT state, exit_code FROM tasks WHERE job_id = ? AND attempt = ? AND type = 'worker' AND idx = 0";
 
-int exec_attempt_chief(db *d, int64_t job_id, int attempt, int *exited, int *code) {
+int exec_store_attempt_chief(db *d, int64_t job_id, int attempt, int *exited, int *code) {
     *exited = 0;
     *code = 0;
     sqlite3_stmt *st = db_prepare(d, SQL_ATTEMPT_CHIEF);
@@ -407,7 +407,7 @@ static const char SQL_JOB_TASKS[] =
     " t.started_at, t.finished_at FROM tasks t JOIN nodes n ON n.id = t.node_id"
     " WHERE t.job_id = ? AND t.attempt = ? ORDER BY t.type DESC, t.idx";
 
-int exec_job_tasks(db *d, int64_t job_id, int attempt, cJSON **out) {
+int exec_store_job_tasks(db *d, int64_t job_id, int attempt, cJSON **out) {
     sqlite3_stmt *st = db_prepare(d, SQL_JOB_TASKS);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
@@ -445,7 +445,7 @@ int exec_job_tasks(db *d, int64_t job_id, int attempt, cJSON **out) {
 
 /* ---------------------------------------------------------------- metrics */
 
-int exec_job_attempt(db *d, int64_t job_id, int *attempt) {
+int exec_store_job_attempt(db *d, int64_t job_id, int *attempt) {
     sqlite3_stmt *st = db_prepare(d, "SELECT attempt FROM jobs WHERE id = ?");
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
@@ -466,8 +466,8 @@ static const char SQL_EVAL_ADD[] =
 
 static int is_eval(const char *kind) { return kind && strcmp(kind, "eval") == 0; }
 
-int exec_metric_add(db *d, int64_t job_id, int64_t seq, int attempt, const char *kind, const int64_t *step,
-                    const int64_t *epoch, const char *data, int *inserted) {
+int exec_store_metric_add(db *d, int64_t job_id, int64_t seq, int attempt, const char *kind,
+                          const int64_t *step, const int64_t *epoch, const char *data, int *inserted) {
     sqlite3_stmt *st = db_prepare(d, is_eval(kind) ? SQL_EVAL_ADD : SQL_METRIC_ADD);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
@@ -513,8 +513,8 @@ static cJSON *metric_row(sqlite3_stmt *st, int c0) {
     return m;
 }
 
-int exec_metrics_list(db *d, int64_t job_id, int64_t since, const char *kind, int limit, cJSON **out,
-                      int64_t *last_seq) {
+int exec_store_metrics_list(db *d, int64_t job_id, int64_t since, const char *kind, int limit, cJSON **out,
+                            int64_t *last_seq) {
     sqlite3_stmt *st = db_prepare(d, is_eval(kind) ? SQL_EVAL_LAST : SQL_METRICS_LAST);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
@@ -549,7 +549,7 @@ static const char SQL_EVAL_LATEST[] =
     "SELECT seq, attempt, kind, ts, data FROM eval_metrics WHERE job_id = ?1 AND (?2 IS NULL OR kind = ?2)"
     " ORDER BY step DESC, seq DESC LIMIT 1";
 
-int exec_metric_latest(db *d, int64_t job_id, const char *kind, cJSON **out) {
+int exec_store_metric_latest(db *d, int64_t job_id, const char *kind, cJSON **out) {
     *out = NULL;
     sqlite3_stmt *st = db_prepare(d, is_eval(kind) ? SQL_EVAL_LATEST : SQL_METRIC_LATEST);
     if (!st) return STORE_ERROR;
@@ -568,7 +568,7 @@ static const char SQL_EPOCH_THROUGHPUT[] =
     " AND json_type(data, '$.samples_per_sec') IN ('integer', 'real') AND json_extract(data, '$.samples_per_sec') > 0"
     " AND json_type(data, '$.seconds') IN ('integer', 'real') AND json_extract(data, '$.seconds') > 0";
 
-int exec_epoch_throughput(db *d, int64_t job_id, int *epochs, double *samples, double *seconds) {
+int exec_store_epoch_throughput(db *d, int64_t job_id, int *epochs, double *samples, double *seconds) {
     *epochs = 0;
     *samples = *seconds = 0;
     sqlite3_stmt *st = db_prepare(d, SQL_EPOCH_THROUGHPUT);
@@ -593,7 +593,7 @@ static const char SQL_LOG_CHUNK[] =
 
 static const char SQL_LOG_BYTES_ADD[] = "UPDATE jobs SET log_bytes = log_bytes + ?2 WHERE id = ?1";
 
-int exec_log_chunk_add(db *d, int64_t job_id, const char *task, int attempt, int64_t offset, int64_t length) {
+int exec_store_log_chunk_add(db *d, int64_t job_id, const char *task, int attempt, int64_t offset, int64_t length) {
     /* the chunk and the job's log_bytes together: the team's storage use is
      * summed from log_bytes, so it never misses a chunk after a crash */
     if (db_begin(d) < 0) return STORE_ERROR;
@@ -628,7 +628,7 @@ static const char SQL_LOG_STATE[] =
     "SELECT log_bytes, CASE WHEN json_valid(spec) THEN json_extract(spec, '$.logs.max_size') END"
     " FROM jobs WHERE id = ?";
 
-int exec_job_log_state(db *d, int64_t job_id, int64_t *log_bytes, char *max_size, size_t cap) {
+int exec_store_job_log_state(db *d, int64_t job_id, int64_t *log_bytes, char *max_size, size_t cap) {
     *log_bytes = 0;
     if (cap) max_size[0] = '\0';
     sqlite3_stmt *st = db_prepare(d, SQL_LOG_STATE);
@@ -654,8 +654,8 @@ static const char SQL_CKPT_PUBLISH[] =
     "UPDATE checkpoints SET path = ?2, deleted_at = NULL, created_at = ?3 WHERE id = ?1";
 static const char SQL_CKPT_DISCARD[] = "DELETE FROM checkpoints WHERE id = ?";
 
-int exec_ckpt_reserve(db *d, int64_t job_id, int attempt, int64_t step, int64_t epoch, int64_t size,
-                      const char *sha256, int64_t *id_out) {
+int exec_store_ckpt_reserve(db *d, int64_t job_id, int attempt, int64_t step, int64_t epoch, int64_t size,
+                            const char *sha256, int64_t *id_out) {
     sqlite3_stmt *st = db_prepare(d, SQL_CKPT_RESERVE);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
@@ -672,7 +672,7 @@ int exec_ckpt_reserve(db *d, int64_t job_id, int attempt, int64_t step, int64_t 
     return STORE_OK;
 }
 
-int exec_ckpt_publish(db *d, int64_t id, const char *path) {
+int exec_store_ckpt_publish(db *d, int64_t id, const char *path) {
     sqlite3_stmt *st = db_prepare(d, SQL_CKPT_PUBLISH);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, id);
@@ -681,7 +681,7 @@ int exec_ckpt_publish(db *d, int64_t id, const char *path) {
     return update_one(d, st) == STORE_OK ? STORE_OK : STORE_ERROR;
 }
 
-int exec_ckpt_discard(db *d, int64_t id) {
+int exec_store_ckpt_discard(db *d, int64_t id) {
     sqlite3_stmt *st = db_prepare(d, SQL_CKPT_DISCARD);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, id);
@@ -707,7 +707,7 @@ static void ckpt_row(sqlite3_stmt *st, exec_ckpt *c) {
     col_copy(st, 6, c->path, sizeof c->path);
 }
 
-int exec_ckpt_get(db *d, int64_t job_id, int64_t cid, exec_ckpt *out) {
+int exec_store_ckpt_get(db *d, int64_t job_id, int64_t cid, exec_ckpt *out) {
     sqlite3_stmt *st = db_prepare(d, SQL_CKPT_GET);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
@@ -718,7 +718,7 @@ int exec_ckpt_get(db *d, int64_t job_id, int64_t cid, exec_ckpt *out) {
     return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
 }
 
-int exec_ckpt_list(db *d, int64_t job_id, cJSON **out) {
+int exec_store_ckpt_list(db *d, int64_t job_id, cJSON **out) {
     sqlite3_stmt *st = db_prepare(d, SQL_CKPT_LIST);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
@@ -750,7 +750,7 @@ static const char SQL_CKPT_BEYOND[] =
     "SELECT id, path FROM checkpoints WHERE job_id = ? AND deleted_at IS NULL ORDER BY id DESC LIMIT -1 OFFSET ?";
 static const char SQL_CKPT_HIDE[] = "UPDATE checkpoints SET deleted_at = ? WHERE id = ?";
 
-int exec_ckpt_prune(db *d, int64_t job_id, int keep, char (*paths)[256], int max, int *n) {
+int exec_store_ckpt_prune(db *d, int64_t job_id, int keep, char (*paths)[256], int max, int *n) {
     *n = 0;
     int64_t ids[64];
     int nids = 0;
@@ -785,7 +785,7 @@ static const char SQL_RDV_PUT[] =
     " ON CONFLICT(job_id, attempt, key) DO UPDATE SET value = excluded.value";
 static const char SQL_RDV_GET[] = "SELECT value FROM rendezvous WHERE job_id = ? AND attempt = ? AND key = ?";
 
-int exec_rdv_put(db *d, int64_t job_id, int attempt, const char *key, const char *value, size_t len) {
+int exec_store_rdv_put(db *d, int64_t job_id, int attempt, const char *key, const char *value, size_t len) {
     sqlite3_stmt *st = db_prepare(d, SQL_RDV_PUT);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
@@ -795,7 +795,7 @@ int exec_rdv_put(db *d, int64_t job_id, int attempt, const char *key, const char
     return step_done(st);
 }
 
-int exec_rdv_get(db *d, int64_t job_id, int attempt, const char *key, char **value, size_t *len) {
+int exec_store_rdv_get(db *d, int64_t job_id, int attempt, const char *key, char **value, size_t *len) {
     *value = NULL;
     *len = 0;
     sqlite3_stmt *st = db_prepare(d, SQL_RDV_GET);
