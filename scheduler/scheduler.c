@@ -891,6 +891,7 @@ static void deadline_in(struct timespec *ts, int64_t ms)
 static void *sched_main(void *arg)
 {
     (void)arg;
+    pthread_setname_np(pthread_self(), "ty-sched"); /* in top, perf and /proc/PID/task */
     double last_end = 0, last_took = 0;
     pthread_mutex_lock(&g_sched.mu);
     while (!g_sched.stop) {
@@ -960,11 +961,17 @@ void sched_config_current(sched_config *out)
     pthread_mutex_unlock(&g_sched.mu);
 }
 
+/* A kick while one is pending changes nothing (the pass it asked for is
+ * still to come, and reads everything committed before it starts), so it
+ * wakes no one: during a stream of submissions the thread, waiting out its
+ * gap, is woken by the timer instead of once per job. */
 void sched_kick(void)
 {
     pthread_mutex_lock(&g_sched.mu);
-    g_sched.kicked = 1;
-    pthread_cond_signal(&g_sched.cv);
+    if (!g_sched.kicked) {
+        g_sched.kicked = 1;
+        pthread_cond_signal(&g_sched.cv);
+    }
     pthread_mutex_unlock(&g_sched.mu);
 }
 

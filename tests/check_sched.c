@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <dirent.h>
 
 #include "../common/util.h"
 #include "../scheduler/core.h"
@@ -2278,6 +2279,76 @@ END_TEST
 
 /* ================================================================ main */
 
+/* The scheduler thread's voluntary context switches (it names itself
+ * ty-sched), or -1 when it is not found. */
+static long sched_thread_switches(void)
+{
+    DIR *dir = opendir("/proc/self/task");
+    if (!dir) return -1;
+    long n = -1;
+    struct dirent *e;
+    while (n < 0 && (e = readdir(dir))) {
+        if (e->d_name[0] == '.') continue;
+        char path[320], name[64] = "";
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        int named = fgets(name, sizeof name, f) && strncmp(name, "ty-sched", 8) == 0;
+        fclose(f);
+        if (!named) continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+        if (!(f = fopen(path, "r"))) continue;
+        char line[256];
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "voluntary_ctxt_switches: %ld", &n) == 1) break;
+        fclose(f);
+    }
+    closedir(dir);
+    return n;
+}
+
+/* Kicks while a pass is already due wake no one: during a stream of
+ * submissions (a kick each) the thread waits out its gap and runs one pass
+ * for all of them, woken by its timer, not once per kick. 1,500 queued
+ * jobs make the passes (and so the gaps) last a few milliseconds; kicks
+ * every 20 us for 400 ms then cost a couple of switches a pass. Waking on
+ * each kick cost one per kick that fell in a gap: thousands. */
+START_TEST(db_kicks_while_pending_wake_no_one)
+{
+    int64_t t = team("kick", -1);
+    ck_assert_int_eq(db_begin(g_db), 0);
+    for (int i = 0; i < 1500; i++) job(t, 50, 1, 1, "cpu", 0, 0, 0);
+    ck_assert_int_eq(db_commit(g_db), 0);
+    sched_config cfg;
+    sched_config_default(&cfg);
+    ck_assert_int_eq(sched_start(g_db, &cfg), 0);
+    sched_thread_stats st;
+    for (int i = 0; i < 500; i++) {
+        sched_thread_stats_get(&st);
+        if (st.passes >= 1) break;
+        usleep(10 * 1000);
+    }
+    ck_assert_uint_ge(st.passes, 1);
+    long s0 = sched_thread_switches();
+    ck_assert_int_ge(s0, 0);
+    uint64_t p0 = st.passes;
+    int64_t end = mono_ms() + 400;
+    long kicks = 0;
+    while (mono_ms() < end) {
+        sched_kick();
+        kicks++;
+        usleep(20);
+    }
+    long s1 = sched_thread_switches();
+    sched_thread_stats_get(&st);
+    sched_stop();
+    long sw = s1 - s0;
+    uint64_t passes = st.passes - p0;
+    ck_assert_msg(sw <= 3 * (long)passes + 10, "%ld switches of the scheduler thread for %llu passes and %ld kicks", sw,
+                  (unsigned long long)passes, kicks);
+}
+END_TEST
+
 Suite *sched_suite(void);
 
 Suite *sched_suite(void)
@@ -2320,6 +2391,7 @@ Suite *sched_suite(void)
     tcase_add_loop_test(td, queue_order_exact, 0, 8);
     tcase_add_loop_test(td, db_capacity_follows_nodes, 0, 4);
     tcase_add_test(td, db_reasons_not_rewritten);
+    tcase_add_test(td, db_kicks_while_pending_wake_no_one);
     suite_add_tcase(s, td);
     return s;
 }
