@@ -11,7 +11,8 @@
  *          db_disk_full, db_generation, db_note, db_notes_mark, db_notes_rewind, db_set_wake_hook, db_wake_node,
  *          db_change_note, db_changes_mark, db_changes_rewind, db_changes_head,
  *          db_changes_read (the change log the scheduler's mirror follows), db_cache,
- *          db_group_add, db_group_stats_get (group commit), db_auth_generation */
+ *          db_group_add, db_group_stats_get (group commit), db_auth_generation,
+ *          db_checkpoints */
 #ifndef TRAINYARD_DB_H
 #define TRAINYARD_DB_H
 
@@ -183,6 +184,12 @@ typedef struct db_group_stats {
     uint64_t commit_us_sum;           /* a batch's BEGIN to the end of its COMMIT, summed */
 } db_group_stats;
 void db_group_stats_get(db *d, db_group_stats *out);
+
+/* Checkpoints the checkpointer thread has run (PASSIVE, with their fsyncs):
+ * one each time the WAL has grown by 1,000 frames since the last (or since
+ * it restarted), and one a second while anything is committed; never one a
+ * commit, however long readers keep the WAL from restarting. */
+uint64_t db_checkpoints(db *d);
 
 /* synchronous=FULL for every connection opened after this call (power-loss
  * durability at the cost of an fsync per commit). Default NORMAL. */

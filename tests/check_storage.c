@@ -680,6 +680,45 @@ START_TEST(group_commit_isolates_a_failed_write) {
 }
 END_TEST
 
+/* A reader keeping the WAL from restarting (a read transaction held open on
+ * another connection, as the server's readers do under load) does not make
+ * every commit past 1,000 frames a checkpoint: the checkpointer runs once per
+ * 1,000 frames the WAL grew by (and once a second), here a handful for 3,000
+ * commits. Waking it on every commit past the mark made one checkpoint (two
+ * fsyncs) per commit. */
+START_TEST(checkpoints_follow_the_wal_growth) {
+    db *d = NULL;
+    char err[256];
+    ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
+    sqlite3 *r = NULL;
+    ck_assert_int_eq(sqlite3_open_v2(g_path, &r, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(r, "BEGIN; SELECT count(*) FROM teams;", NULL, NULL, NULL), SQLITE_OK);
+    uint64_t c0 = db_checkpoints(d);
+    double t0 = mono_s();
+    for (int i = 0; i < 3000; i++) {
+        char name[64];
+        int64_t id;
+        snprintf(name, sizeof name, "wal-team-%d", i);
+        ck_assert_int_eq(store_team_create(d, name, &id), STORE_OK);
+        usleep(200); /* commits spread out, as a server's are: time for a checkpoint between them */
+    }
+    usleep(300 * 1000); /* the checkpointer's last wake */
+    double secs = mono_s() - t0;
+    uint64_t n = db_checkpoints(d) - c0;
+    char wal[320];
+    snprintf(wal, sizeof wal, "%s-wal", g_path);
+    struct stat sb;
+    ck_assert_int_eq(stat(wal, &sb), 0);
+    long frames = (long)((sb.st_size - 32) / (4096 + 24));
+    ck_assert_msg(frames > 3000, "the WAL holds %ld frames: the reader did not keep it", frames);
+    ck_assert_msg(n >= 1 && n <= (uint64_t)(frames / 1000 + secs + 3),
+                  "%llu checkpoints for %ld frames in %.1f s", (unsigned long long)n, frames, secs);
+    sqlite3_exec(r, "COMMIT", NULL, NULL, NULL);
+    sqlite3_close(r);
+    db_close(d);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("storage");
     TCase *tc = tcase_create("sqlite");
@@ -694,6 +733,7 @@ int main(void) {
     tcase_add_test(tc, threads_share_the_pool);
     tcase_add_test(tc, generation_follows_commits);
     tcase_add_test(tc, group_commit_isolates_a_failed_write);
+    tcase_add_test(tc, checkpoints_follow_the_wal_growth);
     tcase_add_test(tc, database_kept_resident);
     tcase_add_test(tc, changes_follow_commits);
     suite_add_tcase(s, tc);
