@@ -165,190 +165,251 @@ static int isolation_check(http_res *res, const cJSON *iso)
     return 0;
 }
 
-/* POST /api/v1/nodes {"hostname","address","cpu_slots","devices":[{kind,index,model,memory_mb}],
- *                     "memory_mb","isolation","tasks":[ids]} */
-static void node_register(server *srv, http_req *req, http_res *res)
-{
-    cJSON *body = http_body_json(req, res);
-    if (!body) return;
-    const char *hostname = NULL, *address = NULL;
-    long cpu_slots = 0, memory_mb = 0;
-    const cJSON *devices = NULL, *isolation = NULL, *tasks = NULL, *runtimes = NULL;
-    char *iso_text = NULL, *keep = NULL, *rt_text = NULL;
+/* ---------------------------------------------------------------- POST /nodes, by phase
+ *
+ * The body's fields read and checked, its devices read, the node stored
+ * (its handouts reset when it joins again), its own token issued, the
+ * answer. One node_join holds what the phases share; a phase returns 0, or
+ * -1 after answering. */
+
+typedef struct node_join {
+    const char *hostname, *address;
+    long cpu_slots, memory_mb;
+    const cJSON *devices, *isolation, *tasks, *runtimes;
+    char *iso_text, *keep, *rt_text; /* owned (cJSON_free) */
     int idx[NODE_MAX_GPUS];
     const char *model[NODE_MAX_GPUS];
     int64_t mem[NODE_MAX_GPUS];
-    int ngpu = 0;
+    int ngpu;
+    int64_t id;
+    int created;
+    char tok[128];                   /* the node's own token */
+} node_join;
+
+/* runtimes: what the agent can run a task in, "host", "podman" (an image
+ * job's). */
+static int join_runtimes(http_res *res, const cJSON *f)
+{
+    int ri = 0, ok = cJSON_IsArray(f) && cJSON_GetArraySize(f) <= 8;
+    for (const cJSON *r = ok ? f->child : NULL; r && ok; r = r->next, ri++)
+        ok = cJSON_IsString(r) && (strcmp(r->valuestring, "host") == 0 || strcmp(r->valuestring, "podman") == 0);
+    if (!ok) {
+        http_error(res, 422, "invalid_value", "runtimes", "runtimes must be an array of \"host\" and \"podman\"");
+        return -1;
+    }
+    return 0;
+}
+
+/* tasks: the tasks this agent (not restarted: its token was revoked) still
+ * runs. */
+static int join_tasks(http_res *res, const cJSON *f)
+{
+    if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) > NODE_MAX_TASKS) {
+        http_error(res, 422, cJSON_IsArray(f) ? "invalid_value" : "invalid_type", "tasks",
+                   "tasks must be an array of at most %d task ids", NODE_MAX_TASKS);
+        return -1;
+    }
+    int ti = 0;
+    for (const cJSON *t = f->child; t; t = t->next, ti++) {
+        if (!cJSON_IsNumber(t) || t->valuedouble < 1 || t->valuedouble > 9007199254740991.0 ||
+            t->valuedouble != (double)(int64_t)t->valuedouble) {
+            char field[32];
+            snprintf(field, sizeof field, "tasks[%d]", ti);
+            http_error(res, 422, "invalid_value", field, "%s must be a task id (a positive integer)", field);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The body's fields, in their order; hostname and address required. */
+static int join_fields(http_res *res, const cJSON *body, node_join *j)
+{
     for (cJSON *f = body->child; f; f = f->next) {
         if (strcmp(f->string, "hostname") == 0) {
-            if (str_field(res, f, "hostname", CL_NAME_MAX, &hostname) < 0) goto out;
+            if (str_field(res, f, "hostname", CL_NAME_MAX, &j->hostname) < 0) return -1;
         } else if (strcmp(f->string, "address") == 0) {
-            if (str_field(res, f, "address", CL_NAME_MAX, &address) < 0) goto out;
+            if (str_field(res, f, "address", CL_NAME_MAX, &j->address) < 0) return -1;
         } else if (strcmp(f->string, "cpu_slots") == 0) {
-            if (int_field(res, f, "cpu_slots", 0, NODE_MAX_CPU_SLOTS, &cpu_slots) < 0) goto out;
+            if (int_field(res, f, "cpu_slots", 0, NODE_MAX_CPU_SLOTS, &j->cpu_slots) < 0) return -1;
         } else if (strcmp(f->string, "devices") == 0) {
             if (!cJSON_IsArray(f)) {
                 http_error(res, 422, "invalid_type", "devices", "devices must be an array");
-                goto out;
+                return -1;
             }
-            devices = f;
+            j->devices = f;
         } else if (strcmp(f->string, "memory_mb") == 0) {
-            if (int_field(res, f, "memory_mb", 0, NODE_MAX_MEMORY_MB, &memory_mb) < 0) goto out;
+            if (int_field(res, f, "memory_mb", 0, NODE_MAX_MEMORY_MB, &j->memory_mb) < 0) return -1;
         } else if (strcmp(f->string, "isolation") == 0) {
-            if (isolation_check(res, f) < 0) goto out;
-            isolation = f;
+            if (isolation_check(res, f) < 0) return -1;
+            j->isolation = f;
         } else if (strcmp(f->string, "runtimes") == 0) {
-            /* what the agent can run a task in: "host", "podman" (an image job's) */
-            int ri = 0, ok = cJSON_IsArray(f) && cJSON_GetArraySize(f) <= 8;
-            for (const cJSON *r = ok ? f->child : NULL; r && ok; r = r->next, ri++)
-                ok = cJSON_IsString(r) && (strcmp(r->valuestring, "host") == 0 || strcmp(r->valuestring, "podman") == 0);
-            if (!ok) {
-                http_error(res, 422, "invalid_value", "runtimes",
-                           "runtimes must be an array of \"host\" and \"podman\"");
-                goto out;
-            }
-            runtimes = f;
+            if (join_runtimes(res, f) < 0) return -1;
+            j->runtimes = f;
         } else if (strcmp(f->string, "tasks") == 0) {
-            /* the tasks this agent (not restarted: its token was revoked) still runs */
-            if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) > NODE_MAX_TASKS) {
-                http_error(res, 422, cJSON_IsArray(f) ? "invalid_value" : "invalid_type", "tasks",
-                           "tasks must be an array of at most %d task ids", NODE_MAX_TASKS);
-                goto out;
-            }
-            int ti = 0;
-            for (const cJSON *t = f->child; t; t = t->next, ti++) {
-                if (!cJSON_IsNumber(t) || t->valuedouble < 1 || t->valuedouble > 9007199254740991.0 ||
-                    t->valuedouble != (double)(int64_t)t->valuedouble) {
-                    char field[32];
-                    snprintf(field, sizeof field, "tasks[%d]", ti);
-                    http_error(res, 422, "invalid_value", field, "%s must be a task id (a positive integer)", field);
-                    goto out;
-                }
-            }
-            tasks = f;
+            if (join_tasks(res, f) < 0) return -1;
+            j->tasks = f;
         } else {
             http_error(res, 422, "unknown_field", f->string,
                        "unknown field '%s' (allowed: hostname, address, cpu_slots, devices, memory_mb, isolation,"
                        " runtimes, tasks)", f->string);
-            goto out;
+            return -1;
         }
     }
-    if (!hostname) { http_error(res, 422, "missing_field", "hostname", "hostname is required"); goto out; }
-    if (!address) { http_error(res, 422, "missing_field", "address", "address is required"); goto out; }
-    int di = 0;
-    for (const cJSON *dv = devices ? devices->child : NULL; dv; dv = dv->next, di++) {
-        char field[64];
-        snprintf(field, sizeof field, "devices[%d]", di);
-        if (!cJSON_IsObject(dv)) {
-            http_error(res, 422, "invalid_type", field, "%s must be an object", field);
-            goto out;
-        }
-        if (ngpu >= NODE_MAX_GPUS) {
-            http_error(res, 422, "invalid_value", "devices", "at most %d devices per node", NODE_MAX_GPUS);
-            goto out;
-        }
-        long index = -1, memory = 0;
-        const char *kind = NULL, *mdl = NULL;
-        for (const cJSON *g = dv->child; g; g = g->next) {
-            char sub[96];
-            snprintf(sub, sizeof sub, "%s.%s", field, g->string);
-            if (strcmp(g->string, "kind") == 0) {
-                if (str_field(res, g, sub, 16, &kind) < 0) goto out;
-            } else if (strcmp(g->string, "index") == 0) {
-                if (int_field(res, g, sub, 0, 1023, &index) < 0) goto out;
-            } else if (strcmp(g->string, "model") == 0) {
-                if (str_field(res, g, sub, CL_NAME_MAX, &mdl) < 0) goto out;
-            } else if (strcmp(g->string, "memory_mb") == 0) {
-                if (int_field(res, g, sub, 0, 1L << 30, &memory) < 0) goto out;
-            } else {
-                http_error(res, 422, "unknown_field", sub,
-                           "unknown field '%s' (allowed: kind, index, model, memory_mb)", g->string);
-                goto out;
-            }
-        }
+    if (!j->hostname) { http_error(res, 422, "missing_field", "hostname", "hostname is required"); return -1; }
+    if (!j->address) { http_error(res, 422, "missing_field", "address", "address is required"); return -1; }
+    return 0;
+}
+
+/* devices[di] {kind: "gpu", index, model, memory_mb}, added to j's GPUs. */
+static int join_device(http_res *res, const cJSON *dv, int di, node_join *j)
+{
+    char field[64];
+    snprintf(field, sizeof field, "devices[%d]", di);
+    if (!cJSON_IsObject(dv)) {
+        http_error(res, 422, "invalid_type", field, "%s must be an object", field);
+        return -1;
+    }
+    if (j->ngpu >= NODE_MAX_GPUS) {
+        http_error(res, 422, "invalid_value", "devices", "at most %d devices per node", NODE_MAX_GPUS);
+        return -1;
+    }
+    long index = -1, memory = 0;
+    const char *kind = NULL, *mdl = NULL;
+    for (const cJSON *g = dv->child; g; g = g->next) {
         char sub[96];
-        snprintf(sub, sizeof sub, "%s.kind", field);
-        if (!kind || strcmp(kind, "gpu") != 0) {
-            http_error(res, 422, "invalid_value", sub,
-                       "%s must be \"gpu\" (CPU capacity is given by cpu_slots)", sub);
-            goto out;
+        snprintf(sub, sizeof sub, "%s.%s", field, g->string);
+        if (strcmp(g->string, "kind") == 0) {
+            if (str_field(res, g, sub, 16, &kind) < 0) return -1;
+        } else if (strcmp(g->string, "index") == 0) {
+            if (int_field(res, g, sub, 0, 1023, &index) < 0) return -1;
+        } else if (strcmp(g->string, "model") == 0) {
+            if (str_field(res, g, sub, CL_NAME_MAX, &mdl) < 0) return -1;
+        } else if (strcmp(g->string, "memory_mb") == 0) {
+            if (int_field(res, g, sub, 0, 1L << 30, &memory) < 0) return -1;
+        } else {
+            http_error(res, 422, "unknown_field", sub,
+                       "unknown field '%s' (allowed: kind, index, model, memory_mb)", g->string);
+            return -1;
         }
-        snprintf(sub, sizeof sub, "%s.index", field);
-        if (index < 0) { http_error(res, 422, "missing_field", sub, "%s is required", sub); goto out; }
-        for (int k = 0; k < ngpu; k++)
-            if (idx[k] == index) {
-                http_error(res, 422, "invalid_value", sub, "gpu index %ld appears twice", index);
-                goto out;
-            }
-        idx[ngpu] = (int)index;
-        model[ngpu] = mdl;
-        mem[ngpu++] = memory;
     }
-    if (isolation && !(iso_text = cJSON_PrintUnformatted(isolation))) {
+    char sub[96];
+    snprintf(sub, sizeof sub, "%s.kind", field);
+    if (!kind || strcmp(kind, "gpu") != 0) {
+        http_error(res, 422, "invalid_value", sub,
+                   "%s must be \"gpu\" (CPU capacity is given by cpu_slots)", sub);
+        return -1;
+    }
+    snprintf(sub, sizeof sub, "%s.index", field);
+    if (index < 0) { http_error(res, 422, "missing_field", sub, "%s is required", sub); return -1; }
+    for (int k = 0; k < j->ngpu; k++)
+        if (j->idx[k] == index) {
+            http_error(res, 422, "invalid_value", sub, "gpu index %ld appears twice", index);
+            return -1;
+        }
+    j->idx[j->ngpu] = (int)index;
+    j->model[j->ngpu] = mdl;
+    j->mem[j->ngpu++] = memory;
+    return 0;
+}
+
+static int join_devices(http_res *res, node_join *j)
+{
+    int di = 0;
+    for (const cJSON *dv = j->devices ? j->devices->child : NULL; dv; dv = dv->next, di++)
+        if (join_device(res, dv, di, j) < 0) return -1;
+    return 0;
+}
+
+/* The node stored, new or by its hostname. An agent that registers again
+ * has restarted, or lost its token: tasks handed to it and never reported
+ * started are handed out again with new tokens, but those it says it runs
+ * (tasks) keep theirs: their workers hold them. */
+static int join_store(server *srv, http_res *res, node_join *j)
+{
+    if (j->isolation && !(j->iso_text = cJSON_PrintUnformatted(j->isolation))) {
         http_error(res, 500, "internal", NULL, "out of memory");
-        goto out;
+        return -1;
     }
-    if (runtimes && !(rt_text = cJSON_PrintUnformatted(runtimes))) {
+    if (j->runtimes && !(j->rt_text = cJSON_PrintUnformatted(j->runtimes))) {
         http_error(res, 500, "internal", NULL, "out of memory");
-        goto out;
+        return -1;
     }
-    int64_t id = 0;
-    int created = 0;
-    if (cluster_node_upsert_rt(srv->db, hostname, address, (int)cpu_slots, ngpu, idx, model, mem, memory_mb, iso_text,
-                               rt_text, now_ms(), &id, &created) < 0) {
+    if (cluster_node_upsert_rt(srv->db, j->hostname, j->address, (int)j->cpu_slots, j->ngpu, j->idx, j->model,
+                               j->mem, j->memory_mb, j->iso_text, j->rt_text, now_ms(), &j->id, &j->created) < 0) {
         unavailable(res);
-        goto out;
+        return -1;
     }
-    /* An agent that registers again has restarted, or lost its token: tasks
-     * handed to it and never reported started are handed out again with new
-     * tokens, but those it says it runs (tasks) keep theirs: their workers
-     * hold them. */
-    if (tasks && !(keep = cJSON_PrintUnformatted(tasks))) {
+    if (j->tasks && !(j->keep = cJSON_PrintUnformatted(j->tasks))) {
         http_error(res, 500, "internal", NULL, "out of memory");
-        goto out;
+        return -1;
     }
-    if (!created && exec_store_node_reset_handouts(srv->db, id, keep ? keep : "[]") != STORE_OK) {
+    if (!j->created && exec_store_node_reset_handouts(srv->db, j->id, j->keep ? j->keep : "[]") != STORE_OK) {
         unavailable(res);
-        goto out;
+        return -1;
     }
-    /* The node's own token, from now on the only one it may use: minted
-     * here, shown once, stored hashed; the node's earlier tokens are revoked
-     * (an agent that restarts registers again with the join token). */
-    char tok[128], hash[65];
-    if (random_token(tok, sizeof tok) < 0) {
+    return 0;
+}
+
+/* The node's own token, from now on the only one it may use: minted here,
+ * shown once, stored hashed; the node's earlier tokens are revoked (an
+ * agent that restarts registers again with the join token). */
+static int join_token(server *srv, http_res *res, node_join *j)
+{
+    char hash[65];
+    if (random_token(j->tok, sizeof j->tok) < 0) {
         http_error(res, 500, "internal", NULL, "cannot make a random token");
-        goto out;
+        return -1;
     }
-    sha256_hex(tok, strlen(tok), hash);
-    if (cluster_node_token_issue(srv->db, id, hash, now_ms()) < 0) {
+    sha256_hex(j->tok, strlen(j->tok), hash);
+    if (cluster_node_token_issue(srv->db, j->id, hash, now_ms()) < 0) {
         unavailable(res);
-        goto out;
+        return -1;
     }
-    api_assignments_node_registered(id);
+    return 0;
+}
+
+/* The node told to the executors and the scheduler, logged (a warning
+ * when its teams are not isolated), and answered: 201 new, 200 again. */
+static void join_answer(server *srv, http_res *res, const node_join *j)
+{
+    api_assignments_node_registered(j->id);
     api_kick_scheduler(srv);
-    const cJSON *im = isolation ? cJSON_GetObjectItemCaseSensitive(isolation, "mode") : NULL;
+    const cJSON *im = j->isolation ? cJSON_GetObjectItemCaseSensitive(j->isolation, "mode") : NULL;
     int iso_none = cJSON_IsString(im) && strcmp(im->valuestring, "none") == 0;
     char iso_say[64];
     if (!cJSON_IsString(im)) snprintf(iso_say, sizeof iso_say, "isolation not reported");
     else if (iso_none) snprintf(iso_say, sizeof iso_say, "teams are NOT isolated on it");
     else snprintf(iso_say, sizeof iso_say, "tasks isolated (%.40s)", im->valuestring);
     log_msg(iso_none ? LOG_WARN : LOG_INFO, "node %lld (%s, %s) %s: %ld CPU slots, %d GPUs, %lld MiB; %s",
-            (long long)id, hostname, address, created ? "joined" : "joined again", cpu_slots, ngpu,
-            (long long)memory_mb, iso_say);
+            (long long)j->id, j->hostname, j->address, j->created ? "joined" : "joined again", j->cpu_slots,
+            j->ngpu, (long long)j->memory_mb, iso_say);
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "id", (double)id);
-    cJSON_AddStringToObject(o, "token", tok);
-    cJSON_AddStringToObject(o, "hostname", hostname);
-    cJSON_AddNumberToObject(o, "gpus", ngpu);
-    cJSON_AddNumberToObject(o, "cpu_slots", (double)cpu_slots);
-    cJSON_AddNumberToObject(o, "memory_mb", (double)memory_mb);
-    cJSON_AddBoolToObject(o, "created", created);
-    snprintf(res->location, sizeof res->location, "/api/v1/nodes/%lld", (long long)id);
-    http_json(res, created ? 201 : 200, o);
-out:
-    cJSON_free(iso_text);
-    cJSON_free(rt_text);
-    cJSON_free(keep);
+    cJSON_AddNumberToObject(o, "id", (double)j->id);
+    cJSON_AddStringToObject(o, "token", j->tok);
+    cJSON_AddStringToObject(o, "hostname", j->hostname);
+    cJSON_AddNumberToObject(o, "gpus", j->ngpu);
+    cJSON_AddNumberToObject(o, "cpu_slots", (double)j->cpu_slots);
+    cJSON_AddNumberToObject(o, "memory_mb", (double)j->memory_mb);
+    cJSON_AddBoolToObject(o, "created", j->created);
+    snprintf(res->location, sizeof res->location, "/api/v1/nodes/%lld", (long long)j->id);
+    http_json(res, j->created ? 201 : 200, o);
+}
+
+/* POST /api/v1/nodes {"hostname","address","cpu_slots","devices":[{kind,index,model,memory_mb}],
+ *                     "memory_mb","isolation","tasks":[ids]} */
+static void node_register(server *srv, http_req *req, http_res *res)
+{
+    cJSON *body = http_body_json(req, res);
+    if (!body) return;
+    node_join j;
+    memset(&j, 0, sizeof j);
+    if (join_fields(res, body, &j) == 0 && join_devices(res, &j) == 0 && join_store(srv, res, &j) == 0 &&
+        join_token(srv, res, &j) == 0)
+        join_answer(srv, res, &j);
+    cJSON_free(j.iso_text);
+    cJSON_free(j.rt_text);
+    cJSON_free(j.keep);
     cJSON_Delete(body);
 }
 
