@@ -257,191 +257,241 @@ static void value_text(const cJSON *v, char *out, size_t cap) {
     free(t);
 }
 
+/* POST /sweeps, by phase: the body's fields and the sweep's name, the
+ * search, the job as it is, the number of trials, every trial's spec
+ * checked and admitted, the sweep stored, the answer and its first step.
+ * One sweep_new holds what the phases share; a phase returns 0, or -1
+ * after answering. */
+typedef struct sweep_new {
+    const cJSON *job, *search;   /* in the body */
+    const char *name;
+    sweep_ctx c;                 /* its search parsed; spec not owned here */
+    spec_error e;
+    int n;                       /* trials */
+    char **params;               /* (n) each trial's parameters as JSON, owned */
+    char *stored;                /* the request as stored, owned */
+    int64_t id;
+} sweep_new;
+
+/* {"name", "job", "search"}: no other field, job and search present, the
+ * name (else the job's, else "sweep") usable in its trials' names. */
+static int create_fields(http_res *res, const cJSON *body, sweep_new *w) {
+    if (!cJSON_IsObject(body)) {
+        http_error(res, 422, "invalid_type", NULL, "the body must be an object {\"name\", \"job\", \"search\"}");
+        return -1;
+    }
+    for (const cJSON *f = body->child; f; f = f->next) {
+        if (strcmp(f->string, "name") && strcmp(f->string, "job") && strcmp(f->string, "search")) {
+            http_error(res, 422, "unknown_field", f->string, "unknown field '%s' (allowed: name, job, search)",
+                       f->string);
+            return -1;
+        }
+    }
+    const cJSON *jname = cJSON_GetObjectItemCaseSensitive(body, "name");
+    w->job = cJSON_GetObjectItemCaseSensitive(body, "job");
+    w->search = cJSON_GetObjectItemCaseSensitive(body, "search");
+    if (!w->job) {
+        http_error(res, 422, "missing_field", "job", "a sweep needs \"job\": the job spec its trials run");
+        return -1;
+    }
+    if (!cJSON_IsObject(w->job)) {
+        http_error(res, 422, "invalid_type", "job", "job must be an object: a job spec (docs/jobspec.md)");
+        return -1;
+    }
+    if (!w->search) {
+        http_error(res, 422, "missing_field", "search", "a sweep needs \"search\": the parameters to vary and how");
+        return -1;
+    }
+    const cJSON *jn = cJSON_GetObjectItemCaseSensitive(w->job, "name");
+    w->name = cJSON_IsString(jname) ? jname->valuestring : cJSON_IsString(jn) ? jn->valuestring : "sweep";
+    if (jname && !cJSON_IsString(jname)) {
+        http_error(res, 422, "invalid_type", "name", "name must be a string");
+        return -1;
+    }
+    if (!name_ok(w->name)) {
+        http_error(res, 422, "invalid_value", "name",
+                   "must be 1 to %d characters of A-Z a-z 0-9 . _ - (its trials are named NAME-tN)",
+                   SWEEP_NAME_MAX);
+        return -1;
+    }
+    return 0;
+}
+
+static int create_search(http_res *res, sweep_new *w) {
+    spec_error *e = &w->e;
+    if (sweep_search_parse(w->search, &w->c.search, e) < 0) {
+        http_error(res, e->status ? e->status : 422, e->code[0] ? e->code : "invalid_value",
+                   e->field[0] ? e->field : "search", "%s", e->message);
+        return -1;
+    }
+    return 0;
+}
+
+/* The job as it is, before any trial's values: its own errors name job.*;
+ * a command job cannot be trained in ASHA's rungs. */
+static int create_job(http_res *res, sweep_new *w) {
+    spec_error *e = &w->e;
+    char *jt = cJSON_PrintUnformatted(w->job);
+    jobspec js;
+    int ok = jt && jobspec_parse(jt, strlen(jt), &js, e) == 0;
+    free(jt);
+    if (!ok) {
+        char f[JOBSPEC_FIELD_MAX + 8];
+        snprintf(f, sizeof f, "job%s%s", e->field[0] ? "." : "", e->field);
+        http_error(res, e->status ? e->status : 422, e->code[0] ? e->code : "invalid_value", f, "%s", e->message);
+        return -1;
+    }
+    int command = js.kind == JOB_KIND_COMMAND;
+    jobspec_release(&js);
+    if (command && w->c.search.method == SWEEP_ASHA) {
+        http_error(res, 422, "unsupported", "search.method",
+                   "asha trains each trial in rungs of fit.epochs, so it needs a built-in training job; a "
+                   "command job supports grid and random (its trials read their values from command.env.*)");
+        return -1;
+    }
+    return 0;
+}
+
+/* ASHA's rungs, and the number of trials: 1 to SWEEP_MAX_TRIALS. */
+static int create_size(http_res *res, sweep_new *w) {
+    w->c.job = w->job;
+    int r = asha_rung_epochs(&w->c.search, w->c.rungs, SWEEP_MAX_RUNGS);
+    w->c.n_rungs = r > SWEEP_MAX_RUNGS ? SWEEP_MAX_RUNGS : r;
+    w->n = sweep_n_trials(&w->c.search);
+    if (w->n < 1 || w->n > SWEEP_MAX_TRIALS) {
+        http_error(res, 422, "invalid_value", "search.max_trials", "a sweep runs 1 to %d trials, this one %d",
+                   SWEEP_MAX_TRIALS, w->n);
+        return -1;
+    }
+    return 0;
+}
+
+/* Trial i's spec made, checked and admitted (the first's context held by
+ * the team), its parameters kept as text in w->params[i]. */
+static int create_trial(server *srv, http_req *req, http_res *res, sweep_new *w, int i) {
+    cJSON *p = sweep_trial_params(&w->c.search, i);
+    if (!p) {
+        http_error(res, 500, "internal", NULL, "cannot make trial %d's parameters", i);
+        return -1;
+    }
+    char param[SWEEP_PATH_MAX + 8], *text = NULL;
+    jobspec js;
+    spec_error e;
+    memset(&e, 0, sizeof e);
+    /* ASHA's longest rung is what its trials may reach */
+    int epochs = w->c.n_rungs > 0 ? w->c.rungs[w->c.n_rungs - 1] : 0;
+    if (trial_spec(&w->c, w->name, i, p, epochs, &text, &js, &e, param, sizeof param) < 0) {
+        if (e.status >= 500) {
+            http_error(res, 500, "internal", NULL, "%s", e.message);
+        } else {
+            char f[JOBSPEC_FIELD_MAX + 32], v[80];
+            const cJSON *pv = param[0] ? cJSON_GetObjectItemCaseSensitive(p, param) : NULL;
+            value_text(pv, v, sizeof v);
+            if (param[0]) snprintf(f, sizeof f, "search.parameters.%s", param);
+            else snprintf(f, sizeof f, "search.parameters");
+            http_error(res, 422, e.code[0] ? e.code : "invalid_value", f,
+                       "trial %d: %s = %s makes an invalid job spec: %s%s%s%s", i, param[0] ? param : "the values",
+                       v, e.message, e.field[0] ? " (" : "", e.field, e.field[0] ? ")" : "");
+        }
+        cJSON_Delete(p);
+        return -1;
+    }
+    free(text);
+    const char *code = NULL, *field = NULL;
+    char msg[512];
+    int adm = api_job_admit(srv, &js, &code, &field, msg, sizeof msg);
+    if (adm == 0 && i == 0 && js.command.context[0] &&
+        api_context_check_held(srv, req->who.team_id, js.command.context, res) < 0) {
+        jobspec_release(&js);
+        cJSON_Delete(p);
+        return -1;
+    }
+    jobspec_release(&js);
+    if (adm < 0) {
+        cJSON_Delete(p);
+        db_unavailable(res);
+        return -1;
+    }
+    if (adm > 0) {
+        char f[JOBSPEC_FIELD_MAX + 8];
+        snprintf(f, sizeof f, "job%s%s", field ? "." : "", field ? field : "");
+        http_error(res, 422, code, f, "trial %d: %s", i, msg);
+        cJSON_Delete(p);
+        return -1;
+    }
+    w->params[i] = cJSON_PrintUnformatted(p);
+    cJSON_Delete(p);
+    if (!w->params[i]) {
+        http_error(res, 500, "internal", NULL, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+/* Every trial's spec, checked now: a sweep is refused whole rather than
+ * failing trials one by one later. */
+static int create_trials(server *srv, http_req *req, http_res *res, sweep_new *w) {
+    w->params = xcalloc((size_t)w->n, sizeof *w->params);
+    for (int i = 0; i < w->n; i++)
+        if (create_trial(srv, req, res, w, i) < 0) return -1;
+    return 0;
+}
+
+/* The sweep stored: its request {"name", "job", "search"} (the search in
+ * its normal form) and its trials' parameters. */
+static int create_store(server *srv, http_req *req, http_res *res, sweep_new *w) {
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "name", w->name);
+    cJSON_AddItemToObject(s, "job", cJSON_Duplicate(w->job, 1));
+    cJSON *ns = sweep_search_to_json(&w->c.search);
+    if (ns) cJSON_AddItemToObject(s, "search", ns);
+    w->stored = ns ? cJSON_PrintUnformatted(s) : NULL;
+    cJSON_Delete(s);
+    if (!w->stored) {
+        http_error(res, 500, "internal", NULL, "out of memory");
+        return -1;
+    }
+    if (sweep_store_create(srv->db, req->who.team_id, w->name, w->stored, w->n, w->params, &w->id) != STORE_OK) {
+        db_unavailable(res);
+        return -1;
+    }
+    return 0;
+}
+
+/* 201 with the sweep as stored; then its first step. */
+static int create_answer(server *srv, http_res *res, const sweep_new *w) {
+    sweep_info si;
+    cJSON *o = NULL;
+    if (sweep_store_get(srv->db, w->id, 0, &si) == STORE_OK) {
+        o = sweep_json(srv, &si, 1);
+        sweep_info_release(&si);
+    }
+    if (!o) {
+        db_unavailable(res);
+        return -1;
+    }
+    snprintf(res->location, sizeof res->location, "/api/v1/sweeps/%lld", (long long)w->id);
+    http_json(res, 201, o);
+    sweep_step_now(srv, w->id); /* its first trials go in now rather than at the next pass */
+    return 0;
+}
+
 /* On the offload thread: checking every trial's spec, the insert and the
  * sweep's first step (its first trials submitted, which may wait for the
  * controller's pass over other sweeps) never hold a pool thread. */
 static void sweep_create_run(server *srv, http_req *req, http_res *res) {
     cJSON *body = http_body_json(req, res);
     if (!body) return;
-    sweep_ctx c;
-    memset(&c, 0, sizeof c);
-    char **params = NULL;
-    int n = 0;
-    char *stored = NULL;
-    if (!cJSON_IsObject(body)) {
-        http_error(res, 422, "invalid_type", NULL, "the body must be an object {\"name\", \"job\", \"search\"}");
-        goto out;
-    }
-    for (const cJSON *f = body->child; f; f = f->next) {
-        if (strcmp(f->string, "name") && strcmp(f->string, "job") && strcmp(f->string, "search")) {
-            http_error(res, 422, "unknown_field", f->string, "unknown field '%s' (allowed: name, job, search)",
-                       f->string);
-            goto out;
-        }
-    }
-    const cJSON *jname = cJSON_GetObjectItemCaseSensitive(body, "name");
-    const cJSON *job = cJSON_GetObjectItemCaseSensitive(body, "job");
-    const cJSON *search = cJSON_GetObjectItemCaseSensitive(body, "search");
-    if (!job) {
-        http_error(res, 422, "missing_field", "job", "a sweep needs \"job\": the job spec its trials run");
-        goto out;
-    }
-    if (!cJSON_IsObject(job)) {
-        http_error(res, 422, "invalid_type", "job", "job must be an object: a job spec (docs/jobspec.md)");
-        goto out;
-    }
-    if (!search) {
-        http_error(res, 422, "missing_field", "search", "a sweep needs \"search\": the parameters to vary and how");
-        goto out;
-    }
-    const cJSON *jn = cJSON_GetObjectItemCaseSensitive(job, "name");
-    const char *name = cJSON_IsString(jname) ? jname->valuestring : cJSON_IsString(jn) ? jn->valuestring : "sweep";
-    if (jname && !cJSON_IsString(jname)) {
-        http_error(res, 422, "invalid_type", "name", "name must be a string");
-        goto out;
-    }
-    if (!name_ok(name)) {
-        http_error(res, 422, "invalid_value", "name",
-                   "must be 1 to %d characters of A-Z a-z 0-9 . _ - (its trials are named NAME-tN)",
-                   SWEEP_NAME_MAX);
-        goto out;
-    }
-    spec_error e;
-    memset(&e, 0, sizeof e);
-    if (sweep_search_parse(search, &c.search, &e) < 0) {
-        http_error(res, e.status ? e.status : 422, e.code[0] ? e.code : "invalid_value",
-                   e.field[0] ? e.field : "search", "%s", e.message);
-        goto out;
-    }
-    /* the job as it is, before any trial's values: its own errors name job.* */
-    {
-        char *jt = cJSON_PrintUnformatted(job);
-        jobspec js;
-        int ok = jt && jobspec_parse(jt, strlen(jt), &js, &e) == 0;
-        free(jt);
-        if (!ok) {
-            char f[JOBSPEC_FIELD_MAX + 8];
-            snprintf(f, sizeof f, "job%s%s", e.field[0] ? "." : "", e.field);
-            http_error(res, e.status ? e.status : 422, e.code[0] ? e.code : "invalid_value", f, "%s", e.message);
-            goto out;
-        }
-        int command = js.kind == JOB_KIND_COMMAND;
-        jobspec_release(&js);
-        if (command && c.search.method == SWEEP_ASHA) {
-            http_error(res, 422, "unsupported", "search.method",
-                       "asha trains each trial in rungs of fit.epochs, so it needs a built-in training job; a "
-                       "command job supports grid and random (its trials read their values from command.env.*)");
-            goto out;
-        }
-    }
-    c.job = job;
-    {
-        int r = asha_rung_epochs(&c.search, c.rungs, SWEEP_MAX_RUNGS);
-        c.n_rungs = r > SWEEP_MAX_RUNGS ? SWEEP_MAX_RUNGS : r;
-    }
-    n = sweep_n_trials(&c.search);
-    if (n < 1 || n > SWEEP_MAX_TRIALS) {
-        http_error(res, 422, "invalid_value", "search.max_trials", "a sweep runs 1 to %d trials, this one %d",
-                   SWEEP_MAX_TRIALS, n);
-        goto out;
-    }
-    params = xcalloc((size_t)n, sizeof *params);
-    /* every trial's spec, checked now: a sweep is refused whole rather than
-     * failing trials one by one later */
-    for (int i = 0; i < n; i++) {
-        cJSON *p = sweep_trial_params(&c.search, i);
-        if (!p) {
-            http_error(res, 500, "internal", NULL, "cannot make trial %d's parameters", i);
-            goto out;
-        }
-        char param[SWEEP_PATH_MAX + 8], *text = NULL;
-        jobspec js;
-        memset(&e, 0, sizeof e);
-        /* ASHA's longest rung is what its trials may reach */
-        int epochs = c.n_rungs > 0 ? c.rungs[c.n_rungs - 1] : 0;
-        if (trial_spec(&c, name, i, p, epochs, &text, &js, &e, param, sizeof param) < 0) {
-            if (e.status >= 500) {
-                http_error(res, 500, "internal", NULL, "%s", e.message);
-            } else {
-                char f[JOBSPEC_FIELD_MAX + 32], v[80];
-                const cJSON *pv = param[0] ? cJSON_GetObjectItemCaseSensitive(p, param) : NULL;
-                value_text(pv, v, sizeof v);
-                if (param[0]) snprintf(f, sizeof f, "search.parameters.%s", param);
-                else snprintf(f, sizeof f, "search.parameters");
-                http_error(res, 422, e.code[0] ? e.code : "invalid_value", f,
-                           "trial %d: %s = %s makes an invalid job spec: %s%s%s%s", i, param[0] ? param : "the values",
-                           v, e.message, e.field[0] ? " (" : "", e.field, e.field[0] ? ")" : "");
-            }
-            cJSON_Delete(p);
-            goto out;
-        }
-        free(text);
-        const char *code = NULL, *field = NULL;
-        char msg[512];
-        int adm = api_job_admit(srv, &js, &code, &field, msg, sizeof msg);
-        if (adm == 0 && i == 0 && js.command.context[0] &&
-            api_context_check_held(srv, req->who.team_id, js.command.context, res) < 0) {
-            jobspec_release(&js);
-            cJSON_Delete(p);
-            goto out;
-        }
-        jobspec_release(&js);
-        if (adm < 0) {
-            cJSON_Delete(p);
-            db_unavailable(res);
-            goto out;
-        }
-        if (adm > 0) {
-            char f[JOBSPEC_FIELD_MAX + 8];
-            snprintf(f, sizeof f, "job%s%s", field ? "." : "", field ? field : "");
-            http_error(res, 422, code, f, "trial %d: %s", i, msg);
-            cJSON_Delete(p);
-            goto out;
-        }
-        params[i] = cJSON_PrintUnformatted(p);
-        cJSON_Delete(p);
-        if (!params[i]) {
-            http_error(res, 500, "internal", NULL, "out of memory");
-            goto out;
-        }
-    }
-    {
-        cJSON *s = cJSON_CreateObject();
-        cJSON_AddStringToObject(s, "name", name);
-        cJSON_AddItemToObject(s, "job", cJSON_Duplicate(job, 1));
-        cJSON *ns = sweep_search_to_json(&c.search);
-        if (ns) cJSON_AddItemToObject(s, "search", ns);
-        stored = ns ? cJSON_PrintUnformatted(s) : NULL;
-        cJSON_Delete(s);
-        if (!stored) {
-            http_error(res, 500, "internal", NULL, "out of memory");
-            goto out;
-        }
-    }
-    int64_t id = 0;
-    if (sweep_store_create(srv->db, req->who.team_id, name, stored, n, params, &id) != STORE_OK) {
-        db_unavailable(res);
-        goto out;
-    }
-    sweep_info si;
-    cJSON *o = NULL;
-    if (sweep_store_get(srv->db, id, 0, &si) == STORE_OK) {
-        o = sweep_json(srv, &si, 1);
-        sweep_info_release(&si);
-    }
-    if (!o) {
-        db_unavailable(res);
-        goto out;
-    }
-    snprintf(res->location, sizeof res->location, "/api/v1/sweeps/%lld", (long long)id);
-    http_json(res, 201, o);
-    sweep_step_now(srv, id); /* its first trials go in now rather than at the next pass */
-out:
-    if (params)
-        for (int i = 0; i < n; i++) free(params[i]);
-    free(params);
-    free(stored);
-    sweep_search_release(&c.search);
+    sweep_new w;
+    memset(&w, 0, sizeof w);
+    if (create_fields(res, body, &w) == 0 && create_search(res, &w) == 0 && create_job(res, &w) == 0 &&
+        create_size(res, &w) == 0 && create_trials(srv, req, res, &w) == 0 && create_store(srv, req, res, &w) == 0)
+        create_answer(srv, res, &w);
+    if (w.params)
+        for (int i = 0; i < w.n; i++) free(w.params[i]);
+    free(w.params);
+    free(w.stored);
+    sweep_search_release(&w.c.search);
     cJSON_Delete(body);
 }
 
