@@ -1124,6 +1124,13 @@ static int image_ready(cmd_run *r, char *err, size_t errlen) {
 }
 
 /* fork + exec in a new process group; the pipes' read ends in out/errfd. */
+/* Frees a NULL-terminated argv of heap strings (NULL: nothing). */
+static void argv_free(char **av) {
+    if (!av) return;
+    for (size_t i = 0; av[i]; i++) free(av[i]);
+    free(av);
+}
+
 static pid_t program_start(const char *exe, char *const argv[], char *const envp[], const char *wd, int *outfd,
                            int *errfd) {
     int po[2] = {-1, -1}, pe[2] = {-1, -1};
@@ -1412,6 +1419,7 @@ static int run_launch(cmd_run *r, pid_t *pid, int *outfd, int *errfd) {
         return -1;
     }
     if (*r->stop) {
+        argv_free(ctr_av);
         snprintf(r->err, sizeof r->err, "stopped before the program started");
         return fail_stop(r);
     }
@@ -1419,10 +1427,7 @@ static int run_launch(cmd_run *r, pid_t *pid, int *outfd, int *errfd) {
      * the program's is --workdir */
     *pid = program_start(exe, ctr_av ? ctr_av : spec->command.argv, envp, ctr_av ? r->ctr.dir : wd, outfd, errfd);
     int start_errno = errno;
-    if (ctr_av) {
-        for (size_t i = 0; ctr_av[i]; i++) free(ctr_av[i]);
-        free(ctr_av);
-    }
+    argv_free(ctr_av);
     if (*pid < 0) {
         snprintf(r->err, sizeof r->err, "cannot start %.200s: %s", exe, strerror(start_errno));
         return -1;
