@@ -8,13 +8,21 @@
 # acknowledged (201) must still be there. Ends with one JSON line.
 # Then the peer, slurmrestd on a one-node Slurm cluster, measured the same way by
 # bench/api/slurm_peer.sh (installs slurm if missing; needs root), unless PEER=0;
-# the JSON line gets its figures under "slurm" and ratios trainyard/slurm under "ratio".
+# the JSON line gets its figures under "slurm" and ratios trainyard/slurm under "ratio",
+# and the line before it says the submission and GET ratios in words.
+# SMOKE=1: the same steps in seconds (every wrk run 1 s, the peer's curl part 40
+# jobs), for tests/bench_smoke.sh; the peer is still measured when it can run (as
+# root; slurm_peer.sh installs it), else skipped with the reason in the JSON line.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 command -v wrk >/dev/null || { echo "bench/api: wrk is missing: apt-get install wrk" >&2; exit 1; }
 make -s all >/dev/null
 BIN=$PWD/build/trainyard
-DUR=${DUR:-10}
+if [ "${SMOKE:-0}" = 1 ]; then
+  DUR=${DUR:-1}; N300=${N300:-40}
+else
+  DUR=${DUR:-10}; N300=${N300:-300}
+fi
 dir=$(mktemp -d /tmp/ty_bench_api.XXXXXX)
 trap 'kill -9 $pid 2>/dev/null || true; rm -rf "$dir"' EXIT
 start() {
@@ -50,6 +58,8 @@ SPEC=examples/synthetic_binary.json wrk -t2 -c8 -d"${DUR}s" --latency -s bench/a
     -H "Authorization: Bearer $TOKEN" "$URL/api/v1/jobs" | tee "$dir/post.txt"
 read -r post_rps post_p50 post_p99 < <(parse "$dir/post.txt")
 non2xx=$(grep -o 'Non-2xx or 3xx responses: [0-9]*' "$dir/post.txt" | grep -o '[0-9]*$' || echo 0)
+# what they were (submit.lua's last line: "non-201: 503 x3; first: ...")
+export SUBMIT_OTHERS=$(grep -o '^non-201: [^;]*' "$dir/post.txt" | cut -d' ' -f2- || true)
 
 # HTTPS: the same GET on a server with --tls auto (ECDHE-ECDSA P-256, as it
 # makes), keep-alive as above; then new connections: every request on a
@@ -88,19 +98,26 @@ ours=$(printf '{"get_rps":%s,"get_p50_ms":%s,"get_p99_ms":%s,"submit_rps":%s,"su
 # Peer in the same run: slurmrestd (bench/api/slurm_peer.sh), unless PEER=0.
 peer='null'
 if [ "${PEER:-1}" != 0 ]; then
-  echo "== peer: bench/api/slurm_peer.sh (DUR=$DUR)"
-  if DUR=$DUR bench/api/slurm_peer.sh | tee "$dir/peer.txt"; then
-    peer=$(tail -n 1 "$dir/peer.txt")
+  if [ "$(id -u)" != 0 ]; then
+    why="not root: slurm_peer.sh installs Slurm and starts munged, slurmctld and slurmd"
+    echo "bench/api: peer skipped: $why" >&2
+    peer=$(python3 -c 'import json,sys; print(json.dumps({"peer":"slurmrestd","skipped":sys.argv[1]}))' "$why")
   else
-    echo "bench/api: slurm_peer.sh failed (see above); no ratios" >&2
-    peer='{"peer":"slurmrestd","error":"slurm_peer.sh failed"}'
+    echo "== peer: bench/api/slurm_peer.sh (DUR=$DUR N300=$N300)"
+    if DUR=$DUR N300=$N300 bench/api/slurm_peer.sh | tee "$dir/peer.txt"; then
+      peer=$(tail -n 1 "$dir/peer.txt")
+    else
+      echo "bench/api: slurm_peer.sh could not run (installing or starting Slurm failed, see above); no ratios" >&2
+      peer='{"peer":"slurmrestd","error":"slurm_peer.sh failed"}'
+    fi
   fi
 fi
 # one JSON line: our figures as before, the peer's under "slurm", and ratios trainyard/slurm
 # (rps ratios: higher is better for us; p99 ratios: lower is better for us)
 python3 - "$ours" "$peer" <<'PY'
-import json, sys
+import json, os, sys
 out = {k: round(v, 3) if isinstance(v, float) else v for k, v in json.loads(sys.argv[1]).items()}
+out["submit_non2xx_statuses"] = os.environ.get("SUBMIT_OTHERS") or None
 peer = json.loads(sys.argv[2])
 if peer is not None:
     out["slurm"] = peer
@@ -114,5 +131,12 @@ if peer is not None:
 out["tls_cost"] = {"get_rps": round(out["tls_get_rps"] / out["get_rps"], 3) if out["get_rps"] else None,
                    "new_conn_rps": round(out["tls_new_conn_rps"] / out["http_new_conn_rps"], 3)
                    if out["http_new_conn_rps"] else None}
+r = out.get("ratio")
+if r and r.get("submit_rps") is not None:
+    print("bench/api: submissions %.0f/s against slurmrestd's %.0f/s: %.2fx (goal >= 5x); GET %.1fx"
+          % (out["submit_rps"], peer["submit_rps"], r["submit_rps"], r["get_rps"] or 0))
+else:
+    print("bench/api: no ratio: the peer was %s" % ("not run (PEER=0)" if peer is None else
+          peer.get("skipped") or peer.get("error") or "incomplete"))
 print(json.dumps(out, separators=(",", ":")))
 PY
