@@ -9,10 +9,10 @@ cd "$(dirname "$0")/../.."
 # the programs are built by the Makefile (the tree's one link list)
 if [ "${1:-}" = db ]; then
   shift
-  [ "${SMOKE:-0}" = 1 ] && set -- --nodes 100 --jobs 500 --passes 3 "$@"
+  [ "${SMOKE:-0}" = 1 ] && set -- "$@" --nodes 100 --jobs 500 --passes 3   # the last value of a flag wins
   make --no-print-directory -s -j2 build/bench/sched_db_pass
   exec build/bench/sched_db_pass "$@"
 fi
 make --no-print-directory -s -j2 build/bench/sched_sim
-[ "${SMOKE:-0}" = 1 ] && set -- --nodes 100 --jobs 500 "$@"
+[ "${SMOKE:-0}" = 1 ] && set -- "$@" --nodes 100 --jobs 500
 exec build/bench/sched_sim "$@"
