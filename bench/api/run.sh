@@ -15,7 +15,7 @@
 # root; slurm_peer.sh installs it), else skipped with the reason in the JSON line.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-command -v wrk >/dev/null || { echo "bench/api: wrk is missing: apt-get install wrk" >&2; exit 1; }
+command -v wrk >/dev/null || TRAINYARD_EXTRA_PKGS=wrk scripts/deps.sh   # the load generator, as bench/cluster
 make -s all >/dev/null
 BIN=$PWD/build/trainyard
 if [ "${SMOKE:-0}" = 1 ]; then

@@ -21,7 +21,7 @@
 # JSON line.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-command -v wrk >/dev/null || { echo "bench/load: wrk is missing: apt-get install wrk" >&2; exit 1; }
+command -v wrk >/dev/null || TRAINYARD_EXTRA_PKGS=wrk scripts/deps.sh   # the load generator, as bench/cluster
 # BIN=path runs another build (an older one, for before/after figures)
 if [ -z "${BIN:-}" ]; then make -s -j2 all >/dev/null; BIN=$PWD/build/trainyard; fi
 # SMOKE=1 (make test): one second a phase

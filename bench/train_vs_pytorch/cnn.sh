@@ -47,7 +47,7 @@ case "$blas" in
 esac
 /usr/bin/python3 -c 'import torch' 2>/dev/null || { echo "cnn.sh: /usr/bin/python3 has no torch (apt-get install -y python3-torch)" >&2; exit 1; }
 [ -f "$DATA/train-images-idx3-ubyte.gz" ] || { echo "cnn.sh: no Fashion-MNIST in $DATA (package dataset-fashion-mnist)" >&2; exit 1; }
-[ -x /usr/bin/time ] || { echo "cnn.sh: no /usr/bin/time (apt-get install -y time)" >&2; exit 1; }
+[ -x /usr/bin/time ] || TRAINYARD_EXTRA_PKGS=time scripts/deps.sh   # the peak RSS of each side
 
 # A CPU-only build by default (CUDA=0): PyTorch here is a CPU build, and
 # linking cudart/cublas/nccl alone adds ~150 MiB to the peak RSS of a CPU run.
