@@ -31,7 +31,9 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
 SUDO=
 [ "$(id -u)" = 0 ] || SUDO=sudo
 need=()
-{ command -v mpicc && command -v mpirun; } >/dev/null 2>&1 || need+=(openmpi-bin libopenmpi-dev)
+# mpicc comes with openmpi-bin, its mpi.h with libopenmpi-dev: both are checked
+{ command -v mpicc && command -v mpirun; } >/dev/null 2>&1 || need+=(openmpi-bin)
+dpkg-query -W -f='${Status}' libopenmpi-dev 2>/dev/null | grep -q 'install ok installed' || need+=(libopenmpi-dev)
 /usr/bin/python3 -c 'import torch' 2>/dev/null || need+=(python3-torch)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing ${need[*]} with apt-get (first run only)"
