@@ -398,17 +398,17 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
 
 /* ------------------------------------------------------------ gpu_device.h */
 
-extern "C" int gpu_device_count(int *count, char err[GPU_ERR_MAX])
+extern "C" int gpu_device_count(int *count, char err[ERR_MAX])
 {
     (void)err;
     *count = 1;
     return 0;
 }
 
-extern "C" int gpu_device_query(int index, gpu_device_info *out, char err[GPU_ERR_MAX])
+extern "C" int gpu_device_query(int index, gpu_device_info *out, char err[ERR_MAX])
 {
     if (index != 0) {
-        snprintf(err, GPU_ERR_MAX, "emu: invalid device ordinal %d", index);
+        snprintf(err, ERR_MAX, "emu: invalid device ordinal %d", index);
         return -1;
     }
     memset(out, 0, sizeof *out);
