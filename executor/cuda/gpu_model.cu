@@ -1012,195 +1012,266 @@ static void add_tensor(model_tensor *list, int *count, size_t *off, const char *
     *off = align_up(*off + t->size);
 }
 
-/* The ops and tensors of spec, as model.c's model_build lays them out:
+/* ---------------------------------------------------------------- plan_ops, by phase
+ *
+ * The ops and tensors of spec, as model.c's model_build lays them out:
  * trainable tensors in layer order (dense_K.kernel/.bias, conv2d_K.kernel
  * (kh, kw, c_in, c_out)/.bias, batch_normalization_K.gamma/.beta), the
  * state's (batch_normalization_K.moving_mean/.moving_variance) in a second
  * buffer; one example's shape followed through the layers as the spec
- * parser does (and checked against what it resolved, when it did). */
-static int plan_ops(gpu_model *g, const jobspec *spec, char *err)
+ * parser does (and checked against what it resolved, when it did).
+ * plan_ops takes the input's shape, plans the layers one by one, then the
+ * fusions: three phases over the same model, each a function below. */
+
+/* What the layers' phase carries from one layer to the next. */
+typedef struct plan_walk {
+    int width;                  /* floats of one example going into the layer */
+    int rank;                   /* its shape (rank 1: a flat vector) */
+    int shape[JOBSPEC_MAX_RANK];
+    size_t off, soff;           /* the next parameter and state tensor's offset */
+    int dense_i, conv_i, bn_i;  /* the K of the next dense_K, conv2d_K, batch_normalization_K */
+} plan_walk;
+
+/* Phase 1: the model's input, its width and shape (flat when the spec's
+ * rank is unusable). */
+static void plan_input(gpu_model *g, const jobspec *spec, plan_walk *w)
 {
-    int width = spec->input_size, dense_i = 0, conv_i = 0, bn_i = 0;
-    int rank = spec->input_rank, shape[JOBSPEC_MAX_RANK] = {0, 0, 0, 0};
-    size_t off = 0, soff = 0;
+    memset(w, 0, sizeof *w);
+    w->width = spec->input_size;
+    w->rank = spec->input_rank;
     g->in_size = spec->input_size;
     g->n_ops = spec->n_layers;
     g->first_param_op = -1;
-    g->max_width = width;
-    if (rank <= 0 || rank > JOBSPEC_MAX_RANK) {
-        rank = 1;
-        shape[0] = width;
+    g->max_width = w->width;
+    if (w->rank <= 0 || w->rank > JOBSPEC_MAX_RANK) {
+        w->rank = 1;
+        w->shape[0] = w->width;
     } else {
-        memcpy(shape, spec->input_shape, sizeof(int) * (size_t)rank);
+        memcpy(w->shape, spec->input_shape, sizeof(int) * (size_t)w->rank);
     }
+}
+
+static int plan_dense(gpu_model *g, gop *op, const layer_spec *ls, int i, plan_walk *w, char *err)
+{
+    if (w->rank != 1)
+        return gpu_errf(err, "model.layers[%d]: dense takes a flat input, got rank %d", i,
+                        w->rank);
+    op->out = ls->units;
+    op->act = ls->activation;
+    op->use_bias = ls->use_bias;
+    op->l1 = ls->l1;
+    op->l2 = ls->l2;
+    op->own_output = 1;
+    op->kernel_tensor = g->n_tensors;
+    op->kcount = (long long)op->in * op->out;
+    add_tensor(g->tensors, &g->n_tensors, &w->off, "dense", w->dense_i, "kernel", 2, op->in,
+               op->out, 0, 0);
+    if (op->use_bias)
+        add_tensor(g->tensors, &g->n_tensors, &w->off, "dense", w->dense_i, "bias", 1, op->out,
+                   0, 0, 0);
+    w->dense_i++;
+    w->shape[0] = op->out;
+    return 0;
+}
+
+static int plan_conv2d(gpu_model *g, gop *op, const layer_spec *ls, int i, plan_walk *w,
+                       char *err)
+{
+    gpu_geom *ge = &op->geom;
+    if (ls->filters <= 0 || ls->kernel_size[0] <= 0 || ls->kernel_size[1] <= 0)
+        return gpu_errf(err, "model.layers[%d]: conv2d needs filters and kernel_size", i);
+    if (ls->activation == ACT_SOFTMAX)
+        return gpu_errf(err, "model.layers[%d]: softmax on a conv2d", i);
+    conv_geom_init(ge, w->shape[0], w->shape[1], w->shape[2], ls->kernel_size[0],
+                   ls->kernel_size[1], ls->strides[0], ls->strides[1], ls->padding, ls->filters);
+    op->act = ls->activation;
+    op->use_bias = ls->use_bias;
+    op->l1 = ls->l1;
+    op->l2 = ls->l2;
+    op->own_output = 1;
+    op->kernel_tensor = g->n_tensors;
+    op->kcount = (long long)ge->kh * ge->kw * ge->c * ge->oc;
+    add_tensor(g->tensors, &g->n_tensors, &w->off, "conv2d", w->conv_i, "kernel", 4, ge->kh,
+               ge->kw, ge->c, ge->oc);
+    if (op->use_bias)
+        add_tensor(g->tensors, &g->n_tensors, &w->off, "conv2d", w->conv_i, "bias", 1, ge->oc,
+                   0, 0, 0);
+    w->conv_i++;
+    op->direct = ge->kh == 1 && ge->kw == 1 && ge->sh == 1 && ge->sw == 1;
+    return 0;
+}
+
+/* gamma when scale, then beta when center; the moving statistics in the
+ * state buffer */
+static void plan_batch_norm(gpu_model *g, gop *op, const layer_spec *ls, plan_walk *w)
+{
+    op->ch = w->shape[w->rank - 1];
+    op->momentum = ls->momentum;
+    op->eps = ls->epsilon;
+    op->own_output = 1;
+    if (ls->scale) {
+        op->gamma_tensor = g->n_tensors;
+        add_tensor(g->tensors, &g->n_tensors, &w->off, "batch_normalization", w->bn_i, "gamma",
+                   1, op->ch, 0, 0, 0);
+    }
+    if (ls->center) {
+        op->beta_tensor = g->n_tensors;
+        add_tensor(g->tensors, &g->n_tensors, &w->off, "batch_normalization", w->bn_i, "beta",
+                   1, op->ch, 0, 0, 0);
+    }
+    op->state_tensor = g->n_state_tensors;
+    add_tensor(g->state_tensors, &g->n_state_tensors, &w->soff, "batch_normalization", w->bn_i,
+               "moving_mean", 1, op->ch, 0, 0, 0);
+    add_tensor(g->state_tensors, &g->n_state_tensors, &w->soff, "batch_normalization", w->bn_i,
+               "moving_variance", 1, op->ch, 0, 0, 0);
+    w->bn_i++;
+}
+
+/* The target shape, its one -1 axis (if any) taking what the others leave. */
+static int plan_reshape(const layer_spec *ls, int i, plan_walk *w, char *err)
+{
+    long known = 1;
+    int unknown = -1;
+    for (int d = 0; d < ls->target_rank; d++) {
+        if (ls->target_shape[d] < 0)
+            unknown = d;
+        else
+            known *= ls->target_shape[d];
+    }
+    if (ls->target_rank <= 0 || ls->target_rank > JOBSPEC_MAX_RANK || known <= 0 ||
+        (unknown < 0 ? known != w->width : w->width % known != 0))
+        return gpu_errf(err, "model.layers[%d]: reshape target does not hold %d values", i,
+                        w->width);
+    w->rank = ls->target_rank;
+    for (int d = 0; d < w->rank; d++)
+        w->shape[d] = d == unknown ? (int)(w->width / known) : ls->target_shape[d];
+    return 0;
+}
+
+/* conv2d and the poolings: the window must fit, and a batch of its
+ * outputs must be rows one GEMM can take; the output is an image. */
+static int plan_window_out(const gpu_model *g, const gop *op, int i, plan_walk *w, char *err)
+{
+    const gpu_geom *ge = &op->geom;
+    if (ge->oh < 1 || ge->ow < 1 || ge->kh < 1 || ge->kw < 1)
+        return gpu_errf(err, "model.layers[%d]: a %dx%d window does not fit %dx%d", i, ge->kh,
+                        ge->kw, ge->h, ge->w);
+    if ((long long)ge->oh * ge->ow * g->max_batch > INT_MAX / 2)
+        return gpu_errf(err, "model.layers[%d]: %d examples of %dx%d outputs are too many "
+                             "rows for one GEMM", i, g->max_batch, ge->oh, ge->ow);
+    w->rank = 3;
+    w->shape[0] = ge->oh;
+    w->shape[1] = ge->ow;
+    w->shape[2] = ge->oc;
+    return 0;
+}
+
+/* One layer: its op, its tensors and the shape it leaves in w, checked
+ * against the spec's resolved out_shape; a layer without tensors of its
+ * own is handled inline. */
+static int plan_layer(gpu_model *g, const jobspec *spec, int i, plan_walk *w, char *err)
+{
+    const layer_spec *ls = &spec->layers[i];
+    gop *op = &g->ops[i];
+    int image = ls->type == LAYER_CONV2D || ls->type == LAYER_MAX_POOLING2D ||
+                ls->type == LAYER_AVERAGE_POOLING2D || ls->type == LAYER_GLOBAL_AVERAGE_POOLING2D;
+    int window = ls->type == LAYER_CONV2D || ls->type == LAYER_MAX_POOLING2D ||
+                 ls->type == LAYER_AVERAGE_POOLING2D;
+    int rc = 0;
+    memset(op, 0, sizeof *op);
+    op->type = ls->type;
+    op->in = w->width;
+    op->act = ACT_LINEAR;
+    op->key_layer = i;
+    op->gamma_tensor = op->beta_tensor = op->state_tensor = -1;
+    dropout_init(op, 0.0f);
+    if (image && w->rank != 3)
+        return gpu_errf(err, "model.layers[%d]: takes an image (h, w, c), got rank %d", i,
+                        w->rank);
+    switch (ls->type) {
+    case LAYER_DENSE:
+        rc = plan_dense(g, op, ls, i, w, err);
+        break;
+    case LAYER_CONV2D:
+        rc = plan_conv2d(g, op, ls, i, w, err);
+        break;
+    case LAYER_MAX_POOLING2D:
+    case LAYER_AVERAGE_POOLING2D:
+        conv_geom_init(&op->geom, w->shape[0], w->shape[1], w->shape[2], ls->pool_size[0],
+                       ls->pool_size[1], ls->strides[0], ls->strides[1], ls->padding,
+                       w->shape[2]);
+        op->own_output = 1;
+        break;
+    case LAYER_GLOBAL_AVERAGE_POOLING2D:
+        op->hw = w->shape[0] * w->shape[1];
+        op->ch = w->shape[2];
+        op->own_output = 1;
+        w->rank = 1;
+        w->shape[0] = op->ch;
+        break;
+    case LAYER_BATCH_NORMALIZATION:
+        plan_batch_norm(g, op, ls, w);
+        break;
+    case LAYER_RESHAPE:
+        rc = plan_reshape(ls, i, w, err);
+        break;
+    case LAYER_DROPOUT:
+        dropout_init(op, ls->rate);
+        op->has_seed = ls->has_seed;
+        op->seed = ls->seed;
+        op->own_output = 1;
+        break;
+    case LAYER_FLATTEN:
+        w->rank = 1;
+        w->shape[0] = w->width;
+        break;
+    case LAYER_ACTIVATION:
+        op->act = ls->activation;
+        op->own_output = 1;
+        break;
+    default:
+        return gpu_errf(err, "model.layers[%d]: unknown layer type", i);
+    }
+    if (rc || (window && plan_window_out(g, op, i, w, err)))
+        return -1;
+    op->out = 1;
+    for (int d = 0; d < w->rank; d++)
+        op->out *= w->shape[d];
+    if (ls->out_rank > 0 && (ls->out_rank != w->rank ||
+                             memcmp(ls->out_shape, w->shape, sizeof(int) * (size_t)w->rank) != 0))
+        return gpu_errf(err, "model.layers[%d]: output shape differs from the spec's resolved "
+                             "out_shape", i);
+    return 0;
+}
+
+/* Phase 2: every layer planned in order; the first trainable op, the
+ * widest buffer, the output's width and the two layouts' sizes. */
+static int plan_layers(gpu_model *g, const jobspec *spec, plan_walk *w, char *err)
+{
     for (int i = 0; i < g->n_ops; i++) {
-        const layer_spec *ls = &spec->layers[i];
-        gop *op = &g->ops[i];
-        int image = ls->type == LAYER_CONV2D || ls->type == LAYER_MAX_POOLING2D ||
-                    ls->type == LAYER_AVERAGE_POOLING2D ||
-                    ls->type == LAYER_GLOBAL_AVERAGE_POOLING2D;
-        memset(op, 0, sizeof *op);
-        op->type = ls->type;
-        op->in = width;
-        op->act = ACT_LINEAR;
-        op->key_layer = i;
-        op->gamma_tensor = op->beta_tensor = op->state_tensor = -1;
-        dropout_init(op, 0.0f);
-        if (image && rank != 3)
-            return gpu_errf(err, "model.layers[%d]: takes an image (h, w, c), got rank %d", i,
-                            rank);
-        switch (ls->type) {
-        case LAYER_DENSE:
-            if (rank != 1)
-                return gpu_errf(err, "model.layers[%d]: dense takes a flat input, got rank %d", i,
-                                rank);
-            op->out = ls->units;
-            op->act = ls->activation;
-            op->use_bias = ls->use_bias;
-            op->l1 = ls->l1;
-            op->l2 = ls->l2;
-            op->own_output = 1;
-            op->kernel_tensor = g->n_tensors;
-            op->kcount = (long long)op->in * op->out;
-            add_tensor(g->tensors, &g->n_tensors, &off, "dense", dense_i, "kernel", 2, op->in,
-                       op->out, 0, 0);
-            if (op->use_bias)
-                add_tensor(g->tensors, &g->n_tensors, &off, "dense", dense_i, "bias", 1, op->out,
-                           0, 0, 0);
-            dense_i++;
-            shape[0] = op->out;
-            break;
-        case LAYER_CONV2D: {
-            gpu_geom *ge = &op->geom;
-            if (ls->filters <= 0 || ls->kernel_size[0] <= 0 || ls->kernel_size[1] <= 0)
-                return gpu_errf(err, "model.layers[%d]: conv2d needs filters and kernel_size", i);
-            if (ls->activation == ACT_SOFTMAX)
-                return gpu_errf(err, "model.layers[%d]: softmax on a conv2d", i);
-            conv_geom_init(ge, shape[0], shape[1], shape[2], ls->kernel_size[0], ls->kernel_size[1],
-                          ls->strides[0], ls->strides[1], ls->padding, ls->filters);
-            op->act = ls->activation;
-            op->use_bias = ls->use_bias;
-            op->l1 = ls->l1;
-            op->l2 = ls->l2;
-            op->own_output = 1;
-            op->kernel_tensor = g->n_tensors;
-            op->kcount = (long long)ge->kh * ge->kw * ge->c * ge->oc;
-            add_tensor(g->tensors, &g->n_tensors, &off, "conv2d", conv_i, "kernel", 4, ge->kh,
-                       ge->kw, ge->c, ge->oc);
-            if (op->use_bias)
-                add_tensor(g->tensors, &g->n_tensors, &off, "conv2d", conv_i, "bias", 1, ge->oc,
-                           0, 0, 0);
-            conv_i++;
-            op->direct = ge->kh == 1 && ge->kw == 1 && ge->sh == 1 && ge->sw == 1;
-            break;
-        }
-        case LAYER_MAX_POOLING2D:
-        case LAYER_AVERAGE_POOLING2D:
-            conv_geom_init(&op->geom, shape[0], shape[1], shape[2], ls->pool_size[0],
-                          ls->pool_size[1], ls->strides[0], ls->strides[1], ls->padding,
-                          shape[2]);
-            op->own_output = 1;
-            break;
-        case LAYER_GLOBAL_AVERAGE_POOLING2D:
-            op->hw = shape[0] * shape[1];
-            op->ch = shape[2];
-            op->own_output = 1;
-            rank = 1;
-            shape[0] = op->ch;
-            break;
-        case LAYER_BATCH_NORMALIZATION:
-            op->ch = shape[rank - 1];
-            op->momentum = ls->momentum;
-            op->eps = ls->epsilon;
-            op->own_output = 1;
-            if (ls->scale) {
-                op->gamma_tensor = g->n_tensors;
-                add_tensor(g->tensors, &g->n_tensors, &off, "batch_normalization", bn_i, "gamma",
-                           1, op->ch, 0, 0, 0);
-            }
-            if (ls->center) {
-                op->beta_tensor = g->n_tensors;
-                add_tensor(g->tensors, &g->n_tensors, &off, "batch_normalization", bn_i, "beta",
-                           1, op->ch, 0, 0, 0);
-            }
-            op->state_tensor = g->n_state_tensors;
-            add_tensor(g->state_tensors, &g->n_state_tensors, &soff, "batch_normalization", bn_i,
-                       "moving_mean", 1, op->ch, 0, 0, 0);
-            add_tensor(g->state_tensors, &g->n_state_tensors, &soff, "batch_normalization", bn_i,
-                       "moving_variance", 1, op->ch, 0, 0, 0);
-            bn_i++;
-            break;
-        case LAYER_RESHAPE: {
-            long known = 1;
-            int unknown = -1;
-            for (int d = 0; d < ls->target_rank; d++) {
-                if (ls->target_shape[d] < 0)
-                    unknown = d;
-                else
-                    known *= ls->target_shape[d];
-            }
-            if (ls->target_rank <= 0 || ls->target_rank > JOBSPEC_MAX_RANK || known <= 0 ||
-                (unknown < 0 ? known != width : width % known != 0))
-                return gpu_errf(err, "model.layers[%d]: reshape target does not hold %d values",
-                                i, width);
-            rank = ls->target_rank;
-            for (int d = 0; d < rank; d++)
-                shape[d] = d == unknown ? (int)(width / known) : ls->target_shape[d];
-            break;
-        }
-        case LAYER_DROPOUT:
-            dropout_init(op, ls->rate);
-            op->has_seed = ls->has_seed;
-            op->seed = ls->seed;
-            op->own_output = 1;
-            break;
-        case LAYER_FLATTEN:
-            rank = 1;
-            shape[0] = width;
-            break;
-        case LAYER_ACTIVATION:
-            op->act = ls->activation;
-            op->own_output = 1;
-            break;
-        default:
-            return gpu_errf(err, "model.layers[%d]: unknown layer type", i);
-        }
-        if (ls->type == LAYER_CONV2D || ls->type == LAYER_MAX_POOLING2D ||
-            ls->type == LAYER_AVERAGE_POOLING2D) {
-            const gpu_geom *ge = &op->geom;
-            if (ge->oh < 1 || ge->ow < 1 || ge->kh < 1 || ge->kw < 1)
-                return gpu_errf(err, "model.layers[%d]: a %dx%d window does not fit %dx%d", i,
-                                ge->kh, ge->kw, ge->h, ge->w);
-            if ((long long)ge->oh * ge->ow * g->max_batch > INT_MAX / 2)
-                return gpu_errf(err, "model.layers[%d]: %d examples of %dx%d outputs are too many "
-                                     "rows for one GEMM", i, g->max_batch, ge->oh, ge->ow);
-            rank = 3;
-            shape[0] = ge->oh;
-            shape[1] = ge->ow;
-            shape[2] = ge->oc;
-        }
-        op->out = 1;
-        for (int d = 0; d < rank; d++)
-            op->out *= shape[d];
-        if (ls->out_rank > 0 && (ls->out_rank != rank ||
-                                 memcmp(ls->out_shape, shape, sizeof(int) * (size_t)rank) != 0))
-            return gpu_errf(err, "model.layers[%d]: output shape differs from the spec's resolved "
-                                 "out_shape", i);
-        if (g->first_param_op < 0 && (ls->type == LAYER_DENSE || ls->type == LAYER_CONV2D ||
+        if (plan_layer(g, spec, i, w, err))
+            return -1;
+        const gop *op = &g->ops[i];
+        if (g->first_param_op < 0 && (op->type == LAYER_DENSE || op->type == LAYER_CONV2D ||
                                       op->gamma_tensor >= 0 || op->beta_tensor >= 0))
             g->first_param_op = i;
-        width = op->out;
-        if (width > g->max_width)
-            g->max_width = width;
+        w->width = op->out;
+        if (w->width > g->max_width)
+            g->max_width = w->width;
         if (op->in > g->max_width)
             g->max_width = op->in;
     }
     if (g->first_param_op < 0)
         return gpu_errf(err, "model has no layer with weights (nothing to train)");
-    g->n_state = soff;
-    g->out_size = width;
-    g->n_params = off;
-    /* fusions: relu dense + dropout; final softmax/sigmoid into the loss */
+    g->n_state = w->soff;
+    g->out_size = w->width;
+    g->n_params = w->off;
+    return 0;
+}
+
+/* Phase 3: fusions: relu dense + dropout; a final softmax/sigmoid into the loss. */
+static void plan_fusions(gpu_model *g)
+{
     for (int i = 0; i + 1 < g->n_ops; i++) {
         gop *op = &g->ops[i], *nx = &g->ops[i + 1];
         if (op->type == LAYER_DENSE && op->act == ACT_RELU && nx->type == LAYER_DROPOUT) {
@@ -1223,6 +1294,15 @@ static int plan_ops(gpu_model *g, const jobspec *spec, char *err)
         if (last->type == LAYER_ACTIVATION)
             last->own_output = 0;
     }
+}
+
+static int plan_ops(gpu_model *g, const jobspec *spec, char *err)
+{
+    plan_walk w;
+    plan_input(g, spec, &w);
+    if (plan_layers(g, spec, &w, err))
+        return -1;
+    plan_fusions(g);
     return 0;
 }
 
