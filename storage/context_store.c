@@ -9,12 +9,6 @@
 /* The states in which a job still needs its context. */
 #define ACTIVE_STATES "('queued','starting','running')"
 
-static int step_done(sqlite3_stmt *st) {
-    int rc = sqlite3_step(st);
-    db_done(st);
-    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
-}
-
 static void row_read(sqlite3_stmt *st, ctx_row *r) {
     memset(r, 0, sizeof *r);
     r->team_id = sqlite3_column_int64(st, 0);
@@ -41,7 +35,7 @@ int ctx_store_insert(db *d, const ctx_row *r) {
     sqlite3_bind_int64(st, 5, r->unpacked);
     sqlite3_bind_int64(st, 6, r->created_at);
     sqlite3_bind_int64(st, 7, r->created_at);
-    if (step_done(st) != STORE_OK) return STORE_ERROR;
+    if (store_step_done(st) != STORE_OK) return STORE_ERROR;
     return sqlite3_changes(db_conn(d)) > 0 ? STORE_OK : STORE_CONFLICT;
 }
 
@@ -53,7 +47,7 @@ int ctx_store_touch(db *d, int64_t team_id, const char *digest, int64_t now) {
     sqlite3_bind_int64(st, 1, now);
     sqlite3_bind_int64(st, 2, team_id);
     sqlite3_bind_text(st, 3, digest, -1, SQLITE_TRANSIENT);
-    if (step_done(st) != STORE_OK) return STORE_ERROR;
+    if (store_step_done(st) != STORE_OK) return STORE_ERROR;
     return sqlite3_changes(db_conn(d)) > 0 ? STORE_OK : STORE_NOT_FOUND;
 }
 
@@ -132,7 +126,7 @@ int ctx_store_delete(db *d, int64_t team_id, const char *digest, int *jobs) {
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, team_id);
     sqlite3_bind_text(st, 2, digest, -1, SQLITE_TRANSIENT);
-    if (step_done(st) != STORE_OK) return STORE_ERROR;
+    if (store_step_done(st) != STORE_OK) return STORE_ERROR;
     if (sqlite3_changes(db_conn(d)) > 0) return STORE_OK;
     /* kept: not there, or in use (the count is what the answer says) */
     ctx_row r;
@@ -190,7 +184,7 @@ int ctx_store_gc_drop(db *d, int64_t team_id, const char *digest, int64_t before
     sqlite3_bind_int64(st, 1, before);
     sqlite3_bind_int64(st, 2, team_id);
     sqlite3_bind_text(st, 3, digest, -1, SQLITE_TRANSIENT);
-    if (step_done(st) != STORE_OK) return STORE_ERROR;
+    if (store_step_done(st) != STORE_OK) return STORE_ERROR;
     return sqlite3_changes(db_conn(d)) > 0 ? STORE_OK : STORE_NOT_FOUND;
 }
 

@@ -8,12 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-static int step_done(sqlite3_stmt *st) {
-    int rc = sqlite3_step(st);
-    db_done(st);
-    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
-}
-
 static void add_int_or_null(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
     if (sqlite3_column_type(st, col) == SQLITE_NULL) cJSON_AddNullToObject(o, key);
     else cJSON_AddNumberToObject(o, key, (double)sqlite3_column_int64(st, col));
@@ -82,7 +76,7 @@ int exec_store_progress_set(db *d, int64_t job_id, const char *json) {
     if (!st) return STORE_ERROR;
     sqlite3_bind_text(st, 1, json, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 2, job_id);
-    return step_done(st);
+    return store_step_done(st);
 }
 
 static const char SQL_JOB_CKPT_AT[] = "UPDATE jobs SET last_checkpoint_at = ? WHERE id = ?";
@@ -92,7 +86,7 @@ int exec_store_job_checkpointed(db *d, int64_t job_id, int64_t at_ms) {
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, at_ms);
     sqlite3_bind_int64(st, 2, job_id);
-    return step_done(st);
+    return store_step_done(st);
 }
 
 int exec_store_job_set_reason(db *d, int64_t job_id, const char *reason) {
@@ -101,7 +95,7 @@ int exec_store_job_set_reason(db *d, int64_t job_id, const char *reason) {
     sqlite3_bind_text(st, 1, reason, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 2, now_ms());
     sqlite3_bind_int64(st, 3, job_id);
-    return step_done(st);
+    return store_step_done(st);
 }
 
 /* ---------------------------------------------------------------- tasks */
@@ -192,12 +186,12 @@ int exec_store_node_reset_handouts(db *d, int64_t node_id, const char *keep_json
     sqlite3_bind_int64(st, 1, now_ms());
     sqlite3_bind_int64(st, 2, node_id);
     sqlite3_bind_text(st, 3, keep_json, -1, SQLITE_TRANSIENT);
-    if (step_done(st) != STORE_OK) return STORE_ERROR;
+    if (store_step_done(st) != STORE_OK) return STORE_ERROR;
     st = db_prepare(d, SQL_NODE_RESET_HANDOUTS);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, node_id);
     sqlite3_bind_text(st, 2, keep_json, -1, SQLITE_TRANSIENT);
-    return step_done(st);
+    return store_step_done(st);
 }
 
 static const char SQL_NODE_STOPPING[] =
@@ -326,7 +320,7 @@ int exec_store_task_free(db *d, int64_t task_id) {
     sqlite3_stmt *st = db_prepare(d, SQL_TASK_FREE);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, task_id);
-    return step_done(st);
+    return store_step_done(st);
 }
 
 static const char SQL_TASK_REVOKE[] =
@@ -338,7 +332,7 @@ int exec_store_task_revoke_token(db *d, int64_t task_id) {
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, now_ms());
     sqlite3_bind_int64(st, 2, task_id);
-    return step_done(st);
+    return store_step_done(st);
 }
 
 static const char SQL_DROP_UNSTARTED_FREE[] =
@@ -352,13 +346,13 @@ int exec_store_attempt_drop_unstarted(db *d, int64_t job_id, const char *why) {
     sqlite3_stmt *st = db_prepare(d, SQL_DROP_UNSTARTED_FREE);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
-    if (step_done(st) != STORE_OK) return STORE_ERROR;
+    if (store_step_done(st) != STORE_OK) return STORE_ERROR;
     st = db_prepare(d, SQL_DROP_UNSTARTED);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_text(st, 2, why, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 3, now_ms());
-    return step_done(st);
+    return store_step_done(st);
 }
 
 /* total and running count the gang (an evaluator is beside it, not in it);
@@ -606,7 +600,7 @@ int exec_store_log_chunk_add(db *d, int64_t job_id, const char *task, int attemp
         sqlite3_bind_int64(st, 4, offset);
         sqlite3_bind_int64(st, 5, length);
         sqlite3_bind_int64(st, 6, now_ms());
-        rc = step_done(st);
+        rc = store_step_done(st);
     }
     if (rc == STORE_OK) {
         st = db_prepare(d, SQL_LOG_BYTES_ADD);
@@ -614,7 +608,7 @@ int exec_store_log_chunk_add(db *d, int64_t job_id, const char *task, int attemp
         if (st) {
             sqlite3_bind_int64(st, 1, job_id);
             sqlite3_bind_int64(st, 2, length);
-            rc = step_done(st);
+            rc = store_step_done(st);
         }
     }
     if (rc != STORE_OK || db_commit(d) < 0) {
@@ -685,7 +679,7 @@ int exec_store_ckpt_discard(db *d, int64_t id) {
     sqlite3_stmt *st = db_prepare(d, SQL_CKPT_DISCARD);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, id);
-    return step_done(st);
+    return store_step_done(st);
 }
 
 #define CKPT_COLS "id, attempt, step, epoch, size, sha256, path, created_at"
@@ -772,7 +766,7 @@ int exec_store_ckpt_prune(db *d, int64_t job_id, int keep, char (*paths)[256], i
         if (!st) return STORE_ERROR;
         sqlite3_bind_int64(st, 1, now_ms());
         sqlite3_bind_int64(st, 2, ids[i]);
-        if (step_done(st) != STORE_OK) return STORE_ERROR;
+        if (store_step_done(st) != STORE_OK) return STORE_ERROR;
     }
     *n = nids;
     return STORE_OK;
@@ -792,7 +786,7 @@ int exec_store_rdv_put(db *d, int64_t job_id, int attempt, const char *key, cons
     sqlite3_bind_int(st, 2, attempt);
     sqlite3_bind_text(st, 3, key, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 4, value, (int)len, SQLITE_TRANSIENT);
-    return step_done(st);
+    return store_step_done(st);
 }
 
 int exec_store_rdv_get(db *d, int64_t job_id, int attempt, const char *key, char **value, size_t *len) {

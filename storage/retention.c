@@ -10,19 +10,13 @@
 
 #define TERMINAL "('succeeded','failed','cancelled')"
 
-static int step_done(sqlite3_stmt *st) {
-    int rc = sqlite3_step(st);
-    db_done(st);
-    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
-}
-
 /* Runs one statement binding (job_id, now) as ?1, ?2. */
 static int exec_job_stmt(db *d, const char *sql, int64_t job_id, int64_t now) {
     sqlite3_stmt *st = db_prepare(d, sql);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
     if (sqlite3_bind_parameter_count(st) >= 2) sqlite3_bind_int64(st, 2, now);
-    return step_done(st);
+    return store_step_done(st);
 }
 
 /* ---------------------------------------------------------------- delete */

@@ -37,3 +37,14 @@ void store_json_time(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
     if (sqlite3_column_type(st, col) == SQLITE_NULL) cJSON_AddNullToObject(o, key);
     else store_json_time_ms(o, key, sqlite3_column_int64(st, col));
 }
+
+int store_step_done(sqlite3_stmt *st) {
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+}
+
+int store_step_one(db *d, sqlite3_stmt *st) {
+    if (store_step_done(st) != STORE_OK) return STORE_ERROR;
+    return sqlite3_changes(db_conn(d)) == 1 ? STORE_OK : STORE_CONFLICT;
+}

@@ -7,13 +7,16 @@
  * expiry), STORE_ERROR (database failure).
  *
  * defines: STORE_OK, STORE_NOT_FOUND, STORE_CONFLICT, STORE_EXPIRED,
- *          STORE_ERROR, store_time_text, store_json_time_ms, store_json_time */
+ *          STORE_ERROR, store_time_text, store_json_time_ms, store_json_time,
+ *          store_step_done, store_step_one */
 #ifndef TRAINYARD_STORE_BASE_H
 #define TRAINYARD_STORE_BASE_H
 
 #include <stdint.h>
 #include <cjson/cJSON.h>
 #include <sqlite3.h>
+
+#include "db.h"
 
 enum { STORE_OK = 0, STORE_NOT_FOUND = 1, STORE_CONFLICT = 2, STORE_EXPIRED = 3, STORE_ERROR = -1 };
 
@@ -25,5 +28,12 @@ void store_time_text(char out[25], int64_t ms);
 void store_json_time_ms(cJSON *o, const char *key, int64_t ms);
 /* ... or for a NULL column (st's column col, ms since the epoch). */
 void store_json_time(cJSON *o, const char *key, sqlite3_stmt *st, int col);
+
+/* Steps a write statement to its end and releases it (db_done):
+ * STORE_OK, or STORE_ERROR when it did not run to SQLITE_DONE. */
+int store_step_done(sqlite3_stmt *st);
+/* The same for a write that must change exactly one row: STORE_CONFLICT
+ * when it changed none (or several). */
+int store_step_one(db *d, sqlite3_stmt *st);
 
 #endif

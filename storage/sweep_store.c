@@ -19,12 +19,6 @@ static void col_copy(sqlite3_stmt *st, int c, char *out, size_t cap) {
     snprintf(out, cap, "%s", t ? t : "");
 }
 
-static int step_done(sqlite3_stmt *st) {
-    int rc = sqlite3_step(st);
-    db_done(st);
-    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
-}
-
 /* A transaction's end: commit when rc is STORE_OK, else roll back. */
 static int finish_tx(db *d, int rc) {
     if (rc != STORE_OK) {
@@ -68,7 +62,7 @@ int sweep_store_create(db *d, int64_t team_id, const char *name, const char *spe
     sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 3, spec_json, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 4, now);
-    if (step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
+    if (store_step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
     int64_t id = sqlite3_last_insert_rowid(db_conn(d));
     for (int i = 0; i < n; i++) {
         st = db_prepare(d, SQL_TRIAL_INSERT);
@@ -77,7 +71,7 @@ int sweep_store_create(db *d, int64_t team_id, const char *name, const char *spe
         sqlite3_bind_int(st, 2, i);
         sqlite3_bind_text(st, 3, params[i], -1, SQLITE_TRANSIENT);
         sqlite3_bind_int64(st, 4, now);
-        if (step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
+        if (store_step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
     }
     int rc = finish_tx(d, STORE_OK);
     if (rc == STORE_OK) {
@@ -318,8 +312,7 @@ int sweep_store_trial_start(db *d, int64_t sweep_id, int trial, int rung, int64_
     sqlite3_bind_int64(st, 3, job_id);
     sqlite3_bind_int(st, 4, rung);
     sqlite3_bind_int64(st, 5, now_ms());
-    if (step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
-    if (sqlite3_changes(db_conn(d)) != 1) return finish_tx(d, STORE_CONFLICT);
+    if ((rc = store_step_one(d, st)) != STORE_OK) return finish_tx(d, rc);
     char why[600];
     char *params = NULL;
     st = db_prepare(d, SQL_TRIAL_PARAMS);
@@ -347,7 +340,7 @@ int sweep_store_trial_fail_pending(db *d, int64_t sweep_id, int trial, const cha
     sqlite3_bind_int(st, 2, trial);
     sqlite3_bind_text(st, 3, reason, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 4, now_ms());
-    if (step_done(st) != STORE_OK) return STORE_ERROR;
+    if (store_step_done(st) != STORE_OK) return STORE_ERROR;
     return sqlite3_changes(db_conn(d)) == 1 ? STORE_OK : STORE_CONFLICT;
 }
 
@@ -385,7 +378,7 @@ int sweep_store_trial_end(db *d, int64_t sweep_id, int trial, const char *state,
         sqlite3_bind_int(st, 2, rung);
         sqlite3_bind_int(st, 3, trial);
         sqlite3_bind_double(st, 4, rung_metric);
-        if (step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
+        if (store_step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
     }
     char why[700];
     snprintf(why, sizeof why, "trial %d of sweep %lld %s: %.600s", trial, (long long)sweep_id, state,
@@ -407,14 +400,14 @@ static const char SQL_JOB_RESPEC[] =
 int sweep_store_trial_promote(db *d, int64_t sweep_id, int trial, int from, int64_t job_id, const char *spec_json,
                               const char *actor, const char *reason) {
     static const char *const succeeded[] = {"succeeded", NULL};
+    int rc;
     if (db_begin(d) < 0) return STORE_ERROR;
     sqlite3_stmt *st = db_prepare(d, SQL_RUNG_PROMOTE);
     if (!st) return finish_tx(d, STORE_ERROR);
     sqlite3_bind_int64(st, 1, sweep_id);
     sqlite3_bind_int(st, 2, from);
     sqlite3_bind_int(st, 3, trial);
-    if (step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
-    if (sqlite3_changes(db_conn(d)) != 1) return finish_tx(d, STORE_CONFLICT);
+    if ((rc = store_step_one(d, st)) != STORE_OK) return finish_tx(d, rc);
     st = db_prepare(d, SQL_TRIAL_RESUME);
     if (!st) return finish_tx(d, STORE_ERROR);
     sqlite3_bind_int64(st, 1, sweep_id);
@@ -422,15 +415,13 @@ int sweep_store_trial_promote(db *d, int64_t sweep_id, int trial, int from, int6
     sqlite3_bind_int(st, 3, from);
     sqlite3_bind_int64(st, 4, now_ms());
     sqlite3_bind_int64(st, 5, job_id);
-    if (step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
-    if (sqlite3_changes(db_conn(d)) != 1) return finish_tx(d, STORE_CONFLICT);
+    if ((rc = store_step_one(d, st)) != STORE_OK) return finish_tx(d, rc);
     st = db_prepare(d, SQL_JOB_RESPEC);
     if (!st) return finish_tx(d, STORE_ERROR);
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_text(st, 2, spec_json, -1, SQLITE_TRANSIENT);
-    if (step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
-    if (sqlite3_changes(db_conn(d)) != 1) return finish_tx(d, STORE_CONFLICT);
-    int rc = store_job_transition(d, job_id, succeeded, "queued", actor, reason);
+    if ((rc = store_step_one(d, st)) != STORE_OK) return finish_tx(d, rc);
+    rc = store_job_transition(d, job_id, succeeded, "queued", actor, reason);
     return finish_tx(d, rc);
 }
 
@@ -445,6 +436,7 @@ static const char SQL_JOB_RESPEC_RUNNING[] =
 
 int sweep_store_trial_continue(db *d, int64_t sweep_id, int trial, int from, int64_t job_id, int attempt,
                                double metric, const char *spec_json, const char *actor, const char *reason) {
+    int rc;
     if (db_begin(d) < 0) return STORE_ERROR;
     sqlite3_stmt *st = db_prepare(d, SQL_TRIAL_NEXT_RUNG);
     if (!st) return finish_tx(d, STORE_ERROR);
@@ -453,23 +445,20 @@ int sweep_store_trial_continue(db *d, int64_t sweep_id, int trial, int from, int
     sqlite3_bind_int(st, 3, from);
     sqlite3_bind_int64(st, 4, now_ms());
     sqlite3_bind_int64(st, 5, job_id);
-    if (step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
-    if (sqlite3_changes(db_conn(d)) != 1) return finish_tx(d, STORE_CONFLICT);
+    if ((rc = store_step_one(d, st)) != STORE_OK) return finish_tx(d, rc);
     st = db_prepare(d, SQL_RUNG_INSERT_PROMOTED);
     if (!st) return finish_tx(d, STORE_ERROR);
     sqlite3_bind_int64(st, 1, sweep_id);
     sqlite3_bind_int(st, 2, from);
     sqlite3_bind_int(st, 3, trial);
     sqlite3_bind_double(st, 4, metric);
-    if (step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
-    if (sqlite3_changes(db_conn(d)) != 1) return finish_tx(d, STORE_CONFLICT);
+    if ((rc = store_step_one(d, st)) != STORE_OK) return finish_tx(d, rc);
     st = db_prepare(d, SQL_JOB_RESPEC_RUNNING);
     if (!st) return finish_tx(d, STORE_ERROR);
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_text(st, 2, spec_json, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int(st, 3, attempt);
-    if (step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
-    if (sqlite3_changes(db_conn(d)) != 1) return finish_tx(d, STORE_CONFLICT);
+    if ((rc = store_step_one(d, st)) != STORE_OK) return finish_tx(d, rc);
     return finish_tx(d, store_event_add(d, job_id, "sweep", actor, reason));
 }
 
@@ -482,6 +471,7 @@ static const char SQL_JOB_REOPEN[] =
 int sweep_store_trial_requeue(db *d, int64_t sweep_id, int trial, int64_t job_id, const char *actor,
                               const char *reason) {
     static const char *const succeeded[] = {"succeeded", NULL};
+    int rc;
     if (db_begin(d) < 0) return STORE_ERROR;
     sqlite3_stmt *st = db_prepare(d, SQL_TRIAL_RUNNING_JOB);
     if (!st) return finish_tx(d, STORE_ERROR);
@@ -494,8 +484,7 @@ int sweep_store_trial_requeue(db *d, int64_t sweep_id, int trial, int64_t job_id
     st = db_prepare(d, SQL_JOB_REOPEN);
     if (!st) return finish_tx(d, STORE_ERROR);
     sqlite3_bind_int64(st, 1, job_id);
-    if (step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
-    if (sqlite3_changes(db_conn(d)) != 1) return finish_tx(d, STORE_CONFLICT);
+    if ((rc = store_step_one(d, st)) != STORE_OK) return finish_tx(d, rc);
     return finish_tx(d, store_job_transition(d, job_id, succeeded, "queued", actor, reason));
 }
 
@@ -507,22 +496,22 @@ static const char SQL_SWEEP_END[] =
     "UPDATE sweeps SET state = ?2, reason = ?3, updated_at = ?4, finished_at = ?4 WHERE id = ?1 AND state = 'running'";
 
 int sweep_store_finish(db *d, int64_t sweep_id, const char *state, const char *reason) {
+    int rc;
     if (db_begin(d) < 0) return STORE_ERROR;
     int64_t now = now_ms();
     sqlite3_stmt *st = db_prepare(d, SQL_STOP_PAUSED);
     if (!st) return finish_tx(d, STORE_ERROR);
     sqlite3_bind_int64(st, 1, sweep_id);
     sqlite3_bind_int64(st, 2, now);
-    if (step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
+    if (store_step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
     st = db_prepare(d, SQL_SWEEP_END);
     if (!st) return finish_tx(d, STORE_ERROR);
     sqlite3_bind_int64(st, 1, sweep_id);
     sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 3, reason, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 4, now);
-    if (step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
-    if (sqlite3_changes(db_conn(d)) != 1) return finish_tx(d, STORE_CONFLICT);
-    int rc = finish_tx(d, STORE_OK);
+    if ((rc = store_step_one(d, st)) != STORE_OK) return finish_tx(d, rc);
+    rc = finish_tx(d, STORE_OK);
     if (rc == STORE_OK) db_note(d, "sweep %lld: %s: %s", (long long)sweep_id, state, reason);
     return rc;
 }
@@ -542,12 +531,11 @@ int sweep_store_cancel(db *d, int64_t sweep_id, const char *reason, int64_t *job
     sqlite3_bind_text(st, 2, "cancelled", -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, reason, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 4, now);
-    if (step_done(st) != STORE_OK) return STORE_ERROR;
-    if (sqlite3_changes(db_conn(d)) != 1) return STORE_CONFLICT;
+    int rc = store_step_one(d, st);
+    if (rc != STORE_OK) return rc;
     st = db_prepare(d, SQL_TRIALS_LIVE_JOBS);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, sweep_id);
-    int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW)
         if (*n < max) jobs[(*n)++] = sqlite3_column_int64(st, 0);
     db_done(st);
@@ -557,7 +545,7 @@ int sweep_store_cancel(db *d, int64_t sweep_id, const char *reason, int64_t *job
     sqlite3_bind_int64(st, 1, sweep_id);
     sqlite3_bind_text(st, 2, reason, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 3, now);
-    return step_done(st);
+    return store_step_done(st);
 }
 
 static const char SQL_NEWEST_CKPT[] =
