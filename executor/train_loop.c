@@ -387,13 +387,7 @@ static int loop_close_epoch(loop_run *r, long ep, double t0, double ep_examples,
                      &em.val_accuracy, err))
             return -1;
     }
-    res->epochs_done = (int)ep + 1;
-    res->steps = r->step;
-    res->loss = em.loss;
-    res->accuracy = em.accuracy;
-    res->has_val = em.has_val;
-    res->val_loss = em.val_loss;
-    res->val_accuracy = em.val_accuracy;
+    train_result_epoch(r->res, &em);
     if (hooks && hooks->on_epoch)
         hooks->on_epoch(hooks->ctx, &em);
 

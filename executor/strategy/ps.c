@@ -909,14 +909,7 @@ static int chief_close_epoch(ps_run *r, long ep, double t0, char err[ERR_MAX])
         em.has_val = 1;
         model_evaluate(r->m, val->x, val->y, val->n, &em.val_loss, &em.val_accuracy);
     }
-    train_result *res = r->res;
-    res->epochs_done = (int)ep + 1;
-    res->steps = em.step;
-    res->loss = em.loss;
-    res->accuracy = em.accuracy;
-    res->has_val = em.has_val;
-    res->val_loss = em.val_loss;
-    res->val_accuracy = em.val_accuracy;
+    train_result_epoch(r->res, &em);
     if (r->hooks && r->hooks->on_epoch)
         r->hooks->on_epoch(r->hooks->ctx, &em);
     if (r->o->checkpoint_path && (ep + 1 == r->epochs || (r->every > 0 && (ep + 1) % r->every == 0)) &&

@@ -6,7 +6,7 @@
  * below both, so that neither includes the other's header for them.
  *
  * defines: train_options, train_step_info, train_epoch_metrics, train_hooks,
- *          train_result */
+ *          train_result, train_result_epoch */
 #ifndef TRAINYARD_TRAIN_TYPES_H
 #define TRAINYARD_TRAIN_TYPES_H
 
@@ -110,5 +110,18 @@ typedef struct train_result {
     double samples_per_sec;      /* training examples / training seconds, this run */
     double train_seconds;
 } train_result;
+
+/* An epoch closed: the run's result so far is that epoch's (the CPU loop
+ * and the parameter-server worker both say it so). */
+static inline void train_result_epoch(train_result *res, const train_epoch_metrics *em)
+{
+    res->epochs_done = em->epoch;
+    res->steps = em->step;
+    res->loss = em->loss;
+    res->accuracy = em->accuracy;
+    res->has_val = em->has_val;
+    res->val_loss = em->val_loss;
+    res->val_accuracy = em->val_accuracy;
+}
 
 #endif
