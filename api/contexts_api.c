@@ -9,6 +9,7 @@
  * the context of its own job; a node token the context of a job with a
  * task on its node that has not exited. */
 #include "contexts_api.h"
+#include "exec_common.h"
 #include "../common/ctxtar.h"
 #include "../server/server.h"
 #include "teams_api.h"
@@ -34,10 +35,6 @@
  * counted on it). Taken on the offload thread and the housekeeping thread
  * only, never on an HTTP pool thread. */
 static pthread_mutex_t g_files = PTHREAD_MUTEX_INITIALIZER;
-
-static void db_unavailable(http_res *res) {
-    http_error(res, 503, "unavailable", NULL, "the database is busy or unavailable; retry");
-}
 
 /* 1 when s is "sha256:" and 64 lowercase hex digits; hex then points at them. */
 static int parse_id(const char *s, const char **hex) {
@@ -97,7 +94,7 @@ static void upload_keep(server *srv, http_req *req, http_res *res, const char *d
     int64_t team = req->who.team_id;
     int64_t quota = (int64_t)srv->opt.context_quota_mb << 20, used = 0;
     if (ctx_store_usage(srv->db, team, &used) != STORE_OK) {
-        db_unavailable(res);
+        api_db_unavailable(res);
         return;
     }
     if (used + (int64_t)req->body.len > quota) {
@@ -138,7 +135,7 @@ static void upload_keep(server *srv, http_req *req, http_res *res, const char *d
     }
     if (rc != STORE_OK) {
         if (wrote) file_drop_unheld(srv, digest);
-        db_unavailable(res);
+        api_db_unavailable(res);
         return;
     }
     r.used_at = r.created_at;
@@ -165,7 +162,7 @@ static void ctx_upload(server *srv, http_req *req, http_res *res) {
         int64_t now = now_ms();
         if (ctx_store_touch(srv->db, team, digest, now) != STORE_OK) {
             pthread_mutex_unlock(&g_files);
-            db_unavailable(res);
+            api_db_unavailable(res);
             return;
         }
         if (now > r.used_at) r.used_at = now;
@@ -176,7 +173,7 @@ static void ctx_upload(server *srv, http_req *req, http_res *res) {
     }
     if (rc != STORE_NOT_FOUND) {
         pthread_mutex_unlock(&g_files);
-        db_unavailable(res);
+        api_db_unavailable(res);
         return;
     }
     ctx_limits lim;
@@ -208,12 +205,12 @@ static void ctx_list(server *srv, http_req *req, http_res *res) {
     cJSON *arr = NULL;
     int64_t used = 0;
     if (ctx_store_list(srv->db, req->who.team_id, &arr) != STORE_OK) {
-        db_unavailable(res);
+        api_db_unavailable(res);
         return;
     }
     if (ctx_store_usage(srv->db, req->who.team_id, &used) != STORE_OK) {
         cJSON_Delete(arr);
-        db_unavailable(res);
+        api_db_unavailable(res);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -238,7 +235,7 @@ static void ctx_get(server *srv, http_req *req, http_res *res) {
         may = ctx_store_node_needs(srv->db, req->who.node_id, digest);
     }
     if (may < 0) {
-        db_unavailable(res);
+        api_db_unavailable(res);
         return;
     }
     if (!may) {
@@ -280,7 +277,7 @@ static void ctx_delete(server *srv, http_req *req, http_res *res) {
                    "they end (or are cancelled)",
                    digest, jobs, jobs == 1 ? "" : "s");
     } else if (rc != STORE_OK) {
-        db_unavailable(res);
+        api_db_unavailable(res);
     } else {
         quota_forget(srv->db, req->who.team_id); /* its bytes no longer count */
         res->status = 204;
@@ -310,7 +307,7 @@ int api_context_check_held(server *srv, int64_t team_id, const char *id, http_re
     int rc = ctx_store_get(srv->db, team_id, digest, &r);
     if (rc == STORE_OK) return 0;
     if (rc == STORE_NOT_FOUND) api_context_not_held(res, id);
-    else db_unavailable(res);
+    else api_db_unavailable(res);
     return -1;
 }
 

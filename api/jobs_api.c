@@ -4,6 +4,7 @@
  * A team token sees only its team's jobs (another team's job is a 404, not a
  * 403, so ids do not leak); the admin token sees all. */
 #include "jobs_api.h"
+#include "exec_common.h"
 #include "admission.h"
 #include "scheduling.h"
 #include "../common/version.h"
@@ -28,10 +29,6 @@ static int64_t g_started_ms;
 /* The team a request is scoped to: 0 for admin (all teams). */
 static int64_t scope_team(const http_req *req) {
     return req->who.kind == TOKEN_ADMIN ? 0 : req->who.team_id;
-}
-
-static void db_unavailable(http_res *res) {
-    http_error(res, 503, "unavailable", NULL, "the database is busy or unavailable; retry");
 }
 
 /* GET /api/v1/health */
@@ -71,7 +68,7 @@ static void submit_done(void *arg, int rc, int64_t id, cJSON *job) {
         api_context_not_held(a, w->context);
     } else {
         cJSON_Delete(job);
-        db_unavailable(a);
+        api_db_unavailable(a);
     }
     http_resume(w->req, a);
     free(w);
@@ -95,7 +92,7 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
     int adm = api_job_admit(srv, &spec, &code, &field, msg, sizeof msg);
     if (adm < 0) {
         jobspec_release(&spec);
-        db_unavailable(res);
+        api_db_unavailable(res);
         return;
     }
     if (adm > 0) {
@@ -130,7 +127,7 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
     if (rc != STORE_OK) { /* not queued: answer now */
         free(w);
         http_res *a = http_res_new();
-        db_unavailable(a);
+        api_db_unavailable(a);
         http_resume(req, a);
     }
 }
@@ -171,7 +168,7 @@ static void job_list(server *srv, http_req *req, http_res *res) {
                            : buf_appends(&b, ",\"next_before\":null}\n");
     if (rc < 0) {
         buf_release(&b);
-        db_unavailable(res);
+        api_db_unavailable(res);
         return;
     }
     http_text(res, 200, "application/json", b.data, b.len);
@@ -241,7 +238,7 @@ static void job_get(server *srv, http_req *req, http_res *res) {
         return;
     }
     if (rc != STORE_OK) {
-        db_unavailable(res);
+        api_db_unavailable(res);
         return;
     }
     add_model_summary(job);
@@ -282,13 +279,13 @@ static void job_cancel(server *srv, http_req *req, http_res *res) {
         return;
     }
     if (rc != STORE_OK) {
-        db_unavailable(res);
+        api_db_unavailable(res);
         return;
     }
     char actor[96];
     http_actor(req, actor, sizeof actor);
     if (db_begin(srv->db) < 0) {
-        db_unavailable(res);
+        api_db_unavailable(res);
         return;
     }
     rc = store_job_transition(srv->db, id, NULL, "cancelled", actor, reason);
@@ -299,14 +296,14 @@ static void job_cancel(server *srv, http_req *req, http_res *res) {
             store_job_state(srv->db, id, state, NULL);
             http_error(res, 409, "conflict", NULL, "job %lld is already %s", (long long)id, state);
         } else {
-            db_unavailable(res);
+            api_db_unavailable(res);
         }
         return;
     }
     api_kick_scheduler(srv);
     cJSON *job = NULL;
     if (store_job_get(srv->db, id, 0, 0, &job) != STORE_OK) {
-        db_unavailable(res);
+        api_db_unavailable(res);
         return;
     }
     http_json(res, 200, job);
@@ -329,7 +326,7 @@ static void job_delete_run(server *srv, http_req *req, http_res *res) {
     int trial = 0;
     int in = sweep_store_job_in_running_sweep(srv->db, id, &sweep, &trial);
     if (in < 0) {
-        db_unavailable(res);
+        api_db_unavailable(res);
         return;
     }
     if (in > 0) {
@@ -368,7 +365,7 @@ static void job_delete_run(server *srv, http_req *req, http_res *res) {
         return;
     }
     if (rc != STORE_OK) {
-        db_unavailable(res);
+        api_db_unavailable(res);
         return;
     }
     int64_t freed = 0;

@@ -18,6 +18,7 @@
  * Scope: a team token sees its own sweeps (another team's is the same 404
  * as an unknown one); the admin token sees all. */
 #include "sweeps_api.h"
+#include "exec_common.h"
 #include "admission.h"
 #include "contexts_api.h"
 #include "scheduling.h"
@@ -41,10 +42,6 @@
 #define CONTROLLER_EVERY_S 1           /* a pass at least this often, kicked or not */
 
 static int64_t scope_team(const http_req *req) { return req->who.kind == TOKEN_ADMIN ? 0 : req->who.team_id; }
-
-static void db_unavailable(http_res *res) {
-    http_error(res, 503, "unavailable", NULL, "the database is busy or unavailable; retry");
-}
 
 /* ---------------------------------------------------------------- a loaded sweep */
 
@@ -409,7 +406,7 @@ static int create_trial(server *srv, http_req *req, http_res *res, sweep_new *w,
     jobspec_release(&js);
     if (adm < 0) {
         cJSON_Delete(p);
-        db_unavailable(res);
+        api_db_unavailable(res);
         return -1;
     }
     if (adm > 0) {
@@ -452,7 +449,7 @@ static int create_store(server *srv, http_req *req, http_res *res, sweep_new *w)
         return -1;
     }
     if (sweep_store_create(srv->db, req->who.team_id, w->name, w->stored, w->n, w->params, &w->id) != STORE_OK) {
-        db_unavailable(res);
+        api_db_unavailable(res);
         return -1;
     }
     return 0;
@@ -467,7 +464,7 @@ static int create_answer(server *srv, http_res *res, const sweep_new *w) {
         sweep_info_release(&si);
     }
     if (!o) {
-        db_unavailable(res);
+        api_db_unavailable(res);
         return -1;
     }
     snprintf(res->location, sizeof res->location, "/api/v1/sweeps/%lld", (long long)w->id);
@@ -511,7 +508,7 @@ static void sweep_list(server *srv, http_req *req, http_res *res) {
     int n = 0;
     int64_t next = 0;
     if (sweep_store_list(srv->db, scope_team(req), before, (int)limit, &rows, &n, &next) != STORE_OK) {
-        db_unavailable(res);
+        api_db_unavailable(res);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -536,7 +533,7 @@ static int sweep_of_path(server *srv, http_req *req, http_res *res, sweep_info *
         return -1;
     }
     if (rc != STORE_OK) {
-        db_unavailable(res);
+        api_db_unavailable(res);
         return -1;
     }
     return 0;
@@ -548,7 +545,7 @@ static void sweep_get(server *srv, http_req *req, http_res *res) {
     cJSON *o = sweep_json(srv, &s, 1);
     sweep_info_release(&s);
     if (!o) {
-        db_unavailable(res);
+        api_db_unavailable(res);
         return;
     }
     http_json(res, 200, o);
@@ -566,7 +563,7 @@ static void sweep_cancel(server *srv, http_req *req, http_res *res) {
     int n = 0;
     if (db_begin(srv->db) < 0) {
         sweep_info_release(&s);
-        db_unavailable(res);
+        api_db_unavailable(res);
         return;
     }
     int rc = sweep_store_cancel(srv->db, s.id, why, jobs, CANCEL_JOBS_MAX, &n);
@@ -580,7 +577,7 @@ static void sweep_cancel(server *srv, http_req *req, http_res *res) {
         if (rc == STORE_CONFLICT)
             http_error(res, 409, "conflict", NULL, "sweep %lld is already %s", (long long)s.id, s.state);
         else
-            db_unavailable(res);
+            api_db_unavailable(res);
         sweep_info_release(&s);
         return;
     }
@@ -593,7 +590,7 @@ static void sweep_cancel(server *srv, http_req *req, http_res *res) {
         sweep_info_release(&s);
     }
     if (!o) {
-        db_unavailable(res);
+        api_db_unavailable(res);
         return;
     }
     http_json(res, 200, o);
@@ -1005,22 +1002,10 @@ static void rung_answer(http_res *res, int64_t job, const trial_of_job *x, int r
  * and its job's end is scored as before. Asking again after a "continue"
  * whose answer was lost gets the same answer. */
 static void trial_rung(server *srv, http_req *req, http_res *res) {
-    int64_t id = http_param_id(req, res, 0, "job");
-    if (id < 0) return;
     exec_job j;
-    int rc = exec_store_job_get(srv->db, id, 0, &j);
-    if (rc == STORE_OK && (j.deleted || req->who.job_id != id)) {
-        exec_store_job_release(&j);
-        rc = STORE_NOT_FOUND;
-    }
-    if (rc == STORE_NOT_FOUND) {
-        http_error(res, 404, "not_found", NULL, "no job %lld", (long long)id);
-        return;
-    }
-    if (rc != STORE_OK) {
-        db_unavailable(res);
-        return;
-    }
+    int64_t id = api_job_param(srv, req, res, 0, &j); /* the job's own task only (ALLOW_TASK) */
+    if (id < 0) return;
+    int rc;
     cJSON *body = http_body_json(req, res);
     if (!body) {
         exec_store_job_release(&j);
@@ -1063,7 +1048,7 @@ static void trial_rung(server *srv, http_req *req, http_res *res) {
     locked = 1;
     int in = trial_of_job_load(srv, id, &x);
     if (in < 0) {
-        db_unavailable(res);
+        api_db_unavailable(res);
         goto out;
     }
     if (in == 0) {
@@ -1099,7 +1084,7 @@ static void trial_rung(server *srv, http_req *req, http_res *res) {
     }
     sweep_metric m;
     if (sweep_store_job_metric(srv->db, id, c->search.metric, c->search.mode_max, &m) != STORE_OK) {
-        db_unavailable(res);
+        api_db_unavailable(res);
         goto out;
     }
     if (m.epochs != epoch || !m.has_last) {
@@ -1152,7 +1137,7 @@ static void trial_rung(server *srv, http_req *req, http_res *res) {
         goto out;
     }
     if (rc != STORE_OK) {
-        db_unavailable(res);
+        api_db_unavailable(res);
         goto out;
     }
     log_info("sweep %lld: trial %d (job %lld) %s", (long long)x.s.id, t->trial, (long long)id, why);
