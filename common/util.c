@@ -77,7 +77,7 @@ int buf_append(buf *b, const void *p, size_t n) {
             if (cap > SIZE_MAX / 2) oom(SIZE_MAX);
             cap *= 2;
         }
-        if (cap > b->max + 1) cap = b->max + 1;
+        if (b->max < SIZE_MAX && cap > b->max + 1) cap = b->max + 1; /* max + 1 wraps at SIZE_MAX */
         b->data = xrealloc(b->data, cap);
         b->cap = cap;
     }
