@@ -251,6 +251,6 @@ static void node_assignments(server *srv, http_req *req, http_res *res) {
 }
 
 const route api_assignments_routes[] = {
-    {"GET", "/api/v1/nodes/{id}/assignments", node_assignments, ALLOW_NODE | ALLOW_ADMIN, 0},
-    {NULL, NULL, NULL, 0, 0},
+    {"GET", "/api/v1/nodes/{id}/assignments", node_assignments, ALLOW_NODE | ALLOW_ADMIN, 0, ROLE_NONE},
+    {NULL, NULL, NULL, 0, 0, ROLE_NONE},
 };

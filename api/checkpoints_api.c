@@ -195,9 +195,9 @@ static void ckpt_get(server *srv, http_req *req, http_res *res) {
 }
 
 const route api_checkpoints_routes[] = {
-    {"PUT", "/api/v1/jobs/{id}/checkpoints", ckpt_put_offloaded, ALLOW_TASK, CKPT_MAX_BODY},
-    {"GET", "/api/v1/jobs/{id}/checkpoints", ckpt_list, ALLOW_USER | ALLOW_TASK, 0},
-    {"GET", "/api/v1/jobs/{id}/checkpoints/latest", ckpt_latest, ALLOW_USER | ALLOW_TASK, 0},
-    {"GET", "/api/v1/jobs/{id}/checkpoints/{cid}", ckpt_get, ALLOW_USER | ALLOW_TASK, 0},
-    {NULL, NULL, NULL, 0, 0},
+    {"PUT", "/api/v1/jobs/{id}/checkpoints", ckpt_put_offloaded, ALLOW_TASK, CKPT_MAX_BODY, ROLE_NONE},
+    {"GET", "/api/v1/jobs/{id}/checkpoints", ckpt_list, ALLOW_USER | ALLOW_TASK, 0, ROLE_NONE},
+    {"GET", "/api/v1/jobs/{id}/checkpoints/latest", ckpt_latest, ALLOW_USER | ALLOW_TASK, 0, ROLE_NONE},
+    {"GET", "/api/v1/jobs/{id}/checkpoints/{cid}", ckpt_get, ALLOW_USER | ALLOW_TASK, 0, ROLE_NONE},
+    {NULL, NULL, NULL, 0, 0, ROLE_NONE},
 };

@@ -664,13 +664,13 @@ static void queue_get(server *srv, http_req *req, http_res *res)
 }
 
 const route api_cluster_routes[] = {
-    {"POST", "/api/v1/nodes", node_register, ALLOW_JOIN | ALLOW_ADMIN, 0},
-    {"POST", "/api/v1/nodes/{id}/heartbeat", node_heartbeat, ALLOW_NODE | ALLOW_ADMIN, 0},
-    {"DELETE", "/api/v1/nodes/{id}/token", node_token_revoke, ALLOW_ADMIN, 0},
-    {"POST", "/api/v1/nodes/{id}/drain", node_drain, ALLOW_NODE | ALLOW_ADMIN, 0},
-    {"DELETE", "/api/v1/nodes/{id}/drain", node_undrain, ALLOW_NODE | ALLOW_ADMIN, 0},
-    {"GET", "/api/v1/cluster", cluster_get, ALLOW_USER, 0},
-    {"GET", "/api/v1/tls/ca", tls_ca_get, ALLOW_NONE, 0},
-    {"GET", "/api/v1/queue", queue_get, ALLOW_USER, 0},
-    {NULL, NULL, NULL, 0, 0},
+    {"POST", "/api/v1/nodes", node_register, ALLOW_JOIN | ALLOW_ADMIN, 0, ROLE_NONE},
+    {"POST", "/api/v1/nodes/{id}/heartbeat", node_heartbeat, ALLOW_NODE | ALLOW_ADMIN, 0, ROLE_NONE},
+    {"DELETE", "/api/v1/nodes/{id}/token", node_token_revoke, ALLOW_ADMIN, 0, ROLE_NONE},
+    {"POST", "/api/v1/nodes/{id}/drain", node_drain, ALLOW_NODE | ALLOW_ADMIN, 0, ROLE_NONE},
+    {"DELETE", "/api/v1/nodes/{id}/drain", node_undrain, ALLOW_NODE | ALLOW_ADMIN, 0, ROLE_NONE},
+    {"GET", "/api/v1/cluster", cluster_get, ALLOW_USER, 0, ROLE_NONE},
+    {"GET", "/api/v1/tls/ca", tls_ca_get, ALLOW_NONE, 0, ROLE_NONE},
+    {"GET", "/api/v1/queue", queue_get, ALLOW_USER, 0, ROLE_NONE},
+    {NULL, NULL, NULL, 0, 0, ROLE_NONE},
 };

@@ -347,9 +347,9 @@ void api_contexts_tick(server *srv) {
 /* ---------------------------------------------------------------- routes */
 
 const route api_contexts_routes[] = {
-    {"POST", "/api/v1/contexts", ctx_upload_offloaded, ALLOW_TEAM, HTTP_BODY_CONTEXT},
-    {"GET", "/api/v1/contexts", ctx_list, ALLOW_TEAM, 0},
-    {"GET", "/api/v1/contexts/{id}", ctx_get, ALLOW_TEAM | ALLOW_TASK | ALLOW_NODE, 0},
-    {"DELETE", "/api/v1/contexts/{id}", ctx_delete_offloaded, ALLOW_TEAM, 0},
-    {NULL, NULL, NULL, 0, 0},
+    {"POST", "/api/v1/contexts", ctx_upload_offloaded, ALLOW_TEAM, HTTP_BODY_CONTEXT, ROLE_NONE},
+    {"GET", "/api/v1/contexts", ctx_list, ALLOW_TEAM, 0, ROLE_NONE},
+    {"GET", "/api/v1/contexts/{id}", ctx_get, ALLOW_TEAM | ALLOW_TASK | ALLOW_NODE, 0, ROLE_NONE},
+    {"DELETE", "/api/v1/contexts/{id}", ctx_delete_offloaded, ALLOW_TEAM, 0, ROLE_NONE},
+    {NULL, NULL, NULL, 0, 0, ROLE_NONE},
 };

@@ -246,7 +246,7 @@ out_job:
 }
 
 const route api_events_routes[] = {
-    {"GET", "/api/v1/jobs/{id}/events", job_events, ALLOW_USER, 0},
-    {"POST", "/api/v1/jobs/{id}/events", events_post, ALLOW_TASK, 0},
-    {NULL, NULL, NULL, 0, 0},
+    {"GET", "/api/v1/jobs/{id}/events", job_events, ALLOW_USER, 0, ROLE_NONE},
+    {"POST", "/api/v1/jobs/{id}/events", events_post, ALLOW_TASK, 0, ROLE_NONE},
+    {NULL, NULL, NULL, 0, 0, ROLE_NONE},
 };

@@ -329,7 +329,7 @@ static void metrics_get(server *srv, http_req *req, http_res *res) {
 }
 
 const route api_job_metrics_routes[] = {
-    {"POST", "/api/v1/jobs/{id}/metrics", metrics_post, ALLOW_TASK, 8u << 20},
-    {"GET", "/api/v1/jobs/{id}/metrics", metrics_get, ALLOW_USER | ALLOW_TASK, 0},
-    {NULL, NULL, NULL, 0, 0},
+    {"POST", "/api/v1/jobs/{id}/metrics", metrics_post, ALLOW_TASK, 8u << 20, ROLE_NONE},
+    {"GET", "/api/v1/jobs/{id}/metrics", metrics_get, ALLOW_USER | ALLOW_TASK, 0, ROLE_NONE},
+    {NULL, NULL, NULL, 0, 0, ROLE_NONE},
 };

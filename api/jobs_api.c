@@ -7,6 +7,7 @@
 #include "exec_common.h"
 #include "admission.h"
 #include "scheduling.h"
+#include "scope.h"
 #include "../common/version.h"
 #include "../spec/jobspec.h"
 #include "contexts_api.h"
@@ -14,6 +15,7 @@
 #include "retention_api.h"
 #include "../server/server.h"
 #include "../storage/store.h"
+#include "../storage/users.h"
 #include "../storage/cluster.h"
 #include "../storage/retention.h"
 #include "../storage/exec_store.h"
@@ -60,6 +62,10 @@ static void submit_done(void *arg, int rc, int64_t id, cJSON *job) {
     submit_wait *w = arg;
     http_res *a = http_res_new();
     if (rc == STORE_OK && job) {
+        if (w->req->audit) { /* written with the job (store_job_submit) */
+            w->req->audit_id = -1;
+            w->req->audit_status = 201;
+        }
         snprintf(a->location, sizeof a->location, "/api/v1/jobs/%lld", (long long)id);
         http_json(a, 201, job);
         api_kick_scheduler(w->srv);
@@ -109,6 +115,7 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
     http_actor(req, actor, sizeof actor);
     store_new_job row;
     api_job_row(&spec, &row);
+    row.user_id = req->who.user_id;
     /* The job joins the next group commit (storage/db.h): the connection is
      * suspended until the batch holding it has committed, and only then is
      * the 201 sent, so a 201 means the job is in the database. */
@@ -122,7 +129,8 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
         http_error(res, 503, "unavailable", NULL, "the server is stopping; retry");
         return;
     }
-    int rc = store_job_submit(srv->db, req->who.team_id, req->body.data, req->body.len, &row, actor, submit_done, w);
+    int rc = store_job_submit(srv->db, req->who.team_id, req->body.data, req->body.len, &row, actor, req->audit,
+                              submit_done, w);
     jobspec_release(&spec);
     if (rc != STORE_OK) { /* not queued: answer now */
         free(w);
@@ -151,8 +159,14 @@ static void job_list(server *srv, http_req *req, http_res *res) {
     long limit, before;
     if (http_query_long(req, res, "limit", 1, 1000, 50, &limit) < 0) return;
     if (http_query_long(req, res, "before", 1, (long)INT64_MAX, 0, &before) < 0) return;
+    const char *user = http_query(req, "user");
+    if (user && !users_name_ok(user)) {
+        http_error(res, 400, "invalid_value", "user", "user must be a user's name (1-63 of a-z, A-Z, 0-9, '.', '_', '-')");
+        return;
+    }
     char key[ANSWER_KEY_MAX];
-    snprintf(key, sizeof key, "jobs %lld %s %ld %ld", (long long)scope_team(req), state ? state : "-", limit, before);
+    snprintf(key, sizeof key, "jobs %lld %s %ld %ld %s", (long long)scope_team(req), state ? state : "-", limit, before,
+             user ? user : "-");
     answer_ref ref;
     if (answer_cache_get(srv->db, key, res, &ref)) return;
     /* written as text from the rows: a page of 50 as a cJSON tree was
@@ -161,7 +175,7 @@ static void job_list(server *srv, http_req *req, http_res *res) {
     buf_init(&b, 64u << 20);
     int64_t next = 0;
     int rc = buf_appends(&b, "{\"jobs\":") == 0 &&
-                     store_jobs_list(srv->db, scope_team(req), state, before, (int)limit, &b, &next) == STORE_OK
+                     store_jobs_list(srv->db, scope_team(req), state, user, before, (int)limit, &b, &next) == STORE_OK
                  ? 0
                  : -1;
     if (rc == 0) rc = next ? buf_printf(&b, ",\"next_before\":%lld}\n", (long long)next)
@@ -282,6 +296,7 @@ static void job_cancel(server *srv, http_req *req, http_res *res) {
         api_db_unavailable(res);
         return;
     }
+    if (api_own_or_admin(srv->db, req, res, 0, id) < 0) return;
     char actor[96];
     http_actor(req, actor, sizeof actor);
     if (db_begin(srv->db) < 0) {
@@ -344,6 +359,7 @@ static void job_delete_run(server *srv, http_req *req, http_res *res) {
                    (long long)id, trial, (long long)sweep, (long long)sweep);
         return;
     }
+    if (api_own_or_admin(srv->db, req, res, 0, id) < 0) return;
     int live = 0;
     int rc = retention_job_delete_mark(srv->db, id, scope_team(req), now_ms(), actor, state, &live);
     if (rc == STORE_NOT_FOUND) {
@@ -383,11 +399,11 @@ static void job_delete(server *srv, http_req *req, http_res *res) {
 }
 
 const route api_jobs_routes[] = {
-    {"GET", "/api/v1/health", health, ALLOW_NONE, 0},
-    {"POST", "/api/v1/jobs", job_submit, ALLOW_TEAM, 0},
-    {"GET", "/api/v1/jobs", job_list, ALLOW_USER, 0},
-    {"GET", "/api/v1/jobs/{id}", job_get, ALLOW_USER, 0},
-    {"DELETE", "/api/v1/jobs/{id}", job_delete, ALLOW_USER, 0},
-    {"POST", "/api/v1/jobs/{id}/cancel", job_cancel, ALLOW_USER, 0},
-    {NULL, NULL, NULL, 0, 0},
+    {"GET", "/api/v1/health", health, ALLOW_NONE, 0, ROLE_NONE},
+    {"POST", "/api/v1/jobs", job_submit, ALLOW_TEAM, 0, ROLE_NONE},
+    {"GET", "/api/v1/jobs", job_list, ALLOW_USER, 0, ROLE_NONE},
+    {"GET", "/api/v1/jobs/{id}", job_get, ALLOW_USER, 0, ROLE_NONE},
+    {"DELETE", "/api/v1/jobs/{id}", job_delete, ALLOW_USER, 0, ROLE_NONE},
+    {"POST", "/api/v1/jobs/{id}/cancel", job_cancel, ALLOW_USER, 0, ROLE_NONE},
+    {NULL, NULL, NULL, 0, 0, ROLE_NONE},
 };

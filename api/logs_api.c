@@ -259,7 +259,7 @@ static void logs_get(server *srv, http_req *req, http_res *res) {
 }
 
 const route api_logs_routes[] = {
-    {"POST", "/api/v1/jobs/{id}/logs", logs_post, ALLOW_NODE | ALLOW_TASK, 0},
-    {"GET", "/api/v1/jobs/{id}/logs", logs_get, ALLOW_USER | ALLOW_TASK, 0},
-    {NULL, NULL, NULL, 0, 0},
+    {"POST", "/api/v1/jobs/{id}/logs", logs_post, ALLOW_NODE | ALLOW_TASK, 0, ROLE_NONE},
+    {"GET", "/api/v1/jobs/{id}/logs", logs_get, ALLOW_USER | ALLOW_TASK, 0, ROLE_NONE},
+    {NULL, NULL, NULL, 0, 0, ROLE_NONE},
 };

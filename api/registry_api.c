@@ -261,9 +261,9 @@ static void registry_auth(server *srv, http_req *req, http_res *res) {
 }
 
 const route api_registry_routes[] = {
-    {"PUT", "/api/v1/registries/{host}", registry_put, ALLOW_TEAM | ALLOW_ADMIN, 0},
-    {"GET", "/api/v1/registries", registry_list, ALLOW_TEAM | ALLOW_ADMIN, 0},
-    {"DELETE", "/api/v1/registries/{host}", registry_delete, ALLOW_TEAM | ALLOW_ADMIN, 0},
-    {"GET", "/api/v1/jobs/{id}/registry-auth", registry_auth, ALLOW_TASK, 0},
-    {NULL, NULL, NULL, 0, 0},
+    {"PUT", "/api/v1/registries/{host}", registry_put, ALLOW_TEAM | ALLOW_ADMIN, 0, ROLE_ADMIN},
+    {"GET", "/api/v1/registries", registry_list, ALLOW_TEAM | ALLOW_ADMIN, 0, ROLE_ADMIN},
+    {"DELETE", "/api/v1/registries/{host}", registry_delete, ALLOW_TEAM | ALLOW_ADMIN, 0, ROLE_ADMIN},
+    {"GET", "/api/v1/jobs/{id}/registry-auth", registry_auth, ALLOW_TASK, 0, ROLE_NONE},
+    {NULL, NULL, NULL, 0, 0, ROLE_NONE},
 };

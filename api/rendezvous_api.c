@@ -87,7 +87,7 @@ static void rdv_get(server *srv, http_req *req, http_res *res) {
 }
 
 const route api_rendezvous_routes[] = {
-    {"PUT", "/api/v1/jobs/{id}/rendezvous/{key}", rdv_put, ALLOW_TASK, RDV_VALUE_MAX},
-    {"GET", "/api/v1/jobs/{id}/rendezvous/{key}", rdv_get, ALLOW_TASK, 0},
-    {NULL, NULL, NULL, 0, 0},
+    {"PUT", "/api/v1/jobs/{id}/rendezvous/{key}", rdv_put, ALLOW_TASK, RDV_VALUE_MAX, ROLE_NONE},
+    {"GET", "/api/v1/jobs/{id}/rendezvous/{key}", rdv_get, ALLOW_TASK, 0, ROLE_NONE},
+    {NULL, NULL, NULL, 0, 0, ROLE_NONE},
 };

@@ -13,6 +13,7 @@
 #include "jobs_api.h"
 #include "logs_api.h"
 #include "metrics_api.h"
+#include "people_api.h"
 #include "registry_api.h"
 #include "rendezvous_api.h"
 #include "retention_api.h"
@@ -41,6 +42,7 @@ const route *const api_route_tables[] = {
     api_registry_routes,
     api_usage_routes,
     api_sweeps_routes,
+    api_people_routes,
     NULL,
 };
 

@@ -18,6 +18,7 @@
  * Scope: a team token sees its own sweeps (another team's is the same 404
  * as an unknown one); the admin token sees all. */
 #include "sweeps_api.h"
+#include "scope.h"
 #include "exec_common.h"
 #include "admission.h"
 #include "contexts_api.h"
@@ -145,6 +146,8 @@ static cJSON *sweep_json(server *srv, const sweep_info *s, int with_trials) {
     cJSON_AddNumberToObject(o, "id", (double)s->id);
     cJSON_AddStringToObject(o, "name", s->name);
     cJSON_AddStringToObject(o, "team", s->team);
+    if (s->user[0]) cJSON_AddStringToObject(o, "user", s->user);
+    else cJSON_AddNullToObject(o, "user");
     cJSON_AddStringToObject(o, "state", s->state);
     if (s->reason) cJSON_AddStringToObject(o, "reason", s->reason);
     else cJSON_AddNullToObject(o, "reason");
@@ -448,7 +451,7 @@ static int create_store(server *srv, http_req *req, http_res *res, sweep_new *w)
         http_error(res, 500, "internal", NULL, "out of memory");
         return -1;
     }
-    if (sweep_store_create(srv->db, req->who.team_id, w->name, w->stored, w->n, w->params, &w->id) != STORE_OK) {
+    if (sweep_store_create(srv->db, req->who.team_id, req->who.user_id, w->name, w->stored, w->n, w->params, &w->id) != STORE_OK) {
         api_db_unavailable(res);
         return -1;
     }
@@ -556,6 +559,10 @@ static void sweep_get(server *srv, http_req *req, http_res *res) {
 static void sweep_cancel(server *srv, http_req *req, http_res *res) {
     sweep_info s;
     if (sweep_of_path(srv, req, res, &s) < 0) return;
+    if (api_own_or_admin(srv->db, req, res, 1, s.id) < 0) {
+        sweep_info_release(&s);
+        return;
+    }
     char actor[96], why[160];
     http_actor(req, actor, sizeof actor);
     snprintf(why, sizeof why, "sweep %lld cancelled by %s", (long long)s.id, actor);
@@ -1150,10 +1157,10 @@ out:
 }
 
 const route api_sweeps_routes[] = {
-    {"POST", "/api/v1/sweeps", sweep_create, ALLOW_TEAM, 0},
-    {"GET", "/api/v1/sweeps", sweep_list, ALLOW_USER, 0},
-    {"GET", "/api/v1/sweeps/{id}", sweep_get, ALLOW_USER, 0},
-    {"POST", "/api/v1/sweeps/{id}/cancel", sweep_cancel, ALLOW_USER, 0},
-    {"POST", "/api/v1/jobs/{id}/rung", trial_rung, ALLOW_TASK, 0},
-    {NULL, NULL, NULL, 0, 0},
+    {"POST", "/api/v1/sweeps", sweep_create, ALLOW_TEAM, 0, ROLE_NONE},
+    {"GET", "/api/v1/sweeps", sweep_list, ALLOW_USER, 0, ROLE_NONE},
+    {"GET", "/api/v1/sweeps/{id}", sweep_get, ALLOW_USER, 0, ROLE_NONE},
+    {"POST", "/api/v1/sweeps/{id}/cancel", sweep_cancel, ALLOW_USER, 0, ROLE_NONE},
+    {"POST", "/api/v1/jobs/{id}/rung", trial_rung, ALLOW_TASK, 0, ROLE_NONE},
+    {NULL, NULL, NULL, 0, 0, ROLE_NONE},
 };

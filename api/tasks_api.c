@@ -117,6 +117,6 @@ out:
 }
 
 const route api_tasks_routes[] = {
-    {"POST", "/api/v1/tasks/{id}/status", task_status, ALLOW_NODE | ALLOW_ADMIN, 64 * 1024},
-    {NULL, NULL, NULL, 0, 0},
+    {"POST", "/api/v1/tasks/{id}/status", task_status, ALLOW_NODE | ALLOW_ADMIN, 64 * 1024, ROLE_NONE},
+    {NULL, NULL, NULL, 0, 0, ROLE_NONE},
 };

@@ -410,10 +410,10 @@ out:
 }
 
 const route api_teams_routes[] = {
-    {"GET", "/api/v1/teams", teams_list, ALLOW_USER, 0},
-    {"POST", "/api/v1/teams", teams_create, ALLOW_ADMIN, 0},
-    {"PATCH", "/api/v1/teams/{name}", team_patch, ALLOW_ADMIN, 0},
-    {"POST", "/api/v1/teams/{name}", team_patch, ALLOW_ADMIN, 0},
-    {"POST", "/api/v1/teams/{name}/tokens", team_token_create, ALLOW_USER, 0},
-    {NULL, NULL, NULL, 0, 0},
+    {"GET", "/api/v1/teams", teams_list, ALLOW_USER, 0, ROLE_NONE},
+    {"POST", "/api/v1/teams", teams_create, ALLOW_ADMIN, 0, ROLE_NONE},
+    {"PATCH", "/api/v1/teams/{name}", team_patch, ALLOW_ADMIN, 0, ROLE_NONE},
+    {"POST", "/api/v1/teams/{name}", team_patch, ALLOW_ADMIN, 0, ROLE_NONE},
+    {"POST", "/api/v1/teams/{name}/tokens", team_token_create, ALLOW_USER, 0, ROLE_ADMIN},
+    {NULL, NULL, NULL, 0, 0, ROLE_NONE},
 };

@@ -239,8 +239,7 @@ static int wants_csv(http_req *req) {
 
 /* ---------------------------------------------------------------- the route */
 
-/* from or to of the query into *ms; 0 absent, 1 given, -1 answered 422. */
-static int when_arg(http_req *req, http_res *res, const char *key, int64_t *ms) {
+int api_time_arg(http_req *req, http_res *res, const char *key, int64_t *ms) {
     const char *v = http_query(req, key);
     if (!v) return 0;
     if (parse_when(v, ms) < 0) {
@@ -256,9 +255,9 @@ static int when_arg(http_req *req, http_res *res, const char *key, int64_t *ms) 
 /* GET /api/v1/usage */
 static void usage_get(server *srv, http_req *req, http_res *res) {
     int64_t now = now_ms(), from = 0, to = now;
-    int hf = when_arg(req, res, "from", &from);
+    int hf = api_time_arg(req, res, "from", &from);
     if (hf < 0) return;
-    int ht = when_arg(req, res, "to", &to);
+    int ht = api_time_arg(req, res, "to", &to);
     if (ht < 0) return;
     if (!hf) from = to - DEFAULT_SPAN_MS;
     if (to <= from) {
@@ -318,6 +317,6 @@ static void usage_get(server *srv, http_req *req, http_res *res) {
 }
 
 const route api_usage_routes[] = {
-    {"GET", "/api/v1/usage", usage_get, ALLOW_USER, 0},
-    {NULL, NULL, NULL, 0, 0},
+    {"GET", "/api/v1/usage", usage_get, ALLOW_USER, 0, ROLE_NONE},
+    {NULL, NULL, NULL, 0, 0, ROLE_NONE},
 };

@@ -41,7 +41,7 @@ static void examples_get(struct server *srv, http_req *req, http_res *res) {
 }
 
 const route api_web_routes[] = {
-    {"GET", "/api/v1/openapi.json", openapi_get, ALLOW_NONE, 0},
-    {"GET", "/api/v1/examples", examples_get, ALLOW_USER, 0},
-    {NULL, NULL, NULL, 0, 0},
+    {"GET", "/api/v1/openapi.json", openapi_get, ALLOW_NONE, 0, ROLE_NONE},
+    {"GET", "/api/v1/examples", examples_get, ALLOW_USER, 0, ROLE_NONE},
+    {NULL, NULL, NULL, 0, 0, ROLE_NONE},
 };

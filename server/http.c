@@ -14,6 +14,8 @@
 #include "https.h"
 #include "static.h"
 #include "../common/json_out.h"
+#include "../storage/audit.h"
+#include "../storage/users.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>
@@ -186,6 +188,10 @@ const char *http_header(http_req *req, const char *name) {
     return MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, name);
 }
 
+const char *http_cookie(http_req *req, const char *name) {
+    return MHD_lookup_connection_value(req->conn, MHD_COOKIE_KIND, name);
+}
+
 /* 1 when a request's Content-Type may carry a JSON body: none, JSON
  * (application/json, application/...+json, with parameters), or curl's
  * default for --data (application/x-www-form-urlencoded, taken as the
@@ -262,9 +268,17 @@ void http_actor(const http_req *req, char *out, size_t outlen) {
         snprintf(out, outlen, "anonymous");
         return;
     }
+    if (req->who.user_id > 0) {
+        snprintf(out, outlen, "user:%s", req->who.user);
+        return;
+    }
     switch (req->who.kind) {
     case TOKEN_ADMIN: snprintf(out, outlen, "admin"); break;
-    case TOKEN_TEAM: snprintf(out, outlen, "team:%s", req->who.team); break;
+    case TOKEN_USER: snprintf(out, outlen, "user:%s", req->who.user); break;
+    case TOKEN_TEAM:
+        if (req->who.cluster_admin) snprintf(out, outlen, "admin");
+        else snprintf(out, outlen, "team:%s (service)", req->who.team);
+        break;
     case TOKEN_NODE: snprintf(out, outlen, "node:%lld", (long long)req->who.node_id); break;
     case TOKEN_JOIN: snprintf(out, outlen, "join"); break;
     case TOKEN_TASK: snprintf(out, outlen, "task:job-%lld", (long long)req->who.job_id); break;
@@ -510,18 +524,158 @@ static void af_good(uint64_t tok, int64_t now) {
     __atomic_store_n(&g_good_at[g], now, __ATOMIC_RELAXED);
 }
 
+static int is_read(const char *method) { return strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0; }
+
+team_role http_route_role(const route *r) {
+    return r->role != ROLE_NONE ? r->role : is_read(r->method) ? ROLE_VIEWER : ROLE_MEMBER;
+}
+
+/* Who is this principal, for a refusal's message. */
+static void who_text(const principal *w, char *out, size_t n) {
+    if (w->user_id > 0) snprintf(out, n, "user %s", w->user);
+    else if (w->kind == TOKEN_TEAM && !w->cluster_admin) snprintf(out, n, "the token of team %s", w->team);
+    else snprintf(out, n, "the %s token", token_kind_name(w->kind));
+}
+
+int http_team_role_check(db *d, http_req *req, http_res *res, int64_t team_id, const char *team, team_role need) {
+    const principal *w = &req->who;
+    team_role have = ROLE_NONE;
+    if (w->kind == TOKEN_ADMIN || w->cluster_admin) return 0;
+    if (w->user_id > 0) {
+        if (w->token_team > 0 && w->token_team != team_id) {
+            http_error(res, 403, "forbidden", "team", "this token of user %s acts for team %s only", w->user, w->team);
+            return -1;
+        }
+        if (members_role(d, team_id, w->user_id, &have) != STORE_OK) {
+            http_error(res, 503, "unavailable", NULL, "the database is unavailable; retry");
+            return -1;
+        }
+    } else if (w->kind == TOKEN_TEAM && w->team_id == team_id) {
+        have = ROLE_ADMIN; /* a team's own token: its service account */
+    }
+    if (have >= need) return 0;
+    char who[96];
+    who_text(w, who, sizeof who);
+    if (have == ROLE_NONE)
+        http_error(res, 403, "forbidden", "role", "%s %s needs role %s in team %s; %s is not a member of it",
+                   req->method, req->route ? req->route->pattern : req->path, role_name(need), team, who);
+    else
+        http_error(res, 403, "forbidden", "role", "%s %s needs role %s in team %s; %s is %s there", req->method,
+                   req->route ? req->route->pattern : req->path, role_name(need), team, who, role_name(have));
+    return -1;
+}
+
+/* The team a person's request acts in, and their role there: the principal
+ * becomes TOKEN_TEAM with user_id set. 0, or -1 with the error in res. */
+static int person_team(db *d, http_req *req, http_res *res) {
+    principal *w = &req->who;
+    const char *asked = http_header(req, HTTP_TEAM_HEADER);
+    if (!asked || !asked[0]) asked = http_query(req, "team");
+    if (asked && !asked[0]) asked = NULL;
+    int64_t team_id = 0;
+    char team[64] = "";
+    team_role role = ROLE_NONE;
+    if (w->token_team > 0) {
+        if (asked && strcmp(asked, w->team) != 0) {
+            http_error(res, 403, "forbidden", "team", "this token of user %s acts for team %s only, not %.64s", w->user,
+                       w->team, asked);
+            return -1;
+        }
+        team_id = w->token_team;
+        snprintf(team, sizeof team, "%s", w->team);
+    } else if (asked) {
+        int rc = store_team_find(d, asked, &team_id);
+        if (rc == STORE_ERROR) {
+            http_error(res, 503, "unavailable", NULL, "the database is unavailable; retry");
+            return -1;
+        }
+        if (rc != STORE_OK) {
+            http_error(res, 403, "forbidden", "team", "user %s is not a member of team %.64s", w->user, asked);
+            return -1;
+        }
+        snprintf(team, sizeof team, "%s", asked);
+    } else {
+        int rc = members_only_team(d, w->user_id, &team_id, team, &role);
+        if (rc == STORE_NOT_FOUND) {
+            http_error(res, 403, "forbidden", "team",
+                       "user %s is in no team yet: a team admin adds them (PUT /api/v1/teams/TEAM/members/%s)",
+                       w->user, w->user);
+            return -1;
+        }
+        if (rc == STORE_CONFLICT) {
+            http_error(res, 400, "missing_team", "team",
+                       "user %s is in several teams: name one with the " HTTP_TEAM_HEADER " header (or ?team=)",
+                       w->user);
+            return -1;
+        }
+        if (rc != STORE_OK) {
+            http_error(res, 503, "unavailable", NULL, "the database is unavailable; retry");
+            return -1;
+        }
+    }
+    if (role == ROLE_NONE && members_role(d, team_id, w->user_id, &role) != STORE_OK) {
+        http_error(res, 503, "unavailable", NULL, "the database is unavailable; retry");
+        return -1;
+    }
+    if (role == ROLE_NONE) {
+        http_error(res, 403, "forbidden", "team", "user %s is not a member of team %s", w->user, team);
+        return -1;
+    }
+    w->kind = TOKEN_TEAM;
+    w->team_id = team_id;
+    snprintf(w->team, sizeof w->team, "%s", team);
+    w->role = role;
+    return 0;
+}
+
+/* The admin token acting for the team it names (HTTP_TEAM_HEADER). */
+static int admin_team(db *d, http_req *req, http_res *res, const char *asked) {
+    principal *w = &req->who;
+    int64_t team_id;
+    int rc = store_team_find(d, asked, &team_id);
+    if (rc != STORE_OK) {
+        if (rc == STORE_ERROR) http_error(res, 503, "unavailable", NULL, "the database is unavailable; retry");
+        else http_error(res, 404, "not_found", "team", "no team named '%.64s'", asked);
+        return -1;
+    }
+    w->kind = TOKEN_TEAM;
+    w->team_id = team_id;
+    snprintf(w->team, sizeof w->team, "%s", asked);
+    w->role = ROLE_ADMIN;
+    w->cluster_admin = 1;
+    return 0;
+}
+
+/* The bearer token, else a dashboard session's cookie (*cookie 1). */
+static const char *credential(http_req *req, int *cookie) {
+    const char *h = http_header(req, MHD_HTTP_HEADER_AUTHORIZATION);
+    *cookie = 0;
+    if (h && strncasecmp(h, "Bearer ", 7) == 0 && h[7]) {
+        const char *tok = h + 7;
+        while (*tok == ' ') tok++;
+        return tok;
+    }
+    if (h) return NULL;
+    const char *c = MHD_lookup_connection_value(req->conn, MHD_COOKIE_KIND, HTTP_SESSION_COOKIE);
+    if (c && c[0]) {
+        *cookie = 1;
+        return c;
+    }
+    return NULL;
+}
+
 /* Authenticates the request for its route. 0 when it may go on; otherwise
  * the error is in res. */
 static int authenticate(db *d, http_req *req, http_res *res) {
     const route *r = req->route;
     if (r->allow == ALLOW_NONE) return 0;
-    const char *h = http_header(req, MHD_HTTP_HEADER_AUTHORIZATION);
-    if (!h || strncasecmp(h, "Bearer ", 7) != 0 || !h[7]) {
-        http_error(res, 401, "unauthorized", NULL, "missing bearer token (Authorization: Bearer TOKEN)");
+    int cookie;
+    const char *tok = credential(req, &cookie);
+    if (!tok) {
+        http_error(res, 401, "unauthorized", NULL,
+                   "missing bearer token (Authorization: Bearer TOKEN), or sign in (GET /auth/login)");
         return -1;
     }
-    const char *tok = h + 7;
-    while (*tok == ' ') tok++;
     int64_t now = now_ms();
     uint64_t tkey = af_hash(tok, strnlen(tok, 300));
     int64_t wait = af_blocked(req->conn, tkey, now);
@@ -538,7 +692,10 @@ static int authenticate(db *d, http_req *req, http_res *res) {
         http_error(res, 401, "unauthorized", NULL, "invalid token");
         return -1;
     }
-    int rc = store_token_lookup(d, tok, &req->who);
+    int person = strncmp(tok, USER_TOKEN_PREFIX, 4) == 0 || strncmp(tok, SESSION_PREFIX, 4) == 0;
+    int rc = person ? utok_lookup(d, tok, &req->who) : store_token_lookup(d, tok, &req->who);
+    /* a session only as its cookie, anything else only as a bearer token */
+    if (rc == STORE_OK && (req->who.kind == TOKEN_USER ? req->who.session : 0) != cookie) rc = STORE_NOT_FOUND;
     if (rc == STORE_ERROR) {
         http_error(res, 503, "unavailable", NULL, "the database is unavailable; retry");
         return -1;
@@ -548,36 +705,83 @@ static int authenticate(db *d, http_req *req, http_res *res) {
         time_t t = (time_t)(req->who.expires_at / 1000);
         struct tm tm;
         if (gmtime_r(&t, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        int was_person = req->who.kind == TOKEN_USER, was_session = req->who.session;
         memset(&req->who, 0, sizeof req->who);
         af_failed(req->conn, now);
-        http_error(res, 401, "token_expired", NULL, "token expired at %s: ask for a new one (POST /api/v1/teams/NAME/tokens)",
-                   when);
+        http_error(res, 401, was_session ? "session_expired" : "token_expired", NULL, "%s expired at %s: %s",
+                   was_session ? "the session" : "the token", when,
+                   was_session ? "sign in again (GET /auth/login)"
+                   : was_person ? "make a new one (POST /api/v1/tokens, or trainyard login)"
+                                : "ask for a new one (POST /api/v1/teams/NAME/tokens)");
         return -1;
     }
     if (rc != STORE_OK) {
+        memset(&req->who, 0, sizeof req->who);
         af_failed(req->conn, now);
-        http_error(res, 401, "unauthorized", NULL, "invalid token");
+        http_error(res, 401, "unauthorized", NULL, cookie ? "the session is unknown or ended: sign in again" : "invalid token");
         return -1;
     }
     af_good(tkey, now);
     req->authed = 1;
-    if (!(r->allow & (1u << req->who.kind)) && req->who.kind == TOKEN_JOIN) {
+    principal *w = &req->who;
+    int mutating = !is_read(req->method);
+    if (w->kind == TOKEN_USER) {
+        utok_touch(d, w->token_id);
+        if (w->session && mutating && !utok_csrf_ok(tok, http_header(req, HTTP_CSRF_HEADER))) {
+            http_error(res, 403, "csrf", HTTP_CSRF_HEADER,
+                       "a change made with the session's cookie needs its CSRF token in the " HTTP_CSRF_HEADER
+                       " header (GET /api/v1/me gives it)");
+            return -1;
+        }
+        if (!w->session && !(w->scopes & (mutating ? SCOPE_WRITE : SCOPE_READ))) {
+            http_error(res, 403, "forbidden", "scopes", "this token's scopes do not include %s: %s %s needs it",
+                       mutating ? "write" : "read", r->method, r->pattern);
+            return -1;
+        }
+        if (!(r->allow & ALLOW_PERSON)) {
+            if (!(r->allow & ALLOW_TEAM)) {
+                http_error(res, 403, "forbidden", "role", "%s %s is the cluster admin's; user %s is not", r->method,
+                           r->pattern, w->user);
+                return -1;
+            }
+            if (person_team(d, req, res) < 0) return -1;
+        }
+    } else if (w->kind == TOKEN_TEAM) {
+        w->role = ROLE_ADMIN; /* the team's service account */
+        const char *asked = http_header(req, HTTP_TEAM_HEADER);
+        if (asked && asked[0] && strcmp(asked, w->team) != 0) {
+            http_error(res, 403, "forbidden", "team", "the token of team %s acts for it only, not %.64s", w->team, asked);
+            return -1;
+        }
+    } else if (w->kind == TOKEN_ADMIN) {
+        const char *asked = http_header(req, HTTP_TEAM_HEADER);
+        if (asked && asked[0] && (r->allow & ALLOW_TEAM) && !(r->allow & ALLOW_PERSON) &&
+            admin_team(d, req, res, asked) < 0)
+            return -1;
+    }
+    if (!(r->allow & (1u << w->kind)) && w->kind == TOKEN_JOIN) {
         http_error(res, 403, "forbidden", NULL,
                    "the join token (node.token) only registers a node (POST /api/v1/nodes); "
                    "an agent uses the token its registration returned");
         return -1;
     }
-    if (!(r->allow & (1u << req->who.kind)) && req->who.kind == TOKEN_ADMIN && (r->allow & ALLOW_TEAM)) {
-        /* what it touches belongs to a team (a job, a context): the admin acts for none */
-        http_error(res, 403, "forbidden", NULL,
-                   "the admin token may not %s %s: what it touches belongs to a team, and the admin acts for "
-                   "none; use the team's token",
+    if (!(r->allow & (1u << w->kind)) && w->kind == TOKEN_ADMIN && (r->allow & ALLOW_TEAM)) {
+        /* what it touches belongs to a team (a job, a context): the admin names it */
+        http_error(res, 403, "forbidden", "team",
+                   "the admin token may %s %s only for a team it names in the " HTTP_TEAM_HEADER " header",
                    r->method, r->pattern);
         return -1;
     }
-    if (!(r->allow & (1u << req->who.kind))) {
-        http_error(res, 403, "forbidden", NULL, "a %s token may not %s %s", token_kind_name(req->who.kind),
-                   r->method, r->pattern);
+    if (!(r->allow & (1u << w->kind))) {
+        http_error(res, 403, "forbidden", NULL, "a %s token may not %s %s", token_kind_name(w->kind), r->method,
+                   r->pattern);
+        return -1;
+    }
+    if (w->kind == TOKEN_TEAM && !(r->allow & ALLOW_PERSON) && w->role < http_route_role(r)) {
+        char who[96];
+        who_text(w, who, sizeof who);
+        http_error(res, 403, "forbidden", "role", "%s %s needs role %s in team %s; %s is %s there", r->method,
+                   r->pattern, role_name(http_route_role(r)), w->team, who, role_name(w->role));
         return -1;
     }
     return 0;
@@ -873,6 +1077,8 @@ static int offload(http_daemon *h, http_req *req, http_handler fn) {
     return 0;
 }
 
+static void audit_arm(http_daemon *h, http_req *req);
+
 static void *off_main(void *arg) {
     http_daemon *h = arg;
     pthread_mutex_lock(&h->off_mu);
@@ -885,7 +1091,9 @@ static void *off_main(void *arg) {
         pthread_mutex_unlock(&h->off_mu);
         http_res *res = xmalloc(sizeof *res);
         res_init(res);
+        audit_arm(h, r);
         r->off_fn(h->srv, r, res);
+        db_precommit(h->db, NULL, NULL);
         r->off_res = res;
         MHD_resume_connection(r->conn); /* on_request sends off_res */
         pthread_mutex_lock(&h->off_mu);
@@ -1176,7 +1384,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     } else {
         for (;;) {
             req->watch_topic = HTTP_WAKE_NONE; /* http_wait_watch holds for one run */
+            audit_arm(h, req);
             req->route->handler(h->srv, req, &res);
+            db_precommit(h->db, NULL, NULL);
             req->calls++;
             if (res.deferred) { /* suspended: another thread answers (http_resume) */
                 res_release(&res);
@@ -1265,6 +1475,86 @@ static void access_line(struct MHD_Connection *conn, const http_req *req, double
     (void)w;
 }
 
+/* ---------------------------------------------------------------- audit */
+
+void http_client_addr(const http_req *req, char *out, size_t outlen) {
+    snprintf(out, outlen, "-");
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!ci || !ci->client_addr || outlen < INET6_ADDRSTRLEN) return;
+    const struct sockaddr *sa = ci->client_addr;
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, out, (socklen_t)outlen);
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, out, (socklen_t)outlen);
+}
+
+/* The request's audit row as known now (its status comes when answered). */
+static audit_row *audit_make(db *d, const http_req *req) {
+    audit_row *a = xcalloc(1, sizeof *a);
+    a->at = now_ms();
+    http_actor(req, a->actor, sizeof a->actor);
+    if (req->authed) {
+        a->user_id = req->who.user_id;
+        a->token_id = req->who.token_id;
+        if (req->who.kind == TOKEN_TEAM || req->who.kind == TOKEN_TASK) a->team_id = req->who.team_id;
+    }
+    /* a team's own routes (/teams/{name}..., /teams/{team}/members...): that team */
+    if (!a->team_id && req->route && req->nparams > 0 && strncmp(req->route->pattern, "/api/v1/teams/{", 15) == 0 &&
+        store_team_find(d, req->params[0], &a->team_id) != STORE_OK)
+        a->team_id = 0;
+    snprintf(a->method, sizeof a->method, "%s", req->method);
+    snprintf(a->route, sizeof a->route, "%.95s", req->route ? req->route->pattern : req->path);
+    /* the path's {x} values by name: "id=12", "team=vision user=ada" */
+    size_t off = 0;
+    const char *p = req->route ? req->route->pattern : "";
+    for (int i = 0; i < req->nparams && (p = strchr(p, '{')) != NULL; i++) {
+        const char *e = strchr(p, '}');
+        if (!e) break;
+        int n = snprintf(a->target + off, sizeof a->target - off, "%s%.*s=%s", off ? " " : "", (int)(e - p - 1),
+                         p + 1, req->params[i]);
+        if (n < 0 || (size_t)n >= sizeof a->target - off) break;
+        off += (size_t)n;
+        p = e;
+    }
+    http_client_addr(req, a->client, sizeof a->client);
+    return a;
+}
+
+/* A change's row goes into the change's own transaction (db_precommit). */
+static int audit_precommit(db *d, void *arg) {
+    http_req *req = arg;
+    req->audit->status = 0;
+    if (audit_insert(d, req->audit, &req->audit_id) != STORE_OK) return -1;
+    req->audit_status = 0;
+    return 0;
+}
+
+/* Before the handler: a mutating request of a person, a team's token or
+ * the admin gets its row, to be written with what it changes. */
+static void audit_arm(http_daemon *h, http_req *req) {
+    if (!req->authed || is_read(req->method)) return;
+    token_kind k = req->who.kind;
+    if (k != TOKEN_TEAM && k != TOKEN_USER && k != TOKEN_ADMIN) return;
+    if (!req->audit) req->audit = audit_make(h->db, req);
+    if (req->audit_id == 0) db_precommit(h->db, audit_precommit, req);
+}
+
+/* Once answered: the status into the row written with the change, or the
+ * row alone (a refusal, or a request that changed nothing). */
+static void audit_finish(http_daemon *h, http_req *req) {
+    if (!req->audit && req->status != 401 && req->status != 403) return;
+    if (!req->audit) req->audit = audit_make(h->db, req);
+    if (req->audit_id > 0) {
+        if (req->status != req->audit_status) (void)audit_set_status(h->db, req->audit_id, req->status);
+    } else if (req->audit_id == 0) {
+        req->audit->status = req->status;
+        if (audit_insert(h->db, req->audit, NULL) != STORE_OK)
+            log_warn("audit: cannot write the row of %s %s (%d)", req->method, req->path, req->status);
+    }
+    free(req->audit);
+    req->audit = NULL;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     http_daemon *h = cls;
@@ -1286,6 +1576,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     hist_add(h, req->slot, us);
     double ms = (double)us / 1000.0;
     access_line(conn, req, ms);
+    audit_finish(h, req);
     log_msg(req->status >= 500 || toe != MHD_REQUEST_TERMINATED_COMPLETED_OK ? LOG_WARN : LOG_DEBUG,
             "%s %s %d %zuB %.2fms%s", req->method, req->path, req->status, req->sent, ms,
             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");

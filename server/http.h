@@ -30,6 +30,7 @@
 #include "../storage/store.h"
 
 struct server;
+struct audit_row;
 struct http_res;
 
 #define HTTP_MAX_PARAMS 4
@@ -47,6 +48,15 @@ struct http_res;
 #define ALLOW_TASK (1u << TOKEN_TASK)
 #define ALLOW_JOIN (1u << TOKEN_JOIN)   /* the shared agents' token: registration only */
 #define ALLOW_USER (ALLOW_ADMIN | ALLOW_TEAM)
+#define ALLOW_PERSON (1u << TOKEN_USER) /* a person as such, before any team is chosen (/me, /tokens) */
+
+/* People (personal tokens, dashboard sessions) act in one team a request:
+ * the one their token is bound to, else the one named by this header (or
+ * the query's team=), else the only team they are in. The admin token acts
+ * for a team it names in this header. */
+#define HTTP_TEAM_HEADER "Trainyard-Team"
+#define HTTP_CSRF_HEADER "X-CSRF-Token"
+#define HTTP_SESSION_COOKIE "trainyard_session"
 
 typedef struct http_req {
     struct MHD_Connection *conn;
@@ -57,6 +67,9 @@ typedef struct http_req {
     char params[HTTP_MAX_PARAMS][HTTP_PARAM_MAX]; /* {x} segments, in order */
     principal who;                    /* valid when the route needs a token */
     int authed;
+    struct audit_row *audit;          /* this request's audit row (storage/audit.h), or NULL */
+    int64_t audit_id;                 /* its id once written */
+    int audit_status;                 /* the status written with it */
     const struct route *route;
     int64_t t0_us;
     int status;                       /* what was answered (for the log) */
@@ -122,6 +135,9 @@ typedef struct route {
     unsigned allow;                   /* ALLOW_* mask; ALLOW_NONE = public */
     size_t max_body;                  /* 0 = HTTP_BODY_DEFAULT; HTTP_BODY_CONTEXT: the
                                        * server's option (413 field "body", in MiB) */
+    team_role role;                   /* the role a team's principal needs (ALLOW_TEAM);
+                                       * ROLE_NONE: a viewer for GET/HEAD, else a member.
+                                       * A route taking ALLOW_PERSON checks roles itself. */
 } route;
 
 typedef struct http_daemon http_daemon;
@@ -236,6 +252,21 @@ const char *http_query(http_req *req, const char *key);
 /* A request header, or NULL. */
 const char *http_header(http_req *req, const char *name);
 
+/* A cookie of the request, or NULL. */
+const char *http_cookie(http_req *req, const char *name);
+
+/* The peer's address as text ("-" when unknown). */
+void http_client_addr(const http_req *req, char *out, size_t outlen);
+
+/* The role a route's default asks of a team principal (see route.role). */
+team_role http_route_role(const route *r);
+
+/* 0 when req's principal holds at least `need` in team_id (the admin
+ * token always; a team's token in its own team; a person by their
+ * membership, read now); else -1 after answering 403 naming the role it
+ * needs (or 503). */
+int http_team_role_check(db *d, http_req *req, http_res *res, int64_t team_id, const char *team, team_role need);
+
 /* 0 when the Content-Type may carry JSON (none, application/json or
  * +json, or curl's default application/x-www-form-urlencoded); else -1
  * after answering 415 unsupported_media_type. */
@@ -254,7 +285,8 @@ int64_t http_param_id(http_req *req, http_res *res, int i, const char *what);
 int http_query_long(http_req *req, http_res *res, const char *key, long lo, long hi, long def,
                     long *out);
 
-/* "team:NAME", "admin", "node:ID", "join", "task:job-JOB" for events. */
+/* "user:NAME" (a person), "team:NAME (service)" (a team's token),
+ * "admin", "node:ID", "join", "task:job-JOB" for events. */
 void http_actor(const http_req *req, char *out, size_t outlen);
 
 /* The access log: one line a request, in the Common Log Format with the

@@ -641,6 +641,10 @@ static void update_hook(void *arg, int op, const char *dbname, const char *table
         t = strcmp(table, "tasks") == 0 ? DB_CH_TASK : strcmp(table, "teams") == 0 ? DB_CH_TEAM : 0;
         if (t == DB_CH_TEAM || strcmp(table, "tokens") == 0) c->auth_dirty = 1;
         break;
+    case 'u': /* users, user_tokens: who a cached token speaks for (members has no rowid: never cached) */
+        t = 0;
+        if (strcmp(table, "users") == 0 || strcmp(table, "user_tokens") == 0) c->auth_dirty = 1;
+        break;
     case 'a': t = strcmp(table, "allocations") == 0 ? DB_CH_ALLOC : 0; break; /* rowid = device_id */
     case 'd': t = strcmp(table, "devices") == 0 ? DB_CH_DEVICE : 0; break;
     default: t = 0;
@@ -716,10 +720,30 @@ int db_changes_read(db *d, uint64_t *from, db_change **out, size_t *n) {
     return gap;
 }
 
+static __thread int (*t_pre_fn)(db *d, void *arg);
+static __thread void *t_pre_arg;
+
+void db_precommit(db *d, int (*fn)(db *d, void *arg), void *arg) {
+    (void)d;
+    t_pre_fn = fn;
+    t_pre_arg = arg;
+}
+
 int db_commit(db *d) {
     db_thread_conn *c = thread_conn(d);
     if (!c) return -1;
     int rc = 0;
+    int (*pre)(db *, void *) = t_pre_fn;
+    t_pre_fn = NULL; /* once: the first transaction the request commits */
+    if (pre && !sqlite3_get_autocommit(c->conn) && pre(d, t_pre_arg) < 0) {
+        exec_simple(c->conn, "ROLLBACK");
+        c->n_chg = 0;
+        c->chg_all = 0;
+        write_unlock(d, c);
+        notes_flush(0);
+        wakes_flush(d, 0);
+        return -1;
+    }
     if (exec_simple(c->conn, "COMMIT") < 0) {
         if (!sqlite3_get_autocommit(c->conn)) exec_simple(c->conn, "ROLLBACK");
         c->n_chg = 0;

@@ -7,7 +7,7 @@
  * nothing of HTTP or scheduling: it stores and queries.
  *
  * defines: db_open, db_close, db_conn, db_prepare, db_begin, db_commit,
- *          db_rollback, db_version, db_migrations_count, db_migrate_to,
+ *          db_rollback, db_precommit, db_version, db_migrations_count, db_migrate_to,
  *          db_disk_full, db_generation, db_note, db_notes_mark, db_notes_rewind, db_set_wake_hook, db_wake_node,
  *          db_change_note, db_changes_mark, db_changes_rewind, db_changes_head,
  *          db_changes_read (the change log the scheduler's mirror follows), db_cache,
@@ -46,6 +46,13 @@ void db_done(sqlite3_stmt *st);
 int db_begin(db *d);
 int db_commit(db *d);
 void db_rollback(db *d);
+
+/* A write that belongs with this thread's next transaction (the audit row
+ * of the request it serves): fn(d, arg) runs once, inside the transaction,
+ * just before the next db_commit's COMMIT; when it fails (-1) the whole
+ * transaction is rolled back and db_commit fails. NULL clears it (a
+ * request that committed nothing). */
+void db_precommit(db *d, int (*fn)(db *d, void *arg), void *arg);
 
 /* A line for the console (log_info) about a change this thread is making:
  * said at once outside a transaction, else kept until db_commit succeeds

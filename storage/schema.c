@@ -358,6 +358,69 @@ static const char m13[] =
     "ALTER TABLE jobs ADD COLUMN trial INTEGER;"
     "CREATE INDEX jobs_sweep ON jobs(sweep_id, trial) WHERE sweep_id IS NOT NULL;";
 
+/* 14: people. users: a person, made by the cluster admin or on their first
+ * single sign-on (source). members: a user's role in a team ('api': set by
+ * PUT /teams/{team}/members; 'oidc': from the provider's groups claim, and
+ * taken away when the claim no longer gives it). user_tokens: a person's
+ * personal access tokens ('token') and dashboard sessions ('session'), by
+ * sha256 only, each with its expiry, its team (NULL: any of the user's) and
+ * scopes. token_use: when a token
+ * was last used (its own table: a use is no change of who may do what, so
+ * it must not invalidate the token caches that follow user_tokens). audit:
+ * one row for every mutating request of a person, a team's service token
+ * or the admin, and for every refused request. jobs.user_id,
+ * sweeps.user_id: who submitted them (NULL: a team's service token or the
+ * admin). */
+static const char m14[] =
+    "CREATE TABLE users("
+    "  id INTEGER PRIMARY KEY,"
+    "  name TEXT NOT NULL UNIQUE,"
+    "  email TEXT,"
+    "  source TEXT NOT NULL CHECK (source IN ('admin','oidc')),"
+    "  created_at INTEGER NOT NULL,"
+    "  last_login_at INTEGER);"
+    "CREATE TABLE members("
+    "  team_id INTEGER NOT NULL REFERENCES teams(id),"
+    "  user_id INTEGER NOT NULL REFERENCES users(id),"
+    "  role TEXT NOT NULL CHECK (role IN ('viewer','member','admin')),"
+    "  source TEXT NOT NULL CHECK (source IN ('api','oidc')),"
+    "  created_at INTEGER NOT NULL,"
+    "  PRIMARY KEY(team_id, user_id)) WITHOUT ROWID;"
+    "CREATE INDEX members_user ON members(user_id);"
+    "CREATE TABLE user_tokens("
+    "  id INTEGER PRIMARY KEY,"
+    "  hash TEXT NOT NULL UNIQUE,"
+    "  kind TEXT NOT NULL CHECK (kind IN ('token','session')),"
+    "  user_id INTEGER NOT NULL REFERENCES users(id),"
+    "  name TEXT NOT NULL,"
+    "  team_id INTEGER REFERENCES teams(id),"
+    "  scopes TEXT NOT NULL,"
+    "  via TEXT NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  expires_at INTEGER NOT NULL,"
+    "  revoked_at INTEGER);"
+    "CREATE INDEX user_tokens_user ON user_tokens(user_id, id);"
+    "CREATE TABLE token_use("
+    "  token_id INTEGER PRIMARY KEY,"
+    "  at INTEGER NOT NULL);"
+    "CREATE TABLE audit("
+    "  id INTEGER PRIMARY KEY,"
+    "  at INTEGER NOT NULL,"
+    "  actor TEXT NOT NULL,"
+    "  user_id INTEGER,"
+    "  token_id INTEGER,"
+    "  team_id INTEGER,"
+    "  method TEXT NOT NULL,"
+    "  route TEXT NOT NULL,"
+    "  target TEXT,"
+    "  client TEXT,"
+    "  status INTEGER NOT NULL);"
+    "CREATE INDEX audit_at ON audit(at);"
+    "CREATE INDEX audit_team ON audit(team_id, at);"
+    "CREATE INDEX audit_user ON audit(user_id, at);"
+    "ALTER TABLE jobs ADD COLUMN user_id INTEGER REFERENCES users(id);"
+    "ALTER TABLE sweeps ADD COLUMN user_id INTEGER REFERENCES users(id);";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1},
     {2, "nodes, devices, tasks, allocations, shares", m2},
@@ -372,5 +435,6 @@ const migration schema_migrations[] = {
     {11, "contexts, jobs.context, nodes.runtimes, registry_creds", m11},
     {12, "accounting: tasks.gpus/cpus, teams.storage_quota, jobs.log_bytes/deleted_at/logs_purged_at", m12},
     {13, "sweeps, sweep_trials, sweep_rungs, jobs.sweep_id/trial", m13},
+    {14, "people: users, members, user_tokens, token_use, audit, jobs/sweeps.user_id", m14},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -1,5 +1,6 @@
 /* store.c - teams, tokens, jobs and events. See store.h for the contract. */
 #include "store.h"
+#include "audit.h"
 #include "cluster.h"
 #include "context_store.h"
 #include "../common/json_out.h"
@@ -20,8 +21,29 @@ const char *token_kind_name(token_kind k) {
     case TOKEN_NODE: return "node";
     case TOKEN_TASK: return "task";
     case TOKEN_JOIN: return "join";
+    case TOKEN_USER: return "user";
     }
     return "?";
+}
+
+const char *role_name(team_role r) {
+    switch (r) {
+    case ROLE_VIEWER: return "viewer";
+    case ROLE_MEMBER: return "member";
+    case ROLE_ADMIN: return "admin";
+    case ROLE_NONE: break;
+    }
+    return "none";
+}
+
+int role_parse(const char *s, team_role *r) {
+    static const team_role all[] = {ROLE_VIEWER, ROLE_MEMBER, ROLE_ADMIN};
+    for (size_t i = 0; s && i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(s, role_name(all[i])) == 0) {
+            *r = all[i];
+            return 0;
+        }
+    return -1;
 }
 
 static int token_kind_parse(const char *s, token_kind *k) {
@@ -344,9 +366,9 @@ int store_job_events(db *d, int64_t job_id, int64_t after, int limit, cJSON **ou
 static const char SQL_JOB_INSERT[] =
     "INSERT INTO jobs(team_id, name, spec, state, priority, attempt, max_restarts, workers,"
     " devices_per_worker, device, ps, max_runtime_s, preemptible, queue_if_infeasible, reason,"
-    " created_at, updated_at, queued_at, strategy, memory_mb, workers_min, context, sweep_id, trial)"
+    " created_at, updated_at, queued_at, strategy, memory_mb, workers_min, context, sweep_id, trial, user_id)"
     " VALUES(?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 'waiting for the scheduler', ?, ?, ?, ?, ?, ?, ?,"
-    " ?, ?)";
+    " ?, ?, ?)";
 
 /* The job's row and its "submitted" event, inside the caller's transaction.
  * A job naming a context marks it used, in the same transaction: a context
@@ -381,6 +403,7 @@ int store_job_insert_rows(db *d, int64_t team_id, const char *spec_json, size_t 
         sqlite3_bind_int64(st, 20, job->sweep_id);
         sqlite3_bind_int(st, 21, job->trial);
     }
+    if (job->user_id > 0) sqlite3_bind_int64(st, 22, job->user_id);
     int rc = sqlite3_step(st);
     db_done(st);
     if (rc != SQLITE_DONE) return STORE_ERROR;
@@ -420,12 +443,18 @@ typedef struct job_submit {
     cJSON *json;
     store_submit_done done;
     void *arg;
+    int audited;
+    audit_row audit;             /* its request's audit row, written with it (status 201) */
 } job_submit;
 
 static int job_submit_run(db *d, void *arg) {
     job_submit *s = arg;
     int rc = store_job_insert_rows(d, s->team_id, s->spec, s->spec_len, &s->job, s->actor, &s->id);
     if (rc != STORE_OK) return rc == STORE_NOT_FOUND ? STORE_NOT_FOUND : STORE_ERROR;
+    if (s->audited) {
+        s->audit.status = 201; /* what the handler answers once this commits */
+        if (audit_insert(d, &s->audit, NULL) != STORE_OK) return STORE_ERROR;
+    }
     /* the answer's job, read in the same transaction: what the commit makes durable */
     if (store_job_get(d, s->id, 0, 0, &s->json) != STORE_OK) {
         s->json = NULL;
@@ -459,8 +488,12 @@ static void job_submit_done(void *arg, int rc) {
 static char *dup_or_null(const char *p) { return p ? xstrdup(p) : NULL; }
 
 int store_job_submit(db *d, int64_t team_id, const char *spec_json, size_t spec_len, const store_new_job *job,
-                     const char *actor, store_submit_done done, void *arg) {
+                     const char *actor, const audit_row *audit, store_submit_done done, void *arg) {
     job_submit *s = xcalloc(1, sizeof *s);
+    if (audit) {
+        s->audited = 1;
+        s->audit = *audit;
+    }
     s->team_id = team_id;
     s->job = *job;
     s->name = dup_or_null(job->name);
@@ -509,7 +542,7 @@ int store_job_count_failure(db *d, int64_t job_id, int *failures, int *max_resta
     "j.id, j.name, t.name, j.state, j.priority, j.attempt, j.max_restarts, j.workers,"       \
     " j.devices_per_worker, j.device, j.ps, j.workers_min, j.workers_now,"                   \
     " j.max_runtime_s, j.preemptible, j.reason,"                                              \
-    " j.created_at, j.updated_at, j.started_at, j.finished_at, j.sweep_id, j.trial"
+    " j.created_at, j.updated_at, j.started_at, j.finished_at, j.sweep_id, j.trial, u.name"
 
 /* A job's JSON form, column by column of JOB_COLS: one table for the tree
  * (job_row, GET /jobs/{id}) and the text (job_row_write, the list). Kinds:
@@ -530,6 +563,7 @@ static const job_field JOB_FIELDS[] = {
     {"preemptible", 'B', NULL},  {"reason", 'T', NULL},        {"created_at", 't', NULL},
     {"updated_at", 't', NULL},   {"started_at", 't', NULL},    {"finished_at", 't', NULL},
     {"sweep", 'i', NULL},        {"trial", 'i', NULL}, /* the sweep and trial it runs; null for a job of its own */
+    {"user", 'T', NULL}, /* who submitted it; null: a team's service token or the admin */
 };
 #define JOB_NFIELDS ((int)(sizeof JOB_FIELDS / sizeof JOB_FIELDS[0]))
 
@@ -597,7 +631,7 @@ static int job_row_write(buf *out, sqlite3_stmt *st) {
 }
 
 static const char SQL_JOB_GET[] =
-    "SELECT " JOB_COLS ", j.spec FROM jobs j JOIN teams t ON t.id = j.team_id"
+    "SELECT " JOB_COLS ", j.spec FROM jobs j JOIN teams t ON t.id = j.team_id LEFT JOIN users u ON u.id = j.user_id"
     " WHERE j.id = ?1 AND (?2 = 0 OR j.team_id = ?2) AND j.deleted_at IS NULL";
 
 int store_job_get(db *d, int64_t id, int64_t team_id, int with_spec, cJSON **out) {
@@ -625,15 +659,17 @@ int store_job_get(db *d, int64_t id, int64_t team_id, int with_spec, cJSON **out
 
 static const char SQL_JOBS_LIST[] =
     "SELECT " JOB_COLS ", j.strategy, j.progress FROM jobs j JOIN teams t ON t.id = j.team_id"
+    " LEFT JOIN users u ON u.id = j.user_id"
     " WHERE (?1 = 0 OR j.team_id = ?1) AND (?2 IS NULL OR j.state = ?2) AND (?3 = 0 OR j.id < ?3)"
-    " AND j.deleted_at IS NULL ORDER BY j.id DESC LIMIT ?4";
+    " AND (?5 IS NULL OR u.name = ?5) AND j.deleted_at IS NULL ORDER BY j.id DESC LIMIT ?4";
 
-int store_jobs_list(db *d, int64_t team_id, const char *state, int64_t before, int limit, buf *out,
-                    int64_t *next) {
+int store_jobs_list(db *d, int64_t team_id, const char *state, const char *user, int64_t before, int limit,
+                    buf *out, int64_t *next) {
     sqlite3_stmt *st = db_prepare(d, SQL_JOBS_LIST);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, team_id);
     if (state) sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
+    if (user) sqlite3_bind_text(st, 5, user, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 3, before);
     sqlite3_bind_int(st, 4, limit + 1);
     int rc, n = 0, full = buf_append(out, "[", 1);
@@ -661,6 +697,27 @@ int store_jobs_list(db *d, int64_t team_id, const char *state, int64_t before, i
     full |= buf_append(out, "]", 1);
     if (rc != SQLITE_DONE || full) return STORE_ERROR;
     return STORE_OK;
+}
+
+static const char SQL_JOB_OWNER[] =
+    "SELECT j.team_id, j.user_id, u.name FROM jobs j LEFT JOIN users u ON u.id = j.user_id"
+    " WHERE j.id = ? AND j.deleted_at IS NULL";
+static const char SQL_SWEEP_OWNER[] =
+    "SELECT s.team_id, s.user_id, u.name FROM sweeps s LEFT JOIN users u ON u.id = s.user_id WHERE s.id = ?";
+
+int store_owner(db *d, int sweep, int64_t id, int64_t *team_id, int64_t *user_id, char user[64]) {
+    sqlite3_stmt *st = db_prepare(d, sweep ? SQL_SWEEP_OWNER : SQL_JOB_OWNER);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *team_id = sqlite3_column_int64(st, 0);
+        *user_id = sqlite3_column_int64(st, 1);
+        const char *u = (const char *)sqlite3_column_text(st, 2);
+        snprintf(user, 64, "%s", u ? u : "");
+    }
+    db_done(st);
+    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
 }
 
 /* a deleted job (DELETE /jobs/{id}) is not found: it ended, so no

@@ -20,16 +20,41 @@
 /* TOKEN_JOIN is the shared agents' token (DIR/node.token), good for
  * registration only; TOKEN_NODE a per-node token minted at registration.
  * Both are stored with kind 'node'; the join token has no node_id. */
-typedef enum { TOKEN_ADMIN = 0, TOKEN_TEAM, TOKEN_NODE, TOKEN_TASK, TOKEN_JOIN } token_kind;
+/* TOKEN_USER is a person (storage/users.h): a personal token or a
+ * dashboard session, before the server has chosen the team the request
+ * acts in; once it has, the principal is TOKEN_TEAM with user_id set and
+ * the person's role in that team. */
+typedef enum { TOKEN_ADMIN = 0, TOKEN_TEAM, TOKEN_NODE, TOKEN_TASK, TOKEN_JOIN, TOKEN_USER } token_kind;
+
+/* A role in a team, weakest first: a viewer reads, a member also submits
+ * and acts on their own jobs and sweeps, an admin acts on all of the
+ * team's and manages its members and registry logins. */
+typedef enum { ROLE_NONE = 0, ROLE_VIEWER, ROLE_MEMBER, ROLE_ADMIN } team_role;
+const char *role_name(team_role r);
+int role_parse(const char *s, team_role *r); /* 0, or -1 for no role's name */
+
+/* What a personal token may do beyond its user's roles. */
+#define SCOPE_READ 1u                /* GET and HEAD */
+#define SCOPE_WRITE 2u               /* every other method */
 
 /* Who a token speaks for. */
 typedef struct principal {
     token_kind kind;
-    int64_t team_id;             /* team tokens; the job's team for task tokens */
+    int64_t team_id;             /* team tokens; the job's team for task tokens; a person's chosen team */
     int64_t job_id;              /* task tokens */
     int64_t node_id;             /* per-node tokens */
     char team[64];
     int64_t expires_at;          /* ms since the epoch; 0: never */
+    /* people (TOKEN_USER, and TOKEN_TEAM with user_id set) */
+    int64_t user_id;             /* 0: not a person */
+    char user[64];
+    int64_t token_id;            /* user_tokens.id: the personal token or session used */
+    int64_t token_team;          /* the team a personal token is bound to; 0: any of the user's */
+    unsigned scopes;             /* SCOPE_* */
+    int session;                 /* 1: a dashboard session (its cookie), 0: a bearer token */
+    char via[16];                /* how the person signed in: "token", "oidc", "device" */
+    team_role role;              /* in team_id: ROLE_ADMIN for a team's service token */
+    int cluster_admin;           /* the admin token acting for a team it named */
 } principal;
 
 const char *token_kind_name(token_kind k);
@@ -78,6 +103,7 @@ typedef struct {
     const char *context;               /* command.context's hex digest (no "sha256:"); NULL = none */
     int64_t sweep_id;                  /* the sweep whose trial it runs (jobs.sweep_id); 0 = none */
     int trial;                         /* and the trial's number (jobs.trial) */
+    int64_t user_id;                   /* who submits it (jobs.user_id); 0 = a service token or the admin */
 } store_new_job;
 
 /* Inserts a queued job (spec text as submitted, columns from *job) and its
@@ -104,10 +130,14 @@ int store_job_insert_rows(db *d, int64_t team_id, const char *spec_json, size_t 
  * (the team does not hold job->context) or STORE_ERROR with 0 and NULL when
  * it is not (nothing of it was written).
  * Returns STORE_OK when queued (done will be called), STORE_ERROR when the
- * db is closing (done is never called). */
+ * db is closing (done is never called). The audit row, when given, is
+ * written in the job's savepoint with status 201. */
 typedef void (*store_submit_done)(void *arg, int rc, int64_t id, cJSON *job);
+struct audit_row;
+/* audit: the request's audit row (storage/audit.h; copied), written in
+ * the same savepoint with status 201; NULL for none. */
 int store_job_submit(db *d, int64_t team_id, const char *spec_json, size_t spec_len, const store_new_job *job,
-                     const char *actor, store_submit_done done, void *arg);
+                     const char *actor, const struct audit_row *audit, store_submit_done done, void *arg);
 
 /* Counts one failed attempt of the job (inside the caller's transaction) and
  * tells whether the restart budget allows another: 1 requeue, 0 budget
@@ -119,14 +149,20 @@ int store_job_count_failure(db *d, int64_t job_id, int *failures, int *max_resta
  * NOT_FOUND here, in store_jobs_list and in store_job_state. */
 int store_job_get(db *d, int64_t id, int64_t team_id, int with_spec, cJSON **out);
 
-/* Jobs of a team (team_id 0 = all), newest first, optionally one state,
+/* Jobs of a team (team_id 0 = all), newest first, optionally one state
+ * and one submitter (user: a user's name; NULL = anyone's),
  * ids below `before` (0 = from the newest), at most limit: their JSON array
  * appended to out as text (the objects of store_job_get without the spec,
  * with "strategy" and "progress"), written from the rows without a cJSON
  * tree (docs/server.md, "Answers"). *next is the cursor for the next page
  * (0 when none). STORE_ERROR also when out is full. */
-int store_jobs_list(db *d, int64_t team_id, const char *state, int64_t before, int limit, buf *out,
-                    int64_t *next);
+int store_jobs_list(db *d, int64_t team_id, const char *state, const char *user, int64_t before, int limit,
+                    buf *out, int64_t *next);
+
+/* Who submitted a job (sweep = 0) or a sweep (sweep = 1): its team, and
+ * its user (*user_id 0 and user "" for a service token or the admin).
+ * STORE_NOT_FOUND for none (a deleted job included). */
+int store_owner(db *d, int sweep, int64_t id, int64_t *team_id, int64_t *user_id, char user[64]);
 
 /* Reads a job's state and team (NOT_FOUND once it is deleted). */
 int store_job_state(db *d, int64_t id, char state[16], int64_t *team_id);

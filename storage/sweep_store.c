@@ -48,11 +48,12 @@ void sweep_trials_release(sweep_trial_row *t, int n) {
 /* ---------------------------------------------------------------- create */
 
 static const char SQL_SWEEP_INSERT[] =
-    "INSERT INTO sweeps(team_id, name, spec, state, created_at, updated_at) VALUES(?1, ?2, ?3, 'running', ?4, ?4)";
+    "INSERT INTO sweeps(team_id, name, spec, state, created_at, updated_at, user_id)"
+    " VALUES(?1, ?2, ?3, 'running', ?4, ?4, ?5)";
 static const char SQL_TRIAL_INSERT[] =
     "INSERT INTO sweep_trials(sweep_id, trial, params, state, updated_at) VALUES(?1, ?2, ?3, 'pending', ?4)";
 
-int sweep_store_create(db *d, int64_t team_id, const char *name, const char *spec_json, int n,
+int sweep_store_create(db *d, int64_t team_id, int64_t user_id, const char *name, const char *spec_json, int n,
                        char *const *params, int64_t *id_out) {
     if (db_begin(d) < 0) return STORE_ERROR;
     int64_t now = now_ms();
@@ -62,6 +63,7 @@ int sweep_store_create(db *d, int64_t team_id, const char *name, const char *spe
     sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 3, spec_json, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 4, now);
+    if (user_id > 0) sqlite3_bind_int64(st, 5, user_id);
     if (store_step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
     int64_t id = sqlite3_last_insert_rowid(db_conn(d));
     for (int i = 0; i < n; i++) {
@@ -85,7 +87,8 @@ int sweep_store_create(db *d, int64_t team_id, const char *name, const char *spe
 
 #define SWEEP_COLS                                                                                    \
     "s.id, s.team_id, s.name, t.name, s.state, s.spec, s.reason, s.created_at, s.updated_at,"        \
-    " coalesce(s.finished_at, 0), (SELECT count(*) FROM sweep_trials x WHERE x.sweep_id = s.id)"
+    " coalesce(s.finished_at, 0), (SELECT count(*) FROM sweep_trials x WHERE x.sweep_id = s.id),"       \
+    " (SELECT name FROM users u WHERE u.id = s.user_id)"
 
 static void sweep_row(sqlite3_stmt *st, sweep_info *o) {
     memset(o, 0, sizeof *o);
@@ -100,6 +103,7 @@ static void sweep_row(sqlite3_stmt *st, sweep_info *o) {
     o->updated_at = sqlite3_column_int64(st, 8);
     o->finished_at = sqlite3_column_int64(st, 9);
     o->trials = sqlite3_column_int(st, 10);
+    col_copy(st, 11, o->user, sizeof o->user);
 }
 
 static const char SQL_SWEEP_GET[] = "SELECT " SWEEP_COLS " FROM sweeps s JOIN teams t ON t.id = s.team_id"
@@ -297,13 +301,20 @@ int sweep_store_job_metric(db *d, int64_t job_id, const char *metric, int mode_m
 static const char SQL_TRIAL_RUN[] =
     "UPDATE sweep_trials SET state = 'running', job_id = ?3, rung = ?4, updated_at = ?5"
     " WHERE sweep_id = ?1 AND trial = ?2 AND state = 'pending'";
+static const char SQL_SWEEP_USER[] = "SELECT user_id FROM sweeps WHERE id = ?1";
 static const char SQL_TRIAL_PARAMS[] = "SELECT params FROM sweep_trials WHERE sweep_id = ?1 AND trial = ?2";
 
 int sweep_store_trial_start(db *d, int64_t sweep_id, int trial, int rung, int64_t team_id, const char *spec_json,
                             const store_new_job *job, const char *actor, int64_t *job_id_out) {
     if (db_begin(d) < 0) return STORE_ERROR;
     int64_t job_id = 0;
-    int rc = store_job_insert_rows(d, team_id, spec_json, strlen(spec_json), job, actor, &job_id);
+    store_new_job mine = *job; /* a trial's job is its sweep's submitter's */
+    sqlite3_stmt *su = db_prepare(d, SQL_SWEEP_USER);
+    if (!su) return finish_tx(d, STORE_ERROR);
+    sqlite3_bind_int64(su, 1, sweep_id);
+    if (sqlite3_step(su) == SQLITE_ROW) mine.user_id = sqlite3_column_int64(su, 0);
+    db_done(su);
+    int rc = store_job_insert_rows(d, team_id, spec_json, strlen(spec_json), &mine, actor, &job_id);
     if (rc != STORE_OK) return finish_tx(d, rc);
     sqlite3_stmt *st = db_prepare(d, SQL_TRIAL_RUN);
     if (!st) return finish_tx(d, STORE_ERROR);

@@ -33,6 +33,7 @@ typedef struct sweep_info {
     char *reason;
     int64_t created_at, updated_at, finished_at;   /* ms; finished_at 0 while running */
     int trials;                                    /* its trials, any state */
+    char user[64];                                 /* who made it; "": a service token or the admin */
 } sweep_info;
 void sweep_info_release(sweep_info *s);
 
@@ -61,7 +62,7 @@ typedef struct sweep_rung_row {
 
 /* Inserts the sweep (state running) and its n trials (pending, params[i]
  * the JSON text of trial i's parameters) in one transaction. */
-int sweep_store_create(db *d, int64_t team_id, const char *name, const char *spec_json, int n,
+int sweep_store_create(db *d, int64_t team_id, int64_t user_id, const char *name, const char *spec_json, int n,
                        char *const *params, int64_t *id_out);
 
 /* The sweep; team_id > 0: only that team's (another team's is NOT_FOUND).

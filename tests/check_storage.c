@@ -639,7 +639,7 @@ START_TEST(group_commit_isolates_a_failed_write) {
     ck_assert_int_eq(db_begin(d), 0);
     for (int k = 0; k < 3; k++) {
         store_new_job row = {.name = names[k], .workers = 1, .devices_per_worker = 1, .device = "cpu"};
-        ck_assert_int_eq(store_job_submit(d, teams[k], SPEC, strlen(SPEC), &row, "team:vision", grp_on_done, &args[k]),
+        ck_assert_int_eq(store_job_submit(d, teams[k], SPEC, strlen(SPEC), &row, "team:vision", NULL, grp_on_done, &args[k]),
                          STORE_OK);
     }
     pthread_mutex_lock(&g.mu);
