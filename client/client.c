@@ -170,6 +170,11 @@ int client_request(client *c, const char *method, const char *path, const char *
         snprintf(acc, sizeof acc, "Accept: %s", c->accept);
         hdr = curl_slist_append(hdr, acc);
     }
+    char team[96];
+    if (c->team[0]) {
+        snprintf(team, sizeof team, "Trainyard-Team: %s", c->team);
+        hdr = curl_slist_append(hdr, team);
+    }
     if (body) {
         snprintf(ct, sizeof ct, "Content-Type: %s", ctype ? ctype : "application/json");
         hdr = curl_slist_append(hdr, ct);

@@ -16,6 +16,7 @@ typedef struct client {
     long timeout_ms;            /* whole request; default 30000 */
     void *curl;                 /* CURL*, reused for keep-alive */
     char accept[64];            /* an Accept header for client_request when set ("text/csv") */
+    char team[64];              /* the team a person's request acts in (Trainyard-Team), when set */
     int (*abort_cb)(void *ctx); /* client_download: polled while it runs (about 1/s and on each
                                  * block); non-zero stops the transfer ("cancelled") */
     void *abort_ctx;

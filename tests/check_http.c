@@ -202,7 +202,7 @@ START_TEST(submit_get_list_cancel) {
     cJSON *last = cJSON_GetArrayItem(ev, cJSON_GetArraySize(ev) - 1);
     ck_assert_str_eq(cJSON_GetObjectItem(last, "to")->valuestring, "cancelled");
     ck_assert_str_eq(cJSON_GetObjectItem(last, "reason")->valuestring, "changed my mind");
-    ck_assert_str_eq(cJSON_GetObjectItem(last, "actor")->valuestring, "team:default");
+    ck_assert_str_eq(cJSON_GetObjectItem(last, "actor")->valuestring, "team:default (service)");
     cJSON_Delete(o);
 }
 END_TEST

@@ -38,6 +38,7 @@ static unsigned doc_mask(const cJSON *op) {
         else if (strcmp(k->valuestring, "node") == 0) m |= ALLOW_NODE;
         else if (strcmp(k->valuestring, "task") == 0) m |= ALLOW_TASK;
         else if (strcmp(k->valuestring, "join") == 0) m |= ALLOW_JOIN;
+        else if (strcmp(k->valuestring, "person") == 0) m |= ALLOW_PERSON;
         else ck_abort_msg("unknown token kind %s", k->valuestring);
     }
     return m;
@@ -58,6 +59,19 @@ START_TEST(every_route_is_documented) {
             ck_assert_msg(op != NULL, "route %s %s is not in api/openapi.json", r->method, r->pattern);
             ck_assert_msg(doc_mask(op) == r->allow, "%s %s: the document's token kinds differ from the route's",
                           r->method, r->pattern);
+            /* the role a team principal needs: stated for every route a team may call, as the server checks it
+             * (a route that takes a person as such, with no role of its own, checks roles itself: none) */
+            const cJSON *role = cJSON_GetObjectItem(op, "x-trainyard-role");
+            int stated = (r->allow & ALLOW_TEAM) && !((r->allow & ALLOW_PERSON) && r->role == ROLE_NONE);
+            if (stated) {
+                ck_assert_msg(cJSON_IsString(role), "%s %s: no x-trainyard-role", r->method, r->pattern);
+                ck_assert_msg(strcmp(role->valuestring, role_name(http_route_role(r))) == 0,
+                              "%s %s: x-trainyard-role %s, the server asks %s", r->method, r->pattern, role->valuestring,
+                              role_name(http_route_role(r)));
+            } else {
+                ck_assert_msg(role == NULL, "%s %s: x-trainyard-role on a route no team role opens", r->method,
+                              r->pattern);
+            }
             /* every {param} of the path is declared */
             for (const char *b = strchr(r->pattern, '{'); b; b = strchr(b + 1, '{')) {
                 const char *e = strchr(b, '}');
