@@ -4,6 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential pkg-config libmicrohttpd-dev libgnutls28-dev libcjson-dev libsqlite3-dev check
       libsubunit-dev libopenblas-dev libcurl4-openssl-dev libssl-dev zlib1g-dev libarchive-dev
+      libcjose-dev libjansson-dev
       dataset-fashion-mnist python3 python3-numpy curl jq sqlite3 procps iproute2)
 # command jobs' tests and examples: PyTorch DDP on /usr/bin/python3 (tests/check_command.c)
 pkgs+=(python3-torch)   # python3-numpy is above
