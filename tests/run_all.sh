@@ -28,6 +28,15 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export OPENBLAS_NUM_THREADS=1
 export CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-120}
 fail=0; passed=0; failed=0
+# the npm packages of package-lock.json before the suites: tests/check_oidc.c
+# runs a real OpenID Provider (oidc-provider) with node, and with them here
+# it must run rather than say SKIP (OIDC_TEST_REQUIRED)
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  if [ ! -d node_modules/oidc-provider ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+    PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error || echo "run_all: npm ci failed"
+  fi
+  export OIDC_TEST_REQUIRED=1
+fi
 # the include graph: no circle of modules or folders, each room within CONTRIBUTING.md's table (tests/include_graph.py)
 if [ "${INCLUDE_GRAPH_TEST:-1}" != 0 ]; then
   echo "== tests/include_graph.py"

@@ -46,6 +46,12 @@ function args() {
   return a;
 }
 
+// stdout carries the one ready line: the provider's notices go to stderr,
+// and a reader that has gone away (EPIPE) is no reason to stop
+console.log = console.error;
+console.info = console.error;
+process.stdout.on('error', () => {});
+
 const opts = args();
 const clientSecret = fs.readFileSync(opts.secretFile, 'utf8').trim();
 
