@@ -6,6 +6,7 @@
 #include "../common/util.h"
 #include "../server/server.h"
 #include "../spec/jobspec.h"
+#include "../storage/audit.h"
 #include "../storage/exec_store.h"
 #include "../storage/retention.h"
 #include "../storage/store.h"
@@ -179,6 +180,7 @@ static struct {
     int64_t sweep_job, sweep_ckpt;  /* the sweeps' positions (ids) */
     int sweep_jobs_done, sweep_ckpts_done;
     int64_t sweep_next;             /* when the next sweep begins (0: at once: the first is at start) */
+    int64_t audit_next;             /* when audit rows past --audit-retention-days are next removed */
 } g;
 
 /* Past the end of the finished jobs: a new pass from the start once an
@@ -335,4 +337,11 @@ void api_retention_tick(server *srv) {
     sweep(srv, now);
     pass(srv, &g.collect, 0, now + 1, now);
     if (srv->opt.log_retention_ms > 0) pass(srv, &g.logs, 1, now - srv->opt.log_retention_ms, now);
+    if (srv->opt.audit_retention_ms > 0 && now >= g.audit_next) { /* a bounded delete a minute */
+        int n = 0;
+        if (audit_prune(srv->db, now - srv->opt.audit_retention_ms, &n) == STORE_OK && n > 0)
+            log_info("audit: removed %d row%s older than the audit retention (--audit-retention-days)", n,
+                     n == 1 ? "" : "s");
+        g.audit_next = now + (n >= 10000 ? 1000 : 60000);
+    }
 }

@@ -153,7 +153,7 @@ static void add_numbers(cJSON *o, const usage_row *r, usage_by by) {
     }
 }
 
-static const char *const BY_NAME[] = {"team", "job", "day"};
+static const char *const BY_NAME[] = {"team", "job", "day", "user"};
 
 static cJSON *report_json(const usage_report *rep, int64_t from, int64_t to, usage_by by) {
     cJSON *o = cJSON_CreateObject();
@@ -171,6 +171,9 @@ static cJSON *report_json(const usage_report *rep, int64_t from, int64_t to, usa
             char day[40];
             day_text(r->day, day, sizeof day);
             cJSON_AddStringToObject(x, "day", day);
+        } else if (by == USAGE_BY_USER) {
+            if (r->user[0]) cJSON_AddStringToObject(x, "user", r->user);
+            else cJSON_AddNullToObject(x, "user"); /* the team's service token, the admin */
         }
         cJSON_AddStringToObject(x, "team", r->team);
         add_numbers(x, r, by);
@@ -208,7 +211,7 @@ static int csv_numbers(buf *b, const usage_row *r, usage_by by) {
 /* The columns, in an order that stays: the row's key, then the numbers as
  * the JSON nests them (docs/server.md, "Usage"). */
 static int report_csv(buf *b, const usage_report *rep, usage_by by) {
-    static const char *const key[] = {"team", "job,name,team", "day,team"};
+    static const char *const key[] = {"team", "job,name,team", "day,team", "user,team"};
     int rc = buf_printf(b,
                         "%s,gpu_seconds,cpu_slot_seconds,jobs_run,jobs_succeeded,jobs_failed,jobs_cancelled,"
                         "jobs_preempted,wait_median_s,wait_p95_s,wait_jobs%s\r\n",
@@ -225,6 +228,9 @@ static int report_csv(buf *b, const usage_report *rep, usage_by by) {
             char day[40];
             day_text(r->day, day, sizeof day);
             rc |= buf_printf(b, "%s,", day);
+        } else if (by == USAGE_BY_USER) {
+            rc |= csv_text(b, r->user);
+            rc |= buf_appends(b, ",");
         }
         rc |= csv_text(b, r->team);
         rc |= csv_numbers(b, r, by);
@@ -274,8 +280,9 @@ static void usage_get(server *srv, http_req *req, http_res *res) {
         if (strcmp(b, "team") == 0) by = USAGE_BY_TEAM;
         else if (strcmp(b, "job") == 0) by = USAGE_BY_JOB;
         else if (strcmp(b, "day") == 0) by = USAGE_BY_DAY;
+        else if (strcmp(b, "user") == 0) by = USAGE_BY_USER;
         else {
-            http_error(res, 422, "invalid_value", "by", "by must be team, job or day, got '%.40s'", b);
+            http_error(res, 422, "invalid_value", "by", "by must be team, user, job or day, got '%.40s'", b);
             return;
         }
     }

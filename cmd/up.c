@@ -32,7 +32,7 @@ static void up_usage(FILE *f) {
             "                     --podman, --podman-runtime, --cache-dir, --cache-max-mb]\n"
             "                    [--log-level debug|info|warn|error] [--log-format text|json] [--access-log F]\n"
             "                    [server flags: --durability, --heartbeat-timeout, --resize-interval, --public-url, --quiet,\n"
-            "                     --log-retention-days,\n"
+            "                     --log-retention-days, --audit-retention-days,\n"
             "                     --tls auto, --tls-cert F --tls-key F, --insecure-http,\n"
             "                     --context-max-mb, --context-max-files, --context-max-unpacked-mb,\n"
             "                     --context-quota-mb, --context-grace-s,\n"
@@ -117,6 +117,7 @@ static int up_server_value_flag(const char *a) {
            strcmp(a, "--access-log") == 0 || strcmp(a, "--public-url") == 0 || strcmp(a, "--tls") == 0 ||
            strcmp(a, "--tls-cert") == 0 || strcmp(a, "--tls-key") == 0 || strcmp(a, "--auth-fail-limit") == 0 ||
            strcmp(a, "--db-resident-mb") == 0 || strcmp(a, "--log-retention-days") == 0 ||
+           strcmp(a, "--audit-retention-days") == 0 ||
            strncmp(a, "--context-", 10) == 0 || strcmp(a, "--disk-reserve") == 0 ||
            strcmp(a, "--log-max-per-job-default") == 0 || strcmp(a, "--log-max-per-job") == 0;
 }

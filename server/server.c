@@ -40,6 +40,7 @@ void server_options_default(server_options *o) {
     o->context_quota_mb = 2048;
     o->context_grace_s = 86400;
     o->log_retention_ms = 30LL * 86400 * 1000;
+    o->audit_retention_ms = 365LL * 86400 * 1000;
     o->disk_reserve_bytes = 2LL << 30;
     o->log_max_per_job_default_mb = 1024;
     o->log_max_per_job_mb = 16 * 1024;
@@ -602,7 +603,7 @@ static void server_usage(FILE *f) {
             "                        [--auth-fail-limit N] [--db-resident-mb N]\n"
             "                        [--context-max-mb N] [--context-max-files N] [--context-max-unpacked-mb N]\n"
             "                        [--context-quota-mb N] [--context-grace-s SECONDS]\n"
-            "                        [--log-retention-days N]\n"
+            "                        [--log-retention-days N] [--audit-retention-days N]\n"
             "                        [--disk-reserve SIZE|N%%] [--log-max-per-job-default SIZE]\n"
             "                        [--log-max-per-job SIZE]\n"
             "  --listen      address to bind (default 127.0.0.1:8080; port 0 = any free port)\n"
@@ -636,6 +637,9 @@ static void server_usage(FILE *f) {
             "  --log-retention-days N  a finished job's logs are removed N days after its end\n"
             "                (default 30; 0: kept forever); N may be fractional (0.5), or a\n"
             "                duration with a unit: 90s, 30m, 12h, 7d\n"
+            "  --audit-retention-days N  audit rows (GET /api/v1/audit) are removed N days\n"
+            "                after they were written (default 365; 0: kept forever); the\n"
+            "                same forms as --log-retention-days\n"
             "  --disk-reserve SIZE|N%%  free space kept on the data directory's file system:\n"
             "                checkpoint uploads, log appends and context uploads that would take\n"
             "                it below are refused (507 disk_reserve; default 2GiB; 0: none)\n"
@@ -759,6 +763,11 @@ static int flag_log_retention(void *opts, const char *arg)
     return server_parse_retention(arg, &((server_options *)opts)->log_retention_ms);
 }
 
+static int flag_audit_retention(void *opts, const char *arg)
+{
+    return server_parse_retention(arg, &((server_options *)opts)->audit_retention_ms);
+}
+
 static const char *const DURABILITY[] = {"normal", "full", NULL}; /* the index is durability_full */
 
 #define SO server_options
@@ -791,6 +800,8 @@ static const flag_def SERVER_FLAGS[] = {
     FLAG_FUNC_AT("log-max-per-job", flag_log_max, "a size of 1MiB to 1PiB (such as 1GiB)"),
     FLAG_FUNC_AT("log-retention-days", flag_log_retention,
                  "days (30, 0.5; 0: keep forever) or a duration (90s, 30m, 12h, 7d) up to 100 years"),
+    FLAG_FUNC_AT("audit-retention-days", flag_audit_retention,
+                 "days (365, 0.5; 0: keep forever) or a duration (90s, 30m, 12h, 7d) up to 100 years"),
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 #undef SO

@@ -38,6 +38,8 @@ typedef struct server_options {
     /* what finished jobs leave on the disk (docs/server.md, "Retention") */
     int64_t log_retention_ms;         /* --log-retention-days: a finished job's logs go this long after
                                        * its end (default 30 days; 0: kept forever) */
+    int64_t audit_retention_ms;       /* --audit-retention-days: audit rows go this long after they
+                                       * were written (default 365 days; 0: kept forever) */
     /* the server's disk (docs/reliability.md, "What bounds the server's disk") */
     int64_t disk_reserve_bytes;       /* --disk-reserve SIZE: free space kept on the data directory's
                                        * file system (default 2 GiB; 0 with pct 0: none) */

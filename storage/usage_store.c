@@ -40,8 +40,9 @@ static const char SQL_TEAMS[] = "SELECT id, name FROM teams WHERE ?1 = 0 OR id =
  * time (none should) ends where it began; a live one ends now. */
 static const char SQL_TASKS[] =
     "SELECT t.job_id, j.team_id, j.name, j.created_at, t.created_at,"
-    " coalesce(t.finished_at, CASE WHEN t.state = 'exited' THEN t.created_at ELSE ?3 END), t.gpus, t.cpus"
-    " FROM tasks t JOIN jobs j ON j.id = t.job_id"
+    " coalesce(t.finished_at, CASE WHEN t.state = 'exited' THEN t.created_at ELSE ?3 END), t.gpus, t.cpus,"
+    " coalesce(j.user_id, 0), u.name"
+    " FROM tasks t JOIN jobs j ON j.id = t.job_id LEFT JOIN users u ON u.id = j.user_id"
     " WHERE t.created_at < ?2"
     " AND coalesce(t.finished_at, CASE WHEN t.state = 'exited' THEN t.created_at ELSE ?3 END) >= ?1"
     " AND (?4 = 0 OR j.team_id = ?4)";
@@ -49,9 +50,10 @@ static const char SQL_FIRST_PLACED[] = "SELECT min(created_at) FROM tasks WHERE 
 static const char SQL_PREEMPTS[] =
     "SELECT ts FROM job_events WHERE job_id = ?1 AND kind = 'preempt' AND ts >= ?2 AND ts < ?3";
 static const char SQL_ENDED[] =
-    "SELECT id, team_id, name, state, finished_at FROM jobs"
-    " WHERE finished_at >= ?1 AND finished_at < ?2 AND state IN ('succeeded', 'failed', 'cancelled')"
-    " AND (?3 = 0 OR team_id = ?3)";
+    "SELECT j.id, j.team_id, j.name, j.state, j.finished_at, coalesce(j.user_id, 0), u.name"
+    " FROM jobs j LEFT JOIN users u ON u.id = j.user_id"
+    " WHERE j.finished_at >= ?1 AND j.finished_at < ?2 AND j.state IN ('succeeded', 'failed', 'cancelled')"
+    " AND (?3 = 0 OR j.team_id = ?3)";
 static const char SQL_LOG_BYTES[] =
     "SELECT team_id, sum(log_bytes) FROM jobs WHERE ?1 = 0 OR team_id = ?1 GROUP BY team_id";
 static const char SQL_CKPT_BYTES[] =
@@ -78,9 +80,19 @@ typedef struct run_pair {
 } run_pair;
 
 typedef struct job_seen {
-    int64_t id, team_id, created_at;
+    int64_t id, team_id, created_at, user_id;
     char name[256];
+    char user[64];
 } job_seen;
+
+/* Who a row is of: the job, its submitter (by user; 0 = a team's service
+ * token or the admin), and the submitter's name. */
+typedef struct row_who {
+    int64_t job;
+    const char *job_name;
+    int64_t user;
+    const char *user_name;
+} row_who;
 
 typedef struct acc {
     usage_by by;
@@ -125,8 +137,11 @@ static uint64_t key_hash(int64_t t, int64_t j, int64_t d) {
     return h * 0xBF58476D1CE4E5B9ULL;
 }
 
-static int row_equal(const usage_row *r, int64_t t, int64_t j, int64_t d) {
-    return r->team_id == t && r->job_id == j && r->day == d;
+/* The row's second key: its job (by job) or its user (by user). */
+static int64_t row_key2(const usage_row *r, usage_by by) { return by == USAGE_BY_USER ? r->user_id : r->job_id; }
+
+static int row_equal(const usage_row *r, usage_by by, int64_t t, int64_t j, int64_t d) {
+    return r->team_id == t && row_key2(r, by) == j && r->day == d;
 }
 
 static void slots_grow(acc *a) {
@@ -134,7 +149,7 @@ static void slots_grow(acc *a) {
     int *s = xcalloc(ns, sizeof *s);
     for (int i = 0; i < a->n; i++) {
         const usage_row *r = &a->rows[i];
-        size_t k = key_hash(r->team_id, r->job_id, r->day) & (ns - 1);
+        size_t k = key_hash(r->team_id, row_key2(r, a->by), r->day) & (ns - 1);
         while (s[k]) k = (k + 1) & (ns - 1);
         s[k] = i + 1;
     }
@@ -143,15 +158,17 @@ static void slots_grow(acc *a) {
     a->n_slots = ns;
 }
 
-/* The row of (team, job, day) by the report's grouping, made on first use. */
-static int row_of(acc *a, int64_t team, int64_t job, const char *job_name, int64_t t) {
-    int64_t j = a->by == USAGE_BY_JOB ? job : 0;
+/* The row of (team, job or user, day) by the report's grouping, made on first use. */
+static int row_of(acc *a, int64_t team, const row_who *w, int64_t t) {
+    int64_t job = w ? w->job : 0;
+    const char *job_name = w ? w->job_name : NULL;
+    int64_t j = a->by == USAGE_BY_JOB ? job : a->by == USAGE_BY_USER && w ? w->user : 0;
     int64_t d = a->by == USAGE_BY_DAY ? day_floor(t) : 0;
     if ((size_t)(a->n + 1) * 2 > a->n_slots) slots_grow(a);
     size_t k = key_hash(team, j, d) & (a->n_slots - 1);
     while (a->slots[k]) {
         int i = a->slots[k] - 1;
-        if (row_equal(&a->rows[i], team, j, d)) return i;
+        if (row_equal(&a->rows[i], a->by, team, j, d)) return i;
         k = (k + 1) & (a->n_slots - 1);
     }
     if (a->n == a->cap) {
@@ -163,10 +180,15 @@ static int row_of(acc *a, int64_t team, int64_t job, const char *job_name, int64
     memset(r, 0, sizeof *r);
     memset(&a->waits[a->n], 0, sizeof a->waits[a->n]);
     r->team_id = team;
-    r->job_id = j;
     r->day = d;
     snprintf(r->team, sizeof r->team, "%s", team_of(a, team));
-    if (j && job_name) snprintf(r->job_name, sizeof r->job_name, "%s", job_name);
+    if (a->by == USAGE_BY_USER) {
+        r->user_id = j;
+        snprintf(r->user, sizeof r->user, "%s", w && w->user_name ? w->user_name : "");
+    } else {
+        r->job_id = j;
+        if (j && job_name) snprintf(r->job_name, sizeof r->job_name, "%s", job_name);
+    }
     a->slots[k] = a->n + 1;
     return a->n++;
 }
@@ -179,7 +201,8 @@ static void run_add(acc *a, int row, int64_t job) {
     a->runs[a->n_runs++] = (run_pair){row, job};
 }
 
-static void job_add(acc *a, int64_t id, int64_t team, int64_t created_at, const char *name) {
+static void job_add(acc *a, int64_t id, int64_t team, int64_t created_at, const char *name, int64_t user,
+                    const char *user_name) {
     if (a->n_jobs == a->cap_jobs) {
         a->cap_jobs = a->cap_jobs ? a->cap_jobs * 2 : 64;
         a->jobs = xrealloc(a->jobs, (size_t)a->cap_jobs * sizeof *a->jobs);
@@ -188,7 +211,9 @@ static void job_add(acc *a, int64_t id, int64_t team, int64_t created_at, const 
     j->id = id;
     j->team_id = team;
     j->created_at = created_at;
+    j->user_id = user;
     snprintf(j->name, sizeof j->name, "%s", name ? name : "");
+    snprintf(j->user, sizeof j->user, "%s", user_name ? user_name : "");
 }
 
 static int cmp_run(const void *x, const void *y) {
@@ -215,6 +240,7 @@ static int cmp_row(const void *x, const void *y) {
     if (g_sort_by == USAGE_BY_DAY && a->day != b->day) return a->day < b->day ? -1 : 1;
     int c = strcmp(a->team, b->team);
     if (c) return c;
+    if (g_sort_by == USAGE_BY_USER && (c = strcmp(a->user, b->user)) != 0) return c;
     return a->team_id < b->team_id ? -1 : a->team_id > b->team_id;
 }
 
@@ -279,10 +305,11 @@ static int scan_tasks(db *d, acc *a, int64_t from, int64_t to, int64_t now, int6
         int64_t submitted = sqlite3_column_int64(st, 3);
         int64_t s = sqlite3_column_int64(st, 4), e = sqlite3_column_int64(st, 5);
         int64_t gpus = sqlite3_column_int64(st, 6), cpus = sqlite3_column_int64(st, 7);
+        const row_who who = {job, name, sqlite3_column_int64(st, 8), (const char *)sqlite3_column_text(st, 9)};
         if (e > now) e = now;            /* a clock stepped back: nothing past now */
         if (s < from) s = from;
         if (e > to) e = to;
-        job_add(a, job, team, submitted, name);
+        job_add(a, job, team, submitted, name, who.user, who.user_name);
         int n = e > s ? usage_split_days(s, e, day, ms, a->by == USAGE_BY_DAY ? SPLIT_MAX : 1) : 0;
         if (n < 0) { /* one piece for the whole interval when days do not matter */
             day[0] = s;
@@ -290,11 +317,11 @@ static int scan_tasks(db *d, acc *a, int64_t from, int64_t to, int64_t now, int6
             n = 1;
         }
         if (n == 0) {                    /* an instant inside the window: the job still ran in it */
-            run_add(a, row_of(a, team, job, name, s), job);
+            run_add(a, row_of(a, team, &who, s), job);
             continue;
         }
         for (int i = 0; i < n; i++) {
-            int r = row_of(a, team, job, name, day[i]);
+            int r = row_of(a, team, &who, day[i]);
             a->rows[r].gpu_s += (double)(gpus * ms[i]) / 1000.0;
             a->rows[r].cpu_s += (double)(cpus * ms[i]) / 1000.0;
             run_add(a, r, job);
@@ -313,6 +340,7 @@ static int scan_jobs(db *d, acc *a, int64_t from, int64_t to) {
     a->n_jobs = u;
     for (int i = 0; i < a->n_jobs; i++) {
         const job_seen *j = &a->jobs[i];
+        const row_who who = {j->id, j->name, j->user_id, j->user};
         sqlite3_stmt *st = db_prepare(d, SQL_FIRST_PLACED);
         if (!st) return -1;
         sqlite3_bind_int64(st, 1, j->id);
@@ -323,7 +351,7 @@ static int scan_jobs(db *d, acc *a, int64_t from, int64_t to) {
         if (first >= from && first < to) {
             double w = (double)(first - j->created_at) / 1000.0;
             if (w < 0) w = 0;
-            int r = row_of(a, j->team_id, j->id, j->name, first); /* before a->waits is read: it may move */
+            int r = row_of(a, j->team_id, &who, first); /* before a->waits is read: it may move */
             dvec_add(&a->waits[r], w);
             dvec_add(&a->all_waits, w);
         }
@@ -332,7 +360,7 @@ static int scan_jobs(db *d, acc *a, int64_t from, int64_t to) {
         sqlite3_bind_int64(st, 2, from);
         sqlite3_bind_int64(st, 3, to);
         while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-            int r = row_of(a, j->team_id, j->id, j->name, sqlite3_column_int64(st, 0));
+            int r = row_of(a, j->team_id, &who, sqlite3_column_int64(st, 0));
             a->rows[r].jobs.preempted++;
         }
         db_done(st);
@@ -350,7 +378,9 @@ static int scan_ended(db *d, acc *a, int64_t from, int64_t to, int64_t team_id) 
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         const char *name = (const char *)sqlite3_column_text(st, 2), *state = (const char *)sqlite3_column_text(st, 3);
-        int ri = row_of(a, sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 0), name, sqlite3_column_int64(st, 4));
+        const row_who who = {sqlite3_column_int64(st, 0), name, sqlite3_column_int64(st, 5),
+                             (const char *)sqlite3_column_text(st, 6)};
+        int ri = row_of(a, sqlite3_column_int64(st, 1), &who, sqlite3_column_int64(st, 4));
         usage_row *r = &a->rows[ri];
         if (!state) continue;
         if (strcmp(state, "succeeded") == 0) r->jobs.succeeded++;
@@ -368,7 +398,7 @@ static int scan_storage(db *d, acc *a, const char *sql, int64_t team_id, int whi
     sqlite3_bind_int64(st, 1, team_id);
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int ri = row_of(a, sqlite3_column_int64(st, 0), 0, NULL, 0);
+        int ri = row_of(a, sqlite3_column_int64(st, 0), NULL, 0);
         usage_row *r = &a->rows[ri];
         int64_t v = sqlite3_column_int64(st, 1);
         if (which == 0) r->logs_bytes = v;
@@ -388,7 +418,7 @@ int usage_query(db *d, int64_t from, int64_t to, int64_t now, usage_by by, int64
     if (cluster_read_begin(d) < 0) return STORE_ERROR;
     int ok = load_teams(d, &a, team_id) == 0;
     if (ok && by == USAGE_BY_TEAM)
-        for (int i = 0; i < a.n_teams; i++) row_of(&a, a.teams[i].id, 0, NULL, 0);
+        for (int i = 0; i < a.n_teams; i++) row_of(&a, a.teams[i].id, NULL, 0);
     ok = ok && scan_tasks(d, &a, from, to, now, team_id) == 0;
     ok = ok && scan_jobs(d, &a, from, to) == 0;
     ok = ok && scan_ended(d, &a, from, to, team_id) == 0;

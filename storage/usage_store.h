@@ -23,7 +23,7 @@
 
 #define USAGE_DAY_MS 86400000LL
 
-typedef enum { USAGE_BY_TEAM = 0, USAGE_BY_JOB, USAGE_BY_DAY } usage_by;
+typedef enum { USAGE_BY_TEAM = 0, USAGE_BY_JOB, USAGE_BY_DAY, USAGE_BY_USER } usage_by;
 
 typedef struct usage_jobs {
     int64_t run, succeeded, failed, cancelled, preempted;
@@ -34,6 +34,8 @@ typedef struct usage_row {
     char team[64];
     int64_t job_id;              /* by job */
     char job_name[256];          /* by job */
+    int64_t user_id;             /* by user: who submitted (0: a team's service token or the admin) */
+    char user[64];               /* by user: their name ("" for 0) */
     int64_t day;                 /* by day: the UTC midnight (ms) that starts it */
     double gpu_s, cpu_s;         /* device seconds */
     usage_jobs jobs;
