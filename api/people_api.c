@@ -146,6 +146,8 @@ static void members_get(server *srv, http_req *req, http_res *res) {
 
 /* PUT /api/v1/teams/{team}/members/{user} {"role": "viewer"|"member"|"admin"} */
 static void member_put(server *srv, http_req *req, http_res *res) {
+    int64_t team = team_param(srv, req, res, 0, ROLE_ADMIN); /* who may, before what they sent */
+    if (team < 0) return;
     cJSON *body = http_body_json(req, res);
     if (!body) return;
     team_role role = ROLE_NONE;
@@ -165,8 +167,6 @@ static void member_put(server *srv, http_req *req, http_res *res) {
         http_error(res, 422, "missing_field", "role", "role is required (viewer, member or admin)");
         goto out;
     }
-    int64_t team = team_param(srv, req, res, 0, ROLE_ADMIN);
-    if (team < 0) goto out;
     int64_t user = 0;
     int rc = users_name_ok(req->params[1]) ? users_find(srv->db, req->params[1], &user) : STORE_NOT_FOUND;
     if (rc == STORE_NOT_FOUND) {
@@ -438,6 +438,7 @@ static void audit_get(server *srv, http_req *req, http_res *res) {
         return;
     }
     const char *team = http_query(req, "team");
+    if (!team) team = http_header(req, HTTP_TEAM_HEADER);
     const principal *w = &req->who;
     if (w->kind == TOKEN_TEAM && !team) team = w->team; /* a team's token: its own */
     if (team) {

@@ -30,7 +30,7 @@ int users_create(db *d, const char *name, const char *email, const char *source,
     int rc = sqlite3_step(st);
     int ext = sqlite3_extended_errcode(db_conn(d));
     db_done(st);
-    if (rc == SQLITE_CONSTRAINT && ext == SQLITE_CONSTRAINT_UNIQUE) return STORE_CONFLICT;
+    if ((rc & 0xff) == SQLITE_CONSTRAINT && ext == SQLITE_CONSTRAINT_UNIQUE) return STORE_CONFLICT;
     if (rc != SQLITE_DONE) return STORE_ERROR;
     if (id) *id = sqlite3_last_insert_rowid(db_conn(d));
     return STORE_OK;

@@ -362,6 +362,19 @@ static const mrow MATRIX[] = {
     {"GET", "/api/v1/sweeps", "", "oooFFFFFUU"},
     {"GET", "/api/v1/sweeps/{id}", "", "ooNFFFFFUU"},
     {"POST", "/api/v1/sweeps/{id}/cancel", "", "ooNFFFFFUU"}, /* the admin cancels it; team A's then is a 409 */
+    /* people: {name} and {user} are "nobody" (no such user), {team} team A's */
+    {"POST", "/api/v1/users", "", "oFFFFFFFUU"},
+    {"GET", "/api/v1/users", "", "oFFFFFFFUU"},
+    {"GET", "/api/v1/users/{name}", "", "NFFFFFFFUU"},
+    {"POST", "/api/v1/users/{name}/tokens", "", "NFFFFFFFUU"},
+    {"GET", "/api/v1/teams/{team}/members", "", "ooFFFFFFUU"},
+    {"PUT", "/api/v1/teams/{team}/members/{user}", "", "ooFFFFFFUU"},
+    {"DELETE", "/api/v1/teams/{team}/members/{user}", "", "NNFFFFFFUU"},
+    {"POST", "/api/v1/tokens", "", "FFFFFFFFUU"}, /* a person's only */
+    {"GET", "/api/v1/tokens", "", "FFFFFFFFUU"},
+    {"DELETE", "/api/v1/tokens/{id}", "", "NFFFFFFFUU"},
+    {"GET", "/api/v1/me", "", "oooFFFFFUU"},
+    {"GET", "/api/v1/audit", "", "oooFFFFFUU"}, /* a team's token: its own team's */
 };
 #define NROWS ((int)(sizeof MATRIX / sizeof MATRIX[0]))
 
@@ -380,6 +393,12 @@ static void row_path(const mrow *m, char *out, size_t cap) {
         size_t n = (size_t)(e - p + 1);
         if (strncmp(p, "{id}", n) == 0 && strncmp(m->pattern, "/api/v1/sweeps/", 15) == 0) {
             rc |= buf_printf(&b, "%lld", (long long)sweep_a);
+        } else if (strncmp(p, "{id}", n) == 0 && strncmp(m->pattern, "/api/v1/tokens/", 15) == 0) {
+            rc |= buf_appends(&b, "999999"); /* no such personal token */
+        } else if (strncmp(p, "{team}", n) == 0) {
+            rc |= buf_appends(&b, "default");
+        } else if (strncmp(p, "{user}", n) == 0 || (strncmp(p, "{name}", n) == 0 && strstr(m->pattern, "/users/"))) {
+            rc |= buf_appends(&b, "nobody");
         } else if (strncmp(p, "{id}", n) == 0 && strncmp(m->pattern, "/api/v1/contexts/", 17) == 0) {
             rc |= buf_appends(&b, ctx_a); /* named by job A: DELETE is a 409 */
         } else if (strncmp(p, "{id}", n) == 0) {
@@ -836,6 +855,8 @@ START_TEST(old_data_dir_migrates) {
                           " ALTER TABLE jobs DROP COLUMN deleted_at; ALTER TABLE jobs DROP COLUMN logs_purged_at;"
                           " DROP TABLE sweep_rungs; DROP TABLE sweep_trials; DROP TABLE sweeps; DROP INDEX jobs_sweep;"
                           " ALTER TABLE jobs DROP COLUMN sweep_id; ALTER TABLE jobs DROP COLUMN trial;"
+                          " DROP TABLE audit; DROP TABLE token_use; DROP TABLE user_tokens; DROP TABLE members;"
+                          " ALTER TABLE jobs DROP COLUMN user_id; DROP TABLE users;"
                           " DELETE FROM schema_migrations WHERE version >= 5;",
                           NULL, NULL, &err);
     ck_assert_msg(rc == SQLITE_OK, "cannot make a version-4 database: %s", err ? err : "?");
