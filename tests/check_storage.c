@@ -235,7 +235,7 @@ END_TEST
 static cJSON *list_jobs(db *d, int64_t team, const char *state, int64_t before, int limit, int64_t *next) {
     buf b;
     buf_init(&b, 1u << 20);
-    ck_assert_int_eq(store_jobs_list(d, team, state, before, limit, &b, next), STORE_OK);
+    ck_assert_int_eq(store_jobs_list(d, team, state, NULL, before, limit, &b, next), STORE_OK);
     cJSON *arr = cJSON_Parse(b.data);
     ck_assert_msg(cJSON_IsArray(arr), "not a JSON array: %s", b.data);
     buf_release(&b);
