@@ -19,6 +19,7 @@
  * as an unknown one); the admin token sees all. */
 #include "sweeps_api.h"
 #include "scope.h"
+#include "../storage/users.h"
 #include "exec_common.h"
 #include "admission.h"
 #include "contexts_api.h"
@@ -507,10 +508,15 @@ static void sweep_list(server *srv, http_req *req, http_res *res) {
     long limit, before;
     if (http_query_long(req, res, "limit", 1, 200, 50, &limit) < 0) return;
     if (http_query_long(req, res, "before", 1, (long)INT64_MAX, 0, &before) < 0) return;
+    const char *user = http_query(req, "user");
+    if (user && !users_name_ok(user)) {
+        http_error(res, 400, "invalid_value", "user", "user must be a user's name (1-63 of a-z, A-Z, 0-9, '.', '_', '-')");
+        return;
+    }
     sweep_info *rows = NULL;
     int n = 0;
     int64_t next = 0;
-    if (sweep_store_list(srv->db, scope_team(req), before, (int)limit, &rows, &n, &next) != STORE_OK) {
+    if (sweep_store_list(srv->db, scope_team(req), user, before, (int)limit, &rows, &n, &next) != STORE_OK) {
         api_db_unavailable(res);
         return;
     }

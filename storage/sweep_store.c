@@ -123,9 +123,11 @@ int sweep_store_get(db *d, int64_t id, int64_t team_id, sweep_info *out) {
 
 static const char SQL_SWEEP_LIST[] = "SELECT " SWEEP_COLS " FROM sweeps s JOIN teams t ON t.id = s.team_id"
                                      " WHERE (?1 = 0 OR s.team_id = ?1) AND (?2 = 0 OR s.id < ?2)"
+                                     " AND (?4 IS NULL OR s.user_id = (SELECT id FROM users WHERE name = ?4))"
                                      " ORDER BY s.id DESC LIMIT ?3";
 
-int sweep_store_list(db *d, int64_t team_id, int64_t before, int max, sweep_info **out, int *n, int64_t *next) {
+int sweep_store_list(db *d, int64_t team_id, const char *user, int64_t before, int max, sweep_info **out, int *n,
+                     int64_t *next) {
     *out = NULL;
     *n = 0;
     *next = 0;
@@ -134,6 +136,7 @@ int sweep_store_list(db *d, int64_t team_id, int64_t before, int max, sweep_info
     sqlite3_bind_int64(st, 1, team_id);
     sqlite3_bind_int64(st, 2, before);
     sqlite3_bind_int(st, 3, max + 1);
+    if (user) sqlite3_bind_text(st, 4, user, -1, SQLITE_TRANSIENT);
     sweep_info *arr = xcalloc((size_t)max + 1, sizeof *arr);
     int rc, k = 0;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {

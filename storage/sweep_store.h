@@ -69,10 +69,11 @@ int sweep_store_create(db *d, int64_t team_id, int64_t user_id, const char *name
  * The caller releases *out. */
 int sweep_store_get(db *d, int64_t id, int64_t team_id, sweep_info *out);
 
-/* Sweeps of a team (0: all), newest first, ids below before (0: from the
+/* Sweeps of a team (0: all) and of one submitter (user: a name; NULL: anyone's), newest first, ids below before (0: from the
  * newest), at most max into *out (allocated; the caller releases each and
  * frees the array); *next the cursor of the next page (0: none). */
-int sweep_store_list(db *d, int64_t team_id, int64_t before, int max, sweep_info **out, int *n, int64_t *next);
+int sweep_store_list(db *d, int64_t team_id, const char *user, int64_t before, int max, sweep_info **out, int *n,
+                     int64_t *next);
 
 /* Every trial of the sweep in trial order, with its job's state. */
 int sweep_store_trials(db *d, int64_t sweep_id, sweep_trial_row **out, int *n);
