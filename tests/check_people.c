@@ -156,7 +156,9 @@ START_TEST(role_matrix_follows_the_document) {
     char path[256];
     snprintf(path, sizeof path, "/api/v1/tokens/%lld", (long long)gone_id);
     ck_assert_int_eq(req(admin, NULL, "DELETE", path, NULL, NULL), 204);
-    /* an expired token: its expiry moved into the past in the real database file */
+    /* an expired token: its expiry moved into the past in the real database file, with the server
+     * stopped (a write beside a running server is not how the service is kept) */
+    ty_kill(&srv, SIGTERM);
     sqlite3 *db = NULL;
     char dbp[600];
     snprintf(dbp, sizeof dbp, "%s/trainyard.db", srv.dir);
@@ -166,6 +168,8 @@ START_TEST(role_matrix_follows_the_document) {
     snprintf(sql, sizeof sql, "UPDATE user_tokens SET expires_at = 1000 WHERE id = %lld", (long long)old_id);
     ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
+    const char *extra[] = {"--auth-fail-limit", "0", NULL};
+    ty_server_start_args(&srv, "server", extra);
     /* the member's own job: the object every {id} names */
     cJSON *job = NULL;
     ck_assert_int_eq(req(w[1].token, "vision", "POST", "/api/v1/jobs", QUICK, &job), 201);
