@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "assignments_api.h"
+#include "auth_api.h"
 #include "checkpoints_api.h"
 #include "cluster_api.h"
 #include "contexts_api.h"
@@ -43,6 +44,7 @@ const route *const api_route_tables[] = {
     api_usage_routes,
     api_sweeps_routes,
     api_people_routes,
+    api_auth_routes,
     NULL,
 };
 
@@ -57,6 +59,7 @@ static void wake_agents(void *cls, const int64_t *nodes, int n) {
 
 int api_start_services(struct server *srv, char *err, size_t errlen) {
     db_set_wake_hook(srv->db, wake_agents, srv);
+    if (api_auth_start(srv, err, errlen) < 0) return -1; /* a provider not reached is no error: retried later */
     sched_config cfg;
     sched_config_default(&cfg);
     if (srv->opt.heartbeat_timeout_s > 0) cfg.heartbeat_timeout_ms = (int64_t)srv->opt.heartbeat_timeout_s * 1000;

@@ -104,11 +104,12 @@ typedef struct http_res {
     char *body;                       /* heap, owned; NULL = empty */
     size_t len;
     const char *content_type;
-    char location[256];               /* Location header when non-empty */
+    char location[2048];              /* Location header when non-empty (a sign-in's redirect to
+                                       * the provider carries state, nonce and PKCE) */
     char disposition[256];            /* Content-Disposition when non-empty */
     char etag[80];                    /* X-Checksum-Sha256 when non-empty */
     char xhdr_name[32];               /* one more header when non-empty */
-    char xhdr_value[128];
+    char xhdr_value[256];             /* (a Set-Cookie with its attributes fits) */
     int fd;                           /* >= 0: send this file (ownership passes) */
     uint64_t fd_size;
     /* Streaming (server-sent events, long bodies): MHD calls stream(cls, pos,

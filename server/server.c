@@ -44,6 +44,9 @@ void server_options_default(server_options *o) {
     o->disk_reserve_bytes = 2LL << 30;
     o->log_max_per_job_default_mb = 1024;
     o->log_max_per_job_mb = 16 * 1024;
+    snprintf(o->oidc_groups_claim, sizeof o->oidc_groups_claim, "groups");
+    snprintf(o->oidc_group_map, sizeof o->oidc_group_map, "{team}:{role}");
+    o->session_hours = 12;
 }
 
 int server_parse_listen(server_options *o, const char *s) {
@@ -606,6 +609,8 @@ static void server_usage(FILE *f) {
             "                        [--log-retention-days N] [--audit-retention-days N]\n"
             "                        [--disk-reserve SIZE|N%%] [--log-max-per-job-default SIZE]\n"
             "                        [--log-max-per-job SIZE]\n"
+            "                        [--oidc-issuer URL --oidc-client-id ID --oidc-client-secret-file FILE\n"
+            "                         [--oidc-groups-claim NAME] [--oidc-group-map FORMAT]] [--session-hours N]\n"
             "  --listen      address to bind (default 127.0.0.1:8080; port 0 = any free port)\n"
             "  --data        data directory (default ./.trainyard)\n"
             "  --resize-interval  an elastic job grows into free devices at most once per this\n"
@@ -645,7 +650,18 @@ static void server_usage(FILE *f) {
             "                it below are refused (507 disk_reserve; default 2GiB; 0: none)\n"
             "  --log-max-per-job-default SIZE  the log bytes a job keeps unless its spec's\n"
             "                logs.max_size says (default 1GiB); past it, output is dropped with a note\n"
-            "  --log-max-per-job SIZE  the most logs.max_size may ask (default 16GiB)\n");
+            "  --log-max-per-job SIZE  the most logs.max_size may ask (default 16GiB)\n"
+            "  --oidc-issuer URL  single sign-on with this OpenID Provider (its discovery's issuer,\n"
+            "                exactly): the dashboard's \"Sign in\" and `trainyard login` (docs/sso.md);\n"
+            "                the provider's redirect URI is PUBLIC_URL/auth/callback\n"
+            "  --oidc-client-id ID  our client at the provider\n"
+            "  --oidc-client-secret-file FILE  the client's secret, alone in a file\n"
+            "  --oidc-groups-claim NAME  the ID token's claim listing the person's groups\n"
+            "                (default groups)\n"
+            "  --oidc-group-map FORMAT  a group that gives a role in a team, with {team} and\n"
+            "                {role} (default {team}:{role}: group vision:admin makes the person an\n"
+            "                admin of team vision at each sign-in); other groups are ignored\n"
+            "  --session-hours N  a dashboard session lasts N hours (default 12)\n");
 }
 
 int server_parse_retention(const char *s, int64_t *ms) {
@@ -768,6 +784,27 @@ static int flag_audit_retention(void *opts, const char *arg)
     return server_parse_retention(arg, &((server_options *)opts)->audit_retention_ms);
 }
 
+static int flag_oidc_issuer(void *opts, const char *arg)
+{
+    server_options *o = opts;
+    int http = strncmp(arg, "http://", 7) == 0, https = strncmp(arg, "https://", 8) == 0;
+    if ((!http && !https) || strlen(arg) <= (size_t)(https ? 8 : 7) || strcspn(arg, " \t\r\n?#") < strlen(arg))
+        return -1;
+    return sfmt(o->oidc_issuer, sizeof o->oidc_issuer, "%s", arg);
+}
+
+/* a format with {team} and {role}, each once, and nothing else in braces */
+static int flag_oidc_group_map(void *opts, const char *arg)
+{
+    server_options *o = opts;
+    const char *t = strstr(arg, "{team}"), *r = strstr(arg, "{role}");
+    if (!t || !r || strstr(t + 1, "{team}") || strstr(r + 1, "{role}")) return -1;
+    int braces = 0;
+    for (const char *p = arg; *p; p++) braces += *p == '{' || *p == '}';
+    if (braces != 4 || (r > t ? r == t + 6 : t == r + 6)) return -1; /* {team}{role} side by side: ambiguous */
+    return sfmt(o->oidc_group_map, sizeof o->oidc_group_map, "%s", arg);
+}
+
 static const char *const DURABILITY[] = {"normal", "full", NULL}; /* the index is durability_full */
 
 #define SO server_options
@@ -802,6 +839,13 @@ static const flag_def SERVER_FLAGS[] = {
                  "days (30, 0.5; 0: keep forever) or a duration (90s, 30m, 12h, 7d) up to 100 years"),
     FLAG_FUNC_AT("audit-retention-days", flag_audit_retention,
                  "days (365, 0.5; 0: keep forever) or a duration (90s, 30m, 12h, 7d) up to 100 years"),
+    FLAG_FUNC_AT("oidc-issuer", flag_oidc_issuer, "http[s]://HOST[:PORT][/PATH] (under 256 bytes)"),
+    FLAG_TEXT_AT("oidc-client-id", SO, oidc_client_id, "a client id (under 128 bytes)"),
+    FLAG_PATH_AT("oidc-client-secret-file", SO, oidc_client_secret_file, "an absolute path to a file"),
+    FLAG_TEXT_AT("oidc-groups-claim", SO, oidc_groups_claim, "a claim's name (under 64 bytes)"),
+    FLAG_FUNC_AT("oidc-group-map", flag_oidc_group_map,
+                 "a format with {team} and {role} once each, not side by side (such as trainyard-{team}-{role})"),
+    FLAG_INT_AT("session-hours", SO, session_hours, 1, 24 * 366, "hours (1-8784)"),
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 #undef SO
@@ -812,6 +856,14 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
     if (o->log_max_per_job_default_mb > o->log_max_per_job_mb) {
         fprintf(stderr, "trainyard: --log-max-per-job-default (%lld MiB) is more than --log-max-per-job (%lld MiB)\n",
                 (long long)o->log_max_per_job_default_mb, (long long)o->log_max_per_job_mb);
+        return -1;
+    }
+    if (o->oidc_issuer[0] && (!o->oidc_client_id[0] || !o->oidc_client_secret_file[0])) {
+        fprintf(stderr, "trainyard: --oidc-issuer needs --oidc-client-id and --oidc-client-secret-file\n");
+        return -1;
+    }
+    if (!o->oidc_issuer[0] && (o->oidc_client_id[0] || o->oidc_client_secret_file[0])) {
+        fprintf(stderr, "trainyard: --oidc-client-id and --oidc-client-secret-file go with --oidc-issuer\n");
         return -1;
     }
     if (o->tls_auto && (o->tls_cert[0] || o->tls_key[0])) {

@@ -47,6 +47,14 @@ typedef struct server_options {
     int64_t log_max_per_job_default_mb; /* --log-max-per-job-default: a job's log bytes unless its spec
                                        * says (logs.max_size; default 1 GiB) */
     int64_t log_max_per_job_mb;       /* --log-max-per-job: the most a spec may ask (default 16 GiB) */
+    /* single sign-on (docs/sso.md): the OpenID Provider people sign in with */
+    char oidc_issuer[256];            /* --oidc-issuer URL; "" = no single sign-on */
+    char oidc_client_id[128];         /* --oidc-client-id */
+    char oidc_client_secret_file[PATH_MAX]; /* --oidc-client-secret-file: the secret, alone in a file */
+    char oidc_groups_claim[64];       /* --oidc-groups-claim (default "groups") */
+    char oidc_group_map[128];         /* --oidc-group-map: a group that gives a role, with {team} and
+                                       * {role} (default "{team}:{role}") */
+    int session_hours;                /* --session-hours: a dashboard session lasts this long (12) */
 } server_options;
 
 struct http_daemon;
