@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct cli_opts {
@@ -29,8 +30,9 @@ typedef struct cli_opts {
     const char *output;         /* -o FILE */
     int interval_ms;            /* watch */
     const char *context;        /* submit --context DIR */
-    const char *from, *to, *by, *team; /* usage */
+    const char *from, *to, *by, *team; /* usage; --team is also the team every request acts in */
     int csv;                    /* usage --csv */
+    char team_hdr[64];          /* --team, else TRAINYARD_TEAM: sent as Trainyard-Team */
 } cli_opts;
 
 enum { EXIT_OK = 0, EXIT_REFUSED = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3, EXIT_JOB_FAILED = 4,
@@ -69,12 +71,19 @@ static void print_error(const client_reply *r) {
     cJSON_Delete(o);
 }
 
+/* A client for o's server, token and team. 0 or -1. */
+static int cli_client(client *c, const cli_opts *o) {
+    if (client_init(c, o->url, o->token) < 0) return -1;
+    snprintf(c->team, sizeof c->team, "%s", o->team_hdr);
+    return 0;
+}
+
 /* One request; on success returns the parsed JSON (and prints it raw with
  * --json when print_raw), else prints the error and returns NULL. */
 static cJSON *call(const cli_opts *o, const char *method, const char *path, const char *body, size_t len,
                    int print_raw, int *exit_code) {
     client c;
-    if (client_init(&c, o->url, o->token) < 0) {
+    if (cli_client(&c, o) < 0) {
         fprintf(stderr, "error: cannot initialise the HTTP client\n");
         *exit_code = 1;
         return NULL;
@@ -172,7 +181,7 @@ static int push_context(const cli_opts *o, const char *dir, char *id, size_t idl
     int rc = pack_context(dir, &info, &data, &len);
     if (rc != EXIT_OK) return rc;
     client c;
-    if (client_init(&c, o->url, o->token) < 0) {
+    if (cli_client(&c, o) < 0) {
         fprintf(stderr, "error: cannot initialise the HTTP client\n");
         free(data);
         return EXIT_REFUSED;
@@ -567,7 +576,7 @@ static int do_logs(const cli_opts *o, const char *id, const char *task, int foll
     if (!id_ok(id, "job"))
         return EXIT_USAGE;
     client c;
-    if (client_init(&c, o->url, o->token) < 0) {
+    if (cli_client(&c, o) < 0) {
         fprintf(stderr, "error: cannot initialise the HTTP client\n");
         return 1;
     }
@@ -831,7 +840,7 @@ static int do_download(const cli_opts *o, const char *id) {
     if (o->output) snprintf(out, sizeof out, "%s", o->output);
     else snprintf(out, sizeof out, "job-%s-checkpoint-%s.safetensors", id, o->checkpoint ? o->checkpoint : "latest");
     client c;
-    if (client_init(&c, o->url, o->token) < 0) {
+    if (cli_client(&c, o) < 0) {
         fprintf(stderr, "error: cannot initialise the HTTP client\n");
         return EXIT_UNREACHABLE;
     }
@@ -966,7 +975,7 @@ static int do_usage(const cli_opts *o) {
     }
     if (o->csv) {
         client c;
-        if (client_init(&c, o->url, o->token) < 0) {
+        if (cli_client(&c, o) < 0) {
             fprintf(stderr, "error: cannot initialise the HTTP client\n");
             return EXIT_REFUSED;
         }
@@ -1131,6 +1140,215 @@ static int do_sweep_status(const cli_opts *o, const char *id) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- sign-in */
+
+/* The error code of an error reply ("" when none). */
+static void reply_code(const client_reply *r, char *out, size_t n, int *interval) {
+    out[0] = '\0';
+    cJSON *o = cJSON_ParseWithLength(r->body.data ? r->body.data : "", r->body.len);
+    const cJSON *e = o ? cJSON_GetObjectItemCaseSensitive(o, "error") : NULL;
+    const cJSON *c = e ? cJSON_GetObjectItemCaseSensitive(e, "code") : NULL;
+    if (cJSON_IsString(c)) snprintf(out, n, "%s", c->valuestring);
+    const cJSON *iv = o ? cJSON_GetObjectItemCaseSensitive(o, "interval") : NULL;
+    if (interval && cJSON_IsNumber(iv) && iv->valuedouble >= 1 && iv->valuedouble <= 600) *interval = (int)iv->valuedouble;
+    cJSON_Delete(o);
+}
+
+/* Makes the directories of path (mode 0700, as ~/.config is) and writes
+ * the token there, 0600. 0 or -1 (message printed). */
+static int save_token(const char *path, const char *token) {
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) *slash = '\0';
+    if (mkdir_p(dir, 0700) < 0) {
+        fprintf(stderr, "error: cannot make %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    char line[300];
+    int n = snprintf(line, sizeof line, "%s\n", token);
+    if (n < 0 || (size_t)n >= sizeof line || file_write_atomic(path, line, (size_t)n, 0600) < 0) {
+        fprintf(stderr, "error: cannot write %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* trainyard login: the device flow against our server (which holds the
+ * provider's client secret), the personal token stored for the CLI. */
+static int do_login(const cli_opts *o) {
+    char path[PATH_MAX];
+    if (client_config_token_path(path, sizeof path) < 0) {
+        fprintf(stderr, "error: neither XDG_CONFIG_HOME nor HOME names a directory to keep the token in\n");
+        return EXIT_USAGE;
+    }
+    cli_opts anon = *o;
+    anon.token[0] = '\0';
+    int ec = 0;
+    cJSON *d = call(&anon, "POST", "/api/v1/auth/device", "{}", 2, 0, &ec);
+    if (!d) return ec;
+    char handle[128], body[200];
+    snprintf(handle, sizeof handle, "%s", jstr(d, "device"));
+    int interval = (int)jnum(d, "interval");
+    if (interval < 1) interval = 5;
+    int64_t deadline = mono_ms() + (int64_t)(jnum(d, "expires_in") > 0 ? jnum(d, "expires_in") : 600) * 1000;
+    if (o->json) {
+        char *txt = cJSON_PrintUnformatted(d);
+        printf("%s\n", txt ? txt : "{}");
+        free(txt);
+    } else {
+        printf("To sign in, open %s\nand enter the code %s\n", jstr(d, "verification_uri"), jstr(d, "user_code"));
+        printf("(or open %s)\nWaiting for the sign-in...\n", jstr(d, "verification_uri_complete"));
+    }
+    fflush(stdout);
+    cJSON_Delete(d);
+    snprintf(body, sizeof body, "{\"device\":\"%s\"}", handle);
+    client c;
+    if (cli_client(&c, &anon) < 0) {
+        fprintf(stderr, "error: cannot initialise the HTTP client\n");
+        return EXIT_REFUSED;
+    }
+    int rc = EXIT_REFUSED;
+    for (;;) {
+        if (mono_ms() > deadline) {
+            fprintf(stderr, "error: the code expired before the sign-in: run trainyard login again\n");
+            break;
+        }
+        struct timespec ts = {interval, 0};
+        nanosleep(&ts, NULL);
+        client_reply r;
+        if (client_request(&c, "POST", "/api/v1/auth/device/token", body, strlen(body), NULL, &r) < 0) {
+            fprintf(stderr, "error: cannot reach the server: %s\n", r.error);
+            client_reply_release(&r);
+            rc = EXIT_UNREACHABLE;
+            break;
+        }
+        char code[64];
+        reply_code(&r, code, sizeof code, &interval);
+        if (r.status == 400 && (strcmp(code, "authorization_pending") == 0 || strcmp(code, "slow_down") == 0)) {
+            client_reply_release(&r);
+            continue;
+        }
+        if (r.status != 201) {
+            if (strcmp(code, "access_denied") == 0) fprintf(stderr, "error: the sign-in was refused at the provider\n");
+            else if (strcmp(code, "expired_token") == 0)
+                fprintf(stderr, "error: the code expired before the sign-in: run trainyard login again\n");
+            else print_error(&r);
+            rc = r.status >= 500 ? EXIT_UNREACHABLE : EXIT_REFUSED;
+            client_reply_release(&r);
+            break;
+        }
+        cJSON *t = cJSON_ParseWithLength(r.body.data ? r.body.data : "", r.body.len);
+        client_reply_release(&r);
+        const cJSON *tok = t ? cJSON_GetObjectItemCaseSensitive(t, "token") : NULL;
+        if (!cJSON_IsString(tok)) {
+            fprintf(stderr, "error: the server's reply holds no token\n");
+            cJSON_Delete(t);
+            break;
+        }
+        if (save_token(path, tok->valuestring) == 0) {
+            printf("Signed in as %s; the token (until %s) is in %s\n", jstr(t, "user"), jstr(t, "expires_at"), path);
+            rc = EXIT_OK;
+        }
+        cJSON_Delete(t);
+        break;
+    }
+    client_release(&c);
+    return rc;
+}
+
+/* trainyard logout: the stored token revoked (DELETE /tokens/{id}) and its file removed. */
+static int do_logout(const cli_opts *o) {
+    char path[PATH_MAX], err[512];
+    if (client_config_token_path(path, sizeof path) < 0) {
+        fprintf(stderr, "error: neither XDG_CONFIG_HOME nor HOME is set\n");
+        return EXIT_USAGE;
+    }
+    size_t len = 0;
+    char *s = file_read_all(path, 1024, &len);
+    if (!s) {
+        fprintf(stderr, "error: not signed in with trainyard login (%s: %s)\n", path, strerror(errno));
+        return EXIT_REFUSED;
+    }
+    while (len && (s[len - 1] == '\n' || s[len - 1] == '\r' || s[len - 1] == ' ')) s[--len] = '\0';
+    cli_opts me = *o;
+    int too_long = sfmt(me.token, sizeof me.token, "%s", s) < 0;
+    free(s);
+    if (too_long) snprintf(me.token, sizeof me.token, "-");
+    me.json = 0;
+    client c;
+    client_reply r;
+    if (cli_client(&c, &me) < 0) return EXIT_REFUSED;
+    int rc = client_request(&c, "GET", "/api/v1/me", NULL, 0, NULL, &r);
+    if (rc < 0) {
+        fprintf(stderr, "error: cannot reach the server: %s\n", r.error);
+        client_reply_release(&r);
+        client_release(&c);
+        return EXIT_UNREACHABLE;
+    }
+    int revoked = 0;
+    if (r.status == 200) {
+        cJSON *v = cJSON_ParseWithLength(r.body.data ? r.body.data : "", r.body.len);
+        double id = jdouble(cJSON_GetObjectItemCaseSensitive(v, "credential"), "id");
+        cJSON_Delete(v);
+        client_reply_release(&r);
+        char p[64];
+        snprintf(p, sizeof p, "/api/v1/tokens/%.0f", id);
+        if (client_request(&c, "DELETE", p, NULL, 0, NULL, &r) < 0) {
+            fprintf(stderr, "error: cannot reach the server: %s\n", r.error);
+            client_reply_release(&r);
+            client_release(&c);
+            return EXIT_UNREACHABLE;
+        }
+        if (r.status >= 400) {
+            print_error(&r);
+            client_reply_release(&r);
+            client_release(&c);
+            return r.status >= 500 ? EXIT_UNREACHABLE : EXIT_REFUSED;
+        }
+        revoked = 1;
+    } else if (r.status != 401) { /* 401: already revoked or expired; the file goes anyway */
+        print_error(&r);
+        client_reply_release(&r);
+        client_release(&c);
+        return r.status >= 500 ? EXIT_UNREACHABLE : EXIT_REFUSED;
+    }
+    client_reply_release(&r);
+    client_release(&c);
+    if (unlink(path) < 0) {
+        snprintf(err, sizeof err, "%s", strerror(errno));
+        fprintf(stderr, "error: cannot remove %s: %s\n", path, err);
+        return EXIT_REFUSED;
+    }
+    printf("Signed out: %s; %s removed\n", revoked ? "the token is revoked" : "the token was no longer valid", path);
+    return EXIT_OK;
+}
+
+/* trainyard whoami: GET /api/v1/me. */
+static int do_whoami(const cli_opts *o) {
+    int ec = 0;
+    cJSON *v = call(o, "GET", "/api/v1/me", NULL, 0, 1, &ec);
+    if (!v) return ec;
+    if (!o->json) {
+        printf("name:       %s\n", jstr(v, "name"));
+        printf("kind:       %s%s\n", jstr(v, "kind"),
+               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "cluster_admin")) ? " (cluster admin)" : "");
+        const cJSON *email = cJSON_GetObjectItemCaseSensitive(v, "email");
+        if (cJSON_IsString(email)) printf("email:      %s\n", email->valuestring);
+        printf("signed in:  %s", jstr(v, "signed_in_via"));
+        const cJSON *cr = cJSON_GetObjectItemCaseSensitive(v, "credential");
+        if (cr) printf(" (%s %.0f, until %s)", jstr(cr, "kind"), jdouble(cr, "id"), jstr(cr, "expires_at"));
+        printf("\nteams:      ");
+        const cJSON *t;
+        int n = 0;
+        cJSON_ArrayForEach(t, cJSON_GetObjectItemCaseSensitive(v, "teams"))
+            printf("%s%s (%s)", n++ ? ", " : "", jstr(t, "team"), jstr(t, "role"));
+        printf("%s\n", n ? "" : "none");
+    }
+    cJSON_Delete(v);
+    return 0;
+}
+
 static void cli_usage(FILE *f) {
 
     fprintf(f,
@@ -1154,12 +1372,19 @@ static void cli_usage(FILE *f) {
             "       trainyard usage [--from T] [--to T] [--by team|job|day] [--team NAME] [--csv]\n"
             "                                        device hours, jobs, waits and storage (default: the last\n"
             "                                        30 days by team; T: ISO 8601 or ms); --csv: the server's CSV\n"
-            "options: --json (print the server's JSON), --url URL, --token TOKEN,\n"
+            "       trainyard login                  sign in with the cluster's single sign-on (a code to\n"
+            "                                        enter in a browser); the token is kept in\n"
+            "                                        ~/.config/trainyard/token (XDG_CONFIG_HOME), 0600\n"
+            "       trainyard logout                 that token revoked and its file removed\n"
+            "       trainyard whoami                 who the token speaks for, how signed in, teams and roles\n"
+            "options: --json (print the server's JSON), --url URL, --token TOKEN, --team NAME (the team\n"
+            "         a person acts in: Trainyard-Team),\n"
             "         --ca-cert FILE (the CA to verify an https:// server with)\n"
             "exit: 0 ok, 1 refused by the server (4xx), 2 usage (or a folder that cannot be packed),\n"
             "      3 server unreachable or 5xx,\n"
             "      4 watched job failed, 5 watched job cancelled, 6 download sha256 mismatch\n"
-            "env: TRAINYARD_URL (default http://127.0.0.1:8080), TRAINYARD_TOKEN (default: ./.trainyard/token),\n"
+            "env: TRAINYARD_URL (default http://127.0.0.1:8080), TRAINYARD_TOKEN (default: TRAINYARD_TOKEN_FILE,\n"
+            "     else ./.trainyard/token, else trainyard login's token), TRAINYARD_TEAM (as --team),\n"
             "     TRAINYARD_CA (a CA file for https://; default: the system's store)\n");
 }
 
@@ -1167,7 +1392,7 @@ int cmd_cli(int argc, char **argv) {
     const char *cmd = argv[0];
     static const char *cmds[] = {"submit", "jobs",  "status", "cancel", "delete", "teams", "logs",
                                  "watch",  "queue", "cluster", "events", "checkpoints", "context",
-                                 "usage", "sweep", "sweeps", "sweep-status"};
+                                 "usage", "sweep", "sweeps", "sweep-status", "login", "logout", "whoami"};
     int known = 0;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(cmd, cmds[i]) == 0) known = 1;
@@ -1242,6 +1467,19 @@ int cmd_cli(int argc, char **argv) {
     if (url) snprintf(o.url, sizeof o.url, "%s", url);
     else client_default_url(o.url, sizeof o.url);
     char err[512];
+    const char *team_env = getenv("TRAINYARD_TEAM");
+    if (sfmt(o.team_hdr, sizeof o.team_hdr, "%s", o.team ? o.team : team_env ? team_env : "") < 0) {
+        fprintf(stderr, "error: --team wants a team's name (under 64 bytes)\n");
+        return 2;
+    }
+    int nargs0 = argc - optind;
+    if (strcmp(cmd, "login") == 0 || strcmp(cmd, "logout") == 0) { /* their own token, or none yet */
+        if (nargs0 != 0) {
+            cli_usage(stderr);
+            return 2;
+        }
+        return strcmp(cmd, "login") == 0 ? do_login(&o) : do_logout(&o);
+    }
     if (token) snprintf(o.token, sizeof o.token, "%s", token);
     else if (client_default_token(o.token, sizeof o.token, err, sizeof err) < 0) {
         fprintf(stderr, "error: %s\n", err);
@@ -1255,8 +1493,8 @@ int cmd_cli(int argc, char **argv) {
     if (strcmp(cmd, "context") == 0 && nargs == 2 && strcmp(argv[optind], "push") == 0)
         return do_context_push(&o, argv[optind + 1]);
     if (strcmp(cmd, "context") == 0 && nargs == 1 && strcmp(argv[optind], "list") == 0) return do_context_list(&o);
-    if ((o.from || o.to || o.by || o.team || o.csv) && strcmp(cmd, "usage") != 0) {
-        fprintf(stderr, "error: --from, --to, --by, --team and --csv go with usage\n");
+    if ((o.from || o.to || o.by || o.csv) && strcmp(cmd, "usage") != 0) {
+        fprintf(stderr, "error: --from, --to, --by and --csv go with usage\n");
         return 2;
     }
     if (strcmp(cmd, "usage") == 0 && nargs == 0) return do_usage(&o);
@@ -1269,6 +1507,7 @@ int cmd_cli(int argc, char **argv) {
     if (strcmp(cmd, "cancel") == 0 && nargs == 1) return do_cancel(&o, argv[optind]);
     if (strcmp(cmd, "delete") == 0 && nargs == 1) return do_delete(&o, argv[optind]);
     if (strcmp(cmd, "teams") == 0 && nargs == 0) return do_teams(&o);
+    if (strcmp(cmd, "whoami") == 0 && nargs == 0) return do_whoami(&o);
     if (strcmp(cmd, "watch") == 0 && nargs == 1) return do_watch(&o, argv[optind]);
     if (strcmp(cmd, "queue") == 0 && nargs == 0) return do_queue(&o);
     if (strcmp(cmd, "cluster") == 0 && nargs == 0) return do_cluster(&o);

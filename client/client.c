@@ -208,21 +208,22 @@ void client_default_url(char *out, size_t outlen) {
     snprintf(out, outlen, "%s", u && *u ? u : "http://127.0.0.1:8080");
 }
 
-int client_default_token(char *out, size_t outlen, char *err, size_t errlen) {
-    const char *t = getenv("TRAINYARD_TOKEN");
-    if (t && *t) {
-        if (sfmt(out, outlen, "%s", t) < 0) {
-            snprintf(err, errlen, "TRAINYARD_TOKEN is too long");
-            return -1;
-        }
-        return 0;
-    }
-    const char *file = getenv("TRAINYARD_TOKEN_FILE");
-    if (!file || !*file) file = ".trainyard/token";
+int client_config_token_path(char *out, size_t n) {
+    const char *x = getenv("XDG_CONFIG_HOME");
+    if (x && x[0] == '/') return sfmt(out, n, "%s/trainyard/token", x);
+    const char *home = getenv("HOME");
+    if (!home || home[0] != '/') return -1;
+    return sfmt(out, n, "%s/.config/trainyard/token", home);
+}
+
+/* The token held in file, into out: 0; -1 with err (a file that does not
+ * hold one); 1 when there is no such file (errno ENOENT). */
+static int token_from_file(const char *file, char *out, size_t outlen, char *err, size_t errlen) {
     size_t len = 0;
     char *s = file_read_all(file, 1024, &len);
     if (!s) {
-        snprintf(err, errlen, "no token: set TRAINYARD_TOKEN, or run where %s exists (%s)", file, strerror(errno));
+        if (errno == ENOENT) return 1;
+        snprintf(err, errlen, "cannot read the token file %s: %s", file, strerror(errno));
         return -1;
     }
     while (len && (s[len - 1] == '\n' || s[len - 1] == '\r' || s[len - 1] == ' ')) s[--len] = '\0';
@@ -233,6 +234,35 @@ int client_default_token(char *out, size_t outlen, char *err, size_t errlen) {
         return -1;
     }
     return 0;
+}
+
+int client_default_token(char *out, size_t outlen, char *err, size_t errlen) {
+    const char *t = getenv("TRAINYARD_TOKEN");
+    if (t && *t) {
+        if (sfmt(out, outlen, "%s", t) < 0) {
+            snprintf(err, errlen, "TRAINYARD_TOKEN is too long");
+            return -1;
+        }
+        return 0;
+    }
+    const char *file = getenv("TRAINYARD_TOKEN_FILE");
+    if (file && *file) { /* named: that file or nothing */
+        int rc = token_from_file(file, out, outlen, err, errlen);
+        if (rc > 0) snprintf(err, errlen, "no token: TRAINYARD_TOKEN_FILE names %s, which does not exist", file);
+        return rc == 0 ? 0 : -1;
+    }
+    int rc = token_from_file(".trainyard/token", out, outlen, err, errlen);
+    if (rc <= 0) return rc;
+    char cfg[PATH_MAX];
+    if (client_config_token_path(cfg, sizeof cfg) == 0) {
+        rc = token_from_file(cfg, out, outlen, err, errlen);
+        if (rc <= 0) return rc;
+    } else {
+        snprintf(cfg, sizeof cfg, "~/.config/trainyard/token");
+    }
+    snprintf(err, errlen, "no token: set TRAINYARD_TOKEN, run where .trainyard/token exists, or sign in with "
+             "trainyard login (%s)", cfg);
+    return -1;
 }
 
 /* ---------------------------------------------------------------- download */

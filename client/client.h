@@ -2,7 +2,7 @@
  * one call = one request with a bearer token, a bounded response body.
  *
  * defines: client_init, client_request, client_release, client_default_url,
- *          client_default_token */
+ *          client_default_token, client_config_token_path */
 #ifndef TRAINYARD_CLIENT_H
 #define TRAINYARD_CLIENT_H
 
@@ -83,8 +83,14 @@ void client_tls_apply(void *curl);
 /* TRAINYARD_URL, else http://127.0.0.1:8080. */
 void client_default_url(char *out, size_t outlen);
 
-/* TRAINYARD_TOKEN, else the contents of ./.trainyard/token (or the file
- * named by TRAINYARD_TOKEN_FILE). Returns 0 or -1 with a message in err. */
+/* The first of: TRAINYARD_TOKEN; the file TRAINYARD_TOKEN_FILE names
+ * (when set, that file or an error); ./.trainyard/token; the token
+ * `trainyard login` stored (client_config_token_path). Returns 0 or -1
+ * with a message in err. */
 int client_default_token(char *out, size_t outlen, char *err, size_t errlen);
+
+/* Where `trainyard login` keeps its token: $XDG_CONFIG_HOME/trainyard/token,
+ * else $HOME/.config/trainyard/token. 0, or -1 (no HOME, a path too long). */
+int client_config_token_path(char *out, size_t n);
 
 #endif

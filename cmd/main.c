@@ -43,6 +43,10 @@ static void usage(FILE *f) {
             "  sweep FILE    start a hyperparameter sweep (grid, random, asha) of a job spec\n"
             "  sweeps        your team's sweeps\n"
             "  sweep-status ID   a sweep's trials, best metric first\n"
+            "people (single sign-on, docs/sso.md; --team NAME or TRAINYARD_TEAM: the team you act in):\n"
+            "  login         sign in with a code in a browser; the token goes to ~/.config/trainyard/token\n"
+            "  logout        revoke that token and remove it\n"
+            "  whoami        who you are here, how you signed in, your teams and roles\n"
             "  version       this version and what it was built with\n");
 }
 
