@@ -10,10 +10,18 @@
  * attributes (never innerHTML), so nothing the server or a user sent is ever
  * parsed as markup. The token is kept in localStorage and sent as
  * "Authorization: Bearer"; server-sent events are read with fetch() streaming
- * so the token travels in that header too, never in a URL (docs/dashboard.md). */
+ * so the token travels in that header too, never in a URL (docs/dashboard.md).
+ *
+ * Or a person signs in with single sign-on (/auth/login): the session is an
+ * HttpOnly cookie the page never sees; GET /api/v1/me says who they are,
+ * their teams (the chosen one goes into every request as Trainyard-Team,
+ * remembered in localStorage) and the CSRF token every change sends as
+ * X-CSRF-Token (docs/sso.md). The audit page lists who changed what. */
 'use strict';
 
 const TOKEN_KEY = 'trainyard.token';
+const TEAM_KEY = 'trainyard.team';
+let session = null;       /* GET /api/v1/me of a signed-in person (cookie), or null */
 const FINISHED = new Set(['succeeded', 'failed', 'cancelled']);
 const main = document.getElementById('main');
 let pageTimers = [];      /* cleared when the page changes */
@@ -38,6 +46,17 @@ function h(tag, attrs, ...children) {
 }
 
 function token() { return localStorage.getItem(TOKEN_KEY) || ''; }
+function chosenTeam() { return localStorage.getItem(TEAM_KEY) || ''; }
+
+/* The credential's headers: the pasted token, or the session's team and
+ * (for a change) its CSRF token; the cookie goes by itself. */
+function authHeaders(method = 'GET') {
+  if (token()) return {Authorization: 'Bearer ' + token()};
+  const hd = {};
+  if (session && chosenTeam()) hd['Trainyard-Team'] = chosenTeam();
+  if (session && !['GET', 'HEAD'].includes(method)) hd['X-CSRF-Token'] = session.csrf || '';
+  return hd;
+}
 
 class ApiError extends Error {
   constructor(status, body) {
@@ -51,7 +70,7 @@ class ApiError extends Error {
 
 /* One API call with the bearer token; resolves to the parsed JSON (or text). */
 async function api(path, opts = {}) {
-  const headers = Object.assign({Authorization: 'Bearer ' + token()}, opts.headers || {});
+  const headers = Object.assign(authHeaders(opts.method || 'GET'), opts.headers || {});
   if (opts.body !== undefined) headers['Content-Type'] = 'application/json';
   const r = await fetch('/api/v1' + path, {method: opts.method || 'GET', headers, body: opts.body,
                                            signal: opts.signal || (pageAbort && pageAbort.signal)});
@@ -60,6 +79,7 @@ async function api(path, opts = {}) {
   if ((r.headers.get('Content-Type') || '').startsWith('application/json') && text) body = JSON.parse(text);
   if (r.status === 401 && !opts.noSignout) {
     const expired = body && body.error && body.error.code === 'token_expired';
+    if (session) { session = null; signOut('Your session ended; sign in again.'); throw new ApiError(401, body); }
     signOut(expired ? 'Your token expired (' + body.error.message.replace(/: ask.*$/, '') + '); sign in with a new one.'
                     : 'Your token was refused; sign in again.');
     throw new ApiError(401, body);
@@ -116,6 +136,12 @@ function errorBox(e) { return h('div', {class: 'alert', role: 'alert'}, e.messag
 
 function signOut(msg) {
   localStorage.removeItem(TOKEN_KEY);
+  if (session) { /* the session revoked on the server, the cookie cleared */
+    const hd = {'X-CSRF-Token': session.csrf || ''};
+    session = null;
+    fetch('/auth/logout', {method: 'POST', headers: hd}).catch(() => {}).finally(() => { if (msg) sessionStorage.setItem('trainyard.msg', msg); location.hash = '#/signin'; route(); });
+    return;
+  }
   location.hash = '#/signin';
   if (msg) sessionStorage.setItem('trainyard.msg', msg);
   route();
@@ -143,7 +169,8 @@ function pageSignin() {
     }
   }},
     h('h1', {}, 'Sign in'),
-    h('p', {class: 'muted'}, 'Paste your team token (with "trainyard up" it is in .trainyard/token). It stays in this browser only.'),
+    h('p', {}, h('a', {class: 'button primary', id: 'sso-signin', href: '/auth/login?return_to=/'}, 'Sign in with single sign-on')),
+    h('p', {class: 'muted'}, 'Or paste your team token (with "trainyard up" it is in .trainyard/token). It stays in this browser only.'),
     h('label', {for: 'token'}, 'Team token', input), err,
     h('button', {class: 'primary', type: 'submit'}, 'Sign in'));
   setMain(h('div', {class: 'signin'}, form));
@@ -258,7 +285,7 @@ function chartMetric(charts, m) {
  * Authorization header goes with it; calls on(type, data, id) per event.
  * Resolves when the server ends the stream (the job finished). */
 async function readEvents(path, on, signal) {
-  const r = await fetch('/api/v1' + path, {headers: {Authorization: 'Bearer ' + token(), Accept: 'text/event-stream'}, signal});
+  const r = await fetch('/api/v1' + path, {headers: Object.assign(authHeaders(), {Accept: 'text/event-stream'}), signal});
   if (!r.ok) throw new ApiError(r.status, null);
   const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
   let pending = '';
@@ -518,7 +545,7 @@ async function pageJob(id) {
 /* Downloads a checkpoint with the bearer token (a plain link could not send
  * it) and checks its sha256 against the listed one before saving it. */
 async function download(id, c) {
-  const r = await fetch(`/api/v1/jobs/${id}/checkpoints/${c.id}`, {headers: {Authorization: 'Bearer ' + token()}});
+  const r = await fetch(`/api/v1/jobs/${id}/checkpoints/${c.id}`, {headers: authHeaders()});
   if (!r.ok) { alert('download failed: HTTP ' + r.status); return; }
   const blob = await r.blob();
   const url = URL.createObjectURL(blob);
@@ -1057,6 +1084,78 @@ async function pageSweep(id) {
   every(2000, () => refresh(false));
 }
 
+/* ------------------------------------------------------------ audit */
+
+/* GET /api/v1/audit: the chosen team's (its admins) or all (the admin token),
+ * filtered by user, action and since; CSV through fetch (a link could not
+ * send the credential's headers), saved as a blob. */
+function pageAudit() {
+  const user = h('input', {id: 'audit-user', name: 'user', placeholder: 'ada', autocomplete: 'off'});
+  const action = h('input', {id: 'audit-action', name: 'action', placeholder: 'cancel', autocomplete: 'off'});
+  const since = h('input', {id: 'audit-since', name: 'since', type: 'datetime-local'});
+  const body = h('tbody');
+  const msg = h('p', {class: 'small muted', id: 'audit-status', role: 'status'});
+  const query = () => {
+    const q = new URLSearchParams({limit: '200'});
+    if (session && !session.cluster_admin && chosenTeam()) q.set('team', chosenTeam());
+    if (user.value.trim()) q.set('user', user.value.trim());
+    if (action.value.trim()) q.set('action', action.value.trim());
+    if (since.value) q.set('since', new Date(since.value).toISOString());
+    return '/audit?' + q.toString();
+  };
+  const refresh = async () => {
+    try {
+      const r = await api(query());
+      body.replaceChildren(...(r.audit.length ? r.audit.map(a => h('tr', {dataset: {id: a.id}},
+        h('td', {}, new Date(a.time).toLocaleString()), h('td', {}, a.actor),
+        h('td', {class: 'route'}, `${a.method} ${a.route}`), h('td', {class: 'hide-narrow'}, a.target || ''),
+        h('td', {class: 'hide-narrow'}, a.team || ''), h('td', {class: 'num'}, String(a.status)),
+        h('td', {class: 'hide-narrow'}, a.client || '')))
+        : [h('tr', {}, h('td', {colspan: 7, class: 'empty'}, 'Nothing matches.'))]));
+      msg.textContent = `${r.audit.length} row${r.audit.length === 1 ? '' : 's'}` + (r.next_before ? ' (the newest; narrow the filters for older ones)' : '');
+    } catch (e) { if (e.name !== 'AbortError') msg.textContent = e.message; }
+  };
+  const csv = h('button', {type: 'button', id: 'audit-csv'}, 'Download CSV');
+  csv.addEventListener('click', async () => {
+    try {
+      const r = await fetch('/api/v1' + query(), {headers: Object.assign(authHeaders(), {Accept: 'text/csv'})});
+      if (!r.ok) throw new Error(`HTTP ${r.status}`);
+      const url = URL.createObjectURL(await r.blob());
+      const a = h('a', {href: url, download: 'audit.csv'});
+      document.body.append(a);
+      a.click();
+      a.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 1000);
+    } catch (e) { msg.textContent = 'CSV: ' + e.message; }
+  });
+  const form = h('form', {class: 'card filters', id: 'audit-filters', onsubmit: (ev) => { ev.preventDefault(); refresh(); }},
+    h('label', {}, 'User', user), h('label', {}, 'Action', action), h('label', {}, 'Since', since),
+    h('label', {}, '\u00a0', h('button', {class: 'primary', type: 'submit'}, 'Filter')), h('label', {}, '\u00a0', csv));
+  const scope = session && !session.cluster_admin ? `team ${chosenTeam() || '(none)'}` : 'all teams';
+  setMain(h('h1', {}, 'Audit', h('span', {class: 'small muted'}, scope)), form, msg,
+    h('div', {class: 'table-wrap'}, h('table', {id: 'audit', class: 'audit'},
+      h('thead', {}, h('tr', {}, h('th', {}, 'Time'), h('th', {}, 'Who'), h('th', {}, 'Action'),
+        h('th', {class: 'hide-narrow'}, 'Target'), h('th', {class: 'hide-narrow'}, 'Team'), h('th', {class: 'num'}, 'Status'),
+        h('th', {class: 'hide-narrow'}, 'From'))), body)));
+  refresh();
+}
+
+/* ------------------------------------------------------------ who, and the team */
+
+/* The header's name and team switcher for a signed-in person. */
+function showWho() {
+  const who = document.getElementById('who');
+  const sel = document.getElementById('team-switch');
+  who.hidden = !session;
+  if (!session) return;
+  document.getElementById('who-name').textContent = session.name;
+  const teams = (session.teams || []).map(t => t.team);
+  if (teams.length && !teams.includes(chosenTeam())) localStorage.setItem(TEAM_KEY, teams[0]);
+  sel.replaceChildren(...(session.teams || []).map(t => h('option', {value: t.team}, `${t.team} (${t.role})`)));
+  sel.value = chosenTeam();
+  sel.hidden = !teams.length;
+}
+
 /* ------------------------------------------------------------ router */
 
 function route() {
@@ -1065,9 +1164,10 @@ function route() {
   if (pageAbort) pageAbort.abort();
   pageAbort = new AbortController();
   const hash = location.hash.replace(/^#/, '') || '/jobs';
-  const signedIn = !!token();
+  const signedIn = !!token() || !!session;
   document.getElementById('nav').hidden = !signedIn;
   document.getElementById('signout').hidden = !signedIn;
+  showWho();
   if (!signedIn) { pageSignin(); return; }
   const parts = hash.split('/').filter(Boolean);
   document.querySelectorAll('[data-nav]').forEach(a => a.classList.toggle('active', a.dataset.nav === parts[0]));
@@ -1077,6 +1177,7 @@ function route() {
   else if (parts[0] === 'queue') pageQueue();
   else if (parts[0] === 'cluster') pageCluster();
   else if (parts[0] === 'usage') pageUsage();
+  else if (parts[0] === 'audit') pageAudit();
   else if (parts[0] === 'sweeps' && /^[0-9]+$/.test(parts[1] || '')) pageSweep(parts[1]);
   else if (parts[0] === 'sweeps') pageSweeps();
   else if (parts[0] === 'signin') { location.hash = '#/jobs'; }
@@ -1084,5 +1185,24 @@ function route() {
 }
 
 document.getElementById('signout').addEventListener('click', () => signOut());
+document.getElementById('team-switch').addEventListener('change', (ev) => {
+  localStorage.setItem(TEAM_KEY, ev.target.value);
+  route();
+});
 window.addEventListener('hashchange', route);
-route();
+
+/* A pasted token, else a session cookie (a sign-in came back here): /me says
+ * whether there is one, and who. */
+async function boot() {
+  if (!token()) {
+    try {
+      const r = await fetch('/api/v1/me');
+      if (r.ok) {
+        const me = await r.json();
+        if (me.kind === 'user' && me.csrf) session = me;
+      }
+    } catch (e) { /* no session: the sign-in page */ }
+  }
+  route();
+}
+boot();
