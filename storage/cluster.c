@@ -188,6 +188,18 @@ static void row_team(sqlite3_stmt *st, void *out)
     t->usage_at = sqlite3_column_int64(st, 6);
 }
 
+static const char SQL_USER_USAGE[] =
+    "SELECT team_id, user_id, usage, usage_at FROM user_usage ORDER BY team_id, user_id";
+
+static void row_user_usage(sqlite3_stmt *st, void *out)
+{
+    cl_user_usage *u = out;
+    u->team_id = sqlite3_column_int64(st, 0);
+    u->user_id = sqlite3_column_int64(st, 1);
+    u->usage = sqlite3_column_double(st, 2);
+    u->usage_at = sqlite3_column_int64(st, 3);
+}
+
 #define JOB_COLS                                                                        \
     "SELECT j.id, j.team_id, j.state, j.priority, j.workers, j.devices_per_worker,"     \
     " j.device, j.ps, j.preemptible, j.queue_if_infeasible, j.attempt, j.max_restarts," \
@@ -197,7 +209,7 @@ static void row_team(sqlite3_stmt *st, void *out)
     " CASE WHEN j.state = 'queued' THEN 0 ELSE EXISTS(SELECT 1 FROM tasks t"            \
     "   WHERE t.job_id = j.id AND t.attempt = j.attempt AND t.state = 'stopping') END,"  \
     " j.workers_min, j.workers_now, j.resize_to,"                                       \
-    " json_extract(j.spec, '$.environment.image') IS NOT NULL"                          \
+    " json_extract(j.spec, '$.environment.image') IS NOT NULL, coalesce(j.user_id, 0)"  \
     " FROM jobs j "
 static const char SQL_JOBS_LIVE[] =
     JOB_COLS "WHERE j.state IN ('queued','starting','running') ORDER BY j.id";
@@ -237,6 +249,7 @@ static void row_job(sqlite3_stmt *st, void *out)
     j->workers_now = sqlite3_column_int(st, 20);
     j->resize_to = sqlite3_column_int(st, 21);
     j->runtime = sqlite3_column_int(st, 22) ? CL_RUNTIME_PODMAN : 0;
+    j->user_id = sqlite3_column_int64(st, 23);
 }
 
 #define AVOID_COLS "SELECT job_id, node_id FROM node_failures WHERE count >= 2 "
@@ -311,6 +324,9 @@ int cluster_load(db *d, cluster_state *cs)
     if (!(st = db_prepare(d, SQL_MEM)) || READ_ROWS(st, cs->mem, cs->n_mem, cap, row_mem) < 0) goto fail;
     cap = 0;
     if (!(st = db_prepare(d, SQL_TEAMS)) || READ_ROWS(st, cs->teams, cs->n_teams, cap, row_team) < 0) goto fail;
+    cap = 0;
+    if (!(st = db_prepare(d, SQL_USER_USAGE)) || READ_ROWS(st, cs->uusage, cs->n_uusage, cap, row_user_usage) < 0)
+        goto fail;
     cap = 0;
     if (!(st = db_prepare(d, SQL_JOBS_LIVE)) || READ_ROWS(st, cs->jobs, cs->n_jobs, cap, row_job) < 0) goto fail;
     if (!(st = db_prepare(d, SQL_JOBS_HOLDING)) || READ_ROWS(st, cs->jobs, cs->n_jobs, cap, row_job) < 0)
@@ -423,6 +439,17 @@ int cluster_read_teams(db *d, cl_team **out, int *n)
     return -1;
 }
 
+int cluster_read_user_usage(db *d, cl_user_usage **out, int *n)
+{
+    *out = NULL; *n = 0;
+    int cap = 0;
+    sqlite3_stmt *st = db_prepare(d, SQL_USER_USAGE);
+    if (!st) return -1;
+    if (READ_ROWS(st, *out, *n, cap, row_user_usage) == 0) return 0;
+    free(*out); *out = NULL; *n = 0;
+    return -1;
+}
+
 static const char SQL_TASK_JOB[] = "SELECT job_id, node_id FROM tasks WHERE id = ?1";
 
 int cluster_read_task_job(db *d, int64_t task_id, int64_t *job_id, int64_t *node_id)
@@ -443,7 +470,7 @@ void cluster_state_release(cluster_state *cs)
 {
     for (int i = 0; i < cs->n_nodes; i++) free(cs->nodes[i].isolation);
     free(cs->nodes); free(cs->devices); free(cs->ports); free(cs->mem); free(cs->teams);
-    free(cs->jobs); free(cs->avoid);
+    free(cs->uusage); free(cs->jobs); free(cs->avoid);
     memset(cs, 0, sizeof *cs);
 }
 
@@ -907,6 +934,23 @@ int cluster_team_set_usage(db *d, int64_t team_id, double usage, int64_t at)
     sqlite3_bind_int64(st, 1, team_id);
     sqlite3_bind_double(st, 2, usage);
     sqlite3_bind_int64(st, 3, at);
+    int rc = sqlite3_step(st);
+    db_done(st);
+    return rc == SQLITE_DONE ? 0 : -1;
+}
+
+static const char SQL_USER_USAGE_SET[] =
+    "INSERT INTO user_usage(team_id, user_id, usage, usage_at) VALUES (?1, ?2, ?3, ?4)"
+    " ON CONFLICT(team_id, user_id) DO UPDATE SET usage = excluded.usage, usage_at = excluded.usage_at";
+
+int cluster_user_set_usage(db *d, int64_t team_id, int64_t user_id, double usage, int64_t at)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_USER_USAGE_SET);
+    if (!st) return -1;
+    sqlite3_bind_int64(st, 1, team_id);
+    sqlite3_bind_int64(st, 2, user_id);
+    sqlite3_bind_double(st, 3, usage);
+    sqlite3_bind_int64(st, 4, at);
     int rc = sqlite3_step(st);
     db_done(st);
     return rc == SQLITE_DONE ? 0 : -1;

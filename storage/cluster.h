@@ -69,6 +69,15 @@ typedef struct cl_team {
     int64_t usage_at;
 } cl_team;
 
+/* A user's decayed device-seconds in a team (user_usage, migration 15):
+ * user_id 0 is the team's service token and the admin (jobs.user_id NULL).
+ * Its value at a later time t is usage decayed over t - usage_at. */
+typedef struct cl_user_usage {
+    int64_t team_id, user_id;
+    double usage;
+    int64_t usage_at;
+} cl_user_usage;
+
 typedef struct cl_job {
     int64_t id, team_id;
     char state[16];
@@ -82,6 +91,7 @@ typedef struct cl_job {
     int workers_now;                /* workers of the current attempt (0: never placed) */
     int resize_to;                  /* a resize's target while it is under way, else 0 */
     int runtime;                    /* CL_RUNTIME_* it needs (0: any node) */
+    int64_t user_id;                /* who submitted it (0: a team's service token, the admin) */
     char reason[CL_REASON_MAX];
 } cl_job;
 
@@ -98,6 +108,7 @@ typedef struct cluster_state {
     cl_port *ports;     int n_ports;
     cl_mem *mem;        int n_mem;      /* ordered by node */
     cl_team *teams;     int n_teams;
+    cl_user_usage *uusage; int n_uusage; /* ordered by team, user */
     cl_job *jobs;       int n_jobs;
     cl_avoid *avoid;    int n_avoid;
 } cluster_state;
@@ -126,6 +137,7 @@ int cluster_read_node_ports(db *d, int64_t node_id, cl_port **out, int *n);
 int cluster_read_node_mem(db *d, int64_t node_id, cl_mem **out, int *n);
 int cluster_read_job_avoid(db *d, int64_t job_id, cl_avoid **out, int *n);
 int cluster_read_teams(db *d, cl_team **out, int *n);
+int cluster_read_user_usage(db *d, cl_user_usage **out, int *n);
 /* The job and node of a task (node_id may be NULL): 0, 1 no such task, -1. */
 int cluster_read_task_job(db *d, int64_t task_id, int64_t *job_id, int64_t *node_id);
 
@@ -202,6 +214,8 @@ int cluster_job_set_running_reason(db *d, int64_t job_id, const char *reason);
  * (0: none under way). 0, or -1 (no such job, or a store error). */
 int cluster_job_set_size(db *d, int64_t job_id, int workers_now, int resize_to);
 int cluster_team_set_usage(db *d, int64_t team_id, double usage, int64_t at);
+/* A user's decayed usage in a team (user_usage), made when it has none. 0 or -1. */
+int cluster_user_set_usage(db *d, int64_t team_id, int64_t user_id, double usage, int64_t at);
 /* Team shares (admin). quota < 0 = none; weight <= 0 leaves it. 0, 1 no team, -1. */
 int cluster_team_set_shares(db *d, const char *name, double weight, int guarantee, int set_guarantee,
                             int quota, int set_quota);

@@ -641,8 +641,9 @@ static void update_hook(void *arg, int op, const char *dbname, const char *table
         t = strcmp(table, "tasks") == 0 ? DB_CH_TASK : strcmp(table, "teams") == 0 ? DB_CH_TEAM : 0;
         if (t == DB_CH_TEAM || strcmp(table, "tokens") == 0) c->auth_dirty = 1;
         break;
-    case 'u': /* users, user_tokens: who a cached token speaks for (members has no rowid: never cached) */
-        t = 0;
+    case 'u': /* users, user_tokens: who a cached token speaks for (members has no rowid: never cached);
+               * user_usage: the level of the fair share below teams, followed as the teams' */
+        t = strcmp(table, "user_usage") == 0 ? DB_CH_TEAM : 0;
         if (strcmp(table, "users") == 0 || strcmp(table, "user_tokens") == 0) c->auth_dirty = 1;
         break;
     case 'a': t = strcmp(table, "allocations") == 0 ? DB_CH_ALLOC : 0; break; /* rowid = device_id */

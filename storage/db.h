@@ -83,7 +83,7 @@ void db_notes_rewind(size_t mark);
  * the only durable state; the log is a cache's invalidation list.
  *
  * Changes are caught by SQLite's update hook on every connection of this db
- * (any INSERT, UPDATE or DELETE of jobs, tasks, teams, devices and
+ * (any INSERT, UPDATE or DELETE of jobs, tasks, teams, user_usage, devices and
  * allocations, whoever issues it), kept with the open transaction, published
  * once the commit is visible (the WAL hook) and dropped by a rollback. Two
  * tables are noted by their writers (db_change_note): nodes (the hook leaves
@@ -96,7 +96,7 @@ enum {
     DB_CH_ALLOC,      /* allocations row (id = its device's id) */
     DB_CH_TASK,       /* tasks row (id) */
     DB_CH_JOB,        /* jobs row (id) */
-    DB_CH_TEAM,       /* teams row (id) */
+    DB_CH_TEAM,       /* teams row (id), or a user_usage row (its rowid): the shares */
     DB_CH_AVOID       /* node_failures of a job (id = job id): noted by its writer */
 };
 typedef struct db_change {

@@ -421,6 +421,22 @@ static const char m14[] =
     "ALTER TABLE jobs ADD COLUMN user_id INTEGER REFERENCES users(id);"
     "ALTER TABLE sweeps ADD COLUMN user_id INTEGER REFERENCES users(id);";
 
+/* 15: fair share within a team. user_usage: each (team, user)'s decayed
+ * device-seconds, the level of the fair-share tree below teams.usage
+ * (user_id 0: the team's service token and the admin, jobs.user_id NULL).
+ * Written by the scheduler with the team's usage, but only for users with
+ * devices in use: a row's value at a later time is usage decayed from
+ * usage_at (docs/scheduler.md, "Fair share within a team"). A rowid table,
+ * so the change log's update hook sees it. */
+static const char m15[] =
+    "CREATE TABLE user_usage("
+    "  id INTEGER PRIMARY KEY,"
+    "  team_id INTEGER NOT NULL REFERENCES teams(id),"
+    "  user_id INTEGER NOT NULL,"
+    "  usage REAL NOT NULL DEFAULT 0,"
+    "  usage_at INTEGER NOT NULL DEFAULT 0,"
+    "  UNIQUE(team_id, user_id));";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1},
     {2, "nodes, devices, tasks, allocations, shares", m2},
@@ -436,5 +452,6 @@ const migration schema_migrations[] = {
     {12, "accounting: tasks.gpus/cpus, teams.storage_quota, jobs.log_bytes/deleted_at/logs_purged_at", m12},
     {13, "sweeps, sweep_trials, sweep_rungs, jobs.sweep_id/trial", m13},
     {14, "people: users, members, user_tokens, token_use, audit, jobs/sweeps.user_id", m14},
+    {15, "fair share within a team: user_usage", m15},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);
