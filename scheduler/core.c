@@ -1,5 +1,6 @@
 /* core.c - one scheduling pass over an in-memory snapshot: queue order
- * (guarantee, aged priority, weighted fair share, age), all-or-nothing gang
+ * (guarantee, aged priority, weighted fair share of teams, then of the
+ * users within a team, age), all-or-nothing gang
  * placement (fewest nodes, best fit), EASY backfill behind one reservation,
  * and preemption of whole gangs. Pure: no I/O, no clock. See core.h.
  *
@@ -74,6 +75,7 @@ void sched_result_release(sched_result *r)
     free(r->grows);
     free(r->out);
     free(r->order);
+    free(r->user_use);
     memset(r, 0, sizeof *r);
 }
 
@@ -234,6 +236,21 @@ typedef struct core {
     double *inuse;               /* (n_teams) devices held */
     double *wnorm;               /* (n_teams) weight / sum of weights */
     double sum_usage;
+    /* users: one slot per (team, user) the snapshot names, found through
+     * an open-addressing table (uh: slot + 1, 0 empty) */
+    int n_us, cap_us;
+    int *us_team;                /* (cap_us) */
+    int64_t *us_user;
+    double *us_inuse;            /* devices held, updated by the pass's placements */
+    double *us_usage;            /* decayed usage (sched_user) */
+    double *us_key;              /* the fair-share key (user_key), kept current */
+    int *uh; size_t uh_cap;      /* power of two */
+    int last_slot;               /* the slot found last (jobs come in runs of one user) */
+    double *tu_usage;            /* (n_teams) the usage of the team's users, summed */
+    uint8_t *tmulti;             /* (n_teams) 1: its queued jobs belong to more than one user */
+    int any_multi;               /* some team's do */
+    int *jslot;                  /* (n_queued) a queued job's user slot, for the jobs of
+                                  * tmulti teams only (NULL when none) */
     /* tentative placement */
     undo *ulog; int n_ulog, cap_ulog;
     uint8_t starving[SCHED_KINDS]; /* a queued job waits for devices of this kind */
@@ -378,6 +395,120 @@ static void core_release(core *c)
     free(c->ports); free(c->avoid); free(c->node_ids_sorted); free(c->node_idx_sorted);
     free(c->hold_off); free(c->holds); free(c->stopping); free(c->run_end);
     free(c->inuse); free(c->wnorm); free(c->ulog); free(c->mark);
+    free(c->us_team); free(c->us_user); free(c->us_inuse); free(c->us_usage); free(c->us_key);
+    free(c->uh); free(c->tu_usage); free(c->tmulti); free(c->jslot);
+}
+
+/* ---------------------------------------------------------------- users */
+
+static size_t user_hash(int team, int64_t user)
+{
+    uint64_t h = (uint64_t)user * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uint32_t)team * 0xC2B2AE3D27D4EB4Full;
+    return (size_t)(h ^ (h >> 29));
+}
+
+/* user_slot's search in the table. */
+static int user_slot_find(core *c, int team, int64_t user)
+{
+    if ((size_t)(c->n_us + 1) * 2 > c->uh_cap) {   /* grow the table, and the slots */
+        size_t cap = c->uh_cap ? c->uh_cap * 2 : 64;
+        int *uh = xcalloc(cap, sizeof(int));
+        for (int x = 0; x < c->n_us; x++) {
+            size_t h = user_hash(c->us_team[x], c->us_user[x]) & (cap - 1);
+            while (uh[h]) h = (h + 1) & (cap - 1);
+            uh[h] = x + 1;
+        }
+        free(c->uh);
+        c->uh = uh; c->uh_cap = cap;
+        c->cap_us = (int)(cap / 2);
+        c->us_team = xrealloc(c->us_team, (size_t)c->cap_us * sizeof *c->us_team);
+        c->us_user = xrealloc(c->us_user, (size_t)c->cap_us * sizeof *c->us_user);
+        c->us_inuse = xrealloc(c->us_inuse, (size_t)c->cap_us * sizeof *c->us_inuse);
+        c->us_usage = xrealloc(c->us_usage, (size_t)c->cap_us * sizeof *c->us_usage);
+        c->us_key = xrealloc(c->us_key, (size_t)c->cap_us * sizeof *c->us_key);
+    }
+    size_t h = user_hash(team, user) & (c->uh_cap - 1);
+    for (; c->uh[h]; h = (h + 1) & (c->uh_cap - 1)) {
+        int x = c->uh[h] - 1;
+        if (c->us_team[x] == team && c->us_user[x] == user) return c->last_slot = x;
+    }
+    int x = c->n_us++;
+    c->uh[h] = x + 1;
+    c->us_team[x] = team; c->us_user[x] = user;
+    c->us_inuse[x] = 0; c->us_usage[x] = 0; c->us_key[x] = 0;
+    return c->last_slot = x;
+}
+
+/* The slot of (team, user), made (in use 0, usage 0) when new. Runs of one
+ * user (the common case) cost one comparison. */
+static inline int user_slot(core *c, int team, int64_t user)
+{
+    int ls = c->last_slot;
+    if (ls >= 0 && c->us_team[ls] == team && c->us_user[ls] == user) return ls;
+    return user_slot_find(c, team, user);
+}
+
+double sched_user_key(double in_use, double usage, double team_users_usage, double cap_all, double blend)
+{
+    double inuse = cap_all > 0 ? in_use / cap_all : 0;
+    double use = team_users_usage > 0 ? usage / team_users_usage : 0;
+    return blend * inuse + (1.0 - blend) * use;
+}
+
+static double user_key(const core *c, int x)
+{
+    return sched_user_key(c->us_inuse[x], c->us_usage[x], c->tu_usage[c->us_team[x]], (double)c->total_cap_all,
+                          c->cfg->usage_blend);
+}
+
+/* The users' slots: usage from the snapshot's users, devices in use from
+ * its running jobs (reported in r->user_use); the teams whose queued jobs
+ * belong to more than one user, and their jobs' slots (only there does the
+ * user level choose anything). 0, or -1 when a user names a team out of
+ * range. */
+static int users_init(core *c)
+{
+    const sched_snapshot *s = c->s;
+    int nt = s->n_teams;
+    c->last_slot = -1;
+    c->tu_usage = xcalloc((size_t)(nt > 0 ? nt : 1), sizeof(double));
+    c->tmulti = xcalloc((size_t)(nt > 0 ? nt : 1), 1);
+    for (int u = 0; u < s->n_users; u++) {
+        const sched_user *su = &s->users[u];
+        if (su->team < 0 || su->team >= nt) return -1;
+        double v = su->usage > 0 ? su->usage : 0;
+        int x = user_slot(c, su->team, su->user);   /* may move the arrays: first */
+        c->us_usage[x] += v;
+        c->tu_usage[su->team] += v;
+    }
+    for (int i = 0; i < s->n_running; i++) {
+        int x = user_slot(c, s->running[i].team, s->running[i].user);
+        c->us_inuse[x] += s->running[i].devices;
+    }
+    int held = 0;
+    for (int x = 0; x < c->n_us; x++) held += c->us_inuse[x] > 0;
+    sched_result *r = c->r;
+    r->user_use = xcalloc((size_t)(held > 0 ? held : 1), sizeof *r->user_use);
+    for (int x = 0; x < c->n_us; x++)
+        if (c->us_inuse[x] > 0)
+            r->user_use[r->n_user_use++] = (sched_user_use){c->us_team[x], c->us_user[x], (int)c->us_inuse[x]};
+    /* which teams have queued jobs of more than one user */
+    int64_t *first = xmalloc((size_t)(nt > 0 ? nt : 1) * sizeof *first);
+    uint8_t *seen = xcalloc((size_t)(nt > 0 ? nt : 1), 1);
+    for (int q = 0; q < s->n_queued; q++) {
+        int t = s->queued[q].team;
+        if (!seen[t]) { seen[t] = 1; first[t] = s->queued[q].user; }
+        else if (s->queued[q].user != first[t]) c->tmulti[t] = 1;
+    }
+    free(first); free(seen);
+    for (int t = 0; t < nt; t++) c->any_multi |= c->tmulti[t];
+    if (c->any_multi) {
+        c->jslot = xmalloc((size_t)s->n_queued * sizeof(int));
+        for (int q = 0; q < s->n_queued; q++)
+            c->jslot[q] = c->tmulti[s->queued[q].team] ? user_slot(c, s->queued[q].team, s->queued[q].user) : -1;
+    }
+    for (int x = 0; x < c->n_us; x++) c->us_key[x] = user_key(c, x);
+    return 0;
 }
 
 static int core_init(core *c, const sched_snapshot *s, const sched_config *cfg, sched_result *r)
@@ -569,7 +700,7 @@ static int core_init(core *c, const sched_snapshot *s, const sched_config *cfg, 
         if (rj->stopping || e < s->now_ms + grace) e = s->now_ms + grace;
         c->run_end[i] = e;
     }
-    return 0;
+    return users_init(c);
 }
 
 /* ---------------------------------------------------------------- placement */
@@ -1250,6 +1381,69 @@ static double team_key_kept(const core *c, tkey *tk, int t)
     return tk[t].key;
 }
 
+/* The users of one team within a band: the team's jobs (byteam, in band
+ * order) regrouped by user, each user's run [cur, end) still in band order,
+ * and a binary heap of the users with jobs left, by (key, then their next
+ * job's queued_at and id: the band order). A pick takes the root's next
+ * job; placing it can only raise the root's key (its devices in use grow),
+ * so the root is sifted down, or removed when its run is done. */
+typedef struct userq {
+    core *c;
+    int *heap;                   /* (n_queued) a team's heap at its tstart */
+    int *cnt;                    /* (user slots) zero between builds */
+    int *cur, *end;              /* (user slots) */
+    int *byteam;
+} userq;
+
+static int userq_less(const userq *u, int x, int y)
+{
+    const core *c = u->c;
+    if (c->us_key[x] != c->us_key[y]) return c->us_key[x] < c->us_key[y];
+    const sched_job *a = &c->s->queued[u->byteam[u->cur[x]]], *b = &c->s->queued[u->byteam[u->cur[y]]];
+    if (a->queued_at_ms != b->queued_at_ms) return a->queued_at_ms < b->queued_at_ms;
+    return a->id < b->id;
+}
+
+static void userq_down(userq *u, int *h, int n, int i)
+{
+    for (;;) {
+        int l = 2 * i + 1, m = i;
+        if (l < n && userq_less(u, h[l], h[m])) m = l;
+        if (l + 1 < n && userq_less(u, h[l + 1], h[m])) m = l + 1;
+        if (m == i) return;
+        int t = h[i]; h[i] = h[m]; h[m] = t;
+        i = m;
+    }
+}
+
+/* Regroups byteam[lo, hi) (one team's jobs of a band) by user and builds
+ * its heap at heap[lo]: the number of distinct users, or 0 when there is
+ * one (nothing moved, no heap: the caller takes the jobs in order). tmp:
+ * scratch of the queue's size. */
+static int userq_build(userq *u, int lo, int hi, int *tmp)
+{
+    const int *js = u->c->jslot;
+    int *h = &u->heap[lo], n = 0;
+    int first = js[u->byteam[lo]], x = lo + 1;
+    while (x < hi && js[u->byteam[x]] == first) x++;
+    if (x == hi) return 0;     /* one user: the common case, no regrouping */
+    for (x = lo; x < hi; x++) {
+        int sl = js[u->byteam[x]];
+        if (u->cnt[sl]++ == 0) h[n++] = sl;
+    }
+    int at = lo;
+    for (int k = 0; k < n; k++) {
+        int sl = h[k];
+        u->cur[sl] = u->end[sl] = at;
+        at += u->cnt[sl];
+        u->cnt[sl] = 0;
+    }
+    for (x = lo; x < hi; x++) tmp[u->end[js[u->byteam[x]]]++] = u->byteam[x];
+    memcpy(&u->byteam[lo], &tmp[lo], (size_t)(hi - lo) * sizeof(int));
+    for (int k = n / 2 - 1; k >= 0; k--) userq_down(u, h, n, k);
+    return n;
+}
+
 /* Considers one job in order: place it, make it the head, backfill it, or
  * record why it waits. */
 /* The most workers of an elastic job (between its min and its max, or its
@@ -1274,6 +1468,16 @@ static int elastic_fit(core *c, const sched_job *j, sched_job *v, sched_outcome 
     }
     v->workers = lo;
     return fits_now(c, v, o);
+}
+
+/* Queued job ji was placed with `size` devices: its user holds them (what
+ * the user level reads: only in teams of several users). */
+static void user_took(core *c, int ji, int size)
+{
+    if (!c->tmulti[c->s->queued[ji].team]) return;
+    int x = c->jslot[ji];
+    c->us_inuse[x] += size;
+    c->us_key[x] = user_key(c, x);
 }
 
 static void consider(core *c, int ji, int *preempt_tries)
@@ -1303,6 +1507,7 @@ static void consider(core *c, int ji, int *preempt_tries)
             size = sched_job_devices(&view);
             o->why = SW_NONE; o->place = r->n_place - 1;
             c->inuse[j->team] += size;
+            user_took(c, ji, size);
             goto out;
         }
         /* the head: reserve, and preempt if that is the only way soon */
@@ -1348,6 +1553,7 @@ static void consider(core *c, int ji, int *preempt_tries)
     r->n_backfilled++;
     o->why = SW_NONE; o->place = r->n_place - 1;
     c->inuse[j->team] += size;
+    user_took(c, ji, size);
 out:
     avoid_set(c, j, c->avoid, 0);
     if (o->place < 0 && o->why != SW_NO_NODES && o->why != SW_WIDE && o->why != SW_LARGE &&
@@ -1437,14 +1643,28 @@ int sched_pass_core(const sched_snapshot *s, const sched_config *cfg, sched_resu
     }
     sort_keys(keys, nq);
 
-    /* bands of equal (guarantee, priority): merge teams by fair share */
+    /* bands of equal (guarantee, priority): merge teams by fair share, and
+     * within a team its users by theirs */
     int nt = s->n_teams;
-    int *tcount = xcalloc((size_t)(nt > 0 ? nt : 1), sizeof(int));
-    int *tstart = xcalloc((size_t)(nt > 0 ? nt : 1) + 1, sizeof(int));
-    int *tcur = xcalloc((size_t)(nt > 0 ? nt : 1), sizeof(int));
-    int *active = xcalloc((size_t)(nt > 0 ? nt : 1), sizeof(int));
+    size_t ntz = (size_t)(nt > 0 ? nt : 1);
+    int *tcount = xcalloc(ntz, sizeof(int));
+    int *tstart = xcalloc(ntz + 1, sizeof(int));
+    int *tcur = xcalloc(ntz, sizeof(int));
+    int *tleft = xcalloc(ntz, sizeof(int));
+    int *tusers = xcalloc(ntz, sizeof(int));   /* a team's users' heap size, 0: one user */
+    int *active = xcalloc(ntz, sizeof(int));
     int *byteam = xmalloc(nqz * sizeof(int));
-    tkey *tk = xcalloc((size_t)(nt > 0 ? nt : 1), sizeof *tk);
+    /* the users' level, for teams of several users only */
+    int *tmp = NULL;
+    userq uq = {&c, NULL, NULL, NULL, NULL, byteam};
+    if (c.any_multi) {
+        tmp = xmalloc(nqz * sizeof(int));
+        uq.heap = xmalloc(nqz * sizeof(int));
+        uq.cnt = xcalloc((size_t)c.n_us + 1, sizeof(int));
+        uq.cur = xmalloc(((size_t)c.n_us + 1) * sizeof(int));
+        uq.end = xmalloc(((size_t)c.n_us + 1) * sizeof(int));
+    }
+    tkey *tk = xcalloc(ntz, sizeof *tk);
     int rank = 0, preempt_tries = 0;
     for (int b = 0; b < nq;) {
         int e = b;
@@ -1462,7 +1682,12 @@ int sched_pass_core(const sched_snapshot *s, const sched_config *cfg, sched_resu
         for (int t = 0; t < nt; t++) tcur[t] = tstart[t];
         for (int x = b; x < e; x++) byteam[tcur[s->queued[keys[x].ji].team]++] = keys[x].ji;
         int na = 0;
-        for (int t = 0; t < nt; t++) { tcur[t] = tstart[t]; if (tcount[t]) active[na++] = t; }
+        for (int t = 0; t < nt; t++) {
+            tcur[t] = tstart[t];
+            tleft[t] = tcount[t];
+            tusers[t] = tcount[t] > 1 && c.tmulti[t] ? userq_build(&uq, tstart[t], tstart[t + 1], tmp) : 0;
+            if (tcount[t]) active[na++] = t;
+        }
         while (na > 0) {
             /* one team left in the band: no key to compare; else each
              * team's key, computed again only when its devices in use moved */
@@ -1475,14 +1700,30 @@ int sched_pass_core(const sched_snapshot *s, const sched_config *cfg, sched_resu
                 }
             }
             int t = active[best];
-            int ji = byteam[tcur[t]++];
+            int ji;
+            if (tusers[t] == 0) {  /* one user: the band's order */
+                ji = byteam[tcur[t]++];
+            } else {
+                /* the team's user furthest below its share: the heap's root */
+                int *h = &uq.heap[tstart[t]];
+                int x = h[0];
+                ji = byteam[uq.cur[x]++];
+                r->order[rank] = ji; r->out[ji].rank = rank++;
+                consider(&c, ji, &preempt_tries);  /* may raise x's key, never another's */
+                if (uq.cur[x] == uq.end[x]) h[0] = h[--tusers[t]];
+                userq_down(&uq, h, tusers[t], 0);
+                if (--tleft[t] == 0) active[best] = active[--na];
+                continue;
+            }
             r->order[rank] = ji; r->out[ji].rank = rank++;
             consider(&c, ji, &preempt_tries);
-            if (tcur[t] == tstart[t + 1]) active[best] = active[--na];
+            if (--tleft[t] == 0) active[best] = active[--na];
         }
         b = e;
     }
-    free(tcount); free(tstart); free(tcur); free(active); free(byteam); free(keys); free(tk);
+    free(tcount); free(tstart); free(tcur); free(tleft); free(tusers); free(active); free(byteam); free(tmp);
+    free(keys); free(tk);
+    free(uq.heap); free(uq.cnt); free(uq.cur); free(uq.end);
     memcpy(r->starving, c.starving, sizeof r->starving);
     grow_elastic(&c);
     core_release(&c);

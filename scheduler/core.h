@@ -6,6 +6,7 @@
  * bench/sched_sim drive it directly. See docs/scheduler.md.
  *
  * defines: sched_config_default, sched_pass_core, sched_result_init,
+ *          sched_user_key,
  *          sched_result_release, sched_admit, sched_reason_format,
  *          sched_usage_decay, sched_job_devices, sched_task_mem */
 #ifndef TRAINYARD_SCHED_CORE_H
@@ -99,6 +100,16 @@ typedef struct sched_team {
     double usage;                  /* decayed device-seconds (sched_usage_decay) */
 } sched_team;
 
+/* A user's share of its team: the level of the fair-share tree below the
+ * teams (docs/scheduler.md, "Fair share within a team"). User 0 is the
+ * team's service account (jobs submitted with a team token or the admin's),
+ * one more user of the team. A (team, user) with no entry has usage 0. */
+typedef struct sched_user {
+    int team;                      /* index into teams */
+    int64_t user;                  /* user id, 0: the service account */
+    double usage;                  /* decayed device-seconds at now_ms */
+} sched_user;
+
 typedef struct sched_running {
     int64_t id;
     int team;                      /* index into teams */
@@ -115,6 +126,7 @@ typedef struct sched_running {
     int devices_per_worker, kind;
     int64_t mem_mb;                /* its resources.memory per task (0: the default share) */
     int may_grow;                  /* running, not stopping, past the resize interval */
+    int64_t user;                  /* who submitted it (0: the team's service account) */
 } sched_running;
 
 typedef struct sched_job {
@@ -133,6 +145,7 @@ typedef struct sched_job {
     int resize_to;                 /* elastic, requeued by a resize: place at most this
                                     * many workers (0: up to workers) */
     int runtime;                   /* SCHED_RT_* it needs (0: any node) */
+    int64_t user;                  /* who submitted it (0: the team's service account) */
 } sched_job;
 
 typedef struct sched_snapshot {
@@ -148,6 +161,8 @@ typedef struct sched_snapshot {
     sched_job *queued;             /* (n_queued) in id order (ids distinct; the decisions
                                     * do not depend on it: the order is computed fastest
                                     * when queued_at mostly grows with the id) */
+    int n_users;
+    const sched_user *users;       /* (n_users) distinct (team, user) pairs, any order */
 } sched_snapshot;
 
 /* ---------------------------------------------------------------- result */
@@ -221,6 +236,12 @@ typedef struct sched_outcome {
     int eff_priority;              /* priority after aging */
 } sched_outcome;
 
+typedef struct sched_user_use {
+    int team;                      /* index into teams */
+    int64_t user;
+    int devices;
+} sched_user_use;
+
 typedef struct sched_result {
     sched_place *place;   int n_place, cap_place;
     sched_task *tasks;    int n_tasks, cap_tasks;
@@ -233,6 +254,10 @@ typedef struct sched_result {
     int64_t head_start_ms;
     int n_backfilled;
     uint8_t starving[SCHED_KINDS];       /* a queued job waits for devices of this kind */
+    /* the devices each (team, user) held when the pass began (running jobs
+     * of the snapshot, stopping ones included), one entry per pair holding
+     * any: what the caller bills to user usage, as it bills teams */
+    sched_user_use *user_use; int n_user_use;
 } sched_result;
 
 void sched_result_init(sched_result *r);
@@ -254,6 +279,12 @@ int sched_admit(const sched_snapshot *s, const sched_job *j, sched_outcome *o);
 /* Team usage after dt_s seconds with `in_use` devices, decaying with time
  * constant tau_s: u*e^(-dt/tau) + in_use*tau*(1-e^(-dt/tau)). */
 double sched_usage_decay(double usage, double in_use, double dt_s, double tau_s);
+
+/* A user's fair-share key within its team (lower goes first): blend x its
+ * devices in use / all devices of ready nodes + (1 - blend) x its usage /
+ * the usage of all its team's users (0 when that is 0). cap_all is the
+ * ready nodes' devices (0: that term is 0). */
+double sched_user_key(double in_use, double usage, double team_users_usage, double cap_all, double blend);
 
 /* Devices a queued job counts against its team (workers * devices_per_worker). */
 int sched_job_devices(const sched_job *j);

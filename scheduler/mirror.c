@@ -101,6 +101,7 @@ static void clear(mirror *m)
     free(m->nodes);
     for (int s = 0; s < m->n_slots; s++) free(m->slots[s].avoid);
     free(m->slots); free(m->info); free(m->said); free(m->sj); free(m->left); free(m->free_slots); free(m->order); free(m->teams);
+    free(m->uusage);
     map_release(&m->dev_node);
     map_release(&m->job_slot);
     m->nodes = NULL; m->n_nodes = m->cap_nodes = 0;
@@ -109,6 +110,7 @@ static void clear(mirror *m)
     m->free_slots = NULL; m->n_free = m->cap_free = 0;
     m->order = NULL; m->n_live = m->n_hold = m->cap_order = 0;
     m->teams = NULL; m->n_teams = 0;
+    m->uusage = NULL; m->n_uusage = 0;
     m->loaded = 0;
     m->version++;
 }
@@ -176,7 +178,7 @@ void mirror_job_core(const cl_job *j, sched_job *out)
 {
     *out = (sched_job){j->id, 0, j->priority, j->workers, j->devices_per_worker, j->kind, j->ps,
                        j->queued_at, j->max_runtime_s, 0, NULL, j->memory_mb, j->workers_min, j->resize_to,
-                       j->runtime == CL_RUNTIME_PODMAN ? SCHED_RT_PODMAN : 0};
+                       j->runtime == CL_RUNTIME_PODMAN ? SCHED_RT_PODMAN : 0, j->user_id};
 }
 
 /* A job's row changed: its info follows. */
@@ -293,6 +295,8 @@ static int full_load(mirror *m, db *d)
     }
     m->teams = cs.teams; m->n_teams = cs.n_teams;
     cs.teams = NULL; cs.n_teams = 0;
+    m->uusage = cs.uusage; m->n_uusage = cs.n_uusage;
+    cs.uusage = NULL; cs.n_uusage = 0;
     m->cap_order = cs.n_jobs + 1;
     m->order = xmalloc((size_t)m->cap_order * sizeof *m->order);
     for (int x = 0; x < cs.n_jobs; x++) {
@@ -653,14 +657,21 @@ static int refresh_jobs(mirror *m, db *d, refresh_sets *r, mirror_stats *st, int
     return 0;
 }
 
+/* The teams' shares changed (teams or user_usage: the log names both
+ * DB_CH_TEAM): both are read again, a few rows each. */
 static int refresh_teams(mirror *m, db *d)
 {
     cl_team *tv;
-    int nt;
+    cl_user_usage *uv;
+    int nt, nu;
     if (cluster_read_teams(d, &tv, &nt) < 0) return -1;
+    if (cluster_read_user_usage(d, &uv, &nu) < 0) { free(tv); return -1; }
     free(m->teams);
     m->teams = tv;
     m->n_teams = nt;
+    free(m->uusage);
+    m->uusage = uv;
+    m->n_uusage = nu;
     return 0;
 }
 
@@ -757,6 +768,7 @@ void mirror_export(const mirror *m, cluster_state *cs)
     cs->ports = xcalloc((size_t)np + 1, sizeof *cs->ports);
     cs->mem = xcalloc((size_t)nm + 1, sizeof *cs->mem);
     cs->teams = xcalloc((size_t)m->n_teams + 1, sizeof *cs->teams);
+    cs->uusage = xcalloc((size_t)m->n_uusage + 1, sizeof *cs->uusage);
     cs->jobs = xcalloc((size_t)nj + 1, sizeof *cs->jobs);
     cs->avoid = xcalloc((size_t)na + 1, sizeof *cs->avoid);
     for (int i = 0; i < m->n_nodes; i++) {
@@ -772,6 +784,8 @@ void mirror_export(const mirror *m, cluster_state *cs)
     }
     copy_n(cs->teams, m->teams, (size_t)m->n_teams * sizeof *m->teams);
     cs->n_teams = m->n_teams;
+    copy_n(cs->uusage, m->uusage, (size_t)m->n_uusage * sizeof *m->uusage);
+    cs->n_uusage = m->n_uusage;
     /* avoid rows in cluster_load's order: by job, then node */
     int *by_id = xmalloc(((size_t)nj + 1) * sizeof *by_id);
     copy_n(by_id, m->order, (size_t)nj * sizeof *by_id);

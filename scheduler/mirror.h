@@ -1,7 +1,8 @@
 /* mirror.h - what the scheduling pass reads, kept in memory across passes.
  *
  * The mirror holds the rows of storage/cluster.h (cl_node, cl_device, cl_port,
- * cl_mem, cl_team, cl_job, cl_avoid) that cluster_load returns, and follows
+ * cl_mem, cl_team, cl_user_usage, cl_job, cl_avoid) that cluster_load
+ * returns, and follows
  * SQLite through the change log of storage/db.h: each refresh reads again,
  * by id, only the rows whose tables changed since the previous one, in one
  * read transaction; a gap in the log (overflow, a bulk change, a file not in
@@ -96,6 +97,7 @@ typedef struct mirror {
     mirror_map job_slot;            /* job id -> slot */
     int *order; int n_live, n_hold, cap_order;    /* slots: live by id, then holding by id */
     cl_team *teams; int n_teams;    /* ordered by id */
+    cl_user_usage *uusage; int n_uusage; /* ordered by team, user; read again with teams */
     /* the pass's upkeep follows the log too (scheduler.c): where it is */
     uint64_t upkeep_seq;
     int upkeep_follows;             /* 0: its next run scans everything */

@@ -59,6 +59,7 @@ typedef struct snap {
     int *ports;
     sched_mem *mem;
     sched_team *teams;
+    sched_user *users;
     sched_running *run;
     const cl_job **run_job;  /* (n_running) rows in the mirror */
     sched_job *q;
@@ -109,14 +110,16 @@ static void mirror_give(mirror *m) { pthread_mutex_unlock(&m->mu); }
 
 static void snap_release(snap *sp)
 {
-    free(sp->nodes); free(sp->ports); free(sp->mem); free(sp->teams);
+    free(sp->nodes); free(sp->ports); free(sp->mem); free(sp->teams); free(sp->users);
     free(sp->run); free(sp->run_job); free(sp->q); free(sp->q_job); free(sp->q_slot); free(sp->avoid);
     memset(sp, 0, sizeof *sp);
 }
 
 /* Builds the core's snapshot over the mirror (held by the caller): the
- * devices are the mirror's own arrays (the core only reads them). */
-static void snap_build(mirror *m, int64_t now, snap *sp)
+ * devices are the mirror's own arrays (the core only reads them). Users'
+ * usage is decayed to now with time constant tau_s (a row is written only
+ * while its user holds devices: docs/scheduler.md). */
+static void snap_build(mirror *m, int64_t now, double tau_s, snap *sp)
 {
     memset(sp, 0, sizeof *sp);
     sp->m = m;
@@ -130,6 +133,7 @@ static void snap_build(mirror *m, int64_t now, snap *sp)
     sp->ports = xmalloc((np + 1) * sizeof(int));
     sp->mem = xmalloc((nm + 1) * sizeof *sp->mem);
     sp->teams = xcalloc((size_t)m->n_teams + 1, sizeof *sp->teams);
+    sp->users = xcalloc((size_t)m->n_uusage + 1, sizeof *sp->users);
     sp->run = xmalloc(((size_t)nj + 1) * sizeof *sp->run);
     sp->run_job = xmalloc(((size_t)nj + 1) * sizeof *sp->run_job);
     sp->q = xmalloc(((size_t)m->n_live + 1) * sizeof *sp->q);
@@ -165,6 +169,14 @@ static void snap_build(mirror *m, int64_t now, snap *sp)
     for (int t = 0; t < m->n_teams; t++)
         sp->teams[t] = (sched_team){m->teams[t].id, m->teams[t].weight, m->teams[t].guarantee,
                                     m->teams[t].quota, m->teams[t].usage};
+    int nu = 0;
+    for (int u = 0; u < m->n_uusage; u++) {
+        const cl_user_usage *uu = &m->uusage[u];
+        int t = mirror_find_team(m, uu->team_id);
+        if (t < 0) continue;
+        double dt = uu->usage_at > 0 && now > uu->usage_at ? (double)(now - uu->usage_at) / 1000.0 : 0;
+        sp->users[nu++] = (sched_user){t, uu->user_id, sched_usage_decay(uu->usage, 0, dt, tau_s)};
+    }
     int nq = 0, nr = 0;
     size_t av = 0;
     /* live jobs by id, then those only holding devices: cluster_load's order */
@@ -193,12 +205,12 @@ static void snap_build(mirror *m, int64_t now, snap *sp)
                                           j->last_checkpoint_at, start + j->max_runtime_s * 1000,
                                           elastic ? now_w : 0, elastic ? j->workers_min : 0,
                                           elastic ? j->workers : 0, j->devices_per_worker, j->kind,
-                                          j->memory_mb, 0};
+                                          j->memory_mb, 0, j->user_id};
             sp->run_job[nr++] = j;
         }
     }
     sp->s = (sched_snapshot){now, m->n_nodes, m->n_nodes, sp->nodes, m->n_teams, sp->teams,
-                             nr, sp->run, nq, sp->q};
+                             nr, sp->run, nq, sp->q, nu, sp->users};
 }
 
 /* ================================================================ upkeep */
@@ -557,6 +569,28 @@ static void wake_add(db *d, sched_pass_stats *st, int64_t node)
     st->woken++;
 }
 
+/* A user's usage in its team at now, holding uu->devices: its row decayed
+ * to the team's previous write, then the devices billed from there, as the
+ * team's are (a row is written only while its user holds devices: before
+ * the team's previous write it held none). */
+static double user_usage_now(const mirror *m, const cl_team *tm, const sched_user_use *uu, int64_t now, double tau)
+{
+    double u = 0;
+    int64_t at = 0;
+    int lo = 0, hi = m->n_uusage - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        const cl_user_usage *x = &m->uusage[mid];
+        if (x->team_id == tm->id && x->user_id == uu->user) { u = x->usage; at = x->usage_at; break; }
+        if (x->team_id < tm->id || (x->team_id == tm->id && x->user_id < uu->user)) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    int64_t busy_from = tm->usage_at > 0 ? tm->usage_at : now;
+    if (at > 0 && at < busy_from) u = sched_usage_decay(u, 0, (double)(busy_from - at) / 1000.0, tau);
+    if (at > busy_from) busy_from = at;
+    return sched_usage_decay(u, uu->devices, (double)(now - busy_from) / 1000.0, tau);
+}
+
 static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r, int64_t now,
                  sched_pass_stats *st)
 {
@@ -640,7 +674,8 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
         st->stopped++;
         changed = 1;
     }
-    /* team usage: decayed device-seconds */
+    /* team usage: decayed device-seconds; then the users' within their
+     * teams, for the same interval, for each user holding devices */
     double *inuse = xcalloc((size_t)sp->s.n_teams + 1, sizeof(double));
     for (int x = 0; x < sp->s.n_running; x++) inuse[sp->s.running[x].team] += sp->s.running[x].devices;
     for (int t = 0; t < sp->s.n_teams; t++) {
@@ -651,6 +686,14 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
         if (cluster_team_set_usage(d, tm->id, u, now) < 0) { free(inuse); goto fail; }
     }
     free(inuse);
+    for (int x = 0; x < r->n_user_use; x++) {
+        const sched_user_use *uu = &r->user_use[x];
+        const cl_team *tm = &sp->m->teams[uu->team];
+        if (tm->usage_at >= now || (!changed && now - tm->usage_at < USAGE_EVERY_MS)) continue;
+        if (cluster_user_set_usage(d, tm->id, uu->user, user_usage_now(sp->m, tm, uu, now, cfg->usage_window_s),
+                                   now) < 0)
+            goto fail;
+    }
     if (fault_point() < 0) goto fail;
     return db_commit(d);
 fail:
@@ -754,7 +797,7 @@ int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *ou
     double tu = mono_s();
     if (mirror_sync(m, d, &ms) < 0) goto out;
     double tm = mono_s();
-    snap_build(m, now, &sp);
+    snap_build(m, now, cfg->usage_window_s, &sp);
     for (int x = 0; x < sp.s.n_running; x++) {
         sched_running *v = &sp.run[x];
         const cl_job *j = sp.run_job[x];
@@ -802,7 +845,7 @@ int sched_admit_job(db *d, const sched_job *job, char *msg, size_t cap)
                             (mn->row.runtimes & CL_RUNTIME_PODMAN ? SCHED_RT_PODMAN : 0);
         for (int x = 0; x < mn->n_dev; x++) nodes[i].n_dev[mn->dev[x].kind]++;
     }
-    sched_snapshot s = {now_ms(), m->n_nodes, m->n_nodes, nodes, 0, NULL, 0, NULL, 0, NULL};
+    sched_snapshot s = {now_ms(), m->n_nodes, m->n_nodes, nodes, 0, NULL, 0, NULL, 0, NULL, 0, NULL};
     sched_outcome o;
     int rc = sched_admit(&s, job, &o);
     mirror_give(m);
@@ -819,7 +862,7 @@ int sched_queue_view(db *d, const sched_config *cfg, int64_t now, sched_queue_en
     mirror *m;
     if (mirror_take(d, &m, NULL) < 0) return -1;
     snap sp;
-    snap_build(m, now, &sp);
+    snap_build(m, now, cfg->usage_window_s, &sp);
     sched_result r;
     sched_result_init(&r);
     if (sched_pass_core(&sp.s, cfg, &r) < 0) { snap_release(&sp); mirror_give(m); return -1; }

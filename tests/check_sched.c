@@ -4,6 +4,7 @@
  * pure core, and random passes through the SQLite pass on a real database
  * file (crash mid-pass, lost nodes, max_restarts). */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,7 +94,7 @@ static int add_running(world *w, int64_t id, int team, int prio, int preemptible
 {
     int r = w->s.n_running++;
     w->run[r] = (sched_running){id, team, prio, preemptible, 0, count, w->s.now_ms - 600000, 0,
-                                w->s.now_ms + 3600000, 0, 0, 0, 0, 0, 0, 0};
+                                w->s.now_ms + 3600000, 0, 0, 0, 0, 0, 0, 0, 0};
     for (int d = 0, got = 0; d < w->nodes[node].n_dev[SCHED_GPU] && got < count; d++)
         if (w->dev[node][SCHED_GPU][d].job_id == 0) { w->dev[node][SCHED_GPU][d].job_id = id; got++; }
     return r;
@@ -102,7 +103,7 @@ static int add_running(world *w, int64_t id, int team, int prio, int preemptible
 static int add_job(world *w, int64_t id, int team, int prio, int workers, int dpw, int kind)
 {
     int q = w->s.n_queued++;
-    w->q[q] = (sched_job){id, team, prio, workers, dpw, kind, 0, w->s.now_ms - id * 1000, 3600, 0, NULL, 0, 0, 0, 0};
+    w->q[q] = (sched_job){id, team, prio, workers, dpw, kind, 0, w->s.now_ms - id * 1000, 3600, 0, NULL, 0, 0, 0, 0, 0};
     return q;
 }
 
@@ -208,7 +209,7 @@ START_TEST(admission_numbers)
     world *w = world_new();
     sched_outcome o;
     char txt[SCHED_REASON_MAX];
-    sched_job j = {1, 0, 50, 2, 16, SCHED_GPU, 0, 0, 60, 0, NULL, 0, 0, 0, 0};
+    sched_job j = {1, 0, 50, 2, 16, SCHED_GPU, 0, 0, 60, 0, NULL, 0, 0, 0, 0, 0};
     ck_assert_int_eq(sched_admit(&w->s, &j, &o), -1);
     ck_assert_int_eq(o.why, SW_NO_NODES);
     add_node(w, 8, 4);
@@ -367,6 +368,92 @@ START_TEST(fair_share_orders_teams)
 }
 END_TEST
 
+/* The level of the fair-share tree below teams: within a team (and a band
+ * of equal guarantee and aged priority), the user furthest below their
+ * share goes first, then that user's oldest job. One user's 200 queued jobs
+ * no longer hold a colleague's one job behind them. */
+START_TEST(user_share_within_team)
+{
+    world *w = world_new();
+    add_node(w, 4, 0);
+    int64_t now = w->s.now_ms;
+    /* user 7 queued 200 one-gpu jobs a minute ago, then user 9 one */
+    for (int i = 0; i < 200; i++) {
+        int q = add_job(w, 1 + i, 0, 50, 1, 1, SCHED_GPU);
+        w->q[q].queued_at_ms = now - 60000 + i;
+        w->q[q].user = 7;
+    }
+    int b = add_job(w, 201, 0, 50, 1, 1, SCHED_GPU);
+    w->q[b].queued_at_ms = now - 1000;
+    w->q[b].user = 9;
+    sched_result r; sched_result_init(&r);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    /* equal shares (nothing used yet): the oldest job first (user 7's); then
+     * user 7 holds a device and user 9 none: user 9's job is second */
+    ck_assert_int_eq(r.order[0], 0);
+    ck_assert_int_eq(r.out[b].rank, 1);
+    ck_assert_int_ge(r.out[b].place, 0);
+    ck_assert_int_eq(r.n_place, 4);
+    /* then user 7's jobs in their own order */
+    for (int k = 2; k < 201; k++) ck_assert_int_eq(r.order[k], k - 1);
+
+    /* user 7 holds the 4 gpus: user 9's job is considered first, and is the
+     * head (the next device that frees is its) */
+    for (int i = 0; i < 4; i++) add_running(w, 1000 + i, 0, 50, 0, 0, 1);
+    for (int i = 0; i < 4; i++) w->run[i].user = 7;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.order[0], b);
+    ck_assert_int_eq(r.head_job, 201);
+    ck_assert_int_eq(r.n_place, 0);
+    /* what each user held, for the caller to bill */
+    ck_assert_int_eq(r.n_user_use, 1);
+    ck_assert_int_eq(r.user_use[0].user, 7);
+    ck_assert_int_eq(r.user_use[0].devices, 4);
+    /* one of user 7's jobs ends: the device goes to user 9 */
+    w->s.n_running = 3;
+    for (int d = 0; d < 4; d++)
+        if (w->dev[0][SCHED_GPU][d].job_id == 1003) w->dev[0][SCHED_GPU][d].job_id = 0;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_place, 1);
+    ck_assert_int_eq(r.place[0].job_id, 201);
+
+    /* decayed usage counts too: nothing running, user 7 used 4 gpus for
+     * an hour, user 9 nothing: user 9's (youngest) job goes first */
+    w->s.n_running = 0;
+    for (int d = 0; d < 4; d++) w->dev[0][SCHED_GPU][d].job_id = 0;
+    sched_user users[2] = {{0, 7, 4 * 3600.0}, {0, 9, 0}};
+    w->s.users = users; w->s.n_users = 2;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.order[0], b);
+    /* user 9 used three times what user 7 did: keys 0.5 x in use / 4 gpus
+     * + 0.5 x usage / the team's, 0.125 + 0.125 k for user 7 after k of
+     * its jobs placed, 0.375 for user 9: user 7 goes first until its key
+     * passes user 9's (a tie goes to the older job: user 7's) */
+    users[0].usage = 3600; users[1].usage = 3 * 3600.0;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.out[b].rank, 3);
+    ck_assert_int_ge(r.out[b].place, 0);
+    w->s.n_users = 0;
+
+    /* priority comes first: user 9's job at a lower priority waits behind
+     * every job of user 7 */
+    w->q[b].priority = 40;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.out[b].rank, 200);
+    sched_result_release(&r); free(w);
+}
+END_TEST
+
+/* sched_user_key: the formula docs/scheduler.md states. */
+START_TEST(user_key_formula)
+{
+    /* half in use, half usage: 0.5 * 2/8 + 0.5 * 30/120 */
+    ck_assert(fabs(sched_user_key(2, 30, 120, 8, 0.5) - 0.25) < 1e-12);
+    ck_assert(fabs(sched_user_key(2, 30, 0, 8, 0.5) - 0.125) < 1e-12);   /* no usage in the team yet */
+    ck_assert(fabs(sched_user_key(2, 30, 120, 0, 1.0)) < 1e-12);         /* no ready devices */
+}
+END_TEST
+
 /* ================================================================ memory */
 
 /* A full node's memory keeps a second job off it, though its devices are free. */
@@ -427,7 +514,7 @@ START_TEST(memory_default_share)
     w->nodes[c].mem_mb = 24000;
     int g = add_node(w, 8, 2);                     /* 8 gpus, 2 cpu slots, 80000 MiB */
     w->nodes[g].mem_mb = 80000;
-    sched_job j = {1, 0, 50, 1, 2, SCHED_CPU, 0, 0, 60, 0, NULL, 0, 0, 0, 0};
+    sched_job j = {1, 0, 50, 1, 2, SCHED_CPU, 0, 0, 60, 0, NULL, 0, 0, 0, 0, 0};
     ck_assert_int_eq(sched_task_mem(&w->nodes[c], &j, 0), 12000);
     ck_assert_int_eq(sched_task_mem(&w->nodes[c], &j, 1), 6000);     /* a ps: one slot of four */
     j.kind = SCHED_GPU; j.devices_per_worker = 1;
@@ -546,7 +633,7 @@ START_TEST(memory_admission)
     int n1 = add_node(w, 8, 4);
     w->nodes[n0].mem_mb = 24105;
     w->nodes[n1].mem_mb = 16000;
-    sched_job j = {1, 0, 50, 1, 1, SCHED_GPU, 0, 0, 60, 0, NULL, 65536, 0, 0, 0};
+    sched_job j = {1, 0, 50, 1, 1, SCHED_GPU, 0, 0, 60, 0, NULL, 65536, 0, 0, 0, 0};
     sched_outcome o;
     char txt[SCHED_REASON_MAX];
     ck_assert_int_eq(sched_admit(&w->s, &j, &o), -1);
@@ -616,14 +703,16 @@ static void random_world(world *w)
         w->run[x] = (sched_running){id, rint_(0, w->s.n_teams - 1), rint_(0, 2) * 40 + 10, rint_(0, 1),
                                     rint_(0, 5) == 0, got, now - rint_(0, 7200) * 1000,
                                     rint_(0, 1) ? now - rint_(0, 3600) * 1000 : 0,
-                                    now + (int64_t)rint_(-100, 7200) * 1000, 0, 0, 0, 0, 0, 0, 0};
+                                    now + (int64_t)rint_(-100, 7200) * 1000, 0, 0, 0, 0, 0, 0, 0,
+                                    id % 3 /* users 0-2 of the team */};
     }
     int nq = rint_(0, 40);
     for (int q = 0; q < nq; q++) {
         sched_job *j = &w->q[q];
         *j = (sched_job){100 + q, rint_(0, w->s.n_teams - 1), rint_(0, 2) * 40 + 10, rint_(1, 4),
                          rint_(1, 8), rint_(0, 4) ? SCHED_GPU : SCHED_CPU, rint_(0, 5) ? 0 : rint_(1, 2),
-                         w->s.now_ms - rint_(0, 36000) * 1000, rint_(60, 14400), 0, NULL, 0, 0, 0, 0};
+                         w->s.now_ms - rint_(0, 36000) * 1000, rint_(60, 14400), 0, NULL, 0, 0, 0, 0,
+                         q % 3 /* users 0-2 of the team */};
         if (j->devices_per_worker > 3 && rint_(0, 1)) j->devices_per_worker = rint_(1, 2);
         if (rint_(0, 2) == 0) j->mem_mb = rint_(1, 40) * 1000;
         if (w->s.n_nodes > 0 && rint_(0, 6) == 0) {
@@ -855,12 +944,12 @@ static void check_world(world *w, int iter)
         for (int x = 0; x < s->n_running; x++) if (s->running[x].team == j->team) use += s->running[x].devices;
         int g = use + sched_job_devices(j) <= s->teams[j->team].guarantee;
         ck_assert(g < prev_g || (g == prev_g && r.out[q].eff_priority <= prev_e));
-        /* within its band, a team's jobs go oldest first (then by id) */
+        /* within its band, a user's jobs in a team go oldest first (then by id) */
         gk[k] = g;
         for (int k2 = k - 1; k2 >= 0; k2--) {
             const sched_job *p = &s->queued[r.order[k2]];
             if (gk[k2] != g || r.out[r.order[k2]].eff_priority != r.out[q].eff_priority) break;
-            if (p->team != j->team) continue;
+            if (p->team != j->team || p->user != j->user) continue;
             ck_assert_msg(p->queued_at_ms < j->queued_at_ms || (p->queued_at_ms == j->queued_at_ms && p->id < j->id),
                           "iter %d: a band out of order", iter);
             break;
@@ -961,7 +1050,7 @@ START_TEST(property_repeated_passes)
                 }
                 w->run[w->s.n_running++] = (sched_running){j.id, j.team, j.priority, 1, 0,
                     sched_job_devices(&j), w->s.now_ms, 0, w->s.now_ms + j.max_runtime_s * 1000,
-                    0, 0, 0, 0, 0, 0, 0};
+                    0, 0, 0, 0, 0, 0, 0, j.user};
             }
             /* drop placed jobs from the queue (keeping id order) */
             int nq = 0;
@@ -1021,8 +1110,8 @@ START_TEST(pass_is_fast)
     g_rng = 77;
     static const int wd[] = {1, 2, 4, 8};
     for (int i = 0; i < nq; i++)
-        q[i] = (sched_job){i + 1, rint_(0, 3), 50, rint_(1, 4), wd[rint_(0, 3)], SCHED_GPU, 0, i, 3600, 0, NULL, 0, 0, 0, 0};
-    sched_snapshot s = {1000000, nn, nn, nodes, 4, teams, 0, NULL, nq, q};
+        q[i] = (sched_job){i + 1, rint_(0, 3), 50, rint_(1, 4), wd[rint_(0, 3)], SCHED_GPU, 0, i, 3600, 0, NULL, 0, 0, 0, 0, 0};
+    sched_snapshot s = {1000000, nn, nn, nodes, 4, teams, 0, NULL, nq, q, 0, NULL};
     sched_config cfg; sched_config_default(&cfg);
     sched_result r; sched_result_init(&r);
     double t0 = mono_s();
@@ -1593,6 +1682,115 @@ START_TEST(db_preempt_then_requeue)
 }
 END_TEST
 
+static int64_t person(const char *name)
+{
+    sqlite3_stmt *st = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), "INSERT INTO users(name, source, created_at) VALUES(?, 'admin', 0)",
+                                        -1, &st, NULL), SQLITE_OK);
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    return sqlite3_last_insert_rowid(db_conn(g_db));
+}
+
+static void job_user(int64_t job_id, int64_t user_id)
+{
+    sqlite3_stmt *st = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), "UPDATE jobs SET user_id = ?2 WHERE id = ?1", -1, &st, NULL),
+                     SQLITE_OK);
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, user_id);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+}
+
+/* A job's tasks ended and it succeeded (what the task API writes). */
+static void job_ends(int64_t id)
+{
+    exec_sql("UPDATE tasks SET state = 'exited' WHERE job_id = ?", id);
+    exec_sql("UPDATE jobs SET state = 'succeeded' WHERE id = ?", id);
+}
+
+/* Fair share within a team on a real database file: one team, 4 gpus. A
+ * queues 200 one-gpu jobs, the first pass runs 4 of them; then B queues
+ * one. B's job is first in the queue at once (the head: the next gpu that
+ * frees is its), and when one of A's jobs ends the next pass places B's,
+ * not A's fifth. Each user's usage is kept in user_usage and read back by
+ * a new mirror (a restarted server). */
+START_TEST(db_user_share_within_team)
+{
+    int64_t now = now_ms();
+    sched_config cfg; sched_config_default(&cfg);
+    int64_t t = team("default", -1);
+    int64_t a = person("ann"), b = person("bob");
+    node("n1", 4, 0, now);
+    int64_t ja[200];
+    ck_assert_int_eq(db_begin(g_db), 0);
+    for (int i = 0; i < 200; i++) { ja[i] = job(t, 50, 1, 1, "gpu", 0, 0, 0); job_user(ja[i], a); }
+    ck_assert_int_eq(db_commit(g_db), 0);
+    sched_pass_stats st;
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now, &st), 0);
+    ck_assert_int_eq(st.placed, 4);
+    for (int i = 0; i < 4; i++) exec_sql("UPDATE jobs SET state = 'running' WHERE id = ?", ja[i]);
+    int64_t jb = job(t, 50, 1, 1, "gpu", 0, 0, 0);
+    job_user(jb, b);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 2000, &st), 0);
+    ck_assert_int_eq(st.placed, 0);
+    sched_queue_entry *e = NULL;
+    int n = 0;
+    ck_assert_int_eq(sched_queue_view(g_db, &cfg, now + 2500, &e, &n), 0);
+    ck_assert_int_eq(n, 197);
+    ck_assert_int_eq(e[0].job_id, jb);          /* first in the queue, behind nobody */
+    ck_assert_int_gt(e[0].est_start_ms, 0);     /* the head: it holds the reservation */
+    ck_assert_int_eq(e[1].job_id, ja[4]);
+    free(e);
+    /* A has been billed for its 4 gpus, B for nothing yet */
+    ck_assert_int_eq(q1("SELECT count(*) FROM user_usage WHERE user_id = ?", a), 1);
+    ck_assert_int_eq(q1("SELECT count(*) FROM user_usage WHERE user_id = ?", b), 0);
+    ck_assert_int_gt(q1("SELECT CAST(usage * 1000 AS INTEGER) FROM user_usage WHERE user_id = ?", a), 0);
+    /* one of A's jobs ends: the freed gpu is B's */
+    job_ends(ja[0]);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 3000, &st), 0);
+    ck_assert_int_eq(st.placed, 1);
+    char txt[64];
+    state_of(jb, txt, sizeof txt); ck_assert_str_eq(txt, "starting");
+    state_of(ja[4], txt, sizeof txt); ck_assert_str_eq(txt, "queued");
+    check_db();
+
+    /* a restart keeps the users' usage: A ran 3 gpus for an hour more, every
+     * job ended; a new process's mirror orders a new job of B's before an
+     * older one of A's */
+    beat_all(now + 3600 * 1000, NULL, 0);   /* (so the node is not lost meanwhile) */
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 3600 * 1000, &st), 0);
+    job_ends(ja[1]); job_ends(ja[2]); job_ends(ja[3]); job_ends(jb);
+    exec_sql("UPDATE jobs SET state = 'cancelled' WHERE state = 'queued' AND id > ?", 0);
+    ck_assert_int_eq(sched_pass(g_db, &cfg, now + 3600 * 1000 + 1000, &st), 0);
+    double ua = 0;
+    {
+        sqlite3_stmt *q = NULL;
+        ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), "SELECT usage FROM user_usage WHERE user_id = ?", -1, &q,
+                                            NULL), SQLITE_OK);
+        sqlite3_bind_int64(q, 1, a);
+        ck_assert_int_eq(sqlite3_step(q), SQLITE_ROW);
+        ua = sqlite3_column_double(q, 0);
+        sqlite3_finalize(q);
+    }
+    /* 3-4 gpus over an hour with a 1 h time constant: about 3 x 3600 x (1 - 1/e) */
+    ck_assert_msg(ua > 5000 && ua < 10000, "usage %f", ua);
+    db_close(g_db);
+    char err[256];
+    ck_assert_msg(db_open(&g_db, g_path, err, sizeof err) == 0, "%s", err);
+    int64_t old_a = job(t, 50, 1, 1, "gpu", 0, 0, 0);
+    job_user(old_a, a);
+    int64_t new_b = job(t, 50, 1, 1, "gpu", 0, 0, 0);
+    job_user(new_b, b);
+    ck_assert_int_eq(sched_queue_view(g_db, &cfg, now + 3600 * 1000 + 2000, &e, &n), 0);
+    ck_assert_int_eq(n, 2);
+    ck_assert_int_eq(e[0].job_id, new_b);
+    free(e);
+}
+END_TEST
+
 /* Random clusters through the real SQLite pass, with random faults: after
  * every pass, successful or rolled back, the invariants hold. */
 START_TEST(db_property_random_with_faults)
@@ -1716,10 +1914,19 @@ static void same_state(const cluster_state *a, const cluster_state *b)
         ck_assert(x->usage == y->usage);
         ck_assert_int_eq(x->usage_at, y->usage_at);
     }
+    ck_assert_int_eq(a->n_uusage, b->n_uusage);
+    for (int i = 0; i < a->n_uusage; i++) {
+        const cl_user_usage *x = &a->uusage[i], *y = &b->uusage[i];
+        ck_assert_int_eq(x->team_id, y->team_id);
+        ck_assert_int_eq(x->user_id, y->user_id);
+        ck_assert(x->usage == y->usage);
+        ck_assert_int_eq(x->usage_at, y->usage_at);
+    }
     ck_assert_int_eq(a->n_jobs, b->n_jobs);
     for (int i = 0; i < a->n_jobs; i++) {
         const cl_job *x = &a->jobs[i], *y = &b->jobs[i];
         ck_assert_int_eq(x->id, y->id);
+        ck_assert_int_eq(x->user_id, y->user_id);
         ck_assert_int_eq(x->team_id, y->team_id);
         ck_assert_str_eq(x->state, y->state);
         ck_assert_int_eq(x->priority, y->priority);
@@ -2364,6 +2571,8 @@ Suite *sched_suite(void)
     tcase_add_test(tc, preempt_least_work_lost);
     tcase_add_test(tc, guarantee_reclaims_borrowed);
     tcase_add_test(tc, fair_share_orders_teams);
+    tcase_add_test(tc, user_share_within_team);
+    tcase_add_test(tc, user_key_formula);
     tcase_add_test(tc, memory_blocks_second_job);
     tcase_add_test(tc, memory_default_share);
     tcase_add_test(tc, memory_zero_node_ignored);
@@ -2382,6 +2591,7 @@ Suite *sched_suite(void)
     tcase_add_test(td, db_memory_placement);
     tcase_add_test(td, db_lost_node_requeue_and_restarts);
     tcase_add_test(td, db_preempt_then_requeue);
+    tcase_add_test(td, db_user_share_within_team);
     tcase_add_test(td, db_one_restart_budget);
     tcase_add_test(td, db_evaluator_placement);
     tcase_add_loop_test(td, db_property_random_with_faults, 0, 40);

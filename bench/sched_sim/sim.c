@@ -14,6 +14,11 @@
 #define NTEAMS 4
 static const double team_weight[NTEAMS] = {4, 3, 2, 1};
 
+/* --users U: each team's jobs belong to U users (job id mod U), so the core's
+ * fair share within a team has users to order (1: the team's service account
+ * alone, as before) */
+static int g_users = 1;
+
 typedef struct simjob {
     int64_t id;
     int team, priority, workers, dpw;
@@ -171,7 +176,8 @@ static void simulate(int n_nodes, int gpus, int n_jobs, uint64_t seed, int backf
     for (int i = 0; i < n_jobs; i++) {
         simjob *j = &jobs[i];
         q[nq] = (sched_job){j->id, j->team, j->priority, j->workers, j->dpw, SCHED_GPU, 0,
-                            j->queued_at, j->max_runtime_s, 0, NULL, 0, 0, 0, 0};
+                            j->queued_at, j->max_runtime_s, 0, NULL, 0, 0, 0, 0,
+                            g_users > 1 ? j->id % g_users : 0};
         qmap[nq++] = i;
         team_waiting[j->team]++;
     }
@@ -195,7 +201,7 @@ static void simulate(int n_nodes, int gpus, int n_jobs, uint64_t seed, int backf
     memset(st, 0, sizeof *st);
     int first = 1;
     while (done < n_jobs) {
-        sched_snapshot s = {now, n_nodes, n_nodes, nodes, NTEAMS, teams, nr, run, nq, q};
+        sched_snapshot s = {now, n_nodes, n_nodes, nodes, NTEAMS, teams, nr, run, nq, q, 0, NULL};
         double t0 = mono_s();
         if (sched_pass_core(&s, &cfg, &r) != 0) { fprintf(stderr, "pass failed\n"); exit(1); }
         double ms = (mono_s() - t0) * 1000.0;  /* the pass alone */
@@ -225,7 +231,7 @@ static void simulate(int n_nodes, int gpus, int n_jobs, uint64_t seed, int backf
             team_waiting[j->team]--;
             run[nr] = (sched_running){j->id, j->team, j->priority, 0, 0, j->workers * j->dpw,
                                       j->started_at, 0, j->started_at + j->max_runtime_s * 1000,
-                                      0, 0, 0, 0, 0, 0, 0};
+                                      0, 0, 0, 0, 0, 0, 0, g_users > 1 ? j->id % g_users : 0};
             runmap[nr] = ji;
             runpos[ji] = nr++;
             heap_push(&heap, ji);
@@ -417,7 +423,7 @@ static void simulate_open(int n_nodes, int gpus, int n_jobs, uint64_t seed, doub
         for (int x = 0; x < nqd; x++) {
             ojob *j = &jobs[queued[x]];
             q[nq] = (sched_job){j->id, j->team, j->priority, j->workers, j->dpw, SCHED_GPU, 0, j->arrive,
-                                j->max_runtime_s, 0, NULL, 0, j->lo, j->resize_to, 0};
+                                j->max_runtime_s, 0, NULL, 0, j->lo, j->resize_to, 0, 0};
             qmap[nq++] = queued[x];
         }
         for (int x = 0; x < nrun; x++) {
@@ -425,10 +431,10 @@ static void simulate_open(int n_nodes, int gpus, int n_jobs, uint64_t seed, doub
             int64_t left = (int64_t)(j->work / j->n);
             run[nr] = (sched_running){j->id, j->team, j->priority, 0, 0, j->n * j->dpw, j->seg_start, 0,
                                       now + left, j->lo ? j->n : 0, j->lo, j->lo ? j->workers : 0, j->dpw,
-                                      SCHED_GPU, 0, j->lo > 0};
+                                      SCHED_GPU, 0, j->lo > 0, 0};
             runmap[nr++] = running[x];
         }
-        sched_snapshot s = {now, n_nodes, n_nodes, nodes, NTEAMS, teams, nr, run, nq, q};
+        sched_snapshot s = {now, n_nodes, n_nodes, nodes, NTEAMS, teams, nr, run, nq, q, 0, NULL};
         if (sched_pass_core(&s, &cfg, &r) != 0) { fprintf(stderr, "pass failed\n"); exit(1); }
         for (int p = 0; p < r.n_place; p++) {
             const sched_place *pl = &r.place[p];
@@ -533,8 +539,9 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--elastic")) elastic_pct = v > 100 ? 100 : v;
         else if (!strcmp(argv[i], "--load")) load_pct = v;
         else if (!strcmp(argv[i], "--resize-cost")) resize_cost_s = v;
+        else if (!strcmp(argv[i], "--users")) g_users = (int)v;
         else {
-            fprintf(stderr, "usage: sim [--nodes N] [--gpus G] [--jobs J] [--seed S] [--tick SECONDS]\n"
+            fprintf(stderr, "usage: sim [--nodes N] [--gpus G] [--jobs J] [--seed S] [--tick SECONDS] [--users U]\n"
                             "           [--elastic PERCENT [--load PERCENT] [--resize-cost SECONDS]]\n");
             return 2;
         }
