@@ -146,6 +146,7 @@ static void members_get(server *srv, http_req *req, http_res *res) {
 
 /* PUT /api/v1/teams/{team}/members/{user} {"role": "viewer"|"member"|"admin"} */
 static void member_put(server *srv, http_req *req, http_res *res) {
+    if (http_require_json(req, res) < 0) return;
     int64_t team = team_param(srv, req, res, 0, ROLE_ADMIN); /* who may, before what they sent */
     if (team < 0) return;
     cJSON *body = http_body_json(req, res);
@@ -316,6 +317,7 @@ static void token_create(server *srv, http_req *req, http_res *res) {
 
 /* POST /api/v1/users/{name}/tokens */
 static void user_token_create(server *srv, http_req *req, http_res *res) {
+    if (http_require_json(req, res) < 0) return;
     int64_t id = user_param(srv, req, res, 0);
     if (id < 0) return;
     token_make(srv, req, res, id, req->params[0]);
