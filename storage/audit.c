@@ -104,7 +104,7 @@ int audit_query(db *d, const audit_filter *f, int csv, buf *out, int64_t *next) 
 }
 
 static const char SQL_AUDIT_PRUNE[] =
-    "DELETE FROM audit WHERE id IN (SELECT id FROM audit WHERE at < ? ORDER BY at LIMIT 10000)";
+    "DELETE FROM audit WHERE id IN (SELECT id FROM (SELECT id, at FROM audit ORDER BY id LIMIT 10000) WHERE at < ?)";
 
 int audit_prune(db *d, int64_t before, int *n) {
     sqlite3_stmt *st = db_prepare(d, SQL_AUDIT_PRUNE);

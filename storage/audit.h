@@ -37,7 +37,9 @@ typedef struct audit_filter {
 /* Rows newest first, as a JSON array or CSV (with a header line) appended
  * to out; *next the cursor of the next page (0: none). */
 int audit_query(db *d, const audit_filter *f, int csv, buf *out, int64_t *next);
-/* Deletes rows older than before (ms), at most 10,000 a call; *n how many. */
+/* Deletes rows older than before (ms) among the 10,000 oldest (ids grow
+ * with time: a call reads 10,000 rows at most, and no index on the time
+ * is needed); *n how many. */
 int audit_prune(db *d, int64_t before, int *n);
 
 #endif

@@ -368,7 +368,9 @@ static const char m13[] =
  * was last used (its own table: a use is no change of who may do what, so
  * it must not invalidate the token caches that follow user_tokens). audit:
  * one row for every mutating request of a person, a team's service token
- * or the admin, and for every refused request. jobs.user_id,
+ * or the admin, and for every refused request; its ids grow with time, so
+ * only a team's rows are indexed (each index is a write of every change:
+ * reads by time and user walk the ids, newest or oldest first). jobs.user_id,
  * sweeps.user_id: who submitted them (NULL: a team's service token or the
  * admin). */
 static const char m14[] =
@@ -415,9 +417,7 @@ static const char m14[] =
     "  target TEXT,"
     "  client TEXT,"
     "  status INTEGER NOT NULL);"
-    "CREATE INDEX audit_at ON audit(at);"
-    "CREATE INDEX audit_team ON audit(team_id, at);"
-    "CREATE INDEX audit_user ON audit(user_id, at);"
+    "CREATE INDEX audit_team ON audit(team_id, id);"
     "ALTER TABLE jobs ADD COLUMN user_id INTEGER REFERENCES users(id);"
     "ALTER TABLE sweeps ADD COLUMN user_id INTEGER REFERENCES users(id);";
 
