@@ -329,10 +329,10 @@ START_TEST(up_console_tells_what_happened)
     const char *tail = len > 3000 ? log + len - 3000 : log;
     char want[6][96];
     snprintf(want[0], sizeof want[0], "node 1 (");
-    snprintf(want[1], sizeof want[1], "job %lld: queued (team:default): submitted", (long long)id);
+    snprintf(want[1], sizeof want[1], "job %lld: queued (team:default (service)): submitted", (long long)id);
     snprintf(want[2], sizeof want[2], "job %lld: queued -> starting (scheduler): placed on", (long long)id);
     snprintf(want[3], sizeof want[3], "job %lld: starting -> running", (long long)id);
-    snprintf(want[4], sizeof want[4], "-> cancelled (team:default)");
+    snprintf(want[4], sizeof want[4], "-> cancelled (team:default (service))");
     snprintf(want[5], sizeof want[5], "server info: stopped");
     for (int i = 0; i < 6; i++) ck_assert_msg(strstr(log, want[i]) != NULL, "the console lacks '%s':\n%s", want[i], tail);
     ck_assert_msg(strstr(log, " /api/v1/") == NULL, "the console shows requests at info:\n%s", tail);
