@@ -298,7 +298,7 @@ START_TEST(upload_list_fetch) {
 
     /* contexts belong to a team: the admin is told so */
     ck_assert_int_eq(upload(admin, tar, len, &o), 403);
-    assert_error_msg(o, "forbidden", NULL, "team");
+    assert_error_msg(o, "forbidden", "team", "team");
     cJSON_Delete(o);
 
     /* team B uploads the same bytes: its own context, one file; A's delete
