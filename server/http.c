@@ -1457,6 +1457,8 @@ static void access_line(struct MHD_Connection *conn, const http_req *req, double
             inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, host, sizeof host);
     }
     http_actor(req, actor, sizeof actor);
+    char *svc = strstr(actor, " (service)"); /* the log's user field is one word: team:NAME */
+    if (svc) *svc = '\0';
     for (char *c = actor; *c; c++)
         if (*c == ' ') *c = '_';
     time_t t = time(NULL);
