@@ -451,6 +451,31 @@ int parse_long(const char *s, long lo, long hi, long *out) {
     return 0;
 }
 
+int duration_parse_ms(const char *s, double bare_ms, double max_ms, int64_t *ms) {
+    if (!s) return -1;
+    char *end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || errno || !(v >= 0)) return -1;
+    double unit = bare_ms;
+    if (*end && !end[1]) {
+        switch (*end) {
+        case 's': unit = 1e3; break;
+        case 'm': unit = 60e3; break;
+        case 'h': unit = 3600e3; break;
+        case 'd': unit = 86400e3; break;
+        default: return -1;
+        }
+    } else if (*end) {
+        return -1;
+    }
+    double total = v * unit;
+    if (!(total <= max_ms)) return -1;
+    *ms = (int64_t)total;
+    if (v > 0 && *ms == 0) *ms = 1; /* a positive setting never means "none" */
+    return 0;
+}
+
 int sfmt(char *dst, size_t cap, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

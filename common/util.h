@@ -2,7 +2,8 @@
  * growable buffer, logging, time, durable file writes, sha256 and tokens.
  *
  * defines: xmalloc, xcalloc, xrealloc, xstrdup, buf_*, log_*, now_ms,
- *          file_write_atomic, file_read_all, sha256_hex, random_token */
+ *          file_write_atomic, file_read_all, sha256_hex, random_token,
+ *          parse_long, duration_parse_ms, sfmt */
 #ifndef TRAINYARD_UTIL_H
 #define TRAINYARD_UTIL_H
 
@@ -103,6 +104,14 @@ int random_token(char *out, size_t outlen);
 /* ---------------------------------------------------------------- strings */
 /* Strict decimal parse of a whole string into a long in [lo, hi]: 0 or -1. */
 int parse_long(const char *s, long lo, long hi, long *out);
+
+/* A duration: a number (a fraction allowed) then nothing or one unit, s, m,
+ * h or d ("90s", "30m", "1.5h", "7d"); a number alone counts bare_ms
+ * milliseconds a unit. Into *ms, at most max_ms; a positive duration is
+ * never 0 ms. 0, or -1 for anything else (a negative, another unit, a
+ * space after the number). The server's --log-retention-days and the job
+ * spec's idle_timeout read durations so. */
+int duration_parse_ms(const char *s, double bare_ms, double max_ms, int64_t *ms);
 
 /* snprintf that reports truncation: 0 when it fit, -1 otherwise. */
 int sfmt(char *dst, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -667,27 +667,7 @@ static void server_usage(FILE *f) {
 int server_parse_retention(const char *s, int64_t *ms) {
     /* days by default, so the option reads as its name says; a unit makes
      * short settings (tests, a scratch server) possible */
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (end == s || errno || !(v >= 0)) return -1;
-    double unit = 86400e3;
-    if (*end && !end[1]) {
-        switch (*end) {
-        case 's': unit = 1e3; break;
-        case 'm': unit = 60e3; break;
-        case 'h': unit = 3600e3; break;
-        case 'd': unit = 86400e3; break;
-        default: return -1;
-        }
-    } else if (*end) {
-        return -1;
-    }
-    double total = v * unit;
-    if (total > 100.0 * 365 * 86400e3) return -1;
-    *ms = (int64_t)total;
-    if (v > 0 && *ms == 0) *ms = 1; /* a positive setting never means "forever" */
-    return 0;
+    return duration_parse_ms(s, 86400e3, 100.0 * 365 * 86400e3, ms);
 }
 
 /* Parses the server's flags; unknown flags are an error. Returns 0, 1 for
