@@ -687,6 +687,11 @@ static int run_config(wrun *r) {
 static int run_role(wrun *r) {
     const wconfig *w = &r->w;
     const jobspec *spec = r->spec;
+    if (spec->kind == JOB_KIND_INTERACTIVE) { /* the server refuses them: a spec from elsewhere */
+        snprintf(r->err, sizeof r->err, "an interactive job (%s) has no runner on this node yet",
+                 interactive_name(spec->interactive));
+        return RUN_FAIL;
+    }
     if (spec->kind == JOB_KIND_COMMAND) {
         r->ret = command_run(r->config, spec, &g_stop); /* the team's own program: executor/command.c */
         return RUN_DONE;

@@ -47,6 +47,7 @@ static const char *const COMM_NAMES[] = {"auto", "ring", "nccl", NULL};
 static const char *const CDO_NAMES[] = {"auto", "nccl", "hierarchical_copy",
                                         "reduction_to_one_device", NULL};
 static const char *const DEVICE_NAMES[] = {"cpu", "gpu", NULL};
+static const char *const INTERACTIVE_NAMES[] = {"notebook", "shell", NULL}; /* INTERACTIVE_* - 1 */
 
 static const char *name_of(const char *const *names, int n, int i) {
     return (i >= 0 && i < n) ? names[i] : "?";
@@ -62,6 +63,9 @@ const char *data_source_name(data_source s) { return NAME_OF(SOURCE_NAMES, s); }
 const char *init_name(init_type i) { return NAME_OF(INIT_NAMES, i); }
 const char *comm_name(comm_type c) { return NAME_OF(COMM_NAMES, c); }
 const char *cdo_name(cdo_type c) { return NAME_OF(CDO_NAMES, c); }
+const char *interactive_name(interactive_type t) {
+    return t == INTERACTIVE_NONE ? "" : NAME_OF(INTERACTIVE_NAMES, (int)t - 1);
+}
 
 int jobspec_replicas(const jobspec *spec) {
     return spec->resources.workers * spec->resources.devices_per_worker;
@@ -386,7 +390,8 @@ static int get_string(spec_error *e, const cJSON *obj, const char *parent, const
 static const char *const TOP_KEYS[] = {"name", "priority", "model", "compile", "data", "fit",
                                        "strategy", "resources", "checkpoint", "max_runtime_s",
                                        "preemptible", "queue_if_infeasible", "max_restarts",
-                                       "command", "environment", "logs", NULL};
+                                       "command", "environment", "logs", "ports", "interactive",
+                                       "idle_timeout", NULL};
 
 static int parse_name(spec_error *e, const cJSON *root, jobspec *s) {
     int rc = get_string(e, root, "", "name", s->name, sizeof s->name);
@@ -1141,7 +1146,7 @@ static int parse_environment(spec_error *e, const cJSON *root, jobspec *s) {
     const cJSON *env = item(root, "environment");
     char g[64];
     if (!env) return 0;
-    if (s->kind != JOB_KIND_COMMAND)
+    if (s->kind == JOB_KIND_TRAIN)
         return fail(e, 422, "invalid_value", "environment",
                     "environment is for command jobs: a training job runs trainyard's own engine");
     if (!cJSON_IsObject(env))
@@ -1239,6 +1244,161 @@ static int parse_command(spec_error *e, const cJSON *root, jobspec *s) {
         cs->env[i] = env_entry(k, v->valuestring);
         cs->n_env = i + 1;
     }
+    return 0;
+}
+
+/* ================================================================ interactive, ports */
+
+/* interactive {"type": "notebook" | "shell"}: a job that opens a notebook or
+ * a shell in place of a program, so it has neither command nor model
+ * (nor compile, data, fit). */
+static int parse_interactive(spec_error *e, const cJSON *root, jobspec *s) {
+    const cJSON *v = NULL;
+    if (get_object(e, root, "", "interactive", &v) < 0) return -1;
+    static const char *const FORBIDDEN[] = {"command", "model", "compile", "data", "fit", NULL};
+    for (int i = 0; FORBIDDEN[i]; i++)
+        if (item(root, FORBIDDEN[i]))
+            return fail(e, 422, "invalid_value", FORBIDDEN[i],
+                        "an interactive job has no %s: the notebook or shell it opens takes the place of "
+                        "command (and of model, compile, data and fit); give interactive or %s, not both",
+                        FORBIDDEN[i], FORBIDDEN[i]);
+    static const char *const KEYS[] = {"type", NULL};
+    if (check_keys(e, v, "interactive", KEYS, NULL)) return -1;
+    int t = 0;
+    int rc = get_enum(e, v, "interactive", "type", INTERACTIVE_NAMES, &t);
+    if (rc < 0) return -1;
+    if (rc == 0)
+        return fail(e, 422, "missing_field", "interactive.type",
+                    "an interactive job needs a type: \"notebook\" or \"shell\"");
+    s->kind = JOB_KIND_INTERACTIVE;
+    s->interactive = (interactive_type)(t + 1);
+    s->idle_timeout_s = JOBSPEC_IDLE_DEFAULT_S;
+    memset(&s->fit, 0, sizeof s->fit); /* no epochs or batches */
+    return 0;
+}
+
+/* idle_timeout: seconds (an integer) or a duration ("30m", "15s", "2h";
+ * common/util.h), 0 = never; an interactive job's only. */
+static int parse_idle_timeout(spec_error *e, const cJSON *root, jobspec *s) {
+    const cJSON *v = item(root, "idle_timeout");
+    char g[64];
+    if (!v) return 0;
+    if (s->kind != JOB_KIND_INTERACTIVE)
+        return fail(e, 422, "invalid_value", "idle_timeout",
+                    "only an interactive job has an idle timeout (the time without a connection after which "
+                    "it is stopped)");
+    if (cJSON_IsString(v)) {
+        /* digits, a point and digits, one unit: what the parser reads
+         * beside (an exponent, hex, a sign, spaces) is refused first */
+        const char *t = v->valuestring;
+        size_t k = strspn(t, "0123456789");
+        int ok = k > 0;
+        if (ok && t[k] == '.') {
+            size_t fr = strspn(t + k + 1, "0123456789");
+            ok = fr > 0;
+            k += 1 + fr;
+        }
+        if (ok && t[k] && strchr("smhd", t[k])) k++;
+        ok = ok && t[k] == '\0';
+        int64_t ms = 0;
+        if (!ok || duration_parse_ms(t, 1e3, (double)JOBSPEC_IDLE_MAX_S * 1e3, &ms) < 0)
+            return fail(e, 422, "invalid_value", "idle_timeout",
+                        "must be a number of seconds or a duration such as \"30m\", \"15s\" or \"2h\" "
+                        "(0 = never, at most 365 days), got %s", got(v, g));
+        s->idle_timeout_s = (long)((ms + 999) / 1000);
+        return 1;
+    }
+    if (!cJSON_IsNumber(v))
+        return fail(e, 422, "invalid_type", "idle_timeout",
+                    "must be a number of seconds or a duration string such as \"30m\", got %s", got(v, g));
+    return get_long(e, root, "", "idle_timeout", 0, JOBSPEC_IDLE_MAX_S, 0, &s->idle_timeout_s);
+}
+
+void jobspec_port_env(const char *name, char out[64]) {
+    size_t k = (size_t)snprintf(out, 64, "TRAINYARD_PORT_");
+    for (const char *p = name; *p && k < 63; p++)
+        out[k++] = *p == '-' ? '_' : (*p >= 'a' && *p <= 'z') ? (char)(*p - 'a' + 'A') : *p;
+    out[k] = '\0';
+}
+
+/* A port's name: a path segment of the proxy and part of an environment
+ * variable's name: 1-32 of a-z 0-9 - _, a letter first. */
+int jobspec_port_name_ok(const char *n) {
+    size_t len = strlen(n);
+    if (len < 1 || len >= JOBSPEC_PORT_NAME_MAX || !(n[0] >= 'a' && n[0] <= 'z')) return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!((n[i] >= 'a' && n[i] <= 'z') || (n[i] >= '0' && n[i] <= '9') || n[i] == '-' || n[i] == '_'))
+            return 0;
+    return 1;
+}
+
+/* ports: [{"name": "tensorboard", "port": 6006}], at most JOBSPEC_MAX_PORTS,
+ * names unique (and so their TRAINYARD_PORT_ variables: "a-b" and "a_b"
+ * clash). A notebook job's list gets "notebook" (port 8888) unless it
+ * declares it. */
+static int parse_ports(spec_error *e, const cJSON *root, jobspec *s) {
+    const cJSON *v = item(root, "ports");
+    char g[64];
+    int notebook = s->interactive == INTERACTIVE_NOTEBOOK;
+    if (v) {
+        if (!cJSON_IsArray(v))
+            return fail(e, 422, "invalid_type", "ports",
+                        "must be an array of {\"name\": \"tensorboard\", \"port\": 6006}, got %s", got(v, g));
+        int n = cJSON_GetArraySize(v);
+        if (n > JOBSPEC_MAX_PORTS)
+            return fail(e, 422, "invalid_value", "ports", "must hold at most %d ports, got %d", JOBSPEC_MAX_PORTS, n);
+        static const char *const KEYS[] = {"name", "port", NULL};
+        int i = 0;
+        for (const cJSON *p = v->child; p; p = p->next, i++) {
+            fpath f, fn;
+            join_index(f, "ports", i);
+            join(fn, f, "name");
+            if (!cJSON_IsObject(p))
+                return fail(e, 422, "invalid_type", f,
+                            "must be an object {\"name\": \"tensorboard\", \"port\": 6006}, got %s", got(p, g));
+            if (check_keys(e, p, f, KEYS, NULL)) return -1;
+            const cJSON *name = item(p, "name");
+            if (!name)
+                return fail(e, 422, "missing_field", fn,
+                            "a port needs a name: the path segment of its address (/proxy/jobs/ID/NAME/)");
+            if (!cJSON_IsString(name))
+                return fail(e, 422, "invalid_type", fn, "must be a string, got %s", got(name, g));
+            if (!jobspec_port_name_ok(name->valuestring))
+                return fail(e, 422, "invalid_value", fn,
+                            "must be 1 to 32 of a-z, 0-9, '-' and '_', starting with a letter, got %s", got(name, g));
+            port_spec *ps = &s->ports[i];
+            memcpy(ps->name, name->valuestring, strlen(name->valuestring) + 1);
+            char env_i[64];
+            jobspec_port_env(ps->name, env_i);
+            for (int j = 0; j < i; j++) {
+                char env_j[64];
+                jobspec_port_env(s->ports[j].name, env_j);
+                if (strcmp(env_i, env_j) != 0) continue;
+                if (strcmp(ps->name, s->ports[j].name) == 0)
+                    return fail(e, 422, "invalid_value", fn, "ports[%d] is named \"%s\" already", j, ps->name);
+                return fail(e, 422, "invalid_value", fn,
+                            "\"%s\" and \"%s\" (ports[%d]) would both be %s in the task's environment",
+                            ps->name, s->ports[j].name, j, env_i);
+            }
+            int rc = get_int(e, p, f, "port", 1, 65535, &ps->port);
+            if (rc < 0) return -1;
+            if (rc == 0)
+                return fail(e, 422, "missing_field", join(fn, f, "port"),
+                            "a port needs port: the one the program would use by default (1 to 65535; the "
+                            "agent gives the task a free one in %s)", env_i);
+            s->n_ports = i + 1;
+        }
+    }
+    if (!notebook) return 0;
+    for (int i = 0; i < s->n_ports; i++)
+        if (strcmp(s->ports[i].name, "notebook") == 0) return 0;
+    if (s->n_ports == JOBSPEC_MAX_PORTS)
+        return fail(e, 422, "invalid_value", "ports",
+                    "a notebook job declares at most %d ports of its own: its port \"notebook\" makes %d",
+                    JOBSPEC_MAX_PORTS - 1, JOBSPEC_MAX_PORTS);
+    port_spec *nb = &s->ports[s->n_ports++];
+    snprintf(nb->name, sizeof nb->name, "notebook");
+    nb->port = JOBSPEC_NOTEBOOK_PORT;
     return 0;
 }
 
@@ -1676,10 +1836,12 @@ static int parse_root(spec_error *e, const cJSON *root, jobspec *s) {
         get_bool(e, root, "", "queue_if_infeasible", &s->queue_if_infeasible) < 0 ||
         get_int(e, root, "", "max_restarts", 0, 100, &s->max_restarts) < 0)
         return -1;
-    if (!item(root, "command") && item(root, "environment"))
+    if (!item(root, "command") && !item(root, "interactive") && item(root, "environment"))
         return fail(e, 422, "invalid_value", "environment",
                     "environment is for command jobs: a training job runs trainyard's own engine");
-    if (item(root, "command")) {
+    if (item(root, "interactive")) {
+        if (parse_interactive(e, root, s) < 0) return -1;
+    } else if (item(root, "command")) {
         s->kind = JOB_KIND_COMMAND;
         memset(&s->fit, 0, sizeof s->fit); /* no epochs or batches: the program decides */
         if (parse_command(e, root, s) < 0) return -1;
@@ -1690,8 +1852,15 @@ static int parse_root(spec_error *e, const cJSON *root, jobspec *s) {
     }
     if (parse_environment(e, root, s) < 0) return -1;
     if (parse_strategy(e, root, s) < 0 || parse_resources(e, root, s) < 0 ||
-        parse_checkpoint(e, root, s) < 0 || parse_logs(e, root, s) < 0)
+        parse_checkpoint(e, root, s) < 0 || parse_logs(e, root, s) < 0 ||
+        parse_ports(e, root, s) < 0 || parse_idle_timeout(e, root, s) < 0)
         return -1;
+    if (s->kind == JOB_KIND_INTERACTIVE && s->resources.workers != 1)
+        return fail(e, 422, "invalid_value", "resources.workers",
+                    "an interactive job runs one task: workers must be 1, got %d", s->resources.workers);
+    if (s->kind == JOB_KIND_INTERACTIVE && s->resources.evaluator)
+        return fail(e, 422, "invalid_value", "resources.evaluator",
+                    "an interactive job has no evaluator: it trains no model of trainyard's engine");
     if (s->kind == JOB_KIND_TRAIN &&
         (check_shapes(e, s) < 0 || check_output(e, s) < 0))
         return -1;
@@ -2106,8 +2275,13 @@ cJSON *jobspec_to_cjson(const jobspec *s) {
     if (!root) return NULL;
     add_str(&o, root, "name", s->name);
     add_int(&o, root, "priority", s->priority);
-    if (s->kind == JOB_KIND_COMMAND) {
-        command_to_json(&o, root, &s->command);
+    if (s->kind == JOB_KIND_COMMAND || s->kind == JOB_KIND_INTERACTIVE) {
+        if (s->kind == JOB_KIND_COMMAND) command_to_json(&o, root, &s->command);
+        else {
+            cJSON *in = chk(&o, cJSON_AddObjectToObject(root, "interactive"));
+            if (in) add_str(&o, in, "type", interactive_name(s->interactive));
+            add_int(&o, root, "idle_timeout", (long long)s->idle_timeout_s);
+        }
         if (s->environment.image[0]) {
             cJSON *env = chk(&o, cJSON_AddObjectToObject(root, "environment"));
             if (env) {
@@ -2179,6 +2353,16 @@ cJSON *jobspec_to_cjson(const jobspec *s) {
     add_bool(&o, root, "preemptible", s->preemptible);
     add_bool(&o, root, "queue_if_infeasible", s->queue_if_infeasible);
     add_int(&o, root, "max_restarts", s->max_restarts);
+    if (s->n_ports > 0) {
+        cJSON *ports = chk(&o, cJSON_AddArrayToObject(root, "ports"));
+        for (int i = 0; ports && i < s->n_ports; i++) {
+            cJSON *p = chk(&o, cJSON_CreateObject());
+            if (!p) break;
+            if (!cJSON_AddItemToArray(ports, p)) { cJSON_Delete(p); o.ok = 0; break; }
+            add_str(&o, p, "name", s->ports[i].name);
+            add_int(&o, p, "port", s->ports[i].port);
+        }
+    }
     if (!o.ok) {
         cJSON_Delete(root);
         return NULL;

@@ -7,7 +7,8 @@
  *
  * defines: jobspec_parse, jobspec_release, jobspec_to_json, jobspec_to_cjson,
  *          jobspec_replicas, jobspec_devices, jobspec_env_reserved,
- *          jobspec_size_kind, jobspec_size_value, jobspec_size_text, and the
+ *          jobspec_size_kind, jobspec_size_value, jobspec_size_text,
+ *          jobspec_port_name_ok, jobspec_port_env, interactive_name, and the
  *          enum -> name helpers; the spec's types are jobspec_types.h, the
  *          shapes and the layers' names shapes.h (both included here). */
 #ifndef TRAINYARD_JOBSPEC_H
@@ -67,6 +68,15 @@ int jobspec_size_text(const char *text, const jobspec_size_kind *k, int64_t *out
  * (TF_CONFIG, RANK, CUDA_VISIBLE_DEVICES, TRAINYARD_*, ...): refused in specs. */
 int jobspec_env_reserved(const char *name);
 
+/* 1 when n is a port's name: 1-32 of a-z 0-9 - _, a letter first. */
+int jobspec_port_name_ok(const char *n);
+
+/* The environment variable that gives a task the port named NAME (a valid
+ * port name): "TRAINYARD_PORT_" and NAME upper-cased, '-' as '_'
+ * ("tensorboard" -> TRAINYARD_PORT_TENSORBOARD, "my-ui" -> TRAINYARD_PORT_MY_UI).
+ * out holds 64 bytes. */
+void jobspec_port_env(const char *name, char out[64]);
+
 /* Frees what a parsed spec holds (a command job's argv/env; nothing for a
  * training job). Safe on a zeroed or already released spec. */
 void jobspec_release(jobspec *spec);
@@ -112,5 +122,6 @@ const char *data_source_name(data_source s);
 const char *init_name(init_type i);
 const char *comm_name(comm_type c);
 const char *cdo_name(cdo_type c);
+const char *interactive_name(interactive_type t); /* "notebook", "shell"; "" for none */
 
 #endif

@@ -5,8 +5,8 @@
  *
  * defines: jobspec, layer_spec, optimizer_spec, data_spec, fit_spec,
  *          strategy_spec, resources_spec, checkpoint_spec, logs_spec,
- *          command_spec, environment_spec, spec_error, their enums and the
- *          JOBSPEC_* limits */
+ *          command_spec, environment_spec, port_spec, spec_error, their enums
+ *          and the JOBSPEC_* limits */
 #ifndef TRAINYARD_JOBSPEC_TYPES_H
 #define TRAINYARD_JOBSPEC_TYPES_H
 
@@ -26,8 +26,17 @@
 #define JOBSPEC_MAX_PARAMS (1L << 28)  /* weights + biases a model may have */
 #define JOBSPEC_MAX_ARGS 256           /* command.argv entries */
 #define JOBSPEC_MAX_ENV 256            /* command.env entries */
+#define JOBSPEC_MAX_PORTS 8            /* ports entries */
+#define JOBSPEC_PORT_NAME_MAX 33       /* a port's name: 1-32 bytes and the NUL */
+#define JOBSPEC_IDLE_MAX_S 31536000L   /* idle_timeout: at most a year */
+#define JOBSPEC_IDLE_DEFAULT_S 1800L   /* an interactive job's idle_timeout when not given */
+#define JOBSPEC_NOTEBOOK_PORT 8888     /* the port a notebook job declares for itself ("notebook") */
 
-typedef enum { JOB_KIND_TRAIN = 0, JOB_KIND_COMMAND = 1 } job_kind;
+/* JOB_KIND_INTERACTIVE: a notebook or a shell (interactive.type), no model
+ * and no command; parsed and normalized, not run yet (the API refuses it). */
+typedef enum { JOB_KIND_TRAIN = 0, JOB_KIND_COMMAND = 1, JOB_KIND_INTERACTIVE = 2 } job_kind;
+
+typedef enum { INTERACTIVE_NONE = 0, INTERACTIVE_NOTEBOOK, INTERACTIVE_SHELL } interactive_type;
 
 typedef enum {
     LAYER_DENSE = 0,
@@ -221,6 +230,15 @@ typedef struct environment_spec {
     int pull;                          /* PULL_IF_NOT_PRESENT (default) or PULL_ALWAYS */
 } environment_spec;
 
+/* A web port the job serves (ports[i]): its name, a path segment of the
+ * server's proxy (/proxy/jobs/ID/NAME/) and of TRAINYARD_PORT_<NAME> in the
+ * task's environment, and the port the program would use by default
+ * (informative: the agent gives each task a free port of its node). */
+typedef struct port_spec {
+    char name[JOBSPEC_PORT_NAME_MAX];  /* 1-32 of a-z 0-9 - _, a letter first */
+    int port;                          /* 1-65535 */
+} port_spec;
+
 /* The registry host an image reference names ("docker.io" when none does):
  * what registry credentials are looked up by. out holds 256 bytes. */
 void jobspec_image_registry(const char *image, char *out, size_t outlen);
@@ -228,7 +246,14 @@ void jobspec_image_registry(const char *image, char *out, size_t outlen);
 typedef struct jobspec {
     job_kind kind;
     command_spec command;              /* JOB_KIND_COMMAND only */
-    environment_spec environment;      /* JOB_KIND_COMMAND only */
+    environment_spec environment;      /* JOB_KIND_COMMAND and JOB_KIND_INTERACTIVE only */
+    interactive_type interactive;      /* JOB_KIND_INTERACTIVE only, else INTERACTIVE_NONE */
+    long idle_timeout_s;               /* JOB_KIND_INTERACTIVE: seconds without a connection
+                                        * before the job is stopped (default 1800; 0 = never);
+                                        * 0 for other kinds */
+    int n_ports;
+    port_spec ports[JOBSPEC_MAX_PORTS]; /* unique names (and TRAINYARD_PORT_ names); a
+                                        * notebook job's list holds "notebook" */
     char name[JOBSPEC_NAME_MAX];       /* default "job" */
     int priority;                      /* 0..1000, default 50 */
     long max_runtime_s;                /* default 86400 */

@@ -522,6 +522,66 @@ static const bad_case BAD[] = {
     {TOP("'resources':{'evaluator':'yes'}"), 422, "invalid_type", "resources.evaluator"},
     {TOP("'resources':{'evaluator':null}"), 422, "invalid_type", "resources.evaluator"},
     {"{'command':{'argv':['x']},'resources':{'evaluator':[true]}}", 422, "invalid_type", "resources.evaluator"},
+    /* ---- ports, interactive, idle_timeout */
+#define CMD_PORTS(p) "{'command':{'argv':['x']},'ports':" p "}"
+#define PORTS8 "{'name':'p0','port':1000},{'name':'p1','port':1001},{'name':'p2','port':1002}," \
+               "{'name':'p3','port':1003},{'name':'p4','port':1004},{'name':'p5','port':1005}," \
+               "{'name':'p6','port':1006},{'name':'p7','port':1007}"
+    {CMD_PORTS("{'name':'tb','port':6006}"), 422, "invalid_type", "ports"},
+    {CMD_PORTS("'tb'"), 422, "invalid_type", "ports"},
+    {CMD_PORTS("[" PORTS8 ",{'name':'p8','port':1008}]"), 422, "invalid_value", "ports"},
+    {CMD_PORTS("[6006]"), 422, "invalid_type", "ports[0]"},
+    {CMD_PORTS("[{'name':'tb','port':6006},null]"), 422, "invalid_type", "ports[1]"},
+    {CMD_PORTS("[{'port':6006}]"), 422, "missing_field", "ports[0].name"},
+    {CMD_PORTS("[{'name':5,'port':6006}]"), 422, "invalid_type", "ports[0].name"},
+    {CMD_PORTS("[{'name':'','port':6006}]"), 422, "invalid_value", "ports[0].name"},
+    {CMD_PORTS("[{'name':'TensorBoard','port':6006}]"), 422, "invalid_value", "ports[0].name"},
+    {CMD_PORTS("[{'name':'1tb','port':6006}]"), 422, "invalid_value", "ports[0].name"},
+    {CMD_PORTS("[{'name':'-tb','port':6006}]"), 422, "invalid_value", "ports[0].name"},
+    {CMD_PORTS("[{'name':'a/b','port':6006}]"), 422, "invalid_value", "ports[0].name"},
+    {CMD_PORTS("[{'name':'a.b','port':6006}]"), 422, "invalid_value", "ports[0].name"},
+    {CMD_PORTS("[{'name':'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa','port':6006}]"), 422, "invalid_value", "ports[0].name"},
+    {CMD_PORTS("[{'name':'tb','port':6006},{'name':'tb','port':6007}]"), 422, "invalid_value", "ports[1].name"},
+    {CMD_PORTS("[{'name':'my-ui','port':6006},{'name':'my_ui','port':6007}]"), 422, "invalid_value", "ports[1].name"},
+    {CMD_PORTS("[{'name':'tb'}]"), 422, "missing_field", "ports[0].port"},
+    {CMD_PORTS("[{'name':'tb','port':6006},{'name':'ui','port':0}]"), 422, "invalid_value", "ports[1].port"},
+    {CMD_PORTS("[{'name':'tb','port':65536}]"), 422, "invalid_value", "ports[0].port"},
+    {CMD_PORTS("[{'name':'tb','port':-1}]"), 422, "invalid_value", "ports[0].port"},
+    {CMD_PORTS("[{'name':'tb','port':'6006'}]"), 422, "invalid_type", "ports[0].port"},
+    {CMD_PORTS("[{'name':'tb','port':60.5}]"), 422, "invalid_type", "ports[0].port"},
+    {CMD_PORTS("[{'name':'tb','port':null}]"), 422, "invalid_type", "ports[0].port"},
+    {CMD_PORTS("[{'name':'tb','port':6006,'host':'0.0.0.0'}]"), 422, "unknown_field", "ports[0].host"},
+    {TOP("'ports':[{'name':'tb','port':70000}]"), 422, "invalid_value", "ports[0].port"},
+    {"{'interactive':'notebook'}", 422, "invalid_type", "interactive"},
+    {"{'interactive':{}}", 422, "missing_field", "interactive.type"},
+    {"{'interactive':{'type':'lab'}}", 422, "invalid_value", "interactive.type"},
+    {"{'interactive':{'type':1}}", 422, "invalid_type", "interactive.type"},
+    {"{'interactive':{'type':'notebook','kernel':'python3'}}", 422, "unknown_field", "interactive.kernel"},
+    {"{'interactive':{'type':'shell'},'command':{'argv':['x']}}", 422, "invalid_value", "command"},
+    {TOP("'interactive':{'type':'notebook'}"), 422, "invalid_value", "model"},
+    {"{'interactive':{'type':'shell'},'fit':{'epochs':1}}", 422, "invalid_value", "fit"},
+    {"{'interactive':{'type':'shell'},'resources':{'workers':2}}", 422, "invalid_value", "resources.workers"},
+    {"{'interactive':{'type':'shell'},'resources':{'evaluator':true}}", 422, "invalid_value", "resources.evaluator"},
+    {"{'interactive':{'type':'notebook'},'ports':[" PORTS8 "]}", 422, "invalid_value", "ports"},
+    {"{'interactive':{'type':'shell'},'environment':{'image':'Bad Image'}}", 422, "invalid_value", "environment.image"},
+    {"{'command':{'argv':['x']},'idle_timeout':60}", 422, "invalid_value", "idle_timeout"},
+    {TOP("'idle_timeout':'30m'"), 422, "invalid_value", "idle_timeout"},
+    {"{'interactive':{'type':'shell'},'idle_timeout':-1}", 422, "invalid_value", "idle_timeout"},
+    {"{'interactive':{'type':'shell'},'idle_timeout':31536001}", 422, "invalid_value", "idle_timeout"},
+    {"{'interactive':{'type':'shell'},'idle_timeout':1.5}", 422, "invalid_type", "idle_timeout"},
+    {"{'interactive':{'type':'shell'},'idle_timeout':true}", 422, "invalid_type", "idle_timeout"},
+    {"{'interactive':{'type':'shell'},'idle_timeout':null}", 422, "invalid_type", "idle_timeout"},
+    {"{'interactive':{'type':'shell'},'idle_timeout':'30x'}", 422, "invalid_value", "idle_timeout"},
+    {"{'interactive':{'type':'shell'},'idle_timeout':'30 m'}", 422, "invalid_value", "idle_timeout"},
+    {"{'interactive':{'type':'shell'},'idle_timeout':' 30m'}", 422, "invalid_value", "idle_timeout"},
+    {"{'interactive':{'type':'shell'},'idle_timeout':''}", 422, "invalid_value", "idle_timeout"},
+    {"{'interactive':{'type':'shell'},'idle_timeout':'-5m'}", 422, "invalid_value", "idle_timeout"},
+    {"{'interactive':{'type':'shell'},'idle_timeout':'m'}", 422, "invalid_value", "idle_timeout"},
+    {"{'interactive':{'type':'shell'},'idle_timeout':'366d'}", 422, "invalid_value", "idle_timeout"},
+    {"{'interactive':{'type':'shell'},'idle_timeout':'1e3'}", 422, "invalid_value", "idle_timeout"},
+    {"{'interactive':{'type':'shell'},'idle_timeout':'0x10'}", 422, "invalid_value", "idle_timeout"},
+    {"{'interactive':{'type':'shell'},'idle_timeout':'1.h'}", 422, "invalid_value", "idle_timeout"},
+    {"{'interactive':{'type':'shell'},'idle_timeout':'30mm'}", 422, "invalid_value", "idle_timeout"},
 };
 
 #define N_BAD ((int)(sizeof BAD / sizeof BAD[0]))
@@ -1371,6 +1431,103 @@ END_TEST
 /* A command job: argv, env and working_dir read whole, no training fields,
  * the common fields checked first; normalized and parsed again it is the
  * same job. */
+/* ports on any job, an interactive job (no model, no command), its
+ * idle_timeout as seconds or a duration, all printed and read back. */
+START_TEST(test_ports_interactive) {
+    jobspec s;
+    parse_ok("{'command':{'argv':['python3','serve.py']},'ports':[{'name':'tensorboard','port':6006},"
+             "{'name':'my-ui_2','port':65535},{'name':'web','port':1}]}", &s);
+    ck_assert_int_eq(s.kind, JOB_KIND_COMMAND);
+    ck_assert_int_eq(s.n_ports, 3);
+    ck_assert_str_eq(s.ports[0].name, "tensorboard");
+    ck_assert_int_eq(s.ports[0].port, 6006);
+    ck_assert_str_eq(s.ports[1].name, "my-ui_2");
+    ck_assert_int_eq(s.ports[2].port, 1);
+    ck_assert_int_eq(s.interactive, INTERACTIVE_NONE);
+    ck_assert_int_eq(s.idle_timeout_s, 0);
+    char *j = NULL;
+    ck_assert_int_eq(jobspec_to_json(&s, &j), 0);
+    ck_assert_msg(strstr(j, "\"ports\":[{\"name\":\"tensorboard\",\"port\":6006},{\"name\":\"my-ui_2\","
+                            "\"port\":65535},{\"name\":\"web\",\"port\":1}]") != NULL, "%s", j);
+    ck_assert_ptr_null(strstr(j, "idle_timeout"));
+    jobspec b; /* a command job holds pointers: its printed forms are compared */
+    spec_error e;
+    ck_assert_msg(jobspec_parse(j, strlen(j), &b, &e) == 0, "%s: %s", e.field, e.message);
+    ck_assert_int_eq(b.n_ports, 3);
+    ck_assert(memcmp(b.ports, s.ports, sizeof s.ports) == 0);
+    char *j2 = NULL;
+    ck_assert_int_eq(jobspec_to_json(&b, &j2), 0);
+    ck_assert_str_eq(j, j2);
+    free(j2);
+    jobspec_release(&b);
+    free(j);
+    jobspec_release(&s);
+    char env[64];
+    jobspec_port_env("my-ui_2", env);
+    ck_assert_str_eq(env, "TRAINYARD_PORT_MY_UI_2");
+    jobspec_port_env("tensorboard", env);
+    ck_assert_str_eq(env, "TRAINYARD_PORT_TENSORBOARD");
+    ck_assert(jobspec_port_name_ok("a") && jobspec_port_name_ok("a-b_9"));
+    ck_assert(!jobspec_port_name_ok("A") && !jobspec_port_name_ok("_a") && !jobspec_port_name_ok(""));
+
+    /* a training job takes ports too; none printed when none */
+    parse_ok(TOP("'ports':[{'name':'tb','port':6006}]"), &s);
+    ck_assert_int_eq(s.kind, JOB_KIND_TRAIN);
+    ck_assert_int_eq(s.n_ports, 1);
+    parse_ok(GOOD, &s);
+    ck_assert_int_eq(s.n_ports, 0);
+    ck_assert_int_eq(jobspec_to_json(&s, &j), 0);
+    ck_assert_ptr_null(strstr(j, "\"ports\""));
+    free(j);
+
+    /* a notebook: its own port "notebook", idle_timeout 1800 by default */
+    parse_ok("{'name':'nb','interactive':{'type':'notebook'},'ports':[{'name':'tensorboard','port':6006}]}", &s);
+    ck_assert_int_eq(s.kind, JOB_KIND_INTERACTIVE);
+    ck_assert_int_eq(s.interactive, INTERACTIVE_NOTEBOOK);
+    ck_assert_int_eq(s.idle_timeout_s, 1800);
+    ck_assert_int_eq(s.n_ports, 2);
+    ck_assert_str_eq(s.ports[0].name, "tensorboard");
+    ck_assert_str_eq(s.ports[1].name, "notebook");
+    ck_assert_int_eq(s.ports[1].port, 8888);
+    ck_assert_int_eq(s.n_layers, 0);
+    ck_assert_ptr_null(s.command.argv);
+    ck_assert_int_eq(jobspec_to_json(&s, &j), 0);
+    ck_assert_msg(strstr(j, "\"interactive\":{\"type\":\"notebook\"},\"idle_timeout\":1800") != NULL, "%s", j);
+    ck_assert_msg(strstr(j, "{\"name\":\"notebook\",\"port\":8888}]") != NULL, "%s", j);
+    ck_assert_ptr_null(strstr(j, "\"command\""));
+    ck_assert_ptr_null(strstr(j, "\"model\""));
+    round_trip(j, strlen(j), "a notebook job");
+    free(j);
+    /* its own port declared: kept as given, not twice */
+    parse_ok("{'interactive':{'type':'notebook'},'ports':[{'name':'notebook','port':9999}]}", &s);
+    ck_assert_int_eq(s.n_ports, 1);
+    ck_assert_int_eq(s.ports[0].port, 9999);
+    /* a shell has no port of its own; an image is allowed */
+    parse_ok("{'interactive':{'type':'shell'},'environment':{'image':'docker.io/library/python:3.11'}}", &s);
+    ck_assert_int_eq(s.interactive, INTERACTIVE_SHELL);
+    ck_assert_int_eq(s.n_ports, 0);
+    ck_assert_str_eq(s.environment.image, "docker.io/library/python:3.11");
+    ck_assert_int_eq(jobspec_to_json(&s, &j), 0);
+    round_trip(j, strlen(j), "a shell job in an image");
+    free(j);
+
+    /* idle_timeout: seconds, or a duration rounded up to a second */
+    static const struct { const char *v; long s; } idle[] = {
+        {"0", 0}, {"60", 60}, {"31536000", 31536000}, {"'30m'", 1800}, {"'15s'", 15}, {"'2h'", 7200},
+        {"'1.5h'", 5400}, {"'1d'", 86400}, {"'0'", 0}, {"'0s'", 0}, {"'90'", 90}, {"'0.1s'", 1}, {"'365d'", 31536000}};
+    for (size_t i = 0; i < sizeof idle / sizeof idle[0]; i++) {
+        char spec[160];
+        snprintf(spec, sizeof spec, "{'interactive':{'type':'shell'},'idle_timeout':%s}", idle[i].v);
+        parse_ok(spec, &s);
+        ck_assert_msg(s.idle_timeout_s == idle[i].s, "idle_timeout %s: %ld, not %ld", idle[i].v, s.idle_timeout_s,
+                      idle[i].s);
+        ck_assert_int_eq(jobspec_to_json(&s, &j), 0);
+        round_trip(j, strlen(j), spec);
+        free(j);
+    }
+}
+END_TEST
+
 START_TEST(test_command_parsed) {
     jobspec s, b;
     spec_error e;
@@ -1499,6 +1656,7 @@ static Suite *jobspec_suite(void) {
     tcase_add_test(good, test_to_json_content);
     tcase_add_test(good, test_gradient_accumulation);
     tcase_add_test(good, test_command_parsed);
+    tcase_add_test(good, test_ports_interactive);
     tcase_add_test(good, test_names);
     tcase_add_test(good, test_cnn_shapes);
     suite_add_tcase(s, good);
