@@ -437,6 +437,17 @@ static const char m15[] =
     "  usage_at INTEGER NOT NULL DEFAULT 0,"
     "  UNIQUE(team_id, user_id));";
 
+/* 16: a job's web ports. task_ports: the port of the task's node that
+ * serves each port the job declares (spec "ports"), as the agent reported it
+ * with the task's start (storage/ports_store.c); what the server's proxy
+ * reaches at /proxy/jobs/ID/NAME/. */
+static const char m16[] =
+    "CREATE TABLE task_ports("
+    "  task_id INTEGER NOT NULL REFERENCES tasks(id),"
+    "  name TEXT NOT NULL,"
+    "  port INTEGER NOT NULL,"
+    "  PRIMARY KEY(task_id, name)) WITHOUT ROWID;";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1},
     {2, "nodes, devices, tasks, allocations, shares", m2},
@@ -453,5 +464,6 @@ const migration schema_migrations[] = {
     {13, "sweeps, sweep_trials, sweep_rungs, jobs.sweep_id/trial", m13},
     {14, "people: users, members, user_tokens, token_use, audit, jobs/sweeps.user_id", m14},
     {15, "fair share within a team: user_usage", m15},
+    {16, "a job's web ports: task_ports", m16},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

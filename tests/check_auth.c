@@ -864,7 +864,8 @@ START_TEST(old_data_dir_migrates) {
                           " DROP TABLE sweep_rungs; DROP TABLE sweep_trials; DROP TABLE sweeps; DROP INDEX jobs_sweep;"
                           " ALTER TABLE jobs DROP COLUMN sweep_id; ALTER TABLE jobs DROP COLUMN trial;"
                           " DROP TABLE audit; DROP TABLE token_use; DROP TABLE user_tokens; DROP TABLE members;"
-                          " ALTER TABLE jobs DROP COLUMN user_id; DROP TABLE users; DROP TABLE user_usage;"
+                          " ALTER TABLE jobs DROP COLUMN user_id; DROP TABLE users;"
+                          " DROP TABLE user_usage; DROP TABLE task_ports;"
                           " DELETE FROM schema_migrations WHERE version >= 5;",
                           NULL, NULL, &err);
     ck_assert_msg(rc == SQLITE_OK, "cannot make a version-4 database: %s", err ? err : "?");

@@ -1,0 +1,140 @@
+/* ports_store.c - task_ports: a job's web ports on its tasks' nodes. See
+ * ports_store.h. */
+#include "ports_store.h"
+#include "store_base.h"
+#include "store.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "../common/util.h"
+
+static const char SQL_CLEAR[] = "DELETE FROM task_ports WHERE task_id = ?1";
+static const char SQL_ADD[] = "INSERT INTO task_ports(task_id, name, port) VALUES (?1, ?2, ?3)";
+
+int ports_store_set(db *d, int64_t task_id, const char (*names)[33], const int *ports, int n) {
+    sqlite3_stmt *st = db_prepare(d, SQL_CLEAR);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, task_id);
+    if (store_step_done(st) != STORE_OK) return STORE_ERROR;
+    for (int i = 0; i < n; i++) {
+        st = db_prepare(d, SQL_ADD);
+        if (!st) return STORE_ERROR;
+        sqlite3_bind_int64(st, 1, task_id);
+        sqlite3_bind_text(st, 2, names[i], -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int(st, 3, ports[i]);
+        if (store_step_done(st) != STORE_OK) return STORE_ERROR;
+    }
+    return STORE_OK;
+}
+
+static const char SQL_FIND[] =
+    "SELECT tp.port, n.address FROM task_ports tp JOIN tasks t ON t.id = tp.task_id"
+    " JOIN nodes n ON n.id = t.node_id"
+    " WHERE t.job_id = ?1 AND tp.name = ?2 AND t.state <> 'exited' ORDER BY t.id LIMIT 1";
+static const char SQL_SPEC[] = "SELECT spec FROM jobs WHERE id = ?1";
+static const char SQL_ROW_NAMES[] =
+    "SELECT tp.name FROM task_ports tp JOIN tasks t ON t.id = tp.task_id WHERE t.job_id = ?1"
+    " GROUP BY tp.name ORDER BY min(t.id), tp.name";
+
+/* Appends name to the comma-separated list in have unless it is there;
+ * a name that does not fit is left out (the list stays whole names). */
+static void have_add(char *have, size_t havelen, const char *name) {
+    size_t nl = strlen(name), used = strlen(have);
+    for (const char *p = have; *p;) {
+        const char *c = strchr(p, ',');
+        size_t len = c ? (size_t)(c - p) : strlen(p);
+        if (len == nl && strncmp(p, name, nl) == 0) return;
+        if (!c) break;
+        p = c + 1;
+    }
+    if (used + (used ? 1 : 0) + nl + 1 > havelen) return;
+    if (used) have[used++] = ',';
+    memcpy(have + used, name, nl + 1);
+}
+
+/* The names the job declares: its stored spec's "ports" (and "notebook"
+ * for a notebook job), then any its tasks reported beside them. */
+static int declared_names(db *d, int64_t job_id, char *have, size_t havelen) {
+    sqlite3_stmt *st = db_prepare(d, SQL_SPEC);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        const char *text = (const char *)sqlite3_column_text(st, 0);
+        cJSON *spec = text ? cJSON_Parse(text) : NULL;
+        const cJSON *p;
+        cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(spec, "ports")) {
+            const cJSON *n = cJSON_GetObjectItemCaseSensitive(p, "name");
+            if (cJSON_IsString(n)) have_add(have, havelen, n->valuestring);
+        }
+        const cJSON *in = cJSON_GetObjectItemCaseSensitive(spec, "interactive");
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(in, "type");
+        if (cJSON_IsString(type) && strcmp(type->valuestring, "notebook") == 0) have_add(have, havelen, "notebook");
+        cJSON_Delete(spec);
+    }
+    db_done(st);
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return STORE_ERROR;
+    st = db_prepare(d, SQL_ROW_NAMES);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *n = (const char *)sqlite3_column_text(st, 0);
+        if (n) have_add(have, havelen, n);
+    }
+    db_done(st);
+    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+}
+
+int ports_store_find(db *d, int64_t job_id, const char *name, char host[256], int *port, char *have, size_t havelen) {
+    if (have && havelen) have[0] = '\0';
+    sqlite3_stmt *st = db_prepare(d, SQL_FIND);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        const char *addr = (const char *)sqlite3_column_text(st, 1);
+        *port = sqlite3_column_int(st, 0);
+        snprintf(host, 256, "%s", addr ? addr : "");
+    }
+    db_done(st);
+    if (rc == SQLITE_ROW) return STORE_OK;
+    if (rc != SQLITE_DONE) return STORE_ERROR;
+    if (have && havelen && declared_names(d, job_id, have, havelen) != STORE_OK) return STORE_ERROR;
+    return STORE_NOT_FOUND;
+}
+
+static const char SQL_LIST[] =
+    "SELECT tp.name, t.id, t.type, t.idx, n.hostname, n.address, tp.port FROM task_ports tp"
+    " JOIN tasks t ON t.id = tp.task_id JOIN nodes n ON n.id = t.node_id"
+    " WHERE t.job_id = ?1 AND t.state <> 'exited' ORDER BY t.id, tp.name";
+
+int ports_store_list(db *d, int64_t job_id, cJSON **out) {
+    *out = NULL;
+    sqlite3_stmt *st = db_prepare(d, SQL_LIST);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, job_id);
+    cJSON *arr = cJSON_CreateArray();
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        cJSON *o = cJSON_CreateObject();
+        char tname[48];
+        const char *type = (const char *)sqlite3_column_text(st, 2);
+        snprintf(tname, sizeof tname, "%s-%d", type ? type : "worker", sqlite3_column_int(st, 3));
+        store_json_text(o, "name", st, 0);
+        cJSON_AddNumberToObject(o, "task", (double)sqlite3_column_int64(st, 1));
+        cJSON_AddStringToObject(o, "task_name", tname);
+        store_json_text(o, "node", st, 4);
+        store_json_text(o, "address", st, 5);
+        cJSON_AddNumberToObject(o, "port", sqlite3_column_int(st, 6));
+        cJSON_AddItemToArray(arr, o);
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) {
+        cJSON_Delete(arr);
+        return STORE_ERROR;
+    }
+    *out = arr;
+    return STORE_OK;
+}
