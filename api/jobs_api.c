@@ -19,6 +19,7 @@
 #include "../storage/cluster.h"
 #include "../storage/retention.h"
 #include "../storage/exec_store.h"
+#include "../storage/ports_store.h"
 #include "../storage/sweep_store.h"
 
 #include <stdio.h>
@@ -190,19 +191,29 @@ static void job_list(server *srv, http_req *req, http_res *res) {
     answer_cache_put(&ref, res);
 }
 
+/* The names a job's spec declares in "ports" (a notebook's own included). */
+typedef struct declared_ports {
+    int n;
+    char names[JOBSPEC_MAX_PORTS][JOBSPEC_PORT_NAME_MAX];
+} declared_ports;
+
 /* The job's model as Keras' model.summary() shows it (spec/jobspec.h,
  * jobspec_model_summary), from its stored spec: "model_summary", null for a
- * command job (or a stored spec this server's parser no longer reads). Only
- * the single job's answer carries it: a parse of the spec per job would be
- * most of a list page's cost, and the answer is kept (answer_cache.c). */
-static void add_model_summary(cJSON *job) {
+ * command job (or a stored spec this server's parser no longer reads); and
+ * the names of the ports it declares into *ports. Only the single job's
+ * answer carries it: a parse of the spec per job would be most of a list
+ * page's cost, and the answer is kept (answer_cache.c). */
+static void add_model_summary(cJSON *job, declared_ports *ports) {
     cJSON *summary = NULL;
+    ports->n = 0;
     const cJSON *stored = cJSON_GetObjectItemCaseSensitive(job, "spec");
     char *text = cJSON_IsObject(stored) ? cJSON_PrintUnformatted(stored) : NULL;
     if (text) {
         jobspec *spec = xmalloc(sizeof *spec);
         if (jobspec_parse(text, strlen(text), spec, NULL) == 0) {
             summary = jobspec_model_summary(spec);
+            for (int i = 0; i < spec->n_ports; i++)
+                snprintf(ports->names[ports->n++], sizeof ports->names[0], "%s", spec->ports[i].name);
             jobspec_release(spec);
         }
         free(spec);
@@ -210,6 +221,43 @@ static void add_model_summary(cJSON *job) {
     }
     if (summary) cJSON_AddItemToObject(job, "model_summary", summary);
     else cJSON_AddNullToObject(job, "model_summary");
+}
+
+/* "ports": each port the job declares, as its live tasks serve it
+ * ({"name", "task", "task_name", "node", "address", "port", "url"}, one per
+ * task that reported it), or {"name", "url"} while none does (before it
+ * runs). 0, or -1 when the read failed (the answer is not kept). */
+static int add_ports(server *srv, int64_t job_id, cJSON *job, const declared_ports *declared) {
+    cJSON *rows = NULL, *out = cJSON_CreateArray();
+    int rc = ports_store_list(srv->db, job_id, &rows);
+    for (int i = 0; i <= declared->n; i++) {
+        /* i == n: what tasks reported that the spec does not name */
+        const char *name = i < declared->n ? declared->names[i] : NULL;
+        int seen = 0;
+        for (cJSON *r = rows ? rows->child : NULL, *next; r; r = next) {
+            next = r->next;
+            const char *rn = cJSON_GetObjectItemCaseSensitive(r, "name")->valuestring;
+            if (name && strcmp(rn, name) != 0) continue;
+            char url[128];
+            snprintf(url, sizeof url, "/proxy/jobs/%lld/%s/", (long long)job_id, rn);
+            cJSON *e = cJSON_DetachItemViaPointer(rows, r);
+            cJSON_AddStringToObject(e, "url", url);
+            cJSON_AddItemToArray(out, e);
+            seen = 1;
+        }
+        if (name && !seen) {
+            char url[128];
+            snprintf(url, sizeof url, "/proxy/jobs/%lld/%s/", (long long)job_id, name);
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "name", name);
+            cJSON_AddStringToObject(e, "url", url);
+            cJSON_AddItemToArray(out, e);
+        }
+    }
+    cJSON_Delete(rows);
+    cJSON_DeleteItemFromObject(job, "ports");
+    cJSON_AddItemToObject(job, "ports", out);
+    return rc == STORE_OK ? 0 : -1;
 }
 
 /* Adds "progress" (epoch, step, latest metrics, ETA; null before the first
@@ -255,8 +303,10 @@ static void job_get(server *srv, http_req *req, http_res *res) {
         api_db_unavailable(res);
         return;
     }
-    add_model_summary(job);
+    declared_ports declared;
+    add_model_summary(job, &declared);
     int whole = job_decorate(srv, id, job) == 0;
+    if (add_ports(srv, id, job, &declared) < 0) whole = 0;
     http_json(res, 200, job);
     if (whole) answer_cache_put(&ref, res);
 }

@@ -2,6 +2,7 @@
 #include "lifecycle.h"
 #include "../common/util.h"
 #include "../storage/exec_store.h"
+#include "../storage/ports_store.h"
 #include "../storage/store.h"
 
 #include <stdio.h>
@@ -50,7 +51,7 @@ int lifecycle_job_fail_now(db *d, int64_t job_id, int attempt, const char *what,
     return rc;
 }
 
-int lifecycle_task_running(db *d, int64_t task_id, const char *actor, int *flags) {
+int lifecycle_task_running(db *d, int64_t task_id, const lifecycle_ports *ports, const char *actor, int *flags) {
     *flags = LC_NONE;
     if (db_begin(d) < 0) return STORE_ERROR;
     exec_task t;
@@ -59,6 +60,10 @@ int lifecycle_task_running(db *d, int64_t task_id, const char *actor, int *flags
     if (strcmp(t.state, "exited") == 0) {
         rc = STORE_CONFLICT;
         goto out;
+    }
+    if (ports) {
+        rc = ports_store_set(d, task_id, (const char(*)[33])ports->names, ports->ports, ports->n);
+        if (rc != STORE_OK) goto out;
     }
     if (strcmp(t.state, "running") == 0) goto out; /* repeated report */
     rc = exec_store_task_set_running(d, task_id);

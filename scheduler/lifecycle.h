@@ -8,7 +8,7 @@
  * failed: ...") and never stops, fails or requeues the job. Each report is one transaction; job states change only through
  * store_job_transition (which writes the event).
  *
- * defines: lifecycle_task_running, lifecycle_task_exited, lifecycle_exit,
+ * defines: lifecycle_task_running, lifecycle_ports, lifecycle_task_exited, lifecycle_exit,
  *          lifecycle_stop_tasks, lifecycle_attempt_failed */
 #ifndef TRAINYARD_LIFECYCLE_H
 #define TRAINYARD_LIFECYCLE_H
@@ -27,9 +27,19 @@ typedef struct lifecycle_exit {
 /* Outcome flags, so the caller knows whom to wake. */
 enum { LC_NONE = 0, LC_JOB_CHANGED = 1, LC_DEVICES_FREED = 2 };
 
-/* Task started. STORE_OK (*flags set), STORE_NOT_FOUND, STORE_CONFLICT when
- * the task already exited, STORE_ERROR. Idempotent. */
-int lifecycle_task_running(db *d, int64_t task_id, const char *actor, int *flags);
+/* The web ports a task's agent gave it (the report's "ports": name -> port
+ * of its node), at most 8. */
+typedef struct lifecycle_ports {
+    int n;
+    char names[8][33];
+    int ports[8];
+} lifecycle_ports;
+
+/* Task started. ports (NULL: none reported) replace the task's task_ports
+ * rows in the same transaction (a repeated report's too). STORE_OK (*flags
+ * set), STORE_NOT_FOUND, STORE_CONFLICT when the task already exited (its
+ * ports unchanged), STORE_ERROR. Idempotent. */
+int lifecycle_task_running(db *d, int64_t task_id, const lifecycle_ports *ports, const char *actor, int *flags);
 
 /* Task ended: frees its devices, revokes its token and applies the gang's
  * rules to the job. STORE_OK (also for a repeated report), STORE_NOT_FOUND,

@@ -4,9 +4,12 @@
  * replaced (and cleared), the port named found on the job's live task with
  * the lowest id and its node's address, exited tasks left out, the names
  * the job declares when none serves it (spec first, then its tasks' rows),
- * the list of a job's live ports. */
+ * the list of a job's live ports, and the running report's ports written in
+ * the report's transaction (scheduler/lifecycle.c) and left alone for an
+ * exited task. */
 #include "testlib.h"
 
+#include "../scheduler/lifecycle.h"
 #include "../storage/db.h"
 #include "../storage/ports_store.h"
 #include "../storage/store.h"
@@ -36,6 +39,15 @@ static void exec_sql(const char *sql) {
     int rc = sqlite3_exec(db_conn(g_db), sql, NULL, NULL, &err);
     ck_assert_msg(rc == SQLITE_OK, "%s: %s", sql, err ? err : "?");
     sqlite3_free(err);
+}
+
+static long count_rows(void) {
+    sqlite3_stmt *st = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), "SELECT count(*) FROM task_ports", -1, &st, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    long n = (long)sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return n;
 }
 
 static int64_t insert_job(int64_t team, const char *spec) {
@@ -192,10 +204,38 @@ START_TEST(list_live_ports) {
 }
 END_TEST
 
+/* The running report's ports go in with the report (one transaction);
+ * an exited task's report is a conflict and leaves its ports alone. */
+START_TEST(running_report_writes_ports) {
+    int64_t team = 0;
+    ck_assert_int_eq(store_team_create(g_db, "t", &team), STORE_OK);
+    int64_t job = insert_job(team, SPEC_TB_WEB);
+    exec_sql("UPDATE jobs SET state = 'starting', attempt = 1");
+    int64_t n1 = insert_node("node-a", "10.0.0.1");
+    int64_t w0 = insert_task(job, 0, n1, "assigned");
+    lifecycle_ports lp = {.n = 2, .names = {"tb", "web"}, .ports = {45000, 45001}};
+    int flags = 0;
+    ck_assert_int_eq(lifecycle_task_running(g_db, w0, &lp, "agent", &flags), STORE_OK);
+    expect_find(job, "web", "10.0.0.1", 45001, "");
+    /* repeated: replaced */
+    lifecycle_ports again = {.n = 1, .names = {"web"}, .ports = {45002}};
+    ck_assert_int_eq(lifecycle_task_running(g_db, w0, &again, "agent", &flags), STORE_OK);
+    expect_find(job, "web", "10.0.0.1", 45002, "");
+    expect_find(job, "tb", NULL, 0, "tb,web");
+    /* no ports given: left as they are */
+    ck_assert_int_eq(lifecycle_task_running(g_db, w0, NULL, "agent", &flags), STORE_OK);
+    expect_find(job, "web", "10.0.0.1", 45002, "");
+    task_state(w0, "exited");
+    ck_assert_int_eq(lifecycle_task_running(g_db, w0, &lp, "agent", &flags), STORE_CONFLICT);
+    ck_assert_int_eq(count_rows(), 1);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ports");
     TCase *store = ty_tcase(s, "store", store_setup, store_teardown, 30);
     tcase_add_test(store, set_find_live_lowest_and_have);
     tcase_add_test(store, list_live_ports);
+    tcase_add_test(store, running_report_writes_ports);
     return ty_run_suite(s);
 }

@@ -1463,10 +1463,10 @@ START_TEST(db_evaluator_placement)
     int64_t w0 = q1("SELECT id FROM tasks WHERE job_id = ? AND type = 'worker'", a);
     int64_t ev = q1("SELECT id FROM tasks WHERE job_id = ? AND type = 'evaluator'", a);
     int flags = 0;
-    ck_assert_int_eq(lifecycle_task_running(g_db, w0, "agent", &flags), STORE_OK);
+    ck_assert_int_eq(lifecycle_task_running(g_db, w0, NULL, "agent", &flags), STORE_OK);
     state_of(a, txt, sizeof txt);
     ck_assert_str_eq(txt, "running");
-    ck_assert_int_eq(lifecycle_task_running(g_db, ev, "agent", &flags), STORE_OK);
+    ck_assert_int_eq(lifecycle_task_running(g_db, ev, NULL, "agent", &flags), STORE_OK);
     /* the evaluator's memory is counted: a second job's worker (2048 MiB) waits */
     int64_t b = job(t, 50, 1, 1, "cpu", 0, 3, 0);
     ck_assert_int_eq(sched_pass(g_db, &cfg, now + 20, NULL), 0);
