@@ -24,7 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -80,6 +82,11 @@ typedef struct task {
     ctxf_req *prep;              /* in the pool until it comes back done */
     cJSON *assign;               /* the assignment's entry (owned) */
     char *e_ctr;                 /* TRAINYARD_CONTAINER=... (owned), NULL none */
+    /* the job's web ports (spec "ports"): the free port of this node each
+     * got, in TRAINYARD_PORT_<NAME> and the running report */
+    int n_ports;
+    char port_names[JOBSPEC_MAX_PORTS][JOBSPEC_PORT_NAME_MAX];
+    int ports[JOBSPEC_MAX_PORTS];
 } task;
 
 #define PS_WORKER_RESTARTS 10    /* restarts of one task before its failure counts */
@@ -370,10 +377,20 @@ static void outbox_flush(agent *a) {
     }
 }
 
+/* {"state": "running"}, with the task's ports when it has any:
+ * "ports": {"tensorboard": 41234}. */
 static void report_running(agent *a, const task *t) {
     char path[96];
     snprintf(path, sizeof path, "/api/v1/tasks/%lld/status", (long long)t->id);
-    outbox_push(a, path, xstrdup("{\"state\":\"running\"}"), 0);
+    buf b;
+    buf_init(&b, 4096);
+    int ok = buf_appends(&b, "{\"state\":\"running\"") == 0;
+    for (int i = 0; ok && i < t->n_ports; i++) /* names are [a-z0-9_-]: nothing to escape */
+        ok = buf_printf(&b, "%s\"%s\":%d", i ? "," : ",\"ports\":{", t->port_names[i], t->ports[i]) == 0;
+    if (ok && t->n_ports) ok = buf_appends(&b, "}") == 0;
+    ok = ok && buf_appends(&b, "}") == 0;
+    if (!ok) abort(); /* 8 short names in 4 KiB */
+    outbox_push(a, path, buf_detach(&b, NULL), 0);
 }
 
 static void recent_add(agent *a, int64_t id, const char *body) {
@@ -674,6 +691,82 @@ static void task_abandon(agent *a, task *t, int code, const char *why, int stopp
     task_free(t);
 }
 
+/* ---------------------------------------------------------------- ports */
+
+/* Whether a task of this agent other than t holds port. */
+static int port_held(const agent *a, const task *t, int port) {
+    for (int i = 0; i < a->n_tasks; i++) {
+        const task *o = a->tasks[i];
+        if (o == t || o->exit_queued) continue;
+        for (int j = 0; j < o->n_ports; j++)
+            if (o->ports[j] == port) return 1;
+    }
+    for (int j = 0; j < t->n_ports; j++)
+        if (t->ports[j] == port) return 1;
+    return 0;
+}
+
+/* A TCP port of this node free now: one the kernel gives a socket bound to
+ * 0.0.0.0:0, read back and released (the task binds it next), none that a
+ * task of this agent holds. 0 when none could be had. */
+static int port_pick(const agent *a, const task *t) {
+    for (int tries = 0; tries < 32; tries++) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) return 0;
+        struct sockaddr_in sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sin_family = AF_INET;
+        sa.sin_addr.s_addr = htonl(INADDR_ANY);
+        socklen_t len = sizeof sa;
+        int port = 0;
+        if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
+            port = ntohs(sa.sin_port);
+        close(fd);
+        if (port <= 0) return 0;
+        if (!port_held(a, t, port)) return port;
+    }
+    return 0;
+}
+
+/* The ports the task's job declares (its spec, parsed as the worker will:
+ * a notebook's own "notebook" included), each given a free port of this
+ * node. 0, or -1 with why. */
+static int task_ports(const agent *a, task *t, const cJSON *config, char *why, size_t whylen) {
+    t->n_ports = 0;
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(config, "spec");
+    if (!cJSON_IsObject(spec) || !cJSON_GetObjectItemCaseSensitive(spec, "ports")) {
+        const cJSON *in = cJSON_GetObjectItemCaseSensitive(spec, "interactive");
+        if (!in) return 0; /* declares none: the common case costs no parse */
+    }
+    char *text = cJSON_PrintUnformatted(spec);
+    if (!text) abort();
+    jobspec *js = xcalloc(1, sizeof *js);
+    spec_error se;
+    int rc = jobspec_parse(text, strlen(text), js, &se);
+    free(text);
+    if (rc < 0) { /* the worker says why the spec is bad */
+        free(js);
+        return 0;
+    }
+    for (int i = 0; i < js->n_ports; i++) {
+        int port = port_pick(a, t);
+        if (!port) {
+            snprintf(why, whylen, "cannot start the worker: no free TCP port on this node for port \"%s\"",
+                     js->ports[i].name);
+            t->n_ports = 0;
+            jobspec_release(js);
+            free(js);
+            return -1;
+        }
+        snprintf(t->port_names[i], sizeof t->port_names[i], "%s", js->ports[i].name);
+        t->ports[i] = port;
+        t->n_ports = i + 1;
+    }
+    jobspec_release(js);
+    free(js);
+    return 0;
+}
+
 /* Starts the worker of a task (t->assign) prepared by task_start, its
  * context (when it has one) ready in ctxdir. */
 static void task_launch(agent *a, task *t, const char *ctxdir) {
@@ -712,7 +805,10 @@ static void task_launch(agent *a, task *t, const char *ctxdir) {
         e_ca = xmalloc(n);
         snprintf(e_ca, n, "TRAINYARD_CA_PEM=%s", client_trusted_ca());
     }
-    char *env[16];
+    char why_ports[256] = "";
+    if (task_ports(a, t, config, why_ports, sizeof why_ports) < 0) ok = 0;
+    char e_ports[JOBSPEC_MAX_PORTS][96];
+    char *env[16 + JOBSPEC_MAX_PORTS];
     int ne = 0;
     env[ne++] = e_cfg.data;
     env[ne++] = e_task;
@@ -722,6 +818,12 @@ static void task_launch(agent *a, task *t, const char *ctxdir) {
     if (e_ca) env[ne++] = e_ca;
     if (e_ctx[0]) env[ne++] = e_ctx;
     if (t->e_ctr) env[ne++] = t->e_ctr;
+    for (int i = 0; i < t->n_ports; i++) {
+        char name[64];
+        jobspec_port_env(t->port_names[i], name);
+        snprintf(e_ports[i], sizeof e_ports[i], "%s=%d", name, t->ports[i]);
+        env[ne++] = e_ports[i];
+    }
     if (t->iso.on && t->iso.uid) {
         env[ne++] = e_home;
         env[ne++] = e_tmp;
@@ -753,7 +855,8 @@ static void task_launch(agent *a, task *t, const char *ctxdir) {
     buf_release(&e_cuda);
     if (!ok || t->pid <= 0) {
         char why[256];
-        snprintf(why, sizeof why, "cannot start the worker: %s", ok ? strerror(spawn_errno) : "config too large");
+        if (why_ports[0]) snprintf(why, sizeof why, "%s", why_ports);
+        else snprintf(why, sizeof why, "cannot start the worker: %s", ok ? strerror(spawn_errno) : "config too large");
         t->pid = 0;
         task_abandon(a, t, 127, why, 0);
         return;
@@ -763,6 +866,8 @@ static void task_launch(agent *a, task *t, const char *ctxdir) {
     a->state_dirty = 1;
     log_info("task %lld: job %lld attempt %d %s started as pid %d", (long long)t->id, (long long)t->job, t->attempt,
              t->name, (int)t->pid);
+    for (int i = 0; i < t->n_ports; i++)
+        log_info("task %lld: port \"%s\" is %d on this node", (long long)t->id, t->port_names[i], t->ports[i]);
     report_running(a, t);
 }
 

@@ -6,7 +6,15 @@
  * the job declares when none serves it (spec first, then its tasks' rows),
  * the list of a job's live ports, and the running report's ports written in
  * the report's transaction (scheduler/lifecycle.c) and left alone for an
- * exited task. */
+ * exited task.
+ *
+ * e2e: `trainyard up --cpu-slots 2`: a command job whose python3 script
+ * serves HTTP on $TRAINYARD_PORT_WEB; GET /jobs/{id} lists the port with its
+ * task, node and port, and http://127.0.0.1:PORT/ answers the script's text;
+ * a repeated running report replaces the task's ports; bad running reports
+ * and bad port specs are 422s naming the field; a queued job lists its
+ * declared ports without node or port, and a job that ended lists no port
+ * of a node. */
 #include "testlib.h"
 
 #include "../scheduler/lifecycle.h"
@@ -231,11 +239,274 @@ START_TEST(running_report_writes_ports) {
 }
 END_TEST
 
+/* ================================================================ e2e */
+
+static ty_proc srv;
+static char team_tok[128], admin_tok[128];
+static char tmpdir[256];
+
+static void up_setup(void) {
+    memset(&srv, 0, sizeof srv);
+    ty_mkdtemp(srv.dir, sizeof srv.dir, "ports");
+    ty_mkdtemp_shared(tmpdir, sizeof tmpdir, "portstmp"); /* the programs may run as other uids */
+    const char *extra[] = {"--cpu-slots", "2", NULL};
+    ty_server_start_args(&srv, "up", extra);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    ty_token(&srv, "admin.token", admin_tok, sizeof admin_tok);
+}
+
+static void up_teardown(void) {
+    ty_kill(&srv, SIGTERM);
+    if (getenv("TY_KEEP")) fprintf(stderr, "check_ports: kept %s\n", srv.dir);
+    else ty_rmrf(srv.dir);
+    ty_rmrf(tmpdir);
+}
+
+/* The job's "ports" entry named name that has a port (a live task's), or
+ * NULL; *job_out the job (the caller deletes). */
+static const cJSON *port_entry(int64_t id, const char *name, cJSON **job_out) {
+    cJSON *job = ty_job_get(srv.url, team_tok, id);
+    *job_out = job;
+    const cJSON *p;
+    cJSON_ArrayForEach(p, cJSON_GetObjectItem(job, "ports")) {
+        if (strcmp(ty_str(p, "name"), name) == 0 && ty_num(p, "port") > 0) return p;
+    }
+    return NULL;
+}
+
+/* GET http://127.0.0.1:port/ until it answers 200 (the script may not
+ * listen yet): the body (the caller frees), NULL after timeout_ms. */
+static char *fetch_direct(int port, int timeout_ms) {
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    int64_t end = mono_ms() + timeout_ms;
+    while (mono_ms() < end) {
+        client c;
+        ck_assert_int_eq(client_init(&c, url, NULL), 0);
+        client_reply r;
+        int rc = client_request(&c, "GET", "/", NULL, 0, NULL, &r);
+        client_release(&c);
+        if (rc == 0 && r.status == 200) {
+            char *s = buf_detach(&r.body, NULL);
+            client_reply_release(&r);
+            return s ? s : xstrdup("");
+        }
+        client_reply_release(&r);
+        ty_sleep_ms(100);
+    }
+    return NULL;
+}
+
+static char *job_text(int64_t id) {
+    cJSON *o = ty_job_get(srv.url, team_tok, id);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static void expect_422(const char *token, const char *path, const char *body, const char *code, const char *field) {
+    cJSON *o = NULL;
+    long st = ty_http(srv.url, token, "POST", path, body, &o);
+    char *txt = cJSON_PrintUnformatted(o);
+    ck_assert_msg(st == 422, "POST %s %s answered %ld: %s", path, body, st, txt);
+    free(txt);
+    ty_assert_error(o, code, field);
+    cJSON_Delete(o);
+}
+
+START_TEST(command_job_serves_its_port) {
+    char script[400], spec[1024];
+    snprintf(script, sizeof script, "%s/serve.py", tmpdir);
+    static const char py[] =
+        "import http.server, os\n"
+        "port = int(os.environ['TRAINYARD_PORT_WEB'])\n"
+        "print('serving on', port, 'tb', os.environ.get('TRAINYARD_PORT_MY_TB'), flush=True)\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        body = ('hello from job %s on %d\\n' % (os.environ.get('TRAINYARD_TASK_NAME', '?'), port)).encode()\n"
+        "        self.send_response(200)\n"
+        "        self.send_header('Content-Length', str(len(body)))\n"
+        "        self.end_headers()\n"
+        "        self.wfile.write(body)\n"
+        "    def log_message(self, *a):\n"
+        "        pass\n"
+        "http.server.HTTPServer(('0.0.0.0', port), H).serve_forever()\n";
+    ck_assert_int_eq(file_write_atomic(script, py, sizeof py - 1, 0644), 0);
+    snprintf(spec, sizeof spec,
+             "{\"name\":\"serve\",\"command\":{\"argv\":[\"/usr/bin/python3\",\"%s\"]},"
+             "\"ports\":[{\"name\":\"web\",\"port\":8000},{\"name\":\"my-tb\",\"port\":6006}],\"max_restarts\":0}",
+             script);
+    int64_t id = ty_submit(srv.url, team_tok, spec);
+
+    /* the running report brings the ports: the job lists them with task, node and port */
+    int64_t end = mono_ms() + 60000;
+    cJSON *job = NULL;
+    const cJSON *web = NULL;
+    while (!(web = port_entry(id, "web", &job)) && mono_ms() < end) {
+        const char *st = ty_str(job, "state");
+        ck_assert_msg(strcmp(st, "failed") != 0 && strcmp(st, "cancelled") != 0, "job %s", st);
+        cJSON_Delete(job);
+        ty_sleep_ms(100);
+    }
+    ck_assert_msg(web != NULL, "no port \"web\" listed within 60 s");
+    int port = (int)ty_num(web, "port");
+    ck_assert_int_gt(port, 0);
+    ck_assert_int_le(port, 65535);
+    ck_assert_int_ne(port, 8000); /* the agent's pick, not the declared default */
+    ck_assert_str_eq(ty_str(web, "task_name"), "worker-0");
+    ck_assert_str_ne(ty_str(web, "node"), "");
+    ck_assert_int_gt((int)ty_num(web, "task"), 0);
+    int64_t task = (int64_t)ty_num(web, "task");
+    char want_url[96];
+    snprintf(want_url, sizeof want_url, "/proxy/jobs/%lld/web/", (long long)id);
+    ck_assert_str_eq(ty_str(web, "url"), want_url);
+    const cJSON *tb = NULL;
+    cJSON *job2 = NULL;
+    tb = port_entry(id, "my-tb", &job2);
+    ck_assert_ptr_nonnull(tb);
+    int tb_port = (int)ty_num(tb, "port");
+    ck_assert_int_ne(tb_port, port);
+    cJSON_Delete(job2);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(job, "ports")), 2);
+    /* the declared order: web, then my-tb */
+    ck_assert_str_eq(ty_str(cJSON_GetArrayItem(cJSON_GetObjectItem(job, "ports"), 0), "name"), "web");
+    cJSON_Delete(job);
+
+    /* the program listens on the port it was given */
+    char *body = fetch_direct(port, 30000);
+    ck_assert_msg(body != NULL, "nothing answered on 127.0.0.1:%d", port);
+    char want[96];
+    snprintf(want, sizeof want, "hello from job worker-0 on %d\n", port);
+    ck_assert_str_eq(body, want);
+    free(body);
+    char *log = NULL;
+    char line[96];
+    snprintf(line, sizeof line, "serving on %d tb %d", port, tb_port);
+    for (int64_t e2 = mono_ms() + 10000; mono_ms() < e2; ty_sleep_ms(100)) {
+        free(log);
+        log = ty_task_log(srv.url, team_tok, id, "worker-0");
+        if (strstr(log, line)) break;
+    }
+    ck_assert_msg(strstr(log, line) != NULL, "worker-0's log lacks \"%s\":\n%.2000s", line, log);
+    free(log);
+
+    /* the running report's ports, checked by the server */
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/tasks/%lld/status", (long long)task);
+    expect_422(admin_tok, path, "{\"state\":\"running\",\"ports\":[8000]}", "invalid_type", "ports");
+    expect_422(admin_tok, path, "{\"state\":\"running\",\"ports\":{\"Web\":8000}}", "invalid_value", "ports.Web");
+    expect_422(admin_tok, path, "{\"state\":\"running\",\"ports\":{\"web\":0}}", "invalid_value", "ports.web");
+    expect_422(admin_tok, path, "{\"state\":\"running\",\"ports\":{\"web\":65536}}", "invalid_value", "ports.web");
+    expect_422(admin_tok, path, "{\"state\":\"running\",\"ports\":{\"web\":\"80\"}}", "invalid_value", "ports.web");
+    expect_422(admin_tok, path,
+               "{\"state\":\"running\",\"ports\":{\"a\":1,\"b\":2,\"c\":3,\"d\":4,\"e\":5,\"f\":6,\"g\":7,\"h\":8,"
+               "\"i\":9}}", "invalid_value", "ports");
+    expect_422(admin_tok, path, "{\"state\":\"exited\",\"exit_code\":0,\"ports\":{\"web\":8000}}", "invalid_value",
+               "ports");
+    /* nothing of those was written */
+    cJSON *j3 = NULL;
+    ck_assert_int_eq((int)ty_num(port_entry(id, "web", &j3), "port"), port);
+    cJSON_Delete(j3);
+
+    /* a repeated running report replaces the task's ports (one the spec
+     * does not declare is listed after the declared ones) */
+    char body2[160];
+    snprintf(body2, sizeof body2, "{\"state\":\"running\",\"ports\":{\"web\":%d,\"other\":4242}}", port);
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", path, body2, &o), 200);
+    cJSON_Delete(o);
+    cJSON *j4 = ty_job_get(srv.url, team_tok, id);
+    const cJSON *ports = cJSON_GetObjectItem(j4, "ports");
+    ck_assert_int_eq(cJSON_GetArraySize(ports), 3);
+    ck_assert_str_eq(ty_str(cJSON_GetArrayItem(ports, 0), "name"), "web");
+    ck_assert_str_eq(ty_str(cJSON_GetArrayItem(ports, 1), "name"), "my-tb");
+    ck_assert(ty_num(cJSON_GetArrayItem(ports, 1), "port") < 0); /* no longer the task's */
+    ck_assert_str_eq(ty_str(cJSON_GetArrayItem(ports, 2), "name"), "other");
+    ck_assert_int_eq((int)ty_num(cJSON_GetArrayItem(ports, 2), "port"), 4242);
+    cJSON_Delete(j4);
+
+    /* ended: no port of a node is listed any more */
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/cancel", (long long)id);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", path, NULL, &o), 200);
+    cJSON_Delete(o);
+    int gone = 0;
+    for (int64_t e3 = mono_ms() + 30000; !gone && mono_ms() < e3; ty_sleep_ms(100)) {
+        cJSON *j5 = NULL;
+        gone = port_entry(id, "web", &j5) == NULL;
+        if (gone) {
+            const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItem(j5, "ports"), 0);
+            ck_assert_str_eq(ty_str(first, "name"), "web");
+            ck_assert_str_eq(ty_str(first, "url"), want_url);
+            ck_assert_ptr_null(cJSON_GetObjectItem(first, "node"));
+        }
+        cJSON_Delete(j5);
+    }
+    char *txt = job_text(id);
+    ck_assert_msg(gone, "the ended job still lists a port: %.2000s", txt);
+    free(txt);
+}
+END_TEST
+
+/* Before it runs, a job lists the ports it declares with their url only;
+ * bad port specs are 422s naming the field, and store nothing. */
+START_TEST(declared_before_it_runs_and_bad_specs) {
+    /* a GPU no node here has: queued, never placed */
+    int64_t id = ty_submit(srv.url, team_tok,
+                           "{\"name\":\"queued\",\"command\":{\"argv\":[\"true\"]},\"queue_if_infeasible\":true,"
+                           "\"resources\":{\"device\":\"gpu\"},\"ports\":[{\"name\":\"tensorboard\",\"port\":6006}]}");
+    cJSON *job = ty_job_get(srv.url, team_tok, id);
+    ck_assert_str_eq(ty_str(job, "state"), "queued");
+    const cJSON *ports = cJSON_GetObjectItem(job, "ports");
+    ck_assert_int_eq(cJSON_GetArraySize(ports), 1);
+    const cJSON *p = cJSON_GetArrayItem(ports, 0);
+    ck_assert_str_eq(ty_str(p, "name"), "tensorboard");
+    char want_url[96];
+    snprintf(want_url, sizeof want_url, "/proxy/jobs/%lld/tensorboard/", (long long)id);
+    ck_assert_str_eq(ty_str(p, "url"), want_url);
+    ck_assert_ptr_null(cJSON_GetObjectItem(p, "port"));
+    ck_assert_ptr_null(cJSON_GetObjectItem(p, "node"));
+    cJSON_Delete(job);
+    /* a job without ports lists none */
+    int64_t plain = ty_submit(srv.url, team_tok,
+                              "{\"name\":\"plain\",\"command\":{\"argv\":[\"true\"]},\"queue_if_infeasible\":true,"
+                              "\"resources\":{\"device\":\"gpu\"}}");
+    job = ty_job_get(srv.url, team_tok, plain);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(job, "ports")), 0);
+    cJSON_Delete(job);
+
+    static const char *const bad[][3] = {
+        {"{\"command\":{\"argv\":[\"x\"]},\"ports\":[{\"name\":\"tb\",\"port\":6006},{\"name\":\"ui\",\"port\":0}]}",
+         "invalid_value", "ports[1].port"},
+        {"{\"command\":{\"argv\":[\"x\"]},\"ports\":[{\"name\":\"Tb\",\"port\":6006}]}", "invalid_value",
+         "ports[0].name"},
+        {"{\"command\":{\"argv\":[\"x\"]},\"ports\":[{\"name\":\"tb\",\"port\":1},{\"name\":\"tb\",\"port\":2}]}",
+         "invalid_value", "ports[1].name"},
+        {"{\"command\":{\"argv\":[\"x\"]},\"ports\":[{\"port\":1}]}", "missing_field", "ports[0].name"},
+        {"{\"command\":{\"argv\":[\"x\"]},\"ports\":[{\"name\":\"tb\",\"port\":\"1\"}]}", "invalid_type",
+         "ports[0].port"},
+        {"{\"command\":{\"argv\":[\"x\"]},\"ports\":{}}", "invalid_type", "ports"},
+        {"{\"interactive\":{\"type\":\"notebook\"},\"command\":{\"argv\":[\"x\"]}}", "invalid_value", "command"},
+        {"{\"command\":{\"argv\":[\"x\"]},\"idle_timeout\":\"30m\"}", "invalid_value", "idle_timeout"},
+        /* a valid interactive job: not run yet */
+        {"{\"interactive\":{\"type\":\"notebook\"},\"idle_timeout\":\"30m\"}", "unsupported", "interactive"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_422(team_tok, "/api/v1/jobs", bad[i][0], bad[i][1], bad[i][2]);
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", "/api/v1/jobs", NULL, &o), 200);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "jobs")), 2); /* the two above */
+    cJSON_Delete(o);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ports");
     TCase *store = ty_tcase(s, "store", store_setup, store_teardown, 30);
     tcase_add_test(store, set_find_live_lowest_and_have);
     tcase_add_test(store, list_live_ports);
     tcase_add_test(store, running_report_writes_ports);
+    TCase *e2e = ty_tcase(s, "e2e", up_setup, up_teardown, 180);
+    tcase_add_test(e2e, declared_before_it_runs_and_bad_specs);
+    tcase_add_test(e2e, command_job_serves_its_port);
     return ty_run_suite(s);
 }
