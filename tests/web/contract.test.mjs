@@ -140,9 +140,10 @@ test("the README's jobs, through the agent and its workers", async () => {
   jobs.multi = await submit(example('multi_worker_cpu', s => ({...s, data: {...s.data, limit: 3000}, fit: {...s.fit, epochs: 2}})));
   jobs.ps = await submit(example('parameter_server_cpu', s => ({...s, data: {...s.data, limit: 3000}, fit: {...s.fit, epochs: 2}})));
   jobs.ddp = await submit(example('ddp_train'));
-  // a command that fails: requeued once, then failed with its log tail
+  // a command that fails: requeued once, then failed with its log tail; it
+  // declares a port, so its running reports carry "ports" and its answers list it
   jobs.failing = await submit(JSON.stringify({name: 'fails', command: {argv: ['/bin/sh', '-c', 'echo boom >&2; exit 3']},
-                                              max_restarts: 1, max_runtime_s: 60}));
+                                              max_restarts: 1, max_runtime_s: 60, ports: [{name: 'web', port: 8000}]}));
   // the queue and the cluster while jobs wait and devices are held
   for (let i = 0; i < 20; i++) {
     const c = await call(U + '/cluster');
@@ -175,6 +176,8 @@ test("the README's jobs, through the agent and its workers", async () => {
   const f = await waitJob(jobs.failing, ['succeeded', 'failed']);
   assert.equal(f.state, 'failed');
   assert.equal(f.attempt, 2);
+  const ended = (await call(`${U}/jobs/${jobs.failing}`)).body;
+  assert.deepEqual(ended.ports, [{name: 'web', url: `/proxy/jobs/${jobs.failing}/web/`}]);
 });
 
 test("the README's reads of a finished job", async () => {
