@@ -94,6 +94,22 @@ struct http_daemon {
     http_req *off_head, *off_tail;    /* queue through off_next */
     int deferred;                     /* under off_mu: http_defer'd, not resumed yet */
     int tls;                          /* serves HTTPS: the certificate is https.h's */
+    /* upgraded connections (http_upgrade_response), until http_upgrade_close */
+    pthread_mutex_t up_mu;
+    struct http_upgrade *up_head;     /* started, not closed: through next/prev */
+    int up_n;
+    int up_closing;                   /* http_stop told them */
+};
+
+/* An upgrade: made with its response, started once the 101 is sent, closed
+ * by its owner; freed when its request ends. */
+struct http_upgrade {
+    http_daemon *h;
+    const http_upgrade_ops *ops;
+    void *cls;
+    struct MHD_UpgradeResponseHandle *urh;
+    int state;                        /* 0: made; 1: started (linked); 2: closed */
+    struct http_upgrade *next, *prev;
 };
 
 static int64_t now_us(void) {
@@ -287,10 +303,12 @@ void http_actor(const http_req *req, char *out, size_t outlen) {
 
 /* ---------------------------------------------------------------- routing */
 
-/* Matches path against pattern, capturing {x} segments. 1 on a match. */
+/* Matches path against pattern, capturing {x} segments, and a last {x*}
+ * segment as the rest of the path (req->rest). 1 on a match. */
 static int route_match(const char *pattern, const char *path, http_req *req) {
     const char *p = pattern, *s = path;
     int np = 0;
+    if (req) req->rest = NULL;
     while (*p && *s) {
         if (*p != '/' || *s != '/') return 0;
         p++;
@@ -299,6 +317,13 @@ static int route_match(const char *pattern, const char *path, http_req *req) {
         const char *se = strchr(s, '/');
         size_t pl = pe ? (size_t)(pe - p) : strlen(p);
         size_t sl = se ? (size_t)(se - s) : strlen(s);
+        if (!pe && pl >= 3 && p[0] == '{' && p[pl - 2] == '*' && p[pl - 1] == '}') {
+            if (req) {
+                req->rest = s;
+                req->nparams = np;
+            }
+            return 1; /* the rest, slashes and all, possibly empty */
+        }
         if (pl >= 2 && p[0] == '{' && p[pl - 1] == '}') {
             if (sl == 0 || sl >= HTTP_PARAM_MAX || np >= HTTP_MAX_PARAMS) return 0;
             if (req) {
@@ -327,7 +352,7 @@ static const route *route_find(const route *const *tables, const char *method, c
         for (const route *r = *t; r->pattern; r++, i++) {
             if (!route_match(r->pattern, path, NULL)) continue;
             *path_known = 1;
-            if (strcmp(r->method, method) == 0) {
+            if (strcmp(r->method, method) == 0 || strcmp(r->method, "*") == 0) {
                 route_match(r->pattern, path, req);
                 *slot = i;
                 return r;
@@ -353,6 +378,16 @@ static void allowed_methods(const route *const *tables, const char *path, char *
 
 static enum MHD_Result queue(http_req *req, http_res *res) {
     struct MHD_Response *r;
+    if (res->raw) { /* the caller's own response (server/proxy.c): as it is */
+        r = res->raw;
+        res->raw = NULL;
+        req->status = res->status;
+        req->sent = 0;
+        req->answered = 1;
+        enum MHD_Result ret = MHD_queue_response(req->conn, (unsigned)res->status, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
     if (res->fd >= 0) {
         r = MHD_create_response_from_fd64(res->fd_size, res->fd);
         res->fd = -1;
@@ -391,6 +426,7 @@ static void res_release(http_res *res) {
     free(res->body);
     if (res->fd >= 0) close(res->fd);
     if (res->stream && res->stream_free) res->stream_free(res->stream_cls);
+    if (res->raw) MHD_destroy_response(res->raw);
 }
 
 static enum MHD_Result answer_now(http_req *req, http_res *res) {
@@ -777,11 +813,13 @@ static int authenticate(db *d, http_req *req, http_res *res) {
                    r->pattern);
         return -1;
     }
-    if (w->kind == TOKEN_TEAM && !(r->allow & ALLOW_PERSON) && w->role < http_route_role(r)) {
+    /* a route of any method ("*") asks what the request's own method would */
+    team_role need = r->role != ROLE_NONE ? r->role : is_read(req->method) ? ROLE_VIEWER : ROLE_MEMBER;
+    if (w->kind == TOKEN_TEAM && !(r->allow & ALLOW_PERSON) && w->role < need) {
         char who[96];
         who_text(w, who, sizeof who);
-        http_error(res, 403, "forbidden", "role", "%s %s needs role %s in team %s; %s is %s there", r->method,
-                   r->pattern, role_name(http_route_role(r)), w->team, who, role_name(w->role));
+        http_error(res, 403, "forbidden", "role", "%s %s needs role %s in team %s; %s is %s there", req->method,
+                   r->pattern, role_name(need), w->team, who, role_name(w->role));
         return -1;
     }
     return 0;
@@ -1042,7 +1080,7 @@ static void *park_main(void *arg) {
  * 503, its stream ends) and nothing parks any more; joins park_main. */
 static void park_stop(http_daemon *h) {
     pthread_mutex_lock(&h->park_mu);
-    h->closing = 1;
+    __atomic_store_n(&h->closing, 1, __ATOMIC_RELEASE);
     while (h->park_n > 0) park_resume(h, h->park_heap[0]);
     pthread_cond_signal(&h->park_cv);
     pthread_mutex_unlock(&h->park_mu);
@@ -1210,6 +1248,87 @@ ssize_t http_stream_wait(http_req *req, int ms) {
     return park(req->daemon, req, ms, HTTP_WAKE_NONE, 0) == 0 ? 0 : MHD_CONTENT_READER_END_OF_STREAM;
 }
 
+int http_stream_park(http_req *req, int ms, int topic, int64_t id) {
+    return park(req->daemon, req, ms, topic, id);
+}
+
+int http_stopping(const http_req *req) {
+    return req->daemon ? __atomic_load_n(&req->daemon->closing, __ATOMIC_ACQUIRE) : 1;
+}
+
+int http_is_tls(const http_req *req) { return req->daemon && req->daemon->tls; }
+
+/* ---------------------------------------------------------------- upgrades
+ * MHD hands the upgraded socket to upgrade_begin on the connection's pool
+ * thread once the 101 is sent; the owner's start takes it from there. The
+ * daemon keeps the started ones on a list so that http_stop can tell them
+ * (ops->stop) and wait for their close: libmicrohttpd must not be stopped
+ * under an upgraded connection its owner still uses. Lock order: up_mu,
+ * then whatever ops->stop takes; an owner never holds its own lock while
+ * calling http_upgrade_close. */
+
+static void upgrade_begin(void *cls, struct MHD_Connection *conn, void *con_cls, const char *extra_in,
+                          size_t extra_in_size, MHD_socket sock, struct MHD_UpgradeResponseHandle *urh) {
+    (void)conn;
+    (void)con_cls;
+    http_upgrade *u = cls;
+    http_daemon *h = u->h;
+    u->urh = urh;
+    pthread_mutex_lock(&h->up_mu);
+    u->state = 1;
+    u->prev = NULL;
+    u->next = h->up_head;
+    if (h->up_head) h->up_head->prev = u;
+    h->up_head = u;
+    h->up_n++;
+    int closing = h->up_closing;
+    pthread_mutex_unlock(&h->up_mu);
+    u->ops->start(u->cls, u, sock, extra_in, extra_in_size);
+    if (closing) { /* http_stop's round went by before it was linked: tell it now, unless closed already */
+        pthread_mutex_lock(&h->up_mu);
+        if (u->state == 1) u->ops->stop(u->cls);
+        pthread_mutex_unlock(&h->up_mu);
+    }
+}
+
+struct MHD_Response *http_upgrade_response(http_req *req, const http_upgrade_ops *ops, void *cls) {
+    if (!req->daemon || req->upgrade || MHD_is_feature_supported(MHD_FEATURE_UPGRADE) != MHD_YES) return NULL;
+    http_upgrade *u = xcalloc(1, sizeof *u);
+    u->h = req->daemon;
+    u->ops = ops;
+    u->cls = cls;
+    struct MHD_Response *r = MHD_create_response_for_upgrade(upgrade_begin, u);
+    if (!r) {
+        free(u);
+        return NULL;
+    }
+    req->upgrade = u; /* on_completed frees it (and tells an owner never started) */
+    return r;
+}
+
+void http_upgrade_close(http_upgrade *u) {
+    http_daemon *h = u->h;
+    struct MHD_UpgradeResponseHandle *urh = u->urh;
+    pthread_mutex_lock(&h->up_mu);
+    if (u->state == 1) {
+        if (u->prev) u->prev->next = u->next;
+        else h->up_head = u->next;
+        if (u->next) u->next->prev = u->prev;
+        h->up_n--;
+    }
+    u->state = 2;
+    pthread_mutex_unlock(&h->up_mu);
+    /* last: the request may end (on_completed frees u) as soon as this runs */
+    if (MHD_upgrade_action(urh, MHD_UPGRADE_ACTION_CLOSE) != MHD_YES) log_warn("http: cannot close an upgraded connection");
+}
+
+int http_upgraded_count(http_daemon *h) {
+    pthread_mutex_lock(&h->up_mu);
+    int n = h->up_n;
+    pthread_mutex_unlock(&h->up_mu);
+    return n;
+}
+
 /* No lock: the counts only grow, under park_mu, before the wake resumes
  * anyone; park() compares them again under park_mu. A wake counted before
  * these loads came after the commit it announces, so the look that follows
@@ -1323,9 +1442,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     http_res res;
     res_init(&res);
 
-    if (!req) {
-        req = xcalloc(1, sizeof *req);
-        *con_cls = req;
+    if (!req || !req->conn) { /* made by uri_logged with the raw target, or not */
+        if (!req) {
+            req = xcalloc(1, sizeof *req);
+            *con_cls = req;
+        }
         req->conn = conn;
         req->method = method;
         req->path = url;
@@ -1414,7 +1535,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     /* a write refused for lack of disk space: say so (507), not "busy; retry" or "internal" */
     char full[320];
-    if ((res.status == 500 || res.status == 503) && db_disk_full(h->db, full, sizeof full))
+    if (!res.raw && h->db && (res.status == 500 || res.status == 503) && db_disk_full(h->db, full, sizeof full))
         http_error(&res, 507, "storage_full", NULL, "%s", full);
     return answer_now(req, &res);
 }
@@ -1563,6 +1684,22 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)conn;
     http_req *req = *con_cls;
     if (!req) return;
+    if (req->upgrade) {
+        http_upgrade *u = req->upgrade;
+        pthread_mutex_lock(&h->up_mu);
+        int state = u->state;
+        pthread_mutex_unlock(&h->up_mu);
+        if (state == 0) u->ops->start(u->cls, NULL, -1, NULL, 0); /* never upgraded: its owner lets go */
+        if (state != 1) free(u);
+        else log_warn("http: an upgraded connection ended before its owner closed it");
+        req->upgrade = NULL;
+    }
+    if (!req->conn) { /* MHD answered it before on_request (a head too large) */
+        free(req->raw_target);
+        free(req);
+        *con_cls = NULL;
+        return;
+    }
     if (req->parked) { /* MHD closed it while parked (only at stop): never leave it linked */
         pthread_mutex_lock(&h->park_mu);
         if (req->parked) park_unlink(h, req);
@@ -1583,8 +1720,19 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
             "%s %s %d %zuB %.2fms%s", req->method, req->path, req->status, req->sent, ms,
             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
     buf_release(&req->body);
+    free(req->raw_target);
     free(req);
     *con_cls = NULL;
+}
+
+/* The request target as it came (before any %-escape is decoded): kept on
+ * a request made here, which on_request then fills in. */
+static void *uri_logged(void *cls, const char *uri, struct MHD_Connection *conn) {
+    (void)cls;
+    (void)conn;
+    http_req *req = xcalloc(1, sizeof *req);
+    req->raw_target = xstrdup(uri ? uri : "");
+    return req;
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
@@ -1637,6 +1785,7 @@ http_daemon *http_start(struct server *srv, db *d, long context_max_mb, const ch
     if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 || pthread_cond_init(&h->park_cv, &ca) != 0) abort();
     pthread_condattr_destroy(&ca);
     if (pthread_mutex_init(&h->off_mu, NULL) != 0 || pthread_cond_init(&h->off_cv, NULL) != 0) abort();
+    if (pthread_mutex_init(&h->up_mu, NULL) != 0) abort();
     h->park_next_due = INT64_MAX;
     if (pthread_create(&h->park_thread, NULL, park_main, h) != 0) {
         snprintf(err, errlen, "cannot start the HTTP timer thread");
@@ -1658,6 +1807,8 @@ http_daemon *http_start(struct server *srv, db *d, long context_max_mb, const ch
     }
     log_debug("http: %u pool threads, at most %u connections", threads, h->max_conns);
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    /* a 101 hands a connection over (http_upgrade_response: WebSockets through the proxy) */
+    if (MHD_is_feature_supported(MHD_FEATURE_UPGRADE) == MHD_YES) flags |= MHD_ALLOW_UPGRADE;
     struct MHD_OptionItem tls_opts[3] = {{MHD_OPTION_END, 0, NULL}, {MHD_OPTION_END, 0, NULL}, {MHD_OPTION_END, 0, NULL}};
     if (tls_cert_pem) {
         /* the certificate is handed per handshake (https.h), so that a
@@ -1677,6 +1828,7 @@ http_daemon *http_start(struct server *srv, db *d, long context_max_mb, const ch
                               MHD_OPTION_ARRAY, tls_opts,
                               MHD_OPTION_THREAD_POOL_SIZE, threads,
                               MHD_OPTION_UNESCAPE_CALLBACK, unescape_strict, NULL,
+                              MHD_OPTION_URI_LOG_CALLBACK, uri_logged, NULL,
                               MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)300,
@@ -1699,6 +1851,7 @@ fail:
     pthread_mutex_destroy(&h->off_mu);
     pthread_cond_destroy(&h->park_cv);
     pthread_mutex_destroy(&h->park_mu);
+    pthread_mutex_destroy(&h->up_mu);
     free(h->park_heap);
     free(h->slot_route);
     free(h->hist);
@@ -1730,12 +1883,19 @@ void http_stop(http_daemon *h) {
     /* and answered: a long-poll gets its (empty) answer, a stream its end,
      * rather than a connection closed under them (at most 2 s) */
     for (int i = 0; i < 400 && __atomic_load_n(&h->waiters, __ATOMIC_RELAXED) > 0; i++) usleep(5000);
+    /* and every upgraded connection closed by its owner (at most 2 s) */
+    pthread_mutex_lock(&h->up_mu);
+    h->up_closing = 1;
+    for (http_upgrade *u = h->up_head; u; u = u->next) u->ops->stop(u->cls);
+    pthread_mutex_unlock(&h->up_mu);
+    for (int i = 0; i < 400 && http_upgraded_count(h) > 0; i++) usleep(5000);
     MHD_stop_daemon(h->mhd);
     if (h->tls) https_close();
     pthread_cond_destroy(&h->off_cv);
     pthread_mutex_destroy(&h->off_mu);
     pthread_cond_destroy(&h->park_cv);
     pthread_mutex_destroy(&h->park_mu);
+    pthread_mutex_destroy(&h->up_mu);
     free(h->park_heap);
     free(h->slot_route);
     free(h->hist);

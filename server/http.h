@@ -1,7 +1,10 @@
 /* http.h - the HTTP daemon (libmicrohttpd), routing and JSON replies.
  *
  * Routes are tables exported by api/ modules (see api/routes.c) matched on
- * method and path segments ("/api/v1/jobs/{id}/cancel"). The daemon reads
+ * method and path segments ("/api/v1/jobs/{id}/cancel"). A last segment
+ * "{name*}" matches the rest of the path, slashes included and possibly
+ * empty (req->rest); a route's method "*" matches any method (route.pattern,
+ * route.method). The daemon reads
  * the body (bounded: 413 past the route's limit), authenticates the bearer
  * token against the route's allowed token kinds (401/403), calls the handler,
  * and answers JSON. Every failure is {"error": {"code","message","field"}}.
@@ -16,7 +19,11 @@
  * connection is suspended, no thread waits, and the handler (or the stream
  * reader) runs again when the time is up or http_wake names it.
  *
- * defines: http_start, http_tls_replace, http_stop, http_json, http_error, http_query, ... */
+ * A handler may answer 101 and hand the connection over (a WebSocket relay,
+ * server/proxy.h): http_upgrade_response, http_upgrade_close.
+ *
+ * defines: http_start, http_tls_replace, http_stop, http_json, http_error, http_query,
+ *          http_upgrade_response, http_upgrade_close, http_stream_park, ... */
 #ifndef TRAINYARD_HTTP_H
 #define TRAINYARD_HTTP_H
 
@@ -32,6 +39,7 @@
 struct server;
 struct audit_row;
 struct http_res;
+struct http_upgrade;
 
 #define HTTP_MAX_PARAMS 4
 #define HTTP_PARAM_MAX 128
@@ -65,6 +73,11 @@ typedef struct http_req {
     buf body;
     int nparams;
     char params[HTTP_MAX_PARAMS][HTTP_PARAM_MAX]; /* {x} segments, in order */
+    const char *rest;                 /* a {x*} last segment: the rest of path after its
+                                       * slash (possibly ""), else NULL; not in params */
+    char *raw_target;                 /* the request target as it came: path and query,
+                                       * %-escapes kept (heap, owned) */
+    struct http_upgrade *upgrade;     /* http_upgrade_response's handle, until the request ends */
     principal who;                    /* valid when the route needs a token */
     int authed;
     struct audit_row *audit;          /* this request's audit row (storage/audit.h), or NULL */
@@ -117,6 +130,10 @@ typedef struct http_res {
     MHD_ContentReaderCallback stream;
     void *stream_cls;
     MHD_ContentReaderFreeCallback stream_free;
+    /* A response built by the caller (server/proxy.c), sent as it is with
+     * status: none of the fields above, none of the headers the daemon adds
+     * to its own answers. Ownership passes. */
+    struct MHD_Response *raw;
     /* http_offload: no answer yet; run this on the offload thread */
     void (*offload)(struct server *srv, struct http_req *req, struct http_res *res);
     /* http_defer: no answer yet; another thread gives it (http_resume) */
@@ -130,8 +147,11 @@ typedef struct http_res {
 typedef void (*http_handler)(struct server *srv, http_req *req, http_res *res);
 
 typedef struct route {
-    const char *method;
-    const char *pattern;              /* "/api/v1/jobs/{id}"; NULL ends a table */
+    const char *method;               /* "GET", ...; "*": any method */
+    const char *pattern;              /* "/api/v1/jobs/{id}"; NULL ends a table. A last
+                                       * segment "{x*}" takes the rest of the path
+                                       * ("/proxy/{rest*}" matches "/proxy/" and
+                                       * "/proxy/a/b?q", not "/proxy"): req->rest */
     http_handler handler;
     unsigned allow;                   /* ALLOW_* mask; ALLOW_NONE = public */
     size_t max_body;                  /* 0 = HTTP_BODY_DEFAULT; HTTP_BODY_CONTEXT: the
@@ -175,6 +195,7 @@ enum {
     HTTP_WAKE_NONE = 0,               /* time only */
     HTTP_WAKE_NODE,                   /* a node's assignments (id: node) */
     HTTP_WAKE_RDV,                    /* a job's rendezvous keys (id: job) */
+    HTTP_WAKE_STREAM,                 /* a stream's data (id: the stream's own, server/proxy.c) */
     HTTP_WAKE_NTOPICS
 };
 
@@ -192,6 +213,20 @@ void http_wait(http_req *req, http_res *res, int ms, int topic, int64_t id);
  * reader is called again within ms. Returns MHD_CONTENT_READER_END_OF_STREAM
  * when the daemon is stopping. */
 ssize_t http_stream_wait(http_req *req, int ms);
+
+/* In a stream reader that watches (topic, id) (http_wait_watch before it
+ * looked for data): parks the request for at most ms, resumed at once by
+ * http_wake(topic, id). 0: parked (the reader returns 0); 1: a wake came
+ * since the watch, not parked: look again now; -1: the daemon is stopping
+ * (the reader ends its stream). */
+int http_stream_park(http_req *req, int ms, int topic, int64_t id);
+
+/* 1 once http_stop has begun on req's daemon (a thread that answers a
+ * deferred request looks, and answers 503 rather than wait on). */
+int http_stopping(const http_req *req);
+
+/* 1 when the daemon serves HTTPS (for X-Forwarded-Proto). */
+int http_is_tls(const http_req *req);
 
 /* In a handler that may http_wait on (topic, id): call it before looking
  * at what it waits for. A wake of (topic, id), or of the whole topic, that
@@ -225,6 +260,37 @@ void http_offload(http_req *req, http_res *res, http_handler fn);
 int http_defer(http_req *req, http_res *res);
 http_res *http_res_new(void);
 void http_resume(http_req *req, http_res *answer);
+
+/* ---------------------------------------------------------------- upgrades
+ * A 101 answer hands the connection over to the caller's code (a WebSocket
+ * relay): the daemon no longer reads or writes it, and no timeout applies. */
+typedef struct http_upgrade http_upgrade;
+typedef struct http_upgrade_ops {
+    /* The 101 is sent: fd is the client's socket (non-blocking; never close
+     * it: http_upgrade_close does), extra the bytes the client sent past its
+     * request. Runs on a pool thread: hand the work on and return. Called
+     * once; with u NULL and fd -1 when the connection ended before the
+     * upgrade (the client left, the daemon stopped, the 101 was refused). */
+    void (*start)(void *cls, http_upgrade *u, int fd, const char *extra, size_t extra_len);
+    /* http_stop began: the owner calls http_upgrade_close soon (http_stop
+     * waits 2 s for every upgraded connection). Any thread; may come before
+     * start returns; must not block. */
+    void (*stop)(void *cls);
+} http_upgrade_ops;
+
+/* A 101 Switching Protocols response for req (the caller adds its headers:
+ * Connection must hold "upgrade", and Upgrade is required), for res->raw
+ * with res->status 101. ops and cls must live until start has been called
+ * and, when u was not NULL, until http_upgrade_close returns. NULL when
+ * libmicrohttpd cannot (no upgrade support). */
+struct MHD_Response *http_upgrade_response(http_req *req, const http_upgrade_ops *ops, void *cls);
+
+/* Ends an upgraded connection (closes the client's socket): once, from any
+ * thread; u is not to be used after. */
+void http_upgrade_close(http_upgrade *u);
+
+/* Connections upgraded and not closed yet. */
+int http_upgraded_count(http_daemon *h);
 
 /* Appends the request latency histogram by route (Prometheus text format,
  * trainyard_http_request_duration_seconds) to out: 0, or -1 when out is full. */
