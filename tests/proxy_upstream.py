@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""proxy_upstream.py PORTFILE - the app behind the proxy in tests/check_proxy.c.
+
+Standard library only. Listens on a free loopback port (written to PORTFILE
+once listening) and answers, on any path prefix:
+  .../echo        any method: JSON {method, path, headers (lower-case names), body}
+  .../file        GET/HEAD: 1 MiB of known bytes with a Content-Length
+  .../chunked     a chunked body of 3 parts
+  .../stream      chunked: "tick 0" at once, then one tick every 0.5 s, 6 in all (3 s)
+  .../slowhead    the head after 3 s
+  .../status/N    status N, empty body
+  .../ws          a WebSocket echo (RFC 6455: text and binary frames come back
+                  as they went, a ping gets its pong, a close its close)
+"""
+import base64
+import hashlib
+import json
+import socketserver
+import struct
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+FILE = bytes((i * 7 + 3) % 251 for i in range(1 << 20))
+WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def tail(self):
+        return self.path.split("?")[0]
+
+    def body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(n) if n else b""
+
+    def send(self, status, body, ctype="application/octet-stream", extra=()):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in extra:
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def chunk(self, data):
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def any(self):
+        t = self.tail()
+        if t.endswith("/echo"):
+            b = self.body()
+            out = {"method": self.command, "path": self.path,
+                   "headers": {k.lower(): v for k, v in self.headers.items()},
+                   "body": b.decode("latin-1")}
+            self.send(200, json.dumps(out).encode(), "application/json", [("X-Upstream", "yes"), ("Keep-Alive", "timeout=5")])
+        elif t.endswith("/file"):
+            self.send(200, FILE, "application/octet-stream", [("ETag", '"f1"')])
+        elif t.endswith("/chunked"):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for part in (b"alpha-", b"beta-", b"gamma"):
+                self.chunk(part)
+            self.wfile.write(b"0\r\n\r\n")
+        elif t.endswith("/stream"):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for i in range(7):
+                if i:
+                    time.sleep(0.5)
+                self.chunk(b"data: tick %d\n\n" % i)
+            self.wfile.write(b"0\r\n\r\n")
+        elif t.endswith("/slowhead"):
+            time.sleep(3)
+            self.send(200, b"late")
+        elif "/status/" in t:
+            self.send(int(t.rsplit("/", 1)[1]), b"")
+        elif t.endswith("/ws") and self.headers.get("Upgrade", "").lower() == "websocket":
+            self.websocket()
+        else:
+            self.send(404, b"no such thing\n", "text/plain")
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = any
+
+    def websocket(self):
+        key = self.headers["Sec-WebSocket-Key"]
+        accept = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest()).decode()
+        self.send_response(101)
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept)
+        self.end_headers()
+        self.wfile.flush()
+        self.close_connection = True
+        r, w = self.rfile, self.wfile
+        while True:
+            h = r.read(2)
+            if len(h) < 2:
+                return
+            op, n = h[0] & 0x0F, h[1] & 0x7F
+            if n == 126:
+                n = struct.unpack(">H", r.read(2))[0]
+            elif n == 127:
+                n = struct.unpack(">Q", r.read(8))[0]
+            mask = r.read(4) if h[1] & 0x80 else b"\0\0\0\0"
+            data = bytes(b ^ mask[i % 4] for i, b in enumerate(r.read(n)))
+            if op == 9:
+                op = 10
+            out = bytes([0x80 | op])
+            if len(data) < 126:
+                out += bytes([len(data)])
+            elif len(data) < 65536:
+                out += bytes([126]) + struct.pack(">H", len(data))
+            else:
+                out += bytes([127]) + struct.pack(">Q", len(data))
+            w.write(out + data)
+            w.flush()
+            if op == 8:
+                return
+
+
+class Server(ThreadingHTTPServer):
+    request_queue_size = 512
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        pass  # a client gone mid-answer (the proxy gave up on /slowhead): not news
+
+
+def main():
+    srv = Server(("127.0.0.1", 0), Handler)
+    with open(sys.argv[1] + ".tmp", "w") as f:
+        f.write(str(srv.server_address[1]))
+    import os
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    socketserver.TCPServer.allow_reuse_address = True
+    main()
