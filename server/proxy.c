@@ -34,6 +34,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define RING_CAP (64 * 1024)          /* the response body held at most */
@@ -89,6 +90,7 @@ typedef struct relay {
     int client;
     char *extra;                      /* what the client sent past its request */
     size_t extra_len;
+    struct relay *next;               /* the queue of relays for idle threads */
 } relay;
 
 static void relay_release(relay *r) {
@@ -901,8 +903,7 @@ static int read_head(relay *r, int fd, char *hb, size_t cap, size_t *got, size_t
     }
 }
 
-static void *relay_main(void *arg) {
-    relay *r = arg;
+static void relay_run(relay *r) {
     char why[512];
     size_t cap = PROXY_HEAD_MAX + IO_CHUNK + 1;
     char *hb = xmalloc(cap);
@@ -954,7 +955,62 @@ out:
     __atomic_fetch_sub(&g_http_live, 1, __ATOMIC_RELAXED);
     __atomic_fetch_sub(&g_live, 1, __ATOMIC_RELAXED);
     relay_release(r);
-    return NULL;
+}
+
+/* Relay threads are kept a while once done (at most POOL_IDLE_MAX idle,
+ * each for POOL_IDLE_MS): a thread a request costs its creation only when
+ * requests come faster than they end. A poster takes an idle thread by
+ * counting it off g_idle and queueing the relay; a thread that times out
+ * still takes what was queued for it. */
+#define POOL_IDLE_MAX 64
+#define POOL_IDLE_MS 10000
+static pthread_mutex_t g_pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_pool_cv = PTHREAD_COND_INITIALIZER;
+static relay *g_queue_head, *g_queue_tail;
+static int g_idle;
+
+static void *relay_main(void *arg) {
+    relay *r = arg;
+    for (;;) {
+        relay_run(r);
+        pthread_mutex_lock(&g_pool_mu);
+        if (g_idle >= POOL_IDLE_MAX) {
+            pthread_mutex_unlock(&g_pool_mu);
+            return NULL;
+        }
+        g_idle++;
+        struct timespec end;
+        clock_gettime(CLOCK_REALTIME, &end);
+        end.tv_sec += POOL_IDLE_MS / 1000;
+        while (!g_queue_head && pthread_cond_timedwait(&g_pool_cv, &g_pool_mu, &end) == 0) {
+        }
+        r = g_queue_head;
+        if (r) { /* the poster counted this thread off g_idle */
+            g_queue_head = r->next;
+            if (!g_queue_head) g_queue_tail = NULL;
+        } else {
+            g_idle--;
+        }
+        pthread_mutex_unlock(&g_pool_mu);
+        if (!r) return NULL;
+    }
+}
+
+/* Hands r to an idle relay thread: 0, or -1 when none is idle. */
+static int relay_post(relay *r) {
+    pthread_mutex_lock(&g_pool_mu);
+    if (g_idle == 0) {
+        pthread_mutex_unlock(&g_pool_mu);
+        return -1;
+    }
+    g_idle--;
+    r->next = NULL;
+    if (g_queue_tail) g_queue_tail->next = r;
+    else g_queue_head = r;
+    g_queue_tail = r;
+    pthread_cond_signal(&g_pool_cv);
+    pthread_mutex_unlock(&g_pool_mu);
+    return 0;
 }
 
 /* ---------------------------------------------------------------- proxy_forward */
@@ -1033,8 +1089,8 @@ void proxy_forward(http_req *req, http_res *res, const proxy_target *t) {
     /* a binary with a large static TLS (the CUDA and BLAS libraries) needs more than the
      * small stack: the default then, from the first refusal on */
     static int small_ok = 1;
-    int ok = 0;
-    if (__atomic_load_n(&small_ok, __ATOMIC_RELAXED)) {
+    int ok = relay_post(r) == 0;
+    if (!ok && __atomic_load_n(&small_ok, __ATOMIC_RELAXED)) {
         ok = relay_thread(r, RELAY_STACK) == 0;
         if (!ok) __atomic_store_n(&small_ok, 0, __ATOMIC_RELAXED);
     }
