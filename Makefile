@@ -203,7 +203,8 @@ BENCH_SRC_scaling              := bench/scaling/scaling.c
 BENCH_SRC_mlp_bench            := bench/train_vs_pytorch/mlp_bench.c
 BENCH_SRC_isolation_start_cost := bench/isolation/start_cost.c
 BENCH_SRC_simagents            := bench/cluster/simagents.c
-BENCH_PROGS := comm_bench sched_sim sched_db_pass scaling mlp_bench isolation_start_cost simagents
+BENCH_SRC_proxy_bench          := bench/proxy/proxy_bench.c
+BENCH_PROGS := comm_bench sched_sim sched_db_pass scaling mlp_bench isolation_start_cost simagents proxy_bench
 BENCH_BIN   := $(patsubst %,$(BUILD)/bench/%,$(BENCH_PROGS))
 
 $(BUILD)/bench/%: $$(BENCH_SRC_$$*) $(LIB_OBJ)
@@ -278,6 +279,13 @@ bench-images: all
 # "Cluster of simulated agents").
 bench-cluster: all
 	bench/cluster/run.sh
+
+# bench-proxy: the reverse proxy (server/proxy.c) against direct and against
+# nginx as a reverse proxy, wrk on one app on loopback (bench/proxy/run.sh;
+# docs/measurements.md, "The reverse proxy")
+.PHONY: bench-proxy
+bench-proxy: all
+	BUILD=$(BUILD) bench/proxy/run.sh
 
 # ------------------------------------------------------------------ faults and load (docs/reliability.md)
 # test-faults: tests/check_faults in its long form (FAULTS_LONG=1: 500
