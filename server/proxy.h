@@ -29,7 +29,7 @@
  * daemon ever waits on an upstream: the request is deferred (http_defer)
  * until the upstream's head is in, its body is handed to the daemon's
  * stream reader through a buffer, and a WebSocket's thread moves the bytes
- * itself. At most PROXY_MAX_RELAYS at once (503 past it): tens of
+ * itself. A thread once done waits up to 10 s for the next request. At most PROXY_MAX_RELAYS at once (503 past it): tens of
  * WebSockets and hundreds of requests in flight are what it is made for. docs/server.md, "The
  * reverse proxy".
  *
