@@ -3,7 +3,8 @@
 
 Standard library only. Listens on a free loopback port (written to PORTFILE
 once listening) and answers, on any path prefix:
-  .../echo        any method: JSON {method, path, headers (lower-case names), body}
+  .../echo        any method: JSON {method, path, headers (lower-case names),
+                  lines (every header line as it came), body}
   .../file        GET/HEAD: 1 MiB of known bytes with a Content-Length
   .../chunked     a chunked body of 3 parts
   .../stream      chunked: "tick 0" at once, then one tick every 0.5 s, 6 in all (3 s)
@@ -58,6 +59,7 @@ class Handler(BaseHTTPRequestHandler):
             b = self.body()
             out = {"method": self.command, "path": self.path,
                    "headers": {k.lower(): v for k, v in self.headers.items()},
+                   "lines": ["%s: %s" % (k, v) for k, v in self.headers.items()],  # every one, repeats too
                    "body": b.decode("latin-1")}
             self.send(200, json.dumps(out).encode(), "application/json", [("X-Upstream", "yes"), ("Keep-Alive", "timeout=5")])
         elif t.endswith("/file"):
