@@ -537,6 +537,54 @@ START_TEST(twenty_websockets_at_once) {
 }
 END_TEST
 
+/* http_stop while a WebSocket and an event stream are relayed: it returns
+ * (libmicrohttpd is not stopped under an upgraded or suspended connection,
+ * which would abort), both clients see their connection end, and every
+ * relay thread is done. */
+START_TEST(stop_with_relays_open) {
+    int ws = ws_open();
+    ws_send(ws, "before the stop");
+    ws_expect(ws, "before the stop");
+    int st = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)g_port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ck_assert_int_eq(connect(st, (struct sockaddr *)&sa, sizeof sa), 0);
+    set_timeout(st, 20);
+    static const char get[] = "GET /proxy/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";
+    send_all(st, get, sizeof get - 1);
+    char got[4096];
+    size_t n = 0;
+    while (n < sizeof got - 1) { /* until the first event is in */
+        ssize_t r = recv(st, got + n, sizeof got - 1 - n, 0);
+        ck_assert_int_gt(r, 0);
+        n += (size_t)r;
+        got[n] = '\0';
+        if (strstr(got, "tick 0")) break;
+    }
+    proxy_stats s;
+    proxy_stats_get(&s);
+    ck_assert_int_eq(s.websocket, 1);
+    ck_assert_int_eq(s.http, 1);
+    int64_t t0 = mono_ms();
+    http_stop(g_h);
+    g_h = NULL;
+    ck_assert_int_lt(mono_ms() - t0, 5000);
+    /* both see the end (a close, or a reset) */
+    char b[256];
+    ssize_t r;
+    while ((r = recv(ws, b, sizeof b, 0)) > 0) {
+    }
+    ck_assert_int_le(r, 0);
+    while ((r = recv(st, b, sizeof b, 0)) > 0) {
+    }
+    ck_assert_int_le(r, 0);
+    ck_assert_msg(mono_ms() - t0 < 5000, "the clients saw the end after %lld ms (a receive timed out?)",
+                  (long long)(mono_ms() - t0));
+    close(ws);
+    close(st);
+}
+END_TEST
+
 int main(void) {
     curl_global_init(CURL_GLOBAL_ALL);
     signal(SIGPIPE, SIG_IGN);
@@ -551,6 +599,7 @@ int main(void) {
     tcase_add_test(tc, upstream_down_or_slow_is_502);
     tcase_add_test(tc, hundred_requests_at_once);
     tcase_add_test(tc, twenty_websockets_at_once);
+    tcase_add_test(tc, stop_with_relays_open);
     int rc = ty_run_suite(s);
     curl_global_cleanup();
     return rc;
