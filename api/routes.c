@@ -15,6 +15,7 @@
 #include "logs_api.h"
 #include "metrics_api.h"
 #include "people_api.h"
+#include "proxy_api.h"
 #include "registry_api.h"
 #include "rendezvous_api.h"
 #include "retention_api.h"
@@ -44,6 +45,7 @@ const route *const api_route_tables[] = {
     api_usage_routes,
     api_sweeps_routes,
     api_people_routes,
+    api_proxy_routes,
     api_auth_routes,
     NULL,
 };

@@ -375,6 +375,9 @@ static const mrow MATRIX[] = {
     {"DELETE", "/api/v1/tokens/{id}", "", "NFFFFFFFUU"},
     {"GET", "/api/v1/me", "", "oooFFFFFUU"},
     {"GET", "/api/v1/audit", "", "oooFFFFFUU"}, /* a team's token: its own team's */
+    /* a job's web ports: job A declares none (404 to whoever may see it); asked with GET */
+    {"*", "/proxy/jobs/{id}/{name}/{rest*}", "", "NNNFFFFFUU"},
+    {"GET", "/proxy/jobs/{id}/{name}", "", "ooNFFFFFUU"},
     /* single sign-on, not configured here: its public routes answer 503 (or 400 for a callback without
      * code) to everyone; sign-out is a person's */
     {"GET", "/auth/login", "", "oooooooooo"},
@@ -402,6 +405,10 @@ static void row_path(const mrow *m, char *out, size_t cap) {
             rc |= buf_printf(&b, "%lld", (long long)sweep_a);
         } else if (strncmp(p, "{id}", n) == 0 && strncmp(m->pattern, "/api/v1/tokens/", 15) == 0) {
             rc |= buf_appends(&b, "999999"); /* no such personal token */
+        } else if (strncmp(p, "{rest*}", n) == 0) {
+            rc |= buf_appends(&b, "index.html");
+        } else if (strncmp(p, "{name}", n) == 0 && strncmp(m->pattern, "/proxy/", 7) == 0) {
+            rc |= buf_appends(&b, "web");
         } else if (strncmp(p, "{team}", n) == 0) {
             rc |= buf_appends(&b, "default");
         } else if (strncmp(p, "{user}", n) == 0 || (strncmp(p, "{name}", n) == 0 && strstr(m->pattern, "/users/"))) {
@@ -409,7 +416,7 @@ static void row_path(const mrow *m, char *out, size_t cap) {
         } else if (strncmp(p, "{id}", n) == 0 && strncmp(m->pattern, "/api/v1/contexts/", 17) == 0) {
             rc |= buf_appends(&b, ctx_a); /* named by job A: DELETE is a 409 */
         } else if (strncmp(p, "{id}", n) == 0) {
-            int64_t id = strncmp(m->pattern, "/api/v1/jobs/", 13) == 0
+            int64_t id = strncmp(m->pattern, "/api/v1/jobs/", 13) == 0 || strncmp(m->pattern, "/proxy/jobs/", 12) == 0
                              ? (strstr(m->pattern, "/cancel") ? job_c : job_a)
                          : strncmp(m->pattern, "/api/v1/nodes/", 14) == 0
                              ? (strstr(m->pattern, "/token") ? node3 : node1)
@@ -441,7 +448,7 @@ static void row_path(const mrow *m, char *out, size_t cap) {
 static const char *row_body(const mrow *m, int col, char *scratch, size_t cap, const char **ctype) {
     static int seq = 0;
     *ctype = "application/json";
-    if (strcmp(m->method, "GET") == 0 || strcmp(m->method, "DELETE") == 0) return NULL;
+    if (strcmp(m->method, "GET") == 0 || strcmp(m->method, "DELETE") == 0 || strcmp(m->method, "*") == 0) return NULL;
     seq++;
     if (strcmp(m->pattern, "/api/v1/jobs") == 0) return SPEC("matrix");
     if (strcmp(m->pattern, "/api/v1/sweeps") == 0) return SWEEP_BODY;
@@ -506,7 +513,7 @@ START_TEST(auth_matrix) {
             const char *ctype = NULL;
             const char *body = row_body(m, c, scratch, sizeof scratch, &ctype);
             rawres r;
-            req(m->method, path, c == C_NONE ? NULL : tok[c], NULL, ctype, body, body ? strlen(body) : 0, &r);
+            req(strcmp(m->method, "*") == 0 ? "GET" : m->method, path, c == C_NONE ? NULL : tok[c], NULL, ctype, body, body ? strlen(body) : 0, &r);
             status[i][c] = r.status;
             int sso_off = r.status == 503 && strstr(m->pattern, "auth/") != NULL; /* no --oidc-issuer here */
             ck_assert_msg(r.status >= 200 && (r.status < 500 || sso_off), "%s %s as %s answered %d: %.200s", m->method, path,

@@ -44,19 +44,33 @@ static unsigned doc_mask(const cJSON *op) {
     return m;
 }
 
+/* A route of any method ("*") is documented as each of these. */
+static const char *const ANY[] = {"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"};
+#define N_ANY ((int)(sizeof ANY / sizeof ANY[0]))
+
+/* The document's path of a route's pattern: a rest segment "{x*}" is "{x}". */
+static void doc_pattern(const char *pattern, char *out, size_t cap) {
+    size_t o = 0;
+    for (const char *p = pattern; *p && o + 1 < cap; p++)
+        if (!(*p == '*' && p[1] == '}')) out[o++] = *p;
+    out[o] = '\0';
+}
+
 START_TEST(every_route_is_documented) {
     cJSON *doc = load_doc();
     ck_assert_str_eq(cJSON_GetObjectItem(doc, "openapi")->valuestring, "3.0.3");
     cJSON *paths = cJSON_GetObjectItem(doc, "paths");
     int n = 0;
     for (const route *const *t = api_route_tables; *t; t++)
-        for (const route *r = *t; r->pattern; r++, n++) {
-            char m[16];
-            lower(r->method, m, sizeof m);
-            cJSON *p = cJSON_GetObjectItem(paths, r->pattern);
+        for (const route *r = *t; r->pattern; r++, n++)
+          for (int am = 0; am < (strcmp(r->method, "*") == 0 ? N_ANY : 1); am++) {
+            char m[16], doc_path[256];
+            lower(strcmp(r->method, "*") == 0 ? ANY[am] : r->method, m, sizeof m);
+            doc_pattern(r->pattern, doc_path, sizeof doc_path);
+            cJSON *p = cJSON_GetObjectItem(paths, doc_path);
             ck_assert_msg(p != NULL, "route %s %s is not in api/openapi.json", r->method, r->pattern);
             cJSON *op = cJSON_GetObjectItem(p, m);
-            ck_assert_msg(op != NULL, "route %s %s is not in api/openapi.json", r->method, r->pattern);
+            ck_assert_msg(op != NULL, "route %s %s is not in api/openapi.json (as %s)", r->method, r->pattern, m);
             ck_assert_msg(doc_mask(op) == r->allow, "%s %s: the document's token kinds differ from the route's",
                           r->method, r->pattern);
             /* the role a team principal needs: stated for every route a team may call, as the server checks it
@@ -65,15 +79,19 @@ START_TEST(every_route_is_documented) {
             int stated = (r->allow & ALLOW_TEAM) && !((r->allow & ALLOW_PERSON) && r->role == ROLE_NONE);
             if (stated) {
                 ck_assert_msg(cJSON_IsString(role), "%s %s: no x-trainyard-role", r->method, r->pattern);
-                ck_assert_msg(strcmp(role->valuestring, role_name(http_route_role(r))) == 0,
-                              "%s %s: x-trainyard-role %s, the server asks %s", r->method, r->pattern, role->valuestring,
-                              role_name(http_route_role(r)));
+                /* a route of any method asks what each method would */
+                team_role want = strcmp(r->method, "*") != 0 ? http_route_role(r)
+                                 : r->role != ROLE_NONE ? r->role
+                                 : strcmp(m, "get") == 0 || strcmp(m, "head") == 0 ? ROLE_VIEWER : ROLE_MEMBER;
+                ck_assert_msg(strcmp(role->valuestring, role_name(want)) == 0,
+                              "%s %s: x-trainyard-role %s, the server asks %s", m, r->pattern, role->valuestring,
+                              role_name(want));
             } else {
                 ck_assert_msg(role == NULL, "%s %s: x-trainyard-role on a route no team role opens", r->method,
                               r->pattern);
             }
             /* every {param} of the path is declared */
-            for (const char *b = strchr(r->pattern, '{'); b; b = strchr(b + 1, '{')) {
+            for (const char *b = strchr(doc_path, '{'); b; b = strchr(b + 1, '{')) {
                 const char *e = strchr(b, '}');
                 char name[64];
                 snprintf(name, sizeof name, "%.*s", (int)(e - b - 1), b + 1);
@@ -106,9 +124,11 @@ START_TEST(every_documented_operation_is_a_route) {
             int found = 0;
             for (const route *const *t = api_route_tables; *t && !found; t++)
                 for (const route *r = *t; r->pattern && !found; r++) {
-                    char m[16];
+                    char m[16], doc_path[256];
                     lower(r->method, m, sizeof m);
-                    found = strcmp(r->pattern, p->string) == 0 && strcmp(m, op->string) == 0;
+                    doc_pattern(r->pattern, doc_path, sizeof doc_path);
+                    found = strcmp(doc_path, p->string) == 0 &&
+                            (strcmp(m, op->string) == 0 || strcmp(r->method, "*") == 0);
                 }
             ck_assert_msg(found, "api/openapi.json documents %s %s, which the server does not answer", op->string,
                           p->string);

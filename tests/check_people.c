@@ -186,8 +186,11 @@ START_TEST(role_matrix_follows_the_document) {
     static const char *const methods[] = {"get", "post", "put", "patch", "delete"};
     int checked = 0;
     cJSON *p;
+    /* the sign-in routes last: POST /auth/logout ends the credential it is given */
+    for (int pass = 0; pass < 2; pass++)
     cJSON_ArrayForEach(p, cJSON_GetObjectItem(doc, "paths")) {
         if (strcmp(p->string, "/api/v1/health") == 0) continue;
+        if ((strncmp(p->string, "/auth/", 6) == 0) != (pass == 1)) continue;
         for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++) {
             cJSON *op = cJSON_GetObjectItem(p, methods[m]);
             if (!op) continue;

@@ -447,6 +447,113 @@ START_TEST(command_job_serves_its_port) {
 }
 END_TEST
 
+/* A job's port through the server: /proxy/jobs/{id}/web/... reaches the
+ * program, which sees its full path and none of the caller's credentials;
+ * another team gets 404, a viewer may read but not write, an unknown port
+ * is 404 naming the job's ports, a port nothing listens on is 502 with the
+ * reason and the job runs on. */
+START_TEST(job_port_through_the_proxy) {
+    char script[400], spec[1024];
+    snprintf(script, sizeof script, "%s/echo.py", tmpdir);
+    static const char py[] =
+        "import http.server, os\n"
+        "port = int(os.environ['TRAINYARD_PORT_WEB'])\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def answer(self):\n"
+        "        n = int(self.headers.get('Content-Length') or 0)\n"
+        "        got = self.rfile.read(n) if n else b''\n"
+        "        body = ('%s %s\\n%s\\n' % (self.command, self.path, str(self.headers))).encode() + got\n"
+        "        self.send_response(200)\n"
+        "        self.send_header('Content-Length', str(len(body)))\n"
+        "        self.end_headers()\n"
+        "        self.wfile.write(body)\n"
+        "    do_GET = do_POST = answer\n"
+        "    def log_message(self, *a):\n"
+        "        pass\n"
+        "http.server.HTTPServer(('0.0.0.0', port), H).serve_forever()\n";
+    ck_assert_int_eq(file_write_atomic(script, py, sizeof py - 1, 0644), 0);
+    snprintf(spec, sizeof spec,
+             "{\"name\":\"echo\",\"command\":{\"argv\":[\"/usr/bin/python3\",\"%s\"]},"
+             "\"ports\":[{\"name\":\"web\",\"port\":8000},{\"name\":\"dead\",\"port\":9000}],\"max_restarts\":0}",
+             script);
+    int64_t id = ty_submit(srv.url, team_tok, spec);
+    cJSON *job = NULL;
+    const cJSON *web = NULL;
+    for (int64_t end = mono_ms() + 60000; !(web = port_entry(id, "web", &job)) && mono_ms() < end;) {
+        cJSON_Delete(job);
+        ty_sleep_ms(100);
+    }
+    ck_assert_msg(web != NULL, "no port \"web\" listed within 60 s");
+    char *direct = fetch_direct((int)ty_num(web, "port"), 30000);
+    ck_assert_ptr_nonnull(direct);
+    free(direct);
+    cJSON_Delete(job);
+
+    char path[160];
+    snprintf(path, sizeof path, "/proxy/jobs/%lld/web/hello/a%%20b?x=1", (long long)id);
+    char *got = ty_http_text(srv.url, team_tok, path);
+    char want[160];
+    snprintf(want, sizeof want, "GET /proxy/jobs/%lld/web/hello/a%%20b?x=1\n", (long long)id);
+    ck_assert_msg(strncmp(got, want, strlen(want)) == 0, "the app got: %.1000s", got);
+    ck_assert_msg(strcasestr(got, "authorization") == NULL && strstr(got, team_tok) == NULL,
+                  "the caller's token reached the app: %.1000s", got);
+    snprintf(want, sizeof want, "X-Forwarded-Prefix: /proxy/jobs/%lld/web", (long long)id);
+    ck_assert_msg(strstr(got, want) != NULL, "no %s: %.1000s", want, got);
+    free(got);
+    /* a POST's body goes up */
+    cJSON *o = NULL;
+    client c;
+    ck_assert_int_eq(client_init(&c, srv.url, team_tok), 0);
+    client_reply r;
+    ck_assert_int_eq(client_request(&c, "POST", path, "{\"cell\":1}", 10, NULL, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_msg(r.body.data && strstr(r.body.data, "{\"cell\":1}"), "%.500s", r.body.data ? r.body.data : "");
+    client_reply_release(&r);
+    client_release(&c);
+    /* the app's root without its slash: a redirect */
+    snprintf(path, sizeof path, "/proxy/jobs/%lld/web", (long long)id);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, NULL), 308);
+
+    /* another team: the job does not exist for it */
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/teams", "{\"name\":\"other\"}", &o), 201);
+    char other[128];
+    snprintf(other, sizeof other, "%s", ty_str(o, "token"));
+    cJSON_Delete(o);
+    snprintf(path, sizeof path, "/proxy/jobs/%lld/web/", (long long)id);
+    ck_assert_int_eq(ty_http(srv.url, other, "GET", path, NULL, &o), 404);
+    cJSON_Delete(o);
+    /* a viewer reads, may not write */
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/users", "{\"name\":\"vi\"}", NULL), 201);
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "PUT", "/api/v1/teams/default/members/vi", "{\"role\":\"viewer\"}", NULL),
+                     201);
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/users/vi/tokens", "{\"name\":\"t\"}", &o), 201);
+    char vi[96];
+    snprintf(vi, sizeof vi, "%s", ty_str(o, "token"));
+    cJSON_Delete(o);
+    got = ty_http_text(srv.url, vi, path);
+    ck_assert_msg(strncmp(got, "GET /proxy/jobs/", 16) == 0, "%.300s", got);
+    free(got);
+    ck_assert_int_eq(ty_http(srv.url, vi, "POST", path, "{}", &o), 403);
+    ty_assert_error(o, "forbidden", "role");
+    cJSON_Delete(o);
+    /* no such port: 404 naming the job's */
+    snprintf(path, sizeof path, "/proxy/jobs/%lld/nope/", (long long)id);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &o), 404);
+    const char *msg = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "error"), "message")->valuestring;
+    ck_assert_msg(strstr(msg, "web") && strstr(msg, "dead"), "%s", msg);
+    cJSON_Delete(o);
+    /* a port nothing listens on: 502 with the reason; the job runs on */
+    snprintf(path, sizeof path, "/proxy/jobs/%lld/dead/", (long long)id);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &o), 502);
+    msg = cJSON_GetObjectItem(cJSON_GetObjectItem(o, "error"), "message")->valuestring;
+    ck_assert_msg(strstr(msg, "refused") != NULL, "%s", msg);
+    cJSON_Delete(o);
+    job = ty_job_get(srv.url, team_tok, id);
+    ck_assert_str_eq(ty_str(job, "state"), "running");
+    cJSON_Delete(job);
+}
+END_TEST
+
 /* Before it runs, a job lists the ports it declares with their url only;
  * bad port specs are 422s naming the field, and store nothing. */
 START_TEST(declared_before_it_runs_and_bad_specs) {
@@ -508,5 +615,6 @@ int main(void) {
     TCase *e2e = ty_tcase(s, "e2e", up_setup, up_teardown, 180);
     tcase_add_test(e2e, declared_before_it_runs_and_bad_specs);
     tcase_add_test(e2e, command_job_serves_its_port);
+    tcase_add_test(e2e, job_port_through_the_proxy);
     return ty_run_suite(s);
 }

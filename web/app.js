@@ -398,6 +398,11 @@ async function pageJob(id) {
       ['Created', new Date(job.created_at).toLocaleString()], ['Started', job.started_at ? fmtTime(job.started_at) : '–'],
       ['Finished', job.finished_at ? fmtTime(job.finished_at) : '–'], ['Elapsed', fmtDuration(elapsed(job))],
       ['Reason', job.reason || '–']];
+    /* a job's web ports (TensorBoard, a notebook): through the server's proxy while a task serves them */
+    if (job.ports && job.ports.length)
+      kv.push(['Ports', h('span', {id: 'job-ports'}, ...job.ports.flatMap((p, i) => [i ? ' · ' : '',
+        p.port ? h('a', {href: p.url, target: '_blank', rel: 'noopener', dataset: {port: p.name}}, p.name)
+               : h('span', {class: 'small', title: 'not served now'}, p.name)]))]);
     if (typeof job.sweep === 'number') kv.splice(1, 0, ['Sweep', h('a', {href: '#/sweeps/' + job.sweep, id: 'job-sweep'}, `sweep #${job.sweep}, trial ${job.trial}`)]);
     summary.replaceChildren(...kv.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v instanceof Node ? v : String(v))]));
     const p = job.progress;

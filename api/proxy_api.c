@@ -1,0 +1,87 @@
+/* proxy_api.c - a job's web ports through the server (see proxy_api.h). */
+#include "proxy_api.h"
+#include "exec_common.h"
+#include "../server/proxy.h"
+#include "../server/server.h"
+#include "../storage/ports_store.h"
+#include "../storage/store.h"
+
+#include <stdio.h>
+#include <string.h>
+
+
+
+/* The job of the path, if req's team may see it: 0, or -1 after answering 404. */
+static int job_visible(server *srv, http_req *req, http_res *res, int64_t id, char state[16]) {
+    int64_t team = 0;
+    int rc = store_job_state(srv->db, id, state, &team);
+    if (rc == STORE_OK && req->who.kind != TOKEN_ADMIN && team != req->who.team_id) rc = STORE_NOT_FOUND;
+    if (rc == STORE_NOT_FOUND) {
+        http_error(res, 404, "not_found", NULL, "no job %lld", (long long)id);
+        return -1;
+    }
+    if (rc != STORE_OK) {
+        api_db_unavailable(res);
+        return -1;
+    }
+    return 0;
+}
+
+/* ANY /proxy/jobs/{id}/{name}/{rest*} */
+static void proxy_job(server *srv, http_req *req, http_res *res) {
+    int64_t id = http_param_id(req, res, 0, "job");
+    if (id < 0) return;
+    char state[16];
+    if (job_visible(srv, req, res, id, state) < 0) return;
+    const char *name = req->params[1];
+    char host[256], have[512];
+    int port = 0;
+    int rc = ports_store_find(srv->db, id, name, host, &port, have, sizeof have);
+    if (rc == STORE_ERROR) {
+        api_db_unavailable(res);
+        return;
+    }
+    if (rc != STORE_OK) {
+        int declared = 0;
+        for (const char *p = have; *p;) { /* is name among the declared ones? */
+            size_t n = strcspn(p, ",");
+            if (n == strlen(name) && strncmp(p, name, n) == 0) declared = 1;
+            p += n + (p[n] == ',');
+        }
+        if (declared)
+            http_error(res, 404, "not_found", "name",
+                       "job %lld's port '%s' is not served now: the job is %s and no task of it reported the port",
+                       (long long)id, name, state);
+        else if (have[0])
+            http_error(res, 404, "not_found", "name", "job %lld has no port '%s' (its ports: %s)", (long long)id, name,
+                       have);
+        else
+            http_error(res, 404, "not_found", "name", "job %lld has no port '%s': it declares none (\"ports\")",
+                       (long long)id, name);
+        return;
+    }
+    char prefix[192];
+    snprintf(prefix, sizeof prefix, "/proxy/jobs/%lld/%s", (long long)id, name);
+    proxy_target t;
+    memset(&t, 0, sizeof t);
+    t.host = host;
+    t.port = port;
+    t.prefix = prefix;
+    proxy_forward(req, res, &t);
+}
+
+/* GET /proxy/jobs/{id}/{name}: the app's root is the path with its slash */
+static void proxy_job_slash(server *srv, http_req *req, http_res *res) {
+    int64_t id = http_param_id(req, res, 0, "job");
+    if (id < 0) return;
+    char state[16];
+    if (job_visible(srv, req, res, id, state) < 0) return;
+    snprintf(res->location, sizeof res->location, "/proxy/jobs/%lld/%s/", (long long)id, req->params[1]);
+    http_text(res, 308, "text/plain; charset=utf-8", "", 0);
+}
+
+const route api_proxy_routes[] = {
+    {"*", "/proxy/jobs/{id}/{name}/{rest*}", proxy_job, ALLOW_USER, 0, ROLE_NONE},
+    {"GET", "/proxy/jobs/{id}/{name}", proxy_job_slash, ALLOW_USER, 0, ROLE_NONE},
+    {NULL, NULL, NULL, 0, 0, ROLE_NONE},
+};
