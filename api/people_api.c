@@ -415,11 +415,6 @@ static void me_get(server *srv, http_req *req, http_res *res) {
 
 /* ---------------------------------------------------------------- audit */
 
-static int wants_csv(http_req *req) {
-    const char *a = http_header(req, "Accept");
-    return a && strstr(a, "text/csv") != NULL;
-}
-
 /* GET /api/v1/audit?since=&until=&user=&team=&action=&limit=&before= */
 static void audit_get(server *srv, http_req *req, http_res *res) {
     audit_filter f = {0};
@@ -462,7 +457,7 @@ static void audit_get(server *srv, http_req *req, http_res *res) {
                    "cluster admin's");
         return;
     }
-    int csv = wants_csv(req);
+    int csv = api_wants_csv(req);
     buf b;
     buf_init(&b, 64u << 20);
     int64_t next = 0;

@@ -238,7 +238,7 @@ static int report_csv(buf *b, const usage_report *rep, usage_by by) {
     return rc;
 }
 
-static int wants_csv(http_req *req) {
+int api_wants_csv(http_req *req) {
     const char *a = http_header(req, "Accept");
     return a && strstr(a, "text/csv") != NULL;
 }
@@ -308,7 +308,7 @@ static void usage_get(server *srv, http_req *req, http_res *res) {
         http_error(res, 503, "unavailable", NULL, "the database is busy or unavailable; retry");
         return;
     }
-    if (wants_csv(req)) {
+    if (api_wants_csv(req)) {
         buf out;
         buf_init(&out, (size_t)64 << 20);
         if (report_csv(&out, &rep, by) < 0) {

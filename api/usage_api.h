@@ -1,6 +1,6 @@
 /* usage_api.h - who used what: GET /api/v1/usage (api/usage_api.c).
  *
- * defines: api_usage_routes, api_time_arg */
+ * defines: api_usage_routes, api_time_arg, api_wants_csv */
 #ifndef TRAINYARD_USAGE_API_H
 #define TRAINYARD_USAGE_API_H
 
@@ -12,5 +12,8 @@ extern const route api_usage_routes[];
  * unless it has an offset) or ms since the epoch. 0 absent, 1 given, -1
  * after answering 422 naming the key. */
 int api_time_arg(http_req *req, http_res *res, const char *key, int64_t *ms);
+
+/* 1 when the request asks for CSV (Accept names text/csv). */
+int api_wants_csv(http_req *req);
 
 #endif

@@ -562,8 +562,8 @@ static void af_good(uint64_t tok, int64_t now) {
 
 static int is_read(const char *method) { return strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0; }
 
-team_role http_route_role(const route *r) {
-    return r->role != ROLE_NONE ? r->role : is_read(r->method) ? ROLE_VIEWER : ROLE_MEMBER;
+team_role http_route_role(const route *r, const char *method) {
+    return r->role != ROLE_NONE ? r->role : is_read(method) ? ROLE_VIEWER : ROLE_MEMBER;
 }
 
 /* Who is this principal, for a refusal's message. */
@@ -814,7 +814,7 @@ static int authenticate(db *d, http_req *req, http_res *res) {
         return -1;
     }
     /* a route of any method ("*") asks what the request's own method would */
-    team_role need = r->role != ROLE_NONE ? r->role : is_read(req->method) ? ROLE_VIEWER : ROLE_MEMBER;
+    team_role need = http_route_role(r, req->method);
     if (w->kind == TOKEN_TEAM && !(r->allow & ALLOW_PERSON) && w->role < need) {
         char who[96];
         who_text(w, who, sizeof who);

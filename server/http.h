@@ -325,8 +325,10 @@ const char *http_cookie(http_req *req, const char *name);
 /* The peer's address as text ("-" when unknown). */
 void http_client_addr(const http_req *req, char *out, size_t outlen);
 
-/* The role a route's default asks of a team principal (see route.role). */
-team_role http_route_role(const route *r);
+/* The role a request of method on route r asks of a team principal (see
+ * route.role: its own, else a viewer for GET and HEAD, a member for the
+ * rest; a route of any method asks what the request's method would). */
+team_role http_route_role(const route *r, const char *method);
 
 /* 0 when req's principal holds at least `need` in team_id (the admin
  * token always; a team's token in its own team; a person by their
