@@ -105,6 +105,7 @@ LIB_OBJ     := $(COMMON_OBJ) $(STORAGE_OBJ) $(SPEC_OBJ) $(CLIENT_OBJ) $(API_OBJ)
 
 # Which modules each test links (default: all of them).
 DEPS_check_flags   := $(COMMON_OBJ)
+DEPS_check_ws      := $(COMMON_OBJ)
 DEPS_check_jobspec := $(COMMON_OBJ) $(SPEC_OBJ)
 DEPS_check_nn      := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(GPU_ENGINE_OBJ)
 DEPS_check_data    := $(ENGINE_OBJ)
