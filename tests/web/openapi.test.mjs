@@ -1,6 +1,8 @@
 // openapi.test.mjs - api/openapi.json is a valid OpenAPI 3 document for
 // @apidevtools/swagger-parser (schema and $refs), and the running server
 // serves it. tests/check_openapi.c checks it against the route tables.
+// The vendored libraries (uPlot, xterm.js and its fit addon) are their npm
+// packages byte for byte, and the binary serves them.
 import {test} from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -48,4 +50,33 @@ test('the vendored chart library is the npm package', () => {
   assert.deepEqual(fs.readFileSync(`web/vendor/uPlot-${v}.iife.min.js`), fs.readFileSync('node_modules/uplot/dist/uPlot.iife.min.js'));
   assert.deepEqual(fs.readFileSync(`web/vendor/uPlot-${v}.min.css`), fs.readFileSync('node_modules/uplot/dist/uPlot.min.css'));
   assert.deepEqual(fs.readFileSync('web/vendor/uPlot-LICENSE.txt'), fs.readFileSync('node_modules/uplot/LICENSE'));
+});
+
+test('the vendored terminal (xterm.js, its fit addon) is the npm packages, served from the binary, loaded on demand', async () => {
+  const xv = JSON.parse(fs.readFileSync('node_modules/@xterm/xterm/package.json', 'utf8')).version;
+  const fv = JSON.parse(fs.readFileSync('node_modules/@xterm/addon-fit/package.json', 'utf8')).version;
+  assert.match(xv, /^5\./, 'xterm.js 5.x');
+  const files = {
+    [`web/vendor/xterm-${xv}.min.js`]: 'node_modules/@xterm/xterm/lib/xterm.js',
+    [`web/vendor/xterm-${xv}.css`]: 'node_modules/@xterm/xterm/css/xterm.css',
+    'web/vendor/xterm-LICENSE.txt': 'node_modules/@xterm/xterm/LICENSE',
+    [`web/vendor/xterm-addon-fit-${fv}.min.js`]: 'node_modules/@xterm/addon-fit/lib/addon-fit.js',
+    'web/vendor/xterm-addon-fit-LICENSE.txt': 'node_modules/@xterm/addon-fit/LICENSE',
+  };
+  for (const [ours, theirs] of Object.entries(files)) {
+    assert.ok(fs.existsSync(ours), `${ours} (package-lock.json's version)`);
+    assert.deepEqual(fs.readFileSync(ours), fs.readFileSync(theirs), `${ours} is ${theirs}`);
+  }
+  assert.ok(!fs.readFileSync('web/index.html', 'utf8').includes('xterm'), 'index.html does not load xterm.js');
+  const srv = await startUp();
+  try {
+    for (const f of Object.keys(files)) {
+      const r = await fetch(srv.url + f.slice(3));
+      assert.equal(r.status, 200, f);
+      assert.equal(r.headers.get('cache-control'), 'public, max-age=31536000, immutable', f);
+      assert.equal(r.headers.get('content-type'), f.endsWith('.js') ? 'text/javascript; charset=utf-8'
+        : f.endsWith('.css') ? 'text/css; charset=utf-8' : 'text/plain; charset=utf-8', f);
+      assert.deepEqual(Buffer.from(await r.arrayBuffer()), fs.readFileSync(f), `${f} as served`);
+    }
+  } finally { await srv.stop(); }
 });
