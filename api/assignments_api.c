@@ -3,6 +3,7 @@
  * to stop (docs/api-executors.md). Rows are storage/exec_store.c. A node's
  * token polls for its own node only (scope.h). */
 #include "assignments_api.h"
+#include "exec_api.h"
 #include "exec_common.h"
 #include "scope.h"
 #include "sweeps_api.h"
@@ -220,8 +221,10 @@ static void node_assignments(server *srv, http_req *req, http_res *res) {
     }
     uint64_t h = stop_hash(stop);
     last = mono_ms() >= deadline || srv->stopping;
-    if (n > 0 || h != sent || last) {
+    cJSON *execs = exec_api_take(node); /* shells asked for in its tasks */
+    if (n > 0 || h != sent || last || execs) {
         cJSON *o = cJSON_CreateObject();
+        if (execs) cJSON_AddItemToObject(o, "exec", execs);
         cJSON *start = cJSON_AddArrayToObject(o, "start");
         int err = 0;
         for (int i = 0; i < n; i++) {

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#define PROXY_GRANT_MS (12LL * 3600 * 1000) /* a proxy-session's cookie lives 12 h (or to a restart) */
+
 
 
 /* The job of the path, if req's team may see it: 0, or -1 after answering 404. */
@@ -34,6 +36,13 @@ static void proxy_job(server *srv, http_req *req, http_res *res) {
     char state[16];
     if (job_visible(srv, req, res, id, state) < 0) return;
     const char *name = req->params[1];
+    /* a WebSocket into an app (a kernel, a terminal) acts: a member's */
+    const char *upg = http_header(req, "Upgrade");
+    if (upg && req->who.kind == TOKEN_USER && req->who.role < ROLE_MEMBER) {
+        http_error(res, 403, "forbidden", "role", "a WebSocket into job %lld's apps needs the member role; %s is a viewer",
+                   (long long)id, req->who.user);
+        return;
+    }
     char host[256], have[512];
     int port = 0;
     int rc = ports_store_find(srv->db, id, name, host, &port, have, sizeof have);
@@ -80,8 +89,25 @@ static void proxy_job_slash(server *srv, http_req *req, http_res *res) {
     http_text(res, 308, "text/plain; charset=utf-8", "", 0);
 }
 
+/* POST /api/v1/jobs/{id}/proxy-session: a cookie that lets a browser tab
+ * open the job's ports with this request's credential (http_grant) */
+static void proxy_session(server *srv, http_req *req, http_res *res) {
+    int64_t id = http_param_id(req, res, 0, "job");
+    if (id < 0) return;
+    char state[16];
+    if (job_visible(srv, req, res, id, state) < 0) return;
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "/proxy/jobs/%lld/", (long long)id);
+    if (http_grant(req, res, prefix, PROXY_GRANT_MS) < 0) {
+        http_error(res, 400, "bad_request", "Authorization", "no credential to stand for");
+        return;
+    }
+    http_text(res, 204, "text/plain; charset=utf-8", "", 0);
+}
+
 const route api_proxy_routes[] = {
-    {"*", "/proxy/jobs/{id}/{name}/{rest*}", proxy_job, ALLOW_USER, 0, ROLE_NONE},
+    {"*", "/proxy/jobs/{id}/{name}/{rest*}", proxy_job, ALLOW_USER | ALLOW_ORIGIN, 0, ROLE_NONE},
+    {"POST", "/api/v1/jobs/{id}/proxy-session", proxy_session, ALLOW_USER, 0, ROLE_VIEWER},
     {"GET", "/proxy/jobs/{id}/{name}", proxy_job_slash, ALLOW_USER, 0, ROLE_NONE},
     {NULL, NULL, NULL, 0, 0, ROLE_NONE},
 };

@@ -10,6 +10,7 @@
 #include "cluster_api.h"
 #include "contexts_api.h"
 #include "events_api.h"
+#include "exec_api.h"
 #include "job_metrics_api.h"
 #include "jobs_api.h"
 #include "logs_api.h"
@@ -46,6 +47,7 @@ const route *const api_route_tables[] = {
     api_sweeps_routes,
     api_people_routes,
     api_proxy_routes,
+    api_exec_routes,
     api_auth_routes,
     NULL,
 };

@@ -84,6 +84,10 @@ struct http_daemon {
     uint64_t wake_seq[PARK_NB];       /* wakes of a bucket's ids, for http_wait_watch */
     uint64_t wake_topic_seq[HTTP_WAKE_NTOPICS]; /* wakes of a whole topic */
     int64_t park_next_due;            /* when park_main wakes next (mono ms) */
+    /* grants (http_grant): cookies that stand for a credential under a path */
+    pthread_mutex_t grant_mu;
+    struct grant *grants;
+    int n_grants;
     int waiters;                      /* requests that parked and are not answered yet (atomic) */
     unsigned max_conns;               /* connections held at once (http_conn_limit) */
     /* offloaded requests (http_offload): suspended, their work done by off_main */
@@ -682,10 +686,65 @@ static int admin_team(db *d, http_req *req, http_res *res, const char *asked) {
     return 0;
 }
 
-/* The bearer token, else a dashboard session's cookie (*cookie 1). */
-static const char *credential(http_req *req, int *cookie) {
+/* ---------------------------------------------------------------- grants */
+
+#define GRANT_MAX 4096                /* grants held at once: the oldest goes past it */
+
+typedef struct grant {
+    char hash[65];                    /* sha256 of the cookie's value */
+    char prefix[257];                 /* the path it is good under */
+    char cred[300];                   /* the credential it stands for */
+    int cookie;                       /* that credential is a session's cookie */
+    int64_t expires;                  /* mono ms */
+    struct grant *next;
+} grant;
+
+static void grants_free(http_daemon *h) {
+    for (grant *g = h->grants, *n; g; g = n) {
+        n = g->next;
+        explicit_bzero(g, sizeof *g);
+        free(g);
+    }
+    h->grants = NULL;
+    h->n_grants = 0;
+}
+
+/* The credential a grant cookie stands for, into out (*cookie its kind):
+ * 0, or -1 when value is no live grant under req's path. */
+static int grant_find(http_daemon *h, const http_req *req, const char *value, char *out, size_t outlen,
+                      int *cookie) {
+    char hash[65];
+    sha256_hex(value, strnlen(value, 256), hash);
+    int64_t now = mono_ms();
+    int rc = -1;
+    pthread_mutex_lock(&h->grant_mu);
+    for (grant **pp = &h->grants; *pp;) {
+        grant *g = *pp;
+        if (g->expires <= now) { /* gone stale: drop it on the way */
+            *pp = g->next;
+            explicit_bzero(g, sizeof *g);
+            free(g);
+            h->n_grants--;
+            continue;
+        }
+        if (rc < 0 && strcmp(g->hash, hash) == 0 && strncmp(req->path, g->prefix, strlen(g->prefix)) == 0) {
+            snprintf(out, outlen, "%s", g->cred);
+            *cookie = g->cookie;
+            rc = 0;
+        }
+        pp = &g->next;
+    }
+    pthread_mutex_unlock(&h->grant_mu);
+    return rc;
+}
+
+/* The bearer token, else a dashboard session's cookie (*cookie 1), else a
+ * WebSocket's subprotocol token, else a grant's credential (*granted 1:
+ * copied into gbuf). */
+static const char *credential(http_req *req, int *cookie, int *granted, char *gbuf, size_t gcap) {
     const char *h = http_header(req, MHD_HTTP_HEADER_AUTHORIZATION);
     *cookie = 0;
+    *granted = 0;
     if (h && strncasecmp(h, "Bearer ", 7) == 0 && h[7]) {
         const char *tok = h + 7;
         while (*tok == ' ') tok++;
@@ -697,7 +756,81 @@ static const char *credential(http_req *req, int *cookie) {
         *cookie = 1;
         return c;
     }
+    const char *sp = http_header(req, "Sec-WebSocket-Protocol");
+    const char *b = sp ? strstr(sp, HTTP_WS_BEARER) : NULL;
+    if (b && (b == sp || b[-1] == ' ' || b[-1] == ',')) {
+        b += strlen(HTTP_WS_BEARER);
+        size_t n = strcspn(b, ", \t");
+        if (n == 0 || n >= gcap) return NULL;
+        memcpy(gbuf, b, n);
+        gbuf[n] = '\0';
+        return gbuf;
+    }
+    const char *g = MHD_lookup_connection_value(req->conn, MHD_COOKIE_KIND, HTTP_GRANT_COOKIE);
+    if (g && g[0] && req->daemon && grant_find(req->daemon, req, g, gbuf, gcap, cookie) == 0) {
+        *granted = 1;
+        return gbuf;
+    }
     return NULL;
+}
+
+int http_grant(http_req *req, http_res *res, const char *path_prefix, int64_t ttl_ms) {
+    http_daemon *h = req->daemon;
+    char tmp[300];
+    int cookie, granted;
+    const char *cred = credential(req, &cookie, &granted, tmp, sizeof tmp);
+    if (!h || !cred || strlen(cred) >= sizeof tmp || strlen(path_prefix) > 128) return -1;
+    char value[48];
+    if (random_token(value, sizeof value) < 0) return -1;
+    grant *g = xcalloc(1, sizeof *g);
+    sha256_hex(value, strlen(value), g->hash);
+    snprintf(g->prefix, sizeof g->prefix, "%s", path_prefix);
+    snprintf(g->cred, sizeof g->cred, "%s", cred);
+    g->cookie = cookie;
+    g->expires = mono_ms() + ttl_ms;
+    pthread_mutex_lock(&h->grant_mu);
+    if (h->n_grants >= GRANT_MAX) { /* the oldest is the list's last */
+        grant **pp = &h->grants;
+        while ((*pp)->next) pp = &(*pp)->next;
+        explicit_bzero(*pp, sizeof **pp);
+        free(*pp);
+        *pp = NULL;
+        h->n_grants--;
+    }
+    g->next = h->grants;
+    h->grants = g;
+    h->n_grants++;
+    pthread_mutex_unlock(&h->grant_mu);
+    snprintf(res->xhdr_name, sizeof res->xhdr_name, "Set-Cookie");
+    int n = snprintf(res->xhdr_value, sizeof res->xhdr_value, "%s=%.47s; HttpOnly; SameSite=Lax; Path=%.128s; Max-Age=%lld%s",
+                     HTTP_GRANT_COOKIE, value, path_prefix, (long long)(ttl_ms / 1000), h->tls ? "; Secure" : "");
+    if (n < 0 || (size_t)n >= sizeof res->xhdr_value) abort(); /* bounded above: cannot be */
+    explicit_bzero(value, sizeof value);
+    explicit_bzero(tmp, sizeof tmp);
+    return 0;
+}
+
+/* A WebSocket handshake (Upgrade: websocket). */
+static int is_websocket(http_req *req) {
+    const char *u = http_header(req, "Upgrade");
+    return u && strcasecmp(u, "websocket") == 0;
+}
+
+/* The request comes from a page of this server's own origin: its Origin
+ * names the Host it was sent to (no Origin and no Sec-Fetch-Site: not a
+ * browser, whose cross-site requests carry one of them). */
+static int same_origin(http_req *req) {
+    const char *o = http_header(req, "Origin"), *host = http_header(req, "Host");
+    if (!o) {
+        const char *sfs = http_header(req, "Sec-Fetch-Site");
+        return !sfs || strcmp(sfs, "same-origin") == 0;
+    }
+    const char *p = strstr(o, "://");
+    if (!p || !host) return 0;
+    size_t scheme = (size_t)(p - o);
+    int tls = req->daemon && req->daemon->tls;
+    if (scheme != (tls ? 5u : 4u) || strncasecmp(o, tls ? "https" : "http", scheme) != 0) return 0;
+    return strcasecmp(p + 3, host) == 0;
 }
 
 /* Authenticates the request for its route. 0 when it may go on; otherwise
@@ -705,8 +838,9 @@ static const char *credential(http_req *req, int *cookie) {
 static int authenticate(db *d, http_req *req, http_res *res) {
     const route *r = req->route;
     if (r->allow == ALLOW_NONE) return 0;
-    int cookie;
-    const char *tok = credential(req, &cookie);
+    int cookie, granted;
+    char gbuf[300];
+    const char *tok = credential(req, &cookie, &granted, gbuf, sizeof gbuf);
     if (!tok) {
         http_error(res, 401, "unauthorized", NULL,
                    "missing bearer token (Authorization: Bearer TOKEN), or sign in (GET /auth/login)");
@@ -761,14 +895,29 @@ static int authenticate(db *d, http_req *req, http_res *res) {
     req->authed = 1;
     principal *w = &req->who;
     int mutating = !is_read(req->method);
-    if (w->kind == TOKEN_USER) {
-        utok_touch(d, w->token_id);
-        if (w->session && mutating && !utok_csrf_ok(tok, http_header(req, HTTP_CSRF_HEADER))) {
-            http_error(res, 403, "csrf", HTTP_CSRF_HEADER,
-                       "a change made with the session's cookie needs its CSRF token in the " HTTP_CSRF_HEADER
-                       " header (GET /api/v1/me gives it)");
+    /* a cookie (a session's, a grant's) is sent by the browser whatever page
+     * asks: a change or a WebSocket needs proof that this origin's page asked */
+    if ((cookie || granted) && (mutating || is_websocket(req)) && ((r->allow & ALLOW_ORIGIN) || is_websocket(req))) {
+        if (!same_origin(req)) {
+            http_error(res, 403, "csrf", "Origin",
+                       "a change or a WebSocket made with a cookie must come from this server's own pages "
+                       "(the Origin header names another site)");
             return -1;
         }
+    } else if (w->kind == TOKEN_USER && w->session && mutating &&
+               !utok_csrf_ok(tok, http_header(req, HTTP_CSRF_HEADER))) {
+        http_error(res, 403, "csrf", HTTP_CSRF_HEADER,
+                   "a change made with the session's cookie needs its CSRF token in the " HTTP_CSRF_HEADER
+                   " header (GET /api/v1/me gives it)");
+        return -1;
+    }
+    if (granted && mutating && !(r->allow & ALLOW_ORIGIN)) {
+        http_error(res, 403, "forbidden", NULL, "a grant's cookie (%s) acts through the proxy only",
+                   HTTP_GRANT_COOKIE);
+        return -1;
+    }
+    if (w->kind == TOKEN_USER) {
+        utok_touch(d, w->token_id);
         if (!w->session && !(w->scopes & (mutating ? SCOPE_WRITE : SCOPE_READ))) {
             http_error(res, 403, "forbidden", "scopes", "this token's scopes do not include %s: %s %s needs it",
                        mutating ? "write" : "read", r->method, r->pattern);
@@ -1662,6 +1811,13 @@ static void audit_arm(http_daemon *h, http_req *req) {
     if (req->audit_id == 0) db_precommit(h->db, audit_precommit, req);
 }
 
+void http_audit_read(http_req *req) {
+    if (!req->authed || !req->daemon || req->audit) return;
+    token_kind k = req->who.kind;
+    if (k != TOKEN_TEAM && k != TOKEN_USER && k != TOKEN_ADMIN) return;
+    req->audit = audit_make(req->daemon->db, req);
+}
+
 /* Once answered: the status into the row written with the change, or the
  * row alone (a refusal, or a request that changed nothing). */
 static void audit_finish(http_daemon *h, http_req *req) {
@@ -1782,6 +1938,7 @@ http_daemon *http_start(struct server *srv, db *d, long context_max_mb, const ch
         for (const route *r = *t; r->pattern; r++) h->slot_route[k++] = r;
     pthread_condattr_t ca;
     if (pthread_mutex_init(&h->park_mu, NULL) != 0 || pthread_condattr_init(&ca) != 0) abort();
+    if (pthread_mutex_init(&h->grant_mu, NULL) != 0) abort();
     if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 || pthread_cond_init(&h->park_cv, &ca) != 0) abort();
     pthread_condattr_destroy(&ca);
     if (pthread_mutex_init(&h->off_mu, NULL) != 0 || pthread_cond_init(&h->off_cv, NULL) != 0) abort();
@@ -1851,6 +2008,8 @@ fail:
     pthread_mutex_destroy(&h->off_mu);
     pthread_cond_destroy(&h->park_cv);
     pthread_mutex_destroy(&h->park_mu);
+    grants_free(h);
+    pthread_mutex_destroy(&h->grant_mu);
     pthread_mutex_destroy(&h->up_mu);
     free(h->park_heap);
     free(h->slot_route);
@@ -1895,6 +2054,8 @@ void http_stop(http_daemon *h) {
     pthread_mutex_destroy(&h->off_mu);
     pthread_cond_destroy(&h->park_cv);
     pthread_mutex_destroy(&h->park_mu);
+    grants_free(h);
+    pthread_mutex_destroy(&h->grant_mu);
     pthread_mutex_destroy(&h->up_mu);
     free(h->park_heap);
     free(h->slot_route);

@@ -57,6 +57,12 @@ struct http_upgrade;
 #define ALLOW_JOIN (1u << TOKEN_JOIN)   /* the shared agents' token: registration only */
 #define ALLOW_USER (ALLOW_ADMIN | ALLOW_TEAM)
 #define ALLOW_PERSON (1u << TOKEN_USER) /* a person as such, before any team is chosen (/me, /tokens) */
+/* Not a token kind: a change made with a cookie (a session's, or a grant's:
+ * http_grant) is admitted by a same-origin Origin header instead of the
+ * X-CSRF-Token header (an app's own pages behind the proxy cannot send it).
+ * A WebSocket handshake with a cookie needs a same-origin Origin on every
+ * route, whatever this says. */
+#define ALLOW_ORIGIN (1u << 30)
 
 /* People (personal tokens, dashboard sessions) act in one team a request:
  * the one their token is bound to, else the one named by this header (or
@@ -65,6 +71,10 @@ struct http_upgrade;
 #define HTTP_TEAM_HEADER "Trainyard-Team"
 #define HTTP_CSRF_HEADER "X-CSRF-Token"
 #define HTTP_SESSION_COOKIE "trainyard_session"
+#define HTTP_GRANT_COOKIE "trainyard_proxy"
+/* A browser's WebSocket cannot send Authorization: it may offer its bearer
+ * token as the subprotocol "trainyard.bearer.TOKEN" instead. */
+#define HTTP_WS_BEARER "trainyard.bearer."
 
 typedef struct http_req {
     struct MHD_Connection *conn;
@@ -196,6 +206,7 @@ enum {
     HTTP_WAKE_NODE,                   /* a node's assignments (id: node) */
     HTTP_WAKE_RDV,                    /* a job's rendezvous keys (id: job) */
     HTTP_WAKE_STREAM,                 /* a stream's data (id: the stream's own, server/proxy.c) */
+    HTTP_WAKE_EXEC,                   /* a shell's session (id: the session's own, api/exec_api.c) */
     HTTP_WAKE_NTOPICS
 };
 
@@ -291,6 +302,23 @@ void http_upgrade_close(http_upgrade *u);
 
 /* Connections upgraded and not closed yet. */
 int http_upgraded_count(http_daemon *h);
+
+/* ---------------------------------------------------------------- grants
+ * A browser tab cannot send Authorization to an app's pages behind the
+ * proxy. A grant lets the credential of this request (its bearer token or
+ * its session cookie) stand for it there: a random cookie HTTP_GRANT_COOKIE
+ * with Path=path_prefix (HttpOnly, SameSite=Lax, Secure over TLS) is set on
+ * res, and a later request under that prefix that carries the cookie and
+ * no Authorization is authenticated as if it carried the credential itself
+ * (a revoked token, a removed member or an ended session is refused at
+ * once). Grants live in the server's memory for ttl_ms (a restart ends
+ * them: the dashboard asks again) and are never written anywhere. 0, or -1
+ * (no credential on req, or path_prefix longer than 128). */
+int http_grant(http_req *req, http_res *res, const char *path_prefix, int64_t ttl_ms);
+
+/* A read that is an act (opening a shell): its audit row is written when
+ * it is answered, as a change's is. */
+void http_audit_read(http_req *req);
 
 /* Appends the request latency histogram by route (Prometheus text format,
  * trainyard_http_request_duration_seconds) to out: 0, or -1 when out is full. */

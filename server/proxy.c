@@ -177,18 +177,22 @@ typedef struct head_ctx {
     int bad;
 } head_ctx;
 
-/* The Cookie value less the daemon's session cookie, appended as a header
- * (nothing when no other cookie is left). */
+static int cookie_is(const char *v, size_t n, const char *name) {
+    size_t sl = strlen(name);
+    return n > sl && strncmp(v, name, sl) == 0 && (v[sl] == '=' || v[sl] == ' ');
+}
+
+/* The Cookie value less the daemon's own (the session's, a grant's),
+ * appended as a header (nothing when no other cookie is left). */
 static void cookie_rewrite(head_ctx *c, const char *key, const char *value) {
     char kept[HTTP_HEADERS_MAX];
     size_t used = 0;
     const char *v = value;
-    size_t sl = strlen(HTTP_SESSION_COOKIE);
     while (*v) {
         while (*v == ' ' || *v == ';') v++;
         size_t n = strcspn(v, ";");
         if (n == 0) break;
-        int ours = n > sl && strncmp(v, HTTP_SESSION_COOKIE, sl) == 0 && (v[sl] == '=' || v[sl] == ' ');
+        int ours = cookie_is(v, n, HTTP_SESSION_COOKIE) || cookie_is(v, n, HTTP_GRANT_COOKIE);
         if (!ours && used + n + 2 < sizeof kept) {
             if (used) {
                 memcpy(kept + used, "; ", 2);
@@ -222,6 +226,28 @@ static enum MHD_Result head_header(void *cls, enum MHD_ValueKind kind, const cha
     }
     if (name_is(key, n, "Cookie")) {
         cookie_rewrite(c, key, value);
+        return MHD_YES;
+    }
+    if (name_is(key, n, "Sec-WebSocket-Protocol") && strstr(value, HTTP_WS_BEARER)) {
+        /* a browser's token offered as a subprotocol: not the app's */
+        char kept[1024];
+        size_t used = 0;
+        for (const char *v = value; *v;) {
+            while (*v == ' ' || *v == ',') v++;
+            size_t k = strcspn(v, ", ");
+            if (!k) break;
+            if (strncmp(v, HTTP_WS_BEARER, strlen(HTTP_WS_BEARER)) != 0 && used + k + 2 < sizeof kept) {
+                if (used) {
+                    memcpy(kept + used, ", ", 2);
+                    used += 2;
+                }
+                memcpy(kept + used, v, k);
+                used += k;
+            }
+            v += k;
+        }
+        kept[used] = '\0';
+        if (used && buf_printf(c->out, "%s: %s\r\n", key, kept) < 0) c->bad = 1;
         return MHD_YES;
     }
     if (buf_printf(c->out, "%s: %s\r\n", key, value) < 0) c->bad = 1;
@@ -1103,4 +1129,250 @@ void proxy_forward(http_req *req, http_res *res, const proxy_target *t) {
         http_error(a, 503, "unavailable", NULL, "cannot start a relay thread; retry");
         http_resume(req, a);
     }
+}
+
+/* ---------------------------------------------------------------- splices */
+
+typedef struct splice_side {          /* an upgrade's cls: which side of which splice */
+    proxy_splice *s;
+    int side;
+} splice_side;
+
+struct proxy_splice {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    const proxy_splice_ops *ops;
+    void *cls;
+    int side[2];                      /* 0: to come; 1: here; -1: never */
+    http_upgrade *u[2];
+    int fd[2];
+    char *extra[2];                   /* what a side sent past its request */
+    size_t extra_len[2];
+    int pumping, ended, stopping;
+    int64_t last_activity;
+    splice_side ss[2];                /* the upgrades' cls */
+};
+
+
+void proxy_splice_release(proxy_splice *s) {
+    pthread_mutex_lock(&s->mu);
+    int left = --s->refs;
+    pthread_mutex_unlock(&s->mu);
+    if (left) return;
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->extra[0]);
+    free(s->extra[1]);
+    free(s);
+    __atomic_fetch_sub(&g_live, 1, __ATOMIC_RELAXED);
+}
+
+proxy_splice *proxy_splice_new(const proxy_splice_ops *ops, void *cls) {
+    if (__atomic_add_fetch(&g_live, 1, __ATOMIC_RELAXED) > PROXY_MAX_RELAYS) {
+        __atomic_fetch_sub(&g_live, 1, __ATOMIC_RELAXED);
+        return NULL;
+    }
+    proxy_splice *s = xcalloc(1, sizeof *s);
+    if (pthread_mutex_init(&s->mu, NULL) != 0 || pthread_cond_init(&s->cv, NULL) != 0) abort();
+    s->refs = 1;
+    s->ops = ops;
+    s->cls = cls;
+    s->fd[0] = s->fd[1] = -1;
+    for (int i = 0; i < 2; i++) {
+        s->ss[i].s = s;
+        s->ss[i].side = i;
+    }
+    return s;
+}
+
+/* The end: the sides that came are closed, end() called once. Called with
+ * no lock held, by the one that saw the splice over. */
+static void splice_finish(proxy_splice *s) {
+    pthread_mutex_lock(&s->mu);
+    if (s->ended) {
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    s->ended = 1;
+    http_upgrade *u0 = s->side[0] == 1 ? s->u[0] : NULL, *u1 = s->side[1] == 1 ? s->u[1] : NULL;
+    s->u[0] = s->u[1] = NULL;
+    pthread_mutex_unlock(&s->mu);
+    if (u0) http_upgrade_close(u0);
+    if (u1) http_upgrade_close(u1);
+    if (s->ops->end) s->ops->end(s->cls);
+    /* the upgrades' holds: those that came (start(NULL) released its own) */
+    if (u0) proxy_splice_release(s);
+    if (u1) proxy_splice_release(s);
+}
+
+static void splice_activity(proxy_splice *s) {
+    if (!s->ops->activity) return;
+    int64_t now = mono_ms(), last = __atomic_load_n(&s->last_activity, __ATOMIC_RELAXED);
+    if (now - last < 1000) return;
+    if (!__atomic_compare_exchange_n(&s->last_activity, &last, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;
+    s->ops->activity(s->cls);
+}
+
+static void *splice_main(void *arg) {
+    proxy_splice *s = arg;
+    int a = s->fd[0], b = s->fd[1];
+    keepalive(a);
+    keepalive(b);
+    __atomic_fetch_add(&g_ws_live, 1, __ATOMIC_RELAXED);
+    /* a2b: side 0 to side 1; b2a: side 1 to side 0 (observed) */
+    pipe_buf a2b = {xmalloc(IO_CHUNK), 0, 0}, b2a = {xmalloc(IO_CHUNK), 0, 0};
+    size_t k = s->extra_len[0] < IO_CHUNK ? s->extra_len[0] : IO_CHUNK;
+    if (k) memcpy(a2b.data, s->extra[0], k);
+    a2b.len = k;
+    k = s->extra_len[1] < IO_CHUNK ? s->extra_len[1] : IO_CHUNK;
+    if (k) memcpy(b2a.data, s->extra[1], k);
+    b2a.len = k;
+    if (b2a.len && s->ops->observe) s->ops->observe(s->cls, b2a.data, b2a.len);
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        int stop = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        if (stop) break;
+        struct pollfd pf[2] = {{a, 0, 0}, {b, 0, 0}};
+        if (a2b.len < IO_CHUNK) pf[0].events |= POLLIN;
+        if (b2a.len) pf[0].events |= POLLOUT;
+        if (b2a.len < IO_CHUNK) pf[1].events |= POLLIN;
+        if (a2b.len) pf[1].events |= POLLOUT;
+        if (poll(pf, 2, 1000) < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        size_t before = a2b.len + b2a.len, had = b2a.off + b2a.len;
+        int end = 0;
+        if ((pf[0].revents & (POLLIN | POLLHUP | POLLERR)) && pb_fill(a, &a2b) < 0) end = 1;
+        if ((pf[1].revents & (POLLIN | POLLHUP | POLLERR)) && pb_fill(b, &b2a) < 0) end = 1;
+        if (s->ops->observe && b2a.off + b2a.len > had) s->ops->observe(s->cls, b2a.data + had, b2a.off + b2a.len - had);
+        if (pb_drain(b, &a2b) < 0 || pb_drain(a, &b2a) < 0) end = 1;
+        if (a2b.len + b2a.len != before) splice_activity(s);
+        if (end) { /* what one side said last still reaches the other (its close frame) */
+            for (int i = 0; i < 3 && (a2b.len || b2a.len); i++) {
+                (void)pb_drain(b, &a2b);
+                (void)pb_drain(a, &b2a);
+            }
+            break;
+        }
+    }
+    free(a2b.data);
+    free(b2a.data);
+    __atomic_fetch_sub(&g_ws_live, 1, __ATOMIC_RELAXED);
+    splice_finish(s);
+    proxy_splice_release(s); /* the thread's */
+    return NULL;
+}
+
+/* A side came or was given up: starts the pump once both are here, ends
+ * the splice once either never comes. */
+static void splice_settle(proxy_splice *s) {
+    pthread_mutex_lock(&s->mu);
+    int go = s->side[0] == 1 && s->side[1] == 1 && !s->pumping && !s->ended;
+    int over = (s->side[0] == -1 || s->side[1] == -1) && !s->ended;
+    if (go) {
+        s->pumping = 1;
+        s->refs++; /* the thread's */
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (go) {
+        pthread_attr_t at;
+        pthread_t th;
+        int rc = pthread_attr_init(&at);
+        if (!rc) rc = pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        if (!rc) rc = pthread_create(&th, &at, splice_main, s);
+        if (!rc) (void)pthread_attr_destroy(&at);
+        if (rc) {
+            log_warn("proxy: cannot start a splice's thread: %s", strerror(rc));
+            splice_finish(s);
+            proxy_splice_release(s);
+        }
+    } else if (over) {
+        splice_finish(s);
+    }
+}
+
+static void splice_start(void *cls, http_upgrade *u, int fd, const char *extra, size_t extra_len) {
+    splice_side *ss = cls;
+    proxy_splice *s = ss->s;
+    int side = ss->side;
+    pthread_mutex_lock(&s->mu);
+    if (u) {
+        s->u[side] = u;
+        s->fd[side] = fd;
+        if (extra_len) {
+            s->extra[side] = xmalloc(extra_len);
+            memcpy(s->extra[side], extra, extra_len);
+            s->extra_len[side] = extra_len;
+        }
+        s->side[side] = 1;
+    } else {
+        s->side[side] = -1;
+    }
+    int ended = s->ended;
+    pthread_mutex_unlock(&s->mu);
+    if (u && ended) { /* over before this side came: close it */
+        http_upgrade_close(u);
+        proxy_splice_release(s);
+        return;
+    }
+    splice_settle(s);
+    if (!u) proxy_splice_release(s); /* the upgrade's hold: nothing more comes from it */
+}
+
+/* http_stop began: the pump ends (it closes the sides); must not block */
+static void splice_stop(void *cls) {
+    proxy_splice *s = ((splice_side *)cls)->s;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    for (int i = 0; i < 2; i++)
+        if (s->side[i] == 1 && s->fd[i] >= 0) shutdown(s->fd[i], SHUT_RDWR);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int proxy_splice_answer(proxy_splice *s, int side, http_req *req, http_res *res, const char *const *headers) {
+    static const http_upgrade_ops ops = {splice_start, splice_stop};
+    splice_side *ss = &s->ss[side];
+    struct MHD_Response *resp = http_upgrade_response(req, &ops, ss);
+    if (!resp) {
+        proxy_splice_abandon(s, side);
+        return -1;
+    }
+    for (const char *const *h = headers; h && *h; h++) {
+        const char *c = strchr(*h, ':');
+        if (!c) continue;
+        char name[64];
+        size_t n = (size_t)(c - *h);
+        if (n >= sizeof name) continue;
+        memcpy(name, *h, n);
+        name[n] = '\0';
+        c++;
+        while (*c == ' ') c++;
+        if (MHD_add_response_header(resp, name, c) != MHD_YES) log_warn("proxy: cannot set the 101's %s", name);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->refs++; /* the upgrade's, until start(NULL) or the close */
+    pthread_mutex_unlock(&s->mu);
+    res->status = 101;
+    res->raw = resp;
+    return 0;
+}
+
+void proxy_splice_abandon(proxy_splice *s, int side) {
+    pthread_mutex_lock(&s->mu);
+    if (s->side[side] == 0) s->side[side] = -1;
+    pthread_mutex_unlock(&s->mu);
+    splice_settle(s);
+}
+
+void proxy_splice_close(proxy_splice *s) {
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    int pumping = s->pumping;
+    for (int i = 0; i < 2; i++)
+        if (s->side[i] == 1 && s->fd[i] >= 0) shutdown(s->fd[i], SHUT_RDWR);
+    pthread_mutex_unlock(&s->mu);
+    if (!pumping) splice_finish(s);
 }

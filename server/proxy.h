@@ -33,7 +33,14 @@
  * WebSockets and hundreds of requests in flight are what it is made for. docs/server.md, "The
  * reverse proxy".
  *
- * defines: proxy_target, proxy_forward, proxy_stats, proxy_stats_get, PROXY_* */
+ * Splices: two requests of the daemon's own, both answered 101, joined
+ * so that what each side sends goes to the other (a shell: the client's
+ * WebSocket and the node agent's connection). The server copies bytes
+ * only; an observer may look at one direction as it passes.
+ *
+ * defines: proxy_target, proxy_forward, proxy_stats, proxy_stats_get,
+ *          proxy_splice, proxy_splice_ops, proxy_splice_new,
+ *          proxy_splice_answer, proxy_splice_abandon, proxy_splice_release, PROXY_* */
 #ifndef TRAINYARD_PROXY_H
 #define TRAINYARD_PROXY_H
 
@@ -84,5 +91,42 @@ typedef struct proxy_stats {
 
 /* The counts now (safe from any thread). */
 void proxy_stats_get(proxy_stats *out);
+
+/* ---------------------------------------------------------------- splices */
+typedef struct proxy_splice proxy_splice;
+typedef struct proxy_splice_ops {
+    /* Bytes passing from side 1 to side 0, on the splice's thread, before
+     * they are sent on; NULL: none. */
+    void (*observe)(void *cls, const char *data, size_t len);
+    /* At most once a second while bytes flow either way; NULL: none. */
+    void (*activity)(void *cls);
+    /* Once, when the splice is over: both sides closed, or one side never
+     * came (its connection ended before the upgrade, or it was abandoned),
+     * or the daemon stops. Any thread; the splice's own references are
+     * gone after it (cls may be freed, unless the caller still holds the
+     * splice: proxy_splice_release). */
+    void (*end)(void *cls);
+} proxy_splice_ops;
+
+/* A splice whose two sides are still to come; the caller holds one
+ * reference (proxy_splice_release). ops and cls must live until end. NULL
+ * past PROXY_MAX_RELAYS. */
+proxy_splice *proxy_splice_new(const proxy_splice_ops *ops, void *cls);
+
+/* Answers req as side (0 or 1) of s: a 101 with the header lines given
+ * ("Name: value", NULL-terminated: Upgrade among them). 0, or -1 when the
+ * response cannot be made (res untouched: answer an error; the side is
+ * abandoned). Every side is answered or abandoned exactly once. */
+int proxy_splice_answer(proxy_splice *s, int side, http_req *req, http_res *res, const char *const *headers);
+
+/* That side will never come: the splice ends (the other side, if there,
+ * is closed). */
+void proxy_splice_abandon(proxy_splice *s, int side);
+
+/* Ends it from outside (a session cancelled): both sides are closed. */
+void proxy_splice_close(proxy_splice *s);
+
+/* The caller's reference. */
+void proxy_splice_release(proxy_splice *s);
 
 #endif

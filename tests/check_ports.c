@@ -452,6 +452,38 @@ END_TEST
  * another team gets 404, a viewer may read but not write, an unknown port
  * is 404 naming the job's ports, a port nothing listens on is 502 with the
  * reason and the job runs on. */
+/* One raw request to the server (head as given, "Host" added): the status,
+ * with the answer's head and body in out. -1 when it cannot be sent. */
+static int raw_request(const char *method, const char *path, const char *headers, const char *body, char *out,
+                       size_t cap) {
+    int port = atoi(strrchr(srv.url, ':') + 1);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in sa = {0};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons((uint16_t)port);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        close(fd);
+        return -1;
+    }
+    char head[4096];
+    int n = snprintf(head, sizeof head, "%s %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nConnection: close\r\n%sContent-Length: %zu\r\n\r\n%s",
+                     method, path, port, headers, body ? strlen(body) : 0, body ? body : "");
+    if (n < 0 || (size_t)n >= sizeof head || write(fd, head, (size_t)n) != n) {
+        close(fd);
+        return -1;
+    }
+    size_t got = 0;
+    ssize_t k;
+    while (got + 1 < cap && (k = read(fd, out + got, cap - 1 - got)) > 0) got += (size_t)k;
+    out[got] = '\0';
+    close(fd);
+    int status = -1;
+    if (sscanf(out, "HTTP/1.%*d %d", &status) != 1) return -1;
+    return status;
+}
+
 START_TEST(job_port_through_the_proxy) {
     char script[400], spec[1024];
     snprintf(script, sizeof script, "%s/echo.py", tmpdir);
@@ -551,6 +583,44 @@ START_TEST(job_port_through_the_proxy) {
     job = ty_job_get(srv.url, team_tok, id);
     ck_assert_str_eq(ty_str(job, "state"), "running");
     cJSON_Delete(job);
+
+    /* a browser tab: a grant's cookie stands for the token under the job's
+     * proxy path only, a change with it needs this server's Origin, and it
+     * dies with the token */
+    char *ans = malloc(65536), hdr[600], cookie[200] = "";
+    ck_assert_ptr_nonnull(ans);
+    snprintf(hdr, sizeof hdr, "Authorization: Bearer %s\r\n", vi);
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/proxy-session", (long long)id);
+    ck_assert_int_eq(raw_request("POST", path, hdr, NULL, ans, 65536), 204);
+    const char *sc = strcasestr(ans, "Set-Cookie: trainyard_proxy=");
+    ck_assert_msg(sc != NULL, "%.500s", ans);
+    snprintf(cookie, sizeof cookie, "%.*s", (int)strcspn(sc + 12, ";\r\n"), sc + 12);
+    char want_path[96];
+    snprintf(want_path, sizeof want_path, "Path=/proxy/jobs/%lld/;", (long long)id);
+    ck_assert_msg(strstr(sc, want_path) && strstr(sc, "HttpOnly") && strstr(sc, "SameSite=Lax"), "%.300s", sc);
+    snprintf(hdr, sizeof hdr, "Cookie: %s\r\n", cookie);
+    snprintf(path, sizeof path, "/proxy/jobs/%lld/web/tab", (long long)id);
+    ck_assert_int_eq(raw_request("GET", path, hdr, NULL, ans, 65536), 200);
+    ck_assert_msg(strstr(ans, "GET /proxy/jobs/") && !strstr(ans, cookie + 16), "the app saw the grant: %.2000s", ans);
+    /* not a key to the API */
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld", (long long)id);
+    ck_assert_int_eq(raw_request("GET", path, hdr, NULL, ans, 65536), 401);
+    /* a viewer's grant writes nothing; a member's with another site's Origin neither */
+    snprintf(path, sizeof path, "/proxy/jobs/%lld/web/tab", (long long)id);
+    snprintf(hdr, sizeof hdr, "Cookie: %s\r\nOrigin: http://127.0.0.1:%s\r\n", cookie, strrchr(srv.url, ':') + 1);
+    ck_assert_int_eq(raw_request("POST", path, hdr, "{}", ans, 65536), 403);
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "PUT", "/api/v1/teams/default/members/vi", "{\"role\":\"member\"}", NULL),
+                     200);
+    ck_assert_int_eq(raw_request("POST", path, hdr, "{}", ans, 65536), 200);
+    snprintf(hdr, sizeof hdr, "Cookie: %s\r\nOrigin: http://evil.example\r\n", cookie);
+    ck_assert_int_eq(raw_request("POST", path, hdr, "{}", ans, 65536), 403);
+    ck_assert_msg(strstr(ans, "\"Origin\""), "%.500s", ans);
+    /* revoked: the grant goes with the token at once */
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "DELETE", "/api/v1/teams/default/members/vi", NULL, NULL), 204);
+    snprintf(hdr, sizeof hdr, "Cookie: %s\r\n", cookie);
+    int st = raw_request("GET", path, hdr, NULL, ans, 65536);
+    ck_assert_msg(st == 403 || st == 404 || st == 401, "a removed member's grant answered %d", st);
+    free(ans);
 }
 END_TEST
 
