@@ -12,14 +12,13 @@
 #include "exec_api.h"
 #include "exec_common.h"
 #include "scope.h"
+#include "../common/ws.h"
 #include "../server/proxy.h"
 #include "../server/server.h"
 #include "../storage/store.h"
 
 #include <ctype.h>
 #include <limits.h>
-#include <openssl/evp.h>
-#include <openssl/sha.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,17 +199,6 @@ static void xs_end(void *cls) {
 static const proxy_splice_ops g_ops = {xs_observe, xs_activity, xs_end};
 
 /* ---------------------------------------------------------------- the client's route */
-
-/* Sec-WebSocket-Accept of key (RFC 6455 4.2.2): base64(sha1(key + GUID)). */
-static int ws_accept(const char *key, char out[64]) {
-    static const char guid[] = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
-    char in[128];
-    int n = snprintf(in, sizeof in, "%s%s", key, guid);
-    if (n < 0 || (size_t)n >= sizeof in) return -1;
-    unsigned char md[SHA_DIGEST_LENGTH];
-    if (!SHA1((const unsigned char *)in, (size_t)n, md)) return -1;
-    return EVP_EncodeBlock((unsigned char *)out, md, SHA_DIGEST_LENGTH) == 28 ? 0 : -1;
-}
 
 /* The command= values of the query, in order, as a JSON array. -1 after
  * answering 400 when one is too long or there are too many. */
@@ -424,11 +412,11 @@ static void task_exec(server *srv, http_req *req, http_res *res) {
     int came = s->agent_came;
     pthread_mutex_unlock(&g_mu);
     if (came) {
-        char accept[64], h_accept[96];
+        char accept[29], h_accept[96];
         const char *proto = http_header(req, "Sec-WebSocket-Protocol");
         const char *hdrs[5] = {"Upgrade: websocket", "Connection: Upgrade", h_accept, NULL, NULL};
         if (proto && strstr(proto, EXEC_SUBPROTOCOL)) hdrs[3] = "Sec-WebSocket-Protocol: " EXEC_SUBPROTOCOL;
-        if (ws_accept(http_header(req, "Sec-WebSocket-Key"), accept) < 0 ||
+        if (ws_accept_key(http_header(req, "Sec-WebSocket-Key"), accept) < 0 ||
             snprintf(h_accept, sizeof h_accept, "Sec-WebSocket-Accept: %s", accept) < 0 ||
             proxy_splice_answer(s->sp, 0, req, res, hdrs) < 0) {
             exec_give_up(s);
