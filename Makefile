@@ -288,6 +288,13 @@ bench-cluster: all
 bench-proxy: all
 	BUILD=$(BUILD) bench/proxy/run.sh
 
+# bench-proxy-load: the server's own API latency, idle and while its proxy
+# holds 100 requests and 20 WebSockets to a job's port (bench/proxy/api_load.sh;
+# docs/measurements.md, "The API beside the proxy")
+.PHONY: bench-proxy-load
+bench-proxy-load: all
+	BUILD=$(BUILD) bench/proxy/api_load.sh
+
 # ------------------------------------------------------------------ faults and load (docs/reliability.md)
 # test-faults: tests/check_faults in its long form (FAULTS_LONG=1: 500
 # submissions across a server kill -9, worker and agent kill -9, cut and bad

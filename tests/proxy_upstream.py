@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
 """proxy_upstream.py PORTFILE - the app behind the proxy in tests/check_proxy.c.
+proxy_upstream.py --env NAME - the same as a job's web port: listens on all
+addresses at the port in the environment variable NAME (TRAINYARD_PORT_WEB;
+bench/proxy/api_load.sh).
 
 Standard library only. Listens on a free loopback port (written to PORTFILE
 once listening) and answers, on any path prefix:
@@ -140,6 +143,10 @@ class Server(ThreadingHTTPServer):
 
 
 def main():
+    if sys.argv[1] == "--env":
+        import os
+        Server(("0.0.0.0", int(os.environ[sys.argv[2]])), Handler).serve_forever()
+        return
     srv = Server(("127.0.0.1", 0), Handler)
     with open(sys.argv[1] + ".tmp", "w") as f:
         f.write(str(srv.server_address[1]))
