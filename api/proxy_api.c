@@ -10,6 +10,8 @@
 #include <string.h>
 
 #define PROXY_GRANT_MS (12LL * 3600 * 1000) /* a proxy-session's cookie lives 12 h (or to a restart) */
+#define PROXY_BODY_MAX (64u << 20)          /* a body going up to an app (a notebook saved with its
+                                             * images): read whole by the daemon first, then sent */
 
 
 
@@ -106,7 +108,7 @@ static void proxy_session(server *srv, http_req *req, http_res *res) {
 }
 
 const route api_proxy_routes[] = {
-    {"*", "/proxy/jobs/{id}/{name}/{rest*}", proxy_job, ALLOW_USER | ALLOW_ORIGIN, 0, ROLE_NONE},
+    {"*", "/proxy/jobs/{id}/{name}/{rest*}", proxy_job, ALLOW_USER | ALLOW_ORIGIN, PROXY_BODY_MAX, ROLE_NONE},
     {"POST", "/api/v1/jobs/{id}/proxy-session", proxy_session, ALLOW_USER, 0, ROLE_VIEWER},
     {"GET", "/proxy/jobs/{id}/{name}", proxy_job_slash, ALLOW_USER, 0, ROLE_NONE},
     {NULL, NULL, NULL, 0, 0, ROLE_NONE},
