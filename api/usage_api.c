@@ -186,15 +186,6 @@ static cJSON *report_json(const usage_report *rep, int64_t from, int64_t to, usa
 
 /* ---------------------------------------------------------------- CSV */
 
-/* A field as RFC 4180 has it: quoted when it holds a comma, a quote or a
- * line break, quotes doubled. */
-static int csv_text(buf *b, const char *s) {
-    if (!strpbrk(s, ",\"\r\n")) return buf_appends(b, s);
-    int rc = buf_appends(b, "\"");
-    for (const char *p = s; *p && rc == 0; p++) rc = *p == '"' ? buf_appends(b, "\"\"") : buf_append(b, p, 1);
-    return rc | buf_appends(b, "\"");
-}
-
 static int csv_numbers(buf *b, const usage_row *r, usage_by by) {
     int rc = buf_printf(b, ",%.3f,%.3f,%lld,%lld,%lld,%lld,%lld", secs(r->gpu_s), secs(r->cpu_s),
                         (long long)r->jobs.run, (long long)r->jobs.succeeded, (long long)r->jobs.failed,
@@ -222,17 +213,17 @@ static int report_csv(buf *b, const usage_report *rep, usage_by by) {
         const usage_row *r = &rep->rows[i];
         if (by == USAGE_BY_JOB) {
             rc |= buf_printf(b, "%lld,", (long long)r->job_id);
-            rc |= csv_text(b, r->job_name);
+            rc |= buf_csv_field(b, r->job_name);
             rc |= buf_appends(b, ",");
         } else if (by == USAGE_BY_DAY) {
             char day[40];
             day_text(r->day, day, sizeof day);
             rc |= buf_printf(b, "%s,", day);
         } else if (by == USAGE_BY_USER) {
-            rc |= csv_text(b, r->user);
+            rc |= buf_csv_field(b, r->user);
             rc |= buf_appends(b, ",");
         }
-        rc |= csv_text(b, r->team);
+        rc |= buf_csv_field(b, r->team);
         rc |= csv_numbers(b, r, by);
     }
     return rc;

@@ -106,6 +106,14 @@ int buf_printf(buf *b, const char *fmt, ...) {
     return rc;
 }
 
+int buf_csv_field(buf *b, const char *s) {
+    if (!s) return 0;
+    if (!strpbrk(s, ",\"\r\n")) return buf_appends(b, s);
+    int rc = buf_appends(b, "\"");
+    for (const char *p = s; *p && rc == 0; p++) rc = *p == '"' ? buf_appends(b, "\"\"") : buf_append(b, p, 1);
+    return rc | buf_appends(b, "\"");
+}
+
 void buf_reset(buf *b) {
     b->len = 0;
     if (b->data) b->data[0] = '\0';

@@ -33,6 +33,10 @@ typedef struct buf {
 void buf_init(buf *b, size_t max);
 int buf_append(buf *b, const void *p, size_t n);
 int buf_appends(buf *b, const char *s);
+/* s as one CSV field (RFC 4180): quoted when it holds a comma, a quote or
+ * a line break, its quotes doubled; NULL is an empty field. 0, or -1 when
+ * b is full. */
+int buf_csv_field(buf *b, const char *s);
 int buf_printf(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void buf_reset(buf *b);
 void buf_release(buf *b);

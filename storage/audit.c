@@ -44,12 +44,6 @@ static const char SQL_AUDIT_QUERY[] =
     " AND (?4 = 0 OR a.team_id = ?4) AND (?5 IS NULL OR instr(a.method || ' ' || a.route, ?5) > 0)"
     " AND (?6 = 0 OR a.id < ?6) ORDER BY a.id DESC LIMIT ?7";
 
-static int csv_field(buf *out, const char *s) {
-    int rc = buf_append(out, "\"", 1);
-    for (; s && *s; s++) rc |= *s == '"' ? buf_append(out, "\"\"", 2) : buf_append(out, s, 1);
-    return rc | buf_append(out, "\"", 1);
-}
-
 int audit_query(db *d, const audit_filter *f, int csv, buf *out, int64_t *next) {
     sqlite3_stmt *st = db_prepare(d, SQL_AUDIT_QUERY);
     if (!st) return STORE_ERROR;
@@ -85,7 +79,7 @@ int audit_query(db *d, const audit_filter *f, int csv, buf *out, int64_t *next) 
             if (csv) {
                 if (c) full |= buf_append(out, ",", 1);
                 if (num && !null) full |= buf_printf(out, "%lld", (long long)sqlite3_column_int64(st, c));
-                else if (!null || c == 1) full |= csv_field(out, txt);
+                else if (!null || c == 1) full |= buf_csv_field(out, txt);
             } else {
                 if (c) full |= buf_append(out, ",", 1);
                 full |= json_write_string(out, cols[c]);
