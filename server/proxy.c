@@ -182,21 +182,31 @@ static int cookie_is(const char *v, size_t n, const char *name) {
     return n > sl && strncmp(v, name, sl) == 0 && (v[sl] == '=' || v[sl] == ' ');
 }
 
-/* The Cookie value less the daemon's own (the session's, a grant's),
- * appended as a header (nothing when no other cookie is left). */
-static void cookie_rewrite(head_ctx *c, const char *key, const char *value) {
+/* Ours: the daemon's cookies (the session's, a grant's) and a token
+ * offered as a WebSocket subprotocol; never the app's. */
+static int cookie_ours(const char *v, size_t n) {
+    return cookie_is(v, n, HTTP_SESSION_COOKIE) || cookie_is(v, n, HTTP_GRANT_COOKIE);
+}
+static int subprotocol_ours(const char *v, size_t n) {
+    return n >= strlen(HTTP_WS_BEARER) && strncmp(v, HTTP_WS_BEARER, strlen(HTTP_WS_BEARER)) == 0;
+}
+
+/* The header's list (items split at sep, joined again with sep and a
+ * space) less the items ours() says are the daemon's, appended as a header
+ * (nothing when no item is left). */
+static void list_rewrite(head_ctx *c, const char *key, const char *value, char sep,
+                         int (*ours)(const char *, size_t)) {
     char kept[HTTP_HEADERS_MAX];
     size_t used = 0;
-    const char *v = value;
-    while (*v) {
-        while (*v == ' ' || *v == ';') v++;
-        size_t n = strcspn(v, ";");
+    char stops[3] = {sep, sep == ',' ? ' ' : '\0', '\0'};
+    for (const char *v = value; *v;) {
+        while (*v == ' ' || *v == sep) v++;
+        size_t n = strcspn(v, stops);
         if (n == 0) break;
-        int ours = cookie_is(v, n, HTTP_SESSION_COOKIE) || cookie_is(v, n, HTTP_GRANT_COOKIE);
-        if (!ours && used + n + 2 < sizeof kept) {
+        if (!ours(v, n) && used + n + 2 < sizeof kept) {
             if (used) {
-                memcpy(kept + used, "; ", 2);
-                used += 2;
+                kept[used++] = sep;
+                kept[used++] = ' ';
             }
             memcpy(kept + used, v, n);
             used += n;
@@ -225,29 +235,11 @@ static enum MHD_Result head_header(void *cls, enum MHD_ValueKind kind, const cha
         if (colon && (size_t)(colon - *a) == n && strncasecmp(*a, key, n) == 0) return MHD_YES;
     }
     if (name_is(key, n, "Cookie")) {
-        cookie_rewrite(c, key, value);
+        list_rewrite(c, key, value, ';', cookie_ours);
         return MHD_YES;
     }
-    if (name_is(key, n, "Sec-WebSocket-Protocol") && strstr(value, HTTP_WS_BEARER)) {
-        /* a browser's token offered as a subprotocol: not the app's */
-        char kept[1024];
-        size_t used = 0;
-        for (const char *v = value; *v;) {
-            while (*v == ' ' || *v == ',') v++;
-            size_t k = strcspn(v, ", ");
-            if (!k) break;
-            if (strncmp(v, HTTP_WS_BEARER, strlen(HTTP_WS_BEARER)) != 0 && used + k + 2 < sizeof kept) {
-                if (used) {
-                    memcpy(kept + used, ", ", 2);
-                    used += 2;
-                }
-                memcpy(kept + used, v, k);
-                used += k;
-            }
-            v += k;
-        }
-        kept[used] = '\0';
-        if (used && buf_printf(c->out, "%s: %s\r\n", key, kept) < 0) c->bad = 1;
+    if (name_is(key, n, "Sec-WebSocket-Protocol")) {
+        list_rewrite(c, key, value, ',', subprotocol_ours);
         return MHD_YES;
     }
     if (buf_printf(c->out, "%s: %s\r\n", key, value) < 0) c->bad = 1;

@@ -385,7 +385,8 @@ END_TEST
 START_TEST(credentials_stripped) {
     struct curl_slist *h = NULL;
     h = curl_slist_append(h, "Authorization: Bearer ty_caller_secret");
-    h = curl_slist_append(h, "Cookie: trainyard_session=ty_s_secret; _xsrf=keepme; username-x=y");
+    h = curl_slist_append(h, "Cookie: trainyard_session=ty_s_secret; _xsrf=keepme; trainyard_proxy=g_secret; username-x=y");
+    h = curl_slist_append(h, "Sec-WebSocket-Protocol: trainyard.exec.v1, trainyard.bearer.ty_ws_secret, chat");
     h = curl_slist_append(h, "X-CSRF-Token: csrf_secret");
     h = curl_slist_append(h, "Trainyard-Team: vision");
     h = curl_slist_append(h, "X-Drop-Me: 1");
@@ -399,6 +400,7 @@ START_TEST(credentials_stripped) {
     cJSON *o = json_of(&a);
     ck_assert_str_eq(hdr_of(o, "authorization"), "token SECRET");
     ck_assert_str_eq(hdr_of(o, "cookie"), "_xsrf=keepme; username-x=y");
+    ck_assert_str_eq(hdr_of(o, "sec-websocket-protocol"), "trainyard.exec.v1, chat");
     ck_assert_ptr_null(hdr_of(o, "x-csrf-token"));
     ck_assert_ptr_null(hdr_of(o, "trainyard-team"));
     ck_assert_ptr_null(hdr_of(o, "x-drop-me"));

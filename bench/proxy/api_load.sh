@@ -42,17 +42,7 @@ done
 curl -sf -o /dev/null -H "Authorization: Bearer $TOKEN" "$URL/proxy/jobs/$id/web/echo" ||
   { echo "bench/proxy/api_load: the job's port is not served" >&2; tail -20 "$dir/up.log" >&2; exit 1; }
 
-parse() { # wrk output -> "rps p50_ms p99_ms errors"
-  python3 - "$1" <<'PY'
-import re, sys
-t = open(sys.argv[1]).read()
-def ms(v, u): return float(v) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[u]
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
-lat = dict((p, ms(v, u)) for p, v, u in re.findall(r"\s(50|99)%\s+([\d.]+)(us|ms|s)", t))
-err = sum(int(x) for x in re.findall(r"Non-2xx or 3xx responses: (\d+)", t))
-print(rps, lat.get("50"), lat.get("99"), err)
-PY
-}
+parse() { python3 bench/wrk_parse.py "$1"; } # wrk output -> "rps p50_ms p99_ms errors"
 api() { wrk -t1 -c1 -d"${DUR}s" --latency -H "Authorization: Bearer $TOKEN" "$URL/api/v1/jobs/$id" > "$dir/$1.txt"; parse "$dir/$1.txt"; }
 idle=$(api idle)
 echo "idle: rps p50_ms p99_ms errors = $idle"

@@ -66,19 +66,7 @@ for port in "$APP" "$NGX" "$OURS"; do
   [ "$(curl -s "http://127.0.0.1:$port/body" | wc -c)" = "$SIZE" ] || { echo "bench/proxy: port $port does not serve the body" >&2; cat "$dir"/*/error.log "$dir/ours.log" >&2; exit 1; }
 done
 
-parse() { # wrk output -> "rps p50_ms p99_ms errors"
-  python3 - "$1" <<'PY'
-import re, sys
-t = open(sys.argv[1]).read()
-def ms(v, u): return float(v) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[u]
-rps = float(re.search(r"Requests/sec:\s+([\d.]+)", t).group(1))
-lat = dict((p, ms(v, u)) for p, v, u in re.findall(r"\s(50|99)%\s+([\d.]+)(us|ms|s)", t))
-err = sum(int(x) for x in re.findall(r"Non-2xx or 3xx responses: (\d+)", t))
-s = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", t)
-if s: err += sum(int(x) for x in s.groups())
-print(rps, lat.get("50"), lat.get("99"), err)
-PY
-}
+parse() { python3 bench/wrk_parse.py "$1"; } # wrk output -> "rps p50_ms p99_ms errors"
 declare -A R
 for phase in lat thr; do
   if [ $phase = lat ]; then args=(-t1 -c1); else args=(-t2 "-c$CONNS"); fi
