@@ -1900,6 +1900,23 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap) {
     log_warn("http: %s", line);
 }
 
+/* What a daemon holds once its threads are stopped (its TLS session, locks,
+ * grants, tables), then the daemon itself. */
+static void daemon_free(http_daemon *h) {
+    if (h->tls) https_close();
+    pthread_cond_destroy(&h->off_cv);
+    pthread_mutex_destroy(&h->off_mu);
+    pthread_cond_destroy(&h->park_cv);
+    pthread_mutex_destroy(&h->park_mu);
+    grants_free(h);
+    pthread_mutex_destroy(&h->grant_mu);
+    pthread_mutex_destroy(&h->up_mu);
+    free(h->park_heap);
+    free(h->slot_route);
+    free(h->hist);
+    free(h);
+}
+
 http_daemon *http_start(struct server *srv, db *d, long context_max_mb, const char *host, int port,
                         const route *const *tables,
                         const char *tls_cert_pem, const char *tls_key_pem, int *port_out, char *err,
@@ -2001,20 +2018,9 @@ http_daemon *http_start(struct server *srv, db *d, long context_max_mb, const ch
     if (port_out) *port_out = info ? info->port : port;
     return h;
 fail:
-    if (h->tls) https_close();
     off_stop(h);
     park_stop(h);
-    pthread_cond_destroy(&h->off_cv);
-    pthread_mutex_destroy(&h->off_mu);
-    pthread_cond_destroy(&h->park_cv);
-    pthread_mutex_destroy(&h->park_mu);
-    grants_free(h);
-    pthread_mutex_destroy(&h->grant_mu);
-    pthread_mutex_destroy(&h->up_mu);
-    free(h->park_heap);
-    free(h->slot_route);
-    free(h->hist);
-    free(h);
+    daemon_free(h);
     return NULL;
 }
 
@@ -2049,18 +2055,7 @@ void http_stop(http_daemon *h) {
     pthread_mutex_unlock(&h->up_mu);
     for (int i = 0; i < 400 && http_upgraded_count(h) > 0; i++) usleep(5000);
     MHD_stop_daemon(h->mhd);
-    if (h->tls) https_close();
-    pthread_cond_destroy(&h->off_cv);
-    pthread_mutex_destroy(&h->off_mu);
-    pthread_cond_destroy(&h->park_cv);
-    pthread_mutex_destroy(&h->park_mu);
-    grants_free(h);
-    pthread_mutex_destroy(&h->grant_mu);
-    pthread_mutex_destroy(&h->up_mu);
-    free(h->park_heap);
-    free(h->slot_route);
-    free(h->hist);
-    free(h);
+    daemon_free(h);
 }
 
 int http_latency_write(http_daemon *h, buf *out) {
