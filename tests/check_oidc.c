@@ -28,81 +28,20 @@
 
 #include "../common/util.h"
 #include "../server/oidc.h"
+#include "oidc_fixture.h"
 
 #define REDIRECT "http://127.0.0.1:1/auth/callback"
 #define ERR_MAX_T 256
 
-static pid_t g_node;
-static char g_dir[256], g_issuer[128], g_control[128], g_keyfile[320];
+static oidc_op g_op;
 
 /* ---------------------------------------------------------------- the provider */
 
-static int have_provider(char *why, size_t n) {
-    if (system("command -v node >/dev/null 2>&1") != 0) return snprintf(why, n, "node is not on the PATH"), 0;
-    struct stat st;
-    if (stat("node_modules/oidc-provider/package.json", &st) != 0)
-        return snprintf(why, n, "node_modules/oidc-provider is missing (run npm ci)"), 0;
-    return 1;
-}
-
-static void provider_start(void) {
-    snprintf(g_dir, sizeof g_dir, "/tmp/ty_oidc_XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(g_dir));
-    char secret[320], log[320];
-    snprintf(secret, sizeof secret, "%s/secret", g_dir);
-    snprintf(g_keyfile, sizeof g_keyfile, "%s/key.json", g_dir);
-    snprintf(log, sizeof log, "%s/provider.log", g_dir);
-    ck_assert_int_eq(file_write_atomic(secret, "s3cret-of-trainyard\n", 20, 0600), 0);
-    int fd[2];
-    ck_assert_int_eq(pipe(fd), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        dup2(fd[1], 1);
-        close(fd[0]);
-        close(fd[1]);
-        if (!freopen(log, "a", stderr)) _exit(126);
-        execlp("node", "node", "tests/oidc/provider.mjs", "--redirect-uri", REDIRECT, "--client-secret-file", secret,
-               "--key-file", g_keyfile, (char *)NULL);
-        _exit(127);
-    }
-    close(fd[1]);
-    g_node = pid;
-    char line[1024];
-    size_t len = 0;
-    int64_t end = mono_ms() + 30000;
-    while (len < sizeof line - 1 && !memchr(line, '\n', len)) {
-        struct pollfd p = {fd[0], POLLIN, 0};
-        int left = (int)(end - mono_ms());
-        ck_assert_msg(left > 0 && poll(&p, 1, left) == 1, "the provider did not start in 30 s; see %s", log);
-        ssize_t r = read(fd[0], line + len, sizeof line - 1 - len);
-        ck_assert_msg(r > 0, "the provider exited; see %s", log);
-        len += (size_t)r;
-    }
-    close(fd[0]);
-    line[len] = '\0';
-    cJSON *j = cJSON_Parse(line);
-    ck_assert_msg(cJSON_IsObject(j), "provider said: %s", line);
-    snprintf(g_issuer, sizeof g_issuer, "%s", cJSON_GetObjectItem(j, "issuer")->valuestring);
-    snprintf(g_control, sizeof g_control, "%s", cJSON_GetObjectItem(j, "control")->valuestring);
-    cJSON_Delete(j);
-}
-
-static void provider_stop(void) {
-    if (g_node > 0) {
-        kill(g_node, SIGTERM);
-        waitpid(g_node, NULL, 0);
-        g_node = 0;
-    }
-    if (g_dir[0] && !getenv("TY_KEEP")) {
-        char cmd[400];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-        if (system(cmd) != 0) fprintf(stderr, "cannot remove %s\n", g_dir);
-    }
-}
+static void provider_start(void) { oidc_op_start(&g_op, "oidc", REDIRECT, "s3cret-of-trainyard", 0); }
+static void provider_stop(void) { oidc_op_stop(&g_op); }
 
 static oidc *rp_new(void) {
-    oidc_config c = {g_issuer, "trainyard", "s3cret-of-trainyard", REDIRECT, NULL, 0};
+    oidc_config c = {g_op.issuer, "trainyard", "s3cret-of-trainyard", REDIRECT, NULL, 0};
     char err[ERR_MAX_T];
     oidc *o = oidc_new(&c, err, sizeof err);
     ck_assert_msg(o != NULL, "%s", err);
@@ -169,7 +108,7 @@ static long req(CURL *h, const char *method, const char *url, const char *body, 
 static cJSON *control(const char *method, const char *path, const char *json) {
     CURL *h = curl_easy_init();
     char url[512];
-    snprintf(url, sizeof url, "%s%s", g_control, path);
+    snprintf(url, sizeof url, "%s%s", g_op.control, path);
     buf out;
     buf_init(&out, 1 << 20);
     long st = req(h, method, url, json, "application/json", &out, NULL);
@@ -222,7 +161,7 @@ static void browse(const char *login_url, const char *user, const char *password
                 return;
             }
             if (loc[0] == '/') {
-                snprintf(url, sizeof url, "%s%.1900s", g_issuer, loc);
+                snprintf(url, sizeof url, "%s%.1900s", g_op.issuer, loc);
             } else {
                 snprintf(url, sizeof url, "%s", loc);
             }
@@ -232,7 +171,7 @@ static void browse(const char *login_url, const char *user, const char *password
         const char *a = page.data ? strstr(page.data, "action=\"/interaction/") : NULL;
         ck_assert_msg(a != NULL, "no login form at %s: %s", url, page.data ? page.data : "");
         a += strlen("action=\"");
-        snprintf(url, sizeof url, "%s%.*s", g_issuer, (int)strcspn(a, "\""), a);
+        snprintf(url, sizeof url, "%s%.*s", g_op.issuer, (int)strcspn(a, "\""), a);
         snprintf(fbuf, sizeof fbuf, "login=%s&password=%s", user, password);
         form = fbuf;
         buf_release(&page);
@@ -263,7 +202,7 @@ static char *b64u(const void *p, size_t n) {
 
 static cjose_jwk_t *provider_key(void) {
     size_t n = 0;
-    char *json = file_read_all(g_keyfile, 65536, &n);
+    char *json = file_read_all(g_op.keyfile, 65536, &n);
     ck_assert_ptr_nonnull(json);
     cjose_err e;
     cjose_jwk_t *k = cjose_jwk_import(json, n, &e);
@@ -276,7 +215,7 @@ static cjose_jwk_t *provider_key(void) {
 static cJSON *claims(const char *nonce) {
     cJSON *c = cJSON_CreateObject();
     int64_t now = now_ms() / 1000;
-    cJSON_AddStringToObject(c, "iss", g_issuer);
+    cJSON_AddStringToObject(c, "iss", g_op.issuer);
     cJSON_AddStringToObject(c, "aud", "trainyard");
     cJSON_AddStringToObject(c, "sub", "ada");
     cJSON_AddStringToObject(c, "preferred_username", "ada");
@@ -429,7 +368,7 @@ START_TEST(discovery) {
 
     /* the provider's URL with another path: no discovery there */
     char other[300], want[800];
-    snprintf(other, sizeof other, "%s/other", g_issuer);
+    snprintf(other, sizeof other, "%s/other", g_op.issuer);
     c.issuer = other;
     ck_assert_ptr_null(oidc_new(&c, err, sizeof err));
     snprintf(want, sizeof want, "oidc: %s/.well-known/openid-configuration: HTTP 404", other);
@@ -437,11 +376,11 @@ START_TEST(discovery) {
 
     /* the same provider by another name: its discovery names itself otherwise */
     char port[16];
-    snprintf(port, sizeof port, "%s", strrchr(g_issuer, ':') + 1);
+    snprintf(port, sizeof port, "%s", strrchr(g_op.issuer, ':') + 1);
     snprintf(other, sizeof other, "http://localhost:%s", port);
     ck_assert_ptr_null(oidc_new(&c, err, sizeof err));
     snprintf(want, sizeof want, "oidc: %s/.well-known/openid-configuration: the provider names itself '%s'", other,
-             g_issuer);
+             g_op.issuer);
     ck_assert_msg(!strncmp(err, want, strlen(want)), "%s", err);
     ck_assert_ptr_null(strchr(err, '\n'));
 }
@@ -454,7 +393,7 @@ START_TEST(login_url) {
     ck_assert_int_eq(oidc_login_url(o, "/jobs", b, sizeof b), 0);
     ck_assert_str_ne(a, b);
     char auth[300];
-    snprintf(auth, sizeof auth, "%s/auth?", g_issuer);
+    snprintf(auth, sizeof auth, "%s/auth?", g_op.issuer);
     ck_assert_msg(!strncmp(a, auth, strlen(auth)), "%s", a);
     ck_assert_int_eq(query_param(a, "response_type", v, sizeof v), 0);
     ck_assert_str_eq(v, "code");
@@ -531,7 +470,7 @@ START_TEST(forged_tokens) {
     forged_login_refused(o, forge_foreign, NULL, "id token: the signature does not verify with key 'fixture-rsa-1'");
     forged_login_refused(o, forge_aud, NULL, "id token: aud does not contain client_id 'trainyard'");
     char want[400];
-    snprintf(want, sizeof want, "id token: iss 'http://127.0.0.1:1' is not the issuer '%s'", g_issuer);
+    snprintf(want, sizeof want, "id token: iss 'http://127.0.0.1:1' is not the issuer '%s'", g_op.issuer);
     forged_login_refused(o, forge_iss, NULL, want);
     forged_login_refused(o, forge_old, NULL, "id token: expired (exp ");
     forged_login_refused(o, forge_future, NULL, "id token: iat ");
@@ -644,7 +583,7 @@ START_TEST(device_flow) {
     ck_assert_msg(oidc_device_start(o, &d, err, sizeof err) == 0, "%s", err);
     ck_assert(d.device_code[0] && d.user_code[0]);
     char want[300];
-    snprintf(want, sizeof want, "%s/device", g_issuer);
+    snprintf(want, sizeof want, "%s/device", g_op.issuer);
     ck_assert_str_eq(d.verification_uri, want);
     ck_assert_int_eq(d.interval, 5);
     ck_assert_int_gt(d.expires_in, 0);
@@ -670,7 +609,7 @@ END_TEST
 
 int main(void) {
     char why[200];
-    if (!have_provider(why, sizeof why)) {
+    if (!oidc_have_provider(why, sizeof why)) {
         const char *req = getenv("OIDC_TEST_REQUIRED");
         printf("check_oidc: SKIP: %s\n", why);
         return req && !strcmp(req, "1") ? 1 : 0;

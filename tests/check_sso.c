@@ -21,13 +21,11 @@
 #include <sqlite3.h>
 
 #include "../server/http.h"
+#include "oidc_fixture.h"
 
 #define SECRET "s3cret-of-trainyard"
 
-typedef struct provider {
-    pid_t pid;
-    char dir[256], issuer[128], control[128], keyfile[320];
-} provider;
+typedef oidc_op provider;
 
 static provider g_op;
 static ty_proc g_srv;
@@ -36,68 +34,14 @@ static int g_port;
 
 /* ---------------------------------------------------------------- processes */
 
-static int have_provider(char *why, size_t n) {
-    if (system("command -v node >/dev/null 2>&1") != 0) return snprintf(why, n, "node is not on the PATH"), 0;
-    struct stat st;
-    if (stat("node_modules/oidc-provider/package.json", &st) != 0)
-        return snprintf(why, n, "node_modules/oidc-provider is missing (run npm ci)"), 0;
-    return 1;
-}
-
 /* The fixture on port (0: any), its redirect URI our server's callback at server_port. */
 static void provider_start(provider *p, int port, int server_port) {
-    memset(p, 0, sizeof *p);
-    ty_mkdtemp(p->dir, sizeof p->dir, "sso_op");
-    char secret[320], log[320], redirect[128], portarg[16];
-    snprintf(secret, sizeof secret, "%s/secret", p->dir);
-    snprintf(p->keyfile, sizeof p->keyfile, "%s/key.json", p->dir);
-    snprintf(log, sizeof log, "%s/provider.log", p->dir);
+    char redirect[128];
     snprintf(redirect, sizeof redirect, "http://127.0.0.1:%d/auth/callback", server_port);
-    snprintf(portarg, sizeof portarg, "%d", port);
-    ck_assert_int_eq(file_write_atomic(secret, SECRET "\n", strlen(SECRET) + 1, 0600), 0);
-    int fd[2];
-    ck_assert_int_eq(pipe(fd), 0);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-        dup2(fd[1], 1);
-        close(fd[0]);
-        close(fd[1]);
-        if (!freopen(log, "a", stderr)) _exit(126);
-        execlp("node", "node", "tests/oidc/provider.mjs", "--redirect-uri", redirect, "--client-secret-file", secret,
-               "--key-file", p->keyfile, "--port", portarg, (char *)NULL);
-        _exit(127);
-    }
-    close(fd[1]);
-    p->pid = pid;
-    char line[1024];
-    size_t len = 0;
-    int64_t end = mono_ms() + 30000;
-    while (len < sizeof line - 1 && !memchr(line, '\n', len)) {
-        struct pollfd pf = {fd[0], POLLIN, 0};
-        int left = (int)(end - mono_ms());
-        ck_assert_msg(left > 0 && poll(&pf, 1, left) == 1, "the provider did not start in 30 s; see %s", log);
-        ssize_t r = read(fd[0], line + len, sizeof line - 1 - len);
-        ck_assert_msg(r > 0, "the provider exited; see %s", log);
-        len += (size_t)r;
-    }
-    close(fd[0]);
-    line[len] = '\0';
-    cJSON *j = cJSON_Parse(line);
-    ck_assert_msg(cJSON_IsObject(j), "provider said: %s", line);
-    snprintf(p->issuer, sizeof p->issuer, "%s", cJSON_GetObjectItem(j, "issuer")->valuestring);
-    snprintf(p->control, sizeof p->control, "%s", cJSON_GetObjectItem(j, "control")->valuestring);
-    cJSON_Delete(j);
+    oidc_op_start(p, "sso_op", redirect, SECRET, port);
 }
 
-static void provider_stop(provider *p) {
-    if (p->pid > 0) {
-        kill(p->pid, SIGTERM);
-        waitpid(p->pid, NULL, 0);
-        p->pid = 0;
-    }
-    if (p->dir[0]) ty_rmrf(p->dir);
-}
+static void provider_stop(provider *p) { oidc_op_stop(p); }
 
 /* `trainyard server --listen 127.0.0.1:port --oidc-* issuer` with its data
  * in s->dir (made when fresh; else the same directory again). */
@@ -295,7 +239,7 @@ static const char *role_in(const cJSON *me, const char *team) {
 
 static void setup(void) {
     char why[128];
-    if (!have_provider(why, sizeof why)) return;
+    if (!oidc_have_provider(why, sizeof why)) return;
     int port = ty_free_port();
     provider_start(&g_op, 0, port);
     g_port = port;
@@ -769,7 +713,7 @@ END_TEST
 
 int main(void) {
     char why[128];
-    if (!have_provider(why, sizeof why)) {
+    if (!oidc_have_provider(why, sizeof why)) {
         if (getenv("OIDC_TEST_REQUIRED") && !strcmp(getenv("OIDC_TEST_REQUIRED"), "1")) {
             fprintf(stderr, "check_sso: %s, and OIDC_TEST_REQUIRED=1\n", why);
             return 1;
