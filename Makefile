@@ -97,6 +97,10 @@ GPU_ENGINE_OBJ := $(call obj,$(GPU_ENGINE_SRC)) $(CU_OBJ)
 # (scripts/embed_assets.sh writes a C table; server/static.c serves it).
 ASSET_SRC   := $(shell find web -type f ! -name '.*' 2>/dev/null | LC_ALL=C sort) api/openapi.json \
                $(sort $(wildcard examples/*.json))
+# web/vendor/'s scripts and style sheets go in gzip'd (-9n: no name, no time, the same
+# bytes every build): static.c sends them so to a browser, inflated to a client without gzip.
+ASSET_GZIP  := $(filter web/vendor/%.js web/vendor/%.css,$(ASSET_SRC))
+ASSET_EMBED := $(filter-out $(ASSET_GZIP),$(ASSET_SRC)) $(patsubst %,$(BUILD)/gen/gz/%.gz,$(ASSET_GZIP))
 ASSET_OBJ   := $(BUILD)/obj/gen/assets.o
 SERVER_OBJ  += $(ASSET_OBJ)
 ENGINE_OBJ  := $(COMMON_OBJ) $(SPEC_OBJ) $(NN_OBJ) $(DATA_OBJ)
@@ -141,10 +145,15 @@ $(BUILD)/obj/%.o: %.c | check-pkgs
 	@echo "  CC  $<"
 	@$(CC) $(ALL_CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/gen/assets.c: $(ASSET_SRC) scripts/embed_assets.sh
+$(BUILD)/gen/gz/%.gz: %
+	@mkdir -p $(dir $@)
+	@echo "  GZ  $<"
+	@gzip -9nc $< > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/gen/assets.c: $(ASSET_EMBED) scripts/embed_assets.sh
 	@mkdir -p $(dir $@)
 	@echo "  GEN $@"
-	@scripts/embed_assets.sh $@ $(ASSET_SRC)
+	@scripts/embed_assets.sh $@ $(BUILD)/gen/gz/ $(ASSET_EMBED)
 
 $(ASSET_OBJ): $(BUILD)/gen/assets.c
 	@mkdir -p $(dir $@)

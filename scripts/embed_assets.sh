@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# embed_assets.sh OUT FILE... - compiles files (web/, api/openapi.json) into
+# embed_assets.sh OUT STRIP FILE... - compiles files (web/, api/openapi.json) into
 # the binary: writes a C file with each file's bytes and a table
 # {path, data, len} named embed_assets (server/assets.h), in the order given.
-# Paths are stored as given (relative to the repository root).
+# Paths are stored as given (relative to the repository root), less STRIP
+# where they start with it (BUILD/gen/gz/web/vendor/x.js.gz, a gzip'd copy
+# the Makefile made, is stored as web/vendor/x.js.gz).
 set -euo pipefail
-out=$1; shift
+out=$1; strip=$2; shift 2
 tmp="$out.tmp.$$"
 trap 'rm -f "$tmp"' EXIT
 {
@@ -21,7 +23,7 @@ trap 'rm -f "$tmp"' EXIT
   echo "const embed_asset embed_assets[] = {"
   i=0
   for f in "$@"; do
-    echo "    {\"$f\", a$i, sizeof a$i - 1},"
+    echo "    {\"${f#"$strip"}\", a$i, sizeof a$i - 1},"
     i=$((i+1))
   done
   echo "    {0, 0, 0},"

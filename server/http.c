@@ -1528,17 +1528,23 @@ void http_wake_many(http_daemon *h, int topic, const int64_t *ids, int n) {
 }
 
 /* Answers a dashboard file (GET or HEAD), or 304 when If-None-Match names
- * its ETag. The bytes live as long as the process: no copy. */
+ * its ETag; a file kept gzip'd goes so to a client that accepts gzip. The
+ * bytes live as long as the process: no copy. */
 static enum MHD_Result answer_static(http_req *req, const static_file *f) {
+    int gz = f->gz && static_accepts_gzip(http_header(req, MHD_HTTP_HEADER_ACCEPT_ENCODING));
+    const char *etag = gz ? f->gz_etag : f->etag;
     const char *inm = http_header(req, MHD_HTTP_HEADER_IF_NONE_MATCH);
-    int not_modified = inm && (strstr(inm, f->etag) != NULL || strcmp(inm, "*") == 0);
+    int not_modified = inm && (strstr(inm, etag) != NULL || strcmp(inm, "*") == 0);
+    size_t len = gz ? f->gz_len : f->len;
     struct MHD_Response *r = not_modified
         ? MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT)
-        : MHD_create_response_from_buffer(f->len, (void *)f->data, MHD_RESPMEM_PERSISTENT);
+        : MHD_create_response_from_buffer(len, (void *)(gz ? f->gz : f->data), MHD_RESPMEM_PERSISTENT);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", f->content_type);
-    MHD_add_response_header(r, "ETag", f->etag);
+    MHD_add_response_header(r, "ETag", etag);
     MHD_add_response_header(r, "Cache-Control", f->cache_control);
+    if (f->gz) MHD_add_response_header(r, "Vary", "Accept-Encoding");
+    if (gz && !not_modified) MHD_add_response_header(r, "Content-Encoding", "gzip");
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     if (f->is_html) {
         MHD_add_response_header(r, "Content-Security-Policy", CSP);
@@ -1546,7 +1552,7 @@ static enum MHD_Result answer_static(http_req *req, const static_file *f) {
         MHD_add_response_header(r, "X-Frame-Options", "DENY");
     }
     req->status = not_modified ? 304 : 200;
-    req->sent = not_modified ? 0 : f->len;
+    req->sent = not_modified ? 0 : len;
     req->answered = 1;
     enum MHD_Result ret = MHD_queue_response(req->conn, (unsigned)req->status, r);
     MHD_destroy_response(r);

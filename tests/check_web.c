@@ -3,10 +3,14 @@
  * If-None-Match -> 304, cache policy (vendor files immutable, ours
  * revalidated), the Content-Security-Policy of the page, no way out of the
  * file table (traversal, encoded dots, files outside web/), 404 JSON for
- * unknown API paths as before, and the examples the submit page starts from. */
+ * unknown API paths as before, the examples the submit page starts from,
+ * and web/vendor/'s scripts and style sheets gzip'd for a client that takes
+ * gzip (Content-Encoding, Vary, an ETag of their own), the file itself for
+ * one that does not. */
 #include "testlib.h"
 
 #include <curl/curl.h>
+#include <zlib.h>
 
 static ty_proc srv;
 static char team_tok[128];
@@ -26,7 +30,7 @@ static void stop(void) {
 typedef struct got {
     long status;
     buf body;
-    char ctype[128], etag[64], cache[128], csp[512], nosniff[32];
+    char ctype[128], etag[64], cache[128], csp[512], nosniff[32], cenc[32], vary[64];
 } got;
 
 static size_t on_body(char *p, size_t size, size_t n, void *ud) {
@@ -55,11 +59,14 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud) {
     keep(g->cache, sizeof g->cache, line, "Cache-Control");
     keep(g->csp, sizeof g->csp, line, "Content-Security-Policy");
     keep(g->nosniff, sizeof g->nosniff, line, "X-Content-Type-Options");
+    keep(g->cenc, sizeof g->cenc, line, "Content-Encoding");
+    keep(g->vary, sizeof g->vary, line, "Vary");
     return size * n;
 }
 
-/* GET (or HEAD) a raw path, not normalized by curl, with an optional header. */
-static void fetch(const char *method, const char *path, const char *hdr, got *g) {
+/* GET (or HEAD) a raw path, not normalized by curl, with up to two headers
+ * (curl decodes nothing: a gzip'd body comes as it was sent). */
+static void fetch2(const char *method, const char *path, const char *hdr, const char *hdr2, got *g) {
     memset(g, 0, sizeof *g);
     buf_init(&g->body, 4u << 20);
     CURL *c = curl_easy_init();
@@ -67,6 +74,7 @@ static void fetch(const char *method, const char *path, const char *hdr, got *g)
     char url[1024];
     snprintf(url, sizeof url, "%s%s", srv.url, path);
     struct curl_slist *h = hdr ? curl_slist_append(NULL, hdr) : NULL;
+    if (hdr2) h = curl_slist_append(h, hdr2);
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_PATH_AS_IS, 1L);
     if (strcmp(method, "HEAD") == 0) curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
@@ -81,6 +89,8 @@ static void fetch(const char *method, const char *path, const char *hdr, got *g)
     curl_slist_free_all(h);
     curl_easy_cleanup(c);
 }
+
+static void fetch(const char *method, const char *path, const char *hdr, got *g) { fetch2(method, path, hdr, NULL, g); }
 
 START_TEST(index_page_and_assets) {
     got g;
@@ -205,6 +215,99 @@ START_TEST(examples_for_the_submit_page) {
 }
 END_TEST
 
+/* A gzip stream inflated, NUL-terminated; NULL when it is not one. */
+static unsigned char *inflate_all(const char *gz, size_t n, size_t *out_len) {
+    size_t cap = 8u << 20;
+    unsigned char *out = malloc(cap);
+    ck_assert_ptr_nonnull(out);
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    ck_assert_int_eq(inflateInit2(&zs, 16 + MAX_WBITS), Z_OK);
+    zs.next_in = (unsigned char *)gz;
+    zs.avail_in = (uInt)n;
+    zs.next_out = out;
+    zs.avail_out = (uInt)(cap - 1);
+    int rc = inflate(&zs, Z_FINISH);
+    *out_len = zs.total_out;
+    inflateEnd(&zs);
+    if (rc != Z_STREAM_END) {
+        free(out);
+        return NULL;
+    }
+    out[*out_len] = '\0';
+    return out;
+}
+
+START_TEST(vendor_files_gzipped_for_who_takes_gzip) {
+    const struct { const char *url, *file, *type; } files[] = {
+        {"/vendor/xterm-5.5.0.min.js", "web/vendor/xterm-5.5.0.min.js", "text/javascript; charset=utf-8"},
+        {"/vendor/xterm-5.5.0.css", "web/vendor/xterm-5.5.0.css", "text/css; charset=utf-8"},
+        {"/vendor/uPlot-1.6.32.iife.min.js", "web/vendor/uPlot-1.6.32.iife.min.js", "text/javascript; charset=utf-8"},
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        size_t flen = 0;
+        char *want = file_read_all(files[i].file, 16u << 20, &flen);
+        ck_assert_msg(want != NULL, "read %s", files[i].file);
+        got g;
+        /* a browser: the gzip'd bytes, which inflate to the file */
+        fetch("GET", files[i].url, "Accept-Encoding: gzip, deflate, br", &g);
+        ck_assert_int_eq(g.status, 200);
+        ck_assert_str_eq(g.cenc, "gzip");
+        ck_assert_str_eq(g.vary, "Accept-Encoding");
+        ck_assert_str_eq(g.ctype, files[i].type);
+        ck_assert_str_eq(g.cache, "public, max-age=31536000, immutable");
+        ck_assert_msg(g.body.len < flen / 2, "%s: %zu gzip'd bytes of %zu", files[i].url, g.body.len, flen);
+        size_t n = 0;
+        unsigned char *plain = inflate_all(g.body.data, g.body.len, &n);
+        ck_assert_msg(plain && n == flen && memcmp(plain, want, flen) == 0, "%s inflates to the file", files[i].url);
+        free(plain);
+        char gz_etag[64], hdr[128];
+        snprintf(gz_etag, sizeof gz_etag, "%s", g.etag);
+        ck_assert_msg(strlen(gz_etag) > 4 && strcmp(gz_etag + strlen(gz_etag) - 4, "-gz\"") == 0, "etag %s", gz_etag);
+        buf_release(&g.body);
+
+        /* no Accept-Encoding, gzip refused (q=0, even with "*"), or another coding: the file itself */
+        const char *plain_hdrs[] = {NULL, "Accept-Encoding: gzip;q=0, *", "Accept-Encoding: br", "Accept-Encoding: identity",
+                                    "Accept-Encoding: GZIP;Q=0.000"};
+        for (size_t k = 0; k < sizeof plain_hdrs / sizeof plain_hdrs[0]; k++) {
+            fetch("GET", files[i].url, plain_hdrs[k], &g);
+            ck_assert_int_eq(g.status, 200);
+            ck_assert_msg(g.cenc[0] == '\0', "%s with %s: Content-Encoding %s", files[i].url, plain_hdrs[k] ? plain_hdrs[k] : "none", g.cenc);
+            ck_assert_str_eq(g.vary, "Accept-Encoding");
+            ck_assert_msg(g.body.len == flen && memcmp(g.body.data, want, flen) == 0, "%s as it is", files[i].url);
+            ck_assert_str_ne(g.etag, gz_etag);
+            buf_release(&g.body);
+        }
+        /* "*" and x-gzip take gzip; q=0.5 too */
+        const char *gz_hdrs[] = {"Accept-Encoding: *", "Accept-Encoding: x-gzip", "Accept-Encoding: br;q=1.0, gzip;q=0.5"};
+        for (size_t k = 0; k < sizeof gz_hdrs / sizeof gz_hdrs[0]; k++) {
+            fetch("GET", files[i].url, gz_hdrs[k], &g);
+            ck_assert_msg(strcmp(g.cenc, "gzip") == 0, "%s with %s: not gzip'd", files[i].url, gz_hdrs[k]);
+            buf_release(&g.body);
+        }
+        /* each form revalidates with its own ETag */
+        snprintf(hdr, sizeof hdr, "If-None-Match: %s", gz_etag);
+        fetch2("GET", files[i].url, hdr, "Accept-Encoding: gzip", &g);
+        ck_assert_int_eq(g.status, 304);
+        ck_assert_str_eq(g.etag, gz_etag);
+        ck_assert_int_eq(g.body.len, 0);
+        buf_release(&g.body);
+        fetch("GET", files[i].url, hdr, &g);
+        ck_assert_int_eq(g.status, 200);
+        ck_assert_int_eq(g.body.len, flen);
+        buf_release(&g.body);
+        free(want);
+    }
+    /* our own files are not compressed */
+    got g;
+    fetch("GET", "/app.js", "Accept-Encoding: gzip", &g);
+    ck_assert_int_eq(g.status, 200);
+    ck_assert_str_eq(g.cenc, "");
+    ck_assert_str_eq(g.vary, "");
+    buf_release(&g.body);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("web");
     TCase *tc = tcase_create("static");
@@ -214,6 +317,7 @@ int main(void) {
     tcase_add_test(tc, etag_revalidation_and_head);
     tcase_add_test(tc, no_way_out_of_the_table);
     tcase_add_test(tc, examples_for_the_submit_page);
+    tcase_add_test(tc, vendor_files_gzipped_for_who_takes_gzip);
     suite_add_tcase(s, tc);
     return ty_run_suite(s);
 }
