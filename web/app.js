@@ -1,10 +1,11 @@
 /* app.js - the trainyard dashboard: sign-in with a team token, the jobs table,
  * a job's page (live loss/accuracy charts over server-sent events, the
  * model's layers as Keras' model.summary() shows them, timeline, log tail,
- * checkpoints, cancel), the submit form, hyperparameter sweeps (every
- * trial's validation curve on one chart, the trials ranked by the sweep's
- * metric), the queue, the cluster and the usage of each team (device hours
- * per day, totals).
+ * checkpoints, cancel, its web ports and notebook in a new tab), a shell in
+ * a running task (an xterm.js terminal over the exec WebSocket), the submit
+ * form, hyperparameter sweeps (every trial's validation curve on one chart,
+ * the trials ranked by the sweep's metric), the queue, the cluster and the
+ * usage of each team (device hours per day, totals).
  *
  * Every page is built with h() below, which puts data into text nodes and
  * attributes (never innerHTML), so nothing the server or a user sent is ever
@@ -363,15 +364,24 @@ async function pageJob(id) {
   const logSel = h('select', {id: 'log-task', 'aria-label': 'task'});
   const log = h('pre', {class: 'log', id: 'log'}, '');
   const ckpts = h('tbody');
+  /* a notebook job: its notebook in a new tab, once the server's proxy lets this browser in */
+  const portMsg = h('span', {class: 'small', id: 'port-msg', role: 'status'});
+  const nbBtn = h('button', {class: 'primary', id: 'open-notebook', type: 'button', hidden: true,
+                             onclick: () => openPort(job.id, (job.ports || []).find(p => p.name === 'notebook' && p.port), portMsg)}, 'Open notebook');
+  /* a shell in one of the running tasks (#/jobs/ID/shell/TASK) */
+  const shellSel = h('select', {id: 'shell-task', 'aria-label': 'task for a shell'});
+  const shellBtn = h('button', {id: 'open-shell', type: 'button',
+                                onclick: () => { location.hash = `#/jobs/${job.id}/shell/${encodeURIComponent(shellSel.value)}`; }}, 'Shell');
+  const shellBox = h('span', {class: 'row shell-pick', hidden: true}, shellSel, shellBtn);
   setMain(
-    h('h1', {}, h('span', {}, `#${job.id} ${job.name}`), stateEl, h('span', {class: 'grow'}), cancelMsg, cancelBtn),
+    h('h1', {}, h('span', {}, `#${job.id} ${job.name}`), stateEl, h('span', {class: 'grow'}), portMsg, nbBtn, cancelMsg, cancelBtn),
     h('div', {class: 'grid2'}, h('div', {class: 'card'}, summary), h('div', {class: 'card'}, prog)),
     h('div', {class: 'grid2'}, h('div', {class: 'card'}, lossEl), h('div', {class: 'card'}, accEl)),
     ...(workersEl ? [h('div', {class: 'card'}, workersEl)] : []),
     ...(modelEl ? [modelEl] : []),
     h('div', {class: 'grid2'},
       h('div', {}, h('h2', {}, 'Timeline'), h('div', {class: 'card'}, timeline)),
-      h('div', {}, h('h2', {}, 'Tasks'), h('div', {class: 'table-wrap'}, h('table', {id: 'tasks'},
+      h('div', {}, h('div', {class: 'row'}, h('h2', {class: 'grow'}, 'Tasks'), shellBox), h('div', {class: 'table-wrap'}, h('table', {id: 'tasks'},
         h('thead', {}, h('tr', {}, h('th', {}, 'Task'), h('th', {}, 'Node'), h('th', {}, 'State'), h('th', {}, 'Exit'))), tasks)))),
     h('div', {class: 'row'}, h('h2', {class: 'grow'}, 'Log'), logSel), log,
     h('h2', {}, 'Checkpoints'),
@@ -401,7 +411,8 @@ async function pageJob(id) {
     /* a job's web ports (TensorBoard, a notebook): through the server's proxy while a task serves them */
     if (job.ports && job.ports.length)
       kv.push(['Ports', h('span', {id: 'job-ports'}, ...job.ports.flatMap((p, i) => [i ? ' · ' : '',
-        p.port ? h('a', {href: p.url, target: '_blank', rel: 'noopener', dataset: {port: p.name}}, p.name)
+        p.port ? h('a', {href: p.url, target: '_blank', rel: 'noopener', dataset: {port: p.name},
+                         onclick: (ev) => { ev.preventDefault(); openPort(job.id, p, portMsg); }}, p.name)
                : h('span', {class: 'small', title: 'not served now'}, p.name)]))]);
     if (typeof job.sweep === 'number') kv.splice(1, 0, ['Sweep', h('a', {href: '#/sweeps/' + job.sweep, id: 'job-sweep'}, `sweep #${job.sweep}, trial ${job.trial}`)]);
     summary.replaceChildren(...kv.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v instanceof Node ? v : String(v))]));
@@ -424,6 +435,17 @@ async function pageJob(id) {
     tasks.replaceChildren(...(job.tasks || []).map(tk => h('tr', {},
       h('td', {}, tk.name), h('td', {}, tk.node || '–'), h('td', {}, tk.state),
       h('td', {}, tk.exit_code === null || tk.exit_code === undefined ? '–' : String(tk.exit_code)))));
+    const nb = (job.ports || []).find(p => p.name === 'notebook');
+    nbBtn.hidden = !(spec.interactive && spec.interactive.type === 'notebook') || FINISHED.has(job.state);
+    nbBtn.disabled = !(nb && nb.port);
+    nbBtn.title = nbBtn.disabled ? 'the notebook is not served yet' : '';
+    const running = job.state === 'running' ? (job.tasks || []).filter(tk => tk.state === 'running').map(tk => tk.name) : [];
+    shellBox.hidden = !running.length;
+    if ([...shellSel.options].map(o => o.value).join() !== running.join()) {
+      const keep = shellSel.value;
+      shellSel.replaceChildren(...running.map(n => h('option', {value: n}, n)));
+      if (running.includes(keep)) shellSel.value = keep;
+    }
     const names = (job.tasks || []).map(tk => tk.name);
     if (!names.length) names.push('worker-0');
     if ([...logSel.options].map(o => o.value).join() !== names.join()) {
@@ -547,6 +569,29 @@ async function pageJob(id) {
   live();
 }
 
+/* Opens a job's web port (its proxy URL) in a new tab. The tab is opened at
+ * once, in the click, so no popup blocker stops it; then
+ * POST /jobs/{id}/proxy-session (the usual credential headers) sets the
+ * trainyard_proxy cookie for /proxy/jobs/{id}/, which a tab's requests carry
+ * where they could not carry the pasted token, and the tab goes to the port. */
+async function openPort(id, port, msgEl) {
+  msgEl.textContent = '';
+  if (!port || !port.url) { msgEl.textContent = 'No task serves this port now.'; return; }
+  const tab = window.open('', '_blank');
+  if (!tab) { msgEl.textContent = 'The browser did not open a tab: allow pop-ups for this page.'; return; }
+  tab.document.title = `${port.name} of job #${id}`;
+  tab.document.body.textContent = `Opening ${port.name} of job #${id}…`;
+  try {
+    await api(`/jobs/${id}/proxy-session`, {method: 'POST'});
+  } catch (e) {
+    tab.close();
+    msgEl.textContent = `${port.name}: ${e.message}`;
+    return;
+  }
+  tab.opener = null;
+  tab.location.href = new URL(port.url, location.href).href;
+}
+
 /* Downloads a checkpoint with the bearer token (a plain link could not send
  * it) and checks its sha256 against the listed one before saving it. */
 async function download(id, c) {
@@ -559,6 +604,173 @@ async function download(id, c) {
   a.click();
   a.remove();
   setTimeout(() => URL.revokeObjectURL(url), 10000);
+}
+
+/* ------------------------------------------------------------ a task's shell */
+
+/* xterm.js and its fit addon (web/vendor/, docs/dashboard.md): loaded by the
+ * terminal page only, once, so no other page pays for them. */
+const XTERM = {css: 'vendor/xterm-5.5.0.css', js: 'vendor/xterm-5.5.0.min.js', fit: 'vendor/xterm-addon-fit-0.10.0.min.js'};
+let xtermLoading = null;
+function loadXterm() {
+  const script = (src) => new Promise((ok, bad) => document.head.append(
+    h('script', {src, onload: ok, onerror: () => bad(new Error(`could not load ${src}`))})));
+  if (!xtermLoading) {
+    document.head.append(h('link', {rel: 'stylesheet', href: XTERM.css}));
+    xtermLoading = script(XTERM.js).then(() => script(XTERM.fit));
+    xtermLoading.catch(() => { xtermLoading = null; });
+  }
+  return xtermLoading;
+}
+
+/* Opens an xterm.js terminal in el under the page's CSP. Its DOM renderer
+ * keeps its colors and cell sizes in two <style> elements it writes, which
+ * style-src 'self' refuses; while it opens it is handed <template>s instead
+ * (never rendered) whose text goes into constructed style sheets adopted by
+ * the document (CSSOM, which the policy allows). Returns the function that
+ * drops those sheets. */
+function openTerminal(term, el) {
+  const sheets = [];
+  const create = Document.prototype.createElement;
+  document.createElement = function (tag, opts) {
+    if (String(tag).toLowerCase() !== 'style') return create.call(document, tag, opts);
+    const holder = create.call(document, 'template');
+    const sheet = new CSSStyleSheet();
+    sheets.push(sheet);
+    document.adoptedStyleSheets = [...document.adoptedStyleSheets, sheet];
+    let text = '';
+    Object.defineProperty(holder, 'textContent', {get: () => text, set: (v) => { text = String(v); sheet.replaceSync(text); }});
+    return holder;
+  };
+  try { term.open(el); } finally { delete document.createElement; }
+  return () => { document.adoptedStyleSheets = document.adoptedStyleSheets.filter(x => !sheets.includes(x)); };
+}
+
+/* What a status frame (channel 3) says, in words. */
+function exitText(st) {
+  if (st.error) return `could not start: ${st.error} (status ${st.exit})`;
+  if (st.signal) return `killed by signal ${st.signal} (status ${st.exit})`;
+  return `exited with status ${st.exit}`;
+}
+
+/* Why a shell's WebSocket was refused or failed. A browser is not told
+ * (no status reaches the page), so the same URL is asked again as a plain
+ * GET with the credential's headers: the server checks the job and the
+ * role as for the WebSocket and answers their error, or 400 on the missing
+ * upgrade when they pass; then the job says whether the task is there and
+ * running, and if it is, the node or the server's load was the cause. */
+async function shellRefusal(url, id, task) {
+  const u = new URL(url);
+  u.protocol = location.protocol;
+  try {
+    const r = await fetch(u.href, {headers: authHeaders()});
+    const body = (r.headers.get('Content-Type') || '').startsWith('application/json') ? await r.json() : null;
+    const e = (body && body.error) || {};
+    if (r.status !== 400 || e.field !== 'Upgrade') return `The server refused the shell (HTTP ${r.status}): ${e.message || r.statusText}`;
+    const job = await api('/jobs/' + id);
+    const tk = (job.tasks || []).find(t => t.name === task || String(t.id) === task);
+    if (!tk) return `Job #${id} has no task ${task} (its tasks: ${(job.tasks || []).map(t => t.name).join(', ') || 'none'}).`;
+    if (tk.state !== 'running') return `Task ${task} is ${tk.state}, not running: a shell needs a running task.`;
+    return 'The shell did not open: the task\'s node must answer within 10 s, and the server may have been busy (its log says which). Try again.';
+  } catch (e) {
+    return `The server cannot be reached (${e.message}).`;
+  }
+}
+
+/* #/jobs/ID/shell/TASK: a terminal on a command in the task (its login
+ * shell) over the exec WebSocket (the exec protocol): binary frames whose first
+ * byte is the channel (0 stdin, 1 stdout, 3 the exit status, 4 a resize). */
+async function pageShell(id, task) {
+  const signal = pageAbort.signal;
+  const status = h('span', {id: 'shell-status', class: 'grow', role: 'status', dataset: {state: 'loading'}}, 'Loading the terminal…');
+  const again = h('button', {type: 'button', id: 'shell-again', hidden: true, onclick: () => route()}, 'New shell');
+  const screen = h('div', {id: 'terminal', class: 'terminal'});
+  setMain(h('h1', {}, h('span', {}, `Shell in ${task} of job #${id}`), h('span', {class: 'grow'}),
+            h('a', {class: 'button small', href: '#/jobs/' + id}, 'Back to the job')),
+          h('div', {class: 'row shell-bar'}, status, again), screen);
+  const say = (state, text) => { status.dataset.state = state; status.textContent = text; };
+  try { await loadXterm(); } catch (e) { say('failed', e.message); return; }
+  if (signal.aborted) return;
+
+  const term = new window.Terminal({cursorBlink: true, fontSize: 14, scrollback: 5000, convertEol: false,
+    fontFamily: 'ui-monospace, SFMono-Regular, Menlo, Consolas, monospace',
+    theme: {background: '#0d1117', foreground: '#e6edf3', cursor: '#e6edf3'}});
+  const fit = new window.FitAddon.FitAddon();
+  term.loadAddon(fit);
+  const unstyle = openTerminal(term, screen);
+  try { fit.fit(); } catch (e) { /* a hidden page: 80x24 */ }
+  const sized = () => { screen.dataset.cols = String(term.cols); screen.dataset.rows = String(term.rows); };
+  sized();
+
+  const enc = new TextEncoder();
+  const frame = (ch, bytes) => { const f = new Uint8Array(1 + bytes.length); f[0] = ch; f.set(bytes, 1); return f; };
+  const url = new URL(`/api/v1/jobs/${id}/tasks/${encodeURIComponent(task)}/exec`, location.href);
+  url.protocol = location.protocol === 'https:' ? 'wss:' : 'ws:';
+  url.searchParams.set('tty', '1');
+  url.searchParams.set('cols', String(term.cols));
+  url.searchParams.set('rows', String(term.rows));
+  if (!token() && session && chosenTeam()) url.searchParams.set('team', chosenTeam());
+  /* a pasted token rides as a subprotocol (a browser's WebSocket cannot set
+   * headers; the server answers with trainyard.exec.v1 alone); a session's
+   * cookie goes by itself */
+  const protocols = ['trainyard.exec.v1'];
+  if (token()) protocols.push('trainyard.bearer.' + token());
+  let ws, opened = false, ended = false, leaving = false;
+  try { ws = new WebSocket(url.href, protocols); } catch (e) {
+    say('failed', `Cannot open a shell: ${e.message}`);
+    term.dispose(); unstyle();
+    return;
+  }
+  ws.binaryType = 'arraybuffer';
+  const send = (ch, bytes) => { if (ws.readyState === WebSocket.OPEN) ws.send(frame(ch, bytes)); };
+  say('connecting', `Connecting to ${task}…`);
+
+  ws.addEventListener('open', () => {
+    opened = true;
+    say('open', `Connected to ${task} of job #${id}.`);
+    term.focus();
+  });
+  ws.addEventListener('message', (ev) => {
+    if (typeof ev.data === 'string') { term.write(ev.data); return; }
+    const b = new Uint8Array(ev.data);
+    if (!b.length) return;
+    if (b[0] === 1 || b[0] === 2) term.write(b.subarray(1));
+    else if (b[0] === 3) {
+      let st;
+      try { st = JSON.parse(new TextDecoder().decode(b.subarray(1))); } catch (e) { st = {exit: '?'}; }
+      ended = true;
+      const text = exitText(st);
+      say('exited', text);
+      status.dataset.exit = String(st.exit);
+      term.write(`\r\n\x1b[2m[${text}]\x1b[0m\r\n`);
+      again.hidden = false;
+    }
+  });
+  ws.addEventListener('close', async (ev) => {
+    if (leaving || ended) return;
+    ended = true;
+    again.hidden = false;
+    if (!opened) { say('refused', await shellRefusal(url.href, id, task)); return; }
+    say('closed', `The connection closed before the command ended (code ${ev.code}${ev.reason ? ': ' + ev.reason : ''}).`);
+  });
+
+  term.onData((d) => send(0, enc.encode(d)));
+  term.onBinary((d) => send(0, Uint8Array.from(d, c => c.charCodeAt(0) & 255)));
+  term.onResize(({cols, rows}) => { sized(); send(4, enc.encode(JSON.stringify({cols, rows}))); });
+  let pending = 0;
+  const ro = new ResizeObserver(() => {
+    if (pending) return;
+    pending = requestAnimationFrame(() => { pending = 0; try { fit.fit(); } catch (e) { /* detached */ } });
+  });
+  ro.observe(screen);
+  pageTimers.push({off: () => {
+    leaving = true;
+    ro.disconnect();
+    if (pending) cancelAnimationFrame(pending);
+    if (ws.readyState === WebSocket.CONNECTING || ws.readyState === WebSocket.OPEN) ws.close(1000);
+    term.dispose();
+    unstyle();
+  }});
 }
 
 /* ------------------------------------------------------------ submit */
@@ -1177,7 +1389,9 @@ function route() {
   const parts = hash.split('/').filter(Boolean);
   document.querySelectorAll('[data-nav]').forEach(a => a.classList.toggle('active', a.dataset.nav === parts[0]));
   window.scrollTo(0, 0);
-  if (parts[0] === 'jobs' && /^[0-9]+$/.test(parts[1] || '')) pageJob(parts[1]);
+  if (parts[0] === 'jobs' && /^[0-9]+$/.test(parts[1] || '') && parts[2] === 'shell' && parts[3])
+    pageShell(parts[1], (() => { try { return decodeURIComponent(parts[3]); } catch (e) { return parts[3]; } })());
+  else if (parts[0] === 'jobs' && /^[0-9]+$/.test(parts[1] || '')) pageJob(parts[1]);
   else if (parts[0] === 'submit') pageSubmit();
   else if (parts[0] === 'queue') pageQueue();
   else if (parts[0] === 'cluster') pageCluster();

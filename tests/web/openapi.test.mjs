@@ -67,6 +67,9 @@ test('the vendored terminal (xterm.js, its fit addon) is the npm packages, serve
     assert.ok(fs.existsSync(ours), `${ours} (package-lock.json's version)`);
     assert.deepEqual(fs.readFileSync(ours), fs.readFileSync(theirs), `${ours} is ${theirs}`);
   }
+  /* the page names these versions, and only the terminal page loads them */
+  const app = fs.readFileSync('web/app.js', 'utf8');
+  for (const f of Object.keys(files).filter(f => !f.endsWith('.txt'))) assert.ok(app.includes(`'${f.slice(4)}'`), `app.js loads ${f}`);
   assert.ok(!fs.readFileSync('web/index.html', 'utf8').includes('xterm'), 'index.html does not load xterm.js');
   const srv = await startUp();
   try {

@@ -1,0 +1,104 @@
+// ports.test.mjs - a job's web port from the dashboard, in headless Chromium
+// (Debian's, driven by playwright-core) against the real `trainyard up`: a
+// command job serves a page on its port; the port's link on the job page
+// calls POST /jobs/{id}/proxy-session, then opens the port in a new tab,
+// which the proxy's cookie (HttpOnly, its job's path only) lets in without
+// the token; the app sees neither. The notebook's button does the same
+// (notebook.test.mjs).
+import {test, before, after} from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import {chromium} from 'playwright-core';
+import {startUp} from './server.mjs';
+
+const OUT = process.env.WEB_TEST_OUT || 'build/web-test';
+const DESKTOP = {width: 1280, height: 900};
+let srv, ctx, page, profile;
+const pageErrors = [];
+
+async function waitJob(id, ok, what, tries = 1200) {
+  let last = null;
+  for (let i = 0; i < tries; i++) {
+    last = (await srv.api('/jobs/' + id)).body;
+    if (ok(last)) return last;
+    if (['succeeded', 'failed', 'cancelled'].includes(last.state)) break;
+    await new Promise(res => setTimeout(res, 100));
+  }
+  throw new Error(`job ${id} never ${what}: ${JSON.stringify(last)}`);
+}
+
+before(async () => {
+  fs.mkdirSync(OUT, {recursive: true});
+  srv = await startUp({cpuSlots: 2});
+  profile = fs.mkdtempSync(path.join(os.tmpdir(), 'ty_chromium_'));
+  ctx = await chromium.launchPersistentContext(profile, {
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium', headless: true, viewport: DESKTOP,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+           '--disable-component-update', '--disable-sync'],
+  });
+  page = ctx.pages()[0] || await ctx.newPage();
+  page.setDefaultTimeout(30000);
+  page.on('pageerror', (e) => pageErrors.push(e.message));
+  await page.goto(srv.url + '/');
+  await page.evaluate((t) => { localStorage.setItem('trainyard.token', t); }, srv.token);
+});
+
+after(async () => {
+  if (ctx) await ctx.close();
+  if (srv) await srv.stop();
+  if (profile) fs.rmSync(profile, {recursive: true, force: true});
+});
+
+test('a port link opens the job\'s page in a new tab through a proxy session', async () => {
+  /* the app answers any GET with a page saying the path and the credentials it got */
+  const app = [
+    'import html, http.server, os',
+    'class H(http.server.BaseHTTPRequestHandler):',
+    '    def do_GET(self):',
+    '        seen = lambda k: html.escape(self.headers.get(k) or "none")',
+    '        b = ("<!doctype html><title>job site</title><p id=from-job>served by the job</p><p id=path>%s</p>"',
+    '             "<p id=cookie>%s</p><p id=auth>%s</p>" % (html.escape(self.path), seen("Cookie"), seen("Authorization"))).encode()',
+    '        self.send_response(200)',
+    '        self.send_header("Content-Type", "text/html; charset=utf-8")',
+    '        self.send_header("Content-Length", str(len(b)))',
+    '        self.end_headers()',
+    '        self.wfile.write(b)',
+    'http.server.HTTPServer(("", int(os.environ["TRAINYARD_PORT_WEB"])), H).serve_forever()',
+  ].join('\n');
+  const sub = await srv.api('/jobs', {method: 'POST', body: JSON.stringify({name: 'site', max_restarts: 0,
+    ports: [{name: 'web', port: 8000}], command: {argv: ['python3', '-c', app]}})});
+  assert.equal(sub.status, 201, JSON.stringify(sub.body));
+  const id = sub.body.id;
+  const job = await waitJob(id, j => j.state === 'running' && (j.ports || []).some(p => p.name === 'web' && p.port), 'served its port');
+  const web = job.ports.find(p => p.name === 'web');
+  /* the app answers (through the proxy, with the token) before the browser tries */
+  for (let i = 0; i < 100; i++) {
+    const r = await fetch(srv.url + web.url, {headers: {Authorization: 'Bearer ' + srv.token}});
+    if (r.status === 200) break;
+    await new Promise(res => setTimeout(res, 100));
+  }
+  /* a tab without the proxy's cookie is refused */
+  await page.goto(srv.url + '/?t=' + Date.now() + '#/jobs/' + id);
+  assert.equal(await page.evaluate(async (u) => (await fetch(u)).status, web.url), 401);
+  await page.waitForSelector('#job-ports a[data-port="web"]');
+  const sessionCall = page.waitForResponse(r => r.url().endsWith(`/api/v1/jobs/${id}/proxy-session`) && r.request().method() === 'POST');
+  const [tab] = await Promise.all([ctx.waitForEvent('page'), page.click('#job-ports a[data-port="web"]')]);
+  assert.equal((await sessionCall).status(), 204);
+  const cookie = (await ctx.cookies(srv.url + web.url)).find(c => c.name === 'trainyard_proxy');
+  assert.ok(cookie, 'the proxy-session cookie is set');
+  assert.equal(cookie.httpOnly, true);
+  assert.equal(cookie.sameSite, 'Lax');
+  assert.equal(cookie.path, `/proxy/jobs/${id}/`);
+  await tab.waitForURL(srv.url + web.url);
+  assert.equal(await tab.textContent('#from-job'), 'served by the job');
+  assert.equal(await tab.textContent('#path'), web.url);
+  assert.equal(await tab.textContent('#auth'), 'none', 'the app never sees a credential');
+  assert.ok(!(await tab.textContent('#cookie')).includes('trainyard_proxy'), 'nor the proxy\'s cookie');
+  assert.equal(await tab.evaluate(() => window.opener), null, 'the tab has no opener');
+  await tab.close();
+  await srv.api(`/jobs/${id}/cancel`, {method: 'POST'});
+  await waitJob(id, j => j.state === 'cancelled', 'was cancelled');
+  assert.deepEqual(pageErrors, []);
+});
