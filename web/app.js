@@ -573,19 +573,30 @@ async function pageJob(id) {
  * once, in the click, so no popup blocker stops it; then
  * POST /jobs/{id}/proxy-session (the usual credential headers) sets the
  * trainyard_proxy cookie for /proxy/jobs/{id}/, which a tab's requests carry
- * where they could not carry the pasted token, and the tab goes to the port. */
+ * where they could not carry the pasted token. An app that has just started
+ * (a notebook takes seconds) may not listen yet: while the proxy answers
+ * 502, the tab says it waits (up to a minute); then it goes to the port. */
 async function openPort(id, port, msgEl) {
   msgEl.textContent = '';
   if (!port || !port.url) { msgEl.textContent = 'No task serves this port now.'; return; }
   const tab = window.open('', '_blank');
   if (!tab) { msgEl.textContent = 'The browser did not open a tab: allow pop-ups for this page.'; return; }
-  tab.document.title = `${port.name} of job #${id}`;
-  tab.document.body.textContent = `Opening ${port.name} of job #${id}…`;
+  const say = (text) => { try { tab.document.title = `${port.name} of job #${id}`; tab.document.body.textContent = text; } catch (e) { /* gone */ } };
+  say(`Opening ${port.name} of job #${id}…`);
+  const fail = (text) => { tab.close(); msgEl.textContent = `${port.name}: ${text}`; };
+  const signal = new AbortController().signal; /* the tab's, not the page's: leaving the page does not stop it */
   try {
-    await api(`/jobs/${id}/proxy-session`, {method: 'POST'});
+    await api(`/jobs/${id}/proxy-session`, {method: 'POST', signal});
+    for (let waited = 0; ; waited += 500) {
+      const r = await fetch(port.url, {headers: authHeaders(), redirect: 'manual', signal});
+      if (r.status !== 502) break;
+      if (waited >= 60000) { fail(`it does not answer (${(await r.json().catch(() => ({}))).error?.message || 'HTTP 502'})`); return; }
+      if (tab.closed) return;
+      say(`Opening ${port.name} of job #${id}: waiting for it to answer…`);
+      await new Promise(res => setTimeout(res, 500));
+    }
   } catch (e) {
-    tab.close();
-    msgEl.textContent = `${port.name}: ${e.message}`;
+    fail(e.message);
     return;
   }
   tab.opener = null;
