@@ -376,7 +376,8 @@ async function pageJob(id) {
   setMain(
     h('h1', {}, h('span', {}, `#${job.id} ${job.name}`), stateEl, h('span', {class: 'grow'}), portMsg, nbBtn, cancelMsg, cancelBtn),
     h('div', {class: 'grid2'}, h('div', {class: 'card'}, summary), h('div', {class: 'card'}, prog)),
-    h('div', {class: 'grid2'}, h('div', {class: 'card'}, lossEl), h('div', {class: 'card'}, accEl)),
+    /* an interactive job (a notebook, a shell) trains nothing of ours: no charts */
+    h('div', {class: 'grid2', hidden: !!(job.spec && job.spec.interactive)}, h('div', {class: 'card'}, lossEl), h('div', {class: 'card'}, accEl)),
     ...(workersEl ? [h('div', {class: 'card'}, workersEl)] : []),
     ...(modelEl ? [modelEl] : []),
     h('div', {class: 'grid2'},
@@ -414,6 +415,12 @@ async function pageJob(id) {
         p.port ? h('a', {href: p.url, target: '_blank', rel: 'noopener', dataset: {port: p.name},
                          onclick: (ev) => { ev.preventDefault(); openPort(job.id, p, portMsg); }}, p.name)
                : h('span', {class: 'small', title: 'not served now'}, p.name)]))]);
+    if (spec.interactive) { /* the spec as submitted: its idle_timeout as written, if it gave one */
+      const idle = spec.idle_timeout;
+      kv.splice(1, 0, ['Interactive', h('span', {id: 'job-interactive'}, spec.interactive.type +
+        (idle === undefined ? '' : idle === 0 ? ' · never stopped when idle'
+                                   : ` · stopped after ${typeof idle === 'number' ? fmtDuration(idle) : idle} idle`))]);
+    }
     if (typeof job.sweep === 'number') kv.splice(1, 0, ['Sweep', h('a', {href: '#/sweeps/' + job.sweep, id: 'job-sweep'}, `sweep #${job.sweep}, trial ${job.trial}`)]);
     summary.replaceChildren(...kv.flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, v instanceof Node ? v : String(v))]));
     const p = job.progress;
