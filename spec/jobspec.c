@@ -1278,15 +1278,16 @@ static int parse_interactive(spec_error *e, const cJSON *root, jobspec *s) {
 }
 
 /* idle_timeout: seconds (an integer) or a duration ("30m", "15s", "2h";
- * common/util.h), 0 = never; an interactive job's only. */
+ * common/util.h), 0 = never; an interactive job's, or any job's with
+ * ports (read after them). */
 static int parse_idle_timeout(spec_error *e, const cJSON *root, jobspec *s) {
     const cJSON *v = item(root, "idle_timeout");
     char g[64];
     if (!v) return 0;
-    if (s->kind != JOB_KIND_INTERACTIVE)
+    if (s->kind != JOB_KIND_INTERACTIVE && s->n_ports == 0)
         return fail(e, 422, "invalid_value", "idle_timeout",
-                    "only an interactive job has an idle timeout (the time without a connection after which "
-                    "it is stopped)");
+                    "only an interactive job or a job with ports has an idle timeout (the time without a "
+                    "connection after which it is stopped)");
     if (cJSON_IsString(v)) {
         /* digits, a point and digits, one unit: what the parser reads
          * beside (an exponent, hex, a sign, spaces) is refused first */
@@ -1312,6 +1313,22 @@ static int parse_idle_timeout(spec_error *e, const cJSON *root, jobspec *s) {
         return fail(e, 422, "invalid_type", "idle_timeout",
                     "must be a number of seconds or a duration string such as \"30m\", got %s", got(v, g));
     return get_long(e, root, "", "idle_timeout", 0, JOBSPEC_IDLE_MAX_S, 0, &s->idle_timeout_s);
+}
+
+void jobspec_notebook_secret(const char *task_token_hash, char out[65]) {
+    char in[128];
+    int n = snprintf(in, sizeof in, "trainyard-notebook:%s", task_token_hash);
+    sha256_hex(in, n < 0 ? 0 : (size_t)n < sizeof in ? (size_t)n : sizeof in - 1, out);
+}
+
+void jobspec_idle_text(long seconds, char out[32]) {
+    static const struct { long s; char u; } units[] = {{86400, 'd'}, {3600, 'h'}, {60, 'm'}};
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (seconds > 0 && seconds % units[i].s == 0) {
+            snprintf(out, 32, "%ld%c", seconds / units[i].s, units[i].u);
+            return;
+        }
+    snprintf(out, 32, "%lds", seconds);
 }
 
 void jobspec_port_env(const char *name, char out[64]) {
@@ -2362,6 +2379,9 @@ cJSON *jobspec_to_cjson(const jobspec *s) {
             add_str(&o, p, "name", s->ports[i].name);
             add_int(&o, p, "port", s->ports[i].port);
         }
+        /* an interactive job's is printed with its type, always */
+        if (s->kind != JOB_KIND_INTERACTIVE && s->idle_timeout_s > 0)
+            add_int(&o, root, "idle_timeout", (long long)s->idle_timeout_s);
     }
     if (!o.ok) {
         cJSON_Delete(root);

@@ -8,7 +8,8 @@
  * defines: jobspec_parse, jobspec_release, jobspec_to_json, jobspec_to_cjson,
  *          jobspec_replicas, jobspec_devices, jobspec_env_reserved,
  *          jobspec_size_kind, jobspec_size_value, jobspec_size_text,
- *          jobspec_port_name_ok, jobspec_port_env, interactive_name, and the
+ *          jobspec_port_name_ok, jobspec_port_env, jobspec_notebook_secret,
+ *          jobspec_idle_text, interactive_name, and the
  *          enum -> name helpers; the spec's types are jobspec_types.h, the
  *          shapes and the layers' names shapes.h (both included here). */
 #ifndef TRAINYARD_JOBSPEC_H
@@ -76,6 +77,17 @@ int jobspec_port_name_ok(const char *n);
  * ("tensorboard" -> TRAINYARD_PORT_TENSORBOARD, "my-ui" -> TRAINYARD_PORT_MY_UI).
  * out holds 64 bytes. */
 void jobspec_port_env(const char *name, char out[64]);
+
+/* A notebook job's Jupyter token, which the worker gives Jupyter and the
+ * server's proxy sends it (the user never sees it): the hex SHA-256 of
+ * "trainyard-notebook:" and task_token_hash, the hex SHA-256 of the task's
+ * token (tasks.token_hash). out: 64 hex digits and a NUL. */
+void jobspec_notebook_secret(const char *task_token_hash, char out[65]);
+
+/* An idle timeout in seconds as a duration, in the largest unit that
+ * holds it whole: 1800 -> "30m", 3 -> "3s", 7200 -> "2h", 86400 -> "1d",
+ * 90 -> "90s". out holds 32 bytes. */
+void jobspec_idle_text(long seconds, char out[32]);
 
 /* Frees what a parsed spec holds (a command job's argv/env; nothing for a
  * training job). Safe on a zeroed or already released spec. */

@@ -248,9 +248,9 @@ typedef struct jobspec {
     command_spec command;              /* JOB_KIND_COMMAND only */
     environment_spec environment;      /* JOB_KIND_COMMAND and JOB_KIND_INTERACTIVE only */
     interactive_type interactive;      /* JOB_KIND_INTERACTIVE only, else INTERACTIVE_NONE */
-    long idle_timeout_s;               /* JOB_KIND_INTERACTIVE: seconds without a connection
-                                        * before the job is stopped (default 1800; 0 = never);
-                                        * 0 for other kinds */
+    long idle_timeout_s;               /* seconds without a connection before the job is
+                                        * stopped (0 = never): an interactive job's (default
+                                        * 1800), or a job's with ports (default 0) */
     int n_ports;
     port_spec ports[JOBSPEC_MAX_PORTS]; /* unique names (and TRAINYARD_PORT_ names); a
                                         * notebook job's list holds "notebook" */

@@ -1511,6 +1511,22 @@ START_TEST(test_ports_interactive) {
     round_trip(j, strlen(j), "a shell job in an image");
     free(j);
 
+    /* a job with ports may be stopped when idle too (0 by default: never) */
+    parse_ok("{'command':{'argv':['x']},'ports':[{'name':'web','port':80}],'idle_timeout':'15m'}", &s);
+    ck_assert_int_eq(s.kind, JOB_KIND_COMMAND);
+    ck_assert_int_eq(s.idle_timeout_s, 900);
+    ck_assert_int_eq(jobspec_to_json(&s, &j), 0);
+    ck_assert_msg(strstr(j, "\"port\":80}],\"idle_timeout\":900") != NULL, "%s", j);
+    jobspec_release(&s);
+    {
+        jobspec b2;
+        spec_error e2;
+        ck_assert_msg(jobspec_parse(j, strlen(j), &b2, &e2) == 0, "%s: %s", e2.field, e2.message);
+        ck_assert_int_eq(b2.idle_timeout_s, 900);
+        jobspec_release(&b2);
+    }
+    free(j);
+
     /* idle_timeout: seconds, or a duration rounded up to a second */
     static const struct { const char *v; long s; } idle[] = {
         {"0", 0}, {"60", 60}, {"31536000", 31536000}, {"'30m'", 1800}, {"'15s'", 15}, {"'2h'", 7200},
