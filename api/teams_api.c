@@ -303,15 +303,15 @@ static int storage_quota_field(http_res *res, const cJSON *v, int64_t *out) {
 }
 
 /* PATCH|POST /api/v1/teams/{name} {"weight": 2, "guarantee": 8, "quota": 16 | null,
- * "storage_quota": "500GiB" | BYTES | null} -> 200 the team */
+ * "storage_quota": "500GiB" | BYTES | null, "max_interactive": 2 | null} -> 200 the team */
 static void team_patch(server *srv, http_req *req, http_res *res) {
     const char *name = req->params[0];
     cJSON *body = http_body_json(req, res);
     if (!body) return;
     double weight = 0;
-    long guarantee = 0, quota = -1;
+    long guarantee = 0, quota = -1, max_inter = -1;
     int64_t storage_quota = -1;
-    int set_w = 0, set_g = 0, set_q = 0, set_sq = 0;
+    int set_w = 0, set_g = 0, set_q = 0, set_sq = 0, set_mi = 0;
     for (cJSON *f = body->child; f; f = f->next) {
         if (strcmp(f->string, "weight") == 0) {
             if (!cJSON_IsNumber(f)) {
@@ -333,14 +333,19 @@ static void team_patch(server *srv, http_req *req, http_res *res) {
         } else if (strcmp(f->string, "storage_quota") == 0) {
             if (storage_quota_field(res, f, &storage_quota) < 0) goto out;
             set_sq = 1;
+        } else if (strcmp(f->string, "max_interactive") == 0) {
+            if (!cJSON_IsNull(f) && int_field(res, f, "max_interactive", 0, 1000000, &max_inter) < 0) goto out;
+            set_mi = 1;
         } else {
             http_error(res, 422, "unknown_field", f->string,
-                       "unknown field '%s' (allowed: weight, guarantee, quota, storage_quota)", f->string);
+                       "unknown field '%s' (allowed: weight, guarantee, quota, storage_quota, max_interactive)",
+                       f->string);
             goto out;
         }
     }
-    if (!set_w && !set_g && !set_q && !set_sq) {
-        http_error(res, 422, "missing_field", NULL, "give at least one of weight, guarantee, quota, storage_quota");
+    if (!set_w && !set_g && !set_q && !set_sq && !set_mi) {
+        http_error(res, 422, "missing_field", NULL,
+                   "give at least one of weight, guarantee, quota, storage_quota, max_interactive");
         goto out;
     }
     int64_t id = 0;
@@ -381,6 +386,8 @@ static void team_patch(server *srv, http_req *req, http_res *res) {
         cluster_team_set_shares(srv->db, name, weight, (int)guarantee, set_g, (int)quota, set_q) != 0)
         rc = STORE_ERROR;
     if (rc == STORE_OK && set_sq) rc = quota_team_set(srv->db, id, storage_quota);
+    if (rc == STORE_OK && set_mi && cluster_team_set_max_interactive(srv->db, name, (int)max_inter) != 0)
+        rc = STORE_ERROR;
     if (rc != STORE_OK || db_commit(srv->db) < 0) {
         db_rollback(srv->db);
         unavailable(res);
@@ -388,7 +395,7 @@ static void team_patch(server *srv, http_req *req, http_res *res) {
     }
     char actor[96];
     http_actor(req, actor, sizeof actor);
-    if (set_w || set_g || set_q) {
+    if (set_w || set_g || set_q || set_mi) {
         log_info("team %s shares changed by %s", name, actor);
         api_kick_scheduler(srv);
     }

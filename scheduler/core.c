@@ -159,6 +159,20 @@ void sched_reason_format(const sched_outcome *o, char *out, size_t cap)
         rc = sfmt(out, cap, "infeasible: asks %lld MiB per task; the largest node offers %lld MiB",
                   (long long)o->a, (long long)o->b);
         break;
+    case SW_INTERACTIVE:
+        rc = sfmt(out, cap, "the team's %lld interactive job%s %s running (max_interactive %lld)",
+                  (long long)o->a, o->a == 1 ? "" : "s", o->a == 1 ? "is" : "are", (long long)o->b);
+        break;
+    case SW_KEPT_INTERACTIVE:
+        if (o->a == 1)
+            rc = sfmt(out, cap,
+                      "needs the devices of interactive job %lld, which is not preempted while its team is "
+                      "within its guarantee", (long long)o->b);
+        else
+            rc = sfmt(out, cap,
+                      "needs the devices of %lld interactive jobs (job %lld, ...), which are not preempted "
+                      "while their teams are within their guarantees", (long long)o->a, (long long)o->b);
+        break;
     default:
         rc = sfmt(out, cap, "waiting");
         break;
@@ -234,6 +248,8 @@ typedef struct core {
     int64_t *run_end;            /* (n_running) expected release time */
     /* teams */
     double *inuse;               /* (n_teams) devices held */
+    int *n_inter;                /* (n_teams) interactive jobs running (not stopping) or
+                                  * placed by this pass */
     double *wnorm;               /* (n_teams) weight / sum of weights */
     double sum_usage;
     /* users: one slot per (team, user) the snapshot names, found through
@@ -394,7 +410,7 @@ static void core_release(core *c)
     free(c->mem_free); free(c->memh_off); free(c->memh);
     free(c->ports); free(c->avoid); free(c->node_ids_sorted); free(c->node_idx_sorted);
     free(c->hold_off); free(c->holds); free(c->stopping); free(c->run_end);
-    free(c->inuse); free(c->wnorm); free(c->ulog); free(c->mark);
+    free(c->inuse); free(c->n_inter); free(c->wnorm); free(c->ulog); free(c->mark);
     free(c->us_team); free(c->us_user); free(c->us_inuse); free(c->us_usage); free(c->us_key);
     free(c->uh); free(c->tu_usage); free(c->tmulti); free(c->jslot);
 }
@@ -682,6 +698,7 @@ static int core_init(core *c, const sched_snapshot *s, const sched_config *cfg, 
     int nt = s->n_teams;
     size_t ntz = nt > 0 ? (size_t)nt : 1;
     c->inuse = xcalloc(ntz, sizeof(double));
+    c->n_inter = xcalloc(ntz, sizeof(int));
     c->wnorm = xcalloc(ntz, sizeof(double));
     double sw = 0;
     for (int t = 0; t < nt; t++) {
@@ -696,6 +713,7 @@ static int core_init(core *c, const sched_snapshot *s, const sched_config *cfg, 
     for (int i = 0; i < nr; i++) {
         const sched_running *rj = &s->running[i];
         c->inuse[rj->team] += rj->devices;
+        if (rj->interactive && !rj->stopping) c->n_inter[rj->team]++;
         int64_t e = rj->end_ms;
         if (rj->stopping || e < s->now_ms + grace) e = s->now_ms + grace;
         c->run_end[i] = e;
@@ -1181,9 +1199,14 @@ static int cand_cmp(const void *a, const void *b)
 
 /* Tries to make room for the head by stopping whole gangs. Returns the
  * number of jobs the head now waits on (new victims + relevant stopping
- * jobs), 0 when preemption cannot help. */
-static int preempt_for(core *c, int ji, int guaranteed)
+ * jobs), 0 when preemption cannot help. Interactive jobs whose team is
+ * within its guarantee are never victims: when stopping some of them too
+ * would have made room, *kept is how many (in the candidates' order) and
+ * *kept_id the first's id (else both 0). */
+static int preempt_for(core *c, int ji, int guaranteed, int *kept, int64_t *kept_id)
 {
+    *kept = 0;
+    *kept_id = 0;
     const sched_snapshot *s = c->s;
     const sched_job *j = &s->queued[ji];
     resv *h = &c->hv;
@@ -1193,7 +1216,8 @@ static int preempt_for(core *c, int ji, int guaranteed)
     if (resv_fits(h)) return stopping > 0 ? stopping : 0;
 
     cand *cd = xmalloc((size_t)(s->n_running > 0 ? s->n_running : 1) * sizeof *cd);
-    int n = 0;
+    cand *kd = xmalloc((size_t)(s->n_running > 0 ? s->n_running : 1) * sizeof *kd);
+    int n = 0, nk = 0;
     for (int ri = 0; ri < s->n_running; ri++) {
         const sched_running *v = &s->running[ri];
         if (c->stopping[ri]) continue;
@@ -1207,6 +1231,11 @@ static int preempt_for(core *c, int ji, int guaranteed)
         if (!by_prio && !by_guar && !lend) continue;
         int64_t since = v->last_checkpoint_ms > 0 ? v->last_checkpoint_ms : v->started_at_ms;
         int64_t lost = s->now_ms - since;
+        /* Run:AI's rule: a notebook or a shell within its team's guarantee stays */
+        if (v->interactive && c->inuse[v->team] <= s->teams[v->team].guarantee) {
+            kd[nk++] = (cand){ri, lost < 0 ? 0 : lost, v->priority, 0, 0};
+            continue;
+        }
         cd[n++] = (cand){ri, lost < 0 ? 0 : lost, v->priority, shrinks, lend};
     }
     qsort(cd, (size_t)n, sizeof *cd, cand_cmp);
@@ -1225,6 +1254,18 @@ static int preempt_for(core *c, int ji, int guaranteed)
         else resv_hold(c, cd[x].ri, +1);
         fits = resv_fits(h);
         last = x;
+    }
+    if (!fits && nk > 0) {
+        /* would the kept ones have made room? (the holds are undone by the
+         * caller's resv_compute) */
+        qsort(kd, (size_t)nk, sizeof *kd, cand_cmp);
+        for (int x = 0; x < nk && !*kept; x++) {
+            resv_hold(c, kd[x].ri, +1);
+            if (resv_fits(h)) {
+                *kept = x + 1;
+                *kept_id = s->running[kd[0].ri].id;
+            }
+        }
     }
     int victims = 0;
     if (fits) {
@@ -1270,7 +1311,7 @@ static int preempt_for(core *c, int ji, int guaranteed)
             victims++;
         }
     }
-    free(pick); free(tuse); free(cd);
+    free(pick); free(tuse); free(cd); free(kd);
     return victims ? victims + stopping : 0;
 }
 
@@ -1501,12 +1542,17 @@ static void consider(core *c, int ji, int *preempt_tries)
         o->why = SW_QUOTA; o->a = (int64_t)c->inuse[j->team]; o->b = tm->quota; o->c = size;
         goto out;
     }
+    if (j0->interactive && tm->limit_interactive && c->n_inter[j->team] >= tm->max_interactive) {
+        o->why = SW_INTERACTIVE; o->a = c->n_inter[j->team]; o->b = tm->max_interactive;
+        goto out;
+    }
     int64_t now = s->now_ms;
     if (!c->hv.active) {
         if (elastic_fit(c, j0, &view, o) && place_job(c, ji, &view, o) == 0) {
             size = sched_job_devices(&view);
             o->why = SW_NONE; o->place = r->n_place - 1;
             c->inuse[j->team] += size;
+            if (j0->interactive) c->n_inter[j->team]++;
             user_took(c, ji, size);
             goto out;
         }
@@ -1521,8 +1567,11 @@ static void consider(core *c, int ji, int *preempt_tries)
         int guaranteed = c->inuse[j->team] + size <= tm->guarantee;
         if (c->cfg->preemption && (h->T == 0 || h->T > now + 2 * c->cfg->preempt_grace_ms) &&
             (*preempt_tries)++ < GUARANTEE_ATTEMPTS) {
-            int waits = preempt_for(c, ji, guaranteed);
+            int kept = 0;
+            int64_t kept_id = 0;
+            int waits = preempt_for(c, ji, guaranteed, &kept, &kept_id);
             if (waits > 0) { o->why = SW_PREEMPTING; o->a = waits; }
+            else if (kept > 0) { o->why = SW_KEPT_INTERACTIVE; o->a = kept; o->b = kept_id; }
             h->T = resv_compute(c);
         }
         o->est_start_ms = h->T;
@@ -1553,11 +1602,13 @@ static void consider(core *c, int ji, int *preempt_tries)
     r->n_backfilled++;
     o->why = SW_NONE; o->place = r->n_place - 1;
     c->inuse[j->team] += size;
+    if (j0->interactive) c->n_inter[j->team]++;
     user_took(c, ji, size);
 out:
     avoid_set(c, j, c->avoid, 0);
     if (o->place < 0 && o->why != SW_NO_NODES && o->why != SW_WIDE && o->why != SW_LARGE &&
-        o->why != SW_PS_INFEASIBLE && o->why != SW_QUOTA && o->why != SW_MEM_WIDE && o->why != SW_RUNTIME)
+        o->why != SW_PS_INFEASIBLE && o->why != SW_QUOTA && o->why != SW_MEM_WIDE && o->why != SW_RUNTIME &&
+        o->why != SW_INTERACTIVE)
         c->starving[o->kind >= 0 && o->kind < SCHED_KINDS ? o->kind : 0] = 1;
 }
 

@@ -98,6 +98,8 @@ typedef struct sched_team {
     int guarantee;                 /* devices always theirs when they ask */
     int quota;                     /* most devices in use, -1 = no cap */
     double usage;                  /* decayed device-seconds (sched_usage_decay) */
+    int limit_interactive;         /* 1: max_interactive applies (0: no limit) */
+    int max_interactive;           /* the most interactive jobs running at once (>= 0) */
 } sched_team;
 
 /* A user's share of its team: the level of the fair-share tree below the
@@ -127,6 +129,9 @@ typedef struct sched_running {
     int64_t mem_mb;                /* its resources.memory per task (0: the default share) */
     int may_grow;                  /* running, not stopping, past the resize interval */
     int64_t user;                  /* who submitted it (0: the team's service account) */
+    int interactive;               /* 1: a notebook or a shell: counted against its team's
+                                    * max_interactive, and never preempted while its team
+                                    * is within its guarantee */
 } sched_running;
 
 typedef struct sched_job {
@@ -146,6 +151,7 @@ typedef struct sched_job {
                                     * many workers (0: up to workers) */
     int runtime;                   /* SCHED_RT_* it needs (0: any node) */
     int64_t user;                  /* who submitted it (0: the team's service account) */
+    int interactive;               /* 1: a notebook or a shell (max_interactive applies) */
 } sched_job;
 
 typedef struct sched_snapshot {
@@ -181,8 +187,12 @@ typedef enum {
     SW_MEM,             /* a task needs a MiB on one node; the most free is b; c 0 worker, 1 ps */
     SW_MEM_GANG,        /* needs c workers with a MiB each; only b fit in the free memory */
     SW_MEM_WIDE,        /* infeasible: a task asks a MiB; the largest node offers b */
-    SW_RUNTIME          /* infeasible: it needs a container runtime (podman) no ready node has:
+    SW_RUNTIME,         /* infeasible: it needs a container runtime (podman) no ready node has:
                          * a=nodes with it b=nodes */
+    SW_INTERACTIVE,     /* its team runs a interactive jobs, its max_interactive b */
+    SW_KEPT_INTERACTIVE /* only preempting a interactive jobs (b the first's id) would make
+                         * room; they are not preempted while their team is within its
+                         * guarantee */
 } sched_why;
 
 typedef struct sched_task {

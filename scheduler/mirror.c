@@ -178,7 +178,7 @@ void mirror_job_core(const cl_job *j, sched_job *out)
 {
     *out = (sched_job){j->id, 0, j->priority, j->workers, j->devices_per_worker, j->kind, j->ps,
                        j->queued_at, j->max_runtime_s, 0, NULL, j->memory_mb, j->workers_min, j->resize_to,
-                       j->runtime == CL_RUNTIME_PODMAN ? SCHED_RT_PODMAN : 0, j->user_id};
+                       j->runtime == CL_RUNTIME_PODMAN ? SCHED_RT_PODMAN : 0, j->user_id, j->interactive};
 }
 
 /* A job's row changed: its info follows. */

@@ -168,7 +168,8 @@ static void snap_build(mirror *m, int64_t now, double tau_s, snap *sp)
     }
     for (int t = 0; t < m->n_teams; t++)
         sp->teams[t] = (sched_team){m->teams[t].id, m->teams[t].weight, m->teams[t].guarantee,
-                                    m->teams[t].quota, m->teams[t].usage};
+                                    m->teams[t].quota, m->teams[t].usage, m->teams[t].max_interactive >= 0,
+                                    m->teams[t].max_interactive >= 0 ? m->teams[t].max_interactive : 0};
     int nu = 0;
     for (int u = 0; u < m->n_uusage; u++) {
         const cl_user_usage *uu = &m->uusage[u];
@@ -205,7 +206,7 @@ static void snap_build(mirror *m, int64_t now, double tau_s, snap *sp)
                                           j->last_checkpoint_at, start + j->max_runtime_s * 1000,
                                           elastic ? now_w : 0, elastic ? j->workers_min : 0,
                                           elastic ? j->workers : 0, j->devices_per_worker, j->kind,
-                                          j->memory_mb, 0, j->user_id};
+                                          j->memory_mb, 0, j->user_id, j->interactive};
             sp->run_job[nr++] = j;
         }
     }

@@ -174,7 +174,7 @@ static void row_mem(sqlite3_stmt *st, void *out)
 }
 
 static const char SQL_TEAMS[] =
-    "SELECT id, name, weight, guarantee, quota, usage, usage_at FROM teams ORDER BY id";
+    "SELECT id, name, weight, guarantee, quota, usage, usage_at, max_interactive FROM teams ORDER BY id";
 
 static void row_team(sqlite3_stmt *st, void *out)
 {
@@ -186,6 +186,7 @@ static void row_team(sqlite3_stmt *st, void *out)
     t->quota = sqlite3_column_type(st, 4) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 4);
     t->usage = sqlite3_column_double(st, 5);
     t->usage_at = sqlite3_column_int64(st, 6);
+    t->max_interactive = sqlite3_column_type(st, 7) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 7);
 }
 
 static const char SQL_USER_USAGE[] =
@@ -209,7 +210,8 @@ static void row_user_usage(sqlite3_stmt *st, void *out)
     " CASE WHEN j.state = 'queued' THEN 0 ELSE EXISTS(SELECT 1 FROM tasks t"            \
     "   WHERE t.job_id = j.id AND t.attempt = j.attempt AND t.state = 'stopping') END,"  \
     " j.workers_min, j.workers_now, j.resize_to,"                                       \
-    " json_extract(j.spec, '$.environment.image') IS NOT NULL, coalesce(j.user_id, 0)"  \
+    " json_extract(j.spec, '$.environment.image') IS NOT NULL, coalesce(j.user_id, 0),"  \
+    " json_extract(j.spec, '$.interactive.type') IS NOT NULL"                           \
     " FROM jobs j "
 static const char SQL_JOBS_LIVE[] =
     JOB_COLS "WHERE j.state IN ('queued','starting','running') ORDER BY j.id";
@@ -250,6 +252,7 @@ static void row_job(sqlite3_stmt *st, void *out)
     j->resize_to = sqlite3_column_int(st, 21);
     j->runtime = sqlite3_column_int(st, 22) ? CL_RUNTIME_PODMAN : 0;
     j->user_id = sqlite3_column_int64(st, 23);
+    j->interactive = sqlite3_column_int(st, 24);
 }
 
 #define AVOID_COLS "SELECT job_id, node_id FROM node_failures WHERE count >= 2 "
@@ -972,6 +975,21 @@ int cluster_team_set_shares(db *d, const char *name, double weight, int guarante
     sqlite3_bind_int(st, 4, set_guarantee);
     if (quota >= 0) sqlite3_bind_int(st, 5, quota);
     sqlite3_bind_int(st, 6, set_quota);
+    int rc = sqlite3_step(st);
+    int changed = sqlite3_changes(db_conn(d));
+    db_done(st);
+    if (rc != SQLITE_DONE) return -1;
+    return changed == 1 ? 0 : 1;
+}
+
+static const char SQL_TEAM_MAX_INTERACTIVE[] = "UPDATE teams SET max_interactive = ?2 WHERE name = ?1";
+
+int cluster_team_set_max_interactive(db *d, const char *name, int max_interactive)
+{
+    sqlite3_stmt *st = db_prepare(d, SQL_TEAM_MAX_INTERACTIVE);
+    if (!st) return -1;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    if (max_interactive >= 0) sqlite3_bind_int(st, 2, max_interactive);
     int rc = sqlite3_step(st);
     int changed = sqlite3_changes(db_conn(d));
     db_done(st);

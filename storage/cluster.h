@@ -65,6 +65,7 @@ typedef struct cl_team {
     double weight;
     int guarantee;
     int quota;                      /* -1 = none */
+    int max_interactive;            /* the most interactive jobs running at once, -1 = none */
     double usage;
     int64_t usage_at;
 } cl_team;
@@ -91,6 +92,7 @@ typedef struct cl_job {
     int workers_now;                /* workers of the current attempt (0: never placed) */
     int resize_to;                  /* a resize's target while it is under way, else 0 */
     int runtime;                    /* CL_RUNTIME_* it needs (0: any node) */
+    int interactive;                /* 1: a notebook or shell job (spec interactive) */
     int64_t user_id;                /* who submitted it (0: a team's service token, the admin) */
     char reason[CL_REASON_MAX];
 } cl_job;
@@ -219,6 +221,10 @@ int cluster_user_set_usage(db *d, int64_t team_id, int64_t user_id, double usage
 /* Team shares (admin). quota < 0 = none; weight <= 0 leaves it. 0, 1 no team, -1. */
 int cluster_team_set_shares(db *d, const char *name, double weight, int guarantee, int set_guarantee,
                             int quota, int set_quota);
+
+/* The most interactive jobs of the team running at once (teams.max_interactive);
+ * < 0 = no limit. 0, 1 no team, -1. */
+int cluster_team_set_max_interactive(db *d, const char *name, int max_interactive);
 
 /* Tasks of node_id not exited: marked exited with reason; the ids of their
  * jobs into *jobs (malloc'd). Returns the count of jobs or -1. */

@@ -448,6 +448,12 @@ static const char m16[] =
     "  port INTEGER NOT NULL,"
     "  PRIMARY KEY(task_id, name)) WITHOUT ROWID;";
 
+/* 17: interactive jobs. teams.max_interactive: the most interactive jobs
+ * (notebooks, shells) of the team running at once, NULL = no limit (PATCH
+ * /teams/{name}; the scheduler holds the others queued). */
+static const char m17[] =
+    "ALTER TABLE teams ADD COLUMN max_interactive INTEGER;";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1},
     {2, "nodes, devices, tasks, allocations, shares", m2},
@@ -465,5 +471,6 @@ const migration schema_migrations[] = {
     {14, "people: users, members, user_tokens, token_use, audit, jobs/sweeps.user_id", m14},
     {15, "fair share within a team: user_usage", m15},
     {16, "a job's web ports: task_ports", m16},
+    {17, "interactive jobs: teams.max_interactive", m17},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -85,7 +85,7 @@ void store_json_text(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
 static const char SQL_TEAM_INSERT[] = "INSERT INTO teams(name, created_at) VALUES(?, ?)";
 static const char SQL_TEAM_FIND[] = "SELECT id FROM teams WHERE name = ?";
 static const char SQL_TEAMS_LIST[] =
-    "SELECT t.id, t.name, t.created_at, t.weight, t.guarantee, t.quota,"
+    "SELECT t.id, t.name, t.created_at, t.weight, t.guarantee, t.quota, t.max_interactive,"
     " (SELECT count(*) FROM jobs j WHERE j.team_id = t.id AND j.state IN ('queued')),"
     " (SELECT count(*) FROM jobs j WHERE j.team_id = t.id AND j.state IN ('starting','running')),"
     " (SELECT count(*) FROM allocations a JOIN jobs j ON j.id = a.job_id WHERE j.team_id = t.id)"
@@ -130,9 +130,11 @@ static cJSON *teams_query(db *d, int64_t team_id) {
         cJSON_AddNumberToObject(t, "guarantee", sqlite3_column_int(st, 4));
         if (sqlite3_column_type(st, 5) == SQLITE_NULL) cJSON_AddNullToObject(t, "quota");
         else cJSON_AddNumberToObject(t, "quota", sqlite3_column_int(st, 5));
-        cJSON_AddNumberToObject(t, "jobs_queued", sqlite3_column_int(st, 6));
-        cJSON_AddNumberToObject(t, "jobs_running", sqlite3_column_int(st, 7));
-        cJSON_AddNumberToObject(t, "devices_in_use", sqlite3_column_int(st, 8));
+        if (sqlite3_column_type(st, 6) == SQLITE_NULL) cJSON_AddNullToObject(t, "max_interactive");
+        else cJSON_AddNumberToObject(t, "max_interactive", sqlite3_column_int(st, 6));
+        cJSON_AddNumberToObject(t, "jobs_queued", sqlite3_column_int(st, 7));
+        cJSON_AddNumberToObject(t, "jobs_running", sqlite3_column_int(st, 8));
+        cJSON_AddNumberToObject(t, "devices_in_use", sqlite3_column_int(st, 9));
         cJSON_AddItemToArray(arr, t);
     }
     db_done(st);

@@ -44,7 +44,7 @@ static eworld *eworld_new(int nodes, int cpus)
     eworld *w = xcalloc(1, sizeof *w);
     sched_config_default(&w->cfg);
     w->s.now_ms = 1000000000;
-    w->team = (sched_team){1, 1.0, 0, -1, 0};
+    w->team = (sched_team){1, 1.0, 0, -1, 0, 0, 0};
     w->s.teams = &w->team; w->s.n_teams = 1;
     w->s.nodes = w->nodes; w->s.running = w->run; w->s.queued = w->q;
     for (int i = 0; i < nodes; i++) {

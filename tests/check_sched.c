@@ -48,7 +48,7 @@ static world *world_new(void)
     sched_config_default(&w->cfg);
     w->s.nodes = w->nodes; w->s.teams = w->teams; w->s.running = w->run; w->s.queued = w->q;
     w->s.now_ms = 1000000000;
-    w->teams[0] = (sched_team){1, 1.0, 0, -1, 0};
+    w->teams[0] = (sched_team){1, 1.0, 0, -1, 0, 0, 0};
     w->s.n_teams = 1;
     return w;
 }
@@ -94,7 +94,7 @@ static int add_running(world *w, int64_t id, int team, int prio, int preemptible
 {
     int r = w->s.n_running++;
     w->run[r] = (sched_running){id, team, prio, preemptible, 0, count, w->s.now_ms - 600000, 0,
-                                w->s.now_ms + 3600000, 0, 0, 0, 0, 0, 0, 0, 0};
+                                w->s.now_ms + 3600000, 0, 0, 0, 0, 0, 0, 0, 0, 0};
     for (int d = 0, got = 0; d < w->nodes[node].n_dev[SCHED_GPU] && got < count; d++)
         if (w->dev[node][SCHED_GPU][d].job_id == 0) { w->dev[node][SCHED_GPU][d].job_id = id; got++; }
     return r;
@@ -103,7 +103,7 @@ static int add_running(world *w, int64_t id, int team, int prio, int preemptible
 static int add_job(world *w, int64_t id, int team, int prio, int workers, int dpw, int kind)
 {
     int q = w->s.n_queued++;
-    w->q[q] = (sched_job){id, team, prio, workers, dpw, kind, 0, w->s.now_ms - id * 1000, 3600, 0, NULL, 0, 0, 0, 0, 0};
+    w->q[q] = (sched_job){id, team, prio, workers, dpw, kind, 0, w->s.now_ms - id * 1000, 3600, 0, NULL, 0, 0, 0, 0, 0, 0};
     return q;
 }
 
@@ -209,7 +209,7 @@ START_TEST(admission_numbers)
     world *w = world_new();
     sched_outcome o;
     char txt[SCHED_REASON_MAX];
-    sched_job j = {1, 0, 50, 2, 16, SCHED_GPU, 0, 0, 60, 0, NULL, 0, 0, 0, 0, 0};
+    sched_job j = {1, 0, 50, 2, 16, SCHED_GPU, 0, 0, 60, 0, NULL, 0, 0, 0, 0, 0, 0};
     ck_assert_int_eq(sched_admit(&w->s, &j, &o), -1);
     ck_assert_int_eq(o.why, SW_NO_NODES);
     add_node(w, 8, 4);
@@ -317,11 +317,91 @@ START_TEST(preempt_least_work_lost)
 }
 END_TEST
 
+/* max_interactive: a team's notebooks and shells beyond it wait, saying
+ * so; its other jobs do not; jobs placed in the pass count. */
+START_TEST(max_interactive_holds_the_next)
+{
+    world *w = world_new();
+    int n0 = add_node(w, 8, 4);
+    w->teams[0].limit_interactive = 1;
+    w->teams[0].max_interactive = 2;
+    int a = add_running(w, 1, 0, 50, 0, n0, 1);
+    w->run[a].interactive = 1;
+    int q1 = add_job(w, 12, 0, 50, 1, 1, SCHED_GPU); /* the oldest (add_job: queued id s ago) */
+    int q2 = add_job(w, 11, 0, 50, 1, 1, SCHED_GPU);
+    int q3 = add_job(w, 10, 0, 50, 1, 1, SCHED_GPU);
+    w->q[q1].interactive = w->q[q2].interactive = 1;
+    sched_result r; sched_result_init(&r);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_ge(r.out[q1].place, 0);  /* the second: placed */
+    ck_assert_int_lt(r.out[q2].place, 0);  /* the third waits */
+    ck_assert_int_ge(r.out[q3].place, 0);  /* a job that is not interactive does not */
+    char txt[SCHED_REASON_MAX];
+    reason(&r, q2, txt, sizeof txt);
+    ck_assert_str_eq(txt, "the team's 2 interactive jobs are running (max_interactive 2)");
+    /* max 1: one running is enough; a stopping one does not count */
+    w->teams[0].max_interactive = 1;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_lt(r.out[q1].place, 0);
+    reason(&r, q1, txt, sizeof txt);
+    ck_assert_str_eq(txt, "the team's 1 interactive job is running (max_interactive 1)");
+    w->run[a].stopping = 1;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_ge(r.out[q1].place, 0);
+    ck_assert_int_lt(r.out[q2].place, 0);
+    /* no limit */
+    w->run[a].stopping = 0;
+    w->teams[0].limit_interactive = 0;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_ge(r.out[q1].place, 0);
+    ck_assert_int_ge(r.out[q2].place, 0);
+    sched_result_release(&r); free(w);
+}
+END_TEST
+
+/* Run:AI's rule: an interactive job is not preempted while its team is
+ * within its guarantee (a job waiting for its devices says so); above the
+ * guarantee it is preempted as any job. */
+START_TEST(interactive_kept_within_guarantee)
+{
+    world *w = world_new();
+    w->teams[0] = (sched_team){1, 1.0, 4, -1, 0, 0, 0};
+    w->teams[1] = (sched_team){2, 1.0, 0, -1, 0, 0, 0};
+    w->s.n_teams = 2;
+    int n0 = add_node(w, 4, 4);
+    int nb = add_running(w, 1, 0, 10, 1, n0, 4);   /* team 0's notebook: preemptible, low priority */
+    w->run[nb].interactive = 1;
+    int q = add_job(w, 10, 1, 90, 1, 4, SCHED_GPU);
+    sched_result r; sched_result_init(&r);
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_stops, 0);
+    ck_assert_int_lt(r.out[q].place, 0);
+    char txt[SCHED_REASON_MAX];
+    reason(&r, q, txt, sizeof txt);
+    ck_assert_str_eq(txt, "needs the devices of interactive job 1, which is not preempted while its team is "
+                          "within its guarantee");
+    /* not interactive: preempted by priority */
+    w->run[nb].interactive = 0;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_stops, 1);
+    ck_assert_int_eq(r.stops[0].job_id, 1);
+    /* interactive, its team above its guarantee (2 of 4 devices guaranteed) */
+    w->run[nb].interactive = 1;
+    w->teams[0].guarantee = 2;
+    ck_assert_int_eq(sched_pass_core(&w->s, &w->cfg, &r), 0);
+    ck_assert_int_eq(r.n_stops, 1);
+    ck_assert_int_eq(r.stops[0].job_id, 1);
+    reason(&r, q, txt, sizeof txt);
+    ck_assert_str_eq(txt, "waiting for 1 preempted job to stop");
+    sched_result_release(&r); free(w);
+}
+END_TEST
+
 START_TEST(guarantee_reclaims_borrowed)
 {
     world *w = world_new();
-    w->teams[0] = (sched_team){1, 1.0, 0, -1, 0};
-    w->teams[1] = (sched_team){2, 1.0, 4, -1, 0};
+    w->teams[0] = (sched_team){1, 1.0, 0, -1, 0, 0, 0};
+    w->teams[1] = (sched_team){2, 1.0, 4, -1, 0, 0, 0};
     w->s.n_teams = 2;
     int n0 = add_node(w, 8, 4);
     add_running(w, 1, 0, 90, 0, n0, 4);            /* team 0 borrows all 8 */
@@ -342,8 +422,8 @@ END_TEST
 START_TEST(fair_share_orders_teams)
 {
     world *w = world_new();
-    w->teams[0] = (sched_team){1, 1.0, 0, -1, 0};
-    w->teams[1] = (sched_team){2, 3.0, 0, -1, 0};
+    w->teams[0] = (sched_team){1, 1.0, 0, -1, 0, 0, 0};
+    w->teams[1] = (sched_team){2, 3.0, 0, -1, 0, 0, 0};
     w->s.n_teams = 2;
     w->cfg.usage_blend = 1.0;
     add_node(w, 8, 0);
@@ -514,7 +594,7 @@ START_TEST(memory_default_share)
     w->nodes[c].mem_mb = 24000;
     int g = add_node(w, 8, 2);                     /* 8 gpus, 2 cpu slots, 80000 MiB */
     w->nodes[g].mem_mb = 80000;
-    sched_job j = {1, 0, 50, 1, 2, SCHED_CPU, 0, 0, 60, 0, NULL, 0, 0, 0, 0, 0};
+    sched_job j = {1, 0, 50, 1, 2, SCHED_CPU, 0, 0, 60, 0, NULL, 0, 0, 0, 0, 0, 0};
     ck_assert_int_eq(sched_task_mem(&w->nodes[c], &j, 0), 12000);
     ck_assert_int_eq(sched_task_mem(&w->nodes[c], &j, 1), 6000);     /* a ps: one slot of four */
     j.kind = SCHED_GPU; j.devices_per_worker = 1;
@@ -633,7 +713,7 @@ START_TEST(memory_admission)
     int n1 = add_node(w, 8, 4);
     w->nodes[n0].mem_mb = 24105;
     w->nodes[n1].mem_mb = 16000;
-    sched_job j = {1, 0, 50, 1, 1, SCHED_GPU, 0, 0, 60, 0, NULL, 65536, 0, 0, 0, 0};
+    sched_job j = {1, 0, 50, 1, 1, SCHED_GPU, 0, 0, 60, 0, NULL, 65536, 0, 0, 0, 0, 0};
     sched_outcome o;
     char txt[SCHED_REASON_MAX];
     ck_assert_int_eq(sched_admit(&w->s, &j, &o), -1);
@@ -676,7 +756,7 @@ static void random_world(world *w)
     w->s.n_teams = rint_(1, 4);
     for (int t = 0; t < w->s.n_teams; t++)
         w->teams[t] = (sched_team){t + 1, rint_(1, 4), rint_(0, 3) ? 0 : rint_(1, 8),
-                                   rint_(0, 2) ? -1 : rint_(2, 24), (double)rint_(0, 100000)};
+                                   rint_(0, 2) ? -1 : rint_(2, 24), (double)rint_(0, 100000), 0, 0};
     int nn = rint_(0, 12);
     static const int gp[] = {0, 1, 2, 4, 8, 8};
     for (int i = 0; i < nn; i++) {
@@ -704,7 +784,7 @@ static void random_world(world *w)
                                     rint_(0, 5) == 0, got, now - rint_(0, 7200) * 1000,
                                     rint_(0, 1) ? now - rint_(0, 3600) * 1000 : 0,
                                     now + (int64_t)rint_(-100, 7200) * 1000, 0, 0, 0, 0, 0, 0, 0,
-                                    id % 3 /* users 0-2 of the team */};
+                                    id % 3 /* users 0-2 of the team */, 0};
     }
     int nq = rint_(0, 40);
     for (int q = 0; q < nq; q++) {
@@ -712,7 +792,7 @@ static void random_world(world *w)
         *j = (sched_job){100 + q, rint_(0, w->s.n_teams - 1), rint_(0, 2) * 40 + 10, rint_(1, 4),
                          rint_(1, 8), rint_(0, 4) ? SCHED_GPU : SCHED_CPU, rint_(0, 5) ? 0 : rint_(1, 2),
                          w->s.now_ms - rint_(0, 36000) * 1000, rint_(60, 14400), 0, NULL, 0, 0, 0, 0,
-                         q % 3 /* users 0-2 of the team */};
+                         q % 3 /* users 0-2 of the team */, 0};
         if (j->devices_per_worker > 3 && rint_(0, 1)) j->devices_per_worker = rint_(1, 2);
         if (rint_(0, 2) == 0) j->mem_mb = rint_(1, 40) * 1000;
         if (w->s.n_nodes > 0 && rint_(0, 6) == 0) {
@@ -1050,7 +1130,7 @@ START_TEST(property_repeated_passes)
                 }
                 w->run[w->s.n_running++] = (sched_running){j.id, j.team, j.priority, 1, 0,
                     sched_job_devices(&j), w->s.now_ms, 0, w->s.now_ms + j.max_runtime_s * 1000,
-                    0, 0, 0, 0, 0, 0, 0, j.user};
+                    0, 0, 0, 0, 0, 0, 0, j.user, 0};
             }
             /* drop placed jobs from the queue (keeping id order) */
             int nq = 0;
@@ -1105,12 +1185,12 @@ START_TEST(pass_is_fast)
         for (int d = 0; d < 8; d++) dev[i * 8 + d].id = i * 8 + d + 1;
     }
     sched_team teams[4];
-    for (int t = 0; t < 4; t++) teams[t] = (sched_team){t + 1, t + 1, 0, -1, 0};
+    for (int t = 0; t < 4; t++) teams[t] = (sched_team){t + 1, t + 1, 0, -1, 0, 0, 0};
     sched_job *q = xcalloc((size_t)nq, sizeof *q);
     g_rng = 77;
     static const int wd[] = {1, 2, 4, 8};
     for (int i = 0; i < nq; i++)
-        q[i] = (sched_job){i + 1, rint_(0, 3), 50, rint_(1, 4), wd[rint_(0, 3)], SCHED_GPU, 0, i, 3600, 0, NULL, 0, 0, 0, 0, 0};
+        q[i] = (sched_job){i + 1, rint_(0, 3), 50, rint_(1, 4), wd[rint_(0, 3)], SCHED_GPU, 0, i, 3600, 0, NULL, 0, 0, 0, 0, 0, 0};
     sched_snapshot s = {1000000, nn, nn, nodes, 4, teams, 0, NULL, nq, q, 0, NULL};
     sched_config cfg; sched_config_default(&cfg);
     sched_result r; sched_result_init(&r);
@@ -1911,6 +1991,7 @@ static void same_state(const cluster_state *a, const cluster_state *b)
         ck_assert(x->weight == y->weight);
         ck_assert_int_eq(x->guarantee, y->guarantee);
         ck_assert_int_eq(x->quota, y->quota);
+        ck_assert_int_eq(x->max_interactive, y->max_interactive);
         ck_assert(x->usage == y->usage);
         ck_assert_int_eq(x->usage_at, y->usage_at);
     }
@@ -1927,6 +2008,7 @@ static void same_state(const cluster_state *a, const cluster_state *b)
         const cl_job *x = &a->jobs[i], *y = &b->jobs[i];
         ck_assert_int_eq(x->id, y->id);
         ck_assert_int_eq(x->user_id, y->user_id);
+        ck_assert_int_eq(x->interactive, y->interactive);
         ck_assert_int_eq(x->team_id, y->team_id);
         ck_assert_str_eq(x->state, y->state);
         ck_assert_int_eq(x->priority, y->priority);
@@ -2570,6 +2652,8 @@ Suite *sched_suite(void)
     tcase_add_test(tc, image_jobs_only_where_podman_is);
     tcase_add_test(tc, preempt_least_work_lost);
     tcase_add_test(tc, guarantee_reclaims_borrowed);
+    tcase_add_test(tc, max_interactive_holds_the_next);
+    tcase_add_test(tc, interactive_kept_within_guarantee);
     tcase_add_test(tc, fair_share_orders_teams);
     tcase_add_test(tc, user_share_within_team);
     tcase_add_test(tc, user_key_formula);

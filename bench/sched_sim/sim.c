@@ -167,7 +167,7 @@ static void simulate(int n_nodes, int gpus, int n_jobs, uint64_t seed, int backf
     sched_device *gdev, *cdev;
     sched_node *nodes = make_nodes(n_nodes, gpus, &gdev, &cdev);
     sched_team teams[NTEAMS];
-    for (int t = 0; t < NTEAMS; t++) teams[t] = (sched_team){t + 1, team_weight[t], 0, -1, 0};
+    for (int t = 0; t < NTEAMS; t++) teams[t] = (sched_team){t + 1, team_weight[t], 0, -1, 0, 0, 0};
     /* the queue in id order (all queued at t=0), compacted as jobs start */
     sched_job *q = xcalloc((size_t)n_jobs, sizeof *q);
     int *qmap = xcalloc((size_t)n_jobs, sizeof(int));
@@ -177,7 +177,7 @@ static void simulate(int n_nodes, int gpus, int n_jobs, uint64_t seed, int backf
         simjob *j = &jobs[i];
         q[nq] = (sched_job){j->id, j->team, j->priority, j->workers, j->dpw, SCHED_GPU, 0,
                             j->queued_at, j->max_runtime_s, 0, NULL, 0, 0, 0, 0,
-                            g_users > 1 ? j->id % g_users : 0};
+                            g_users > 1 ? j->id % g_users : 0, 0};
         qmap[nq++] = i;
         team_waiting[j->team]++;
     }
@@ -231,7 +231,7 @@ static void simulate(int n_nodes, int gpus, int n_jobs, uint64_t seed, int backf
             team_waiting[j->team]--;
             run[nr] = (sched_running){j->id, j->team, j->priority, 0, 0, j->workers * j->dpw,
                                       j->started_at, 0, j->started_at + j->max_runtime_s * 1000,
-                                      0, 0, 0, 0, 0, 0, 0, g_users > 1 ? j->id % g_users : 0};
+                                      0, 0, 0, 0, 0, 0, 0, g_users > 1 ? j->id % g_users : 0, 0};
             runmap[nr] = ji;
             runpos[ji] = nr++;
             heap_push(&heap, ji);
@@ -399,7 +399,7 @@ static void simulate_open(int n_nodes, int gpus, int n_jobs, uint64_t seed, doub
     sched_device *gdev, *cdev;
     sched_node *nodes = make_nodes(n_nodes, gpus, &gdev, &cdev);
     sched_team teams[NTEAMS];
-    for (int k = 0; k < NTEAMS; k++) teams[k] = (sched_team){k + 1, team_weight[k], 0, -1, 0};
+    for (int k = 0; k < NTEAMS; k++) teams[k] = (sched_team){k + 1, team_weight[k], 0, -1, 0, 0, 0};
     sched_job *q = xcalloc((size_t)n_jobs, sizeof *q);
     int *qmap = xcalloc((size_t)n_jobs, sizeof(int));
     sched_running *run = xcalloc((size_t)n_jobs, sizeof *run);
@@ -423,7 +423,7 @@ static void simulate_open(int n_nodes, int gpus, int n_jobs, uint64_t seed, doub
         for (int x = 0; x < nqd; x++) {
             ojob *j = &jobs[queued[x]];
             q[nq] = (sched_job){j->id, j->team, j->priority, j->workers, j->dpw, SCHED_GPU, 0, j->arrive,
-                                j->max_runtime_s, 0, NULL, 0, j->lo, j->resize_to, 0, 0};
+                                j->max_runtime_s, 0, NULL, 0, j->lo, j->resize_to, 0, 0, 0};
             qmap[nq++] = queued[x];
         }
         for (int x = 0; x < nrun; x++) {
@@ -431,7 +431,7 @@ static void simulate_open(int n_nodes, int gpus, int n_jobs, uint64_t seed, doub
             int64_t left = (int64_t)(j->work / j->n);
             run[nr] = (sched_running){j->id, j->team, j->priority, 0, 0, j->n * j->dpw, j->seg_start, 0,
                                       now + left, j->lo ? j->n : 0, j->lo, j->lo ? j->workers : 0, j->dpw,
-                                      SCHED_GPU, 0, j->lo > 0, 0};
+                                      SCHED_GPU, 0, j->lo > 0, 0, 0};
             runmap[nr++] = running[x];
         }
         sched_snapshot s = {now, n_nodes, n_nodes, nodes, NTEAMS, teams, nr, run, nq, q, 0, NULL};
