@@ -74,13 +74,6 @@ static int admit(server *srv, const jobspec *spec, char *msg, size_t cap, const 
 int api_job_admit(server *srv, const jobspec *spec, const char **code, const char **field, char *msg, size_t cap) {
     *code = "invalid_value";
     *field = NULL;
-    if (spec->kind == JOB_KIND_INTERACTIVE) { /* parsed and normalized; nothing runs one yet */
-        *code = "unsupported";
-        *field = "interactive";
-        snprintf(msg, cap, "interactive jobs (a %s) are not run yet: submit a command job, with ports to serve a web "
-                 "page (docs/jobspec.md, \"Ports\")", interactive_name(spec->interactive));
-        return 1;
-    }
     if (spec->logs.max_mb > srv->opt.log_max_per_job_mb) {
         *field = "logs.max_size";
         snprintf(msg, cap, "logs.max_size may be at most %lld MiB on this server (--log-max-per-job), got %lld MiB",

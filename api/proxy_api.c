@@ -1,8 +1,10 @@
 /* proxy_api.c - a job's web ports through the server (see proxy_api.h). */
 #include "proxy_api.h"
+#include "activity.h"
 #include "exec_common.h"
 #include "../server/proxy.h"
 #include "../server/server.h"
+#include "../spec/jobspec.h"
 #include "../storage/ports_store.h"
 #include "../storage/store.h"
 
@@ -45,9 +47,9 @@ static void proxy_job(server *srv, http_req *req, http_res *res) {
                    (long long)id, req->who.user);
         return;
     }
-    char host[256], have[512];
-    int port = 0;
-    int rc = ports_store_find(srv->db, id, name, host, &port, have, sizeof have);
+    char have[512];
+    ports_hit hit;
+    int rc = ports_store_find_hit(srv->db, id, name, &hit, have, sizeof have);
     if (rc == STORE_ERROR) {
         api_db_unavailable(res);
         return;
@@ -75,10 +77,23 @@ static void proxy_job(server *srv, http_req *req, http_res *res) {
     snprintf(prefix, sizeof prefix, "/proxy/jobs/%lld/%s", (long long)id, name);
     proxy_target t;
     memset(&t, 0, sizeof t);
-    t.host = host;
-    t.port = port;
+    t.host = hit.host;
+    t.port = hit.port;
     t.prefix = prefix;
+    /* a notebook job's Jupyter is let in with the token its worker gave it
+     * (derived from the task's token; the caller's own credentials are
+     * dropped by the proxy and the user never sees this one) */
+    char auth[96];
+    const char *add[] = {auth, NULL};
+    if (hit.notebook && strcmp(name, "notebook") == 0 && hit.token_hash[0]) {
+        char secret[65];
+        jobspec_notebook_secret(hit.token_hash, secret);
+        snprintf(auth, sizeof auth, "Authorization: token %s", secret);
+        t.add = add;
+    }
+    activity_proxy_begin(srv, id, &t); /* a request, and the bytes of its relay, keep the job from idling */
     proxy_forward(req, res, &t);
+    activity_proxy_end();
 }
 
 /* GET /proxy/jobs/{id}/{name}: the app's root is the path with its slash */

@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 
+#include "activity.h"
 #include "assignments_api.h"
 #include "auth_api.h"
 #include "checkpoints_api.h"
@@ -93,8 +94,10 @@ void api_stop_services(struct server *srv) {
  * be requeued while a pass of the retention runs, which is safe because
  * the collection keeps a job's newest checkpoint in the transaction that
  * marks the others, and a requeued attempt reads the newest before it
- * uploads one of its own.) */
+ * uploads one of its own.) And jobs idle past their idle_timeout
+ * cancelled (api/activity.h). */
 static void api_tick(struct server *srv) {
+    api_activity_tick(srv); /* idle jobs cancelled */
     api_contexts_tick(srv);
     api_retention_tick(srv);
 }

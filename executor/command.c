@@ -223,6 +223,9 @@ typedef struct cmd_run {
     char wd[PATH_MAX];           /* the program's working directory ("" this worker's) */
     int64_t last_seq;            /* chief: the job's last metric seq before this attempt */
     char **envp;                 /* the program's environment */
+    char *const *argv;           /* the program: the spec's command, or own_argv */
+    char **own_argv;             /* an interactive job's program (run_program), owned */
+    char nb_token[65];           /* a notebook's Jupyter token ("" none) */
     report_sender sender;        /* what snd points to once started */
     int ret;                     /* the exit status (command.h) */
     char err[512];               /* why the task ended early */
@@ -543,6 +546,9 @@ static char **env_build(const cmd_run *r) {
         ours[n++] = env_fmt("TRAINYARD_ACCUMULATION", num);
     }
     ours[n++] = env_fmt("CUDA_VISIBLE_DEVICES", c->gpus);
+    /* a notebook's token in its environment, not its argv (which every
+     * user of the node may read in /proc) */
+    if (r->nb_token[0]) ours[n++] = env_fmt("JUPYTER_TOKEN", r->nb_token);
     /* defaults the spec's env may change: live output from Python, and as
      * many OpenMP threads as the task has CPU slots */
     if (!env_has(cs->env, cs->n_env, "PYTHONUNBUFFERED=")) ours[n++] = env_fmt("PYTHONUNBUFFERED", "1");
@@ -1269,9 +1275,14 @@ static int run_config(cmd_run *r, const char *config) {
                      spec->resources.workers);
         return -1;
     }
-    log_info("job %lld attempt %d: command %s (%d argument(s)), %s of %d worker(s)%s%s%s", (long long)c->job,
-             c->attempt, spec->command.argv[0], spec->command.argc - 1, r->task_name, c->n_workers,
-             c->n_ps ? " and ps" : "", spec->environment.image[0] ? " in image " : "", spec->environment.image);
+    if (spec->kind == JOB_KIND_INTERACTIVE)
+        log_info("job %lld attempt %d: interactive %s, %s%s%s", (long long)c->job, c->attempt,
+                 interactive_name(spec->interactive), r->task_name, spec->environment.image[0] ? " in image " : "",
+                 spec->environment.image);
+    else
+        log_info("job %lld attempt %d: command %s (%d argument(s)), %s of %d worker(s)%s%s%s", (long long)c->job,
+                 c->attempt, spec->command.argv[0], spec->command.argc - 1, r->task_name, c->n_workers,
+                 c->n_ps ? " and ps" : "", spec->environment.image[0] ? " in image " : "", spec->environment.image);
     return 0;
 }
 
@@ -1333,6 +1344,63 @@ static int run_workdir(cmd_run *r) {
     } else if (root && *root) {
         snprintf(wd, sizeof r->wd, "%s", root);
     }
+    return 0;
+}
+
+/* What an interactive job runs, in its job directory (or its context's):
+ * a notebook, Jupyter on its port TRAINYARD_PORT_NOTEBOOK under the
+ * proxy's path, with the token derived from this task's (in JUPYTER_TOKEN,
+ * env_build); a shell, a long sleep that holds the task (and its container)
+ * until it is stopped, for shells to attach to. A command job's program is
+ * its spec's. */
+static int run_program(cmd_run *r) {
+    const jobspec *spec = r->spec;
+    if (spec->kind != JOB_KIND_INTERACTIVE) {
+        r->argv = spec->command.argv;
+        return 0;
+    }
+    const char *ctxdir = getenv("TRAINYARD_CONTEXT_DIR");
+    if (ctxdir && *ctxdir) snprintf(r->wd, sizeof r->wd, "%s", ctxdir);
+    else if (r->in_ctr) snprintf(r->wd, sizeof r->wd, "%s", r->ctr.dir);
+    else if (!getcwd(r->wd, sizeof r->wd)) {
+        snprintf(r->err, sizeof r->err, "cannot read the job directory: %s", strerror(errno));
+        return -1;
+    }
+    char **av = xcalloc(16, sizeof *av);
+    int n = 0;
+    if (spec->interactive == INTERACTIVE_SHELL) {
+        av[n++] = xstrdup("sleep");
+        av[n++] = xstrdup("2147483647"); /* 68 years: GNU's and busybox's sleep both take it */
+    } else {
+        const char *port = getenv("TRAINYARD_PORT_NOTEBOOK");
+        char *end = NULL;
+        long p = port ? strtol(port, &end, 10) : 0;
+        if (!port || end == port || *end || p < 1 || p > 65535) {
+            free(av);
+            snprintf(r->err, sizeof r->err, "a notebook job, but the agent gave this task no port \"notebook\" "
+                     "(TRAINYARD_PORT_NOTEBOOK=%.20s)", port ? port : "");
+            return -1;
+        }
+        char hash[65];
+        sha256_hex(r->cfg.token, strlen(r->cfg.token), hash);
+        jobspec_notebook_secret(hash, r->nb_token);
+        av[n++] = xstrdup("jupyter-notebook");
+        av[n++] = xstrdup("--no-browser");
+        av[n++] = xstrdup("--allow-root"); /* root in an image that says so, or an agent without isolation */
+        av[n++] = xstrdup("--ip=0.0.0.0");
+        char a[PATH_MAX + 64];
+        snprintf(a, sizeof a, "--port=%ld", p);
+        av[n++] = xstrdup(a);
+        av[n++] = xstrdup("--NotebookApp.port_retries=0"); /* its own port or none: the proxy knows that one */
+        snprintf(a, sizeof a, "--NotebookApp.base_url=/proxy/jobs/%lld/notebook/", (long long)r->cfg.job);
+        av[n++] = xstrdup(a);
+        av[n++] = xstrdup("--NotebookApp.allow_remote_access=True");
+        snprintf(a, sizeof a, "--notebook-dir=%s", r->wd);
+        av[n++] = xstrdup(a);
+    }
+    av[n] = NULL;
+    r->own_argv = av;
+    r->argv = av;
     return 0;
 }
 
@@ -1410,11 +1478,15 @@ static int run_launch(cmd_run *r, pid_t *pid, int *outfd, int *errfd) {
         size_t np = 0;
         for (size_t i = 0; i < ne; i++)
             if (ctr_env_passes(envp[i], spec->command.env)) pass[np++] = envp[i];
-        ctr_av = ctr_argv(&r->ctr, spec->environment.image, wd, spec->command.argv, pass);
+        ctr_av = ctr_argv(&r->ctr, spec->environment.image, wd, r->argv, pass);
         free(pass);
-    } else if (exe_resolve(spec->command.argv[0], envp, exe, sizeof exe) < 0) {
-        snprintf(r->err, sizeof r->err, "command not found: %.200s (PATH=%.200s)", spec->command.argv[0],
-                 env_get(envp, "PATH") ? env_get(envp, "PATH") : "");
+    } else if (exe_resolve(r->argv[0], envp, exe, sizeof exe) < 0) {
+        snprintf(r->err, sizeof r->err, "command not found: %.200s (PATH=%.200s)%s", r->argv[0],
+                 env_get(envp, "PATH") ? env_get(envp, "PATH") : "",
+                 spec->interactive == INTERACTIVE_NOTEBOOK
+                     ? ": a notebook job runs the node's jupyter-notebook (Debian's package jupyter-notebook) "
+                       "or its image's"
+                     : "");
         r->ret = 127;
         return -1;
     }
@@ -1425,7 +1497,7 @@ static int run_launch(cmd_run *r, pid_t *pid, int *outfd, int *errfd) {
     }
     /* in an image, podman's own working directory is the job directory;
      * the program's is --workdir */
-    *pid = program_start(exe, ctr_av ? ctr_av : spec->command.argv, envp, ctr_av ? r->ctr.dir : wd, outfd, errfd);
+    *pid = program_start(exe, ctr_av ? ctr_av : r->argv, envp, ctr_av ? r->ctr.dir : wd, outfd, errfd);
     int start_errno = errno;
     argv_free(ctr_av);
     if (*pid < 0) {
@@ -1433,7 +1505,7 @@ static int run_launch(cmd_run *r, pid_t *pid, int *outfd, int *errfd) {
         return -1;
     }
     if (r->in_ctr)
-        log_info("started %s in image %s as container %s (pid %d)%s%s", spec->command.argv[0],
+        log_info("started %s in image %s as container %s (pid %d)%s%s", r->argv[0],
                  spec->environment.image, r->ctr.name, (int)*pid, wd[0] ? " in " : "", wd);
     else
         log_info("started %s (pid %d)%s%s", exe, (int)*pid, wd[0] ? " in " : "", wd);
@@ -1506,6 +1578,7 @@ static int run_end(cmd_run *r, int rc) {
     report_stop(&r->sender);
     cJSON_Delete(r->held_step);
     env_free(r->envp);
+    argv_free(r->own_argv);
     if (r->have_client) client_release(&r->cl);
     rm_tree(r->scratch);
     free(r->peer_w);
@@ -1525,6 +1598,7 @@ int command_run(const char *config, const jobspec *spec, volatile sig_atomic_t *
     int rc = run_config(r, config);
     if (!rc) rc = run_container(r);
     if (!rc) rc = run_workdir(r);
+    if (!rc) rc = run_program(r);
     if (!rc) rc = run_scratch(r);
     if (!rc) rc = run_join(r);
     if (!rc) rc = run_launch(r, &pid, &outfd, &errfd);

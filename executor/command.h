@@ -4,7 +4,9 @@
  * TF_CONFIG / torch.distributed / TRAINYARD_CONFIG in the environment, the
  * program in its own process group with its output forwarded as the job's
  * logs and its `trainyard-metric {json}` lines as the job's metrics, and a
- * checkpoint directory saved and restored across attempts.
+ * checkpoint directory saved and restored across attempts. An interactive
+ * job's task runs here too, with the notebook or the shell's long sleep as
+ * its program (docs/jobspec.md, "Interactive jobs").
  * Behaviour and contract: docs/command-jobs.md.
  *
  * defines: command_run */

@@ -687,13 +687,10 @@ static int run_config(wrun *r) {
 static int run_role(wrun *r) {
     const wconfig *w = &r->w;
     const jobspec *spec = r->spec;
-    if (spec->kind == JOB_KIND_INTERACTIVE) { /* the server refuses them: a spec from elsewhere */
-        snprintf(r->err, sizeof r->err, "an interactive job (%s) has no runner on this node yet",
-                 interactive_name(spec->interactive));
-        return RUN_FAIL;
-    }
-    if (spec->kind == JOB_KIND_COMMAND) {
-        r->ret = command_run(r->config, spec, &g_stop); /* the team's own program: executor/command.c */
+    if (spec->kind == JOB_KIND_COMMAND || spec->kind == JOB_KIND_INTERACTIVE) {
+        /* the team's own program, or the notebook or shell an interactive
+         * job opens: executor/command.c */
+        r->ret = command_run(r->config, spec, &g_stop);
         return RUN_DONE;
     }
     if (strcmp(w->type, "evaluator") == 0) { /* the side-car: executor/evaluator.c */

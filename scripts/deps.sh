@@ -8,6 +8,9 @@ pkgs=(build-essential pkg-config libmicrohttpd-dev libgnutls28-dev libcjson-dev 
       dataset-fashion-mnist python3 python3-numpy curl jq sqlite3 procps iproute2)
 # command jobs' tests and examples: PyTorch DDP on /usr/bin/python3 (tests/check_command.c)
 pkgs+=(python3-torch)   # python3-numpy is above
+# notebook jobs: the node's Jupyter, and the interactive jobs' tests drive it through
+# the proxy with python3-websocket (tests/check_interactive.c, tests/notebook_client.py)
+pkgs+=(jupyter-notebook python3-ipykernel python3-websocket)
 # the dashboard's tests: headless Chromium driven by playwright-core from npm,
 # the Prometheus text parser; node and npm only when none is on the PATH
 # (a node from elsewhere, e.g. NodeSource, must not be replaced by Debian's)

@@ -852,8 +852,10 @@ static void answer_ws(relay *r, int up, resp_head *rh, const char *left, size_t 
         log_warn("proxy: cannot set the 101's upgrade headers");
     copy_headers(resp, rh);
     relay_hold(r); /* the upgrade's, until start(NULL) or http_upgrade_close */
-    __atomic_fetch_sub(&g_http_live, 1, __ATOMIC_RELAXED);
+    /* added before taken off: the two never read 0 together while the relay
+     * lives (a reader of proxy_stats_get frees what relays point to then) */
     __atomic_fetch_add(&g_ws_live, 1, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&g_http_live, 1, __ATOMIC_RELAXED);
     http_res *a = http_res_new();
     a->status = 101;
     a->raw = resp;
@@ -869,8 +871,8 @@ static void answer_ws(relay *r, int up, resp_head *rh, const char *left, size_t 
         http_upgrade_close(r->u);
         relay_release(r); /* the upgrade's hold */
     }
-    __atomic_fetch_sub(&g_ws_live, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&g_http_live, 1, __ATOMIC_RELAXED); /* relay_main takes it off */
+    __atomic_fetch_sub(&g_ws_live, 1, __ATOMIC_RELAXED);
 }
 
 /* ---------------------------------------------------------------- the relay thread */

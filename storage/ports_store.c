@@ -29,8 +29,10 @@ int ports_store_set(db *d, int64_t task_id, const char (*names)[33], const int *
 }
 
 static const char SQL_FIND[] =
-    "SELECT tp.port, n.address FROM task_ports tp JOIN tasks t ON t.id = tp.task_id"
-    " JOIN nodes n ON n.id = t.node_id"
+    "SELECT tp.port, n.address, t.id, t.token_hash,"
+    " coalesce(json_extract(j.spec, '$.interactive.type') = 'notebook', 0)"
+    " FROM task_ports tp JOIN tasks t ON t.id = tp.task_id"
+    " JOIN nodes n ON n.id = t.node_id JOIN jobs j ON j.id = t.job_id"
     " WHERE t.job_id = ?1 AND tp.name = ?2 AND t.state <> 'exited' ORDER BY t.id LIMIT 1";
 static const char SQL_SPEC[] = "SELECT spec FROM jobs WHERE id = ?1";
 static const char SQL_ROW_NAMES[] =
@@ -86,8 +88,9 @@ static int declared_names(db *d, int64_t job_id, char *have, size_t havelen) {
     return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
 }
 
-int ports_store_find(db *d, int64_t job_id, const char *name, char host[256], int *port, char *have, size_t havelen) {
+int ports_store_find_hit(db *d, int64_t job_id, const char *name, ports_hit *hit, char *have, size_t havelen) {
     if (have && havelen) have[0] = '\0';
+    memset(hit, 0, sizeof *hit);
     sqlite3_stmt *st = db_prepare(d, SQL_FIND);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, job_id);
@@ -95,14 +98,28 @@ int ports_store_find(db *d, int64_t job_id, const char *name, char host[256], in
     int rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         const char *addr = (const char *)sqlite3_column_text(st, 1);
-        *port = sqlite3_column_int(st, 0);
-        snprintf(host, 256, "%s", addr ? addr : "");
+        const char *hash = (const char *)sqlite3_column_text(st, 3);
+        hit->port = sqlite3_column_int(st, 0);
+        snprintf(hit->host, sizeof hit->host, "%s", addr ? addr : "");
+        hit->task = sqlite3_column_int64(st, 2);
+        snprintf(hit->token_hash, sizeof hit->token_hash, "%s", hash ? hash : "");
+        hit->notebook = sqlite3_column_int(st, 4) != 0;
     }
     db_done(st);
     if (rc == SQLITE_ROW) return STORE_OK;
     if (rc != SQLITE_DONE) return STORE_ERROR;
     if (have && havelen && declared_names(d, job_id, have, havelen) != STORE_OK) return STORE_ERROR;
     return STORE_NOT_FOUND;
+}
+
+int ports_store_find(db *d, int64_t job_id, const char *name, char host[256], int *port, char *have, size_t havelen) {
+    ports_hit hit;
+    int rc = ports_store_find_hit(d, job_id, name, &hit, have, havelen);
+    if (rc == STORE_OK) {
+        memcpy(host, hit.host, sizeof hit.host);
+        *port = hit.port;
+    }
+    return rc;
 }
 
 static const char SQL_LIST[] =

@@ -5,7 +5,7 @@
  * and the job's answer lists. Rows stay after the task exits; only live
  * tasks' rows are read.
  *
- * defines: ports_store_set, ports_store_find, ports_store_list */
+ * defines: ports_store_set, ports_store_find, ports_store_find_hit, ports_store_list */
 #ifndef TRAINYARD_PORTS_STORE_H
 #define TRAINYARD_PORTS_STORE_H
 
@@ -26,6 +26,22 @@ int ports_store_set(db *d, int64_t task_id, const char (*names)[33], const int *
  * declares (from its spec or its tasks' rows; "" when none). STORE_ERROR on a database
  * failure. `have` is "" after STORE_OK; a list longer than havelen is cut at a name. */
 int ports_store_find(db *d, int64_t job_id, const char *name, char host[256], int *port, char *have, size_t havelen);
+
+/* What ports_store_find_hit finds: the serving task's node address and
+ * port, the task, its token's hash (tasks.token_hash, the hex SHA-256 of
+ * the token it was handed; "" when none) and whether the job is a
+ * notebook job (its spec's interactive.type). */
+typedef struct ports_hit {
+    char host[256];
+    int port;
+    int64_t task;
+    char token_hash[65];
+    int notebook;
+} ports_hit;
+
+/* ports_store_find, with the task's token hash and the job's kind: the
+ * same answers, *hit filled on STORE_OK. */
+int ports_store_find_hit(db *d, int64_t job_id, const char *name, ports_hit *hit, char *have, size_t havelen);
 
 /* The ports of the job's live tasks: *out an array (the caller deletes) of
  * {"name", "task" (id), "task_name" ("worker-0"), "node" (hostname),

@@ -741,6 +741,37 @@ int store_job_state(db *d, int64_t id, char state[16], int64_t *team_id) {
     return ret;
 }
 
+static const char SQL_IDLE_WATCHED[] =
+    "SELECT j.id, CAST(json_extract(j.spec, '$.idle_timeout') AS INTEGER),"
+    " max(coalesce(j.started_at, 0), coalesce((SELECT max(t.started_at) FROM tasks t"
+    "   WHERE t.job_id = j.id AND t.attempt = j.attempt), 0))"
+    " FROM jobs j WHERE j.state = 'running' AND json_valid(j.spec)"
+    " AND CAST(json_extract(j.spec, '$.idle_timeout') AS INTEGER) > 0 ORDER BY j.id";
+
+int store_jobs_idle_watched(db *d, store_idle_job **out, int *n) {
+    *out = NULL;
+    *n = 0;
+    sqlite3_stmt *st = db_prepare(d, SQL_IDLE_WATCHED);
+    if (!st) return STORE_ERROR;
+    int rc, cap = 0;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 16;
+            *out = xrealloc(*out, (size_t)cap * sizeof **out);
+        }
+        (*out)[(*n)++] = (store_idle_job){sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
+                                          sqlite3_column_int64(st, 2)};
+    }
+    db_done(st);
+    if (rc != SQLITE_DONE) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+        return STORE_ERROR;
+    }
+    return STORE_OK;
+}
+
 static const char SQL_JOB_SET_STATE[] =
     "UPDATE jobs SET state = ?2, reason = ?3, updated_at = ?4,"
     " started_at = CASE WHEN ?2 = 'running' AND started_at IS NULL THEN ?4 ELSE started_at END,"

@@ -175,6 +175,20 @@ int store_job_state(db *d, int64_t id, char state[16], int64_t *team_id);
 int store_job_transition(db *d, int64_t id, const char *const *from, const char *to,
                          const char *actor, const char *reason);
 
+/* A running job that may be stopped when idle (spec idle_timeout > 0: an
+ * interactive job's, or a job's with ports): its timeout and when its
+ * current attempt started running (the latest start of its tasks, else the
+ * job's first start; unix ms). */
+typedef struct store_idle_job {
+    int64_t id;
+    int64_t idle_timeout_s;
+    int64_t started_ms;
+} store_idle_job;
+
+/* Every running job with an idle timeout, by id: *out (the caller frees;
+ * NULL when none) and *n. STORE_OK or STORE_ERROR. */
+int store_jobs_idle_watched(db *d, store_idle_job **out, int *n);
+
 /* Appends an event that is not a state change (scheduler decisions, ...). */
 int store_event_add(db *d, int64_t job_id, const char *kind, const char *actor, const char *reason);
 

@@ -176,6 +176,33 @@ START_TEST(set_find_live_lowest_and_have) {
     int p = 0;
     ck_assert_int_eq(ports_store_find(g_db, mixed, "tb", h, &p, hv, sizeof hv), STORE_NOT_FOUND);
     ck_assert_str_eq(hv, "tb,web"); /* "tb,web,extra" does not fit in 8 */
+
+    /* the hit: its task, the task's token hash, whether the job is a notebook's */
+    int64_t nt = insert_task(nb, 0, n2, "running");
+    const char nbn[][33] = {"notebook", "tb"};
+    const int nbp[] = {48888, 46006};
+    ck_assert_int_eq(ports_store_set(g_db, nt, nbn, nbp, 2), STORE_OK);
+    ports_hit hit;
+    ck_assert_int_eq(ports_store_find_hit(g_db, nb, "notebook", &hit, NULL, 0), STORE_OK);
+    ck_assert_str_eq(hit.host, "10.0.0.2");
+    ck_assert_int_eq(hit.port, 48888);
+    ck_assert_int_eq(hit.task, nt);
+    ck_assert_int_eq(hit.notebook, 1);
+    ck_assert_str_eq(hit.token_hash, ""); /* not handed out yet */
+    char sql[160];
+    snprintf(sql, sizeof sql, "UPDATE tasks SET token_hash = '%064d' WHERE id = %lld", 7, (long long)nt);
+    exec_sql(sql);
+    ck_assert_int_eq(ports_store_find_hit(g_db, nb, "tb", &hit, NULL, 0), STORE_OK);
+    ck_assert_int_eq(hit.port, 46006);
+    ck_assert_int_eq(hit.notebook, 1);
+    ck_assert_int_eq(strlen(hit.token_hash), 64);
+    ck_assert_str_eq(hit.token_hash + 60, "0007");
+    ck_assert_int_eq(ports_store_find_hit(g_db, job, "tb", &hit, NULL, 0), STORE_NOT_FOUND);
+    ck_assert_int_eq(ports_store_find_hit(g_db, mixed, "web", &hit, NULL, 0), STORE_NOT_FOUND);
+    int64_t mt2 = insert_task(mixed, 1, n1, "running");
+    ck_assert_int_eq(ports_store_set(g_db, mt2, names1, ports1, 1), STORE_OK);
+    ck_assert_int_eq(ports_store_find_hit(g_db, mixed, "web", &hit, NULL, 0), STORE_OK);
+    ck_assert_int_eq(hit.notebook, 0); /* a command job's port */
 }
 END_TEST
 
@@ -664,8 +691,6 @@ START_TEST(declared_before_it_runs_and_bad_specs) {
         {"{\"command\":{\"argv\":[\"x\"]},\"ports\":{}}", "invalid_type", "ports"},
         {"{\"interactive\":{\"type\":\"notebook\"},\"command\":{\"argv\":[\"x\"]}}", "invalid_value", "command"},
         {"{\"command\":{\"argv\":[\"x\"]},\"idle_timeout\":\"30m\"}", "invalid_value", "idle_timeout"},
-        /* a valid interactive job: not run yet */
-        {"{\"interactive\":{\"type\":\"notebook\"},\"idle_timeout\":\"30m\"}", "unsupported", "interactive"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         expect_422(team_tok, "/api/v1/jobs", bad[i][0], bad[i][1], bad[i][2]);
