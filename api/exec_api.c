@@ -10,6 +10,7 @@
  * process's memory: a restart ends every shell (their TCP connections end
  * with it). */
 #include "exec_api.h"
+#include "activity.h"
 #include "exec_common.h"
 #include "scope.h"
 #include "../common/ws.h"
@@ -55,9 +56,9 @@ typedef struct xsession {
     struct xsession *next;
 } xsession;
 
-/* a shell attached counts as activity for idle culling */
-static void exec_touch(server *srv, int64_t job) { (void)srv; (void)job; }
-static void exec_attach(server *srv, int64_t job, int delta) { (void)srv; (void)job; (void)delta; }
+/* a shell attached counts as activity for idle culling (api/activity.h) */
+static void exec_touch(server *srv, int64_t job) { activity_touch(srv, job); }
+static void exec_attach(server *srv, int64_t job, int delta) { activity_attach(srv, job, delta); }
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static xsession *g_sessions;

@@ -16,6 +16,10 @@
  * reaches "Jupyter" carries `Authorization: token SECRET` and none of the
  * caller's credentials; its command line is the documented one.
  *
+ * activity: api/activity.c on a real SQLite file: the server's start counts
+ * as activity, an attached shell keeps a job alive, its detach starts the
+ * idle time again, then the job is cancelled "idle for 1s" with an event.
+ *
  * shells and limits: a shell job runs nothing but a sleep and holds its
  * slot until cancelled; max_interactive 1 (PATCH /teams) holds a second
  * interactive job queued with the reason and lets other jobs by; bad
@@ -24,7 +28,11 @@
 
 #include <sqlite3.h>
 
+#include "../api/activity.h"
+#include "../server/server.h"
 #include "../spec/jobspec.h"
+#include "../storage/db.h"
+#include "../storage/store.h"
 
 static ty_proc srv;
 static char team_tok[128], admin_tok[128];
@@ -352,6 +360,83 @@ START_TEST(what_reaches_jupyter) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- activity */
+
+static char g_dir[256];
+
+static void db_setup(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/ty_activity_XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(g_dir));
+}
+
+static void db_teardown(void) { ty_rmrf(g_dir); }
+
+static void sql(db *d, const char *q) {
+    char *err = NULL;
+    ck_assert_msg(sqlite3_exec(db_conn(d), q, NULL, NULL, &err) == SQLITE_OK, "%s: %s", q, err ? err : "?");
+    sqlite3_free(err);
+}
+
+static const char *job_state(db *d, int64_t id) {
+    static char st[16];
+    ck_assert_int_eq(store_job_state(d, id, st, NULL), STORE_OK);
+    return st;
+}
+
+/* A shell attached keeps the job; the later of its start, its last
+ * activity and the server's start counts. */
+START_TEST(attached_shell_and_restart_count) {
+    char path[300], err[256];
+    snprintf(path, sizeof path, "%s/t.db", g_dir);
+    server s;
+    memset(&s, 0, sizeof s);
+    ck_assert_msg(db_open(&s.db, path, err, sizeof err) == 0, "%s", err);
+    int64_t team = 0, id = 0, other = 0;
+    ck_assert_int_eq(store_team_create(s.db, "t", &team), STORE_OK);
+    static const char spec[] = "{\"interactive\":{\"type\":\"shell\"},\"idle_timeout\":1}";
+    store_new_job row = {.name = "sh", .priority = 50, .workers = 1, .devices_per_worker = 1, .device = "cpu",
+                         .max_runtime_s = 600};
+    ck_assert_int_eq(store_job_insert(s.db, team, spec, strlen(spec), &row, "team:t", &id), STORE_OK);
+    ck_assert_int_eq(store_job_insert(s.db, team, spec, strlen(spec), &row, "team:t", &other), STORE_OK);
+    char q[200];
+    /* running for a minute already, with a timeout of one second */
+    snprintf(q, sizeof q, "UPDATE jobs SET state = 'running', started_at = %lld", (long long)(now_ms() - 60000));
+    sql(s.db, q);
+
+    api_activity_tick(&s); /* the server's start: activity for every job */
+    ck_assert_str_eq(job_state(s.db, id), "running");
+    activity_attach(&s, id, +1);
+    ty_sleep_ms(1300);
+    api_activity_tick(&s);
+    ck_assert_str_eq(job_state(s.db, id), "running");       /* a shell is attached */
+    ck_assert_str_eq(job_state(s.db, other), "cancelled");  /* nothing kept this one */
+    activity_attach(&s, id, -1);
+    activity_attach(&s, id, -1);                            /* never below 0 */
+    api_activity_tick(&s);
+    ck_assert_str_eq(job_state(s.db, id), "running");       /* the detach was activity */
+    ty_sleep_ms(1300);
+    api_activity_tick(&s);
+    ck_assert_str_eq(job_state(s.db, id), "cancelled");
+    cJSON *ev = NULL;
+    ck_assert_int_eq(store_job_events(s.db, id, 0, 100, &ev), STORE_OK);
+    const cJSON *last = cJSON_GetArrayItem(ev, cJSON_GetArraySize(ev) - 1);
+    ck_assert_str_eq(ty_str(last, "to"), "cancelled");
+    ck_assert_str_eq(ty_str(last, "reason"), "idle for 1s");
+    ck_assert_str_eq(ty_str(last, "actor"), "server");
+    cJSON_Delete(ev);
+    char txt[32];
+    jobspec_idle_text(1800, txt);
+    ck_assert_str_eq(txt, "30m");
+    jobspec_idle_text(90, txt);
+    ck_assert_str_eq(txt, "90s");
+    jobspec_idle_text(7200, txt);
+    ck_assert_str_eq(txt, "2h");
+    jobspec_idle_text(172800, txt);
+    ck_assert_str_eq(txt, "2d");
+    db_close(s.db);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- shells and limits */
 
 START_TEST(shell_holds_its_slot) {
@@ -443,6 +528,8 @@ END_TEST
 
 int main(void) {
     Suite *s = suite_create("interactive");
+    TCase *act = ty_tcase(s, "activity", db_setup, db_teardown, 30);
+    tcase_add_test(act, attached_shell_and_restart_count);
     TCase *nb = ty_tcase(s, "jupyter", up_setup, up_teardown, 240);
     tcase_add_test(nb, notebook_through_the_proxy);
     tcase_add_test(nb, idle_notebook_is_cancelled);
