@@ -873,6 +873,7 @@ START_TEST(old_data_dir_migrates) {
                           " DROP TABLE audit; DROP TABLE token_use; DROP TABLE user_tokens; DROP TABLE members;"
                           " ALTER TABLE jobs DROP COLUMN user_id; DROP TABLE users;"
                           " DROP TABLE user_usage; DROP TABLE task_ports;"
+                          " ALTER TABLE teams DROP COLUMN max_interactive;"
                           " DELETE FROM schema_migrations WHERE version >= 5;",
                           NULL, NULL, &err);
     ck_assert_msg(rc == SQLITE_OK, "cannot make a version-4 database: %s", err ? err : "?");
