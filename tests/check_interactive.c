@@ -21,7 +21,8 @@
  * idle time again, then the job is cancelled "idle for 1s" with an event.
  *
  * shells and limits: a shell job runs nothing but a sleep and holds its
- * slot until cancelled; max_interactive 1 (PATCH /teams) holds a second
+ * slot until cancelled (in an image: its container sleeps, and is removed
+ * with the job; SKIP without root, podman or the test image); max_interactive 1 (PATCH /teams) holds a second
  * interactive job queued with the reason and lets other jobs by; bad
  * input is a 422 naming the field. */
 #include "testlib.h"
@@ -454,14 +455,78 @@ START_TEST(shell_holds_its_slot) {
     j = job_get(sh);
     ck_assert_str_eq(ty_str(j, "state"), "running");
     cJSON_Delete(j);
-    char *log = ty_task_log(srv.url, team_tok, sh, "worker-0");
-    ck_assert_msg(strstr(log, "interactive shell") && strstr(log, "sleep"), "%.2000s", log);
+    char *log = NULL;
+    for (int64_t end = mono_ms() + 30000;; ty_sleep_ms(200)) { /* logs are shipped a little later */
+        free(log);
+        log = ty_task_log(srv.url, team_tok, sh, "worker-0");
+        if ((strstr(log, "interactive shell") && strstr(log, "started /usr/bin/sleep")) || mono_ms() > end) break;
+    }
+    ck_assert_msg(strstr(log, "interactive shell") && strstr(log, "started /usr/bin/sleep"), "%.2000s", log);
     free(log);
     cancel(sh);
     j = wait_state(sh, "cancelled", 30000);
     cJSON_Delete(j);
     j = wait_state(both, "succeeded", 60000);
     cJSON_Delete(j);
+}
+END_TEST
+
+/* In an image, a shell job's container runs the long sleep until the job
+ * is cancelled, and goes with it. Needs root, podman and the test image
+ * tests/check_image.c builds (else SKIP). */
+#define IMAGE_LOCAL "localhost/trainyard-test:bookworm-py3"
+
+START_TEST(shell_in_an_image) {
+    int rc = 0;
+    char *out = run_cmd("podman image exists " IMAGE_LOCAL " 2>&1", &rc);
+    free(out);
+    if (geteuid() != 0 || rc != 0) {
+        fprintf(stderr, "check_interactive: SKIP shell_in_an_image: %s\n",
+                geteuid() != 0 ? "not root: podman runs containers as root here"
+                               : "no image " IMAGE_LOCAL " (tests/image/build.sh makes it)");
+        return;
+    }
+    int64_t sh = ty_submit(srv.url, team_tok,
+                           "{\"name\":\"sh\",\"interactive\":{\"type\":\"shell\"},\"idle_timeout\":0,"
+                           "\"environment\":{\"image\":\"" IMAGE_LOCAL "\"},\"max_restarts\":0}");
+    cJSON *j = wait_state(sh, "running", 120000);
+    cJSON_Delete(j);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd,
+             "podman ps --filter label=trainyard.job=%lld --filter label=trainyard.task=worker-0 "
+             "--format '{{.Command}}' 2>&1",
+             (long long)sh);
+    int64_t end = mono_ms() + 60000;
+    for (;;) { /* the job's id may be another test's too: the agent's label tells */
+        out = run_cmd(cmd, &rc);
+        if (strstr(out, "sleep 2147483647")) break;
+        ck_assert_msg(mono_ms() < end, "no container of job %lld sleeping: %s", (long long)sh, out);
+        free(out);
+        ty_sleep_ms(200);
+    }
+    free(out);
+    char *log = NULL;
+    for (end = mono_ms() + 30000;; ty_sleep_ms(200)) { /* the log comes a little later */
+        free(log);
+        log = ty_task_log(srv.url, team_tok, sh, "worker-0");
+        if (strstr(log, "started sleep in image " IMAGE_LOCAL " as container trainyard-") || mono_ms() > end) break;
+    }
+    ck_assert_msg(strstr(log, "started sleep in image " IMAGE_LOCAL " as container trainyard-"), "%.2000s", log);
+    char name[128] = "";
+    const char *at = strstr(log, "as container ");
+    ck_assert_int_eq(sscanf(at + 13, "%127s", name), 1);
+    free(log);
+    cancel(sh);
+    j = wait_state(sh, "cancelled", 60000);
+    cJSON_Delete(j);
+    snprintf(cmd, sizeof cmd, "podman container exists %s", name);
+    end = mono_ms() + 30000;
+    for (;;) {
+        free(run_cmd(cmd, &rc));
+        if (rc != 0) break;
+        ck_assert_msg(mono_ms() < end, "container %s is still there after the cancel", name);
+        ty_sleep_ms(200);
+    }
 }
 END_TEST
 
@@ -537,6 +602,7 @@ int main(void) {
     tcase_add_test(si, what_reaches_jupyter);
     TCase *sh = ty_tcase(s, "shells", up_setup, up_teardown, 180);
     tcase_add_test(sh, shell_holds_its_slot);
+    tcase_add_test(sh, shell_in_an_image);
     tcase_add_test(sh, max_interactive_and_bad_input);
     return ty_run_suite(s);
 }
