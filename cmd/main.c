@@ -8,6 +8,7 @@
 #include "up.h"
 #include "../executor/agent.h"
 #include "../executor/worker.h"
+#include "../executor/exec_relay.h"
 #include "../client/cli.h"
 #include "../client/client.h"
 #include "../api/routes.h"
@@ -32,6 +33,7 @@ static void usage(FILE *f) {
             "  status ID     a job: state, tasks, progress, metrics, ETA\n"
             "  watch ID      a progress bar until the job ends\n"
             "  logs ID [-f]  a task's output (--task worker-1), -f to follow\n"
+            "  shell ID [-- CMD]   a shell (or CMD) in a running task of the job (--task worker-1)\n"
             "  events ID     the job's timeline\n"
             "  checkpoints ID [--download]   its checkpoints; the newest, sha256 checked\n"
             "  cancel ID     stop a job\n"
@@ -77,6 +79,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
     if (strcmp(cmd, "agent") == 0) return cmd_agent(argc - 1, argv + 1);
     if (strcmp(cmd, "worker") == 0) return cmd_worker(argc - 1, argv + 1);
+    /* hidden: one shell into a task, started by the agent (executor/exec_relay.h) */
+    if (strcmp(cmd, "exec-relay") == 0) return cmd_exec_relay(argc - 1, argv + 1);
     int rc = cmd_cli(argc - 1, argv + 1);
     if (rc >= 0) return rc;
     fprintf(stderr, "trainyard: unknown command '%s'\n\n", cmd);

@@ -8,6 +8,7 @@
 #include "agent.h"
 #include "container.h"
 #include "ctxfetch.h"
+#include "exec_relay.h"
 #include "proc.h"
 #include "../client/client.h"
 #include "../spec/jobspec.h"
@@ -45,6 +46,7 @@
 #define BACKOFF_MAX_MS 5000
 #define AGENT_POLL_REST_MS 20       /* after an answer with entries (poller) */
 #define RECENT_MAX 256
+#define AGENT_MAX_RELAYS 64         /* shells into tasks at once (exec_relay.h) */
 
 /* ---------------------------------------------------------------- state */
 
@@ -77,6 +79,7 @@ typedef struct task {
     iso_task iso;                /* its uid, job directory and cgroup (isolate.h) */
     char ctr_name[128];          /* its container (an image job), "" none */
     char ctx_tmp[PATH_MAX];      /* its copy of the context outside a job directory ("" none) */
+    char ctx_dir[PATH_MAX];      /* TRAINYARD_CONTEXT_DIR of its worker ("" none): a shell's too */
     /* a task whose context is made ready (ctxfetch.h) before its worker
      * starts: pid 0, no output pipe, what the start still needs kept */
     ctxf_req *prep;              /* in the pool until it comes back done */
@@ -120,6 +123,8 @@ typedef struct agent {
     int n_recent, recent_next;
 
     isolator iso;                /* what keeps the tasks apart on this node */
+    pid_t relays[AGENT_MAX_RELAYS]; /* exec relays running (shells into tasks; not tasks) */
+    int n_relays;
     char podman[PATH_MAX];       /* the podman binary when image jobs run here, else "" */
     char cache_dir[PATH_MAX];    /* contexts fetched from the server, by digest */
     ctxf_pool ctx;               /* fetches and unpacks them off this loop */
@@ -787,6 +792,7 @@ static void task_launch(agent *a, task *t, const char *ctxdir) {
     int n_gpu = 0, n_cpu = 0;
     ok = ok && config_devices(config, &e_cuda, &n_gpu, &n_cpu) == 0;
     if (ctxdir && ctxdir[0]) snprintf(e_ctx, sizeof e_ctx, "TRAINYARD_CONTEXT_DIR=%s", ctxdir);
+    snprintf(t->ctx_dir, sizeof t->ctx_dir, "%s", ctxdir ? ctxdir : "");
     /* an isolated task's home is its job directory, its /tmp private (or
      * the job directory's tmp where no mount namespace could be made) */
     char e_home[PATH_MAX + 8], e_tmp[PATH_MAX + 8];
@@ -1268,6 +1274,123 @@ static void *poller_main(void *arg) {
     return NULL;
 }
 
+/* ---------------------------------------------------------------- shells (exec) */
+
+/* An `exec` entry of the assignments: a shell into one of this agent's
+ * running tasks. One `trainyard exec-relay` per session (exec_relay.h) gets
+ * what it needs in TRAINYARD_EXEC; a task that does not run here is still
+ * connected to, with the status's error, so the client hears why. */
+static void exec_begin(agent *a, const cJSON *e) {
+    const cJSON *sess = cJSON_GetObjectItemCaseSensitive(e, "session");
+    const cJSON *user = cJSON_GetObjectItemCaseSensitive(e, "user");
+    const cJSON *term = cJSON_GetObjectItemCaseSensitive(e, "term");
+    const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(e, "command");
+    int64_t id = 0, cols = 80, rows = 24;
+    if (!cJSON_IsString(sess) || strlen(sess->valuestring) != 32 ||
+        strspn(sess->valuestring, "0123456789abcdef") != 32 || json_int(e, "task", &id) < 0) {
+        log_warn("exec entry without a session (32 hex) or task id: ignored");
+        return;
+    }
+    if (a->n_relays == AGENT_MAX_RELAYS) {
+        log_warn("exec session %s (task %lld): %d shells run already here: refused", sess->valuestring, (long long)id,
+                 AGENT_MAX_RELAYS);
+        return;
+    }
+    json_int(e, "cols", &cols);
+    json_int(e, "rows", &rows);
+    task *t = task_find(a, id);
+    char why[160] = "";
+    if (!t || t->prep || t->pid <= 0 || t->exited || t->exit_queued || t->stop_sent)
+        snprintf(why, sizeof why, "task %lld is not running on this node", (long long)id);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "server", a->opt.server);
+    cJSON_AddNumberToObject(o, "node", (double)a->node_id);
+    cJSON_AddStringToObject(o, "session", sess->valuestring);
+    cJSON_AddStringToObject(o, "token", a->http.token);
+    cJSON_AddNumberToObject(o, "task", (double)id);
+    cJSON *argv = cJSON_AddArrayToObject(o, "command");
+    const cJSON *v;
+    cJSON_ArrayForEach(v, cmd) {
+        if (!cJSON_IsString(v)) {
+            snprintf(why, sizeof why, "the command's arguments must be strings");
+            break;
+        }
+        cJSON_AddItemToArray(argv, cJSON_CreateString(v->valuestring));
+    }
+    cJSON_AddBoolToObject(o, "tty", cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "tty")));
+    cJSON_AddNumberToObject(o, "cols", (double)(cols >= 1 && cols <= 65535 ? cols : 80));
+    cJSON_AddNumberToObject(o, "rows", (double)(rows >= 1 && rows <= 65535 ? rows : 24));
+    if (cJSON_IsString(term) && strlen(term->valuestring) < 64) cJSON_AddStringToObject(o, "term", term->valuestring);
+    if (!why[0]) {
+        /* the task's isolation: its worker's mount namespace, cgroups, uid and job directory */
+        int own = t->iso.on && t->iso.uid;
+        cJSON_AddNumberToObject(o, "worker_pid", (double)t->pid);
+        cJSON_AddNumberToObject(o, "worker_ticks", (double)t->start_ticks);
+        cJSON_AddNumberToObject(o, "uid", own ? t->iso.uid : 0);
+        cJSON_AddBoolToObject(o, "mount_ns", own && t->iso.mount_ns && !t->iso.keep_root);
+        cJSON *cg = cJSON_AddArrayToObject(o, "cgroups");
+        for (int i = 0; t->iso.on && i < t->iso.n_cg; i++) cJSON_AddItemToArray(cg, cJSON_CreateString(t->iso.cg[i]));
+        cJSON_AddStringToObject(o, "dir", t->iso.dir[0] ? t->iso.dir : t->ctx_dir[0] ? t->ctx_dir : a->opt.data_root);
+        if (own) cJSON_AddStringToObject(o, "tmp", t->iso.mount_ns && !t->iso.keep_root ? "/tmp" : t->iso.tmp);
+        if (t->ctr_name[0] && a->podman[0]) {
+            cJSON_AddStringToObject(o, "container", t->ctr_name);
+            cJSON_AddStringToObject(o, "podman", a->podman);
+            cJSON_AddStringToObject(o, "runtime", a->opt.podman_runtime);
+        }
+        /* the task's own variables, less the secret ones (TRAINYARD_CONFIG) */
+        cJSON *env = cJSON_AddArrayToObject(o, "env");
+        char s[PATH_MAX + 64];
+        snprintf(s, sizeof s, "TRAINYARD_TASK_ID=%lld", (long long)t->id);
+        cJSON_AddItemToArray(env, cJSON_CreateString(s));
+        snprintf(s, sizeof s, "TRAINYARD_TASK_NAME=%s", t->name);
+        cJSON_AddItemToArray(env, cJSON_CreateString(s));
+        if (a->opt.data_root[0] && sfmt(s, sizeof s, "TRAINYARD_DATA_ROOT=%s", a->opt.data_root) == 0)
+            cJSON_AddItemToArray(env, cJSON_CreateString(s));
+        if (t->ctx_dir[0] && sfmt(s, sizeof s, "TRAINYARD_CONTEXT_DIR=%s", t->ctx_dir) == 0)
+            cJSON_AddItemToArray(env, cJSON_CreateString(s));
+        for (int i = 0; i < t->n_ports; i++) {
+            char name[64];
+            jobspec_port_env(t->port_names[i], name);
+            snprintf(s, sizeof s, "%s=%d", name, t->ports[i]);
+            cJSON_AddItemToArray(env, cJSON_CreateString(s));
+        }
+    }
+    if (why[0]) cJSON_AddStringToObject(o, "error", why);
+    char *json = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!json) abort();
+    /* the CA the agent trusts, as its workers get it */
+    char *e_ca = NULL;
+    if (client_trusted_ca()) {
+        size_t n = strlen(client_trusted_ca()) + sizeof "TRAINYARD_CA_PEM=";
+        e_ca = xmalloc(n);
+        snprintf(e_ca, n, "TRAINYARD_CA_PEM=%s", client_trusted_ca());
+    }
+    char *env_add[] = {e_ca, NULL};
+    pid_t pid = exec_relay_spawn(a->exe, json, env_add);
+    explicit_bzero(json, strlen(json)); /* it holds the node's token */
+    cJSON_free(json);
+    free(e_ca);
+    if (pid < 0) {
+        log_error("exec session %s (task %lld): cannot start the relay: %s", sess->valuestring, (long long)id,
+                  strerror(errno));
+        return;
+    }
+    a->relays[a->n_relays++] = pid;
+    log_info("exec session %s: a shell into task %lld%s%s (relay pid %d)%s%s", sess->valuestring, (long long)id,
+             cJSON_IsString(user) ? " for " : "", cJSON_IsString(user) ? user->valuestring : "", (int)pid,
+             why[0] ? ": " : "", why);
+}
+
+/* Reaps the exec relays that ended (they are not tasks: nothing is reported). */
+static void relays_reap(agent *a) {
+    for (int i = 0; i < a->n_relays;) {
+        int st;
+        if (proc_reap(a->relays[i], &st) != 0) a->relays[i] = a->relays[--a->n_relays];
+        else i++;
+    }
+}
+
 static void inbox_process(agent *a) {
     char buf_[64];
     while (read(a->wake_r, buf_, sizeof buf_) > 0) {
@@ -1286,6 +1409,7 @@ static void inbox_process(agent *a) {
             const cJSON *e;
             cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "stop")) task_stop(a, e);
             cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "start")) task_start(a, e);
+            cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o, "exec")) exec_begin(a, e);
         }
         cJSON_Delete(o);
         free(items[i]);
@@ -1547,6 +1671,7 @@ static void main_loop(agent *a, loop_state *ls) {
         ctx_collect(a); /* contexts made ready (the same wake pipe) */
         if (got_term) loop_stop_signal(a, ls);
         tasks_check(a);
+        if (a->n_relays) relays_reap(a);
         if (a->iso.n_grave) iso_sweep(&a->iso);
         state_save(a);
     }
@@ -1558,6 +1683,7 @@ static void main_loop(agent *a, loop_state *ls) {
  * inbox) is left for the process exit to reclaim. */
 static void agent_shutdown(agent *a) {
     ctxf_stop(&a->ctx);
+    for (int i = 0; i < a->n_relays; i++) kill(a->relays[i], SIGTERM); /* each ends its session */
     for (ctxf_req *r = ctxf_take_done(&a->ctx), *next; r; r = next) {
         next = r->next;
         task *t = task_find(a, r->task);

@@ -1,10 +1,11 @@
 /* fuzz_agent_assignments.c - libFuzzer target for what an agent parses from
  * the server: the long-poll reply of GET /nodes/{id}/assignments ({"start":
- * [...], "stop": [...]}) through executor/agent.c's inbox_process, task_start
- * and task_stop (static: reached by #including agent.c). The agent is built
- * full (AGENT_MAX_TASKS tasks that never match), so task_start refuses before
- * spawning anything and queues an exit report instead; stops of unknown tasks
- * queue theirs. Every queued report must be a JSON object.
+ * [...], "stop": [...], "exec": [...]}) through executor/agent.c's
+ * inbox_process, task_start, task_stop and exec_begin (static: reached by
+ * #including agent.c). The agent is built full (AGENT_MAX_TASKS tasks that
+ * never match, AGENT_MAX_RELAYS shells), so task_start refuses before
+ * spawning anything and queues an exit report instead, and exec_begin
+ * refuses a session after reading it; stops of unknown tasks queue theirs. Every queued report must be a JSON object.
  * docs/reliability.md, "Fuzzing". */
 #include "executor/agent.c"
 
@@ -30,6 +31,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     g_dummy.fd = -1;
     for (int i = 0; i < AGENT_MAX_TASKS; i++) g_a->tasks[i] = &g_dummy;
     g_a->n_tasks = AGENT_MAX_TASKS;
+    g_a->n_relays = AGENT_MAX_RELAYS; /* no relay is ever started */
     snprintf(g_a->exe, sizeof g_a->exe, "/bin/false");
     return 0;
 }
@@ -43,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     a->inbox[0] = item;
     a->inbox_len = a->inbox_cap = 1;
     inbox_process(a);
-    if (a->inbox || a->inbox_len || a->n_tasks != AGENT_MAX_TASKS) abort();
+    if (a->inbox || a->inbox_len || a->n_tasks != AGENT_MAX_TASKS || a->n_relays != AGENT_MAX_RELAYS) abort();
     /* what was queued for the server: check, then drop (nothing is sent) */
     while (a->out_len) {
         outmsg *m = &a->outbox[a->out_head];
