@@ -5,6 +5,7 @@
  * job failed, 5 it was cancelled, 6 a download did not match its sha256. */
 #include "cli.h"
 #include "client.h"
+#include "shell.h"
 #include "../common/ctxtar.h"
 
 #include <cjson/cJSON.h>
@@ -1377,6 +1378,9 @@ static void cli_usage(FILE *f) {
             "                                        ~/.config/trainyard/token (XDG_CONFIG_HOME), 0600\n"
             "       trainyard logout                 that token revoked and its file removed\n"
             "       trainyard whoami                 who the token speaks for, how signed in, teams and roles\n"
+            "       trainyard shell ID [--task NAME] [-- CMD ...]   CMD (default: a login shell) in a running\n"
+            "                                        task (default: the job's first running one); a terminal\n"
+            "                                        on stdin gets a PTY; exits with CMD's status\n"
             "options: --json (print the server's JSON), --url URL, --token TOKEN, --team NAME (the team\n"
             "         a person acts in: Trainyard-Team),\n"
             "         --ca-cert FILE (the CA to verify an https:// server with)\n"
@@ -1392,7 +1396,7 @@ int cmd_cli(int argc, char **argv) {
     const char *cmd = argv[0];
     static const char *cmds[] = {"submit", "jobs",  "status", "cancel", "delete", "teams", "logs",
                                  "watch",  "queue", "cluster", "events", "checkpoints", "context",
-                                 "usage", "sweep", "sweeps", "sweep-status", "login", "logout", "whoami"};
+                                 "usage", "sweep", "sweeps", "sweep-status", "login", "logout", "whoami", "shell"};
     int known = 0;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(cmd, cmds[i]) == 0) known = 1;
@@ -1419,7 +1423,18 @@ int cmd_cli(int argc, char **argv) {
     int c;
     optind = 1;
     const char *task = "worker-0";
-    int follow = 0;
+    int task_given = 0, follow = 0;
+    /* shell: what follows "--" is the command, never options */
+    int cmd_argc = 0;
+    char **cmd_argv = NULL;
+    if (strcmp(cmd, "shell") == 0)
+        for (int i = 1; i < argc; i++)
+            if (strcmp(argv[i], "--") == 0) {
+                cmd_argc = argc - i - 1;
+                cmd_argv = argv + i + 1;
+                argc = i;
+                break;
+            }
     long iv;
     while ((c = getopt_long(argc, argv, "fo:", longopts, NULL)) != -1) {
         switch (c) {
@@ -1440,7 +1455,7 @@ int cmd_cli(int argc, char **argv) {
             o.interval_ms = (int)iv;
             break;
         case 'j': o.json = 1; break;
-        case 'T': task = optarg; break;
+        case 'T': task = optarg; task_given = 1; break;
         case 'f': follow = 1; break;
         case 'u': url = optarg; break;
         case 't': token = optarg; break;
@@ -1513,6 +1528,11 @@ int cmd_cli(int argc, char **argv) {
     if (strcmp(cmd, "cluster") == 0 && nargs == 0) return do_cluster(&o);
     if (strcmp(cmd, "events") == 0 && nargs == 1) return do_events(&o, argv[optind]);
     if (strcmp(cmd, "checkpoints") == 0 && nargs == 1) return do_checkpoints(&o, argv[optind]);
+    if (strcmp(cmd, "shell") == 0 && nargs == 1) {
+        shell_opts so = {.url = o.url, .token = o.token, .team = o.team_hdr, .job = argv[optind],
+                         .task = task_given ? task : NULL, .argc = cmd_argc, .argv = cmd_argv};
+        return shell_run(&so);
+    }
     if (strcmp(cmd, "logs") == 0 && nargs == 1) {
         for (const char *p = task; *p; p++)
             if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '-')) {
