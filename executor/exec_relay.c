@@ -10,6 +10,7 @@
 #include "../common/ws.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -417,15 +418,51 @@ static void status_error(relay *r, int code, const char *why) {
     cJSON_free(s);
 }
 
-/* Ends the command: SIGHUP to its session's group now, SIGKILL later. */
+/* In a container the command is conmon's child, not podman exec's: ending
+ * podman exec leaves it running. Its processes are found by the variable
+ * TRAINYARD_EXEC_SESSION=<session> that it (and what it starts) got, in
+ * /proc/PID/environ of the host (the relay is root). The number signalled. */
+static int session_kill(const relay *r, int sig) {
+    if (!r->cfg->container[0]) return 0;
+    char want[64];
+    int wl = snprintf(want, sizeof want, "TRAINYARD_EXEC_SESSION=%s", r->cfg->session);
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    char *env = xmalloc(1 << 16);
+    while ((e = readdir(d)) != NULL) {
+        long pid;
+        if (parse_long(e->d_name, 2, 1L << 30, &pid) < 0 || pid == (long)getpid()) continue;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%ld/environ", pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue;
+        ssize_t len = read(fd, env, (1 << 16) - 1);
+        close(fd);
+        for (ssize_t i = 0; len > 0 && i + wl <= len; i += (ssize_t)strnlen(env + i, (size_t)(len - i)) + 1) {
+            if (memcmp(env + i, want, (size_t)wl) == 0 && (i + wl == len || env[i + wl] == '\0')) {
+                if (kill((pid_t)pid, sig) == 0) n++;
+                break;
+            }
+        }
+    }
+    free(env);
+    closedir(d);
+    return n;
+}
+
+/* Ends the command: SIGHUP to its session's group (and, in a container,
+ * to its processes there) now, SIGKILL later. */
 static void end_command(relay *r) {
     if (r->fd_in >= 0 && r->fd_in != r->fd_out) {
         close(r->fd_in);
         r->fd_in = -1;
     }
-    if (!r->pid || r->exited || r->hup_sent) return;
+    if (!r->pid || r->hup_sent || (r->exited && !r->cfg->container[0])) return;
     r->hup_sent = 1;
-    if (kill(-r->pid, SIGHUP) < 0) kill(r->pid, SIGHUP);
+    if (!r->exited && kill(-r->pid, SIGHUP) < 0) kill(r->pid, SIGHUP);
+    session_kill(r, SIGHUP);
     r->kill_at = mono_ms() + RELAY_KILL_MS;
 }
 
@@ -436,6 +473,12 @@ static int command_start(relay *r, int *code, char *why, size_t whylen) {
     int isolated = c->uid != 0;
     char *ours[RELAY_MAX_ENV + 8];
     int n_ours = env_ours(c, ours, RELAY_MAX_ENV + 8);
+    /* in a container: how its processes are found to end them (session_kill) */
+    if (c->container[0] && n_ours < RELAY_MAX_ENV + 8) {
+        char sv[64];
+        snprintf(sv, sizeof sv, "TRAINYARD_EXEC_SESSION=%s", c->session);
+        ours[n_ours++] = xstrdup(sv);
+    }
     char **envp = env_build(c, ours, n_ours, isolated && !c->container[0]);
     char **pargv = NULL;
     char *shell_bash[] = {"bash", "-l", NULL}, *shell_sh[] = {"sh", "-l", NULL};
@@ -720,11 +763,18 @@ static void check_child(relay *r, int64_t now) {
             r->status = w == r->pid ? st : 0xff00;
             r->exited_at = now;
             kill(-r->pid, SIGKILL); /* what it left in its session goes with it */
-        } else if (r->kill_at && now >= r->kill_at) {
+            /* in a container too; after a SIGHUP, its SIGKILL waits its turn */
+            if (!r->hup_sent) session_kill(r, SIGKILL);
+            if (!r->hup_sent || !r->cfg->container[0]) r->kill_at = 0;
+        }
+    }
+    if (r->kill_at && now >= r->kill_at) {
+        if (!r->exited) {
             kill(-r->pid, SIGKILL);
             kill(r->pid, SIGKILL);
-            r->kill_at = 0;
         }
+        session_kill(r, SIGKILL);
+        r->kill_at = 0;
     }
     if (!r->exited) return;
     if ((r->fd_out >= 0 || r->fd_err >= 0) && now - r->exited_at > RELAY_DRAIN_MS) {
@@ -753,7 +803,7 @@ static int relay_loop(relay *r, int sigfd) {
         int64_t now = mono_ms();
         check_child(r, now);
         int child_done = !r->pid || r->exited;
-        if (child_done && r->close_sent && (r->peer_gone || !r->out.len) &&
+        if (child_done && !r->kill_at && r->close_sent && (r->peer_gone || !r->out.len) &&
             (r->peer_gone || r->peer_closed || now >= r->linger_until))
             return 0;
         struct pollfd pf[5];
