@@ -284,7 +284,7 @@ START_TEST(help_lists_every_command_and_version_says_the_build) {
     static const char *const commands[] = {"up",     "server", "agent",  "worker", "train",  "submit",
                                            "jobs",   "status", "watch",  "logs",   "events", "checkpoints",
                                            "cancel", "queue",  "cluster", "teams", "usage",  "version",
-                                           "sweep",  "sweeps", "sweep-status"};
+                                           "sweep",  "sweeps", "sweep-status", "shell"};
     buf out;
     ck_assert_int_eq(cli("--help", &out), 0);
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
