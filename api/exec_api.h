@@ -18,7 +18,7 @@
 
 #include <stdint.h>
 #include <cjson/cJSON.h>
-#include "routes.h"
+#include "../server/http.h"
 
 extern const route api_exec_routes[];
 

@@ -378,6 +378,10 @@ static const mrow MATRIX[] = {
     /* a job's web ports: job A declares none (404 to whoever may see it); asked with GET */
     {"*", "/proxy/jobs/{id}/{name}/{rest*}", "", "NNNFFFFFUU"},
     {"GET", "/proxy/jobs/{id}/{name}", "", "ooNFFFFFUU"},
+    {"POST", "/api/v1/jobs/{id}/proxy-session", "", "ooNFFFFFUU"},
+    /* shells: asked without a WebSocket upgrade, the handler's 400 to whoever may */
+    {"GET", "/api/v1/jobs/{id}/tasks/{task}/exec", "", "ooNFFFFFUU"},
+    {"GET", "/api/v1/nodes/{id}/exec/{session}", "", "oFFFoFFFUU"},
     /* single sign-on, not configured here: its public routes answer 503 (or 400 for a callback without
      * code) to everyone; sign-out is a person's */
     {"GET", "/auth/login", "", "oooooooooo"},
@@ -426,6 +430,10 @@ static void row_path(const mrow *m, char *out, size_t cap) {
             rc |= buf_printf(&b, "%lld", (long long)id);
         } else if (strncmp(p, "{cid}", n) == 0) {
             rc |= buf_printf(&b, "%lld", (long long)ckpt_a);
+        } else if (strncmp(p, "{task}", n) == 0) {
+            rc |= buf_appends(&b, "worker-0");
+        } else if (strncmp(p, "{session}", n) == 0) {
+            rc |= buf_appends(&b, "0123456789abcdef0123456789abcdef");
         } else if (strncmp(p, "{key}", n) == 0) {
             rc |= buf_appends(&b, "k");
         } else if (strncmp(p, "{name}", n) == 0) {
