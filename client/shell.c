@@ -166,6 +166,7 @@ typedef struct session {
     int close_sent, close_got, gone;
     int64_t linger_until;
     int have_status, exit_code;
+    int out_gone;                /* our stdout or stderr was closed (EPIPE): the session ends */
 } session;
 
 static void send_frame(session *s, const void *p, size_t n) {
@@ -189,8 +190,9 @@ static void send_resize(session *s) {
     send_frame(s, p, (size_t)n);
 }
 
-/* Writes all of p to fd (a terminal or a pipe, perhaps non-blocking). */
-static void write_all(int fd, const uint8_t *p, size_t n) {
+/* Writes all of p to fd (a terminal or a pipe, perhaps non-blocking): 0,
+ * or -1 when fd is closed (EPIPE: the reader has gone). */
+static int write_all(int fd, const uint8_t *p, size_t n) {
     while (n) {
         ssize_t w = write(fd, p, n);
         if (w < 0 && errno == EINTR) continue;
@@ -199,9 +201,20 @@ static void write_all(int fd, const uint8_t *p, size_t n) {
             poll(&pf, 1, 1000);
             continue;
         }
-        if (w <= 0) return; /* stdout closed: the rest has nowhere to go */
+        if (w <= 0) return -1; /* closed: the rest has nowhere to go */
         p += w;
         n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Output for fd; a reader that has gone ends the session as SIGPIPE would
+ * end a plain program (`trainyard shell 1 -- yes | head -1`). */
+static void output(session *s, int fd, const uint8_t *p, size_t n) {
+    if (s->out_gone) return;
+    if (write_all(fd, p, n) < 0 && errno == EPIPE) {
+        s->out_gone = 1;
+        send_close(s, 1000);
     }
 }
 
@@ -224,12 +237,12 @@ static void on_message(session *s, const ws_msg *m) {
     switch (m->opcode) {
     case WS_BINARY:
         if (!m->len) break;
-        if (m->data[0] == 1) write_all(1, m->data + 1, m->len - 1);
-        else if (m->data[0] == 2) write_all(2, m->data + 1, m->len - 1);
+        if (m->data[0] == 1) output(s, 1, m->data + 1, m->len - 1);
+        else if (m->data[0] == 2) output(s, 2, m->data + 1, m->len - 1);
         else if (m->data[0] == 3) on_status(s, m->data + 1, m->len - 1);
         break;
     case WS_TEXT:
-        write_all(1, m->data, m->len);
+        output(s, 1, m->data, m->len);
         break;
     case WS_PING:
         if (!s->close_sent && ws_frame(&s->out, WS_PONG, m->data, m->len, 1) < 0) s->gone = 1;
@@ -353,6 +366,7 @@ static int session_loop(session *s, int sigfd) {
     }
     if (s->have_status) return s->exit_code;
     if (sig_got) return 128 + sig_got;
+    if (s->out_gone) return 128 + SIGPIPE;
     term_restore();
     fprintf(stderr, "error: the connection ended before the command's exit status came\n");
     return EXIT_LOST;

@@ -15,7 +15,12 @@
  * viewer 403, an unknown task 404, a job with no running task says so; a
  * CLI stopped mid-command ends the command in the task; a plain WebSocket
  * client gets its ping answered, types with text frames, ends stdin with
- * channel 5, and hears the status frame, then Close 1000, last.
+ * channel 5, and hears the status frame, then Close 1000, last; a CLI
+ * whose stdout reader has gone ends the session (141).
+ *
+ * tls: `up --tls auto`: output of 2 MB, 200 KB of stdin and a PTY through
+ * TLS (the CLI trusts TRAINYARD_CA, the relay the agent's CA); no CA: exit
+ * 3 saying what to set.
  *
  * image: a job in the test image: the shell sees the image's
  * /etc/trainyard-image (absent on the host), as the task's uid, on pipes
@@ -37,6 +42,7 @@
 static ty_proc srv;
 static char team_tok[128], admin_tok[128];
 static int64_t g_job;
+static char g_ca[400];           /* the CA file of a --tls auto server ("" plain HTTP) */
 
 /* ---------------------------------------------------------------- helpers */
 
@@ -54,6 +60,8 @@ static void env_for(const char *token) {
     setenv("TRAINYARD_URL", srv.url, 1);
     setenv("TRAINYARD_TOKEN", token, 1);
     unsetenv("TRAINYARD_TEAM");
+    if (g_ca[0]) setenv("TRAINYARD_CA", g_ca, 1);
+    else unsetenv("TRAINYARD_CA");
 }
 
 /* Reads what fd has into b (non-blocking); 0 at EOF. */
@@ -75,7 +83,7 @@ static int drain(int fd, buf *b) {
 static cli_run run_shell(const char *token, const char *in, int timeout_s, const char *const *args) {
     cli_run r;
     memset(&r, 0, sizeof r);
-    buf_init(&r.out, 1 << 20);
+    buf_init(&r.out, 8 << 20);
     buf_init(&r.err, 1 << 20);
     int pi[2], po[2], pe[2];
     ck_assert_int_eq(pipe2(pi, O_CLOEXEC), 0);
@@ -219,23 +227,43 @@ static void job_id_text(char *out, size_t n) { snprintf(out, n, "%lld", (long lo
 
 /* ---------------------------------------------------------------- fixture */
 
-static void up_start(void) {
+static void up_start_args(const char *const *extra) {
     memset(&srv, 0, sizeof srv);
     ty_mkdtemp(srv.dir, sizeof srv.dir, "shell");
-    const char *extra[] = {"--cpu-slots", "2", NULL};
     ty_server_start_args(&srv, "up", extra);
     ty_token(&srv, "token", team_tok, sizeof team_tok);
     ty_token(&srv, "admin.token", admin_tok, sizeof admin_tok);
 }
 
-static void host_setup(void) {
-    up_start();
+static void up_start(void) {
+    const char *extra[] = {"--cpu-slots", "2", NULL};
+    up_start_args(extra);
+}
+
+static void submit_sleeper(void) {
     /* the task's private /tmp holds its marker (under isolation, not the host's /tmp) */
     g_job = ty_submit(srv.url, team_tok,
                       "{\"name\":\"sleeper\",\"command\":{\"argv\":[\"/bin/sh\",\"-c\","
                       "\"echo from-the-task > /tmp/shell-marker-$TRAINYARD_TASK_ID; exec sleep 600\"]},"
                       "\"max_restarts\":0}");
     expect_running(g_job, 60);
+}
+
+static void host_setup(void) {
+    up_start();
+    submit_sleeper();
+}
+
+/* `up --tls auto`: the CLI verifies the server with its CA (TRAINYARD_CA),
+ * the agent's relay with the CA the agent was given. */
+static void tls_setup(void) {
+    const char *extra[] = {"--tls", "auto", "--cpu-slots", "2", NULL};
+    up_start_args(extra);
+    ck_assert_msg(strncmp(srv.url, "https://", 8) == 0, "not https: %s", srv.url);
+    snprintf(g_ca, sizeof g_ca, "%s/tls/ca.crt", srv.dir);
+    char err[512];
+    ck_assert_msg(client_trust_ca_file(g_ca, "ca", err, sizeof err) == 0, "%s", err);
+    submit_sleeper();
 }
 
 static void up_stop(void) {
@@ -555,6 +583,77 @@ START_TEST(raw_websocket_client) {
 }
 END_TEST
 
+/* A reader of the CLI's stdout that goes away ends the session as SIGPIPE
+ * ends a plain program: `trainyard shell JOB -- yes | head -c 100`. */
+START_TEST(closed_stdout_ends_the_session) {
+    char job[32];
+    job_id_text(job, sizeof job);
+    env_for(team_tok);
+    int po[2];
+    ck_assert_int_eq(pipe2(po, O_CLOEXEC), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_RDONLY);
+        dup2(devnull, 0);
+        dup2(po[1], 1);
+        execl(ty_bin(), ty_bin(), "shell", job, "--", "yes", "from-the-task", (char *)NULL);
+        _exit(127);
+    }
+    close(po[1]);
+    char b[100];
+    size_t got = 0;
+    while (got < sizeof b) {
+        ssize_t n = read(po[0], b + got, sizeof b - got);
+        ck_assert_int_gt(n, 0);
+        got += (size_t)n;
+    }
+    ck_assert(memcmp(b, "from-the-task\n", 14) == 0);
+    close(po[0]);
+    int st = 0;
+    for (int i = 0; i < 200 && waitpid(pid, &st, WNOHANG) != pid; i++) ty_sleep_ms(50);
+    ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 128 + SIGPIPE, "the CLI's status %d", st);
+    int gone = 0;
+    for (int i = 0; i < 50 && !gone; i++) {
+        cli_run r = SHELL(team_tok, NULL, job, "--", "sh", "-c", PS_ARGS);
+        gone = strstr(r.out.data, "yes from-the-task") == NULL;
+        cli_run_release(&r);
+        if (!gone) ty_sleep_ms(200);
+    }
+    ck_assert_msg(gone, "yes still runs in the task");
+}
+END_TEST
+
+/* Over https: a PTY's size, 2 MB of output and 200 KB of stdin through TLS. */
+START_TEST(over_tls) {
+    char job[32];
+    job_id_text(job, sizeof job);
+    cli_run r = SHELL(team_tok, NULL, job, "--", "sh", "-c", "head -c 2000000 /dev/zero | tr '\\0' x; exit 6");
+    ck_assert_msg(r.rc == 6, "rc %d: %s", r.rc, r.err.data);
+    ck_assert_uint_eq(r.out.len, 2000000);
+    ck_assert(r.out.data[0] == 'x' && r.out.data[1999999] == 'x');
+    cli_run_release(&r);
+    char *big = xmalloc(200001);
+    memset(big, 'y', 200000);
+    big[200000] = '\0';
+    r = SHELL(team_tok, big, job, "--", "wc", "-c");
+    free(big);
+    ck_assert_msg(strstr(r.out.data, "200000") != NULL, "wc -c: %s (stderr %s)", r.out.data, r.err.data);
+    cli_run_release(&r);
+    buf out;
+    buf_init(&out, 1 << 20);
+    int rc = run_shell_pty(team_tok, 30, 90, NULL, NULL, 0, 0, 0, &out, PTY_ARGS(job, "--", "stty", "size"));
+    ck_assert_msg(rc == 0 && strstr(out.data, "30 90\r\n"), "rc %d: %s", rc, out.data);
+    buf_release(&out);
+    /* without the CA the CLI refuses the server, and says what to do */
+    g_ca[0] = '\0';
+    r = SHELL(team_tok, NULL, job, "--task", "worker-0", "--", "true");
+    ck_assert_int_eq(r.rc, 3);
+    ck_assert_msg(strstr(r.err.data, "TRAINYARD_CA") != NULL, "%s", r.err.data);
+    cli_run_release(&r);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- image */
 
 static char skip_why[256];
@@ -633,6 +732,9 @@ int main(void) {
     tcase_add_test(host, stopped_cli_ends_the_command);
     tcase_add_test(host, refusals);
     tcase_add_test(host, raw_websocket_client);
+    tcase_add_test(host, closed_stdout_ends_the_session);
+    TCase *tls = ty_tcase(s, "tls", tls_setup, up_stop, 240);
+    tcase_add_test(tls, over_tls);
     TCase *img = ty_tcase(s, "image", image_setup, image_teardown, 400);
     tcase_add_test(img, shell_in_the_image);
     return ty_run_suite(s);
