@@ -18,6 +18,12 @@
  * channel 5, and hears the status frame, then Close 1000, last; a CLI
  * whose stdout reader has gone ends the session (141).
  *
+ * relay: `trainyard server` alone, the test as the node's agent: the real
+ * `trainyard exec-relay` for the sessions handed out relays a command's
+ * output and exit status; told the task is not running here it still
+ * connects and the CLI prints why and exits 126; a session the server does
+ * not know is refused (404, exit 1) and its log holds no token.
+ *
  * tls: `up --tls auto`: output of 2 MB, 200 KB of stdin and a PTY through
  * TLS (the CLI trusts TRAINYARD_CA, the relay the agent's CA); no CA: exit
  * 3 saying what to set.
@@ -654,6 +660,175 @@ START_TEST(over_tls) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- relay */
+
+/* `trainyard server` with no agent: the test registers a node and plays its
+ * agent's part (assignments, the running report), and starts the real
+ * `trainyard exec-relay` itself for the sessions handed to that node. */
+static int64_t g_node;
+static char g_node_tok[160];
+
+static void server_setup(void) {
+    memset(&srv, 0, sizeof srv);
+    ty_mkdtemp(srv.dir, sizeof srv.dir, "shellrelay");
+    const char *extra[] = {"--heartbeat-timeout", "120", NULL};
+    ty_server_start_args(&srv, "server", extra);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    ty_token(&srv, "admin.token", admin_tok, sizeof admin_tok);
+    char join[160];
+    ty_token(&srv, "node.token", join, sizeof join);
+    cJSON *o = NULL;
+    long st = ty_http(srv.url, join, "POST", "/api/v1/nodes",
+                      "{\"hostname\":\"relay-node\",\"address\":\"127.0.0.1\",\"cpu_slots\":2,\"devices\":[]}", &o);
+    ck_assert_msg(st == 200 || st == 201, "POST /nodes answered %ld", st);
+    g_node = (int64_t)ty_num(o, "id");
+    snprintf(g_node_tok, sizeof g_node_tok, "%s", ty_str(o, "token"));
+    cJSON_Delete(o);
+    ck_assert_int_gt(g_node, 0);
+    ck_assert_str_ne(g_node_tok, "");
+}
+
+/* The first entry of list `what` ("start", "exec") in the node's
+ * assignments within 20 s (the caller deletes). */
+static cJSON *assignment(const char *what) {
+    char path[128];
+    snprintf(path, sizeof path, "/api/v1/nodes/%lld/assignments?wait=2", (long long)g_node);
+    for (int i = 0; i < 10; i++) {
+        cJSON *o = NULL;
+        ck_assert_int_eq(ty_http(srv.url, g_node_tok, "GET", path, NULL, &o), 200);
+        cJSON *e = cJSON_DetachItemFromArray(cJSON_GetObjectItem(o, what), 0);
+        cJSON_Delete(o);
+        if (e) return e;
+    }
+    ck_abort_msg("no \"%s\" entry for node %lld within 20 s", what, (long long)g_node);
+    return NULL;
+}
+
+/* The CLI in the background: its pid; its stdout and stderr into files. */
+static pid_t cli_background(const char *job, const char *dir, const char *cmd) {
+    env_for(team_tok);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char o[400], e[400];
+        snprintf(o, sizeof o, "%s/cli.out", dir);
+        snprintf(e, sizeof e, "%s/cli.err", dir);
+        if (!freopen("/dev/null", "r", stdin) || !freopen(o, "w", stdout) || !freopen(e, "w", stderr)) _exit(126);
+        execl(ty_bin(), ty_bin(), "shell", job, "--", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* `trainyard exec-relay` with TRAINYARD_EXEC = json: its exit status. */
+static int relay_run(const char *json) {
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        char lf[400];
+        snprintf(lf, sizeof lf, "%s/relay.log", srv.dir);
+        if (!freopen(lf, "a", stderr)) _exit(126);
+        setenv("TRAINYARD_EXEC", json, 1);
+        execl(ty_bin(), ty_bin(), "exec-relay", (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    for (int i = 0; i < 600 && waitpid(pid, &st, WNOHANG) != pid; i++) ty_sleep_ms(50);
+    if (kill(pid, 0) == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        ck_abort_msg("the relay did not end within 30 s");
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static char *relay_json(const cJSON *entry, const char *error) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "server", srv.url);
+    cJSON_AddNumberToObject(o, "node", (double)g_node);
+    cJSON_AddStringToObject(o, "session", ty_str(entry, "session"));
+    cJSON_AddStringToObject(o, "token", g_node_tok);
+    cJSON_AddNumberToObject(o, "task", ty_num(entry, "task"));
+    cJSON_AddItemToObject(o, "command", cJSON_Duplicate(cJSON_GetObjectItem(entry, "command"), 1));
+    cJSON_AddBoolToObject(o, "tty", cJSON_IsTrue(cJSON_GetObjectItem(entry, "tty")));
+    cJSON *env = cJSON_AddArrayToObject(o, "env");
+    cJSON_AddItemToArray(env, cJSON_CreateString("TRAINYARD_TASK_NAME=worker-0"));
+    if (error) cJSON_AddStringToObject(o, "error", error);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static int cli_wait(pid_t pid) {
+    int st = 0;
+    for (int i = 0; i < 600 && waitpid(pid, &st, WNOHANG) != pid; i++) ty_sleep_ms(50);
+    if (kill(pid, 0) == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        return -1;
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static char *read_text(const char *dir, const char *name) {
+    char p[400];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    char *t = file_read_all(p, 1 << 20, NULL);
+    return t ? t : xstrdup("");
+}
+
+START_TEST(relay_alone_and_a_task_not_running) {
+    int64_t id = ty_submit(srv.url, team_tok, "{\"name\":\"r\",\"command\":{\"argv\":[\"sleep\",\"600\"]},\"max_restarts\":0}");
+    cJSON *start = assignment("start");
+    int64_t task = (int64_t)ty_num(start, "task");
+    cJSON_Delete(start);
+    char path[96], job[32];
+    snprintf(path, sizeof path, "/api/v1/tasks/%lld/status", (long long)task);
+    ck_assert_int_eq(ty_http(srv.url, g_node_tok, "POST", path, "{\"state\":\"running\"}", NULL), 200);
+    snprintf(job, sizeof job, "%lld", (long long)id);
+
+    /* the relay's own work (no isolation asked): the command's output and status */
+    pid_t cli = cli_background(job, srv.dir, "echo relayed $TRAINYARD_TASK_NAME; exit 9");
+    cJSON *e = assignment("exec");
+    ck_assert_int_eq((int64_t)ty_num(e, "task"), task);
+    ck_assert_int_eq((int)strlen(ty_str(e, "session")), 32);
+    char *json = relay_json(e, NULL);
+    ck_assert_int_eq(relay_run(json), 0);
+    free(json);
+    cJSON_Delete(e);
+    ck_assert_int_eq(cli_wait(cli), 9);
+    char *out = read_text(srv.dir, "cli.out");
+    ck_assert_str_eq(out, "relayed worker-0\n");
+    free(out);
+
+    /* the agent could not run it: the relay still connects, and the client hears why */
+    cli = cli_background(job, srv.dir, "true");
+    e = assignment("exec");
+    json = relay_json(e, "task 99 is not running on this node");
+    ck_assert_int_eq(relay_run(json), 0);
+    free(json);
+    cJSON_Delete(e);
+    ck_assert_int_eq(cli_wait(cli), 126);
+    char *err = read_text(srv.dir, "cli.err");
+    ck_assert_msg(strstr(err, "error: task 99 is not running on this node\n") != NULL, "stderr: %s", err);
+    free(err);
+
+    /* a session the server does not know: refused, exit 1, nothing run */
+    cJSON *bogus = cJSON_CreateObject();
+    cJSON_AddStringToObject(bogus, "session", "0123456789abcdef0123456789abcdef");
+    cJSON_AddNumberToObject(bogus, "task", (double)task);
+    cJSON_AddItemToObject(bogus, "command", cJSON_CreateArray());
+    json = relay_json(bogus, NULL);
+    ck_assert_int_eq(relay_run(json), 1);
+    free(json);
+    cJSON_Delete(bogus);
+    char *log = read_text(srv.dir, "relay.log");
+    ck_assert_msg(strstr(log, "answered 404") != NULL, "relay.log: %s", log);
+    ck_assert_msg(strstr(log, g_node_tok) == NULL, "the node's token is in the relay's log");
+    free(log);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- image */
 
 static char skip_why[256];
@@ -733,6 +908,8 @@ int main(void) {
     tcase_add_test(host, refusals);
     tcase_add_test(host, raw_websocket_client);
     tcase_add_test(host, closed_stdout_ends_the_session);
+    TCase *rel = ty_tcase(s, "relay", server_setup, up_stop, 120);
+    tcase_add_test(rel, relay_alone_and_a_task_not_running);
     TCase *tls = ty_tcase(s, "tls", tls_setup, up_stop, 240);
     tcase_add_test(tls, over_tls);
     TCase *img = ty_tcase(s, "image", image_setup, image_teardown, 400);
