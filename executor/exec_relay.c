@@ -73,6 +73,7 @@ pid_t exec_relay_spawn(const char *exe, const char *json, char *const env_add[])
     pid_t pid = fork();
     if (pid == 0) {
         if (proc_child_setup(parent, 1, SIGTERM, 1) < 0) _exit(126);
+        close_range(3, ~0U, CLOSE_RANGE_CLOEXEC); /* none of the agent's descriptors (its sockets) */
         execve(exe, argv, envp);
         _exit(127);
     }
@@ -530,6 +531,9 @@ static int command_start(relay *r, int *code, char *why, size_t whylen) {
         /* async-signal-safe calls only from here to exec */
         int in = c->tty ? slave : pin[0], o1 = c->tty ? slave : pout[1], o2 = c->tty ? slave : perr[1];
         if (dup2(in, 0) < 0 || dup2(o1, 1) < 0 || dup2(o2, 2) < 0) child_fail(ep[1], 126, "its stdin and stdout");
+        /* nothing else of the relay's reaches the command (its socket to the
+         * server); the error pipe still works until the exec closes it */
+        if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) child_fail(ep[1], 126, "closing the relay's descriptors");
         for (int i = 0; i < c->n_cg; i++)
             if (cgfd[i] >= 0 && write(cgfd[i], "0", 1) != 1) child_fail(ep[1], 126, "joining the task's cgroup");
         if (mnt >= 0 && setns(mnt, CLONE_NEWNS) < 0) child_fail(ep[1], 126, "entering the task's mount namespace");

@@ -294,10 +294,13 @@ START_TEST(command_runs_as_the_task) {
     /* the same uid, directory and /tmp as the task; only its uid's processes */
     r = SHELL(team_tok, NULL, job, "--", "sh", "-c",
               "id -u; pwd; echo HOME=$HOME; cat /tmp/shell-marker-$TRAINYARD_TASK_ID; echo task=$TRAINYARD_TASK_NAME; "
-              "ps -eo user= | sort -u | wc -l; ps -eo args= | grep -c '^sleep 600'");
+              "ps -eo user= | sort -u | wc -l; ps -eo args= | grep -c '^sleep 600'; "
+              "echo fds=$(ls /proc/self/fd | wc -l)");
     ck_assert_msg(r.rc == 0, "rc %d, stderr: %s", r.rc, r.err.data);
     ck_assert_msg(strstr(r.out.data, "from-the-task\n") != NULL, "the task's /tmp is not the shell's: %s", r.out.data);
     ck_assert_msg(strstr(r.out.data, "task=worker-0\n") != NULL, "%s", r.out.data);
+    /* stdin, stdout, stderr and ls's own: nothing of the agent's or the relay's */
+    ck_assert_msg(strstr(r.out.data, "fds=4\n") != NULL, "descriptors leaked into the command: %s", r.out.data);
     if (geteuid() == 0) {
         char cwd[256] = "", home[300];
         sscanf(strchr(r.out.data, '\n') + 1, "%255s", cwd);
