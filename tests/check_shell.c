@@ -887,6 +887,11 @@ START_TEST(shell_in_the_image) {
     r = SHELL(team_tok, NULL, job, "--", "sh", "-c", "exit 4");
     ck_assert_int_eq(r.rc, 4);
     cli_run_release(&r);
+    /* the command's options are its own, not podman's */
+    r = SHELL(team_tok, NULL, job, "--", "echo", "--help", "-t", "--user=0");
+    ck_assert_msg(r.rc == 0 && strcmp(r.out.data, "--help -t --user=0\n") == 0, "rc %d: %s %s", r.rc, r.out.data,
+                  r.err.data);
+    cli_run_release(&r);
     buf out;
     buf_init(&out, 1 << 20);
     int rc = run_shell_pty(team_tok, 40, 100, NULL, NULL, 0, 0, 0, &out,
