@@ -192,6 +192,7 @@ int client_upgrade(const client *c, const char *path, const char *headers, long 
     char cl[32];
     long want = -1;
     if (client_conn_header(k, "Content-Length", cl, sizeof cl) && parse_long(cl, 0, BODY_MAX, &want) < 0) want = -1;
+    if (want < 0 && deadline > mono_ms() + 2000) deadline = mono_ms() + 2000; /* to its end, 2 s at most */
     while (want < 0 || (long)k->body.len < want) {
         ssize_t n = client_conn_recv(k, chunk, sizeof chunk);
         if (n == -2) {
