@@ -25,6 +25,9 @@ timeout 180 node --test tests/web/usage.test.mjs
 timeout 240 node --test tests/web/sweep.test.mjs
 # a job's web port opened from its page: the proxy-session cookie, a new tab
 timeout 120 node --test tests/web/ports.test.mjs
+# a task's shell in xterm.js over the exec WebSocket; a notebook job's Jupyter through the proxy
+timeout 120 node --test tests/web/terminal.test.mjs
+timeout 180 node --test tests/web/notebook.test.mjs
 # single sign-on: the real provider (tests/oidc/provider.mjs), its login page, the session, CSRF, audit
 timeout 120 node --test tests/web/sso.test.mjs
 echo "web tests: screenshots in $WEB_TEST_OUT"

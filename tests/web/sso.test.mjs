@@ -5,7 +5,9 @@
 // back on the dashboard with her name and the team switcher (vision, from
 // her groups claim), read the jobs, cancel one of vision's jobs (a change:
 // the session's CSRF token in X-CSRF-Token), see that cancel on the Audit
-// page (and its CSV), sign out. Screenshots go to $WEB_TEST_OUT.
+// page (and its CSV), open a shell in a task of vision's (an agent joins for
+// it: the exec WebSocket with the session's cookie, the team as ?team=, no
+// token), sign out. Screenshots go to $WEB_TEST_OUT.
 import {test, before, after} from 'node:test';
 import assert from 'node:assert/strict';
 import {spawn} from 'node:child_process';
@@ -19,7 +21,7 @@ import {chromium} from 'playwright-core';
 const OUT = process.env.WEB_TEST_OUT || 'build/web-test';
 const BIN = process.env.TRAINYARD_BIN || 'build/asan/trainyard';
 const sleep = ms => new Promise(r => setTimeout(r, ms));
-let dir, op, server, url, admin, ctx, page, profile, jobId;
+let dir, op, server, agent, url, admin, visionToken, ctx, page, profile, jobId;
 const pageErrors = [];
 
 function freePort() {
@@ -79,6 +81,7 @@ before(async () => {
   // team vision (ada's groups claim makes her its admin) with a job waiting (no agent here)
   const team = await api('/teams', {method: 'POST', body: JSON.stringify({name: 'vision'})});
   assert.equal(team.status, 201);
+  visionToken = team.body.token;
   const spec = {name: 'vision-waits', model: {layers: [{type: 'flatten', input_shape: [28, 28]}, {type: 'dense', units: 10, activation: 'softmax'}]},
     compile: {optimizer: {type: 'adam', learning_rate: 0.001}, loss: 'sparse_categorical_crossentropy', metrics: ['accuracy']},
     data: {source: 'fashion-mnist', limit: 200}, fit: {epochs: 1, batch_size: 64}};
@@ -99,6 +102,7 @@ before(async () => {
 
 after(async () => {
   if (ctx) await ctx.close();
+  await stop(agent);
   await stop(server);
   await stop(op);
   if (profile) fs.rmSync(profile, {recursive: true, force: true});
@@ -161,6 +165,43 @@ test('the Audit page shows the cancel; its CSV downloads', async () => {
   const csv = fs.readFileSync(file, 'utf8');
   assert.ok(csv.startsWith('id,time,actor,user'), csv.slice(0, 200));
   assert.ok(csv.includes('user:ada') && csv.includes('/api/v1/jobs/{id}/cancel'), csv.slice(0, 500));
+});
+
+test("a shell in a task of the team's, with the session's cookie", async () => {
+  const log = fs.openSync(path.join(dir, 'agent.log'), 'a');
+  agent = spawn(BIN, ['agent', '--server', url, '--token-file', path.join(dir, 'data', 'node.token'), '--cpu-slots', '1',
+                      '--hostname', 'sso-node', '--state-file', path.join(dir, 'agent.state'), '--podman', 'none'],
+                {stdio: ['ignore', log, log]});
+  const job = await api('/jobs', {method: 'POST', token: visionToken,
+    body: JSON.stringify({name: 'vision-holds', max_restarts: 0, command: {argv: ['sleep', '600']}})});
+  assert.equal(job.status, 201, JSON.stringify(job.body));
+  const id = job.body.id;
+  for (let i = 0; ; i++) {
+    const j = await api('/jobs/' + id, {token: visionToken});
+    if (j.body.state === 'running' && j.body.tasks.some(t => t.state === 'running')) break;
+    assert.ok(i < 600 && j.body.state !== 'failed', `the job did not run (${dir}/agent.log): ${JSON.stringify(j.body)}`);
+    await sleep(100);
+  }
+  const sockets = [];
+  page.on('websocket', ws => sockets.push(ws.url()));
+  await page.goto(url + '/#/jobs/' + id);
+  await page.waitForSelector('.shell-pick:not([hidden]) #shell-task');
+  await page.click('#open-shell');
+  await page.waitForSelector('#shell-status[data-state="open"]');
+  assert.ok(sockets.some(u => u.includes(`/api/v1/jobs/${id}/tasks/worker-0/exec?`) && u.includes('team=vision')), sockets.join(' '));
+  await page.click('#terminal');
+  await page.keyboard.type('echo "$((6*7))-as-ada"');
+  await page.keyboard.press('Enter');
+  await page.waitForFunction(() => [...document.querySelectorAll('#terminal .xterm-rows > div')]
+    .some(r => r.textContent.replace(/\u00a0/g, ' ').trim() === '42-as-ada'));
+  await page.keyboard.type('exit 3');
+  await page.keyboard.press('Enter');
+  await page.waitForSelector('#shell-status[data-state="exited"]');
+  assert.equal(await page.textContent('#shell-status'), 'exited with status 3');
+  /* the timeline says who: ada, not the team */
+  const ev = await api(`/jobs/${id}/events?limit=100`, {token: visionToken});
+  assert.ok(ev.body.events.some(e => e.actor === 'user:ada' && /shell in worker-0 ended: exit 3/.test(e.reason || '')), JSON.stringify(ev.body.events));
+  await api(`/jobs/${id}/cancel`, {method: 'POST', token: visionToken});
 });
 
 test('sign out ends the session', async () => {
