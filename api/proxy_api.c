@@ -9,9 +9,9 @@
 #include "../storage/store.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-#define PROXY_GRANT_MS (12LL * 3600 * 1000) /* a proxy-session's cookie lives 12 h (or to a restart) */
 #define PROXY_BODY_MAX (64u << 20)          /* a body going up to an app (a notebook saved with its
                                              * images): read whole by the daemon first, then sent */
 
@@ -106,25 +106,42 @@ static void proxy_job_slash(server *srv, http_req *req, http_res *res) {
     http_text(res, 308, "text/plain; charset=utf-8", "", 0);
 }
 
-/* POST /api/v1/jobs/{id}/proxy-session: a cookie that lets a browser tab
- * open the job's ports with this request's credential (http_grant) */
+/* POST /api/v1/jobs/{id}/proxy-session: a one-time ticket that gives a
+ * browser tab a cookie for the job's ports with this request's credential
+ * (http_grant_ticket), and the origin they are served at */
 static void proxy_session(server *srv, http_req *req, http_res *res) {
     int64_t id = http_param_id(req, res, 0, "job");
     if (id < 0) return;
     char state[16];
     if (job_visible(srv, req, res, id, state) < 0) return;
-    char prefix[64];
+    char prefix[64], ticket[48];
     snprintf(prefix, sizeof prefix, "/proxy/jobs/%lld/", (long long)id);
-    if (http_grant(req, res, prefix, PROXY_GRANT_MS) < 0) {
+    if (http_grant_ticket(req, prefix, (int64_t)HTTP_GRANT_MAX_AGE_S * 1000, ticket) < 0) {
         http_error(res, 400, "bad_request", "Authorization", "no credential to stand for");
         return;
     }
-    http_text(res, 204, "text/plain; charset=utf-8", "", 0);
+    cJSON *o = cJSON_CreateObject();
+    if (!o) abort();
+    cJSON_AddStringToObject(o, "ticket", ticket);
+    cJSON_AddStringToObject(o, "param", HTTP_GRANT_PARAM);
+    cJSON_AddStringToObject(o, "apps_url", srv->apps_url);
+    cJSON_AddStringToObject(o, "prefix", prefix);
+    cJSON_AddNumberToObject(o, "expires_in_s", 60);
+    explicit_bzero(ticket, sizeof ticket);
+    http_json(res, 201, o);
 }
 
+#define PROXY_ROUTES                                                                                      \
+    {"*", "/proxy/jobs/{id}/{name}/{rest*}", proxy_job, ALLOW_USER | ALLOW_ORIGIN, PROXY_BODY_MAX, ROLE_NONE}, \
+    {"GET", "/proxy/jobs/{id}/{name}", proxy_job_slash, ALLOW_USER, 0, ROLE_NONE}
+
 const route api_proxy_routes[] = {
-    {"*", "/proxy/jobs/{id}/{name}/{rest*}", proxy_job, ALLOW_USER | ALLOW_ORIGIN, PROXY_BODY_MAX, ROLE_NONE},
+    PROXY_ROUTES,
     {"POST", "/api/v1/jobs/{id}/proxy-session", proxy_session, ALLOW_USER, 0, ROLE_VIEWER},
-    {"GET", "/proxy/jobs/{id}/{name}", proxy_job_slash, ALLOW_USER, 0, ROLE_NONE},
+    {NULL, NULL, NULL, 0, 0, ROLE_NONE},
+};
+
+const route api_proxy_app_routes[] = {
+    PROXY_ROUTES,
     {NULL, NULL, NULL, 0, 0, ROLE_NONE},
 };

@@ -7,12 +7,17 @@
  * job is 404. The caller's credentials never reach the app.
  * docs/server.md, "A job's web ports".
  *
- * defines: api_proxy_routes */
+ * api_proxy_routes: the API's daemon's (the proxy's routes and
+ * POST /api/v1/jobs/{id}/proxy-session); api_proxy_app_routes: the apps'
+ * daemon's (server --apps-listen: the proxy's routes alone).
+ *
+ * defines: api_proxy_routes, api_proxy_app_routes */
 #ifndef TRAINYARD_PROXY_API_H
 #define TRAINYARD_PROXY_API_H
 
 #include "../server/http.h"
 
 extern const route api_proxy_routes[];
+extern const route api_proxy_app_routes[];
 
 #endif

@@ -102,4 +102,10 @@ static void api_tick(struct server *srv) {
     api_retention_tick(srv);
 }
 
-const server_app api_app = {api_route_tables, api_start_services, api_stop_services, api_tick};
+/* The apps' daemon (server --apps-listen): a job's web ports only. */
+static const route *const api_apps_route_tables[] = {
+    api_proxy_app_routes,
+    NULL,
+};
+
+const server_app api_app = {api_route_tables, api_apps_route_tables, api_start_services, api_stop_services, api_tick};

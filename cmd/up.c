@@ -26,7 +26,8 @@
 
 static void up_usage(FILE *f) {
     fprintf(f,
-            "usage: trainyard up [--listen ADDR:PORT] [--data DIR] [--cpu-slots N] [--data-root DIR]\n"
+            "usage: trainyard up [--listen ADDR:PORT] [--apps-listen ADDR:PORT] [--data DIR] [--cpu-slots N]\n"
+            "                    [--data-root DIR]\n"
             "                    [--hostname H] [--worker-nice N] [--worker-sched normal|idle]\n"
             "                    [agent flags: --isolation, --task-uids, --task-dir, --task-pids-max, --memory,\n"
             "                     --podman, --podman-runtime, --cache-dir, --cache-max-mb]\n"
@@ -115,7 +116,7 @@ static int up_server_value_flag(const char *a) {
     return strcmp(a, "--listen") == 0 || strcmp(a, "--data") == 0 || strcmp(a, "--durability") == 0 ||
            strcmp(a, "--heartbeat-timeout") == 0 || strcmp(a, "--resize-interval") == 0 ||
            strcmp(a, "--access-log") == 0 || strcmp(a, "--public-url") == 0 || strcmp(a, "--tls") == 0 ||
-           strcmp(a, "--tls-cert") == 0 || strcmp(a, "--tls-key") == 0 || strcmp(a, "--auth-fail-limit") == 0 ||
+           strcmp(a, "--apps-listen") == 0 || strcmp(a, "--apps-url") == 0 || strcmp(a, "--tls-cert") == 0 || strcmp(a, "--tls-key") == 0 || strcmp(a, "--auth-fail-limit") == 0 ||
            strcmp(a, "--db-resident-mb") == 0 || strcmp(a, "--log-retention-days") == 0 ||
            strcmp(a, "--audit-retention-days") == 0 ||
            strncmp(a, "--context-", 10) == 0 || strcmp(a, "--disk-reserve") == 0 ||

@@ -84,10 +84,9 @@ struct http_daemon {
     uint64_t wake_seq[PARK_NB];       /* wakes of a bucket's ids, for http_wait_watch */
     uint64_t wake_topic_seq[HTTP_WAKE_NTOPICS]; /* wakes of a whole topic */
     int64_t park_next_due;            /* when park_main wakes next (mono ms) */
-    /* grants (http_grant): cookies that stand for a credential under a path */
-    pthread_mutex_t grant_mu;
-    struct grant *grants;
-    int n_grants;
+    int apps_only;                    /* http_set_apps_only */
+    char moved_prefix[64];            /* http_set_moved: paths under it are answered 307 */
+    char moved_base[256];             /* to this origin */
     int waiters;                      /* requests that parked and are not answered yet (atomic) */
     unsigned max_conns;               /* connections held at once (http_conn_limit) */
     /* offloaded requests (http_offload): suspended, their work done by off_main */
@@ -686,61 +685,75 @@ static int admin_team(db *d, http_req *req, http_res *res, const char *asked) {
     return 0;
 }
 
-/* ---------------------------------------------------------------- grants */
+/* ---------------------------------------------------------------- grants
+ * One store for the process: a ticket made through the API's daemon is
+ * redeemed on the apps' daemon (server --apps-listen). */
 
 #define GRANT_MAX 4096                /* grants held at once: the oldest goes past it */
+#define GRANT_TICKET_MS 60000         /* a ticket is redeemed within a minute, once */
 
 typedef struct grant {
-    char hash[65];                    /* sha256 of the cookie's value */
-    char prefix[257];                 /* the path it is good under */
+    char ticket[65];                  /* sha256 of the one-time ticket; "" once redeemed */
+    int64_t ticket_expires;           /* mono ms */
+    char hash[65];                    /* sha256 of the cookie's value; "" until redeemed */
+    char prefix[129];                 /* the path it is good under */
     char cred[300];                   /* the credential it stands for */
     int cookie;                       /* that credential is a session's cookie */
     int64_t expires;                  /* mono ms */
     struct grant *next;
 } grant;
 
-static void grants_free(http_daemon *h) {
-    for (grant *g = h->grants, *n; g; g = n) {
-        n = g->next;
-        explicit_bzero(g, sizeof *g);
-        free(g);
-    }
-    h->grants = NULL;
-    h->n_grants = 0;
+static pthread_mutex_t g_grant_mu = PTHREAD_MUTEX_INITIALIZER;
+static grant *g_grants;
+static int g_n_grants;
+
+static void grant_drop(grant **pp) {
+    grant *g = *pp;
+    *pp = g->next;
+    explicit_bzero(g, sizeof *g);
+    free(g);
+    g_n_grants--;
 }
 
-/* The credential a grant cookie stands for, into out (*cookie its kind):
- * 0, or -1 when value is no live grant under req's path. */
-static int grant_find(http_daemon *h, const http_req *req, const char *value, char *out, size_t outlen,
-                      int *cookie) {
+/* The credential of a live grant under req's path whose cookie value is
+ * value (ticket 0) or whose unredeemed ticket is value (ticket 1: redeemed
+ * now, its cookie's value minted into minted), into out (*cookie its kind):
+ * 0, or -1 when there is none. */
+static int grant_find(const http_req *req, const char *value, int ticket, char *out, size_t outlen, int *cookie,
+                      char minted[48]) {
     char hash[65];
     sha256_hex(value, strnlen(value, 256), hash);
     int64_t now = mono_ms();
     int rc = -1;
-    pthread_mutex_lock(&h->grant_mu);
-    for (grant **pp = &h->grants; *pp;) {
+    pthread_mutex_lock(&g_grant_mu);
+    for (grant **pp = &g_grants; *pp;) {
         grant *g = *pp;
-        if (g->expires <= now) { /* gone stale: drop it on the way */
-            *pp = g->next;
-            explicit_bzero(g, sizeof *g);
-            free(g);
-            h->n_grants--;
+        if (g->expires <= now || (!g->hash[0] && g->ticket_expires <= now)) { /* stale: dropped on the way */
+            grant_drop(pp);
             continue;
         }
-        if (rc < 0 && strcmp(g->hash, hash) == 0 && strncmp(req->path, g->prefix, strlen(g->prefix)) == 0) {
+        int hit = ticket ? g->ticket[0] && strcmp(g->ticket, hash) == 0 : g->hash[0] && strcmp(g->hash, hash) == 0;
+        if (rc < 0 && hit && strncmp(req->path, g->prefix, strlen(g->prefix)) == 0 &&
+            (!ticket || random_token(minted, 48) == 0)) {
+            if (ticket) {
+                sha256_hex(minted, strlen(minted), g->hash);
+                g->ticket[0] = '\0';
+            }
             snprintf(out, outlen, "%s", g->cred);
             *cookie = g->cookie;
             rc = 0;
         }
         pp = &g->next;
     }
-    pthread_mutex_unlock(&h->grant_mu);
+    pthread_mutex_unlock(&g_grant_mu);
     return rc;
 }
 
-/* The bearer token, else a dashboard session's cookie (*cookie 1), else a
- * WebSocket's subprotocol token, else a grant's credential (*granted 1:
- * copied into gbuf). */
+/* The bearer token, else a dashboard session's cookie (*cookie 1; not on
+ * the apps' daemon), else a WebSocket's subprotocol token, else a grant's
+ * credential (*granted 1: copied into gbuf): its cookie, or its ticket in
+ * the query of a GET (*granted 2: the request is answered with the
+ * cookie and a redirect, req->grant_cookie). */
 static const char *credential(http_req *req, int *cookie, int *granted, char *gbuf, size_t gcap) {
     const char *h = http_header(req, MHD_HTTP_HEADER_AUTHORIZATION);
     *cookie = 0;
@@ -752,7 +765,7 @@ static const char *credential(http_req *req, int *cookie, int *granted, char *gb
     }
     if (h) return NULL;
     const char *c = MHD_lookup_connection_value(req->conn, MHD_COOKIE_KIND, HTTP_SESSION_COOKIE);
-    if (c && c[0]) {
+    if (c && c[0] && !(req->daemon && req->daemon->apps_only)) {
         *cookie = 1;
         return c;
     }
@@ -766,48 +779,90 @@ static const char *credential(http_req *req, int *cookie, int *granted, char *gb
         gbuf[n] = '\0';
         return gbuf;
     }
+    const char *t = strcmp(req->method, "GET") == 0 ? http_query(req, HTTP_GRANT_PARAM) : NULL;
+    if (t && t[0]) {
+        char minted[48];
+        if (grant_find(req, t, 1, gbuf, gcap, cookie, minted) < 0) return NULL;
+        *granted = 2;
+        free(req->grant_cookie);
+        req->grant_cookie = xstrdup(minted);
+        explicit_bzero(minted, sizeof minted);
+        return gbuf;
+    }
     const char *g = MHD_lookup_connection_value(req->conn, MHD_COOKIE_KIND, HTTP_GRANT_COOKIE);
-    if (g && g[0] && req->daemon && grant_find(req->daemon, req, g, gbuf, gcap, cookie) == 0) {
+    if (g && g[0] && grant_find(req, g, 0, gbuf, gcap, cookie, NULL) == 0) {
         *granted = 1;
         return gbuf;
     }
     return NULL;
 }
 
-int http_grant(http_req *req, http_res *res, const char *path_prefix, int64_t ttl_ms) {
-    http_daemon *h = req->daemon;
+int http_grant_ticket(http_req *req, const char *path_prefix, int64_t ttl_ms, char ticket[48]) {
     char tmp[300];
     int cookie, granted;
     const char *cred = credential(req, &cookie, &granted, tmp, sizeof tmp);
-    if (!h || !cred || strlen(cred) >= sizeof tmp || strlen(path_prefix) > 128) return -1;
-    char value[48];
-    if (random_token(value, sizeof value) < 0) return -1;
+    if (!cred || strlen(cred) >= sizeof tmp || strlen(path_prefix) > 128) return -1;
+    if (random_token(ticket, 48) < 0) return -1;
     grant *g = xcalloc(1, sizeof *g);
-    sha256_hex(value, strlen(value), g->hash);
+    sha256_hex(ticket, strlen(ticket), g->ticket);
     snprintf(g->prefix, sizeof g->prefix, "%s", path_prefix);
     snprintf(g->cred, sizeof g->cred, "%s", cred);
     g->cookie = cookie;
-    g->expires = mono_ms() + ttl_ms;
-    pthread_mutex_lock(&h->grant_mu);
-    if (h->n_grants >= GRANT_MAX) { /* the oldest is the list's last */
-        grant **pp = &h->grants;
+    int64_t now = mono_ms();
+    g->ticket_expires = now + GRANT_TICKET_MS;
+    g->expires = now + ttl_ms;
+    pthread_mutex_lock(&g_grant_mu);
+    if (g_n_grants >= GRANT_MAX) { /* the oldest is the list's last */
+        grant **pp = &g_grants;
         while ((*pp)->next) pp = &(*pp)->next;
-        explicit_bzero(*pp, sizeof **pp);
-        free(*pp);
-        *pp = NULL;
-        h->n_grants--;
+        grant_drop(pp);
     }
-    g->next = h->grants;
-    h->grants = g;
-    h->n_grants++;
-    pthread_mutex_unlock(&h->grant_mu);
-    snprintf(res->xhdr_name, sizeof res->xhdr_name, "Set-Cookie");
-    int n = snprintf(res->xhdr_value, sizeof res->xhdr_value, "%s=%.47s; HttpOnly; SameSite=Lax; Path=%.128s; Max-Age=%lld%s",
-                     HTTP_GRANT_COOKIE, value, path_prefix, (long long)(ttl_ms / 1000), h->tls ? "; Secure" : "");
-    if (n < 0 || (size_t)n >= sizeof res->xhdr_value) abort(); /* bounded above: cannot be */
-    explicit_bzero(value, sizeof value);
+    g->next = g_grants;
+    g_grants = g;
+    g_n_grants++;
+    pthread_mutex_unlock(&g_grant_mu);
     explicit_bzero(tmp, sizeof tmp);
     return 0;
+}
+
+/* A ticket redeemed (credential's *granted 2): 303 to the same target less
+ * the ticket, with the grant's cookie (Path: the grant's prefix, which the
+ * target is under), and no Referer that could carry the ticket on. */
+static void answer_grant(http_req *req, http_res *res) {
+    const char *t = req->raw_target ? req->raw_target : req->path;
+    buf loc;
+    buf_init(&loc, 4096);
+    const char *q = strchr(t, '?');
+    int rc = buf_append(&loc, t, q ? (size_t)(q - t) : strlen(t));
+    int first = 1;
+    for (const char *p = q ? q + 1 : NULL; p && *p;) {
+        size_t n = strcspn(p, "&");
+        size_t kl = strlen(HTTP_GRANT_PARAM);
+        if (!(n >= kl && strncmp(p, HTTP_GRANT_PARAM, kl) == 0 && (p[kl] == '=' || p[kl] == '&' || !p[kl]))) {
+            rc |= buf_append(&loc, first ? "?" : "&", 1) | buf_append(&loc, p, n);
+            first = 0;
+        }
+        p += n + (p[n] == '&');
+    }
+    /* the cookie's path: the grant's prefix is the route's own (/proxy/jobs/ID/) */
+    char path[160];
+    const char *e = strchr(req->path + 1, '/');
+    e = e ? strchr(e + 1, '/') : NULL;
+    e = e ? strchr(e + 1, '/') : NULL;
+    snprintf(path, sizeof path, "%.*s", e ? (int)(e - req->path + 1) : (int)strlen(req->path), req->path);
+    if (rc || loc.len >= sizeof res->location) {
+        http_error(res, 414, "uri_too_long", NULL, "the target is too long to redirect to");
+    } else {
+        snprintf(res->location, sizeof res->location, "%s", loc.data);
+        snprintf(res->xhdr_name, sizeof res->xhdr_name, "Set-Cookie");
+        int n = snprintf(res->xhdr_value, sizeof res->xhdr_value,
+                         "%s=%.47s; HttpOnly; SameSite=Lax; Path=%.128s; Max-Age=%d%s", HTTP_GRANT_COOKIE,
+                         req->grant_cookie, path, HTTP_GRANT_MAX_AGE_S, req->daemon->tls ? "; Secure" : "");
+        if (n < 0 || (size_t)n >= sizeof res->xhdr_value) abort(); /* bounded above: cannot be */
+        http_text(res, 303, "text/plain; charset=utf-8", "", 0);
+    }
+    buf_release(&loc);
+    explicit_bzero(req->grant_cookie, strlen(req->grant_cookie));
 }
 
 /* A WebSocket handshake (Upgrade: websocket). */
@@ -969,6 +1024,10 @@ static int authenticate(db *d, http_req *req, http_res *res) {
         who_text(w, who, sizeof who);
         http_error(res, 403, "forbidden", "role", "%s %s needs role %s in team %s; %s is %s there", req->method,
                    r->pattern, role_name(need), w->team, who, role_name(w->role));
+        return -1;
+    }
+    if (granted == 2) { /* a ticket redeemed: its cookie, and the target without it */
+        answer_grant(req, res);
         return -1;
     }
     return 0;
@@ -1407,6 +1466,15 @@ int http_stopping(const http_req *req) {
 
 int http_is_tls(const http_req *req) { return req->daemon && req->daemon->tls; }
 
+void http_set_apps_only(http_daemon *h) { h->apps_only = 1; }
+
+int http_set_moved(http_daemon *h, const char *prefix, const char *base) {
+    if (strlen(prefix) >= sizeof h->moved_prefix || strlen(base) >= sizeof h->moved_base) return -1;
+    snprintf(h->moved_base, sizeof h->moved_base, "%s", base);
+    snprintf(h->moved_prefix, sizeof h->moved_prefix, "%s", prefix);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- upgrades
  * MHD hands the upgraded socket to upgrade_begin on the connection's pool
  * thread once the 101 is sent; the owner's start takes it from there. The
@@ -1609,7 +1677,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req->daemon = h;
         req->slot = h->slot_unmatched;
         if (request_check(req, url, &res) < 0) return answer_now(req, &res);
-        if ((strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) && strncmp(url, "/api/", 5) != 0) {
+        if (h->moved_prefix[0] && strncmp(url, h->moved_prefix, strlen(h->moved_prefix)) == 0 &&
+            !MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION)) {
+            /* served by another daemon (the apps' origin): a browser goes there
+             * (a request with a bearer token is no page's: it is served here) */
+            int n = snprintf(res.location, sizeof res.location, "%s%s", h->moved_base,
+                             req->raw_target ? req->raw_target : url);
+            if (n < 0 || (size_t)n >= sizeof res.location) http_error(&res, 414, "uri_too_long", NULL, "the target is too long");
+            else http_text(&res, 307, "text/plain; charset=utf-8", "", 0);
+            return answer_now(req, &res);
+        }
+        if (!h->apps_only && (strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0) && strncmp(url, "/api/", 5) != 0) {
             const static_file *f = static_find(url);
             if (f) {
                 req->slot = h->slot_static;
@@ -1858,6 +1936,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     }
     if (!req->conn) { /* MHD answered it before on_request (a head too large) */
         free(req->raw_target);
+    free(req->grant_cookie);
         free(req);
         *con_cls = NULL;
         return;
@@ -1883,6 +1962,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? "" : " (connection closed early)");
     buf_release(&req->body);
     free(req->raw_target);
+    free(req->grant_cookie);
     free(req);
     *con_cls = NULL;
 }
@@ -1914,8 +1994,6 @@ static void daemon_free(http_daemon *h) {
     pthread_mutex_destroy(&h->off_mu);
     pthread_cond_destroy(&h->park_cv);
     pthread_mutex_destroy(&h->park_mu);
-    grants_free(h);
-    pthread_mutex_destroy(&h->grant_mu);
     pthread_mutex_destroy(&h->up_mu);
     free(h->park_heap);
     free(h->slot_route);
@@ -1961,7 +2039,6 @@ http_daemon *http_start(struct server *srv, db *d, long context_max_mb, const ch
         for (const route *r = *t; r->pattern; r++) h->slot_route[k++] = r;
     pthread_condattr_t ca;
     if (pthread_mutex_init(&h->park_mu, NULL) != 0 || pthread_condattr_init(&ca) != 0) abort();
-    if (pthread_mutex_init(&h->grant_mu, NULL) != 0) abort();
     if (pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) != 0 || pthread_cond_init(&h->park_cv, &ca) != 0) abort();
     pthread_condattr_destroy(&ca);
     if (pthread_mutex_init(&h->off_mu, NULL) != 0 || pthread_cond_init(&h->off_cv, NULL) != 0) abort();

@@ -87,6 +87,7 @@ typedef struct http_req {
                                        * slash (possibly ""), else NULL; not in params */
     char *raw_target;                 /* the request target as it came: path and query,
                                        * %-escapes kept (heap, owned) */
+    char *grant_cookie;               /* a grant's ticket redeemed: its cookie's value (heap, owned) */
     struct http_upgrade *upgrade;     /* http_upgrade_response's handle, until the request ends */
     principal who;                    /* valid when the route needs a token */
     int authed;
@@ -305,16 +306,38 @@ int http_upgraded_count(http_daemon *h);
 
 /* ---------------------------------------------------------------- grants
  * A browser tab cannot send Authorization to an app's pages behind the
- * proxy. A grant lets the credential of this request (its bearer token or
- * its session cookie) stand for it there: a random cookie HTTP_GRANT_COOKIE
- * with Path=path_prefix (HttpOnly, SameSite=Lax, Secure over TLS) is set on
- * res, and a later request under that prefix that carries the cookie and
- * no Authorization is authenticated as if it carried the credential itself
- * (a revoked token, a removed member or an ended session is refused at
- * once). Grants live in the server's memory for ttl_ms (a restart ends
- * them: the dashboard asks again) and are never written anywhere. 0, or -1
- * (no credential on req, or path_prefix longer than 128). */
-int http_grant(http_req *req, http_res *res, const char *path_prefix, int64_t ttl_ms);
+ * proxy, which may be served on an origin of their own (server
+ * --apps-listen). A grant lets the credential of a request (its bearer
+ * token or its session cookie) stand for it there:
+ *   - http_grant_ticket makes a one-time ticket (into ticket) for the
+ *     credential of req, good under path_prefix (at most 128 bytes);
+ *   - a GET under that prefix with ?trainyard_grant=TICKET, on any daemon
+ *     of the process, within a minute, once, is answered 303 to the same
+ *     target without it and a random cookie HTTP_GRANT_COOKIE with
+ *     Path=path_prefix (HttpOnly, SameSite=Lax, Secure over TLS);
+ *   - a later request under that prefix with the cookie and no
+ *     Authorization is authenticated as if it carried the credential
+ *     itself (a revoked token, a removed member or an ended session is
+ *     refused at once).
+ * Grants live in the process's memory for ttl_ms (a restart ends them)
+ * and are never written anywhere. 0, or -1 (no credential on req). */
+#define HTTP_GRANT_PARAM "trainyard_grant"
+#define HTTP_GRANT_MAX_AGE_S (12 * 3600)
+int http_grant_ticket(http_req *req, const char *path_prefix, int64_t ttl_ms, char ticket[48]);
+
+/* A daemon for a job's apps only (server --apps-listen): it serves no
+ * static file (the dashboard is not there) and takes no session cookie
+ * (only bearer tokens and grants): a page of one job's app cannot act as
+ * the person on another job's. */
+void http_set_apps_only(http_daemon *h);
+
+/* Requests whose path is under prefix and that carry no Authorization
+ * header (a browser's: a page, a cookie) are answered 307 to base followed
+ * by their target, before anything else (the proxy's paths, moved to the
+ * apps' origin, so that no app's page ever runs at the dashboard's). A
+ * request with a bearer token is served here as before. 0, or -1 when
+ * either is too long. */
+int http_set_moved(http_daemon *h, const char *prefix, const char *base);
 
 /* A read that is an act (opening a shell): its audit row is written when
  * it is answered, as a change's is. */

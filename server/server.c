@@ -27,6 +27,7 @@ void server_options_default(server_options *o) {
     memset(o, 0, sizeof *o);
     snprintf(o->host, sizeof o->host, "127.0.0.1");
     o->port = 8080;
+    o->apps_port = -1;
     snprintf(o->data_dir, sizeof o->data_dir, "./.trainyard");
     o->heartbeat_timeout_s = 30;
     o->resize_interval_s = 30;
@@ -439,6 +440,11 @@ static int tls_setup(server *s, char *err, size_t errlen) {
         if (tls_ca_pin(s->tls_ca_pem, strlen(s->tls_ca_pem), s->tls_ca_pin, err, errlen) < 0) return -1;
         return tls_note(s, s->tls_cert_pem, err, errlen);
     }
+    if (o->apps_port >= 0 && !server_host_is_loopback(o->apps_host) && !o->insecure_http) {
+        snprintf(err, errlen, "refusing plain HTTP for a job's apps on %s: give --tls auto (or --tls-cert and "
+                 "--tls-key), or --insecure-http", o->apps_host);
+        return -1;
+    }
     if (!server_host_is_loopback(o->host) && !o->insecure_http) {
         snprintf(err, errlen,
                  "refusing plain HTTP on %s: every token would cross the network in the clear; give --tls auto "
@@ -543,8 +549,34 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
     }
     snprintf(s->url, sizeof s->url, "%s://%s:%d", s->tls_cert_pem ? "https" : "http", s->opt.host, s->port);
     snprintf(s->public_url, sizeof s->public_url, "%s", s->opt.public_url[0] ? s->opt.public_url : s->url);
+    if (s->opt.apps_port >= 0 && app->apps_routes) {
+        /* a job's apps on an origin of their own: their pages cannot read the
+         * dashboard's storage nor ride its session (docs/server.md, "Origins") */
+        int apps_port = 0;
+        s->apps_http = http_start(s, s->db, s->opt.context_max_mb, s->opt.apps_host, s->opt.apps_port,
+                                  app->apps_routes, s->tls_cert_pem, s->tls_key_pem, &apps_port, err, sizeof err);
+        if (!s->apps_http) {
+            log_error("the apps' listener: %s", err);
+            http_stop(s->http);
+            s->http = NULL;
+            return 1;
+        }
+        http_set_apps_only(s->apps_http);
+        if (s->opt.apps_url[0]) snprintf(s->apps_url, sizeof s->apps_url, "%s", s->opt.apps_url);
+        else
+            snprintf(s->apps_url, sizeof s->apps_url, "%s://%s:%d", s->tls_cert_pem ? "https" : "http",
+                     s->opt.apps_host, apps_port);
+        if (http_set_moved(s->http, "/proxy/", s->apps_url) < 0) log_warn("the apps' URL is too long to redirect to");
+        char apath[PATH_MAX + 32], aline[200];
+        int an = snprintf(aline, sizeof aline, "%s\n", s->apps_url);
+        if (sfmt(apath, sizeof apath, "%s/apps.url", s->opt.data_dir) == 0 && an > 0 && (size_t)an < sizeof aline)
+            if (file_write_atomic(apath, aline, (size_t)an, 0644) < 0) log_warn("cannot write %s", apath);
+        log_info("a job's apps are served at %s (its own origin)", s->apps_url);
+    }
     if (app->start && app->start(s, err, sizeof err) < 0) {
         log_error("%s", err);
+        if (s->apps_http) http_stop(s->apps_http);
+        s->apps_http = NULL;
         http_stop(s->http);
         s->http = NULL;
         return 1;
@@ -581,6 +613,8 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
     }
     log_info("stopping");
     if (app->stop) app->stop(s);
+    if (s->apps_http) http_stop(s->apps_http);
+    s->apps_http = NULL;
     http_stop(s->http);
     s->http = NULL;
     http_access_log_open(NULL);
@@ -623,6 +657,11 @@ static void server_usage(FILE *f) {
             "                none: no file)\n"
             "  --public-url  the URL workers reach the server at (their config's api; default\n"
             "                http://ADDR:PORT of --listen, which is wrong for 0.0.0.0 or a proxy)\n"
+            "  --apps-listen ADDR:PORT  serve a job's apps (/proxy/jobs/ID/NAME/: notebooks,\n"
+            "                TensorBoards) there, on an origin of their own, and redirect them there\n"
+            "                from --listen: their pages cannot read the dashboard's token or use its\n"
+            "                session (recommended wherever people open other teams' apps)\n"
+            "  --apps-url URL  the origin browsers reach --apps-listen at (default http[s]://ADDR:PORT)\n"
             "  --tls auto    HTTPS with a private CA and certificate made on the first start under\n"
             "                DATA/tls (ca.crt for clients; agents join with the CA's hash, logged)\n"
             "  --tls-cert, --tls-key  HTTPS with this certificate (PEM, chain after it) and key\n"
@@ -679,6 +718,25 @@ int server_parse_retention(const char *s, int64_t *ms) {
  * "wants" is said). */
 
 static int flag_listen(void *opts, const char *arg) { return server_parse_listen(opts, arg); }
+
+static int flag_apps_listen(void *opts, const char *arg) {
+    server_options *o = opts, tmp;
+    if (server_parse_listen(&tmp, arg) < 0) return -1;
+    snprintf(o->apps_host, sizeof o->apps_host, "%s", tmp.host);
+    o->apps_port = tmp.port;
+    return 0;
+}
+
+static int flag_apps_url(void *opts, const char *arg) {
+    server_options *o = opts;
+    size_t n = strlen(arg);
+    while (n && arg[n - 1] == '/') n--; /* paths are appended: /proxy/jobs/... */
+    size_t sch = strncmp(arg, "http://", 7) == 0 ? 7 : strncmp(arg, "https://", 8) == 0 ? 8 : 0;
+    if (!sch || n <= sch || n >= sizeof o->apps_url || strcspn(arg, " \t\r\n?#") < n) return -1;
+    if (memchr(arg + sch, '/', n - sch)) return -1; /* an origin: no path */
+    snprintf(o->apps_url, sizeof o->apps_url, "%.*s", (int)n, arg);
+    return 0;
+}
 
 static int flag_tls(void *opts, const char *arg)
 {
@@ -799,6 +857,8 @@ static const flag_def SERVER_FLAGS[] = {
     FLAG_FUNC_AT("log-format", flag_log_format, "text or json"),
     FLAG_TEXT_AT("access-log", SO, access_log, "a file (a shorter path), or none"),
     FLAG_FUNC_AT("public-url", flag_public_url, "http[s]://HOST[:PORT] (under 128 bytes)"),
+    FLAG_FUNC_AT("apps-listen", flag_apps_listen, "ADDR:PORT"),
+    FLAG_FUNC_AT("apps-url", flag_apps_url, "http[s]://HOST[:PORT], an origin (under 128 bytes)"),
     FLAG_FUNC_AT("tls", flag_tls, "auto (or give --tls-cert and --tls-key)"),
     FLAG_TEXT_AT("tls-cert", SO, tls_cert, "a PEM file (a shorter path)"),
     FLAG_TEXT_AT("tls-key", SO, tls_key, "a PEM file (a shorter path)"),

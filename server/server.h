@@ -22,6 +22,10 @@ typedef struct server_options {
     int log_format;                   /* --log-format (a log_format; default text) */
     char access_log[PATH_MAX];        /* --access-log: "" = DIR/access.log, "none" = off */
     char public_url[128];             /* the URL workers are given (config.api); "" = url */
+    char apps_host[64];               /* --apps-listen ADDR:PORT: a job's apps (the proxy) on an
+                                       * origin of their own; apps_port -1: none (the API's origin) */
+    int apps_port;
+    char apps_url[128];               /* --apps-url: where browsers reach it; "" = http[s]://ADDR:PORT */
     int tls_auto;                     /* --tls auto: a private CA and certificate under DATA/tls */
     char tls_cert[PATH_MAX];          /* --tls-cert FILE (with --tls-key): HTTPS with these */
     char tls_key[PATH_MAX];
@@ -67,6 +71,7 @@ struct route;
  * thread). The server itself knows no route. */
 typedef struct server_app {
     const struct route *const *routes;
+    const struct route *const *apps_routes; /* the apps' daemon's (--apps-listen) */
     int (*start)(struct server *s, char *err, size_t errlen); /* 0, or -1 with err */
     void (*stop)(struct server *s);
     /* Periodic housekeeping, about once a second on the thread that runs
@@ -80,6 +85,8 @@ typedef struct server {
     db *db;
     struct http_daemon *http;
     int port;                         /* the bound port */
+    struct http_daemon *apps_http;    /* --apps-listen's daemon, or NULL */
+    char apps_url[160];               /* its origin as browsers reach it; "" = the API's own */
     char url[128];                    /* http://host:port */
     char public_url[128];             /* what workers are told: opt.public_url, else url */
     char checkpoint_dir[PATH_MAX];

@@ -481,9 +481,9 @@ END_TEST
  * reason and the job runs on. */
 /* One raw request to the server (head as given, "Host" added): the status,
  * with the answer's head and body in out. -1 when it cannot be sent. */
-static int raw_request(const char *method, const char *path, const char *headers, const char *body, char *out,
-                       size_t cap) {
-    int port = atoi(strrchr(srv.url, ':') + 1);
+static int raw_request_to(const char *url, const char *method, const char *path, const char *headers, const char *body,
+                          char *out, size_t cap) {
+    int port = atoi(strrchr(url, ':') + 1);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return -1;
     struct sockaddr_in sa = {0};
@@ -511,7 +511,43 @@ static int raw_request(const char *method, const char *path, const char *headers
     return status;
 }
 
-START_TEST(job_port_through_the_proxy) {
+static int raw_request(const char *method, const char *path, const char *headers, const char *body, char *out,
+                       size_t cap) {
+    return raw_request_to(srv.url, method, path, headers, body, out, cap);
+}
+
+/* A ticket for job id's ports from POST /api/v1/jobs/{id}/proxy-session with
+ * token, traded at base (the apps' origin, or the server's) for the grant's
+ * cookie ("trainyard_proxy=..."), checking the 303 and the cookie's form. */
+static void grant_cookie(const char *base, const char *token, int64_t id, char *cookie, size_t cap) {
+    cJSON *o = NULL;
+    char path[200];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/proxy-session", (long long)id);
+    ck_assert_int_eq(ty_http(srv.url, token, "POST", path, NULL, &o), 201);
+    ck_assert_str_eq(ty_str(o, "param"), "trainyard_grant");
+    char ticket[64];
+    snprintf(ticket, sizeof ticket, "%s", ty_str(o, "ticket"));
+    cJSON_Delete(o);
+    char *ans = malloc(65536);
+    ck_assert_ptr_nonnull(ans);
+    /* traded once, for a cookie and the same target without it */
+    snprintf(path, sizeof path, "/proxy/jobs/%lld/web/tab?x=1&trainyard_grant=%s", (long long)id, ticket);
+    ck_assert_int_eq(raw_request_to(base, "GET", path, "", NULL, ans, 65536), 303);
+    char want[160];
+    snprintf(want, sizeof want, "Location: /proxy/jobs/%lld/web/tab?x=1\r\n", (long long)id);
+    ck_assert_msg(strcasestr(ans, want) != NULL, "%.600s", ans);
+    const char *sc = strcasestr(ans, "Set-Cookie: trainyard_proxy=");
+    ck_assert_msg(sc != NULL, "%.600s", ans);
+    snprintf(cookie, cap, "%.*s", (int)strcspn(sc + 12, ";\r\n"), sc + 12);
+    snprintf(want, sizeof want, "Path=/proxy/jobs/%lld/;", (long long)id);
+    ck_assert_msg(strstr(sc, want) && strstr(sc, "HttpOnly") && strstr(sc, "SameSite=Lax"), "%.300s", sc);
+    ck_assert_int_eq(raw_request_to(base, "GET", path, "", NULL, ans, 65536), 401);
+    free(ans);
+}
+
+/* A command job serving tests/'s echo app on its port "web" (and declaring
+ * "dead", which nothing serves), once the port is listed and answers. */
+static int64_t echo_job(void) {
     char script[400], spec[1024];
     snprintf(script, sizeof script, "%s/echo.py", tmpdir);
     static const char py[] =
@@ -547,6 +583,12 @@ START_TEST(job_port_through_the_proxy) {
     ck_assert_ptr_nonnull(direct);
     free(direct);
     cJSON_Delete(job);
+    return id;
+}
+
+START_TEST(job_port_through_the_proxy) {
+    int64_t id = echo_job();
+    cJSON *job = NULL;
 
     char path[160];
     snprintf(path, sizeof path, "/proxy/jobs/%lld/web/hello/a%%20b?x=1", (long long)id);
@@ -611,20 +653,18 @@ START_TEST(job_port_through_the_proxy) {
     ck_assert_str_eq(ty_str(job, "state"), "running");
     cJSON_Delete(job);
 
-    /* a browser tab: a grant's cookie stands for the token under the job's
-     * proxy path only, a change with it needs this server's Origin, and it
-     * dies with the token */
+    /* a browser tab: a ticket traded once for a grant's cookie, which stands
+     * for the token under the job's proxy path only; a change with it needs
+     * this server's Origin, and it dies with the token */
     char *ans = malloc(65536), hdr[600], cookie[200] = "";
     ck_assert_ptr_nonnull(ans);
-    snprintf(hdr, sizeof hdr, "Authorization: Bearer %s\r\n", vi);
+    grant_cookie(srv.url, vi, id, cookie, sizeof cookie);
+    /* a ticket is good under its own job's path only */
     snprintf(path, sizeof path, "/api/v1/jobs/%lld/proxy-session", (long long)id);
-    ck_assert_int_eq(raw_request("POST", path, hdr, NULL, ans, 65536), 204);
-    const char *sc = strcasestr(ans, "Set-Cookie: trainyard_proxy=");
-    ck_assert_msg(sc != NULL, "%.500s", ans);
-    snprintf(cookie, sizeof cookie, "%.*s", (int)strcspn(sc + 12, ";\r\n"), sc + 12);
-    char want_path[96];
-    snprintf(want_path, sizeof want_path, "Path=/proxy/jobs/%lld/;", (long long)id);
-    ck_assert_msg(strstr(sc, want_path) && strstr(sc, "HttpOnly") && strstr(sc, "SameSite=Lax"), "%.300s", sc);
+    ck_assert_int_eq(ty_http(srv.url, vi, "POST", path, NULL, &o), 201);
+    snprintf(path, sizeof path, "/proxy/jobs/%lld/web/?trainyard_grant=%s", (long long)id + 1000, ty_str(o, "ticket"));
+    cJSON_Delete(o);
+    ck_assert_int_eq(raw_request("GET", path, "", NULL, ans, 65536), 401);
     snprintf(hdr, sizeof hdr, "Cookie: %s\r\n", cookie);
     snprintf(path, sizeof path, "/proxy/jobs/%lld/web/tab", (long long)id);
     ck_assert_int_eq(raw_request("GET", path, hdr, NULL, ans, 65536), 200);
@@ -647,6 +687,68 @@ START_TEST(job_port_through_the_proxy) {
     snprintf(hdr, sizeof hdr, "Cookie: %s\r\n", cookie);
     int st = raw_request("GET", path, hdr, NULL, ans, 65536);
     ck_assert_msg(st == 403 || st == 404 || st == 401, "a removed member's grant answered %d", st);
+    free(ans);
+}
+END_TEST
+
+/* server --apps-listen: a job's apps on an origin of their own. A browser
+ * (no Authorization) sent to the proxy's paths on the API's origin is
+ * redirected there; a bearer token is served where it asks; the apps'
+ * origin serves no dashboard, no API and no session cookie, only the
+ * proxy, with tickets traded there for grants. */
+static char g_apps[160];
+
+static void apps_setup(void) {
+    memset(&srv, 0, sizeof srv);
+    ty_mkdtemp(srv.dir, sizeof srv.dir, "apps");
+    ty_mkdtemp_shared(tmpdir, sizeof tmpdir, "appstmp");
+    const char *extra[] = {"--cpu-slots", "2", "--apps-listen", "127.0.0.1:0", NULL};
+    ty_server_start_args(&srv, "up", extra);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    ty_token(&srv, "admin.token", admin_tok, sizeof admin_tok);
+    char path[300];
+    snprintf(path, sizeof path, "%s/apps.url", srv.dir);
+    size_t n = 0;
+    char *u = file_read_all(path, 4096, &n);
+    ck_assert_msg(u != NULL, "no %s", path);
+    snprintf(g_apps, sizeof g_apps, "%.*s", (int)strcspn(u, "\n"), u);
+    free(u);
+    ck_assert_msg(strncmp(g_apps, "http://127.0.0.1:", 17) == 0 && strcmp(g_apps, srv.url) != 0, "%s", g_apps);
+}
+
+START_TEST(apps_on_their_own_origin) {
+    int64_t id = echo_job();
+    char *ans = malloc(65536), path[200], hdr[800], want[300], cookie[200];
+    ck_assert_ptr_nonnull(ans);
+    /* a browser at the API's origin: sent to the apps' (path and query kept) */
+    snprintf(path, sizeof path, "/proxy/jobs/%lld/web/page?q=1", (long long)id);
+    ck_assert_int_eq(raw_request("GET", path, "", NULL, ans, 65536), 307);
+    snprintf(want, sizeof want, "Location: %s/proxy/jobs/%lld/web/page?q=1\r\n", g_apps, (long long)id);
+    ck_assert_msg(strcasestr(ans, want) != NULL, "%.500s", ans);
+    /* a bearer token is no page's: served at the API's origin as before */
+    snprintf(hdr, sizeof hdr, "Authorization: Bearer %s\r\n", team_tok);
+    ck_assert_int_eq(raw_request("GET", path, hdr, NULL, ans, 65536), 200);
+    /* the proxy-session names the apps' origin; its ticket is traded there */
+    cJSON *o = NULL;
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/proxy-session", (long long)id);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", path, NULL, &o), 201);
+    ck_assert_str_eq(ty_str(o, "apps_url"), g_apps);
+    cJSON_Delete(o);
+    grant_cookie(g_apps, team_tok, id, cookie, sizeof cookie);
+    snprintf(hdr, sizeof hdr, "Cookie: %s\r\n", cookie);
+    snprintf(path, sizeof path, "/proxy/jobs/%lld/web/tab", (long long)id);
+    ck_assert_int_eq(raw_request_to(g_apps, "GET", path, hdr, NULL, ans, 65536), 200);
+    ck_assert_msg(strstr(ans, "GET /proxy/jobs/") != NULL, "%.500s", ans);
+    /* a change from the apps' own pages, with the cookie: their Origin */
+    snprintf(hdr, sizeof hdr, "Cookie: %s\r\nOrigin: %s\r\n", cookie, g_apps);
+    ck_assert_int_eq(raw_request_to(g_apps, "POST", path, hdr, "{}", ans, 65536), 200);
+    snprintf(hdr, sizeof hdr, "Cookie: %s\r\nOrigin: %s\r\n", cookie, srv.url);
+    ck_assert_int_eq(raw_request_to(g_apps, "POST", path, hdr, "{}", ans, 65536), 403);
+    /* nothing else there: no dashboard, no API, no session cookie */
+    ck_assert_int_eq(raw_request_to(g_apps, "GET", "/", "", NULL, ans, 65536), 404);
+    snprintf(hdr, sizeof hdr, "Authorization: Bearer %s\r\n", team_tok);
+    ck_assert_int_eq(raw_request_to(g_apps, "GET", "/api/v1/jobs", hdr, NULL, ans, 65536), 404);
+    ck_assert_int_eq(raw_request_to(g_apps, "GET", path, "Cookie: trainyard_session=tys_x\r\n", NULL, ans, 65536), 401);
     free(ans);
 }
 END_TEST
@@ -711,5 +813,10 @@ int main(void) {
     tcase_add_test(e2e, declared_before_it_runs_and_bad_specs);
     tcase_add_test(e2e, command_job_serves_its_port);
     tcase_add_test(e2e, job_port_through_the_proxy);
+    TCase *apps = tcase_create("apps");
+    tcase_add_checked_fixture(apps, apps_setup, up_teardown);
+    tcase_set_timeout(apps, 180);
+    tcase_add_test(apps, apps_on_their_own_origin);
+    suite_add_tcase(s, apps);
     return ty_run_suite(s);
 }

@@ -578,11 +578,14 @@ async function pageJob(id) {
 
 /* Opens a job's web port (its proxy URL) in a new tab. The tab is opened at
  * once, in the click, so no popup blocker stops it; then
- * POST /jobs/{id}/proxy-session (the usual credential headers) sets the
- * trainyard_proxy cookie for /proxy/jobs/{id}/, which a tab's requests carry
- * where they could not carry the pasted token. An app that has just started
- * (a notebook takes seconds) may not listen yet: while the proxy answers
- * 502, the tab says it waits (up to a minute); then it goes to the port. */
+ * POST /jobs/{id}/proxy-session (the usual credential headers) gives a
+ * one-time ticket and the origin the apps are served at (the server's
+ * --apps-listen, or this one). The tab goes to the port with the ticket
+ * (?trainyard_grant=), which the server trades for the trainyard_proxy
+ * cookie for /proxy/jobs/{id}/ there: a tab's requests carry it where they
+ * could not carry the pasted token. An app that has just started (a
+ * notebook takes seconds) may not listen yet: while the proxy answers 502,
+ * the tab says it waits (up to a minute); then it goes to the port. */
 async function openPort(id, port, msgEl) {
   msgEl.textContent = '';
   if (!port || !port.url) { msgEl.textContent = 'No task serves this port now.'; return; }
@@ -592,8 +595,9 @@ async function openPort(id, port, msgEl) {
   say(`Opening ${port.name} of job #${id}…`);
   const fail = (text) => { tab.close(); msgEl.textContent = `${port.name}: ${text}`; };
   const signal = new AbortController().signal; /* the tab's, not the page's: leaving the page does not stop it */
+  let grant;
   try {
-    await api(`/jobs/${id}/proxy-session`, {method: 'POST', signal});
+    grant = await api(`/jobs/${id}/proxy-session`, {method: 'POST', signal});
     for (let waited = 0; ; waited += 500) {
       const r = await fetch(port.url, {headers: authHeaders(), redirect: 'manual', signal});
       if (r.status !== 502) break;
@@ -607,7 +611,9 @@ async function openPort(id, port, msgEl) {
     return;
   }
   tab.opener = null;
-  tab.location.href = new URL(port.url, location.href).href;
+  const to = new URL(port.url, grant.apps_url || location.href);
+  to.searchParams.set(grant.param, grant.ticket);
+  tab.location.href = to.href;
 }
 
 /* Downloads a checkpoint with the bearer token (a plain link could not send

@@ -66,11 +66,12 @@ test('Open notebook: Jupyter through the proxy runs a cell', async () => {
   await page.screenshot({path: path.join(OUT, 'dashboard-notebook-job-desktop.png')});
   const sessionCall = page.waitForResponse(r => r.url().endsWith(`/api/v1/jobs/${id}/proxy-session`) && r.request().method() === 'POST');
   const [tab] = await Promise.all([ctx.waitForEvent('page'), page.click('#open-notebook')]);
-  assert.equal((await sessionCall).status(), 204);
-  assert.ok((await ctx.cookies(srv.url + nb.url)).some(c => c.name === 'trainyard_proxy' && c.path === `/proxy/jobs/${id}/`));
+  assert.equal((await sessionCall).status(), 201);
   tab.setDefaultTimeout(60000);
   tab.on('pageerror', (e) => pageErrors.push('jupyter tab: ' + e.message));
   await tab.waitForURL(new RegExp(`/proxy/jobs/${id}/notebook/tree`));
+  assert.ok((await ctx.cookies(srv.url + nb.url)).some(c => c.name === 'trainyard_proxy' && c.path === `/proxy/jobs/${id}/`));
+  assert.ok(!tab.url().includes('trainyard_grant'), 'the ticket is gone from the URL');
   assert.ok(!tab.url().includes(srv.token) && !tab.url().includes('token='), 'no token in the tab\'s URL');
 
   /* Jupyter's own UI: New -> Python 3 opens the new notebook in a tab of its own */

@@ -6,11 +6,11 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
-export async function startUp({cpuSlots = 2} = {}) {
+export async function startUp({cpuSlots = 2, args = []} = {}) {
   const bin = process.env.TRAINYARD_BIN || 'build/asan/trainyard';
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'ty_web_'));
   const log = fs.openSync(path.join(dir, 'server.log'), 'a');
-  const proc = spawn(bin, ['up', '--listen', '127.0.0.1:0', '--data', dir, '--cpu-slots', String(cpuSlots)],
+  const proc = spawn(bin, ['up', '--listen', '127.0.0.1:0', '--data', dir, '--cpu-slots', String(cpuSlots), ...args],
                      {stdio: ['ignore', log, log], env: {...process.env, OPENBLAS_NUM_THREADS: '1'}});
   const urlFile = path.join(dir, 'server.url');
   for (let i = 0; i < 300 && !fs.existsSync(urlFile); i++) {
@@ -19,6 +19,9 @@ export async function startUp({cpuSlots = 2} = {}) {
   }
   const url = fs.readFileSync(urlFile, 'utf8').trim();
   const token = fs.readFileSync(path.join(dir, 'token'), 'utf8').trim();
+  /* --apps-listen: the origin a job's apps are served at */
+  const appsFile = path.join(dir, 'apps.url');
+  const appsUrl = fs.existsSync(appsFile) ? fs.readFileSync(appsFile, 'utf8').trim() : '';
   const api = async (p, opts = {}) => {
     const r = await fetch(url + '/api/v1' + p, {method: opts.method || 'GET', body: opts.body,
       headers: {Authorization: 'Bearer ' + (opts.token || token), 'Content-Type': 'application/json'}});
@@ -36,5 +39,5 @@ export async function startUp({cpuSlots = 2} = {}) {
     fs.closeSync(log);
     if (!process.env.WEB_KEEP) fs.rmSync(dir, {recursive: true, force: true});
   };
-  return {url, token, dir, api, stop};
+  return {url, appsUrl, token, dir, api, stop};
 }
