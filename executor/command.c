@@ -1155,6 +1155,8 @@ static pid_t program_start(const char *exe, char *const argv[], char *const envp
         /* the worker gone: so is the program */
         if (proc_child_setup(parent, 1, SIGKILL, 1) < 0) _exit(126);
         if (dup2(po[1], 1) < 0 || dup2(pe[1], 2) < 0) _exit(126);
+        /* none of the worker's descriptors (its sockets to the server) goes on */
+        if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) _exit(126);
         if (wd[0] && chdir(wd) < 0) {
             child_fail("cannot enter the working directory ", wd, errno);
             _exit(126);

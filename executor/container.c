@@ -87,6 +87,7 @@ static int run_capture(char *const argv[], char *const env[], int timeout_s, cha
     if (pid == 0) {
         if (proc_child_setup(parent, 1, SIGKILL, 1) < 0) _exit(126);
         if (dup2(p[1], 1) < 0 || dup2(p[1], 2) < 0) _exit(126);
+        if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) _exit(126); /* podman gets none of ours */
         if (env) execve(argv[0], argv, env);
         else execv(argv[0], argv);
         _exit(127);

@@ -93,6 +93,9 @@ pid_t proc_spawn(const char *exe, char *const argv[], char *const env_add[], int
         /* its cgroup, mounts, session and uid first: a change of uid
          * clears the parent-death signal that proc_child_setup sets */
         if (iso && iso_task_enter(iso) < 0) _exit(126);
+        /* none of the agent's descriptors (its sockets to the server, its
+         * tasks' pipes) goes on into the worker */
+        if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) < 0) _exit(126);
         if (proc_child_setup(parent, !own_uid, SIGTERM, 1) < 0) _exit(126); /* the agent died already */
         if (nice > 0 && setpriority(PRIO_PROCESS, 0, nice) < 0) _exit(126);
         struct sched_param sp = {0};

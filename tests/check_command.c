@@ -481,6 +481,19 @@ START_TEST(exit_codes_metric_lines_and_working_dir) {
     ck_assert_str_eq(ty_str(m1, "kind"), "epoch");
     ck_assert(ty_num(m1, "loss") == 0.25);
     cJSON_Delete(all);
+
+    /* the program holds no descriptor of the agent's or the worker's (their
+     * sockets to the server): 0, 1, 2 and the one ls reads /proc with */
+    id = submit_text("{\"name\":\"cmd-fds\",\"command\":{\"argv\":[\"/bin/ls\",\"/proc/self/fd\"]},\"max_restarts\":0}");
+    cJSON_Delete(expect_end(id, "succeeded", 60));
+    l0 = wait_log(id, "worker-0", "the program exited", 10000);
+    const char *fds = strstr(l0, "started /bin/ls");
+    ck_assert_ptr_nonnull(fds);
+    fds = strchr(fds, '\n') + 1;
+    const char *after = fds + 8, *eol = strchr(after, '\n');
+    ck_assert_msg(strncmp(fds, "0\n1\n2\n3\n", 8) == 0 && eol && memmem(after, (size_t)(eol - after), "the program exited", 18),
+                  "the program's descriptors (then the worker's next line): %s", fds);
+    free(l0);
 }
 END_TEST
 
