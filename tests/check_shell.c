@@ -322,6 +322,22 @@ START_TEST(exit_status_and_streams) {
     cli_run r = SHELL(team_tok, NULL, job, "--", "sh", "-c", "exit 3");
     ck_assert_msg(r.rc == 3, "rc %d, stderr: %s", r.rc, r.err.data);
     cli_run_release(&r);
+    /* in the job's timeline, opened and ended with its status, and in the audit trail */
+    char path[160];
+    snprintf(path, sizeof path, "/api/v1/jobs/%s/events", job);
+    char *ev = NULL;
+    for (int64_t end = mono_ms() + 5000; mono_ms() < end; ty_sleep_ms(100)) { /* the end is written as the splice ends */
+        free(ev);
+        ev = ty_http_text(srv.url, team_tok, path);
+        if (strstr(ev, "shell in worker-0 ended: exit 3")) break;
+    }
+    ck_assert_msg(strstr(ev, "shell in worker-0 opened: sh -c exit 3") && strstr(ev, "shell in worker-0 ended: exit 3"),
+                  "the timeline: %.2000s", ev);
+    ck_assert_msg(strstr(ev, "team:default (service)") != NULL, "the actor: %.2000s", ev);
+    free(ev);
+    char *au = ty_http_text(srv.url, admin_tok, "/api/v1/audit?action=/exec");
+    ck_assert_msg(strstr(au, "/api/v1/jobs/{id}/tasks/{task}/exec") && strstr(au, "\"status\":101"), "the audit: %.1500s", au);
+    free(au);
     r = SHELL(team_tok, NULL, job, "--", "sh", "-c", "kill -TERM $$");
     ck_assert_int_eq(r.rc, 128 + SIGTERM);
     cli_run_release(&r);
