@@ -291,22 +291,22 @@ static void ctx_delete_offloaded(server *srv, http_req *req, http_res *res) {
 
 /* ---------------------------------------------------------------- submissions */
 
-void api_context_not_held(http_res *res, const char *id) {
-    http_error(res, 422, "invalid_value", "command.context",
+void api_context_not_held(http_res *res, const char *field, const char *id) {
+    http_error(res, 422, "invalid_value", field,
                "the team has no context %s; upload it with POST /api/v1/contexts (trainyard submit --context DIR)",
                id);
 }
 
-int api_context_check_held(server *srv, int64_t team_id, const char *id, http_res *res) {
+int api_context_check_held(server *srv, int64_t team_id, const char *field, const char *id, http_res *res) {
     const char *digest = NULL;
     if (!parse_id(id, &digest)) { /* the spec's parser refused it already */
-        api_context_not_held(res, id);
+        api_context_not_held(res, field, id);
         return -1;
     }
     ctx_row r;
     int rc = ctx_store_get(srv->db, team_id, digest, &r);
     if (rc == STORE_OK) return 0;
-    if (rc == STORE_NOT_FOUND) api_context_not_held(res, id);
+    if (rc == STORE_NOT_FOUND) api_context_not_held(res, field, id);
     else api_db_unavailable(res);
     return -1;
 }

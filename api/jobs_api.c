@@ -55,6 +55,7 @@ typedef struct submit_wait {
     server *srv;
     http_req *req;
     char context[72];                 /* command.context, "" = none */
+    const char *context_field;        /* where the spec names it (command.context, interactive.context) */
 } submit_wait;
 
 /* On the db's committer thread, once the batch holding the job committed
@@ -72,7 +73,7 @@ static void submit_done(void *arg, int rc, int64_t id, cJSON *job) {
         api_kick_scheduler(w->srv);
     } else if (rc == STORE_NOT_FOUND) { /* its context went since the check (deleted, collected) */
         cJSON_Delete(job);
-        api_context_not_held(a, w->context);
+        api_context_not_held(a, w->context_field, w->context);
     } else {
         cJSON_Delete(job);
         api_db_unavailable(a);
@@ -108,7 +109,8 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
         return;
     }
     /* a context the team holds, marked used with the insert (store_job_submit) */
-    if (spec.command.context[0] && api_context_check_held(srv, req->who.team_id, spec.command.context, res) < 0) {
+    const char *ctx_field = spec.kind == JOB_KIND_INTERACTIVE ? "interactive.context" : "command.context";
+    if (spec.command.context[0] && api_context_check_held(srv, req->who.team_id, ctx_field, spec.command.context, res) < 0) {
         jobspec_release(&spec);
         return;
     }
@@ -124,6 +126,7 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
     w->srv = srv;
     w->req = req;
     snprintf(w->context, sizeof w->context, "%s", spec.command.context);
+    w->context_field = ctx_field;
     if (http_defer(req, res) < 0) {
         free(w);
         jobspec_release(&spec);

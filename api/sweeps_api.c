@@ -402,7 +402,9 @@ static int create_trial(server *srv, http_req *req, http_res *res, sweep_new *w,
     char msg[512];
     int adm = api_job_admit(srv, &js, &code, &field, msg, sizeof msg);
     if (adm == 0 && i == 0 && js.command.context[0] &&
-        api_context_check_held(srv, req->who.team_id, js.command.context, res) < 0) {
+        api_context_check_held(srv, req->who.team_id,
+                               js.kind == JOB_KIND_INTERACTIVE ? "interactive.context" : "command.context",
+                               js.command.context, res) < 0) {
         jobspec_release(&js);
         cJSON_Delete(p);
         return -1;

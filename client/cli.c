@@ -249,17 +249,19 @@ static int do_context_list(const cli_opts *o) {
     return 0;
 }
 
-/* submit FILE --context DIR: the job must be a command job; DIR is packed
- * and uploaded first, and the job submitted with command.context set to the
- * id, so the tasks start in an unpacked copy of it. */
+/* submit FILE --context DIR: the job must be a command job (or an
+ * interactive one); DIR is packed and uploaded first, and the job submitted
+ * with command.context (interactive.context) set to the id, so the tasks
+ * start in an unpacked copy of it (a notebook opens there). */
 static char *spec_with_context(const cli_opts *o, const char *file, const char *spec, size_t len, int *ec) {
     cJSON *j = cJSON_ParseWithLength(spec, len);
     cJSON *cmd = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, "command") : NULL;
+    if (!cmd && cJSON_IsObject(j)) cmd = cJSON_GetObjectItemCaseSensitive(j, "interactive");
     if (!cJSON_IsObject(cmd)) {
         fprintf(stderr,
-                "error: --context goes with a command job (\"command\": {\"argv\": [...]}), and %s %s; the built-in "
-                "engine's jobs take no folder\n",
-                file, j ? "has no \"command\" object" : "is not JSON");
+                "error: --context goes with a command job (\"command\": {\"argv\": [...]}) or an interactive one, "
+                "and %s %s; the built-in engine's jobs take no folder\n",
+                file, j ? "has neither a \"command\" nor an \"interactive\" object" : "is not JSON");
         cJSON_Delete(j);
         *ec = EXIT_USAGE;
         return NULL;

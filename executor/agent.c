@@ -935,9 +935,10 @@ static void task_start(agent *a, const cJSON *s) {
     char iso_err[512] = "", why[900] = "";
     if (iso_task_prepare(&a->iso, id, job, memory_mb, n_cpu, gpus, &t->iso, iso_err, sizeof iso_err) < 0)
         snprintf(why, sizeof why, "cannot isolate the task: %s", iso_err);
-    /* a command job's context and image (its spec, in the config) */
+    /* a command (or interactive) job's context and image (its spec, in the config) */
     const cJSON *jspec = cJSON_GetObjectItemCaseSensitive(config, "spec");
     const cJSON *jcmd = jspec ? cJSON_GetObjectItemCaseSensitive(jspec, "command") : NULL;
+    if (!jcmd && jspec) jcmd = cJSON_GetObjectItemCaseSensitive(jspec, "interactive");
     const cJSON *jctx = jcmd ? cJSON_GetObjectItemCaseSensitive(jcmd, "context") : NULL;
     const cJSON *jenv = jspec ? cJSON_GetObjectItemCaseSensitive(jspec, "environment") : NULL;
     const cJSON *jimg = jenv ? cJSON_GetObjectItemCaseSensitive(jenv, "image") : NULL;

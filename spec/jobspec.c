@@ -1023,20 +1023,21 @@ static int parse_working_dir(spec_error *e, const cJSON *c, command_spec *cs) {
     return 0;
 }
 
-/* command.context: "sha256:" and 64 lowercase hex digits (POST /contexts
- * answers it); whether the team has it is the server's question. */
-static int parse_context(spec_error *e, const cJSON *c, command_spec *cs) {
+/* command.context (or interactive.context: field names which):
+ * "sha256:" and 64 lowercase hex digits (POST /contexts answers it);
+ * whether the team has it is the server's question. */
+static int parse_context(spec_error *e, const cJSON *c, command_spec *cs, const char *field) {
     const cJSON *v = item(c, "context");
     char g[64];
     if (!v) return 0;
     if (!cJSON_IsString(v))
-        return fail(e, 422, "invalid_type", "command.context",
-                    "must be a string (the id POST /contexts answered), got %s", got(v, g));
+        return fail(e, 422, "invalid_type", field, "must be a string (the id POST /contexts answered), got %s",
+                    got(v, g));
     const char *d = v->valuestring;
     int ok = strlen(d) == 71 && strncmp(d, "sha256:", 7) == 0;
     for (int i = 7; ok && i < 71; i++) ok = (d[i] >= '0' && d[i] <= '9') || (d[i] >= 'a' && d[i] <= 'f');
     if (!ok)
-        return fail(e, 422, "invalid_value", "command.context",
+        return fail(e, 422, "invalid_value", field,
                     "must be \"sha256:\" and 64 lowercase hex digits, as POST /contexts answers it");
     memcpy(cs->context, d, 72);
     return 0;
@@ -1212,7 +1213,7 @@ static int parse_command(spec_error *e, const cJSON *root, jobspec *s) {
         cs->argc = i + 1;
     }
     if (parse_working_dir(e, c, cs) < 0) return -1;
-    if (parse_context(e, c, cs) < 0) return -1;
+    if (parse_context(e, c, cs, "command.context") < 0) return -1;
     const cJSON *env = item(c, "env");
     if (!env) return 0;
     if (!cJSON_IsObject(env))
@@ -1249,9 +1250,11 @@ static int parse_command(spec_error *e, const cJSON *root, jobspec *s) {
 
 /* ================================================================ interactive, ports */
 
-/* interactive {"type": "notebook" | "shell"}: a job that opens a notebook or
- * a shell in place of a program, so it has neither command nor model
- * (nor compile, data, fit). */
+/* interactive {"type": "notebook" | "shell", "context": "sha256:..."}: a
+ * job that opens a notebook or a shell in place of a program, so it has
+ * neither command nor model (nor compile, data, fit); its context (the
+ * team's folder, as a command job's) goes in command.context, where the
+ * server and the agent look for one. */
 static int parse_interactive(spec_error *e, const cJSON *root, jobspec *s) {
     const cJSON *v = NULL;
     if (get_object(e, root, "", "interactive", &v) < 0) return -1;
@@ -1262,8 +1265,9 @@ static int parse_interactive(spec_error *e, const cJSON *root, jobspec *s) {
                         "an interactive job has no %s: the notebook or shell it opens takes the place of "
                         "command (and of model, compile, data and fit); give interactive or %s, not both",
                         FORBIDDEN[i], FORBIDDEN[i]);
-    static const char *const KEYS[] = {"type", NULL};
+    static const char *const KEYS[] = {"type", "context", NULL};
     if (check_keys(e, v, "interactive", KEYS, NULL)) return -1;
+    if (parse_context(e, v, &s->command, "interactive.context") < 0) return -1;
     int t = 0;
     int rc = get_enum(e, v, "interactive", "type", INTERACTIVE_NAMES, &t);
     if (rc < 0) return -1;
@@ -2297,6 +2301,7 @@ cJSON *jobspec_to_cjson(const jobspec *s) {
         else {
             cJSON *in = chk(&o, cJSON_AddObjectToObject(root, "interactive"));
             if (in) add_str(&o, in, "type", interactive_name(s->interactive));
+            if (in && s->command.context[0]) add_str(&o, in, "context", s->command.context);
             add_int(&o, root, "idle_timeout", (long long)s->idle_timeout_s);
         }
         if (s->environment.image[0]) {

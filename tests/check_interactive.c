@@ -270,6 +270,53 @@ START_TEST(notebook_through_the_proxy) {
 }
 END_TEST
 
+/* `trainyard submit notebook.json --context DIR`: the team's folder goes
+ * with a notebook as with a command job (interactive.context), and the
+ * notebook (its kernel's working directory) opens in the task's copy. */
+START_TEST(notebook_opens_in_its_context) {
+    char dir[256], file[400], spec[400];
+    ty_mkdtemp_shared(dir, sizeof dir, "nbctx");
+    snprintf(file, sizeof file, "%s/hello-from-context.txt", dir);
+    ck_assert_int_eq(file_write_atomic(file, "hi\n", 3, 0644), 0);
+    snprintf(spec, sizeof spec, "%s.json", dir);
+    static const char nb[] = "{\"name\":\"nbctx\",\"interactive\":{\"type\":\"notebook\"},\"max_restarts\":0}";
+    ck_assert_int_eq(file_write_atomic(spec, nb, sizeof nb - 1, 0644), 0);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "TRAINYARD_URL=%s TRAINYARD_TOKEN=%s %s submit %s --context %s --json 2>&1", srv.url,
+             team_tok, getenv("TRAINYARD_BIN"), spec, dir);
+    int rc = 0;
+    char *out = run_cmd(cmd, &rc);
+    ck_assert_msg(rc == 0, "submit --context exited %d: %s", rc, out);
+    const char *js = out[0] == '{' ? out : strstr(out, "\n{"); /* after the CLI's line about the upload */
+    cJSON *o = js ? cJSON_Parse(js) : NULL;
+    ck_assert_msg(o != NULL, "%s", out);
+    int64_t id = (int64_t)ty_num(o, "id");
+    cJSON_Delete(o);
+    free(out);
+    cJSON *job = job_get(id);
+    const cJSON *in = cJSON_GetObjectItem(cJSON_GetObjectItem(job, "spec"), "interactive");
+    char *jt = cJSON_PrintUnformatted(job);
+    ck_assert_msg(in && strncmp(ty_str(in, "context"), "sha256:", 7) == 0, "%s", jt);
+    free(jt);
+    cJSON_Delete(job);
+    wait_port(id, "notebook");
+    char path[128];
+    snprintf(path, sizeof path, "/proxy/jobs/%lld/notebook/api/status", (long long)id);
+    free(get_until_200(path, 60000));
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 tests/notebook_client.py %s %s %lld 'import os; print(sorted(os.listdir(\".\")))' 2>&1",
+             srv.url, team_tok, (long long)id);
+    out = run_cmd(cmd, &rc);
+    ck_assert_msg(rc == 0 && strstr(out, "hello-from-context.txt"), "notebook_client.py exited %d:\n%s", rc, out);
+    free(out);
+    cancel(id);
+    cJSON_Delete(wait_state(id, "cancelled", 30000));
+    unlink(file);
+    unlink(spec);
+    ty_rmrf(dir);
+}
+END_TEST
+
 /* idle_timeout "3s": cancelled with the reason and an event, its slots
  * freed (a job of both slots runs); requests through the proxy keep one
  * alive. */
@@ -588,6 +635,11 @@ START_TEST(max_interactive_and_bad_input) {
                "invalid_value", "idle_timeout");
     expect_422(team_tok, "POST", "/api/v1/jobs", "{\"command\":{\"argv\":[\"x\"]},\"idle_timeout\":60}",
                "invalid_value", "idle_timeout");
+    /* a context the team does not hold, named where the spec names it */
+    expect_422(team_tok, "POST", "/api/v1/jobs",
+               "{\"interactive\":{\"type\":\"notebook\",\"context\":\"sha256:"
+               "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\"}}",
+               "invalid_value", "interactive.context");
 }
 END_TEST
 
@@ -597,6 +649,7 @@ int main(void) {
     tcase_add_test(act, attached_shell_and_restart_count);
     TCase *nb = ty_tcase(s, "jupyter", up_setup, up_teardown, 240);
     tcase_add_test(nb, notebook_through_the_proxy);
+    tcase_add_test(nb, notebook_opens_in_its_context);
     tcase_add_test(nb, idle_notebook_is_cancelled);
     TCase *si = ty_tcase(s, "standin", standin_setup, up_teardown, 120);
     tcase_add_test(si, what_reaches_jupyter);

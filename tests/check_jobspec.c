@@ -13,6 +13,8 @@
 #include "../common/size.h"
 #include "../common/util.h"
 
+#define CTX64 "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
 /* Specs are written with ' for " to stay readable; q() swaps them. */
 static char *q(const char *s) {
     char *out = xstrdup(s);
@@ -557,6 +559,8 @@ static const bad_case BAD[] = {
     {"{'interactive':{'type':'lab'}}", 422, "invalid_value", "interactive.type"},
     {"{'interactive':{'type':1}}", 422, "invalid_type", "interactive.type"},
     {"{'interactive':{'type':'notebook','kernel':'python3'}}", 422, "unknown_field", "interactive.kernel"},
+    {"{'interactive':{'type':'notebook','context':'sha256:abc'}}", 422, "invalid_value", "interactive.context"},
+    {"{'interactive':{'type':'shell','context':7}}", 422, "invalid_type", "interactive.context"},
     {"{'interactive':{'type':'shell'},'command':{'argv':['x']}}", 422, "invalid_value", "command"},
     {TOP("'interactive':{'type':'notebook'}"), 422, "invalid_value", "model"},
     {"{'interactive':{'type':'shell'},'fit':{'epochs':1}}", 422, "invalid_value", "fit"},
@@ -1497,6 +1501,14 @@ START_TEST(test_ports_interactive) {
     ck_assert_ptr_null(strstr(j, "\"command\""));
     ck_assert_ptr_null(strstr(j, "\"model\""));
     round_trip(j, strlen(j), "a notebook job");
+    free(j);
+    /* the team's folder, as a command job's: in command.context, printed in interactive */
+    parse_ok("{'interactive':{'type':'notebook','context':'sha256:" CTX64 "'}}", &s);
+    ck_assert_str_eq(s.command.context, "sha256:" CTX64);
+    ck_assert_int_eq(jobspec_to_json(&s, &j), 0);
+    ck_assert_msg(strstr(j, "\"interactive\":{\"type\":\"notebook\",\"context\":\"sha256:" CTX64 "\"}") != NULL, "%s", j);
+    ck_assert_ptr_null(strstr(j, "\"command\""));
+    round_trip(j, strlen(j), "a notebook job with a context");
     free(j);
     /* its own port declared: kept as given, not twice */
     parse_ok("{'interactive':{'type':'notebook'},'ports':[{'name':'notebook','port':9999}]}", &s);
