@@ -1422,8 +1422,11 @@ static void inbox_process(agent *a) {
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* The agent outlives agent_run for its detached poller thread. */
-static agent *g_agent;
+/* The agent outlives agent_run for its detached poller thread, which may
+ * still be in a long-poll when the process exits. volatile: a static only
+ * written is otherwise optimised away, and LeakSanitizer then reports the
+ * agent as leaked whenever the poller has returned before the exit. */
+static agent *volatile g_agent;
 
 /* agent_run, by phase: the CA pinned; this binary and the isolation of
  * tasks; podman; the context cache; the signal and wake pipes, the client
