@@ -211,10 +211,45 @@ static int has_event(int64_t id, const char *to, const char *why) {
 
 /* ---------------------------------------------------------------- jupyter */
 
+/* `trainyard submit notebook.json --context DIR`: the team's folder goes
+ * with a notebook as with a command job (interactive.context); the job's
+ * id, its folder in dir (the caller removes it). */
+static int64_t submit_notebook_with_context(char dir[256]) {
+    char file[400], spec[400];
+    ty_mkdtemp_shared(dir, 256, "nbctx");
+    snprintf(file, sizeof file, "%s/hello-from-context.txt", dir);
+    ck_assert_int_eq(file_write_atomic(file, "hi\n", 3, 0644), 0);
+    snprintf(spec, sizeof spec, "%s.json", dir);
+    static const char nb[] = "{\"name\":\"nb\",\"interactive\":{\"type\":\"notebook\"},\"max_restarts\":0}";
+    ck_assert_int_eq(file_write_atomic(spec, nb, sizeof nb - 1, 0644), 0);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "TRAINYARD_URL=%s TRAINYARD_TOKEN=%s %s submit %s --context %s --json 2>&1", srv.url,
+             team_tok, getenv("TRAINYARD_BIN"), spec, dir);
+    int rc = 0;
+    char *out = run_cmd(cmd, &rc);
+    unlink(spec);
+    ck_assert_msg(rc == 0, "submit --context exited %d: %s", rc, out);
+    const char *js = out[0] == '{' ? out : strstr(out, "\n{"); /* after the CLI's line about the upload */
+    cJSON *o = js ? cJSON_Parse(js) : NULL;
+    ck_assert_msg(o != NULL, "%s", out);
+    int64_t id = (int64_t)ty_num(o, "id");
+    cJSON_Delete(o);
+    free(out);
+    cJSON *job = job_get(id);
+    const cJSON *in = cJSON_GetObjectItem(cJSON_GetObjectItem(job, "spec"), "interactive");
+    char *jt = cJSON_PrintUnformatted(job);
+    ck_assert_msg(in && strncmp(ty_str(in, "context"), "sha256:", 7) == 0, "%s", jt);
+    free(jt);
+    cJSON_Delete(job);
+    return id;
+}
+
 /* A notebook through the proxy, as a browser uses it: the caller's own
- * token only; Jupyter's is the one derived from the task's. */
+ * token only; Jupyter's is the one derived from the task's; it opens in
+ * its context (submitted by the CLI with --context). */
 START_TEST(notebook_through_the_proxy) {
-    int64_t id = ty_submit(srv.url, team_tok, "{\"name\":\"nb\",\"interactive\":{\"type\":\"notebook\"},\"max_restarts\":0}");
+    char ctxdir[256];
+    int64_t id = submit_notebook_with_context(ctxdir);
     wait_port(id, "notebook");
     char path[128];
     snprintf(path, sizeof path, "/proxy/jobs/%lld/notebook/api/status", (long long)id);
@@ -228,6 +263,14 @@ START_TEST(notebook_through_the_proxy) {
     ck_assert_msg(rc == 0, "notebook_client.py exited %d:\n%s", rc, out);
     ck_assert_msg(strstr(out, "stdout: 42\n") && strstr(out, "status: ok\n"), "%s", out);
     free(out);
+    /* it opened in the task's copy of its context: the kernel's working directory */
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 tests/notebook_client.py %s %s %lld 'import os; print(sorted(os.listdir(\".\")))' 2>&1",
+             srv.url, team_tok, (long long)id);
+    out = run_cmd(cmd, &rc);
+    ck_assert_msg(rc == 0 && strstr(out, "hello-from-context.txt"), "notebook_client.py exited %d:\n%s", rc, out);
+    free(out);
+    ty_rmrf(ctxdir);
 
     /* the kernel (a child of Jupyter) sees Jupyter's token: the secret of
      * the task's token hash; it is not on Jupyter's command line */
@@ -270,52 +313,6 @@ START_TEST(notebook_through_the_proxy) {
 }
 END_TEST
 
-/* `trainyard submit notebook.json --context DIR`: the team's folder goes
- * with a notebook as with a command job (interactive.context), and the
- * notebook (its kernel's working directory) opens in the task's copy. */
-START_TEST(notebook_opens_in_its_context) {
-    char dir[256], file[400], spec[400];
-    ty_mkdtemp_shared(dir, sizeof dir, "nbctx");
-    snprintf(file, sizeof file, "%s/hello-from-context.txt", dir);
-    ck_assert_int_eq(file_write_atomic(file, "hi\n", 3, 0644), 0);
-    snprintf(spec, sizeof spec, "%s.json", dir);
-    static const char nb[] = "{\"name\":\"nbctx\",\"interactive\":{\"type\":\"notebook\"},\"max_restarts\":0}";
-    ck_assert_int_eq(file_write_atomic(spec, nb, sizeof nb - 1, 0644), 0);
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "TRAINYARD_URL=%s TRAINYARD_TOKEN=%s %s submit %s --context %s --json 2>&1", srv.url,
-             team_tok, getenv("TRAINYARD_BIN"), spec, dir);
-    int rc = 0;
-    char *out = run_cmd(cmd, &rc);
-    ck_assert_msg(rc == 0, "submit --context exited %d: %s", rc, out);
-    const char *js = out[0] == '{' ? out : strstr(out, "\n{"); /* after the CLI's line about the upload */
-    cJSON *o = js ? cJSON_Parse(js) : NULL;
-    ck_assert_msg(o != NULL, "%s", out);
-    int64_t id = (int64_t)ty_num(o, "id");
-    cJSON_Delete(o);
-    free(out);
-    cJSON *job = job_get(id);
-    const cJSON *in = cJSON_GetObjectItem(cJSON_GetObjectItem(job, "spec"), "interactive");
-    char *jt = cJSON_PrintUnformatted(job);
-    ck_assert_msg(in && strncmp(ty_str(in, "context"), "sha256:", 7) == 0, "%s", jt);
-    free(jt);
-    cJSON_Delete(job);
-    wait_port(id, "notebook");
-    char path[128];
-    snprintf(path, sizeof path, "/proxy/jobs/%lld/notebook/api/status", (long long)id);
-    free(get_until_200(path, 60000));
-    snprintf(cmd, sizeof cmd,
-             "/usr/bin/python3 tests/notebook_client.py %s %s %lld 'import os; print(sorted(os.listdir(\".\")))' 2>&1",
-             srv.url, team_tok, (long long)id);
-    out = run_cmd(cmd, &rc);
-    ck_assert_msg(rc == 0 && strstr(out, "hello-from-context.txt"), "notebook_client.py exited %d:\n%s", rc, out);
-    free(out);
-    cancel(id);
-    cJSON_Delete(wait_state(id, "cancelled", 30000));
-    unlink(file);
-    unlink(spec);
-    ty_rmrf(dir);
-}
-END_TEST
 
 /* idle_timeout "3s": cancelled with the reason and an event, its slots
  * freed (a job of both slots runs); requests through the proxy keep one
@@ -649,7 +646,6 @@ int main(void) {
     tcase_add_test(act, attached_shell_and_restart_count);
     TCase *nb = ty_tcase(s, "jupyter", up_setup, up_teardown, 240);
     tcase_add_test(nb, notebook_through_the_proxy);
-    tcase_add_test(nb, notebook_opens_in_its_context);
     tcase_add_test(nb, idle_notebook_is_cancelled);
     TCase *si = ty_tcase(s, "standin", standin_setup, up_teardown, 120);
     tcase_add_test(si, what_reaches_jupyter);
