@@ -58,27 +58,34 @@ if [ "${CLUSTER_SIM_TEST:-1}" != 0 ]; then
   if tests/cluster_sim.sh "$build"; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/cluster_sim.sh"; fi
   echo "   ($(( $(date +%s) - start ))s)"
 fi
+# every benchmark in its smoke form on the optimized build (tests/bench_smoke.sh),
+# beside the checks below: it only asks that each benchmark runs and prints its
+# JSON line (its figures are not taken here), and the two together keep `make
+# test` within its 15 minutes on 2 cores (bench_smoke alone is 3 to 4 minutes).
+# What both sides build is built first, here (the optimized build, the
+# benchmarks' programs, and the GPU programs that bench-gpu and the GPU bundle
+# share), so that no two makes write the same file; the checks below use ports
+# of their own (readme_check: 8080; the benchmarks: 0). cluster_sim, whose
+# heartbeats have a 6 s deadline, runs before, alone.
+bench_pid=""
+if [ "${BENCH_SMOKE_TEST:-1}" != 0 ]; then
+  echo "== the benchmarks' programs (built before bench_smoke and the checks beside it)"
+  make --no-print-directory -s -j2 all bench-bins build/bench/simagents >/dev/null
+  if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+    make --no-print-directory -s -j2 gpu-build >/dev/null
+  fi
+  bench_log=$(mktemp /tmp/ty_bench_smoke_log.XXXXXX)
+  bench_start=$(date +%s)
+  make --no-print-directory -s bench-smoke >"$bench_log" 2>&1 </dev/null &
+  bench_pid=$!
+  echo "== tests/bench_smoke.sh (make bench-smoke): started beside the checks below"
+fi
 # the GPU bundle: built, self-contained, and its verify.sh run here (tests/gpu_bundle.sh)
 if [ "${GPU_BUNDLE_TEST:-1}" != 0 ]; then
   echo "== tests/gpu_bundle.sh"
   start=$(date +%s)
   if tests/gpu_bundle.sh; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/gpu_bundle.sh"; fi
   echo "   ($(( $(date +%s) - start ))s)"
-fi
-# every benchmark in its smoke form on the optimized build (tests/bench_smoke.sh),
-# beside the checks below: it only asks that each benchmark runs and prints its
-# JSON line (its figures are not taken here), and the two together keep `make
-# test` within its 15 minutes on 2 cores (bench_smoke alone is 3 minutes). The
-# checks below use ports of their own (readme_check: 8080; the benchmarks: 0)
-# and build nothing (the GPU bundle, which builds build/gpu as bench-gpu does,
-# runs before).
-bench_pid=""
-if [ "${BENCH_SMOKE_TEST:-1}" != 0 ]; then
-  bench_log=$(mktemp /tmp/ty_bench_smoke_log.XXXXXX)
-  bench_start=$(date +%s)
-  make --no-print-directory -s bench-smoke >"$bench_log" 2>&1 </dev/null &
-  bench_pid=$!
-  echo "== tests/bench_smoke.sh (make bench-smoke): started beside the checks below"
 fi
 # the HTTPS server's protocols, ciphers and known vulnerabilities, scanned by testssl.sh (tests/testssl.sh)
 if [ "${TESTSSL_TEST:-1}" != 0 ]; then
