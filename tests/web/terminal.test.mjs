@@ -13,14 +13,12 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import {chromium} from 'playwright-core';
 import {startUp} from './server.mjs';
+import {openDashboard, DESKTOP} from './browser.mjs';
 
 const OUT = process.env.WEB_TEST_OUT || 'build/web-test';
-const DESKTOP = {width: 1280, height: 900};
 const PHONE = {width: 390, height: 844};
-let srv, ctx, page, profile;
-const pageErrors = [];
+let srv, ctx, page, pageErrors, close;
 
 async function waitJob(id, ok, what) {
   for (let i = 0; i < 600; i++) {
@@ -56,28 +54,16 @@ async function cspViolations() { return page.evaluate(() => window.__csp || []);
 before(async () => {
   fs.mkdirSync(OUT, {recursive: true});
   srv = await startUp({cpuSlots: 2});
-  profile = fs.mkdtempSync(path.join(os.tmpdir(), 'ty_chromium_'));
-  ctx = await chromium.launchPersistentContext(profile, {
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium', headless: true, viewport: DESKTOP,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-           '--disable-component-update', '--disable-sync'],
-  });
   /* every document records what its Content-Security-Policy refused */
-  await ctx.addInitScript(() => {
+  ({ctx, page, pageErrors, close} = await openDashboard(srv, {initScript: () => {
     window.__csp = [];
     document.addEventListener('securitypolicyviolation', e => window.__csp.push(`${e.violatedDirective} ${e.blockedURI}`));
-  });
-  page = ctx.pages()[0] || await ctx.newPage();
-  page.setDefaultTimeout(30000);
-  page.on('pageerror', (e) => pageErrors.push(e.message));
-  await page.goto(srv.url + '/');
-  await page.evaluate((t) => { localStorage.setItem('trainyard.token', t); }, srv.token);
+  }}));
 });
 
 after(async () => {
-  if (ctx) await ctx.close();
+  if (close) await close();
   if (srv) await srv.stop();
-  if (profile) fs.rmSync(profile, {recursive: true, force: true});
 });
 
 test('a shell in a running task: its uid, its size, its exit status', async () => {
