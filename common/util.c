@@ -106,6 +106,16 @@ int buf_printf(buf *b, const char *fmt, ...) {
     return rc;
 }
 
+char *xasprintf(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    int r = vasprintf(&s, fmt, ap);
+    va_end(ap);
+    if (r < 0) abort();
+    return s;
+}
+
 int buf_csv_field(buf *b, const char *s) {
     if (!s) return 0;
     if (!strpbrk(s, ",\"\r\n")) return buf_appends(b, s);

@@ -33,6 +33,8 @@ typedef struct buf {
 void buf_init(buf *b, size_t max);
 int buf_append(buf *b, const void *p, size_t n);
 int buf_appends(buf *b, const char *s);
+/* A new string formatted as printf would (heap; aborts when out of memory). */
+char *xasprintf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* s as one CSV field (RFC 4180): quoted when it holds a comma, a quote or
  * a line break, its quotes doubled; NULL is an empty field. 0, or -1 when
  * b is full. */

@@ -268,17 +268,6 @@ int ctr_env_passes(const char *entry, char *const *spec_env) {
     return n > 0 && entry[0] != '-';
 }
 
-static char *fmt_dup(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt_dup(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    int r = vasprintf(&s, fmt, ap);
-    va_end(ap);
-    if (r < 0) abort();
-    return s;
-}
-
 char **ctr_argv(const ctr_opts *o, const char *image, const char *wd, char *const *prog_argv, char *const *envp) {
     int ne = 0, na = 0;
     while (envp && envp[ne]) ne++;
@@ -295,42 +284,42 @@ char **ctr_argv(const ctr_opts *o, const char *image, const char *wd, char *cons
     v[k++] = xstrdup("--rm");
     v[k++] = xstrdup("--name");
     v[k++] = xstrdup(o->name);
-    if (o->agent > 0) v[k++] = fmt_dup("--label=trainyard.agent=%ld", o->agent);
-    if (o->job > 0) v[k++] = fmt_dup("--label=trainyard.job=%lld", (long long)o->job);
-    if (o->task[0]) v[k++] = fmt_dup("--label=trainyard.task=%s", o->task);
+    if (o->agent > 0) v[k++] = xasprintf("--label=trainyard.agent=%ld", o->agent);
+    if (o->job > 0) v[k++] = xasprintf("--label=trainyard.job=%lld", (long long)o->job);
+    if (o->task[0]) v[k++] = xasprintf("--label=trainyard.task=%s", o->task);
     v[k++] = xstrdup("--pull=never");      /* pulled already, under the node's lock */
     v[k++] = xstrdup("--network=host");    /* rings and torch's store as on the host */
     v[k++] = xstrdup("--log-driver=none"); /* the output comes here, and goes to the job's logs */
-    v[k++] = fmt_dup("--user=%u:%u", o->uid, o->uid);
+    v[k++] = xasprintf("--user=%u:%u", o->uid, o->uid);
     v[k++] = xstrdup("--security-opt=no-new-privileges");
     v[k++] = xstrdup("--cap-drop=all");
     if (o->memory_mb > 0) {
-        v[k++] = fmt_dup("--memory=%lldm", (long long)o->memory_mb);
-        v[k++] = fmt_dup("--memory-swap=%lldm", (long long)o->memory_mb);
+        v[k++] = xasprintf("--memory=%lldm", (long long)o->memory_mb);
+        v[k++] = xasprintf("--memory-swap=%lldm", (long long)o->memory_mb);
         /* /dev/shm: collectives move tensors through it */
         int64_t shm = o->memory_mb / 2 > 64 ? o->memory_mb / 2 : 64;
-        v[k++] = fmt_dup("--shm-size=%lldm", (long long)shm);
+        v[k++] = xasprintf("--shm-size=%lldm", (long long)shm);
     }
     /* under the agent's cgroup that tells an OOM kill apart (isolate.h) */
-    if (o->cgroup_parent[0]) v[k++] = fmt_dup("--cgroup-parent=%s", o->cgroup_parent);
-    if (o->pids > 0) v[k++] = fmt_dup("--pids-limit=%d", o->pids);
-    if (o->cpu_shares > 0) v[k++] = fmt_dup("--cpu-shares=%d", o->cpu_shares);
+    if (o->cgroup_parent[0]) v[k++] = xasprintf("--cgroup-parent=%s", o->cgroup_parent);
+    if (o->pids > 0) v[k++] = xasprintf("--pids-limit=%d", o->pids);
+    if (o->cpu_shares > 0) v[k++] = xasprintf("--cpu-shares=%d", o->cpu_shares);
     /* root here may lack CAP_SYS_RESOURCE: podman's own rlimits (above the
      * hard limits) would be refused, so the node's are given */
-    if (o->nofile > 0) v[k++] = fmt_dup("--ulimit=nofile=%ld:%ld", o->nofile, o->nofile);
-    if (o->nproc > 0) v[k++] = fmt_dup("--ulimit=nproc=%ld:%ld", o->nproc, o->nproc);
-    v[k++] = fmt_dup("--volume=%s:%s:rw", o->dir, o->dir);
-    if (o->data_root[0]) v[k++] = fmt_dup("--volume=%s:%s:ro", o->data_root, o->data_root);
+    if (o->nofile > 0) v[k++] = xasprintf("--ulimit=nofile=%ld:%ld", o->nofile, o->nofile);
+    if (o->nproc > 0) v[k++] = xasprintf("--ulimit=nproc=%ld:%ld", o->nproc, o->nproc);
+    v[k++] = xasprintf("--volume=%s:%s:rw", o->dir, o->dir);
+    if (o->data_root[0]) v[k++] = xasprintf("--volume=%s:%s:ro", o->data_root, o->data_root);
     /* GPUs through CDI (nvidia-ctk cdi generate): only the task's own */
     for (const char *p = o->gpus; *p;) {
         char *end;
         long ix = strtol(p, &end, 10);
         if (end == p) break;
-        v[k++] = fmt_dup("--device=nvidia.com/gpu=%ld", ix);
+        v[k++] = xasprintf("--device=nvidia.com/gpu=%ld", ix);
         p = *end == ',' ? end + 1 : end;
         if (k + 16 + (size_t)ne + (size_t)na >= cap) break;
     }
-    if (wd && wd[0]) v[k++] = fmt_dup("--workdir=%s", wd);
+    if (wd && wd[0]) v[k++] = xasprintf("--workdir=%s", wd);
     for (int i = 0; i < ne; i++) {
         const char *eq = strchr(envp[i], '=');
         if (!eq) continue;

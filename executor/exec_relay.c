@@ -292,17 +292,6 @@ static char **env_build(const relay_cfg *c, char *ours[], int n_ours, int isolat
     return envp;
 }
 
-static char *fmt_dup(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt_dup(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    char *s = NULL;
-    int r = vasprintf(&s, fmt, ap);
-    va_end(ap);
-    if (r < 0) abort();
-    return s;
-}
-
 static const char LOGIN_SHELL[] = "if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l";
 
 /* `podman [--runtime R] exec -i [-t] --detach-keys= --user U:U --workdir DIR
@@ -320,8 +309,8 @@ static char **podman_argv(const relay_cfg *c, char *const ours[], int n_ours) {
     v[k++] = xstrdup("-i");
     if (c->tty) v[k++] = xstrdup("-t");
     v[k++] = xstrdup("--detach-keys="); /* no key sequence detaches: ctrl-p is the shell's */
-    if (c->uid) v[k++] = fmt_dup("--user=%u:%u", c->uid, c->uid);
-    if (c->dir[0]) v[k++] = fmt_dup("--workdir=%s", c->dir);
+    if (c->uid) v[k++] = xasprintf("--user=%u:%u", c->uid, c->uid);
+    if (c->dir[0]) v[k++] = xasprintf("--workdir=%s", c->dir);
     for (int i = 0; i < n_ours; i++) {
         const char *eq = strchr(ours[i], '=');
         if (!eq || eq == ours[i] || ours[i][0] == '-' || strncmp(ours[i], "TMPDIR=", 7) == 0) continue;
