@@ -83,10 +83,10 @@ static void ckpt_put(server *srv, http_req *req, http_res *res) {
     }
     free(spec);
     if (keep < 1) keep = 1;
-    char (*old)[256] = xcalloc(PRUNE_MAX, sizeof *old);
+    ckpt_ref *old = xcalloc(PRUNE_MAX, sizeof *old);
     int nold = 0;
     int rc = db_begin(srv->db) < 0 ? STORE_ERROR : STORE_OK;
-    if (rc == STORE_OK) rc = exec_store_ckpt_publish(srv->db, cid, rel);
+    if (rc == STORE_OK) rc = exec_store_ckpt_publish(srv->db, cid, "", rel);
     if (rc == STORE_OK) rc = exec_store_job_checkpointed(srv->db, j.id, now_ms());
     if (rc == STORE_OK) rc = exec_store_ckpt_prune(srv->db, j.id, keep, old, PRUNE_MAX, &nold);
     if (rc != STORE_OK || db_commit(srv->db) < 0) {
@@ -99,12 +99,7 @@ static void ckpt_put(server *srv, http_req *req, http_res *res) {
     }
     quota_add(srv->db, j.team_id, QUOTA_CHECKPOINTS, (int64_t)req->body.len);
     if (nold) quota_forget(srv->db, j.team_id); /* the pruned ones no longer count */
-    for (int i = 0; i < nold; i++) {
-        char p[PATH_MAX + 300];
-        if (sfmt(p, sizeof p, "%s/%s", srv->checkpoint_dir, old[i]) == 0 && old[i][0] && unlink(p) < 0 &&
-            errno != ENOENT)
-            log_warn("cannot remove old checkpoint %s: %s", p, strerror(errno));
-    }
+    for (int i = 0; i < nold; i++) api_ckpt_remove(srv, &old[i]);
     free(old);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)cid);
@@ -157,6 +152,11 @@ static void ckpt_send(server *srv, http_res *res, int64_t job, int64_t cid) {
     }
     if (rc != STORE_OK) {
         api_db_unavailable(res);
+        return;
+    }
+    if (c.store[0]) {
+        http_error(res, 410, "gone", NULL, "checkpoint %lld is in the blob store %s, which this server does not use",
+                   (long long)c.id, c.store);
         return;
     }
     char path[PATH_MAX + 300];

@@ -81,6 +81,14 @@ static int64_t unlink_ckpt(server *srv, const char *rel) {
     return S_ISREG(sb.st_mode) ? (int64_t)sb.st_size : 0;
 }
 
+int64_t api_ckpt_remove(server *srv, const ckpt_ref *r) {
+    if (!r->path[0]) return 0;
+    if (!r->store[0]) return unlink_ckpt(srv, r->path);
+    /* in a store this server does not run with: the sweeps of a server
+     * that does find it (its row keeps the path) */
+    return 0;
+}
+
 /* "30 days", "2 s": the retention as said in messages. */
 static void retention_text(int64_t ms, char *out, size_t cap) {
     if (ms % (86400 * 1000LL) == 0) snprintf(out, cap, "%lld day%s", (long long)(ms / 86400000), ms == 86400000 ? "" : "s");
@@ -203,14 +211,12 @@ static void collect_job(server *srv, int64_t job_id) {
     int with_best = spec_best(j.spec, metric, &best_max);
     exec_store_job_release(&j);
     if (with_best && retention_ckpt_best(srv->db, job_id, metric, best_max, &best, &value) != STORE_OK) return;
-    char (*paths)[256] = xcalloc(COLLECT_MAX, sizeof *paths);
-    int64_t *sizes = xcalloc(COLLECT_MAX, sizeof *sizes);
+    ckpt_ref *refs = xcalloc(COLLECT_MAX, sizeof *refs);
     int n = 0;
     int64_t newest = 0;
-    if (retention_ckpt_collect_mark(srv->db, job_id, best, now_ms(), paths, sizes, COLLECT_MAX, &n, &newest) ==
-        STORE_OK) {
+    if (retention_ckpt_collect_mark(srv->db, job_id, best, now_ms(), refs, COLLECT_MAX, &n, &newest) == STORE_OK) {
         int64_t freed = 0;
-        for (int i = 0; i < n; i++) freed += unlink_ckpt(srv, paths[i]);
+        for (int i = 0; i < n; i++) freed += api_ckpt_remove(srv, &refs[i]);
         if (n > 0) {
             char kept[160];
             if (best && best != newest)
@@ -225,8 +231,7 @@ static void collect_job(server *srv, int64_t job_id) {
                      n == 1 ? "" : "s", (long long)freed);
         }
     }
-    free(paths);
-    free(sizes);
+    free(refs);
 }
 
 static void purge_logs(server *srv, int64_t job_id, int64_t finished_at) {
@@ -303,21 +308,21 @@ static void sweep(server *srv, int64_t now) {
         g.sweep_job += SWEEP_SPAN;
         if (!more) g.sweep_jobs_done = 1;
     } else if (!g.sweep_ckpts_done) {
-        char (*paths)[256] = xcalloc(SWEEP_SPAN, sizeof *paths);
+        ckpt_ref *refs = xcalloc(SWEEP_SPAN, sizeof *refs);
         int n = 0, more = 0, removed = 0;
         int64_t bytes = 0;
-        if (retention_sweep_ckpts(srv->db, g.sweep_ckpt, SWEEP_SPAN, paths, SWEEP_SPAN, &n, &more) != STORE_OK) {
-            free(paths);
+        if (retention_sweep_ckpts(srv->db, g.sweep_ckpt, SWEEP_SPAN, refs, SWEEP_SPAN, &n, &more) != STORE_OK) {
+            free(refs);
             return;
         }
         for (int i = 0; i < n; i++) {
-            int64_t b = unlink_ckpt(srv, paths[i]);
+            int64_t b = api_ckpt_remove(srv, &refs[i]);
             if (b > 0) {
                 bytes += b;
                 removed++;
             }
         }
-        free(paths);
+        free(refs);
         if (removed > 0)
             log_info("removed %d checkpoint file%s (%lld bytes) left of deleted checkpoints", removed,
                      removed == 1 ? "" : "s", (long long)bytes);

@@ -7,7 +7,7 @@
  * marked them (docs/server.md, "Retention").
  *
  * defines: api_retention_delete_files, api_retention_tick,
- *          api_logs_purged_answer, api_ckpt_mark_best */
+ *          api_logs_purged_answer, api_ckpt_mark_best, api_ckpt_remove */
 #ifndef TRAINYARD_RETENTION_API_H
 #define TRAINYARD_RETENTION_API_H
 
@@ -16,6 +16,7 @@
 #include "../server/http.h"
 
 struct server;
+struct ckpt_ref;
 
 /* After the commit that marked job_id deleted: removes its log and
  * checkpoint directories; *freed gets the bytes of the files removed.
@@ -38,5 +39,11 @@ void api_logs_purged_answer(struct server *srv, http_res *res, int64_t job_id, i
  * /jobs/{id}/checkpoints) by the spec's checkpoint.best, "best": false to
  * the others. spec: the job's spec as submitted. */
 void api_ckpt_mark_best(struct server *srv, int64_t job_id, const char *spec, cJSON *arr);
+
+/* Removes a checkpoint's bytes after the commit that marked it deleted:
+ * the file under the data directory (store ''), or the object in the blob
+ * store the server runs with; a row of another store is left to a server
+ * that runs with it. Its bytes when known to be removed, else 0. */
+int64_t api_ckpt_remove(struct server *srv, const struct ckpt_ref *r);
 
 #endif

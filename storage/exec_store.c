@@ -645,7 +645,7 @@ static const char SQL_CKPT_RESERVE[] =
     "INSERT INTO checkpoints(job_id, attempt, step, epoch, size, sha256, path, created_at, deleted_at)"
     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, '', ?7, ?7)";
 static const char SQL_CKPT_PUBLISH[] =
-    "UPDATE checkpoints SET path = ?2, deleted_at = NULL, created_at = ?3 WHERE id = ?1";
+    "UPDATE checkpoints SET path = ?2, store = ?4, deleted_at = NULL, created_at = ?3 WHERE id = ?1";
 static const char SQL_CKPT_DISCARD[] = "DELETE FROM checkpoints WHERE id = ?";
 
 int exec_store_ckpt_reserve(db *d, int64_t job_id, int attempt, int64_t step, int64_t epoch, int64_t size,
@@ -666,12 +666,13 @@ int exec_store_ckpt_reserve(db *d, int64_t job_id, int attempt, int64_t step, in
     return STORE_OK;
 }
 
-int exec_store_ckpt_publish(db *d, int64_t id, const char *path) {
+int exec_store_ckpt_publish(db *d, int64_t id, const char *store, const char *path) {
     sqlite3_stmt *st = db_prepare(d, SQL_CKPT_PUBLISH);
     if (!st) return STORE_ERROR;
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_text(st, 2, path, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 3, now_ms());
+    sqlite3_bind_text(st, 4, store ? store : "", -1, SQLITE_TRANSIENT);
     return update_one(d, st) == STORE_OK ? STORE_OK : STORE_ERROR;
 }
 
@@ -682,7 +683,7 @@ int exec_store_ckpt_discard(db *d, int64_t id) {
     return store_step_done(st);
 }
 
-#define CKPT_COLS "id, attempt, step, epoch, size, sha256, path, created_at"
+#define CKPT_COLS "id, attempt, step, epoch, size, sha256, path, created_at, store"
 
 static const char SQL_CKPT_GET[] =
     "SELECT " CKPT_COLS " FROM checkpoints WHERE job_id = ?1 AND deleted_at IS NULL"
@@ -699,6 +700,7 @@ static void ckpt_row(sqlite3_stmt *st, exec_ckpt *c) {
     c->size = sqlite3_column_int64(st, 4);
     col_copy(st, 5, c->sha256, sizeof c->sha256);
     col_copy(st, 6, c->path, sizeof c->path);
+    col_copy(st, 8, c->store, sizeof c->store);
 }
 
 int exec_store_ckpt_get(db *d, int64_t job_id, int64_t cid, exec_ckpt *out) {
@@ -741,10 +743,11 @@ int exec_store_ckpt_list(db *d, int64_t job_id, cJSON **out) {
 }
 
 static const char SQL_CKPT_BEYOND[] =
-    "SELECT id, path FROM checkpoints WHERE job_id = ? AND deleted_at IS NULL ORDER BY id DESC LIMIT -1 OFFSET ?";
+    "SELECT id, path, store, size FROM checkpoints WHERE job_id = ? AND deleted_at IS NULL"
+    " ORDER BY id DESC LIMIT -1 OFFSET ?";
 static const char SQL_CKPT_HIDE[] = "UPDATE checkpoints SET deleted_at = ? WHERE id = ?";
 
-int exec_store_ckpt_prune(db *d, int64_t job_id, int keep, char (*paths)[256], int max, int *n) {
+int exec_store_ckpt_prune(db *d, int64_t job_id, int keep, ckpt_ref *refs, int max, int *n) {
     *n = 0;
     int64_t ids[64];
     int nids = 0;
@@ -756,7 +759,9 @@ int exec_store_ckpt_prune(db *d, int64_t job_id, int keep, char (*paths)[256], i
     while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
         if (nids >= (int)(sizeof ids / sizeof ids[0]) || nids >= max) continue; /* the rest next time */
         ids[nids] = sqlite3_column_int64(st, 0);
-        col_copy(st, 1, paths[nids], 256);
+        col_copy(st, 1, refs[nids].path, sizeof refs[nids].path);
+        col_copy(st, 2, refs[nids].store, sizeof refs[nids].store);
+        refs[nids].size = sqlite3_column_int64(st, 3);
         nids++;
     }
     db_done(st);

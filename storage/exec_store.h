@@ -181,14 +181,23 @@ typedef struct exec_ckpt {
     int attempt;
     int64_t step, epoch, size;
     char sha256[65];
-    char path[256];               /* relative to the checkpoint directory */
+    char path[256];               /* the key under the store's checkpoints/ ("J/C.safetensors") */
+    char store[256];              /* '' = the data directory, else the store's normalized URL */
 } exec_ckpt;
+
+/* Where a checkpoint's bytes are: what a deletion removes after its
+ * commit. */
+typedef struct ckpt_ref {
+    char store[256];              /* as exec_ckpt's */
+    char path[256];
+    int64_t size;
+} ckpt_ref;
 
 /* Inserts a hidden row (deleted_at set) to reserve an id; exec_store_ckpt_publish
  * gives it its path and makes it visible once the file is durable. */
 int exec_store_ckpt_reserve(db *d, int64_t job_id, int attempt, int64_t step, int64_t epoch, int64_t size,
                             const char *sha256, int64_t *id_out);
-int exec_store_ckpt_publish(db *d, int64_t id, const char *path);
+int exec_store_ckpt_publish(db *d, int64_t id, const char *store, const char *path);
 /* Removes a reserved row whose file could not be written. */
 int exec_store_ckpt_discard(db *d, int64_t id);
 
@@ -198,9 +207,9 @@ int exec_store_ckpt_get(db *d, int64_t job_id, int64_t cid, exec_ckpt *out);
 /* {"checkpoints":[...]} items, newest first. */
 int exec_store_ckpt_list(db *d, int64_t job_id, cJSON **out);
 
-/* Hides every visible checkpoint beyond the newest keep, returning their
- * paths (up to max, relative) so the caller can unlink the files. */
-int exec_store_ckpt_prune(db *d, int64_t job_id, int keep, char (*paths)[256], int max, int *n);
+/* Hides every visible checkpoint beyond the newest keep, returning where
+ * they are (up to max) so the caller can remove them after the commit. */
+int exec_store_ckpt_prune(db *d, int64_t job_id, int keep, ckpt_ref *refs, int max, int *n);
 
 /* ---------------------------------------------------------------- rendezvous */
 int exec_store_rdv_put(db *d, int64_t job_id, int attempt, const char *key, const char *value, size_t len);

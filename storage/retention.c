@@ -236,12 +236,12 @@ int retention_ckpt_best(db *d, int64_t job_id, const char *metric, int best_max,
 static const char SQL_CKPT_NEWEST[] =
     "SELECT coalesce(max(id), 0) FROM checkpoints WHERE job_id = ?1 AND deleted_at IS NULL";
 static const char SQL_CKPT_REST[] =
-    "SELECT id, path, size FROM checkpoints WHERE job_id = ?1 AND deleted_at IS NULL AND id != ?2 AND id != ?3"
+    "SELECT id, path, size, store FROM checkpoints WHERE job_id = ?1 AND deleted_at IS NULL AND id != ?2 AND id != ?3"
     " ORDER BY id LIMIT ?4";
 static const char SQL_CKPT_HIDE_ONE[] = "UPDATE checkpoints SET deleted_at = ?2 WHERE id = ?1";
 
-int retention_ckpt_collect_mark(db *d, int64_t job_id, int64_t keep_id, int64_t now, char (*paths)[256],
-                                int64_t *sizes, int max, int *n, int64_t *newest_id) {
+int retention_ckpt_collect_mark(db *d, int64_t job_id, int64_t keep_id, int64_t now, ckpt_ref *refs, int max,
+                                int *n, int64_t *newest_id) {
     *n = 0;
     *newest_id = 0;
     if (max > 256) max = 256;
@@ -268,8 +268,10 @@ int retention_ckpt_collect_mark(db *d, int64_t job_id, int64_t keep_id, int64_t 
     while ((rc = sqlite3_step(st)) == SQLITE_ROW && k < max) {
         ids[k] = sqlite3_column_int64(st, 0);
         const char *p = (const char *)sqlite3_column_text(st, 1);
-        snprintf(paths[k], 256, "%s", p ? p : "");
-        sizes[k] = sqlite3_column_int64(st, 2);
+        const char *s = (const char *)sqlite3_column_text(st, 3);
+        snprintf(refs[k].path, sizeof refs[k].path, "%s", p ? p : "");
+        snprintf(refs[k].store, sizeof refs[k].store, "%s", s ? s : "");
+        refs[k].size = sqlite3_column_int64(st, 2);
         k++;
     }
     db_done(st);
@@ -291,7 +293,7 @@ static const char SQL_SWEEP_JOBS[] =
     " AND (deleted_at IS NOT NULL OR logs_purged_at IS NOT NULL) ORDER BY id LIMIT ?3";
 static const char SQL_SWEEP_JOBS_MORE[] = "SELECT EXISTS(SELECT 1 FROM jobs WHERE id > ?1 + ?2)";
 static const char SQL_SWEEP_CKPTS[] =
-    "SELECT path FROM checkpoints WHERE id > ?1 AND id <= ?1 + ?2 AND deleted_at IS NOT NULL AND path != ''"
+    "SELECT path, store, size FROM checkpoints WHERE id > ?1 AND id <= ?1 + ?2 AND deleted_at IS NOT NULL AND path != ''"
     " ORDER BY id LIMIT ?3";
 static const char SQL_SWEEP_CKPTS_MORE[] = "SELECT EXISTS(SELECT 1 FROM checkpoints WHERE id > ?1 + ?2)";
 
@@ -326,7 +328,7 @@ int retention_sweep_jobs(db *d, int64_t after_id, int64_t span, int64_t *ids, in
     return more_after(d, SQL_SWEEP_JOBS_MORE, after_id, span, more);
 }
 
-int retention_sweep_ckpts(db *d, int64_t after_id, int64_t span, char (*paths)[256], int max, int *n, int *more) {
+int retention_sweep_ckpts(db *d, int64_t after_id, int64_t span, ckpt_ref *refs, int max, int *n, int *more) {
     *n = 0;
     *more = 0;
     sqlite3_stmt *st = db_prepare(d, SQL_SWEEP_CKPTS);
@@ -337,10 +339,24 @@ int retention_sweep_ckpts(db *d, int64_t after_id, int64_t span, char (*paths)[2
     int rc;
     while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
         const char *p = (const char *)sqlite3_column_text(st, 0);
-        snprintf(paths[*n], 256, "%s", p ? p : "");
+        const char *s = (const char *)sqlite3_column_text(st, 1);
+        snprintf(refs[*n].path, sizeof refs[*n].path, "%s", p ? p : "");
+        snprintf(refs[*n].store, sizeof refs[*n].store, "%s", s ? s : "");
+        refs[*n].size = sqlite3_column_int64(st, 2);
         (*n)++;
     }
     db_done(st);
     if (rc != SQLITE_DONE && rc != SQLITE_ROW) return STORE_ERROR;
     return more_after(d, SQL_SWEEP_CKPTS_MORE, after_id, span, more);
+}
+
+static const char SQL_CKPT_GONE[] =
+    "UPDATE checkpoints SET path = '' WHERE store = ?1 AND path = ?2 AND deleted_at IS NOT NULL";
+
+int retention_ckpt_gone(db *d, const char *store, const char *path) {
+    sqlite3_stmt *st = db_prepare(d, SQL_CKPT_GONE);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_text(st, 1, store, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, path, -1, SQLITE_TRANSIENT);
+    return store_step_done(st);
 }

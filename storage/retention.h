@@ -11,12 +11,14 @@
  *
  * defines: retention_job_delete_mark, retention_scan, retention_logs_mark,
  *          retention_ckpt_best, retention_ckpt_collect_mark,
- *          retention_sweep_jobs, retention_sweep_ckpts, retention_logs_state */
+ *          retention_sweep_jobs, retention_sweep_ckpts, retention_logs_state,
+ *          retention_ckpt_gone */
 #ifndef TRAINYARD_RETENTION_H
 #define TRAINYARD_RETENTION_H
 
 #include <stdint.h>
 #include "db.h"
+#include "exec_store.h"
 #include "store.h"
 
 /* Marks job_id deleted, in one transaction: jobs.deleted_at, every visible
@@ -63,11 +65,11 @@ int retention_logs_state(db *d, int64_t job_id, int64_t *purged_at, int64_t *fin
 int retention_ckpt_best(db *d, int64_t job_id, const char *metric, int best_max, int64_t *best_id, double *value);
 
 /* Marks deleted every visible checkpoint of the job but the newest and
- * keep_id (0: none), in one transaction; their paths (relative to the
- * checkpoint directory, up to max) and sizes into paths/sizes, *n of them;
- * *newest_id the one kept as newest. The rest past max go next time. */
-int retention_ckpt_collect_mark(db *d, int64_t job_id, int64_t keep_id, int64_t now_ms, char (*paths)[256],
-                                int64_t *sizes, int max, int *n, int64_t *newest_id);
+ * keep_id (0: none), in one transaction; where they are (store, path,
+ * size; up to max) into refs, *n of them; *newest_id the one kept as
+ * newest. The rest past max go next time. */
+int retention_ckpt_collect_mark(db *d, int64_t job_id, int64_t keep_id, int64_t now_ms, ckpt_ref *refs, int max,
+                                int *n, int64_t *newest_id);
 
 /* Jobs with ids in (after_id, after_id + span] that are deleted or whose
  * logs were purged: ids and *deleted flags, at most max. *more 0 when no
@@ -76,8 +78,12 @@ int retention_sweep_jobs(db *d, int64_t after_id, int64_t span, int64_t *ids, in
                          int *more);
 
 /* Checkpoints with ids in (after_id, after_id + span] marked deleted that
- * still name a file: paths (relative) into paths, at most max; *more as
+ * still name a file or object: where into refs, at most max; *more as
  * above. */
-int retention_sweep_ckpts(db *d, int64_t after_id, int64_t span, char (*paths)[256], int max, int *n, int *more);
+int retention_sweep_ckpts(db *d, int64_t after_id, int64_t span, ckpt_ref *refs, int max, int *n, int *more);
+
+/* A deleted checkpoint's object is gone from its blob store (store != ''):
+ * its path is cleared, so the sweeps stop asking the store about it. */
+int retention_ckpt_gone(db *d, const char *store, const char *path);
 
 #endif

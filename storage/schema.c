@@ -454,6 +454,41 @@ static const char m16[] =
 static const char m17[] =
     "ALTER TABLE teams ADD COLUMN max_interactive INTEGER;";
 
+/* 18: checkpoints and contexts in a blob store (docs/storage.md, "Blob
+ * stores"). checkpoints.store, contexts.store: '' = the data directory
+ * (every row before), else the normalized URL of the store holding the
+ * bytes (the key under its checkpoints/ or contexts/ prefix is
+ * checkpoints.path, contexts.digest). blob_uploads: a checkpoint a task
+ * uploads straight to the store over presigned URLs: inserted (and
+ * committed) before the store's upload is made; marked done in the
+ * transaction that inserts the checkpoint row, or aborted (its parts or
+ * object removed) by the housekeeping tick once past expires_at. md5s:
+ * the JSON array of the base64 MD5 of each part, as signed. */
+static const char m18[] =
+    "ALTER TABLE checkpoints ADD COLUMN store TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE contexts ADD COLUMN store TEXT NOT NULL DEFAULT '';"
+    "CREATE TABLE blob_uploads("
+    "  id INTEGER PRIMARY KEY,"
+    "  token TEXT NOT NULL UNIQUE,"
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id),"
+    "  attempt INTEGER NOT NULL,"
+    "  step INTEGER NOT NULL,"
+    "  epoch INTEGER NOT NULL,"
+    "  store TEXT NOT NULL,"
+    "  key TEXT NOT NULL,"
+    "  remote_id TEXT NOT NULL DEFAULT '',"
+    "  size INTEGER NOT NULL,"
+    "  part_bytes INTEGER NOT NULL,"
+    "  parts INTEGER NOT NULL,"
+    "  sha256 TEXT NOT NULL,"
+    "  md5s TEXT NOT NULL,"
+    "  state TEXT NOT NULL DEFAULT 'open' CHECK (state IN ('open','done','aborted')),"
+    "  checkpoint_id INTEGER REFERENCES checkpoints(id),"
+    "  created_at INTEGER NOT NULL,"
+    "  expires_at INTEGER NOT NULL);"
+    "CREATE INDEX blob_uploads_open ON blob_uploads(state, expires_at);"
+    "CREATE INDEX blob_uploads_job ON blob_uploads(job_id, state);";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1},
     {2, "nodes, devices, tasks, allocations, shares", m2},
@@ -472,5 +507,6 @@ const migration schema_migrations[] = {
     {15, "fair share within a team: user_usage", m15},
     {16, "a job's web ports: task_ports", m16},
     {17, "interactive jobs: teams.max_interactive", m17},
+    {18, "blob stores: checkpoints.store, contexts.store, blob_uploads", m18},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -14,7 +14,9 @@
 #include "../storage/cluster.h"
 #include <sys/stat.h>
 
+#include "../storage/blob_meta.h"
 #include "../storage/db.h"
+#include "../storage/exec_store.h"
 #include "../storage/store.h"
 
 static char g_dir[256];
@@ -719,6 +721,131 @@ START_TEST(checkpoints_follow_the_wal_growth) {
 }
 END_TEST
 
+/* Migration 18: rows of a version-17 file keep their bytes in the data
+ * directory (store ''); blob_uploads takes an upload, publishes it with
+ * the checkpoint row and the pruning in one transaction (once: a second
+ * publish is a conflict), and counts open uploads for the quota and the
+ * housekeeping tick. */
+START_TEST(migrate_blob_stores) {
+    unlink(g_path);
+    db *d = NULL;
+    char err[256];
+    ck_assert_int_eq(db_open_at(&d, g_path, 17, err, sizeof err), 0);
+    int64_t team = 0;
+    ck_assert_int_eq(store_team_create(d, "default", &team), STORE_OK);
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO jobs(id, team_id, name, spec, state, priority, attempt, max_restarts, workers,"
+             " devices_per_worker, device, ps, max_runtime_s, preemptible, created_at, updated_at)"
+             " VALUES(7, %lld, 'j', '{}', 'running', 50, 1, 3, 1, 1, 'cpu', 0, 60, 0, 1, 1);"
+             "INSERT INTO checkpoints(job_id, attempt, step, epoch, size, sha256, path, created_at)"
+             " VALUES(7, 1, 10, 1, 5, 'aa', '7/1.safetensors', 1);"
+             "INSERT INTO checkpoints(job_id, attempt, step, epoch, size, sha256, path, created_at, deleted_at)"
+             " VALUES(7, 1, 5, 0, 5, 'bb', '7/2.safetensors', 1, 2);"
+             "INSERT INTO contexts(team_id, digest, bytes, files, unpacked, created_at, used_at)"
+             " VALUES(%lld, 'cc', 10, 1, 10, 1, 1);",
+             (long long)team, (long long)team);
+    ck_assert_int_eq(sqlite3_exec(db_conn(d), sql, NULL, NULL, NULL), SQLITE_OK);
+    ck_assert_int_ne(sqlite3_exec(db_conn(d), "SELECT store FROM checkpoints", NULL, NULL, NULL), SQLITE_OK);
+    db_close(d);
+    ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
+    ck_assert_int_eq(db_version(d), db_migrations_count());
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM checkpoints WHERE store = ''"), 2);
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM contexts WHERE store = '' AND digest = 'cc'"), 1);
+    exec_ckpt c;
+    ck_assert_int_eq(exec_store_ckpt_get(d, 7, 0, &c), STORE_OK);
+    ck_assert_str_eq(c.store, "");
+    ck_assert_str_eq(c.path, "7/1.safetensors");
+
+    /* an upload: open, then its remote id, counted against the team */
+    const char *store = "s3://b/p?endpoint=http://127.0.0.1:1&region=us-east-1";
+    blob_upload u;
+    memset(&u, 0, sizeof u);
+    snprintf(u.token, sizeof u.token, "0123456789abcdef0123456789abcdef");
+    u.job_id = 7;
+    u.attempt = 1;
+    u.step = 20;
+    u.epoch = 2;
+    snprintf(u.store, sizeof u.store, "%s", store);
+    snprintf(u.key, sizeof u.key, "checkpoints/7/1-%s.safetensors", u.token);
+    u.size = 12 << 20;
+    u.part_bytes = 8 << 20;
+    u.parts = 2;
+    memset(u.sha256, 'e', 64);
+    u.md5s = "[\"AAAAAAAAAAAAAAAAAAAAAA==\",\"BBBBBBBBBBBBBBBBBBBBBB==\"]";
+    u.expires_at = now_ms() + 60000;
+    ck_assert_int_eq(blob_upload_insert(d, &u), STORE_OK);
+    ck_assert_int_gt(u.id, 0);
+    blob_upload dup = u;
+    ck_assert_int_eq(blob_upload_insert(d, &dup), STORE_CONFLICT); /* the token is unique */
+    ck_assert_int_eq(blob_upload_set_remote(d, u.id, "upload-1"), STORE_OK);
+    int64_t bytes = 0, open = 0;
+    ck_assert_int_eq(blob_upload_open_bytes(d, team, &bytes), STORE_OK);
+    ck_assert_int_eq(bytes, 12 << 20);
+    ck_assert_int_eq(blob_upload_open_bytes(d, team + 1, &bytes), STORE_OK);
+    ck_assert_int_eq(bytes, 0);
+    blob_upload got;
+    ck_assert_int_eq(blob_upload_get(d, u.token, 8, &got), STORE_NOT_FOUND); /* another job's */
+    ck_assert_int_eq(blob_upload_get(d, u.token, 7, &got), STORE_OK);
+    ck_assert_str_eq(got.remote_id, "upload-1");
+    ck_assert_str_eq(got.state, "open");
+    ck_assert_str_eq(got.md5s, u.md5s);
+    ck_assert_int_eq(got.parts, 2);
+    ck_assert_int_eq(got.size, 12 << 20);
+
+    /* published with keep 1: the checkpoint is visible in the store, the
+     * older one pruned in the same transaction, the upload done */
+    ckpt_ref pruned[4];
+    int n = 0;
+    int64_t cid = 0;
+    ck_assert_int_eq(blob_upload_publish(d, &got, 1, &cid, pruned, 4, &n), STORE_OK);
+    ck_assert_int_gt(cid, 0);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(pruned[0].path, "7/1.safetensors");
+    ck_assert_str_eq(pruned[0].store, "");
+    ck_assert_int_eq(pruned[0].size, 5);
+    ck_assert_int_eq(exec_store_ckpt_get(d, 7, 0, &c), STORE_OK);
+    ck_assert_int_eq(c.id, cid);
+    ck_assert_str_eq(c.store, store);
+    ck_assert_str_eq(c.path, got.key + strlen("checkpoints/"));
+    ck_assert_str_eq(c.sha256, u.sha256);
+    blob_upload_release(&got);
+    ck_assert_int_eq(blob_upload_get(d, u.token, 0, &got), STORE_OK);
+    ck_assert_str_eq(got.state, "done");
+    ck_assert_int_eq(got.checkpoint_id, cid);
+    ck_assert_int_eq(blob_upload_publish(d, &got, 1, &cid, pruned, 4, &n), STORE_CONFLICT);
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM checkpoints WHERE deleted_at IS NULL"), 1);
+    blob_upload_release(&got);
+    ck_assert_int_eq(blob_upload_open_bytes(d, team, &bytes), STORE_OK);
+    ck_assert_int_eq(bytes, 0);
+
+    /* an expired one: listed for the tick, aborted once */
+    blob_upload e = u;
+    snprintf(e.token, sizeof e.token, "fedcba9876543210fedcba9876543210");
+    e.expires_at = 1000;
+    e.created_at = 0;
+    ck_assert_int_eq(blob_upload_insert(d, &e), STORE_OK);
+    ck_assert_int_eq(blob_uploads_open_count(d, &open), STORE_OK);
+    ck_assert_int_eq(open, 1);
+    blob_upload rows[4];
+    ck_assert_int_eq(blob_uploads_expired(d, 999, rows, 4, &n), STORE_OK);
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(blob_uploads_expired(d, now_ms(), rows, 4, &n), STORE_OK);
+    ck_assert_int_eq(n, 1);
+    ck_assert_str_eq(rows[0].token, e.token);
+    blob_upload_release(&rows[0]);
+    ck_assert_int_eq(blob_uploads_of_job(d, 7, rows, 4, &n), STORE_OK);
+    ck_assert_int_eq(n, 1);
+    blob_upload_release(&rows[0]);
+    ck_assert_int_eq(blob_upload_mark(d, e.id, "aborted"), STORE_OK);
+    ck_assert_int_eq(blob_upload_mark(d, e.id, "aborted"), STORE_CONFLICT);
+    ck_assert_int_eq(blob_uploads_expired(d, now_ms(), rows, 4, &n), STORE_OK);
+    ck_assert_int_eq(n, 0);
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    db_close(d);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("storage");
     TCase *tc = tcase_create("sqlite");
@@ -727,6 +854,7 @@ int main(void) {
     tcase_add_test(tc, migrate_from_every_version);
     tcase_add_test(tc, refuses_newer_schema);
     tcase_add_test(tc, migrate_tasks_keeps_allocations);
+    tcase_add_test(tc, migrate_blob_stores);
     tcase_add_test(tc, not_a_database);
     tcase_add_test(tc, tokens_hashed);
     tcase_add_test(tc, job_lifecycle_and_events);
