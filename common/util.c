@@ -412,6 +412,35 @@ int hmac_sha256(const void *key, size_t klen, int n, const void *const *part, co
 
 int mem_equal_ct(const void *a, const void *b, size_t n) { return CRYPTO_memcmp(a, b, n) == 0; }
 
+void md5_raw(const void *data, size_t len, unsigned char out[16]) {
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdlen = 0;
+    if (!EVP_Digest(data, len, md, &mdlen, EVP_md5(), NULL) || mdlen != 16) {
+        fprintf(stderr, "trainyard: md5 failed\n");
+        abort();
+    }
+    memcpy(out, md, 16);
+}
+
+int base64_encode(const unsigned char *in, size_t n, char *out, size_t cap) {
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    if (n > (SIZE_MAX - 1) / 4 * 3 - 3) return -1;
+    size_t need = (n + 2) / 3 * 4 + 1;
+    if (!out || cap < need) return -1;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)in[i] << 16;
+        if (i + 1 < n) v |= (unsigned)in[i + 1] << 8;
+        if (i + 2 < n) v |= in[i + 2];
+        out[o++] = tab[(v >> 18) & 63];
+        out[o++] = tab[(v >> 12) & 63];
+        out[o++] = i + 1 < n ? tab[(v >> 6) & 63] : '=';
+        out[o++] = i + 2 < n ? tab[v & 63] : '=';
+    }
+    out[o] = '\0';
+    return (int)o;
+}
+
 int sha256_stream_init(sha256_stream *s) {
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     if (!ctx) return -1;
@@ -500,4 +529,30 @@ int sfmt(char *dst, size_t cap, const char *fmt, ...) {
     int n = vsnprintf(dst, cap, fmt, ap);
     va_end(ap);
     return (n < 0 || (size_t)n >= cap) ? -1 : 0;
+}
+
+int url_redact(const char *url, char *out, size_t cap) {
+    if (!out || cap == 0) return -1;
+    out[0] = '\0';
+    if (!url) return 0;
+    size_t o = 0;
+    int cut = 0;
+#define URL_PUT(ch) do { if (o + 1 < cap) out[o++] = (ch); else cut = 1; } while (0)
+    const char *p = url;
+    const char *sep = strstr(url, "://");
+    /* the scheme: letters, digits, + - . before "://" and nothing else */
+    if (sep && sep > url && strcspn(url, "/?#") == (size_t)(sep - url) + 1) {
+        for (; p < sep + 3; p++) URL_PUT(*p);
+        /* the authority, less any userinfo */
+        size_t alen = strcspn(p, "/?#");
+        const char *at = NULL;
+        for (const char *q = p; q < p + alen; q++)
+            if (*q == '@') at = q;
+        for (const char *q = at ? at + 1 : p; q < p + alen; q++) URL_PUT(*q);
+        p += alen;
+    }
+    for (; *p && *p != '?' && *p != '#'; p++) URL_PUT(*p);
+#undef URL_PUT
+    out[o] = '\0';
+    return cut ? -1 : 0;
 }

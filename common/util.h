@@ -3,7 +3,8 @@
  *
  * defines: xmalloc, xcalloc, xrealloc, xstrdup, buf_*, log_*, now_ms,
  *          file_write_atomic, file_read_all, sha256_hex, random_token,
- *          parse_long, duration_parse_ms, sfmt */
+ *          parse_long, duration_parse_ms, sfmt, md5_raw, base64_encode,
+ *          url_redact */
 #ifndef TRAINYARD_UTIL_H
 #define TRAINYARD_UTIL_H
 
@@ -96,6 +97,11 @@ void sha256_hex(const void *data, size_t len, char out[65]);
 int hmac_sha256(const void *key, size_t klen, int n, const void *const *part, const size_t *len, unsigned char out[32]);
 /* 1 when a and b (n bytes) are equal, in time that does not depend on where they differ. */
 int mem_equal_ct(const void *a, const void *b, size_t n);
+/* MD5 of data into out (S3's Content-MD5 and part ETags; not for security). */
+void md5_raw(const void *data, size_t len, unsigned char out[16]);
+/* Standard base64 (RFC 4648, '=' padding) of in into out, NUL-terminated:
+ * the length written, or -1 when out (cap bytes) is too small. */
+int base64_encode(const unsigned char *in, size_t n, char *out, size_t cap);
 
 /* Incremental sha256 for streams (checkpoints). */
 typedef struct sha256_stream { void *ctx; } sha256_stream;
@@ -121,5 +127,11 @@ int duration_parse_ms(const char *s, double bare_ms, double max_ms, int64_t *ms)
 
 /* snprintf that reports truncation: 0 when it fit, -1 otherwise. */
 int sfmt(char *dst, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* A URL as it may be logged: scheme://host[:port]/path, without userinfo,
+ * query or fragment (a presigned URL's signature and a token stay out of
+ * logs). "" for NULL; 0, or -1 when cut short by cap (out still holds a
+ * NUL-terminated prefix). */
+int url_redact(const char *url, char *out, size_t cap);
 
 #endif
