@@ -24,6 +24,10 @@ command -v npm >/dev/null 2>&1 || pkgs+=(npm)
 pkgs+=(podman runc mmdebstrap docker-registry)
 # the HTTPS server's scan (tests/testssl.sh; it brings the openssl command it probes with)
 pkgs+=(testssl.sh)
+# checkpoints and contexts in an S3 store: the tests and bench-blobs run a real
+# one, a one-node Ceph (monitor, memstore OSD, radosgw) on loopback started by
+# scripts/s3-dev.sh (no systemd unit; nothing starts on install)
+pkgs+=(ceph-mon ceph-osd radosgw ceph-common)
 pkgs+=(${TRAINYARD_EXTRA_PKGS:-})
 missing=()
 for p in "${pkgs[@]}"; do
