@@ -121,6 +121,7 @@ DEPS_check_comm    := $(COMMON_OBJ) $(COMM_OBJ)
 DEPS_check_strategy := $(ENGINE_OBJ) $(COMM_OBJ) $(STRAT_OBJ) $(BUILD)/obj/executor/train_loop.o $(GPU_ENGINE_OBJ)
 DEPS_check_oidc    := $(COMMON_OBJ) $(BUILD)/obj/server/oidc.o
 DEPS_check_blob    := $(COMMON_OBJ) $(STORAGE_OBJ) $(SPEC_OBJ)
+DEPS_check_sigv4   := $(COMMON_OBJ)
 # tests/check_image.c makes the test registry's bcrypt login (crypt_gensalt_rn)
 LIBS_check_image := -lcrypt
 
