@@ -42,7 +42,7 @@ typedef struct s3_dev {
     int keep; /* set on a failure to keep DIR/log */
 } s3_dev;
 
-static int s3_have(char *why, size_t n) {
+static inline int s3_have(char *why, size_t n) {
     if (geteuid() != 0) return snprintf(why, n, "not root (the Ceph daemons of scripts/s3-dev.sh run as root)"), 0;
     static const char *const bins[] = {"radosgw", "radosgw-admin", "ceph-mon", "ceph-osd", "ceph",
                                        "monmaptool", "uuidgen", "python3", NULL};
@@ -57,13 +57,13 @@ static int s3_have(char *why, size_t n) {
     return 1;
 }
 
-static int s3_required(void) {
+static inline int s3_required(void) {
     const char *r = getenv("S3_TEST_REQUIRED");
     return r && !strcmp(r, "1");
 }
 
 /* A value of an INI-ish "k = v" / "K=V" text: 0, or -1 when absent. */
-static int s3__value(const char *text, const char *key, char sep, char *out, size_t n) {
+static inline int s3__value(const char *text, const char *key, char sep, char *out, size_t n) {
     size_t kl = strlen(key);
     for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
         if (strncmp(l, key, kl) != 0) continue;
@@ -83,7 +83,7 @@ static int s3__value(const char *text, const char *key, char sep, char *out, siz
 
 /* Runs a shell command, its stdout into out (NUL-terminated, bounded by
  * max); the exit status (-1: could not run). */
-static int s3__run(const char *cmd, buf *out) {
+static inline int s3__run(const char *cmd, buf *out) {
     FILE *f = popen(cmd, "r");
     if (!f) return -1;
     char chunk[65536];
@@ -97,13 +97,13 @@ static int s3__run(const char *cmd, buf *out) {
 }
 
 /* s with single quotes for sh; -1 when it holds one. */
-static int s3__quote(char *out, size_t n, const char *s) {
+static inline int s3__quote(char *out, size_t n, const char *s) {
     if (strchr(s, '\'')) return -1;
     int w = snprintf(out, n, "'%s'", s);
     return w < 0 || (size_t)w >= n ? -1 : 0;
 }
 
-static int s3_start(s3_dev *s, const char *tag, int mem_mb) {
+static inline int s3_start(s3_dev *s, const char *tag, int mem_mb) {
     memset(s, 0, sizeof *s);
     snprintf(s->dir, sizeof s->dir, "/tmp/ty_%s_XXXXXX", tag);
     if (!mkdtemp(s->dir)) return fprintf(stderr, "s3_start: mkdtemp: %s\n", strerror(errno)), -1;
@@ -148,7 +148,7 @@ static int s3_start(s3_dev *s, const char *tag, int mem_mb) {
 
 /* A signed request: the HTTP status (0: no answer, -1: could not run),
  * the body into resp when given (caller's buf_init decides its maximum). */
-static long s3_req(s3_dev *s, const char *method, const char *path, const char *bodyfile, buf *resp) {
+static inline long s3_req(s3_dev *s, const char *method, const char *path, const char *bodyfile, buf *resp) {
     char qdir[300], qpath[1200], qbody[600] = "", cmd[2400];
     if (s3__quote(qdir, sizeof qdir, s->dir) < 0 || s3__quote(qpath, sizeof qpath, path) < 0 ||
         (bodyfile && s3__quote(qbody, sizeof qbody, bodyfile) < 0))
@@ -168,7 +168,7 @@ static long s3_req(s3_dev *s, const char *method, const char *path, const char *
     return status;
 }
 
-static int s3_bucket(s3_dev *s, const char *name) {
+static inline int s3_bucket(s3_dev *s, const char *name) {
     char path[128];
     snprintf(path, sizeof path, "/%s", name);
     buf r;
@@ -179,12 +179,12 @@ static int s3_bucket(s3_dev *s, const char *name) {
     return st == 200 ? 0 : -1;
 }
 
-static void s3_spec(const s3_dev *s, const char *bucket, char *out, size_t n) {
+static inline void s3_spec(const s3_dev *s, const char *bucket, char *out, size_t n) {
     snprintf(out, n, "s3://%s?endpoint=%s&region=%s", bucket, s->endpoint, s->region);
 }
 
 /* The text between <tag> and </tag> after *pos; advances *pos. */
-static int s3__xml(const char **pos, const char *tag, char *out, size_t n) {
+static inline int s3__xml(const char **pos, const char *tag, char *out, size_t n) {
     char open[64], close[64];
     snprintf(open, sizeof open, "<%s>", tag);
     snprintf(close, sizeof close, "</%s>", tag);
@@ -203,7 +203,7 @@ static int s3__xml(const char **pos, const char *tag, char *out, size_t n) {
 
 /* ListObjectsV2 (all pages): how many keys under prefix, -1 on error; the
  * first max into keys (keys may be NULL). */
-static int s3_keys(s3_dev *s, const char *bucket, const char *prefix, char (*keys)[256], int max) {
+static inline int s3_keys(s3_dev *s, const char *bucket, const char *prefix, char (*keys)[256], int max) {
     int count = 0;
     char token[1024] = "";
     for (int page = 0; page < 1000; page++) {
@@ -248,7 +248,7 @@ static int s3_keys(s3_dev *s, const char *bucket, const char *prefix, char (*key
 }
 
 /* ListMultipartUploads: how many open uploads under prefix, -1 on error. */
-static int s3_open_uploads(s3_dev *s, const char *bucket, const char *prefix) {
+static inline int s3_open_uploads(s3_dev *s, const char *bucket, const char *prefix) {
     char path[512];
     snprintf(path, sizeof path, "/%s?uploads&prefix=%s", bucket, prefix);
     buf r;
@@ -265,15 +265,15 @@ static int s3_open_uploads(s3_dev *s, const char *bucket, const char *prefix) {
     return n;
 }
 
-static void s3_pause(s3_dev *s) {
+static inline void s3_pause(s3_dev *s) {
     if (s->rgw > 0) kill(s->rgw, SIGSTOP);
 }
 
-static void s3_resume(s3_dev *s) {
+static inline void s3_resume(s3_dev *s) {
     if (s->rgw > 0) kill(s->rgw, SIGCONT);
 }
 
-static void s3_stop(s3_dev *s) {
+static inline void s3_stop(s3_dev *s) {
     if (!s->dir[0]) return;
     s3_resume(s);
     char cmd[512];
