@@ -848,7 +848,7 @@ static int do_download(const cli_opts *o, const char *id) {
         return EXIT_UNREACHABLE;
     }
     long status = 0;
-    char want[65], got[65], loc[256], err[512];
+    char want[65], got[65], loc[1024], err[512];
     uint64_t size = 0;
     buf eb;
     buf_init(&eb, 64 * 1024);

@@ -267,6 +267,13 @@ int client_default_token(char *out, size_t outlen, char *err, size_t errlen) {
 
 /* ---------------------------------------------------------------- download */
 
+/* url without its query and fragment (a presigned URL's signature): for
+ * logs and messages. */
+static void redact_url(const char *url, char *out, size_t cap) {
+    size_t n = strcspn(url, "?#");
+    snprintf(out, cap, "%.*s", (int)n, url);
+}
+
 typedef struct dl {
     CURL *h;
     FILE *f;
@@ -275,13 +282,28 @@ typedef struct dl {
     long status;
     buf *err_body;
     char sha_hdr[65];
-    char loc[256];
+    char loc[4096];              /* a presigned URL is long */
     int failed;
+    int loc_long;                /* a Location past loc: not followed */
 } dl;
 
 static size_t dl_header(char *p, size_t size, size_t n, void *ud) {
     dl *d = ud;
     size_t len = size * n;
+    if (len >= 9 && strncasecmp(p, "Location:", 9) == 0) {
+        size_t i = 9;
+        while (i < len && p[i] == ' ') i++;
+        size_t k = len - i;
+        while (k && (p[i + k - 1] == '\r' || p[i + k - 1] == '\n' || p[i + k - 1] == ' ')) k--;
+        if (k >= sizeof d->loc) {
+            d->loc[0] = '\0';
+            d->loc_long = 1;
+        } else {
+            memcpy(d->loc, p + i, k);
+            d->loc[k] = '\0';
+        }
+        return len;
+    }
     char line[512];
     size_t k = len < sizeof line - 1 ? len : sizeof line - 1;
     memcpy(line, p, k);
@@ -291,10 +313,6 @@ static size_t dl_header(char *p, size_t size, size_t n, void *ud) {
         const char *v = line + 18;
         while (*v == ' ') v++;
         if (sfmt(d->sha_hdr, sizeof d->sha_hdr, "%s", v) < 0) d->sha_hdr[0] = '\0'; /* not a sha256 */
-    } else if (strncasecmp(line, "Location:", 9) == 0) {
-        const char *v = line + 9;
-        while (*v == ' ') v++;
-        if (sfmt(d->loc, sizeof d->loc, "%s", v) < 0) d->loc[0] = '\0';
     }
     return len;
 }
@@ -303,6 +321,7 @@ static size_t dl_data(char *p, size_t size, size_t n, void *ud) {
     dl *d = ud;
     size_t len = size * n;
     if (!d->status) curl_easy_getinfo(d->h, CURLINFO_RESPONSE_CODE, &d->status);
+    if (d->status >= 300 && d->status < 400) return len; /* a redirect's body ({"url",...}): not the file */
     if (d->status >= 400) {
         if (d->err_body) buf_append(d->err_body, p, len); /* keeps what fits */
         return len;
@@ -321,6 +340,65 @@ static int dl_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_
     return c->abort_cb(c->abort_ctx) ? 1 : 0; /* non-zero: CURLE_ABORTED_BY_CALLBACK */
 }
 
+/* One GET of url into d (its file rewound, its sha256 restarted): with the
+ * client's token and team when to_server, with nothing of the client's but
+ * the timeouts and the abort callback otherwise (a store's presigned URL: the
+ * token must not reach it, and S3 refuses a second auth mechanism). Its TLS
+ * is the server's CA for the server, the system's store for a store.
+ * Returns curl's code; *status the HTTP status. */
+static CURLcode dl_get(client *c, dl *d, const char *url, int to_server, long *status) {
+    d->n = 0;
+    d->status = 0;
+    d->failed = 0;
+    d->loc[0] = d->sha_hdr[0] = '\0';
+    d->loc_long = 0;
+    if (d->err_body) buf_reset(d->err_body);
+    char ignored[65];
+    if (d->sha.ctx) sha256_stream_final(&d->sha, ignored);
+    if (fflush(d->f) != 0 || ftruncate(fileno(d->f), 0) < 0 || fseek(d->f, 0, SEEK_SET) < 0 ||
+        sha256_stream_init(&d->sha) < 0) {
+        d->failed = 1;
+        return CURLE_WRITE_ERROR;
+    }
+    CURL *h = c->curl;
+    d->h = h;
+    curl_easy_reset(h);
+    struct curl_slist *hdr = NULL;
+    char auth[300], team[96];
+    if (to_server && c->token[0]) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", c->token);
+        hdr = curl_slist_append(hdr, auth);
+    }
+    if (to_server && c->team[0]) {
+        snprintf(team, sizeof team, "Trainyard-Team: %s", c->team);
+        hdr = curl_slist_append(hdr, team);
+    }
+    if (to_server) client_tls_apply(h);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+#if LIBCURL_VERSION_NUM >= 0x075500
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+#else
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS, (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, dl_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, d);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, dl_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, d);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    if (c->abort_cb) {
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, dl_progress);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, c);
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    }
+    CURLcode rc = curl_easy_perform(h);
+    curl_slist_free_all(hdr);
+    *status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+    return rc;
+}
+
 int client_download(client *c, const char *path, const char *out_path, long *status, char sha_hdr[65],
                     char sha_got[65], char *loc, size_t locn, uint64_t *size, buf *err_body, char *err,
                     size_t errlen) {
@@ -331,7 +409,7 @@ int client_download(client *c, const char *path, const char *out_path, long *sta
     sha_hdr[0] = sha_got[0] = '\0';
     if (locn) loc[0] = '\0';
     *size = 0;
-    char url[1024], tmp[4096], auth[300];
+    char url[1024], tmp[4096];
     if (sfmt(url, sizeof url, "%s%s", c->url, path) < 0 || sfmt(tmp, sizeof tmp, "%s.part", out_path) < 0) {
         snprintf(err, errlen, "path too long");
         return -1;
@@ -347,42 +425,52 @@ int client_download(client *c, const char *path, const char *out_path, long *sta
         snprintf(err, errlen, "cannot start sha256");
         return -1;
     }
-    CURL *h = c->curl;
-    d.h = h;
-    curl_easy_reset(h);
-    struct curl_slist *hdr = NULL;
-    if (c->token[0]) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", c->token);
-        hdr = curl_slist_append(hdr, auth);
+    /* The server answers the bytes (200), or a 307 to the store: then the
+     * store's URL is fetched without the token, and the 307's checksum is
+     * the one the bytes must have. A store's 403 (the URL expired while this
+     * waited) sends us back to the server once for a fresh one. */
+    char want[65] = "", where[4096] = "", shown[1100];
+    snprintf(shown, sizeof shown, "%s", url);
+    CURLcode rc = CURLE_OK;
+    for (int round = 0; round < 2; round++) {
+        snprintf(shown, sizeof shown, "%s", url);
+        rc = dl_get(c, &d, url, 1, status);
+        if (rc != CURLE_OK || d.failed || *status != 307) break;
+        if (!d.loc[0]) {
+            snprintf(err, errlen, "%s answered 307 %s", url,
+                     d.loc_long ? "with a Location over 4 KiB: not followed" : "without a Location");
+            fclose(d.f);
+            unlink(tmp);
+            return -1;
+        }
+        snprintf(want, sizeof want, "%s", d.sha_hdr);
+        if (d.loc[0] == '/') { /* relative: the server's own */
+            if (sfmt(where, sizeof where, "%s%s", c->url, d.loc) < 0) where[0] = '\0';
+        } else {
+            snprintf(where, sizeof where, "%s", d.loc);
+        }
+        redact_url(where, shown, sizeof shown);
+        if (strncasecmp(where, "http://", 7) != 0 && strncasecmp(where, "https://", 8) != 0) {
+            snprintf(err, errlen, "%s answered 307 to %s: not an http(s) URL", url, shown);
+            fclose(d.f);
+            unlink(tmp);
+            return -1;
+        }
+        rc = dl_get(c, &d, where, 0, status);
+        if (rc != CURLE_OK || d.failed || *status != 403) break;
+        if (round == 0) log_warn("the store refused %s (403: expired?); asking the server for a fresh URL", shown);
     }
-    client_tls_apply(h);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, dl_header);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, &d);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, dl_data);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, &d);
-    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    if (c->abort_cb) {
-        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, dl_progress);
-        curl_easy_setopt(h, CURLOPT_XFERINFODATA, c);
-        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-    }
-    CURLcode rc = curl_easy_perform(h);
-    curl_slist_free_all(hdr);
-    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
-    int ok = rc == CURLE_OK && !d.failed && *status < 400;
+    int ok = rc == CURLE_OK && !d.failed && *status < 300;
     if (fclose(d.f) != 0) ok = 0;
     char got[65] = "";
-    sha256_stream_final(&d.sha, got);
+    if (d.sha.ctx) sha256_stream_final(&d.sha, got);
     if (rc == CURLE_ABORTED_BY_CALLBACK) {
         snprintf(err, errlen, "cancelled");
         unlink(tmp);
         return -1;
     }
     if (rc != CURLE_OK && !d.failed) {
-        snprintf(err, errlen, "%s: %s", url, curl_easy_strerror(rc));
+        snprintf(err, errlen, "%s: %s", shown, curl_easy_strerror(rc));
         unlink(tmp);
         return -1;
     }
@@ -400,9 +488,12 @@ int client_download(client *c, const char *path, const char *out_path, long *sta
         unlink(tmp);
         return -1;
     }
-    snprintf(sha_hdr, 65, "%s", d.sha_hdr);
+    snprintf(sha_hdr, 65, "%s", where[0] ? want : d.sha_hdr);
     snprintf(sha_got, 65, "%s", got);
-    if (locn) snprintf(loc, locn, "%s", d.loc);
+    if (locn) {
+        if (where[0]) redact_url(where, loc, locn); /* where the bytes came from, without the signature */
+        else snprintf(loc, locn, "%s", d.loc);
+    }
     *size = d.n;
     return 0;
 }

@@ -43,6 +43,11 @@ void client_reply_release(client_reply *r);
  * beside it, renamed when complete). *status gets the HTTP status; sha_hdr
  * (65 bytes) the X-Checksum-Sha256 header or "", sha_got (65) the sha256 of
  * the bytes, loc (locn bytes) the Location header or "", *size the bytes.
+ * A 307 (the bytes are in a blob store) is followed: its Location (up to
+ * 4 KiB) is fetched WITHOUT the token or the team header, sha_hdr is the
+ * 307's X-Checksum-Sha256, loc the store's URL without its query, *status
+ * the store's answer; a 403 from the store (the URL expired) asks the server
+ * again, once.
  * On a status >= 400 the error body is kept in err_body (bounded) and no
  * file is left. Returns 0 when a response came back, -1 on a transport or
  * file error (err says why), or when c->abort_cb stopped it (err
