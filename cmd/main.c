@@ -6,6 +6,7 @@
 
 #include "../server/server.h"
 #include "up.h"
+#include "backup.h"
 #include "../executor/agent.h"
 #include "../executor/worker.h"
 #include "../executor/exec_relay.h"
@@ -26,6 +27,8 @@ static void usage(FILE *f) {
             "  agent         a node agent: registers the node, runs (and isolates) its tasks\n"
             "  worker        one task of a job (started by an agent)\n"
             "  train FILE    train a job spec here, no server needed\n"
+            "  backup DEST   a consistent copy of the server's data, taken while it runs (admin)\n"
+            "  restore SRC --data DIR   a backup into a data directory, checked\n"
             "jobs (TRAINYARD_URL, TRAINYARD_TOKEN, TRAINYARD_CA for https; --json for scripts):\n"
             "  submit FILE [--context DIR]   submit a job spec; --context sends the folder along\n"
             "  context push DIR | list       a team's uploaded folders (command.context)\n"
@@ -77,6 +80,8 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "server") == 0) return cmd_server(argc - 1, argv + 1, &api_app);
     if (strcmp(cmd, "up") == 0) return cmd_up(argc - 1, argv + 1);
     if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
+    if (strcmp(cmd, "backup") == 0) return cmd_backup(argc - 1, argv + 1);
+    if (strcmp(cmd, "restore") == 0) return cmd_restore(argc - 1, argv + 1);
     if (strcmp(cmd, "agent") == 0) return cmd_agent(argc - 1, argv + 1);
     if (strcmp(cmd, "worker") == 0) return cmd_worker(argc - 1, argv + 1);
     /* hidden: one shell into a task, started by the agent (executor/exec_relay.h) */

@@ -1,0 +1,1040 @@
+/* backup.c - backups of a data directory while its server runs, and their
+ * restore (backup.h; docs/reliability.md, "Backups and restore").
+ *
+ * The order is what makes the copy consistent:
+ *  1. checkpoint and context files present now are hard-linked into the
+ *     backup (when DEST is on DATA's file system): a file that a row of the
+ *     snapshot names and that is removed right after the snapshot (a prune,
+ *     the retention) is then already held;
+ *  2. the database: a connection of its own, read-only, and
+ *     sqlite3_backup_step(b, -1) once: every page copied inside one read
+ *     transaction. In WAL mode a reader takes no write lock, so writers are
+ *     never blocked; stepping in chunks would restart from page 1 after
+ *     every write made through another connection;
+ *  3. the snapshot's own rows name the files to keep: those not linked in 1
+ *     are linked or copied now (a copy is checked against the row's
+ *     sha256), those linked in 1 and not named are removed;
+ *  4. tokens, attempt.key, tls/ and logs/ copied (logs are append-only: a
+ *     copy taken after the snapshot holds at least what its rows name);
+ *  5. manifest.json last (temp, fsync, rename) after a syncfs of the backup. */
+#include "backup.h"
+#include "db.h"
+#include "../common/util.h"
+#include "../common/version.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MANIFEST "manifest.json"
+#define MANIFEST_MAX (256u << 20)
+#define COPY_BUF (1u << 20)
+
+/* The data directory's single files kept under files/ (the directories
+ * tls/ and logs/ go whole). */
+static const char *const SINGLE_FILES[] = {"admin.token", "token", "node.token", "attempt.key", NULL};
+static const char *const TREES[] = {"tls", "logs", NULL};
+
+/* ---------------------------------------------------------------- files */
+
+/* Copies src into dst (through a temporary name beside it, fsynced,
+ * renamed) with mode; got: the sha256 of the bytes copied, *bytes their
+ * count. With want (hex), bytes that differ are not kept: -2. ENOENT from
+ * src: -3. Else 0, or -1 with err. */
+static int copy_file(const char *src, const char *dst, int mode, const char *want, char got[65], int64_t *bytes,
+                     char *err, size_t errlen) {
+    int in = open(src, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (in < 0) {
+        if (errno == ENOENT) return -3;
+        snprintf(err, errlen, "cannot open %s: %s", src, strerror(errno));
+        return -1;
+    }
+    char tmp[PATH_MAX + 16];
+    if (sfmt(tmp, sizeof tmp, "%s.tmpXXXXXX", dst) < 0) {
+        close(in);
+        snprintf(err, errlen, "path too long: %s", dst);
+        return -1;
+    }
+    int out = mkstemp(tmp);
+    if (out < 0) {
+        snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+        close(in);
+        return -1;
+    }
+    sha256_stream sh;
+    if (sha256_stream_init(&sh) < 0) {
+        snprintf(err, errlen, "sha256: cannot start");
+        close(in);
+        close(out);
+        unlink(tmp);
+        return -1;
+    }
+    char *b = xmalloc(COPY_BUF);
+    int64_t n = 0;
+    int rc = 0;
+    for (;;) {
+        ssize_t r = read(in, b, COPY_BUF);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            snprintf(err, errlen, "cannot read %s: %s", src, strerror(errno));
+            rc = -1;
+            break;
+        }
+        if (r == 0) break;
+        if (sha256_stream_update(&sh, b, (size_t)r) < 0) {
+            snprintf(err, errlen, "sha256 failed");
+            rc = -1;
+            break;
+        }
+        for (ssize_t off = 0; off < r;) {
+            ssize_t w = write(out, b + off, (size_t)(r - off));
+            if (w < 0 && errno == EINTR) continue;
+            if (w < 0) {
+                snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+                rc = -1;
+                break;
+            }
+            off += w;
+        }
+        if (rc < 0) break;
+        n += r;
+    }
+    free(b);
+    close(in);
+    char hex[65] = "";
+    if (sha256_stream_final(&sh, hex) < 0 && rc == 0) {
+        snprintf(err, errlen, "sha256 failed");
+        rc = -1;
+    }
+    if (rc == 0 && (fchmod(out, (mode_t)mode) < 0 || fsync(out) < 0)) {
+        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        rc = -1;
+    }
+    if (close(out) < 0 && rc == 0) {
+        snprintf(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
+        rc = -1;
+    }
+    if (rc == 0 && want && strcmp(hex, want) != 0) rc = -2;
+    if (rc == 0 && rename(tmp, dst) < 0) {
+        snprintf(err, errlen, "cannot rename %s: %s", tmp, strerror(errno));
+        rc = -1;
+    }
+    if (rc != 0) unlink(tmp);
+    if (got) snprintf(got, 65, "%s", hex);
+    if (bytes) *bytes = n;
+    return rc;
+}
+
+/* The sha256 of a file's bytes: 0, -3 (ENOENT) or -1 with err. */
+static int sha_file(const char *path, char out[65], int64_t *bytes, char *err, size_t errlen) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) {
+        if (errno == ENOENT) return -3;
+        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        return -1;
+    }
+    sha256_stream sh;
+    if (sha256_stream_init(&sh) < 0) {
+        close(fd);
+        snprintf(err, errlen, "sha256: cannot start");
+        return -1;
+    }
+    char *b = xmalloc(COPY_BUF);
+    int64_t n = 0;
+    int rc = 0;
+    for (;;) {
+        ssize_t r = read(fd, b, COPY_BUF);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            snprintf(err, errlen, "cannot read %s: %s", path, strerror(errno));
+            rc = -1;
+            break;
+        }
+        if (r == 0) break;
+        if (sha256_stream_update(&sh, b, (size_t)r) < 0) rc = -1;
+        n += r;
+    }
+    free(b);
+    close(fd);
+    char hex[65] = "";
+    if (sha256_stream_final(&sh, hex) < 0) rc = -1;
+    if (rc < 0 && !err[0]) snprintf(err, errlen, "sha256 of %s failed", path);
+    snprintf(out, 65, "%s", hex);
+    if (bytes) *bytes = n;
+    return rc;
+}
+
+/* The parent directory of path made (0700). */
+static int mkdir_parent(const char *path) {
+    char dir[PATH_MAX];
+    if (sfmt(dir, sizeof dir, "%s", path) < 0) return -1;
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir) return 0;
+    *slash = '\0';
+    return mkdir_p(dir, 0700);
+}
+
+/* Calls fn for each regular file under root (rel: its path below root),
+ * depth first; symbolic links and other kinds are skipped. A directory
+ * that is not there is nothing. fn returns 0 to go on, non-zero to stop
+ * (returned). */
+typedef int (*walk_fn)(void *ctx, const char *abs, const char *rel, const struct stat *sb);
+static int walk(const char *root, const char *rel, walk_fn fn, void *ctx) {
+    char dir[PATH_MAX];
+    if (sfmt(dir, sizeof dir, "%s%s%s", root, rel[0] ? "/" : "", rel) < 0) return 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        char abs[PATH_MAX], sub[PATH_MAX];
+        if (sfmt(abs, sizeof abs, "%s/%s", dir, e->d_name) < 0 ||
+            sfmt(sub, sizeof sub, "%s%s%s", rel, rel[0] ? "/" : "", e->d_name) < 0)
+            continue;
+        struct stat sb;
+        if (lstat(abs, &sb) < 0) continue;
+        if (S_ISDIR(sb.st_mode)) rc = walk(root, sub, fn, ctx);
+        else if (S_ISREG(sb.st_mode)) rc = fn(ctx, abs, sub, &sb);
+    }
+    closedir(d);
+    return rc;
+}
+
+static void utc_text(int64_t ms, char *out, size_t cap, const char *fmt) {
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    if (!gmtime_r(&t, &tm) || strftime(out, cap, fmt, &tm) == 0) snprintf(out, cap, "?");
+}
+
+/* ---------------------------------------------------------------- backup */
+
+typedef struct bk {
+    const char *data;                 /* DATA */
+    char dir[PATH_MAX];               /* the backup's folder */
+    int link_ok;                      /* -1 unknown, 0 another file system, 1 hard links work */
+    cJSON *files, *blobs, *missing;   /* the manifest's arrays */
+    char **named;                     /* the blobs' keys the snapshot names, sorted */
+    size_t nnamed;
+    backup_summary *sum;
+    char *err;
+    size_t errlen;
+} bk;
+
+/* Step 1: every checkpoint and context file there now, linked (stops at
+ * the first EXDEV: no links, the copies of step 3 do). */
+typedef struct prelink_ctx {
+    bk *b;
+    const char *top;                  /* "checkpoints" or "contexts" */
+} prelink_ctx;
+
+static int prelink_one(void *ctx, const char *abs, const char *rel, const struct stat *sb) {
+    (void)sb;
+    prelink_ctx *p = ctx;
+    bk *b = p->b;
+    char dst[PATH_MAX];
+    if (strstr(rel, ".tmp")) return 0; /* a file being written (file_write_atomic's temporary) */
+    if (sfmt(dst, sizeof dst, "%s/blobs/%s/%s", b->dir, p->top, rel) < 0 || mkdir_parent(dst) < 0) return 0;
+    if (link(abs, dst) == 0) {
+        b->link_ok = 1;
+        return 0;
+    }
+    if (errno == EXDEV || errno == EPERM || errno == EMLINK) {
+        b->link_ok = 0;
+        return 1;
+    }
+    return 0; /* gone meanwhile: step 3 decides */
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Step 3's removal: a file linked in step 1 that no row of the snapshot names. */
+static int drop_unnamed(void *ctx, const char *abs, const char *rel, const struct stat *sb) {
+    (void)sb;
+    bk *b = ctx;
+    const char *key = rel;
+    if (!b->nnamed || !bsearch(&key, b->named, b->nnamed, sizeof *b->named, cmp_str)) unlink(abs);
+    return 0;
+}
+
+/* One blob the snapshot names in the local store (key "checkpoints/J/C.safetensors"
+ * or "contexts/<hex>"): already linked, linked now, or copied and checked. */
+static int keep_blob(bk *b, const char *key, const char *sha, int64_t size) {
+    char src[PATH_MAX], dst[PATH_MAX];
+    if (sfmt(src, sizeof src, "%s/%s", b->data, key) < 0 || sfmt(dst, sizeof dst, "%s/blobs/%s", b->dir, key) < 0) {
+        snprintf(b->err, b->errlen, "path too long: %s", key);
+        return -1;
+    }
+    const char *why = NULL;
+    struct stat sb;
+    int linked = 0;
+    if (lstat(dst, &sb) == 0) {
+        linked = 1;
+    } else if (b->link_ok != 0) {
+        if (mkdir_parent(dst) < 0) {
+            snprintf(b->err, b->errlen, "cannot create a folder for %s: %s", dst, strerror(errno));
+            return -1;
+        }
+        if (link(src, dst) == 0) linked = 1;
+        else if (errno == ENOENT) why = "gone from the data directory";
+        else if (errno == EXDEV || errno == EPERM || errno == EMLINK) b->link_ok = 0;
+        else {
+            snprintf(b->err, b->errlen, "cannot link %s: %s", dst, strerror(errno));
+            return -1;
+        }
+    }
+    int64_t copied = 0;
+    if (!linked && !why) {
+        if (mkdir_parent(dst) < 0) {
+            snprintf(b->err, b->errlen, "cannot create a folder for %s: %s", dst, strerror(errno));
+            return -1;
+        }
+        char got[65];
+        int rc = copy_file(src, dst, 0600, sha, got, &copied, b->err, b->errlen);
+        if (rc == -1) return -1;
+        if (rc == -3) why = "gone from the data directory";
+        if (rc == -2) why = "its bytes do not match the row's sha256";
+    }
+    if (why) {
+        log_warn("backup: %s is named by the database but %s: listed as missing in the manifest", key, why);
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "key", key);
+        cJSON_AddStringToObject(m, "why", why);
+        cJSON_AddItemToArray(b->missing, m);
+        b->sum->blobs_missing++;
+        return 0;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "key", key);
+    cJSON_AddNumberToObject(o, "size", (double)size);
+    cJSON_AddStringToObject(o, "sha256", sha);
+    cJSON_AddBoolToObject(o, "local", 1);
+    cJSON_AddBoolToObject(o, "linked", linked);
+    cJSON_AddItemToArray(b->blobs, o);
+    b->sum->blobs++;
+    if (linked) b->sum->blobs_linked++;
+    b->sum->blob_bytes_copied += copied;
+    return 0;
+}
+
+/* 1 when table has column col. */
+static int has_column(sqlite3 *c, const char *table, const char *col) {
+    char sql[128];
+    snprintf(sql, sizeof sql, "SELECT 1 FROM pragma_table_info('%s') WHERE name = ?", table);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(c, sql, -1, &st, NULL) != SQLITE_OK) return 0;
+    sqlite3_bind_text(st, 1, col, -1, SQLITE_STATIC);
+    int yes = sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    return yes;
+}
+
+static void named_add(bk *b, size_t *cap, const char *key) {
+    if (b->nnamed == *cap) {
+        *cap = *cap ? *cap * 2 : 256;
+        b->named = xrealloc(b->named, *cap * sizeof *b->named);
+    }
+    b->named[b->nnamed++] = xstrdup(key);
+}
+
+/* Step 3: the blobs the snapshot (the copy at db) names. */
+static int keep_named_blobs(bk *b, const char *dbfile) {
+    sqlite3 *c = NULL;
+    if (sqlite3_open_v2(dbfile, &c, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+        snprintf(b->err, b->errlen, "cannot open the snapshot %s: %s", dbfile, c ? sqlite3_errmsg(c) : "no memory");
+        sqlite3_close(c);
+        return -1;
+    }
+    /* a store column (checkpoints and contexts in a blob store): '' = this data directory */
+    int ck_store = has_column(c, "checkpoints", "store"), cx_store = has_column(c, "contexts", "store");
+    const char *q_ck = ck_store ? "SELECT path, sha256, size, store FROM checkpoints WHERE deleted_at IS NULL AND path <> '' ORDER BY id"
+                                : "SELECT path, sha256, size, '' FROM checkpoints WHERE deleted_at IS NULL AND path <> '' ORDER BY id";
+    const char *q_cx = cx_store ? "SELECT digest, digest, max(bytes), store FROM contexts GROUP BY digest, store"
+                                : "SELECT digest, digest, max(bytes), '' FROM contexts GROUP BY digest";
+    const char *qs[2] = {q_ck, q_cx}, *tops[2] = {"checkpoints", "contexts"};
+    size_t cap = 0;
+    int rc = 0;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        sqlite3_stmt *st = NULL;
+        if (sqlite3_prepare_v2(c, qs[k], -1, &st, NULL) != SQLITE_OK) {
+            snprintf(b->err, b->errlen, "cannot read the snapshot's %s: %s", tops[k], sqlite3_errmsg(c));
+            rc = -1;
+            break;
+        }
+        int s;
+        while (rc == 0 && (s = sqlite3_step(st)) == SQLITE_ROW) {
+            const char *p = (const char *)sqlite3_column_text(st, 0), *sha = (const char *)sqlite3_column_text(st, 1);
+            const char *store = (const char *)sqlite3_column_text(st, 3);
+            int64_t size = sqlite3_column_int64(st, 2);
+            char key[600];
+            if (!p || !sha || strstr(p, "..") || p[0] == '/' || sfmt(key, sizeof key, "%s/%s", tops[k], p) < 0) {
+                log_warn("backup: a %s row names '%.80s': skipped", tops[k], p ? p : "");
+                continue;
+            }
+            if (store && store[0]) { /* another store's object: the manifest names it */
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "key", key);
+                cJSON_AddNumberToObject(o, "size", (double)size);
+                cJSON_AddStringToObject(o, "sha256", sha);
+                cJSON_AddStringToObject(o, "store", store);
+                cJSON_AddBoolToObject(o, "local", 0);
+                cJSON_AddItemToArray(b->blobs, o);
+                b->sum->blobs_remote++;
+                continue;
+            }
+            named_add(b, &cap, key); /* as drop_unnamed sees it below blobs/ */
+            rc = keep_blob(b, key, sha, size);
+        }
+        if (rc == 0 && s != SQLITE_DONE) {
+            snprintf(b->err, b->errlen, "cannot read the snapshot's %s: %s", tops[k], sqlite3_errmsg(c));
+            rc = -1;
+        }
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(c);
+    if (rc < 0) return -1;
+    if (b->nnamed) qsort(b->named, b->nnamed, sizeof *b->named, cmp_str);
+    char root[PATH_MAX];
+    if (sfmt(root, sizeof root, "%s/blobs", b->dir) == 0) walk(root, "", drop_unnamed, b);
+    return 0;
+}
+
+/* Step 2: the snapshot into dbfile; its schema version, sha256 and size. */
+static int snapshot(bk *b, const char *dbfile) {
+    char src_path[PATH_MAX];
+    if (sfmt(src_path, sizeof src_path, "%s/trainyard.db", b->data) < 0) {
+        snprintf(b->err, b->errlen, "data directory path too long");
+        return -1;
+    }
+    struct stat sb;
+    if (stat(src_path, &sb) < 0) {
+        snprintf(b->err, b->errlen, "%s: %s", src_path, strerror(errno));
+        return -1;
+    }
+    sqlite3 *src = NULL, *dst = NULL;
+    int rc = -1;
+    if (sqlite3_open_v2(src_path, &src, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
+        snprintf(b->err, b->errlen, "cannot open %s: %s", src_path, src ? sqlite3_errmsg(src) : "no memory");
+        goto out;
+    }
+    sqlite3_busy_timeout(src, 10000);
+    if (sqlite3_open_v2(dbfile, &dst, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK) {
+        snprintf(b->err, b->errlen, "cannot create %s: %s", dbfile, dst ? sqlite3_errmsg(dst) : "no memory");
+        goto out;
+    }
+    sqlite3_backup *bu = sqlite3_backup_init(dst, "main", src, "main");
+    if (!bu) {
+        snprintf(b->err, b->errlen, "cannot start the backup: %s", sqlite3_errmsg(dst));
+        goto out;
+    }
+    int64_t t0 = mono_ms();
+    b->sum->created_at[0] = '\0';
+    utc_text(now_ms(), b->sum->created_at, sizeof b->sum->created_at, "%Y-%m-%dT%H:%M:%SZ");
+    int s = sqlite3_backup_step(bu, -1); /* every page in one read transaction */
+    b->sum->snapshot_ms = mono_ms() - t0;
+    int f = sqlite3_backup_finish(bu);
+    if (s != SQLITE_DONE || f != SQLITE_OK) {
+        snprintf(b->err, b->errlen, "the database's backup failed: %s (%s)", sqlite3_errstr(s != SQLITE_DONE ? s : f),
+                 sqlite3_errmsg(dst));
+        goto out;
+    }
+    /* one file of its own (no -wal beside it), checked */
+    char *msg = NULL;
+    if (sqlite3_exec(dst, "PRAGMA journal_mode=DELETE", NULL, NULL, &msg) != SQLITE_OK) {
+        snprintf(b->err, b->errlen, "the snapshot: %s", msg ? msg : "journal_mode failed");
+        sqlite3_free(msg);
+        goto out;
+    }
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(dst, "PRAGMA integrity_check", -1, &st, NULL) != SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW || strcmp((const char *)sqlite3_column_text(st, 0), "ok") != 0) {
+        snprintf(b->err, b->errlen, "the snapshot fails PRAGMA integrity_check: %s",
+                 st && sqlite3_column_text(st, 0) ? (const char *)sqlite3_column_text(st, 0) : sqlite3_errmsg(dst));
+        sqlite3_finalize(st);
+        goto out;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    if (sqlite3_prepare_v2(dst, "SELECT coalesce(max(version), 0) FROM schema_migrations", -1, &st, NULL) !=
+            SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW) {
+        snprintf(b->err, b->errlen, "the snapshot has no schema version: %s", sqlite3_errmsg(dst));
+        sqlite3_finalize(st);
+        goto out;
+    }
+    b->sum->schema_version = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    rc = 0;
+out:
+    sqlite3_close(src);
+    if (sqlite3_close(dst) != SQLITE_OK && rc == 0) {
+        snprintf(b->err, b->errlen, "cannot close the snapshot");
+        rc = -1;
+    }
+    if (rc < 0) return -1;
+    int fd = open(dbfile, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fchmod(fd, 0600) < 0 || fsync(fd) < 0) {
+        snprintf(b->err, b->errlen, "cannot sync %s: %s", dbfile, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    close(fd);
+    b->err[0] = '\0';
+    return sha_file(dbfile, b->sum->db_sha256, &b->sum->db_bytes, b->err, b->errlen) == 0 ? 0 : -1;
+}
+
+/* Step 4: one file of DATA into files/rel, its entry in the manifest. */
+static int keep_file(bk *b, const char *abs, const char *rel, const struct stat *sb) {
+    char dst[PATH_MAX];
+    if (sfmt(dst, sizeof dst, "%s/files/%s", b->dir, rel) < 0) {
+        snprintf(b->err, b->errlen, "path too long: %s", rel);
+        return -1;
+    }
+    if (mkdir_parent(dst) < 0) {
+        snprintf(b->err, b->errlen, "cannot create a folder for %s: %s", dst, strerror(errno));
+        return -1;
+    }
+    char sha[65];
+    int64_t n = 0;
+    int rc = copy_file(abs, dst, 0600, NULL, sha, &n, b->err, b->errlen);
+    if (rc == -3) return 0; /* removed meanwhile (a log past its retention) */
+    if (rc < 0) return -1;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "path", rel);
+    cJSON_AddNumberToObject(o, "size", (double)n);
+    cJSON_AddStringToObject(o, "sha256", sha);
+    cJSON_AddNumberToObject(o, "mode", (double)(sb->st_mode & 0777));
+    cJSON_AddItemToArray(b->files, o);
+    b->sum->files++;
+    b->sum->file_bytes += n;
+    return 0;
+}
+
+/* The tree DATA/name into files/name. */
+typedef struct tree_ctx {
+    bk *b;
+    const char *name;
+} tree_ctx;
+
+static int tree_cb(void *ctx, const char *abs, const char *rel, const struct stat *sb) {
+    tree_ctx *t = ctx;
+    char r[PATH_MAX];
+    if (sfmt(r, sizeof r, "%s/%s", t->name, rel) < 0) return 0;
+    return keep_file(t->b, abs, r, sb) < 0 ? 1 : 0;
+}
+
+/* 1 when path is dir or below it (both resolved). */
+static int path_within(const char *path, const char *dir) {
+    size_t n = strlen(dir);
+    return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/' || (n == 1 && dir[0] == '/'));
+}
+
+int backup_run(const char *data_dir, const char *dest, backup_summary *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    err[0] = '\0';
+    int64_t t0 = mono_ms();
+    if (dest[0] != '/') {
+        snprintf(err, errlen, "the backup's destination must be an absolute path, not '%.200s'", dest);
+        return -2;
+    }
+    char rdata[PATH_MAX], rdest[PATH_MAX];
+    if (!realpath(data_dir, rdata)) {
+        snprintf(err, errlen, "the data directory %s: %s", data_dir, strerror(errno));
+        return -1;
+    }
+    /* inside DATA? asked of the deepest folder of dest that exists (the
+     * rest, made below, cannot leave it: no "..") before anything is made */
+    char probe[PATH_MAX];
+    if (strstr(dest, "/../") || (strlen(dest) >= 3 && strcmp(dest + strlen(dest) - 3, "/..") == 0) ||
+        sfmt(probe, sizeof probe, "%s", dest) < 0) {
+        snprintf(err, errlen, "the backup's destination must be a plain absolute path (no ..), not '%.200s'", dest);
+        return -2;
+    }
+    for (;;) {
+        if (realpath(probe, rdest)) break;
+        char *slash = strrchr(probe, '/');
+        if (!slash || slash == probe) {
+            snprintf(rdest, sizeof rdest, "/");
+            break;
+        }
+        *slash = '\0';
+    }
+    if (path_within(rdest, rdata)) {
+        snprintf(err, errlen, "the backup's destination %s is inside the data directory %s: it would not survive its loss",
+                 dest, rdata);
+        return -2;
+    }
+    if (mkdir_p(dest, 0700) < 0 || !realpath(dest, rdest)) {
+        snprintf(err, errlen, "cannot create %s: %s", dest, strerror(errno));
+        return -2;
+    }
+    if (path_within(rdest, rdata)) {
+        snprintf(err, errlen, "the backup's destination %s is inside the data directory %s: it would not survive its loss",
+                 rdest, rdata);
+        return -2;
+    }
+    bk b;
+    memset(&b, 0, sizeof b);
+    b.data = rdata;
+    b.link_ok = -1;
+    b.sum = out;
+    b.err = err;
+    b.errlen = errlen;
+    /* the folder: the UTC second, and a suffix when two backups share it */
+    char stamp[32];
+    utc_text(now_ms(), stamp, sizeof stamp, "%Y%m%dT%H%M%SZ");
+    int made = 0;
+    for (int i = 0; i < 100 && !made; i++) {
+        int bad = i ? sfmt(b.dir, sizeof b.dir, "%s/" BACKUP_PREFIX "%s-%d", rdest, stamp, i)
+                    : sfmt(b.dir, sizeof b.dir, "%s/" BACKUP_PREFIX "%s", rdest, stamp);
+        if (bad < 0) {
+            snprintf(err, errlen, "the destination's path is too long");
+            return -1;
+        }
+        if (mkdir(b.dir, 0700) == 0) made = 1;
+        else if (errno != EEXIST) {
+            snprintf(err, errlen, "cannot create %s: %s", b.dir, strerror(errno));
+            return -1;
+        }
+    }
+    if (!made) {
+        snprintf(err, errlen, "cannot find a free name for the backup under %s", rdest);
+        return -1;
+    }
+    snprintf(out->path, sizeof out->path, "%s", b.dir);
+    b.files = cJSON_CreateArray();
+    b.blobs = cJSON_CreateArray();
+    b.missing = cJSON_CreateArray();
+    int rc = -1;
+    char path[PATH_MAX];
+    /* 1: what is there now, hard-linked */
+    for (int k = 0; k < 2 && b.link_ok != 0; k++) {
+        prelink_ctx p = {&b, k ? "contexts" : "checkpoints"};
+        if (sfmt(path, sizeof path, "%s/%s", rdata, p.top) == 0) walk(path, "", prelink_one, &p);
+    }
+    /* 2: the database */
+    if (sfmt(path, sizeof path, "%s/trainyard.db", b.dir) < 0 || snapshot(&b, path) < 0) goto out;
+    /* 3: the files its rows name */
+    if (keep_named_blobs(&b, path) < 0) goto out;
+    /* 4: tokens, keys, tls/, logs/ */
+    for (int i = 0; SINGLE_FILES[i]; i++) {
+        char src[PATH_MAX];
+        struct stat sb;
+        if (sfmt(src, sizeof src, "%s/%s", rdata, SINGLE_FILES[i]) < 0 || lstat(src, &sb) < 0 || !S_ISREG(sb.st_mode))
+            continue;
+        if (keep_file(&b, src, SINGLE_FILES[i], &sb) < 0) goto out;
+    }
+    for (int i = 0; TREES[i]; i++) {
+        tree_ctx t = {&b, TREES[i]};
+        if (sfmt(path, sizeof path, "%s/%s", rdata, TREES[i]) < 0) continue;
+        err[0] = '\0';
+        if (walk(path, "", tree_cb, &t) != 0) goto out;
+    }
+    /* 5: everything on the disk, then the manifest */
+    int fd = open(b.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || syncfs(fd) < 0) {
+        snprintf(err, errlen, "cannot sync %s: %s", b.dir, strerror(errno));
+        if (fd >= 0) close(fd);
+        goto out;
+    }
+    close(fd);
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddNumberToObject(m, "format", 1);
+    cJSON_AddStringToObject(m, "created_at", out->created_at);
+    cJSON_AddStringToObject(m, "server_version", TRAINYARD_VERSION);
+    cJSON_AddNumberToObject(m, "schema_version", out->schema_version);
+    cJSON_AddStringToObject(m, "db", "trainyard.db");
+    cJSON_AddNumberToObject(m, "db_bytes", (double)out->db_bytes);
+    cJSON_AddStringToObject(m, "db_sha256", out->db_sha256);
+    cJSON_AddStringToObject(m, "blob_store", "");
+    cJSON_AddNumberToObject(m, "snapshot_ms", (double)out->snapshot_ms);
+    cJSON_AddItemToObject(m, "files", b.files);
+    cJSON_AddItemToObject(m, "blobs", b.blobs);
+    cJSON_AddItemToObject(m, "missing", b.missing);
+    b.files = b.blobs = b.missing = NULL;
+    char *text = cJSON_Print(m);
+    cJSON_Delete(m);
+    if (!text || sfmt(path, sizeof path, "%s/" MANIFEST, b.dir) < 0 ||
+        file_write_atomic(path, text, strlen(text), 0600) < 0) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        free(text);
+        goto out;
+    }
+    free(text);
+    out->took_ms = mono_ms() - t0;
+    rc = 0;
+out:
+    cJSON_Delete(b.files);
+    cJSON_Delete(b.blobs);
+    cJSON_Delete(b.missing);
+    for (size_t i = 0; i < b.nnamed; i++) free(b.named[i]);
+    free(b.named);
+    if (rc < 0) {
+        if (!err[0]) snprintf(err, errlen, "the backup failed");
+        rm_tree(b.dir);
+    }
+    return rc;
+}
+
+cJSON *backup_summary_json(const backup_summary *s) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "path", s->path);
+    cJSON_AddStringToObject(o, "created_at", s->created_at);
+    cJSON_AddNumberToObject(o, "schema_version", s->schema_version);
+    cJSON_AddNumberToObject(o, "db_bytes", (double)s->db_bytes);
+    cJSON_AddStringToObject(o, "db_sha256", s->db_sha256);
+    cJSON_AddNumberToObject(o, "files", s->files);
+    cJSON_AddNumberToObject(o, "file_bytes", (double)s->file_bytes);
+    cJSON_AddNumberToObject(o, "blobs", s->blobs);
+    cJSON_AddNumberToObject(o, "blobs_linked", s->blobs_linked);
+    cJSON_AddNumberToObject(o, "blob_bytes_copied", (double)s->blob_bytes_copied);
+    cJSON_AddNumberToObject(o, "blobs_missing", s->blobs_missing);
+    cJSON_AddNumberToObject(o, "manifest_objects", s->blobs_remote);
+    cJSON_AddNumberToObject(o, "snapshot_ms", (double)s->snapshot_ms);
+    cJSON_AddNumberToObject(o, "writer_blocked_ms", 0); /* a read transaction: no writer waits on it */
+    cJSON_AddNumberToObject(o, "took_ms", (double)s->took_ms);
+    return o;
+}
+
+/* ---------------------------------------------------------------- prune */
+
+typedef struct entry_list {
+    char **names;
+    int *complete;
+    size_t n, cap;
+} entry_list;
+
+/* The backups under dest, sorted by name (their UTC time). */
+static int list_backups(const char *dest, entry_list *l, char *err, size_t errlen) {
+    memset(l, 0, sizeof *l);
+    DIR *d = opendir(dest);
+    if (!d) {
+        snprintf(err, errlen, "cannot open %s: %s", dest, strerror(errno));
+        return -1;
+    }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, BACKUP_PREFIX, strlen(BACKUP_PREFIX)) != 0) continue;
+        char p[PATH_MAX];
+        struct stat sb;
+        if (sfmt(p, sizeof p, "%s/%s", dest, e->d_name) < 0 || lstat(p, &sb) < 0 || !S_ISDIR(sb.st_mode)) continue;
+        if (l->n == l->cap) {
+            l->cap = l->cap ? l->cap * 2 : 16;
+            l->names = xrealloc(l->names, l->cap * sizeof *l->names);
+        }
+        l->names[l->n++] = xstrdup(e->d_name);
+    }
+    closedir(d);
+    if (l->n) qsort(l->names, l->n, sizeof *l->names, cmp_str);
+    l->complete = xcalloc(l->n ? l->n : 1, sizeof *l->complete);
+    for (size_t i = 0; i < l->n; i++) {
+        char p[PATH_MAX];
+        struct stat sb;
+        l->complete[i] = sfmt(p, sizeof p, "%s/%s/" MANIFEST, dest, l->names[i]) == 0 && stat(p, &sb) == 0 &&
+                         S_ISREG(sb.st_mode);
+    }
+    return 0;
+}
+
+static void list_release(entry_list *l) {
+    for (size_t i = 0; i < l->n; i++) free(l->names[i]);
+    free(l->names);
+    free(l->complete);
+}
+
+int backup_prune(const char *dest, int keep, int *removed, char *err, size_t errlen) {
+    *removed = 0;
+    entry_list l;
+    if (list_backups(dest, &l, err, errlen) < 0) return -1;
+    int seen = 0;
+    int newest_complete = -1;
+    for (size_t i = l.n; i-- > 0;)
+        if (l.complete[i]) {
+            newest_complete = (int)i;
+            break;
+        }
+    for (size_t i = l.n; i-- > 0;) {
+        int drop;
+        if (l.complete[i]) drop = ++seen > keep;
+        else drop = (int)i < newest_complete; /* a newer one may be being written */
+        if (!drop) continue;
+        char p[PATH_MAX];
+        if (sfmt(p, sizeof p, "%s/%s", dest, l.names[i]) < 0) continue;
+        if (l.complete[i]) { /* incomplete first, so a half-removed folder is never taken for a backup */
+            char m[PATH_MAX + 16];
+            if (sfmt(m, sizeof m, "%s/" MANIFEST, p) == 0 && unlink(m) < 0 && errno != ENOENT) {
+                log_warn("backup: cannot remove %s: %s", m, strerror(errno));
+                continue;
+            }
+        }
+        rm_tree(p);
+        (*removed)++;
+    }
+    list_release(&l);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- restore */
+
+/* The backup folder src names: itself when it holds a manifest, else the
+ * newest complete backup below it. */
+static int resolve_src(const char *src, char *out, size_t cap, char *err, size_t errlen) {
+    char m[PATH_MAX];
+    struct stat sb;
+    if (stat(src, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
+        snprintf(err, errlen, "%s is not a folder: %s", src, errno ? strerror(errno) : "not a directory");
+        return -1;
+    }
+    if (sfmt(m, sizeof m, "%s/" MANIFEST, src) == 0 && stat(m, &sb) == 0) return sfmt(out, cap, "%s", src);
+    char dbf[PATH_MAX];
+    const char *base = strrchr(src, '/');
+    base = base ? base + 1 : src;
+    if ((sfmt(dbf, sizeof dbf, "%s/trainyard.db", src) == 0 && stat(dbf, &sb) == 0) ||
+        strncmp(base, BACKUP_PREFIX, strlen(BACKUP_PREFIX)) == 0) {
+        snprintf(err, errlen, "%s has no manifest.json: the backup is incomplete (interrupted, or still being written); "
+                 "restore refuses it", src);
+        return -1;
+    }
+    entry_list l;
+    if (list_backups(src, &l, err, errlen) < 0) return -1;
+    int rc = -1;
+    for (size_t i = l.n; i-- > 0;)
+        if (l.complete[i]) {
+            rc = sfmt(out, cap, "%s/%s", src, l.names[i]);
+            break;
+        }
+    if (rc < 0)
+        snprintf(err, errlen, "%s holds no complete backup (a folder " BACKUP_PREFIX "* with a manifest.json)%s", src,
+                 l.n ? ": those there have no manifest" : "");
+    list_release(&l);
+    return rc;
+}
+
+static const char *jstr(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int64_t jnum(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : -1;
+}
+
+/* A relative path of the manifest that stays below its root. */
+static int rel_ok(const char *p) {
+    return p && p[0] && p[0] != '/' && !strstr(p, "..") && strlen(p) < 512;
+}
+
+/* The data directory is not served: its server.lock is free (taken and let go). */
+static int data_dir_free(const char *dir, char *err, size_t errlen) {
+    char p[PATH_MAX];
+    if (sfmt(p, sizeof p, "%s/server.lock", dir) < 0) {
+        snprintf(err, errlen, "data directory path too long");
+        return -1;
+    }
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    int busy = flock(fd, LOCK_EX | LOCK_NB) < 0;
+    close(fd);
+    if (busy) {
+        snprintf(err, errlen, "a trainyard server runs on %s: stop it before restoring into it", dir);
+        return -1;
+    }
+    return 0;
+}
+
+/* Puts the backup's file at from into to: a hard link when both are on one
+ * file system, else a copy; either way its bytes are checked against sha. */
+static int restore_blob(const char *from, const char *to, const char *sha, char *err, size_t errlen) {
+    if (mkdir_parent(to) < 0) {
+        snprintf(err, errlen, "cannot create a folder for %s: %s", to, strerror(errno));
+        return -1;
+    }
+    char got[65];
+    int64_t n = 0;
+    unlink(to);
+    if (link(from, to) == 0) {
+        err[0] = '\0';
+        int rc = sha_file(to, got, &n, err, errlen);
+        if (rc == 0 && strcmp(got, sha) == 0) return 0;
+        unlink(to);
+        if (rc == 0) snprintf(err, errlen, "%s: its sha256 is %s, the manifest says %s", from, got, sha);
+        return -1;
+    }
+    int rc = copy_file(from, to, 0600, sha, got, &n, err, errlen);
+    if (rc == -2) snprintf(err, errlen, "%s: its sha256 is %s, the manifest says %s", from, got, sha);
+    if (rc == -3) snprintf(err, errlen, "%s is missing from the backup", from);
+    return rc == 0 ? 0 : -1;
+}
+
+static int64_t count_rows(sqlite3 *c, const char *sql) {
+    sqlite3_stmt *st = NULL;
+    int64_t n = -1;
+    if (sqlite3_prepare_v2(c, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return n;
+}
+
+/* The copied database at tmp: integrity_check, its schema version, counts. */
+static int check_db(const char *tmp, restore_summary *out, char *err, size_t errlen) {
+    sqlite3 *c = NULL;
+    if (sqlite3_open_v2(tmp, &c, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "cannot open the restored database: %s", c ? sqlite3_errmsg(c) : "no memory");
+        sqlite3_close(c);
+        return -1;
+    }
+    int rc = -1;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(c, "PRAGMA integrity_check", -1, &st, NULL) != SQLITE_OK || sqlite3_step(st) != SQLITE_ROW ||
+        !sqlite3_column_text(st, 0) || strcmp((const char *)sqlite3_column_text(st, 0), "ok") != 0) {
+        snprintf(err, errlen, "the backup's database fails PRAGMA integrity_check: %s",
+                 st && sqlite3_column_text(st, 0) ? (const char *)sqlite3_column_text(st, 0) : sqlite3_errmsg(c));
+        goto out;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    int64_t v = count_rows(c, "SELECT coalesce(max(version), 0) FROM schema_migrations");
+    if (v != out->schema_version) {
+        snprintf(err, errlen, "the backup's database is at schema %lld, its manifest says %d", (long long)v,
+                 out->schema_version);
+        goto out;
+    }
+    out->jobs = count_rows(c, "SELECT count(*) FROM jobs");
+    out->checkpoints = count_rows(c, "SELECT count(*) FROM checkpoints WHERE deleted_at IS NULL AND path <> ''");
+    rc = 0;
+out:
+    sqlite3_finalize(st);
+    sqlite3_close(c);
+    return rc;
+}
+
+int backup_restore(const char *src, const char *data_dir, int force, restore_summary *out, char *err,
+                   size_t errlen) {
+    memset(out, 0, sizeof *out);
+    err[0] = '\0';
+    char bdir[PATH_MAX], p[PATH_MAX], q[PATH_MAX];
+    if (resolve_src(src, bdir, sizeof bdir, err, errlen) < 0) return -1;
+    snprintf(out->path, sizeof out->path, "%s", bdir);
+    if (sfmt(p, sizeof p, "%s/" MANIFEST, bdir) < 0) {
+        snprintf(err, errlen, "path too long: %s", bdir);
+        return -1;
+    }
+    size_t mlen = 0;
+    char *mtext = file_read_all(p, MANIFEST_MAX, &mlen);
+    if (!mtext) {
+        snprintf(err, errlen, "cannot read %s: %s", p, strerror(errno));
+        return -1;
+    }
+    cJSON *m = cJSON_ParseWithLength(mtext, mlen);
+    free(mtext);
+    int rc = -1;
+    char tmpdb[PATH_MAX] = "";
+    if (!cJSON_IsObject(m) || jnum(m, "format") != 1 || !jstr(m, "db_sha256") || jnum(m, "schema_version") < 1) {
+        snprintf(err, errlen, "%s is not a trainyard backup manifest (format 1)", p);
+        goto out;
+    }
+    out->schema_version = (int)jnum(m, "schema_version");
+    snprintf(out->created_at, sizeof out->created_at, "%s", jstr(m, "created_at") ? jstr(m, "created_at") : "?");
+    if (out->schema_version > db_migrations_count()) {
+        snprintf(err, errlen, "the backup's schema (version %d) is newer than this trainyard knows (%d): restore it "
+                 "with the version that made it (%s) or a newer one", out->schema_version, db_migrations_count(),
+                 jstr(m, "server_version") ? jstr(m, "server_version") : "?");
+        goto out;
+    }
+    /* the target: no server on it, no database in it unless --force */
+    if (mkdir_p(data_dir, 0700) < 0) {
+        snprintf(err, errlen, "cannot create %s: %s", data_dir, strerror(errno));
+        goto out;
+    }
+    if (data_dir_free(data_dir, err, errlen) < 0) goto out;
+    struct stat sb;
+    if (sfmt(q, sizeof q, "%s/trainyard.db", data_dir) < 0) {
+        snprintf(err, errlen, "data directory path too long");
+        goto out;
+    }
+    if (stat(q, &sb) == 0 && !force) {
+        snprintf(err, errlen, "%s already holds a database (trainyard.db): restore into an empty folder, or give "
+                 "--force to replace it", data_dir);
+        goto out;
+    }
+    /* the database, copied to a temporary name and checked */
+    if (sfmt(p, sizeof p, "%s/trainyard.db", bdir) < 0 || sfmt(tmpdb, sizeof tmpdb, "%s/.trainyard.db.restore", data_dir) < 0) {
+        snprintf(err, errlen, "path too long");
+        goto out;
+    }
+    char got[65];
+    int64_t n = 0;
+    int c = copy_file(p, tmpdb, 0600, jstr(m, "db_sha256"), got, &n, err, errlen);
+    if (c == -2) snprintf(err, errlen, "%s: its sha256 is %s, the manifest says %s", p, got, jstr(m, "db_sha256"));
+    if (c == -3) snprintf(err, errlen, "%s is missing: the backup is damaged", p);
+    if (c != 0) goto out;
+    if (check_db(tmpdb, out, err, errlen) < 0) goto out;
+    /* files/ with their modes */
+    cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(m, "files")) {
+        const char *rel = jstr(it, "path"), *sha = jstr(it, "sha256");
+        int64_t mode = jnum(it, "mode");
+        if (!rel_ok(rel) || !sha || mode < 0 || mode > 0777) {
+            snprintf(err, errlen, "the manifest lists a file badly: %.200s", rel ? rel : "(no path)");
+            goto out;
+        }
+        if (sfmt(p, sizeof p, "%s/files/%s", bdir, rel) < 0 || sfmt(q, sizeof q, "%s/%s", data_dir, rel) < 0 ||
+            mkdir_parent(q) < 0) {
+            snprintf(err, errlen, "cannot make a place for %s", rel);
+            goto out;
+        }
+        c = copy_file(p, q, (int)mode, sha, got, &n, err, errlen);
+        if (c == -2) snprintf(err, errlen, "%s: its sha256 is %s, the manifest says %s", p, got, sha);
+        if (c == -3) snprintf(err, errlen, "%s is missing from the backup", p);
+        if (c != 0) goto out;
+        out->files++;
+    }
+    /* blobs/ into the data directory's stores */
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(m, "blobs")) {
+        const char *key = jstr(it, "key"), *sha = jstr(it, "sha256");
+        if (!rel_ok(key) || !sha) {
+            snprintf(err, errlen, "the manifest lists a blob badly: %.200s", key ? key : "(no key)");
+            goto out;
+        }
+        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "local"))) {
+            out->checkpoints_remote += strncmp(key, "checkpoints/", 12) == 0;
+            continue;
+        }
+        if (sfmt(p, sizeof p, "%s/blobs/%s", bdir, key) < 0 || sfmt(q, sizeof q, "%s/%s", data_dir, key) < 0) {
+            snprintf(err, errlen, "path too long: %s", key);
+            goto out;
+        }
+        if (restore_blob(p, q, sha, err, errlen) < 0) goto out;
+        out->blobs++;
+        out->checkpoints_local += strncmp(key, "checkpoints/", 12) == 0;
+    }
+    out->blobs_missing = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "missing"));
+    /* the database last: a stale WAL of a replaced one must not be replayed onto it */
+    for (int i = 0; i < 2; i++) {
+        if (sfmt(q, sizeof q, "%s/trainyard.db%s", data_dir, i ? "-shm" : "-wal") == 0 && unlink(q) < 0 &&
+            errno != ENOENT) {
+            snprintf(err, errlen, "cannot remove %s: %s", q, strerror(errno));
+            goto out;
+        }
+    }
+    if (sfmt(q, sizeof q, "%s/trainyard.db", data_dir) < 0 || rename(tmpdb, q) < 0 || fsync_dir(data_dir) < 0) {
+        snprintf(err, errlen, "cannot put the database in place at %s: %s", q, strerror(errno));
+        goto out;
+    }
+    tmpdb[0] = '\0';
+    rc = 0;
+out:
+    if (tmpdb[0]) unlink(tmpdb);
+    cJSON_Delete(m);
+    return rc;
+}
