@@ -4,6 +4,7 @@
  * pass durations (scheduler/scheduler.c). Admin token: the families name
  * every team and running job. See docs/metrics.md. */
 #include "metrics_api.h"
+#include "backup_api.h"
 #include "../common/version.h"
 #include "../scheduler/scheduler.h"
 #include "../server/server.h"
@@ -202,6 +203,7 @@ static void metrics_get(server *srv, http_req *req, http_res *res) {
     if (rc == 0) rc = write_scheduler(&b);
     if (rc == 0) rc = write_group_commit(srv, &b);
     if (rc == 0 && srv->http) rc = http_latency_write(srv->http, &b);
+    if (rc == 0) rc = api_backup_metrics(&b);
     if (rc < 0) {
         buf_release(&b);
         http_error(res, 500, "internal", NULL, "the metrics are larger than %u bytes", METRICS_MAX);

@@ -7,6 +7,7 @@
 #include "activity.h"
 #include "assignments_api.h"
 #include "auth_api.h"
+#include "backup_api.h"
 #include "checkpoints_api.h"
 #include "cluster_api.h"
 #include "contexts_api.h"
@@ -50,6 +51,7 @@ const route *const api_route_tables[] = {
     api_proxy_routes,
     api_exec_routes,
     api_auth_routes,
+    api_backup_routes,
     NULL,
 };
 
@@ -85,6 +87,7 @@ void api_stop_services(struct server *srv) {
     srv->stopping = 1; /* long-polls and event streams end so the daemon can stop */
     api_sweeps_stop();
     sched_stop();
+    api_backup_stop(srv); /* a periodic backup under way ends first */
 }
 
 /* The server's periodic housekeeping: contexts past their grace; what
@@ -100,6 +103,7 @@ static void api_tick(struct server *srv) {
     api_activity_tick(srv); /* idle jobs cancelled */
     api_contexts_tick(srv);
     api_retention_tick(srv);
+    api_backup_tick(srv); /* starts a due periodic backup on a thread of its own */
 }
 
 /* The apps' daemon (server --apps-listen): a job's web ports only. */

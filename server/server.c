@@ -645,6 +645,7 @@ static void server_usage(FILE *f) {
             "                        [--log-max-per-job SIZE]\n"
             "                        [--oidc-issuer URL --oidc-client-id ID --oidc-client-secret-file FILE\n"
             "                         [--oidc-groups-claim NAME] [--oidc-group-map FORMAT]] [--session-hours N]\n"
+            "                        [--backup-to DIR [--backup-every DURATION] [--backup-keep N]]\n"
             "  --listen      address to bind (default 127.0.0.1:8080; port 0 = any free port)\n"
             "  --data        data directory (default ./.trainyard)\n"
             "  --resize-interval  an elastic job grows into free devices at most once per this\n"
@@ -700,7 +701,11 @@ static void server_usage(FILE *f) {
             "  --oidc-group-map FORMAT  a group that gives a role in a team, with {team} and\n"
             "                {role} (default {team}:{role}: group vision:admin makes the person an\n"
             "                admin of team vision at each sign-in); other groups are ignored\n"
-            "  --session-hours N  a dashboard session lasts N hours (default 12)\n");
+            "  --session-hours N  a dashboard session lasts N hours (default 12)\n"
+            "  --backup-to DIR  take a backup (as `trainyard backup DIR`) every --backup-every\n"
+            "                (a duration: 90s, 30m, 12h, 1d; default 1d) and keep the newest\n"
+            "                --backup-keep complete ones (default 7); older and unfinished ones are\n"
+            "                removed; a failure is logged, /metrics has the last success's time\n");
 }
 
 int server_parse_retention(const char *s, int64_t *ms) {
@@ -843,6 +848,15 @@ static int flag_oidc_group_map(void *opts, const char *arg)
     return sfmt(o->oidc_group_map, sizeof o->oidc_group_map, "%s", arg);
 }
 
+/* a duration: seconds bare, or 90s, 30m, 12h, 7d; at least a second */
+static int flag_backup_every(void *opts, const char *arg)
+{
+    int64_t ms = 0;
+    if (duration_parse_ms(arg, 1e3, 366.0 * 86400e3, &ms) < 0 || ms < 1000) return -1;
+    ((server_options *)opts)->backup_every_ms = ms;
+    return 0;
+}
+
 static const char *const DURABILITY[] = {"normal", "full", NULL}; /* the index is durability_full */
 
 #define SO server_options
@@ -886,6 +900,9 @@ static const flag_def SERVER_FLAGS[] = {
     FLAG_FUNC_AT("oidc-group-map", flag_oidc_group_map,
                  "a format with {team} and {role} once each, not side by side (such as trainyard-{team}-{role})"),
     FLAG_INT_AT("session-hours", SO, session_hours, 1, 24 * 366, "hours (1-8784)"),
+    FLAG_PATH_AT("backup-to", SO, backup_to, "an absolute path to a folder"),
+    FLAG_FUNC_AT("backup-every", flag_backup_every, "a duration of 1s to 366d (90s, 30m, 12h, 1d)"),
+    FLAG_INT_AT("backup-keep", SO, backup_keep, 1, 10000, "a number of backups (1-10000)"),
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 #undef SO
@@ -906,6 +923,12 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
         fprintf(stderr, "trainyard: --oidc-client-id and --oidc-client-secret-file go with --oidc-issuer\n");
         return -1;
     }
+    if ((o->backup_every_ms || o->backup_keep) && !o->backup_to[0]) {
+        fprintf(stderr, "trainyard: --backup-every and --backup-keep go with --backup-to DIR\n");
+        return -1;
+    }
+    if (!o->backup_every_ms) o->backup_every_ms = 86400LL * 1000; /* the defaults, once none was given */
+    if (!o->backup_keep) o->backup_keep = 7;
     if (o->tls_auto && (o->tls_cert[0] || o->tls_key[0])) {
         fprintf(stderr, "trainyard: --tls auto makes its own certificate: give it or --tls-cert/--tls-key, not both\n");
         return -1;

@@ -59,6 +59,10 @@ typedef struct server_options {
     char oidc_group_map[128];         /* --oidc-group-map: a group that gives a role, with {team} and
                                        * {role} (default "{team}:{role}") */
     int session_hours;                /* --session-hours: a dashboard session lasts this long (12) */
+    /* periodic backups (docs/reliability.md, "Backups and restore") */
+    char backup_to[PATH_MAX];         /* --backup-to DIR: "" = none */
+    int64_t backup_every_ms;          /* --backup-every DURATION (default 1 day; 0 until parsed) */
+    int backup_keep;                  /* --backup-keep N: complete backups kept (default 7; 0 until parsed) */
 } server_options;
 
 struct http_daemon;
