@@ -1,0 +1,737 @@
+/* check_backup.c - backups and restore on real processes (a `trainyard
+ * server` and a `trainyard agent` on loopback, python3 command jobs that
+ * report metrics and upload checkpoints):
+ *  - data_removed_under_a_running_cluster: a team, a user, jobs (succeeded
+ *    with its newest checkpoint kept, running with two checkpoints, queued),
+ *    metrics, events;
+ *    `trainyard backup DEST`; every answer recorded; DATA removed under the
+ *    running server, the server killed; `trainyard restore DEST --data
+ *    DATA2`; the server started on DATA2 answers the same (volatile fields
+ *    excluded by name) and every checkpoint's bytes have the same sha256;
+ *    a second backup to /dev/shm (another file system) copies and checks
+ *    the checkpoints instead of linking them, and restores;
+ *  - periodic_backups_keep_two: --backup-every 1s --backup-keep 2 leave
+ *    exactly 2 complete folders (an old unfinished one removed), and
+ *    /metrics has the last success;
+ *  - restore_refusals: a backup without manifest, a data directory holding
+ *    a database (without --force), a schema newer than the binary, a
+ *    damaged database, a running server's directory (offline backup);
+ *  - writers_not_blocked: 8 clients submit jobs without and during a
+ *    backup of a padded database: the longest submission is printed (the
+ *    figure of docs/reliability.md) and no writer waited for the snapshot. */
+#include "testlib.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sqlite3.h>
+
+static ty_proc srv;
+static char admin_tok[128], team_tok[128];
+static char base[256], data2[320], dest[320], agentdir[320], tmpdir[256], script[400], flag[400];
+static pid_t agent_pid;
+static int port;
+
+/* Prints a line, reports epoch metrics and uploads a checkpoint after each
+ * (argv[1]: the val_loss values), then waits for the file argv[2] ("-":
+ * does not wait). */
+static const char PY[] =
+    "import hashlib, json, os, sys, time, urllib.request\n"
+    "cfg = json.loads(os.environ['TRAINYARD_CONFIG'])\n"
+    "vals = [float(v) for v in sys.argv[1].split(',')]\n"
+    "base = f\"{cfg['api']}/api/v1/jobs/{cfg['job']}\"\n"
+    "print('job output line', flush=True)\n"
+    "for i, v in enumerate(vals):\n"
+    "    step, epoch = 10 * (i + 1), i + 1\n"
+    "    print('trainyard-metric ' + json.dumps({'kind': 'epoch', 'epoch': epoch, 'step': step, 'val_loss': v}),"
+    " flush=True)\n"
+    "    body = (f'checkpoint {cfg[\"job\"]} {i} ' * 3000).encode()\n"
+    "    req = urllib.request.Request(f'{base}/checkpoints?step={step}&epoch={epoch}', data=body, method='PUT',\n"
+    "        headers={'Authorization': 'Bearer ' + cfg['token'], 'Content-Type': 'application/octet-stream',\n"
+    "                 'X-Checksum-Sha256': hashlib.sha256(body).hexdigest()})\n"
+    "    urllib.request.urlopen(req).read()\n"
+    "    print('uploaded checkpoint', i, flush=True)\n"
+    "if sys.argv[2] != '-':\n"
+    "    for _ in range(3000):\n"
+    "        if os.path.exists(sys.argv[2]):\n"
+    "            break\n"
+    "        time.sleep(0.1)\n"
+    "print('script done', flush=True)\n";
+
+/* ---------------------------------------------------------------- processes */
+
+/* Runs the binary with args; its stdout and stderr into out; the exit status. */
+static int run_ty(char *out, size_t cap, const char *const *args) {
+    int fds[2];
+    ck_assert_int_eq(pipe(fds), 0);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close(fds[0]);
+        close(fds[1]);
+        const char *argv[32];
+        int n = 0;
+        argv[n++] = ty_bin();
+        for (int i = 0; args[i] && n < 31; i++) argv[n++] = args[i];
+        argv[n] = NULL;
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t len = 0;
+    for (;;) {
+        ssize_t r = read(fds[0], out + len, cap - 1 - len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        len += (size_t)r;
+        if (len == cap - 1) break;
+    }
+    out[len] = '\0';
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The server on data directory dir, on the test's port. */
+static void server_on(const char *dir, const char *const *more) {
+    snprintf(srv.dir, sizeof srv.dir, "%s", dir);
+    char listen[64];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+    const char *extra[16] = {"--listen", listen};
+    int n = 2;
+    for (int i = 0; more && more[i] && n < 15; i++) extra[n++] = more[i];
+    extra[n] = NULL;
+    ty_server_start_args(&srv, "server", extra);
+    ty_token(&srv, "admin.token", admin_tok, sizeof admin_tok);
+}
+
+/* An agent whose own files lie outside the data directory (it is removed
+ * under the server). */
+static void agent_start(void) {
+    char tokfile[400], logf[400], statef[400];
+    snprintf(statef, sizeof statef, "%s/agent.state", agentdir);
+    snprintf(tokfile, sizeof tokfile, "%s/node.token", agentdir);
+    snprintf(logf, sizeof logf, "%s/agent.log", agentdir);
+    char src[400];
+    snprintf(src, sizeof src, "%s/node.token", srv.dir);
+    size_t n = 0;
+    char *t = file_read_all(src, 1024, &n);
+    ck_assert_ptr_nonnull(t);
+    ck_assert_int_eq(file_write_atomic(tokfile, t, n, 0600), 0);
+    free(t);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        FILE *lf = freopen(logf, "a", stderr);
+        (void)lf;
+        execl(ty_bin(), ty_bin(), "agent", "--server", srv.url, "--token-file", tokfile, "--hostname", "bk-node",
+              "--cpu-slots", "2", "--heartbeat", "1", "--poll-wait", "3", "--state-file", statef, (char *)NULL);
+        _exit(127);
+    }
+    agent_pid = pid;
+}
+
+static void setup(void) {
+    memset(&srv, 0, sizeof srv);
+    agent_pid = 0;
+    ty_mkdtemp(base, sizeof base, "bk");
+    snprintf(data2, sizeof data2, "%s/data2", base);
+    snprintf(dest, sizeof dest, "%s/dest", base);
+    snprintf(agentdir, sizeof agentdir, "%s/agent", base);
+    ck_assert_int_eq(mkdir(agentdir, 0700), 0);
+    ty_mkdtemp_shared(tmpdir, sizeof tmpdir, "bktmp"); /* the programs run as other uids */
+    snprintf(script, sizeof script, "%s/job.py", tmpdir);
+    snprintf(flag, sizeof flag, "%s/finish", tmpdir);
+    ck_assert_int_eq(file_write_atomic(script, PY, sizeof PY - 1, 0644), 0);
+    port = ty_free_port();
+}
+
+static void teardown(void) {
+    int fd = open(flag, O_WRONLY | O_CREAT, 0644);
+    if (fd >= 0) close(fd);
+    if (agent_pid > 0) {
+        kill(agent_pid, SIGTERM);
+        waitpid(agent_pid, NULL, 0);
+    }
+    ty_kill(&srv, SIGTERM);
+    ty_rmrf(base);
+    ty_rmrf(tmpdir);
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static long get(const char *tok, const char *path, cJSON **out) { return ty_http(srv.url, tok, "GET", path, NULL, out); }
+
+static const char *state_of(int64_t id, char *out, size_t cap) {
+    cJSON *o = ty_job_get(srv.url, team_tok, id);
+    snprintf(out, cap, "%s", ty_str(o, "state"));
+    cJSON_Delete(o);
+    return out;
+}
+
+static void wait_state(int64_t id, const char *want, int timeout_s) {
+    int64_t end = mono_ms() + (int64_t)timeout_s * 1000;
+    char st[32];
+    while (strcmp(state_of(id, st, sizeof st), want) != 0) {
+        ck_assert_msg(mono_ms() < end, "job %lld is %s, not %s (see %s, %s/agent.log)", (long long)id, st, want,
+                      srv.log, agentdir);
+        ty_sleep_ms(200);
+    }
+}
+
+static int ckpt_count(int64_t id) {
+    char path[128];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints", (long long)id);
+    cJSON *o = NULL;
+    ck_assert_int_eq(get(team_tok, path, &o), 200);
+    cJSON *arr = cJSON_IsArray(o) ? o : cJSON_GetObjectItem(o, "checkpoints");
+    int n = cJSON_GetArraySize(arr);
+    cJSON_Delete(o);
+    return n;
+}
+
+static int64_t submit_script(const char *name, const char *vals, const char *wait) {
+    char spec[1600];
+    snprintf(spec, sizeof spec,
+             "{\"name\":\"%s\",\"command\":{\"argv\":[\"/usr/bin/python3\",\"%s\",\"%s\",\"%s\"]},\"max_restarts\":0}",
+             name, script, vals, wait);
+    return ty_submit(srv.url, team_tok, spec);
+}
+
+/* The sha256 of a checkpoint's bytes as the server serves them. */
+static void ckpt_sha(int64_t job, int64_t cid, char out[65]) {
+    char path[160], file[400], hdr[65], err[256];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/%lld", (long long)job, (long long)cid);
+    snprintf(file, sizeof file, "%s/dl.bin", base);
+    client c;
+    ck_assert_int_eq(client_init(&c, srv.url, team_tok), 0);
+    long status = 0;
+    uint64_t size = 0;
+    buf eb;
+    buf_init(&eb, 4096);
+    int rc = client_download(&c, path, file, &status, hdr, out, NULL, 0, &size, &eb, err, sizeof err);
+    client_release(&c);
+    buf_release(&eb);
+    ck_assert_msg(rc == 0 && status == 200, "GET %s: %ld %s", path, status, err);
+    ck_assert_str_eq(hdr, out);
+    unlink(file);
+}
+
+/* ---------------------------------------------------------------- comparing answers */
+
+/* Fields that move on their own between two reads (times of life, the
+ * queue's reasons and estimates, a running job's progress). */
+static const char *const VOLATILE[] = {"last_heartbeat_at", "heartbeat_at", "last_seen_at", "queue_reason", "reason",
+                                       "reasons", "eta", "eta_s", "eta_at", "estimated_start", "progress", "now",
+                                       "age_s", "wait_s", "waited_s", "updated_at", "elapsed_s", "runtime_s",
+                                       "uptime_s", "position", NULL};
+
+static int volatile_key(const char *k) {
+    for (int i = 0; VOLATILE[i]; i++)
+        if (strcmp(k, VOLATILE[i]) == 0) return 1;
+    return 0;
+}
+
+/* "" when a and b are equal but for the volatile fields, else where they differ. */
+static void json_diff(const cJSON *a, const cJSON *b, const char *at, char *out, size_t cap) {
+    if (out[0]) return;
+    if ((a->type & 0xff) != (b->type & 0xff)) {
+        snprintf(out, cap, "%s: type differs", at);
+        return;
+    }
+    char sub[512];
+    if (cJSON_IsObject(a)) {
+        for (const cJSON *x = a->child; x; x = x->next) {
+            if (volatile_key(x->string)) continue;
+            const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, x->string);
+            snprintf(sub, sizeof sub, "%s.%s", at, x->string);
+            if (!y) {
+                snprintf(out, cap, "%s: missing after the restore", sub);
+                return;
+            }
+            json_diff(x, y, sub, out, cap);
+        }
+        for (const cJSON *y = b->child; y; y = y->next)
+            if (!volatile_key(y->string) && !cJSON_GetObjectItemCaseSensitive(a, y->string)) {
+                snprintf(out, cap, "%s.%s: new after the restore", at, y->string);
+                return;
+            }
+        return;
+    }
+    if (cJSON_IsArray(a)) {
+        int n = cJSON_GetArraySize(a);
+        if (n != cJSON_GetArraySize(b)) {
+            snprintf(out, cap, "%s: %d items, then %d", at, n, cJSON_GetArraySize(b));
+            return;
+        }
+        for (int i = 0; i < n; i++) {
+            snprintf(sub, sizeof sub, "%s[%d]", at, i);
+            json_diff(cJSON_GetArrayItem(a, i), cJSON_GetArrayItem(b, i), sub, out, cap);
+        }
+        return;
+    }
+    if (!cJSON_Compare(a, b, 1)) {
+        char *ta = cJSON_PrintUnformatted(a), *tb = cJSON_PrintUnformatted(b);
+        snprintf(out, cap, "%s: %.120s, then %.120s", at, ta ? ta : "?", tb ? tb : "?");
+        free(ta);
+        free(tb);
+    }
+}
+
+#define NREC 64
+typedef struct recorded {
+    char path[160];
+    const char *tok;
+    cJSON *body;
+} recorded;
+
+static void record(recorded *r, int *n, const char *tok, const char *path) {
+    ck_assert_int_lt(*n, NREC);
+    recorded *x = &r[(*n)++];
+    snprintf(x->path, sizeof x->path, "%s", path);
+    x->tok = tok;
+    ck_assert_msg(get(tok, path, &x->body) == 200, "GET %s", path);
+}
+
+/* ---------------------------------------------------------------- the cluster, lost and restored */
+
+START_TEST(data_removed_under_a_running_cluster) {
+    char data[320];
+    snprintf(data, sizeof data, "%s/data", base);
+    server_on(data, NULL);
+    agent_start();
+    /* a team, its token, a user in it */
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/teams", "{\"name\":\"vision\"}", &o), 201);
+    snprintf(team_tok, sizeof team_tok, "%s", ty_str(o, "token"));
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/users", "{\"name\":\"ada\",\"email\":\"ada@example.com\"}", &o), 201);
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "PUT", "/api/v1/teams/vision/members/ada", "{\"role\":\"member\"}", &o), 201);
+    cJSON_Delete(o);
+    /* jobs: one done with 3 checkpoints, one running with 2, one that cannot be placed */
+    int64_t done = submit_script("done", "0.5,0.4,0.3", "-");
+    wait_state(done, "succeeded", 90);
+    for (int i = 0; ckpt_count(done) != 1; i++) { /* a finished job keeps its newest (the retention's pass) */
+        ck_assert_msg(i < 600, "the finished job kept %d checkpoints", ckpt_count(done));
+        ty_sleep_ms(100);
+    }
+    int64_t run = submit_script("running", "0.9,0.8", flag);
+    wait_state(run, "running", 60);
+    for (int i = 0; ckpt_count(run) < 2; i++) {
+        ck_assert_msg(i < 600, "the running job did not upload its checkpoints");
+        ty_sleep_ms(100);
+    }
+    int64_t queued = ty_submit(srv.url, team_tok,
+                               "{\"name\":\"queued\",\"command\":{\"argv\":[\"/bin/true\"]},"
+                               "\"strategy\":{\"type\":\"multi_worker_mirrored\"},\"resources\":{\"workers\":16,\"device\":\"cpu\"},\"queue_if_infeasible\":true}");
+    ty_sleep_ms(1500); /* a scheduling pass or two: it stays queued */
+    char st[32];
+    ck_assert_str_eq(state_of(queued, st, sizeof st), "queued");
+
+    /* the backup, through the running server */
+    char out[8192];
+    const char *bargs[] = {"backup", dest, "--url", srv.url, "--token", admin_tok, "--json", NULL};
+    int rc = run_ty(out, sizeof out, bargs);
+    ck_assert_msg(rc == 0, "trainyard backup: %d: %s", rc, out);
+    cJSON *sum = cJSON_Parse(out);
+    ck_assert_msg(sum != NULL, "not JSON: %s", out);
+    ck_assert_int_eq((int)ty_num(sum, "blobs"), 3);
+    ck_assert_int_eq((int)ty_num(sum, "blobs_linked"), 3); /* DEST is on DATA's file system */
+    ck_assert_int_eq((int)ty_num(sum, "blobs_missing"), 0);
+    ck_assert_int_eq((int)ty_num(sum, "writer_blocked_ms"), 0);
+    ck_assert_int_ge((int)ty_num(sum, "files"), 6); /* 3 tokens, attempt.key, the jobs' logs */
+    printf("backup: %s\n", out);
+    char manifest[PATH_MAX];
+    snprintf(manifest, sizeof manifest, "%s/manifest.json", ty_str(sum, "path"));
+    struct stat sb;
+    ck_assert_int_eq(stat(manifest, &sb), 0);
+    ck_assert_int_eq(sb.st_mode & 0777, 0600);
+    cJSON_Delete(sum);
+
+    /* to another file system (/dev/shm, a tmpfs): copies, each checked against its row */
+    char shm[64] = "/dev/shm/ty_bk_XXXXXX", shm_data[128];
+    struct stat st_shm, st_base;
+    if (mkdtemp(shm) && stat(shm, &st_shm) == 0 && stat(base, &st_base) == 0 && st_shm.st_dev != st_base.st_dev) {
+        const char *sargs[] = {"backup", shm, "--url", srv.url, "--token", admin_tok, "--json", NULL};
+        rc = run_ty(out, sizeof out, sargs);
+        ck_assert_msg(rc == 0, "trainyard backup to %s: %d: %s", shm, rc, out);
+        cJSON *s2 = cJSON_Parse(out);
+        ck_assert_ptr_nonnull(s2);
+        ck_assert_int_eq((int)ty_num(s2, "blobs"), 3);
+        ck_assert_int_eq((int)ty_num(s2, "blobs_linked"), 0);
+        ck_assert_int_eq((int)ty_num(s2, "blob_bytes_copied"), 3 * 45000); /* the script's checkpoints */
+        cJSON_Delete(s2);
+        snprintf(shm_data, sizeof shm_data, "%s/restored", shm);
+        const char *r2[] = {"restore", shm, "--data", shm_data, NULL};
+        rc = run_ty(out, sizeof out, r2);
+        ck_assert_msg(rc == 0 && strstr(out, "3 jobs, 3 checkpoints (3 local"), "restore from %s: %d: %s", shm, rc, out);
+        rm_tree(shm);
+    } else {
+        printf("no other file system at /dev/shm: the copies are not tried\n");
+        rmdir(shm);
+    }
+
+    /* every answer */
+    recorded rec[NREC];
+    int nrec = 0;
+    char path[160];
+    record(rec, &nrec, admin_tok, "/api/v1/jobs?limit=100");
+    record(rec, &nrec, team_tok, "/api/v1/jobs?limit=100");
+    record(rec, &nrec, admin_tok, "/api/v1/users");
+    record(rec, &nrec, admin_tok, "/api/v1/teams");
+    record(rec, &nrec, team_tok, "/api/v1/teams/vision/members");
+    int64_t ids[3] = {done, run, queued};
+    for (int i = 0; i < 3; i++) {
+        const char *fmt[] = {"/api/v1/jobs/%lld", "/api/v1/jobs/%lld/events", "/api/v1/jobs/%lld/metrics",
+                             "/api/v1/jobs/%lld/checkpoints"};
+        for (int k = 0; k < 4; k++) {
+            snprintf(path, sizeof path, fmt[k], (long long)ids[i]);
+            record(rec, &nrec, team_tok, path);
+        }
+    }
+    /* and each checkpoint's bytes */
+    int64_t cjob[16], cid[16];
+    char csha[16][65];
+    int nck = 0;
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints", (long long)ids[i]);
+        ck_assert_int_eq(get(team_tok, path, &o), 200);
+        cJSON *arr = cJSON_IsArray(o) ? o : cJSON_GetObjectItem(o, "checkpoints");
+        cJSON *c;
+        cJSON_ArrayForEach(c, arr) {
+            ck_assert_int_lt(nck, 16);
+            cjob[nck] = ids[i];
+            cid[nck] = (int64_t)ty_num(c, "id");
+            ckpt_sha(ids[i], cid[nck], csha[nck]);
+            ck_assert_str_eq(csha[nck], ty_str(c, "sha256"));
+            nck++;
+        }
+        cJSON_Delete(o);
+    }
+    ck_assert_int_eq(nck, 3);
+
+    /* the data directory lost under the running server, then the server */
+    rm_tree(data);
+    ck_assert_int_ne(stat(data, &sb), 0);
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "GET", "/api/v1/health", NULL, NULL), 200);
+    ty_kill(&srv, SIGKILL);
+
+    /* restored elsewhere, the server started on it (same port: the agent comes back) */
+    const char *rargs[] = {"restore", dest, "--data", data2, NULL};
+    rc = run_ty(out, sizeof out, rargs);
+    ck_assert_msg(rc == 0, "trainyard restore: %d: %s", rc, out);
+    printf("restore: %s", out);
+    ck_assert_msg(strncmp(out, "restored ", 9) == 0 && strchr(out, '\n') == out + strlen(out) - 1,
+                  "not one summary line: %s", out);
+    ck_assert_ptr_nonnull(strstr(out, "3 jobs, 3 checkpoints (3 local"));
+    char key_path[400];
+    snprintf(key_path, sizeof key_path, "%s/attempt.key", data2);
+    ck_assert_int_eq(stat(key_path, &sb), 0);
+    ck_assert_int_eq(sb.st_mode & 0777, 0600);
+    char old_admin[128];
+    snprintf(old_admin, sizeof old_admin, "%s", admin_tok);
+    server_on(data2, NULL);
+    ck_assert_str_eq(admin_tok, old_admin);
+
+    /* every answer the same */
+    for (int i = 0; i < nrec; i++) {
+        cJSON *now = NULL;
+        ck_assert_msg(get(rec[i].tok, rec[i].path, &now) == 200, "GET %s after the restore", rec[i].path);
+        char diff[600] = "";
+        /* the running job goes on after the snapshot: its own answer's state and tasks move */
+        snprintf(path, sizeof path, "/api/v1/jobs/%lld", (long long)run);
+        int running_job = strcmp(rec[i].path, path) == 0;
+        if (running_job) {
+            const char *keep[] = {"id", "name", "team", "spec", "created_at", "submitted_at", "attempt", NULL};
+            for (int k = 0; keep[k]; k++) {
+                cJSON *a = cJSON_GetObjectItemCaseSensitive(rec[i].body, keep[k]);
+                cJSON *b = cJSON_GetObjectItemCaseSensitive(now, keep[k]);
+                if (a && (!b || !cJSON_Compare(a, b, 1))) snprintf(diff, sizeof diff, "%s differs", keep[k]);
+            }
+        } else {
+            json_diff(rec[i].body, now, rec[i].path, diff, sizeof diff);
+        }
+        ck_assert_msg(diff[0] == '\0', "after the restore, %s", diff);
+        cJSON_Delete(now);
+        cJSON_Delete(rec[i].body);
+    }
+    for (int i = 0; i < nck; i++) {
+        char sha[65];
+        ckpt_sha(cjob[i], cid[i], sha);
+        ck_assert_str_eq(sha, csha[i]);
+    }
+}
+END_TEST
+
+/* ---------------------------------------------------------------- periodic */
+
+static int count_backups(const char *dir, int *incomplete) {
+    DIR *d = opendir(dir);
+    int complete = 0;
+    *incomplete = 0;
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "trainyard-backup-", 17) != 0) continue;
+        char m[600];
+        struct stat sb;
+        snprintf(m, sizeof m, "%s/%s/manifest.json", dir, e->d_name);
+        if (stat(m, &sb) == 0) complete++;
+        else (*incomplete)++;
+    }
+    closedir(d);
+    return complete;
+}
+
+START_TEST(periodic_backups_keep_two) {
+    char data[320], stale[400];
+    snprintf(data, sizeof data, "%s/data", base);
+    ck_assert_int_eq(mkdir(dest, 0700), 0);
+    snprintf(stale, sizeof stale, "%s/trainyard-backup-20000101T000000Z", dest); /* an interrupted one */
+    ck_assert_int_eq(mkdir(stale, 0700), 0);
+    const char *more[] = {"--backup-to", dest, "--backup-every", "1s", "--backup-keep", "2", NULL};
+    server_on(data, more);
+    int incomplete = 0, complete = 0;
+    for (int i = 0; i < 200; i++) { /* three rounds at least, so one was removed */
+        char *l = NULL;
+        size_t n = 0;
+        l = file_read_all(srv.log, 1 << 20, &n);
+        int rounds = 0;
+        for (const char *p = l; p && (p = strstr(p, "older removed")); p++) rounds++;
+        free(l);
+        if (rounds >= 4) break;
+        ty_sleep_ms(100);
+    }
+    cJSON *o = NULL;
+    client c;
+    ck_assert_int_eq(client_init(&c, srv.url, admin_tok), 0);
+    client_reply r;
+    ck_assert_int_eq(client_request(&c, "GET", "/metrics", NULL, 0, NULL, &r), 0);
+    client_release(&c);
+    ck_assert_int_eq(r.status, 200);
+    const char *m = strstr(r.body.data, "\ntrainyard_backup_last_success_seconds ");
+    ck_assert_ptr_nonnull(m);
+    long long last = atoll(m + strlen("\ntrainyard_backup_last_success_seconds "));
+    ck_assert_int_gt(last, (long long)time(NULL) - 30);
+    ck_assert_ptr_nonnull(strstr(r.body.data, "\ntrainyard_backup_failures_total 0\n"));
+    client_reply_release(&r);
+    (void)o;
+    ty_kill(&srv, SIGTERM); /* waits for a backup under way */
+    complete = count_backups(dest, &incomplete);
+    ck_assert_int_eq(complete, 2);
+    ck_assert_int_eq(incomplete, 0);
+    struct stat sb;
+    ck_assert_int_ne(stat(stale, &sb), 0);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- refusals */
+
+START_TEST(restore_refusals) {
+    char data[320], out[4096], bdir[PATH_MAX];
+    snprintf(data, sizeof data, "%s/data", base);
+    server_on(data, NULL);
+    /* the offline form refuses a directory whose server runs */
+    const char *off[] = {"backup", dest, "--data", data, NULL};
+    int rc = run_ty(out, sizeof out, off);
+    ck_assert_msg(rc == 1 && strstr(out, "server runs"), "%d: %s", rc, out);
+    /* a team token may not back up; a destination inside DATA is the handler's 422 and makes nothing */
+    cJSON *o = NULL;
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    char body[600];
+    snprintf(body, sizeof body, "{\"dest\":\"%s\"}", dest);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", "/api/v1/backups", body, &o), 403);
+    cJSON_Delete(o);
+    snprintf(body, sizeof body, "{\"dest\":\"%s/inside\"}", data);
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/backups", body, &o), 422);
+    ty_assert_error(o, "invalid_value", "dest");
+    cJSON_Delete(o);
+    snprintf(bdir, sizeof bdir, "%s/inside", data);
+    struct stat sb;
+    ck_assert_int_ne(stat(bdir, &sb), 0);
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/backups", "{\"dest\":\"relative/dir\"}", &o), 422);
+    ty_assert_error(o, "invalid_value", "dest");
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/backups", "{\"dest\":\"/tmp\",\"x\":1}", &o), 422);
+    ty_assert_error(o, "unknown_field", "x");
+    cJSON_Delete(o);
+    ty_kill(&srv, SIGTERM);
+    /* the offline form on the stopped server's directory */
+    rc = run_ty(out, sizeof out, off);
+    ck_assert_msg(rc == 0 && strncmp(out, "backup ", 7) == 0, "%d: %s", rc, out);
+    snprintf(bdir, sizeof bdir, "%.*s", (int)(strchr(out, ':') - out - 7), out + 7);
+    /* a data directory holding a database: refused, then --force */
+    const char *into_data[] = {"restore", bdir, "--data", data, NULL};
+    rc = run_ty(out, sizeof out, into_data);
+    ck_assert_msg(rc == 1 && strstr(out, "already holds a database"), "%d: %s", rc, out);
+    const char *forced[] = {"restore", bdir, "--data", data, "--force", NULL};
+    rc = run_ty(out, sizeof out, forced);
+    ck_assert_msg(rc == 0 && strncmp(out, "restored ", 9) == 0, "%d: %s", rc, out);
+    /* a schema newer than this binary's */
+    char mpath[PATH_MAX + 32], mkeep[PATH_MAX + 32];
+    snprintf(mpath, sizeof mpath, "%s/manifest.json", bdir);
+    snprintf(mkeep, sizeof mkeep, "%s/manifest.keep", bdir);
+    size_t n = 0;
+    char *text = file_read_all(mpath, 1 << 20, &n);
+    ck_assert_ptr_nonnull(text);
+    cJSON *m = cJSON_Parse(text);
+    cJSON_ReplaceItemInObject(m, "schema_version", cJSON_CreateNumber(9999));
+    char *newer = cJSON_Print(m);
+    cJSON_Delete(m);
+    ck_assert_int_eq(rename(mpath, mkeep), 0);
+    ck_assert_int_eq(file_write_atomic(mpath, newer, strlen(newer), 0600), 0);
+    free(newer);
+    const char *fresh[] = {"restore", bdir, "--data", data2, NULL};
+    rc = run_ty(out, sizeof out, fresh);
+    ck_assert_msg(rc == 1 && strstr(out, "newer than this trainyard"), "%d: %s", rc, out);
+    /* a damaged database: its sha256 */
+    ck_assert_int_eq(rename(mkeep, mpath), 0);
+    char dbp[PATH_MAX + 32];
+    snprintf(dbp, sizeof dbp, "%s/trainyard.db", bdir);
+    int fd = open(dbp, O_WRONLY);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(pwrite(fd, "X", 1, 5000), 1);
+    close(fd);
+    rc = run_ty(out, sizeof out, fresh);
+    ck_assert_msg(rc == 1 && strstr(out, "sha256"), "%d: %s", rc, out);
+    snprintf(dbp, sizeof dbp, "%s/trainyard.db", data2);
+    ck_assert_int_ne(stat(dbp, &sb), 0); /* nothing left behind */
+    /* without a manifest: incomplete, refused (by name, and as the only one of a folder of backups) */
+    ck_assert_int_eq(unlink(mpath), 0);
+    rc = run_ty(out, sizeof out, fresh);
+    ck_assert_msg(rc == 1 && strstr(out, "no manifest.json"), "%d: %s", rc, out);
+    const char *folder[] = {"restore", dest, "--data", data2, NULL};
+    rc = run_ty(out, sizeof out, folder);
+    ck_assert_msg(rc == 1 && strstr(out, "no complete backup"), "%d: %s", rc, out);
+    text[0] = text[0]; /* the original manifest text, unused below */
+    free(text);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- writers during a backup */
+
+static int64_t now_us_test(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+typedef struct submitter {
+    const char *url, *tok;
+    volatile int *stop;
+    int64_t max_us;
+    int n;
+} submitter;
+
+static void *submit_loop(void *arg) {
+    submitter *s = arg;
+    client c;
+    if (client_init(&c, s->url, s->tok) < 0) return NULL;
+    const char *spec = "{\"name\":\"w\",\"command\":{\"argv\":[\"/bin/true\"]}}";
+    while (!*s->stop) {
+        client_reply r;
+        int64_t t0 = now_us_test();
+        int rc = client_request(&c, "POST", "/api/v1/jobs", spec, strlen(spec), NULL, &r);
+        int64_t us = now_us_test() - t0;
+        if (rc == 0 && r.status == 201) {
+            s->n++;
+            if (us > s->max_us) s->max_us = us;
+        }
+        client_reply_release(&r);
+    }
+    client_release(&c);
+    return NULL;
+}
+
+/* n clients submitting for ms milliseconds, or until *stop; the longest
+ * submission (us) and the count. */
+static void submitters_start(submitter *s, pthread_t *th, int n, volatile int *stop) {
+    for (int i = 0; i < n; i++) {
+        s[i] = (submitter){srv.url, team_tok, stop, 0, 0};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, submit_loop, &s[i]), 0);
+    }
+}
+
+static void submitters_join(submitter *s, pthread_t *th, int n, int64_t *max_us, int *count) {
+    *max_us = 0;
+    *count = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        if (s[i].max_us > *max_us) *max_us = s[i].max_us;
+        *count += s[i].n;
+    }
+}
+
+#define WRITERS 8
+#define PAD_MB 128
+
+START_TEST(writers_not_blocked) {
+    char data[320], dbp[400];
+    snprintf(data, sizeof data, "%s/data", base);
+    server_on(data, NULL);
+    ty_kill(&srv, SIGTERM);
+    /* a database of PAD_MB MiB more (its pages are what the snapshot copies) */
+    snprintf(dbp, sizeof dbp, "%s/trainyard.db", data);
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open(dbp, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, "CREATE TABLE backup_test_pad(b BLOB)", NULL, NULL, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, "BEGIN", NULL, NULL, NULL), SQLITE_OK);
+    for (int i = 0; i < PAD_MB; i++)
+        ck_assert_int_eq(sqlite3_exec(db, "INSERT INTO backup_test_pad VALUES(randomblob(1048576))", NULL, NULL, NULL),
+                         SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+    server_on(data, NULL);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+
+    submitter s[WRITERS];
+    pthread_t th[WRITERS];
+    volatile int stop = 0;
+    int64_t max_without = 0, max_during = 0;
+    int n_without = 0, n_during = 0;
+    /* without a backup */
+    submitters_start(s, th, WRITERS, &stop);
+    ty_sleep_ms(3000);
+    stop = 1;
+    submitters_join(s, th, WRITERS, &max_without, &n_without);
+    /* during one */
+    stop = 0;
+    submitters_start(s, th, WRITERS, &stop);
+    ty_sleep_ms(300);
+    char body[600];
+    snprintf(body, sizeof body, "{\"dest\":\"%s\"}", dest);
+    cJSON *o = NULL;
+    int64_t t0 = mono_ms();
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/backups", body, &o), 201);
+    int64_t took = mono_ms() - t0;
+    ty_sleep_ms(300);
+    stop = 1;
+    submitters_join(s, th, WRITERS, &max_during, &n_during);
+    double snap = ty_num(o, "snapshot_ms"), mib = ty_num(o, "db_bytes") / 1048576.0;
+    printf("writers: %d clients submitting; the longest submission %.1f ms without a backup (%d submitted in 3 s), "
+           "%.1f ms during a backup (%d submitted) of a %.0f MiB database: snapshot %.0f ms, backup %lld ms\n",
+           WRITERS, (double)max_without / 1000.0, n_without, (double)max_during / 1000.0, n_during, mib, snap,
+           (long long)took);
+    fflush(stdout);
+    ck_assert_int_ge((int)mib, PAD_MB);
+    ck_assert_int_gt(n_during, 0);
+    /* a writer blocked by the snapshot would wait for most of its read transaction */
+    if (snap >= 200) ck_assert_msg((double)max_during / 1000.0 < (double)max_without / 1000.0 + snap / 2,
+                                   "a submission took %.1f ms during a snapshot of %.0f ms", max_during / 1000.0, snap);
+    cJSON_Delete(o);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("backup");
+    tcase_add_test(ty_tcase(s, "restore", setup, teardown, 300), data_removed_under_a_running_cluster);
+    tcase_add_test(ty_tcase(s, "periodic", setup, teardown, 120), periodic_backups_keep_two);
+    tcase_add_test(ty_tcase(s, "refusals", setup, teardown, 120), restore_refusals);
+    tcase_add_test(ty_tcase(s, "writers", setup, teardown, 300), writers_not_blocked);
+    return ty_run_suite(s);
+}
