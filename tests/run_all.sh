@@ -49,13 +49,49 @@ if [ "${INCLUDE_GRAPH_TEST:-1}" != 0 ]; then
   if python3 tests/include_graph.py; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/include_graph.py"; fi
   echo "   ($(( $(date +%s) - start ))s)"
 fi
+# The suites on a real S3 store (those that include tests/s3_fixture.h: a
+# one-node Ceph each, mostly waiting on radosgw and their jobs) run one after
+# the other in the background, beside the checks of the loop below, and are
+# reported after it; the loop skips them. S3_BESIDE=0: in the loop instead.
+s3_suites=()
 for t in "$build"/tests/check_*; do
   [ -x "$t" ] || continue
+  src="tests/$(basename "$t").c"
+  [ -f "$src" ] && grep -q '"s3_fixture.h"' "$src" && s3_suites+=("$t")
+done
+s3_pid=""
+if [ ${#s3_suites[@]} -gt 0 ] && [ "${S3_BESIDE:-1}" != 0 ]; then
+  s3_log=$(mktemp -d /tmp/ty_s3_suites.XXXXXX)
+  (
+    for t in "${s3_suites[@]}"; do
+      start=$(date +%s)
+      if "$t" >"$s3_log/$(basename "$t").out" 2>&1; then r=0; else r=1; fi
+      echo "$(basename "$t") $r $(( $(date +%s) - start ))" >>"$s3_log/results"
+    done
+  ) </dev/null &
+  s3_pid=$!
+  echo "== the S3 store's suites (${s3_suites[*]##*/}): started beside the checks below"
+fi
+for t in "$build"/tests/check_*; do
+  [ -x "$t" ] || continue
+  if [ -n "$s3_pid" ] && [[ " ${s3_suites[*]} " == *" $t "* ]]; then continue; fi
   echo "== $(basename "$t")"
   start=$(date +%s)
   if "$t"; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: $t"; fi
   echo "   ($(( $(date +%s) - start ))s)"
 done
+if [ -n "$s3_pid" ]; then
+  wait "$s3_pid" || true
+  for t in "${s3_suites[@]}"; do
+    n=$(basename "$t")
+    echo "== $n (beside the checks above)"
+    cat "$s3_log/$n.out" 2>/dev/null
+    res=$(awk -v n="$n" '$1 == n { print $2, $3 }' "$s3_log/results" 2>/dev/null)
+    if [ "${res%% *}" = 0 ]; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: $t"; fi
+    echo "   (${res##* }s)"
+  done
+  rm -rf "$s3_log"
+fi
 # thousands of agents, in small: 200 simulated agents against this build's server (tests/cluster_sim.sh)
 if [ "${CLUSTER_SIM_TEST:-1}" != 0 ]; then
   echo "== tests/cluster_sim.sh"
