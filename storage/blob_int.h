@@ -32,6 +32,7 @@ struct blob_store {
     char secret[256];        /* zeroed at close; never in a message */
     char *token;             /* aws_session_token or NULL; zeroed at close */
     long timeout_ms;
+    int list_page;           /* ListObjectsV2 max-keys (1000; tests make it small) */
     pthread_mutex_t mu;      /* the pool of keep-alive handles */
     void *pool[BLOB_POOL_MAX];
     int npool;
@@ -56,6 +57,18 @@ int s3_mpu_abort(blob_store *s, const char *key, const char *upload_id, blob_err
 int s3_presign(blob_store *s, const char *method, const char *key, const char *upload_id, int part,
                const char *content_md5_b64, int ttl_s, const char *filename, char *url, size_t cap);
 void s3_close(blob_store *s); /* the pool's handles */
+
+/* The store's XML answers, bounded (tests/fuzz/fuzz_s3_xml.c). s3_xml_text:
+ * the text of the next <tag>...</tag> at or after *pos (pos may be NULL:
+ * from the start), entities decoded (ASCII only), into out: 0 (and *pos
+ * past the close tag), -1 when absent, -2 when too long or malformed.
+ * s3_xml_list: a ListObjectsV2 page: cb(ctx, Key less its first strip
+ * bytes, Size) for each <Contents> (until cb returns non-zero: *stopped),
+ * *truncated and the NextContinuationToken into token; 0, or -1 when the
+ * page is malformed. */
+int s3_xml_text(const char *xml, size_t len, const char *tag, size_t *pos, char *out, size_t cap);
+int s3_xml_list(const char *xml, size_t len, size_t strip, blob_list_cb cb, void *ctx, int *stopped, int *truncated,
+                char *token, size_t tcap);
 
 /* A temporary file beside dest (dest's folder/.NAME.tmpXXXXXX, 0600):
  * open, then commit (fsync, rename over dest, fsync the folder) or abort. */
