@@ -460,6 +460,8 @@ int blob_store_open(const char *spec, const char *credentials, const char *data_
     blob_store *s = xcalloc(1, sizeof *s);
     s->timeout_ms = 30000;
     s->list_page = 1000;
+    s->put_single_max = 5LL << 30;
+    s->put_part_bytes = 1LL << 30;
     if (pthread_mutex_init(&s->mu, NULL) != 0) {
         free(s);
         return blob_fail(err, BLOB_ERROR, 0, "EAGAIN", "cannot make a mutex");

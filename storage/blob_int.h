@@ -33,6 +33,8 @@ struct blob_store {
     char *token;             /* aws_session_token or NULL; zeroed at close */
     long timeout_ms;
     int list_page;           /* ListObjectsV2 max-keys (1000; tests make it small) */
+    int64_t put_single_max;  /* blob_put_file: one PUT up to this (5 GiB), else multipart */
+    int64_t put_part_bytes;  /* ... of parts this large (1 GiB) */
     pthread_mutex_t mu;      /* the pool of keep-alive handles */
     void *pool[BLOB_POOL_MAX];
     int npool;

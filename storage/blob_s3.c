@@ -21,7 +21,6 @@
 #include <unistd.h>
 
 #define XML_MAX (1 << 20)          /* an answer's body we read */
-#define SINGLE_PUT_MAX (5LL << 30) /* S3's limit of one PUT */
 #define MAX_SKEW_S 300
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -521,13 +520,14 @@ int s3_put_file(blob_store *s, const char *key, const char *path, blob_err *err)
     int64_t size = (int64_t)st.st_size;
     int rc;
     unsigned char md5[16];
-    if (size <= SINGLE_PUT_MAX) {
+    if (size <= s->put_single_max) {
         rc = put_range(s, key, NULL, fd, 0, size, md5, err);
-    } else { /* past one PUT's limit: a multipart upload of 1 GiB parts */
-        const int64_t part = 1LL << 30;
-        int parts = (int)((size + part - 1) / part);
+    } else { /* past one PUT's limit (5 GiB): a multipart upload of 1 GiB parts */
+        const int64_t part = s->put_part_bytes;
+        int64_t nparts = (size + part - 1) / part;
+        int parts = nparts > 10000 ? 10001 : (int)nparts;
         char id[256];
-        rc = parts > 10000 ? blob_fail(err, BLOB_BAD, 0, "EntityTooLarge", "PUT %s: larger than 10000 GiB", path)
+        rc = parts > 10000 ? blob_fail(err, BLOB_BAD, 0, "EntityTooLarge", "PUT %s: more than 10000 parts", path)
                            : s3_mpu_create(s, key, id, err);
         if (rc == BLOB_OK) {
             unsigned char (*md5s)[16] = xcalloc((size_t)parts, 16);

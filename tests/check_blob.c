@@ -20,6 +20,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -669,29 +670,94 @@ START_TEST(s3_objects) {
 }
 END_TEST
 
+static long max_rss_kb(void) {
+    struct rusage ru;
+    ck_assert_int_eq(getrusage(RUSAGE_SELF, &ru), 0);
+    return ru.ru_maxrss;
+}
+
+/* a file of n pseudo-random bytes written 1 MiB at a time; its sha256 */
+static void make_file(const char *path, size_t n, unsigned seed, char sha[65]) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    sha256_stream h;
+    ck_assert_int_eq(sha256_stream_init(&h), 0);
+    unsigned char chunk[1 << 16];
+    uint32_t x = seed;
+    for (size_t done = 0; done < n;) {
+        size_t len = n - done < sizeof chunk ? n - done : sizeof chunk;
+        for (size_t i = 0; i < len; i++) {
+            x = x * 1664525u + 1013904223u;
+            chunk[i] = (unsigned char)(x >> 24);
+        }
+        ck_assert_int_eq(write(fd, chunk, len), (ssize_t)len);
+        ck_assert_int_eq(sha256_stream_update(&h, chunk, len), 0);
+        done += len;
+    }
+    close(fd);
+    ck_assert_int_eq(sha256_stream_final(&h, sha), 0);
+}
+
+static void file_sha(const char *path, char sha[65], int64_t *size) {
+    int fd = open(path, O_RDONLY);
+    ck_assert_int_ge(fd, 0);
+    sha256_stream h;
+    ck_assert_int_eq(sha256_stream_init(&h), 0);
+    unsigned char chunk[1 << 16];
+    ssize_t r;
+    *size = 0;
+    while ((r = read(fd, chunk, sizeof chunk)) > 0) {
+        ck_assert_int_eq(sha256_stream_update(&h, chunk, (size_t)r), 0);
+        *size += r;
+    }
+    close(fd);
+    ck_assert_int_eq(sha256_stream_final(&h, sha), 0);
+}
+
+/* 96 MiB up and down: the bytes, and no more than 24 MiB of memory more */
 START_TEST(s3_files_stream) {
-    char bucket[64], dir[64], src[128], dst[128];
+    char bucket[64], dir[64], src[128], dst[128], want[65], got[65];
     blob_store *s = s3_store("", bucket, sizeof bucket);
     mkscratch(dir, sizeof dir);
     snprintf(src, sizeof src, "%s/src", dir);
     snprintf(dst, sizeof dst, "%s/dst", dir);
-    size_t n = 20 * 1024 * 1024 + 3;
-    unsigned char *data = xmalloc(n);
-    for (size_t i = 0; i < n; i++) data[i] = (unsigned char)(i * 2654435761u >> 13);
-    ck_assert_int_eq(file_write_atomic(src, data, n, 0600), 0);
+    size_t n = 96u * 1024 * 1024 + 3;
+    make_file(src, n, 7, want);
     blob_err e = {0};
+    long rss0 = max_rss_kb();
+    int64_t t0 = mono_ms();
     ck_assert_msg(blob_put_file(s, "backups/big", src, &e) == BLOB_OK, "%s", e.msg);
+    int64_t t1 = mono_ms();
     int64_t size = 0;
     ck_assert_int_eq(blob_head(s, "backups/big", &size, NULL, &e), BLOB_OK);
     ck_assert_int_eq(size, (int64_t)n);
     ck_assert_msg(blob_get_file(s, "backups/big", dst, &e) == BLOB_OK, "%s", e.msg);
-    size_t len = 0;
-    char *got = file_read_all(dst, n + 1, &len);
-    ck_assert_ptr_nonnull(got);
-    ck_assert_uint_eq(len, n);
-    ck_assert(memcmp(got, data, n) == 0);
-    free(got);
-    free(data);
+    int64_t t2 = mono_ms();
+    long rss1 = max_rss_kb();
+    file_sha(dst, got, &size);
+    ck_assert_int_eq(size, (int64_t)n);
+    ck_assert_str_eq(got, want);
+    fprintf(stderr, "s3: put_file %zu MiB in %lld ms, get_file in %lld ms; peak RSS %ld -> %ld KiB\n", n >> 20,
+            (long long)(t1 - t0), (long long)(t2 - t1), rss0, rss1);
+    ck_assert_int_lt(rss1 - rss0, 24 * 1024);
+
+    /* past the one-PUT limit: a multipart upload (limits made small here) */
+    s->put_single_max = 8 << 20;
+    s->put_part_bytes = 5 << 20;
+    make_file(src, 12u * 1024 * 1024 + 5, 9, want);
+    ck_assert_msg(blob_put_file(s, "backups/parts", src, &e) == BLOB_OK, "%s", e.msg);
+    char etag[80];
+    ck_assert_int_eq(blob_head(s, "backups/parts", &size, etag, &e), BLOB_OK);
+    ck_assert_int_eq(size, 12 * 1024 * 1024 + 5);
+    ck_assert_msg(strstr(etag, "-3\"") != NULL, "%s", etag);
+    ck_assert_int_eq(s3_open_uploads(&dev, bucket, ""), 0);
+    ck_assert_int_eq(blob_get_file(s, "backups/parts", dst, &e), BLOB_OK);
+    file_sha(dst, got, &size);
+    ck_assert_str_eq(got, want);
+    /* a source that is not there */
+    char nosrc[160];
+    snprintf(nosrc, sizeof nosrc, "%s/none", dir);
+    ck_assert_int_eq(blob_put_file(s, "backups/x", nosrc, &e), BLOB_BAD);
     blob_store_close(s);
     rmrf(dir);
 }
