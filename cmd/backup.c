@@ -33,11 +33,14 @@ static void backup_usage(FILE *f) {
 
 static void restore_usage(FILE *f) {
     fprintf(f,
-            "usage: trainyard restore SRC --data DIR [--force]\n"
+            "usage: trainyard restore SRC --data DIR [--force] [--blob-credentials FILE] [--allow-missing]\n"
             "  SRC           a backup (DEST/trainyard-backup-<UTC time>), or a folder of backups: the\n"
             "                newest complete one\n"
             "  --data DIR    the data directory to fill (then: trainyard server --data DIR)\n"
-            "  --force       replace the database DIR holds (refused without)\n");
+            "  --force       replace the database DIR holds (refused without)\n"
+            "  --blob-credentials FILE  the s3 store's credentials (as the server's), to check that\n"
+            "                every object the backup names is there\n"
+            "  --allow-missing  restore even when some are not (their checkpoints marked deleted)\n");
 }
 
 static void print_summary(const cJSON *o) {
@@ -209,16 +212,20 @@ int cmd_restore(int argc, char **argv) {
     static const struct option longopts[] = {
         {"data", required_argument, NULL, 'd'},
         {"force", no_argument, NULL, 'f'},
+        {"blob-credentials", required_argument, NULL, 'c'},
+        {"allow-missing", no_argument, NULL, 'm'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    const char *data = NULL;
-    int force = 0, c;
+    const char *data = NULL, *creds = NULL;
+    int force = 0, allow_missing = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
         case 'd': data = optarg; break;
         case 'f': force = 1; break;
+        case 'c': creds = optarg; break;
+        case 'm': allow_missing = 1; break;
         case 'h': restore_usage(stdout); return 0;
         default: restore_usage(stderr); return 2;
         }
@@ -234,15 +241,22 @@ int cmd_restore(int argc, char **argv) {
     }
     restore_summary s;
     char err[1024];
-    if (backup_restore(src, data, force, &s, err, sizeof err) < 0) {
+    restore_opts ro = {src, data, force, creds, allow_missing};
+    if (backup_restore(&ro, &s, err, sizeof err) < 0) {
         fprintf(stderr, "trainyard: restore refused: %s\n", err);
         return 1;
     }
-    printf("restored %s from %s into %s: %lld jobs, %lld checkpoints (%lld local, %lld in another store), %d files, "
-           "%d checkpoint and context files checked%s, schema %d\n",
+    char remote[160] = "";
+    if (s.checkpoints_remote)
+        snprintf(remote, sizeof remote, ", %lld in another store%s", (long long)s.checkpoints_remote,
+                 s.remote_missing ? "" : ", all present");
+    if (s.remote_missing)
+        snprintf(remote + strlen(remote), sizeof remote - strlen(remote), ", %lld of them missing and marked deleted",
+                 (long long)s.remote_missing);
+    printf("restored %s from %s into %s: %lld jobs, %lld checkpoints (%lld local%s), %d files, %d checkpoint and "
+           "context files checked%s, schema %d\n",
            s.created_at, s.path, data, (long long)s.jobs, (long long)s.checkpoints, (long long)s.checkpoints_local,
-           (long long)s.checkpoints_remote, s.files, s.blobs,
-           s.blobs_missing ? " (some were missing when the backup was taken: see its manifest)" : "",
+           remote, s.files, s.blobs, s.blobs_missing ? " (some were missing when the backup was taken: see its manifest)" : "",
            s.schema_version);
     return 0;
 }

@@ -18,6 +18,7 @@
  *     copy taken after the snapshot holds at least what its rows name);
  *  5. manifest.json last (temp, fsync, rename) after a syncfs of the backup. */
 #include "backup.h"
+#include "blob.h"
 #include "db.h"
 #include "../common/util.h"
 #include "../common/version.h"
@@ -918,8 +919,103 @@ out:
     return rc;
 }
 
-int backup_restore(const char *src, const char *data_dir, int force, restore_summary *out, char *err,
-                   size_t errlen) {
+/* The objects the manifest lists in other stores, HEADed (size compared);
+ * the rows of those not found are marked deleted in the database at tmpdb
+ * when allow_missing, else the restore fails naming them. */
+static int check_remote(const restore_opts *o, const cJSON *blobs, const char *tmpdb, restore_summary *out, char *err,
+                        size_t errlen) {
+    const cJSON *it;
+    blob_store *st = NULL;
+    char open_url[512] = "";
+    buf miss;
+    buf_init(&miss, 4096);
+    int nmiss = 0, rc = 0;
+    sqlite3 *c = NULL;
+    cJSON_ArrayForEach(it, blobs) {
+        if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "local"))) continue;
+        const char *key = jstr(it, "key"), *store = jstr(it, "store");
+        int64_t size = jnum(it, "size");
+        if (!key || !store || !store[0] || !blob_key_valid(key)) {
+            snprintf(err, errlen, "the manifest lists an object of another store badly: %.200s", key ? key : "(no key)");
+            rc = -1;
+            break;
+        }
+        if (strncmp(key, "checkpoints/", 12) == 0) out->checkpoints_remote++;
+        if (strcmp(store, open_url) != 0) { /* rows are grouped by store: one open at a time */
+            blob_store_close(st);
+            st = NULL;
+            blob_err be;
+            memset(&be, 0, sizeof be);
+            if (blob_store_open(store, strncmp(store, "s3://", 5) == 0 ? o->credentials : NULL, o->data_dir, &st,
+                                &be) != BLOB_OK) {
+                snprintf(err, errlen, "the backup's checkpoints are in the store %s, which cannot be opened: %s%s",
+                         store, be.msg, strncmp(store, "s3://", 5) == 0 && !o->credentials ? " (give --blob-credentials FILE)" : "");
+                rc = -1;
+                break;
+            }
+            snprintf(open_url, sizeof open_url, "%s", store);
+        }
+        int64_t got = -1;
+        blob_err be;
+        memset(&be, 0, sizeof be);
+        int h = blob_head(st, key, &got, NULL, &be);
+        if (h == BLOB_OK && (size < 0 || got == size)) continue;
+        if (h != BLOB_OK && h != BLOB_NOT_FOUND) {
+            snprintf(err, errlen, "HEAD %s in %s: %s (%s): the store must answer to check the backup", key, store,
+                     blob_strerror(h), be.msg);
+            rc = -1;
+            break;
+        }
+        nmiss++;
+        out->remote_missing++;
+        if (miss.len < 3000)
+            buf_printf(&miss, "%s%s%s", miss.len ? ", " : "", key, h == BLOB_OK ? " (another size)" : "");
+        if (o->allow_missing && strncmp(key, "checkpoints/", 12) == 0) {
+            if (!c && sqlite3_open_v2(tmpdb, &c, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+                snprintf(err, errlen, "cannot open the restored database: %s", c ? sqlite3_errmsg(c) : "no memory");
+                rc = -1;
+                break;
+            }
+            sqlite3_stmt *q = NULL;
+            if (sqlite3_prepare_v2(c, "UPDATE checkpoints SET deleted_at = ? WHERE path = ? AND store = ? AND deleted_at IS NULL",
+                                   -1, &q, NULL) != SQLITE_OK) {
+                snprintf(err, errlen, "cannot mark %s deleted: %s", key, sqlite3_errmsg(c));
+                rc = -1;
+                break;
+            }
+            sqlite3_bind_int64(q, 1, now_ms());
+            sqlite3_bind_text(q, 2, key + 12, -1, SQLITE_STATIC);
+            sqlite3_bind_text(q, 3, store, -1, SQLITE_STATIC);
+            int s = sqlite3_step(q);
+            sqlite3_finalize(q);
+            if (s != SQLITE_DONE) {
+                snprintf(err, errlen, "cannot mark %s deleted: %s", key, sqlite3_errmsg(c));
+                rc = -1;
+                break;
+            }
+        }
+    }
+    blob_store_close(st);
+    if (c && sqlite3_close(c) != SQLITE_OK && rc == 0) {
+        snprintf(err, errlen, "cannot close the restored database");
+        rc = -1;
+    }
+    if (rc == 0 && nmiss && !o->allow_missing) {
+        snprintf(err, errlen, "%d object%s the backup names %s missing from %s: %s; give --allow-missing to restore "
+                 "without them (their checkpoints marked deleted)",
+                 nmiss, nmiss == 1 ? "" : "s", nmiss == 1 ? "is" : "are", open_url, miss.data ? miss.data : "");
+        rc = -1;
+    }
+    if (rc == 0 && nmiss)
+        log_warn("restore: %d object%s missing from the store, marked deleted: %s", nmiss, nmiss == 1 ? "" : "s",
+                 miss.data ? miss.data : "");
+    buf_release(&miss);
+    return rc;
+}
+
+int backup_restore(const restore_opts *o, restore_summary *out, char *err, size_t errlen) {
+    const char *src = o->src, *data_dir = o->data_dir;
+    int force = o->force;
     memset(out, 0, sizeof *out);
     err[0] = '\0';
     char bdir[PATH_MAX], p[PATH_MAX], q[PATH_MAX];
@@ -1006,10 +1102,7 @@ int backup_restore(const char *src, const char *data_dir, int force, restore_sum
             snprintf(err, errlen, "the manifest lists a blob badly: %.200s", key ? key : "(no key)");
             goto out;
         }
-        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "local"))) {
-            out->checkpoints_remote += strncmp(key, "checkpoints/", 12) == 0;
-            continue;
-        }
+        if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "local"))) continue; /* check_remote's */
         if (sfmt(p, sizeof p, "%s/blobs/%s", bdir, key) < 0 || sfmt(q, sizeof q, "%s/%s", data_dir, key) < 0) {
             snprintf(err, errlen, "path too long: %s", key);
             goto out;
@@ -1019,6 +1112,7 @@ int backup_restore(const char *src, const char *data_dir, int force, restore_sum
         out->checkpoints_local += strncmp(key, "checkpoints/", 12) == 0;
     }
     out->blobs_missing = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "missing"));
+    if (check_remote(o, cJSON_GetObjectItemCaseSensitive(m, "blobs"), tmpdb, out, err, errlen) < 0) goto out;
     /* the database last: a stale WAL of a replaced one must not be replayed onto it */
     for (int i = 0; i < 2; i++) {
         if (sfmt(q, sizeof q, "%s/trainyard.db%s", data_dir, i ? "-shm" : "-wal") == 0 && unlink(q) < 0 &&

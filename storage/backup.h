@@ -68,20 +68,30 @@ typedef struct restore_summary {
     int64_t jobs;
     int64_t checkpoints;       /* live checkpoint rows */
     int64_t checkpoints_local; /* of them, files restored */
-    int64_t checkpoints_remote;/* of them, objects of another store (not checked here) */
+    int64_t checkpoints_remote;/* of them, objects of another store (file:// or s3://), each HEADed */
+    int64_t remote_missing;    /* of those, not found (then marked deleted: allow_missing) */
     int files;                 /* tokens, keys, tls/, logs/ restored */
     int blobs;                 /* checkpoint and context files restored */
     int blobs_missing;         /* listed as missing when the backup was taken */
 } restore_summary;
 
-/* Restores the backup src (a backup folder, or a folder of backups: the
- * newest complete one) into data_dir. Refuses: a data_dir that holds a
- * database (unless force) or whose server runs, a backup without
+typedef struct restore_opts {
+    const char *src;           /* a backup folder, or a folder of backups (the newest complete one) */
+    const char *data_dir;
+    int force;                 /* replace a database data_dir holds */
+    const char *credentials;   /* the store's credentials file (s3), or NULL */
+    int allow_missing;         /* objects of another store not found: their checkpoints marked deleted */
+} restore_opts;
+
+/* Restores the backup o->src into o->data_dir. Refuses: a data_dir that
+ * holds a database (unless force) or whose server runs, a backup without
  * manifest.json, a schema newer than this build's. Checks the database's
  * sha256 and PRAGMA integrity_check and every file's sha256; restores the
- * files with their modes; the database is renamed into place last, so a
- * failed restore leaves no database behind. 0 with *out, or -1 with err. */
-int backup_restore(const char *src, const char *data_dir, int force, restore_summary *out, char *err,
-                   size_t errlen);
+ * files with their modes; HEADs every object the manifest lists in
+ * another store (a file:// or s3:// blob store): missing ones are named in
+ * err and the restore fails, unless allow_missing (their rows are then
+ * marked deleted); the database is renamed into place last, so a failed
+ * restore leaves no database behind. 0 with *out, or -1 with err. */
+int backup_restore(const restore_opts *o, restore_summary *out, char *err, size_t errlen);
 
 #endif

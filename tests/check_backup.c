@@ -13,9 +13,13 @@
  *  - periodic_backups_keep_two: --backup-every 1s --backup-keep 2 leave
  *    exactly 2 complete folders (an old unfinished one removed), and
  *    /metrics has the last success;
- *  - restore_refusals: a backup without manifest, a data directory holding
+ *  - restore_refusals: the route's 403 and 422s (each with its audit row),
+ *    a backup without manifest, a data directory holding
  *    a database (without --force), a schema newer than the binary, a
  *    damaged database, a running server's directory (offline backup);
+ *  - objects_in_another_store: checkpoint rows naming a file:// store's
+ *    objects are listed, not copied; restore HEADs each, refuses a missing
+ *    one by name, and with --allow-missing marks its row deleted;
  *  - writers_not_blocked: 8 clients submit jobs without and during a
  *    backup of a padded database: the longest submission is printed (the
  *    figure of docs/reliability.md) and no writer waited for the snapshot. */
@@ -559,6 +563,26 @@ START_TEST(restore_refusals) {
     ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/backups", "{\"dest\":\"/tmp\",\"x\":1}", &o), 422);
     ty_assert_error(o, "unknown_field", "x");
     cJSON_Delete(o);
+    /* each asked backup has its audit row: the team's 403, the admin's 422s
+     * (written once answered: a moment after the answer) */
+    int n403 = 0, n422 = 0;
+    for (int tries = 0; tries < 50 && (n403 != 1 || n422 != 3); tries++) {
+        if (tries) ty_sleep_ms(100);
+        ck_assert_int_eq(ty_http(srv.url, admin_tok, "GET", "/api/v1/audit?action=/api/v1/backups", NULL, &o), 200);
+        cJSON *rows = cJSON_IsArray(o) ? o : NULL;
+        for (cJSON *x = o->child; !rows && x; x = x->next)
+            if (cJSON_IsArray(x)) rows = x;
+        ck_assert_ptr_nonnull(rows);
+        n403 = n422 = 0;
+        cJSON *row;
+        cJSON_ArrayForEach(row, rows) {
+            n403 += (int)ty_num(row, "status") == 403;
+            n422 += (int)ty_num(row, "status") == 422;
+        }
+        cJSON_Delete(o);
+    }
+    ck_assert_int_eq(n403, 1);
+    ck_assert_int_eq(n422, 3);
     ty_kill(&srv, SIGTERM);
     /* the offline form on the stopped server's directory */
     rc = run_ty(out, sizeof out, off);
@@ -609,6 +633,76 @@ START_TEST(restore_refusals) {
     ck_assert_msg(rc == 1 && strstr(out, "no complete backup"), "%d: %s", rc, out);
     text[0] = text[0]; /* the original manifest text, unused below */
     free(text);
+}
+END_TEST
+
+/* ---------------------------------------------------------------- objects of another store */
+
+/* Checkpoint rows that name objects of a file:// blob store (as a server
+ * with --blob-store file:///DIR writes them): the backup lists them in its
+ * manifest without copying them; restore HEADs each, fails naming the one
+ * that is gone, and with --allow-missing restores with its row marked
+ * deleted. (The rows are written into the stopped server's database.) */
+START_TEST(objects_in_another_store) {
+    char data[320], store[320], url[400], obj[600], dbp[400], out[4096];
+    snprintf(data, sizeof data, "%s/data", base);
+    snprintf(store, sizeof store, "%s/store", base);
+    snprintf(url, sizeof url, "file://%s", store);
+    server_on(data, NULL);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    int64_t job = ty_submit(srv.url, team_tok, "{\"name\":\"s\",\"command\":{\"argv\":[\"/bin/true\"]}}");
+    ty_kill(&srv, SIGTERM);
+    /* two objects named, one there */
+    snprintf(obj, sizeof obj, "%s/checkpoints/%lld", store, (long long)job);
+    ck_assert_int_eq(mkdir_p(obj, 0700), 0);
+    snprintf(obj, sizeof obj, "%s/checkpoints/%lld/1-a.safetensors", store, (long long)job);
+    ck_assert_int_eq(file_write_atomic(obj, "hello", 5, 0600), 0);
+    char sha[65];
+    sha256_hex("hello", 5, sha);
+    snprintf(dbp, sizeof dbp, "%s/trainyard.db", data);
+    sqlite3 *db = NULL;
+    ck_assert_int_eq(sqlite3_open(dbp, &db), SQLITE_OK);
+    char sql[1600];
+    for (int i = 0; i < 2; i++) {
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO checkpoints(job_id, attempt, step, epoch, size, sha256, path, created_at, store) "
+                 "VALUES(%lld, 1, %d, %d, 5, '%s', '%lld/1-%c.safetensors', 1, '%s')",
+                 (long long)job, i + 1, i + 1, sha, (long long)job, i ? 'b' : 'a', url);
+        ck_assert_msg(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK, "%s", sqlite3_errmsg(db));
+    }
+    sqlite3_close(db);
+    const char *bargs[] = {"backup", dest, "--data", data, "--json", NULL};
+    int rc = run_ty(out, sizeof out, bargs);
+    ck_assert_msg(rc == 0, "backup: %d: %s", rc, out);
+    cJSON *sum = cJSON_Parse(out);
+    ck_assert_ptr_nonnull(sum);
+    ck_assert_int_eq((int)ty_num(sum, "manifest_objects"), 2);
+    ck_assert_int_eq((int)ty_num(sum, "blobs"), 0);
+    cJSON_Delete(sum);
+    /* the one gone: named, and nothing restored */
+    const char *rargs[] = {"restore", dest, "--data", data2, NULL};
+    rc = run_ty(out, sizeof out, rargs);
+    char want[200];
+    snprintf(want, sizeof want, "checkpoints/%lld/1-b.safetensors", (long long)job);
+    ck_assert_msg(rc == 1 && strstr(out, "1 object the backup names is missing") && strstr(out, want), "%d: %s", rc,
+                  out);
+    struct stat sb;
+    snprintf(dbp, sizeof dbp, "%s/trainyard.db", data2);
+    ck_assert_int_ne(stat(dbp, &sb), 0);
+    /* allowed: restored, its row marked deleted, the other's kept */
+    const char *allow[] = {"restore", dest, "--data", data2, "--allow-missing", NULL};
+    rc = run_ty(out, sizeof out, allow);
+    ck_assert_msg(rc == 0 && strstr(out, "2 in another store, 1 of them missing and marked deleted"), "%d: %s", rc, out);
+    ck_assert_int_eq(sqlite3_open(dbp, &db), SQLITE_OK);
+    sqlite3_stmt *st = NULL;
+    ck_assert_int_eq(sqlite3_prepare_v2(db, "SELECT path FROM checkpoints WHERE deleted_at IS NULL", -1, &st, NULL),
+                     SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    snprintf(want, sizeof want, "%lld/1-a.safetensors", (long long)job);
+    ck_assert_str_eq((const char *)sqlite3_column_text(st, 0), want);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
 }
 END_TEST
 
@@ -732,6 +826,7 @@ int main(void) {
     tcase_add_test(ty_tcase(s, "restore", setup, teardown, 300), data_removed_under_a_running_cluster);
     tcase_add_test(ty_tcase(s, "periodic", setup, teardown, 120), periodic_backups_keep_two);
     tcase_add_test(ty_tcase(s, "refusals", setup, teardown, 120), restore_refusals);
+    tcase_add_test(ty_tcase(s, "store", setup, teardown, 120), objects_in_another_store);
     tcase_add_test(ty_tcase(s, "writers", setup, teardown, 300), writers_not_blocked);
     return ty_run_suite(s);
 }
