@@ -16,7 +16,8 @@
  *     sha256), those linked in 1 and not named are removed;
  *  4. tokens, attempt.key, tls/ and logs/ copied (logs are append-only: a
  *     copy taken after the snapshot holds at least what its rows name);
- *  5. manifest.json last (temp, fsync, rename) after a syncfs of the backup. */
+ *  5. manifest.json last (temp, fsync, rename) after an fsync of every
+ *     folder of the backup (the files copied were each fsynced). */
 #include "backup.h"
 #include "blob.h"
 #include "db.h"
@@ -539,6 +540,31 @@ static int path_within(const char *path, const char *dir) {
     return strncmp(path, dir, n) == 0 && (path[n] == '\0' || path[n] == '/' || (n == 1 && dir[0] == '/'));
 }
 
+/* fsync of dir and of every folder below it (not a syncfs: the file
+ * system's other writers, the server's first, are not made to wait). */
+static int fsync_dirs(const char *dir, char *err, size_t errlen) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(err, errlen, "cannot open %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d))) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        char sub[PATH_MAX];
+        struct stat sb;
+        if (sfmt(sub, sizeof sub, "%s/%s", dir, e->d_name) < 0 || lstat(sub, &sb) < 0) continue;
+        if (S_ISDIR(sb.st_mode)) rc = fsync_dirs(sub, err, errlen);
+    }
+    closedir(d);
+    if (rc == 0 && fsync_dir(dir) < 0) {
+        snprintf(err, errlen, "cannot sync %s: %s", dir, strerror(errno));
+        rc = -1;
+    }
+    return rc;
+}
+
 int backup_run(const char *data_dir, const char *dest, backup_summary *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     err[0] = '\0';
@@ -640,14 +666,9 @@ int backup_run(const char *data_dir, const char *dest, backup_summary *out, char
         err[0] = '\0';
         if (walk(path, "", tree_cb, &t) != 0) goto out;
     }
-    /* 5: everything on the disk, then the manifest */
-    int fd = open(b.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || syncfs(fd) < 0) {
-        snprintf(err, errlen, "cannot sync %s: %s", b.dir, strerror(errno));
-        if (fd >= 0) close(fd);
-        goto out;
-    }
-    close(fd);
+    /* 5: every folder's entries on the disk (each file copied was fsynced;
+     * a linked one is DATA's, written durably), then the manifest */
+    if (fsync_dirs(b.dir, err, errlen) < 0) goto out;
     cJSON *m = cJSON_CreateObject();
     cJSON_AddNumberToObject(m, "format", 1);
     cJSON_AddStringToObject(m, "created_at", out->created_at);

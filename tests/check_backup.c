@@ -814,8 +814,10 @@ START_TEST(writers_not_blocked) {
     fflush(stdout);
     ck_assert_int_ge((int)mib, PAD_MB);
     ck_assert_int_gt(n_during, 0);
-    /* a writer blocked by the snapshot would wait for most of its read transaction */
-    if (snap >= 200) ck_assert_msg((double)max_during / 1000.0 < (double)max_without / 1000.0 + snap / 2,
+    /* a writer blocked by the snapshot would wait for about all of its read
+     * transaction (they submit without pause: one comes as it begins); the
+     * backup's own disk writes and CPU on shared cores cost some, not that */
+    if (snap >= 200) ck_assert_msg((double)max_during / 1000.0 < (double)max_without / 1000.0 + snap * 0.75,
                                    "a submission took %.1f ms during a snapshot of %.0f ms", max_during / 1000.0, snap);
     cJSON_Delete(o);
 }
