@@ -28,7 +28,7 @@ static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
 
 /* ---------------------------------------------------------------- XML */
 
-static int decode_entities(const char *a, size_t n, char *out, size_t cap) {
+static int decode_entities_raw(const char *a, size_t n, char *out, size_t cap) {
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned long c = (unsigned char)a[i];
@@ -62,6 +62,13 @@ static int decode_entities(const char *a, size_t n, char *out, size_t cap) {
     }
     out[o] = '\0';
     return 0;
+}
+
+/* out is "" on a failure: callers may print it whatever the answer held */
+static int decode_entities(const char *a, size_t n, char *out, size_t cap) {
+    int rc = decode_entities_raw(a, n, out, cap);
+    if (rc != 0) out[0] = '\0';
+    return rc;
 }
 
 int s3_xml_text(const char *xml, size_t len, const char *tag, size_t *pos, char *out, size_t cap) {
