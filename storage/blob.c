@@ -286,6 +286,8 @@ static int parse_s3(blob_store *s, const char *spec, blob_err *err) {
         snprintf(s->endpoint, sizeof s->endpoint, "https://s3.%s.amazonaws.com", s->region);
         snprintf(s->host, sizeof s->host, "%s.s3.%s.amazonaws.com", s->bucket, s->region);
     }
+    if (sfmt(s->base, sizeof s->base, "%s://%s", s->https ? "https" : "http", s->host) < 0)
+        return blob_fail(err, BLOB_BAD, 0, "InvalidSpec", "s3 store: host too long");
     char pre[256];
     snprintf(pre, sizeof pre, "%s", s->prefix);
     size_t pl = strlen(pre);
@@ -470,8 +472,9 @@ int blob_store_open(const char *spec, const char *credentials, const char *data_
     int have_creds = credentials && *credentials;
     if (strcmp(spec, "DATA") == 0) {
         s->kind = BLOB_KIND_DATA;
-        if (!data_dir || data_dir[0] != '/' || sfmt(s->root, sizeof s->root, "%s", data_dir) < 0)
-            rc = blob_fail(err, BLOB_BAD, 0, "InvalidSpec", "DATA store: the data directory must be an absolute path");
+        /* the server's data directory as it was given ("./.trainyard" by default) */
+        if (!data_dir || !*data_dir || strlen(data_dir) > PATH_MAX - 300 || sfmt(s->root, sizeof s->root, "%s", data_dir) < 0)
+            rc = blob_fail(err, BLOB_BAD, 0, "InvalidSpec", "DATA store: no data directory");
         else {
             size_t n = strlen(s->root);
             while (n > 1 && s->root[n - 1] == '/') s->root[--n] = '\0';
@@ -524,7 +527,10 @@ int blob_tmp_open(const char *dest, char tmp[PATH_MAX], blob_err *err) {
     if (sfmt(tmp, PATH_MAX, "%.*s%s.%s.tmpXXXXXX", n, dest, slash ? "/" : "", base) < 0)
         return blob_errno(err, ENAMETOOLONG, "create", dest);
     int fd = mkostemp(tmp, O_CLOEXEC);
-    if (fd < 0) return blob_errno(err, errno, "create", tmp);
+    if (fd < 0) { /* a folder missing here is the caller's, not a missing key */
+        int rc = blob_errno(err, errno, "create", tmp);
+        return rc == BLOB_NOT_FOUND ? BLOB_ERROR : rc;
+    }
     if (fchmod(fd, 0600) < 0) {
         int e = errno;
         blob_tmp_abort(fd, tmp);

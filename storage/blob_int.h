@@ -25,6 +25,7 @@ struct blob_store {
     char region[32];
     char endpoint[320];      /* scheme://host[:port], default port left out */
     char host[300];          /* Host as sent: "127.0.0.1:7480", "bucket.s3.us-east-1.amazonaws.com" */
+    char base[320];          /* scheme://host: where requests go (virtual-hosted: the bucket's host) */
     int https;
     int path_style;          /* 1: /bucket/key (whenever an endpoint is given) */
     char cred_path[PATH_MAX];

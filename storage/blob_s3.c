@@ -337,7 +337,7 @@ static int perform(blob_store *s, s3_call *c, blob_err *err) {
     }
     sigv4_creds cr = {s->akid, s->secret, s->token, s->region};
     if (sigv4_query_string(&r, query, sizeof query) < 0 ||
-        sfmt(url, sizeof url, "%s%s%s%s", s->endpoint, enc_path, query[0] ? "?" : "", query) < 0 ||
+        sfmt(url, sizeof url, "%s%s%s%s", s->base, enc_path, query[0] ? "?" : "", query) < 0 ||
         sigv4_authorize(&cr, &r, auth, sizeof auth, amz_date) < 0)
         return blob_fail(err, BLOB_BAD, 0, "InvalidRequest", "%s: cannot sign the request", c->op);
 
@@ -771,7 +771,7 @@ int s3_presign(blob_store *s, const char *method, const char *key, const char *u
                    .now = time(NULL), .expires_s = ttl_s};
     sigv4_creds cr = {s->akid, s->secret, s->token, s->region};
     if (sigv4_presign(&cr, &r, query, sizeof query) < 0) return BLOB_BAD;
-    if (sfmt(url, cap, "%s%s?%s", s->endpoint, enc_path, query) < 0) {
+    if (sfmt(url, cap, "%s%s?%s", s->base, enc_path, query) < 0) {
         url[0] = '\0';
         return BLOB_BAD;
     }

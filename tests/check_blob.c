@@ -150,6 +150,10 @@ static void roundtrip(blob_store *s, const char *root) {
     ck_assert_int_eq(blob_head(s, "checkpoints/12", &size, NULL, &e), BLOB_NOT_FOUND); /* a folder is no blob */
     ck_assert_int_eq(blob_get_file(s, "checkpoints/12/9.safetensors", out, &e), BLOB_NOT_FOUND);
     ck_assert_int_eq(access(out, F_OK), -1);
+    char nodir[700];
+    snprintf(nodir, sizeof nodir, "%s-nodir/x", root);
+    ck_assert_int_eq(blob_get_file(s, "checkpoints/1/1.safetensors", nodir, &e), BLOB_ERROR); /* the key is there */
+    ck_assert_str_eq(e.code, "ENOENT");
     ck_assert_int_eq(blob_delete(s, "checkpoints/12/9.safetensors", &e), BLOB_OK);
     ck_assert_int_eq(blob_delete(s, "nowhere/at/all", &e), BLOB_OK);
 
@@ -182,8 +186,12 @@ START_TEST(data_store_roundtrip) {
     ck_assert_int_eq(blob_store_open(NULL, NULL, dir, &s, &e), BLOB_OK);
     ck_assert_str_eq(blob_store_root(s), dir);
     blob_store_close(s);
-    ck_assert_int_eq(blob_store_open("DATA", NULL, "relative/dir", &s, &e), BLOB_BAD);
+    ck_assert_int_eq(blob_store_open("DATA", NULL, "./.trainyard/", &s, &e), BLOB_OK); /* as the server was given it */
+    ck_assert_str_eq(blob_store_root(s), "./.trainyard");
+    blob_store_close(s);
+    ck_assert_int_eq(blob_store_open("DATA", NULL, NULL, &s, &e), BLOB_BAD);
     ck_assert_ptr_null(s);
+    ck_assert_int_eq(blob_store_open("DATA", NULL, "", &s, &e), BLOB_BAD);
     rmrf(dir);
 }
 END_TEST
@@ -370,8 +378,24 @@ START_TEST(s3_specs_parsed) {
         ck_assert_msg(strstr(e.msg, bad[i].msg) != NULL, "%s: %s", bad[i].spec, e.msg);
         ck_assert_msg(strstr(e.msg, SECRET) == NULL && strstr(e.msg, "AKID") == NULL, "%s", e.msg);
     }
+    /* the addressing of presigned URLs (no I/O): path-style with an endpoint, virtual-hosted on AWS */
     blob_store *s = NULL;
     blob_err e;
+    char url[2048];
+    ck_assert_int_eq(blob_store_open("s3://ckpt/ty/?endpoint=http://127.0.0.1:7480", cred, NULL, &s, &e), BLOB_OK);
+    ck_assert_int_eq(blob_presign(s, "GET", "checkpoints/1/x", NULL, 0, NULL, 60, NULL, url, sizeof url), BLOB_OK);
+    ck_assert_msg(strncmp(url, "http://127.0.0.1:7480/ckpt/ty/checkpoints/1/x?X-Amz-Algorithm=AWS4-HMAC-SHA256&", 79) == 0, "%s", url);
+    ck_assert_ptr_nonnull(strstr(url, "X-Amz-Credential=AKIDEXAMPLE%2F"));
+    ck_assert_ptr_null(strstr(url, "X-Amz-Security-Token"));
+    ck_assert_int_eq(blob_presign(s, "PUT", "checkpoints/1/x", "2~id/+", 7, "1B2M2Y8AsgTpgAmY7PhCfg==", 60, NULL, url, sizeof url), BLOB_OK);
+    ck_assert_ptr_nonnull(strstr(url, "&partNumber=7&uploadId=2~id%2F%2B&X-Amz-Signature="));
+    blob_store_close(s);
+    ck_assert_int_eq(blob_store_open("s3://my-bucket/p?region=eu-west-1", cred, NULL, &s, &e), BLOB_OK);
+    ck_assert_int_eq(blob_presign(s, "GET", "contexts/ab", NULL, 0, NULL, 60, NULL, url, sizeof url), BLOB_OK);
+    ck_assert_msg(strncmp(url, "https://my-bucket.s3.eu-west-1.amazonaws.com/p/contexts/ab?", 59) == 0, "%s", url);
+    ck_assert_ptr_nonnull(strstr(url, "%2Feu-west-1%2Fs3%2Faws4_request"));
+    ck_assert_ptr_null(strstr(url, SECRET));
+    blob_store_close(s);
     ck_assert_int_eq(blob_store_open("s3://ckpt?endpoint=http://127.0.0.1:7480", NULL, NULL, &s, &e), BLOB_BAD);
     ck_assert_ptr_nonnull(strstr(e.msg, "--blob-credentials"));
     /* file:// forms */
@@ -445,10 +469,13 @@ START_TEST(credentials_file_rules) {
     ck_assert_ptr_nonnull(strstr(e.msg, "bad aws_access_key_id"));
     creds(dir, cred, sizeof cred, "[default\n", 0600);
     ck_assert_int_eq(blob_store_open(spec, cred, NULL, &s, &e), BLOB_BAD);
-    /* a session token is read */
+    /* a session token is read, and signed into every URL */
     creds(dir, cred, sizeof cred,
           "[default]\naws_access_key_id=AKIDEXAMPLE\naws_secret_access_key=" SECRET "\naws_session_token = tok/en+=\n", 0600);
     ck_assert_int_eq(blob_store_open(spec, cred, NULL, &s, &e), BLOB_OK);
+    char url[2048];
+    ck_assert_int_eq(blob_presign(s, "GET", "a", NULL, 0, NULL, 60, NULL, url, sizeof url), BLOB_OK);
+    ck_assert_ptr_nonnull(strstr(url, "&X-Amz-Security-Token=tok%2Fen%2B%3D&"));
     blob_store_close(s);
     rmrf(dir);
 }
