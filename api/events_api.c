@@ -186,7 +186,9 @@ static void job_events(server *srv, http_req *req, http_res *res) {
  * the job): what happened on its node that belongs on the job's timeline.
  * kind "image": a pull began or ended; "image_pull_failed": the image cannot
  * be had, so the attempt fails for good, without spending the restart
- * budget (another attempt would meet the same registry). */
+ * budget (another attempt would meet the same registry); "checkpoint_store":
+ * checkpoint uploads to the blob store began failing (training goes on) or
+ * reach it again, one event each way per spell (an event, no state change). */
 static void events_post(server *srv, http_req *req, http_res *res) {
     exec_job j;
     if (api_job_param(srv, req, res, 0, &j) < 0) return;
@@ -204,9 +206,10 @@ static void events_post(server *srv, http_req *req, http_res *res) {
             goto out;
         }
     }
-    if (!kind || (strcmp(kind, "image") != 0 && strcmp(kind, "image_pull_failed") != 0)) {
+    if (!kind || (strcmp(kind, "image") != 0 && strcmp(kind, "image_pull_failed") != 0 &&
+                  strcmp(kind, "checkpoint_store") != 0)) {
         http_error(res, 422, kind ? "invalid_value" : "missing_field", "kind",
-                   "kind must be \"image\" or \"image_pull_failed\"");
+                   "kind must be \"image\", \"image_pull_failed\" or \"checkpoint_store\"");
         goto out;
     }
     if (!msg || !msg[0] || strlen(msg) > 1000) {

@@ -802,7 +802,8 @@ static int ckpt_newest(const char *dir, char name[256], struct stat *out) {
 }
 
 /* Uploads one version of a checkpoint file (id) as the job's checkpoint,
- * wrapped in a safetensors file that keeps its name (docs/command-jobs.md).
+ * wrapped in a safetensors file that keeps its name (docs/command-jobs.md),
+ * to the blob store or the server (report_upload_ckpt).
  * Retries while the server is away until deadline_s (0: one try). Returns 0
  * when uploaded; -1 when refused or unreadable, or when the file is no
  * longer that version (changed or gone: nothing to retry); -2 when the
@@ -859,30 +860,19 @@ static int ckpt_upload_file(const cconfig *c, const char *ckdir, const char *tas
     free(hj);
     uint64_t total = 8 + padded + (uint64_t)sb.st_size;
     int rc = -1;
-    char err[512] = "", sha[65];
-    sha256_stream ss;
-    if (sha256_stream_init(&ss) < 0) abort();
-    sha256_stream_update(&ss, head, 8 + padded);
-    char chunk[1 << 16];
-    uint64_t seen = 0;
-    for (;;) {
-        ssize_t got = read(fd, chunk, sizeof chunk);
-        if (got < 0) {
-            sha256_stream_final(&ss, sha);
-            log_error("cannot read checkpoint %s: %s", id->name, strerror(errno));
-            goto out;
-        }
-        if (got == 0) break;
-        sha256_stream_update(&ss, chunk, (size_t)got);
-        seen += (uint64_t)got;
-    }
-    sha256_stream_final(&ss, sha);
-    if (seen != (uint64_t)sb.st_size) goto out; /* being rewritten: the next version comes */
+    char err[512] = "", sha[65] = "";
     int64_t end = mono_ms() + (int64_t)deadline_s * 1000, backoff = 0;
+    /* streamed from the file (read once for the checksums, once as sent):
+     * straight to the store, or to the server when it keeps checkpoints */
+    report_ckpt_bytes b = {.api = c->api, .token = c->token, .job = c->job, .attempt = c->attempt, .step = step,
+                           .epoch = epoch, .head = head, .head_len = 8 + padded, .fd = fd, .total = total,
+                           .deadline_ms = deadline_s ? end : 0};
     for (;;) {
-        if (lseek(fd, 0, SEEK_SET) < 0) break;
-        long st = report_put_ckpt(NULL, c->api, c->token, c->job, step, epoch, sha, head, 8 + padded, fd, total, err,
-                                  sizeof err);
+        long st = report_upload_ckpt(NULL, &b, sha, err, sizeof err);
+        if (st == 409 && !sha[0]) { /* shorter than it was: being rewritten, the next version comes */
+            log_info("checkpoint %s changed while read (%s): the next version is uploaded", id->name, err);
+            break;
+        }
         if (st == 201 || st == 200) {
             log_info("checkpoint uploaded: %s (%lld bytes, step %ld, epoch %ld, sha256 %.16s...)", id->name,
                      (long long)sb.st_size, step, epoch, sha);
@@ -909,7 +899,6 @@ static int ckpt_upload_file(const cconfig *c, const char *ckdir, const char *tas
         if (backoff > REPORT_BACKOFF_MAX_MS) backoff = REPORT_BACKOFF_MAX_MS;
         usleep((useconds_t)backoff * 1000);
     }
-out:
     close(fd);
     free(head);
     return rc;

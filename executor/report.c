@@ -3,6 +3,7 @@
  * is resent until acknowledged: a retry never duplicates, and dropping
  * unsent step metrics (bounded buffer) never leaves a gap. */
 #include "report.h"
+#include "../client/blobxfer.h"
 #include "../common/util.h"
 
 #include <errno.h>
@@ -198,6 +199,120 @@ long report_put_ckpt(CURL *h, const char *api, const char *token, int64_t job, l
     curl_slist_free_all(hdr);
     if (own) curl_easy_cleanup(own);
     return st;
+}
+
+/* ---------------------------------------------------------------- through the store */
+
+static ssize_t bytes_read_at(void *ctx, void *p, size_t n, uint64_t off) {
+    const report_ckpt_bytes *b = ctx;
+    if (off < b->head_len) {
+        size_t k = b->head_len - (size_t)off < n ? b->head_len - (size_t)off : n;
+        memcpy(p, (const char *)b->head + off, k);
+        return (ssize_t)k;
+    }
+    if (b->fd < 0) return 0;
+    for (;;) {
+        ssize_t r = pread(b->fd, p, n, (off_t)(off - b->head_len));
+        if (r >= 0 || errno != EINTR) return r;
+    }
+}
+
+/* The store's spells of failure, for this process (its one task's uploads):
+ * whether one is on and its event was posted. */
+static pthread_mutex_t g_spell_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_spell_posted;
+
+/* POST /jobs/{id}/events {"kind":"checkpoint_store"}, one try: 1 when taken. */
+static int store_event(const report_ckpt_bytes *b, const char *msg) {
+    client c;
+    if (client_init(&c, b->api, b->token) < 0) return 0;
+    c.timeout_ms = 10000;
+    cJSON *o = cJSON_CreateObject();
+    if (!o) abort();
+    cJSON_AddStringToObject(o, "kind", "checkpoint_store");
+    cJSON_AddStringToObject(o, "message", msg);
+    cJSON_AddNumberToObject(o, "attempt", b->attempt > 0 ? b->attempt : 1);
+    char *body = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!body) abort();
+    char path[96];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/events", (long long)b->job);
+    client_reply r;
+    int e = client_request(&c, "POST", path, body, strlen(body), NULL, &r);
+    int ok = e == 0 && r.status == 200;
+    if (!ok)
+        log_warn("job event not taken (%s): %s", e < 0 ? r.error : "refused", msg);
+    client_reply_release(&r);
+    free(body);
+    client_release(&c);
+    return ok;
+}
+
+/* A spell begins: its one event, unless posted already. */
+static void spell_failed(const report_ckpt_bytes *b, const char *why) {
+    pthread_mutex_lock(&g_spell_mu);
+    if (!g_spell_posted) {
+        char msg[900];
+        snprintf(msg, sizeof msg, "checkpoint upload failed (step %ld: %.600s); retrying, training goes on", b->step,
+                 why);
+        log_warn("%s", msg);
+        g_spell_posted = store_event(b, msg); /* not taken: said at the next failure */
+    }
+    pthread_mutex_unlock(&g_spell_mu);
+}
+
+/* An upload reached the store: the spell, if one was said, is over. */
+static void spell_over(const report_ckpt_bytes *b) {
+    pthread_mutex_lock(&g_spell_mu);
+    if (g_spell_posted) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "checkpoints reach the store again (step %ld)", b->step);
+        log_info("%s", msg);
+        store_event(b, msg);
+        g_spell_posted = 0;
+    }
+    pthread_mutex_unlock(&g_spell_mu);
+}
+
+static void on_trouble(void *ctx, const char *why) { spell_failed(ctx, why); }
+
+long report_upload_ckpt(CURL *h, const report_ckpt_bytes *b, char sha[65], char *err, size_t errlen) {
+    blobxfer_src src = {bytes_read_at, (void *)b, b->total};
+    blobxfer_opts o = {0};
+    if (b->xfer) o = *b->xfer;
+    o.stop = b->stop;
+    o.deadline_ms = b->deadline_ms;
+    o.on_store_trouble = on_trouble;
+    o.trouble_ctx = (void *)b;
+    blobxfer_result res;
+    int64_t t0 = mono_ms();
+    blobxfer_ckpt_upload(b->api, b->token, b->job, b->step, b->epoch, &src, &o, &res);
+    snprintf(sha, 65, "%s", res.sha256);
+    cJSON_Delete(res.answer);
+    if (res.status == 201) {
+        double s = (double)(mono_ms() - t0) / 1000.0;
+        log_info("checkpoint in the store: step %ld, %llu bytes in %d part(s), %.1f s (%.0f MiB/s), %d part retries, "
+                 "%d URLs renewed",
+                 b->step, (unsigned long long)b->total, res.parts, s, s > 0 ? (double)b->total / s / 1048576.0 : 0.0,
+                 res.part_retries, res.url_refreshes);
+        spell_over(b);
+        return 201;
+    }
+    if (res.status != BLOBXFER_VIA_SERVER) {
+        snprintf(err, errlen, "%s", res.err[0] ? res.err : "upload failed");
+        if (res.store_fault) spell_failed(b, res.err);
+        return res.status;
+    }
+    if (!res.sha256[0]) { /* not read whole */
+        snprintf(err, errlen, "%s", res.err);
+        return 0;
+    }
+    if (b->fd >= 0 && lseek(b->fd, 0, SEEK_SET) < 0) {
+        snprintf(err, errlen, "cannot rewind the checkpoint: %s", strerror(errno));
+        return 409;
+    }
+    return report_put_ckpt(h, b->api, b->token, b->job, b->step, b->epoch, res.sha256, b->head, b->head_len, b->fd,
+                           b->total, err, errlen);
 }
 
 /* ---------------------------------------------------------------- sender */

@@ -63,6 +63,37 @@ long report_put_ckpt(CURL *h, const char *api, const char *token, int64_t job, l
                      const char *sha, const void *head, size_t head_len, int fd, uint64_t total, char *err,
                      size_t errlen);
 
+/* A checkpoint's bytes for report_upload_ckpt: head (head_len bytes), then,
+ * when fd >= 0, the file from its offset 0 (read with pread); total in all. */
+typedef struct report_ckpt_bytes {
+    const char *api, *token;
+    int64_t job;
+    int attempt;                     /* the task's, said in the job events */
+    long step, epoch;
+    const void *head;
+    size_t head_len;
+    int fd;
+    uint64_t total;
+    volatile sig_atomic_t *stop;     /* NULL, or turns 1: the store upload is given up */
+    int64_t deadline_ms;             /* mono_ms() past which no new try starts (0: none) */
+    const struct blobxfer_opts *xfer;/* the store upload's tries and parts (NULL: the defaults) */
+} report_ckpt_bytes;
+
+/* Uploads the job's checkpoint: straight to the blob store over the URLs the
+ * server presigns (client/blobxfer.h), or, when the server keeps checkpoints
+ * itself (it answered upload_via_server: remembered for the process), with
+ * report_put_ckpt. h as report_put_ckpt's. Returns the HTTP status (201:
+ * the checkpoint is recorded, only once the store has it whole and the
+ * server verified it), 0 when the server was not reached; err says why
+ * unless 201; sha (65) the bytes' sha256 once they were read.
+ *
+ * The store failing: the first failed try of a spell (a part's transport
+ * error, stall or 5xx; the server's 502/503/504 about the store) posts one
+ * job event of kind "checkpoint_store" (the upload failed, training goes
+ * on), the first upload to reach the store after it another (they reach the
+ * store again). The caller keeps its retries (report_sender's backoff). */
+long report_upload_ckpt(CURL *h, const report_ckpt_bytes *b, char sha[65], char *err, size_t errlen);
+
 /* The caller's checkpoints, opaque objects the sender holds until uploaded. */
 typedef struct report_ckpt_ops {
     /* One try, on the sender thread: 0 uploaded, -1 refused or gone

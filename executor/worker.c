@@ -226,14 +226,16 @@ static void wckpt_release(void *p) {
     free(k);
 }
 
-/* report_ckpt_ops.upload: PUT the bytes as the job's checkpoint. */
+/* report_ckpt_ops.upload: the bytes as the job's checkpoint, to the store
+ * (or the server when it keeps them itself). */
 static int wckpt_upload(void *ctx, void *p, long step, long epoch, char *err, size_t errlen) {
     const wupload *u = ctx;
     const wckpt *k = p;
     char sha[65];
-    sha256_hex(k->data, k->len, sha);
-    long st = report_put_ckpt(u->raw, u->w->api, u->w->token, u->w->job, step, epoch, sha, k->data, k->len, -1,
-                              k->len, err, errlen);
+    report_ckpt_bytes b = {.api = u->w->api, .token = u->w->token, .job = u->w->job, .attempt = u->w->attempt,
+                           .step = step, .epoch = epoch, .head = k->data, .head_len = k->len, .fd = -1,
+                           .total = k->len};
+    long st = report_upload_ckpt(u->raw, &b, sha, err, errlen);
     if (st == 201 || st == 200) {
         log_info("checkpoint uploaded: step %ld, epoch %ld, %zu bytes, sha256 %.16s...", step, epoch, k->len, sha);
         return 0;
