@@ -267,13 +267,6 @@ int client_default_token(char *out, size_t outlen, char *err, size_t errlen) {
 
 /* ---------------------------------------------------------------- download */
 
-/* url without its query and fragment (a presigned URL's signature): for
- * logs and messages. */
-static void redact_url(const char *url, char *out, size_t cap) {
-    size_t n = strcspn(url, "?#");
-    snprintf(out, cap, "%.*s", (int)n, url);
-}
-
 typedef struct dl {
     CURL *h;
     FILE *f;
@@ -449,7 +442,7 @@ int client_download(client *c, const char *path, const char *out_path, long *sta
         } else {
             snprintf(where, sizeof where, "%s", d.loc);
         }
-        redact_url(where, shown, sizeof shown);
+        (void)url_redact(where, shown, sizeof shown);
         if (strncasecmp(where, "http://", 7) != 0 && strncasecmp(where, "https://", 8) != 0) {
             snprintf(err, errlen, "%s answered 307 to %s: not an http(s) URL", url, shown);
             fclose(d.f);
@@ -491,7 +484,7 @@ int client_download(client *c, const char *path, const char *out_path, long *sta
     snprintf(sha_hdr, 65, "%s", where[0] ? want : d.sha_hdr);
     snprintf(sha_got, 65, "%s", got);
     if (locn) {
-        if (where[0]) redact_url(where, loc, locn); /* where the bytes came from, without the signature */
+        if (where[0]) (void)url_redact(where, loc, locn); /* where the bytes came from, without the signature */
         else snprintf(loc, locn, "%s", d.loc);
     }
     *size = d.n;
