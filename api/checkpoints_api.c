@@ -4,11 +4,13 @@
  * pruned) and downloaded by users and the next attempt. Rows are
  * storage/exec_store.c; files are under the checkpoint directory. */
 #include "checkpoints_api.h"
+#include "blobs_api.h"
 #include "exec_common.h"
 #include "retention_api.h"
 #include "teams_api.h"
 #include "../spec/jobspec.h"
 #include "../server/server.h"
+#include "../storage/blob_meta.h"
 #include "../storage/exec_store.h"
 #include "../storage/quota.h"
 #include "../storage/store.h"
@@ -57,42 +59,56 @@ static void ckpt_put(server *srv, http_req *req, http_res *res) {
     }
     /* the disk reserve and the team's storage quota: refused whole rather
      * than written half */
-    if (api_storage_admit(srv, j.team_id, (int64_t)req->body.len, "checkpoint", 507, res) < 0) goto out;
+    int64_t open_bytes = 0; /* uploads to the store reserved and not completed count too */
+    if (blob_upload_open_bytes(srv->db, j.team_id, &open_bytes) != STORE_OK) open_bytes = 0;
+    if (api_storage_admit(srv, j.team_id, (int64_t)req->body.len + open_bytes, "checkpoint", 507, res) < 0) goto out;
     int64_t cid = 0;
     if (exec_store_ckpt_reserve(srv->db, j.id, j.attempt, step, epoch, (int64_t)req->body.len, got, &cid) != STORE_OK) {
         api_db_unavailable(res);
         goto out;
     }
-    char dir[PATH_MAX], rel[256], path[PATH_MAX + 300];
-    if (sfmt(dir, sizeof dir, "%s/%lld", srv->checkpoint_dir, (long long)j.id) < 0 ||
-        sfmt(rel, sizeof rel, "%lld/%lld.safetensors", (long long)j.id, (long long)cid) < 0 ||
-        sfmt(path, sizeof path, "%s/%s", srv->checkpoint_dir, rel) < 0 || mkdir_p(dir, 0700) < 0 ||
-        file_write_atomic(path, req->body.data, req->body.len, 0600) < 0) {
-        int e = errno;
+    /* the data directory as before; another store through its interface */
+    const char *store = blob_store_url(srv->blobs);
+    char dir[PATH_MAX], rel[256], path[PATH_MAX + 300], key[300];
+    if (sfmt(rel, sizeof rel, "%lld/%lld.safetensors", (long long)j.id, (long long)cid) < 0 ||
+        sfmt(key, sizeof key, "checkpoints/%s", rel) < 0) {
         exec_store_ckpt_discard(srv->db, cid);
-        http_error(res, 507, "storage_full", NULL, "cannot write the checkpoint: %s", strerror(e));
+        http_error(res, 500, "internal", NULL, "a checkpoint's name is too long");
         goto out;
     }
-    /* Record it and prune in one transaction; the files go after the commit. */
-    int keep = 3;
-    jobspec *spec = xcalloc(1, sizeof *spec);
-    spec_error se;
-    if (jobspec_parse(j.spec, strlen(j.spec), spec, &se) == 0) {
-        keep = spec->checkpoint.keep;
-        jobspec_release(spec);
+    path[0] = '\0';
+    if (!store[0]) {
+        if (sfmt(dir, sizeof dir, "%s/%lld", srv->checkpoint_dir, (long long)j.id) < 0 ||
+            sfmt(path, sizeof path, "%s/%s", srv->checkpoint_dir, rel) < 0 || mkdir_p(dir, 0700) < 0 ||
+            file_write_atomic(path, req->body.data, req->body.len, 0600) < 0) {
+            int e = errno;
+            exec_store_ckpt_discard(srv->db, cid);
+            http_error(res, 507, "storage_full", NULL, "cannot write the checkpoint: %s", strerror(e));
+            goto out;
+        }
+    } else {
+        blob_err be;
+        memset(&be, 0, sizeof be);
+        int brc = blob_put(srv->blobs, key, req->body.data, req->body.len, &be);
+        if (brc != BLOB_OK) {
+            exec_store_ckpt_discard(srv->db, cid);
+            api_blob_error(srv, res, brc, &be, "checkpoint");
+            goto out;
+        }
     }
-    free(spec);
-    if (keep < 1) keep = 1;
+    /* Record it and prune in one transaction; the files go after the commit. */
+    int keep = api_ckpt_keep(j.spec);
     ckpt_ref *old = xcalloc(PRUNE_MAX, sizeof *old);
     int nold = 0;
     int rc = db_begin(srv->db) < 0 ? STORE_ERROR : STORE_OK;
-    if (rc == STORE_OK) rc = exec_store_ckpt_publish(srv->db, cid, "", rel);
+    if (rc == STORE_OK) rc = exec_store_ckpt_publish(srv->db, cid, store, rel);
     if (rc == STORE_OK) rc = exec_store_job_checkpointed(srv->db, j.id, now_ms());
     if (rc == STORE_OK) rc = exec_store_ckpt_prune(srv->db, j.id, keep, old, PRUNE_MAX, &nold);
     if (rc != STORE_OK || db_commit(srv->db) < 0) {
         db_rollback(srv->db);
         free(old);
-        unlink(path);
+        if (path[0]) unlink(path);
+        else blob_delete(srv->blobs, key, NULL);
         exec_store_ckpt_discard(srv->db, cid);
         api_db_unavailable(res);
         goto out;
@@ -142,7 +158,7 @@ static void ckpt_list(server *srv, http_req *req, http_res *res) {
     http_json(res, 200, o);
 }
 
-static void ckpt_send(server *srv, http_res *res, int64_t job, int64_t cid) {
+static void ckpt_send(server *srv, http_res *res, int64_t job, int64_t cid, int relay) {
     exec_ckpt c;
     int rc = exec_store_ckpt_get(srv->db, job, cid, &c);
     if (rc == STORE_NOT_FOUND) {
@@ -154,9 +170,21 @@ static void ckpt_send(server *srv, http_res *res, int64_t job, int64_t cid) {
         api_db_unavailable(res);
         return;
     }
+    char name[96];
+    snprintf(name, sizeof name, "job-%lld-checkpoint-%lld.safetensors", (long long)job, (long long)c.id);
     if (c.store[0]) {
-        http_error(res, 410, "gone", NULL, "checkpoint %lld is in the blob store %s, which this server does not use",
-                   (long long)c.id, c.store);
+        if (strcmp(c.store, blob_store_url(srv->blobs)) != 0) {
+            http_error(res, 410, "gone", NULL,
+                       "checkpoint %lld is in the blob store %s, which this server does not use", (long long)c.id,
+                       c.store);
+            return;
+        }
+        char key[300];
+        snprintf(key, sizeof key, "checkpoints/%s", c.path);
+        api_blob_send(srv, res, key, c.sha256, c.size, name, "application/octet-stream", relay);
+        if (res->status == 200)
+            snprintf(res->location, sizeof res->location, "/api/v1/jobs/%lld/checkpoints/%lld", (long long)job,
+                     (long long)c.id);
         return;
     }
     char path[PATH_MAX + 300];
@@ -172,26 +200,39 @@ static void ckpt_send(server *srv, http_res *res, int64_t job, int64_t cid) {
     res->fd_size = (uint64_t)sb.st_size;
     res->content_type = "application/octet-stream";
     snprintf(res->etag, sizeof res->etag, "%s", c.sha256);
-    snprintf(res->disposition, sizeof res->disposition, "attachment; filename=\"job-%lld-checkpoint-%lld.safetensors\"",
-             (long long)job, (long long)c.id);
+    snprintf(res->disposition, sizeof res->disposition, "attachment; filename=\"%s\"", name);
     snprintf(res->location, sizeof res->location, "/api/v1/jobs/%lld/checkpoints/%lld", (long long)job,
              (long long)c.id);
 }
 
-/* GET /api/v1/jobs/{id}/checkpoints/latest */
-static void ckpt_latest(server *srv, http_req *req, http_res *res) {
+/* GET /api/v1/jobs/{id}/checkpoints/latest and /{cid}; relay: ?via=server
+ * (on the offload thread: the bytes are fetched from the store first). */
+static void ckpt_get_as(server *srv, http_req *req, http_res *res, int latest, int relay) {
     exec_job j;
     if (api_job_param(srv, req, res, 0, &j) < 0) return;
-    ckpt_send(srv, res, j.id, 0);
+    int64_t cid = 0;
+    if (!latest) {
+        cid = http_param_id(req, res, 1, "checkpoint");
+        if (cid < 0) return;
+    }
+    ckpt_send(srv, res, j.id, cid, relay);
 }
 
-/* GET /api/v1/jobs/{id}/checkpoints/{cid} */
+static void ckpt_latest_relayed(server *srv, http_req *req, http_res *res) { ckpt_get_as(srv, req, res, 1, 1); }
+static void ckpt_get_relayed(server *srv, http_req *req, http_res *res) { ckpt_get_as(srv, req, res, 0, 1); }
+
+static void ckpt_latest(server *srv, http_req *req, http_res *res) {
+    int via = api_blob_via_server(req, res);
+    if (via < 0) return;
+    if (via && blob_store_is_s3(srv->blobs)) http_offload(req, res, ckpt_latest_relayed);
+    else ckpt_get_as(srv, req, res, 1, 0);
+}
+
 static void ckpt_get(server *srv, http_req *req, http_res *res) {
-    exec_job j;
-    if (api_job_param(srv, req, res, 0, &j) < 0) return;
-    int64_t cid = http_param_id(req, res, 1, "checkpoint");
-    if (cid < 0) return;
-    ckpt_send(srv, res, j.id, cid);
+    int via = api_blob_via_server(req, res);
+    if (via < 0) return;
+    if (via && blob_store_is_s3(srv->blobs)) http_offload(req, res, ckpt_get_relayed);
+    else ckpt_get_as(srv, req, res, 0, 0);
 }
 
 const route api_checkpoints_routes[] = {

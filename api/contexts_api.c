@@ -9,6 +9,7 @@
  * the context of its own job; a node token the context of a job with a
  * task on its node that has not exited. */
 #include "contexts_api.h"
+#include "blobs_api.h"
 #include "exec_common.h"
 #include "../common/ctxtar.h"
 #include "../server/server.h"
@@ -71,6 +72,16 @@ static void file_drop_unheld(server *srv, const char *digest) {
     char path[PATH_MAX + 80];
     if (file_path(srv, digest, path, sizeof path) == 0 && unlink(path) < 0 && errno != ENOENT)
         log_warn("cannot remove the context file %s: %s", path, strerror(errno));
+    if (blob_store_url(srv->blobs)[0]) { /* and its object in the blob store */
+        char key[80];
+        blob_err e;
+        memset(&e, 0, sizeof e);
+        snprintf(key, sizeof key, "contexts/%s", digest);
+        int rc = blob_delete(srv->blobs, key, &e);
+        if (rc != BLOB_OK)
+            log_warn("cannot remove %s from the blob store %s (%s %s: %s)", key, blob_store_url(srv->blobs),
+                     blob_strerror(rc), e.code, e.msg);
+    }
 }
 
 static cJSON *row_json(const ctx_row *r) {
@@ -113,18 +124,37 @@ static void upload_keep(server *srv, http_req *req, http_res *res, const char *d
         return;
     }
     /* the same digest is the same bytes: another team's upload serves */
-    struct stat sb;
+    const char *store = blob_store_url(srv->blobs);
     int wrote = 0;
-    if (stat(path, &sb) < 0 || (size_t)sb.st_size != req->body.len) {
-        if (file_write_atomic(path, req->body.data, req->body.len, 0600) < 0) {
-            http_error(res, 507, "storage_full", NULL, "cannot write the context: %s", strerror(errno));
-            return;
+    if (!store[0]) {
+        struct stat sb;
+        if (stat(path, &sb) < 0 || (size_t)sb.st_size != req->body.len) {
+            if (file_write_atomic(path, req->body.data, req->body.len, 0600) < 0) {
+                http_error(res, 507, "storage_full", NULL, "cannot write the context: %s", strerror(errno));
+                return;
+            }
+            wrote = 1;
         }
-        wrote = 1;
+    } else {
+        char key[80];
+        blob_err e;
+        memset(&e, 0, sizeof e);
+        snprintf(key, sizeof key, "contexts/%s", digest);
+        int64_t have = -1;
+        int rc = blob_head(srv->blobs, key, &have, NULL, &e);
+        if (rc != BLOB_OK || have != (int64_t)req->body.len) {
+            rc = blob_put(srv->blobs, key, req->body.data, req->body.len, &e);
+            if (rc != BLOB_OK) {
+                api_blob_error(srv, res, rc, &e, "context");
+                return;
+            }
+            wrote = 1;
+        }
     }
     ctx_row r = {.team_id = team, .bytes = (int64_t)req->body.len, .files = info->files,
                  .unpacked = info->unpacked, .created_at = now_ms()};
     snprintf(r.digest, sizeof r.digest, "%s", digest);
+    snprintf(r.store, sizeof r.store, "%s", store);
     int rc = ctx_store_insert(srv->db, &r);
     if (rc == STORE_CONFLICT) { /* only a row added beside this lock could do it: as held */
         if (ctx_store_get(srv->db, team, digest, &r) == STORE_OK) {
@@ -220,8 +250,10 @@ static void ctx_list(server *srv, http_req *req, http_res *res) {
     http_json(res, 200, o);
 }
 
-/* GET /api/v1/contexts/{id}: the tar, sent from its file. */
-static void ctx_get(server *srv, http_req *req, http_res *res) {
+/* GET /api/v1/contexts/{id}: the tar, sent from its file; from an s3 store
+ * a 307 to a presigned GET, or with relay (?via=server, on the offload
+ * thread) the bytes fetched by the server. */
+static void ctx_get_as(server *srv, http_req *req, http_res *res, int relay) {
     const char *digest = id_param(req, res);
     if (!digest) return;
     int may = 0;
@@ -242,6 +274,26 @@ static void ctx_get(server *srv, http_req *req, http_res *res) {
         http_error(res, 404, "not_found", NULL, "no context sha256:%s", digest);
         return;
     }
+    char store[256];
+    int64_t bytes = 0;
+    int rc = ctx_store_digest_store(srv->db, digest, blob_store_url(srv->blobs), store, sizeof store, &bytes);
+    if (rc == STORE_ERROR) {
+        api_db_unavailable(res);
+        return;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "context-%.12s.tar.gz", digest);
+    if (rc == STORE_OK && store[0]) {
+        if (strcmp(store, blob_store_url(srv->blobs)) != 0) {
+            http_error(res, 410, "gone", NULL, "context sha256:%s is in the blob store %s, which this server does not use",
+                       digest, store);
+            return;
+        }
+        char key[80];
+        snprintf(key, sizeof key, "contexts/%s", digest);
+        api_blob_send(srv, res, key, digest, bytes, name, "application/gzip", relay);
+        return;
+    }
     char path[PATH_MAX + 80];
     int fd = file_path(srv, digest, path, sizeof path) == 0 ? open(path, O_RDONLY | O_CLOEXEC) : -1;
     struct stat sb;
@@ -256,6 +308,15 @@ static void ctx_get(server *srv, http_req *req, http_res *res) {
     res->content_type = "application/gzip";
     snprintf(res->etag, sizeof res->etag, "%s", digest);
     snprintf(res->disposition, sizeof res->disposition, "attachment; filename=\"context-%.12s.tar.gz\"", digest);
+}
+
+static void ctx_get_relayed(server *srv, http_req *req, http_res *res) { ctx_get_as(srv, req, res, 1); }
+
+static void ctx_get(server *srv, http_req *req, http_res *res) {
+    int via = api_blob_via_server(req, res);
+    if (via < 0) return;
+    if (via && blob_store_is_s3(srv->blobs)) http_offload(req, res, ctx_get_relayed);
+    else ctx_get_as(srv, req, res, 0);
 }
 
 /* ---------------------------------------------------------------- delete */

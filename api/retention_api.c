@@ -3,10 +3,12 @@
  * follows the commit that marked what it removes: a crash between the two
  * leaves files that nothing lists, which the sweeps find and remove. */
 #include "retention_api.h"
+#include "blobs_api.h"
 #include "../common/util.h"
 #include "../server/server.h"
 #include "../spec/jobspec.h"
 #include "../storage/audit.h"
+#include "../storage/blob.h"
 #include "../storage/exec_store.h"
 #include "../storage/retention.h"
 #include "../storage/store.h"
@@ -86,7 +88,20 @@ int64_t api_ckpt_remove(server *srv, const ckpt_ref *r) {
     if (!r->store[0]) return unlink_ckpt(srv, r->path);
     /* in a store this server does not run with: the sweeps of a server
      * that does find it (its row keeps the path) */
-    return 0;
+    if (!srv->blobs || strcmp(r->store, blob_store_url(srv->blobs)) != 0) return 0;
+    char key[300];
+    if (sfmt(key, sizeof key, "checkpoints/%s", r->path) < 0) return 0;
+    blob_err e;
+    memset(&e, 0, sizeof e);
+    int rc = blob_delete(srv->blobs, key, &e);
+    if (rc != BLOB_OK) { /* the row keeps its path: the next sweep tries again */
+        log_warn("retention: cannot remove %s from the blob store %s (%s %s: %s); the sweeps retry", key, r->store,
+                 blob_strerror(rc), e.code, e.msg);
+        return 0;
+    }
+    if (retention_ckpt_gone(srv->db, r->store, r->path) != STORE_OK)
+        log_warn("retention: %s is removed from the blob store; its row is not marked so (the database is busy)", key);
+    return r->size;
 }
 
 /* "30 days", "2 s": the retention as said in messages. */
@@ -116,6 +131,7 @@ void api_retention_delete_files(server *srv, int64_t job_id, int64_t *freed) {
     if (dir[0]) remove_dir(dir, freed, &files);
     job_dir(dir, sizeof dir, srv->checkpoint_dir, job_id);
     if (dir[0]) remove_dir(dir, freed, &files);
+    api_blob_job_deleted(srv, job_id, freed); /* its objects in the blob store, its open uploads */
     log_info("job %lld deleted: %d file%s removed (%lld bytes); its row and tasks are kept", (long long)job_id, files,
              files == 1 ? "" : "s", (long long)*freed);
 }

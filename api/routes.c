@@ -8,6 +8,7 @@
 #include "assignments_api.h"
 #include "auth_api.h"
 #include "backup_api.h"
+#include "blobs_api.h"
 #include "checkpoints_api.h"
 #include "cluster_api.h"
 #include "contexts_api.h"
@@ -52,6 +53,7 @@ const route *const api_route_tables[] = {
     api_exec_routes,
     api_auth_routes,
     api_backup_routes,
+    api_blobs_routes,
     NULL,
 };
 
@@ -104,6 +106,7 @@ static void api_tick(struct server *srv) {
     api_contexts_tick(srv);
     api_retention_tick(srv);
     api_backup_tick(srv); /* starts a due periodic backup on a thread of its own */
+    api_blobs_tick(srv); /* checkpoint uploads past --blob-upload-max-age aborted */
 }
 
 /* The apps' daemon (server --apps-listen): a job's web ports only. */

@@ -6,6 +6,7 @@
 #include "../common/tls.h"
 #include "../common/flags.h"
 #include "../common/util.h"
+#include "../storage/blob.h"
 #include "../storage/cluster.h"
 #include "../storage/quota.h"
 #include "../storage/store.h"
@@ -48,6 +49,9 @@ void server_options_default(server_options *o) {
     snprintf(o->oidc_groups_claim, sizeof o->oidc_groups_claim, "groups");
     snprintf(o->oidc_group_map, sizeof o->oidc_group_map, "{team}:{role}");
     o->session_hours = 12;
+    snprintf(o->blob_store, sizeof o->blob_store, "DATA");
+    o->blob_url_ttl_s = 900;
+    o->blob_upload_max_age_s = 21600;
 }
 
 int server_parse_listen(server_options *o, const char *s) {
@@ -482,6 +486,25 @@ int server_open(server *s, const server_options *opt, char *err, size_t errlen) 
         snprintf(err, errlen, "cannot create directories under %s: %s", opt->data_dir, strerror(errno));
         goto fail;
     }
+    /* the blob store: opened and probed before anything is served; a store
+     * that does not answer as it should is one line and no server */
+    blob_err be;
+    memset(&be, 0, sizeof be);
+    int brc = blob_store_open(opt->blob_store, opt->blob_credentials[0] ? opt->blob_credentials : NULL,
+                              opt->data_dir, &s->blobs, &be);
+    if (brc == BLOB_OK) brc = blob_store_check(s->blobs, &be);
+    if (brc != BLOB_OK) {
+        const char *url = s->blobs && blob_store_url(s->blobs)[0] ? blob_store_url(s->blobs) : NULL;
+        char answer[400];
+        if (be.http) snprintf(answer, sizeof answer, "%d %s: %s", be.http, be.code, be.msg);
+        else if (be.code[0]) snprintf(answer, sizeof answer, "%s: %s", be.code, be.msg);
+        else snprintf(answer, sizeof answer, "%s", be.msg[0] ? be.msg : blob_strerror(brc));
+        if (url) snprintf(err, errlen, "blob store %s: %s", url, answer);
+        else if (strcmp(opt->blob_store, "DATA") == 0)
+            snprintf(err, errlen, "blob store DATA (%s): %s", opt->data_dir, answer);
+        else snprintf(err, errlen, "--blob-store: %s", answer);
+        goto fail;
+    }
     db_set_durability_full(opt->durability_full);
     db_set_resident_max_mb(opt->db_resident_mb);
     if (db_open(&s->db, path, err, errlen) < 0) goto fail;
@@ -502,6 +525,8 @@ int server_open(server *s, const server_options *opt, char *err, size_t errlen) 
 fail:
     db_close(s->db);
     s->db = NULL;
+    blob_store_close(s->blobs);
+    s->blobs = NULL;
     close(s->lock_fd);
     s->lock_fd = -1;
     tls_release(s);
@@ -626,6 +651,8 @@ void server_close(server *s) {
     tls_release(s);
     db_close(s->db);
     s->db = NULL;
+    blob_store_close(s->blobs);
+    s->blobs = NULL;
     if (s->lock_fd >= 0) close(s->lock_fd); /* the directory is free again */
     s->lock_fd = -1;
 }
@@ -646,6 +673,9 @@ static void server_usage(FILE *f) {
             "                        [--oidc-issuer URL --oidc-client-id ID --oidc-client-secret-file FILE\n"
             "                         [--oidc-groups-claim NAME] [--oidc-group-map FORMAT]] [--session-hours N]\n"
             "                        [--backup-to DIR [--backup-every DURATION] [--backup-keep N]]\n"
+            "                        [--blob-store DATA|file:///DIR|s3://BUCKET[/PREFIX]?endpoint=URL&region=R]\n"
+            "                        [--blob-credentials FILE] [--blob-url-ttl SECONDS]\n"
+            "                        [--blob-upload-max-age SECONDS]\n"
             "  --listen      address to bind (default 127.0.0.1:8080; port 0 = any free port)\n"
             "  --data        data directory (default ./.trainyard)\n"
             "  --resize-interval  an elastic job grows into free devices at most once per this\n"
@@ -705,7 +735,16 @@ static void server_usage(FILE *f) {
             "  --backup-to DIR  take a backup (as `trainyard backup DIR`) every --backup-every\n"
             "                (a duration: 90s, 30m, 12h, 1d; default 1d) and keep the newest\n"
             "                --backup-keep complete ones (default 7); older and unfinished ones are\n"
-            "                removed; a failure is logged, /metrics has the last success's time\n");
+            "                removed; a failure is logged, /metrics has the last success's time\n"
+            "  --blob-store SPEC  where checkpoints and contexts are kept: DATA (default: under\n"
+            "                the data directory), file:///DIR (the same layout on a shared file\n"
+            "                system) or s3://BUCKET[/PREFIX]?endpoint=URL&region=R (tasks upload\n"
+            "                and download over presigned URLs); checked at start\n"
+            "  --blob-credentials FILE  the s3 store's AWS shared-credentials file ([default]:\n"
+            "                aws_access_key_id, aws_secret_access_key), mode 0600; never in the URL\n"
+            "  --blob-url-ttl S  life of a presigned URL (default 900)\n"
+            "  --blob-upload-max-age S  an upload not completed after S seconds is aborted and\n"
+            "                its parts removed (default 21600)\n");
 }
 
 int server_parse_retention(const char *s, int64_t *ms) {
@@ -903,6 +942,10 @@ static const flag_def SERVER_FLAGS[] = {
     FLAG_PATH_AT("backup-to", SO, backup_to, "an absolute path to a folder"),
     FLAG_FUNC_AT("backup-every", flag_backup_every, "a duration of 1s to 366d (90s, 30m, 12h, 1d)"),
     FLAG_INT_AT("backup-keep", SO, backup_keep, 1, 10000, "a number of backups (1-10000)"),
+    FLAG_TEXT_AT("blob-store", SO, blob_store, "DATA, file:///DIR or s3://BUCKET[/PREFIX]?endpoint=URL&region=R"),
+    FLAG_PATH_AT("blob-credentials", SO, blob_credentials, "an absolute path to a file"),
+    FLAG_INT_AT("blob-url-ttl", SO, blob_url_ttl_s, 1, 604800, "seconds (1-604800)"),
+    FLAG_INT_AT("blob-upload-max-age", SO, blob_upload_max_age_s, 1, 30 * 86400, "seconds (1-2592000)"),
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 #undef SO

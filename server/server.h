@@ -63,9 +63,15 @@ typedef struct server_options {
     char backup_to[PATH_MAX];         /* --backup-to DIR: "" = none */
     int64_t backup_every_ms;          /* --backup-every DURATION (default 1 day; 0 until parsed) */
     int backup_keep;                  /* --backup-keep N: complete backups kept (default 7; 0 until parsed) */
+    /* where checkpoint and context bytes live (docs/server.md, "Blob store") */
+    char blob_store[1024];            /* --blob-store: "DATA" (default), "file:///abs" or "s3://..." */
+    char blob_credentials[PATH_MAX];  /* --blob-credentials FILE: AWS shared credentials (s3) */
+    int blob_url_ttl_s;               /* --blob-url-ttl: life of a presigned URL (default 900) */
+    int blob_upload_max_age_s;        /* --blob-upload-max-age: an open upload older is aborted (21600) */
 } server_options;
 
 struct http_daemon;
+struct blob_store;
 struct server;
 struct route;
 
@@ -114,6 +120,7 @@ typedef struct server {
     char tls_serial[48];              /* its serial number, hex */
     int64_t tls_next_check;           /* unix seconds: --tls auto's renewal, --tls-cert's next warning */
     unsigned char attempt_key[32];    /* DATA/attempt.key: each attempt's secret is derived from it */
+    struct blob_store *blobs;         /* --blob-store, opened and checked by server_open */
 } server;
 
 /* The secret of one attempt of a job, handed to its tasks alone (their

@@ -22,8 +22,8 @@ static void row_read(sqlite3_stmt *st, ctx_row *r) {
 }
 
 static const char SQL_CTX_INSERT[] =
-    "INSERT INTO contexts(team_id, digest, bytes, files, unpacked, created_at, used_at)"
-    " VALUES(?, ?, ?, ?, ?, ?, ?) ON CONFLICT(team_id, digest) DO NOTHING";
+    "INSERT INTO contexts(team_id, digest, bytes, files, unpacked, created_at, used_at, store)"
+    " VALUES(?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(team_id, digest) DO NOTHING";
 
 int ctx_store_insert(db *d, const ctx_row *r) {
     sqlite3_stmt *st = db_prepare(d, SQL_CTX_INSERT);
@@ -35,6 +35,7 @@ int ctx_store_insert(db *d, const ctx_row *r) {
     sqlite3_bind_int64(st, 5, r->unpacked);
     sqlite3_bind_int64(st, 6, r->created_at);
     sqlite3_bind_int64(st, 7, r->created_at);
+    sqlite3_bind_text(st, 8, r->store, -1, SQLITE_TRANSIENT);
     if (store_step_done(st) != STORE_OK) return STORE_ERROR;
     return sqlite3_changes(db_conn(d)) > 0 ? STORE_OK : STORE_CONFLICT;
 }
@@ -212,4 +213,24 @@ int ctx_store_node_needs(db *d, int64_t node_id, const char *digest) {
     int rc = sqlite3_step(st);
     db_done(st);
     return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
+}
+
+static const char SQL_CTX_STORE[] =
+    "SELECT store, bytes FROM contexts WHERE digest = ?1 ORDER BY store = ?2 DESC LIMIT 1";
+
+int ctx_store_digest_store(db *d, const char *digest, const char *prefer, char *out, size_t cap, int64_t *bytes) {
+    if (cap) out[0] = '\0';
+    *bytes = 0;
+    sqlite3_stmt *st = db_prepare(d, SQL_CTX_STORE);
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_text(st, 1, digest, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, prefer ? prefer : "", -1, SQLITE_TRANSIENT);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        const char *v = (const char *)sqlite3_column_text(st, 0);
+        snprintf(out, cap, "%s", v ? v : "");
+        *bytes = sqlite3_column_int64(st, 1);
+    }
+    db_done(st);
+    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
 }

@@ -17,7 +17,7 @@
  * defines: ctx_row, ctx_store_insert, ctx_store_touch, ctx_store_get,
  *          ctx_store_list, ctx_store_usage, ctx_store_delete,
  *          ctx_store_digest_held, ctx_store_gc_candidates, ctx_store_gc_drop,
- *          ctx_store_job_names, ctx_store_node_needs */
+ *          ctx_store_job_names, ctx_store_node_needs, ctx_store_digest_store */
 #ifndef TRAINYARD_CONTEXT_STORE_H
 #define TRAINYARD_CONTEXT_STORE_H
 
@@ -33,6 +33,8 @@ typedef struct ctx_row {
     int64_t files;                    /* regular files in it */
     int64_t unpacked;                 /* bytes of file data once unpacked */
     int64_t created_at, used_at;      /* ms since the epoch */
+    char store[256];                  /* where the bytes are: '' the data directory, else the blob
+                                       * store's URL (schema 18); written by ctx_store_insert */
 } ctx_row;
 
 /* A new row (created_at = used_at = now): STORE_OK, STORE_CONFLICT when the
@@ -78,5 +80,10 @@ int ctx_store_job_names(db *d, int64_t job_id, const char *digest);
 /* 1 when a job naming the digest has a task on the node that has not
  * exited (the node's agent unpacks it for that task), 0 when none, -1. */
 int ctx_store_node_needs(db *d, int64_t node_id, const char *digest);
+
+/* The store holding the digest's bytes and their size: the row of `prefer`
+ * (the server's store) when a team holds it there, else any row's.
+ * STORE_NOT_FOUND when no row holds the digest. */
+int ctx_store_digest_store(db *d, const char *digest, const char *prefer, char *out, size_t cap, int64_t *bytes);
 
 #endif

@@ -333,6 +333,12 @@ static const mrow MATRIX[] = {
     {"GET", "/api/v1/jobs/{id}/checkpoints", "", "ooNFFFoNUU"},
     {"GET", "/api/v1/jobs/{id}/checkpoints/latest", "", "ooNFFFoNUU"},
     {"GET", "/api/v1/jobs/{id}/checkpoints/{cid}", "", "ooNFFFoNUU"},
+    /* the server runs with DATA: task A's upload routes are the handler's 409 upload_via_server */
+    {"POST", "/api/v1/jobs/{id}/checkpoints/uploads", "", "FFFFFFoNUU"},
+    {"POST", "/api/v1/jobs/{id}/checkpoints/uploads/{u}/parts", "", "FFFFFFoNUU"},
+    {"POST", "/api/v1/jobs/{id}/checkpoints/uploads/{u}/complete", "", "FFFFFFoNUU"},
+    {"DELETE", "/api/v1/jobs/{id}/checkpoints/uploads/{u}", "", "FFFFFFoNUU"},
+    {"GET", "/api/v1/blob-store", "", "oFFFFFFFUU"},
     {"PUT", "/api/v1/jobs/{id}/rendezvous/{key}", "", "FFFFFFoNUU"},
     {"GET", "/api/v1/jobs/{id}/rendezvous/{key}", "", "FFFFFFoNUU"},
     {"POST", "/api/v1/nodes", "", "oFFoFFFFUU"},
@@ -436,6 +442,8 @@ static void row_path(const mrow *m, char *out, size_t cap) {
             rc |= buf_appends(&b, "worker-0");
         } else if (strncmp(p, "{session}", n) == 0) {
             rc |= buf_appends(&b, "0123456789abcdef0123456789abcdef");
+        } else if (strncmp(p, "{u}", n) == 0) {
+            rc |= buf_appends(&b, "0123456789abcdef0123456789abcdef"); /* no such upload */
         } else if (strncmp(p, "{key}", n) == 0) {
             rc |= buf_appends(&b, "k");
         } else if (strncmp(p, "{name}", n) == 0) {
@@ -884,6 +892,7 @@ START_TEST(old_data_dir_migrates) {
                           " ALTER TABLE jobs DROP COLUMN user_id; DROP TABLE users;"
                           " DROP TABLE user_usage; DROP TABLE task_ports;"
                           " ALTER TABLE teams DROP COLUMN max_interactive;"
+                          " DROP TABLE blob_uploads; ALTER TABLE checkpoints DROP COLUMN store;"
                           " DELETE FROM schema_migrations WHERE version >= 5;",
                           NULL, NULL, &err);
     ck_assert_msg(rc == SQLITE_OK, "cannot make a version-4 database: %s", err ? err : "?");
