@@ -53,8 +53,11 @@ typedef struct blob_err {
 int blob_store_open(const char *spec, const char *credentials, const char *data_dir, blob_store **out,
                     blob_err *err);
 /* The start-up probe: local: the root made (0700), a small object written,
- * read back and deleted; s3: HEAD bucket, then PUT/GET/DELETE of a probe
- * object. err->msg names the step ("HEAD bucket: ..."). */
+ * read back and deleted; s3: the bucket (a one-key list: its 403 says
+ * SignatureDoesNotMatch or InvalidAccessKeyId, its 404 NoSuchBucket; no
+ * answer is UNAVAILABLE), the store's clock (over 300 s off: DENIED
+ * RequestTimeTooSkewed), then PUT/GET/DELETE of a probe object. err->msg
+ * names the step ("bucket: 403 SignatureDoesNotMatch"). */
 int blob_store_check(blob_store *s, blob_err *err);
 const char *blob_store_url(const blob_store *s);  /* normalized, no secret; "" for DATA */
 int blob_store_is_s3(const blob_store *s);
@@ -81,7 +84,12 @@ int blob_list(blob_store *s, const char *prefix, blob_list_cb cb, void *ctx, blo
 
 /* s3 only (BLOB_BAD on local stores): multipart uploads and presigned URLs. */
 int blob_mpu_create(blob_store *s, const char *key, char upload_id[256], blob_err *err);
-/* ETag of part n = "hex(md5[n-1])"; parts 1..10000. */
+/* ETag of part n = "hex(md5[n-1])"; parts 1..10000. The same parts again
+ * after a success: BLOB_OK (a retry after a lost answer). An upload that is
+ * no more (aborted, or completed with other parts): BLOB_NOT_FOUND
+ * NoSuchUpload (radosgw answers 500 there; a ListParts tells). A part never
+ * sent: BLOB_BAD InvalidPart; a part before the last under 5 MiB: BLOB_BAD
+ * EntityTooSmall (the upload stays open either way). */
 int blob_mpu_complete(blob_store *s, const char *key, const char *upload_id, int parts,
                       const unsigned char (*md5)[16], blob_err *err);
 int blob_mpu_abort(blob_store *s, const char *key, const char *upload_id, blob_err *err); /* idempotent */
