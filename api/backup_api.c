@@ -47,13 +47,20 @@ typedef struct job {
     http_req *req;
     char data[PATH_MAX];
     char dest[PATH_MAX];
+    char creds[PATH_MAX];             /* --backup-credentials, for an s3:// dest */
 } job;
+
+/* A folder, or an s3 store with the server's --backup-credentials. */
+static int run_one(const char *data, const char *dest, const char *creds, backup_summary *s, char *err, size_t errlen) {
+    if (strncmp(dest, "s3://", 5) == 0) return backup_run_s3(data, dest, creds, s, err, errlen);
+    return backup_run(data, dest, s, err, errlen);
+}
 
 static void *run_requested(void *arg) {
     job *j = arg;
     backup_summary s;
     char err[1024];
-    int rc = backup_run(j->data, j->dest, &s, err, sizeof err);
+    int rc = run_one(j->data, j->dest, j->creds, &s, err, sizeof err);
     release(rc == 0 ? 1 : rc == -2 ? 0 : -1);
     http_res *a = http_res_new();
     if (rc == 0) {
@@ -92,12 +99,19 @@ static void backup_create(server *srv, http_req *req, http_res *res) {
         http_error(res, 422, "missing_field", "dest", "dest is required: an absolute folder on the server's machine");
         goto out;
     }
-    if (strncmp(dest, "s3://", 5) == 0) {
-        http_error(res, 422, "invalid_value", "dest", "backups go to a folder; an s3:// destination is not supported");
+    int s3 = strncmp(dest, "s3://", 5) == 0;
+    if (s3 && !srv->opt.backup_credentials[0]) {
+        http_error(res, 422, "invalid_value", "dest",
+                   "this server has no --backup-credentials FILE: an s3:// destination cannot be written");
         goto out;
     }
-    if (dest[0] != '/' || strlen(dest) >= PATH_MAX - 64 || strstr(dest, "/../") || strcspn(dest, "\r\n") < strlen(dest)) {
-        http_error(res, 422, "invalid_value", "dest", "dest must be an absolute folder path on the server's machine");
+    if (s3 && strlen(dest) >= PATH_MAX - 64) {
+        http_error(res, 422, "invalid_value", "dest", "dest is too long");
+        goto out;
+    }
+    if (!s3 && (dest[0] != '/' || strlen(dest) >= PATH_MAX - 64 || strstr(dest, "/../") || strcspn(dest, "\r\n") < strlen(dest))) {
+        http_error(res, 422, "invalid_value", "dest",
+                   "dest must be an absolute folder path on the server's machine, or s3://BUCKET[/PREFIX]?endpoint=URL");
         goto out;
     }
     if (!claim()) {
@@ -108,6 +122,7 @@ static void backup_create(server *srv, http_req *req, http_res *res) {
     j->req = req;
     snprintf(j->data, sizeof j->data, "%s", srv->opt.data_dir);
     snprintf(j->dest, sizeof j->dest, "%s", dest);
+    snprintf(j->creds, sizeof j->creds, "%s", srv->opt.backup_credentials);
     if (http_defer(req, res) < 0) {
         release(0);
         free(j);
@@ -142,11 +157,15 @@ static void *run_periodic(void *arg) {
     server *srv = arg;
     backup_summary s;
     char err[1024];
-    int rc = backup_run(srv->opt.data_dir, srv->opt.backup_to, &s, err, sizeof err);
+    int rc = run_one(srv->opt.data_dir, srv->opt.backup_to, srv->opt.backup_credentials, &s, err, sizeof err);
     if (rc == 0) {
         int removed = 0;
         char perr[512];
-        if (backup_prune(srv->opt.backup_to, srv->opt.backup_keep, &removed, perr, sizeof perr) < 0)
+        int pr = strncmp(srv->opt.backup_to, "s3://", 5) == 0
+                     ? backup_prune_s3(srv->opt.backup_to, srv->opt.backup_credentials, srv->opt.backup_keep, &removed,
+                                       perr, sizeof perr)
+                     : backup_prune(srv->opt.backup_to, srv->opt.backup_keep, &removed, perr, sizeof perr);
+        if (pr < 0)
             log_error("backup: cannot remove old backups under %s: %s", srv->opt.backup_to, perr);
         log_info("backup: %s (snapshot %lld ms, %d blobs, %d missing) in %lld ms; %d older removed (keep %d)", s.path,
                  (long long)s.snapshot_ms, s.blobs, s.blobs_missing, (long long)s.took_ms, removed,

@@ -20,14 +20,17 @@
 static void backup_usage(FILE *f) {
     fprintf(f,
             "usage: trainyard backup DEST [--url URL] [--token TOKEN] [--ca-cert FILE] [--json]\n"
-            "       trainyard backup DEST --data DIR [--json]\n"
+            "       trainyard backup DEST --data DIR [--blob-credentials FILE] [--json]\n"
             "  DEST          a folder on the server's machine (made if missing; not inside the data\n"
             "                directory): the backup goes to DEST/trainyard-backup-<UTC time>/, its\n"
-            "                manifest.json written last\n"
+            "                manifest.json written last; or s3://BUCKET[/PREFIX]?endpoint=URL&region=R:\n"
+            "                the same files under backups/trainyard-backup-<UTC time>/ (the server's\n"
+            "                --backup-credentials; --blob-credentials with --data)\n"
             "  --url, --token  the running server and an admin token (default TRAINYARD_URL,\n"
             "                TRAINYARD_TOKEN or TRAINYARD_TOKEN_FILE: give DATA/admin.token); the server\n"
             "                takes the backup while it serves (POST /api/v1/backups)\n"
             "  --data DIR    back up the data directory DIR, whose server is stopped, without one\n"
+            "  --blob-credentials FILE  an s3 DEST's credentials (AWS shared-credentials, 0600), with --data\n"
             "  --json        print the summary as JSON\n");
 }
 
@@ -35,7 +38,8 @@ static void restore_usage(FILE *f) {
     fprintf(f,
             "usage: trainyard restore SRC --data DIR [--force] [--blob-credentials FILE] [--allow-missing]\n"
             "  SRC           a backup (DEST/trainyard-backup-<UTC time>), or a folder of backups: the\n"
-            "                newest complete one\n"
+            "                newest complete one; or s3://BUCKET[/PREFIX]?endpoint=URL: the newest complete\n"
+            "                one under backups/ (with --blob-credentials)\n"
             "  --data DIR    the data directory to fill (then: trainyard server --data DIR)\n"
             "  --force       replace the database DIR holds (refused without)\n"
             "  --blob-credentials FILE  the s3 store's credentials (as the server's), to check that\n"
@@ -44,7 +48,8 @@ static void restore_usage(FILE *f) {
 }
 
 static void print_summary(const cJSON *o) {
-    const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "path");
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(o, "path"), *st = cJSON_GetObjectItemCaseSensitive(o, "store");
+    if (cJSON_IsString(st)) printf("in %s: ", st->valuestring);
     double v[8];
     const char *k[8] = {"db_bytes", "snapshot_ms", "files", "blobs", "blobs_linked", "blob_bytes_copied", "blobs_missing",
                         "took_ms"};
@@ -67,7 +72,7 @@ static int absolute(const char *dest, char *out, size_t cap) {
     return sfmt(out, cap, "%s/%s", cwd, dest);
 }
 
-static int backup_offline(const char *dir, const char *dest, int json) {
+static int backup_offline(const char *dir, const char *dest, const char *creds, int json) {
     char lock[PATH_MAX + 16];
     if (sfmt(lock, sizeof lock, "%s/server.lock", dir) < 0) {
         fprintf(stderr, "trainyard: --data: path too long\n");
@@ -87,7 +92,8 @@ static int backup_offline(const char *dir, const char *dest, int json) {
     }
     backup_summary s;
     char err[1024];
-    int rc = backup_run(dir, dest, &s, err, sizeof err);
+    int rc = strncmp(dest, "s3://", 5) == 0 ? backup_run_s3(dir, dest, creds, &s, err, sizeof err)
+                                             : backup_run(dir, dest, &s, err, sizeof err);
     close(fd);
     if (rc < 0) {
         fprintf(stderr, "trainyard: backup failed: %s\n", err);
@@ -153,9 +159,10 @@ int cmd_backup(int argc, char **argv) {
         {"url", required_argument, NULL, 'u'},     {"token", required_argument, NULL, 't'},
         {"ca-cert", required_argument, NULL, 'A'}, {"data", required_argument, NULL, 'd'},
         {"json", no_argument, NULL, 'j'},          {"help", no_argument, NULL, 'h'},
+        {"blob-credentials", required_argument, NULL, 'c'},
         {NULL, 0, NULL, 0},
     };
-    const char *url = NULL, *token = NULL, *data = NULL;
+    const char *url = NULL, *token = NULL, *data = NULL, *creds = NULL;
     int json = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -163,6 +170,7 @@ int cmd_backup(int argc, char **argv) {
         case 'u': url = optarg; break;
         case 't': token = optarg; break;
         case 'd': data = optarg; break;
+        case 'c': creds = optarg; break;
         case 'j': json = 1; break;
         case 'A': {
             char cerr[512];
@@ -181,12 +189,14 @@ int cmd_backup(int argc, char **argv) {
         return 2;
     }
     const char *dest = argv[optind];
-    if (strncmp(dest, "s3://", 5) == 0) {
-        fprintf(stderr, "trainyard: backups go to a folder (an s3:// destination is not supported by this build)\n");
+    int s3 = strncmp(dest, "s3://", 5) == 0;
+    if (creds && (!data || !s3)) {
+        fprintf(stderr, "trainyard: --blob-credentials goes with --data and an s3:// DEST (else the server's "
+                "--backup-credentials serve)\n");
         return 2;
     }
     char abs[PATH_MAX];
-    if (absolute(dest, abs, sizeof abs) < 0) {
+    if (s3 ? sfmt(abs, sizeof abs, "%s", dest) < 0 : absolute(dest, abs, sizeof abs) < 0) {
         fprintf(stderr, "trainyard: DEST: path too long\n");
         return 2;
     }
@@ -195,7 +205,7 @@ int cmd_backup(int argc, char **argv) {
             fprintf(stderr, "trainyard: --data backs up a stopped server's directory itself: no --url or --token\n");
             return 2;
         }
-        return backup_offline(data, abs, json);
+        return backup_offline(data, abs, creds, json);
     }
     char u[512], t[256], err[512];
     if (url) snprintf(u, sizeof u, "%s", url);
@@ -235,14 +245,12 @@ int cmd_restore(int argc, char **argv) {
         return 2;
     }
     const char *src = argv[optind];
-    if (strncmp(src, "s3://", 5) == 0) {
-        fprintf(stderr, "trainyard: restore reads a backup folder (an s3:// source is not supported by this build)\n");
-        return 2;
-    }
     restore_summary s;
     char err[1024];
     restore_opts ro = {src, data, force, creds, allow_missing};
-    if (backup_restore(&ro, &s, err, sizeof err) < 0) {
+    int rc = strncmp(src, "s3://", 5) == 0 ? backup_restore_s3(&ro, &s, err, sizeof err)
+                                           : backup_restore(&ro, &s, err, sizeof err);
+    if (rc < 0) {
         fprintf(stderr, "trainyard: restore refused: %s\n", err);
         return 1;
     }

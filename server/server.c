@@ -672,7 +672,8 @@ static void server_usage(FILE *f) {
             "                        [--log-max-per-job SIZE]\n"
             "                        [--oidc-issuer URL --oidc-client-id ID --oidc-client-secret-file FILE\n"
             "                         [--oidc-groups-claim NAME] [--oidc-group-map FORMAT]] [--session-hours N]\n"
-            "                        [--backup-to DIR [--backup-every DURATION] [--backup-keep N]]\n"
+            "                        [--backup-to DIR|s3://... [--backup-every DURATION] [--backup-keep N]]\n"
+            "                        [--backup-credentials FILE]\n"
             "                        [--blob-store DATA|file:///DIR|s3://BUCKET[/PREFIX]?endpoint=URL&region=R]\n"
             "                        [--blob-credentials FILE] [--blob-url-ttl SECONDS]\n"
             "                        [--blob-upload-max-age SECONDS]\n"
@@ -735,7 +736,10 @@ static void server_usage(FILE *f) {
             "  --backup-to DIR  take a backup (as `trainyard backup DIR`) every --backup-every\n"
             "                (a duration: 90s, 30m, 12h, 1d; default 1d) and keep the newest\n"
             "                --backup-keep complete ones (default 7); older and unfinished ones are\n"
-            "                removed; a failure is logged, /metrics has the last success's time\n"
+            "                removed; a failure is logged, /metrics has the last success's time;\n"
+            "                DIR may be s3://BUCKET[/PREFIX]?endpoint=URL&region=R (backups/ under it)\n"
+            "  --backup-credentials FILE  an s3 destination's AWS shared-credentials file (0600),\n"
+            "                for --backup-to and for `trainyard backup s3://...` (default --blob-credentials)\n"
             "  --blob-store SPEC  where checkpoints and contexts are kept: DATA (default: under\n"
             "                the data directory), file:///DIR (the same layout on a shared file\n"
             "                system) or s3://BUCKET[/PREFIX]?endpoint=URL&region=R (tasks upload\n"
@@ -887,6 +891,14 @@ static int flag_oidc_group_map(void *opts, const char *arg)
     return sfmt(o->oidc_group_map, sizeof o->oidc_group_map, "%s", arg);
 }
 
+/* a folder (absolute) or an s3 store's URL (storage/blob.h's spec) */
+static int flag_backup_to(void *opts, const char *arg)
+{
+    server_options *o = opts;
+    if (arg[0] != '/' && strncmp(arg, "s3://", 5) != 0) return -1;
+    return sfmt(o->backup_to, sizeof o->backup_to, "%s", arg);
+}
+
 /* a duration: seconds bare, or 90s, 30m, 12h, 7d; at least a second */
 static int flag_backup_every(void *opts, const char *arg)
 {
@@ -939,7 +951,8 @@ static const flag_def SERVER_FLAGS[] = {
     FLAG_FUNC_AT("oidc-group-map", flag_oidc_group_map,
                  "a format with {team} and {role} once each, not side by side (such as trainyard-{team}-{role})"),
     FLAG_INT_AT("session-hours", SO, session_hours, 1, 24 * 366, "hours (1-8784)"),
-    FLAG_PATH_AT("backup-to", SO, backup_to, "an absolute path to a folder"),
+    FLAG_FUNC_AT("backup-to", flag_backup_to, "an absolute path to a folder, or s3://BUCKET[/PREFIX]?endpoint=URL"),
+    FLAG_PATH_AT("backup-credentials", SO, backup_credentials, "an absolute path to a file"),
     FLAG_FUNC_AT("backup-every", flag_backup_every, "a duration of 1s to 366d (90s, 30m, 12h, 1d)"),
     FLAG_INT_AT("backup-keep", SO, backup_keep, 1, 10000, "a number of backups (1-10000)"),
     FLAG_TEXT_AT("blob-store", SO, blob_store, "DATA, file:///DIR or s3://BUCKET[/PREFIX]?endpoint=URL&region=R"),
@@ -968,6 +981,12 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
     }
     if ((o->backup_every_ms || o->backup_keep) && !o->backup_to[0]) {
         fprintf(stderr, "trainyard: --backup-every and --backup-keep go with --backup-to DIR\n");
+        return -1;
+    }
+    if (!o->backup_credentials[0] && o->blob_credentials[0]) /* the blob store's serve backups too */
+        snprintf(o->backup_credentials, sizeof o->backup_credentials, "%s", o->blob_credentials);
+    if (strncmp(o->backup_to, "s3://", 5) == 0 && !o->backup_credentials[0]) {
+        fprintf(stderr, "trainyard: --backup-to s3://... needs --backup-credentials FILE (or --blob-credentials)\n");
         return -1;
     }
     if (!o->backup_every_ms) o->backup_every_ms = 86400LL * 1000; /* the defaults, once none was given */

@@ -60,7 +60,9 @@ typedef struct server_options {
                                        * {role} (default "{team}:{role}") */
     int session_hours;                /* --session-hours: a dashboard session lasts this long (12) */
     /* periodic backups (docs/reliability.md, "Backups and restore") */
-    char backup_to[PATH_MAX];         /* --backup-to DIR: "" = none */
+    char backup_to[PATH_MAX];         /* --backup-to DIR or s3://...: "" = none */
+    char backup_credentials[PATH_MAX];/* --backup-credentials FILE: an s3 destination's (POST /backups too);
+                                       * default --blob-credentials */
     int64_t backup_every_ms;          /* --backup-every DURATION (default 1 day; 0 until parsed) */
     int backup_keep;                  /* --backup-keep N: complete backups kept (default 7; 0 until parsed) */
     /* where checkpoint and context bytes live (docs/server.md, "Blob store") */

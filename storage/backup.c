@@ -565,7 +565,16 @@ static int fsync_dirs(const char *dir, char *err, size_t errlen) {
     return rc;
 }
 
+static int backup_into(const char *data_dir, const char *dest, int staging, backup_summary *out, char *err,
+                       size_t errlen);
+
 int backup_run(const char *data_dir, const char *dest, backup_summary *out, char *err, size_t errlen) {
+    return backup_into(data_dir, dest, 0, out, err, errlen);
+}
+
+/* staging: dest is the data directory's own staging folder (an s3 backup's). */
+static int backup_into(const char *data_dir, const char *dest, int staging, backup_summary *out, char *err,
+                       size_t errlen) {
     memset(out, 0, sizeof *out);
     err[0] = '\0';
     int64_t t0 = mono_ms();
@@ -595,7 +604,7 @@ int backup_run(const char *data_dir, const char *dest, backup_summary *out, char
         }
         *slash = '\0';
     }
-    if (path_within(rdest, rdata)) {
+    if (!staging && path_within(rdest, rdata)) {
         snprintf(err, errlen, "the backup's destination %s is inside the data directory %s: it would not survive its loss",
                  dest, rdata);
         return -2;
@@ -604,7 +613,7 @@ int backup_run(const char *data_dir, const char *dest, backup_summary *out, char
         snprintf(err, errlen, "cannot create %s: %s", dest, strerror(errno));
         return -2;
     }
-    if (path_within(rdest, rdata)) {
+    if (!staging && path_within(rdest, rdata)) {
         snprintf(err, errlen, "the backup's destination %s is inside the data directory %s: it would not survive its loss",
                  rdest, rdata);
         return -2;
@@ -724,6 +733,10 @@ cJSON *backup_summary_json(const backup_summary *s) {
     cJSON_AddNumberToObject(o, "snapshot_ms", (double)s->snapshot_ms);
     cJSON_AddNumberToObject(o, "writer_blocked_ms", 0); /* a read transaction: no writer waits on it */
     cJSON_AddNumberToObject(o, "took_ms", (double)s->took_ms);
+    if (s->store[0]) {
+        cJSON_AddStringToObject(o, "store", s->store);
+        cJSON_AddNumberToObject(o, "uploaded_bytes", (double)s->uploaded_bytes);
+    }
     return o;
 }
 
@@ -1151,5 +1164,317 @@ int backup_restore(const restore_opts *o, restore_summary *out, char *err, size_
 out:
     if (tmpdb[0]) unlink(tmpdb);
     cJSON_Delete(m);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- s3 destinations
+ *
+ * A backup to s3://BUCKET[/PREFIX]?endpoint=...: the same folder made in
+ * DATA/.backup-staging (the blobs hard-linked, no copy), each of its files
+ * PUT under backups/<name>/ (blob_put_file streams, multipart past one
+ * PUT), manifest.json last; the staging folder removed. A restore from
+ * s3:// downloads the newest complete one into DIR/.restore-staging and
+ * restores from there. */
+
+#define STAGE_BACKUP ".backup-staging"
+#define STAGE_RESTORE ".restore-staging"
+#define S3_PREFIX "backups/"
+
+typedef struct up_ctx {
+    blob_store *st;
+    const char *name;
+    int64_t bytes;
+    int n;
+    char *err;
+    size_t errlen;
+} up_ctx;
+
+static int upload_one(void *ctx, const char *abs, const char *rel, const struct stat *sb) {
+    up_ctx *u = ctx;
+    if (strcmp(rel, MANIFEST) == 0) return 0; /* last */
+    char key[512];
+    blob_err be;
+    memset(&be, 0, sizeof be);
+    if (sfmt(key, sizeof key, S3_PREFIX "%s/%s", u->name, rel) < 0 || !blob_key_valid(key)) {
+        snprintf(u->err, u->errlen, "%s cannot be a key of the store (its name)", rel);
+        return 1;
+    }
+    int rc = blob_put_file(u->st, key, abs, &be);
+    if (rc != BLOB_OK) {
+        snprintf(u->err, u->errlen, "PUT %s: %s (%s)", key, blob_strerror(rc), be.msg);
+        return 1;
+    }
+    u->bytes += sb->st_size;
+    u->n++;
+    return 0;
+}
+
+static int open_s3(const char *url, const char *credentials, const char *data_dir, blob_store **st, char *err,
+                   size_t errlen) {
+    blob_err be;
+    memset(&be, 0, sizeof be);
+    *st = NULL;
+    if (blob_store_open(url, credentials, data_dir, st, &be) != BLOB_OK) {
+        snprintf(err, errlen, "%s", be.msg[0] ? be.msg : "the s3 store cannot be opened");
+        return -1;
+    }
+    if (!blob_store_is_s3(*st)) {
+        blob_store_close(*st);
+        *st = NULL;
+        snprintf(err, errlen, "not an s3:// store (a backup goes to a folder or to s3://BUCKET[/PREFIX]?endpoint=URL)");
+        return -1;
+    }
+    return 0;
+}
+
+int backup_run_s3(const char *data_dir, const char *dest, const char *credentials, backup_summary *out, char *err,
+                  size_t errlen) {
+    memset(out, 0, sizeof *out);
+    int64_t t0 = mono_ms();
+    blob_store *st = NULL;
+    if (open_s3(dest, credentials, data_dir, &st, err, errlen) < 0) return -2;
+    char stage[PATH_MAX];
+    if (sfmt(stage, sizeof stage, "%s/" STAGE_BACKUP, data_dir) < 0) {
+        blob_store_close(st);
+        snprintf(err, errlen, "data directory path too long");
+        return -1;
+    }
+    rm_tree(stage); /* an interrupted one's */
+    int rc = backup_into(data_dir, stage, 1, out, err, errlen);
+    if (rc < 0) {
+        rm_tree(stage);
+        blob_store_close(st);
+        return -1;
+    }
+    const char *name = strrchr(out->path, '/');
+    name = name ? name + 1 : out->path;
+    up_ctx u = {st, name, 0, 0, err, errlen};
+    char key[512], mpath[PATH_MAX + 32];
+    blob_err be;
+    memset(&be, 0, sizeof be);
+    err[0] = '\0';
+    if (walk(out->path, "", upload_one, &u) != 0) rc = -1;
+    else if (sfmt(key, sizeof key, S3_PREFIX "%s/" MANIFEST, name) < 0 ||
+             sfmt(mpath, sizeof mpath, "%s/" MANIFEST, out->path) < 0) {
+        snprintf(err, errlen, "path too long");
+        rc = -1;
+    } else {
+        int b = blob_put_file(st, key, mpath, &be);
+        if (b != BLOB_OK) {
+            snprintf(err, errlen, "PUT %s: %s (%s)", key, blob_strerror(b), be.msg);
+            rc = -1;
+        }
+    }
+    char keyname[600];
+    if (sfmt(keyname, sizeof keyname, S3_PREFIX "%s", name) < 0) keyname[0] = '\0';
+    rm_tree(stage);
+    if (rc == 0) {
+        snprintf(out->path, sizeof out->path, "%s", keyname);
+        snprintf(out->store, sizeof out->store, "%s", blob_store_url(st));
+        out->uploaded_bytes = u.bytes;
+        out->took_ms = mono_ms() - t0;
+    } else if (!err[0]) {
+        snprintf(err, errlen, "the upload to %s failed", blob_store_url(st));
+    }
+    blob_store_close(st);
+    return rc;
+}
+
+/* The backups under backups/ of a store: their names, sorted, and which
+ * have a manifest. */
+typedef struct s3_names {
+    entry_list l;
+    int failed;
+} s3_names;
+
+static int s3_name_cb(void *ctx, const char *key, int64_t size) {
+    (void)size;
+    s3_names *s = ctx;
+    entry_list *l = &s->l;
+    const char *p = key + strlen(S3_PREFIX);
+    if (strncmp(key, S3_PREFIX BACKUP_PREFIX, strlen(S3_PREFIX BACKUP_PREFIX)) != 0) return 0;
+    const char *slash = strchr(p, '/');
+    if (!slash) return 0;
+    size_t n = (size_t)(slash - p);
+    size_t i;
+    for (i = 0; i < l->n; i++)
+        if (strlen(l->names[i]) == n && strncmp(l->names[i], p, n) == 0) break;
+    if (i == l->n) {
+        if (l->n == l->cap) {
+            l->cap = l->cap ? l->cap * 2 : 16;
+            l->names = xrealloc(l->names, l->cap * sizeof *l->names);
+            l->complete = xrealloc(l->complete, l->cap * sizeof *l->complete);
+        }
+        l->names[l->n] = xstrndup(p, n);
+        l->complete[l->n++] = 0;
+    }
+    if (strcmp(slash + 1, MANIFEST) == 0) l->complete[i] = 1;
+    return 0;
+}
+
+static int s3_list_backups(blob_store *st, entry_list *out, char *err, size_t errlen) {
+    s3_names s;
+    memset(&s, 0, sizeof s);
+    blob_err be;
+    memset(&be, 0, sizeof be);
+    int rc = blob_list(st, S3_PREFIX, s3_name_cb, &s, &be);
+    if (rc != BLOB_OK) {
+        snprintf(err, errlen, "listing %s" S3_PREFIX ": %s (%s)", blob_store_url(st), blob_strerror(rc), be.msg);
+        list_release(&s.l);
+        return -1;
+    }
+    /* sort names and flags together */
+    for (size_t i = 1; i < s.l.n; i++)
+        for (size_t j = i; j > 0 && strcmp(s.l.names[j - 1], s.l.names[j]) > 0; j--) {
+            char *t = s.l.names[j];
+            s.l.names[j] = s.l.names[j - 1];
+            s.l.names[j - 1] = t;
+            int c = s.l.complete[j];
+            s.l.complete[j] = s.l.complete[j - 1];
+            s.l.complete[j - 1] = c;
+        }
+    if (!s.l.complete) s.l.complete = xcalloc(1, sizeof *s.l.complete);
+    *out = s.l;
+    return 0;
+}
+
+typedef struct key_list {
+    char **keys;
+    size_t n, cap;
+} key_list;
+
+static int key_cb(void *ctx, const char *key, int64_t size) {
+    (void)size;
+    key_list *k = ctx;
+    if (k->n == k->cap) {
+        k->cap = k->cap ? k->cap * 2 : 64;
+        k->keys = xrealloc(k->keys, k->cap * sizeof *k->keys);
+    }
+    k->keys[k->n++] = xstrdup(key);
+    return 0;
+}
+
+static void keys_release(key_list *k) {
+    for (size_t i = 0; i < k->n; i++) free(k->keys[i]);
+    free(k->keys);
+}
+
+/* Removes every object of the backup name (its manifest first). */
+static int s3_remove_backup(blob_store *st, const char *name, char *err, size_t errlen) {
+    char prefix[512], key[600];
+    blob_err be;
+    memset(&be, 0, sizeof be);
+    if (sfmt(prefix, sizeof prefix, S3_PREFIX "%s/", name) < 0 || sfmt(key, sizeof key, "%s" MANIFEST, prefix) < 0)
+        return -1;
+    int rc = blob_delete(st, key, &be);
+    key_list k;
+    memset(&k, 0, sizeof k);
+    if (rc == BLOB_OK) rc = blob_list(st, prefix, key_cb, &k, &be);
+    for (size_t i = 0; rc == BLOB_OK && i < k.n; i++) rc = blob_delete(st, k.keys[i], &be);
+    keys_release(&k);
+    if (rc != BLOB_OK) {
+        snprintf(err, errlen, "removing %s: %s (%s)", prefix, blob_strerror(rc), be.msg);
+        return -1;
+    }
+    return 0;
+}
+
+int backup_prune_s3(const char *dest, const char *credentials, int keep, int *removed, char *err, size_t errlen) {
+    *removed = 0;
+    blob_store *st = NULL;
+    if (open_s3(dest, credentials, NULL, &st, err, errlen) < 0) return -1;
+    entry_list l;
+    if (s3_list_backups(st, &l, err, errlen) < 0) {
+        blob_store_close(st);
+        return -1;
+    }
+    int newest_complete = -1, seen = 0, rc = 0;
+    for (size_t i = l.n; i-- > 0;)
+        if (l.complete[i]) {
+            newest_complete = (int)i;
+            break;
+        }
+    for (size_t i = l.n; i-- > 0 && rc == 0;) {
+        int drop = l.complete[i] ? ++seen > keep : (int)i < newest_complete;
+        if (!drop) continue;
+        if (s3_remove_backup(st, l.names[i], err, errlen) < 0) rc = -1;
+        else (*removed)++;
+    }
+    list_release(&l);
+    blob_store_close(st);
+    return rc;
+}
+
+int backup_restore_s3(const restore_opts *o, restore_summary *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    blob_store *st = NULL;
+    if (open_s3(o->src, o->credentials, NULL, &st, err, errlen) < 0) return -1;
+    int rc = -1;
+    entry_list l;
+    memset(&l, 0, sizeof l);
+    key_list k;
+    memset(&k, 0, sizeof k);
+    char stage[PATH_MAX] = "", local[PATH_MAX], dbf[PATH_MAX];
+    struct stat sb;
+    /* the target's refusals before any download */
+    if (mkdir_p(o->data_dir, 0700) < 0) {
+        snprintf(err, errlen, "cannot create %s: %s", o->data_dir, strerror(errno));
+        goto out;
+    }
+    if (data_dir_free(o->data_dir, err, errlen) < 0) goto out;
+    if (sfmt(dbf, sizeof dbf, "%s/trainyard.db", o->data_dir) == 0 && stat(dbf, &sb) == 0 && !o->force) {
+        snprintf(err, errlen, "%s already holds a database (trainyard.db): restore into an empty folder, or give "
+                 "--force to replace it", o->data_dir);
+        goto out;
+    }
+    if (s3_list_backups(st, &l, err, errlen) < 0) goto out;
+    int pick = -1;
+    for (size_t i = l.n; i-- > 0;)
+        if (l.complete[i]) {
+            pick = (int)i;
+            break;
+        }
+    if (pick < 0) {
+        snprintf(err, errlen, "%s holds no complete backup under " S3_PREFIX " (one with a manifest.json)%s",
+                 blob_store_url(st), l.n ? ": those there have none" : "");
+        goto out;
+    }
+    char prefix[512];
+    blob_err be;
+    memset(&be, 0, sizeof be);
+    if (sfmt(prefix, sizeof prefix, S3_PREFIX "%s/", l.names[pick]) < 0 ||
+        sfmt(stage, sizeof stage, "%s/" STAGE_RESTORE, o->data_dir) < 0) {
+        snprintf(err, errlen, "path too long");
+        stage[0] = '\0';
+        goto out;
+    }
+    rm_tree(stage);
+    int b = blob_list(st, prefix, key_cb, &k, &be);
+    if (b != BLOB_OK) {
+        snprintf(err, errlen, "listing %s: %s (%s)", prefix, blob_strerror(b), be.msg);
+        goto out;
+    }
+    for (size_t i = 0; i < k.n; i++) {
+        if (sfmt(local, sizeof local, "%s/%s/%s", stage, l.names[pick], k.keys[i] + strlen(prefix)) < 0 ||
+            mkdir_parent(local) < 0) {
+            snprintf(err, errlen, "cannot make a place for %s", k.keys[i]);
+            goto out;
+        }
+        b = blob_get_file(st, k.keys[i], local, &be);
+        if (b != BLOB_OK) {
+            snprintf(err, errlen, "GET %s: %s (%s)", k.keys[i], blob_strerror(b), be.msg);
+            goto out;
+        }
+    }
+    restore_opts o2 = *o;
+    if (sfmt(local, sizeof local, "%s/%s", stage, l.names[pick]) < 0) goto out;
+    o2.src = local;
+    rc = backup_restore(&o2, out, err, errlen);
+    if (rc == 0) snprintf(out->path, sizeof out->path, "%s %s", blob_store_url(st), prefix);
+out:
+    if (stage[0]) rm_tree(stage);
+    keys_release(&k);
+    list_release(&l);
+    blob_store_close(st);
     return rc;
 }

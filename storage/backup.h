@@ -14,7 +14,8 @@
  * This module knows the data directory's layout and SQLite; nothing of
  * HTTP or of the server's threads (api/backup_api.c calls it).
  *
- * defines: backup_run, backup_summary_json, backup_prune, backup_restore, backup_summary,
+ * defines: backup_run, backup_run_s3, backup_summary_json, backup_prune,
+ *          backup_prune_s3, backup_restore_s3, backup_restore, backup_summary,
  *          restore_summary, BACKUP_PREFIX */
 #ifndef TRAINYARD_BACKUP_H
 #define TRAINYARD_BACKUP_H
@@ -40,6 +41,8 @@ typedef struct backup_summary {
     int blobs_remote;          /* rows naming another store's objects: listed in the manifest, not copied */
     int64_t snapshot_ms;       /* sqlite3_backup_step(-1): the read transaction's length */
     int64_t took_ms;           /* the whole backup */
+    char store[512];           /* an s3 backup's store (path is then its key prefix "backups/<name>"); "" */
+    int64_t uploaded_bytes;    /* an s3 backup's bytes PUT */
 } backup_summary;
 
 /* Backs up the data directory data_dir (its trainyard.db and files) into a
@@ -49,6 +52,14 @@ typedef struct backup_summary {
  * absolute, cannot be made, inside data_dir); -1 with err for any other
  * failure (the unfinished folder is removed). */
 int backup_run(const char *data_dir, const char *dest, backup_summary *out, char *err, size_t errlen);
+
+/* The same to an s3 store (dest "s3://BUCKET[/PREFIX]?endpoint=URL&region=R",
+ * credentials its AWS shared-credentials file): the folder is made in
+ * data_dir/.backup-staging (links, no copies), its files PUT under
+ * backups/<name>/ with manifest.json last, the staging removed. 0, -2
+ * (dest or credentials wrong: err), -1 (err). */
+int backup_run_s3(const char *data_dir, const char *dest, const char *credentials, backup_summary *out, char *err,
+                  size_t errlen);
 
 /* The summary as the API answers it (POST /api/v1/backups): a cJSON
  * object the caller deletes. */
@@ -60,6 +71,10 @@ struct cJSON *backup_summary_json(const backup_summary *s);
  * newest complete one (a newer one may be being written). *removed: how
  * many went. 0, or -1 with err. */
 int backup_prune(const char *dest, int keep, int *removed, char *err, size_t errlen);
+
+/* backup_prune for an s3 destination: backups/<name>/ objects, the
+ * manifest deleted first. */
+int backup_prune_s3(const char *dest, const char *credentials, int keep, int *removed, char *err, size_t errlen);
 
 typedef struct restore_summary {
     char path[PATH_MAX];       /* the backup restored */
@@ -93,5 +108,10 @@ typedef struct restore_opts {
  * marked deleted); the database is renamed into place last, so a failed
  * restore leaves no database behind. 0 with *out, or -1 with err. */
 int backup_restore(const restore_opts *o, restore_summary *out, char *err, size_t errlen);
+
+/* The same from an s3 store (o->src "s3://...", o->credentials): the newest
+ * complete backup under backups/ downloaded into data_dir/.restore-staging,
+ * restored from there, the staging removed. */
+int backup_restore_s3(const restore_opts *o, restore_summary *out, char *err, size_t errlen);
 
 #endif

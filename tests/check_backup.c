@@ -20,10 +20,15 @@
  *  - objects_in_another_store: checkpoint rows naming a file:// store's
  *    objects are listed, not copied; restore HEADs each, refuses a missing
  *    one by name, and with --allow-missing marks its row deleted;
+ *  - s3_destination (radosgw by scripts/s3-dev.sh; SKIP without it unless
+ *    S3_TEST_REQUIRED=1): the backup PUT under backups/ of a bucket through
+ *    the server's --backup-credentials, restored from there, the same job
+ *    and checkpoint; periodic backups to s3 keep 2;
  *  - writers_not_blocked: 8 clients submit jobs without and during a
  *    backup of a padded database: the longest submission is printed (the
  *    figure of docs/reliability.md) and no writer waited for the snapshot. */
 #include "testlib.h"
+#include "s3_fixture.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -706,6 +711,119 @@ START_TEST(objects_in_another_store) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- an s3 destination */
+
+static s3_dev dev;
+static int s3_up;
+
+static void setup_s3(void) {
+    setup();
+    char why[256];
+    s3_up = 0;
+    if (!s3_have(why, sizeof why)) {
+        if (s3_required()) ck_abort_msg("S3_TEST_REQUIRED=1: %s", why);
+        fprintf(stderr, "check_backup: the s3 case: SKIP: %s\n", why);
+        return;
+    }
+    ck_assert_msg(s3_start(&dev, "bks3", 1024) == 0, "scripts/s3-dev.sh start failed (above)");
+    s3_up = 1;
+}
+
+static void teardown_s3(void) {
+    teardown();
+    if (s3_up) s3_stop(&dev);
+    s3_up = 0;
+}
+
+/* The cluster's data to s3 through the running server (--backup-credentials),
+ * restored from s3 into another directory: the same job and checkpoint
+ * bytes; periodic backups to s3 keep 2. */
+START_TEST(s3_destination) {
+    if (!s3_up) return;
+    char data[320], spec[512], out[8192];
+    snprintf(data, sizeof data, "%s/data", base);
+    ck_assert_int_eq(s3_bucket(&dev, "backups"), 0);
+    s3_spec(&dev, "backups", spec, sizeof spec);
+    const char *more[] = {"--backup-credentials", dev.creds, NULL};
+    server_on(data, more);
+    agent_start();
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    int64_t done = submit_script("done", "0.5,0.4", "-");
+    wait_state(done, "succeeded", 90);
+    for (int i = 0; ckpt_count(done) != 1; i++) {
+        ck_assert_msg(i < 600, "the finished job kept %d checkpoints", ckpt_count(done));
+        ty_sleep_ms(100);
+    }
+    char path[160];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints", (long long)done);
+    cJSON *o = NULL;
+    ck_assert_int_eq(get(team_tok, path, &o), 200);
+    cJSON *arr = cJSON_IsArray(o) ? o : cJSON_GetObjectItem(o, "checkpoints");
+    int64_t cid = (int64_t)ty_num(cJSON_GetArrayItem(arr, 0), "id");
+    char sha[65], sha2[65];
+    ckpt_sha(done, cid, sha);
+    cJSON_Delete(o);
+    cJSON *job1 = ty_job_get(srv.url, team_tok, done);
+
+    const char *bargs[] = {"backup", spec, "--url", srv.url, "--token", admin_tok, "--json", NULL};
+    int rc = run_ty(out, sizeof out, bargs);
+    ck_assert_msg(rc == 0, "trainyard backup %s: %d: %s", spec, rc, out);
+    cJSON *sum = cJSON_Parse(out);
+    ck_assert_ptr_nonnull(sum);
+    ck_assert_int_eq((int)ty_num(sum, "blobs"), 1);
+    ck_assert_int_gt((int)ty_num(sum, "uploaded_bytes"), 45000);
+    ck_assert_ptr_nonnull(strstr(ty_str(sum, "path"), "backups/trainyard-backup-"));
+    char mkey[300];
+    snprintf(mkey, sizeof mkey, "%s/manifest.json", ty_str(sum, "path"));
+    cJSON_Delete(sum);
+    char keys[64][256];
+    int n = s3_keys(&dev, "backups", "backups/", keys, 64);
+    int has_manifest = 0;
+    for (int i = 0; i < n && i < 64; i++) has_manifest |= strcmp(keys[i], mkey) == 0;
+    ck_assert_msg(has_manifest, "%s is not in the bucket (%d keys)", mkey, n);
+    struct stat sb;
+    char stage[400];
+    snprintf(stage, sizeof stage, "%s/.backup-staging", data);
+    ck_assert_int_ne(stat(stage, &sb), 0); /* the staging folder went */
+
+    rm_tree(data);
+    ty_kill(&srv, SIGKILL);
+    const char *rargs[] = {"restore", spec, "--data", data2, "--blob-credentials", dev.creds, NULL};
+    rc = run_ty(out, sizeof out, rargs);
+    ck_assert_msg(rc == 0 && strncmp(out, "restored ", 9) == 0, "trainyard restore %s: %d: %s", spec, rc, out);
+    printf("restore from s3: %s", out);
+    server_on(data2, more);
+    cJSON *job2 = ty_job_get(srv.url, team_tok, done);
+    char diff[600] = "";
+    json_diff(job1, job2, "job", diff, sizeof diff);
+    ck_assert_msg(diff[0] == '\0', "after the restore from s3, %s", diff);
+    cJSON_Delete(job1);
+    cJSON_Delete(job2);
+    ckpt_sha(done, cid, sha2);
+    ck_assert_str_eq(sha, sha2);
+    ty_kill(&srv, SIGTERM);
+
+    /* periodic, to s3: the newest 2 complete ones kept */
+    const char *per[] = {"--backup-credentials", dev.creds, "--backup-to", spec, "--backup-every", "1s",
+                         "--backup-keep", "2", NULL};
+    server_on(data2, per);
+    for (int i = 0; i < 300; i++) {
+        size_t len = 0;
+        char *l = file_read_all(srv.log, 1 << 20, &len);
+        int rounds = 0;
+        for (const char *p = l; p && (p = strstr(p, "older removed")); p++) rounds++;
+        free(l);
+        if (rounds >= 4) break;
+        ty_sleep_ms(100);
+    }
+    ty_kill(&srv, SIGTERM);
+    n = s3_keys(&dev, "backups", "backups/", keys, 64);
+    int manifests = 0;
+    for (int i = 0; i < n && i < 64; i++) manifests += strstr(keys[i], "/manifest.json") != NULL;
+    ck_assert_int_eq(manifests, 2);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- writers during a backup */
 
 static int64_t now_us_test(void) {
@@ -829,6 +947,7 @@ int main(void) {
     tcase_add_test(ty_tcase(s, "periodic", setup, teardown, 120), periodic_backups_keep_two);
     tcase_add_test(ty_tcase(s, "refusals", setup, teardown, 120), restore_refusals);
     tcase_add_test(ty_tcase(s, "store", setup, teardown, 120), objects_in_another_store);
+    tcase_add_test(ty_tcase(s, "s3", setup_s3, teardown_s3, 300), s3_destination);
     tcase_add_test(ty_tcase(s, "writers", setup, teardown, 300), writers_not_blocked);
     return ty_run_suite(s);
 }
