@@ -486,6 +486,10 @@ int server_open(server *s, const server_options *opt, char *err, size_t errlen) 
         snprintf(err, errlen, "cannot create directories under %s: %s", opt->data_dir, strerror(errno));
         goto fail;
     }
+    /* DATA/relay: the temporary copies of objects a ?via=server download
+     * relays (api/blobs_api.c), unlinked once opened; what a crash left */
+    char relay[PATH_MAX + 16];
+    if (sfmt(relay, sizeof relay, "%s/relay", opt->data_dir) == 0) rm_tree(relay);
     /* the blob store: opened and probed before anything is served; a store
      * that does not answer as it should is one line and no server */
     blob_err be;

@@ -362,6 +362,75 @@ START_TEST(expired_upload_aborted) {
 }
 END_TEST
 
+/* A context goes through the server (it checks the tar), then to
+ * contexts/<hex> in the store; its download is a 307 to the store (or
+ * relayed), and its deletion removes the object. */
+START_TEST(context_in_the_store) {
+    REQUIRE_S3();
+    char src[320], tgz[320], cmd[2048], args[4096], hdr[320], out[320];
+    snprintf(src, sizeof src, "%s/ctx", tmpdir);
+    snprintf(tgz, sizeof tgz, "%s/ctx.tgz", tmpdir);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && echo 'print(1)' > %s/train.py && tar -C %s -czf %s train.py", src, src,
+             src, tgz);
+    ck_assert_int_eq(system(cmd), 0);
+    size_t n = 0;
+    char *bytes = file_read_all(tgz, 1 << 20, &n);
+    ck_assert_ptr_nonnull(bytes);
+    char digest[65];
+    sha256_hex(bytes, n, digest);
+    free(bytes);
+    char team_tok[128];
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    snprintf(args, sizeof args,
+             "-o /dev/null -X POST -H 'Authorization: Bearer %s' -H 'Content-Type: application/gzip' "
+             "--data-binary @%s '%s/api/v1/contexts'",
+             team_tok, tgz, srv.url);
+    ck_assert_int_eq(curl_run(args), 201);
+    char keys[4][256], key[96];
+    snprintf(key, sizeof key, "contexts/%s", digest);
+    ck_assert_int_eq(s3_keys(&dev, bucket, "contexts/", keys, 4), 1);
+    ck_assert_str_eq(keys[0], key);
+    /* the download: a 307 to the store */
+    snprintf(hdr, sizeof hdr, "%s/chdr", tmpdir);
+    snprintf(out, sizeof out, "%s/cgot", tmpdir);
+    snprintf(args, sizeof args, "-D %s -o /dev/null -H 'Authorization: Bearer %s' '%s/api/v1/contexts/sha256:%s'", hdr,
+             team_tok, srv.url, digest);
+    ck_assert_int_eq(curl_run(args), 307);
+    size_t hl = 0;
+    char *h = file_read_all(hdr, 1 << 16, &hl);
+    ck_assert_ptr_nonnull(h);
+    char loc[2048] = "", sum[80] = "";
+    for (char *line = strtok(h, "\r\n"); line; line = strtok(NULL, "\r\n")) {
+        if (strncasecmp(line, "Location: ", 10) == 0) snprintf(loc, sizeof loc, "%s", line + 10);
+        if (strncasecmp(line, "X-Checksum-Sha256: ", 19) == 0) snprintf(sum, sizeof sum, "%s", line + 19);
+    }
+    free(h);
+    ck_assert_str_eq(sum, digest);
+    snprintf(args, sizeof args, "-o %s '%s'", out, loc);
+    ck_assert_int_eq(curl_run(args), 200);
+    char *got = file_read_all(out, 1 << 20, &n);
+    ck_assert_ptr_nonnull(got);
+    char gsha[65];
+    sha256_hex(got, n, gsha);
+    free(got);
+    ck_assert_str_eq(gsha, digest);
+    unlink(out);
+    snprintf(args, sizeof args, "-o %s -H 'Authorization: Bearer %s' '%s/api/v1/contexts/sha256:%s?via=server'", out,
+             team_tok, srv.url, digest);
+    ck_assert_int_eq(curl_run(args), 200);
+    got = file_read_all(out, 1 << 20, &n);
+    ck_assert_ptr_nonnull(got);
+    sha256_hex(got, n, gsha);
+    free(got);
+    ck_assert_str_eq(gsha, digest);
+    /* deleted: the last row of the digest, so the object goes */
+    snprintf(args, sizeof args, "-o /dev/null -X DELETE -H 'Authorization: Bearer %s' '%s/api/v1/contexts/sha256:%s'",
+             team_tok, srv.url, digest);
+    ck_assert_int_eq(curl_run(args), 204);
+    ck_assert_int_eq(s3_keys(&dev, bucket, "contexts/", keys, 4), 0);
+}
+END_TEST
+
 /* A store that does not answer: one line naming it, exit 1, nothing listened. */
 START_TEST(unreachable_store_refused) {
     REQUIRE_S3();
@@ -405,6 +474,7 @@ int main(void) {
     TCase *tc = ty_tcase(s, "s3", setup, teardown, 240);
     tcase_add_test(tc, upload_verify_download_delete);
     tcase_add_test(tc, expired_upload_aborted);
+    tcase_add_test(tc, context_in_the_store);
     tcase_add_test(tc, unreachable_store_refused);
     int failed = ty_run_suite(s);
     if (s3_ready == 1) {
