@@ -288,6 +288,23 @@ static int upload_discard(server *srv, const blob_upload *u, blob_err *e) {
     return rc == BLOB_NOT_FOUND ? BLOB_OK : rc;
 }
 
+/* Aborts an open upload: the row claimed aborted first (so a complete
+ * racing this one cannot publish what is about to go, and one that won the
+ * race keeps its object), then its parts or object removed; when the store
+ * fails the row is open again for the tick. STORE_OK; STORE_CONFLICT when
+ * it was not open any more (nothing removed); STORE_ERROR with *brc set
+ * when the store failed (or the database). */
+static int upload_abort_claimed(server *srv, const blob_upload *u, int *brc, blob_err *e) {
+    *brc = BLOB_OK;
+    int rc = blob_upload_mark(srv->db, u->id, "aborted");
+    if (rc != STORE_OK) return rc;
+    if (strcmp(u->store, blob_store_url(srv->blobs)) != 0) return STORE_OK; /* another store's: nothing to reach */
+    *brc = upload_discard(srv, u, e);
+    if (*brc == BLOB_OK) return STORE_OK;
+    blob_upload_reopen(srv->db, u->id);
+    return STORE_ERROR;
+}
+
 /* The {u} of the route (path parameter 1) of the job: 0 with *u loaded
  * (release it), or -1 after answering. */
 static int upload_param(server *srv, http_req *req, http_res *res, int64_t job_id, blob_upload *u) {
@@ -618,7 +635,8 @@ static void upload_complete(server *srv, http_req *req, http_res *res) {
     expected_etag(&u, (const unsigned char (*)[16])md5, want);
     if (size != u.size || strcmp(got, want) != 0) {
         blob_err e2;
-        if (upload_discard(srv, &u, &e2) == BLOB_OK) blob_upload_mark(srv->db, u.id, "aborted");
+        int brc2;
+        upload_abort_claimed(srv, &u, &brc2, &e2);
         http_error(res, 422, "verification_failed", NULL,
                    "upload %s: the store holds %lld bytes with ETag %s; %lld bytes with ETag %s were signed; the "
                    "object was removed and the upload aborted",
@@ -677,17 +695,20 @@ static void upload_abort(server *srv, http_req *req, http_res *res) {
         goto out;
     }
     if (strcmp(u.state, "open") == 0) {
-        if (strcmp(u.store, blob_store_url(srv->blobs)) == 0) {
-            blob_err e;
-            memset(&e, 0, sizeof e);
-            int rc = upload_discard(srv, &u, &e);
-            if (rc != BLOB_OK) { /* still open: the tick aborts it at its expiry */
-                api_blob_error(srv, res, rc, &e, "checkpoint upload abort");
-                goto out;
-            }
+        blob_err e;
+        memset(&e, 0, sizeof e);
+        int brc = BLOB_OK;
+        int rc = upload_abort_claimed(srv, &u, &brc, &e);
+        if (rc == STORE_ERROR && brc != BLOB_OK) { /* open again: the tick aborts it at its expiry */
+            api_blob_error(srv, res, brc, &e, "checkpoint upload abort");
+            goto out;
         }
-        if (blob_upload_mark(srv->db, u.id, "aborted") == STORE_ERROR) {
+        if (rc == STORE_ERROR) {
             api_db_unavailable(res);
+            goto out;
+        }
+        if (rc == STORE_CONFLICT) { /* completed meanwhile */
+            http_error(res, 409, "upload_closed", NULL, "upload %s was completed meanwhile", u.token);
             goto out;
         }
     }
@@ -733,24 +754,20 @@ void api_blobs_tick(server *srv) {
     blob_upload rows[TICK_BATCH];
     int n = 0;
     if (blob_uploads_expired(srv->db, now, rows, TICK_BATCH, &n) != STORE_OK) return;
-    const char *url = blob_store_url(srv->blobs);
     for (int i = 0; i < n; i++) {
         blob_upload *u = &rows[i];
-        int ok = 1;
-        if (strcmp(u->store, url) == 0) {
-            blob_err e;
-            memset(&e, 0, sizeof e);
-            int rc = upload_discard(srv, u, &e);
-            if (rc != BLOB_OK) {
-                ok = 0;
-                if (!failing)
-                    log_warn("blob store %s: cannot abort the expired upload %s of job %lld (%s %s: %s); retried "
-                             "each second",
-                             store_name(srv), u->token, (long long)u->job_id, blob_strerror(rc), e.code, e.msg);
-                failing = 1;
-            }
+        blob_err e;
+        memset(&e, 0, sizeof e);
+        int brc = BLOB_OK;
+        int rc = upload_abort_claimed(srv, u, &brc, &e);
+        if (rc == STORE_ERROR && brc != BLOB_OK) {
+            if (!failing)
+                log_warn("blob store %s: cannot abort the expired upload %s of job %lld (%s %s: %s); retried "
+                         "each second",
+                         store_name(srv), u->token, (long long)u->job_id, blob_strerror(brc), e.code, e.msg);
+            failing = 1;
         }
-        if (ok && blob_upload_mark(srv->db, u->id, "aborted") == STORE_OK) {
+        if (rc == STORE_OK) {
             failing = 0;
             log_info("job %lld: checkpoint upload %s (step %lld, %lld bytes) not completed within %d s: aborted",
                      (long long)u->job_id, u->token, (long long)u->step, (long long)u->size,
@@ -783,8 +800,8 @@ void api_blob_job_deleted(server *srv, int64_t job_id, int64_t *freed) {
     if (blob_uploads_of_job(srv->db, job_id, rows, JOB_UPLOADS_MAX, &n) == STORE_OK) {
         for (int i = 0; i < n; i++) {
             blob_err e;
-            if (strcmp(rows[i].store, url) == 0 && upload_discard(srv, &rows[i], &e) == BLOB_OK)
-                blob_upload_mark(srv->db, rows[i].id, "aborted");
+            int brc;
+            upload_abort_claimed(srv, &rows[i], &brc, &e); /* one the store kept stays open for the tick */
             blob_upload_release(&rows[i]);
         }
     }

@@ -115,6 +115,13 @@ int blob_upload_mark(db *d, int64_t id, const char *state) {
     return store_step_one(d, st);
 }
 
+int blob_upload_reopen(db *d, int64_t id) {
+    sqlite3_stmt *st = db_prepare(d, "UPDATE blob_uploads SET state = 'open' WHERE id = ?1 AND state = 'aborted'");
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, id);
+    return store_step_one(d, st);
+}
+
 static const char SQL_CKPT_INSERT[] =
     "INSERT INTO checkpoints(job_id, attempt, step, epoch, size, sha256, path, store, created_at)"
     " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";

@@ -11,7 +11,7 @@
  * to the store. Return codes as store.h.
  *
  * defines: blob_upload, blob_upload_insert, blob_upload_get,
- *          blob_upload_set_remote, blob_upload_mark, blob_upload_publish,
+ *          blob_upload_set_remote, blob_upload_mark, blob_upload_reopen, blob_upload_publish,
  *          blob_uploads_expired, blob_uploads_of_job, blob_upload_open_bytes,
  *          blob_uploads_open_count */
 #ifndef TRAINYARD_BLOB_META_H
@@ -57,6 +57,10 @@ int blob_upload_set_remote(db *d, int64_t id, const char *remote_id);
 /* open -> state ("aborted" or "done" without a checkpoint): STORE_OK,
  * STORE_CONFLICT when it is not open any more. */
 int blob_upload_mark(db *d, int64_t id, const char *state);
+
+/* aborted -> open again: the store's parts could not be removed after the
+ * row was claimed aborted, so the tick tries again. */
+int blob_upload_reopen(db *d, int64_t id);
 
 /* The verified upload made a checkpoint, in one transaction: the upload
  * is still open (else STORE_CONFLICT), the visible checkpoint row (store,
