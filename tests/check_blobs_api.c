@@ -362,6 +362,40 @@ START_TEST(expired_upload_aborted) {
 }
 END_TEST
 
+/* The team's storage quota counts its open uploads: two 10 MiB
+ * reservations under a 15 MiB quota do not both pass; the first one
+ * aborted (DELETE: its multipart upload gone from the store), the
+ * second passes. */
+START_TEST(quota_counts_open_uploads) {
+    REQUIRE_S3();
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "PATCH", "/api/v1/teams/default", "{\"storage_quota\":\"15MiB\"}", &o),
+                     200);
+    cJSON_Delete(o);
+    const size_t part = 5u << 20, len = 2 * part;
+    unsigned char *data = xcalloc(1, len);
+    upload a, b;
+    ck_assert_int_eq(begin(data, len, part, 1, &a, &o), 201);
+    cJSON_Delete(o);
+    ck_assert_int_eq(begin(data, len, part, 2, &b, &o), 507);
+    ty_assert_error(o, "storage_quota", NULL);
+    cJSON_Delete(o);
+    ck_assert_int_eq(s3_open_uploads(&dev, bucket, "checkpoints/"), 1);
+    char path[200];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/uploads/%s", (long long)job, a.token);
+    ck_assert_int_eq(ty_http(srv.url, task_tok, "DELETE", path, NULL, NULL), 204);
+    ck_assert_int_eq(ty_http(srv.url, task_tok, "DELETE", path, NULL, NULL), 204); /* again: aborted already */
+    ck_assert_int_eq(s3_open_uploads(&dev, bucket, "checkpoints/"), 0);
+    ck_assert_int_eq(complete(&a, &o), 409);
+    ty_assert_error(o, "upload_closed", NULL);
+    cJSON_Delete(o);
+    ck_assert_int_eq(begin(data, len, part, 2, &b, &o), 201);
+    cJSON_Delete(o);
+    ck_assert_int_eq(blob_store_open_uploads(), 1);
+    free(data);
+}
+END_TEST
+
 /* A context goes through the server (it checks the tar), then to
  * contexts/<hex> in the store; its download is a 307 to the store (or
  * relayed), and its deletion removes the object. */
@@ -460,6 +494,98 @@ START_TEST(unreachable_store_refused) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- file:// */
+
+static char froot[256];
+
+static void setup_file(void) {
+    memset(&srv, 0, sizeof srv);
+    ty_mkdtemp(srv.dir, sizeof srv.dir, "blobsfile");
+    ty_mkdtemp_shared(tmpdir, sizeof tmpdir, "blobsfiletmp");
+    ty_mkdtemp(froot, sizeof froot, "blobsroot");
+    snprintf(spec, sizeof spec, "file://%s", froot);
+    const char *extra[] = {"--cpu-slots", "1", "--blob-store", spec, NULL};
+    ty_server_start_args(&srv, "up", extra);
+    ty_token(&srv, "admin.token", admin_tok, sizeof admin_tok);
+    start_job();
+}
+
+static void teardown_file(void) {
+    ty_kill(&srv, SIGTERM);
+    ty_rmrf(srv.dir);
+    ty_rmrf(tmpdir);
+    ty_rmrf(froot);
+}
+
+/* A shared folder: the PUT writes the checkpoint under it (not under
+ * DATA), GET serves it from there, the upload routes send the task to the
+ * PUT, DELETE /jobs removes the files. */
+START_TEST(file_store_keeps_the_layout) {
+    char body[320], args[2048];
+    snprintf(body, sizeof body, "%s/ck", tmpdir);
+    const char *bytes = "weights of a shared folder";
+    write_file(body, bytes, strlen(bytes));
+    char sha[65];
+    sha256_hex(bytes, strlen(bytes), sha);
+    snprintf(args, sizeof args,
+             "-o /dev/null -X PUT -H 'Authorization: Bearer %s' -H 'Content-Type: application/octet-stream' "
+             "-H 'X-Checksum-Sha256: %s' --data-binary @%s '%s/api/v1/jobs/%lld/checkpoints?step=1&epoch=1'",
+             task_tok, sha, body, srv.url, (long long)job);
+    ck_assert_int_eq(curl_run(args), 201);
+    cJSON *o = NULL;
+    char path[200];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints", (long long)job);
+    ck_assert_int_eq(api("GET", path, NULL, &o), 200);
+    int64_t cid = (int64_t)ty_num(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "checkpoints"), 0), "id");
+    cJSON_Delete(o);
+    char file[600];
+    snprintf(file, sizeof file, "%s/checkpoints/%lld/%lld.safetensors", froot, (long long)job, (long long)cid);
+    size_t n = 0;
+    char *got = file_read_all(file, 1 << 20, &n);
+    ck_assert_msg(got != NULL, "%s is not there", file);
+    ck_assert_int_eq(n, strlen(bytes));
+    free(got);
+    snprintf(file, sizeof file, "%s/checkpoints/%lld/%lld.safetensors", srv.dir, (long long)job, (long long)cid);
+    ck_assert_int_ne(access(file, F_OK), 0); /* not under DATA */
+    char out[320];
+    snprintf(out, sizeof out, "%s/got", tmpdir);
+    snprintf(args, sizeof args, "-o %s -H 'Authorization: Bearer %s' '%s/api/v1/jobs/%lld/checkpoints/latest'", out,
+             task_tok, srv.url, (long long)job);
+    ck_assert_int_eq(curl_run(args), 200);
+    got = file_read_all(out, 1 << 20, &n);
+    ck_assert_ptr_nonnull(got);
+    char gsha[65];
+    sha256_hex(got, n, gsha);
+    free(got);
+    ck_assert_str_eq(gsha, sha);
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/uploads", (long long)job);
+    ck_assert_int_eq(api("POST", path, "{}", &o), 409);
+    ty_assert_error(o, "upload_via_server", NULL);
+    cJSON_Delete(o);
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "GET", "/api/v1/blob-store", NULL, &o), 200);
+    ck_assert_str_eq(ty_str(o, "kind"), "file");
+    ck_assert_str_eq(ty_str(o, "url"), spec);
+    cJSON_Delete(o);
+    /* DELETE /jobs: its files in the folder go */
+    char team_tok[128];
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/cancel", (long long)job);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", path, NULL, &o), 200);
+    cJSON_Delete(o);
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld", (long long)job);
+    int64_t end = mono_ms() + 60000;
+    for (;;) {
+        long ds = ty_http(srv.url, team_tok, "DELETE", path, NULL, &o);
+        cJSON_Delete(o);
+        if (ds == 200 || ds == 204) break;
+        ck_assert_msg(ds == 409 && mono_ms() < end, "DELETE /jobs/%lld: %ld", (long long)job, ds);
+        ty_sleep_ms(200);
+    }
+    snprintf(file, sizeof file, "%s/checkpoints/%lld/%lld.safetensors", froot, (long long)job, (long long)cid);
+    ck_assert_int_ne(access(file, F_OK), 0);
+}
+END_TEST
+
 int main(void) {
     if (!s3_have(s3_why, sizeof s3_why)) {
         s3_ready = s3_required() ? -1 : 0;
@@ -475,7 +601,10 @@ int main(void) {
     tcase_add_test(tc, upload_verify_download_delete);
     tcase_add_test(tc, expired_upload_aborted);
     tcase_add_test(tc, context_in_the_store);
+    tcase_add_test(tc, quota_counts_open_uploads);
     tcase_add_test(tc, unreachable_store_refused);
+    TCase *tf = ty_tcase(s, "file", setup_file, teardown_file, 120);
+    tcase_add_test(tf, file_store_keeps_the_layout);
     int failed = ty_run_suite(s);
     if (s3_ready == 1) {
         if (failed) dev.keep = 1;
