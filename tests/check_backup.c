@@ -24,6 +24,10 @@
  *    S3_TEST_REQUIRED=1): the backup PUT under backups/ of a bucket through
  *    the server's --backup-credentials, restored from there, the same job
  *    and checkpoint; periodic backups to s3 keep 2;
+ *  - checkpoints_in_s3 (the same store): with --blob-store s3://..., a
+ *    folder backup lists the checkpoint objects, restore HEADs them, the
+ *    restored server serves the same bytes; an object deleted from the
+ *    bucket is named, --allow-missing marks its row deleted;
  *  - writers_not_blocked: 8 clients submit jobs without and during a
  *    backup of a padded database: the longest submission is printed (the
  *    figure of docs/reliability.md) and no writer waited for the snapshot. */
@@ -824,6 +828,71 @@ START_TEST(s3_destination) {
 }
 END_TEST
 
+/* Checkpoints kept in an s3 blob store (--blob-store): a folder backup
+ * lists the objects the snapshot's rows name; restore HEADs each ("all
+ * present"), the server on the restored directory serves the same bytes;
+ * an object removed from the bucket is named and the restore refused,
+ * --allow-missing restores with its row marked deleted. */
+START_TEST(checkpoints_in_s3) {
+    if (!s3_up) return;
+    char data[320], data3[320], spec[512], out[8192];
+    snprintf(data, sizeof data, "%s/data", base);
+    snprintf(data3, sizeof data3, "%s/data3", base);
+    ck_assert_int_eq(s3_bucket(&dev, "ckpts"), 0);
+    s3_spec(&dev, "ckpts", spec, sizeof spec);
+    const char *more[] = {"--blob-store", spec, "--blob-credentials", dev.creds, NULL};
+    server_on(data, more);
+    agent_start();
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    int64_t done = submit_script("done", "0.5,0.4", "-");
+    wait_state(done, "succeeded", 90);
+    for (int i = 0; ckpt_count(done) != 1; i++) {
+        ck_assert_msg(i < 600, "the finished job kept %d checkpoints", ckpt_count(done));
+        ty_sleep_ms(100);
+    }
+    char path[160];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints", (long long)done);
+    cJSON *o = NULL;
+    ck_assert_int_eq(get(team_tok, path, &o), 200);
+    cJSON *arr = cJSON_IsArray(o) ? o : cJSON_GetObjectItem(o, "checkpoints");
+    int64_t cid = (int64_t)ty_num(cJSON_GetArrayItem(arr, 0), "id");
+    cJSON_Delete(o);
+    char sha[65], sha2[65];
+    ckpt_sha(done, cid, sha);
+    const char *bargs[] = {"backup", dest, "--url", srv.url, "--token", admin_tok, "--json", NULL};
+    int rc = run_ty(out, sizeof out, bargs);
+    ck_assert_msg(rc == 0, "trainyard backup: %d: %s", rc, out);
+    cJSON *sum = cJSON_Parse(out);
+    ck_assert_ptr_nonnull(sum);
+    ck_assert_int_eq((int)ty_num(sum, "manifest_objects"), 1);
+    ck_assert_int_eq((int)ty_num(sum, "blobs"), 0);
+    cJSON_Delete(sum);
+    rm_tree(data);
+    ty_kill(&srv, SIGKILL);
+    const char *rargs[] = {"restore", dest, "--data", data2, "--blob-credentials", dev.creds, NULL};
+    rc = run_ty(out, sizeof out, rargs);
+    ck_assert_msg(rc == 0 && strstr(out, "1 checkpoints (0 local, 1 in another store, all present)"), "%d: %s", rc, out);
+    printf("restore, checkpoints in s3: %s", out);
+    server_on(data2, more);
+    ckpt_sha(done, cid, sha2);
+    ck_assert_str_eq(sha, sha2);
+    ty_kill(&srv, SIGTERM);
+    /* the object gone from the bucket */
+    char keys[16][256];
+    int n = s3_keys(&dev, "ckpts", "checkpoints/", keys, 16);
+    ck_assert_int_eq(n, 1);
+    char del[300];
+    snprintf(del, sizeof del, "/ckpts/%s", keys[0]);
+    ck_assert_int_eq(s3_req(&dev, "DELETE", del, NULL, NULL), 204);
+    const char *r3[] = {"restore", dest, "--data", data3, "--blob-credentials", dev.creds, NULL};
+    rc = run_ty(out, sizeof out, r3);
+    ck_assert_msg(rc == 1 && strstr(out, keys[0]), "%d: %s", rc, out);
+    const char *r4[] = {"restore", dest, "--data", data3, "--blob-credentials", dev.creds, "--allow-missing", NULL};
+    rc = run_ty(out, sizeof out, r4);
+    ck_assert_msg(rc == 0 && strstr(out, "1 of them missing and marked deleted"), "%d: %s", rc, out);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- writers during a backup */
 
 static int64_t now_us_test(void) {
@@ -947,7 +1016,9 @@ int main(void) {
     tcase_add_test(ty_tcase(s, "periodic", setup, teardown, 120), periodic_backups_keep_two);
     tcase_add_test(ty_tcase(s, "refusals", setup, teardown, 120), restore_refusals);
     tcase_add_test(ty_tcase(s, "store", setup, teardown, 120), objects_in_another_store);
-    tcase_add_test(ty_tcase(s, "s3", setup_s3, teardown_s3, 300), s3_destination);
+    TCase *s3 = ty_tcase(s, "s3", setup_s3, teardown_s3, 300);
+    tcase_add_test(s3, s3_destination);
+    tcase_add_test(s3, checkpoints_in_s3);
     tcase_add_test(ty_tcase(s, "writers", setup, teardown, 300), writers_not_blocked);
     return ty_run_suite(s);
 }
