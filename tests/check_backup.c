@@ -972,41 +972,50 @@ START_TEST(writers_not_blocked) {
 
     submitter s[WRITERS];
     pthread_t th[WRITERS];
-    volatile int stop = 0;
-    int64_t max_without = 0, max_during = 0;
-    int n_without = 0, n_during = 0;
-    /* without a backup */
-    submitters_start(s, th, WRITERS, &stop);
-    ty_sleep_ms(3000);
-    stop = 1;
-    submitters_join(s, th, WRITERS, &max_without, &n_without);
-    /* during one */
-    stop = 0;
-    submitters_start(s, th, WRITERS, &stop);
-    ty_sleep_ms(300);
     char body[600];
     snprintf(body, sizeof body, "{\"dest\":\"%s\"}", dest);
-    cJSON *o = NULL;
-    int64_t t0 = mono_ms();
-    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/backups", body, &o), 201);
-    int64_t took = mono_ms() - t0;
-    ty_sleep_ms(300);
-    stop = 1;
-    submitters_join(s, th, WRITERS, &max_during, &n_during);
-    double snap = ty_num(o, "snapshot_ms"), mib = ty_num(o, "db_bytes") / 1048576.0;
-    printf("writers: %d clients submitting; the longest submission %.1f ms without a backup (%d submitted in 3 s), "
-           "%.1f ms during a backup (%d submitted) of a %.0f MiB database: snapshot %.0f ms, backup %lld ms\n",
-           WRITERS, (double)max_without / 1000.0, n_without, (double)max_during / 1000.0, n_during, mib, snap,
-           (long long)took);
-    fflush(stdout);
-    ck_assert_int_ge((int)mib, PAD_MB);
-    ck_assert_int_gt(n_during, 0);
-    /* a writer blocked by the snapshot would wait for about all of its read
-     * transaction (they submit without pause: one comes as it begins); the
-     * backup's own disk writes and CPU on shared cores cost some, not that */
-    if (snap >= 200) ck_assert_msg((double)max_during / 1000.0 < (double)max_without / 1000.0 + snap * 0.75,
-                                   "a submission took %.1f ms during a snapshot of %.0f ms", max_during / 1000.0, snap);
-    cJSON_Delete(o);
+    /* Up to 3 rounds: the suite may run beside others (tests/run_all.sh), whose
+     * load can stall one submission at any time; a writer blocked by the
+     * snapshot would be so in every round. */
+    int ok = 0;
+    double snap = 0, worst = 0;
+    for (int round = 0; round < 3 && !ok; round++) {
+        volatile int stop = 0;
+        int64_t max_without = 0, max_during = 0;
+        int n_without = 0, n_during = 0;
+        /* without a backup */
+        submitters_start(s, th, WRITERS, &stop);
+        ty_sleep_ms(2000);
+        stop = 1;
+        submitters_join(s, th, WRITERS, &max_without, &n_without);
+        /* during one */
+        stop = 0;
+        submitters_start(s, th, WRITERS, &stop);
+        ty_sleep_ms(300);
+        cJSON *o = NULL;
+        int64_t t0 = mono_ms();
+        ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/backups", body, &o), 201);
+        int64_t took = mono_ms() - t0;
+        ty_sleep_ms(300);
+        stop = 1;
+        submitters_join(s, th, WRITERS, &max_during, &n_during);
+        snap = ty_num(o, "snapshot_ms");
+        double mib = ty_num(o, "db_bytes") / 1048576.0;
+        printf("writers: %d clients submitting; the longest submission %.1f ms without a backup (%d submitted in 2 s), "
+               "%.1f ms during a backup (%d submitted) of a %.0f MiB database: snapshot %.0f ms, backup %lld ms\n",
+               WRITERS, (double)max_without / 1000.0, n_without, (double)max_during / 1000.0, n_during, mib, snap,
+               (long long)took);
+        fflush(stdout);
+        cJSON_Delete(o);
+        ck_assert_int_ge((int)mib, PAD_MB);
+        ck_assert_int_gt(n_during, 0);
+        /* a writer blocked by the snapshot would wait for about all of its read
+         * transaction (they submit without pause: one comes as it begins); the
+         * backup's own disk writes and CPU on shared cores cost some, not that */
+        worst = (double)max_during / 1000.0;
+        ok = snap < 200 || worst < (double)max_without / 1000.0 + snap * 0.75;
+    }
+    ck_assert_msg(ok, "in 3 rounds, a submission took %.1f ms during a snapshot of %.0f ms (the last)", worst, snap);
 }
 END_TEST
 
