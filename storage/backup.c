@@ -869,22 +869,26 @@ static int rel_ok(const char *p) {
     return p && p[0] && p[0] != '/' && !strstr(p, "..") && strlen(p) < 512;
 }
 
-/* The data directory is not served: its server.lock is free (taken and let go). */
-static int data_dir_free(const char *dir, char *err, size_t errlen) {
+/* Takes the data directory's server.lock (made if missing) for the
+ * restore's length, so no server starts on it meanwhile: the fd, or -1
+ * with err when its server runs. */
+static int data_dir_lock(const char *dir, char *err, size_t errlen) {
     char p[PATH_MAX];
     if (sfmt(p, sizeof p, "%s/server.lock", dir) < 0) {
         snprintf(err, errlen, "data directory path too long");
         return -1;
     }
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    int busy = flock(fd, LOCK_EX | LOCK_NB) < 0;
-    close(fd);
-    if (busy) {
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open %s: %s", p, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+        close(fd);
         snprintf(err, errlen, "a trainyard server runs on %s: stop it before restoring into it", dir);
         return -1;
     }
-    return 0;
+    return fd;
 }
 
 /* Puts the backup's file at from into to: a hard link when both are on one
@@ -1047,9 +1051,17 @@ static int check_remote(const restore_opts *o, const cJSON *blobs, const char *t
     return rc;
 }
 
+static int restore_folder(const restore_opts *o, int locked, restore_summary *out, char *err, size_t errlen);
+
 int backup_restore(const restore_opts *o, restore_summary *out, char *err, size_t errlen) {
+    return restore_folder(o, 0, out, err, errlen);
+}
+
+/* locked: the caller holds data_dir's server.lock (an s3 restore's) */
+static int restore_folder(const restore_opts *o, int locked, restore_summary *out, char *err, size_t errlen) {
     const char *src = o->src, *data_dir = o->data_dir;
     int force = o->force;
+    int lock_fd = -1;
     memset(out, 0, sizeof *out);
     err[0] = '\0';
     char bdir[PATH_MAX], p[PATH_MAX], q[PATH_MAX];
@@ -1086,7 +1098,7 @@ int backup_restore(const restore_opts *o, restore_summary *out, char *err, size_
         snprintf(err, errlen, "cannot create %s: %s", data_dir, strerror(errno));
         goto out;
     }
-    if (data_dir_free(data_dir, err, errlen) < 0) goto out;
+    if (!locked && (lock_fd = data_dir_lock(data_dir, err, errlen)) < 0) goto out;
     struct stat sb;
     if (sfmt(q, sizeof q, "%s/trainyard.db", data_dir) < 0) {
         snprintf(err, errlen, "data directory path too long");
@@ -1163,6 +1175,7 @@ int backup_restore(const restore_opts *o, restore_summary *out, char *err, size_
     rc = 0;
 out:
     if (tmpdb[0]) unlink(tmpdb);
+    if (lock_fd >= 0) close(lock_fd);
     cJSON_Delete(m);
     return rc;
 }
@@ -1409,7 +1422,7 @@ int backup_restore_s3(const restore_opts *o, restore_summary *out, char *err, si
     memset(out, 0, sizeof *out);
     blob_store *st = NULL;
     if (open_s3(o->src, o->credentials, NULL, &st, err, errlen) < 0) return -1;
-    int rc = -1;
+    int rc = -1, lock_fd = -1;
     entry_list l;
     memset(&l, 0, sizeof l);
     key_list k;
@@ -1421,7 +1434,7 @@ int backup_restore_s3(const restore_opts *o, restore_summary *out, char *err, si
         snprintf(err, errlen, "cannot create %s: %s", o->data_dir, strerror(errno));
         goto out;
     }
-    if (data_dir_free(o->data_dir, err, errlen) < 0) goto out;
+    if ((lock_fd = data_dir_lock(o->data_dir, err, errlen)) < 0) goto out;
     if (sfmt(dbf, sizeof dbf, "%s/trainyard.db", o->data_dir) == 0 && stat(dbf, &sb) == 0 && !o->force) {
         snprintf(err, errlen, "%s already holds a database (trainyard.db): restore into an empty folder, or give "
                  "--force to replace it", o->data_dir);
@@ -1469,10 +1482,11 @@ int backup_restore_s3(const restore_opts *o, restore_summary *out, char *err, si
     restore_opts o2 = *o;
     if (sfmt(local, sizeof local, "%s/%s", stage, l.names[pick]) < 0) goto out;
     o2.src = local;
-    rc = backup_restore(&o2, out, err, errlen);
+    rc = restore_folder(&o2, 1, out, err, errlen);
     if (rc == 0) snprintf(out->path, sizeof out->path, "%s %s", blob_store_url(st), prefix);
 out:
     if (stage[0]) rm_tree(stage);
+    if (lock_fd >= 0) close(lock_fd);
     keys_release(&k);
     list_release(&l);
     blob_store_close(st);

@@ -16,7 +16,8 @@
  *  - restore_refusals: the route's 403 and 422s (each with its audit row),
  *    a backup without manifest, a data directory holding
  *    a database (without --force), a schema newer than the binary, a
- *    damaged database, a running server's directory (offline backup);
+ *    damaged database, a running server's directory (offline backup and
+ *    restore);
  *  - objects_in_another_store: checkpoint rows naming a file:// store's
  *    objects are listed, not copied; restore HEADs each, refuses a missing
  *    one by name, and with --allow-missing marks its row deleted;
@@ -597,6 +598,14 @@ START_TEST(restore_refusals) {
     rc = run_ty(out, sizeof out, off);
     ck_assert_msg(rc == 0 && strncmp(out, "backup ", 7) == 0, "%d: %s", rc, out);
     snprintf(bdir, sizeof bdir, "%.*s", (int)(strchr(out, ':') - out - 7), out + 7);
+    /* into a directory a server runs on: refused, even with --force */
+    char served[400];
+    snprintf(served, sizeof served, "%s/served", base);
+    server_on(served, NULL);
+    const char *into_served[] = {"restore", bdir, "--data", served, "--force", NULL};
+    rc = run_ty(out, sizeof out, into_served);
+    ck_assert_msg(rc == 1 && strstr(out, "server runs on"), "%d: %s", rc, out);
+    ty_kill(&srv, SIGTERM);
     /* a data directory holding a database: refused, then --force */
     const char *into_data[] = {"restore", bdir, "--data", data, NULL};
     rc = run_ty(out, sizeof out, into_data);
