@@ -80,12 +80,38 @@ static void s3_setup_ttl(const char *ttl) {
 }
 
 static void s3_setup(void) { s3_setup_ttl("900"); }
+
+/* The s3 server with a real agent of 2 slots (no hand-made node or job). */
+static pid_t agent;
+static void s3_agent_setup(void) {
+    if (!have_s3) {
+        if (s3_required()) ck_abort_msg("no S3 store: %s", s3_why);
+        return;
+    }
+    s3_resume(&S3);
+    static int n;
+    snprintf(bucket, sizeof bucket, "bxa-%d-%d", (int)getpid(), n++);
+    ck_assert_int_eq(s3_bucket(&S3, bucket), 0);
+    char spec[256];
+    s3_spec(&S3, bucket, spec, sizeof spec);
+    memset(&srv, 0, sizeof srv);
+    ty_mkdtemp(srv.dir, sizeof srv.dir, "blobxfer");
+    const char *extra[] = {"--blob-store", spec, "--blob-credentials", S3.creds, NULL};
+    ty_server_start_args(&srv, "server", extra);
+    ty_token(&srv, "token", team_tok, sizeof team_tok);
+    agent = ty_agent_start(&srv, "bx-node", "2");
+}
 static void s3_setup_short_ttl(void) { s3_setup_ttl("2"); }
 
 static void data_setup(void) { stack_start(NULL); }
 
 static void teardown(void) {
     if (S3.rgw > 0) s3_resume(&S3);
+    if (agent > 0) {
+        ty_proc a = {.pid = agent};
+        ty_kill(&a, SIGTERM);
+        agent = 0;
+    }
     if (srv.pid) ty_kill(&srv, SIGTERM);
     if (srv.dir[0]) ty_rmrf(srv.dir);
     memset(&srv, 0, sizeof srv);
@@ -452,6 +478,102 @@ START_TEST(expired_download_url_asked_again) {
 }
 END_TEST
 
+/* What the command runner sends: a head from memory and a file read with
+ * pread (whatever the descriptor's offset), in two parts to the store. */
+START_TEST(head_and_file_to_the_store) {
+    NEED_S3();
+    char file[400];
+    snprintf(file, sizeof file, "%s/ckpt.bin", srv.dir);
+    size_t fsize = (7u << 20) + 3;
+    unsigned char *fdata = make_bytes(fsize, 23);
+    ck_assert_int_eq(file_write_atomic(file, fdata, fsize, 0600), 0);
+    int fd = open(file, O_RDONLY | O_CLOEXEC);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(lseek(fd, 12345, SEEK_SET), 12345);
+    static const char head[] = "a head of 27 bytes, then...";
+    blobxfer_opts o = {.part_bytes = 5 << 20};
+    report_ckpt_bytes b = {.api = srv.url, .token = task_tok, .job = job_id, .attempt = 1, .step = 7, .epoch = 1,
+                           .head = head, .head_len = sizeof head - 1, .fd = fd, .total = sizeof head - 1 + fsize,
+                           .xfer = &o};
+    char sha[65], err[600] = "", want[65];
+    long st = report_upload_ckpt(NULL, &b, sha, err, sizeof err);
+    close(fd);
+    ck_assert_msg(st == 201, "upload: %ld %s", st, err);
+    size_t total = sizeof head - 1 + fsize;
+    unsigned char *whole = xmalloc(total);
+    memcpy(whole, head, sizeof head - 1);
+    memcpy(whole + sizeof head - 1, fdata, fsize);
+    sha256_hex(whole, total, want);
+    ck_assert_str_eq(sha, want);
+    ck_assert_int_eq(blobxfer_via_server(), 0);
+    char path[128], sha_hdr[65], sha_got[65], loc[1024];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/latest", (long long)job_id);
+    unsigned char *got = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(download(team_tok, path, &got, &len, sha_hdr, sha_got, loc, sizeof loc), 200);
+    ck_assert_uint_eq(len, total);
+    ck_assert(memcmp(got, whole, total) == 0);
+    ck_assert_str_eq(sha_hdr, want);
+    free(got);
+    free(whole);
+    free(fdata);
+}
+END_TEST
+
+/* A training job on a real agent: its chief's checkpoints reach the store
+ * (the worker logs it), the server's data directory holds none, each lists
+ * with the sha256 its 307 download has. */
+START_TEST(training_job_checkpoints_to_the_store) {
+    NEED_S3();
+    static const char spec[] =
+        "{\"name\":\"bx-train\",\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":8,\"activation\":\"relu\","
+        "\"input_shape\":[4]},{\"type\":\"dense\",\"units\":1,\"activation\":\"sigmoid\"}]},"
+        "\"compile\":{\"optimizer\":{\"type\":\"sgd\"},\"loss\":\"binary_crossentropy\"},"
+        "\"data\":{\"source\":\"synthetic\",\"examples\":400,\"features\":4},\"fit\":{\"epochs\":3,\"batch_size\":20},"
+        "\"checkpoint\":{\"every_epochs\":1,\"keep\":5}}";
+    int64_t id = ty_submit(srv.url, team_tok, spec);
+    char state[32] = "";
+    for (int i = 0; i < 1200; i++) {
+        cJSON *j = ty_job_get(srv.url, team_tok, id);
+        snprintf(state, sizeof state, "%s", ty_str(j, "state"));
+        cJSON_Delete(j);
+        if (!strcmp(state, "succeeded") || !strcmp(state, "failed") || !strcmp(state, "cancelled")) break;
+        ty_sleep_ms(100);
+    }
+    ck_assert_str_eq(state, "succeeded");
+    char path[128];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints", (long long)id);
+    cJSON *l = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &l), 200);
+    const cJSON *cks = cJSON_GetObjectItem(l, "checkpoints");
+    int n = cJSON_GetArraySize(cks);
+    ck_assert_int_ge(n, 1); /* a newer checkpoint supersedes one not sent yet: 1 to 3 */
+    ck_assert_int_eq((long)ty_num(cJSON_GetArrayItem(cks, 0), "epoch"), 3); /* newest first: the final one */
+    ck_assert_int_eq(s3_keys(&S3, bucket, "checkpoints/", NULL, 0), n);
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cks) {
+        char p[160], sha_hdr[65], sha_got[65], loc[1024];
+        snprintf(p, sizeof p, "/api/v1/jobs/%lld/checkpoints/%lld", (long long)id, (long long)ty_num(c, "id"));
+        unsigned char *got = NULL;
+        size_t len = 0;
+        ck_assert_int_eq(download(team_tok, p, &got, &len, sha_hdr, sha_got, loc, sizeof loc), 200);
+        ck_assert_str_eq(sha_got, ty_str(c, "sha256"));
+        ck_assert_str_eq(sha_hdr, ty_str(c, "sha256"));
+        ck_assert_msg(strncmp(loc, S3.endpoint, strlen(S3.endpoint)) == 0, "checkpoint from %s", loc);
+        free(got);
+    }
+    cJSON_Delete(l);
+    char dir[400];
+    snprintf(dir, sizeof dir, "%s/checkpoints/%lld", srv.dir, (long long)id);
+    ck_assert_msg(access(dir, F_OK) != 0, "%s exists: bytes went through the server", dir);
+    char *logs = ty_task_log(srv.url, team_tok, id, "worker-0");
+    ck_assert_ptr_nonnull(logs);
+    ck_assert_msg(strstr(logs, "checkpoint in the store"), "worker-0's log: %.1500s", logs);
+    ck_assert_msg(!strstr(logs, "X-Amz-Signature"), "a presigned URL's signature in the log");
+    free(logs);
+}
+END_TEST
+
 /* With the data directory's store the server answers 409
  * upload_via_server: report_upload_ckpt PUTs the bytes instead (from memory
  * and from a file), and the process remembers it. */
@@ -566,6 +688,9 @@ static Suite *blobxfer_suite(void) {
     tcase_add_test(tc, multipart_across_a_store_pause);
     tcase_add_test(tc, redirect_followed_without_the_token);
     tcase_add_test(tc, one_event_per_spell);
+    tcase_add_test(tc, head_and_file_to_the_store);
+    tc = ty_tcase(s, "s3_agent", s3_agent_setup, teardown, 240);
+    tcase_add_test(tc, training_job_checkpoints_to_the_store);
     tc = ty_tcase(s, "s3_short_ttl", s3_setup_short_ttl, teardown, 120);
     tcase_add_test(tc, expired_part_url_renewed);
     tcase_add_test(tc, expired_download_url_asked_again);
