@@ -31,7 +31,8 @@
  *    bucket is named, --allow-missing marks its row deleted;
  *  - writers_not_blocked: 8 clients submit jobs without and during a
  *    backup of a padded database: the longest submission is printed (the
- *    figure of docs/reliability.md) and no writer waited for the snapshot. */
+ *    figure of docs/reliability.md) and no writer waited for the snapshot;
+ *    a second backup asked meanwhile is 409. */
 #include "testlib.h"
 #include "s3_fixture.h"
 
@@ -937,6 +938,24 @@ static void *submit_loop(void *arg) {
     return NULL;
 }
 
+/* A second backup asked while one runs: its status. */
+typedef struct second_ask {
+    const char *body;
+    long status;
+} second_ask;
+
+static void *ask_again(void *arg) {
+    second_ask *a = arg;
+    ty_sleep_ms(100);
+    client c;
+    if (client_init(&c, srv.url, admin_tok) < 0) return NULL;
+    client_reply r;
+    if (client_request(&c, "POST", "/api/v1/backups", a->body, strlen(a->body), NULL, &r) == 0) a->status = r.status;
+    client_reply_release(&r);
+    client_release(&c);
+    return NULL;
+}
+
 /* n clients submitting for ms milliseconds, or until *stop; the longest
  * submission (us) and the count. */
 static void submitters_start(submitter *s, pthread_t *th, int n, volatile int *stop) {
@@ -1002,9 +1021,14 @@ START_TEST(writers_not_blocked) {
         submitters_start(s, th, WRITERS, &stop);
         ty_sleep_ms(300);
         cJSON *o = NULL;
+        second_ask again = {body, 0};
+        pthread_t ath;
+        ck_assert_int_eq(pthread_create(&ath, NULL, ask_again, &again), 0);
         int64_t t0 = mono_ms();
         ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/backups", body, &o), 201);
         int64_t took = mono_ms() - t0;
+        pthread_join(ath, NULL);
+        if (took > 400) ck_assert_int_eq(again.status, 409); /* one at a time: backup_running */
         ty_sleep_ms(300);
         stop = 1;
         submitters_join(s, th, WRITERS, &max_during, &n_during);
