@@ -349,8 +349,7 @@ static int body_int64(cJSON *body, http_res *res, const char *key, int64_t lo, i
     return 0;
 }
 
-/* The team's quota with its open uploads counted: 0, or -1 after 507. */
-static int quota_admit(server *srv, int64_t team_id, int64_t len, http_res *res) {
+int api_blob_quota_admit(server *srv, int64_t team_id, int64_t len, http_res *res) {
     int64_t open = 0, quota = 0;
     if (blob_upload_open_bytes(srv->db, team_id, &open) != STORE_OK) open = 0;
     quota_use use;
@@ -392,7 +391,7 @@ static void upload_begin(server *srv, http_req *req, http_res *res) {
         goto out;
     cJSON *sha = cJSON_GetObjectItemCaseSensitive(body, "sha256");
     if (!cJSON_IsString(sha) || !sha256_arg(sha->valuestring, u.sha256)) {
-        http_error(res, sha ? 422 : 422, sha ? "invalid_value" : "missing_field", "sha256",
+        http_error(res, 422, sha ? "invalid_value" : "missing_field", "sha256",
                    "sha256 is the hex sha256 of the checkpoint's bytes (64 hex digits)");
         goto out;
     }
@@ -434,7 +433,7 @@ static void upload_begin(server *srv, http_req *req, http_res *res) {
         http_error(res, 500, "internal", NULL, "out of memory");
         goto out;
     }
-    if (quota_admit(srv, j.team_id, size, res) < 0) goto out;
+    if (api_blob_quota_admit(srv, j.team_id, size, res) < 0) goto out;
 
     unsigned char rnd[16];
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {

@@ -7,7 +7,7 @@
  * "Blob stores").
  *
  * defines: api_blobs_routes, api_blob_error, api_blob_send, api_blobs_tick,
- *          api_blob_job_deleted, api_ckpt_keep */
+ *          api_blob_job_deleted, api_ckpt_keep, api_blob_quota_admit */
 #ifndef TRAINYARD_BLOBS_API_H
 #define TRAINYARD_BLOBS_API_H
 
@@ -36,6 +36,12 @@ void api_blob_send(struct server *srv, http_res *res, const char *key, const cha
 /* 1 when the request asks ?via=server, 0 when it does not, -1 after
  * answering 422 for another value. */
 int api_blob_via_server(http_req *req, http_res *res);
+
+/* The team's storage quota for len more bytes in a blob store other than
+ * the data directory (the disk reserve is the data directory's: not
+ * asked), the team's open uploads counted: 0, or -1 after 507
+ * storage_quota. */
+int api_blob_quota_admit(struct server *srv, int64_t team_id, int64_t len, http_res *res);
 
 /* The job spec's checkpoint.keep (at least 1; 3 when the spec says none). */
 int api_ckpt_keep(const char *spec);

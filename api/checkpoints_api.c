@@ -59,9 +59,15 @@ static void ckpt_put(server *srv, http_req *req, http_res *res) {
     }
     /* the disk reserve and the team's storage quota: refused whole rather
      * than written half */
-    int64_t open_bytes = 0; /* uploads to the store reserved and not completed count too */
-    if (blob_upload_open_bytes(srv->db, j.team_id, &open_bytes) != STORE_OK) open_bytes = 0;
-    if (api_storage_admit(srv, j.team_id, (int64_t)req->body.len + open_bytes, "checkpoint", 507, res) < 0) goto out;
+    if (blob_store_url(srv->blobs)[0]) {
+        /* the bytes go to another store: the quota (open uploads counted), not the disk reserve */
+        if (api_blob_quota_admit(srv, j.team_id, (int64_t)req->body.len, res) < 0) goto out;
+    } else {
+        int64_t open_bytes = 0; /* uploads to a store reserved and not completed count too */
+        if (blob_upload_open_bytes(srv->db, j.team_id, &open_bytes) != STORE_OK) open_bytes = 0;
+        if (api_storage_admit(srv, j.team_id, (int64_t)req->body.len + open_bytes, "checkpoint", 507, res) < 0)
+            goto out;
+    }
     int64_t cid = 0;
     if (exec_store_ckpt_reserve(srv->db, j.id, j.attempt, step, epoch, (int64_t)req->body.len, got, &cid) != STORE_OK) {
         api_db_unavailable(res);
