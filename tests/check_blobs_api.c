@@ -392,6 +392,16 @@ START_TEST(quota_counts_open_uploads) {
     ck_assert_int_eq(begin(data, len, part, 2, &b, &o), 201);
     cJSON_Delete(o);
     ck_assert_int_eq(blob_store_open_uploads(), 1);
+    /* the PUT through the server counts the open upload too */
+    char f[320], sha[65], args[2048];
+    snprintf(f, sizeof f, "%s/six", tmpdir);
+    write_file(f, data, 6u << 20);
+    sha256_hex(data, 6u << 20, sha);
+    snprintf(args, sizeof args,
+             "-o /dev/null -X PUT -H 'Authorization: Bearer %s' -H 'Content-Type: application/octet-stream' "
+             "-H 'X-Checksum-Sha256: %s' --data-binary @%s '%s/api/v1/jobs/%lld/checkpoints?step=3&epoch=1'",
+             task_tok, sha, f, srv.url, (long long)job);
+    ck_assert_int_eq(curl_run(args), 507);
     free(data);
 }
 END_TEST
@@ -586,6 +596,33 @@ START_TEST(file_store_keeps_the_layout) {
 }
 END_TEST
 
+/* A row whose bytes are in another store than the server's: 410 naming
+ * that store (the server restarted on the same data directory with the
+ * default store). */
+START_TEST(another_store_is_gone) {
+    char body[320], args[2048];
+    snprintf(body, sizeof body, "%s/ck", tmpdir);
+    write_file(body, "w", 1);
+    char sha[65];
+    sha256_hex("w", 1, sha);
+    snprintf(args, sizeof args,
+             "-o /dev/null -X PUT -H 'Authorization: Bearer %s' -H 'Content-Type: application/octet-stream' "
+             "-H 'X-Checksum-Sha256: %s' --data-binary @%s '%s/api/v1/jobs/%lld/checkpoints?step=1&epoch=1'",
+             task_tok, sha, body, srv.url, (long long)job);
+    ck_assert_int_eq(curl_run(args), 201);
+    ty_kill(&srv, SIGTERM);
+    ty_server_start_args(&srv, "server", NULL);
+    cJSON *o = NULL;
+    char path[128];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/latest", (long long)job);
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "GET", path, NULL, &o), 410);
+    ty_assert_error(o, "gone", NULL);
+    const char *msg = ty_str(cJSON_GetObjectItem(o, "error"), "message");
+    ck_assert_msg(strstr(msg, spec) != NULL, "the 410 names the store %s: %s", spec, msg);
+    cJSON_Delete(o);
+}
+END_TEST
+
 int main(void) {
     if (!s3_have(s3_why, sizeof s3_why)) {
         s3_ready = s3_required() ? -1 : 0;
@@ -605,6 +642,7 @@ int main(void) {
     tcase_add_test(tc, unreachable_store_refused);
     TCase *tf = ty_tcase(s, "file", setup_file, teardown_file, 120);
     tcase_add_test(tf, file_store_keeps_the_layout);
+    tcase_add_test(tf, another_store_is_gone);
     int failed = ty_run_suite(s);
     if (s3_ready == 1) {
         if (failed) dev.keep = 1;
