@@ -264,7 +264,7 @@ int cmd_restore(int argc, char **argv) {
     printf("restored %s from %s into %s: %lld jobs, %lld checkpoints (%lld local%s), %d files, %d checkpoint and "
            "context files checked%s, schema %d\n",
            s.created_at, s.path, data, (long long)s.jobs, (long long)s.checkpoints, (long long)s.checkpoints_local,
-           remote, s.files, s.blobs, s.blobs_missing ? " (some were missing when the backup was taken: see its manifest)" : "",
+           remote, s.files, s.blobs, s.blobs_missing ? " (some were missing when the backup was taken: marked deleted, see its manifest)" : "",
            s.schema_version);
     return 0;
 }

@@ -1051,6 +1051,52 @@ static int check_remote(const restore_opts *o, const cJSON *blobs, const char *t
     return rc;
 }
 
+/* The checkpoint files the backup's manifest says were gone from the data
+ * directory when it was taken (a prune racing a copy): their rows are
+ * marked deleted in the database at tmpdb, so the restored server lists
+ * no checkpoint it cannot serve. A context's row stays (its file is
+ * uploaded again by whoever submits it). */
+static int mark_missing(const cJSON *missing, const char *tmpdb, restore_summary *out, char *err, size_t errlen) {
+    int n = cJSON_GetArraySize(missing);
+    out->blobs_missing = n;
+    if (n == 0) return 0;
+    sqlite3 *c = NULL;
+    if (sqlite3_open_v2(tmpdb, &c, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+        snprintf(err, errlen, "cannot open the restored database: %s", c ? sqlite3_errmsg(c) : "no memory");
+        sqlite3_close(c);
+        return -1;
+    }
+    int store = has_column(c, "checkpoints", "store");
+    const char *sql = store ? "UPDATE checkpoints SET deleted_at = ? WHERE path = ? AND store = '' AND deleted_at IS NULL"
+                            : "UPDATE checkpoints SET deleted_at = ? WHERE path = ? AND deleted_at IS NULL";
+    int rc = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, missing) {
+        const char *key = jstr(it, "key");
+        if (!key || strncmp(key, "checkpoints/", 12) != 0) continue;
+        sqlite3_stmt *q = NULL;
+        if (sqlite3_prepare_v2(c, sql, -1, &q, NULL) != SQLITE_OK) {
+            rc = -1;
+            break;
+        }
+        sqlite3_bind_int64(q, 1, now_ms());
+        sqlite3_bind_text(q, 2, key + 12, -1, SQLITE_STATIC);
+        int s = sqlite3_step(q);
+        sqlite3_finalize(q);
+        if (s != SQLITE_DONE) {
+            rc = -1;
+            break;
+        }
+        log_warn("restore: %s was missing when the backup was taken: its checkpoint is marked deleted", key);
+    }
+    if (rc < 0) snprintf(err, errlen, "cannot mark the missing checkpoints deleted: %s", sqlite3_errmsg(c));
+    if (sqlite3_close(c) != SQLITE_OK && rc == 0) {
+        snprintf(err, errlen, "cannot close the restored database");
+        rc = -1;
+    }
+    return rc;
+}
+
 static int restore_folder(const restore_opts *o, int locked, restore_summary *out, char *err, size_t errlen);
 
 int backup_restore(const restore_opts *o, restore_summary *out, char *err, size_t errlen) {
@@ -1157,7 +1203,7 @@ static int restore_folder(const restore_opts *o, int locked, restore_summary *ou
         out->blobs++;
         out->checkpoints_local += strncmp(key, "checkpoints/", 12) == 0;
     }
-    out->blobs_missing = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(m, "missing"));
+    if (mark_missing(cJSON_GetObjectItemCaseSensitive(m, "missing"), tmpdb, out, err, errlen) < 0) goto out;
     if (check_remote(o, cJSON_GetObjectItemCaseSensitive(m, "blobs"), tmpdb, out, err, errlen) < 0) goto out;
     /* the database last: a stale WAL of a replaced one must not be replayed onto it */
     for (int i = 0; i < 2; i++) {

@@ -87,7 +87,7 @@ typedef struct restore_summary {
     int64_t remote_missing;    /* of those, not found (then marked deleted: allow_missing) */
     int files;                 /* tokens, keys, tls/, logs/ restored */
     int blobs;                 /* checkpoint and context files restored */
-    int blobs_missing;         /* listed as missing when the backup was taken */
+    int blobs_missing;         /* listed as missing when the backup was taken (checkpoints: marked deleted) */
 } restore_summary;
 
 typedef struct restore_opts {

@@ -20,7 +20,9 @@
  *    restore);
  *  - objects_in_another_store: checkpoint rows naming a file:// store's
  *    objects are listed, not copied; restore HEADs each, refuses a missing
- *    one by name, and with --allow-missing marks its row deleted;
+ *    one by name, and with --allow-missing marks its row deleted; a local
+ *    file gone from DATA is listed missing (exit 3) and its row marked
+ *    deleted by the restore;
  *  - s3_destination (radosgw by scripts/s3-dev.sh; SKIP without it unless
  *    S3_TEST_REQUIRED=1): the backup PUT under backups/ of a bucket through
  *    the server's --backup-credentials, restored from there, the same job
@@ -689,14 +691,21 @@ START_TEST(objects_in_another_store) {
                  (long long)job, i + 1, i + 1, sha, (long long)job, i ? 'b' : 'a', url);
         ck_assert_msg(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK, "%s", sqlite3_errmsg(db));
     }
+    /* and a local one whose file is gone from DATA (a prune that raced a copy) */
+    snprintf(sql, sizeof sql,
+             "INSERT INTO checkpoints(job_id, attempt, step, epoch, size, sha256, path, created_at) "
+             "VALUES(%lld, 1, 3, 3, 5, '%s', '%lld/gone.safetensors', 1)",
+             (long long)job, sha, (long long)job);
+    ck_assert_msg(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK, "%s", sqlite3_errmsg(db));
     sqlite3_close(db);
     const char *bargs[] = {"backup", dest, "--data", data, "--json", NULL};
     int rc = run_ty(out, sizeof out, bargs);
-    ck_assert_msg(rc == 0, "backup: %d: %s", rc, out);
-    cJSON *sum = cJSON_Parse(out);
+    ck_assert_msg(rc == 3, "backup: %d (3: complete, something missing): %s", rc, out);
+    cJSON *sum = cJSON_Parse(strchr(out, '{'));
     ck_assert_ptr_nonnull(sum);
     ck_assert_int_eq((int)ty_num(sum, "manifest_objects"), 2);
     ck_assert_int_eq((int)ty_num(sum, "blobs"), 0);
+    ck_assert_int_eq((int)ty_num(sum, "blobs_missing"), 1);
     cJSON_Delete(sum);
     /* the one gone: named, and nothing restored */
     const char *rargs[] = {"restore", dest, "--data", data2, NULL};
@@ -711,7 +720,9 @@ START_TEST(objects_in_another_store) {
     /* allowed: restored, its row marked deleted, the other's kept */
     const char *allow[] = {"restore", dest, "--data", data2, "--allow-missing", NULL};
     rc = run_ty(out, sizeof out, allow);
-    ck_assert_msg(rc == 0 && strstr(out, "2 in another store, 1 of them missing and marked deleted"), "%d: %s", rc, out);
+    ck_assert_msg(rc == 0 && strstr(out, "2 in another store, 1 of them missing and marked deleted") &&
+                      strstr(out, "missing when the backup was taken: marked deleted"),
+                  "%d: %s", rc, out);
     ck_assert_int_eq(sqlite3_open(dbp, &db), SQLITE_OK);
     sqlite3_stmt *st = NULL;
     ck_assert_int_eq(sqlite3_prepare_v2(db, "SELECT path FROM checkpoints WHERE deleted_at IS NULL", -1, &st, NULL),
