@@ -320,8 +320,18 @@ START_TEST(upload_verify_download_delete) {
     snprintf(path, sizeof path, "/api/v1/jobs/%lld/cancel", (long long)job);
     ck_assert_int_eq(ty_http(srv.url, team_tok, "POST", path, NULL, &o), 200);
     cJSON_Delete(o);
-    snprintf(path, sizeof path, "/api/v1/jobs/%lld", (long long)job);
+    /* the job ended: the collection keeps its newest checkpoint only, and
+     * removes the other's object */
     int64_t end = mono_ms() + 60000;
+    while (s3_keys(&dev, bucket, prefix, keys, 8) != 1) {
+        ck_assert_msg(mono_ms() < end, "the ended job's older checkpoint is still in the store (see %s)", srv.log);
+        ty_sleep_ms(250);
+    }
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints", (long long)job);
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &o), 200);
+    ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItem(o, "checkpoints")), 1);
+    cJSON_Delete(o);
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld", (long long)job);
     for (;;) {
         long ds = ty_http(srv.url, team_tok, "DELETE", path, NULL, &o);
         cJSON_Delete(o);
