@@ -128,16 +128,16 @@ static int take_parts(xfer *x, const cJSON *arr) {
 
 /* ---------------------------------------------------------------- the server */
 
-/* One request to the server, retried on transport errors, 5xx and 429
- * (max_tries) unless once: the status (0 unreached), the body in *r. */
-static long api_call(xfer *x, client *c, const char *method, const char *path, const char *body, int once,
-                     client_reply *r, unsigned *seed) {
-    int tries = once ? 1 : opt_or(x->o->max_tries, 8);
+/* One request to the server, retried on transport errors, 5xx but 507, and
+ * 429 (max_tries): the status (0 unreached), the body in *r. */
+static long api_call(xfer *x, client *c, const char *method, const char *path, const char *body, client_reply *r,
+                     unsigned *seed) {
+    int tries = opt_or(x->o->max_tries, 8);
     long st = 0;
     for (int t = 1;; t++) {
         int e = client_request(c, method, path, body, body ? strlen(body) : 0, NULL, r);
         st = e < 0 ? 0 : r->status;
-        if (st && st < 500 && st != 429) return st;
+        if (st && (st < 500 || st == 507) && st != 429) return st; /* 507: no room; trying again would not make any */
         if (t >= tries) return st;
         char why[200];
         snprintf(why, sizeof why, "%.190s", e < 0 ? r->error : st == 429 ? "429" : "server error");
@@ -164,7 +164,7 @@ static int refresh_part(xfer *x, int n, unsigned *seed) {
     snprintf(body, sizeof body, "{\"parts\":[%d]}", n);
     pthread_mutex_lock(&x->srv_mu);
     client_reply r;
-    long st = api_call(x, &x->srv, "POST", path, body, 0, &r, seed);
+    long st = api_call(x, &x->srv, "POST", path, body, &r, seed);
     pthread_mutex_unlock(&x->srv_mu);
     int rc = -1;
     if (st == 200) {
@@ -468,7 +468,7 @@ static int begin(xfer *x, long step, long epoch, blobxfer_result *res, unsigned 
     char path[128];
     snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/uploads", (long long)x->job);
     client_reply r;
-    long st = api_call(x, &x->srv, "POST", path, body, 0, &r, seed);
+    long st = api_call(x, &x->srv, "POST", path, body, &r, seed);
     free(body);
     int rc = -1;
     char code[64];
@@ -517,7 +517,7 @@ static int complete(xfer *x, blobxfer_result *res, unsigned *seed) {
     char path[320];
     snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/uploads/%s/complete", (long long)x->job, x->upload);
     client_reply r;
-    long st = api_call(x, &x->srv, "POST", path, "{}", 0, &r, seed);
+    long st = api_call(x, &x->srv, "POST", path, "{}", &r, seed);
     int rc = -1;
     if (st == 201) {
         res->answer = cJSON_ParseWithLength(r.body.data ? r.body.data : "", r.body.len);

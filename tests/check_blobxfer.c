@@ -520,6 +520,35 @@ START_TEST(head_and_file_to_the_store) {
 }
 END_TEST
 
+/* The team at its storage quota: the begin answers 507 and the upload ends
+ * at once with it (no try repeated, no part sent: training goes on and the
+ * next checkpoint is tried), without a store event. */
+START_TEST(quota_refused_at_once) {
+    NEED_S3();
+    char admin_tok[128];
+    ty_token(&srv, "admin.token", admin_tok, sizeof admin_tok);
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "PATCH", "/api/v1/teams/default", "{\"storage_quota\":\"1MiB\"}", &o),
+                     200);
+    cJSON_Delete(o);
+    size_t size = 2u << 20;
+    unsigned char *data = make_bytes(size, 29);
+    report_ckpt_bytes b = {.api = srv.url, .token = task_tok, .job = job_id, .attempt = 1, .step = 1, .epoch = 1,
+                           .head = data, .head_len = size, .fd = -1, .total = size};
+    char sha[65], err[600] = "";
+    int64_t t0 = mono_ms();
+    long st = report_upload_ckpt(NULL, &b, sha, err, sizeof err);
+    int64_t took = mono_ms() - t0;
+    ck_assert_msg(st == 507, "over the quota: %ld %s", st, err);
+    ck_assert_msg(took < 2000, "a 507 took %lld ms: tried again?", (long long)took);
+    ck_assert_int_eq(s3_keys(&S3, bucket, "checkpoints/", NULL, 0), 0);
+    cJSON *ev = store_events();
+    ck_assert_int_eq(cJSON_GetArraySize(ev), 0);
+    cJSON_Delete(ev);
+    free(data);
+}
+END_TEST
+
 /* A training job on a real agent: its chief's checkpoints reach the store
  * (the worker logs it), the server's data directory holds none, each lists
  * with the sha256 its 307 download has. */
@@ -689,6 +718,7 @@ static Suite *blobxfer_suite(void) {
     tcase_add_test(tc, redirect_followed_without_the_token);
     tcase_add_test(tc, one_event_per_spell);
     tcase_add_test(tc, head_and_file_to_the_store);
+    tcase_add_test(tc, quota_refused_at_once);
     tc = ty_tcase(s, "s3_agent", s3_agent_setup, teardown, 240);
     tcase_add_test(tc, training_job_checkpoints_to_the_store);
     tc = ty_tcase(s, "s3_short_ttl", s3_setup_short_ttl, teardown, 120);
