@@ -10,7 +10,6 @@
  * store is touched, and objects are removed after the commit that marked
  * them, so a crash leaves nothing the tick and the sweeps do not find. */
 #include "blobs_api.h"
-#include "checkpoints_api.h"
 #include "exec_common.h"
 #include "retention_api.h"
 #include "../spec/jobspec.h"
@@ -18,7 +17,6 @@
 #include "../storage/blob_meta.h"
 #include "../storage/exec_store.h"
 #include "../storage/quota.h"
-#include "../storage/retention.h"
 #include "../storage/store.h"
 
 #include <ctype.h>
@@ -29,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -2,13 +2,15 @@
  * by its tasks (checked against their sha256, within the disk reserve and
  * the team's quota, written durably, the oldest beyond checkpoint.keep
  * pruned) and downloaded by users and the next attempt. Rows are
- * storage/exec_store.c; files are under the checkpoint directory. */
+ * storage/exec_store.c; the bytes are in the server's blob store (the
+ * checkpoint directory by default; an s3 store answers downloads with a
+ * 307 to a presigned GET, api/blobs_api.c, which also has the routes of
+ * uploads straight to the store). */
 #include "checkpoints_api.h"
 #include "blobs_api.h"
 #include "exec_common.h"
 #include "retention_api.h"
 #include "teams_api.h"
-#include "../spec/jobspec.h"
 #include "../server/server.h"
 #include "../storage/blob_meta.h"
 #include "../storage/exec_store.h"

@@ -1,8 +1,10 @@
 /* contexts_api.c - POST/GET/DELETE /api/v1/contexts: a team's code folder
  * as a gzip'd tar, checked (common/ctxtar.h ctx_check) before it is kept,
- * kept once per digest under DATA/contexts/<hex> and once per team as a row
- * (storage/context_store.c), and dropped by the periodic pass once nothing
- * needs it (docs/command-jobs.md, "Contexts").
+ * kept once per digest under DATA/contexts/<hex> (or contexts/<hex> in the
+ * server's blob store: downloads from an s3 store are a 307 to a presigned
+ * GET) and once per team as a row (storage/context_store.c), and dropped
+ * by the periodic pass once nothing needs it (docs/command-jobs.md,
+ * "Contexts").
  *
  * Scope: a team token sees its own contexts only (another team's id is the
  * same 404 as an unknown one, so ids do not leak); a task token may fetch

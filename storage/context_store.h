@@ -1,8 +1,9 @@
 /* context_store.h - the contexts teams upload (gzip'd tars of their code)
  * as rows: one per team and digest (hex sha256 of the bytes), with their
- * sizes and times. The bytes are the file DATA/contexts/<digest>, shared by
- * every team that uploaded the same bytes: the caller removes it when
- * ctx_store_digest_held says no row refers to it any more.
+ * sizes and times. The bytes are the file DATA/contexts/<digest> (or the
+ * object contexts/<digest> of the blob store the row's store names),
+ * shared by every team that uploaded the same bytes: the caller removes it
+ * when ctx_store_digest_held says no row refers to it any more.
  *
  * A context is "in use" while a queued, starting or running job of its team
  * names it (jobs.context): it cannot be deleted then, and the garbage
