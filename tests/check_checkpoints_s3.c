@@ -28,6 +28,10 @@
  *   multipart_300mb          a command job's 300 MiB file: a multipart object
  *                            (ETag "-N", N >= 2), the server's peak memory
  *                            grows < 32 MB, the 307 download is its sha256
+ *   context_fetched_from_store
+ *                            a command job's context is contexts/<hex> in the
+ *                            bucket; the agent fetches it by the 307 (the
+ *                            server sends no byte of it), the program runs from it
  *
  * The cases of "start_refused" and "store" play the tasks themselves (as
  * tests/check_faults.c does); those of "agents" run a real agent.
@@ -949,6 +953,76 @@ START_TEST(multipart_300mb) {
 }
 END_TEST
 
+/* A command job's context (POST /contexts) lies in the bucket as
+ * contexts/<hex>; the agent fetches it through the server's 307 from the
+ * store (the server never sends its bytes: the access log has the 307 and
+ * no 200 for it), the program runs from it, and its checkpoint goes up
+ * through the store. */
+START_TEST(context_fetched_from_store) {
+    server_on_bucket("context", NULL);
+    agent_up("context-node");
+    char dir[256], src[320], tgz[320], cmd[1200];
+    ty_mkdtemp(dir, sizeof dir, "cks3ctx");
+    snprintf(src, sizeof src, "%s/src", dir);
+    snprintf(tgz, sizeof tgz, "%s/ctx.tgz", dir);
+    static const char py[] =
+        "import os\n"
+        "d = os.environ['TRAINYARD_CHECKPOINT_DIR']\n"
+        "open(d + '/.m.tmp', 'wb').write(b'context checkpoint ' * 1000)\n"
+        "os.rename(d + '/.m.tmp', d + '/model.bin')\n"
+        "print('ran from the context:', open('data.txt').read().strip(), flush=True)\n";
+    ck_assert_int_eq(mkdir(src, 0755), 0);
+    char f[400];
+    snprintf(f, sizeof f, "%s/train.py", src);
+    ck_assert_int_eq(file_write_atomic(f, py, sizeof py - 1, 0644), 0);
+    snprintf(f, sizeof f, "%s/data.txt", src);
+    ck_assert_int_eq(file_write_atomic(f, "marker-7f3a\n", 12, 0644), 0);
+    snprintf(cmd, sizeof cmd, "tar -C '%s' -czf '%s' train.py data.txt", src, tgz);
+    ck_assert_int_eq(system(cmd), 0);
+    size_t n = 0;
+    char *bytes = file_read_all(tgz, 1 << 20, &n);
+    ck_assert_ptr_nonnull(bytes);
+    char digest[65], url[512];
+    sha256_hex(bytes, n, digest);
+    snprintf(url, sizeof url, "%s/api/v1/contexts", srv.url);
+    xfer x;
+    long st = http_raw("POST", url, team_tok, NULL, bytes, n, &x);
+    ck_assert_msg(st == 201 || st == 200, "POST /contexts answered %ld: %.300s", st, x.body.data ? x.body.data : "");
+    xfer_release(&x);
+    free(bytes);
+    char keys[4][256], key[96];
+    snprintf(key, sizeof key, "contexts/%s", digest);
+    ck_assert_int_eq(s3_keys(&s3, bucket, "contexts/", keys, 4), 1);
+    ck_assert_str_eq(keys[0], key);
+    char spec[1024];
+    snprintf(spec, sizeof spec,
+             "{\"name\":\"from-context\",\"command\":{\"argv\":[\"/usr/bin/python3\",\"train.py\"],"
+             "\"context\":\"sha256:%s\"},\"max_restarts\":0}",
+             digest);
+    int64_t id = ty_submit(srv.url, team_tok, spec);
+    wait_state(id, "succeeded", 120);
+    char *l0 = NULL;
+    int64_t end = mono_ms() + 10000;
+    for (;;) {
+        l0 = ty_task_log(srv.url, team_tok, id, "worker-0");
+        if (strstr(l0, "ran from the context: marker-7f3a") || mono_ms() > end) break;
+        free(l0);
+        ty_sleep_ms(200);
+    }
+    ck_assert_msg(strstr(l0, "ran from the context: marker-7f3a") != NULL, "worker-0's log: %.1500s", l0);
+    free(l0);
+    char get[128];
+    snprintf(get, sizeof get, "\"GET /api/v1/contexts/sha256:%s", digest);
+    ck_assert_msg(access_lines(get, "HTTP/1.1\" 307") >= 1, "the agent did not get the context by a 307");
+    ck_assert_msg(access_lines(get, "HTTP/1.1\" 200") == 0, "the server sent the context's bytes itself");
+    ck_assert_int_eq(checkpoint_rows(id), 1);
+    assert_via_store(id);
+    wait_keys(id, 1, 10);
+    assert_nodes_clean();
+    ty_rmrf(dir);
+}
+END_TEST
+
 int main(void) {
     char why[256];
     if (!s3_have(why, sizeof why)) {
@@ -967,6 +1041,7 @@ int main(void) {
     TCase *ta = ty_tcase(s, "agents", NULL, teardown, 360);
     tcase_add_test(ta, kill_resume_no_credentials_on_nodes);
     tcase_add_test(ta, multipart_300mb);
+    tcase_add_test(ta, context_fetched_from_store);
     int rc = ty_run_suite(s);
     if (rc) s3.keep = 1;
     s3_stop(&s3);
