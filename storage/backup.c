@@ -28,6 +28,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -957,58 +958,116 @@ out:
     return rc;
 }
 
-/* The objects the manifest lists in other stores, HEADed (size compared);
- * the rows of those not found are marked deleted in the database at tmpdb
- * when allow_missing, else the restore fails naming them. */
+/* One object of another store the manifest lists, and its HEAD's answer. */
+typedef struct robj {
+    const char *key, *store;
+    int64_t size;
+    blob_store *st;                   /* the store's handle (of stores[]) */
+    int h;                            /* blob_head's code */
+    int64_t got;                      /* the size it answered */
+    blob_err be;
+} robj;
+
+#define HEAD_THREADS 16               /* HEADs in flight (a remote store answers in tens of ms) */
+
+typedef struct head_pool {
+    robj *o;
+    size_t n;
+    size_t next;                      /* __atomic: the next object to HEAD */
+} head_pool;
+
+static void *head_worker(void *arg) {
+    head_pool *p = arg;
+    for (;;) {
+        size_t i = __atomic_fetch_add(&p->next, 1, __ATOMIC_RELAXED);
+        if (i >= p->n) return NULL;
+        robj *r = &p->o[i];
+        r->got = -1;
+        r->h = blob_head(r->st, r->key, &r->got, NULL, &r->be);
+    }
+}
+
+/* The objects the manifest lists in other stores, HEADed (HEAD_THREADS in
+ * flight; the store is thread-safe), sizes compared; the rows of those not
+ * found are marked deleted in the database at tmpdb when allow_missing,
+ * else the restore fails naming them. */
 static int check_remote(const restore_opts *o, const cJSON *blobs, const char *tmpdb, restore_summary *out, char *err,
                         size_t errlen) {
     const cJSON *it;
-    blob_store *st = NULL;
-    char open_url[512] = "";
-    buf miss;
-    buf_init(&miss, 4096);
-    int nmiss = 0, rc = 0;
-    sqlite3 *c = NULL;
+    size_t n = 0, cap = 0, nst = 0;
+    robj *objs = NULL;
+    blob_store *stores[8];
+    const char *urls[8];
+    int rc = 0;
     cJSON_ArrayForEach(it, blobs) {
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "local"))) continue;
         const char *key = jstr(it, "key"), *store = jstr(it, "store");
-        int64_t size = jnum(it, "size");
         if (!key || !store || !store[0] || !blob_key_valid(key)) {
             snprintf(err, errlen, "the manifest lists an object of another store badly: %.200s", key ? key : "(no key)");
             rc = -1;
             break;
         }
-        if (strncmp(key, "checkpoints/", 12) == 0) out->checkpoints_remote++;
-        if (strcmp(store, open_url) != 0) { /* rows are grouped by store: one open at a time */
-            blob_store_close(st);
-            st = NULL;
+        size_t k;
+        for (k = 0; k < nst && strcmp(urls[k], store) != 0; k++) {
+        }
+        if (k == nst) {
             blob_err be;
             memset(&be, 0, sizeof be);
-            if (blob_store_open(store, strncmp(store, "s3://", 5) == 0 ? o->credentials : NULL, o->data_dir, &st,
-                                &be) != BLOB_OK) {
-                snprintf(err, errlen, "the backup's checkpoints are in the store %s, which cannot be opened: %s%s",
-                         store, be.msg, strncmp(store, "s3://", 5) == 0 && !o->credentials ? " (give --blob-credentials FILE)" : "");
+            if (nst == sizeof stores / sizeof stores[0]) {
+                snprintf(err, errlen, "the backup names objects of more than %zu stores", nst);
                 rc = -1;
                 break;
             }
-            snprintf(open_url, sizeof open_url, "%s", store);
+            int s3 = strncmp(store, "s3://", 5) == 0;
+            if (blob_store_open(store, s3 ? o->credentials : NULL, o->data_dir, &stores[nst], &be) != BLOB_OK) {
+                snprintf(err, errlen, "the backup's checkpoints are in the store %s, which cannot be opened: %s%s", store,
+                         be.msg, s3 && !o->credentials ? " (give --blob-credentials FILE)" : "");
+                rc = -1;
+                break;
+            }
+            urls[nst++] = store;
         }
-        int64_t got = -1;
-        blob_err be;
-        memset(&be, 0, sizeof be);
-        int h = blob_head(st, key, &got, NULL, &be);
-        if (h == BLOB_OK && (size < 0 || got == size)) continue;
-        if (h != BLOB_OK && h != BLOB_NOT_FOUND) {
-            snprintf(err, errlen, "HEAD %s in %s: %s (%s): the store must answer to check the backup", key, store,
-                     blob_strerror(h), be.msg);
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            objs = xrealloc(objs, cap * sizeof *objs);
+        }
+        memset(&objs[n], 0, sizeof objs[n]);
+        objs[n].key = key;
+        objs[n].store = store;
+        objs[n].size = jnum(it, "size");
+        objs[n].st = stores[k];
+        n++;
+        if (strncmp(key, "checkpoints/", 12) == 0) out->checkpoints_remote++;
+    }
+    if (rc == 0 && n) {
+        head_pool pool = {objs, n, 0};
+        pthread_t th[HEAD_THREADS];
+        int started = 0;
+        for (int i = 0; i < HEAD_THREADS && (size_t)i < n; i++)
+            if (pthread_create(&th[started], NULL, head_worker, &pool) == 0) started++;
+        if (started == 0) head_worker(&pool); /* no thread: this one does them all */
+        for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+    }
+    buf miss;
+    buf_init(&miss, 4096);
+    int nmiss = 0;
+    const char *miss_store = "";
+    sqlite3 *c = NULL;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        robj *r = &objs[i];
+        if (r->h == BLOB_OK && (r->size < 0 || r->got == r->size)) continue;
+        if (r->h != BLOB_OK && r->h != BLOB_NOT_FOUND) {
+            snprintf(err, errlen, "HEAD %s in %s: %s (%s): the store must answer to check the backup", r->key, r->store,
+                     blob_strerror(r->h), r->be.msg);
             rc = -1;
             break;
         }
         nmiss++;
         out->remote_missing++;
+        miss_store = r->store;
         if (miss.len < 3000)
-            buf_printf(&miss, "%s%s%s", miss.len ? ", " : "", key, h == BLOB_OK ? " (another size)" : "");
-        if (o->allow_missing && strncmp(key, "checkpoints/", 12) == 0) {
+            buf_printf(&miss, "%s%s%s", miss.len ? ", " : "", r->key, r->h == BLOB_OK ? " (another size)" : "");
+        if (o->allow_missing && strncmp(r->key, "checkpoints/", 12) == 0) {
             if (!c && sqlite3_open_v2(tmpdb, &c, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
                 snprintf(err, errlen, "cannot open the restored database: %s", c ? sqlite3_errmsg(c) : "no memory");
                 rc = -1;
@@ -1017,23 +1076,24 @@ static int check_remote(const restore_opts *o, const cJSON *blobs, const char *t
             sqlite3_stmt *q = NULL;
             if (sqlite3_prepare_v2(c, "UPDATE checkpoints SET deleted_at = ? WHERE path = ? AND store = ? AND deleted_at IS NULL",
                                    -1, &q, NULL) != SQLITE_OK) {
-                snprintf(err, errlen, "cannot mark %s deleted: %s", key, sqlite3_errmsg(c));
+                snprintf(err, errlen, "cannot mark %s deleted: %s", r->key, sqlite3_errmsg(c));
                 rc = -1;
                 break;
             }
             sqlite3_bind_int64(q, 1, now_ms());
-            sqlite3_bind_text(q, 2, key + 12, -1, SQLITE_STATIC);
-            sqlite3_bind_text(q, 3, store, -1, SQLITE_STATIC);
+            sqlite3_bind_text(q, 2, r->key + 12, -1, SQLITE_STATIC);
+            sqlite3_bind_text(q, 3, r->store, -1, SQLITE_STATIC);
             int s = sqlite3_step(q);
             sqlite3_finalize(q);
             if (s != SQLITE_DONE) {
-                snprintf(err, errlen, "cannot mark %s deleted: %s", key, sqlite3_errmsg(c));
+                snprintf(err, errlen, "cannot mark %s deleted: %s", r->key, sqlite3_errmsg(c));
                 rc = -1;
                 break;
             }
         }
     }
-    blob_store_close(st);
+    for (size_t k = 0; k < nst; k++) blob_store_close(stores[k]);
+    free(objs);
     if (c && sqlite3_close(c) != SQLITE_OK && rc == 0) {
         snprintf(err, errlen, "cannot close the restored database");
         rc = -1;
@@ -1041,7 +1101,7 @@ static int check_remote(const restore_opts *o, const cJSON *blobs, const char *t
     if (rc == 0 && nmiss && !o->allow_missing) {
         snprintf(err, errlen, "%d object%s the backup names %s missing from %s: %s; give --allow-missing to restore "
                  "without them (their checkpoints marked deleted)",
-                 nmiss, nmiss == 1 ? "" : "s", nmiss == 1 ? "is" : "are", open_url, miss.data ? miss.data : "");
+                 nmiss, nmiss == 1 ? "" : "s", nmiss == 1 ? "is" : "are", miss_store, miss.data ? miss.data : "");
         rc = -1;
     }
     if (rc == 0 && nmiss)
