@@ -16,6 +16,9 @@
  *                            row; --blob-upload-max-age 3 aborts it, nothing left
  *   keep_and_delete          checkpoint.keep 2 of 5 uploads: 2 objects;
  *                            DELETE /jobs: the prefix empty
+ *   server_killed_mid_upload the server killed (-9) during two uploads: after
+ *                            the restart one completes, the other is aborted
+ *                            past --blob-upload-max-age, nothing of it left
  *   kill_resume_no_credentials_on_nodes
  *                            a 2-worker gang, worker-1 killed (-9) after 2
  *                            checkpoints: attempt 2 resumes from the store
@@ -55,18 +58,31 @@ static char agent_dir[256]; /* the agent's state file, task and cache directorie
 
 /* ---------------------------------------------------------------- processes */
 
-/* A fresh bucket `name` and a server on it (heartbeat timeout 3 s). */
+static const char *srv_extra[24]; /* the server's flags, kept for a restart */
+
+/* A fresh bucket `name` and a server on it (heartbeat timeout 3 s unless
+ * more says otherwise). */
 static void server_on_bucket(const char *name, const char *const *more) {
     memset(&srv, 0, sizeof srv);
     ty_mkdtemp(srv.dir, sizeof srv.dir, "cks3");
     snprintf(bucket, sizeof bucket, "%s", name);
     ck_assert_int_eq(s3_bucket(&s3, bucket), 0);
     s3_spec(&s3, bucket, store_spec, sizeof store_spec);
-    const char *extra[24] = {"--blob-store", store_spec, "--blob-credentials", s3.creds, "--heartbeat-timeout", "3"};
-    int n = 6;
-    for (int i = 0; more && more[i] && n < 23; i++) extra[n++] = more[i];
-    extra[n] = NULL;
-    ty_server_start_args(&srv, "server", extra);
+    int n = 0, hb = 0;
+    srv_extra[n++] = "--blob-store";
+    srv_extra[n++] = store_spec;
+    srv_extra[n++] = "--blob-credentials";
+    srv_extra[n++] = s3.creds;
+    for (int i = 0; more && more[i] && n < 21; i++) {
+        hb |= !strcmp(more[i], "--heartbeat-timeout");
+        srv_extra[n++] = more[i];
+    }
+    if (!hb) {
+        srv_extra[n++] = "--heartbeat-timeout";
+        srv_extra[n++] = "3";
+    }
+    srv_extra[n] = NULL;
+    ty_server_start_args(&srv, "server", srv_extra);
     ty_token(&srv, "token", team_tok, sizeof team_tok);
     ty_token(&srv, "node.token", node_tok, sizeof node_tok);
 }
@@ -612,6 +628,55 @@ START_TEST(killed_upload_no_row) {
 }
 END_TEST
 
+/* The server killed (-9) in the middle of two uploads: its rows were
+ * committed before the store's uploads began, so after the restart the
+ * first one's remaining parts go up and it completes (the row, the object,
+ * the sha256 of its 307 download), and the second, left alone, is aborted
+ * by the tick past --blob-upload-max-age: no open upload, no object of it. */
+START_TEST(server_killed_mid_upload) {
+    const char *more[] = {"--blob-upload-max-age", "12", "--heartbeat-timeout", "3600", NULL};
+    server_on_bucket("serverkilled", more);
+    int64_t node = register_node("serverkilled-node");
+    int64_t jobs[2] = {submit_played("killed-a", 0), submit_played("killed-b", 0)};
+    played t[2];
+    take_starts(node, jobs, 2, t);
+    size_t len = 3 * (size_t)PART;
+    char *a = pattern(len, 21), *b = pattern(len, 22);
+    upload ua, ub;
+    ck_assert_int_eq(upload_begin(&t[0], a, len, PART, 3, &ua, NULL), 201);
+    ck_assert_int_eq(upload_begin(&t[1], b, len, PART, 3, &ub, NULL), 201);
+    ck_assert_int_eq(put_part(ua.url[0], ua.md5[0], a, len, PART, 1), 200);
+    ck_assert_int_eq(put_part(ub.url[0], ub.md5[0], b, len, PART, 1), 200);
+    ck_assert_int_eq(ty_kill(&srv, SIGKILL), SIGKILL);
+    ty_server_start_args(&srv, "server", srv_extra);
+    /* A goes on where it was */
+    for (int i = 2; i <= 3; i++) ck_assert_int_eq(put_part(ua.url[i - 1], ua.md5[i - 1], a, len, PART, i), 200);
+    cJSON *o = NULL;
+    long st = upload_complete(&t[0], &ua, &o);
+    char *txt = cJSON_PrintUnformatted(o);
+    ck_assert_msg(st == 201, "complete after the restart answered %ld: %s", st, txt);
+    free(txt);
+    cJSON_Delete(o);
+    char path[96], sha[65], want[65];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/latest", (long long)t[0].job);
+    ck_assert_uint_eq(download_307(path, sha), len);
+    sha256_hex(a, len, want);
+    ck_assert_str_eq(sha, want);
+    /* B is aborted past its max age: nothing of it left */
+    ck_assert_int_eq(checkpoint_rows(t[1].job), 0);
+    int64_t end = mono_ms() + 40000;
+    int open_n;
+    while ((open_n = s3_open_uploads(&s3, bucket, "checkpoints/")) != 0 && mono_ms() < end) ty_sleep_ms(500);
+    ck_assert_msg(open_n == 0, "%d uploads still open 40 s after the restart", open_n);
+    ck_assert_int_eq(keys_of(t[1].job), 0);
+    ck_assert_int_eq(keys_of(t[0].job), 1);
+    ck_assert_int_eq(checkpoint_rows(t[0].job), 1);
+    ck_assert_int_eq(checkpoint_rows(t[1].job), 0);
+    free(a);
+    free(b);
+}
+END_TEST
+
 /* ================================================================ retention */
 
 START_TEST(keep_and_delete) {
@@ -1038,6 +1103,7 @@ int main(void) {
     tcase_add_test(tc, url_expired);
     tcase_add_test(tc, killed_upload_no_row);
     tcase_add_test(tc, keep_and_delete);
+    tcase_add_test(tc, server_killed_mid_upload);
     TCase *ta = ty_tcase(s, "agents", NULL, teardown, 360);
     tcase_add_test(ta, kill_resume_no_credentials_on_nodes);
     tcase_add_test(ta, multipart_300mb);
