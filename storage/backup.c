@@ -2,18 +2,19 @@
  * restore (backup.h; docs/reliability.md, "Backups and restore").
  *
  * The order is what makes the copy consistent:
- *  1. checkpoint and context files present now are hard-linked into the
- *     backup (when DEST is on DATA's file system): a file that a row of the
+ *  1. checkpoint and context files present now are hard-linked into
+ *     DATA/.backup-hold (DATA's own file system): a file that a row of the
  *     snapshot names and that is removed right after the snapshot (a prune,
- *     the retention) is then already held;
+ *     the retention) is then still readable there;
  *  2. the database: a connection of its own, read-only, and
  *     sqlite3_backup_step(b, -1) once: every page copied inside one read
  *     transaction. In WAL mode a reader takes no write lock, so writers are
  *     never blocked; stepping in chunks would restart from page 1 after
  *     every write made through another connection;
- *  3. the snapshot's own rows name the files to keep: those not linked in 1
- *     are linked or copied now (a copy is checked against the row's
- *     sha256), those linked in 1 and not named are removed;
+ *  3. the snapshot's own rows name the files to keep: each is linked into
+ *     the backup from the hold (or DATA, for one made after step 1), or
+ *     copied on another file system (checked against the row's sha256);
+ *     the hold is removed;
  *  4. tokens, attempt.key, tls/ and logs/ copied (logs are append-only: a
  *     copy taken after the snapshot holds at least what its rows name);
  *  5. manifest.json last (temp, fsync, rename) after an fsync of every
@@ -224,20 +225,22 @@ static void utc_text(int64_t ms, char *out, size_t cap, const char *fmt) {
 typedef struct bk {
     const char *data;                 /* DATA */
     char dir[PATH_MAX];               /* the backup's folder */
-    int link_ok;                      /* -1 unknown, 0 another file system, 1 hard links work */
+    char hold[PATH_MAX];              /* DATA/.backup-hold: step 1's links */
+    int link_ok;                      /* links into the backup: -1 unknown, 0 another file system, 1 they work */
     cJSON *files, *blobs, *missing;   /* the manifest's arrays */
-    char **named;                     /* the blobs' keys the snapshot names, sorted */
-    size_t nnamed;
     backup_summary *sum;
     char *err;
     size_t errlen;
 } bk;
 
-/* Step 1: every checkpoint and context file there now, linked (stops at
- * the first EXDEV: no links, the copies of step 3 do). */
+/* Step 1: every checkpoint and context file there now, hard-linked into
+ * DATA/.backup-hold (DATA's own file system, wherever the backup goes):
+ * a file the snapshot names stays readable whatever the server removes
+ * after it. Stops at the first EXDEV (checkpoints/ a mount of its own). */
 typedef struct prelink_ctx {
     bk *b;
     const char *top;                  /* "checkpoints" or "contexts" */
+    int stop;
 } prelink_ctx;
 
 static int prelink_one(void *ctx, const char *abs, const char *rel, const struct stat *sb) {
@@ -246,49 +249,42 @@ static int prelink_one(void *ctx, const char *abs, const char *rel, const struct
     bk *b = p->b;
     char dst[PATH_MAX];
     if (strstr(rel, ".tmp")) return 0; /* a file being written (file_write_atomic's temporary) */
-    if (sfmt(dst, sizeof dst, "%s/blobs/%s/%s", b->dir, p->top, rel) < 0 || mkdir_parent(dst) < 0) return 0;
-    if (link(abs, dst) == 0) {
-        b->link_ok = 1;
-        return 0;
-    }
+    if (sfmt(dst, sizeof dst, "%s/%s/%s", b->hold, p->top, rel) < 0 || mkdir_parent(dst) < 0) return 0;
+    if (link(abs, dst) == 0 || errno == ENOENT || errno == EEXIST) return 0; /* gone meanwhile: step 3 says */
     if (errno == EXDEV || errno == EPERM || errno == EMLINK) {
-        b->link_ok = 0;
+        log_warn("backup: cannot hard-link %s into %s (%s): files removed during the backup may be missing from it",
+                 abs, b->hold, strerror(errno));
+        p->stop = 1;
         return 1;
     }
-    return 0; /* gone meanwhile: step 3 decides */
+    return 0;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
-
-/* Step 3's removal: a file linked in step 1 that no row of the snapshot names. */
-static int drop_unnamed(void *ctx, const char *abs, const char *rel, const struct stat *sb) {
-    (void)sb;
-    bk *b = ctx;
-    const char *key = rel;
-    if (!b->nnamed || !bsearch(&key, b->named, b->nnamed, sizeof *b->named, cmp_str)) unlink(abs);
-    return 0;
-}
 
 /* One blob the snapshot names in the local store (key "checkpoints/J/C.safetensors"
  * or "contexts/<hex>"): already linked, linked now, or copied and checked. */
 static int keep_blob(bk *b, const char *key, const char *sha, int64_t size) {
     char src[PATH_MAX], dst[PATH_MAX];
-    if (sfmt(src, sizeof src, "%s/%s", b->data, key) < 0 || sfmt(dst, sizeof dst, "%s/blobs/%s", b->dir, key) < 0) {
+    struct stat sb;
+    /* step 1's link when there is one (it cannot have gone), else DATA's file */
+    if (sfmt(src, sizeof src, "%s/%s", b->hold, key) < 0 || lstat(src, &sb) < 0)
+        if (sfmt(src, sizeof src, "%s/%s", b->data, key) < 0) src[0] = '\0';
+    if (!src[0] || sfmt(dst, sizeof dst, "%s/blobs/%s", b->dir, key) < 0) {
         snprintf(b->err, b->errlen, "path too long: %s", key);
         return -1;
     }
     const char *why = NULL;
-    struct stat sb;
     int linked = 0;
-    if (lstat(dst, &sb) == 0) {
-        linked = 1;
-    } else if (b->link_ok != 0) {
+    if (b->link_ok != 0) {
         if (mkdir_parent(dst) < 0) {
             snprintf(b->err, b->errlen, "cannot create a folder for %s: %s", dst, strerror(errno));
             return -1;
         }
-        if (link(src, dst) == 0) linked = 1;
-        else if (errno == ENOENT) why = "gone from the data directory";
+        if (link(src, dst) == 0) {
+            linked = 1;
+            b->link_ok = 1;
+        } else if (errno == ENOENT) why = "gone from the data directory";
         else if (errno == EXDEV || errno == EPERM || errno == EMLINK) b->link_ok = 0;
         else {
             snprintf(b->err, b->errlen, "cannot link %s: %s", dst, strerror(errno));
@@ -341,14 +337,6 @@ static int has_column(sqlite3 *c, const char *table, const char *col) {
     return yes;
 }
 
-static void named_add(bk *b, size_t *cap, const char *key) {
-    if (b->nnamed == *cap) {
-        *cap = *cap ? *cap * 2 : 256;
-        b->named = xrealloc(b->named, *cap * sizeof *b->named);
-    }
-    b->named[b->nnamed++] = xstrdup(key);
-}
-
 /* Step 3: the blobs the snapshot (the copy at db) names. */
 static int keep_named_blobs(bk *b, const char *dbfile) {
     sqlite3 *c = NULL;
@@ -364,7 +352,6 @@ static int keep_named_blobs(bk *b, const char *dbfile) {
     const char *q_cx = cx_store ? "SELECT digest, digest, max(bytes), store FROM contexts GROUP BY digest, store"
                                 : "SELECT digest, digest, max(bytes), '' FROM contexts GROUP BY digest";
     const char *qs[2] = {q_ck, q_cx}, *tops[2] = {"checkpoints", "contexts"};
-    size_t cap = 0;
     int rc = 0;
     for (int k = 0; k < 2 && rc == 0; k++) {
         sqlite3_stmt *st = NULL;
@@ -394,7 +381,6 @@ static int keep_named_blobs(bk *b, const char *dbfile) {
                 b->sum->blobs_remote++;
                 continue;
             }
-            named_add(b, &cap, key); /* as drop_unnamed sees it below blobs/ */
             rc = keep_blob(b, key, sha, size);
         }
         if (rc == 0 && s != SQLITE_DONE) {
@@ -405,9 +391,6 @@ static int keep_named_blobs(bk *b, const char *dbfile) {
     }
     sqlite3_close(c);
     if (rc < 0) return -1;
-    if (b->nnamed) qsort(b->named, b->nnamed, sizeof *b->named, cmp_str);
-    char root[PATH_MAX];
-    if (sfmt(root, sizeof root, "%s/blobs", b->dir) == 0) walk(root, "", drop_unnamed, b);
     return 0;
 }
 
@@ -654,9 +637,21 @@ static int backup_into(const char *data_dir, const char *dest, int staging, back
     int rc = -1;
     char path[PATH_MAX];
     /* 1: what is there now, hard-linked */
-    for (int k = 0; k < 2 && b.link_ok != 0; k++) {
-        prelink_ctx p = {&b, k ? "contexts" : "checkpoints"};
+    if (sfmt(b.hold, sizeof b.hold, "%s/.backup-hold", rdata) < 0) {
+        snprintf(err, errlen, "data directory path too long");
+        goto out;
+    }
+    rm_tree(b.hold); /* an interrupted backup's */
+    if (mkdir(b.hold, 0700) < 0) {
+        snprintf(err, errlen, "cannot create %s: %s", b.hold, strerror(errno));
+        b.hold[0] = '\0';
+        goto out;
+    }
+    int stop = 0;
+    for (int k = 0; k < 2 && !stop; k++) {
+        prelink_ctx p = {&b, k ? "contexts" : "checkpoints", 0};
         if (sfmt(path, sizeof path, "%s/%s", rdata, p.top) == 0) walk(path, "", prelink_one, &p);
+        stop = p.stop;
     }
     /* 2: the database */
     if (sfmt(path, sizeof path, "%s/trainyard.db", b.dir) < 0 || snapshot(&b, path) < 0) goto out;
@@ -708,8 +703,7 @@ out:
     cJSON_Delete(b.files);
     cJSON_Delete(b.blobs);
     cJSON_Delete(b.missing);
-    for (size_t i = 0; i < b.nnamed; i++) free(b.named[i]);
-    free(b.named);
+    if (b.hold[0]) rm_tree(b.hold); /* step 1's links: the server's files stay in DATA */
     if (rc < 0) {
         if (!err[0]) snprintf(err, errlen, "the backup failed");
         rm_tree(b.dir);

@@ -368,6 +368,9 @@ START_TEST(data_removed_under_a_running_cluster) {
     ck_assert_int_eq(stat(manifest, &sb), 0);
     ck_assert_int_eq(sb.st_mode & 0777, 0600);
     cJSON_Delete(sum);
+    char hold[400];
+    snprintf(hold, sizeof hold, "%s/.backup-hold", data);
+    ck_assert_int_ne(stat(hold, &sb), 0); /* step 1's links went with the backup */
 
     /* to another file system (/dev/shm, a tmpfs): copies, each checked against its row */
     char shm[64] = "/dev/shm/ty_bk_XXXXXX", shm_data[128];
