@@ -1,4 +1,4 @@
-/* report.c - the sender thread and the API helpers of report.h. Metric
+/* report.c - the sender's threads and the API helpers of report.h. Metric
  * sequence numbers are given when a batch is first sent and the same batch
  * is resent until acknowledged: a retry never duplicates, and dropping
  * unsent step metrics (bounded buffer) never leaves a gap. */
@@ -378,7 +378,7 @@ void report_set_ckpt(report_sender *s, void *ck, long step, long epoch) {
     s->ck = ck;
     s->ck_step = step;
     s->ck_epoch = epoch;
-    s->flush_now = 1;
+    s->ck_gen++;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
@@ -423,6 +423,9 @@ static void set_server_ok(report_sender *s, int ok) {
 /* Is everything delivered? (mu held) */
 static int sender_idle(const report_sender *s) { return !s->inflight && !s->n_pending && !s->ck && !s->ck_busy; }
 
+/* Are the metrics delivered? (mu held) */
+static int metrics_idle(const report_sender *s) { return !s->inflight && !s->n_pending; }
+
 /* The checkpoint handed over, one try: 0, or -1 to retry after the backoff. */
 static int sender_ckpt(report_sender *s) {
     pthread_mutex_lock(&s->mu);
@@ -458,9 +461,9 @@ static int sender_ckpt(report_sender *s) {
     return up == -2 ? -1 : 0;
 }
 
-/* One round: send the in-flight (or a new) batch of metrics, then the
- * checkpoint. Returns 0 when the server took everything tried, -1 on a
- * failure to retry after the backoff. */
+/* One round: send the in-flight (or a new) batch of metrics. Returns 0 when
+ * the server took it (or there was none), -1 on a failure to retry after
+ * the backoff. */
 static int sender_round(report_sender *s, client *c) {
     pthread_mutex_lock(&s->mu);
     if (!s->inflight && s->n_pending) {
@@ -485,7 +488,7 @@ static int sender_round(report_sender *s, client *c) {
     int64_t last = s->inflight_last;
     int was_ok = s->server_ok;
     pthread_mutex_unlock(&s->mu);
-    if (!body) return sender_ckpt(s);
+    if (!body) return 0;
 
     char path[128];
     snprintf(path, sizeof path, "/api/v1/jobs/%lld/metrics", (long long)s->job);
@@ -524,7 +527,7 @@ static int sender_round(report_sender *s, client *c) {
         pthread_mutex_unlock(&s->mu);
     }
     client_reply_release(&r);
-    return rc < 0 ? rc : sender_ckpt(s);
+    return rc;
 }
 
 static void *sender_main(void *arg) {
@@ -547,7 +550,7 @@ static void *sender_main(void *arg) {
         } else {
             s->backoff_ms = 0;
         }
-        if (quit && (sender_idle(s) || rc < 0)) {
+        if (quit && (metrics_idle(s) || rc < 0)) {
             pthread_mutex_unlock(&s->mu);
             break;
         }
@@ -558,6 +561,37 @@ static void *sender_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
     }
     client_release(&c);
+    return NULL;
+}
+
+/* The checkpoint thread: uploads what report_set_ckpt hands over, on its
+ * own, so a slow or failing store (an upload's tries take minutes) never
+ * holds the metrics back. A failed upload is tried again after a backoff
+ * (250 ms doubling to 5 s), at once when a newer checkpoint comes; on quit,
+ * one last try. */
+static void *ckpt_main(void *arg) {
+    report_sender *s = arg;
+    int64_t backoff = 0;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->ck && !s->quit) pthread_cond_wait(&s->cv, &s->mu);
+        if (!s->ck) break; /* quit, nothing pending */
+        int quit = s->quit;
+        pthread_mutex_unlock(&s->mu);
+        int rc = sender_ckpt(s);
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->cv); /* wake a waiting drain */
+        if (rc == 0) {
+            backoff = 0;
+            continue;
+        }
+        if (quit) break;
+        backoff = backoff ? backoff * 2 : REPORT_BACKOFF_MIN_MS;
+        if (backoff > REPORT_BACKOFF_MAX_MS) backoff = REPORT_BACKOFF_MAX_MS;
+        int64_t gen = s->ck_gen, end = mono_ms() + backoff;
+        while (!s->quit && s->ck_gen == gen && mono_ms() < end) cond_wait_ms(&s->cv, &s->mu, end - mono_ms());
+    }
+    pthread_mutex_unlock(&s->mu);
     return NULL;
 }
 
@@ -596,6 +630,21 @@ int report_start(report_sender *s, const char *api, const char *token, int64_t j
         s->ck_done = NULL;
         return -1;
     }
+    if (pthread_create(&s->ck_thread, NULL, ckpt_main, s) != 0) {
+        pthread_mutex_lock(&s->mu);
+        s->quit = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->thread, NULL);
+        pthread_mutex_destroy(&s->mu);
+        pthread_cond_destroy(&s->cv);
+        for (int i = 0; i < s->n_pending; i++) cJSON_Delete(s->pending[i]);
+        free(s->pending);
+        free(s->inflight);
+        if (done) ops->release(done);
+        s->ck_done = NULL;
+        return -1;
+    }
     s->started = 1;
     return 0;
 }
@@ -621,6 +670,7 @@ void report_stop(report_sender *s) {
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
+    pthread_join(s->ck_thread, NULL);
     for (int i = 0; i < s->n_pending; i++) cJSON_Delete(s->pending[i]);
     free(s->pending);
     free(s->inflight);

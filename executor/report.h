@@ -2,8 +2,9 @@
  * (executor/worker.c) and the command runner (executor/command.c): a sender
  * thread that batches metrics (numbered when a batch is first sent, resent
  * as is until acknowledged, retried with backoff while the server is away)
- * and uploads the newest checkpoint it is handed; and the retry, rendezvous
- * and checkpoint transfer helpers both use before and after the work.
+ * and a thread of its own that uploads the newest checkpoint it is handed;
+ * and the retry, rendezvous and checkpoint transfer helpers both use before
+ * and after the work.
  *
  * defines: report_* */
 #ifndef TRAINYARD_REPORT_H
@@ -96,7 +97,7 @@ long report_upload_ckpt(CURL *h, const report_ckpt_bytes *b, char sha[65], char 
 
 /* The caller's checkpoints, opaque objects the sender holds until uploaded. */
 typedef struct report_ckpt_ops {
-    /* One try, on the sender thread: 0 uploaded, -1 refused or gone
+    /* One try, on the checkpoint thread: 0 uploaded, -1 refused or gone
      * (dropped), -2 not delivered: tried again after the backoff unless a
      * newer one came (err says why; "" when upload logged it itself). */
     int (*upload)(void *ctx, void *ck, long step, long epoch, char *err, size_t errlen);
@@ -112,7 +113,8 @@ typedef struct report_sender {
     int64_t job;
     const report_ckpt_ops *ops;
     void *ctx;
-    pthread_t thread;
+    pthread_t thread;                /* the metrics */
+    pthread_t ck_thread;             /* the checkpoints (a slow store never holds metrics back) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int started, quit, flush_now;
@@ -128,6 +130,7 @@ typedef struct report_sender {
     int64_t backoff_ms;
     void *ck;                        /* the newest checkpoint not uploaded yet (NULL none) */
     long ck_step, ck_epoch;
+    int64_t ck_gen;                  /* counts report_set_ckpt's hand-overs (ends a backoff) */
     int ck_busy;                     /* an upload is in flight */
     void *ck_done;                   /* with ops->same: the last one uploaded (or given at start) */
     long uploaded_step;              /* step of the last checkpoint the server took (-1 none) */
@@ -173,7 +176,7 @@ long report_dropped(report_sender *s);
  * delivered. */
 int report_drain(report_sender *s, int timeout_s);
 
-/* Ends the thread (after one last try) and frees what was not delivered.
+/* Ends the threads (after one last try each) and frees what was not delivered.
  * Safe on a zeroed sender that never started. */
 void report_stop(report_sender *s);
 

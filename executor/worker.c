@@ -217,7 +217,7 @@ typedef struct wckpt {
 
 typedef struct wupload {
     const wconfig *w;
-    CURL *raw;                   /* reused across uploads (the sender thread's) */
+    CURL *raw;                   /* reused across uploads (the sender's checkpoint thread's) */
 } wupload;
 
 static void wckpt_release(void *p) {

@@ -549,6 +549,75 @@ START_TEST(quota_refused_at_once) {
 }
 END_TEST
 
+/* report_sender's ops over memory, through report_upload_ckpt (the
+ * worker's way), with quick stalls. */
+typedef struct memck {
+    unsigned char *data;
+    size_t len;
+} memck;
+
+static blobxfer_opts quick = {.max_tries = 2, .stall_s = 1, .backoff_min_ms = 50, .backoff_max_ms = 100};
+
+static int memck_upload(void *ctx, void *p, long step, long epoch, char *err, size_t errlen) {
+    (void)ctx;
+    const memck *k = p;
+    char sha[65];
+    report_ckpt_bytes b = {.api = srv.url, .token = task_tok, .job = job_id, .attempt = 1, .step = step,
+                           .epoch = epoch, .head = k->data, .head_len = k->len, .fd = -1, .total = k->len,
+                           .xfer = &quick};
+    long st = report_upload_ckpt(NULL, &b, sha, err, errlen);
+    return st == 201 ? 0 : st == 0 || st >= 500 ? -2 : -1;
+}
+
+static void memck_release(void *p) {
+    memck *k = p;
+    free(k->data);
+    free(k);
+}
+
+static const report_ckpt_ops memck_ops = {memck_upload, memck_release, NULL};
+
+/* The store stopped while the sender uploads a checkpoint: its metrics
+ * still reach the server (the checkpoint has a thread of its own); the
+ * store back, the checkpoint lands and the sender drains. */
+START_TEST(metrics_flow_while_the_store_is_stopped) {
+    NEED_S3();
+    report_sender snd;
+    ck_assert_int_eq(report_start(&snd, srv.url, task_tok, job_id, 1, &memck_ops, NULL, NULL), 0);
+    report_set_attempt(&snd, 1);
+    memck *k = xmalloc(sizeof *k);
+    k->len = 1u << 20;
+    k->data = make_bytes(k->len, 31);
+    s3_pause(&S3);
+    report_set_ckpt(&snd, k, 4, 0);
+    ty_sleep_ms(300); /* its part is on its way to the stopped store */
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddStringToObject(m, "kind", "step");
+    cJSON_AddNumberToObject(m, "step", 4);
+    cJSON_AddNumberToObject(m, "loss", 0.25);
+    report_push(&snd, m);
+    report_flush_soon(&snd);
+    int n = 0;
+    int64_t t0 = mono_ms();
+    while (mono_ms() - t0 < 4000) {
+        cJSON *all = ty_metrics_all(srv.url, team_tok, job_id);
+        n = cJSON_GetArraySize(all);
+        cJSON_Delete(all);
+        if (n) break;
+        ty_sleep_ms(100);
+    }
+    long up = report_uploaded_step(&snd);
+    int64_t took = mono_ms() - t0;
+    s3_resume(&S3);
+    ck_assert_msg(n == 1, "the metric did not reach the server in 4 s while the store was stopped");
+    ck_assert_msg(up == -1, "the checkpoint was uploaded to a stopped store");
+    fprintf(stderr, "metrics with the store stopped: delivered in %lld ms\n", (long long)took);
+    ck_assert_int_eq(report_drain(&snd, 120), 0);
+    ck_assert_int_eq(report_uploaded_step(&snd), 4);
+    report_stop(&snd);
+}
+END_TEST
+
 /* A training job on a real agent: its chief's checkpoints reach the store
  * (the worker logs it), the server's data directory holds none, each lists
  * with the sha256 its 307 download has. */
@@ -719,6 +788,7 @@ static Suite *blobxfer_suite(void) {
     tcase_add_test(tc, one_event_per_spell);
     tcase_add_test(tc, head_and_file_to_the_store);
     tcase_add_test(tc, quota_refused_at_once);
+    tcase_add_test(tc, metrics_flow_while_the_store_is_stopped);
     tc = ty_tcase(s, "s3_agent", s3_agent_setup, teardown, 240);
     tcase_add_test(tc, training_job_checkpoints_to_the_store);
     tc = ty_tcase(s, "s3_short_ttl", s3_setup_short_ttl, teardown, 120);
