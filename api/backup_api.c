@@ -31,6 +31,14 @@ static int claim(void) {
     return ok;
 }
 
+/* A destination as it may be logged: a folder as it is, an s3 URL without
+ * its query (url_redact). */
+static const char *dest_for_log(const char *dest, char *out, size_t cap) {
+    if (strncmp(dest, "s3://", 5) != 0) return dest;
+    url_redact(dest, out, cap);
+    return out;
+}
+
 /* outcome: 1 a backup completed, -1 one failed, 0 none was taken (refused) */
 static void release(int outcome) {
     pthread_mutex_lock(&g_mu);
@@ -71,7 +79,8 @@ static void *run_requested(void *arg) {
     } else if (rc == -2) {
         http_error(a, 422, "invalid_value", "dest", "%s", err);
     } else {
-        log_error("backup to %s failed: %s", j->dest, err);
+        char shown[512];
+        log_error("backup to %s failed: %s", dest_for_log(j->dest, shown, sizeof shown), err);
         http_error(a, 500, "backup_failed", NULL, "%s", err);
     }
     http_resume(j->req, a);
@@ -158,6 +167,8 @@ static void *run_periodic(void *arg) {
     backup_summary s;
     char err[1024];
     int rc = run_one(srv->opt.data_dir, srv->opt.backup_to, srv->opt.backup_credentials, &s, err, sizeof err);
+    char shown[512];
+    const char *to = dest_for_log(srv->opt.backup_to, shown, sizeof shown);
     if (rc == 0) {
         int removed = 0;
         char perr[512];
@@ -166,12 +177,12 @@ static void *run_periodic(void *arg) {
                                        perr, sizeof perr)
                      : backup_prune(srv->opt.backup_to, srv->opt.backup_keep, &removed, perr, sizeof perr);
         if (pr < 0)
-            log_error("backup: cannot remove old backups under %s: %s", srv->opt.backup_to, perr);
+            log_error("backup: cannot remove old backups under %s: %s", to, perr);
         log_info("backup: %s (snapshot %lld ms, %d blobs, %d missing) in %lld ms; %d older removed (keep %d)", s.path,
                  (long long)s.snapshot_ms, s.blobs, s.blobs_missing, (long long)s.took_ms, removed,
                  srv->opt.backup_keep);
     } else {
-        log_error("backup: the periodic backup to %s failed: %s; next in %lld s", srv->opt.backup_to, err,
+        log_error("backup: the periodic backup to %s failed: %s; next in %lld s", to, err,
                   (long long)(srv->opt.backup_every_ms / 1000));
     }
     pthread_mutex_lock(&g_mu);
