@@ -549,6 +549,49 @@ START_TEST(quota_refused_at_once) {
 }
 END_TEST
 
+/* A context uploaded to a server on the store: its bytes go to
+ * contexts/<hex> in the bucket, and its GET (what an agent's ctxfetch does)
+ * follows the 307 to the store without the token, its sha256 the id's. */
+START_TEST(context_download_follows_the_redirect) {
+    NEED_S3();
+    char cmd[1200], tgz[400];
+    snprintf(tgz, sizeof tgz, "%s/ctx.tgz", srv.dir);
+    snprintf(cmd, sizeof cmd,
+             "set -e; d='%s/proj'; mkdir -p \"$d/lib\"; echo \"print('bx')\" > \"$d/train.py\"; "
+             "echo 'x = 1' > \"$d/lib/util.py\"; tar -C \"$d\" -czf '%s' train.py lib",
+             srv.dir, tgz);
+    ck_assert_int_eq(system(cmd), 0);
+    size_t len = 0;
+    char *tar = file_read_all(tgz, 1 << 20, &len);
+    ck_assert_ptr_nonnull(tar);
+    char hex[65], id[80];
+    sha256_hex(tar, len, hex);
+    snprintf(id, sizeof id, "sha256:%s", hex);
+    client c;
+    ck_assert_int_eq(client_init(&c, srv.url, team_tok), 0);
+    client_reply r;
+    ck_assert_int_eq(client_request(&c, "POST", "/api/v1/contexts", tar, len, "application/gzip", &r), 0);
+    long st = r.status;
+    client_reply_release(&r);
+    client_release(&c);
+    ck_assert_msg(st == 201 || st == 200, "POST /contexts answered %ld", st);
+    char key[128];
+    snprintf(key, sizeof key, "contexts/%s", hex);
+    ck_assert_int_eq(s3_keys(&S3, bucket, key, NULL, 0), 1);
+    char path[200], sha_hdr[65], sha_got[65], loc[1024];
+    snprintf(path, sizeof path, "/api/v1/contexts/%s", id);
+    unsigned char *got = NULL;
+    size_t glen = 0;
+    ck_assert_int_eq(download(team_tok, path, &got, &glen, sha_hdr, sha_got, loc, sizeof loc), 200);
+    ck_assert_uint_eq(glen, len);
+    ck_assert(memcmp(got, tar, len) == 0);
+    ck_assert_str_eq(sha_got, hex);
+    ck_assert_msg(strncmp(loc, S3.endpoint, strlen(S3.endpoint)) == 0, "the context came from %s", loc);
+    free(got);
+    free(tar);
+}
+END_TEST
+
 /* report_sender's ops over memory, through report_upload_ckpt (the
  * worker's way), with quick stalls. */
 typedef struct memck {
@@ -789,6 +832,7 @@ static Suite *blobxfer_suite(void) {
     tcase_add_test(tc, head_and_file_to_the_store);
     tcase_add_test(tc, quota_refused_at_once);
     tcase_add_test(tc, metrics_flow_while_the_store_is_stopped);
+    tcase_add_test(tc, context_download_follows_the_redirect);
     tc = ty_tcase(s, "s3_agent", s3_agent_setup, teardown, 240);
     tcase_add_test(tc, training_job_checkpoints_to_the_store);
     tc = ty_tcase(s, "s3_short_ttl", s3_setup_short_ttl, teardown, 120);
