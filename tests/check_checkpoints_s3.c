@@ -27,7 +27,9 @@
  *                            download is its sha256; the agent's and the
  *                            workers' environ and cmdline and every file under
  *                            the agent's directory hold neither the secret nor
- *                            the credentials' path
+ *                            the credentials' path, no log (the tasks', the
+ *                            agent's, the server's) the secret or a presigned
+ *                            URL's signature
  *   multipart_300mb          a command job's 300 MiB file: a multipart object
  *                            (ETag "-N", N >= 2), the server's peak memory
  *                            grows < 32 MB, the 307 download is its sha256
@@ -931,6 +933,19 @@ START_TEST(kill_resume_no_credentials_on_nodes) {
     ck_assert_str_eq(sha, ty_str(latest, "sha256"));
     ck_assert_uint_eq(got, (size_t)ty_num(latest, "size"));
     assert_via_store(id);
+    /* no log holds the secret or a presigned URL's signature */
+    char *logs[3] = {ty_task_log(srv.url, team_tok, id, "worker-0"), ty_task_log(srv.url, team_tok, id, "worker-1"),
+                     NULL};
+    size_t slen = 0;
+    logs[2] = file_read_all(srv.log, 1 << 26, &slen);
+    ck_assert_ptr_nonnull(logs[2]);
+    const char *names[3] = {"worker-0's log", "worker-1's log", "the server's log"};
+    for (int i = 0; i < 3; i++) {
+        if (i < 2) assert_clean(names[i], logs[i], strlen(logs[i])); /* the server may name its credentials file */
+        else ck_assert_msg(!strstr(logs[i], s3.secret), "the server's log holds the secret");
+        ck_assert_msg(!strstr(logs[i], "X-Amz-Signature"), "%s holds a presigned URL's signature", names[i]);
+        free(logs[i]);
+    }
     fprintf(stderr, "cks3: gang: %d checkpoints seen, attempt 1's last at step %.0f, the kept one at step %.0f\n",
             cJSON_GetArraySize(seen), ty_num(last1, "step"), ty_num(latest, "step"));
     cJSON_Delete(seen);
