@@ -13,6 +13,7 @@
 #include "contexts_api.h"
 #include "answer_cache.h"
 #include "retention_api.h"
+#include "blobs_api.h"
 #include "../server/server.h"
 #include "../storage/store.h"
 #include "../storage/users.h"
@@ -439,6 +440,7 @@ static void job_delete_run(server *srv, http_req *req, http_res *res) {
     }
     int64_t freed = 0;
     api_retention_delete_files(srv, id, &freed);
+    api_blob_job_deleted(srv, id, &freed); /* its objects in the blob store, its open uploads */
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)id);
     cJSON_AddBoolToObject(o, "deleted", 1);

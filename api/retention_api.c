@@ -3,7 +3,6 @@
  * follows the commit that marked what it removes: a crash between the two
  * leaves files that nothing lists, which the sweeps find and remove. */
 #include "retention_api.h"
-#include "blobs_api.h"
 #include "../common/util.h"
 #include "../server/server.h"
 #include "../spec/jobspec.h"
@@ -131,7 +130,6 @@ void api_retention_delete_files(server *srv, int64_t job_id, int64_t *freed) {
     if (dir[0]) remove_dir(dir, freed, &files);
     job_dir(dir, sizeof dir, srv->checkpoint_dir, job_id);
     if (dir[0]) remove_dir(dir, freed, &files);
-    api_blob_job_deleted(srv, job_id, freed); /* its objects in the blob store, its open uploads */
     log_info("job %lld deleted: %d file%s removed (%lld bytes); its row and tasks are kept", (long long)job_id, files,
              files == 1 ? "" : "s", (long long)*freed);
 }
