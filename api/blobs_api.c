@@ -24,6 +24,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -826,6 +827,75 @@ void api_blob_job_deleted(server *srv, int64_t job_id, int64_t *freed) {
     }
     free(l.keys);
     free(l.sizes);
+}
+
+/* ---------------------------------------------------------------- relays */
+
+#define RELAY_MAX 8 /* ?via=server fetches at once; past it 503 */
+
+static pthread_mutex_t g_relay_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_relays;
+
+typedef struct relay_job {
+    server *srv;
+    http_req *req;
+    http_handler fn;
+} relay_job;
+
+static void relay_done(void) {
+    pthread_mutex_lock(&g_relay_mu);
+    g_relays--;
+    pthread_mutex_unlock(&g_relay_mu);
+}
+
+static void *relay_main(void *arg) {
+    relay_job *j = arg;
+    http_res *a = http_res_new();
+    j->fn(j->srv, j->req, a);
+    http_resume(j->req, a);
+    free(j);
+    relay_done();
+    return NULL;
+}
+
+void api_blob_relay(server *srv, http_req *req, http_res *res, http_handler fn) {
+    pthread_mutex_lock(&g_relay_mu);
+    int ok = g_relays < RELAY_MAX;
+    if (ok) g_relays++;
+    pthread_mutex_unlock(&g_relay_mu);
+    if (!ok) {
+        http_error(res, 503, "relay_busy", NULL,
+                   "the server is relaying %d downloads from the blob store already; retry, or download from "
+                   "the store itself (without ?via=server)",
+                   RELAY_MAX);
+        snprintf(res->xhdr_name, sizeof res->xhdr_name, "Retry-After");
+        snprintf(res->xhdr_value, sizeof res->xhdr_value, "5");
+        return;
+    }
+    if (http_defer(req, res) < 0) {
+        relay_done();
+        http_error(res, 503, "unavailable", NULL, "the server is stopping; retry");
+        return;
+    }
+    relay_job *j = xcalloc(1, sizeof *j);
+    j->srv = srv;
+    j->req = req;
+    j->fn = fn;
+    pthread_attr_t at;
+    pthread_t th;
+    int rc = pthread_attr_init(&at);
+    if (rc == 0) {
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        rc = pthread_create(&th, &at, relay_main, j);
+        pthread_attr_destroy(&at);
+    }
+    if (rc != 0) {
+        free(j);
+        relay_done();
+        http_res *a = http_res_new();
+        http_error(a, 503, "unavailable", NULL, "cannot start the relay's thread; retry");
+        http_resume(req, a);
+    }
 }
 
 /* ---------------------------------------------------------------- routes */

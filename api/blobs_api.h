@@ -7,7 +7,7 @@
  * "Blob stores").
  *
  * defines: api_blobs_routes, api_blob_error, api_blob_send, api_blobs_tick,
- *          api_blob_job_deleted, api_ckpt_keep, api_blob_quota_admit */
+ *          api_blob_job_deleted, api_ckpt_keep, api_blob_quota_admit, api_blob_relay */
 #ifndef TRAINYARD_BLOBS_API_H
 #define TRAINYARD_BLOBS_API_H
 
@@ -32,6 +32,13 @@ void api_blob_error(struct server *srv, http_res *res, int rc, const blob_err *e
  * store the file. filename: the attachment's name. */
 void api_blob_send(struct server *srv, http_res *res, const char *key, const char *sha256, int64_t size,
                    const char *filename, const char *content_type, int relay);
+
+/* Runs fn (a ?via=server download: api_blob_send with relay) on a thread
+ * of its own while the connection waits (http_defer), so a large object's
+ * fetch holds neither a pool thread nor the offload thread that checkpoint
+ * uploads use. At most 8 at once: past that, 503 relay_busy with
+ * Retry-After. */
+void api_blob_relay(struct server *srv, http_req *req, http_res *res, http_handler fn);
 
 /* 1 when the request asks ?via=server, 0 when it does not, -1 after
  * answering 422 for another value. */

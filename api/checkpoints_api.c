@@ -232,14 +232,14 @@ static void ckpt_get_relayed(server *srv, http_req *req, http_res *res) { ckpt_g
 static void ckpt_latest(server *srv, http_req *req, http_res *res) {
     int via = api_blob_via_server(req, res);
     if (via < 0) return;
-    if (via && blob_store_is_s3(srv->blobs)) http_offload(req, res, ckpt_latest_relayed);
+    if (via && blob_store_is_s3(srv->blobs)) api_blob_relay(srv, req, res, ckpt_latest_relayed);
     else ckpt_get_as(srv, req, res, 1, 0);
 }
 
 static void ckpt_get(server *srv, http_req *req, http_res *res) {
     int via = api_blob_via_server(req, res);
     if (via < 0) return;
-    if (via && blob_store_is_s3(srv->blobs)) http_offload(req, res, ckpt_get_relayed);
+    if (via && blob_store_is_s3(srv->blobs)) api_blob_relay(srv, req, res, ckpt_get_relayed);
     else ckpt_get_as(srv, req, res, 0, 0);
 }
 

@@ -317,7 +317,7 @@ static void ctx_get_relayed(server *srv, http_req *req, http_res *res) { ctx_get
 static void ctx_get(server *srv, http_req *req, http_res *res) {
     int via = api_blob_via_server(req, res);
     if (via < 0) return;
-    if (via && blob_store_is_s3(srv->blobs)) http_offload(req, res, ctx_get_relayed);
+    if (via && blob_store_is_s3(srv->blobs)) api_blob_relay(srv, req, res, ctx_get_relayed);
     else ctx_get_as(srv, req, res, 0);
 }
 
