@@ -742,12 +742,20 @@ static void store_get(server *srv, http_req *req, http_res *res) {
 
 /* ---------------------------------------------------------------- housekeeping */
 
+#define FORGET_AFTER_MS (24LL * 3600 * 1000) /* a finished upload's row is kept this long */
+
 void api_blobs_tick(server *srv) {
     static int64_t last;
     static int failing;
     int64_t now = now_ms();
     if (now - last < 1000) return;
     last = now;
+    static int64_t forget_next;
+    if (now >= forget_next) { /* finished rows a day old: a bounded delete a minute */
+        int gone = 0;
+        if (blob_uploads_forget(srv->db, now - FORGET_AFTER_MS, 1000, &gone) != STORE_OK) gone = 0;
+        forget_next = now + (gone >= 1000 ? 1000 : 60000);
+    }
     blob_upload rows[TICK_BATCH];
     int n = 0;
     if (blob_uploads_expired(srv->db, now, rows, TICK_BATCH, &n) != STORE_OK) return;

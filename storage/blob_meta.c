@@ -237,3 +237,16 @@ int blob_uploads_open_count(db *d, int64_t *n) {
     db_done(st);
     return rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
 }
+
+int blob_uploads_forget(db *d, int64_t before, int max, int *n) {
+    *n = 0;
+    sqlite3_stmt *st = db_prepare(d, "DELETE FROM blob_uploads WHERE id IN (SELECT id FROM blob_uploads "
+                                     "WHERE state != 'open' AND created_at < ?1 ORDER BY id LIMIT ?2)");
+    if (!st) return STORE_ERROR;
+    sqlite3_bind_int64(st, 1, before);
+    sqlite3_bind_int(st, 2, max);
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE) *n = sqlite3_changes(sqlite3_db_handle(st));
+    db_done(st);
+    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+}

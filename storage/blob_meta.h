@@ -13,7 +13,7 @@
  * defines: blob_upload, blob_upload_insert, blob_upload_get,
  *          blob_upload_set_remote, blob_upload_mark, blob_upload_reopen, blob_upload_publish,
  *          blob_uploads_expired, blob_uploads_of_job, blob_upload_open_bytes,
- *          blob_uploads_open_count */
+ *          blob_uploads_open_count, blob_uploads_forget */
 #ifndef TRAINYARD_BLOB_META_H
 #define TRAINYARD_BLOB_META_H
 
@@ -81,5 +81,10 @@ int blob_upload_open_bytes(db *d, int64_t team_id, int64_t *bytes);
 
 /* Open uploads in all. */
 int blob_uploads_open_count(db *d, int64_t *n);
+
+/* Removes up to max finished rows (done or aborted) begun before the time
+ * `before` (ms): their answer to a repeated complete is no longer asked
+ * for; *n: how many went. */
+int blob_uploads_forget(db *d, int64_t before, int max, int *n);
 
 #endif

@@ -841,6 +841,20 @@ START_TEST(migrate_blob_stores) {
     ck_assert_int_eq(blob_upload_mark(d, e.id, "aborted"), STORE_CONFLICT);
     ck_assert_int_eq(blob_uploads_expired(d, now_ms(), rows, 4, &n), STORE_OK);
     ck_assert_int_eq(n, 0);
+
+    /* finished rows are forgotten after a while; an open one stays */
+    blob_upload o = u;
+    snprintf(o.token, sizeof o.token, "00112233445566778899aabbccddeeff");
+    o.expires_at = now_ms() + 60000;
+    ck_assert_int_eq(blob_upload_insert(d, &o), STORE_OK);
+    ck_assert_int_eq(blob_uploads_forget(d, 0, 10, &n), STORE_OK);
+    ck_assert_int_eq(n, 0); /* none begun before the epoch */
+    ck_assert_int_eq(blob_uploads_forget(d, now_ms() + 1000, 1, &n), STORE_OK);
+    ck_assert_int_eq(n, 1); /* max */
+    ck_assert_int_eq(blob_uploads_forget(d, now_ms() + 1000, 10, &n), STORE_OK);
+    ck_assert_int_eq(n, 1);
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM blob_uploads"), 1);
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM blob_uploads WHERE state = 'open'"), 1);
     ck_assert_int_eq(count(d, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
     db_close(d);
 }
