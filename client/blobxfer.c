@@ -188,6 +188,9 @@ typedef struct part_io {
     const xpart *p;
     uint64_t pos;                /* bytes of the part sent this try */
     int src_failed;
+    int stalled;                 /* stall_s without a byte either way: given up */
+    curl_off_t last_ul, last_dl; /* progress seen, and when it last moved */
+    int64_t moved_ms;
     buf reply;                   /* the store's answer (bounded) */
 } part_io;
 
@@ -211,10 +214,23 @@ static size_t part_sink(char *p, size_t size, size_t n, void *ud) {
     return size * n;
 }
 
-static int part_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, curl_off_t d) {
-    (void)a, (void)b, (void)c, (void)d;
+/* Also the stall check: libcurl's own (LOW_SPEED_*) averages its speed over
+ * 5 s, and a stopped store's socket buffers take megabytes at once, so it
+ * would see a stall many seconds late. */
+static int part_progress(void *ud, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
+    (void)dltotal, (void)ultotal;
     part_io *io = ud;
-    return stopped(io->x) || atomic_load(&io->x->failed) ? 1 : 0;
+    if (stopped(io->x) || atomic_load(&io->x->failed)) return 1;
+    int64_t now = mono_ms();
+    if (ulnow != io->last_ul || dlnow != io->last_dl) {
+        io->last_ul = ulnow;
+        io->last_dl = dlnow;
+        io->moved_ms = now;
+    } else if (now - io->moved_ms >= (int64_t)opt_or(io->x->o->stall_s, 10) * 1000) {
+        io->stalled = 1;
+        return 1;
+    }
+    return 0;
 }
 
 /* One PUT of part p: the HTTP status (0: transport error, code in *cc). */
@@ -232,6 +248,9 @@ static long part_put(xfer *x, CURL *h, const xpart *p, part_io *io, CURLcode *cc
     hdr = curl_slist_append(hdr, "Content-Type:"); /* none: the presigned request is signed without one */
     io->pos = 0;
     io->src_failed = 0;
+    io->stalled = 0;
+    io->last_ul = io->last_dl = 0;
+    io->moved_ms = mono_ms();
     buf_reset(&io->reply);
     curl_easy_reset(h);
     curl_easy_setopt(h, CURLOPT_URL, url);
@@ -252,8 +271,6 @@ static long part_put(xfer *x, CURL *h, const xpart *p, part_io *io, CURLcode *cc
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)opt_or(x->o->stall_s, 10));
     *cc = curl_easy_perform(h);
     long st = 0;
     if (*cc == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
@@ -295,7 +312,7 @@ static int part_upload(xfer *x, CURL *h, const xpart *p, unsigned *seed) {
             rc = 0;
             break;
         }
-        if (cc == CURLE_ABORTED_BY_CALLBACK) {
+        if (cc == CURLE_ABORTED_BY_CALLBACK && !io.stalled) {
             if (!atomic_load(&x->failed)) fail(x, 0, "part %d/%d: stopped", p->n, x->nparts);
             break;
         }
@@ -307,6 +324,7 @@ static int part_upload(xfer *x, CURL *h, const xpart *p, unsigned *seed) {
         char code[64], why[160];
         s3_code(io.reply.data, io.reply.len, code, sizeof code);
         if (st) snprintf(why, sizeof why, "%ld%s%s", st, code[0] ? " " : "", code);
+        else if (io.stalled) snprintf(why, sizeof why, "no progress in %d s", opt_or(x->o->stall_s, 10));
         else snprintf(why, sizeof why, "%s", curl_easy_strerror(cc));
         if (st == 403 && refreshed < REFRESH_MAX) { /* expired while queued or retried: a fresh URL, no try spent */
             refreshed++;
