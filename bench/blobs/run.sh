@@ -9,11 +9,12 @@
 # uploads alone:
 #   via_server    one 1 GiB checkpoint PUT through a server on DATA
 #   via_store     one 1 GiB checkpoint through a server on s3:// (16 x 64 MiB parts, 4 in flight)
-#   burst_store   16 uploads of 64 MiB at once through the store
-#   burst_server  the same 16 through the server on DATA
-# Ends with one JSON line: the ratios (server CPU and time, through the
-# server over through the store) and the burst's server cores against the
-# target (< 0.10 of one core; the run fails past it, except SMOKE=1).
+#   burst_server  16 uploads of 64 MiB at once through the server on DATA
+#   burst_store   the same 16 through the store
+# each store phase with its ratios to the server phase before it (server
+# CPU seconds and time, through the server over through the store). Ends
+# with one JSON line: the ratios again and the burst's server cores against
+# the target (< 0.10 of one core; the run fails past it, except SMOKE=1).
 # SMOKE=1 (make test): 64 MiB instead of 1 GiB, a burst of 4.
 # Needs root and radosgw (scripts/deps.sh); else it prints a "skipped" line.
 set -euo pipefail
@@ -61,18 +62,30 @@ server() {
 server local
 server s3 --blob-store "s3://$S3_BUCKET?endpoint=$S3_ENDPOINT&region=$S3_REGION" --blob-credentials "$dir/s3/credentials"
 
-# put PHASE SERVER MODE BYTES COUNT: one blobput run; its JSON line is printed and kept
+# put PHASE SERVER MODE BYTES COUNT [AGAINST]: one blobput run, its JSON line
+# kept and printed; with AGAINST (the same uploads through the server, run
+# before) the line also has the ratios, through the server over through the store
 put() {
   local url pid
   url=URL_$2; pid=PID_$2
   "$BUILD/bench/blobput" --server "${!url}" --data "$dir/$2" --server-pid "${!pid}" --rgw-pid "$RGW" \
-      --mode "$3" --bytes "$4" --count "$5" --phase "$1" | tee "$dir/$1.json"
+      --mode "$3" --bytes "$4" --count "$5" --phase "$1" >"$dir/$1.json"
+  python3 - "$dir/$1.json" "${6:+$dir/$6.json}" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+if sys.argv[2]:
+    a = json.load(open(sys.argv[2]))
+    tick = 0.01  # /proc/PID/stat counts CPU in clock ticks (getconf CLK_TCK: 100)
+    p["server_cpu_ratio"] = round(a["server_cpu_s"] / max(p["server_cpu_s"], tick), 1)
+    p["time_ratio"] = round(a["seconds"] / p["seconds"], 2)
+print(json.dumps(p))
+PY
 }
 
 put via_server local server "$BIG" 1
-put via_store s3 store "$BIG" 1
-put burst_store s3 store "$EACH" "$BURST"
+put via_store s3 store "$BIG" 1 via_server
 put burst_server local server "$EACH" "$BURST"
+put burst_store s3 store "$EACH" "$BURST" burst_server
 
 python3 - "$dir" "$TARGET" "${SMOKE:-0}" <<'PY'
 import json, sys
