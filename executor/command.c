@@ -10,6 +10,7 @@
 #include "proc.h"
 #include "report.h"
 #include "exit_codes.h"
+#include "../client/blobxfer.h"
 #include "../client/client.h"
 #include "../common/util.h"
 
@@ -42,7 +43,6 @@ extern char **environ;
 #define CMD_STEP_MS 100             /* at most ~10 step metrics a second */
 #define CMD_FINAL_FLUSH_S 900       /* how long a finished task waits for the server */
 #define CMD_STOP_FLUSH_S 4          /* ... and a stopped one (the agent kills it soon) */
-#define CMD_CKPT_MAX (1LL << 30)    /* the API's limit on a checkpoint */
 #define CMD_HEADER_MAX (1 << 16)    /* the safetensors header of a wrapped file */
 #define CMD_CKPT_POLL_MS 10000      /* the chief looks for a new checkpoint file this often */
 #define CMD_CKPT_SETTLE_MS 2000     /* ... and uploads one untouched for this long */
@@ -820,8 +820,10 @@ static int ckpt_upload_file(const cconfig *c, const char *ckdir, const char *tas
         if (fd >= 0) close(fd);
         return -1; /* rewritten since it was seen: the newer version comes next */
     }
-    if ((uint64_t)sb.st_size + CMD_HEADER_MAX > (uint64_t)CMD_CKPT_MAX) {
-        log_error("checkpoint %s is %lld bytes: more than the API takes (1 GiB); not uploaded", id->name,
+    /* past what the server's PUT takes, known to be the way: not even read
+     * (with a store the limit is the store's) */
+    if (blobxfer_via_server() && (uint64_t)sb.st_size + CMD_HEADER_MAX > (uint64_t)REPORT_PUT_MAX) {
+        log_error("checkpoint %s is %lld bytes: more than the server takes (1 GiB); not uploaded", id->name,
                   (long long)sb.st_size);
         close(fd);
         return -1;

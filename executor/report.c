@@ -307,6 +307,11 @@ long report_upload_ckpt(CURL *h, const report_ckpt_bytes *b, char sha[65], char 
         snprintf(err, errlen, "%s", res.err);
         return 0;
     }
+    if (b->total > (uint64_t)REPORT_PUT_MAX) {
+        snprintf(err, errlen, "%llu bytes: more than the server takes itself (1 GiB; a server on an S3 store takes "
+                 "more)", (unsigned long long)b->total);
+        return 413;
+    }
     if (b->fd >= 0 && lseek(b->fd, 0, SEEK_SET) < 0) {
         snprintf(err, errlen, "cannot rewind the checkpoint: %s", strerror(errno));
         return 409;

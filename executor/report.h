@@ -26,6 +26,7 @@
 #define REPORT_BATCH_MAX 500
 #define REPORT_FLUSH_MS 1000
 #define REPORT_RDV_TIMEOUT (-3)      /* report_rdv_get: the deadline passed */
+#define REPORT_PUT_MAX (1LL << 30)   /* the most PUT /checkpoints takes (the store's uploads: 5 TiB) */
 
 /* The API a task speaks to before its work starts, and what ends its waits. */
 typedef struct report_api {
@@ -83,7 +84,8 @@ typedef struct report_ckpt_bytes {
 /* Uploads the job's checkpoint: straight to the blob store over the URLs the
  * server presigns (client/blobxfer.h), or, when the server keeps checkpoints
  * itself (it answered upload_via_server: remembered for the process), with
- * report_put_ckpt. h as report_put_ckpt's. Returns the HTTP status (201:
+ * report_put_ckpt (413 without sending when past REPORT_PUT_MAX). h as
+ * report_put_ckpt's. Returns the HTTP status (201:
  * the checkpoint is recorded, only once the store has it whole and the
  * server verified it), 0 when the server was not reached; err says why
  * unless 201; sha (65) the bytes' sha256 once they were read.

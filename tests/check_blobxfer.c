@@ -758,6 +758,19 @@ START_TEST(put_when_the_server_keeps_checkpoints) {
     sha256_hex(whole, 4 + fsize, want);
     ck_assert_str_eq(sha, want);
 
+    /* past what the PUT takes (1 GiB, a sparse file): 413 without a byte sent */
+    char big[400];
+    snprintf(big, sizeof big, "%s/big.bin", srv.dir);
+    int bfd = open(big, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    ck_assert_int_ge(bfd, 0);
+    ck_assert_int_eq(ftruncate(bfd, REPORT_PUT_MAX), 0);
+    report_ckpt_bytes g = {.api = srv.url, .token = task_tok, .job = job_id, .attempt = 1, .step = 5, .epoch = 1,
+                           .head = "H", .head_len = 1, .fd = bfd, .total = 1 + (uint64_t)REPORT_PUT_MAX};
+    st = report_upload_ckpt(NULL, &g, sha, err, sizeof err);
+    close(bfd);
+    unlink(big);
+    ck_assert_msg(st == 413 && strstr(err, "1 GiB"), "1 GiB + 1 through the PUT: %ld %s", st, err);
+
     snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/latest", (long long)job_id);
     unsigned char *got = NULL;
     size_t len = 0;
