@@ -119,7 +119,7 @@ static int up_server_value_flag(const char *a) {
            strcmp(a, "--apps-listen") == 0 || strcmp(a, "--apps-url") == 0 || strcmp(a, "--tls-cert") == 0 || strcmp(a, "--tls-key") == 0 || strcmp(a, "--auth-fail-limit") == 0 ||
            strcmp(a, "--db-resident-mb") == 0 || strcmp(a, "--log-retention-days") == 0 ||
            strcmp(a, "--audit-retention-days") == 0 ||
-           strncmp(a, "--context-", 10) == 0 || strcmp(a, "--disk-reserve") == 0 || strncmp(a, "--backup-", 9) == 0 ||
+           strncmp(a, "--context-", 10) == 0 || strcmp(a, "--disk-reserve") == 0 || strncmp(a, "--backup-", 9) == 0 || strncmp(a, "--blob-", 7) == 0 ||
            strcmp(a, "--log-max-per-job-default") == 0 || strcmp(a, "--log-max-per-job") == 0;
 }
 
