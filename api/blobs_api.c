@@ -280,8 +280,9 @@ static void answer_checkpoint(http_res *res, const blob_upload *u) {
 /* Removes what an upload put in the store: its multipart upload, or its
  * one object. BLOB_OK when nothing is left. */
 static int upload_discard(server *srv, const blob_upload *u, blob_err *e) {
-    int rc = BLOB_OK;
+    int rc = BLOB_OK, n = 0;
     if (u->remote_id[0]) rc = blob_mpu_abort(srv->blobs, u->key, u->remote_id, e);
+    else if (u->parts > 1) rc = blob_mpu_abort_key(srv->blobs, u->key, &n, e); /* its UploadId never recorded */
     if (rc == BLOB_OK || rc == BLOB_NOT_FOUND) rc = blob_delete(srv->blobs, u->key, e);
     return rc == BLOB_NOT_FOUND ? BLOB_OK : rc;
 }

@@ -903,6 +903,14 @@ int blob_mpu_abort(blob_store *s, const char *key, const char *upload_id, blob_e
     return s3_mpu_abort(s, key, upload_id, err);
 }
 
+int blob_mpu_abort_key(blob_store *s, const char *key, int *aborted, blob_err *err) {
+    err_clear(err);
+    *aborted = 0;
+    LOCAL_ONLY_S3(s, err);
+    if (!blob_key_valid(key)) return bad_key(err, key);
+    return s3_mpu_abort_key(s, key, aborted, err);
+}
+
 int blob_presign(blob_store *s, const char *method, const char *key, const char *upload_id, int part,
                  const char *content_md5_b64, int ttl_s, const char *filename, char *url, size_t cap) {
     if (url && cap) url[0] = '\0';

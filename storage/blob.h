@@ -19,7 +19,7 @@
  * defines: blob_store_open, blob_store_check, blob_store_url, blob_store_is_s3,
  *          blob_store_root, blob_store_close, blob_strerror, blob_key_valid,
  *          blob_put, blob_put_file, blob_head, blob_get_file, blob_delete,
- *          blob_list, blob_mpu_create, blob_mpu_complete, blob_mpu_abort,
+ *          blob_list, blob_mpu_create, blob_mpu_complete, blob_mpu_abort, blob_mpu_abort_key,
  *          blob_presign */
 #ifndef TRAINYARD_BLOB_H
 #define TRAINYARD_BLOB_H
@@ -93,6 +93,11 @@ int blob_mpu_create(blob_store *s, const char *key, char upload_id[256], blob_er
 int blob_mpu_complete(blob_store *s, const char *key, const char *upload_id, int parts,
                       const unsigned char (*md5)[16], blob_err *err);
 int blob_mpu_abort(blob_store *s, const char *key, const char *upload_id, blob_err *err); /* idempotent */
+/* Every multipart upload of key the store holds (ListMultipartUploads),
+ * aborted: for an upload whose UploadId was never recorded (the server
+ * stopped between CreateMultipartUpload and its commit). *aborted: how
+ * many. */
+int blob_mpu_abort_key(blob_store *s, const char *key, int *aborted, blob_err *err);
 /* method "PUT" or "GET"; upload_id NULL and part 0 for a whole object (else
  * an UploadPart URL, part 1..10000); content_md5_b64 (PUT only, 24 chars)
  * signed into the URL as the Content-MD5 header, so the store refuses other

@@ -57,6 +57,7 @@ int s3_mpu_create(blob_store *s, const char *key, char upload_id[256], blob_err 
 int s3_mpu_complete(blob_store *s, const char *key, const char *upload_id, int parts,
                     const unsigned char (*md5)[16], blob_err *err);
 int s3_mpu_abort(blob_store *s, const char *key, const char *upload_id, blob_err *err);
+int s3_mpu_abort_key(blob_store *s, const char *key, int *aborted, blob_err *err);
 int s3_presign(blob_store *s, const char *method, const char *key, const char *upload_id, int part,
                const char *content_md5_b64, int ttl_s, const char *filename, char *url, size_t cap);
 void s3_close(blob_store *s); /* the pool's handles */

@@ -724,6 +724,54 @@ int s3_mpu_abort(blob_store *s, const char *key, const char *upload_id, blob_err
     return rc;
 }
 
+/* ListMultipartUploads under the key, each upload of exactly that key
+ * aborted; again until a listing finds none (an aborted upload leaves the
+ * listing, so no marker is needed). */
+int s3_mpu_abort_key(blob_store *s, const char *key, int *aborted, blob_err *err) {
+    *aborted = 0;
+    char full[600], qp[700];
+    if (sfmt(full, sizeof full, "%s%s", s->prefix, key) < 0 || sfmt(qp, sizeof qp, "prefix=%s", full) < 0)
+        return blob_fail(err, BLOB_BAD, 0, "InvalidKey", "ListMultipartUploads: key too long");
+    for (int round = 0; round < 16; round++) {
+        const char *query[] = {"uploads=", "max-uploads=1000", qp, NULL};
+        s3_call c;
+        call_init(&c, "ListMultipartUploads", "GET", NULL);
+        c.query = query;
+        int rc = perform(s, &c, err);
+        if (rc != BLOB_OK) {
+            call_done(&c);
+            return rc;
+        }
+        const char *x = c.resp.data ? c.resp.data : "";
+        size_t len = c.resp.len, pos = 0;
+        int found = 0;
+        for (;;) {
+            const char *u = memmem(x + pos, len - pos, "<Upload>", 8);
+            if (!u) break;
+            size_t at = (size_t)(u - x) + 8;
+            const char *end = memmem(x + at, len - at, "</Upload>", 9);
+            if (!end) break;
+            size_t elen = (size_t)(end - x);
+            char k[600], id[256];
+            size_t kp = at, ip = at;
+            pos = elen + 9;
+            if (s3_xml_text(x, elen, "Key", &kp, k, sizeof k) != 0 || s3_xml_text(x, elen, "UploadId", &ip, id, sizeof id) != 0)
+                continue;
+            if (strcmp(k, full) != 0) continue; /* another key under the same prefix */
+            found++;
+            rc = s3_mpu_abort(s, key, id, err);
+            if (rc != BLOB_OK) {
+                call_done(&c);
+                return rc;
+            }
+            (*aborted)++;
+        }
+        call_done(&c);
+        if (!found) return BLOB_OK;
+    }
+    return BLOB_OK;
+}
+
 /* ---------------------------------------------------------------- presign */
 
 static int b64_md5_ok(const char *b) {

@@ -899,6 +899,23 @@ START_TEST(s3_multipart_complete_and_abort) {
     fprintf(stderr, "s3: CompleteMultipartUpload after abort: %s http %d %s: %s\n", blob_strerror(crc), e.http, e.code, e.msg);
     ck_assert_int_eq(crc, BLOB_NOT_FOUND);
     ck_assert_str_eq(e.code, "NoSuchUpload");
+
+    /* uploads whose ids were never kept (two of one key, one of a key that
+     * begins with it): abort_key finds the key's by listing, and only those */
+    const char *key4 = "checkpoints/7/4-lost.safetensors", *key5 = "checkpoints/7/4-lost.safetensors.x";
+    char id4a[256], id4b[256], id5[256];
+    ck_assert_int_eq(blob_mpu_create(s, key4, id4a, &e), BLOB_OK);
+    ck_assert_int_eq(blob_mpu_create(s, key4, id4b, &e), BLOB_OK);
+    ck_assert_int_eq(blob_mpu_create(s, key5, id5, &e), BLOB_OK);
+    ck_assert_int_eq(s3_open_uploads(&dev, bucket, "checkpoints/"), 3);
+    int gone = -1;
+    ck_assert_msg(blob_mpu_abort_key(s, key4, &gone, &e) == BLOB_OK, "%s", e.msg);
+    ck_assert_int_eq(gone, 2);
+    ck_assert_int_eq(s3_open_uploads(&dev, bucket, "checkpoints/"), 1);
+    ck_assert_int_eq(blob_mpu_abort_key(s, key4, &gone, &e), BLOB_OK);
+    ck_assert_int_eq(gone, 0);
+    ck_assert_int_eq(blob_mpu_abort(s, key5, id5, &e), BLOB_OK);
+    ck_assert_int_eq(s3_open_uploads(&dev, bucket, "checkpoints/"), 0);
     free(data);
     blob_store_close(s);
     rmrf(dir);
