@@ -21,7 +21,8 @@
  *   s3_open_uploads(s, bucket, prefix)       ListMultipartUploads: how many
  *   s3_pause(s) / s3_resume(s)    SIGSTOP/SIGCONT radosgw (the store failing mid-run)
  *   s3_stop(s)                    s3-dev.sh stop; the directory removed unless
- *                                 TY_KEEP or s->keep (then its log/ stays) */
+ *                                 TY_KEEP or s->keep (then its log/ stays); -1
+ *                                 when a daemon of the store outlived it */
 #ifndef TRAINYARD_TESTS_S3_FIXTURE_H
 #define TRAINYARD_TESTS_S3_FIXTURE_H
 
@@ -273,13 +274,44 @@ static inline void s3_resume(s3_dev *s) {
     if (s->rgw > 0) kill(s->rgw, SIGCONT);
 }
 
-static inline void s3_stop(s3_dev *s) {
-    if (!s->dir[0]) return;
+/* 1 while pid runs (a zombie, state Z, has exited: PID 1 may reap late). */
+static inline int s3__alive(long pid) {
+    char path[64], text[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    const char *rp = strrchr(text, ')');
+    return rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
+}
+
+/* 0, or -1 (said on stderr) when the script failed or one of the store's
+ * daemons still runs after it. */
+static inline int s3_stop(s3_dev *s) {
+    if (!s->dir[0]) return 0;
     s3_resume(s);
-    char cmd[512];
+    char cmd[512], pidsf[320];
+    long pids[8];
+    int np = 0, rc = 0;
+    snprintf(pidsf, sizeof pidsf, "%s/pids", s->dir);
+    FILE *pf = fopen(pidsf, "r");
+    char name[32];
+    long pid;
+    while (pf && np < 8 && fscanf(pf, "%31s %ld", name, &pid) == 2) pids[np++] = pid;
+    if (pf) fclose(pf);
     snprintf(cmd, sizeof cmd, "%s stop '%s' </dev/null", S3_DEV_SCRIPT, s->dir);
-    if (s3__run(cmd, NULL) != 0) fprintf(stderr, "s3_stop: %s failed\n", cmd);
-    if (s->keep || getenv("TY_KEEP"))
+    if (s3__run(cmd, NULL) != 0) {
+        fprintf(stderr, "s3_stop: %s failed\n", cmd);
+        rc = -1;
+    }
+    for (int i = 0; i < np; i++)
+        if (s3__alive(pids[i])) {
+            fprintf(stderr, "s3_stop: pid %ld of the store still runs after %s stop\n", pids[i], S3_DEV_SCRIPT);
+            rc = -1;
+        }
+    if (s->keep || rc || getenv("TY_KEEP"))
         fprintf(stderr, "s3_stop: kept %s/log\n", s->dir);
     else {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->dir);
@@ -287,6 +319,7 @@ static inline void s3_stop(s3_dev *s) {
     }
     memset(s->secret, 0, sizeof s->secret);
     s->dir[0] = '\0';
+    return rc;
 }
 
 #endif
