@@ -380,6 +380,8 @@ static CURLcode dl_get(client *c, dl *d, const char *url, int to_server, long *s
     curl_easy_setopt(h, CURLOPT_WRITEDATA, d);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L); /* averaged over 5 s: seen a few seconds late */
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)(c->stall_s > 0 ? c->stall_s : 60));
     if (c->abort_cb) {
         curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, dl_progress);
         curl_easy_setopt(h, CURLOPT_XFERINFODATA, c);

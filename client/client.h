@@ -20,6 +20,8 @@ typedef struct client {
     int (*abort_cb)(void *ctx); /* client_download: polled while it runs (about 1/s and on each
                                  * block); non-zero stops the transfer ("cancelled") */
     void *abort_ctx;
+    int stall_s;                /* client_download: each request fails after this long without
+                                 * a byte (a stopped server or store); 0: 60 */
 } client;
 
 typedef struct client_reply {
@@ -47,7 +49,8 @@ void client_reply_release(client_reply *r);
  * 4 KiB) is fetched WITHOUT the token or the team header, sha_hdr is the
  * 307's X-Checksum-Sha256, loc the store's URL without its query, *status
  * the store's answer; a 403 from the store (the URL expired) asks the server
- * again, once.
+ * again, once. A request that moves no byte for c->stall_s is a transport
+ * error.
  * On a status >= 400 the error body is kept in err_body (bounded) and no
  * file is left. Returns 0 when a response came back, -1 on a transport or
  * file error (err says why), or when c->abort_cb stopped it (err

@@ -713,6 +713,74 @@ START_TEST(training_job_checkpoints_to_the_store) {
 }
 END_TEST
 
+/* The store stopped while the next attempt restores: a GET of the store
+ * gives up after the client's stall_s without a byte (not hanging on it),
+ * and report_fetch_ckpt
+ * tries again (asking the server for a fresh 307), and once the store is
+ * back the restore has the bytes. */
+START_TEST(restore_waits_out_a_store_pause) {
+    NEED_S3();
+    size_t size = 100000;
+    unsigned char *data = make_bytes(size, 37);
+    char want[65];
+    sha256_hex(data, size, want);
+    memsrc m = {.data = data, .size = size, .trap_off = UINT64_MAX};
+    pthread_mutex_init(&m.mu, NULL);
+    blobxfer_src src = {mem_read_at, &m, size};
+    blobxfer_result res;
+    blobxfer_ckpt_upload(srv.url, task_tok, job_id, 9, 1, &src, NULL, &res);
+    ck_assert_msg(res.status == 201, "upload: %ld %s", res.status, res.err);
+    cJSON_Delete(res.answer);
+
+    client c;
+    ck_assert_int_eq(client_init(&c, srv.url, task_tok), 0);
+    c.stall_s = 1;
+    char file[400], sha[65], err[256] = "";
+    snprintf(file, sizeof file, "%s/restore.bin", srv.dir);
+    /* one GET: it gives up rather than wait on the stopped store */
+    s3_pause(&S3);
+    char path[128], sha_hdr[65], sha_got[65];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/latest", (long long)job_id);
+    long st = 0;
+    uint64_t got_size = 0;
+    buf eb;
+    buf_init(&eb, 4096);
+    int64_t t1 = mono_ms();
+    int e = client_download(&c, path, file, &st, sha_hdr, sha_got, NULL, 0, &got_size, &eb, err, sizeof err);
+    int64_t gave_up = mono_ms() - t1;
+    buf_release(&eb);
+    s3_resume(&S3);
+    ck_assert_msg(e == -1, "a GET of the stopped store answered %ld", st);
+    ck_assert_msg(gave_up < 15000, "it gave up after %lld ms", (long long)gave_up);
+    ck_assert_msg(!strchr(err, '?'), "the store's URL with its query in: %s", err);
+    ck_assert_int_ne(access(file, F_OK), 0);
+    /* the restore: tried again until the store is back */
+    s3_pause(&S3);
+    static int resume_ms = 6000;
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, resume_later, &resume_ms), 0);
+    volatile sig_atomic_t stop = 0;
+    report_api a = {&c, job_id, &stop, "stopped"};
+    int64_t t0 = mono_ms();
+    int rc = report_fetch_ckpt(&a, file, sha, err, sizeof err);
+    int64_t took = mono_ms() - t0;
+    pthread_join(t, NULL);
+    client_release(&c);
+    ck_assert_msg(rc == 1, "restore: %d %s", rc, err);
+    ck_assert_str_eq(sha, want);
+    ck_assert_msg(took >= 5500, "restored in %lld ms: before the store came back", (long long)took);
+    size_t len = 0;
+    char *got = file_read_all(file, 1 << 20, &len);
+    ck_assert_ptr_nonnull(got);
+    ck_assert_uint_eq(len, size);
+    ck_assert(memcmp(got, data, size) == 0);
+    fprintf(stderr, "restore across a 6 s store pause: %lld ms\n", (long long)took);
+    free(got);
+    unlink(file);
+    free(data);
+}
+END_TEST
+
 /* With the data directory's store the server answers 409
  * upload_via_server: report_upload_ckpt PUTs the bytes instead (from memory
  * and from a file), and the process remembers it. */
@@ -844,6 +912,7 @@ static Suite *blobxfer_suite(void) {
     tcase_add_test(tc, quota_refused_at_once);
     tcase_add_test(tc, metrics_flow_while_the_store_is_stopped);
     tcase_add_test(tc, context_download_follows_the_redirect);
+    tcase_add_test(tc, restore_waits_out_a_store_pause);
     tc = ty_tcase(s, "s3_agent", s3_agent_setup, teardown, 240);
     tcase_add_test(tc, training_job_checkpoints_to_the_store);
     tc = ty_tcase(s, "s3_short_ttl", s3_setup_short_ttl, teardown, 120);
