@@ -609,9 +609,9 @@ void blobxfer_ckpt_upload(const char *api, const char *token, int64_t job, long 
     res->url_refreshes = x.refreshes;
     if (atomic_load(&x.failed)) {
         res->status = x.fail_status;
-        res->store_fault = x.fail_status != 409; /* 409: our source, not the store */
+        res->store_fault = x.fail_status != 409 && !stopped(&x); /* 409: our source, not the store */
         snprintf(res->err, sizeof res->err, "%s", x.err);
-        abort_upload(&x);
+        if (!stopped(&x)) abort_upload(&x); /* stopped: no time to wait; the server's sweep aborts it */
         goto out;
     }
     if (complete(&x, res, &seed) < 0) {

@@ -803,14 +803,15 @@ static int ckpt_newest(const char *dir, char name[256], struct stat *out) {
 
 /* Uploads one version of a checkpoint file (id) as the job's checkpoint,
  * wrapped in a safetensors file that keeps its name (docs/command-jobs.md),
- * to the blob store or the server (report_upload_ckpt).
+ * to the blob store or the server (report_upload_ckpt); cancel (or NULL)
+ * raised gives a store upload in flight up (the sender's, at its stop).
  * Retries while the server is away until deadline_s (0: one try). Returns 0
  * when uploaded; -1 when refused or unreadable, or when the file is no
  * longer that version (changed or gone: nothing to retry); -2 when the
  * server could not be reached or answered 5xx/429; -3 when it answered 507
  * (its disk at the reserve, the team at its storage quota). */
 static int ckpt_upload_file(const cconfig *c, const char *ckdir, const char *task_name, const ck_ident *id,
-                            long step, long epoch, int deadline_s) {
+                            long step, long epoch, int deadline_s, volatile sig_atomic_t *cancel) {
     char path[PATH_MAX + 300];
     if (sfmt(path, sizeof path, "%s/%s", ckdir, id->name) < 0) return -1;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -868,7 +869,7 @@ static int ckpt_upload_file(const cconfig *c, const char *ckdir, const char *tas
      * straight to the store, or to the server when it keeps checkpoints */
     report_ckpt_bytes b = {.api = c->api, .token = c->token, .job = c->job, .attempt = c->attempt, .step = step,
                            .epoch = epoch, .head = head, .head_len = 8 + padded, .fd = fd, .total = total,
-                           .deadline_ms = deadline_s ? end : 0};
+                           .deadline_ms = deadline_s ? end : 0, .stop = cancel};
     for (;;) {
         long st = report_upload_ckpt(NULL, &b, sha, err, sizeof err);
         if (st == 409 && !sha[0]) { /* shorter than it was: being rewritten, the next version comes */
@@ -923,7 +924,7 @@ static int ck_upload(void *ctx, void *ck, long step, long epoch, char *err, size
     const cmd_run *r = ctx;
     (void)err; /* ckpt_upload_file logs why itself */
     (void)errlen;
-    int rc = ckpt_upload_file(&r->cfg, r->ckdir, r->task_name, ck, step, epoch, 0);
+    int rc = ckpt_upload_file(&r->cfg, r->ckdir, r->task_name, ck, step, epoch, 0, report_ckpt_cancel(r->snd));
     return rc == -3 ? -1 : rc; /* refused: dropped, not retried */
 }
 
@@ -966,7 +967,7 @@ static int ckpt_upload_final(cmd_run *r, int deadline_s) {
                  ident_eq(&id, &r->restored_id) ? "restored" : "uploaded");
         return 0;
     }
-    int rc = ckpt_upload_file(&r->cfg, r->ckdir, r->task_name, &id, r->seen_step, r->seen_epoch, deadline_s);
+    int rc = ckpt_upload_file(&r->cfg, r->ckdir, r->task_name, &id, r->seen_step, r->seen_epoch, deadline_s, NULL);
     /* no room on the server (507, logged above): the job ends as its
      * program did, without this checkpoint, rather than failing for it */
     return rc == 0 || rc == -3 ? 0 : -1;

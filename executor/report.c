@@ -398,6 +398,8 @@ const void *report_ckpt_settle(report_sender *s) {
     return done;
 }
 
+volatile sig_atomic_t *report_ckpt_cancel(report_sender *s) { return &s->ck_cancel; }
+
 long report_uploaded_step(report_sender *s) {
     pthread_mutex_lock(&s->mu);
     long v = s->uploaded_step;
@@ -672,6 +674,7 @@ void report_stop(report_sender *s) {
     pthread_mutex_lock(&s->mu);
     s->quit = 1;
     s->flush_now = 1;
+    s->ck_cancel = 1;
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);

@@ -133,6 +133,7 @@ typedef struct report_sender {
     void *ck;                        /* the newest checkpoint not uploaded yet (NULL none) */
     long ck_step, ck_epoch;
     int64_t ck_gen;                  /* counts report_set_ckpt's hand-overs (ends a backoff) */
+    volatile sig_atomic_t ck_cancel; /* report_stop: the upload in flight gives up (report_ckpt_cancel) */
     int ck_busy;                     /* an upload is in flight */
     void *ck_done;                   /* with ops->same: the last one uploaded (or given at start) */
     long uploaded_step;              /* step of the last checkpoint the server took (-1 none) */
@@ -170,6 +171,11 @@ void report_set_ckpt(report_sender *s, void *ck, long step, long epoch);
  * next report_set_ckpt. */
 const void *report_ckpt_settle(report_sender *s);
 
+/* The flag report_stop raises so that an upload in flight gives up rather
+ * than hold the stop (a stopped store: minutes of tries): ops->upload hands
+ * it to report_upload_ckpt as its stop. Valid once s is (before start too). */
+volatile sig_atomic_t *report_ckpt_cancel(report_sender *s);
+
 long report_uploaded_step(report_sender *s);
 int report_server_ok(report_sender *s);
 long report_dropped(report_sender *s);
@@ -178,7 +184,8 @@ long report_dropped(report_sender *s);
  * delivered. */
 int report_drain(report_sender *s, int timeout_s);
 
-/* Ends the threads (after one last try each) and frees what was not delivered.
+/* Ends the threads (the metrics after one last try; a checkpoint upload in
+ * flight is cancelled: report_drain first to deliver) and frees what was not delivered.
  * Safe on a zeroed sender that never started. */
 void report_stop(report_sender *s);
 

@@ -218,6 +218,7 @@ typedef struct wckpt {
 typedef struct wupload {
     const wconfig *w;
     CURL *raw;                   /* reused across uploads (the sender's checkpoint thread's) */
+    volatile sig_atomic_t *cancel; /* report_ckpt_cancel of the sender */
 } wupload;
 
 static void wckpt_release(void *p) {
@@ -234,7 +235,7 @@ static int wckpt_upload(void *ctx, void *p, long step, long epoch, char *err, si
     char sha[65];
     report_ckpt_bytes b = {.api = u->w->api, .token = u->w->token, .job = u->w->job, .attempt = u->w->attempt,
                            .step = step, .epoch = epoch, .head = k->data, .head_len = k->len, .fd = -1,
-                           .total = k->len};
+                           .total = k->len, .stop = u->cancel};
     long st = report_upload_ckpt(u->raw, &b, sha, err, errlen);
     if (st == 201 || st == 200) {
         log_info("checkpoint uploaded: step %ld, epoch %ld, %zu bytes, sha256 %.16s...", step, epoch, k->len, sha);
@@ -966,6 +967,7 @@ int worker_run(const char *config) {
     r.spec = xcalloc(1, sizeof *r.spec);
     r.ret = WORKER_EXIT_FAILED;
     r.up.w = &r.w;
+    r.up.cancel = report_ckpt_cancel(&r.snd);
     int how = run_config(&r);
     if (how == RUN_ON) how = run_role(&r);
     if (how == RUN_ON) how = run_checks(&r);

@@ -600,12 +600,12 @@ typedef struct memck {
 static blobxfer_opts quick = {.max_tries = 2, .stall_s = 1, .backoff_min_ms = 50, .backoff_max_ms = 100};
 
 static int memck_upload(void *ctx, void *p, long step, long epoch, char *err, size_t errlen) {
-    (void)ctx;
+    report_sender *snd = ctx; /* as the worker does: its stop cancels the upload */
     const memck *k = p;
     char sha[65];
     report_ckpt_bytes b = {.api = srv.url, .token = task_tok, .job = job_id, .attempt = 1, .step = step,
                            .epoch = epoch, .head = k->data, .head_len = k->len, .fd = -1, .total = k->len,
-                           .xfer = &quick};
+                           .xfer = &quick, .stop = report_ckpt_cancel(snd)};
     long st = report_upload_ckpt(NULL, &b, sha, err, errlen);
     return st == 201 ? 0 : st == 0 || st >= 500 ? -2 : -1;
 }
@@ -624,7 +624,7 @@ static const report_ckpt_ops memck_ops = {memck_upload, memck_release, NULL};
 START_TEST(metrics_flow_while_the_store_is_stopped) {
     NEED_S3();
     report_sender snd;
-    ck_assert_int_eq(report_start(&snd, srv.url, task_tok, job_id, 1, &memck_ops, NULL, NULL), 0);
+    ck_assert_int_eq(report_start(&snd, srv.url, task_tok, job_id, 1, &memck_ops, &snd, NULL), 0);
     report_set_attempt(&snd, 1);
     memck *k = xmalloc(sizeof *k);
     k->len = 1u << 20;
@@ -656,6 +656,33 @@ START_TEST(metrics_flow_while_the_store_is_stopped) {
     ck_assert_int_eq(report_drain(&snd, 120), 0);
     ck_assert_int_eq(report_uploaded_step(&snd), 4);
     report_stop(&snd);
+}
+END_TEST
+
+/* The sender stopped while its upload hangs on a stopped store (eight
+ * tries of a 1 s stall: over 10 s): report_stop cancels it and returns at
+ * once, before an agent's grace would run out. */
+START_TEST(stop_cancels_an_upload_in_flight) {
+    NEED_S3();
+    static blobxfer_opts slow = {.stall_s = 1, .backoff_min_ms = 250, .backoff_max_ms = 2000};
+    quick = slow; /* memck_upload's opts: the default eight tries */
+    report_sender snd;
+    ck_assert_int_eq(report_start(&snd, srv.url, task_tok, job_id, 1, &memck_ops, &snd, NULL), 0);
+    memck *k = xmalloc(sizeof *k);
+    k->len = 1u << 20;
+    k->data = make_bytes(k->len, 41);
+    s3_pause(&S3);
+    report_set_ckpt(&snd, k, 6, 0);
+    ty_sleep_ms(1500); /* its part stalled once, backing off or trying again */
+    int64_t t0 = mono_ms();
+    report_stop(&snd);
+    int64_t took = mono_ms() - t0;
+    s3_resume(&S3);
+    ck_assert_msg(took < 3000, "report_stop took %lld ms with an upload in flight", (long long)took);
+    fprintf(stderr, "stop with an upload in flight: %lld ms\n", (long long)took);
+    cJSON *ev = store_events();
+    ck_assert_int_le(cJSON_GetArraySize(ev), 1); /* the stall said once; the cancel is no store failure */
+    cJSON_Delete(ev);
 }
 END_TEST
 
@@ -913,6 +940,7 @@ static Suite *blobxfer_suite(void) {
     tcase_add_test(tc, metrics_flow_while_the_store_is_stopped);
     tcase_add_test(tc, context_download_follows_the_redirect);
     tcase_add_test(tc, restore_waits_out_a_store_pause);
+    tcase_add_test(tc, stop_cancels_an_upload_in_flight);
     tc = ty_tcase(s, "s3_agent", s3_agent_setup, teardown, 240);
     tcase_add_test(tc, training_job_checkpoints_to_the_store);
     tc = ty_tcase(s, "s3_short_ttl", s3_setup_short_ttl, teardown, 120);
