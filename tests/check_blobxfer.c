@@ -929,6 +929,70 @@ START_TEST(one_event_per_spell) {
 }
 END_TEST
 
+/* A command job on a real agent with a context: the agent fetches the
+ * context from the store through the 307 (ctxfetch.c), the program sees its
+ * files, and the file it leaves in its checkpoint directory goes from disk
+ * to the store (the command runner's upload), downloadable with its sha256. */
+START_TEST(command_job_context_and_checkpoint_through_the_store) {
+    NEED_S3();
+    char cmd[1200], tgz[400];
+    snprintf(tgz, sizeof tgz, "%s/ctx.tgz", srv.dir);
+    snprintf(cmd, sizeof cmd,
+             "set -e; d='%s/proj'; mkdir -p \"$d\"; echo 'from the store' > \"$d/hello.txt\"; "
+             "tar -C \"$d\" -czf '%s' hello.txt", srv.dir, tgz);
+    ck_assert_int_eq(system(cmd), 0);
+    size_t len = 0;
+    char *tar = file_read_all(tgz, 1 << 20, &len);
+    ck_assert_ptr_nonnull(tar);
+    char hex[65];
+    sha256_hex(tar, len, hex);
+    client c;
+    ck_assert_int_eq(client_init(&c, srv.url, team_tok), 0);
+    client_reply r;
+    ck_assert_int_eq(client_request(&c, "POST", "/api/v1/contexts", tar, len, "application/gzip", &r), 0);
+    long st = r.status;
+    client_reply_release(&r);
+    client_release(&c);
+    free(tar);
+    ck_assert_msg(st == 201 || st == 200, "POST /contexts answered %ld", st);
+    char spec[1024];
+    snprintf(spec, sizeof spec,
+             "{\"name\":\"bx-cmd\",\"command\":{\"argv\":[\"sh\",\"-c\",\"grep -q 'from the store' hello.txt && "
+             "head -c 6000000 /dev/urandom > \\\"$TRAINYARD_CHECKPOINT_DIR/model.pt\\\" && echo ctx-ok\"],"
+             "\"context\":\"sha256:%s\"}}", hex);
+    int64_t id = ty_submit(srv.url, team_tok, spec);
+    char state[32] = "";
+    for (int i = 0; i < 1200; i++) {
+        cJSON *j = ty_job_get(srv.url, team_tok, id);
+        snprintf(state, sizeof state, "%s", ty_str(j, "state"));
+        cJSON_Delete(j);
+        if (!strcmp(state, "succeeded") || !strcmp(state, "failed") || !strcmp(state, "cancelled")) break;
+        ty_sleep_ms(100);
+    }
+    char *logs = ty_task_log(srv.url, team_tok, id, "worker-0");
+    ck_assert_msg(!strcmp(state, "succeeded"), "job %s; worker-0's log: %.2000s", state, logs ? logs : "");
+    ck_assert_msg(logs && strstr(logs, "ctx-ok") && strstr(logs, "checkpoint in the store"), "worker-0's log: %.2000s",
+                  logs ? logs : "");
+    free(logs);
+    char path[128];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints", (long long)id);
+    cJSON *l = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &l), 200);
+    const cJSON *ck = cJSON_GetArrayItem(cJSON_GetObjectItem(l, "checkpoints"), 0);
+    ck_assert_ptr_nonnull(ck);
+    ck_assert_int_gt((long long)ty_num(ck, "size"), 6000000);
+    char p2[160], sha_hdr[65], sha_got[65], loc[1024];
+    snprintf(p2, sizeof p2, "/api/v1/jobs/%lld/checkpoints/%lld", (long long)id, (long long)ty_num(ck, "id"));
+    unsigned char *got = NULL;
+    size_t glen = 0;
+    ck_assert_int_eq(download(team_tok, p2, &got, &glen, sha_hdr, sha_got, loc, sizeof loc), 200);
+    ck_assert_str_eq(sha_got, ty_str(ck, "sha256"));
+    ck_assert_msg(strncmp(loc, S3.endpoint, strlen(S3.endpoint)) == 0, "checkpoint from %s", loc);
+    free(got);
+    cJSON_Delete(l);
+}
+END_TEST
+
 static Suite *blobxfer_suite(void) {
     Suite *s = suite_create("blobxfer");
     TCase *tc = ty_tcase(s, "s3", s3_setup, teardown, 180);
@@ -943,6 +1007,7 @@ static Suite *blobxfer_suite(void) {
     tcase_add_test(tc, stop_cancels_an_upload_in_flight);
     tc = ty_tcase(s, "s3_agent", s3_agent_setup, teardown, 240);
     tcase_add_test(tc, training_job_checkpoints_to_the_store);
+    tcase_add_test(tc, command_job_context_and_checkpoint_through_the_store);
     tc = ty_tcase(s, "s3_short_ttl", s3_setup_short_ttl, teardown, 120);
     tcase_add_test(tc, expired_part_url_renewed);
     tcase_add_test(tc, expired_download_url_asked_again);
