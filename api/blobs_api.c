@@ -46,7 +46,56 @@ static const char *store_name(server *srv) {
     return u && u[0] ? u : "DATA";
 }
 
+/* the store's failures the API answered, by class (/metrics) */
+enum { ERR_UNAVAILABLE, ERR_DENIED, ERR_FULL, ERR_NOT_FOUND, ERR_OTHER, ERR_N };
+static const char *const g_err_names[ERR_N] = {"unavailable", "denied", "full", "not_found", "other"};
+static pthread_mutex_t g_err_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t g_errs[ERR_N];
+static uint64_t g_tick_aborted; /* expired uploads the tick aborted */
+
+static void count_error(int rc) {
+    int k = rc == BLOB_UNAVAILABLE ? ERR_UNAVAILABLE
+            : rc == BLOB_DENIED    ? ERR_DENIED
+            : rc == BLOB_FULL      ? ERR_FULL
+            : rc == BLOB_NOT_FOUND ? ERR_NOT_FOUND
+                                   : ERR_OTHER;
+    pthread_mutex_lock(&g_err_mu);
+    g_errs[k]++;
+    pthread_mutex_unlock(&g_err_mu);
+}
+
+int api_blobs_metrics(server *srv, buf *b) {
+    int64_t open = 0;
+    if (blob_uploads_open_count(srv->db, &open) != STORE_OK) open = -1;
+    pthread_mutex_lock(&g_err_mu);
+    uint64_t errs[ERR_N], aborted = g_tick_aborted;
+    memcpy(errs, g_errs, sizeof errs);
+    pthread_mutex_unlock(&g_err_mu);
+    int rc = 0;
+    if (open >= 0)
+        rc = buf_printf(b, "# HELP trainyard_blob_uploads_open Checkpoint uploads to the blob store begun and "
+                           "neither completed nor aborted.\n"
+                           "# TYPE trainyard_blob_uploads_open gauge\n"
+                           "trainyard_blob_uploads_open %lld\n",
+                        (long long)open);
+    if (rc == 0)
+        rc = buf_printf(b, "# HELP trainyard_blob_uploads_expired_total Uploads the server aborted because they "
+                           "were not completed within --blob-upload-max-age.\n"
+                           "# TYPE trainyard_blob_uploads_expired_total counter\n"
+                           "trainyard_blob_uploads_expired_total %llu\n",
+                        (unsigned long long)aborted);
+    if (rc == 0)
+        rc = buf_printf(b, "# HELP trainyard_blob_store_errors_total Requests answered with the blob store's "
+                           "failure, by class.\n"
+                           "# TYPE trainyard_blob_store_errors_total counter\n");
+    for (int k = 0; rc == 0 && k < ERR_N; k++)
+        rc = buf_printf(b, "trainyard_blob_store_errors_total{class=\"%s\"} %llu\n", g_err_names[k],
+                        (unsigned long long)errs[k]);
+    return rc;
+}
+
 void api_blob_error(server *srv, http_res *res, int rc, const blob_err *e, const char *what) {
+    count_error(rc);
     char answer[400];
     if (e && e->http) snprintf(answer, sizeof answer, "%d %s: %s", e->http, e->code, e->msg);
     else if (e && e->code[0]) snprintf(answer, sizeof answer, "%s: %s", e->code, e->msg);
@@ -775,6 +824,9 @@ void api_blobs_tick(server *srv) {
         }
         if (rc == STORE_OK) {
             failing = 0;
+            pthread_mutex_lock(&g_err_mu);
+            g_tick_aborted++;
+            pthread_mutex_unlock(&g_err_mu);
             log_info("job %lld: checkpoint upload %s (step %lld, %lld bytes) not completed within %d s: aborted",
                      (long long)u->job_id, u->token, (long long)u->step, (long long)u->size,
                      srv->opt.blob_upload_max_age_s);

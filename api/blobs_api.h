@@ -7,7 +7,8 @@
  * "Blob stores").
  *
  * defines: api_blobs_routes, api_blob_error, api_blob_send, api_blobs_tick,
- *          api_blob_job_deleted, api_ckpt_keep, api_blob_quota_admit, api_blob_relay */
+ *          api_blob_job_deleted, api_ckpt_keep, api_blob_quota_admit, api_blob_relay,
+ *          api_blobs_metrics */
 #ifndef TRAINYARD_BLOBS_API_H
 #define TRAINYARD_BLOBS_API_H
 
@@ -52,6 +53,11 @@ int api_blob_quota_admit(struct server *srv, int64_t team_id, int64_t len, http_
 
 /* The job spec's checkpoint.keep (at least 1; 3 when the spec says none). */
 int api_ckpt_keep(const char *spec);
+
+/* /metrics: trainyard_blob_uploads_open, trainyard_blob_uploads_expired_total
+ * and trainyard_blob_store_errors_total{class} appended to b; 0, or -1
+ * when b is full. */
+int api_blobs_metrics(struct server *srv, buf *b);
 
 /* Housekeeping (the server's tick): open uploads past their expiry aborted
  * in the store, then marked aborted. */

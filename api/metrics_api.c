@@ -5,6 +5,7 @@
  * every team and running job. See docs/metrics.md. */
 #include "metrics_api.h"
 #include "backup_api.h"
+#include "blobs_api.h"
 #include "../common/version.h"
 #include "../scheduler/scheduler.h"
 #include "../server/server.h"
@@ -204,6 +205,7 @@ static void metrics_get(server *srv, http_req *req, http_res *res) {
     if (rc == 0) rc = write_group_commit(srv, &b);
     if (rc == 0 && srv->http) rc = http_latency_write(srv->http, &b);
     if (rc == 0) rc = api_backup_metrics(&b);
+    if (rc == 0) rc = api_blobs_metrics(srv, &b);
     if (rc < 0) {
         buf_release(&b);
         http_error(res, 500, "internal", NULL, "the metrics are larger than %u bytes", METRICS_MAX);

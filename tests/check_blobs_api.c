@@ -12,6 +12,7 @@
  * store does not answer does not start (one line, exit 1). */
 #include "testlib.h"
 #include "s3_fixture.h"
+#include "../client/client.h"
 
 #include <limits.h>
 #include <strings.h>
@@ -368,6 +369,19 @@ START_TEST(expired_upload_aborted) {
     cJSON_Delete(o);
     char keys[4][256];
     ck_assert_int_eq(s3_keys(&dev, bucket, "checkpoints/", keys, 4), 0);
+    /* and /metrics counts it, with none open now */
+    client c;
+    client_reply r;
+    ck_assert_int_eq(client_init(&c, srv.url, admin_tok), 0);
+    ck_assert_int_eq(client_request(&c, "GET", "/metrics", NULL, 0, NULL, &r), 0);
+    client_release(&c);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_ptr_nonnull(strstr(r.body.data, "\ntrainyard_blob_uploads_open 0\n"));
+    const char *m = strstr(r.body.data, "\ntrainyard_blob_uploads_expired_total ");
+    ck_assert_ptr_nonnull(m);
+    ck_assert_int_ge(atoll(m + strlen("\ntrainyard_blob_uploads_expired_total ")), 1);
+    ck_assert_ptr_nonnull(strstr(r.body.data, "\ntrainyard_blob_store_errors_total{class=\"unavailable\"} "));
+    client_reply_release(&r);
     free(data);
 }
 END_TEST
