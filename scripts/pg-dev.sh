@@ -125,6 +125,9 @@ do_start() {
   mkdir -p "$dir/data" "$dir/run" "$dir/log"
   chmod 700 "$dir/data" "$dir/run"
   [ ${#as_pg[@]} -eq 0 ] || chown postgres: "$dir/data" "$dir/run" "$dir/log"
+  # as root, DIR itself (a `mktemp -d`, 0700) is opened for search only, so
+  # postgres reaches its own folders in it; nothing else in DIR is readable
+  if [ ${#as_pg[@]} -ne 0 ] && ! pg test -x "$dir"; then chmod o+x "$dir"; fi
   pg test -w "$dir/data" -a -x "$dir/data" ||
     die "$pguser cannot reach $dir/data (is every directory above $dir searchable by $pguser?)"
   local slog=$dir/log/pg-dev.log
