@@ -1,6 +1,7 @@
 // openapi.test.mjs - api/openapi.json is a valid OpenAPI 3 document for
 // @apidevtools/swagger-parser (schema and $refs), and the running server
-// serves it. tests/check_openapi.c checks it against the route tables.
+// serves it; every error code a handler answers is declared. tests/check_openapi.c
+// checks it against the route tables.
 // The vendored libraries (uPlot, xterm.js and its fit addon) are their npm
 // packages byte for byte, and the binary serves them.
 import {test} from 'node:test';
@@ -29,6 +30,26 @@ test('nullable stands beside a type', () => {
     }
   })(doc, '#');
   assert.deepEqual(bad, [], 'nullable without a type (make the type nullable, or one of the oneOf/anyOf branches)');
+});
+
+// Every error code a handler can answer (the literal code of each
+// http_error() in api/ and server/) is in the Error schema's enum: the
+// contract test sees only the codes its traffic meets, so a new route's
+// rarer answers would otherwise stay undeclared until a client met them.
+test('every http_error code is declared', () => {
+  const doc = JSON.parse(fs.readFileSync('api/openapi.json', 'utf8'));
+  const declared = new Set(doc.components.schemas.Error.properties.error.properties.code.enum);
+  const missing = [];
+  for (const dir of ['api', 'server']) {
+    for (const f of fs.readdirSync(dir).filter((n) => n.endsWith('.c')).sort()) {
+      const text = fs.readFileSync(`${dir}/${f}`, 'utf8');
+      for (const m of text.matchAll(/http_error\(\s*\w+\s*,\s*\d+\s*,\s*"([a-z_]+)"/g)) {
+        if (!declared.has(m[1])) missing.push(`${dir}/${f}: ${m[1]}`);
+      }
+    }
+  }
+  assert.ok(declared.has('not_found') && declared.has('invalid_value'), 'the enum was not found where expected');
+  assert.deepEqual([...new Set(missing)], [], 'codes answered but not in components.schemas.Error ... code.enum');
 });
 
 test('the server serves the same document', async () => {
