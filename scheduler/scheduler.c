@@ -358,11 +358,11 @@ static const char SQL_ROLLBACK_TO[] = "ROLLBACK TO place";
 
 static int exec1(db *d, const char *sql)
 {
-    sqlite3_stmt *st = db_prepare(d, sql);
+    db_stmt *st = db_prepare(d, sql);
     if (!st) return -1;
-    int rc = sqlite3_step(st);
+    int rc = db_step(st);
     db_done(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return rc == DB_DONE ? 0 : -1;
 }
 
 static const char *hostname_of(const snap *sp, int node)

@@ -8,32 +8,32 @@
 
 static const char SQL_AUDIT_INSERT[] =
     "INSERT INTO audit(at, actor, user_id, token_id, team_id, method, route, target, client, status)"
-    " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id";
 static const char SQL_AUDIT_STATUS[] = "UPDATE audit SET status = ? WHERE id = ?";
 
 int audit_insert(db *d, const audit_row *r, int64_t *id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_AUDIT_INSERT);
+    db_stmt *st = db_prepare(d, SQL_AUDIT_INSERT);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, r->at);
-    sqlite3_bind_text(st, 2, r->actor, -1, SQLITE_TRANSIENT);
-    if (r->user_id > 0) sqlite3_bind_int64(st, 3, r->user_id);
-    if (r->token_id > 0) sqlite3_bind_int64(st, 4, r->token_id);
-    if (r->team_id > 0) sqlite3_bind_int64(st, 5, r->team_id);
-    sqlite3_bind_text(st, 6, r->method, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 7, r->route, -1, SQLITE_TRANSIENT);
-    if (r->target[0]) sqlite3_bind_text(st, 8, r->target, -1, SQLITE_TRANSIENT);
-    if (r->client[0]) sqlite3_bind_text(st, 9, r->client, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int(st, 10, r->status);
-    int rc = store_step_done(st);
-    if (rc == STORE_OK && id) *id = sqlite3_last_insert_rowid(db_conn(d));
+    db_bind_int64(st, 1, r->at);
+    db_bind_text(st, 2, r->actor, -1);
+    if (r->user_id > 0) db_bind_int64(st, 3, r->user_id);
+    if (r->token_id > 0) db_bind_int64(st, 4, r->token_id);
+    if (r->team_id > 0) db_bind_int64(st, 5, r->team_id);
+    db_bind_text(st, 6, r->method, -1);
+    db_bind_text(st, 7, r->route, -1);
+    if (r->target[0]) db_bind_text(st, 8, r->target, -1);
+    if (r->client[0]) db_bind_text(st, 9, r->client, -1);
+    db_bind_int(st, 10, r->status);
+    int rc = store_step_id(st, id);
+    if (rc == STORE_CONFLICT) rc = STORE_ERROR;
     return rc;
 }
 
 int audit_set_status(db *d, int64_t id, int status) {
-    sqlite3_stmt *st = db_prepare(d, SQL_AUDIT_STATUS);
+    db_stmt *st = db_prepare(d, SQL_AUDIT_STATUS);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int(st, 1, status);
-    sqlite3_bind_int64(st, 2, id);
+    db_bind_int(st, 1, status);
+    db_bind_int64(st, 2, id);
     return store_step_done(st);
 }
 
@@ -45,15 +45,15 @@ static const char SQL_AUDIT_QUERY[] =
     " AND (?6 = 0 OR a.id < ?6) ORDER BY a.id DESC LIMIT ?7";
 
 int audit_query(db *d, const audit_filter *f, int csv, buf *out, int64_t *next) {
-    sqlite3_stmt *st = db_prepare(d, SQL_AUDIT_QUERY);
+    db_stmt *st = db_prepare(d, SQL_AUDIT_QUERY);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, f->since);
-    sqlite3_bind_int64(st, 2, f->until);
-    if (f->user) sqlite3_bind_text(st, 3, f->user, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 4, f->team_id);
-    if (f->action) sqlite3_bind_text(st, 5, f->action, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 6, f->before);
-    sqlite3_bind_int(st, 7, f->limit + 1);
+    db_bind_int64(st, 1, f->since);
+    db_bind_int64(st, 2, f->until);
+    if (f->user) db_bind_text(st, 3, f->user, -1);
+    db_bind_int64(st, 4, f->team_id);
+    if (f->action) db_bind_text(st, 5, f->action, -1);
+    db_bind_int64(st, 6, f->before);
+    db_bind_int(st, 7, f->limit + 1);
     static const char *const cols[] = {"id", "time", "actor", "user", "token_id", "team",
                                        "method", "route", "target", "client", "status"};
     int full = csv ? 0 : buf_append(out, "[", 1);
@@ -62,30 +62,30 @@ int audit_query(db *d, const audit_filter *f, int csv, buf *out, int64_t *next) 
     int rc, n = 0;
     int64_t last = 0;
     *next = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         if (n == f->limit) {
             *next = last;
             continue;
         }
-        last = sqlite3_column_int64(st, 0);
+        last = db_col_int64(st, 0);
         char when[25];
-        store_time_text(when, sqlite3_column_int64(st, 1));
+        store_time_text(when, db_col_int64(st, 1));
         if (!csv && n) full |= buf_append(out, ",", 1);
         if (!csv) full |= buf_append(out, "{", 1);
         for (int c = 0; c < 11; c++) {
-            int null = sqlite3_column_type(st, c) == SQLITE_NULL;
+            int null = db_col_type(st, c) == DB_NULL;
             int num = c == 0 || c == 4 || c == 10;
-            const char *txt = c == 1 ? when : (const char *)sqlite3_column_text(st, c);
+            const char *txt = c == 1 ? when : db_col_text(st, c);
             if (csv) {
                 if (c) full |= buf_append(out, ",", 1);
-                if (num && !null) full |= buf_printf(out, "%lld", (long long)sqlite3_column_int64(st, c));
+                if (num && !null) full |= buf_printf(out, "%lld", (long long)db_col_int64(st, c));
                 else if (!null || c == 1) full |= buf_csv_field(out, txt);
             } else {
                 if (c) full |= buf_append(out, ",", 1);
                 full |= json_write_string(out, cols[c]);
                 full |= buf_append(out, ":", 1);
                 if (null && c != 1) full |= buf_append(out, "null", 4);
-                else if (num) full |= json_write_int(out, sqlite3_column_int64(st, c));
+                else if (num) full |= json_write_int(out, db_col_int64(st, c));
                 else full |= json_write_string(out, txt);
             }
         }
@@ -94,17 +94,17 @@ int audit_query(db *d, const audit_filter *f, int csv, buf *out, int64_t *next) 
     }
     db_done(st);
     if (!csv) full |= buf_append(out, "]", 1);
-    return rc != SQLITE_DONE || full ? STORE_ERROR : STORE_OK;
+    return rc != DB_DONE || full ? STORE_ERROR : STORE_OK;
 }
 
 static const char SQL_AUDIT_PRUNE[] =
-    "DELETE FROM audit WHERE id IN (SELECT id FROM (SELECT id, at FROM audit ORDER BY id LIMIT 10000) WHERE at < ?)";
+    "DELETE FROM audit WHERE id IN (SELECT a.id FROM (SELECT id, at FROM audit ORDER BY id LIMIT 10000) AS a WHERE a.at < ?)";
 
 int audit_prune(db *d, int64_t before, int *n) {
-    sqlite3_stmt *st = db_prepare(d, SQL_AUDIT_PRUNE);
+    db_stmt *st = db_prepare(d, SQL_AUDIT_PRUNE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, before);
+    db_bind_int64(st, 1, before);
     int rc = store_step_done(st);
-    if (n) *n = rc == STORE_OK ? sqlite3_changes(db_conn(d)) : 0;
+    if (n) *n = rc == STORE_OK ? db_changes(d) : 0;
     return rc;
 }

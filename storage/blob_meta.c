@@ -13,32 +13,32 @@
     "id, token, job_id, attempt, step, epoch, store, key, remote_id, size, part_bytes, parts, sha256, md5s, state," \
     " coalesce(checkpoint_id, 0), created_at, expires_at"
 
-static void col_copy(sqlite3_stmt *st, int col, char *dst, size_t cap) {
-    const char *s = (const char *)sqlite3_column_text(st, col);
+static void col_copy(db_stmt *st, int col, char *dst, size_t cap) {
+    const char *s = db_col_text(st, col);
     snprintf(dst, cap, "%s", s ? s : "");
 }
 
-static void upload_row(sqlite3_stmt *st, blob_upload *u) {
+static void upload_row(db_stmt *st, blob_upload *u) {
     memset(u, 0, sizeof *u);
-    u->id = sqlite3_column_int64(st, 0);
+    u->id = db_col_int64(st, 0);
     col_copy(st, 1, u->token, sizeof u->token);
-    u->job_id = sqlite3_column_int64(st, 2);
-    u->attempt = sqlite3_column_int(st, 3);
-    u->step = sqlite3_column_int64(st, 4);
-    u->epoch = sqlite3_column_int64(st, 5);
+    u->job_id = db_col_int64(st, 2);
+    u->attempt = db_col_int(st, 3);
+    u->step = db_col_int64(st, 4);
+    u->epoch = db_col_int64(st, 5);
     col_copy(st, 6, u->store, sizeof u->store);
     col_copy(st, 7, u->key, sizeof u->key);
     col_copy(st, 8, u->remote_id, sizeof u->remote_id);
-    u->size = sqlite3_column_int64(st, 9);
-    u->part_bytes = sqlite3_column_int64(st, 10);
-    u->parts = sqlite3_column_int(st, 11);
+    u->size = db_col_int64(st, 9);
+    u->part_bytes = db_col_int64(st, 10);
+    u->parts = db_col_int(st, 11);
     col_copy(st, 12, u->sha256, sizeof u->sha256);
-    const char *m = (const char *)sqlite3_column_text(st, 13);
+    const char *m = db_col_text(st, 13);
     u->md5s = xstrdup(m ? m : "[]");
     col_copy(st, 14, u->state, sizeof u->state);
-    u->checkpoint_id = sqlite3_column_int64(st, 15);
-    u->created_at = sqlite3_column_int64(st, 16);
-    u->expires_at = sqlite3_column_int64(st, 17);
+    u->checkpoint_id = db_col_int64(st, 15);
+    u->created_at = db_col_int64(st, 16);
+    u->expires_at = db_col_int64(st, 17);
 }
 
 void blob_upload_release(blob_upload *u) {
@@ -50,32 +50,30 @@ void blob_upload_release(blob_upload *u) {
 static const char SQL_INSERT[] =
     "INSERT INTO blob_uploads(token, job_id, attempt, step, epoch, store, key, remote_id, size, part_bytes, parts,"
     " sha256, md5s, state, created_at, expires_at)"
-    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, 'open', ?14, ?15)";
+    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, 'open', ?14, ?15)"
+    " ON CONFLICT DO NOTHING RETURNING id";
 
 int blob_upload_insert(db *d, blob_upload *u) {
-    sqlite3_stmt *st = db_prepare(d, SQL_INSERT);
+    db_stmt *st = db_prepare(d, SQL_INSERT);
     if (!st) return STORE_ERROR;
     if (!u->created_at) u->created_at = now_ms();
-    sqlite3_bind_text(st, 1, u->token, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 2, u->job_id);
-    sqlite3_bind_int(st, 3, u->attempt);
-    sqlite3_bind_int64(st, 4, u->step);
-    sqlite3_bind_int64(st, 5, u->epoch);
-    sqlite3_bind_text(st, 6, u->store, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 7, u->key, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 8, u->remote_id, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 9, u->size);
-    sqlite3_bind_int64(st, 10, u->part_bytes);
-    sqlite3_bind_int(st, 11, u->parts);
-    sqlite3_bind_text(st, 12, u->sha256, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 13, u->md5s ? u->md5s : "[]", -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 14, u->created_at);
-    sqlite3_bind_int64(st, 15, u->expires_at);
-    int rc = sqlite3_step(st);
-    db_done(st);
-    if ((rc & 0xff) == SQLITE_CONSTRAINT) return STORE_CONFLICT;
-    if (rc != SQLITE_DONE) return STORE_ERROR;
-    u->id = sqlite3_last_insert_rowid(db_conn(d));
+    db_bind_text(st, 1, u->token, -1);
+    db_bind_int64(st, 2, u->job_id);
+    db_bind_int(st, 3, u->attempt);
+    db_bind_int64(st, 4, u->step);
+    db_bind_int64(st, 5, u->epoch);
+    db_bind_text(st, 6, u->store, -1);
+    db_bind_text(st, 7, u->key, -1);
+    db_bind_text(st, 8, u->remote_id, -1);
+    db_bind_int64(st, 9, u->size);
+    db_bind_int64(st, 10, u->part_bytes);
+    db_bind_int(st, 11, u->parts);
+    db_bind_text(st, 12, u->sha256, -1);
+    db_bind_text(st, 13, u->md5s ? u->md5s : "[]", -1);
+    db_bind_int64(st, 14, u->created_at);
+    db_bind_int64(st, 15, u->expires_at);
+    int rc = store_step_id(st, &u->id);
+    if (rc != STORE_OK) return rc;
     snprintf(u->state, sizeof u->state, "open");
     return STORE_OK;
 }
@@ -84,23 +82,23 @@ static const char SQL_GET[] =
     "SELECT " UPLOAD_COLS " FROM blob_uploads WHERE token = ?1 AND (?2 = 0 OR job_id = ?2)";
 
 int blob_upload_get(db *d, const char *token, int64_t job_id, blob_upload *out) {
-    sqlite3_stmt *st = db_prepare(d, SQL_GET);
+    db_stmt *st = db_prepare(d, SQL_GET);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, token, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 2, job_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) upload_row(st, out);
+    db_bind_text(st, 1, token, -1);
+    db_bind_int64(st, 2, job_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) upload_row(st, out);
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
 }
 
 static const char SQL_SET_REMOTE[] = "UPDATE blob_uploads SET remote_id = ?2 WHERE id = ?1 AND state = 'open'";
 
 int blob_upload_set_remote(db *d, int64_t id, const char *remote_id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_SET_REMOTE);
+    db_stmt *st = db_prepare(d, SQL_SET_REMOTE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_text(st, 2, remote_id, -1, SQLITE_TRANSIENT);
+    db_bind_int64(st, 1, id);
+    db_bind_text(st, 2, remote_id, -1);
     return store_step_one(d, st);
 }
 
@@ -108,23 +106,23 @@ static const char SQL_MARK[] = "UPDATE blob_uploads SET state = ?2 WHERE id = ?1
 
 int blob_upload_mark(db *d, int64_t id, const char *state) {
     if (strcmp(state, "aborted") != 0 && strcmp(state, "done") != 0) return STORE_ERROR;
-    sqlite3_stmt *st = db_prepare(d, SQL_MARK);
+    db_stmt *st = db_prepare(d, SQL_MARK);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
+    db_bind_int64(st, 1, id);
+    db_bind_text(st, 2, state, -1);
     return store_step_one(d, st);
 }
 
 int blob_upload_reopen(db *d, int64_t id) {
-    sqlite3_stmt *st = db_prepare(d, "UPDATE blob_uploads SET state = 'open' WHERE id = ?1 AND state = 'aborted'");
+    db_stmt *st = db_prepare(d, "UPDATE blob_uploads SET state = 'open' WHERE id = ?1 AND state = 'aborted'");
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, id);
+    db_bind_int64(st, 1, id);
     return store_step_one(d, st);
 }
 
 static const char SQL_CKPT_INSERT[] =
     "INSERT INTO checkpoints(job_id, attempt, step, epoch, size, sha256, path, store, created_at)"
-    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)";
+    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) RETURNING id";
 static const char SQL_DONE[] =
     "UPDATE blob_uploads SET state = 'done', checkpoint_id = ?2 WHERE id = ?1 AND state = 'open'";
 
@@ -135,38 +133,34 @@ int blob_upload_publish(db *d, const blob_upload *u, int keep, int64_t *cid, ckp
     if (db_begin(d) < 0) return STORE_ERROR;
     int64_t now = now_ms();
     int rc = STORE_ERROR;
-    sqlite3_stmt *st = db_prepare(d, SQL_DONE);
+    db_stmt *st = db_prepare(d, SQL_DONE);
     if (st) { /* claimed first: a second complete racing this one finds it done */
-        sqlite3_bind_int64(st, 1, u->id);
-        sqlite3_bind_null(st, 2);
+        db_bind_int64(st, 1, u->id);
+        db_bind_null(st, 2);
         rc = store_step_one(d, st);
     }
     if (rc == STORE_OK) {
         rc = STORE_ERROR;
         st = db_prepare(d, SQL_CKPT_INSERT);
         if (st) {
-            sqlite3_bind_int64(st, 1, u->job_id);
-            sqlite3_bind_int(st, 2, u->attempt);
-            sqlite3_bind_int64(st, 3, u->step);
-            sqlite3_bind_int64(st, 4, u->epoch);
-            sqlite3_bind_int64(st, 5, u->size);
-            sqlite3_bind_text(st, 6, u->sha256, -1, SQLITE_TRANSIENT);
-            sqlite3_bind_text(st, 7, path, -1, SQLITE_TRANSIENT);
-            sqlite3_bind_text(st, 8, u->store, -1, SQLITE_TRANSIENT);
-            sqlite3_bind_int64(st, 9, now);
-            if (sqlite3_step(st) == SQLITE_DONE) {
-                *cid = sqlite3_last_insert_rowid(db_conn(d));
-                rc = STORE_OK;
-            }
-            db_done(st);
+            db_bind_int64(st, 1, u->job_id);
+            db_bind_int(st, 2, u->attempt);
+            db_bind_int64(st, 3, u->step);
+            db_bind_int64(st, 4, u->epoch);
+            db_bind_int64(st, 5, u->size);
+            db_bind_text(st, 6, u->sha256, -1);
+            db_bind_text(st, 7, path, -1);
+            db_bind_text(st, 8, u->store, -1);
+            db_bind_int64(st, 9, now);
+            if (store_step_id(st, cid) == STORE_OK) rc = STORE_OK;
         }
     }
     if (rc == STORE_OK) {
         st = db_prepare(d, "UPDATE blob_uploads SET checkpoint_id = ?2 WHERE id = ?1");
         rc = STORE_ERROR;
         if (st) {
-            sqlite3_bind_int64(st, 1, u->id);
-            sqlite3_bind_int64(st, 2, *cid);
+            db_bind_int64(st, 1, u->id);
+            db_bind_int64(st, 2, *cid);
             rc = store_step_done(st);
         }
     }
@@ -183,14 +177,14 @@ int blob_upload_publish(db *d, const blob_upload *u, int keep, int64_t *cid, ckp
 
 static int upload_rows(db *d, const char *sql, int64_t arg, blob_upload *out, int max, int *n) {
     *n = 0;
-    sqlite3_stmt *st = db_prepare(d, sql);
+    db_stmt *st = db_prepare(d, sql);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, arg);
-    sqlite3_bind_int(st, 2, max);
+    db_bind_int64(st, 1, arg);
+    db_bind_int(st, 2, max);
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) upload_row(st, &out[(*n)++]);
+    while ((rc = db_step(st)) == DB_ROW && *n < max) upload_row(st, &out[(*n)++]);
     db_done(st);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+    if (rc != DB_DONE && rc != DB_ROW) {
         for (int i = 0; i < *n; i++) blob_upload_release(&out[i]);
         *n = 0;
         return STORE_ERROR;
@@ -219,34 +213,34 @@ static const char SQL_OPEN_BYTES[] =
 
 int blob_upload_open_bytes(db *d, int64_t team_id, int64_t *bytes) {
     *bytes = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_OPEN_BYTES);
+    db_stmt *st = db_prepare(d, SQL_OPEN_BYTES);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, team_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *bytes = sqlite3_column_int64(st, 0);
+    db_bind_int64(st, 1, team_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) *bytes = db_col_int64(st, 0);
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : STORE_ERROR;
 }
 
 int blob_uploads_open_count(db *d, int64_t *n) {
     *n = 0;
-    sqlite3_stmt *st = db_prepare(d, "SELECT count(*) FROM blob_uploads WHERE state = 'open'");
+    db_stmt *st = db_prepare(d, "SELECT count(*) FROM blob_uploads WHERE state = 'open'");
     if (!st) return STORE_ERROR;
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *n = sqlite3_column_int64(st, 0);
+    int rc = db_step(st);
+    if (rc == DB_ROW) *n = db_col_int64(st, 0);
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : STORE_ERROR;
 }
 
 int blob_uploads_forget(db *d, int64_t before, int max, int *n) {
     *n = 0;
-    sqlite3_stmt *st = db_prepare(d, "DELETE FROM blob_uploads WHERE id IN (SELECT id FROM blob_uploads "
+    db_stmt *st = db_prepare(d, "DELETE FROM blob_uploads WHERE id IN (SELECT id FROM blob_uploads "
                                      "WHERE state != 'open' AND created_at < ?1 ORDER BY id LIMIT ?2)");
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, before);
-    sqlite3_bind_int(st, 2, max);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_DONE) *n = sqlite3_changes(sqlite3_db_handle(st));
+    db_bind_int64(st, 1, before);
+    db_bind_int(st, 2, max);
+    int rc = db_step(st);
+    if (rc == DB_DONE) *n = (int)db_changes(d);
     db_done(st);
-    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+    return rc == DB_DONE ? STORE_OK : STORE_ERROR;
 }

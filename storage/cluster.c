@@ -18,20 +18,20 @@
         }                                                                   \
     } while (0)
 
-static void col_text(sqlite3_stmt *st, int col, char *out, size_t cap)
+static void col_text(db_stmt *st, int col, char *out, size_t cap)
 {
-    const unsigned char *t = sqlite3_column_text(st, col);
+    const char *t = db_col_text(st, col);
     if (sfmt(out, cap, "%s", t ? (const char *)t : "") < 0) out[cap - 1] = '\0';
 }
 
 static int exec_stmt(db *d, const char *sql)
 {
-    sqlite3_stmt *st = db_prepare(d, sql);
+    db_stmt *st = db_prepare(d, sql);
     if (!st) return -1;
-    int rc = sqlite3_step(st);
+    int rc = db_step(st);
     db_done(st);
-    if (rc != SQLITE_DONE) {
-        log_error("cluster: %s: %s", sql, sqlite3_errmsg(db_conn(d)));
+    if (rc != DB_DONE) {
+        log_error("cluster: %s: %s", sql, db_errmsg(d));
         return -1;
     }
     return 0;
@@ -68,20 +68,20 @@ static const char SQL_END_READ[] = "COMMIT";
 static const char SQL_NODES[] = NODE_COLS "ORDER BY id";
 static const char SQL_NODE_BY_ID[] = NODE_COLS "WHERE id = ?1";
 
-static void row_node(sqlite3_stmt *st, void *out)
+static void row_node(db_stmt *st, void *out)
 {
     cl_node *n = out;
-    n->id = sqlite3_column_int64(st, 0);
+    n->id = db_col_int64(st, 0);
     col_text(st, 1, n->hostname, sizeof n->hostname);
     col_text(st, 2, n->address, sizeof n->address);
-    n->cpu_slots = sqlite3_column_int(st, 3);
+    n->cpu_slots = db_col_int(st, 3);
     col_text(st, 4, n->state, sizeof n->state);
-    n->registered_at = sqlite3_column_int64(st, 5);
-    n->last_heartbeat_at = sqlite3_column_int64(st, 6);
-    n->memory_mb = sqlite3_column_int64(st, 7);
-    const unsigned char *iso = sqlite3_column_text(st, 8);
+    n->registered_at = db_col_int64(st, 5);
+    n->last_heartbeat_at = db_col_int64(st, 6);
+    n->memory_mb = db_col_int64(st, 7);
+    const char *iso = db_col_text(st, 8);
     n->isolation = iso ? xstrdup((const char *)iso) : NULL;
-    n->runtimes = cluster_runtimes_bits((const char *)sqlite3_column_text(st, 9));
+    n->runtimes = cluster_runtimes_bits(db_col_text(st, 9));
 }
 
 static const char SQL_NODES_RUNTIME[] =
@@ -91,16 +91,16 @@ static const char SQL_NODES_RUNTIME[] =
 int cluster_nodes_with_runtime(db *d, const char *name, int *with, int *all)
 {
     *with = *all = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_NODES_RUNTIME);
+    db_stmt *st = db_prepare(d, SQL_NODES_RUNTIME);
     if (!st) return -1;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *all = sqlite3_column_int(st, 0);
-        *with = sqlite3_column_int(st, 1);
+    db_bind_text(st, 1, name, -1);
+    int rc = db_step(st);
+    if (rc == DB_ROW) {
+        *all = db_col_int(st, 0);
+        *with = db_col_int(st, 1);
     }
     db_done(st);
-    return rc == SQLITE_ROW ? 0 : -1;
+    return rc == DB_ROW ? 0 : -1;
 }
 
 int cluster_runtimes_bits(const char *json)
@@ -120,18 +120,18 @@ static const char SQL_DEVICES[] = DEVICE_COLS "ORDER BY d.node_id, d.kind, d.idx
 static const char SQL_DEVICE_BY_ID[] = DEVICE_COLS "WHERE d.id = ?1";
 static const char SQL_DEVICES_OF_NODE[] = DEVICE_COLS "WHERE d.node_id = ?1 ORDER BY d.kind, d.idx";
 
-static void row_device(sqlite3_stmt *st, void *out)
+static void row_device(db_stmt *st, void *out)
 {
     cl_device *v = out;
-    v->id = sqlite3_column_int64(st, 0);
-    v->node_id = sqlite3_column_int64(st, 1);
-    const unsigned char *k = sqlite3_column_text(st, 2);
+    v->id = db_col_int64(st, 0);
+    v->node_id = db_col_int64(st, 1);
+    const char *k = db_col_text(st, 2);
     v->kind = k && strcmp((const char *)k, "gpu") == 0 ? 1 : 0;
-    v->idx = sqlite3_column_int(st, 3);
+    v->idx = db_col_int(st, 3);
     col_text(st, 4, v->model, sizeof v->model);
-    v->memory_mb = sqlite3_column_int64(st, 5);
-    v->job_id = sqlite3_column_int64(st, 6);
-    v->task_id = sqlite3_column_int64(st, 7);
+    v->memory_mb = db_col_int64(st, 5);
+    v->job_id = db_col_int64(st, 6);
+    v->task_id = db_col_int64(st, 7);
 }
 
 /* ports of the tasks holding devices */
@@ -144,11 +144,11 @@ static const char SQL_PORTS_OF_NODE[] =
     "SELECT t.node_id, t.port FROM tasks t WHERE t.node_id = ?1"
     " AND EXISTS(SELECT 1 FROM allocations a WHERE a.task_id = t.id)";
 
-static void row_port(sqlite3_stmt *st, void *out)
+static void row_port(db_stmt *st, void *out)
 {
     cl_port *p = out;
-    p->node_id = sqlite3_column_int64(st, 0);
-    p->port = sqlite3_column_int(st, 1);
+    p->node_id = db_col_int64(st, 0);
+    p->port = db_col_int(st, 1);
 }
 
 /* the memory of live tasks (those holding devices, and evaluators, which hold
@@ -165,40 +165,40 @@ static const char SQL_MEM_OF_NODE[] =
     " WHERE (t.id IN (SELECT task_id FROM allocations) OR (t.type = 'evaluator' AND t.state != 'exited'))"
     " AND t.memory_mb > 0 AND t.node_id = ?1";
 
-static void row_mem(sqlite3_stmt *st, void *out)
+static void row_mem(db_stmt *st, void *out)
 {
     cl_mem *m = out;
-    m->node_id = sqlite3_column_int64(st, 0);
-    m->job_id = sqlite3_column_int64(st, 1);
-    m->mb = sqlite3_column_int64(st, 2);
+    m->node_id = db_col_int64(st, 0);
+    m->job_id = db_col_int64(st, 1);
+    m->mb = db_col_int64(st, 2);
 }
 
 static const char SQL_TEAMS[] =
     "SELECT id, name, weight, guarantee, quota, usage, usage_at, max_interactive FROM teams ORDER BY id";
 
-static void row_team(sqlite3_stmt *st, void *out)
+static void row_team(db_stmt *st, void *out)
 {
     cl_team *t = out;
-    t->id = sqlite3_column_int64(st, 0);
+    t->id = db_col_int64(st, 0);
     col_text(st, 1, t->name, sizeof t->name);
-    t->weight = sqlite3_column_double(st, 2);
-    t->guarantee = sqlite3_column_int(st, 3);
-    t->quota = sqlite3_column_type(st, 4) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 4);
-    t->usage = sqlite3_column_double(st, 5);
-    t->usage_at = sqlite3_column_int64(st, 6);
-    t->max_interactive = sqlite3_column_type(st, 7) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 7);
+    t->weight = db_col_double(st, 2);
+    t->guarantee = db_col_int(st, 3);
+    t->quota = db_col_type(st, 4) == DB_NULL ? -1 : db_col_int(st, 4);
+    t->usage = db_col_double(st, 5);
+    t->usage_at = db_col_int64(st, 6);
+    t->max_interactive = db_col_type(st, 7) == DB_NULL ? -1 : db_col_int(st, 7);
 }
 
 static const char SQL_USER_USAGE[] =
     "SELECT team_id, user_id, usage, usage_at FROM user_usage ORDER BY team_id, user_id";
 
-static void row_user_usage(sqlite3_stmt *st, void *out)
+static void row_user_usage(db_stmt *st, void *out)
 {
     cl_user_usage *u = out;
-    u->team_id = sqlite3_column_int64(st, 0);
-    u->user_id = sqlite3_column_int64(st, 1);
-    u->usage = sqlite3_column_double(st, 2);
-    u->usage_at = sqlite3_column_int64(st, 3);
+    u->team_id = db_col_int64(st, 0);
+    u->user_id = db_col_int64(st, 1);
+    u->usage = db_col_double(st, 2);
+    u->usage_at = db_col_int64(st, 3);
 }
 
 #define JOB_COLS                                                                        \
@@ -223,56 +223,56 @@ static const char SQL_JOB_BY_ID[] =
     JOB_COLS "WHERE j.id = ?1 AND (j.state IN ('queued','starting','running')"
     " OR EXISTS(SELECT 1 FROM allocations a WHERE a.job_id = ?1))";
 
-static void row_job(sqlite3_stmt *st, void *out)
+static void row_job(db_stmt *st, void *out)
 {
     cl_job *j = out;
     memset(j, 0, sizeof *j);
-    j->id = sqlite3_column_int64(st, 0);
-    j->team_id = sqlite3_column_int64(st, 1);
+    j->id = db_col_int64(st, 0);
+    j->team_id = db_col_int64(st, 1);
     col_text(st, 2, j->state, sizeof j->state);
-    j->priority = sqlite3_column_int(st, 3);
-    j->workers = sqlite3_column_int(st, 4);
-    j->devices_per_worker = sqlite3_column_int(st, 5);
-    const unsigned char *dev = sqlite3_column_text(st, 6);
+    j->priority = db_col_int(st, 3);
+    j->workers = db_col_int(st, 4);
+    j->devices_per_worker = db_col_int(st, 5);
+    const char *dev = db_col_text(st, 6);
     j->kind = dev && strcmp((const char *)dev, "gpu") == 0 ? 1 : 0;
-    j->ps = sqlite3_column_int(st, 7);
-    j->preemptible = sqlite3_column_int(st, 8);
-    j->queue_if_infeasible = sqlite3_column_int(st, 9);
-    j->attempt = sqlite3_column_int(st, 10);
-    j->max_restarts = sqlite3_column_int(st, 11);
-    j->max_runtime_s = sqlite3_column_int64(st, 12);
-    j->queued_at = sqlite3_column_int64(st, 13);
-    j->last_checkpoint_at = sqlite3_column_int64(st, 14);
+    j->ps = db_col_int(st, 7);
+    j->preemptible = db_col_int(st, 8);
+    j->queue_if_infeasible = db_col_int(st, 9);
+    j->attempt = db_col_int(st, 10);
+    j->max_restarts = db_col_int(st, 11);
+    j->max_runtime_s = db_col_int64(st, 12);
+    j->queued_at = db_col_int64(st, 13);
+    j->last_checkpoint_at = db_col_int64(st, 14);
     col_text(st, 15, j->reason, sizeof j->reason);
-    j->memory_mb = sqlite3_column_int64(st, 16);
-    j->attempt_started_at = sqlite3_column_int64(st, 17);
-    j->stopping = sqlite3_column_int(st, 18);
-    j->workers_min = sqlite3_column_int(st, 19);
-    j->workers_now = sqlite3_column_int(st, 20);
-    j->resize_to = sqlite3_column_int(st, 21);
-    j->runtime = sqlite3_column_int(st, 22) ? CL_RUNTIME_PODMAN : 0;
-    j->user_id = sqlite3_column_int64(st, 23);
-    j->interactive = sqlite3_column_int(st, 24);
+    j->memory_mb = db_col_int64(st, 16);
+    j->attempt_started_at = db_col_int64(st, 17);
+    j->stopping = db_col_int(st, 18);
+    j->workers_min = db_col_int(st, 19);
+    j->workers_now = db_col_int(st, 20);
+    j->resize_to = db_col_int(st, 21);
+    j->runtime = db_col_int(st, 22) ? CL_RUNTIME_PODMAN : 0;
+    j->user_id = db_col_int64(st, 23);
+    j->interactive = db_col_int(st, 24);
 }
 
 #define AVOID_COLS "SELECT job_id, node_id FROM node_failures WHERE count >= 2 "
 static const char SQL_AVOID[] = AVOID_COLS "ORDER BY job_id, node_id";
 static const char SQL_AVOID_OF_JOB[] = AVOID_COLS "AND job_id = ?1 ORDER BY node_id";
 
-static void row_avoid(sqlite3_stmt *st, void *out)
+static void row_avoid(db_stmt *st, void *out)
 {
     cl_avoid *a = out;
-    a->job_id = sqlite3_column_int64(st, 0);
-    a->node_id = sqlite3_column_int64(st, 1);
+    a->job_id = db_col_int64(st, 0);
+    a->node_id = db_col_int64(st, 1);
 }
 
 /* Steps st to its end, appending each row through fn (an element of size
  * sz) to *arr (*n rows, *cap allocated). Resets st. 0 or -1. */
-static int read_rows(sqlite3_stmt *st, void **arr, int *n, int *cap, size_t sz,
-                     void (*fn)(sqlite3_stmt *, void *))
+static int read_rows(db_stmt *st, void **arr, int *n, int *cap, size_t sz,
+                     void (*fn)(db_stmt *, void *))
 {
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         if (*n >= *cap) {
             *cap = *cap ? *cap * 2 : 64;
             *arr = xrealloc(*arr, (size_t)*cap * sz);
@@ -283,7 +283,7 @@ static int read_rows(sqlite3_stmt *st, void **arr, int *n, int *cap, size_t sz,
         (*n)++;
     }
     db_done(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return rc == DB_DONE ? 0 : -1;
 }
 
 #define READ_ROWS(st, arr, n, cap, fn) \
@@ -292,13 +292,13 @@ static int read_rows(sqlite3_stmt *st, void **arr, int *n, int *cap, size_t sz,
 /* The rows of sql for one id (?1) through fn, into a fresh array: 0, or -1
  * with nothing held. */
 static int read_rows_of(db *d, const char *sql, int64_t id, void **arr, int *n, size_t sz,
-                        void (*fn)(sqlite3_stmt *, void *))
+                        void (*fn)(db_stmt *, void *))
 {
     *arr = NULL; *n = 0;
     int cap = 0;
-    sqlite3_stmt *st = db_prepare(d, sql);
+    db_stmt *st = db_prepare(d, sql);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, id);
+    db_bind_int64(st, 1, id);
     if (read_rows(st, arr, n, &cap, sz, fn) == 0) return 0;
     free(*arr); *arr = NULL; *n = 0;
     return -1;
@@ -310,7 +310,7 @@ int cluster_load(db *d, cluster_state *cs)
 {
     memset(cs, 0, sizeof *cs);
     int cap;
-    sqlite3_stmt *st;
+    db_stmt *st;
     if (exec_stmt(d, SQL_BEGIN_READ) < 0) return -1;
     cap = 0;
     if (!(st = db_prepare(d, SQL_NODES)) || READ_ROWS(st, cs->nodes, cs->n_nodes, cap, row_node) < 0) goto fail;
@@ -339,7 +339,7 @@ int cluster_load(db *d, cluster_state *cs)
     if (exec_stmt(d, SQL_END_READ) < 0) goto fail;
     return 0;
 fail:
-    log_error("cluster: load failed: %s", sqlite3_errmsg(db_conn(d)));
+    log_error("cluster: load failed: %s", db_errmsg(d));
     db_rollback(d);
     cluster_state_release(cs);
     return -1;
@@ -357,15 +357,15 @@ int cluster_read_end(db *d)
 }
 
 /* One row by id: 0 found, 1 none, -1 error. */
-static int read_one(db *d, const char *sql, int64_t id, void *out, void (*fn)(sqlite3_stmt *, void *))
+static int read_one(db *d, const char *sql, int64_t id, void *out, void (*fn)(db_stmt *, void *))
 {
-    sqlite3_stmt *st = db_prepare(d, sql);
+    db_stmt *st = db_prepare(d, sql);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) fn(st, out);
+    db_bind_int64(st, 1, id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) fn(st, out);
     db_done(st);
-    return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
+    return rc == DB_ROW ? 0 : rc == DB_DONE ? 1 : -1;
 }
 
 int cluster_read_node(db *d, int64_t id, cl_node *out)
@@ -435,7 +435,7 @@ int cluster_read_teams(db *d, cl_team **out, int *n)
 {
     *out = NULL; *n = 0;
     int cap = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_TEAMS);
+    db_stmt *st = db_prepare(d, SQL_TEAMS);
     if (!st) return -1;
     if (READ_ROWS(st, *out, *n, cap, row_team) == 0) return 0;
     free(*out); *out = NULL; *n = 0;
@@ -446,7 +446,7 @@ int cluster_read_user_usage(db *d, cl_user_usage **out, int *n)
 {
     *out = NULL; *n = 0;
     int cap = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_USER_USAGE);
+    db_stmt *st = db_prepare(d, SQL_USER_USAGE);
     if (!st) return -1;
     if (READ_ROWS(st, *out, *n, cap, row_user_usage) == 0) return 0;
     free(*out); *out = NULL; *n = 0;
@@ -457,16 +457,16 @@ static const char SQL_TASK_JOB[] = "SELECT job_id, node_id FROM tasks WHERE id =
 
 int cluster_read_task_job(db *d, int64_t task_id, int64_t *job_id, int64_t *node_id)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_TASK_JOB);
+    db_stmt *st = db_prepare(d, SQL_TASK_JOB);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, task_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *job_id = sqlite3_column_int64(st, 0);
-        if (node_id) *node_id = sqlite3_column_int64(st, 1);
+    db_bind_int64(st, 1, task_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) {
+        *job_id = db_col_int64(st, 0);
+        if (node_id) *node_id = db_col_int64(st, 1);
     }
     db_done(st);
-    return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
+    return rc == DB_ROW ? 0 : rc == DB_DONE ? 1 : -1;
 }
 
 void cluster_state_release(cluster_state *cs)
@@ -482,7 +482,7 @@ void cluster_state_release(cluster_state *cs)
 static const char SQL_NODE_FIND[] = "SELECT id FROM nodes WHERE hostname = ?";
 static const char SQL_NODE_INSERT[] =
     "INSERT INTO nodes(hostname, address, cpu_slots, state, registered_at, last_heartbeat_at, memory_mb, isolation,"
-    " runtimes) VALUES(?, ?, ?, 'ready', ?, ?, ?, ?, ?)";
+    " runtimes) VALUES(?, ?, ?, 'ready', ?, ?, ?, ?, ?) RETURNING id";
 static const char SQL_NODE_UPDATE[] =
     "UPDATE nodes SET address = ?2, cpu_slots = ?3, state = 'ready', last_heartbeat_at = ?4,"
     " memory_mb = ?5, isolation = ?6, runtimes = ?7 WHERE id = ?1";
@@ -514,49 +514,50 @@ int cluster_node_upsert_rt(db *d, const char *hostname, const char *address, int
     if (db_begin(d) < 0) return -1;
     int64_t id = 0;
     int rc;
-    sqlite3_stmt *st = db_prepare(d, SQL_NODE_FIND);
+    db_stmt *st = db_prepare(d, SQL_NODE_FIND);
     if (!st) goto fail;
-    sqlite3_bind_text(st, 1, hostname, -1, SQLITE_TRANSIENT);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) id = sqlite3_column_int64(st, 0);
+    db_bind_text(st, 1, hostname, -1);
+    rc = db_step(st);
+    if (rc == DB_ROW) id = db_col_int64(st, 0);
     db_done(st);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) goto fail;
+    if (rc != DB_ROW && rc != DB_DONE) goto fail;
     if (created) *created = id == 0;
     if (id == 0) {
         if (!(st = db_prepare(d, SQL_NODE_INSERT))) goto fail;
-        sqlite3_bind_text(st, 1, hostname, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 2, address, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int(st, 3, cpu_slots);
-        sqlite3_bind_int64(st, 4, now);
-        sqlite3_bind_int64(st, 5, now);
-        sqlite3_bind_int64(st, 6, memory_mb);
-        if (isolation) sqlite3_bind_text(st, 7, isolation, -1, SQLITE_TRANSIENT);
-        if (runtimes) sqlite3_bind_text(st, 8, runtimes, -1, SQLITE_TRANSIENT);
-        rc = sqlite3_step(st);
+        db_bind_text(st, 1, hostname, -1);
+        db_bind_text(st, 2, address, -1);
+        db_bind_int(st, 3, cpu_slots);
+        db_bind_int64(st, 4, now);
+        db_bind_int64(st, 5, now);
+        db_bind_int64(st, 6, memory_mb);
+        if (isolation) db_bind_text(st, 7, isolation, -1);
+        if (runtimes) db_bind_text(st, 8, runtimes, -1);
+        rc = db_step(st);
+        id = rc == DB_ROW ? db_col_int64(st, 0) : 0;
+        if (rc == DB_ROW && db_step(st) != DB_DONE) rc = DB_ERR; /* to the end: store_step_id says why */
         db_done(st);
-        if (rc != SQLITE_DONE) goto fail;
-        id = sqlite3_last_insert_rowid(db_conn(d));
+        if (rc != DB_ROW) goto fail;
     } else {
         if (!(st = db_prepare(d, SQL_NODE_UPDATE))) goto fail;
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_text(st, 2, address, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int(st, 3, cpu_slots);
-        sqlite3_bind_int64(st, 4, now);
-        sqlite3_bind_int64(st, 5, memory_mb);
-        if (isolation) sqlite3_bind_text(st, 6, isolation, -1, SQLITE_TRANSIENT);
-        if (runtimes) sqlite3_bind_text(st, 7, runtimes, -1, SQLITE_TRANSIENT);
-        rc = sqlite3_step(st);
+        db_bind_int64(st, 1, id);
+        db_bind_text(st, 2, address, -1);
+        db_bind_int(st, 3, cpu_slots);
+        db_bind_int64(st, 4, now);
+        db_bind_int64(st, 5, memory_mb);
+        if (isolation) db_bind_text(st, 6, isolation, -1);
+        if (runtimes) db_bind_text(st, 7, runtimes, -1);
+        rc = db_step(st);
         db_done(st);
-        if (rc != SQLITE_DONE) goto fail;
+        if (rc != DB_DONE) goto fail;
     }
     for (int c = 0; c < cpu_slots; c++) {
         if (!(st = db_prepare(d, SQL_DEVICE_UPSERT))) goto fail;
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_text(st, 2, "cpu", -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 3, c);
-        rc = sqlite3_step(st);
+        db_bind_int64(st, 1, id);
+        db_bind_text_static(st, 2, "cpu", -1);
+        db_bind_int(st, 3, c);
+        rc = db_step(st);
         db_done(st);
-        if (rc != SQLITE_DONE) goto fail;
+        if (rc != DB_DONE) goto fail;
     }
     buf idx;
     buf_init(&idx, 1 << 20);
@@ -564,51 +565,51 @@ int cluster_node_upsert_rt(db *d, const char *hostname, const char *address, int
     for (int g = 0; g < n_gpu; g++) {
         bad |= buf_printf(&idx, "%s%d", g ? "," : "", gpu_idx[g]) < 0;
         if (!(st = db_prepare(d, SQL_DEVICE_UPSERT))) { buf_release(&idx); goto fail; }
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_text(st, 2, "gpu", -1, SQLITE_STATIC);
-        sqlite3_bind_int(st, 3, gpu_idx[g]);
-        if (gpu_model && gpu_model[g]) sqlite3_bind_text(st, 4, gpu_model[g], -1, SQLITE_TRANSIENT);
-        if (gpu_memory_mb) sqlite3_bind_int64(st, 5, gpu_memory_mb[g]);
-        rc = sqlite3_step(st);
+        db_bind_int64(st, 1, id);
+        db_bind_text_static(st, 2, "gpu", -1);
+        db_bind_int(st, 3, gpu_idx[g]);
+        if (gpu_model && gpu_model[g]) db_bind_text(st, 4, gpu_model[g], -1);
+        if (gpu_memory_mb) db_bind_int64(st, 5, gpu_memory_mb[g]);
+        rc = db_step(st);
         db_done(st);
-        if (rc != SQLITE_DONE) { buf_release(&idx); goto fail; }
+        if (rc != DB_DONE) { buf_release(&idx); goto fail; }
     }
     bad |= buf_appends(&idx, "]") < 0;
     if (bad) { buf_release(&idx); goto fail; }
     if (!(st = db_prepare(d, SQL_DEVICE_PRUNE_CPU))) { buf_release(&idx); goto fail; }
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_int(st, 2, cpu_slots);
-    rc = sqlite3_step(st);
+    db_bind_int64(st, 1, id);
+    db_bind_int(st, 2, cpu_slots);
+    rc = db_step(st);
     db_done(st);
-    if (rc != SQLITE_DONE) { buf_release(&idx); goto fail; }
+    if (rc != DB_DONE) { buf_release(&idx); goto fail; }
     if (!(st = db_prepare(d, SQL_DEVICE_PRUNE_GPU))) { buf_release(&idx); goto fail; }
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_text(st, 2, idx.data, (int)idx.len, SQLITE_TRANSIENT);
-    rc = sqlite3_step(st);
+    db_bind_int64(st, 1, id);
+    db_bind_text(st, 2, idx.data, (int)idx.len);
+    rc = db_step(st);
     db_done(st);
     buf_release(&idx);
-    if (rc != SQLITE_DONE) goto fail;
+    if (rc != DB_DONE) goto fail;
     db_change_note(d, DB_CH_NODE, id);
     if (db_commit(d) < 0) goto fail;
     nodes_changed();
     if (id_out) *id_out = id;
     return 0;
 fail:
-    log_error("cluster: node upsert %s: %s", hostname, sqlite3_errmsg(db_conn(d)));
+    log_error("cluster: node upsert %s: %s", hostname, db_errmsg(d));
     db_rollback(d);
     return -1;
 }
 
 /* Runs an UPDATE ... RETURNING state of one node: 0 with the state in
  * `state` (may be NULL), 1 when no node matched, -1 on a store error. */
-static int step_returning_state(sqlite3_stmt *st, char state[16])
+static int step_returning_state(db_stmt *st, char state[16])
 {
-    int rc = sqlite3_step(st);
-    int found = rc == SQLITE_ROW;
-    if (found && state) snprintf(state, 16, "%s", (const char *)sqlite3_column_text(st, 0));
-    while (rc == SQLITE_ROW) rc = sqlite3_step(st);
+    int rc = db_step(st);
+    int found = rc == DB_ROW;
+    if (found && state) snprintf(state, 16, "%s", db_col_text(st, 0));
+    while (rc == DB_ROW) rc = db_step(st);
     db_done(st);
-    if (rc != SQLITE_DONE) return -1;
+    if (rc != DB_DONE) return -1;
     return found ? 0 : 1;
 }
 
@@ -724,14 +725,14 @@ static const char SQL_NODE_STATE[] = "SELECT state FROM nodes WHERE id = ?";
 int cluster_node_heartbeat_state(db *d, int64_t node_id, int64_t now, char state[16])
 {
     char cur[16] = "";
-    sqlite3_stmt *st = db_prepare(d, SQL_NODE_STATE);
+    db_stmt *st = db_prepare(d, SQL_NODE_STATE);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, node_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) col_text(st, 0, cur, sizeof cur);
+    db_bind_int64(st, 1, node_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) col_text(st, 0, cur, sizeof cur);
     db_done(st);
-    if (rc == SQLITE_DONE) return 1;
-    if (rc != SQLITE_ROW) return -1;
+    if (rc == DB_DONE) return 1;
+    if (rc != DB_ROW) return -1;
     int lost = strcmp(cur, "lost") == 0;
     if (!lost && !hb_write_mode()) {
         pthread_mutex_lock(&g_hb.mu);
@@ -743,8 +744,8 @@ int cluster_node_heartbeat_state(db *d, int64_t node_id, int64_t now, char state
     /* the old path, or a lost node heard from again: written at once */
     st = db_prepare(d, SQL_HEARTBEAT);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, node_id);
-    sqlite3_bind_int64(st, 2, now);
+    db_bind_int64(st, 1, node_id);
+    db_bind_int64(st, 2, now);
     rc = step_returning_state(st, state);
     if (rc == 0 && lost) nodes_changed();
     return rc;
@@ -761,10 +762,10 @@ static const char SQL_NODE_DRAIN[] =
 
 int cluster_node_drain(db *d, int64_t node_id, int drain, char state[16])
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_NODE_DRAIN);
+    db_stmt *st = db_prepare(d, SQL_NODE_DRAIN);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, node_id);
-    sqlite3_bind_int(st, 2, drain ? 1 : 0);
+    db_bind_int64(st, 1, node_id);
+    db_bind_int(st, 2, drain ? 1 : 0);
     int rc = step_returning_state(st, state);
     if (rc == 0) {
         db_change_note(d, DB_CH_NODE, node_id);
@@ -779,16 +780,16 @@ static const char SQL_NODES_STALE[] =
 static const char SQL_NODE_LOST[] =
     "UPDATE nodes SET state = 'lost' WHERE id = ? AND state IN ('ready','drained')";
 
-static int collect_ids(sqlite3_stmt *st, int64_t **ids)
+static int collect_ids(db_stmt *st, int64_t **ids)
 {
     int n = 0, cap = 0, rc;
     *ids = NULL;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         GROW(*ids, n, cap);
-        (*ids)[n++] = sqlite3_column_int64(st, 0);
+        (*ids)[n++] = db_col_int64(st, 0);
     }
     db_done(st);
-    if (rc != SQLITE_DONE) { free(*ids); *ids = NULL; return -1; }
+    if (rc != DB_DONE) { free(*ids); *ids = NULL; return -1; }
     return n;
 }
 
@@ -800,9 +801,9 @@ static int collect_ids(sqlite3_stmt *st, int64_t **ids)
 int cluster_nodes_mark_lost(db *d, int64_t before, int64_t **ids)
 {
     *ids = NULL;
-    sqlite3_stmt *st = db_prepare(d, SQL_NODES_STALE);
+    db_stmt *st = db_prepare(d, SQL_NODES_STALE);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, before);
+    db_bind_int64(st, 1, before);
     int64_t *stale = NULL;
     int ns = collect_ids(st, &stale);
     if (ns < 0) return -1;
@@ -812,12 +813,12 @@ int cluster_nodes_mark_lost(db *d, int64_t before, int64_t **ids)
         int lost = at < before;
         st = db_prepare(d, lost ? SQL_NODE_LOST : SQL_HEARTBEAT_SET);
         if (!st) goto fail;
-        sqlite3_bind_int64(st, 1, stale[i]);
-        if (!lost) sqlite3_bind_int64(st, 2, at);
-        int rc = sqlite3_step(st);
-        int changed = sqlite3_changes(db_conn(d));
+        db_bind_int64(st, 1, stale[i]);
+        if (!lost) db_bind_int64(st, 2, at);
+        int rc = db_step(st);
+        int changed = db_changes(d);
         db_done(st);
-        if (rc != SQLITE_DONE) goto fail;
+        if (rc != DB_DONE) goto fail;
         if (lost && changed > 0) {
             stale[n++] = stale[i];
             db_change_note(d, DB_CH_NODE, stale[i]);
@@ -836,8 +837,9 @@ fail:
 
 static const char SQL_TASK_INSERT[] =
     "INSERT INTO tasks(job_id, attempt, type, idx, node_id, port, state, created_at, memory_mb, gpus, cpus)"
-    " VALUES(?, ?, ?, ?, ?, ?, 'assigned', ?, ?, ?, ?)";
-static const char SQL_ALLOC_INSERT[] = "INSERT INTO allocations(device_id, task_id, job_id) VALUES(?, ?, ?)";
+    " VALUES(?, ?, ?, ?, ?, ?, 'assigned', ?, ?, ?, ?) RETURNING id";
+static const char SQL_ALLOC_INSERT[] =
+    "INSERT INTO allocations(device_id, task_id, job_id) VALUES(?, ?, ?) ON CONFLICT DO NOTHING";
 static const char SQL_JOB_START[] =
     "UPDATE jobs SET attempt = attempt + 1, updated_at = ?2 WHERE id = ?1 AND state = 'starting'"
     " RETURNING attempt";
@@ -850,96 +852,96 @@ int cluster_task_insert(db *d, int64_t job_id, int attempt, const char *type, in
                         int64_t node_id, int port, int64_t memory_mb, int gpus, int cpus, int64_t now,
                         int64_t *task_id)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_TASK_INSERT);
+    db_stmt *st = db_prepare(d, SQL_TASK_INSERT);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int(st, 2, attempt);
-    sqlite3_bind_text(st, 3, type, -1, SQLITE_STATIC);
-    sqlite3_bind_int(st, 4, idx);
-    sqlite3_bind_int64(st, 5, node_id);
-    sqlite3_bind_int(st, 6, port);
-    sqlite3_bind_int64(st, 7, now);
-    sqlite3_bind_int64(st, 8, memory_mb);
-    sqlite3_bind_int(st, 9, gpus);
-    sqlite3_bind_int(st, 10, cpus);
-    int rc = sqlite3_step(st);
+    db_bind_int64(st, 1, job_id);
+    db_bind_int(st, 2, attempt);
+    db_bind_text_static(st, 3, type, -1);
+    db_bind_int(st, 4, idx);
+    db_bind_int64(st, 5, node_id);
+    db_bind_int(st, 6, port);
+    db_bind_int64(st, 7, now);
+    db_bind_int64(st, 8, memory_mb);
+    db_bind_int(st, 9, gpus);
+    db_bind_int(st, 10, cpus);
+    int rc = db_step(st);
+    if (rc == DB_ROW) *task_id = db_col_int64(st, 0);
+    if (rc == DB_ROW && db_step(st) != DB_DONE) rc = DB_ERR; /* to the end: store_step_id says why */
     db_done(st);
-    if (rc != SQLITE_DONE) return -1;
-    *task_id = sqlite3_last_insert_rowid(db_conn(d));
-    return 0;
+    return rc == DB_ROW ? 0 : -1;
 }
 
 int cluster_alloc_insert(db *d, int64_t device_id, int64_t task_id, int64_t job_id)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_ALLOC_INSERT);
+    db_stmt *st = db_prepare(d, SQL_ALLOC_INSERT);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, device_id);
-    sqlite3_bind_int64(st, 2, task_id);
-    sqlite3_bind_int64(st, 3, job_id);
-    int rc = sqlite3_step(st);
+    db_bind_int64(st, 1, device_id);
+    db_bind_int64(st, 2, task_id);
+    db_bind_int64(st, 3, job_id);
+    int rc = db_step(st);
     db_done(st);
-    if (rc == SQLITE_CONSTRAINT_PRIMARYKEY || rc == SQLITE_CONSTRAINT) return 1;
-    return rc == SQLITE_DONE ? 0 : -1;
+    if (rc == DB_CONSTRAINT || (rc == DB_DONE && db_changes(d) == 0)) return 1; /* the device is taken */
+    return rc == DB_DONE ? 0 : -1;
 }
 
 int cluster_job_next_attempt(db *d, int64_t job_id, int64_t now)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_JOB_START);
+    db_stmt *st = db_prepare(d, SQL_JOB_START);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, now);
-    int rc = sqlite3_step(st);
-    int attempt = rc == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    db_bind_int64(st, 1, job_id);
+    db_bind_int64(st, 2, now);
+    int rc = db_step(st);
+    int attempt = rc == DB_ROW ? db_col_int(st, 0) : -1;
     db_done(st);
     return attempt;
 }
 
 int cluster_job_set_reason(db *d, int64_t job_id, const char *reason)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_JOB_REASON);
+    db_stmt *st = db_prepare(d, SQL_JOB_REASON);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_text(st, 2, reason, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
+    db_bind_int64(st, 1, job_id);
+    db_bind_text(st, 2, reason, -1);
+    int rc = db_step(st);
     db_done(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return rc == DB_DONE ? 0 : -1;
 }
 
 int cluster_job_set_running_reason(db *d, int64_t job_id, const char *reason)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_JOB_RUN_REASON);
+    db_stmt *st = db_prepare(d, SQL_JOB_RUN_REASON);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_text(st, 2, reason, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
+    db_bind_int64(st, 1, job_id);
+    db_bind_text(st, 2, reason, -1);
+    int rc = db_step(st);
     db_done(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return rc == DB_DONE ? 0 : -1;
 }
 
 static const char SQL_JOB_SIZE[] = "UPDATE jobs SET workers_now = ?2, resize_to = ?3 WHERE id = ?1";
 
 int cluster_job_set_size(db *d, int64_t job_id, int workers_now, int resize_to)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_JOB_SIZE);
+    db_stmt *st = db_prepare(d, SQL_JOB_SIZE);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int(st, 2, workers_now);
-    sqlite3_bind_int(st, 3, resize_to);
-    int rc = sqlite3_step(st);
+    db_bind_int64(st, 1, job_id);
+    db_bind_int(st, 2, workers_now);
+    db_bind_int(st, 3, resize_to);
+    int rc = db_step(st);
     db_done(st);
-    return rc == SQLITE_DONE && sqlite3_changes(db_conn(d)) == 1 ? 0 : -1;
+    return rc == DB_DONE && db_changes(d) == 1 ? 0 : -1;
 }
 
 int cluster_team_set_usage(db *d, int64_t team_id, double usage, int64_t at)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_TEAM_USAGE);
+    db_stmt *st = db_prepare(d, SQL_TEAM_USAGE);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, team_id);
-    sqlite3_bind_double(st, 2, usage);
-    sqlite3_bind_int64(st, 3, at);
-    int rc = sqlite3_step(st);
+    db_bind_int64(st, 1, team_id);
+    db_bind_double(st, 2, usage);
+    db_bind_int64(st, 3, at);
+    int rc = db_step(st);
     db_done(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return rc == DB_DONE ? 0 : -1;
 }
 
 static const char SQL_USER_USAGE_SET[] =
@@ -948,15 +950,15 @@ static const char SQL_USER_USAGE_SET[] =
 
 int cluster_user_set_usage(db *d, int64_t team_id, int64_t user_id, double usage, int64_t at)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_USER_USAGE_SET);
+    db_stmt *st = db_prepare(d, SQL_USER_USAGE_SET);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, team_id);
-    sqlite3_bind_int64(st, 2, user_id);
-    sqlite3_bind_double(st, 3, usage);
-    sqlite3_bind_int64(st, 4, at);
-    int rc = sqlite3_step(st);
+    db_bind_int64(st, 1, team_id);
+    db_bind_int64(st, 2, user_id);
+    db_bind_double(st, 3, usage);
+    db_bind_int64(st, 4, at);
+    int rc = db_step(st);
     db_done(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return rc == DB_DONE ? 0 : -1;
 }
 
 static const char SQL_TEAM_SHARES[] =
@@ -967,18 +969,18 @@ static const char SQL_TEAM_SHARES[] =
 int cluster_team_set_shares(db *d, const char *name, double weight, int guarantee, int set_guarantee,
                             int quota, int set_quota)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_TEAM_SHARES);
+    db_stmt *st = db_prepare(d, SQL_TEAM_SHARES);
     if (!st) return -1;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_double(st, 2, weight);
-    sqlite3_bind_int(st, 3, guarantee);
-    sqlite3_bind_int(st, 4, set_guarantee);
-    if (quota >= 0) sqlite3_bind_int(st, 5, quota);
-    sqlite3_bind_int(st, 6, set_quota);
-    int rc = sqlite3_step(st);
-    int changed = sqlite3_changes(db_conn(d));
+    db_bind_text(st, 1, name, -1);
+    db_bind_double(st, 2, weight);
+    db_bind_int(st, 3, guarantee);
+    db_bind_int(st, 4, set_guarantee);
+    if (quota >= 0) db_bind_int(st, 5, quota);
+    db_bind_int(st, 6, set_quota);
+    int rc = db_step(st);
+    int changed = db_changes(d);
     db_done(st);
-    if (rc != SQLITE_DONE) return -1;
+    if (rc != DB_DONE) return -1;
     return changed == 1 ? 0 : 1;
 }
 
@@ -986,14 +988,14 @@ static const char SQL_TEAM_MAX_INTERACTIVE[] = "UPDATE teams SET max_interactive
 
 int cluster_team_set_max_interactive(db *d, const char *name, int max_interactive)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_TEAM_MAX_INTERACTIVE);
+    db_stmt *st = db_prepare(d, SQL_TEAM_MAX_INTERACTIVE);
     if (!st) return -1;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
-    if (max_interactive >= 0) sqlite3_bind_int(st, 2, max_interactive);
-    int rc = sqlite3_step(st);
-    int changed = sqlite3_changes(db_conn(d));
+    db_bind_text(st, 1, name, -1);
+    if (max_interactive >= 0) db_bind_int(st, 2, max_interactive);
+    int rc = db_step(st);
+    int changed = db_changes(d);
     db_done(st);
-    if (rc != SQLITE_DONE) return -1;
+    if (rc != DB_DONE) return -1;
     return changed == 1 ? 0 : 1;
 }
 
@@ -1005,7 +1007,7 @@ static const char SQL_NODE_TASKS_LOST[] =
     " RETURNING CASE WHEN type = 'evaluator' THEN -job_id ELSE job_id END";
 static const char SQL_FAILURE_ADD[] =
     "INSERT INTO node_failures(job_id, node_id, count) VALUES(?1, ?2, 1)"
-    " ON CONFLICT(job_id, node_id) DO UPDATE SET count = count + 1";
+    " ON CONFLICT(job_id, node_id) DO UPDATE SET count = node_failures.count + 1";
 static const char SQL_RELEASE_EXITED[] =
     "DELETE FROM allocations WHERE task_id IN (SELECT id FROM tasks WHERE state = 'exited')";
 #define ALL_EXITED                                                                          \
@@ -1027,11 +1029,11 @@ static const char SQL_RELEASE_EXITED_TASK[] =
 
 int cluster_node_tasks_lost(db *d, int64_t node_id, const char *reason, int64_t now, int64_t **jobs)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_NODE_TASKS_LOST);
+    db_stmt *st = db_prepare(d, SQL_NODE_TASKS_LOST);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, node_id);
-    sqlite3_bind_text(st, 2, reason, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 3, now);
+    db_bind_int64(st, 1, node_id);
+    db_bind_text(st, 2, reason, -1);
+    db_bind_int64(st, 3, now);
     int n = collect_ids(st, jobs);
     if (n <= 1) return n;
     /* distinct job ids */
@@ -1046,46 +1048,46 @@ int cluster_node_tasks_lost(db *d, int64_t node_id, const char *reason, int64_t 
 
 int cluster_failure_add(db *d, int64_t job_id, int64_t node_id)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_FAILURE_ADD);
+    db_stmt *st = db_prepare(d, SQL_FAILURE_ADD);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, node_id);
-    int rc = sqlite3_step(st);
+    db_bind_int64(st, 1, job_id);
+    db_bind_int64(st, 2, node_id);
+    int rc = db_step(st);
     db_done(st);
-    if (rc != SQLITE_DONE) return -1;
+    if (rc != DB_DONE) return -1;
     db_change_note(d, DB_CH_AVOID, job_id);
     return 0;
 }
 
 int cluster_release_exited(db *d)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_RELEASE_EXITED);
+    db_stmt *st = db_prepare(d, SQL_RELEASE_EXITED);
     if (!st) return -1;
-    int rc = sqlite3_step(st);
-    int n = sqlite3_changes(db_conn(d));
+    int rc = db_step(st);
+    int n = db_changes(d);
     db_done(st);
-    return rc == SQLITE_DONE ? n : -1;
+    return rc == DB_DONE ? n : -1;
 }
 
-static int reaped_rows(sqlite3_stmt *st, cl_reaped **out, int *n, int *cap)
+static int reaped_rows(db_stmt *st, cl_reaped **out, int *n, int *cap)
 {
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         GROW(*out, *n, *cap);
         cl_reaped *r = &(*out)[(*n)++];
-        r->job_id = sqlite3_column_int64(st, 0);
-        r->attempt = sqlite3_column_int(st, 1);
-        r->max_restarts = sqlite3_column_int(st, 2);
+        r->job_id = db_col_int64(st, 0);
+        r->attempt = db_col_int(st, 1);
+        r->max_restarts = db_col_int(st, 2);
         col_text(st, 3, r->reason, sizeof r->reason);
     }
     db_done(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return rc == DB_DONE ? 0 : -1;
 }
 
 int cluster_jobs_all_exited(db *d, cl_reaped **out)
 {
     *out = NULL;
-    sqlite3_stmt *st = db_prepare(d, SQL_ALL_EXITED);
+    db_stmt *st = db_prepare(d, SQL_ALL_EXITED);
     if (!st) return -1;
     int n = 0, cap = 0;
     if (reaped_rows(st, out, &n, &cap) < 0) { free(*out); *out = NULL; return -1; }
@@ -1097,9 +1099,9 @@ int cluster_jobs_all_exited_of(db *d, const int64_t *jobs, int n_jobs, cl_reaped
     *out = NULL;
     int n = 0, cap = 0;
     for (int k = 0; k < n_jobs; k++) {
-        sqlite3_stmt *st = db_prepare(d, SQL_ALL_EXITED_OF);
+        db_stmt *st = db_prepare(d, SQL_ALL_EXITED_OF);
         if (!st) { free(*out); *out = NULL; return -1; }
-        sqlite3_bind_int64(st, 1, jobs[k]);
+        db_bind_int64(st, 1, jobs[k]);
         if (reaped_rows(st, out, &n, &cap) < 0) { free(*out); *out = NULL; return -1; }
     }
     return n;
@@ -1109,13 +1111,13 @@ int cluster_release_exited_tasks(db *d, const int64_t *tasks, int n_tasks)
 {
     int freed = 0;
     for (int k = 0; k < n_tasks; k++) {
-        sqlite3_stmt *st = db_prepare(d, SQL_RELEASE_EXITED_TASK);
+        db_stmt *st = db_prepare(d, SQL_RELEASE_EXITED_TASK);
         if (!st) return -1;
-        sqlite3_bind_int64(st, 1, tasks[k]);
-        int rc = sqlite3_step(st);
-        freed += sqlite3_changes(db_conn(d));
+        db_bind_int64(st, 1, tasks[k]);
+        int rc = db_step(st);
+        freed += db_changes(d);
         db_done(st);
-        if (rc != SQLITE_DONE) return -1;
+        if (rc != DB_DONE) return -1;
     }
     return freed;
 }
@@ -1134,81 +1136,81 @@ static const char SQL_NODE_RUNS_JOB[] = "SELECT 1 FROM tasks WHERE job_id = ? AN
 
 static int node_token_revoke(db *d, int64_t node_id, int64_t now)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_NODE_TOKEN_REVOKE);
+    db_stmt *st = db_prepare(d, SQL_NODE_TOKEN_REVOKE);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, now);
-    sqlite3_bind_int64(st, 2, node_id);
-    int rc = sqlite3_step(st);
-    int n = sqlite3_changes(db_conn(d));
+    db_bind_int64(st, 1, now);
+    db_bind_int64(st, 2, node_id);
+    int rc = db_step(st);
+    int n = db_changes(d);
     db_done(st);
-    return rc == SQLITE_DONE ? n : -1;
+    return rc == DB_DONE ? n : -1;
 }
 
 int cluster_node_token_issue(db *d, int64_t node_id, const char *hash, int64_t now)
 {
     if (db_begin(d) < 0) return -1;
     if (node_token_revoke(d, node_id, now) < 0) goto fail;
-    sqlite3_stmt *st = db_prepare(d, SQL_NODE_TOKEN_INSERT);
+    db_stmt *st = db_prepare(d, SQL_NODE_TOKEN_INSERT);
     if (!st) goto fail;
-    sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 2, node_id);
-    sqlite3_bind_int64(st, 3, now);
-    int rc = sqlite3_step(st);
+    db_bind_text(st, 1, hash, -1);
+    db_bind_int64(st, 2, node_id);
+    db_bind_int64(st, 3, now);
+    int rc = db_step(st);
     db_done(st);
-    if (rc != SQLITE_DONE) goto fail;
+    if (rc != DB_DONE) goto fail;
     if (db_commit(d) < 0) goto fail;
     return 0;
 fail:
-    log_error("cluster: node %lld token: %s", (long long)node_id, sqlite3_errmsg(db_conn(d)));
+    log_error("cluster: node %lld token: %s", (long long)node_id, db_errmsg(d));
     db_rollback(d);
     return -1;
 }
 
 int cluster_node_token_revoke(db *d, int64_t node_id, int64_t now, char *hostname, size_t cap)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_NODE_HOSTNAME);
+    db_stmt *st = db_prepare(d, SQL_NODE_HOSTNAME);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, node_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW && hostname) col_text(st, 0, hostname, cap);
+    db_bind_int64(st, 1, node_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW && hostname) col_text(st, 0, hostname, cap);
     db_done(st);
-    if (rc == SQLITE_DONE) return -2;
-    if (rc != SQLITE_ROW) return -1;
+    if (rc == DB_DONE) return -2;
+    if (rc != DB_ROW) return -1;
     return node_token_revoke(d, node_id, now);
 }
 
 int cluster_task_node(db *d, int64_t task_id, int64_t *node_id)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_TASK_NODE);
+    db_stmt *st = db_prepare(d, SQL_TASK_NODE);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, task_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *node_id = sqlite3_column_int64(st, 0);
+    db_bind_int64(st, 1, task_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) *node_id = db_col_int64(st, 0);
     db_done(st);
-    return rc == SQLITE_ROW ? 0 : rc == SQLITE_DONE ? 1 : -1;
+    return rc == DB_ROW ? 0 : rc == DB_DONE ? 1 : -1;
 }
 
 int cluster_node_runs_job(db *d, int64_t node_id, int64_t job_id)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_NODE_RUNS_JOB);
+    db_stmt *st = db_prepare(d, SQL_NODE_RUNS_JOB);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, node_id);
-    int rc = sqlite3_step(st);
+    db_bind_int64(st, 1, job_id);
+    db_bind_int64(st, 2, node_id);
+    int rc = db_step(st);
     db_done(st);
-    return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
+    return rc == DB_ROW ? 1 : rc == DB_DONE ? 0 : -1;
 }
 
 int cluster_join_tokens_revoke(db *d, const char *keep_hash, int64_t now)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_JOIN_REVOKE);
+    db_stmt *st = db_prepare(d, SQL_JOIN_REVOKE);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, now);
-    sqlite3_bind_text(st, 2, keep_hash, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    int n = sqlite3_changes(db_conn(d));
+    db_bind_int64(st, 1, now);
+    db_bind_text(st, 2, keep_hash, -1);
+    int rc = db_step(st);
+    int n = db_changes(d);
     db_done(st);
-    return rc == SQLITE_DONE ? n : -1;
+    return rc == DB_DONE ? n : -1;
 }
 
 /* ================================================================ evaluators */
@@ -1240,65 +1242,65 @@ static const char SQL_EVAL_INSERT[] =
 int cluster_evaluators_wanted(db *d, cl_eval_want **out)
 {
     *out = NULL;
-    sqlite3_stmt *st = db_prepare(d, SQL_EVAL_WANTED);
+    db_stmt *st = db_prepare(d, SQL_EVAL_WANTED);
     if (!st) return -1;
     int n = 0, cap = 0, rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         GROW(*out, n, cap);
         cl_eval_want *w = &(*out)[n++];
         memset(w, 0, sizeof *w);
-        w->job_id = sqlite3_column_int64(st, 0);
-        w->attempt = sqlite3_column_int(st, 1);
-        w->memory_mb = sqlite3_column_int64(st, 2);
-        w->chief_node = sqlite3_column_int64(st, 3);
+        w->job_id = db_col_int64(st, 0);
+        w->attempt = db_col_int(st, 1);
+        w->memory_mb = db_col_int64(st, 2);
+        w->chief_node = db_col_int64(st, 3);
     }
     db_done(st);
-    for (int i = 0; rc == SQLITE_DONE && i < n; i++) {
-        if (!(st = db_prepare(d, SQL_EVAL_AVOID))) { rc = SQLITE_ERROR; break; }
-        sqlite3_bind_int64(st, 1, (*out)[i].job_id);
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW)
+    for (int i = 0; rc == DB_DONE && i < n; i++) {
+        if (!(st = db_prepare(d, SQL_EVAL_AVOID))) { rc = DB_ERR; break; }
+        db_bind_int64(st, 1, (*out)[i].job_id);
+        while ((rc = db_step(st)) == DB_ROW)
             if ((*out)[i].n_avoid < CL_EVAL_AVOID_MAX)
-                (*out)[i].avoid[(*out)[i].n_avoid++] = sqlite3_column_int64(st, 0);
+                (*out)[i].avoid[(*out)[i].n_avoid++] = db_col_int64(st, 0);
         db_done(st);
     }
-    if (rc != SQLITE_DONE) { free(*out); *out = NULL; return -1; }
+    if (rc != DB_DONE) { free(*out); *out = NULL; return -1; }
     return n;
 }
 
 int cluster_eval_nodes(db *d, cl_eval_node **out)
 {
     *out = NULL;
-    sqlite3_stmt *st = db_prepare(d, SQL_EVAL_NODES);
+    db_stmt *st = db_prepare(d, SQL_EVAL_NODES);
     if (!st) return -1;
     int n = 0, cap = 0, rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         GROW(*out, n, cap);
         cl_eval_node *e = &(*out)[n++];
-        e->id = sqlite3_column_int64(st, 0);
-        e->ready = sqlite3_column_int(st, 1);
-        e->cpu_slots = sqlite3_column_int(st, 2);
-        e->memory_mb = sqlite3_column_int64(st, 3);
-        e->used_mb = sqlite3_column_int64(st, 4);
+        e->id = db_col_int64(st, 0);
+        e->ready = db_col_int(st, 1);
+        e->cpu_slots = db_col_int(st, 2);
+        e->memory_mb = db_col_int64(st, 3);
+        e->used_mb = db_col_int64(st, 4);
         col_text(st, 5, e->hostname, sizeof e->hostname);
     }
     db_done(st);
-    if (rc != SQLITE_DONE) { free(*out); *out = NULL; return -1; }
+    if (rc != DB_DONE) { free(*out); *out = NULL; return -1; }
     return n;
 }
 
 int cluster_evaluator_insert(db *d, int64_t job_id, int attempt, int64_t node_id, int64_t memory_mb, int64_t now)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_EVAL_INSERT);
+    db_stmt *st = db_prepare(d, SQL_EVAL_INSERT);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int(st, 2, attempt);
-    sqlite3_bind_int64(st, 3, node_id);
-    sqlite3_bind_int64(st, 4, now);
-    sqlite3_bind_int64(st, 5, memory_mb);
-    int rc = sqlite3_step(st);
-    int changed = sqlite3_changes(db_conn(d));
+    db_bind_int64(st, 1, job_id);
+    db_bind_int(st, 2, attempt);
+    db_bind_int64(st, 3, node_id);
+    db_bind_int64(st, 4, now);
+    db_bind_int64(st, 5, memory_mb);
+    int rc = db_step(st);
+    int changed = db_changes(d);
     db_done(st);
-    if (rc != SQLITE_DONE) return -1;
+    if (rc != DB_DONE) return -1;
     return changed == 1 ? 0 : 1;
 }
 
@@ -1306,12 +1308,12 @@ static const char SQL_EVENT_EXISTS[] = "SELECT 1 FROM job_events WHERE job_id = 
 
 int cluster_event_exists(db *d, int64_t job_id, const char *kind, const char *reason)
 {
-    sqlite3_stmt *st = db_prepare(d, SQL_EVENT_EXISTS);
+    db_stmt *st = db_prepare(d, SQL_EVENT_EXISTS);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_text(st, 2, kind, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 3, reason, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
+    db_bind_int64(st, 1, job_id);
+    db_bind_text(st, 2, kind, -1);
+    db_bind_text(st, 3, reason, -1);
+    int rc = db_step(st);
     db_done(st);
-    return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
+    return rc == DB_ROW ? 1 : rc == DB_DONE ? 0 : -1;
 }

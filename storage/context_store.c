@@ -9,16 +9,16 @@
 /* The states in which a job still needs its context. */
 #define ACTIVE_STATES "('queued','starting','running')"
 
-static void row_read(sqlite3_stmt *st, ctx_row *r) {
+static void row_read(db_stmt *st, ctx_row *r) {
     memset(r, 0, sizeof *r);
-    r->team_id = sqlite3_column_int64(st, 0);
-    const char *dg = (const char *)sqlite3_column_text(st, 1);
+    r->team_id = db_col_int64(st, 0);
+    const char *dg = db_col_text(st, 1);
     snprintf(r->digest, sizeof r->digest, "%s", dg ? dg : "");
-    r->bytes = sqlite3_column_int64(st, 2);
-    r->files = sqlite3_column_int64(st, 3);
-    r->unpacked = sqlite3_column_int64(st, 4);
-    r->created_at = sqlite3_column_int64(st, 5);
-    r->used_at = sqlite3_column_int64(st, 6);
+    r->bytes = db_col_int64(st, 2);
+    r->files = db_col_int64(st, 3);
+    r->unpacked = db_col_int64(st, 4);
+    r->created_at = db_col_int64(st, 5);
+    r->used_at = db_col_int64(st, 6);
 }
 
 static const char SQL_CTX_INSERT[] =
@@ -26,30 +26,30 @@ static const char SQL_CTX_INSERT[] =
     " VALUES(?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(team_id, digest) DO NOTHING";
 
 int ctx_store_insert(db *d, const ctx_row *r) {
-    sqlite3_stmt *st = db_prepare(d, SQL_CTX_INSERT);
+    db_stmt *st = db_prepare(d, SQL_CTX_INSERT);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, r->team_id);
-    sqlite3_bind_text(st, 2, r->digest, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 3, r->bytes);
-    sqlite3_bind_int64(st, 4, r->files);
-    sqlite3_bind_int64(st, 5, r->unpacked);
-    sqlite3_bind_int64(st, 6, r->created_at);
-    sqlite3_bind_int64(st, 7, r->created_at);
-    sqlite3_bind_text(st, 8, r->store, -1, SQLITE_TRANSIENT);
+    db_bind_int64(st, 1, r->team_id);
+    db_bind_text(st, 2, r->digest, -1);
+    db_bind_int64(st, 3, r->bytes);
+    db_bind_int64(st, 4, r->files);
+    db_bind_int64(st, 5, r->unpacked);
+    db_bind_int64(st, 6, r->created_at);
+    db_bind_int64(st, 7, r->created_at);
+    db_bind_text(st, 8, r->store, -1);
     if (store_step_done(st) != STORE_OK) return STORE_ERROR;
-    return sqlite3_changes(db_conn(d)) > 0 ? STORE_OK : STORE_CONFLICT;
+    return db_changes(d) > 0 ? STORE_OK : STORE_CONFLICT;
 }
 
 static const char SQL_CTX_TOUCH[] = "UPDATE contexts SET used_at = max(used_at, ?) WHERE team_id = ? AND digest = ?";
 
 int ctx_store_touch(db *d, int64_t team_id, const char *digest, int64_t now) {
-    sqlite3_stmt *st = db_prepare(d, SQL_CTX_TOUCH);
+    db_stmt *st = db_prepare(d, SQL_CTX_TOUCH);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, now);
-    sqlite3_bind_int64(st, 2, team_id);
-    sqlite3_bind_text(st, 3, digest, -1, SQLITE_TRANSIENT);
+    db_bind_int64(st, 1, now);
+    db_bind_int64(st, 2, team_id);
+    db_bind_text(st, 3, digest, -1);
     if (store_step_done(st) != STORE_OK) return STORE_ERROR;
-    return sqlite3_changes(db_conn(d)) > 0 ? STORE_OK : STORE_NOT_FOUND;
+    return db_changes(d) > 0 ? STORE_OK : STORE_NOT_FOUND;
 }
 
 static const char SQL_CTX_GET[] =
@@ -57,14 +57,14 @@ static const char SQL_CTX_GET[] =
     " WHERE team_id = ? AND digest = ?";
 
 int ctx_store_get(db *d, int64_t team_id, const char *digest, ctx_row *out) {
-    sqlite3_stmt *st = db_prepare(d, SQL_CTX_GET);
+    db_stmt *st = db_prepare(d, SQL_CTX_GET);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, team_id);
-    sqlite3_bind_text(st, 2, digest, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) row_read(st, out);
+    db_bind_int64(st, 1, team_id);
+    db_bind_text(st, 2, digest, -1);
+    int rc = db_step(st);
+    if (rc == DB_ROW) row_read(st, out);
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
 }
 
 static const char SQL_CTX_LIST[] =
@@ -74,12 +74,12 @@ static const char SQL_CTX_LIST[] =
     " FROM contexts c WHERE c.team_id = ? ORDER BY c.created_at DESC, c.digest";
 
 int ctx_store_list(db *d, int64_t team_id, cJSON **out) {
-    sqlite3_stmt *st = db_prepare(d, SQL_CTX_LIST);
+    db_stmt *st = db_prepare(d, SQL_CTX_LIST);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, team_id);
+    db_bind_int64(st, 1, team_id);
     cJSON *arr = cJSON_CreateArray();
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         ctx_row r;
         row_read(st, &r);
         char id[80];
@@ -91,11 +91,11 @@ int ctx_store_list(db *d, int64_t team_id, cJSON **out) {
         cJSON_AddNumberToObject(o, "unpacked_bytes", (double)r.unpacked);
         store_json_time_ms(o, "created_at", r.created_at);
         store_json_time_ms(o, "used_at", r.used_at);
-        cJSON_AddNumberToObject(o, "jobs", (double)sqlite3_column_int64(st, 7));
+        cJSON_AddNumberToObject(o, "jobs", (double)db_col_int64(st, 7));
         cJSON_AddItemToArray(arr, o);
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         cJSON_Delete(arr);
         return STORE_ERROR;
     }
@@ -106,13 +106,13 @@ int ctx_store_list(db *d, int64_t team_id, cJSON **out) {
 static const char SQL_CTX_USAGE[] = "SELECT COALESCE(SUM(bytes), 0) FROM contexts WHERE team_id = ?";
 
 int ctx_store_usage(db *d, int64_t team_id, int64_t *bytes) {
-    sqlite3_stmt *st = db_prepare(d, SQL_CTX_USAGE);
+    db_stmt *st = db_prepare(d, SQL_CTX_USAGE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, team_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *bytes = sqlite3_column_int64(st, 0);
+    db_bind_int64(st, 1, team_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) *bytes = db_col_int64(st, 0);
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : STORE_ERROR;
 }
 
 static const char SQL_CTX_DELETE[] =
@@ -123,35 +123,35 @@ static const char SQL_CTX_ACTIVE_JOBS[] =
 
 int ctx_store_delete(db *d, int64_t team_id, const char *digest, int *jobs) {
     *jobs = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_CTX_DELETE);
+    db_stmt *st = db_prepare(d, SQL_CTX_DELETE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, team_id);
-    sqlite3_bind_text(st, 2, digest, -1, SQLITE_TRANSIENT);
+    db_bind_int64(st, 1, team_id);
+    db_bind_text(st, 2, digest, -1);
     if (store_step_done(st) != STORE_OK) return STORE_ERROR;
-    if (sqlite3_changes(db_conn(d)) > 0) return STORE_OK;
+    if (db_changes(d) > 0) return STORE_OK;
     /* kept: not there, or in use (the count is what the answer says) */
     ctx_row r;
     int rc = ctx_store_get(d, team_id, digest, &r);
     if (rc != STORE_OK) return rc;
     st = db_prepare(d, SQL_CTX_ACTIVE_JOBS);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, digest, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 2, team_id);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *jobs = sqlite3_column_int(st, 0);
+    db_bind_text(st, 1, digest, -1);
+    db_bind_int64(st, 2, team_id);
+    rc = db_step(st);
+    if (rc == DB_ROW) *jobs = db_col_int(st, 0);
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_CONFLICT : STORE_ERROR;
+    return rc == DB_ROW ? STORE_CONFLICT : STORE_ERROR;
 }
 
 static const char SQL_CTX_HELD[] = "SELECT 1 FROM contexts WHERE digest = ? LIMIT 1";
 
 int ctx_store_digest_held(db *d, const char *digest) {
-    sqlite3_stmt *st = db_prepare(d, SQL_CTX_HELD);
+    db_stmt *st = db_prepare(d, SQL_CTX_HELD);
     if (!st) return -1;
-    sqlite3_bind_text(st, 1, digest, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
+    db_bind_text(st, 1, digest, -1);
+    int rc = db_step(st);
     db_done(st);
-    return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
+    return rc == DB_ROW ? 1 : rc == DB_DONE ? 0 : -1;
 }
 
 /* A row past its grace: unused since before ?1, no job of its team that
@@ -166,39 +166,39 @@ static const char SQL_CTX_GC[] =
 
 int ctx_store_gc_candidates(db *d, int64_t before, ctx_row *out, int max, int *n) {
     *n = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_CTX_GC);
+    db_stmt *st = db_prepare(d, SQL_CTX_GC);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, before);
-    sqlite3_bind_int(st, 2, max);
+    db_bind_int64(st, 1, before);
+    db_bind_int(st, 2, max);
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) row_read(st, &out[(*n)++]);
+    while ((rc = db_step(st)) == DB_ROW && *n < max) row_read(st, &out[(*n)++]);
     db_done(st);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+    return rc == DB_ROW || rc == DB_DONE ? STORE_OK : STORE_ERROR;
 }
 
 static const char SQL_CTX_GC_DROP[] =
     "DELETE FROM contexts AS c WHERE c.team_id = ?2 AND c.digest = ?3 AND" GC_WHERE;
 
 int ctx_store_gc_drop(db *d, int64_t team_id, const char *digest, int64_t before) {
-    sqlite3_stmt *st = db_prepare(d, SQL_CTX_GC_DROP);
+    db_stmt *st = db_prepare(d, SQL_CTX_GC_DROP);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, before);
-    sqlite3_bind_int64(st, 2, team_id);
-    sqlite3_bind_text(st, 3, digest, -1, SQLITE_TRANSIENT);
+    db_bind_int64(st, 1, before);
+    db_bind_int64(st, 2, team_id);
+    db_bind_text(st, 3, digest, -1);
     if (store_step_done(st) != STORE_OK) return STORE_ERROR;
-    return sqlite3_changes(db_conn(d)) > 0 ? STORE_OK : STORE_NOT_FOUND;
+    return db_changes(d) > 0 ? STORE_OK : STORE_NOT_FOUND;
 }
 
 static const char SQL_CTX_JOB[] = "SELECT 1 FROM jobs WHERE id = ? AND context = ?";
 
 int ctx_store_job_names(db *d, int64_t job_id, const char *digest) {
-    sqlite3_stmt *st = db_prepare(d, SQL_CTX_JOB);
+    db_stmt *st = db_prepare(d, SQL_CTX_JOB);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_text(st, 2, digest, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
+    db_bind_int64(st, 1, job_id);
+    db_bind_text(st, 2, digest, -1);
+    int rc = db_step(st);
     db_done(st);
-    return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
+    return rc == DB_ROW ? 1 : rc == DB_DONE ? 0 : -1;
 }
 
 static const char SQL_CTX_NODE[] =
@@ -206,13 +206,13 @@ static const char SQL_CTX_NODE[] =
     " WHERE j.context = ? AND t.node_id = ? AND t.state != 'exited' LIMIT 1";
 
 int ctx_store_node_needs(db *d, int64_t node_id, const char *digest) {
-    sqlite3_stmt *st = db_prepare(d, SQL_CTX_NODE);
+    db_stmt *st = db_prepare(d, SQL_CTX_NODE);
     if (!st) return -1;
-    sqlite3_bind_text(st, 1, digest, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 2, node_id);
-    int rc = sqlite3_step(st);
+    db_bind_text(st, 1, digest, -1);
+    db_bind_int64(st, 2, node_id);
+    int rc = db_step(st);
     db_done(st);
-    return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
+    return rc == DB_ROW ? 1 : rc == DB_DONE ? 0 : -1;
 }
 
 static const char SQL_CTX_STORE[] =
@@ -221,16 +221,16 @@ static const char SQL_CTX_STORE[] =
 int ctx_store_digest_store(db *d, const char *digest, const char *prefer, char *out, size_t cap, int64_t *bytes) {
     if (cap) out[0] = '\0';
     *bytes = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_CTX_STORE);
+    db_stmt *st = db_prepare(d, SQL_CTX_STORE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, digest, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, prefer ? prefer : "", -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        const char *v = (const char *)sqlite3_column_text(st, 0);
+    db_bind_text(st, 1, digest, -1);
+    db_bind_text(st, 2, prefer ? prefer : "", -1);
+    int rc = db_step(st);
+    if (rc == DB_ROW) {
+        const char *v = db_col_text(st, 0);
         snprintf(out, cap, "%s", v ? v : "");
-        *bytes = sqlite3_column_int64(st, 1);
+        *bytes = db_col_int64(st, 1);
     }
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
 }

@@ -19,6 +19,7 @@
 #include <execinfo.h>
 #include <pthread.h>
 #include <limits.h>
+#include <sqlite3.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/mman.h>
@@ -32,12 +33,20 @@
 #include <time.h>
 #include <unistd.h>
 
+typedef struct db_thread_conn db_thread_conn;
+
+/* A statement of the cache: SQLite's, with the connection it belongs to. */
+struct db_stmt {
+    sqlite3_stmt *s;
+    db_thread_conn *c;
+};
+
 typedef struct stmt_slot {
     const char *sql;
-    sqlite3_stmt *st;
+    db_stmt *st;
 } stmt_slot;
 
-typedef struct db_thread_conn {
+struct db_thread_conn {
     db *owner;
     sqlite3 *conn;
     stmt_slot *slots;             /* open addressing on the sql pointer */
@@ -50,7 +59,7 @@ typedef struct db_thread_conn {
     int chg_all;                  /* too many to list: "everything changed" */
     int auth_dirty;               /* the open transaction wrote tokens or teams (db_auth_generation) */
     struct db_thread_conn *next;
-} db_thread_conn;
+};
 
 struct db {
     char *path;
@@ -177,7 +186,10 @@ static void resident_release(resident_file *f) {
 
 static void conn_free(db_thread_conn *c) {
     for (size_t i = 0; i < c->nslots; i++)
-        if (c->slots[i].st) sqlite3_finalize(c->slots[i].st);
+        if (c->slots[i].st) {
+            sqlite3_finalize(c->slots[i].st->s);
+            free(c->slots[i].st);
+        }
     free(c->slots);
     free(c->chg);
     sqlite3_close(c->conn);
@@ -207,7 +219,7 @@ static void conn_destructor(void *p) {
         pthread_mutex_unlock(&d->write);
     }
     for (size_t i = 0; i < c->nslots; i++)
-        if (c->slots[i].st) sqlite3_reset(c->slots[i].st);
+        if (c->slots[i].st) sqlite3_reset(c->slots[i].st->s);
     conn_unlink(d, c);
     pthread_mutex_lock(&d->lock);
     if (d->nidle < DB_IDLE_MAX) {
@@ -356,10 +368,12 @@ static db_thread_conn *thread_conn(db *d) {
     return c;
 }
 
-sqlite3 *db_conn(db *d) {
+static sqlite3 *db_conn(db *d) {
     db_thread_conn *c = thread_conn(d);
     return c ? c->conn : NULL;
 }
+
+struct sqlite3 *db_sqlite(db *d) { return db_conn(d); }
 
 /* ---------------------------------------------------------------- statements */
 
@@ -384,21 +398,21 @@ static void slots_grow(db_thread_conn *c) {
     c->nslots = n;
 }
 
-sqlite3_stmt *db_prepare(db *d, const char *sql) {
+db_stmt *db_prepare(db *d, const char *sql) {
     db_thread_conn *c = thread_conn(d);
     if (!c) return NULL;
     size_t i = slot_index(sql, c->nslots);
     while (c->slots[i].sql) {
         if (c->slots[i].sql == sql) {
-            sqlite3_stmt *st = c->slots[i].st;
-            sqlite3_reset(st);
-            sqlite3_clear_bindings(st);
+            db_stmt *st = c->slots[i].st;
+            sqlite3_reset(st->s);
+            sqlite3_clear_bindings(st->s);
             return st;
         }
         i = (i + 1) & (c->nslots - 1);
     }
-    sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v3(c->conn, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL);
+    sqlite3_stmt *s = NULL;
+    int rc = sqlite3_prepare_v3(c->conn, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, NULL);
     if (rc != SQLITE_OK) {
         log_error("sqlite prepare: %s: %s", sqlite3_errmsg(c->conn), sql);
         return NULL;
@@ -408,16 +422,73 @@ sqlite3_stmt *db_prepare(db *d, const char *sql) {
         i = slot_index(sql, c->nslots);
         while (c->slots[i].sql) i = (i + 1) & (c->nslots - 1);
     }
+    db_stmt *st = xmalloc(sizeof *st);
+    st->s = s;
+    st->c = c;
     c->slots[i].sql = sql;
     c->slots[i].st = st;
     c->used++;
     return st;
 }
 
-void db_done(sqlite3_stmt *st) {
+void db_done(db_stmt *st) {
     if (!st) return;
-    sqlite3_reset(st);
-    sqlite3_clear_bindings(st);
+    sqlite3_reset(st->s);
+    sqlite3_clear_bindings(st->s);
+}
+
+int db_step(db_stmt *st) {
+    int rc = sqlite3_step(st->s);
+    if (rc == SQLITE_ROW || rc == SQLITE_DONE) return rc;
+    switch (rc & 0xff) { /* extended codes: the primary code is the low byte */
+    case SQLITE_CONSTRAINT: return DB_CONSTRAINT;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: return DB_BUSY;
+    case SQLITE_FULL: return DB_FULL;
+    default: return DB_ERR;
+    }
+}
+
+int db_bind_int64(db_stmt *st, int i, int64_t v) { return sqlite3_bind_int64(st->s, i, v); }
+int db_bind_int(db_stmt *st, int i, int v) { return sqlite3_bind_int(st->s, i, v); }
+int db_bind_double(db_stmt *st, int i, double v) { return sqlite3_bind_double(st->s, i, v); }
+int db_bind_null(db_stmt *st, int i) { return sqlite3_bind_null(st->s, i); }
+int db_bind_text(db_stmt *st, int i, const char *s, int n) {
+    return s ? sqlite3_bind_text(st->s, i, s, n, SQLITE_TRANSIENT) : sqlite3_bind_null(st->s, i);
+}
+int db_bind_text_static(db_stmt *st, int i, const char *s, int n) {
+    return s ? sqlite3_bind_text(st->s, i, s, n, SQLITE_STATIC) : sqlite3_bind_null(st->s, i);
+}
+int db_bind_blob(db_stmt *st, int i, const void *p, int n) {
+    return sqlite3_bind_blob(st->s, i, p, n, SQLITE_TRANSIENT);
+}
+
+int db_col_type(db_stmt *st, int i) { return sqlite3_column_type(st->s, i); }
+int64_t db_col_int64(db_stmt *st, int i) { return sqlite3_column_int64(st->s, i); }
+int db_col_int(db_stmt *st, int i) { return sqlite3_column_int(st->s, i); }
+double db_col_double(db_stmt *st, int i) { return sqlite3_column_double(st->s, i); }
+const char *db_col_text(db_stmt *st, int i) { return (const char *)sqlite3_column_text(st->s, i); }
+const void *db_col_blob(db_stmt *st, int i) { return sqlite3_column_blob(st->s, i); }
+int db_col_bytes(db_stmt *st, int i) { return sqlite3_column_bytes(st->s, i); }
+
+int64_t db_changes(db *d) {
+    sqlite3 *conn = db_conn(d);
+    return conn ? sqlite3_changes64(conn) : 0;
+}
+
+const char *db_errmsg(db *d) {
+    sqlite3 *conn = db_conn(d);
+    return conn ? sqlite3_errmsg(conn) : "no database connection";
+}
+
+int db_in_tx(db *d) {
+    sqlite3 *conn = db_conn(d);
+    return conn && !sqlite3_get_autocommit(conn);
+}
+
+int db_exec(db *d, const char *sql) {
+    sqlite3 *conn = db_conn(d);
+    return conn ? exec_simple(conn, sql) : -1;
 }
 
 /* ---------------------------------------------------------------- tracing
@@ -854,11 +925,11 @@ static const char SQL_GRP_ROLLBACK_TO[] = "ROLLBACK TO db_group_item";
 static const char SQL_GRP_RELEASE[] = "RELEASE db_group_item";
 
 static int step_const(db *d, const char *sql) {
-    sqlite3_stmt *st = db_prepare(d, sql);
+    db_stmt *st = db_prepare(d, sql);
     if (!st) return -1;
-    int rc = sqlite3_step(st);
+    int rc = db_step(st);
     db_done(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return rc == DB_DONE ? 0 : -1;
 }
 
 static double now_us_f(void) { return mono_s() * 1e6; }

@@ -6,7 +6,8 @@
  * db_prepare(d, SQL_CONSTANT) on every request at no cost. storage/ knows
  * nothing of HTTP or scheduling: it stores and queries.
  *
- * defines: db_open, db_close, db_conn, db_prepare, db_begin, db_commit,
+ * defines: db_open, db_close, db_prepare, db_step, db_bind_*, db_col_*,
+ *          db_changes, db_errmsg, db_in_tx, db_exec, db_sqlite, db_begin, db_commit,
  *          db_rollback, db_precommit, db_version, db_migrations_count, db_migrate_to,
  *          db_disk_full, db_generation, db_note, db_notes_mark, db_notes_rewind, db_set_wake_hook, db_wake_node,
  *          db_change_note, db_changes_mark, db_changes_rewind, db_changes_head,
@@ -16,7 +17,6 @@
 #ifndef TRAINYARD_DB_H
 #define TRAINYARD_DB_H
 
-#include <sqlite3.h>
 #include <stdint.h>
 #include <stddef.h>
 
@@ -31,16 +31,80 @@ int db_open_at(db **out, const char *path, int target, char *err, size_t errlen)
 
 void db_close(db *d);
 
-/* The calling thread's connection, or NULL if it could not be opened. */
-sqlite3 *db_conn(db *d);
+/* ---------------------------------------------------------------- statements
+ * The one interface to the store's queries: every file of storage/ prepares,
+ * binds, steps and reads columns through these, never through the engine's
+ * own calls, so a query is written once for every engine. Indexes count as
+ * SQLite's do: bind parameters from 1, columns from 0. */
+typedef struct db_stmt db_stmt;
+
+/* db_step's results (the SQLite values, so a log line reads the same). */
+enum {
+    DB_OK = 0,
+    DB_ERR = 1,          /* any other failure: logged with the statement */
+    DB_BUSY = 5,         /* the database stayed locked (SQLite's busy handler gave up) */
+    DB_FULL = 13,        /* the disk is full */
+    DB_CONSTRAINT = 19,  /* a UNIQUE, FOREIGN KEY, CHECK or NOT NULL constraint refused the row */
+    DB_ROW = 100,        /* a row is ready: read it with db_col_* */
+    DB_DONE = 101        /* the statement ran to its end */
+};
+
+/* db_col_type's answers (SQLite's fundamental types). */
+enum { DB_INTEGER = 1, DB_FLOAT = 2, DB_TEXT = 3, DB_BLOB = 4, DB_NULL = 5 };
 
 /* A prepared statement for sql (a string constant: the cache is keyed by its
  * address), reset with bindings cleared. NULL on error (logged). Do not
- * finalize it; sqlite3_reset it when done (db_done does both jobs' worth). */
-sqlite3_stmt *db_prepare(db *d, const char *sql);
+ * free it; db_done it when done (a statement left mid-result holds its read
+ * snapshot until the thread's next db_prepare of it). */
+db_stmt *db_prepare(db *d, const char *sql);
 
 /* Resets a statement from db_prepare so its locks are released. */
-void db_done(sqlite3_stmt *st);
+void db_done(db_stmt *st);
+
+/* One step: DB_ROW, DB_DONE, or a failure (DB_CONSTRAINT, DB_BUSY,
+ * DB_FULL, DB_ERR). */
+int db_step(db_stmt *st);
+
+/* Binds parameter i (from 1): 0, or non-zero when i is out of range.
+ * db_bind_text copies s (n bytes, or up to its NUL when n < 0);
+ * db_bind_text_static keeps the pointer, which must outlive the statement's
+ * db_done. db_bind_blob copies. */
+int db_bind_int64(db_stmt *st, int i, int64_t v);
+int db_bind_int(db_stmt *st, int i, int v);
+int db_bind_double(db_stmt *st, int i, double v);
+int db_bind_null(db_stmt *st, int i);
+int db_bind_text(db_stmt *st, int i, const char *s, int n);
+int db_bind_text_static(db_stmt *st, int i, const char *s, int n);
+int db_bind_blob(db_stmt *st, int i, const void *p, int n);
+
+/* Column i (from 0) of the row db_step returned. A NULL reads as 0 or
+ * NULL; text stays valid until the next step or db_done. */
+int db_col_type(db_stmt *st, int i);
+int64_t db_col_int64(db_stmt *st, int i);
+int db_col_int(db_stmt *st, int i);
+double db_col_double(db_stmt *st, int i);
+const char *db_col_text(db_stmt *st, int i);
+const void *db_col_blob(db_stmt *st, int i);
+int db_col_bytes(db_stmt *st, int i);
+
+/* Rows the calling thread's last INSERT, UPDATE or DELETE changed. */
+int64_t db_changes(db *d);
+
+/* The calling thread's last error, for a log line. */
+const char *db_errmsg(db *d);
+
+/* Whether the calling thread is inside a transaction (db_begin, or a
+ * BEGIN it ran itself). */
+int db_in_tx(db *d);
+
+/* Runs sql (one statement or several, no parameters, not cached): 0 or -1
+ * (logged). For text built at run time (savepoints, tests' fixtures). */
+int db_exec(db *d, const char *sql);
+
+/* SQLite's handle of the calling thread's connection, for what only SQLite
+ * has (tests' PRAGMAs, the file's own checks). */
+struct sqlite3;
+struct sqlite3 *db_sqlite(db *d);
 
 /* BEGIN IMMEDIATE / COMMIT / ROLLBACK on this thread's connection: 0 or -1. */
 int db_begin(db *d);

@@ -8,13 +8,13 @@
 #include <string.h>
 #include <time.h>
 
-static void add_int_or_null(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
-    if (sqlite3_column_type(st, col) == SQLITE_NULL) cJSON_AddNullToObject(o, key);
-    else cJSON_AddNumberToObject(o, key, (double)sqlite3_column_int64(st, col));
+static void add_int_or_null(cJSON *o, const char *key, db_stmt *st, int col) {
+    if (db_col_type(st, col) == DB_NULL) cJSON_AddNullToObject(o, key);
+    else cJSON_AddNumberToObject(o, key, (double)db_col_int64(st, col));
 }
 
-static void col_copy(sqlite3_stmt *st, int col, char *dst, size_t cap) {
-    const char *s = (const char *)sqlite3_column_text(st, col);
+static void col_copy(db_stmt *st, int col, char *dst, size_t cap) {
+    const char *s = db_col_text(st, col);
     snprintf(dst, cap, "%s", s ? s : "");
 }
 
@@ -26,23 +26,23 @@ static const char SQL_JOB[] =
 
 int exec_store_job_get(db *d, int64_t job_id, int with_spec, exec_job *out) {
     memset(out, 0, sizeof *out);
-    sqlite3_stmt *st = db_prepare(d, SQL_JOB);
+    db_stmt *st = db_prepare(d, SQL_JOB);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
+    db_bind_int64(st, 1, job_id);
+    int rc = db_step(st);
+    if (rc != DB_ROW) {
         db_done(st);
-        return rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+        return rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
     }
-    out->id = sqlite3_column_int64(st, 0);
-    out->team_id = sqlite3_column_int64(st, 1);
+    out->id = db_col_int64(st, 0);
+    out->team_id = db_col_int64(st, 1);
     col_copy(st, 2, out->state, sizeof out->state);
-    out->attempt = sqlite3_column_int(st, 3);
-    out->max_restarts = sqlite3_column_int(st, 4);
-    out->deleted = sqlite3_column_int(st, 6);
-    out->logs_purged_at = sqlite3_column_int64(st, 7);
+    out->attempt = db_col_int(st, 3);
+    out->max_restarts = db_col_int(st, 4);
+    out->deleted = db_col_int(st, 6);
+    out->logs_purged_at = db_col_int64(st, 7);
     if (with_spec) {
-        const char *s = (const char *)sqlite3_column_text(st, 5);
+        const char *s = db_col_text(st, 5);
         out->spec = xstrdup(s ? s : "{}");
     }
     db_done(st);
@@ -60,41 +60,41 @@ static const char SQL_JOB_REASON[] = "UPDATE jobs SET reason = ?, updated_at = ?
 
 int exec_store_progress_get(db *d, int64_t job_id, char **out) {
     *out = NULL;
-    sqlite3_stmt *st = db_prepare(d, SQL_PROGRESS_GET);
+    db_stmt *st = db_prepare(d, SQL_PROGRESS_GET);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    int rc = sqlite3_step(st);
-    int ret = rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
-    if (ret == STORE_OK && sqlite3_column_type(st, 0) != SQLITE_NULL)
-        *out = xstrdup((const char *)sqlite3_column_text(st, 0));
+    db_bind_int64(st, 1, job_id);
+    int rc = db_step(st);
+    int ret = rc == DB_ROW ? STORE_OK : rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    if (ret == STORE_OK && db_col_type(st, 0) != DB_NULL)
+        *out = xstrdup(db_col_text(st, 0));
     db_done(st);
     return ret;
 }
 
 int exec_store_progress_set(db *d, int64_t job_id, const char *json) {
-    sqlite3_stmt *st = db_prepare(d, SQL_PROGRESS_SET);
+    db_stmt *st = db_prepare(d, SQL_PROGRESS_SET);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, json, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 2, job_id);
+    db_bind_text(st, 1, json, -1);
+    db_bind_int64(st, 2, job_id);
     return store_step_done(st);
 }
 
 static const char SQL_JOB_CKPT_AT[] = "UPDATE jobs SET last_checkpoint_at = ? WHERE id = ?";
 
 int exec_store_job_checkpointed(db *d, int64_t job_id, int64_t at_ms) {
-    sqlite3_stmt *st = db_prepare(d, SQL_JOB_CKPT_AT);
+    db_stmt *st = db_prepare(d, SQL_JOB_CKPT_AT);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, at_ms);
-    sqlite3_bind_int64(st, 2, job_id);
+    db_bind_int64(st, 1, at_ms);
+    db_bind_int64(st, 2, job_id);
     return store_step_done(st);
 }
 
 int exec_store_job_set_reason(db *d, int64_t job_id, const char *reason) {
-    sqlite3_stmt *st = db_prepare(d, SQL_JOB_REASON);
+    db_stmt *st = db_prepare(d, SQL_JOB_REASON);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, reason, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 2, now_ms());
-    sqlite3_bind_int64(st, 3, job_id);
+    db_bind_text(st, 1, reason, -1);
+    db_bind_int64(st, 2, now_ms());
+    db_bind_int64(st, 3, job_id);
     return store_step_done(st);
 }
 
@@ -106,27 +106,27 @@ static const char SQL_TASK[] =
 
 int exec_store_task_get(db *d, int64_t task_id, exec_task *out) {
     memset(out, 0, sizeof *out);
-    sqlite3_stmt *st = db_prepare(d, SQL_TASK);
+    db_stmt *st = db_prepare(d, SQL_TASK);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, task_id);
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
+    db_bind_int64(st, 1, task_id);
+    int rc = db_step(st);
+    if (rc != DB_ROW) {
         db_done(st);
-        return rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+        return rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
     }
-    out->id = sqlite3_column_int64(st, 0);
-    out->job_id = sqlite3_column_int64(st, 1);
-    out->node_id = sqlite3_column_int64(st, 2);
-    out->attempt = sqlite3_column_int(st, 3);
+    out->id = db_col_int64(st, 0);
+    out->job_id = db_col_int64(st, 1);
+    out->node_id = db_col_int64(st, 2);
+    out->attempt = db_col_int(st, 3);
     col_copy(st, 4, out->type, sizeof out->type);
-    out->index = sqlite3_column_int(st, 5);
-    out->port = sqlite3_column_int(st, 6);
+    out->index = db_col_int(st, 5);
+    out->port = db_col_int(st, 6);
     col_copy(st, 7, out->state, sizeof out->state);
-    out->handed_out = sqlite3_column_int(st, 8);
-    out->has_exit = sqlite3_column_type(st, 9) != SQLITE_NULL;
-    out->exit_code = sqlite3_column_int(st, 9);
+    out->handed_out = db_col_int(st, 8);
+    out->has_exit = db_col_type(st, 9) != DB_NULL;
+    out->exit_code = db_col_int(st, 9);
     col_copy(st, 10, out->reason, sizeof out->reason);
-    out->memory_mb = sqlite3_column_int64(st, 11);
+    out->memory_mb = db_col_int64(st, 11);
     db_done(st);
     return STORE_OK;
 }
@@ -134,12 +134,12 @@ int exec_store_task_get(db *d, int64_t task_id, exec_task *out) {
 static const char SQL_NODE_EXISTS[] = "SELECT 1 FROM nodes WHERE id = ?";
 
 int exec_store_node_exists(db *d, int64_t node_id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_NODE_EXISTS);
+    db_stmt *st = db_prepare(d, SQL_NODE_EXISTS);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, node_id);
-    int rc = sqlite3_step(st);
+    db_bind_int64(st, 1, node_id);
+    int rc = db_step(st);
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
 }
 
 static const char SQL_NODE_PENDING[] =
@@ -147,28 +147,28 @@ static const char SQL_NODE_PENDING[] =
 
 int exec_store_node_pending(db *d, int64_t node_id, int64_t *ids, int max, int *n) {
     *n = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_NODE_PENDING);
+    db_stmt *st = db_prepare(d, SQL_NODE_PENDING);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, node_id);
-    sqlite3_bind_int(st, 2, max);
+    db_bind_int64(st, 1, node_id);
+    db_bind_int(st, 2, max);
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) ids[(*n)++] = sqlite3_column_int64(st, 0);
+    while ((rc = db_step(st)) == DB_ROW && *n < max) ids[(*n)++] = db_col_int64(st, 0);
     db_done(st);
-    return rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
+    return rc == DB_DONE || rc == DB_ROW ? STORE_OK : STORE_ERROR;
 }
 
 static const char SQL_TASK_HANDOUT[] =
     "UPDATE tasks SET token_hash = ? WHERE id = ? AND state = 'assigned' AND token_hash IS NULL";
 
 int exec_store_task_handout(db *d, int64_t task_id, const char *token_hash) {
-    sqlite3_stmt *st = db_prepare(d, SQL_TASK_HANDOUT);
+    db_stmt *st = db_prepare(d, SQL_TASK_HANDOUT);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, token_hash, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 2, task_id);
-    int rc = sqlite3_step(st);
-    int changed = sqlite3_changes(db_conn(d));
+    db_bind_text(st, 1, token_hash, -1);
+    db_bind_int64(st, 2, task_id);
+    int rc = db_step(st);
+    int changed = db_changes(d);
     db_done(st);
-    if (rc != SQLITE_DONE) return STORE_ERROR;
+    if (rc != DB_DONE) return STORE_ERROR;
     return changed == 1 ? STORE_OK : STORE_CONFLICT;
 }
 
@@ -181,16 +181,16 @@ static const char SQL_NODE_RESET_HANDOUTS[] =
     " AND id NOT IN (SELECT value FROM json_each(?2))";
 
 int exec_store_node_reset_handouts(db *d, int64_t node_id, const char *keep_json) {
-    sqlite3_stmt *st = db_prepare(d, SQL_NODE_REVOKE_ASSIGNED);
+    db_stmt *st = db_prepare(d, SQL_NODE_REVOKE_ASSIGNED);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, now_ms());
-    sqlite3_bind_int64(st, 2, node_id);
-    sqlite3_bind_text(st, 3, keep_json, -1, SQLITE_TRANSIENT);
+    db_bind_int64(st, 1, now_ms());
+    db_bind_int64(st, 2, node_id);
+    db_bind_text(st, 3, keep_json, -1);
     if (store_step_done(st) != STORE_OK) return STORE_ERROR;
     st = db_prepare(d, SQL_NODE_RESET_HANDOUTS);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, node_id);
-    sqlite3_bind_text(st, 2, keep_json, -1, SQLITE_TRANSIENT);
+    db_bind_int64(st, 1, node_id);
+    db_bind_text(st, 2, keep_json, -1);
     return store_step_done(st);
 }
 
@@ -198,21 +198,21 @@ static const char SQL_NODE_STOPPING[] =
     "SELECT id, job_id, reason FROM tasks WHERE node_id = ? AND state = 'stopping' ORDER BY id";
 
 int exec_store_node_stopping(db *d, int64_t node_id, cJSON **out) {
-    sqlite3_stmt *st = db_prepare(d, SQL_NODE_STOPPING);
+    db_stmt *st = db_prepare(d, SQL_NODE_STOPPING);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, node_id);
+    db_bind_int64(st, 1, node_id);
     cJSON *arr = cJSON_CreateArray();
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         cJSON *t = cJSON_CreateObject();
-        cJSON_AddNumberToObject(t, "task", (double)sqlite3_column_int64(st, 0));
-        cJSON_AddNumberToObject(t, "job", (double)sqlite3_column_int64(st, 1));
-        const char *r = (const char *)sqlite3_column_text(st, 2);
+        cJSON_AddNumberToObject(t, "task", (double)db_col_int64(st, 0));
+        cJSON_AddNumberToObject(t, "job", (double)db_col_int64(st, 1));
+        const char *r = db_col_text(st, 2);
         cJSON_AddStringToObject(t, "reason", r ? r : "stopped");
         cJSON_AddItemToArray(arr, t);
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         cJSON_Delete(arr);
         return STORE_ERROR;
     }
@@ -225,21 +225,21 @@ static const char SQL_ATTEMPT_CLUSTER[] =
     " WHERE t.job_id = ? AND t.attempt = ? AND t.type != 'evaluator' ORDER BY t.type, t.idx";
 
 int exec_store_attempt_cluster(db *d, int64_t job_id, int attempt, cJSON **out) {
-    sqlite3_stmt *st = db_prepare(d, SQL_ATTEMPT_CLUSTER);
+    db_stmt *st = db_prepare(d, SQL_ATTEMPT_CLUSTER);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int(st, 2, attempt);
+    db_bind_int64(st, 1, job_id);
+    db_bind_int(st, 2, attempt);
     cJSON *c = cJSON_CreateObject();
     cJSON *chief = cJSON_AddArrayToObject(c, "chief");
     cJSON *worker = cJSON_AddArrayToObject(c, "worker");
     cJSON *ps = cJSON_AddArrayToObject(c, "ps");
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *type = (const char *)sqlite3_column_text(st, 0);
-        int idx = sqlite3_column_int(st, 1);
-        const char *addr = (const char *)sqlite3_column_text(st, 2);
+    while ((rc = db_step(st)) == DB_ROW) {
+        const char *type = db_col_text(st, 0);
+        int idx = db_col_int(st, 1);
+        const char *addr = db_col_text(st, 2);
         char hp[300];
-        snprintf(hp, sizeof hp, "%s:%d", addr ? addr : "127.0.0.1", sqlite3_column_int(st, 3));
+        snprintf(hp, sizeof hp, "%s:%d", addr ? addr : "127.0.0.1", db_col_int(st, 3));
         if (type && strcmp(type, "ps") == 0) {
             cJSON_AddItemToArray(ps, cJSON_CreateString(hp));
         } else {
@@ -248,7 +248,7 @@ int exec_store_attempt_cluster(db *d, int64_t job_id, int attempt, cJSON **out) 
         }
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         cJSON_Delete(c);
         return STORE_ERROR;
     }
@@ -261,19 +261,19 @@ static const char SQL_TASK_DEVICES[] =
     " WHERE a.task_id = ? ORDER BY v.kind, v.idx";
 
 int exec_store_task_devices(db *d, int64_t task_id, cJSON **out) {
-    sqlite3_stmt *st = db_prepare(d, SQL_TASK_DEVICES);
+    db_stmt *st = db_prepare(d, SQL_TASK_DEVICES);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, task_id);
+    db_bind_int64(st, 1, task_id);
     cJSON *arr = cJSON_CreateArray();
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         char name[64];
-        const char *k = (const char *)sqlite3_column_text(st, 0);
-        snprintf(name, sizeof name, "%s:%d", k ? k : "cpu", sqlite3_column_int(st, 1));
+        const char *k = db_col_text(st, 0);
+        snprintf(name, sizeof name, "%s:%d", k ? k : "cpu", db_col_int(st, 1));
         cJSON_AddItemToArray(arr, cJSON_CreateString(name));
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         cJSON_Delete(arr);
         return STORE_ERROR;
     }
@@ -288,38 +288,38 @@ static const char SQL_TASK_EXITED[] =
     "UPDATE tasks SET state = 'exited', exit_code = ?2, reason = coalesce(?3, reason), finished_at = ?4"
     " WHERE id = ?1 AND state != 'exited'";
 
-static int update_one(db *d, sqlite3_stmt *st) {
-    int rc = sqlite3_step(st);
-    int changed = sqlite3_changes(db_conn(d));
+static int update_one(db *d, db_stmt *st) {
+    int rc = db_step(st);
+    int changed = db_changes(d);
     db_done(st);
-    if (rc != SQLITE_DONE) return STORE_ERROR;
+    if (rc != DB_DONE) return STORE_ERROR;
     return changed == 1 ? STORE_OK : STORE_CONFLICT;
 }
 
 int exec_store_task_set_running(db *d, int64_t task_id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_TASK_RUNNING);
+    db_stmt *st = db_prepare(d, SQL_TASK_RUNNING);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, task_id);
-    sqlite3_bind_int64(st, 2, now_ms());
+    db_bind_int64(st, 1, task_id);
+    db_bind_int64(st, 2, now_ms());
     return update_one(d, st);
 }
 
 int exec_store_task_set_exited(db *d, int64_t task_id, int exit_code, const char *reason) {
-    sqlite3_stmt *st = db_prepare(d, SQL_TASK_EXITED);
+    db_stmt *st = db_prepare(d, SQL_TASK_EXITED);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, task_id);
-    sqlite3_bind_int(st, 2, exit_code);
-    if (reason) sqlite3_bind_text(st, 3, reason, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 4, now_ms());
+    db_bind_int64(st, 1, task_id);
+    db_bind_int(st, 2, exit_code);
+    if (reason) db_bind_text(st, 3, reason, -1);
+    db_bind_int64(st, 4, now_ms());
     return update_one(d, st);
 }
 
 static const char SQL_TASK_FREE[] = "DELETE FROM allocations WHERE task_id = ?";
 
 int exec_store_task_free(db *d, int64_t task_id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_TASK_FREE);
+    db_stmt *st = db_prepare(d, SQL_TASK_FREE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, task_id);
+    db_bind_int64(st, 1, task_id);
     return store_step_done(st);
 }
 
@@ -328,10 +328,10 @@ static const char SQL_TASK_REVOKE[] =
     " AND hash = (SELECT token_hash FROM tasks WHERE id = ?2)";
 
 int exec_store_task_revoke_token(db *d, int64_t task_id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_TASK_REVOKE);
+    db_stmt *st = db_prepare(d, SQL_TASK_REVOKE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, now_ms());
-    sqlite3_bind_int64(st, 2, task_id);
+    db_bind_int64(st, 1, now_ms());
+    db_bind_int64(st, 2, task_id);
     return store_step_done(st);
 }
 
@@ -343,15 +343,15 @@ static const char SQL_DROP_UNSTARTED[] =
     " WHERE job_id = ?1 AND state IN ('assigned','stopping') AND token_hash IS NULL";
 
 int exec_store_attempt_drop_unstarted(db *d, int64_t job_id, const char *why) {
-    sqlite3_stmt *st = db_prepare(d, SQL_DROP_UNSTARTED_FREE);
+    db_stmt *st = db_prepare(d, SQL_DROP_UNSTARTED_FREE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
+    db_bind_int64(st, 1, job_id);
     if (store_step_done(st) != STORE_OK) return STORE_ERROR;
     st = db_prepare(d, SQL_DROP_UNSTARTED);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_text(st, 2, why, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 3, now_ms());
+    db_bind_int64(st, 1, job_id);
+    db_bind_text(st, 2, why, -1);
+    db_bind_int64(st, 3, now_ms());
     return store_step_done(st);
 }
 
@@ -362,18 +362,18 @@ static const char SQL_ATTEMPT_COUNTS[] =
     " coalesce(sum(state != 'exited'), 0) FROM tasks WHERE job_id = ? AND attempt = ?";
 
 int exec_store_attempt_counts(db *d, int64_t job_id, int attempt, int *total, int *running, int *live) {
-    sqlite3_stmt *st = db_prepare(d, SQL_ATTEMPT_COUNTS);
+    db_stmt *st = db_prepare(d, SQL_ATTEMPT_COUNTS);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int(st, 2, attempt);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *total = sqlite3_column_int(st, 0);
-        *running = sqlite3_column_int(st, 1);
-        *live = sqlite3_column_int(st, 2);
+    db_bind_int64(st, 1, job_id);
+    db_bind_int(st, 2, attempt);
+    int rc = db_step(st);
+    if (rc == DB_ROW) {
+        *total = db_col_int(st, 0);
+        *running = db_col_int(st, 1);
+        *live = db_col_int(st, 2);
     }
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : STORE_ERROR;
 }
 
 static const char SQL_ATTEMPT_CHIEF[] =
@@ -382,18 +382,18 @@ static const char SQL_ATTEMPT_CHIEF[] =
 int exec_store_attempt_chief(db *d, int64_t job_id, int attempt, int *exited, int *code) {
     *exited = 0;
     *code = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_ATTEMPT_CHIEF);
+    db_stmt *st = db_prepare(d, SQL_ATTEMPT_CHIEF);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int(st, 2, attempt);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        const char *s = (const char *)sqlite3_column_text(st, 0);
+    db_bind_int64(st, 1, job_id);
+    db_bind_int(st, 2, attempt);
+    int rc = db_step(st);
+    if (rc == DB_ROW) {
+        const char *s = db_col_text(st, 0);
         *exited = s && strcmp(s, "exited") == 0;
-        *code = sqlite3_column_type(st, 1) == SQLITE_NULL ? -1 : sqlite3_column_int(st, 1);
+        *code = db_col_type(st, 1) == DB_NULL ? -1 : db_col_int(st, 1);
     }
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
 }
 
 static const char SQL_JOB_TASKS[] =
@@ -402,25 +402,25 @@ static const char SQL_JOB_TASKS[] =
     " WHERE t.job_id = ? AND t.attempt = ? ORDER BY t.type DESC, t.idx";
 
 int exec_store_job_tasks(db *d, int64_t job_id, int attempt, cJSON **out) {
-    sqlite3_stmt *st = db_prepare(d, SQL_JOB_TASKS);
+    db_stmt *st = db_prepare(d, SQL_JOB_TASKS);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int(st, 2, attempt);
+    db_bind_int64(st, 1, job_id);
+    db_bind_int(st, 2, attempt);
     cJSON *arr = cJSON_CreateArray();
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         cJSON *t = cJSON_CreateObject();
         char name[48];
-        const char *type = (const char *)sqlite3_column_text(st, 1);
-        snprintf(name, sizeof name, "%s-%d", type ? type : "worker", sqlite3_column_int(st, 2));
-        cJSON_AddNumberToObject(t, "id", (double)sqlite3_column_int64(st, 0));
+        const char *type = db_col_text(st, 1);
+        snprintf(name, sizeof name, "%s-%d", type ? type : "worker", db_col_int(st, 2));
+        cJSON_AddNumberToObject(t, "id", (double)db_col_int64(st, 0));
         store_json_text(t, "type", st, 1);
-        cJSON_AddNumberToObject(t, "index", sqlite3_column_int(st, 2));
+        cJSON_AddNumberToObject(t, "index", db_col_int(st, 2));
         cJSON_AddStringToObject(t, "name", name);
         store_json_text(t, "node", st, 3);
-        cJSON_AddNumberToObject(t, "node_id", (double)sqlite3_column_int64(st, 4));
+        cJSON_AddNumberToObject(t, "node_id", (double)db_col_int64(st, 4));
         store_json_text(t, "address", st, 5);
-        cJSON_AddNumberToObject(t, "port", sqlite3_column_int(st, 6));
+        cJSON_AddNumberToObject(t, "port", db_col_int(st, 6));
         store_json_text(t, "state", st, 7);
         add_int_or_null(t, "exit_code", st, 8);
         store_json_text(t, "reason", st, 9);
@@ -429,7 +429,7 @@ int exec_store_job_tasks(db *d, int64_t job_id, int attempt, cJSON **out) {
         cJSON_AddItemToArray(arr, t);
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         cJSON_Delete(arr);
         return STORE_ERROR;
     }
@@ -440,42 +440,42 @@ int exec_store_job_tasks(db *d, int64_t job_id, int attempt, cJSON **out) {
 /* ---------------------------------------------------------------- metrics */
 
 int exec_store_job_attempt(db *d, int64_t job_id, int *attempt) {
-    sqlite3_stmt *st = db_prepare(d, "SELECT attempt FROM jobs WHERE id = ?");
+    db_stmt *st = db_prepare(d, "SELECT attempt FROM jobs WHERE id = ?");
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *attempt = sqlite3_column_int(st, 0);
+    db_bind_int64(st, 1, job_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) *attempt = db_col_int(st, 0);
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
 }
 
 static const char SQL_METRIC_ADD[] =
-    "INSERT OR IGNORE INTO metrics(job_id, seq, attempt, kind, step, epoch, ts, data)"
-    " VALUES(?, ?, ?, ?, ?, ?, ?, ?)";
+    "INSERT INTO metrics(job_id, seq, attempt, kind, step, epoch, ts, data)"
+    " VALUES(?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING";
 
 /* kind 'eval' (the evaluator's metrics): a table and a sequence of their own. */
 static const char SQL_EVAL_ADD[] =
-    "INSERT OR IGNORE INTO eval_metrics(job_id, seq, attempt, kind, step, epoch, ts, data)"
-    " VALUES(?, ?, ?, ?, ?, ?, ?, ?)";
+    "INSERT INTO eval_metrics(job_id, seq, attempt, kind, step, epoch, ts, data)"
+    " VALUES(?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING";
 
 static int is_eval(const char *kind) { return kind && strcmp(kind, "eval") == 0; }
 
 int exec_store_metric_add(db *d, int64_t job_id, int64_t seq, int attempt, const char *kind,
                           const int64_t *step, const int64_t *epoch, const char *data, int *inserted) {
-    sqlite3_stmt *st = db_prepare(d, is_eval(kind) ? SQL_EVAL_ADD : SQL_METRIC_ADD);
+    db_stmt *st = db_prepare(d, is_eval(kind) ? SQL_EVAL_ADD : SQL_METRIC_ADD);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, seq);
-    sqlite3_bind_int(st, 3, attempt);
-    sqlite3_bind_text(st, 4, kind, -1, SQLITE_TRANSIENT);
-    if (step) sqlite3_bind_int64(st, 5, *step);
-    if (epoch) sqlite3_bind_int64(st, 6, *epoch);
-    sqlite3_bind_int64(st, 7, now_ms());
-    sqlite3_bind_text(st, 8, data, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    int changed = sqlite3_changes(db_conn(d));
+    db_bind_int64(st, 1, job_id);
+    db_bind_int64(st, 2, seq);
+    db_bind_int(st, 3, attempt);
+    db_bind_text(st, 4, kind, -1);
+    if (step) db_bind_int64(st, 5, *step);
+    if (epoch) db_bind_int64(st, 6, *epoch);
+    db_bind_int64(st, 7, now_ms());
+    db_bind_text(st, 8, data, -1);
+    int rc = db_step(st);
+    int changed = db_changes(d);
     db_done(st);
-    if (rc != SQLITE_DONE) return STORE_ERROR;
+    if (rc != DB_DONE) return STORE_ERROR;
     if (inserted) *inserted = changed == 1;
     return STORE_OK;
 }
@@ -489,8 +489,8 @@ static const char SQL_EVAL_LIST[] =
     " AND (?3 IS NULL OR kind = ?3) ORDER BY seq LIMIT ?4";
 static const char SQL_EVAL_LAST[] = "SELECT coalesce(max(seq), 0) FROM eval_metrics WHERE job_id = ?";
 
-static cJSON *metric_row(sqlite3_stmt *st, int c0) {
-    const char *data = (const char *)sqlite3_column_text(st, c0 + 4);
+static cJSON *metric_row(db_stmt *st, int c0) {
+    const char *data = db_col_text(st, c0 + 4);
     cJSON *m = data ? cJSON_Parse(data) : NULL;
     if (!cJSON_IsObject(m)) {
         cJSON_Delete(m);
@@ -500,33 +500,33 @@ static cJSON *metric_row(sqlite3_stmt *st, int c0) {
     cJSON_DeleteItemFromObject(m, "kind");
     cJSON_DeleteItemFromObject(m, "attempt");
     cJSON_DeleteItemFromObject(m, "time");
-    cJSON_AddNumberToObject(m, "seq", (double)sqlite3_column_int64(st, c0));
+    cJSON_AddNumberToObject(m, "seq", (double)db_col_int64(st, c0));
     store_json_text(m, "kind", st, c0 + 2);
-    cJSON_AddNumberToObject(m, "attempt", sqlite3_column_int(st, c0 + 1));
+    cJSON_AddNumberToObject(m, "attempt", db_col_int(st, c0 + 1));
     store_json_time(m, "time", st, c0 + 3);
     return m;
 }
 
 int exec_store_metrics_list(db *d, int64_t job_id, int64_t since, const char *kind, int limit, cJSON **out,
                             int64_t *last_seq) {
-    sqlite3_stmt *st = db_prepare(d, is_eval(kind) ? SQL_EVAL_LAST : SQL_METRICS_LAST);
+    db_stmt *st = db_prepare(d, is_eval(kind) ? SQL_EVAL_LAST : SQL_METRICS_LAST);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *last_seq = sqlite3_column_int64(st, 0);
+    db_bind_int64(st, 1, job_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) *last_seq = db_col_int64(st, 0);
     db_done(st);
-    if (rc != SQLITE_ROW) return STORE_ERROR;
+    if (rc != DB_ROW) return STORE_ERROR;
     if (!out) return STORE_OK;
     st = db_prepare(d, is_eval(kind) ? SQL_EVAL_LIST : SQL_METRICS_LIST);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, since);
-    if (kind) sqlite3_bind_text(st, 3, kind, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int(st, 4, limit);
+    db_bind_int64(st, 1, job_id);
+    db_bind_int64(st, 2, since);
+    if (kind) db_bind_text(st, 3, kind, -1);
+    db_bind_int(st, 4, limit);
     cJSON *arr = cJSON_CreateArray();
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) cJSON_AddItemToArray(arr, metric_row(st, 0));
+    while ((rc = db_step(st)) == DB_ROW) cJSON_AddItemToArray(arr, metric_row(st, 0));
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         cJSON_Delete(arr);
         return STORE_ERROR;
     }
@@ -545,14 +545,14 @@ static const char SQL_EVAL_LATEST[] =
 
 int exec_store_metric_latest(db *d, int64_t job_id, const char *kind, cJSON **out) {
     *out = NULL;
-    sqlite3_stmt *st = db_prepare(d, is_eval(kind) ? SQL_EVAL_LATEST : SQL_METRIC_LATEST);
+    db_stmt *st = db_prepare(d, is_eval(kind) ? SQL_EVAL_LATEST : SQL_METRIC_LATEST);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    if (kind) sqlite3_bind_text(st, 2, kind, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *out = metric_row(st, 0);
+    db_bind_int64(st, 1, job_id);
+    if (kind) db_bind_text(st, 2, kind, -1);
+    int rc = db_step(st);
+    if (rc == DB_ROW) *out = metric_row(st, 0);
     db_done(st);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+    return rc == DB_ROW || rc == DB_DONE ? STORE_OK : STORE_ERROR;
 }
 
 static const char SQL_EPOCH_THROUGHPUT[] =
@@ -565,17 +565,17 @@ static const char SQL_EPOCH_THROUGHPUT[] =
 int exec_store_epoch_throughput(db *d, int64_t job_id, int *epochs, double *samples, double *seconds) {
     *epochs = 0;
     *samples = *seconds = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_EPOCH_THROUGHPUT);
+    db_stmt *st = db_prepare(d, SQL_EPOCH_THROUGHPUT);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *epochs = sqlite3_column_int(st, 0);
-        *samples = sqlite3_column_double(st, 1);
-        *seconds = sqlite3_column_double(st, 2);
+    db_bind_int64(st, 1, job_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) {
+        *epochs = db_col_int(st, 0);
+        *samples = db_col_double(st, 1);
+        *seconds = db_col_double(st, 2);
     }
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : STORE_ERROR;
 }
 
 /* ---------------------------------------------------------------- logs */
@@ -591,23 +591,23 @@ int exec_store_log_chunk_add(db *d, int64_t job_id, const char *task, int attemp
     /* the chunk and the job's log_bytes together: the team's storage use is
      * summed from log_bytes, so it never misses a chunk after a crash */
     if (db_begin(d) < 0) return STORE_ERROR;
-    sqlite3_stmt *st = db_prepare(d, SQL_LOG_CHUNK);
+    db_stmt *st = db_prepare(d, SQL_LOG_CHUNK);
     int rc = STORE_ERROR;
     if (st) {
-        sqlite3_bind_int64(st, 1, job_id);
-        sqlite3_bind_text(st, 2, task, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int(st, 3, attempt);
-        sqlite3_bind_int64(st, 4, offset);
-        sqlite3_bind_int64(st, 5, length);
-        sqlite3_bind_int64(st, 6, now_ms());
+        db_bind_int64(st, 1, job_id);
+        db_bind_text(st, 2, task, -1);
+        db_bind_int(st, 3, attempt);
+        db_bind_int64(st, 4, offset);
+        db_bind_int64(st, 5, length);
+        db_bind_int64(st, 6, now_ms());
         rc = store_step_done(st);
     }
     if (rc == STORE_OK) {
         st = db_prepare(d, SQL_LOG_BYTES_ADD);
         rc = STORE_ERROR;
         if (st) {
-            sqlite3_bind_int64(st, 1, job_id);
-            sqlite3_bind_int64(st, 2, length);
+            db_bind_int64(st, 1, job_id);
+            db_bind_int64(st, 2, length);
             rc = store_step_done(st);
         }
     }
@@ -625,61 +625,57 @@ static const char SQL_LOG_STATE[] =
 int exec_store_job_log_state(db *d, int64_t job_id, int64_t *log_bytes, char *max_size, size_t cap) {
     *log_bytes = 0;
     if (cap) max_size[0] = '\0';
-    sqlite3_stmt *st = db_prepare(d, SQL_LOG_STATE);
+    db_stmt *st = db_prepare(d, SQL_LOG_STATE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *log_bytes = sqlite3_column_int64(st, 0);
+    db_bind_int64(st, 1, job_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) {
+        *log_bytes = db_col_int64(st, 0);
         /* a size as written: "2GiB", or an integer of bytes (its decimal text reads back the same) */
-        int ty = sqlite3_column_type(st, 1);
-        if (ty == SQLITE_TEXT || ty == SQLITE_INTEGER) col_copy(st, 1, max_size, cap);
+        int ty = db_col_type(st, 1);
+        if (ty == DB_TEXT || ty == DB_INTEGER) col_copy(st, 1, max_size, cap);
     }
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
 }
 
 /* ---------------------------------------------------------------- checkpoints */
 
 static const char SQL_CKPT_RESERVE[] =
     "INSERT INTO checkpoints(job_id, attempt, step, epoch, size, sha256, path, created_at, deleted_at)"
-    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, '', ?7, ?7)";
+    " VALUES(?1, ?2, ?3, ?4, ?5, ?6, '', ?7, ?7) RETURNING id";
 static const char SQL_CKPT_PUBLISH[] =
     "UPDATE checkpoints SET path = ?2, store = ?4, deleted_at = NULL, created_at = ?3 WHERE id = ?1";
 static const char SQL_CKPT_DISCARD[] = "DELETE FROM checkpoints WHERE id = ?";
 
 int exec_store_ckpt_reserve(db *d, int64_t job_id, int attempt, int64_t step, int64_t epoch, int64_t size,
                             const char *sha256, int64_t *id_out) {
-    sqlite3_stmt *st = db_prepare(d, SQL_CKPT_RESERVE);
+    db_stmt *st = db_prepare(d, SQL_CKPT_RESERVE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int(st, 2, attempt);
-    sqlite3_bind_int64(st, 3, step);
-    sqlite3_bind_int64(st, 4, epoch);
-    sqlite3_bind_int64(st, 5, size);
-    sqlite3_bind_text(st, 6, sha256, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 7, now_ms());
-    int rc = sqlite3_step(st);
-    db_done(st);
-    if (rc != SQLITE_DONE) return STORE_ERROR;
-    *id_out = sqlite3_last_insert_rowid(db_conn(d));
-    return STORE_OK;
+    db_bind_int64(st, 1, job_id);
+    db_bind_int(st, 2, attempt);
+    db_bind_int64(st, 3, step);
+    db_bind_int64(st, 4, epoch);
+    db_bind_int64(st, 5, size);
+    db_bind_text(st, 6, sha256, -1);
+    db_bind_int64(st, 7, now_ms());
+    return store_step_id(st, id_out) == STORE_OK ? STORE_OK : STORE_ERROR;
 }
 
 int exec_store_ckpt_publish(db *d, int64_t id, const char *store, const char *path) {
-    sqlite3_stmt *st = db_prepare(d, SQL_CKPT_PUBLISH);
+    db_stmt *st = db_prepare(d, SQL_CKPT_PUBLISH);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_text(st, 2, path, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 3, now_ms());
-    sqlite3_bind_text(st, 4, store ? store : "", -1, SQLITE_TRANSIENT);
+    db_bind_int64(st, 1, id);
+    db_bind_text(st, 2, path, -1);
+    db_bind_int64(st, 3, now_ms());
+    db_bind_text(st, 4, store ? store : "", -1);
     return update_one(d, st) == STORE_OK ? STORE_OK : STORE_ERROR;
 }
 
 int exec_store_ckpt_discard(db *d, int64_t id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_CKPT_DISCARD);
+    db_stmt *st = db_prepare(d, SQL_CKPT_DISCARD);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, id);
+    db_bind_int64(st, 1, id);
     return store_step_done(st);
 }
 
@@ -691,36 +687,36 @@ static const char SQL_CKPT_GET[] =
 static const char SQL_CKPT_LIST[] =
     "SELECT " CKPT_COLS " FROM checkpoints WHERE job_id = ? AND deleted_at IS NULL ORDER BY id DESC";
 
-static void ckpt_row(sqlite3_stmt *st, exec_ckpt *c) {
+static void ckpt_row(db_stmt *st, exec_ckpt *c) {
     memset(c, 0, sizeof *c);
-    c->id = sqlite3_column_int64(st, 0);
-    c->attempt = sqlite3_column_int(st, 1);
-    c->step = sqlite3_column_int64(st, 2);
-    c->epoch = sqlite3_column_int64(st, 3);
-    c->size = sqlite3_column_int64(st, 4);
+    c->id = db_col_int64(st, 0);
+    c->attempt = db_col_int(st, 1);
+    c->step = db_col_int64(st, 2);
+    c->epoch = db_col_int64(st, 3);
+    c->size = db_col_int64(st, 4);
     col_copy(st, 5, c->sha256, sizeof c->sha256);
     col_copy(st, 6, c->path, sizeof c->path);
     col_copy(st, 8, c->store, sizeof c->store);
 }
 
 int exec_store_ckpt_get(db *d, int64_t job_id, int64_t cid, exec_ckpt *out) {
-    sqlite3_stmt *st = db_prepare(d, SQL_CKPT_GET);
+    db_stmt *st = db_prepare(d, SQL_CKPT_GET);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, cid);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) ckpt_row(st, out);
+    db_bind_int64(st, 1, job_id);
+    db_bind_int64(st, 2, cid);
+    int rc = db_step(st);
+    if (rc == DB_ROW) ckpt_row(st, out);
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
 }
 
 int exec_store_ckpt_list(db *d, int64_t job_id, cJSON **out) {
-    sqlite3_stmt *st = db_prepare(d, SQL_CKPT_LIST);
+    db_stmt *st = db_prepare(d, SQL_CKPT_LIST);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
+    db_bind_int64(st, 1, job_id);
     cJSON *arr = cJSON_CreateArray();
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         exec_ckpt c;
         ckpt_row(st, &c);
         cJSON *o = cJSON_CreateObject();
@@ -734,7 +730,7 @@ int exec_store_ckpt_list(db *d, int64_t job_id, cJSON **out) {
         cJSON_AddItemToArray(arr, o);
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         cJSON_Delete(arr);
         return STORE_ERROR;
     }
@@ -751,26 +747,26 @@ int exec_store_ckpt_prune(db *d, int64_t job_id, int keep, ckpt_ref *refs, int m
     *n = 0;
     int64_t ids[64];
     int nids = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_CKPT_BEYOND);
+    db_stmt *st = db_prepare(d, SQL_CKPT_BEYOND);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int(st, 2, keep);
+    db_bind_int64(st, 1, job_id);
+    db_bind_int(st, 2, keep);
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         if (nids >= (int)(sizeof ids / sizeof ids[0]) || nids >= max) continue; /* the rest next time */
-        ids[nids] = sqlite3_column_int64(st, 0);
+        ids[nids] = db_col_int64(st, 0);
         col_copy(st, 1, refs[nids].path, sizeof refs[nids].path);
         col_copy(st, 2, refs[nids].store, sizeof refs[nids].store);
-        refs[nids].size = sqlite3_column_int64(st, 3);
+        refs[nids].size = db_col_int64(st, 3);
         nids++;
     }
     db_done(st);
-    if (rc != SQLITE_DONE) return STORE_ERROR;
+    if (rc != DB_DONE) return STORE_ERROR;
     for (int i = 0; i < nids; i++) {
         st = db_prepare(d, SQL_CKPT_HIDE);
         if (!st) return STORE_ERROR;
-        sqlite3_bind_int64(st, 1, now_ms());
-        sqlite3_bind_int64(st, 2, ids[i]);
+        db_bind_int64(st, 1, now_ms());
+        db_bind_int64(st, 2, ids[i]);
         if (store_step_done(st) != STORE_OK) return STORE_ERROR;
     }
     *n = nids;
@@ -785,30 +781,30 @@ static const char SQL_RDV_PUT[] =
 static const char SQL_RDV_GET[] = "SELECT value FROM rendezvous WHERE job_id = ? AND attempt = ? AND key = ?";
 
 int exec_store_rdv_put(db *d, int64_t job_id, int attempt, const char *key, const char *value, size_t len) {
-    sqlite3_stmt *st = db_prepare(d, SQL_RDV_PUT);
+    db_stmt *st = db_prepare(d, SQL_RDV_PUT);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int(st, 2, attempt);
-    sqlite3_bind_text(st, 3, key, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 4, value, (int)len, SQLITE_TRANSIENT);
+    db_bind_int64(st, 1, job_id);
+    db_bind_int(st, 2, attempt);
+    db_bind_text(st, 3, key, -1);
+    db_bind_text(st, 4, value, (int)len);
     return store_step_done(st);
 }
 
 int exec_store_rdv_get(db *d, int64_t job_id, int attempt, const char *key, char **value, size_t *len) {
     *value = NULL;
     *len = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_RDV_GET);
+    db_stmt *st = db_prepare(d, SQL_RDV_GET);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int(st, 2, attempt);
-    sqlite3_bind_text(st, 3, key, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        const char *v = (const char *)sqlite3_column_text(st, 0);
-        int n = sqlite3_column_bytes(st, 0);
+    db_bind_int64(st, 1, job_id);
+    db_bind_int(st, 2, attempt);
+    db_bind_text(st, 3, key, -1);
+    int rc = db_step(st);
+    if (rc == DB_ROW) {
+        const char *v = db_col_text(st, 0);
+        int n = db_col_bytes(st, 0);
         *value = xstrndup(v ? v : "", (size_t)n);
         *len = (size_t)n;
     }
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
 }

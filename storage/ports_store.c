@@ -13,16 +13,16 @@ static const char SQL_CLEAR[] = "DELETE FROM task_ports WHERE task_id = ?1";
 static const char SQL_ADD[] = "INSERT INTO task_ports(task_id, name, port) VALUES (?1, ?2, ?3)";
 
 int ports_store_set(db *d, int64_t task_id, const char (*names)[33], const int *ports, int n) {
-    sqlite3_stmt *st = db_prepare(d, SQL_CLEAR);
+    db_stmt *st = db_prepare(d, SQL_CLEAR);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, task_id);
+    db_bind_int64(st, 1, task_id);
     if (store_step_done(st) != STORE_OK) return STORE_ERROR;
     for (int i = 0; i < n; i++) {
         st = db_prepare(d, SQL_ADD);
         if (!st) return STORE_ERROR;
-        sqlite3_bind_int64(st, 1, task_id);
-        sqlite3_bind_text(st, 2, names[i], -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int(st, 3, ports[i]);
+        db_bind_int64(st, 1, task_id);
+        db_bind_text(st, 2, names[i], -1);
+        db_bind_int(st, 3, ports[i]);
         if (store_step_done(st) != STORE_OK) return STORE_ERROR;
     }
     return STORE_OK;
@@ -58,12 +58,12 @@ static void have_add(char *have, size_t havelen, const char *name) {
 /* The names the job declares: its stored spec's "ports" (and "notebook"
  * for a notebook job), then any its tasks reported beside them. */
 static int declared_names(db *d, int64_t job_id, char *have, size_t havelen) {
-    sqlite3_stmt *st = db_prepare(d, SQL_SPEC);
+    db_stmt *st = db_prepare(d, SQL_SPEC);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        const char *text = (const char *)sqlite3_column_text(st, 0);
+    db_bind_int64(st, 1, job_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) {
+        const char *text = db_col_text(st, 0);
         cJSON *spec = text ? cJSON_Parse(text) : NULL;
         const cJSON *p;
         cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(spec, "ports")) {
@@ -76,38 +76,38 @@ static int declared_names(db *d, int64_t job_id, char *have, size_t havelen) {
         cJSON_Delete(spec);
     }
     db_done(st);
-    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return STORE_ERROR;
+    if (rc != DB_ROW && rc != DB_DONE) return STORE_ERROR;
     st = db_prepare(d, SQL_ROW_NAMES);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *n = (const char *)sqlite3_column_text(st, 0);
+    db_bind_int64(st, 1, job_id);
+    while ((rc = db_step(st)) == DB_ROW) {
+        const char *n = db_col_text(st, 0);
         if (n) have_add(have, havelen, n);
     }
     db_done(st);
-    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+    return rc == DB_DONE ? STORE_OK : STORE_ERROR;
 }
 
 int ports_store_find_hit(db *d, int64_t job_id, const char *name, ports_hit *hit, char *have, size_t havelen) {
     if (have && havelen) have[0] = '\0';
     memset(hit, 0, sizeof *hit);
-    sqlite3_stmt *st = db_prepare(d, SQL_FIND);
+    db_stmt *st = db_prepare(d, SQL_FIND);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        const char *addr = (const char *)sqlite3_column_text(st, 1);
-        const char *hash = (const char *)sqlite3_column_text(st, 3);
-        hit->port = sqlite3_column_int(st, 0);
+    db_bind_int64(st, 1, job_id);
+    db_bind_text(st, 2, name, -1);
+    int rc = db_step(st);
+    if (rc == DB_ROW) {
+        const char *addr = db_col_text(st, 1);
+        const char *hash = db_col_text(st, 3);
+        hit->port = db_col_int(st, 0);
         snprintf(hit->host, sizeof hit->host, "%s", addr ? addr : "");
-        hit->task = sqlite3_column_int64(st, 2);
+        hit->task = db_col_int64(st, 2);
         snprintf(hit->token_hash, sizeof hit->token_hash, "%s", hash ? hash : "");
-        hit->notebook = sqlite3_column_int(st, 4) != 0;
+        hit->notebook = db_col_int(st, 4) != 0;
     }
     db_done(st);
-    if (rc == SQLITE_ROW) return STORE_OK;
-    if (rc != SQLITE_DONE) return STORE_ERROR;
+    if (rc == DB_ROW) return STORE_OK;
+    if (rc != DB_DONE) return STORE_ERROR;
     if (have && havelen && declared_names(d, job_id, have, havelen) != STORE_OK) return STORE_ERROR;
     return STORE_NOT_FOUND;
 }
@@ -129,26 +129,26 @@ static const char SQL_LIST[] =
 
 int ports_store_list(db *d, int64_t job_id, cJSON **out) {
     *out = NULL;
-    sqlite3_stmt *st = db_prepare(d, SQL_LIST);
+    db_stmt *st = db_prepare(d, SQL_LIST);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
+    db_bind_int64(st, 1, job_id);
     cJSON *arr = cJSON_CreateArray();
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         cJSON *o = cJSON_CreateObject();
         char tname[48];
-        const char *type = (const char *)sqlite3_column_text(st, 2);
-        snprintf(tname, sizeof tname, "%s-%d", type ? type : "worker", sqlite3_column_int(st, 3));
+        const char *type = db_col_text(st, 2);
+        snprintf(tname, sizeof tname, "%s-%d", type ? type : "worker", db_col_int(st, 3));
         store_json_text(o, "name", st, 0);
-        cJSON_AddNumberToObject(o, "task", (double)sqlite3_column_int64(st, 1));
+        cJSON_AddNumberToObject(o, "task", (double)db_col_int64(st, 1));
         cJSON_AddStringToObject(o, "task_name", tname);
         store_json_text(o, "node", st, 4);
         store_json_text(o, "address", st, 5);
-        cJSON_AddNumberToObject(o, "port", sqlite3_column_int(st, 6));
+        cJSON_AddNumberToObject(o, "port", db_col_int(st, 6));
         cJSON_AddItemToArray(arr, o);
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         cJSON_Delete(arr);
         return STORE_ERROR;
     }

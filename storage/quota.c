@@ -5,7 +5,6 @@
 
 #include <inttypes.h>
 #include <pthread.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,26 +93,26 @@ static const char SQL_USE_CKPTS[] =
 static const char SQL_TEAM_SET_QUOTA[] = "UPDATE teams SET storage_quota = ?2 WHERE id = ?1";
 
 static int sum_query(db *d, const char *sql, int64_t team_id, int64_t *out) {
-    sqlite3_stmt *st = db_prepare(d, sql);
+    db_stmt *st = db_prepare(d, sql);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, team_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *out = sqlite3_column_int64(st, 0);
+    db_bind_int64(st, 1, team_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) *out = db_col_int64(st, 0);
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : STORE_ERROR;
 }
 
 int quota_use_read(db *d, int64_t team_id, quota_use *out, int64_t *quota) {
     memset(out, 0, sizeof *out);
-    sqlite3_stmt *st = db_prepare(d, SQL_TEAM_QUOTA);
+    db_stmt *st = db_prepare(d, SQL_TEAM_QUOTA);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, team_id);
-    int rc = sqlite3_step(st);
+    db_bind_int64(st, 1, team_id);
+    int rc = db_step(st);
     int64_t q = -1;
-    if (rc == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) q = sqlite3_column_int64(st, 0);
+    if (rc == DB_ROW && db_col_type(st, 0) != DB_NULL) q = db_col_int64(st, 0);
     db_done(st);
-    if (rc == SQLITE_DONE) return STORE_NOT_FOUND;
-    if (rc != SQLITE_ROW) return STORE_ERROR;
+    if (rc == DB_DONE) return STORE_NOT_FOUND;
+    if (rc != DB_ROW) return STORE_ERROR;
     if (quota) *quota = q;
     if (sum_query(d, SQL_USE_LOGS, team_id, &out->bytes[QUOTA_LOGS]) != STORE_OK ||
         sum_query(d, SQL_USE_CKPTS, team_id, &out->bytes[QUOTA_CHECKPOINTS]) != STORE_OK ||
@@ -123,15 +122,15 @@ int quota_use_read(db *d, int64_t team_id, quota_use *out, int64_t *quota) {
 }
 
 int quota_team_set(db *d, int64_t team_id, int64_t bytes) {
-    sqlite3_stmt *st = db_prepare(d, SQL_TEAM_SET_QUOTA);
+    db_stmt *st = db_prepare(d, SQL_TEAM_SET_QUOTA);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, team_id);
-    if (bytes >= 0) sqlite3_bind_int64(st, 2, bytes);
-    else sqlite3_bind_null(st, 2);
-    int rc = sqlite3_step(st);
-    int changed = sqlite3_changes(db_conn(d));
+    db_bind_int64(st, 1, team_id);
+    if (bytes >= 0) db_bind_int64(st, 2, bytes);
+    else db_bind_null(st, 2);
+    int rc = db_step(st);
+    int changed = db_changes(d);
     db_done(st);
-    if (rc != SQLITE_DONE) return STORE_ERROR;
+    if (rc != DB_DONE) return STORE_ERROR;
     if (changed != 1) return STORE_NOT_FOUND;
     quota_forget(d, team_id);
     return STORE_OK;
@@ -285,16 +284,16 @@ static const char SQL_TEAM_NAME[] = "SELECT name FROM teams WHERE id = ?";
 
 int quota_team_name(db *d, int64_t team_id, char *out, size_t cap) {
     if (cap) out[0] = '\0';
-    sqlite3_stmt *st = db_prepare(d, SQL_TEAM_NAME);
+    db_stmt *st = db_prepare(d, SQL_TEAM_NAME);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, team_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        const char *n = (const char *)sqlite3_column_text(st, 0);
+    db_bind_int64(st, 1, team_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) {
+        const char *n = db_col_text(st, 0);
         snprintf(out, cap, "%s", n ? n : "");
     }
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
 }
 
 void quota_fmt_bytes(int64_t b, char *out, size_t cap) {

@@ -10,12 +10,13 @@
 
 #define TERMINAL "('succeeded','failed','cancelled')"
 
-/* Runs one statement binding (job_id, now) as ?1, ?2. */
+/* Runs one statement binding (job_id, now) as ?1, ?2 (a statement without
+ * ?2 refuses the second binding, harmlessly). */
 static int exec_job_stmt(db *d, const char *sql, int64_t job_id, int64_t now) {
-    sqlite3_stmt *st = db_prepare(d, sql);
+    db_stmt *st = db_prepare(d, sql);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    if (sqlite3_bind_parameter_count(st) >= 2) sqlite3_bind_int64(st, 2, now);
+    db_bind_int64(st, 1, job_id);
+    (void)db_bind_int64(st, 2, now);
     return store_step_done(st);
 }
 
@@ -36,19 +37,19 @@ int retention_job_delete_mark(db *d, int64_t job_id, int64_t team_id, int64_t no
     state[0] = '\0';
     *live_tasks = 0;
     if (db_begin(d) < 0) return STORE_ERROR;
-    sqlite3_stmt *st = db_prepare(d, SQL_DEL_JOB);
+    db_stmt *st = db_prepare(d, SQL_DEL_JOB);
     if (!st) {
         db_rollback(d);
         return STORE_ERROR;
     }
-    sqlite3_bind_int64(st, 1, job_id);
-    int rc = sqlite3_step(st);
-    int ret = rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    db_bind_int64(st, 1, job_id);
+    int rc = db_step(st);
+    int ret = rc == DB_ROW ? STORE_OK : rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
     if (ret == STORE_OK) {
-        const char *s = (const char *)sqlite3_column_text(st, 0);
+        const char *s = db_col_text(st, 0);
         snprintf(state, 16, "%s", s ? s : "");
-        if (team_id && sqlite3_column_int64(st, 1) != team_id) ret = STORE_NOT_FOUND;
-        *live_tasks = sqlite3_column_int(st, 2);
+        if (team_id && db_col_int64(st, 1) != team_id) ret = STORE_NOT_FOUND;
+        *live_tasks = db_col_int(st, 2);
     }
     db_done(st);
     if (ret == STORE_OK && (!store_is_terminal(state) || *live_tasks > 0)) ret = STORE_CONFLICT;
@@ -89,24 +90,24 @@ static const char SQL_SCAN[] =
 int retention_scan(db *d, int64_t after_finished, int64_t after_id, int64_t until, retention_job *out, int max,
                    int *n) {
     *n = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_SCAN);
+    db_stmt *st = db_prepare(d, SQL_SCAN);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, after_finished);
-    sqlite3_bind_int64(st, 2, after_id);
-    sqlite3_bind_int64(st, 3, until);
-    sqlite3_bind_int(st, 4, max);
+    db_bind_int64(st, 1, after_finished);
+    db_bind_int64(st, 2, after_id);
+    db_bind_int64(st, 3, until);
+    db_bind_int(st, 4, max);
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
+    while ((rc = db_step(st)) == DB_ROW && *n < max) {
         retention_job *j = &out[(*n)++];
-        j->id = sqlite3_column_int64(st, 0);
-        j->finished_at = sqlite3_column_int64(st, 1);
-        j->live_tasks = sqlite3_column_int(st, 2);
-        j->logs_purged = sqlite3_column_int(st, 3);
-        j->has_log_rows = sqlite3_column_int(st, 4);
-        j->checkpoints = sqlite3_column_int(st, 5);
+        j->id = db_col_int64(st, 0);
+        j->finished_at = db_col_int64(st, 1);
+        j->live_tasks = db_col_int(st, 2);
+        j->logs_purged = db_col_int(st, 3);
+        j->has_log_rows = db_col_int(st, 4);
+        j->checkpoints = db_col_int(st, 5);
     }
     db_done(st);
-    return rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
+    return rc == DB_DONE || rc == DB_ROW ? STORE_OK : STORE_ERROR;
 }
 
 /* ---------------------------------------------------------------- logs */
@@ -119,7 +120,7 @@ static const char SQL_LOGS_STATE[] = "SELECT coalesce(logs_purged_at, 0), coales
 int retention_logs_mark(db *d, int64_t job_id, int64_t now) {
     if (db_begin(d) < 0) return STORE_ERROR;
     int ret = exec_job_stmt(d, SQL_LOGS_SET, job_id, now);
-    if (ret == STORE_OK && sqlite3_changes(db_conn(d)) != 1) ret = STORE_NOT_FOUND;
+    if (ret == STORE_OK && db_changes(d) != 1) ret = STORE_NOT_FOUND;
     if (ret == STORE_OK) ret = exec_job_stmt(d, SQL_DEL_LOGS, job_id, now);
     if (ret != STORE_OK) {
         db_rollback(d);
@@ -134,16 +135,16 @@ int retention_logs_mark(db *d, int64_t job_id, int64_t now) {
 
 int retention_logs_state(db *d, int64_t job_id, int64_t *purged_at, int64_t *finished_at) {
     *purged_at = *finished_at = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_LOGS_STATE);
+    db_stmt *st = db_prepare(d, SQL_LOGS_STATE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *purged_at = sqlite3_column_int64(st, 0);
-        *finished_at = sqlite3_column_int64(st, 1);
+    db_bind_int64(st, 1, job_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) {
+        *purged_at = db_col_int64(st, 0);
+        *finished_at = db_col_int64(st, 1);
     }
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
 }
 
 /* ---------------------------------------------------------------- checkpoints */
@@ -178,35 +179,35 @@ int retention_ckpt_best(db *d, int64_t job_id, const char *metric, int best_max,
      * '.' in it is part of the key, not a path step */
     char path[96];
     if (strchr(metric, '"') || sfmt(path, sizeof path, "$.\"%s\"", metric) < 0) return STORE_ERROR;
-    sqlite3_stmt *st = db_prepare(d, SQL_CKPT_STEPS);
+    db_stmt *st = db_prepare(d, SQL_CKPT_STEPS);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
+    db_bind_int64(st, 1, job_id);
     int n = 0, cap = 16, rc;
     ckpt_val *c = xmalloc((size_t)cap * sizeof *c);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         if (n == cap) c = xrealloc(c, (size_t)(cap *= 2) * sizeof *c);
-        c[n] = (ckpt_val){sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1), sqlite3_column_int64(st, 2), 4,
+        c[n] = (ckpt_val){db_col_int64(st, 0), db_col_int64(st, 1), db_col_int64(st, 2), 4,
                           0, 0};
         n++;
     }
     db_done(st);
-    if (rc != SQLITE_DONE || n == 0) {
+    if (rc != DB_DONE || n == 0) {
         free(c);
-        return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+        return rc == DB_DONE ? STORE_OK : STORE_ERROR;
     }
     st = db_prepare(d, SQL_CKPT_VALUES);
     if (!st) {
         free(c);
         return STORE_ERROR;
     }
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_text(st, 2, path, -1, SQLITE_TRANSIENT);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int src = sqlite3_column_int(st, 0);
-        int64_t seq = sqlite3_column_int64(st, 1);
-        int has_step = sqlite3_column_type(st, 2) != SQLITE_NULL, has_epoch = sqlite3_column_type(st, 3) != SQLITE_NULL;
-        int64_t step = sqlite3_column_int64(st, 2), epoch = sqlite3_column_int64(st, 3);
-        double v = sqlite3_column_double(st, 4);
+    db_bind_int64(st, 1, job_id);
+    db_bind_text(st, 2, path, -1);
+    while ((rc = db_step(st)) == DB_ROW) {
+        int src = db_col_int(st, 0);
+        int64_t seq = db_col_int64(st, 1);
+        int has_step = db_col_type(st, 2) != DB_NULL, has_epoch = db_col_type(st, 3) != DB_NULL;
+        int64_t step = db_col_int64(st, 2), epoch = db_col_int64(st, 3);
+        double v = db_col_double(st, 4);
         for (int i = 0; i < n; i++) {
             int rank = has_step && step == c[i].step ? src : has_epoch && epoch == c[i].epoch ? 2 + src : 4;
             if (rank < c[i].rank || (rank == c[i].rank && rank < 4 && seq > c[i].seq)) {
@@ -217,7 +218,7 @@ int retention_ckpt_best(db *d, int64_t job_id, const char *metric, int best_max,
         }
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         free(c);
         return STORE_ERROR;
     }
@@ -248,34 +249,34 @@ int retention_ckpt_collect_mark(db *d, int64_t job_id, int64_t keep_id, int64_t 
     int64_t ids[256];
     if (db_begin(d) < 0) return STORE_ERROR;
     int ret = STORE_ERROR;
-    sqlite3_stmt *st = db_prepare(d, SQL_CKPT_NEWEST);
+    db_stmt *st = db_prepare(d, SQL_CKPT_NEWEST);
     if (!st) goto fail;
-    sqlite3_bind_int64(st, 1, job_id);
-    if (sqlite3_step(st) != SQLITE_ROW) {
+    db_bind_int64(st, 1, job_id);
+    if (db_step(st) != DB_ROW) {
         db_done(st);
         goto fail;
     }
-    *newest_id = sqlite3_column_int64(st, 0);
+    *newest_id = db_col_int64(st, 0);
     db_done(st);
     st = db_prepare(d, SQL_CKPT_REST);
     if (!st) goto fail;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, *newest_id);
-    sqlite3_bind_int64(st, 3, keep_id);
-    sqlite3_bind_int(st, 4, max);
+    db_bind_int64(st, 1, job_id);
+    db_bind_int64(st, 2, *newest_id);
+    db_bind_int64(st, 3, keep_id);
+    db_bind_int(st, 4, max);
     int rc;
     int k = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && k < max) {
-        ids[k] = sqlite3_column_int64(st, 0);
-        const char *p = (const char *)sqlite3_column_text(st, 1);
-        const char *s = (const char *)sqlite3_column_text(st, 3);
+    while ((rc = db_step(st)) == DB_ROW && k < max) {
+        ids[k] = db_col_int64(st, 0);
+        const char *p = db_col_text(st, 1);
+        const char *s = db_col_text(st, 3);
         snprintf(refs[k].path, sizeof refs[k].path, "%s", p ? p : "");
         snprintf(refs[k].store, sizeof refs[k].store, "%s", s ? s : "");
-        refs[k].size = sqlite3_column_int64(st, 2);
+        refs[k].size = db_col_int64(st, 2);
         k++;
     }
     db_done(st);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW) goto fail;
+    if (rc != DB_DONE && rc != DB_ROW) goto fail;
     for (int i = 0; i < k; i++)
         if (exec_job_stmt(d, SQL_CKPT_HIDE_ONE, ids[i], now) != STORE_OK) goto fail;
     if (db_commit(d) < 0) goto fail;
@@ -298,55 +299,55 @@ static const char SQL_SWEEP_CKPTS[] =
 static const char SQL_SWEEP_CKPTS_MORE[] = "SELECT EXISTS(SELECT 1 FROM checkpoints WHERE id > ?1 + ?2)";
 
 static int more_after(db *d, const char *sql, int64_t after_id, int64_t span, int *more) {
-    sqlite3_stmt *st = db_prepare(d, sql);
+    db_stmt *st = db_prepare(d, sql);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, after_id);
-    sqlite3_bind_int64(st, 2, span);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *more = sqlite3_column_int(st, 0);
+    db_bind_int64(st, 1, after_id);
+    db_bind_int64(st, 2, span);
+    int rc = db_step(st);
+    if (rc == DB_ROW) *more = db_col_int(st, 0);
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : STORE_ERROR;
 }
 
 int retention_sweep_jobs(db *d, int64_t after_id, int64_t span, int64_t *ids, int *deleted, int max, int *n,
                          int *more) {
     *n = 0;
     *more = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_SWEEP_JOBS);
+    db_stmt *st = db_prepare(d, SQL_SWEEP_JOBS);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, after_id);
-    sqlite3_bind_int64(st, 2, span);
-    sqlite3_bind_int(st, 3, max);
+    db_bind_int64(st, 1, after_id);
+    db_bind_int64(st, 2, span);
+    db_bind_int(st, 3, max);
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
-        ids[*n] = sqlite3_column_int64(st, 0);
-        deleted[*n] = sqlite3_column_int(st, 1);
+    while ((rc = db_step(st)) == DB_ROW && *n < max) {
+        ids[*n] = db_col_int64(st, 0);
+        deleted[*n] = db_col_int(st, 1);
         (*n)++;
     }
     db_done(st);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return STORE_ERROR;
+    if (rc != DB_DONE && rc != DB_ROW) return STORE_ERROR;
     return more_after(d, SQL_SWEEP_JOBS_MORE, after_id, span, more);
 }
 
 int retention_sweep_ckpts(db *d, int64_t after_id, int64_t span, ckpt_ref *refs, int max, int *n, int *more) {
     *n = 0;
     *more = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_SWEEP_CKPTS);
+    db_stmt *st = db_prepare(d, SQL_SWEEP_CKPTS);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, after_id);
-    sqlite3_bind_int64(st, 2, span);
-    sqlite3_bind_int(st, 3, max);
+    db_bind_int64(st, 1, after_id);
+    db_bind_int64(st, 2, span);
+    db_bind_int(st, 3, max);
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) {
-        const char *p = (const char *)sqlite3_column_text(st, 0);
-        const char *s = (const char *)sqlite3_column_text(st, 1);
+    while ((rc = db_step(st)) == DB_ROW && *n < max) {
+        const char *p = db_col_text(st, 0);
+        const char *s = db_col_text(st, 1);
         snprintf(refs[*n].path, sizeof refs[*n].path, "%s", p ? p : "");
         snprintf(refs[*n].store, sizeof refs[*n].store, "%s", s ? s : "");
-        refs[*n].size = sqlite3_column_int64(st, 2);
+        refs[*n].size = db_col_int64(st, 2);
         (*n)++;
     }
     db_done(st);
-    if (rc != SQLITE_DONE && rc != SQLITE_ROW) return STORE_ERROR;
+    if (rc != DB_DONE && rc != DB_ROW) return STORE_ERROR;
     return more_after(d, SQL_SWEEP_CKPTS_MORE, after_id, span, more);
 }
 
@@ -354,9 +355,9 @@ static const char SQL_CKPT_GONE[] =
     "UPDATE checkpoints SET path = '' WHERE store = ?1 AND path = ?2 AND deleted_at IS NOT NULL";
 
 int retention_ckpt_gone(db *d, const char *store, const char *path) {
-    sqlite3_stmt *st = db_prepare(d, SQL_CKPT_GONE);
+    db_stmt *st = db_prepare(d, SQL_CKPT_GONE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, store, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, path, -1, SQLITE_TRANSIENT);
+    db_bind_text(st, 1, store, -1);
+    db_bind_text(st, 2, path, -1);
     return store_step_done(st);
 }

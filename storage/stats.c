@@ -38,8 +38,8 @@ static const char SQL_RUNNING[] =
     " FROM jobs j JOIN teams t ON t.id = j.team_id"
     " WHERE j.state = 'running' AND json_valid(coalesce(j.progress, 'null')) ORDER BY j.id";
 
-static void col_text(sqlite3_stmt *st, int col, char *out, size_t cap) {
-    const unsigned char *t = sqlite3_column_text(st, col);
+static void col_text(db_stmt *st, int col, char *out, size_t cap) {
+    const char *t = db_col_text(st, col);
     if (sfmt(out, cap, "%s", t ? (const char *)t : "") < 0) out[cap - 1] = '\0';
 }
 
@@ -49,12 +49,12 @@ int stats_query(db *d, stats_kind kind, int64_t now_ms, stats_row **out, int *n)
     *out = NULL;
     *n = 0;
     if ((unsigned)kind >= sizeof sql / sizeof sql[0]) return -1;
-    sqlite3_stmt *st = db_prepare(d, sql[kind]);
+    db_stmt *st = db_prepare(d, sql[kind]);
     if (!st) return -1;
-    if (kind == STATS_QUEUE) sqlite3_bind_int64(st, 1, now_ms);
+    if (kind == STATS_QUEUE) db_bind_int64(st, 1, now_ms);
     stats_row *rows = NULL;
     int cnt = 0, cap = 0, rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         if (cnt == cap) {
             cap = cap ? cap * 2 : 16;
             rows = xrealloc(rows, (size_t)cap * sizeof *rows);
@@ -63,12 +63,12 @@ int stats_query(db *d, stats_kind kind, int64_t now_ms, stats_row **out, int *n)
         memset(r, 0, sizeof *r);
         col_text(st, 0, r->team, sizeof r->team);
         col_text(st, 1, r->key, sizeof r->key);
-        r->id = sqlite3_column_int64(st, 2);
-        for (int k = 0; k < 3; k++) r->v[k] = sqlite3_column_double(st, 3 + k);
+        r->id = db_col_int64(st, 2);
+        for (int k = 0; k < 3; k++) r->v[k] = db_col_double(st, 3 + k);
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
-        log_error("stats: query %d: %s", (int)kind, sqlite3_errmsg(db_conn(d)));
+    if (rc != DB_DONE) {
+        log_error("stats: query %d: %s", (int)kind, db_errmsg(d));
         free(rows);
         return -1;
     }

@@ -74,15 +74,16 @@ void store_json_stored(cJSON *o, const char *key, const char *text) {
     else cJSON_AddNullToObject(o, key);
 }
 
-void store_json_text(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
-    const unsigned char *t = sqlite3_column_text(st, col);
+void store_json_text(cJSON *o, const char *key, db_stmt *st, int col) {
+    const char *t = db_col_text(st, col);
     if (t) cJSON_AddStringToObject(o, key, (const char *)t);
     else cJSON_AddNullToObject(o, key);
 }
 
 /* ---------------------------------------------------------------- teams */
 
-static const char SQL_TEAM_INSERT[] = "INSERT INTO teams(name, created_at) VALUES(?, ?)";
+static const char SQL_TEAM_INSERT[] =
+    "INSERT INTO teams(name, created_at) VALUES(?, ?) ON CONFLICT DO NOTHING RETURNING id";
 static const char SQL_TEAM_FIND[] = "SELECT id FROM teams WHERE name = ?";
 static const char SQL_TEAMS_LIST[] =
     "SELECT t.id, t.name, t.created_at, t.weight, t.guarantee, t.quota, t.max_interactive,"
@@ -92,53 +93,48 @@ static const char SQL_TEAMS_LIST[] =
     " FROM teams t WHERE (?1 = 0 OR t.id = ?1) ORDER BY t.id";
 
 int store_team_create(db *d, const char *name, int64_t *id_out) {
-    sqlite3_stmt *st = db_prepare(d, SQL_TEAM_INSERT);
+    db_stmt *st = db_prepare(d, SQL_TEAM_INSERT);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 2, now_ms());
-    int rc = sqlite3_step(st);
-    db_done(st);
-    if (rc == SQLITE_CONSTRAINT_UNIQUE) return STORE_CONFLICT;
-    if (rc != SQLITE_DONE) return STORE_ERROR;
-    if (id_out) *id_out = sqlite3_last_insert_rowid(db_conn(d));
-    return STORE_OK;
+    db_bind_text_static(st, 1, name, -1);
+    db_bind_int64(st, 2, now_ms());
+    return store_step_id(st, id_out); /* no row: the name is taken */
 }
 
 int store_team_find(db *d, const char *name, int64_t *id_out) {
-    sqlite3_stmt *st = db_prepare(d, SQL_TEAM_FIND);
+    db_stmt *st = db_prepare(d, SQL_TEAM_FIND);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    int ret = rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
-    if (ret == STORE_OK && id_out) *id_out = sqlite3_column_int64(st, 0);
+    db_bind_text_static(st, 1, name, -1);
+    int rc = db_step(st);
+    int ret = rc == DB_ROW ? STORE_OK : rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    if (ret == STORE_OK && id_out) *id_out = db_col_int64(st, 0);
     db_done(st);
     return ret;
 }
 
 static cJSON *teams_query(db *d, int64_t team_id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_TEAMS_LIST);
+    db_stmt *st = db_prepare(d, SQL_TEAMS_LIST);
     if (!st) return NULL;
-    sqlite3_bind_int64(st, 1, team_id);
+    db_bind_int64(st, 1, team_id);
     cJSON *arr = cJSON_CreateArray();
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         cJSON *t = cJSON_CreateObject();
-        cJSON_AddNumberToObject(t, "id", (double)sqlite3_column_int64(st, 0));
+        cJSON_AddNumberToObject(t, "id", (double)db_col_int64(st, 0));
         store_json_text(t, "name", st, 1);
         store_json_time(t, "created_at", st, 2);
-        cJSON_AddNumberToObject(t, "weight", sqlite3_column_double(st, 3));
-        cJSON_AddNumberToObject(t, "guarantee", sqlite3_column_int(st, 4));
-        if (sqlite3_column_type(st, 5) == SQLITE_NULL) cJSON_AddNullToObject(t, "quota");
-        else cJSON_AddNumberToObject(t, "quota", sqlite3_column_int(st, 5));
-        if (sqlite3_column_type(st, 6) == SQLITE_NULL) cJSON_AddNullToObject(t, "max_interactive");
-        else cJSON_AddNumberToObject(t, "max_interactive", sqlite3_column_int(st, 6));
-        cJSON_AddNumberToObject(t, "jobs_queued", sqlite3_column_int(st, 7));
-        cJSON_AddNumberToObject(t, "jobs_running", sqlite3_column_int(st, 8));
-        cJSON_AddNumberToObject(t, "devices_in_use", sqlite3_column_int(st, 9));
+        cJSON_AddNumberToObject(t, "weight", db_col_double(st, 3));
+        cJSON_AddNumberToObject(t, "guarantee", db_col_int(st, 4));
+        if (db_col_type(st, 5) == DB_NULL) cJSON_AddNullToObject(t, "quota");
+        else cJSON_AddNumberToObject(t, "quota", db_col_int(st, 5));
+        if (db_col_type(st, 6) == DB_NULL) cJSON_AddNullToObject(t, "max_interactive");
+        else cJSON_AddNumberToObject(t, "max_interactive", db_col_int(st, 6));
+        cJSON_AddNumberToObject(t, "jobs_queued", db_col_int(st, 7));
+        cJSON_AddNumberToObject(t, "jobs_running", db_col_int(st, 8));
+        cJSON_AddNumberToObject(t, "devices_in_use", db_col_int(st, 9));
         cJSON_AddItemToArray(arr, t);
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         cJSON_Delete(arr);
         return NULL;
     }
@@ -168,44 +164,44 @@ static const char SQL_TOKEN_COUNT[] = "SELECT count(*) FROM tokens WHERE kind = 
 int store_token_add(db *d, const char *token, token_kind kind, int64_t team_id, int64_t job_id) {
     char hash[65];
     sha256_hex(token, strlen(token), hash);
-    sqlite3_stmt *st = db_prepare(d, SQL_TOKEN_INSERT);
+    db_stmt *st = db_prepare(d, SQL_TOKEN_INSERT);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
+    db_bind_text(st, 1, hash, -1);
     /* the join token is a 'node' token without a node (tokens.node_id NULL) */
-    sqlite3_bind_text(st, 2, token_kind_name(kind == TOKEN_JOIN ? TOKEN_NODE : kind), -1, SQLITE_STATIC);
-    if (team_id > 0) sqlite3_bind_int64(st, 3, team_id);
-    if (job_id > 0) sqlite3_bind_int64(st, 4, job_id);
-    sqlite3_bind_int64(st, 5, now_ms());
-    int rc = sqlite3_step(st);
+    db_bind_text_static(st, 2, token_kind_name(kind == TOKEN_JOIN ? TOKEN_NODE : kind), -1);
+    if (team_id > 0) db_bind_int64(st, 3, team_id);
+    if (job_id > 0) db_bind_int64(st, 4, job_id);
+    db_bind_int64(st, 5, now_ms());
+    int rc = db_step(st);
     db_done(st);
-    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+    return rc == DB_DONE ? STORE_OK : STORE_ERROR;
 }
 
 static int token_query(db *d, const char hash[65], principal *who) {
-    sqlite3_stmt *st = db_prepare(d, SQL_TOKEN_LOOKUP);
+    db_stmt *st = db_prepare(d, SQL_TOKEN_LOOKUP);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
+    db_bind_text(st, 1, hash, -1);
+    int rc = db_step(st);
     int ret = STORE_NOT_FOUND;
-    if (rc == SQLITE_ROW) {
+    if (rc == DB_ROW) {
         memset(who, 0, sizeof *who);
-        const char *kind = (const char *)sqlite3_column_text(st, 0);
-        const char *stored = (const char *)sqlite3_column_text(st, 5);
+        const char *kind = db_col_text(st, 0);
+        const char *stored = db_col_text(st, 5);
         if (!stored || strlen(stored) != 64 || CRYPTO_memcmp(stored, hash, 64) != 0) {
             ret = STORE_NOT_FOUND;
         } else if (kind && token_kind_parse(kind, &who->kind) == 0) {
-            who->team_id = sqlite3_column_int64(st, 1);
-            who->job_id = sqlite3_column_int64(st, 2);
-            const char *team = (const char *)sqlite3_column_text(st, 3);
+            who->team_id = db_col_int64(st, 1);
+            who->job_id = db_col_int64(st, 2);
+            const char *team = db_col_text(st, 3);
             snprintf(who->team, sizeof who->team, "%s", team ? team : "");
-            who->node_id = sqlite3_column_int64(st, 4);
-            who->expires_at = sqlite3_column_int64(st, 6); /* NULL: 0, never */
+            who->node_id = db_col_int64(st, 4);
+            who->expires_at = db_col_int64(st, 6); /* NULL: 0, never */
             if (who->kind == TOKEN_NODE && who->node_id <= 0) who->kind = TOKEN_JOIN;
             ret = STORE_OK;
         } else {
             ret = STORE_ERROR;
         }
-    } else if (rc != SQLITE_DONE) {
+    } else if (rc != DB_DONE) {
         ret = STORE_ERROR;
     }
     db_done(st);
@@ -258,15 +254,15 @@ static const char SQL_TOKEN_INSERT_EXP[] =
 int store_token_add_expiring(db *d, const char *token, int64_t team_id, int64_t expires_at) {
     char hash[65];
     sha256_hex(token, strlen(token), hash);
-    sqlite3_stmt *st = db_prepare(d, SQL_TOKEN_INSERT_EXP);
+    db_stmt *st = db_prepare(d, SQL_TOKEN_INSERT_EXP);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 2, team_id);
-    sqlite3_bind_int64(st, 3, now_ms());
-    if (expires_at > 0) sqlite3_bind_int64(st, 4, expires_at);
-    int rc = sqlite3_step(st);
+    db_bind_text(st, 1, hash, -1);
+    db_bind_int64(st, 2, team_id);
+    db_bind_int64(st, 3, now_ms());
+    if (expires_at > 0) db_bind_int64(st, 4, expires_at);
+    int rc = db_step(st);
     db_done(st);
-    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+    return rc == DB_DONE ? STORE_OK : STORE_ERROR;
 }
 
 static const char SQL_TEAM_TOKENS_EXPIRE[] =
@@ -276,25 +272,25 @@ static const char SQL_TEAM_TOKENS_EXPIRE[] =
 int store_team_tokens_expire(db *d, int64_t team_id, const char *keep_token, int64_t at, int *n) {
     char hash[65];
     sha256_hex(keep_token, strlen(keep_token), hash);
-    sqlite3_stmt *st = db_prepare(d, SQL_TEAM_TOKENS_EXPIRE);
+    db_stmt *st = db_prepare(d, SQL_TEAM_TOKENS_EXPIRE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, at);
-    sqlite3_bind_int64(st, 2, team_id);
-    sqlite3_bind_text(st, 3, hash, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    if (n) *n = rc == SQLITE_DONE ? sqlite3_changes(db_conn(d)) : 0;
+    db_bind_int64(st, 1, at);
+    db_bind_int64(st, 2, team_id);
+    db_bind_text(st, 3, hash, -1);
+    int rc = db_step(st);
+    if (n) *n = rc == DB_DONE ? db_changes(d) : 0;
     db_done(st);
-    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+    return rc == DB_DONE ? STORE_OK : STORE_ERROR;
 }
 
 int store_token_count(db *d, token_kind kind, int64_t *n) {
-    sqlite3_stmt *st = db_prepare(d, SQL_TOKEN_COUNT);
+    db_stmt *st = db_prepare(d, SQL_TOKEN_COUNT);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, token_kind_name(kind), -1, SQLITE_STATIC);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *n = sqlite3_column_int64(st, 0);
+    db_bind_text_static(st, 1, token_kind_name(kind), -1);
+    int rc = db_step(st);
+    if (rc == DB_ROW) *n = db_col_int64(st, 0);
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : STORE_ERROR;
 }
 
 /* ---------------------------------------------------------------- events */
@@ -305,18 +301,18 @@ static const char SQL_EVENT_INSERT[] =
 
 static int event_insert(db *d, int64_t job_id, const char *kind, const char *from, const char *to,
                         const char *actor, const char *reason) {
-    sqlite3_stmt *st = db_prepare(d, SQL_EVENT_INSERT);
+    db_stmt *st = db_prepare(d, SQL_EVENT_INSERT);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, now_ms());
-    sqlite3_bind_text(st, 3, kind, -1, SQLITE_STATIC);
-    if (from) sqlite3_bind_text(st, 4, from, -1, SQLITE_TRANSIENT);
-    if (to) sqlite3_bind_text(st, 5, to, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 6, actor, -1, SQLITE_TRANSIENT);
-    if (reason) sqlite3_bind_text(st, 7, reason, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
+    db_bind_int64(st, 1, job_id);
+    db_bind_int64(st, 2, now_ms());
+    db_bind_text_static(st, 3, kind, -1);
+    if (from) db_bind_text(st, 4, from, -1);
+    if (to) db_bind_text(st, 5, to, -1);
+    db_bind_text(st, 6, actor, -1);
+    if (reason) db_bind_text(st, 7, reason, -1);
+    int rc = db_step(st);
     db_done(st);
-    if (rc != SQLITE_DONE) return STORE_ERROR;
+    if (rc != DB_DONE) return STORE_ERROR;
     /* the console's line of it: the reason's first line */
     const char *r = reason ? reason : "";
     int rl = (int)strcspn(r, "\n");
@@ -336,16 +332,16 @@ static const char SQL_EVENTS[] =
     " WHERE job_id = ? AND id > ? ORDER BY id LIMIT ?";
 
 int store_job_events(db *d, int64_t job_id, int64_t after, int limit, cJSON **out) {
-    sqlite3_stmt *st = db_prepare(d, SQL_EVENTS);
+    db_stmt *st = db_prepare(d, SQL_EVENTS);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_int64(st, 2, after);
-    sqlite3_bind_int(st, 3, limit);
+    db_bind_int64(st, 1, job_id);
+    db_bind_int64(st, 2, after);
+    db_bind_int(st, 3, limit);
     cJSON *arr = cJSON_CreateArray();
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         cJSON *e = cJSON_CreateObject();
-        cJSON_AddNumberToObject(e, "id", (double)sqlite3_column_int64(st, 0));
+        cJSON_AddNumberToObject(e, "id", (double)db_col_int64(st, 0));
         store_json_time(e, "time", st, 1);
         store_json_text(e, "kind", st, 2);
         store_json_text(e, "from", st, 3);
@@ -355,7 +351,7 @@ int store_job_events(db *d, int64_t job_id, int64_t after, int limit, cJSON **ou
         cJSON_AddItemToArray(arr, e);
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         cJSON_Delete(arr);
         return STORE_ERROR;
     }
@@ -370,7 +366,7 @@ static const char SQL_JOB_INSERT[] =
     " devices_per_worker, device, ps, max_runtime_s, preemptible, queue_if_infeasible, reason,"
     " created_at, updated_at, queued_at, strategy, memory_mb, workers_min, context, sweep_id, trial, user_id)"
     " VALUES(?, ?, ?, 'queued', ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 'waiting for the scheduler', ?, ?, ?, ?, ?, ?, ?,"
-    " ?, ?, ?)";
+    " ?, ?, ?) RETURNING id";
 
 /* The job's row and its "submitted" event, inside the caller's transaction.
  * A job naming a context marks it used, in the same transaction: a context
@@ -378,38 +374,37 @@ static const char SQL_JOB_INSERT[] =
  * insert with STORE_NOT_FOUND instead of leaving a job without its code. */
 int store_job_insert_rows(db *d, int64_t team_id, const char *spec_json, size_t spec_len, const store_new_job *job,
                           const char *actor, int64_t *id_out) {
-    sqlite3_stmt *st = db_prepare(d, SQL_JOB_INSERT);
+    db_stmt *st = db_prepare(d, SQL_JOB_INSERT);
     if (!st) return STORE_ERROR;
     int64_t now = now_ms();
-    sqlite3_bind_int64(st, 1, team_id);
-    sqlite3_bind_text(st, 2, job->name, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 3, spec_json, (int)spec_len, SQLITE_TRANSIENT);
-    sqlite3_bind_int(st, 4, job->priority);
-    sqlite3_bind_int(st, 5, job->max_restarts);
-    sqlite3_bind_int(st, 6, job->workers);
-    sqlite3_bind_int(st, 7, job->devices_per_worker);
-    sqlite3_bind_text(st, 8, job->device, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int(st, 9, job->ps);
-    sqlite3_bind_int64(st, 10, job->max_runtime_s);
-    sqlite3_bind_int(st, 11, job->preemptible);
-    sqlite3_bind_int(st, 12, job->queue_if_infeasible);
-    sqlite3_bind_int64(st, 13, now);
-    sqlite3_bind_int64(st, 14, now);
-    sqlite3_bind_int64(st, 15, now);
-    sqlite3_bind_text(st, 16, job->strategy ? job->strategy : "default", -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 17, job->memory_mb);
-    sqlite3_bind_int(st, 18, job->workers_min);
-    if (job->context && job->context[0]) sqlite3_bind_text(st, 19, job->context, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 19);
+    db_bind_int64(st, 1, team_id);
+    db_bind_text(st, 2, job->name, -1);
+    db_bind_text(st, 3, spec_json, (int)spec_len);
+    db_bind_int(st, 4, job->priority);
+    db_bind_int(st, 5, job->max_restarts);
+    db_bind_int(st, 6, job->workers);
+    db_bind_int(st, 7, job->devices_per_worker);
+    db_bind_text(st, 8, job->device, -1);
+    db_bind_int(st, 9, job->ps);
+    db_bind_int64(st, 10, job->max_runtime_s);
+    db_bind_int(st, 11, job->preemptible);
+    db_bind_int(st, 12, job->queue_if_infeasible);
+    db_bind_int64(st, 13, now);
+    db_bind_int64(st, 14, now);
+    db_bind_int64(st, 15, now);
+    db_bind_text(st, 16, job->strategy ? job->strategy : "default", -1);
+    db_bind_int64(st, 17, job->memory_mb);
+    db_bind_int(st, 18, job->workers_min);
+    if (job->context && job->context[0]) db_bind_text(st, 19, job->context, -1);
+    else db_bind_null(st, 19);
     if (job->sweep_id > 0) {
-        sqlite3_bind_int64(st, 20, job->sweep_id);
-        sqlite3_bind_int(st, 21, job->trial);
+        db_bind_int64(st, 20, job->sweep_id);
+        db_bind_int(st, 21, job->trial);
     }
-    if (job->user_id > 0) sqlite3_bind_int64(st, 22, job->user_id);
-    int rc = sqlite3_step(st);
-    db_done(st);
-    if (rc != SQLITE_DONE) return STORE_ERROR;
-    int64_t id = sqlite3_last_insert_rowid(db_conn(d));
+    if (job->user_id > 0) db_bind_int64(st, 22, job->user_id);
+    int64_t id = 0;
+    int rc = store_step_id(st, &id);
+    if (rc != STORE_OK) return STORE_ERROR;
     if (job->context && job->context[0]) {
         rc = ctx_store_touch(d, team_id, job->context, now);
         if (rc != STORE_OK) return rc;
@@ -527,13 +522,13 @@ static const char SQL_JOB_FAILURE[] =
     "UPDATE jobs SET failures = failures + 1 WHERE id = ? RETURNING failures, max_restarts";
 
 int store_job_count_failure(db *d, int64_t job_id, int *failures, int *max_restarts) {
-    sqlite3_stmt *st = db_prepare(d, SQL_JOB_FAILURE);
+    db_stmt *st = db_prepare(d, SQL_JOB_FAILURE);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, job_id);
-    int rc = sqlite3_step(st), ret = -1;
-    if (rc == SQLITE_ROW) {
-        *failures = sqlite3_column_int(st, 0);
-        *max_restarts = sqlite3_column_int(st, 1);
+    db_bind_int64(st, 1, job_id);
+    int rc = db_step(st), ret = -1;
+    if (rc == DB_ROW) {
+        *failures = db_col_int(st, 0);
+        *max_restarts = db_col_int(st, 1);
         ret = *failures <= *max_restarts;
     }
     db_done(st);
@@ -569,7 +564,7 @@ static const job_field JOB_FIELDS[] = {
 };
 #define JOB_NFIELDS ((int)(sizeof JOB_FIELDS / sizeof JOB_FIELDS[0]))
 
-static cJSON *job_row(sqlite3_stmt *st) {
+static cJSON *job_row(db_stmt *st) {
     cJSON *j = cJSON_CreateObject(), *in = NULL;
     for (int c = 0; c < JOB_NFIELDS; c++) {
         const job_field *f = &JOB_FIELDS[c];
@@ -579,12 +574,12 @@ static cJSON *job_row(sqlite3_stmt *st) {
             o = in;
         }
         switch (f->kind) {
-        case 'I': cJSON_AddNumberToObject(o, f->key, (double)sqlite3_column_int64(st, c)); break;
+        case 'I': cJSON_AddNumberToObject(o, f->key, (double)db_col_int64(st, c)); break;
         case 'i':
-            if (sqlite3_column_type(st, c) == SQLITE_NULL) cJSON_AddNullToObject(o, f->key);
-            else cJSON_AddNumberToObject(o, f->key, (double)sqlite3_column_int64(st, c));
+            if (db_col_type(st, c) == DB_NULL) cJSON_AddNullToObject(o, f->key);
+            else cJSON_AddNumberToObject(o, f->key, (double)db_col_int64(st, c));
             break;
-        case 'B': cJSON_AddBoolToObject(o, f->key, sqlite3_column_int(st, c)); break;
+        case 'B': cJSON_AddBoolToObject(o, f->key, db_col_int(st, c)); break;
         case 't': store_json_time(o, f->key, st, c); break;
         default: store_json_text(o, f->key, st, c); break;
         }
@@ -597,7 +592,7 @@ static int write_text(buf *out, const char *t) { return t ? json_write_string(ou
 
 /* The same object as text, without its closing brace (the list adds
  * fields). 0, or -1 when out is full. */
-static int job_row_write(buf *out, sqlite3_stmt *st) {
+static int job_row_write(buf *out, db_stmt *st) {
     int rc = buf_append(out, "{", 1);
     const char *in = NULL;
     for (int c = 0; rc == 0 && c < JOB_NFIELDS; c++) {
@@ -611,21 +606,21 @@ static int job_row_write(buf *out, sqlite3_stmt *st) {
         in = f->in;
         rc |= json_write_string(out, f->key);
         rc |= buf_append(out, ":", 1);
-        int null = sqlite3_column_type(st, c) == SQLITE_NULL;
+        int null = db_col_type(st, c) == DB_NULL;
         switch (f->kind) {
         case 'I':
-        case 'i': rc |= null ? buf_append(out, "null", 4) : json_write_int(out, sqlite3_column_int64(st, c)); break;
-        case 'B': rc |= sqlite3_column_int(st, c) ? buf_append(out, "true", 4) : buf_append(out, "false", 5); break;
+        case 'i': rc |= null ? buf_append(out, "null", 4) : json_write_int(out, db_col_int64(st, c)); break;
+        case 'B': rc |= db_col_int(st, c) ? buf_append(out, "true", 4) : buf_append(out, "false", 5); break;
         case 't':
-            if (null || sqlite3_column_int64(st, c) <= 0) {
+            if (null || db_col_int64(st, c) <= 0) {
                 rc |= buf_append(out, "null", 4);
             } else {
                 char t[25];
-                store_time_text(t, sqlite3_column_int64(st, c));
+                store_time_text(t, db_col_int64(st, c));
                 rc |= json_write_string(out, t);
             }
             break;
-        default: rc |= write_text(out, (const char *)sqlite3_column_text(st, c)); break;
+        default: rc |= write_text(out, db_col_text(st, c)); break;
         }
     }
     if (in) rc |= buf_append(out, "}", 1);
@@ -637,19 +632,19 @@ static const char SQL_JOB_GET[] =
     " WHERE j.id = ?1 AND (?2 = 0 OR j.team_id = ?2) AND j.deleted_at IS NULL";
 
 int store_job_get(db *d, int64_t id, int64_t team_id, int with_spec, cJSON **out) {
-    sqlite3_stmt *st = db_prepare(d, SQL_JOB_GET);
+    db_stmt *st = db_prepare(d, SQL_JOB_GET);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_int64(st, 2, team_id);
-    int rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
+    db_bind_int64(st, 1, id);
+    db_bind_int64(st, 2, team_id);
+    int rc = db_step(st);
+    if (rc != DB_ROW) {
         db_done(st);
-        return rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+        return rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
     }
     cJSON *j = job_row(st);
     if (with_spec) {
-        const char *spec = (const char *)sqlite3_column_text(st, JOB_NFIELDS);
-        int n = sqlite3_column_bytes(st, JOB_NFIELDS);
+        const char *spec = db_col_text(st, JOB_NFIELDS);
+        int n = db_col_bytes(st, JOB_NFIELDS);
         cJSON *s = spec ? cJSON_ParseWithLength(spec, (size_t)n) : NULL;
         if (s) cJSON_AddItemToObject(j, "spec", s);
         else cJSON_AddNullToObject(j, "spec");
@@ -667,28 +662,28 @@ static const char SQL_JOBS_LIST[] =
 
 int store_jobs_list(db *d, int64_t team_id, const char *state, const char *user, int64_t before, int limit,
                     buf *out, int64_t *next) {
-    sqlite3_stmt *st = db_prepare(d, SQL_JOBS_LIST);
+    db_stmt *st = db_prepare(d, SQL_JOBS_LIST);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, team_id);
-    if (state) sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
-    if (user) sqlite3_bind_text(st, 5, user, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 3, before);
-    sqlite3_bind_int(st, 4, limit + 1);
+    db_bind_int64(st, 1, team_id);
+    if (state) db_bind_text(st, 2, state, -1);
+    if (user) db_bind_text(st, 5, user, -1);
+    db_bind_int64(st, 3, before);
+    db_bind_int(st, 4, limit + 1);
     int rc, n = 0, full = buf_append(out, "[", 1);
     int64_t last = 0;
     *next = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         if (n == limit) {
             *next = last;
             continue;
         }
-        last = sqlite3_column_int64(st, 0);
+        last = db_col_int64(st, 0);
         /* the job, and what the dashboard's table shows beside its columns */
         if (n) full |= buf_append(out, ",", 1);
         full |= job_row_write(out, st);
         full |= buf_appends(out, ",\"strategy\":");
-        full |= write_text(out, (const char *)sqlite3_column_text(st, JOB_NFIELDS));
-        const char *progress = (const char *)sqlite3_column_text(st, JOB_NFIELDS + 1);
+        full |= write_text(out, db_col_text(st, JOB_NFIELDS));
+        const char *progress = db_col_text(st, JOB_NFIELDS + 1);
         size_t pl = stored_object(progress);
         full |= buf_appends(out, ",\"progress\":");
         full |= pl ? buf_append(out, progress, pl) : buf_append(out, "null", 4);
@@ -697,7 +692,7 @@ int store_jobs_list(db *d, int64_t team_id, const char *state, const char *user,
     }
     db_done(st);
     full |= buf_append(out, "]", 1);
-    if (rc != SQLITE_DONE || full) return STORE_ERROR;
+    if (rc != DB_DONE || full) return STORE_ERROR;
     return STORE_OK;
 }
 
@@ -708,18 +703,18 @@ static const char SQL_SWEEP_OWNER[] =
     "SELECT s.team_id, s.user_id, u.name FROM sweeps s LEFT JOIN users u ON u.id = s.user_id WHERE s.id = ?";
 
 int store_owner(db *d, int sweep, int64_t id, int64_t *team_id, int64_t *user_id, char user[64]) {
-    sqlite3_stmt *st = db_prepare(d, sweep ? SQL_SWEEP_OWNER : SQL_JOB_OWNER);
+    db_stmt *st = db_prepare(d, sweep ? SQL_SWEEP_OWNER : SQL_JOB_OWNER);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *team_id = sqlite3_column_int64(st, 0);
-        *user_id = sqlite3_column_int64(st, 1);
-        const char *u = (const char *)sqlite3_column_text(st, 2);
+    db_bind_int64(st, 1, id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) {
+        *team_id = db_col_int64(st, 0);
+        *user_id = db_col_int64(st, 1);
+        const char *u = db_col_text(st, 2);
         snprintf(user, 64, "%s", u ? u : "");
     }
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
 }
 
 /* a deleted job (DELETE /jobs/{id}) is not found: it ended, so no
@@ -727,15 +722,15 @@ int store_owner(db *d, int sweep, int64_t id, int64_t *team_id, int64_t *user_id
 static const char SQL_JOB_STATE[] = "SELECT state, team_id FROM jobs WHERE id = ? AND deleted_at IS NULL";
 
 int store_job_state(db *d, int64_t id, char state[16], int64_t *team_id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_JOB_STATE);
+    db_stmt *st = db_prepare(d, SQL_JOB_STATE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, id);
-    int rc = sqlite3_step(st);
-    int ret = rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    db_bind_int64(st, 1, id);
+    int rc = db_step(st);
+    int ret = rc == DB_ROW ? STORE_OK : rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
     if (ret == STORE_OK) {
-        const char *s = (const char *)sqlite3_column_text(st, 0);
+        const char *s = db_col_text(st, 0);
         snprintf(state, 16, "%s", s ? s : "");
-        if (team_id) *team_id = sqlite3_column_int64(st, 1);
+        if (team_id) *team_id = db_col_int64(st, 1);
     }
     db_done(st);
     return ret;
@@ -751,19 +746,19 @@ static const char SQL_IDLE_WATCHED[] =
 int store_jobs_idle_watched(db *d, store_idle_job **out, int *n) {
     *out = NULL;
     *n = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_IDLE_WATCHED);
+    db_stmt *st = db_prepare(d, SQL_IDLE_WATCHED);
     if (!st) return STORE_ERROR;
     int rc, cap = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         if (*n == cap) {
             cap = cap ? cap * 2 : 16;
             *out = xrealloc(*out, (size_t)cap * sizeof **out);
         }
-        (*out)[(*n)++] = (store_idle_job){sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
-                                          sqlite3_column_int64(st, 2)};
+        (*out)[(*n)++] = (store_idle_job){db_col_int64(st, 0), db_col_int64(st, 1),
+                                          db_col_int64(st, 2)};
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         free(*out);
         *out = NULL;
         *n = 0;
@@ -792,17 +787,17 @@ int store_job_transition(db *d, int64_t id, const char *const *from, const char 
             if (strcmp(*f, cur) == 0) allowed = 1;
     }
     if (!allowed) return STORE_CONFLICT;
-    sqlite3_stmt *st = db_prepare(d, SQL_JOB_SET_STATE);
+    db_stmt *st = db_prepare(d, SQL_JOB_SET_STATE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_text(st, 2, to, -1, SQLITE_TRANSIENT);
-    if (reason) sqlite3_bind_text(st, 3, reason, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 4, now_ms());
-    sqlite3_bind_text(st, 5, cur, -1, SQLITE_TRANSIENT);
-    int s = sqlite3_step(st);
-    int changed = sqlite3_changes(db_conn(d));
+    db_bind_int64(st, 1, id);
+    db_bind_text(st, 2, to, -1);
+    if (reason) db_bind_text(st, 3, reason, -1);
+    db_bind_int64(st, 4, now_ms());
+    db_bind_text(st, 5, cur, -1);
+    int s = db_step(st);
+    int changed = db_changes(d);
     db_done(st);
-    if (s != SQLITE_DONE) return STORE_ERROR;
+    if (s != DB_DONE) return STORE_ERROR;
     if (changed != 1) return STORE_CONFLICT;
     return event_insert(d, id, "state", cur, to, actor, reason);
 }
@@ -814,15 +809,15 @@ static const char SQL_STOP_TASKS[] =
 /* Each node with a task asked to stop is woken once the change commits
  * (db_wake_node): its agent learns of the stop at once. */
 int store_job_stop_tasks(db *d, int64_t job_id, const char *why) {
-    sqlite3_stmt *st = db_prepare(d, SQL_STOP_TASKS);
+    db_stmt *st = db_prepare(d, SQL_STOP_TASKS);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, why, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 2, job_id);
+    db_bind_text(st, 1, why, -1);
+    db_bind_int64(st, 2, job_id);
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        if (sqlite3_column_type(st, 0) != SQLITE_NULL) db_wake_node(d, sqlite3_column_int64(st, 0));
+    while ((rc = db_step(st)) == DB_ROW)
+        if (db_col_type(st, 0) != DB_NULL) db_wake_node(d, db_col_int64(st, 0));
     db_done(st);
-    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+    return rc == DB_DONE ? STORE_OK : STORE_ERROR;
 }
 
 /* The capacity is computed from what each node has (its state, memory and
@@ -875,36 +870,36 @@ static int cap_sync(db *d, cap_cache *c) {
     if (reload) {
         c->valid = 0;
         c->seq = db_changes_head(d); /* a change during the read is read again next time */
-        sqlite3_stmt *st = db_prepare(d, SQL_CAP_NODES);
+        db_stmt *st = db_prepare(d, SQL_CAP_NODES);
         if (!st) return -1;
         int cap = 0, rc;
         c->n = 0;
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        while ((rc = db_step(st)) == DB_ROW) {
             if (c->n == cap) {
                 cap = cap ? cap * 2 : 256;
                 c->nodes = xrealloc(c->nodes, (size_t)cap * sizeof *c->nodes);
             }
-            c->nodes[c->n++] = (cap_node){sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 2),
-                                          sqlite3_column_int(st, 1), sqlite3_column_int(st, 3),
-                                          sqlite3_column_int(st, 4)};
+            c->nodes[c->n++] = (cap_node){db_col_int64(st, 0), db_col_int64(st, 2),
+                                          db_col_int(st, 1), db_col_int(st, 3),
+                                          db_col_int(st, 4)};
         }
         db_done(st);
-        if (rc != SQLITE_DONE) return -1;
+        if (rc != DB_DONE) return -1;
         c->valid = 1;
         return 0;
     }
     c->seq = seq;
     for (int i = 0; i < c->n; i++) {
         if (c->nodes[i].ready) continue;
-        sqlite3_stmt *st = db_prepare(d, SQL_CAP_STATE);
+        db_stmt *st = db_prepare(d, SQL_CAP_STATE);
         if (!st) return -1;
-        sqlite3_bind_int64(st, 1, c->nodes[i].id);
-        int rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW) c->nodes[i].ready = sqlite3_column_int(st, 0);
+        db_bind_int64(st, 1, c->nodes[i].id);
+        int rc = db_step(st);
+        if (rc == DB_ROW) c->nodes[i].ready = db_col_int(st, 0);
         db_done(st);
-        if (rc != SQLITE_ROW) { /* gone, or an error: read everything next time */
+        if (rc != DB_ROW) { /* gone, or an error: read everything next time */
             c->valid = 0;
-            return rc == SQLITE_DONE ? cap_sync(d, c) : -1;
+            return rc == DB_DONE ? cap_sync(d, c) : -1;
         }
     }
     return 0;

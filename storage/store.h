@@ -60,7 +60,7 @@ typedef struct principal {
 const char *token_kind_name(token_kind k);
 
 /* JSON form of a text column (null for NULL); a time's is store_base.h's. */
-void store_json_text(cJSON *o, const char *key, sqlite3_stmt *st, int col);
+void store_json_text(cJSON *o, const char *key, db_stmt *st, int col);
 /* o[key] = a JSON object text this service stored (text NULL or not an
  * object: null), kept as raw text: json_write answers it as stored. */
 void store_json_stored(cJSON *o, const char *key, const char *text);

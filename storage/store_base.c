@@ -33,18 +33,33 @@ void store_json_time_ms(cJSON *o, const char *key, int64_t ms) {
     cJSON_AddStringToObject(o, key, out);
 }
 
-void store_json_time(cJSON *o, const char *key, sqlite3_stmt *st, int col) {
-    if (sqlite3_column_type(st, col) == SQLITE_NULL) cJSON_AddNullToObject(o, key);
-    else store_json_time_ms(o, key, sqlite3_column_int64(st, col));
+void store_json_time(cJSON *o, const char *key, db_stmt *st, int col) {
+    if (db_col_type(st, col) == DB_NULL) cJSON_AddNullToObject(o, key);
+    else store_json_time_ms(o, key, db_col_int64(st, col));
 }
 
-int store_step_done(sqlite3_stmt *st) {
-    int rc = sqlite3_step(st);
+int store_step_done(db_stmt *st) {
+    int rc = db_step(st);
     db_done(st);
-    return rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+    return rc == DB_DONE ? STORE_OK : STORE_ERROR;
 }
 
-int store_step_one(db *d, sqlite3_stmt *st) {
+int store_step_one(db *d, db_stmt *st) {
     if (store_step_done(st) != STORE_OK) return STORE_ERROR;
-    return sqlite3_changes(db_conn(d)) == 1 ? STORE_OK : STORE_CONFLICT;
+    return db_changes(d) == 1 ? STORE_OK : STORE_CONFLICT;
+}
+
+int store_step_id(db_stmt *st, int64_t *id) {
+    int rc = db_step(st);
+    int64_t v = rc == DB_ROW ? db_col_int64(st, 0) : 0;
+    /* to the end: SQLite (3.40) commits an autocommit statement that
+     * returns rows at its end, and a reset before it skips the WAL hook
+     * (the change log and the generations would miss the commit) */
+    if (rc == DB_ROW && db_step(st) != DB_DONE) rc = DB_ERR;
+    db_done(st);
+    if (rc == DB_ROW) {
+        if (id) *id = v;
+        return STORE_OK;
+    }
+    return rc == DB_DONE || rc == DB_CONSTRAINT ? STORE_CONFLICT : STORE_ERROR;
 }

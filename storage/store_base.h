@@ -14,7 +14,6 @@
 
 #include <stdint.h>
 #include <cjson/cJSON.h>
-#include <sqlite3.h>
 
 #include "db.h"
 
@@ -27,13 +26,18 @@ void store_time_text(char out[25], int64_t ms);
 /* o[key] = that time, or null for ms <= 0 ... */
 void store_json_time_ms(cJSON *o, const char *key, int64_t ms);
 /* ... or for a NULL column (st's column col, ms since the epoch). */
-void store_json_time(cJSON *o, const char *key, sqlite3_stmt *st, int col);
+void store_json_time(cJSON *o, const char *key, db_stmt *st, int col);
 
 /* Steps a write statement to its end and releases it (db_done):
- * STORE_OK, or STORE_ERROR when it did not run to SQLITE_DONE. */
-int store_step_done(sqlite3_stmt *st);
+ * STORE_OK, or STORE_ERROR when it did not run to DB_DONE. */
+int store_step_done(db_stmt *st);
 /* The same for a write that must change exactly one row: STORE_CONFLICT
  * when it changed none (or several). */
-int store_step_one(db *d, sqlite3_stmt *st);
+int store_step_one(db *d, db_stmt *st);
+/* Steps an INSERT ... RETURNING id (one text for every engine, where
+ * SQLite alone would read its last rowid) and releases it: STORE_OK with
+ * *id; STORE_CONFLICT when a constraint refused the row or an ON CONFLICT
+ * DO NOTHING skipped it (no row returned); else STORE_ERROR. */
+int store_step_id(db_stmt *st, int64_t *id);
 
 #endif

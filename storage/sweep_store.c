@@ -9,13 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *col_dup(sqlite3_stmt *st, int c) {
-    const char *t = (const char *)sqlite3_column_text(st, c);
+static char *col_dup(db_stmt *st, int c) {
+    const char *t = db_col_text(st, c);
     return t ? xstrdup(t) : NULL;
 }
 
-static void col_copy(sqlite3_stmt *st, int c, char *out, size_t cap) {
-    const char *t = (const char *)sqlite3_column_text(st, c);
+static void col_copy(db_stmt *st, int c, char *out, size_t cap) {
+    const char *t = db_col_text(st, c);
     snprintf(out, cap, "%s", t ? t : "");
 }
 
@@ -49,7 +49,7 @@ void sweep_trials_release(sweep_trial_row *t, int n) {
 
 static const char SQL_SWEEP_INSERT[] =
     "INSERT INTO sweeps(team_id, name, spec, state, created_at, updated_at, user_id)"
-    " VALUES(?1, ?2, ?3, 'running', ?4, ?4, ?5)";
+    " VALUES(?1, ?2, ?3, 'running', ?4, ?4, ?5) RETURNING id";
 static const char SQL_TRIAL_INSERT[] =
     "INSERT INTO sweep_trials(sweep_id, trial, params, state, updated_at) VALUES(?1, ?2, ?3, 'pending', ?4)";
 
@@ -57,22 +57,22 @@ int sweep_store_create(db *d, int64_t team_id, int64_t user_id, const char *name
                        char *const *params, int64_t *id_out) {
     if (db_begin(d) < 0) return STORE_ERROR;
     int64_t now = now_ms();
-    sqlite3_stmt *st = db_prepare(d, SQL_SWEEP_INSERT);
+    db_stmt *st = db_prepare(d, SQL_SWEEP_INSERT);
     if (!st) return finish_tx(d, STORE_ERROR);
-    sqlite3_bind_int64(st, 1, team_id);
-    sqlite3_bind_text(st, 2, name, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 3, spec_json, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 4, now);
-    if (user_id > 0) sqlite3_bind_int64(st, 5, user_id);
-    if (store_step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
-    int64_t id = sqlite3_last_insert_rowid(db_conn(d));
+    db_bind_int64(st, 1, team_id);
+    db_bind_text(st, 2, name, -1);
+    db_bind_text(st, 3, spec_json, -1);
+    db_bind_int64(st, 4, now);
+    if (user_id > 0) db_bind_int64(st, 5, user_id);
+    int64_t id = 0;
+    if (store_step_id(st, &id) != STORE_OK) return finish_tx(d, STORE_ERROR);
     for (int i = 0; i < n; i++) {
         st = db_prepare(d, SQL_TRIAL_INSERT);
         if (!st) return finish_tx(d, STORE_ERROR);
-        sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_int(st, 2, i);
-        sqlite3_bind_text(st, 3, params[i], -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int64(st, 4, now);
+        db_bind_int64(st, 1, id);
+        db_bind_int(st, 2, i);
+        db_bind_text(st, 3, params[i], -1);
+        db_bind_int64(st, 4, now);
         if (store_step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
     }
     int rc = finish_tx(d, STORE_OK);
@@ -90,19 +90,19 @@ int sweep_store_create(db *d, int64_t team_id, int64_t user_id, const char *name
     " coalesce(s.finished_at, 0), (SELECT count(*) FROM sweep_trials x WHERE x.sweep_id = s.id),"       \
     " (SELECT name FROM users u WHERE u.id = s.user_id)"
 
-static void sweep_row(sqlite3_stmt *st, sweep_info *o) {
+static void sweep_row(db_stmt *st, sweep_info *o) {
     memset(o, 0, sizeof *o);
-    o->id = sqlite3_column_int64(st, 0);
-    o->team_id = sqlite3_column_int64(st, 1);
+    o->id = db_col_int64(st, 0);
+    o->team_id = db_col_int64(st, 1);
     col_copy(st, 2, o->name, sizeof o->name);
     col_copy(st, 3, o->team, sizeof o->team);
     col_copy(st, 4, o->state, sizeof o->state);
     o->spec = col_dup(st, 5);
     o->reason = col_dup(st, 6);
-    o->created_at = sqlite3_column_int64(st, 7);
-    o->updated_at = sqlite3_column_int64(st, 8);
-    o->finished_at = sqlite3_column_int64(st, 9);
-    o->trials = sqlite3_column_int(st, 10);
+    o->created_at = db_col_int64(st, 7);
+    o->updated_at = db_col_int64(st, 8);
+    o->finished_at = db_col_int64(st, 9);
+    o->trials = db_col_int(st, 10);
     col_copy(st, 11, o->user, sizeof o->user);
 }
 
@@ -111,14 +111,14 @@ static const char SQL_SWEEP_GET[] = "SELECT " SWEEP_COLS " FROM sweeps s JOIN te
 
 int sweep_store_get(db *d, int64_t id, int64_t team_id, sweep_info *out) {
     memset(out, 0, sizeof *out);
-    sqlite3_stmt *st = db_prepare(d, SQL_SWEEP_GET);
+    db_stmt *st = db_prepare(d, SQL_SWEEP_GET);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_int64(st, 2, team_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) sweep_row(st, out);
+    db_bind_int64(st, 1, id);
+    db_bind_int64(st, 2, team_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) sweep_row(st, out);
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
 }
 
 static const char SQL_SWEEP_LIST[] = "SELECT " SWEEP_COLS " FROM sweeps s JOIN teams t ON t.id = s.team_id"
@@ -131,15 +131,15 @@ int sweep_store_list(db *d, int64_t team_id, const char *user, int64_t before, i
     *out = NULL;
     *n = 0;
     *next = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_SWEEP_LIST);
+    db_stmt *st = db_prepare(d, SQL_SWEEP_LIST);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, team_id);
-    sqlite3_bind_int64(st, 2, before);
-    sqlite3_bind_int(st, 3, max + 1);
-    if (user) sqlite3_bind_text(st, 4, user, -1, SQLITE_TRANSIENT);
+    db_bind_int64(st, 1, team_id);
+    db_bind_int64(st, 2, before);
+    db_bind_int(st, 3, max + 1);
+    if (user) db_bind_text(st, 4, user, -1);
     sweep_info *arr = xcalloc((size_t)max + 1, sizeof *arr);
     int rc, k = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         if (k == max) {
             *next = arr[k - 1].id;
             continue;
@@ -147,7 +147,7 @@ int sweep_store_list(db *d, int64_t team_id, const char *user, int64_t before, i
         sweep_row(st, &arr[k++]);
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         for (int i = 0; i < k; i++) sweep_info_release(&arr[i]);
         free(arr);
         return STORE_ERROR;
@@ -166,33 +166,33 @@ static const char SQL_TRIALS[] =
 int sweep_store_trials(db *d, int64_t sweep_id, sweep_trial_row **out, int *n) {
     *out = NULL;
     *n = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_TRIALS);
+    db_stmt *st = db_prepare(d, SQL_TRIALS);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, sweep_id);
+    db_bind_int64(st, 1, sweep_id);
     int cap = 16, k = 0, rc;
     sweep_trial_row *arr = xcalloc((size_t)cap, sizeof *arr);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         if (k == cap) {
             cap *= 2;
             arr = xrealloc(arr, (size_t)cap * sizeof *arr);
         }
         sweep_trial_row *t = &arr[k++];
         memset(t, 0, sizeof *t);
-        t->trial = sqlite3_column_int(st, 0);
+        t->trial = db_col_int(st, 0);
         t->params = col_dup(st, 1);
-        t->job_id = sqlite3_column_int64(st, 2);
+        t->job_id = db_col_int64(st, 2);
         col_copy(st, 3, t->state, sizeof t->state);
-        t->rung = sqlite3_column_int(st, 4);
-        t->epochs = sqlite3_column_int(st, 5);
-        t->has_metric = sqlite3_column_type(st, 6) != SQLITE_NULL;
-        t->metric = sqlite3_column_double(st, 6);
+        t->rung = db_col_int(st, 4);
+        t->epochs = db_col_int(st, 5);
+        t->has_metric = db_col_type(st, 6) != DB_NULL;
+        t->metric = db_col_double(st, 6);
         t->reason = col_dup(st, 7);
         col_copy(st, 8, t->job_state, sizeof t->job_state);
         t->job_reason = col_dup(st, 9);
-        t->job_live_tasks = sqlite3_column_int(st, 10);
+        t->job_live_tasks = db_col_int(st, 10);
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         sweep_trials_release(arr, k);
         return STORE_ERROR;
     }
@@ -207,24 +207,24 @@ static const char SQL_RUNGS[] =
 int sweep_store_rungs(db *d, int64_t sweep_id, sweep_rung_row **out, int *n) {
     *out = NULL;
     *n = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_RUNGS);
+    db_stmt *st = db_prepare(d, SQL_RUNGS);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, sweep_id);
+    db_bind_int64(st, 1, sweep_id);
     int cap = 16, k = 0, rc;
     sweep_rung_row *arr = xcalloc((size_t)cap, sizeof *arr);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         if (k == cap) {
             cap *= 2;
             arr = xrealloc(arr, (size_t)cap * sizeof *arr);
         }
-        arr[k].rung = sqlite3_column_int(st, 0);
-        arr[k].trial = sqlite3_column_int(st, 1);
-        arr[k].metric = sqlite3_column_double(st, 2);
-        arr[k].promoted = sqlite3_column_int(st, 3);
+        arr[k].rung = db_col_int(st, 0);
+        arr[k].trial = db_col_int(st, 1);
+        arr[k].metric = db_col_double(st, 2);
+        arr[k].promoted = db_col_int(st, 3);
         k++;
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         free(arr);
         return STORE_ERROR;
     }
@@ -237,14 +237,14 @@ static const char SQL_RUNNING[] = "SELECT id FROM sweeps WHERE state = 'running'
 
 int sweep_store_running(db *d, int64_t after_id, int64_t *ids, int max, int *n) {
     *n = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_RUNNING);
+    db_stmt *st = db_prepare(d, SQL_RUNNING);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, after_id);
-    sqlite3_bind_int(st, 2, max);
+    db_bind_int64(st, 1, after_id);
+    db_bind_int(st, 2, max);
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW && *n < max) ids[(*n)++] = sqlite3_column_int64(st, 0);
+    while ((rc = db_step(st)) == DB_ROW && *n < max) ids[(*n)++] = db_col_int64(st, 0);
     db_done(st);
-    return rc == SQLITE_DONE || rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
+    return rc == DB_DONE || rc == DB_ROW ? STORE_OK : STORE_ERROR;
 }
 
 /* ---------------------------------------------------------------- metrics */
@@ -252,22 +252,22 @@ int sweep_store_running(db *d, int64_t after_id, int64_t *ids, int max, int *n) 
 static const char SQL_M_EPOCHS[] =
     "SELECT coalesce(max(epoch), 0) FROM metrics WHERE job_id = ?1 AND kind = 'epoch'";
 static const char SQL_M_RANGE[] =
-    "SELECT min(v), max(v), count(v) FROM (SELECT json_extract(data, ?2) AS v FROM metrics WHERE job_id = ?1)"
+    "SELECT min(v), max(v), count(v) FROM (SELECT json_extract(data, ?2) AS v FROM metrics WHERE job_id = ?1) AS m"
     " WHERE typeof(v) IN ('integer','real')";
 static const char SQL_M_LAST[] =
     "SELECT v FROM (SELECT seq, json_extract(data, ?2) AS v FROM metrics"
-    "  WHERE job_id = ?1 AND kind = 'epoch' AND epoch = ?3)"
+    "  WHERE job_id = ?1 AND kind = 'epoch' AND epoch = ?3) AS m"
     " WHERE typeof(v) IN ('integer','real') ORDER BY seq DESC LIMIT 1";
 
 int sweep_store_job_metric(db *d, int64_t job_id, const char *metric, int mode_max, sweep_metric *out) {
     memset(out, 0, sizeof *out);
-    sqlite3_stmt *st = db_prepare(d, SQL_M_EPOCHS);
+    db_stmt *st = db_prepare(d, SQL_M_EPOCHS);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) out->epochs = sqlite3_column_int(st, 0);
+    db_bind_int64(st, 1, job_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) out->epochs = db_col_int(st, 0);
     db_done(st);
-    if (rc != SQLITE_ROW) return STORE_ERROR;
+    if (rc != DB_ROW) return STORE_ERROR;
     /* the key quoted as one JSON path member; a name that cannot be one
      * (a quote or backslash in it) has no value anywhere */
     if (!metric[0] || strpbrk(metric, "\"\\")) return STORE_OK;
@@ -275,28 +275,28 @@ int sweep_store_job_metric(db *d, int64_t job_id, const char *metric, int mode_m
     if (sfmt(path, sizeof path, "$.\"%s\"", metric) < 0) return STORE_OK;
     st = db_prepare(d, SQL_M_RANGE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_text(st, 2, path, -1, SQLITE_TRANSIENT);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW && sqlite3_column_int(st, 2) > 0) {
+    db_bind_int64(st, 1, job_id);
+    db_bind_text(st, 2, path, -1);
+    rc = db_step(st);
+    if (rc == DB_ROW && db_col_int(st, 2) > 0) {
         out->has_best = 1;
-        out->best = sqlite3_column_double(st, mode_max ? 1 : 0);
+        out->best = db_col_double(st, mode_max ? 1 : 0);
     }
     db_done(st);
-    if (rc != SQLITE_ROW) return STORE_ERROR;
+    if (rc != DB_ROW) return STORE_ERROR;
     if (out->epochs <= 0) return STORE_OK;
     st = db_prepare(d, SQL_M_LAST);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_text(st, 2, path, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int(st, 3, out->epochs);
-    rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
+    db_bind_int64(st, 1, job_id);
+    db_bind_text(st, 2, path, -1);
+    db_bind_int(st, 3, out->epochs);
+    rc = db_step(st);
+    if (rc == DB_ROW) {
         out->has_last = 1;
-        out->last = sqlite3_column_double(st, 0);
+        out->last = db_col_double(st, 0);
     }
     db_done(st);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+    return rc == DB_ROW || rc == DB_DONE ? STORE_OK : STORE_ERROR;
 }
 
 /* ---------------------------------------------------------------- the controller's steps */
@@ -312,28 +312,28 @@ int sweep_store_trial_start(db *d, int64_t sweep_id, int trial, int rung, int64_
     if (db_begin(d) < 0) return STORE_ERROR;
     int64_t job_id = 0;
     store_new_job mine = *job; /* a trial's job is its sweep's submitter's */
-    sqlite3_stmt *su = db_prepare(d, SQL_SWEEP_USER);
+    db_stmt *su = db_prepare(d, SQL_SWEEP_USER);
     if (!su) return finish_tx(d, STORE_ERROR);
-    sqlite3_bind_int64(su, 1, sweep_id);
-    if (sqlite3_step(su) == SQLITE_ROW) mine.user_id = sqlite3_column_int64(su, 0);
+    db_bind_int64(su, 1, sweep_id);
+    if (db_step(su) == DB_ROW) mine.user_id = db_col_int64(su, 0);
     db_done(su);
     int rc = store_job_insert_rows(d, team_id, spec_json, strlen(spec_json), &mine, actor, &job_id);
     if (rc != STORE_OK) return finish_tx(d, rc);
-    sqlite3_stmt *st = db_prepare(d, SQL_TRIAL_RUN);
+    db_stmt *st = db_prepare(d, SQL_TRIAL_RUN);
     if (!st) return finish_tx(d, STORE_ERROR);
-    sqlite3_bind_int64(st, 1, sweep_id);
-    sqlite3_bind_int(st, 2, trial);
-    sqlite3_bind_int64(st, 3, job_id);
-    sqlite3_bind_int(st, 4, rung);
-    sqlite3_bind_int64(st, 5, now_ms());
+    db_bind_int64(st, 1, sweep_id);
+    db_bind_int(st, 2, trial);
+    db_bind_int64(st, 3, job_id);
+    db_bind_int(st, 4, rung);
+    db_bind_int64(st, 5, now_ms());
     if ((rc = store_step_one(d, st)) != STORE_OK) return finish_tx(d, rc);
     char why[600];
     char *params = NULL;
     st = db_prepare(d, SQL_TRIAL_PARAMS);
     if (!st) return finish_tx(d, STORE_ERROR);
-    sqlite3_bind_int64(st, 1, sweep_id);
-    sqlite3_bind_int(st, 2, trial);
-    if (sqlite3_step(st) == SQLITE_ROW) params = col_dup(st, 0);
+    db_bind_int64(st, 1, sweep_id);
+    db_bind_int(st, 2, trial);
+    if (db_step(st) == DB_ROW) params = col_dup(st, 0);
     db_done(st);
     snprintf(why, sizeof why, "trial %d of sweep %lld: %.500s", trial, (long long)sweep_id, params ? params : "{}");
     free(params);
@@ -348,14 +348,14 @@ static const char SQL_TRIAL_FAIL[] =
     " WHERE sweep_id = ?1 AND trial = ?2 AND state = 'pending'";
 
 int sweep_store_trial_fail_pending(db *d, int64_t sweep_id, int trial, const char *reason) {
-    sqlite3_stmt *st = db_prepare(d, SQL_TRIAL_FAIL);
+    db_stmt *st = db_prepare(d, SQL_TRIAL_FAIL);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, sweep_id);
-    sqlite3_bind_int(st, 2, trial);
-    sqlite3_bind_text(st, 3, reason, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 4, now_ms());
+    db_bind_int64(st, 1, sweep_id);
+    db_bind_int(st, 2, trial);
+    db_bind_text(st, 3, reason, -1);
+    db_bind_int64(st, 4, now_ms());
     if (store_step_done(st) != STORE_OK) return STORE_ERROR;
-    return sqlite3_changes(db_conn(d)) == 1 ? STORE_OK : STORE_CONFLICT;
+    return db_changes(d) == 1 ? STORE_OK : STORE_CONFLICT;
 }
 
 static const char SQL_TRIAL_END[] =
@@ -369,29 +369,29 @@ static const char SQL_RUNG_INSERT[] =
 int sweep_store_trial_end(db *d, int64_t sweep_id, int trial, const char *state, int epochs, int has_metric,
                           double metric, const char *reason, int rung, double rung_metric, const char *actor) {
     if (db_begin(d) < 0) return STORE_ERROR;
-    sqlite3_stmt *st = db_prepare(d, SQL_TRIAL_END);
+    db_stmt *st = db_prepare(d, SQL_TRIAL_END);
     if (!st) return finish_tx(d, STORE_ERROR);
-    sqlite3_bind_int64(st, 1, sweep_id);
-    sqlite3_bind_int(st, 2, trial);
-    sqlite3_bind_text(st, 3, state, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int(st, 4, epochs);
-    sqlite3_bind_int(st, 5, has_metric);
-    sqlite3_bind_double(st, 6, metric);
-    if (reason) sqlite3_bind_text(st, 7, reason, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 8, now_ms());
-    int s = sqlite3_step(st);
-    int64_t job_id = s == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    if (s == SQLITE_ROW) s = sqlite3_step(st);
+    db_bind_int64(st, 1, sweep_id);
+    db_bind_int(st, 2, trial);
+    db_bind_text(st, 3, state, -1);
+    db_bind_int(st, 4, epochs);
+    db_bind_int(st, 5, has_metric);
+    db_bind_double(st, 6, metric);
+    if (reason) db_bind_text(st, 7, reason, -1);
+    db_bind_int64(st, 8, now_ms());
+    int s = db_step(st);
+    int64_t job_id = s == DB_ROW ? db_col_int64(st, 0) : 0;
+    if (s == DB_ROW) s = db_step(st);
     db_done(st);
-    if (s != SQLITE_DONE) return finish_tx(d, STORE_ERROR);
+    if (s != DB_DONE) return finish_tx(d, STORE_ERROR);
     if (!job_id) return finish_tx(d, STORE_CONFLICT);
     if (rung >= 0) {
         st = db_prepare(d, SQL_RUNG_INSERT);
         if (!st) return finish_tx(d, STORE_ERROR);
-        sqlite3_bind_int64(st, 1, sweep_id);
-        sqlite3_bind_int(st, 2, rung);
-        sqlite3_bind_int(st, 3, trial);
-        sqlite3_bind_double(st, 4, rung_metric);
+        db_bind_int64(st, 1, sweep_id);
+        db_bind_int(st, 2, rung);
+        db_bind_int(st, 3, trial);
+        db_bind_double(st, 4, rung_metric);
         if (store_step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
     }
     char why[700];
@@ -416,24 +416,24 @@ int sweep_store_trial_promote(db *d, int64_t sweep_id, int trial, int from, int6
     static const char *const succeeded[] = {"succeeded", NULL};
     int rc;
     if (db_begin(d) < 0) return STORE_ERROR;
-    sqlite3_stmt *st = db_prepare(d, SQL_RUNG_PROMOTE);
+    db_stmt *st = db_prepare(d, SQL_RUNG_PROMOTE);
     if (!st) return finish_tx(d, STORE_ERROR);
-    sqlite3_bind_int64(st, 1, sweep_id);
-    sqlite3_bind_int(st, 2, from);
-    sqlite3_bind_int(st, 3, trial);
+    db_bind_int64(st, 1, sweep_id);
+    db_bind_int(st, 2, from);
+    db_bind_int(st, 3, trial);
     if ((rc = store_step_one(d, st)) != STORE_OK) return finish_tx(d, rc);
     st = db_prepare(d, SQL_TRIAL_RESUME);
     if (!st) return finish_tx(d, STORE_ERROR);
-    sqlite3_bind_int64(st, 1, sweep_id);
-    sqlite3_bind_int(st, 2, trial);
-    sqlite3_bind_int(st, 3, from);
-    sqlite3_bind_int64(st, 4, now_ms());
-    sqlite3_bind_int64(st, 5, job_id);
+    db_bind_int64(st, 1, sweep_id);
+    db_bind_int(st, 2, trial);
+    db_bind_int(st, 3, from);
+    db_bind_int64(st, 4, now_ms());
+    db_bind_int64(st, 5, job_id);
     if ((rc = store_step_one(d, st)) != STORE_OK) return finish_tx(d, rc);
     st = db_prepare(d, SQL_JOB_RESPEC);
     if (!st) return finish_tx(d, STORE_ERROR);
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_text(st, 2, spec_json, -1, SQLITE_TRANSIENT);
+    db_bind_int64(st, 1, job_id);
+    db_bind_text(st, 2, spec_json, -1);
     if ((rc = store_step_one(d, st)) != STORE_OK) return finish_tx(d, rc);
     rc = store_job_transition(d, job_id, succeeded, "queued", actor, reason);
     return finish_tx(d, rc);
@@ -452,26 +452,26 @@ int sweep_store_trial_continue(db *d, int64_t sweep_id, int trial, int from, int
                                double metric, const char *spec_json, const char *actor, const char *reason) {
     int rc;
     if (db_begin(d) < 0) return STORE_ERROR;
-    sqlite3_stmt *st = db_prepare(d, SQL_TRIAL_NEXT_RUNG);
+    db_stmt *st = db_prepare(d, SQL_TRIAL_NEXT_RUNG);
     if (!st) return finish_tx(d, STORE_ERROR);
-    sqlite3_bind_int64(st, 1, sweep_id);
-    sqlite3_bind_int(st, 2, trial);
-    sqlite3_bind_int(st, 3, from);
-    sqlite3_bind_int64(st, 4, now_ms());
-    sqlite3_bind_int64(st, 5, job_id);
+    db_bind_int64(st, 1, sweep_id);
+    db_bind_int(st, 2, trial);
+    db_bind_int(st, 3, from);
+    db_bind_int64(st, 4, now_ms());
+    db_bind_int64(st, 5, job_id);
     if ((rc = store_step_one(d, st)) != STORE_OK) return finish_tx(d, rc);
     st = db_prepare(d, SQL_RUNG_INSERT_PROMOTED);
     if (!st) return finish_tx(d, STORE_ERROR);
-    sqlite3_bind_int64(st, 1, sweep_id);
-    sqlite3_bind_int(st, 2, from);
-    sqlite3_bind_int(st, 3, trial);
-    sqlite3_bind_double(st, 4, metric);
+    db_bind_int64(st, 1, sweep_id);
+    db_bind_int(st, 2, from);
+    db_bind_int(st, 3, trial);
+    db_bind_double(st, 4, metric);
     if ((rc = store_step_one(d, st)) != STORE_OK) return finish_tx(d, rc);
     st = db_prepare(d, SQL_JOB_RESPEC_RUNNING);
     if (!st) return finish_tx(d, STORE_ERROR);
-    sqlite3_bind_int64(st, 1, job_id);
-    sqlite3_bind_text(st, 2, spec_json, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int(st, 3, attempt);
+    db_bind_int64(st, 1, job_id);
+    db_bind_text(st, 2, spec_json, -1);
+    db_bind_int(st, 3, attempt);
     if ((rc = store_step_one(d, st)) != STORE_OK) return finish_tx(d, rc);
     return finish_tx(d, store_event_add(d, job_id, "sweep", actor, reason));
 }
@@ -487,17 +487,17 @@ int sweep_store_trial_requeue(db *d, int64_t sweep_id, int trial, int64_t job_id
     static const char *const succeeded[] = {"succeeded", NULL};
     int rc;
     if (db_begin(d) < 0) return STORE_ERROR;
-    sqlite3_stmt *st = db_prepare(d, SQL_TRIAL_RUNNING_JOB);
+    db_stmt *st = db_prepare(d, SQL_TRIAL_RUNNING_JOB);
     if (!st) return finish_tx(d, STORE_ERROR);
-    sqlite3_bind_int64(st, 1, sweep_id);
-    sqlite3_bind_int(st, 2, trial);
-    sqlite3_bind_int64(st, 3, job_id);
-    int s = sqlite3_step(st);
+    db_bind_int64(st, 1, sweep_id);
+    db_bind_int(st, 2, trial);
+    db_bind_int64(st, 3, job_id);
+    int s = db_step(st);
     db_done(st);
-    if (s != SQLITE_ROW) return finish_tx(d, s == SQLITE_DONE ? STORE_CONFLICT : STORE_ERROR);
+    if (s != DB_ROW) return finish_tx(d, s == DB_DONE ? STORE_CONFLICT : STORE_ERROR);
     st = db_prepare(d, SQL_JOB_REOPEN);
     if (!st) return finish_tx(d, STORE_ERROR);
-    sqlite3_bind_int64(st, 1, job_id);
+    db_bind_int64(st, 1, job_id);
     if ((rc = store_step_one(d, st)) != STORE_OK) return finish_tx(d, rc);
     return finish_tx(d, store_job_transition(d, job_id, succeeded, "queued", actor, reason));
 }
@@ -513,17 +513,17 @@ int sweep_store_finish(db *d, int64_t sweep_id, const char *state, const char *r
     int rc;
     if (db_begin(d) < 0) return STORE_ERROR;
     int64_t now = now_ms();
-    sqlite3_stmt *st = db_prepare(d, SQL_STOP_PAUSED);
+    db_stmt *st = db_prepare(d, SQL_STOP_PAUSED);
     if (!st) return finish_tx(d, STORE_ERROR);
-    sqlite3_bind_int64(st, 1, sweep_id);
-    sqlite3_bind_int64(st, 2, now);
+    db_bind_int64(st, 1, sweep_id);
+    db_bind_int64(st, 2, now);
     if (store_step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
     st = db_prepare(d, SQL_SWEEP_END);
     if (!st) return finish_tx(d, STORE_ERROR);
-    sqlite3_bind_int64(st, 1, sweep_id);
-    sqlite3_bind_text(st, 2, state, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 3, reason, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 4, now);
+    db_bind_int64(st, 1, sweep_id);
+    db_bind_text(st, 2, state, -1);
+    db_bind_text(st, 3, reason, -1);
+    db_bind_int64(st, 4, now);
     if ((rc = store_step_one(d, st)) != STORE_OK) return finish_tx(d, rc);
     rc = finish_tx(d, STORE_OK);
     if (rc == STORE_OK) db_note(d, "sweep %lld: %s: %s", (long long)sweep_id, state, reason);
@@ -539,26 +539,26 @@ static const char SQL_TRIALS_CANCEL[] =
 int sweep_store_cancel(db *d, int64_t sweep_id, const char *reason, int64_t *jobs, int max, int *n) {
     *n = 0;
     int64_t now = now_ms();
-    sqlite3_stmt *st = db_prepare(d, SQL_SWEEP_END);
+    db_stmt *st = db_prepare(d, SQL_SWEEP_END);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, sweep_id);
-    sqlite3_bind_text(st, 2, "cancelled", -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 3, reason, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 4, now);
+    db_bind_int64(st, 1, sweep_id);
+    db_bind_text_static(st, 2, "cancelled", -1);
+    db_bind_text(st, 3, reason, -1);
+    db_bind_int64(st, 4, now);
     int rc = store_step_one(d, st);
     if (rc != STORE_OK) return rc;
     st = db_prepare(d, SQL_TRIALS_LIVE_JOBS);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, sweep_id);
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-        if (*n < max) jobs[(*n)++] = sqlite3_column_int64(st, 0);
+    db_bind_int64(st, 1, sweep_id);
+    while ((rc = db_step(st)) == DB_ROW)
+        if (*n < max) jobs[(*n)++] = db_col_int64(st, 0);
     db_done(st);
-    if (rc != SQLITE_DONE) return STORE_ERROR;
+    if (rc != DB_DONE) return STORE_ERROR;
     st = db_prepare(d, SQL_TRIALS_CANCEL);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, sweep_id);
-    sqlite3_bind_text(st, 2, reason, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 3, now);
+    db_bind_int64(st, 1, sweep_id);
+    db_bind_text(st, 2, reason, -1);
+    db_bind_int64(st, 3, now);
     return store_step_done(st);
 }
 
@@ -567,13 +567,13 @@ static const char SQL_NEWEST_CKPT[] =
 
 int sweep_store_newest_checkpoint(db *d, int64_t job_id, int64_t *ckpt_id) {
     *ckpt_id = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_NEWEST_CKPT);
+    db_stmt *st = db_prepare(d, SQL_NEWEST_CKPT);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, job_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) *ckpt_id = sqlite3_column_int64(st, 0);
+    db_bind_int64(st, 1, job_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) *ckpt_id = db_col_int64(st, 0);
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : STORE_ERROR;
 }
 
 static const char SQL_JOB_SWEEP_RUNNING[] =
@@ -583,14 +583,14 @@ static const char SQL_JOB_SWEEP_RUNNING[] =
 int sweep_store_job_in_running_sweep(db *d, int64_t job_id, int64_t *sweep_id, int *trial) {
     *sweep_id = 0;
     *trial = 0;
-    sqlite3_stmt *st = db_prepare(d, SQL_JOB_SWEEP_RUNNING);
+    db_stmt *st = db_prepare(d, SQL_JOB_SWEEP_RUNNING);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, job_id);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *sweep_id = sqlite3_column_int64(st, 0);
-        *trial = sqlite3_column_int(st, 1);
+    db_bind_int64(st, 1, job_id);
+    int rc = db_step(st);
+    if (rc == DB_ROW) {
+        *sweep_id = db_col_int64(st, 0);
+        *trial = db_col_int(st, 1);
     }
     db_done(st);
-    return rc == SQLITE_ROW ? 1 : rc == SQLITE_DONE ? 0 : -1;
+    return rc == DB_ROW ? 1 : rc == DB_DONE ? 0 : -1;
 }

@@ -270,42 +270,42 @@ static void acc_free(acc *a) {
 /* ================================================================ passes */
 
 static int load_teams(db *d, acc *a, int64_t team_id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_TEAMS);
+    db_stmt *st = db_prepare(d, SQL_TEAMS);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, team_id);
+    db_bind_int64(st, 1, team_id);
     int cap = 0, rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         if (a->n_teams == cap) {
             cap = cap ? cap * 2 : 16;
             a->teams = xrealloc(a->teams, (size_t)cap * sizeof *a->teams);
         }
         team_name *t = &a->teams[a->n_teams++];
-        t->id = sqlite3_column_int64(st, 0);
-        const char *nm = (const char *)sqlite3_column_text(st, 1);
+        t->id = db_col_int64(st, 0);
+        const char *nm = db_col_text(st, 1);
         snprintf(t->name, sizeof t->name, "%s", nm ? nm : "");
     }
     db_done(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return rc == DB_DONE ? 0 : -1;
 }
 
 #define SPLIT_MAX 512 /* days of one clipped task: the API allows 400 */
 
 static int scan_tasks(db *d, acc *a, int64_t from, int64_t to, int64_t now, int64_t team_id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_TASKS);
+    db_stmt *st = db_prepare(d, SQL_TASKS);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, from);
-    sqlite3_bind_int64(st, 2, to);
-    sqlite3_bind_int64(st, 3, now);
-    sqlite3_bind_int64(st, 4, team_id);
+    db_bind_int64(st, 1, from);
+    db_bind_int64(st, 2, to);
+    db_bind_int64(st, 3, now);
+    db_bind_int64(st, 4, team_id);
     int rc;
     int64_t day[SPLIT_MAX], ms[SPLIT_MAX];
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int64_t job = sqlite3_column_int64(st, 0), team = sqlite3_column_int64(st, 1);
-        const char *name = (const char *)sqlite3_column_text(st, 2);
-        int64_t submitted = sqlite3_column_int64(st, 3);
-        int64_t s = sqlite3_column_int64(st, 4), e = sqlite3_column_int64(st, 5);
-        int64_t gpus = sqlite3_column_int64(st, 6), cpus = sqlite3_column_int64(st, 7);
-        const row_who who = {job, name, sqlite3_column_int64(st, 8), (const char *)sqlite3_column_text(st, 9)};
+    while ((rc = db_step(st)) == DB_ROW) {
+        int64_t job = db_col_int64(st, 0), team = db_col_int64(st, 1);
+        const char *name = db_col_text(st, 2);
+        int64_t submitted = db_col_int64(st, 3);
+        int64_t s = db_col_int64(st, 4), e = db_col_int64(st, 5);
+        int64_t gpus = db_col_int64(st, 6), cpus = db_col_int64(st, 7);
+        const row_who who = {job, name, db_col_int64(st, 8), db_col_text(st, 9)};
         if (e > now) e = now;            /* a clock stepped back: nothing past now */
         if (s < from) s = from;
         if (e > to) e = to;
@@ -328,7 +328,7 @@ static int scan_tasks(db *d, acc *a, int64_t from, int64_t to, int64_t now, int6
         }
     }
     db_done(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return rc == DB_DONE ? 0 : -1;
 }
 
 /* Per job seen: its wait (when first placed in the window) and its preemptions. */
@@ -341,13 +341,13 @@ static int scan_jobs(db *d, acc *a, int64_t from, int64_t to) {
     for (int i = 0; i < a->n_jobs; i++) {
         const job_seen *j = &a->jobs[i];
         const row_who who = {j->id, j->name, j->user_id, j->user};
-        sqlite3_stmt *st = db_prepare(d, SQL_FIRST_PLACED);
+        db_stmt *st = db_prepare(d, SQL_FIRST_PLACED);
         if (!st) return -1;
-        sqlite3_bind_int64(st, 1, j->id);
-        int rc = sqlite3_step(st);
-        int64_t first = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+        db_bind_int64(st, 1, j->id);
+        int rc = db_step(st);
+        int64_t first = rc == DB_ROW ? db_col_int64(st, 0) : 0;
         db_done(st);
-        if (rc != SQLITE_ROW) return -1;
+        if (rc != DB_ROW) return -1;
         if (first >= from && first < to) {
             double w = (double)(first - j->created_at) / 1000.0;
             if (w < 0) w = 0;
@@ -356,31 +356,31 @@ static int scan_jobs(db *d, acc *a, int64_t from, int64_t to) {
             dvec_add(&a->all_waits, w);
         }
         if (!(st = db_prepare(d, SQL_PREEMPTS))) return -1;
-        sqlite3_bind_int64(st, 1, j->id);
-        sqlite3_bind_int64(st, 2, from);
-        sqlite3_bind_int64(st, 3, to);
-        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-            int r = row_of(a, j->team_id, &who, sqlite3_column_int64(st, 0));
+        db_bind_int64(st, 1, j->id);
+        db_bind_int64(st, 2, from);
+        db_bind_int64(st, 3, to);
+        while ((rc = db_step(st)) == DB_ROW) {
+            int r = row_of(a, j->team_id, &who, db_col_int64(st, 0));
             a->rows[r].jobs.preempted++;
         }
         db_done(st);
-        if (rc != SQLITE_DONE) return -1;
+        if (rc != DB_DONE) return -1;
     }
     return 0;
 }
 
 static int scan_ended(db *d, acc *a, int64_t from, int64_t to, int64_t team_id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_ENDED);
+    db_stmt *st = db_prepare(d, SQL_ENDED);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, from);
-    sqlite3_bind_int64(st, 2, to);
-    sqlite3_bind_int64(st, 3, team_id);
+    db_bind_int64(st, 1, from);
+    db_bind_int64(st, 2, to);
+    db_bind_int64(st, 3, team_id);
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *name = (const char *)sqlite3_column_text(st, 2), *state = (const char *)sqlite3_column_text(st, 3);
-        const row_who who = {sqlite3_column_int64(st, 0), name, sqlite3_column_int64(st, 5),
-                             (const char *)sqlite3_column_text(st, 6)};
-        int ri = row_of(a, sqlite3_column_int64(st, 1), &who, sqlite3_column_int64(st, 4));
+    while ((rc = db_step(st)) == DB_ROW) {
+        const char *name = db_col_text(st, 2), *state = db_col_text(st, 3);
+        const row_who who = {db_col_int64(st, 0), name, db_col_int64(st, 5),
+                             db_col_text(st, 6)};
+        int ri = row_of(a, db_col_int64(st, 1), &who, db_col_int64(st, 4));
         usage_row *r = &a->rows[ri];
         if (!state) continue;
         if (strcmp(state, "succeeded") == 0) r->jobs.succeeded++;
@@ -388,25 +388,25 @@ static int scan_ended(db *d, acc *a, int64_t from, int64_t to, int64_t team_id) 
         else r->jobs.cancelled++;
     }
     db_done(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return rc == DB_DONE ? 0 : -1;
 }
 
 /* One of the storage sums per team into the team rows (by team only). */
 static int scan_storage(db *d, acc *a, const char *sql, int64_t team_id, int which) {
-    sqlite3_stmt *st = db_prepare(d, sql);
+    db_stmt *st = db_prepare(d, sql);
     if (!st) return -1;
-    sqlite3_bind_int64(st, 1, team_id);
+    db_bind_int64(st, 1, team_id);
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-        int ri = row_of(a, sqlite3_column_int64(st, 0), NULL, 0);
+    while ((rc = db_step(st)) == DB_ROW) {
+        int ri = row_of(a, db_col_int64(st, 0), NULL, 0);
         usage_row *r = &a->rows[ri];
-        int64_t v = sqlite3_column_int64(st, 1);
+        int64_t v = db_col_int64(st, 1);
         if (which == 0) r->logs_bytes = v;
         else if (which == 1) r->checkpoints_bytes = v;
         else r->contexts_bytes = v;
     }
     db_done(st);
-    return rc == SQLITE_DONE ? 0 : -1;
+    return rc == DB_DONE ? 0 : -1;
 }
 
 int usage_query(db *d, int64_t from, int64_t to, int64_t now, usage_by by, int64_t team_id, usage_report *out) {

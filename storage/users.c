@@ -17,33 +17,27 @@ int users_name_ok(const char *s) {
 /* ---------------------------------------------------------------- users */
 
 static const char SQL_USER_INSERT[] =
-    "INSERT INTO users(name, email, source, created_at) VALUES(?, ?, ?, ?)";
+    "INSERT INTO users(name, email, source, created_at) VALUES(?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id";
 static const char SQL_USER_FIND[] = "SELECT id FROM users WHERE name = ?";
 
 int users_create(db *d, const char *name, const char *email, const char *source, int64_t *id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_USER_INSERT);
+    db_stmt *st = db_prepare(d, SQL_USER_INSERT);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
-    if (email && email[0]) sqlite3_bind_text(st, 2, email, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 3, source, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 4, now_ms());
-    int rc = sqlite3_step(st);
-    int ext = sqlite3_extended_errcode(db_conn(d));
-    db_done(st);
-    if ((rc & 0xff) == SQLITE_CONSTRAINT && ext == SQLITE_CONSTRAINT_UNIQUE) return STORE_CONFLICT;
-    if (rc != SQLITE_DONE) return STORE_ERROR;
-    if (id) *id = sqlite3_last_insert_rowid(db_conn(d));
-    return STORE_OK;
+    db_bind_text(st, 1, name, -1);
+    if (email && email[0]) db_bind_text(st, 2, email, -1);
+    db_bind_text(st, 3, source, -1);
+    db_bind_int64(st, 4, now_ms());
+    return store_step_id(st, id); /* no row: the name (or the email) is taken */
 }
 
 int users_find(db *d, const char *name, int64_t *id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_USER_FIND);
+    db_stmt *st = db_prepare(d, SQL_USER_FIND);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW && id) *id = sqlite3_column_int64(st, 0);
+    db_bind_text(st, 1, name, -1);
+    int rc = db_step(st);
+    if (rc == DB_ROW && id) *id = db_col_int64(st, 0);
     db_done(st);
-    return rc == SQLITE_ROW ? STORE_OK : rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    return rc == DB_ROW ? STORE_OK : rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
 }
 
 static const char SQL_USER_LOGIN[] =
@@ -58,11 +52,11 @@ int users_signed_in(db *d, const char *name, const char *email, int64_t *id, int
         else if (rc == STORE_OK) *created = 1;
     }
     if (rc != STORE_OK) return rc;
-    sqlite3_stmt *st = db_prepare(d, SQL_USER_LOGIN);
+    db_stmt *st = db_prepare(d, SQL_USER_LOGIN);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, *id);
-    sqlite3_bind_int64(st, 2, now_ms());
-    if (email && email[0]) sqlite3_bind_text(st, 3, email, -1, SQLITE_TRANSIENT);
+    db_bind_int64(st, 1, *id);
+    db_bind_int64(st, 2, now_ms());
+    if (email && email[0]) db_bind_text(st, 3, email, -1);
     return store_step_done(st);
 }
 
@@ -72,28 +66,28 @@ static const char SQL_USERS[] =
     "  FROM members m JOIN teams t ON t.id = m.team_id WHERE m.user_id = u.id)"
     " FROM users u WHERE (?1 = 0 OR u.id = ?1) ORDER BY u.name";
 
-static cJSON *user_row(sqlite3_stmt *st) {
+static cJSON *user_row(db_stmt *st) {
     cJSON *u = cJSON_CreateObject();
     store_json_text(u, "name", st, 1);
     store_json_text(u, "email", st, 2);
     store_json_text(u, "source", st, 3);
     store_json_time(u, "created_at", st, 4);
     store_json_time(u, "last_login_at", st, 5);
-    const char *teams = (const char *)sqlite3_column_text(st, 6);
+    const char *teams = db_col_text(st, 6);
     cJSON *t = teams ? cJSON_Parse(teams) : NULL;
     cJSON_AddItemToObject(u, "teams", t ? t : cJSON_CreateArray());
     return u;
 }
 
 cJSON *users_list(db *d) {
-    sqlite3_stmt *st = db_prepare(d, SQL_USERS);
+    db_stmt *st = db_prepare(d, SQL_USERS);
     if (!st) return NULL;
-    sqlite3_bind_int64(st, 1, 0);
+    db_bind_int64(st, 1, 0);
     cJSON *arr = cJSON_CreateArray();
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) cJSON_AddItemToArray(arr, user_row(st));
+    while ((rc = db_step(st)) == DB_ROW) cJSON_AddItemToArray(arr, user_row(st));
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         cJSON_Delete(arr);
         return NULL;
     }
@@ -101,10 +95,10 @@ cJSON *users_list(db *d) {
 }
 
 cJSON *users_get(db *d, int64_t id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_USERS);
+    db_stmt *st = db_prepare(d, SQL_USERS);
     if (!st) return NULL;
-    sqlite3_bind_int64(st, 1, id);
-    cJSON *u = sqlite3_step(st) == SQLITE_ROW ? user_row(st) : NULL;
+    db_bind_int64(st, 1, id);
+    cJSON *u = db_step(st) == DB_ROW ? user_row(st) : NULL;
     db_done(st);
     return u;
 }
@@ -118,38 +112,38 @@ static const char SQL_MEMBER_PUT[] =
 static const char SQL_MEMBER_DELETE[] = "DELETE FROM members WHERE team_id = ? AND user_id = ?";
 
 int members_role(db *d, int64_t team_id, int64_t user_id, team_role *role) {
-    sqlite3_stmt *st = db_prepare(d, SQL_MEMBER_GET);
+    db_stmt *st = db_prepare(d, SQL_MEMBER_GET);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, team_id);
-    sqlite3_bind_int64(st, 2, user_id);
-    int rc = sqlite3_step(st);
+    db_bind_int64(st, 1, team_id);
+    db_bind_int64(st, 2, user_id);
+    int rc = db_step(st);
     *role = ROLE_NONE;
-    if (rc == SQLITE_ROW && role_parse((const char *)sqlite3_column_text(st, 0), role) < 0) *role = ROLE_NONE;
+    if (rc == DB_ROW && role_parse(db_col_text(st, 0), role) < 0) *role = ROLE_NONE;
     db_done(st);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? STORE_OK : STORE_ERROR;
+    return rc == DB_ROW || rc == DB_DONE ? STORE_OK : STORE_ERROR;
 }
 
 int members_put(db *d, int64_t team_id, int64_t user_id, team_role role, const char *source, int *created) {
     team_role old;
     if (members_role(d, team_id, user_id, &old) != STORE_OK) return STORE_ERROR;
     if (created) *created = old == ROLE_NONE;
-    sqlite3_stmt *st = db_prepare(d, SQL_MEMBER_PUT);
+    db_stmt *st = db_prepare(d, SQL_MEMBER_PUT);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, team_id);
-    sqlite3_bind_int64(st, 2, user_id);
-    sqlite3_bind_text(st, 3, role_name(role), -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 4, source, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 5, now_ms());
+    db_bind_int64(st, 1, team_id);
+    db_bind_int64(st, 2, user_id);
+    db_bind_text_static(st, 3, role_name(role), -1);
+    db_bind_text(st, 4, source, -1);
+    db_bind_int64(st, 5, now_ms());
     return store_step_done(st);
 }
 
 int members_delete(db *d, int64_t team_id, int64_t user_id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_MEMBER_DELETE);
+    db_stmt *st = db_prepare(d, SQL_MEMBER_DELETE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, team_id);
-    sqlite3_bind_int64(st, 2, user_id);
+    db_bind_int64(st, 1, team_id);
+    db_bind_int64(st, 2, user_id);
     int rc = store_step_done(st);
-    if (rc == STORE_OK && sqlite3_changes(db_conn(d)) == 0) return STORE_NOT_FOUND;
+    if (rc == STORE_OK && db_changes(d) == 0) return STORE_NOT_FOUND;
     return rc;
 }
 
@@ -158,12 +152,12 @@ static const char SQL_MEMBERS[] =
     " WHERE m.team_id = ? ORDER BY u.name";
 
 cJSON *members_list(db *d, int64_t team_id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_MEMBERS);
+    db_stmt *st = db_prepare(d, SQL_MEMBERS);
     if (!st) return NULL;
-    sqlite3_bind_int64(st, 1, team_id);
+    db_bind_int64(st, 1, team_id);
     cJSON *arr = cJSON_CreateArray();
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         cJSON *m = cJSON_CreateObject();
         store_json_text(m, "user", st, 0);
         store_json_text(m, "email", st, 1);
@@ -173,7 +167,7 @@ cJSON *members_list(db *d, int64_t team_id) {
         cJSON_AddItemToArray(arr, m);
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         cJSON_Delete(arr);
         return NULL;
     }
@@ -185,12 +179,12 @@ static const char SQL_USER_TEAMS[] =
     " WHERE m.user_id = ? ORDER BY t.name";
 
 cJSON *members_teams(db *d, int64_t user_id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_USER_TEAMS);
+    db_stmt *st = db_prepare(d, SQL_USER_TEAMS);
     if (!st) return NULL;
-    sqlite3_bind_int64(st, 1, user_id);
+    db_bind_int64(st, 1, user_id);
     cJSON *arr = cJSON_CreateArray();
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         cJSON *m = cJSON_CreateObject();
         store_json_text(m, "team", st, 1);
         store_json_text(m, "role", st, 2);
@@ -198,7 +192,7 @@ cJSON *members_teams(db *d, int64_t user_id) {
         cJSON_AddItemToArray(arr, m);
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         cJSON_Delete(arr);
         return NULL;
     }
@@ -206,19 +200,19 @@ cJSON *members_teams(db *d, int64_t user_id) {
 }
 
 int members_only_team(db *d, int64_t user_id, int64_t *team_id, char team[64], team_role *role) {
-    sqlite3_stmt *st = db_prepare(d, SQL_USER_TEAMS);
+    db_stmt *st = db_prepare(d, SQL_USER_TEAMS);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, user_id);
+    db_bind_int64(st, 1, user_id);
     int n = 0, rc;
-    while (n < 2 && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while (n < 2 && (rc = db_step(st)) == DB_ROW) {
         if (n++ == 0) {
-            *team_id = sqlite3_column_int64(st, 0);
-            const char *t = (const char *)sqlite3_column_text(st, 1);
+            *team_id = db_col_int64(st, 0);
+            const char *t = db_col_text(st, 1);
             snprintf(team, 64, "%s", t ? t : "");
-            if (role_parse((const char *)sqlite3_column_text(st, 2), role) < 0) *role = ROLE_NONE;
+            if (role_parse(db_col_text(st, 2), role) < 0) *role = ROLE_NONE;
         }
     }
-    if (n < 2 && rc != SQLITE_DONE) {
+    if (n < 2 && rc != DB_DONE) {
         db_done(st);
         return STORE_ERROR;
     }
@@ -229,7 +223,7 @@ int members_only_team(db *d, int64_t user_id, int64_t *team_id, char team[64], t
 static const char SQL_MEMBERS_OIDC[] = "SELECT team_id FROM members WHERE user_id = ? AND source = 'oidc'";
 
 int members_sync(db *d, int64_t user_id, const member_grant *g, int n, int *skipped) {
-    int own = sqlite3_get_autocommit(db_conn(d));
+    int own = !db_in_tx(d);
     if (own && db_begin(d) < 0) return STORE_ERROR;
     int rc = STORE_OK;
     int64_t kept[64];
@@ -246,14 +240,14 @@ int members_sync(db *d, int64_t user_id, const member_grant *g, int n, int *skip
             rc = STORE_ERROR;
             break;
         }
-        sqlite3_stmt *st = db_prepare(d, SQL_MEMBER_GET);
+        db_stmt *st = db_prepare(d, SQL_MEMBER_GET);
         if (!st) {
             rc = STORE_ERROR;
             break;
         }
-        sqlite3_bind_int64(st, 1, team_id);
-        sqlite3_bind_int64(st, 2, user_id);
-        int api = sqlite3_step(st) == SQLITE_ROW && strcmp((const char *)sqlite3_column_text(st, 1), "api") == 0;
+        db_bind_int64(st, 1, team_id);
+        db_bind_int64(st, 2, user_id);
+        int api = db_step(st) == DB_ROW && strcmp(db_col_text(st, 1), "api") == 0;
         db_done(st);
         if (nkept < 64) kept[nkept++] = team_id;
         if (!api) rc = members_put(d, team_id, user_id, g[i].role, "oidc", NULL);
@@ -261,12 +255,12 @@ int members_sync(db *d, int64_t user_id, const member_grant *g, int n, int *skip
     /* what the claim no longer gives */
     int64_t gone[64];
     int ngone = 0;
-    sqlite3_stmt *st = rc == STORE_OK ? db_prepare(d, SQL_MEMBERS_OIDC) : NULL;
+    db_stmt *st = rc == STORE_OK ? db_prepare(d, SQL_MEMBERS_OIDC) : NULL;
     if (rc == STORE_OK && !st) rc = STORE_ERROR;
     if (st) {
-        sqlite3_bind_int64(st, 1, user_id);
-        while (sqlite3_step(st) == SQLITE_ROW && ngone < 64) {
-            int64_t t = sqlite3_column_int64(st, 0);
+        db_bind_int64(st, 1, user_id);
+        while (db_step(st) == DB_ROW && ngone < 64) {
+            int64_t t = db_col_int64(st, 0);
             int keep = 0;
             for (int k = 0; k < nkept; k++) keep |= kept[k] == t;
             if (!keep) gone[ngone++] = t;
@@ -295,7 +289,7 @@ static int make_secret(const char *prefix, char out[UTOK_LEN]) {
 
 static const char SQL_UTOK_INSERT[] =
     "INSERT INTO user_tokens(hash, kind, user_id, name, team_id, scopes, via, created_at, expires_at)"
-    " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id";
 
 static const char *scopes_text(unsigned s) {
     return (s & SCOPE_WRITE) && (s & SCOPE_READ) ? "read,write" : (s & SCOPE_WRITE) ? "write" : "read";
@@ -305,20 +299,19 @@ int utok_create(db *d, int64_t user_id, const utok_new *n, char token[UTOK_LEN],
     char hash[65];
     if (make_secret(n->session ? SESSION_PREFIX : USER_TOKEN_PREFIX, token) < 0) return STORE_ERROR;
     sha256_hex(token, strlen(token), hash);
-    sqlite3_stmt *st = db_prepare(d, SQL_UTOK_INSERT);
+    db_stmt *st = db_prepare(d, SQL_UTOK_INSERT);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, n->session ? "session" : "token", -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, user_id);
-    sqlite3_bind_text(st, 4, n->name ? n->name : "", -1, SQLITE_TRANSIENT);
-    if (n->team_id > 0) sqlite3_bind_int64(st, 5, n->team_id);
-    sqlite3_bind_text(st, 6, scopes_text(n->scopes), -1, SQLITE_STATIC);
-    sqlite3_bind_text(st, 7, n->via ? n->via : "api", -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 8, now_ms());
-    sqlite3_bind_int64(st, 9, n->expires_at);
-    int rc = store_step_done(st);
-    if (rc == STORE_OK && id) *id = sqlite3_last_insert_rowid(db_conn(d));
-    return rc;
+    db_bind_text(st, 1, hash, -1);
+    db_bind_text_static(st, 2, n->session ? "session" : "token", -1);
+    db_bind_int64(st, 3, user_id);
+    db_bind_text(st, 4, n->name ? n->name : "", -1);
+    if (n->team_id > 0) db_bind_int64(st, 5, n->team_id);
+    db_bind_text_static(st, 6, scopes_text(n->scopes), -1);
+    db_bind_text(st, 7, n->via ? n->via : "api", -1);
+    db_bind_int64(st, 8, now_ms());
+    db_bind_int64(st, 9, n->expires_at);
+    int rc = store_step_id(st, id);
+    return rc == STORE_CONFLICT ? STORE_ERROR : rc;
 }
 
 static const char SQL_UTOK_LOOKUP[] =
@@ -329,33 +322,33 @@ static const char SQL_UTOK_LOOKUP[] =
 int utok_lookup(db *d, const char *token, principal *who) {
     char hash[65];
     sha256_hex(token, strlen(token), hash);
-    sqlite3_stmt *st = db_prepare(d, SQL_UTOK_LOOKUP);
+    db_stmt *st = db_prepare(d, SQL_UTOK_LOOKUP);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
-    int rc = sqlite3_step(st);
-    int ret = rc == SQLITE_DONE ? STORE_NOT_FOUND : STORE_ERROR;
-    if (rc == SQLITE_ROW) {
-        const char *stored = (const char *)sqlite3_column_text(st, 9);
+    db_bind_text(st, 1, hash, -1);
+    int rc = db_step(st);
+    int ret = rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+    if (rc == DB_ROW) {
+        const char *stored = db_col_text(st, 9);
         if (stored && strlen(stored) == 64 && CRYPTO_memcmp(stored, hash, 64) == 0) {
             memset(who, 0, sizeof *who);
             who->kind = TOKEN_USER;
-            who->token_id = sqlite3_column_int64(st, 0);
-            const char *kind = (const char *)sqlite3_column_text(st, 1);
+            who->token_id = db_col_int64(st, 0);
+            const char *kind = db_col_text(st, 1);
             who->session = kind && strcmp(kind, "session") == 0;
-            who->user_id = sqlite3_column_int64(st, 2);
-            const char *u = (const char *)sqlite3_column_text(st, 3);
+            who->user_id = db_col_int64(st, 2);
+            const char *u = db_col_text(st, 3);
             snprintf(who->user, sizeof who->user, "%s", u ? u : "");
-            who->token_team = sqlite3_column_int64(st, 4);
+            who->token_team = db_col_int64(st, 4);
             if (who->token_team > 0) {
                 who->team_id = who->token_team;
-                const char *t = (const char *)sqlite3_column_text(st, 5);
+                const char *t = db_col_text(st, 5);
                 snprintf(who->team, sizeof who->team, "%s", t ? t : "");
             }
-            const char *sc = (const char *)sqlite3_column_text(st, 6);
+            const char *sc = db_col_text(st, 6);
             who->scopes = (sc && strstr(sc, "read") ? SCOPE_READ : 0) | (sc && strstr(sc, "write") ? SCOPE_WRITE : 0);
-            const char *via = (const char *)sqlite3_column_text(st, 7);
+            const char *via = db_col_text(st, 7);
             snprintf(who->via, sizeof who->via, "%s", via ? via : "api");
-            who->expires_at = sqlite3_column_int64(st, 8);
+            who->expires_at = db_col_int64(st, 8);
             ret = who->expires_at > 0 && now_ms() >= who->expires_at ? STORE_EXPIRED : STORE_OK;
         } else {
             ret = STORE_NOT_FOUND;
@@ -384,18 +377,18 @@ static const char SQL_UTOK_LIST[] =
     " WHERE k.user_id = ? AND k.kind = 'token' ORDER BY k.id DESC LIMIT 1000";
 
 cJSON *utok_list(db *d, int64_t user_id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_UTOK_LIST);
+    db_stmt *st = db_prepare(d, SQL_UTOK_LIST);
     if (!st) return NULL;
-    sqlite3_bind_int64(st, 1, user_id);
+    db_bind_int64(st, 1, user_id);
     cJSON *arr = cJSON_CreateArray();
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = db_step(st)) == DB_ROW) {
         cJSON *t = cJSON_CreateObject();
-        cJSON_AddNumberToObject(t, "id", (double)sqlite3_column_int64(st, 0));
+        cJSON_AddNumberToObject(t, "id", (double)db_col_int64(st, 0));
         store_json_text(t, "name", st, 1);
         store_json_text(t, "team", st, 2);
         cJSON *sc = cJSON_AddArrayToObject(t, "scopes");
-        const char *s = (const char *)sqlite3_column_text(st, 3);
+        const char *s = db_col_text(st, 3);
         if (s && strstr(s, "read")) cJSON_AddItemToArray(sc, cJSON_CreateString("read"));
         if (s && strstr(s, "write")) cJSON_AddItemToArray(sc, cJSON_CreateString("write"));
         store_json_text(t, "via", st, 4);
@@ -403,13 +396,13 @@ cJSON *utok_list(db *d, int64_t user_id) {
         store_json_time(t, "expires_at", st, 6);
         store_json_time(t, "last_used_at", st, 7);
         store_json_time(t, "revoked_at", st, 8);
-        int64_t exp = sqlite3_column_int64(st, 6);
+        int64_t exp = db_col_int64(st, 6);
         cJSON_AddBoolToObject(t, "active",
-                              sqlite3_column_type(st, 8) == SQLITE_NULL && (exp <= 0 || exp > now_ms()));
+                              db_col_type(st, 8) == DB_NULL && (exp <= 0 || exp > now_ms()));
         cJSON_AddItemToArray(arr, t);
     }
     db_done(st);
-    if (rc != SQLITE_DONE) {
+    if (rc != DB_DONE) {
         cJSON_Delete(arr);
         return NULL;
     }
@@ -422,31 +415,31 @@ static const char SQL_UTOK_REVOKE_VALUE[] =
     "UPDATE user_tokens SET revoked_at = ?2 WHERE hash = ?1 AND revoked_at IS NULL";
 
 int utok_revoke(db *d, int64_t user_id, int64_t id) {
-    sqlite3_stmt *st = db_prepare(d, SQL_UTOK_REVOKE);
+    db_stmt *st = db_prepare(d, SQL_UTOK_REVOKE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_int64(st, 2, user_id);
-    sqlite3_bind_int64(st, 3, now_ms());
+    db_bind_int64(st, 1, id);
+    db_bind_int64(st, 2, user_id);
+    db_bind_int64(st, 3, now_ms());
     int rc = store_step_done(st);
-    if (rc == STORE_OK && sqlite3_changes(db_conn(d)) == 0) return STORE_NOT_FOUND;
+    if (rc == STORE_OK && db_changes(d) == 0) return STORE_NOT_FOUND;
     return rc;
 }
 
 int utok_revoke_value(db *d, const char *token) {
     char hash[65];
     sha256_hex(token, strlen(token), hash);
-    sqlite3_stmt *st = db_prepare(d, SQL_UTOK_REVOKE_VALUE);
+    db_stmt *st = db_prepare(d, SQL_UTOK_REVOKE_VALUE);
     if (!st) return STORE_ERROR;
-    sqlite3_bind_text(st, 1, hash, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 2, now_ms());
+    db_bind_text(st, 1, hash, -1);
+    db_bind_int64(st, 2, now_ms());
     int rc = store_step_done(st);
-    if (rc == STORE_OK && sqlite3_changes(db_conn(d)) == 0) return STORE_NOT_FOUND;
+    if (rc == STORE_OK && db_changes(d) == 0) return STORE_NOT_FOUND;
     return rc;
 }
 
 static const char SQL_UTOK_TOUCH[] =
     "INSERT INTO token_use(token_id, at) VALUES(?1, ?2)"
-    " ON CONFLICT(token_id) DO UPDATE SET at = ?2 WHERE at < ?2 - 60000";
+    " ON CONFLICT(token_id) DO UPDATE SET at = ?2 WHERE token_use.at < ?2 - 60000";
 
 /* Each thread remembers the last uses it wrote, so a busy token costs a
  * write a minute, not one a request. */
@@ -459,10 +452,10 @@ void utok_touch(db *d, int64_t token_id) {
     if (t_touch_id[s] == token_id && now - t_touch_at[s] < 60000) return;
     t_touch_id[s] = token_id;
     t_touch_at[s] = now;
-    sqlite3_stmt *st = db_prepare(d, SQL_UTOK_TOUCH);
+    db_stmt *st = db_prepare(d, SQL_UTOK_TOUCH);
     if (!st) return;
-    sqlite3_bind_int64(st, 1, token_id);
-    sqlite3_bind_int64(st, 2, now);
+    db_bind_int64(st, 1, token_id);
+    db_bind_int64(st, 2, now);
     (void)store_step_done(st); /* a lost "last used" is no failure of the request */
 }
 

@@ -418,7 +418,7 @@ static void db_teardown(void) { ty_rmrf(g_dir); }
 
 static void sql(db *d, const char *q) {
     char *err = NULL;
-    ck_assert_msg(sqlite3_exec(db_conn(d), q, NULL, NULL, &err) == SQLITE_OK, "%s: %s", q, err ? err : "?");
+    ck_assert_msg(sqlite3_exec(db_sqlite(d), q, NULL, NULL, &err) == SQLITE_OK, "%s: %s", q, err ? err : "?");
     sqlite3_free(err);
 }
 

@@ -15,6 +15,8 @@
  * and bad port specs are 422s naming the field; a queued job lists its
  * declared ports without node or port, and a job that ended lists no port
  * of a node. */
+#include <sqlite3.h>
+
 #include "testlib.h"
 
 #include "../scheduler/lifecycle.h"
@@ -44,14 +46,14 @@ static void store_teardown(void) {
 
 static void exec_sql(const char *sql) {
     char *err = NULL;
-    int rc = sqlite3_exec(db_conn(g_db), sql, NULL, NULL, &err);
+    int rc = sqlite3_exec(db_sqlite(g_db), sql, NULL, NULL, &err);
     ck_assert_msg(rc == SQLITE_OK, "%s: %s", sql, err ? err : "?");
     sqlite3_free(err);
 }
 
 static long count_rows(void) {
     sqlite3_stmt *st = NULL;
-    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), "SELECT count(*) FROM task_ports", -1, &st, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(db_sqlite(g_db), "SELECT count(*) FROM task_ports", -1, &st, NULL), SQLITE_OK);
     ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
     long n = (long)sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
@@ -72,7 +74,7 @@ static int64_t insert_node(const char *host, const char *address) {
              "INSERT INTO nodes(hostname, address, cpu_slots, state, registered_at, last_heartbeat_at)"
              " VALUES('%s', '%s', 2, 'ready', 0, 0)", host, address);
     exec_sql(sql);
-    return sqlite3_last_insert_rowid(db_conn(g_db));
+    return sqlite3_last_insert_rowid(db_sqlite(g_db));
 }
 
 static int64_t insert_task(int64_t job, int idx, int64_t node, const char *state) {
@@ -82,7 +84,7 @@ static int64_t insert_task(int64_t job, int idx, int64_t node, const char *state
              " VALUES(%lld, 1, 'worker', %d, %lld, 0, '%s', 0)",
              (long long)job, idx, (long long)node, state);
     exec_sql(sql);
-    return sqlite3_last_insert_rowid(db_conn(g_db));
+    return sqlite3_last_insert_rowid(db_sqlite(g_db));
 }
 
 static void task_state(int64_t task, const char *state) {

@@ -3,6 +3,7 @@
  * property tests over thousands of random clusters and job mixes through the
  * pure core, and random passes through the SQLite pass on a real database
  * file (crash mid-pass, lost nodes, max_restarts). */
+#include <sqlite3.h>
 #include <check.h>
 #include <math.h>
 #include <stdio.h>
@@ -1241,7 +1242,7 @@ static void db_teardown(void)
 static long q1(const char *sql, int64_t a)
 {
     sqlite3_stmt *st = NULL;
-    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), sql, -1, &st, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(db_sqlite(g_db), sql, -1, &st, NULL), SQLITE_OK);
     if (sqlite3_bind_parameter_count(st) > 0) sqlite3_bind_int64(st, 1, a);
     ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
     long n = (long)sqlite3_column_int64(st, 0);
@@ -1252,7 +1253,7 @@ static long q1(const char *sql, int64_t a)
 static void qtext(const char *sql, int64_t a, char *out, size_t cap)
 {
     sqlite3_stmt *st = NULL;
-    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), sql, -1, &st, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(db_sqlite(g_db), sql, -1, &st, NULL), SQLITE_OK);
     sqlite3_bind_int64(st, 1, a);
     ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
     const unsigned char *t = sqlite3_column_text(st, 0);
@@ -1263,7 +1264,7 @@ static void qtext(const char *sql, int64_t a, char *out, size_t cap)
 static void exec_sql(const char *sql, int64_t a)
 {
     sqlite3_stmt *st = NULL;
-    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), sql, -1, &st, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(db_sqlite(g_db), sql, -1, &st, NULL), SQLITE_OK);
     if (sqlite3_bind_parameter_count(st) > 0) sqlite3_bind_int64(st, 1, a);
     ck_assert_int_eq(sqlite3_step(st), SQLITE_DONE);
     sqlite3_finalize(st);
@@ -1296,7 +1297,7 @@ static int64_t job(int64_t team_id, int prio, int workers, int dpw, const char *
         " devices_per_worker, device, ps, max_runtime_s, preemptible, created_at, updated_at, queued_at)"
         " VALUES(?, 'j', '{}', 'queued', ?, 0, ?, ?, ?, ?, ?, 3600, ?, ?, ?, ?)";
     sqlite3_stmt *st = NULL;
-    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), sql, -1, &st, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(db_sqlite(g_db), sql, -1, &st, NULL), SQLITE_OK);
     int64_t now = now_ms();
     sqlite3_bind_int64(st, 1, team_id);
     sqlite3_bind_int(st, 2, prio);
@@ -1311,7 +1312,7 @@ static int64_t job(int64_t team_id, int prio, int workers, int dpw, const char *
     sqlite3_bind_int64(st, 11, now);
     ck_assert_int_eq(sqlite3_step(st), SQLITE_DONE);
     sqlite3_finalize(st);
-    return sqlite3_last_insert_rowid(db_conn(g_db));
+    return sqlite3_last_insert_rowid(db_sqlite(g_db));
 }
 
 static void state_of(int64_t id, char *out, size_t cap)
@@ -1606,7 +1607,7 @@ END_TEST
 static void beat_all(int64_t now, const int64_t *silent, int ns)
 {
     sqlite3_stmt *st = NULL;
-    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), "SELECT id FROM nodes", -1, &st, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(db_sqlite(g_db), "SELECT id FROM nodes", -1, &st, NULL), SQLITE_OK);
     int64_t ids[64]; int n = 0;
     while (sqlite3_step(st) == SQLITE_ROW && n < 64) ids[n++] = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
@@ -1765,18 +1766,18 @@ END_TEST
 static int64_t person(const char *name)
 {
     sqlite3_stmt *st = NULL;
-    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), "INSERT INTO users(name, source, created_at) VALUES(?, 'admin', 0)",
+    ck_assert_int_eq(sqlite3_prepare_v2(db_sqlite(g_db), "INSERT INTO users(name, source, created_at) VALUES(?, 'admin', 0)",
                                         -1, &st, NULL), SQLITE_OK);
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     ck_assert_int_eq(sqlite3_step(st), SQLITE_DONE);
     sqlite3_finalize(st);
-    return sqlite3_last_insert_rowid(db_conn(g_db));
+    return sqlite3_last_insert_rowid(db_sqlite(g_db));
 }
 
 static void job_user(int64_t job_id, int64_t user_id)
 {
     sqlite3_stmt *st = NULL;
-    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), "UPDATE jobs SET user_id = ?2 WHERE id = ?1", -1, &st, NULL),
+    ck_assert_int_eq(sqlite3_prepare_v2(db_sqlite(g_db), "UPDATE jobs SET user_id = ?2 WHERE id = ?1", -1, &st, NULL),
                      SQLITE_OK);
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_int64(st, 2, user_id);
@@ -1848,7 +1849,7 @@ START_TEST(db_user_share_within_team)
     double ua = 0;
     {
         sqlite3_stmt *q = NULL;
-        ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), "SELECT usage FROM user_usage WHERE user_id = ?", -1, &q,
+        ck_assert_int_eq(sqlite3_prepare_v2(db_sqlite(g_db), "SELECT usage FROM user_usage WHERE user_id = ?", -1, &q,
                                             NULL), SQLITE_OK);
         sqlite3_bind_int64(q, 1, a);
         ck_assert_int_eq(sqlite3_step(q), SQLITE_ROW);
@@ -1914,7 +1915,7 @@ START_TEST(db_property_random_with_faults)
         }
         /* the world moves: some jobs run and end, some are cancelled */
         sqlite3_stmt *s2 = NULL;
-        ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), "SELECT id, state FROM jobs WHERE state IN"
+        ck_assert_int_eq(sqlite3_prepare_v2(db_sqlite(g_db), "SELECT id, state FROM jobs WHERE state IN"
                                             " ('starting','running','queued')", -1, &s2, NULL), SQLITE_OK);
         int64_t ids[64]; int states[64]; int n = 0;
         while (sqlite3_step(s2) == SQLITE_ROW && n < 64) {
@@ -2300,7 +2301,7 @@ static int64_t job_at(int64_t team_id, int prio, int workers, int dpw, const cha
         " devices_per_worker, device, ps, max_runtime_s, preemptible, created_at, updated_at, queued_at)"
         " VALUES(?, 'j', '{}', 'queued', ?, 0, 1, ?, ?, ?, 0, ?, ?, ?, ?, ?)";
     sqlite3_stmt *st = NULL;
-    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), sql, -1, &st, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(db_sqlite(g_db), sql, -1, &st, NULL), SQLITE_OK);
     sqlite3_bind_int64(st, 1, team_id);
     sqlite3_bind_int(st, 2, prio);
     sqlite3_bind_int(st, 3, workers);
@@ -2313,7 +2314,7 @@ static int64_t job_at(int64_t team_id, int prio, int workers, int dpw, const cha
     sqlite3_bind_int64(st, 10, at);
     ck_assert_int_eq(sqlite3_step(st), SQLITE_DONE);
     sqlite3_finalize(st);
-    return sqlite3_last_insert_rowid(db_conn(g_db));
+    return sqlite3_last_insert_rowid(db_sqlite(g_db));
 }
 
 /* The world moves the same way on whichever database g_db is. */
@@ -2322,7 +2323,7 @@ static void world_moves(uint64_t seed, int64_t now, const int64_t *teams)
     uint64_t saved = g_rng;
     g_rng = seed;
     sqlite3_stmt *s2 = NULL;
-    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), "SELECT id, state FROM jobs WHERE state IN"
+    ck_assert_int_eq(sqlite3_prepare_v2(db_sqlite(g_db), "SELECT id, state FROM jobs WHERE state IN"
                                         " ('starting','running','queued') ORDER BY id", -1, &s2, NULL), SQLITE_OK);
     int64_t ids[256]; int states[256]; int n = 0;
     while (sqlite3_step(s2) == SQLITE_ROW && n < 256) {
@@ -2472,7 +2473,7 @@ static void capacity_matches(const char *kind, int pw, int64_t mem)
     store_capacity c;
     ck_assert_int_eq(store_cluster_capacity(g_db, kind, pw, mem, &c), STORE_OK);
     sqlite3_stmt *st = NULL;
-    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(g_db), SQL_CAPACITY_REF, -1, &st, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(db_sqlite(g_db), SQL_CAPACITY_REF, -1, &st, NULL), SQLITE_OK);
     sqlite3_bind_text(st, 1, kind, -1, SQLITE_STATIC);
     sqlite3_bind_int(st, 2, pw > 0 ? pw : 1);
     sqlite3_bind_int64(st, 3, mem);

@@ -1,6 +1,7 @@
 /* check_storage.c - the SQLite store on real database files: migrations from
  * an empty file and from every earlier version, tokens stored hashed only,
  * jobs and their timeline, state transitions and their conflicts. */
+#include <sqlite3.h>
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +37,7 @@ static void teardown(void) {
 
 static long count(db *d, const char *sql) {
     sqlite3_stmt *st = NULL;
-    ck_assert_int_eq(sqlite3_prepare_v2(db_conn(d), sql, -1, &st, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(db_sqlite(d), sql, -1, &st, NULL), SQLITE_OK);
     ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
     long n = (long)sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
@@ -69,7 +70,7 @@ START_TEST(migrate_empty_file) {
     ck_assert_int_eq(db_version(d), db_migrations_count());
     ck_assert_int_eq(count(d, "SELECT count(*) FROM schema_migrations"), db_migrations_count());
     sqlite3_stmt *st = NULL;
-    sqlite3_prepare_v2(db_conn(d), "PRAGMA journal_mode", -1, &st, NULL);
+    sqlite3_prepare_v2(db_sqlite(d), "PRAGMA journal_mode", -1, &st, NULL);
     ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
     ck_assert_str_eq((const char *)sqlite3_column_text(st, 0), "wal");
     sqlite3_finalize(st);
@@ -95,7 +96,7 @@ START_TEST(migrate_from_every_version) {
         ck_assert_int_eq(store_team_create(d, "default", &team), STORE_OK);
         /* Version-1 columns only, so the insert works at every k. */
         sqlite3_stmt *st = NULL;
-        ck_assert_int_eq(sqlite3_prepare_v2(db_conn(d),
+        ck_assert_int_eq(sqlite3_prepare_v2(db_sqlite(d),
                                             "INSERT INTO jobs(team_id,name,spec,state,priority,max_restarts,"
                                             "workers,devices_per_worker,device,max_runtime_s,created_at,updated_at)"
                                             " VALUES(?, 'old', '{}', 'queued', 50, 3, 2, 1, 'cpu', 60, 1000, 1000)",
@@ -139,8 +140,8 @@ START_TEST(migrate_tasks_keeps_allocations) {
              " created_at, updated_at, queued_at, strategy, memory_mb)"
              " VALUES(%lld, 'j', '{}', 'queued', 50, 0, 3, 1, 1, 'cpu', 0, 60, 0, 0, 'waiting', 1, 1, 1, 'default', 0)",
              (long long)team);
-    ck_assert_int_eq(sqlite3_exec(db_conn(d), jsql, NULL, NULL, NULL), SQLITE_OK);
-    int64_t job = sqlite3_last_insert_rowid(db_conn(d));
+    ck_assert_int_eq(sqlite3_exec(db_sqlite(d), jsql, NULL, NULL, NULL), SQLITE_OK);
+    int64_t job = sqlite3_last_insert_rowid(db_sqlite(d));
     static const char *const setup[] = {
         "INSERT INTO nodes(id, hostname, address, cpu_slots, state, registered_at, last_heartbeat_at, memory_mb)"
         " VALUES(5, 'n5', '127.0.0.1', 2, 'ready', 1, 1, 4096)",
@@ -151,12 +152,12 @@ START_TEST(migrate_tasks_keeps_allocations) {
     };
     for (size_t i = 0; i < sizeof setup / sizeof setup[0]; i++) {
         sqlite3_stmt *st = NULL;
-        ck_assert_int_eq(sqlite3_prepare_v2(db_conn(d), setup[i], -1, &st, NULL), SQLITE_OK);
+        ck_assert_int_eq(sqlite3_prepare_v2(db_sqlite(d), setup[i], -1, &st, NULL), SQLITE_OK);
         if (sqlite3_bind_parameter_count(st) > 0) sqlite3_bind_int64(st, 1, job);
         ck_assert_int_eq(sqlite3_step(st), SQLITE_DONE);
         sqlite3_finalize(st);
     }
-    ck_assert_int_ne(sqlite3_exec(db_conn(d), "INSERT INTO tasks(job_id, attempt, type, idx, node_id, port, state,"
+    ck_assert_int_ne(sqlite3_exec(db_sqlite(d), "INSERT INTO tasks(job_id, attempt, type, idx, node_id, port, state,"
                                   " created_at) VALUES(1, 1, 'evaluator', 0, 5, 0, 'assigned', 1)", NULL, NULL, NULL),
                      SQLITE_OK);
     db_close(d);
@@ -170,8 +171,8 @@ START_TEST(migrate_tasks_keeps_allocations) {
     char sql[256];
     snprintf(sql, sizeof sql, "INSERT INTO tasks(job_id, attempt, type, idx, node_id, port, state, created_at)"
              " VALUES(%lld, 1, 'evaluator', 0, 5, 0, 'assigned', 1)", (long long)job);
-    ck_assert_int_eq(sqlite3_exec(db_conn(d), sql, NULL, NULL, NULL), SQLITE_OK);
-    ck_assert_int_ne(sqlite3_exec(db_conn(d), "DELETE FROM tasks WHERE id = 42", NULL, NULL, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db_sqlite(d), sql, NULL, NULL, NULL), SQLITE_OK);
+    ck_assert_int_ne(sqlite3_exec(db_sqlite(d), "DELETE FROM tasks WHERE id = 42", NULL, NULL, NULL), SQLITE_OK);
     db_close(d);
 }
 END_TEST
@@ -180,7 +181,7 @@ START_TEST(refuses_newer_schema) {
     db *d = NULL;
     char err[256];
     ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
-    ck_assert_int_eq(sqlite3_exec(db_conn(d), "INSERT INTO schema_migrations VALUES(999, 'future', 0)", NULL,
+    ck_assert_int_eq(sqlite3_exec(db_sqlite(d), "INSERT INTO schema_migrations VALUES(999, 'future', 0)", NULL,
                                   NULL, NULL),
                      SQLITE_OK);
     db_close(d);
@@ -367,7 +368,7 @@ static void *thread_lookup(void *arg) {
 
 static void exec_sql(db *d, const char *sql) {
     char *msg = NULL;
-    ck_assert_msg(sqlite3_exec(db_conn(d), sql, NULL, NULL, &msg) == SQLITE_OK, "%s: %s", sql, msg);
+    ck_assert_msg(sqlite3_exec(db_sqlite(d), sql, NULL, NULL, &msg) == SQLITE_OK, "%s: %s", sql, msg);
 }
 
 /* The changes read since from: 0 with them in ch/n, or 1 for a gap. */
@@ -745,8 +746,8 @@ START_TEST(migrate_blob_stores) {
              "INSERT INTO contexts(team_id, digest, bytes, files, unpacked, created_at, used_at)"
              " VALUES(%lld, 'cc', 10, 1, 10, 1, 1);",
              (long long)team, (long long)team);
-    ck_assert_int_eq(sqlite3_exec(db_conn(d), sql, NULL, NULL, NULL), SQLITE_OK);
-    ck_assert_int_ne(sqlite3_exec(db_conn(d), "SELECT store FROM checkpoints", NULL, NULL, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_exec(db_sqlite(d), sql, NULL, NULL, NULL), SQLITE_OK);
+    ck_assert_int_ne(sqlite3_exec(db_sqlite(d), "SELECT store FROM checkpoints", NULL, NULL, NULL), SQLITE_OK);
     db_close(d);
     ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
     ck_assert_int_eq(db_version(d), db_migrations_count());

@@ -14,6 +14,7 @@
  * Run: bench/sched_sim/run.sh db [--nodes N] [--gpus G] [--jobs J]
  *      [--passes P] [--churn C] [--mode both|mirror|full]
  * Last line: one JSON object with both modes' figures. */
+#include <sqlite3.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +30,7 @@
 static int exec_sql(db *d, const char *sql)
 {
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db_conn(d), sql, -1, &st, NULL) != SQLITE_OK) return -1;
+    if (sqlite3_prepare_v2(db_sqlite(d), sql, -1, &st, NULL) != SQLITE_OK) return -1;
     int rc = sqlite3_step(st);
     sqlite3_finalize(st);
     return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : -1;
@@ -52,7 +53,7 @@ static int add_jobs(db *d, int64_t team, int n, int64_t now)
     static const struct { int w, dpw; } mix[] = {{1, 1}, {1, 1}, {1, 1}, {1, 2}, {1, 4}, {1, 8}, {1, 8}, {2, 8}, {4, 8}, {8, 8}};
     if (db_begin(d) < 0) return -1;
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db_conn(d), SQL_JOB, -1, &st, NULL) != SQLITE_OK) { db_rollback(d); return -1; }
+    if (sqlite3_prepare_v2(db_sqlite(d), SQL_JOB, -1, &st, NULL) != SQLITE_OK) { db_rollback(d); return -1; }
     for (int j = 0; j < n; j++) {
         int m = (int)(rnd() % 10);
         sqlite3_reset(st);
@@ -74,11 +75,11 @@ static int end_jobs(db *d, int c)
 {
     if (db_begin(d) < 0) return -1;
     sqlite3_stmt *pick = NULL, *tasks = NULL, *job = NULL;
-    int ok = sqlite3_prepare_v2(db_conn(d), "SELECT id FROM jobs WHERE state IN ('starting','running')"
+    int ok = sqlite3_prepare_v2(db_sqlite(d), "SELECT id FROM jobs WHERE state IN ('starting','running')"
                                 " ORDER BY (id * 2654435761 + ?) % 1000003 LIMIT ?", -1, &pick, NULL) == SQLITE_OK &&
-             sqlite3_prepare_v2(db_conn(d), "UPDATE tasks SET state = 'exited', exit_code = 0 WHERE job_id = ?"
+             sqlite3_prepare_v2(db_sqlite(d), "UPDATE tasks SET state = 'exited', exit_code = 0 WHERE job_id = ?"
                                 " AND state != 'exited'", -1, &tasks, NULL) == SQLITE_OK &&
-             sqlite3_prepare_v2(db_conn(d), "UPDATE jobs SET state = 'succeeded' WHERE id = ?", -1, &job,
+             sqlite3_prepare_v2(db_sqlite(d), "UPDATE jobs SET state = 'succeeded' WHERE id = ?", -1, &job,
                                 NULL) == SQLITE_OK;
     if (ok) {
         sqlite3_bind_int64(pick, 1, (int64_t)(rnd() % 1000003));
