@@ -79,15 +79,17 @@ const char *client_conn_header(const client_conn *k, const char *name, char *out
     return NULL;
 }
 
-int client_upgrade(const client *c, const char *path, const char *headers, long timeout_ms, client_conn *k,
-                   char *err, size_t errlen) {
+/* One try at base (one URL of c's list). *reached: a byte of the request went out. */
+static int upgrade_one(const client *c, const char *base, const char *path, const char *headers, long timeout_ms,
+                       client_conn *k, int *reached, char *err, size_t errlen) {
+    *reached = 0;
     memset(k, 0, sizeof *k);
     k->fd = -1;
     buf_init(&k->head, HEAD_MAX);
     buf_init(&k->body, BODY_MAX);
     buf_init(&k->extra, HEAD_MAX);
     char url[1024], host[512];
-    if (sfmt(url, sizeof url, "%s%s", c->url, path) < 0 || url_host(c->url, host, sizeof host) < 0) {
+    if (sfmt(url, sizeof url, "%s%s", base, path) < 0 || url_host(base, host, sizeof host) < 0) {
         snprintf(err, errlen, "the server's URL or the path is too long");
         return -1;
     }
@@ -107,7 +109,7 @@ int client_upgrade(const client *c, const char *path, const char *headers, long 
     curl_socket_t sock = CURL_SOCKET_BAD;
     if (rc == CURLE_OK) rc = curl_easy_getinfo(h, CURLINFO_ACTIVESOCKET, &sock);
     if (rc != CURLE_OK || sock == CURL_SOCKET_BAD) {
-        snprintf(err, errlen, "%s: %s%s", c->url, curl_easy_strerror(rc),
+        snprintf(err, errlen, "%s: %s%s", base, curl_easy_strerror(rc),
                  rc == CURLE_PEER_FAILED_VERIFICATION && !client_trusted_ca()
                      ? " (give the server's CA: TRAINYARD_CA=FILE or --ca-cert FILE; its DATA/tls/ca.crt)"
                      : "");
@@ -115,6 +117,7 @@ int client_upgrade(const client *c, const char *path, const char *headers, long 
         return -1;
     }
     k->fd = (int)sock;
+    *reached = 1;
 
     buf req;
     buf_init(&req, 64u << 10);
@@ -133,13 +136,13 @@ int client_upgrade(const client *c, const char *path, const char *headers, long 
     for (size_t off = 0; off < req.len;) {
         ssize_t n = client_conn_send(k, req.data + off, req.len - off);
         if (n < 0) {
-            snprintf(err, errlen, "%s: the connection failed while sending the request", c->url);
+            snprintf(err, errlen, "%s: the connection failed while sending the request", base);
             sent_ok = 0;
             break;
         }
         off += (size_t)n;
         if (off < req.len && wait_fd(k->fd, POLLOUT, deadline) <= 0) {
-            snprintf(err, errlen, "%s: no room to send the request within %ld ms", c->url, timeout_ms);
+            snprintf(err, errlen, "%s: no room to send the request within %ld ms", base, timeout_ms);
             sent_ok = 0;
             break;
         }
@@ -158,11 +161,11 @@ int client_upgrade(const client *c, const char *path, const char *headers, long 
         ssize_t n = client_conn_recv(k, chunk, sizeof chunk);
         if (n == -2) {
             if (wait_fd(k->fd, POLLIN, deadline) > 0) continue;
-            snprintf(err, errlen, "%s: no answer within %ld ms", c->url, timeout_ms);
+            snprintf(err, errlen, "%s: no answer within %ld ms", base, timeout_ms);
         } else if (n <= 0) {
-            snprintf(err, errlen, "%s: the connection ended before an answer", c->url);
+            snprintf(err, errlen, "%s: the connection ended before an answer", base);
         } else if (buf_append(&k->head, chunk, (size_t)n) < 0) {
-            snprintf(err, errlen, "%s: an answer's head over %u bytes", c->url, HEAD_MAX);
+            snprintf(err, errlen, "%s: an answer's head over %u bytes", base, HEAD_MAX);
         } else {
             end = strstr(k->head.data, "\r\n\r\n");
             continue;
@@ -174,7 +177,7 @@ int client_upgrade(const client *c, const char *path, const char *headers, long 
     size_t past = k->head.len - head_len;
     int code = 0;
     if (sscanf(k->head.data, "HTTP/1.%*d %3d", &code) != 1 || code < 100 || code > 599) {
-        snprintf(err, errlen, "%s: not an HTTP answer", c->url);
+        snprintf(err, errlen, "%s: not an HTTP answer", base);
         client_conn_close(k);
         return -1;
     }
@@ -182,7 +185,7 @@ int client_upgrade(const client *c, const char *path, const char *headers, long 
     buf *rest = code == 101 ? &k->extra : &k->body;
     if (past && buf_append(rest, k->head.data + head_len, past) < 0) {
         client_conn_close(k);
-        snprintf(err, errlen, "%s: an answer too long", c->url);
+        snprintf(err, errlen, "%s: an answer too long", base);
         return -1;
     }
     k->head.len = head_len;
@@ -202,4 +205,21 @@ int client_upgrade(const client *c, const char *path, const char *headers, long 
         if (n <= 0 || buf_append(&k->body, chunk, (size_t)n) < 0) break;
     }
     return 0;
+}
+
+int client_upgrade(const client *c, const char *path, const char *headers, long timeout_ms, client_conn *k,
+                   char *err, size_t errlen) {
+    /* Over a list: from the URL in use, the next one when a server cannot
+     * be reached or answers 503 (a standby; it gives no shell). Once
+     * round, no waiting: the caller's own retries, if any, do that. */
+    int n = c->n_urls > 0 ? c->n_urls : 1;
+    for (int i = 0;; i++) {
+        const char *base = c->n_urls > 0 ? c->urls[(c->cur + i) % n] : c->url;
+        int reached = 0;
+        int rc = upgrade_one(c, base, path, headers, timeout_ms, k, &reached, err, errlen);
+        if (i + 1 >= n) return rc;
+        if (rc == 0 && k->status != 503) return 0;
+        if (rc < 0 && reached) return rc; /* it may have been taken: not again */
+        if (rc == 0) client_conn_close(k);
+    }
 }

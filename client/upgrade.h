@@ -32,7 +32,9 @@ typedef struct client_conn {
  * the header lines of `headers` ("Name: value\r\n" each; NULL none), then
  * reads the answer's head (and, unless it is a 101, its body) within
  * timeout_ms. 0 with k->status set (any status; close k after), or -1 with
- * why in err (nothing left open). */
+ * why in err (nothing left open). Over a URL list it starts at the one in
+ * use and moves, once round, past a server that cannot be reached or that
+ * answers 503 (a standby). */
 int client_upgrade(const client *c, const char *path, const char *headers, long timeout_ms, client_conn *k,
                    char *err, size_t errlen);
 
