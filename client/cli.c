@@ -80,15 +80,19 @@ static int cli_client(client *c, const cli_opts *o) {
 }
 
 /* One request; on success returns the parsed JSON (and prints it raw with
- * --json when print_raw), else prints the error and returns NULL. */
-static cJSON *call(const cli_opts *o, const char *method, const char *path, const char *body, size_t len,
-                   int print_raw, int *exit_code) {
+ * --json when print_raw), else prints the error and returns NULL. key: an
+ * Idempotency-Key to send (a submission's, kept across the client's
+ * retries: a lost answer is asked again without making a second job), or
+ * NULL. */
+static cJSON *call_keyed(const cli_opts *o, const char *key, const char *method, const char *path, const char *body,
+                         size_t len, int print_raw, int *exit_code) {
     client c;
     if (cli_client(&c, o) < 0) {
         fprintf(stderr, "error: cannot initialise the HTTP client\n");
         *exit_code = 1;
         return NULL;
     }
+    if (key) snprintf(c.idempotency_key, sizeof c.idempotency_key, "%s", key);
     client_reply r;
     int rc = client_request(&c, method, path, body, len, NULL, &r);
     client_release(&c);
@@ -115,6 +119,22 @@ static cJSON *call(const cli_opts *o, const char *method, const char *path, cons
     }
     *exit_code = 0;
     return v;
+}
+
+static cJSON *call(const cli_opts *o, const char *method, const char *path, const char *body, size_t len,
+                   int print_raw, int *exit_code) {
+    return call_keyed(o, NULL, method, path, body, len, print_raw, exit_code);
+}
+
+/* A submission's call: with a fresh Idempotency-Key. */
+static cJSON *call_submit(const cli_opts *o, const char *path, const char *body, size_t len, int *exit_code) {
+    char key[37];
+    if (client_idempotency_key(key) < 0) {
+        fprintf(stderr, "error: no randomness for the Idempotency-Key: %s\n", strerror(errno));
+        *exit_code = 1;
+        return NULL;
+    }
+    return call_keyed(o, key, "POST", path, body, len, 1, exit_code);
 }
 
 /* "2" for a fixed gang; "2 (1-4)" for an elastic job running 2 workers of
@@ -188,6 +208,9 @@ static int push_context(const cli_opts *o, const char *dir, char *id, size_t idl
         return EXIT_REFUSED;
     }
     c.timeout_ms = 30L * 60 * 1000; /* a big folder over a slow link */
+    /* content-addressed (the same bytes, the same id): sent again safely
+     * when its answer is lost */
+    if (client_idempotency_key(c.idempotency_key) < 0) c.idempotency_key[0] = '\0';
     client_reply r;
     int sent = client_request(&c, "POST", "/api/v1/contexts", data, len, "application/gzip", &r);
     client_release(&c);
@@ -301,7 +324,7 @@ static int do_submit(const cli_opts *o, const char *file) {
         spec = with;
         len = strlen(with);
     }
-    cJSON *j = call(o, "POST", "/api/v1/jobs", spec, len, 1, &ec);
+    cJSON *j = call_submit(o, "/api/v1/jobs", spec, len, &ec);
     free(spec);
     if (!j) return ec;
     if (!o->json) printf("submitted job %d (%s): %s\n", (int)jnum(j, "id"), jstr(j, "name"), jstr(j, "state"));
@@ -1041,7 +1064,7 @@ static int do_sweep(const cli_opts *o, const char *file) {
         return 1;
     }
     int ec;
-    cJSON *s = call(o, "POST", "/api/v1/sweeps", body, len, 1, &ec);
+    cJSON *s = call_submit(o, "/api/v1/sweeps", body, len, &ec);
     free(body);
     if (!s) return ec;
     if (!o->json)
@@ -1383,12 +1406,15 @@ static void cli_usage(FILE *f) {
             "       trainyard shell ID [--task NAME] [-- CMD ...]   CMD (default: a login shell) in a running\n"
             "                                        task (default: the job's first running one); a terminal\n"
             "                                        on stdin gets a PTY; exits with CMD's status\n"
-            "options: --json (print the server's JSON), --url URL, --token TOKEN, --team NAME (the team\n"
-            "         a person acts in: Trainyard-Team),\n"
+            "options: --json (print the server's JSON), --url URL[,URL...], --token TOKEN, --team NAME\n"
+            "         (the team a person acts in: Trainyard-Team),\n"
             "         --ca-cert FILE (the CA to verify an https:// server with)\n"
             "exit: 0 ok, 1 refused by the server (4xx), 2 usage (or a folder that cannot be packed),\n"
             "      3 server unreachable or 5xx,\n"
             "      4 watched job failed, 5 watched job cancelled, 6 download sha256 mismatch\n"
+            "servers: a comma-separated list (several servers on one database): each request goes to the\n"
+            "         one that leads, moving past a server that is down or a standby for up to 15 s\n"
+            "         (TRAINYARD_FAILOVER_MS); a submission carries an Idempotency-Key kept across retries\n"
             "env: TRAINYARD_URL (default http://127.0.0.1:8080), TRAINYARD_TOKEN (default: TRAINYARD_TOKEN_FILE,\n"
             "     else ./.trainyard/token, else trainyard login's token), TRAINYARD_TEAM (as --team),\n"
             "     TRAINYARD_CA (a CA file for https://; default: the system's store)\n");
@@ -1481,9 +1507,16 @@ int cmd_cli(int argc, char **argv) {
         default: cli_usage(stderr); return 2;
         }
     }
-    if (url) snprintf(o.url, sizeof o.url, "%s", url);
-    else client_default_url(o.url, sizeof o.url);
     char err[512];
+    if (url ? sfmt(o.url, sizeof o.url, "%s", url) < 0 : (client_default_url(o.url, sizeof o.url), 0)) {
+        fprintf(stderr, "error: --url: over %zu bytes\n", sizeof o.url - 1);
+        return 2;
+    }
+    int n_urls = 0;
+    if (client_url_list_check(o.url, url ? "--url" : "TRAINYARD_URL", &n_urls, err, sizeof err) < 0) {
+        fprintf(stderr, "error: %s\n", err);
+        return 2;
+    }
     const char *team_env = getenv("TRAINYARD_TEAM");
     if (sfmt(o.team_hdr, sizeof o.team_hdr, "%s", o.team ? o.team : team_env ? team_env : "") < 0) {
         fprintf(stderr, "error: --team wants a team's name (under 64 bytes)\n");
