@@ -164,7 +164,11 @@ static long agent_call(agent *a, const char *method, const char *path, const cha
                        const char *ctype, char **out) {
     client_reply r;
     if (out) *out = NULL;
-    if (client_request(&a->http, method, path, body, len, ctype, &r) < 0) {
+    int was = a->http.cur;
+    int rc = client_request(&a->http, method, path, body, len, ctype, &r);
+    if (a->http.cur != was && rc == 0)
+        log_info("speaking to %s now (%s did not lead or answer)", a->http.url, a->http.urls[was]);
+    if (rc < 0) {
         server_down(a, path, r.error);
         client_reply_release(&r);
         return 0;
@@ -772,13 +776,37 @@ static int task_ports(const agent *a, task *t, const cJSON *config, char *why, s
     return 0;
 }
 
+/* The task's config as text for its worker: its "api" (the URL the
+ * server tells workers, its --public-url) followed by this agent's servers
+ * that it does not name already, so the worker finds the leader as the
+ * agent does when the server that handed out the task goes. NULL when out
+ * of memory. */
+static char *task_config_text(const agent *a, const cJSON *config) {
+    const cJSON *api = cJSON_GetObjectItemCaseSensitive(config, "api");
+    char list[512];
+    if (!cJSON_IsString(api) || client_url_list_merge(api->valuestring, a->opt.server, list, sizeof list) < 0 ||
+        strcmp(list, api->valuestring) == 0)
+        return cJSON_PrintUnformatted(config);
+    cJSON *dup = cJSON_Duplicate(config, 1);
+    if (!dup) return NULL;
+    cJSON *s = cJSON_CreateString(list);
+    if (!s || !cJSON_ReplaceItemInObjectCaseSensitive(dup, "api", s)) {
+        cJSON_Delete(s);
+        cJSON_Delete(dup);
+        return NULL;
+    }
+    char *text = cJSON_PrintUnformatted(dup);
+    cJSON_Delete(dup);
+    return text;
+}
+
 /* Starts the worker of a task (t->assign) prepared by task_start, its
  * context (when it has one) ready in ctxdir. */
 static void task_launch(agent *a, task *t, const char *ctxdir) {
     const cJSON *config = cJSON_GetObjectItemCaseSensitive(t->assign, "config");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(t->assign, "type");
     /* Environment: the config, and what the worker needs from this node. */
-    char *cfg = cJSON_PrintUnformatted(config);
+    char *cfg = task_config_text(a, config);
     if (!cfg) abort();
     buf e_cfg, e_cuda;
     buf_init(&e_cfg, 64u << 20);
@@ -1227,6 +1255,7 @@ static void *poller_main(void *arg) {
         return NULL;
     }
     c.timeout_ms = (long)(a->opt.poll_wait_s + 15) * 1000;
+    c.failover_ms = 0; /* one try of each server, then the backoff below */
     int64_t backoff = 0;
     while (!a->quit) {
         pthread_mutex_lock(&a->mu);
@@ -1521,6 +1550,9 @@ static int setup_io(agent *a, const agent_options *o, loop_state *ls) {
         log_error("cannot set up the agent: %s", strerror(errno));
         return -1;
     }
+    /* One try of each server per call, then the loop's own backoff: the
+     * main thread must not wait out a takeover inside one request. */
+    a->http.failover_ms = 0;
     a->wake_r = wp[0];
     a->wake_w = wp[1];
     if (ctxf_start(&a->ctx, o->server, a->cache_dir, (int64_t)a->opt.cache_max_mb << 20, a->wake_w) < 0) {
@@ -1762,12 +1794,16 @@ static void agent_usage(FILE *f) {
     fprintf(f,
             "usage: trainyard agent --server URL (--token T | --token-file FILE) [--cpu-slots N]\n"
             "                       [--data-root DIR] [--hostname H] [--address A]\n"
-            "  --server      the trainyard server (default $TRAINYARD_URL or http://127.0.0.1:8080)\n"
+            "  --server      the trainyard server (default $TRAINYARD_URL or http://127.0.0.1:8080);\n"
+            "                several servers on one database: URL1,URL2,... (the agent speaks to the\n"
+            "                one that leads, moving past one that is down or a standby, and hands\n"
+            "                the list to its tasks)\n"
             "  --token       the node token (DATA/node.token of the server; or $TRAINYARD_TOKEN)\n"
             "  --token-file  read the node token from FILE\n"
             "  --ca-hash sha256:HEX  an https:// server's CA: fetched, and trusted only if the\n"
             "                sha256 of its public key is HEX (the server logs it; as kubeadm join's\n"
-            "                --discovery-token-ca-cert-hash)\n"
+            "                --discovery-token-ca-cert-hash); over a list, from the first server that\n"
+            "                answers, and it must have signed every server's certificate\n"
             "  --ca-cert FILE  trust this CA for an https:// server (default $TRAINYARD_CA, else\n"
             "                the system's store); its workers trust the same\n"
             "  --cpu-slots   CPU slots this node offers (default: the number of cores)\n"
@@ -1818,10 +1854,17 @@ static int read_token_file(const char *path, char *out, size_t outlen) {
     return rc;
 }
 
-static int url_is_loopback(const char *url) {
-    const char *h = strstr(url, "://");
-    h = h ? h + 3 : url;
-    return strncmp(h, "127.", 4) == 0 || strncmp(h, "localhost", 9) == 0 || strncmp(h, "[::1]", 5) == 0;
+/* Whether every server of the list is on this machine. */
+static int url_is_loopback(const char *list) {
+    char url[512];
+    int any = 0;
+    for (int i = 0; client_url_at(list, i, url, sizeof url) == 0; i++) {
+        const char *h = strstr(url, "://");
+        h = h ? h + 3 : url;
+        if (strncmp(h, "127.", 4) != 0 && strncmp(h, "localhost", 9) != 0 && strncmp(h, "[::1]", 5) != 0) return 0;
+        any = 1;
+    }
+    return any;
 }
 
 /* ---------------------------------------------------------------- flags
@@ -1914,7 +1957,7 @@ static const char *const ISOLATION[] = {"auto", "none", "user", NULL}; /* ISO_AU
 
 #define AO agent_options
 static const flag_def AGENT_FLAGS[] = {
-    FLAG_TEXT_AT("server", AO, server, "the server's URL (under 512 bytes)"),
+    FLAG_TEXT_AT("server", AO, server, "the server's URL, or a comma-separated list of them (under 512 bytes)"),
     FLAG_TEXT_AT("token", AO, token, "the node token (under 256 bytes)"),
     FLAG_FUNC_AT("ca-cert", flag_ca_cert, "a PEM file of CA certificates"),
     FLAG_TEXT_AT("ca-hash", AO, ca_hash, "sha256: and 64 hex digits"),
@@ -1946,6 +1989,12 @@ static const flag_def AGENT_FLAGS[] = {
 int agent_parse_flags(agent_options *o, int argc, char **argv) {
     int rc = flags_parse(AGENT_FLAGS, o, argc, argv, "trainyard agent", agent_usage);
     if (rc != 0) return rc;
+    char err[300];
+    int n_urls = 0;
+    if (client_url_list_check(o->server, "--server", &n_urls, err, sizeof err) < 0) {
+        fprintf(stderr, "trainyard agent: %s\n", err);
+        return -1;
+    }
     if (!o->token[0]) {
         fprintf(stderr, "trainyard agent: no token: pass --token or --token-file (the server's DATA/node.token)\n");
         return -1;

@@ -477,7 +477,14 @@ static char *ty_config(const cmd_run *r) {
     cJSON_AddItemToObject(cl, "worker", addr_list(r->peer_w, c->n_workers));
     cJSON_AddItemToObject(cl, "ps", addr_list(r->peer_ps, c->n_ps));
     cJSON_AddItemToObject(o, "devices", cJSON_Duplicate(c->devices, 1));
-    cJSON_AddStringToObject(o, "api", c->api);
+    /* api: one URL, as a program joins it with a path: the server this
+     * runner reached last; servers: every one it was given (the agent's
+     * list, docs/command-jobs.md) */
+    cJSON_AddStringToObject(o, "api", r->cl.url[0] ? r->cl.url : c->api);
+    cJSON *sv = cJSON_AddArrayToObject(o, "servers");
+    char one[512];
+    for (int i = 0; sv && client_url_at(c->api, i, one, sizeof one) == 0; i++)
+        cJSON_AddItemToArray(sv, cJSON_CreateString(one));
     cJSON_AddStringToObject(o, "token", c->token);
     cJSON_AddStringToObject(o, "checkpoint_dir", r->ckdir);
     if (r->restored[0]) cJSON_AddStringToObject(o, "restored", r->restored);

@@ -157,18 +157,17 @@ static size_t put_sink(char *p, size_t size, size_t n, void *ud) {
     return size * n;
 }
 
-long report_put_ckpt(CURL *h, const char *api, const char *token, int64_t job, long step, long epoch,
-                     const char *sha, const void *head, size_t head_len, int fd, uint64_t total, char *err,
-                     size_t errlen) {
-    CURL *own = NULL;
-    if (h) curl_easy_reset(h);
-    else h = own = curl_easy_init();
-    if (!h) {
-        snprintf(err, errlen, "curl_easy_init failed");
-        return 0;
-    }
+/* Which server of api's list took the last PUT, for the process. */
+static volatile int g_put_cur;
+
+/* One PUT to base (one URL). *sent: bytes of the request that went out
+ * (0: the server was not reached, nothing read from fd). */
+static long put_ckpt_one(CURL *h, const char *base, const char *token, int64_t job, long step, long epoch,
+                         const char *sha, const void *head, size_t head_len, int fd, uint64_t total, long *sent,
+                         char *err, size_t errlen) {
+    curl_easy_reset(h);
     char url[1024], auth[320], hsum[128];
-    snprintf(url, sizeof url, "%s/api/v1/jobs/%lld/checkpoints?step=%ld&epoch=%ld", api, (long long)job, step, epoch);
+    snprintf(url, sizeof url, "%s/api/v1/jobs/%lld/checkpoints?step=%ld&epoch=%ld", base, (long long)job, step, epoch);
     snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
     snprintf(hsum, sizeof hsum, "X-Checksum-Sha256: %s", sha);
     struct curl_slist *hdr = curl_slist_append(NULL, auth);
@@ -194,9 +193,47 @@ long report_put_ckpt(CURL *h, const char *api, const char *token, int64_t job, l
     long st = 0;
     if (rc == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
     else snprintf(err, errlen, "%.160s: %.80s", url, curl_easy_strerror(rc));
+    if (curl_easy_getinfo(h, CURLINFO_REQUEST_SIZE, sent) != CURLE_OK) *sent = 1;
     if (st && st != 201 && st != 200) snprintf(err, errlen, "answered %ld: %.200s", st, reply.data ? reply.data : "");
     buf_release(&reply);
     curl_slist_free_all(hdr);
+    return st;
+}
+
+long report_put_ckpt(CURL *h, const char *api, const char *token, int64_t job, long step, long epoch,
+                     const char *sha, const void *head, size_t head_len, int fd, uint64_t total, char *err,
+                     size_t errlen) {
+    CURL *own = NULL;
+    if (!h) h = own = curl_easy_init();
+    if (!h) {
+        snprintf(err, errlen, "curl_easy_init failed");
+        return 0;
+    }
+    /* api may be a list of servers (the agent's, docs/executors.md): from
+     * the one that took the last PUT, the next when one is not reached or
+     * is a standby (503); a PUT may be sent again, from where fd was. */
+    int n = 0;
+    char why[300];
+    if (client_url_list_check(api, "api", &n, why, sizeof why) < 0) {
+        snprintf(err, errlen, "%s", why);
+        if (own) curl_easy_cleanup(own);
+        return 0;
+    }
+    off_t start = fd >= 0 ? lseek(fd, 0, SEEK_CUR) : 0;
+    int first = g_put_cur;
+    long st = 0;
+    for (int i = 0; i < n; i++) {
+        int at = (first + i) % n;
+        char base[512];
+        if (client_url_at(api, at, base, sizeof base) < 0) break;
+        if (i && fd >= 0 && (start < 0 || lseek(fd, start, SEEK_SET) < 0)) break; /* cannot send it again */
+        long sent = 0;
+        st = put_ckpt_one(h, base, token, job, step, epoch, sha, head, head_len, fd, total, &sent, err, errlen);
+        if (st && st != 503) {
+            g_put_cur = at;
+            break;
+        }
+    }
     if (own) curl_easy_cleanup(own);
     return st;
 }
