@@ -15,6 +15,16 @@ once listening) and answers, on any path prefix:
   .../status/N    status N, empty body
   .../ws          a WebSocket echo (RFC 6455: text and binary frames come back
                   as they went, a ping gets its pong, a close its close)
+
+proxy_upstream.py --standby PORTFILE LEADER LOG - a stand-in for a standby
+server (tests/check_failover_client.c, until a real standby lands with the
+database lease): every request is logged to LOG as a JSON line {method,
+path, headers} and answered as docs/server.md says a standby answers: 503,
+Retry-After: 1, X-Trainyard-Leader: LEADER and {"error": "standby",
+"message", "leader": LEADER}; LEADER "none": no header and "leader": null.
+GET /api/v1/health answers 200 {"role": "standby", "leader": ...}.
+proxy_upstream.py --drop PORTFILE LOG - logs each request likewise, reads
+its body and closes the connection without an answer (an answer lost).
 """
 import base64
 import hashlib
@@ -134,6 +144,47 @@ class Handler(BaseHTTPRequestHandler):
                 return
 
 
+class Standby(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    leader = None
+    log = None
+    drop = False
+
+    def log_message(self, *args):
+        pass
+
+    def any(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        if n:
+            self.rfile.read(n)
+        rec = {"method": self.command, "path": self.path,
+               "headers": {k.lower(): v for k, v in self.headers.items()}}
+        with open(self.log, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        if self.drop:
+            self.close_connection = True
+            return
+        if self.command == "GET" and self.path.split("?")[0] == "/api/v1/health":
+            body = json.dumps({"status": "ok", "role": "standby", "leader": self.leader}).encode()
+            status, extra = 200, []
+        else:
+            msg = ("this server is a standby; the leader is %s" % self.leader if self.leader
+                   else "this server is a standby; no leader: takeover expected within 7 s")
+            body = json.dumps({"error": "standby", "message": msg, "leader": self.leader}).encode()
+            status, extra = 503, [("Retry-After", "1")]
+            if self.leader:
+                extra.append(("X-Trainyard-Leader", self.leader))
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in extra:
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = any
+
+
 class Server(ThreadingHTTPServer):
     request_queue_size = 512
     daemon_threads = True
@@ -147,11 +198,21 @@ def main():
         import os
         Server(("0.0.0.0", int(os.environ[sys.argv[2]])), Handler).serve_forever()
         return
-    srv = Server(("127.0.0.1", 0), Handler)
-    with open(sys.argv[1] + ".tmp", "w") as f:
+    handler, portfile = Handler, sys.argv[1]
+    if sys.argv[1] in ("--standby", "--drop"):
+        Standby.drop = sys.argv[1] == "--drop"
+        portfile = sys.argv[2]
+        if Standby.drop:
+            Standby.log = sys.argv[3]
+        else:
+            Standby.leader = None if sys.argv[3] == "none" else sys.argv[3]
+            Standby.log = sys.argv[4]
+        handler = Standby
+    srv = Server(("127.0.0.1", 0), handler)
+    with open(portfile + ".tmp", "w") as f:
         f.write(str(srv.server_address[1]))
     import os
-    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+    os.rename(portfile + ".tmp", portfile)
     srv.serve_forever()
 
 
