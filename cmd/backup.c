@@ -28,7 +28,8 @@ static void backup_usage(FILE *f) {
             "                --backup-credentials; --blob-credentials with --data)\n"
             "  --url, --token  the running server and an admin token (default TRAINYARD_URL,\n"
             "                TRAINYARD_TOKEN or TRAINYARD_TOKEN_FILE: give DATA/admin.token); the server\n"
-            "                takes the backup while it serves (POST /api/v1/backups)\n"
+            "                takes the backup while it serves (POST /api/v1/backups); URL1,URL2,...:\n"
+            "                several servers on one database, the one that leads takes it\n"
             "  --data DIR    back up the data directory DIR, whose server is stopped, without one\n"
             "  --blob-credentials FILE  an s3 DEST's credentials (AWS shared-credentials, 0600), with --data\n"
             "  --json        print the summary as JSON\n");
@@ -210,6 +211,11 @@ int cmd_backup(int argc, char **argv) {
     char u[512], t[256], err[512];
     if (url) snprintf(u, sizeof u, "%s", url);
     else client_default_url(u, sizeof u);
+    int n_urls = 0;
+    if (client_url_list_check(u, url ? "--url" : "TRAINYARD_URL", &n_urls, err, sizeof err) < 0) {
+        fprintf(stderr, "trainyard: %s\n", err);
+        return 2;
+    }
     if (token) snprintf(t, sizeof t, "%s", token);
     else if (client_default_token(t, sizeof t, err, sizeof err) < 0) {
         fprintf(stderr, "trainyard: %s\n", err);
