@@ -9,7 +9,8 @@
  * standby's 503 moves a request to the leader it names, and a submission's
  * Idempotency-Key is the same on every server it tried; an answer lost
  * after the request went out is asked again only for a GET or a request
- * with an Idempotency-Key.
+ * with an Idempotency-Key; over https, a pinned CA taken from the first
+ * server of the list that answers verifies every URL.
  *
  * The standby here is a stand-in (tests/proxy_upstream.py --standby: a real
  * HTTP server answering the standby's 503 as docs/server.md gives it) until
@@ -364,12 +365,25 @@ START_TEST(standby_moves_to_the_leader_with_one_key) {
     ck_assert_int_eq((int)strlen(k2), 36);
     ck_assert_str_ne(k2, first);
     cJSON_Delete(b);
+    /* a sweep submission carries one too (whatever the server then says of
+     * this sweep) */
+    char sweep[400];
+    write_spec(sweep, sizeof sweep, "{\"name\":\"fo-sweep\",\"job\":{},\"search\":{}}");
+    snprintf(args, sizeof args, "sweep --json '%s'", sweep);
+    (void)cli(env, args, &out, NULL);
+    buf_release(&out);
+    b = stub_log(log_leader);
+    ck_assert_int_eq(cJSON_GetArraySize(b), 3);
+    ck_assert_str_eq(ty_str(cJSON_GetArrayItem(b, 2), "path"), "/api/v1/sweeps");
+    const char *k3 = ty_str(cJSON_GetObjectItem(cJSON_GetArrayItem(b, 2), "headers"), "idempotency-key");
+    ck_assert_int_eq((int)strlen(k3), 36);
+    cJSON_Delete(b);
     /* a GET carries none */
     ck_assert_int_eq(cli(env, "jobs --json", &out, NULL), 0);
     buf_release(&out);
     b = stub_log(log_leader);
-    ck_assert_int_eq(cJSON_GetArraySize(b), 3);
-    ck_assert_str_eq(ty_str(cJSON_GetObjectItem(cJSON_GetArrayItem(b, 2), "headers"), "idempotency-key"), "");
+    ck_assert_int_eq(cJSON_GetArraySize(b), 4);
+    ck_assert_str_eq(ty_str(cJSON_GetObjectItem(cJSON_GetArrayItem(b, 3), "headers"), "idempotency-key"), "");
     cJSON_Delete(b);
     /* standbys alone: the budget, then an error naming each and its leader */
     snprintf(env, sizeof env, "TRAINYARD_URL='%s,%s' TRAINYARD_TOKEN=%s TRAINYARD_FAILOVER_MS=1500", sb_none, sb_leader,
@@ -438,6 +452,58 @@ START_TEST(lost_answer_is_retried_only_when_safe) {
 }
 END_TEST
 
+/* TLS over a list: --ca-hash takes the CA from the first server that
+ * answers (a dead one is skipped, one with another CA refused at once), and
+ * the one CA trusted then verifies every URL: a server whose certificate it
+ * did not sign is moved past. */
+START_TEST(pinned_ca_over_a_list) {
+    ty_proc a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    ty_mkdtemp(a.dir, sizeof a.dir, "fotlsa");
+    ty_mkdtemp(b.dir, sizeof b.dir, "fotlsb");
+    const char *extra[] = {"--tls", "auto", NULL};
+    ty_server_start_args(&a, "server", extra);
+    ty_server_start_args(&b, "server", extra);
+    char pin_a[TLS_PIN_LEN], pin_b[TLS_PIN_LEN], tok_b[128], err[2048], list[1024];
+    ty_ca_pin(&a, pin_a);
+    ty_ca_pin(&b, pin_b);
+    ck_assert_str_ne(pin_a, pin_b); /* each --tls auto made its own CA */
+    ty_token(&b, "token", tok_b, sizeof tok_b);
+    /* a server that gives another CA: refused at once, naming both hashes */
+    snprintf(list, sizeof list, "%s,%s", a.url, b.url);
+    ck_assert_int_eq(client_trust_pinned(list, pin_b, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, pin_a) && strstr(err, pin_b), "%s", err);
+    ck_assert_ptr_null(client_trusted_ca());
+    /* a dead one first: skipped; B's CA trusted */
+    snprintf(list, sizeof list, "https://127.0.0.1:%d,%s", ty_free_port(), b.url);
+    ck_assert_msg(client_trust_pinned(list, pin_b, err, sizeof err) == 0, "%s", err);
+    ck_assert_ptr_nonnull(client_trusted_ca());
+    /* every URL verified with it: A's certificate fails, B answers */
+    snprintf(list, sizeof list, "%s,%s", a.url, b.url);
+    client c;
+    client_reply r;
+    ck_assert_int_eq(client_init(&c, list, tok_b), 0);
+    ck_assert_int_eq(client_request(&c, "GET", "/api/v1/jobs", NULL, 0, NULL, &r), 0);
+    ck_assert_int_eq(r.status, 200);
+    ck_assert_int_eq(c.attempts, 2);
+    ck_assert_str_eq(c.url, b.url);
+    client_reply_release(&r);
+    client_release(&c);
+    /* all dead: one error naming each */
+    char d1[64], d2[64];
+    snprintf(d1, sizeof d1, "https://127.0.0.1:%d", ty_free_port());
+    snprintf(d2, sizeof d2, "https://127.0.0.1:%d", ty_free_port());
+    snprintf(list, sizeof list, "%s,%s", d1, d2);
+    ck_assert_int_eq(client_trust_pinned(list, pin_b, err, sizeof err), -1);
+    ck_assert_msg(strstr(err, "no server of the list answered") && strstr(err, d1) && strstr(err, d2), "%s", err);
+    ty_kill(&a, SIGTERM);
+    ty_kill(&b, SIGTERM);
+    ty_rmrf(a.dir);
+    ty_rmrf(b.dir);
+}
+END_TEST
+
 /* The list helpers: checks, items, the agent's merge for its tasks. */
 START_TEST(url_lists) {
     char err[200], out[512];
@@ -480,6 +546,10 @@ int main(void) {
     tcase_add_test(tc, all_dead_fails_within_the_budget);
     tcase_add_test(tc, standby_moves_to_the_leader_with_one_key);
     tcase_add_test(tc, lost_answer_is_retried_only_when_safe);
+    TCase *tls = tcase_create("tls");
+    tcase_set_timeout(tls, 60);
+    tcase_add_test(tls, pinned_ca_over_a_list);
+    suite_add_tcase(s, tls);
     TCase *ag = ty_tcase(s, "agent", start, stop, 90);
     tcase_add_test(ag, agent_and_its_tasks_use_the_list);
     return ty_run_suite(s);
