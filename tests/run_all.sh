@@ -50,6 +50,13 @@ if [ "${INCLUDE_GRAPH_TEST:-1}" != 0 ]; then
   if python3 tests/include_graph.py; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/include_graph.py"; fi
   echo "   ($(( $(date +%s) - start ))s)"
 fi
+# the PostgreSQL baseline against the migrated SQLite schema, with its fence, change capture and JSON helpers, on a real PostgreSQL 15 (tests/schema_pg_check.py: SKIP without /usr/lib/postgresql/15/bin unless PG_TEST_REQUIRED=1)
+if [ "${SCHEMA_PG_TEST:-1}" != 0 ]; then
+  echo "== tests/schema_pg_check.py"
+  start=$(date +%s)
+  if python3 tests/schema_pg_check.py "$build"; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/schema_pg_check.py"; fi
+  echo "   ($(( $(date +%s) - start ))s)"
+fi
 # The suites on a real S3 store (those that include tests/s3_fixture.h: a
 # one-node Ceph each, mostly waiting on radosgw and their jobs) run one after
 # the other in the background, beside the checks of the loop below, and are
