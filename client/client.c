@@ -772,6 +772,7 @@ static CURLcode dl_get(client *c, dl *d, const char *url, int to_server, long *s
     *status = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
     if (curl_easy_getinfo(h, CURLINFO_REQUEST_SIZE, &d->sent) != CURLE_OK) d->sent = 1;
+    if (to_server) c->attempts++;
     return rc;
 }
 

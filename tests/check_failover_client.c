@@ -17,6 +17,8 @@
  * the real standby lands with the database lease; everything else is the
  * real trainyard binary. */
 #include "testlib.h"
+#include "../client/upgrade.h"
+#include "../common/ws.h"
 
 #include <fcntl.h>
 
@@ -24,7 +26,7 @@ static ty_proc srv;
 static char team_tok[128], admin_tok[128];
 static char listen_arg[64];
 static char dead1[64], dead2[64];
-static pid_t stubs[4];
+static pid_t stubs[6];
 static int n_stubs;
 
 static void start(void) {
@@ -67,7 +69,7 @@ static void stub_start(const char *mode, const char *leader, const char *tag, ch
         else execlp("python3", "python3", "tests/proxy_upstream.py", mode, portfile, log, (char *)NULL);
         _exit(127);
     }
-    ck_assert_int_lt(n_stubs, 4);
+    ck_assert_int_lt(n_stubs, 6);
     stubs[n_stubs++] = pid;
     for (int i = 0; i < 200; i++) {
         size_t len = 0;
@@ -413,6 +415,56 @@ START_TEST(standby_moves_to_the_leader_with_one_key) {
 }
 END_TEST
 
+/* A download (client_download: checkpoints, contexts) and a WebSocket
+ * upgrade (client_upgrade: shells, the exec relay) move over the list too:
+ * past a dead URL and a standby. */
+START_TEST(downloads_and_upgrades_move_too) {
+    char sb[96], sblog[400], up[96], uplog[400], list[1024], file[400], err[1400], sha[65], got[65];
+    stub_start("--standby", "none", "sbd", sb, sizeof sb, sblog, sizeof sblog);
+    stub_start(NULL, NULL, "upws", up, sizeof up, uplog, sizeof uplog);
+    snprintf(file, sizeof file, "%s/jobs.json", srv.dir);
+    snprintf(list, sizeof list, "%s,%s,%s", sb, dead1, srv.url);
+    client c;
+    ck_assert_int_eq(client_init(&c, list, team_tok), 0);
+    long status = 0;
+    uint64_t size = 0;
+    ck_assert_msg(client_download(&c, "/api/v1/jobs", file, &status, sha, got, NULL, 0, &size, NULL, err,
+                                  sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(status, 200);
+    ck_assert_int_eq(c.attempts, 3);
+    ck_assert_str_eq(c.url, srv.url);
+    size_t n = 0;
+    char *text = file_read_all(file, 1 << 20, &n);
+    ck_assert_msg(text && strstr(text, "\"jobs\""), "downloaded %s", text ? text : "nothing");
+    free(text);
+    client_release(&c);
+    /* all dead or standby: an error naming each, within the budget */
+    setenv("TRAINYARD_FAILOVER_MS", "600", 1);
+    snprintf(list, sizeof list, "%s,%s", sb, dead1);
+    ck_assert_int_eq(client_init(&c, list, team_tok), 0);
+    ck_assert_int_eq(client_download(&c, "/api/v1/jobs", file, &status, sha, got, NULL, 0, &size, NULL, err,
+                                     sizeof err), -1);
+    ck_assert_msg(strstr(err, "standby, leader unknown") && strstr(err, "Couldn't connect"), "%s", err);
+    client_release(&c);
+    unsetenv("TRAINYARD_FAILOVER_MS");
+    /* an upgrade: past the standby's 503 and the dead URL to a WebSocket */
+    snprintf(list, sizeof list, "%s,%s,%s", sb, dead1, up);
+    ck_assert_int_eq(client_init(&c, list, NULL), 0);
+    char key[25], want[29], acc[64], hdr[256];
+    ck_assert_int_eq(ws_key_new(key), 0);
+    ck_assert_int_eq(ws_accept_key(key, want), 0);
+    snprintf(hdr, sizeof hdr,
+             "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n", key);
+    client_conn k;
+    ck_assert_msg(client_upgrade(&c, "/ws", hdr, 5000, &k, err, sizeof err) == 0, "%s", err);
+    ck_assert_int_eq(k.status, 101);
+    ck_assert_ptr_nonnull(client_conn_header(&k, "Sec-WebSocket-Accept", acc, sizeof acc));
+    ck_assert_str_eq(acc, want);
+    client_conn_close(&k);
+    client_release(&c);
+}
+END_TEST
+
 /* An answer lost after the request went out: a GET and a keyed POST are
  * asked again at the next server; a POST without a key is not (it may have
  * been done). */
@@ -546,6 +598,7 @@ int main(void) {
     tcase_add_test(tc, all_dead_fails_within_the_budget);
     tcase_add_test(tc, standby_moves_to_the_leader_with_one_key);
     tcase_add_test(tc, lost_answer_is_retried_only_when_safe);
+    tcase_add_test(tc, downloads_and_upgrades_move_too);
     TCase *tls = tcase_create("tls");
     tcase_set_timeout(tls, 60);
     tcase_add_test(tls, pinned_ca_over_a_list);
