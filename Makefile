@@ -18,7 +18,7 @@ SAN ?= 0
 # that is before `deps` has installed the packages, so the goals that install
 # them (run, test) build in a sub-make that parses it again afterwards; a build
 # without them stops at once and says what to run (check-pkgs).
-PKGS := libmicrohttpd gnutls libcjson libcurl openssl libarchive cjose
+PKGS := libmicrohttpd gnutls libcjson libcurl openssl libarchive cjose libpq
 PKGS_OK := $(shell pkg-config --exists $(PKGS) 2>/dev/null && echo 1)
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS := $(shell pkg-config --libs $(PKGS) 2>/dev/null)

@@ -28,6 +28,10 @@ pkgs+=(testssl.sh)
 # one, a one-node Ceph (monitor, memstore OSD, radosgw) on loopback started by
 # scripts/s3-dev.sh (no systemd unit; nothing starts on install)
 pkgs+=(ceph-mon ceph-osd radosgw ceph-common)
+# the state in PostgreSQL (trainyard server --db postgres://...): libpq to build; the
+# tests and bench-api DB=postgres run a real PostgreSQL 15 (scripts/pg-dev.sh; the
+# package's own cluster is not used)
+pkgs+=(libpq-dev postgresql-15)
 pkgs+=(${TRAINYARD_EXTRA_PKGS:-})
 missing=()
 for p in "${pkgs[@]}"; do

@@ -43,9 +43,15 @@ static const char SQL_AUDIT_QUERY[] =
     " WHERE (?1 = 0 OR a.at >= ?1) AND (?2 = 0 OR a.at < ?2) AND (?3 IS NULL OR u.name = ?3)"
     " AND (?4 = 0 OR a.team_id = ?4) AND (?5 IS NULL OR instr(a.method || ' ' || a.route, ?5) > 0)"
     " AND (?6 = 0 OR a.id < ?6) ORDER BY a.id DESC LIMIT ?7";
+static const char SQL_AUDIT_QUERY_PG[] =
+    "SELECT a.id, a.at, a.actor, u.name, a.token_id, t.name, a.method, a.route, a.target, a.client, a.status"
+    " FROM audit a LEFT JOIN users u ON u.id = a.user_id LEFT JOIN teams t ON t.id = a.team_id"
+    " WHERE ($1 = 0 OR a.at >= $1) AND ($2 = 0 OR a.at < $2) AND ($3::text IS NULL OR u.name = $3)"
+    " AND ($4 = 0 OR a.team_id = $4) AND ($5::text IS NULL OR strpos(a.method || ' ' || a.route, $5) > 0)"
+    " AND ($6 = 0 OR a.id < $6) ORDER BY a.id DESC LIMIT $7";
 
 int audit_query(db *d, const audit_filter *f, int csv, buf *out, int64_t *next) {
-    db_stmt *st = db_prepare(d, SQL_AUDIT_QUERY);
+    db_stmt *st = db_prepare2(d, SQL_AUDIT_QUERY, SQL_AUDIT_QUERY_PG);
     if (!st) return STORE_ERROR;
     db_bind_int64(st, 1, f->since);
     db_bind_int64(st, 2, f->until);

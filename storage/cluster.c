@@ -59,7 +59,6 @@ uint64_t cluster_nodes_version(void)
 
 static int64_t hb_kept(const db *d, int64_t node); /* heartbeats kept in memory, below */
 
-static const char SQL_BEGIN_READ[] = "BEGIN DEFERRED";
 static const char SQL_END_READ[] = "COMMIT";
 
 #define NODE_COLS                                                                               \
@@ -87,11 +86,14 @@ static void row_node(db_stmt *st, void *out)
 static const char SQL_NODES_RUNTIME[] =
     "SELECT count(*), coalesce(sum(EXISTS(SELECT 1 FROM json_each(CASE WHEN json_valid(runtimes)"
     " THEN runtimes ELSE '[]' END) WHERE value = ?1)), 0) FROM nodes";
+static const char SQL_NODES_RUNTIME_PG[] =
+    "SELECT count(*), coalesce(sum(CASE WHEN ty_json_valid(runtimes) AND jsonb_typeof(runtimes::jsonb) = 'array'"
+    " AND jsonb_exists(runtimes::jsonb, $1::text) THEN 1 ELSE 0 END), 0) FROM nodes";
 
 int cluster_nodes_with_runtime(db *d, const char *name, int *with, int *all)
 {
     *with = *all = 0;
-    db_stmt *st = db_prepare(d, SQL_NODES_RUNTIME);
+    db_stmt *st = db_prepare2(d, SQL_NODES_RUNTIME, SQL_NODES_RUNTIME_PG);
     if (!st) return -1;
     db_bind_text(st, 1, name, -1);
     int rc = db_step(st);
@@ -201,27 +203,39 @@ static void row_user_usage(db_stmt *st, void *out)
     u->usage_at = db_col_int64(st, 3);
 }
 
-#define JOB_COLS                                                                        \
+#define JOB_COLS_HEAD                                                                   \
     "SELECT j.id, j.team_id, j.state, j.priority, j.workers, j.devices_per_worker,"     \
     " j.device, j.ps, j.preemptible, j.queue_if_infeasible, j.attempt, j.max_restarts," \
     " j.max_runtime_s, j.queued_at, j.last_checkpoint_at, j.reason, j.memory_mb,"       \
     " CASE WHEN j.state = 'queued' THEN NULL ELSE (SELECT min(t.created_at) FROM tasks t" \
     "   WHERE t.job_id = j.id AND t.attempt = j.attempt) END,"                          \
-    " CASE WHEN j.state = 'queued' THEN 0 ELSE EXISTS(SELECT 1 FROM tasks t"            \
-    "   WHERE t.job_id = j.id AND t.attempt = j.attempt AND t.state = 'stopping') END,"  \
-    " j.workers_min, j.workers_now, j.resize_to,"                                       \
+    " CASE WHEN j.state = 'queued' THEN 0 WHEN EXISTS(SELECT 1 FROM tasks t"            \
+    "   WHERE t.job_id = j.id AND t.attempt = j.attempt AND t.state = 'stopping') THEN 1 ELSE 0 END," \
+    " j.workers_min, j.workers_now, j.resize_to,"
+#define JOB_COLS                                                                        \
+    JOB_COLS_HEAD                                                                       \
     " json_extract(j.spec, '$.environment.image') IS NOT NULL, coalesce(j.user_id, 0),"  \
     " json_extract(j.spec, '$.interactive.type') IS NOT NULL"                           \
     " FROM jobs j "
-static const char SQL_JOBS_LIVE[] =
-    JOB_COLS "WHERE j.state IN ('queued','starting','running') ORDER BY j.id";
-static const char SQL_JOBS_HOLDING[] =
-    JOB_COLS "WHERE j.id IN (SELECT DISTINCT job_id FROM allocations)"
-    " AND j.state NOT IN ('queued','starting','running') ORDER BY j.id";
+#define JOB_COLS_PG                                                                     \
+    JOB_COLS_HEAD                                                                       \
+    " ty_json_text(j.spec, '$.environment.image') IS NOT NULL, coalesce(j.user_id, 0),"  \
+    " ty_json_text(j.spec, '$.interactive.type') IS NOT NULL"                           \
+    " FROM jobs j "
+#define JOBS_LIVE_WHERE "WHERE j.state IN ('queued','starting','running') ORDER BY j.id"
+#define JOBS_HOLDING_WHERE                                                              \
+    "WHERE j.id IN (SELECT DISTINCT job_id FROM allocations)"                           \
+    " AND j.state NOT IN ('queued','starting','running') ORDER BY j.id"
+#define JOB_BY_ID_WHERE                                                                 \
+    "WHERE j.id = ?1 AND (j.state IN ('queued','starting','running')"                   \
+    " OR EXISTS(SELECT 1 FROM allocations a WHERE a.job_id = ?1))"
+static const char SQL_JOBS_LIVE[] = JOB_COLS JOBS_LIVE_WHERE;
+static const char SQL_JOBS_LIVE_PG[] = JOB_COLS_PG JOBS_LIVE_WHERE;
+static const char SQL_JOBS_HOLDING[] = JOB_COLS JOBS_HOLDING_WHERE;
+static const char SQL_JOBS_HOLDING_PG[] = JOB_COLS_PG JOBS_HOLDING_WHERE;
 /* the job when cluster_load has it (live, or holding devices) */
-static const char SQL_JOB_BY_ID[] =
-    JOB_COLS "WHERE j.id = ?1 AND (j.state IN ('queued','starting','running')"
-    " OR EXISTS(SELECT 1 FROM allocations a WHERE a.job_id = ?1))";
+static const char SQL_JOB_BY_ID[] = JOB_COLS JOB_BY_ID_WHERE;
+static const char SQL_JOB_BY_ID_PG[] = JOB_COLS_PG JOB_BY_ID_WHERE;
 
 static void row_job(db_stmt *st, void *out)
 {
@@ -311,7 +325,7 @@ int cluster_load(db *d, cluster_state *cs)
     memset(cs, 0, sizeof *cs);
     int cap;
     db_stmt *st;
-    if (exec_stmt(d, SQL_BEGIN_READ) < 0) return -1;
+    if (db_begin_read(d) < 0) return -1;
     cap = 0;
     if (!(st = db_prepare(d, SQL_NODES)) || READ_ROWS(st, cs->nodes, cs->n_nodes, cap, row_node) < 0) goto fail;
     for (int i = 0; i < cs->n_nodes; i++) { /* heartbeats kept in memory, not yet written */
@@ -331,8 +345,8 @@ int cluster_load(db *d, cluster_state *cs)
     if (!(st = db_prepare(d, SQL_USER_USAGE)) || READ_ROWS(st, cs->uusage, cs->n_uusage, cap, row_user_usage) < 0)
         goto fail;
     cap = 0;
-    if (!(st = db_prepare(d, SQL_JOBS_LIVE)) || READ_ROWS(st, cs->jobs, cs->n_jobs, cap, row_job) < 0) goto fail;
-    if (!(st = db_prepare(d, SQL_JOBS_HOLDING)) || READ_ROWS(st, cs->jobs, cs->n_jobs, cap, row_job) < 0)
+    if (!(st = db_prepare2(d, SQL_JOBS_LIVE, SQL_JOBS_LIVE_PG)) || READ_ROWS(st, cs->jobs, cs->n_jobs, cap, row_job) < 0) goto fail;
+    if (!(st = db_prepare2(d, SQL_JOBS_HOLDING, SQL_JOBS_HOLDING_PG)) || READ_ROWS(st, cs->jobs, cs->n_jobs, cap, row_job) < 0)
         goto fail;
     cap = 0;
     if (!(st = db_prepare(d, SQL_AVOID)) || READ_ROWS(st, cs->avoid, cs->n_avoid, cap, row_avoid) < 0) goto fail;
@@ -347,7 +361,7 @@ fail:
 
 /* ---------------------------------------------------------------- by id */
 
-int cluster_read_begin(db *d) { return exec_stmt(d, SQL_BEGIN_READ); }
+int cluster_read_begin(db *d) { return db_begin_read(d); }
 
 int cluster_read_end(db *d)
 {
@@ -382,7 +396,7 @@ int cluster_read_device(db *d, int64_t id, cl_device *out)
 
 int cluster_read_job(db *d, int64_t id, cl_job *out)
 {
-    return read_one(d, SQL_JOB_BY_ID, id, out, row_job);
+    return read_one(d, db_sql(d, SQL_JOB_BY_ID, SQL_JOB_BY_ID_PG), id, out, row_job);
 }
 
 int cluster_read_node_devices(db *d, int64_t node_id, cl_device **out, int *n)
@@ -496,6 +510,10 @@ static const char SQL_DEVICE_PRUNE_CPU[] =
 static const char SQL_DEVICE_PRUNE_GPU[] =
     "DELETE FROM devices WHERE node_id = ?1 AND kind = 'gpu' AND idx NOT IN (SELECT value FROM json_each(?2))"
     " AND id NOT IN (SELECT device_id FROM allocations)";
+static const char SQL_DEVICE_PRUNE_GPU_PG[] =
+    "DELETE FROM devices WHERE node_id = $1 AND kind = 'gpu'"
+    " AND idx NOT IN (SELECT jsonb_array_elements_text($2::text::jsonb)::bigint)"
+    " AND id NOT IN (SELECT device_id FROM allocations)";
 
 int cluster_node_upsert(db *d, const char *hostname, const char *address, int cpu_slots,
                         int n_gpu, const int *gpu_idx, const char *const *gpu_model,
@@ -582,7 +600,7 @@ int cluster_node_upsert_rt(db *d, const char *hostname, const char *address, int
     rc = db_step(st);
     db_done(st);
     if (rc != DB_DONE) { buf_release(&idx); goto fail; }
-    if (!(st = db_prepare(d, SQL_DEVICE_PRUNE_GPU))) { buf_release(&idx); goto fail; }
+    if (!(st = db_prepare2(d, SQL_DEVICE_PRUNE_GPU, SQL_DEVICE_PRUNE_GPU_PG))) { buf_release(&idx); goto fail; }
     db_bind_int64(st, 1, id);
     db_bind_text(st, 2, idx.data, (int)idx.len);
     rc = db_step(st);
@@ -715,7 +733,7 @@ static int64_t hb_kept(const db *d, int64_t node)
 }
 
 static const char SQL_HEARTBEAT_SET[] =
-    "UPDATE nodes SET last_heartbeat_at = MAX(last_heartbeat_at, ?2) WHERE id = ?1";
+    "UPDATE nodes SET last_heartbeat_at = CASE WHEN last_heartbeat_at > ?2 THEN last_heartbeat_at ELSE ?2 END WHERE id = ?1";
 
 static const char SQL_HEARTBEAT[] =
     "UPDATE nodes SET last_heartbeat_at = ?2, state = CASE WHEN state = 'lost' THEN 'ready' ELSE state END"
@@ -1215,16 +1233,23 @@ int cluster_join_tokens_revoke(db *d, const char *keep_hash, int64_t now)
 
 /* ================================================================ evaluators */
 
+#define EVAL_WANTED_TAIL                                                                \
+    " AND EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt)"  \
+    " AND NOT EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt" \
+    "   AND (t.type = 'evaluator' OR t.state IN ('stopping','exited')))"                 \
+    " ORDER BY j.id"
 static const char SQL_EVAL_WANTED[] =
     "SELECT j.id, j.attempt, j.memory_mb,"
     " (SELECT t.node_id FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt AND t.type = 'worker'"
     "   AND t.idx = 0)"
     " FROM jobs j WHERE j.state IN ('starting','running') AND json_valid(j.spec)"
-    " AND json_extract(j.spec, '$.resources.evaluator') = 1"
-    " AND EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt)"
-    " AND NOT EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt"
-    "   AND (t.type = 'evaluator' OR t.state IN ('stopping','exited')))"
-    " ORDER BY j.id";
+    " AND json_extract(j.spec, '$.resources.evaluator') = 1" EVAL_WANTED_TAIL;
+static const char SQL_EVAL_WANTED_PG[] =
+    "SELECT j.id, j.attempt, j.memory_mb,"
+    " (SELECT t.node_id FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt AND t.type = 'worker'"
+    "   AND t.idx = 0)"
+    " FROM jobs j WHERE j.state IN ('starting','running') AND ty_json_valid(j.spec)"
+    " AND ty_json_num(j.spec, '$.resources.evaluator') = 1" EVAL_WANTED_TAIL;
 static const char SQL_EVAL_AVOID[] = "SELECT node_id FROM node_failures WHERE job_id = ? AND count >= 2";
 static const char SQL_EVAL_NODES[] =
     "SELECT n.id, n.state = 'ready', n.cpu_slots, n.memory_mb,"
@@ -1242,7 +1267,7 @@ static const char SQL_EVAL_INSERT[] =
 int cluster_evaluators_wanted(db *d, cl_eval_want **out)
 {
     *out = NULL;
-    db_stmt *st = db_prepare(d, SQL_EVAL_WANTED);
+    db_stmt *st = db_prepare2(d, SQL_EVAL_WANTED, SQL_EVAL_WANTED_PG);
     if (!st) return -1;
     int n = 0, cap = 0, rc;
     while ((rc = db_step(st)) == DB_ROW) {

@@ -40,7 +40,8 @@ int ctx_store_insert(db *d, const ctx_row *r) {
     return db_changes(d) > 0 ? STORE_OK : STORE_CONFLICT;
 }
 
-static const char SQL_CTX_TOUCH[] = "UPDATE contexts SET used_at = max(used_at, ?) WHERE team_id = ? AND digest = ?";
+static const char SQL_CTX_TOUCH[] =
+    "UPDATE contexts SET used_at = CASE WHEN used_at > ?1 THEN used_at ELSE ?1 END WHERE team_id = ?2 AND digest = ?3";
 
 int ctx_store_touch(db *d, int64_t team_id, const char *digest, int64_t now) {
     db_stmt *st = db_prepare(d, SQL_CTX_TOUCH);

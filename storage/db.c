@@ -11,7 +11,9 @@
  * commit survives any process crash (kill -9); docs/storage.md explains the
  * choice and the --durability full option; docs/reliability.md the load. */
 #include "db.h"
+#include "db_pg.h"
 #include "schema.h"
+#include "schema_pg.h"
 #include "../common/util.h"
 
 #include <dlfcn.h>
@@ -19,6 +21,7 @@
 #include <execinfo.h>
 #include <pthread.h>
 #include <limits.h>
+#include <libpq-fe.h>
 #include <sqlite3.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -35,9 +38,11 @@
 
 typedef struct db_thread_conn db_thread_conn;
 
-/* A statement of the cache: SQLite's, with the connection it belongs to. */
+/* A statement of the cache: SQLite's or PostgreSQL's (one of s, p), with
+ * the connection it belongs to. */
 struct db_stmt {
     sqlite3_stmt *s;
+    pg_stmt *p;
     db_thread_conn *c;
 };
 
@@ -48,7 +53,8 @@ typedef struct stmt_slot {
 
 struct db_thread_conn {
     db *owner;
-    sqlite3 *conn;
+    sqlite3 *conn;                /* SQLite, or */
+    pg_conn *pg;                  /* PostgreSQL */
     stmt_slot *slots;             /* open addressing on the sql pointer */
     size_t nslots, used;
     int holds_write;              /* this thread holds d->write (db_begin) */
@@ -62,7 +68,23 @@ struct db_thread_conn {
 };
 
 struct db {
-    char *path;
+    char *path;                   /* the file, or PostgreSQL's host:port/dbname (never a password) */
+    char *pg_url;                 /* PostgreSQL: the URL (NULL: SQLite) */
+    char *pg_password;            /* PostgreSQL: the password from a file (NULL: libpq finds it) */
+    int64_t epoch;                /* PostgreSQL: the fencing number this server writes with (0: none) */
+    /* PostgreSQL: the lease (db_lease_start), its thread and what it knows */
+    struct {
+        pthread_t th;
+        int running, stop, kick;
+        pthread_mutex_t mu;
+        pthread_cond_t cv;
+        db_lease_cfg cfg;
+        char *holder, *url;
+        int role;                 /* DB_LEADER / DB_STANDBY (atomic) */
+        char leader_url[512];     /* under mu */
+        int64_t ms_left;          /* under mu */
+        uint64_t fenced;          /* writes the fence refused (atomic) */
+    } lease;
     pthread_key_t key;
     pthread_mutex_t lock;         /* guards conns */
     db_thread_conn *conns;        /* bound to a live thread */
@@ -187,14 +209,19 @@ static void resident_release(resident_file *f) {
 static void conn_free(db_thread_conn *c) {
     for (size_t i = 0; i < c->nslots; i++)
         if (c->slots[i].st) {
-            sqlite3_finalize(c->slots[i].st->s);
+            if (c->slots[i].st->s) sqlite3_finalize(c->slots[i].st->s);
+            pg_stmt_free(c->slots[i].st->p);
             free(c->slots[i].st);
         }
     free(c->slots);
     free(c->chg);
-    sqlite3_close(c->conn);
+    if (c->conn) sqlite3_close(c->conn);
+    pg_close(c->pg);
     free(c);
 }
+
+/* Inside a transaction (BEGIN ran, COMMIT or ROLLBACK not yet). */
+static int conn_in_tx(db_thread_conn *c) { return c->pg ? pg_in_tx(c->pg) : !sqlite3_get_autocommit(c->conn); }
 
 static void conn_unlink(db *d, db_thread_conn *c) {
     pthread_mutex_lock(&d->lock);
@@ -213,13 +240,19 @@ static void conn_unlink(db *d, db_thread_conn *c) {
 static void conn_destructor(void *p) {
     db_thread_conn *c = p;
     db *d = c->owner;
-    if (!sqlite3_get_autocommit(c->conn)) sqlite3_exec(c->conn, "ROLLBACK", NULL, NULL, NULL);
+    if (conn_in_tx(c)) {
+        if (c->pg) pg_exec(c->pg, "ROLLBACK");
+        else sqlite3_exec(c->conn, "ROLLBACK", NULL, NULL, NULL);
+    }
     if (c->holds_write) {
         c->holds_write = 0;
         pthread_mutex_unlock(&d->write);
     }
     for (size_t i = 0; i < c->nslots; i++)
-        if (c->slots[i].st) sqlite3_reset(c->slots[i].st->s);
+        if (c->slots[i].st) {
+            if (c->slots[i].st->s) sqlite3_reset(c->slots[i].st->s);
+            else pg_reset(c->slots[i].st->p);
+        }
     conn_unlink(d, c);
     pthread_mutex_lock(&d->lock);
     if (d->nidle < DB_IDLE_MAX) {
@@ -341,19 +374,30 @@ static db_thread_conn *thread_conn(db *d) {
         }
         return c;
     }
-    char err[256];
-    sqlite3 *conn = conn_open(d->path, err, sizeof err);
-    if (!conn) {
-        log_error("db: %s", err);
-        return NULL;
+    char err[512];
+    if (d->pg_url) {
+        pg_conn *pc = pg_connect(d->pg_url, d->pg_password, "trainyard", err, sizeof err);
+        if (!pc) {
+            log_error("db: %s", err);
+            return NULL;
+        }
+        c = xcalloc(1, sizeof *c);
+        c->owner = d;
+        c->pg = pc;
+    } else {
+        sqlite3 *conn = conn_open(d->path, err, sizeof err);
+        if (!conn) {
+            log_error("db: %s", err);
+            return NULL;
+        }
+        if (trace_ms()) sqlite3_commit_hook(conn, commit_hook, NULL);
+        c = xcalloc(1, sizeof *c);
+        c->owner = d;
+        c->conn = conn;
+        sqlite3_wal_hook(conn, wal_hook, c); /* replaces the autocheckpoint */
+        sqlite3_update_hook(conn, update_hook, c);
+        sqlite3_rollback_hook(conn, rollback_hook, c);
     }
-    if (trace_ms()) sqlite3_commit_hook(conn, commit_hook, NULL);
-    c = xcalloc(1, sizeof *c);
-    c->owner = d;
-    c->conn = conn;
-    sqlite3_wal_hook(conn, wal_hook, c); /* replaces the autocheckpoint */
-    sqlite3_update_hook(conn, update_hook, c);
-    sqlite3_rollback_hook(conn, rollback_hook, c);
     c->nslots = 64;
     c->slots = xcalloc(c->nslots, sizeof *c->slots);
     pthread_mutex_lock(&d->lock);
@@ -373,7 +417,7 @@ static sqlite3 *db_conn(db *d) {
     return c ? c->conn : NULL;
 }
 
-struct sqlite3 *db_sqlite(db *d) { return db_conn(d); }
+struct sqlite3 *db_sqlite(db *d) { return d->pg_url ? NULL : db_conn(d); }
 
 /* ---------------------------------------------------------------- statements */
 
@@ -398,6 +442,15 @@ static void slots_grow(db_thread_conn *c) {
     c->nslots = n;
 }
 
+static void stmt_reset(db_stmt *st) {
+    if (st->s) {
+        sqlite3_reset(st->s);
+        sqlite3_clear_bindings(st->s);
+    } else {
+        pg_reset(st->p);
+    }
+}
+
 db_stmt *db_prepare(db *d, const char *sql) {
     db_thread_conn *c = thread_conn(d);
     if (!c) return NULL;
@@ -405,17 +458,25 @@ db_stmt *db_prepare(db *d, const char *sql) {
     while (c->slots[i].sql) {
         if (c->slots[i].sql == sql) {
             db_stmt *st = c->slots[i].st;
-            sqlite3_reset(st->s);
-            sqlite3_clear_bindings(st->s);
+            stmt_reset(st);
             return st;
         }
         i = (i + 1) & (c->nslots - 1);
     }
     sqlite3_stmt *s = NULL;
-    int rc = sqlite3_prepare_v3(c->conn, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, NULL);
-    if (rc != SQLITE_OK) {
-        log_error("sqlite prepare: %s: %s", sqlite3_errmsg(c->conn), sql);
-        return NULL;
+    pg_stmt *p = NULL;
+    if (c->pg) {
+        p = pg_prepare(c->pg, sql);
+        if (!p) {
+            log_error("postgres prepare: %s: %s", pg_errmsg(c->pg), sql);
+            return NULL;
+        }
+    } else {
+        int rc = sqlite3_prepare_v3(c->conn, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, NULL);
+        if (rc != SQLITE_OK) {
+            log_error("sqlite prepare: %s: %s", sqlite3_errmsg(c->conn), sql);
+            return NULL;
+        }
     }
     if ((c->used + 1) * 2 > c->nslots) {
         slots_grow(c);
@@ -424,6 +485,7 @@ db_stmt *db_prepare(db *d, const char *sql) {
     }
     db_stmt *st = xmalloc(sizeof *st);
     st->s = s;
+    st->p = p;
     st->c = c;
     c->slots[i].sql = sql;
     c->slots[i].st = st;
@@ -432,12 +494,42 @@ db_stmt *db_prepare(db *d, const char *sql) {
 }
 
 void db_done(db_stmt *st) {
-    if (!st) return;
-    sqlite3_reset(st->s);
-    sqlite3_clear_bindings(st->s);
+    if (st) stmt_reset(st);
 }
 
+static int conn_exec(db_thread_conn *c, const char *sql);
+
+const char *db_sql(db *d, const char *sqlite_sql, const char *pg_sql) { return d->pg_url ? pg_sql : sqlite_sql; }
+
+db_stmt *db_prepare2(db *d, const char *sqlite_sql, const char *pg_sql) {
+    return db_prepare(d, d->pg_url ? pg_sql : sqlite_sql);
+}
+
+int db_begin_read(db *d) {
+    db_thread_conn *c = thread_conn(d);
+    if (!c) return -1;
+    return conn_exec(c, c->pg ? "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" : "BEGIN DEFERRED");
+}
+
+static void pg_autocommit_done(db_thread_conn *c);
+static int pg_epoch_ready(db_thread_conn *c);
+static void lease_fenced(db *d);
+
 int db_step(db_stmt *st) {
+    if (st->p) {
+        int ran = 0;
+        if (!pg_in_tx(st->c->pg) && pg_is_write(st->p)) {
+            int e = pg_epoch_ready(st->c);
+            if (e) return e;
+        }
+        int rc = pg_step(st->p, &ran);
+        if (rc == DB_FENCED) lease_fenced(st->c->owner);
+        /* a write outside a transaction has committed: publish it as a
+         * COMMIT does (its captured changes, the generations) */
+        if (ran && (rc == DB_ROW || rc == DB_DONE) && pg_is_write(st->p) && !pg_in_tx(st->c->pg))
+            pg_autocommit_done(st->c);
+        return rc;
+    }
     int rc = sqlite3_step(st->s);
     if (rc == SQLITE_ROW || rc == SQLITE_DONE) return rc;
     switch (rc & 0xff) { /* extended codes: the primary code is the low byte */
@@ -449,46 +541,74 @@ int db_step(db_stmt *st) {
     }
 }
 
-int db_bind_int64(db_stmt *st, int i, int64_t v) { return sqlite3_bind_int64(st->s, i, v); }
-int db_bind_int(db_stmt *st, int i, int v) { return sqlite3_bind_int(st->s, i, v); }
-int db_bind_double(db_stmt *st, int i, double v) { return sqlite3_bind_double(st->s, i, v); }
-int db_bind_null(db_stmt *st, int i) { return sqlite3_bind_null(st->s, i); }
+int db_bind_int64(db_stmt *st, int i, int64_t v) {
+    return st->p ? pg_bind_int64(st->p, i, v) : sqlite3_bind_int64(st->s, i, v);
+}
+int db_bind_int(db_stmt *st, int i, int v) { return st->p ? pg_bind_int64(st->p, i, v) : sqlite3_bind_int(st->s, i, v); }
+int db_bind_double(db_stmt *st, int i, double v) {
+    return st->p ? pg_bind_double(st->p, i, v) : sqlite3_bind_double(st->s, i, v);
+}
+int db_bind_null(db_stmt *st, int i) { return st->p ? pg_bind_null(st->p, i) : sqlite3_bind_null(st->s, i); }
 int db_bind_text(db_stmt *st, int i, const char *s, int n) {
+    if (st->p) return pg_bind_text(st->p, i, s, n, 1);
     return s ? sqlite3_bind_text(st->s, i, s, n, SQLITE_TRANSIENT) : sqlite3_bind_null(st->s, i);
 }
 int db_bind_text_static(db_stmt *st, int i, const char *s, int n) {
+    if (st->p) return pg_bind_text(st->p, i, s, n, 0);
     return s ? sqlite3_bind_text(st->s, i, s, n, SQLITE_STATIC) : sqlite3_bind_null(st->s, i);
 }
 int db_bind_blob(db_stmt *st, int i, const void *p, int n) {
-    return sqlite3_bind_blob(st->s, i, p, n, SQLITE_TRANSIENT);
+    return st->p ? pg_bind_blob(st->p, i, p, n) : sqlite3_bind_blob(st->s, i, p, n, SQLITE_TRANSIENT);
 }
 
-int db_col_type(db_stmt *st, int i) { return sqlite3_column_type(st->s, i); }
-int64_t db_col_int64(db_stmt *st, int i) { return sqlite3_column_int64(st->s, i); }
-int db_col_int(db_stmt *st, int i) { return sqlite3_column_int(st->s, i); }
-double db_col_double(db_stmt *st, int i) { return sqlite3_column_double(st->s, i); }
-const char *db_col_text(db_stmt *st, int i) { return (const char *)sqlite3_column_text(st->s, i); }
-const void *db_col_blob(db_stmt *st, int i) { return sqlite3_column_blob(st->s, i); }
-int db_col_bytes(db_stmt *st, int i) { return sqlite3_column_bytes(st->s, i); }
+int db_col_type(db_stmt *st, int i) { return st->p ? pg_col_type(st->p, i) : sqlite3_column_type(st->s, i); }
+int64_t db_col_int64(db_stmt *st, int i) {
+    return st->p ? pg_col_int64(st->p, i) : sqlite3_column_int64(st->s, i);
+}
+int db_col_int(db_stmt *st, int i) { return st->p ? (int)pg_col_int64(st->p, i) : sqlite3_column_int(st->s, i); }
+double db_col_double(db_stmt *st, int i) {
+    return st->p ? pg_col_double(st->p, i) : sqlite3_column_double(st->s, i);
+}
+const char *db_col_text(db_stmt *st, int i) {
+    return st->p ? pg_col_text(st->p, i) : (const char *)sqlite3_column_text(st->s, i);
+}
+const void *db_col_blob(db_stmt *st, int i) {
+    return st->p ? pg_col_blob(st->p, i) : sqlite3_column_blob(st->s, i);
+}
+int db_col_bytes(db_stmt *st, int i) { return st->p ? pg_col_bytes(st->p, i) : sqlite3_column_bytes(st->s, i); }
 
 int64_t db_changes(db *d) {
-    sqlite3 *conn = db_conn(d);
-    return conn ? sqlite3_changes64(conn) : 0;
+    db_thread_conn *c = thread_conn(d);
+    if (!c) return 0;
+    return c->pg ? pg_changes(c->pg) : sqlite3_changes64(c->conn);
 }
 
 const char *db_errmsg(db *d) {
-    sqlite3 *conn = db_conn(d);
-    return conn ? sqlite3_errmsg(conn) : "no database connection";
+    db_thread_conn *c = thread_conn(d);
+    if (!c) return "no database connection";
+    return c->pg ? pg_errmsg(c->pg) : sqlite3_errmsg(c->conn);
 }
 
 int db_in_tx(db *d) {
-    sqlite3 *conn = db_conn(d);
-    return conn && !sqlite3_get_autocommit(conn);
+    db_thread_conn *c = thread_conn(d);
+    return c && conn_in_tx(c);
+}
+
+/* Runs sql on c: 0 or -1 (logged). */
+static int conn_exec(db_thread_conn *c, const char *sql) {
+    if (!c->pg) return exec_simple(c->conn, sql);
+    if (pg_exec(c->pg, sql) != 0) {
+        log_error("postgres: %s: %s", sql, pg_errmsg(c->pg));
+        return -1;
+    }
+    return 0;
 }
 
 int db_exec(db *d, const char *sql) {
-    sqlite3 *conn = db_conn(d);
-    return conn ? exec_simple(conn, sql) : -1;
+    db_thread_conn *c = thread_conn(d);
+    if (!c) return -1;
+    if (c->pg && !pg_in_tx(c->pg) && pg_epoch_ready(c) != 0) return -1;
+    return conn_exec(c, sql);
 }
 
 /* ---------------------------------------------------------------- tracing
@@ -592,7 +712,11 @@ int db_begin(db *d) {
     int nested = c->holds_write; /* a BEGIN inside a transaction: SQLite refuses it, the turn stays */
     if (write_lock(d, c, __builtin_return_address(0)) < 0) return -1;
     double t0 = trace_ms() ? mono_s() : 0;
-    int rc = exec_simple(c->conn, "BEGIN IMMEDIATE");
+    int rc;
+    if (c->pg) /* PostgreSQL only warns of a BEGIN inside a transaction: refuse it as SQLite does */
+        rc = pg_in_tx(c->pg) || pg_epoch_ready(c) != 0 ? -1 : conn_exec(c, "BEGIN");
+    else
+        rc = exec_simple(c->conn, "BEGIN IMMEDIATE");
     if (t0 > 0) t_begin_ms = (mono_s() - t0) * 1000;
     if (rc < 0) {
         if (!nested) write_unlock(d, c);
@@ -620,7 +744,7 @@ void db_note(db *d, const char *fmt, ...) {
     va_end(ap);
     if (n < 0) return;
     db_thread_conn *c = thread_conn(d);
-    if (!c || sqlite3_get_autocommit(c->conn)) { /* no transaction: the change is done */
+    if (!c || !conn_in_tx(c)) { /* no transaction: the change is done */
         log_info("%s", line);
         return;
     }
@@ -671,7 +795,7 @@ void db_set_wake_hook(db *d, void (*fn)(void *cls, const int64_t *nodes, int n),
 void db_wake_node(db *d, int64_t node) {
     if (!d->wake_fn) return;
     db_thread_conn *c = thread_conn(d);
-    if (!c || sqlite3_get_autocommit(c->conn)) { /* no transaction: the change is done */
+    if (!c || !conn_in_tx(c)) { /* no transaction: the change is done */
         d->wake_fn(d->wake_cls, &node, 1);
         return;
     }
@@ -734,7 +858,7 @@ static void rollback_hook(void *arg) {
 void db_change_note(db *d, int table, int64_t id) {
     db_thread_conn *c = thread_conn(d);
     if (!c) return;
-    int autocommit = sqlite3_get_autocommit(c->conn);
+    int autocommit = !conn_in_tx(c);
     chg_add(c, table, id);
     if (autocommit) changes_publish(d, c); /* the statement has committed */
 }
@@ -801,14 +925,83 @@ void db_precommit(db *d, int (*fn)(db *d, void *arg), void *arg) {
     t_pre_arg = arg;
 }
 
+/* ---------------------------------------------------------------- PostgreSQL's commits
+ * What SQLite's hooks do, PostgreSQL's triggers do: ty_note writes each
+ * change a transaction makes to the tables the pass reads into the
+ * session's pg_temp.ty_chg (and a (100, 0) for the tables tokens are read
+ * from). A commit drains that table inside the transaction, so the rows it
+ * hands over are exactly the committed transaction's, then publishes them
+ * as the WAL hook does once COMMIT has returned. */
+
+static void pg_chg_add(void *cls, int table, int64_t id) {
+    db_thread_conn *c = cls;
+    if (table == 100) c->auth_dirty = 1;
+    else chg_add(c, table, id);
+}
+
+/* After a commit of this connection: the changes to the log, and the
+ * numbers that say "read again" (db_generation, db_auth_generation). */
+static void pg_published(db_thread_conn *c) {
+    db *d = c->owner;
+    changes_publish(d, c);
+    if (c->auth_dirty) {
+        c->auth_dirty = 0;
+        __atomic_fetch_add(&d->auth_generation, 1, __ATOMIC_RELEASE);
+    }
+    __atomic_fetch_add(&d->generation, 1, __ATOMIC_RELEASE);
+}
+
+/* COMMIT of c's open transaction: 0, or -1 with nothing of it published
+ * (rolled back; or, when the connection died with the COMMIT in flight,
+ * an outcome the database alone knows: the caller answers 503). */
+static int pg_commit(db_thread_conn *c) {
+    int rc = -1;
+    if (pg_tx_failed(c->pg)) {
+        log_warn("postgres: a transaction that failed was rolled back: %s", pg_errmsg(c->pg));
+    } else if (pg_drain(c->pg, pg_chg_add, c) != 0) {
+        log_error("postgres: %s", pg_errmsg(c->pg));
+    } else if (conn_exec(c, "COMMIT") == 0 && !pg_in_tx(c->pg)) {
+        rc = 0;
+    }
+    if (rc == 0) {
+        pg_published(c);
+        return 0;
+    }
+    if (pg_in_tx(c->pg)) conn_exec(c, "ROLLBACK");
+    c->n_chg = 0;
+    c->chg_all = 0;
+    c->auth_dirty = 0;
+    return -1;
+}
+
+/* A write outside a transaction has committed on its own. */
+static void pg_autocommit_done(db_thread_conn *c) {
+    if (pg_drain(c->pg, pg_chg_add, c) != 0) {
+        /* the change is committed but not listed: readers reload everything */
+        log_warn("postgres: %s", pg_errmsg(c->pg));
+        c->chg_all = 1;
+    }
+    pg_published(c);
+}
+
+/* The session carries the fencing number the server leads with, so its
+ * writes pass ty_fence (none while it does not lead: they are refused). */
+static int pg_epoch_ready(db_thread_conn *c) {
+    int64_t e = __atomic_load_n(&c->owner->epoch, __ATOMIC_ACQUIRE);
+    if (e <= 0 || pg_epoch_set(c->pg) == e) return 0;
+    int rc = pg_set_epoch(c->pg, e);
+    if (rc) log_warn("postgres: cannot set the fencing number: %s", pg_errmsg(c->pg));
+    return rc;
+}
+
 int db_commit(db *d) {
     db_thread_conn *c = thread_conn(d);
     if (!c) return -1;
     int rc = 0;
     int (*pre)(db *, void *) = t_pre_fn;
     t_pre_fn = NULL; /* once: the first transaction the request commits */
-    if (pre && !sqlite3_get_autocommit(c->conn) && pre(d, t_pre_arg) < 0) {
-        exec_simple(c->conn, "ROLLBACK");
+    if (pre && conn_in_tx(c) && pre(d, t_pre_arg) < 0) {
+        conn_exec(c, "ROLLBACK");
         c->n_chg = 0;
         c->chg_all = 0;
         write_unlock(d, c);
@@ -816,7 +1009,9 @@ int db_commit(db *d) {
         wakes_flush(d, 0);
         return -1;
     }
-    if (exec_simple(c->conn, "COMMIT") < 0) {
+    if (c->pg) {
+        rc = pg_commit(c);
+    } else if (exec_simple(c->conn, "COMMIT") < 0) {
         if (!sqlite3_get_autocommit(c->conn)) exec_simple(c->conn, "ROLLBACK");
         c->n_chg = 0;
         c->chg_all = 0;
@@ -833,7 +1028,12 @@ int db_commit(db *d) {
 void db_rollback(db *d) {
     db_thread_conn *c = thread_conn(d);
     if (!c) return;
-    if (!sqlite3_get_autocommit(c->conn)) exec_simple(c->conn, "ROLLBACK");
+    if (conn_in_tx(c)) conn_exec(c, "ROLLBACK");
+    if (c->pg) {
+        c->n_chg = 0;
+        c->chg_all = 0;
+        c->auth_dirty = 0;
+    }
     write_unlock(d, c);
     notes_flush(0);
     wakes_flush(d, 0);
@@ -842,6 +1042,7 @@ void db_rollback(db *d) {
 /* ---------------------------------------------------------------- disk space */
 
 int db_disk_full(db *d, char *msg, size_t cap) {
+    if (d->pg_url) return 0; /* PostgreSQL's disk: a full one fails the write (DB_FULL) */
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", d->path);
     char *slash = strrchr(dir, '/');
@@ -945,17 +1146,17 @@ static void group_commit(db *d, db_group_item *batch) {
         wait_sum += w;
         if (w > wait_max) wait_max = w;
     }
-    sqlite3 *conn = db_conn(d);
+    db_thread_conn *conn = thread_conn(d);
     if (conn && db_begin(d) == 0) {
         int lost = 0; /* the transaction ended under us (SQLite rolls it all back on some errors) */
         for (db_group_item *it = batch; it && !lost; it = it->next) {
             size_t notes = db_notes_mark(), changes = db_changes_mark(d);
             if (step_const(d, SQL_GRP_SAVEPOINT) < 0) {
-                lost = sqlite3_get_autocommit(conn);
+                lost = !conn_in_tx(conn);
                 continue;
             }
             int rc = it->run(d, it->arg);
-            if (sqlite3_get_autocommit(conn)) {
+            if (!conn_in_tx(conn)) {
                 lost = 1;
                 break;
             }
@@ -975,7 +1176,7 @@ static void group_commit(db *d, db_group_item *batch) {
         }
         if (lost) {
             log_warn("db: a group commit of %llu writes was rolled back: %s", (unsigned long long)n,
-                     sqlite3_errmsg(conn));
+                     db_errmsg(d));
             db_rollback(d);
         } else if (db_commit(d) < 0) {
             lost = 1;
@@ -1081,8 +1282,86 @@ static int version_of(sqlite3 *conn) {
 }
 
 int db_version(db *d) {
-    sqlite3 *c = db_conn(d);
-    return c ? version_of(c) : -1;
+    db_thread_conn *c = thread_conn(d);
+    if (!c) return -1;
+    if (!c->pg) return version_of(c->conn);
+    int64_t v = -1;
+    return pg_query_int64(c->pg, "SELECT coalesce(max(version), 0) FROM schema_migrations", 0, NULL, &v) == 0
+               ? (int)v
+               : -1;
+}
+
+/* PostgreSQL's history starts at the baseline (storage/schema_pg.c: the
+ * schema as migrations 1..SCHEMA_PG_BASE left it, in one text); every later
+ * migration has a text of its own for PostgreSQL (migration.pg). One server
+ * migrates at a time (an advisory lock), each migration in a transaction of
+ * its own (DDL is transactional there), recorded as SQLite records it. */
+#define PG_MIGRATE_LOCK "7479"
+
+static int pg_record(pg_conn *pc, const migration *m) {
+    char ver[16], at[24];
+    snprintf(ver, sizeof ver, "%d", m->version);
+    snprintf(at, sizeof at, "%lld", (long long)now_ms());
+    const char *vals[3] = {ver, m->name, at};
+    int64_t got = 0;
+    return pg_query_int64(pc, "INSERT INTO schema_migrations(version, name, applied_at) VALUES($1, $2, $3)"
+                              " RETURNING version", 3, vals, &got);
+}
+
+static int pg_migrate_locked(pg_conn *pc, int target, char *err, size_t errlen) {
+    int64_t exists = 0, have = 0;
+    if (pg_query_int64(pc, "SELECT (to_regclass('schema_migrations') IS NOT NULL)::int", 0, NULL, &exists) != 0 ||
+        (exists && pg_query_int64(pc, "SELECT coalesce(max(version), 0) FROM schema_migrations", 0, NULL, &have) != 0)) {
+        snprintf(err, errlen, "cannot read the schema version: %s", pg_errmsg(pc));
+        return -1;
+    }
+    if (have > schema_migrations_n) {
+        snprintf(err, errlen, "database schema version %lld is newer than this build knows (%d)", (long long)have,
+                 schema_migrations_n);
+        return -1;
+    }
+    if (have == 0) {
+        if (target < SCHEMA_PG_BASE) {
+            snprintf(err, errlen, "a PostgreSQL database starts at schema version %d", SCHEMA_PG_BASE);
+            return -1;
+        }
+        int bad = pg_exec(pc, "BEGIN") || pg_exec(pc, schema_pg_baseline);
+        for (int i = 0; !bad && i < schema_migrations_n && schema_migrations[i].version <= SCHEMA_PG_BASE; i++)
+            bad = pg_record(pc, &schema_migrations[i]) != 0;
+        if (bad || pg_exec(pc, "COMMIT")) {
+            snprintf(err, errlen, "the PostgreSQL schema (version %d) failed: %s", SCHEMA_PG_BASE, pg_errmsg(pc));
+            pg_exec(pc, "ROLLBACK");
+            return -1;
+        }
+        log_debug("db: made the PostgreSQL schema at version %d", SCHEMA_PG_BASE);
+        have = SCHEMA_PG_BASE;
+    }
+    for (int i = 0; i < schema_migrations_n; i++) {
+        const migration *m = &schema_migrations[i];
+        if (m->version <= have || m->version > target) continue;
+        if (!m->pg) {
+            snprintf(err, errlen, "migration %d (%s) has no PostgreSQL text", m->version, m->name);
+            return -1;
+        }
+        if (pg_exec(pc, "BEGIN") || pg_exec(pc, m->pg) || pg_exec(pc, "SELECT ty_install_fences()") ||
+            pg_record(pc, m) || pg_exec(pc, "COMMIT")) {
+            snprintf(err, errlen, "migration %d (%s) failed: %s", m->version, m->name, pg_errmsg(pc));
+            pg_exec(pc, "ROLLBACK");
+            return -1;
+        }
+        log_debug("db: applied migration %d (%s)", m->version, m->name);
+    }
+    return 0;
+}
+
+static int pg_migrate(pg_conn *pc, int target, char *err, size_t errlen) {
+    if (pg_exec(pc, "SELECT pg_advisory_lock(" PG_MIGRATE_LOCK ")")) {
+        snprintf(err, errlen, "cannot take the migration lock: %s", pg_errmsg(pc));
+        return -1;
+    }
+    int rc = pg_migrate_locked(pc, target, err, errlen);
+    pg_exec(pc, "SELECT pg_advisory_unlock(" PG_MIGRATE_LOCK ")");
+    return rc;
 }
 
 static int migrate(sqlite3 *conn, int target, char *err, size_t errlen) {
@@ -1160,23 +1439,76 @@ uint64_t db_auth_generation(db *d) {
     return __atomic_load_n(&d->auth_generation, __ATOMIC_ACQUIRE) + 1;
 }
 
+static char *g_pg_password;
+
+void db_set_password(const char *password) {
+    if (g_pg_password) {
+        explicit_bzero(g_pg_password, strlen(g_pg_password));
+        free(g_pg_password);
+    }
+    g_pg_password = password ? xstrdup(password) : NULL;
+}
+
+int db_is_url(const char *path) {
+    return strncmp(path, "postgres://", 11) == 0 || strncmp(path, "postgresql://", 13) == 0;
+}
+
+/* A URL's password would end in logs and process listings: refused. */
+static int pg_url_check(const char *url, char *err, size_t errlen) {
+    char *e = NULL;
+    PQconninfoOption *o = PQconninfoParse(url, &e);
+    if (!o) {
+        snprintf(err, errlen, "--db: not a PostgreSQL URL: %s", e ? e : "?");
+        PQfreemem(e);
+        return -1;
+    }
+    int pw = 0;
+    for (PQconninfoOption *p = o; p->keyword; p++)
+        if (strcmp(p->keyword, "password") == 0 && p->val && p->val[0]) pw = 1;
+    PQconninfoFree(o);
+    if (pw) {
+        snprintf(err, errlen, "--db: the URL holds a password; put it in --db-password-file FILE, a passfile"
+                              " (?passfile=FILE, PGPASSFILE) or PGPASSWORD instead");
+        return -1;
+    }
+    return 0;
+}
+
 int db_open_at(db **out, const char *path, int target, char *err, size_t errlen) {
     *out = NULL;
-    /* No global memory statistics: with them every sqlite3_malloc of every
-     * thread takes one process-wide mutex (before the first open only;
-     * SQLITE_MISUSE afterwards, harmless). */
-    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
-    sqlite3 *conn = conn_open(path, err, errlen);
-    if (!conn) return -1;
-    int rc = migrate(conn, target, err, errlen);
-    int wal = journal_is_wal(conn);
-    sqlite3_close(conn);
-    if (rc < 0) return -1;
+    int wal = 1, pg = db_is_url(path);
+    char target_name[300] = "";
+    if (pg) {
+        if (pg_url_check(path, err, errlen) < 0) return -1;
+        pg_conn *pc = pg_connect(path, g_pg_password, "trainyard migrate", err, errlen);
+        if (!pc) return -1;
+        int rc = pg_migrate(pc, target, err, errlen);
+        pg_close(pc);
+        if (rc < 0) return -1;
+        pg_target(path, target_name, sizeof target_name);
+    } else {
+        /* No global memory statistics: with them every sqlite3_malloc of every
+         * thread takes one process-wide mutex (before the first open only;
+         * SQLITE_MISUSE afterwards, harmless). */
+        sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+        sqlite3 *conn = conn_open(path, err, errlen);
+        if (!conn) return -1;
+        int rc = migrate(conn, target, err, errlen);
+        wal = journal_is_wal(conn);
+        sqlite3_close(conn);
+        if (rc < 0) return -1;
+    }
     db *d = xcalloc(1, sizeof *d);
-    d->path = xstrdup(path);
+    d->path = xstrdup(pg ? target_name : path);
+    if (pg) {
+        d->pg_url = xstrdup(path);
+        d->pg_password = g_pg_password ? xstrdup(g_pg_password) : NULL;
+    }
     if (pthread_key_create(&d->key, conn_destructor) != 0) {
         snprintf(err, errlen, "pthread_key_create failed");
         free(d->path);
+        free(d->pg_url);
+        free(d->pg_password);
         free(d);
         return -1;
     }
@@ -1187,6 +1519,9 @@ int db_open_at(db **out, const char *path, int target, char *err, size_t errlen)
     pthread_mutex_init(&d->chg_mu, NULL);
     d->log_head = 1;
     d->log_all = 1; /* a reader from before the first change (seq 0) reloads */
+    pthread_mutex_init(&d->lease.mu, NULL);
+    pthread_cond_init(&d->lease.cv, NULL);
+    d->lease.role = DB_STANDBY;
     d->wal = wal;
     /* numbers of different dbs (one closed, another opened at its address)
      * never meet: each starts at its own 2^40 */
@@ -1194,9 +1529,11 @@ int db_open_at(db **out, const char *path, int target, char *err, size_t errlen)
     d->generation = __atomic_add_fetch(&instances, 1, __ATOMIC_RELAXED) << 40;
     d->auth_generation = d->generation;
     d->ckpt_pid = getpid();
-    d->ckpt_running = 1;
-    if (pthread_create(&d->ckpt_th, NULL, ckpt_main, d) != 0) d->ckpt_running = 0;
-    if (!d->ckpt_running) log_warn("db: no checkpointer thread; SQLite checkpoints on commit");
+    if (!pg) { /* PostgreSQL checkpoints by itself */
+        d->ckpt_running = 1;
+        if (pthread_create(&d->ckpt_th, NULL, ckpt_main, d) != 0) d->ckpt_running = 0;
+        if (!d->ckpt_running) log_warn("db: no checkpointer thread; SQLite checkpoints on commit");
+    }
     pthread_mutex_init(&d->grp_mu, NULL);
     pthread_cond_init(&d->grp_cv, NULL);
     d->grp_pid = getpid();
@@ -1213,6 +1550,7 @@ int db_open(db **out, const char *path, char *err, size_t errlen) {
 void db_close(db *d) {
     if (!d) return;
     grp_stop(d);
+    db_lease_stop(d);
     if (d->ckpt_running && getpid() == d->ckpt_pid) {
         pthread_mutex_lock(&d->ckpt_mu);
         d->ckpt_stop = 1;
@@ -1245,7 +1583,221 @@ void db_close(db *d) {
     pthread_cond_destroy(&d->grp_cv);
     free(d->log);
     free(d->path);
+    free(d->pg_url);
+    free(d->lease.holder);
+    free(d->lease.url);
+    pthread_mutex_destroy(&d->lease.mu);
+    pthread_cond_destroy(&d->lease.cv);
+    if (d->pg_password) {
+        explicit_bzero(d->pg_password, strlen(d->pg_password));
+        free(d->pg_password);
+    }
     free(d);
+}
+
+const char *db_engine(db *d) { return d->pg_url ? "postgres" : "sqlite"; }
+
+/* ---------------------------------------------------------------- the lease */
+
+static void lease_fenced(db *d) {
+    __atomic_fetch_add(&d->lease.fenced, 1, __ATOMIC_RELAXED);
+    if (!d->lease.running) return;
+    pthread_mutex_lock(&d->lease.mu); /* the lease thread looks at once */
+    d->lease.kick = 1;
+    pthread_cond_signal(&d->lease.cv);
+    pthread_mutex_unlock(&d->lease.mu);
+}
+
+uint64_t db_fenced_writes(db *d) { return __atomic_load_n(&d->lease.fenced, __ATOMIC_RELAXED); }
+
+int db_role(db *d) { return d->pg_url ? __atomic_load_n(&d->lease.role, __ATOMIC_ACQUIRE) : DB_LEADER; }
+
+int64_t db_epoch(db *d) { return __atomic_load_n(&d->epoch, __ATOMIC_ACQUIRE); }
+
+void db_leader(db *d, char *url, size_t cap, int64_t *ms_left) {
+    if (!d->pg_url) {
+        if (cap) url[0] = '\0';
+        if (ms_left) *ms_left = 0;
+        return;
+    }
+    pthread_mutex_lock(&d->lease.mu);
+    snprintf(url, cap, "%s", d->lease.leader_url);
+    if (ms_left) *ms_left = d->lease.ms_left;
+    pthread_mutex_unlock(&d->lease.mu);
+}
+
+static void lease_set_role(db *d, int role, int64_t epoch, const char *why) {
+    int was = __atomic_load_n(&d->lease.role, __ATOMIC_ACQUIRE);
+    /* the epoch first when leading (writes may start once the role says so),
+     * last when stepping down */
+    if (role == DB_LEADER) __atomic_store_n(&d->epoch, epoch, __ATOMIC_RELEASE);
+    __atomic_store_n(&d->lease.role, role, __ATOMIC_RELEASE);
+    if (role != DB_LEADER) __atomic_store_n(&d->epoch, 0, __ATOMIC_RELEASE);
+    if (was == role) return;
+    if (role == DB_LEADER) log_info("db: this server leads (epoch %lld)", (long long)epoch);
+    else log_warn("db: this server stands by: %s", why);
+    if (d->lease.cfg.changed) d->lease.cfg.changed(d->lease.cfg.cls, role, epoch);
+}
+
+/* One look at the lease: renew it (leading) or take it when it has expired
+ * (standing by). last_ok: when the leader last renewed (monotonic s). */
+static void lease_round(db *d, pg_conn *pc, double *last_ok) {
+    char ttl[16], ep[24];
+    snprintf(ttl, sizeof ttl, "%d", d->lease.cfg.ttl_ms);
+    int64_t e = db_epoch(d), got = 0;
+    if (db_role(d) == DB_LEADER) {
+        snprintf(ep, sizeof ep, "%lld", (long long)e);
+        const char *v[3] = {d->lease.holder, ep, ttl};
+        int rc = pg_query_int64(pc,
+                                "UPDATE ty_lease SET expires_at = clock_timestamp() + $3::int * interval '1 millisecond'"
+                                " WHERE id = 1 AND holder = $1 AND epoch = $2::bigint AND expires_at > clock_timestamp()"
+                                " RETURNING epoch",
+                                3, v, &got);
+        if (rc == 0) {
+            *last_ok = mono_s();
+            pthread_mutex_lock(&d->lease.mu);
+            snprintf(d->lease.leader_url, sizeof d->lease.leader_url, "%s", d->lease.url);
+            d->lease.ms_left = d->lease.cfg.ttl_ms;
+            pthread_mutex_unlock(&d->lease.mu);
+        } else if (rc == 1) {
+            lease_set_role(d, DB_STANDBY, 0, "the lease was lost (expired or taken by another server)");
+        } else if ((mono_s() - *last_ok) * 1000 >= d->lease.cfg.deadline_ms) {
+            char why[700];
+            snprintf(why, sizeof why, "the lease could not be renewed for %d ms: %s", d->lease.cfg.deadline_ms,
+                     pg_errmsg(pc));
+            lease_set_role(d, DB_STANDBY, 0, why);
+        }
+        return;
+    }
+    const char *v[3] = {d->lease.holder, d->lease.url, ttl};
+    int rc = pg_query_int64(pc,
+                            "UPDATE ty_lease SET holder = $1, url = $2, epoch = epoch + 1,"
+                            " acquired_at = clock_timestamp(),"
+                            " expires_at = clock_timestamp() + $3::int * interval '1 millisecond'"
+                            " WHERE id = 1 AND expires_at <= clock_timestamp() RETURNING epoch",
+                            3, v, &got);
+    if (rc == 0) {
+        *last_ok = mono_s();
+        pthread_mutex_lock(&d->lease.mu);
+        snprintf(d->lease.leader_url, sizeof d->lease.leader_url, "%s", d->lease.url);
+        d->lease.ms_left = d->lease.cfg.ttl_ms;
+        pthread_mutex_unlock(&d->lease.mu);
+        lease_set_role(d, DB_LEADER, got, "");
+        return;
+    }
+    char text[600] = "";
+    int64_t left = 0;
+    if (pg_query_text(pc,
+                      "SELECT CASE WHEN expires_at > clock_timestamp() THEN url ELSE '' END || ' ' ||"
+                      " greatest(0, (extract(epoch FROM expires_at - clock_timestamp()) * 1000)::bigint)"
+                      " FROM ty_lease WHERE id = 1",
+                      0, NULL, text, sizeof text) == 0) {
+        char *sp = strrchr(text, ' ');
+        if (sp) {
+            *sp = '\0';
+            left = strtoll(sp + 1, NULL, 10);
+        }
+    }
+    pthread_mutex_lock(&d->lease.mu);
+    snprintf(d->lease.leader_url, sizeof d->lease.leader_url, "%s", text);
+    d->lease.ms_left = left;
+    pthread_mutex_unlock(&d->lease.mu);
+}
+
+static void *lease_main(void *arg) {
+    db *d = arg;
+    pg_conn *pc = NULL;
+    double last_ok = 0;
+    pthread_mutex_lock(&d->lease.mu);
+    while (!d->lease.stop) {
+        pthread_mutex_unlock(&d->lease.mu);
+        if (!pc) {
+            char err[512];
+            pc = pg_connect(d->pg_url, d->pg_password, "trainyard lease", err, sizeof err);
+            if (!pc && db_role(d) == DB_LEADER && (mono_s() - last_ok) * 1000 >= d->lease.cfg.deadline_ms)
+                lease_set_role(d, DB_STANDBY, 0, err);
+        }
+        if (pc) {
+            lease_round(d, pc, &last_ok);
+            if (pg_broken(pc) && pg_check_alive(pc) < 0) {
+                pg_close(pc);
+                pc = NULL;
+            }
+        }
+        pthread_mutex_lock(&d->lease.mu);
+        if (d->lease.stop) break;
+        if (!d->lease.kick) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            long ns = ts.tv_nsec + (long)(d->lease.cfg.renew_ms % 1000) * 1000000L;
+            ts.tv_sec += d->lease.cfg.renew_ms / 1000 + ns / 1000000000L;
+            ts.tv_nsec = ns % 1000000000L;
+            pthread_cond_timedwait(&d->lease.cv, &d->lease.mu, &ts);
+        }
+        d->lease.kick = 0;
+    }
+    pthread_mutex_unlock(&d->lease.mu);
+    if (pc && db_role(d) == DB_LEADER) { /* give it back: a standby takes over now, not at expiry */
+        char ep[24];
+        snprintf(ep, sizeof ep, "%lld", (long long)db_epoch(d));
+        const char *v[2] = {d->lease.holder, ep};
+        int64_t got = 0;
+        pg_query_int64(pc, "UPDATE ty_lease SET expires_at = '-infinity' WHERE id = 1 AND holder = $1"
+                           " AND epoch = $2::bigint RETURNING epoch", 2, v, &got);
+    }
+    lease_set_role(d, DB_STANDBY, 0, "the server stops");
+    pg_close(pc);
+    return NULL;
+}
+
+int db_lease_start(db *d, const db_lease_cfg *cfg, char *err, size_t errlen) {
+    if (!d->pg_url) return 0;
+    if (d->lease.running) {
+        snprintf(err, errlen, "the lease is already taken part in");
+        return -1;
+    }
+    d->lease.cfg = *cfg;
+    d->lease.cfg.holder = d->lease.cfg.url = NULL;
+    if (!d->lease.cfg.ttl_ms) d->lease.cfg.ttl_ms = 6000;
+    if (!d->lease.cfg.renew_ms) d->lease.cfg.renew_ms = 1000;
+    if (!d->lease.cfg.deadline_ms) d->lease.cfg.deadline_ms = 4000;
+    if (d->lease.cfg.renew_ms >= d->lease.cfg.deadline_ms || d->lease.cfg.deadline_ms >= d->lease.cfg.ttl_ms) {
+        snprintf(err, errlen, "the lease needs renew < deadline < ttl (%d, %d, %d ms)", d->lease.cfg.renew_ms,
+                 d->lease.cfg.deadline_ms, d->lease.cfg.ttl_ms);
+        return -1;
+    }
+    free(d->lease.holder);
+    free(d->lease.url);
+    d->lease.holder = xstrdup(cfg->holder ? cfg->holder : "");
+    d->lease.url = xstrdup(cfg->url ? cfg->url : "");
+    d->lease.stop = 0;
+    d->lease.running = 1;
+    if (pthread_create(&d->lease.th, NULL, lease_main, d) != 0) {
+        d->lease.running = 0;
+        snprintf(err, errlen, "cannot start the lease thread");
+        return -1;
+    }
+    return 0;
+}
+
+void db_lease_stop(db *d) {
+    if (!d->lease.running) return;
+    pthread_mutex_lock(&d->lease.mu);
+    d->lease.stop = 1;
+    pthread_cond_signal(&d->lease.cv);
+    pthread_mutex_unlock(&d->lease.mu);
+    pthread_join(d->lease.th, NULL);
+    d->lease.running = 0;
+}
+
+int db_lease_wait(db *d, int timeout_ms) {
+    double until = mono_s() + timeout_ms / 1000.0;
+    while (db_role(d) != DB_LEADER) {
+        if (mono_s() >= until) return -1;
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
 }
 
 const char *db_path(db *d) { return d->path; }

@@ -31,6 +31,14 @@ int db_open_at(db **out, const char *path, int target, char *err, size_t errlen)
 
 void db_close(db *d);
 
+/* Whether path names a PostgreSQL database (postgres://... or
+ * postgresql://...) rather than a SQLite file. db_open of such a URL
+ * connects with libpq (its passfile, PGPASSFILE, PGPASSWORD, or the
+ * password given here first, from --db-password-file; a URL holding one
+ * is refused), migrates the database and gives a db as a file does. */
+int db_is_url(const char *path);
+void db_set_password(const char *password);
+
 /* ---------------------------------------------------------------- statements
  * The one interface to the store's queries: every file of storage/ prepares,
  * binds, steps and reads columns through these, never through the engine's
@@ -46,7 +54,9 @@ enum {
     DB_FULL = 13,        /* the disk is full */
     DB_CONSTRAINT = 19,  /* a UNIQUE, FOREIGN KEY, CHECK or NOT NULL constraint refused the row */
     DB_ROW = 100,        /* a row is ready: read it with db_col_* */
-    DB_DONE = 101        /* the statement ran to its end */
+    DB_DONE = 101,       /* the statement ran to its end */
+    DB_UNAVAILABLE = 300, /* PostgreSQL: the database does not answer (the outcome of a COMMIT is unknown) */
+    DB_FENCED = 301      /* PostgreSQL: this server no longer holds the lease; nothing was written */
 };
 
 /* db_col_type's answers (SQLite's fundamental types). */
@@ -57,6 +67,18 @@ enum { DB_INTEGER = 1, DB_FLOAT = 2, DB_TEXT = 3, DB_BLOB = 4, DB_NULL = 5 };
  * free it; db_done it when done (a statement left mid-result holds its read
  * snapshot until the thread's next db_prepare of it). */
 db_stmt *db_prepare(db *d, const char *sql);
+
+/* The same for a statement PostgreSQL needs written its own way (JSON,
+ * SQLite's dynamic types): pg_sql there, sqlite_sql in SQLite. Both are
+ * string constants; docs/postgres.md lists what differs. */
+db_stmt *db_prepare2(db *d, const char *sqlite_sql, const char *pg_sql);
+/* Which of the two is this db's (for helpers that prepare it later). */
+const char *db_sql(db *d, const char *sqlite_sql, const char *pg_sql);
+
+/* A read transaction with one snapshot for every statement in it (SQLite's
+ * BEGIN DEFERRED; PostgreSQL's REPEATABLE READ READ ONLY): 0 or -1. Ended
+ * by db_rollback. */
+int db_begin_read(db *d);
 
 /* Resets a statement from db_prepare so its locks are released. */
 void db_done(db_stmt *st);
@@ -293,7 +315,48 @@ uint64_t db_generation(db *d);
  * not in WAL mode. */
 uint64_t db_auth_generation(db *d);
 
-/* Path of the database file. */
+/* Path of the database file; for PostgreSQL, host:port/dbname. */
 const char *db_path(db *d);
+
+/* Which engine holds the state: "sqlite" or "postgres". */
+const char *db_engine(db *d);
+
+/* ---------------------------------------------------------------- leadership
+ * Several servers may share one PostgreSQL database; one of them leads (it
+ * alone schedules and writes), the others stand by. The leader is the holder
+ * of the lease, the one row of ty_lease, judged by the database's clock: a
+ * standby takes it once it has expired, with the fencing number (epoch) one
+ * higher; the leader renews it every renew_ms. Every write carries the
+ * epoch of its server (the session's ty.epoch) and the database refuses it
+ * (ty_fence: DB_FENCED) unless that epoch holds an unexpired lease, so a
+ * server that lost the lease while paused writes nothing after waking.
+ * A leader that could not renew for deadline_ms steps down on its own,
+ * before the lease can expire (ttl_ms). docs/ha.md tells the whole story.
+ * With SQLite (one server, one file) the server always leads, at epoch 0. */
+enum { DB_LEADER = 1, DB_STANDBY = 2 };
+typedef struct db_lease_cfg {
+    const char *holder;             /* this server's id (DATA/server.id) */
+    const char *url;                /* the URL clients are told to use */
+    int ttl_ms, renew_ms, deadline_ms; /* 0: 6000, 1000, 4000 */
+    /* told of every change of role, on the lease thread (role, epoch) */
+    void (*changed)(void *cls, int role, int64_t epoch);
+    void *cls;
+} db_lease_cfg;
+
+/* Starts taking part in the election (a thread of its own with its own
+ * connection): 0, or -1 with the reason in err. SQLite: nothing to do. */
+int db_lease_start(db *d, const db_lease_cfg *cfg, char *err, size_t errlen);
+/* Gives the lease back (a standby then takes over at once rather than when
+ * it expires) and stops the thread; db_close does it too. */
+void db_lease_stop(db *d);
+int db_role(db *d);
+int64_t db_epoch(db *d);
+/* The leader's URL as the last look at the lease saw it ("" when none
+ * holds an unexpired lease), and for a leader the ms its lease has left. */
+void db_leader(db *d, char *url, size_t cap, int64_t *ms_left);
+/* Waits until this server leads: 0, or -1 after timeout_ms. */
+int db_lease_wait(db *d, int timeout_ms);
+/* Writes refused by the fence since the db was opened. */
+uint64_t db_fenced_writes(db *d);
 
 #endif

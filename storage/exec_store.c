@@ -179,15 +179,22 @@ static const char SQL_NODE_REVOKE_ASSIGNED[] =
 static const char SQL_NODE_RESET_HANDOUTS[] =
     "UPDATE tasks SET token_hash = NULL WHERE node_id = ?1 AND state = 'assigned'"
     " AND id NOT IN (SELECT value FROM json_each(?2))";
+static const char SQL_NODE_REVOKE_ASSIGNED_PG[] =
+    "UPDATE tokens SET revoked_at = $1 WHERE revoked_at IS NULL AND hash IN"
+    " (SELECT token_hash FROM tasks WHERE node_id = $2 AND state = 'assigned' AND token_hash IS NOT NULL"
+    "  AND id NOT IN (SELECT jsonb_array_elements_text($3::text::jsonb)::bigint))";
+static const char SQL_NODE_RESET_HANDOUTS_PG[] =
+    "UPDATE tasks SET token_hash = NULL WHERE node_id = $1 AND state = 'assigned'"
+    " AND id NOT IN (SELECT jsonb_array_elements_text($2::text::jsonb)::bigint)";
 
 int exec_store_node_reset_handouts(db *d, int64_t node_id, const char *keep_json) {
-    db_stmt *st = db_prepare(d, SQL_NODE_REVOKE_ASSIGNED);
+    db_stmt *st = db_prepare2(d, SQL_NODE_REVOKE_ASSIGNED, SQL_NODE_REVOKE_ASSIGNED_PG);
     if (!st) return STORE_ERROR;
     db_bind_int64(st, 1, now_ms());
     db_bind_int64(st, 2, node_id);
     db_bind_text(st, 3, keep_json, -1);
     if (store_step_done(st) != STORE_OK) return STORE_ERROR;
-    st = db_prepare(d, SQL_NODE_RESET_HANDOUTS);
+    st = db_prepare2(d, SQL_NODE_RESET_HANDOUTS, SQL_NODE_RESET_HANDOUTS_PG);
     if (!st) return STORE_ERROR;
     db_bind_int64(st, 1, node_id);
     db_bind_text(st, 2, keep_json, -1);
@@ -358,8 +365,9 @@ int exec_store_attempt_drop_unstarted(db *d, int64_t job_id, const char *why) {
 /* total and running count the gang (an evaluator is beside it, not in it);
  * live counts every task still to exit, the evaluator included. */
 static const char SQL_ATTEMPT_COUNTS[] =
-    "SELECT coalesce(sum(type != 'evaluator'), 0), coalesce(sum(state = 'running' AND type != 'evaluator'), 0),"
-    " coalesce(sum(state != 'exited'), 0) FROM tasks WHERE job_id = ? AND attempt = ?";
+    "SELECT coalesce(sum(CASE WHEN type != 'evaluator' THEN 1 ELSE 0 END), 0),"
+    " coalesce(sum(CASE WHEN state = 'running' AND type != 'evaluator' THEN 1 ELSE 0 END), 0),"
+    " coalesce(sum(CASE WHEN state != 'exited' THEN 1 ELSE 0 END), 0) FROM tasks WHERE job_id = ? AND attempt = ?";
 
 int exec_store_attempt_counts(db *d, int64_t job_id, int attempt, int *total, int *running, int *live) {
     db_stmt *st = db_prepare(d, SQL_ATTEMPT_COUNTS);
@@ -561,11 +569,17 @@ static const char SQL_EPOCH_THROUGHPUT[] =
     " AND json_valid(data)"
     " AND json_type(data, '$.samples_per_sec') IN ('integer', 'real') AND json_extract(data, '$.samples_per_sec') > 0"
     " AND json_type(data, '$.seconds') IN ('integer', 'real') AND json_extract(data, '$.seconds') > 0";
+static const char SQL_EPOCH_THROUGHPUT_PG[] =
+    "SELECT count(*), coalesce(sum(ty_json_num(data, '$.samples_per_sec') * ty_json_num(data, '$.seconds')), 0.0),"
+    " coalesce(sum(ty_json_num(data, '$.seconds')), 0.0) FROM metrics WHERE job_id = $1 AND kind = 'epoch'"
+    " AND ty_json_valid(data)"
+    " AND ty_json_type(data, '$.samples_per_sec') IN ('integer', 'real') AND ty_json_num(data, '$.samples_per_sec') > 0"
+    " AND ty_json_type(data, '$.seconds') IN ('integer', 'real') AND ty_json_num(data, '$.seconds') > 0";
 
 int exec_store_epoch_throughput(db *d, int64_t job_id, int *epochs, double *samples, double *seconds) {
     *epochs = 0;
     *samples = *seconds = 0;
-    db_stmt *st = db_prepare(d, SQL_EPOCH_THROUGHPUT);
+    db_stmt *st = db_prepare2(d, SQL_EPOCH_THROUGHPUT, SQL_EPOCH_THROUGHPUT_PG);
     if (!st) return STORE_ERROR;
     db_bind_int64(st, 1, job_id);
     int rc = db_step(st);
@@ -581,7 +595,7 @@ int exec_store_epoch_throughput(db *d, int64_t job_id, int *epochs, double *samp
 /* ---------------------------------------------------------------- logs */
 
 static const char SQL_LOG_CHUNK[] =
-    "INSERT INTO log_chunks(job_id, task, attempt, seq, offset, length, ts)"
+    "INSERT INTO log_chunks(job_id, task, attempt, seq, \"offset\", length, ts)"
     " VALUES(?1, ?2, ?3, (SELECT coalesce(max(seq), 0) + 1 FROM log_chunks"
     "  WHERE job_id = ?1 AND task = ?2 AND attempt = ?3), ?4, ?5, ?6)";
 
@@ -621,11 +635,14 @@ int exec_store_log_chunk_add(db *d, int64_t job_id, const char *task, int attemp
 static const char SQL_LOG_STATE[] =
     "SELECT log_bytes, CASE WHEN json_valid(spec) THEN json_extract(spec, '$.logs.max_size') END"
     " FROM jobs WHERE id = ?";
+static const char SQL_LOG_STATE_PG[] =
+    "SELECT log_bytes, CASE WHEN ty_json_valid(spec) THEN ty_json_text(spec, '$.logs.max_size') END"
+    " FROM jobs WHERE id = $1";
 
 int exec_store_job_log_state(db *d, int64_t job_id, int64_t *log_bytes, char *max_size, size_t cap) {
     *log_bytes = 0;
     if (cap) max_size[0] = '\0';
-    db_stmt *st = db_prepare(d, SQL_LOG_STATE);
+    db_stmt *st = db_prepare2(d, SQL_LOG_STATE, SQL_LOG_STATE_PG);
     if (!st) return STORE_ERROR;
     db_bind_int64(st, 1, job_id);
     int rc = db_step(st);
@@ -740,7 +757,7 @@ int exec_store_ckpt_list(db *d, int64_t job_id, cJSON **out) {
 
 static const char SQL_CKPT_BEYOND[] =
     "SELECT id, path, store, size FROM checkpoints WHERE job_id = ? AND deleted_at IS NULL"
-    " ORDER BY id DESC LIMIT -1 OFFSET ?";
+    " ORDER BY id DESC LIMIT 9223372036854775807 OFFSET ?"; /* no limit, in words both engines take */
 static const char SQL_CKPT_HIDE[] = "UPDATE checkpoints SET deleted_at = ? WHERE id = ?";
 
 int exec_store_ckpt_prune(db *d, int64_t job_id, int keep, ckpt_ref *refs, int max, int *n) {

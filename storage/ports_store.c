@@ -28,12 +28,16 @@ int ports_store_set(db *d, int64_t task_id, const char (*names)[33], const int *
     return STORE_OK;
 }
 
+#define FIND_FROM                                                                       \
+    " FROM task_ports tp JOIN tasks t ON t.id = tp.task_id"                             \
+    " JOIN nodes n ON n.id = t.node_id JOIN jobs j ON j.id = t.job_id"                  \
+    " WHERE t.job_id = ?1 AND tp.name = ?2 AND t.state <> 'exited' ORDER BY t.id LIMIT 1"
 static const char SQL_FIND[] =
     "SELECT tp.port, n.address, t.id, t.token_hash,"
-    " coalesce(json_extract(j.spec, '$.interactive.type') = 'notebook', 0)"
-    " FROM task_ports tp JOIN tasks t ON t.id = tp.task_id"
-    " JOIN nodes n ON n.id = t.node_id JOIN jobs j ON j.id = t.job_id"
-    " WHERE t.job_id = ?1 AND tp.name = ?2 AND t.state <> 'exited' ORDER BY t.id LIMIT 1";
+    " coalesce(json_extract(j.spec, '$.interactive.type') = 'notebook', 0)" FIND_FROM;
+static const char SQL_FIND_PG[] =
+    "SELECT tp.port, n.address, t.id, t.token_hash,"
+    " coalesce(ty_json_text(j.spec, '$.interactive.type') = 'notebook', false)" FIND_FROM;
 static const char SQL_SPEC[] = "SELECT spec FROM jobs WHERE id = ?1";
 static const char SQL_ROW_NAMES[] =
     "SELECT tp.name FROM task_ports tp JOIN tasks t ON t.id = tp.task_id WHERE t.job_id = ?1"
@@ -91,7 +95,7 @@ static int declared_names(db *d, int64_t job_id, char *have, size_t havelen) {
 int ports_store_find_hit(db *d, int64_t job_id, const char *name, ports_hit *hit, char *have, size_t havelen) {
     if (have && havelen) have[0] = '\0';
     memset(hit, 0, sizeof *hit);
-    db_stmt *st = db_prepare(d, SQL_FIND);
+    db_stmt *st = db_prepare2(d, SQL_FIND, SQL_FIND_PG);
     if (!st) return STORE_ERROR;
     db_bind_int64(st, 1, job_id);
     db_bind_text(st, 2, name, -1);

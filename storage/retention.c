@@ -164,6 +164,16 @@ static const char SQL_CKPT_VALUES[] =
     "  SELECT 1, seq, step, epoch, json_extract(data, ?2) FROM eval_metrics"
     "   WHERE job_id = ?1 AND (step IN (SELECT step FROM c) OR epoch IN (SELECT epoch FROM c)))"
     " WHERE typeof(v) IN ('integer','real')";
+static const char SQL_CKPT_VALUES_PG[] =
+    "WITH c AS (SELECT step, epoch FROM checkpoints WHERE job_id = $1 AND deleted_at IS NULL)"
+    " SELECT src, seq, step, epoch, v FROM ("
+    "  SELECT 0 AS src, seq, step, epoch, ty_json_num(data, $2::text) AS v FROM metrics"
+    "   WHERE job_id = $1 AND (step IN (SELECT step FROM c) OR epoch IN (SELECT epoch FROM c))"
+    "   AND ty_json_type(data, $2::text) IN ('integer','real')"
+    "  UNION ALL"
+    "  SELECT 1, seq, step, epoch, ty_json_num(data, $2::text) FROM eval_metrics"
+    "   WHERE job_id = $1 AND (step IN (SELECT step FROM c) OR epoch IN (SELECT epoch FROM c))"
+    "   AND ty_json_type(data, $2::text) IN ('integer','real')) AS m";
 
 typedef struct ckpt_val {
     int64_t id, step, epoch;
@@ -195,7 +205,7 @@ int retention_ckpt_best(db *d, int64_t job_id, const char *metric, int best_max,
         free(c);
         return rc == DB_DONE ? STORE_OK : STORE_ERROR;
     }
-    st = db_prepare(d, SQL_CKPT_VALUES);
+    st = db_prepare2(d, SQL_CKPT_VALUES, SQL_CKPT_VALUES_PG);
     if (!st) {
         free(c);
         return STORE_ERROR;

@@ -37,6 +37,13 @@ static const char SQL_RUNNING[] =
     " coalesce(json_extract(j.progress, '$.fraction'), 0)"
     " FROM jobs j JOIN teams t ON t.id = j.team_id"
     " WHERE j.state = 'running' AND json_valid(coalesce(j.progress, 'null')) ORDER BY j.id";
+static const char SQL_RUNNING_PG[] =
+    "SELECT t.name, j.state, j.id,"
+    " coalesce(ty_json_num(j.progress, '$.samples_per_sec'), 0),"
+    " coalesce(ty_json_num(j.progress, '$.step'), 0),"
+    " coalesce(ty_json_num(j.progress, '$.fraction'), 0)"
+    " FROM jobs j JOIN teams t ON t.id = j.team_id"
+    " WHERE j.state = 'running' AND ty_json_valid(coalesce(j.progress, 'null')) ORDER BY j.id";
 
 static void col_text(db_stmt *st, int col, char *out, size_t cap) {
     const char *t = db_col_text(st, col);
@@ -44,8 +51,8 @@ static void col_text(db_stmt *st, int col, char *out, size_t cap) {
 }
 
 int stats_query(db *d, stats_kind kind, int64_t now_ms, stats_row **out, int *n) {
-    static const char *const sql[] = {SQL_TEAMS, SQL_JOBS,  SQL_QUEUE,  SQL_DEVICES,
-                                      SQL_DEVICES_TEAM, SQL_NODES, SQL_RUNNING};
+    const char *const sql[] = {SQL_TEAMS, SQL_JOBS,  SQL_QUEUE,  SQL_DEVICES,
+                               SQL_DEVICES_TEAM, SQL_NODES, db_sql(d, SQL_RUNNING, SQL_RUNNING_PG)};
     *out = NULL;
     *n = 0;
     if ((unsigned)kind >= sizeof sql / sizeof sql[0]) return -1;

@@ -742,11 +742,17 @@ static const char SQL_IDLE_WATCHED[] =
     "   WHERE t.job_id = j.id AND t.attempt = j.attempt), 0))"
     " FROM jobs j WHERE j.state = 'running' AND json_valid(j.spec)"
     " AND CAST(json_extract(j.spec, '$.idle_timeout') AS INTEGER) > 0 ORDER BY j.id";
+static const char SQL_IDLE_WATCHED_PG[] =
+    "SELECT j.id, trunc(ty_json_num(j.spec, '$.idle_timeout'))::bigint,"
+    " greatest(coalesce(j.started_at, 0), coalesce((SELECT max(t.started_at) FROM tasks t"
+    "   WHERE t.job_id = j.id AND t.attempt = j.attempt), 0))"
+    " FROM jobs j WHERE j.state = 'running' AND ty_json_valid(j.spec)"
+    " AND trunc(ty_json_num(j.spec, '$.idle_timeout')) > 0 ORDER BY j.id";
 
 int store_jobs_idle_watched(db *d, store_idle_job **out, int *n) {
     *out = NULL;
     *n = 0;
-    db_stmt *st = db_prepare(d, SQL_IDLE_WATCHED);
+    db_stmt *st = db_prepare2(d, SQL_IDLE_WATCHED, SQL_IDLE_WATCHED_PG);
     if (!st) return STORE_ERROR;
     int rc, cap = 0;
     while ((rc = db_step(st)) == DB_ROW) {

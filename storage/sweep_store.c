@@ -258,6 +258,13 @@ static const char SQL_M_LAST[] =
     "SELECT v FROM (SELECT seq, json_extract(data, ?2) AS v FROM metrics"
     "  WHERE job_id = ?1 AND kind = 'epoch' AND epoch = ?3) AS m"
     " WHERE typeof(v) IN ('integer','real') ORDER BY seq DESC LIMIT 1";
+static const char SQL_M_RANGE_PG[] =
+    "SELECT min(v), max(v), count(v) FROM (SELECT ty_json_num(data, $2::text) AS v FROM metrics WHERE job_id = $1"
+    " AND ty_json_type(data, $2::text) IN ('integer','real')) AS m";
+static const char SQL_M_LAST_PG[] =
+    "SELECT ty_json_num(data, $2::text) FROM metrics"
+    " WHERE job_id = $1 AND kind = 'epoch' AND epoch = $3 AND ty_json_type(data, $2::text) IN ('integer','real')"
+    " ORDER BY seq DESC LIMIT 1";
 
 int sweep_store_job_metric(db *d, int64_t job_id, const char *metric, int mode_max, sweep_metric *out) {
     memset(out, 0, sizeof *out);
@@ -273,7 +280,7 @@ int sweep_store_job_metric(db *d, int64_t job_id, const char *metric, int mode_m
     if (!metric[0] || strpbrk(metric, "\"\\")) return STORE_OK;
     char path[80];
     if (sfmt(path, sizeof path, "$.\"%s\"", metric) < 0) return STORE_OK;
-    st = db_prepare(d, SQL_M_RANGE);
+    st = db_prepare2(d, SQL_M_RANGE, SQL_M_RANGE_PG);
     if (!st) return STORE_ERROR;
     db_bind_int64(st, 1, job_id);
     db_bind_text(st, 2, path, -1);
@@ -285,7 +292,7 @@ int sweep_store_job_metric(db *d, int64_t job_id, const char *metric, int mode_m
     db_done(st);
     if (rc != DB_ROW) return STORE_ERROR;
     if (out->epochs <= 0) return STORE_OK;
-    st = db_prepare(d, SQL_M_LAST);
+    st = db_prepare2(d, SQL_M_LAST, SQL_M_LAST_PG);
     if (!st) return STORE_ERROR;
     db_bind_int64(st, 1, job_id);
     db_bind_text(st, 2, path, -1);

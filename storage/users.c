@@ -65,6 +65,12 @@ static const char SQL_USERS[] =
     " (SELECT json_group_array(json_object('team', t.name, 'role', m.role, 'source', m.source))"
     "  FROM members m JOIN teams t ON t.id = m.team_id WHERE m.user_id = u.id)"
     " FROM users u WHERE (?1 = 0 OR u.id = ?1) ORDER BY u.name";
+static const char SQL_USERS_PG[] =
+    "SELECT u.id, u.name, u.email, u.source, u.created_at, u.last_login_at,"
+    " (SELECT coalesce(json_agg(json_build_object('team', t.name, 'role', m.role, 'source', m.source)"
+    "   ORDER BY m.team_id), '[]')::text"
+    "  FROM members m JOIN teams t ON t.id = m.team_id WHERE m.user_id = u.id)"
+    " FROM users u WHERE ($1 = 0 OR u.id = $1) ORDER BY u.name";
 
 static cJSON *user_row(db_stmt *st) {
     cJSON *u = cJSON_CreateObject();
@@ -80,7 +86,7 @@ static cJSON *user_row(db_stmt *st) {
 }
 
 cJSON *users_list(db *d) {
-    db_stmt *st = db_prepare(d, SQL_USERS);
+    db_stmt *st = db_prepare2(d, SQL_USERS, SQL_USERS_PG);
     if (!st) return NULL;
     db_bind_int64(st, 1, 0);
     cJSON *arr = cJSON_CreateArray();
@@ -95,7 +101,7 @@ cJSON *users_list(db *d) {
 }
 
 cJSON *users_get(db *d, int64_t id) {
-    db_stmt *st = db_prepare(d, SQL_USERS);
+    db_stmt *st = db_prepare2(d, SQL_USERS, SQL_USERS_PG);
     if (!st) return NULL;
     db_bind_int64(st, 1, id);
     cJSON *u = db_step(st) == DB_ROW ? user_row(st) : NULL;

@@ -1,0 +1,82 @@
+/* db_pg.h - the PostgreSQL engine under db.h (libpq), private to storage/db.c.
+ *
+ * One pg_conn per thread, as SQLite's connections are; statements are
+ * prepared on the server once per connection (named s1, s2, ...) from the
+ * SQLite text, its ?N and ? parameters rewritten to $N; values travel as
+ * text (bytea as hex), int64 and double parameters declared as int8 and
+ * float8 so PostgreSQL never guesses a narrower type. A result is read whole
+ * at the first step and handed out row by row. */
+#ifndef TRAINYARD_DB_PG_H
+#define TRAINYARD_DB_PG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct pg_conn pg_conn;
+typedef struct pg_stmt pg_stmt;
+
+/* Connects to url (postgres://... or a libpq keyword string) with the
+ * password (NULL: the URL's passfile, PGPASSFILE or PGPASSWORD, as libpq
+ * reads them), then sets the session up (application_name, timeouts, the
+ * change table). NULL with one line naming the host and libpq's reason in
+ * err. */
+pg_conn *pg_connect(const char *url, const char *password, const char *app, char *err, size_t errlen);
+void pg_close(pg_conn *pc);
+
+/* host:port/dbname of a URL or a connection, never a password: for logs. */
+void pg_target(const char *url, char *out, size_t cap);
+
+/* A statement (not yet on the server: prepared at its first step). */
+pg_stmt *pg_prepare(pg_conn *pc, const char *sqlite_sql);
+void pg_stmt_free(pg_stmt *st);
+void pg_reset(pg_stmt *st);          /* result and bindings cleared */
+/* DB_ROW / DB_DONE / DB_*; *ran set to 1 when this step executed the
+ * statement (its first step), so the caller can publish an autocommit
+ * write. */
+int pg_step(pg_stmt *st, int *ran);
+int pg_is_write(const pg_stmt *st);
+
+int pg_bind_int64(pg_stmt *st, int i, int64_t v);
+int pg_bind_double(pg_stmt *st, int i, double v);
+int pg_bind_null(pg_stmt *st, int i);
+int pg_bind_text(pg_stmt *st, int i, const char *s, int n, int copy);
+int pg_bind_blob(pg_stmt *st, int i, const void *p, int n);
+
+int pg_col_type(pg_stmt *st, int i);
+int64_t pg_col_int64(pg_stmt *st, int i);
+double pg_col_double(pg_stmt *st, int i);
+const char *pg_col_text(pg_stmt *st, int i);
+const void *pg_col_blob(pg_stmt *st, int i);
+int pg_col_bytes(pg_stmt *st, int i);
+
+int64_t pg_changes(pg_conn *pc);
+const char *pg_errmsg(pg_conn *pc);
+int pg_in_tx(pg_conn *pc);
+/* Inside a transaction a statement failed in: only ROLLBACK (TO) helps. */
+int pg_tx_failed(pg_conn *pc);
+/* The connection died (a network cut, the server restarted): the next
+ * pg_check_alive resets it. */
+int pg_broken(pg_conn *pc);
+/* 0 when the connection answers (reset if it was broken), else -1. */
+int pg_check_alive(pg_conn *pc);
+
+/* Runs sql (one or more statements, no parameters): 0 or DB_* (the error
+ * in pg_errmsg). */
+int pg_exec(pg_conn *pc, const char *sql);
+/* Runs a query with parameters (text) and returns its first column of the
+ * first row as an int64 in *out: 0, 1 when it returned no row, or DB_*. */
+int pg_query_int64(pg_conn *pc, const char *sql, int n, const char *const *vals, int64_t *out);
+/* The same, the value as text (into out, cap bytes). */
+int pg_query_text(pg_conn *pc, const char *sql, int n, const char *const *vals, char *out, size_t cap);
+
+/* Makes this session's writes carry the fencing number epoch (SET ty.epoch)
+ * when it does not already: 0 or DB_*. */
+int pg_set_epoch(pg_conn *pc, int64_t epoch);
+int64_t pg_epoch_set(const pg_conn *pc);
+
+/* Takes the session's captured changes (the ty_note triggers' rows, since
+ * the last drain) and hands each (table, id) to add: 0 or DB_*. Run before
+ * COMMIT, inside the transaction, so they commit or vanish with it. */
+int pg_drain(pg_conn *pc, void (*add)(void *cls, int table, int64_t id), void *cls);
+
+#endif
