@@ -52,6 +52,7 @@ void server_options_default(server_options *o) {
     snprintf(o->blob_store, sizeof o->blob_store, "DATA");
     o->blob_url_ttl_s = 900;
     o->blob_upload_max_age_s = 21600;
+    o->lease_ttl_ms = 6000;
 }
 
 int server_parse_listen(server_options *o, const char *s) {
@@ -459,6 +460,94 @@ static int tls_setup(server *s, char *err, size_t errlen) {
     return 0;
 }
 
+/* --db-password-file: read once, handed to libpq, wiped. */
+static int db_password_from_file(const char *path, char *err, size_t errlen) {
+    if (!path[0]) return 0;
+    struct stat st;
+    if (stat(path, &st) < 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "--db-password-file %s: not a readable file", path);
+        return -1;
+    }
+    if (st.st_mode & 077) {
+        snprintf(err, errlen, "--db-password-file %s: mode %03o lets others read it; chmod 600 it", path,
+                 (unsigned)(st.st_mode & 0777));
+        return -1;
+    }
+    size_t n = 0;
+    char *pw = file_read_all(path, 4096, &n);
+    if (!pw) {
+        snprintf(err, errlen, "--db-password-file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    while (n && (pw[n - 1] == '\n' || pw[n - 1] == '\r')) pw[--n] = '\0';
+    if (!n || memchr(pw, '\0', n) || memchr(pw, '\n', n)) {
+        explicit_bzero(pw, n);
+        free(pw);
+        snprintf(err, errlen, "--db-password-file %s: not one line of password", path);
+        return -1;
+    }
+    db_set_password(pw);
+    explicit_bzero(pw, n);
+    free(pw);
+    return 0;
+}
+
+/* This server's id among those sharing a database: DATA/server.id, made
+ * on its first start. */
+static int server_id(server *s, char id[33], char *err, size_t errlen) {
+    char path[PATH_MAX + 32];
+    if (sfmt(path, sizeof path, "%s/server.id", s->opt.data_dir) < 0) {
+        snprintf(err, errlen, "data directory path too long");
+        return -1;
+    }
+    size_t n = 0;
+    char *have = file_read_all(path, 64, &n);
+    if (have && n >= 32) {
+        memcpy(id, have, 32);
+        id[32] = '\0';
+        free(have);
+        return 0;
+    }
+    free(have);
+    unsigned char r[16];
+    if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+        snprintf(err, errlen, "cannot make a server id: %s", strerror(errno));
+        return -1;
+    }
+    for (int i = 0; i < 16; i++) snprintf(id + 2 * i, 3, "%02x", r[i]);
+    char line[40];
+    int m = snprintf(line, sizeof line, "%.32s\n", id);
+    if (file_write_atomic(path, line, (size_t)m, 0644) < 0) {
+        snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* With the state in PostgreSQL: take part in the election and wait for
+ * the lease (a standby waits here, saying whom it waits for). */
+static int lead(server *s, char *err, size_t errlen) {
+    char id[33], url[160];
+    if (server_id(s, id, err, errlen) < 0) return -1;
+    if (s->opt.public_url[0]) snprintf(url, sizeof url, "%s", s->opt.public_url);
+    else
+        snprintf(url, sizeof url, "%s://%s:%d", s->opt.tls_auto || s->opt.tls_cert[0] ? "https" : "http", s->opt.host,
+                 s->opt.port);
+    db_lease_cfg cfg = {.holder = id, .url = url, .ttl_ms = s->opt.lease_ttl_ms,
+                        .renew_ms = s->opt.lease_ttl_ms / 6, .deadline_ms = s->opt.lease_ttl_ms * 2 / 3};
+    if (db_lease_start(s->db, &cfg, err, errlen) < 0) return -1;
+    int said = 0;
+    while (db_lease_wait(s->db, 1000) < 0) {
+        char leader[512];
+        int64_t left = 0;
+        db_leader(s->db, leader, sizeof leader, &left);
+        if (!said++)
+            log_info("standing by: %s%s", leader[0] ? "the leader is " : "",
+                     leader[0] ? leader : "no server leads; the lease is free within seconds");
+    }
+    return 0;
+}
+
 int server_open(server *s, const server_options *opt, char *err, size_t errlen) {
     memset(s, 0, sizeof *s);
     s->opt = *opt;
@@ -511,7 +600,13 @@ int server_open(server *s, const server_options *opt, char *err, size_t errlen) 
     }
     db_set_durability_full(opt->durability_full);
     db_set_resident_max_mb(opt->db_resident_mb);
-    if (db_open(&s->db, path, err, errlen) < 0) goto fail;
+    if (opt->db_url[0]) {
+        if (db_password_from_file(opt->db_password_file, err, errlen) < 0) goto fail;
+        if (db_open(&s->db, opt->db_url, err, errlen) < 0) goto fail;
+        if (lead(s, err, errlen) < 0) goto fail;
+    } else if (db_open(&s->db, path, err, errlen) < 0) {
+        goto fail;
+    }
     quota_disk_reserve_set(s->db, opt->data_dir, opt->disk_reserve_bytes, opt->disk_reserve_pct);
     int64_t team_id = 0;
     int rc = store_team_find(s->db, "default", &team_id);
@@ -681,6 +776,8 @@ static void server_usage(FILE *f) {
             "                        [--blob-store DATA|file:///DIR|s3://BUCKET[/PREFIX]?endpoint=URL&region=R]\n"
             "                        [--blob-credentials FILE] [--blob-url-ttl SECONDS]\n"
             "                        [--blob-upload-max-age SECONDS]\n"
+            "                        [--db postgres://USER@HOST[:PORT]/DB [--db-password-file FILE]]\n"
+            "                        [--lease-ttl DURATION]\n"
             "  --listen      address to bind (default 127.0.0.1:8080; port 0 = any free port)\n"
             "  --data        data directory (default ./.trainyard)\n"
             "  --resize-interval  an elastic job grows into free devices at most once per this\n"
@@ -752,7 +849,14 @@ static void server_usage(FILE *f) {
             "                aws_access_key_id, aws_secret_access_key), mode 0600; never in the URL\n"
             "  --blob-url-ttl S  life of a presigned URL (default 900)\n"
             "  --blob-upload-max-age S  an upload not completed after S seconds is aborted and\n"
-            "                its parts removed (default 21600)\n");
+            "                its parts removed (default 21600)\n"
+            "  --db URL      keep the state in this PostgreSQL database (postgres://USER@HOST:PORT/DB,\n"
+            "                libpq's parameters after ?) instead of DATA/trainyard.db; servers that\n"
+            "                share one elect a leader, the others stand by (docs/ha.md)\n"
+            "  --db-password-file FILE  the database password, alone in a file (mode 0600);\n"
+            "                else libpq's passfile (?passfile=, PGPASSFILE) or PGPASSWORD\n"
+            "  --lease-ttl D  how long a leader's lease lasts unrenewed (default 6s): a standby\n"
+            "                takes over within about this long of the leader's end\n");
 }
 
 int server_parse_retention(const char *s, int64_t *ms) {
@@ -912,6 +1016,23 @@ static int flag_backup_every(void *opts, const char *arg)
     return 0;
 }
 
+/* --db: a PostgreSQL URL (the password never in it: db_open refuses one) */
+static int flag_db(void *opts, const char *arg)
+{
+    server_options *o = opts;
+    if (!db_is_url(arg)) return -1;
+    return sfmt(o->db_url, sizeof o->db_url, "%s", arg);
+}
+
+/* --lease-ttl: renewals every ttl/6, a leader gives up after 2/3 of it */
+static int flag_lease_ttl(void *opts, const char *arg)
+{
+    int64_t ms = 0;
+    if (duration_parse_ms(arg, 1e3, 600e3, &ms) < 0 || ms < 3000) return -1;
+    ((server_options *)opts)->lease_ttl_ms = (int)ms;
+    return 0;
+}
+
 static const char *const DURABILITY[] = {"normal", "full", NULL}; /* the index is durability_full */
 
 #define SO server_options
@@ -963,6 +1084,9 @@ static const flag_def SERVER_FLAGS[] = {
     FLAG_PATH_AT("blob-credentials", SO, blob_credentials, "an absolute path to a file"),
     FLAG_INT_AT("blob-url-ttl", SO, blob_url_ttl_s, 1, 604800, "seconds (1-604800)"),
     FLAG_INT_AT("blob-upload-max-age", SO, blob_upload_max_age_s, 1, 30 * 86400, "seconds (1-2592000)"),
+    FLAG_FUNC_AT("db", flag_db, "postgres://[USER@]HOST[:PORT]/DBNAME[?PARAMS], without a password"),
+    FLAG_PATH_AT("db-password-file", SO, db_password_file, "an absolute path to a file"),
+    FLAG_FUNC_AT("lease-ttl", flag_lease_ttl, "a duration of 3s to 10m (6s, 15s)"),
     {NULL, 0, 0, 0, 0, 0, NULL, NULL, NULL},
 };
 #undef SO

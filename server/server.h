@@ -70,6 +70,10 @@ typedef struct server_options {
     char blob_credentials[PATH_MAX];  /* --blob-credentials FILE: AWS shared credentials (s3) */
     int blob_url_ttl_s;               /* --blob-url-ttl: life of a presigned URL (default 900) */
     int blob_upload_max_age_s;        /* --blob-upload-max-age: an open upload older is aborted (21600) */
+    /* the state in PostgreSQL, shared with other servers (docs/ha.md) */
+    char db_url[1024];                /* --db postgres://...: "" = DATA/trainyard.db (SQLite) */
+    char db_password_file[PATH_MAX];  /* --db-password-file FILE: the database password, alone in a file */
+    int lease_ttl_ms;                 /* --lease-ttl: a leader's lease lasts this long unrenewed (6000) */
 } server_options;
 
 struct http_daemon;
