@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <stddef.h>
 
+#include "db_codes.h"
+
 typedef struct db db;
 
 /* Opens (creating if needed) the database at path and migrates it to the
@@ -45,22 +47,6 @@ void db_set_password(const char *password);
  * own calls, so a query is written once for every engine. Indexes count as
  * SQLite's do: bind parameters from 1, columns from 0. */
 typedef struct db_stmt db_stmt;
-
-/* db_step's results (the SQLite values, so a log line reads the same). */
-enum {
-    DB_OK = 0,
-    DB_ERR = 1,          /* any other failure: logged with the statement */
-    DB_BUSY = 5,         /* the database stayed locked (SQLite's busy handler gave up) */
-    DB_FULL = 13,        /* the disk is full */
-    DB_CONSTRAINT = 19,  /* a UNIQUE, FOREIGN KEY, CHECK or NOT NULL constraint refused the row */
-    DB_ROW = 100,        /* a row is ready: read it with db_col_* */
-    DB_DONE = 101,       /* the statement ran to its end */
-    DB_UNAVAILABLE = 300, /* PostgreSQL: the database does not answer (the outcome of a COMMIT is unknown) */
-    DB_FENCED = 301      /* PostgreSQL: this server no longer holds the lease; nothing was written */
-};
-
-/* db_col_type's answers (SQLite's fundamental types). */
-enum { DB_INTEGER = 1, DB_FLOAT = 2, DB_TEXT = 3, DB_BLOB = 4, DB_NULL = 5 };
 
 /* A prepared statement for sql (a string constant: the cache is keyed by its
  * address), reset with bindings cleared. NULL on error (logged). Do not

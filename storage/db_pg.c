@@ -3,7 +3,7 @@
  * mapped to db.h's codes, the fencing number on the session and the change
  * capture drained before a commit. See db_pg.h; docs/postgres.md. */
 #include "db_pg.h"
-#include "db.h"
+#include "db_codes.h"
 #include "../common/util.h"
 
 #include <libpq-fe.h>
