@@ -35,19 +35,42 @@ static int64_t scope_team(const http_req *req) {
     return req->who.kind == TOKEN_ADMIN ? 0 : req->who.team_id;
 }
 
-/* GET /api/v1/health */
+/* GET /api/v1/health: 200 on a leader and on a standby (its role says
+ * which; ?role=leader makes a standby's 503, for load balancers), 503 when
+ * the database does not answer. */
 static void health(server *srv, http_req *req, http_res *res) {
-    (void)req;
     if (!g_started_ms) g_started_ms = now_ms();
     int v = db_version(srv->db);
     if (v < 0) {
         http_error(res, 503, "unavailable", NULL, "the database does not answer");
         return;
     }
+    const char *want = http_query(req, "role");
+    if (want && strcmp(want, "leader") != 0) {
+        http_error(res, 422, "invalid_field", "role", "role must be leader (or left out)");
+        return;
+    }
+    int leads = db_role(srv->db) == DB_LEADER;
+    char leader[512];
+    int64_t left = 0;
+    db_leader(srv->db, leader, sizeof leader, &left);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "status", "ok");
     cJSON_AddStringToObject(o, "version", TRAINYARD_VERSION);
     cJSON_AddNumberToObject(o, "schema_version", v);
+    cJSON_AddStringToObject(o, "store", db_engine(srv->db));
+    cJSON_AddStringToObject(o, "role", leads ? "leader" : "standby");
+    if (strcmp(db_engine(srv->db), "sqlite") == 0) cJSON_AddStringToObject(o, "leader", srv->public_url);
+    else if (leader[0]) cJSON_AddStringToObject(o, "leader", leader);
+    else cJSON_AddNullToObject(o, "leader");
+    cJSON_AddNumberToObject(o, "epoch", (double)db_epoch(srv->db));
+    if (leads && left > 0) cJSON_AddNumberToObject(o, "lease_ms_left", (double)left);
+    if (want && !leads) { /* ?role=leader: a load balancer's readiness check */
+        cJSON_Delete(o);
+        http_error(res, 503, "standby", NULL, "this server is a standby; the leader is %s",
+                   leader[0] ? leader : "none yet");
+        return;
+    }
     http_json(res, 200, o);
 }
 
@@ -454,7 +477,7 @@ static void job_delete(server *srv, http_req *req, http_res *res) {
 }
 
 const route api_jobs_routes[] = {
-    {"GET", "/api/v1/health", health, ALLOW_NONE, 0, ROLE_NONE},
+    {"GET", "/api/v1/health", health, ALLOW_NONE | ALLOW_STANDBY, 0, ROLE_NONE},
     {"POST", "/api/v1/jobs", job_submit, ALLOW_TEAM, 0, ROLE_NONE},
     {"GET", "/api/v1/jobs", job_list, ALLOW_USER, 0, ROLE_NONE},
     {"GET", "/api/v1/jobs/{id}", job_get, ALLOW_USER, 0, ROLE_NONE},

@@ -220,6 +220,6 @@ static void metrics_get(server *srv, http_req *req, http_res *res) {
 }
 
 const route api_metrics_routes[] = {
-    {"GET", "/metrics", metrics_get, ALLOW_ADMIN, 0, ROLE_NONE},
+    {"GET", "/metrics", metrics_get, ALLOW_ADMIN | ALLOW_STANDBY, 0, ROLE_NONE},
     {NULL, NULL, NULL, 0, 0, ROLE_NONE},
 };

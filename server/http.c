@@ -409,6 +409,11 @@ static enum MHD_Result queue(http_req *req, http_res *res) {
     if (res->disposition[0]) MHD_add_response_header(r, "Content-Disposition", res->disposition);
     if (res->etag[0]) MHD_add_response_header(r, "X-Checksum-Sha256", res->etag);
     if (res->xhdr_name[0]) MHD_add_response_header(r, res->xhdr_name, res->xhdr_value);
+    if (res->retry_after_s > 0) {
+        char ra[16];
+        snprintf(ra, sizeof ra, "%d", res->retry_after_s);
+        MHD_add_response_header(r, "Retry-After", ra);
+    }
     MHD_add_response_header(r, "Cache-Control", "no-store");
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     req->status = res->status;
@@ -892,7 +897,7 @@ static int same_origin(http_req *req) {
  * the error is in res. */
 static int authenticate(db *d, http_req *req, http_res *res) {
     const route *r = req->route;
-    if (r->allow == ALLOW_NONE) return 0;
+    if ((r->allow & ~ALLOW_STANDBY) == ALLOW_NONE) return 0;
     int cookie, granted;
     char gbuf[300];
     const char *tok = credential(req, &cookie, &granted, gbuf, sizeof gbuf);
@@ -1656,6 +1661,30 @@ static void too_large(http_req *req, http_res *res, long n) {
     }
 }
 
+/* A standby's answer to what only the leader serves (ALLOW_STANDBY). The
+ * leader's URL is the lease's (what it advertises): clients move there
+ * when their list names it (docs/cli.md). */
+static void standby_answer(http_daemon *h, http_res *res) {
+    char leader[512];
+    int64_t left = 0;
+    db_leader(h->db, leader, sizeof leader, &left);
+    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+    char msg[700];
+    if (leader[0]) snprintf(msg, sizeof msg, "this server is a standby; the leader is %s", leader);
+    else snprintf(msg, sizeof msg, "this server is a standby and no server leads now; a standby takes over within seconds");
+    cJSON_AddStringToObject(e, "code", "standby");
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddNullToObject(e, "field");
+    if (leader[0]) cJSON_AddStringToObject(o, "leader", leader);
+    else cJSON_AddNullToObject(o, "leader");
+    http_json(res, 503, o);
+    res->retry_after_s = 1;
+    if (leader[0] && strlen(leader) < sizeof res->xhdr_value) {
+        snprintf(res->xhdr_name, sizeof res->xhdr_name, "X-Trainyard-Leader");
+        snprintf(res->xhdr_value, sizeof res->xhdr_value, "%s", leader);
+    }
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_data_size, void **con_cls) {
@@ -1713,6 +1742,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         long n;
         if (cl && parse_long(cl, 0, LONG_MAX, &n) == 0 && (size_t)n > max) {
             too_large(req, &res, n);
+            return answer_now(req, &res);
+        }
+        if (!(req->route->allow & ALLOW_STANDBY) && db_role(h->db) != DB_LEADER) {
+            standby_answer(h, &res);
             return answer_now(req, &res);
         }
         if (authenticate(h->db, req, &res) < 0) return answer_now(req, &res);
@@ -1906,6 +1939,11 @@ void http_audit_read(http_req *req) {
  * row alone (a refusal, or a request that changed nothing). */
 static void audit_finish(http_daemon *h, http_req *req) {
     if (!req->audit && req->status != 401 && req->status != 403) return;
+    if (db_role(h->db) != DB_LEADER) { /* a standby writes nothing (the fence refuses it): the leader audits */
+        free(req->audit);
+        req->audit = NULL;
+        return;
+    }
     if (!req->audit) req->audit = audit_make(h->db, req);
     if (req->audit_id > 0) {
         if (req->status != req->audit_status) (void)audit_set_status(h->db, req->audit_id, req->status);

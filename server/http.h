@@ -64,6 +64,14 @@ struct http_upgrade;
  * route, whatever this says. */
 #define ALLOW_ORIGIN (1u << 30)
 
+/* Not a token kind either: the route is served by a standby too (its
+ * health, its /metrics). Every other route of a server that does not lead
+ * (several servers on one PostgreSQL, docs/ha.md) is answered 503
+ * "standby" with the leader's URL (the body's "leader", the
+ * X-Trainyard-Leader header) and Retry-After: 1, before any token is
+ * looked at. */
+#define ALLOW_STANDBY (1u << 29)
+
 /* People (personal tokens, dashboard sessions) act in one team a request:
  * the one their token is bound to, else the one named by this header (or
  * the query's team=), else the only team they are in. The admin token acts
@@ -134,6 +142,7 @@ typedef struct http_res {
     char etag[80];                    /* X-Checksum-Sha256 when non-empty */
     char xhdr_name[32];               /* one more header when non-empty */
     char xhdr_value[256];             /* (a Set-Cookie with its attributes fits) */
+    int retry_after_s;                /* > 0: a Retry-After header */
     int fd;                           /* >= 0: send this file (ownership passes) */
     uint64_t fd_size;
     /* Streaming (server-sent events, long bodies): MHD calls stream(cls, pos,

@@ -524,8 +524,64 @@ static int server_id(server *s, char id[33], char *err, size_t errlen) {
     return 0;
 }
 
-/* With the state in PostgreSQL: take part in the election and wait for
- * the lease (a standby waits here, saying whom it waits for). */
+/* PostgreSQL: the attempts' key is the database's (ty_meta), the first
+ * leader's DATA/attempt.key, so every server derives the same secrets. */
+static int shared_attempt_key(server *s, char *err, size_t errlen) {
+    char mine[2 * sizeof s->attempt_key + 1], got[2 * sizeof s->attempt_key + 8];
+    for (size_t i = 0; i < sizeof s->attempt_key; i++) snprintf(mine + 2 * i, 3, "%02x", s->attempt_key[i]);
+    if (db_meta_ensure(s->db, "attempt_key", mine, got, sizeof got) < 0 || strlen(got) != 2 * sizeof s->attempt_key) {
+        snprintf(err, errlen, "cannot read the attempts' key from the database");
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof s->attempt_key; i++) {
+        unsigned v = 0;
+        if (sscanf(got + 2 * i, "%2x", &v) != 1) {
+            snprintf(err, errlen, "the database's attempts' key is not hex");
+            return -1;
+        }
+        s->attempt_key[i] = (unsigned char)v;
+    }
+    explicit_bzero(mine, sizeof mine);
+    explicit_bzero(got, sizeof got);
+    return 0;
+}
+
+/* What a leader makes sure of before it serves: the team 'default', the
+ * attempts' key and the three tokens. On a database another server set up
+ * (PostgreSQL, several servers) the tokens it made are left as they are:
+ * this server's DATA gets no new ones (they would be other valid admin and
+ * join tokens, and a new join token revokes the old), and the key every
+ * attempt's secret comes from is the database's (ty_meta), so a task's
+ * secret is the same whichever server leads. */
+static int leader_setup(server *s, char *err, size_t errlen) {
+    int64_t team_id = 0;
+    int rc = store_team_find(s->db, "default", &team_id);
+    if (rc == STORE_NOT_FOUND) rc = store_team_create(s->db, "default", &team_id);
+    if (rc == STORE_CONFLICT) rc = store_team_find(s->db, "default", &team_id); /* another server made it */
+    if (rc != STORE_OK) {
+        snprintf(err, errlen, "cannot create the team 'default'");
+        return -1;
+    }
+    if (ensure_attempt_key(s, err, errlen) < 0) return -1;
+    if (strcmp(db_engine(s->db), "postgres") == 0 && shared_attempt_key(s, err, errlen) < 0) return -1;
+    char path[PATH_MAX + 32];
+    int64_t admins = 0;
+    if (strcmp(db_engine(s->db), "postgres") == 0 && sfmt(path, sizeof path, "%s/admin.token", s->opt.data_dir) == 0 &&
+        access(path, F_OK) != 0 && store_token_count(s->db, TOKEN_ADMIN, &admins) == STORE_OK && admins > 0) {
+        log_info("the tokens of this cluster were made by the server that set the database up: copy its "
+                 "admin.token, token and node.token into %s to use them from here", s->opt.data_dir);
+        return 0;
+    }
+    if (ensure_token(s, "admin.token", TOKEN_ADMIN, 0, err, errlen) < 0 ||
+        ensure_token(s, "token", TOKEN_TEAM, team_id, err, errlen) < 0 ||
+        ensure_token(s, "node.token", TOKEN_JOIN, 0, err, errlen) < 0)
+        return -1;
+    return 0;
+}
+
+/* With the state in PostgreSQL: take part in the election. The first look
+ * at the lease decides how this server starts (a free lease is taken at
+ * once); a standby serves its health and 503s until it leads. */
 static int lead(server *s, char *err, size_t errlen) {
     char id[33], url[160];
     if (server_id(s, id, err, errlen) < 0) return -1;
@@ -536,14 +592,12 @@ static int lead(server *s, char *err, size_t errlen) {
     db_lease_cfg cfg = {.holder = id, .url = url, .ttl_ms = s->opt.lease_ttl_ms,
                         .renew_ms = s->opt.lease_ttl_ms / 6, .deadline_ms = s->opt.lease_ttl_ms * 2 / 3};
     if (db_lease_start(s->db, &cfg, err, errlen) < 0) return -1;
-    int said = 0;
-    while (db_lease_wait(s->db, 1000) < 0) {
+    if (db_lease_wait(s->db, 1500) < 0) {
         char leader[512];
         int64_t left = 0;
         db_leader(s->db, leader, sizeof leader, &left);
-        if (!said++)
-            log_info("standing by: %s%s", leader[0] ? "the leader is " : "",
-                     leader[0] ? leader : "no server leads; the lease is free within seconds");
+        log_info("standing by: %s%s", leader[0] ? "the leader is " : "",
+                 leader[0] ? leader : "no server leads; the lease is free within seconds");
     }
     return 0;
 }
@@ -608,18 +662,7 @@ int server_open(server *s, const server_options *opt, char *err, size_t errlen) 
         goto fail;
     }
     quota_disk_reserve_set(s->db, opt->data_dir, opt->disk_reserve_bytes, opt->disk_reserve_pct);
-    int64_t team_id = 0;
-    int rc = store_team_find(s->db, "default", &team_id);
-    if (rc == STORE_NOT_FOUND) rc = store_team_create(s->db, "default", &team_id);
-    if (rc != STORE_OK) {
-        snprintf(err, errlen, "cannot create the team 'default'");
-        goto fail;
-    }
-    if (ensure_attempt_key(s, err, errlen) < 0) goto fail;
-    if (ensure_token(s, "admin.token", TOKEN_ADMIN, 0, err, errlen) < 0 ||
-        ensure_token(s, "token", TOKEN_TEAM, team_id, err, errlen) < 0 ||
-        ensure_token(s, "node.token", TOKEN_JOIN, 0, err, errlen) < 0)
-        goto fail;
+    if (db_role(s->db) == DB_LEADER && leader_setup(s, err, errlen) < 0) goto fail;
     return 0;
 fail:
     db_close(s->db);
@@ -697,7 +740,8 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
             if (file_write_atomic(apath, aline, (size_t)an, 0644) < 0) log_warn("cannot write %s", apath);
         log_info("a job's apps are served at %s (its own origin)", s->apps_url);
     }
-    if (app->start && app->start(s, err, sizeof err) < 0) {
+    int leads = db_role(s->db) == DB_LEADER, started = 0;
+    if (leads && app->start && app->start(s, err, sizeof err) < 0) {
         log_error("%s", err);
         if (s->apps_http) http_stop(s->apps_http);
         s->apps_http = NULL;
@@ -705,6 +749,7 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
         s->http = NULL;
         return 1;
     }
+    started = leads;
     /* Tests and scripts find a server started on port 0 through this file. */
     char path[PATH_MAX + 32], line[160];
     int n = snprintf(line, sizeof line, "%s\n", s->url);
@@ -719,9 +764,29 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
                  s->opt.tls_auto ? "; renewed when a third of its life is left" : "");
     if (!s->tls_cert_pem && !server_host_is_loopback(s->opt.host))
         log_warn("serving plain HTTP on %s (--insecure-http): tokens cross the network in the clear", s->opt.host);
-    log_info("tokens: admin %s/admin.token, team 'default' %s/token, agents join with %s/node.token", s->opt.data_dir,
-             s->opt.data_dir, s->opt.data_dir);
+    char tokpath[PATH_MAX + 32];
+    if (sfmt(tokpath, sizeof tokpath, "%s/admin.token", s->opt.data_dir) == 0 && access(tokpath, F_OK) == 0)
+        log_info("tokens: admin %s/admin.token, team 'default' %s/token, agents join with %s/node.token",
+                 s->opt.data_dir, s->opt.data_dir, s->opt.data_dir);
+    int rc = 0;
     for (int i = 1; !*stop && !s->stopping; i++) {
+        /* several servers on one database: a standby that took the lease
+         * starts leading here; a leader that lost it stops (it may no longer
+         * write: the fence refuses it) and comes back as a standby */
+        int role = db_role(s->db);
+        if (role == DB_LEADER && !started) {
+            if (leader_setup(s, err, sizeof err) < 0 || (app->start && app->start(s, err, sizeof err) < 0)) {
+                log_error("cannot start leading: %s", err);
+                rc = SERVER_RESTART;
+                break;
+            }
+            started = 1;
+            log_info("leading: scheduling and accepting writes");
+        } else if (role != DB_LEADER && started) {
+            log_warn("no longer the leader: stopping, to start again as a standby");
+            rc = SERVER_RESTART;
+            break;
+        }
         /* the certificate: --tls-cert's expiry warned about (now, then
          * daily), --tls auto's renewed when due, either read again on SIGHUP */
         if (g_reread) {
@@ -733,17 +798,17 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
             else tls_cert_warn(s);
         }
         usleep(100 * 1000);
-        if (app->tick && i % 10 == 0) app->tick(s);
+        if (app->tick && started && i % 10 == 0) app->tick(s);
     }
     log_info("stopping");
-    if (app->stop) app->stop(s);
+    if (app->stop && started) app->stop(s);
     if (s->apps_http) http_stop(s->apps_http);
     s->apps_http = NULL;
     http_stop(s->http);
     s->http = NULL;
     http_access_log_open(NULL);
     log_info("stopped");
-    return 0;
+    return rc;
 }
 
 void server_close(server *s) {
@@ -1127,6 +1192,11 @@ int server_parse_flags(server_options *o, int argc, char **argv) {
 }
 
 int cmd_server(int argc, char **argv, const server_app *app) {
+    /* kept before the flags are parsed (getopt reorders argv): a server
+     * that stops leading starts again, as a standby, from these */
+    char **again = xcalloc((size_t)argc + 2, sizeof *again);
+    again[0] = "trainyard";
+    for (int i = 0; i < argc; i++) again[i + 1] = argv[i];
     server_options o;
     server_options_default(&o);
     int rc = server_parse_flags(&o, argc, argv);
@@ -1142,5 +1212,13 @@ int cmd_server(int argc, char **argv, const server_app *app) {
     }
     rc = server_serve(&s, app, NULL);
     server_close(&s);
+    if (rc == SERVER_RESTART) {
+        /* a fresh process: nothing of the leader's state (threads, caches,
+         * the scheduler's mirror) survives into the standby */
+        execv("/proc/self/exe", again);
+        log_error("cannot start again as a standby: %s", strerror(errno));
+        rc = 75;
+    }
+    free(again);
     return rc;
 }

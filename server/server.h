@@ -134,6 +134,10 @@ typedef struct server {
  * hex of HMAC-SHA256(attempt_key, job | attempt), 64 digits and a NUL. */
 void server_attempt_secret(const server *s, int64_t job, int attempt, char out[65]);
 
+/* server_serve's answer when the server stopped leading (the lease was
+ * lost): cmd_server starts the program again, as a standby. */
+#define SERVER_RESTART 75
+
 /* 1 when host (an IPv4 address) is a loopback one (127.0.0.0/8). */
 int server_host_is_loopback(const char *host);
 

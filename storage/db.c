@@ -1608,6 +1608,20 @@ static void lease_fenced(db *d) {
     pthread_mutex_unlock(&d->lease.mu);
 }
 
+int db_meta_ensure(db *d, const char *key, const char *value, char *out, size_t cap) {
+    db_thread_conn *c = thread_conn(d);
+    if (!c || !c->pg) return -1;
+    const char *v[2] = {key, value};
+    int64_t ignored = 0;
+    int rc = pg_query_int64(c->pg, "INSERT INTO ty_meta(key, value) VALUES($1, $2) ON CONFLICT (key) DO NOTHING"
+                                   " RETURNING 1", 2, v, &ignored);
+    if ((rc != 0 && rc != DB_DONE) || pg_query_text(c->pg, "SELECT value FROM ty_meta WHERE key = $1", 1, v, out, cap) != 0) {
+        log_error("postgres: ty_meta %s: %s", key, pg_errmsg(c->pg));
+        return -1;
+    }
+    return 0;
+}
+
 uint64_t db_fenced_writes(db *d) { return __atomic_load_n(&d->lease.fenced, __ATOMIC_RELAXED); }
 
 int db_role(db *d) { return d->pg_url ? __atomic_load_n(&d->lease.role, __ATOMIC_ACQUIRE) : DB_LEADER; }
@@ -1659,7 +1673,7 @@ static void lease_round(db *d, pg_conn *pc, double *last_ok) {
             snprintf(d->lease.leader_url, sizeof d->lease.leader_url, "%s", d->lease.url);
             d->lease.ms_left = d->lease.cfg.ttl_ms;
             pthread_mutex_unlock(&d->lease.mu);
-        } else if (rc == 1) {
+        } else if (rc == DB_DONE) {
             lease_set_role(d, DB_STANDBY, 0, "the lease was lost (expired or taken by another server)");
         } else if ((mono_s() - *last_ok) * 1000 >= d->lease.cfg.deadline_ms) {
             char why[700];

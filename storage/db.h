@@ -345,4 +345,9 @@ int db_lease_wait(db *d, int timeout_ms);
 /* Writes refused by the fence since the db was opened. */
 uint64_t db_fenced_writes(db *d);
 
+/* PostgreSQL: a value every server sharing the database reads alike
+ * (ty_meta): value is stored when key has none yet; out gets the stored
+ * one. 0, or -1 (SQLite, where a server's DATA holds such things). */
+int db_meta_ensure(db *d, const char *key, const char *value, char *out, size_t cap);
+
 #endif

@@ -563,7 +563,7 @@ int pg_query_int64(pg_conn *pc, const char *sql, int n, const char *const *vals,
     int rc;
     PGresult *r = query(pc, sql, n, vals, &rc);
     if (!r) return rc;
-    rc = 1;
+    rc = DB_DONE;
     if (PQntuples(r) > 0 && PQnfields(r) > 0 && !PQgetisnull(r, 0, 0)) {
         *out = strtoll(PQgetvalue(r, 0, 0), NULL, 10);
         rc = 0;
@@ -576,7 +576,7 @@ int pg_query_text(pg_conn *pc, const char *sql, int n, const char *const *vals, 
     int rc;
     PGresult *r = query(pc, sql, n, vals, &rc);
     if (!r) return rc;
-    rc = 1;
+    rc = DB_DONE;
     if (PQntuples(r) > 0 && PQnfields(r) > 0 && !PQgetisnull(r, 0, 0)) {
         snprintf(out, cap, "%s", PQgetvalue(r, 0, 0));
         rc = 0;

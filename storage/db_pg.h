@@ -64,7 +64,8 @@ int pg_check_alive(pg_conn *pc);
  * in pg_errmsg). */
 int pg_exec(pg_conn *pc, const char *sql);
 /* Runs a query with parameters (text) and returns its first column of the
- * first row as an int64 in *out: 0, 1 when it returned no row, or DB_*. */
+ * first row as an int64 in *out: 0, DB_DONE when it returned no row, or
+ * another DB_* code. */
 int pg_query_int64(pg_conn *pc, const char *sql, int n, const char *const *vals, int64_t *out);
 /* The same, the value as text (into out, cap bytes). */
 int pg_query_text(pg_conn *pc, const char *sql, int n, const char *const *vals, char *out, size_t cap);
