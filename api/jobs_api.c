@@ -47,7 +47,7 @@ static void health(server *srv, http_req *req, http_res *res) {
     }
     const char *want = http_query(req, "role");
     if (want && strcmp(want, "leader") != 0) {
-        http_error(res, 422, "invalid_field", "role", "role must be leader (or left out)");
+        http_error(res, 400, "invalid_value", "role", "role must be leader (or left out)");
         return;
     }
     int leads = db_role(srv->db) == DB_LEADER;
@@ -87,7 +87,17 @@ typedef struct submit_wait {
 static void submit_done(void *arg, int rc, int64_t id, cJSON *job) {
     submit_wait *w = arg;
     http_res *a = http_res_new();
-    if (rc == STORE_OK && job) {
+    if (rc == STORE_EXPIRED && job) { /* a retry of a submission made before: its job, nothing new */
+        snprintf(a->location, sizeof a->location, "/api/v1/jobs/%lld", (long long)id);
+        snprintf(a->xhdr_name, sizeof a->xhdr_name, "Idempotent-Replayed");
+        snprintf(a->xhdr_value, sizeof a->xhdr_value, "true");
+        http_json(a, 200, job);
+    } else if (rc == STORE_CONFLICT) {
+        cJSON_Delete(job);
+        http_error(a, 422, "idempotency_key_reused", "Idempotency-Key",
+                   "this Idempotency-Key was used within a day for another spec (job %lld): make a new key for a new"
+                   " submission", (long long)id);
+    } else if (rc == STORE_OK && job) {
         if (w->req->audit) { /* written with the job (store_job_submit) */
             w->req->audit_id = -1;
             w->req->audit_status = 201;
@@ -106,9 +116,25 @@ static void submit_done(void *arg, int rc, int64_t id, cJSON *job) {
     free(w);
 }
 
+static int idem_key_ok(const char *k) {
+    size_t n = strlen(k);
+    if (n < 1 || n > 255) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (k[i] <= 0x20 || k[i] >= 0x7f) return 0;
+    return 1;
+}
+
 /* POST /api/v1/jobs */
 static void job_submit(server *srv, http_req *req, http_res *res) {
     if (http_require_json(req, res) < 0) return;
+    /* Idempotency-Key: a client's retry of a submission whose answer it
+     * lost (a failover) gets the first job back, not a second one */
+    const char *idem = http_header(req, "Idempotency-Key");
+    if (idem && !idem_key_ok(idem)) {
+        http_error(res, 400, "invalid_value", "Idempotency-Key",
+                   "Idempotency-Key must be 1-255 printable ASCII characters without spaces (a UUID)");
+        return;
+    }
     if (req->body.len == 0) {
         http_error(res, 400, "bad_json", NULL, "the request body is empty; a job spec (JSON) was expected");
         return;
@@ -143,6 +169,7 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
     store_new_job row;
     api_job_row(&spec, &row);
     row.user_id = req->who.user_id;
+    row.idem_key = idem;
     /* The job joins the next group commit (storage/db.h): the connection is
      * suspended until the batch holding it has committed, and only then is
      * the 201 sent, so a 201 means the job is in the database. */

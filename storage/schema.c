@@ -489,6 +489,26 @@ static const char m18[] =
     "CREATE INDEX blob_uploads_open ON blob_uploads(state, expires_at);"
     "CREATE INDEX blob_uploads_job ON blob_uploads(job_id, state);";
 
+/* 19: submissions made once: a client's Idempotency-Key, kept a day, names
+ * the job its first submission made (POST /api/v1/jobs and sweeps). */
+static const char m19[] =
+    "CREATE TABLE submit_keys("
+    "  team_id INTEGER NOT NULL REFERENCES teams(id),"
+    "  idem_key TEXT NOT NULL,"
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    "  created_at INTEGER NOT NULL,"
+    "  PRIMARY KEY(team_id, idem_key)) WITHOUT ROWID;"
+    "CREATE INDEX submit_keys_age ON submit_keys(team_id, created_at);";
+static const char m19_pg[] =
+    "CREATE TABLE submit_keys(\n"
+    "  team_id BIGINT NOT NULL REFERENCES teams(id),\n"
+    "  idem_key TEXT NOT NULL,\n"
+    "  job_id BIGINT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,\n"
+    "  created_at BIGINT NOT NULL,\n"
+    "  PRIMARY KEY(team_id, idem_key));\n"
+    "CREATE INDEX submit_keys_age ON submit_keys(team_id, created_at);\n"
+    "SELECT ty_install_fences();\n";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1, 0},
     {2, "nodes, devices, tasks, allocations, shares", m2, 0},
@@ -508,5 +528,6 @@ const migration schema_migrations[] = {
     {16, "a job's web ports: task_ports", m16, 0},
     {17, "interactive jobs: teams.max_interactive", m17, 0},
     {18, "blob stores: checkpoints.store, contexts.store, blob_uploads", m18, 0},
+    {19, "submissions made once: submit_keys (Idempotency-Key)", m19, m19_pg},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

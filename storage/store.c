@@ -440,14 +440,71 @@ typedef struct job_submit {
     cJSON *json;
     store_submit_done done;
     void *arg;
+    int replay;                  /* STORE_EXPIRED or STORE_CONFLICT: the key was used (no job made) */
+    char *idem_key;
     int audited;
     audit_row audit;             /* its request's audit row, written with it (status 201) */
 } job_submit;
 
+/* Keys live a day: a client retries within seconds or minutes. */
+#define SUBMIT_KEY_TTL_MS (24LL * 3600 * 1000)
+static const char SQL_SUBMIT_KEY_FIND[] =
+    "SELECT k.job_id, CASE WHEN j.spec = ?3 THEN 1 ELSE 0 END FROM submit_keys k JOIN jobs j ON j.id = k.job_id"
+    " WHERE k.team_id = ?1 AND k.idem_key = ?2 AND k.created_at >= ?4";
+static const char SQL_SUBMIT_KEY_PRUNE[] = "DELETE FROM submit_keys WHERE team_id = ?1 AND created_at < ?2";
+static const char SQL_SUBMIT_KEY_ADD[] =
+    "INSERT INTO submit_keys(team_id, idem_key, job_id, created_at) VALUES(?1, ?2, ?3, ?4)";
+
+/* A key seen before (within its day): 1 with the job (*same: the same
+ * spec), 0 none, -1 store error. Older keys of the team go first. */
+static int submit_key_find(db *d, const job_submit *s, int64_t now, int64_t *job, int *same) {
+    db_stmt *st = db_prepare(d, SQL_SUBMIT_KEY_PRUNE);
+    if (!st) return -1;
+    db_bind_int64(st, 1, s->team_id);
+    db_bind_int64(st, 2, now - SUBMIT_KEY_TTL_MS);
+    if (store_step_done(st) != STORE_OK) return -1;
+    if (!(st = db_prepare(d, SQL_SUBMIT_KEY_FIND))) return -1;
+    db_bind_int64(st, 1, s->team_id);
+    db_bind_text(st, 2, s->job.idem_key, -1);
+    db_bind_text(st, 3, s->spec, (int)s->spec_len);
+    db_bind_int64(st, 4, now - SUBMIT_KEY_TTL_MS);
+    int rc = db_step(st);
+    if (rc == DB_ROW) {
+        *job = db_col_int64(st, 0);
+        *same = db_col_int(st, 1);
+    }
+    db_done(st);
+    return rc == DB_ROW ? 1 : rc == DB_DONE ? 0 : -1;
+}
+
 static int job_submit_run(db *d, void *arg) {
     job_submit *s = arg;
+    int64_t now = now_ms();
+    if (s->job.idem_key) {
+        int64_t first = 0;
+        int same = 0, found = submit_key_find(d, s, now, &first, &same);
+        if (found < 0) return STORE_ERROR;
+        if (found) { /* a replay: nothing is written (the savepoint is released empty) */
+            s->id = first;
+            s->replay = same ? STORE_EXPIRED : STORE_CONFLICT;
+            if (same && store_job_get(d, first, 0, 0, &s->json) != STORE_OK) {
+                s->json = NULL;
+                return STORE_ERROR;
+            }
+            return STORE_OK;
+        }
+    }
     int rc = store_job_insert_rows(d, s->team_id, s->spec, s->spec_len, &s->job, s->actor, &s->id);
     if (rc != STORE_OK) return rc == STORE_NOT_FOUND ? STORE_NOT_FOUND : STORE_ERROR;
+    if (s->job.idem_key) {
+        db_stmt *st = db_prepare(d, SQL_SUBMIT_KEY_ADD);
+        if (!st) return STORE_ERROR;
+        db_bind_int64(st, 1, s->team_id);
+        db_bind_text(st, 2, s->job.idem_key, -1);
+        db_bind_int64(st, 3, s->id);
+        db_bind_int64(st, 4, now);
+        if (store_step_done(st) != STORE_OK) return STORE_ERROR;
+    }
     if (s->audited) {
         s->audit.status = 201; /* what the handler answers once this commits */
         if (audit_insert(d, &s->audit, NULL) != STORE_OK) return STORE_ERROR;
@@ -461,6 +518,7 @@ static int job_submit_run(db *d, void *arg) {
 }
 
 static void job_submit_free(job_submit *s) {
+    free(s->idem_key);
     free(s->name);
     free(s->spec);
     free(s->device);
@@ -478,6 +536,8 @@ static void job_submit_done(void *arg, int rc) {
         s->id = 0;
         rc = rc == STORE_NOT_FOUND ? STORE_NOT_FOUND : STORE_ERROR;
     }
+    else if (s->replay)
+        rc = s->replay;
     s->done(s->arg, rc, s->id, s->json);
     job_submit_free(s);
 }
@@ -497,6 +557,7 @@ int store_job_submit(db *d, int64_t team_id, const char *spec_json, size_t spec_
     s->device = dup_or_null(job->device);
     s->strategy = dup_or_null(job->strategy);
     s->context = dup_or_null(job->context);
+    s->idem_key = dup_or_null(job->idem_key);
     s->actor = xstrdup(actor ? actor : "");
     s->spec = xmalloc(spec_len + 1);
     memcpy(s->spec, spec_json, spec_len);
@@ -506,6 +567,7 @@ int store_job_submit(db *d, int64_t team_id, const char *spec_json, size_t spec_
     s->job.device = s->device;
     s->job.strategy = s->strategy;
     s->job.context = s->context;
+    s->job.idem_key = s->idem_key;
     s->done = done;
     s->arg = arg;
     s->item.run = job_submit_run;

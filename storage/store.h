@@ -104,6 +104,7 @@ typedef struct {
     int64_t sweep_id;                  /* the sweep whose trial it runs (jobs.sweep_id); 0 = none */
     int trial;                         /* and the trial's number (jobs.trial) */
     int64_t user_id;                   /* who submits it (jobs.user_id); 0 = a service token or the admin */
+    const char *idem_key;              /* the request's Idempotency-Key (store_job_submit); NULL = none */
 } store_new_job;
 
 /* Inserts a queued job (spec text as submitted, columns from *job) and its
@@ -132,6 +133,10 @@ int store_job_insert_rows(db *d, int64_t team_id, const char *spec_json, size_t 
  * Returns STORE_OK when queued (done will be called), STORE_ERROR when the
  * db is closing (done is never called). The audit row, when given, is
  * written in the job's savepoint with status 201. */
+/* With job->idem_key: a key the team used within a day for the same spec
+ * makes no job; done gets STORE_EXPIRED (a replay) with the first
+ * submission's id and JSON. The same key with another spec: STORE_CONFLICT
+ * with its id (and no JSON). */
 typedef void (*store_submit_done)(void *arg, int rc, int64_t id, cJSON *job);
 struct audit_row;
 /* audit: the request's audit row (storage/audit.h; copied), written in

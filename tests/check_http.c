@@ -233,6 +233,64 @@ static void assert_totals(const cJSON *summary, long total, long trainable, long
 /* GET /jobs/{id} carries the model as Keras' model.summary() shows it, from
  * the stored spec alone (the jobs stay queued: nothing trains here); a
  * command job's is null; lists and the submit answer do not carry it. */
+/* One POST with an Idempotency-Key: its status, the job's id (0: none). */
+static long keyed_submit(const char *key, const char *spec, int64_t *id, char *code, size_t cap) {
+    client c;
+    ck_assert_int_eq(client_init(&c, srv.url, team_tok), 0);
+    snprintf(c.idempotency_key, sizeof c.idempotency_key, "%s", key);
+    client_reply r;
+    ck_assert_int_eq(client_request(&c, "POST", "/api/v1/jobs", spec, strlen(spec), NULL, &r), 0);
+    long status = r.status;
+    cJSON *o = cJSON_ParseWithLength(r.body.data, r.body.len);
+    ck_assert_ptr_nonnull(o);
+    cJSON *jid = cJSON_GetObjectItem(o, "id"), *e = cJSON_GetObjectItem(o, "error");
+    *id = cJSON_IsNumber(jid) ? (int64_t)jid->valuedouble : 0;
+    snprintf(code, cap, "%s", e ? cJSON_GetObjectItem(e, "code")->valuestring : "");
+    if (e) ck_assert_str_eq(cJSON_GetObjectItem(e, "field")->valuestring, "Idempotency-Key");
+    cJSON_Delete(o);
+    client_reply_release(&r);
+    client_release(&c);
+    return status;
+}
+
+static int count_jobs(void) {
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", "/api/v1/jobs?limit=1000", NULL, &o), 200);
+    int n = cJSON_GetArraySize(cJSON_GetObjectItem(o, "jobs"));
+    cJSON_Delete(o);
+    return n;
+}
+
+/* A retry of a submission whose answer was lost (a failover) carries the
+ * same Idempotency-Key: it gets the first job back, 200, and no second. */
+START_TEST(idempotency_key_makes_one_job) {
+    int before = count_jobs();
+    int64_t a = 0, b = 0, c = 0;
+    char code[64];
+    ck_assert_int_eq(keyed_submit("5f0c7d3e-9a41-4b6e-8f21-0d3c6b2a9e11", GOOD, &a, code, sizeof code), 201);
+    ck_assert_int_gt(a, 0);
+    ck_assert_int_eq(keyed_submit("5f0c7d3e-9a41-4b6e-8f21-0d3c6b2a9e11", GOOD, &b, code, sizeof code), 200);
+    ck_assert_int_eq(b, a);
+    ck_assert_int_eq(count_jobs(), before + 1);
+    /* the same key for another spec: refused, naming the header; nothing made */
+    char other[sizeof GOOD + 8];
+    snprintf(other, sizeof other, "%s", GOOD);
+    char *name = strstr(other, "\"syn\"");
+    ck_assert_ptr_nonnull(name);
+    memcpy(name, "\"syx\"", 5);
+    ck_assert_int_eq(keyed_submit("5f0c7d3e-9a41-4b6e-8f21-0d3c6b2a9e11", other, &c, code, sizeof code), 422);
+    ck_assert_str_eq(code, "idempotency_key_reused");
+    /* a key that is no key (a space in it): 400 naming the header, nothing made */
+    ck_assert_int_eq(keyed_submit("has space", GOOD, &c, code, sizeof code), 400);
+    ck_assert_str_eq(code, "invalid_value");
+    ck_assert_int_eq(count_jobs(), before + 1);
+    /* a new key: a new job */
+    ck_assert_int_eq(keyed_submit("0b1f0c52-6a7e-4c55-9e0a-2f6d1f3b8c40", GOOD, &c, code, sizeof code), 201);
+    ck_assert_int_ne(c, a);
+    ck_assert_int_eq(count_jobs(), before + 2);
+}
+END_TEST
+
 START_TEST(job_model_summary) {
     static const char CNN[] =
         "{\"name\":\"cnn\",\"model\":{\"layers\":[{\"type\":\"conv2d\",\"filters\":32,\"kernel_size\":3,"
@@ -529,6 +587,7 @@ int main(void) {
     tcase_add_test(tc, body_too_large);
     tcase_add_test(tc, bad_json_and_bad_specs);
     tcase_add_test(tc, submit_get_list_cancel);
+    tcase_add_test(tc, idempotency_key_makes_one_job);
     tcase_add_test(tc, job_model_summary);
     tcase_add_test(tc, teams_and_cross_team_isolation);
     tcase_add_test(tc, kill9_keeps_acknowledged_jobs);

@@ -71,8 +71,13 @@ START_TEST(every_route_is_documented) {
             ck_assert_msg(p != NULL, "route %s %s is not in api/openapi.json", r->method, r->pattern);
             cJSON *op = cJSON_GetObjectItem(p, m);
             ck_assert_msg(op != NULL, "route %s %s is not in api/openapi.json (as %s)", r->method, r->pattern, m);
-            ck_assert_msg(doc_mask(op) == (r->allow & ~ALLOW_ORIGIN),
+            ck_assert_msg(doc_mask(op) == (r->allow & ~(ALLOW_ORIGIN | ALLOW_STANDBY)),
                           "%s %s: the document's token kinds differ from the route's", r->method, r->pattern);
+            /* a route a standby serves too: said so (every other one is its 503 standby) */
+            const cJSON *sb = cJSON_GetObjectItem(op, "x-trainyard-standby");
+            ck_assert_msg(((r->allow & ALLOW_STANDBY) != 0) == cJSON_IsTrue(sb),
+                          "%s %s: x-trainyard-standby true is stated exactly for the routes a standby serves",
+                          r->method, r->pattern);
             /* a cookie's change checked by its Origin rather than X-CSRF-Token: said so */
             const cJSON *csrf = cJSON_GetObjectItem(op, "x-trainyard-csrf");
             ck_assert_msg(((r->allow & ALLOW_ORIGIN) != 0) == (cJSON_IsString(csrf) && strcmp(csrf->valuestring, "origin") == 0),
