@@ -12,7 +12,10 @@
 #   scripts/pg-dev.sh stop DIR    stops it (pg_ctl stop -m fast), removes the
 #                                 data, keeps DIR/log; stopping again is a no-op
 #
-# Environment: PG_DEV_PORT (the TCP port; default: a free one), PG_DEV_FAST=1
+# Environment: PG_DEV_LISTEN=ADDR/PREFIX (also listen on ADDR, and let clients
+# of that network in with the password: servers in other network namespaces,
+# tests/check_ha.c; DATABASE_URL still names 127.0.0.1), PG_DEV_PORT (the TCP
+# port; default: a free one), PG_DEV_FAST=1
 # (fsync, synchronous_commit and full_page_writes off, initdb without sync:
 # for speed only, never for durability tests; default: durable), PG_DEV_BIN
 # (default /usr/lib/postgresql/15/bin; package postgresql-15). PostgreSQL
@@ -117,6 +120,11 @@ do_start() {
   # the socket's path must fit sockaddr_un (107 bytes and a NUL)
   local sock="$dir/run/.s.PGSQL.$port.lock"
   [ ${#sock} -le 107 ] || die "$dir: too long a path for the socket $sock (at most 107 bytes); use a shorter DIR"
+  local listen=127.0.0.1 net=${PG_DEV_LISTEN:-}
+  if [ -n "$net" ]; then
+    [[ "$net" =~ ^([0-9]{1,3}\.){3}[0-9]{1,3}/[0-9]{1,2}$ ]] || die "PG_DEV_LISTEN=$net: ADDR/PREFIX (10.0.0.1/24)"
+    listen="127.0.0.1,${net%/*}"
+  fi
   local fast=${PG_DEV_FAST:-0}
   [ "$fast" = 0 ] || [ "$fast" = 1 ] || die "PG_DEV_FAST=$fast: 0 or 1"
   mkdir -p "$dir"
@@ -141,7 +149,7 @@ do_start() {
   # initdb's pg_hba.conf: peer on the socket, scram-sha-256 on 127.0.0.1/::1
   local conf=$dir/data/postgresql.auto.conf
   {
-    echo "listen_addresses = '127.0.0.1'"
+    echo "listen_addresses = '$listen'"
     echo "port = $port"
     echo "unix_socket_directories = '${dir//\'/\'\'}/run'"
     echo "password_encryption = 'scram-sha-256'"
@@ -152,6 +160,10 @@ do_start() {
       echo "full_page_writes = off"
     fi
   } | pg tee -a "$conf" >/dev/null || die "writing $conf failed"
+  if [ -n "$net" ]; then
+    echo "host all trainyard $net scram-sha-256" | pg tee -a "$dir/data/pg_hba.conf" >/dev/null ||
+      die "writing $dir/data/pg_hba.conf failed"
+  fi
   port_free "$port" || die "port $port on 127.0.0.1 is taken"
   if ! pg "$bin/pg_ctl" -D "$dir/data" -l "$dir/log/postgres.log" -w -t 30 start >>"$slog" 2>&1; then
     grep -q 'could not bind' "$dir/log/postgres.log" 2>/dev/null && die "port $port on 127.0.0.1 is taken"
@@ -169,7 +181,7 @@ path, port = sys.argv[1], sys.argv[2]
 pw = secrets.token_hex(24)
 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 with os.fdopen(fd, "w") as f:
-    f.write(f"127.0.0.1:{port}:trainyard:trainyard:{pw}\n")
+    f.write(f"*:{port}:trainyard:trainyard:{pw}\n")  # any host: 127.0.0.1, or PG_DEV_LISTEN's address
 os.chmod(path, 0o600)
 salt, it = secrets.token_bytes(16), 4096
 salted = hashlib.pbkdf2_hmac("sha256", pw.encode(), salt, it)
