@@ -189,6 +189,10 @@ static long put_ckpt_one(CURL *h, const char *base, const char *token, int64_t j
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 5000L);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, 600000L);
+    /* a server cut off mid-upload (its network gone: nothing answers, not
+     * even a reset) is left after 10 s without a byte, for the list's next */
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 10L);
     CURLcode rc = curl_easy_perform(h);
     long st = 0;
     if (rc == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);

@@ -656,7 +656,14 @@ int server_open(server *s, const server_options *opt, char *err, size_t errlen) 
     db_set_resident_max_mb(opt->db_resident_mb);
     if (opt->db_url[0]) {
         if (db_password_from_file(opt->db_password_file, err, errlen) < 0) goto fail;
-        if (db_open(&s->db, opt->db_url, err, errlen) < 0) goto fail;
+        /* a leader that stepped down starts again as a standby (cmd_server)
+         * and waits for the database it may have lost; a first start says
+         * once why it cannot and exits */
+        for (int said = 0; db_open(&s->db, opt->db_url, err, errlen) < 0; said = 1) {
+            if (!getenv("TRAINYARD_STANDBY_AGAIN")) goto fail;
+            if (!said) log_warn("%s; trying again every second", err);
+            sleep(1);
+        }
         if (lead(s, err, errlen) < 0) goto fail;
     } else if (db_open(&s->db, path, err, errlen) < 0) {
         goto fail;
@@ -1215,6 +1222,7 @@ int cmd_server(int argc, char **argv, const server_app *app) {
     if (rc == SERVER_RESTART) {
         /* a fresh process: nothing of the leader's state (threads, caches,
          * the scheduler's mirror) survives into the standby */
+        setenv("TRAINYARD_STANDBY_AGAIN", "1", 1);
         execv("/proc/self/exe", again);
         log_error("cannot start again as a standby: %s", strerror(errno));
         rc = 75;

@@ -116,7 +116,7 @@ static int session_setup(pg_conn *pc) {
         if (*p == '\'' || *p == '\\') *p = '_';
     snprintf(sql, sizeof sql,
              "SET application_name = '%s';"
-             " SET idle_in_transaction_session_timeout = '10s';"
+             " SET idle_in_transaction_session_timeout = '3s';"
              " SET lock_timeout = '5s';"
              " SET statement_timeout = '60s';"
              " SET client_min_messages = warning;"
@@ -135,10 +135,16 @@ static void notice_quiet(void *arg, const PGresult *r) {
     (void)r;
 }
 
-static PGconn *connect_url(const char *url, const char *password) {
-    const char *keys[4] = {"dbname", "connect_timeout", NULL, NULL};
-    const char *vals[4] = {url, "5", NULL, NULL};
-    int k = 2;
+/* Every connection notices a dead peer within seconds (a leader cut off
+ * from the network must find out before its lease can expire, and a
+ * request must not hang for TCP's minutes): keepalives on an idle one,
+ * tcp_user_timeout on one with a request in flight. The URL's own
+ * settings win (they come after). */
+static PGconn *connect_url(const char *url, const char *password, const char *user_timeout_ms) {
+    const char *keys[10] = {"connect_timeout", "keepalives", "keepalives_idle", "keepalives_interval",
+                            "keepalives_count", "tcp_user_timeout", "dbname", NULL, NULL, NULL};
+    const char *vals[10] = {"5", "1", "5", "1", "3", user_timeout_ms, url, NULL, NULL, NULL};
+    int k = 7;
     if (password) {
         keys[k] = "password";
         vals[k] = password;
@@ -149,7 +155,10 @@ static PGconn *connect_url(const char *url, const char *password) {
 }
 
 pg_conn *pg_connect(const char *url, const char *password, const char *app, char *err, size_t errlen) {
-    PGconn *conn = connect_url(url, password);
+    /* the lease's own connection gives up sooner: a renewal that hangs
+     * must not outlast the leader's deadline */
+    int lease = app && strstr(app, "lease") != NULL;
+    PGconn *conn = connect_url(url, password, lease ? "1500" : "5000");
     if (!conn) {
         snprintf(err, errlen, "cannot reach the database: out of memory");
         return NULL;

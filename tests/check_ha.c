@@ -1,0 +1,538 @@
+/* check_ha.c - a control plane that survives its host: two servers on one
+ * PostgreSQL, each in a network namespace of its own, two agents in two
+ * more, a 2-worker job training across them and submissions arriving.
+ *
+ *   1. kill -9 of the leader: the standby leads within 10 s (the lease);
+ *   2. the new leader's network cut (its veth down): the other, started
+ *      again as a standby, leads within 10 s; once the link is back the
+ *      cut one has stepped down and serves as a standby.
+ *
+ * Through both, the training job trains on without a restart (the same
+ * attempt and tasks; its metrics and checkpoints go on past each
+ * takeover), a job queued before the first is placed and runs after it,
+ * every submission acknowledged is there, none is there twice (each
+ * carries an Idempotency-Key, kept across the client's retries), and no
+ * job is placed twice. The takeover times are printed (docs/ha.md).
+ *
+ * PostgreSQL 15 runs in the root namespace on the bridge (scripts/pg-dev.sh
+ * with PG_DEV_LISTEN); checkpoints go to a file:// blob store both servers
+ * share. Needs root (namespaces) and iproute2, else SKIP; no PostgreSQL is
+ * a SKIP too, and a failure under PG_TEST_REQUIRED=1 (tests/run_all.sh). */
+#include "testlib.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+
+#define NET "10.213.79"
+#define NNS 4 /* s0, s1 (servers), n0, n1 (nodes) */
+
+static const char *const ROLE[NNS] = {"s0", "s1", "n0", "n1"};
+static const int HOST[NNS] = {11, 12, 21, 22};
+static char ns[NNS][32], vroot[NNS][16], vns[NNS][16], br[16];
+static int net_ready;
+static char dir[256], pgdir[300], dburl[700], urls[200], team_tok[128];
+static pid_t srv_pid[2], agent_pid[2];
+
+static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int sh(const char *fmt, ...) {
+    char cmd[1400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char full[1500];
+    snprintf(full, sizeof full, "%s >/dev/null 2>&1", cmd);
+    return system(full);
+}
+
+static void net_teardown(void) {
+    for (int i = 0; i < NNS; i++) {
+        if (ns[i][0]) sh("ip netns del %s", ns[i]);
+        if (vroot[i][0]) sh("ip link del %s", vroot[i]);
+    }
+    if (br[0]) sh("ip link del %s", br);
+}
+
+static int net_setup(void) {
+    /* what a killed run left behind: this test's names only */
+    sh("for n in $(ip netns list | awk '/^ty-ha[0-9]+-[sn][01]( |$)/ {print $1}'); do ip netns del $n; done");
+    sh("for l in $(ip -o link show type bridge | awk -F': ' '$2 ~ /^tyhabr[0-9]+$/ {print $2}'); do ip link del $l; done");
+    int id = (int)getpid() % 10000;
+    snprintf(br, sizeof br, "tyhabr%d", id);
+    for (int i = 0; i < NNS; i++) {
+        snprintf(ns[i], sizeof ns[i], "ty-ha%d-%s", id, ROLE[i]);
+        snprintf(vroot[i], sizeof vroot[i], "tyhv%d%s", id, ROLE[i]);
+        snprintf(vns[i], sizeof vns[i], "tyhn%d%s", id, ROLE[i]);
+    }
+    if (sh("ip link add %s type bridge", br) || sh("ip addr add " NET ".1/24 dev %s", br) || sh("ip link set %s up", br))
+        goto fail;
+    for (int i = 0; i < NNS; i++) {
+        if (sh("ip netns add %s", ns[i]) || sh("ip link add %s type veth peer name %s", vroot[i], vns[i]) ||
+            sh("ip link set %s master %s up", vroot[i], br) || sh("ip link set %s netns %s", vns[i], ns[i]) ||
+            sh("ip netns exec %s ip addr add " NET ".%d/24 dev %s", ns[i], HOST[i], vns[i]) ||
+            sh("ip netns exec %s ip link set %s up", ns[i], vns[i]) || sh("ip netns exec %s ip link set lo up", ns[i]))
+            goto fail;
+    }
+    return 0;
+fail:
+    net_teardown();
+    memset(ns, 0, sizeof ns);
+    memset(vroot, 0, sizeof vroot);
+    br[0] = 0;
+    return -1;
+}
+
+static int pg_required(void) {
+    const char *r = getenv("PG_TEST_REQUIRED");
+    return r && strcmp(r, "1") == 0;
+}
+
+/* scripts/pg-dev.sh start, listening on the bridge too: 0, or -1 (why said) */
+static int pg_start(void) {
+    snprintf(pgdir, sizeof pgdir, "%s/pg", dir);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "PG_DEV_FAST=1 PG_DEV_LISTEN=" NET ".1/24 scripts/pg-dev.sh start %s 2>&1", pgdir);
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    char line[800], port[16] = "";
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "DATABASE_URL=postgres://trainyard@127.0.0.1:");
+        if (p) sscanf(p + strlen("DATABASE_URL=postgres://trainyard@127.0.0.1:"), "%15[0-9]", port);
+        else fprintf(stderr, "ha: pg-dev: %s", line);
+    }
+    int rc = pclose(f);
+    if (rc != 0 || !port[0]) return -1;
+    snprintf(dburl, sizeof dburl, "postgres://trainyard@" NET ".1:%s/trainyard?passfile=%s/pgpass", port, pgdir);
+    return 0;
+}
+
+static void server_url(int i, char *out, size_t n) { snprintf(out, n, "http://" NET ".%d:8080", HOST[i]); }
+
+static pid_t spawn_server(int i) {
+    char data[300], logf[340], listen[64], pub[64], blobs[320];
+    snprintf(data, sizeof data, "%s/%s", dir, ROLE[i]);
+    mkdir(data, 0700);
+    snprintf(logf, sizeof logf, "%s/server.log", data);
+    snprintf(listen, sizeof listen, NET ".%d:8080", HOST[i]);
+    server_url(i, pub, sizeof pub);
+    snprintf(blobs, sizeof blobs, "file://%s/blobs", dir);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        FILE *lf = freopen(logf, "a", stderr);
+        (void)lf;
+        execlp("ip", "ip", "netns", "exec", ns[i], ty_bin(), "server", "--listen", listen, "--insecure-http",
+               "--public-url", pub, "--data", data, "--db", dburl, "--blob-store", blobs, "--heartbeat-timeout", "20",
+               (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static pid_t spawn_agent(int k) {
+    int i = 2 + k;
+    char tokfile[300], logf[300], statef[300], addr[32], name[32];
+    snprintf(tokfile, sizeof tokfile, "%s/s0/node.token", dir);
+    snprintf(logf, sizeof logf, "%s/agent%d.log", dir, k);
+    snprintf(statef, sizeof statef, "%s/agent%d.state", dir, k);
+    snprintf(addr, sizeof addr, NET ".%d", HOST[i]);
+    snprintf(name, sizeof name, "ha-node-%d", k);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+        FILE *lf = freopen(logf, "a", stderr);
+        (void)lf;
+        execlp("ip", "ip", "netns", "exec", ns[i], ty_bin(), "agent", "--server", urls, "--token-file", tokfile,
+               "--hostname", name, "--address", addr, "--cpu-slots", "1", "--heartbeat", "1", "--poll-wait", "3",
+               "--state-file", statef, (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* GET /api/v1/health of server i straight (no list): its role, "" when it
+ * does not answer. */
+static void role_of(int i, char *role, size_t n) {
+    char url[64];
+    server_url(i, url, sizeof url);
+    role[0] = '\0';
+    client c;
+    if (client_init(&c, url, NULL) < 0) return;
+    c.timeout_ms = 1500;
+    client_reply r;
+    if (client_request(&c, "GET", "/api/v1/health", NULL, 0, NULL, &r) == 0 && r.status == 200) {
+        cJSON *o = cJSON_ParseWithLength(r.body.data, r.body.len);
+        const char *v = cJSON_GetStringValue(cJSON_GetObjectItem(o, "role"));
+        if (v) snprintf(role, n, "%s", v);
+        cJSON_Delete(o);
+    }
+    client_reply_release(&r);
+    client_release(&c);
+}
+
+/* Waits up to ms for server i to say role: the seconds it took, or -1. */
+static double wait_role(int i, const char *want, int ms) {
+    int64_t t0 = mono_ms(), end = t0 + ms;
+    char role[32];
+    while (mono_ms() < end) {
+        role_of(i, role, sizeof role);
+        if (strcmp(role, want) == 0) return (double)(mono_ms() - t0) / 1000.0;
+        ty_sleep_ms(50);
+    }
+    return -1;
+}
+
+/* A request through the URL list, as the CLI makes it (the client moves to
+ * the leader): the status, the JSON in *out (may be NULL). */
+static long req(const char *method, const char *path, const char *body, const char *key, cJSON **out) {
+    client c;
+    ck_assert_int_eq(client_init(&c, urls, team_tok), 0);
+    c.failover_ms = 20000;
+    if (key) snprintf(c.idempotency_key, sizeof c.idempotency_key, "%s", key);
+    client_reply r;
+    int rc = client_request(&c, method, path, body, body ? strlen(body) : 0, NULL, &r);
+    long status = rc == 0 ? r.status : 0;
+    if (out) *out = status ? cJSON_ParseWithLength(r.body.data, r.body.len) : NULL;
+    client_reply_release(&r);
+    client_release(&c);
+    return status;
+}
+
+static cJSON *job(int64_t id) {
+    char path[64];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld", (long long)id);
+    cJSON *o = NULL;
+    ck_assert_int_eq(req("GET", path, NULL, NULL, &o), 200);
+    return o;
+}
+
+static const char *state_of(cJSON *j) { return cJSON_GetStringValue(cJSON_GetObjectItem(j, "state")); }
+
+/* The training job's progress: its latest step, its newest checkpoint's
+ * step. */
+static void progress(int64_t id, int64_t *step, int *ckpts) {
+    cJSON *j = job(id);
+    cJSON *p = cJSON_GetObjectItem(j, "progress");
+    *step = p ? (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(p, "step")) : 0;
+    cJSON_Delete(j);
+    char path[80];
+    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints", (long long)id);
+    cJSON *o = NULL;
+    ck_assert_int_eq(req("GET", path, NULL, NULL, &o), 200);
+    *ckpts = 0;
+    cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(o, "checkpoints")) {
+        int s = (int)cJSON_GetNumberValue(cJSON_GetObjectItem(c, "step"));
+        if (s > *ckpts) *ckpts = s;
+    }
+    cJSON_Delete(o);
+}
+
+/* The job's attempt and its tasks' ids, as text ("1: 4,5"). */
+static void placement(int64_t id, char *out, size_t n) {
+    cJSON *j = job(id);
+    int off = snprintf(out, n, "%d:", (int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "attempt")));
+    cJSON *t;
+    cJSON_ArrayForEach(t, cJSON_GetObjectItem(j, "tasks")) {
+        if (off < (int)n)
+            off += snprintf(out + off, n - (size_t)off, " %lld", (long long)cJSON_GetNumberValue(cJSON_GetObjectItem(t, "id")));
+    }
+    cJSON_Delete(j);
+}
+
+/* ---------------------------------------------------------------- submissions
+ * A thread posting a job every 200 ms, each with a name and a key of its
+ * own, across the takeover: what was acknowledged (201, or 200 for a retry
+ * the server had already done). */
+
+#define SUB_MAX 256
+static struct {
+    pthread_t th;
+    volatile int stop;
+    int n, acked;
+    int64_t id[SUB_MAX];
+    char name[SUB_MAX][32];
+    int ok[SUB_MAX];
+} sub;
+
+static const char SPEC_WAIT[] =
+    "{\"name\":\"%s\",\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":1,\"activation\":\"sigmoid\","
+    "\"input_shape\":[4]}]},\"compile\":{\"optimizer\":\"sgd\",\"loss\":\"binary_crossentropy\"},"
+    "\"data\":{\"source\":\"synthetic\",\"features\":4},\"fit\":{\"epochs\":1,\"batch_size\":10},"
+    "\"resources\":{\"workers\":1,\"devices_per_worker\":1,\"device\":\"gpu\"},\"queue_if_infeasible\":true}";
+
+static void *submitter(void *arg) {
+    int round = (int)(intptr_t)arg;
+    while (!sub.stop && sub.n < SUB_MAX) {
+        int k = sub.n;
+        snprintf(sub.name[k], sizeof sub.name[k], "ha-sub-%d-%d", round, k);
+        char body[1024], key[37];
+        snprintf(body, sizeof body, SPEC_WAIT, sub.name[k]);
+        if (client_idempotency_key(key) < 0) break;
+        cJSON *o = NULL;
+        long st = req("POST", "/api/v1/jobs", body, key, &o);
+        if ((st == 201 || st == 200) && o) {
+            sub.id[k] = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "id"));
+            sub.ok[k] = 1;
+            sub.acked++;
+        }
+        cJSON_Delete(o);
+        sub.n = k + 1;
+        ty_sleep_ms(200);
+    }
+    return NULL;
+}
+
+static void submitter_start(int round) {
+    memset(&sub, 0, sizeof sub);
+    ck_assert_int_eq(pthread_create(&sub.th, NULL, submitter, (void *)(intptr_t)round), 0);
+}
+
+/* Stops it and checks: every acknowledged submission is there, each name
+ * once (none twice), and each waits queued (none placed). */
+static void submitter_check(int round) {
+    sub.stop = 1;
+    pthread_join(sub.th, NULL);
+    ck_assert_msg(sub.acked > 0, "no submission was acknowledged");
+    cJSON *o = NULL;
+    ck_assert_int_eq(req("GET", "/api/v1/jobs?limit=1000", NULL, NULL, &o), 200);
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "ha-sub-%d-", round);
+    int seen[SUB_MAX] = {0};
+    cJSON *j;
+    cJSON_ArrayForEach(j, cJSON_GetObjectItem(o, "jobs")) {
+        const char *name = cJSON_GetStringValue(cJSON_GetObjectItem(j, "name"));
+        if (!name || strncmp(name, prefix, strlen(prefix)) != 0) continue;
+        int k = atoi(name + strlen(prefix));
+        ck_assert_msg(k >= 0 && k < sub.n, "a job %s nobody submitted", name);
+        seen[k]++;
+        ck_assert_msg(seen[k] == 1, "%s is there twice", name);
+        ck_assert_str_eq(state_of(j), "queued");
+        if (sub.ok[k])
+            ck_assert_int_eq((int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "id")), sub.id[k]);
+    }
+    int there = 0;
+    for (int k = 0; k < sub.n; k++) {
+        if (sub.ok[k]) ck_assert_msg(seen[k] == 1, "%s was acknowledged (job %lld) and is not there", sub.name[k],
+                                     (long long)sub.id[k]);
+        there += seen[k];
+    }
+    fprintf(stderr, "ha: round %d: %d submissions, %d acknowledged, %d there, none twice\n", round, sub.n, sub.acked,
+            there);
+    cJSON_Delete(o);
+}
+
+/* ---------------------------------------------------------------- fixture */
+
+static void setup(void) {
+    memset(srv_pid, 0, sizeof srv_pid);
+    memset(agent_pid, 0, sizeof agent_pid);
+    net_ready = 0;
+    dir[0] = '\0';
+    if (geteuid() != 0 || sh("ip -V") != 0) {
+        fprintf(stderr, "SKIP check_ha: needs root and iproute2 to make network namespaces\n");
+        return;
+    }
+    if (access("/usr/lib/postgresql/15/bin/postgres", X_OK) != 0) {
+        ck_assert_msg(!pg_required(), "PG_TEST_REQUIRED=1 and no PostgreSQL 15 (apt-get install postgresql-15)");
+        fprintf(stderr, "SKIP check_ha: no PostgreSQL 15 (/usr/lib/postgresql/15/bin)\n");
+        return;
+    }
+    if (net_setup() < 0) {
+        fprintf(stderr, "SKIP check_ha: cannot make network namespaces with veth and a bridge here\n");
+        return;
+    }
+    net_ready = 1;
+    ty_mkdtemp(dir, sizeof dir, "ha");
+    ck_assert_int_eq(chmod(dir, 0755), 0);
+    ck_assert_msg(pg_start() == 0, "scripts/pg-dev.sh start %s failed", pgdir);
+    char u0[64], u1[64];
+    server_url(0, u0, sizeof u0);
+    server_url(1, u1, sizeof u1);
+    snprintf(urls, sizeof urls, "%s,%s", u0, u1);
+    srv_pid[0] = spawn_server(0);
+    ck_assert_msg(wait_role(0, "leader", 20000) >= 0, "s0 did not lead; see %s/s0/server.log", dir);
+    srv_pid[1] = spawn_server(1);
+    ck_assert_msg(wait_role(1, "standby", 20000) >= 0, "s1 did not stand by; see %s/s1/server.log", dir);
+    ty_proc s0 = {.pid = 0};
+    snprintf(s0.dir, sizeof s0.dir, "%.200s/s0", dir);
+    ty_token(&s0, "token", team_tok, sizeof team_tok);
+    for (int k = 0; k < 2; k++) agent_pid[k] = spawn_agent(k);
+    int64_t end = mono_ms() + 30000;
+    int nodes = 0;
+    while (mono_ms() < end && nodes < 2) {
+        cJSON *o = NULL;
+        if (req("GET", "/api/v1/cluster", NULL, NULL, &o) == 200) nodes = cJSON_GetArraySize(cJSON_GetObjectItem(o, "nodes"));
+        cJSON_Delete(o);
+        if (nodes < 2) ty_sleep_ms(200);
+    }
+    ck_assert_msg(nodes == 2, "only %d node(s) registered; see %s/agent*.log", nodes, dir);
+}
+
+static void stop_pid(pid_t *p) {
+    if (*p > 0) {
+        ty_proc q = {.pid = *p};
+        ty_kill(&q, SIGTERM);
+    }
+    *p = 0;
+}
+
+static void teardown(void) {
+    for (int k = 0; k < 2; k++) stop_pid(&agent_pid[k]);
+    for (int i = 0; i < 2; i++) stop_pid(&srv_pid[i]);
+    /* a re-executed ex-leader is the same process (exec keeps the pid) */
+    if (pgdir[0]) sh("scripts/pg-dev.sh stop %s", pgdir);
+    if (dir[0]) {
+        if (getenv("TY_KEEP")) fprintf(stderr, "ha: kept %s\n", dir);
+        else ty_rmrf(dir);
+    }
+    if (net_ready) net_teardown();
+}
+
+/* ---------------------------------------------------------------- the test */
+
+/* 2 workers, one per node (one slot each), training until the test is done
+ * with it (cancelled), a checkpoint every epoch (the newest 3 kept). */
+static const char SPEC_TRAIN[] =
+    "{\"name\":\"ha-train\",\"model\":{\"layers\":["
+    "{\"type\":\"dense\",\"units\":256,\"activation\":\"relu\",\"input_shape\":[64]},"
+    "{\"type\":\"dense\",\"units\":1,\"activation\":\"sigmoid\"}]},"
+    "\"compile\":{\"optimizer\":{\"type\":\"sgd\",\"learning_rate\":0.05},\"loss\":\"binary_crossentropy\"},"
+    "\"data\":{\"source\":\"synthetic\",\"examples\":24000,\"features\":64,\"seed\":5},"
+    "\"fit\":{\"epochs\":5000,\"batch_size\":64},"
+    "\"strategy\":{\"type\":\"multi_worker_mirrored\",\"communication\":\"ring\"},"
+    "\"resources\":{\"workers\":2,\"devices_per_worker\":1,\"device\":\"cpu\"},"
+    "\"checkpoint\":{\"every_epochs\":1,\"keep\":3},\"max_restarts\":3}";
+
+static const char SPEC_SMALL[] =
+    "{\"name\":\"ha-queued\",\"model\":{\"layers\":[{\"type\":\"dense\",\"units\":1,\"activation\":\"sigmoid\","
+    "\"input_shape\":[4]}]},\"compile\":{\"optimizer\":\"sgd\",\"loss\":\"binary_crossentropy\"},"
+    "\"data\":{\"source\":\"synthetic\",\"features\":4},\"fit\":{\"epochs\":1,\"batch_size\":10},"
+    "\"resources\":{\"workers\":1,\"devices_per_worker\":1,\"device\":\"cpu\"}}";
+
+/* Waits until the training job has moved past (step, ckpts) on the leader
+ * it has now: it trains on and its checkpoints land. */
+static void trains_on(int64_t id, int64_t step, int ckpts, const char *after) {
+    int64_t end = mono_ms() + 60000, s = 0;
+    int c = 0;
+    while (mono_ms() < end) {
+        progress(id, &s, &c);
+        if (s > step && c > ckpts) break;
+        ty_sleep_ms(300);
+    }
+    ck_assert_msg(s > step && c > ckpts, "after %s: the job's step %lld (was %lld), newest checkpoint at step %d (was %d)",
+                  after, (long long)s, (long long)step, c, ckpts);
+}
+
+START_TEST(leader_fails_over) {
+    if (!net_ready) return; /* skipped, said why */
+    char key[37];
+    ck_assert_int_eq(client_idempotency_key(key), 0);
+    cJSON *o = NULL;
+    ck_assert_int_eq(req("POST", "/api/v1/jobs", SPEC_TRAIN, key, &o), 201);
+    int64_t train = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "id"));
+    cJSON_Delete(o);
+    /* it trains, on both nodes, and has a checkpoint */
+    int64_t step = 0, end = mono_ms() + 90000;
+    int ckpts = 0;
+    while (mono_ms() < end) {
+        progress(train, &step, &ckpts);
+        if (step > 0 && ckpts > 0) break;
+        ty_sleep_ms(300);
+    }
+    ck_assert_msg(step > 0 && ckpts > 0, "the job did not train (step %lld, %d checkpoints); see %s", (long long)step,
+                  ckpts, dir);
+    /* a job that must wait for the slots the training holds */
+    ck_assert_int_eq(client_idempotency_key(key), 0);
+    ck_assert_int_eq(req("POST", "/api/v1/jobs", SPEC_SMALL, key, &o), 201);
+    int64_t queued = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(o, "id"));
+    cJSON_Delete(o);
+    char placed[200];
+    placement(train, placed, sizeof placed);
+
+    /* 1. kill -9 of the leader */
+    submitter_start(1);
+    ty_sleep_ms(1500);
+    progress(train, &step, &ckpts);
+    int64_t t0 = mono_ms();
+    ck_assert_int_eq(kill(srv_pid[0], SIGKILL), 0);
+    waitpid(srv_pid[0], NULL, 0);
+    srv_pid[0] = 0;
+    double took = wait_role(1, "leader", 20000);
+    ck_assert_msg(took >= 0, "s1 did not lead within 20 s of the kill; see %s/s1/server.log", dir);
+    double kill_s = (double)(mono_ms() - t0) / 1000.0;
+    ty_sleep_ms(2000);
+    submitter_check(1);
+    fprintf(stderr, "ha: kill -9 of the leader: the standby led %.2f s later\n", kill_s);
+    ck_assert_msg(kill_s < 10.0, "the standby led %.2f s after the kill (want < 10 s)", kill_s);
+    trains_on(train, step, ckpts, "the kill");
+    char now[200];
+    placement(train, now, sizeof now);
+    ck_assert_msg(strcmp(now, placed) == 0, "the job was placed again: %s, was %s", now, placed);
+
+    /* 2. s0 back as a standby; the leader's network cut */
+    srv_pid[0] = spawn_server(0);
+    ck_assert_msg(wait_role(0, "standby", 20000) >= 0, "s0 did not come back as a standby; see %s/s0/server.log", dir);
+    submitter_start(2);
+    ty_sleep_ms(1500);
+    progress(train, &step, &ckpts);
+    t0 = mono_ms();
+    ck_assert_int_eq(sh("ip link set %s down", vroot[1]), 0);
+    took = wait_role(0, "leader", 20000);
+    ck_assert_msg(took >= 0, "s0 did not lead within 20 s of the cut; see %s/s0/server.log", dir);
+    double cut_s = (double)(mono_ms() - t0) / 1000.0;
+    ty_sleep_ms(2000);
+    submitter_check(2);
+    fprintf(stderr, "ha: the leader's network cut: the standby led %.2f s later\n", cut_s);
+    ck_assert_msg(cut_s < 10.0, "the standby led %.2f s after the cut (want < 10 s)", cut_s);
+    trains_on(train, step, ckpts, "the cut");
+    placement(train, now, sizeof now);
+    ck_assert_msg(strcmp(now, placed) == 0, "the job was placed again: %s, was %s", now, placed);
+    /* the link back: the cut one stepped down and stands by */
+    ck_assert_int_eq(sh("ip link set %s up", vroot[1]), 0);
+    ck_assert_msg(wait_role(1, "standby", 30000) >= 0, "s1 is not a standby once its link is back; see %s/s1/server.log",
+                  dir);
+    char logp[320];
+    snprintf(logp, sizeof logp, "%s/s1/server.log", dir);
+    size_t n = 0;
+    char *log = file_read_all(logp, 8 << 20, &n);
+    ck_assert_ptr_nonnull(log);
+    ck_assert_msg(strstr(log, "no longer the leader") != NULL, "s1 never said it stepped down; see %s", logp);
+    free(log);
+
+    /* the training, still in its first attempt, is cancelled; the queued
+     * job is placed and runs */
+    cJSON *j = job(train);
+    ck_assert_str_eq(state_of(j), "running");
+    ck_assert_int_eq((int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "attempt")), 1);
+    cJSON_Delete(j);
+    j = NULL;
+    char cpath[80];
+    snprintf(cpath, sizeof cpath, "/api/v1/jobs/%lld/cancel", (long long)train);
+    ck_assert_int_eq(req("POST", cpath, NULL, NULL, NULL), 200);
+    end = mono_ms() + 180000;
+    const char *st = "";
+    while (mono_ms() < end) {
+        cJSON_Delete(j);
+        j = job(queued);
+        st = state_of(j);
+        if (strcmp(st, "succeeded") == 0 || strcmp(st, "failed") == 0) break;
+        ty_sleep_ms(500);
+    }
+    ck_assert_msg(strcmp(st, "succeeded") == 0, "the queued job: %s; see %s", st, dir);
+    ck_assert_int_eq((int)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "attempt")), 1);
+    cJSON_Delete(j);
+    fprintf(stderr, "ha: takeover after kill -9 %.2f s, after the cut %.2f s; the job trained on in attempt 1\n",
+            kill_s, cut_s);
+}
+END_TEST
+
+int main(void) {
+    Suite *s = suite_create("ha");
+    TCase *t = tcase_create("failover");
+    tcase_add_checked_fixture(t, setup, teardown);
+    tcase_set_timeout(t, 420);
+    tcase_add_test(t, leader_fails_over);
+    suite_add_tcase(s, t);
+    return ty_run_suite(s);
+}
