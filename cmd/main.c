@@ -7,6 +7,7 @@
 #include "../server/server.h"
 #include "up.h"
 #include "backup.h"
+#include "migrate.h"
 #include "../executor/agent.h"
 #include "../executor/worker.h"
 #include "../executor/exec_relay.h"
@@ -29,6 +30,7 @@ static void usage(FILE *f) {
             "  train FILE    train a job spec here, no server needed\n"
             "  backup DEST   a consistent copy of the server's data, taken while it runs (admin)\n"
             "  restore SRC --data DIR   a backup into a data directory, checked\n"
+            "  migrate --from DATA --to postgres://...   a stopped server's state into PostgreSQL, checked\n"
             "jobs (TRAINYARD_URL, TRAINYARD_TOKEN, TRAINYARD_CA for https; --json for scripts):\n"
             "  submit FILE [--context DIR]   submit a job spec; --context sends the folder along\n"
             "  context push DIR | list       a team's uploaded folders (command.context)\n"
@@ -82,6 +84,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
     if (strcmp(cmd, "backup") == 0) return cmd_backup(argc - 1, argv + 1);
     if (strcmp(cmd, "restore") == 0) return cmd_restore(argc - 1, argv + 1);
+    if (strcmp(cmd, "migrate") == 0) return cmd_migrate(argc - 1, argv + 1);
     if (strcmp(cmd, "agent") == 0) return cmd_agent(argc - 1, argv + 1);
     if (strcmp(cmd, "worker") == 0) return cmd_worker(argc - 1, argv + 1);
     /* hidden: one shell into a task, started by the agent (executor/exec_relay.h) */
