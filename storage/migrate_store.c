@@ -9,7 +9,7 @@
  *     lease taken for the tool (holder "migrate"): refused while a server
  *     holds it; a libpq session of our own carries the lease's epoch, so
  *     the fence lets its writes through;
- *  3. the tables compared (the baseline's list, in its order: every
+ *  3. the tables compared (the PostgreSQL texts' list, in their order: every
  *     REFERENCES names a table before it; the same columns on both sides),
  *     the target's trainyard tables empty (or, with force, truncated in the
  *     copy's transaction);
@@ -26,6 +26,7 @@
 #include "migrate_store.h"
 #include "blob.h"
 #include "db.h"
+#include "schema.h"
 #include "schema_pg.h"
 #include "../common/util.h"
 
@@ -109,12 +110,14 @@ static int quote_ident(const char *s, char *out, size_t cap) {
     return 0;
 }
 
-/* The tables the baseline creates, in its order, without the ones that are
- * the database's own (schema_migrations, the lease, ty_meta). */
-static int baseline_tables(char names[][64], int cap) {
-    int n = 0;
-    for (const char *p = schema_pg_baseline; (p = strstr(p, "CREATE TABLE ")) != NULL;) {
+/* The tables the PostgreSQL texts create (the baseline, then each later
+ * migration's), in their order: each REFERENCES there names a table made
+ * before it. Without the database's own (schema_migrations, the lease,
+ * ty_meta). */
+static int scan_tables(const char *text, char names[][64], int n, int cap) {
+    for (const char *p = text; (p = strstr(p, "CREATE TABLE ")) != NULL;) {
         p += 13;
+        if (strncmp(p, "IF NOT EXISTS ", 14) == 0) p += 14;
         size_t len = strcspn(p, "( \n");
         if (len == 0 || len >= 64) continue;
         char name[64];
@@ -125,6 +128,14 @@ static int baseline_tables(char names[][64], int cap) {
         if (n == cap) return -1;
         snprintf(names[n++], 64, "%s", name);
     }
+    return n;
+}
+
+static int baseline_tables(char names[][64], int cap) {
+    int n = scan_tables(schema_pg_baseline, names, 0, cap);
+    for (int i = 0; i < schema_migrations_n && n >= 0; i++)
+        if (schema_migrations[i].version > SCHEMA_PG_BASE && schema_migrations[i].pg)
+            n = scan_tables(schema_migrations[i].pg, names, n, cap);
     return n;
 }
 
@@ -147,15 +158,15 @@ static PGresult *pg_q(mctx *m, const char *sql, const char *p1, ExecStatusType w
     return res;
 }
 
-/* The tables on both sides: the same list, the same columns. */
+/* The tables on both sides: the same list (the PostgreSQL texts'), the same columns. */
 static int tables_load(mctx *m) {
     char names[MIGRATE_TABLES_MAX][64];
     int n = baseline_tables(names, MIGRATE_TABLES_MAX);
     if (n <= 0) {
-        fail(m, "cannot read the table list of the PostgreSQL baseline");
+        fail(m, "cannot read the table list of the PostgreSQL schema");
         return -1;
     }
-    /* SQLite's tables: none the baseline lacks */
+    /* SQLite's tables: none the list lacks */
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(m->lite,
                            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
@@ -169,7 +180,7 @@ static int tables_load(mctx *m) {
         const char *t = (const char *)sqlite3_column_text(st, 0);
         lite_n++;
         if (!in_list(names, n, t)) {
-            fail(m, "table %s of %s/trainyard.db is not in the PostgreSQL baseline: this build cannot place it", t,
+            fail(m, "table %s of %s/trainyard.db is not in this build's PostgreSQL schema: it cannot place it", t,
                  m->o->data_dir);
             sqlite3_finalize(st);
             return -1;
@@ -180,7 +191,7 @@ static int tables_load(mctx *m) {
         fail(m, "%s/trainyard.db: %s", m->o->data_dir, sqlite3_errmsg(m->lite));
         return -1;
     }
-    /* PostgreSQL's: none the baseline lacks either */
+    /* PostgreSQL's: none the list lacks either */
     PGresult *res = pg_q(m,
                          "SELECT c.relname FROM pg_class c WHERE c.relkind IN ('r', 'p') AND c.relnamespace ="
                          " (SELECT relnamespace FROM pg_class WHERE oid = 'ty_lease'::regclass)"
@@ -189,7 +200,7 @@ static int tables_load(mctx *m) {
     if (!res) return -1;
     for (int i = 0; i < PQntuples(res); i++)
         if (!in_list(names, n, PQgetvalue(res, i, 0))) {
-            fail(m, "table %s of the database at %s is not in the PostgreSQL baseline: this build cannot fill it",
+            fail(m, "table %s of the database at %s is not in this build's PostgreSQL schema: it cannot fill it",
                  PQgetvalue(res, i, 0), m->r->target);
             PQclear(res);
             return -1;
@@ -197,7 +208,8 @@ static int tables_load(mctx *m) {
     int pg_n = PQntuples(res);
     PQclear(res);
     if (lite_n != n || pg_n != n) {
-        fail(m, "the baseline has %d tables, %s/trainyard.db %d and the database at %s %d", n, m->o->data_dir, lite_n,
+        fail(m, "this build's PostgreSQL schema has %d tables, %s/trainyard.db %d and the database at %s %d", n,
+             m->o->data_dir, lite_n,
              m->r->target, pg_n);
         return -1;
     }
