@@ -121,8 +121,8 @@ static void print_text(const migrate_report *r, const char *data) {
         printf("blobs: not moved: the rows keep naming the data directory, so %s must move with the servers "
                "(or be on a file system they share); --blob-store moves them\n",
                data);
-    printf("tokens: their rows moved; the files (admin.token, token, node.token, attempt.key, tls/) stay in %s: "
-           "the new servers need them (copy %s, then trainyard server --db URL --data DIR)\n",
+    printf("tokens: their rows moved; the files (admin.token, token, node.token, attempt.key, tls/) and the jobs' "
+           "logs (logs/) stay in %s: the new servers need them (copy %s, then trainyard server --db URL --data DIR)\n",
            data, data);
 }
 
