@@ -21,6 +21,11 @@
  *    int64's extremes, NULLs, a sealed registry password holding every byte
  *    value): after migrate, PostgreSQL holds exactly them (read back through
  *    libpq in binary), and the identity sequences stand past max(id);
+ *  - blobs_checked: checkpoint and context files made by hand; one that
+ *    differs from its row refuses the migrate, nothing written; then to s3
+ *    (radosgw by scripts/s3-dev.sh; file:// without it, S3_TEST_REQUIRED=1
+ *    makes that a failure): the objects hold the rows' bytes, the rows name
+ *    the store, the deleted checkpoint (its file gone) keeps ''.
  *  - bad_input: no --from, a --to that is not postgres://, a URL holding a
  *    password, an unreachable database, a schema older than the build: one
  *    line each and a non-zero exit, nothing written;
@@ -29,6 +34,7 @@
  * SKIP when /usr/lib/postgresql/15/bin is absent, a failure with
  * PG_TEST_REQUIRED=1. */
 #include "testlib.h"
+#include "s3_fixture.h"
 #include "../storage/db.h"
 
 #include <fcntl.h>
@@ -778,6 +784,138 @@ START_TEST(values_exact) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- blobs checked, to s3 */
+
+static s3_dev dev;
+static int s3_up;
+
+static void setup_s3(void) {
+    setup();
+    char why[256];
+    s3_up = 0;
+    if (!s3_have(why, sizeof why)) {
+        if (s3_required()) ck_abort_msg("S3_TEST_REQUIRED=1: %s", why);
+        fprintf(stderr, "check_migrate: the s3 part of blobs_checked: SKIP: %s (file:// instead)\n", why);
+        return;
+    }
+    ck_assert_msg(s3_start(&dev, "migs3", 512) == 0, "scripts/s3-dev.sh start failed (above)");
+    s3_up = 1;
+}
+
+static void teardown_s3(void) {
+    teardown();
+    if (s3_up) s3_stop(&dev);
+    s3_up = 0;
+}
+
+static void put_file(const char *data, const char *rel, const char *bytes, size_t n) {
+    char path[600], dir[600];
+    snprintf(path, sizeof path, "%s/%s", data, rel);
+    snprintf(dir, sizeof dir, "%s", path);
+    *strrchr(dir, '/') = '\0';
+    ck_assert_int_eq(mkdir_p(dir, 0700), 0);
+    ck_assert_int_eq(file_write_atomic(path, bytes, n, 0600), 0);
+}
+
+/* Checkpoint and context files checked against their rows before any row
+ * names the store: one that differs refuses the migrate with nothing
+ * written; then they go to s3 (or a file:// store without radosgw), the
+ * deleted checkpoint stays where it was. */
+START_TEST(blobs_checked) {
+    pg_database("blobs");
+    char data[320], out[16384], sha1[65], sha3[65], shac[65];
+    snprintf(data, sizeof data, "%s/data", base);
+    sqlite3 *l = lite_make(data);
+    const char ck1[] = "checkpoint one bytes", ck3[] = "checkpoint three bytes", ctx[] = "a context tarball";
+    sha256_hex(ck1, sizeof ck1 - 1, sha1);
+    sha256_hex(ck3, sizeof ck3 - 1, sha3);
+    sha256_hex(ctx, sizeof ctx - 1, shac);
+    char sql[2000];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO teams(id, name, created_at) VALUES (2, 'vision', 1);"
+             "INSERT INTO jobs(id, team_id, name, spec, state, priority, max_restarts, workers, devices_per_worker,"
+             " device, max_runtime_s, created_at, updated_at) VALUES (1, 2, 'j', '{}', 'succeeded', 1, 0, 1, 1, 'cpu',"
+             " 60, 1, 2);"
+             "INSERT INTO checkpoints(id, job_id, attempt, step, epoch, size, sha256, path, created_at, deleted_at)"
+             " VALUES (1, 1, 0, 10, 1, %zu, '%s', '1/1.safetensors', 3, NULL),"
+             " (2, 1, 0, 20, 2, 5, '%s', '1/2.safetensors', 4, 5),"
+             " (3, 1, 0, 30, 3, %zu, '%s', '1/3.safetensors', 6, NULL);"
+             "INSERT INTO contexts(team_id, digest, bytes, files, unpacked, created_at, used_at)"
+             " VALUES (2, '%s', %zu, 1, 40, 7, 8);",
+             sizeof ck1 - 1, sha1, sha1, sizeof ck3 - 1, sha3, shac, sizeof ctx - 1);
+    lite_exec(l, sql);
+    sqlite3_close(l);
+    put_file(data, "checkpoints/1/1.safetensors", ck1, sizeof ck1 - 1);
+    put_file(data, "checkpoints/1/3.safetensors", "not what its row says!", 22); /* checkpoint 2's file is gone */
+    snprintf(sql, sizeof sql, "contexts/%s", shac);
+    put_file(data, sql, ctx, sizeof ctx - 1);
+
+    char spec[600], store[400];
+    const char *creds = NULL;
+    if (s3_up) {
+        ck_assert_int_eq(s3_bucket(&dev, "migrated"), 0);
+        s3_spec(&dev, "migrated", spec, sizeof spec);
+        creds = dev.creds;
+    } else {
+        snprintf(store, sizeof store, "%s/store", base);
+        snprintf(spec, sizeof spec, "file://%s", store);
+    }
+    const char *margs[] = {"migrate", "--from", data, "--to", db_url, "--blob-store", spec,
+                           creds ? "--blob-credentials" : NULL, creds, NULL};
+    int rc = run_ty(out, sizeof out, margs);
+    ck_assert_msg(rc == 1 && strstr(out, "checkpoint 3: ") && strstr(out, "its row says") && lines_of(out) == 1,
+                  "%d: %s", rc, out);
+    PGconn *c = pg_conn();
+    char *v = pg_text(c, "SELECT (SELECT count(*) FROM jobs) + (SELECT count(*) FROM checkpoints)");
+    ck_assert_str_eq(v, "0");
+    free(v);
+
+    put_file(data, "checkpoints/1/3.safetensors", ck3, sizeof ck3 - 1);
+    rc = run_ty(out, sizeof out, margs);
+    ck_assert_msg(rc == 0 && strstr(out, "blobs: 3 checkpoint and context files"), "%d: %s", rc, out);
+    printf("to %s:\n%s", s3_up ? "s3" : "file://", out);
+    /* the rows name the store, but the deleted checkpoint's */
+    PGresult *r = PQexec(c, "SELECT id, store FROM checkpoints ORDER BY id");
+    ck_assert_int_eq(PQntuples(r), 3);
+    ck_assert_msg(strncmp(PQgetvalue(r, 0, 1), s3_up ? "s3://migrated" : "file://", s3_up ? 13 : 7) == 0, "%s",
+                  PQgetvalue(r, 0, 1));
+    ck_assert_str_eq(PQgetvalue(r, 1, 1), "");
+    ck_assert_str_eq(PQgetvalue(r, 2, 1), PQgetvalue(r, 0, 1));
+    v = pg_text(c, "SELECT store FROM contexts");
+    ck_assert_str_eq(v, PQgetvalue(r, 0, 1));
+    free(v);
+    PQclear(r);
+    PQfinish(c);
+    /* the objects hold the bytes */
+    const char *keys[3] = {"checkpoints/1/1.safetensors", "checkpoints/1/3.safetensors", sql};
+    const char *want[3] = {sha1, sha3, shac};
+    for (int i = 0; i < 3; i++) {
+        buf b;
+        buf_init(&b, 1 << 20);
+        char path[700];
+        if (s3_up) {
+            snprintf(path, sizeof path, "/migrated/%s", keys[i]);
+            ck_assert_int_eq(s3_req(&dev, "GET", path, NULL, &b), 200);
+        } else {
+            snprintf(path, sizeof path, "%s/%s", store, keys[i]);
+            size_t n = 0;
+            char *t = file_read_all(path, 1 << 20, &n);
+            ck_assert_msg(t != NULL, "%s is not in the store", path);
+            ck_assert_int_eq(buf_append(&b, t, n), 0);
+            free(t);
+        }
+        char got[65];
+        sha256_hex(b.data ? b.data : "", b.len, got);
+        ck_assert_msg(strcmp(got, want[i]) == 0, "%s holds other bytes", keys[i]);
+        buf_release(&b);
+    }
+    if (s3_up) {
+        char k[8][256];
+        ck_assert_int_eq(s3_keys(&dev, "migrated", "checkpoints/", k, 8), 2);
+    }
+}
+END_TEST
+
 /* ---------------------------------------------------------------- bad input */
 
 START_TEST(bad_input) {
@@ -918,6 +1056,8 @@ int main(void) {
     tcase_add_test(tc, cluster_moves);
     tc = ty_tcase(s, "values_exact", setup, teardown, 60);
     tcase_add_test(tc, values_exact);
+    tc = ty_tcase(s, "blobs_checked", setup_s3, teardown_s3, 120);
+    tcase_add_test(tc, blobs_checked);
     tc = ty_tcase(s, "bad_input", setup, teardown, 60);
     tcase_add_test(tc, bad_input);
     tc = ty_tcase(s, "figures", setup, teardown, 120);
