@@ -115,8 +115,9 @@ static void print_text(const migrate_report *r, const char *data) {
         printf("--force: the %lld rows the database held were removed first\n", (long long)r->truncated_rows);
     if (r->blob_store[0])
         printf("blobs: %lld checkpoint and context files (%.1f MiB) stored in %s and read back, each matching its "
-               "row, in %.2f s; start the servers with --blob-store %s\n",
-               (long long)r->blobs, r->blob_bytes / 1048576.0, r->blob_store, r->blob_s, r->blob_store);
+               "row, in %.2f s; start the servers with --blob-store '%s'%s\n",
+               (long long)r->blobs, r->blob_bytes / 1048576.0, r->blob_store, r->blob_s, r->blob_store,
+               strncmp(r->blob_store, "s3://", 5) == 0 ? " and its --blob-credentials" : "");
     else
         printf("blobs: not moved: the rows keep naming the data directory, so %s must move with the servers "
                "(or be on a file system they share); --blob-store moves them\n",
