@@ -5,9 +5,7 @@
 
 #include <math.h>
 
-void api_db_unavailable(http_res *res) {
-    http_error(res, 503, "unavailable", NULL, "the database is busy or unavailable; retry");
-}
+void api_db_unavailable(http_res *res) { http_db_unavailable(res); }
 
 /* Loads job `id` when the request's token may see it: 0, or -1 with the
  * answer (404 / 503) in res. */

@@ -26,7 +26,7 @@ int api_own_or_admin(db *d, http_req *req, http_res *res, int sweep, int64_t id)
         return -1;
     }
     if (rc != STORE_OK) {
-        http_error(res, 503, "unavailable", NULL, "the database is unavailable; retry");
+        http_db_unavailable(res);
         return -1;
     }
     if (w->role >= ROLE_ADMIN || (w->user_id > 0 && user == w->user_id)) return 0;

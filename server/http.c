@@ -591,7 +591,7 @@ int http_team_role_check(db *d, http_req *req, http_res *res, int64_t team_id, c
             return -1;
         }
         if (members_role(d, team_id, w->user_id, &have) != STORE_OK) {
-            http_error(res, 503, "unavailable", NULL, "the database is unavailable; retry");
+            http_db_unavailable(res);
             return -1;
         }
     } else if (w->kind == TOKEN_TEAM && w->team_id == team_id) {
@@ -630,7 +630,7 @@ static int person_team(db *d, http_req *req, http_res *res) {
     } else if (asked) {
         int rc = store_team_find(d, asked, &team_id);
         if (rc == STORE_ERROR) {
-            http_error(res, 503, "unavailable", NULL, "the database is unavailable; retry");
+            http_db_unavailable(res);
             return -1;
         }
         if (rc != STORE_OK) {
@@ -653,12 +653,12 @@ static int person_team(db *d, http_req *req, http_res *res) {
             return -1;
         }
         if (rc != STORE_OK) {
-            http_error(res, 503, "unavailable", NULL, "the database is unavailable; retry");
+            http_db_unavailable(res);
             return -1;
         }
     }
     if (role == ROLE_NONE && members_role(d, team_id, w->user_id, &role) != STORE_OK) {
-        http_error(res, 503, "unavailable", NULL, "the database is unavailable; retry");
+        http_db_unavailable(res);
         return -1;
     }
     if (role == ROLE_NONE) {
@@ -678,7 +678,7 @@ static int admin_team(db *d, http_req *req, http_res *res, const char *asked) {
     int64_t team_id;
     int rc = store_team_find(d, asked, &team_id);
     if (rc != STORE_OK) {
-        if (rc == STORE_ERROR) http_error(res, 503, "unavailable", NULL, "the database is unavailable; retry");
+        if (rc == STORE_ERROR) http_db_unavailable(res);
         else http_error(res, 404, "not_found", "team", "no team named '%.64s'", asked);
         return -1;
     }
@@ -927,7 +927,7 @@ static int authenticate(db *d, http_req *req, http_res *res) {
     /* a session only as its cookie, anything else only as a bearer token */
     if (rc == STORE_OK && (req->who.kind == TOKEN_USER ? req->who.session : 0) != cookie) rc = STORE_NOT_FOUND;
     if (rc == STORE_ERROR) {
-        http_error(res, 503, "unavailable", NULL, "the database is unavailable; retry");
+        http_db_unavailable(res);
         return -1;
     }
     if (rc == STORE_EXPIRED) {
@@ -1661,6 +1661,12 @@ static void too_large(http_req *req, http_res *res, long n) {
     }
 }
 
+void http_db_unavailable(http_res *res) {
+    const char *why = db_unavailable_reason(); /* PostgreSQL out of reach, or this server fenced */
+    if (why) http_error(res, 503, "unavailable", NULL, "%s; retry", why);
+    else http_error(res, 503, "unavailable", NULL, "the database is busy or unavailable; retry");
+}
+
 /* A standby's answer to what only the leader serves (ALLOW_STANDBY). The
  * leader's URL is the lease's (what it advertises): clients move there
  * when their list names it (docs/cli.md). */
@@ -1670,7 +1676,7 @@ static void standby_answer(http_daemon *h, http_res *res) {
     db_leader(h->db, leader, sizeof leader, &left);
     cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
     char msg[700];
-    if (leader[0]) snprintf(msg, sizeof msg, "this server is a standby; the leader is %s", leader);
+    if (leader[0]) snprintf(msg, sizeof msg, "this server is a standby; the leader is %.600s", leader);
     else snprintf(msg, sizeof msg, "this server is a standby and no server leads now; a standby takes over within seconds");
     cJSON_AddStringToObject(e, "code", "standby");
     cJSON_AddStringToObject(e, "message", msg);
@@ -1681,7 +1687,7 @@ static void standby_answer(http_daemon *h, http_res *res) {
     res->retry_after_s = 1;
     if (leader[0] && strlen(leader) < sizeof res->xhdr_value) {
         snprintf(res->xhdr_name, sizeof res->xhdr_name, "X-Trainyard-Leader");
-        snprintf(res->xhdr_value, sizeof res->xhdr_value, "%s", leader);
+        snprintf(res->xhdr_value, sizeof res->xhdr_value, "%.255s", leader);
     }
 }
 

@@ -379,6 +379,11 @@ const char *http_query(http_req *req, const char *key);
 /* A request header, or NULL. */
 const char *http_header(http_req *req, const char *name);
 
+/* 503 unavailable: the database did not answer the request's statement
+ * (PostgreSQL's host and reason, or this server fenced, when the store
+ * says; else "busy or unavailable"). */
+void http_db_unavailable(http_res *res);
+
 /* A cookie of the request, or NULL. */
 const char *http_cookie(http_req *req, const char *name);
 

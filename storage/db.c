@@ -84,6 +84,8 @@ struct db {
         char leader_url[512];     /* under mu */
         int64_t ms_left;          /* under mu */
         uint64_t fenced;          /* writes the fence refused (atomic) */
+        int64_t last_ok_ms;       /* mono_ms of the last renewal (atomic): a leader whose lease thread
+                                   * is stuck past the deadline is no leader (db_role) */
     } lease;
     pthread_key_t key;
     pthread_mutex_t lock;         /* guards conns */
@@ -134,6 +136,9 @@ struct db {
 };
 
 #define DB_IDLE_MAX 64
+
+/* why the thread's last statement found PostgreSQL out of reach (db_unavailable_reason) */
+static __thread char t_unavailable[512];
 
 static int g_sync_full = 0;
 
@@ -379,6 +384,7 @@ static db_thread_conn *thread_conn(db *d) {
         pg_conn *pc = pg_connect(d->pg_url, d->pg_password, "trainyard", err, sizeof err);
         if (!pc) {
             log_error("db: %s", err);
+            snprintf(t_unavailable, sizeof t_unavailable, "%s", err); /* for the request's 503 */
             return NULL;
         }
         c = xcalloc(1, sizeof *c);
@@ -515,6 +521,21 @@ static void pg_autocommit_done(db_thread_conn *c);
 static int pg_epoch_ready(db_thread_conn *c);
 static void lease_fenced(db *d);
 
+const char *db_unavailable_reason(void) { return t_unavailable[0] ? t_unavailable : NULL; }
+
+/* The reason of a DB_UNAVAILABLE or DB_FENCED answer on c, kept for the
+ * thread's 503 (db_unavailable_reason); any other answer clears it. */
+static void note_unavailable(db_thread_conn *c, int rc) {
+    if (rc == DB_UNAVAILABLE)
+        snprintf(t_unavailable, sizeof t_unavailable, "the database does not answer: %s: %s", c->owner->path,
+                 pg_errmsg(c->pg));
+    else if (rc == DB_FENCED)
+        snprintf(t_unavailable, sizeof t_unavailable,
+                 "this server no longer holds the lease (another leads, or its lease expired); nothing was written");
+    else
+        t_unavailable[0] = '\0';
+}
+
 int db_step(db_stmt *st) {
     if (st->p) {
         int ran = 0;
@@ -524,6 +545,7 @@ int db_step(db_stmt *st) {
         }
         int rc = pg_step(st->p, &ran);
         if (rc == DB_FENCED) lease_fenced(st->c->owner);
+        if (ran || rc == DB_UNAVAILABLE) note_unavailable(st->c, rc);
         /* a write outside a transaction has committed: publish it as a
          * COMMIT does (its captured changes, the generations) */
         if (ran && (rc == DB_ROW || rc == DB_DONE) && pg_is_write(st->p) && !pg_in_tx(st->c->pg))
@@ -597,7 +619,9 @@ int db_in_tx(db *d) {
 /* Runs sql on c: 0 or -1 (logged). */
 static int conn_exec(db_thread_conn *c, const char *sql) {
     if (!c->pg) return exec_simple(c->conn, sql);
-    if (pg_exec(c->pg, sql) != 0) {
+    int rc = pg_exec(c->pg, sql);
+    note_unavailable(c, rc);
+    if (rc != 0) {
         log_error("postgres: %s: %s", sql, pg_errmsg(c->pg));
         return -1;
     }
@@ -990,7 +1014,10 @@ static int pg_epoch_ready(db_thread_conn *c) {
     int64_t e = __atomic_load_n(&c->owner->epoch, __ATOMIC_ACQUIRE);
     if (e <= 0 || pg_epoch_set(c->pg) == e) return 0;
     int rc = pg_set_epoch(c->pg, e);
-    if (rc) log_warn("postgres: cannot set the fencing number: %s", pg_errmsg(c->pg));
+    if (rc) {
+        log_warn("postgres: cannot set the fencing number: %s", pg_errmsg(c->pg));
+        note_unavailable(c, rc == DB_UNAVAILABLE ? rc : DB_OK);
+    }
     return rc;
 }
 
@@ -1624,7 +1651,14 @@ int db_meta_ensure(db *d, const char *key, const char *value, char *out, size_t 
 
 uint64_t db_fenced_writes(db *d) { return __atomic_load_n(&d->lease.fenced, __ATOMIC_RELAXED); }
 
-int db_role(db *d) { return d->pg_url ? __atomic_load_n(&d->lease.role, __ATOMIC_ACQUIRE) : DB_LEADER; }
+int db_role(db *d) {
+    if (!d->pg_url) return DB_LEADER;
+    int role = __atomic_load_n(&d->lease.role, __ATOMIC_ACQUIRE);
+    if (role == DB_LEADER &&
+        mono_ms() - __atomic_load_n(&d->lease.last_ok_ms, __ATOMIC_ACQUIRE) >= d->lease.cfg.deadline_ms)
+        return DB_STANDBY; /* not renewed in time, whatever the lease's thread is waiting for */
+    return role;
+}
 
 int64_t db_epoch(db *d) { return __atomic_load_n(&d->epoch, __ATOMIC_ACQUIRE); }
 
@@ -1669,6 +1703,7 @@ static void lease_round(db *d, pg_conn *pc, double *last_ok) {
                                 3, v, &got);
         if (rc == 0) {
             *last_ok = mono_s();
+            __atomic_store_n(&d->lease.last_ok_ms, mono_ms(), __ATOMIC_RELEASE);
             pthread_mutex_lock(&d->lease.mu);
             snprintf(d->lease.leader_url, sizeof d->lease.leader_url, "%s", d->lease.url);
             d->lease.ms_left = d->lease.cfg.ttl_ms;
@@ -1677,7 +1712,7 @@ static void lease_round(db *d, pg_conn *pc, double *last_ok) {
             lease_set_role(d, DB_STANDBY, 0, "the lease was lost (expired or taken by another server)");
         } else if ((mono_s() - *last_ok) * 1000 >= d->lease.cfg.deadline_ms) {
             char why[700];
-            snprintf(why, sizeof why, "the lease could not be renewed for %d ms: %s", d->lease.cfg.deadline_ms,
+            snprintf(why, sizeof why, "the lease could not be renewed for %d ms: %.600s", d->lease.cfg.deadline_ms,
                      pg_errmsg(pc));
             lease_set_role(d, DB_STANDBY, 0, why);
         }
@@ -1692,6 +1727,7 @@ static void lease_round(db *d, pg_conn *pc, double *last_ok) {
                             3, v, &got);
     if (rc == 0) {
         *last_ok = mono_s();
+        __atomic_store_n(&d->lease.last_ok_ms, mono_ms(), __ATOMIC_RELEASE);
         pthread_mutex_lock(&d->lease.mu);
         snprintf(d->lease.leader_url, sizeof d->lease.leader_url, "%s", d->lease.url);
         d->lease.ms_left = d->lease.cfg.ttl_ms;
@@ -1713,7 +1749,7 @@ static void lease_round(db *d, pg_conn *pc, double *last_ok) {
         }
     }
     pthread_mutex_lock(&d->lease.mu);
-    snprintf(d->lease.leader_url, sizeof d->lease.leader_url, "%s", text);
+    snprintf(d->lease.leader_url, sizeof d->lease.leader_url, "%.500s", text);
     d->lease.ms_left = left;
     pthread_mutex_unlock(&d->lease.mu);
 }
@@ -1728,6 +1764,7 @@ static void *lease_main(void *arg) {
         if (!pc) {
             char err[512];
             pc = pg_connect(d->pg_url, d->pg_password, "trainyard lease", err, sizeof err);
+            if (pc) pg_set_deadline(pc, d->lease.cfg.renew_ms);
             if (!pc && db_role(d) == DB_LEADER && (mono_s() - last_ok) * 1000 >= d->lease.cfg.deadline_ms)
                 lease_set_role(d, DB_STANDBY, 0, err);
         }

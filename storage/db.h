@@ -101,6 +101,12 @@ int64_t db_changes(db *d);
 /* The calling thread's last error, for a log line. */
 const char *db_errmsg(db *d);
 
+/* Why the calling thread's last statement found PostgreSQL out of reach
+ * ("the database does not answer: HOST:PORT/DB: libpq's reason") or this
+ * server fenced, for a 503's message; NULL after a statement that ran, and
+ * always on SQLite. */
+const char *db_unavailable_reason(void);
+
 /* Whether the calling thread is inside a transaction (db_begin, or a
  * BEGIN it ran itself). */
 int db_in_tx(db *d);

@@ -10,6 +10,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,7 @@ struct pg_conn {
     int64_t epoch;                /* ty.epoch of this session (-1: none) */
     unsigned next_name;           /* statement names s1, s2, ... */
     unsigned gen;                 /* bumped by a reset: the session's statements are gone */
+    int deadline_ms;              /* pg_query_*: the longest wait for an answer (0: none) */
     int broken;                   /* the connection failed: reset before its next use */
     char *url, *password, *app;   /* to reconnect */
 };
@@ -168,7 +170,7 @@ pg_conn *pg_connect(const char *url, const char *password, const char *app, char
         pg_target(url, target, sizeof target);
         snprintf(msg, sizeof msg, "%s", PQerrorMessage(conn));
         for (char *p = msg; *p; p++)
-            if (*p == '\n') *p = ' ';
+            if (*p == '\n' || *p == '\t') *p = ' ';
         size_t n = strlen(msg);
         while (n && msg[n - 1] == ' ') msg[--n] = '\0';
         snprintf(err, errlen, "cannot reach the database at %s: %s", target, msg);
@@ -551,13 +553,52 @@ int pg_exec(pg_conn *pc, const char *sql) {
     return rc;
 }
 
+void pg_set_deadline(pg_conn *pc, int ms) { pc->deadline_ms = ms; }
+
+/* PQexecParams, waiting at most deadline_ms for the answer: a server that
+ * hangs (stopped, or its backend stuck) must not hang the lease's thread,
+ * which has to step down in time. NULL on timeout (the connection marked
+ * broken, its query cancelled as far as the server still listens). */
+static PGresult *exec_bounded(pg_conn *pc, const char *sql, int n, const char *const *vals) {
+    if (!PQsendQueryParams(pc->conn, sql, n, NULL, vals, NULL, NULL, 0)) {
+        set_err(pc, NULL, PQerrorMessage(pc->conn));
+        pc->broken = 1;
+        return NULL;
+    }
+    int64_t end = mono_ms() + pc->deadline_ms;
+    PGresult *last = NULL;
+    for (;;) {
+        while (PQisBusy(pc->conn)) {
+            int64_t left = end - mono_ms();
+            struct pollfd p = {.fd = PQsocket(pc->conn), .events = POLLIN};
+            if (left <= 0 || p.fd < 0 || poll(&p, 1, (int)left) <= 0 || !PQconsumeInput(pc->conn)) {
+                char msg[96];
+                snprintf(msg, sizeof msg, "no answer within %d ms", pc->deadline_ms);
+                set_err(pc, NULL, msg);
+                PQclear(last);
+                pc->broken = 1;
+                return NULL;
+            }
+        }
+        PGresult *x = PQgetResult(pc->conn);
+        if (!x) break;
+        PQclear(last);
+        last = x;
+    }
+    return last;
+}
+
 static PGresult *query(pg_conn *pc, const char *sql, int n, const char *const *vals, int *rc) {
     *rc = 0;
     if (pg_broken(pc) && pg_check_alive(pc) < 0) {
         *rc = DB_UNAVAILABLE;
         return NULL;
     }
-    PGresult *r = PQexecParams(pc->conn, sql, n, NULL, vals, NULL, NULL, 0);
+    PGresult *r = pc->deadline_ms > 0 ? exec_bounded(pc, sql, n, vals) : PQexecParams(pc->conn, sql, n, NULL, vals, NULL, NULL, 0);
+    if (!r) { /* no answer in time: the session is dropped (a reset makes another) */
+        *rc = DB_UNAVAILABLE;
+        return NULL;
+    }
     ExecStatusType s = PQresultStatus(r);
     if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK) {
         *rc = map_state(pc, r);

@@ -63,6 +63,11 @@ int pg_check_alive(pg_conn *pc);
 /* Runs sql (one or more statements, no parameters): 0 or DB_* (the error
  * in pg_errmsg). */
 int pg_exec(pg_conn *pc, const char *sql);
+/* pg_query_* wait at most ms for an answer (0: as long as it takes); past
+ * it they answer DB_UNAVAILABLE and the connection is reset at its next
+ * use. For the lease's thread. */
+void pg_set_deadline(pg_conn *pc, int ms);
+
 /* Runs a query with parameters (text) and returns its first column of the
  * first row as an int64 in *out: 0, DB_DONE when it returned no row, or
  * another DB_* code. */

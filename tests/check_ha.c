@@ -527,8 +527,140 @@ START_TEST(leader_fails_over) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- the database lost
+ * One server on a PostgreSQL on loopback, which is stopped under it
+ * (pg_ctl stop -m immediate) and started again: while it is gone a write is
+ * 503 naming the database's host and libpq's reason and stores nothing;
+ * within the lease's deadline the server no longer leads; once it is back
+ * the server leads again and has lost nothing it acknowledged. */
+
+static char lost_dir[256], lost_pg[300];
+static ty_proc lost_srv;
+
+static int pg_ctl(const char *what) {
+    char cmd[900];
+    snprintf(cmd, sizeof cmd, "%s /usr/lib/postgresql/15/bin/pg_ctl -D %s/data -l %s/log/postgres.log -w %s%s",
+             geteuid() == 0 ? "runuser -u postgres --" : "", lost_pg, lost_pg, what,
+             strcmp(what, "stop") == 0 ? " -m immediate" : "");
+    return sh("%s", cmd);
+}
+
+static void lost_setup(void) {
+    memset(&lost_srv, 0, sizeof lost_srv);
+    lost_dir[0] = lost_pg[0] = '\0';
+    if (access("/usr/lib/postgresql/15/bin/postgres", X_OK) != 0) {
+        ck_assert_msg(!pg_required(), "PG_TEST_REQUIRED=1 and no PostgreSQL 15 (apt-get install postgresql-15)");
+        fprintf(stderr, "SKIP check_ha (database lost): no PostgreSQL 15\n");
+        return;
+    }
+    ty_mkdtemp(lost_dir, sizeof lost_dir, "halost");
+    ck_assert_int_eq(chmod(lost_dir, 0755), 0);
+    snprintf(lost_pg, sizeof lost_pg, "%s/pg", lost_dir);
+    char cmd[600], line[800], url[700] = "";
+    /* durable (not PG_DEV_FAST): its crash must keep what it committed */
+    snprintf(cmd, sizeof cmd, "scripts/pg-dev.sh start %s 2>&1", lost_pg);
+    FILE *f = popen(cmd, "r");
+    ck_assert_ptr_nonnull(f);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "DATABASE_URL=", 13) == 0) sscanf(line + 13, "%699s", url);
+    ck_assert_int_eq(pclose(f), 0);
+    ck_assert_msg(url[0], "scripts/pg-dev.sh start printed no DATABASE_URL");
+    snprintf(lost_srv.dir, sizeof lost_srv.dir, "%s/data", lost_dir);
+    mkdir(lost_srv.dir, 0700);
+    /* a fixed port: a server that stops leading starts again (the same
+     * process, exec'd) and listens where it did */
+    char listen[32];
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", ty_free_port());
+    const char *extra[] = {"--db", url, "--listen", listen, NULL};
+    ty_server_start_args(&lost_srv, "server", extra);
+    ty_token(&lost_srv, "token", team_tok, sizeof team_tok);
+}
+
+static void lost_teardown(void) {
+    ty_kill(&lost_srv, SIGTERM);
+    if (lost_pg[0]) sh("scripts/pg-dev.sh stop %s", lost_pg);
+    if (lost_dir[0] && !getenv("TY_KEEP")) ty_rmrf(lost_dir);
+}
+
+static int count_jobs(const char *url) {
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(url, team_tok, "GET", "/api/v1/jobs?limit=1000", NULL, &o), 200);
+    int n = cJSON_GetArraySize(cJSON_GetObjectItem(o, "jobs"));
+    cJSON_Delete(o);
+    return n;
+}
+
+static void lost_role(char *role, size_t n) {
+    role[0] = '\0';
+    client c;
+    if (client_init(&c, lost_srv.url, NULL) < 0) return;
+    c.timeout_ms = 1500;
+    client_reply r;
+    if (client_request(&c, "GET", "/api/v1/health", NULL, 0, NULL, &r) == 0 && r.status == 200) {
+        cJSON *o = cJSON_ParseWithLength(r.body.data, r.body.len);
+        const char *v = cJSON_GetStringValue(cJSON_GetObjectItem(o, "role"));
+        if (v) snprintf(role, n, "%s", v);
+        cJSON_Delete(o);
+    }
+    client_reply_release(&r);
+    client_release(&c);
+}
+
+START_TEST(database_lost_mid_run) {
+    if (!lost_pg[0]) return; /* skipped, said why */
+    char body[1024];
+    snprintf(body, sizeof body, SPEC_WAIT, "ha-before");
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(lost_srv.url, team_tok, "POST", "/api/v1/jobs", body, &o), 201);
+    cJSON_Delete(o);
+    int before = count_jobs(lost_srv.url);
+    ck_assert_int_eq(pg_ctl("stop"), 0);
+    /* a write: 503 naming the database and why; nothing stored */
+    snprintf(body, sizeof body, SPEC_WAIT, "ha-during");
+    client c;
+    ck_assert_int_eq(client_init(&c, lost_srv.url, team_tok), 0);
+    client_reply r;
+    ck_assert_int_eq(client_request(&c, "POST", "/api/v1/jobs", body, strlen(body), NULL, &r), 0);
+    ck_assert_int_eq(r.status, 503);
+    o = cJSON_ParseWithLength(r.body.data, r.body.len);
+    ck_assert_ptr_nonnull(o);
+    const char *msg = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "error"), "message"));
+    ck_assert_msg(msg && strstr(msg, "127.0.0.1:") && strstr(msg, "Connection refused"), "503 says: %s",
+                  msg ? msg : "(nothing)");
+    cJSON_Delete(o);
+    client_reply_release(&r);
+    client_release(&c);
+    /* it stops leading within the deadline (4 s of the default 6 s lease):
+     * a standby's health, or none while it starts again */
+    int64_t t0 = mono_ms();
+    char role[32] = "leader";
+    while (mono_ms() - t0 < 8000) {
+        lost_role(role, sizeof role);
+        if (strcmp(role, "leader") != 0) break;
+        ty_sleep_ms(100);
+    }
+    ck_assert_msg(strcmp(role, "leader") != 0, "still the leader 8 s after its database went");
+    fprintf(stderr, "ha: the database gone: the server no longer answered as the leader %.2f s later\n", (double)(mono_ms() - t0) / 1000.0);
+    /* the database back: the server leads again, with what it acknowledged */
+    ck_assert_int_eq(pg_ctl("start"), 0);
+    t0 = mono_ms();
+    while (mono_ms() - t0 < 30000) {
+        lost_role(role, sizeof role);
+        if (strcmp(role, "leader") == 0) break;
+        ty_sleep_ms(200);
+    }
+    ck_assert_str_eq(role, "leader");
+    ck_assert_int_eq(count_jobs(lost_srv.url), before);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ha");
+    TCase *tl = tcase_create("database_lost");
+    tcase_add_checked_fixture(tl, lost_setup, lost_teardown);
+    tcase_set_timeout(tl, 120);
+    tcase_add_test(tl, database_lost_mid_run);
+    suite_add_tcase(s, tl);
     TCase *t = tcase_create("failover");
     tcase_add_checked_fixture(t, setup, teardown);
     tcase_set_timeout(t, 420);
