@@ -8,7 +8,8 @@ scratch directory laid out like a checkout:
 
     SCRATCH/build/trainyard -> BUILD/trainyard (the build under test)
     SCRATCH/examples/          a copy of examples/
-    SCRATCH/scripts/run.sh     a copy of scripts/run.sh (and s3-dev.sh: the S3 store to try)
+    SCRATCH/scripts/run.sh     a copy of scripts/run.sh (and s3-dev.sh, pg-dev.sh: the S3 store
+                               and the PostgreSQL to try)
     SCRATCH/.trainyard/        the service's data (token, admin.token, ...)
 
 The service listens on 127.0.0.1:8080, as the README says. When that port
@@ -376,6 +377,7 @@ def main():
     os.makedirs(os.path.join(scratch, "scripts"))
     shutil.copy2(os.path.join(ROOT, "scripts", "run.sh"), os.path.join(scratch, "scripts", "run.sh"))
     shutil.copy2(os.path.join(ROOT, "scripts", "s3-dev.sh"), os.path.join(scratch, "scripts", "s3-dev.sh"))
+    shutil.copy2(os.path.join(ROOT, "scripts", "pg-dev.sh"), os.path.join(scratch, "scripts", "pg-dev.sh"))
     env = dict(os.environ)
     for k in ("TRAINYARD_URL", "TRAINYARD_TOKEN", "TRAINYARD_TOKEN_FILE"):
         env.pop(k, None)
