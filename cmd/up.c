@@ -37,7 +37,8 @@ static void up_usage(FILE *f) {
             "                     --tls auto, --tls-cert F --tls-key F, --insecure-http,\n"
             "                     --context-max-mb, --context-max-files, --context-max-unpacked-mb,\n"
             "                     --context-quota-mb, --context-grace-s,\n"
-            "                     --disk-reserve, --log-max-per-job-default, --log-max-per-job]\n"
+            "                     --disk-reserve, --log-max-per-job-default, --log-max-per-job,\n"
+            "                     --db postgres://..., --db-password-file F, --lease-ttl D]\n"
             "  --tls auto: HTTPS with the server's own CA (DATA/tls/ca.crt), which the agent trusts;\n"
             "  the server (default 127.0.0.1:8080, data in ./.trainyard) and one local agent;\n"
             "  the agent runs training under SCHED_IDLE at nice " UP_WORKER_NICE " (--worker-sched normal\n"
@@ -120,7 +121,8 @@ static int up_server_value_flag(const char *a) {
            strcmp(a, "--db-resident-mb") == 0 || strcmp(a, "--log-retention-days") == 0 ||
            strcmp(a, "--audit-retention-days") == 0 ||
            strncmp(a, "--context-", 10) == 0 || strcmp(a, "--disk-reserve") == 0 || strncmp(a, "--backup-", 9) == 0 || strncmp(a, "--blob-", 7) == 0 ||
-           strcmp(a, "--log-max-per-job-default") == 0 || strcmp(a, "--log-max-per-job") == 0;
+           strcmp(a, "--log-max-per-job-default") == 0 || strcmp(a, "--log-max-per-job") == 0 ||
+           strcmp(a, "--db") == 0 || strcmp(a, "--db-password-file") == 0 || strcmp(a, "--lease-ttl") == 0;
 }
 
 /* Splits the flags: the agent's go to the agent, the rest to the server

@@ -723,6 +723,7 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
     }
     snprintf(s->url, sizeof s->url, "%s://%s:%d", s->tls_cert_pem ? "https" : "http", s->opt.host, s->port);
     snprintf(s->public_url, sizeof s->public_url, "%s", s->opt.public_url[0] ? s->opt.public_url : s->url);
+    db_lease_set_url(s->db, s->public_url); /* the port bound, where --listen said 0 */
     if (s->opt.apps_port >= 0 && app->apps_routes) {
         /* a job's apps on an origin of their own: their pages cannot read the
          * dashboard's storage nor ride its session (docs/server.md, "Origins") */

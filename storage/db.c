@@ -1690,22 +1690,26 @@ static void lease_set_role(db *d, int role, int64_t epoch, const char *why) {
 /* One look at the lease: renew it (leading) or take it when it has expired
  * (standing by). last_ok: when the leader last renewed (monotonic s). */
 static void lease_round(db *d, pg_conn *pc, double *last_ok) {
-    char ttl[16], ep[24];
+    char ttl[16], ep[24], url[512];
+    pthread_mutex_lock(&d->lease.mu);
+    snprintf(url, sizeof url, "%.511s", d->lease.url);
+    pthread_mutex_unlock(&d->lease.mu);
     snprintf(ttl, sizeof ttl, "%d", d->lease.cfg.ttl_ms);
     int64_t e = db_epoch(d), got = 0;
     if (db_role(d) == DB_LEADER) {
         snprintf(ep, sizeof ep, "%lld", (long long)e);
-        const char *v[3] = {d->lease.holder, ep, ttl};
+        const char *v[4] = {d->lease.holder, ep, ttl, url};
         int rc = pg_query_int64(pc,
-                                "UPDATE ty_lease SET expires_at = clock_timestamp() + $3::int * interval '1 millisecond'"
+                                "UPDATE ty_lease SET expires_at = clock_timestamp() + $3::int * interval '1 millisecond',"
+                                " url = $4"
                                 " WHERE id = 1 AND holder = $1 AND epoch = $2::bigint AND expires_at > clock_timestamp()"
                                 " RETURNING epoch",
-                                3, v, &got);
+                                4, v, &got);
         if (rc == 0) {
             *last_ok = mono_s();
             __atomic_store_n(&d->lease.last_ok_ms, mono_ms(), __ATOMIC_RELEASE);
             pthread_mutex_lock(&d->lease.mu);
-            snprintf(d->lease.leader_url, sizeof d->lease.leader_url, "%s", d->lease.url);
+            snprintf(d->lease.leader_url, sizeof d->lease.leader_url, "%s", url);
             d->lease.ms_left = d->lease.cfg.ttl_ms;
             pthread_mutex_unlock(&d->lease.mu);
         } else if (rc == DB_DONE) {
@@ -1718,7 +1722,7 @@ static void lease_round(db *d, pg_conn *pc, double *last_ok) {
         }
         return;
     }
-    const char *v[3] = {d->lease.holder, d->lease.url, ttl};
+    const char *v[3] = {d->lease.holder, url, ttl};
     int rc = pg_query_int64(pc,
                             "UPDATE ty_lease SET holder = $1, url = $2, epoch = epoch + 1,"
                             " acquired_at = clock_timestamp(),"
@@ -1729,7 +1733,7 @@ static void lease_round(db *d, pg_conn *pc, double *last_ok) {
         *last_ok = mono_s();
         __atomic_store_n(&d->lease.last_ok_ms, mono_ms(), __ATOMIC_RELEASE);
         pthread_mutex_lock(&d->lease.mu);
-        snprintf(d->lease.leader_url, sizeof d->lease.leader_url, "%s", d->lease.url);
+        snprintf(d->lease.leader_url, sizeof d->lease.leader_url, "%s", url);
         d->lease.ms_left = d->lease.cfg.ttl_ms;
         pthread_mutex_unlock(&d->lease.mu);
         lease_set_role(d, DB_LEADER, got, "");
@@ -1829,6 +1833,16 @@ int db_lease_start(db *d, const db_lease_cfg *cfg, char *err, size_t errlen) {
         return -1;
     }
     return 0;
+}
+
+void db_lease_set_url(db *d, const char *url) {
+    if (!d->pg_url || !d->lease.running) return;
+    char *u = xstrdup(url);
+    pthread_mutex_lock(&d->lease.mu);
+    char *old = d->lease.url;
+    d->lease.url = u;
+    pthread_mutex_unlock(&d->lease.mu);
+    free(old);
 }
 
 void db_lease_stop(db *d) {

@@ -338,6 +338,11 @@ typedef struct db_lease_cfg {
 /* Starts taking part in the election (a thread of its own with its own
  * connection): 0, or -1 with the reason in err. SQLite: nothing to do. */
 int db_lease_start(db *d, const db_lease_cfg *cfg, char *err, size_t errlen);
+/* The URL this server advertises from now on (its listener bound a port of
+ * its own choosing after the lease started): written with the next
+ * renewal, or with the lease when it takes one. */
+void db_lease_set_url(db *d, const char *url);
+
 /* Gives the lease back (a standby then takes over at once rather than when
  * it expires) and stops the thread; db_close does it too. */
 void db_lease_stop(db *d);

@@ -565,7 +565,7 @@ static void lost_setup(void) {
         if (strncmp(line, "DATABASE_URL=", 13) == 0) sscanf(line + 13, "%699s", url);
     ck_assert_int_eq(pclose(f), 0);
     ck_assert_msg(url[0], "scripts/pg-dev.sh start printed no DATABASE_URL");
-    snprintf(lost_srv.dir, sizeof lost_srv.dir, "%s/data", lost_dir);
+    snprintf(lost_srv.dir, sizeof lost_srv.dir, "%.200s/data", lost_dir);
     mkdir(lost_srv.dir, 0700);
     /* a fixed port: a server that stops leading starts again (the same
      * process, exec'd) and listens where it did */

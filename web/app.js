@@ -85,8 +85,28 @@ async function api(path, opts = {}) {
                     : 'Your token was refused; sign in again.');
     throw new ApiError(401, body);
   }
+  if (r.status === 503 && body && body.error && body.error.code === 'standby') showStandby(body.leader);
   if (!r.ok) throw new ApiError(r.status, body);
   return opts.raw ? {text, headers: r.headers} : body;
+}
+
+/* This server is a standby (several servers on one PostgreSQL, docs/ha.md):
+ * it answers every call 503 naming the leader. Said at the top with a link
+ * to the same page on the leader (another origin: sign in there again). */
+function showStandby(leader) {
+  const el = document.getElementById('standby');
+  if (!el) return;
+  el.textContent = '';
+  el.append('This server is a standby: it keeps no jobs of its own. ');
+  if (leader && /^https?:\/\//.test(leader)) {
+    const a = document.createElement('a');
+    a.href = leader.replace(/\/+$/, '') + '/' + location.hash;
+    a.textContent = 'Go to the leader, ' + leader;
+    el.append(a, '.');
+  } else {
+    el.append('No server leads right now; one takes over within seconds.');
+  }
+  el.hidden = false;
 }
 
 function fmtDuration(s) {

@@ -30,4 +30,6 @@ timeout 120 node --test tests/web/terminal.test.mjs
 timeout 180 node --test tests/web/notebook.test.mjs
 # single sign-on: the real provider (tests/oidc/provider.mjs), its login page, the session, CSRF, audit
 timeout 120 node --test tests/web/sso.test.mjs
+# several servers on one PostgreSQL: a standby's dashboard names the leader; the standby takes over
+timeout 120 node --test tests/web/standby.test.mjs
 echo "web tests: screenshots in $WEB_TEST_OUT"
