@@ -185,6 +185,20 @@ static int write_group_commit(server *srv, buf *b) {
     return rc;
 }
 
+/* Leadership (docs/ha.md): this server's role, its fencing number, the
+ * writes the fence refused it. On SQLite: leader, epoch 0. */
+static int write_lease(server *srv, buf *b) {
+    int rc = family(b, "trainyard_leader", "gauge", "1 when this server leads, 0 when it stands by.");
+    if (rc == 0) rc = buf_printf(b, "trainyard_leader{store=\"%s\"} %d\n", db_engine(srv->db), db_role(srv->db) == DB_LEADER);
+    if (rc == 0) rc = family(b, "trainyard_lease_epoch", "gauge", "The fencing number this server writes with (0: none).");
+    if (rc == 0) rc = buf_printf(b, "trainyard_lease_epoch %lld\n", (long long)db_epoch(srv->db));
+    if (rc == 0)
+        rc = family(b, "trainyard_fenced_writes_total", "counter",
+                    "Writes the database refused this server: it no longer held the lease.");
+    if (rc == 0) rc = buf_printf(b, "trainyard_fenced_writes_total %llu\n", (unsigned long long)db_fenced_writes(srv->db));
+    return rc;
+}
+
 /* GET /metrics */
 static void metrics_get(server *srv, http_req *req, http_res *res) {
     (void)req;
@@ -193,6 +207,16 @@ static void metrics_get(server *srv, http_req *req, http_res *res) {
     int64_t now = now_ms();
     int rc = family(&b, "trainyard_build_info", "gauge", "The running version (always 1).");
     if (rc == 0) rc = buf_printf(&b, "trainyard_build_info{version=\"%s\"} 1\n", TRAINYARD_VERSION);
+    if (rc == 0) rc = write_lease(srv, &b);
+    if (rc == 0 && db_role(srv->db) != DB_LEADER) { /* a standby: what it knows without the leader's state */
+        size_t len = 0;
+        char *body = buf_detach(&b, &len);
+        res->status = 200;
+        res->content_type = "text/plain; version=0.0.4; charset=utf-8";
+        res->body = body;
+        res->len = len;
+        return;
+    }
     int db_rc = 0;
     if (rc == 0 && (db_rc = write_jobs(srv, &b, now)) == 0 && (db_rc = write_devices(srv, &b, now)) == 0)
         db_rc = write_running(srv, &b, now);
