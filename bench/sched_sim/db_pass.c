@@ -1,20 +1,30 @@
 /* db_pass.c - times the persistent scheduling pass (scheduler/scheduler.c)
- * on a real SQLite file: N nodes x G GPUs (+32 CPU slots) and J queued jobs
- * of the simulator's gang mix, then passes as jobs start and end. Reports
- * each pass's split: upkeep (write transaction), refresh (the mirror reads
- * what changed), build (the core's snapshot), core, apply (the only part
- * that holds the write lock besides upkeep).
+ * on a real store, a SQLite file or (--db URL) a PostgreSQL database: N
+ * nodes x G GPUs (+32 CPU slots) and J queued jobs of the simulator's gang
+ * mix, then passes as jobs start and end. Reports each pass's split: upkeep
+ * (write transaction), refresh (the mirror reads what changed), build (the
+ * core's snapshot), core, apply (the only part that holds the write lock
+ * besides upkeep).
  *
  * The same database is run twice from one copy of the file: with the mirror
  * (what the server does) and with sched_full_load(1) (every pass reads the
  * whole store, as before the mirror). Between passes, C of the running jobs
  * end (their tasks exit, the job succeeds) and C new jobs are submitted, by
  * SQL on the pass's own connection; the first pass places the first wave.
+ * After the mirror run's last pass, its mirror must equal a fresh
+ * cluster_load (the run fails otherwise).
+ *
+ * A PostgreSQL database cannot be copied by its owner: there the full-load
+ * run follows the mirror run on the same database (the same sizes: the
+ * churn ends as many jobs as it submits). Its setup commits with
+ * synchronous_commit off (its own session only); the passes run with the
+ * database's setting, or the URL's (options=-c synchronous_commit=off).
  *
  * Run: bench/sched_sim/run.sh db [--nodes N] [--gpus G] [--jobs J]
- *      [--passes P] [--churn C] [--mode both|mirror|full]
+ *      [--passes P] [--churn C] [--mode both|mirror|full] [--db URL]
+ * (DB=postgres bench/sched_sim/run.sh db starts one with scripts/pg-dev.sh
+ * and passes its URL; the database must be empty.)
  * Last line: one JSON object with both modes' figures. */
-#include <sqlite3.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,18 +33,10 @@
 #include <unistd.h>
 
 #include "common/util.h"
+#include "scheduler/mirror.h"
 #include "scheduler/scheduler.h"
 #include "storage/cluster.h"
 #include "storage/store.h"
-
-static int exec_sql(db *d, const char *sql)
-{
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db_sqlite(d), sql, -1, &st, NULL) != SQLITE_OK) return -1;
-    int rc = sqlite3_step(st);
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : -1;
-}
 
 static uint64_t g_rng = 42;
 static uint64_t rnd(void)
@@ -52,48 +54,125 @@ static int add_jobs(db *d, int64_t team, int n, int64_t now)
 {
     static const struct { int w, dpw; } mix[] = {{1, 1}, {1, 1}, {1, 1}, {1, 2}, {1, 4}, {1, 8}, {1, 8}, {2, 8}, {4, 8}, {8, 8}};
     if (db_begin(d) < 0) return -1;
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db_sqlite(d), SQL_JOB, -1, &st, NULL) != SQLITE_OK) { db_rollback(d); return -1; }
     for (int j = 0; j < n; j++) {
         int m = (int)(rnd() % 10);
-        sqlite3_reset(st);
-        sqlite3_bind_int64(st, 1, team);
-        sqlite3_bind_int(st, 2, mix[m].w);
-        sqlite3_bind_int(st, 3, mix[m].dpw);
-        sqlite3_bind_int64(st, 4, now);
-        sqlite3_bind_int64(st, 5, now);
-        sqlite3_bind_int64(st, 6, now + j);
-        if (sqlite3_step(st) != SQLITE_DONE) { sqlite3_finalize(st); db_rollback(d); return -1; }
+        db_stmt *st = db_prepare(d, SQL_JOB);
+        if (!st) { db_rollback(d); return -1; }
+        db_bind_int64(st, 1, team);
+        db_bind_int(st, 2, mix[m].w);
+        db_bind_int(st, 3, mix[m].dpw);
+        db_bind_int64(st, 4, now);
+        db_bind_int64(st, 5, now);
+        db_bind_int64(st, 6, now + j);
+        int rc = db_step(st);
+        db_done(st);
+        if (rc != DB_DONE) { db_rollback(d); return -1; }
     }
-    sqlite3_finalize(st);
     return db_commit(d);
 }
 
 /* c running jobs end: their tasks exit, the job succeeds (the next upkeep
  * frees their devices). */
+static const char SQL_PICK[] = "SELECT id FROM jobs WHERE state IN ('starting','running')"
+                               " ORDER BY (id * 2654435761 + ?) % 1000003 LIMIT ?";
+static const char SQL_END_TASKS[] = "UPDATE tasks SET state = 'exited', exit_code = 0 WHERE job_id = ?"
+                                    " AND state != 'exited'";
+static const char SQL_END_JOB[] = "UPDATE jobs SET state = 'succeeded' WHERE id = ?";
+
 static int end_jobs(db *d, int c)
 {
     if (db_begin(d) < 0) return -1;
-    sqlite3_stmt *pick = NULL, *tasks = NULL, *job = NULL;
-    int ok = sqlite3_prepare_v2(db_sqlite(d), "SELECT id FROM jobs WHERE state IN ('starting','running')"
-                                " ORDER BY (id * 2654435761 + ?) % 1000003 LIMIT ?", -1, &pick, NULL) == SQLITE_OK &&
-             sqlite3_prepare_v2(db_sqlite(d), "UPDATE tasks SET state = 'exited', exit_code = 0 WHERE job_id = ?"
-                                " AND state != 'exited'", -1, &tasks, NULL) == SQLITE_OK &&
-             sqlite3_prepare_v2(db_sqlite(d), "UPDATE jobs SET state = 'succeeded' WHERE id = ?", -1, &job,
-                                NULL) == SQLITE_OK;
-    if (ok) {
-        sqlite3_bind_int64(pick, 1, (int64_t)(rnd() % 1000003));
-        sqlite3_bind_int(pick, 2, c);
-        while (ok && sqlite3_step(pick) == SQLITE_ROW) {
-            int64_t id = sqlite3_column_int64(pick, 0);
-            sqlite3_reset(tasks); sqlite3_bind_int64(tasks, 1, id);
-            sqlite3_reset(job); sqlite3_bind_int64(job, 1, id);
-            ok = sqlite3_step(tasks) == SQLITE_DONE && sqlite3_step(job) == SQLITE_DONE;
-        }
+    int64_t *ids = xcalloc((size_t)c + 1, sizeof *ids);
+    int n = 0, ok = 1;
+    db_stmt *pick = db_prepare(d, SQL_PICK);
+    if (!pick) ok = 0;
+    else {
+        db_bind_int64(pick, 1, (int64_t)(rnd() % 1000003));
+        db_bind_int(pick, 2, c);
+        int rc;
+        while ((rc = db_step(pick)) == DB_ROW && n < c) ids[n++] = db_col_int64(pick, 0);
+        ok = rc == DB_ROW || rc == DB_DONE;
+        db_done(pick);
     }
-    sqlite3_finalize(pick); sqlite3_finalize(tasks); sqlite3_finalize(job);
+    for (int k = 0; ok && k < n; k++) {
+        db_stmt *tasks = db_prepare(d, SQL_END_TASKS);
+        if (!tasks) { ok = 0; break; }
+        db_bind_int64(tasks, 1, ids[k]);
+        ok = db_step(tasks) == DB_DONE;
+        db_done(tasks);
+        db_stmt *job = ok ? db_prepare(d, SQL_END_JOB) : NULL;
+        if (!job) { ok = 0; break; }
+        db_bind_int64(job, 1, ids[k]);
+        ok = db_step(job) == DB_DONE;
+        db_done(job);
+    }
+    free(ids);
     if (!ok) { db_rollback(d); return -1; }
     return db_commit(d);
+}
+
+/* Opens the store; on PostgreSQL also takes the lease, as a server does
+ * before it writes (docs/postgres.md, the fence). */
+static int open_store(db **d, const char *path)
+{
+    char err[256];
+    if (db_open(d, path, err, sizeof err) < 0) { fprintf(stderr, "%s\n", err); return -1; }
+    if (strcmp(db_engine(*d), "postgres") == 0) {
+        db_lease_cfg cfg = {.holder = "db_pass", .url = "http://127.0.0.1:1"};
+        if (db_lease_start(*d, &cfg, err, sizeof err) < 0 || db_lease_wait(*d, 20000) < 0) {
+            fprintf(stderr, "the lease: %s\n", err[0] ? err : "not led within 20 s");
+            db_close(*d);
+            *d = NULL;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int cmp_job_id(const void *a, const void *b)
+{
+    int64_t x = ((const cl_job *)a)->id, y = ((const cl_job *)b)->id;
+    return (x > y) - (x < y);
+}
+
+/* The scheduler's mirror, brought up to date, against a fresh cluster_load:
+ * what a pass reads incrementally (by id, or prefetched in one statement on
+ * PostgreSQL) must be what loading everything reads. 1 when they agree, 0
+ * (with the first difference on stderr) when not, -1 on error. */
+static int mirror_agrees(db *d)
+{
+    mirror *m = db_cache(d, DB_CACHE_MIRROR, NULL, NULL);
+    if (!m || mirror_refresh(m, d, NULL) < 0) return -1;
+    cluster_state a, b;
+    mirror_export(m, &a);
+    if (cluster_load(d, &b) < 0) { cluster_state_release(&a); return -1; }
+    const char *what = NULL;
+    if (a.n_nodes != b.n_nodes || a.n_devices != b.n_devices) what = "node or device count";
+    for (int i = 0; !what && i < a.n_devices; i++)
+        if (a.devices[i].id != b.devices[i].id || a.devices[i].job_id != b.devices[i].job_id ||
+            a.devices[i].task_id != b.devices[i].task_id) what = "a device's holder";
+    if (!what && (a.n_ports != b.n_ports || a.n_mem != b.n_mem)) what = "port or memory rows";
+    for (int i = 0; !what && i < a.n_ports; i++)
+        if (a.ports[i].node_id != b.ports[i].node_id || a.ports[i].port != b.ports[i].port) what = "a port";
+    for (int i = 0; !what && i < a.n_mem; i++)
+        if (a.mem[i].node_id != b.mem[i].node_id || a.mem[i].job_id != b.mem[i].job_id || a.mem[i].mb != b.mem[i].mb)
+            what = "a node's memory";
+    if (!what && (a.n_jobs != b.n_jobs || a.n_avoid != b.n_avoid)) what = "job or avoid count";
+    if (!what) {
+        qsort(a.jobs, (size_t)a.n_jobs, sizeof *a.jobs, cmp_job_id);
+        qsort(b.jobs, (size_t)b.n_jobs, sizeof *b.jobs, cmp_job_id);
+    }
+    for (int i = 0; !what && i < a.n_jobs; i++) {
+        const cl_job *x = &a.jobs[i], *y = &b.jobs[i];
+        if (x->id != y->id || strcmp(x->state, y->state) || strcmp(x->reason, y->reason) || x->attempt != y->attempt ||
+            x->attempt_started_at != y->attempt_started_at || x->stopping != y->stopping || x->runtime != y->runtime ||
+            x->interactive != y->interactive)
+            what = "a job";
+    }
+    if (what) fprintf(stderr, "db_pass: the mirror differs from a fresh load: %s\n", what);
+    cluster_state_release(&a);
+    cluster_state_release(&b);
+    return what ? 0 : 1;
 }
 
 /* CPU time of this thread: what the pass costs, less the time it waited
@@ -128,15 +207,15 @@ static double pct(const double *v, int n, double p)
 typedef struct figures {
     double first, med, p99, cpu_med, cpu_p99, upkeep, refresh, build, core, apply;
     int passes;
+    int agrees; /* the mirror equals a fresh load after the last pass (mirror run) */
 } figures;
 
 /* Runs the passes on the database at path: full 1 = the whole store read
  * each pass. */
 static int run(const char *path, int full, int passes, int churn, int64_t now, int64_t team, figures *f)
 {
-    char err[256];
     db *d = NULL;
-    if (db_open(&d, path, err, sizeof err) < 0) { fprintf(stderr, "%s\n", err); return -1; }
+    if (open_store(&d, path) < 0) return -1;
     sched_full_load(full);
     sched_config cfg;
     sched_config_default(&cfg);
@@ -160,6 +239,10 @@ static int run(const char *path, int full, int passes, int churn, int64_t now, i
         if (end_jobs(d, churn) < 0 || add_jobs(d, team, churn, now + pass * 1000) < 0) {
             fprintf(stderr, "churn failed\n"); rc = -1; break;
         }
+    }
+    if (rc == 0 && !full) {
+        f->agrees = mirror_agrees(d);
+        if (f->agrees != 1) rc = -1;
     }
     /* warm passes: after the first two (the first wave placed, its reasons written) */
     int w0 = passes > 4 ? 2 : 1, nw = passes - w0;
@@ -189,18 +272,19 @@ static void json_fig(const char *name, const figures *f, int last)
 {
     printf("\"%s\":{\"first_ms\":%.1f,\"median_ms\":%.1f,\"p99_ms\":%.1f,\"cpu_median_ms\":%.1f,"
            "\"cpu_p99_ms\":%.1f,\"upkeep_ms\":%.1f,\"refresh_ms\":%.1f,\"build_ms\":%.1f,\"core_ms\":%.1f,"
-           "\"apply_ms\":%.1f,\"passes\":%d}%s",
+           "\"apply_ms\":%.1f,\"passes\":%d%s}%s",
            name, f->first, f->med, f->p99, f->cpu_med, f->cpu_p99, f->upkeep, f->refresh, f->build, f->core, f->apply,
-           f->passes, last ? "" : ",");
+           f->passes, f->agrees ? ",\"mirror_equals_load\":true" : "", last ? "" : ",");
 }
 
 int main(int argc, char **argv)
 {
     int n_nodes = 1000, gpus = 8, n_jobs = 10000, passes = 20, churn = 50;
-    const char *mode = "both";
+    const char *mode = "both", *url = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         long v = 0;
         if (!strcmp(argv[i], "--mode")) { mode = argv[i + 1]; continue; }
+        if (!strcmp(argv[i], "--db")) { url = argv[i + 1]; continue; }
         if (parse_long(argv[i + 1], 0, 10000000, &v) != 0) return 2;
         if (!strcmp(argv[i], "--nodes")) n_nodes = (int)v;
         else if (!strcmp(argv[i], "--gpus")) gpus = (int)v;
@@ -210,15 +294,20 @@ int main(int argc, char **argv)
         else return 2;
     }
     if (passes < 2 || gpus > 64) return 2;
+    if (url && !db_is_url(url)) { fprintf(stderr, "--db: a postgres:// URL\n"); return 2; }
     int do_mirror = strcmp(mode, "full") != 0, do_full = strcmp(mode, "mirror") != 0;
     log_set_level(LOG_WARN);
+    setvbuf(stdout, NULL, _IOLBF, 0); /* each pass's line as it ends */
     char dir[] = "/tmp/ty_dbpass_XXXXXX";
     if (!mkdtemp(dir)) return 1;
-    char path[128], path2[160], err[256];
+    char path[128], path2[160];
     snprintf(path, sizeof path, "%s/t.db", dir);
     snprintf(path2, sizeof path2, "%s/full.db", dir);
+    const char *store = url ? url : path, *store2 = url ? url : path2;
     db *d = NULL;
-    if (db_open(&d, path, err, sizeof err) < 0) { fprintf(stderr, "%s\n", err); return 1; }
+    if (open_store(&d, store) < 0) return 1;
+    /* the setup's commits need not wait for the disk (PostgreSQL: this session only) */
+    if (url && db_exec(d, "SET synchronous_commit = off") < 0) return 1;
     int64_t team = 0;
     if (store_team_create(d, "default", &team) != STORE_OK) return 1;
     int64_t now = now_ms();
@@ -231,18 +320,27 @@ int main(int argc, char **argv)
         if (cluster_node_upsert(d, host, "10.0.0.1", 32, gpus, idx, NULL, NULL, 0, NULL, now, NULL, NULL) < 0) return 1;
     }
     if (add_jobs(d, team, n_jobs, now) < 0) return 1;
-    if (exec_sql(d, "PRAGMA wal_checkpoint(TRUNCATE)") < 0) return 1;
+    if (url) {
+        /* the statistics autovacuum would soon gather, of the tables filled here; tasks and
+         * allocations are still empty, and a table never analyzed is planned by its size */
+        if (db_exec(d, "ANALYZE nodes, devices, jobs") < 0) return 1;
+    } else if (db_exec(d, "PRAGMA wal_checkpoint(TRUNCATE)") < 0) {
+        return 1;
+    }
     db_close(d);
     char cmd[512];
     snprintf(cmd, sizeof cmd, "cp '%s' '%s'", path, path2);
-    if (system(cmd) != 0) return 1;
-    printf("db_pass: %d nodes x %d gpu + 32 cpu slots, %d queued jobs, %d passes, %d jobs end and %d are"
-           " submitted between passes; setup %.1f s\n", n_nodes, gpus, n_jobs, passes, churn, churn, mono_s() - t0);
+    if (!url && system(cmd) != 0) return 1;
+    printf("db_pass: %s, %d nodes x %d gpu + 32 cpu slots, %d queued jobs, %d passes, %d jobs end and %d are"
+           " submitted between passes; setup %.1f s\n", url ? "postgres" : "sqlite", n_nodes, gpus, n_jobs, passes,
+           churn, churn, mono_s() - t0);
     figures fm = {0}, ff = {0};
-    if (do_mirror && run(path, 0, passes, churn, now, team, &fm) < 0) return 1;
-    if (do_full && run(path2, 1, passes, churn, now, team, &ff) < 0) return 1;
-    printf("{\"nodes\":%d,\"gpus_per_node\":%d,\"jobs\":%d,\"passes\":%d,\"churn\":%d,", n_nodes, gpus, n_jobs,
-           passes, churn);
+    if (do_mirror && run(store, 0, passes, churn, now, team, &fm) < 0) return 1;
+    /* on the same PostgreSQL database the full run goes on in time after the mirror's */
+    int64_t now2 = url && do_mirror ? now + (int64_t)(passes + 1) * 1000 : now;
+    if (do_full && run(store2, 1, passes, churn, now2, team, &ff) < 0) return 1;
+    printf("{\"store\":\"%s\",\"nodes\":%d,\"gpus_per_node\":%d,\"jobs\":%d,\"passes\":%d,\"churn\":%d,",
+           url ? "postgres" : "sqlite", n_nodes, gpus, n_jobs, passes, churn);
     json_fig("mirror", &fm, 0);
     json_fig("full_load", &ff, 1);
     printf("}\n");
