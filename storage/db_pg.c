@@ -109,7 +109,11 @@ void pg_target(const char *url, char *out, size_t cap) {
 }
 
 /* What every session of ours does first: its name, its limits, and the
- * table its writes' changes are captured in (ty_note). */
+ * table its writes' changes are captured in (ty_note). JIT off: the
+ * scheduler's full load (100,000 jobs with correlated subqueries) is
+ * costed past jit_above_cost and spent 200 of its 275 ms compiling
+ * (docs/postgres.md, "Speed"); none of our statements runs long enough
+ * to win it back. */
 static int session_setup(pg_conn *pc) {
     char sql[600];
     char app[64];
@@ -122,6 +126,7 @@ static int session_setup(pg_conn *pc) {
              " SET lock_timeout = '5s';"
              " SET statement_timeout = '60s';"
              " SET client_min_messages = warning;"
+             " SET jit = off;"
              " CREATE TEMP TABLE IF NOT EXISTS ty_chg(t smallint, id bigint);",
              app);
     PGresult *r = PQexec(pc->conn, sql);
