@@ -217,10 +217,17 @@ static void row_user_usage(db_stmt *st, void *out)
     " json_extract(j.spec, '$.environment.image') IS NOT NULL, coalesce(j.user_id, 0),"  \
     " json_extract(j.spec, '$.interactive.type') IS NOT NULL"                           \
     " FROM jobs j "
+/* PostgreSQL: a spec whose text lacks the key is not parsed (ty_json_text
+ * parses it in a subtransaction: 180 of 250 ms of a 100,000-job load). A key
+ * SQLite's json_extract matches is in the text as written, quotes and all
+ * (docs/postgres.md, the JSON helpers), so the answer is SQLite's. */
 #define JOB_COLS_PG                                                                     \
     JOB_COLS_HEAD                                                                       \
-    " ty_json_text(j.spec, '$.environment.image') IS NOT NULL, coalesce(j.user_id, 0),"  \
-    " ty_json_text(j.spec, '$.interactive.type') IS NOT NULL"                           \
+    " CASE WHEN strpos(j.spec, '\"image\"') = 0 THEN false"                              \
+    "   ELSE ty_json_text(j.spec, '$.environment.image') IS NOT NULL END,"               \
+    " coalesce(j.user_id, 0),"                                                          \
+    " CASE WHEN strpos(j.spec, '\"interactive\"') = 0 THEN false"                        \
+    "   ELSE ty_json_text(j.spec, '$.interactive.type') IS NOT NULL END"                 \
     " FROM jobs j "
 #define JOBS_LIVE_WHERE "WHERE j.state IN ('queued','starting','running') ORDER BY j.id"
 #define JOBS_HOLDING_WHERE                                                              \
