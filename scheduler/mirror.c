@@ -521,6 +521,8 @@ static int refresh_nodes(mirror *m, db *d, refresh_sets *r, mirror_stats *st, in
  * device is new or gone. */
 static int refresh_devices(mirror *m, db *d, refresh_sets *r, mirror_stats *st)
 {
+    /* each phase's by-id reads in one statement on PostgreSQL (cluster.h) */
+    if (cluster_prefetch_devices(d, r->devs.v, r->devs.n) < 0) return -1;
     for (int k = 0; k < r->devs.n; k++) {
         int64_t node_id = 0;
         cl_device row;
@@ -578,6 +580,7 @@ static int refresh_devices(mirror *m, db *d, refresh_sets *r, mirror_stats *st)
  * ports and memory in use (derived from tasks rows), read again. */
 static int refresh_tasks(mirror *m, db *d, refresh_sets *r)
 {
+    if (cluster_prefetch_tasks(d, r->tasks.v, r->tasks.n) < 0) return -1;
     for (int k = 0; k < r->tasks.n; k++) {
         int64_t job = 0, node_id = 0;
         int rc = cluster_read_task_job(d, r->tasks.v[k], &job, &node_id);
@@ -588,6 +591,7 @@ static int refresh_tasks(mirror *m, db *d, refresh_sets *r)
         }
     }
     id_uniq(&r->dirty_pm);
+    if (cluster_prefetch_node_use(d, r->dirty_pm.v, r->dirty_pm.n) < 0) return -1;
     for (int k = 0; k < r->dirty_pm.n; k++) {
         int i = mirror_find_node(m, r->dirty_pm.v[k]);
         if (i < 0) continue;
@@ -610,6 +614,7 @@ static int refresh_tasks(mirror *m, db *d, refresh_sets *r)
 static int refresh_jobs(mirror *m, db *d, refresh_sets *r, mirror_stats *st, int *fresh, int *n_fresh, int *left)
 {
     id_uniq(&r->jobs);
+    if (cluster_prefetch_jobs(d, r->jobs.v, r->jobs.n) < 0) return -1;
     for (int k = 0; k < r->jobs.n; k++) {
         cl_job row;
         int rc = cluster_read_job(d, r->jobs.v[k], &row);

@@ -370,8 +370,169 @@ fail:
 
 int cluster_read_begin(db *d) { return db_begin_read(d); }
 
+/* ---------------------------------------------------------------- prefetch
+ * (cluster.h, cluster_prefetch_*): this thread's rows of each kind, sorted
+ * by their key (id, or node id), and the keys asked for (sorted): a key
+ * asked for and without a row has none. */
+enum { PF_DEVICE, PF_TASK, PF_JOB, PF_PORT, PF_MEM, PF_AVOID, PF_KINDS };
+typedef struct pf_task {
+    int64_t id, job_id, node_id;
+} pf_task;
+typedef struct prefetch {
+    int on;
+    int64_t *keys;
+    int n_keys;
+    char *rows;
+    int n, cap;
+    size_t sz;
+} prefetch;
+static __thread prefetch t_pf[PF_KINDS];
+
+static void pf_clear(int kind)
+{
+    prefetch *p = &t_pf[kind];
+    free(p->keys);
+    free(p->rows);
+    memset(p, 0, sizeof *p);
+}
+
+static void pf_clear_all(void)
+{
+    for (int k = 0; k < PF_KINDS; k++) pf_clear(k);
+}
+
+static int cmp_key(const void *a, const void *b) /* every row starts with its int64 key */
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmp_key2(const void *a, const void *b) /* avoid rows: by job, then node */
+{
+    const int64_t *x = a, *y = b;
+    return x[0] != y[0] ? (x[0] > y[0]) - (x[0] < y[0]) : (x[1] > y[1]) - (x[1] < y[1]);
+}
+
+static void row_pf_task(db_stmt *st, void *out)
+{
+    pf_task *t = out;
+    t->id = db_col_int64(st, 0);
+    t->job_id = db_col_int64(st, 1);
+    t->node_id = db_col_int64(st, 2);
+}
+
+/* The rows of sql ($1: the keys as a bigint[] literal) into kind's store. */
+static int pf_fetch(db *d, int kind, const char *sql, const int64_t *keys, int n, size_t sz,
+                    void (*fn)(db_stmt *, void *), int (*cmp)(const void *, const void *))
+{
+    pf_clear(kind);
+    if (strcmp(db_engine(d), "postgres") != 0 || n < 2) return 0; /* one by one, as always */
+    buf b;
+    buf_init(&b, (size_t)n * 21 + 8); /* "{", each id and its comma, "}" */
+    int bad = buf_appends(&b, "{");
+    for (int k = 0; k < n && !bad; k++) bad = buf_printf(&b, "%s%lld", k ? "," : "", (long long)keys[k]);
+    if (bad || buf_appends(&b, "}")) {
+        buf_release(&b);
+        return -1;
+    }
+    prefetch *p = &t_pf[kind];
+    db_stmt *st = db_prepare(d, sql);
+    if (!st) {
+        buf_release(&b);
+        return -1;
+    }
+    db_bind_text(st, 1, b.data, (int)b.len);
+    buf_release(&b);
+    void *rows = NULL;
+    if (read_rows(st, &rows, &p->n, &p->cap, sz, fn) < 0) {
+        free(rows);
+        pf_clear(kind);
+        return -1;
+    }
+    p->rows = rows;
+    p->sz = sz;
+    if (p->n > 1) qsort(p->rows, (size_t)p->n, sz, cmp);
+    p->keys = xmalloc((size_t)n * sizeof *p->keys);
+    memcpy(p->keys, keys, (size_t)n * sizeof *p->keys);
+    qsort(p->keys, (size_t)n, sizeof *p->keys, cmp_key);
+    p->n_keys = n;
+    p->on = 1;
+    return 0;
+}
+
+/* 1 when kind's store answers for key: its rows are *first..+*count (maybe
+ * none); 0 when the key was not asked for (query it). */
+static int pf_find(int kind, int64_t key, const char **first, int *count)
+{
+    const prefetch *p = &t_pf[kind];
+    if (!p->on || !bsearch(&key, p->keys, (size_t)p->n_keys, sizeof *p->keys, cmp_key)) return 0;
+    int lo = 0, hi = p->n; /* the first row with a key >= key */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (*(const int64_t *)(p->rows + (size_t)mid * p->sz) < key) lo = mid + 1;
+        else hi = mid;
+    }
+    int end = lo;
+    while (end < p->n && *(const int64_t *)(p->rows + (size_t)end * p->sz) == key) end++;
+    *first = p->rows + (size_t)lo * p->sz;
+    *count = end - lo;
+    return 1;
+}
+
+/* A copy of kind's rows for key into a fresh array (*out, *n): 1, or 0
+ * when the key was not asked for. */
+static int pf_copy(int kind, int64_t key, void **out, int *n)
+{
+    const char *first;
+    int count;
+    if (!pf_find(kind, key, &first, &count)) return 0;
+    size_t sz = t_pf[kind].sz;
+    *out = xmalloc((size_t)(count + 1) * sz);
+    if (count) memcpy(*out, first, (size_t)count * sz);
+    *n = count;
+    return 1;
+}
+
+static const char SQL_PF_DEVICES[] = DEVICE_COLS "WHERE d.id = ANY($1::bigint[])";
+static const char SQL_PF_TASKS[] = "SELECT id, job_id, node_id FROM tasks WHERE id = ANY($1::bigint[])";
+static const char SQL_PF_JOBS[] =
+    JOB_COLS_PG "WHERE j.id = ANY($1::bigint[]) AND (j.state IN ('queued','starting','running')"
+    " OR EXISTS(SELECT 1 FROM allocations a WHERE a.job_id = j.id))";
+static const char SQL_PF_AVOID[] = AVOID_COLS "AND job_id = ANY($1::bigint[])";
+static const char SQL_PF_PORTS[] =
+    "SELECT t.node_id, t.port FROM tasks t WHERE t.node_id = ANY($1::bigint[])"
+    " AND EXISTS(SELECT 1 FROM allocations a WHERE a.task_id = t.id)";
+static const char SQL_PF_MEM[] =
+    "SELECT t.node_id, t.job_id, t.memory_mb FROM tasks t"
+    " WHERE (EXISTS(SELECT 1 FROM allocations a WHERE a.task_id = t.id)"
+    " OR (t.type = 'evaluator' AND t.state != 'exited'))"
+    " AND t.memory_mb > 0 AND t.node_id = ANY($1::bigint[])";
+
+int cluster_prefetch_devices(db *d, const int64_t *ids, int n)
+{
+    return pf_fetch(d, PF_DEVICE, SQL_PF_DEVICES, ids, n, sizeof(cl_device), row_device, cmp_key);
+}
+
+int cluster_prefetch_tasks(db *d, const int64_t *ids, int n)
+{
+    return pf_fetch(d, PF_TASK, SQL_PF_TASKS, ids, n, sizeof(pf_task), row_pf_task, cmp_key);
+}
+
+int cluster_prefetch_jobs(db *d, const int64_t *ids, int n)
+{
+    if (pf_fetch(d, PF_JOB, SQL_PF_JOBS, ids, n, sizeof(cl_job), row_job, cmp_key) < 0) return -1;
+    return pf_fetch(d, PF_AVOID, SQL_PF_AVOID, ids, n, sizeof(cl_avoid), row_avoid, cmp_key2);
+}
+
+int cluster_prefetch_node_use(db *d, const int64_t *node_ids, int n)
+{
+    if (pf_fetch(d, PF_PORT, SQL_PF_PORTS, node_ids, n, sizeof(cl_port), row_port, cmp_key) < 0) return -1;
+    return pf_fetch(d, PF_MEM, SQL_PF_MEM, node_ids, n, sizeof(cl_mem), row_mem, cmp_key);
+}
+
 int cluster_read_end(db *d)
 {
+    pf_clear_all();
     if (exec_stmt(d, SQL_END_READ) == 0) return 0;
     db_rollback(d);
     return -1;
@@ -398,11 +559,23 @@ int cluster_read_node(db *d, int64_t id, cl_node *out)
 int cluster_read_device(db *d, int64_t id, cl_device *out)
 {
     memset(out, 0, sizeof *out);
+    const char *row;
+    int n;
+    if (pf_find(PF_DEVICE, id, &row, &n)) {
+        if (n) memcpy(out, row, sizeof *out);
+        return n ? 0 : 1;
+    }
     return read_one(d, SQL_DEVICE_BY_ID, id, out, row_device);
 }
 
 int cluster_read_job(db *d, int64_t id, cl_job *out)
 {
+    const char *row;
+    int n;
+    if (pf_find(PF_JOB, id, &row, &n)) {
+        if (n) memcpy(out, row, sizeof *out);
+        return n ? 0 : 1;
+    }
     return read_one(d, db_sql(d, SQL_JOB_BY_ID, SQL_JOB_BY_ID_PG), id, out, row_job);
 }
 
@@ -425,7 +598,8 @@ static int cmp_mem_job(const void *a, const void *b)
 
 int cluster_read_node_ports(db *d, int64_t node_id, cl_port **out, int *n)
 {
-    if (READ_ROWS_OF(d, SQL_PORTS_OF_NODE, node_id, out, n, row_port) < 0) return -1;
+    if (!pf_copy(PF_PORT, node_id, (void **)out, n) && READ_ROWS_OF(d, SQL_PORTS_OF_NODE, node_id, out, n, row_port) < 0)
+        return -1;
     if (*n > 1) qsort(*out, (size_t)*n, sizeof **out, cmp_port);
     int k = 0;
     for (int i = 0; i < *n; i++)
@@ -436,7 +610,8 @@ int cluster_read_node_ports(db *d, int64_t node_id, cl_port **out, int *n)
 
 int cluster_read_node_mem(db *d, int64_t node_id, cl_mem **out, int *n)
 {
-    if (READ_ROWS_OF(d, SQL_MEM_OF_NODE, node_id, out, n, row_mem) < 0) return -1;
+    if (!pf_copy(PF_MEM, node_id, (void **)out, n) && READ_ROWS_OF(d, SQL_MEM_OF_NODE, node_id, out, n, row_mem) < 0)
+        return -1;
     if (*n > 1) qsort(*out, (size_t)*n, sizeof **out, cmp_mem_job);
     int k = 0;
     for (int i = 0; i < *n; i++) {
@@ -449,6 +624,7 @@ int cluster_read_node_mem(db *d, int64_t node_id, cl_mem **out, int *n)
 
 int cluster_read_job_avoid(db *d, int64_t job_id, cl_avoid **out, int *n)
 {
+    if (pf_copy(PF_AVOID, job_id, (void **)out, n)) return 0;
     return READ_ROWS_OF(d, SQL_AVOID_OF_JOB, job_id, out, n, row_avoid);
 }
 
@@ -478,6 +654,15 @@ static const char SQL_TASK_JOB[] = "SELECT job_id, node_id FROM tasks WHERE id =
 
 int cluster_read_task_job(db *d, int64_t task_id, int64_t *job_id, int64_t *node_id)
 {
+    const char *row;
+    int n;
+    if (pf_find(PF_TASK, task_id, &row, &n)) {
+        if (!n) return 1;
+        const pf_task *t = (const pf_task *)row;
+        *job_id = t->job_id;
+        if (node_id) *node_id = t->node_id;
+        return 0;
+    }
     db_stmt *st = db_prepare(d, SQL_TASK_JOB);
     if (!st) return -1;
     db_bind_int64(st, 1, task_id);

@@ -143,6 +143,19 @@ int cluster_read_user_usage(db *d, cl_user_usage **out, int *n);
 /* The job and node of a task (node_id may be NULL): 0, 1 no such task, -1. */
 int cluster_read_task_job(db *d, int64_t task_id, int64_t *job_id, int64_t *node_id);
 
+/* Before many of the reads above, in the same read transaction: the rows of
+ * a whole id list in one statement, so that the reads of those ids that
+ * follow answer from memory (cluster_read_device, cluster_read_task_job,
+ * cluster_read_job and cluster_read_job_avoid by id; cluster_read_node_ports
+ * and cluster_read_node_mem by node id), with the same answers. PostgreSQL only, where each read is a
+ * round trip (about 1,400 a pass at 10,000 nodes x 100,000 jobs); on SQLite
+ * nothing is read and each read queries as before. A kind's next prefetch
+ * replaces its rows; cluster_read_end forgets them all. 0 or -1. */
+int cluster_prefetch_devices(db *d, const int64_t *ids, int n);
+int cluster_prefetch_tasks(db *d, const int64_t *ids, int n);
+int cluster_prefetch_jobs(db *d, const int64_t *ids, int n);
+int cluster_prefetch_node_use(db *d, const int64_t *node_ids, int n);
+
 /* Registers a node, or updates the one with that hostname (address, cpu
  * slots, memory, isolation, devices added or refreshed; state ready,
  * heartbeat now). Devices held by a task are never removed. Begins and
