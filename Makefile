@@ -234,6 +234,9 @@ bench-bins: $(BENCH_BIN)
 bench-smoke: all bench-bins
 	tests/bench_smoke.sh
 
+# bench-api: GETs and submissions under wrk (bench/api/run.sh); DB=postgres or
+# DB=both: the same load on a server on SQLite and one on a real PostgreSQL 15,
+# one table (bench/api/stores.sh; docs/measurements.md, "The REST API on PostgreSQL")
 bench-api: all
 	bench/api/run.sh
 
@@ -259,7 +262,9 @@ bench-sched: all
 
 # bench-sched-db: the pass over a real SQLite file at the target's size,
 # 10,000 nodes x 8 GPUs and 100,000 queued jobs (docs/measurements.md, "The
-# whole pass on SQLite"; the target: a median under 40 ms)
+# whole pass on SQLite"; the target: a median under 40 ms). DB=postgres: on a
+# real PostgreSQL 15 (synchronous_commit on, then off); DB=both: SQLite too,
+# one table ("The pass on PostgreSQL")
 .PHONY: bench-sched-db
 bench-sched-db: all
 	bench/sched_sim/run.sh db --nodes 10000 --jobs 100000

@@ -13,8 +13,15 @@
 # SMOKE=1: the same steps in seconds (every wrk run 1 s, the peer's curl part 40
 # jobs), for tests/bench_smoke.sh; the peer is still measured when it can run (as
 # root; slurm_peer.sh installs it), else skipped with the reason in the JSON line.
+# DB=postgres or DB=both (`make bench-api DB=both`): the GET and submission load on
+# a server on SQLite and on PostgreSQL in one run, one table: bench/api/stores.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+case "${DB:-sqlite}" in
+  sqlite) ;;
+  postgres | both) exec bench/api/stores.sh ;;
+  *) echo "bench/api: DB=$DB: sqlite (default), postgres or both" >&2; exit 2 ;;
+esac
 command -v wrk >/dev/null || TRAINYARD_EXTRA_PKGS=wrk scripts/deps.sh   # the load generator, as bench/cluster
 make -s all >/dev/null
 BIN=$PWD/build/trainyard
