@@ -414,8 +414,16 @@ static int apply_place(db *d, const snap *sp, const sched_result *r, const sched
                                 tk->port, tk->mem_mb, gpus, cpus, now, &task_id) < 0)
             return -1;
         if (fault_point() < 0) return -1;
+        /* the task's devices in one statement where the store does that
+         * (PostgreSQL: a round trip a device otherwise), else one by one */
+        int arc = tk->n_dev > 1 ? cluster_alloc_insert_all(d, &r->dev_ids[tk->dev_off], tk->n_dev, task_id, j->id) : 2;
+        if (arc != 2) {
+            if (arc != 0) return arc;
+            if (fault_point() < 0) return -1;
+            continue;
+        }
         for (int x = 0; x < tk->n_dev; x++) {
-            int arc = cluster_alloc_insert(d, r->dev_ids[tk->dev_off + x], task_id, j->id);
+            arc = cluster_alloc_insert(d, r->dev_ids[tk->dev_off + x], task_id, j->id);
             if (arc != 0) return arc;
             if (fault_point() < 0) return -1;
         }

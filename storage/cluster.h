@@ -216,6 +216,11 @@ int cluster_task_insert(db *d, int64_t job_id, int attempt, const char *type, in
                         int64_t *task_id);
 /* 0, 1 when the device is already held (PRIMARY KEY), -1 on error. */
 int cluster_alloc_insert(db *d, int64_t device_id, int64_t task_id, int64_t job_id);
+/* The n devices of one task in one statement where a statement a device is
+ * a round trip (PostgreSQL): 0, 1 when one is already held (some others may
+ * be written: the caller rolls back, as after cluster_alloc_insert's 1), -1
+ * on error; 2 on SQLite, which writes nothing here (insert them one by one). */
+int cluster_alloc_insert_all(db *d, const int64_t *device_ids, int n, int64_t task_id, int64_t job_id);
 
 /* attempt + 1 of a job just moved to 'starting'; returns the new attempt
  * (the number of times the job has been started) or -1. */
