@@ -472,9 +472,22 @@ static int same_wording(const sched_outcome *x, const sched_outcome *y)
 
 typedef struct reason_row {
     int slot;
+    int64_t id;
     sched_outcome o;
     char why[CL_REASON_MAX];
 } reason_row;
+
+/* A batch's reasons in one statement (cluster_batches_writes: PostgreSQL). */
+static int reasons_write(db *d, const reason_row *rows, int n)
+{
+    int64_t ids[REASON_BATCH];
+    const char *whys[REASON_BATCH];
+    for (int k = 0; k < n; k++) {
+        ids[k] = rows[k].id;
+        whys[k] = rows[k].why;
+    }
+    return cluster_jobs_set_reasons(d, ids, whys, n) < 0 || fault_point() < 0 ? -1 : 0;
+}
 
 /* A batch committed: the mirror's rows take the reasons written (what a
  * refresh will read back), and remember the outcome they word. */
@@ -494,7 +507,7 @@ static int write_reasons(db *d, const snap *sp, const sched_result *r, sched_pas
     int cache = !__atomic_load_n(&g_full_load, __ATOMIC_SEQ_CST);
     reason_row *batch = xmalloc(REASON_BATCH * sizeof *batch);
     char why[CL_REASON_MAX];
-    int in_txn = 0, rows = 0;
+    int in_txn = 0, rows = 0, many = cluster_batches_writes(d);
     for (int q = 0; q < sp->s.n_queued; q++) {
         const sched_outcome *o = &r->out[q];
         if (o->place >= 0) continue;
@@ -512,12 +525,14 @@ static int write_reasons(db *d, const snap *sp, const sched_result *r, sched_pas
             if (db_begin(d) < 0) goto out;
             in_txn = 1;
         }
-        if (cluster_job_set_reason(d, j->id, why) < 0 || fault_point() < 0) goto fail;
+        if (!many && (cluster_job_set_reason(d, j->id, why) < 0 || fault_point() < 0)) goto fail;
         st->reasons++;
         batch[rows].slot = sp->q_slot[q];
+        batch[rows].id = j->id;
         batch[rows].o = *o;
         memcpy(batch[rows].why, why, sizeof why);
         if (++rows == REASON_BATCH) {
+            if (many && reasons_write(d, batch, rows) < 0) goto fail;
             in_txn = 0;
             if (db_commit(d) < 0) goto out;
             reasons_committed(m, batch, rows);
@@ -525,6 +540,7 @@ static int write_reasons(db *d, const snap *sp, const sched_result *r, sched_pas
         }
     }
     if (in_txn) {
+        if (many && rows && reasons_write(d, batch, rows) < 0) goto fail;
         in_txn = 0;
         if (db_commit(d) < 0) goto out;
         reasons_committed(m, batch, rows);

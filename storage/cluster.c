@@ -1148,6 +1148,54 @@ int cluster_job_set_reason(db *d, int64_t job_id, const char *reason)
     return rc == DB_DONE ? 0 : -1;
 }
 
+int cluster_batches_writes(db *d)
+{
+    return strcmp(db_engine(d), "postgres") == 0;
+}
+
+static const char SQL_JOB_REASONS_PG[] =
+    "UPDATE jobs SET reason = v.r FROM unnest($1::bigint[], $2::text[]) AS v(id, r)"
+    " WHERE jobs.id = v.id AND jobs.state = 'queued'";
+
+int cluster_jobs_set_reasons(db *d, const int64_t *job_ids, const char *const *reasons, int n)
+{
+    if (n <= 0) return 0;
+    if (!cluster_batches_writes(d)) {
+        for (int k = 0; k < n; k++)
+            if (cluster_job_set_reason(d, job_ids[k], reasons[k]) < 0) return -1;
+        return 0;
+    }
+    /* two array literals: {1,2} and {"a","b \"quoted\""} */
+    buf ids, txt;
+    buf_init(&ids, (size_t)n * 21 + 8);
+    buf_init(&txt, (size_t)n * (2 * CL_REASON_MAX + 3) + 8);
+    int bad = buf_appends(&ids, "{") || buf_appends(&txt, "{");
+    for (int k = 0; k < n && !bad; k++) {
+        bad = buf_printf(&ids, "%s%lld", k ? "," : "", (long long)job_ids[k]) || buf_appends(&txt, k ? ",\"" : "\"");
+        for (const char *c = reasons[k]; *c && !bad; c++) {
+            if ((*c == '"' || *c == '\\') && buf_append(&txt, "\\", 1)) bad = 1;
+            else bad = buf_append(&txt, c, 1);
+        }
+        if (!bad) bad = buf_appends(&txt, "\"");
+    }
+    if (bad || buf_appends(&ids, "}") || buf_appends(&txt, "}")) {
+        buf_release(&ids);
+        buf_release(&txt);
+        return -1;
+    }
+    db_stmt *st = db_prepare(d, SQL_JOB_REASONS_PG);
+    int rc = DB_ERR;
+    if (st) {
+        db_bind_text(st, 1, ids.data, (int)ids.len);
+        db_bind_text(st, 2, txt.data, (int)txt.len);
+        rc = db_step(st);
+        db_done(st);
+    }
+    buf_release(&ids);
+    buf_release(&txt);
+    return rc == DB_DONE ? 0 : -1;
+}
+
 int cluster_job_set_running_reason(db *d, int64_t job_id, const char *reason)
 {
     db_stmt *st = db_prepare(d, SQL_JOB_RUN_REASON);

@@ -227,6 +227,13 @@ int cluster_alloc_insert_all(db *d, const int64_t *device_ids, int n, int64_t ta
 int cluster_job_next_attempt(db *d, int64_t job_id, int64_t now);
 /* Waiting reason of a queued job (no event). 0 or -1. */
 int cluster_job_set_reason(db *d, int64_t job_id, const char *reason);
+/* Whether this store's writes are best made many rows a statement (PostgreSQL,
+ * where each statement is a round trip), and the reasons of n queued jobs so,
+ * in one UPDATE (as cluster_job_set_reason each: a job no longer queued keeps
+ * its own): 0 or -1. On SQLite cluster_batches_writes is 0 and
+ * cluster_jobs_set_reasons writes one by one. */
+int cluster_batches_writes(db *d);
+int cluster_jobs_set_reasons(db *d, const int64_t *job_ids, const char *const *reasons, int n);
 /* The reason of a running job (an elastic job below its most workers says
  * why it does not grow); only while it is running. 0 or -1. */
 int cluster_job_set_running_reason(db *d, int64_t job_id, const char *reason);
