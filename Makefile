@@ -320,6 +320,15 @@ bench-proxy: all
 bench-proxy-load: all
 	BUILD=$(BUILD) bench/proxy/api_load.sh
 
+# bench-ha: two servers on one PostgreSQL, each in a network namespace; 10
+# runs (HA_RUNS=N), alternately a kill -9 of the leader and a cut of its
+# network: the takeover time, what a curl client sees meanwhile, nothing
+# acknowledged lost or doubled, the faulted server back as a standby (root,
+# PostgreSQL 15; bench/ha/run.sh; docs/ha.md, "Takeover, measured")
+.PHONY: bench-ha
+bench-ha: all
+	BIN=$$PWD/$(BUILD)/trainyard bench/ha/run.sh
+
 # ------------------------------------------------------------------ faults and load (docs/reliability.md)
 # test-faults: tests/check_faults in its long form (FAULTS_LONG=1: 500
 # submissions across a server kill -9, worker and agent kill -9, cut and bad
