@@ -104,7 +104,20 @@ void pg_target(const char *url, char *out, size_t cap) {
         else if (strcmp(p->keyword, "port") == 0) port = p->val;
         else if (strcmp(p->keyword, "dbname") == 0) dbname = p->val;
     }
-    snprintf(out, cap, "%s:%s/%s", host ? host : "localhost", port ? port : "5432", dbname ? dbname : "");
+    /* several hosts (a multi-host URL): each with its port, h1:p1,h2:p2 */
+    size_t off = 0;
+    const char *h = host ? host : "localhost", *p = port ? port : "5432";
+    for (int i = 0; off < cap; i++) {
+        size_t hl = strcspn(h, ","), pl = strcspn(p, ",");
+        int w = snprintf(out + off, cap - off, "%s%.*s:%.*s", i ? "," : "", (int)hl, h, (int)(pl ? pl : 4),
+                         pl ? p : "5432");
+        if (w < 0) break;
+        off += (size_t)w;
+        if (!h[hl]) break;
+        h += hl + 1;
+        if (p[pl]) p += pl + 1; /* one port for every host: the last one is kept */
+    }
+    if (off < cap) snprintf(out + off, cap - off, "/%s", dbname ? dbname : "");
     PQconninfoFree(o);
 }
 
