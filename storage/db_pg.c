@@ -239,6 +239,24 @@ int pg_check_alive(pg_conn *pc) {
     return 0;
 }
 
+/* A session that died while idle (its server restarted, or a failover of
+ * PostgreSQL moved the primary: with a multi-host URL and
+ * target_session_attrs=read-write a reset reaches the new one) is found out
+ * only at its next round trip. When that round trip was made outside a
+ * transaction and does nothing by itself (a PREPARE, a SET, a BEGIN), it is
+ * made once more on a fresh session, its ty.epoch set again, instead of
+ * failing the request. 1: opened again, try once more. */
+static int revive_idle(pg_conn *pc, int was_idle, int64_t epoch) {
+    if (!was_idle || PQstatus(pc->conn) != CONNECTION_BAD) return 0;
+    pc->broken = 1;
+    if (pg_check_alive(pc) < 0) return 0;
+    if (epoch >= 0 && pg_set_epoch(pc, epoch) != 0) return 0;
+    char where[300];
+    pg_target(pc->url, where, sizeof where);
+    log_warn("postgres: a session found closed was opened again (%s, %s)", where, PQhost(pc->conn));
+    return 1;
+}
+
 /* The statements' names live with the session: a reset forgets them. */
 static unsigned conn_gen(const pg_conn *pc) { return pc->gen; }
 
@@ -432,7 +450,14 @@ static int ensure_prepared(pg_stmt *st) {
     if (st->name[0] && st->prepared_gen == conn_gen(pc)) return 0;
     char name[16];
     snprintf(name, sizeof name, "s%u", ++pc->next_name);
+    int idle = PQtransactionStatus(pc->conn) == PQTRANS_IDLE;
+    int64_t epoch = pc->epoch;
     PGresult *r = PQprepare(pc->conn, name, st->sql, st->nparams, st->nparams ? st->types : NULL);
+    if (PQresultStatus(r) != PGRES_COMMAND_OK && revive_idle(pc, idle, epoch)) {
+        PQclear(r);
+        snprintf(name, sizeof name, "s%u", ++pc->next_name);
+        r = PQprepare(pc->conn, name, st->sql, st->nparams, st->nparams ? st->types : NULL);
+    }
     int rc = 0;
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
         rc = map_state(pc, r);
@@ -456,10 +481,20 @@ int pg_step(pg_stmt *st, int *ran) {
     if (pg_broken(pc) && pg_check_alive(pc) < 0) return DB_UNAVAILABLE;
     int rc = ensure_prepared(st);
     if (rc) return rc;
+    int idle = PQtransactionStatus(pc->conn) == PQTRANS_IDLE;
+    int64_t epoch = pc->epoch;
     st->res = PQexecPrepared(pc->conn, st->name, st->nparams, (const char *const *)st->vals, st->lens, st->fmts, 0);
+    ExecStatusType s = PQresultStatus(st->res);
+    /* a read outside a transaction, on a session found closed: once more on
+     * a fresh one (a write is never sent twice) */
+    if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK && !st->is_write && revive_idle(pc, idle, epoch) &&
+        ensure_prepared(st) == 0) {
+        PQclear(st->res);
+        st->res = PQexecPrepared(pc->conn, st->name, st->nparams, (const char *const *)st->vals, st->lens, st->fmts, 0);
+        s = PQresultStatus(st->res);
+    }
     st->ran = 1;
     *ran = 1;
-    ExecStatusType s = PQresultStatus(st->res);
     if (s == PGRES_TUPLES_OK || s == PGRES_COMMAND_OK) {
         const char *t = PQcmdTuples(st->res);
         pc->changes = t && *t ? strtoll(t, NULL, 10) : 0;
@@ -560,8 +595,16 @@ int pg_tx_failed(pg_conn *pc) { return PQtransactionStatus(pc->conn) == PQTRANS_
 
 int pg_exec(pg_conn *pc, const char *sql) {
     if (pg_broken(pc) && pg_check_alive(pc) < 0) return DB_UNAVAILABLE;
+    int idle = PQtransactionStatus(pc->conn) == PQTRANS_IDLE;
+    int64_t epoch = pc->epoch;
     PGresult *r = PQexec(pc->conn, sql);
     ExecStatusType s = PQresultStatus(r);
+    if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK && (strncmp(sql, "BEGIN", 5) == 0 || strncmp(sql, "SET ", 4) == 0) &&
+        revive_idle(pc, idle, epoch)) {
+        PQclear(r);
+        r = PQexec(pc->conn, sql);
+        s = PQresultStatus(r);
+    }
     int rc = 0;
     if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
         rc = map_state(pc, r);
