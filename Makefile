@@ -329,6 +329,14 @@ bench-proxy-load: all
 bench-ha: all
 	BIN=$$PWD/$(BUILD)/trainyard bench/ha/run.sh
 
+# demo-pg-ha: PostgreSQL itself highly available under a server (pg_auto_failover:
+# a monitor, a primary and its synchronous secondary on loopback; the server
+# given both in one multi-host URL), a job training through `pg_autoctl perform
+# failover` (root; scripts/pg-ha-demo.sh; docs/ha.md). A demo to read, not a test.
+.PHONY: demo-pg-ha
+demo-pg-ha: all
+	@d=$$(mktemp -d /tmp/ty_pg_ha.XXXXXX) && BIN=$$PWD/$(BUILD)/trainyard scripts/pg-ha-demo.sh run $$d
+
 # ------------------------------------------------------------------ faults and load (docs/reliability.md)
 # test-faults: tests/check_faults in its long form (FAULTS_LONG=1: 500
 # submissions across a server kill -9, worker and agent kill -9, cut and bad

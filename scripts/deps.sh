@@ -32,6 +32,9 @@ pkgs+=(ceph-mon ceph-osd radosgw ceph-common)
 # tests and bench-api DB=postgres run a real PostgreSQL 15 (scripts/pg-dev.sh; the
 # package's own cluster is not used)
 pkgs+=(libpq-dev postgresql-15)
+# PostgreSQL itself highly available: pg_auto_failover's monitor and keeper
+# (pg_autoctl) for scripts/pg-ha-demo.sh (`make demo-pg-ha`, docs/ha.md)
+pkgs+=(postgresql-15-auto-failover pg-auto-failover-cli)
 pkgs+=(${TRAINYARD_EXTRA_PKGS:-})
 missing=()
 for p in "${pkgs[@]}"; do
