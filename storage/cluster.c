@@ -969,10 +969,14 @@ int cluster_node_heartbeat(db *d, int64_t node_id, int64_t now)
 static const char SQL_NODE_DRAIN[] =
     "UPDATE nodes SET state = CASE WHEN ?2 THEN 'drained' WHEN state = 'drained' THEN 'ready' ELSE state END"
     " WHERE id = ?1 RETURNING state";
+/* PostgreSQL's CASE wants a boolean, not the integer 0/1 bound */
+static const char SQL_NODE_DRAIN_PG[] =
+    "UPDATE nodes SET state = CASE WHEN $2 <> 0 THEN 'drained' WHEN state = 'drained' THEN 'ready' ELSE state END"
+    " WHERE id = $1 RETURNING state";
 
 int cluster_node_drain(db *d, int64_t node_id, int drain, char state[16])
 {
-    db_stmt *st = db_prepare(d, SQL_NODE_DRAIN);
+    db_stmt *st = db_prepare2(d, SQL_NODE_DRAIN, SQL_NODE_DRAIN_PG);
     if (!st) return -1;
     db_bind_int64(st, 1, node_id);
     db_bind_int(st, 2, drain ? 1 : 0);
@@ -1254,11 +1258,16 @@ static const char SQL_TEAM_SHARES[] =
     "UPDATE teams SET weight = CASE WHEN ?2 > 0 THEN ?2 ELSE weight END,"
     " guarantee = CASE WHEN ?4 THEN ?3 ELSE guarantee END,"
     " quota = CASE WHEN ?6 THEN ?5 ELSE quota END WHERE name = ?1";
+/* PostgreSQL's CASE wants a boolean, not the integer 0/1 bound */
+static const char SQL_TEAM_SHARES_PG[] =
+    "UPDATE teams SET weight = CASE WHEN $2 > 0 THEN $2 ELSE weight END,"
+    " guarantee = CASE WHEN $4 <> 0 THEN $3 ELSE guarantee END,"
+    " quota = CASE WHEN $6 <> 0 THEN $5 ELSE quota END WHERE name = $1";
 
 int cluster_team_set_shares(db *d, const char *name, double weight, int guarantee, int set_guarantee,
                             int quota, int set_quota)
 {
-    db_stmt *st = db_prepare(d, SQL_TEAM_SHARES);
+    db_stmt *st = db_prepare2(d, SQL_TEAM_SHARES, SQL_TEAM_SHARES_PG);
     if (!st) return -1;
     db_bind_text(st, 1, name, -1);
     db_bind_double(st, 2, weight);

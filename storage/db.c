@@ -632,7 +632,12 @@ int db_exec(db *d, const char *sql) {
     db_thread_conn *c = thread_conn(d);
     if (!c) return -1;
     if (c->pg && !pg_in_tx(c->pg) && pg_epoch_ready(c) != 0) return -1;
-    return conn_exec(c, sql);
+    int rc = conn_exec(c, sql);
+    /* text run outside a transaction has committed on its own: publish its
+     * captured changes and move the generations, as db_step does (else they
+     * waited in pg_temp.ty_chg for the connection's next commit) */
+    if (rc == 0 && c->pg && !pg_in_tx(c->pg)) pg_autocommit_done(c);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- tracing

@@ -369,6 +369,11 @@ static const char SQL_TRIAL_END[] =
     "UPDATE sweep_trials SET state = ?3, epochs = ?4, metric = CASE WHEN ?5 THEN ?6 ELSE metric END,"
     " reason = ?7, updated_at = ?8 WHERE sweep_id = ?1 AND trial = ?2 AND state = 'running'"
     " RETURNING job_id";
+/* PostgreSQL's CASE wants a boolean, not the integer 0/1 bound */
+static const char SQL_TRIAL_END_PG[] =
+    "UPDATE sweep_trials SET state = $3, epochs = $4, metric = CASE WHEN $5 <> 0 THEN $6 ELSE metric END,"
+    " reason = $7, updated_at = $8 WHERE sweep_id = $1 AND trial = $2 AND state = 'running'"
+    " RETURNING job_id";
 static const char SQL_RUNG_INSERT[] =
     "INSERT INTO sweep_rungs(sweep_id, rung, trial, metric, promoted) VALUES(?1, ?2, ?3, ?4, 0)"
     " ON CONFLICT(sweep_id, rung, trial) DO UPDATE SET metric = excluded.metric";
@@ -376,7 +381,7 @@ static const char SQL_RUNG_INSERT[] =
 int sweep_store_trial_end(db *d, int64_t sweep_id, int trial, const char *state, int epochs, int has_metric,
                           double metric, const char *reason, int rung, double rung_metric, const char *actor) {
     if (db_begin(d) < 0) return STORE_ERROR;
-    db_stmt *st = db_prepare(d, SQL_TRIAL_END);
+    db_stmt *st = db_prepare2(d, SQL_TRIAL_END, SQL_TRIAL_END_PG);
     if (!st) return finish_tx(d, STORE_ERROR);
     db_bind_int64(st, 1, sweep_id);
     db_bind_int(st, 2, trial);
