@@ -8,7 +8,10 @@
 #                                 random password and a database trainyard it
 #                                 owns, writes DIR/pgpass (0600, libpq passfile
 #                                 format) and prints DATABASE_URL= and
-#                                 PGPASSFILE= lines
+#                                 PGPASSFILE= lines; the role has CREATEDB,
+#                                 and DIR/pgpass names any database (*), so
+#                                 the tests make a fresh database per test
+#                                 (tests/pg_fixture.h)
 #   scripts/pg-dev.sh stop DIR    stops it (pg_ctl stop -m fast), removes the
 #                                 data, keeps DIR/log; stopping again is a no-op
 #
@@ -181,7 +184,7 @@ path, port = sys.argv[1], sys.argv[2]
 pw = secrets.token_hex(24)
 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
 with os.fdopen(fd, "w") as f:
-    f.write(f"*:{port}:trainyard:trainyard:{pw}\n")  # any host: 127.0.0.1, or PG_DEV_LISTEN's address
+    f.write(f"*:{port}:*:trainyard:{pw}\n")  # any host: 127.0.0.1, or PG_DEV_LISTEN's address; any database
 os.chmod(path, 0o600)
 salt, it = secrets.token_bytes(16), 4096
 salted = hashlib.pbkdf2_hmac("sha256", pw.encode(), salt, it)
@@ -189,7 +192,7 @@ client = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
 server = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
 b64 = lambda b: base64.b64encode(b).decode()
 v = f"SCRAM-SHA-256${it}:{b64(salt)}${b64(hashlib.sha256(client).digest())}:{b64(server)}"
-print(f"CREATE ROLE trainyard LOGIN PASSWORD '{v}';")
+print(f"CREATE ROLE trainyard LOGIN CREATEDB PASSWORD '{v}';")
 print("CREATE DATABASE trainyard OWNER trainyard;")
 PY
 ) || die "writing $dir/pgpass failed"

@@ -25,6 +25,7 @@
 #include "../client/client.h"
 #include "../common/tls.h"
 #include "../common/util.h"
+#include "pg_fixture.h"
 
 typedef struct ty_proc {
     pid_t pid;
@@ -91,10 +92,22 @@ static inline void ty_ca_pin(const ty_proc *p, char pin[TLS_PIN_LEN]) {
 }
 
 /* Starts `trainyard <mode> --listen 127.0.0.1:0 --data DIR [extra...]` and
- * waits until it answers /api/v1/health. */
+ * waits until it answers /api/v1/health. With TY_PG_URL (tests/pg_fixture.h),
+ * a server (mode "server", or "up", which hands it on) keeps its state in
+ * the PostgreSQL database of its data directory (DIR/test-db.url: the same
+ * one after a restart) through --db=URL, unless extra names a --db itself. */
 static inline void ty_server_start_args(ty_proc *p, const char *mode, const char *const *extra) {
     char urlfile[512];
     snprintf(urlfile, sizeof urlfile, "%s/server.url", p->dir);
+    char dbarg[600] = "";
+    int own_db = 0;
+    for (int i = 0; extra && extra[i]; i++)
+        if (strcmp(extra[i], "--db") == 0 || strncmp(extra[i], "--db=", 5) == 0) own_db = 1;
+    if (ty_pg_url() && !own_db && (strcmp(mode, "server") == 0 || strcmp(mode, "up") == 0)) {
+        char dburl[512];
+        ty_pg_data_db(p->dir, dburl, sizeof dburl);
+        snprintf(dbarg, sizeof dbarg, "--db=%s", dburl);
+    }
     unlink(urlfile);
     snprintf(p->log, sizeof p->log, "%s/server.log", p->dir);
     pid_t pid = fork();
@@ -110,6 +123,7 @@ static inline void ty_server_start_args(ty_proc *p, const char *mode, const char
         argv[n++] = "127.0.0.1:0";
         argv[n++] = "--data";
         argv[n++] = p->dir;
+        if (dbarg[0]) argv[n++] = dbarg;
         for (int i = 0; extra && extra[i] && n < 30; i++) argv[n++] = extra[i];
         argv[n] = NULL;
         execv(argv[0], (char *const *)argv);
