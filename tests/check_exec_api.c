@@ -129,6 +129,7 @@ static int64_t register_node(const char *host, int cpu) {
     }
     cJSON_Delete(o);
     ck_assert_int_eq(st, 404);
+    ck_assert_msg(!ty_pg_url(), "POST /nodes answered 404: the node is written into trainyard.db, SQLite only");
     char path[512];
     snprintf(path, sizeof path, "%s/trainyard.db", srv.dir);
     sqlite3 *db = NULL;

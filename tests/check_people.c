@@ -159,15 +159,21 @@ START_TEST(role_matrix_follows_the_document) {
     /* an expired token: its expiry moved into the past in the real database file, with the server
      * stopped (a write beside a running server is not how the service is kept) */
     ty_kill(&srv, SIGTERM);
-    sqlite3 *db = NULL;
-    char dbp[600];
-    snprintf(dbp, sizeof dbp, "%s/trainyard.db", srv.dir);
-    ck_assert_int_eq(sqlite3_open(dbp, &db), SQLITE_OK);
-    sqlite3_busy_timeout(db, 5000);
     char sql[128];
     snprintf(sql, sizeof sql, "UPDATE user_tokens SET expires_at = 1000 WHERE id = %lld", (long long)old_id);
-    ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-    sqlite3_close(db);
+    if (ty_pg_url()) { /* its PostgreSQL database: a maintenance session, the lease given back */
+        char u[512];
+        ty_pg_data_db(srv.dir, u, sizeof u);
+        ty_pg_exec_fenced(u, sql);
+    } else {
+        sqlite3 *db = NULL;
+        char dbp[600];
+        snprintf(dbp, sizeof dbp, "%s/trainyard.db", srv.dir);
+        ck_assert_int_eq(sqlite3_open(dbp, &db), SQLITE_OK);
+        sqlite3_busy_timeout(db, 5000);
+        ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+        sqlite3_close(db);
+    }
     const char *extra[] = {"--auth-fail-limit", "0", NULL};
     ty_server_start_args(&srv, "server", extra);
     /* the member's own job: the object every {id} names */

@@ -191,8 +191,14 @@ static int files_in(const char *kind, int64_t id, int64_t *bytes) {
     return n;
 }
 
-/* One integer from the server's database, opened read-only beside it. */
+/* One integer from the server's database, opened read-only beside it
+ * (on PostgreSQL: a session of its own). */
 static int64_t db_int(const char *sql, int64_t id) {
+    if (ty_pg_url()) { /* its PostgreSQL database */
+        char u[512];
+        ty_pg_data_db(srv.dir, u, sizeof u);
+        return ty_pg_int_of(u, sql, id);
+    }
     char path[512];
     snprintf(path, sizeof path, "%s/trainyard.db", srv.dir);
     sqlite3 *db = NULL;

@@ -20,6 +20,9 @@
  *                                 its own (the tests' look into a server's
  *                                 database, as they open trainyard.db)
  *   ty_pg_query_text(url, sql, out, n)  the same for one text value
+ *   ty_pg_row(url, sql, n, params)      the one row of sql with $1..$n
+ *   ty_pg_int_of(url, sql, id)    a number of SQLite text whose every ? is
+ *                                 id (-1 for NULL)
  *   ty_pg_exec_fenced(url, sql)   runs writes after taking the lease as
  *                                 docs/postgres.md's maintenance session
  *                                 does (only when no server holds it)
@@ -123,6 +126,40 @@ static inline void ty_pg_query_text(const char *url, const char *sql, char *out,
     snprintf(out, n, "%s", PQgetisnull(r, 0, 0) ? "" : PQgetvalue(r, 0, 0));
     PQclear(r);
     PQfinish(c);
+}
+
+/* The one row sql answers, its $1.. bound to the n texts of params (the
+ * caller PQclear's). */
+static inline PGresult *ty_pg_row(const char *url, const char *sql, int n, const char *const *params) {
+    PGconn *c = ty_pg_connect(url);
+    PGresult *r = PQexecParams(c, sql, n, NULL, params, NULL, NULL, 0);
+    ck_assert_msg(PQresultStatus(r) == PGRES_TUPLES_OK && PQntuples(r) == 1, "%s: %s (%d rows)", sql,
+                  PQerrorMessage(c), PQntuples(r));
+    PQfinish(c);
+    return r;
+}
+
+/* A number of sql written for SQLite with one parameter (every ? is id),
+ * -1 for NULL. */
+static inline int64_t ty_pg_int_of(const char *url, const char *sql, int64_t id) {
+    char text[1024], arg[24];
+    size_t o = 0;
+    for (const char *p = sql; *p; p++) {
+        ck_assert_msg(o + 3 < sizeof text, "%s: too long", sql);
+        if (*p == '?') {
+            memcpy(text + o, "$1", 2);
+            o += 2;
+        } else {
+            text[o++] = *p;
+        }
+    }
+    text[o] = '\0';
+    snprintf(arg, sizeof arg, "%lld", (long long)id);
+    const char *params[1] = {arg};
+    PGresult *r = ty_pg_row(url, text, strchr(sql, '?') ? 1 : 0, params);
+    int64_t v = PQgetisnull(r, 0, 0) ? -1 : strtoll(PQgetvalue(r, 0, 0), NULL, 10);
+    PQclear(r);
+    return v;
 }
 
 static inline void ty_pg_exec_fenced(const char *url, const char *sql) {
