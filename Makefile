@@ -128,7 +128,7 @@ LIBS_check_image := -lcrypt
 TEST_SRC := $(wildcard tests/check_*.c)
 TEST_BIN := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRC))
 
-.PHONY: all deps test run check-pkgs clean bench-api bench-train bench-sched bench-elastic bench-scaling install-deps-bench bench-allreduce bench-cluster
+.PHONY: all deps test test-pg run check-pkgs clean bench-api bench-train bench-sched bench-elastic bench-scaling install-deps-bench bench-allreduce bench-cluster
 all: $(BUILD)/trainyard
 
 $(BUILD)/obj/executor/nn/%.o: executor/nn/%.c | check-pkgs
@@ -186,6 +186,19 @@ test: deps
 	$(MAKE) --no-print-directory $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc)) \
 	    SAN=1 CUDA=0 BUILD=build/asan build/asan/trainyard $(patsubst $(BUILD)/%,build/asan/%,$(TEST_BIN))
 	@tests/run_all.sh build/asan
+
+# make test-pg: the sanitized build, then every test binary on PostgreSQL 15
+# (tests/run_pg.sh: one PostgreSQL from scripts/pg-dev.sh, TY_PG_URL; those
+# that open no store run as in make test). make test runs the store, the
+# scheduler and the API suites so (tests/run_all.sh's PostgreSQL lane).
+test-pg: deps
+	$(MAKE) --no-print-directory $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc)) \
+	    SAN=1 CUDA=0 BUILD=build/asan build/asan/trainyard $(patsubst $(BUILD)/%,build/asan/%,$(TEST_BIN))
+	@ASAN_OPTIONS=$${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} \
+	  UBSAN_OPTIONS=$${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} OPENBLAS_NUM_THREADS=1 \
+	  CK_DEFAULT_TIMEOUT=$${CK_DEFAULT_TIMEOUT:-120} \
+	  PG_TEST_REQUIRED=$${PG_TEST_REQUIRED:-$$([ "$$(id -u)" = 0 ] && [ -x /usr/lib/postgresql/15/bin/postgres ] && echo 1 || echo 0)} \
+	  tests/run_pg.sh build/asan
 
 # make run: deps, then the build in a sub-make (it reads pkg-config after the
 # packages are there), then scripts/run.sh. ONCE=1: stop once the demo job has

@@ -43,6 +43,12 @@ fi
 if [ "$(id -u)" = 0 ] && command -v radosgw >/dev/null; then
   export S3_TEST_REQUIRED=1
 fi
+# PostgreSQL (scripts/pg-dev.sh): as root with postgresql-15 here, the suites
+# that run on it (the PG lane below, tests/schema_pg_check.py) must run rather
+# than say SKIP (PG_TEST_REQUIRED)
+if [ "$(id -u)" = 0 ] && [ -x /usr/lib/postgresql/15/bin/postgres ]; then
+  export PG_TEST_REQUIRED=1
+fi
 # the include graph: no circle of modules or folders, each room within CONTRIBUTING.md's table (tests/include_graph.py)
 if [ "${INCLUDE_GRAPH_TEST:-1}" != 0 ]; then
   echo "== tests/include_graph.py"
@@ -80,6 +86,29 @@ if [ ${#s3_suites[@]} -gt 0 ] && [ "${S3_BESIDE:-1}" != 0 ]; then
   s3_pid=$!
   echo "== the S3 store's suites (${s3_suites[*]##*/}): started beside the checks below"
 fi
+# The PostgreSQL lane: the store, the scheduler and the API suites again, on
+# one real PostgreSQL 15 (tests/run_pg.sh: PG_DEV_FAST=1 scripts/pg-dev.sh
+# start in a mktemp -d, stopped when the lane ends, whatever happens) whose
+# DATABASE_URL they get as TY_PG_URL: each test and each server takes a fresh
+# database of it (tests/pg_fixture.h). The same binaries run on SQLite in the
+# loop below; the lane runs them one after the other in the background beside
+# it (mostly waiting on its servers and their jobs) and is reported after it.
+# PG_LANE=0: no lane; PG_SUITES="check_x ...": another list (make test-pg runs
+# every suite). Without PostgreSQL they say SKIP, or fail under
+# PG_TEST_REQUIRED=1. Its time: docs/postgres.md, "Tests on PostgreSQL".
+pg_suites=()
+for n in ${PG_SUITES:-check_storage check_sched check_http check_tokens check_cluster_http check_exec_api \
+    check_people check_quota check_usage check_retention check_sweeps check_ports check_auth}; do
+  [ -x "$build/tests/$n" ] && pg_suites+=("$n")
+done
+pg_pid=""
+if [ ${#pg_suites[@]} -gt 0 ] && [ "${PG_LANE:-1}" != 0 ]; then
+  pg_log=$(mktemp -d /tmp/ty_pg_suites.XXXXXX)
+  PG_RESULTS=$pg_log tests/run_pg.sh "$build" "${pg_suites[@]}" </dev/null >"$pg_log/lane.out" 2>&1 &
+  pg_pid=$!
+  trap 'kill -TERM "$pg_pid" 2>/dev/null; wait "$pg_pid"; exit 130' INT TERM
+  echo "== the PostgreSQL lane (${pg_suites[*]}): started beside the checks below"
+fi
 for t in "$build"/tests/check_*; do
   [ -x "$t" ] || continue
   if [ -n "$s3_pid" ] && [[ " ${s3_suites[*]} " == *" $t "* ]]; then continue; fi
@@ -99,6 +128,21 @@ if [ -n "$s3_pid" ]; then
     echo "   (${res##* }s)"
   done
   rm -rf "$s3_log"
+fi
+if [ -n "$pg_pid" ]; then
+  pg_wait_start=$(date +%s)
+  wait "$pg_pid" || true
+  trap - INT TERM
+  echo "== the PostgreSQL lane: ended $(( $(date +%s) - pg_wait_start ))s after the checks above"
+  cat "$pg_log/lane.out"
+  for n in "${pg_suites[@]}"; do
+    echo "== $n on PostgreSQL (beside the checks above)"
+    cat "$pg_log/$n.out" 2>/dev/null
+    res=$(awk -v n="$n" '$1 == n { print $2, $3 }' "$pg_log/results" 2>/dev/null)
+    if [ "${res%% *}" = 0 ]; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: $n on PostgreSQL"; fi
+    echo "   (${res##* }s)"
+  done
+  rm -rf "$pg_log"
 fi
 # thousands of agents, in small: 200 simulated agents against this build's server (tests/cluster_sim.sh)
 if [ "${CLUSTER_SIM_TEST:-1}" != 0 ]; then
