@@ -194,10 +194,7 @@ test: deps
 test-pg: deps
 	$(MAKE) --no-print-directory $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc)) \
 	    SAN=1 CUDA=0 BUILD=build/asan build/asan/trainyard $(patsubst $(BUILD)/%,build/asan/%,$(TEST_BIN))
-	@ASAN_OPTIONS=$${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0} \
-	  UBSAN_OPTIONS=$${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1} OPENBLAS_NUM_THREADS=1 \
-	  CK_DEFAULT_TIMEOUT=$${CK_DEFAULT_TIMEOUT:-120} \
-	  PG_TEST_REQUIRED=$${PG_TEST_REQUIRED:-$$([ "$$(id -u)" = 0 ] && [ -x /usr/lib/postgresql/15/bin/postgres ] && echo 1 || echo 0)} \
+	@PG_TEST_REQUIRED=$${PG_TEST_REQUIRED:-$$([ "$$(id -u)" = 0 ] && [ -x /usr/lib/postgresql/15/bin/postgres ] && echo 1 || echo 0)} \
 	  tests/run_pg.sh build/asan
 
 # make run: deps, then the build in a sub-make (it reads pkg-config after the

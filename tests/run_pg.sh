@@ -21,6 +21,11 @@ else
   for t in "$build"/tests/check_*; do [ -x "$t" ] && suites+=("$t"); done
 fi
 export TRAINYARD_BIN=${TRAINYARD_BIN:-$PWD/$build/trainyard}
+# the environment tests/run_all.sh gives the suites, for a run by hand
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+export OPENBLAS_NUM_THREADS=1
+export CK_DEFAULT_TIMEOUT=${CK_DEFAULT_TIMEOUT:-120}
 out=${PG_RESULTS:-}
 own_out=0
 if [ -z "$out" ]; then out=$(mktemp -d /tmp/ty_pg_results.XXXXXX); own_out=1; fi
