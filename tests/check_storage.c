@@ -744,44 +744,14 @@ START_TEST(checkpoints_follow_the_wal_growth) {
 }
 END_TEST
 
-/* Migration 18: rows of a version-17 file keep their bytes in the data
- * directory (store ''); blob_uploads takes an upload, publishes it with
- * the checkpoint row and the pruning in one transaction (once: a second
- * publish is a conflict), and counts open uploads for the quota and the
- * housekeeping tick. */
-START_TEST(migrate_blob_stores) {
-    if (sqlite_only("migrate_blob_stores", "migration 18 of a version-17 SQLite file (the PostgreSQL baseline is"
-                    " 18)")) return;
-    unlink(g_path);
-    db *d = NULL;
-    char err[256];
-    ck_assert_int_eq(db_open_at(&d, g_path, 17, err, sizeof err), 0);
-    int64_t team = 0;
-    ck_assert_int_eq(store_team_create(d, "default", &team), STORE_OK);
-    char sql[1024];
-    snprintf(sql, sizeof sql,
-             "INSERT INTO jobs(id, team_id, name, spec, state, priority, attempt, max_restarts, workers,"
-             " devices_per_worker, device, ps, max_runtime_s, preemptible, created_at, updated_at)"
-             " VALUES(7, %lld, 'j', '{}', 'running', 50, 1, 3, 1, 1, 'cpu', 0, 60, 0, 1, 1);"
-             "INSERT INTO checkpoints(job_id, attempt, step, epoch, size, sha256, path, created_at)"
-             " VALUES(7, 1, 10, 1, 5, 'aa', '7/1.safetensors', 1);"
-             "INSERT INTO checkpoints(job_id, attempt, step, epoch, size, sha256, path, created_at, deleted_at)"
-             " VALUES(7, 1, 5, 0, 5, 'bb', '7/2.safetensors', 1, 2);"
-             "INSERT INTO contexts(team_id, digest, bytes, files, unpacked, created_at, used_at)"
-             " VALUES(%lld, 'cc', 10, 1, 10, 1, 1);",
-             (long long)team, (long long)team);
-    ck_assert_int_eq(sqlite3_exec(db_sqlite(d), sql, NULL, NULL, NULL), SQLITE_OK);
-    ck_assert_int_ne(sqlite3_exec(db_sqlite(d), "SELECT store FROM checkpoints", NULL, NULL, NULL), SQLITE_OK);
-    db_close(d);
-    ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
-    ck_assert_int_eq(db_version(d), db_migrations_count());
-    ck_assert_int_eq(count(d, "SELECT count(*) FROM checkpoints WHERE store = ''"), 2);
-    ck_assert_int_eq(count(d, "SELECT count(*) FROM contexts WHERE store = '' AND digest = 'cc'"), 1);
+/* blob_uploads on a db holding job 7 of team (attempt 1) with two
+ * checkpoints in the data directory (store ''), the newer at step 10
+ * ('7/1.safetensors'): an upload is taken, published with the checkpoint
+ * row and the pruning in one transaction (once: a second publish is a
+ * conflict), counted for the quota and the housekeeping tick, expired,
+ * aborted and forgotten. */
+static void blob_uploads_check(db *d, int64_t team) {
     exec_ckpt c;
-    ck_assert_int_eq(exec_store_ckpt_get(d, 7, 0, &c), STORE_OK);
-    ck_assert_str_eq(c.store, "");
-    ck_assert_str_eq(c.path, "7/1.safetensors");
-
     /* an upload: open, then its remote id, counted against the team */
     const char *store = "s3://b/p?endpoint=http://127.0.0.1:1&region=us-east-1";
     blob_upload u;
@@ -880,7 +850,75 @@ START_TEST(migrate_blob_stores) {
     ck_assert_int_eq(n, 1);
     ck_assert_int_eq(count(d, "SELECT count(*) FROM blob_uploads"), 1);
     ck_assert_int_eq(count(d, "SELECT count(*) FROM blob_uploads WHERE state = 'open'"), 1);
+}
+
+/* Migration 18: rows of a version-17 file keep their bytes in the data
+ * directory (store ''); blob_uploads takes an upload, publishes it with
+ * the checkpoint row and the pruning in one transaction (once: a second
+ * publish is a conflict), and counts open uploads for the quota and the
+ * housekeeping tick. */
+START_TEST(migrate_blob_stores) {
+    if (sqlite_only("migrate_blob_stores", "migration 18 of a version-17 SQLite file (the PostgreSQL baseline is"
+                    " 18)")) return;
+    unlink(g_path);
+    db *d = NULL;
+    char err[256];
+    ck_assert_int_eq(db_open_at(&d, g_path, 17, err, sizeof err), 0);
+    int64_t team = 0;
+    ck_assert_int_eq(store_team_create(d, "default", &team), STORE_OK);
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO jobs(id, team_id, name, spec, state, priority, attempt, max_restarts, workers,"
+             " devices_per_worker, device, ps, max_runtime_s, preemptible, created_at, updated_at)"
+             " VALUES(7, %lld, 'j', '{}', 'running', 50, 1, 3, 1, 1, 'cpu', 0, 60, 0, 1, 1);"
+             "INSERT INTO checkpoints(job_id, attempt, step, epoch, size, sha256, path, created_at)"
+             " VALUES(7, 1, 10, 1, 5, 'aa', '7/1.safetensors', 1);"
+             "INSERT INTO checkpoints(job_id, attempt, step, epoch, size, sha256, path, created_at, deleted_at)"
+             " VALUES(7, 1, 5, 0, 5, 'bb', '7/2.safetensors', 1, 2);"
+             "INSERT INTO contexts(team_id, digest, bytes, files, unpacked, created_at, used_at)"
+             " VALUES(%lld, 'cc', 10, 1, 10, 1, 1);",
+             (long long)team, (long long)team);
+    ck_assert_int_eq(sqlite3_exec(db_sqlite(d), sql, NULL, NULL, NULL), SQLITE_OK);
+    ck_assert_int_ne(sqlite3_exec(db_sqlite(d), "SELECT store FROM checkpoints", NULL, NULL, NULL), SQLITE_OK);
+    db_close(d);
+    ck_assert_int_eq(db_open(&d, g_path, err, sizeof err), 0);
+    ck_assert_int_eq(db_version(d), db_migrations_count());
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM checkpoints WHERE store = ''"), 2);
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM contexts WHERE store = '' AND digest = 'cc'"), 1);
+    exec_ckpt c;
+    ck_assert_int_eq(exec_store_ckpt_get(d, 7, 0, &c), STORE_OK);
+    ck_assert_str_eq(c.store, "");
+    ck_assert_str_eq(c.path, "7/1.safetensors");
+
+    blob_uploads_check(d, team);
     ck_assert_int_eq(count(d, "SELECT count(*) FROM pragma_foreign_key_check"), 0);
+    db_close(d);
+}
+END_TEST
+
+/* The same uploads on a database made at the newest version (on
+ * PostgreSQL: its baseline), the rows written in text both engines take. */
+START_TEST(blob_uploads_publish_and_expire) {
+    db *d = NULL;
+    open_db(&d);
+    int64_t team = 0;
+    ck_assert_int_eq(store_team_create(d, "default", &team), STORE_OK);
+    char sql[1024];
+    snprintf(sql, sizeof sql,
+             "INSERT INTO jobs(id, team_id, name, spec, state, priority, attempt, max_restarts, workers,"
+             " devices_per_worker, device, ps, max_runtime_s, preemptible, created_at, updated_at)"
+             " VALUES(7, %lld, 'j', '{}', 'running', 50, 1, 3, 1, 1, 'cpu', 0, 60, 0, 1, 1)",
+             (long long)team);
+    exec_sql(d, sql);
+    exec_sql(d, "INSERT INTO checkpoints(job_id, attempt, step, epoch, size, sha256, path, created_at)"
+                " VALUES(7, 1, 10, 1, 5, 'aa', '7/1.safetensors', 1)");
+    exec_sql(d, "INSERT INTO checkpoints(job_id, attempt, step, epoch, size, sha256, path, created_at, deleted_at)"
+                " VALUES(7, 1, 5, 0, 5, 'bb', '7/2.safetensors', 1, 2)");
+    exec_ckpt c;
+    ck_assert_int_eq(exec_store_ckpt_get(d, 7, 0, &c), STORE_OK);
+    ck_assert_str_eq(c.store, "");
+    ck_assert_str_eq(c.path, "7/1.safetensors");
+    blob_uploads_check(d, team);
     db_close(d);
 }
 END_TEST
@@ -939,6 +977,7 @@ int main(void) {
     tcase_add_test(tc, refuses_newer_schema);
     tcase_add_test(tc, migrate_tasks_keeps_allocations);
     tcase_add_test(tc, migrate_blob_stores);
+    tcase_add_test(tc, blob_uploads_publish_and_expire);
     tcase_add_test(tc, not_a_database);
     tcase_add_test(tc, tokens_hashed);
     tcase_add_test(tc, job_lifecycle_and_events);
