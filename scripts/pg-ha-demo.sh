@@ -14,7 +14,8 @@
 #                                     what the client saw fail and for how
 #                                     long, the server's log; then stop
 #                                     (PG_HA_KEEP=1: leave it running)
-#   scripts/pg-ha-demo.sh stop DIR    stops what start started
+#   scripts/pg-ha-demo.sh stop DIR    stops what start started and removes its
+#                                     data; DIR/log stays
 #
 # Everything lives under DIR (data, pg_autoctl's configuration and state
 # through XDG_*, logs), except PostgreSQL's sockets, which stay in the
@@ -105,7 +106,10 @@ do_stop() {
     stop_pid "$p"
   done
   rm -f "$dir/pids"
-  echo "pg-ha-demo: stopped; the data and logs stay in $dir"
+  # the clusters' data go (200 MB), as scripts/pg-dev.sh's do; the logs stay
+  rm -rf "$dir/monitor" "$dir/node1" "$dir/node2" "$dir/backup" "$dir/xdg" "$dir/server" "$dir/pgpass" \
+    "$dir/agent.state" "$dir"/.body.* "$dir"/.code.* "$dir/.cbody"
+  echo "pg-ha-demo: stopped; the data removed, the logs kept in $dir/log"
 }
 
 do_start() {
