@@ -994,6 +994,7 @@ static int pg_commit(db_thread_conn *c) {
     }
     if (rc == 0) {
         pg_published(c);
+        pg_chg_tidy(c->pg);
         return 0;
     }
     if (pg_in_tx(c->pg)) conn_exec(c, "ROLLBACK");
@@ -1011,6 +1012,7 @@ static void pg_autocommit_done(db_thread_conn *c) {
         c->chg_all = 1;
     }
     pg_published(c);
+    pg_chg_tidy(c->pg);
 }
 
 /* The session carries the fencing number the server leads with, so its

@@ -30,6 +30,7 @@ struct pg_conn {
     int64_t changes;              /* rows of the last command */
     char err[512];                /* the last error, one line */
     int64_t epoch;                /* ty.epoch of this session (-1: none) */
+    int64_t drained;              /* rows drained from ty_chg since its last VACUUM */
     unsigned next_name;           /* statement names s1, s2, ... */
     unsigned gen;                 /* bumped by a reset: the session's statements are gone */
     int deadline_ms;              /* pg_query_*: the longest wait for an answer (0: none) */
@@ -719,5 +720,20 @@ int pg_drain(pg_conn *pc, void (*add)(void *cls, int table, int64_t id), void *c
     for (int k = 0; k < n; k++)
         add(cls, (int)strtol(PQgetvalue(r, k, 0), NULL, 10), strtoll(PQgetvalue(r, k, 1), NULL, 10));
     PQclear(r);
+    pc->drained += n;
     return 0;
+}
+
+#define PG_CHG_TIDY_ROWS 4096
+
+void pg_chg_tidy(pg_conn *pc) {
+    if (pc->drained < PG_CHG_TIDY_ROWS || pg_in_tx(pc) || pg_broken(pc)) return;
+    pc->drained = 0;
+    PGresult *r = PQexec(pc->conn, "VACUUM pg_temp.ty_chg");
+    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+        map_state(pc, r);
+        set_err(pc, "change capture", PQresultErrorMessage(r));
+        log_warn("postgres: %s", pc->err);
+    }
+    PQclear(r);
 }

@@ -85,4 +85,11 @@ int64_t pg_epoch_set(const pg_conn *pc);
  * COMMIT, inside the transaction, so they commit or vanish with it. */
 int pg_drain(pg_conn *pc, void (*add)(void *cls, int table, int64_t id), void *cls);
 
+/* Outside a transaction, after a commit: VACUUMs pg_temp.ty_chg once 4,096
+ * rows have been drained since the last time. Autovacuum never visits a
+ * temporary table, so without it every row ever captured stays a dead tuple
+ * that each drain's scan reads again (7 ms a drain after a 200,000-row
+ * transaction, 0.2 ms after the VACUUM). */
+void pg_chg_tidy(pg_conn *pc);
+
 #endif
