@@ -1208,7 +1208,10 @@ int cmd_server(int argc, char **argv, const server_app *app) {
     server_options o;
     server_options_default(&o);
     int rc = server_parse_flags(&o, argc, argv);
-    if (rc != 0) return rc > 0 ? 0 : 2;
+    if (rc != 0) {
+        free(again);
+        return rc > 0 ? 0 : 2;
+    }
     log_set_prefix("server");
     log_set_level(o.quiet && o.log_level < LOG_WARN ? LOG_WARN : (log_level)o.log_level);
     log_set_format((log_format)o.log_format);
@@ -1216,6 +1219,7 @@ int cmd_server(int argc, char **argv, const server_app *app) {
     char err[512];
     if (server_open(&s, &o, err, sizeof err) < 0) {
         log_error("%s", err);
+        free(again);
         return 1;
     }
     rc = server_serve(&s, app, NULL);
