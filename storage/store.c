@@ -798,18 +798,22 @@ int store_job_state(db *d, int64_t id, char state[16], int64_t *team_id) {
     return ret;
 }
 
+/* The spec's idle_timeout as written (seconds, or a duration such as
+ * "30m"), read in C: CAST(json_extract(...) AS INTEGER) made "30m" 30
+ * seconds on SQLite, and ty_json_num made every string NULL (never culled)
+ * on PostgreSQL. */
 static const char SQL_IDLE_WATCHED[] =
-    "SELECT j.id, CAST(json_extract(j.spec, '$.idle_timeout') AS INTEGER),"
+    "SELECT j.id, json_extract(j.spec, '$.idle_timeout'),"
     " max(coalesce(j.started_at, 0), coalesce((SELECT max(t.started_at) FROM tasks t"
     "   WHERE t.job_id = j.id AND t.attempt = j.attempt), 0))"
     " FROM jobs j WHERE j.state = 'running' AND json_valid(j.spec)"
-    " AND CAST(json_extract(j.spec, '$.idle_timeout') AS INTEGER) > 0 ORDER BY j.id";
+    " AND json_type(j.spec, '$.idle_timeout') IN ('integer', 'real', 'text') ORDER BY j.id";
 static const char SQL_IDLE_WATCHED_PG[] =
-    "SELECT j.id, trunc(ty_json_num(j.spec, '$.idle_timeout'))::bigint,"
+    "SELECT j.id, ty_json_text(j.spec, '$.idle_timeout'),"
     " greatest(coalesce(j.started_at, 0), coalesce((SELECT max(t.started_at) FROM tasks t"
     "   WHERE t.job_id = j.id AND t.attempt = j.attempt), 0))"
     " FROM jobs j WHERE j.state = 'running' AND ty_json_valid(j.spec)"
-    " AND trunc(ty_json_num(j.spec, '$.idle_timeout')) > 0 ORDER BY j.id";
+    " AND ty_json_type(j.spec, '$.idle_timeout') IN ('integer', 'real', 'text') ORDER BY j.id";
 
 int store_jobs_idle_watched(db *d, store_idle_job **out, int *n) {
     *out = NULL;
@@ -822,8 +826,11 @@ int store_jobs_idle_watched(db *d, store_idle_job **out, int *n) {
             cap = cap ? cap * 2 : 16;
             *out = xrealloc(*out, (size_t)cap * sizeof **out);
         }
-        (*out)[(*n)++] = (store_idle_job){db_col_int64(st, 0), db_col_int64(st, 1),
-                                          db_col_int64(st, 2)};
+        /* as jobspec.c reads it: a bare number is seconds, rounded up */
+        const char *t = db_col_text(st, 1);
+        int64_t ms = 0;
+        if (!t || duration_parse_ms(t, 1e3, 1e15, &ms) < 0 || ms <= 0) continue;
+        (*out)[(*n)++] = (store_idle_job){db_col_int64(st, 0), (ms + 999) / 1000, db_col_int64(st, 2)};
     }
     db_done(st);
     if (rc != DB_DONE) {

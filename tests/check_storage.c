@@ -923,6 +923,43 @@ START_TEST(blob_uploads_publish_and_expire) {
 }
 END_TEST
 
+/* The running jobs the idle culler watches, with their idle_timeout as
+ * the spec says it (seconds, or a duration): "30m" is 1,800 s (SQLite's
+ * CAST made it 30, PostgreSQL's number helper dropped every string), 0 and
+ * a job not running are not watched. */
+START_TEST(idle_watched_reads_durations) {
+    db *d = NULL;
+    open_db(&d);
+    int64_t team = 0;
+    ck_assert_int_eq(store_team_create(d, "default", &team), STORE_OK);
+    static const char *const specs[] = {"{\"idle_timeout\":\"30m\"}", "{\"idle_timeout\":\"3s\"}",
+                                        "{\"idle_timeout\":4}", "{\"idle_timeout\":0}", "{\"name\":\"x\"}",
+                                        "{\"idle_timeout\":\"1.5h\"}"};
+    for (int k = 0; k < 6; k++) {
+        char sql[1024];
+        snprintf(sql, sizeof sql,
+                 "INSERT INTO jobs(id, team_id, name, spec, state, priority, attempt, max_restarts, workers,"
+                 " devices_per_worker, device, ps, max_runtime_s, preemptible, created_at, updated_at, started_at)"
+                 " VALUES(%d, %lld, 'j', '%s', '%s', 50, 1, 0, 1, 1, 'cpu', 0, 60, 0, 1, 1, %d)",
+                 k + 1, (long long)team, specs[k], k == 5 ? "queued" : "running", 1000 + k);
+        exec_sql(d, sql);
+    }
+    store_idle_job *w = NULL;
+    int n = 0;
+    ck_assert_int_eq(store_jobs_idle_watched(d, &w, &n), STORE_OK);
+    ck_assert_int_eq(n, 3);
+    ck_assert_int_eq(w[0].id, 1);
+    ck_assert_int_eq(w[0].idle_timeout_s, 1800);
+    ck_assert_int_eq(w[0].started_ms, 1000);
+    ck_assert_int_eq(w[1].id, 2);
+    ck_assert_int_eq(w[1].idle_timeout_s, 3);
+    ck_assert_int_eq(w[2].id, 3);
+    ck_assert_int_eq(w[2].idle_timeout_s, 4);
+    free(w);
+    db_close(d);
+}
+END_TEST
+
 /* PostgreSQL's fence: A leads and writes; its lease is made to expire (a
  * maintenance session, as a paused A would let it) and B takes it at the
  * next epoch; A, still believing it leads, writes again: the database
@@ -988,6 +1025,7 @@ int main(void) {
     tcase_add_test(tc, database_kept_resident);
     tcase_add_test(tc, changes_follow_commits);
     tcase_add_test(tc, fenced_write_after_takeover);
+    tcase_add_test(tc, idle_watched_reads_durations);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
