@@ -139,8 +139,19 @@ static char *get_until_200(const char *path, int timeout_ms) {
 }
 
 /* The hex SHA-256 of the newest task token of the job, from the server's
- * database (tasks.token_hash). */
+ * database (tasks.token_hash; on PostgreSQL through libpq). */
 static void task_token_hash(int64_t job, char out[65]) {
+    if (ty_pg_url()) { /* the server's PostgreSQL database */
+        char u[512], arg[24];
+        ty_pg_data_db(srv.dir, u, sizeof u);
+        snprintf(arg, sizeof arg, "%lld", (long long)job);
+        const char *params[1] = {arg};
+        PGresult *r = ty_pg_row(u, "SELECT token_hash FROM tasks WHERE job_id = $1 ORDER BY id DESC LIMIT 1", 1, params);
+        ck_assert_int_eq(PQgetlength(r, 0, 0), 64);
+        snprintf(out, 65, "%s", PQgetvalue(r, 0, 0));
+        PQclear(r);
+        return;
+    }
     char path[600];
     snprintf(path, sizeof path, "%s/trainyard.db", srv.dir);
     sqlite3 *d = NULL;
