@@ -63,6 +63,10 @@ esac
 # start ROW: a server on that row's store, URL and TOKEN set
 start() {
   local data=$dir/data-$1 args=()
+  # the PostgreSQL rows share one data directory: the database's tokens are
+  # in the files of the server that set it up (a later server makes none)
+  case "$1" in postgres*) data=$dir/data-postgres ;; esac
+  rm -f "$data/server.url"
   case "$1" in
     sqlite) ;;
     sqlite-full) args=(--durability full) ;;
@@ -72,8 +76,14 @@ start() {
   mkdir -p "$data"
   "$BIN" server --listen 127.0.0.1:0 --data "$data" "${args[@]}" 2>>"$dir/server-$1.log" &
   pid=$!
-  for _ in $(seq 300); do [ -s "$data/server.url" ] && break; kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  if ! [ -s "$data/server.url" ]; then
+  # a server on PostgreSQL listens (server.url) before it leads; its tokens
+  # are made once it leads (the previous row's server gave the lease back)
+  for _ in $(seq 300); do
+    [ -s "$data/server.url" ] && [ -s "$data/token" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! [ -s "$data/server.url" ] || ! [ -s "$data/token" ]; then
     echo "bench/api/stores.sh: the server on $1 did not start:" >&2
     tail -20 "$dir/server-$1.log" >&2
     exit 1
@@ -106,16 +116,22 @@ for row in $rows; do
        python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
   echo "== $row: GET /api/v1/jobs/$id  (wrk -t2 -c32 -d${DUR}s)"
   wrk -t2 -c32 -d"${DUR}s" --latency -H "Authorization: Bearer $TOKEN" "$URL/api/v1/jobs/$id" >"$dir/get-$row.txt"
-  grep -E 'Requests/sec|  (50|99)%' "$dir/get-$row.txt" || true
+  grep -E 'Requests/sec|  (50|99)%|Non-2xx' "$dir/get-$row.txt" || true
   echo "== $row: POST /api/v1/jobs  (wrk -t2 -c8 -d${DUR}s)"
   SPEC=examples/synthetic_binary.json wrk -t2 -c8 -d"${DUR}s" --latency -s bench/api/submit.lua \
       -H "Authorization: Bearer $TOKEN" "$URL/api/v1/jobs" >"$dir/post-$row.txt"
   grep -E 'Requests/sec|  (50|99)%|Non-2xx|^non-201' "$dir/post-$row.txt" || true
+  if ! kill -0 "$pid" 2>/dev/null; then
+    echo "bench/api/stores.sh: the server on $row exited during the load:" >&2
+    tail -20 "$dir/server-$row.log" >&2
+    exit 1
+  fi
   read -r g_rps g_p50 g_p99 < <(parse "$dir/get-$row.txt")
+  g_non2xx=$(grep -o 'Non-2xx or 3xx responses: [0-9]*' "$dir/get-$row.txt" | grep -o '[0-9]*$' || echo 0)
   read -r p_rps p_p50 p_p99 < <(parse "$dir/post-$row.txt")
   non2xx=$(grep -o 'Non-2xx or 3xx responses: [0-9]*' "$dir/post-$row.txt" | grep -o '[0-9]*$' || echo 0)
   stop
-  echo "$row $g_rps $g_p50 $g_p99 $p_rps $p_p50 $p_p99 $non2xx" >>"$dir/results"
+  echo "$row $g_rps $g_p50 $g_p99 $p_rps $p_p50 $p_p99 $non2xx $g_non2xx" >>"$dir/results"
 done
 
 python3 - "$dir/results" "$DUR" <<'PY'
@@ -126,16 +142,16 @@ for line in open(sys.argv[1]):
     num = lambda v: None if v == "None" else round(float(v), 3)
     rows[f[0]] = {"get_rps": num(f[1]), "get_p50_ms": num(f[2]), "get_p99_ms": num(f[3]),
                   "submit_rps": num(f[4]), "submit_p50_ms": num(f[5]), "submit_p99_ms": num(f[6]),
-                  "submit_non2xx": int(f[7])}
+                  "submit_non2xx": int(f[7]), "get_non2xx": int(f[8])}
 what = {"sqlite": "SQLite, WAL, synchronous=NORMAL (default)",
         "sqlite-full": "SQLite, WAL, synchronous=FULL (--durability full)",
         "postgres": "PostgreSQL 15, synchronous_commit=on (default)",
         "postgres-async": "PostgreSQL 15, synchronous_commit=off"}
-print("\n| store | GET/s | GET p50 / p99 ms | submit/s | submit p50 / p99 ms | non-2xx |")
+print("\n| store | GET/s | GET p50 / p99 ms | submit/s | submit p50 / p99 ms | non-2xx (GET, submit) |")
 print("| --- | --- | --- | --- | --- | --- |")
 for k, r in rows.items():
-    print("| %s | %.0f | %s / %s | %.0f | %s / %s | %d |" % (what[k], r["get_rps"], r["get_p50_ms"], r["get_p99_ms"],
-          r["submit_rps"], r["submit_p50_ms"], r["submit_p99_ms"], r["submit_non2xx"]))
+    print("| %s | %.0f | %s / %s | %.0f | %s / %s | %d, %d |" % (what[k], r["get_rps"], r["get_p50_ms"], r["get_p99_ms"],
+          r["submit_rps"], r["submit_p50_ms"], r["submit_p99_ms"], r["get_non2xx"], r["submit_non2xx"]))
 def ratio(a, b, k):
     if a not in rows or b not in rows or not rows[b][k] or rows[a][k] is None: return None
     return round(rows[a][k] / rows[b][k], 3)
