@@ -1750,7 +1750,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             too_large(req, &res, n);
             return answer_now(req, &res);
         }
-        if (!(req->route->allow & ALLOW_STANDBY) && db_role(h->db) != DB_LEADER) {
+        if (!(req->route->allow & ALLOW_STANDBY) && h->db && db_role(h->db) != DB_LEADER) {
             standby_answer(h, &res);
             return answer_now(req, &res);
         }
@@ -1945,7 +1945,7 @@ void http_audit_read(http_req *req) {
  * row alone (a refusal, or a request that changed nothing). */
 static void audit_finish(http_daemon *h, http_req *req) {
     if (!req->audit && req->status != 401 && req->status != 403) return;
-    if (db_role(h->db) != DB_LEADER) { /* a standby writes nothing (the fence refuses it): the leader audits */
+    if (h->db && db_role(h->db) != DB_LEADER) { /* a standby writes nothing (the fence refuses it): the leader audits */
         free(req->audit);
         req->audit = NULL;
         return;

@@ -1734,7 +1734,7 @@ static void lease_round(db *d, pg_conn *pc, double *last_ok) {
                             "UPDATE ty_lease SET holder = $1, url = $2, epoch = epoch + 1,"
                             " acquired_at = clock_timestamp(),"
                             " expires_at = clock_timestamp() + $3::int * interval '1 millisecond'"
-                            " WHERE id = 1 AND expires_at <= clock_timestamp() RETURNING epoch",
+                            " WHERE id = 1 AND (expires_at <= clock_timestamp() OR holder = $1) RETURNING epoch",
                             3, v, &got);
     if (rc == 0) {
         *last_ok = mono_s();
@@ -1775,7 +1775,9 @@ static void *lease_main(void *arg) {
         if (!pc) {
             char err[512];
             pc = pg_connect(d->pg_url, d->pg_password, "trainyard lease", err, sizeof err);
-            if (pc) pg_set_deadline(pc, d->lease.cfg.renew_ms);
+            /* an answer may take up to the deadline's slack (a loaded host),
+             * never longer: the thread must be free to step down in time */
+            if (pc) pg_set_deadline(pc, d->lease.cfg.deadline_ms - d->lease.cfg.renew_ms);
             if (!pc && db_role(d) == DB_LEADER && (mono_s() - last_ok) * 1000 >= d->lease.cfg.deadline_ms)
                 lease_set_role(d, DB_STANDBY, 0, err);
         }

@@ -317,7 +317,9 @@ const char *db_engine(db *d);
  * Several servers may share one PostgreSQL database; one of them leads (it
  * alone schedules and writes), the others stand by. The leader is the holder
  * of the lease, the one row of ty_lease, judged by the database's clock: a
- * standby takes it once it has expired, with the fencing number (epoch) one
+ * standby takes it once it has expired (or at once when it is this server's
+ * own, left by its previous process: its data directory's lock says that
+ * one is gone), with the fencing number (epoch) one
  * higher; the leader renews it every renew_ms. Every write carries the
  * epoch of its server (the session's ty.epoch) and the database refuses it
  * (ty_fence: DB_FENCED) unless that epoch holds an unexpired lease, so a

@@ -144,7 +144,7 @@ static pid_t spawn_agent(int k) {
         (void)lf;
         execlp("ip", "ip", "netns", "exec", ns[i], ty_bin(), "agent", "--server", urls, "--token-file", tokfile,
                "--hostname", name, "--address", addr, "--cpu-slots", "1", "--heartbeat", "1", "--poll-wait", "3",
-               "--state-file", statef, (char *)NULL);
+               "--state-file", statef, "--worker-sched", "idle", (char *)NULL);
         _exit(127);
     }
     return pid;
@@ -392,7 +392,9 @@ static void teardown(void) {
 /* ---------------------------------------------------------------- the test */
 
 /* 2 workers, one per node (one slot each), training until the test is done
- * with it (cancelled), a checkpoint every epoch (the newest 3 kept). */
+ * with it (cancelled), a checkpoint every epoch (the newest 3 kept). The
+ * agents run them under SCHED_IDLE: this test runs beside make test's loop
+ * (tests/run_all.sh), whose checks must not wait for a core behind it. */
 static const char SPEC_TRAIN[] =
     "{\"name\":\"ha-train\",\"model\":{\"layers\":["
     "{\"type\":\"dense\",\"units\":256,\"activation\":\"relu\",\"input_shape\":[64]},"
