@@ -96,7 +96,7 @@ fi
 # loop below; the lane runs them one after the other in the background beside
 # it (mostly waiting on its servers and their jobs) and is reported after it.
 # PG_LANE=0: no lane; PG_SUITES="check_x ...": another list. Measured alone on
-# 2 cores with the sanitized build, these nine take 86 s and about 50 s of CPU
+# 2 cores with the sanitized build, these nine take 86-114 s and about 50 s of CPU
 # (25 of it PostgreSQL's), which is what they take from the loop beside them;
 # check_quota, check_usage, check_retention and check_sweeps would add 110 s
 # and 45 s of CPU (their jobs train), so they run on PostgreSQL in make
