@@ -65,15 +65,17 @@ if [ "${SCHEMA_PG_TEST:-1}" != 0 ]; then
 fi
 # The suites on a real S3 store (those that include tests/s3_fixture.h: a
 # one-node Ceph each, mostly waiting on radosgw and their jobs), and the
-# failover test (tests/check_ha.c: two servers, a PostgreSQL and two agents in
-# network namespaces, waiting out two 6-second leases; about 70 s), run one
+# failover tests (tests/check_ha.c: two servers, a PostgreSQL and two agents in
+# network namespaces, waiting out two 6-second leases, about 70 s;
+# tests/check_failover_client.c: clients waiting out their retry budgets), run one
 # after the other in the background, beside the checks of the loop below, and
 # are reported after it; the loop skips them. S3_BESIDE=0: in the loop instead.
 s3_suites=()
 for t in "$build"/tests/check_*; do
   [ -x "$t" ] || continue
   src="tests/$(basename "$t").c"
-  [ -f "$src" ] && { grep -q '"s3_fixture.h"' "$src" || [ "$(basename "$t")" = check_ha ]; } && s3_suites+=("$t")
+  case "$(basename "$t")" in check_ha|check_failover_client) s3_suites+=("$t"); continue ;; esac
+  [ -f "$src" ] && grep -q '"s3_fixture.h"' "$src" && s3_suites+=("$t")
 done
 s3_pid=""
 if [ ${#s3_suites[@]} -gt 0 ] && [ "${S3_BESIDE:-1}" != 0 ]; then
