@@ -33,6 +33,7 @@
 #include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define S3_DEV_SCRIPT "scripts/s3-dev.sh"
@@ -266,8 +267,23 @@ static inline int s3_open_uploads(s3_dev *s, const char *bucket, const char *pre
     return n;
 }
 
+/* 1 when every thread of pid is stopped (state T): a SIGSTOP takes each
+ * thread as it next runs, so kill() returns before a busy (or niced) daemon
+ * has stopped answering. */
+static inline int s3__stopped(long pid) {
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "for f in /proc/%ld/task/*/stat; do sed 's/^.*) //' \"$f\" | cut -c1; done 2>/dev/null"
+             " | grep -qv T", pid);
+    return system(cmd) != 0; /* no thread in another state */
+}
+
 static inline void s3_pause(s3_dev *s) {
-    if (s->rgw > 0) kill(s->rgw, SIGSTOP);
+    if (s->rgw <= 0) return;
+    kill(s->rgw, SIGSTOP);
+    for (int i = 0; i < 200 && !s3__stopped(s->rgw); i++) {
+        struct timespec ts = {0, 5 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 static inline void s3_resume(s3_dev *s) {

@@ -146,9 +146,13 @@ test('a job with an evaluator shows its eval points beside val and test', async 
   assert.equal(r.status, 201);
   await page.goto(`${srv.url}/#/jobs/${r.body.id}`);
   await page.waitForSelector('#job-state [data-state="succeeded"]', {timeout: 90000});
-  // one eval point per epoch's checkpoint on each chart, and the newest in the progress card
-  await page.waitForFunction(() => Number(document.querySelector('#chart-loss')?.getAttribute('data-points-eval_loss') || 0) >= 3 &&
-                                   Number(document.querySelector('#chart-accuracy')?.getAttribute('data-points-eval_accuracy') || 0) >= 3,
+  // an eval point per checkpoint the evaluator saw on each chart (a checkpoint
+  // an upload still in flight replaced is not evaluated: on a loaded machine
+  // one of the three epochs' may be skipped: executor/report.c keeps only the
+  // newest checkpoint not yet uploaded), and the
+  // newest, epoch 3's, in the progress card
+  await page.waitForFunction(() => Number(document.querySelector('#chart-loss')?.getAttribute('data-points-eval_loss') || 0) >= 2 &&
+                                   Number(document.querySelector('#chart-accuracy')?.getAttribute('data-points-eval_accuracy') || 0) >= 2,
                              null, {timeout: 30000});
   assert.ok(Number(await page.getAttribute('#chart-loss', 'data-points-val_loss')) >= 3, 'val points beside the eval points');
   await page.waitForSelector('#eval-summary:has-text("accuracy")');
