@@ -63,14 +63,18 @@ def main():
         "content": {"code": code, "silent": False, "store_history": False,
                     "user_expressions": {}, "allow_stdin": False, "stop_on_error": True},
     }))
-    out, status = "", None
+    out, status, idle = "", None, False
     deadline = time.time() + 60
-    while time.time() < deadline and status is None:
+    # the reply comes on the shell channel, the output on iopub: neither
+    # waits for the other, so the output is whole once iopub says "idle"
+    while time.time() < deadline and (status is None or not idle):
         m = json.loads(ws.recv())
         if m.get("parent_header", {}).get("msg_id") != msg_id:
             continue
         t = m.get("msg_type") or m.get("header", {}).get("msg_type")
-        if t == "stream":
+        if t == "status" and m["content"].get("execution_state") == "idle":
+            idle = True
+        elif t == "stream":
             out += m["content"].get("text", "")
         elif t == "error":
             sys.stderr.write("the kernel: %s\n" % m["content"].get("evalue"))
