@@ -709,13 +709,25 @@ START_TEST(training_job_checkpoints_to_the_store) {
     ck_assert_str_eq(state, "succeeded");
     char path[128];
     snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints", (long long)id);
+    /* The job has ended: the housekeeping pass keeps its newest checkpoint
+     * and removes the rows, then the objects, of the older ones (a newer
+     * one may also have superseded one not sent yet). Wait for that, so
+     * nothing listed is removed before it is downloaded. */
     cJSON *l = NULL;
-    ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &l), 200);
-    const cJSON *cks = cJSON_GetObjectItem(l, "checkpoints");
-    int n = cJSON_GetArraySize(cks);
-    ck_assert_int_ge(n, 1); /* a newer checkpoint supersedes one not sent yet: 1 to 3 */
-    ck_assert_int_eq((long)ty_num(cJSON_GetArrayItem(cks, 0), "epoch"), 3); /* newest first: the final one */
-    ck_assert_int_eq(s3_keys(&S3, bucket, "checkpoints/", NULL, 0), n);
+    const cJSON *cks = NULL;
+    int n = 0, keys = -1;
+    for (int i = 0; i < 300; i++) {
+        cJSON_Delete(l);
+        l = NULL;
+        ck_assert_int_eq(ty_http(srv.url, team_tok, "GET", path, NULL, &l), 200);
+        cks = cJSON_GetObjectItem(l, "checkpoints");
+        n = cJSON_GetArraySize(cks);
+        keys = s3_keys(&S3, bucket, "checkpoints/", NULL, 0);
+        if (n == 1 && keys == 1) break;
+        ty_sleep_ms(100);
+    }
+    ck_assert_msg(n == 1 && keys == 1, "30 s after the end: %d checkpoints listed, %d objects", n, keys);
+    ck_assert_int_eq((long)ty_num(cJSON_GetArrayItem(cks, 0), "epoch"), 3); /* the newest: the final one */
     const cJSON *c;
     cJSON_ArrayForEach(c, cks) {
         char p[160], sha_hdr[65], sha_got[65], loc[1024];
