@@ -454,7 +454,8 @@ static int create_store(server *srv, http_req *req, http_res *res, sweep_new *w)
         http_error(res, 500, "internal", NULL, "out of memory");
         return -1;
     }
-    if (sweep_store_create(srv->db, req->who.team_id, req->who.user_id, w->name, w->stored, w->n, w->params, &w->id) != STORE_OK) {
+    if (sweep_store_create(srv->db, req->who.team_id, req->who.user_id, w->name, w->stored, w->n, w->params, NULL,
+                           NULL, &w->id) != STORE_OK) {
         api_db_unavailable(res);
         return -1;
     }

@@ -490,7 +490,7 @@ static const char m18[] =
     "CREATE INDEX blob_uploads_job ON blob_uploads(job_id, state);";
 
 /* 19: submissions made once: a client's Idempotency-Key, kept a day, names
- * the job its first submission made (POST /api/v1/jobs and sweeps). */
+ * the job its first submission made (POST /api/v1/jobs; sweeps: 20). */
 static const char m19[] =
     "CREATE TABLE submit_keys("
     "  team_id INTEGER NOT NULL REFERENCES teams(id),"
@@ -507,6 +507,31 @@ static const char m19_pg[] =
     "  created_at BIGINT NOT NULL,\n"
     "  PRIMARY KEY(team_id, idem_key));\n"
     "CREATE INDEX submit_keys_age ON submit_keys(team_id, created_at);\n"
+    "SELECT ty_install_fences();\n";
+
+/* 20: sweeps made once: POST /api/v1/sweeps's Idempotency-Key, kept a day
+ * with the sweep its first request made, in the transaction that inserts
+ * the sweep (storage/sweep_store.c). request_sha256: the request body's, so
+ * the same key with another request is told apart (a sweep's stored spec
+ * is normalized, not the body as sent). */
+static const char m20[] =
+    "CREATE TABLE sweep_keys("
+    "  team_id INTEGER NOT NULL REFERENCES teams(id),"
+    "  idem_key TEXT NOT NULL,"
+    "  sweep_id INTEGER NOT NULL REFERENCES sweeps(id) ON DELETE CASCADE,"
+    "  request_sha256 TEXT NOT NULL,"
+    "  created_at INTEGER NOT NULL,"
+    "  PRIMARY KEY(team_id, idem_key)) WITHOUT ROWID;"
+    "CREATE INDEX sweep_keys_age ON sweep_keys(team_id, created_at);";
+static const char m20_pg[] =
+    "CREATE TABLE sweep_keys(\n"
+    "  team_id BIGINT NOT NULL REFERENCES teams(id),\n"
+    "  idem_key TEXT NOT NULL,\n"
+    "  sweep_id BIGINT NOT NULL REFERENCES sweeps(id) ON DELETE CASCADE,\n"
+    "  request_sha256 TEXT NOT NULL,\n"
+    "  created_at BIGINT NOT NULL,\n"
+    "  PRIMARY KEY(team_id, idem_key));\n"
+    "CREATE INDEX sweep_keys_age ON sweep_keys(team_id, created_at);\n"
     "SELECT ty_install_fences();\n";
 
 const migration schema_migrations[] = {
@@ -529,5 +554,6 @@ const migration schema_migrations[] = {
     {17, "interactive jobs: teams.max_interactive", m17, 0},
     {18, "blob stores: checkpoints.store, contexts.store, blob_uploads", m18, 0},
     {19, "submissions made once: submit_keys (Idempotency-Key)", m19, m19_pg},
+    {20, "sweeps made once: sweep_keys (Idempotency-Key)", m20, m20_pg},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

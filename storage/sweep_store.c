@@ -53,10 +53,76 @@ static const char SQL_SWEEP_INSERT[] =
 static const char SQL_TRIAL_INSERT[] =
     "INSERT INTO sweep_trials(sweep_id, trial, params, state, updated_at) VALUES(?1, ?2, ?3, 'pending', ?4)";
 
+/* Keys live a day, as POST /jobs's (storage/store.c): a client retries
+ * within seconds or minutes. */
+#define SWEEP_KEY_TTL_MS (24LL * 3600 * 1000)
+static const char SQL_SWEEP_KEY_PRUNE[] = "DELETE FROM sweep_keys WHERE team_id = ?1 AND created_at < ?2";
+static const char SQL_SWEEP_KEY_FIND[] =
+    "SELECT sweep_id, CASE WHEN request_sha256 = ?3 THEN 1 ELSE 0 END FROM sweep_keys"
+    " WHERE team_id = ?1 AND idem_key = ?2 AND created_at >= ?4";
+/* ON CONFLICT DO NOTHING: a key taken meanwhile is no row back, not an
+ * error that would abort a PostgreSQL transaction (docs/postgres.md) */
+static const char SQL_SWEEP_KEY_ADD[] =
+    "INSERT INTO sweep_keys(team_id, idem_key, sweep_id, request_sha256, created_at) VALUES(?1, ?2, ?3, ?4, ?5)"
+    " ON CONFLICT DO NOTHING RETURNING sweep_id";
+
+/* The team's key seen within its day: STORE_EXPIRED (the same request) or
+ * STORE_CONFLICT (another) with *first, STORE_NOT_FOUND when none, or
+ * STORE_ERROR. */
+static int sweep_key_find(db *d, int64_t team_id, const char *key, const char *sha, int64_t now, int64_t *first) {
+    db_stmt *st = db_prepare(d, SQL_SWEEP_KEY_FIND);
+    if (!st) return STORE_ERROR;
+    db_bind_int64(st, 1, team_id);
+    db_bind_text(st, 2, key, -1);
+    db_bind_text(st, 3, sha, -1);
+    db_bind_int64(st, 4, now - SWEEP_KEY_TTL_MS);
+    int rc = db_step(st), same = 0;
+    if (rc == DB_ROW) {
+        *first = db_col_int64(st, 0);
+        same = db_col_int(st, 1);
+    }
+    db_done(st);
+    if (rc == DB_ROW) return same ? STORE_EXPIRED : STORE_CONFLICT;
+    return rc == DB_DONE ? STORE_NOT_FOUND : STORE_ERROR;
+}
+
+/* Inside the transaction, before the insert: the team's keys past their
+ * day go, then the key looked up (as sweep_key_find). */
+static int sweep_key_check(db *d, int64_t team_id, const char *key, const char *sha, int64_t now, int64_t *first) {
+    db_stmt *st = db_prepare(d, SQL_SWEEP_KEY_PRUNE);
+    if (!st) return STORE_ERROR;
+    db_bind_int64(st, 1, team_id);
+    db_bind_int64(st, 2, now - SWEEP_KEY_TTL_MS);
+    if (store_step_done(st) != STORE_OK) return STORE_ERROR;
+    return sweep_key_find(d, team_id, key, sha, now, first);
+}
+
+static int sweep_key_add(db *d, int64_t team_id, const char *key, const char *sha, int64_t sweep_id, int64_t now) {
+    db_stmt *st = db_prepare(d, SQL_SWEEP_KEY_ADD);
+    if (!st) return STORE_ERROR;
+    db_bind_int64(st, 1, team_id);
+    db_bind_text(st, 2, key, -1);
+    db_bind_int64(st, 3, sweep_id);
+    db_bind_text(st, 4, sha, -1);
+    db_bind_int64(st, 5, now);
+    return store_step_id(st, NULL);
+}
+
 int sweep_store_create(db *d, int64_t team_id, int64_t user_id, const char *name, const char *spec_json, int n,
-                       char *const *params, int64_t *id_out) {
+                       char *const *params, const char *idem_key, const char *request_sha256, int64_t *id_out) {
+    if (idem_key && !request_sha256) return STORE_ERROR;
     if (db_begin(d) < 0) return STORE_ERROR;
     int64_t now = now_ms();
+    if (idem_key) {
+        int64_t first = 0;
+        int k = sweep_key_check(d, team_id, idem_key, request_sha256, now, &first);
+        if (k == STORE_EXPIRED || k == STORE_CONFLICT) { /* a replay: nothing made (the prune is kept) */
+            if (finish_tx(d, STORE_OK) != STORE_OK) return STORE_ERROR;
+            *id_out = first;
+            return k;
+        }
+        if (k != STORE_NOT_FOUND) return finish_tx(d, STORE_ERROR);
+    }
     db_stmt *st = db_prepare(d, SQL_SWEEP_INSERT);
     if (!st) return finish_tx(d, STORE_ERROR);
     db_bind_int64(st, 1, team_id);
@@ -74,6 +140,22 @@ int sweep_store_create(db *d, int64_t team_id, int64_t user_id, const char *name
         db_bind_text(st, 3, params[i], -1);
         db_bind_int64(st, 4, now);
         if (store_step_done(st) != STORE_OK) return finish_tx(d, STORE_ERROR);
+    }
+    if (idem_key) {
+        /* the key with the sweep, in its transaction: committed together or
+         * not at all. Taken since the look-up above (another writer of the
+         * same database: the write turn keeps this server's own requests
+         * apart) the sweep is undone and the first one named. */
+        int k = sweep_key_add(d, team_id, idem_key, request_sha256, id, now);
+        if (k == STORE_CONFLICT) {
+            db_rollback(d);
+            int64_t first = 0;
+            k = sweep_key_find(d, team_id, idem_key, request_sha256, now, &first);
+            if (k != STORE_EXPIRED && k != STORE_CONFLICT) return STORE_ERROR;
+            *id_out = first;
+            return k;
+        }
+        if (k != STORE_OK) return finish_tx(d, STORE_ERROR);
     }
     int rc = finish_tx(d, STORE_OK);
     if (rc == STORE_OK) {

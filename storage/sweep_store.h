@@ -61,9 +61,16 @@ typedef struct sweep_rung_row {
 } sweep_rung_row;
 
 /* Inserts the sweep (state running) and its n trials (pending, params[i]
- * the JSON text of trial i's parameters) in one transaction. */
+ * the JSON text of trial i's parameters) in one transaction: STORE_OK with
+ * *id_out. With idem_key (a request's Idempotency-Key; NULL: none) and
+ * request_sha256 (the sha256 hex of the request as sent), the key is
+ * stored in the same transaction, so a sweep is never made without it nor
+ * twice for it. A key the team used within a day makes nothing: for the
+ * same request STORE_EXPIRED (a replay), for another one STORE_CONFLICT,
+ * each with *id_out the sweep it made first. The team's keys older than a
+ * day go with each keyed create. */
 int sweep_store_create(db *d, int64_t team_id, int64_t user_id, const char *name, const char *spec_json, int n,
-                       char *const *params, int64_t *id_out);
+                       char *const *params, const char *idem_key, const char *request_sha256, int64_t *id_out);
 
 /* The sweep; team_id > 0: only that team's (another team's is NOT_FOUND).
  * The caller releases *out. */

@@ -913,6 +913,7 @@ START_TEST(old_data_dir_migrates) {
                           " ALTER TABLE tasks DROP COLUMN gpus; ALTER TABLE tasks DROP COLUMN cpus;"
                           " ALTER TABLE teams DROP COLUMN storage_quota; ALTER TABLE jobs DROP COLUMN log_bytes;"
                           " ALTER TABLE jobs DROP COLUMN deleted_at; ALTER TABLE jobs DROP COLUMN logs_purged_at;"
+                          " DROP TABLE sweep_keys;"
                           " DROP TABLE sweep_rungs; DROP TABLE sweep_trials; DROP TABLE sweeps; DROP INDEX jobs_sweep;"
                           " ALTER TABLE jobs DROP COLUMN sweep_id; ALTER TABLE jobs DROP COLUMN trial;"
                           " DROP TABLE audit; DROP TABLE token_use; DROP TABLE user_tokens; DROP TABLE members;"

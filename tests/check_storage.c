@@ -23,6 +23,7 @@
 #include "../storage/db.h"
 #include "../storage/exec_store.h"
 #include "../storage/store.h"
+#include "../storage/sweep_store.h"
 #include "pg_fixture.h"
 
 static char g_dir[256];
@@ -965,6 +966,97 @@ END_TEST
  * next epoch; A, still believing it leads, writes again: the database
  * refuses it (DB_FENCED, counted), and nothing of it is in the table,
  * while B's writes go through. */
+/* ---------------------------------------------------------------- sweeps made once */
+
+static char *const SWEEP_PARAMS[] = {"{\"fit.batch_size\":32}", "{\"fit.batch_size\":64}"};
+static const char SWEEP_SPEC[] = "{\"name\":\"s\",\"job\":{},\"search\":{}}";
+#define SHA_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define SHA_B "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+
+static int sweep_keyed(db *d, int64_t team, const char *key, const char *sha, int64_t *id) {
+    *id = 0;
+    return sweep_store_create(d, team, 0, "s", SWEEP_SPEC, 2, SWEEP_PARAMS, key, sha, id);
+}
+
+typedef struct sweep_racer {
+    db *d;
+    int64_t team, id;
+    int rc;
+    pthread_barrier_t *go;
+} sweep_racer;
+
+static void *sweep_race(void *arg) {
+    sweep_racer *r = arg;
+    pthread_barrier_wait(r->go);
+    r->rc = sweep_keyed(r->d, r->team, "race", SHA_A, &r->id);
+    return NULL;
+}
+
+/* A sweep's Idempotency-Key is stored with it in one transaction: the
+ * same key and request again make nothing and name the first sweep
+ * (STORE_EXPIRED), another request is STORE_CONFLICT, another team's key
+ * is its own, a key past its day is gone, and two creates racing with one
+ * key make one sweep. */
+START_TEST(sweep_keys_make_one_sweep) {
+    db *d = NULL;
+    open_db(&d);
+    int64_t a = 0, b = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0;
+    ck_assert_int_eq(store_team_create(d, "a", &a), STORE_OK);
+    ck_assert_int_eq(store_team_create(d, "b", &b), STORE_OK);
+    ck_assert_int_eq(sweep_keyed(d, a, "k1", SHA_A, &s1), STORE_OK);
+    ck_assert_int_gt(s1, 0);
+    ck_assert_int_eq(sweep_keyed(d, a, "k1", SHA_A, &s2), STORE_EXPIRED);
+    ck_assert_int_eq(s2, s1);
+    ck_assert_int_eq(sweep_keyed(d, a, "k1", SHA_B, &s2), STORE_CONFLICT);
+    ck_assert_int_eq(s2, s1);
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM sweeps"), 1);
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM sweep_trials"), 2);
+    /* another team's same key is its own */
+    ck_assert_int_eq(sweep_keyed(d, b, "k1", SHA_A, &s3), STORE_OK);
+    ck_assert_int_ne(s3, s1);
+    sweep_info si;
+    ck_assert_int_eq(sweep_store_get(d, s3, b, &si), STORE_OK);
+    sweep_info_release(&si);
+    /* no key: a sweep each time */
+    ck_assert_int_eq(sweep_keyed(d, a, NULL, NULL, &s4), STORE_OK);
+    ck_assert_int_eq(sweep_keyed(d, a, NULL, NULL, &s2), STORE_OK);
+    ck_assert_int_ne(s2, s4);
+    ck_assert_int_eq(count(d, "SELECT count(*) FROM sweeps"), 4);
+    /* a day later the key is gone (pruned with the team's next keyed create)
+     * and makes a new sweep; team b's is untouched */
+    char sql[200];
+    snprintf(sql, sizeof sql, "UPDATE sweep_keys SET created_at = created_at - %lld WHERE team_id = %lld",
+             24LL * 3600 * 1000 + 1000, (long long)a);
+    ck_assert_msg(db_exec(d, sql) == 0, "%s", db_errmsg(d));
+    ck_assert_int_eq(sweep_keyed(d, a, "k1", SHA_B, &s2), STORE_OK);
+    ck_assert_int_gt(s2, s3);
+    ck_assert_int_eq(count2(d, "SELECT count(*) FROM sweep_keys WHERE idem_key = ?1 AND sweep_id = ?2", "k1", s2),
+                     1);
+    ck_assert_int_eq(count2(d, "SELECT count(*) FROM sweep_keys WHERE idem_key = ?1 AND sweep_id = ?2", "k1", s1),
+                     0);
+    ck_assert_int_eq(sweep_keyed(d, b, "k1", SHA_A, &s4), STORE_EXPIRED);
+    ck_assert_int_eq(s4, s3);
+    /* two at once with one key, each thread on its own connection: one sweep */
+    long before = count(d, "SELECT count(*) FROM sweeps");
+    for (int round = 0; round < 5; round++) {
+        ck_assert_msg(db_exec(d, "DELETE FROM sweep_keys WHERE idem_key = 'race'") == 0, "%s", db_errmsg(d));
+        pthread_barrier_t go;
+        ck_assert_int_eq(pthread_barrier_init(&go, NULL, 2), 0);
+        sweep_racer r[2] = {{.d = d, .team = a, .go = &go}, {.d = d, .team = a, .go = &go}};
+        pthread_t t[2];
+        for (int i = 0; i < 2; i++) ck_assert_int_eq(pthread_create(&t[i], NULL, sweep_race, &r[i]), 0);
+        for (int i = 0; i < 2; i++) ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+        pthread_barrier_destroy(&go);
+        ck_assert_msg((r[0].rc == STORE_OK && r[1].rc == STORE_EXPIRED) ||
+                          (r[0].rc == STORE_EXPIRED && r[1].rc == STORE_OK),
+                      "round %d: %d and %d", round, r[0].rc, r[1].rc);
+        ck_assert_int_eq(r[0].id, r[1].id);
+        ck_assert_int_eq(count(d, "SELECT count(*) FROM sweeps"), before + round + 1);
+    }
+    db_close(d);
+}
+END_TEST
+
 START_TEST(fenced_write_after_takeover) {
     if (!ty_pg_url()) {
         printf("SKIP fenced_write_after_takeover on SQLite: one server, one file, no lease\n");
@@ -1025,6 +1117,7 @@ int main(void) {
     tcase_add_test(tc, database_kept_resident);
     tcase_add_test(tc, changes_follow_commits);
     tcase_add_test(tc, fenced_write_after_takeover);
+    tcase_add_test(tc, sweep_keys_make_one_sweep);
     tcase_add_test(tc, idle_watched_reads_durations);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
