@@ -111,3 +111,20 @@ void api_job_row(const jobspec *spec, store_new_job *row) {
     row->memory_mb = spec->resources.memory_mb;
     row->context = spec->command.context[0] ? spec->command.context + 7 : NULL;
 }
+
+int api_idempotency_key(http_req *req, http_res *res, const char **key) {
+    const char *k = http_header(req, "Idempotency-Key");
+    *key = NULL;
+    if (!k) return 0;
+    size_t n = strlen(k);
+    int ok = n >= 1 && n <= 255;
+    for (size_t i = 0; ok && i < n; i++)
+        if (k[i] <= 0x20 || k[i] >= 0x7f) ok = 0;
+    if (!ok) {
+        http_error(res, 400, "invalid_value", "Idempotency-Key",
+                   "Idempotency-Key must be 1-255 printable ASCII characters without spaces (a UUID)");
+        return -1;
+    }
+    *key = k;
+    return 0;
+}

@@ -3,13 +3,14 @@
  * admitted and stored as any other. Below the handlers that submit jobs
  * (jobs_api.c, sweeps_api.c).
  *
- * defines: api_job_admit, api_job_row */
+ * defines: api_job_admit, api_job_row, api_idempotency_key */
 #ifndef TRAINYARD_ADMISSION_H
 #define TRAINYARD_ADMISSION_H
 
 #include <stddef.h>
 #include "../spec/jobspec.h"
 #include "../storage/store.h"
+#include "../server/http.h"
 
 struct server;
 
@@ -24,5 +25,13 @@ int api_job_admit(struct server *srv, const jobspec *spec, const char **code, co
 /* The jobs row's columns of a parsed spec (pointers into spec; sweep_id
  * and trial 0). */
 void api_job_row(const jobspec *spec, store_new_job *row);
+
+/* A submission's Idempotency-Key header (POST /jobs, POST /sweeps): a key
+ * the client makes per submission (a UUID) and keeps across its retries,
+ * so a retry whose first answer was lost gets the first job or sweep back.
+ * 0 with *key (NULL: no header; it points into req), or -1 after answering
+ * 400 invalid_value naming the header when it is not 1-255 printable ASCII
+ * characters without spaces. */
+int api_idempotency_key(http_req *req, http_res *res, const char **key);
 
 #endif

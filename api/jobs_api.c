@@ -116,25 +116,13 @@ static void submit_done(void *arg, int rc, int64_t id, cJSON *job) {
     free(w);
 }
 
-static int idem_key_ok(const char *k) {
-    size_t n = strlen(k);
-    if (n < 1 || n > 255) return 0;
-    for (size_t i = 0; i < n; i++)
-        if (k[i] <= 0x20 || k[i] >= 0x7f) return 0;
-    return 1;
-}
-
 /* POST /api/v1/jobs */
 static void job_submit(server *srv, http_req *req, http_res *res) {
     if (http_require_json(req, res) < 0) return;
     /* Idempotency-Key: a client's retry of a submission whose answer it
      * lost (a failover) gets the first job back, not a second one */
-    const char *idem = http_header(req, "Idempotency-Key");
-    if (idem && !idem_key_ok(idem)) {
-        http_error(res, 400, "invalid_value", "Idempotency-Key",
-                   "Idempotency-Key must be 1-255 printable ASCII characters without spaces (a UUID)");
-        return;
-    }
+    const char *idem = NULL;
+    if (api_idempotency_key(req, res, &idem) < 0) return;
     if (req->body.len == 0) {
         http_error(res, 400, "bad_json", NULL, "the request body is empty; a job spec (JSON) was expected");
         return;
