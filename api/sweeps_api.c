@@ -271,6 +271,8 @@ typedef struct sweep_new {
     int n;                       /* trials */
     char **params;               /* (n) each trial's parameters as JSON, owned */
     char *stored;                /* the request as stored, owned */
+    const char *idem_key;        /* the request's Idempotency-Key (in req), NULL = none */
+    int replay;                  /* the key's first sweep answered, nothing made */
     int64_t id;
 } sweep_new;
 
@@ -454,15 +456,30 @@ static int create_store(server *srv, http_req *req, http_res *res, sweep_new *w)
         http_error(res, 500, "internal", NULL, "out of memory");
         return -1;
     }
-    if (sweep_store_create(srv->db, req->who.team_id, req->who.user_id, w->name, w->stored, w->n, w->params, NULL,
-                           NULL, &w->id) != STORE_OK) {
+    /* the key with the sweep in one transaction (storage/sweep_store.h);
+     * "the same request" is the same body, byte for byte, as POST /jobs's
+     * same spec */
+    char sha[65] = "";
+    if (w->idem_key) sha256_hex(req->body.data ? req->body.data : "", req->body.len, sha);
+    int rc = sweep_store_create(srv->db, req->who.team_id, req->who.user_id, w->name, w->stored, w->n, w->params,
+                                w->idem_key, w->idem_key ? sha : NULL, &w->id);
+    if (rc == STORE_CONFLICT) {
+        http_error(res, 422, "idempotency_key_reused", "Idempotency-Key",
+                   "this Idempotency-Key was used within a day for another request (sweep %lld): make a new key for"
+                   " a new sweep", (long long)w->id);
+        return -1;
+    }
+    if (rc != STORE_OK && rc != STORE_EXPIRED) {
         api_db_unavailable(res);
         return -1;
     }
+    w->replay = rc == STORE_EXPIRED;
     return 0;
 }
 
-/* 201 with the sweep as stored; then its first step. */
+/* 201 with the sweep as stored; then its first step. A replay (the same
+ * Idempotency-Key and request): 200 with the first sweep as it is now,
+ * marked Idempotent-Replayed, and no step (it has had its own). */
 static int create_answer(server *srv, http_res *res, const sweep_new *w) {
     sweep_info si;
     cJSON *o = NULL;
@@ -475,6 +492,12 @@ static int create_answer(server *srv, http_res *res, const sweep_new *w) {
         return -1;
     }
     snprintf(res->location, sizeof res->location, "/api/v1/sweeps/%lld", (long long)w->id);
+    if (w->replay) {
+        snprintf(res->xhdr_name, sizeof res->xhdr_name, "Idempotent-Replayed");
+        snprintf(res->xhdr_value, sizeof res->xhdr_value, "true");
+        http_json(res, 200, o);
+        return 0;
+    }
     http_json(res, 201, o);
     sweep_step_now(srv, w->id); /* its first trials go in now rather than at the next pass */
     return 0;
@@ -484,10 +507,15 @@ static int create_answer(server *srv, http_res *res, const sweep_new *w) {
  * sweep's first step (its first trials submitted, which may wait for the
  * controller's pass over other sweeps) never hold a pool thread. */
 static void sweep_create_run(server *srv, http_req *req, http_res *res) {
+    /* Idempotency-Key: a client's retry of a sweep whose answer it lost (a
+     * failover) gets the first sweep back, not a second one */
+    const char *idem = NULL;
+    if (api_idempotency_key(req, res, &idem) < 0) return;
     cJSON *body = http_body_json(req, res);
     if (!body) return;
     sweep_new w;
     memset(&w, 0, sizeof w);
+    w.idem_key = idem;
     if (create_fields(res, body, &w) == 0 && create_search(res, &w) == 0 && create_job(res, &w) == 0 &&
         create_size(res, &w) == 0 && create_trials(srv, req, res, &w) == 0 && create_store(srv, req, res, &w) == 0)
         create_answer(srv, res, &w);

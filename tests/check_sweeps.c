@@ -15,10 +15,17 @@
  * - cancel mid-sweep;
  * - a command job's grid reading its value from the environment;
  * - the server killed with SIGKILL mid-sweep and restarted on the same data:
- *   the sweep completes, every trial has its result, no rung trained twice. */
+ *   the sweep completes, every trial has its result, no rung trained twice;
+ * - Idempotency-Key (a server alone: the trials stay queued): the same key
+ *   and request again answer 200 with the first sweep, marked
+ *   Idempotent-Replayed, and make none; another request with it is 422, a
+ *   malformed key 400, both making nothing; another team's same key is its
+ *   own; two requests racing with one key make one sweep. */
 #include "testlib.h"
 
+#include <curl/curl.h>
 #include <math.h>
+#include <pthread.h>
 
 #include "stack_fixture.h"
 
@@ -547,6 +554,217 @@ START_TEST(server_killed_mid_sweep) {
 }
 END_TEST
 
+/* ---------------------------------------------------------------- Idempotency-Key */
+
+static void start_server_only(void) {
+    memset(&srv, 0, sizeof srv);
+    agent = 0;
+    ty_mkdtemp(srv.dir, sizeof srv.dir, "sweeps-idem");
+    ty_server_start(&srv);
+    stack_tokens();
+}
+
+#define IDEM_BODY(NAME)                                                                                       \
+    "{\"name\":\"" NAME "\",\"job\":" JOB(1) ",\"search\":{\"method\":\"grid\","                             \
+    "\"parameters\":{\"fit.batch_size\":{\"values\":[32,64]}},\"metric\":\"val_loss\",\"mode\":\"min\"}}"
+
+/* A POST /sweeps answer with the headers a test looks at. */
+typedef struct keyed_answer {
+    long status;
+    cJSON *body;
+    char replayed[32];       /* Idempotent-Replayed's value, "" when absent */
+    char location[128];
+} keyed_answer;
+
+typedef struct curl_sink {
+    buf body;
+    keyed_answer *a;
+} curl_sink;
+
+static size_t on_body(char *p, size_t size, size_t n, void *arg) {
+    curl_sink *k = arg;
+    return buf_append(&k->body, p, size * n) == 0 ? size * n : 0;
+}
+
+/* "Name: value\r\n" into out when the line is that header. */
+static void header_value(const char *line, size_t len, const char *name, char *out, size_t cap) {
+    size_t nl = strlen(name);
+    if (len <= nl + 1 || strncasecmp(line, name, nl) != 0 || line[nl] != ':') return;
+    const char *v = line + nl + 1;
+    size_t vl = len - nl - 1;
+    while (vl && (*v == ' ' || *v == '\t')) v++, vl--;
+    while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' ')) vl--;
+    snprintf(out, cap, "%.*s", (int)vl, v);
+}
+
+static size_t on_header(char *p, size_t size, size_t n, void *arg) {
+    curl_sink *k = arg;
+    header_value(p, size * n, "Idempotent-Replayed", k->a->replayed, sizeof k->a->replayed);
+    header_value(p, size * n, "Location", k->a->location, sizeof k->a->location);
+    return size * n;
+}
+
+/* POST /api/v1/sweeps with the token and an Idempotency-Key (NULL: none),
+ * through libcurl to see the answer's headers; the caller deletes a->body. */
+static void keyed_sweep(const char *tok, const char *key, const char *body, keyed_answer *a) {
+    memset(a, 0, sizeof *a);
+    curl_sink k = {.a = a};
+    buf_init(&k.body, 4u << 20);
+    CURL *h = curl_easy_init();
+    ck_assert_ptr_nonnull(h);
+    char url[sizeof srv.url + 32], auth[200], idem[400];
+    snprintf(url, sizeof url, "%s/api/v1/sweeps", srv.url);
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s", tok);
+    struct curl_slist *hd = curl_slist_append(NULL, auth);
+    ck_assert_ptr_nonnull(hd);
+    ck_assert_ptr_nonnull(hd = curl_slist_append(hd, "Content-Type: application/json"));
+    if (key) {
+        snprintf(idem, sizeof idem, "Idempotency-Key: %s", key);
+        ck_assert_ptr_nonnull(hd = curl_slist_append(hd, idem));
+    }
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hd);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &k);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &k);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    CURLcode rc = curl_easy_perform(h);
+    ck_assert_msg(rc == CURLE_OK, "POST /sweeps: %s", curl_easy_strerror(rc));
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &a->status);
+    curl_slist_free_all(hd);
+    curl_easy_cleanup(h);
+    a->body = cJSON_ParseWithLength(k.body.data ? k.body.data : "", k.body.len);
+    ck_assert_msg(a->body != NULL, "POST /sweeps answered %ld, not JSON: %.200s", a->status,
+                  k.body.data ? k.body.data : "");
+    buf_release(&k.body);
+}
+
+/* Every sweep of every team (the admin's list). */
+static int count_sweeps(void) {
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "GET", "/api/v1/sweeps?limit=200", NULL, &o), 200);
+    int n = cJSON_GetArraySize(cJSON_GetObjectItem(o, "sweeps"));
+    cJSON_Delete(o);
+    return n;
+}
+
+static void assert_made(const keyed_answer *a, int status) {
+    char *t = cJSON_PrintUnformatted(a->body);
+    ck_assert_msg(a->status == status, "POST /sweeps answered %ld (not %d): %s", a->status, status, t);
+    free(t);
+    char want[64];
+    snprintf(want, sizeof want, "/api/v1/sweeps/%lld", (long long)ty_num(a->body, "id"));
+    ck_assert_str_eq(a->location, want);
+    ck_assert_str_eq(a->replayed, status == 200 ? "true" : "");
+}
+
+START_TEST(idempotency_key_makes_one_sweep) {
+    static const char KEY[] = "5f0c7d3e-9a41-4b6e-8f21-0d3c6b2a9e11";
+    keyed_answer a, b;
+    keyed_sweep(team_tok, KEY, IDEM_BODY("once"), &a);
+    assert_made(&a, 201);
+    int64_t id = (int64_t)ty_num(a.body, "id");
+    ck_assert_int_gt(id, 0);
+    ck_assert_int_eq(count_sweeps(), 1);
+    /* the retry of a lost answer: the first sweep, 200, marked, nothing new */
+    keyed_sweep(team_tok, KEY, IDEM_BODY("once"), &b);
+    assert_made(&b, 200);
+    ck_assert_int_eq((int64_t)ty_num(b.body, "id"), id);
+    ck_assert_str_eq(ty_str(b.body, "name"), "once");
+    ck_assert_str_eq(ty_str(b.body, "created_at"), ty_str(a.body, "created_at"));
+    ck_assert_int_eq((int)ty_num(b.body, "n_trials"), 2);
+    ck_assert(cJSON_Compare(cJSON_GetObjectItem(a.body, "search"), cJSON_GetObjectItem(b.body, "search"), 1));
+    ck_assert(cJSON_Compare(cJSON_GetObjectItem(a.body, "job"), cJSON_GetObjectItem(b.body, "job"), 1));
+    cJSON_Delete(b.body);
+    ck_assert_int_eq(count_sweeps(), 1);
+    /* the same key with another request: 422 naming the header, nothing made */
+    keyed_sweep(team_tok, KEY, IDEM_BODY("other"), &b);
+    ck_assert_int_eq(b.status, 422);
+    ty_assert_error(b.body, "idempotency_key_reused", "Idempotency-Key");
+    ck_assert_str_eq(b.replayed, "");
+    cJSON_Delete(b.body);
+    ck_assert_int_eq(count_sweeps(), 1);
+    /* a key that is no key (a space; 256 characters): 400 naming it, nothing made */
+    keyed_sweep(team_tok, "has space", IDEM_BODY("bad-key"), &b);
+    ck_assert_int_eq(b.status, 400);
+    ty_assert_error(b.body, "invalid_value", "Idempotency-Key");
+    cJSON_Delete(b.body);
+    char longkey[257];
+    memset(longkey, 'k', 256);
+    longkey[256] = '\0';
+    keyed_sweep(team_tok, longkey, IDEM_BODY("bad-key"), &b);
+    ck_assert_int_eq(b.status, 400);
+    ty_assert_error(b.body, "invalid_value", "Idempotency-Key");
+    cJSON_Delete(b.body);
+    ck_assert_int_eq(count_sweeps(), 1);
+    /* another team's same key and request: a sweep of its own */
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/teams", "{\"name\":\"vision\"}", &o), 201);
+    char vision[128];
+    snprintf(vision, sizeof vision, "%s", ty_str(o, "token"));
+    cJSON_Delete(o);
+    keyed_sweep(vision, KEY, IDEM_BODY("once"), &b);
+    assert_made(&b, 201);
+    int64_t theirs = (int64_t)ty_num(b.body, "id");
+    ck_assert_int_ne(theirs, id);
+    ck_assert_str_eq(ty_str(b.body, "team"), "vision");
+    cJSON_Delete(b.body);
+    keyed_sweep(vision, KEY, IDEM_BODY("once"), &b);
+    assert_made(&b, 200);
+    ck_assert_int_eq((int64_t)ty_num(b.body, "id"), theirs);
+    cJSON_Delete(b.body);
+    ck_assert_int_eq(count_sweeps(), 2);
+    /* without a key, the same request twice is two sweeps */
+    keyed_sweep(team_tok, NULL, IDEM_BODY("once"), &b);
+    assert_made(&b, 201);
+    ck_assert_int_ne((int64_t)ty_num(b.body, "id"), id);
+    cJSON_Delete(b.body);
+    ck_assert_int_eq(count_sweeps(), 3);
+    cJSON_Delete(a.body);
+}
+END_TEST
+
+typedef struct racer {
+    const char *key;
+    pthread_barrier_t *go;
+    keyed_answer a;
+} racer;
+
+static void *race_one(void *arg) {
+    racer *r = arg;
+    pthread_barrier_wait(r->go);
+    keyed_sweep(team_tok, r->key, IDEM_BODY("race"), &r->a);
+    return NULL;
+}
+
+/* Two identical requests at once (a client's retry crossing its first try):
+ * one 201, one 200 naming the same sweep, and one sweep made. */
+START_TEST(idempotency_key_race_makes_one_sweep) {
+    for (int round = 0; round < 4; round++) {
+        char key[64];
+        snprintf(key, sizeof key, "race-%d-7d3e9a41", round);
+        pthread_barrier_t go;
+        ck_assert_int_eq(pthread_barrier_init(&go, NULL, 2), 0);
+        racer r[2] = {{.key = key, .go = &go}, {.key = key, .go = &go}};
+        pthread_t t[2];
+        for (int i = 0; i < 2; i++) ck_assert_int_eq(pthread_create(&t[i], NULL, race_one, &r[i]), 0);
+        for (int i = 0; i < 2; i++) ck_assert_int_eq(pthread_join(t[i], NULL), 0);
+        pthread_barrier_destroy(&go);
+        int first = r[0].a.status == 201 ? 0 : 1;
+        assert_made(&r[first].a, 201);
+        assert_made(&r[1 - first].a, 200);
+        ck_assert_int_eq((int64_t)ty_num(r[0].a.body, "id"), (int64_t)ty_num(r[1].a.body, "id"));
+        cJSON_Delete(r[0].a.body);
+        cJSON_Delete(r[1].a.body);
+        ck_assert_int_eq(count_sweeps(), round + 1);
+    }
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("sweeps");
     tcase_add_test(ty_tcase(s, "grid", start_up, stop_all, 300), grid_end_to_end);
@@ -556,5 +774,9 @@ int main(void) {
     tcase_add_test(ty_tcase(s, "cancel", start_up, stop_all, 120), cancel_mid_sweep);
     tcase_add_test(ty_tcase(s, "command", start_up, stop_all, 150), command_grid);
     tcase_add_test(ty_tcase(s, "restart", start_server_agent, stop_all, 360), server_killed_mid_sweep);
+    TCase *idem = ty_tcase(s, "idempotent", start_server_only, stop_all, 60);
+    tcase_add_test(idem, idempotency_key_makes_one_sweep);
+    tcase_add_test(idem, idempotency_key_race_makes_one_sweep);
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK) return 1; /* before the tests' threads */
     return ty_run_suite(s);
 }
