@@ -1694,6 +1694,16 @@ static void lease_set_role(db *d, int role, int64_t epoch, const char *why) {
     if (d->lease.cfg.changed) d->lease.cfg.changed(d->lease.cfg.cls, role, epoch);
 }
 
+/* The lease was just renewed or taken, with this server's url in it. */
+static void lease_held(db *d, const char *url, double *last_ok) {
+    *last_ok = mono_s();
+    __atomic_store_n(&d->lease.last_ok_ms, mono_ms(), __ATOMIC_RELEASE);
+    pthread_mutex_lock(&d->lease.mu);
+    snprintf(d->lease.leader_url, sizeof d->lease.leader_url, "%s", url);
+    d->lease.ms_left = d->lease.cfg.ttl_ms;
+    pthread_mutex_unlock(&d->lease.mu);
+}
+
 /* One look at the lease: renew it (leading) or take it when it has expired
  * (standing by). last_ok: when the leader last renewed (monotonic s). */
 static void lease_round(db *d, pg_conn *pc, double *last_ok) {
@@ -1713,12 +1723,7 @@ static void lease_round(db *d, pg_conn *pc, double *last_ok) {
                                 " RETURNING epoch",
                                 4, v, &got);
         if (rc == 0) {
-            *last_ok = mono_s();
-            __atomic_store_n(&d->lease.last_ok_ms, mono_ms(), __ATOMIC_RELEASE);
-            pthread_mutex_lock(&d->lease.mu);
-            snprintf(d->lease.leader_url, sizeof d->lease.leader_url, "%s", url);
-            d->lease.ms_left = d->lease.cfg.ttl_ms;
-            pthread_mutex_unlock(&d->lease.mu);
+            lease_held(d, url, last_ok);
         } else if (rc == DB_DONE) {
             lease_set_role(d, DB_STANDBY, 0, "the lease was lost (expired or taken by another server)");
         } else if ((mono_s() - *last_ok) * 1000 >= d->lease.cfg.deadline_ms) {
@@ -1737,12 +1742,7 @@ static void lease_round(db *d, pg_conn *pc, double *last_ok) {
                             " WHERE id = 1 AND (expires_at <= clock_timestamp() OR holder = $1) RETURNING epoch",
                             3, v, &got);
     if (rc == 0) {
-        *last_ok = mono_s();
-        __atomic_store_n(&d->lease.last_ok_ms, mono_ms(), __ATOMIC_RELEASE);
-        pthread_mutex_lock(&d->lease.mu);
-        snprintf(d->lease.leader_url, sizeof d->lease.leader_url, "%s", url);
-        d->lease.ms_left = d->lease.cfg.ttl_ms;
-        pthread_mutex_unlock(&d->lease.mu);
+        lease_held(d, url, last_ok);
         lease_set_role(d, DB_LEADER, got, "");
         return;
     }
