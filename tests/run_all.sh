@@ -63,13 +63,42 @@ if [ "${SCHEMA_PG_TEST:-1}" != 0 ]; then
   if python3 tests/schema_pg_check.py "$build"; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/schema_pg_check.py"; fi
   echo "   ($(( $(date +%s) - start ))s)"
 fi
-# The suites on a real S3 store (those that include tests/s3_fixture.h: a
-# one-node Ceph each, mostly waiting on radosgw and their jobs), and the
-# failover tests (tests/check_ha.c: two servers, a PostgreSQL and two agents in
-# network namespaces, waiting out two 6-second leases, about 70 s;
-# tests/check_failover_client.c: clients waiting out their retry budgets), run one
-# after the other in the background, beside the checks of the loop below, and
-# are reported after it; the loop skips them. S3_BESIDE=0: in the loop instead.
+# every benchmark in its smoke form on the optimized build (tests/bench_smoke.sh),
+# in the background beside everything below, niced: it only asks that each
+# benchmark runs and prints its JSON line (its figures are not taken here;
+# alone it is 3 to 4 minutes). What it builds is built first, here (the
+# optimized build, the benchmarks' programs, and the GPU programs that
+# bench-gpu and the GPU bundle share), so that no two makes write the same
+# file; the benchmarks use ports and network names of their own (port 0,
+# ty-hb*), as the checks do.
+bench_pid=""
+if [ "${BENCH_SMOKE_TEST:-1}" != 0 ]; then
+  echo "== the benchmarks' programs (built before bench_smoke and the checks beside it)"
+  start=$(date +%s)
+  make --no-print-directory -s -j2 all bench-bins build/bench/simagents >/dev/null
+  if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+    make --no-print-directory -s -j2 gpu-build >/dev/null
+  fi
+  echo "   ($(( $(date +%s) - start ))s)"
+  bench_log=$(mktemp /tmp/ty_bench_smoke_log.XXXXXX)
+  bench_start=$(date +%s)
+  nice -n 10 make --no-print-directory -s bench-smoke >"$bench_log" 2>&1 </dev/null &
+  bench_pid=$!
+  echo "== tests/bench_smoke.sh (make bench-smoke): started beside the checks below"
+fi
+# The waiting lane: the suites on a real S3 store (those that include
+# tests/s3_fixture.h: a one-node Ceph each, mostly waiting on radosgw and their
+# jobs), the failover tests (tests/check_ha.c: two servers, a PostgreSQL and
+# two agents in network namespaces, waiting out two 6-second leases, about
+# 70 s; tests/check_failover_client.c: clients waiting out their retry
+# budgets), then the GPU bundle (tests/gpu_bundle.sh: built, self-contained,
+# its verify.sh run), the TLS scan (tests/testssl.sh: the HTTPS server's
+# protocols, ciphers and known vulnerabilities) and every command block of
+# README.md run as written against `make run`'s service (tests/readme_check.py:
+# port 8080, or a free one when it is taken). They run one after the other in
+# the background, niced, beside the checks of the loop below, and are
+# reported after it; the loop skips the check binaries among them.
+# S3_BESIDE=0: all of them in the loop's place instead, one after the other.
 s3_suites=()
 for t in "$build"/tests/check_*; do
   [ -x "$t" ] || continue
@@ -77,19 +106,46 @@ for t in "$build"/tests/check_*; do
   case "$(basename "$t")" in check_ha|check_failover_client) s3_suites+=("$t"); continue ;; esac
   [ -f "$src" ] && grep -q '"s3_fixture.h"' "$src" && s3_suites+=("$t")
 done
+# the scripts of the lane, after its check binaries
+lane_scripts=()
+[ "${GPU_BUNDLE_TEST:-1}" != 0 ] && lane_scripts+=(tests/gpu_bundle.sh)
+[ "${TESTSSL_TEST:-1}" != 0 ] && lane_scripts+=(tests/testssl.sh)
+[ "${README_TEST:-1}" != 0 ] && lane_scripts+=(tests/readme_check.py)
+# lane_run NAME: one check binary or script of the lane
+lane_run() {
+  case "$1" in
+    tests/gpu_bundle.sh) tests/gpu_bundle.sh ;;
+    tests/testssl.sh) tests/testssl.sh "$build" ;;
+    tests/readme_check.py) python3 tests/readme_check.py "$build" ;;
+    *) "$build/tests/$1" ;;
+  esac
+}
+# lane_report NAME LOG: what the lane's NAME printed, and its result
+lane_report() {
+  local n=$1 log=$2 res
+  echo "== $n (beside the checks above)"
+  cat "$log/${n//\//_}.out" 2>/dev/null
+  res=$(awk -v n="$n" '$1 == n { print $2, $3 }' "$log/results" 2>/dev/null)
+  if [ "${res%% *}" = 0 ]; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: $n"; fi
+  echo "   (${res##* }s)"
+}
+lane_names=()
+for t in "${s3_suites[@]}"; do lane_names+=("$(basename "$t")"); done
+lane_names+=("${lane_scripts[@]}")
 s3_pid=""
-if [ ${#s3_suites[@]} -gt 0 ] && [ "${S3_BESIDE:-1}" != 0 ]; then
+if [ ${#lane_names[@]} -gt 0 ] && [ "${S3_BESIDE:-1}" != 0 ]; then
   s3_log=$(mktemp -d /tmp/ty_s3_suites.XXXXXX)
   (
-    for t in "${s3_suites[@]}"; do
+    # niced, and all it starts: the loop's checks that time their own work come first
+    renice -n 10 -p "$BASHPID" >/dev/null
+    for n in "${lane_names[@]}"; do
       start=$(date +%s)
-      # niced: the loop's checks that time their own work come first
-      if nice -n 10 "$t" >"$s3_log/$(basename "$t").out" 2>&1; then r=0; else r=1; fi
-      echo "$(basename "$t") $r $(( $(date +%s) - start ))" >>"$s3_log/results"
+      if lane_run "$n" >"$s3_log/${n//\//_}.out" 2>&1; then r=0; else r=1; fi
+      echo "$n $r $(( $(date +%s) - start ))" >>"$s3_log/results"
     done
   ) </dev/null &
   s3_pid=$!
-  echo "== the S3 store's suites (${s3_suites[*]##*/}): started beside the checks below"
+  echo "== the waiting lane (${lane_names[*]}): started beside the checks below"
 fi
 # The PostgreSQL lane: the store, the scheduler and the API suites again, on
 # one real PostgreSQL 15 (tests/run_pg.sh: PG_DEV_FAST=1 scripts/pg-dev.sh
@@ -119,6 +175,18 @@ if [ ${#pg_suites[@]} -gt 0 ] && [ "${PG_LANE:-1}" != 0 ]; then
   trap 'kill -TERM "$pg_pid" 2>/dev/null; wait "$pg_pid"; exit 130' INT TERM
   echo "== the PostgreSQL lane (${pg_suites[*]}): started beside the checks below"
 fi
+# The browser lane: the dashboard in headless Chromium, the OpenAPI
+# validator, the API contract (tests/web/run.sh: each file starts servers of
+# its own on free ports, and waits on them and their jobs), in the background,
+# niced, beside the loop; reported after it. WEB_TESTS=0: not run.
+web_pid=""
+if [ "${WEB_TESTS:-1}" != 0 ] && [ -x tests/web/run.sh ]; then
+  web_log=$(mktemp /tmp/ty_web_log.XXXXXX)
+  web_start=$(date +%s)
+  nice -n 10 tests/web/run.sh "$build" </dev/null >"$web_log" 2>&1 &
+  web_pid=$!
+  echo "== tests/web (browser, openapi): started beside the checks below"
+fi
 for t in "$build"/tests/check_*; do
   [ -x "$t" ] || continue
   if [ -n "$s3_pid" ] && [[ " ${s3_suites[*]} " == *" $t "* ]]; then continue; fi
@@ -128,16 +196,19 @@ for t in "$build"/tests/check_*; do
   echo "   ($(( $(date +%s) - start ))s)"
 done
 if [ -n "$s3_pid" ]; then
+  lane_wait_start=$(date +%s)
   wait "$s3_pid" || true
-  for t in "${s3_suites[@]}"; do
-    n=$(basename "$t")
-    echo "== $n (beside the checks above)"
-    cat "$s3_log/$n.out" 2>/dev/null
-    res=$(awk -v n="$n" '$1 == n { print $2, $3 }' "$s3_log/results" 2>/dev/null)
-    if [ "${res%% *}" = 0 ]; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: $t"; fi
-    echo "   (${res##* }s)"
-  done
+  echo "== the waiting lane: ended $(( $(date +%s) - lane_wait_start ))s after the checks above"
+  for n in "${lane_names[@]}"; do lane_report "$n" "$s3_log"; done
   rm -rf "$s3_log"
+else
+  # S3_BESIDE=0: its check binaries ran in the loop; its scripts here
+  for n in "${lane_scripts[@]}"; do
+    echo "== $n"
+    start=$(date +%s)
+    if lane_run "$n"; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: $n"; fi
+    echo "   ($(( $(date +%s) - start ))s)"
+  done
 fi
 if [ -n "$pg_pid" ]; then
   pg_wait_start=$(date +%s)
@@ -154,70 +225,32 @@ if [ -n "$pg_pid" ]; then
   done
   rm -rf "$pg_log"
 fi
-# thousands of agents, in small: 200 simulated agents against this build's server (tests/cluster_sim.sh)
+if [ -n "$bench_pid" ]; then
+  bench_wait_start=$(date +%s)
+  if wait "$bench_pid"; then bench_ok=1; else bench_ok=0; fi
+  echo "== tests/bench_smoke.sh (make bench-smoke; ended $(( $(date +%s) - bench_wait_start ))s after the checks above)"
+  cat "$bench_log"
+  rm -f "$bench_log"
+  if [ $bench_ok = 1 ]; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: make bench-smoke"; fi
+  echo "   ($(( $(date +%s) - bench_start ))s, beside the checks above)"
+fi
+if [ -n "$web_pid" ]; then
+  web_wait_start=$(date +%s)
+  if wait "$web_pid"; then web_ok=1; else web_ok=0; fi
+  echo "== tests/web (browser, openapi; ended $(( $(date +%s) - web_wait_start ))s after the checks above)"
+  cat "$web_log"
+  rm -f "$web_log"
+  if [ $web_ok = 1 ]; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/web"; fi
+  echo "   ($(( $(date +%s) - web_start ))s, beside the checks above)"
+fi
+# thousands of agents, in small: 200 simulated agents against this build's server
+# (tests/cluster_sim.sh); its heartbeats have a 6 s deadline: it runs alone,
+# after every lane has ended
 if [ "${CLUSTER_SIM_TEST:-1}" != 0 ]; then
   echo "== tests/cluster_sim.sh"
   start=$(date +%s)
   if tests/cluster_sim.sh "$build"; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/cluster_sim.sh"; fi
   echo "   ($(( $(date +%s) - start ))s)"
-fi
-# every benchmark in its smoke form on the optimized build (tests/bench_smoke.sh),
-# beside the checks below: it only asks that each benchmark runs and prints its
-# JSON line (its figures are not taken here), and the two together keep `make
-# test` within its 15 minutes on 2 cores (bench_smoke alone is 3 to 4 minutes).
-# What both sides build is built first, here (the optimized build, the
-# benchmarks' programs, and the GPU programs that bench-gpu and the GPU bundle
-# share), so that no two makes write the same file; the checks below use ports
-# of their own (readme_check: 8080; the benchmarks: 0). cluster_sim, whose
-# heartbeats have a 6 s deadline, runs before, alone.
-bench_pid=""
-if [ "${BENCH_SMOKE_TEST:-1}" != 0 ]; then
-  echo "== the benchmarks' programs (built before bench_smoke and the checks beside it)"
-  make --no-print-directory -s -j2 all bench-bins build/bench/simagents >/dev/null
-  if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
-    make --no-print-directory -s -j2 gpu-build >/dev/null
-  fi
-  bench_log=$(mktemp /tmp/ty_bench_smoke_log.XXXXXX)
-  bench_start=$(date +%s)
-  make --no-print-directory -s bench-smoke >"$bench_log" 2>&1 </dev/null &
-  bench_pid=$!
-  echo "== tests/bench_smoke.sh (make bench-smoke): started beside the checks below"
-fi
-# the GPU bundle: built, self-contained, and its verify.sh run here (tests/gpu_bundle.sh)
-if [ "${GPU_BUNDLE_TEST:-1}" != 0 ]; then
-  echo "== tests/gpu_bundle.sh"
-  start=$(date +%s)
-  if tests/gpu_bundle.sh; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/gpu_bundle.sh"; fi
-  echo "   ($(( $(date +%s) - start ))s)"
-fi
-# the HTTPS server's protocols, ciphers and known vulnerabilities, scanned by testssl.sh (tests/testssl.sh)
-if [ "${TESTSSL_TEST:-1}" != 0 ]; then
-  echo "== tests/testssl.sh"
-  start=$(date +%s)
-  if tests/testssl.sh "$build"; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/testssl.sh"; fi
-  echo "   ($(( $(date +%s) - start ))s)"
-fi
-# every command block of README.md, run as written against `make run`'s service (tests/readme_check.py)
-if [ "${README_TEST:-1}" != 0 ]; then
-  echo "== tests/readme_check.py"
-  start=$(date +%s)
-  if python3 tests/readme_check.py "$build"; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/readme_check.py"; fi
-  echo "   ($(( $(date +%s) - start ))s)"
-fi
-# the dashboard in headless Chromium, the OpenAPI validator (tests/web/run.sh)
-if [ "${WEB_TESTS:-1}" != 0 ] && [ -x tests/web/run.sh ]; then
-  echo "== tests/web (browser, openapi)"
-  start=$(date +%s)
-  if tests/web/run.sh "$build"; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/web"; fi
-  echo "   ($(( $(date +%s) - start ))s)"
-fi
-if [ -n "$bench_pid" ]; then
-  echo "== tests/bench_smoke.sh (make bench-smoke)"
-  if wait "$bench_pid"; then bench_ok=1; else bench_ok=0; fi
-  cat "$bench_log"
-  rm -f "$bench_log"
-  if [ $bench_ok = 1 ]; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: make bench-smoke"; fi
-  echo "   ($(( $(date +%s) - bench_start ))s, beside the checks above)"
 fi
 echo "$passed passed, $failed failed"
 exit $fail

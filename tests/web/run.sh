@@ -12,8 +12,13 @@ for tool in node npm; do
   command -v $tool >/dev/null || { echo "web tests: $tool is missing (scripts/deps.sh installs it)"; exit 1; }
 done
 [ -x "${CHROMIUM:-/usr/bin/chromium}" ] || { echo "web tests: /usr/bin/chromium is missing (scripts/deps.sh installs it)"; exit 1; }
-# the exact packages of package-lock.json; the browser is Debian's, never a download
-PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
+# the exact packages of package-lock.json; the browser is Debian's, never a
+# download. Installed only when missing or older than the lock file: `npm ci`
+# empties node_modules first, and tests/run_all.sh runs this beside suites
+# that use it (check_oidc's provider), after installing them itself.
+if [ ! -d node_modules/playwright-core ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund --loglevel=error
+fi
 rm -rf "$WEB_TEST_OUT"
 mkdir -p "$WEB_TEST_OUT"
 # one file at a time (node 18 has no --test-concurrency): each starts its own server
