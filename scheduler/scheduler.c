@@ -816,12 +816,15 @@ int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *ou
     sched_result r;
     sched_result_init(&r);
     mirror_stats ms;
+    uint64_t rt0 = db_round_trips();
     mirror *m = mirror_lock(d);
     if (!m) goto out;
     if (upkeep(d, m, cfg, now, &st) < 0) { log_error("scheduler: upkeep failed"); goto out; }
     double tu = mono_s();
+    uint64_t rt1 = db_round_trips();
     if (mirror_sync(m, d, &ms) < 0) goto out;
     double tm = mono_s();
+    uint64_t rt2 = db_round_trips();
     snap_build(m, now, cfg->usage_window_s, &sp);
     for (int x = 0; x < sp.s.n_running; x++) {
         sched_running *v = &sp.run[x];
@@ -835,6 +838,7 @@ int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *ou
     if (apply(d, cfg, &sp, &r, now, &st) < 0) { log_error("scheduler: apply failed, rolled back"); goto out; }
     if (place_evaluators(d, now, &st) < 0) { log_error("scheduler: evaluator placement failed, rolled back"); goto out; }
     double t3 = mono_s();
+    st.rt_upkeep = (int)(rt1 - rt0); st.rt_refresh = (int)(rt2 - rt1); st.rt_apply = (int)(db_round_trips() - rt2);
     st.load_ms = (t1 - t0) * 1000; st.core_ms = (t2 - t1) * 1000; st.apply_ms = (t3 - t2) * 1000;
     st.upkeep_ms = (tu - t0) * 1000; st.refresh_ms = (tm - tu) * 1000; st.build_ms = (t1 - tm) * 1000;
     st.full_load = ms.full;

@@ -34,6 +34,9 @@ typedef struct sched_pass_stats {
      * the core's snapshot built over it */
     double upkeep_ms, refresh_ms, build_ms;
     int full_load, rows_read;
+    /* round trips to the store (PostgreSQL; 0 on SQLite) in the upkeep,
+     * the refresh and the apply (the placements, reasons, evaluators) */
+    int rt_upkeep, rt_refresh, rt_apply;
 } sched_pass_stats;
 
 /* One pass at time now_ms: lost nodes, reaping of stopped jobs, placement,

@@ -611,6 +611,8 @@ const char *db_errmsg(db *d) {
     return c->pg ? pg_errmsg(c->pg) : sqlite3_errmsg(c->conn);
 }
 
+uint64_t db_round_trips(void) { return pg_round_trips(); }
+
 int db_in_tx(db *d) {
     db_thread_conn *c = thread_conn(d);
     return c && conn_in_tx(c);

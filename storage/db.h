@@ -98,6 +98,13 @@ int db_col_bytes(db_stmt *st, int i);
 /* Rows the calling thread's last INSERT, UPDATE or DELETE changed. */
 int64_t db_changes(db *d);
 
+/* Round trips the calling thread has made to PostgreSQL since it started
+ * (a statement, a PREPARE, a BEGIN or COMMIT: each a wait for the server);
+ * always 0 on SQLite, whose statements are calls in the process. Read it
+ * before and after a piece of work to count that work's (the pass's
+ * stats, the benchmark). */
+uint64_t db_round_trips(void);
+
 /* The calling thread's last error, for a log line. */
 const char *db_errmsg(db *d);
 

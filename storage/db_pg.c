@@ -40,6 +40,12 @@ struct pg_conn {
 
 #define PG_MAX_PARAMS 64
 
+/* Round trips this thread made (each PQexec*, PQprepare, or query string
+ * sent and answered): db_round_trips. */
+static __thread uint64_t t_round_trips;
+
+uint64_t pg_round_trips(void) { return t_round_trips; }
+
 struct pg_stmt {
     pg_conn *pc;
     char *sql;                    /* the PostgreSQL text */
@@ -143,6 +149,7 @@ static int session_setup(pg_conn *pc) {
              " SET jit = off;"
              " CREATE TEMP TABLE IF NOT EXISTS ty_chg(t smallint, id bigint);",
              app);
+    t_round_trips++;
     PGresult *r = PQexec(pc->conn, sql);
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
     if (!ok) set_err(pc, "session setup", PQresultErrorMessage(r));
@@ -453,10 +460,12 @@ static int ensure_prepared(pg_stmt *st) {
     snprintf(name, sizeof name, "s%u", ++pc->next_name);
     int idle = PQtransactionStatus(pc->conn) == PQTRANS_IDLE;
     int64_t epoch = pc->epoch;
+    t_round_trips++;
     PGresult *r = PQprepare(pc->conn, name, st->sql, st->nparams, st->nparams ? st->types : NULL);
     if (PQresultStatus(r) != PGRES_COMMAND_OK && revive_idle(pc, idle, epoch)) {
         PQclear(r);
         snprintf(name, sizeof name, "s%u", ++pc->next_name);
+        t_round_trips++;
         r = PQprepare(pc->conn, name, st->sql, st->nparams, st->nparams ? st->types : NULL);
     }
     int rc = 0;
@@ -484,6 +493,7 @@ int pg_step(pg_stmt *st, int *ran) {
     if (rc) return rc;
     int idle = PQtransactionStatus(pc->conn) == PQTRANS_IDLE;
     int64_t epoch = pc->epoch;
+    t_round_trips++;
     st->res = PQexecPrepared(pc->conn, st->name, st->nparams, (const char *const *)st->vals, st->lens, st->fmts, 0);
     ExecStatusType s = PQresultStatus(st->res);
     /* a read outside a transaction, on a session found closed: once more on
@@ -491,6 +501,7 @@ int pg_step(pg_stmt *st, int *ran) {
     if (s != PGRES_TUPLES_OK && s != PGRES_COMMAND_OK && !st->is_write && revive_idle(pc, idle, epoch) &&
         ensure_prepared(st) == 0) {
         PQclear(st->res);
+        t_round_trips++;
         st->res = PQexecPrepared(pc->conn, st->name, st->nparams, (const char *const *)st->vals, st->lens, st->fmts, 0);
         s = PQresultStatus(st->res);
     }
@@ -598,11 +609,13 @@ int pg_exec(pg_conn *pc, const char *sql) {
     if (pg_broken(pc) && pg_check_alive(pc) < 0) return DB_UNAVAILABLE;
     int idle = PQtransactionStatus(pc->conn) == PQTRANS_IDLE;
     int64_t epoch = pc->epoch;
+    t_round_trips++;
     PGresult *r = PQexec(pc->conn, sql);
     ExecStatusType s = PQresultStatus(r);
     if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK && (strncmp(sql, "BEGIN", 5) == 0 || strncmp(sql, "SET ", 4) == 0) &&
         revive_idle(pc, idle, epoch)) {
         PQclear(r);
+        t_round_trips++;
         r = PQexec(pc->conn, sql);
         s = PQresultStatus(r);
     }
@@ -656,6 +669,7 @@ static PGresult *query(pg_conn *pc, const char *sql, int n, const char *const *v
         *rc = DB_UNAVAILABLE;
         return NULL;
     }
+    t_round_trips++;
     PGresult *r = pc->deadline_ms > 0 ? exec_bounded(pc, sql, n, vals) : PQexecParams(pc->conn, sql, n, NULL, vals, NULL, NULL, 0);
     if (!r) { /* no answer in time: the session is dropped (a reset makes another) */
         *rc = DB_UNAVAILABLE;
@@ -709,6 +723,7 @@ int pg_set_epoch(pg_conn *pc, int64_t epoch) {
 int64_t pg_epoch_set(const pg_conn *pc) { return pc->epoch; }
 
 int pg_drain(pg_conn *pc, void (*add)(void *cls, int table, int64_t id), void *cls) {
+    t_round_trips++;
     PGresult *r = PQexec(pc->conn, "DELETE FROM pg_temp.ty_chg RETURNING t, id");
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
         int rc = map_state(pc, r);
@@ -729,6 +744,7 @@ int pg_drain(pg_conn *pc, void (*add)(void *cls, int table, int64_t id), void *c
 void pg_chg_tidy(pg_conn *pc) {
     if (pc->drained < PG_CHG_TIDY_ROWS || pg_in_tx(pc) || pg_broken(pc)) return;
     pc->drained = 0;
+    t_round_trips++;
     PGresult *r = PQexec(pc->conn, "VACUUM pg_temp.ty_chg");
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
         map_state(pc, r);

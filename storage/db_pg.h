@@ -49,6 +49,9 @@ const char *pg_col_text(pg_stmt *st, int i);
 const void *pg_col_blob(pg_stmt *st, int i);
 int pg_col_bytes(pg_stmt *st, int i);
 
+/* Round trips the calling thread has made to any PostgreSQL session. */
+uint64_t pg_round_trips(void);
+
 int64_t pg_changes(pg_conn *pc);
 const char *pg_errmsg(pg_conn *pc);
 int pg_in_tx(pg_conn *pc);

@@ -206,6 +206,7 @@ static double pct(const double *v, int n, double p)
 
 typedef struct figures {
     double first, med, p99, cpu_med, cpu_p99, upkeep, refresh, build, core, apply;
+    double rt_upkeep, rt_refresh, rt_apply; /* round trips (PostgreSQL), medians */
     int passes;
     int agrees; /* the mirror equals a fresh load after the last pass (mirror run) */
 } figures;
@@ -220,8 +221,8 @@ static int run(const char *path, int full, int passes, int churn, int64_t now, i
     sched_config cfg;
     sched_config_default(&cfg);
     cfg.heartbeat_timeout_ms = 1LL << 40;
-    double *tot = xcalloc((size_t)passes, sizeof(double)), *cpu = xcalloc((size_t)passes, sizeof(double)), *part[5];
-    for (int k = 0; k < 5; k++) part[k] = xcalloc((size_t)passes, sizeof(double));
+    double *tot = xcalloc((size_t)passes, sizeof(double)), *cpu = xcalloc((size_t)passes, sizeof(double)), *part[8];
+    for (int k = 0; k < 8; k++) part[k] = xcalloc((size_t)passes, sizeof(double));
     g_rng = 42;
     int rc = 0;
     for (int pass = 0; pass < passes; pass++) {
@@ -232,10 +233,11 @@ static int run(const char *path, int full, int passes, int churn, int64_t now, i
         cpu[pass] = (cpu_s() - ca) * 1000;
         part[0][pass] = s.upkeep_ms; part[1][pass] = s.refresh_ms; part[2][pass] = s.build_ms;
         part[3][pass] = s.core_ms; part[4][pass] = s.apply_ms;
+        part[5][pass] = s.rt_upkeep; part[6][pass] = s.rt_refresh; part[7][pass] = s.rt_apply;
         printf("%s pass %2d: %7.1f ms, cpu %7.1f ms (upkeep %6.1f, refresh %6.1f%s %6d rows, build %5.1f, core %5.1f, apply %6.1f)"
-               " placed %d waiting %d reasons %d\n", full ? "full  " : "mirror", pass, tot[pass], cpu[pass], s.upkeep_ms,
+               " placed %d waiting %d reasons %d; round trips %d/%d/%d\n", full ? "full  " : "mirror", pass, tot[pass], cpu[pass], s.upkeep_ms,
                s.refresh_ms, s.full_load ? " full," : ",     ", s.rows_read, s.build_ms, s.core_ms, s.apply_ms, s.placed,
-               s.waiting, s.reasons);
+               s.waiting, s.reasons, s.rt_upkeep, s.rt_refresh, s.rt_apply);
         if (end_jobs(d, churn) < 0 || add_jobs(d, team, churn, now + pass * 1000) < 0) {
             fprintf(stderr, "churn failed\n"); rc = -1; break;
         }
@@ -257,13 +259,16 @@ static int run(const char *path, int full, int passes, int churn, int64_t now, i
     f->build = pct(part[2] + w0, nw, 0.5);
     f->core = pct(part[3] + w0, nw, 0.5);
     f->apply = pct(part[4] + w0, nw, 0.5);
+    f->rt_upkeep = pct(part[5] + w0, nw, 0.5);
+    f->rt_refresh = pct(part[6] + w0, nw, 0.5);
+    f->rt_apply = pct(part[7] + w0, nw, 0.5);
     printf("%s: first %.1f ms; passes %d..%d: median %.1f ms, p99 %.1f ms; cpu median %.1f ms, p99 %.1f ms"
-           " (medians: upkeep %.1f, refresh %.1f, build %.1f, core %.1f, apply %.1f)\n", full ? "full  " : "mirror",
-           f->first, w0, passes - 1, f->med, f->p99, f->cpu_med, f->cpu_p99, f->upkeep, f->refresh, f->build, f->core,
-           f->apply);
+           " (medians: upkeep %.1f, refresh %.1f, build %.1f, core %.1f, apply %.1f; round trips %.0f/%.0f/%.0f)\n",
+           full ? "full  " : "mirror", f->first, w0, passes - 1, f->med, f->p99, f->cpu_med, f->cpu_p99, f->upkeep,
+           f->refresh, f->build, f->core, f->apply, f->rt_upkeep, f->rt_refresh, f->rt_apply);
     free(tot);
     free(cpu);
-    for (int k = 0; k < 5; k++) free(part[k]);
+    for (int k = 0; k < 8; k++) free(part[k]);
     db_close(d);
     return rc;
 }
@@ -272,9 +277,9 @@ static void json_fig(const char *name, const figures *f, int last)
 {
     printf("\"%s\":{\"first_ms\":%.1f,\"median_ms\":%.1f,\"p99_ms\":%.1f,\"cpu_median_ms\":%.1f,"
            "\"cpu_p99_ms\":%.1f,\"upkeep_ms\":%.1f,\"refresh_ms\":%.1f,\"build_ms\":%.1f,\"core_ms\":%.1f,"
-           "\"apply_ms\":%.1f,\"passes\":%d%s}%s",
+           "\"apply_ms\":%.1f,\"round_trips\":{\"upkeep\":%.0f,\"refresh\":%.0f,\"apply\":%.0f},\"passes\":%d%s}%s",
            name, f->first, f->med, f->p99, f->cpu_med, f->cpu_p99, f->upkeep, f->refresh, f->build, f->core, f->apply,
-           f->passes, f->agrees ? ",\"mirror_equals_load\":true" : "", last ? "" : ",");
+           f->rt_upkeep, f->rt_refresh, f->rt_apply, f->passes, f->agrees ? ",\"mirror_equals_load\":true" : "", last ? "" : ",");
 }
 
 int main(int argc, char **argv)
