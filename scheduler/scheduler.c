@@ -304,13 +304,9 @@ static int upkeep(db *d, mirror *m, const sched_config *cfg, int64_t now, sched_
     } else {
         /* the jobs of the tasks that changed, and the jobs that did */
         nct = uniq_ids(ctasks, nct);
-        for (int k = 0; k < nct; k++) {
-            int64_t job = 0;
-            int rc = cluster_read_task_job(d, ctasks[k], &job, NULL);
-            if (rc < 0) goto fail;
-            if (rc == 0) cjobs[ncj++] = job;
-        }
-        ncj = uniq_ids(cjobs, ncj);
+        int found = cluster_jobs_of_tasks(d, ctasks, nct, cjobs + ncj);
+        if (found < 0) goto fail;
+        ncj = uniq_ids(cjobs, ncj + found);
         nr = cluster_jobs_all_exited_of(d, cjobs, ncj, &rp);
     }
     if (nr < 0) goto fail;

@@ -37,6 +37,32 @@ static int exec_stmt(db *d, const char *sql)
     return 0;
 }
 
+/* ids as a PostgreSQL array literal, {1,2,3}, into b (initialised here;
+ * the caller releases it): 0, or -1 (b released). */
+static int ids_literal(buf *b, const int64_t *ids, int n)
+{
+    buf_init(b, (size_t)n * 21 + 8); /* "{", each id and its comma, "}" */
+    int bad = buf_appends(b, "{");
+    for (int k = 0; k < n && !bad; k++) bad = buf_printf(b, "%s%lld", k ? "," : "", (long long)ids[k]);
+    if (bad || buf_appends(b, "}")) {
+        buf_release(b);
+        return -1;
+    }
+    return 0;
+}
+
+/* A statement whose $1 is ids as a bigint[] literal, prepared and bound:
+ * NULL on error. */
+static db_stmt *prepare_ids(db *d, const char *sql, const int64_t *ids, int n)
+{
+    buf b;
+    if (ids_literal(&b, ids, n) < 0) return NULL;
+    db_stmt *st = db_prepare(d, sql);
+    if (st) db_bind_text(st, 1, b.data, (int)b.len);
+    buf_release(&b);
+    return st;
+}
+
 /* ================================================================ load
  * One column list and one row reader per table, shared by the full load
  * (cluster_load) and the by-id reads the scheduler's mirror makes
@@ -673,6 +699,28 @@ int cluster_read_task_job(db *d, int64_t task_id, int64_t *job_id, int64_t *node
     }
     db_done(st);
     return rc == DB_ROW ? 0 : rc == DB_DONE ? 1 : -1;
+}
+
+static const char SQL_TASKS_JOBS_PG[] = "SELECT job_id FROM tasks WHERE id = ANY($1::bigint[])";
+
+int cluster_jobs_of_tasks(db *d, const int64_t *tasks, int n, int64_t *jobs)
+{
+    int k = 0;
+    if (n > 1 && cluster_batches_writes(d)) {
+        db_stmt *st = prepare_ids(d, SQL_TASKS_JOBS_PG, tasks, n);
+        if (!st) return -1;
+        int rc;
+        while ((rc = db_step(st)) == DB_ROW && k < n) jobs[k++] = db_col_int64(st, 0);
+        db_done(st);
+        return rc == DB_DONE || rc == DB_ROW ? k : -1;
+    }
+    for (int x = 0; x < n; x++) {
+        int64_t job = 0;
+        int rc = cluster_read_task_job(d, tasks[x], &job, NULL);
+        if (rc < 0) return -1;
+        if (rc == 0) jobs[k++] = job;
+    }
+    return k;
 }
 
 void cluster_state_release(cluster_state *cs)
@@ -1321,8 +1369,12 @@ static const char SQL_RELEASE_EXITED[] =
     "   AND t.state != 'exited')"
 static const char SQL_ALL_EXITED[] = ALL_EXITED;
 static const char SQL_ALL_EXITED_OF[] = ALL_EXITED " AND j.id = ?1";
+static const char SQL_ALL_EXITED_OF_PG[] = ALL_EXITED " AND j.id = ANY($1::bigint[]) ORDER BY j.id";
 static const char SQL_RELEASE_EXITED_TASK[] =
     "DELETE FROM allocations WHERE task_id = ?1 AND EXISTS(SELECT 1 FROM tasks WHERE id = ?1 AND state = 'exited')";
+static const char SQL_RELEASE_EXITED_TASKS_PG[] =
+    "DELETE FROM allocations a USING tasks t WHERE t.id = ANY($1::bigint[]) AND t.state = 'exited'"
+    " AND a.task_id = t.id";
 
 
 int cluster_node_tasks_lost(db *d, int64_t node_id, const char *reason, int64_t now, int64_t **jobs)
@@ -1396,6 +1448,11 @@ int cluster_jobs_all_exited_of(db *d, const int64_t *jobs, int n_jobs, cl_reaped
 {
     *out = NULL;
     int n = 0, cap = 0;
+    if (n_jobs > 1 && cluster_batches_writes(d)) { /* one statement: the ids in order, as one by one */
+        db_stmt *st = prepare_ids(d, SQL_ALL_EXITED_OF_PG, jobs, n_jobs);
+        if (!st || reaped_rows(st, out, &n, &cap) < 0) { free(*out); *out = NULL; return -1; }
+        return n;
+    }
     for (int k = 0; k < n_jobs; k++) {
         db_stmt *st = db_prepare(d, SQL_ALL_EXITED_OF);
         if (!st) { free(*out); *out = NULL; return -1; }
@@ -1408,6 +1465,14 @@ int cluster_jobs_all_exited_of(db *d, const int64_t *jobs, int n_jobs, cl_reaped
 int cluster_release_exited_tasks(db *d, const int64_t *tasks, int n_tasks)
 {
     int freed = 0;
+    if (n_tasks > 1 && cluster_batches_writes(d)) {
+        db_stmt *st = prepare_ids(d, SQL_RELEASE_EXITED_TASKS_PG, tasks, n_tasks);
+        if (!st) return -1;
+        int rc = db_step(st);
+        freed = (int)db_changes(d);
+        db_done(st);
+        return rc == DB_DONE ? freed : -1;
+    }
     for (int k = 0; k < n_tasks; k++) {
         db_stmt *st = db_prepare(d, SQL_RELEASE_EXITED_TASK);
         if (!st) return -1;

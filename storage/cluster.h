@@ -142,6 +142,10 @@ int cluster_read_teams(db *d, cl_team **out, int *n);
 int cluster_read_user_usage(db *d, cl_user_usage **out, int *n);
 /* The job and node of a task (node_id may be NULL): 0, 1 no such task, -1. */
 int cluster_read_task_job(db *d, int64_t task_id, int64_t *job_id, int64_t *node_id);
+/* The jobs of n tasks into jobs (room for n; a task that is gone has none,
+ * in no given order, a job once per task): how many, or -1. One statement
+ * on PostgreSQL, cluster_read_task_job each on SQLite. */
+int cluster_jobs_of_tasks(db *d, const int64_t *tasks, int n, int64_t *jobs);
 
 /* Before many of the reads above, in the same read transaction: the rows of
  * a whole id list in one statement, so that the reads of those ids that
@@ -269,7 +273,10 @@ int cluster_jobs_all_exited(db *d, cl_reaped **out);
 /* The same two among the given jobs and tasks only (those whose rows
  * changed since the caller last looked: the scheduler follows the change
  * log), at the cost of an indexed look-up each instead of a scan of every
- * active job and every exited task. */
+ * active job and every exited task: on SQLite a statement each, on
+ * PostgreSQL (where each is a round trip) one statement for the whole list
+ * (= ANY of a bigint[]), the jobs' rows in the list's order when it is
+ * sorted. */
 int cluster_jobs_all_exited_of(db *d, const int64_t *jobs, int n_jobs, cl_reaped **out);
 int cluster_release_exited_tasks(db *d, const int64_t *tasks, int n_tasks);
 /* queued_at for a requeued job's state change is set by store_job_transition. */
