@@ -7,8 +7,10 @@
  * since the last pass, the core's snapshot is built over it and the pure
  * core runs with no lock of the store held; (3) the decisions applied in one
  * write transaction, each placement under its own savepoint so a job
- * cancelled meanwhile is skipped alone, and any store error rolls the whole
- * transaction back. SQLite is the only durable state; the mirror a cache. */
+ * cancelled meanwhile is skipped alone (on PostgreSQL, where a statement is
+ * a round trip, each placement is one statement that writes all of it or
+ * nothing: cluster_place), and any store error rolls the whole transaction
+ * back. The store is the only durable state; the mirror a cache. */
 #include "scheduler.h"
 
 #include <pthread.h>
@@ -366,13 +368,13 @@ static const char *hostname_of(const snap *sp, int node)
     return sp->m->nodes[node].row.hostname;
 }
 
-/* Places one job: 0 done, 1 skipped (the store changed), -1 error. */
-static int apply_place(db *d, const snap *sp, const sched_result *r, const sched_place *pl, int64_t now)
+/* The timeline's words for a placement: "placed on HOSTS[ with N workers
+ * (elastic A-B)][ by backfill]". */
+static void place_why(const snap *sp, const sched_result *r, const sched_place *pl, char *why, size_t cap)
 {
     const cl_job *j = sp->q_job[pl->job];
-    char why[512];
     buf b;
-    buf_init(&b, sizeof why - 64);
+    buf_init(&b, cap - 64);
     int seen[16], ns = 0;
     for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) {
         int i = r->tasks[t].node, dup = 0;
@@ -386,8 +388,55 @@ static int apply_place(db *d, const snap *sp, const sched_result *r, const sched
     if (elastic)
         sfmt(size, sizeof size, " with %d worker%s (elastic %d-%d)", pl->workers, pl->workers == 1 ? "" : "s",
              j->workers_min, j->workers);
-    sfmt(why, sizeof why, "placed on %s%s%s", b.data ? b.data : "", size, pl->backfill ? " by backfill" : "");
+    sfmt(why, cap, "placed on %s%s%s", b.data ? b.data : "", size, pl->backfill ? " by backfill" : "");
     buf_release(&b);
+}
+
+/* An elastic job started at another size than it ran with: its timeline
+ * says so. 0 or -1. */
+static int place_resize_event(db *d, const cl_job *j, const sched_place *pl)
+{
+    int elastic = j->workers_min > 0 && j->workers_min < j->workers;
+    if (!elastic || j->resize_to <= 0 || pl->workers == j->workers_now) return 0;
+    char what[160];
+    sfmt(what, sizeof what, "%s to %d worker%s (from %d)", pl->workers > j->workers_now ? "grown" : "shrunk",
+         pl->workers, pl->workers == 1 ? "" : "s", j->workers_now);
+    return store_event_add(d, j->id, "resize", "scheduler", what) == STORE_OK ? 0 : -1;
+}
+
+/* Places one job in one statement (cluster_place: PostgreSQL, where each
+ * statement is a round trip): 0 done, 1 skipped (the job changed, or a
+ * device is held or gone: nothing written), -1 error; -2 when the store
+ * writes step by step (apply_place). */
+static int apply_place_one(db *d, const snap *sp, const sched_result *r, const sched_place *pl, int64_t now)
+{
+    if (!cluster_batches_writes(d)) return -2;
+    const cl_job *j = sp->q_job[pl->job];
+    char why[512];
+    place_why(sp, r, pl, why, sizeof why);
+    cl_place_task *tasks = xcalloc((size_t)pl->n_tasks + 1, sizeof *tasks);
+    for (int k = 0; k < pl->n_tasks; k++) {
+        const sched_task *tk = &r->tasks[pl->task_off + k];
+        tasks[k] = (cl_place_task){tk->type ? "ps" : "worker", tk->index, tk->node_id, tk->port, tk->mem_mb,
+                                   tk->kind == SCHED_GPU ? tk->n_dev : 0, tk->kind == SCHED_CPU ? tk->n_dev : 0,
+                                   &r->dev_ids[tk->dev_off], tk->n_dev};
+    }
+    int rc = cluster_place(d, j->id, why, pl->workers, now, tasks, pl->n_tasks);
+    free(tasks);
+    if (rc == -2) return -2;
+    if (rc < 0 || fault_point() < 0) return -1;
+    if (rc == 0) return 1;
+    return place_resize_event(d, j, pl);
+}
+
+/* Places one job a statement at a time (under the caller's savepoint): 0
+ * done, 1 skipped (the store changed: the caller rolls back to its
+ * savepoint), -1 error. */
+static int apply_place(db *d, const snap *sp, const sched_result *r, const sched_place *pl, int64_t now)
+{
+    const cl_job *j = sp->q_job[pl->job];
+    char why[512];
+    place_why(sp, r, pl, why, sizeof why);
     static const char *const from_q[] = {"queued", NULL};
     int rc = store_job_transition(d, j->id, from_q, "starting", "scheduler", why);
     if (rc == STORE_CONFLICT || rc == STORE_NOT_FOUND) return 1;
@@ -395,12 +444,7 @@ static int apply_place(db *d, const snap *sp, const sched_result *r, const sched
     int attempt = cluster_job_next_attempt(d, j->id, now);
     if (attempt < 0 || fault_point() < 0) return -1;
     if (cluster_job_set_size(d, j->id, pl->workers, 0) < 0) return -1;
-    if (elastic && j->resize_to > 0 && pl->workers != j->workers_now) {
-        char what[160];
-        sfmt(what, sizeof what, "%s to %d worker%s (from %d)", pl->workers > j->workers_now ? "grown" : "shrunk",
-             pl->workers, pl->workers == 1 ? "" : "s", j->workers_now);
-        if (store_event_add(d, j->id, "resize", "scheduler", what) != STORE_OK) return -1;
-    }
+    if (place_resize_event(d, j, pl) < 0) return -1;
     for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) {
         const sched_task *tk = &r->tasks[t];
         int64_t task_id = 0;
@@ -620,24 +664,30 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
     if (db_begin(d) < 0) return -1;
     char why[CL_REASON_MAX];
     int changed = r->n_place > 0 || r->n_stops > 0 || r->n_grows > 0;
-    /* placements, each under a savepoint */
+    /* placements: each one statement where the store does that (it writes
+     * all of it or nothing), else each under a savepoint */
     for (int p = 0; p < r->n_place; p++) {
-        if (exec1(d, SQL_SAVEPOINT) < 0) goto fail;
-        size_t notes = db_notes_mark(), changes = db_changes_mark(d);
-        int rc = apply_place(d, sp, r, &r->place[p], now);
+        const sched_place *pl = &r->place[p];
+        int rc = apply_place_one(d, sp, r, pl, now);
+        if (rc == -2) {
+            if (exec1(d, SQL_SAVEPOINT) < 0) goto fail;
+            size_t notes = db_notes_mark(), changes = db_changes_mark(d);
+            rc = apply_place(d, sp, r, pl, now);
+            if (rc > 0) {
+                if (exec1(d, SQL_ROLLBACK_TO) < 0) goto fail;
+                db_notes_rewind(notes);
+                db_changes_rewind(d, changes);
+            }
+            if (rc >= 0 && exec1(d, SQL_RELEASE) < 0) goto fail;
+        }
         if (rc < 0) goto fail;
         if (rc > 0) {
-            if (exec1(d, SQL_ROLLBACK_TO) < 0) goto fail;
-            db_notes_rewind(notes);
-            db_changes_rewind(d, changes);
             st->conflicts++;
-        } else {
-            st->placed++;
-            st->backfilled += r->place[p].backfill;
-            const sched_place *pl = &r->place[p];
-            for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) wake_add(d, st, r->tasks[t].node_id);
+            continue;
         }
-        if (exec1(d, SQL_RELEASE) < 0) goto fail;
+        st->placed++;
+        st->backfilled += pl->backfill;
+        for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) wake_add(d, st, r->tasks[t].node_id);
     }
     /* preemption: ask whole gangs to stop; devices are freed when they exit */
     for (int x = 0; x < r->n_stops; x++) {

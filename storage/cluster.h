@@ -226,6 +226,30 @@ int cluster_alloc_insert(db *d, int64_t device_id, int64_t task_id, int64_t job_
  * on error; 2 on SQLite, which writes nothing here (insert them one by one). */
 int cluster_alloc_insert_all(db *d, const int64_t *device_ids, int n, int64_t task_id, int64_t job_id);
 
+/* One task of a job being started (cluster_place). */
+typedef struct cl_place_task {
+    const char *type;              /* "worker" or "ps" */
+    int idx;
+    int64_t node_id;
+    int port;
+    int64_t memory_mb;
+    int gpus, cpus;                /* counted on the task for usage accounting */
+    const int64_t *devices;        /* the devices it is given */
+    int n_devices;
+} cl_place_task;
+/* Starts a queued job where a statement is a round trip (PostgreSQL), in
+ * one statement: what store_job_transition(queued -> starting, actor
+ * "scheduler", reason why) with its timeline row and console note,
+ * cluster_job_next_attempt, cluster_job_set_size(workers, 0) and
+ * cluster_task_insert / cluster_alloc_insert_all for each task write one
+ * by one. Returns the new attempt (> 0); 0 when the job is no longer queued
+ * or one of the devices is held or gone, in which case nothing was written
+ * (the caller needs no savepoint); -1 on error (a device taken or removed
+ * by a transaction that commits while the statement runs fails it: the
+ * caller rolls back); -2 on SQLite, which writes nothing here (write it
+ * step by step, under a savepoint). */
+int cluster_place(db *d, int64_t job_id, const char *why, int workers, int64_t now, const cl_place_task *tasks,
+                  int n_tasks);
 /* attempt + 1 of a job just moved to 'starting'; returns the new attempt
  * (the number of times the job has been started) or -1. */
 int cluster_job_next_attempt(db *d, int64_t job_id, int64_t now);
