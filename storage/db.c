@@ -989,10 +989,11 @@ static int pg_commit(db_thread_conn *c) {
     int rc = -1;
     if (pg_tx_failed(c->pg)) {
         log_warn("postgres: a transaction that failed was rolled back: %s", pg_errmsg(c->pg));
-    } else if (pg_drain(c->pg, pg_chg_add, c) != 0) {
-        log_error("postgres: %s", pg_errmsg(c->pg));
-    } else if (conn_exec(c, "COMMIT") == 0 && !pg_in_tx(c->pg)) {
-        rc = 0;
+    } else {
+        int e = pg_drain_commit(c->pg, pg_chg_add, c);
+        note_unavailable(c, e);
+        if (e != 0) log_error("postgres: %s", pg_errmsg(c->pg));
+        else if (!pg_in_tx(c->pg)) rc = 0;
     }
     if (rc == 0) {
         pg_published(c);

@@ -739,6 +739,39 @@ int pg_drain(pg_conn *pc, void (*add)(void *cls, int table, int64_t id), void *c
     return 0;
 }
 
+int pg_drain_commit(pg_conn *pc, void (*add)(void *cls, int table, int64_t id), void *cls) {
+    /* one query string, one round trip: the server runs the COMMIT only
+     * when the DELETE succeeded (an error skips the rest of the string) */
+    t_round_trips++;
+    if (!PQsendQuery(pc->conn, "DELETE FROM pg_temp.ty_chg RETURNING t, id; COMMIT")) {
+        set_err(pc, "commit", PQerrorMessage(pc->conn));
+        pc->broken = 1;
+        return DB_UNAVAILABLE;
+    }
+    int rc = 0, k = 0;
+    PGresult *r;
+    while ((r = PQgetResult(pc->conn)) != NULL) {
+        ExecStatusType s = PQresultStatus(r);
+        if (rc == 0 && k == 0 && s == PGRES_TUPLES_OK) { /* the drain */
+            int n = PQntuples(r);
+            for (int x = 0; x < n; x++)
+                add(cls, (int)strtol(PQgetvalue(r, x, 0), NULL, 10), strtoll(PQgetvalue(r, x, 1), NULL, 10));
+            pc->drained += n;
+        } else if (rc == 0 && !(k == 1 && s == PGRES_COMMAND_OK)) { /* the first failure says why */
+            rc = map_state(pc, r);
+            set_err(pc, k == 0 ? "change capture" : "commit", PQresultErrorMessage(r));
+        }
+        PQclear(r);
+        k++;
+    }
+    if (rc == 0 && k != 2) { /* the answer ended early: the connection went */
+        set_err(pc, "commit", PQerrorMessage(pc->conn));
+        pc->broken = 1;
+        rc = DB_UNAVAILABLE;
+    }
+    return rc;
+}
+
 #define PG_CHG_TIDY_ROWS 4096
 
 void pg_chg_tidy(pg_conn *pc) {

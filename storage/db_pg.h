@@ -87,6 +87,11 @@ int64_t pg_epoch_set(const pg_conn *pc);
  * the last drain) and hands each (table, id) to add: 0 or DB_*. Run before
  * COMMIT, inside the transaction, so they commit or vanish with it. */
 int pg_drain(pg_conn *pc, void (*add)(void *cls, int table, int64_t id), void *cls);
+/* The same and COMMIT, in one round trip: 0 when both ran (the changes
+ * handed to add belong to the committed transaction), else DB_* (the
+ * transaction is then failed or ended: the caller rolls back what is left,
+ * and drops what add was given). */
+int pg_drain_commit(pg_conn *pc, void (*add)(void *cls, int table, int64_t id), void *cls);
 
 /* Outside a transaction, after a commit: VACUUMs pg_temp.ty_chg once 4,096
  * rows have been drained since the last time. Autovacuum never visits a
