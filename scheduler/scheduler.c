@@ -494,9 +494,11 @@ static int apply_needed(const snap *sp, const sched_result *r, int64_t now)
 /* Waiting reasons that changed, REASON_BATCH rows per write transaction: a
  * submission waits for one short batch, never for the reasons of a whole
  * queue (10,000 new jobs write 10,000 rows). They go before the placements,
- * so a failure here fails the pass before anything is placed; a reason is
- * only written to a job still queued (the SQL checks), so a job placed or
- * cancelled meanwhile keeps its own. */
+ * so a failure here fails the pass before anything is placed; the last
+ * batch shares the placements' transaction (one commit fewer a pass: a
+ * failure in either rolls back both). A reason is only written to a job
+ * still queued (the SQL checks), so a job placed or cancelled meanwhile
+ * keeps its own. */
 #define REASON_BATCH 128
 
 /* Whether two waiting outcomes read the same (sched_reason_format words
@@ -541,8 +543,16 @@ static void reasons_committed(mirror *m, const reason_row *rows, int n)
     }
 }
 
-static int write_reasons(db *d, const snap *sp, const sched_result *r, sched_pass_stats *st)
+/* keep_open: the pass's main transaction follows, so the last batch is
+ * left open for it to join (one commit fewer a pass); its rows go to
+ * *kept (*n_kept; the caller calls reasons_committed after its commit and
+ * frees them), and the transaction is open on return when there was
+ * anything to write. */
+static int write_reasons(db *d, const snap *sp, const sched_result *r, sched_pass_stats *st, int keep_open,
+                         reason_row **kept, int *n_kept)
 {
+    *kept = NULL;
+    *n_kept = 0;
     mirror *m = sp->m;
     int cache = !__atomic_load_n(&g_full_load, __ATOMIC_SEQ_CST);
     reason_row *batch = xmalloc(REASON_BATCH * sizeof *batch);
@@ -581,9 +591,12 @@ static int write_reasons(db *d, const snap *sp, const sched_result *r, sched_pas
     }
     if (in_txn) {
         if (many && rows && reasons_write(d, batch, rows) < 0) goto fail;
-        in_txn = 0;
-        if (db_commit(d) < 0) goto out;
-        reasons_committed(m, batch, rows);
+        if (!keep_open) {
+            in_txn = 0;
+            if (db_commit(d) < 0) goto out;
+            reasons_committed(m, batch, rows);
+            rows = 0;
+        }
     }
     /* elastic jobs running below their most workers: why they do not grow
      * (written when it changes; the refresh reads the row back) */
@@ -612,6 +625,11 @@ static int write_reasons(db *d, const snap *sp, const sched_result *r, sched_pas
             in_txn = 1;
         }
         if (cluster_job_set_running_reason(d, j->id, why) < 0) goto fail;
+    }
+    if (in_txn && keep_open) {
+        *kept = batch;
+        *n_kept = rows;
+        return 0;
     }
     if (in_txn) {
         in_txn = 0;
@@ -659,9 +677,13 @@ static double user_usage_now(const mirror *m, const cl_team *tm, const sched_use
 static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r, int64_t now,
                  sched_pass_stats *st)
 {
-    if (write_reasons(d, sp, r, st) < 0) return -1;
-    if (!apply_needed(sp, r, now)) return 0;
-    if (db_begin(d) < 0) return -1;
+    /* the last batch of reasons and the decisions: one transaction */
+    int needed = apply_needed(sp, r, now);
+    reason_row *kept = NULL;
+    int n_kept = 0;
+    if (write_reasons(d, sp, r, st, needed, &kept, &n_kept) < 0) return -1;
+    if (!needed) return 0;
+    if (!db_in_tx(d) && db_begin(d) < 0) return -1;
     char why[CL_REASON_MAX];
     int changed = r->n_place > 0 || r->n_stops > 0 || r->n_grows > 0;
     /* placements: each one statement where the store does that (it writes
@@ -766,9 +788,16 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
             goto fail;
     }
     if (fault_point() < 0) goto fail;
-    return db_commit(d);
+    if (db_commit(d) < 0) {
+        free(kept);
+        return -1;
+    }
+    reasons_committed(sp->m, kept, n_kept);
+    free(kept);
+    return 0;
 fail:
     db_rollback(d);
+    free(kept);
     return -1;
 }
 
