@@ -7,7 +7,7 @@
  * nothing of HTTP or scheduling: it stores and queries.
  *
  * defines: db_open, db_close, db_prepare, db_step, db_bind_*, db_col_*,
- *          db_changes, db_errmsg, db_in_tx, db_exec, db_sqlite, db_begin, db_commit,
+ *          db_changes, db_round_trips, db_errmsg, db_in_tx, db_exec, db_sqlite, db_begin, db_commit,
  *          db_rollback, db_precommit, db_version, db_migrations_count, db_migrate_to,
  *          db_disk_full, db_generation, db_note, db_notes_mark, db_notes_rewind, db_set_wake_hook, db_wake_node,
  *          db_change_note, db_changes_mark, db_changes_rewind, db_changes_head,
