@@ -225,24 +225,19 @@ if [ -n "$pg_pid" ]; then
   done
   rm -rf "$pg_log"
 fi
-if [ -n "$bench_pid" ]; then
-  bench_wait_start=$(date +%s)
-  if wait "$bench_pid"; then bench_ok=1; else bench_ok=0; fi
-  echo "== tests/bench_smoke.sh (make bench-smoke; ended $(( $(date +%s) - bench_wait_start ))s after the checks above)"
-  cat "$bench_log"
-  rm -f "$bench_log"
-  if [ $bench_ok = 1 ]; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: make bench-smoke"; fi
-  echo "   ($(( $(date +%s) - bench_start ))s, beside the checks above)"
-fi
-if [ -n "$web_pid" ]; then
-  web_wait_start=$(date +%s)
-  if wait "$web_pid"; then web_ok=1; else web_ok=0; fi
-  echo "== tests/web (browser, openapi; ended $(( $(date +%s) - web_wait_start ))s after the checks above)"
-  cat "$web_log"
-  rm -f "$web_log"
-  if [ $web_ok = 1 ]; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: tests/web"; fi
-  echo "   ($(( $(date +%s) - web_start ))s, beside the checks above)"
-fi
+# bg_report NAME PID LOG START: a background run's wait, output and result
+bg_report() {
+  local name=$1 pid=$2 log=$3 began=$4 waited ok=1
+  waited=$(date +%s)
+  wait "$pid" || ok=0
+  echo "== $name (ended $(( $(date +%s) - waited ))s after the checks above)"
+  cat "$log"
+  rm -f "$log"
+  if [ $ok = 1 ]; then passed=$((passed+1)); else failed=$((failed+1)); fail=1; echo "FAILED: $name"; fi
+  echo "   ($(( $(date +%s) - began ))s, beside the checks above)"
+}
+[ -n "$bench_pid" ] && bg_report "tests/bench_smoke.sh (make bench-smoke)" "$bench_pid" "$bench_log" "$bench_start"
+[ -n "$web_pid" ] && bg_report "tests/web (browser, openapi)" "$web_pid" "$web_log" "$web_start"
 # thousands of agents, in small: 200 simulated agents against this build's server
 # (tests/cluster_sim.sh); its heartbeats have a 6 s deadline: it runs alone,
 # after every lane has ended
