@@ -150,11 +150,9 @@ static pid_t spawn_agent(int k) {
     return pid;
 }
 
-/* GET /api/v1/health of server i straight (no list): its role, "" when it
- * does not answer. */
-static void role_of(int i, char *role, size_t n) {
-    char url[64];
-    server_url(i, url, sizeof url);
+/* GET /api/v1/health of the server at url straight (no list): its role,
+ * "" when it does not answer. */
+static void role_at(const char *url, char *role, size_t n) {
     role[0] = '\0';
     client c;
     if (client_init(&c, url, NULL) < 0) return;
@@ -168,6 +166,13 @@ static void role_of(int i, char *role, size_t n) {
     }
     client_reply_release(&r);
     client_release(&c);
+}
+
+/* role_at of server i */
+static void role_of(int i, char *role, size_t n) {
+    char url[64];
+    server_url(i, url, sizeof url);
+    role_at(url, role, n);
 }
 
 /* Waits up to ms for server i to say role: the seconds it took, or -1. */
@@ -592,22 +597,6 @@ static int count_jobs(const char *url) {
     return n;
 }
 
-static void lost_role(char *role, size_t n) {
-    role[0] = '\0';
-    client c;
-    if (client_init(&c, lost_srv.url, NULL) < 0) return;
-    c.timeout_ms = 1500;
-    client_reply r;
-    if (client_request(&c, "GET", "/api/v1/health", NULL, 0, NULL, &r) == 0 && r.status == 200) {
-        cJSON *o = cJSON_ParseWithLength(r.body.data, r.body.len);
-        const char *v = cJSON_GetStringValue(cJSON_GetObjectItem(o, "role"));
-        if (v) snprintf(role, n, "%s", v);
-        cJSON_Delete(o);
-    }
-    client_reply_release(&r);
-    client_release(&c);
-}
-
 START_TEST(database_lost_mid_run) {
     if (!lost_pg[0]) return; /* skipped, said why */
     char body[1024];
@@ -638,7 +627,7 @@ START_TEST(database_lost_mid_run) {
     int64_t t0 = mono_ms();
     char role[32] = "leader";
     while (mono_ms() - t0 < 8000) {
-        lost_role(role, sizeof role);
+        role_at(lost_srv.url, role, sizeof role);
         if (strcmp(role, "leader") != 0) break;
         ty_sleep_ms(100);
     }
@@ -648,7 +637,7 @@ START_TEST(database_lost_mid_run) {
     ck_assert_int_eq(pg_ctl("start"), 0);
     t0 = mono_ms();
     while (mono_ms() - t0 < 30000) {
-        lost_role(role, sizeof role);
+        role_at(lost_srv.url, role, sizeof role);
         if (strcmp(role, "leader") == 0) break;
         ty_sleep_ms(200);
     }
