@@ -423,7 +423,6 @@ static int apply_place_one(db *d, const snap *sp, const sched_result *r, const s
     }
     int rc = cluster_place(d, j->id, why, pl->workers, now, tasks, pl->n_tasks);
     free(tasks);
-    if (rc == -2) return -2;
     if (rc < 0 || fault_point() < 0) return -1;
     if (rc == 0) return 1;
     return place_resize_event(d, j, pl);
@@ -454,16 +453,8 @@ static int apply_place(db *d, const snap *sp, const sched_result *r, const sched
                                 tk->port, tk->mem_mb, gpus, cpus, now, &task_id) < 0)
             return -1;
         if (fault_point() < 0) return -1;
-        /* the task's devices in one statement where the store does that
-         * (PostgreSQL: a round trip a device otherwise), else one by one */
-        int arc = tk->n_dev > 1 ? cluster_alloc_insert_all(d, &r->dev_ids[tk->dev_off], tk->n_dev, task_id, j->id) : 2;
-        if (arc != 2) {
-            if (arc != 0) return arc;
-            if (fault_point() < 0) return -1;
-            continue;
-        }
         for (int x = 0; x < tk->n_dev; x++) {
-            arc = cluster_alloc_insert(d, r->dev_ids[tk->dev_off + x], task_id, j->id);
+            int arc = cluster_alloc_insert(d, r->dev_ids[tk->dev_off + x], task_id, j->id);
             if (arc != 0) return arc;
             if (fault_point() < 0) return -1;
         }

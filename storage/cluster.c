@@ -1146,37 +1146,6 @@ int cluster_alloc_insert(db *d, int64_t device_id, int64_t task_id, int64_t job_
     return rc == DB_DONE ? 0 : -1;
 }
 
-static const char SQL_ALLOC_INSERT_ALL_PG[] =
-    "INSERT INTO allocations(device_id, task_id, job_id) SELECT unnest($1::bigint[]), $2, $3"
-    " ON CONFLICT DO NOTHING";
-
-int cluster_alloc_insert_all(db *d, const int64_t *device_ids, int n, int64_t task_id, int64_t job_id)
-{
-    if (strcmp(db_engine(d), "postgres") != 0) return 2; /* SQLite: one by one (cluster_alloc_insert) */
-    buf b;
-    buf_init(&b, (size_t)n * 21 + 8);
-    int bad = buf_appends(&b, "{");
-    for (int k = 0; k < n && !bad; k++) bad = buf_printf(&b, "%s%lld", k ? "," : "", (long long)device_ids[k]);
-    if (bad || buf_appends(&b, "}")) {
-        buf_release(&b);
-        return -1;
-    }
-    db_stmt *st = db_prepare(d, SQL_ALLOC_INSERT_ALL_PG);
-    if (!st) {
-        buf_release(&b);
-        return -1;
-    }
-    db_bind_text(st, 1, b.data, (int)b.len);
-    buf_release(&b);
-    db_bind_int64(st, 2, task_id);
-    db_bind_int64(st, 3, job_id);
-    int rc = db_step(st);
-    int64_t made = db_changes(d);
-    db_done(st);
-    if (rc == DB_CONSTRAINT || (rc == DB_DONE && made < n)) return 1; /* a device is taken */
-    return rc == DB_DONE ? 0 : -1;
-}
-
 /* The whole start of a job as one statement: the job (still queued, and
  * its devices all there and free in the statement's snapshot) to
  * 'starting' with its next attempt and size, its timeline's row, its tasks

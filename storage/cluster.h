@@ -220,11 +220,6 @@ int cluster_task_insert(db *d, int64_t job_id, int attempt, const char *type, in
                         int64_t *task_id);
 /* 0, 1 when the device is already held (PRIMARY KEY), -1 on error. */
 int cluster_alloc_insert(db *d, int64_t device_id, int64_t task_id, int64_t job_id);
-/* The n devices of one task in one statement where a statement a device is
- * a round trip (PostgreSQL): 0, 1 when one is already held (some others may
- * be written: the caller rolls back, as after cluster_alloc_insert's 1), -1
- * on error; 2 on SQLite, which writes nothing here (insert them one by one). */
-int cluster_alloc_insert_all(db *d, const int64_t *device_ids, int n, int64_t task_id, int64_t job_id);
 
 /* One task of a job being started (cluster_place). */
 typedef struct cl_place_task {
@@ -241,8 +236,8 @@ typedef struct cl_place_task {
  * one statement: what store_job_transition(queued -> starting, actor
  * "scheduler", reason why) with its timeline row and console note,
  * cluster_job_next_attempt, cluster_job_set_size(workers, 0) and
- * cluster_task_insert / cluster_alloc_insert_all for each task write one
- * by one. Returns the new attempt (> 0); 0 when the job is no longer queued
+ * cluster_task_insert / cluster_alloc_insert for each task write one by
+ * one. Returns the new attempt (> 0); 0 when the job is no longer queued
  * or one of the devices is held or gone, in which case nothing was written
  * (the caller needs no savepoint); -1 on error (a device taken or removed
  * by a transaction that commits while the statement runs fails it: the
