@@ -37,27 +37,15 @@ static int exec_stmt(db *d, const char *sql)
     return 0;
 }
 
-/* ids as a PostgreSQL array literal, {1,2,3}, into b (initialised here;
- * the caller releases it): 0, or -1 (b released). */
-static int ids_literal(buf *b, const int64_t *ids, int n)
-{
-    buf_init(b, (size_t)n * 21 + 8); /* "{", each id and its comma, "}" */
-    int bad = buf_appends(b, "{");
-    for (int k = 0; k < n && !bad; k++) bad = buf_printf(b, "%s%lld", k ? "," : "", (long long)ids[k]);
-    if (bad || buf_appends(b, "}")) {
-        buf_release(b);
-        return -1;
-    }
-    return 0;
-}
-
-/* A statement whose $1 is ids as a bigint[] literal, prepared and bound:
- * NULL on error. */
+/* A statement whose $1 is ids as a PostgreSQL bigint[] literal ({1,2,3},
+ * bound as text), prepared and bound: NULL on error. */
 static db_stmt *prepare_ids(db *d, const char *sql, const int64_t *ids, int n)
 {
     buf b;
-    if (ids_literal(&b, ids, n) < 0) return NULL;
-    db_stmt *st = db_prepare(d, sql);
+    buf_init(&b, (size_t)n * 21 + 8); /* "{", each id and its comma, "}" */
+    int bad = buf_appends(&b, "{");
+    for (int k = 0; k < n && !bad; k++) bad = buf_printf(&b, "%s%lld", k ? "," : "", (long long)ids[k]);
+    db_stmt *st = bad || buf_appends(&b, "}") ? NULL : db_prepare(d, sql);
     if (st) db_bind_text(st, 1, b.data, (int)b.len);
     buf_release(&b);
     return st;
@@ -453,22 +441,9 @@ static int pf_fetch(db *d, int kind, const char *sql, const int64_t *keys, int n
 {
     pf_clear(kind);
     if (strcmp(db_engine(d), "postgres") != 0 || n < 2) return 0; /* one by one, as always */
-    buf b;
-    buf_init(&b, (size_t)n * 21 + 8); /* "{", each id and its comma, "}" */
-    int bad = buf_appends(&b, "{");
-    for (int k = 0; k < n && !bad; k++) bad = buf_printf(&b, "%s%lld", k ? "," : "", (long long)keys[k]);
-    if (bad || buf_appends(&b, "}")) {
-        buf_release(&b);
-        return -1;
-    }
     prefetch *p = &t_pf[kind];
-    db_stmt *st = db_prepare(d, sql);
-    if (!st) {
-        buf_release(&b);
-        return -1;
-    }
-    db_bind_text(st, 1, b.data, (int)b.len);
-    buf_release(&b);
+    db_stmt *st = prepare_ids(d, sql, keys, n);
+    if (!st) return -1;
     void *rows = NULL;
     if (read_rows(st, &rows, &p->n, &p->cap, sz, fn) < 0) {
         free(rows);
