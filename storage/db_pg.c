@@ -722,6 +722,14 @@ int pg_set_epoch(pg_conn *pc, int64_t epoch) {
 
 int64_t pg_epoch_set(const pg_conn *pc) { return pc->epoch; }
 
+/* The drain's rows (table, id) handed to add, and counted for pg_chg_tidy. */
+static void drained_rows(pg_conn *pc, PGresult *r, void (*add)(void *cls, int table, int64_t id), void *cls) {
+    int n = PQntuples(r);
+    for (int k = 0; k < n; k++)
+        add(cls, (int)strtol(PQgetvalue(r, k, 0), NULL, 10), strtoll(PQgetvalue(r, k, 1), NULL, 10));
+    pc->drained += n;
+}
+
 int pg_drain(pg_conn *pc, void (*add)(void *cls, int table, int64_t id), void *cls) {
     t_round_trips++;
     PGresult *r = PQexec(pc->conn, "DELETE FROM pg_temp.ty_chg RETURNING t, id");
@@ -731,11 +739,8 @@ int pg_drain(pg_conn *pc, void (*add)(void *cls, int table, int64_t id), void *c
         PQclear(r);
         return rc;
     }
-    int n = PQntuples(r);
-    for (int k = 0; k < n; k++)
-        add(cls, (int)strtol(PQgetvalue(r, k, 0), NULL, 10), strtoll(PQgetvalue(r, k, 1), NULL, 10));
+    drained_rows(pc, r, add, cls);
     PQclear(r);
-    pc->drained += n;
     return 0;
 }
 
@@ -753,10 +758,7 @@ int pg_drain_commit(pg_conn *pc, void (*add)(void *cls, int table, int64_t id), 
     while ((r = PQgetResult(pc->conn)) != NULL) {
         ExecStatusType s = PQresultStatus(r);
         if (rc == 0 && k == 0 && s == PGRES_TUPLES_OK) { /* the drain */
-            int n = PQntuples(r);
-            for (int x = 0; x < n; x++)
-                add(cls, (int)strtol(PQgetvalue(r, x, 0), NULL, 10), strtoll(PQgetvalue(r, x, 1), NULL, 10));
-            pc->drained += n;
+            drained_rows(pc, r, add, cls);
         } else if (rc == 0 && !(k == 1 && s == PGRES_COMMAND_OK)) { /* the first failure says why */
             rc = map_state(pc, r);
             set_err(pc, k == 0 ? "change capture" : "commit", PQresultErrorMessage(r));
