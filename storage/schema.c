@@ -534,6 +534,64 @@ static const char m20_pg[] =
     "CREATE INDEX sweep_keys_age ON sweep_keys(team_id, created_at);\n"
     "SELECT ty_install_fences();\n";
 
+/* 21: PostgreSQL's change capture a statement at a time: the row triggers
+ * ty_note (a PL/pgSQL call and an INSERT into pg_temp.ty_chg for every row
+ * written) become three statement triggers a table, ty_note_ins/_upd/_del,
+ * that note the statement's rows from its transition tables in one INSERT
+ * (docs/postgres.md, "Change capture"). SQLite notes through its update
+ * hook: nothing changes there. */
+static const char m21[] = "SELECT 1;";
+static const char m21_pg[] =
+    "DROP TRIGGER ty_note ON devices;\n"
+    "DROP TRIGGER ty_note ON allocations;\n"
+    "DROP TRIGGER ty_note ON tasks;\n"
+    "DROP TRIGGER ty_note ON jobs;\n"
+    "DROP TRIGGER ty_note ON teams;\n"
+    "DROP TRIGGER ty_note ON user_usage;\n"
+    "DROP FUNCTION ty_note();\n"
+    "-- TG_ARGV[0]: the table's number (db.h DB_CH_*); allocations note their\n"
+    "-- device_id, user_usage its team_id, every other table its id. An UPDATE\n"
+    "-- notes the keys before and after (the same key once).\n"
+    "CREATE FUNCTION ty_note_set() RETURNS trigger\n"
+    "LANGUAGE plpgsql AS $f$\n"
+    "DECLARE\n"
+    "  t smallint := TG_ARGV[0]::smallint;\n"
+    "BEGIN\n"
+    "  IF to_regclass('pg_temp.ty_chg') IS NULL THEN RETURN NULL; END IF;\n"
+    "  IF TG_TABLE_NAME = 'allocations' THEN\n"
+    "    IF TG_OP = 'INSERT' THEN INSERT INTO pg_temp.ty_chg SELECT t, device_id FROM ty_new;\n"
+    "    ELSIF TG_OP = 'DELETE' THEN INSERT INTO pg_temp.ty_chg SELECT t, device_id FROM ty_old;\n"
+    "    ELSE INSERT INTO pg_temp.ty_chg SELECT t, device_id FROM ty_new UNION SELECT t, device_id FROM ty_old;\n"
+    "    END IF;\n"
+    "  ELSIF TG_TABLE_NAME = 'user_usage' THEN\n"
+    "    IF TG_OP = 'INSERT' THEN INSERT INTO pg_temp.ty_chg SELECT t, team_id FROM ty_new;\n"
+    "    ELSIF TG_OP = 'DELETE' THEN INSERT INTO pg_temp.ty_chg SELECT t, team_id FROM ty_old;\n"
+    "    ELSE INSERT INTO pg_temp.ty_chg SELECT t, team_id FROM ty_new UNION SELECT t, team_id FROM ty_old;\n"
+    "    END IF;\n"
+    "  ELSIF TG_OP = 'INSERT' THEN INSERT INTO pg_temp.ty_chg SELECT t, id FROM ty_new;\n"
+    "  ELSIF TG_OP = 'DELETE' THEN INSERT INTO pg_temp.ty_chg SELECT t, id FROM ty_old;\n"
+    "  ELSE INSERT INTO pg_temp.ty_chg SELECT t, id FROM ty_new UNION SELECT t, id FROM ty_old;\n"
+    "  END IF;\n"
+    "  RETURN NULL;\n"
+    "END\n"
+    "$f$;\n"
+    "DO $d$\n"
+    "DECLARE\n"
+    "  r record;\n"
+    "BEGIN\n"
+    "  FOR r IN SELECT * FROM (VALUES ('devices', 2), ('allocations', 3), ('tasks', 4), ('jobs', 5),\n"
+    "                                 ('teams', 6), ('user_usage', 6)) AS v(tab, n)\n"
+    "  LOOP\n"
+    "    EXECUTE format('CREATE TRIGGER ty_note_ins AFTER INSERT ON %I REFERENCING NEW TABLE AS ty_new'\n"
+    "                   ' FOR EACH STATEMENT EXECUTE FUNCTION ty_note_set(%L)', r.tab, r.n);\n"
+    "    EXECUTE format('CREATE TRIGGER ty_note_upd AFTER UPDATE ON %I REFERENCING OLD TABLE AS ty_old'\n"
+    "                   ' NEW TABLE AS ty_new FOR EACH STATEMENT EXECUTE FUNCTION ty_note_set(%L)', r.tab, r.n);\n"
+    "    EXECUTE format('CREATE TRIGGER ty_note_del AFTER DELETE ON %I REFERENCING OLD TABLE AS ty_old'\n"
+    "                   ' FOR EACH STATEMENT EXECUTE FUNCTION ty_note_set(%L)', r.tab, r.n);\n"
+    "  END LOOP;\n"
+    "END\n"
+    "$d$;\n";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1, 0},
     {2, "nodes, devices, tasks, allocations, shares", m2, 0},
@@ -555,5 +613,6 @@ const migration schema_migrations[] = {
     {18, "blob stores: checkpoints.store, contexts.store, blob_uploads", m18, 0},
     {19, "submissions made once: submit_keys (Idempotency-Key)", m19, m19_pg},
     {20, "sweeps made once: sweep_keys (Idempotency-Key)", m20, m20_pg},
+    {21, "change capture a statement at a time (PostgreSQL)", m21, m21_pg},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -28,9 +28,10 @@ PostgreSQL") must create what SQLite has after migrations 1..18. This check:
      (expires_at only) does not, and the old holder's next write fails
      TY001; (d) an expired lease fences its holder; ty_install_fences is
      idempotent and fences a table made after the baseline;
-  6. proves change capture: ty_note fills pg_temp.ty_chg for jobs, tasks,
-     devices, allocations, teams, user_usage (and (100, 0) for tokens, teams,
-     users, user_tokens), nothing for other tables, and nothing (no error)
+  6. proves change capture: the ty_note_* statement triggers fill
+     pg_temp.ty_chg for jobs, tasks, devices, allocations, teams, user_usage
+     (and (100, 0) for tokens, teams, users, user_tokens), nothing for other
+     tables or for a statement that matches no row, and nothing (no error)
      in a session without pg_temp.ty_chg;
   7. runs the same JSON cases through SQLite's json_valid/json_type/
      json_extract and the ty_json_* helpers and compares them (the known
@@ -412,12 +413,19 @@ def check_triggers(cat, tables):
         elif not fence or fence[1] != 'ty_fence' or fence[0] != 2 | 4 | 8 | 16 | 32:
             fail('table %s: no BEFORE INSERT/UPDATE/DELETE/TRUNCATE statement trigger ty_fence (%s)'
                  % (t, fence))
-        tn = trig.get(t, {}).get('ty_note')
-        if t in NOTED:
-            if not tn or tn[0] != 1 | 4 | 8 | 16 or tn[2].split('\\000')[0] != str(NOTED[t][0]):
-                fail('table %s: no AFTER row trigger ty_note(%d) (%r)' % (t, NOTED[t][0], tn))
-        elif tn:
-            fail('table %s: a ty_note trigger it should not have' % t)
+        # the capture: three AFTER statement triggers, one an event (transition
+        # tables allow no more), each ty_note_set(the table's number)
+        for (name, event) in (('ty_note_ins', 4), ('ty_note_upd', 16), ('ty_note_del', 8)):
+            tn = trig.get(t, {}).get(name)
+            if t in NOTED:
+                if (not tn or tn[0] != event or tn[1] != 'ty_note_set'
+                        or tn[2].split('\\000')[0] != str(NOTED[t][0])):
+                    fail('table %s: no AFTER statement trigger %s, ty_note_set(%d) (%r)'
+                         % (t, name, NOTED[t][0], tn))
+            elif tn:
+                fail('table %s: a %s trigger it should not have' % (t, name))
+        if trig.get(t, {}).get('ty_note'):
+            fail('table %s: the row trigger ty_note is still there' % t)
         ta = trig.get(t, {}).get('ty_note_auth')
         if (t in AUTH) != bool(ta):
             fail('table %s: ty_note_auth trigger %s' % (t, 'missing' if t in AUTH else 'unexpected'))
@@ -547,6 +555,7 @@ def check_notes(url, env):
             ('job_events', "INSERT INTO job_events(job_id, ts, kind, actor) VALUES({J}, 1, 'k', 'a')"
              " RETURNING id", []),
             ('jobs', "UPDATE jobs SET priority = 1 WHERE id = {J} RETURNING id", [(5, 'J')]),
+            ('jobs', "UPDATE jobs SET priority = 2 WHERE id = -{J} RETURNING id", []),
             ('user_usage', "UPDATE user_usage SET usage = 1 WHERE team_id = {T} RETURNING id", [(6, 'T')]),
             ('allocations', "DELETE FROM allocations WHERE device_id = {D} RETURNING device_id", [(3, 'D')]),
             ('tasks', "DELETE FROM tasks WHERE id = {K} RETURNING id", [(4, 'K')]),
@@ -823,7 +832,7 @@ def main():
         check_json(url, env)
         cost = trigger_cost(url, env)
         note('triggers: a 10,000-row INSERT INTO jobs took %.1f ms with its triggers disabled, %.1f ms with'
-             ' ty_fence and ty_note noting into pg_temp.ty_chg, %.1f ms with no pg_temp.ty_chg'
+             ' ty_fence and ty_note_ins noting into pg_temp.ty_chg, %.1f ms with no pg_temp.ty_chg'
              ' (EXPLAIN ANALYZE, best of 3)' % (cost['off'], cost['chg'], cost['nochg']))
     except (RuntimeError, TimeoutError, OSError, subprocess.SubprocessError, sqlite3.Error) as e:
         fail('%s: %s' % (type(e).__name__, e))
