@@ -592,6 +592,16 @@ static const char m21_pg[] =
     "END\n"
     "$d$;\n";
 
+/* 22: the jobs that may want an evaluator, for the scheduler's evaluator
+ * step (storage/cluster.c SQL_EVAL_WANTED), which ran every pass over
+ * every active job's spec: the active jobs whose spec names "evaluator" (a
+ * superset: the step reads the spec's resources.evaluator). The query
+ * repeats the predicate, which both engines need to use a partial index. */
+#define M22 "CREATE INDEX jobs_evaluator ON jobs(id) WHERE state IN ('starting','running')" \
+            " AND spec LIKE '%\"evaluator\"%';"
+static const char m22[] = M22;
+static const char m22_pg[] = M22 "\n";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1, 0},
     {2, "nodes, devices, tasks, allocations, shares", m2, 0},
@@ -614,5 +624,6 @@ const migration schema_migrations[] = {
     {19, "submissions made once: submit_keys (Idempotency-Key)", m19, m19_pg},
     {20, "sweeps made once: sweep_keys (Idempotency-Key)", m20, m20_pg},
     {21, "change capture a statement at a time (PostgreSQL)", m21, m21_pg},
+    {22, "jobs_evaluator: the active jobs that may want an evaluator", m22, m22_pg},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -241,7 +241,10 @@ def norm_where(w):
     if w is None:
         return None
     w = re.sub(r'::[a-z ]+', '', w.lower())
-    return re.sub(r'[\s()"]', '', w)
+    w = re.sub(r'[\s()"]', '', w)
+    # PostgreSQL's deparsed forms of IN (...) and LIKE
+    w = re.sub(r"=anyarray\[([^\]]*)\]", r"in\1", w)
+    return w.replace('~~', 'like')
 
 
 def norm_default(d):
