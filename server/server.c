@@ -809,6 +809,7 @@ int server_serve(server *s, const server_app *app, volatile sig_atomic_t *stop) 
         if (app->tick && started && i % 10 == 0) app->tick(s);
     }
     log_info("stopping");
+    db_abandon(s->db); /* a database that hangs cannot hold the stop (storage/db.h) */
     if (app->stop && started) app->stop(s);
     if (s->apps_http) http_stop(s->apps_http);
     s->apps_http = NULL;

@@ -72,6 +72,7 @@ struct db {
     char *pg_url;                 /* PostgreSQL: the URL (NULL: SQLite) */
     char *pg_password;            /* PostgreSQL: the password from a file (NULL: libpq finds it) */
     int64_t epoch;                /* PostgreSQL: the fencing number this server writes with (0: none) */
+    int64_t stop_ms;              /* db_abandon: mono_ms() of the server's stop, 0 while it runs (atomic) */
     /* PostgreSQL: the lease (db_lease_start), its thread and what it knows */
     struct {
         pthread_t th;
@@ -380,6 +381,11 @@ static db_thread_conn *thread_conn(db *d) {
         return c;
     }
     char err[512];
+    if (d->pg_url && __atomic_load_n(&d->stop_ms, __ATOMIC_ACQUIRE)) {
+        /* stopping: no new session (a hung database holds a connect for its connect_timeout) */
+        snprintf(t_unavailable, sizeof t_unavailable, "cannot reach the database: the server is stopping");
+        return NULL;
+    }
     if (d->pg_url) {
         pg_conn *pc = pg_connect(d->pg_url, d->pg_password, "trainyard", err, sizeof err);
         if (!pc) {
@@ -387,6 +393,7 @@ static db_thread_conn *thread_conn(db *d) {
             snprintf(t_unavailable, sizeof t_unavailable, "%s", err); /* for the request's 503 */
             return NULL;
         }
+        pg_set_abandon(pc, &d->stop_ms);
         c = xcalloc(1, sizeof *c);
         c->owner = d;
         c->pg = pc;
@@ -1584,6 +1591,11 @@ int db_open(db **out, const char *path, char *err, size_t errlen) {
     return db_open_at(out, path, schema_migrations_n, err, errlen);
 }
 
+void db_abandon(db *d) {
+    int64_t now = mono_ms();
+    if (d) __atomic_store_n(&d->stop_ms, now > 0 ? now : 1, __ATOMIC_RELEASE);
+}
+
 void db_close(db *d) {
     if (!d) return;
     grp_stop(d);
@@ -1775,12 +1787,13 @@ static void *lease_main(void *arg) {
     pthread_mutex_lock(&d->lease.mu);
     while (!d->lease.stop) {
         pthread_mutex_unlock(&d->lease.mu);
-        if (!pc) {
+        if (!pc && !__atomic_load_n(&d->stop_ms, __ATOMIC_ACQUIRE)) { /* stopping: no new session */
             char err[512];
             pc = pg_connect(d->pg_url, d->pg_password, "trainyard lease", err, sizeof err);
             /* an answer may take up to the deadline's slack (a loaded host),
              * never longer: the thread must be free to step down in time */
             if (pc) pg_set_deadline(pc, d->lease.cfg.deadline_ms - d->lease.cfg.renew_ms);
+            if (pc) pg_set_abandon(pc, &d->stop_ms);
             if (!pc && db_role(d) == DB_LEADER && (mono_s() - last_ok) * 1000 >= d->lease.cfg.deadline_ms)
                 lease_set_role(d, DB_STANDBY, 0, err);
         }

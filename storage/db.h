@@ -31,6 +31,11 @@ int db_open(db **out, const char *path, char *err, size_t errlen);
 /* Same, but migrates only up to version `target` (tests of migrations). */
 int db_open_at(db **out, const char *path, int target, char *err, size_t errlen);
 
+/* The server is stopping: from now on no answer of PostgreSQL is awaited
+ * longer than 2 s, so a database that hangs (stopped, a backend stuck:
+ * the TCP connection stays up) cannot hold the threads the stop joins; a
+ * healthy one answers long before. SQLite: nothing changes. */
+void db_abandon(db *d);
 void db_close(db *d);
 
 /* Whether path names a PostgreSQL database (postgres://... or

@@ -35,6 +35,7 @@ struct pg_conn {
     unsigned gen;                 /* bumped by a reset: the session's statements are gone */
     int deadline_ms;              /* pg_query_*: the longest wait for an answer (0: none) */
     int broken;                   /* the connection failed: reset before its next use */
+    const int64_t *abandon;       /* pg_set_abandon: mono_ms() of the server's stop, 0 while it runs */
     char *url, *password, *app;   /* to reconnect */
 };
 
@@ -91,6 +92,112 @@ static int map_state(pg_conn *pc, const PGresult *r) {
     }
     if (strcmp(s, "53100") == 0) return DB_FULL;
     return DB_ERR;
+}
+
+/* ---------------------------------------------------------------- waiting for an answer
+ * Every query is sent (PQsend*) and its answer awaited here, never in a
+ * blocking PQexec: a PostgreSQL that is stopped (SIGSTOP, a frozen VM) or
+ * whose backend hangs keeps the TCP connection up and answers nothing, and
+ * keepalives and tcp_user_timeout do not see it. Without a bound every
+ * thread that asked would wait for ever, and the server's shutdown (which
+ * joins them) with it. */
+
+/* The longest wait for an answer when the session sets no deadline of its
+ * own: the server's statement_timeout (60 s, session_setup), which cancels a
+ * slow statement there, and a margin. Past it the connection is dropped (a
+ * transaction open on it is rolled back by the server) and the caller gets
+ * DB_UNAVAILABLE. */
+#define PG_ANSWER_MS (75 * 1000)
+/* Once the server stops (pg_set_abandon's flag set), no answer is awaited
+ * longer than this past the later of the stop and the wait's start: a
+ * healthy server's answers come long before, a hung one's never. */
+#define PG_STOP_WAIT_MS 2000
+#define PG_POLL_SLICE_MS 200
+
+void pg_set_abandon(pg_conn *pc, const int64_t *flag) { pc->abandon = flag; }
+
+static int64_t abandoned_at(const pg_conn *pc) {
+    return pc->abandon ? __atomic_load_n(pc->abandon, __ATOMIC_ACQUIRE) : 0;
+}
+
+/* The connection is given up: pc->err says why (the caller's message if
+ * msg, else libpq's). DB_UNAVAILABLE. */
+static int give_up(pg_conn *pc, const char *msg) {
+    set_err(pc, NULL, msg ? msg : PQerrorMessage(pc->conn));
+    pc->broken = 1;
+    return DB_UNAVAILABLE;
+}
+
+/* Waits until libpq holds the next result of what was sent (PQgetResult
+ * will not block): 0; or -1 when none came by end_ms, or by
+ * PG_STOP_WAIT_MS after the process began to stop, or the connection
+ * failed (pc broken, pc->err says which). */
+static int await_ready(pg_conn *pc, int64_t start_ms, int64_t end_ms) {
+    while (PQisBusy(pc->conn)) {
+        int64_t now = mono_ms(), stop = abandoned_at(pc), until = end_ms;
+        if (stop) {
+            int64_t cut = (stop > start_ms ? stop : start_ms) + PG_STOP_WAIT_MS;
+            if (cut < until) until = cut;
+        }
+        if (now >= until) {
+            char msg[120];
+            if (stop && until < end_ms)
+                snprintf(msg, sizeof msg, "no answer within %d ms of the server stopping", PG_STOP_WAIT_MS);
+            else
+                snprintf(msg, sizeof msg, "no answer within %lld ms", (long long)(end_ms - start_ms));
+            give_up(pc, msg);
+            return -1;
+        }
+        int64_t left = until - now;
+        struct pollfd p = {.fd = PQsocket(pc->conn), .events = POLLIN};
+        if (p.fd < 0) {
+            give_up(pc, NULL);
+            return -1;
+        }
+        int n = poll(&p, 1, (int)(left < PG_POLL_SLICE_MS ? left : PG_POLL_SLICE_MS));
+        if (n < 0 && errno != EINTR) {
+            give_up(pc, strerror(errno));
+            return -1;
+        }
+        if (n > 0 && !PQconsumeInput(pc->conn)) {
+            give_up(pc, NULL);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The answer to what was just sent, waiting at most ms: its last result
+ * (a failing statement of a query string ends it, so an error is the last
+ * result), or NULL with pc broken and pc->err saying why (sent is 0 when
+ * the send itself failed). */
+static PGresult *await_last(pg_conn *pc, int sent, int ms) {
+    if (!sent) {
+        give_up(pc, NULL);
+        return NULL;
+    }
+    int64_t start = mono_ms(), end = start + ms;
+    PGresult *last = NULL;
+    for (;;) {
+        if (await_ready(pc, start, end) < 0) {
+            PQclear(last);
+            return NULL;
+        }
+        PGresult *x = PQgetResult(pc->conn);
+        if (!x) break;
+        PQclear(last);
+        last = x;
+    }
+    if (!last) give_up(pc, NULL);
+    return last;
+}
+
+/* The longest wait for this session's answers: its deadline (the lease's
+ * connection), else PG_ANSWER_MS. */
+static int answer_ms(const pg_conn *pc) { return pc->deadline_ms > 0 ? pc->deadline_ms : PG_ANSWER_MS; }
+
+static PGresult *run_text(pg_conn *pc, const char *sql) {
+    return await_last(pc, PQsendQuery(pc->conn, sql), answer_ms(pc));
 }
 
 /* ---------------------------------------------------------------- connections */
@@ -150,9 +257,9 @@ static int session_setup(pg_conn *pc) {
              " CREATE TEMP TABLE IF NOT EXISTS ty_chg(t smallint, id bigint);",
              app);
     t_round_trips++;
-    PGresult *r = PQexec(pc->conn, sql);
+    PGresult *r = run_text(pc, sql);
     int ok = PQresultStatus(r) == PGRES_COMMAND_OK;
-    if (!ok) set_err(pc, "session setup", PQresultErrorMessage(r));
+    if (!ok && r) set_err(pc, "session setup", PQresultErrorMessage(r));
     PQclear(r);
     pc->epoch = -1;
     return ok ? 0 : -1;
@@ -233,6 +340,10 @@ int pg_broken(pg_conn *pc) { return pc->broken || PQstatus(pc->conn) == CONNECTI
 
 int pg_check_alive(pg_conn *pc) {
     if (!pg_broken(pc)) return 0;
+    if (abandoned_at(pc)) { /* stopping: no new session (a reset could wait connect_timeout) */
+        set_err(pc, "the database does not answer", "the server is stopping");
+        return -1;
+    }
     PQreset(pc->conn);
     if (PQstatus(pc->conn) != CONNECTION_OK) {
         set_err(pc, "the database does not answer", PQerrorMessage(pc->conn));
@@ -453,6 +564,18 @@ int pg_bind_blob(pg_stmt *st, int i, const void *p, int n) {
     return 0;
 }
 
+static PGresult *run_prepare(pg_conn *pc, const char *name, const pg_stmt *st) {
+    return await_last(pc, PQsendPrepare(pc->conn, name, st->sql, st->nparams, st->nparams ? st->types : NULL),
+                      answer_ms(pc));
+}
+
+static PGresult *run_prepared(pg_stmt *st) {
+    return await_last(st->pc,
+                      PQsendQueryPrepared(st->pc->conn, st->name, st->nparams, (const char *const *)st->vals,
+                                          st->lens, st->fmts, 0),
+                      answer_ms(st->pc));
+}
+
 static int ensure_prepared(pg_stmt *st) {
     pg_conn *pc = st->pc;
     if (st->name[0] && st->prepared_gen == conn_gen(pc)) return 0;
@@ -461,15 +584,18 @@ static int ensure_prepared(pg_stmt *st) {
     int idle = PQtransactionStatus(pc->conn) == PQTRANS_IDLE;
     int64_t epoch = pc->epoch;
     t_round_trips++;
-    PGresult *r = PQprepare(pc->conn, name, st->sql, st->nparams, st->nparams ? st->types : NULL);
+    PGresult *r = run_prepare(pc, name, st);
     if (PQresultStatus(r) != PGRES_COMMAND_OK && revive_idle(pc, idle, epoch)) {
         PQclear(r);
         snprintf(name, sizeof name, "s%u", ++pc->next_name);
         t_round_trips++;
-        r = PQprepare(pc->conn, name, st->sql, st->nparams, st->nparams ? st->types : NULL);
+        r = run_prepare(pc, name, st);
     }
     int rc = 0;
-    if (PQresultStatus(r) != PGRES_COMMAND_OK) {
+    if (!r) {
+        rc = DB_UNAVAILABLE;
+        log_error("postgres prepare: %s: %s", pc->err, st->sql);
+    } else if (PQresultStatus(r) != PGRES_COMMAND_OK) {
         rc = map_state(pc, r);
         set_err(pc, NULL, PQresultErrorMessage(r));
         log_error("postgres prepare: %s: %s", pc->err, st->sql);
@@ -494,7 +620,7 @@ int pg_step(pg_stmt *st, int *ran) {
     int idle = PQtransactionStatus(pc->conn) == PQTRANS_IDLE;
     int64_t epoch = pc->epoch;
     t_round_trips++;
-    st->res = PQexecPrepared(pc->conn, st->name, st->nparams, (const char *const *)st->vals, st->lens, st->fmts, 0);
+    st->res = run_prepared(st);
     ExecStatusType s = PQresultStatus(st->res);
     /* a read outside a transaction, on a session found closed: once more on
      * a fresh one (a write is never sent twice) */
@@ -502,7 +628,7 @@ int pg_step(pg_stmt *st, int *ran) {
         ensure_prepared(st) == 0) {
         PQclear(st->res);
         t_round_trips++;
-        st->res = PQexecPrepared(pc->conn, st->name, st->nparams, (const char *const *)st->vals, st->lens, st->fmts, 0);
+        st->res = run_prepared(st);
         s = PQresultStatus(st->res);
     }
     st->ran = 1;
@@ -514,6 +640,7 @@ int pg_step(pg_stmt *st, int *ran) {
         st->row = 0;
         return st->nrows > 0 ? DB_ROW : DB_DONE;
     }
+    if (!st->res) return DB_UNAVAILABLE; /* no answer: pc->err says why */
     rc = map_state(pc, st->res);
     set_err(pc, NULL, PQresultErrorMessage(st->res));
     if (rc == DB_ERR) log_error("postgres: %s: %s", pc->err, st->sql);
@@ -610,17 +737,19 @@ int pg_exec(pg_conn *pc, const char *sql) {
     int idle = PQtransactionStatus(pc->conn) == PQTRANS_IDLE;
     int64_t epoch = pc->epoch;
     t_round_trips++;
-    PGresult *r = PQexec(pc->conn, sql);
+    PGresult *r = run_text(pc, sql);
     ExecStatusType s = PQresultStatus(r);
     if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK && (strncmp(sql, "BEGIN", 5) == 0 || strncmp(sql, "SET ", 4) == 0) &&
         revive_idle(pc, idle, epoch)) {
         PQclear(r);
         t_round_trips++;
-        r = PQexec(pc->conn, sql);
+        r = run_text(pc, sql);
         s = PQresultStatus(r);
     }
     int rc = 0;
-    if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
+    if (!r) {
+        rc = DB_UNAVAILABLE; /* no answer: pc->err says why */
+    } else if (s != PGRES_COMMAND_OK && s != PGRES_TUPLES_OK) {
         rc = map_state(pc, r);
         set_err(pc, NULL, PQresultErrorMessage(r));
     }
@@ -630,39 +759,6 @@ int pg_exec(pg_conn *pc, const char *sql) {
 
 void pg_set_deadline(pg_conn *pc, int ms) { pc->deadline_ms = ms; }
 
-/* PQexecParams, waiting at most deadline_ms for the answer: a server that
- * hangs (stopped, or its backend stuck) must not hang the lease's thread,
- * which has to step down in time. NULL on timeout (the connection marked
- * broken, its query cancelled as far as the server still listens). */
-static PGresult *exec_bounded(pg_conn *pc, const char *sql, int n, const char *const *vals) {
-    if (!PQsendQueryParams(pc->conn, sql, n, NULL, vals, NULL, NULL, 0)) {
-        set_err(pc, NULL, PQerrorMessage(pc->conn));
-        pc->broken = 1;
-        return NULL;
-    }
-    int64_t end = mono_ms() + pc->deadline_ms;
-    PGresult *last = NULL;
-    for (;;) {
-        while (PQisBusy(pc->conn)) {
-            int64_t left = end - mono_ms();
-            struct pollfd p = {.fd = PQsocket(pc->conn), .events = POLLIN};
-            if (left <= 0 || p.fd < 0 || poll(&p, 1, (int)left) <= 0 || !PQconsumeInput(pc->conn)) {
-                char msg[96];
-                snprintf(msg, sizeof msg, "no answer within %d ms", pc->deadline_ms);
-                set_err(pc, NULL, msg);
-                PQclear(last);
-                pc->broken = 1;
-                return NULL;
-            }
-        }
-        PGresult *x = PQgetResult(pc->conn);
-        if (!x) break;
-        PQclear(last);
-        last = x;
-    }
-    return last;
-}
-
 static PGresult *query(pg_conn *pc, const char *sql, int n, const char *const *vals, int *rc) {
     *rc = 0;
     if (pg_broken(pc) && pg_check_alive(pc) < 0) {
@@ -670,7 +766,8 @@ static PGresult *query(pg_conn *pc, const char *sql, int n, const char *const *v
         return NULL;
     }
     t_round_trips++;
-    PGresult *r = pc->deadline_ms > 0 ? exec_bounded(pc, sql, n, vals) : PQexecParams(pc->conn, sql, n, NULL, vals, NULL, NULL, 0);
+    /* the lease's thread sets a deadline: it has to step down in time */
+    PGresult *r = await_last(pc, PQsendQueryParams(pc->conn, sql, n, NULL, vals, NULL, NULL, 0), answer_ms(pc));
     if (!r) { /* no answer in time: the session is dropped (a reset makes another) */
         *rc = DB_UNAVAILABLE;
         return NULL;
@@ -732,7 +829,8 @@ static void drained_rows(pg_conn *pc, PGresult *r, void (*add)(void *cls, int ta
 
 int pg_drain(pg_conn *pc, void (*add)(void *cls, int table, int64_t id), void *cls) {
     t_round_trips++;
-    PGresult *r = PQexec(pc->conn, "DELETE FROM pg_temp.ty_chg RETURNING t, id");
+    PGresult *r = run_text(pc, "DELETE FROM pg_temp.ty_chg RETURNING t, id");
+    if (!r) return DB_UNAVAILABLE;
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
         int rc = map_state(pc, r);
         set_err(pc, "change capture", PQresultErrorMessage(r));
@@ -754,8 +852,11 @@ int pg_drain_commit(pg_conn *pc, void (*add)(void *cls, int table, int64_t id), 
         return DB_UNAVAILABLE;
     }
     int rc = 0, k = 0;
+    int64_t start = mono_ms(), end = start + answer_ms(pc);
     PGresult *r;
-    while ((r = PQgetResult(pc->conn)) != NULL) {
+    for (;;) {
+        if (await_ready(pc, start, end) < 0) return DB_UNAVAILABLE; /* pc->err says why */
+        if (!(r = PQgetResult(pc->conn))) break;
         ExecStatusType s = PQresultStatus(r);
         if (rc == 0 && k == 0 && s == PGRES_TUPLES_OK) { /* the drain */
             drained_rows(pc, r, add, cls);
@@ -780,7 +881,11 @@ void pg_chg_tidy(pg_conn *pc) {
     if (pc->drained < PG_CHG_TIDY_ROWS || pg_in_tx(pc) || pg_broken(pc)) return;
     pc->drained = 0;
     t_round_trips++;
-    PGresult *r = PQexec(pc->conn, "VACUUM pg_temp.ty_chg");
+    PGresult *r = run_text(pc, "VACUUM pg_temp.ty_chg");
+    if (!r) {
+        log_warn("postgres: %s", pc->err);
+        return;
+    }
     if (PQresultStatus(r) != PGRES_COMMAND_OK) {
         map_state(pc, r);
         set_err(pc, "change capture", PQresultErrorMessage(r));

@@ -66,10 +66,17 @@ int pg_check_alive(pg_conn *pc);
 /* Runs sql (one or more statements, no parameters): 0 or DB_* (the error
  * in pg_errmsg). */
 int pg_exec(pg_conn *pc, const char *sql);
-/* pg_query_* wait at most ms for an answer (0: as long as it takes); past
- * it they answer DB_UNAVAILABLE and the connection is reset at its next
- * use. For the lease's thread. */
+/* Every call waits at most ms for an answer (0: the default bound below);
+ * past it, DB_UNAVAILABLE and the connection is reset at its next use. For
+ * the lease's thread. */
 void pg_set_deadline(pg_conn *pc, int ms);
+/* flag: the owner's mono_ms() of its stop, 0 while it runs (read
+ * atomically). Once set, no answer is awaited past 2 s from the later of
+ * the stop and the wait's start, and a broken session is not opened again:
+ * a PostgreSQL that hangs (stopped, a backend stuck) cannot hold the
+ * server's threads, and so its shutdown, for ever. Otherwise an answer is
+ * awaited at most the deadline, else 75 s (statement_timeout is 60 s). */
+void pg_set_abandon(pg_conn *pc, const int64_t *flag);
 
 /* Runs a query with parameters (text) and returns its first column of the
  * first row as an int64 in *out: 0, DB_DONE when it returned no row, or

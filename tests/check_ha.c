@@ -14,12 +14,18 @@
  * carries an Idempotency-Key, kept across the client's retries), and no
  * job is placed twice. The takeover times are printed (docs/ha.md).
  *
+ * Beside them, one server on a PostgreSQL of its own (no namespaces): the
+ * database stopped mid-run (503s naming it, the leader steps down, leads
+ * again once it is back, nothing lost) and the database hung (SIGSTOP: the
+ * server still stops within seconds, storage/db.h db_abandon).
+ *
  * PostgreSQL 15 runs in the root namespace on the bridge (scripts/pg-dev.sh
  * with PG_DEV_LISTEN); checkpoints go to a file:// blob store both servers
  * share. Needs root (namespaces) and iproute2, else SKIP; no PostgreSQL is
  * a SKIP too, and a failure under PG_TEST_REQUIRED=1 (tests/run_all.sh). */
 #include "testlib.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdarg.h>
 
@@ -541,8 +547,10 @@ END_TEST
  * within the lease's deadline the server no longer leads; once it is back
  * the server leads again and has lost nothing it acknowledged. */
 
-static char lost_dir[256], lost_pg[300];
+static char lost_dir[256], lost_pg[300], lost_url[700], lost_listen[32];
 static ty_proc lost_srv;
+static pid_t frozen[128]; /* PostgreSQL's processes stopped by pg_freeze */
+static int n_frozen;
 
 static int pg_ctl(const char *what) {
     char cmd[900];
@@ -576,14 +584,56 @@ static void lost_setup(void) {
     mkdir(lost_srv.dir, 0700);
     /* a fixed port: a server that stops leading starts again (the same
      * process, exec'd) and listens where it did */
-    char listen[32];
-    snprintf(listen, sizeof listen, "127.0.0.1:%d", ty_free_port());
-    const char *extra[] = {"--db", url, "--listen", listen, NULL};
+    snprintf(lost_url, sizeof lost_url, "%s", url);
+    snprintf(lost_listen, sizeof lost_listen, "127.0.0.1:%d", ty_free_port());
+    const char *extra[] = {"--db", lost_url, "--listen", lost_listen, NULL};
     ty_server_start_args(&lost_srv, "server", extra);
     ty_token(&lost_srv, "token", team_tok, sizeof team_tok);
 }
 
+/* PostgreSQL hung, not gone: its postmaster and every process it started
+ * stopped (SIGSTOP). The kernel keeps their sockets up and acknowledges
+ * what is sent, so a client sees no error, only no answer. */
+static void pg_freeze(void) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/data/postmaster.pid", lost_pg);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    long pm = 0;
+    ck_assert_int_eq(fscanf(f, "%ld", &pm), 1);
+    fclose(f);
+    ck_assert_int_eq(kill((pid_t)pm, SIGSTOP), 0);
+    frozen[n_frozen++] = (pid_t)pm;
+    DIR *d = opendir("/proc");
+    ck_assert_ptr_nonnull(d);
+    struct dirent *e;
+    while ((e = readdir(d)) && n_frozen < (int)(sizeof frozen / sizeof frozen[0])) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 0) continue;
+        char stat[600];
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        FILE *sf = fopen(path, "r");
+        if (!sf) continue;
+        size_t n = fread(stat, 1, sizeof stat - 1, sf);
+        fclose(sf);
+        stat[n] = '\0';
+        const char *rp = strrchr(stat, ')'); /* "pid (comm) state ppid ..." */
+        long ppid = 0;
+        char st;
+        if (rp && sscanf(rp + 1, " %c %ld", &st, &ppid) == 2 && ppid == pm && kill((pid_t)pid, SIGSTOP) == 0)
+            frozen[n_frozen++] = (pid_t)pid;
+    }
+    closedir(d);
+}
+
+static void pg_thaw(void) {
+    for (int i = 0; i < n_frozen; i++) kill(frozen[i], SIGCONT);
+    n_frozen = 0;
+}
+
 static void lost_teardown(void) {
+    pg_thaw();
     ty_kill(&lost_srv, SIGTERM);
     if (lost_pg[0]) sh("scripts/pg-dev.sh stop %s", lost_pg);
     if (lost_dir[0] && !getenv("TY_KEEP")) ty_rmrf(lost_dir);
@@ -646,12 +696,78 @@ START_TEST(database_lost_mid_run) {
 }
 END_TEST
 
+/* PostgreSQL hangs (stopped, its sockets up): a request waiting for it,
+ * then the server told to stop. The server stops within seconds (each wait
+ * for the database gives up 2 s after the stop began; storage/db.h
+ * db_abandon) instead of joining threads that wait for ever; the request is
+ * answered or its connection closed, never left hanging; what it asked was
+ * not stored; and once PostgreSQL runs again, a server started on it has
+ * everything it acknowledged. */
+START_TEST(database_hangs_at_stop) {
+    if (!lost_pg[0]) return; /* skipped, said why */
+    char body[1024];
+    snprintf(body, sizeof body, SPEC_WAIT, "ha-hang-before");
+    cJSON *o = NULL;
+    ck_assert_int_eq(ty_http(lost_srv.url, team_tok, "POST", "/api/v1/jobs", body, &o), 201);
+    cJSON_Delete(o);
+    int before = count_jobs(lost_srv.url);
+    pg_freeze();
+    /* a submission in a child process: it waits on the hung database */
+    pid_t req = fork();
+    ck_assert_int_ge(req, 0);
+    if (req == 0) { /* no ck_assert here: a child's would count as the test's */
+        char b[1024];
+        snprintf(b, sizeof b, SPEC_WAIT, "ha-hang-during");
+        client c;
+        client_reply r;
+        if (client_init(&c, lost_srv.url, team_tok) != 0) _exit(1);
+        int rc = client_request(&c, "POST", "/api/v1/jobs", b, strlen(b), NULL, &r);
+        _exit(rc != 0 ? 2 : r.status == 503 ? 0 : 1); /* 503, or the connection closed */
+    }
+    ty_sleep_ms(500);
+    int64_t t0 = mono_ms();
+    ck_assert_int_eq(kill(lost_srv.pid, SIGTERM), 0);
+    int status = 0, done = 0;
+    while (!done && mono_ms() - t0 < 20000) {
+        done = waitpid(lost_srv.pid, &status, WNOHANG) == lost_srv.pid;
+        if (!done) ty_sleep_ms(50);
+    }
+    double took = (double)(mono_ms() - t0) / 1000.0;
+    if (done) lost_srv.pid = 0;
+    ck_assert_msg(done, "the server had not stopped 20 s after SIGTERM with its database hung");
+    fprintf(stderr, "ha: the database hung: the server stopped %.2f s after SIGTERM\n", took);
+    ck_assert_msg(took < 10.0, "the server took %.2f s to stop with its database hung", took);
+    int rs = 0;
+    t0 = mono_ms();
+    while (waitpid(req, &rs, WNOHANG) != req) {
+        ck_assert_msg(mono_ms() - t0 < 10000, "the submission still waits after the server stopped");
+        ty_sleep_ms(50);
+    }
+    ck_assert_msg(WIFEXITED(rs) && WEXITSTATUS(rs) != 1, "the submission got neither 503 nor a closed connection");
+    /* PostgreSQL runs again: a server on it has what was acknowledged, and
+     * not the submission it never committed */
+    pg_thaw();
+    const char *extra[] = {"--db", lost_url, "--listen", lost_listen, NULL};
+    ty_server_start_args(&lost_srv, "server", extra);
+    char role[32] = "";
+    t0 = mono_ms();
+    while (mono_ms() - t0 < 30000) {
+        role_at(lost_srv.url, role, sizeof role);
+        if (strcmp(role, "leader") == 0) break;
+        ty_sleep_ms(200);
+    }
+    ck_assert_str_eq(role, "leader");
+    ck_assert_int_eq(count_jobs(lost_srv.url), before);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("ha");
     TCase *tl = tcase_create("database_lost");
     tcase_add_checked_fixture(tl, lost_setup, lost_teardown);
     tcase_set_timeout(tl, 120);
     tcase_add_test(tl, database_lost_mid_run);
+    tcase_add_test(tl, database_hangs_at_stop);
     suite_add_tcase(s, tl);
     TCase *t = tcase_create("failover");
     tcase_add_checked_fixture(t, setup, teardown);
