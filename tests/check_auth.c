@@ -921,7 +921,7 @@ START_TEST(old_data_dir_migrates) {
                           " DROP TABLE user_usage; DROP TABLE task_ports;"
                           " ALTER TABLE teams DROP COLUMN max_interactive;"
                           " DROP TABLE blob_uploads; ALTER TABLE checkpoints DROP COLUMN store;"
-                          " DROP TABLE submit_keys;"
+                          " DROP TABLE submit_keys; DROP INDEX jobs_evaluator;"
                           " DELETE FROM schema_migrations WHERE version >= 5;",
                           NULL, NULL, &err);
     ck_assert_msg(rc == SQLITE_OK, "cannot make a version-4 database: %s", err ? err : "?");
