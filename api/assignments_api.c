@@ -189,7 +189,7 @@ static void node_assignments(server *srv, http_req *req, http_res *res) {
         return;
     }
     if (rc != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     if (req->calls == 0) { /* the poll's first run: later runs (http_wait) keep these */
@@ -216,7 +216,7 @@ static void node_assignments(server *srv, http_req *req, http_res *res) {
     int last;
     if (exec_store_node_pending(srv->db, node, ids, MAX_START, &n) != STORE_OK ||
         exec_store_node_stopping(srv->db, node, &stop) != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     uint64_t h = stop_hash(stop);
@@ -234,7 +234,7 @@ static void node_assignments(server *srv, http_req *req, http_res *res) {
         if (err && cJSON_GetArraySize(start) == 0) {
             cJSON_Delete(o);
             cJSON_Delete(stop);
-            api_db_unavailable(res);
+            http_db_unavailable(res);
             return;
         }
         cJSON *it;

@@ -4,7 +4,6 @@
  * in progress, and what a sign-in makes here: the user, their memberships
  * from the groups claim, a session or a personal token. */
 #include "auth_api.h"
-#include "exec_common.h"
 #include "../server/oidc.h"
 #include "../server/server.h"
 #include "../storage/audit.h"
@@ -369,7 +368,7 @@ static void auth_logout(server *srv, http_req *req, http_res *res) {
     }
     int rc = tok ? utok_revoke_value(srv->db, tok) : STORE_NOT_FOUND;
     if (rc == STORE_ERROR) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     set_cookie(srv, res, "", 0);
@@ -524,7 +523,7 @@ static void device_token_offloaded(server *srv, http_req *req, http_res *res) {
                   .via = "device", .expires_at = expires};
     char token[UTOK_LEN];
     if (utok_create(srv->db, uid, &n, token, &tid) != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         free(id);
         return;
     }

@@ -373,7 +373,7 @@ static int upload_param(server *srv, http_req *req, http_res *res, int64_t job_i
         return -1;
     }
     if (rc != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return -1;
     }
     return 0;
@@ -502,7 +502,7 @@ static void upload_begin(server *srv, http_req *req, http_res *res) {
     /* the row first: whatever the store makes after it, the tick finds */
     int rc = blob_upload_insert(srv->db, &u);
     if (rc != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         goto out;
     }
     if (parts > 1) {
@@ -519,7 +519,7 @@ static void upload_begin(server *srv, http_req *req, http_res *res) {
         if (blob_upload_set_remote(srv->db, u.id, u.remote_id) != STORE_OK) {
             blob_mpu_abort(srv->blobs, u.key, u.remote_id, &e);
             blob_upload_mark(srv->db, u.id, "aborted");
-            api_db_unavailable(res);
+            http_db_unavailable(res);
             goto out;
         }
     }
@@ -702,12 +702,12 @@ static void upload_complete(server *srv, http_req *req, http_res *res) {
             else http_error(res, 409, "upload_closed", NULL, "upload %s was aborted; begin another", u.token);
             blob_upload_release(&again);
         } else {
-            api_db_unavailable(res);
+            http_db_unavailable(res);
         }
         goto out;
     }
     if (rc != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         goto out;
     }
     quota_add(srv->db, j.team_id, QUOTA_CHECKPOINTS, u.size);
@@ -751,7 +751,7 @@ static void upload_abort(server *srv, http_req *req, http_res *res) {
             goto out;
         }
         if (rc == STORE_ERROR) {
-            api_db_unavailable(res);
+            http_db_unavailable(res);
             goto out;
         }
         if (rc == STORE_CONFLICT) { /* completed meanwhile */
@@ -777,7 +777,7 @@ static void store_get(server *srv, http_req *req, http_res *res) {
     (void)req;
     int64_t open = 0;
     if (blob_uploads_open_count(srv->db, &open) != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     const char *url = blob_store_url(srv->blobs);

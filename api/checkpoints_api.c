@@ -72,7 +72,7 @@ static void ckpt_put(server *srv, http_req *req, http_res *res) {
     }
     int64_t cid = 0;
     if (exec_store_ckpt_reserve(srv->db, j.id, j.attempt, step, epoch, (int64_t)req->body.len, got, &cid) != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         goto out;
     }
     /* the data directory as before; another store through its interface */
@@ -118,7 +118,7 @@ static void ckpt_put(server *srv, http_req *req, http_res *res) {
         if (path[0]) unlink(path);
         else blob_delete(srv->blobs, key, NULL);
         exec_store_ckpt_discard(srv->db, cid);
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         goto out;
     }
     quota_add(srv->db, j.team_id, QUOTA_CHECKPOINTS, (int64_t)req->body.len);
@@ -155,7 +155,7 @@ static void ckpt_list(server *srv, http_req *req, http_res *res) {
     cJSON *arr = NULL;
     if (exec_store_ckpt_list(srv->db, j.id, &arr) != STORE_OK) {
         exec_store_job_release(&j);
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     api_ckpt_mark_best(srv, j.id, j.spec, arr); /* checkpoint.best: the one kept beside the newest */
@@ -175,7 +175,7 @@ static void ckpt_send(server *srv, http_res *res, int64_t job, int64_t cid, int 
         return;
     }
     if (rc != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     char name[96];

@@ -12,7 +12,6 @@
  * task on its node that has not exited. */
 #include "contexts_api.h"
 #include "blobs_api.h"
-#include "exec_common.h"
 #include "../common/ctxtar.h"
 #include "../server/server.h"
 #include "teams_api.h"
@@ -107,7 +106,7 @@ static void upload_keep(server *srv, http_req *req, http_res *res, const char *d
     int64_t team = req->who.team_id;
     int64_t quota = (int64_t)srv->opt.context_quota_mb << 20, used = 0;
     if (ctx_store_usage(srv->db, team, &used) != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     if (used + (int64_t)req->body.len > quota) {
@@ -167,7 +166,7 @@ static void upload_keep(server *srv, http_req *req, http_res *res, const char *d
     }
     if (rc != STORE_OK) {
         if (wrote) file_drop_unheld(srv, digest);
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     r.used_at = r.created_at;
@@ -194,7 +193,7 @@ static void ctx_upload(server *srv, http_req *req, http_res *res) {
         int64_t now = now_ms();
         if (ctx_store_touch(srv->db, team, digest, now) != STORE_OK) {
             pthread_mutex_unlock(&g_files);
-            api_db_unavailable(res);
+            http_db_unavailable(res);
             return;
         }
         if (now > r.used_at) r.used_at = now;
@@ -205,7 +204,7 @@ static void ctx_upload(server *srv, http_req *req, http_res *res) {
     }
     if (rc != STORE_NOT_FOUND) {
         pthread_mutex_unlock(&g_files);
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     ctx_limits lim;
@@ -237,12 +236,12 @@ static void ctx_list(server *srv, http_req *req, http_res *res) {
     cJSON *arr = NULL;
     int64_t used = 0;
     if (ctx_store_list(srv->db, req->who.team_id, &arr) != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     if (ctx_store_usage(srv->db, req->who.team_id, &used) != STORE_OK) {
         cJSON_Delete(arr);
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -269,7 +268,7 @@ static void ctx_get_as(server *srv, http_req *req, http_res *res, int relay) {
         may = ctx_store_node_needs(srv->db, req->who.node_id, digest);
     }
     if (may < 0) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     if (!may) {
@@ -280,7 +279,7 @@ static void ctx_get_as(server *srv, http_req *req, http_res *res, int relay) {
     int64_t bytes = 0;
     int rc = ctx_store_digest_store(srv->db, digest, blob_store_url(srv->blobs), store, sizeof store, &bytes);
     if (rc == STORE_ERROR) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     char name[64];
@@ -340,7 +339,7 @@ static void ctx_delete(server *srv, http_req *req, http_res *res) {
                    "they end (or are cancelled)",
                    digest, jobs, jobs == 1 ? "" : "s");
     } else if (rc != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
     } else {
         quota_forget(srv->db, req->who.team_id); /* its bytes no longer count */
         res->status = 204;
@@ -370,7 +369,7 @@ int api_context_check_held(server *srv, int64_t team_id, const char *field, cons
     int rc = ctx_store_get(srv->db, team_id, digest, &r);
     if (rc == STORE_OK) return 0;
     if (rc == STORE_NOT_FOUND) api_context_not_held(res, field, id);
-    else api_db_unavailable(res);
+    else http_db_unavailable(res);
     return -1;
 }
 

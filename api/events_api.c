@@ -128,7 +128,7 @@ static void events_stream(server *srv, http_req *req, http_res *res, int64_t job
     if (lei && parse_long(lei, 0, (long)INT64_MAX, &after) < 0) after = 0;
     int64_t last_seq = 0;
     if (!http_query(req, "since") && exec_store_metrics_list(srv->db, job_id, 0, NULL, 0, NULL, &last_seq) != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     if (http_query_long(req, res, "since", 0, (long)INT64_MAX, (long)last_seq, &since) < 0) return;
@@ -172,7 +172,7 @@ static void job_events(server *srv, http_req *req, http_res *res) {
     if (http_query_long(req, res, "limit", 1, 1000, 200, &limit) < 0) return;
     cJSON *arr = NULL;
     if (rc != STORE_OK || store_job_events(srv->db, id, after, (int)limit, &arr) != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -235,7 +235,7 @@ static void events_post(server *srv, http_req *req, http_res *res) {
         goto out;
     }
     if (rc != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         goto out;
     }
     cJSON *o = cJSON_CreateObject();

@@ -225,7 +225,7 @@ static enum MHD_Result argv_each(void *cls, enum MHD_ValueKind kind, const char 
 static cJSON *find_task(server *srv, http_res *res, const exec_job *j, const char *want) {
     cJSON *tasks = NULL;
     if (exec_store_job_tasks(srv->db, j->id, j->attempt, &tasks) != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return NULL;
     }
     char names[512] = "";
@@ -310,7 +310,7 @@ static int exec_open(server *srv, http_req *req, http_res *res, xsession **out) 
     }
     if (exec_store_job_get(srv->db, id, 0, &j) != STORE_OK) {
         cJSON_Delete(acc.arr);
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return -1;
     }
     cJSON *row = find_task(srv, res, &j, req->params[1]);

@@ -5,8 +5,6 @@
 
 #include <math.h>
 
-void api_db_unavailable(http_res *res) { http_db_unavailable(res); }
-
 /* Loads job `id` when the request's token may see it: 0, or -1 with the
  * answer (404 / 503) in res. */
 static int job_scope(server *srv, http_req *req, http_res *res, int64_t id, int with_spec, exec_job *j) {
@@ -24,7 +22,7 @@ static int job_scope(server *srv, http_req *req, http_res *res, int64_t id, int 
         return -1;
     }
     if (rc != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return -1;
     }
     return 0;

@@ -1,13 +1,13 @@
 /* exec_common.h - what the endpoints of running jobs share (assignments,
  * task status, events, metrics, logs, checkpoints, rendezvous): the job a
- * request may touch, the 503 of a busy database, an integer field's check
- * and the periods of their long-polls.
+ * request may touch, an integer field's check and the periods of their
+ * long-polls (a busy database's 503 is server/http.h's http_db_unavailable).
  *
  * Scope: a task token touches only its own job, a team token its team's
  * jobs, the admin all; another job is a 404 (ids do not leak). A node's
  * token acts for its own node (scope.h).
  *
- * defines: EXEC_POLL_MS, EXEC_WAIT_MAX_S, api_db_unavailable, api_job_param, api_json_int */
+ * defines: EXEC_POLL_MS, EXEC_WAIT_MAX_S, api_job_param, api_json_int */
 #ifndef TRAINYARD_EXEC_COMMON_H
 #define TRAINYARD_EXEC_COMMON_H
 
@@ -20,9 +20,6 @@
 #define EXEC_WAIT_MAX_S 60 /* the longest ?wait= of a long-poll */
 
 struct server;
-
-/* Answers 503 unavailable: the database is busy or unavailable. */
-void api_db_unavailable(http_res *res);
 
 /* The job of the route's first {id} when the request's token may see it:
  * its id with *j loaded (its spec too when with_spec; release it with

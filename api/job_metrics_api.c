@@ -241,7 +241,7 @@ static void metrics_post(server *srv, http_req *req, http_res *res) {
         if (seq > last) last = seq;
     }
     if (db_begin(srv->db) < 0) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         goto out;
     }
     /* a report of an earlier attempt (a worker of a gang already requeued,
@@ -278,7 +278,7 @@ static void metrics_post(server *srv, http_req *req, http_res *res) {
     if (rc == STORE_OK && added) rc = progress_update(srv, &j);
     if (rc != STORE_OK || db_commit(srv->db) < 0) {
         db_rollback(srv->db);
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         goto out;
     }
     cJSON *o = cJSON_CreateObject();
@@ -318,7 +318,7 @@ static void metrics_get(server *srv, http_req *req, http_res *res) {
     }
     if (rc != STORE_OK) {
         cJSON_Delete(arr);
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     cJSON *o = cJSON_CreateObject();

@@ -110,7 +110,7 @@ static void submit_done(void *arg, int rc, int64_t id, cJSON *job) {
         api_context_not_held(a, w->context_field, w->context);
     } else {
         cJSON_Delete(job);
-        api_db_unavailable(a);
+        http_db_unavailable(a);
     }
     http_resume(w->req, a);
     free(w);
@@ -138,7 +138,7 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
     int adm = api_job_admit(srv, &spec, &code, &field, msg, sizeof msg);
     if (adm < 0) {
         jobspec_release(&spec);
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     if (adm > 0) {
@@ -178,7 +178,7 @@ static void job_submit(server *srv, http_req *req, http_res *res) {
     if (rc != STORE_OK) { /* not queued: answer now */
         free(w);
         http_res *a = http_res_new();
-        api_db_unavailable(a);
+        http_db_unavailable(a);
         http_resume(req, a);
     }
 }
@@ -225,7 +225,7 @@ static void job_list(server *srv, http_req *req, http_res *res) {
                            : buf_appends(&b, ",\"next_before\":null}\n");
     if (rc < 0) {
         buf_release(&b);
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     http_text(res, 200, "application/json", b.data, b.len);
@@ -342,7 +342,7 @@ static void job_get(server *srv, http_req *req, http_res *res) {
         return;
     }
     if (rc != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     declared_ports declared;
@@ -385,14 +385,14 @@ static void job_cancel(server *srv, http_req *req, http_res *res) {
         return;
     }
     if (rc != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     if (api_own_or_admin(srv->db, req, res, 0, id) < 0) return;
     char actor[96];
     http_actor(req, actor, sizeof actor);
     if (db_begin(srv->db) < 0) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     rc = store_job_transition(srv->db, id, NULL, "cancelled", actor, reason);
@@ -403,14 +403,14 @@ static void job_cancel(server *srv, http_req *req, http_res *res) {
             store_job_state(srv->db, id, state, NULL);
             http_error(res, 409, "conflict", NULL, "job %lld is already %s", (long long)id, state);
         } else {
-            api_db_unavailable(res);
+            http_db_unavailable(res);
         }
         return;
     }
     api_kick_scheduler(srv);
     cJSON *job = NULL;
     if (store_job_get(srv->db, id, 0, 0, &job) != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     http_json(res, 200, job);
@@ -433,7 +433,7 @@ static void job_delete_run(server *srv, http_req *req, http_res *res) {
     int trial = 0;
     int in = sweep_store_job_in_running_sweep(srv->db, id, &sweep, &trial);
     if (in < 0) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     if (in > 0) {
@@ -473,7 +473,7 @@ static void job_delete_run(server *srv, http_req *req, http_res *res) {
         return;
     }
     if (rc != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     int64_t freed = 0;

@@ -149,7 +149,7 @@ static void logs_post(server *srv, http_req *req, http_res *res) {
         int on = cluster_node_runs_job(srv->db, req->who.node_id, j.id);
         if (on <= 0) {
             exec_store_job_release(&j);
-            if (on < 0) api_db_unavailable(res);
+            if (on < 0) http_db_unavailable(res);
             else http_error(res, 403, "forbidden", NULL, "node %lld runs no task of job %lld",
                             (long long)req->who.node_id, (long long)j.id);
             return;

@@ -1,6 +1,5 @@
 /* people_api.c - users, members, personal tokens, me, audit (see people_api.h). */
 #include "people_api.h"
-#include "exec_common.h"
 #include "usage_api.h"
 #include "../server/server.h"
 #include "../storage/audit.h"
@@ -22,7 +21,7 @@ static int64_t user_param(server *srv, http_req *req, http_res *res, int i) {
     int rc = users_name_ok(req->params[i]) ? users_find(srv->db, req->params[i], &id) : STORE_NOT_FOUND;
     if (rc == STORE_OK) return id;
     if (rc == STORE_NOT_FOUND) http_error(res, 404, "not_found", "user", "no user named '%s'", req->params[i]);
-    else api_db_unavailable(res);
+    else http_db_unavailable(res);
     return -1;
 }
 
@@ -32,7 +31,7 @@ static int64_t team_param(server *srv, http_req *req, http_res *res, int i, team
     int64_t id = 0;
     int rc = store_team_find(srv->db, req->params[i], &id);
     if (rc == STORE_ERROR) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return -1;
     }
     if (rc != STORE_OK) {
@@ -85,18 +84,18 @@ static void user_create(server *srv, http_req *req, http_res *res) {
     }
     int64_t id = 0;
     if (db_begin(srv->db) < 0) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         goto out;
     }
     int rc = users_create(srv->db, name, email, "admin", &id);
     if (rc != STORE_OK || db_commit(srv->db) < 0) {
         db_rollback(srv->db);
         if (rc == STORE_CONFLICT) http_error(res, 409, "conflict", "name", "a user named '%s' exists", name);
-        else api_db_unavailable(res);
+        else http_db_unavailable(res);
         goto out;
     }
     cJSON *u = users_get(srv->db, id);
-    if (!u) api_db_unavailable(res);
+    if (!u) http_db_unavailable(res);
     else {
         snprintf(res->location, sizeof res->location, "/api/v1/users/%s", name);
         http_json(res, 201, u);
@@ -110,7 +109,7 @@ static void users_get_all(server *srv, http_req *req, http_res *res) {
     (void)req;
     cJSON *arr = users_list(srv->db);
     if (!arr) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -123,7 +122,7 @@ static void user_get_one(server *srv, http_req *req, http_res *res) {
     int64_t id = user_param(srv, req, res, 0);
     if (id < 0) return;
     cJSON *u = users_get(srv->db, id);
-    if (!u) api_db_unavailable(res);
+    if (!u) http_db_unavailable(res);
     else http_json(res, 200, u);
 }
 
@@ -135,7 +134,7 @@ static void members_get(server *srv, http_req *req, http_res *res) {
     if (team < 0) return;
     cJSON *arr = members_list(srv->db, team);
     if (!arr) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -178,13 +177,13 @@ static void member_put(server *srv, http_req *req, http_res *res) {
     }
     int created = 0;
     if (rc != STORE_OK || db_begin(srv->db) < 0) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         goto out;
     }
     rc = members_put(srv->db, team, user, role, "api", &created);
     if (rc != STORE_OK || db_commit(srv->db) < 0) {
         db_rollback(srv->db);
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         goto out;
     }
     cJSON *o = cJSON_CreateObject();
@@ -203,7 +202,7 @@ static void member_delete(server *srv, http_req *req, http_res *res) {
     int64_t user = user_param(srv, req, res, 1);
     if (user < 0) return;
     if (db_begin(srv->db) < 0) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     int rc = members_delete(srv->db, team, user);
@@ -212,7 +211,7 @@ static void member_delete(server *srv, http_req *req, http_res *res) {
         if (rc == STORE_NOT_FOUND)
             http_error(res, 404, "not_found", "user", "user %s is not a member of team %s", req->params[1],
                        req->params[0]);
-        else api_db_unavailable(res);
+        else http_db_unavailable(res);
         return;
     }
     http_text(res, 204, "application/json", "", 0);
@@ -272,7 +271,7 @@ static void token_make(server *srv, http_req *req, http_res *res, int64_t user_i
         int rc = store_team_find(srv->db, team, &team_id);
         if (rc == STORE_OK) rc = members_role(srv->db, team_id, user_id, &role);
         if (rc == STORE_ERROR) {
-            api_db_unavailable(res);
+            http_db_unavailable(res);
             goto out;
         }
         if (rc != STORE_OK || role == ROLE_NONE) {
@@ -285,12 +284,12 @@ static void token_make(server *srv, http_req *req, http_res *res, int64_t user_i
     utok_new n = {.name = name, .team_id = team_id, .scopes = scopes, .via = "api",
                   .expires_at = now_ms() + expires_in * 1000};
     if (db_begin(srv->db) < 0) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         goto out;
     }
     if (utok_create(srv->db, user_id, &n, tok, &id) != STORE_OK || db_commit(srv->db) < 0) {
         db_rollback(srv->db);
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         goto out;
     }
     cJSON *o = cJSON_CreateObject();
@@ -328,7 +327,7 @@ static void tokens_list(server *srv, http_req *req, http_res *res) {
     if (!is_person(req, res)) return;
     cJSON *arr = utok_list(srv->db, req->who.user_id);
     if (!arr) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -347,7 +346,7 @@ static void token_delete(server *srv, http_req *req, http_res *res) {
         return;
     }
     if (rc != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     http_text(res, 204, "application/json", "", 0);
@@ -372,7 +371,7 @@ static void me_get(server *srv, http_req *req, http_res *res) {
             cJSON_Delete(u);
             cJSON_Delete(teams);
             cJSON_Delete(o);
-            api_db_unavailable(res);
+            http_db_unavailable(res);
             return;
         }
         cJSON_AddStringToObject(o, "kind", "user");
@@ -442,7 +441,7 @@ static void audit_get(server *srv, http_req *req, http_res *res) {
         int64_t id = 0;
         int rc = store_team_find(srv->db, team, &id);
         if (rc == STORE_ERROR) {
-            api_db_unavailable(res);
+            http_db_unavailable(res);
             return;
         }
         if (rc != STORE_OK) {
@@ -467,7 +466,7 @@ static void audit_get(server *srv, http_req *req, http_res *res) {
         rc = next ? buf_printf(&b, ",\"next_before\":%lld}\n", (long long)next) : buf_appends(&b, ",\"next_before\":null}\n");
     if (rc < 0) {
         buf_release(&b);
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     http_text(res, 200, csv ? "text/csv; charset=utf-8" : "application/json", b.data, b.len);

@@ -1,7 +1,6 @@
 /* proxy_api.c - a job's web ports through the server (see proxy_api.h). */
 #include "proxy_api.h"
 #include "activity.h"
-#include "exec_common.h"
 #include "../server/proxy.h"
 #include "../server/server.h"
 #include "../spec/jobspec.h"
@@ -27,7 +26,7 @@ static int job_visible(server *srv, http_req *req, http_res *res, int64_t id, ch
         return -1;
     }
     if (rc != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return -1;
     }
     return 0;
@@ -51,7 +50,7 @@ static void proxy_job(server *srv, http_req *req, http_res *res) {
     ports_hit hit;
     int rc = ports_store_find_hit(srv->db, id, name, &hit, have, sizeof have);
     if (rc == STORE_ERROR) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     if (rc != STORE_OK) {

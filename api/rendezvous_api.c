@@ -42,7 +42,7 @@ static void rdv_put(server *srv, http_req *req, http_res *res) {
         return;
     }
     if (exec_store_rdv_put(srv->db, j.id, j.attempt, key, req->body.data ? req->body.data : "", req->body.len) != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     http_wake(srv->http, HTTP_WAKE_RDV, j.id);
@@ -74,7 +74,7 @@ static void rdv_get(server *srv, http_req *req, http_res *res) {
         return;
     }
     if (rc != STORE_NOT_FOUND) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     if (mono_ms() >= req->keep[0] || srv->stopping) {

@@ -414,7 +414,7 @@ static int create_trial(server *srv, http_req *req, http_res *res, sweep_new *w,
     jobspec_release(&js);
     if (adm < 0) {
         cJSON_Delete(p);
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return -1;
     }
     if (adm > 0) {
@@ -470,7 +470,7 @@ static int create_store(server *srv, http_req *req, http_res *res, sweep_new *w)
         return -1;
     }
     if (rc != STORE_OK && rc != STORE_EXPIRED) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return -1;
     }
     w->replay = rc == STORE_EXPIRED;
@@ -488,7 +488,7 @@ static int create_answer(server *srv, http_res *res, const sweep_new *w) {
         sweep_info_release(&si);
     }
     if (!o) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return -1;
     }
     snprintf(res->location, sizeof res->location, "/api/v1/sweeps/%lld", (long long)w->id);
@@ -548,7 +548,7 @@ static void sweep_list(server *srv, http_req *req, http_res *res) {
     int n = 0;
     int64_t next = 0;
     if (sweep_store_list(srv->db, scope_team(req), user, before, (int)limit, &rows, &n, &next) != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     cJSON *o = cJSON_CreateObject();
@@ -573,7 +573,7 @@ static int sweep_of_path(server *srv, http_req *req, http_res *res, sweep_info *
         return -1;
     }
     if (rc != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return -1;
     }
     return 0;
@@ -585,7 +585,7 @@ static void sweep_get(server *srv, http_req *req, http_res *res) {
     cJSON *o = sweep_json(srv, &s, 1);
     sweep_info_release(&s);
     if (!o) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     http_json(res, 200, o);
@@ -607,7 +607,7 @@ static void sweep_cancel(server *srv, http_req *req, http_res *res) {
     int n = 0;
     if (db_begin(srv->db) < 0) {
         sweep_info_release(&s);
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     int rc = sweep_store_cancel(srv->db, s.id, why, jobs, CANCEL_JOBS_MAX, &n);
@@ -621,7 +621,7 @@ static void sweep_cancel(server *srv, http_req *req, http_res *res) {
         if (rc == STORE_CONFLICT)
             http_error(res, 409, "conflict", NULL, "sweep %lld is already %s", (long long)s.id, s.state);
         else
-            api_db_unavailable(res);
+            http_db_unavailable(res);
         sweep_info_release(&s);
         return;
     }
@@ -634,7 +634,7 @@ static void sweep_cancel(server *srv, http_req *req, http_res *res) {
         sweep_info_release(&s);
     }
     if (!o) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         return;
     }
     http_json(res, 200, o);
@@ -1092,7 +1092,7 @@ static void trial_rung(server *srv, http_req *req, http_res *res) {
     locked = 1;
     int in = trial_of_job_load(srv, id, &x);
     if (in < 0) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         goto out;
     }
     if (in == 0) {
@@ -1128,7 +1128,7 @@ static void trial_rung(server *srv, http_req *req, http_res *res) {
     }
     sweep_metric m;
     if (sweep_store_job_metric(srv->db, id, c->search.metric, c->search.mode_max, &m) != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         goto out;
     }
     if (m.epochs != epoch || !m.has_last) {
@@ -1181,7 +1181,7 @@ static void trial_rung(server *srv, http_req *req, http_res *res) {
         goto out;
     }
     if (rc != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         goto out;
     }
     log_info("sweep %lld: trial %d (job %lld) %s", (long long)x.s.id, t->trial, (long long)id, why);

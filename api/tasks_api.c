@@ -64,7 +64,7 @@ static void task_status(server *srv, http_req *req, http_res *res) {
         int64_t on = 0;
         int rc = cluster_task_node(srv->db, id, &on);
         if (rc < 0) {
-            api_db_unavailable(res);
+            http_db_unavailable(res);
             return;
         }
         if (rc == 0 && api_node_scope(req, res, on) < 0) return;
@@ -148,7 +148,7 @@ static void task_status(server *srv, http_req *req, http_res *res) {
         goto out;
     }
     if (rc != STORE_OK) {
-        api_db_unavailable(res);
+        http_db_unavailable(res);
         goto out;
     }
     if (flags) api_kick_scheduler(srv);
