@@ -25,6 +25,7 @@
 #include "../storage/db.h"
 #include "../storage/store.h"
 #include "pg_fixture.h"
+#include "db_fixture.h"
 
 #include <sqlite3.h>
 
@@ -1215,17 +1216,6 @@ END_TEST
 static char g_dir[256], g_path[512];
 static db *g_db;
 
-/* db_open of path (a file, or a PostgreSQL URL); on PostgreSQL it then
- * takes the lease, or every write is fenced (docs/postgres.md). */
-static void open_at(db **d, const char *path)
-{
-    char err[256];
-    ck_assert_msg(db_open(d, path, err, sizeof err) == 0, "%s", err);
-    if (strcmp(db_engine(*d), "postgres") != 0) return;
-    db_lease_cfg cfg = {.holder = "test", .url = "http://test"};
-    ck_assert_msg(db_lease_start(*d, &cfg, err, sizeof err) == 0, "%s", err);
-    ck_assert_int_eq(db_lease_wait(*d, 10000), 0);
-}
 
 /* A statement of the test's own (sql: a string constant, db_prepare keeps
  * it by its address). */
@@ -1250,7 +1240,7 @@ static void db_setup(void)
     ck_assert_ptr_nonnull(mkdtemp(g_dir));
     if (ty_pg_url()) ty_pg_new_db(g_path, sizeof g_path);
     else snprintf(g_path, sizeof g_path, "%s/t.db", g_dir);
-    open_at(&g_db, g_path);
+    ty_db_open_leading(&g_db, g_path);
     log_set_level(LOG_ERROR);
 }
 
@@ -1889,7 +1879,7 @@ START_TEST(db_user_share_within_team)
     /* 3-4 gpus over an hour with a 1 h time constant: about 3 x 3600 x (1 - 1/e) */
     ck_assert_msg(ua > 5000 && ua < 10000, "usage %f", ua);
     db_close(g_db);
-    open_at(&g_db, g_path);
+    ty_db_open_leading(&g_db, g_path);
     int64_t old_a = job(t, 50, 1, 1, "gpu", 0, 0, 0);
     job_user(old_a, a);
     int64_t new_b = job(t, 50, 1, 1, "gpu", 0, 0, 0);
@@ -2409,7 +2399,7 @@ START_TEST(queue_order_exact)
     if (ty_pg_url()) ty_pg_new_db(path2, sizeof path2);
     else snprintf(path2, sizeof path2, "%s/full.db", g_dir);
     db *a = g_db, *b = NULL;
-    open_at(&b, path2);
+    ty_db_open_leading(&b, path2);
     int64_t now = 1700000000000LL;
     sched_config cfg; sched_config_default(&cfg);
     cfg.backfill = (int)(seed % 2);

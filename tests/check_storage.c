@@ -25,6 +25,7 @@
 #include "../storage/store.h"
 #include "../storage/sweep_store.h"
 #include "pg_fixture.h"
+#include "db_fixture.h"
 
 static char g_dir[256];
 static char g_path[512];
@@ -42,17 +43,6 @@ static int sqlite_only(const char *test, const char *why) {
     printf("SKIP %s on PostgreSQL: %s\n", test, why);
     fflush(stdout);
     return 1;
-}
-
-/* db_open of g_path; on PostgreSQL it then takes the lease, as a server
- * does, or every write is fenced (docs/postgres.md). */
-static void open_db(db **d) {
-    char err[256];
-    ck_assert_msg(db_open(d, g_path, err, sizeof err) == 0, "%s", err);
-    if (strcmp(db_engine(*d), "postgres") != 0) return;
-    db_lease_cfg cfg = {.holder = "test", .url = "http://test"};
-    ck_assert_msg(db_lease_start(*d, &cfg, err, sizeof err) == 0, "%s", err);
-    ck_assert_int_eq(db_lease_wait(*d, 10000), 0);
 }
 
 static void teardown(void) {
@@ -241,7 +231,7 @@ END_TEST
 
 START_TEST(tokens_hashed) {
     db *d = NULL;
-    open_db(&d);
+    ty_db_open_leading(&d, g_path);
     int64_t team = 0;
     ck_assert_int_eq(store_team_create(d, "vision", &team), STORE_OK);
     char tok[64];
@@ -295,7 +285,7 @@ static cJSON *list_jobs(db *d, int64_t team, const char *state, int64_t before, 
 
 START_TEST(job_lifecycle_and_events) {
     db *d = NULL;
-    open_db(&d);
+    ty_db_open_leading(&d, g_path);
     int64_t a = 0, b = 0;
     ck_assert_int_eq(store_team_create(d, "a", &a), STORE_OK);
     ck_assert_int_eq(store_team_create(d, "b", &b), STORE_OK);
@@ -365,7 +355,7 @@ static void *thread_reads(void *p) {
 
 START_TEST(threads_share_the_pool) {
     db *d = NULL;
-    open_db(&d);
+    ty_db_open_leading(&d, g_path);
     ck_assert_int_eq(store_team_create(d, "default", NULL), STORE_OK);
     for (int round = 0; round < 5; round++) {
         pthread_t t[4];
@@ -418,7 +408,7 @@ static int has_change(const db_change *ch, size_t n, int table, int64_t id) {
  * transaction or a reader left too far behind gets a gap (reload). */
 START_TEST(changes_follow_commits) {
     db *d = NULL;
-    open_db(&d);
+    ty_db_open_leading(&d, g_path);
     int64_t team = 0;
     ck_assert_int_eq(store_team_create(d, "vision", &team), STORE_OK);
     uint64_t from = db_changes_head(d);
@@ -502,7 +492,7 @@ END_TEST
 START_TEST(generation_follows_commits) {
     db *d = NULL, *d2 = NULL;
     char err[256];
-    open_db(&d);
+    ty_db_open_leading(&d, g_path);
     int64_t team = 0;
     ck_assert_int_eq(store_team_create(d, "vision", &team), STORE_OK);
     uint64_t g0 = db_generation(d);
@@ -652,7 +642,7 @@ END_TEST
 
 START_TEST(group_commit_isolates_a_failed_write) {
     db *d = NULL;
-    open_db(&d);
+    ty_db_open_leading(&d, g_path);
     int64_t team = 0;
     ck_assert_int_eq(store_team_create(d, "vision", &team), STORE_OK);
     uint64_t auth0 = db_auth_generation(d);
@@ -901,7 +891,7 @@ END_TEST
  * PostgreSQL: its baseline), the rows written in text both engines take. */
 START_TEST(blob_uploads_publish_and_expire) {
     db *d = NULL;
-    open_db(&d);
+    ty_db_open_leading(&d, g_path);
     int64_t team = 0;
     ck_assert_int_eq(store_team_create(d, "default", &team), STORE_OK);
     char sql[1024];
@@ -930,7 +920,7 @@ END_TEST
  * a job not running are not watched. */
 START_TEST(idle_watched_reads_durations) {
     db *d = NULL;
-    open_db(&d);
+    ty_db_open_leading(&d, g_path);
     int64_t team = 0;
     ck_assert_int_eq(store_team_create(d, "default", &team), STORE_OK);
     static const char *const specs[] = {"{\"idle_timeout\":\"30m\"}", "{\"idle_timeout\":\"3s\"}",
@@ -999,7 +989,7 @@ static void *sweep_race(void *arg) {
  * key make one sweep. */
 START_TEST(sweep_keys_make_one_sweep) {
     db *d = NULL;
-    open_db(&d);
+    ty_db_open_leading(&d, g_path);
     int64_t a = 0, b = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0;
     ck_assert_int_eq(store_team_create(d, "a", &a), STORE_OK);
     ck_assert_int_eq(store_team_create(d, "b", &b), STORE_OK);
