@@ -27,10 +27,12 @@
 # above DIR must be searchable by it; as any other user it runs as that user.
 # Authentication: scram-sha-256 over TCP, peer on the socket in DIR/run (for
 # the cluster's superuser, the user the server runs as). The password never
-# reaches a command line, the output or the server in clear: python3 writes it
-# to DIR/pgpass and hands psql only its SCRAM verifier, on standard input.
+# reaches a command line, the output or the server in clear:
+# scripts/pg-scram-pass.py writes it to DIR/pgpass and hands psql only its SCRAM
+# verifier, on standard input.
 set -euo pipefail
 
+here=$(cd "$(dirname "$0")" && pwd)
 starting=0
 die() {
   echo "pg-dev: $*" >&2
@@ -175,27 +177,14 @@ do_start() {
   local pid
   pid=$(head -n1 "$dir/data/postmaster.pid" 2>/dev/null) || die "no $dir/data/postmaster.pid after start; see $dir/log/postgres.log"
   echo "postgres $pid" >"$dir/pids"
-  # the password: python3 writes it to DIR/pgpass and prints only its SCRAM
-  # verifier, which psql reads on standard input
-  local sql
-  sql=$(umask 077; python3 - "$dir/pgpass" "$port" <<'PY'
-import base64, hashlib, hmac, os, secrets, sys
-path, port = sys.argv[1], sys.argv[2]
-pw = secrets.token_hex(24)
-fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-with os.fdopen(fd, "w") as f:
-    f.write(f"*:{port}:*:trainyard:{pw}\n")  # any host: 127.0.0.1, or PG_DEV_LISTEN's address; any database
-os.chmod(path, 0o600)
-salt, it = secrets.token_bytes(16), 4096
-salted = hashlib.pbkdf2_hmac("sha256", pw.encode(), salt, it)
-client = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
-server = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
-b64 = lambda b: base64.b64encode(b).decode()
-v = f"SCRAM-SHA-256${it}:{b64(salt)}${b64(hashlib.sha256(client).digest())}:{b64(server)}"
-print(f"CREATE ROLE trainyard LOGIN CREATEDB PASSWORD '{v}';")
-print("CREATE DATABASE trainyard OWNER trainyard;")
-PY
-) || die "writing $dir/pgpass failed"
+  # the password: scripts/pg-scram-pass.py writes it to DIR/pgpass (any host:
+  # 127.0.0.1, or PG_DEV_LISTEN's address; any database) and prints only its
+  # SCRAM verifier, which psql reads on standard input
+  local verifier sql
+  verifier=$(umask 077; python3 "$here/pg-scram-pass.py" "$dir/pgpass" "*:$port:*:trainyard") ||
+    die "writing $dir/pgpass failed"
+  sql="CREATE ROLE trainyard LOGIN CREATEDB PASSWORD '$verifier';
+CREATE DATABASE trainyard OWNER trainyard;"
   pg "$bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$dir/run" -p "$port" -U "$pguser" -d postgres \
     >>"$slog" 2>&1 <<<"$sql" || die "creating role and database trainyard failed; see $slog"
   local qdir

@@ -158,27 +158,13 @@ do_start() {
   echo "node1 $!" >>"$dir/pids"
   wait_states "node1:single/single" 60
 
-  # the role with a random password: python3 writes it to DIR/pgpass and
-  # hands psql only its SCRAM verifier (scripts/pg-dev.sh does the same)
-  local sql
-  sql=$(umask 077; python3 - "$dir/pgpass" "$p1" "$p2" <<'PY'
-import base64, hashlib, hmac, os, secrets, sys
-path, p1, p2 = sys.argv[1:4]
-pw = secrets.token_hex(24)
-fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-with os.fdopen(fd, "w") as f:
-    for p in (p1, p2):
-        f.write(f"127.0.0.1:{p}:trainyard:trainyard:{pw}\n")
-salt, it = secrets.token_bytes(16), 4096
-salted = hashlib.pbkdf2_hmac("sha256", pw.encode(), salt, it)
-client = hmac.new(salted, b"Client Key", hashlib.sha256).digest()
-server = hmac.new(salted, b"Server Key", hashlib.sha256).digest()
-b64 = lambda b: base64.b64encode(b).decode()
-v = f"SCRAM-SHA-256${it}:{b64(salt)}${b64(hashlib.sha256(client).digest())}:{b64(server)}"
-print(f"CREATE ROLE trainyard LOGIN PASSWORD '{v}';")
-print("ALTER DATABASE trainyard OWNER TO trainyard;")
-PY
-) || die "writing $dir/pgpass failed"
+  # the role with a random password: scripts/pg-scram-pass.py writes it to
+  # DIR/pgpass and prints only its SCRAM verifier, for psql
+  local verifier sql
+  verifier=$(umask 077; python3 "$root/scripts/pg-scram-pass.py" "$dir/pgpass" \
+    "127.0.0.1:$p1:trainyard:trainyard" "127.0.0.1:$p2:trainyard:trainyard") || die "writing $dir/pgpass failed"
+  sql="CREATE ROLE trainyard LOGIN PASSWORD '$verifier';
+ALTER DATABASE trainyard OWNER TO trainyard;"
   psql_at "$p1" <<<"$sql" >>"$dir/log/node1.log" 2>&1 || die "creating the role trainyard failed; see $dir/log/node1.log"
 
   say "node2 on 127.0.0.1:$p2 (its synchronous secondary)"
