@@ -644,7 +644,7 @@ int db_exec(db *d, const char *sql) {
     int rc = conn_exec(c, sql);
     /* text run outside a transaction has committed on its own: publish its
      * captured changes and move the generations, as db_step does (else they
-     * waited in pg_temp.ty_chg for the connection's next commit) */
+     * waited in ty_changes for the connection's next commit) */
     if (rc == 0 && c->pg && !pg_in_tx(c->pg)) pg_autocommit_done(c);
     return rc;
 }
@@ -964,12 +964,13 @@ void db_precommit(db *d, int (*fn)(db *d, void *arg), void *arg) {
 }
 
 /* ---------------------------------------------------------------- PostgreSQL's commits
- * What SQLite's hooks do, PostgreSQL's triggers do: ty_note writes each
- * change a transaction makes to the tables the pass reads into the
- * session's pg_temp.ty_chg (and a (100, 0) for the tables tokens are read
- * from). A commit drains that table inside the transaction, so the rows it
- * hands over are exactly the committed transaction's, then publishes them
- * as the WAL hook does once COMMIT has returned. */
+ * What SQLite's hooks do, PostgreSQL's triggers do: the ty_note_* triggers
+ * write each change a transaction makes to the tables the pass reads into
+ * ty_changes, marked with the session's backend pid (and a (100, 0) for the
+ * tables tokens are read from). A commit drains the session's rows inside
+ * the transaction, so the rows it hands over are exactly the committed
+ * transaction's, then publishes them as the WAL hook does once COMMIT has
+ * returned. */
 
 static void pg_chg_add(void *cls, int table, int64_t id) {
     db_thread_conn *c = cls;

@@ -30,7 +30,7 @@ struct pg_conn {
     int64_t changes;              /* rows of the last command */
     char err[512];                /* the last error, one line */
     int64_t epoch;                /* ty.epoch of this session (-1: none) */
-    int64_t drained;              /* rows drained from ty_chg since its last VACUUM */
+    int64_t drained;              /* rows drained from ty_changes since this session's last VACUUM of it */
     unsigned next_name;           /* statement names s1, s2, ... */
     unsigned gen;                 /* bumped by a reset: the session's statements are gone */
     int deadline_ms;              /* pg_query_*: the longest wait for an answer (0: none) */
@@ -235,8 +235,9 @@ void pg_target(const char *url, char *out, size_t cap) {
     PQconninfoFree(o);
 }
 
-/* What every session of ours does first: its name, its limits, and the
- * table its writes' changes are captured in (ty_note). JIT off: the
+/* What every session of ours does first: its name, its limits, and
+ * ty.capture on (its writes' changes go to ty_changes, marked with its
+ * backend pid: the ty_note_* triggers, schema 23). JIT off: the
  * scheduler's full load (100,000 jobs with correlated subqueries) is
  * costed past jit_above_cost and spent 200 of its 275 ms compiling
  * (docs/postgres.md, "Speed"); none of our statements runs long enough
@@ -254,7 +255,7 @@ static int session_setup(pg_conn *pc) {
              " SET statement_timeout = '60s';"
              " SET client_min_messages = warning;"
              " SET jit = off;"
-             " CREATE TEMP TABLE IF NOT EXISTS ty_chg(t smallint, id bigint);",
+             " SET ty.capture = 'on';",
              app);
     t_round_trips++;
     PGresult *r = run_text(pc, sql);
@@ -819,6 +820,10 @@ int pg_set_epoch(pg_conn *pc, int64_t epoch) {
 
 int64_t pg_epoch_set(const pg_conn *pc) { return pc->epoch; }
 
+/* This session's captured changes, taken (schema 23: one unlogged table,
+ * each row marked with its session's backend pid). */
+#define SQL_DRAIN "DELETE FROM ty_changes WHERE pid = pg_backend_pid() RETURNING t, id"
+
 /* The drain's rows (table, id) handed to add, and counted for pg_chg_tidy. */
 static void drained_rows(pg_conn *pc, PGresult *r, void (*add)(void *cls, int table, int64_t id), void *cls) {
     int n = PQntuples(r);
@@ -829,7 +834,7 @@ static void drained_rows(pg_conn *pc, PGresult *r, void (*add)(void *cls, int ta
 
 int pg_drain(pg_conn *pc, void (*add)(void *cls, int table, int64_t id), void *cls) {
     t_round_trips++;
-    PGresult *r = run_text(pc, "DELETE FROM pg_temp.ty_chg RETURNING t, id");
+    PGresult *r = run_text(pc, SQL_DRAIN);
     if (!r) return DB_UNAVAILABLE;
     if (PQresultStatus(r) != PGRES_TUPLES_OK) {
         int rc = map_state(pc, r);
@@ -846,7 +851,7 @@ int pg_drain_commit(pg_conn *pc, void (*add)(void *cls, int table, int64_t id), 
     /* one query string, one round trip: the server runs the COMMIT only
      * when the DELETE succeeded (an error skips the rest of the string) */
     t_round_trips++;
-    if (!PQsendQuery(pc->conn, "DELETE FROM pg_temp.ty_chg RETURNING t, id; COMMIT")) {
+    if (!PQsendQuery(pc->conn, SQL_DRAIN "; COMMIT")) {
         set_err(pc, "commit", PQerrorMessage(pc->conn));
         pc->broken = 1;
         return DB_UNAVAILABLE;
@@ -881,7 +886,7 @@ void pg_chg_tidy(pg_conn *pc) {
     if (pc->drained < PG_CHG_TIDY_ROWS || pg_in_tx(pc) || pg_broken(pc)) return;
     pc->drained = 0;
     t_round_trips++;
-    PGresult *r = run_text(pc, "VACUUM pg_temp.ty_chg");
+    PGresult *r = run_text(pc, "VACUUM ty_changes");
     if (!r) {
         log_warn("postgres: %s", pc->err);
         return;

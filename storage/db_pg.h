@@ -100,11 +100,11 @@ int pg_drain(pg_conn *pc, void (*add)(void *cls, int table, int64_t id), void *c
  * and drops what add was given). */
 int pg_drain_commit(pg_conn *pc, void (*add)(void *cls, int table, int64_t id), void *cls);
 
-/* Outside a transaction, after a commit: VACUUMs pg_temp.ty_chg once 4,096
- * rows have been drained since the last time. Autovacuum never visits a
- * temporary table, so without it every row ever captured stays a dead tuple
- * that each drain's scan reads again (7 ms a drain after a 200,000-row
- * transaction, 0.2 ms after the VACUUM). */
+/* Outside a transaction, after a commit: VACUUMs ty_changes once this
+ * session has drained 4,096 rows since its last time. Every row captured
+ * is a dead tuple once drained, which each drain reads again until a
+ * VACUUM (7 ms a drain after a 200,000-row transaction, 0.2 ms after it);
+ * autovacuum comes by only every minute. */
 void pg_chg_tidy(pg_conn *pc);
 
 #endif

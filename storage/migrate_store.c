@@ -110,10 +110,20 @@ static int quote_ident(const char *s, char *out, size_t cap) {
     return 0;
 }
 
+/* The database's own tables, which hold no cluster state to move:
+ * the migrations' record, the lease, ty_meta and the change capture's
+ * ty_changes (schema 23). */
+#define PG_OWN_TABLES "'schema_migrations', 'ty_lease', 'ty_meta', 'ty_changes'"
+static int pg_own_table(const char *name) {
+    static const char *const own[] = {"schema_migrations", "ty_lease", "ty_meta", "ty_changes"};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (strcmp(name, own[i]) == 0) return 1;
+    return 0;
+}
+
 /* The tables the PostgreSQL texts create (the baseline, then each later
  * migration's), in their order: each REFERENCES there names a table made
- * before it. Without the database's own (schema_migrations, the lease,
- * ty_meta). */
+ * before it. Without the database's own (pg_own_table). */
 static int scan_tables(const char *text, char names[][64], int n, int cap) {
     for (const char *p = text; (p = strstr(p, "CREATE TABLE ")) != NULL;) {
         p += 13;
@@ -123,8 +133,7 @@ static int scan_tables(const char *text, char names[][64], int n, int cap) {
         char name[64];
         memcpy(name, p, len);
         name[len] = '\0';
-        if (strcmp(name, "schema_migrations") == 0 || strcmp(name, "ty_lease") == 0 || strcmp(name, "ty_meta") == 0)
-            continue;
+        if (pg_own_table(name)) continue;
         if (n == cap) return -1;
         snprintf(names[n++], 64, "%s", name);
     }
@@ -195,7 +204,7 @@ static int tables_load(mctx *m) {
     PGresult *res = pg_q(m,
                          "SELECT c.relname FROM pg_class c WHERE c.relkind IN ('r', 'p') AND c.relnamespace ="
                          " (SELECT relnamespace FROM pg_class WHERE oid = 'ty_lease'::regclass)"
-                         " AND c.relname NOT IN ('ty_lease', 'ty_meta', 'schema_migrations') ORDER BY 1",
+                         " AND c.relname NOT IN (" PG_OWN_TABLES ") ORDER BY 1",
                          NULL, PGRES_TUPLES_OK);
     if (!res) return -1;
     for (int i = 0; i < PQntuples(res); i++)

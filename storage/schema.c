@@ -602,6 +602,81 @@ static const char m21_pg[] =
 static const char m22[] = M22;
 static const char m22_pg[] = M22 "\n";
 
+/* 23: PostgreSQL's change capture into one UNLOGGED table, ty_changes,
+ * each row marked with its session's backend pid, instead of a temporary
+ * table per session. A session's temporary table is dropped when the
+ * session ends, in a transaction of its own whose commit waits for a
+ * synchronous standby: a primary being demoted (pg_auto_failover stops it
+ * with its standby already promoting) kept every terminated session of
+ * ours waiting there, and its shutdown, and so the failover, hung until
+ * pg_ctl gave up. An unlogged table leaves a session nothing to commit at
+ * its end and writes no WAL. A session captures when it has set
+ * ty.capture = 'on' (a server's sessions do; psql and scripts do not) and
+ * drains its own rows (pid = pg_backend_pid()) at each commit. ty_changes
+ * is not fenced: a standby server's sessions drain it too (their rows are
+ * none). docs/postgres.md, "Change capture". */
+static const char m23[] = "SELECT 1;";
+static const char m23_pg[] =
+    "CREATE UNLOGGED TABLE ty_changes(\n"
+    "  pid INTEGER NOT NULL,\n"
+    "  t SMALLINT NOT NULL,\n"
+    "  id BIGINT NOT NULL);\n"
+    "CREATE INDEX ty_changes_pid ON ty_changes(pid);\n"
+    "CREATE OR REPLACE FUNCTION ty_note_set() RETURNS trigger\n"
+    "LANGUAGE plpgsql AS $f$\n"
+    "DECLARE\n"
+    "  t smallint := TG_ARGV[0]::smallint;\n"
+    "  p integer := pg_backend_pid();\n"
+    "BEGIN\n"
+    "  IF current_setting('ty.capture', true) IS DISTINCT FROM 'on' THEN RETURN NULL; END IF;\n"
+    "  IF TG_TABLE_NAME = 'allocations' THEN\n"
+    "    IF TG_OP = 'INSERT' THEN INSERT INTO ty_changes SELECT p, t, device_id FROM ty_new;\n"
+    "    ELSIF TG_OP = 'DELETE' THEN INSERT INTO ty_changes SELECT p, t, device_id FROM ty_old;\n"
+    "    ELSE INSERT INTO ty_changes SELECT p, t, device_id FROM ty_new UNION SELECT p, t, device_id FROM ty_old;\n"
+    "    END IF;\n"
+    "  ELSIF TG_TABLE_NAME = 'user_usage' THEN\n"
+    "    IF TG_OP = 'INSERT' THEN INSERT INTO ty_changes SELECT p, t, team_id FROM ty_new;\n"
+    "    ELSIF TG_OP = 'DELETE' THEN INSERT INTO ty_changes SELECT p, t, team_id FROM ty_old;\n"
+    "    ELSE INSERT INTO ty_changes SELECT p, t, team_id FROM ty_new UNION SELECT p, t, team_id FROM ty_old;\n"
+    "    END IF;\n"
+    "  ELSIF TG_OP = 'INSERT' THEN INSERT INTO ty_changes SELECT p, t, id FROM ty_new;\n"
+    "  ELSIF TG_OP = 'DELETE' THEN INSERT INTO ty_changes SELECT p, t, id FROM ty_old;\n"
+    "  ELSE INSERT INTO ty_changes SELECT p, t, id FROM ty_new UNION SELECT p, t, id FROM ty_old;\n"
+    "  END IF;\n"
+    "  RETURN NULL;\n"
+    "END\n"
+    "$f$;\n"
+    "CREATE OR REPLACE FUNCTION ty_note_auth() RETURNS trigger\n"
+    "LANGUAGE plpgsql AS $f$\n"
+    "BEGIN\n"
+    "  IF current_setting('ty.capture', true) = 'on' THEN\n"
+    "    INSERT INTO ty_changes VALUES (pg_backend_pid(), 100, 0);\n"
+    "  END IF;\n"
+    "  RETURN NULL;\n"
+    "END\n"
+    "$f$;\n"
+    "-- the fence on every table of ty_lease's schema but ty_lease, ty_meta,\n"
+    "-- schema_migrations and ty_changes (a standby's sessions drain it)\n"
+    "CREATE OR REPLACE FUNCTION ty_install_fences() RETURNS integer\n"
+    "LANGUAGE plpgsql AS $f$\n"
+    "DECLARE\n"
+    "  t name;\n"
+    "  n integer := 0;\n"
+    "BEGIN\n"
+    "  FOR t IN SELECT c.relname FROM pg_class c\n"
+    "           WHERE c.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = 'ty_lease'::regclass)\n"
+    "             AND c.relkind IN ('r', 'p')\n"
+    "             AND c.relname NOT IN ('ty_lease', 'ty_meta', 'schema_migrations', 'ty_changes')\n"
+    "           ORDER BY c.relname\n"
+    "  LOOP\n"
+    "    EXECUTE format('CREATE OR REPLACE TRIGGER ty_fence BEFORE INSERT OR UPDATE OR DELETE OR TRUNCATE'\n"
+    "                   ' ON %I FOR EACH STATEMENT EXECUTE FUNCTION ty_fence()', t);\n"
+    "    n := n + 1;\n"
+    "  END LOOP;\n"
+    "  RETURN n;\n"
+    "END\n"
+    "$f$;\n";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1, 0},
     {2, "nodes, devices, tasks, allocations, shares", m2, 0},
@@ -625,5 +700,6 @@ const migration schema_migrations[] = {
     {20, "sweeps made once: sweep_keys (Idempotency-Key)", m20, m20_pg},
     {21, "change capture a statement at a time (PostgreSQL)", m21, m21_pg},
     {22, "jobs_evaluator: the active jobs that may want an evaluator", m22, m22_pg},
+    {23, "change capture into the unlogged ty_changes (PostgreSQL)", m23, m23_pg},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);
