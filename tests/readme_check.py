@@ -8,8 +8,8 @@ scratch directory laid out like a checkout:
 
     SCRATCH/build/trainyard -> BUILD/trainyard (the build under test)
     SCRATCH/examples/          a copy of examples/
-    SCRATCH/scripts/run.sh     a copy of scripts/run.sh (and s3-dev.sh, pg-dev.sh: the S3 store
-                               and the PostgreSQL to try)
+    SCRATCH/scripts/           a copy of scripts/ (run.sh; s3-dev.sh and pg-dev.sh, with
+                               pg-scram-pass.py: the S3 store and the PostgreSQL to try)
     SCRATCH/.trainyard/        the service's data (token, admin.token, ...)
 
 The service listens on 127.0.0.1:8080, as the README says. When that port
@@ -374,10 +374,8 @@ def main():
     os.makedirs(os.path.join(scratch, "build"))
     os.symlink(binary, os.path.join(scratch, "build", "trainyard"))
     shutil.copytree(os.path.join(ROOT, "examples"), os.path.join(scratch, "examples"))
-    os.makedirs(os.path.join(scratch, "scripts"))
-    shutil.copy2(os.path.join(ROOT, "scripts", "run.sh"), os.path.join(scratch, "scripts", "run.sh"))
-    shutil.copy2(os.path.join(ROOT, "scripts", "s3-dev.sh"), os.path.join(scratch, "scripts", "s3-dev.sh"))
-    shutil.copy2(os.path.join(ROOT, "scripts", "pg-dev.sh"), os.path.join(scratch, "scripts", "pg-dev.sh"))
+    # every script, with the helpers they call (pg-dev.sh: pg-scram-pass.py)
+    shutil.copytree(os.path.join(ROOT, "scripts"), os.path.join(scratch, "scripts"))
     env = dict(os.environ)
     for k in ("TRAINYARD_URL", "TRAINYARD_TOKEN", "TRAINYARD_TOKEN_FILE"):
         env.pop(k, None)
