@@ -36,6 +36,7 @@
  *    figure of docs/reliability.md) and no writer waited for the snapshot;
  *    a second backup asked meanwhile is 409. */
 #include "testlib.h"
+#include "state_fixture.h"
 #include "s3_fixture.h"
 
 #include <fcntl.h>
@@ -182,136 +183,8 @@ static void teardown(void) {
 
 static long get(const char *tok, const char *path, cJSON **out) { return ty_http(srv.url, tok, "GET", path, NULL, out); }
 
-static const char *state_of(int64_t id, char *out, size_t cap) {
-    cJSON *o = ty_job_get(srv.url, team_tok, id);
-    snprintf(out, cap, "%s", ty_str(o, "state"));
-    cJSON_Delete(o);
-    return out;
-}
-
-static void wait_state(int64_t id, const char *want, int timeout_s) {
-    int64_t end = mono_ms() + (int64_t)timeout_s * 1000;
-    char st[32];
-    while (strcmp(state_of(id, st, sizeof st), want) != 0) {
-        ck_assert_msg(mono_ms() < end, "job %lld is %s, not %s (see %s, %s/agent.log)", (long long)id, st, want,
-                      srv.log, agentdir);
-        ty_sleep_ms(200);
-    }
-}
-
-static int ckpt_count(int64_t id) {
-    char path[128];
-    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints", (long long)id);
-    cJSON *o = NULL;
-    ck_assert_int_eq(get(team_tok, path, &o), 200);
-    cJSON *arr = cJSON_IsArray(o) ? o : cJSON_GetObjectItem(o, "checkpoints");
-    int n = cJSON_GetArraySize(arr);
-    cJSON_Delete(o);
-    return n;
-}
-
-static int64_t submit_script(const char *name, const char *vals, const char *wait) {
-    char spec[1600];
-    snprintf(spec, sizeof spec,
-             "{\"name\":\"%s\",\"command\":{\"argv\":[\"/usr/bin/python3\",\"%s\",\"%s\",\"%s\"]},\"max_restarts\":0}",
-             name, script, vals, wait);
-    return ty_submit(srv.url, team_tok, spec);
-}
-
-/* The sha256 of a checkpoint's bytes as the server serves them. */
-static void ckpt_sha(int64_t job, int64_t cid, char out[65]) {
-    char path[160], file[400], hdr[65], err[256];
-    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/%lld", (long long)job, (long long)cid);
-    snprintf(file, sizeof file, "%s/dl.bin", base);
-    client c;
-    ck_assert_int_eq(client_init(&c, srv.url, team_tok), 0);
-    long status = 0;
-    uint64_t size = 0;
-    buf eb;
-    buf_init(&eb, 4096);
-    int rc = client_download(&c, path, file, &status, hdr, out, NULL, 0, &size, &eb, err, sizeof err);
-    client_release(&c);
-    buf_release(&eb);
-    ck_assert_msg(rc == 0 && status == 200, "GET %s: %ld %s", path, status, err);
-    ck_assert_str_eq(hdr, out);
-    unlink(file);
-}
-
-/* ---------------------------------------------------------------- comparing answers */
-
-/* Fields that move on their own between two reads (times of life, the
- * queue's reasons and estimates, a running job's progress). */
-static const char *const VOLATILE[] = {"last_heartbeat_at", "heartbeat_at", "last_seen_at", "queue_reason", "reason",
-                                       "reasons", "eta", "eta_s", "eta_at", "estimated_start", "progress", "now",
-                                       "age_s", "wait_s", "waited_s", "updated_at", "elapsed_s", "runtime_s",
-                                       "uptime_s", "position", NULL};
-
-static int volatile_key(const char *k) {
-    for (int i = 0; VOLATILE[i]; i++)
-        if (strcmp(k, VOLATILE[i]) == 0) return 1;
-    return 0;
-}
-
-/* "" when a and b are equal but for the volatile fields, else where they differ. */
-static void json_diff(const cJSON *a, const cJSON *b, const char *at, char *out, size_t cap) {
-    if (out[0]) return;
-    if ((a->type & 0xff) != (b->type & 0xff)) {
-        snprintf(out, cap, "%s: type differs", at);
-        return;
-    }
-    char sub[512];
-    if (cJSON_IsObject(a)) {
-        for (const cJSON *x = a->child; x; x = x->next) {
-            if (volatile_key(x->string)) continue;
-            const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, x->string);
-            snprintf(sub, sizeof sub, "%s.%s", at, x->string);
-            if (!y) {
-                snprintf(out, cap, "%s: missing after the restore", sub);
-                return;
-            }
-            json_diff(x, y, sub, out, cap);
-        }
-        for (const cJSON *y = b->child; y; y = y->next)
-            if (!volatile_key(y->string) && !cJSON_GetObjectItemCaseSensitive(a, y->string)) {
-                snprintf(out, cap, "%s.%s: new after the restore", at, y->string);
-                return;
-            }
-        return;
-    }
-    if (cJSON_IsArray(a)) {
-        int n = cJSON_GetArraySize(a);
-        if (n != cJSON_GetArraySize(b)) {
-            snprintf(out, cap, "%s: %d items, then %d", at, n, cJSON_GetArraySize(b));
-            return;
-        }
-        for (int i = 0; i < n; i++) {
-            snprintf(sub, sizeof sub, "%s[%d]", at, i);
-            json_diff(cJSON_GetArrayItem(a, i), cJSON_GetArrayItem(b, i), sub, out, cap);
-        }
-        return;
-    }
-    if (!cJSON_Compare(a, b, 1)) {
-        char *ta = cJSON_PrintUnformatted(a), *tb = cJSON_PrintUnformatted(b);
-        snprintf(out, cap, "%s: %.120s, then %.120s", at, ta ? ta : "?", tb ? tb : "?");
-        free(ta);
-        free(tb);
-    }
-}
-
-#define NREC 64
-typedef struct recorded {
-    char path[160];
-    const char *tok;
-    cJSON *body;
-} recorded;
-
-static void record(recorded *r, int *n, const char *tok, const char *path) {
-    ck_assert_int_lt(*n, NREC);
-    recorded *x = &r[(*n)++];
-    snprintf(x->path, sizeof x->path, "%s", path);
-    x->tok = tok;
-    ck_assert_msg(get(tok, path, &x->body) == 200, "GET %s", path);
-}
+/* where check_backup's server is, for state_fixture.h */
+static ty_state S = {&srv, admin_tok, team_tok, script, base, agentdir};
 
 /* ---------------------------------------------------------------- the cluster, lost and restored */
 
@@ -321,24 +194,17 @@ START_TEST(data_removed_under_a_running_cluster) {
     server_on(data, NULL);
     agent_start();
     /* a team, its token, a user in it */
-    cJSON *o = NULL;
-    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/teams", "{\"name\":\"vision\"}", &o), 201);
-    snprintf(team_tok, sizeof team_tok, "%s", ty_str(o, "token"));
-    cJSON_Delete(o);
-    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/users", "{\"name\":\"ada\",\"email\":\"ada@example.com\"}", &o), 201);
-    cJSON_Delete(o);
-    ck_assert_int_eq(ty_http(srv.url, admin_tok, "PUT", "/api/v1/teams/vision/members/ada", "{\"role\":\"member\"}", &o), 201);
-    cJSON_Delete(o);
+    ty_team_with_member(&S, team_tok, sizeof team_tok);
     /* jobs: one done with 3 checkpoints, one running with 2, one that cannot be placed */
-    int64_t done = submit_script("done", "0.5,0.4,0.3", "-");
-    wait_state(done, "succeeded", 90);
-    for (int i = 0; ckpt_count(done) != 1; i++) { /* a finished job keeps its newest (the retention's pass) */
-        ck_assert_msg(i < 600, "the finished job kept %d checkpoints", ckpt_count(done));
+    int64_t done = ty_submit_script(&S, "done", "0.5,0.4,0.3", "-");
+    ty_wait_job_state(&S, done, "succeeded", 90);
+    for (int i = 0; ty_ckpt_count(&S, done) != 1; i++) { /* a finished job keeps its newest (the retention's pass) */
+        ck_assert_msg(i < 600, "the finished job kept %d checkpoints", ty_ckpt_count(&S, done));
         ty_sleep_ms(100);
     }
-    int64_t run = submit_script("running", "0.9,0.8", flag);
-    wait_state(run, "running", 60);
-    for (int i = 0; ckpt_count(run) < 2; i++) {
+    int64_t run = ty_submit_script(&S, "running", "0.9,0.8", flag);
+    ty_wait_job_state(&S, run, "running", 60);
+    for (int i = 0; ty_ckpt_count(&S, run) < 2; i++) {
         ck_assert_msg(i < 600, "the running job did not upload its checkpoints");
         ty_sleep_ms(100);
     }
@@ -347,7 +213,7 @@ START_TEST(data_removed_under_a_running_cluster) {
                                "\"strategy\":{\"type\":\"multi_worker_mirrored\"},\"resources\":{\"workers\":16,\"device\":\"cpu\"},\"queue_if_infeasible\":true}");
     ty_sleep_ms(1500); /* a scheduling pass or two: it stays queued */
     char st[32];
-    ck_assert_str_eq(state_of(queued, st, sizeof st), "queued");
+    ck_assert_str_eq(ty_job_state(&S, queued, st, sizeof st), "queued");
 
     /* the backup, through the running server */
     char out[8192];
@@ -396,42 +262,14 @@ START_TEST(data_removed_under_a_running_cluster) {
     }
 
     /* every answer */
-    recorded rec[NREC];
+    ty_recorded rec[TY_NREC];
     int nrec = 0;
     char path[160];
-    record(rec, &nrec, admin_tok, "/api/v1/jobs?limit=100");
-    record(rec, &nrec, team_tok, "/api/v1/jobs?limit=100");
-    record(rec, &nrec, admin_tok, "/api/v1/users");
-    record(rec, &nrec, admin_tok, "/api/v1/teams");
-    record(rec, &nrec, team_tok, "/api/v1/teams/vision/members");
     int64_t ids[3] = {done, run, queued};
-    for (int i = 0; i < 3; i++) {
-        const char *fmt[] = {"/api/v1/jobs/%lld", "/api/v1/jobs/%lld/events", "/api/v1/jobs/%lld/metrics",
-                             "/api/v1/jobs/%lld/checkpoints"};
-        for (int k = 0; k < 4; k++) {
-            snprintf(path, sizeof path, fmt[k], (long long)ids[i]);
-            record(rec, &nrec, team_tok, path);
-        }
-    }
+    ty_record_jobs(rec, &nrec, &S, ids, 3);
     /* and each checkpoint's bytes */
-    int64_t cjob[16], cid[16];
-    char csha[16][65];
-    int nck = 0;
-    for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints", (long long)ids[i]);
-        ck_assert_int_eq(get(team_tok, path, &o), 200);
-        cJSON *arr = cJSON_IsArray(o) ? o : cJSON_GetObjectItem(o, "checkpoints");
-        cJSON *c;
-        cJSON_ArrayForEach(c, arr) {
-            ck_assert_int_lt(nck, 16);
-            cjob[nck] = ids[i];
-            cid[nck] = (int64_t)ty_num(c, "id");
-            ckpt_sha(ids[i], cid[nck], csha[nck]);
-            ck_assert_str_eq(csha[nck], ty_str(c, "sha256"));
-            nck++;
-        }
-        cJSON_Delete(o);
-    }
+    ty_ckpt ck[16];
+    int nck = ty_record_ckpts(&S, ids, 2, ck, 16);
     ck_assert_int_eq(nck, 3);
 
     /* the data directory lost under the running server, then the server */
@@ -473,7 +311,7 @@ START_TEST(data_removed_under_a_running_cluster) {
                 if (a && (!b || !cJSON_Compare(a, b, 1))) snprintf(diff, sizeof diff, "%s differs", keep[k]);
             }
         } else {
-            json_diff(rec[i].body, now, rec[i].path, diff, sizeof diff);
+            ty_json_diff(rec[i].body, now, rec[i].path, "after the restore", diff, sizeof diff);
         }
         ck_assert_msg(diff[0] == '\0', "after the restore, %s", diff);
         cJSON_Delete(now);
@@ -481,8 +319,8 @@ START_TEST(data_removed_under_a_running_cluster) {
     }
     for (int i = 0; i < nck; i++) {
         char sha[65];
-        ckpt_sha(cjob[i], cid[i], sha);
-        ck_assert_str_eq(sha, csha[i]);
+        ty_ckpt_sha(&S, ck[i].job, ck[i].id, sha);
+        ck_assert_str_eq(sha, ck[i].sha);
     }
 }
 END_TEST
@@ -776,10 +614,10 @@ START_TEST(s3_destination) {
     server_on(data, more);
     agent_start();
     ty_token(&srv, "token", team_tok, sizeof team_tok);
-    int64_t done = submit_script("done", "0.5,0.4", "-");
-    wait_state(done, "succeeded", 90);
-    for (int i = 0; ckpt_count(done) != 1; i++) {
-        ck_assert_msg(i < 600, "the finished job kept %d checkpoints", ckpt_count(done));
+    int64_t done = ty_submit_script(&S, "done", "0.5,0.4", "-");
+    ty_wait_job_state(&S, done, "succeeded", 90);
+    for (int i = 0; ty_ckpt_count(&S, done) != 1; i++) {
+        ck_assert_msg(i < 600, "the finished job kept %d checkpoints", ty_ckpt_count(&S, done));
         ty_sleep_ms(100);
     }
     char path[160];
@@ -789,7 +627,7 @@ START_TEST(s3_destination) {
     cJSON *arr = cJSON_IsArray(o) ? o : cJSON_GetObjectItem(o, "checkpoints");
     int64_t cid = (int64_t)ty_num(cJSON_GetArrayItem(arr, 0), "id");
     char sha[65], sha2[65];
-    ckpt_sha(done, cid, sha);
+    ty_ckpt_sha(&S, done, cid, sha);
     cJSON_Delete(o);
     cJSON *job1 = ty_job_get(srv.url, team_tok, done);
 
@@ -823,11 +661,11 @@ START_TEST(s3_destination) {
     server_on(data2, more);
     cJSON *job2 = ty_job_get(srv.url, team_tok, done);
     char diff[600] = "";
-    json_diff(job1, job2, "job", diff, sizeof diff);
+    ty_json_diff(job1, job2, "job", "after the restore", diff, sizeof diff);
     ck_assert_msg(diff[0] == '\0', "after the restore from s3, %s", diff);
     cJSON_Delete(job1);
     cJSON_Delete(job2);
-    ckpt_sha(done, cid, sha2);
+    ty_ckpt_sha(&S, done, cid, sha2);
     ck_assert_str_eq(sha, sha2);
     ty_kill(&srv, SIGTERM);
 
@@ -868,10 +706,10 @@ START_TEST(checkpoints_in_s3) {
     server_on(data, more);
     agent_start();
     ty_token(&srv, "token", team_tok, sizeof team_tok);
-    int64_t done = submit_script("done", "0.5,0.4", "-");
-    wait_state(done, "succeeded", 90);
-    for (int i = 0; ckpt_count(done) != 1; i++) {
-        ck_assert_msg(i < 600, "the finished job kept %d checkpoints", ckpt_count(done));
+    int64_t done = ty_submit_script(&S, "done", "0.5,0.4", "-");
+    ty_wait_job_state(&S, done, "succeeded", 90);
+    for (int i = 0; ty_ckpt_count(&S, done) != 1; i++) {
+        ck_assert_msg(i < 600, "the finished job kept %d checkpoints", ty_ckpt_count(&S, done));
         ty_sleep_ms(100);
     }
     char path[160];
@@ -882,7 +720,7 @@ START_TEST(checkpoints_in_s3) {
     int64_t cid = (int64_t)ty_num(cJSON_GetArrayItem(arr, 0), "id");
     cJSON_Delete(o);
     char sha[65], sha2[65];
-    ckpt_sha(done, cid, sha);
+    ty_ckpt_sha(&S, done, cid, sha);
     const char *bargs[] = {"backup", dest, "--url", srv.url, "--token", admin_tok, "--json", NULL};
     int rc = run_ty(out, sizeof out, bargs);
     ck_assert_msg(rc == 0, "trainyard backup: %d: %s", rc, out);
@@ -898,7 +736,7 @@ START_TEST(checkpoints_in_s3) {
     ck_assert_msg(rc == 0 && strstr(out, "1 checkpoints (0 local, 1 in another store, all present)"), "%d: %s", rc, out);
     printf("restore, checkpoints in s3: %s", out);
     server_on(data2, more);
-    ckpt_sha(done, cid, sha2);
+    ty_ckpt_sha(&S, done, cid, sha2);
     ck_assert_str_eq(sha, sha2);
     ty_kill(&srv, SIGTERM);
     /* the object gone from the bucket */

@@ -34,6 +34,7 @@
  * SKIP when /usr/lib/postgresql/15/bin is absent, a failure with
  * PG_TEST_REQUIRED=1. */
 #include "testlib.h"
+#include "state_fixture.h"
 #include "s3_fixture.h"
 #include "../storage/db.h"
 
@@ -276,146 +277,8 @@ static void teardown(void) {
 
 /* ---------------------------------------------------------------- helpers */
 
-static long get(const char *tok, const char *path, cJSON **out) { return ty_http(srv.url, tok, "GET", path, NULL, out); }
-
-static const char *state_of(int64_t id, char *out, size_t cap) {
-    cJSON *o = ty_job_get(srv.url, team_tok, id);
-    snprintf(out, cap, "%s", ty_str(o, "state"));
-    cJSON_Delete(o);
-    return out;
-}
-
-static void wait_state(int64_t id, const char *want, int timeout_s) {
-    int64_t end = mono_ms() + (int64_t)timeout_s * 1000;
-    char st[32];
-    while (strcmp(state_of(id, st, sizeof st), want) != 0) {
-        ck_assert_msg(mono_ms() < end, "job %lld is %s, not %s (see %s, %s/agent.log)", (long long)id, st, want,
-                      srv.log, base);
-        ty_sleep_ms(200);
-    }
-}
-
-static int ckpt_count(int64_t id) {
-    char path[128];
-    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints", (long long)id);
-    cJSON *o = NULL;
-    ck_assert_int_eq(get(team_tok, path, &o), 200);
-    cJSON *arr = cJSON_IsArray(o) ? o : cJSON_GetObjectItem(o, "checkpoints");
-    int n = cJSON_GetArraySize(arr);
-    cJSON_Delete(o);
-    return n;
-}
-
-static int64_t submit_script(const char *name, const char *vals, const char *wait) {
-    char spec[1600];
-    snprintf(spec, sizeof spec,
-             "{\"name\":\"%s\",\"command\":{\"argv\":[\"/usr/bin/python3\",\"%s\",\"%s\",\"%s\"]},\"max_restarts\":0}",
-             name, script, vals, wait);
-    return ty_submit(srv.url, team_tok, spec);
-}
-
-/* The sha256 of a checkpoint's bytes as the server serves them. */
-static void ckpt_sha(int64_t job, int64_t cid, char out[65]) {
-    char path[160], file[400], hdr[65], err[256];
-    snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints/%lld", (long long)job, (long long)cid);
-    snprintf(file, sizeof file, "%s/dl.bin", base);
-    client c;
-    ck_assert_int_eq(client_init(&c, srv.url, team_tok), 0);
-    long status = 0;
-    uint64_t size = 0;
-    buf eb;
-    buf_init(&eb, 4096);
-    int rc = client_download(&c, path, file, &status, hdr, out, NULL, 0, &size, &eb, err, sizeof err);
-    client_release(&c);
-    buf_release(&eb);
-    ck_assert_msg(rc == 0 && status == 200, "GET %s: %ld %s (%s)", path, status, err, srv.log);
-    ck_assert_str_eq(hdr, out);
-    unlink(file);
-}
-
-/* Fields that move on their own between two reads. */
-static const char *const VOLATILE[] = {"last_heartbeat_at", "heartbeat_at", "last_seen_at", "queue_reason", "reason",
-                                       "reasons", "eta", "eta_s", "eta_at", "estimated_start", "progress", "now",
-                                       "age_s", "wait_s", "waited_s", "updated_at", "elapsed_s", "runtime_s",
-                                       "uptime_s", "position", "used_at", NULL};
-
-static int volatile_key(const char *k) {
-    for (int i = 0; VOLATILE[i]; i++)
-        if (strcmp(k, VOLATILE[i]) == 0) return 1;
-    return 0;
-}
-
-/* "" when a and b are equal but for the volatile fields, else where they differ. */
-static void json_diff(const cJSON *a, const cJSON *b, const char *at, char *out, size_t cap) {
-    if (out[0]) return;
-    if ((a->type & 0xff) != (b->type & 0xff)) {
-        snprintf(out, cap, "%s: type differs", at);
-        return;
-    }
-    char sub[512];
-    if (cJSON_IsObject(a)) {
-        for (const cJSON *x = a->child; x; x = x->next) {
-            if (volatile_key(x->string)) continue;
-            const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, x->string);
-            snprintf(sub, sizeof sub, "%s.%s", at, x->string);
-            if (!y) {
-                snprintf(out, cap, "%s: missing after the move", sub);
-                return;
-            }
-            json_diff(x, y, sub, out, cap);
-        }
-        for (const cJSON *y = b->child; y; y = y->next)
-            if (!volatile_key(y->string) && !cJSON_GetObjectItemCaseSensitive(a, y->string)) {
-                snprintf(out, cap, "%s.%s: new after the move", at, y->string);
-                return;
-            }
-        return;
-    }
-    if (cJSON_IsArray(a)) {
-        int n = cJSON_GetArraySize(a);
-        if (n != cJSON_GetArraySize(b)) {
-            snprintf(out, cap, "%s: %d items, then %d", at, n, cJSON_GetArraySize(b));
-            return;
-        }
-        for (int i = 0; i < n; i++) {
-            snprintf(sub, sizeof sub, "%s[%d]", at, i);
-            json_diff(cJSON_GetArrayItem(a, i), cJSON_GetArrayItem(b, i), sub, out, cap);
-        }
-        return;
-    }
-    if (!cJSON_Compare(a, b, 1)) {
-        char *ta = cJSON_PrintUnformatted(a), *tb = cJSON_PrintUnformatted(b);
-        snprintf(out, cap, "%s: %.120s, then %.120s", at, ta ? ta : "?", tb ? tb : "?");
-        free(ta);
-        free(tb);
-    }
-}
-
-#define NREC 64
-typedef struct recorded {
-    char path[160];
-    const char *tok;
-    cJSON *body;
-} recorded;
-
-static void record(recorded *r, int *n, const char *tok, const char *path) {
-    ck_assert_int_lt(*n, NREC);
-    recorded *x = &r[(*n)++];
-    snprintf(x->path, sizeof x->path, "%s", path);
-    x->tok = tok;
-    ck_assert_msg(get(tok, path, &x->body) == 200, "GET %s", path);
-}
-
-static void compare_all(recorded *rec, int nrec, const char *when) {
-    for (int i = 0; i < nrec; i++) {
-        cJSON *now = NULL;
-        ck_assert_msg(get(rec[i].tok, rec[i].path, &now) == 200, "GET %s %s", rec[i].path, when);
-        char diff[600] = "";
-        json_diff(rec[i].body, now, rec[i].path, diff, sizeof diff);
-        ck_assert_msg(diff[0] == '\0', "%s: %s", when, diff);
-        cJSON_Delete(now);
-    }
-}
+/* where check_migrate's server is, for state_fixture.h */
+static ty_state S = {&srv, admin_tok, team_tok, script, base, base};
 
 /* Every file under dir (name, size, mtime) as lines, sorted. */
 static char *tree_listing(const char *dir) {
@@ -439,24 +302,14 @@ START_TEST(cluster_moves) {
     snprintf(data, sizeof data, "%s/data", base);
     server_on(data, NULL);
     agent_start();
-    cJSON *o = NULL;
-    ck_assert_int_eq(ty_http(srv.url, admin_tok, "POST", "/api/v1/teams", "{\"name\":\"vision\"}", &o), 201);
-    snprintf(team_tok, sizeof team_tok, "%s", ty_str(o, "token"));
-    cJSON_Delete(o);
-    ck_assert_int_eq(
-        ty_http(srv.url, admin_tok, "POST", "/api/v1/users", "{\"name\":\"ada\",\"email\":\"ada@example.com\"}", &o),
-        201);
-    cJSON_Delete(o);
-    ck_assert_int_eq(
-        ty_http(srv.url, admin_tok, "PUT", "/api/v1/teams/vision/members/ada", "{\"role\":\"member\"}", &o), 201);
-    cJSON_Delete(o);
+    ty_team_with_member(&S, team_tok, sizeof team_tok);
     /* jobs that trained: one keeps its newest checkpoint, one ran to its end with 2 */
-    int64_t done = submit_script("done", "0.5,0.4,0.3", "-");
-    int64_t two = submit_script("two", "0.9,0.8", "-");
-    wait_state(done, "succeeded", 90);
-    wait_state(two, "succeeded", 90);
-    for (int i = 0; ckpt_count(done) != 1 || ckpt_count(two) != 1; i++) {
-        ck_assert_msg(i < 600, "the finished jobs kept %d and %d checkpoints", ckpt_count(done), ckpt_count(two));
+    int64_t done = ty_submit_script(&S, "done", "0.5,0.4,0.3", "-");
+    int64_t two = ty_submit_script(&S, "two", "0.9,0.8", "-");
+    ty_wait_job_state(&S, done, "succeeded", 90);
+    ty_wait_job_state(&S, two, "succeeded", 90);
+    for (int i = 0; ty_ckpt_count(&S, done) != 1 || ty_ckpt_count(&S, two) != 1; i++) {
+        ck_assert_msg(i < 600, "the finished jobs kept %d and %d checkpoints", ty_ckpt_count(&S, done), ty_ckpt_count(&S, two));
         ty_sleep_ms(100);
     }
     int64_t queued = ty_submit(srv.url, team_tok,
@@ -477,44 +330,15 @@ START_TEST(cluster_moves) {
     ty_sleep_ms(1200); /* a scheduling pass: the queued job stays queued */
 
     /* every answer */
-    recorded rec[NREC];
+    ty_recorded rec[TY_NREC];
     int nrec = 0;
-    char path[160];
-    record(rec, &nrec, admin_tok, "/api/v1/jobs?limit=100");
-    record(rec, &nrec, team_tok, "/api/v1/jobs?limit=100");
-    record(rec, &nrec, admin_tok, "/api/v1/users");
-    record(rec, &nrec, admin_tok, "/api/v1/teams");
-    record(rec, &nrec, team_tok, "/api/v1/teams/vision/members");
-    record(rec, &nrec, team_tok, "/api/v1/contexts");
     int64_t ids[3] = {done, two, queued};
-    for (int i = 0; i < 3; i++) {
-        const char *fmt[] = {"/api/v1/jobs/%lld", "/api/v1/jobs/%lld/events", "/api/v1/jobs/%lld/metrics",
-                             "/api/v1/jobs/%lld/checkpoints"};
-        for (int k = 0; k < 4; k++) {
-            snprintf(path, sizeof path, fmt[k], (long long)ids[i]);
-            record(rec, &nrec, team_tok, path);
-        }
-    }
+    ty_record_jobs(rec, &nrec, &S, ids, 3);
+    ty_record(rec, &nrec, &S, team_tok, "/api/v1/contexts");
     char *log_before = ty_task_log(srv.url, team_tok, done, "worker-0");
     ck_assert_ptr_nonnull(strstr(log_before, "script done"));
-    int64_t cjob[8], cid[8];
-    char csha[8][65];
-    int nck = 0;
-    for (int i = 0; i < 2; i++) {
-        snprintf(path, sizeof path, "/api/v1/jobs/%lld/checkpoints", (long long)ids[i]);
-        ck_assert_int_eq(get(team_tok, path, &o), 200);
-        cJSON *arr = cJSON_IsArray(o) ? o : cJSON_GetObjectItem(o, "checkpoints");
-        cJSON *c;
-        cJSON_ArrayForEach(c, arr) {
-            ck_assert_int_lt(nck, 8);
-            cjob[nck] = ids[i];
-            cid[nck] = (int64_t)ty_num(c, "id");
-            ckpt_sha(ids[i], cid[nck], csha[nck]);
-            ck_assert_str_eq(csha[nck], ty_str(c, "sha256"));
-            nck++;
-        }
-        cJSON_Delete(o);
-    }
+    ty_ckpt ck[8];
+    int nck = ty_record_ckpts(&S, ids, 2, ck, 8);
     ck_assert_int_eq(nck, 2); /* a finished job keeps its newest; the others' rows are marked deleted */
 
     /* refused while the SQLite server runs */
@@ -564,11 +388,11 @@ START_TEST(cluster_moves) {
     /* the same answers from PostgreSQL, with DATA's tokens */
     const char *pgargs[] = {"--db", db_url, NULL};
     server_on(data, pgargs);
-    compare_all(rec, nrec, "after the move");
+    ty_compare_all(rec, nrec, &S, "after the move");
     for (int i = 0; i < nck; i++) {
         char sha[65];
-        ckpt_sha(cjob[i], cid[i], sha);
-        ck_assert_str_eq(sha, csha[i]);
+        ty_ckpt_sha(&S, ck[i].job, ck[i].id, sha);
+        ck_assert_str_eq(sha, ck[i].sha);
     }
     char *log_after = ty_task_log(srv.url, team_tok, done, "worker-0");
     ck_assert_str_eq(log_after, log_before);
@@ -609,8 +433,8 @@ START_TEST(cluster_moves) {
     struct stat sb;
     for (int i = 0; i < nck; i++) {
         char obj[600];
-        snprintf(obj, sizeof obj, "%s/checkpoints/%lld/%lld.safetensors", store, (long long)cjob[i],
-                 (long long)cid[i]);
+        snprintf(obj, sizeof obj, "%s/checkpoints/%lld/%lld.safetensors", store, (long long)ck[i].job,
+                 (long long)ck[i].id);
         ck_assert_msg(stat(obj, &sb) == 0, "%s is not in the store", obj);
     }
     /* a copy of DATA without the bytes: the store serves them */
@@ -622,11 +446,11 @@ START_TEST(cluster_moves) {
     const char *sargs[] = {"--db", db_url, "--blob-store", spec, NULL};
     server_on(data3, sargs);
     /* the same answers, the jobs' too (the new job's row went with --force) */
-    compare_all(rec, nrec, "after the move to the store");
+    ty_compare_all(rec, nrec, &S, "after the move to the store");
     for (int i = 0; i < nck; i++) {
         char sha[65];
-        ckpt_sha(cjob[i], cid[i], sha);
-        ck_assert_str_eq(sha, csha[i]);
+        ty_ckpt_sha(&S, ck[i].job, ck[i].id, sha);
+        ck_assert_str_eq(sha, ck[i].sha);
     }
     PGconn *c = pg_conn();
     char *n_moved = pg_text(c, "SELECT count(*) FROM checkpoints WHERE store LIKE 'file://%' AND deleted_at IS NULL");
