@@ -145,6 +145,7 @@ typedef struct agent {
 /* ---------------------------------------------------------------- server link */
 
 static void server_ok(agent *a) {
+    if (a->backoff_ms) a->next_logs_ms = 0; /* back: what waited is shipped on this turn, not a second later */
     a->backoff_ms = 0;
     a->down_until_ms = 0;
 }
