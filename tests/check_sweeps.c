@@ -299,9 +299,19 @@ static int check_asha(cJSON *o, int n_trials) {
              * process, asked at its rung's end, or was a new attempt resumed
              * from its checkpoint */
             int attempt = (int)ty_num(j, "attempt");
-            char *log = ty_task_log(srv.url, team_tok, job, "worker-0");
-            int resumed = count_of(log, "resuming from the job's latest checkpoint");
-            int went_on = count_of(log, "it goes on in its process");
+            /* the output of an attempt that ran while the server was down
+             * reaches it when the agent's backoff ends: up to seconds after
+             * the sweep did */
+            char *log = NULL;
+            int resumed = 0, went_on = 0;
+            for (int k = 0; k < 100; k++) {
+                free(log);
+                log = ty_task_log(srv.url, team_tok, job, "worker-0");
+                resumed = count_of(log, "resuming from the job's latest checkpoint");
+                went_on = count_of(log, "it goes on in its process");
+                if (resumed == attempt - 1 && resumed + went_on == rung) break;
+                ty_sleep_ms(100);
+            }
             ck_assert_msg(resumed == attempt - 1 && resumed + went_on == rung,
                           "trial %d at rung %d, attempt %d: %d resumed, %d went on in %s", (int)ty_num(t, "trial"),
                           rung, attempt, resumed, went_on, log);
