@@ -17,6 +17,7 @@
 
 #include "../common/tls.h"
 
+#define CLIENT_EXPECT_MIN (64 * 1024) /* bytes of body above which a request asks first */
 #define CLIENT_BODY_MAX (256u << 20)
 
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
@@ -428,7 +429,12 @@ static int try_once(client *c, const char *method, const char *path, const char 
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
     }
-    hdr = curl_slist_append(hdr, "Expect:");
+    /* A large body asks first (Expect: 100-continue): a server that refuses
+     * it on its headers (413, 401) answers before the body is sent. Sent
+     * anyway, the refused body was cut off by the server's close, and the
+     * answer with it ("Failed sending data to the peer"). A small one is
+     * sent at once. */
+    hdr = curl_slist_append(hdr, body && body_len > CLIENT_EXPECT_MIN ? "Expect: 100-continue" : "Expect:");
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
     CURLcode rc = curl_easy_perform(h);
     curl_slist_free_all(hdr);
