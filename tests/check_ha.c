@@ -174,23 +174,23 @@ static void role_at(const char *url, char *role, size_t n) {
     client_release(&c);
 }
 
-/* role_at of server i */
-static void role_of(int i, char *role, size_t n) {
-    char url[64];
-    server_url(i, url, sizeof url);
-    role_at(url, role, n);
-}
-
-/* Waits up to ms for server i to say role: the seconds it took, or -1. */
-static double wait_role(int i, const char *want, int ms) {
+/* Waits up to ms for the server at url to say role: the seconds it took, or -1. */
+static double wait_role_at(const char *url, const char *want, int ms) {
     int64_t t0 = mono_ms(), end = t0 + ms;
     char role[32];
     while (mono_ms() < end) {
-        role_of(i, role, sizeof role);
+        role_at(url, role, sizeof role);
         if (strcmp(role, want) == 0) return (double)(mono_ms() - t0) / 1000.0;
         ty_sleep_ms(50);
     }
     return -1;
+}
+
+/* wait_role_at of server i */
+static double wait_role(int i, const char *want, int ms) {
+    char url[64];
+    server_url(i, url, sizeof url);
+    return wait_role_at(url, want, ms);
 }
 
 /* A request through the URL list, as the CLI makes it (the client moves to
@@ -686,13 +686,7 @@ START_TEST(database_lost_mid_run) {
     fprintf(stderr, "ha: the database gone: the server no longer answered as the leader %.2f s later\n", (double)(mono_ms() - t0) / 1000.0);
     /* the database back: the server leads again, with what it acknowledged */
     ck_assert_int_eq(pg_ctl("start"), 0);
-    t0 = mono_ms();
-    while (mono_ms() - t0 < 30000) {
-        role_at(lost_srv.url, role, sizeof role);
-        if (strcmp(role, "leader") == 0) break;
-        ty_sleep_ms(200);
-    }
-    ck_assert_str_eq(role, "leader");
+    ck_assert_msg(wait_role_at(lost_srv.url, "leader", 30000) >= 0, "not the leader 30 s after its database came back");
     ck_assert_int_eq(count_jobs(lost_srv.url), before);
 }
 END_TEST
@@ -762,14 +756,7 @@ START_TEST(database_hangs_at_stop) {
      * not the submission it never committed */
     const char *extra[] = {"--db", lost_url, "--listen", lost_listen, NULL};
     ty_server_start_args(&lost_srv, "server", extra);
-    char role[32] = "";
-    int64_t t0 = mono_ms();
-    while (mono_ms() - t0 < 30000) {
-        role_at(lost_srv.url, role, sizeof role);
-        if (strcmp(role, "leader") == 0) break;
-        ty_sleep_ms(200);
-    }
-    ck_assert_str_eq(role, "leader");
+    ck_assert_msg(wait_role_at(lost_srv.url, "leader", 30000) >= 0, "not the leader 30 s after its start");
     ck_assert_int_eq(count_jobs(lost_srv.url), before);
 }
 END_TEST
