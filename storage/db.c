@@ -381,19 +381,13 @@ static db_thread_conn *thread_conn(db *d) {
         return c;
     }
     char err[512];
-    if (d->pg_url && __atomic_load_n(&d->stop_ms, __ATOMIC_ACQUIRE)) {
-        /* stopping: no new session (a hung database holds a connect for its connect_timeout) */
-        snprintf(t_unavailable, sizeof t_unavailable, "cannot reach the database: the server is stopping");
-        return NULL;
-    }
     if (d->pg_url) {
-        pg_conn *pc = pg_connect(d->pg_url, d->pg_password, "trainyard", err, sizeof err);
+        pg_conn *pc = pg_connect(d->pg_url, d->pg_password, "trainyard", &d->stop_ms, err, sizeof err);
         if (!pc) {
             log_error("db: %s", err);
             snprintf(t_unavailable, sizeof t_unavailable, "%s", err); /* for the request's 503 */
             return NULL;
         }
-        pg_set_abandon(pc, &d->stop_ms);
         c = xcalloc(1, sizeof *c);
         c->owner = d;
         c->pg = pc;
@@ -1525,7 +1519,7 @@ int db_open_at(db **out, const char *path, int target, char *err, size_t errlen)
     char target_name[300] = "";
     if (pg) {
         if (pg_url_check(path, err, errlen) < 0) return -1;
-        pg_conn *pc = pg_connect(path, g_pg_password, "trainyard migrate", err, errlen);
+        pg_conn *pc = pg_connect(path, g_pg_password, "trainyard migrate", NULL, err, errlen);
         if (!pc) return -1;
         int rc = pg_migrate(pc, target, err, errlen);
         pg_close(pc);
@@ -1788,13 +1782,12 @@ static void *lease_main(void *arg) {
     pthread_mutex_lock(&d->lease.mu);
     while (!d->lease.stop) {
         pthread_mutex_unlock(&d->lease.mu);
-        if (!pc && !__atomic_load_n(&d->stop_ms, __ATOMIC_ACQUIRE)) { /* stopping: no new session */
+        if (!pc) {
             char err[512];
-            pc = pg_connect(d->pg_url, d->pg_password, "trainyard lease", err, sizeof err);
+            pc = pg_connect(d->pg_url, d->pg_password, "trainyard lease", &d->stop_ms, err, sizeof err);
             /* an answer may take up to the deadline's slack (a loaded host),
              * never longer: the thread must be free to step down in time */
             if (pc) pg_set_deadline(pc, d->lease.cfg.deadline_ms - d->lease.cfg.renew_ms);
-            if (pc) pg_set_abandon(pc, &d->stop_ms);
             if (!pc && db_role(d) == DB_LEADER && (mono_s() - last_ok) * 1000 >= d->lease.cfg.deadline_ms)
                 lease_set_role(d, DB_STANDBY, 0, err);
         }

@@ -35,7 +35,7 @@ struct pg_conn {
     unsigned gen;                 /* bumped by a reset: the session's statements are gone */
     int deadline_ms;              /* pg_query_*: the longest wait for an answer (0: none) */
     int broken;                   /* the connection failed: reset before its next use */
-    const int64_t *abandon;       /* pg_set_abandon: mono_ms() of the server's stop, 0 while it runs */
+    const int64_t *abandon;       /* pg_connect's: mono_ms() of the server's stop, 0 while it runs */
     char *url, *password, *app;   /* to reconnect */
 };
 
@@ -108,17 +108,15 @@ static int map_state(pg_conn *pc, const PGresult *r) {
  * transaction open on it is rolled back by the server) and the caller gets
  * DB_UNAVAILABLE. */
 #define PG_ANSWER_MS (75 * 1000)
-/* Once the server stops (pg_set_abandon's flag set), no answer is awaited
+/* Once the server stops (pg_connect's abandon set), no answer is awaited
  * longer than this past the later of the stop and the wait's start: a
  * healthy server's answers come long before, a hung one's never. */
 #define PG_STOP_WAIT_MS 2000
 #define PG_POLL_SLICE_MS 200
 
-void pg_set_abandon(pg_conn *pc, const int64_t *flag) { pc->abandon = flag; }
+static int64_t stop_of(const int64_t *abandon) { return abandon ? __atomic_load_n(abandon, __ATOMIC_ACQUIRE) : 0; }
 
-static int64_t abandoned_at(const pg_conn *pc) {
-    return pc->abandon ? __atomic_load_n(pc->abandon, __ATOMIC_ACQUIRE) : 0;
-}
+static int64_t abandoned_at(const pg_conn *pc) { return stop_of(pc->abandon); }
 
 /* The connection is given up: pc->err says why (the caller's message if
  * msg, else libpq's). DB_UNAVAILABLE. */
@@ -290,7 +288,12 @@ static PGconn *connect_url(const char *url, const char *password, const char *us
     return PQconnectdbParams(keys, vals, 1);
 }
 
-pg_conn *pg_connect(const char *url, const char *password, const char *app, char *err, size_t errlen) {
+pg_conn *pg_connect(const char *url, const char *password, const char *app, const int64_t *abandon, char *err,
+                    size_t errlen) {
+    if (stop_of(abandon)) { /* stopping: a hung database would hold a connect for its connect_timeout */
+        snprintf(err, errlen, "cannot reach the database: the server is stopping");
+        return NULL;
+    }
     /* the lease's own connection gives up sooner: a renewal that hangs
      * must not outlast the leader's deadline */
     int lease = app && strstr(app, "lease") != NULL;
@@ -317,6 +320,7 @@ pg_conn *pg_connect(const char *url, const char *password, const char *app, char
     pc->url = xstrdup(url);
     pc->password = password ? xstrdup(password) : NULL;
     pc->app = xstrdup(app ? app : "trainyard");
+    pc->abandon = abandon;
     if (session_setup(pc) < 0) {
         snprintf(err, errlen, "%s", pc->err);
         pg_close(pc);

@@ -17,10 +17,19 @@ typedef struct pg_stmt pg_stmt;
 
 /* Connects to url (postgres://... or a libpq keyword string) with the
  * password (NULL: the URL's passfile, PGPASSFILE or PGPASSWORD, as libpq
- * reads them), then sets the session up (application_name, timeouts, the
- * change table). NULL with one line naming the host and libpq's reason in
- * err. */
-pg_conn *pg_connect(const char *url, const char *password, const char *app, char *err, size_t errlen);
+ * reads them), then sets the session up (application_name, timeouts,
+ * ty.capture). NULL with one line naming the host and libpq's reason in
+ * err.
+ *
+ * abandon (NULL: none): the owner's mono_ms() of its stop, 0 while it
+ * runs (read atomically). Once set, no session is opened (NULL, "the
+ * server is stopping"), a broken one is not opened again, and no answer is
+ * awaited past 2 s from the later of the stop and the wait's start: a
+ * PostgreSQL that hangs (stopped, a backend stuck) cannot hold the
+ * server's threads, and so its shutdown, for ever. Otherwise an answer is
+ * awaited at most the deadline, else 75 s (statement_timeout is 60 s). */
+pg_conn *pg_connect(const char *url, const char *password, const char *app, const int64_t *abandon, char *err,
+                    size_t errlen);
 void pg_close(pg_conn *pc);
 
 /* host:port/dbname of a URL or a connection, never a password: for logs. */
@@ -70,13 +79,6 @@ int pg_exec(pg_conn *pc, const char *sql);
  * past it, DB_UNAVAILABLE and the connection is reset at its next use. For
  * the lease's thread. */
 void pg_set_deadline(pg_conn *pc, int ms);
-/* flag: the owner's mono_ms() of its stop, 0 while it runs (read
- * atomically). Once set, no answer is awaited past 2 s from the later of
- * the stop and the wait's start, and a broken session is not opened again:
- * a PostgreSQL that hangs (stopped, a backend stuck) cannot hold the
- * server's threads, and so its shutdown, for ever. Otherwise an answer is
- * awaited at most the deadline, else 75 s (statement_timeout is 60 s). */
-void pg_set_abandon(pg_conn *pc, const int64_t *flag);
 
 /* Runs a query with parameters (text) and returns its first column of the
  * first row as an int64 in *out: 0, DB_DONE when it returned no row, or
