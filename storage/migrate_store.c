@@ -113,7 +113,6 @@ static int quote_ident(const char *s, char *out, size_t cap) {
 /* The database's own tables, which hold no cluster state to move:
  * the migrations' record, the lease, ty_meta and the change capture's
  * ty_changes (schema 23). */
-#define PG_OWN_TABLES "'schema_migrations', 'ty_lease', 'ty_meta', 'ty_changes'"
 static int pg_own_table(const char *name) {
     static const char *const own[] = {"schema_migrations", "ty_lease", "ty_meta", "ty_changes"};
     for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
@@ -203,18 +202,20 @@ static int tables_load(mctx *m) {
     /* PostgreSQL's: none the list lacks either */
     PGresult *res = pg_q(m,
                          "SELECT c.relname FROM pg_class c WHERE c.relkind IN ('r', 'p') AND c.relnamespace ="
-                         " (SELECT relnamespace FROM pg_class WHERE oid = 'ty_lease'::regclass)"
-                         " AND c.relname NOT IN (" PG_OWN_TABLES ") ORDER BY 1",
+                         " (SELECT relnamespace FROM pg_class WHERE oid = 'ty_lease'::regclass) ORDER BY 1",
                          NULL, PGRES_TUPLES_OK);
     if (!res) return -1;
-    for (int i = 0; i < PQntuples(res); i++)
+    int pg_n = 0;
+    for (int i = 0; i < PQntuples(res); i++) {
+        if (pg_own_table(PQgetvalue(res, i, 0))) continue;
+        pg_n++;
         if (!in_list(names, n, PQgetvalue(res, i, 0))) {
             fail(m, "table %s of the database at %s is not in this build's PostgreSQL schema: it cannot fill it",
                  PQgetvalue(res, i, 0), m->r->target);
             PQclear(res);
             return -1;
         }
-    int pg_n = PQntuples(res);
+    }
     PQclear(res);
     if (lite_n != n || pg_n != n) {
         fail(m, "this build's PostgreSQL schema has %d tables, %s/trainyard.db %d and the database at %s %d", n,
