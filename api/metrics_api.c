@@ -139,20 +139,30 @@ static int write_running(server *srv, buf *b, int64_t now) {
     return rc;
 }
 
+static int pass_histogram(buf *b, const char *name, const char *help, const uint64_t *bucket, double sum) {
+    int rc = family(b, name, "histogram", help);
+    uint64_t cum = 0;
+    for (int i = 0; rc == 0 && i < SCHED_PASS_NB; i++) {
+        cum += bucket[i];
+        rc = buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, sched_pass_le[i], (unsigned long long)cum);
+    }
+    cum += bucket[SCHED_PASS_NB];
+    if (rc == 0)
+        rc = buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9f\n%s_count %llu\n", name, (unsigned long long)cum,
+                        name, sum, name, (unsigned long long)cum);
+    return rc;
+}
+
 static int write_scheduler(buf *b) {
     sched_thread_stats st;
     sched_thread_stats_get(&st);
-    static const char name[] = "trainyard_scheduler_pass_duration_seconds";
-    int rc = family(b, name, "histogram", "Duration of the scheduler thread's passes (load, decide, apply).");
-    uint64_t cum = 0;
-    for (int i = 0; rc == 0 && i < SCHED_PASS_NB; i++) {
-        cum += st.bucket[i];
-        rc = buf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, sched_pass_le[i], (unsigned long long)cum);
-    }
-    cum += st.bucket[SCHED_PASS_NB];
+    int rc = pass_histogram(b, "trainyard_scheduler_pass_duration_seconds",
+                            "Duration of the scheduler thread's passes, until decided (upkeep, refresh, decide).",
+                            st.bucket, st.sum_s);
     if (rc == 0)
-        rc = buf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.9f\n%s_count %llu\n", name, (unsigned long long)cum,
-                        name, st.sum_s, name, (unsigned long long)cum);
+        rc = pass_histogram(b, "trainyard_scheduler_pass_bound_seconds",
+                            "From a pass's start until its decisions were committed (its binding done).",
+                            st.bound_bucket, st.bound_sum_s);
     if (rc == 0) rc = family(b, "trainyard_scheduler_pass_failures_total", "counter", "Scheduler passes rolled back on an error.");
     if (rc == 0) rc = buf_printf(b, "trainyard_scheduler_pass_failures_total %llu\n", (unsigned long long)st.failed);
     return rc;

@@ -85,6 +85,7 @@ mirror *mirror_new(void)
 {
     mirror *m = xcalloc(1, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
+    pthread_cond_init(&m->idle, NULL);
     return m;
 }
 
@@ -119,6 +120,7 @@ void mirror_free(mirror *m)
 {
     if (!m) return;
     clear(m);
+    pthread_cond_destroy(&m->idle);
     pthread_mutex_destroy(&m->mu);
     free(m);
 }

@@ -101,6 +101,14 @@ typedef struct mirror {
     /* the pass's upkeep follows the log too (scheduler.c): where it is */
     uint64_t upkeep_seq;
     int upkeep_follows;             /* 0: its next run scans everything */
+    /* A pass's writes committed by a thread of their own (scheduler.c,
+     * sched_pass_async): while busy, that thread alone uses the rows, mu
+     * unheld, and whoever takes mu waits on idle until it is done; bind is
+     * scheduler.c's record of the binding in flight or last finished, its
+     * thread joined by whoever takes mu next. */
+    int busy;
+    pthread_cond_t idle;
+    void *bind;
 } mirror;
 
 mirror *mirror_new(void);

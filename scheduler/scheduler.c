@@ -77,14 +77,33 @@ void sched_full_load(int on)
     __atomic_store_n(&g_full_load, on, __ATOMIC_SEQ_CST);
 }
 
-static void *mirror_make(void) { return mirror_new(); }
-static void mirror_drop(void *p) { mirror_free(p); }
+static void bind_reap(mirror *m);
+static void bind_drop(mirror *m);
 
-/* The db's mirror, locked: NULL when none could be made. */
+static void *mirror_make(void) { return mirror_new(); }
+
+/* The db closes: its users waited for the last binding (sched_bind_wait);
+ * one still running is waited for here all the same. */
+static void mirror_drop(void *p)
+{
+    mirror *m = p;
+    pthread_mutex_lock(&m->mu);
+    bind_reap(m);
+    bind_drop(m);
+    pthread_mutex_unlock(&m->mu);
+    mirror_free(m);
+}
+
+/* The db's mirror, locked, once any binding of a pass is done (the
+ * mirror is the binding's until then: sched_pass_async): NULL when none
+ * could be made. */
 static mirror *mirror_lock(db *d)
 {
     mirror *m = db_cache(d, DB_CACHE_MIRROR, mirror_make, mirror_drop);
-    if (m) pthread_mutex_lock(&m->mu);
+    if (m) {
+        pthread_mutex_lock(&m->mu);
+        bind_reap(m);
+    }
     return m;
 }
 
@@ -869,58 +888,240 @@ fail_nolock:
     return -1;
 }
 
-/* ================================================================ the pass */
+/* ================================================================ the pass
+ * A pass decides, then binds. Deciding: the upkeep, the mirror's refresh,
+ * the core's snapshot and the core, all under the mirror's lock. Binding:
+ * the decisions committed (apply, then the evaluators). sched_pass does both
+ * in its caller's thread. sched_pass_async hands the binding to a thread of
+ * its own and returns once decided, as kube-scheduler binds a pod after its
+ * scheduling cycle: the caller goes on (the scheduler thread to its gap, a
+ * bench to its churn) while the store commits. The mirror stays the
+ * binding's (busy) until it is done: the next pass, an admission or a queue
+ * view waits for it when it takes the lock, so the mirror is never ahead of
+ * the store nor read while the binding writes the reasons into it. */
 
-int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *out)
+/* CPU time of the calling thread, seconds. */
+static double thread_cpu_s(void)
 {
-    sched_pass_stats st;
-    memset(&st, 0, sizeof st);
-    double t0 = mono_s();
-    int ret = -1;
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+typedef struct bind_job {
+    db *d;
+    mirror *m;
+    sched_config cfg;
+    int64_t now;
     snap sp;
-    memset(&sp, 0, sizeof sp);
     sched_result r;
-    sched_result_init(&r);
+    sched_pass_stats st;
+    double t0;                /* mono_s when the pass began */
+    pthread_t th;
+    int joinable;             /* run by a thread of its own, not yet joined */
+    int rc;                   /* 0 committed, -1 failed (rolled back) */
+    int collected;            /* its outcome was handed out (sched_bind_wait, sched_pass_async) */
+} bind_job;
+
+static void bind_free(bind_job *bj)
+{
+    if (!bj) return;
+    sched_result_release(&bj->r);
+    snap_release(&bj->sp);
+    free(bj);
+}
+
+/* The mirror's lock is held; a binding, if any, is done: its thread joined.
+ * Its record is left for its outcome to be taken. */
+static void bind_reap(mirror *m)
+{
+    while (m->busy) pthread_cond_wait(&m->idle, &m->mu);
+    bind_job *bj = m->bind;
+    if (bj && bj->joinable) {
+        pthread_join(bj->th, NULL);
+        bj->joinable = 0;
+    }
+}
+
+/* Decides (the mirror's lock held): 0, or -1 on a store error. */
+static int decide(bind_job *bj)
+{
+    db *d = bj->d;
+    mirror *m = bj->m;
+    sched_pass_stats *st = &bj->st;
+    const sched_config *cfg = &bj->cfg;
+    int64_t now = bj->now;
     mirror_stats ms;
     uint64_t rt0 = db_round_trips();
-    mirror *m = mirror_lock(d);
-    if (!m) goto out;
-    if (upkeep(d, m, cfg, now, &st) < 0) { log_error("scheduler: upkeep failed"); goto out; }
+    if (upkeep(d, m, cfg, now, st) < 0) { log_error("scheduler: upkeep failed"); return -1; }
     double tu = mono_s();
     uint64_t rt1 = db_round_trips();
-    if (mirror_sync(m, d, &ms) < 0) goto out;
+    if (mirror_sync(m, d, &ms) < 0) return -1;
     double tm = mono_s();
     uint64_t rt2 = db_round_trips();
-    snap_build(m, now, cfg->usage_window_s, &sp);
-    for (int x = 0; x < sp.s.n_running; x++) {
-        sched_running *v = &sp.run[x];
-        const cl_job *j = sp.run_job[x];
+    snap_build(m, now, cfg->usage_window_s, &bj->sp);
+    snap *sp = &bj->sp;
+    for (int x = 0; x < sp->s.n_running; x++) {
+        sched_running *v = &sp->run[x];
+        const cl_job *j = sp->run_job[x];
         v->may_grow = v->workers_min > 0 && !v->stopping && strcmp(j->state, "running") == 0 &&
                       j->attempt_started_at > 0 && now - j->attempt_started_at >= cfg->resize_interval_ms;
     }
     double t1 = mono_s();
-    if (sched_pass_core(&sp.s, cfg, &r) < 0) { log_error("scheduler: malformed snapshot"); goto out; }
+    if (sched_pass_core(&sp->s, cfg, &bj->r) < 0) { log_error("scheduler: malformed snapshot"); return -1; }
     double t2 = mono_s();
-    if (apply(d, cfg, &sp, &r, now, &st) < 0) { log_error("scheduler: apply failed, rolled back"); goto out; }
-    if (place_evaluators(d, now, &st) < 0) { log_error("scheduler: evaluator placement failed, rolled back"); goto out; }
+    st->rt_upkeep = (int)(rt1 - rt0); st->rt_refresh = (int)(rt2 - rt1);
+    st->load_ms = (t1 - bj->t0) * 1000; st->core_ms = (t2 - t1) * 1000;
+    st->upkeep_ms = (tu - bj->t0) * 1000; st->refresh_ms = (tm - tu) * 1000; st->build_ms = (t1 - tm) * 1000;
+    st->full_load = ms.full;
+    st->rows_read = ms.nodes + ms.devices + ms.jobs;
+    st->decided = bj->r.n_place;
+    return 0;
+}
+
+/* Binds what was decided (in whichever thread runs it; the mirror is the
+ * binding's): 0, or -1 on a store error (rolled back). */
+static int bind(bind_job *bj)
+{
+    db *d = bj->d;
+    sched_pass_stats *st = &bj->st;
+    double t2 = mono_s(), c2 = thread_cpu_s();
+    uint64_t rt2 = db_round_trips();
+    int rc = 0;
+    if (apply(d, &bj->cfg, &bj->sp, &bj->r, bj->now, st) < 0) {
+        log_error("scheduler: apply failed, rolled back");
+        rc = -1;
+    } else if (place_evaluators(d, bj->now, st) < 0) {
+        log_error("scheduler: evaluator placement failed, rolled back");
+        rc = -1;
+    }
     double t3 = mono_s();
-    st.rt_upkeep = (int)(rt1 - rt0); st.rt_refresh = (int)(rt2 - rt1); st.rt_apply = (int)(db_round_trips() - rt2);
-    st.load_ms = (t1 - t0) * 1000; st.core_ms = (t2 - t1) * 1000; st.apply_ms = (t3 - t2) * 1000;
-    st.upkeep_ms = (tu - t0) * 1000; st.refresh_ms = (tm - tu) * 1000; st.build_ms = (t1 - tm) * 1000;
-    st.full_load = ms.full;
-    st.rows_read = ms.nodes + ms.devices + ms.jobs;
-    if (st.placed || st.stopped || st.requeued || st.failed || st.lost_nodes)
+    st->rt_apply = (int)(db_round_trips() - rt2);
+    st->apply_ms = (t3 - t2) * 1000;
+    st->bound_ms = (t3 - bj->t0) * 1000;
+    st->bind_cpu_ms = (thread_cpu_s() - c2) * 1000;
+    if (rc == 0 && (st->placed || st->stopped || st->requeued || st->failed || st->lost_nodes))
         log_debug("scheduler: placed %d (backfill %d), stopped %d, requeued %d, failed %d, lost nodes %d,"
                  " waiting %d; load %.1f ms, core %.1f ms, apply %.1f ms",
-                 st.placed, st.backfilled, st.stopped, st.requeued, st.failed, st.lost_nodes, st.waiting,
-                 st.load_ms, st.core_ms, st.apply_ms);
-    ret = 0;
-out:
-    sched_result_release(&r);
-    snap_release(&sp);
-    if (m) mirror_give(m);
-    if (out) *out = st;
+                 st->placed, st->backfilled, st->stopped, st->requeued, st->failed, st->lost_nodes, st->waiting,
+                 st->load_ms, st->core_ms, st->apply_ms);
+    sched_result_release(&bj->r);
+    snap_release(&bj->sp);
+    bj->rc = rc;
+    return rc;
+}
+
+static void *bind_main(void *arg)
+{
+    bind_job *bj = arg;
+    pthread_setname_np(pthread_self(), "ty-bind");
+    bind(bj);
+    mirror *m = bj->m;
+    pthread_mutex_lock(&m->mu);
+    m->busy = 0;
+    pthread_cond_broadcast(&m->idle);
+    pthread_mutex_unlock(&m->mu);
+    return NULL;
+}
+
+static bind_job *bind_new(db *d, mirror *m, const sched_config *cfg, int64_t now, double t0)
+{
+    bind_job *bj = xcalloc(1, sizeof *bj);
+    bj->d = d;
+    bj->m = m;
+    bj->cfg = *cfg;
+    bj->now = now;
+    bj->t0 = t0;
+    sched_result_init(&bj->r);
+    return bj;
+}
+
+static void bind_drop(mirror *m)
+{
+    bind_free(m->bind);
+    m->bind = NULL;
+}
+
+/* The mirror's lock held and no binding running: the last binding's record
+ * is dropped; its outcome into *prev when not yet handed out (else prev is
+ * left alone). 1 when there was one to hand out, 0 when not. */
+static int bind_take(mirror *m, sched_pass_stats *prev, int *prev_rc)
+{
+    bind_job *bj = m->bind;
+    m->bind = NULL;
+    if (!bj) return 0;
+    int had = !bj->collected;
+    if (had) {
+        if (prev) *prev = bj->st;
+        if (prev_rc) *prev_rc = bj->rc;
+    }
+    bind_free(bj);
+    return had;
+}
+
+int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *out)
+{
+    double t0 = mono_s();
+    mirror *m = mirror_lock(d);
+    if (!m) {
+        if (out) memset(out, 0, sizeof *out);
+        return -1;
+    }
+    bind_job *bj = bind_new(d, m, cfg, now, t0);
+    int ret = decide(bj) < 0 ? -1 : bind(bj);
+    if (out) *out = bj->st;
+    bind_free(bj);
+    mirror_give(m);
     return ret;
+}
+
+int sched_pass_async(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *out, sched_pass_stats *prev,
+                     int *prev_rc)
+{
+    double t0 = mono_s();
+    if (prev_rc) *prev_rc = 1;
+    mirror *m = mirror_lock(d); /* waits for the previous binding */
+    if (!m) {
+        if (out) memset(out, 0, sizeof *out);
+        return -1;
+    }
+    bind_take(m, prev, prev_rc);
+    bind_job *bj = bind_new(d, m, cfg, now, t0);
+    bj->st.waited_ms = (mono_s() - t0) * 1000;
+    if (decide(bj) < 0) {
+        if (out) *out = bj->st;
+        bind_free(bj);
+        mirror_give(m);
+        return -1;
+    }
+    if (out) *out = bj->st;
+    m->bind = bj;
+    m->busy = 1;
+    if (pthread_create(&bj->th, NULL, bind_main, bj) != 0) {
+        m->busy = 0; /* no thread: bound here */
+        bind(bj);
+    } else {
+        bj->joinable = 1;
+    }
+    mirror_give(m);
+    return 0;
+}
+
+int sched_bind_wait(db *d, sched_pass_stats *out)
+{
+    mirror *m = db_cache(d, DB_CACHE_MIRROR, NULL, NULL);
+    if (!m) return 1;
+    pthread_mutex_lock(&m->mu);
+    bind_reap(m);
+    bind_job *bj = m->bind;
+    int rc = 1;
+    if (bj && !bj->collected) {
+        if (out) *out = bj->st;
+        rc = bj->rc;
+        bj->collected = 1;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return rc;
 }
 
 /* ================================================================ admission */
@@ -1010,7 +1211,8 @@ void sched_thread_stats_get(sched_thread_stats *out)
 }
 
 /* Kicks are coalesced: a pass starts at least twice the previous pass's
- * length after the end of that pass (at most SCHED_GAP_MAX_MS later), so the
+ * length (its decision, and the CPU time of the last binding it found done)
+ * after the end of that pass (at most SCHED_GAP_MAX_MS later), so the
  * passes never take more than a third of a core, and a stream of submissions
  * to a long queue costs a pass per gap, not a pass per submission. A short
  * queue (passes of a millisecond) is scheduled at once, as before; so is a
@@ -1024,6 +1226,32 @@ static void deadline_in(struct timespec *ts, int64_t ms)
     int64_t ns = ts->tv_nsec + (ms % 1000) * 1000000;
     ts->tv_sec += ms / 1000 + ns / 1000000000;
     ts->tv_nsec = ns % 1000000000;
+}
+
+static int le_bucket(double s)
+{
+    int b = 0;
+    while (b < SCHED_PASS_NB && s > sched_pass_le[b]) b++;
+    return b;
+}
+
+/* g_sched.mu held: a pass that took took s (none when < 0), and the
+ * binding of the one before it, whose outcome was prev_rc (1: none). */
+static void pass_count(double took, int failed, int prev_rc, const sched_pass_stats *prev)
+{
+    if (took >= 0) {
+        g_pass_stats.bucket[le_bucket(took)]++;
+        g_pass_stats.passes++;
+        g_pass_stats.failed += (uint64_t)failed;
+        g_pass_stats.sum_s += took;
+        g_pass_stats.last_s = took;
+    }
+    if (prev_rc == 1) return;
+    double b = prev->bound_ms / 1000.0;
+    g_pass_stats.bound_bucket[le_bucket(b)]++;
+    g_pass_stats.bound++;
+    g_pass_stats.bound_sum_s += b;
+    g_pass_stats.failed += prev_rc < 0;
 }
 
 static void *sched_main(void *arg)
@@ -1051,22 +1279,25 @@ static void *sched_main(void *arg)
         }
         g_sched.kicked = 0;
         pthread_mutex_unlock(&g_sched.mu);
-        sched_pass_stats st;
+        sched_pass_stats st, prev;
+        int prev_rc;
         double t0 = mono_s();
-        int failed = sched_pass(g_sched.d, &g_sched.cfg, now_ms(), &st) < 0;
+        int failed = sched_pass_async(g_sched.d, &g_sched.cfg, now_ms(), &st, &prev, &prev_rc) < 0;
         double took = mono_s() - t0;
         last_end = mono_s();
-        last_took = took;
+        /* the gap keeps the passes to a third of a core: the decision's
+         * time, and the CPU its binding (of the pass before) spent here */
+        last_took = took + (prev_rc != 1 ? prev.bind_cpu_ms / 1000.0 : 0);
         if (failed) log_warn("scheduler: pass failed");
         pthread_mutex_lock(&g_sched.mu);
-        int b = 0;
-        while (b < SCHED_PASS_NB && took > sched_pass_le[b]) b++;
-        g_pass_stats.bucket[b]++;
-        g_pass_stats.passes++;
-        g_pass_stats.failed += (uint64_t)failed;
-        g_pass_stats.sum_s += took;
-        g_pass_stats.last_s = took;
+        pass_count(took, failed, prev_rc, &prev);
     }
+    pthread_mutex_unlock(&g_sched.mu);
+    /* the last pass's decisions committed before the db may close */
+    sched_pass_stats prev;
+    int prev_rc = sched_bind_wait(g_sched.d, &prev);
+    pthread_mutex_lock(&g_sched.mu);
+    pass_count(-1, 0, prev_rc, &prev);
     pthread_mutex_unlock(&g_sched.mu);
     return NULL;
 }

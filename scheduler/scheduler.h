@@ -37,6 +37,12 @@ typedef struct sched_pass_stats {
     /* round trips to the store (PostgreSQL; 0 on SQLite) in the upkeep,
      * the refresh and the apply (the placements, reasons, evaluators) */
     int rt_upkeep, rt_refresh, rt_apply;
+    /* placements decided (placed counts those committed); sched_pass_async:
+     * the time its start waited for the previous pass's binding (part of
+     * load_ms), and the time from its start until its own binding was done
+     * (its decisions committed); the binding's CPU time, in its thread */
+    int decided;
+    double waited_ms, bound_ms, bind_cpu_ms;
 } sched_pass_stats;
 
 /* One pass at time now_ms: lost nodes, reaping of stopped jobs, placement,
@@ -44,6 +50,25 @@ typedef struct sched_pass_stats {
  * (or an injected fault), in which case the decision transaction was rolled
  * back whole. out may be NULL. */
 int sched_pass(db *d, const sched_config *cfg, int64_t now_ms, sched_pass_stats *out);
+
+/* The same pass, its decisions committed by a thread of its own: returns
+ * once decided (out: what the decision reads and decides; the binding's
+ * figures come from sched_bind_wait). The mirror is the binding's until it
+ * is done: the next pass, an admission or a queue view waits for it first,
+ * so the next pass reads what this one committed. The previous pass's
+ * binding, unless sched_bind_wait took it: its figures into *prev and its
+ * outcome into *prev_rc (0 committed, -1 failed: rolled back and logged;
+ * 1 none to give; either may be NULL). Returns 0, or -1 when the decision
+ * failed (nothing written but the upkeep's). Wait for the last binding
+ * (sched_bind_wait) before db_close. */
+int sched_pass_async(db *d, const sched_config *cfg, int64_t now_ms, sched_pass_stats *out, sched_pass_stats *prev,
+                     int *prev_rc);
+
+/* Waits for the binding of the last sched_pass_async on d, if any: 0 it
+ * committed, -1 it failed (rolled back), its figures into out (may be
+ * NULL: placed, conflicts, apply_ms, bound_ms...); 1 when there was none to
+ * wait for (or it was waited for already). */
+int sched_bind_wait(db *d, sched_pass_stats *out);
 
 /* on 1: every pass (and queue view, admission) loads the whole store
  * again instead of reading only what changed, as before the mirror (the
@@ -82,13 +107,19 @@ void sched_stop(void);
 
 /* How long the thread's passes take (GET /metrics): counts per duration
  * bucket (upper bounds in sched_pass_le, one more for +Inf), their sum, and
- * the passes that failed. */
+ * the passes that failed (a decision or a binding rolled back). A pass is
+ * timed from its start until it decided (its wait for the previous binding
+ * included); bound_* time it from its start until its decisions were
+ * committed. */
 #define SCHED_PASS_NB 12
 extern const double sched_pass_le[SCHED_PASS_NB];
 typedef struct sched_thread_stats {
     uint64_t bucket[SCHED_PASS_NB + 1];   /* non-cumulative */
     uint64_t passes, failed;
     double sum_s, last_s;
+    uint64_t bound_bucket[SCHED_PASS_NB + 1];
+    uint64_t bound;
+    double bound_sum_s;
 } sched_thread_stats;
 void sched_thread_stats_get(sched_thread_stats *out);
 

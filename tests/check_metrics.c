@@ -147,6 +147,12 @@ START_TEST(what_the_cluster_does) {
     ck_assert(value(m, "trainyard_http_request_duration_seconds_sum", "route", "/api/v1/jobs", "method", "POST") > 0);
     ck_assert(value(m, "trainyard_scheduler_pass_duration_seconds_count", NULL, NULL, NULL, NULL) >= 1);
     ck_assert(value(m, "trainyard_scheduler_pass_duration_seconds_bucket", "le", "+Inf", NULL, NULL) >= 1);
+    /* the passes' bindings: each counted once the next pass found it done */
+    double bound = value(m, "trainyard_scheduler_pass_bound_seconds_count", NULL, NULL, NULL, NULL);
+    ck_assert(bound >= 1);
+    ck_assert(value(m, "trainyard_scheduler_pass_bound_seconds_bucket", "le", "+Inf", NULL, NULL) == bound);
+    ck_assert(bound <= value(m, "trainyard_scheduler_pass_duration_seconds_count", NULL, NULL, NULL, NULL));
+    ck_assert(value(m, "trainyard_scheduler_pass_bound_seconds_sum", NULL, NULL, NULL, NULL) > 0);
     cJSON_Delete(m);
     /* cancelled: its devices come back, the waiting job runs */
     char path[96];

@@ -1363,12 +1363,16 @@ static void check_db(void)
                         "   OR (SELECT count(*) FROM allocations a JOIN tasks t ON t.id = a.task_id"
                         "       WHERE t.job_id = j.id AND t.attempt = j.attempt)"
                         "      != j.workers * j.devices_per_worker + j.ps)", 0), 0);
-    /* a queued job holds nothing; a starting job holds its gang */
+    /* a queued job holds nothing; a starting job holds its gang, unless its
+     * attempt was stopped (preempted before its tasks started: they were
+     * dropped, the next upkeep requeues it) */
     ck_assert_int_eq(q1("SELECT count(*) FROM allocations a JOIN jobs j ON j.id = a.job_id"
                         " WHERE j.state = 'queued'", 0), 0);
     ck_assert_int_eq(q1("SELECT count(*) FROM jobs j WHERE j.state = 'starting' AND"
                         " (SELECT count(*) FROM allocations a WHERE a.job_id = j.id)"
-                        "  != j.workers * j.devices_per_worker + j.ps", 0), 0);
+                        "  != j.workers * j.devices_per_worker + j.ps"
+                        " AND NOT EXISTS(SELECT 1 FROM tasks t WHERE t.job_id = j.id AND t.attempt = j.attempt"
+                        "                AND t.state IN ('stopping','exited'))", 0), 0);
     /* ports unique per node among live tasks */
     ck_assert_int_eq(q1("SELECT count(*) FROM (SELECT node_id, port FROM tasks WHERE state != 'exited'"
                         " AND type != 'evaluator' GROUP BY node_id, port HAVING count(*) > 1) AS dup", 0), 0);
@@ -1893,9 +1897,15 @@ END_TEST
 
 /* Random clusters through the real SQLite pass, with random faults: after
  * every pass, successful or rolled back, the invariants hold. */
-START_TEST(db_property_random_with_faults)
+static int mirror_matches(mirror *m);
+
+/* async: each pass's decisions are committed by its binding thread
+ * (sched_pass_async, the server's form) while the world moves on this
+ * thread, on its own connection; the binding is waited for before the
+ * checks. */
+static void property_random_with_faults(int seed, int async)
 {
-    g_rng = 0xabcdefull + (uint64_t)_i;
+    g_rng = 0xabcdefull + (uint64_t)seed;
     int64_t now = now_ms();
     sched_config cfg; sched_config_default(&cfg);
     cfg.backfill = rint_(0, 1);
@@ -1922,17 +1932,20 @@ START_TEST(db_property_random_with_faults)
         int fault = rint_(0, 2) == 0 ? rint_(1, 12) : 0;
         sched_fault_after(fault);
         sched_pass_stats st;
-        int rc = sched_pass(g_db, &cfg, now, &st);
-        sched_fault_after(0);
-        check_db();
-        if (rc == 0) check_reasons();
+        int rc = async ? sched_pass_async(g_db, &cfg, now, &st, NULL, NULL) : sched_pass(g_db, &cfg, now, &st);
+        if (!async) {
+            sched_fault_after(0);
+            check_db();
+            if (rc == 0) check_reasons();
+        }
         if (rc != 0) {
             faults++;
             /* rolled back whole: nothing placed by that pass */
             ck_assert_int_le(q1("SELECT count(*) FROM allocations", 0), allocs_before);
             ck_assert_int_le(q1("SELECT count(*) FROM jobs WHERE state = 'starting'", 0), starting_before);
         }
-        /* the world moves: some jobs run and end, some are cancelled */
+        /* the world moves: some jobs run and end, some are cancelled (with
+         * async, while the pass's binding commits) */
         db_stmt *s2 = prep("SELECT id, state FROM jobs WHERE state IN ('starting','running','queued') ORDER BY id");
         int64_t ids[64]; int states[64]; int n = 0;
         while (n < 64 && db_step(s2) == DB_ROW) {
@@ -1952,8 +1965,40 @@ START_TEST(db_property_random_with_faults)
                 exec_sql("UPDATE jobs SET state = 'cancelled' WHERE id = ?", ids[x]);
             }
         }
+        if (async && rc == 0) {
+            sched_pass_stats b;
+            int brc = sched_bind_wait(g_db, &b);
+            ck_assert_int_ne(brc, 1); /* a binding was there to wait for */
+            ck_assert_int_eq(sched_bind_wait(g_db, NULL), 1); /* and only one */
+            sched_fault_after(0);
+            check_db();
+            if (brc == 0) {
+                ck_assert_int_le(b.placed + b.conflicts, st.decided);
+                ck_assert_double_ge(b.bound_ms, st.load_ms + st.core_ms);
+            } else {
+                faults++;
+            }
+        }
+        sched_fault_after(0);
     }
     ck_assert_int_le(faults, 12);
+    if (async) {
+        /* the passes' mirror, followed through the bindings, equals a fresh load */
+        mirror *pm = db_cache(g_db, DB_CACHE_MIRROR, NULL, NULL);
+        ck_assert_ptr_nonnull(pm);
+        mirror_matches(pm);
+    }
+}
+
+START_TEST(db_property_random_with_faults)
+{
+    property_random_with_faults(_i, 0);
+}
+END_TEST
+
+START_TEST(db_property_async_binding)
+{
+    property_random_with_faults(_i, 1);
 }
 END_TEST
 
@@ -2827,6 +2872,7 @@ Suite *sched_suite(void)
     /* fewer random seeds on PostgreSQL (the same statements, a round trip
      * each): the run on SQLite covers the 40 and 8 */
     tcase_add_loop_test(td, db_property_random_with_faults, 0, pg ? 10 : 40);
+    tcase_add_loop_test(td, db_property_async_binding, 0, pg ? 10 : 40);
     tcase_add_loop_test(td, db_mirror_follows_sqlite, 0, pg ? 4 : 8);
     tcase_add_test(td, db_mirror_rollback_invisible);
     tcase_add_test(td, db_crash_before_commit_loses_nothing);

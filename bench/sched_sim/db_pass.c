@@ -14,6 +14,16 @@
  * After the mirror run's last pass, its mirror must equal a fresh
  * cluster_load (the run fails otherwise).
  *
+ * The passes run as the server's scheduler thread runs them
+ * (sched_pass_async): each returns once decided, and its binding (the
+ * apply, the evaluators) commits in a thread of its own while the churn
+ * runs, as the cluster's other writers run beside the scheduler in a
+ * server. A pass's time is its decision plus whatever of its binding was
+ * left once the churn was done (the next pass would wait for that first);
+ * "committed at" is the time from its start until its binding was done.
+ * --bind sync runs each pass whole before the churn (sched_pass), as
+ * before the binding thread.
+ *
  * A PostgreSQL database cannot be copied by its owner: there the full-load
  * run follows the mirror run on the same database (the same sizes: the
  * churn ends as many jobs as it submits). Its setup commits with
@@ -23,6 +33,7 @@
  * Run: bench/sched_sim/run.sh db [--nodes N] [--gpus G] [--jobs J]
  *      [--passes P] [--churn C] [--mode both|mirror|full] [--db URL]
  *      [--vacuum 0|1] (PostgreSQL: VACUUM ANALYZE after the first wave, 1)
+ *      [--bind async|sync] (async, the server's: sched_pass_async)
  * (DB=postgres bench/sched_sim/run.sh db starts one with scripts/pg-dev.sh
  * and passes its URL; the database must be empty.)
  * Last line: one JSON object with both modes' figures. */
@@ -41,6 +52,7 @@
 
 static uint64_t g_rng = 42;
 static int g_vacuum = 1; /* --vacuum 0: no VACUUM ANALYZE after the first wave */
+static int g_bind_async = 1; /* --bind sync: each pass commits its decisions before it returns */
 static uint64_t rnd(void)
 {
     g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
@@ -208,6 +220,7 @@ static double pct(const double *v, int n, double p)
 
 typedef struct figures {
     double first, med, p99, cpu_med, cpu_p99, upkeep, refresh, build, core, apply;
+    double bound, waited;   /* medians: the pass's start to its decisions committed; its wait for them after the churn */
     double rt_upkeep, rt_refresh, rt_apply; /* round trips (PostgreSQL), medians */
     int passes;
     int agrees; /* the mirror equals a fresh load after the last pass (mirror run) */
@@ -223,24 +236,56 @@ static int run(const char *path, int full, int passes, int churn, int64_t now, i
     sched_config cfg;
     sched_config_default(&cfg);
     cfg.heartbeat_timeout_ms = 1LL << 40;
-    double *tot = xcalloc((size_t)passes, sizeof(double)), *cpu = xcalloc((size_t)passes, sizeof(double)), *part[8];
-    for (int k = 0; k < 8; k++) part[k] = xcalloc((size_t)passes, sizeof(double));
+    double *tot = xcalloc((size_t)passes, sizeof(double)), *cpu = xcalloc((size_t)passes, sizeof(double)), *part[10];
+    for (int k = 0; k < 10; k++) part[k] = xcalloc((size_t)passes, sizeof(double));
     g_rng = 42;
     int rc = 0;
     for (int pass = 0; pass < passes; pass++) {
         sched_pass_stats s;
-        double a = mono_s(), ca = cpu_s();
-        if (sched_pass(d, &cfg, now + pass * 1000, &s) < 0) { fprintf(stderr, "pass failed\n"); rc = -1; break; }
-        tot[pass] = (mono_s() - a) * 1000;
-        cpu[pass] = (cpu_s() - ca) * 1000;
+        double a = mono_s(), ca = cpu_s(), churn_ms = 0, wait_ms = 0;
+        if (g_bind_async) {
+            /* the server's form: the pass returns once decided and its
+             * binding commits meanwhile; the churn (the cluster's other
+             * writers, on their own threads in a server) runs beside it, and
+             * what of the binding is left after it is the pass's too (the
+             * next pass would wait for it first) */
+            if (sched_pass_async(d, &cfg, now + pass * 1000, &s, NULL, NULL) < 0) {
+                fprintf(stderr, "pass failed\n"); rc = -1; break;
+            }
+            tot[pass] = (mono_s() - a) * 1000;
+            cpu[pass] = (cpu_s() - ca) * 1000;
+            double c0 = mono_s();
+            if (end_jobs(d, churn) < 0 || add_jobs(d, team, churn, now + pass * 1000) < 0) {
+                fprintf(stderr, "churn failed\n"); rc = -1; break;
+            }
+            churn_ms = (mono_s() - c0) * 1000;
+            double w0 = mono_s();
+            sched_pass_stats b;
+            if (sched_bind_wait(d, &b) != 0) { fprintf(stderr, "the binding failed\n"); rc = -1; break; }
+            wait_ms = (mono_s() - w0) * 1000;
+            tot[pass] += wait_ms;
+            cpu[pass] += b.bind_cpu_ms;
+            s.placed = b.placed; s.waiting = b.waiting; s.reasons = b.reasons;
+            s.apply_ms = b.apply_ms; s.rt_apply = b.rt_apply; s.bound_ms = b.bound_ms;
+        } else {
+            if (sched_pass(d, &cfg, now + pass * 1000, &s) < 0) { fprintf(stderr, "pass failed\n"); rc = -1; break; }
+            tot[pass] = (mono_s() - a) * 1000;
+            cpu[pass] = (cpu_s() - ca) * 1000;
+            s.bound_ms = tot[pass];
+        }
+        part[8][pass] = s.bound_ms;
+        part[9][pass] = wait_ms;
         part[0][pass] = s.upkeep_ms; part[1][pass] = s.refresh_ms; part[2][pass] = s.build_ms;
         part[3][pass] = s.core_ms; part[4][pass] = s.apply_ms;
         part[5][pass] = s.rt_upkeep; part[6][pass] = s.rt_refresh; part[7][pass] = s.rt_apply;
         printf("%s pass %2d: %7.1f ms, cpu %7.1f ms (upkeep %6.1f, refresh %6.1f%s %6d rows, build %5.1f, core %5.1f, apply %6.1f)"
-               " placed %d waiting %d reasons %d; round trips %d/%d/%d\n", full ? "full  " : "mirror", pass, tot[pass], cpu[pass], s.upkeep_ms,
+               " placed %d waiting %d reasons %d; round trips %d/%d/%d; committed at %.1f ms",
+               full ? "full  " : "mirror", pass, tot[pass], cpu[pass], s.upkeep_ms,
                s.refresh_ms, s.full_load ? " full," : ",     ", s.rows_read, s.build_ms, s.core_ms, s.apply_ms, s.placed,
-               s.waiting, s.reasons, s.rt_upkeep, s.rt_refresh, s.rt_apply);
-        if (end_jobs(d, churn) < 0 || add_jobs(d, team, churn, now + pass * 1000) < 0) {
+               s.waiting, s.reasons, s.rt_upkeep, s.rt_refresh, s.rt_apply, s.bound_ms);
+        if (g_bind_async) printf(" (churn %.1f ms, then waited %.1f)", churn_ms, wait_ms);
+        printf("\n");
+        if (!g_bind_async && (end_jobs(d, churn) < 0 || add_jobs(d, team, churn, now + pass * 1000) < 0)) {
             fprintf(stderr, "churn failed\n"); rc = -1; break;
         }
         /* PostgreSQL: after the first wave (every queued job placed or
@@ -274,13 +319,17 @@ static int run(const char *path, int full, int passes, int churn, int64_t now, i
     f->rt_upkeep = pct(part[5] + w0, nw, 0.5);
     f->rt_refresh = pct(part[6] + w0, nw, 0.5);
     f->rt_apply = pct(part[7] + w0, nw, 0.5);
+    f->bound = pct(part[8] + w0, nw, 0.5);
+    f->waited = pct(part[9] + w0, nw, 0.5);
     printf("%s: first %.1f ms; passes %d..%d: median %.1f ms, p99 %.1f ms; cpu median %.1f ms, p99 %.1f ms"
-           " (medians: upkeep %.1f, refresh %.1f, build %.1f, core %.1f, apply %.1f; round trips %.0f/%.0f/%.0f)\n",
+           " (medians: upkeep %.1f, refresh %.1f, build %.1f, core %.1f, apply %.1f; round trips %.0f/%.0f/%.0f);"
+           " committed at %.1f ms (median; binding %s, waited for %.1f ms)\n",
            full ? "full  " : "mirror", f->first, w0, passes - 1, f->med, f->p99, f->cpu_med, f->cpu_p99, f->upkeep,
-           f->refresh, f->build, f->core, f->apply, f->rt_upkeep, f->rt_refresh, f->rt_apply);
+           f->refresh, f->build, f->core, f->apply, f->rt_upkeep, f->rt_refresh, f->rt_apply, f->bound,
+           g_bind_async ? "async" : "in the pass", f->waited);
     free(tot);
     free(cpu);
-    for (int k = 0; k < 8; k++) free(part[k]);
+    for (int k = 0; k < 10; k++) free(part[k]);
     db_close(d);
     return rc;
 }
@@ -289,9 +338,10 @@ static void json_fig(const char *name, const figures *f, int last)
 {
     printf("\"%s\":{\"first_ms\":%.1f,\"median_ms\":%.1f,\"p99_ms\":%.1f,\"cpu_median_ms\":%.1f,"
            "\"cpu_p99_ms\":%.1f,\"upkeep_ms\":%.1f,\"refresh_ms\":%.1f,\"build_ms\":%.1f,\"core_ms\":%.1f,"
-           "\"apply_ms\":%.1f,\"round_trips\":{\"upkeep\":%.0f,\"refresh\":%.0f,\"apply\":%.0f},\"passes\":%d%s}%s",
+           "\"apply_ms\":%.1f,\"round_trips\":{\"upkeep\":%.0f,\"refresh\":%.0f,\"apply\":%.0f},\"passes\":%d,"
+           "\"bind\":\"%s\",\"committed_ms\":%.1f,\"waited_ms\":%.1f%s}%s",
            name, f->first, f->med, f->p99, f->cpu_med, f->cpu_p99, f->upkeep, f->refresh, f->build, f->core, f->apply,
-           f->rt_upkeep, f->rt_refresh, f->rt_apply, f->passes, f->agrees ? ",\"mirror_equals_load\":true" : "", last ? "" : ",");
+           f->rt_upkeep, f->rt_refresh, f->rt_apply, f->passes, g_bind_async ? "async" : "sync", f->bound, f->waited, f->agrees ? ",\"mirror_equals_load\":true" : "", last ? "" : ",");
 }
 
 int main(int argc, char **argv)
@@ -302,6 +352,14 @@ int main(int argc, char **argv)
         long v = 0;
         if (!strcmp(argv[i], "--mode")) { mode = argv[i + 1]; continue; }
         if (!strcmp(argv[i], "--db")) { url = argv[i + 1]; continue; }
+        if (!strcmp(argv[i], "--bind")) {
+            if (strcmp(argv[i + 1], "async") && strcmp(argv[i + 1], "sync")) {
+                fprintf(stderr, "--bind: async (the server's, the default) or sync\n");
+                return 2;
+            }
+            g_bind_async = strcmp(argv[i + 1], "async") == 0;
+            continue;
+        }
         if (parse_long(argv[i + 1], 0, 10000000, &v) != 0) return 2;
         if (!strcmp(argv[i], "--nodes")) n_nodes = (int)v;
         else if (!strcmp(argv[i], "--gpus")) gpus = (int)v;
@@ -309,6 +367,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--passes")) passes = (int)v;
         else if (!strcmp(argv[i], "--churn")) churn = (int)v;
         else if (!strcmp(argv[i], "--vacuum")) g_vacuum = v != 0;
+
         else return 2;
     }
     if (passes < 2 || gpus > 64) return 2;

@@ -56,7 +56,7 @@ names = {"sqlite": "SQLite (NORMAL)", "postgres": "PG (sync on)", "postgres_asyn
 print("\n| pass (ms) | " + " | ".join(names[k] for k, _ in runs) + " |")
 print("| --- |" + " --- |" * len(runs))
 for mode, what in (("mirror", "steady (the mirror)"), ("full_load", "loading everything")):
-    for k in ("first_ms", "median_ms", "p99_ms", "cpu_median_ms", "upkeep_ms", "refresh_ms", "apply_ms"):
+    for k in ("first_ms", "median_ms", "p99_ms", "cpu_median_ms", "upkeep_ms", "refresh_ms", "apply_ms", "committed_ms"):
         print("| %s %s | " % (what, k) + " | ".join("%.1f" % v[mode][k] for _, v in runs) + " |")
 out = dict(runs)
 s = out.get("sqlite")
