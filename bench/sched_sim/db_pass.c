@@ -18,11 +18,12 @@
  * (sched_pass_async): each returns once decided, and its binding (the
  * apply, the evaluators) commits in a thread of its own while the churn
  * runs, as the cluster's other writers run beside the scheduler in a
- * server. A pass's time is its decision plus whatever of its binding was
- * left once the churn was done (the next pass would wait for that first);
+ * server, and then the rest of the thread's gap between passes (twice the
+ * pass: scheduler.c). A pass's time is its decision plus whatever of its
+ * binding was left after them (the next pass would wait for that first);
  * "committed at" is the time from its start until its binding was done.
- * --bind sync runs each pass whole before the churn (sched_pass), as
- * before the binding thread.
+ * --bind sync runs each pass whole (sched_pass), as before the binding
+ * thread; --gap none starts the next pass right after the churn.
  *
  * A PostgreSQL database cannot be copied by its owner: there the full-load
  * run follows the mirror run on the same database (the same sizes: the
@@ -34,6 +35,7 @@
  *      [--passes P] [--churn C] [--mode both|mirror|full] [--db URL]
  *      [--vacuum 0|1] (PostgreSQL: VACUUM ANALYZE after the first wave, 1)
  *      [--bind async|sync] (async, the server's: sched_pass_async)
+ *      [--gap server|none] (server: the scheduler thread's gap between passes)
  * (DB=postgres bench/sched_sim/run.sh db starts one with scripts/pg-dev.sh
  * and passes its URL; the database must be empty.)
  * Last line: one JSON object with both modes' figures. */
@@ -53,6 +55,7 @@
 static uint64_t g_rng = 42;
 static int g_vacuum = 1; /* --vacuum 0: no VACUUM ANALYZE after the first wave */
 static int g_bind_async = 1; /* --bind sync: each pass commits its decisions before it returns */
+static int g_gap = 1;        /* --gap none: the next pass right after the churn */
 static uint64_t rnd(void)
 {
     g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
@@ -240,37 +243,45 @@ static int run(const char *path, int full, int passes, int churn, int64_t now, i
     for (int k = 0; k < 10; k++) part[k] = xcalloc((size_t)passes, sizeof(double));
     g_rng = 42;
     int rc = 0;
+    double prev_bind_cpu = 0;
     for (int pass = 0; pass < passes; pass++) {
         sched_pass_stats s;
         double a = mono_s(), ca = cpu_s(), churn_ms = 0, wait_ms = 0;
+        /* the server's form: the pass returns once decided and its binding
+         * commits meanwhile; the churn (the cluster's other writers, on
+         * their own threads in a server) runs beside it, then the rest of
+         * the scheduler thread's gap (scheduler.c: twice the decision and
+         * the last binding's CPU here, at most 250 ms; --gap none: no gap);
+         * what of the binding is left after them is the pass's too (the next
+         * pass would wait for it first) */
+        int ok = g_bind_async ? sched_pass_async(d, &cfg, now + pass * 1000, &s, NULL, NULL) == 0
+                              : sched_pass(d, &cfg, now + pass * 1000, &s) == 0;
+        if (!ok) { fprintf(stderr, "pass failed\n"); rc = -1; break; }
+        double e = mono_s();
+        tot[pass] = (e - a) * 1000;
+        cpu[pass] = (cpu_s() - ca) * 1000;
+        double c0 = mono_s();
+        if (end_jobs(d, churn) < 0 || add_jobs(d, team, churn, now + pass * 1000) < 0) {
+            fprintf(stderr, "churn failed\n"); rc = -1; break;
+        }
+        churn_ms = (mono_s() - c0) * 1000;
+        if (g_gap) {
+            double gap = 2 * (tot[pass] + (g_bind_async ? prev_bind_cpu : 0));
+            if (gap > 250) gap = 250;
+            double left = gap - (mono_s() - e) * 1000;
+            if (left > 0) usleep((useconds_t)(left * 1000));
+        }
         if (g_bind_async) {
-            /* the server's form: the pass returns once decided and its
-             * binding commits meanwhile; the churn (the cluster's other
-             * writers, on their own threads in a server) runs beside it, and
-             * what of the binding is left after it is the pass's too (the
-             * next pass would wait for it first) */
-            if (sched_pass_async(d, &cfg, now + pass * 1000, &s, NULL, NULL) < 0) {
-                fprintf(stderr, "pass failed\n"); rc = -1; break;
-            }
-            tot[pass] = (mono_s() - a) * 1000;
-            cpu[pass] = (cpu_s() - ca) * 1000;
-            double c0 = mono_s();
-            if (end_jobs(d, churn) < 0 || add_jobs(d, team, churn, now + pass * 1000) < 0) {
-                fprintf(stderr, "churn failed\n"); rc = -1; break;
-            }
-            churn_ms = (mono_s() - c0) * 1000;
             double w0 = mono_s();
             sched_pass_stats b;
             if (sched_bind_wait(d, &b) != 0) { fprintf(stderr, "the binding failed\n"); rc = -1; break; }
             wait_ms = (mono_s() - w0) * 1000;
             tot[pass] += wait_ms;
             cpu[pass] += b.bind_cpu_ms;
+            prev_bind_cpu = b.bind_cpu_ms;
             s.placed = b.placed; s.waiting = b.waiting; s.reasons = b.reasons;
             s.apply_ms = b.apply_ms; s.rt_apply = b.rt_apply; s.bound_ms = b.bound_ms;
         } else {
-            if (sched_pass(d, &cfg, now + pass * 1000, &s) < 0) { fprintf(stderr, "pass failed\n"); rc = -1; break; }
-            tot[pass] = (mono_s() - a) * 1000;
-            cpu[pass] = (cpu_s() - ca) * 1000;
             s.bound_ms = tot[pass];
         }
         part[8][pass] = s.bound_ms;
@@ -283,11 +294,7 @@ static int run(const char *path, int full, int passes, int churn, int64_t now, i
                full ? "full  " : "mirror", pass, tot[pass], cpu[pass], s.upkeep_ms,
                s.refresh_ms, s.full_load ? " full," : ",     ", s.rows_read, s.build_ms, s.core_ms, s.apply_ms, s.placed,
                s.waiting, s.reasons, s.rt_upkeep, s.rt_refresh, s.rt_apply, s.bound_ms);
-        if (g_bind_async) printf(" (churn %.1f ms, then waited %.1f)", churn_ms, wait_ms);
-        printf("\n");
-        if (!g_bind_async && (end_jobs(d, churn) < 0 || add_jobs(d, team, churn, now + pass * 1000) < 0)) {
-            fprintf(stderr, "churn failed\n"); rc = -1; break;
-        }
+        printf(" (churn %.1f ms, then waited %.1f)\n", churn_ms, wait_ms);
         /* PostgreSQL: after the first wave (every queued job placed or
          * given its reason, the tables' statistics taken before it), the
          * VACUUM ANALYZE that autovacuum runs within its naptime (60 s) of
@@ -339,9 +346,9 @@ static void json_fig(const char *name, const figures *f, int last)
     printf("\"%s\":{\"first_ms\":%.1f,\"median_ms\":%.1f,\"p99_ms\":%.1f,\"cpu_median_ms\":%.1f,"
            "\"cpu_p99_ms\":%.1f,\"upkeep_ms\":%.1f,\"refresh_ms\":%.1f,\"build_ms\":%.1f,\"core_ms\":%.1f,"
            "\"apply_ms\":%.1f,\"round_trips\":{\"upkeep\":%.0f,\"refresh\":%.0f,\"apply\":%.0f},\"passes\":%d,"
-           "\"bind\":\"%s\",\"committed_ms\":%.1f,\"waited_ms\":%.1f%s}%s",
+           "\"bind\":\"%s\",\"gap\":\"%s\",\"committed_ms\":%.1f,\"waited_ms\":%.1f%s}%s",
            name, f->first, f->med, f->p99, f->cpu_med, f->cpu_p99, f->upkeep, f->refresh, f->build, f->core, f->apply,
-           f->rt_upkeep, f->rt_refresh, f->rt_apply, f->passes, g_bind_async ? "async" : "sync", f->bound, f->waited, f->agrees ? ",\"mirror_equals_load\":true" : "", last ? "" : ",");
+           f->rt_upkeep, f->rt_refresh, f->rt_apply, f->passes, g_bind_async ? "async" : "sync", g_gap ? "server" : "none", f->bound, f->waited, f->agrees ? ",\"mirror_equals_load\":true" : "", last ? "" : ",");
 }
 
 int main(int argc, char **argv)
@@ -352,6 +359,14 @@ int main(int argc, char **argv)
         long v = 0;
         if (!strcmp(argv[i], "--mode")) { mode = argv[i + 1]; continue; }
         if (!strcmp(argv[i], "--db")) { url = argv[i + 1]; continue; }
+        if (!strcmp(argv[i], "--gap")) {
+            if (strcmp(argv[i + 1], "server") && strcmp(argv[i + 1], "none")) {
+                fprintf(stderr, "--gap: server (the scheduler thread's, the default) or none\n");
+                return 2;
+            }
+            g_gap = strcmp(argv[i + 1], "server") == 0;
+            continue;
+        }
         if (!strcmp(argv[i], "--bind")) {
             if (strcmp(argv[i + 1], "async") && strcmp(argv[i + 1], "sync")) {
                 fprintf(stderr, "--bind: async (the server's, the default) or sync\n");
