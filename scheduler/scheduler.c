@@ -8,9 +8,11 @@
  * core runs with no lock of the store held; (3) the decisions applied in one
  * write transaction, each placement under its own savepoint so a job
  * cancelled meanwhile is skipped alone (on PostgreSQL, where a statement is
- * a round trip, each placement is one statement that writes all of it or
- * nothing: cluster_place), and any store error rolls the whole transaction
- * back. The store is the only durable state; the mirror a cache. */
+ * a round trip, the placements are one statement that writes each job all
+ * or nothing: cluster_place_many), and any store error rolls the whole
+ * transaction back. The scheduler thread's passes commit step 3 in a
+ * thread of their own (sched_pass_async: "the pass" below). The store is
+ * the only durable state; the mirror a cache. */
 #include "scheduler.h"
 
 #include <pthread.h>
@@ -423,28 +425,41 @@ static int place_resize_event(db *d, const cl_job *j, const sched_place *pl)
     return store_event_add(d, j->id, "resize", "scheduler", what) == STORE_OK ? 0 : -1;
 }
 
-/* Places one job in one statement (cluster_place: PostgreSQL, where each
- * statement is a round trip): 0 done, 1 skipped (the job changed, or a
- * device is held or gone: nothing written), -1 error; -2 when the store
- * writes step by step (apply_place). */
-static int apply_place_one(db *d, const snap *sp, const sched_result *r, const sched_place *pl, int64_t now)
+/* Placements a statement (the first pass after a start places thousands) */
+#define PLACE_BATCH 256
+
+/* Places the pass's jobs, PLACE_BATCH a statement (cluster_place_many:
+ * PostgreSQL, where each statement is a round trip): placed[p] 1 done, 0
+ * skipped (the job changed, or a device is held or gone: nothing of it
+ * written). 0, -1 on error; -2 when the store writes step by step
+ * (apply_place). */
+static int apply_place_all(db *d, const snap *sp, const sched_result *r, int64_t now, char *placed)
 {
     if (!cluster_batches_writes(d)) return -2;
-    const cl_job *j = sp->q_job[pl->job];
-    char why[512];
-    place_why(sp, r, pl, why, sizeof why);
-    cl_place_task *tasks = xcalloc((size_t)pl->n_tasks + 1, sizeof *tasks);
-    for (int k = 0; k < pl->n_tasks; k++) {
-        const sched_task *tk = &r->tasks[pl->task_off + k];
-        tasks[k] = (cl_place_task){tk->type ? "ps" : "worker", tk->index, tk->node_id, tk->port, tk->mem_mb,
-                                   tk->kind == SCHED_GPU ? tk->n_dev : 0, tk->kind == SCHED_CPU ? tk->n_dev : 0,
-                                   &r->dev_ids[tk->dev_off], tk->n_dev};
+    if (r->n_place == 0) return 0;
+    cl_place_job *jobs = xcalloc((size_t)r->n_place, sizeof *jobs);
+    cl_place_task *tasks = xcalloc((size_t)r->n_tasks + 1, sizeof *tasks);
+    char (*why)[512] = xcalloc((size_t)r->n_place, sizeof *why);
+    for (int p = 0; p < r->n_place; p++) {
+        const sched_place *pl = &r->place[p];
+        for (int k = 0; k < pl->n_tasks; k++) {
+            const sched_task *tk = &r->tasks[pl->task_off + k];
+            tasks[pl->task_off + k] =
+                (cl_place_task){tk->type ? "ps" : "worker", tk->index, tk->node_id, tk->port, tk->mem_mb,
+                                tk->kind == SCHED_GPU ? tk->n_dev : 0, tk->kind == SCHED_CPU ? tk->n_dev : 0,
+                                &r->dev_ids[tk->dev_off], tk->n_dev};
+        }
+        place_why(sp, r, pl, why[p], sizeof why[p]);
+        jobs[p] = (cl_place_job){sp->q_job[pl->job]->id, why[p], pl->workers, &tasks[pl->task_off], pl->n_tasks, 0};
     }
-    int rc = cluster_place(d, j->id, why, pl->workers, now, tasks, pl->n_tasks);
+    int rc = 0;
+    for (int p = 0; p < r->n_place && rc >= 0; p += PLACE_BATCH)
+        rc = cluster_place_many(d, jobs + p, r->n_place - p < PLACE_BATCH ? r->n_place - p : PLACE_BATCH, now);
+    for (int p = 0; p < r->n_place; p++) placed[p] = jobs[p].attempt > 0;
+    free(jobs);
     free(tasks);
-    if (rc < 0 || fault_point() < 0) return -1;
-    if (rc == 0) return 1;
-    return place_resize_event(d, j, pl);
+    free(why);
+    return rc < 0 || fault_point() < 0 ? -1 : 0;
 }
 
 /* Places one job a statement at a time (under the caller's savepoint): 0
@@ -696,23 +711,26 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
     if (!db_in_tx(d) && db_begin(d) < 0) return -1;
     char why[CL_REASON_MAX];
     int changed = r->n_place > 0 || r->n_stops > 0 || r->n_grows > 0;
-    /* placements: each one statement where the store does that (it writes
-     * all of it or nothing), else each under a savepoint */
+    /* placements: all in one statement where the store does that (it
+     * writes each job all or nothing), else each under a savepoint */
+    char *placed = xcalloc((size_t)r->n_place + 1, 1);
+    int all = apply_place_all(d, sp, r, now, placed);
+    if (all == -1) { free(placed); goto fail; }
     for (int p = 0; p < r->n_place; p++) {
         const sched_place *pl = &r->place[p];
-        int rc = apply_place_one(d, sp, r, pl, now);
-        if (rc == -2) {
-            if (exec1(d, SQL_SAVEPOINT) < 0) goto fail;
+        int rc = placed[p] ? place_resize_event(d, sp->q_job[pl->job], pl) : 1;
+        if (all == -2) {
+            if (exec1(d, SQL_SAVEPOINT) < 0) { free(placed); goto fail; }
             size_t notes = db_notes_mark(), changes = db_changes_mark(d);
             rc = apply_place(d, sp, r, pl, now);
             if (rc > 0) {
-                if (exec1(d, SQL_ROLLBACK_TO) < 0) goto fail;
+                if (exec1(d, SQL_ROLLBACK_TO) < 0) { free(placed); goto fail; }
                 db_notes_rewind(notes);
                 db_changes_rewind(d, changes);
             }
-            if (rc >= 0 && exec1(d, SQL_RELEASE) < 0) goto fail;
+            if (rc >= 0 && exec1(d, SQL_RELEASE) < 0) { free(placed); goto fail; }
         }
-        if (rc < 0) goto fail;
+        if (rc < 0) { free(placed); goto fail; }
         if (rc > 0) {
             st->conflicts++;
             continue;
@@ -721,6 +739,7 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
         st->backfilled += pl->backfill;
         for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) wake_add(d, st, r->tasks[t].node_id);
     }
+    free(placed);
     /* preemption: ask whole gangs to stop; devices are freed when they exit */
     for (int x = 0; x < r->n_stops; x++) {
         const sched_victim *sp_ = &r->stops[x];

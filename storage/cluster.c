@@ -1121,91 +1121,129 @@ int cluster_alloc_insert(db *d, int64_t device_id, int64_t task_id, int64_t job_
     return rc == DB_DONE ? 0 : -1;
 }
 
-/* The whole start of a job as one statement: the job (still queued, and
+/* The whole start of jobs as one statement: each job (still queued, and
  * its devices all there and free in the statement's snapshot) to
  * 'starting' with its next attempt and size, its timeline's row, its tasks
- * and their devices. The devices find their task by the task's ordinal
- * ($14 against the tasks' unnest WITH ORDINALITY) through (type, idx),
- * unique in an attempt. No row: nothing was written. */
+ * and their devices; a job that is not so is left alone, the others placed.
+ * The jobs are $1-$3 (jk: their ordinal), the tasks $6-$13 (with their
+ * job's ordinal; k: the task's ordinal), the devices $14 with their task's
+ * ordinal $15. A device finds its task through the task's ordinal and
+ * (type, idx), unique in an attempt. One row per job placed. */
 static const char SQL_PLACE_PG[] =
-    "WITH j AS ("
-    "UPDATE jobs SET state = 'starting', reason = $2, updated_at = $3, attempt = attempt + 1,"
-    " workers_now = $4, resize_to = 0"
-    " WHERE id = $1 AND state = 'queued'"
-    " AND (SELECT count(*) FROM devices WHERE id = ANY($6::bigint[])) = cardinality($6::bigint[])"
-    " AND NOT EXISTS(SELECT 1 FROM allocations WHERE device_id = ANY($6::bigint[]))"
-    " RETURNING id, attempt),"
+    "WITH jin AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::int[]) WITH ORDINALITY"
+    " AS jin(id, why, workers, jk)),"
+    " v AS (SELECT * FROM unnest($6::bigint[], $7::text[], $8::bigint[], $9::bigint[], $10::bigint[],"
+    " $11::bigint[], $12::bigint[], $13::bigint[]) WITH ORDINALITY"
+    " AS v(jk, type, idx, node_id, port, memory_mb, gpus, cpus, k)),"
+    " x AS (SELECT * FROM unnest($14::bigint[], $15::bigint[]) AS x(dev, k)),"
+    " bad AS (SELECT DISTINCT v.jk FROM x JOIN v ON v.k = x.k"
+    " WHERE NOT EXISTS(SELECT 1 FROM devices WHERE id = x.dev)"
+    " OR EXISTS(SELECT 1 FROM allocations WHERE device_id = x.dev)),"
+    " j AS (UPDATE jobs SET state = 'starting', reason = jin.why, updated_at = $4, attempt = jobs.attempt + 1,"
+    " workers_now = jin.workers, resize_to = 0"
+    " FROM jin WHERE jobs.id = jin.id AND jobs.state = 'queued' AND jin.jk NOT IN (SELECT jk FROM bad)"
+    " RETURNING jobs.id, jobs.attempt, jin.jk, jin.why),"
     " e AS (INSERT INTO job_events(job_id, ts, kind, from_state, to_state, actor, reason)"
-    " SELECT id, $5, 'state', 'queued', 'starting', 'scheduler', $2 FROM j),"
-    " v AS (SELECT * FROM unnest($7::text[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[],"
-    " $12::bigint[], $13::bigint[]) WITH ORDINALITY AS v(type, idx, node_id, port, memory_mb, gpus, cpus, k)),"
+    " SELECT id, $5, 'state', 'queued', 'starting', 'scheduler', why FROM j),"
     " t AS (INSERT INTO tasks(job_id, attempt, type, idx, node_id, port, state, created_at, memory_mb, gpus, cpus)"
-    " SELECT j.id, j.attempt, v.type, v.idx, v.node_id, v.port, 'assigned', $3, v.memory_mb, v.gpus, v.cpus"
-    " FROM j, v RETURNING id, type, idx),"
+    " SELECT j.id, j.attempt, v.type, v.idx, v.node_id, v.port, 'assigned', $4, v.memory_mb, v.gpus, v.cpus"
+    " FROM j JOIN v ON v.jk = j.jk RETURNING id, job_id, type, idx),"
     " a AS (INSERT INTO allocations(device_id, task_id, job_id)"
-    " SELECT x.dev, t.id, $1 FROM unnest($6::bigint[], $14::bigint[]) AS x(dev, k)"
-    " JOIN v ON v.k = x.k JOIN t ON t.type = v.type AND t.idx = v.idx RETURNING device_id)"
-    " SELECT j.attempt, (SELECT count(*) FROM t), (SELECT count(*) FROM a) FROM j";
+    " SELECT x.dev, t.id, t.job_id FROM x JOIN v ON v.k = x.k JOIN j ON j.jk = v.jk"
+    " JOIN t ON t.job_id = j.id AND t.type = v.type AND t.idx = v.idx RETURNING job_id)"
+    " SELECT j.jk, j.attempt, coalesce(tn.n, 0), coalesce(an.n, 0) FROM j"
+    " LEFT JOIN (SELECT job_id, count(*) AS n FROM t GROUP BY job_id) AS tn ON tn.job_id = j.id"
+    " LEFT JOIN (SELECT job_id, count(*) AS n FROM a GROUP BY job_id) AS an ON an.job_id = j.id";
 
-int cluster_place(db *d, int64_t job_id, const char *why, int workers, int64_t now, const cl_place_task *tasks,
-                  int n_tasks)
+/* s as an element of a PostgreSQL array literal: quoted, \ and " escaped. */
+static int array_text(buf *b, const char *sep, const char *s)
+{
+    if (buf_appends(b, sep) || buf_appends(b, "\"")) return -1;
+    for (const char *p = s; *p; p++) {
+        if ((*p == '"' || *p == '\\') && buf_appends(b, "\\")) return -1;
+        if (buf_append(b, p, 1)) return -1;
+    }
+    return buf_appends(b, "\"");
+}
+
+int cluster_place_many(db *d, cl_place_job *jobs, int n, int64_t now)
 {
     if (!cluster_batches_writes(d)) return -2;
-    if (n_tasks <= 0) return -1;
-    /* the tasks' columns and the devices, each an array literal */
-    enum { TYPE, IDX, NODE, PORT, MEM, GPUS, CPUS, DEVS, DEV_TASK, NCOLS };
+    if (n <= 0) return 0;
+    /* the jobs', the tasks' and the devices' columns, each an array literal */
+    enum { JID, WHY, WORKERS, TJOB, TYPE, IDX, NODE, PORT, MEM, GPUS, CPUS, DEVS, DEV_TASK, NCOLS };
     buf col[NCOLS];
-    int n_dev = 0, bad = 0;
+    int n_task = 0, n_dev = 0, bad = 0;
     for (int c = 0; c < NCOLS; c++) {
-        buf_init(&col[c], 1u << 20);
+        buf_init(&col[c], 1u << 24);
         bad |= buf_appends(&col[c], "{");
     }
-    for (int k = 0; k < n_tasks && !bad; k++) {
-        const cl_place_task *tk = &tasks[k];
-        if (strcmp(tk->type, "worker") != 0 && strcmp(tk->type, "ps") != 0) bad = 1;
-        const char *sep = k ? "," : "";
-        bad = bad || buf_printf(&col[TYPE], "%s%s", sep, tk->type) || buf_printf(&col[IDX], "%s%d", sep, tk->idx) ||
-              buf_printf(&col[NODE], "%s%lld", sep, (long long)tk->node_id) ||
-              buf_printf(&col[PORT], "%s%d", sep, tk->port) ||
-              buf_printf(&col[MEM], "%s%lld", sep, (long long)tk->memory_mb) ||
-              buf_printf(&col[GPUS], "%s%d", sep, tk->gpus) || buf_printf(&col[CPUS], "%s%d", sep, tk->cpus);
-        for (int x = 0; x < tk->n_devices && !bad; x++, n_dev++)
-            bad = buf_printf(&col[DEVS], "%s%lld", n_dev ? "," : "", (long long)tk->devices[x]) ||
-                  buf_printf(&col[DEV_TASK], "%s%d", n_dev ? "," : "", k + 1);
+    for (int q = 0; q < n && !bad; q++) {
+        cl_place_job *pj = &jobs[q];
+        pj->attempt = 0;
+        if (pj->n_tasks <= 0) bad = 1;
+        const char *js = q ? "," : "";
+        bad = bad || buf_printf(&col[JID], "%s%lld", js, (long long)pj->job_id) || array_text(&col[WHY], js, pj->why) ||
+              buf_printf(&col[WORKERS], "%s%d", js, pj->workers);
+        for (int k = 0; k < pj->n_tasks && !bad; k++, n_task++) {
+            const cl_place_task *tk = &pj->tasks[k];
+            if (strcmp(tk->type, "worker") != 0 && strcmp(tk->type, "ps") != 0) bad = 1;
+            const char *sep = n_task ? "," : "";
+            bad = bad || buf_printf(&col[TJOB], "%s%d", sep, q + 1) || buf_printf(&col[TYPE], "%s%s", sep, tk->type) ||
+                  buf_printf(&col[IDX], "%s%d", sep, tk->idx) ||
+                  buf_printf(&col[NODE], "%s%lld", sep, (long long)tk->node_id) ||
+                  buf_printf(&col[PORT], "%s%d", sep, tk->port) ||
+                  buf_printf(&col[MEM], "%s%lld", sep, (long long)tk->memory_mb) ||
+                  buf_printf(&col[GPUS], "%s%d", sep, tk->gpus) || buf_printf(&col[CPUS], "%s%d", sep, tk->cpus);
+            for (int x = 0; x < tk->n_devices && !bad; x++, n_dev++)
+                bad = buf_printf(&col[DEVS], "%s%lld", n_dev ? "," : "", (long long)tk->devices[x]) ||
+                      buf_printf(&col[DEV_TASK], "%s%d", n_dev ? "," : "", n_task + 1);
+        }
     }
     for (int c = 0; c < NCOLS && !bad; c++) bad = buf_appends(&col[c], "}");
     db_stmt *st = bad ? NULL : db_prepare(d, SQL_PLACE_PG);
-    int rc = DB_ERR, attempt = -1;
-    int64_t made_tasks = 0, made_devs = 0;
+    int rc = DB_ERR, placed = 0, wrong = 0;
     if (st) {
-        db_bind_int64(st, 1, job_id);
-        db_bind_text(st, 2, why, -1);
-        db_bind_int64(st, 3, now);
-        db_bind_int(st, 4, workers);
-        db_bind_int64(st, 5, now_ms());
-        static const int param[NCOLS] = {7, 8, 9, 10, 11, 12, 13, 6, 14};
+        static const int param[NCOLS] = {1, 2, 3, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
         for (int c = 0; c < NCOLS; c++) db_bind_text(st, param[c], col[c].data, (int)col[c].len);
-        rc = db_step(st);
-        if (rc == DB_ROW) {
-            attempt = db_col_int(st, 0);
-            made_tasks = db_col_int64(st, 1);
-            made_devs = db_col_int64(st, 2);
+        db_bind_int64(st, 4, now);
+        db_bind_int64(st, 5, now_ms());
+        while ((rc = db_step(st)) == DB_ROW) {
+            int q = db_col_int(st, 0) - 1;
+            if (q < 0 || q >= n || jobs[q].attempt) { wrong = 1; continue; }
+            cl_place_job *pj = &jobs[q];
+            int want_dev = 0;
+            for (int k = 0; k < pj->n_tasks; k++) want_dev += pj->tasks[k].n_devices;
+            pj->attempt = db_col_int(st, 1);
+            int64_t made_tasks = db_col_int64(st, 2), made_devs = db_col_int64(st, 3);
+            if (pj->attempt <= 0 || made_tasks != pj->n_tasks || made_devs != want_dev) {
+                log_error("cluster: job %lld placed with %lld of %d tasks and %lld of %d devices",
+                          (long long)pj->job_id, (long long)made_tasks, pj->n_tasks, (long long)made_devs, want_dev);
+                wrong = 1;
+            }
+            placed++;
         }
         db_done(st);
     }
     for (int c = 0; c < NCOLS; c++) buf_release(&col[c]);
-    if (rc == DB_DONE) return 0; /* no longer queued, or a device held or gone */
-    if (rc != DB_ROW) return -1;
-    if (attempt <= 0 || made_tasks != n_tasks || made_devs != n_dev) {
-        log_error("cluster: job %lld placed with %lld of %d tasks and %lld of %d devices", (long long)job_id,
-                  (long long)made_tasks, n_tasks, (long long)made_devs, n_dev);
-        return -1;
+    if (rc != DB_DONE || wrong) return -1;
+    for (int q = 0; q < n; q++) {
+        if (!jobs[q].attempt) continue;
+        /* the console's line, as store_job_transition's event gives it */
+        int rl = (int)strcspn(jobs[q].why, "\n");
+        if (rl > 300) rl = 300;
+        db_note(d, "job %lld: queued -> starting (scheduler): %.*s", (long long)jobs[q].job_id, rl, jobs[q].why);
     }
-    /* the console's line, as store_job_transition's event gives it */
-    int rl = (int)strcspn(why, "\n");
-    if (rl > 300) rl = 300;
-    db_note(d, "job %lld: queued -> starting (scheduler): %.*s", (long long)job_id, rl, why);
-    return attempt;
+    return placed;
+}
+
+int cluster_place(db *d, int64_t job_id, const char *why, int workers, int64_t now, const cl_place_task *tasks,
+                  int n_tasks)
+{
+    if (n_tasks <= 0) return cluster_batches_writes(d) ? -1 : -2;
+    cl_place_job pj = {job_id, why, workers, tasks, n_tasks, 0};
+    int rc = cluster_place_many(d, &pj, 1, now);
+    return rc < 0 ? rc : pj.attempt;
 }
 
 int cluster_job_next_attempt(db *d, int64_t job_id, int64_t now)

@@ -245,6 +245,22 @@ typedef struct cl_place_task {
  * step by step, under a savepoint). */
 int cluster_place(db *d, int64_t job_id, const char *why, int workers, int64_t now, const cl_place_task *tasks,
                   int n_tasks);
+/* A job to start (cluster_place_many); attempt is set by the call. */
+typedef struct cl_place_job {
+    int64_t job_id;
+    const char *why;
+    int workers;
+    const cl_place_task *tasks;
+    int n_tasks;
+    int attempt;                   /* out: the new attempt, 0 when it was skipped */
+} cl_place_job;
+/* Starts n queued jobs in one statement (PostgreSQL), each as
+ * cluster_place starts one: a job no longer queued, or one of whose devices
+ * is held or gone, is skipped (attempt 0; nothing of it written), the
+ * others are placed (attempt > 0). Returns the number placed, -1 on error
+ * (as cluster_place's; the caller rolls back), -2 on SQLite. The devices of
+ * two jobs must differ (the core never gives one twice). */
+int cluster_place_many(db *d, cl_place_job *jobs, int n, int64_t now);
 /* attempt + 1 of a job just moved to 'starting'; returns the new attempt
  * (the number of times the job has been started) or -1. */
 int cluster_job_next_attempt(db *d, int64_t job_id, int64_t now);

@@ -2742,6 +2742,32 @@ START_TEST(db_place_skips_what_changed)
     ck_assert_int_eq(q1("SELECT count(*) FROM allocations WHERE job_id = ?", d), 1);
     ck_assert_int_eq(q1("SELECT count(*) FROM job_events WHERE job_id = ? AND to_state = 'starting'", d), 1);
     check_db();
+    /* several jobs in one statement (the pass's form): each all or nothing,
+     * the others placed; a reason with the array literal's quotes */
+    int64_t e = job(t, 50, 1, 1, "gpu", 0, 0, 0), f = job(t, 50, 1, 1, "gpu", 0, 0, 0), g = job(t, 50, 1, 1, "gpu", 0, 0, 0);
+    exec_sql("UPDATE jobs SET state = 'cancelled' WHERE id = ?", g);
+    int64_t f0 = q1("SELECT min(id) FROM devices WHERE kind = 'gpu' AND id NOT IN (SELECT device_id FROM allocations)", 0);
+    int64_t f1 = q1("SELECT max(id) FROM devices WHERE kind = 'gpu' AND id NOT IN (SELECT device_id FROM allocations)", 0);
+    ck_assert_int_ne(f0, f1);
+    cl_place_task te = {"worker", 0, n1, 29501, 0, 1, 0, &held, 1}, tf = {"worker", 0, n1, 29502, 0, 1, 0, &f0, 1},
+                  tg = {"worker", 0, n1, 29503, 0, 1, 0, &f1, 1};
+    static const char odd[] = "placed on \"n1\", a \\ and {braces}";
+    cl_place_job pj[3] = {{e, "placed on n1", 1, &te, 1, 9}, {f, odd, 1, &tf, 1, 9}, {g, "placed on n1", 1, &tg, 1, 9}};
+    ck_assert_int_eq(db_begin(g_db), 0);
+    ck_assert_int_eq(cluster_place_many(g_db, pj, 3, now + 3000), 1);
+    ck_assert_int_eq(db_commit(g_db), 0);
+    ck_assert_int_eq(pj[0].attempt, 0); /* its device is held */
+    ck_assert_int_eq(pj[1].attempt, 1);
+    ck_assert_int_eq(pj[2].attempt, 0); /* no longer queued */
+    ck_assert_int_eq(q1("SELECT count(*) FROM tasks WHERE job_id = ?", e), 0);
+    ck_assert_int_eq(q1("SELECT count(*) FROM tasks WHERE job_id = ?", g), 0);
+    ck_assert_int_eq(q1("SELECT count(*) FROM allocations WHERE job_id = ?", f), 1);
+    ck_assert_int_eq(q1("SELECT min(device_id) FROM allocations WHERE job_id = ?", f), f0);
+    qtext("SELECT reason FROM job_events WHERE job_id = ? AND to_state = 'starting'", f, txt, sizeof txt);
+    ck_assert_str_eq(txt, odd);
+    qtext("SELECT state FROM jobs WHERE id = ?", e, txt, sizeof txt);
+    ck_assert_str_eq(txt, "queued");
+    check_db();
 }
 END_TEST
 
