@@ -706,6 +706,7 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
     int needed = apply_needed(sp, r, now);
     reason_row *kept = NULL;
     int n_kept = 0;
+    char *placed = NULL;
     if (write_reasons(d, sp, r, st, needed, &kept, &n_kept) < 0) return -1;
     if (!needed) return 0;
     if (!db_in_tx(d) && db_begin(d) < 0) return -1;
@@ -713,24 +714,24 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
     int changed = r->n_place > 0 || r->n_stops > 0 || r->n_grows > 0;
     /* placements: all in one statement where the store does that (it
      * writes each job all or nothing), else each under a savepoint */
-    char *placed = xcalloc((size_t)r->n_place + 1, 1);
+    placed = xcalloc((size_t)r->n_place + 1, 1);
     int all = apply_place_all(d, sp, r, now, placed);
-    if (all == -1) { free(placed); goto fail; }
+    if (all == -1) goto fail;
     for (int p = 0; p < r->n_place; p++) {
         const sched_place *pl = &r->place[p];
         int rc = placed[p] ? place_resize_event(d, sp->q_job[pl->job], pl) : 1;
         if (all == -2) {
-            if (exec1(d, SQL_SAVEPOINT) < 0) { free(placed); goto fail; }
+            if (exec1(d, SQL_SAVEPOINT) < 0) goto fail;
             size_t notes = db_notes_mark(), changes = db_changes_mark(d);
             rc = apply_place(d, sp, r, pl, now);
             if (rc > 0) {
-                if (exec1(d, SQL_ROLLBACK_TO) < 0) { free(placed); goto fail; }
+                if (exec1(d, SQL_ROLLBACK_TO) < 0) goto fail;
                 db_notes_rewind(notes);
                 db_changes_rewind(d, changes);
             }
-            if (rc >= 0 && exec1(d, SQL_RELEASE) < 0) { free(placed); goto fail; }
+            if (rc >= 0 && exec1(d, SQL_RELEASE) < 0) goto fail;
         }
-        if (rc < 0) { free(placed); goto fail; }
+        if (rc < 0) goto fail;
         if (rc > 0) {
             st->conflicts++;
             continue;
@@ -739,7 +740,6 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
         st->backfilled += pl->backfill;
         for (int t = pl->task_off; t < pl->task_off + pl->n_tasks; t++) wake_add(d, st, r->tasks[t].node_id);
     }
-    free(placed);
     /* preemption: ask whole gangs to stop; devices are freed when they exit */
     for (int x = 0; x < r->n_stops; x++) {
         const sched_victim *sp_ = &r->stops[x];
@@ -819,14 +819,17 @@ static int apply(db *d, const sched_config *cfg, snap *sp, const sched_result *r
     if (fault_point() < 0) goto fail;
     if (db_commit(d) < 0) {
         free(kept);
+        free(placed);
         return -1;
     }
     reasons_committed(sp->m, kept, n_kept);
     free(kept);
+    free(placed);
     return 0;
 fail:
     db_rollback(d);
     free(kept);
+    free(placed);
     return -1;
 }
 
