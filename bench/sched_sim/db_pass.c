@@ -359,20 +359,19 @@ int main(int argc, char **argv)
         long v = 0;
         if (!strcmp(argv[i], "--mode")) { mode = argv[i + 1]; continue; }
         if (!strcmp(argv[i], "--db")) { url = argv[i + 1]; continue; }
-        if (!strcmp(argv[i], "--gap")) {
-            if (strcmp(argv[i + 1], "server") && strcmp(argv[i + 1], "none")) {
-                fprintf(stderr, "--gap: server (the scheduler thread's, the default) or none\n");
+        /* two-way flags: the first word is the default's (1) */
+        static const struct { const char *flag, *yes, *no, *what; int *to; } two[] = {
+            {"--gap", "server", "none", "the scheduler thread's gap, the default", &g_gap},
+            {"--bind", "async", "sync", "the server's, the default", &g_bind_async},
+        };
+        int k = 0;
+        while (k < 2 && strcmp(argv[i], two[k].flag)) k++;
+        if (k < 2) {
+            if (strcmp(argv[i + 1], two[k].yes) && strcmp(argv[i + 1], two[k].no)) {
+                fprintf(stderr, "%s: %s (%s) or %s\n", two[k].flag, two[k].yes, two[k].what, two[k].no);
                 return 2;
             }
-            g_gap = strcmp(argv[i + 1], "server") == 0;
-            continue;
-        }
-        if (!strcmp(argv[i], "--bind")) {
-            if (strcmp(argv[i + 1], "async") && strcmp(argv[i + 1], "sync")) {
-                fprintf(stderr, "--bind: async (the server's, the default) or sync\n");
-                return 2;
-            }
-            g_bind_async = strcmp(argv[i + 1], "async") == 0;
+            *two[k].to = strcmp(argv[i + 1], two[k].yes) == 0;
             continue;
         }
         if (parse_long(argv[i + 1], 0, 10000000, &v) != 0) return 2;
