@@ -453,6 +453,11 @@ static void job_delete_run(server *srv, http_req *req, http_res *res) {
     }
     if (api_own_or_admin(srv->db, req, res, 0, id) < 0) return;
     int live = 0;
+    int64_t in_db = 0; /* its logs' bytes in the database (PostgreSQL), gone with the mark */
+    if (exec_store_log_db_bytes(srv->db, id, &in_db) != STORE_OK) {
+        http_db_unavailable(res);
+        return;
+    }
     int rc = retention_job_delete_mark(srv->db, id, scope_team(req), now_ms(), actor, state, &live);
     if (rc == STORE_NOT_FOUND) {
         http_error(res, 404, "not_found", NULL, "no job %lld", (long long)id);
@@ -478,6 +483,7 @@ static void job_delete_run(server *srv, http_req *req, http_res *res) {
     }
     int64_t freed = 0;
     api_retention_delete_files(srv, id, &freed);
+    freed += in_db;
     api_blob_job_deleted(srv, id, &freed); /* its objects in the blob store, its open uploads */
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "id", (double)id);

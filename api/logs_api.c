@@ -1,7 +1,8 @@
 /* logs_api.c - /jobs/{id}/logs: what a job's tasks print, appended by their
- * agents (one file per task under the log directory, each chunk recorded
- * in storage/exec_store.c) within the disk reserve, the job's log cap and
- * its team's quota, and read back by offset. A node's token posts only
+ * agents (on SQLite one file per task under the log directory, each chunk
+ * recorded in storage/exec_store.c; on PostgreSQL the chunks' bytes in the
+ * database, so every server of the cluster serves them) within the disk
+ * reserve, the job's log cap and its team's quota, and read back by offset. A node's token posts only
  * for jobs with a task on its node. Logs the retention removed are a 410
  * (retention_api.h). */
 #include "logs_api.h"
@@ -141,6 +142,46 @@ static void log_admit_decide(server *srv, const exec_job *j, const char *body, s
     }
 }
 
+/* The answer to a log post: where its bytes begin and end, what was
+ * dropped. */
+static void logs_posted(http_res *res, int64_t off, size_t total, size_t dropped) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "offset", (double)off);
+    cJSON_AddNumberToObject(o, "next_offset", (double)(off + (int64_t)total));
+    cJSON_AddNumberToObject(o, "dropped", (double)dropped);
+    http_json(res, 200, o);
+}
+
+/* A log post kept in the database (exec_store_logs_in_db): the chunk, its
+ * bytes and the job's log_bytes in one transaction, so whichever server
+ * leads next serves it; a failure keeps nothing and is a 503 the agent
+ * retries. */
+static void logs_post_db(server *srv, http_res *res, const exec_job *j, const char *task, const char *body,
+                         size_t len) {
+    log_admit adm;
+    log_admit_decide(srv, j, body, len, &adm);
+    size_t nlen = strlen(adm.note), total = adm.take + nlen;
+    int64_t off = 0;
+    if (total) {
+        char *b = xmalloc(total);
+        memcpy(b, body, adm.take);
+        memcpy(b + adm.take, adm.note, nlen);
+        pthread_mutex_lock(&g_log_lock);
+        int rc = exec_store_log_append(srv->db, j->id, task, j->attempt, b, (int64_t)total, &off);
+        pthread_mutex_unlock(&g_log_lock);
+        free(b);
+        if (rc != STORE_OK) {
+            http_db_unavailable(res);
+            return;
+        }
+        quota_add(srv->db, j->team_id, QUOTA_LOGS, (int64_t)total);
+    } else if (exec_store_log_end(srv->db, j->id, task, &off) != STORE_OK) { /* where the log ends */
+        http_db_unavailable(res);
+        return;
+    }
+    logs_posted(res, off, total, len - adm.take);
+}
+
 /* POST /api/v1/jobs/{id}/logs?task=worker-0 (raw text lines) */
 static void logs_post(server *srv, http_req *req, http_res *res) {
     exec_job j;
@@ -161,6 +202,10 @@ static void logs_post(server *srv, http_req *req, http_res *res) {
     }
     const char *task = task_query(req, res, 1);
     if (!task) return;
+    if (exec_store_logs_in_db(srv->db)) {
+        logs_post_db(srv, res, &j, task, req->body.data, req->body.len);
+        return;
+    }
     char path[PATH_MAX + 64];
     if (log_path(srv, j.id, task, path, sizeof path, 1) < 0) {
         http_error(res, 500, "internal", NULL, "cannot create the log directory: %s", strerror(errno));
@@ -198,11 +243,7 @@ static void logs_post(server *srv, http_req *req, http_res *res) {
             log_warn("job %lld: cannot record a log chunk of %s", (long long)j.id, task);
         else quota_add(srv->db, j.team_id, QUOTA_LOGS, (int64_t)total);
     }
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddNumberToObject(o, "offset", (double)off);
-    cJSON_AddNumberToObject(o, "next_offset", (double)(off + (int64_t)total));
-    cJSON_AddNumberToObject(o, "dropped", (double)(req->body.len - adm.take));
-    http_json(res, 200, o);
+    logs_posted(res, off, total, req->body.len - adm.take);
 }
 
 /* The X-Next-Offset header of a log read. */
@@ -226,6 +267,23 @@ static void logs_get(server *srv, http_req *req, http_res *res) {
     long since, limit;
     if (http_query_long(req, res, "since", 0, (long)INT64_MAX, 0, &since) < 0) return;
     if (http_query_long(req, res, "limit", 1, LOG_READ_MAX, LOG_READ_MAX, &limit) < 0) return;
+    if (exec_store_logs_in_db(srv->db)) {
+        /* the chunks' bytes; a chunk without them was written to a file
+         * (a cluster migrated from SQLite): the file, as below */
+        buf b;
+        buf_init(&b, (size_t)limit);
+        int rc = exec_store_log_read(srv->db, j.id, task, since, limit, &b);
+        if (rc == STORE_OK) {
+            http_text(res, 200, "text/plain; charset=utf-8", b.data ? b.data : "", b.len);
+            next_offset(res, (long long)since + (long long)b.len);
+        }
+        buf_release(&b);
+        if (rc == STORE_OK) return;
+        if (rc != STORE_NOT_FOUND) {
+            http_db_unavailable(res);
+            return;
+        }
+    }
     char path[PATH_MAX + 64];
     if (log_path(srv, j.id, task, path, sizeof path, 0) < 0) {
         http_error(res, 500, "internal", NULL, "log path too long");

@@ -601,20 +601,45 @@ static const char SQL_LOG_CHUNK[] =
 
 static const char SQL_LOG_BYTES_ADD[] = "UPDATE jobs SET log_bytes = log_bytes + ?2 WHERE id = ?1";
 
-int exec_store_log_chunk_add(db *d, int64_t job_id, const char *task, int attempt, int64_t offset, int64_t length) {
-    /* the chunk and the job's log_bytes together: the team's storage use is
-     * summed from log_bytes, so it never misses a chunk after a crash */
+int exec_store_logs_in_db(db *d) { return strcmp(db_engine(d), "postgres") == 0; }
+
+/* the chunk at the end of the task's log (across its attempts: one log a task) */
+static const char SQL_LOG_APPEND[] =
+    "INSERT INTO log_chunks(job_id, task, attempt, seq, \"offset\", length, ts, data)"
+    " VALUES(?1, ?2, ?3, (SELECT coalesce(max(seq), 0) + 1 FROM log_chunks"
+    "  WHERE job_id = ?1 AND task = ?2 AND attempt = ?3),"
+    " (SELECT coalesce(max(\"offset\" + length), 0) FROM log_chunks WHERE job_id = ?1 AND task = ?2),"
+    " ?4, ?5, ?6) RETURNING \"offset\"";
+
+/* A chunk and the job's log_bytes in one transaction (the team's storage
+ * use is summed from log_bytes, so it never misses a chunk after a crash):
+ * data NULL, a chunk of a file at offset; else its bytes at the log's end,
+ * *offset set. */
+static int log_chunk_write(db *d, int64_t job_id, const char *task, int attempt, int64_t *offset, int64_t length,
+                           const void *data) {
+    if (length <= 0 || length > INT32_MAX) return STORE_ERROR;
     if (db_begin(d) < 0) return STORE_ERROR;
-    db_stmt *st = db_prepare(d, SQL_LOG_CHUNK);
+    db_stmt *st = db_prepare(d, data ? SQL_LOG_APPEND : SQL_LOG_CHUNK);
     int rc = STORE_ERROR;
     if (st) {
         db_bind_int64(st, 1, job_id);
         db_bind_text(st, 2, task, -1);
         db_bind_int(st, 3, attempt);
-        db_bind_int64(st, 4, offset);
-        db_bind_int64(st, 5, length);
-        db_bind_int64(st, 6, now_ms());
-        rc = store_step_done(st);
+        if (data) {
+            db_bind_int64(st, 4, length);
+            db_bind_int64(st, 5, now_ms());
+            db_bind_blob(st, 6, data, (int)length);
+            if (db_step(st) == DB_ROW) {
+                *offset = db_col_int64(st, 0);
+                rc = db_step(st) == DB_DONE ? STORE_OK : STORE_ERROR;
+            }
+            db_done(st);
+        } else {
+            db_bind_int64(st, 4, *offset);
+            db_bind_int64(st, 5, length);
+            db_bind_int64(st, 6, now_ms());
+            rc = store_step_done(st);
+        }
     }
     if (rc == STORE_OK) {
         st = db_prepare(d, SQL_LOG_BYTES_ADD);
@@ -630,6 +655,73 @@ int exec_store_log_chunk_add(db *d, int64_t job_id, const char *task, int attemp
         return STORE_ERROR;
     }
     return STORE_OK;
+}
+
+int exec_store_log_chunk_add(db *d, int64_t job_id, const char *task, int attempt, int64_t offset, int64_t length) {
+    return log_chunk_write(d, job_id, task, attempt, &offset, length, NULL);
+}
+
+int exec_store_log_append(db *d, int64_t job_id, const char *task, int attempt, const void *data, int64_t len,
+                          int64_t *offset) {
+    return data ? log_chunk_write(d, job_id, task, attempt, offset, len, data) : STORE_ERROR;
+}
+
+/* One number of a job's logs (of one task's when task is not NULL). */
+static int log_number(db *d, const char *sql, int64_t job_id, const char *task, int64_t *out) {
+    *out = 0;
+    db_stmt *st = db_prepare(d, sql);
+    if (!st) return STORE_ERROR;
+    db_bind_int64(st, 1, job_id);
+    if (task) db_bind_text(st, 2, task, -1);
+    int rc = db_step(st);
+    if (rc == DB_ROW) *out = db_col_int64(st, 0);
+    db_done(st);
+    return rc == DB_ROW ? STORE_OK : STORE_ERROR;
+}
+
+static const char SQL_LOG_DB_BYTES[] =
+    "SELECT coalesce(sum(length), 0) FROM log_chunks WHERE job_id = ?1 AND data IS NOT NULL";
+static const char SQL_LOG_END[] =
+    "SELECT coalesce(max(\"offset\" + length), 0) FROM log_chunks WHERE job_id = ?1 AND task = ?2";
+
+int exec_store_log_db_bytes(db *d, int64_t job_id, int64_t *bytes) {
+    return log_number(d, SQL_LOG_DB_BYTES, job_id, NULL, bytes);
+}
+
+int exec_store_log_end(db *d, int64_t job_id, const char *task, int64_t *end) {
+    return log_number(d, SQL_LOG_END, job_id, task, end);
+}
+
+static const char SQL_LOG_READ[] =
+    "SELECT \"offset\", length, data IS NULL, data FROM log_chunks"
+    " WHERE job_id = ?1 AND task = ?2 AND \"offset\" + length > ?3 AND \"offset\" < ?3 + ?4"
+    " ORDER BY \"offset\", id";
+
+int exec_store_log_read(db *d, int64_t job_id, const char *task, int64_t since, int64_t limit, buf *out) {
+    db_stmt *st = db_prepare(d, SQL_LOG_READ);
+    if (!st) return STORE_ERROR;
+    db_bind_int64(st, 1, job_id);
+    db_bind_text(st, 2, task, -1);
+    db_bind_int64(st, 3, since);
+    db_bind_int64(st, 4, limit);
+    int64_t at = since, end = since + limit;
+    int rc, ret = STORE_OK;
+    while ((rc = db_step(st)) == DB_ROW && at < end) {
+        int64_t off = db_col_int64(st, 0), len = db_col_int64(st, 1);
+        if (db_col_int(st, 2)) { ret = STORE_NOT_FOUND; break; } /* in a file */
+        if (off + len <= at) continue;                            /* read already */
+        if (off > at) break;                                      /* a gap: never written */
+        int nb = db_col_bytes(st, 3);               /* then the blob: PostgreSQL decodes it anew */
+        const unsigned char *b = db_col_blob(st, 3);
+        if (!b || nb != len) { ret = STORE_ERROR; break; }
+        int64_t from = at - off, n = len - from;
+        if (n > end - at) n = end - at;
+        if (buf_append(out, b + from, (size_t)n) < 0) { ret = STORE_ERROR; break; }
+        at += n;
+    }
+    if (rc != DB_ROW && rc != DB_DONE) ret = STORE_ERROR;
+    db_done(st);
+    return ret;
 }
 
 static const char SQL_LOG_STATE[] =

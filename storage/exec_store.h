@@ -35,6 +35,7 @@
 #include <cjson/cJSON.h>
 #include "db.h"
 #include "store.h"
+#include "../common/util.h"
 
 /* ---------------------------------------------------------------- jobs */
 typedef struct exec_job {
@@ -170,6 +171,32 @@ int exec_store_epoch_throughput(db *d, int64_t job_id, int *epochs, double *samp
 /* Records one appended chunk of a task's log file (seq = next per task and
  * attempt) and adds its length to jobs.log_bytes, in one transaction. */
 int exec_store_log_chunk_add(db *d, int64_t job_id, const char *task, int attempt, int64_t offset, int64_t length);
+
+/* Whether job logs are kept in the database (PostgreSQL: every server of
+ * the cluster reads them) rather than in files under the DATA of the
+ * server that received them (SQLite). */
+int exec_store_logs_in_db(db *d);
+
+/* Appends len bytes to the task's log in the database, in one transaction:
+ * a chunk holding them at the end of the task's log (*offset: where they
+ * begin), and jobs.log_bytes. The caller serializes a task's appends (one
+ * leader writes). STORE_OK or STORE_ERROR. */
+int exec_store_log_append(db *d, int64_t job_id, const char *task, int attempt, const void *data, int64_t len,
+                          int64_t *offset);
+
+/* The bytes of the job's logs held in the database (chunks with their
+ * bytes; 0 on SQLite): STORE_OK or STORE_ERROR. */
+int exec_store_log_db_bytes(db *d, int64_t job_id, int64_t *bytes);
+
+/* Where the task's log in the database ends (0 when empty): STORE_OK or
+ * STORE_ERROR. */
+int exec_store_log_end(db *d, int64_t job_id, const char *task, int64_t *end);
+
+/* The task's log from byte since, at most limit bytes, from the chunks'
+ * bytes in the database, appended to out: STORE_OK (nothing past the end);
+ * STORE_NOT_FOUND when a chunk there holds no bytes (written to a file: the
+ * caller reads its file); STORE_ERROR. */
+int exec_store_log_read(db *d, int64_t job_id, const char *task, int64_t since, int64_t limit, buf *out);
 
 /* The job's log bytes kept (jobs.log_bytes) and its spec's logs.max_size
  * as written ("" when it has none): STORE_OK, STORE_NOT_FOUND, STORE_ERROR. */

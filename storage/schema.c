@@ -677,6 +677,17 @@ static const char m23_pg[] =
     "END\n"
     "$f$;\n";
 
+/* 24: a job's log output kept in the database (PostgreSQL: every server of
+ * the cluster serves it, the leader that received it or not), and the
+ * chunks found by offset. SQLite's servers keep writing files under DATA
+ * (data NULL), as do the chunks of a cluster migrated from one. */
+static const char m24[] =
+    "ALTER TABLE log_chunks ADD COLUMN data BLOB;"
+    "CREATE INDEX log_chunks_at ON log_chunks(job_id, task, \"offset\");";
+static const char m24_pg[] =
+    "ALTER TABLE log_chunks ADD COLUMN data BYTEA;\n"
+    "CREATE INDEX log_chunks_at ON log_chunks(job_id, task, \"offset\");\n";
+
 const migration schema_migrations[] = {
     {1, "teams, tokens, jobs, events", m1, 0},
     {2, "nodes, devices, tasks, allocations, shares", m2, 0},
@@ -701,5 +712,6 @@ const migration schema_migrations[] = {
     {21, "change capture a statement at a time (PostgreSQL)", m21, m21_pg},
     {22, "jobs_evaluator: the active jobs that may want an evaluator", m22, m22_pg},
     {23, "change capture into the unlogged ty_changes (PostgreSQL)", m23, m23_pg},
+    {24, "log_chunks.data: job logs in the database (PostgreSQL)", m24, m24_pg},
 };
 const int schema_migrations_n = (int)(sizeof schema_migrations / sizeof schema_migrations[0]);

@@ -209,6 +209,19 @@ static long req(const char *method, const char *path, const char *body, const ch
     return status;
 }
 
+/* The job's worker-0 log as the leader serves it (the caller frees). */
+static char *task_log(int64_t id) { return ty_task_log(urls, team_tok, id, "worker-0"); }
+
+/* The log served now begins with what was served before (a takeover):
+ * the logs are the database's, not the DATA of the leader that got them. */
+static void log_kept(int64_t id, const char *before, const char *after) {
+    char *now = task_log(id);
+    ck_assert_msg(strncmp(now, before, strlen(before)) == 0,
+                  "after %s the log served does not begin with the %zu bytes served before it (now %zu bytes: %.200s)",
+                  after, strlen(before), strlen(now), now);
+    free(now);
+}
+
 static cJSON *job(int64_t id) {
     char path[64];
     snprintf(path, sizeof path, "/api/v1/jobs/%lld", (long long)id);
@@ -462,6 +475,13 @@ START_TEST(leader_fails_over) {
     cJSON_Delete(o);
     char placed[200];
     placement(train, placed, sizeof placed);
+    /* its output so far, as the first leader serves it */
+    char *logged = task_log(train);
+    for (int64_t lend = mono_ms() + 30000; !logged[0] && mono_ms() < lend; ty_sleep_ms(300)) {
+        free(logged);
+        logged = task_log(train);
+    }
+    ck_assert_msg(logged[0], "the training job logged nothing in 30 s; see %s", dir);
 
     /* 1. kill -9 of the leader */
     submitter_start(1);
@@ -479,6 +499,9 @@ START_TEST(leader_fails_over) {
     fprintf(stderr, "ha: kill -9 of the leader: the standby led %.2f s later\n", kill_s);
     ck_assert_msg(kill_s < 10.0, "the standby led %.2f s after the kill (want < 10 s)", kill_s);
     trains_on(train, step, ckpts, "the kill");
+    log_kept(train, logged, "the kill");
+    free(logged);
+    logged = task_log(train);
     char now[200];
     placement(train, now, sizeof now);
     ck_assert_msg(strcmp(now, placed) == 0, "the job was placed again: %s, was %s", now, placed);
@@ -499,6 +522,8 @@ START_TEST(leader_fails_over) {
     fprintf(stderr, "ha: the leader's network cut: the standby led %.2f s later\n", cut_s);
     ck_assert_msg(cut_s < 10.0, "the standby led %.2f s after the cut (want < 10 s)", cut_s);
     trains_on(train, step, ckpts, "the cut");
+    log_kept(train, logged, "the cut");
+    free(logged);
     placement(train, now, sizeof now);
     ck_assert_msg(strcmp(now, placed) == 0, "the job was placed again: %s, was %s", now, placed);
     /* the link back: the cut one stepped down and stands by */
