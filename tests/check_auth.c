@@ -922,6 +922,7 @@ START_TEST(old_data_dir_migrates) {
                           " ALTER TABLE teams DROP COLUMN max_interactive;"
                           " DROP TABLE blob_uploads; ALTER TABLE checkpoints DROP COLUMN store;"
                           " DROP TABLE submit_keys; DROP INDEX jobs_evaluator;"
+                          " DROP INDEX log_chunks_at; ALTER TABLE log_chunks DROP COLUMN data;"
                           " DELETE FROM schema_migrations WHERE version >= 5;",
                           NULL, NULL, &err);
     ck_assert_msg(rc == SQLITE_OK, "cannot make a version-4 database: %s", err ? err : "?");
