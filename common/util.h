@@ -68,6 +68,7 @@ void log_msg(log_level lvl, const char *fmt, ...) __attribute__((format(printf, 
 int64_t now_ms(void);        /* wall clock, ms since the epoch */
 int64_t mono_ms(void);       /* monotonic clock, ms */
 double mono_s(void);         /* monotonic clock, seconds */
+double thread_cpu_s(void);   /* CPU time of the calling thread, seconds */
 
 /* ---------------------------------------------------------------- files */
 /* Durable write: DIR/.name.tmpXXXX -> write -> fsync -> rename -> fsync(dir).

@@ -922,14 +922,6 @@ fail_nolock:
  * view waits for it when it takes the lock, so the mirror is never ahead of
  * the store nor read while the binding writes the reasons into it. */
 
-/* CPU time of the calling thread, seconds. */
-static double thread_cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 typedef struct bind_job {
     db *d;
     mirror *m;
@@ -1065,20 +1057,16 @@ static void bind_drop(mirror *m)
 }
 
 /* The mirror's lock held and no binding running: the last binding's record
- * is dropped; its outcome into *prev when not yet handed out (else prev is
- * left alone). 1 when there was one to hand out, 0 when not. */
-static int bind_take(mirror *m, sched_pass_stats *prev, int *prev_rc)
+ * is dropped; its outcome into *prev and *prev_rc when not yet handed out
+ * (else they are left alone). */
+static void bind_take(mirror *m, sched_pass_stats *prev, int *prev_rc)
 {
     bind_job *bj = m->bind;
-    m->bind = NULL;
-    if (!bj) return 0;
-    int had = !bj->collected;
-    if (had) {
+    if (bj && !bj->collected) {
         if (prev) *prev = bj->st;
         if (prev_rc) *prev_rc = bj->rc;
     }
-    bind_free(bj);
-    return had;
+    bind_drop(m);
 }
 
 int sched_pass(db *d, const sched_config *cfg, int64_t now, sched_pass_stats *out)

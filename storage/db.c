@@ -668,12 +668,6 @@ static int trace_ms(void) {
     return t;
 }
 
-static double thread_cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* The caller as an offset in its object. */
 static void *rel(void *caller) {
     Dl_info di;

@@ -64,6 +64,7 @@ struct pg_stmt {
     int row, nrows, ran;
     unsigned char *blob;          /* the decoded bytea of the last db_col_blob */
     size_t blob_len;
+    int blob_row, blob_col;       /* whose it is: asked again (db_col_bytes, then db_col_blob), it is not decoded again */
 };
 
 /* ---------------------------------------------------------------- errors */
@@ -699,6 +700,7 @@ const char *pg_col_text(pg_stmt *st, int i) {
 
 const void *pg_col_blob(pg_stmt *st, int i) {
     if (!col_ok(st, i) || PQgetisnull(st->res, st->row, i)) return NULL;
+    if (st->blob && st->blob_row == st->row && st->blob_col == i) return st->blob;
     free(st->blob);
     st->blob = NULL;
     st->blob_len = 0;
@@ -714,6 +716,8 @@ const void *pg_col_blob(pg_stmt *st, int i) {
     memcpy(st->blob, b, n);
     PQfreemem(b);
     st->blob_len = n;
+    st->blob_row = st->row;
+    st->blob_col = i;
     return st->blob;
 }
 

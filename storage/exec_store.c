@@ -711,7 +711,7 @@ int exec_store_log_read(db *d, int64_t job_id, const char *task, int64_t since, 
         if (db_col_int(st, 2)) { ret = STORE_NOT_FOUND; break; } /* in a file */
         if (off + len <= at) continue;                            /* read already */
         if (off > at) break;                                      /* a gap: never written */
-        int nb = db_col_bytes(st, 3);               /* then the blob: PostgreSQL decodes it anew */
+        int nb = db_col_bytes(st, 3);               /* then the blob, as SQLite wants them */
         const unsigned char *b = db_col_blob(st, 3);
         if (!b || nb != len) { ret = STORE_ERROR; break; }
         int64_t from = at - off, n = len - from;

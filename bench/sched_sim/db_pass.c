@@ -192,15 +192,6 @@ static int mirror_agrees(db *d)
     return what ? 0 : 1;
 }
 
-/* CPU time of this thread: what the pass costs, less the time it waited
- * for a core (the build machine is shared). */
-static double cpu_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -246,7 +237,7 @@ static int run(const char *path, int full, int passes, int churn, int64_t now, i
     double prev_bind_cpu = 0;
     for (int pass = 0; pass < passes; pass++) {
         sched_pass_stats s;
-        double a = mono_s(), ca = cpu_s(), churn_ms = 0, wait_ms = 0;
+        double a = mono_s(), ca = thread_cpu_s(), churn_ms = 0, wait_ms = 0;
         /* the server's form: the pass returns once decided and its binding
          * commits meanwhile; the churn (the cluster's other writers, on
          * their own threads in a server) runs beside it, then the rest of
@@ -259,7 +250,7 @@ static int run(const char *path, int full, int passes, int churn, int64_t now, i
         if (!ok) { fprintf(stderr, "pass failed\n"); rc = -1; break; }
         double e = mono_s();
         tot[pass] = (e - a) * 1000;
-        cpu[pass] = (cpu_s() - ca) * 1000;
+        cpu[pass] = (thread_cpu_s() - ca) * 1000;
         double c0 = mono_s();
         if (end_jobs(d, churn) < 0 || add_jobs(d, team, churn, now + pass * 1000) < 0) {
             fprintf(stderr, "churn failed\n"); rc = -1; break;
