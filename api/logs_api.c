@@ -2,8 +2,8 @@
  * agents (on SQLite one file per task under the log directory, each chunk
  * recorded in storage/exec_store.c; on PostgreSQL the chunks' bytes in the
  * database, so every server of the cluster serves them) within the disk
- * reserve, the job's log cap and its team's quota, and read back by offset. A node's token posts only
- * for jobs with a task on its node. Logs the retention removed are a 410
+ * reserve, the job's log cap and its team's quota, and read back by
+ * offset. A node's token posts only for jobs with a task on its node. Logs the retention removed are a 410
  * (retention_api.h). */
 #include "logs_api.h"
 #include "exec_common.h"

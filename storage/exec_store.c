@@ -603,13 +603,19 @@ static const char SQL_LOG_BYTES_ADD[] = "UPDATE jobs SET log_bytes = log_bytes +
 
 int exec_store_logs_in_db(db *d) { return strcmp(db_engine(d), "postgres") == 0; }
 
-/* the chunk at the end of the task's log (across its attempts: one log a task) */
+/* Where the task's log ends (across its attempts: one log a task): the end
+ * of its last chunk, found through log_chunks_at, not by reading them all
+ * (a week of output a second is 600,000 chunks). */
+#define LOG_END                                                                                         \
+    "coalesce((SELECT \"offset\" + length FROM log_chunks WHERE job_id = ?1 AND task = ?2"                  \
+    " ORDER BY \"offset\" DESC LIMIT 1), 0)"
+
+/* the chunk at the end of the task's log */
 static const char SQL_LOG_APPEND[] =
     "INSERT INTO log_chunks(job_id, task, attempt, seq, \"offset\", length, ts, data)"
     " VALUES(?1, ?2, ?3, (SELECT coalesce(max(seq), 0) + 1 FROM log_chunks"
     "  WHERE job_id = ?1 AND task = ?2 AND attempt = ?3),"
-    " (SELECT coalesce(max(\"offset\" + length), 0) FROM log_chunks WHERE job_id = ?1 AND task = ?2),"
-    " ?4, ?5, ?6) RETURNING \"offset\"";
+    " " LOG_END ", ?4, ?5, ?6) RETURNING \"offset\"";
 
 /* A chunk and the job's log_bytes in one transaction (the team's storage
  * use is summed from log_bytes, so it never misses a chunk after a crash):
@@ -681,8 +687,7 @@ static int log_number(db *d, const char *sql, int64_t job_id, const char *task, 
 
 static const char SQL_LOG_DB_BYTES[] =
     "SELECT coalesce(sum(length), 0) FROM log_chunks WHERE job_id = ?1 AND data IS NOT NULL";
-static const char SQL_LOG_END[] =
-    "SELECT coalesce(max(\"offset\" + length), 0) FROM log_chunks WHERE job_id = ?1 AND task = ?2";
+static const char SQL_LOG_END[] = "SELECT " LOG_END;
 
 int exec_store_log_db_bytes(db *d, int64_t job_id, int64_t *bytes) {
     return log_number(d, SQL_LOG_DB_BYTES, job_id, NULL, bytes);
@@ -692,10 +697,13 @@ int exec_store_log_end(db *d, int64_t job_id, const char *task, int64_t *end) {
     return log_number(d, SQL_LOG_END, job_id, task, end);
 }
 
+/* The chunks from the one holding byte ?3 (the last to begin at or before
+ * it) up to ?3 + ?4: a range of log_chunks_at. */
 static const char SQL_LOG_READ[] =
     "SELECT \"offset\", length, data IS NULL, data FROM log_chunks"
-    " WHERE job_id = ?1 AND task = ?2 AND \"offset\" + length > ?3 AND \"offset\" < ?3 + ?4"
-    " ORDER BY \"offset\", id";
+    " WHERE job_id = ?1 AND task = ?2 AND \"offset\" < ?3 + ?4 AND \"offset\" >= coalesce((SELECT \"offset\""
+    "  FROM log_chunks WHERE job_id = ?1 AND task = ?2 AND \"offset\" <= ?3 ORDER BY \"offset\" DESC LIMIT 1), 0)"
+    " AND \"offset\" + length > ?3 ORDER BY \"offset\", id";
 
 int exec_store_log_read(db *d, int64_t job_id, const char *task, int64_t since, int64_t limit, buf *out) {
     db_stmt *st = db_prepare(d, SQL_LOG_READ);
